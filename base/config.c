@@ -1,0 +1,259 @@
+#define _POSIX_C_SOURCE 200809L
+#include "base/config.h"
+
+#include "base/alloc.h"
+#include "base/log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void troupe__log_init_clock(void);
+
+#define S_STR_MAX 1024
+
+static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+static char s_backend[64];
+static char s_cache_dir[S_STR_MAX];
+static char s_cc[S_STR_MAX];
+static char s_cc_flags[S_STR_MAX];
+static atomic_int_fast64_t s_timeout_s;
+static atomic_size_t s_fusion_bytes;
+static atomic_bool s_auto_host;
+static atomic_size_t s_stack_threshold;
+static troupe_status_t s_load_status;
+static char s_load_error[512];
+
+static void s_copy(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src);
+}
+
+static void s_bad(const char *var, const char *value, const char *why)
+{
+    if (s_load_status == TROUPE_OK) {
+        s_load_status = TROUPE_INVALID_ARGUMENT;
+        snprintf(s_load_error, sizeof s_load_error, "%s='%s': %s (default kept)", var, value, why);
+    }
+}
+
+/* Parses a positive decimal integer; false on junk, overflow or a value below `min`. */
+static bool s_parse_int(const char *s, int64_t min, int64_t *out)
+{
+    if (s == NULL || *s == '\0')
+        return false;
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < min)
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+static void s_default_cache_dir(void)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (xdg != NULL && xdg[0] == '/')
+        snprintf(s_cache_dir, sizeof s_cache_dir, "%s/troupe", xdg);
+    else if (home != NULL && home[0] == '/')
+        snprintf(s_cache_dir, sizeof s_cache_dir, "%s/.cache/troupe", home);
+    else
+        snprintf(s_cache_dir, sizeof s_cache_dir, "/tmp/troupe-cache-%ld", (long)getuid());
+}
+
+static void s_load(void)
+{
+    s_load_status = TROUPE_OK;
+    s_load_error[0] = '\0';
+    s_copy(s_backend, sizeof s_backend, "cpu");
+    s_default_cache_dir();
+    s_copy(s_cc, sizeof s_cc, "cc");
+    s_copy(s_cc_flags, sizeof s_cc_flags, "-O3 -march=native -shared -fPIC");
+    atomic_store(&s_timeout_s, 120);
+    atomic_store(&s_fusion_bytes, (size_t)64 << 20);
+    atomic_store(&s_auto_host, true);
+    atomic_store(&s_stack_threshold, (size_t)16384);
+
+    const char *v;
+    if ((v = getenv("TROUPE_LOG")) != NULL && troupe_log_configure(v) != TROUPE_OK)
+        s_bad("TROUPE_LOG", v, troupe_last_error());
+    if ((v = getenv("TROUPE_LOG_FILE")) != NULL && v[0] != '\0' &&
+        troupe_log_set_file(v) != TROUPE_OK)
+        s_bad("TROUPE_LOG_FILE", v, troupe_last_error());
+    if ((v = getenv("TROUPE_BACKEND")) != NULL && v[0] != '\0') {
+        if (strlen(v) >= sizeof s_backend)
+            s_bad("TROUPE_BACKEND", v, "name too long");
+        else
+            s_copy(s_backend, sizeof s_backend, v);
+    }
+    if ((v = getenv("TROUPE_CACHE_DIR")) != NULL && v[0] != '\0')
+        s_copy(s_cache_dir, sizeof s_cache_dir, v);
+    if ((v = getenv("CC")) != NULL && v[0] != '\0')
+        s_copy(s_cc, sizeof s_cc, v);
+    if ((v = getenv("TROUPE_CC_FLAGS")) != NULL)
+        s_copy(s_cc_flags, sizeof s_cc_flags, v);
+    int64_t n;
+    if ((v = getenv("TROUPE_TIMEOUT_S")) != NULL) {
+        if (s_parse_int(v, 1, &n) && n <= INT64_MAX / 1000000000LL)
+            atomic_store(&s_timeout_s, n);
+        else
+            s_bad("TROUPE_TIMEOUT_S", v, "expected a whole number of seconds >= 1");
+    }
+    if ((v = getenv("TROUPE_FUSION_BYTES")) != NULL) {
+        if (s_parse_int(v, 1024, &n))
+            atomic_store(&s_fusion_bytes, (size_t)n);
+        else
+            s_bad("TROUPE_FUSION_BYTES", v, "expected a byte count >= 1024");
+    }
+    if ((v = getenv("TROUPE_AUTO_HOST_TRANSFERS")) != NULL) {
+        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+            atomic_store(&s_auto_host, v[0] == '1');
+        else
+            s_bad("TROUPE_AUTO_HOST_TRANSFERS", v, "expected 0 or 1");
+    }
+    if ((v = getenv("TROUPE_STACK_THRESHOLD")) != NULL) {
+        if (s_parse_int(v, 0, &n))
+            atomic_store(&s_stack_threshold, (size_t)n);
+        else
+            s_bad("TROUPE_STACK_THRESHOLD", v, "expected a byte count >= 0");
+    }
+    if (s_load_status != TROUPE_OK)
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_BASE, "configuration: %s", s_load_error);
+}
+
+static void s_once_init(void)
+{
+    troupe__log_init_clock();
+    s_load();
+}
+
+void troupe__config_ensure_loaded(void)
+{
+    pthread_once(&s_once, s_once_init);
+}
+
+troupe_status_t troupe_config_check(void)
+{
+    troupe__config_ensure_loaded();
+    if (s_load_status != TROUPE_OK)
+        return troupe__error(s_load_status, "%s", s_load_error);
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_config_reload(void)
+{
+    troupe__config_ensure_loaded();
+    s_load();
+    return troupe_config_check();
+}
+
+const char *troupe_config_backend(void)
+{
+    troupe__config_ensure_loaded();
+    return s_backend;
+}
+const char *troupe_config_cache_dir(void)
+{
+    troupe__config_ensure_loaded();
+    return s_cache_dir;
+}
+const char *troupe_config_cc(void)
+{
+    troupe__config_ensure_loaded();
+    return s_cc;
+}
+const char *troupe_config_cc_flags(void)
+{
+    troupe__config_ensure_loaded();
+    return s_cc_flags;
+}
+int64_t troupe_config_timeout_s(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_timeout_s);
+}
+int64_t troupe_config_timeout_ns(void)
+{
+    return troupe_config_timeout_s() * 1000000000LL;
+}
+size_t troupe_config_fusion_bytes(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_fusion_bytes);
+}
+bool troupe_config_auto_host_transfers(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_auto_host);
+}
+size_t troupe_config_stack_threshold_bytes(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_stack_threshold);
+}
+
+static troupe_status_t s_set_str(char *dst, size_t cap, const char *v, const char *what,
+                                 bool allow_empty)
+{
+    troupe__config_ensure_loaded();
+    if (v == NULL || (!allow_empty && v[0] == '\0'))
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: empty value", what);
+    if (strlen(v) >= cap)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: value longer than %zu bytes", what,
+                             cap - 1);
+    s_copy(dst, cap, v);
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_config_set_backend(const char *name)
+{
+    return s_set_str(s_backend, sizeof s_backend, name, "backend", false);
+}
+troupe_status_t troupe_config_set_cache_dir(const char *dir)
+{
+    return s_set_str(s_cache_dir, sizeof s_cache_dir, dir, "cache directory", false);
+}
+troupe_status_t troupe_config_set_cc(const char *command)
+{
+    return s_set_str(s_cc, sizeof s_cc, command, "C compiler", false);
+}
+troupe_status_t troupe_config_set_cc_flags(const char *flags)
+{
+    return s_set_str(s_cc_flags, sizeof s_cc_flags, flags, "C compiler flags", true);
+}
+troupe_status_t troupe_config_set_timeout_s(int64_t seconds)
+{
+    troupe__config_ensure_loaded();
+    if (seconds < 1 || seconds > INT64_MAX / 1000000000LL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "timeout %" PRId64 " s out of range",
+                             seconds);
+    atomic_store(&s_timeout_s, seconds);
+    return TROUPE_OK;
+}
+troupe_status_t troupe_config_set_fusion_bytes(size_t size_bytes)
+{
+    troupe__config_ensure_loaded();
+    if (size_bytes < 1024)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "fusion buffer of %zu bytes < 1024",
+                             size_bytes);
+    atomic_store(&s_fusion_bytes, size_bytes);
+    return TROUPE_OK;
+}
+void troupe_config_set_auto_host_transfers(bool on)
+{
+    troupe__config_ensure_loaded();
+    atomic_store(&s_auto_host, on);
+}
+troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes)
+{
+    troupe__config_ensure_loaded();
+    atomic_store(&s_stack_threshold, size_bytes);
+    return TROUPE_OK;
+}

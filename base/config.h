@@ -1,0 +1,73 @@
+/* troupe — process configuration, read once from the environment, with API setters.
+ *
+ * Every environment variable troupe reads is here (and in the README's table):
+ *
+ * | variable                    | default                               | setter                          |
+ * |-----------------------------|---------------------------------------|---------------------------------|
+ * | TROUPE_LOG                  | warn                                  | troupe_log_configure            |
+ * | TROUPE_LOG_FILE             | (stderr)                              | troupe_log_set_file             |
+ * | TROUPE_BACKEND              | cpu                                   | troupe_config_set_backend       |
+ * | TROUPE_CACHE_DIR            | $XDG_CACHE_HOME/troupe, ~/.cache/troupe, else /tmp/troupe-cache-$UID | troupe_config_set_cache_dir |
+ * | CC                          | cc                                    | troupe_config_set_cc            |
+ * | TROUPE_CC_FLAGS             | -O3 -march=native -shared -fPIC       | troupe_config_set_cc_flags      |
+ * | TROUPE_TIMEOUT_S            | 120                                   | troupe_config_set_timeout_s     |
+ * | TROUPE_FUSION_BYTES         | 67108864 (64 MiB)                     | troupe_config_set_fusion_bytes  |
+ * | TROUPE_AUTO_HOST_TRANSFERS  | 1                                     | troupe_config_set_auto_host_transfers |
+ * | TROUPE_STACK_THRESHOLD      | 16384 (bytes)                         | troupe_config_set_stack_threshold_bytes |
+ *
+ * A malformed value keeps the default, logs a warning and is reported by
+ * troupe_config_check(), which programs call once at start to fail loudly.
+ *
+ * Thread safety: loading is done once (pthread_once) on first use and is thread-safe.
+ * Setters are meant for program start: they are atomic for integers, but a string getter's
+ * result is only valid until the matching setter runs again.
+ * Ownership: string getters return troupe-owned storage; setters copy their argument.
+ */
+#ifndef TROUPE_BASE_CONFIG_H
+#define TROUPE_BASE_CONFIG_H
+
+#include "base/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Returns the status of reading the environment: TROUPE_OK, or TROUPE_INVALID_ARGUMENT with
+ * troupe_last_error() naming the first bad variable and its value. */
+TROUPE_MUST_USE troupe_status_t troupe_config_check(void);
+
+/* Re-reads the environment (tests). Not thread-safe with concurrent getters. */
+TROUPE_MUST_USE troupe_status_t troupe_config_reload(void);
+
+const char *troupe_config_backend(void);
+const char *troupe_config_cache_dir(void);
+const char *troupe_config_cc(void);
+const char *troupe_config_cc_flags(void);
+int64_t troupe_config_timeout_s(void);
+int64_t troupe_config_timeout_ns(void); /* timeout_s in nanoseconds */
+size_t troupe_config_fusion_bytes(void);
+bool troupe_config_auto_host_transfers(void);
+size_t troupe_config_stack_threshold_bytes(void);
+
+/* Setters return TROUPE_INVALID_ARGUMENT for NULL/empty strings, non-positive timeouts
+ * or fusion sizes below 1 KiB; TROUPE_RESOURCE_EXHAUSTED if a copy cannot be allocated. */
+TROUPE_MUST_USE troupe_status_t troupe_config_set_backend(const char *name);
+TROUPE_MUST_USE troupe_status_t troupe_config_set_cache_dir(const char *dir);
+TROUPE_MUST_USE troupe_status_t troupe_config_set_cc(const char *command);
+TROUPE_MUST_USE troupe_status_t troupe_config_set_cc_flags(const char *flags);
+TROUPE_MUST_USE troupe_status_t troupe_config_set_timeout_s(int64_t seconds);
+TROUPE_MUST_USE troupe_status_t troupe_config_set_fusion_bytes(size_t size_bytes);
+void troupe_config_set_auto_host_transfers(bool on);
+TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes);
+
+/* Loads the configuration if not yet loaded (cheap after the first call). Internal. */
+void troupe__config_ensure_loaded(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

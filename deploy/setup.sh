@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# troupe — installs what the build needs (Debian 12) and configures + builds into build/.
+# Sourced by deploy/test.sh and deploy/quickstart.sh; can be run alone.
+# Idempotent: when every package is present it prints nothing and installs nothing.
+set -euo pipefail
+
+TROUPE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TROUPE_BUILD_DIR=${TROUPE_BUILD_DIR:-$TROUPE_ROOT/build}
+TROUPE_PACKAGES=(libzmq3-dev libczmq-dev libopenmpi-dev openmpi-bin libcriterion-dev zlib1g-dev
+                 pkg-config dataset-fashion-mnist)
+
+troupe_install_packages() {
+  local missing=()
+  for p in "${TROUPE_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "troupe setup: need root or sudo to install: ${missing[*]}" >&2; return 1; }
+    sudo="sudo"
+  fi
+  echo "troupe setup: installing ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+troupe_build() {
+  local jobs
+  jobs=$(nproc 2>/dev/null || echo 2)
+  cmake -S "$TROUPE_ROOT" -B "$TROUPE_BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$TROUPE_BUILD_DIR" -j "$jobs"
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  troupe_install_packages
+  troupe_build "$@"
+fi

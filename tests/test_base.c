@@ -1,0 +1,240 @@
+/* Tests for base/: status strings, last error, logging configuration, environment
+ * configuration, allocation hooks, refcounts, clocks. */
+#define _POSIX_C_SOURCE 200809L
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/refcount.h"
+#include "base/status.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+Test(status, names_cover_every_code)
+{
+    cr_assert_str_eq(troupe_status_str(TROUPE_OK), "OK");
+    cr_assert_str_eq(troupe_status_str(TROUPE_DEADLINE_EXCEEDED), "DEADLINE_EXCEEDED");
+    cr_assert_str_eq(troupe_status_str(TROUPE_TRANSPORT_ERROR), "TRANSPORT_ERROR");
+    for (int s = 0; s < TROUPE_STATUS_COUNT; s++)
+        cr_assert_str_neq(troupe_status_str((troupe_status_t)s), "UNKNOWN_STATUS", "code %d", s);
+    cr_assert_str_eq(troupe_status_str((troupe_status_t)99), "UNKNOWN_STATUS");
+    cr_assert_str_eq(troupe_status_str((troupe_status_t)-1), "UNKNOWN_STATUS");
+}
+
+static void *s_thread_error(void *arg)
+{
+    (void)arg;
+    /* A fresh thread sees no error from the main thread. */
+    return (void *)(troupe_last_error()[0] == '\0' ? (void *)1 : NULL);
+}
+
+Test(status, last_error_is_thread_local_and_returned)
+{
+    troupe_status_t s = troupe__error(TROUPE_NOT_FOUND, "node %d missing", 7);
+    cr_assert_eq(s, TROUPE_NOT_FOUND);
+    cr_assert_str_eq(troupe_last_error(), "node 7 missing");
+    pthread_t t;
+    void *ok = NULL;
+    pthread_create(&t, NULL, s_thread_error, NULL);
+    pthread_join(t, &ok);
+    cr_assert_not_null(ok);
+    troupe_clear_error();
+    cr_assert_str_eq(troupe_last_error(), "");
+}
+
+Test(status, long_messages_are_truncated_not_overflowed)
+{
+    char big[4096];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    troupe__error(TROUPE_INTERNAL, "%s", big);
+    cr_assert_eq(strlen(troupe_last_error()), 1023);
+}
+
+Test(log, configure_accepts_levels_and_subsystems)
+{
+    cr_assert_eq(troupe_log_configure("debug:ir,actors"), TROUPE_OK);
+    cr_assert_eq(troupe_log_get_level(), TROUPE_LOG_DEBUG);
+    cr_assert(troupe_log_enabled(TROUPE_LOG_DEBUG, TROUPE_SUB_IR));
+    cr_assert(troupe_log_enabled(TROUPE_LOG_INFO, TROUPE_SUB_ACTORS));
+    cr_assert_not(troupe_log_enabled(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT));
+    cr_assert_not(troupe_log_enabled(TROUPE_LOG_TRACE, TROUPE_SUB_IR));
+    cr_assert_eq(troupe_log_configure("warn"), TROUPE_OK);
+    cr_assert_not(troupe_log_enabled(TROUPE_LOG_INFO, TROUPE_SUB_IR));
+}
+
+Test(log, configure_rejects_bad_spec_and_keeps_state)
+{
+    cr_assert_eq(troupe_log_configure("info"), TROUPE_OK);
+    cr_assert_eq(troupe_log_configure("loud"), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "unknown level 'loud'") != NULL);
+    cr_assert_eq(troupe_log_configure("debug:ir,gpu"), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "unknown subsystem 'gpu'") != NULL);
+    cr_assert_eq(troupe_log_get_level(), TROUPE_LOG_INFO);
+}
+
+Test(log, lines_go_to_the_log_file_with_tag_and_rank)
+{
+    char path[] = "/tmp/troupe_test_log_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(troupe_log_set_file(path), TROUPE_OK);
+    cr_assert_eq(troupe_log_configure("info:tools"), TROUPE_OK);
+    troupe_log_set_thread_tag("cpu:0:1");
+    troupe_log_set_rank(3);
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS, "hello %d", 42);
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_IR, "filtered out");
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TOOLS, "too verbose");
+    cr_assert_eq(troupe_log_set_file(NULL), TROUPE_OK);
+    troupe_log_set_rank(-1);
+    troupe_log_set_thread_tag(NULL);
+    FILE *f = fopen(path, "r");
+    char buf[4096] = {0};
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    unlink(path);
+    buf[n] = '\0';
+    cr_assert(strstr(buf, "hello 42") != NULL, "log: %s", buf);
+    cr_assert(strstr(buf, " r3 cpu:0:1 | hello 42") != NULL, "log: %s", buf);
+    cr_assert(strstr(buf, "filtered out") == NULL);
+    cr_assert(strstr(buf, "too verbose") == NULL);
+    cr_assert_eq(troupe_log_configure("warn"), TROUPE_OK);
+}
+
+Test(log, unopenable_file_is_not_found)
+{
+    cr_assert_eq(troupe_log_set_file("/nonexistent-dir/x.log"), TROUPE_NOT_FOUND);
+    cr_assert(strstr(troupe_last_error(), "/nonexistent-dir/x.log") != NULL);
+}
+
+Test(config, defaults_without_environment)
+{
+    unsetenv("TROUPE_TIMEOUT_S");
+    unsetenv("TROUPE_FUSION_BYTES");
+    unsetenv("TROUPE_BACKEND");
+    unsetenv("TROUPE_AUTO_HOST_TRANSFERS");
+    unsetenv("TROUPE_STACK_THRESHOLD");
+    unsetenv("TROUPE_LOG");
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert_eq(troupe_config_timeout_s(), 120);
+    cr_assert_eq(troupe_config_timeout_ns(), 120LL * 1000000000LL);
+    cr_assert_eq(troupe_config_fusion_bytes(), (size_t)64 << 20);
+    cr_assert_str_eq(troupe_config_backend(), "cpu");
+    cr_assert(troupe_config_auto_host_transfers());
+    cr_assert_eq(troupe_config_stack_threshold_bytes(), 16384);
+}
+
+Test(config, environment_is_read)
+{
+    setenv("TROUPE_TIMEOUT_S", "7", 1);
+    setenv("TROUPE_FUSION_BYTES", "2048", 1);
+    setenv("TROUPE_BACKEND", "sync", 1);
+    setenv("TROUPE_AUTO_HOST_TRANSFERS", "0", 1);
+    setenv("TROUPE_CACHE_DIR", "/tmp/troupe-test-cache", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert_eq(troupe_config_timeout_s(), 7);
+    cr_assert_eq(troupe_config_fusion_bytes(), 2048);
+    cr_assert_str_eq(troupe_config_backend(), "sync");
+    cr_assert_not(troupe_config_auto_host_transfers());
+    cr_assert_str_eq(troupe_config_cache_dir(), "/tmp/troupe-test-cache");
+}
+
+Test(config, malformed_environment_keeps_default_and_names_variable)
+{
+    setenv("TROUPE_TIMEOUT_S", "soon", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "TROUPE_TIMEOUT_S='soon'") != NULL, "%s",
+              troupe_last_error());
+    cr_assert_eq(troupe_config_timeout_s(), 120);
+    cr_assert_eq(troupe_config_check(), TROUPE_INVALID_ARGUMENT);
+    setenv("TROUPE_TIMEOUT_S", "0", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);
+    unsetenv("TROUPE_TIMEOUT_S");
+    setenv("TROUPE_FUSION_BYTES", "12", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "TROUPE_FUSION_BYTES") != NULL);
+    unsetenv("TROUPE_FUSION_BYTES");
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+}
+
+Test(config, setters_validate)
+{
+    cr_assert_eq(troupe_config_set_timeout_s(30), TROUPE_OK);
+    cr_assert_eq(troupe_config_timeout_s(), 30);
+    cr_assert_eq(troupe_config_set_timeout_s(0), TROUPE_INVALID_ARGUMENT);
+    cr_assert_eq(troupe_config_timeout_s(), 30);
+    cr_assert_eq(troupe_config_set_fusion_bytes(100), TROUPE_INVALID_ARGUMENT);
+    cr_assert_eq(troupe_config_set_backend(""), TROUPE_INVALID_ARGUMENT);
+    cr_assert_eq(troupe_config_set_cc("clang"), TROUPE_OK);
+    cr_assert_str_eq(troupe_config_cc(), "clang");
+}
+
+static size_t s_allocs;
+static void *s_count_malloc(void *u, size_t n)
+{
+    (void)u;
+    s_allocs++;
+    return malloc(n);
+}
+static void *s_count_realloc(void *u, void *p, size_t n)
+{
+    (void)u;
+    return realloc(p, n);
+}
+static void s_count_free(void *u, void *p)
+{
+    (void)u;
+    free(p);
+}
+
+Test(alloc, hooks_are_used_and_restorable)
+{
+    troupe_allocator_t a = {s_count_malloc, s_count_realloc, s_count_free, NULL};
+    troupe_set_allocator(&a);
+    char *s = troupe_strdup("abc");
+    int *z = troupe_calloc(4, sizeof(int));
+    cr_assert_eq(s_allocs, 2);
+    cr_assert_str_eq(s, "abc");
+    cr_assert_eq(z[3], 0);
+    troupe_free(s);
+    troupe_free(z);
+    troupe_set_allocator(NULL);
+    troupe_free(troupe_malloc(8));
+    cr_assert_eq(s_allocs, 2);
+}
+
+Test(alloc, calloc_overflow_returns_null)
+{
+    cr_assert_null(troupe_calloc(SIZE_MAX / 2, 4));
+}
+
+Test(refcount, last_release_reports_true)
+{
+    troupe_refcount_t r;
+    troupe_refcount_init(&r);
+    troupe_refcount_retain(&r);
+    cr_assert_eq(troupe_refcount_get(&r), 2);
+    cr_assert_not(troupe_refcount_release(&r));
+    cr_assert(troupe_refcount_release(&r));
+}
+
+Test(clock, monotonic_and_deadlines)
+{
+    int64_t a = troupe_now_ns();
+    usleep(2000);
+    int64_t b = troupe_now_ns();
+    cr_assert_gt(b - a, 1000000);
+    cr_assert_eq(troupe_deadline_after(TROUPE_TIMEOUT_INFINITE), TROUPE_TIMEOUT_INFINITE);
+    cr_assert_eq(troupe_deadline_remaining(TROUPE_TIMEOUT_INFINITE), INT64_MAX);
+    int64_t d = troupe_deadline_after(0);
+    cr_assert_eq(troupe_deadline_remaining(d), 0);
+    int64_t d2 = troupe_deadline_after(1000000000LL);
+    cr_assert_gt(troupe_deadline_remaining(d2), 900000000LL);
+    cr_assert_eq(troupe_deadline_after(INT64_MAX - 1), TROUPE_TIMEOUT_INFINITE);
+}
