@@ -124,8 +124,9 @@ static void s_load(void)
         else
             s_bad("TROUPE_STACK_THRESHOLD", v, "expected a byte count >= 0");
     }
-    if (s_load_status != TROUPE_OK)
-        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_BASE, "configuration: %s", s_load_error);
+    /* Not TROUPE_LOG: it would re-enter troupe__config_ensure_loaded (pthread_once). */
+    if (s_load_status != TROUPE_OK && troupe_log_get_level() >= TROUPE_LOG_WARN)
+        troupe__log(TROUPE_LOG_WARN, TROUPE_SUB_BASE, "configuration: %s", s_load_error);
 }
 
 static void s_once_init(void)

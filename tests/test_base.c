@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 Test(status, names_cover_every_code)
@@ -227,7 +228,7 @@ Test(refcount, last_release_reports_true)
 Test(clock, monotonic_and_deadlines)
 {
     int64_t a = troupe_now_ns();
-    usleep(2000);
+    nanosleep(&(struct timespec){0, 2000000}, NULL);
     int64_t b = troupe_now_ns();
     cr_assert_gt(b - a, 1000000);
     cr_assert_eq(troupe_deadline_after(TROUPE_TIMEOUT_INFINITE), TROUPE_TIMEOUT_INFINITE);
