@@ -1,0 +1,558 @@
+/* troupe — the C compile cache shared by the host drivers (see cc_cache_impl.h). */
+#define _GNU_SOURCE /* pipe2, GNU strerror_r, environ */
+#include "devices/cpu/cc_cache_impl.h"
+
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "troupe_config.h"
+
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Longest name part of a cache file name (the hash tells files apart). */
+#define S_NAME_MAX 96
+/* Compiler output kept for the error message and the log. */
+#define S_OUTPUT_MAX 16384
+/* Lines and bytes of compiler output quoted in troupe_last_error(). */
+#define S_MSG_LINES 8
+#define S_MSG_BYTES 640
+
+static atomic_uint_fast64_t s_tmp_seq;
+
+uint64_t troupe__fnv1a64(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= UINT64_C(0x100000001b3);
+    }
+    return h;
+}
+
+static const char *s_errno_name(int e)
+{
+    switch (e) {
+    case ENOENT:
+        return "ENOENT";
+    case EACCES:
+        return "EACCES";
+    case EPERM:
+        return "EPERM";
+    case EEXIST:
+        return "EEXIST";
+    case ENOTDIR:
+        return "ENOTDIR";
+    case EROFS:
+        return "EROFS";
+    case ENOSPC:
+        return "ENOSPC";
+    case EDQUOT:
+        return "EDQUOT";
+    case EIO:
+        return "EIO";
+    case ENOMEM:
+        return "ENOMEM";
+    case EMFILE:
+        return "EMFILE";
+    case ENFILE:
+        return "ENFILE";
+    case ENAMETOOLONG:
+        return "ENAMETOOLONG";
+    case ENOEXEC:
+        return "ENOEXEC";
+    case ECHILD:
+        return "ECHILD";
+    case EAGAIN:
+        return "EAGAIN";
+    default:
+        return "errno";
+    }
+}
+
+/* "ENOENT: No such file or directory" into buf. */
+static const char *s_errstr(int e, char *buf, size_t cap)
+{
+    char tmp[128];
+    const char *msg = strerror_r(e, tmp, sizeof tmp); /* GNU variant: returns the text */
+    snprintf(buf, cap, "%s %d: %s", s_errno_name(e), e, msg ? msg : "?");
+    return buf;
+}
+
+/* Formatted string from troupe_malloc, or NULL. */
+static char *s_format(const char *fmt, ...) TROUPE_PRINTF(1, 2);
+static char *s_format(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return NULL;
+    char *s = troupe_malloc((size_t)n + 1);
+    if (!s)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* mkdir -p with mode 0700 for the components it creates. */
+static troupe_status_t s_mkdir_p(const char *dir)
+{
+    char eb[160];
+    size_t len = strlen(dir);
+    char *path = troupe_malloc(len + 1);
+    if (!path)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cache directory path: out of memory");
+    memcpy(path, dir, len + 1);
+    troupe_status_t st = TROUPE_OK;
+    for (size_t i = 1; i <= len; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        char saved = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+            st = troupe__error(TROUPE_DEVICE_ERROR, "cannot create cache directory '%s' (%s)", path,
+                               s_errstr(errno, eb, sizeof eb));
+            goto out_path;
+        }
+        path[i] = saved;
+    }
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        st = troupe__error(TROUPE_DEVICE_ERROR, "cache directory '%s' is not a directory", dir);
+out_path:
+    troupe_free(path);
+    return st;
+}
+
+/* Writes all of `text` to a new file `path` (O_EXCL, mode 0600). */
+static troupe_status_t s_write_new_file(const char *path, const char *text)
+{
+    char eb[160];
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return troupe__error(TROUPE_DEVICE_ERROR, "cannot create '%s' (%s)", path,
+                             s_errstr(errno, eb, sizeof eb));
+    troupe_status_t st = TROUPE_OK;
+    size_t len = strlen(text), done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, text + done, len - done);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            st = troupe__error(TROUPE_DEVICE_ERROR, "cannot write '%s' (%s)", path,
+                               s_errstr(errno, eb, sizeof eb));
+            break;
+        }
+        done += (size_t)w;
+    }
+    if (close(fd) != 0 && st == TROUPE_OK)
+        st = troupe__error(TROUPE_DEVICE_ERROR, "cannot write '%s' (%s)", path,
+                           s_errstr(errno, eb, sizeof eb));
+    if (st != TROUPE_OK)
+        unlink(path);
+    return st;
+}
+
+/* A growable NULL-terminated argv whose strings are owned by it. */
+typedef struct s_argv {
+    char **v;
+    size_t n, cap;
+} s_argv_t;
+
+static bool s_argv_push(s_argv_t *a, const char *s, size_t len)
+{
+    if (a->n + 2 > a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 16;
+        char **v = troupe_realloc(a->v, cap * sizeof *v);
+        if (!v)
+            return false;
+        a->v = v;
+        a->cap = cap;
+    }
+    char *copy = troupe_malloc(len + 1);
+    if (!copy)
+        return false;
+    memcpy(copy, s, len);
+    copy[len] = '\0';
+    a->v[a->n++] = copy;
+    a->v[a->n] = NULL;
+    return true;
+}
+
+/* Appends the whitespace-separated words of s. */
+static bool s_argv_split(s_argv_t *a, const char *s)
+{
+    while (*s) {
+        while (*s && isspace((unsigned char)*s))
+            s++;
+        const char *w = s;
+        while (*s && !isspace((unsigned char)*s))
+            s++;
+        if (s > w && !s_argv_push(a, w, (size_t)(s - w)))
+            return false;
+    }
+    return true;
+}
+
+static void s_argv_free(s_argv_t *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        troupe_free(a->v[i]);
+    troupe_free(a->v);
+    a->v = NULL;
+    a->n = a->cap = 0;
+}
+
+/* The first lines of compiler output as one line ("a | b | c"), into buf. */
+static void s_first_lines(const char *out, char *buf, size_t cap)
+{
+    size_t n = 0;
+    int lines = 0;
+    const char *p = out;
+    buf[0] = '\0';
+    while (*p && lines < S_MSG_LINES && n + 1 < cap) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        while (len > 0 && isspace((unsigned char)p[len - 1]))
+            len--;
+        if (len > 0) {
+            if (lines > 0 && n + 3 < cap) {
+                memcpy(buf + n, " | ", 3);
+                n += 3;
+            }
+            size_t take = len < cap - 1 - n ? len : cap - 1 - n;
+            memcpy(buf + n, p, take);
+            n += take;
+            buf[n] = '\0';
+            lines++;
+        }
+        if (!eol)
+            break;
+        p = eol + 1;
+    }
+    if (lines == 0)
+        snprintf(buf, cap, "(no output)");
+}
+
+/* Runs argv (argv[0] looked up in PATH) with stdin from /dev/null and stdout+stderr captured
+ * into out (S_OUTPUT_MAX bytes kept). *exit_code: exit status, or 128+signal. */
+static troupe_status_t s_run_capture(char *const *argv, char *out, int *exit_code)
+{
+    char eb[160];
+    troupe_status_t st = TROUPE_OK;
+    int fds[2];
+    out[0] = '\0';
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return troupe__error(TROUPE_DEVICE_ERROR, "cannot run C compiler '%s': pipe (%s)", argv[0],
+                             s_errstr(errno, eb, sizeof eb));
+    posix_spawn_file_actions_t fa;
+    int e = posix_spawn_file_actions_init(&fa);
+    if (e != 0) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cannot run C compiler '%s': %s", argv[0],
+                           s_errstr(e, eb, sizeof eb));
+        goto out_pipe;
+    }
+    e = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (e == 0)
+        e = posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    if (e == 0)
+        e = posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    pid_t pid = -1;
+    if (e == 0)
+        e = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (e != 0) {
+        if (e == ENOENT)
+            st = troupe__error(TROUPE_DEVICE_ERROR,
+                               "C compiler '%s' not found (%s); set CC or troupe_config_set_cc",
+                               argv[0], s_errstr(e, eb, sizeof eb));
+        else
+            st = troupe__error(TROUPE_DEVICE_ERROR, "cannot run C compiler '%s' (%s)", argv[0],
+                               s_errstr(e, eb, sizeof eb));
+        goto out_pipe;
+    }
+    close(fds[1]);
+    fds[1] = -1;
+
+    size_t kept = 0;
+    char chunk[4096];
+    for (;;) {
+        ssize_t r = read(fds[0], chunk, sizeof chunk);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        size_t take = (size_t)r;
+        if (take > S_OUTPUT_MAX - 1 - kept)
+            take = S_OUTPUT_MAX - 1 - kept;
+        memcpy(out + kept, chunk, take);
+        kept += take;
+        out[kept] = '\0';
+    }
+    int wstatus = 0;
+    pid_t w;
+    do {
+        w = waitpid(pid, &wstatus, 0);
+    } while (w < 0 && errno == EINTR);
+    if (w < 0) {
+        st = troupe__error(TROUPE_DEVICE_ERROR, "waiting for C compiler '%s' failed (%s)", argv[0],
+                           s_errstr(errno, eb, sizeof eb));
+        goto out_pipe;
+    }
+    if (WIFEXITED(wstatus))
+        *exit_code = WEXITSTATUS(wstatus);
+    else if (WIFSIGNALED(wstatus))
+        *exit_code = 128 + WTERMSIG(wstatus);
+    else
+        *exit_code = -1;
+out_pipe:
+    close(fds[0]);
+    if (fds[1] >= 0)
+        close(fds[1]);
+    return st;
+}
+
+/* Compiles src_path into so_path with the configured compiler. */
+static troupe_status_t s_compile(const char *name, const char *cc, const char *flags,
+                                 const char *src_path, const char *so_path)
+{
+    troupe_status_t st = TROUPE_OK;
+    s_argv_t a = {0};
+    char *out = NULL;
+    if (!s_argv_split(&a, cc) || !s_argv_split(&a, flags) || !s_argv_push(&a, "-o", 2) ||
+        !s_argv_push(&a, so_path, strlen(so_path)) ||
+        !s_argv_push(&a, src_path, strlen(src_path)) || !s_argv_push(&a, "-lm", 3)) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compiling %s: out of memory", name);
+        goto out_argv;
+    }
+    if (a.n < 5) { /* at least one word of CC, then "-o", out, src, -lm */
+        st = troupe__error(TROUPE_DEVICE_ERROR, "C compiler command is empty; set CC");
+        goto out_argv;
+    }
+    out = troupe_malloc(S_OUTPUT_MAX);
+    if (!out) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compiling %s: out of memory", name);
+        goto out_argv;
+    }
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES, "compiling %s: %s %s -o %s %s -lm", name, cc,
+               flags, so_path, src_path);
+    int code = -1;
+    st = s_run_capture(a.v, out, &code);
+    if (st != TROUPE_OK)
+        goto out_buf;
+    if (code != 0) {
+        char first[S_MSG_BYTES];
+        s_first_lines(out, first, sizeof first);
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES, "C compiler output for %s:\n%s", name,
+                   out);
+        st = troupe__error(TROUPE_DEVICE_ERROR,
+                           "C compiler '%s' failed (exit %d) compiling %s (source %s): %s", a.v[0],
+                           code, name, src_path, first);
+        goto out_buf;
+    }
+    if (access(so_path, R_OK) != 0)
+        st = troupe__error(TROUPE_DEVICE_ERROR,
+                           "C compiler '%s' exited 0 but wrote no '%s' compiling %s", a.v[0],
+                           so_path, name);
+out_buf:
+    troupe_free(out);
+out_argv:
+    s_argv_free(&a);
+    return st;
+}
+
+/* dlopen + dlsym. */
+static troupe_status_t s_open(const char *so_path, const char *entry_symbol, void **out_lib,
+                              void **out_entry)
+{
+    void *lib = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *e = dlerror();
+        return troupe__error(TROUPE_DEVICE_ERROR, "dlopen '%s' failed: %s", so_path,
+                             e ? e : "unknown error");
+    }
+    dlerror();
+    void *sym = dlsym(lib, entry_symbol);
+    if (!sym) {
+        const char *e = dlerror();
+        troupe_status_t st = troupe__error(TROUPE_DEVICE_ERROR, "dlsym '%s' in '%s' failed: %s",
+                                           entry_symbol, so_path, e ? e : "symbol is NULL");
+        dlclose(lib);
+        return st;
+    }
+    *out_lib = lib;
+    *out_entry = sym;
+    return TROUPE_OK;
+}
+
+/* Hash of the host CPU's identity (first processor of /proc/cpuinfo: vendor, family, model,
+ * feature flags), so objects built with `-march=native` in a cache directory shared between
+ * different machines (an NFS home on a cluster) are never loaded on a CPU lacking their
+ * instructions. 0 where /proc/cpuinfo cannot be read. */
+static pthread_once_t s_cpu_once = PTHREAD_ONCE_INIT;
+static uint64_t s_cpu_hash;
+
+static void s_cpu_fingerprint(void)
+{
+    static const char *const keys[] = {
+        "vendor_id", "cpu family", "model",           "model name",       "stepping",
+        "flags",     "Features",   "CPU implementer", "CPU architecture", "CPU variant",
+        "CPU part",  "isa",        "uarch",           "cpu model"};
+    FILE *f = fopen("/proc/cpuinfo", "re");
+    if (!f)
+        return;
+    uint64_t h = TROUPE__FNV64_INIT;
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '\n')
+            break; /* end of the first processor's block */
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            size_t n = strlen(keys[k]);
+            if (strncmp(line, keys[k], n) == 0 &&
+                (line[n] == '\t' || line[n] == ' ' || line[n] == ':')) {
+                h = troupe__fnv1a64(h, line, strlen(line));
+                break;
+            }
+        }
+    }
+    fclose(f);
+    s_cpu_hash = h;
+}
+
+static bool s_is_ident(const char *s)
+{
+    if (!s || !(isalpha((unsigned char)*s) || *s == '_'))
+        return false;
+    for (; *s; s++)
+        if (!(isalnum((unsigned char)*s) || *s == '_'))
+            return false;
+    return true;
+}
+
+troupe_status_t troupe__cc_load(const char *name, const char *source, const char *entry_symbol,
+                                void **out_lib, void **out_entry)
+{
+    if (!s_is_ident(name))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "compile: procedure name '%s' is not a C identifier",
+                             name ? name : "(null)");
+    if (!source || !*source || !s_is_ident(entry_symbol) || !out_lib || !out_entry)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "compile %s: empty source, bad entry symbol or NULL output", name);
+    *out_lib = NULL;
+    *out_entry = NULL;
+
+    troupe_status_t st = TROUPE_OK;
+    char *cc = troupe_strdup(troupe_config_cc());
+    char *flags = troupe_strdup(troupe_config_cc_flags());
+    char *dir = troupe_strdup(troupe_config_cache_dir());
+    char *so_path = NULL, *c_path = NULL, *tmp_c = NULL, *tmp_so = NULL;
+    if (!cc || !flags || !dir) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compile %s: out of memory", name);
+        goto out_strings;
+    }
+
+    static const char s_version[] = "troupe " TROUPE_VERSION_STRING;
+    uint64_t h = troupe__fnv1a64(TROUPE__FNV64_INIT, s_version, sizeof s_version);
+    h = troupe__fnv1a64(h, cc, strlen(cc) + 1);
+    h = troupe__fnv1a64(h, flags, strlen(flags) + 1);
+    h = troupe__fnv1a64(h, entry_symbol, strlen(entry_symbol) + 1);
+    h = troupe__fnv1a64(h, source, strlen(source));
+    if (strstr(cc, "native") || strstr(flags, "native")) {
+        pthread_once(&s_cpu_once, s_cpu_fingerprint);
+        h = troupe__fnv1a64(h, &s_cpu_hash, sizeof s_cpu_hash);
+    }
+
+    int name_len = (int)strnlen(name, S_NAME_MAX);
+    so_path = s_format("%s/%.*s-%016llx.so", dir, name_len, name, (unsigned long long)h);
+    c_path = s_format("%s/%.*s-%016llx.c", dir, name_len, name, (unsigned long long)h);
+    if (!so_path || !c_path) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compile %s: out of memory", name);
+        goto out_strings;
+    }
+
+    if (access(so_path, R_OK) == 0) {
+        st = s_open(so_path, entry_symbol, out_lib, out_entry);
+        if (st == TROUPE_OK) {
+            TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES, "compile cache hit for %s: %s", name,
+                       so_path);
+            goto out_strings;
+        }
+        /* An unusable cached object (foreign, damaged): rebuild it over the old one. */
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
+                   "cached object unusable (%s); recompiling %s", troupe_last_error(), name);
+        st = TROUPE_OK;
+    }
+
+    st = s_mkdir_p(dir);
+    if (st != TROUPE_OK)
+        goto out_strings;
+    unsigned long long seq = (unsigned long long)atomic_fetch_add(&s_tmp_seq, 1);
+    tmp_c = s_format("%s/%.*s-%016llx.tmp%ld-%llu.c", dir, name_len, name, (unsigned long long)h,
+                     (long)getpid(), seq);
+    tmp_so = s_format("%s/%.*s-%016llx.tmp%ld-%llu.so", dir, name_len, name, (unsigned long long)h,
+                      (long)getpid(), seq);
+    if (!tmp_c || !tmp_so) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compile %s: out of memory", name);
+        goto out_strings;
+    }
+    st = s_write_new_file(tmp_c, source);
+    if (st != TROUPE_OK)
+        goto out_strings;
+    /* The source goes under its stable name first (for inspection, and so diagnostics name
+     * it): a concurrent writer of the same name writes the same bytes. */
+    if (rename(tmp_c, c_path) == 0) {
+        st = s_compile(name, cc, flags, c_path, tmp_so);
+    } else {
+        st = s_compile(name, cc, flags, tmp_c, tmp_so);
+        unlink(tmp_c);
+    }
+    if (st != TROUPE_OK) {
+        unlink(tmp_so);
+        goto out_strings;
+    }
+    if (rename(tmp_so, so_path) != 0) {
+        char eb[160];
+        st = troupe__error(TROUPE_DEVICE_ERROR, "cannot move '%s' to '%s' (%s)", tmp_so, so_path,
+                           s_errstr(errno, eb, sizeof eb));
+        unlink(tmp_so);
+        goto out_strings;
+    }
+    st = s_open(so_path, entry_symbol, out_lib, out_entry);
+    if (st == TROUPE_OK)
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES, "compiled %s into %s", name, so_path);
+
+out_strings:
+    troupe_free(tmp_so);
+    troupe_free(tmp_c);
+    troupe_free(c_path);
+    troupe_free(so_path);
+    troupe_free(dir);
+    troupe_free(flags);
+    troupe_free(cc);
+    return st;
+}
+
+void troupe__cc_unload(void *lib)
+{
+    if (lib)
+        dlclose(lib);
+}

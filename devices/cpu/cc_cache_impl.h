@@ -1,0 +1,44 @@
+/* troupe — the C compile cache shared by the host drivers (cpu, sync): generated C source in,
+ * a loaded shared object and its entry symbol out (DESIGN.md §7, OCANNL_NOTES §6.5).
+ *
+ * The object is cached in the configured cache directory (troupe_config_cache_dir(), created
+ * with mode 0700) as `<name>-<hash>.so`, where the 64-bit FNV-1a hash covers the troupe
+ * version, the compiler command, its flags and the source (and, when the command or flags say
+ * `native`, the host CPU's identity from /proc/cpuinfo, so a cache directory shared between
+ * different machines never serves an object built for another CPU). On a miss the source is written
+ * to a unique temporary file there and renamed to `<name>-<hash>.c` (kept for inspection;
+ * compiler messages name it), compiled with `$CC <flags> -o <tmp>.so <name>-<hash>.c -lm`
+ * (argv built by splitting CC and the flags on whitespace; no shell; stdout and stderr
+ * captured), and the object is renamed into place, so processes and threads compiling the
+ * same code at once never see a partial object.
+ *
+ * Thread safety: thread-safe (the configuration strings are copied on entry).
+ * Ownership: the caller owns the returned library handle and closes it with
+ * troupe__cc_unload().
+ */
+#ifndef TROUPE_DEVICES_CPU_CC_CACHE_IMPL_H
+#define TROUPE_DEVICES_CPU_CC_CACHE_IMPL_H
+
+#include "base/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Compiles (or finds in the cache) `source` and loads it; returns the dlopen handle in
+ * *out_lib and the address of `entry_symbol` in *out_entry.
+ * `name` is a C identifier used in the file names.
+ * Errors: INVALID_ARGUMENT (NULL/empty name or source); DEVICE_ERROR when the cache
+ * directory cannot be created or written, the compiler is missing (message names it) or fails
+ * (message carries the first lines of its output), or dlopen/dlsym fail;
+ * RESOURCE_EXHAUSTED. */
+troupe_status_t troupe__cc_load(const char *name, const char *source, const char *entry_symbol,
+                                void **out_lib, void **out_entry);
+
+/* Closes a handle from troupe__cc_load (NULL is ignored). */
+void troupe__cc_unload(void *lib);
+
+/* 64-bit FNV-1a over `len` bytes, continuing from `h` (start with TROUPE__FNV64_INIT). */
+#define TROUPE__FNV64_INIT UINT64_C(0xcbf29ce484222325)
+uint64_t troupe__fnv1a64(uint64_t h, const void *data, size_t len);
+
+#endif

@@ -1,0 +1,163 @@
+/* troupe — NVRTC compilation to PTX (see devices/cuda/nvrtc.h). */
+#include "devices/cuda/nvrtc.h"
+
+#include "base/alloc.h"
+#include "troupe_config.h"
+
+#include <nvrtc.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+/* How much of the log goes into troupe_last_error() (the status buffer holds 1023 bytes). */
+#define S_LOG_IN_ERROR 600
+
+static bool s_valid_arch(const char *arch)
+{
+    if (arch[0] == '\0')
+        return false;
+    for (const char *p = arch; *p != '\0'; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
+            return false;
+    return true;
+}
+
+/* Copies the program's log into a new string (NULL on failure). */
+static char *s_get_log(nvrtcProgram prog)
+{
+    size_t size = 0;
+    if (nvrtcGetProgramLogSize(prog, &size) != NVRTC_SUCCESS)
+        return NULL;
+    char *log = troupe_malloc(size + 1);
+    if (log == NULL)
+        return NULL;
+    if (size == 0 || nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS)
+        log[0] = '\0';
+    log[size] = '\0';
+    return log;
+}
+
+/* The log's start on one line for the error message: newlines become " | "; "..." marks a
+ * cut. cap >= 8. */
+static void s_log_excerpt(const char *log, char *buf, size_t cap)
+{
+    size_t n = 0;
+    const char *p = log ? log : "";
+    for (; *p != '\0' && n + 8 < cap; p++) {
+        if (*p == '\n') {
+            if (p[1] != '\0') {
+                memcpy(buf + n, " | ", 3);
+                n += 3;
+            }
+        } else {
+            buf[n++] = *p;
+        }
+    }
+    if (*p != '\0') {
+        memcpy(buf + n, "...", 3);
+        n += 3;
+    }
+    buf[n] = '\0';
+}
+
+troupe_status_t troupe_nvrtc_compile(const char *source, const char *name, const char *arch,
+                                     char **out_ptx, char **out_log)
+{
+    troupe_status_t st = TROUPE_OK;
+    nvrtcProgram prog = NULL;
+    char *log = NULL, *ptx = NULL;
+    char include_opt[1100], arch_opt[128];
+    const char *opts[3];
+    int nopts = 0;
+
+    if (out_log != NULL)
+        *out_log = NULL;
+    if (out_ptx == NULL || source == NULL) {
+        st = troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nvrtc_compile: NULL %s",
+                           source == NULL ? "source" : "out_ptx");
+        goto done;
+    }
+    *out_ptx = NULL;
+    if (arch != NULL && (!s_valid_arch(arch) || strlen(arch) > 64)) {
+        st = troupe__error(TROUPE_INVALID_ARGUMENT,
+                           "troupe_nvrtc_compile: architecture '%.80s' is not of the form "
+                           "compute_XY",
+                           arch);
+        goto done;
+    }
+    if (name == NULL)
+        name = "troupe.cu";
+
+    snprintf(include_opt, sizeof include_opt, "-I%s", TROUPE_CUDA_INCLUDE_DIR);
+    if (TROUPE_CUDA_INCLUDE_DIR[0] != '\0')
+        opts[nopts++] = include_opt;
+    opts[nopts++] = "--fmad=false";
+    if (arch != NULL) {
+        snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", arch);
+        opts[nopts++] = arch_opt;
+    }
+
+    nvrtcResult res = nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
+    if (res != NVRTC_SUCCESS) {
+        prog = NULL;
+        st = troupe__error(res == NVRTC_ERROR_OUT_OF_MEMORY ? TROUPE_RESOURCE_EXHAUSTED
+                                                            : TROUPE_DEVICE_ERROR,
+                           "nvrtcCreateProgram(%.100s): %s", name, nvrtcGetErrorString(res));
+        goto done;
+    }
+    res = nvrtcCompileProgram(prog, nopts, opts);
+    log = s_get_log(prog);
+    if (res != NVRTC_SUCCESS) {
+        char excerpt[S_LOG_IN_ERROR];
+        s_log_excerpt(log, excerpt, sizeof excerpt);
+        st = troupe__error(TROUPE_DEVICE_ERROR, "nvrtcCompileProgram(%.100s): %s: %s", name,
+                           nvrtcGetErrorString(res), excerpt);
+        goto done;
+    }
+    if (log == NULL) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "nvrtc: out of memory reading the log");
+        goto done;
+    }
+    size_t size = 0;
+    res = nvrtcGetPTXSize(prog, &size);
+    if (res != NVRTC_SUCCESS) {
+        st = troupe__error(TROUPE_DEVICE_ERROR, "nvrtcGetPTXSize(%.100s): %s", name,
+                           nvrtcGetErrorString(res));
+        goto done;
+    }
+    ptx = troupe_malloc(size + 1);
+    if (ptx == NULL) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "nvrtc: out of memory for %zu bytes of PTX",
+                           size);
+        goto done;
+    }
+    res = nvrtcGetPTX(prog, ptx);
+    if (res != NVRTC_SUCCESS) {
+        st = troupe__error(TROUPE_DEVICE_ERROR, "nvrtcGetPTX(%.100s): %s", name,
+                           nvrtcGetErrorString(res));
+        goto done;
+    }
+    ptx[size] = '\0';
+    *out_ptx = ptx;
+    ptx = NULL;
+
+done:
+    if (prog != NULL)
+        nvrtcDestroyProgram(&prog);
+    troupe_free(ptx);
+    if (out_log != NULL)
+        *out_log = log;
+    else
+        troupe_free(log);
+    return st;
+}
+
+troupe_status_t troupe_nvrtc_version(int *major, int *minor)
+{
+    if (major == NULL || minor == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nvrtc_version: NULL output");
+    nvrtcResult res = nvrtcVersion(major, minor);
+    if (res != NVRTC_SUCCESS)
+        return troupe__error(TROUPE_DEVICE_ERROR, "nvrtcVersion: %s", nvrtcGetErrorString(res));
+    return TROUPE_OK;
+}

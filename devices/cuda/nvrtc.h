@@ -1,0 +1,46 @@
+/* troupe — runtime compilation of CUDA C++ to PTX with NVRTC (OCANNL cuda_backend's
+ * `compile_to_ptx`, OCANNL_NOTES §6.6). Needs no GPU: it only runs the compiler.
+ *
+ * Built only when the CUDA toolkit was found (troupe_config.h TROUPE_HAVE_CUDA == 1). This
+ * header includes no CUDA header; only devices/cuda/ *.c do.
+ *
+ * Options passed to NVRTC, always: `-I<TROUPE_CUDA_INCLUDE_DIR>` (so cuda_fp16.h,
+ * cuda_bf16.h and cuda_fp8.h resolve), `--fmad=false` (no contraction of a*b+c into fma:
+ * troupe's generated code must round like the interpreter; ir/cgen.h), and
+ * `--gpu-architecture=<arch>` when arch is given. Never --use_fast_math.
+ *
+ * Thread safety: thread-safe (each call owns its NVRTC program).
+ * Ownership: *out_ptx and *out_log are allocated with troupe_malloc and owned by the caller
+ * (troupe_free).
+ */
+#ifndef TROUPE_DEVICES_CUDA_NVRTC_H
+#define TROUPE_DEVICES_CUDA_NVRTC_H
+
+#include "base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Compiles `source` (NUL-terminated CUDA C++) to PTX.
+ *   name:    the program name NVRTC uses in messages, e.g. "matmul.cu" (NULL: "troupe.cu");
+ *   arch:    a virtual architecture such as "compute_80", or NULL for NVRTC's default;
+ *   out_ptx: receives the NUL-terminated PTX (NULL on failure);
+ *   out_log: may be NULL; else receives the compiler log (NUL-terminated, possibly empty) on
+ *            success and on failure (NULL only when no program could be created).
+ * Errors: INVALID_ARGUMENT (NULL source or out_ptx, an arch that is not [a-z0-9_]+);
+ * DEVICE_ERROR when NVRTC fails — troupe_last_error() names the NVRTC call and its error
+ * (e.g. "NVRTC_ERROR_COMPILATION") followed by the start of the log (truncated), and the full
+ * log is in *out_log; RESOURCE_EXHAUSTED. */
+TROUPE_MUST_USE troupe_status_t troupe_nvrtc_compile(const char *source, const char *name,
+                                                     const char *arch, char **out_ptx,
+                                                     char **out_log);
+
+/* NVRTC's version (e.g. 13, 0). INVALID_ARGUMENT for NULL outputs; DEVICE_ERROR if NVRTC
+ * reports an error. */
+TROUPE_MUST_USE troupe_status_t troupe_nvrtc_version(int *major, int *minor);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,133 @@
+/* troupe — the device driver interface (DESIGN.md §7; seeds `Backend_impl` Device_slab and
+ * No_buffer_retrieval_or_syncing, `Schedulers.Multicore`).
+ *
+ * One vtable per driver family ("sync", "cpu", later "cuda"). The interface is designed for
+ * asynchronous devices: every data-moving or compute entry is *enqueued* on a driver queue
+ * and its completion is observed through a driver event (record / query / wait). A
+ * synchronous driver (sync, cpu) simply completes the work inside the call, and its events
+ * are complete as soon as they are recorded; the actors above do not care which.
+ *
+ * Memory is addressed deterministically as {pool_id, offset} (seed Device_slab, era-B
+ * `buffer_loc`): pools are allocated per device with caller-chosen ids, buffers are offsets
+ * into pools, and the base pointer of a pool is resolved only inside the driver.
+ *
+ * A NULL vtable entry means the driver lacks the feature: callers check the entry before
+ * calling it and return TROUPE_UNIMPLEMENTED naming the driver and the entry.
+ *
+ * Thread safety: a driver's device-level entries (pools, compile, load) are thread-safe. Queue
+ * entries for one queue are called by one thread at a time (its stream actor); different
+ * queues may be driven concurrently. Events may be queried from any thread.
+ * Ownership: the driver owns its devices, pools, queues, events and code objects; each
+ * *_create / *_alloc entry has a matching release entry.
+ */
+#ifndef TROUPE_DEVICES_DEVICE_H
+#define TROUPE_DEVICES_DEVICE_H
+
+#include "base/status.h"
+#include "ir/lowlevel.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A buffer: `size_bytes` at `offset` in pool `pool_id` of one device. */
+typedef struct troupe_buffer_loc {
+    int32_t pool_id;
+    int64_t offset;
+    int64_t size_bytes;
+} troupe_buffer_loc_t;
+
+typedef struct troupe_driver troupe_driver_t;       /* one opened driver (backend) */
+typedef struct troupe_dqueue troupe_dqueue_t;       /* a driver queue (one per stream) */
+typedef struct troupe_devent troupe_devent_t;       /* a driver event */
+typedef struct troupe_dcode troupe_dcode_t;         /* compiled, device-independent code */
+
+/* Seed `config`: only sets suggested_num_streams. */
+typedef enum troupe_stream_config {
+    TROUPE_ONLY_DEVICES_PARALLEL = 0,
+    TROUPE_FOR_PARALLEL_COPYING,
+    TROUPE_MOST_PARALLEL_STREAMS,
+} troupe_stream_config_t;
+
+/* Kernel arguments at launch, in the order of the code's parameter list (ir/cgen): a node
+ * parameter gets its buffer; a static index its value; the merge buffer its buffer. */
+typedef enum troupe_karg_kind {
+    TROUPE_KARG_BUFFER = 0,
+    TROUPE_KARG_STATIC_IDX,
+    TROUPE_KARG_MERGE_BUFFER,
+} troupe_karg_kind_t;
+
+typedef struct troupe_karg {
+    troupe_karg_kind_t kind;
+    int32_t ordinal;          /* device of the buffer (buffers) */
+    troupe_buffer_loc_t buf;  /* BUFFER, MERGE_BUFFER */
+    int64_t value;            /* STATIC_IDX */
+} troupe_karg_t;
+
+typedef struct troupe_driver_vtable {
+    const char *name; /* "sync", "cpu", "cuda" */
+
+    /* ---- driver and devices ---- */
+    troupe_status_t (*open)(troupe_driver_t **out);
+    void (*close)(troupe_driver_t *drv);
+    int (*num_devices)(troupe_driver_t *drv);
+    int (*suggested_num_streams)(troupe_driver_t *drv, int ordinal, troupe_stream_config_t cfg);
+
+    /* ---- memory: pools of one device; a pool is zero-initialised when `zero` ---- */
+    troupe_status_t (*alloc_pool)(troupe_driver_t *drv, int ordinal, int32_t pool_id,
+                                  int64_t size_bytes, bool zero);
+    troupe_status_t (*free_pool)(troupe_driver_t *drv, int ordinal, int32_t pool_id);
+    /* Host-visible pointer of a buffer, for drivers with host-addressable memory (sync, cpu);
+     * NULL entry on devices without it. Used by tests and the host fast paths. */
+    troupe_status_t (*host_ptr)(troupe_driver_t *drv, int ordinal, troupe_buffer_loc_t buf,
+                                void **out);
+
+    /* ---- queues ---- */
+    troupe_status_t (*queue_create)(troupe_driver_t *drv, int ordinal, troupe_dqueue_t **out);
+    void (*queue_destroy)(troupe_driver_t *drv, troupe_dqueue_t *q);
+    troupe_status_t (*memset_zero)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_buffer_loc_t dst);
+    troupe_status_t (*h2d)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_buffer_loc_t dst,
+                           const void *src, int64_t size_bytes);
+    troupe_status_t (*d2h)(troupe_driver_t *drv, troupe_dqueue_t *q, void *dst,
+                           troupe_buffer_loc_t src, int64_t size_bytes);
+    /* Copy between buffers, possibly of different devices of this driver (peer copy). */
+    troupe_status_t (*d2d)(troupe_driver_t *drv, troupe_dqueue_t *q, int dst_ordinal,
+                           troupe_buffer_loc_t dst, int src_ordinal, troupe_buffer_loc_t src,
+                           int64_t size_bytes);
+
+    /* ---- code ---- */
+    /* Generates and compiles an optimized procedure. A compiler failure is
+     * TROUPE_DEVICE_ERROR with the compiler's message in troupe_last_error(). */
+    troupe_status_t (*compile)(troupe_driver_t *drv, const troupe_ll_proc_t *proc,
+                               troupe_dcode_t **out);
+    void (*code_release)(troupe_driver_t *drv, troupe_dcode_t *code);
+    troupe_status_t (*launch)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dcode_t *code,
+                              const troupe_karg_t *args, size_t nargs);
+
+    /* ---- events ---- */
+    troupe_status_t (*event_record)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_devent_t **out);
+    /* true when complete; a failed device operation returns its status. */
+    troupe_status_t (*event_query)(troupe_driver_t *drv, troupe_devent_t *ev, bool *done);
+    /* Makes queue q wait for ev on the device (no host blocking). */
+    troupe_status_t (*event_wait)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_devent_t *ev);
+    void (*event_release)(troupe_driver_t *drv, troupe_devent_t *ev);
+} troupe_driver_vtable_t;
+
+/* Every opened driver starts with this header (drivers embed it first). */
+struct troupe_driver {
+    const troupe_driver_vtable_t *vt;
+};
+
+/* The built-in drivers. troupe_driver_lookup("cpu") etc.; NOT_FOUND naming the backend and
+ * listing the built ones. */
+TROUPE_MUST_USE troupe_status_t troupe_driver_lookup(const char *name,
+                                                     const troupe_driver_vtable_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,1519 @@
+/* troupe — C and CUDA source generation from the low-level IR (see ir/cgen.h).
+ *
+ * Steps of troupe_cgen_emit:
+ *  1. validate the procedure (troupe_ll_proc_validate) and its name;
+ *  2. walk the tree once to find, per node, whether the code reads, writes or reads it
+ *     through the merge buffer, and classify each directly accessed node as a parameter or a
+ *     local array from its memory mode;
+ *  3. emit the routine's body (statements into a buffer; local scopes hoisted into a block
+ *     in front of the statement that uses them);
+ *  4. build and sort the parameters, then assemble: header comment, the dialect's core text,
+ *     the prelude sections the routine's text references (transitively), the routine, and for
+ *     C the `_entry` trampoline.
+ *
+ * Source: OCANNL `C_syntax` (OCANNL_NOTES §6.4), cc_backend and cuda_backend (§6.5–6.7), read
+ * for behaviour; the operator syntax comes from ir/ops.h.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "ir/cgen.h"
+
+#include "base/alloc.h"
+#include "ir/cgen_impl.h"
+#include "ir/ops.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S_IDENT_CAP 64
+#define S_LABEL_MAX 40
+
+/* ---- growable string ---------------------------------------------------------------------- */
+
+typedef struct s_buf {
+    char *data;
+    size_t len, cap;
+    bool failed; /* an allocation failed: the contents are truncated */
+} s_buf_t;
+
+static void s_buf_free(s_buf_t *b)
+{
+    troupe_free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+static bool s_buf_reserve(s_buf_t *b, size_t extra)
+{
+    if (b->failed)
+        return false;
+    if (b->len + extra + 1 <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *d = troupe_realloc(b->data, cap);
+    if (d == NULL) {
+        b->failed = true;
+        return false;
+    }
+    b->data = d;
+    b->cap = cap;
+    return true;
+}
+
+static void s_putn(s_buf_t *b, const char *s, size_t n)
+{
+    if (!s_buf_reserve(b, n))
+        return;
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+static void s_puts(s_buf_t *b, const char *s)
+{
+    s_putn(b, s, strlen(s));
+}
+
+static void s_printf(s_buf_t *b, const char *fmt, ...) TROUPE_PRINTF(2, 3);
+static void s_printf(s_buf_t *b, const char *fmt, ...)
+{
+    char small[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->failed = true;
+        return;
+    }
+    if ((size_t)n < sizeof small) {
+        s_putn(b, small, (size_t)n);
+        return;
+    }
+    if (!s_buf_reserve(b, (size_t)n))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static void s_indent(s_buf_t *b, int indent)
+{
+    for (int i = 0; i < indent; i++)
+        s_puts(b, "    ");
+}
+
+/* ---- identifiers -------------------------------------------------------------------------- */
+
+static bool s_is_ident_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+static bool s_is_ident_start(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+/* Appends `s` sanitised to [A-Za-z0-9_] (others become '_'), at most `max` characters. */
+static size_t s_sanitize(const char *s, char *out, size_t max)
+{
+    size_t n = 0;
+    for (; *s != '\0' && n < max; s++)
+        out[n++] = s_is_ident_char(*s) ? *s : '_';
+    out[n] = '\0';
+    return n;
+}
+
+size_t troupe_cgen_node_ident(const troupe_tnode_t *tn, char *buf, size_t cap)
+{
+    char label[256], clean[S_LABEL_MAX + 1];
+    if (tn == NULL) {
+        if (cap > 0)
+            buf[0] = '\0';
+        return 0;
+    }
+    if (tn->label_count == 0)
+        return (size_t)snprintf(buf, cap, "n%" PRId32, tn->id);
+    troupe_tnode_label_string(tn, label, sizeof label);
+    s_sanitize(label, clean, S_LABEL_MAX);
+    return (size_t)snprintf(buf, cap, "n%" PRId32 "_%s", tn->id, clean);
+}
+
+/* Identifiers a procedure name may not take: keywords of C and C++, names the generated code
+ * uses itself, and the math library functions the operator syntax calls. */
+static const char *const s_reserved_names[] = {
+    "alignas",
+    "alignof",
+    "and",
+    "and_eq",
+    "asm",
+    "auto",
+    "bitand",
+    "bitor",
+    "bool",
+    "break",
+    "case",
+    "catch",
+    "char",
+    "char16_t",
+    "char32_t",
+    "class",
+    "compl",
+    "const",
+    "const_cast",
+    "constexpr",
+    "continue",
+    "decltype",
+    "default",
+    "delete",
+    "do",
+    "double",
+    "dynamic_cast",
+    "else",
+    "enum",
+    "explicit",
+    "export",
+    "extern",
+    "false",
+    "float",
+    "for",
+    "friend",
+    "goto",
+    "if",
+    "inline",
+    "int",
+    "long",
+    "main",
+    "mutable",
+    "namespace",
+    "new",
+    "noexcept",
+    "not",
+    "not_eq",
+    "nullptr",
+    "operator",
+    "or",
+    "or_eq",
+    "private",
+    "protected",
+    "public",
+    "register",
+    "reinterpret_cast",
+    "restrict",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "static_assert",
+    "static_cast",
+    "struct",
+    "switch",
+    "template",
+    "this",
+    "thread_local",
+    "throw",
+    "true",
+    "try",
+    "typedef",
+    "typeid",
+    "typename",
+    "union",
+    "unsigned",
+    "using",
+    "virtual",
+    "void",
+    "volatile",
+    "wchar_t",
+    "while",
+    "xor",
+    "xor_eq",
+    /* generated code */
+    "args",
+    "merge_buffer",
+    "zi",
+    "int8_t",
+    "uint8_t",
+    "int16_t",
+    "uint16_t",
+    "int32_t",
+    "uint32_t",
+    "int64_t",
+    "uint64_t",
+    "uint4x32_t",
+    "memcpy",
+    "memset",
+    "ldexp",
+    /* libm */
+    "exp",
+    "expf",
+    "exp2",
+    "exp2f",
+    "log",
+    "logf",
+    "log2",
+    "log2f",
+    "sin",
+    "sinf",
+    "cos",
+    "cosf",
+    "sqrt",
+    "sqrtf",
+    "pow",
+    "powf",
+    "fmax",
+    "fmaxf",
+    "fmin",
+    "fminf",
+    "fmod",
+    "fmodf",
+    "fma",
+    "fmaf",
+    "tanh",
+    "tanhf",
+    "fabs",
+    "fabsf",
+    "floor",
+    "floorf",
+    "trunc",
+    "truncf",
+};
+
+static troupe_status_t s_check_name(const char *name)
+{
+    bool bad = name == NULL || !s_is_ident_start(name[0]);
+    if (!bad) {
+        for (const char *p = name; *p != '\0'; p++)
+            bad = bad || !s_is_ident_char(*p);
+    }
+    if (!bad) {
+        bad = strncmp(name, "troupe", 6) == 0 || strncmp(name, "TROUPE", 6) == 0 ||
+              strncmp(name, "__", 2) == 0 ||
+              (strchr("nvsi", name[0]) != NULL && name[1] >= '0' && name[1] <= '9');
+        for (size_t i = 0; !bad && i < sizeof s_reserved_names / sizeof s_reserved_names[0]; i++)
+            bad = strcmp(name, s_reserved_names[i]) == 0;
+    }
+    if (bad)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "cgen: procedure name '%.200s' cannot name a generated routine (it "
+                             "collides with a keyword, a library function or generated "
+                             "identifiers: troupe*, __*, n<digit>, v<digit>, s<digit>, i<digit>)",
+                             name ? name : "(null)");
+    return TROUPE_OK;
+}
+
+/* ---- generator state ---------------------------------------------------------------------- */
+
+typedef struct s_node_info {
+    bool read, written, merge_read;
+    bool is_local; /* memory mode Local: an array inside the routine */
+    bool is_param;
+    char ident[S_IDENT_CAP];
+} s_node_info_t;
+
+typedef struct s_scope {
+    int32_t id;
+    const troupe_tnode_t *tn;
+    char ident[S_IDENT_CAP];
+} s_scope_t;
+
+typedef struct s_range {
+    bool known;
+    int64_t lo, hi;
+} s_range_t;
+
+typedef struct s_gen {
+    const troupe_ll_proc_t *proc;
+    troupe_cgen_dialect_t dialect;
+    s_node_info_t *nodes;      /* aligned with proc->nodes */
+    char (*syms)[S_IDENT_CAP]; /* per symbol */
+    s_range_t *ranges;         /* per symbol, during emission */
+    s_scope_t *scopes;         /* open local scopes, innermost last */
+    size_t nscopes, scopes_cap;
+    int32_t *scope_uses; /* per scope id: instances emitted so far */
+    int32_t nscope_ids;
+    const troupe_tnode_t *merge_node;
+} s_gen_t;
+
+static const char *s_dialect_name(troupe_cgen_dialect_t d)
+{
+    return d == TROUPE_CGEN_C ? "c" : d == TROUPE_CGEN_CUDA ? "cuda" : "invalid";
+}
+
+const char *troupe_cgen_dialect_name(troupe_cgen_dialect_t dialect)
+{
+    return s_dialect_name(dialect);
+}
+
+/* Re-records the current last error prefixed with the generation context. */
+static troupe_status_t s_wrap_error(const s_gen_t *g, troupe_status_t status)
+{
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", troupe_last_error());
+    return troupe__error(status, "cgen (%s dialect) of procedure %s: %s",
+                         s_dialect_name(g->dialect), g->proc->name, msg);
+}
+
+static s_node_info_t *s_info(s_gen_t *g, const troupe_tnode_t *tn)
+{
+    ptrdiff_t i = troupe_ll_proc_node_index(g->proc, tn);
+    return i < 0 ? NULL : &g->nodes[i];
+}
+
+/* The precision a value of precision p computes in: small floats compute in single. */
+static troupe_prec_t s_compute_prec(troupe_prec_t p)
+{
+    return (p == TROUPE_PREC_HALF || p == TROUPE_PREC_BFLOAT16 || p == TROUPE_PREC_FP8)
+               ? TROUPE_PREC_SINGLE
+               : p;
+}
+
+/* ---- access collection -------------------------------------------------------------------- */
+
+static troupe_status_t s_collect_ll(s_gen_t *g, const troupe_ll_t *s);
+
+static troupe_status_t s_mark(s_gen_t *g, const troupe_tnode_t *tn, bool read, bool written,
+                              bool merge)
+{
+    s_node_info_t *info = s_info(g, tn);
+    if (info == NULL)
+        return troupe__error(TROUPE_INTERNAL, "cgen: node #%d missing from procedure %s", tn->id,
+                             g->proc->name);
+    info->read = info->read || read;
+    info->written = info->written || written;
+    info->merge_read = info->merge_read || merge;
+    if (merge)
+        g->merge_node = tn;
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_collect_sc(s_gen_t *g, const troupe_sc_t *e)
+{
+    switch (e->kind) {
+    case TROUPE_SC_LOCAL_SCOPE:
+        return s_collect_ll(g, e->u.local_scope.body);
+    case TROUPE_SC_GET:
+        return s_mark(g, e->u.get.tn, true, false, false);
+    case TROUPE_SC_GET_MERGE_BUFFER:
+        return s_mark(g, e->u.get.tn, false, false, true);
+    case TROUPE_SC_TERNOP:
+        for (int i = 0; i < 3; i++)
+            TROUPE_RETURN_IF_ERROR(s_collect_sc(g, e->u.op.args[i]));
+        return TROUPE_OK;
+    case TROUPE_SC_BINOP:
+        for (int i = 0; i < 2; i++)
+            TROUPE_RETURN_IF_ERROR(s_collect_sc(g, e->u.op.args[i]));
+        return TROUPE_OK;
+    case TROUPE_SC_UNOP:
+        return s_collect_sc(g, e->u.op.args[0]);
+    default:
+        return TROUPE_OK;
+    }
+}
+
+static troupe_status_t s_collect_ll(s_gen_t *g, const troupe_ll_t *s)
+{
+    switch (s->kind) {
+    case TROUPE_LL_SEQ:
+        for (size_t i = 0; i < s->u.seq.count; i++)
+            TROUPE_RETURN_IF_ERROR(s_collect_ll(g, s->u.seq.items[i]));
+        return TROUPE_OK;
+    case TROUPE_LL_FOR:
+        return s_collect_ll(g, s->u.for_loop.body);
+    case TROUPE_LL_ZERO_OUT:
+        return s_mark(g, s->u.zero_out, false, true, false);
+    case TROUPE_LL_SET:
+        TROUPE_RETURN_IF_ERROR(s_mark(g, s->u.set.tn, false, true, false));
+        return s_collect_sc(g, s->u.set.value);
+    case TROUPE_LL_SET_FROM_VEC:
+        TROUPE_RETURN_IF_ERROR(s_mark(g, s->u.set_from_vec.tn, false, true, false));
+        return s_collect_sc(g, s->u.set_from_vec.arg);
+    case TROUPE_LL_SET_LOCAL:
+        return s_collect_sc(g, s->u.set_local.value);
+    default:
+        return TROUPE_OK;
+    }
+}
+
+/* Parameters or local arrays, from the memory modes. */
+static troupe_status_t s_classify(s_gen_t *g)
+{
+    const troupe_ll_proc_t *proc = g->proc;
+    for (size_t i = 0; i < proc->nnodes; i++) {
+        s_node_info_t *info = &g->nodes[i];
+        troupe_tnode_t *tn = proc->nodes[i];
+        troupe_cgen_node_ident(tn, info->ident, sizeof info->ident);
+        if (!info->read && !info->written)
+            continue;
+        troupe_memory_mode_t mode;
+        int32_t prov = 0;
+        bool has = troupe_tnode_get_memory_mode(tn, &mode, &prov);
+        if (has && mode.kind == TROUPE_MM_VIRTUAL) {
+            char name[96];
+            troupe_tnode_debug_name(tn, name, sizeof name);
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "cgen (%s dialect) of procedure %s: node %s is Virtual "
+                                 "(provenance %" PRId32 ") but the code %s it directly; inline it "
+                                 "(ir/optimize) or change its memory mode",
+                                 s_dialect_name(g->dialect), proc->name, name, prov,
+                                 info->written ? "writes" : "reads");
+        }
+        if (has && mode.kind == TROUPE_MM_LOCAL)
+            info->is_local = true;
+        else
+            info->is_param = true;
+    }
+    if (g->merge_node == NULL && proc->optimized && proc->merge_node != NULL)
+        g->merge_node = proc->merge_node;
+    return TROUPE_OK;
+}
+
+/* Symbols: loop iterators named i<id> keep their name; others become s<id>_<name>. */
+static void s_name_symbols(s_gen_t *g)
+{
+    for (int32_t i = 0; i < g->proc->nsyms; i++) {
+        const troupe_ll_symbol_t *sym = &g->proc->syms[i];
+        char own[32];
+        snprintf(own, sizeof own, "i%" PRId32, i);
+        if (!sym->is_static && strcmp(sym->name, own) == 0) {
+            snprintf(g->syms[i], S_IDENT_CAP, "%s", own);
+        } else {
+            char clean[S_LABEL_MAX + 1];
+            s_sanitize(sym->name, clean, S_LABEL_MAX);
+            snprintf(g->syms[i], S_IDENT_CAP, "s%" PRId32 "_%s", i, clean);
+        }
+    }
+}
+
+/* ---- printing helpers --------------------------------------------------------------------- */
+
+/* An int64 literal valid in C and C++ (LL suffix; INT64_MIN spelled out). */
+static void s_put_i64(s_buf_t *b, int64_t v)
+{
+    if (v == INT64_MIN)
+        s_puts(b, "(-9223372036854775807LL - 1)");
+    else if (v < 0)
+        s_printf(b, "(-%" PRId64 "LL)", -v);
+    else
+        s_printf(b, "%" PRId64 "LL", v);
+}
+
+/* sum(coeff*sym) + offset over combined terms; "0" when empty. */
+typedef struct s_affine {
+    int n;
+    int32_t sym[TROUPE_MAX_DIMS * TROUPE_MAX_INDEX_TERMS];
+    int64_t coeff[TROUPE_MAX_DIMS * TROUPE_MAX_INDEX_TERMS];
+    int64_t offset;
+} s_affine_t;
+
+static void s_affine_add(s_affine_t *a, const troupe_axis_index_t *idx, int64_t scale)
+{
+    for (int k = 0; k < idx->nterms; k++) {
+        int j = 0;
+        while (j < a->n && a->sym[j] != idx->terms[k].sym)
+            j++;
+        if (j == a->n) {
+            a->sym[j] = idx->terms[k].sym;
+            a->coeff[j] = 0;
+            a->n++;
+        }
+        a->coeff[j] += idx->terms[k].coeff * scale;
+    }
+    a->offset += idx->offset * scale;
+}
+
+static void s_put_affine(const s_gen_t *g, s_buf_t *b, const s_affine_t *a)
+{
+    bool first = true;
+    for (int j = 0; j < a->n; j++) {
+        int64_t c = a->coeff[j];
+        const char *name = g->syms[a->sym[j]];
+        if (c == 0)
+            continue;
+        if (first) {
+            if (c == 1)
+                s_printf(b, "%s", name);
+            else if (c == -1)
+                s_printf(b, "-%s", name);
+            else
+                s_printf(b, "%" PRId64 "*%s", c, name);
+        } else {
+            int64_t m = c < 0 ? -c : c;
+            s_puts(b, c < 0 ? " - " : " + ");
+            if (m == 1)
+                s_printf(b, "%s", name);
+            else
+                s_printf(b, "%" PRId64 "*%s", m, name);
+        }
+        first = false;
+    }
+    if (first)
+        s_printf(b, "%" PRId64, a->offset);
+    else if (a->offset > 0)
+        s_printf(b, " + %" PRId64, a->offset);
+    else if (a->offset < 0)
+        s_printf(b, " - %" PRId64, -a->offset);
+}
+
+/* Row-major flat offset of idcs into a node of the given dims. */
+static void s_put_offset(const s_gen_t *g, s_buf_t *b, const troupe_tnode_t *tn,
+                         const troupe_axis_index_t *idcs)
+{
+    s_affine_t a;
+    memset(&a, 0, sizeof a);
+    int64_t stride = 1;
+    for (int ax = tn->ndims - 1; ax >= 0; ax--) {
+        s_affine_add(&a, &idcs[ax], stride);
+        stride *= tn->dims[ax];
+    }
+    /* Print the terms outermost axis first: reverse the order of first appearance. */
+    s_affine_t r = a;
+    for (int j = 0; j < a.n; j++) {
+        r.sym[j] = a.sym[a.n - 1 - j];
+        r.coeff[j] = a.coeff[a.n - 1 - j];
+    }
+    s_put_affine(g, b, &r);
+}
+
+static void s_put_index(const s_gen_t *g, s_buf_t *b, const troupe_axis_index_t *idx)
+{
+    s_affine_t a;
+    memset(&a, 0, sizeof a);
+    s_affine_add(&a, idx, 1);
+    s_put_affine(g, b, &a);
+}
+
+/* Range of an index under the current loop ranges; false when some symbol is unbounded. */
+static bool s_index_range(const s_gen_t *g, const troupe_axis_index_t *idx, int64_t *lo,
+                          int64_t *hi)
+{
+    *lo = *hi = idx->offset;
+    for (int k = 0; k < idx->nterms; k++) {
+        const s_range_t *r = &g->ranges[idx->terms[k].sym];
+        if (!r->known)
+            return false;
+        int64_t c = idx->terms[k].coeff;
+        *lo += c >= 0 ? c * r->lo : c * r->hi;
+        *hi += c >= 0 ? c * r->hi : c * r->lo;
+    }
+    return true;
+}
+
+/* Applies a ops.h syntax template around already-printed operands. */
+static troupe_status_t s_convert(const s_gen_t *g, troupe_prec_t from, troupe_prec_t to,
+                                 troupe_c_syntax_t *out)
+{
+    troupe_status_t s = troupe_c_convert_precision(from, to, out);
+    return s == TROUPE_OK ? s : s_wrap_error(g, s);
+}
+
+static void s_put_float_literal(s_buf_t *b, double c, bool single)
+{
+    char num[64];
+    if (isnan(c)) {
+        s_puts(b, single ? "TROUPE_NAN_F" : "TROUPE_NAN_D");
+        return;
+    }
+    if (isinf(c)) {
+        s_puts(b, c < 0 ? (single ? "(-TROUPE_INF_F)" : "(-TROUPE_INF_D)")
+                        : (single ? "TROUPE_INF_F" : "TROUPE_INF_D"));
+        return;
+    }
+    if (single)
+        snprintf(num, sizeof num, "%.9g", (double)(float)c);
+    else
+        snprintf(num, sizeof num, "%.17g", c);
+    bool has_point = strpbrk(num, ".e") != NULL;
+    bool neg = num[0] == '-';
+    s_printf(b, "%s%s%s%s%s", neg ? "(" : "", num, has_point ? "" : ".0", single ? "f" : "",
+             neg ? ")" : "");
+}
+
+/* An integer value as a C value of integer precision p. */
+static void s_put_int_in(s_buf_t *b, int64_t v, bool is_u64, troupe_prec_t p)
+{
+    if (is_u64) {
+        s_printf(b, "((uint64_t)%" PRIu64 "ULL)", (uint64_t)v);
+    } else {
+        s_printf(b, "((%s)", troupe_prec_c_type(p));
+        s_put_i64(b, v);
+        s_puts(b, ")");
+    }
+}
+
+static void s_put_constant(s_buf_t *b, double c, troupe_prec_t prec)
+{
+    troupe_prec_t cp = s_compute_prec(prec);
+    if (cp == TROUPE_PREC_SINGLE || cp == TROUPE_PREC_DOUBLE) {
+        s_put_float_literal(b, c, cp == TROUPE_PREC_SINGLE);
+        return;
+    }
+    if (cp == TROUPE_PREC_UINT4X32) { /* the truncated, saturated int64 as {lo, hi, 0, 0} */
+        int64_t v = 0;
+        troupe_prec_store_double(TROUPE_PREC_INT64, &v, c);
+        s_puts(b, "troupe_int64_to_uint4x32(");
+        s_put_i64(b, v);
+        s_puts(b, ")");
+        return;
+    }
+    /* Integers: truncate and saturate as troupe_prec_store_double. */
+    unsigned char elem[16];
+    memset(elem, 0, sizeof elem);
+    troupe_prec_t store = cp;
+    troupe_prec_store_double(store, elem, c);
+    int64_t v = 0;
+    uint64_t u = 0;
+    switch (store) {
+    case TROUPE_PREC_BYTE:
+        v = elem[0];
+        break;
+    case TROUPE_PREC_UINT16: {
+        uint16_t x;
+        memcpy(&x, elem, sizeof x);
+        v = x;
+        break;
+    }
+    case TROUPE_PREC_INT32: {
+        int32_t x;
+        memcpy(&x, elem, sizeof x);
+        v = x;
+        break;
+    }
+    case TROUPE_PREC_UINT32: {
+        uint32_t x;
+        memcpy(&x, elem, sizeof x);
+        v = x;
+        break;
+    }
+    case TROUPE_PREC_UINT64:
+        memcpy(&u, elem, sizeof u);
+        s_put_int_in(b, (int64_t)u, true, cp);
+        return;
+    default: /* int64 */
+        memcpy(&v, elem, sizeof v);
+        break;
+    }
+    s_put_int_in(b, v, false, cp);
+}
+
+/* ---- expression emission ------------------------------------------------------------------ */
+
+static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent, s_buf_t *out);
+
+static const s_scope_t *s_find_scope(const s_gen_t *g, int32_t id)
+{
+    for (size_t i = g->nscopes; i > 0; i--)
+        if (g->scopes[i - 1].id == id)
+            return &g->scopes[i - 1];
+    return NULL;
+}
+
+/* The precision an expression has of its own, for where's condition (a GET's or local
+ * scope's node precision; otherwise the context's, int64 under a uint4x32 context). */
+static troupe_prec_t s_natural_prec(const s_gen_t *g, const troupe_sc_t *e, troupe_prec_t ctx)
+{
+    switch (e->kind) {
+    case TROUPE_SC_GET:
+    case TROUPE_SC_GET_MERGE_BUFFER:
+        return e->u.get.tn->prec;
+    case TROUPE_SC_LOCAL_SCOPE:
+        return e->u.local_scope.tn->prec;
+    case TROUPE_SC_GET_LOCAL: {
+        const s_scope_t *sc = s_find_scope(g, e->u.get_local.id);
+        if (sc != NULL)
+            return sc->tn->prec;
+        break;
+    }
+    default:
+        break;
+    }
+    return ctx == TROUPE_PREC_UINT4X32 ? TROUPE_PREC_INT64 : ctx;
+}
+
+static troupe_status_t s_emit_sc(s_gen_t *g, const troupe_sc_t *e, troupe_prec_t prec, int indent,
+                                 s_buf_t *out, s_buf_t *pre);
+
+/* piece[0] arg0 piece[1] arg1 ... piece[count-1], args emitted in their precisions. */
+static troupe_status_t s_apply(s_gen_t *g, const troupe_c_syntax_t *syn, troupe_sc_t *const *args,
+                               const troupe_prec_t *arg_precs, int indent, s_buf_t *out,
+                               s_buf_t *pre)
+{
+    for (int i = 0; i < syn->count; i++) {
+        s_puts(out, syn->piece[i]);
+        if (i + 1 < syn->count)
+            TROUPE_RETURN_IF_ERROR(s_emit_sc(g, args[i], arg_precs[i], indent, out, pre));
+    }
+    return TROUPE_OK;
+}
+
+/* A value held in C as compute type of `from` (or stored type, for reads) converted to the
+ * compute type of ctx. */
+static troupe_status_t s_put_converted(s_gen_t *g, troupe_prec_t from, troupe_prec_t ctx,
+                                       const char *value_prefix, const troupe_tnode_t *tn,
+                                       const troupe_axis_index_t *idcs, s_buf_t *out)
+{
+    troupe_c_syntax_t conv;
+    TROUPE_RETURN_IF_ERROR(s_convert(g, from, s_compute_prec(ctx), &conv));
+    s_puts(out, conv.piece[0]);
+    s_puts(out, value_prefix);
+    if (tn != NULL) {
+        s_puts(out, "[");
+        s_put_offset(g, out, tn, idcs);
+        s_puts(out, "]");
+    }
+    s_puts(out, conv.piece[1]);
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_emit_local_scope(s_gen_t *g, const troupe_sc_t *e, int indent,
+                                          s_buf_t *pre, const s_scope_t **out_scope)
+{
+    const troupe_tnode_t *tn = e->u.local_scope.tn;
+    int32_t id = e->u.local_scope.id;
+    if (g->nscopes == g->scopes_cap) {
+        size_t cap = g->scopes_cap ? g->scopes_cap * 2 : 8;
+        s_scope_t *s = troupe_realloc(g->scopes, cap * sizeof *s);
+        if (s == NULL)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        g->scopes = s;
+        g->scopes_cap = cap;
+    }
+    s_scope_t *sc = &g->scopes[g->nscopes];
+    sc->id = id;
+    sc->tn = tn;
+    char clean[S_LABEL_MAX + 1] = "";
+    if (tn->label_count > 0) {
+        char label[256];
+        troupe_tnode_label_string(tn, label, sizeof label);
+        s_sanitize(label, clean, S_LABEL_MAX);
+    } else {
+        snprintf(clean, sizeof clean, "n%" PRId32, tn->id);
+    }
+    int32_t uses = 0;
+    if (id >= 0 && id < g->nscope_ids)
+        uses = g->scope_uses[id]++;
+    if (uses == 0)
+        snprintf(sc->ident, sizeof sc->ident, "v%" PRId32 "_%s", id, clean);
+    else
+        snprintf(sc->ident, sizeof sc->ident, "v%" PRId32 "_%s_%" PRId32, id, clean, uses);
+
+    troupe_prec_t cp = s_compute_prec(tn->prec);
+    s_indent(pre, indent);
+    if (cp == TROUPE_PREC_UINT4X32)
+        s_printf(pre, "uint4x32_t %s = {{0u, 0u, 0u, 0u}};\n", sc->ident);
+    else
+        s_printf(pre, "%s %s = 0;\n", troupe_prec_c_type(cp), sc->ident);
+    g->nscopes++;
+    troupe_status_t st = s_emit_ll(g, e->u.local_scope.body, indent, pre);
+    g->nscopes--;
+    /* The slot stays valid (not reused) until the next push. */
+    *out_scope = &g->scopes[g->nscopes];
+    return st;
+}
+
+static troupe_status_t s_emit_sc(s_gen_t *g, const troupe_sc_t *e, troupe_prec_t prec, int indent,
+                                 s_buf_t *out, s_buf_t *pre)
+{
+    troupe_c_syntax_t syn;
+    troupe_status_t st = TROUPE_OK;
+    switch (e->kind) {
+    case TROUPE_SC_CONSTANT:
+        s_put_constant(out, e->u.constant, prec);
+        return TROUPE_OK;
+    case TROUPE_SC_CONSTANT_BITS:
+    case TROUPE_SC_EMBED_INDEX: {
+        /* int64 values, converted like a GET of an int64 node; except that an index becomes a
+         * uint4x32 counter as a uint32 (spread), OCANNL's index precision being uint32. */
+        troupe_c_syntax_t conv;
+        bool index_counter = e->kind == TROUPE_SC_EMBED_INDEX && prec == TROUPE_PREC_UINT4X32;
+        TROUPE_RETURN_IF_ERROR(s_convert(g, index_counter ? TROUPE_PREC_UINT32 : TROUPE_PREC_INT64,
+                                         s_compute_prec(prec), &conv));
+        s_puts(out, conv.piece[0]);
+        if (e->kind == TROUPE_SC_CONSTANT_BITS) {
+            s_put_i64(out, e->u.constant_bits);
+        } else {
+            s_puts(out, index_counter ? "(uint32_t)(" : "(int64_t)(");
+            s_put_index(g, out, &e->u.embed_index);
+            s_puts(out, ")");
+        }
+        s_puts(out, conv.piece[1]);
+        return TROUPE_OK;
+    }
+    case TROUPE_SC_GET: {
+        const s_node_info_t *info = s_info(g, e->u.get.tn);
+        return s_put_converted(g, e->u.get.tn->prec, prec, info->ident, e->u.get.tn, e->u.get.idcs,
+                               out);
+    }
+    case TROUPE_SC_GET_MERGE_BUFFER:
+        return s_put_converted(g, e->u.get.tn->prec, prec, "merge_buffer", e->u.get.tn,
+                               e->u.get.idcs, out);
+    case TROUPE_SC_GET_LOCAL: {
+        const s_scope_t *sc = s_find_scope(g, e->u.get_local.id);
+        if (sc == NULL)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "cgen of procedure %s: get_local of scope %d outside it",
+                                 g->proc->name, e->u.get_local.id);
+        return s_put_converted(g, s_compute_prec(sc->tn->prec), prec, sc->ident, NULL, NULL, out);
+    }
+    case TROUPE_SC_LOCAL_SCOPE: {
+        const s_scope_t *sc = NULL;
+        TROUPE_RETURN_IF_ERROR(s_emit_local_scope(g, e, indent, pre, &sc));
+        char ident[S_IDENT_CAP];
+        snprintf(ident, sizeof ident, "%s", sc->ident);
+        return s_put_converted(g, s_compute_prec(e->u.local_scope.tn->prec), prec, ident, NULL,
+                               NULL, out);
+    }
+    case TROUPE_SC_UNOP: {
+        troupe_unop_t op = (troupe_unop_t)e->u.op.op;
+        troupe_prec_t ap = troupe_is_homogeneous_prec_unop(op) ? prec : TROUPE_PREC_UINT4X32;
+        st = troupe_unop_c_syntax(prec, op, &syn);
+        if (st != TROUPE_OK)
+            return s_wrap_error(g, st);
+        return s_apply(g, &syn, e->u.op.args, &ap, indent, out, pre);
+    }
+    case TROUPE_SC_BINOP: {
+        troupe_binop_t op = (troupe_binop_t)e->u.op.op;
+        troupe_prec_t ap[2] = {prec, prec};
+        st = troupe_binop_c_syntax(prec, op, &syn);
+        if (st != TROUPE_OK)
+            return s_wrap_error(g, st);
+        return s_apply(g, &syn, e->u.op.args, ap, indent, out, pre);
+    }
+    case TROUPE_SC_TERNOP: {
+        troupe_ternop_t op = (troupe_ternop_t)e->u.op.op;
+        troupe_prec_t ap[3] = {prec, prec, prec};
+        if (!troupe_is_homogeneous_prec_ternop(op)) { /* where: the condition's own precision */
+            ap[0] = s_natural_prec(g, e->u.op.args[0], prec);
+            if (ap[0] == TROUPE_PREC_UINT4X32)
+                return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                     "cgen (%s dialect) of procedure %s: ternop %s: a condition "
+                                     "of precision uint4x32 is not supported",
+                                     s_dialect_name(g->dialect), g->proc->name,
+                                     troupe_ternop_name(op));
+        }
+        st = troupe_ternop_c_syntax(prec, op, &syn);
+        if (st != TROUPE_OK)
+            return s_wrap_error(g, st);
+        return s_apply(g, &syn, e->u.op.args, ap, indent, out, pre);
+    }
+    }
+    return troupe__error(TROUPE_INVALID_ARGUMENT, "cgen: unknown scalar kind %d", (int)e->kind);
+}
+
+/* ---- statement emission ------------------------------------------------------------------- */
+
+/* Emits `<lhs> = <conv>(<value>);` with any local scopes of value hoisted into a block. `lhs`
+ * is printed by the caller-supplied prefix (already formatted). */
+static troupe_status_t s_emit_assign(s_gen_t *g, const char *lhs, const troupe_sc_t *value,
+                                     troupe_prec_t value_prec, troupe_prec_t store_prec, int indent,
+                                     s_buf_t *out)
+{
+    s_buf_t pre = {0}, expr = {0};
+    troupe_c_syntax_t conv;
+    troupe_status_t st = s_emit_sc(g, value, value_prec, indent + 1, &expr, &pre);
+    if (st == TROUPE_OK)
+        st = s_convert(g, s_compute_prec(value_prec), store_prec, &conv);
+    if (st == TROUPE_OK) {
+        bool block = pre.len > 0;
+        if (block) {
+            s_indent(out, indent);
+            s_puts(out, "{\n");
+            s_putn(out, pre.data, pre.len);
+        }
+        s_indent(out, indent + (block ? 1 : 0));
+        s_printf(out, "%s = %s", lhs, conv.piece[0]);
+        if (expr.len > 0)
+            s_putn(out, expr.data, expr.len);
+        s_printf(out, "%s;\n", conv.piece[1]);
+        if (block) {
+            s_indent(out, indent);
+            s_puts(out, "}\n");
+        }
+        if (pre.failed || expr.failed)
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+    }
+    s_buf_free(&pre);
+    s_buf_free(&expr);
+    return st;
+}
+
+static void s_put_comment(s_buf_t *out, const char *text)
+{
+    s_puts(out, "/* ");
+    for (const char *p = text; *p != '\0'; p++) {
+        if (p[0] == '*' && p[1] == '/')
+            s_puts(out, "* ");
+        else if (p[0] == '/' && p[1] == '*')
+            s_puts(out, "/ ");
+        else if (*p == '\n' || *p == '\r')
+            s_puts(out, " ");
+        else
+            s_putn(out, p, 1);
+    }
+    s_puts(out, " */\n");
+}
+
+static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent, s_buf_t *out)
+{
+    switch (s->kind) {
+    case TROUPE_LL_NOOP:
+        return TROUPE_OK;
+    case TROUPE_LL_COMMENT:
+        s_indent(out, indent);
+        s_put_comment(out, s->u.comment);
+        return TROUPE_OK;
+    case TROUPE_LL_SEQ:
+        for (size_t i = 0; i < s->u.seq.count; i++)
+            TROUPE_RETURN_IF_ERROR(s_emit_ll(g, s->u.seq.items[i], indent, out));
+        return TROUPE_OK;
+    case TROUPE_LL_FOR: {
+        int32_t sym = s->u.for_loop.sym;
+        const char *name = g->syms[sym];
+        s_indent(out, indent);
+        s_printf(out, "for (int64_t %s = %" PRId64 "; %s <= %" PRId64 "; ++%s) {\n", name,
+                 s->u.for_loop.from, name, s->u.for_loop.to, name);
+        s_range_t saved = g->ranges[sym];
+        g->ranges[sym] = (s_range_t){true, s->u.for_loop.from, s->u.for_loop.to};
+        troupe_status_t st = s_emit_ll(g, s->u.for_loop.body, indent + 1, out);
+        g->ranges[sym] = saved;
+        s_indent(out, indent);
+        s_puts(out, "}\n");
+        return st;
+    }
+    case TROUPE_LL_ZERO_OUT: {
+        const troupe_tnode_t *tn = s->u.zero_out;
+        const s_node_info_t *info = s_info(g, tn);
+        s_indent(out, indent);
+        s_printf(out, "for (int64_t zi = 0; zi < %" PRId64 "; ++zi)", troupe_tnode_num_elems(tn));
+        if (tn->prec == TROUPE_PREC_UINT4X32)
+            s_printf(out,
+                     " { %s[zi].v[0] = 0u; %s[zi].v[1] = 0u; %s[zi].v[2] = 0u; "
+                     "%s[zi].v[3] = 0u; }\n",
+                     info->ident, info->ident, info->ident, info->ident);
+        else
+            s_printf(out, " %s[zi] = 0;\n", info->ident);
+        return TROUPE_OK;
+    }
+    case TROUPE_LL_SET: {
+        const troupe_tnode_t *tn = s->u.set.tn;
+        s_buf_t lhs = {0};
+        s_puts(&lhs, s_info(g, tn)->ident);
+        s_puts(&lhs, "[");
+        s_put_offset(g, &lhs, tn, s->u.set.idcs);
+        s_puts(&lhs, "]");
+        troupe_status_t st =
+            lhs.failed
+                ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory")
+                : s_emit_assign(g, lhs.data, s->u.set.value, tn->prec, tn->prec, indent, out);
+        s_buf_free(&lhs);
+        return st;
+    }
+    case TROUPE_LL_SET_LOCAL: {
+        const s_scope_t *sc = s_find_scope(g, s->u.set_local.id);
+        if (sc == NULL)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "cgen of procedure %s: set_local of scope %d outside it",
+                                 g->proc->name, s->u.set_local.id);
+        char ident[S_IDENT_CAP];
+        snprintf(ident, sizeof ident, "%s", sc->ident);
+        troupe_prec_t p = sc->tn->prec; /* the variable has the compute type: no rounding */
+        return s_emit_assign(g, ident, s->u.set_local.value, p, s_compute_prec(p), indent, out);
+    }
+    case TROUPE_LL_SET_FROM_VEC: {
+        const troupe_tnode_t *tn = s->u.set_from_vec.tn;
+        troupe_vec_unop_t op = s->u.set_from_vec.op;
+        size_t count = troupe_vec_unop_output_count(op, tn->prec);
+        troupe_c_syntax_t syn;
+        troupe_status_t st = troupe_vec_unop_c_syntax(tn->prec, op, &syn);
+        if (st != TROUPE_OK)
+            return s_wrap_error(g, st);
+        if (tn->ndims == 0 || (size_t)s->u.set_from_vec.length != count)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "cgen (%s dialect) of procedure %s: set_from_vec %s into node "
+                                 "#%d (%s, %d dims) with length %d; the op writes %zu elements "
+                                 "along the last axis",
+                                 s_dialect_name(g->dialect), g->proc->name,
+                                 troupe_vec_unop_name(op), tn->id, troupe_prec_name(tn->prec),
+                                 tn->ndims, s->u.set_from_vec.length, count);
+        int64_t lo, hi;
+        const troupe_axis_index_t *last = &s->u.set_from_vec.idcs[tn->ndims - 1];
+        if (s_index_range(g, last, &lo, &hi) && hi + (int64_t)count > tn->dims[tn->ndims - 1])
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "cgen (%s dialect) of procedure %s: set_from_vec into node #%d "
+                                 "writes up to index %" PRId64 " of its last axis (dim %" PRId64
+                                 ")",
+                                 s_dialect_name(g->dialect), g->proc->name, tn->id,
+                                 hi + (int64_t)count - 1, tn->dims[tn->ndims - 1]);
+        s_buf_t pre = {0}, expr = {0};
+        st = s_emit_sc(g, s->u.set_from_vec.arg, TROUPE_PREC_UINT4X32, indent + 1, &expr, &pre);
+        if (st == TROUPE_OK) {
+            bool block = pre.len > 0;
+            if (block) {
+                s_indent(out, indent);
+                s_puts(out, "{\n");
+                s_putn(out, pre.data, pre.len);
+            }
+            s_indent(out, indent + (block ? 1 : 0));
+            s_puts(out, syn.piece[0]);
+            s_putn(out, expr.data ? expr.data : "", expr.len);
+            s_printf(out, "%s&%s[", syn.piece[1], s_info(g, tn)->ident);
+            s_put_offset(g, out, tn, s->u.set_from_vec.idcs);
+            s_printf(out, "]%s;\n", syn.piece[2]);
+            if (block) {
+                s_indent(out, indent);
+                s_puts(out, "}\n");
+            }
+            if (pre.failed || expr.failed)
+                st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        }
+        s_buf_free(&pre);
+        s_buf_free(&expr);
+        return st;
+    }
+    }
+    return troupe__error(TROUPE_INVALID_ARGUMENT, "cgen: unknown statement kind %d", (int)s->kind);
+}
+
+/* ---- prelude selection -------------------------------------------------------------------- */
+
+typedef struct s_prelude {
+    const troupe__cgen_section_t *secs;
+    size_t nsecs;
+    bool *needed;
+    troupe_cgen_dialect_t dialect;
+} s_prelude_t;
+
+static const char *s_section_text(const s_prelude_t *p, size_t i)
+{
+    const troupe__cgen_section_t *s = &p->secs[i];
+    return (p->dialect == TROUPE_CGEN_CUDA && s->text_cuda != NULL) ? s->text_cuda : s->text_c;
+}
+
+/* Index of the section providing identifier [id, id+n), or -1. */
+static ptrdiff_t s_provider(const s_prelude_t *p, const char *id, size_t n)
+{
+    for (size_t i = 0; i < p->nsecs; i++) {
+        const char *q = p->secs[i].provides;
+        while (*q != '\0') {
+            while (*q == ' ')
+                q++;
+            const char *start = q;
+            while (*q != '\0' && *q != ' ')
+                q++;
+            if ((size_t)(q - start) == n && n > 0 && memcmp(start, id, n) == 0)
+                return (ptrdiff_t)i;
+        }
+    }
+    return -1;
+}
+
+/* Marks the sections whose identifiers `text` uses (outside comments), recursively. */
+static troupe_status_t s_scan(s_prelude_t *p, const char *text)
+{
+    const char *s = text;
+    while (*s != '\0') {
+        if (s[0] == '/' && s[1] == '*') {
+            const char *end = strstr(s + 2, "*/");
+            s = end ? end + 2 : s + strlen(s);
+            continue;
+        }
+        if (s[0] == '/' && s[1] == '/') {
+            while (*s != '\0' && *s != '\n')
+                s++;
+            continue;
+        }
+        if (s_is_ident_start(*s)) {
+            const char *start = s;
+            while (s_is_ident_char(*s))
+                s++;
+            size_t n = (size_t)(s - start);
+            bool ours = (n > 7 && memcmp(start, "troupe_", 7) == 0) ||
+                        (n == 10 && memcmp(start, "uint4x32_t", 10) == 0);
+            if (!ours)
+                continue;
+            ptrdiff_t i = s_provider(p, start, n);
+            if (i < 0)
+                return troupe__error(TROUPE_INTERNAL,
+                                     "cgen: generated code uses '%.*s' but no prelude section "
+                                     "defines it",
+                                     (int)(n > 100 ? 100 : n), start);
+            if (!p->needed[i]) {
+                p->needed[i] = true;
+                TROUPE_RETURN_IF_ERROR(s_scan(p, s_section_text(p, (size_t)i)));
+            }
+            continue;
+        }
+        if (*s >= '0' && *s <= '9') { /* skip numbers such as 0x1Fu as one token */
+            while (s_is_ident_char(*s) || *s == '.')
+                s++;
+            continue;
+        }
+        s++;
+    }
+    return TROUPE_OK;
+}
+
+/* ---- parameters --------------------------------------------------------------------------- */
+
+static int s_param_cmp(const void *a, const void *b)
+{
+    const troupe_cgen_param_t *x = a, *y = b;
+    return strcmp(x->decl, y->decl);
+}
+
+static void s_param_clear(troupe_cgen_param_t *p)
+{
+    troupe_free(p->decl);
+    troupe_free(p->ident);
+    troupe_free(p->sym_name);
+    if (p->tn != NULL)
+        troupe_tnode_release(&p->tn);
+    memset(p, 0, sizeof *p);
+}
+
+void troupe_cgen_result_destroy(troupe_cgen_result_t **result_p)
+{
+    if (result_p == NULL || *result_p == NULL)
+        return;
+    troupe_cgen_result_t *r = *result_p;
+    for (size_t i = 0; i < r->nparams; i++)
+        s_param_clear(&r->params[i]);
+    troupe_free(r->params);
+    troupe_free(r->source);
+    troupe_free(r->name);
+    troupe_free(r->entry_name);
+    troupe_free(r);
+    *result_p = NULL;
+}
+
+static char *s_format(const char *fmt, ...) TROUPE_PRINTF(1, 2);
+static char *s_format(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return NULL;
+    char *s = troupe_malloc((size_t)n + 1);
+    if (s == NULL)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static troupe_status_t s_build_params(s_gen_t *g, troupe_cgen_result_t *r)
+{
+    const troupe_ll_proc_t *proc = g->proc;
+    size_t n = 0;
+    for (size_t i = 0; i < proc->nnodes; i++)
+        n += g->nodes[i].is_param ? 1 : 0;
+    for (int32_t i = 0; i < proc->nsyms; i++)
+        n += proc->syms[i].is_static ? 1 : 0;
+    n += g->merge_node != NULL ? 1 : 0;
+    r->params = troupe_calloc(n > 0 ? n : 1, sizeof *r->params);
+    if (r->params == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+    const char *restrict_kw = g->dialect == TROUPE_CGEN_CUDA ? "__restrict__" : "restrict";
+    size_t k = 0;
+    bool oom = false;
+    for (size_t i = 0; i < proc->nnodes; i++) {
+        const s_node_info_t *info = &g->nodes[i];
+        if (!info->is_param)
+            continue;
+        troupe_tnode_t *tn = proc->nodes[i];
+        troupe_cgen_param_t *p = &r->params[k++];
+        const char *type = troupe_prec_c_type(tn->prec);
+        p->kind = TROUPE_CGEN_PARAM_NODE_PTR;
+        p->sym = -1;
+        p->is_read = info->read;
+        p->is_written = info->written;
+        if (info->read && info->written)
+            p->decl = s_format("%s *%s", type, info->ident);
+        else
+            p->decl = s_format("%s%s *%s %s", info->written ? "" : "const ", type, restrict_kw,
+                               info->ident);
+        p->ident = troupe_strdup(info->ident);
+        troupe_tnode_retain(tn);
+        p->tn = tn;
+        oom = oom || p->decl == NULL || p->ident == NULL;
+    }
+    for (int32_t i = 0; i < proc->nsyms; i++) {
+        if (!proc->syms[i].is_static)
+            continue;
+        troupe_cgen_param_t *p = &r->params[k++];
+        p->kind = TROUPE_CGEN_PARAM_STATIC_IDX;
+        p->sym = i;
+        p->static_range = proc->syms[i].static_range;
+        p->sym_name = troupe_strdup(proc->syms[i].name);
+        p->ident = troupe_strdup(g->syms[i]);
+        p->decl = s_format("const int64_t %s", g->syms[i]);
+        oom = oom || p->decl == NULL || p->ident == NULL || p->sym_name == NULL;
+    }
+    if (g->merge_node != NULL) {
+        troupe_cgen_param_t *p = &r->params[k++];
+        p->kind = TROUPE_CGEN_PARAM_MERGE_BUFFER;
+        p->sym = -1;
+        p->is_read = true;
+        p->decl = s_format("const %s *merge_buffer", troupe_prec_c_type(g->merge_node->prec));
+        p->ident = troupe_strdup("merge_buffer");
+        troupe_tnode_retain((troupe_tnode_t *)g->merge_node);
+        p->tn = (troupe_tnode_t *)g->merge_node;
+        oom = oom || p->decl == NULL || p->ident == NULL;
+    }
+    r->nparams = k;
+    if (oom)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+    qsort(r->params, r->nparams, sizeof *r->params, s_param_cmp);
+    return TROUPE_OK;
+}
+
+/* ---- assembly ----------------------------------------------------------------------------- */
+
+static void s_put_header(const s_gen_t *g, const troupe_cgen_result_t *r, s_buf_t *b)
+{
+    s_printf(b, "/* troupe ir/cgen: routine %s, %s dialect. Generated code; do not edit.\n",
+             r->name, s_dialect_name(g->dialect));
+    if (g->dialect == TROUPE_CGEN_C)
+        s_printf(b,
+                 " * Entry: void %s(void **args), args[k] = the k-th parameter's pointer "
+                 "(static index: pointer to int64_t).\n",
+                 r->entry_name);
+    else
+        s_puts(b, " * Kernel: single-threaded; launch argument k points to parameter k.\n");
+    s_puts(b, " * Parameters (call order):\n");
+    if (r->nparams == 0)
+        s_puts(b, " *   (none)\n");
+    for (size_t i = 0; i < r->nparams; i++) {
+        const troupe_cgen_param_t *p = &r->params[i];
+        s_printf(b, " *   %zu: %s", i, p->decl);
+        if (p->kind == TROUPE_CGEN_PARAM_NODE_PTR || p->kind == TROUPE_CGEN_PARAM_MERGE_BUFFER) {
+            char dims[128];
+            troupe_tnode_dims_to_string(p->tn, false, dims, sizeof dims);
+            s_printf(b, " -- %snode #%d, %s %s%s%s\n",
+                     p->kind == TROUPE_CGEN_PARAM_MERGE_BUFFER ? "merge buffer of " : "", p->tn->id,
+                     troupe_prec_name(p->tn->prec), dims,
+                     p->kind == TROUPE_CGEN_PARAM_NODE_PTR && p->is_read ? ", read" : "",
+                     p->is_written ? ", written" : "");
+        } else {
+            s_printf(b, " -- static index %" PRId32 ", range %" PRId64 "\n", p->sym,
+                     p->static_range);
+        }
+    }
+    s_puts(b, " */\n");
+}
+
+/* The routine: signature, local arrays, body. */
+static void s_put_function(const s_gen_t *g, const troupe_cgen_result_t *r, const s_buf_t *body,
+                           s_buf_t *b)
+{
+    const troupe_ll_proc_t *proc = g->proc;
+    if (g->dialect == TROUPE_CGEN_CUDA)
+        s_printf(b, "extern \"C\" __global__ void %s(", r->name);
+    else
+        s_printf(b, "void %s(", r->name);
+    if (r->nparams == 0)
+        s_puts(b, g->dialect == TROUPE_CGEN_C ? "void" : "");
+    for (size_t i = 0; i < r->nparams; i++)
+        s_printf(b, "%s%s", i ? ", " : "", r->params[i].decl);
+    s_puts(b, ")\n{\n");
+    if (g->dialect == TROUPE_CGEN_CUDA)
+        s_puts(b, "    if (threadIdx.x != 0 || blockIdx.x != 0) return;\n");
+    bool any_local = false;
+    for (size_t i = 0; i < proc->nnodes; i++) {
+        const s_node_info_t *info = &g->nodes[i];
+        if (!info->is_local)
+            continue;
+        const troupe_tnode_t *tn = proc->nodes[i];
+        if (!any_local)
+            s_puts(b, "    /* Local arrays. */\n");
+        any_local = true;
+        s_printf(b, "    %s %s[%" PRId64 "] = %s;\n", troupe_prec_c_type(tn->prec), info->ident,
+                 troupe_tnode_num_elems(tn), tn->prec == TROUPE_PREC_UINT4X32 ? "{{{0u}}}" : "{0}");
+    }
+    s_puts(b, "    /* Main logic. */\n");
+    if (body->len > 0)
+        s_putn(b, body->data, body->len);
+    s_puts(b, "}\n");
+}
+
+static void s_put_entry(const troupe_cgen_result_t *r, s_buf_t *b)
+{
+    s_printf(b, "\nvoid %s(void **args)\n{\n", r->entry_name);
+    if (r->nparams == 0)
+        s_puts(b, "    (void)args;\n");
+    s_printf(b, "    %s(", r->name);
+    for (size_t i = 0; i < r->nparams; i++) {
+        const troupe_cgen_param_t *p = &r->params[i];
+        s_puts(b, i ? ",\n        " : "\n        ");
+        if (p->kind == TROUPE_CGEN_PARAM_STATIC_IDX) {
+            s_printf(b, "*(const int64_t *)args[%zu]", i);
+        } else {
+            const char *type = troupe_prec_c_type(p->tn->prec);
+            bool is_const = p->kind == TROUPE_CGEN_PARAM_MERGE_BUFFER || !p->is_written;
+            s_printf(b, "(%s%s *)args[%zu]", is_const ? "const " : "", type, i);
+        }
+    }
+    s_puts(b, ");\n}\n");
+}
+
+troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_dialect_t dialect,
+                                 troupe_cgen_result_t **out)
+{
+    troupe_status_t st = TROUPE_OK;
+    s_gen_t g;
+    s_buf_t body = {0}, fn = {0}, src = {0};
+    s_prelude_t pre;
+    troupe_cgen_result_t *r = NULL;
+    memset(&g, 0, sizeof g);
+    memset(&pre, 0, sizeof pre);
+
+    if (out == NULL || proc == NULL) {
+        st = troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_cgen_emit: NULL %s",
+                           out == NULL ? "out" : "proc");
+        goto done;
+    }
+    *out = NULL;
+    if (dialect != TROUPE_CGEN_C && dialect != TROUPE_CGEN_CUDA) {
+        st = troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_cgen_emit: unknown dialect %d",
+                           (int)dialect);
+        goto done;
+    }
+    if (troupe_ll_proc_status(proc) != TROUPE_OK) {
+        st = troupe__error(TROUPE_INVALID_ARGUMENT,
+                           "cgen: procedure %s failed while being built (%s)", proc->name,
+                           troupe_status_str(troupe_ll_proc_status(proc)));
+        goto done;
+    }
+    if ((st = s_check_name(proc->name)) != TROUPE_OK)
+        goto done;
+    if ((st = troupe_ll_proc_validate(proc)) != TROUPE_OK)
+        goto done;
+
+    g.proc = proc;
+    g.dialect = dialect;
+    g.nodes = troupe_calloc(proc->nnodes ? proc->nnodes : 1, sizeof *g.nodes);
+    g.syms = troupe_calloc(proc->nsyms ? (size_t)proc->nsyms : 1, sizeof *g.syms);
+    g.ranges = troupe_calloc(proc->nsyms ? (size_t)proc->nsyms : 1, sizeof *g.ranges);
+    g.nscope_ids = proc->next_scope_id > 0 ? proc->next_scope_id : 0;
+    g.scope_uses = troupe_calloc(g.nscope_ids ? (size_t)g.nscope_ids : 1, sizeof *g.scope_uses);
+    if (g.nodes == NULL || g.syms == NULL || g.ranges == NULL || g.scope_uses == NULL) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        goto done;
+    }
+    s_name_symbols(&g);
+    for (int32_t i = 0; i < proc->nsyms; i++) {
+        const troupe_ll_symbol_t *sym = &proc->syms[i];
+        if (sym->is_static && sym->static_range > 0)
+            g.ranges[i] = (s_range_t){true, 0, sym->static_range - 1};
+    }
+    if ((st = s_collect_ll(&g, proc->body)) != TROUPE_OK)
+        goto done;
+    if ((st = s_classify(&g)) != TROUPE_OK)
+        goto done;
+    if ((st = s_emit_ll(&g, proc->body, 1, &body)) != TROUPE_OK)
+        goto done;
+
+    r = troupe_calloc(1, sizeof *r);
+    if (r == NULL) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        goto done;
+    }
+    r->dialect = dialect;
+    r->name = troupe_strdup(proc->name);
+    r->entry_name = dialect == TROUPE_CGEN_C ? s_format("%s_entry", proc->name) : NULL;
+    if (r->name == NULL || (dialect == TROUPE_CGEN_C && r->entry_name == NULL)) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        goto done;
+    }
+    if ((st = s_build_params(&g, r)) != TROUPE_OK)
+        goto done;
+
+    s_put_function(&g, r, &body, &fn);
+    if (dialect == TROUPE_CGEN_C)
+        s_put_entry(r, &fn);
+
+    pre.secs = troupe__cgen_sections(&pre.nsecs);
+    pre.dialect = dialect;
+    pre.needed = troupe_calloc(pre.nsecs, sizeof *pre.needed);
+    if (pre.needed == NULL || body.failed || fn.failed) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        goto done;
+    }
+    if ((st = s_scan(&pre, fn.data)) != TROUPE_OK)
+        goto done;
+
+    s_put_header(&g, r, &src);
+    s_puts(&src, troupe__cgen_core(dialect));
+    for (size_t i = 0; i < pre.nsecs; i++) {
+        if (!pre.needed[i])
+            continue;
+        s_printf(&src, "/* prelude: %s */\n", pre.secs[i].name);
+        s_puts(&src, s_section_text(&pre, i));
+    }
+    s_puts(&src, "\n");
+    s_putn(&src, fn.data, fn.len);
+    if (src.failed) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        goto done;
+    }
+    r->source = src.data;
+    r->source_len = src.len;
+    src.data = NULL;
+    *out = r;
+    r = NULL;
+
+done:
+    troupe_cgen_result_destroy(&r);
+    s_buf_free(&body);
+    s_buf_free(&fn);
+    s_buf_free(&src);
+    troupe_free(pre.needed);
+    troupe_free(g.nodes);
+    troupe_free(g.syms);
+    troupe_free(g.ranges);
+    troupe_free(g.scopes);
+    troupe_free(g.scope_uses);
+    return st;
+}
+
+/* ---- lookups ------------------------------------------------------------------------------ */
+
+ptrdiff_t troupe_cgen_find_node_param(const troupe_cgen_result_t *result, const troupe_tnode_t *tn)
+{
+    if (result == NULL || tn == NULL)
+        return -1;
+    for (size_t i = 0; i < result->nparams; i++)
+        if (result->params[i].kind == TROUPE_CGEN_PARAM_NODE_PTR && result->params[i].tn == tn)
+            return (ptrdiff_t)i;
+    return -1;
+}
+
+ptrdiff_t troupe_cgen_find_static_param(const troupe_cgen_result_t *result, const char *sym_name)
+{
+    if (result == NULL || sym_name == NULL)
+        return -1;
+    for (size_t i = 0; i < result->nparams; i++)
+        if (result->params[i].kind == TROUPE_CGEN_PARAM_STATIC_IDX &&
+            strcmp(result->params[i].sym_name, sym_name) == 0)
+            return (ptrdiff_t)i;
+    return -1;
+}
+
+ptrdiff_t troupe_cgen_find_merge_param(const troupe_cgen_result_t *result)
+{
+    if (result == NULL)
+        return -1;
+    for (size_t i = 0; i < result->nparams; i++)
+        if (result->params[i].kind == TROUPE_CGEN_PARAM_MERGE_BUFFER)
+            return (ptrdiff_t)i;
+    return -1;
+}

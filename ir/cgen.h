@@ -1,0 +1,192 @@
+/* troupe — C and CUDA source generation from the low-level IR (OCANNL `C_syntax`,
+ * OCANNL_NOTES §6.4–6.7; DESIGN.md §6 `cgen`).
+ *
+ * One emitter, two dialects. troupe_cgen_emit turns a procedure (ir/lowlevel.h, optimized or
+ * not) into a self-contained translation unit: a prelude holding only the helpers the routine
+ * uses (small-float codecs, Threefry4x32, counter spreading, uint4x32 uniforms, typed
+ * integer max/min, ...), then the routine. The helpers compute bit for bit what ir/prec.c and
+ * ir/ops.c compute on the host, and the arithmetic follows ir/ops.h's C syntax, so generated
+ * code, the interpreter and the host functions are references for one another.
+ *
+ * ---- Calling convention -----------------------------------------------------------------
+ *
+ * Parameters (troupe_cgen_result_t.params, in call order) are sorted by their C declaration
+ * string (strcmp), as OCANNL sorts them, so the order depends only on the procedure:
+ *   NODE_PTR      one per node the code reads or writes directly whose memory mode is not
+ *                 known Local or Virtual (for an unoptimized procedure: every such node).
+ *                 Declared `const T *restrict n<id>_<label>` when the routine only reads the
+ *                 node, `T *restrict ...` when it only writes it, `T *...` when it does both
+ *                 (CUDA: `__restrict__`). T is the storage type of the node's precision
+ *                 (troupe_prec_c_type: half and bfloat16 are uint16_t bits, fp8 uint8_t bits,
+ *                 uint4x32 a struct of four uint32_t). The array is dense row-major over the
+ *                 node's stored dims.
+ *   STATIC_IDX    one per static index symbol of the procedure (used or not), declared
+ *                 `const int64_t <ident>`; its value is read at each call. The routine does not
+ *                 check it: the caller keeps it within 0..static_range-1 (when the range is
+ *                 nonzero), as OCANNL's CUDA backend checks before a launch.
+ *   MERGE_BUFFER  at most one, when the code reads GET_MERGE_BUFFER: `const T *merge_buffer`,
+ *                 T the storage type of the merge node, laid out like that node; passed at
+ *                 each call (the stream's current merge buffer). Not restrict-qualified.
+ * Nodes in Local memory mode are arrays declared (zero-filled) inside the routine; Virtual
+ * nodes appear only as local-scope variables. A procedure that reads or writes a known-Virtual
+ * node directly is rejected.
+ *
+ * C dialect (TROUPE_CGEN_C): the unit defines, with external linkage,
+ *     void <name>(<params>);            the routine itself, for a typed trampoline;
+ *     void <name>_entry(void **args);   the uniform entry: args[k] is the k-th parameter's
+ *                                       pointer for NODE_PTR and MERGE_BUFFER, and a pointer
+ *                                       to an int64_t holding the value for STATIC_IDX,
+ * and everything else `static`. A driver dlopens the shared object, dlsyms `<name>_entry` and
+ * calls it with an array of nparams pointers: no libffi needed. It includes <math.h>,
+ * <stdint.h> and <string.h>, is C11, and turns floating-point contraction off in the source
+ * (GCC `optimize("fp-contract=off")`, clang `STDC FP_CONTRACT OFF`) so `-O3 -march=native`
+ * gives the same bits as the interpreter (GCC also gets `optimize("wrapv")`). Compile with e.g.
+ * `cc -O3 -shared -fPIC`; link with -lm.
+ *
+ * CUDA dialect (TROUPE_CGEN_CUDA): CUDA C++ for NVRTC (devices/cuda/nvrtc.h) defining
+ *     extern "C" __global__ void <name>(<params>);
+ * a single-thread kernel (every thread but thread 0 of block 0 returns at once) with the same
+ * parameters, launched with the CUDA convention: kernel argument k points to the k-th
+ * parameter's value (for NODE_PTR the address of the device pointer, for STATIC_IDX the
+ * address of an int64_t). It includes no header: fixed-width integer types are typedef'd in
+ * the prelude, and half/bfloat16/fp8 are stored as the same bits as on the host and
+ * converted by the same software helpers as the C dialect (not cuda_fp16.h intrinsics, whose
+ * fp8 conversion saturates), so both dialects round identically. Compile without
+ * --use_fast_math and with --fmad=false (troupe_nvrtc_compile does) for IEEE results;
+ * transcendental functions (expf, tanhf, ...) are CUDA's and may differ from glibc's by an
+ * ulp or two.
+ *
+ * ---- Semantics of the generated code ----------------------------------------------------
+ *
+ * The generated code follows the evaluation rules of the reference interpreter
+ * (ir/interp.c), so that the two agree bit for bit (up to libm for transcendental functions):
+ * every scalar expression computes in the precision of the node it is stored into (SET), of
+ * its local scope's node (SET_LOCAL), or uint4x32 (the argument of SET_FROM_VEC and of
+ * uint4x32_to_prec_uniform1); operands of binops, unops and fma compute in that same
+ * precision (ops.h homogeneity rule); where's condition computes in its own precision (a
+ * GET's or local scope's node precision, otherwise the context's, or int64 under a uint4x32
+ * context; a uint4x32 condition is rejected). half, bfloat16 and fp8 compute in float and
+ * are rounded to the format (RNE, overflow to infinity) once per SET; integers compute in C's
+ * promoted type with wrapping signed arithmetic. A GET converts the stored value into the
+ * computation precision (ops.h troupe_c_convert_precision; into uint4x32 the counter
+ * construction). A local scope is a variable of its node's computation type (float for
+ * half/bfloat16/fp8), zero-initialised; SET_LOCAL does not round it to the node's format.
+ * CONSTANT c: (float)c, c, or the integer truncated and saturated (troupe_prec_store_double),
+ * in uint4x32 as an int64 {lo, hi, 0, 0}; CONSTANT_BITS b is the int64 b converted like a GET
+ * of an int64 node (a key becomes {lo(b), hi(b), 0, 0}); EMBED_INDEX is the int64 index value,
+ * except that into uint4x32 its low 32 bits are spread like a uint32 counter (OCANNL's index
+ * precision is uint32).
+ * Where C leaves behaviour undefined the generated code does too, unlike the interpreter
+ * (which reports an error or saturates): integer division or remainder by zero, a float
+ * converted into an integer type outside its range. Signed overflow wraps under GCC (the unit
+ * sets `optimize("wrapv")`); clang and NVRTC have no such switch in the source.
+ * Loops are `for (int64_t i = from; i <= to; ++i)` in the IR's order; array offsets are the
+ * row-major combination of the affine indices, printed as `c*sym + ... + offset`.
+ * Identifiers: nodes `n<id>_<label>` (label sanitised to [A-Za-z0-9_], at most 40 chars),
+ * local-scope variables `v<scope>_<label>`, loop symbols named `i<id>` as themselves, other
+ * symbols `s<id>_<name>`.
+ *
+ * Thread safety: troupe_cgen_emit only reads the procedure (and the nodes' memory modes,
+ * under their locks), so several threads may emit from one finished procedure at once.
+ * Ownership: the caller owns the result and frees it with troupe_cgen_result_destroy; the
+ * result holds one reference to each node named in its parameters.
+ */
+#ifndef TROUPE_IR_CGEN_H
+#define TROUPE_IR_CGEN_H
+
+#include "base/status.h"
+#include "ir/lowlevel.h"
+#include "ir/tnode.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The two dialects (values are stable). */
+typedef enum troupe_cgen_dialect {
+    TROUPE_CGEN_C = 0,    /* C11 for the CPU driver: compiled by the system C compiler */
+    TROUPE_CGEN_CUDA = 1, /* CUDA C++ for NVRTC */
+} troupe_cgen_dialect_t;
+
+/* "c" or "cuda"; "invalid" out of range. */
+const char *troupe_cgen_dialect_name(troupe_cgen_dialect_t dialect);
+
+/* Where a parameter's value comes from (OCANNL `param_source`, OCANNL_NOTES §6.7). */
+typedef enum troupe_cgen_param_kind {
+    TROUPE_CGEN_PARAM_NODE_PTR = 0, /* the node's array in the linked context */
+    TROUPE_CGEN_PARAM_STATIC_IDX,   /* a static index symbol's value, read at each call */
+    TROUPE_CGEN_PARAM_MERGE_BUFFER, /* the stream's merge buffer, read at each call */
+} troupe_cgen_param_kind_t;
+
+typedef struct troupe_cgen_param {
+    troupe_cgen_param_kind_t kind;
+    char *decl;  /* the C declaration, e.g. "const float *restrict n3_w"; the sort key */
+    char *ident; /* the identifier in the generated code, e.g. "n3_w", "s1_batch", "merge_buffer" */
+    /* NODE_PTR: the node; MERGE_BUFFER: the merge node (one reference each, owned by the
+     * result); STATIC_IDX: NULL. */
+    troupe_tnode_t *tn;
+    bool is_read;    /* NODE_PTR: the routine reads the node (MERGE_BUFFER: always true) */
+    bool is_written; /* NODE_PTR: the routine writes the node */
+    /* STATIC_IDX: the symbol's id in the procedure, its name there and its range (values
+     * 0..static_range-1; 0 = unbounded). Other kinds: -1, NULL, 0. */
+    int32_t sym;
+    char *sym_name;
+    int64_t static_range;
+} troupe_cgen_param_t;
+
+/* A generated translation unit. */
+typedef struct troupe_cgen_result {
+    troupe_cgen_dialect_t dialect;
+    char *source;                /* NUL-terminated source text */
+    size_t source_len;           /* strlen(source) */
+    char *name;                  /* the routine's (kernel's) name: the procedure's name */
+    char *entry_name;            /* C: "<name>_entry"; CUDA: NULL */
+    troupe_cgen_param_t *params; /* nparams entries, in call order */
+    size_t nparams;
+} troupe_cgen_result_t;
+
+/* Generates `dialect` source for `proc` (see the header comment for the calling convention
+ * and semantics) into a new result *out (NULL on failure).
+ * Errors:
+ *   INVALID_ARGUMENT — NULL arguments, an unknown dialect, a procedure that fails
+ *     troupe_ll_proc_validate or is sticky-failed, a procedure name that would collide with
+ *     generated identifiers (starting "troupe", `n<digit>`, `v<digit>`, `s<digit>`,
+ *     `i<digit>`, a C/C++ keyword or a libm function name), an operation that the dialect
+ *     cannot express in the precision it computes in (the message names the op, the precision
+ *     and the dialect, e.g. "binop add is not defined in precision uint4x32"), a
+ *     SET_FROM_VEC whose length is not the vec_unop's output count for the node's precision
+ *     or that writes past the last axis;
+ *   FAILED_PRECONDITION — the code reads or writes a node whose memory mode is Virtual;
+ *   RESOURCE_EXHAUSTED — out of memory;
+ *   INTERNAL — the generated code references a helper the prelude lacks (a bug).
+ * Deterministic: equal procedures (same ids, labels, modes) give byte-identical results. */
+TROUPE_MUST_USE troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc,
+                                                 troupe_cgen_dialect_t dialect,
+                                                 troupe_cgen_result_t **out);
+
+/* Frees a result and releases its node references. Accepts NULL; sets *result_p to NULL. */
+void troupe_cgen_result_destroy(troupe_cgen_result_t **result_p);
+
+/* Index in result->params of the NODE_PTR parameter of `tn`, or -1 if it has none. */
+ptrdiff_t troupe_cgen_find_node_param(const troupe_cgen_result_t *result, const troupe_tnode_t *tn);
+
+/* Index in result->params of the STATIC_IDX parameter of the symbol named `sym_name` (the
+ * procedure's name for it), or -1. */
+ptrdiff_t troupe_cgen_find_static_param(const troupe_cgen_result_t *result, const char *sym_name);
+
+/* Index of the MERGE_BUFFER parameter, or -1. */
+ptrdiff_t troupe_cgen_find_merge_param(const troupe_cgen_result_t *result);
+
+/* Writes the identifier generated code uses for `tn` ("n<id>_<sanitised label>", or "n<id>"
+ * without a label) into buf (capacity cap, always NUL-terminated when cap > 0) and returns the
+ * length it needed (snprintf convention). */
+size_t troupe_cgen_node_ident(const troupe_tnode_t *tn, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

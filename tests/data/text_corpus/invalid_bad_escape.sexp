@@ -1,0 +1,1 @@
+(proc p (nodes) (symbols) (body (comment "bad \q escape")))

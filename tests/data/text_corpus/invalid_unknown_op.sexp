@@ -1,0 +1,1 @@
+(proc p (nodes (node 1 (label x) single (dims 2))) (symbols (sym 0 i)) (body (for i 0 1 (set 1 (i) (frobnicate 1 2)))))

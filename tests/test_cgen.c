@@ -1,0 +1,1535 @@
+/* Tests for ir/cgen (C and CUDA source from the low-level IR) and devices/cuda/nvrtc.
+ *
+ * Each routine is built with the lowlevel builders, emitted as C, written to a temporary
+ * directory, compiled with the system compiler (`cc -O2 -shared -fPIC`, warnings as errors),
+ * dlopened and called through `<name>_entry`. Its outputs are compared with values computed
+ * here and, bit for bit, with the reference interpreter (ir/interp.h) run on copies of the
+ * same inputs. Tolerances: exact everywhere, except exp/log/tanh against this file's own libm
+ * calls (2 ulp; the interpreter comparison stays exact since both call the same libm).
+ * The CUDA dialect of the same procedures is compiled with NVRTC when the toolkit was found at
+ * build time (TROUPE_HAVE_CUDA); otherwise those tests are skipped.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "ir/cgen.h"
+#include "ir/assign.h"
+#include "ir/cgen_impl.h"
+#include "ir/interp.h"
+#include "ir/lowlevel.h"
+#include "ir/ops.h"
+#include "ir/optimize.h"
+#include "ir/prec.h"
+#include "ir/tnode.h"
+#include "troupe_config.h"
+#if TROUPE_HAVE_CUDA
+#include "devices/cuda/nvrtc.h"
+#endif
+#include "base/alloc.h"
+
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static uint64_t s_rng = 0x243F6A8885A308D3ull;
+static uint32_t s_rnd32(void)
+{
+    s_rng ^= s_rng >> 12;
+    s_rng ^= s_rng << 25;
+    s_rng ^= s_rng >> 27;
+    return (uint32_t)((s_rng * 2685821657736338717ull) >> 32);
+}
+
+/* Uniform in [lo, hi) as a float. */
+static float s_rndf(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(s_rnd32() >> 8) * (1.0f / 16777216.0f);
+}
+
+static troupe_tnode_t *s_node(const char *label, troupe_prec_t prec, int ndims, int64_t d0,
+                              int64_t d1)
+{
+    int64_t dims[2] = {d0, d1};
+    const char *labels[1] = {label};
+    troupe_tnode_t *tn = NULL;
+    cr_assert_eq(troupe_tnode_new(labels, 1, prec, ndims, dims, NULL, 0.0, &tn), TROUPE_OK, "%s",
+                 troupe_last_error());
+    return tn;
+}
+
+static void s_set_mode(troupe_tnode_t *tn, troupe_memory_mode_kind_t kind)
+{
+    troupe_memory_mode_t m = {kind, TROUPE_MEMTYPE_UNSET_HOSTED, TROUPE_SHARING_UNSET};
+    cr_assert_eq(troupe_tnode_update_memory_mode(tn, m, 1), TROUPE_OK, "%s", troupe_last_error());
+}
+
+static troupe_ll_proc_t *s_proc(const char *name)
+{
+    troupe_ll_proc_t *p = NULL;
+    cr_assert_eq(troupe_ll_proc_new(name, &p), TROUPE_OK, "%s", troupe_last_error());
+    return p;
+}
+
+static void s_finish(troupe_ll_proc_t *p, troupe_ll_t *body)
+{
+    cr_assert_not_null(body, "builder failed: %s", troupe_last_error());
+    p->body = body;
+    cr_assert_eq(troupe_ll_proc_status(p), TROUPE_OK);
+    cr_assert_eq(troupe_ll_proc_validate(p), TROUPE_OK, "%s", troupe_last_error());
+}
+
+static troupe_axis_index_t s_ix(int32_t sym)
+{
+    return troupe_idx_sym(sym);
+}
+
+/* Affine index c*sym + off. */
+static troupe_axis_index_t s_aff(int64_t c, int32_t sym, int64_t off)
+{
+    troupe_axis_index_t x = troupe_idx_sym(sym);
+    x.terms[0].coeff = c;
+    x.offset = off;
+    return x;
+}
+
+static troupe_sc_t *s_get1(troupe_ll_proc_t *p, troupe_tnode_t *tn, troupe_axis_index_t a)
+{
+    return troupe_sc_get(p, tn, &a);
+}
+
+static troupe_sc_t *s_get2(troupe_ll_proc_t *p, troupe_tnode_t *tn, troupe_axis_index_t a,
+                           troupe_axis_index_t b)
+{
+    troupe_axis_index_t idx[2] = {a, b};
+    return troupe_sc_get(p, tn, idx);
+}
+
+static troupe_ll_t *s_set1(troupe_ll_proc_t *p, troupe_tnode_t *tn, troupe_axis_index_t a,
+                           troupe_sc_t *v)
+{
+    return troupe_ll_set(p, tn, &a, v);
+}
+
+static troupe_ll_t *s_set2(troupe_ll_proc_t *p, troupe_tnode_t *tn, troupe_axis_index_t a,
+                           troupe_axis_index_t b, troupe_sc_t *v)
+{
+    troupe_axis_index_t idx[2] = {a, b};
+    return troupe_ll_set(p, tn, idx, v);
+}
+
+static troupe_ll_t *s_for(troupe_ll_proc_t *p, int32_t sym, int64_t n, troupe_ll_t *body)
+{
+    return troupe_ll_for(p, sym, 0, n - 1, body, false);
+}
+
+static void *s_buffer(const troupe_tnode_t *tn)
+{
+    void *b = calloc(1, tn->size_bytes);
+    cr_assert_not_null(b);
+    return b;
+}
+
+static void s_fill_float(const troupe_tnode_t *tn, void *buf, float lo, float hi)
+{
+    int64_t n = troupe_tnode_num_elems(tn);
+    for (int64_t i = 0; i < n; i++)
+        troupe_prec_store_double(tn->prec,
+                                 (char *)buf + (size_t)i * troupe_prec_size_bytes(tn->prec),
+                                 (double)s_rndf(lo, hi));
+}
+
+static char *s_read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* ---- compile and load C --------------------------------------------------------------------- */
+
+typedef struct s_lib {
+    char dir[128];
+    void *handle;
+    void (*entry)(void **);
+    troupe_cgen_result_t *res;
+} s_lib_t;
+
+static void s_lib_close(s_lib_t *lib)
+{
+    char path[256];
+    if (lib->handle != NULL)
+        dlclose(lib->handle);
+    troupe_cgen_result_destroy(&lib->res);
+    if (lib->dir[0] != '\0') {
+        const char *files[] = {"routine.c", "routine.so", "cc.log"};
+        for (size_t i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s", lib->dir, files[i]);
+            unlink(path);
+        }
+        rmdir(lib->dir);
+    }
+    memset(lib, 0, sizeof *lib);
+}
+
+/* Emits C for proc and compiles it with `flags`; fails the test on any error. */
+static void s_lib_open(const troupe_ll_proc_t *proc, const char *flags, s_lib_t *lib)
+{
+    char path[256], cmd[1024];
+    memset(lib, 0, sizeof *lib);
+    cr_assert_eq(troupe_cgen_emit(proc, TROUPE_CGEN_C, &lib->res), TROUPE_OK, "emit: %s",
+                 troupe_last_error());
+    snprintf(lib->dir, sizeof lib->dir, "/tmp/troupe-cgen-XXXXXX");
+    cr_assert_not_null(mkdtemp(lib->dir));
+    snprintf(path, sizeof path, "%s/routine.c", lib->dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fwrite(lib->res->source, 1, lib->res->source_len, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cc %s -shared -fPIC -o %s/routine.so %s -lm 2> %s/cc.log", flags,
+             lib->dir, path, lib->dir);
+    if (system(cmd) != 0) {
+        snprintf(path, sizeof path, "%s/cc.log", lib->dir);
+        char *log = s_read_file(path);
+        cr_log_error("compiler failed:\n%s\n--- source ---\n%s", log ? log : "", lib->res->source);
+        free(log);
+        cr_assert_fail("cc failed for %s", proc->name);
+    }
+    snprintf(path, sizeof path, "%s/routine.so", lib->dir);
+    lib->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(lib->handle, "dlopen: %s", dlerror());
+    void *sym = dlsym(lib->handle, lib->res->entry_name);
+    cr_assert_not_null(sym, "dlsym %s", lib->res->entry_name);
+    memcpy(&lib->entry, &sym, sizeof sym);
+    /* The typed routine is exported too. */
+    cr_assert_not_null(dlsym(lib->handle, lib->res->name));
+}
+
+/* ---- running a routine both ways ----------------------------------------------------------- */
+
+#define S_MAX_BINDS 12
+
+typedef struct s_run {
+    size_t nbinds;
+    troupe_tnode_t *tn[S_MAX_BINDS];
+    void *data[S_MAX_BINDS];
+    const char *static_name; /* optional static index */
+    int64_t static_value;
+    void *merge; /* optional merge buffer */
+} s_run_t;
+
+static void s_bind(s_run_t *r, troupe_tnode_t *tn, void *data)
+{
+    cr_assert_lt(r->nbinds, S_MAX_BINDS);
+    r->tn[r->nbinds] = tn;
+    r->data[r->nbinds] = data;
+    r->nbinds++;
+}
+
+static void s_call(const s_lib_t *lib, const s_run_t *r)
+{
+    void *args[32];
+    const troupe_cgen_result_t *res = lib->res;
+    cr_assert_leq(res->nparams, 32);
+    for (size_t k = 0; k < res->nparams; k++) {
+        const troupe_cgen_param_t *p = &res->params[k];
+        args[k] = NULL;
+        if (p->kind == TROUPE_CGEN_PARAM_NODE_PTR) {
+            for (size_t b = 0; b < r->nbinds; b++)
+                if (r->tn[b] == p->tn)
+                    args[k] = r->data[b];
+            cr_assert_not_null(args[k], "no buffer for parameter %s", p->decl);
+        } else if (p->kind == TROUPE_CGEN_PARAM_STATIC_IDX) {
+            cr_assert(r->static_name != NULL && strcmp(r->static_name, p->sym_name) == 0);
+            args[k] = (void *)&r->static_value;
+        } else {
+            cr_assert_not_null(r->merge);
+            args[k] = r->merge;
+        }
+    }
+    lib->entry(args);
+}
+
+/* Runs the interpreter on copies of the bound buffers (made before the compiled call) and
+ * compares every bound node bytewise with what the compiled routine produced. */
+static void s_compare_with_interp(const troupe_ll_proc_t *proc, const s_run_t *r,
+                                  void *const *before)
+{
+    troupe_interp_buffer_t bufs[S_MAX_BINDS];
+    troupe_interp_static_t st = {-1, r->static_name, r->static_value};
+    for (size_t b = 0; b < r->nbinds; b++) {
+        bufs[b].tn = r->tn[b];
+        bufs[b].data = before[b];
+    }
+    troupe_interp_args_t args = {bufs, r->nbinds, &st, r->static_name ? 1 : 0, r->merge};
+    cr_assert_eq(troupe_interp_run(proc, &args), TROUPE_OK, "interp: %s", troupe_last_error());
+    for (size_t b = 0; b < r->nbinds; b++) {
+        const troupe_tnode_t *tn = r->tn[b];
+        size_t es = troupe_prec_size_bytes(tn->prec);
+        int64_t n = troupe_tnode_num_elems(tn);
+        for (int64_t i = 0; i < n; i++) {
+            const char *x = (const char *)r->data[b] + (size_t)i * es;
+            const char *y = (const char *)before[b] + (size_t)i * es;
+            if (memcmp(x, y, es) != 0) {
+                cr_assert_fail("%s: node #%d element %lld differs from the interpreter: "
+                               "generated %.9g, interpreter %.9g",
+                               proc->name, tn->id, (long long)i,
+                               troupe_prec_load_double(tn->prec, x),
+                               troupe_prec_load_double(tn->prec, y));
+            }
+        }
+    }
+}
+
+/* Compiles proc with `flags`, runs it on the bound buffers (updated in place), and checks the
+ * interpreter agrees bit for bit. */
+static void s_run_flags(const troupe_ll_proc_t *proc, s_run_t *r, const char *flags)
+{
+    void *before[S_MAX_BINDS];
+    for (size_t b = 0; b < r->nbinds; b++) {
+        before[b] = malloc(r->tn[b]->size_bytes);
+        memcpy(before[b], r->data[b], r->tn[b]->size_bytes);
+    }
+    s_lib_t lib;
+    s_lib_open(proc, flags, &lib);
+    s_call(&lib, r);
+    s_compare_with_interp(proc, r, before);
+    s_lib_close(&lib);
+    for (size_t b = 0; b < r->nbinds; b++)
+        free(before[b]);
+}
+
+static const char s_flags[] = "-O2 -Wall -Wextra -Werror";
+
+static void s_run(const troupe_ll_proc_t *proc, s_run_t *r)
+{
+    s_run_flags(proc, r, s_flags);
+}
+
+/* ---- NVRTC helper ------------------------------------------------------------------------- */
+
+/* Emits the CUDA dialect of proc and compiles it with NVRTC; skips without the toolkit. */
+static void s_nvrtc_check(const troupe_ll_proc_t *proc)
+{
+#if TROUPE_HAVE_CUDA
+    troupe_cgen_result_t *res = NULL;
+    char *ptx = NULL, *log = NULL, entry[256];
+    cr_assert_eq(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res), TROUPE_OK, "emit: %s",
+                 troupe_last_error());
+    cr_assert_null(res->entry_name);
+    troupe_status_t st = troupe_nvrtc_compile(res->source, proc->name, "compute_80", &ptx, &log);
+    if (st != TROUPE_OK)
+        cr_log_error("%s\n--- source ---\n%s", log ? log : "", res->source);
+    cr_assert_eq(st, TROUPE_OK, "nvrtc: %s", troupe_last_error());
+    snprintf(entry, sizeof entry, ".entry %s(", proc->name);
+    cr_assert_not_null(strstr(ptx, entry), "PTX lacks '%s'", entry);
+    troupe_free(ptx);
+    troupe_free(log);
+    troupe_cgen_result_destroy(&res);
+#else
+    (void)proc;
+#endif
+}
+
+/* ---- procedures used by several tests ------------------------------------------------------ */
+
+typedef struct s_mm {
+    troupe_ll_proc_t *p;
+    troupe_tnode_t *a, *b, *c;
+} s_mm_t;
+
+/* c[i,k] = sum_j a[i,j] * b[j,k], c zeroed first; 3x4 times 4x5. */
+static void s_build_matmul(s_mm_t *m, const char *name, troupe_prec_t prec)
+{
+    m->p = s_proc(name);
+    m->a = s_node("a", prec, 2, 3, 4);
+    m->b = s_node("b", prec, 2, 4, 5);
+    m->c = s_node("c", prec, 2, 3, 5);
+    troupe_ll_proc_t *p = m->p;
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL), j = troupe_ll_proc_add_symbol(p, NULL),
+            k = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_sc_t *v =
+        troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, m->c, s_ix(i), s_ix(k)),
+                        troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get2(p, m->a, s_ix(i), s_ix(j)),
+                                        s_get2(p, m->b, s_ix(j), s_ix(k))));
+    troupe_ll_t *loops =
+        s_for(p, i, 3, s_for(p, j, 4, s_for(p, k, 5, s_set2(p, m->c, s_ix(i), s_ix(k), v))));
+    s_finish(p, troupe_ll_seq2(p, troupe_ll_zero_out(p, m->c), loops));
+}
+
+static void s_free_matmul(s_mm_t *m)
+{
+    troupe_ll_proc_destroy(&m->p);
+    troupe_tnode_release(&m->a);
+    troupe_tnode_release(&m->b);
+    troupe_tnode_release(&m->c);
+}
+
+/* y[i,j] = relu(x[i,j] + bias[j]), 2x3. */
+static troupe_ll_proc_t *s_build_bias_relu(troupe_tnode_t **x, troupe_tnode_t **bias,
+                                           troupe_tnode_t **y)
+{
+    troupe_ll_proc_t *p = s_proc("bias_relu");
+    *x = s_node("x", TROUPE_PREC_SINGLE, 2, 2, 3);
+    *bias = s_node("bias", TROUPE_PREC_SINGLE, 1, 3, 0);
+    *y = s_node("y", TROUPE_PREC_SINGLE, 2, 2, 3);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL), j = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_sc_t *v =
+        troupe_sc_unop(p, TROUPE_UNOP_RELU,
+                       troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, *x, s_ix(i), s_ix(j)),
+                                       s_get1(p, *bias, s_ix(j))));
+    s_finish(p, s_for(p, i, 2, s_for(p, j, 3, s_set2(p, *y, s_ix(i), s_ix(j), v))));
+    return p;
+}
+
+/* acc[i] = op(acc[i], x[i,j]) for j in 0..5, i in 0..3. */
+static troupe_ll_proc_t *s_build_accum(troupe_binop_t op, troupe_prec_t prec, troupe_tnode_t **acc,
+                                       troupe_tnode_t **x)
+{
+    char name[64];
+    snprintf(name, sizeof name, "accum_%s_%s", troupe_binop_name(op), troupe_prec_name(prec));
+    troupe_ll_proc_t *p = s_proc(name);
+    *acc = s_node("acc", prec, 1, 4, 0);
+    *x = s_node("x", prec, 2, 4, 6);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL), j = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_sc_t *v =
+        troupe_sc_binop(p, op, s_get1(p, *acc, s_ix(i)), s_get2(p, *x, s_ix(i), s_ix(j)));
+    s_finish(p, s_for(p, i, 4, s_for(p, j, 6, s_set1(p, *acc, s_ix(i), v))));
+    return p;
+}
+
+/* ---- tests: C dialect -------------------------------------------------------------------- */
+
+Test(cgen, matmul_3x4x5_single)
+{
+    s_mm_t m;
+    s_build_matmul(&m, "matmul", TROUPE_PREC_SINGLE);
+    float a[12], b[20], c[15], want[15];
+    for (int i = 0; i < 12; i++)
+        a[i] = s_rndf(-2, 2);
+    for (int i = 0; i < 20; i++)
+        b[i] = s_rndf(-2, 2);
+    for (int i = 0; i < 15; i++)
+        c[i] = 99.0f; /* zeroed by the routine */
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 5; k++) {
+            float s = 0.0f;
+            for (int j = 0; j < 4; j++) {
+                volatile float prod = a[i * 4 + j] * b[j * 5 + k];
+                s = s + prod;
+            }
+            want[i * 5 + k] = s;
+        }
+    s_run_t r = {0};
+    s_bind(&r, m.a, a);
+    s_bind(&r, m.b, b);
+    s_bind(&r, m.c, c);
+    s_run(m.p, &r);
+    for (int i = 0; i < 15; i++)
+        cr_expect_eq(c[i], want[i], "c[%d] = %.9g, want %.9g", i, c[i], want[i]);
+    s_free_matmul(&m);
+}
+
+Test(cgen, matmul_int32_and_double)
+{
+    s_mm_t m;
+    s_build_matmul(&m, "matmul_i32", TROUPE_PREC_INT32);
+    int32_t a[12], b[20], c[15] = {0}, want[15];
+    for (int i = 0; i < 12; i++)
+        a[i] = (int32_t)(s_rnd32() % 41) - 20;
+    for (int i = 0; i < 20; i++)
+        b[i] = (int32_t)(s_rnd32() % 41) - 20;
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 5; k++) {
+            want[i * 5 + k] = 0;
+            for (int j = 0; j < 4; j++)
+                want[i * 5 + k] += a[i * 4 + j] * b[j * 5 + k];
+        }
+    s_run_t r = {0};
+    s_bind(&r, m.a, a);
+    s_bind(&r, m.b, b);
+    s_bind(&r, m.c, c);
+    s_run(m.p, &r);
+    for (int i = 0; i < 15; i++)
+        cr_expect_eq(c[i], want[i]);
+    s_free_matmul(&m);
+
+    s_build_matmul(&m, "matmul_f64", TROUPE_PREC_DOUBLE);
+    double da[12], db[20], dc[15] = {0};
+    for (int i = 0; i < 12; i++)
+        da[i] = s_rndf(-1, 1);
+    for (int i = 0; i < 20; i++)
+        db[i] = s_rndf(-1, 1);
+    s_run_t r2 = {0};
+    s_bind(&r2, m.a, da);
+    s_bind(&r2, m.b, db);
+    s_bind(&r2, m.c, dc);
+    s_run(m.p, &r2);
+    double s = 0.0;
+    for (int j = 0; j < 4; j++) {
+        volatile double prod = da[j] * db[j * 5];
+        s = s + prod;
+    }
+    cr_expect_eq(dc[0], s);
+    s_free_matmul(&m);
+}
+
+/* -O3 -march=native may fuse a*b+c unless the unit forbids it: results must not change. */
+Test(cgen, matmul_o3_native_no_contraction)
+{
+    s_mm_t m;
+    s_build_matmul(&m, "matmul_o3", TROUPE_PREC_SINGLE);
+    float a[12], b[20], c[15];
+    for (int i = 0; i < 12; i++)
+        a[i] = s_rndf(-3, 3);
+    for (int i = 0; i < 20; i++)
+        b[i] = s_rndf(-3, 3);
+    s_run_t r = {0};
+    s_bind(&r, m.a, a);
+    s_bind(&r, m.b, b);
+    s_bind(&r, m.c, c);
+    s_run_flags(m.p, &r, "-O3 -march=native -ffp-contract=fast -Wall -Wextra -Werror");
+    s_free_matmul(&m);
+}
+
+Test(cgen, bias_relu)
+{
+    troupe_tnode_t *x, *bias, *y;
+    troupe_ll_proc_t *p = s_build_bias_relu(&x, &bias, &y);
+    float xv[6] = {-1.5f, 0.25f, 3.0f, 0.0f, -0.5f, 2.0f}, bv[3] = {0.5f, -1.0f, 1.0f}, yv[6];
+    s_run_t r = {0};
+    s_bind(&r, x, xv);
+    s_bind(&r, bias, bv);
+    s_bind(&r, y, yv);
+    s_run(p, &r);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) {
+            float s = xv[i * 3 + j] + bv[j];
+            cr_expect_eq(yv[i * 3 + j], s > 0 ? s : 0.0f);
+        }
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&bias);
+    troupe_tnode_release(&y);
+}
+
+static float s_apply_f(troupe_binop_t op, float a, float b)
+{
+    switch (op) {
+    case TROUPE_BINOP_ADD:
+        return a + b;
+    case TROUPE_BINOP_SUB:
+        return a - b;
+    case TROUPE_BINOP_MUL:
+        return a * b;
+    case TROUPE_BINOP_DIV:
+        return a / b;
+    case TROUPE_BINOP_MAX:
+        return fmaxf(a, b);
+    case TROUPE_BINOP_MIN:
+        return fminf(a, b);
+    default:
+        return NAN;
+    }
+}
+
+Test(cgen, accumulate_binops_single_and_int)
+{
+    const troupe_binop_t ops[] = {TROUPE_BINOP_ADD, TROUPE_BINOP_SUB, TROUPE_BINOP_MUL,
+                                  TROUPE_BINOP_DIV, TROUPE_BINOP_MAX, TROUPE_BINOP_MIN};
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        troupe_tnode_t *acc, *x;
+        troupe_ll_proc_t *p = s_build_accum(ops[o], TROUPE_PREC_SINGLE, &acc, &x);
+        float av[4], xv[24], want[4];
+        for (int i = 0; i < 4; i++)
+            av[i] = want[i] = s_rndf(0.5f, 2.0f);
+        for (int i = 0; i < 24; i++)
+            xv[i] = s_rndf(0.5f, 2.0f);
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 6; j++)
+                want[i] = s_apply_f(ops[o], want[i], xv[i * 6 + j]);
+        s_run_t r = {0};
+        s_bind(&r, acc, av);
+        s_bind(&r, x, xv);
+        s_run(p, &r);
+        for (int i = 0; i < 4; i++)
+            cr_expect_eq(av[i], want[i], "%s: acc[%d] = %.9g, want %.9g", troupe_binop_name(ops[o]),
+                         i, av[i], want[i]);
+        s_nvrtc_check(p);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&acc);
+        troupe_tnode_release(&x);
+
+        /* The same accumulation in int32 (division truncates; no divisor is 0). */
+        p = s_build_accum(ops[o], TROUPE_PREC_INT32, &acc, &x);
+        int32_t ai[4], xi[24], wi[4];
+        for (int i = 0; i < 4; i++)
+            ai[i] = wi[i] = (int32_t)(s_rnd32() % 1000) + 1000;
+        for (int i = 0; i < 24; i++)
+            xi[i] = (int32_t)(s_rnd32() % 3) + 1;
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 6; j++) {
+                int32_t a = wi[i], b = xi[i * 6 + j];
+                switch (ops[o]) {
+                case TROUPE_BINOP_ADD:
+                    wi[i] = a + b;
+                    break;
+                case TROUPE_BINOP_SUB:
+                    wi[i] = a - b;
+                    break;
+                case TROUPE_BINOP_MUL:
+                    wi[i] = (int32_t)((uint32_t)a * (uint32_t)b);
+                    break;
+                case TROUPE_BINOP_DIV:
+                    wi[i] = a / b;
+                    break;
+                case TROUPE_BINOP_MAX:
+                    wi[i] = a > b ? a : b;
+                    break;
+                default:
+                    wi[i] = a < b ? a : b;
+                    break;
+                }
+            }
+        s_run_t ri = {0};
+        s_bind(&ri, acc, ai);
+        s_bind(&ri, x, xi);
+        s_run(p, &ri);
+        for (int i = 0; i < 4; i++)
+            cr_expect_eq(ai[i], wi[i], "int32 %s: acc[%d] = %d, want %d", troupe_binop_name(ops[o]),
+                         i, ai[i], wi[i]);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&acc);
+        troupe_tnode_release(&x);
+    }
+}
+
+/* |got - want| within `ulps` units in the last place of want. */
+static bool s_near_ulp(float got, float want, int ulps)
+{
+    if (isnan(want))
+        return isnan(got);
+    if (got == want)
+        return true;
+    float step = nextafterf(fabsf(want), INFINITY) - fabsf(want);
+    return fabsf(got - want) <= (float)ulps * step;
+}
+
+static troupe_ll_proc_t *s_build_unary3(troupe_tnode_t **x, troupe_tnode_t **ye,
+                                        troupe_tnode_t **yl, troupe_tnode_t **yt)
+{
+    troupe_ll_proc_t *p = s_proc("exp_log_tanh");
+    *x = s_node("x", TROUPE_PREC_SINGLE, 1, 64, 0);
+    *ye = s_node("exp", TROUPE_PREC_SINGLE, 1, 64, 0);
+    *yl = s_node("log", TROUPE_PREC_SINGLE, 1, 64, 0);
+    *yt = s_node("tanh", TROUPE_PREC_SINGLE, 1, 64, 0);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *items[3] = {
+        s_set1(p, *ye, s_ix(i), troupe_sc_unop(p, TROUPE_UNOP_EXP, s_get1(p, *x, s_ix(i)))),
+        s_set1(p, *yl, s_ix(i), troupe_sc_unop(p, TROUPE_UNOP_LOG, s_get1(p, *x, s_ix(i)))),
+        s_set1(p, *yt, s_ix(i), troupe_sc_unop(p, TROUPE_UNOP_TANH_APPROX, s_get1(p, *x, s_ix(i)))),
+    };
+    s_finish(p, s_for(p, i, 64, troupe_ll_seq(p, 3, items)));
+    return p;
+}
+
+Test(cgen, exp_log_tanh)
+{
+    troupe_tnode_t *x, *ye, *yl, *yt;
+    troupe_ll_proc_t *p = s_build_unary3(&x, &ye, &yl, &yt);
+    float xv[64], e[64], l[64], t[64];
+    for (int i = 0; i < 64; i++)
+        xv[i] = s_rndf(0.001f, 20.0f);
+    xv[0] = 1.0f;
+    xv[1] = 0.0f; /* log(0) = -inf */
+    s_run_t r = {0};
+    s_bind(&r, x, xv);
+    s_bind(&r, ye, e);
+    s_bind(&r, yl, l);
+    s_bind(&r, yt, t);
+    s_run(p, &r);
+    for (int i = 0; i < 64; i++) {
+        cr_expect(s_near_ulp(e[i], expf(xv[i]), 2), "exp(%.9g) = %.9g", xv[i], e[i]);
+        cr_expect(s_near_ulp(l[i], logf(xv[i]), 2), "log(%.9g) = %.9g", xv[i], l[i]);
+        cr_expect(s_near_ulp(t[i], tanhf(xv[i]), 2), "tanh(%.9g) = %.9g", xv[i], t[i]);
+    }
+    cr_expect(isinf(l[1]) && l[1] < 0);
+    cr_expect_eq(e[0], expf(1.0f));
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&ye);
+    troupe_tnode_release(&yl);
+    troupe_tnode_release(&yt);
+}
+
+/* out[i] = x[i] * 3 + in[i], out and in of a small float precision, x single. */
+static troupe_ll_proc_t *s_build_small_out(troupe_prec_t prec, troupe_tnode_t **x,
+                                           troupe_tnode_t **in, troupe_tnode_t **out)
+{
+    char name[64];
+    snprintf(name, sizeof name, "small_out_%s", troupe_prec_name(prec));
+    troupe_ll_proc_t *p = s_proc(name);
+    *x = s_node("x", TROUPE_PREC_SINGLE, 1, 40, 0);
+    *in = s_node("in", prec, 1, 40, 0);
+    *out = s_node("out", prec, 1, 40, 0);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_sc_t *v = troupe_sc_binop(
+        p, TROUPE_BINOP_ADD,
+        troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get1(p, *x, s_ix(i)), troupe_sc_constant(p, 3.0)),
+        s_get1(p, *in, s_ix(i)));
+    s_finish(p, s_for(p, i, 40, s_set1(p, *out, s_ix(i), v)));
+    return p;
+}
+
+static void s_small_out_case(troupe_prec_t prec, float range)
+{
+    troupe_tnode_t *x, *in, *out;
+    troupe_ll_proc_t *p = s_build_small_out(prec, &x, &in, &out);
+    float xv[40];
+    uint16_t in16[40], out16[40];
+    uint8_t in8[40], out8[40];
+    bool is8 = prec == TROUPE_PREC_FP8;
+    for (int i = 0; i < 40; i++)
+        xv[i] = s_rndf(-range, range);
+    /* Ties of each format: 1 + half an ulp, and overflow. */
+    xv[0] = prec == TROUPE_PREC_HALF ? (1.0f + 0x1p-11f) / 3.0f : 0.5f;
+    xv[1] = 1e30f;
+    for (int i = 0; i < 40; i++) {
+        float v = s_rndf(-range, range);
+        if (is8)
+            in8[i] = troupe_single_to_fp8(v);
+        else
+            in16[i] =
+                prec == TROUPE_PREC_HALF ? troupe_single_to_half(v) : troupe_single_to_bfloat16(v);
+    }
+    s_run_t r = {0};
+    s_bind(&r, x, xv);
+    s_bind(&r, in, is8 ? (void *)in8 : (void *)in16);
+    s_bind(&r, out, is8 ? (void *)out8 : (void *)out16);
+    s_run(p, &r);
+    for (int i = 0; i < 40; i++) {
+        volatile float prod = xv[i] * 3.0f;
+        if (is8) {
+            float s = prod + troupe_fp8_to_single(in8[i]);
+            cr_expect_eq(out8[i], troupe_single_to_fp8(s), "fp8 out[%d] = %02x", i, out8[i]);
+        } else if (prec == TROUPE_PREC_HALF) {
+            float s = prod + troupe_half_to_single(in16[i]);
+            cr_expect_eq(out16[i], troupe_single_to_half(s), "half out[%d] = %04x", i, out16[i]);
+        } else {
+            float s = prod + troupe_bfloat16_to_single(in16[i]);
+            cr_expect_eq(out16[i], troupe_single_to_bfloat16(s), "bf16 out[%d] = %04x", i,
+                         out16[i]);
+        }
+    }
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&in);
+    troupe_tnode_release(&out);
+}
+
+Test(cgen, half_output)
+{
+    s_small_out_case(TROUPE_PREC_HALF, 1000.0f);
+}
+
+Test(cgen, bfloat16_output)
+{
+    s_small_out_case(TROUPE_PREC_BFLOAT16, 1e6f);
+}
+
+Test(cgen, fp8_output)
+{
+    s_small_out_case(TROUPE_PREC_FP8, 100.0f);
+}
+
+/* out[i] = in[i] (a conversion from `from` to `to`) over n elements. */
+static troupe_ll_proc_t *s_build_convert(troupe_prec_t from, troupe_prec_t to, int64_t n,
+                                         troupe_tnode_t **in, troupe_tnode_t **out)
+{
+    char name[64];
+    snprintf(name, sizeof name, "conv_%s_%s", troupe_prec_name(from), troupe_prec_name(to));
+    troupe_ll_proc_t *p = s_proc(name);
+    *in = s_node("in", from, 1, n, 0);
+    *out = s_node("out", to, 1, n, 0);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    s_finish(p, s_for(p, i, n, s_set1(p, *out, s_ix(i), s_get1(p, *in, s_ix(i)))));
+    return p;
+}
+
+/* Every code of each small format decodes as ir/prec.c decodes it (NaN payloads included). */
+Test(cgen, small_float_decoders_exhaustive)
+{
+    const troupe_prec_t precs[] = {TROUPE_PREC_HALF, TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8};
+    for (size_t k = 0; k < 3; k++) {
+        int64_t n = precs[k] == TROUPE_PREC_FP8 ? 256 : 65536;
+        troupe_tnode_t *in, *out;
+        troupe_ll_proc_t *p = s_build_convert(precs[k], TROUPE_PREC_SINGLE, n, &in, &out);
+        uint16_t *codes16 = malloc(sizeof(uint16_t) * (size_t)n);
+        uint8_t codes8[256];
+        uint32_t *got = malloc(sizeof(uint32_t) * (size_t)n);
+        for (int64_t c = 0; c < n; c++) {
+            codes16[c] = (uint16_t)c;
+            codes8[c & 255] = (uint8_t)c;
+        }
+        s_run_t r = {0};
+        s_bind(&r, in, precs[k] == TROUPE_PREC_FP8 ? (void *)codes8 : (void *)codes16);
+        s_bind(&r, out, got);
+        s_run(p, &r);
+        for (int64_t c = 0; c < n; c++) {
+            float want = precs[k] == TROUPE_PREC_HALF       ? troupe_half_to_single((uint16_t)c)
+                         : precs[k] == TROUPE_PREC_BFLOAT16 ? troupe_bfloat16_to_single((uint16_t)c)
+                                                            : troupe_fp8_to_single((uint8_t)c);
+            uint32_t wb;
+            memcpy(&wb, &want, 4);
+            cr_assert_eq(got[c], wb, "%s code %llx: %08x, want %08x", troupe_prec_name(precs[k]),
+                         (unsigned long long)c, got[c], wb);
+        }
+        free(codes16);
+        free(got);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&in);
+        troupe_tnode_release(&out);
+    }
+}
+
+/* Random and edge-case floats encode as ir/prec.c encodes them. */
+Test(cgen, small_float_encoders)
+{
+    const troupe_prec_t precs[] = {TROUPE_PREC_HALF, TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8};
+    enum { N = 20000 };
+    uint32_t *bits = malloc(sizeof(uint32_t) * N);
+    const uint32_t edges[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                              0x7f800001u, 0xffc12345u, 0x3f800000u, 0x3fc00000u, 0x3fe00000u,
+                              0x477fe000u, 0x477ff000u, 0x47800000u, 0x33800000u, 0x33000000u,
+                              0x33000001u, 0x37800000u, 0x37000000u, 0x3f808000u, 0x3f818000u,
+                              0x7f7fffffu, 0x00000001u, 0x387fc000u, 0x47600000u, 0x47700000u};
+    for (int i = 0; i < N; i++)
+        bits[i] = s_rnd32();
+    memcpy(bits, edges, sizeof edges);
+    /* Values near each format's range, where rounding is interesting. */
+    for (int i = 100; i < N / 2; i++) {
+        float f = ldexpf(s_rndf(1.0f, 2.0f), (int)(s_rnd32() % 50) - 30);
+        memcpy(&bits[i], &f, 4);
+    }
+    for (size_t k = 0; k < 3; k++) {
+        troupe_tnode_t *in, *out;
+        troupe_ll_proc_t *p = s_build_convert(TROUPE_PREC_SINGLE, precs[k], N, &in, &out);
+        uint16_t *o16 = calloc(N, sizeof(uint16_t));
+        uint8_t *o8 = calloc(N, 1);
+        s_run_t r = {0};
+        s_bind(&r, in, bits);
+        s_bind(&r, out, precs[k] == TROUPE_PREC_FP8 ? (void *)o8 : (void *)o16);
+        s_run(p, &r);
+        for (int i = 0; i < N; i++) {
+            float f;
+            memcpy(&f, &bits[i], 4);
+            if (precs[k] == TROUPE_PREC_HALF)
+                cr_assert_eq(o16[i], troupe_single_to_half(f), "half(%08x)", bits[i]);
+            else if (precs[k] == TROUPE_PREC_BFLOAT16)
+                cr_assert_eq(o16[i], troupe_single_to_bfloat16(f), "bf16(%08x)", bits[i]);
+            else
+                cr_assert_eq(o8[i], troupe_single_to_fp8(f), "fp8(%08x)", bits[i]);
+        }
+        /* Known vectors (OCANNL_NOTES §8.2): fp8 1.5 -> 0x3e (OCANNL's bug gave 0x3d). */
+        if (precs[k] == TROUPE_PREC_FP8)
+            cr_expect_eq(o8[8], 0x3e);
+        free(o16);
+        free(o8);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&in);
+        troupe_tnode_release(&out);
+    }
+    free(bits);
+}
+
+static troupe_uint4x32_t s_key(int64_t k)
+{
+    troupe_uint4x32_t r = {{(uint32_t)k, (uint32_t)((uint64_t)k >> 32), 0, 0}};
+    return r;
+}
+
+/* u[i] = uniform1(threefry(key, i)) for the given precision and variant. */
+static troupe_ll_proc_t *s_build_uniform1(troupe_prec_t prec, troupe_binop_t variant, int64_t key,
+                                          troupe_tnode_t **u)
+{
+    char name[64];
+    snprintf(name, sizeof name, "uniform1_%s_%s", troupe_prec_name(prec),
+             variant == TROUPE_BINOP_THREEFRY4X32_CRYPTO ? "crypto" : "light");
+    troupe_ll_proc_t *p = s_proc(name);
+    *u = s_node("u", prec, 1, 32, 0);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_sc_t *bits = troupe_sc_binop(p, variant, troupe_sc_constant_bits(p, key),
+                                        troupe_sc_embed_index(p, s_ix(i)));
+    troupe_sc_t *v = troupe_sc_unop(p, TROUPE_UNOP_UINT4X32_TO_PREC_UNIFORM1, bits);
+    s_finish(p, s_for(p, i, 32, s_set1(p, *u, s_ix(i), v)));
+    return p;
+}
+
+Test(cgen, threefry_uniform1)
+{
+    const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE,   TROUPE_PREC_HALF, TROUPE_PREC_DOUBLE,
+                                   TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8,  TROUPE_PREC_INT32};
+    const troupe_binop_t variants[] = {TROUPE_BINOP_THREEFRY4X32_CRYPTO,
+                                       TROUPE_BINOP_THREEFRY4X32_LIGHT};
+    for (size_t k = 0; k < sizeof precs / sizeof precs[0]; k++)
+        for (size_t v = 0; v < 2; v++) {
+            int64_t key = 0x123456789abLL + (int64_t)k;
+            troupe_tnode_t *u;
+            troupe_ll_proc_t *p = s_build_uniform1(precs[k], variants[v], key, &u);
+            size_t es = troupe_prec_size_bytes(precs[k]);
+            unsigned char got[32 * 8], want[8];
+            s_run_t r = {0};
+            s_bind(&r, u, got);
+            s_run(p, &r);
+            for (int i = 0; i < 32; i++) {
+                troupe_uint4x32_t ctr; /* the index is a uint32 counter: spread */
+                uint32_t ui = (uint32_t)i;
+                cr_assert_eq(troupe_prec_bits_to_uint4x32(TROUPE_PREC_UINT32, &ui, &ctr),
+                             TROUPE_OK);
+                troupe_uint4x32_t x = variants[v] == TROUPE_BINOP_THREEFRY4X32_CRYPTO
+                                          ? troupe_threefry4x32_crypto(s_key(key), ctr)
+                                          : troupe_threefry4x32_light(s_key(key), ctr);
+                cr_assert_eq(troupe_uint4x32_to_prec_uniform1(precs[k], x, want), TROUPE_OK);
+                cr_expect(memcmp(got + (size_t)i * es, want, es) == 0, "%s element %d", p->name, i);
+            }
+            if (k < 2)
+                s_nvrtc_check(p);
+            troupe_ll_proc_destroy(&p);
+            troupe_tnode_release(&u);
+        }
+}
+
+/* v[len*i .. len*i+len-1] = uniform_vec(threefry_crypto(key, i)). */
+static troupe_ll_proc_t *s_build_uniform_vec(troupe_prec_t prec, int64_t key, troupe_tnode_t **v,
+                                             int *len)
+{
+    char name[64];
+    snprintf(name, sizeof name, "uniform_vec_%s", troupe_prec_name(prec));
+    *len = (int)troupe_vec_unop_output_count(TROUPE_VEC_UNOP_UINT4X32_TO_PREC_UNIFORM, prec);
+    troupe_ll_proc_t *p = s_proc(name);
+    *v = s_node("v", prec, 2, 3, 4 * *len);
+    int32_t b = troupe_ll_proc_add_symbol(p, NULL), i = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t ctr_idx = troupe_idx_sym(i);
+    ctr_idx.nterms = 2;
+    ctr_idx.terms[1].coeff = 4;
+    ctr_idx.terms[1].sym = b; /* counter = 4*b + i */
+    troupe_sc_t *bits =
+        troupe_sc_binop(p, TROUPE_BINOP_THREEFRY4X32_CRYPTO, troupe_sc_constant_bits(p, key),
+                        troupe_sc_embed_index(p, ctr_idx));
+    troupe_axis_index_t at[2] = {s_ix(b), s_aff(*len, i, 0)};
+    troupe_ll_t *set =
+        troupe_ll_set_from_vec(p, *v, at, *len, TROUPE_VEC_UNOP_UINT4X32_TO_PREC_UNIFORM, bits);
+    s_finish(p, s_for(p, b, 3, s_for(p, i, 4, set)));
+    return p;
+}
+
+Test(cgen, threefry_uniform_vec)
+{
+    const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE, TROUPE_PREC_HALF,   TROUPE_PREC_BFLOAT16,
+                                   TROUPE_PREC_FP8,    TROUPE_PREC_DOUBLE, TROUPE_PREC_BYTE};
+    for (size_t k = 0; k < sizeof precs / sizeof precs[0]; k++) {
+        troupe_tnode_t *v;
+        int len;
+        troupe_ll_proc_t *p = s_build_uniform_vec(precs[k], 42, &v, &len);
+        unsigned char *got = calloc(1, v->size_bytes);
+        s_run_t r = {0};
+        s_bind(&r, v, got);
+        s_run(p, &r);
+        for (int c = 0; c < 12; c++) {
+            troupe_uint4x32_t ctr, x;
+            unsigned char want[16];
+            size_t cnt = 0;
+            uint32_t uc = (uint32_t)c;
+            cr_assert_eq(troupe_prec_bits_to_uint4x32(TROUPE_PREC_UINT32, &uc, &ctr), TROUPE_OK);
+            x = troupe_threefry4x32_crypto(s_key(42), ctr);
+            cr_assert_eq(troupe_uint4x32_to_prec_uniform(precs[k], x, want, &cnt), TROUPE_OK);
+            cr_assert_eq((int)cnt, len);
+            cr_expect(memcmp(got + 16 * c, want, 16) == 0, "%s counter %d", p->name, c);
+        }
+        s_nvrtc_check(p);
+        free(got);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&v);
+    }
+}
+
+/* A uint4x32 node holding raw Threefry output, then split into uint32 words. */
+Test(cgen, threefry_raw_uint4x32)
+{
+    troupe_ll_proc_t *p = s_proc("threefry_raw");
+    troupe_tnode_t *r4 = s_node("r", TROUPE_PREC_UINT4X32, 1, 8, 0);
+    troupe_tnode_t *w0 = s_node("w0", TROUPE_PREC_UINT32, 1, 8, 0);
+    troupe_tnode_t *k0 = s_node("kat", TROUPE_PREC_UINT4X32, 0, 0, 0);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *kat_set = troupe_ll_set(p, k0, NULL,
+                                         troupe_sc_binop(p, TROUPE_BINOP_THREEFRY4X32_LIGHT,
+                                                         troupe_sc_constant_bits(p, 0),
+                                                         troupe_sc_constant_bits(p, 0)));
+    troupe_ll_t *items[2] = {
+        s_set1(p, r4, s_ix(i),
+               troupe_sc_binop(p, TROUPE_BINOP_THREEFRY4X32_LIGHT, troupe_sc_constant_bits(p, 0),
+                               troupe_sc_embed_index(p, s_ix(i)))),
+        s_set1(p, w0, s_ix(i), s_get1(p, r4, s_ix(i))),
+    };
+    s_finish(p, troupe_ll_seq2(p, kat_set, s_for(p, i, 8, troupe_ll_seq(p, 2, items))));
+    troupe_uint4x32_t got[8], kat;
+    uint32_t words[8];
+    s_run_t r = {0};
+    s_bind(&r, r4, got);
+    s_bind(&r, w0, words);
+    s_bind(&r, k0, &kat);
+    s_run(p, &r);
+    /* Key 0, counter 0 (constant bits: {0, 0, 0, 0}): {0, 0, 0, 0x1bd11bdb} (OCANNL_NOTES
+     * §8.3). */
+    cr_expect(kat.v[0] == 0 && kat.v[1] == 0 && kat.v[2] == 0 && kat.v[3] == 0x1bd11bdbu,
+              "%08x %08x %08x %08x", kat.v[0], kat.v[1], kat.v[2], kat.v[3]);
+    for (int k = 0; k < 8; k++) {
+        troupe_uint4x32_t ctr;
+        uint32_t uk = (uint32_t)k;
+        cr_assert_eq(troupe_prec_bits_to_uint4x32(TROUPE_PREC_UINT32, &uk, &ctr), TROUPE_OK);
+        troupe_uint4x32_t want = troupe_threefry4x32_light(s_key(0), ctr);
+        cr_expect(memcmp(&got[k], &want, 16) == 0, "counter %d", k);
+        cr_expect_eq(words[k], want.v[0]);
+    }
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&r4);
+    troupe_tnode_release(&w0);
+    troupe_tnode_release(&k0);
+}
+
+Test(cgen, deterministic_sorted_parameters)
+{
+    s_mm_t m;
+    s_build_matmul(&m, "matmul_det", TROUPE_PREC_SINGLE);
+    troupe_cgen_result_t *r1 = NULL, *r2 = NULL;
+    cr_assert_eq(troupe_cgen_emit(m.p, TROUPE_CGEN_C, &r1), TROUPE_OK);
+    cr_assert_eq(troupe_cgen_emit(m.p, TROUPE_CGEN_C, &r2), TROUPE_OK);
+    cr_assert_eq(r1->source_len, r2->source_len);
+    cr_assert_str_eq(r1->source, r2->source);
+    cr_assert_eq(r1->nparams, 3);
+    for (size_t k = 1; k < r1->nparams; k++)
+        cr_expect_lt(strcmp(r1->params[k - 1].decl, r1->params[k].decl), 0, "%s / %s",
+                     r1->params[k - 1].decl, r1->params[k].decl);
+    char want_a[64], want_c[64];
+    snprintf(want_a, sizeof want_a, "const float *restrict n%d_a", m.a->id);
+    snprintf(want_c, sizeof want_c, "float *n%d_c", m.c->id); /* read and written */
+    ptrdiff_t ka = troupe_cgen_find_node_param(r1, m.a), kc = troupe_cgen_find_node_param(r1, m.c);
+    cr_assert(ka >= 0 && kc >= 0 && troupe_cgen_find_node_param(r1, m.b) >= 0);
+    cr_expect_str_eq(r1->params[ka].decl, want_a);
+    cr_expect_str_eq(r1->params[kc].decl, want_c);
+    cr_expect_eq(kc, 2, "the only non-const parameter sorts last");
+    cr_expect(r1->params[kc].is_read && r1->params[kc].is_written);
+    cr_expect(r1->params[ka].is_read && !r1->params[ka].is_written);
+    cr_expect_str_eq(r1->entry_name, "matmul_det_entry");
+    cr_expect_not_null(strstr(r1->source, "void matmul_det_entry(void **args)"));
+    /* Loops and row-major offsets as documented. */
+    cr_expect_not_null(strstr(r1->source, "for (int64_t i0 = 0; i0 <= 2; ++i0)"));
+    char off[64];
+    snprintf(off, sizeof off, "n%d_a[4*i0 + i1]", m.a->id);
+    cr_expect_not_null(strstr(r1->source, off), "%s", r1->source);
+    /* Only the helpers used: plain float code needs no prelude section. */
+    cr_expect_null(strstr(r1->source, "/* prelude:"));
+    troupe_cgen_result_destroy(&r1);
+    troupe_cgen_result_destroy(&r2);
+    cr_assert_null(r1);
+
+    /* The CUDA dialect: same parameters, __restrict__, single-thread guard. */
+    cr_assert_eq(troupe_cgen_emit(m.p, TROUPE_CGEN_CUDA, &r1), TROUPE_OK);
+    cr_expect_not_null(strstr(r1->source, "extern \"C\" __global__ void matmul_det("));
+    cr_expect_not_null(strstr(r1->source, "if (threadIdx.x != 0 || blockIdx.x != 0) return;"));
+    cr_expect_not_null(strstr(r1->source, "__restrict__"));
+    cr_expect_null(strstr(r1->source, "#include"));
+    troupe_cgen_result_destroy(&r1);
+    s_nvrtc_check(m.p);
+    s_free_matmul(&m);
+}
+
+Test(cgen, static_index_slice)
+{
+    troupe_ll_proc_t *p = s_proc("slice");
+    troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 2, 3, 4);
+    troupe_tnode_t *y = s_node("y", TROUPE_PREC_SINGLE, 1, 4, 0);
+    int32_t batch = troupe_ll_proc_add_static_symbol(p, "batch", 3);
+    int32_t j = troupe_ll_proc_add_symbol(p, NULL);
+    s_finish(p, s_for(p, j, 4, s_set1(p, y, s_ix(j), s_get2(p, x, s_ix(batch), s_ix(j)))));
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_OK);
+    ptrdiff_t k = troupe_cgen_find_static_param(res, "batch");
+    cr_assert_geq(k, 0);
+    cr_expect_eq(res->params[k].kind, TROUPE_CGEN_PARAM_STATIC_IDX);
+    cr_expect_eq(res->params[k].static_range, 3);
+    cr_expect_eq(res->params[k].sym, batch);
+    cr_expect_str_eq(res->params[k].decl, "const int64_t s0_batch");
+    troupe_cgen_result_destroy(&res);
+
+    float xv[12], yv[4];
+    for (int i = 0; i < 12; i++)
+        xv[i] = (float)i;
+    s_lib_t lib;
+    s_lib_open(p, s_flags, &lib);
+    for (int64_t b = 0; b < 3; b++) { /* one compiled routine, the index read at each call */
+        s_run_t r = {0};
+        s_bind(&r, x, xv);
+        s_bind(&r, y, yv);
+        r.static_name = "batch";
+        r.static_value = b;
+        s_call(&lib, &r);
+        for (int q = 0; q < 4; q++)
+            cr_expect_eq(yv[q], (float)(b * 4 + q));
+    }
+    s_lib_close(&lib);
+    s_run_t r = {0};
+    s_bind(&r, x, xv);
+    s_bind(&r, y, yv);
+    r.static_name = "batch";
+    r.static_value = 2;
+    s_run(p, &r);
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&y);
+}
+
+Test(cgen, merge_buffer_parameter)
+{
+    troupe_ll_proc_t *p = s_proc("merge_add");
+    troupe_tnode_t *g = s_node("grad", TROUPE_PREC_SINGLE, 1, 5, 0);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t at = s_ix(i);
+    troupe_sc_t *v = troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, g, s_ix(i)),
+                                     troupe_sc_get_merge_buffer(p, g, &at));
+    s_finish(p, s_for(p, i, 5, s_set1(p, g, s_ix(i), v)));
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_OK);
+    cr_assert_eq(res->nparams, 2);
+    ptrdiff_t k = troupe_cgen_find_merge_param(res);
+    cr_assert_geq(k, 0);
+    cr_expect_str_eq(res->params[k].decl, "const float *merge_buffer");
+    cr_expect_eq(res->params[k].tn, g);
+    troupe_cgen_result_destroy(&res);
+
+    float gv[5] = {1, 2, 3, 4, 5}, mv[5] = {10, 20, 30, 40, 50};
+    s_run_t r = {0};
+    s_bind(&r, g, gv);
+    r.merge = mv;
+    s_run(p, &r);
+    for (int q = 0; q < 5; q++)
+        cr_expect_eq(gv[q], (float)(q + 1) * 11.0f);
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&g);
+}
+
+/* A Local node is an array inside the routine, a Virtual one only a local-scope variable. */
+Test(cgen, local_array_and_local_scope)
+{
+    troupe_ll_proc_t *p = s_proc("locals");
+    troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 1, 6, 0);
+    troupe_tnode_t *tmp = s_node("tmp", TROUPE_PREC_SINGLE, 1, 6, 0);
+    troupe_tnode_t *virt = s_node("virt", TROUPE_PREC_HALF, 0, 0, 0);
+    troupe_tnode_t *y = s_node("y", TROUPE_PREC_SINGLE, 1, 6, 0);
+    s_set_mode(tmp, TROUPE_MM_LOCAL);
+    s_set_mode(virt, TROUPE_MM_VIRTUAL);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    int32_t scope = troupe_ll_proc_new_scope_id(p);
+    /* tmp[i] = x[i] * 2; y[i] = (local scope: virt := tmp[i] / 3) + 1; the scope's variable
+     * has virt's computation type (float), so nothing is rounded to half. */
+    troupe_ll_t *body = troupe_ll_set_local(
+        p, scope,
+        troupe_sc_binop(p, TROUPE_BINOP_DIV, s_get1(p, tmp, s_ix(i)), troupe_sc_constant(p, 3)));
+    troupe_sc_t *ls = troupe_sc_local_scope(p, scope, virt, body, NULL);
+    troupe_ll_t *items[2] = {
+        s_set1(
+            p, tmp, s_ix(i),
+            troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get1(p, x, s_ix(i)), troupe_sc_constant(p, 2))),
+        s_set1(p, y, s_ix(i), troupe_sc_binop(p, TROUPE_BINOP_ADD, ls, troupe_sc_constant(p, 1))),
+    };
+    s_finish(p, s_for(p, i, 6, troupe_ll_seq(p, 2, items)));
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_OK, "%s", troupe_last_error());
+    cr_expect_eq(res->nparams, 2, "x and y only");
+    cr_expect_lt(troupe_cgen_find_node_param(res, tmp), 0);
+    cr_expect_lt(troupe_cgen_find_node_param(res, virt), 0);
+    char decl[64];
+    snprintf(decl, sizeof decl, "float n%d_tmp[6] = {0};", tmp->id);
+    cr_expect_not_null(strstr(res->source, decl), "%s", res->source);
+    troupe_cgen_result_destroy(&res);
+
+    float xv[6] = {0.1f, 1.0f, 2.5f, -3.0f, 1000.0f, 7.0f}, yv[6];
+    s_run_t r = {0};
+    s_bind(&r, x, xv);
+    s_bind(&r, y, yv);
+    s_run(p, &r);
+    for (int q = 0; q < 6; q++) {
+        volatile float t = xv[q] * 2.0f;
+        float h = t / 3.0f;
+        cr_expect_eq(yv[q], h + 1.0f, "y[%d] = %.9g", q, yv[q]);
+    }
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&tmp);
+    troupe_tnode_release(&virt);
+    troupe_tnode_release(&y);
+}
+
+/* where, fma, integer gates and comparisons in several precisions, against the interpreter. */
+Test(cgen, mixed_ops_against_interpreter)
+{
+    const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE, TROUPE_PREC_DOUBLE, TROUPE_PREC_INT32,
+                                   TROUPE_PREC_BYTE,   TROUPE_PREC_HALF,   TROUPE_PREC_UINT64};
+    for (size_t k = 0; k < sizeof precs / sizeof precs[0]; k++) {
+        troupe_prec_t pr = precs[k];
+        char name[64];
+        snprintf(name, sizeof name, "mixed_%s", troupe_prec_name(pr));
+        troupe_ll_proc_t *p = s_proc(name);
+        troupe_tnode_t *a = s_node("a", pr, 1, 16, 0),
+                       *b = s_node("b", TROUPE_PREC_SINGLE, 1, 16, 0);
+        troupe_tnode_t *o1 = s_node("o1", pr, 1, 16, 0), *o2 = s_node("o2", pr, 1, 16, 0);
+        troupe_tnode_t *o3 = s_node("o3", pr, 1, 16, 0);
+        int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+        troupe_ll_t *items[3] = {
+            /* o1 = where(a < b, max(a, 2), relu_gate(b, a) - 1) */
+            s_set1(p, o1, s_ix(i),
+                   troupe_sc_ternop(p, TROUPE_TERNOP_WHERE,
+                                    troupe_sc_binop(p, TROUPE_BINOP_CMPLT, s_get1(p, a, s_ix(i)),
+                                                    s_get1(p, b, s_ix(i))),
+                                    troupe_sc_binop(p, TROUPE_BINOP_MAX, s_get1(p, a, s_ix(i)),
+                                                    troupe_sc_constant(p, 2)),
+                                    troupe_sc_binop(p, TROUPE_BINOP_SUB,
+                                                    troupe_sc_binop(p, TROUPE_BINOP_RELU_GATE,
+                                                                    s_get1(p, b, s_ix(i)),
+                                                                    s_get1(p, a, s_ix(i))),
+                                                    troupe_sc_constant(p, 1)))),
+            /* o2 = fma(a, b, i) */
+            s_set1(p, o2, s_ix(i),
+                   troupe_sc_ternop(p, TROUPE_TERNOP_FMA, s_get1(p, a, s_ix(i)),
+                                    s_get1(p, b, s_ix(i)), troupe_sc_embed_index(p, s_ix(i)))),
+            /* o3 = satur01(a / 4) + min(neg a, -5.5) */
+            s_set1(p, o3, s_ix(i),
+                   troupe_sc_binop(
+                       p, TROUPE_BINOP_ADD,
+                       troupe_sc_unop(p, TROUPE_UNOP_SATUR01,
+                                      troupe_sc_binop(p, TROUPE_BINOP_DIV, s_get1(p, a, s_ix(i)),
+                                                      troupe_sc_constant(p, 4))),
+                       troupe_sc_binop(p, TROUPE_BINOP_MIN,
+                                       troupe_sc_unop(p, TROUPE_UNOP_NEG, s_get1(p, a, s_ix(i))),
+                                       troupe_sc_constant(p, -5.5)))),
+        };
+        s_finish(p, s_for(p, i, 16, troupe_ll_seq(p, 3, items)));
+        void *av = s_buffer(a), *bv = s_buffer(b), *v1 = s_buffer(o1), *v2 = s_buffer(o2),
+             *v3 = s_buffer(o3);
+        s_fill_float(a, av, 0.0f, 12.0f);
+        /* b is converted into pr: keep it in range (C's float->unsigned is undefined below 0). */
+        bool is_unsigned = pr == TROUPE_PREC_BYTE || pr == TROUPE_PREC_UINT64;
+        s_fill_float(b, bv, is_unsigned ? 0.0f : -3.0f, 12.0f);
+        s_run_t r = {0};
+        s_bind(&r, a, av);
+        s_bind(&r, b, bv);
+        s_bind(&r, o1, v1);
+        s_bind(&r, o2, v2);
+        s_bind(&r, o3, v3);
+        s_run(p, &r);
+        s_nvrtc_check(p);
+        free(av), free(bv), free(v1), free(v2), free(v3);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&a);
+        troupe_tnode_release(&b);
+        troupe_tnode_release(&o1);
+        troupe_tnode_release(&o2);
+        troupe_tnode_release(&o3);
+    }
+}
+
+/* Un-optimized procedures: every directly accessed node is a parameter unless Local/Virtual;
+ * nodes without a memory mode are parameters; a read-only node is const. */
+Test(cgen, unoptimized_parameter_rule)
+{
+    troupe_ll_proc_t *p = s_proc("copy_rule");
+    troupe_tnode_t *src = s_node("src", TROUPE_PREC_SINGLE, 1, 3, 0);
+    troupe_tnode_t *dst = s_node("dst", TROUPE_PREC_SINGLE, 1, 3, 0);
+    s_set_mode(dst, TROUPE_MM_ON_DEVICE);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    s_finish(p, s_for(p, i, 3, s_set1(p, dst, s_ix(i), s_get1(p, src, s_ix(i)))));
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_OK);
+    cr_assert_eq(res->nparams, 2);
+    char want[64];
+    snprintf(want, sizeof want, "float *restrict n%d_dst", dst->id);
+    cr_expect_str_eq(res->params[troupe_cgen_find_node_param(res, dst)].decl, want);
+    cr_expect(res->params[troupe_cgen_find_node_param(res, src)].is_read);
+    troupe_cgen_result_destroy(&res);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&src);
+    troupe_tnode_release(&dst);
+}
+
+Test(cgen, errors)
+{
+    troupe_cgen_result_t *res = NULL;
+    cr_expect_eq(troupe_cgen_emit(NULL, TROUPE_CGEN_C, &res), TROUPE_INVALID_ARGUMENT);
+
+    /* add in uint4x32: no dialect can express it; the message names op and precision. */
+    troupe_ll_proc_t *p = s_proc("bad_add");
+    troupe_tnode_t *u = s_node("u", TROUPE_PREC_UINT4X32, 1, 2, 0);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    s_finish(p, s_for(p, i, 2,
+                      s_set1(p, u, s_ix(i),
+                             troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, u, s_ix(i)),
+                                             troupe_sc_constant_bits(p, 1)))));
+    for (int d = 0; d < 2; d++) {
+        cr_expect_eq(troupe_cgen_emit(p, (troupe_cgen_dialect_t)d, &res), TROUPE_INVALID_ARGUMENT);
+        cr_expect_null(res);
+        cr_expect_not_null(strstr(troupe_last_error(), "add"), "%s", troupe_last_error());
+        cr_expect_not_null(strstr(troupe_last_error(), "uint4x32"), "%s", troupe_last_error());
+        cr_expect_not_null(strstr(troupe_last_error(), d ? "cuda" : "c dialect"), "%s",
+                           troupe_last_error());
+    }
+    cr_expect_eq(troupe_cgen_emit(p, (troupe_cgen_dialect_t)7, &res), TROUPE_INVALID_ARGUMENT);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&u);
+
+    /* A Virtual node read directly. */
+    p = s_proc("reads_virtual");
+    troupe_tnode_t *v = s_node("v", TROUPE_PREC_SINGLE, 1, 2, 0);
+    troupe_tnode_t *o = s_node("o", TROUPE_PREC_SINGLE, 1, 2, 0);
+    s_set_mode(v, TROUPE_MM_VIRTUAL);
+    i = troupe_ll_proc_add_symbol(p, NULL);
+    s_finish(p, s_for(p, i, 2, s_set1(p, o, s_ix(i), s_get1(p, v, s_ix(i)))));
+    cr_expect_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_FAILED_PRECONDITION);
+    cr_expect_not_null(strstr(troupe_last_error(), "Virtual"), "%s", troupe_last_error());
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&v);
+
+    /* A name that collides with generated identifiers. */
+    p = s_proc("troupe_routine");
+    s_finish(p, troupe_ll_zero_out(p, o));
+    cr_expect_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_INVALID_ARGUMENT);
+    troupe_ll_proc_destroy(&p);
+    p = s_proc("n1_x");
+    s_finish(p, troupe_ll_zero_out(p, o));
+    cr_expect_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_INVALID_ARGUMENT);
+    troupe_ll_proc_destroy(&p);
+
+    /* SET_FROM_VEC with the wrong length. */
+    p = s_proc("bad_vec");
+    troupe_axis_index_t at[1] = {troupe_idx_fixed(0)};
+    s_finish(p, troupe_ll_set_from_vec(p, o, at, 2, TROUPE_VEC_UNOP_UINT4X32_TO_PREC_UNIFORM,
+                                       troupe_sc_constant_bits(p, 5)));
+    cr_expect_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_INVALID_ARGUMENT);
+    cr_expect_not_null(strstr(troupe_last_error(), "length 2"), "%s", troupe_last_error());
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&o);
+}
+
+/* A routine without parameters still has an entry; comments are escaped. */
+Test(cgen, no_parameters_and_comments)
+{
+    troupe_ll_proc_t *p = s_proc("scratch_only");
+    troupe_tnode_t *t = s_node("t", TROUPE_PREC_SINGLE, 1, 4, 0);
+    s_set_mode(t, TROUPE_MM_LOCAL);
+    troupe_ll_t *items[2] = {troupe_ll_comment(p, "tricky */ comment /* here"),
+                             troupe_ll_zero_out(p, t)};
+    s_finish(p, troupe_ll_seq(p, 2, items));
+    s_lib_t lib;
+    /* gcc sees the local array written and never read. */
+    s_lib_open(p, "-O2 -Wall -Wextra -Werror -Wno-unused-but-set-variable", &lib);
+    cr_expect_eq(lib.res->nparams, 0);
+    lib.entry(NULL);
+    s_lib_close(&lib);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&t);
+}
+
+/* The prelude table lists every section after the sections it uses, and each identifier it
+ * names is provided exactly once. */
+Test(cgen, prelude_table_is_ordered)
+{
+    size_t n = 0;
+    const troupe__cgen_section_t *secs = troupe__cgen_sections(&n);
+    cr_assert_gt(n, 10);
+    for (size_t i = 0; i < n; i++) {
+        for (int d = 0; d < 2; d++) {
+            const char *text = d && secs[i].text_cuda ? secs[i].text_cuda : secs[i].text_c;
+            for (size_t j = i + 1; j < n; j++) {
+                char ids[512];
+                snprintf(ids, sizeof ids, "%s", secs[j].provides);
+                for (char *tok = strtok(ids, " "); tok; tok = strtok(NULL, " ")) {
+                    const char *hit = strstr(text, tok);
+                    while (hit != NULL) {
+                        char after = hit[strlen(tok)];
+                        bool word = !(after == '_' || (after >= 'a' && after <= 'z') ||
+                                      (after >= '0' && after <= '9')) &&
+                                    (hit == text ||
+                                     !(hit[-1] == '_' || (hit[-1] >= 'a' && hit[-1] <= 'z')));
+                        cr_expect(!word, "section %s uses %s of later section %s", secs[i].name,
+                                  tok, secs[j].name);
+                        hit = strstr(hit + 1, tok);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* A small MLP layer written as assignments, lowered (ir/assign.h) and optimised
+ * (ir/optimize.h): the emitter uses the optimised procedure's memory modes (Local arrays,
+ * Virtual nodes inlined as local scopes); buffers are made for exactly the parameters. */
+Test(cgen, assign_lowered_and_optimized)
+{
+    troupe_asgn_comp_t *comp = NULL;
+    cr_assert_eq(troupe_asgn_comp_new(&comp), TROUPE_OK);
+    troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 2, 4, 6);
+    troupe_tnode_t *w = s_node("w", TROUPE_PREC_SINGLE, 2, 6, 5);
+    troupe_tnode_t *bias = s_node("bias", TROUPE_PREC_SINGLE, 1, 5, 0);
+    troupe_tnode_t *t = s_node("t", TROUPE_PREC_SINGLE, 2, 4, 5);
+    troupe_tnode_t *h = s_node("h", TROUPE_PREC_SINGLE, 2, 4, 5);
+    troupe_tnode_t *y = s_node("y", TROUPE_PREC_HALF, 2, 4, 5);
+    troupe_asgn_t *a[3], *root = NULL;
+    cr_assert_eq(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ADD, t, TROUPE_BINOP_MUL,
+                                         troupe_asgn_node(x), troupe_asgn_node(w), "bi,ij=>bj",
+                                         &a[0]),
+                 TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ARG2, h, TROUPE_BINOP_ADD,
+                                         troupe_asgn_node(t), troupe_asgn_node(bias), "bj,j=>bj",
+                                         &a[1]),
+                 TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(troupe_asgn_accum_unop(comp, true, TROUPE_BINOP_ARG2, y, TROUPE_UNOP_RELU,
+                                        troupe_asgn_node(h), "bj=>bj", &a[2]),
+                 TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(troupe_asgn_seq(comp, 3, a, &root), TROUPE_OK);
+    troupe_asgn_comp_set_root(comp, root);
+    troupe_ll_proc_t *p = NULL;
+    cr_assert_eq(troupe_asgn_lower(comp, "mlp_layer", &p), TROUPE_OK, "%s", troupe_last_error());
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            cr_assert_eq(troupe_ll_optimize(p, NULL), TROUPE_OK, "%s", troupe_last_error());
+        troupe_cgen_result_t *res = NULL;
+        cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_OK, "%s",
+                     troupe_last_error());
+        s_run_t r = {0};
+        void *bufs[S_MAX_BINDS] = {0};
+        for (size_t k = 0; k < res->nparams; k++) {
+            troupe_tnode_t *tn = res->params[k].tn;
+            cr_assert_eq(res->params[k].kind, TROUPE_CGEN_PARAM_NODE_PTR);
+            bufs[k] = s_buffer(tn);
+            if (res->params[k].is_read)
+                s_fill_float(tn, bufs[k], -1.0f, 1.0f);
+            s_bind(&r, tn, bufs[k]);
+        }
+        cr_expect_geq(troupe_cgen_find_node_param(res, y), 0);
+        if (pass == 1) /* t and h are not materialized any more */
+            cr_expect_eq(res->nparams, 4, "%s", res->source);
+        troupe_cgen_result_destroy(&res);
+        s_run(p, &r);
+        s_nvrtc_check(p);
+        for (size_t k = 0; k < S_MAX_BINDS; k++)
+            free(bufs[k]);
+    }
+    troupe_ll_proc_destroy(&p);
+    troupe_asgn_comp_destroy(&comp);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&w);
+    troupe_tnode_release(&bias);
+    troupe_tnode_release(&t);
+    troupe_tnode_release(&h);
+    troupe_tnode_release(&y);
+}
+
+/* ---- NVRTC ------------------------------------------------------------------------------ */
+
+Test(nvrtc, compiles_generated_kernels)
+{
+#if TROUPE_HAVE_CUDA
+    int major = 0, minor = 0;
+    cr_assert_eq(troupe_nvrtc_version(&major, &minor), TROUPE_OK);
+    cr_expect_geq(major, 11);
+    s_mm_t m;
+    s_build_matmul(&m, "matmul_cuda", TROUPE_PREC_SINGLE);
+    s_nvrtc_check(m.p);
+    s_free_matmul(&m);
+    troupe_tnode_t *x, *b, *y, *e, *l, *t;
+    troupe_ll_proc_t *p = s_build_bias_relu(&x, &b, &y);
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&b);
+    troupe_tnode_release(&y);
+    p = s_build_unary3(&x, &e, &l, &t);
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&e);
+    troupe_tnode_release(&l);
+    troupe_tnode_release(&t);
+    const troupe_prec_t small[] = {TROUPE_PREC_HALF, TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8};
+    for (int k = 0; k < 3; k++) {
+        troupe_tnode_t *in, *out;
+        p = s_build_convert(TROUPE_PREC_DOUBLE, small[k], 8, &in, &out);
+        s_nvrtc_check(p);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&in);
+        troupe_tnode_release(&out);
+    }
+#else
+    cr_skip_test("built without the CUDA toolkit");
+#endif
+}
+
+Test(nvrtc, broken_source_reports_device_error)
+{
+#if TROUPE_HAVE_CUDA
+    char *ptx = (char *)"untouched", *log = NULL;
+    troupe_status_t st =
+        troupe_nvrtc_compile("extern \"C\" __global__ void k(float *x) { x[0] = undefined_thing; }",
+                             "broken.cu", NULL, &ptx, &log);
+    cr_assert_eq(st, TROUPE_DEVICE_ERROR);
+    cr_expect_null(ptx);
+    cr_assert_not_null(log);
+    cr_expect_not_null(strstr(log, "undefined_thing"), "%s", log);
+    cr_expect_not_null(strstr(troupe_last_error(), "NVRTC_ERROR_COMPILATION"), "%s",
+                       troupe_last_error());
+    cr_expect_not_null(strstr(troupe_last_error(), "broken.cu"), "%s", troupe_last_error());
+    troupe_free(log);
+    cr_expect_eq(troupe_nvrtc_compile(NULL, NULL, NULL, &ptx, NULL), TROUPE_INVALID_ARGUMENT);
+    cr_expect_eq(troupe_nvrtc_compile("", NULL, "compute 80; rm", &ptx, NULL),
+                 TROUPE_INVALID_ARGUMENT);
+    /* An architecture NVRTC does not know is a device error with its option message. */
+    cr_expect_eq(troupe_nvrtc_compile("", NULL, "compute_1", &ptx, &log), TROUPE_DEVICE_ERROR);
+    troupe_free(log);
+#else
+    cr_skip_test("built without the CUDA toolkit");
+#endif
+}
+
+Test(nvrtc, include_path_resolves_cuda_headers)
+{
+#if TROUPE_HAVE_CUDA
+    char *ptx = NULL, *log = NULL;
+    const char *src = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda_fp8.h>\n"
+                      "extern \"C\" __global__ void conv(__half *h, __nv_bfloat16 *b, "
+                      "__nv_fp8_e5m2 *e) {\n"
+                      "  h[0] = __float2half_rn(1.5f); b[0] = __float2bfloat16_rn(2.5f);\n"
+                      "  e[0] = __nv_fp8_e5m2(1.5f);\n}\n";
+    troupe_status_t st = troupe_nvrtc_compile(src, "headers.cu", "compute_80", &ptx, &log);
+    cr_assert_eq(st, TROUPE_OK, "%s\n%s", troupe_last_error(), log ? log : "");
+    cr_expect_not_null(strstr(ptx, ".entry conv("));
+    troupe_free(ptx);
+    troupe_free(log);
+#else
+    cr_skip_test("built without the CUDA toolkit");
+#endif
+}

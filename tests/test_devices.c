@@ -1,0 +1,741 @@
+/* Tests for devices/: the driver table and the conformance cases every host driver (sync, cpu)
+ * must pass: pools, host pointers and their bounds, copies, events, compile + launch of
+ * generated C, the compile cache and compiler failures. Each compile test uses a fresh cache
+ * directory (Criterion runs every test in its own process, so configuration changes stay
+ * local to the test). */
+#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700
+#include "base/config.h"
+#include "base/status.h"
+#include "devices/device.h"
+#include "ir/cgen.h"
+#include "ir/lowlevel.h"
+#include "ir/tnode.h"
+
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const s_names[] = {"sync", "cpu"};
+#define S_NDRIVERS (sizeof s_names / sizeof s_names[0])
+#define S_FOR_EACH_DRIVER(i) for (size_t i = 0; i < S_NDRIVERS; i++)
+
+static troupe_driver_t *s_open(const char *name)
+{
+    const troupe_driver_vtable_t *vt = NULL;
+    cr_assert_eq(troupe_driver_lookup(name, &vt), TROUPE_OK, "%s", troupe_last_error());
+    troupe_driver_t *drv = NULL;
+    cr_assert_eq(vt->open(&drv), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_not_null(drv);
+    cr_assert_eq(drv->vt, vt);
+    return drv;
+}
+
+static bool s_has(const char *haystack, const char *needle)
+{
+    return strstr(haystack, needle) != NULL;
+}
+
+/* ---- temporary cache directories ------------------------------------------------------ */
+
+static char s_tmpdir[256];
+
+static int s_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* A fresh directory; the cache directory is a not-yet-existing subdirectory of it (so
+ * mkdir -p is exercised). */
+static void s_fresh_cache(void)
+{
+    snprintf(s_tmpdir, sizeof s_tmpdir, "/tmp/troupe-test-devices-XXXXXX");
+    cr_assert_not_null(mkdtemp(s_tmpdir));
+    char cache[320];
+    snprintf(cache, sizeof cache, "%s/cache/nested", s_tmpdir);
+    cr_assert_eq(troupe_config_set_cache_dir(cache), TROUPE_OK);
+}
+
+static void s_remove_tmpdir(void)
+{
+    if (s_tmpdir[0])
+        nftw(s_tmpdir, s_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    s_tmpdir[0] = '\0';
+}
+
+/* Writes an executable shell script into the temp dir; returns its path (static buffer). */
+static const char *s_script(const char *file, const char *body)
+{
+    static char path[400];
+    snprintf(path, sizeof path, "%s/%s", s_tmpdir, file);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\n%s", body);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0700), 0);
+    return path;
+}
+
+/* Lines in a file (0 if absent). */
+static int s_count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int n = 0, c;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* Number of files in the cache directory whose name ends with `suffix`. */
+static int s_count_cache_files(const char *suffix)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "ls %s/cache/nested | grep -c '%s$'", s_tmpdir, suffix);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    int n = 0;
+    if (fscanf(p, "%d", &n) != 1)
+        n = 0;
+    pclose(p);
+    return n;
+}
+
+/* ---- lookup -------------------------------------------------------------------------- */
+
+Test(lookup, finds_each_builtin_driver_with_every_entry)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    S_FOR_EACH_DRIVER(d)
+    {
+        const troupe_driver_vtable_t *vt = NULL;
+        cr_assert_eq(troupe_driver_lookup(s_names[d], &vt), TROUPE_OK);
+        cr_assert_str_eq(vt->name, s_names[d]);
+        cr_assert(vt->open && vt->close && vt->num_devices && vt->suggested_num_streams &&
+                      vt->alloc_pool && vt->free_pool && vt->host_ptr && vt->queue_create &&
+                      vt->queue_destroy && vt->memset_zero && vt->h2d && vt->d2h && vt->d2d &&
+                      vt->compile && vt->code_release && vt->launch && vt->event_record &&
+                      vt->event_query && vt->event_wait && vt->event_release,
+                  "%s has a NULL entry", s_names[d]);
+        troupe_driver_t *drv = s_open(s_names[d]);
+        cr_assert_eq(vt->num_devices(drv), 1);
+        for (int cfg = TROUPE_ONLY_DEVICES_PARALLEL; cfg <= TROUPE_MOST_PARALLEL_STREAMS; cfg++) {
+            int n = vt->suggested_num_streams(drv, 0, (troupe_stream_config_t)cfg);
+            if (strcmp(s_names[d], "sync") == 0)
+                cr_assert_eq(n, 1, "sync suggests one stream");
+            else
+                cr_assert_eq(n, cores < 1 ? 1 : (int)cores, "cpu suggests one stream per core");
+        }
+        cr_assert_eq(vt->suggested_num_streams(drv, 1, TROUPE_ONLY_DEVICES_PARALLEL), 0);
+        vt->close(drv);
+    }
+}
+
+Test(lookup, unknown_name_is_not_found_and_lists_built_drivers)
+{
+    const troupe_driver_vtable_t *vt = (const troupe_driver_vtable_t *)1;
+    cr_assert_eq(troupe_driver_lookup("tpu", &vt), TROUPE_NOT_FOUND);
+    cr_assert_null(vt);
+    const char *msg = troupe_last_error();
+    cr_assert(s_has(msg, "'tpu'") && s_has(msg, "cpu") && s_has(msg, "sync"), "%s", msg);
+    cr_assert_eq(troupe_driver_lookup(NULL, &vt), TROUPE_INVALID_ARGUMENT);
+}
+
+/* ---- pools and host pointers ---------------------------------------------------------- */
+
+Test(pools, alloc_zero_free)
+{
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        const troupe_driver_vtable_t *vt = drv->vt;
+        cr_assert_eq(vt->alloc_pool(drv, 0, 3, 1000, true), TROUPE_OK, "%s", troupe_last_error());
+        void *p = NULL;
+        cr_assert_eq(vt->host_ptr(drv, 0, (troupe_buffer_loc_t){3, 0, 1000}, &p), TROUPE_OK);
+        cr_assert_eq((uintptr_t)p % 64, 0, "pools are 64-byte aligned");
+        const unsigned char *b = p;
+        for (int i = 0; i < 1000; i++)
+            cr_assert_eq(b[i], 0, "zeroed pool byte %d", i);
+        void *q = NULL;
+        cr_assert_eq(vt->host_ptr(drv, 0, (troupe_buffer_loc_t){3, 256, 8}, &q), TROUPE_OK);
+        cr_assert_eq((char *)q - (char *)p, 256);
+
+        /* A non-zeroed pool, and a 0-byte pool, are fine too. */
+        cr_assert_eq(vt->alloc_pool(drv, 0, 1, 64, false), TROUPE_OK);
+        cr_assert_eq(vt->alloc_pool(drv, 0, 2, 0, false), TROUPE_OK);
+        cr_assert_eq(vt->host_ptr(drv, 0, (troupe_buffer_loc_t){2, 0, 0}, &q), TROUPE_OK);
+
+        cr_assert_eq(vt->alloc_pool(drv, 0, 3, 10, false), TROUPE_ALREADY_EXISTS);
+        cr_assert(s_has(troupe_last_error(), "pool 3"), "%s", troupe_last_error());
+        cr_assert_eq(vt->alloc_pool(drv, 0, 4, -1, false), TROUPE_INVALID_ARGUMENT);
+        cr_assert_eq(vt->alloc_pool(drv, 1, 4, 10, false), TROUPE_NOT_FOUND);
+        cr_assert_eq(vt->free_pool(drv, 0, 3), TROUPE_OK);
+        cr_assert_eq(vt->free_pool(drv, 0, 3), TROUPE_NOT_FOUND);
+        cr_assert_eq(vt->host_ptr(drv, 0, (troupe_buffer_loc_t){3, 0, 8}, &q), TROUPE_NOT_FOUND);
+        cr_assert_eq(vt->free_pool(drv, 0, 1), TROUPE_OK);
+        /* Pool 2 is left for close to free. */
+        vt->close(drv);
+    }
+}
+
+Test(pools, host_ptr_checks_bounds_and_names_the_pool)
+{
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        const troupe_driver_vtable_t *vt = drv->vt;
+        cr_assert_eq(vt->alloc_pool(drv, 0, 7, 100, false), TROUPE_OK);
+        void *p = NULL;
+        cr_assert_eq(vt->host_ptr(drv, 0, (troupe_buffer_loc_t){7, 90, 10}, &p), TROUPE_OK);
+        cr_assert_eq(vt->host_ptr(drv, 0, (troupe_buffer_loc_t){7, 100, 0}, &p), TROUPE_OK);
+
+        cr_assert_eq(vt->host_ptr(drv, 0, (troupe_buffer_loc_t){7, 90, 11}, &p),
+                     TROUPE_INVALID_ARGUMENT);
+        const char *msg = troupe_last_error();
+        cr_assert(s_has(msg, "pool 7") && s_has(msg, "offset 90") && s_has(msg, "11 bytes") &&
+                      s_has(msg, "100 bytes"),
+                  "%s", msg);
+        cr_assert_eq(vt->host_ptr(drv, 0, (troupe_buffer_loc_t){7, 101, 0}, &p),
+                     TROUPE_INVALID_ARGUMENT);
+        cr_assert_eq(vt->host_ptr(drv, 0, (troupe_buffer_loc_t){7, -1, 4}, &p),
+                     TROUPE_INVALID_ARGUMENT);
+        cr_assert_eq(vt->host_ptr(drv, 0, (troupe_buffer_loc_t){7, INT64_MAX, 2}, &p),
+                     TROUPE_INVALID_ARGUMENT);
+        cr_assert_eq(vt->host_ptr(drv, 0, (troupe_buffer_loc_t){99, 0, 4}, &p), TROUPE_NOT_FOUND);
+        cr_assert(s_has(troupe_last_error(), "pool 99"), "%s", troupe_last_error());
+        cr_assert_eq(vt->host_ptr(drv, 1, (troupe_buffer_loc_t){7, 0, 4}, &p), TROUPE_NOT_FOUND);
+        cr_assert(s_has(troupe_last_error(), "device 1"), "%s", troupe_last_error());
+        vt->close(drv);
+    }
+}
+
+typedef struct s_pool_worker {
+    troupe_driver_t *drv;
+    int32_t first_id;
+    int failures;
+} s_pool_worker_t;
+
+static void *s_pool_worker(void *arg)
+{
+    s_pool_worker_t *w = arg;
+    const troupe_driver_vtable_t *vt = w->drv->vt;
+    for (int round = 0; round < 50; round++) {
+        for (int32_t k = 0; k < 20; k++)
+            if (vt->alloc_pool(w->drv, 0, w->first_id + k, 128 + k, true) != TROUPE_OK)
+                w->failures++;
+        for (int32_t k = 0; k < 20; k++) {
+            void *p = NULL;
+            troupe_buffer_loc_t loc = {w->first_id + k, 0, 128 + k};
+            if (vt->host_ptr(w->drv, 0, loc, &p) != TROUPE_OK)
+                w->failures++;
+            else
+                memset(p, 0xab, (size_t)(128 + k));
+        }
+        for (int32_t k = 0; k < 20; k++)
+            if (vt->free_pool(w->drv, 0, w->first_id + k) != TROUPE_OK)
+                w->failures++;
+    }
+    return NULL;
+}
+
+Test(pools, table_is_thread_safe)
+{
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        pthread_t t[4];
+        s_pool_worker_t w[4];
+        for (int i = 0; i < 4; i++) {
+            w[i] = (s_pool_worker_t){drv, i * 1000, 0};
+            cr_assert_eq(pthread_create(&t[i], NULL, s_pool_worker, &w[i]), 0);
+        }
+        for (int i = 0; i < 4; i++) {
+            pthread_join(t[i], NULL);
+            cr_assert_eq(w[i].failures, 0, "worker %d", i);
+        }
+        drv->vt->close(drv);
+    }
+}
+
+/* ---- copies ------------------------------------------------------------------------------ */
+
+Test(copies, h2d_d2h_d2d_round_trips)
+{
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        const troupe_driver_vtable_t *vt = drv->vt;
+        troupe_dqueue_t *q = NULL;
+        cr_assert_eq(vt->queue_create(drv, 0, &q), TROUPE_OK);
+        cr_assert_eq(vt->queue_create(drv, 1, &(troupe_dqueue_t *){NULL}), TROUPE_NOT_FOUND);
+        cr_assert_eq(vt->alloc_pool(drv, 0, 1, 4096, false), TROUPE_OK);
+        cr_assert_eq(vt->alloc_pool(drv, 0, 2, 4096, true), TROUPE_OK);
+
+        int32_t src[256], back[256];
+        for (int i = 0; i < 256; i++)
+            src[i] = i * 7 - 100;
+        troupe_buffer_loc_t a = {1, 128, sizeof src};
+        troupe_buffer_loc_t b = {2, 1024, sizeof src};
+        troupe_buffer_loc_t c = {1, 2048, sizeof src}; /* same pool as a */
+        cr_assert_eq(vt->h2d(drv, q, a, src, sizeof src), TROUPE_OK, "%s", troupe_last_error());
+        cr_assert_eq(vt->d2d(drv, q, 0, b, 0, a, sizeof src), TROUPE_OK);
+        cr_assert_eq(vt->d2d(drv, q, 0, c, 0, b, sizeof src), TROUPE_OK);
+        memset(back, 0, sizeof back);
+        cr_assert_eq(vt->d2h(drv, q, back, c, sizeof back), TROUPE_OK);
+        cr_assert_arr_eq(back, src, sizeof src);
+
+        /* A partial copy touches only its prefix. */
+        cr_assert_eq(vt->memset_zero(drv, q, b), TROUPE_OK);
+        cr_assert_eq(vt->h2d(drv, q, b, src, 16), TROUPE_OK);
+        cr_assert_eq(vt->d2h(drv, q, back, b, sizeof back), TROUPE_OK);
+        cr_assert_arr_eq(back, src, 16);
+        for (int i = 4; i < 256; i++)
+            cr_assert_eq(back[i], 0, "element %d after memset_zero", i);
+
+        /* Errors. */
+        cr_assert_eq(vt->h2d(drv, q, a, src, sizeof src + 4), TROUPE_INVALID_ARGUMENT);
+        cr_assert_eq(vt->d2h(drv, q, back, (troupe_buffer_loc_t){1, 4000, 1024}, 1024),
+                     TROUPE_INVALID_ARGUMENT);
+        cr_assert(s_has(troupe_last_error(), "pool 1"), "%s", troupe_last_error());
+        cr_assert_eq(vt->d2h(drv, q, back, (troupe_buffer_loc_t){5, 0, 4}, 4), TROUPE_NOT_FOUND);
+        cr_assert_eq(vt->d2d(drv, q, 1, b, 0, a, 16), TROUPE_NOT_FOUND);
+        cr_assert_eq(vt->d2d(drv, q, 0, b, 2, a, 16), TROUPE_NOT_FOUND);
+        cr_assert_eq(vt->memset_zero(drv, q, (troupe_buffer_loc_t){2, 4000, 200}),
+                     TROUPE_INVALID_ARGUMENT);
+
+        vt->queue_destroy(drv, q);
+        cr_assert_eq(vt->free_pool(drv, 0, 1), TROUPE_OK);
+        cr_assert_eq(vt->free_pool(drv, 0, 2), TROUPE_OK);
+        vt->close(drv);
+    }
+}
+
+/* ---- events ------------------------------------------------------------------------------ */
+
+Test(events, complete_when_recorded)
+{
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        const troupe_driver_vtable_t *vt = drv->vt;
+        troupe_dqueue_t *q1 = NULL, *q2 = NULL;
+        cr_assert_eq(vt->queue_create(drv, 0, &q1), TROUPE_OK);
+        cr_assert_eq(vt->queue_create(drv, 0, &q2), TROUPE_OK);
+        troupe_devent_t *e1 = NULL, *e2 = NULL;
+        cr_assert_eq(vt->event_record(drv, q1, &e1), TROUPE_OK);
+        cr_assert_eq(vt->event_record(drv, q1, &e2), TROUPE_OK);
+        cr_assert_not_null(e1);
+        cr_assert_neq(e1, e2, "each record is its own event");
+        bool done = false;
+        cr_assert_eq(vt->event_query(drv, e1, &done), TROUPE_OK);
+        cr_assert(done);
+        cr_assert_eq(vt->event_wait(drv, q2, e1), TROUPE_OK);
+        vt->event_release(drv, e1);
+        vt->event_release(drv, e2);
+        vt->queue_destroy(drv, q1);
+        vt->queue_destroy(drv, q2);
+        vt->close(drv);
+    }
+}
+
+/* ---- compile and launch ------------------------------------------------------------------ */
+
+#define S_N 37
+
+/* A hand-built procedure: out[i] = a[i] * 2 + b[i] over S_N floats. */
+typedef struct s_axpb {
+    troupe_tnode_t *a, *b, *out;
+    troupe_ll_proc_t *proc;
+} s_axpb_t;
+
+static troupe_tnode_t *s_node(const char *label, int ndims, const int64_t *dims)
+{
+    troupe_tnode_t *tn = NULL;
+    cr_assert_eq(troupe_tnode_new(&label, 1, TROUPE_PREC_SINGLE, ndims, dims, NULL, 0.0, &tn),
+                 TROUPE_OK, "%s", troupe_last_error());
+    return tn;
+}
+
+static s_axpb_t s_axpb_new(const char *name)
+{
+    s_axpb_t x;
+    int64_t dims[1] = {S_N};
+    x.a = s_node("a", 1, dims);
+    x.b = s_node("b", 1, dims);
+    x.out = s_node("out", 1, dims);
+    cr_assert_eq(troupe_ll_proc_new(name, &x.proc), TROUPE_OK);
+    troupe_ll_proc_t *p = x.proc;
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t idx = troupe_idx_sym(i);
+    troupe_sc_t *v =
+        troupe_sc_binop(p, TROUPE_BINOP_ADD,
+                        troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, x.a, &idx),
+                                        troupe_sc_constant(p, 2.0)),
+                        troupe_sc_get(p, x.b, &idx));
+    p->body = troupe_ll_for(p, i, 0, S_N - 1, troupe_ll_set(p, x.out, &idx, v), false);
+    cr_assert_eq(troupe_ll_proc_status(p), TROUPE_OK);
+    cr_assert_eq(troupe_ll_proc_validate(p), TROUPE_OK, "%s", troupe_last_error());
+    return x;
+}
+
+static void s_axpb_destroy(s_axpb_t *x)
+{
+    troupe_ll_proc_destroy(&x->proc);
+    troupe_tnode_release(&x->a);
+    troupe_tnode_release(&x->b);
+    troupe_tnode_release(&x->out);
+}
+
+/* Kernel arguments in the code's parameter order (from the deterministic emitter), with
+ * node n in pool 1 at offset n*256. */
+static size_t s_axpb_args(const s_axpb_t *x, troupe_karg_t *args)
+{
+    troupe_cgen_result_t *gen = NULL;
+    cr_assert_eq(troupe_cgen_emit(x->proc, TROUPE_CGEN_C, &gen), TROUPE_OK, "%s",
+                 troupe_last_error());
+    cr_assert_eq(gen->nparams, 3);
+    troupe_tnode_t *nodes[3] = {x->a, x->b, x->out};
+    for (int n = 0; n < 3; n++) {
+        ptrdiff_t k = troupe_cgen_find_node_param(gen, nodes[n]);
+        cr_assert(k >= 0 && k < 3);
+        args[k] = (troupe_karg_t){.kind = TROUPE_KARG_BUFFER,
+                                  .ordinal = 0,
+                                  .buf = {1, n * 256, S_N * (int64_t)sizeof(float)}};
+    }
+    size_t nparams = gen->nparams;
+    troupe_cgen_result_destroy(&gen);
+    return nparams;
+}
+
+static void s_check_axpb(troupe_driver_t *drv, troupe_dcode_t *code, const s_axpb_t *x)
+{
+    const troupe_driver_vtable_t *vt = drv->vt;
+    troupe_dqueue_t *q = NULL;
+    cr_assert_eq(vt->queue_create(drv, 0, &q), TROUPE_OK);
+    cr_assert_eq(vt->alloc_pool(drv, 0, 1, 1024, true), TROUPE_OK);
+    float a[S_N], b[S_N], out[S_N];
+    for (int i = 0; i < S_N; i++) {
+        a[i] = (float)i * 0.5f - 3.0f;
+        b[i] = (float)(i % 5) + 0.25f;
+    }
+    troupe_karg_t args[3];
+    size_t nargs = s_axpb_args(x, args);
+    cr_assert_eq(vt->h2d(drv, q, (troupe_buffer_loc_t){1, 0, sizeof a}, a, sizeof a), TROUPE_OK);
+    cr_assert_eq(vt->h2d(drv, q, (troupe_buffer_loc_t){1, 256, sizeof b}, b, sizeof b), TROUPE_OK);
+    cr_assert_eq(vt->launch(drv, q, code, args, nargs), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(vt->d2h(drv, q, out, (troupe_buffer_loc_t){1, 512, sizeof out}, sizeof out),
+                 TROUPE_OK);
+    for (int i = 0; i < S_N; i++)
+        cr_assert_float_eq(out[i], a[i] * 2.0f + b[i], 0.0f, "out[%d] = %g", i, out[i]);
+    cr_assert_eq(vt->free_pool(drv, 0, 1), TROUPE_OK);
+    vt->queue_destroy(drv, q);
+}
+
+Test(compile, launch_computes_out_eq_a_times_2_plus_b, .fini = s_remove_tmpdir)
+{
+    s_fresh_cache();
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        s_axpb_t x = s_axpb_new("axpb");
+        troupe_dcode_t *code = NULL;
+        cr_assert_eq(drv->vt->compile(drv, x.proc, &code), TROUPE_OK, "%s", troupe_last_error());
+        cr_assert_not_null(code);
+        s_check_axpb(drv, code, &x);
+        drv->vt->code_release(drv, code);
+        s_axpb_destroy(&x);
+        drv->vt->close(drv);
+    }
+    cr_assert_geq(s_count_cache_files(".so"), 1, "the object is in the cache directory");
+    cr_assert_geq(s_count_cache_files(".c"), 1, "the source is kept beside it");
+    cr_assert_eq(s_count_cache_files("tmp.*"), 0, "no temporary files are left");
+}
+
+Test(compile, launch_validates_arguments, .fini = s_remove_tmpdir)
+{
+    s_fresh_cache();
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        const troupe_driver_vtable_t *vt = drv->vt;
+        s_axpb_t x = s_axpb_new("axpb_checked");
+        troupe_dcode_t *code = NULL;
+        cr_assert_eq(vt->compile(drv, x.proc, &code), TROUPE_OK, "%s", troupe_last_error());
+        troupe_dqueue_t *q = NULL;
+        cr_assert_eq(vt->queue_create(drv, 0, &q), TROUPE_OK);
+        cr_assert_eq(vt->alloc_pool(drv, 0, 1, 1024, true), TROUPE_OK);
+        troupe_karg_t args[3];
+        s_axpb_args(&x, args);
+
+        cr_assert_eq(vt->launch(drv, q, code, args, 2), TROUPE_INVALID_ARGUMENT);
+        cr_assert(s_has(troupe_last_error(), "3 parameters"), "%s", troupe_last_error());
+
+        troupe_karg_t bad[3];
+        memcpy(bad, args, sizeof bad);
+        bad[1] = (troupe_karg_t){.kind = TROUPE_KARG_STATIC_IDX, .value = 0};
+        cr_assert_eq(vt->launch(drv, q, code, bad, 3), TROUPE_INVALID_ARGUMENT);
+        const char *msg = troupe_last_error();
+        cr_assert(s_has(msg, "argument 1") && s_has(msg, "parameter 1") && s_has(msg, "buffer"),
+                  "%s", msg);
+
+        memcpy(bad, args, sizeof bad);
+        bad[2].buf.size_bytes = 8; /* smaller than the node */
+        cr_assert_eq(vt->launch(drv, q, code, bad, 3), TROUPE_INVALID_ARGUMENT);
+        cr_assert(s_has(troupe_last_error(), "parameter 2"), "%s", troupe_last_error());
+
+        memcpy(bad, args, sizeof bad);
+        bad[0].buf.offset = 1000; /* beyond the pool */
+        cr_assert_eq(vt->launch(drv, q, code, bad, 3), TROUPE_INVALID_ARGUMENT);
+        memcpy(bad, args, sizeof bad);
+        bad[0].buf.pool_id = 42;
+        cr_assert_eq(vt->launch(drv, q, code, bad, 3), TROUPE_NOT_FOUND);
+        memcpy(bad, args, sizeof bad);
+        bad[0].ordinal = 3;
+        cr_assert_eq(vt->launch(drv, q, code, bad, 3), TROUPE_NOT_FOUND);
+
+        cr_assert_eq(vt->launch(drv, q, code, args, 3), TROUPE_OK, "%s", troupe_last_error());
+        cr_assert_eq(vt->free_pool(drv, 0, 1), TROUPE_OK);
+        vt->queue_destroy(drv, q);
+        vt->code_release(drv, code);
+        s_axpb_destroy(&x);
+        vt->close(drv);
+    }
+}
+
+/* row[j] = m[s, j] for a static index s in 0..2 over a 3x4 matrix. */
+Test(compile, static_index_is_read_at_each_launch, .fini = s_remove_tmpdir)
+{
+    s_fresh_cache();
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        const troupe_driver_vtable_t *vt = drv->vt;
+        int64_t mdims[2] = {3, 4}, rdims[1] = {4};
+        troupe_tnode_t *m = s_node("m", 2, mdims), *row = s_node("row", 1, rdims);
+        troupe_ll_proc_t *p = NULL;
+        cr_assert_eq(troupe_ll_proc_new("pick_row", &p), TROUPE_OK);
+        int32_t s = troupe_ll_proc_add_static_symbol(p, "s", 3);
+        int32_t j = troupe_ll_proc_add_symbol(p, NULL);
+        troupe_axis_index_t mi[2] = {troupe_idx_sym(s), troupe_idx_sym(j)};
+        troupe_axis_index_t ri[1] = {troupe_idx_sym(j)};
+        p->body =
+            troupe_ll_for(p, j, 0, 3, troupe_ll_set(p, row, ri, troupe_sc_get(p, m, mi)), false);
+        cr_assert_eq(troupe_ll_proc_validate(p), TROUPE_OK, "%s", troupe_last_error());
+
+        troupe_cgen_result_t *gen = NULL;
+        cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &gen), TROUPE_OK, "%s",
+                     troupe_last_error());
+        cr_assert_eq(gen->nparams, 3);
+        troupe_karg_t args[3];
+        ptrdiff_t km = troupe_cgen_find_node_param(gen, m);
+        ptrdiff_t kr = troupe_cgen_find_node_param(gen, row);
+        ptrdiff_t ks = troupe_cgen_find_static_param(gen, "s");
+        cr_assert(km >= 0 && kr >= 0 && ks >= 0);
+        troupe_cgen_result_destroy(&gen);
+        args[km] = (troupe_karg_t){.kind = TROUPE_KARG_BUFFER, .buf = {1, 0, 48}};
+        args[kr] = (troupe_karg_t){.kind = TROUPE_KARG_BUFFER, .buf = {1, 64, 16}};
+
+        troupe_dcode_t *code = NULL;
+        cr_assert_eq(vt->compile(drv, p, &code), TROUPE_OK, "%s", troupe_last_error());
+        troupe_dqueue_t *q = NULL;
+        cr_assert_eq(vt->queue_create(drv, 0, &q), TROUPE_OK);
+        cr_assert_eq(vt->alloc_pool(drv, 0, 1, 128, true), TROUPE_OK);
+        float mv[12], rv[4];
+        for (int k = 0; k < 12; k++)
+            mv[k] = (float)(k * k);
+        cr_assert_eq(vt->h2d(drv, q, args[km].buf, mv, sizeof mv), TROUPE_OK);
+        for (int64_t sv = 0; sv < 3; sv++) {
+            args[ks] = (troupe_karg_t){.kind = TROUPE_KARG_STATIC_IDX, .value = sv};
+            cr_assert_eq(vt->launch(drv, q, code, args, 3), TROUPE_OK, "%s", troupe_last_error());
+            cr_assert_eq(vt->d2h(drv, q, rv, args[kr].buf, sizeof rv), TROUPE_OK);
+            for (int k = 0; k < 4; k++)
+                cr_assert_float_eq(rv[k], mv[sv * 4 + k], 0.0f, "s=%d row[%d]", (int)sv, k);
+        }
+        args[ks].value = 3;
+        cr_assert_eq(vt->launch(drv, q, code, args, 3), TROUPE_INVALID_ARGUMENT);
+        cr_assert(s_has(troupe_last_error(), "static index"), "%s", troupe_last_error());
+        args[ks].value = -1;
+        cr_assert_eq(vt->launch(drv, q, code, args, 3), TROUPE_INVALID_ARGUMENT);
+
+        cr_assert_eq(vt->free_pool(drv, 0, 1), TROUPE_OK);
+        vt->queue_destroy(drv, q);
+        vt->code_release(drv, code);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&m);
+        troupe_tnode_release(&row);
+        vt->close(drv);
+    }
+}
+
+/* CC is a wrapper that counts its runs, then runs the real compiler. */
+static char s_count_file[400];
+static void s_counting_cc(void)
+{
+    snprintf(s_count_file, sizeof s_count_file, "%s/cc-runs", s_tmpdir);
+    char body[1024];
+    snprintf(body, sizeof body, "echo run >> '%s'\nexec cc \"$@\"\n", s_count_file);
+    cr_assert_eq(troupe_config_set_cc(s_script("counting-cc", body)), TROUPE_OK);
+}
+
+Test(compile, cache_hit_does_not_run_the_compiler, .fini = s_remove_tmpdir)
+{
+    s_fresh_cache();
+    s_counting_cc();
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        s_axpb_t x = s_axpb_new("axpb_cached");
+        troupe_dcode_t *c1 = NULL, *c2 = NULL;
+        int before = s_count_lines(s_count_file);
+        cr_assert_eq(drv->vt->compile(drv, x.proc, &c1), TROUPE_OK, "%s", troupe_last_error());
+        cr_assert_eq(drv->vt->compile(drv, x.proc, &c2), TROUPE_OK, "%s", troupe_last_error());
+        cr_assert_eq(s_count_lines(s_count_file), before + 1,
+                     "%s: one compiler run for two compiles", s_names[d]);
+        s_check_axpb(drv, c2, &x);
+        drv->vt->code_release(drv, c1);
+        s_check_axpb(drv, c2, &x); /* still loaded after the first release */
+        drv->vt->code_release(drv, c2);
+        s_axpb_destroy(&x);
+        drv->vt->close(drv);
+    }
+    /* Each driver above built its own nodes (new ids, so another source): one run each. */
+    int sources = s_count_cache_files(".c");
+    cr_assert_eq(s_count_lines(s_count_file), sources);
+
+    /* Other flags are another cache entry. */
+    cr_assert_eq(troupe_config_set_cc_flags("-O1 -shared -fPIC"), TROUPE_OK);
+    troupe_driver_t *drv = s_open("cpu");
+    s_axpb_t x = s_axpb_new("axpb_cached");
+    troupe_dcode_t *c = NULL;
+    cr_assert_eq(drv->vt->compile(drv, x.proc, &c), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(s_count_lines(s_count_file), sources + 1);
+    drv->vt->code_release(drv, c);
+    s_axpb_destroy(&x);
+    drv->vt->close(drv);
+}
+
+typedef struct s_compile_worker {
+    troupe_driver_t *drv;
+    const troupe_ll_proc_t *proc;
+    troupe_dcode_t *code;
+    troupe_status_t st;
+} s_compile_worker_t;
+
+static void *s_compile_worker(void *arg)
+{
+    s_compile_worker_t *w = arg;
+    w->st = w->drv->vt->compile(w->drv, w->proc, &w->code);
+    return NULL;
+}
+
+Test(compile, concurrent_compiles_of_one_procedure, .fini = s_remove_tmpdir)
+{
+    s_fresh_cache();
+    troupe_driver_t *drv = s_open("cpu");
+    s_axpb_t x = s_axpb_new("axpb_racing");
+    pthread_t t[4];
+    s_compile_worker_t w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (s_compile_worker_t){drv, x.proc, NULL, TROUPE_INTERNAL};
+        cr_assert_eq(pthread_create(&t[i], NULL, s_compile_worker, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(w[i].st, TROUPE_OK, "worker %d", i);
+        s_check_axpb(drv, w[i].code, &x);
+        drv->vt->code_release(drv, w[i].code);
+    }
+    cr_assert_eq(s_count_cache_files(".so"), 1);
+    cr_assert_eq(s_count_cache_files("tmp.*"), 0, "no temporary files are left");
+    s_axpb_destroy(&x);
+    drv->vt->close(drv);
+}
+
+Test(compile, compiler_error_is_device_error_with_its_message, .fini = s_remove_tmpdir)
+{
+    s_fresh_cache();
+    cr_assert_eq(troupe_config_set_cc(s_script("failing-cc",
+                                               "echo 'kernel.c:3:1: error: synthetic failure' >&2\n"
+                                               "echo 'second line of output' >&2\n"
+                                               "exit 1\n")),
+                 TROUPE_OK);
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        s_axpb_t x = s_axpb_new("axpb_failing");
+        troupe_dcode_t *code = (troupe_dcode_t *)1;
+        cr_assert_eq(drv->vt->compile(drv, x.proc, &code), TROUPE_DEVICE_ERROR);
+        cr_assert_null(code);
+        const char *msg = troupe_last_error();
+        cr_assert(s_has(msg, "synthetic failure") && s_has(msg, "second line of output") &&
+                      s_has(msg, "exit 1") && s_has(msg, "axpb_failing"),
+                  "%s", msg);
+        s_axpb_destroy(&x);
+        drv->vt->close(drv);
+    }
+    cr_assert_eq(s_count_cache_files(".so"), 0, "nothing is cached from a failed compile");
+}
+
+Test(compile, bogus_flag_is_device_error, .fini = s_remove_tmpdir)
+{
+    s_fresh_cache();
+    cr_assert_eq(troupe_config_set_cc_flags("-O1 -shared -fPIC --troupe-bogus-flag"), TROUPE_OK);
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        s_axpb_t x = s_axpb_new("axpb_bogus");
+        troupe_dcode_t *code = NULL;
+        cr_assert_eq(drv->vt->compile(drv, x.proc, &code), TROUPE_DEVICE_ERROR);
+        cr_assert(s_has(troupe_last_error(), "troupe-bogus-flag"), "%s", troupe_last_error());
+        s_axpb_destroy(&x);
+        drv->vt->close(drv);
+    }
+}
+
+Test(compile, missing_compiler_is_device_error_naming_it, .fini = s_remove_tmpdir)
+{
+    s_fresh_cache();
+    cr_assert_eq(troupe_config_set_cc("troupe-no-such-compiler-xyz"), TROUPE_OK);
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        s_axpb_t x = s_axpb_new("axpb_nocc");
+        troupe_dcode_t *code = NULL;
+        cr_assert_eq(drv->vt->compile(drv, x.proc, &code), TROUPE_DEVICE_ERROR);
+        cr_assert(s_has(troupe_last_error(), "troupe-no-such-compiler-xyz") &&
+                      s_has(troupe_last_error(), "not found"),
+                  "%s", troupe_last_error());
+        s_axpb_destroy(&x);
+        drv->vt->close(drv);
+    }
+}
+
+Test(compile, unwritable_cache_dir_is_device_error, .fini = s_remove_tmpdir)
+{
+    s_fresh_cache();
+    /* A regular file where a directory component should be. */
+    char file[400], dir[500];
+    snprintf(file, sizeof file, "%s/plainfile", s_tmpdir);
+    FILE *f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    snprintf(dir, sizeof dir, "%s/sub", file);
+    cr_assert_eq(troupe_config_set_cache_dir(dir), TROUPE_OK);
+    troupe_driver_t *drv = s_open("sync");
+    s_axpb_t x = s_axpb_new("axpb_nodir");
+    troupe_dcode_t *code = NULL;
+    cr_assert_eq(drv->vt->compile(drv, x.proc, &code), TROUPE_DEVICE_ERROR);
+    cr_assert(s_has(troupe_last_error(), "cache directory"), "%s", troupe_last_error());
+    s_axpb_destroy(&x);
+    drv->vt->close(drv);
+}
