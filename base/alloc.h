@@ -11,6 +11,8 @@
 #ifndef TROUPE_BASE_ALLOC_H
 #define TROUPE_BASE_ALLOC_H
 
+#include "base/status.h"
+
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -34,6 +36,10 @@ void *troupe_calloc(size_t count, size_t size_bytes);
 void *troupe_realloc(void *ptr, size_t size_bytes);
 void troupe_free(void *ptr);
 char *troupe_strdup(const char *s);
+
+/* Like asprintf: the printf-formatted text in memory from troupe_malloc; NULL when out of
+ * memory or on an encoding error. */
+char *troupe_strdup_printf(const char *fmt, ...) TROUPE_PRINTF(1, 2);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 #include "ir/assign.h"
 
 #include "base/alloc.h"
+#include "ir/arena.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -12,58 +13,17 @@
 
 /* ---- arena -------------------------------------------------------------------------------- */
 
-typedef struct s_chunk {
-    struct s_chunk *next;
-    size_t used, cap;
-    _Alignas(16) unsigned char data[];
-} s_chunk_t;
-
-struct troupe_asgn_arena {
-    s_chunk_t *head;
-};
+/* Trees and copies of a comp are carved from chunks of this size. */
+#define S_ARENA_CHUNK_BYTES 8192
 
 static void *s_alloc(troupe_asgn_comp_t *comp, size_t n)
 {
-    troupe_asgn_arena_t *a = comp->arena;
-    n = (n + 15u) & ~(size_t)15u;
-    if (n == 0)
-        n = 16;
-    if (a->head == NULL || a->head->cap - a->head->used < n) {
-        size_t cap = n > 8192 ? n : 8192;
-        s_chunk_t *c = troupe_malloc(sizeof *c + cap);
-        if (c == NULL)
-            return NULL;
-        c->next = a->head;
-        c->used = 0;
-        c->cap = cap;
-        a->head = c;
-    }
-    void *p = a->head->data + a->head->used;
-    a->head->used += n;
-    memset(p, 0, n);
-    return p;
-}
-
-static void s_arena_free(troupe_asgn_arena_t *a)
-{
-    if (a == NULL)
-        return;
-    s_chunk_t *c = a->head;
-    while (c != NULL) {
-        s_chunk_t *next = c->next;
-        troupe_free(c);
-        c = next;
-    }
-    troupe_free(a);
+    return troupe__arena_alloc(comp->arena, n);
 }
 
 static char *s_strdup(troupe_asgn_comp_t *comp, const char *s)
 {
-    size_t n = strlen(s) + 1;
-    char *d = s_alloc(comp, n);
-    if (d != NULL)
-        memcpy(d, s, n);
-    return d;
+    return troupe__arena_strdup(comp->arena, s);
 }
 
 static troupe_status_t s_oom(const char *what)
@@ -92,7 +52,7 @@ troupe_status_t troupe_asgn_comp_new(troupe_asgn_comp_t **out)
     troupe_asgn_comp_t *c = troupe_calloc(1, sizeof *c);
     if (c == NULL)
         goto fail_comp;
-    c->arena = troupe_calloc(1, sizeof *c->arena);
+    c->arena = troupe__arena_new(S_ARENA_CHUNK_BYTES);
     if (c->arena == NULL)
         goto fail_arena;
     c->root = s_alloc(c, sizeof *c->root);
@@ -102,7 +62,7 @@ troupe_status_t troupe_asgn_comp_new(troupe_asgn_comp_t **out)
     *out = c;
     return TROUPE_OK;
 fail_root:
-    s_arena_free(c->arena);
+    troupe__arena_destroy(&c->arena);
 fail_arena:
     troupe_free(c);
 fail_comp:
@@ -121,7 +81,7 @@ void troupe_asgn_comp_destroy(troupe_asgn_comp_t **comp_p)
         troupe_tnode_release(&c->embedded[i]);
     troupe_free(c->embedded);
     troupe_free(c->syms);
-    s_arena_free(c->arena);
+    troupe__arena_destroy(&c->arena);
     troupe_free(c);
     *comp_p = NULL;
 }

@@ -248,11 +248,9 @@ typedef struct troupe_asgn_static_symbol {
     int64_t range; /* values 0..range-1; 0 = unbounded (checked when the routine runs) */
 } troupe_asgn_static_symbol_t;
 
-typedef struct troupe_asgn_arena troupe_asgn_arena_t;
-
 /* OCANNL `comp`: the arena, the root tree, static symbols, embedded nodes. */
 typedef struct troupe_asgn_comp {
-    troupe_asgn_arena_t *arena;
+    troupe_arena_t *arena; /* ir/arena.h */
     troupe_asgn_t *root; /* starts as NOOP; set it with troupe_asgn_comp_set_root */
 
     troupe_asgn_static_symbol_t *syms; /* nsyms entries; ids are indices */

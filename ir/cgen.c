@@ -908,6 +908,38 @@ static troupe_status_t s_emit_sc(s_gen_t *g, const troupe_sc_t *e, troupe_prec_t
 
 /* ---- statement emission ------------------------------------------------------------------- */
 
+/* A statement whose value needed pre-statements `pre` (hoisted local scopes) goes inside a
+ * block after them: opens `{` and writes pre when it is not empty, and returns the indent of
+ * the statement. s_close_pre_block closes the block. */
+static int s_open_pre_block(s_buf_t *out, int indent, const s_buf_t *pre)
+{
+    if (pre->len == 0)
+        return indent;
+    s_indent(out, indent);
+    s_puts(out, "{\n");
+    s_putn(out, pre->data, pre->len);
+    return indent + 1;
+}
+
+static void s_close_pre_block(s_buf_t *out, int indent, const s_buf_t *pre)
+{
+    if (pre->len == 0)
+        return;
+    s_indent(out, indent);
+    s_puts(out, "}\n");
+}
+
+/* Ends a statement built from the buffers pre and expr: frees them, and makes st out of memory
+ * when it was TROUPE_OK but a buffer failed to grow. */
+static troupe_status_t s_stmt_done(troupe_status_t st, s_buf_t *pre, s_buf_t *expr)
+{
+    if (st == TROUPE_OK && (pre->failed || expr->failed))
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+    s_buf_free(pre);
+    s_buf_free(expr);
+    return st;
+}
+
 /* Emits `<lhs> = <conv>(<value>);` with any local scopes of value hoisted into a block. `lhs`
  * is printed by the caller-supplied prefix (already formatted). */
 static troupe_status_t s_emit_assign(s_gen_t *g, const char *lhs, const troupe_sc_t *value,
@@ -920,27 +952,14 @@ static troupe_status_t s_emit_assign(s_gen_t *g, const char *lhs, const troupe_s
     if (st == TROUPE_OK)
         st = s_convert(g, s_compute_prec(value_prec), store_prec, &conv);
     if (st == TROUPE_OK) {
-        bool block = pre.len > 0;
-        if (block) {
-            s_indent(out, indent);
-            s_puts(out, "{\n");
-            s_putn(out, pre.data, pre.len);
-        }
-        s_indent(out, indent + (block ? 1 : 0));
+        s_indent(out, s_open_pre_block(out, indent, &pre));
         s_printf(out, "%s = %s", lhs, conv.piece[0]);
         if (expr.len > 0)
             s_putn(out, expr.data, expr.len);
         s_printf(out, "%s;\n", conv.piece[1]);
-        if (block) {
-            s_indent(out, indent);
-            s_puts(out, "}\n");
-        }
-        if (pre.failed || expr.failed)
-            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        s_close_pre_block(out, indent, &pre);
     }
-    s_buf_free(&pre);
-    s_buf_free(&expr);
-    return st;
+    return s_stmt_done(st, &pre, &expr);
 }
 
 static void s_put_comment(s_buf_t *out, const char *text)
@@ -1053,28 +1072,15 @@ static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent, s
         s_buf_t pre = {0}, expr = {0};
         st = s_emit_sc(g, s->u.set_from_vec.arg, TROUPE_PREC_UINT4X32, indent + 1, &expr, &pre);
         if (st == TROUPE_OK) {
-            bool block = pre.len > 0;
-            if (block) {
-                s_indent(out, indent);
-                s_puts(out, "{\n");
-                s_putn(out, pre.data, pre.len);
-            }
-            s_indent(out, indent + (block ? 1 : 0));
+            s_indent(out, s_open_pre_block(out, indent, &pre));
             s_puts(out, syn.piece[0]);
             s_putn(out, expr.data ? expr.data : "", expr.len);
             s_printf(out, "%s&%s[", syn.piece[1], s_info(g, tn)->ident);
             s_put_offset(g, out, tn, s->u.set_from_vec.idcs);
             s_printf(out, "]%s;\n", syn.piece[2]);
-            if (block) {
-                s_indent(out, indent);
-                s_puts(out, "}\n");
-            }
-            if (pre.failed || expr.failed)
-                st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+            s_close_pre_block(out, indent, &pre);
         }
-        s_buf_free(&pre);
-        s_buf_free(&expr);
-        return st;
+        return s_stmt_done(st, &pre, &expr);
     }
     }
     return troupe__error(TROUPE_INVALID_ARGUMENT, "cgen: unknown statement kind %d", (int)s->kind);
@@ -1192,24 +1198,6 @@ void troupe_cgen_result_destroy(troupe_cgen_result_t **result_p)
     *result_p = NULL;
 }
 
-static char *s_format(const char *fmt, ...) TROUPE_PRINTF(1, 2);
-static char *s_format(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return NULL;
-    char *s = troupe_malloc((size_t)n + 1);
-    if (s == NULL)
-        return NULL;
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
 static troupe_status_t s_build_params(s_gen_t *g, troupe_cgen_result_t *r)
 {
     const troupe_ll_proc_t *proc = g->proc;
@@ -1237,10 +1225,10 @@ static troupe_status_t s_build_params(s_gen_t *g, troupe_cgen_result_t *r)
         p->is_read = info->read;
         p->is_written = info->written;
         if (info->read && info->written)
-            p->decl = s_format("%s *%s", type, info->ident);
+            p->decl = troupe_strdup_printf("%s *%s", type, info->ident);
         else
-            p->decl = s_format("%s%s *%s %s", info->written ? "" : "const ", type, restrict_kw,
-                               info->ident);
+            p->decl = troupe_strdup_printf("%s%s *%s %s", info->written ? "" : "const ", type,
+                                           restrict_kw, info->ident);
         p->ident = troupe_strdup(info->ident);
         troupe_tnode_retain(tn);
         p->tn = tn;
@@ -1255,7 +1243,7 @@ static troupe_status_t s_build_params(s_gen_t *g, troupe_cgen_result_t *r)
         p->static_range = proc->syms[i].static_range;
         p->sym_name = troupe_strdup(proc->syms[i].name);
         p->ident = troupe_strdup(g->syms[i]);
-        p->decl = s_format("const int64_t %s", g->syms[i]);
+        p->decl = troupe_strdup_printf("const int64_t %s", g->syms[i]);
         oom = oom || p->decl == NULL || p->ident == NULL || p->sym_name == NULL;
     }
     if (g->merge_node != NULL) {
@@ -1263,7 +1251,8 @@ static troupe_status_t s_build_params(s_gen_t *g, troupe_cgen_result_t *r)
         p->kind = TROUPE_CGEN_PARAM_MERGE_BUFFER;
         p->sym = -1;
         p->is_read = true;
-        p->decl = s_format("const %s *merge_buffer", troupe_prec_c_type(g->merge_node->prec));
+        p->decl =
+            troupe_strdup_printf("const %s *merge_buffer", troupe_prec_c_type(g->merge_node->prec));
         p->ident = troupe_strdup("merge_buffer");
         troupe_tnode_retain((troupe_tnode_t *)g->merge_node);
         p->tn = (troupe_tnode_t *)g->merge_node;
@@ -1429,7 +1418,7 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
     }
     r->dialect = dialect;
     r->name = troupe_strdup(proc->name);
-    r->entry_name = dialect == TROUPE_CGEN_C ? s_format("%s_entry", proc->name) : NULL;
+    r->entry_name = dialect == TROUPE_CGEN_C ? troupe_strdup_printf("%s_entry", proc->name) : NULL;
     if (r->name == NULL || (dialect == TROUPE_CGEN_C && r->entry_name == NULL)) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
         goto done;
@@ -1456,7 +1445,7 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
     for (size_t i = 0; i < pre.nsecs; i++) {
         if (!pre.needed[i])
             continue;
-        s_printf(&src, "/* prelude: %s */\n", pre.secs[i].name);
+        s_printf(&src, TROUPE__CGEN_SECTION_HEADER, pre.secs[i].name);
         s_puts(&src, s_section_text(&pre, i));
     }
     s_puts(&src, "\n");

@@ -5,8 +5,9 @@
  *     infinity, NaN kept quiet with its top payload bits; decoding exact);
  *   - Threefry4x32 (OCANNL's variant, crypto 20 rounds, light 2), counter construction
  *     (<prec>_to_uint4x32, spreading of 32-bit counters), uint4x32 -> uniform values
- *     (pointwise and vectorised), satur01 gates, integer max/min: ir/ops.c and its
- *     troupe_ops_c_prelude, whose identifiers and semantics ops.h's C syntax references.
+ *     (pointwise and vectorised), satur01 gates, integer max/min: ir/ops.c, whose C syntax
+ *     (ops.h) references these identifiers. troupe_ops_c_prelude returns all of them, as
+ *     troupe__cgen_c_prelude assembles them below: this file is their only text.
  * tests/test_cgen.c compiles generated routines and compares them with the host functions
  * (exhaustively for the small-float decoders).
  *
@@ -16,6 +17,11 @@
  * intrinsics in CUDA).
  */
 #include "ir/cgen_impl.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
 
 /* ---- core texts ------------------------------------------------------------------------- */
 
@@ -244,7 +250,7 @@ static const char s_ctr_double[] = "TROUPE_FN uint4x32_t troupe_double_to_uint4x
                                    "  return troupe__split64(troupe__f64_bits(x));\n"
                                    "}\n";
 
-/* Uniform helpers (ops.c s_prelude). */
+/* Uniform helpers (ops.c troupe_uint4x32_to_prec_uniform1 and _uniform). */
 static const char s_unit_f[] = "TROUPE_FN float troupe__unit_f(uint32_t v) {\n"
                                "  return (float)(v >> 8) * 5.9604644775390625e-08f; /* 2^-24 */\n"
                                "}\n";
@@ -446,4 +452,38 @@ const troupe__cgen_section_t *troupe__cgen_sections(size_t *count)
 {
     *count = sizeof s_sections / sizeof s_sections[0];
     return s_sections;
+}
+
+/* ---- the whole C prelude ------------------------------------------------------------------ */
+
+/* Room for the C core and every section (about 13 KB today); s_build_c_prelude asserts it. */
+static char s_c_prelude[32768];
+static size_t s_c_prelude_len;
+static pthread_once_t s_c_prelude_once = PTHREAD_ONCE_INIT;
+
+static void s_c_prelude_append(const char *text)
+{
+    const size_t n = strlen(text);
+    assert(s_c_prelude_len + n < sizeof s_c_prelude && "grow s_c_prelude");
+    if (s_c_prelude_len + n >= sizeof s_c_prelude)
+        return;
+    memcpy(s_c_prelude + s_c_prelude_len, text, n + 1);
+    s_c_prelude_len += n;
+}
+
+static void s_build_c_prelude(void)
+{
+    char header[128];
+    s_c_prelude_append(s_core_c);
+    for (size_t i = 0; i < sizeof s_sections / sizeof s_sections[0]; i++) {
+        snprintf(header, sizeof header, TROUPE__CGEN_SECTION_HEADER, s_sections[i].name);
+        s_c_prelude_append(header);
+        s_c_prelude_append(s_sections[i].text_c);
+    }
+}
+
+const char *troupe__cgen_c_prelude(void)
+{
+    pthread_once(&s_c_prelude_once, s_build_c_prelude);
+    return s_c_prelude;
 }

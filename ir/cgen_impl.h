@@ -9,7 +9,8 @@
  * scans those sections' texts the same way (dependencies), and emits them in table order —
  * the table lists every section after the ones it uses.
  *
- * Thread safety: immutable static data. Ownership: static strings.
+ * Thread safety: immutable static data; troupe__cgen_c_prelude builds its text once
+ * (pthread_once) and may be called from any thread. Ownership: static strings.
  */
 #ifndef TROUPE_IR_CGEN_IMPL_H
 #define TROUPE_IR_CGEN_IMPL_H
@@ -25,6 +26,9 @@ typedef struct troupe__cgen_section {
     const char *text_cuda; /* CUDA text, or NULL for "same as text_c" */
 } troupe__cgen_section_t;
 
+/* printf format of the comment line written before each section's text (one %s: its name). */
+#define TROUPE__CGEN_SECTION_HEADER "/* prelude: %s */\n"
+
 /* The section table (count entries, dependencies first). */
 const troupe__cgen_section_t *troupe__cgen_sections(size_t *count);
 
@@ -32,5 +36,11 @@ const troupe__cgen_section_t *troupe__cgen_sections(size_t *count);
  * TROUPE_INF_F/TROUPE_NAN_F/TROUPE_INF_D/TROUPE_NAN_D macros, and (C) the
  * floating-point-contraction pragmas. NULL for an unknown dialect. */
 const char *troupe__cgen_core(troupe_cgen_dialect_t dialect);
+
+/* The complete C-dialect prelude: the C core text, then every section's C text in table
+ * order, each after the comment line naming it that troupe_cgen_emit writes. This is
+ * what troupe_ops_c_prelude (ir/ops.h) returns. Static and NUL-terminated; built on the first
+ * call. */
+const char *troupe__cgen_c_prelude(void);
 
 #endif

@@ -35,11 +35,17 @@ typedef struct s_cp {
     bool storage_uint; /* S_K_INT: the storage type is unsigned (OCANNL_NOTES UINT class) */
 } s_cp_t;
 
-typedef union s_val {
-    float f;
-    double d;
-    uint64_t u; /* S_K_INT, normalised to the promoted type */
-    troupe_uint4x32_t x;
+/* A value in the compute representation of its context, or, when `ci` is set, a value of C
+ * type `int` held in u (sign-extended): what comparisons, ||, && and ! yield in generated C
+ * and what arithmetic between two such values stays. */
+typedef struct s_val {
+    union {
+        float f;
+        double d;
+        uint64_t u; /* S_K_INT, normalised to the promoted type */
+        troupe_uint4x32_t x;
+    };
+    bool ci;
 } s_val_t;
 
 /* The precision a value of precision p computes in: small floats compute in single. */
@@ -356,10 +362,10 @@ typedef struct s_scope {
 
 typedef struct s_interp {
     const troupe_ll_proc_t *proc;
-    unsigned char **bufs;   /* per proc->nodes entry */
+    unsigned char **bufs;    /* per proc->nodes entry */
     unsigned char **scratch; /* owned scratch buffers (subset of bufs) */
     const unsigned char *merge;
-    int64_t *vals;          /* symbol values */
+    int64_t *vals; /* symbol values */
     s_scope_t *scopes;
     size_t nscopes, scopes_cap;
 } s_interp_t;
@@ -427,8 +433,9 @@ static troupe_status_t s_elem(const s_interp_t *I, const troupe_tnode_t *tn,
     size_t esz = troupe_prec_size_bytes(tn->prec);
     if (merge) {
         if (I->merge == NULL)
-            return troupe__error(TROUPE_INVALID_ARGUMENT, "merge-buffer read of node #%" PRId32
-                                 " without a merge buffer", tn->id);
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "merge-buffer read of node #%" PRId32 " without a merge buffer",
+                                 tn->id);
         *out = (unsigned char *)I->merge + (size_t)off * esz;
         return TROUPE_OK;
     }
@@ -448,8 +455,8 @@ static s_scope_t *s_find_scope(s_interp_t *I, int32_t id)
 
 static troupe_status_t s_undefined(const char *kind, const char *op, troupe_prec_t p)
 {
-    return troupe__error(TROUPE_INVALID_ARGUMENT, "%s %s is not defined in precision %s", kind,
-                         op, troupe_prec_name(p));
+    return troupe__error(TROUPE_INVALID_ARGUMENT, "%s %s is not defined in precision %s", kind, op,
+                         troupe_prec_name(p));
 }
 
 static troupe_status_t s_div_zero(const char *op, troupe_prec_t p)
@@ -463,8 +470,115 @@ static troupe_status_t s_div_zero(const char *op, troupe_prec_t p)
 static troupe_status_t s_exec(s_interp_t *I, const troupe_ll_t *s);
 static troupe_status_t s_eval(s_interp_t *I, const troupe_sc_t *e, const s_cp_t *c, s_val_t *out);
 
+/* Whether C's `int` differs from the context's compute type, so that int-typed intermediate
+ * results (comparisons, logical operators) must be tracked: float, double, uint32, int64,
+ * uint64. byte, uint16 and int32 compute in int already; uint4x32 has no comparisons. */
+static bool s_int_distinct(const s_cp_t *c)
+{
+    return c->kind == S_K_F32 || c->kind == S_K_F64 ||
+           (c->kind == S_K_INT && !(c->bits == 32 && c->is_signed));
+}
+
+static s_val_t s_cint(int32_t v)
+{
+    s_val_t r;
+    memset(&r, 0, sizeof r);
+    r.u = (uint64_t)(int64_t)v;
+    r.ci = true;
+    return r;
+}
+
+static int32_t s_ival(s_val_t v)
+{
+    return (int32_t)(uint32_t)v.u;
+}
+
+/* The C conversion of a value to the context's compute type (a no-op unless it is an int). */
+static s_val_t s_to_ctx(const s_cp_t *c, s_val_t v)
+{
+    if (!v.ci)
+        return v;
+    int32_t i = s_ival(v);
+    s_val_t r;
+    memset(&r, 0, sizeof r);
+    if (c->kind == S_K_F32)
+        r.f = (float)i;
+    else if (c->kind == S_K_F64)
+        r.d = (double)i;
+    else
+        r.u = s_norm(c, (uint64_t)(int64_t)i);
+    return r;
+}
+
+/* (double)(x) of a value in its own C type. */
+static double s_own_double(const s_cp_t *c, s_val_t v)
+{
+    if (v.ci)
+        return (double)s_ival(v);
+    if (c->kind == S_K_F32)
+        return (double)v.f;
+    if (c->kind == S_K_F64)
+        return v.d;
+    return s_int_to_double(c, v.u);
+}
+
+/* Whether `e`, evaluated in context c, has C type int in generated code (see s_val_t). Only
+ * needed where C evaluates an operand lazily but its type still matters. */
+static bool s_ctype_int(const troupe_sc_t *e, const s_cp_t *c)
+{
+    if (!s_int_distinct(c))
+        return false;
+    const troupe_sc_t *const *a = (const troupe_sc_t *const *)e->u.op.args;
+    switch (e->kind) {
+    case TROUPE_SC_BINOP:
+        switch ((troupe_binop_t)e->u.op.op) {
+        case TROUPE_BINOP_CMPLT:
+        case TROUPE_BINOP_CMPEQ:
+        case TROUPE_BINOP_CMPNE:
+        case TROUPE_BINOP_OR:
+        case TROUPE_BINOP_AND:
+            return true;
+        case TROUPE_BINOP_ADD:
+        case TROUPE_BINOP_SUB:
+        case TROUPE_BINOP_MUL:
+        case TROUPE_BINOP_DIV:
+        case TROUPE_BINOP_ARG1: /* (1 ? a : b): the common type */
+        case TROUPE_BINOP_ARG2:
+            return s_ctype_int(a[0], c) && s_ctype_int(a[1], c);
+        case TROUPE_BINOP_MOD: /* % for integers, fmod for floats */
+            return c->kind == S_K_INT && s_ctype_int(a[0], c) && s_ctype_int(a[1], c);
+        case TROUPE_BINOP_RELU_GATE: /* (a > 0 ? b : 0) */
+            return s_ctype_int(a[1], c);
+        default:
+            return false;
+        }
+    case TROUPE_SC_UNOP:
+        switch ((troupe_unop_t)e->u.op.op) {
+        case TROUPE_UNOP_NOT:
+            return true;
+        case TROUPE_UNOP_IDENTITY:
+        case TROUPE_UNOP_NEG:
+            return s_ctype_int(a[0], c);
+        case TROUPE_UNOP_RELU: /* the identity for unsigned storage */
+            return c->kind == S_K_INT && c->storage_uint && s_ctype_int(a[0], c);
+        default:
+            return false;
+        }
+    case TROUPE_SC_TERNOP:
+        if (e->u.op.op == TROUPE_TERNOP_WHERE)
+            return s_ctype_int(a[1], c) && s_ctype_int(a[2], c);
+        return c->kind == S_K_INT && s_ctype_int(a[0], c) && s_ctype_int(a[1], c) &&
+               s_ctype_int(a[2], c); /* integer fma is a * b + c */
+    default:
+        return false;
+    }
+}
+
+/* C truthiness (x != 0) of a value in its own type. */
 static bool s_truthy(const s_cp_t *c, s_val_t v)
 {
+    if (v.ci)
+        return v.u != 0;
     switch (c->kind) {
     case S_K_F32:
         return v.f != 0.0f;
@@ -476,19 +590,6 @@ static bool s_truthy(const s_cp_t *c, s_val_t v)
         return (v.x.v[0] | v.x.v[1] | v.x.v[2] | v.x.v[3]) != 0;
     }
     return false;
-}
-
-static s_val_t s_bool(const s_cp_t *c, bool b)
-{
-    s_val_t v;
-    memset(&v, 0, sizeof v);
-    if (c->kind == S_K_F32)
-        v.f = b ? 1.0f : 0.0f;
-    else if (c->kind == S_K_F64)
-        v.d = b ? 1.0 : 0.0;
-    else
-        v.u = b ? 1 : 0;
-    return v;
 }
 
 static bool s_int_lt(const s_cp_t *c, uint64_t a, uint64_t b)
@@ -515,6 +616,129 @@ static uint64_t s_int_from_double(const s_cp_t *c, double x)
     return s_norm(c, s_double_to_int(c->prec, x));
 }
 
+/* Infix + - * / % with C's usual arithmetic conversions: two ints compute in int (wrapping
+ * where C overflows), anything else in the context's compute type. */
+static troupe_status_t s_arith(const s_cp_t *c, troupe_binop_t op, s_val_t a, s_val_t b,
+                               s_val_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (a.ci && b.ci) {
+        uint32_t x = (uint32_t)s_ival(a), y = (uint32_t)s_ival(b);
+        int32_t sx = s_ival(a), sy = s_ival(b);
+        switch (op) {
+        case TROUPE_BINOP_ADD:
+            *out = s_cint((int32_t)(x + y));
+            return TROUPE_OK;
+        case TROUPE_BINOP_SUB:
+            *out = s_cint((int32_t)(x - y));
+            return TROUPE_OK;
+        case TROUPE_BINOP_MUL:
+            *out = s_cint((int32_t)(x * y));
+            return TROUPE_OK;
+        case TROUPE_BINOP_DIV:
+        case TROUPE_BINOP_MOD:
+            if (sy == 0)
+                return s_div_zero(op == TROUPE_BINOP_DIV ? "division" : "remainder", c->prec);
+            if (sy == -1)
+                *out = s_cint(op == TROUPE_BINOP_DIV ? (int32_t)(0u - x) : 0);
+            else
+                *out = s_cint(op == TROUPE_BINOP_DIV ? sx / sy : sx % sy);
+            return TROUPE_OK;
+        default:
+            return troupe__error(TROUPE_INTERNAL, "interp: s_arith on %s", troupe_binop_name(op));
+        }
+    }
+    a = s_to_ctx(c, a);
+    b = s_to_ctx(c, b);
+    if (c->kind == S_K_F32) {
+        float x = a.f, y = b.f;
+        out->f = op == TROUPE_BINOP_ADD   ? x + y
+                 : op == TROUPE_BINOP_SUB ? x - y
+                 : op == TROUPE_BINOP_MUL ? x * y
+                 : op == TROUPE_BINOP_DIV ? x / y
+                                          : fmodf(x, y);
+        return TROUPE_OK;
+    }
+    if (c->kind == S_K_F64) {
+        double x = a.d, y = b.d;
+        out->d = op == TROUPE_BINOP_ADD   ? x + y
+                 : op == TROUPE_BINOP_SUB ? x - y
+                 : op == TROUPE_BINOP_MUL ? x * y
+                 : op == TROUPE_BINOP_DIV ? x / y
+                                          : fmod(x, y);
+        return TROUPE_OK;
+    }
+    uint64_t x = a.u, y = b.u;
+    switch (op) {
+    case TROUPE_BINOP_ADD:
+        out->u = s_norm(c, x + y);
+        return TROUPE_OK;
+    case TROUPE_BINOP_SUB:
+        out->u = s_norm(c, x - y);
+        return TROUPE_OK;
+    case TROUPE_BINOP_MUL:
+        out->u = s_norm(c, x * y);
+        return TROUPE_OK;
+    default: {
+        bool div = op == TROUPE_BINOP_DIV;
+        if (y == 0)
+            return s_div_zero(div ? "division" : "remainder", c->prec);
+        if (c->is_signed) {
+            int64_t sx = (int64_t)x, sy = (int64_t)y;
+            if (sy == -1) /* avoids INT64_MIN / -1; the 32-bit case wraps in s_norm */
+                out->u = div ? s_norm(c, 0 - x) : 0;
+            else
+                out->u = s_norm(c, (uint64_t)(div ? sx / sy : sx % sy));
+        } else {
+            out->u = div ? x / y : x % y;
+        }
+        return TROUPE_OK;
+    }
+    }
+}
+
+/* Infix < == != (result: int 0 or 1). */
+static s_val_t s_compare(const s_cp_t *c, troupe_binop_t op, s_val_t a, s_val_t b)
+{
+    bool lt, eq;
+    if (a.ci && b.ci) {
+        lt = s_ival(a) < s_ival(b);
+        eq = s_ival(a) == s_ival(b);
+    } else {
+        a = s_to_ctx(c, a);
+        b = s_to_ctx(c, b);
+        if (c->kind == S_K_F32) {
+            lt = a.f < b.f;
+            eq = a.f == b.f;
+        } else if (c->kind == S_K_F64) {
+            lt = a.d < b.d;
+            eq = a.d == b.d;
+        } else {
+            lt = s_int_lt(c, a.u, b.u);
+            eq = a.u == b.u;
+        }
+    }
+    bool r = op == TROUPE_BINOP_CMPLT ? lt : op == TROUPE_BINOP_CMPEQ ? eq : !eq;
+    return s_cint(r ? 1 : 0);
+}
+
+/* The zero of the type of `e` in context c (the `0` arm of relu_gate). */
+static s_val_t s_zero_like(const troupe_sc_t *e, const s_cp_t *c)
+{
+    s_val_t z;
+    memset(&z, 0, sizeof z);
+    z.ci = s_ctype_int(e, c);
+    return z;
+}
+
+/* `chosen` as the common type of itself and `other` (C's ?: on arithmetic operands). */
+static s_val_t s_common(const s_cp_t *c, s_val_t chosen, const troupe_sc_t *other)
+{
+    if (chosen.ci && !s_ctype_int(other, c))
+        return s_to_ctx(c, chosen);
+    return chosen;
+}
+
 static troupe_status_t s_binop(s_interp_t *I, troupe_binop_t op, const troupe_sc_t *ea,
                                const troupe_sc_t *eb, const s_cp_t *c, s_val_t *out)
 {
@@ -538,50 +762,63 @@ static troupe_status_t s_binop(s_interp_t *I, troupe_binop_t op, const troupe_sc
     if (op == TROUPE_BINOP_THREEFRY4X32_CRYPTO || op == TROUPE_BINOP_THREEFRY4X32_LIGHT)
         return s_undefined("binop", name, c->prec);
     /* Operators C evaluates lazily: (1 ? a : b), (0 ? a : b), (a > 0 ? b : 0), ||, &&. */
-    if (op == TROUPE_BINOP_ARG1)
-        return s_eval(I, ea, c, out);
-    if (op == TROUPE_BINOP_ARG2)
-        return s_eval(I, eb, c, out);
+    if (op == TROUPE_BINOP_ARG1) {
+        TROUPE_RETURN_IF_ERROR(s_eval(I, ea, c, &a));
+        *out = s_common(c, a, eb);
+        return TROUPE_OK;
+    }
+    if (op == TROUPE_BINOP_ARG2) {
+        TROUPE_RETURN_IF_ERROR(s_eval(I, eb, c, &b));
+        *out = s_common(c, b, ea);
+        return TROUPE_OK;
+    }
     TROUPE_RETURN_IF_ERROR(s_eval(I, ea, c, &a));
     if (op == TROUPE_BINOP_RELU_GATE) {
-        bool pos = c->kind == S_K_F32   ? a.f > 0.0f
-                   : c->kind == S_K_F64 ? a.d > 0.0
-                                        : s_int_lt(c, 0, a.u);
+        bool pos;
+        if (a.ci)
+            pos = s_ival(a) > 0;
+        else
+            pos = c->kind == S_K_F32   ? a.f > 0.0f
+                  : c->kind == S_K_F64 ? a.d > 0.0
+                                       : s_int_lt(c, 0, a.u);
         if (pos)
             return s_eval(I, eb, c, out);
-        *out = s_bool(c, false);
+        *out = s_zero_like(eb, c);
         return TROUPE_OK;
     }
     if (op == TROUPE_BINOP_OR || op == TROUPE_BINOP_AND) {
         bool ta = s_truthy(c, a);
-        if (op == TROUPE_BINOP_OR && ta) {
-            *out = s_bool(c, true);
-            return TROUPE_OK;
-        }
-        if (op == TROUPE_BINOP_AND && !ta) {
-            *out = s_bool(c, false);
+        if (op == TROUPE_BINOP_OR ? ta : !ta) {
+            *out = s_cint(ta ? 1 : 0);
             return TROUPE_OK;
         }
         TROUPE_RETURN_IF_ERROR(s_eval(I, eb, c, &b));
-        *out = s_bool(c, s_truthy(c, b));
+        *out = s_cint(s_truthy(c, b) ? 1 : 0);
         return TROUPE_OK;
     }
     TROUPE_RETURN_IF_ERROR(s_eval(I, eb, c, &b));
+    switch (op) {
+    case TROUPE_BINOP_ADD:
+    case TROUPE_BINOP_SUB:
+    case TROUPE_BINOP_MUL:
+    case TROUPE_BINOP_DIV:
+        return s_arith(c, op, a, b, out);
+    case TROUPE_BINOP_MOD:
+        if (c->kind == S_K_INT) /* infix % */
+            return s_arith(c, op, a, b, out);
+        break;
+    case TROUPE_BINOP_CMPLT:
+    case TROUPE_BINOP_CMPEQ:
+    case TROUPE_BINOP_CMPNE:
+        *out = s_compare(c, op, a, b);
+        return TROUPE_OK;
+    default:
+        break;
+    }
+    /* Function calls: the arguments convert to the parameter types. */
     if (c->kind == S_K_F32) {
-        float x = a.f, y = b.f, r = 0.0f;
+        float x = s_to_ctx(c, a).f, y = s_to_ctx(c, b).f, r = 0.0f;
         switch (op) {
-        case TROUPE_BINOP_ADD:
-            r = x + y;
-            break;
-        case TROUPE_BINOP_SUB:
-            r = x - y;
-            break;
-        case TROUPE_BINOP_MUL:
-            r = x * y;
-            break;
-        case TROUPE_BINOP_DIV:
-            r = x / y;
-            break;
         case TROUPE_BINOP_TO_POW_OF:
             r = powf(x, y);
             break;
@@ -597,15 +834,6 @@ static troupe_status_t s_binop(s_interp_t *I, troupe_binop_t op, const troupe_sc
         case TROUPE_BINOP_MOD:
             r = fmodf(x, y);
             break;
-        case TROUPE_BINOP_CMPLT:
-            r = x < y ? 1.0f : 0.0f;
-            break;
-        case TROUPE_BINOP_CMPEQ:
-            r = x == y ? 1.0f : 0.0f;
-            break;
-        case TROUPE_BINOP_CMPNE:
-            r = x != y ? 1.0f : 0.0f;
-            break;
         default:
             return s_undefined("binop", name, c->prec);
         }
@@ -613,20 +841,8 @@ static troupe_status_t s_binop(s_interp_t *I, troupe_binop_t op, const troupe_sc
         return TROUPE_OK;
     }
     if (c->kind == S_K_F64) {
-        double x = a.d, y = b.d, r = 0.0;
+        double x = s_to_ctx(c, a).d, y = s_to_ctx(c, b).d, r = 0.0;
         switch (op) {
-        case TROUPE_BINOP_ADD:
-            r = x + y;
-            break;
-        case TROUPE_BINOP_SUB:
-            r = x - y;
-            break;
-        case TROUPE_BINOP_MUL:
-            r = x * y;
-            break;
-        case TROUPE_BINOP_DIV:
-            r = x / y;
-            break;
         case TROUPE_BINOP_TO_POW_OF:
             r = pow(x, y);
             break;
@@ -642,75 +858,27 @@ static troupe_status_t s_binop(s_interp_t *I, troupe_binop_t op, const troupe_sc
         case TROUPE_BINOP_MOD:
             r = fmod(x, y);
             break;
-        case TROUPE_BINOP_CMPLT:
-            r = x < y ? 1.0 : 0.0;
-            break;
-        case TROUPE_BINOP_CMPEQ:
-            r = x == y ? 1.0 : 0.0;
-            break;
-        case TROUPE_BINOP_CMPNE:
-            r = x != y ? 1.0 : 0.0;
-            break;
         default:
             return s_undefined("binop", name, c->prec);
         }
         out->d = r;
         return TROUPE_OK;
     }
-    /* Integers, in the promoted type. */
-    uint64_t x = a.u, y = b.u, r = 0;
+    /* Integers. */
     switch (op) {
-    case TROUPE_BINOP_ADD:
-        r = s_norm(c, x + y);
-        break;
-    case TROUPE_BINOP_SUB:
-        r = s_norm(c, x - y);
-        break;
-    case TROUPE_BINOP_MUL:
-        r = s_norm(c, x * y);
-        break;
-    case TROUPE_BINOP_DIV:
-    case TROUPE_BINOP_MOD: {
-        bool div = op == TROUPE_BINOP_DIV;
-        if (y == 0)
-            return s_div_zero(div ? "division" : "remainder", c->prec);
-        if (c->is_signed) {
-            int64_t sx = (int64_t)x, sy = (int64_t)y;
-            if (sy == -1) /* avoids INT64_MIN / -1; the 32-bit case wraps in s_norm */
-                r = div ? s_norm(c, 0 - x) : 0;
-            else
-                r = s_norm(c, (uint64_t)(div ? sx / sy : sx % sy));
-        } else {
-            r = div ? x / y : x % y;
-        }
-        break;
-    }
-    case TROUPE_BINOP_TO_POW_OF:
-        r = s_int_from_double(c, pow(s_int_to_double(c, x), s_int_to_double(c, y)));
-        break;
-    case TROUPE_BINOP_SATUR01_GATE:
-        r = 0; /* no integer lies strictly inside (0, 1) */
-        break;
+    case TROUPE_BINOP_TO_POW_OF: /* (($T)pow((double)(a), (double)(b))) */
+        out->u = s_int_from_double(c, pow(s_own_double(c, a), s_own_double(c, b)));
+        return TROUPE_OK;
+    case TROUPE_BINOP_SATUR01_GATE: /* no integer lies strictly inside (0, 1) */
+        out->u = 0;
+        return TROUPE_OK;
     case TROUPE_BINOP_MAX:
-        r = s_int_maxmin(c, x, y, true);
-        break;
     case TROUPE_BINOP_MIN:
-        r = s_int_maxmin(c, x, y, false);
-        break;
-    case TROUPE_BINOP_CMPLT:
-        r = s_int_lt(c, x, y);
-        break;
-    case TROUPE_BINOP_CMPEQ:
-        r = x == y;
-        break;
-    case TROUPE_BINOP_CMPNE:
-        r = x != y;
-        break;
+        out->u = s_int_maxmin(c, s_to_ctx(c, a).u, s_to_ctx(c, b).u, op == TROUPE_BINOP_MAX);
+        return TROUPE_OK;
     default:
         return s_undefined("binop", name, c->prec);
     }
-    out->u = r;
-    return TROUPE_OK;
 }
 
 static troupe_status_t s_unop(s_interp_t *I, troupe_unop_t op, const troupe_sc_t *ea,
@@ -739,12 +907,24 @@ static troupe_status_t s_unop(s_interp_t *I, troupe_unop_t op, const troupe_sc_t
         *out = a;
         return TROUPE_OK;
     }
+    /* Operators keeping or giving C int: (x), (-(x)), ((x) == 0), and relu on unsigned
+     * storage, which is the identity. */
+    if (op == TROUPE_UNOP_IDENTITY ||
+        (op == TROUPE_UNOP_RELU && c->kind == S_K_INT && c->storage_uint)) {
+        *out = a;
+        return TROUPE_OK;
+    }
+    if (op == TROUPE_UNOP_NOT) {
+        *out = s_cint(s_truthy(c, a) ? 0 : 1);
+        return TROUPE_OK;
+    }
+    if (op == TROUPE_UNOP_NEG && a.ci) {
+        *out = s_cint((int32_t)(0u - (uint32_t)s_ival(a)));
+        return TROUPE_OK;
+    }
     if (c->kind == S_K_F32) {
-        float x = a.f, r;
+        float x = s_to_ctx(c, a).f, r;
         switch (op) {
-        case TROUPE_UNOP_IDENTITY:
-            r = x;
-            break;
         case TROUPE_UNOP_RELU:
             r = fmaxf(0.0f, x);
             break;
@@ -784,9 +964,6 @@ static troupe_status_t s_unop(s_interp_t *I, troupe_unop_t op, const troupe_sc_t
         case TROUPE_UNOP_TANH_APPROX:
             r = tanhf(x);
             break;
-        case TROUPE_UNOP_NOT:
-            r = x == 0.0f ? 1.0f : 0.0f;
-            break;
         default:
             return s_undefined("unop", name, c->prec);
         }
@@ -794,11 +971,8 @@ static troupe_status_t s_unop(s_interp_t *I, troupe_unop_t op, const troupe_sc_t
         return TROUPE_OK;
     }
     if (c->kind == S_K_F64) {
-        double x = a.d, r;
+        double x = s_to_ctx(c, a).d, r;
         switch (op) {
-        case TROUPE_UNOP_IDENTITY:
-            r = x;
-            break;
         case TROUPE_UNOP_RELU:
             r = fmax(0.0, x);
             break;
@@ -838,23 +1012,19 @@ static troupe_status_t s_unop(s_interp_t *I, troupe_unop_t op, const troupe_sc_t
         case TROUPE_UNOP_TANH_APPROX:
             r = tanh(x);
             break;
-        case TROUPE_UNOP_NOT:
-            r = x == 0.0 ? 1.0 : 0.0;
-            break;
         default:
             return s_undefined("unop", name, c->prec);
         }
         out->d = r;
         return TROUPE_OK;
     }
-    uint64_t x = a.u, r;
-    double dx = s_int_to_double(c, x);
+    /* Integers: typed helpers take the context value; libm calls take (double)(x) of the
+     * operand's own type and convert the result to the storage type. */
+    uint64_t x = s_to_ctx(c, a).u, r;
+    double dx = s_own_double(c, a);
     switch (op) {
-    case TROUPE_UNOP_IDENTITY:
-        r = x;
-        break;
-    case TROUPE_UNOP_RELU: /* unsigned storage: the identity; signed: max(0, x) */
-        r = c->storage_uint ? x : s_int_maxmin(c, 0, x, true);
+    case TROUPE_UNOP_RELU: /* signed storage (unsigned is the identity, above) */
+        r = s_int_maxmin(c, 0, x, true);
         break;
     case TROUPE_UNOP_SATUR01:
         r = c->storage_uint ? s_int_maxmin(c, 1, x, false)
@@ -892,9 +1062,6 @@ static troupe_status_t s_unop(s_interp_t *I, troupe_unop_t op, const troupe_sc_t
         break;
     case TROUPE_UNOP_TANH_APPROX:
         r = s_int_from_double(c, tanh(dx));
-        break;
-    case TROUPE_UNOP_NOT:
-        r = x == 0;
         break;
     default:
         return s_undefined("unop", name, c->prec);
@@ -939,21 +1106,28 @@ static troupe_status_t s_ternop(s_interp_t *I, troupe_ternop_t op, troupe_sc_t *
                                  "ternop where: a condition of precision uint4x32 is not "
                                  "supported");
         TROUPE_RETURN_IF_ERROR(s_eval(I, args[0], &cc, &a));
-        return s_eval(I, s_truthy(&cc, a) ? args[1] : args[2], c, out);
+        bool t = s_truthy(&cc, a);
+        TROUPE_RETURN_IF_ERROR(s_eval(I, t ? args[1] : args[2], c, &b));
+        *out = s_common(c, b, t ? args[2] : args[1]);
+        return TROUPE_OK;
     }
-    TROUPE_RETURN_IF_ERROR(s_eval(I, args[0], c, &a));
     if (c->kind == S_K_U4)
         return s_undefined("ternop", troupe_ternop_name(op), c->prec);
+    TROUPE_RETURN_IF_ERROR(s_eval(I, args[0], c, &a));
     TROUPE_RETURN_IF_ERROR(s_eval(I, args[1], c, &b));
     TROUPE_RETURN_IF_ERROR(s_eval(I, args[2], c, &d));
-    /* FMA */
-    if (c->kind == S_K_F32)
-        out->f = fmaf(a.f, b.f, d.f);
-    else if (c->kind == S_K_F64)
-        out->d = fma(a.d, b.d, d.d);
-    else
-        out->u = s_norm(c, a.u * b.u + d.u);
-    return TROUPE_OK;
+    /* FMA: fmaf/fma for floats, ((a) * (b) + (c)) for integers */
+    if (c->kind == S_K_F32) {
+        out->f = fmaf(s_to_ctx(c, a).f, s_to_ctx(c, b).f, s_to_ctx(c, d).f);
+        return TROUPE_OK;
+    }
+    if (c->kind == S_K_F64) {
+        out->d = fma(s_to_ctx(c, a).d, s_to_ctx(c, b).d, s_to_ctx(c, d).d);
+        return TROUPE_OK;
+    }
+    s_val_t prod;
+    TROUPE_RETURN_IF_ERROR(s_arith(c, TROUPE_BINOP_MUL, a, b, &prod));
+    return s_arith(c, TROUPE_BINOP_ADD, prod, d, out);
 }
 
 /* An int64 value (constant bits, embedded index) in context c. */
@@ -995,8 +1169,8 @@ static troupe_status_t s_eval(s_interp_t *I, const troupe_sc_t *e, const s_cp_t 
     case TROUPE_SC_GET_LOCAL: {
         s_scope_t *sc = s_find_scope(I, e->u.get_local.id);
         if (sc == NULL)
-            return troupe__error(TROUPE_INVALID_ARGUMENT, "get_local %" PRId32
-                                 " outside its scope", e->u.get_local.id);
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "get_local %" PRId32 " outside its scope",
+                                 e->u.get_local.id);
         *out = s_convert(sc->cprec, s_load(sc->cprec, sc->storage), sc->storage, c->prec);
         return TROUPE_OK;
     }
@@ -1095,7 +1269,7 @@ static troupe_status_t s_exec(s_interp_t *I, const troupe_ll_t *s)
         s_cp_t c = s_cp(tn->prec);
         s_val_t v;
         TROUPE_RETURN_IF_ERROR(s_eval(I, s->u.set.value, &c, &v));
-        s_store(tn->prec, p, v);
+        s_store(tn->prec, p, s_to_ctx(&c, v));
         return TROUPE_OK;
     }
     case TROUPE_LL_SET_FROM_VEC: {
@@ -1111,8 +1285,8 @@ static troupe_status_t s_exec(s_interp_t *I, const troupe_ll_t *s)
                                  troupe_vec_unop_name(s->u.set_from_vec.op), count,
                                  troupe_prec_name(tn->prec));
         int64_t off;
-        TROUPE_RETURN_IF_ERROR(s_offset(I, tn, s->u.set_from_vec.idcs, "vector write",
-                                        (int64_t)count - 1, &off));
+        TROUPE_RETURN_IF_ERROR(
+            s_offset(I, tn, s->u.set_from_vec.idcs, "vector write", (int64_t)count - 1, &off));
         size_t slot = 0;
         TROUPE_RETURN_IF_ERROR(s_node_slot(I, tn, &slot));
         s_cp_t u4 = s_cp(TROUPE_PREC_UINT4X32);
@@ -1128,14 +1302,14 @@ static troupe_status_t s_exec(s_interp_t *I, const troupe_ll_t *s)
     case TROUPE_LL_SET_LOCAL: {
         s_scope_t *sc = s_find_scope(I, s->u.set_local.id);
         if (sc == NULL)
-            return troupe__error(TROUPE_INVALID_ARGUMENT, "set_local %" PRId32
-                                 " outside its scope", s->u.set_local.id);
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "set_local %" PRId32 " outside its scope",
+                                 s->u.set_local.id);
         int32_t id = s->u.set_local.id;
         s_cp_t c = s_cp(sc->prec);
         s_val_t v;
         TROUPE_RETURN_IF_ERROR(s_eval(I, s->u.set_local.value, &c, &v));
         sc = s_find_scope(I, id); /* evaluation may have grown the scope stack */
-        s_store(sc->cprec, sc->storage, v); /* no rounding to a small float format */
+        s_store(sc->cprec, sc->storage, s_to_ctx(&c, v)); /* no small-float rounding */
         return TROUPE_OK;
     }
     }
@@ -1237,10 +1411,9 @@ static troupe_status_t s_bind_statics(s_interp_t *I, const troupe_interp_args_t 
         if (sym < 0 && a->name != NULL)
             sym = troupe_ll_proc_find_symbol(proc, a->name);
         if (sym < 0 || sym >= proc->nsyms) {
-            st = troupe__error(TROUPE_INVALID_ARGUMENT,
-                               "static value %zu names no symbol of procedure %s (%s%s)", i,
-                               proc->name, a->name ? "name " : "id ",
-                               a->name ? a->name : "out of range");
+            st = troupe__error(
+                TROUPE_INVALID_ARGUMENT, "static value %zu names no symbol of procedure %s (%s%s)",
+                i, proc->name, a->name ? "name " : "id ", a->name ? a->name : "out of range");
             break;
         }
         const troupe_ll_symbol_t *s = &proc->syms[sym];

@@ -23,7 +23,10 @@
  *    C leaves signed overflow undefined; the integer helpers of the ops prelude (max, min,
  *    relu, satur01) narrow their arguments to the storage type, and the libm-based integer
  *    ops compute in double and convert to the storage type; uint4x32 supports arg1, arg2,
- *    identity, where and threefry4x32_*.
+ *    identity, where and threefry4x32_*. As in C, comparisons, or, and and not yield an
+ *    `int` (0 or 1), arithmetic between two such ints stays in int (so (a<b) / (c<d) is an
+ *    integer division even in a float context), and an int meets a value of the context
+ *    type through C's usual arithmetic conversions.
  *  - A SET converts the computed value to the node's storage once: half/bfloat16/fp8 with
  *    ir/prec.h's round-to-nearest-even troupe_single_to_* (overflow to infinity), integers
  *    modulo 2^bits. Intermediate results are never rounded to the storage format.

@@ -1,56 +1,16 @@
-/* troupe — low-level IR: arena, procedures, builders, validation, equality, copy. */
+/* troupe — low-level IR: procedures, builders, validation, equality, copy. */
 #define _POSIX_C_SOURCE 200809L
 #include "ir/lowlevel.h"
 
 #include "base/alloc.h"
+#include "ir/arena.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-/* ---- arena -------------------------------------------------------------------------------- */
-
-typedef struct s_chunk {
-    struct s_chunk *next;
-    size_t used, cap;
-    _Alignas(16) unsigned char data[];
-} s_chunk_t;
-
-struct troupe_arena {
-    s_chunk_t *head;
-};
-
-static void *s_arena_alloc(troupe_arena_t *a, size_t n)
-{
-    n = (n + 15u) & ~(size_t)15u;
-    if (a->head == NULL || a->head->cap - a->head->used < n) {
-        size_t cap = n > 16384 ? n : 16384;
-        s_chunk_t *c = troupe_malloc(sizeof *c + cap);
-        if (c == NULL)
-            return NULL;
-        c->next = a->head;
-        c->used = 0;
-        c->cap = cap;
-        a->head = c;
-    }
-    void *p = a->head->data + a->head->used;
-    a->head->used += n;
-    memset(p, 0, n);
-    return p;
-}
-
-static void s_arena_free(troupe_arena_t *a)
-{
-    if (a == NULL)
-        return;
-    s_chunk_t *c = a->head;
-    while (c != NULL) {
-        s_chunk_t *next = c->next;
-        troupe_free(c);
-        c = next;
-    }
-    troupe_free(a);
-}
+/* Statements and copies of a procedure are carved from chunks of this size. */
+#define S_ARENA_CHUNK_BYTES 16384
 
 /* ---- procedures --------------------------------------------------------------------------- */
 
@@ -82,7 +42,7 @@ troupe_status_t troupe_ll_proc_new(const char *name, troupe_ll_proc_t **out)
     troupe_ll_proc_t *p = troupe_calloc(1, sizeof *p);
     if (p == NULL)
         goto fail_proc;
-    p->arena = troupe_calloc(1, sizeof *p->arena);
+    p->arena = troupe__arena_new(S_ARENA_CHUNK_BYTES);
     if (p->arena == NULL)
         goto fail_arena;
     p->name = troupe_strdup(name);
@@ -96,7 +56,7 @@ troupe_status_t troupe_ll_proc_new(const char *name, troupe_ll_proc_t **out)
 fail_body:
     troupe_free(p->name);
 fail_name:
-    s_arena_free(p->arena);
+    troupe__arena_destroy(&p->arena);
 fail_arena:
     troupe_free(p);
 fail_proc:
@@ -118,7 +78,7 @@ void troupe_ll_proc_destroy(troupe_ll_proc_t **proc_p)
     troupe_free(p->inputs);
     troupe_free(p->outputs);
     troupe_free(p->name);
-    s_arena_free(p->arena);
+    troupe__arena_destroy(&p->arena);
     troupe_free(p);
     *proc_p = NULL;
 }
@@ -130,7 +90,7 @@ troupe_status_t troupe_ll_proc_status(const troupe_ll_proc_t *proc)
 
 void *troupe_ll_alloc(troupe_ll_proc_t *proc, size_t size_bytes)
 {
-    void *p = s_arena_alloc(proc->arena, size_bytes);
+    void *p = troupe__arena_alloc(proc->arena, size_bytes);
     if (p == NULL)
         s_fail(proc, TROUPE_RESOURCE_EXHAUSTED);
     return p;
@@ -138,10 +98,9 @@ void *troupe_ll_alloc(troupe_ll_proc_t *proc, size_t size_bytes)
 
 char *troupe_ll_strdup(troupe_ll_proc_t *proc, const char *s)
 {
-    size_t n = strlen(s) + 1;
-    char *d = troupe_ll_alloc(proc, n);
-    if (d != NULL)
-        memcpy(d, s, n);
+    char *d = troupe__arena_strdup(proc->arena, s);
+    if (d == NULL)
+        s_fail(proc, TROUPE_RESOURCE_EXHAUSTED);
     return d;
 }
 

@@ -1283,6 +1283,36 @@ done:
     return res;
 }
 
+/* Rebuilding after a rewrite (steps 3c and 4): for loop s with body b, or set, set_from_vec or
+ * set_local s with value v. s itself when the part is unchanged, NULL when it is NULL (a
+ * failure). */
+static troupe_ll_t *s_with_body(troupe_ll_proc_t *proc, troupe_ll_t *s, troupe_ll_t *b)
+{
+    if (b == NULL || b == s->u.for_loop.body)
+        return b == NULL ? NULL : s;
+    return troupe_ll_for(proc, s->u.for_loop.sym, s->u.for_loop.from, s->u.for_loop.to, b,
+                         s->u.for_loop.trace_it);
+}
+
+static troupe_ll_t *s_with_value(troupe_ll_proc_t *proc, troupe_ll_t *s, troupe_sc_t *v)
+{
+    if (v == NULL)
+        return NULL;
+    switch (s->kind) {
+    case TROUPE_LL_SET:
+        return v == s->u.set.value ? s : troupe_ll_set(proc, s->u.set.tn, s->u.set.idcs, v);
+    case TROUPE_LL_SET_FROM_VEC:
+        if (v == s->u.set_from_vec.arg)
+            return s;
+        return troupe_ll_set_from_vec(proc, s->u.set_from_vec.tn, s->u.set_from_vec.idcs,
+                                      s->u.set_from_vec.length, s->u.set_from_vec.op, v);
+    case TROUPE_LL_SET_LOCAL:
+        return v == s->u.set_local.value ? s : troupe_ll_set_local(proc, s->u.set_local.id, v);
+    default:
+        return s;
+    }
+}
+
 static troupe_sc_t *s_rw_sc(s_rw_t *w, troupe_sc_t *e);
 
 /* Returns s itself when nothing changed, NULL on failure. */
@@ -1307,32 +1337,14 @@ static troupe_ll_t *s_rw_ll(s_rw_t *w, troupe_ll_t *s)
         }
         return items == NULL ? s : troupe_ll_seq(proc, s->u.seq.count, items);
     }
-    case TROUPE_LL_FOR: {
-        troupe_ll_t *b = s_rw_ll(w, s->u.for_loop.body);
-        if (b == NULL || b == s->u.for_loop.body)
-            return b == NULL ? NULL : s;
-        return troupe_ll_for(proc, s->u.for_loop.sym, s->u.for_loop.from, s->u.for_loop.to, b,
-                             s->u.for_loop.trace_it);
-    }
-    case TROUPE_LL_SET: {
-        troupe_sc_t *v = s_rw_sc(w, s->u.set.value);
-        if (v == NULL || v == s->u.set.value)
-            return v == NULL ? NULL : s;
-        return troupe_ll_set(proc, s->u.set.tn, s->u.set.idcs, v);
-    }
-    case TROUPE_LL_SET_FROM_VEC: {
-        troupe_sc_t *v = s_rw_sc(w, s->u.set_from_vec.arg);
-        if (v == NULL || v == s->u.set_from_vec.arg)
-            return v == NULL ? NULL : s;
-        return troupe_ll_set_from_vec(proc, s->u.set_from_vec.tn, s->u.set_from_vec.idcs,
-                                      s->u.set_from_vec.length, s->u.set_from_vec.op, v);
-    }
-    case TROUPE_LL_SET_LOCAL: {
-        troupe_sc_t *v = s_rw_sc(w, s->u.set_local.value);
-        if (v == NULL || v == s->u.set_local.value)
-            return v == NULL ? NULL : s;
-        return troupe_ll_set_local(proc, s->u.set_local.id, v);
-    }
+    case TROUPE_LL_FOR:
+        return s_with_body(proc, s, s_rw_ll(w, s->u.for_loop.body));
+    case TROUPE_LL_SET:
+        return s_with_value(proc, s, s_rw_sc(w, s->u.set.value));
+    case TROUPE_LL_SET_FROM_VEC:
+        return s_with_value(proc, s, s_rw_sc(w, s->u.set_from_vec.arg));
+    case TROUPE_LL_SET_LOCAL:
+        return s_with_value(proc, s, s_rw_sc(w, s->u.set_local.value));
     default:
         return s;
     }
@@ -1896,25 +1908,15 @@ static troupe_ll_t *s_simp_ll(s_simp_t *m, troupe_ll_t *s)
             return NULL;
         if (b->kind == TROUPE_LL_NOOP)
             return b;
-        if (b == s->u.for_loop.body)
-            return s;
-        return troupe_ll_for(proc, s->u.for_loop.sym, s->u.for_loop.from, s->u.for_loop.to, b,
-                             s->u.for_loop.trace_it);
+        return s_with_body(proc, s, b);
     }
     case TROUPE_LL_SET: {
         s_sctx_t x = {s->u.set.tn->prec, s->u.set.tn, s->u.set.idcs};
-        troupe_sc_t *v = s_simp_sc(m, s->u.set.value, x);
-        if (v == NULL || v == s->u.set.value)
-            return v == NULL ? NULL : s;
-        return troupe_ll_set(proc, s->u.set.tn, s->u.set.idcs, v);
+        return s_with_value(proc, s, s_simp_sc(m, s->u.set.value, x));
     }
     case TROUPE_LL_SET_FROM_VEC: {
         s_sctx_t x = {TROUPE_PREC_UINT4X32, NULL, NULL};
-        troupe_sc_t *v = s_simp_sc(m, s->u.set_from_vec.arg, x);
-        if (v == NULL || v == s->u.set_from_vec.arg)
-            return v == NULL ? NULL : s;
-        return troupe_ll_set_from_vec(proc, s->u.set_from_vec.tn, s->u.set_from_vec.idcs,
-                                      s->u.set_from_vec.length, s->u.set_from_vec.op, v);
+        return s_with_value(proc, s, s_simp_sc(m, s->u.set_from_vec.arg, x));
     }
     case TROUPE_LL_SET_LOCAL: {
         s_sctx_t x = {TROUPE_PREC_VOID, NULL, NULL};
@@ -1927,10 +1929,7 @@ static troupe_ll_t *s_simp_ll(s_simp_t *m, troupe_ll_t *s)
                 break;
             }
         }
-        troupe_sc_t *v = s_simp_sc(m, s->u.set_local.value, x);
-        if (v == NULL || v == s->u.set_local.value)
-            return v == NULL ? NULL : s;
-        return troupe_ll_set_local(proc, s->u.set_local.id, v);
+        return s_with_value(proc, s, s_simp_sc(m, s->u.set_local.value, x));
     }
     default:
         return s;

@@ -28,6 +28,11 @@
 
 #define S_CANON_NAN_BITS UINT64_C(0x7ff8000000000000)
 
+/* Deepest tree the printers accept: each tree level opens at least one list, and the header
+ * (3 lists) and an index (up to 4) add a few more, so printed text stays within
+ * TROUPE_TEXT_MAX_DEPTH and parses back. */
+#define S_MAX_TREE_DEPTH (TROUPE_TEXT_MAX_DEPTH - 16)
+
 /* ---- C locale for number formatting -------------------------------------------------------- */
 
 typedef struct s_cloc {
@@ -227,8 +232,8 @@ typedef struct s_parser {
     size_t str_len, str_cap;
     int depth;
     /* semantic state */
-    s_ntab_t nodes;        /* declared nodes */
-    s_stab_t syms;         /* declared symbol names */
+    s_ntab_t nodes;               /* declared nodes */
+    s_stab_t syms;                /* declared symbol names */
     const char *const *sym_names; /* names by id, owned by the proc/comp being built */
     int32_t nsyms;
     int32_t *scopes; /* open local scope ids */
@@ -336,8 +341,10 @@ static troupe_status_t s_lex_string(s_parser_t *p)
     s_step(p); /* opening quote */
     for (;;) {
         if (p->pos >= p->len)
-            return s_err_at(p->line, p->col, "expected '\"' closing the string started at %d:%d, "
-                            "found end of input", p->tline, p->tcol);
+            return s_err_at(p->line, p->col,
+                            "expected '\"' closing the string started at %d:%d, "
+                            "found end of input",
+                            p->tline, p->tcol);
         unsigned char c = (unsigned char)p->src[p->pos];
         if (c == '"') {
             s_step(p);
@@ -371,7 +378,8 @@ static troupe_status_t s_lex_string(s_parser_t *p)
                 int h1 = p->pos < p->len ? s_hexval((unsigned char)p->src[p->pos]) : -1;
                 int h2 = p->pos + 1 < p->len ? s_hexval((unsigned char)p->src[p->pos + 1]) : -1;
                 if (h1 < 0 || h2 < 0 || (h1 == 0 && h2 == 0))
-                    return s_err_at(line, col, "expected an escape \\xHH with two hex digits "
+                    return s_err_at(line, col,
+                                    "expected an escape \\xHH with two hex digits "
                                     "(not 00), found a bad escape");
                 out = (char)(h1 * 16 + h2);
                 s_step(p);
@@ -379,15 +387,18 @@ static troupe_status_t s_lex_string(s_parser_t *p)
                 break;
             }
             default:
-                return s_err_at(line, col, "expected an escape (\\\\ \\\" \\n \\t \\r \\xHH), "
+                return s_err_at(line, col,
+                                "expected an escape (\\\\ \\\" \\n \\t \\r \\xHH), "
                                 "found a bad escape");
             }
             TROUPE_RETURN_IF_ERROR(s_str_push(p, out));
             continue;
         }
         if (c < 0x20 || c == 0x7F)
-            return s_err_at(p->line, p->col, "expected a printable byte in a string, found byte "
-                            "0x%02x", c);
+            return s_err_at(p->line, p->col,
+                            "expected a printable byte in a string, found byte "
+                            "0x%02x",
+                            c);
         TROUPE_RETURN_IF_ERROR(s_str_push(p, (char)c));
         s_step(p);
     }
@@ -437,8 +448,10 @@ static troupe_status_t s_next(s_parser_t *p)
     while (p->pos < p->len && s_atom_byte((unsigned char)p->src[p->pos])) {
         s_step(p);
         if (p->pos - p->tstart > TROUPE_TEXT_MAX_ATOM)
-            return s_err_at(p->tline, p->tcol, "expected an atom of at most %d bytes, found a "
-                            "longer one", TROUPE_TEXT_MAX_ATOM);
+            return s_err_at(p->tline, p->tcol,
+                            "expected an atom of at most %d bytes, found a "
+                            "longer one",
+                            TROUPE_TEXT_MAX_ATOM);
     }
     p->tlen = p->pos - p->tstart;
     return TROUPE_OK;
@@ -467,8 +480,10 @@ static troupe_status_t s_lp(s_parser_t *p, const char *what)
     if (p->tk != S_TK_LP)
         return s_expected(p, what);
     if (p->depth >= TROUPE_TEXT_MAX_DEPTH)
-        return s_err_at(p->tline, p->tcol, "expected lists nested at most %d deep, found "
-                        "deeper nesting", TROUPE_TEXT_MAX_DEPTH);
+        return s_err_at(p->tline, p->tcol,
+                        "expected lists nested at most %d deep, found "
+                        "deeper nesting",
+                        TROUPE_TEXT_MAX_DEPTH);
     p->depth++;
     return s_next(p);
 }
@@ -525,8 +540,7 @@ static bool s_atom_int(const s_parser_t *p, int64_t *out)
 }
 
 /* An integer in [lo, hi]; `what` names it in the error. */
-static troupe_status_t s_int(s_parser_t *p, const char *what, int64_t lo, int64_t hi,
-                             int64_t *out)
+static troupe_status_t s_int(s_parser_t *p, const char *what, int64_t lo, int64_t hi, int64_t *out)
 {
     int64_t v;
     if (!s_atom_int(p, &v) || v < lo || v > hi)
@@ -925,8 +939,8 @@ static troupe_status_t s_parse_node_decl(s_parser_t *p)
         if (!same) {
             char want[256], have[256];
             bool show = has_padding || tn->has_padding;
-            s_node_desc(want, sizeof want, prec, ndims, dims, has_padding, padding,
-                        padding_value, show);
+            s_node_desc(want, sizeof want, prec, ndims, dims, has_padding, padding, padding_value,
+                        show);
             s_node_desc(have, sizeof have, tn->prec, tn->ndims, tn->dims, tn->has_padding,
                         tn->padding, tn->padding_value, show);
             troupe_tnode_release(&tn);
@@ -935,9 +949,9 @@ static troupe_status_t s_parse_node_decl(s_parser_t *p)
             goto done;
         }
     } else {
-        st = troupe_tnode_new_with_id((int32_t)id, (const char *const *)labels, nlabels, prec,
-                                      ndims, dims, has_padding ? padding : NULL, padding_value,
-                                      &tn);
+        st =
+            troupe_tnode_new_with_id((int32_t)id, (const char *const *)labels, nlabels, prec, ndims,
+                                     dims, has_padding ? padding : NULL, padding_value, &tn);
         if (st != TROUPE_OK) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", troupe_last_error());
@@ -978,8 +992,9 @@ static troupe_status_t s_node_ref(s_parser_t *p, troupe_tnode_t **out)
         return s_expected(p, "a node id");
     troupe_tnode_t *tn = id >= 1 && id <= INT32_MAX ? s_ntab_find(&p->nodes, (int32_t)id) : NULL;
     if (tn == NULL)
-        return s_err_at(p->tline, p->tcol, "expected a declared node id, found %" PRId64
-                        " (not in the node list)", id);
+        return s_err_at(p->tline, p->tcol,
+                        "expected a declared node id, found %" PRId64 " (not in the node list)",
+                        id);
     *out = tn;
     return s_next(p);
 }
@@ -993,14 +1008,17 @@ static troupe_status_t s_sym_ref(s_parser_t *p, const char *what, int32_t *out)
     if (id < 0) {
         char found[64];
         s_describe(p, found, sizeof found);
-        return s_err_at(p->tline, p->tcol, "expected a declared symbol, found %s (not in the "
-                        "symbol list)", found);
+        return s_err_at(p->tline, p->tcol,
+                        "expected a declared symbol, found %s (not in the "
+                        "symbol list)",
+                        found);
     }
     *out = id;
     return s_next(p);
 }
 
-/* ---- indices ----------------------------------------------------------------------------------- */
+/* ---- indices -----------------------------------------------------------------------------------
+ */
 
 static void s_print_index(s_sb_t *sb, const troupe_axis_index_t *idx, const char *const *names)
 {
@@ -1098,14 +1116,16 @@ static troupe_status_t s_parse_idcs(s_parser_t *p, const troupe_tnode_t *tn,
     int n = 0;
     while (p->tk != S_TK_RP) {
         if (n == tn->ndims)
-            return s_err_at(p->tline, p->tcol, "expected ')' after %d indices (node %" PRId32
-                            " has %d dims), found another index", n, tn->id, tn->ndims);
+            return s_err_at(p->tline, p->tcol,
+                            "expected ')' after %d indices (node %" PRId32
+                            " has %d dims), found another index",
+                            n, tn->id, tn->ndims);
         TROUPE_RETURN_IF_ERROR(s_parse_index(p, &idcs[n]));
         n++;
     }
     if (n != tn->ndims)
-        return s_err_at(line, col, "expected %d indices for node %" PRId32 ", found %d",
-                        tn->ndims, tn->id, n);
+        return s_err_at(line, col, "expected %d indices for node %" PRId32 ", found %d", tn->ndims,
+                        tn->id, n);
     return s_rp(p, "the index list");
 }
 
@@ -1155,8 +1175,8 @@ static void s_print_sc(s_pctx_t *c, const troupe_sc_t *e, int depth)
         s_bad(c, "missing scalar");
         return;
     }
-    if (depth > TROUPE_TEXT_MAX_DEPTH * 4) {
-        s_bad(c, "tree nested too deeply");
+    if (depth > S_MAX_TREE_DEPTH) {
+        s_bad(c, "tree nested deeper than the text form allows");
         return;
     }
     switch (e->kind) {
@@ -1241,8 +1261,8 @@ static void s_print_stmt(s_pctx_t *c, const troupe_ll_t *s, int indent, int dept
         s_bad(c, "missing statement");
         return;
     }
-    if (depth > TROUPE_TEXT_MAX_DEPTH * 4) {
-        s_bad(c, "tree nested too deeply");
+    if (depth > S_MAX_TREE_DEPTH) {
+        s_bad(c, "tree nested deeper than the text form allows");
         return;
     }
     int inner = indent < 0 ? -1 : indent + 2;
@@ -1296,8 +1316,7 @@ static void s_print_stmt(s_pctx_t *c, const troupe_ll_t *s, int indent, int dept
         s_sb_put(sb, ")");
         return;
     case TROUPE_LL_SET_FROM_VEC:
-        if (s->u.set_from_vec.tn == NULL ||
-            !troupe_vec_unop_is_valid(s->u.set_from_vec.op) ||
+        if (s->u.set_from_vec.tn == NULL || !troupe_vec_unop_is_valid(s->u.set_from_vec.op) ||
             !s_check_idcs(c, s->u.set_from_vec.idcs, s->u.set_from_vec.tn->ndims))
             return s_bad(c, "malformed set_from_vec");
         s_sb_printf(sb, "(set_from_vec %" PRId32 " ", s->u.set_from_vec.tn->id);
@@ -1323,8 +1342,8 @@ static troupe_status_t s_check_unique_names(const char *const *names, int32_t n)
     troupe_status_t st = TROUPE_OK;
     for (int32_t i = 0; i < n && st == TROUPE_OK; i++) {
         if (names[i] == NULL || !s_is_ident(names[i], strlen(names[i])))
-            st = troupe__error(TROUPE_INVALID_ARGUMENT, "cannot print: symbol %" PRId32
-                               " has no identifier name", i);
+            st = troupe__error(TROUPE_INVALID_ARGUMENT,
+                               "cannot print: symbol %" PRId32 " has no identifier name", i);
         else if (s_stab_find(&t, names, names[i], strlen(names[i])) >= 0)
             st = troupe__error(TROUPE_INVALID_ARGUMENT,
                                "cannot print: symbols %" PRId32 " and %" PRId32
@@ -1345,8 +1364,7 @@ troupe_status_t troupe_text_print_proc(const troupe_ll_proc_t *proc, char **out)
     if (proc == NULL)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_text_print_proc: proc is NULL");
     troupe_status_t st = TROUPE_OK;
-    const char **names =
-        troupe_calloc((size_t)(proc->nsyms > 0 ? proc->nsyms : 1), sizeof *names);
+    const char **names = troupe_calloc((size_t)(proc->nsyms > 0 ? proc->nsyms : 1), sizeof *names);
     if (names == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory printing");
     for (int32_t i = 0; i < proc->nsyms; i++)
@@ -1394,7 +1412,8 @@ troupe_status_t troupe_text_print_proc(const troupe_ll_proc_t *proc, char **out)
     return TROUPE_OK;
 }
 
-/* ---- low-level parser -------------------------------------------------------------------------- */
+/* ---- low-level parser --------------------------------------------------------------------------
+ */
 
 static troupe_status_t s_ll_status(s_parser_t *p, const void *built)
 {
@@ -1419,7 +1438,7 @@ static troupe_status_t s_scope_id(s_parser_t *p, bool must_be_open, int32_t *out
 {
     int64_t id = 0;
     int line = p->tline, col = p->tcol;
-    TROUPE_RETURN_IF_ERROR(s_int(p, "a scope id (0..2147483647)", 0, INT32_MAX, &id));
+    TROUPE_RETURN_IF_ERROR(s_int(p, "a scope id (an int32)", INT32_MIN, INT32_MAX, &id));
     if (must_be_open && !s_scope_open(p, (int32_t)id))
         return s_err_at(line, col, "expected the id of an enclosing local_scope, found %" PRId64,
                         id);
@@ -1650,7 +1669,7 @@ static troupe_status_t s_parse_stmt(s_parser_t *p, troupe_ll_t **out)
         int64_t length = 0;
         TROUPE_RETURN_IF_ERROR(s_node_ref(p, &tn));
         TROUPE_RETURN_IF_ERROR(s_parse_idcs(p, tn, idcs));
-        TROUPE_RETURN_IF_ERROR(s_int(p, "a length (1..1024)", 1, 1024, &length));
+        TROUPE_RETURN_IF_ERROR(s_int(p, "a length (an int)", INT32_MIN, INT32_MAX, &length));
         char opname[48];
         troupe_vec_unop_t op;
         if (!s_atom_copy(p, opname, sizeof opname) ||
@@ -1700,8 +1719,10 @@ static troupe_status_t s_sym_decl_head(s_parser_t *p, int32_t expected, char *na
     if (s_stab_find(&p->syms, p->sym_names, p->src + p->tstart, p->tlen) >= 0) {
         char found[64];
         s_describe(p, found, sizeof found);
-        return s_err_at(p->tline, p->tcol, "expected a new symbol name, found %s (declared "
-                        "twice)", found);
+        return s_err_at(p->tline, p->tcol,
+                        "expected a new symbol name, found %s (declared "
+                        "twice)",
+                        found);
     }
     s_atom_copy(p, name, cap);
     return s_next(p);
@@ -1837,8 +1858,8 @@ static void s_print_asgn(s_pctx_t *c, const troupe_asgn_t *a, int indent, int de
         return;
     if (a == NULL)
         return s_bad(c, "missing assignment");
-    if (depth > TROUPE_TEXT_MAX_DEPTH * 4)
-        return s_bad(c, "tree nested too deeply");
+    if (depth > S_MAX_TREE_DEPTH)
+        return s_bad(c, "tree nested deeper than the text form allows");
     switch (a->kind) {
     case TROUPE_ASGN_NOOP:
         s_sb_put(sb, "(noop)");
@@ -1962,8 +1983,7 @@ troupe_status_t troupe_text_print_comp(const troupe_asgn_comp_t *comp, char **ou
     if (comp == NULL)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_text_print_comp: comp is NULL");
     troupe_status_t st = TROUPE_OK;
-    const char **names =
-        troupe_calloc((size_t)(comp->nsyms > 0 ? comp->nsyms : 1), sizeof *names);
+    const char **names = troupe_calloc((size_t)(comp->nsyms > 0 ? comp->nsyms : 1), sizeof *names);
     if (names == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory printing");
     for (int32_t i = 0; i < comp->nsyms; i++)
@@ -2134,8 +2154,10 @@ static troupe_status_t s_parse_accum_op(s_parser_t *p, int line, int col, troupe
     }
     if (st != TROUPE_OK)
         return s_err_at(op_line, op_col, "expected a %s name for %d operand%s, found '%s'",
-                        n == 1 ? "unop" : n == 2 ? "binop" : "ternop", n, n > 1 ? "s" : "",
-                        opname);
+                        n == 1   ? "unop"
+                        : n == 2 ? "binop"
+                                 : "ternop",
+                        n, n > 1 ? "s" : "", opname);
     char *spec = NULL;
     TROUPE_RETURN_IF_ERROR(s_string_copy(p, "a projection spec string", &spec));
     bool init = false;
@@ -2147,8 +2169,8 @@ static troupe_status_t s_parse_accum_op(s_parser_t *p, int line, int col, troupe
         }
     }
     if (n == 1)
-        st = troupe_asgn_accum_unop(p->comp, init, accum, lhs, (troupe_unop_t)op, rhs[0], spec,
-                                    out);
+        st =
+            troupe_asgn_accum_unop(p->comp, init, accum, lhs, (troupe_unop_t)op, rhs[0], spec, out);
     else if (n == 2)
         st = troupe_asgn_accum_binop(p->comp, init, accum, lhs, (troupe_binop_t)op, rhs[0], rhs[1],
                                      spec, out);
@@ -2386,12 +2408,13 @@ troupe_status_t troupe_text_parse_comp(const char *text, troupe_asgn_comp_t **ou
     return troupe_text_parse_comp_n(text, strlen(text), out);
 }
 
-/* ---- round-trip entry point (fuzzer and seed corpus) ------------------------------------------ */
+/* ---- round-trip entry point (fuzzer and seed corpus) ------------------------------------------
+ */
 
 static troupe_status_t s_internal(const char *what, const char *detail)
 {
-    return troupe__error(TROUPE_INTERNAL, "text round trip broke: %s%s%s", what,
-                         detail ? ": " : "", detail ? detail : "");
+    return troupe__error(TROUPE_INTERNAL, "text round trip broke: %s%s%s", what, detail ? ": " : "",
+                         detail ? detail : "");
 }
 
 static bool s_procs_equal(const troupe_ll_proc_t *a, const troupe_ll_proc_t *b)
@@ -2425,83 +2448,80 @@ static bool s_comps_equal(const troupe_asgn_comp_t *a, const troupe_asgn_comp_t 
     return troupe_asgn_equal(a->root, b->root);
 }
 
-static troupe_status_t s_fuzz_proc(const char *data, size_t size)
+/* A tree under a round trip: a procedure or a comp (the other pointer stays NULL), and the
+ * messages of each step that can break. */
+typedef enum s_fuzz_kind { S_FUZZ_PROC, S_FUZZ_COMP } s_fuzz_kind_t;
+
+typedef struct s_fuzz_tree {
+    troupe_ll_proc_t *proc;
+    troupe_asgn_comp_t *comp;
+} s_fuzz_tree_t;
+
+static const struct s_fuzz_msgs {
+    const char *parse_returned, *print_failed, *reparse_failed, *differs, *print_differs;
+} s_fuzz_msgs[] = {
+    [S_FUZZ_PROC] = {"a failed parse returned a procedure", "printing a parsed procedure failed",
+                     "printed text does not parse", "the reparsed procedure differs",
+                     "printing again gave different text"},
+    [S_FUZZ_COMP] = {"a failed parse returned a comp", "printing a parsed comp failed",
+                     "printed comp text does not parse", "the reparsed comp differs",
+                     "printing the comp again gave different text"},
+};
+
+static troupe_status_t s_fuzz_parse(s_fuzz_kind_t k, const char *text, size_t len,
+                                    s_fuzz_tree_t *out)
 {
-    troupe_ll_proc_t *a = NULL, *b = NULL;
+    return k == S_FUZZ_PROC ? troupe_text_parse_proc_n(text, len, &out->proc)
+                            : troupe_text_parse_comp_n(text, len, &out->comp);
+}
+
+static troupe_status_t s_fuzz_print(s_fuzz_kind_t k, const s_fuzz_tree_t *t, char **out)
+{
+    return k == S_FUZZ_PROC ? troupe_text_print_proc(t->proc, out)
+                            : troupe_text_print_comp(t->comp, out);
+}
+
+/* Parses, prints, parses the print, compares, prints again and compares the texts. A clean
+ * rejection of the input is TROUPE_OK; out of memory is passed on; anything else that goes
+ * wrong is TROUPE_INTERNAL. */
+static troupe_status_t s_fuzz_round_trip(s_fuzz_kind_t k, const char *data, size_t size)
+{
+    const struct s_fuzz_msgs *m = &s_fuzz_msgs[k];
+    s_fuzz_tree_t a = {NULL, NULL}, b = {NULL, NULL};
     char *t1 = NULL, *t2 = NULL;
-    troupe_status_t st = troupe_text_parse_proc_n(data, size, &a);
+    troupe_status_t st = s_fuzz_parse(k, data, size, &a);
     if (st != TROUPE_OK) {
-        if (a != NULL)
-            st = s_internal("a failed parse returned a procedure", NULL);
+        if (a.proc != NULL || a.comp != NULL)
+            st = s_internal(m->parse_returned, NULL);
         else if (st != TROUPE_RESOURCE_EXHAUSTED)
             st = TROUPE_OK; /* rejected cleanly */
         goto done;
     }
-    if ((st = troupe_text_print_proc(a, &t1)) != TROUPE_OK) {
+    if ((st = s_fuzz_print(k, &a, &t1)) != TROUPE_OK) {
+        st =
+            st == TROUPE_RESOURCE_EXHAUSTED ? st : s_internal(m->print_failed, troupe_last_error());
+        goto done;
+    }
+    if ((st = s_fuzz_parse(k, t1, strlen(t1), &b)) != TROUPE_OK) {
         st = st == TROUPE_RESOURCE_EXHAUSTED ? st
-                                             : s_internal("printing a parsed procedure failed",
-                                                          troupe_last_error());
+                                             : s_internal(m->reparse_failed, troupe_last_error());
         goto done;
     }
-    if ((st = troupe_text_parse_proc(t1, &b)) != TROUPE_OK) {
-        st = st == TROUPE_RESOURCE_EXHAUSTED ? st
-                                             : s_internal("printed text does not parse",
-                                                          troupe_last_error());
+    if (k == S_FUZZ_PROC ? !s_procs_equal(a.proc, b.proc) : !s_comps_equal(a.comp, b.comp)) {
+        st = s_internal(m->differs, NULL);
         goto done;
     }
-    if (!s_procs_equal(a, b)) {
-        st = s_internal("the reparsed procedure differs", NULL);
-        goto done;
-    }
-    if ((st = troupe_text_print_proc(b, &t2)) != TROUPE_OK)
+    if ((st = s_fuzz_print(k, &b, &t2)) != TROUPE_OK)
         goto done;
     if (strcmp(t1, t2) != 0)
-        st = s_internal("printing again gave different text", NULL);
+        st = s_internal(m->print_differs, NULL);
 done:
     troupe_free(t1);
     troupe_free(t2);
-    troupe_ll_proc_destroy(&a);
-    troupe_ll_proc_destroy(&b);
-    return st;
-}
-
-static troupe_status_t s_fuzz_comp(const char *data, size_t size)
-{
-    troupe_asgn_comp_t *a = NULL, *b = NULL;
-    char *t1 = NULL, *t2 = NULL;
-    troupe_status_t st = troupe_text_parse_comp_n(data, size, &a);
-    if (st != TROUPE_OK) {
-        if (a != NULL)
-            st = s_internal("a failed parse returned a comp", NULL);
-        else if (st != TROUPE_RESOURCE_EXHAUSTED)
-            st = TROUPE_OK;
-        goto done;
-    }
-    if ((st = troupe_text_print_comp(a, &t1)) != TROUPE_OK) {
-        st = st == TROUPE_RESOURCE_EXHAUSTED ? st
-                                             : s_internal("printing a parsed comp failed",
-                                                          troupe_last_error());
-        goto done;
-    }
-    if ((st = troupe_text_parse_comp(t1, &b)) != TROUPE_OK) {
-        st = st == TROUPE_RESOURCE_EXHAUSTED ? st
-                                             : s_internal("printed comp text does not parse",
-                                                          troupe_last_error());
-        goto done;
-    }
-    if (!s_comps_equal(a, b)) {
-        st = s_internal("the reparsed comp differs", NULL);
-        goto done;
-    }
-    if ((st = troupe_text_print_comp(b, &t2)) != TROUPE_OK)
-        goto done;
-    if (strcmp(t1, t2) != 0)
-        st = s_internal("printing the comp again gave different text", NULL);
-done:
-    troupe_free(t1);
-    troupe_free(t2);
-    troupe_asgn_comp_destroy(&a);
-    troupe_asgn_comp_destroy(&b);
+    troupe_ll_proc_destroy(&a.proc);
+    troupe_ll_proc_destroy(&b.proc);
+    troupe_asgn_comp_destroy(&a.comp);
+    troupe_asgn_comp_destroy(&b.comp);
     return st;
 }
 
@@ -2510,6 +2530,6 @@ troupe_status_t troupe_text_fuzz_one(const uint8_t *data, size_t size)
     const char *text = (const char *)data;
     if (data == NULL)
         text = "";
-    TROUPE_RETURN_IF_ERROR(s_fuzz_proc(text, data ? size : 0));
-    return s_fuzz_comp(text, data ? size : 0);
+    TROUPE_RETURN_IF_ERROR(s_fuzz_round_trip(S_FUZZ_PROC, text, data ? size : 0));
+    return s_fuzz_round_trip(S_FUZZ_COMP, text, data ? size : 0);
 }

@@ -63,16 +63,17 @@
  *              (slice: the static symbol and the sliced node)
  *   BUF     := INT | (merge INT)                           a node or its merge buffer
  *   VALUE   := NUMBER | (f64 BITS)
- *   The header lists every node the comp mentions or embeds. Trees are rebuilt with the
+ *   The header lists every node the comp mentions or embeds (a declared node neither
+ *   mentioned nor embedded is not kept by the parsed comp). Trees are rebuilt with the
  *   ir/assign.h builders, so a spec or shape they reject is a parse error at the form's
- *   position carrying the builder's message.
+ *   position carrying the builder's message (a builder's FAILED_PRECONDITION too).
  *
- * Printing is canonical (parse then print gives the same text): two-space indentation, one
- * statement per line inside seq/for, scalars on one line; constants with the shortest of
- * %.15g/%.16g/%.17g that reads back exactly; an index prints as an INT when it has no term,
- * as a NAME for one term of coefficient 1 without offset, else as (+ ...) with the offset
- * last and only when nonzero. Numbers are printed and read in the C locale whatever the
- * process locale is.
+ * Printing is canonical (printed text parses and prints back to the same text): two-space
+ * indentation, one statement per line inside seq/for, scalars on one line; constants with
+ * the shortest of %.15g/%.16g/%.17g that reads back exactly; an index prints as an INT when
+ * it has no term, as a NAME for one term of coefficient 1 without offset, else as (+ ...)
+ * with the offset last and only when nonzero. Numbers are printed and read in the C locale
+ * whatever the process locale is.
  *
  * Nodes: when parsing, a node id that names a live node (troupe_tnode_find) reuses that
  * node if its precision, dims and padding equal the declaration (else INVALID_ARGUMENT
@@ -91,7 +92,8 @@
  * Thread safety: functions are thread-safe for distinct outputs; parsing goes through the
  * thread-safe tnode registry. Printing reads the procedure only.
  * Ownership: printed text is allocated with troupe_malloc and released by the caller with
- * troupe_free; a parsed procedure belongs to the caller (troupe_ll_proc_destroy).
+ * troupe_free; a parsed procedure or comp belongs to the caller (troupe_ll_proc_destroy,
+ * troupe_asgn_comp_destroy).
  */
 #ifndef TROUPE_IR_TEXT_H
 #define TROUPE_IR_TEXT_H
@@ -113,7 +115,8 @@ extern "C" {
 
 /* Prints `proc` in the grammar above into a new NUL-terminated string *out (troupe_free).
  * Errors: INVALID_ARGUMENT for a NULL argument, a malformed tree (NULL child, op out of
- * range, a symbol id not in the table) or two symbols sharing a name (the text refers to
+ * range, a symbol id not in the table), a tree more than TROUPE_TEXT_MAX_DEPTH - 16 levels
+ * deep (its text would not parse back) or two symbols sharing a name (the text refers to
  * symbols by name); RESOURCE_EXHAUSTED. *out is NULL on failure. */
 TROUPE_MUST_USE troupe_status_t troupe_text_print_proc(const troupe_ll_proc_t *proc, char **out);
 
@@ -136,8 +139,8 @@ TROUPE_MUST_USE troupe_status_t troupe_text_parse_comp_n(const char *text, size_
                                                          troupe_asgn_comp_t **out);
 
 /* Testing entry point shared by the libFuzzer target (tests/fuzz/fuzz_text.c) and the seed
- * corpus test: parses `data` as a procedure (and as an assignment comp when that form is
- * built); whatever parses must print, parse back to an equal tree and print identically.
+ * corpus test: parses `data` as a procedure and as an assignment comp; whatever parses must
+ * print, parse back to an equal tree and print identically.
  * Returns TROUPE_OK when the input was either rejected cleanly or round-tripped,
  * TROUPE_INTERNAL (with a message saying what differed) when a round trip broke, and
  * RESOURCE_EXHAUSTED when memory ran out. Never aborts. */

@@ -210,6 +210,18 @@ Test(alloc, hooks_are_used_and_restorable)
     cr_assert_eq(s_allocs, 2);
 }
 
+Test(alloc, strdup_printf_formats_into_hooked_memory)
+{
+    troupe_allocator_t a = {s_count_malloc, s_count_realloc, s_count_free, NULL};
+    s_allocs = 0;
+    troupe_set_allocator(&a);
+    char *s = troupe_strdup_printf("%s-%03d", "node", 7);
+    cr_assert_eq(s_allocs, 1);
+    cr_assert_str_eq(s, "node-007");
+    troupe_free(s);
+    troupe_set_allocator(NULL);
+}
+
 Test(alloc, calloc_overflow_returns_null)
 {
     cr_assert_null(troupe_calloc(SIZE_MAX / 2, 4));

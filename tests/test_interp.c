@@ -82,10 +82,10 @@ Test(interp, matmul_2x3x4_exact)
     int32_t i = troupe_ll_proc_add_symbol(p, NULL), k = troupe_ll_proc_add_symbol(p, NULL),
             j = troupe_ll_proc_add_symbol(p, NULL);
     troupe_axis_index_t ik[2] = {X(i), X(k)}, kj[2] = {X(k), X(j)}, ij[2] = {X(i), X(j)};
-    troupe_sc_t *prod = troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, a, ik),
-                                        troupe_sc_get(p, b, kj));
-    troupe_ll_t *upd =
-        troupe_ll_set(p, c, ij, troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, c, ij), prod));
+    troupe_sc_t *prod =
+        troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, a, ik), troupe_sc_get(p, b, kj));
+    troupe_ll_t *upd = troupe_ll_set(
+        p, c, ij, troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, c, ij), prod));
     troupe_ll_t *loops = troupe_ll_for(
         p, i, 0, 1, troupe_ll_for(p, k, 0, 2, troupe_ll_for(p, j, 0, 3, upd, true), true), true);
     s_install(p, troupe_ll_seq2(p, troupe_ll_zero_out(p, c), loops));
@@ -115,21 +115,22 @@ Test(interp, row_sum_and_row_max_double)
     int32_t i = troupe_ll_proc_add_symbol(p, NULL), j = troupe_ll_proc_add_symbol(p, NULL);
     int32_t i2 = troupe_ll_proc_add_symbol(p, NULL);
     troupe_axis_index_t ij[2] = {X(i), X(j)}, iv[1] = {X(i)}, i2v[1] = {X(i2)};
-    troupe_ll_t *init = troupe_ll_for(
-        p, i2, 0, 1,
-        troupe_ll_seq2(p, troupe_ll_set(p, s, i2v, troupe_sc_constant(p, 0.0)),
-                       troupe_ll_set(p, m, i2v, troupe_sc_constant(p, -INFINITY))),
-        true);
-    troupe_ll_t *body = troupe_ll_seq2(
-        p,
-        troupe_ll_set(p, s, iv,
-                      troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, s, iv),
-                                      troupe_sc_get(p, x, ij))),
-        troupe_ll_set(p, m, iv,
-                      troupe_sc_binop(p, TROUPE_BINOP_MAX, troupe_sc_get(p, m, iv),
-                                      troupe_sc_get(p, x, ij))));
-    s_install(p, troupe_ll_seq2(
-                     p, init, troupe_ll_for(p, i, 0, 1, troupe_ll_for(p, j, 0, 2, body, true), true)));
+    troupe_ll_t *init =
+        troupe_ll_for(p, i2, 0, 1,
+                      troupe_ll_seq2(p, troupe_ll_set(p, s, i2v, troupe_sc_constant(p, 0.0)),
+                                     troupe_ll_set(p, m, i2v, troupe_sc_constant(p, -INFINITY))),
+                      true);
+    troupe_ll_t *body =
+        troupe_ll_seq2(p,
+                       troupe_ll_set(p, s, iv,
+                                     troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, s, iv),
+                                                     troupe_sc_get(p, x, ij))),
+                       troupe_ll_set(p, m, iv,
+                                     troupe_sc_binop(p, TROUPE_BINOP_MAX, troupe_sc_get(p, m, iv),
+                                                     troupe_sc_get(p, x, ij))));
+    s_install(
+        p, troupe_ll_seq2(p, init,
+                          troupe_ll_for(p, i, 0, 1, troupe_ll_for(p, j, 0, 2, body, true), true)));
     double xv[6] = {0.5, -2.0, 0.25, -1.0, -3.0, -0.5};
     double sv[2] = {7, 7}, mv[2] = {7, 7};
     troupe_interp_buffer_t bufs[3] = {{x, xv}, {s, sv}, {m, mv}};
@@ -190,11 +191,11 @@ Test(interp, where_condition_in_its_own_precision)
     troupe_axis_index_t iv[1] = {X(i)};
     s_install(p, troupe_ll_for(p, i, 0, 2,
                                troupe_ll_set(p, y, iv,
-                                             troupe_sc_ternop(p, TROUPE_TERNOP_WHERE,
-                                                              troupe_sc_get(p, mask, iv),
-                                                              troupe_sc_get(p, a, iv),
-                                                              troupe_sc_unop(p, TROUPE_UNOP_NEG,
-                                                                             troupe_sc_get(p, a, iv)))),
+                                             troupe_sc_ternop(
+                                                 p, TROUPE_TERNOP_WHERE, troupe_sc_get(p, mask, iv),
+                                                 troupe_sc_get(p, a, iv),
+                                                 troupe_sc_unop(p, TROUPE_UNOP_NEG,
+                                                                troupe_sc_get(p, a, iv)))),
                                true));
     int32_t mv[3] = {1, 0, -7};
     float av[3] = {1.5f, 2.5f, 3.5f}, yv[3];
@@ -215,16 +216,16 @@ Test(interp, fma_rounds_once)
     troupe_ll_proc_t *p = s_proc("fma");
     double a = 1.0 + ldexp(1.0, -23), c = -(1.0 + ldexp(1.0, -22));
     troupe_axis_index_t f0[1] = {F(0)}, f1[1] = {F(1)};
-    troupe_ll_t *s0 = troupe_ll_set(
-        p, y, f0,
-        troupe_sc_ternop(p, TROUPE_TERNOP_FMA, troupe_sc_constant(p, a), troupe_sc_constant(p, a),
-                         troupe_sc_constant(p, c)));
-    troupe_ll_t *s1 = troupe_ll_set(
-        p, y, f1,
-        troupe_sc_binop(p, TROUPE_BINOP_ADD,
-                        troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_constant(p, a),
-                                        troupe_sc_constant(p, a)),
-                        troupe_sc_constant(p, c)));
+    troupe_ll_t *s0 =
+        troupe_ll_set(p, y, f0,
+                      troupe_sc_ternop(p, TROUPE_TERNOP_FMA, troupe_sc_constant(p, a),
+                                       troupe_sc_constant(p, a), troupe_sc_constant(p, c)));
+    troupe_ll_t *s1 =
+        troupe_ll_set(p, y, f1,
+                      troupe_sc_binop(p, TROUPE_BINOP_ADD,
+                                      troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_constant(p, a),
+                                                      troupe_sc_constant(p, a)),
+                                      troupe_sc_constant(p, c)));
     s_install(p, troupe_ll_seq2(p, s0, s1));
     float yv[2];
     troupe_interp_buffer_t bufs[1] = {{y, yv}};
@@ -246,11 +247,12 @@ Test(interp, half_rounds_at_set_not_per_op)
     troupe_ll_proc_t *p = s_proc("half");
     troupe_axis_index_t f0[1] = {F(0)}, f1[1] = {F(1)}, f2[1] = {F(2)};
     troupe_ll_t *items[3] = {
-        troupe_ll_set(p, h, f0,
-                      troupe_sc_binop(p, TROUPE_BINOP_SUB,
-                                      troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_constant(p, 2048),
-                                                      troupe_sc_constant(p, 1)),
-                                      troupe_sc_constant(p, 1))),
+        troupe_ll_set(
+            p, h, f0,
+            troupe_sc_binop(p, TROUPE_BINOP_SUB,
+                            troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_constant(p, 2048),
+                                            troupe_sc_constant(p, 1)),
+                            troupe_sc_constant(p, 1))),
         troupe_ll_set(p, h, f1, troupe_sc_get(p, x, f1)),
         /* half -> half through float: a read of h[1] plus 0 keeps the value */
         troupe_ll_set(p, h, f2,
@@ -320,7 +322,7 @@ Test(interp, integer_semantics)
     troupe_ll_t *items[9] = {
         troupe_ll_set(p, i32, f0, B(DIV, K(-7), K(2))),
         troupe_ll_set(p, i32, f1, B(MOD, K(-7), K(2))),
-        troupe_ll_set(p, i32, f2, K(2.9e9)), /* saturates */
+        troupe_ll_set(p, i32, f2, K(2.9e9)),                   /* saturates */
         troupe_ll_set(p, i32, f3, B(MUL, K(65536), K(65536))), /* wraps to 0 */
         /* byte promotes to int: (200 + 100) / 2 = 150, not (44) / 2 */
         troupe_ll_set(p, u8, f0, B(DIV, B(ADD, K(200), K(100)), K(2))),
@@ -365,15 +367,14 @@ Test(interp, integer_division_by_zero_is_an_error)
     int64_t xv[1] = {0};
     troupe_interp_buffer_t bufs[1] = {{x, xv}};
     cr_assert_eq(s_run(p, 1, bufs), TROUPE_INVALID_ARGUMENT);
-    cr_assert(strstr(troupe_last_error(), "division by zero") != NULL, "%s",
-              troupe_last_error());
+    cr_assert(strstr(troupe_last_error(), "division by zero") != NULL, "%s", troupe_last_error());
     /* but where's untaken branch is not evaluated */
     p->body = troupe_ll_set(
         p, x, f0,
-        troupe_sc_ternop(p, TROUPE_TERNOP_WHERE, troupe_sc_get(p, x, f0),
-                         troupe_sc_binop(p, TROUPE_BINOP_DIV, troupe_sc_constant(p, 1),
-                                         troupe_sc_get(p, x, f0)),
-                         troupe_sc_constant(p, 5)));
+        troupe_sc_ternop(
+            p, TROUPE_TERNOP_WHERE, troupe_sc_get(p, x, f0),
+            troupe_sc_binop(p, TROUPE_BINOP_DIV, troupe_sc_constant(p, 1), troupe_sc_get(p, x, f0)),
+            troupe_sc_constant(p, 5)));
     cr_assert_eq(s_run(p, 1, bufs), TROUPE_OK, "%s", troupe_last_error());
     cr_assert_eq(xv[0], 5);
     troupe_ll_proc_destroy(&p);
@@ -394,12 +395,10 @@ Test(interp, threefry_uniform1_matches_ops)
     troupe_sc_t *bits = troupe_sc_binop(p, TROUPE_BINOP_THREEFRY4X32_LIGHT,
                                         troupe_sc_constant_bits(p, key), troupe_sc_get(p, ctr, iv));
     troupe_ll_t *items[2] = {
-        troupe_ll_set(p, u, iv,
-                      troupe_sc_unop(p, TROUPE_UNOP_UINT4X32_TO_PREC_UNIFORM1, bits)),
+        troupe_ll_set(p, u, iv, troupe_sc_unop(p, TROUPE_UNOP_UINT4X32_TO_PREC_UNIFORM1, bits)),
         troupe_ll_set(p, k, iv,
                       troupe_sc_binop(p, TROUPE_BINOP_THREEFRY4X32_CRYPTO,
-                                      troupe_sc_constant_bits(p, key),
-                                      troupe_sc_get(p, ctr, iv))),
+                                      troupe_sc_constant_bits(p, key), troupe_sc_get(p, ctr, iv))),
     };
     s_install(p, troupe_ll_for(p, i, 0, 63, troupe_ll_seq(p, 2, items), true));
     int32_t cv[64];
@@ -434,13 +433,12 @@ Test(interp, set_from_vec_uniform_half)
     troupe_ll_proc_t *p = s_proc("vec");
     int32_t i = troupe_ll_proc_add_symbol(p, NULL);
     troupe_axis_index_t at[2] = {X(i), F(0)};
-    troupe_sc_t *bits = troupe_sc_binop(p, TROUPE_BINOP_THREEFRY4X32_CRYPTO,
-                                        troupe_sc_constant_bits(p, 42),
-                                        troupe_sc_embed_index(p, X(i)));
+    troupe_sc_t *bits =
+        troupe_sc_binop(p, TROUPE_BINOP_THREEFRY4X32_CRYPTO, troupe_sc_constant_bits(p, 42),
+                        troupe_sc_embed_index(p, X(i)));
     s_install(p, troupe_ll_for(p, i, 0, 2,
-                               troupe_ll_set_from_vec(p, h, at, 8,
-                                                      TROUPE_VEC_UNOP_UINT4X32_TO_PREC_UNIFORM,
-                                                      bits),
+                               troupe_ll_set_from_vec(
+                                   p, h, at, 8, TROUPE_VEC_UNOP_UINT4X32_TO_PREC_UNIFORM, bits),
                                true));
     uint16_t hv[24];
     troupe_interp_buffer_t bufs[1] = {{h, hv}};
@@ -451,9 +449,8 @@ Test(interp, set_from_vec_uniform_half)
         cr_assert_eq(troupe_prec_bits_to_uint4x32(TROUPE_PREC_UINT32, &r, &c4), TROUPE_OK);
         uint16_t want[8];
         size_t n = 0;
-        cr_assert_eq(troupe_uint4x32_to_prec_uniform(TROUPE_PREC_HALF,
-                                                     troupe_threefry4x32_crypto(key4, c4), want,
-                                                     &n),
+        cr_assert_eq(troupe_uint4x32_to_prec_uniform(
+                         TROUPE_PREC_HALF, troupe_threefry4x32_crypto(key4, c4), want, &n),
                      TROUPE_OK);
         cr_assert_eq(n, 8);
         for (int e = 0; e < 8; e++) {
@@ -463,11 +460,11 @@ Test(interp, set_from_vec_uniform_half)
         }
     }
     /* a wrong length is rejected */
-    p->body = troupe_ll_for(p, i, 0, 2,
-                            troupe_ll_set_from_vec(p, h, at, 4,
-                                                   TROUPE_VEC_UNOP_UINT4X32_TO_PREC_UNIFORM,
-                                                   troupe_sc_constant_bits(p, 1)),
-                            true);
+    p->body =
+        troupe_ll_for(p, i, 0, 2,
+                      troupe_ll_set_from_vec(p, h, at, 4, TROUPE_VEC_UNOP_UINT4X32_TO_PREC_UNIFORM,
+                                             troupe_sc_constant_bits(p, 1)),
+                      true);
     cr_assert_eq(s_run(p, 1, bufs), TROUPE_INVALID_ARGUMENT);
     cr_assert(strstr(troupe_last_error(), "length 4") != NULL, "%s", troupe_last_error());
     troupe_ll_proc_destroy(&p);
@@ -493,8 +490,7 @@ Test(interp, uint4x32_operations_outside_their_domain_fail)
                                             troupe_sc_constant_bits(p, 1),
                                             troupe_sc_constant_bits(p, 2)));
     cr_assert_eq(s_run(p, 2, bufs), TROUPE_INVALID_ARGUMENT);
-    cr_assert(strstr(troupe_last_error(), "threefry4x32_light") != NULL, "%s",
-              troupe_last_error());
+    cr_assert(strstr(troupe_last_error(), "threefry4x32_light") != NULL, "%s", troupe_last_error());
     troupe_ll_proc_destroy(&p);
     troupe_tnode_release(&k);
     troupe_tnode_release(&y);
@@ -544,8 +540,8 @@ static troupe_ll_proc_t *s_slice_proc(troupe_tnode_t *src, troupe_tnode_t *dst)
     int32_t b = troupe_ll_proc_add_static_symbol(p, "batch_n", 3);
     int32_t j = troupe_ll_proc_add_symbol(p, NULL);
     troupe_axis_index_t bj[2] = {X(b), X(j)}, jv[1] = {X(j)};
-    s_install(p, troupe_ll_for(p, j, 0, 1, troupe_ll_set(p, dst, jv, troupe_sc_get(p, src, bj)),
-                               true));
+    s_install(
+        p, troupe_ll_for(p, j, 0, 1, troupe_ll_set(p, dst, jv, troupe_sc_get(p, src, bj)), true));
     return p;
 }
 
@@ -590,8 +586,8 @@ Test(interp, unbounded_static_is_checked_at_access)
     int32_t b = troupe_ll_proc_add_static_symbol(p, "b", 0);
     int32_t j = troupe_ll_proc_add_symbol(p, NULL);
     troupe_axis_index_t bj[2] = {X(b), X(j)}, jv[1] = {X(j)};
-    s_install(p, troupe_ll_for(p, j, 0, 1, troupe_ll_set(p, dst, jv, troupe_sc_get(p, src, bj)),
-                               true));
+    s_install(
+        p, troupe_ll_for(p, j, 0, 1, troupe_ll_set(p, dst, jv, troupe_sc_get(p, src, bj)), true));
     float sv[6] = {0}, dv[2];
     troupe_interp_buffer_t bufs[2] = {{src, sv}, {dst, dv}};
     troupe_interp_static_t st[1] = {{b, NULL, 3}};
@@ -637,12 +633,12 @@ Test(interp, merge_buffer_read)
     troupe_ll_proc_t *p = s_proc("merge");
     int32_t i = troupe_ll_proc_add_symbol(p, NULL);
     troupe_axis_index_t iv[1] = {X(i)};
-    s_install(p, troupe_ll_for(p, i, 0, 2,
-                               troupe_ll_set(p, g, iv,
-                                             troupe_sc_binop(p, TROUPE_BINOP_ADD,
-                                                             troupe_sc_get(p, g, iv),
-                                                             troupe_sc_get_merge_buffer(p, g, iv))),
-                               true));
+    s_install(
+        p, troupe_ll_for(p, i, 0, 2,
+                         troupe_ll_set(p, g, iv,
+                                       troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, g, iv),
+                                                       troupe_sc_get_merge_buffer(p, g, iv))),
+                         true));
     float gv[3] = {1, 2, 3}, other[3] = {10, 20, 30};
     troupe_interp_buffer_t bufs[1] = {{g, gv}};
     troupe_interp_args_t args = {bufs, 1, NULL, 0, other};
@@ -672,12 +668,12 @@ Test(interp, local_scope_accumulates_in_compute_precision)
     troupe_axis_index_t iv[1] = {X(i)}, ij[2] = {X(i), X(j)};
     troupe_ll_t *body = troupe_ll_seq2(
         p, troupe_ll_set_local(p, sid, troupe_sc_constant(p, 0)),
-        troupe_ll_for(p, j, 0, 1,
-                      troupe_ll_set_local(p, sid,
-                                          troupe_sc_binop(p, TROUPE_BINOP_ADD,
-                                                          troupe_sc_get_local(p, sid),
-                                                          troupe_sc_get(p, x, ij))),
-                      true));
+        troupe_ll_for(
+            p, j, 0, 1,
+            troupe_ll_set_local(p, sid,
+                                troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get_local(p, sid),
+                                                troupe_sc_get(p, x, ij))),
+            true));
     s_install(p, troupe_ll_for(p, i, 0, 1,
                                troupe_ll_set(p, y, iv, troupe_sc_local_scope(p, sid, v, body, iv)),
                                true));
@@ -704,5 +700,72 @@ Test(interp, invalid_procedure_is_rejected)
     cr_assert(strstr(troupe_last_error(), "outside dim") != NULL, "%s", troupe_last_error());
     cr_assert_eq(troupe_interp_run(NULL, NULL), TROUPE_INVALID_ARGUMENT);
     troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&y);
+}
+
+Test(interp, comparison_results_are_c_int)
+{
+    /* Generated C gives comparisons, ||, && and ! the type int, and int op int stays int:
+     * (1 < 2) / ((1 < 2) + (1 < 2)) is the int 1 / 2 = 0, not 0.5; in uint64,
+     * (0 < ((1 < 2) - 2)) compares int 0 < int -1 (false), not 0 < 2^64 - 1. */
+    troupe_tnode_t *y = s_node("y", TROUPE_PREC_SINGLE, 1, (int64_t)2);
+    troupe_tnode_t *u = s_node("u", TROUPE_PREC_UINT64, 1, (int64_t)2);
+    troupe_ll_proc_t *p = s_proc("cint");
+    troupe_axis_index_t f0[1] = {F(0)}, f1[1] = {F(1)};
+#define K(v) troupe_sc_constant(p, (v))
+#define B(op, a, b) troupe_sc_binop(p, TROUPE_BINOP_##op, (a), (b))
+    troupe_ll_t *items[4] = {
+        troupe_ll_set(
+            p, y, f0,
+            B(DIV, B(CMPLT, K(1), K(2)), B(ADD, B(CMPLT, K(1), K(2)), B(CMPLT, K(1), K(2))))),
+        /* mixed with a float operand, the int converts: 1 / 2.0f */
+        troupe_ll_set(p, y, f1, B(DIV, B(CMPLT, K(1), K(2)), K(2))),
+        troupe_ll_set(p, u, f0, B(CMPLT, K(0), B(SUB, B(CMPLT, K(1), K(2)), B(OR, K(1), K(0))))),
+        /* ... but an int -1 stored into uint64 wraps */
+        troupe_ll_set(p, u, f1,
+                      troupe_sc_unop(p, TROUPE_UNOP_NEG, troupe_sc_unop(p, TROUPE_UNOP_NOT, K(0)))),
+    };
+#undef K
+#undef B
+    s_install(p, troupe_ll_seq(p, 4, items));
+    float yv[2];
+    uint64_t uv[2];
+    troupe_interp_buffer_t bufs[2] = {{y, yv}, {u, uv}};
+    cr_assert_eq(s_run(p, 2, bufs), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(yv[0], 0.0f);
+    cr_assert_eq(yv[1], 0.5f);
+    cr_assert_eq(uv[0], 0);
+    cr_assert_eq(uv[1], UINT64_MAX);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&y);
+    troupe_tnode_release(&u);
+}
+
+Test(interp, local_scope_evaluates_in_its_node_precision)
+{
+    /* A scope of an fp8 node computes in float but evaluates uniform1 as fp8 does. */
+    troupe_tnode_t *v = s_node("v", TROUPE_PREC_FP8, 0);
+    troupe_tnode_t *y = s_node("y", TROUPE_PREC_SINGLE, 0);
+    troupe_ll_proc_t *p = s_proc("scope_fp8");
+    int32_t sid = troupe_ll_proc_new_scope_id(p);
+    const int64_t key = 77;
+    troupe_ll_t *body =
+        troupe_ll_set_local(p, sid,
+                            troupe_sc_unop(p, TROUPE_UNOP_UINT4X32_TO_PREC_UNIFORM1,
+                                           troupe_sc_binop(p, TROUPE_BINOP_THREEFRY4X32_CRYPTO,
+                                                           troupe_sc_constant_bits(p, key),
+                                                           troupe_sc_constant_bits(p, 5))));
+    s_install(p, troupe_ll_set(p, y, NULL, troupe_sc_local_scope(p, sid, v, body, NULL)));
+    float yv[1];
+    troupe_interp_buffer_t bufs[1] = {{y, yv}};
+    cr_assert_eq(s_run(p, 1, bufs), TROUPE_OK, "%s", troupe_last_error());
+    troupe_uint4x32_t k4 = {{77, 0, 0, 0}}, c4 = {{5, 0, 0, 0}};
+    uint8_t e;
+    cr_assert_eq(
+        troupe_uint4x32_to_prec_uniform1(TROUPE_PREC_FP8, troupe_threefry4x32_crypto(k4, c4), &e),
+        TROUPE_OK);
+    cr_assert_eq(yv[0], troupe_fp8_to_single(e));
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&v);
     troupe_tnode_release(&y);
 }

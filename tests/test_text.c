@@ -14,6 +14,7 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <locale.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,8 +23,7 @@
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-static troupe_tnode_t *s_node_id(int32_t id, const char *label, troupe_prec_t prec, int ndims,
-                                 ...)
+static troupe_tnode_t *s_node_id(int32_t id, const char *label, troupe_prec_t prec, int ndims, ...)
 {
     int64_t dims[TROUPE_MAX_DIMS];
     va_list ap;
@@ -33,9 +33,9 @@ static troupe_tnode_t *s_node_id(int32_t id, const char *label, troupe_prec_t pr
     va_end(ap);
     troupe_tnode_t *tn = NULL;
     const char *labels[1] = {label};
-    troupe_status_t st = id > 0 ? troupe_tnode_new_with_id(id, labels, 1, prec, ndims, dims, NULL,
-                                                           0.0, &tn)
-                                : troupe_tnode_new(labels, 1, prec, ndims, dims, NULL, 0.0, &tn);
+    troupe_status_t st =
+        id > 0 ? troupe_tnode_new_with_id(id, labels, 1, prec, ndims, dims, NULL, 0.0, &tn)
+               : troupe_tnode_new(labels, 1, prec, ndims, dims, NULL, 0.0, &tn);
     cr_assert_eq(st, TROUPE_OK, "%s", troupe_last_error());
     return tn;
 }
@@ -129,10 +129,9 @@ Test(text, roundtrip_every_statement_and_scalar)
         if (op == TROUPE_BINOP_THREEFRY4X32_CRYPTO || op == TROUPE_BINOP_THREEFRY4X32_LIGHT)
             continue;
         troupe_axis_index_t at[2] = {F(op % 4), F(op % 6)};
-        items[ni++] = troupe_ll_set(
-            p, a, at,
-            troupe_sc_binop(p, (troupe_binop_t)op, troupe_sc_get(p, a, ij),
-                            troupe_sc_constant(p, op * 0.1)));
+        items[ni++] = troupe_ll_set(p, a, at,
+                                    troupe_sc_binop(p, (troupe_binop_t)op, troupe_sc_get(p, a, ij),
+                                                    troupe_sc_constant(p, op * 0.1)));
     }
     /* every unop, chained */
     troupe_sc_t *chain = troupe_sc_get(p, h, scaled);
@@ -171,8 +170,7 @@ Test(text, roundtrip_every_statement_and_scalar)
     items[ni++] = troupe_ll_set_from_vec(p, v, f0, 4, TROUPE_VEC_UNOP_UINT4X32_TO_PREC_UNIFORM,
                                          troupe_sc_get(p, k, none));
     /* merge buffer, padded node, affine indices */
-    items[ni++] = troupe_ll_set(p, a, aff,
-                                troupe_sc_get_merge_buffer(p, a, ij));
+    items[ni++] = troupe_ll_set(p, a, aff, troupe_sc_get_merge_buffer(p, a, ij));
     items[ni++] = troupe_ll_set(p, pn, pidx, troupe_sc_constant(p, 2.5));
     /* local scope (nested in a for, with set_local/get_local) */
     int32_t sid = troupe_ll_proc_new_scope_id(p);
@@ -236,9 +234,9 @@ Test(text, roundtrip_every_statement_and_scalar)
 Test(text, roundtrip_precisions)
 {
     static const troupe_prec_t precs[] = {
-        TROUPE_PREC_BYTE,  TROUPE_PREC_UINT16,   TROUPE_PREC_INT32, TROUPE_PREC_UINT32,
-        TROUPE_PREC_INT64, TROUPE_PREC_UINT64,   TROUPE_PREC_UINT4X32, TROUPE_PREC_HALF,
-        TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8, TROUPE_PREC_SINGLE, TROUPE_PREC_DOUBLE};
+        TROUPE_PREC_BYTE,     TROUPE_PREC_UINT16, TROUPE_PREC_INT32,    TROUPE_PREC_UINT32,
+        TROUPE_PREC_INT64,    TROUPE_PREC_UINT64, TROUPE_PREC_UINT4X32, TROUPE_PREC_HALF,
+        TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8,    TROUPE_PREC_SINGLE,   TROUPE_PREC_DOUBLE};
     troupe_ll_proc_t *p = NULL;
     cr_assert_eq(troupe_ll_proc_new("precs", &p), TROUPE_OK);
     troupe_tnode_t *nodes[12];
@@ -292,15 +290,15 @@ Test(text, golden_matmul)
     int32_t i = troupe_ll_proc_add_symbol(p, NULL), k = troupe_ll_proc_add_symbol(p, NULL),
             j = troupe_ll_proc_add_symbol(p, NULL);
     troupe_axis_index_t ik[2] = {X(i), X(k)}, kj[2] = {X(k), X(j)}, ij[2] = {X(i), X(j)};
-    troupe_ll_t *upd = troupe_ll_set(
-        p, c, ij,
-        troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, c, ij),
-                        troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, a, ik),
-                                        troupe_sc_get(p, b, kj))));
+    troupe_ll_t *upd =
+        troupe_ll_set(p, c, ij,
+                      troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, c, ij),
+                                      troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, a, ik),
+                                                      troupe_sc_get(p, b, kj))));
     p->body = troupe_ll_seq2(
         p, troupe_ll_zero_out(p, c),
-        troupe_ll_for(p, i, 0, 1, troupe_ll_for(p, k, 0, 2, troupe_ll_for(p, j, 0, 3, upd, true), true),
-                      true));
+        troupe_ll_for(p, i, 0, 1,
+                      troupe_ll_for(p, k, 0, 2, troupe_ll_for(p, j, 0, 3, upd, true), true), true));
     char *t = s_roundtrip(p);
     cr_assert(strcmp(t, s_matmul_golden) == 0, "golden differs:\n%s", t);
     troupe_free(t);
@@ -327,6 +325,26 @@ Test(text, print_rejects_shared_symbol_names)
     cr_assert(strstr(troupe_last_error(), "share the name 'i'") != NULL, "%s", troupe_last_error());
     cr_assert_eq(troupe_text_print_proc(NULL, &t), TROUPE_INVALID_ARGUMENT);
     troupe_ll_proc_destroy(&p);
+}
+
+Test(text, print_rejects_trees_too_deep_to_parse_back)
+{
+    troupe_tnode_t *y = s_node_id(0, "y", TROUPE_PREC_SINGLE, 0);
+    troupe_ll_proc_t *p = NULL;
+    cr_assert_eq(troupe_ll_proc_new("deep", &p), TROUPE_OK);
+    /* 239 nested negations: the deepest printable tree (240 levels with the set) */
+    troupe_sc_t *e = troupe_sc_constant(p, 1);
+    for (int d = 0; d < 239; d++)
+        e = troupe_sc_unop(p, TROUPE_UNOP_NEG, e);
+    p->body = troupe_ll_set(p, y, NULL, e);
+    char *t = s_roundtrip(p);
+    troupe_free(t);
+    p->body = troupe_ll_set(p, y, NULL, troupe_sc_unop(p, TROUPE_UNOP_NEG, e));
+    cr_assert_eq(troupe_text_print_proc(p, &t), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "deeper than the text form allows") != NULL, "%s",
+              troupe_last_error());
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&y);
 }
 
 /* ---- nodes against the registry -------------------------------------------------------------- */
@@ -357,34 +375,36 @@ Test(text, error_messages)
     /* Each message points at the offending token (verified column by column). */
     s_parse_fails(HDR "(body (noop))",
                   "1:100: expected ')' closing the procedure, found end of input");
-    s_parse_fails(HDR "(body (noop))))",
-                  "1:101: expected end of input, found ')'");
-    s_parse_fails(")",
-                  "1:1: expected '(proc', found ')'");
-    s_parse_fails("",
-                  "1:1: expected '(proc', found end of input");
+    s_parse_fails(HDR "(body (noop))))", "1:101: expected end of input, found ')'");
+    s_parse_fails(")", "1:1: expected '(proc', found ')'");
+    s_parse_fails("", "1:1: expected '(proc', found end of input");
     s_parse_fails(HDR "(body (set 7001 (0 0) (frobnicate 1 2))))",
-                  "1:110: expected a scalar form (get get_merge_buffer get_local local_scope embed f64 or an operation name of ir/ops.h), found 'frobnicate'");
+                  "1:110: expected a scalar form (get get_merge_buffer get_local local_scope embed "
+                  "f64 or an operation name of ir/ops.h), found 'frobnicate'");
     s_parse_fails(HDR "(body (set 7001 (0 0) (add 1))))",
                   "1:115: expected argument 2 of add (it takes 2), found ')'");
     s_parse_fails(HDR "(body (set 7001 (0 0) (neg 1 2))))",
                   "1:116: expected ')' closing neg (it takes 1 argument), found '2'");
     s_parse_fails(HDR "(body (teleport)))",
-                  "1:94: expected a statement (noop comment seq for zero_out set set_from_vec set_local), found 'teleport'");
+                  "1:94: expected a statement (noop comment seq for zero_out set set_from_vec "
+                  "set_local), found 'teleport'");
     s_parse_fails(HDR "(body (set 7001 (0 0) 1.2.3)))",
                   "1:109: expected a scalar (number, #x bits or a form), found '1.2.3'");
     s_parse_fails(HDR "(body (set 7001 (0 0) 1e999)))",
                   "1:109: expected a scalar (number, #x bits or a form), found '1e999'");
-    s_parse_fails(HDR "(body (set 7001 (0 0) #x12345678901234567)))",
-                  "1:109: expected a scalar (number, #x bits or a form), found '#x12345678901234567'");
+    s_parse_fails(
+        HDR "(body (set 7001 (0 0) #x12345678901234567)))",
+        "1:109: expected a scalar (number, #x bits or a form), found '#x12345678901234567'");
     s_parse_fails(HDR "(body (set 7001 (99999999999999999999 0) 1)))",
-                  "1:104: expected an index (integer, symbol, (+ ...) or (* c s)), found '99999999999999999999'");
+                  "1:104: expected an index (integer, symbol, (+ ...) or (* c s)), found "
+                  "'99999999999999999999'");
     s_parse_fails("(proc p (nodes (node 1 (label) single (dims 0))) (symbols) (body (noop)))",
                   "1:45: expected a positive dim, found '0'");
     s_parse_fails("(proc p (nodes (node 0 (label) single (dims 1))) (symbols) (body (noop)))",
                   "1:22: expected a node id (1..2147483647), found '0'");
     s_parse_fails("(proc p (nodes (node 5 (label) quad (dims 1))) (symbols) (body (noop)))",
-                  "1:32: expected a precision (byte uint16 int32 uint32 int64 uint64 uint4x32 half bfloat16 fp8 single double), found 'quad'");
+                  "1:32: expected a precision (byte uint16 int32 uint32 int64 uint64 uint4x32 half "
+                  "bfloat16 fp8 single double), found 'quad'");
     s_parse_fails(HDR "(body (set 7001 (i k) 1)))",
                   "1:106: expected a declared symbol, found 'k' (not in the symbol list)");
     s_parse_fails("(proc p (nodes) (symbols (sym 1 i)) (body (noop)))",
@@ -397,9 +417,11 @@ Test(text, error_messages)
                   "1:103: expected a declared node id, found 42 (not in the node list)");
     s_parse_fails(HDR "(body (set 7001 (i) 1)))",
                   "1:103: expected 2 indices for node 7001, found 1");
-    s_parse_fails(HDR "(body (set 7001 (i j 0) 1)))",
-                  "1:108: expected ')' after 2 indices (node 7001 has 2 dims), found another index");
-    s_parse_fails("(proc p (nodes (node 3 (label) single (dims 1)) (node 3 (label) single (dims 1))) (symbols) (body (noop)))",
+    s_parse_fails(
+        HDR "(body (set 7001 (i j 0) 1)))",
+        "1:108: expected ')' after 2 indices (node 7001 has 2 dims), found another index");
+    s_parse_fails("(proc p (nodes (node 3 (label) single (dims 1)) (node 3 (label) single (dims "
+                  "1))) (symbols) (body (noop)))",
                   "1:49: node 3 declared twice");
     s_parse_fails(HDR "(body (set 7001 (0 0) (get_local 0))))",
                   "1:120: expected the id of an enclosing local_scope, found 0");
@@ -407,14 +429,15 @@ Test(text, error_messages)
                   "1:110: expected '\"' closing the string started at 1:102, found end of input");
     s_parse_fails(HDR "(body (comment \"bad \\q\")))",
                   "1:107: expected an escape (\\\\ \\\" \\n \\t \\r \\xHH), found a bad escape");
-    s_parse_fails(HDR "(body (comment \"nul \\x00\")))",
-                  "1:107: expected an escape \\xHH with two hex digits (not 00), found a bad escape");
-    s_parse_fails("(proc p\n  (nodes)\n\x01",
-                  "3:1: expected a token, found byte 0x01");
+    s_parse_fails(
+        HDR "(body (comment \"nul \\x00\")))",
+        "1:107: expected an escape \\xHH with two hex digits (not 00), found a bad escape");
+    s_parse_fails("(proc p\n  (nodes)\n\x01", "3:1: expected a token, found byte 0x01");
     s_parse_fails("(proc p (nodes) (symbols) (body (comment \"a\nb\")))",
                   "1:44: expected a printable byte in a string, found byte 0x0a");
     s_parse_fails("; a comment\n(proc p\n  (nodes)\n  (symbols)\n  (body (zap)))",
-                  "5:10: expected a statement (noop comment seq for zero_out set set_from_vec set_local), found 'zap'");
+                  "5:10: expected a statement (noop comment seq for zero_out set set_from_vec "
+                  "set_local), found 'zap'");
 }
 
 Test(text, error_limits_depth_length_atoms)
@@ -495,8 +518,7 @@ Test(text, comp_roundtrip_all_forms)
     troupe_tnode_t *w = s_node_id(9202, "w", TROUPE_PREC_SINGLE, 2, (int64_t)3, (int64_t)4);
     troupe_tnode_t *y = s_node_id(9203, "y", TROUPE_PREC_SINGLE, 2, (int64_t)2, (int64_t)4);
     troupe_tnode_t *s = s_node_id(9204, "s", TROUPE_PREC_DOUBLE, 1, (int64_t)3);
-    troupe_tnode_t *batch = s_node_id(9205, "batch", TROUPE_PREC_DOUBLE, 2, (int64_t)5,
-                                      (int64_t)3);
+    troupe_tnode_t *batch = s_node_id(9205, "batch", TROUPE_PREC_DOUBLE, 2, (int64_t)5, (int64_t)3);
     troupe_tnode_t *ctr = s_node_id(9206, "ctr", TROUPE_PREC_UINT4X32, 1, (int64_t)2);
     troupe_tnode_t *u = s_node_id(9207, "u", TROUPE_PREC_HALF, 1, (int64_t)16);
     troupe_tnode_t *e = s_node_id(9208, "e", TROUPE_PREC_INT64, 0);
@@ -506,9 +528,9 @@ Test(text, comp_roundtrip_all_forms)
     cr_assert_eq(troupe_asgn_comp_add_static_symbol(c, "batch_n", 5, &bn), TROUPE_OK);
     troupe_asgn_t *t, *items[12];
     size_t n = 0;
-    items[n++] = S_OK(troupe_asgn_accum_binop(c, true, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
-                                              troupe_asgn_node(x), troupe_asgn_node(w),
-                                              "bi,ij=>bj", &t));
+    items[n++] =
+        S_OK(troupe_asgn_accum_binop(c, true, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
+                                     troupe_asgn_node(x), troupe_asgn_node(w), "bi,ij=>bj", &t));
     items[n++] = S_OK(troupe_asgn_accum_unop(c, false, TROUPE_BINOP_MAX, s, TROUPE_UNOP_RELU,
                                              troupe_asgn_merge(batch), "{batch_n}i=>i", &t));
     items[n++] = S_OK(troupe_asgn_accum_ternop(c, true, TROUPE_BINOP_ARG2, y, TROUPE_TERNOP_FMA,
@@ -534,9 +556,10 @@ Test(text, comp_roundtrip_all_forms)
     cr_assert_eq(troupe_asgn_comp_add_embedded(c, only_embedded), TROUPE_OK);
 
     char *text = s_comp_roundtrip(c);
-    cr_assert(strstr(text, "(accum_op 9203 add mul (9201 9202) \"bi,ij=>bj\" initialize_neutral)") !=
-                  NULL,
-              "%s", text);
+    cr_assert(
+        strstr(text, "(accum_op 9203 add mul (9201 9202) \"bi,ij=>bj\" initialize_neutral)") !=
+            NULL,
+        "%s", text);
     cr_assert(strstr(text, "(accum_op 9204 max relu ((merge 9205)) \"{batch_n}i=>i\")") != NULL,
               "%s", text);
     cr_assert(strstr(text, "(fetch 9204 constant_fill 0.1 nan -inf)") != NULL, "%s", text);
@@ -606,8 +629,7 @@ Test(text, comp_golden_matmul_and_errors)
     cr_assert_eq(troupe_text_parse_comp(no_neutral, &q), TROUPE_INVALID_ARGUMENT);
     cr_assert(strstr(troupe_last_error(), "1:80: ") == troupe_last_error(), "%s",
               troupe_last_error());
-    cr_assert(strstr(troupe_last_error(), "no neutral element") != NULL, "%s",
-              troupe_last_error());
+    cr_assert(strstr(troupe_last_error(), "no neutral element") != NULL, "%s", troupe_last_error());
     const char *bad_fill = "(comp (nodes (node 9301 (label) single (dims 2 3))) (symbols) "
                            "(embedded) (body (fetch 9301 constant_fill 1 2)))";
     cr_assert_eq(troupe_text_parse_comp(bad_fill, &q), TROUPE_INVALID_ARGUMENT);
@@ -632,9 +654,9 @@ Test(text, comp_lowers_like_the_original)
     troupe_asgn_comp_t *c = NULL, *q = NULL;
     cr_assert_eq(troupe_asgn_comp_new(&c), TROUPE_OK);
     troupe_asgn_t *t;
-    troupe_asgn_comp_set_root(c, S_OK(troupe_asgn_accum_binop(c, true, TROUPE_BINOP_ADD, y,
-                                                              TROUPE_BINOP_MUL, troupe_asgn_node(x),
-                                                              troupe_asgn_node(w), "bi,ij=>bj", &t)));
+    troupe_asgn_comp_set_root(c, S_OK(troupe_asgn_accum_binop(
+                                     c, true, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
+                                     troupe_asgn_node(x), troupe_asgn_node(w), "bi,ij=>bj", &t)));
     char *text = NULL, *l1 = NULL, *l2 = NULL;
     cr_assert_eq(troupe_text_print_comp(c, &text), TROUPE_OK);
     cr_assert_eq(troupe_text_parse_comp(text, &q), TROUPE_OK, "%s", troupe_last_error());
@@ -729,4 +751,26 @@ Test(text, fuzz_entry_handles_empty_and_garbage)
     cr_assert_eq(troupe_text_fuzz_one((const uint8_t *)"", 0), TROUPE_OK);
     const uint8_t junk[] = {0xff, '(', '(', 0x00, ')', '"'};
     cr_assert_eq(troupe_text_fuzz_one(junk, sizeof junk), TROUPE_OK);
+}
+
+Test(text, numbers_ignore_the_process_locale)
+{
+    /* Needs a locale with a decimal comma (e.g. LOCPATH with a de_DE.UTF-8 from localedef). */
+    if (setlocale(LC_ALL, "de_DE.UTF-8") == NULL && setlocale(LC_ALL, "de_DE.utf8") == NULL &&
+        setlocale(LC_ALL, "fr_FR.UTF-8") == NULL)
+        cr_skip_test("no locale with a decimal comma is installed");
+    char probe[16];
+    snprintf(probe, sizeof probe, "%g", 0.5);
+    if (strcmp(probe, "0,5") != 0)
+        cr_skip_test("the locale does not use a decimal comma");
+    troupe_tnode_t *x = s_node_id(0, "x", TROUPE_PREC_DOUBLE, 1, (int64_t)2);
+    troupe_ll_proc_t *p = NULL;
+    cr_assert_eq(troupe_ll_proc_new("loc", &p), TROUPE_OK);
+    troupe_axis_index_t f0[1] = {F(0)};
+    p->body = troupe_ll_set(p, x, f0, troupe_sc_constant(p, 0.5));
+    char *t = s_roundtrip(p);
+    cr_assert(strstr(t, "(set ") != NULL && strstr(t, " 0.5)") != NULL, "%s", t);
+    troupe_free(t);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
 }

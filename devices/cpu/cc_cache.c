@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -91,25 +90,6 @@ static const char *s_errstr(int e, char *buf, size_t cap)
     const char *msg = strerror_r(e, tmp, sizeof tmp); /* GNU variant: returns the text */
     snprintf(buf, cap, "%s %d: %s", s_errno_name(e), e, msg ? msg : "?");
     return buf;
-}
-
-/* Formatted string from troupe_malloc, or NULL. */
-static char *s_format(const char *fmt, ...) TROUPE_PRINTF(1, 2);
-static char *s_format(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return NULL;
-    char *s = troupe_malloc((size_t)n + 1);
-    if (!s)
-        return NULL;
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
 }
 
 /* mkdir -p with mode 0700 for the components it creates. */
@@ -482,8 +462,9 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
     }
 
     int name_len = (int)strnlen(name, S_NAME_MAX);
-    so_path = s_format("%s/%.*s-%016llx.so", dir, name_len, name, (unsigned long long)h);
-    c_path = s_format("%s/%.*s-%016llx.c", dir, name_len, name, (unsigned long long)h);
+    so_path =
+        troupe_strdup_printf("%s/%.*s-%016llx.so", dir, name_len, name, (unsigned long long)h);
+    c_path = troupe_strdup_printf("%s/%.*s-%016llx.c", dir, name_len, name, (unsigned long long)h);
     if (!so_path || !c_path) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compile %s: out of memory", name);
         goto out_strings;
@@ -506,10 +487,10 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
     if (st != TROUPE_OK)
         goto out_strings;
     unsigned long long seq = (unsigned long long)atomic_fetch_add(&s_tmp_seq, 1);
-    tmp_c = s_format("%s/%.*s-%016llx.tmp%ld-%llu.c", dir, name_len, name, (unsigned long long)h,
-                     (long)getpid(), seq);
-    tmp_so = s_format("%s/%.*s-%016llx.tmp%ld-%llu.so", dir, name_len, name, (unsigned long long)h,
-                      (long)getpid(), seq);
+    tmp_c = troupe_strdup_printf("%s/%.*s-%016llx.tmp%ld-%llu.c", dir, name_len, name,
+                                 (unsigned long long)h, (long)getpid(), seq);
+    tmp_so = troupe_strdup_printf("%s/%.*s-%016llx.tmp%ld-%llu.so", dir, name_len, name,
+                                  (unsigned long long)h, (long)getpid(), seq);
     if (!tmp_c || !tmp_so) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compile %s: out of memory", name);
         goto out_strings;

@@ -1,0 +1,88 @@
+/* troupe — backends and devices, the user-facing entry of the runtime (DESIGN.md §2; seed
+ * `Backend_intf`: fresh_backend, num_devices, get_device, new_stream, suggested_num_streams,
+ * get_used_memory, get_debug_info).
+ *
+ * A backend is one opened driver family ("sync": everything inline in the caller,
+ * deterministic; "cpu": one actor thread per stream). It owns its devices; each device owns
+ * its memory pools, its streams' records and the coherence ledger (actors/ledger.h).
+ * Streams are the actor streams of actors/stream.h, named "<backend>:<ordinal>:<stream_id>";
+ * troupe_stream_all_work / troupe_stream_await / troupe_stream_is_idle and troupe_event_sync /
+ * troupe_event_is_done (actors/stream.h, actors/event.h) are the seed's operations on them.
+ *
+ * Thread safety: every function is thread-safe (device bookkeeping is behind one mutex per
+ * device). Ownership: the backend is refcounted: troupe_backend_close drops the caller's
+ * reference, and contexts and codes hold their own, so teardown (streams awaited and released,
+ * every pool freed, the driver closed) happens when the last of them goes. Devices are
+ * borrowed from their backend.
+ */
+#ifndef TROUPE_ACTORS_BACKEND_H
+#define TROUPE_ACTORS_BACKEND_H
+
+#include "actors/stream.h"
+#include "base/status.h"
+#include "devices/device.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct troupe_backend troupe_backend_t;
+typedef struct troupe_device troupe_device_t;
+
+/* Opens backend `name` ("sync" or "cpu"; NULL: troupe_config_backend()) with `config`
+ * (only sets suggested_num_streams). Caller owns *out.
+ * Errors: NOT_FOUND (no such driver, listing the built ones), INVALID_ARGUMENT (NULL out),
+ * RESOURCE_EXHAUSTED, the driver's open status. */
+TROUPE_MUST_USE troupe_status_t troupe_backend_open(const char *name, troupe_stream_config_t config,
+                                                    troupe_backend_t **out);
+void troupe_backend_retain(troupe_backend_t *b);
+/* Drops the caller's reference (NULL-safe, nulls *b_p). Teardown happens at the last reference
+ * (see Ownership); streams still holding work are awaited (with the configured timeout). */
+void troupe_backend_close(troupe_backend_t **b_p);
+
+/* The driver family's name: "sync", "cpu". */
+const char *troupe_backend_name(const troupe_backend_t *b);
+
+/* Number of devices (>= 0). INVALID_ARGUMENT for NULL arguments. */
+TROUPE_MUST_USE troupe_status_t troupe_num_devices(troupe_backend_t *b, int *out_count);
+
+/* Device `ordinal` (0..num_devices-1), borrowed from b. NOT_FOUND naming the ordinal. */
+TROUPE_MUST_USE troupe_status_t troupe_get_device(troupe_backend_t *b, int ordinal,
+                                                  troupe_device_t **out);
+
+int troupe_device_ordinal(const troupe_device_t *d);
+/* Global device id: unique across every backend opened by this process (seed `device_id`). */
+int32_t troupe_device_id(const troupe_device_t *d);
+
+/* Seed `suggested_num_streams` for the backend's config: sync 1; cpu one per online core (>= 1). */
+TROUPE_MUST_USE troupe_status_t troupe_suggested_num_streams(troupe_device_t *d, int *out_count);
+
+/* Seed `new_stream` (DESIGN.md's troupe_stream_new; that name belongs to the actor layer's
+ * constructor in actors/stream.h, which this wraps): a new stream on device d with the next
+ * stream id of the device (0, 1, ...), named "<backend>:<ordinal>:<stream_id>", inline for
+ * "sync" and threaded for "cpu". The caller owns one reference (troupe_stream_release); the
+ * device keeps another until teardown (its merge buffer and ledger entries refer to it).
+ * Errors: INVALID_ARGUMENT, RESOURCE_EXHAUSTED, TRANSPORT_ERROR (actor start), driver status. */
+TROUPE_MUST_USE troupe_status_t troupe_new_stream(troupe_device_t *d, troupe_stream_t **out);
+
+/* Exact bytes of device memory troupe holds on d: context pools (the arrays links allocated),
+ * shared arrays and merge buffers (as scheduled). */
+TROUPE_MUST_USE troupe_status_t troupe_get_used_memory(troupe_device_t *d, int64_t *out_bytes);
+
+/* Seed `get_debug_info`: an S-expression in *out (troupe_free).
+ * stream == NULL: the whole backend,
+ *   (backend (name cpu) (devices ((device (ordinal 0) (id 3) (used_memory 1024)
+ *     (streams (<stream> ...)) (ledger ((array (node n1_a) (pool 1) (offset 0) ...) ...))))))
+ * else that stream (which must come from troupe_new_stream on b):
+ *   (troupe_stream (backend cpu) (device 0) (merge_buffer (node n1_a|nil) (capacity N))
+ *     (stream (name "cpu:0:1") ...)).
+ * Errors: NOT_FOUND (a stream not of b), RESOURCE_EXHAUSTED, the stream's debug errors. */
+TROUPE_MUST_USE troupe_status_t troupe_debug_info(troupe_backend_t *b, troupe_stream_t *stream,
+                                                  char **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,443 @@
+/* troupe — events (see event.h). */
+#define _GNU_SOURCE
+#include "actors/event.h"
+
+#include "actors/actor.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct s_sub {
+    troupe_event_callback_fn fn;
+    void *user;
+} s_sub_t;
+
+#define S_INLINE_SUBS 2
+
+struct troupe_event {
+    atomic_int_fast32_t refs;
+    /* PENDING until completion; status and message are written under `mu` before the state is
+     * stored (release), so a reader that loads a final state (acquire) may read them unlocked:
+     * they never change again. */
+    atomic_int state;
+    troupe_status_t status;
+    char *message;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    int waiters;       /* threads in troupe_event_sync (mu) */
+    s_sub_t *subs;     /* mu; inline_subs or heap */
+    size_t nsubs, cap;
+    s_sub_t inline_subs[S_INLINE_SUBS];
+    char name[TROUPE_EVENT_NAME_MAX + 1];
+};
+
+static pthread_once_t s_attr_once = PTHREAD_ONCE_INIT;
+static pthread_condattr_t s_cond_attr;
+
+static void s_init_attr(void)
+{
+    pthread_condattr_init(&s_cond_attr);
+    pthread_condattr_setclock(&s_cond_attr, CLOCK_MONOTONIC);
+}
+
+troupe_status_t troupe_event_new(const char *name, troupe_event_t **out)
+{
+    if (!out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_event_new: NULL out");
+    *out = NULL;
+    pthread_once(&s_attr_once, s_init_attr);
+    troupe_event_t *ev = (troupe_event_t *)troupe_malloc(sizeof *ev);
+    if (!ev)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "troupe_event_new: out of memory");
+    atomic_init(&ev->refs, 1);
+    atomic_init(&ev->state, TROUPE_EVENT_PENDING);
+    ev->status = TROUPE_OK;
+    ev->message = NULL;
+    if (pthread_mutex_init(&ev->mu, NULL) != 0) {
+        troupe_free(ev);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "troupe_event_new: mutex");
+    }
+    if (pthread_cond_init(&ev->cv, &s_cond_attr) != 0) {
+        pthread_mutex_destroy(&ev->mu);
+        troupe_free(ev);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "troupe_event_new: condition variable");
+    }
+    ev->waiters = 0;
+    ev->subs = ev->inline_subs;
+    ev->nsubs = 0;
+    ev->cap = S_INLINE_SUBS;
+    snprintf(ev->name, sizeof ev->name, "%s", name ? name : "event");
+    *out = ev;
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_event_new_completed(const char *name, troupe_status_t status,
+                                           const char *message, troupe_event_t **out)
+{
+    TROUPE_RETURN_IF_ERROR(troupe_event_new(name, out));
+    troupe_event_complete(*out, status, message);
+    return TROUPE_OK;
+}
+
+void troupe_event_retain(troupe_event_t *ev)
+{
+    atomic_fetch_add_explicit(&ev->refs, 1, memory_order_relaxed);
+}
+
+static void s_call_subs(troupe_event_t *ev, s_sub_t *subs, size_t n, troupe_status_t status)
+{
+    for (size_t i = 0; i < n; i++)
+        subs[i].fn(subs[i].user, ev, status);
+}
+
+void troupe_event_release(troupe_event_t **ev_p)
+{
+    if (!ev_p || !*ev_p)
+        return;
+    troupe_event_t *ev = *ev_p;
+    *ev_p = NULL;
+    /* acq_rel rather than a release + fence: ThreadSanitizer does not model fences. */
+    if (atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    /* Last reference: nobody can complete it any more. Tell pending subscribers. */
+    pthread_mutex_lock(&ev->mu);
+    s_sub_t *subs = ev->subs;
+    size_t n = ev->nsubs;
+    bool pending = atomic_load_explicit(&ev->state, memory_order_relaxed) == TROUPE_EVENT_PENDING;
+    ev->nsubs = 0;
+    pthread_mutex_unlock(&ev->mu);
+    if (pending && n > 0) {
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_ACTORS,
+                   "event %s released while pending; cancelling %zu subscriber(s)", ev->name, n);
+        s_call_subs(NULL, subs, n, TROUPE_CANCELLED);
+    }
+    if (subs != ev->inline_subs)
+        troupe_free(subs);
+    troupe_free(ev->message);
+    pthread_cond_destroy(&ev->cv);
+    pthread_mutex_destroy(&ev->mu);
+    troupe_free(ev);
+}
+
+bool troupe_event_complete(troupe_event_t *ev, troupe_status_t status, const char *message)
+{
+    if (!ev)
+        return false;
+    char *copy = NULL;
+    if (status != TROUPE_OK)
+        copy = troupe_strdup(message && message[0] ? message : troupe_status_str(status));
+    pthread_mutex_lock(&ev->mu);
+    int prev = atomic_load_explicit(&ev->state, memory_order_relaxed);
+    if (prev != TROUPE_EVENT_PENDING) {
+        pthread_mutex_unlock(&ev->mu);
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_ACTORS,
+                   "event %s completed twice; ignoring the later completion (%s: %s)", ev->name,
+                   troupe_status_str(status), message ? message : "");
+        troupe_free(copy);
+        return false;
+    }
+    ev->status = status;
+    ev->message = copy; /* NULL on out of memory: readers fall back to the status name */
+    atomic_store_explicit(&ev->state, status == TROUPE_OK ? TROUPE_EVENT_DONE : TROUPE_EVENT_FAILED,
+                          memory_order_release);
+    s_sub_t local[S_INLINE_SUBS];
+    s_sub_t *subs = ev->subs;
+    size_t n = ev->nsubs;
+    if (subs == ev->inline_subs) {
+        memcpy(local, ev->inline_subs, n * sizeof *local);
+        subs = local;
+    }
+    ev->subs = ev->inline_subs;
+    ev->cap = S_INLINE_SUBS;
+    ev->nsubs = 0;
+    if (ev->waiters > 0)
+        pthread_cond_broadcast(&ev->cv);
+    pthread_mutex_unlock(&ev->mu);
+
+    /* Subscribers may release the last other reference; keep `ev` alive while calling them. */
+    if (n > 0) {
+        troupe_event_retain(ev);
+        s_call_subs(ev, subs, n, status);
+        troupe_event_release(&ev);
+    }
+    if (subs != local)
+        troupe_free(subs);
+    return true;
+}
+
+bool troupe_event_is_done(const troupe_event_t *ev)
+{
+    return atomic_load_explicit(&((troupe_event_t *)ev)->state, memory_order_acquire) !=
+           TROUPE_EVENT_PENDING;
+}
+
+troupe_event_state_t troupe_event_state(const troupe_event_t *ev)
+{
+    return (troupe_event_state_t)atomic_load_explicit(&((troupe_event_t *)ev)->state,
+                                                      memory_order_acquire);
+}
+
+troupe_status_t troupe_event_status(const troupe_event_t *ev)
+{
+    if (troupe_event_state(ev) != TROUPE_EVENT_FAILED)
+        return TROUPE_OK;
+    return ev->status;
+}
+
+static const char *s_message(const troupe_event_t *ev)
+{
+    /* Only for failed events (state loaded with acquire by the caller). */
+    return ev->message ? ev->message : troupe_status_str(ev->status);
+}
+
+char *troupe_event_copy_message(const troupe_event_t *ev)
+{
+    if (troupe_event_state(ev) != TROUPE_EVENT_FAILED)
+        return NULL;
+    return troupe_strdup(s_message(ev));
+}
+
+const char *troupe_event_name(const troupe_event_t *ev)
+{
+    return ev->name;
+}
+
+static troupe_status_t s_final(const troupe_event_t *ev, troupe_event_state_t state)
+{
+    if (state == TROUPE_EVENT_DONE)
+        return TROUPE_OK;
+    return troupe__error(ev->status, "%s", s_message(ev));
+}
+
+troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t timeout_ns)
+{
+    if (!ev)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_event_sync: NULL event");
+    troupe_event_state_t state = troupe_event_state(ev);
+    if (state != TROUPE_EVENT_PENDING)
+        return s_final(ev, state);
+    int64_t deadline = troupe_deadline_after(timeout_ns);
+    pthread_mutex_lock(&ev->mu);
+    ev->waiters++;
+    for (;;) {
+        state = (troupe_event_state_t)atomic_load_explicit(&ev->state, memory_order_acquire);
+        if (state != TROUPE_EVENT_PENDING)
+            break;
+        if (deadline == TROUPE_TIMEOUT_INFINITE) {
+            pthread_cond_wait(&ev->cv, &ev->mu);
+            continue;
+        }
+        if (troupe_deadline_remaining(deadline) == 0)
+            break;
+        struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000LL),
+                              .tv_nsec = (long)(deadline % 1000000000LL)};
+        int rc = pthread_cond_timedwait(&ev->cv, &ev->mu, &ts);
+        if (rc != 0 && rc != ETIMEDOUT && rc != EINTR)
+            break; /* cannot happen with valid arguments; re-check state and give up */
+    }
+    ev->waiters--;
+    pthread_mutex_unlock(&ev->mu);
+    if (state != TROUPE_EVENT_PENDING)
+        return s_final(ev, state);
+    if (timeout_ns == TROUPE_TIMEOUT_INFINITE)
+        return troupe__error(TROUPE_INTERNAL, "event %s: wait failed", ev->name);
+    return troupe__error(TROUPE_DEADLINE_EXCEEDED, "event %s not done after %.3f ms", ev->name,
+                         (double)(timeout_ns < 0 ? 0 : timeout_ns) / 1e6);
+}
+
+troupe_status_t troupe_event_subscribe(troupe_event_t *ev, troupe_event_callback_fn fn, void *user)
+{
+    if (!ev || !fn)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_event_subscribe: NULL %s",
+                             ev ? "callback" : "event");
+    pthread_mutex_lock(&ev->mu);
+    troupe_event_state_t state =
+        (troupe_event_state_t)atomic_load_explicit(&ev->state, memory_order_relaxed);
+    if (state == TROUPE_EVENT_PENDING) {
+        if (ev->nsubs == ev->cap) {
+            size_t cap = ev->cap * 2;
+            s_sub_t *subs = (s_sub_t *)troupe_malloc(cap * sizeof *subs);
+            if (!subs) {
+                pthread_mutex_unlock(&ev->mu);
+                return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "event %s: cannot add a subscriber",
+                                     ev->name);
+            }
+            memcpy(subs, ev->subs, ev->nsubs * sizeof *subs);
+            if (ev->subs != ev->inline_subs)
+                troupe_free(ev->subs);
+            ev->subs = subs;
+            ev->cap = cap;
+        }
+        ev->subs[ev->nsubs].fn = fn;
+        ev->subs[ev->nsubs].user = user;
+        ev->nsubs++;
+        pthread_mutex_unlock(&ev->mu);
+        return TROUPE_OK;
+    }
+    pthread_mutex_unlock(&ev->mu);
+    fn(user, ev, state == TROUPE_EVENT_DONE ? TROUPE_OK : ev->status);
+    return TROUPE_OK;
+}
+
+/* ---- mailbox subscriptions ----------------------------------------------------------------- */
+
+typedef struct s_mailbox_sub {
+    troupe_mailbox_t *mb;
+    uint64_t id;
+} s_mailbox_sub_t;
+
+static void s_mailbox_cb(void *user, troupe_event_t *ev, troupe_status_t status)
+{
+    s_mailbox_sub_t *sub = (s_mailbox_sub_t *)user;
+    if (ev) {
+        zmsg_t *msg = NULL;
+        troupe_event_retain(ev); /* the message's reference, adopted by the receiver */
+        troupe_status_t st =
+            status == TROUPE_OK
+                ? troupe_msg_build(&msg, "s8p", TROUPE_VERB_EV_DONE, sub->id, (void *)ev)
+                : troupe_msg_build(&msg, "s8pS", TROUPE_VERB_EV_FAIL, sub->id, (void *)ev, status);
+        if (st == TROUPE_OK)
+            st = troupe_mailbox_post(sub->mb, &msg);
+        if (st != TROUPE_OK) {
+            TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_ACTORS,
+                       "event %s: completion not delivered (%s)", ev->name, troupe_last_error());
+            troupe_event_release(&ev);
+        }
+    }
+    troupe_mailbox_release(&sub->mb);
+    troupe_free(sub);
+}
+
+troupe_status_t troupe_event_subscribe_mailbox(troupe_event_t *ev, troupe_mailbox_t *mb,
+                                               uint64_t id)
+{
+    if (!ev || !mb)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_event_subscribe_mailbox: NULL %s",
+                             ev ? "mailbox" : "event");
+    s_mailbox_sub_t *sub = (s_mailbox_sub_t *)troupe_malloc(sizeof *sub);
+    if (!sub)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "event %s: cannot add a subscriber",
+                             ev->name);
+    troupe_mailbox_retain(mb);
+    sub->mb = mb;
+    sub->id = id;
+    troupe_status_t st = troupe_event_subscribe(ev, s_mailbox_cb, sub);
+    if (st != TROUPE_OK) {
+        troupe_mailbox_release(&sub->mb);
+        troupe_free(sub);
+    }
+    return st;
+}
+
+/* ---- all ----------------------------------------------------------------------------------- */
+
+typedef struct s_all {
+    atomic_size_t refs;      /* outstanding input subscriptions */
+    atomic_size_t remaining; /* inputs not yet done */
+    atomic_bool finished;    /* `out` completed (first failure or last success) */
+    troupe_event_t *out;     /* one reference, dropped with the last subscription */
+} s_all_t;
+
+static void s_all_finish(s_all_t *all, troupe_status_t status, const char *message)
+{
+    if (!atomic_exchange_explicit(&all->finished, true, memory_order_acq_rel))
+        troupe_event_complete(all->out, status, message);
+}
+
+static void s_all_cb(void *user, troupe_event_t *ev, troupe_status_t status)
+{
+    s_all_t *all = (s_all_t *)user;
+    if (!ev) {
+        s_all_finish(all, TROUPE_CANCELLED, "an input event was released before completing");
+    } else if (status != TROUPE_OK) {
+        char *msg = troupe_event_copy_message(ev);
+        s_all_finish(all, status, msg);
+        troupe_free(msg);
+    } else if (atomic_fetch_sub_explicit(&all->remaining, 1, memory_order_acq_rel) == 1) {
+        s_all_finish(all, TROUPE_OK, NULL);
+    }
+    if (atomic_fetch_sub_explicit(&all->refs, 1, memory_order_acq_rel) == 1) {
+        troupe_event_release(&all->out);
+        troupe_free(all);
+    }
+}
+
+troupe_status_t troupe_event_all(const char *name, troupe_event_t *const *events, size_t count,
+                                 troupe_event_t **out)
+{
+    if (!out || (count > 0 && !events))
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_event_all: NULL argument");
+    *out = NULL;
+    for (size_t i = 0; i < count; i++)
+        if (!events[i])
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_event_all: event %zu is NULL", i);
+    troupe_event_t *ev = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_event_new(name ? name : "all", &ev));
+    if (count == 0) {
+        troupe_event_complete(ev, TROUPE_OK, NULL);
+        *out = ev;
+        return TROUPE_OK;
+    }
+    s_all_t *all = (s_all_t *)troupe_malloc(sizeof *all);
+    if (!all) {
+        troupe_event_release(&ev);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "troupe_event_all: out of memory");
+    }
+    atomic_init(&all->refs, count);
+    atomic_init(&all->remaining, count);
+    atomic_init(&all->finished, false);
+    troupe_event_retain(ev);
+    all->out = ev;
+    troupe_status_t st = TROUPE_OK;
+    for (size_t i = 0; i < count; i++) {
+        if (st == TROUPE_OK)
+            st = troupe_event_subscribe(events[i], s_all_cb, all);
+        if (st != TROUPE_OK) {
+            /* Balance the references of inputs that could not be subscribed. */
+            char msg[256];
+            snprintf(msg, sizeof msg, "troupe_event_all: %s", troupe_last_error());
+            s_all_finish(all, st, msg);
+            s_all_cb(all, events[i], TROUPE_OK);
+        }
+    }
+    if (st != TROUPE_OK) {
+        troupe_event_release(&ev);
+        return troupe__error(st, "troupe_event_all: cannot subscribe to every input");
+    }
+    *out = ev;
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_event_debug_info(const troupe_event_t *ev, char **out)
+{
+    if (!ev || !out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_event_debug_info: NULL argument");
+    *out = NULL;
+    troupe__sbuf_t b = {0};
+    troupe_event_state_t state = troupe_event_state(ev);
+    troupe__sbuf_printf(&b, "(event (name ");
+    troupe__sbuf_quoted(&b, ev->name);
+    troupe__sbuf_printf(&b, ") (state %s)",
+                        state == TROUPE_EVENT_PENDING ? "pending"
+                        : state == TROUPE_EVENT_DONE  ? "done"
+                                                      : "failed");
+    if (state == TROUPE_EVENT_FAILED) {
+        troupe__sbuf_printf(&b, " (status %s) (message ", troupe_status_str(ev->status));
+        troupe__sbuf_quoted(&b, s_message(ev));
+        troupe__sbuf_printf(&b, ")");
+    }
+    troupe__sbuf_printf(&b, ")");
+    if (b.oom) {
+        troupe_free(b.data);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "troupe_event_debug_info: out of memory");
+    }
+    *out = b.data;
+    return TROUPE_OK;
+}

@@ -1,0 +1,586 @@
+/* troupe — compile, link and run (see routine.h). */
+#include "actors/routine.h"
+
+#include "actors/ledger.h"
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/status.h"
+#include "ir/optimize.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define S_ALIGN 64
+#define S_PROV_PER_STREAM 410
+
+bool troupe__is_hosted(troupe_tnode_t *tn)
+{
+    troupe_memory_mode_t m;
+    int32_t prov;
+    return troupe_tnode_get_memory_mode(tn, &m, &prov) && m.kind == TROUPE_MM_HOSTED;
+}
+
+bool troupe__is_shared(troupe_tnode_t *tn)
+{
+    troupe_memory_mode_t m;
+    int32_t prov;
+    if (!troupe_tnode_get_memory_mode(tn, &m, &prov))
+        return false;
+    if (m.kind == TROUPE_MM_HOSTED &&
+        (m.memtype == TROUPE_MEMTYPE_CONSTANT || m.memtype == TROUPE_MEMTYPE_VOLATILE))
+        return true;
+    return troupe_tnode_known_shared_cross_streams(tn);
+}
+
+static size_t s_name_of(const troupe_tnode_t *tn, char *buf, size_t cap)
+{
+    return troupe_tnode_debug_name(tn, buf, cap);
+}
+
+/* ---- code ---------------------------------------------------------------------------------- */
+
+static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
+                                 const troupe_asgn_comp_t *comp, troupe_code_t **out)
+{
+    troupe_ll_proc_t *proc = *proc_p;
+    *proc_p = NULL;
+    troupe_status_t st = TROUPE_OK;
+    troupe_code_t *code = troupe_calloc(1, sizeof *code);
+    if (!code) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compile: out of memory");
+        goto out_proc;
+    }
+    troupe_refcount_init(&code->refs);
+    troupe_refcount_retain(&b->dref->refs);
+    code->dref = b->dref;
+    code->proc = proc;
+    proc = NULL;
+    if (!code->proc->optimized) {
+        st = troupe_ll_optimize(code->proc, NULL);
+        if (st != TROUPE_OK)
+            goto out_code;
+    }
+    st = troupe_cgen_emit(code->proc, TROUPE_CGEN_C, &code->gen);
+    if (st != TROUPE_OK)
+        goto out_code;
+    if (!b->vt->compile || !b->vt->launch) {
+        st = troupe__error(TROUPE_UNIMPLEMENTED, "backend %s cannot compile code", b->vt->name);
+        goto out_code;
+    }
+    st = b->vt->compile(b->drv, code->proc, &code->dcode);
+    if (st != TROUPE_OK)
+        goto out_code;
+    if (comp && comp->nembedded) {
+        code->embedded = troupe_calloc(comp->nembedded, sizeof *code->embedded);
+        if (!code->embedded) {
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compile: out of memory");
+            goto out_code;
+        }
+        for (size_t i = 0; i < comp->nembedded; i++) {
+            troupe_tnode_retain(comp->embedded[i]);
+            code->embedded[code->nembedded++] = comp->embedded[i];
+        }
+    }
+    *out = code;
+    return TROUPE_OK;
+out_code:
+    troupe_code_release(&code);
+out_proc:
+    troupe_ll_proc_destroy(&proc);
+    return st;
+}
+
+troupe_status_t troupe_compile(troupe_backend_t *b, const troupe_asgn_comp_t *comp, const char *name,
+                               troupe_code_t **out)
+{
+    if (!b || !comp || !name || !out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "compile: NULL argument");
+    *out = NULL;
+    troupe_ll_proc_t *proc = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_lower(comp, name, &proc));
+    return s_compile(b, &proc, comp, out);
+}
+
+troupe_status_t troupe_compile_proc(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
+                                    troupe_code_t **out)
+{
+    if (!proc_p || !*proc_p)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "compile_proc: NULL procedure");
+    if (!b || !out) {
+        troupe_ll_proc_destroy(proc_p);
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "compile_proc: NULL argument");
+    }
+    *out = NULL;
+    return s_compile(b, proc_p, NULL, out);
+}
+
+void troupe_code_retain(troupe_code_t *code)
+{
+    if (code)
+        troupe_refcount_retain(&code->refs);
+}
+
+void troupe_code_release(troupe_code_t **code_p)
+{
+    if (!code_p || !*code_p)
+        return;
+    troupe_code_t *c = *code_p;
+    *code_p = NULL;
+    if (!troupe_refcount_release(&c->refs))
+        return;
+    if (c->dcode)
+        c->dref->vt->code_release(c->dref->drv, c->dcode);
+    troupe_cgen_result_destroy(&c->gen);
+    troupe_ll_proc_destroy(&c->proc);
+    for (size_t i = 0; i < c->nembedded; i++)
+        troupe_tnode_release(&c->embedded[i]);
+    troupe_free(c->embedded);
+    troupe__dref_release(&c->dref);
+    troupe_free(c);
+}
+
+const troupe_ll_proc_t *troupe_code_proc(const troupe_code_t *code)
+{
+    return code ? code->proc : NULL;
+}
+
+/* ---- link ---------------------------------------------------------------------------------- */
+
+static bool s_is_embedded(const troupe_code_t *code, const troupe_tnode_t *tn)
+{
+    for (size_t i = 0; i < code->nembedded; i++)
+        if (code->embedded[i] == tn)
+            return true;
+    return false;
+}
+
+static int s_cmp_tn(const void *a, const void *b)
+{
+    int32_t x = (*(troupe_tnode_t *const *)a)->id, y = (*(troupe_tnode_t *const *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* The device-wide array of a shared node, created (own pool) when missing. */
+static troupe_status_t s_shared_array(troupe_device_t *dev, troupe_tnode_t *tn,
+                                      troupe_buffer_loc_t *out)
+{
+    for (size_t i = 0; i < dev->nshared; i++) {
+        if (dev->shared[i].tn == tn) {
+            *out = dev->shared[i].loc;
+            return TROUPE_OK;
+        }
+    }
+    if (dev->nshared == dev->shared_cap) {
+        size_t cap = dev->shared_cap ? dev->shared_cap * 2 : 8;
+        troupe__shared_t *v = troupe_realloc(dev->shared, cap * sizeof *v);
+        if (!v)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "link: out of memory");
+        dev->shared = v;
+        dev->shared_cap = cap;
+    }
+    int32_t pool = -1;
+    TROUPE_RETURN_IF_ERROR(troupe__pool_alloc(dev, (int64_t)tn->size_bytes, &pool));
+    troupe_buffer_loc_t loc = {pool, 0, (int64_t)tn->size_bytes};
+    troupe__entry_t *e = NULL;
+    troupe_status_t st = troupe__ledger_add(dev, tn, loc, true, &e);
+    if (st != TROUPE_OK) {
+        troupe__pool_free(dev, pool);
+        return st;
+    }
+    troupe_tnode_retain(tn);
+    dev->shared[dev->nshared++] = (troupe__shared_t){tn, loc};
+    *out = loc;
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_routine_t **out)
+{
+    if (!ctx || !code || !out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "link: NULL argument");
+    *out = NULL;
+    const troupe_ll_proc_t *proc = code->proc;
+    const troupe_cgen_result_t *gen = code->gen;
+    char n1[64], n2[64];
+    if (ctx->backend->dref != code->dref)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "link %s: the code was compiled for another backend than the "
+                             "context's (%s)",
+                             proc->name, ctx->backend->vt->name);
+    /* verify_prior_context */
+    for (size_t i = 0; i <= proc->ninputs; i++) {
+        troupe_tnode_t *tn = i < proc->ninputs ? proc->inputs[i] : proc->merge_node;
+        if (!tn || s_is_embedded(code, tn) || troupe__context_find(ctx, tn))
+            continue;
+        s_name_of(tn, n1, sizeof n1);
+        return troupe__error(TROUPE_FAILED_PRECONDITION,
+                             "link %s: the linked context lacks node %s (on stream %s)", proc->name,
+                             n1, troupe_stream_name(ctx->srec->stream));
+    }
+    /* static merge-buffer check (era B) */
+    if (proc->merge_node && ctx->merge_node && ctx->merge_node != proc->merge_node) {
+        s_name_of(proc->merge_node, n1, sizeof n1);
+        s_name_of(ctx->merge_node, n2, sizeof n2);
+        return troupe__error(TROUPE_FAILED_PRECONDITION,
+                             "link %s: merge buffer mismatch: the code reads %s through its merge "
+                             "buffer but the context's merge buffer holds %s",
+                             proc->name, n1, n2);
+    }
+
+    troupe_status_t st = TROUPE_OK;
+    troupe_device_t *dev = ctx->dev;
+    troupe__srec_t *self = ctx->srec;
+    troupe_routine_t *r = NULL;
+    troupe_context_t *child = NULL;
+    size_t np = gen->nparams;
+    troupe_tnode_t **fresh = np ? troupe_calloc(np, sizeof *fresh) : NULL;
+    troupe__carray_t *extra = np ? troupe_calloc(np, sizeof *extra) : NULL;
+    size_t nfresh = 0, nextra = 0;
+    int32_t pool = -1;
+    if (np && (!fresh || !extra)) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "link: out of memory");
+        goto out_free;
+    }
+    pthread_mutex_lock(&dev->lock);
+    /* WAW: owners of written shared arrays; sharing decisions for missing nodes. */
+    for (size_t i = 0; i < np; i++) {
+        const troupe_cgen_param_t *p = &gen->params[i];
+        if (p->kind != TROUPE_CGEN_PARAM_NODE_PTR)
+            continue;
+        const troupe__carray_t *a = troupe__context_find(ctx, p->tn);
+        bool shared = a ? a->shared : troupe__is_shared(p->tn);
+        if (shared && p->is_written) {
+            troupe__entry_t *e = NULL;
+            for (size_t k = 0; k < dev->nshared; k++)
+                if (dev->shared[k].tn == p->tn)
+                    e = troupe__ledger_find(dev, troupe__key_of(dev->shared[k].loc));
+            if (e && e->owner && e->owner != self) {
+                s_name_of(p->tn, n1, sizeof n1);
+                st = troupe__error(TROUPE_FAILED_PRECONDITION,
+                                   "link %s: node %s is shared across streams and written by "
+                                   "stream %s; stream %s cannot write it too",
+                                   proc->name, n1, troupe_stream_name(e->owner->stream),
+                                   troupe_stream_name(self->stream));
+                goto out_unlock;
+            }
+        }
+        if (a)
+            continue;
+        if (!shared && !troupe_tnode_known_non_cross_stream(p->tn)) {
+            st = troupe_tnode_update_memory_sharing(p->tn, TROUPE_SHARING_PER_STREAM,
+                                                    S_PROV_PER_STREAM);
+            if (st != TROUPE_OK)
+                goto out_unlock;
+        }
+        if (shared) {
+            troupe_buffer_loc_t loc;
+            st = s_shared_array(dev, p->tn, &loc);
+            if (st != TROUPE_OK)
+                goto out_unlock;
+            extra[nextra++] = (troupe__carray_t){p->tn, loc, true};
+        } else {
+            fresh[nfresh++] = p->tn;
+        }
+    }
+    /* Deterministic packing of the per-stream arrays into one zero-filled pool. */
+    if (nfresh) {
+        qsort(fresh, nfresh, sizeof *fresh, s_cmp_tn);
+        int64_t off = 0;
+        for (size_t i = 0; i < nfresh; i++) {
+            off = (off + S_ALIGN - 1) / S_ALIGN * S_ALIGN;
+            extra[nextra + i] = (troupe__carray_t){fresh[i], {0, off, (int64_t)fresh[i]->size_bytes}, false};
+            off += (int64_t)fresh[i]->size_bytes;
+        }
+        st = troupe__pool_alloc(dev, off, &pool);
+        if (st != TROUPE_OK)
+            goto out_unlock;
+        for (size_t i = 0; i < nfresh && st == TROUPE_OK; i++) {
+            troupe__entry_t *e = NULL;
+            extra[nextra + i].loc.pool_id = pool;
+            st = troupe__ledger_add(dev, fresh[i], extra[nextra + i].loc, false, &e);
+        }
+        if (st != TROUPE_OK) {
+            troupe__pool_free(dev, pool);
+            goto out_unlock;
+        }
+        nextra += nfresh;
+    }
+    st = troupe__context_derive(ctx, extra, nextra, pool, ctx->merge_node, &child);
+    if (st != TROUPE_OK) {
+        if (pool >= 0)
+            troupe__pool_free(dev, pool);
+        goto out_unlock;
+    }
+    /* Owners of the shared arrays this code writes. */
+    for (size_t i = 0; i < np; i++) {
+        const troupe_cgen_param_t *p = &gen->params[i];
+        if (p->kind != TROUPE_CGEN_PARAM_NODE_PTR || !p->is_written)
+            continue;
+        const troupe__carray_t *a = troupe__context_find(child, p->tn);
+        if (a && a->shared) {
+            troupe__entry_t *e = troupe__ledger_find(dev, troupe__key_of(a->loc));
+            if (e && !e->owner)
+                e->owner = self;
+        }
+    }
+out_unlock:
+    pthread_mutex_unlock(&dev->lock);
+    if (st != TROUPE_OK)
+        goto out_free;
+    for (size_t i = 0; i < np; i++)
+        if (gen->params[i].kind == TROUPE_CGEN_PARAM_NODE_PTR && troupe__is_hosted(gen->params[i].tn))
+            troupe__host_install_hooks(gen->params[i].tn);
+    r = troupe_calloc(1, sizeof *r);
+    if (r && np)
+        r->static_values = troupe_calloc(np, sizeof *r->static_values);
+    if (!r || (np && !r->static_values)) {
+        if (r)
+            troupe_free(r);
+        r = NULL;
+        troupe_context_release(&child);
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "link: out of memory");
+        goto out_free;
+    }
+    troupe_refcount_init(&r->refs);
+    r->ctx = child;
+    child = NULL;
+    troupe_code_retain(code);
+    r->code = code;
+    *out = r;
+out_free:
+    troupe_free(fresh);
+    troupe_free(extra);
+    return st;
+}
+
+void troupe_routine_retain(troupe_routine_t *r)
+{
+    if (r)
+        troupe_refcount_retain(&r->refs);
+}
+
+void troupe_routine_release(troupe_routine_t **r_p)
+{
+    if (!r_p || !*r_p)
+        return;
+    troupe_routine_t *r = *r_p;
+    *r_p = NULL;
+    if (!troupe_refcount_release(&r->refs))
+        return;
+    troupe_context_release(&r->ctx);
+    troupe_code_release(&r->code);
+    troupe_free(r->static_values);
+    troupe_free(r);
+}
+
+troupe_context_t *troupe_routine_context(const troupe_routine_t *r)
+{
+    return r ? r->ctx : NULL;
+}
+
+const char *troupe_routine_name(const troupe_routine_t *r)
+{
+    return r ? r->code->proc->name : "nil";
+}
+
+static troupe_status_t s_find_static(const troupe_routine_t *r, const char *name, ptrdiff_t *out)
+{
+    if (!r || !name)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "routine static index: NULL argument");
+    ptrdiff_t i = troupe_cgen_find_static_param(r->code->gen, name);
+    if (i < 0)
+        return troupe__error(TROUPE_NOT_FOUND, "routine %s has no static index '%s'",
+                             r->code->proc->name, name);
+    *out = i;
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_routine_set_index(troupe_routine_t *r, const char *name, int64_t value)
+{
+    ptrdiff_t i = -1;
+    TROUPE_RETURN_IF_ERROR(s_find_static(r, name, &i));
+    int64_t range = r->code->gen->params[i].static_range;
+    if (value < 0 || (range > 0 && value >= range))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "routine %s: static index '%s' = %lld outside its range 0..%lld",
+                             r->code->proc->name, name, (long long)value,
+                             (long long)(range > 0 ? range - 1 : INT64_MAX));
+    r->static_values[i] = value;
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_routine_get_index(const troupe_routine_t *r, const char *name,
+                                         int64_t *out_value)
+{
+    ptrdiff_t i = -1;
+    TROUPE_RETURN_IF_ERROR(s_find_static(r, name, &i));
+    if (!out_value)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "routine_get_index: NULL output");
+    *out_value = r->static_values[i];
+    return TROUPE_OK;
+}
+
+/* ---- run ----------------------------------------------------------------------------------- */
+
+typedef struct s_launch {
+    troupe_code_t *code; /* retained */
+    troupe__srec_t *srec;
+    ptrdiff_t merge_idx;
+    size_t nargs;
+    troupe_karg_t args[];
+} s_launch_t;
+
+static troupe_status_t s_launch_work(void *arg, troupe_dqueue_t *q)
+{
+    s_launch_t *l = arg;
+    troupe_code_t *c = l->code;
+    if (l->merge_idx >= 0) {
+        if (!l->srec->mb_valid)
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "routine %s: the merge buffer of stream %s holds nothing",
+                                 c->proc->name, troupe_stream_name(l->srec->stream));
+        l->args[l->merge_idx].buf = l->srec->mb_cur; /* resolved at launch */
+    }
+    return c->dref->vt->launch(c->dref->drv, q, c->dcode, l->args, l->nargs);
+}
+
+static void s_launch_dtor(void *arg)
+{
+    s_launch_t *l = arg;
+    troupe_code_release(&l->code);
+    troupe_free(l);
+}
+
+troupe_status_t troupe__routine_run_locked(troupe_routine_t *r, troupe_event_t **out_ev)
+{
+    troupe_context_t *ctx = r->ctx;
+    troupe_device_t *dev = ctx->dev;
+    troupe__srec_t *s = ctx->srec;
+    const troupe_ll_proc_t *proc = r->code->proc;
+    const troupe_cgen_result_t *gen = r->code->gen;
+    char n1[64], n2[64];
+    TROUPE_RETURN_IF_ERROR(troupe_stream_status(s->stream));
+    /* dynamic merge-buffer check (the static one ran at link) */
+    troupe__entry_t *merge_src = NULL;
+    if (proc->merge_node) {
+        if (s->sched_merge_node != proc->merge_node) {
+            s_name_of(proc->merge_node, n1, sizeof n1);
+            if (s->sched_merge_node)
+                s_name_of(s->sched_merge_node, n2, sizeof n2);
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "run %s: merge buffer mismatch: the code reads %s through its "
+                                 "merge buffer but stream %s's merge buffer holds %s",
+                                 proc->name, n1, troupe_stream_name(s->stream),
+                                 s->sched_merge_node ? n2 : "nothing");
+        }
+        if (s->sched_merge_streaming)
+            merge_src = troupe__ledger_find(dev, s->sched_merge_src);
+    }
+    size_t np = gen->nparams;
+    troupe__entry_t **ent = np ? troupe_calloc(np, sizeof *ent) : NULL;
+    s_launch_t *l = troupe_calloc(1, sizeof *l + np * sizeof(troupe_karg_t));
+    troupe_status_t st = TROUPE_OK;
+    troupe_event_t *ev = NULL;
+    if (!l || (np && !ent)) {
+        troupe_free(l);
+        troupe_free(ent);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "run %s: out of memory", proc->name);
+    }
+    l->srec = s;
+    l->nargs = np;
+    l->merge_idx = -1;
+    for (size_t i = 0; i < np; i++) {
+        const troupe_cgen_param_t *p = &gen->params[i];
+        troupe_karg_t *a = &l->args[i];
+        a->ordinal = dev->ordinal;
+        if (p->kind == TROUPE_CGEN_PARAM_STATIC_IDX) {
+            a->kind = TROUPE_KARG_STATIC_IDX;
+            a->value = r->static_values[i];
+        } else if (p->kind == TROUPE_CGEN_PARAM_MERGE_BUFFER) {
+            a->kind = TROUPE_KARG_MERGE_BUFFER;
+            l->merge_idx = (ptrdiff_t)i;
+        } else {
+            const troupe__carray_t *ca = troupe__context_find(ctx, p->tn);
+            if (!ca) {
+                s_name_of(p->tn, n1, sizeof n1);
+                st = troupe__error(TROUPE_INTERNAL, "run %s: the context lacks node %s",
+                                   proc->name, n1);
+                goto out_free;
+            }
+            a->kind = TROUPE_KARG_BUFFER;
+            a->buf = ca->loc;
+            ent[i] = troupe__ledger_find(dev, troupe__key_of(ca->loc));
+            /* 1. automatic host transfers of read hosted nodes lagging their host array */
+            if (p->is_read && ent[i] && troupe_config_auto_host_transfers() &&
+                troupe__is_hosted(p->tn) && ent[i]->host_gen != troupe__host_gen(p->tn)) {
+                const troupe_ll_traced_t *t = troupe_optimize_traced(proc, p->tn);
+                if (!t || t->read_only || t->read_before_write) {
+                    st = troupe__from_host_locked(ctx, p->tn, NULL);
+                    if (st != TROUPE_OK)
+                        goto out_free;
+                }
+            }
+        }
+    }
+    /* 2. RAW, WAR, WAW */
+    if (merge_src)
+        st = troupe__ledger_before_read(s, merge_src);
+    for (size_t i = 0; i < np && st == TROUPE_OK; i++) {
+        if (!ent[i])
+            continue;
+        if (gen->params[i].is_read)
+            st = troupe__ledger_before_read(s, ent[i]);
+        if (st == TROUPE_OK && gen->params[i].is_written)
+            st = troupe__ledger_before_write(s, ent[i]);
+    }
+    if (st != TROUPE_OK)
+        goto out_free;
+    /* 3. the launch */
+    troupe_code_retain(r->code);
+    l->code = r->code;
+    st = troupe_stream_schedule(s->stream, s_launch_work, l, s_launch_dtor);
+    l = NULL;
+    if (st != TROUPE_OK)
+        goto out_free;
+    /* 4. its event */
+    st = troupe_stream_record(s->stream, &ev);
+    if (st != TROUPE_OK)
+        goto out_free;
+    if (merge_src)
+        st = troupe__ledger_note_read(merge_src, s, ev);
+    for (size_t i = 0; i < np && st == TROUPE_OK; i++) {
+        if (!ent[i])
+            continue;
+        if (gen->params[i].is_written) {
+            troupe__ledger_note_write(ent[i], s, ev);
+            ent[i]->host_gen = troupe__host_gen(gen->params[i].tn);
+            if (troupe__is_hosted(gen->params[i].tn))
+                st = troupe__host_note_device_write(gen->params[i].tn, s, ent[i]->key, ev);
+        } else if (gen->params[i].is_read) {
+            st = troupe__ledger_note_read(ent[i], s, ev);
+        }
+    }
+    troupe__ledger_tick(dev);
+    if (st == TROUPE_OK && out_ev) {
+        *out_ev = ev;
+        ev = NULL;
+    }
+out_free:
+    troupe_event_release(&ev);
+    if (l)
+        troupe_free(l);
+    troupe_free(ent);
+    return st;
+}
+
+troupe_status_t troupe_routine_run(troupe_routine_t *r, troupe_event_t **out_ev)
+{
+    if (out_ev)
+        *out_ev = NULL;
+    if (!r)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "routine_run: NULL routine");
+    troupe_device_t *dev = r->ctx->dev;
+    pthread_mutex_lock(&dev->lock);
+    troupe_status_t st = troupe__routine_run_locked(r, out_ev);
+    pthread_mutex_unlock(&dev->lock);
+    return st;
+}

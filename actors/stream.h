@@ -1,0 +1,201 @@
+/* troupe — the stream actor: a FIFO executor on one device (DESIGN.md §2, §3; seed
+ * `Schedulers.Multicore`, `Backend_intf` stream/event API).
+ *
+ * A stream runs its schedule in order: RUN (a work item: a callback given the stream's driver
+ * queue — the layers above pass routine launches and copies as work items), RECORD (an event at
+ * this point), WAIT (run nothing queued after this until event E completed). A failure is
+ * sticky and exact:
+ *   - a work item returning non-OK fails the stream with that status and the message it left in
+ *     troupe_last_error();
+ *   - a WAIT whose event failed fails the stream with the event's status (message
+ *     "<stream>: waited on <event>: <event's message>"); work before the WAIT ran normally;
+ *   - once failed, work items behind the failure are dropped (their destructors run), every
+ *     later RECORD event fails with the stream's status and message, troupe_stream_await
+ *     returns it, and troupe_stream_schedule/record/wait_for refuse new work with it.
+ * Destroying a stream (last release) cancels what is still queued: RECORD events fail with
+ * TROUPE_CANCELLED, work destructors run, nothing hangs.
+ *
+ * Two execution modes, same semantics:
+ *   inline   (sync backend, the deterministic reference) no thread: the work runs in the thread
+ *            that schedules it; work parked behind a WAIT runs in the thread that completes the
+ *            awaited event (inside troupe_event_complete), or in a later caller.
+ *   threaded (cpu backend) one actor thread per stream (a CZMQ zactor), log tag
+ *            "<backend>:<ordinal>:<stream_id>", which owns the driver queue: it is created,
+ *            used and destroyed on that thread.
+ *
+ * Threading and messaging design (threaded mode). The hot path does not send one ZeroMQ
+ * message per item:
+ *   - schedule/record/wait_for append the item to a mutex-protected vector shared with the
+ *     actor, and wake the actor (one eventfd write, via its mailbox) only when it announced that
+ *     it is about to sleep. The actor swaps the whole vector out under the lock and runs the
+ *     batch unlocked, so a pipelined burst costs one lock round per batch on its side and no
+ *     system call on either side. FIFO order is the vector's order. An actor that runs out of
+ *     work first spins briefly (a few pause instructions, then sched_yield, 20 µs at most)
+ *     before announcing sleep, so a producer that keeps scheduling rarely pays a wake-up and a
+ *     busy machine gets the core back.
+ *   - RECORD completes its event directly (mutex + condition variable broadcast only when a
+ *     host thread waits in troupe_event_sync; subscriber callbacks after).
+ *   - a WAIT on a pending event parks the queue, not the actor: the actor subscribes its mailbox
+ *     to the event and goes back to its poller (pipe + mailbox descriptor); the completion
+ *     arrives as an [EV_DONE]/[EV_FAIL] message, from whatever thread completed the event.
+ *     Meanwhile new work keeps accumulating and pipe requests (DEBUG, ...) are answered.
+ *   - the actor's pipe carries the control plane with the message schema below; host calls use
+ *     it for troupe_stream_debug_info and troupe_stream_request, and troupe_stream_release for
+ *     $TERM. Requests from several host threads are serialised (troupe_actor_request).
+ *   - troupe_stream_await waits on a condition variable for the pending-item count to drop to
+ *     zero (the actor updates it once per batch).
+ *
+ * Pipe verb table (threaded; inline streams answer the same messages from
+ * troupe_stream_request in the caller's thread). Frames: s string, 8 uint64, p pointer,
+ * S status (4 bytes). Every request gets exactly one reply [id][status]..., except $TERM:
+ *
+ * | verb    | request frames                               | reply frames               |
+ * |---------|----------------------------------------------|----------------------------|
+ * | RUN     | [RUN s][id 8][fn p][arg p][dtor p]           | [id 8][status S]           |
+ * | RECORD  | [RECORD s][id 8]                             | [id 8][status S][event p]  |
+ * | WAIT    | [WAIT s][id 8][event p]                      | [id 8][status S]           |
+ * | DEBUG   | [DEBUG s][id 8]                              | [id 8][status S][sexp s]   |
+ * | EV_DONE | [EV_DONE s][id 8][event p]                   | [id 8][status S]           |
+ * | EV_FAIL | [EV_FAIL s][id 8][event p][status S]         | [id 8][status S]           |
+ * | $TERM   | [$TERM s] (troupe_stream_release only)       | none (zactor exit signal)  |
+ * | other / wrong frame count or sizes                     | [id or 0][INVALID_ARGUMENT] |
+ *
+ * RUN: fn is a troupe_stream_work_fn, dtor a troupe_stream_dtor_fn or NULL; the stream owns
+ * arg from then on (also on a non-OK reply). RECORD: the event frame carries a reference the
+ * requester adopts (NULL when status is not OK). WAIT, EV_DONE, EV_FAIL: the event frame
+ * carries a reference the stream adopts. The reply status of RUN/RECORD/WAIT is the stream's
+ * failure when it already failed. EV_DONE/EV_FAIL normally come through the mailbox (no reply);
+ * on the pipe they are acknowledged. A malformed message is answered INVALID_ARGUMENT and
+ * logged at warn level; nothing in it is adopted.
+ *
+ * Thread safety: every function is thread-safe, except that a stream must not be released
+ * while another thread still uses it (hold a reference). Work callbacks run one at a time per
+ * stream, in FIFO order (threaded: on the actor thread; inline: in a caller's thread).
+ * Ownership: refcounted (atomic); troupe_stream_new's caller owns one reference. Work items'
+ * `arg` is owned by the stream from the schedule call on: `dtor(arg)` runs exactly once, after
+ * the item ran or when it is dropped (failed stream, cancellation, refused schedule).
+ */
+#ifndef TROUPE_ACTORS_STREAM_H
+#define TROUPE_ACTORS_STREAM_H
+
+#include "actors/actor.h"
+#include "actors/event.h"
+#include "base/status.h"
+#include "devices/device.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct troupe_stream troupe_stream_t;
+
+/* A work item. `q` is the stream's driver queue (NULL for a stream without a driver). Returns
+ * TROUPE_OK, or a failure status with a message recorded by troupe__error (it becomes the
+ * stream's and its later events' message). Runs on the stream's executing thread; it must not
+ * wait for events of its own stream. */
+typedef troupe_status_t (*troupe_stream_work_fn)(void *arg, troupe_dqueue_t *q);
+typedef void (*troupe_stream_dtor_fn)(void *arg);
+
+/* Verbs (frame 0) of the stream actor's pipe. */
+#define TROUPE_STREAM_VERB_RUN "RUN"
+#define TROUPE_STREAM_VERB_RECORD "RECORD"
+#define TROUPE_STREAM_VERB_WAIT "WAIT"
+#define TROUPE_STREAM_VERB_DEBUG "DEBUG"
+
+/* A new stream `stream_id` on device `ordinal` of driver `drv` (vtable `vt`), named
+ * "<vt->name>:<ordinal>:<stream_id>" ("host:…" when vt is NULL). When vt has queue_create, a
+ * driver queue is created for the stream (threaded: on its actor thread) and destroyed with it;
+ * vt == NULL gives a host-only stream whose work gets q == NULL (tests, host tasks).
+ * inline_mode: true runs work in the calling threads (sync backend), false starts an actor
+ * thread (cpu backend).
+ * Returns TROUPE_INVALID_ARGUMENT (NULL out, vt without drv, negative ordinal/id), the driver's
+ * queue_create status, TROUPE_RESOURCE_EXHAUSTED, TROUPE_TRANSPORT_ERROR (ZeroMQ). */
+TROUPE_MUST_USE troupe_status_t troupe_stream_new(const troupe_driver_vtable_t *vt,
+                                                  troupe_driver_t *drv, int ordinal, int stream_id,
+                                                  bool inline_mode, troupe_stream_t **out);
+
+void troupe_stream_retain(troupe_stream_t *s);
+
+/* Drops a reference (NULL-safe; nulls *s_p). The last one shuts the stream down: queued work is
+ * cancelled (RECORD events fail with TROUPE_CANCELLED, work destructors run, a running work item
+ * finishes first), the actor thread is told $TERM and waited for, the driver queue destroyed.
+ * Must not be called from the stream's own work items. */
+void troupe_stream_release(troupe_stream_t **s_p);
+/* Same as troupe_stream_release (STYLE.md's destroy spelling). */
+void troupe_stream_destroy(troupe_stream_t **s_p);
+
+/* Appends RUN(fn, arg, dtor). `arg` is consumed (see Ownership above).
+ * Returns TROUPE_OK when queued (inline: already ran, unless parked; a failure of the item
+ * itself is reported later by events/await, not here); the stream's failure status with its
+ * message when it had already failed; TROUPE_CANCELLED while it shuts down;
+ * TROUPE_RESOURCE_EXHAUSTED; TROUPE_INVALID_ARGUMENT for NULL stream/fn. */
+TROUPE_MUST_USE troupe_status_t troupe_stream_schedule(troupe_stream_t *s, troupe_stream_work_fn fn,
+                                                       void *arg, troupe_stream_dtor_fn dtor);
+
+/* Appends RECORD and returns its new event in *out (caller owns a reference): it completes when
+ * everything scheduled before it on this stream completed, and fails with the stream's status
+ * and message if anything before it failed. Same errors as troupe_stream_schedule (*out NULL). */
+TROUPE_MUST_USE troupe_status_t troupe_stream_record(troupe_stream_t *s, troupe_event_t **out);
+
+/* Seed `all_work`: an event for everything currently scheduled — a RECORD, except that an idle,
+ * healthy stream returns an already-done event without queueing anything. */
+TROUPE_MUST_USE troupe_status_t troupe_stream_all_work(troupe_stream_t *s, troupe_event_t **out);
+
+/* Seed `will_wait_for`: appends WAIT(ev) — nothing queued after it runs before `ev` completed;
+ * if `ev` fails, the stream fails (see above). `ev` is borrowed (the stream retains it). An
+ * already-done event adds nothing. Waiting on an event recorded later on the same stream
+ * deadlocks that stream (until its deadline-bound host waits report it).
+ * Same errors as troupe_stream_schedule. */
+TROUPE_MUST_USE troupe_status_t troupe_stream_wait_for(troupe_stream_t *s, troupe_event_t *ev);
+
+/* Seed `await`: blocks the calling thread until the stream is idle (nothing queued or running)
+ * or `timeout_ns` passed. Returns TROUPE_OK; the stream's failure status with its message; or
+ * TROUPE_DEADLINE_EXCEEDED naming the stream (and the event it is parked on, if any). Must not
+ * be called from the stream's own work items. */
+TROUPE_MUST_USE troupe_status_t troupe_stream_await(troupe_stream_t *s, int64_t timeout_ns);
+
+/* Seed `is_idle`: nothing queued, parked or running right now. Non-blocking. */
+bool troupe_stream_is_idle(troupe_stream_t *s);
+
+/* The stream's failure status (TROUPE_OK while healthy); with a non-OK status the message is
+ * also put in troupe_last_error(). Non-blocking. */
+troupe_status_t troupe_stream_status(troupe_stream_t *s);
+
+/* Seed `get_debug_info`: an S-expression of the stream's state in *out (troupe_free):
+ *   (stream (name "cpu:0:1") (mode threaded) (queue_length N) (parked_on "cpu:0:0#3"|nil)
+ *           (failed nil | (STATUS "message")) (counters (scheduled N) (run N) (records N)
+ *           (waits N) (dropped N) (cancelled N)))
+ * queue_length counts items scheduled and not finished: queued, running, and a parked WAIT.
+ * Threaded streams answer through their actor (DEBUG request, 5 s deadline or the configured
+ * timeout if shorter). Returns TROUPE_RESOURCE_EXHAUSTED, TROUPE_DEADLINE_EXCEEDED,
+ * TROUPE_TRANSPORT_ERROR. */
+TROUPE_MUST_USE troupe_status_t troupe_stream_debug_info(troupe_stream_t *s, char **out);
+
+/* Sends one raw request of the verb table to the stream and returns its reply in *reply_p
+ * (caller owns it; zmsg_destroy). `*req_p` is consumed. Threaded: through the actor's pipe
+ * with a deadline; inline: answered in this thread. $TERM is refused (INVALID_ARGUMENT: use
+ * troupe_stream_release). Returns the transport status (DEADLINE_EXCEEDED, TRANSPORT_ERROR,
+ * INVALID_ARGUMENT for NULL); the request's own outcome is in the reply. Not from the stream's
+ * own work items (a threaded actor cannot answer while it runs one: DEADLINE_EXCEEDED). A RECORD
+ * reply that arrives after its request timed out is discarded, leaking its event reference. */
+TROUPE_MUST_USE troupe_status_t troupe_stream_request(troupe_stream_t *s, zmsg_t **req_p,
+                                                      int64_t timeout_ns, zmsg_t **reply_p);
+
+/* A fresh request id for troupe_stream_request (never 0). */
+uint64_t troupe_stream_next_request_id(troupe_stream_t *s);
+
+/* Immutable properties. */
+const char *troupe_stream_name(const troupe_stream_t *s); /* "<backend>:<ordinal>:<id>" */
+int troupe_stream_ordinal(const troupe_stream_t *s);
+int troupe_stream_id(const troupe_stream_t *s);
+bool troupe_stream_is_inline(const troupe_stream_t *s);
+const troupe_driver_vtable_t *troupe_stream_vtable(const troupe_stream_t *s);
+troupe_driver_t *troupe_stream_driver(const troupe_stream_t *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

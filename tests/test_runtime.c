@@ -1,0 +1,636 @@
+/* troupe — conformance suite of the user-facing runtime (actors/troupe.h), run on every built
+ * host driver ("sync" and "cpu"): transfers, compile/link/run against the interpreter, contexts
+ * and finalize, events and deadlines, link errors, failure propagation, memory accounting,
+ * debug info, suggested streams. */
+#include "actors/troupe.h"
+
+#include "base/alloc.h"
+#include "ir/interp.h"
+#include "ir/optimize.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MS (1000000LL)
+
+static const char *const s_drivers[] = {"sync", "cpu"};
+#define FOR_EACH_DRIVER(var) for (const char *const *var = s_drivers; var < s_drivers + 2; var++)
+
+static void s_setup(void)
+{
+    cr_assert_eq(troupe_config_set_cache_dir(TROUPE_TEST_BUILD_DIR "/troupe-cache-runtime"),
+                 TROUPE_OK);
+    cr_assert_eq(troupe_config_set_timeout_s(30), TROUPE_OK);
+}
+
+TestSuite(runtime, .init = s_setup);
+
+#define OK(expr)                                                                                   \
+    do {                                                                                           \
+        troupe_status_t s__ = (expr);                                                              \
+        cr_assert_eq(s__, TROUPE_OK, "%s -> %s: %s", #expr, troupe_status_str(s__),              \
+                     troupe_last_error());                                                         \
+    } while (0)
+
+static troupe_tnode_t *s_node(const char *label, troupe_prec_t prec, int ndims, const int64_t *dims)
+{
+    troupe_tnode_t *tn = NULL;
+    const char *l[1] = {label};
+    OK(troupe_tnode_new(l, 1, prec, ndims, dims, NULL, 0.0, &tn));
+    return tn;
+}
+
+static troupe_tnode_t *s_vec(const char *label, int64_t n)
+{
+    return s_node(label, TROUPE_PREC_SINGLE, 1, &n);
+}
+
+static void s_set(troupe_tnode_t *tn, const double *v)
+{
+    OK(troupe_tnode_set_values(tn, v, (size_t)troupe_tnode_num_elems(tn)));
+}
+
+static void s_set_hosted(troupe_tnode_t *tn)
+{
+    troupe_memory_mode_t m = {TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT, 0};
+    OK(troupe_tnode_update_memory_mode(tn, m, 411));
+}
+
+typedef struct env {
+    troupe_backend_t *b;
+    troupe_device_t *d;
+    troupe_stream_t *s[4];
+    troupe_context_t *root[4];
+    int n;
+} env_t;
+
+static void s_env(env_t *e, const char *driver, int nstreams)
+{
+    memset(e, 0, sizeof *e);
+    OK(troupe_backend_open(driver, TROUPE_FOR_PARALLEL_COPYING, &e->b));
+    OK(troupe_get_device(e->b, 0, &e->d));
+    e->n = nstreams;
+    for (int i = 0; i < nstreams; i++) {
+        OK(troupe_new_stream(e->d, &e->s[i]));
+        OK(troupe_context_new(e->s[i], &e->root[i]));
+    }
+}
+
+static void s_env_done(env_t *e)
+{
+    for (int i = 0; i < e->n; i++) {
+        troupe_context_release(&e->root[i]);
+        troupe_stream_release(&e->s[i]);
+    }
+    troupe_backend_close(&e->b);
+}
+
+/* ctx := init_from_host(ctx, tn), replacing the caller's reference. */
+static void s_init(troupe_context_t **ctx, troupe_tnode_t *tn)
+{
+    troupe_context_t *c = NULL;
+    OK(troupe_init_from_host(*ctx, tn, &c, NULL));
+    troupe_context_release(ctx);
+    *ctx = c;
+}
+
+static void s_expect(troupe_tnode_t *tn, const double *want)
+{
+    size_t n = (size_t)troupe_tnode_num_elems(tn);
+    double got[64];
+    cr_assert(n <= 64);
+    OK(troupe_tnode_get_values(tn, got, n));
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(got[i], want[i], "element %zu: got %g want %g", i, got[i], want[i]);
+}
+
+/* a = a + b (pointwise), or a = a + a when b == NULL */
+static troupe_code_t *s_add_code(troupe_backend_t *b, troupe_tnode_t *a, troupe_tnode_t *rhs,
+                                 const char *name)
+{
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *t = NULL;
+    troupe_code_t *code = NULL;
+    OK(troupe_asgn_comp_new(&comp));
+    OK(troupe_asgn_pointwise_binop(comp, a, TROUPE_BINOP_ADD, troupe_asgn_node(a),
+                                   troupe_asgn_node(rhs ? rhs : a), &t));
+    troupe_asgn_comp_set_root(comp, t);
+    OK(troupe_compile(b, comp, name, &code));
+    troupe_asgn_comp_destroy(&comp);
+    return code;
+}
+
+Test(runtime, transfers_round_trip)
+{
+    FOR_EACH_DRIVER(drv)
+    {
+        env_t e;
+        s_env(&e, *drv, 2);
+        troupe_tnode_t *a = s_node("a", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 3});
+        const double v1[6] = {1, 2, 3, 4, 5, 6}, zeros[6] = {0}, junk[6] = {9, 9, 9, 9, 9, 9};
+        s_set(a, v1);
+        troupe_context_t *c1 = e.root[0], *c2 = e.root[1];
+        troupe_context_retain(c1);
+        troupe_context_retain(c2);
+        s_init(&c1, a); /* stream 0 holds v1 */
+        s_set(a, zeros); /* waits for the upload still reading the host array */
+        s_init(&c2, a); /* stream 1 holds zeros */
+        troupe_event_t *ev = NULL;
+        OK(troupe_device_to_device(a, TROUPE_MERGE_NO, c2, c1, NULL, NULL, &ev));
+        OK(troupe_event_sync(ev, 10000 * MS));
+        troupe_event_release(&ev);
+        s_set(a, junk);
+        OK(troupe_to_host(c2, a, &ev));
+        OK(troupe_event_sync(ev, 10000 * MS));
+        troupe_event_release(&ev);
+        s_expect(a, v1);
+        /* and back: host -> stream 0 -> host */
+        s_set(a, junk);
+        OK(troupe_from_host(c1, a, NULL));
+        s_set(a, zeros);
+        OK(troupe_to_host(c1, a, &ev));
+        OK(troupe_event_sync(ev, 10000 * MS));
+        troupe_event_release(&ev);
+        s_expect(a, junk);
+        /* errors */
+        troupe_tnode_t *other = s_vec("other", 2);
+        cr_assert_eq(troupe_to_host(c1, other, NULL), TROUPE_NOT_FOUND);
+        cr_assert_eq(troupe_init_from_host(c1, a, &(troupe_context_t *){NULL}, NULL),
+                     TROUPE_ALREADY_EXISTS);
+        troupe_tnode_release(&other);
+        troupe_context_release(&c1);
+        troupe_context_release(&c2);
+        troupe_tnode_release(&a);
+        s_env_done(&e);
+    }
+}
+
+/* y = relu(x * w + b): x 2x3, w 3x4, b 4, y 2x4 */
+static troupe_asgn_comp_t *s_mlp_comp(troupe_tnode_t *x, troupe_tnode_t *w, troupe_tnode_t *b,
+                                      troupe_tnode_t *h, troupe_tnode_t *t, troupe_tnode_t *y)
+{
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *s1 = NULL, *s2 = NULL, *s3 = NULL, *seq = NULL;
+    OK(troupe_asgn_comp_new(&comp));
+    OK(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ADD, h, TROUPE_BINOP_MUL,
+                               troupe_asgn_node(x), troupe_asgn_node(w), "bi,ij=>bj", &s1));
+    OK(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ARG2, t, TROUPE_BINOP_ADD,
+                               troupe_asgn_node(h), troupe_asgn_node(b), "bj,j=>bj", &s2));
+    OK(troupe_asgn_accum_unop(comp, true, TROUPE_BINOP_ARG2, y, TROUPE_UNOP_RELU,
+                              troupe_asgn_node(t), "bj=>bj", &s3));
+    troupe_asgn_t *items[3] = {s1, s2, s3};
+    OK(troupe_asgn_seq(comp, 3, items, &seq));
+    troupe_asgn_comp_set_root(comp, seq);
+    return comp;
+}
+
+Test(runtime, matmul_bias_relu_matches_interpreter)
+{
+    FOR_EACH_DRIVER(drv)
+    {
+        env_t e;
+        s_env(&e, *drv, 1);
+        troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 3});
+        troupe_tnode_t *w = s_node("w", TROUPE_PREC_SINGLE, 2, (int64_t[]){3, 4});
+        troupe_tnode_t *b = s_vec("b", 4);
+        troupe_tnode_t *h = s_node("h", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 4});
+        troupe_tnode_t *t = s_node("t", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 4});
+        troupe_tnode_t *y = s_node("y", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 4});
+        double xv[6], wv[12], bv[4];
+        for (int i = 0; i < 6; i++)
+            xv[i] = 0.37 * i - 0.9;
+        for (int i = 0; i < 12; i++)
+            wv[i] = 0.11 * (i % 5) - 0.23 * (i % 3);
+        for (int i = 0; i < 4; i++)
+            bv[i] = 0.05 * i - 0.1;
+        s_set(x, xv);
+        s_set(w, wv);
+        s_set(b, bv);
+        s_set_hosted(y);
+        troupe_asgn_comp_t *comp = s_mlp_comp(x, w, b, h, t, y);
+        troupe_code_t *code = NULL;
+        OK(troupe_compile(e.b, comp, "mlp", &code));
+
+        troupe_context_t *ctx = e.root[0];
+        troupe_context_retain(ctx);
+        s_init(&ctx, x);
+        s_init(&ctx, w);
+        s_init(&ctx, b);
+        troupe_routine_t *r = NULL;
+        OK(troupe_link(ctx, code, &r));
+        troupe_event_t *ev = NULL;
+        OK(troupe_routine_run(r, &ev));
+        OK(troupe_event_sync(ev, 10000 * MS));
+        troupe_event_release(&ev);
+        double got[8];
+        OK(troupe_tnode_get_values(y, got, 8)); /* fetched from the device by the hook */
+
+        /* the interpreter on the same optimized procedure */
+        const troupe_ll_proc_t *proc = troupe_code_proc(code);
+        troupe_interp_buffer_t bufs[16];
+        size_t nb = 0;
+        float xs[6], ws[12], bs[4], ys[8] = {0}, scratch[2][8] = {{0}};
+        for (int i = 0; i < 6; i++)
+            xs[i] = (float)xv[i];
+        for (int i = 0; i < 12; i++)
+            ws[i] = (float)wv[i];
+        for (int i = 0; i < 4; i++)
+            bs[i] = (float)bv[i];
+        int k = 0;
+        for (size_t i = 0; i < proc->nnodes; i++) {
+            troupe_tnode_t *tn = proc->nodes[i];
+            void *data = tn == x ? (void *)xs : tn == w ? (void *)ws : tn == b ? (void *)bs
+                       : tn == y ? (void *)ys : NULL;
+            if (!data && troupe_tnode_known_not_materialized(tn))
+                continue;
+            if (!data)
+                data = scratch[k++];
+            bufs[nb++] = (troupe_interp_buffer_t){tn, data};
+        }
+        troupe_interp_args_t args = {bufs, nb, NULL, 0, NULL};
+        OK(troupe_interp_run(proc, &args));
+        bool some_positive = false, some_zero = false;
+        for (int i = 0; i < 8; i++) {
+            cr_assert_eq((float)got[i], ys[i], "%s: y[%d] = %.9g, interpreter %.9g", *drv, i,
+                         got[i], (double)ys[i]);
+            some_positive |= ys[i] > 0;
+            some_zero |= ys[i] == 0;
+        }
+        cr_assert(some_positive && some_zero, "the data exercises relu");
+
+        troupe_routine_release(&r);
+        troupe_code_release(&code);
+        troupe_asgn_comp_destroy(&comp);
+        troupe_context_release(&ctx);
+        troupe_tnode_release(&x);
+        troupe_tnode_release(&w);
+        troupe_tnode_release(&b);
+        troupe_tnode_release(&h);
+        troupe_tnode_release(&t);
+        troupe_tnode_release(&y);
+        s_env_done(&e);
+    }
+}
+
+Test(runtime, link_error_names_the_missing_prior_node)
+{
+    FOR_EACH_DRIVER(drv)
+    {
+        env_t e;
+        s_env(&e, *drv, 1);
+        troupe_tnode_t *a = s_vec("a", 4), *bb = s_vec("bb", 4);
+        s_set(a, (double[]){1, 2, 3, 4});
+        s_set(bb, (double[]){1, 2, 3, 4});
+        troupe_code_t *code = s_add_code(e.b, a, bb, "add_ab");
+        troupe_context_t *ctx = e.root[0];
+        troupe_context_retain(ctx);
+        s_init(&ctx, a);
+        troupe_routine_t *r = NULL;
+        cr_assert_eq(troupe_link(ctx, code, &r), TROUPE_FAILED_PRECONDITION);
+        cr_assert_null(r);
+        char want[64];
+        troupe_tnode_debug_name(bb, want, sizeof want);
+        cr_assert(strstr(troupe_last_error(), "lacks node") && strstr(troupe_last_error(), want),
+                  "message: %s", troupe_last_error());
+        s_init(&ctx, bb);
+        OK(troupe_link(ctx, code, &r));
+        OK(troupe_routine_run(r, NULL));
+        s_expect(a, (double[]){2, 4, 6, 8});
+        troupe_routine_release(&r);
+        troupe_code_release(&code);
+        troupe_context_release(&ctx);
+        troupe_tnode_release(&a);
+        troupe_tnode_release(&bb);
+        s_env_done(&e);
+    }
+}
+
+Test(runtime, used_memory_is_exact_and_finalize_returns_it)
+{
+    FOR_EACH_DRIVER(drv)
+    {
+        env_t e;
+        s_env(&e, *drv, 1);
+        int64_t base = -1, used = -1;
+        OK(troupe_get_used_memory(e.d, &base));
+        cr_assert_eq(base, 0);
+        troupe_tnode_t *a = s_vec("a", 3); /* 12 bytes */
+        s_set(a, (double[]){1, 2, 3});
+        troupe_context_t *ctx = e.root[0];
+        troupe_context_retain(ctx);
+        s_init(&ctx, a);
+        OK(troupe_get_used_memory(e.d, &used));
+        cr_assert_eq(used, base + 12);
+        troupe_asgn_comp_t *comp = NULL;
+        troupe_asgn_t *seq = NULL;
+        troupe_tnode_t *c = s_node("c", TROUPE_PREC_DOUBLE, 1, (int64_t[]){3}); /* 24 bytes */
+        troupe_tnode_t *d2 = s_vec("d2", 3);                      /* 12 bytes */
+        s_set_hosted(c);
+        s_set_hosted(d2);
+        OK(troupe_asgn_comp_new(&comp));
+        troupe_asgn_t *t1 = NULL, *t2 = NULL;
+        OK(troupe_asgn_accum_unop(comp, true, TROUPE_BINOP_ARG2, c, TROUPE_UNOP_IDENTITY,
+                                  troupe_asgn_node(a), "i=>i", &t1));
+        OK(troupe_asgn_accum_unop(comp, true, TROUPE_BINOP_ARG2, d2, TROUPE_UNOP_NEG,
+                                  troupe_asgn_node(a), "i=>i", &t2));
+        OK(troupe_asgn_seq2(comp, t1, t2, &seq));
+        troupe_asgn_comp_set_root(comp, seq);
+        troupe_code_t *code = NULL;
+        OK(troupe_compile(e.b, comp, "copy_neg", &code));
+        troupe_routine_t *r = NULL;
+        OK(troupe_link(ctx, code, &r));
+        OK(troupe_get_used_memory(e.d, &used));
+        /* c (lower id) at offset 0, 24 bytes; d2 at offset 64, 12 bytes: one 76-byte pool */
+        cr_assert_eq(used, base + 12 + 76, "used %lld", (long long)used);
+        troupe_buffer_loc_t lc, ld;
+        OK(troupe_context_buffer(troupe_routine_context(r), c, &lc));
+        OK(troupe_context_buffer(troupe_routine_context(r), d2, &ld));
+        cr_assert_eq(lc.pool_id, ld.pool_id);
+        cr_assert_eq(lc.offset, 0);
+        cr_assert_eq(ld.offset, 64);
+        OK(troupe_routine_run(r, NULL));
+        s_expect(c, (double[]){1, 2, 3});
+        s_expect(d2, (double[]){-1, -2, -3});
+        /* a child holds the same arrays and adds nothing */
+        troupe_context_t *child = NULL;
+        OK(troupe_context_child(troupe_routine_context(r), &child));
+        OK(troupe_context_buffer(child, c, &ld));
+        cr_assert_eq(ld.pool_id, lc.pool_id);
+        OK(troupe_context_finalize(child));
+        OK(troupe_get_used_memory(e.d, &used));
+        cr_assert_eq(used, base + 88);
+        OK(troupe_context_finalize(troupe_routine_context(r)));
+        OK(troupe_get_used_memory(e.d, &used));
+        cr_assert_eq(used, base + 12);
+        OK(troupe_context_finalize(ctx));
+        OK(troupe_context_finalize(ctx)); /* twice is fine */
+        OK(troupe_get_used_memory(e.d, &used));
+        cr_assert_eq(used, base);
+        troupe_context_release(&child);
+        troupe_routine_release(&r);
+        troupe_code_release(&code);
+        troupe_asgn_comp_destroy(&comp);
+        troupe_context_release(&ctx);
+        troupe_tnode_release(&a);
+        troupe_tnode_release(&c);
+        troupe_tnode_release(&d2);
+        s_env_done(&e);
+    }
+}
+
+Test(runtime, wait_on_an_event_that_never_completes_hits_the_deadline)
+{
+    FOR_EACH_DRIVER(drv)
+    {
+        env_t e;
+        s_env(&e, *drv, 1);
+        troupe_tnode_t *a = s_vec("a", 4);
+        s_set(a, (double[]){1, 2, 3, 4});
+        troupe_context_t *ctx = e.root[0];
+        troupe_context_retain(ctx);
+        s_init(&ctx, a);
+        troupe_code_t *code = s_add_code(e.b, a, NULL, "double_a");
+        troupe_routine_t *r = NULL;
+        OK(troupe_link(ctx, code, &r));
+        troupe_event_t *never = NULL, *ev = NULL;
+        OK(troupe_event_new("never", &never));
+        OK(troupe_will_wait_for(ctx, never));
+        OK(troupe_routine_run(r, &ev));
+        cr_assert_not(troupe_event_is_done(ev));
+        cr_assert_eq(troupe_event_sync(ev, 50 * MS), TROUPE_DEADLINE_EXCEEDED);
+        cr_assert_eq(troupe_stream_await(e.s[0], 50 * MS), TROUPE_DEADLINE_EXCEEDED);
+        cr_assert_not(troupe_stream_is_idle(e.s[0]));
+        troupe_event_complete(never, TROUPE_OK, NULL);
+        OK(troupe_event_sync(ev, 10000 * MS));
+        OK(troupe_stream_await(e.s[0], 10000 * MS));
+        cr_assert(troupe_stream_is_idle(e.s[0]));
+        troupe_event_t *all = NULL;
+        OK(troupe_stream_all_work(e.s[0], &all));
+        OK(troupe_event_sync(all, 10000 * MS));
+        s_expect(a, (double[]){2, 4, 6, 8});
+        troupe_event_release(&all);
+        troupe_event_release(&ev);
+        troupe_event_release(&never);
+        troupe_routine_release(&r);
+        troupe_code_release(&code);
+        troupe_context_release(&ctx);
+        troupe_tnode_release(&a);
+        s_env_done(&e);
+    }
+}
+
+static troupe_status_t s_failing_work(void *arg, troupe_dqueue_t *q)
+{
+    (void)arg, (void)q;
+    return troupe__error(TROUPE_DEVICE_ERROR, "injected kernel failure");
+}
+
+Test(runtime, a_failed_routine_fails_its_event_and_its_dependants)
+{
+    FOR_EACH_DRIVER(drv)
+    {
+        env_t e;
+        s_env(&e, *drv, 2);
+        troupe_tnode_t *a = s_vec("a", 4);
+        s_set(a, (double[]){1, 2, 3, 4});
+        troupe_context_t *ca = e.root[0], *cb = e.root[1];
+        troupe_context_retain(ca);
+        troupe_context_retain(cb);
+        s_init(&ca, a);
+        s_init(&cb, a);
+        OK(troupe_stream_await(e.s[0], 10000 * MS));
+        troupe_code_t *code = s_add_code(e.b, a, NULL, "double_a");
+        troupe_routine_t *ra = NULL, *rb = NULL;
+        OK(troupe_link(ca, code, &ra));
+        OK(troupe_link(cb, code, &rb));
+        /* stream 0 is held until we release it, so the failure happens after B is scheduled */
+        troupe_event_t *gate = NULL, *ea = NULL, *eb = NULL;
+        OK(troupe_event_new("gate", &gate));
+        OK(troupe_will_wait_for(ca, gate));
+        OK(troupe_stream_schedule(e.s[0], s_failing_work, NULL, NULL));
+        OK(troupe_routine_run(ra, &ea)); /* writes a on stream 0 */
+        /* stream 1 copies stream 0's a (RAW on the failed write), then runs */
+        OK(troupe_device_to_device(a, TROUPE_MERGE_NO, troupe_routine_context(rb), ca, NULL, NULL,
+                                   NULL));
+        OK(troupe_routine_run(rb, &eb));
+        troupe_event_complete(gate, TROUPE_OK, NULL);
+        cr_assert_eq(troupe_event_sync(ea, 10000 * MS), TROUPE_DEVICE_ERROR);
+        cr_assert_eq(troupe_event_sync(eb, 10000 * MS), TROUPE_DEVICE_ERROR);
+        cr_assert(strstr(troupe_last_error(), "injected"), "message: %s", troupe_last_error());
+        cr_assert_eq(troupe_stream_await(e.s[1], 10000 * MS), TROUPE_DEVICE_ERROR);
+        cr_assert_eq(troupe_stream_await(e.s[0], 10000 * MS), TROUPE_DEVICE_ERROR);
+        /* later scheduling on the failed stream returns the error */
+        cr_assert_eq(troupe_routine_run(ra, NULL), TROUPE_DEVICE_ERROR);
+        cr_assert_eq(troupe_from_host(ca, a, NULL), TROUPE_DEVICE_ERROR);
+        troupe_event_release(&gate);
+        troupe_event_release(&ea);
+        troupe_event_release(&eb);
+        troupe_routine_release(&ra);
+        troupe_routine_release(&rb);
+        troupe_code_release(&code);
+        troupe_context_release(&ca);
+        troupe_context_release(&cb);
+        troupe_tnode_release(&a);
+        s_env_done(&e);
+    }
+}
+
+Test(runtime, static_index_is_bound_and_bounds_checked)
+{
+    FOR_EACH_DRIVER(drv)
+    {
+        env_t e;
+        s_env(&e, *drv, 1);
+        troupe_tnode_t *data = s_node("data", TROUPE_PREC_SINGLE, 2, (int64_t[]){3, 2});
+        troupe_tnode_t *row = s_vec("row", 2);
+        s_set(data, (double[]){1, 2, 3, 4, 5, 6});
+        s_set_hosted(row);
+        troupe_asgn_comp_t *comp = NULL;
+        troupe_asgn_t *t = NULL;
+        int32_t sym = -1;
+        OK(troupe_asgn_comp_new(&comp));
+        OK(troupe_asgn_comp_add_static_symbol(comp, "batch_n", 3, &sym));
+        OK(troupe_asgn_fetch_slice(comp, row, sym, data, &t));
+        troupe_asgn_comp_set_root(comp, t);
+        troupe_code_t *code = NULL;
+        OK(troupe_compile(e.b, comp, "slice_row", &code));
+        troupe_context_t *ctx = e.root[0];
+        troupe_context_retain(ctx);
+        s_init(&ctx, data);
+        troupe_routine_t *r = NULL;
+        OK(troupe_link(ctx, code, &r));
+        cr_assert_eq(troupe_routine_set_index(r, "batch_n", 3), TROUPE_INVALID_ARGUMENT);
+        cr_assert(strstr(troupe_last_error(), "batch_n"));
+        cr_assert_eq(troupe_routine_set_index(r, "batch_n", -1), TROUPE_INVALID_ARGUMENT);
+        cr_assert_eq(troupe_routine_set_index(r, "nope", 0), TROUPE_NOT_FOUND);
+        OK(troupe_routine_set_index(r, "batch_n", 2));
+        int64_t v = -1;
+        OK(troupe_routine_get_index(r, "batch_n", &v));
+        cr_assert_eq(v, 2);
+        OK(troupe_routine_run(r, NULL));
+        s_expect(row, (double[]){5, 6});
+        OK(troupe_routine_set_index(r, "batch_n", 0));
+        OK(troupe_routine_run(r, NULL));
+        s_expect(row, (double[]){1, 2});
+        troupe_routine_release(&r);
+        troupe_code_release(&code);
+        troupe_asgn_comp_destroy(&comp);
+        troupe_context_release(&ctx);
+        troupe_tnode_release(&data);
+        troupe_tnode_release(&row);
+        s_env_done(&e);
+    }
+}
+
+Test(runtime, debug_info_is_an_sexp_mentioning_streams)
+{
+    FOR_EACH_DRIVER(drv)
+    {
+        env_t e;
+        s_env(&e, *drv, 2);
+        troupe_tnode_t *a = s_vec("a", 4);
+        s_set(a, (double[]){1, 2, 3, 4});
+        troupe_context_t *ctx = e.root[1];
+        troupe_context_retain(ctx);
+        s_init(&ctx, a);
+        char *all = NULL, *one = NULL;
+        OK(troupe_debug_info(e.b, NULL, &all));
+        OK(troupe_debug_info(e.b, e.s[1], &one));
+        cr_assert_eq(all[0], '(');
+        cr_assert_eq(all[strlen(all) - 1], ')');
+        int depth = 0;
+        for (const char *p = all; *p; p++) {
+            depth += *p == '(';
+            depth -= *p == ')';
+            cr_assert_geq(depth, 0);
+        }
+        cr_assert_eq(depth, 0, "balanced: %s", all);
+        char name0[32], name1[32];
+        snprintf(name0, sizeof name0, "%s:0:0", *drv);
+        snprintf(name1, sizeof name1, "%s:0:1", *drv);
+        cr_assert_str_eq(troupe_stream_name(e.s[1]), name1);
+        cr_assert(strstr(all, "(backend") && strstr(all, name0) && strstr(all, name1) &&
+                      strstr(all, "(ledger") && strstr(all, "n"),
+                  "%s", all);
+        cr_assert(strncmp(one, "(troupe_stream", 14) == 0 && strstr(one, name1), "%s", one);
+        troupe_free(all);
+        troupe_free(one);
+        troupe_context_release(&ctx);
+        troupe_tnode_release(&a);
+        s_env_done(&e);
+    }
+}
+
+Test(runtime, suggested_num_streams)
+{
+    troupe_backend_t *b = NULL;
+    troupe_device_t *d = NULL;
+    int n = 0, count = 0;
+    OK(troupe_backend_open("cpu", TROUPE_MOST_PARALLEL_STREAMS, &b));
+    OK(troupe_num_devices(b, &count));
+    cr_assert_eq(count, 1);
+    OK(troupe_get_device(b, 0, &d));
+    cr_assert_eq(troupe_get_device(b, 1, &d), TROUPE_NOT_FOUND);
+    OK(troupe_get_device(b, 0, &d));
+    OK(troupe_suggested_num_streams(d, &n));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cr_assert_eq(n, cores < 1 ? 1 : (int)cores);
+    cr_assert_geq(n, 1);
+    troupe_backend_close(&b);
+    OK(troupe_backend_open("sync", TROUPE_MOST_PARALLEL_STREAMS, &b));
+    OK(troupe_get_device(b, 0, &d));
+    OK(troupe_suggested_num_streams(d, &n));
+    cr_assert_eq(n, 1);
+    troupe_backend_close(&b);
+    cr_assert_eq(troupe_backend_open("nope", TROUPE_ONLY_DEVICES_PARALLEL, &b), TROUPE_NOT_FOUND);
+}
+
+Test(runtime, raw_and_war_across_streams_with_a_slow_writer)
+{
+    /* Stream 0 writes a after a gate; stream 1 copies it (RAW) and stream 0's next upload must
+     * wait for that copy (WAR). */
+    FOR_EACH_DRIVER(drv)
+    {
+        env_t e;
+        s_env(&e, *drv, 2);
+        troupe_tnode_t *a = s_vec("a", 4);
+        s_set(a, (double[]){1, 2, 3, 4});
+        troupe_context_t *c0 = e.root[0], *c1 = e.root[1];
+        troupe_context_retain(c0);
+        troupe_context_retain(c1);
+        s_init(&c0, a);
+        s_init(&c1, a);
+        troupe_code_t *code = s_add_code(e.b, a, NULL, "double_a");
+        troupe_routine_t *r0 = NULL;
+        OK(troupe_link(c0, code, &r0));
+        troupe_event_t *gate = NULL, *ev = NULL;
+        OK(troupe_event_new("gate", &gate));
+        OK(troupe_will_wait_for(c0, gate));
+        OK(troupe_routine_run(r0, NULL)); /* a = 2 4 6 8 on stream 0, held by the gate */
+        OK(troupe_device_to_device(a, TROUPE_MERGE_NO, c1, c0, NULL, NULL, &ev));
+        cr_assert_not(troupe_event_is_done(ev), "the copy waits for the write");
+        troupe_event_complete(gate, TROUPE_OK, NULL);
+        OK(troupe_event_sync(ev, 10000 * MS));
+        troupe_event_release(&ev);
+        s_set(a, (double[]){0, 0, 0, 0});
+        OK(troupe_to_host(c1, a, &ev));
+        OK(troupe_event_sync(ev, 10000 * MS));
+        troupe_event_release(&ev);
+        double got[4];
+        void *host = NULL;
+        OK(troupe_tnode_host_array(a, &host));
+        for (int i = 0; i < 4; i++)
+            got[i] = ((float *)host)[i];
+        cr_assert(got[0] == 2 && got[1] == 4 && got[2] == 6 && got[3] == 8);
+        troupe_event_release(&gate);
+        troupe_routine_release(&r0);
+        troupe_code_release(&code);
+        troupe_context_release(&c0);
+        troupe_context_release(&c1);
+        troupe_tnode_release(&a);
+        s_env_done(&e);
+    }
+}
