@@ -31,11 +31,8 @@ static inline void troupe_refcount_retain(troupe_refcount_t *r)
 /* Returns true when this call dropped the last reference. */
 static inline bool troupe_refcount_release(troupe_refcount_t *r)
 {
-    if (atomic_fetch_sub_explicit(&r->count, 1, memory_order_release) == 1) {
-        atomic_thread_fence(memory_order_acquire);
-        return true;
-    }
-    return false;
+    /* acq_rel rather than release + fence: ThreadSanitizer does not model fences. */
+    return atomic_fetch_sub_explicit(&r->count, 1, memory_order_acq_rel) == 1;
 }
 
 static inline int_fast32_t troupe_refcount_get(troupe_refcount_t *r)
