@@ -10,7 +10,9 @@ troupe_build
 status=0
 (cd "$TROUPE_BUILD_DIR" && ctest --output-on-failure "$@") || status=$?
 if [ "${TROUPE_SKIP_TSAN:-0}" != "1" ]; then
-  TROUPE_BUILD_DIR="$TROUPE_ROOT/build-tsan" troupe_build -DTROUPE_ENABLE_TSAN=ON \
+  # CUDA off: TSAN-instrumented binaries keep the CUDA stub libcuda.so as a dependency, and a
+  # machine without a GPU driver has no libcuda.so.1 to load. The actor tests do not use CUDA.
+  TROUPE_BUILD_DIR="$TROUPE_ROOT/build-tsan" troupe_build -DTROUPE_ENABLE_TSAN=ON -DTROUPE_WITH_CUDA=OFF \
     -DTROUPE_BUILD_BENCH=OFF -DTROUPE_BUILD_EXAMPLES=OFF
   (cd "$TROUPE_ROOT/build-tsan" && ctest --output-on-failure -L tsan) || status=$?
 fi
