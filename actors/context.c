@@ -32,6 +32,7 @@ static troupe_status_t s_new(troupe_backend_t *b, troupe_device_t *dev, troupe__
         troupe_context_retain(parent);
     c->parent = parent;
     c->owned_pool_id = -1;
+    c->remote_rank = -1;
     atomic_init(&c->finalized, false);
     *out = c;
     return TROUPE_OK;
@@ -48,6 +49,16 @@ troupe_status_t troupe_context_new(troupe_stream_t *stream, troupe_context_t **o
                              "context_new: stream %s was not created by troupe_new_stream",
                              troupe_stream_name(stream));
     return s_new(srec->dev->backend, srec->dev, srec, NULL, 0, out);
+}
+
+troupe_status_t troupe__context_check_local(const troupe_context_t *ctx, const char *op)
+{
+    if (ctx && ctx->remote_rank >= 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "%s: the context stands for rank %d (a remote context only serves "
+                             "device_to_device)",
+                             op, ctx->remote_rank);
+    return TROUPE_OK;
 }
 
 const troupe__carray_t *troupe__context_find(const troupe_context_t *ctx, const troupe_tnode_t *tn)
@@ -105,6 +116,7 @@ troupe_status_t troupe_context_child(troupe_context_t *ctx, troupe_context_t **o
     if (!ctx || !out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "context_child: NULL argument");
     *out = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe__context_check_local(ctx, "context_child"));
     return troupe__context_derive(ctx, NULL, 0, -1, NULL, out);
 }
 
@@ -126,7 +138,7 @@ void troupe_context_release(troupe_context_t **ctx_p)
             troupe_tnode_release(&c->arrays[i].tn);
         troupe_free(c->arrays);
         troupe_tnode_release(&c->merge_node);
-        troupe_stream_t *stream = c->srec->stream;
+        troupe_stream_t *stream = c->srec ? c->srec->stream : NULL;
         troupe_stream_release(&stream);
         troupe_backend_t *b = c->backend;
         troupe_free(c);
@@ -139,6 +151,8 @@ troupe_status_t troupe_context_finalize(troupe_context_t *ctx)
 {
     if (!ctx)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "context_finalize: NULL context");
+    if (ctx->remote_rank >= 0)
+        return TROUPE_OK; /* holds nothing */
     bool expected = false;
     if (!atomic_compare_exchange_strong(&ctx->finalized, &expected, true))
         return TROUPE_OK;
@@ -184,7 +198,7 @@ out_unmark:
 
 troupe_stream_t *troupe_context_stream(const troupe_context_t *ctx)
 {
-    return ctx ? ctx->srec->stream : NULL;
+    return ctx && ctx->srec ? ctx->srec->stream : NULL;
 }
 
 troupe_context_t *troupe_context_parent(const troupe_context_t *ctx)
@@ -202,6 +216,7 @@ troupe_status_t troupe_context_buffer(const troupe_context_t *ctx, const troupe_
 {
     if (!ctx || !tn || !out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "context_buffer: NULL argument");
+    TROUPE_RETURN_IF_ERROR(troupe__context_check_local(ctx, "context_buffer"));
     const troupe__carray_t *a = troupe__context_find(ctx, tn);
     if (!a) {
         char name[64];
@@ -222,5 +237,6 @@ troupe_status_t troupe_will_wait_for(troupe_context_t *ctx, troupe_event_t *ev)
 {
     if (!ctx || !ev)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "will_wait_for: NULL argument");
+    TROUPE_RETURN_IF_ERROR(troupe__context_check_local(ctx, "will_wait_for"));
     return troupe_stream_wait_for(ctx->srec->stream, ev);
 }

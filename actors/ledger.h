@@ -159,6 +159,7 @@ struct troupe_context {
     int32_t owned_pool_id;     /* pool of the arrays the parent lacks, -1 none */
     atomic_bool finalized;
     troupe_tnode_t *merge_node; /* era-B merge_buffer_node, retained, or NULL */
+    int remote_rank;            /* -1: local; else a remote context (no backend, stream, arrays) */
 };
 
 struct troupe_code {
@@ -212,6 +213,9 @@ troupe__srec_t *troupe__srec_lookup_global(troupe_stream_t *s);
 
 /* ---- contexts ------------------------------------------------------------------------------ */
 /* The array of tn in ctx or NULL. */
+/* INVALID_ARGUMENT naming `op` when ctx is a remote context (transfer.h), else OK. */
+TROUPE_MUST_USE troupe_status_t troupe__context_check_local(const troupe_context_t *ctx,
+                                                            const char *op);
 const troupe__carray_t *troupe__context_find(const troupe_context_t *ctx, const troupe_tnode_t *tn);
 /* A child of parent whose arrays are parent's plus `extra` (retained copies), owning pool
  * `owned_pool_id` (-1 none) and tagged `merge_node` (NULL: none). */

@@ -198,6 +198,7 @@ troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_r
     if (!ctx || !code || !out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "link: NULL argument");
     *out = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe__context_check_local(ctx, "link"));
     const troupe_ll_proc_t *proc = code->proc;
     const troupe_cgen_result_t *gen = code->gen;
     char n1[64], n2[64];

@@ -1,0 +1,166 @@
+/* troupe — data-parallel training (DESIGN.md §9; OCANNL_NOTES §7.1 for the stream pairing).
+ *
+ * A troupe_dp_t replicates a gradient computation on every stream of every device of this
+ * rank (N local replicas; R ranks; N*R replicas in all) and runs synchronous data-parallel
+ * SGD/AdamW steps:
+ *   1. replica k (stream k) runs the gradient routine on minibatch
+ *        b = step * (N*R) + rank * N + k          (round-robin over the global minibatch list;
+ *      the routine's static index `batch_index` is bound to b mod num_batches);
+ *   2. tree merge of the gradients across the local streams through merge buffers, in OCANNL
+ *      0.6.0's pairing: for stride 1, 2, 4, ...: stream k (k % (2*stride) == 0) receives
+ *      stream k+stride's gradient with a COPY device_to_device and adds it (`g =+ g.merge`),
+ *      so stream 0 ends with the sum, in a fixed order;
+ *   3. one fused allreduce (MEAN over ranks, transport/mpi/collective.h) of stream 0's
+ *      gradients, issued gradient by gradient as soon as each is merged locally, so the
+ *      transport reduces one while the stream merges the next; the sum over local replicas is
+ *      divided by N in the optimizer (grad = sum / (N * R) overall);
+ *   4. the optimizer on stream 0 (the owner stream), per parameter;
+ *   5. broadcast of the parameters from stream 0 to the other local streams (device_to_device
+ *      NO); every rank computes the same update from the same reduced gradient, so parameters
+ *      stay identical across ranks without moving them.
+ * The reduction order is fixed by (N, R), so a run is bitwise reproducible for a given layout,
+ * and equals one replica training on the global batch up to float rounding.
+ *
+ * Gradient convention: the gradient computation must write, for its minibatch, the gradient of
+ * the MEAN loss over the minibatch into each grads[i] (overwriting it, not accumulating), and
+ * may write a scalar `loss` (the minibatch's mean loss).
+ *
+ * Optimizers (per element, t = step + 1, g = averaged gradient):
+ *   SGD:   g' = g + weight_decay * p;  m = momentum * m + g';  p -= lr * (momentum ? m : g')
+ *          (PyTorch's SGD with dampening 0, nesterov off)
+ *   AdamW: p -= lr * weight_decay * p;  m = b1*m + (1-b1) g;  v = b2*v + (1-b2) g^2;
+ *          p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ *          (Loshchilov & Hutter, decoupled weight decay; PyTorch's AdamW)
+ * Optimizer state lives on stream 0 only, in single precision or the parameter's precision if
+ * wider. The learning rate may change between steps (troupe_dp_set_lr).
+ *
+ * Thread safety: one thread drives a troupe_dp_t. Ownership: the caller keeps its references
+ * to the comp and nodes (borrowed for troupe_dp_new, retained where needed).
+ */
+#ifndef TROUPE_PARALLEL_DP_H
+#define TROUPE_PARALLEL_DP_H
+
+#include "actors/backend.h"
+#include "actors/context.h"
+#include "actors/event.h"
+#include "base/status.h"
+#include "ir/assign.h"
+#include "ir/tnode.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct troupe_dp troupe_dp_t;
+
+typedef enum troupe_optimizer_kind {
+    TROUPE_OPT_SGD = 0,
+    TROUPE_OPT_ADAMW,
+} troupe_optimizer_kind_t;
+
+typedef struct troupe_optimizer {
+    troupe_optimizer_kind_t kind;
+    double lr;           /* > 0 */
+    double momentum;     /* SGD, 0 <= momentum < 1 */
+    double weight_decay; /* >= 0 */
+    double beta1, beta2; /* AdamW, in [0, 1) */
+    double eps;          /* AdamW, > 0 */
+} troupe_optimizer_t;
+
+/* Defaults: SGD lr 0.1 momentum 0.9 wd 0; AdamW lr 1e-3 betas (0.9, 0.999) eps 1e-8 wd 0.01. */
+troupe_optimizer_t troupe_optimizer_default(troupe_optimizer_kind_t kind);
+const char *troupe_optimizer_name(troupe_optimizer_kind_t kind); /* "sgd", "adamw" */
+/* "sgd" / "adamw" -> kind; INVALID_ARGUMENT naming the text and the choices. */
+TROUPE_MUST_USE troupe_status_t troupe_optimizer_parse(const char *text,
+                                                       troupe_optimizer_kind_t *out);
+
+typedef struct troupe_dp_model {
+    const troupe_asgn_comp_t *grad_comp; /* forward + backward for one minibatch */
+    const char *batch_index;  /* the comp's static index symbol selecting the minibatch */
+    int64_t num_batches;      /* minibatches available (the symbol's range when it has one) */
+    troupe_tnode_t *const *params; /* n_params parameter nodes (hosted: initial values) */
+    troupe_tnode_t *const *grads;  /* their gradients, written by grad_comp, same dims/prec */
+    size_t n_params;
+    troupe_tnode_t *loss;     /* optional scalar written by grad_comp, or NULL */
+    /* Nodes grad_comp reads that are neither params nor embedded (the data set, labels):
+     * hosted; uploaded once per stream (init_from_host) before the first step. */
+    troupe_tnode_t *const *inputs;
+    size_t n_inputs;
+} troupe_dp_model_t;
+
+typedef struct troupe_dp_config {
+    const char *backend;      /* "cpu", "sync"; NULL: troupe_config_backend() */
+    int streams;              /* local replicas; <= 0: the device's suggested_num_streams */
+    troupe_optimizer_t optimizer;
+    /* true: this rank trains alone, as if it were rank 0 of 1, even under a distributed
+     * cluster: no broadcast in troupe_dp_new, no allreduce in troupe_dp_step, the loss is not
+     * averaged across ranks, replica k of step s gets minibatch s*N + k, and troupe_dp_save
+     * writes on every rank. For rank-local references and evaluation (zero-initialised
+     * configs keep the distributed behaviour). */
+    bool local_only;
+} troupe_dp_config_t;
+
+/* Builds the driver: opens the backend, makes the streams, compiles and links the gradient,
+ * merge and optimizer routines, uploads params (from their host arrays) and inputs to every
+ * stream. With the cluster distributed, parameters are broadcast from rank 0 first, so every
+ * rank starts from the same values. Caller owns *out.
+ * Errors: INVALID_ARGUMENT (NULL, n_params == 0, grads whose dims/prec differ from params,
+ * a batch_index the comp lacks, bad optimizer settings — each named), the errors of
+ * troupe_backend_open / troupe_compile / troupe_link / transfers, the cluster's status. */
+TROUPE_MUST_USE troupe_status_t troupe_dp_new(const troupe_dp_config_t *cfg,
+                                              const troupe_dp_model_t *model, troupe_dp_t **out);
+
+/* Awaits every stream (configured timeout), finalizes contexts, closes the backend.
+ * NULL-safe; nulls *dp_p. */
+void troupe_dp_destroy(troupe_dp_t **dp_p);
+
+/* Schedules one synchronous step (1-5 above) and returns without waiting; the next call's
+ * work queues behind it. Errors: a stream's or the transport's failure (the message names the
+ * stream or ranks), RESOURCE_EXHAUSTED. */
+TROUPE_MUST_USE troupe_status_t troupe_dp_step(troupe_dp_t *dp);
+
+/* Waits (configured timeout) for every scheduled step. Errors: the first failure, named;
+ * DEADLINE_EXCEEDED. */
+TROUPE_MUST_USE troupe_status_t troupe_dp_sync(troupe_dp_t *dp);
+
+/* The mean over all replicas of all ranks of `loss` for the last completed step (syncs).
+ * FAILED_PRECONDITION when the model has no loss node or no step ran. */
+TROUPE_MUST_USE troupe_status_t troupe_dp_last_loss(troupe_dp_t *dp, double *out);
+
+/* Copies the current parameters into their host arrays (syncs; from stream 0). */
+TROUPE_MUST_USE troupe_status_t troupe_dp_params_to_host(troupe_dp_t *dp);
+
+/* Uploads the params' host arrays to every stream (after editing them on the host, or after
+ * a load); the optimizer state is kept. */
+TROUPE_MUST_USE troupe_status_t troupe_dp_params_from_host(troupe_dp_t *dp);
+
+/* Sets the learning rate for later steps (> 0, else INVALID_ARGUMENT). */
+TROUPE_MUST_USE troupe_status_t troupe_dp_set_lr(troupe_dp_t *dp, double lr);
+
+int troupe_dp_num_streams(const troupe_dp_t *dp);   /* local replicas N */
+int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
+/* The owner stream's context holding the current parameters (borrowed): link evaluation
+ * routines to it (after troupe_dp_sync). */
+troupe_context_t *troupe_dp_owner_context(troupe_dp_t *dp);
+troupe_backend_t *troupe_dp_backend(troupe_dp_t *dp); /* borrowed */
+
+/* Checkpoints (atomic: written to "<path>.tmp.<pid>", fsynced, renamed over path). The file
+ * holds a magic "TROUPECK", a format version, the step count, the optimizer kind and, per
+ * parameter in order, its label, precision, dims, values and optimizer state, and a CRC-32
+ * (zlib) of everything before it. Only rank 0 writes; every rank may load.
+ * Errors: save: NOT_FOUND / FAILED_PRECONDITION / RESOURCE_EXHAUSTED with the path and
+ * strerror; load: NOT_FOUND (no file), INVALID_ARGUMENT naming the path and the problem
+ * (bad magic, version, truncated, CRC mismatch, a parameter whose count/label/dims/precision
+ * differ from the model's). A failed load changes nothing. */
+TROUPE_MUST_USE troupe_status_t troupe_dp_save(troupe_dp_t *dp, const char *path);
+TROUPE_MUST_USE troupe_status_t troupe_dp_load(troupe_dp_t *dp, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TROUPE_PARALLEL_DP_H */

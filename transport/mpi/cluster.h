@@ -1,0 +1,71 @@
+/* troupe — the cluster: ranks, the transport actor, and the cross-process data plane
+ * (DESIGN.md §8; ../shared/OCANNL_NOTES.md §7: OCANNL merges across streams only, multi-process
+ * merging is where troupe goes beyond it).
+ *
+ * Process model. troupe_cluster_init detects a launcher from the environment (Open MPI's
+ * OMPI_COMM_WORLD_*, PMIx's PMIX_RANK, Slurm's SLURM_PROCID with SLURM_NTASKS > 1). Under one,
+ * it initialises MPI with MPI_THREAD_SERIALIZED (or better) and starts the transport actor, a
+ * thread that alone calls MPI from then until troupe_cluster_finalize. Without a launcher (or
+ * in a build without MPI) the process is rank 0 of 1 and every collective is local and exact
+ * (sum/max/min of one rank is the identity, mean divides by 1), so programs run unchanged
+ * without mpirun.
+ *
+ * Deadlines. Every wait of the transport has one: troupe_config_timeout_s() (TROUPE_TIMEOUT_S,
+ * default 120 s). A collective that has not completed by then fails its event with
+ * DEADLINE_EXCEEDED and a message naming the ranks that did not answer (found by the
+ * fingerprint exchange that precedes every collective, or by a liveness probe when the data
+ * phase stalls): "allreduce #17: rank 1 did not answer within 120 s (dead or stuck)". After
+ * such a failure the cluster is failed (troupe_cluster_status): later collectives fail at once
+ * with the same status and message. A program then reports and calls troupe_cluster_abort.
+ *
+ * Thread safety: init/finalize/abort from the main thread only; the rest is thread-safe.
+ */
+#ifndef TROUPE_TRANSPORT_MPI_CLUSTER_H
+#define TROUPE_TRANSPORT_MPI_CLUSTER_H
+
+#include "base/status.h"
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Initialises the cluster (see the header comment) and registers troupe's remote transport
+ * (actors/transfer.h) so troupe_device_to_device accepts remote contexts. argc/argv may be NULL.
+ * A second call returns OK and does nothing. Unless the user set it, Open MPI's non-blocking
+ * allreduce algorithm is chosen as Rabenseifner's (coll_libnbc_iallreduce_algorithm=3, which
+ * matches blocking MPI_Allreduce on large buffers; libnbc's default is up to 2x slower).
+ * Errors: TRANSPORT_ERROR (MPI_Init_thread failed, or thread support below SERIALIZED),
+ * RESOURCE_EXHAUSTED, INTERNAL. */
+TROUPE_MUST_USE troupe_status_t troupe_cluster_init(int *argc, char ***argv);
+
+/* Stops the transport actor and finalizes MPI. Returns the cluster's failure status, if any,
+ * in which case MPI_Finalize is skipped (it would wait for dead peers). NULL-safe to call
+ * without init (OK). */
+TROUPE_MUST_USE troupe_status_t troupe_cluster_finalize(void);
+
+/* For programs (the library never calls it): logs `reason` at error level and terminates every
+ * rank of the job with exit code `code` (MPI_Abort when distributed, exit(code) otherwise). */
+void troupe_cluster_abort(int code, const char *reason);
+
+bool troupe_cluster_is_initialized(void);
+bool troupe_cluster_is_distributed(void); /* size > 1 under a launcher */
+int troupe_cluster_rank(void);            /* 0 when not initialized */
+int troupe_cluster_size(void);            /* 1 when not initialized */
+int troupe_cluster_local_rank(void);      /* rank among the processes of this node */
+int troupe_cluster_local_size(void);
+
+/* TROUPE_OK while healthy; after a failed collective its status (message in
+ * troupe_last_error()). */
+troupe_status_t troupe_cluster_status(void);
+
+/* "Open MPI v4.1.4, ..." (MPI_Get_library_version's first line), or "none" in a build without
+ * MPI. Callable before init. */
+const char *troupe_mpi_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TROUPE_TRANSPORT_MPI_CLUSTER_H */

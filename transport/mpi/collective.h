@@ -1,0 +1,122 @@
+/* troupe — collectives across ranks through the transport actor (DESIGN.md §8): allreduce with
+ * fusion buckets, broadcast; on host buffers, and on a context's device arrays.
+ *
+ * Ordering. Collectives are matched across ranks by order: every rank must issue the same
+ * collectives in the same order (issue them from one thread, or from one stream per rank, as
+ * parallel/ does). Each request gets a sequence number; the transport actor runs requests in
+ * the order they were issued.
+ *
+ * Fingerprints. Before its data moves, each collective exchanges a fingerprint with every rank:
+ * sequence number, kind, op, root, and per tensor (node id, precision, dims). A rank whose
+ * fingerprint differs makes every rank fail the collective with TROUPE_FAILED_PRECONDITION and
+ * a message naming the ranks, the tensor and the differing field, e.g.
+ * "allreduce #3: fingerprint mismatch: tensor 0 (node 12 'w1') dims [4;8] on rank 0 but [5;8]
+ * on rank 1" — within the deadline, never a hang or wrong numbers.
+ *
+ * Fusion buckets (Horovod's tensor fusion). An allreduce of many tensors packs them, in order,
+ * into buckets of at most troupe_config_fusion_bytes() (TROUPE_FUSION_BYTES, default 64 MiB:
+ * large enough that per-message latency is amortised — at the >= 10 GB/s of shared memory or
+ * InfiniBand a 64 MiB bucket takes milliseconds while a message costs microseconds — and small
+ * enough to bound the staging memory, 2 buckets per precision in flight). Tensors of one
+ * precision share a bucket; a tensor larger than a bucket is reduced in place in slices. A
+ * bucket is reduced with MPI_Iallreduce while the actor packs the next one, and, at the device
+ * level, while the owner stream is still merging the next nodes locally (each
+ * troupe_allreduce_nodes call is handed over as soon as the stream reaches it).
+ *
+ * Precisions. single and double reduce in their own precision (MPI_FLOAT, MPI_DOUBLE); half,
+ * bfloat16 and fp8 are widened to single, reduced in single, and rounded back to nearest-even
+ * once (ir/prec), so the result does not depend on the number of ranks' partial roundings;
+ * int32/int64/uint32/uint64 reduce exactly (mean divides with truncation toward zero). Other
+ * precisions: INVALID_ARGUMENT naming the tensor. Mean divides the sum by the number of ranks.
+ *
+ * Events. Every call returns at once with an event (actors/event.h) completing when the
+ * collective finished (or failed: its status and message), so streams can wait on it
+ * (troupe_stream_wait_for) and hosts sync it (troupe_event_sync with a deadline).
+ *
+ * Thread safety: thread-safe (see Ordering). Ownership: the caller owns *out_ev; host buffers
+ * are borrowed and must stay valid, unread and unwritten by others, until the event completed.
+ */
+#ifndef TROUPE_TRANSPORT_MPI_COLLECTIVE_H
+#define TROUPE_TRANSPORT_MPI_COLLECTIVE_H
+
+#include "actors/context.h"
+#include "actors/event.h"
+#include "base/status.h"
+#include "ir/prec.h"
+#include "ir/tnode.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum troupe_reduce_op {
+    TROUPE_REDUCE_SUM = 0,
+    TROUPE_REDUCE_MEAN,
+    TROUPE_REDUCE_MAX,
+    TROUPE_REDUCE_MIN,
+} troupe_reduce_op_t;
+
+const char *troupe_reduce_op_name(troupe_reduce_op_t op); /* "sum", "mean", "max", "min" */
+
+/* One tensor of a host-level collective: `count` elements of `prec` at `data`. node_id, ndims
+ * and dims enter the fingerprint (node_id 0 and ndims 0 are allowed: then count alone is
+ * checked); name (may be NULL, copied) appears in error messages. */
+typedef struct troupe_coll_tensor {
+    void *data;
+    int64_t count;
+    troupe_prec_t prec;
+    int32_t node_id;
+    int ndims;
+    int64_t dims[TROUPE_MAX_DIMS];
+    const char *name;
+} troupe_coll_tensor_t;
+
+/* Fills a troupe_coll_tensor_t from a node: data = `data`, count/prec/id/dims/name from tn. */
+troupe_coll_tensor_t troupe_coll_tensor_of(const troupe_tnode_t *tn, void *data);
+
+/* Allreduce of tensors[0..n) in place (fused, see above). Errors now: INVALID_ARGUMENT (NULL,
+ * n == 0, a bad op or precision, count < 0), the cluster's failure status, RESOURCE_EXHAUSTED.
+ * Errors later, through the event: FAILED_PRECONDITION (fingerprint mismatch),
+ * DEADLINE_EXCEEDED (ranks named), TRANSPORT_ERROR (an MPI error string). */
+TROUPE_MUST_USE troupe_status_t troupe_allreduce(const troupe_coll_tensor_t *tensors, size_t n,
+                                                 troupe_reduce_op_t op, troupe_event_t **out_ev);
+
+/* Broadcast of tensors[0..n) from rank `root` to every rank, in place. Same errors, plus
+ * INVALID_ARGUMENT for a root outside 0..size-1. */
+TROUPE_MUST_USE troupe_status_t troupe_broadcast(const troupe_coll_tensor_t *tensors, size_t n,
+                                                 int root, troupe_event_t **out_ev);
+
+/* Device level: allreduce of ctx's arrays of tns[0..n) in place, as one fused request, through
+ * troupe_lend_arrays (actors/transfer.h): scheduled on ctx's stream, handed to the transport
+ * when the stream reaches it; work scheduled after it on the stream waits for the result; the
+ * arrays count as written by the stream until then. *out_ev (may be NULL) completes after the
+ * result is in the arrays. Errors: those of troupe_lend_arrays and troupe_allreduce. */
+TROUPE_MUST_USE troupe_status_t troupe_allreduce_nodes(troupe_context_t *ctx, size_t n,
+                                                       troupe_tnode_t *const *tns,
+                                                       troupe_reduce_op_t op,
+                                                       troupe_event_t **out_ev);
+
+/* Device level broadcast of ctx's arrays of tns[0..n) from rank `root`, as above. */
+TROUPE_MUST_USE troupe_status_t troupe_broadcast_nodes(troupe_context_t *ctx, size_t n,
+                                                       troupe_tnode_t *const *tns, int root,
+                                                       troupe_event_t **out_ev);
+
+/* Transport counters for this process (debugging, benchmarks): collectives issued, completed,
+ * bytes reduced, buckets sent, mismatches and deadline failures seen. */
+typedef struct troupe_transport_stats {
+    uint64_t collectives;
+    uint64_t completed;
+    uint64_t buckets;
+    uint64_t bytes;
+    uint64_t failures;
+} troupe_transport_stats_t;
+void troupe_transport_get_stats(troupe_transport_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TROUPE_TRANSPORT_MPI_COLLECTIVE_H */
