@@ -14,6 +14,7 @@
 # never fail on time; they fail (exit 1, `check=fail`) when troupe's results are wrong.
 # Exit status: 0 when every benchmark exited 0, else 1 (every benchmark still runs).
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=setup.sh
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 TROUPE_PACKAGES+=(libopenblas-dev)
 troupe_install_packages

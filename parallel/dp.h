@@ -13,7 +13,8 @@
  *   3. one fused allreduce (MEAN over ranks, transport/mpi/collective.h) of stream 0's
  *      gradients, issued gradient by gradient as soon as each is merged locally, so the
  *      transport reduces one while the stream merges the next; the sum over local replicas is
- *      divided by N in the optimizer (grad = sum / (N * R) overall);
+ *      divided by N in the optimizer (grad = sum / (N * R) overall); with one rank (or
+ *      local_only) no collective is issued: the mean over one rank is the identity;
  *   4. the optimizer on stream 0 (the owner stream), per parameter;
  *   5. broadcast of the parameters from stream 0 to the other local streams (device_to_device
  *      NO); every rank computes the same update from the same reduced gradient, so parameters
@@ -33,6 +34,11 @@
  *          (Loshchilov & Hutter, decoupled weight decay; PyTorch's AdamW)
  * Optimizer state lives on stream 0 only, in single precision or the parameter's precision if
  * wider. The learning rate may change between steps (troupe_dp_set_lr).
+ *
+ * Across ranks, collectives are matched by order and fingerprinted with node ids, dims and
+ * precisions (transport/mpi/collective.h): every rank must build the same model (creating its
+ * nodes in the same order, so ids agree) and call troupe_dp_new / troupe_dp_step /
+ * troupe_dp_last_loss in the same order.
  *
  * Thread safety: one thread drives a troupe_dp_t. Ownership: the caller keeps its references
  * to the comp and nodes (borrowed for troupe_dp_new, retained where needed).
@@ -151,7 +157,8 @@ troupe_backend_t *troupe_dp_backend(troupe_dp_t *dp); /* borrowed */
 /* Checkpoints (atomic: written to "<path>.tmp.<pid>", fsynced, renamed over path). The file
  * holds a magic "TROUPECK", a format version, the step count, the optimizer kind and, per
  * parameter in order, its label, precision, dims, values and optimizer state, and a CRC-32
- * (zlib) of everything before it. Only rank 0 writes; every rank may load.
+ * (zlib) of everything before it. Only rank 0 writes (every rank with local_only;
+ * the others sync and return OK); every rank may load.
  * Errors: save: NOT_FOUND / FAILED_PRECONDITION / RESOURCE_EXHAUSTED with the path and
  * strerror; load: NOT_FOUND (no file), INVALID_ARGUMENT naming the path and the problem
  * (bad magic, version, truncated, CRC mismatch, a parameter whose count/label/dims/precision

@@ -113,6 +113,7 @@ typedef struct agent {
     troupe_event_t *done; /* a reference of the agent */
     int started;
     int dtors;
+    pthread_t thread; /* joined by the test before `a` goes */
 } agent_t;
 
 static void *s_agent_thread(void *arg)
@@ -137,9 +138,7 @@ static troupe_status_t s_agent_start(void *user, void *const *ptrs, const int64_
     a->ptr = ptrs[0];
     a->count = bytes[0] / (int64_t)sizeof(float);
     a->started++;
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, s_agent_thread, a), 0);
-    pthread_detach(t);
+    cr_assert_eq(pthread_create(&a->thread, NULL, s_agent_thread, a), 0);
     return TROUPE_OK;
 }
 
@@ -176,6 +175,7 @@ Test(lend, stream_and_other_streams_wait_for_the_agent)
         cr_assert_eq(out[3], 40.0f, "%s", *drv);
         cr_assert_eq(a.started, 1);
         cr_assert_eq(a.dtors, 1, "%s: dtor ran %d times", *drv, a.dtors);
+        pthread_join(a.thread, NULL);
         troupe_event_release(&ev);
         troupe_event_release(&cp);
         troupe_tnode_release(&g);
@@ -201,6 +201,7 @@ Test(lend, a_failed_agent_fails_the_stream)
         cr_assert(strstr(troupe_last_error(), "the peer went away"), "%s: %s", *drv,
                   troupe_last_error());
         cr_assert_eq(troupe_stream_await(e.s[0], 20000 * MS), TROUPE_UNAVAILABLE);
+        pthread_join(a.thread, NULL);
         /* A failed stream refuses the next lend: dtor runs, done untouched. */
         agent_t b = {.scale = 1.0f};
         OK(troupe_event_new("agent-done-2", &b.done));

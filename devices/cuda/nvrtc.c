@@ -4,6 +4,7 @@
 #include "base/alloc.h"
 #include "troupe_config.h"
 
+#include <cuda_runtime_api.h>
 #include <nvrtc.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -159,5 +160,41 @@ troupe_status_t troupe_nvrtc_version(int *major, int *minor)
     nvrtcResult res = nvrtcVersion(major, minor);
     if (res != NVRTC_SUCCESS)
         return troupe__error(TROUPE_DEVICE_ERROR, "nvrtcVersion: %s", nvrtcGetErrorString(res));
+    return TROUPE_OK;
+}
+
+/* "<major>.<minor>" of a CUDA version number (1000 * major + 10 * minor), or "none" for 0. */
+static void s_cuda_version_str(int v, char *buf, size_t cap)
+{
+    if (v <= 0)
+        snprintf(buf, cap, "none");
+    else
+        snprintf(buf, cap, "%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+troupe_status_t troupe_cuda_versions(char *buf, size_t cap)
+{
+    if (buf == NULL || cap < 64)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "troupe_cuda_versions: NULL buffer or capacity %zu < 64", cap);
+    char nvrtc[32] = "none", runtime[32], driver[32];
+    int major = 0, minor = 0;
+    if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS)
+        snprintf(nvrtc, sizeof nvrtc, "%d.%d", major, minor);
+    int v = 0;
+    if (cudaRuntimeGetVersion(&v) != cudaSuccess) {
+        v = 0;
+        (void)cudaGetLastError(); /* leave no error behind for later runtime calls */
+    }
+    s_cuda_version_str(v, runtime, sizeof runtime);
+    /* No driver installed: cudaSuccess with 0 (CUDA runtime API reference); an error code
+     * (libcuda.so.1 present but unusable) also reads "none". */
+    v = 0;
+    if (cudaDriverGetVersion(&v) != cudaSuccess) {
+        v = 0;
+        (void)cudaGetLastError();
+    }
+    s_cuda_version_str(v, driver, sizeof driver);
+    snprintf(buf, cap, "nvrtc %s, runtime %s, driver %s", nvrtc, runtime, driver);
     return TROUPE_OK;
 }

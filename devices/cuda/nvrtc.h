@@ -18,6 +18,8 @@
 
 #include "base/status.h"
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -39,6 +41,17 @@ TROUPE_MUST_USE troupe_status_t troupe_nvrtc_compile(const char *source, const c
 /* NVRTC's version (e.g. 13, 0). INVALID_ARGUMENT for NULL outputs; DEVICE_ERROR if NVRTC
  * reports an error. */
 TROUPE_MUST_USE troupe_status_t troupe_nvrtc_version(int *major, int *minor);
+
+/* The CUDA versions this process sees, on one line in buf (capacity cap bytes, NUL-terminated):
+ *   "nvrtc 13.0, runtime 13.0, driver 12.8"
+ * nvrtc: nvrtcVersion; runtime: cudaRuntimeGetVersion (the cudart troupe was linked with);
+ * driver: cudaDriverGetVersion, the newest CUDA version the installed driver supports. A piece
+ * that cannot be had reads "none" (no libcuda.so.1: "driver none"); that is not an error, so
+ * it works on machines without a GPU.
+ * Errors: INVALID_ARGUMENT (NULL buf, cap < 64). Never touches a device; thread-safe.
+ * Defined only in CUDA builds (devices/CMakeLists.txt compiles devices/cuda/ when
+ * TROUPE_HAVE_CUDA); callers outside devices/cuda guard their call with #if TROUPE_HAVE_CUDA. */
+TROUPE_MUST_USE troupe_status_t troupe_cuda_versions(char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

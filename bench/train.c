@@ -1,0 +1,360 @@
+/* troupe — bench_train: data-parallel training throughput of the Fashion-MNIST MLP
+ * (examples/fmnist: 784-256-128-10, SGD with momentum, global minibatch 128) with
+ * parallel/dp.h, in three layouts, against the single-stream layout as the peer:
+ *
+ *   1x1  one rank, one stream (the peer)         in this process
+ *   1x2  one rank, two streams                   in this process
+ *   2x1  two ranks of one stream each            this program re-launched as
+ *        `mpiexec -n 2 <TROUPE_MPI_LAUNCHER_ARGS> <self> --child ...` (posix_spawnp), which
+ *        times its runs itself and reports the median on one line that this process reads
+ *
+ * One timed run is S_STEPS synchronous steps (troupe_dp_step) and a troupe_dp_sync: S_STEPS x
+ * 128 samples. 1x1 and 1x2 are timed together (bench_util: interleaved rounds); the 2x1 child
+ * runs a fixed number of runs on both ranks (a time-based stop could differ between ranks and
+ * leave one waiting in an allreduce). Every case trains the same model on the same synthetic
+ * data set (deterministic pseudo-random pixels and labels: throughput does not depend on the
+ * values; no file is needed), after S_WARM_STEPS untimed steps that compile, upload and warm
+ * the caches.
+ *
+ * Output (bench/bench_util.h format), one line per case, times per sample:
+ *   bench=train case=<1x1|1x2|2x1> bytes=<bytes per sample> troupe_us=<us per sample>
+ *     peer=1x1 peer_us=<us per sample of 1x1> ratio=<troupe_us/peer_us> samples_per_s=<n>
+ * where bytes = the input and one-hot label bytes one sample reads ((784 + 10) x 4), then
+ *   efficiency=<samples_per_s(2x1) / (2 x samples_per_s(1x1))> efficiency_1x2=<the same for 1x2>
+ * Without an MPI build (or an mpiexec that fails) the 2x1 case is reported on stderr as not
+ * measured and efficiency= prints nan.
+ *
+ * Options: see --help (bench/bench_util.h). Exit status: 0; 1 on a failure (a failed step, a
+ * non-finite loss, the child failing); 2 on a usage error.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "bench/bench_util.h"
+
+#include "examples/fmnist/idx.h"
+#include "examples/fmnist/mlp.h"
+
+#include "actors/troupe.h"
+#include "parallel/dp.h"
+#include "transport/mpi/cluster.h"
+#include "troupe_config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define S_PROG "bench_train"
+#ifndef S_GLOBAL_BATCH
+#define S_GLOBAL_BATCH 128
+#endif
+#define S_STEPS 40       /* steps per timed run */
+#define S_WARM_STEPS 10  /* untimed steps after building a layout */
+#define S_DATA_ROWS 5120 /* synthetic training rows (40 global minibatches) */
+#define S_CHILD_RUNS 15  /* timed runs of the 2x1 child (3 with --quick) */
+#define S_BYTES_PER_SAMPLE ((int64_t)(FMNIST_IMAGE_PIXELS + FMNIST_NUM_CLASSES) * 4)
+
+/* One layout: its model, driver and per-run sample count. */
+typedef struct layout {
+    fmnist_mlp_t *mlp;
+    troupe_dp_t *dp;
+    int64_t samples_per_run;
+    int failed;
+} layout_t;
+
+static void s_synthetic(fmnist_dataset_t *ds)
+{
+    memset(ds, 0, sizeof *ds);
+    ds->count = S_DATA_ROWS;
+    ds->rows = FMNIST_IMAGE_ROWS;
+    ds->cols = FMNIST_IMAGE_COLS;
+    ds->pixels = malloc((size_t)S_DATA_ROWS * FMNIST_IMAGE_PIXELS);
+    ds->labels = malloc(S_DATA_ROWS);
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    for (size_t i = 0; ds->pixels && ds->labels && i < (size_t)S_DATA_ROWS * FMNIST_IMAGE_PIXELS;
+         i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ds->pixels[i] = (uint8_t)(x >> 56);
+        if (i < S_DATA_ROWS)
+            ds->labels[i] = (uint8_t)((x >> 40) % FMNIST_NUM_CLASSES);
+    }
+}
+
+/* Builds a layout of `streams` replicas on this rank (the cluster decides the ranks) and runs
+ * the warm-up steps. */
+static troupe_status_t s_layout_new(int streams, const fmnist_dataset_t *ds, layout_t *l)
+{
+    memset(l, 0, sizeof *l);
+    int64_t replicas = (int64_t)streams * troupe_cluster_size();
+    int64_t B = S_GLOBAL_BATCH / replicas;
+    fmnist_mlp_config_t mc = fmnist_mlp_config_default(B, ds->count / B);
+    TROUPE_RETURN_IF_ERROR(fmnist_mlp_new(&mc, &l->mlp));
+    TROUPE_RETURN_IF_ERROR(fmnist_mlp_init_params(l->mlp, 42));
+    TROUPE_RETURN_IF_ERROR(fmnist_mlp_load_train(l->mlp, ds));
+    troupe_tnode_t *inputs[2] = {l->mlp->x_all, l->mlp->y_all};
+    troupe_dp_model_t model = {
+        .grad_comp = l->mlp->grad_comp,
+        .batch_index = FMNIST_BATCH_SYMBOL,
+        .num_batches = mc.num_batches,
+        .params = l->mlp->params,
+        .grads = l->mlp->grads,
+        .n_params = FMNIST_MLP_NPARAMS,
+        .loss = l->mlp->loss,
+        .inputs = inputs,
+        .n_inputs = 2,
+    };
+    troupe_optimizer_t opt = troupe_optimizer_default(TROUPE_OPT_SGD);
+    opt.lr = 0.05;
+    troupe_dp_config_t dc = {.backend = "cpu", .streams = streams, .optimizer = opt};
+    TROUPE_RETURN_IF_ERROR(troupe_dp_new(&dc, &model, &l->dp));
+    for (int s = 0; s < S_WARM_STEPS; s++)
+        TROUPE_RETURN_IF_ERROR(troupe_dp_step(l->dp));
+    TROUPE_RETURN_IF_ERROR(troupe_dp_sync(l->dp));
+    l->samples_per_run = (int64_t)S_STEPS * S_GLOBAL_BATCH;
+    return TROUPE_OK;
+}
+
+/* Checks the training is sane (a finite loss), then releases the layout. */
+static troupe_status_t s_layout_done(layout_t *l)
+{
+    troupe_status_t st = TROUPE_OK;
+    if (l->dp) {
+        double loss = 0;
+        st = troupe_dp_last_loss(l->dp, &loss);
+        if (st == TROUPE_OK && !isfinite(loss))
+            st = troupe__error(TROUPE_INTERNAL, "the loss is %g after training", loss);
+    }
+    troupe_dp_destroy(&l->dp);
+    fmnist_mlp_destroy(&l->mlp);
+    return st;
+}
+
+/* One timed run: S_STEPS steps and a sync. */
+static int s_run(void *arg)
+{
+    layout_t *l = arg;
+    for (int s = 0; s < S_STEPS; s++) {
+        if (troupe_dp_step(l->dp) != TROUPE_OK) {
+            l->failed = 1;
+            return 1;
+        }
+    }
+    if (troupe_dp_sync(l->dp) != TROUPE_OK) {
+        l->failed = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- the 2x1 child: `mpiexec -n 2 ... bench_train --child [--runs N] [--warmup N]` --------- */
+
+static int s_child(const troupe_bench_opts_t *opts)
+{
+    fmnist_dataset_t ds;
+    s_synthetic(&ds);
+    if (!ds.pixels || !ds.labels)
+        return troupe_bench_fail_status(S_PROG, "child: synthetic data",
+                                        troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
+    layout_t l;
+    troupe_status_t st = s_layout_new(1, &ds, &l);
+    if (st != TROUPE_OK) {
+        int rc = troupe_bench_fail_status(S_PROG, "child: building the 2x1 layout", st);
+        troupe_cluster_abort(rc, "bench_train child failed");
+    }
+    troupe_bench_opts_t o = *opts;
+    o.max_runs = o.min_runs; /* the same number of runs on every rank */
+    o.min_total_s = 0.0;
+    troupe_bench_stats_t stats;
+    int rc = troupe_bench_time(s_run, &l, &o, &stats);
+    if (rc != 0 || l.failed) {
+        troupe_bench_fail_status(S_PROG, "child: training", troupe_cluster_status());
+        troupe_cluster_abort(1, "bench_train child failed");
+    }
+    st = s_layout_done(&l);
+    if (st != TROUPE_OK) {
+        troupe_bench_fail_status(S_PROG, "child: finishing", st);
+        troupe_cluster_abort(1, "bench_train child failed");
+    }
+    if (troupe_cluster_rank() == 0)
+        printf("child ranks=%d median_us=%.3f min_us=%.3f max_us=%.3f runs=%d samples=%lld\n",
+               troupe_cluster_size(), stats.median_us, stats.min_us, stats.max_us, stats.runs,
+               (long long)l.samples_per_run);
+    fmnist_dataset_free(&ds);
+    return 0;
+}
+
+#if TROUPE_HAVE_MPI && defined(FMNIST_BENCH_MPIEXEC)
+/* Runs the 2x1 child and reads its median run time (µs) and samples per run. */
+static troupe_status_t s_spawn_child(int runs, int warmup, double *median_us, int64_t *samples)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return troupe__error(TROUPE_NOT_FOUND, "cannot find this program: %s", strerror(errno));
+    self[n] = '\0';
+    /* argv: mpiexec -n 2 <launcher args...> self --child --runs R --warmup W */
+    char launcher[] = FMNIST_BENCH_MPI_ARGS;
+    char runs_s[16], warm_s[16];
+    snprintf(runs_s, sizeof runs_s, "%d", runs);
+    snprintf(warm_s, sizeof warm_s, "%d", warmup);
+    char *argv[64];
+    int argc = 0;
+    argv[argc++] = (char *)FMNIST_BENCH_MPIEXEC;
+    argv[argc++] = (char *)"-n";
+    argv[argc++] = (char *)"2";
+    for (char *save = NULL, *t = strtok_r(launcher, " ", &save); t && argc < 50;
+         t = strtok_r(NULL, " ", &save))
+        argv[argc++] = t;
+    argv[argc++] = self;
+    argv[argc++] = (char *)"--child";
+    argv[argc++] = (char *)"--runs";
+    argv[argc++] = runs_s;
+    argv[argc++] = (char *)"--warmup";
+    argv[argc++] = warm_s;
+    argv[argc] = NULL;
+
+    int fds[2];
+    if (pipe(fds) != 0)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "pipe: %s", strerror(errno));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    pid_t pid = 0;
+    int e = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (e != 0) {
+        close(fds[0]);
+        return troupe__error(TROUPE_UNAVAILABLE, "cannot start %s: %s", argv[0], strerror(e));
+    }
+    FILE *f = fdopen(fds[0], "r");
+    char line[512];
+    bool found = false;
+    while (f && fgets(line, sizeof line, f)) {
+        int ranks = 0, r = 0;
+        long long s = 0;
+        double med = 0, mn = 0, mx = 0;
+        if (sscanf(line, "child ranks=%d median_us=%lf min_us=%lf max_us=%lf runs=%d samples=%lld",
+                   &ranks, &med, &mn, &mx, &r, &s) == 6) {
+            *median_us = med;
+            *samples = s;
+            found = ranks == 2 && s > 0 && med > 0;
+        } else {
+            fputs(line, stderr); /* anything else the child printed */
+        }
+    }
+    if (f)
+        fclose(f);
+    else
+        close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return troupe__error(TROUPE_UNAVAILABLE, "%s -n 2 ... --child failed (status %d)", argv[0],
+                             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    if (!found)
+        return troupe__error(TROUPE_INTERNAL, "the 2x1 child printed no result line");
+    return TROUPE_OK;
+}
+#endif
+
+int main(int argc, char **argv)
+{
+    /* --child is ours; the rest are bench_util's options */
+    bool child = false;
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && strcmp(argv[i], "--child") == 0)
+            child = true;
+        else
+            argv[n++] = argv[i];
+    }
+    argc = n;
+    argv[argc] = NULL;
+    troupe_bench_opts_t opts;
+    troupe_bench_opts_default(&opts);
+    int pr = troupe_bench_parse_args(argc, argv,
+                                     "data-parallel MLP training throughput: 1x1, 1x2, 2x1 "
+                                     "(ranks x streams)",
+                                     &opts);
+    if (pr != 0)
+        return pr > 0 ? 0 : 2;
+    if (child) {
+        troupe_status_t st = troupe_cluster_init(&argc, &argv);
+        if (st != TROUPE_OK)
+            return troupe_bench_fail_status(S_PROG, "child: cluster init", st);
+        int rc = s_child(&opts);
+        st = troupe_cluster_finalize();
+        return rc != 0           ? rc
+               : st != TROUPE_OK ? troupe_bench_fail_status(S_PROG, "finalize", st)
+                                 : 0;
+    }
+
+    troupe_bench_print_machine(TROUPE_BENCH_C_FLAGS);
+    fmnist_dataset_t ds;
+    s_synthetic(&ds);
+    if (!ds.pixels || !ds.labels)
+        return troupe_bench_fail_status(S_PROG, "synthetic data",
+                                        troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
+
+    /* 1x1 and 1x2, timed together */
+    layout_t l11, l12;
+    troupe_status_t st = s_layout_new(1, &ds, &l11);
+    if (st != TROUPE_OK)
+        return troupe_bench_fail_status(S_PROG, "building the 1x1 layout", st);
+    st = s_layout_new(2, &ds, &l12);
+    if (st != TROUPE_OK)
+        return troupe_bench_fail_status(S_PROG, "building the 1x2 layout", st);
+    troupe_bench_side_t sides[2] = {{s_run, &l11}, {s_run, &l12}};
+    troupe_bench_stats_t stats[2];
+    troupe_bench_opts_t o = opts;
+    o.warmup = 0; /* s_layout_new warmed up */
+    if (troupe_bench_time_sides(sides, 2, &o, stats) != 0 || l11.failed || l12.failed)
+        return troupe_bench_fail_status(S_PROG, "training", TROUPE_INTERNAL);
+    double us[3] = {stats[0].median_us / (double)l11.samples_per_run,
+                    stats[1].median_us / (double)l12.samples_per_run, NAN};
+    if ((st = s_layout_done(&l11)) != TROUPE_OK || (st = s_layout_done(&l12)) != TROUPE_OK)
+        return troupe_bench_fail_status(S_PROG, "checking the training", st);
+
+        /* 2x1 in a child job */
+#if TROUPE_HAVE_MPI && defined(FMNIST_BENCH_MPIEXEC)
+    {
+        int runs = opts.max_runs == opts.min_runs ? opts.min_runs : S_CHILD_RUNS;
+        double med = 0;
+        int64_t samples = 0;
+        st = s_spawn_child(runs, opts.warmup, &med, &samples);
+        if (st != TROUPE_OK)
+            fprintf(stderr, "%s: case 2x1 not measured: %s\n", S_PROG, troupe_last_error());
+        else
+            us[2] = med / (double)samples;
+    }
+#else
+    fprintf(stderr, "%s: case 2x1 not measured: built without MPI\n", S_PROG);
+#endif
+
+    static const char *const names[3] = {"1x1", "1x2", "2x1"};
+    for (int c = 0; c < 3; c++) {
+        if (isnan(us[c]))
+            continue;
+        troupe_bench_print_case("train", names[c], S_BYTES_PER_SAMPLE, us[c], "1x1", us[0],
+                                "samples_per_s=%.0f", 1e6 / us[c]);
+    }
+    /* throughput(2) / (2 throughput(1)) = us(1) / (2 us(2)) */
+    printf("efficiency=%.3f efficiency_1x2=%.3f\n", us[0] / (2.0 * us[2]), us[0] / (2.0 * us[1]));
+    fmnist_dataset_free(&ds);
+#if TROUPE_HAVE_MPI && defined(FMNIST_BENCH_MPIEXEC)
+    return isnan(us[2]) ? 1 : 0; /* MPI was built: a 2x1 case that did not run is a failure */
+#else
+    return 0;
+#endif
+}

@@ -1,0 +1,563 @@
+/* fmnist — data-parallel Fashion-MNIST MLP trainer (DESIGN.md §9, §10: the main job).
+ *
+ *   fmnist [options]                      one process, every stream of the backend
+ *   mpiexec -n R fmnist [options]         R ranks, each with --streams replicas
+ *
+ * Trains the 784-256-128-10 MLP of mlp.h with parallel/dp.h over N streams on every rank: one
+ * step takes a global minibatch of --batch rows, split into N*R replica minibatches of
+ * batch/(N*R) rows; gradients are averaged over all of them, so the result does not depend on
+ * the layout (to rounding). The training set is read once (idx.h), reordered once with a seeded
+ * Fisher-Yates shuffle, and kept on the device; minibatch b is rows b*B..b*B+B-1 of it.
+ * After each epoch rank 0 evaluates the test set with a forward routine linked on the owner
+ * stream's context and prints one line (updated in place while the epoch runs when stdout is a
+ * terminal and the run is not under a launcher, whose ranks always see a pseudo-terminal).
+ * The last line, printed by rank 0 only, is machine-readable:
+ *   final test_accuracy=<0..1> samples_per_s=<n> ranks=<r> streams=<s> epochs=<e>
+ *
+ * Exit status: 0 done, 1 a runtime failure (one line on stderr), 2 a bad option (one line on
+ * stderr). `--help` lists every option with its default.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "idx.h"
+#include "mlp.h"
+
+#include "actors/troupe.h"
+#include "base/clock.h"
+#include "parallel/dp.h"
+#include "transport/mpi/cluster.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+#define S_DEFAULT_EPOCHS 10
+#define S_DEFAULT_BATCH 128
+#define S_DEFAULT_SEED 42
+#define S_DEFAULT_LR_SGD 0.05
+#define S_LOSS_SAMPLES_PER_EPOCH 20 /* dp_last_loss calls per epoch (each one syncs) */
+
+typedef struct opts {
+    const char *data;
+    int epochs;
+    int64_t batch;
+    troupe_optimizer_t opt;
+    bool lr_set, wd_set, momentum_set;
+    double lr, wd, momentum;
+    uint64_t seed;
+    const char *backend;
+    int streams;
+    int64_t train_limit, test_limit;
+    const char *curve, *checkpoint, *resume;
+    bool cosine; /* --schedule cosine */
+} opts_t;
+
+static void s_help(void)
+{
+    troupe_optimizer_t sgd = troupe_optimizer_default(TROUPE_OPT_SGD);
+    troupe_optimizer_t adamw = troupe_optimizer_default(TROUPE_OPT_ADAMW);
+    printf("usage: fmnist [options]            (under mpiexec: one process per rank)\n"
+           "Trains a 784-256-128-10 MLP on Fashion-MNIST, data-parallel over streams and ranks.\n"
+           "options (default in brackets):\n"
+           "  --data DIR           IDX files {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz\n"
+           "                       [%s]\n"
+           "  --epochs N           passes over the training set [%d]\n"
+           "  --batch N            global minibatch rows per step, divided evenly over\n"
+           "                       ranks x streams [%d]\n"
+           "  --optimizer NAME     sgd | adamw [sgd]\n"
+           "  --lr X               learning rate [%g for sgd, %g for adamw]\n"
+           "  --momentum X         SGD momentum [%g]\n"
+           "  --weight-decay X     [%g for sgd, %g for adamw]\n"
+           "  --schedule NAME      learning rate over the run: constant, or cosine (from --lr\n"
+           "                       down to 0 at the last step, per step) [cosine]\n"
+           "  --seed N             shuffle and initialisation seed [%d]\n"
+           "  --backend NAME       cpu | sync [$TROUPE_BACKEND, else cpu]\n"
+           "  --streams N          replicas per rank, 0 = the backend's suggestion [0]\n"
+           "  --train-limit N      use the first N training images, 0 = all [0]\n"
+           "  --test-limit N       evaluate the first N test images, 0 = all [0]\n"
+           "  --curve FILE         CSV epoch,loss,test_accuracy,samples_per_s,seconds (seconds:\n"
+           "                       this run's training time so far, evaluation excluded;\n"
+           "                       appended to with --resume) [none]\n"
+           "  --checkpoint FILE    parameters and optimizer state, written atomically after\n"
+           "                       every epoch [none]\n"
+           "  --resume FILE        start from a checkpoint, continuing its epoch count [none]\n"
+           "  --help               this text\n"
+           "Last line: final test_accuracy=<0..1> samples_per_s=<n> ranks=<r> streams=<s> "
+           "epochs=<e>\n"
+           "Exit status: 0 done, 1 runtime failure, 2 bad option.\n",
+           FMNIST_DEFAULT_DIR, S_DEFAULT_EPOCHS, S_DEFAULT_BATCH, S_DEFAULT_LR_SGD, adamw.lr,
+           sgd.momentum, sgd.weight_decay, adamw.weight_decay, S_DEFAULT_SEED);
+}
+
+/* ---- option parsing ---------------------------------------------------------------------- */
+
+static bool s_int(const char *text, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool s_real(const char *text, double lo, double hi, bool lo_open, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !isfinite(v) || v < lo || v > hi || (lo_open && v == lo))
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Parses argv into *o. On a bad option writes one line into err and returns false. */
+static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, size_t cap)
+{
+    memset(o, 0, sizeof *o);
+    o->data = FMNIST_DEFAULT_DIR;
+    o->epochs = S_DEFAULT_EPOCHS;
+    o->batch = S_DEFAULT_BATCH;
+    o->opt.kind = TROUPE_OPT_SGD;
+    o->seed = S_DEFAULT_SEED;
+    o->cosine = true;
+    *help = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            *help = true;
+            return true;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, cap, "unexpected argument '%s' (see --help)", a);
+            return false;
+        }
+        /* --name value or --name=value */
+        char name[64];
+        const char *val = NULL, *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        if (len >= sizeof name) {
+            snprintf(err, cap, "unknown option '%s' (see --help)", a);
+            return false;
+        }
+        memcpy(name, a, len);
+        name[len] = '\0';
+        static const char *const known[] = {
+            "--data",    "--epochs",     "--batch",        "--optimizer",
+            "--lr",      "--momentum",   "--weight-decay", "--seed",
+            "--backend", "--streams",    "--train-limit",  "--test-limit",
+            "--curve",   "--checkpoint", "--resume",       "--schedule"};
+        bool ok = false;
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+            ok |= !strcmp(name, known[k]);
+        if (!ok) {
+            snprintf(err, cap, "unknown option '%s' (see --help)", name);
+            return false;
+        }
+        if (eq)
+            val = eq + 1;
+        else if (i + 1 < argc)
+            val = argv[++i];
+        else {
+            snprintf(err, cap, "option %s needs a value (see --help)", name);
+            return false;
+        }
+        int64_t n = 0;
+        const char *want = NULL;
+        if (!strcmp(name, "--data")) {
+            o->data = val;
+        } else if (!strcmp(name, "--epochs")) {
+            if (s_int(val, 1, 100000, &n))
+                o->epochs = (int)n;
+            else
+                want = "an integer in 1..100000";
+        } else if (!strcmp(name, "--batch")) {
+            if (s_int(val, 1, 1 << 20, &n))
+                o->batch = n;
+            else
+                want = "an integer in 1..1048576";
+        } else if (!strcmp(name, "--optimizer")) {
+            if (troupe_optimizer_parse(val, &o->opt.kind) != TROUPE_OK)
+                want = "sgd or adamw";
+        } else if (!strcmp(name, "--lr")) {
+            if (s_real(val, 0, 100, true, &o->lr))
+                o->lr_set = true;
+            else
+                want = "a number in (0, 100]";
+        } else if (!strcmp(name, "--momentum")) {
+            if (s_real(val, 0, 0.999999, false, &o->momentum))
+                o->momentum_set = true;
+            else
+                want = "a number in [0, 1)";
+        } else if (!strcmp(name, "--weight-decay")) {
+            if (s_real(val, 0, 10, false, &o->wd))
+                o->wd_set = true;
+            else
+                want = "a number in [0, 10]";
+        } else if (!strcmp(name, "--seed")) {
+            if (s_int(val, 0, INT64_MAX, &n))
+                o->seed = (uint64_t)n;
+            else
+                want = "a non-negative integer";
+        } else if (!strcmp(name, "--backend")) {
+            if (strcmp(val, "cpu") && strcmp(val, "sync") && strcmp(val, "cuda"))
+                want = "cpu, sync or cuda";
+            else
+                o->backend = val;
+        } else if (!strcmp(name, "--streams")) {
+            if (s_int(val, 0, 64, &n))
+                o->streams = (int)n;
+            else
+                want = "an integer in 0..64";
+        } else if (!strcmp(name, "--train-limit") || !strcmp(name, "--test-limit")) {
+            if (!s_int(val, 0, INT64_MAX, &n))
+                want = "a non-negative integer";
+            else if (name[2] == 't' && name[3] == 'r')
+                o->train_limit = n;
+            else
+                o->test_limit = n;
+        } else if (!strcmp(name, "--schedule")) {
+            if (!strcmp(val, "cosine") || !strcmp(val, "constant"))
+                o->cosine = val[1] == 'o' && val[2] == 's';
+            else
+                want = "constant or cosine";
+        } else if (!strcmp(name, "--curve")) {
+            o->curve = val;
+        } else if (!strcmp(name, "--checkpoint")) {
+            o->checkpoint = val;
+        } else if (!strcmp(name, "--resume")) {
+            o->resume = val;
+        }
+        if (want) {
+            snprintf(err, cap, "option %s: expected %s, got '%s'", name, want, val);
+            return false;
+        }
+        if (!*val) {
+            snprintf(err, cap, "option %s: empty value", name);
+            return false;
+        }
+    }
+    troupe_optimizer_t d = troupe_optimizer_default(o->opt.kind);
+    o->opt.lr = o->lr_set ? o->lr : (o->opt.kind == TROUPE_OPT_SGD ? S_DEFAULT_LR_SGD : d.lr);
+    o->opt.momentum = o->momentum_set ? o->momentum : d.momentum;
+    o->opt.weight_decay = o->wd_set ? o->wd : d.weight_decay;
+    o->opt.beta1 = d.beta1;
+    o->opt.beta2 = d.beta2;
+    o->opt.eps = d.eps;
+    if (o->momentum_set && o->opt.kind != TROUPE_OPT_SGD) {
+        snprintf(err, cap, "option --momentum applies to --optimizer sgd only");
+        return false;
+    }
+    return true;
+}
+
+/* ---- the run ------------------------------------------------------------------------------- */
+
+typedef struct run {
+    opts_t o;
+    int rank, ranks, streams;
+    bool tty; /* progress lines update in place (rank 0, stdout a terminal, one process) */
+    fmnist_dataset_t train, test;
+    fmnist_mlp_t *mlp;
+    fmnist_mlp_eval_t *eval;
+    troupe_dp_t *dp;
+    troupe_code_t *eval_code;
+    troupe_routine_t *eval_routine;
+    FILE *curve;
+} run_t;
+
+/* The run in progress, for s_die's teardown. */
+static run_t *s_active;
+
+/* Releases everything the run holds (NULL-safe members): the driver's streams are awaited and
+ * its backend closed, so no actor thread outlives main. */
+static void s_teardown(run_t *r)
+{
+    if (r->curve && fclose(r->curve) != 0)
+        fprintf(stderr, "fmnist: writing %s: %s\n", r->o.curve, strerror(errno));
+    r->curve = NULL;
+    troupe_routine_release(&r->eval_routine);
+    troupe_code_release(&r->eval_code);
+    troupe_dp_destroy(&r->dp);
+    fmnist_mlp_eval_destroy(&r->eval);
+    fmnist_mlp_destroy(&r->mlp);
+    fmnist_dataset_free(&r->train);
+    fmnist_dataset_free(&r->test);
+}
+
+/* A runtime failure: one line on stderr, then exit status 1. Under a distributed cluster every
+ * rank is stopped (troupe_cluster_abort); otherwise the run is torn down first, so the actor
+ * threads stop before the process exits. */
+static void s_die(const char *what)
+{
+    char line[1400];
+    snprintf(line, sizeof line, "fmnist: %s%s%s", what, *troupe_last_error() ? ": " : "",
+             troupe_last_error());
+    fprintf(stderr, "%s\n", line);
+    fflush(stdout);
+    if (troupe_cluster_is_distributed())
+        troupe_cluster_abort(1, line);
+    if (s_active)
+        s_teardown(s_active);
+    troupe_status_t st = troupe_cluster_finalize();
+    (void)st; /* already failing: its message would repeat the first */
+    exit(1);
+}
+
+#define CHECK(expr, what)                                                                          \
+    do {                                                                                           \
+        if ((expr) != TROUPE_OK)                                                                   \
+            s_die(what);                                                                           \
+    } while (0)
+
+static double s_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The number of replicas per rank dp will use: --streams, else the backend's suggestion per
+ * device times its devices (parallel/dp.c's rule). */
+static int s_resolve_streams(const opts_t *o)
+{
+    if (o->streams > 0)
+        return o->streams;
+    troupe_backend_t *b = NULL;
+    troupe_device_t *d = NULL;
+    int ndev = 0, per = 1;
+    CHECK(troupe_backend_open(o->backend, TROUPE_MOST_PARALLEL_STREAMS, &b), "opening the backend");
+    troupe_status_t st = troupe_num_devices(b, &ndev);
+    if (st == TROUPE_OK && ndev > 0)
+        st = troupe_get_device(b, 0, &d);
+    if (st == TROUPE_OK && ndev > 0)
+        st = troupe_suggested_num_streams(d, &per);
+    troupe_backend_close(&b); /* before a failure exits: its stream threads must stop */
+    CHECK(st, "asking the backend for its suggested number of streams");
+    return (per > 0 ? per : 1) * (ndev > 0 ? ndev : 1);
+}
+
+/* Rank 0's test-set accuracy with the current parameters (syncs the training first). */
+static double s_evaluate(run_t *r)
+{
+    CHECK(troupe_dp_sync(r->dp), "training");
+    if (!r->eval_routine) {
+        /* linked once: the owner context's parameter arrays are updated in place, so later
+         * runs read the current values */
+        CHECK(troupe_link(troupe_dp_owner_context(r->dp), r->eval_code, &r->eval_routine),
+              "linking the evaluation");
+    }
+    CHECK(troupe_routine_run(r->eval_routine, NULL), "evaluating");
+    double acc = 0;
+    CHECK(fmnist_mlp_eval_accuracy(r->eval, r->test.labels, &acc), "reading the predictions");
+    return acc;
+}
+
+static void s_progress(const run_t *r, int epoch, int64_t step, int64_t steps, double loss,
+                       double rate)
+{
+    if (!r->tty)
+        return;
+    printf("\r\033[Kepoch %d/%d  [%3d%%]  samples/s %.0f  loss %.4f", epoch, r->o.epochs,
+           (int)(100 * step / steps), rate, loss);
+    fflush(stdout);
+}
+
+/* Ends the cluster before the run started (usage errors, --help) and returns `code`. */
+static int s_leave(int code)
+{
+    troupe_status_t st = troupe_cluster_finalize();
+    if (st != TROUPE_OK)
+        fprintf(stderr, "fmnist: stopping the cluster: %s\n", troupe_last_error());
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    if (troupe_cluster_init(&argc, &argv) != TROUPE_OK) {
+        fprintf(stderr, "fmnist: starting the cluster: %s\n", troupe_last_error());
+        return 1;
+    }
+    run_t r;
+    memset(&r, 0, sizeof r);
+    r.rank = troupe_cluster_rank();
+    r.ranks = troupe_cluster_size();
+    bool help = false;
+    char err[512];
+    if (!s_parse(argc, argv, &r.o, &help, err, sizeof err)) {
+        if (r.rank == 0)
+            fprintf(stderr, "fmnist: %s\n", err);
+        return s_leave(2);
+    }
+    if (help) {
+        if (r.rank == 0)
+            s_help();
+        return s_leave(0);
+    }
+    const opts_t *o = &r.o;
+    s_active = &r;
+    /* In-place progress only for a terminal of our own: under a launcher, Open MPI hands each
+     * rank a pseudo-terminal even when mpiexec's output goes to a pipe or a file. */
+    r.tty = r.rank == 0 && isatty(STDOUT_FILENO) && !troupe_cluster_is_distributed();
+    r.streams = s_resolve_streams(o);
+    int64_t replicas = (int64_t)r.streams * r.ranks;
+    if (o->batch % replicas != 0) {
+        if (r.rank == 0)
+            fprintf(stderr,
+                    "fmnist: option --batch: %lld rows do not split evenly over %d rank(s) x %d "
+                    "stream(s)\n",
+                    (long long)o->batch, r.ranks, r.streams);
+        return s_leave(2);
+    }
+    int64_t B = o->batch / replicas;
+
+    /* data: every rank holds the whole (identically shuffled) training set; rank 0 the test
+     * set */
+    CHECK(fmnist_dataset_load_split(o->data, "train", o->train_limit, &r.train),
+          "loading the training set");
+    fmnist_dataset_shuffle(&r.train, o->seed);
+    int64_t num_batches = r.train.count / B;
+    int64_t steps_per_epoch = num_batches / replicas;
+    if (steps_per_epoch < 1) {
+        if (r.rank == 0)
+            fprintf(stderr,
+                    "fmnist: option --batch: %lld rows per step need more than the %lld "
+                    "training images\n",
+                    (long long)o->batch, (long long)r.train.count);
+        s_teardown(&r);
+        return s_leave(2);
+    }
+    if (r.rank == 0)
+        CHECK(fmnist_dataset_load_split(o->data, "t10k", o->test_limit, &r.test),
+              "loading the test set");
+
+    /* model and driver */
+    fmnist_mlp_config_t mc = fmnist_mlp_config_default(B, num_batches);
+    CHECK(fmnist_mlp_new(&mc, &r.mlp), "building the model");
+    CHECK(fmnist_mlp_init_params(r.mlp, o->seed), "initialising the parameters");
+    CHECK(fmnist_mlp_load_train(r.mlp, &r.train), "placing the training set");
+    troupe_tnode_t *inputs[2] = {r.mlp->x_all, r.mlp->y_all};
+    troupe_dp_model_t model = {
+        .grad_comp = r.mlp->grad_comp,
+        .batch_index = FMNIST_BATCH_SYMBOL,
+        .num_batches = num_batches,
+        .params = r.mlp->params,
+        .grads = r.mlp->grads,
+        .n_params = FMNIST_MLP_NPARAMS,
+        .loss = r.mlp->loss,
+        .inputs = inputs,
+        .n_inputs = 2,
+    };
+    troupe_dp_config_t dc = {.backend = o->backend, .streams = r.streams, .optimizer = o->opt};
+    CHECK(troupe_dp_new(&dc, &model, &r.dp), "starting data-parallel training");
+    if (troupe_dp_num_streams(r.dp) != r.streams) {
+        troupe__error(TROUPE_INTERNAL, "dp made %d streams, expected %d",
+                      troupe_dp_num_streams(r.dp), r.streams);
+        s_die("starting data-parallel training");
+    }
+    if (o->resume)
+        CHECK(troupe_dp_load(r.dp, o->resume), "resuming");
+    int64_t done = troupe_dp_steps_done(r.dp);
+    int first_epoch = (int)(done / steps_per_epoch);
+    if (r.rank == 0) {
+        CHECK(fmnist_mlp_eval_new(r.mlp, r.test.count, &r.eval), "building the evaluation");
+        CHECK(fmnist_mlp_eval_load(r.eval, &r.test), "placing the test set");
+        CHECK(troupe_compile(troupe_dp_backend(r.dp), r.eval->comp, "fmnist_eval", &r.eval_code),
+              "compiling the evaluation");
+        printf("fmnist: %lld train / %lld test images, %d rank(s) x %d stream(s) on %s, batch "
+               "%lld (%lld per replica), %lld steps/epoch, %s lr %g",
+               (long long)r.train.count, (long long)r.test.count, r.ranks, r.streams,
+               troupe_backend_name(troupe_dp_backend(r.dp)), (long long)o->batch, (long long)B,
+               (long long)steps_per_epoch, troupe_optimizer_name(o->opt.kind), o->opt.lr);
+        if (o->opt.kind == TROUPE_OPT_SGD)
+            printf(" momentum %g", o->opt.momentum);
+        printf(" weight_decay %g, %s schedule\n", o->opt.weight_decay,
+               o->cosine ? "cosine" : "constant");
+        if (o->resume)
+            printf("fmnist: resumed from %s at step %lld (epoch %d)\n", o->resume, (long long)done,
+                   first_epoch);
+        fflush(stdout);
+        if (o->curve) {
+            r.curve = fopen(o->curve, o->resume ? "a" : "w");
+            if (!r.curve) {
+                troupe__error(TROUPE_NOT_FOUND, "%s: %s", o->curve, strerror(errno));
+                s_die("opening the curve file");
+            }
+            if (ftell(r.curve) == 0)
+                fprintf(r.curve, "epoch,loss,test_accuracy,samples_per_s,seconds\n");
+        }
+    }
+
+    /* training */
+    double train_seconds = 0, acc = -1;
+    int64_t samples = 0;
+    int64_t total_steps = (int64_t)o->epochs * steps_per_epoch;
+    int64_t every = steps_per_epoch / S_LOSS_SAMPLES_PER_EPOCH;
+    if (every < 1)
+        every = 1;
+    for (int epoch = first_epoch; epoch < o->epochs; epoch++) {
+        double t0 = s_now(), loss_sum = 0;
+        int loss_n = 0;
+        for (int64_t s = 0; s < steps_per_epoch; s++) {
+            if (o->cosine) {
+                double t = (double)(epoch * steps_per_epoch + s) / (double)total_steps;
+                double lr = o->opt.lr * 0.5 * (1.0 + cos(M_PI * t));
+                CHECK(troupe_dp_set_lr(r.dp, lr > 0 ? lr : 1e-12), "setting the learning rate");
+            }
+            CHECK(troupe_dp_step(r.dp), "training");
+            if ((s + 1) % every == 0 || s + 1 == steps_per_epoch) {
+                double l = 0;
+                CHECK(troupe_dp_last_loss(r.dp, &l), "reading the loss");
+                loss_sum += l;
+                loss_n++;
+                s_progress(&r, epoch + 1, s + 1, steps_per_epoch, loss_sum / loss_n,
+                           (double)((s + 1) * o->batch) / (s_now() - t0));
+            }
+        }
+        CHECK(troupe_dp_sync(r.dp), "training");
+        double dt = s_now() - t0;
+        train_seconds += dt;
+        samples += steps_per_epoch * o->batch;
+        double rate = (double)(steps_per_epoch * o->batch) / dt, loss = loss_sum / loss_n;
+        if (r.rank == 0) {
+            acc = s_evaluate(&r);
+            printf("%sepoch %d/%d  samples/s %.0f  loss %.4f  test_accuracy %.4f  (%.1f s)\n",
+                   r.tty ? "\r\033[K" : "", epoch + 1, o->epochs, rate, loss, acc, dt);
+            fflush(stdout);
+            if (r.curve) {
+                fprintf(r.curve, "%d,%.6f,%.6f,%.1f,%.3f\n", epoch + 1, loss, acc, rate,
+                        train_seconds);
+                fflush(r.curve);
+            }
+        }
+        if (o->checkpoint)
+            CHECK(troupe_dp_save(r.dp, o->checkpoint), "writing the checkpoint");
+    }
+    if (r.rank == 0) {
+        if (acc < 0) /* no epoch ran (resumed at or past --epochs) */
+            acc = s_evaluate(&r);
+        printf("final test_accuracy=%.4f samples_per_s=%.0f ranks=%d streams=%d epochs=%d\n", acc,
+               train_seconds > 0 ? (double)samples / train_seconds : 0.0, r.ranks, r.streams,
+               o->epochs);
+        fflush(stdout);
+    }
+
+    s_teardown(&r);
+    s_active = NULL;
+    if (troupe_cluster_finalize() != TROUPE_OK) {
+        fprintf(stderr, "fmnist: stopping the cluster: %s\n", troupe_last_error());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,588 @@
+/* fmnist — the MLP as troupe assignments (see mlp.h). */
+#include "mlp.h"
+
+#include "ir/ops.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Provenance code of the memory modes this example sets (OCANNL_NOTES §5.3 codes are the
+ * library's; 9xx are the examples'). */
+#define S_PROV 901
+
+static const char *const k_param_names[FMNIST_MLP_NPARAMS] = {"w1", "b1", "w2", "b2", "w3", "b3"};
+
+const char *fmnist_mlp_param_name(int i)
+{
+    return i >= 0 && i < FMNIST_MLP_NPARAMS ? k_param_names[i] : "invalid";
+}
+
+fmnist_mlp_config_t fmnist_mlp_config_default(int64_t batch, int64_t num_batches)
+{
+    fmnist_mlp_config_t c = {FMNIST_IMAGE_PIXELS, 256, 128, FMNIST_NUM_CLASSES, batch, num_batches,
+                             TROUPE_PREC_SINGLE};
+    return c;
+}
+
+/* ---- node bookkeeping ---------------------------------------------------------------------- */
+
+typedef struct s_nodes {
+    troupe_tnode_t ***v;
+    size_t *n, *cap;
+} s_nodes_t;
+
+static troupe_status_t s_node(s_nodes_t ns, const char *l1, const char *l2, troupe_prec_t prec,
+                              int ndims, const int64_t *dims, troupe_tnode_t **out)
+{
+    *out = NULL;
+    if (*ns.n == *ns.cap) {
+        size_t cap = *ns.cap ? 2 * *ns.cap : 32;
+        troupe_tnode_t **v = realloc(*ns.v, cap * sizeof *v);
+        if (!v)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "fmnist: out of memory");
+        *ns.v = v;
+        *ns.cap = cap;
+    }
+    const char *labels[2] = {l1, l2};
+    troupe_tnode_t *tn = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_tnode_new(labels, l2 ? 2 : 1, prec, ndims, dims, NULL, 0.0, &tn));
+    (*ns.v)[(*ns.n)++] = tn;
+    *out = tn;
+    return TROUPE_OK;
+}
+
+static void s_release_nodes(troupe_tnode_t **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        troupe_tnode_release(&v[i]);
+    free(v);
+}
+
+static troupe_status_t s_set_mode(troupe_tnode_t *tn, troupe_memory_mode_kind_t kind,
+                                  troupe_memory_type_t memtype)
+{
+    troupe_memory_mode_t m = {kind, memtype, TROUPE_SHARING_UNSET};
+    return troupe_tnode_update_memory_mode(tn, m, S_PROV);
+}
+
+/* ---- statement list ------------------------------------------------------------------------ */
+
+enum { S_MAX_ITEMS = 64 };
+
+typedef struct s_items {
+    troupe_asgn_comp_t *comp;
+    troupe_asgn_t *v[S_MAX_ITEMS];
+    size_t n;
+    troupe_status_t st; /* first failure; later builders are skipped */
+} s_items_t;
+
+static void s_push(s_items_t *it, troupe_status_t st, troupe_asgn_t *t)
+{
+    if (it->st != TROUPE_OK)
+        return;
+    if (st != TROUPE_OK) {
+        it->st = st;
+        return;
+    }
+    if (it->n == S_MAX_ITEMS) {
+        it->st = troupe__error(TROUPE_INTERNAL, "fmnist: too many statements");
+        return;
+    }
+    it->v[it->n++] = t;
+}
+
+/* lhs =accum op(a, b) over spec. */
+static void s_bin(s_items_t *it, bool init, troupe_binop_t accum, troupe_tnode_t *lhs,
+                  troupe_binop_t op, troupe_tnode_t *a, troupe_tnode_t *b, const char *spec)
+{
+    troupe_asgn_t *t = NULL;
+    if (it->st != TROUPE_OK)
+        return;
+    troupe_status_t st = troupe_asgn_accum_binop(
+        it->comp, init, accum, lhs, op, troupe_asgn_node(a), troupe_asgn_node(b), spec, &t);
+    s_push(it, st, t);
+}
+
+static void s_un(s_items_t *it, bool init, troupe_binop_t accum, troupe_tnode_t *lhs,
+                 troupe_unop_t op, troupe_tnode_t *a, const char *spec)
+{
+    troupe_asgn_t *t = NULL;
+    if (it->st != TROUPE_OK)
+        return;
+    troupe_status_t st =
+        troupe_asgn_accum_unop(it->comp, init, accum, lhs, op, troupe_asgn_node(a), spec, &t);
+    s_push(it, st, t);
+}
+
+static void s_const(s_items_t *it, troupe_tnode_t *tn, double c)
+{
+    troupe_asgn_t *t = NULL;
+    if (it->st != TROUPE_OK)
+        return;
+    troupe_status_t st = troupe_asgn_fetch_constant(it->comp, tn, c, &t);
+    s_push(it, st, t);
+}
+
+/* Wraps items[from..] in a block comment (the text shows in the generated code). */
+static void s_block(s_items_t *it, size_t from, const char *text)
+{
+    if (it->st != TROUPE_OK || it->n <= from)
+        return;
+    troupe_asgn_t *seq = NULL, *blk = NULL;
+    it->st = troupe_asgn_seq(it->comp, it->n - from, it->v + from, &seq);
+    if (it->st == TROUPE_OK)
+        it->st = troupe_asgn_block_comment(it->comp, text, seq, &blk);
+    if (it->st == TROUPE_OK) {
+        it->n = from;
+        it->v[it->n++] = blk;
+    }
+}
+
+static troupe_status_t s_finish(s_items_t *it)
+{
+    if (it->st != TROUPE_OK)
+        return it->st;
+    troupe_asgn_t *root = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_seq(it->comp, it->n, it->v, &root));
+    troupe_asgn_comp_set_root(it->comp, root);
+    return TROUPE_OK;
+}
+
+/* ---- the forward pass ------------------------------------------------------------------------ */
+
+typedef struct s_fwd {
+    troupe_tnode_t *z1, *a1, *z2, *a2, *z3;
+} s_fwd_t;
+
+/* Layers 1-3 over `rows` rows of x; xspec is x's term ("{batch}bi" or "bi"). z3 may be given
+ * (the eval's hosted logits) or is created. */
+static troupe_status_t s_forward(s_items_t *it, s_nodes_t ns, const fmnist_mlp_t *m,
+                                 troupe_tnode_t *x, const char *xspec, int64_t rows,
+                                 troupe_tnode_t *z3, s_fwd_t *f)
+{
+    const fmnist_mlp_config_t *c = &m->cfg;
+    troupe_prec_t p = c->prec;
+    troupe_tnode_t *const *w = m->params;
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "z1", NULL, p, 2, (int64_t[]){rows, c->hidden1}, &f->z1));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "a1", NULL, p, 2, (int64_t[]){rows, c->hidden1}, &f->a1));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "z2", NULL, p, 2, (int64_t[]){rows, c->hidden2}, &f->z2));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "a2", NULL, p, 2, (int64_t[]){rows, c->hidden2}, &f->a2));
+    if (!z3)
+        TROUPE_RETURN_IF_ERROR(s_node(ns, "z3", NULL, p, 2, (int64_t[]){rows, c->out}, &z3));
+    f->z3 = z3;
+    char mm1[64];
+    snprintf(mm1, sizeof mm1, "%s,ij=>bj", xspec);
+
+    size_t from = it->n;
+    /* z = bias broadcast over rows, then z += in * w (a reduction over i) */
+    s_un(it, true, TROUPE_BINOP_ARG2, f->z1, TROUPE_UNOP_IDENTITY, w[1], "j=>bj");
+    s_bin(it, false, TROUPE_BINOP_ADD, f->z1, TROUPE_BINOP_MUL, x, w[0], mm1);
+    s_un(it, true, TROUPE_BINOP_ARG2, f->a1, TROUPE_UNOP_RELU, f->z1, "bj=>bj");
+    s_block(it, from, "layer 1: a1 = relu(x w1 + b1)");
+    from = it->n;
+    s_un(it, true, TROUPE_BINOP_ARG2, f->z2, TROUPE_UNOP_IDENTITY, w[3], "j=>bj");
+    s_bin(it, false, TROUPE_BINOP_ADD, f->z2, TROUPE_BINOP_MUL, f->a1, w[2], "bi,ij=>bj");
+    s_un(it, true, TROUPE_BINOP_ARG2, f->a2, TROUPE_UNOP_RELU, f->z2, "bj=>bj");
+    s_block(it, from, "layer 2: a2 = relu(a1 w2 + b2)");
+    from = it->n;
+    s_un(it, true, TROUPE_BINOP_ARG2, z3, TROUPE_UNOP_IDENTITY, w[5], "j=>bj");
+    s_bin(it, false, TROUPE_BINOP_ADD, z3, TROUPE_BINOP_MUL, f->a2, w[4], "bi,ij=>bj");
+    s_block(it, from, "layer 3: logits z3 = a2 w3 + b3");
+    return it->st;
+}
+
+/* ---- the gradient computation ---------------------------------------------------------------- */
+
+static troupe_status_t s_build_grad(fmnist_mlp_t *m)
+{
+    const fmnist_mlp_config_t *c = &m->cfg;
+    troupe_prec_t p = c->prec;
+    int64_t B = c->batch;
+    s_nodes_t ns = {&m->nodes, &m->nnodes, &m->nodes_cap};
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_comp_new(&m->grad_comp));
+    troupe_asgn_comp_t *comp = m->grad_comp;
+    TROUPE_RETURN_IF_ERROR(
+        troupe_asgn_comp_add_static_symbol(comp, FMNIST_BATCH_SYMBOL, c->num_batches, NULL));
+    s_items_t it = {.comp = comp};
+    s_fwd_t f;
+    TROUPE_RETURN_IF_ERROR(
+        s_forward(&it, ns, m, m->x_all, "{" FMNIST_BATCH_SYMBOL "}bi", B, NULL, &f));
+
+    troupe_tnode_t *bsz, *mx, *d, *e, *s, *lse, *picked, *nll, *prob, *t3, *dz3;
+    troupe_tnode_t *w3t, *da2, *dz2, *w2t, *da1, *dz1;
+    const int64_t bo[2] = {B, c->out}, b1d[1] = {B};
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "batch_size", NULL, p, 0, NULL, &bsz));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "max", NULL, p, 1, b1d, &mx));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "shifted", NULL, p, 2, bo, &d));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "exp", NULL, p, 2, bo, &e));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "sumexp", NULL, p, 1, b1d, &s));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "lse", NULL, p, 1, b1d, &lse));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "picked", NULL, p, 1, b1d, &picked));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "nll", NULL, p, 1, b1d, &nll));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "softmax", NULL, p, 2, bo, &prob));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "softmax_minus_onehot", NULL, p, 2, bo, &t3));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "dz3", NULL, p, 2, bo, &dz3));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "w3", "t", p, 2, (int64_t[]){c->out, c->hidden2}, &w3t));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "da2", NULL, p, 2, (int64_t[]){B, c->hidden2}, &da2));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "dz2", NULL, p, 2, (int64_t[]){B, c->hidden2}, &dz2));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "w2", "t", p, 2, (int64_t[]){c->hidden2, c->hidden1}, &w2t));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "da1", NULL, p, 2, (int64_t[]){B, c->hidden1}, &da1));
+    TROUPE_RETURN_IF_ERROR(s_node(ns, "dz1", NULL, p, 2, (int64_t[]){B, c->hidden1}, &dz1));
+    /* The transposes exist to be read contiguously: keep them (a copy read many times would
+     * otherwise be inlined back into a strided read). The pointwise results feeding the
+     * gradient matmuls are kept too, so the matmul loops read one value per cell. */
+    troupe_tnode_t *keep[] = {w3t, w2t, dz3, dz2, dz1, f.a1, f.a2};
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+        TROUPE_RETURN_IF_ERROR(s_set_mode(keep[i], TROUPE_MM_NEVER_VIRTUAL, 0));
+
+    const char *yspec = "{" FMNIST_BATCH_SYMBOL "}bc";
+    char spec[64];
+    troupe_tnode_t *y = m->y_all, *z3 = f.z3;
+    troupe_tnode_t *const *w = m->params, *const *g = m->grads;
+
+    size_t from = it.n;
+    s_const(&it, bsz, (double)B);
+    s_un(&it, true, TROUPE_BINOP_MAX, mx, TROUPE_UNOP_IDENTITY, z3, "bc=>b");
+    s_bin(&it, true, TROUPE_BINOP_ARG2, d, TROUPE_BINOP_SUB, z3, mx, "bc,b=>bc");
+    s_un(&it, true, TROUPE_BINOP_ARG2, e, TROUPE_UNOP_EXP, d, "bc=>bc");
+    s_un(&it, true, TROUPE_BINOP_ADD, s, TROUPE_UNOP_IDENTITY, e, "bc=>b");
+    s_un(&it, true, TROUPE_BINOP_ARG2, lse, TROUPE_UNOP_LOG, s, "b=>b");
+    snprintf(spec, sizeof spec, "%s,bc=>b", yspec);
+    s_bin(&it, true, TROUPE_BINOP_ADD, picked, TROUPE_BINOP_MUL, y, d, spec);
+    s_bin(&it, true, TROUPE_BINOP_ARG2, nll, TROUPE_BINOP_SUB, lse, picked, "b,b=>b");
+    s_bin(&it, true, TROUPE_BINOP_ADD, m->loss, TROUPE_BINOP_DIV, nll, bsz, "b,=>");
+    s_block(&it, from, "mean softmax cross-entropy (max-shifted log-sum-exp)");
+
+    from = it.n;
+    s_bin(&it, true, TROUPE_BINOP_ARG2, prob, TROUPE_BINOP_DIV, e, s, "bc,b=>bc");
+    snprintf(spec, sizeof spec, "bc,%s=>bc", yspec);
+    s_bin(&it, true, TROUPE_BINOP_ARG2, t3, TROUPE_BINOP_SUB, prob, y, spec);
+    s_bin(&it, true, TROUPE_BINOP_ARG2, dz3, TROUPE_BINOP_DIV, t3, bsz, "bc,=>bc");
+    s_block(&it, from, "dz3 = (softmax - onehot) / B");
+
+    from = it.n;
+    s_bin(&it, true, TROUPE_BINOP_ADD, g[4], TROUPE_BINOP_MUL, f.a2, dz3, "bi,bj=>ij");
+    s_un(&it, true, TROUPE_BINOP_ADD, g[5], TROUPE_UNOP_IDENTITY, dz3, "bj=>j");
+    s_un(&it, true, TROUPE_BINOP_ARG2, w3t, TROUPE_UNOP_IDENTITY, w[4], "ij=>ji");
+    s_bin(&it, true, TROUPE_BINOP_ADD, da2, TROUPE_BINOP_MUL, dz3, w3t, "bj,ji=>bi");
+    s_bin(&it, true, TROUPE_BINOP_ARG2, dz2, TROUPE_BINOP_RELU_GATE, f.z2, da2, "bi,bi=>bi");
+    s_block(&it, from, "layer 3 backward");
+
+    from = it.n;
+    s_bin(&it, true, TROUPE_BINOP_ADD, g[2], TROUPE_BINOP_MUL, f.a1, dz2, "bi,bj=>ij");
+    s_un(&it, true, TROUPE_BINOP_ADD, g[3], TROUPE_UNOP_IDENTITY, dz2, "bj=>j");
+    s_un(&it, true, TROUPE_BINOP_ARG2, w2t, TROUPE_UNOP_IDENTITY, w[2], "ij=>ji");
+    s_bin(&it, true, TROUPE_BINOP_ADD, da1, TROUPE_BINOP_MUL, dz2, w2t, "bj,ji=>bi");
+    s_bin(&it, true, TROUPE_BINOP_ARG2, dz1, TROUPE_BINOP_RELU_GATE, f.z1, da1, "bi,bi=>bi");
+    s_block(&it, from, "layer 2 backward");
+
+    from = it.n;
+    snprintf(spec, sizeof spec, "{%s}bi,bj=>ij", FMNIST_BATCH_SYMBOL);
+    s_bin(&it, true, TROUPE_BINOP_ADD, g[0], TROUPE_BINOP_MUL, m->x_all, dz1, spec);
+    s_un(&it, true, TROUPE_BINOP_ADD, g[1], TROUPE_UNOP_IDENTITY, dz1, "bj=>j");
+    s_block(&it, from, "layer 1 backward");
+    return s_finish(&it);
+}
+
+troupe_status_t fmnist_mlp_new(const fmnist_mlp_config_t *cfg, fmnist_mlp_t **out)
+{
+    if (!cfg || !out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_new: NULL argument");
+    *out = NULL;
+    if (cfg->in < 1 || cfg->hidden1 < 1 || cfg->hidden2 < 1 || cfg->out < 2 || cfg->batch < 1 ||
+        cfg->num_batches < 1)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "fmnist_mlp_new: bad sizes %lld-%lld-%lld-%lld, batch %lld x %lld",
+                             (long long)cfg->in, (long long)cfg->hidden1, (long long)cfg->hidden2,
+                             (long long)cfg->out, (long long)cfg->num_batches,
+                             (long long)cfg->batch);
+    if (cfg->prec != TROUPE_PREC_SINGLE && cfg->prec != TROUPE_PREC_DOUBLE)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "fmnist_mlp_new: precision %s (expected single or double)",
+                             troupe_prec_name(cfg->prec));
+    fmnist_mlp_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_new: out of memory");
+    m->cfg = *cfg;
+    s_nodes_t ns = {&m->nodes, &m->nnodes, &m->nodes_cap};
+    troupe_prec_t p = cfg->prec;
+    const int64_t sizes[4] = {cfg->in, cfg->hidden1, cfg->hidden2, cfg->out};
+    troupe_status_t st = TROUPE_OK;
+    for (int l = 0; l < 3 && st == TROUPE_OK; l++) {
+        const int64_t wd[2] = {sizes[l], sizes[l + 1]}, bd[1] = {sizes[l + 1]};
+        st = s_node(ns, k_param_names[2 * l], NULL, p, 2, wd, &m->params[2 * l]);
+        if (st == TROUPE_OK)
+            st = s_node(ns, k_param_names[2 * l + 1], NULL, p, 1, bd, &m->params[2 * l + 1]);
+        if (st == TROUPE_OK)
+            st = s_node(ns, k_param_names[2 * l], "grad", p, 2, wd, &m->grads[2 * l]);
+        if (st == TROUPE_OK)
+            st = s_node(ns, k_param_names[2 * l + 1], "grad", p, 1, bd, &m->grads[2 * l + 1]);
+    }
+    if (st == TROUPE_OK)
+        st = s_node(ns, "loss", NULL, p, 0, NULL, &m->loss);
+    if (st == TROUPE_OK)
+        st = s_node(ns, "train", "images", p, 3, (int64_t[]){cfg->num_batches, cfg->batch, cfg->in},
+                    &m->x_all);
+    if (st == TROUPE_OK)
+        st = s_node(ns, "train", "onehot", p, 3,
+                    (int64_t[]){cfg->num_batches, cfg->batch, cfg->out}, &m->y_all);
+    /* params: hosted, set by init_params; data: one device-wide constant copy; loss: hosted so
+     * the host can read it */
+    for (int i = 0; i < FMNIST_MLP_NPARAMS && st == TROUPE_OK; i++)
+        st = s_set_mode(m->params[i], TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
+    if (st == TROUPE_OK)
+        st = s_set_mode(m->loss, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
+    if (st == TROUPE_OK)
+        st = s_set_mode(m->x_all, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_CONSTANT);
+    if (st == TROUPE_OK)
+        st = s_set_mode(m->y_all, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_CONSTANT);
+    if (st == TROUPE_OK)
+        st = s_build_grad(m);
+    if (st != TROUPE_OK) {
+        fmnist_mlp_destroy(&m);
+        return st;
+    }
+    *out = m;
+    return TROUPE_OK;
+}
+
+void fmnist_mlp_destroy(fmnist_mlp_t **m_p)
+{
+    if (!m_p || !*m_p)
+        return;
+    fmnist_mlp_t *m = *m_p;
+    *m_p = NULL;
+    troupe_asgn_comp_destroy(&m->grad_comp);
+    s_release_nodes(m->nodes, m->nnodes);
+    free(m);
+}
+
+/* ---- host data --------------------------------------------------------------------------------
+ */
+
+troupe_status_t fmnist_mlp_init_params(fmnist_mlp_t *m, uint64_t seed)
+{
+    if (!m)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_init_params: NULL argument");
+    const fmnist_mlp_config_t *c = &m->cfg;
+    const int64_t sizes[4] = {c->in, c->hidden1, c->hidden2, c->out};
+    size_t maxn = 0;
+    for (int l = 0; l < 3; l++)
+        if ((size_t)(sizes[l] * sizes[l + 1]) > maxn)
+            maxn = (size_t)(sizes[l] * sizes[l + 1]);
+    double *v = malloc(maxn * sizeof *v);
+    if (!v)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_init_params: out of memory");
+    troupe_status_t st = TROUPE_OK;
+    for (int l = 0; l < 3 && st == TROUPE_OK; l++) {
+        double fan_in = (double)sizes[l], fan_out = (double)sizes[l + 1];
+        double a = l < 2 ? sqrt(6.0 / fan_in) : sqrt(6.0 / (fan_in + fan_out));
+        size_t n = (size_t)(sizes[l] * sizes[l + 1]);
+        troupe_uint4x32_t key = {
+            {(uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)(2 * l), 0x6d6c7021u /* "mlp!" */}};
+        for (size_t i = 0; i < n; i++) {
+            troupe_uint4x32_t ctr = {{(uint32_t)i, (uint32_t)((uint64_t)i >> 32), 0, 0}};
+            double u = 0;
+            st = troupe_uint4x32_to_prec_uniform1(TROUPE_PREC_DOUBLE,
+                                                  troupe_threefry4x32_crypto(key, ctr), &u);
+            if (st != TROUPE_OK)
+                break;
+            v[i] = (2.0 * u - 1.0) * a;
+        }
+        if (st == TROUPE_OK)
+            st = troupe_tnode_set_values(m->params[2 * l], v, n);
+        if (st == TROUPE_OK) {
+            memset(v, 0, (size_t)sizes[l + 1] * sizeof *v);
+            st = troupe_tnode_set_values(m->params[2 * l + 1], v, (size_t)sizes[l + 1]);
+        }
+    }
+    free(v);
+    return st;
+}
+
+/* Writes value v at flat offset i of a single/double host array. */
+static inline void s_store(void *host, troupe_prec_t p, size_t i, double v)
+{
+    if (p == TROUPE_PREC_SINGLE)
+        ((float *)host)[i] = (float)v;
+    else
+        ((double *)host)[i] = v;
+}
+
+/* Fills x_all / y_all; exactly one of pixels (scaled by 1/255) and xv is non-NULL. */
+static troupe_status_t s_fill_train(fmnist_mlp_t *m, const uint8_t *pixels, const double *xv,
+                                    const uint8_t *labels)
+{
+    const fmnist_mlp_config_t *c = &m->cfg;
+    size_t rows = (size_t)(c->num_batches * c->batch);
+    for (size_t r = 0; r < rows; r++)
+        if (labels[r] >= c->out)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "fmnist: label %u of row %zu is out of range 0..%lld",
+                                 (unsigned)labels[r], r, (long long)c->out - 1);
+    void *hx = NULL, *hy = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_tnode_host_array(m->x_all, &hx));
+    TROUPE_RETURN_IF_ERROR(troupe_tnode_host_array(m->y_all, &hy));
+    size_t nx = rows * (size_t)c->in;
+    for (size_t i = 0; i < nx; i++)
+        s_store(hx, c->prec, i, pixels ? pixels[i] * (1.0 / 255.0) : xv[i]);
+    for (size_t r = 0; r < rows; r++)
+        for (int64_t k = 0; k < c->out; k++)
+            s_store(hy, c->prec, r * (size_t)c->out + (size_t)k, labels[r] == k ? 1.0 : 0.0);
+    return TROUPE_OK;
+}
+
+troupe_status_t fmnist_mlp_load_train(fmnist_mlp_t *m, const fmnist_dataset_t *ds)
+{
+    if (!m || !ds)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_load_train: NULL argument");
+    int64_t rows = m->cfg.num_batches * m->cfg.batch;
+    if (ds->count < rows || ds->rows * ds->cols != m->cfg.in)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "fmnist_mlp_load_train: the model needs %lld images of %lld pixels, "
+                             "the data set has %lld of %lld",
+                             (long long)rows, (long long)m->cfg.in, (long long)ds->count,
+                             (long long)(ds->rows * ds->cols));
+    return s_fill_train(m, ds->pixels, NULL, ds->labels);
+}
+
+troupe_status_t fmnist_mlp_set_train(fmnist_mlp_t *m, const double *x, const uint8_t *labels)
+{
+    if (!m || !x || !labels)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_set_train: NULL argument");
+    return s_fill_train(m, NULL, x, labels);
+}
+
+/* ---- plain SGD ------------------------------------------------------------------------------- */
+
+static const char *s_axes_spec(int ndims, bool scalar_rhs, char *buf, size_t cap)
+{
+    char t[TROUPE_MAX_DIMS + 1];
+    for (int i = 0; i < ndims; i++)
+        t[i] = (char)('a' + i);
+    t[ndims] = '\0';
+    snprintf(buf, cap, scalar_rhs ? "%s,=>%s" : "%s=>%s", t, t);
+    return buf;
+}
+
+troupe_status_t fmnist_mlp_sgd_comp(const fmnist_mlp_t *m, double lr, troupe_asgn_comp_t **out)
+{
+    if (!m || !out || !(lr > 0))
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_sgd_comp: bad argument");
+    *out = NULL;
+    troupe_asgn_comp_t *comp = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_comp_new(&comp));
+    troupe_tnode_t *lrn = NULL;
+    troupe_status_t st =
+        troupe_tnode_new((const char *const[]){"lr"}, 1, m->cfg.prec, 0, NULL, NULL, 0.0, &lrn);
+    s_items_t it = {.comp = comp, .st = st};
+    s_const(&it, lrn, lr);
+    char spec[32];
+    for (int i = 0; i < FMNIST_MLP_NPARAMS; i++)
+        s_bin(&it, false, TROUPE_BINOP_SUB, m->params[i], TROUPE_BINOP_MUL, m->grads[i], lrn,
+              s_axes_spec(m->params[i]->ndims, true, spec, sizeof spec));
+    st = s_finish(&it);
+    troupe_tnode_release(&lrn); /* the comp holds its own reference */
+    if (st != TROUPE_OK) {
+        troupe_asgn_comp_destroy(&comp);
+        return st;
+    }
+    *out = comp;
+    return TROUPE_OK;
+}
+
+/* ---- evaluation ------------------------------------------------------------------------------ */
+
+troupe_status_t fmnist_mlp_eval_new(const fmnist_mlp_t *m, int64_t n, fmnist_mlp_eval_t **out)
+{
+    if (!m || !out || n < 1)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_eval_new: bad argument");
+    *out = NULL;
+    fmnist_mlp_eval_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_eval_new: out of memory");
+    e->n = n;
+    s_nodes_t ns = {&e->nodes, &e->nnodes, &e->nodes_cap};
+    const fmnist_mlp_config_t *c = &m->cfg;
+    troupe_status_t st = s_node(ns, "test", "images", c->prec, 2, (int64_t[]){n, c->in}, &e->x);
+    if (st == TROUPE_OK)
+        st = s_node(ns, "test", "logits", c->prec, 2, (int64_t[]){n, c->out}, &e->logits);
+    if (st == TROUPE_OK)
+        st = s_set_mode(e->x, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_CONSTANT);
+    if (st == TROUPE_OK)
+        st = s_set_mode(e->logits, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
+    if (st == TROUPE_OK)
+        st = troupe_asgn_comp_new(&e->comp);
+    if (st == TROUPE_OK) {
+        s_items_t it = {.comp = e->comp};
+        s_fwd_t f;
+        st = s_forward(&it, ns, m, e->x, "bi", n, e->logits, &f);
+        if (st == TROUPE_OK)
+            st = s_finish(&it);
+    }
+    if (st != TROUPE_OK) {
+        fmnist_mlp_eval_destroy(&e);
+        return st;
+    }
+    *out = e;
+    return TROUPE_OK;
+}
+
+void fmnist_mlp_eval_destroy(fmnist_mlp_eval_t **e_p)
+{
+    if (!e_p || !*e_p)
+        return;
+    fmnist_mlp_eval_t *e = *e_p;
+    *e_p = NULL;
+    troupe_asgn_comp_destroy(&e->comp);
+    s_release_nodes(e->nodes, e->nnodes);
+    free(e);
+}
+
+troupe_status_t fmnist_mlp_eval_load(fmnist_mlp_eval_t *e, const fmnist_dataset_t *ds)
+{
+    if (!e || !ds)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_eval_load: NULL argument");
+    int64_t in = e->x->dims[1];
+    if (ds->count < e->n || ds->rows * ds->cols != in)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "fmnist_mlp_eval_load: the evaluation needs %lld images of %lld "
+                             "pixels, the data set has %lld of %lld",
+                             (long long)e->n, (long long)in, (long long)ds->count,
+                             (long long)(ds->rows * ds->cols));
+    void *hx = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_tnode_host_array(e->x, &hx));
+    size_t nx = (size_t)(e->n * in);
+    for (size_t i = 0; i < nx; i++)
+        s_store(hx, e->x->prec, i, ds->pixels[i] * (1.0 / 255.0));
+    return TROUPE_OK;
+}
+
+troupe_status_t fmnist_mlp_eval_accuracy(fmnist_mlp_eval_t *e, const uint8_t *labels, double *out)
+{
+    if (!e || !labels || !out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_eval_accuracy: NULL argument");
+    int64_t k = e->logits->dims[1];
+    size_t n = (size_t)(e->n * k);
+    double *v = malloc(n * sizeof *v);
+    if (!v)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_eval_accuracy: out of memory");
+    troupe_status_t st = troupe_tnode_get_values(e->logits, v, n);
+    if (st == TROUPE_OK) {
+        int64_t right = 0;
+        for (int64_t r = 0; r < e->n; r++) {
+            const double *row = v + r * k;
+            int64_t best = 0;
+            for (int64_t c = 1; c < k; c++)
+                if (row[c] > row[best])
+                    best = c;
+            right += best == labels[r];
+        }
+        *out = (double)right / (double)e->n;
+    }
+    free(v);
+    return st;
+}

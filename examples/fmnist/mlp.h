@@ -1,0 +1,126 @@
+/* fmnist — a three-layer perceptron (in-h1-h2-out, ReLU, softmax cross-entropy) written as
+ * troupe assignments (ir/assign.h), for data-parallel training with parallel/dp.h.
+ *
+ * Model (row-major, minibatch rows b, Fashion-MNIST sizes 784-256-128-10):
+ *   z1 = x w1 + b1,  a1 = relu z1          x [B,in], w1 [in,h1], b1 [h1]
+ *   z2 = a1 w2 + b2, a2 = relu z2          w2 [h1,h2], b2 [h2]
+ *   z3 = a2 w3 + b3                        w3 [h2,out], b3 [out]  (the logits)
+ *   loss = mean_b ( log sum_c exp(z3[b,c] - m[b]) - (z3[b,y_b] - m[b]) ),  m[b] = max_c z3[b,c]
+ * (the max subtraction keeps exp from overflowing). Backward, for the MEAN loss:
+ *   dz3 = (softmax(z3) - onehot(y)) / B
+ *   gw3 = a2^T dz3, gb3 = sum_b dz3,  da2 = dz3 w3^T, dz2 = (z2 > 0) ? da2 : 0
+ *   gw2 = a1^T dz2, gb2 = sum_b dz2,  da1 = dz2 w2^T, dz1 = (z1 > 0) ? da1 : 0
+ *   gw1 = x^T dz1,  gb1 = sum_b dz1.
+ * The products with w^T read a transposed copy of w made at the start of the backward pass, so
+ * every generated matmul loop walks contiguous memory in its innermost loop.
+ *
+ * The training set lives on the device as two hosted-constant nodes (one device-wide array,
+ * uploaded once): x_all [num_batches, B, in] (pixels scaled to [0,1]) and the one-hot labels
+ * y_all [num_batches, B, out]. The gradient computation reads minibatch `batch` (the static
+ * index symbol FMNIST_BATCH_SYMBOL, range num_batches) directly with "{batch}bi"-projections:
+ * rows batch*B .. batch*B+B-1 of the (shuffled) training set. It overwrites every gradient node
+ * (never accumulates) and writes the scalar mean loss: the contract of parallel/dp.h.
+ *
+ * Initialisation (fmnist_mlp_init_params) is computed on the host from Threefry4x32 (crypto
+ * variant, ir/ops.h) uniforms: w ~ U(-a, a) with a = sqrt(6 / fan_in) for the ReLU layers
+ * (He et al. 2015, variance 2/fan_in) and a = sqrt(6 / (fan_in + fan_out)) for the last
+ * (Glorot & Bengio 2010); biases 0. The key is (seed, parameter index), the counter the flat
+ * element index, so the values do not depend on the number of streams or ranks.
+ *
+ * Thread safety: build and fill from one thread. Ownership: fmnist_mlp_new/_eval_new return
+ * objects the caller frees with _destroy; they own their tnodes and comps (each node one
+ * reference), which callers borrow.
+ */
+#ifndef FMNIST_MLP_H
+#define FMNIST_MLP_H
+
+#include "base/status.h"
+#include "idx.h"
+#include "ir/assign.h"
+#include "ir/tnode.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FMNIST_BATCH_SYMBOL "batch"
+#define FMNIST_MLP_NPARAMS 6 /* w1 b1 w2 b2 w3 b3 */
+
+typedef struct fmnist_mlp_config {
+    int64_t in, hidden1, hidden2, out; /* 784, 256, 128, 10 */
+    int64_t batch;                     /* rows per minibatch (one replica's share) */
+    int64_t num_batches;               /* minibatches held by x_all / y_all */
+    troupe_prec_t prec;                /* SINGLE, or DOUBLE (gradient checks) */
+} fmnist_mlp_config_t;
+
+/* 784-256-128-10 in single precision with the given minibatch layout. */
+fmnist_mlp_config_t fmnist_mlp_config_default(int64_t batch, int64_t num_batches);
+
+typedef struct fmnist_mlp {
+    fmnist_mlp_config_t cfg;
+    troupe_tnode_t *params[FMNIST_MLP_NPARAMS]; /* hosted: initial values set on the host */
+    troupe_tnode_t *grads[FMNIST_MLP_NPARAMS];  /* same dims, labels "<param>_grad" */
+    troupe_tnode_t *loss;                       /* scalar, hosted */
+    troupe_tnode_t *x_all;                      /* [num_batches, batch, in], hosted constant */
+    troupe_tnode_t *y_all;                      /* [num_batches, batch, out], hosted constant */
+    troupe_asgn_comp_t *grad_comp;              /* forward + backward of minibatch `batch` */
+    troupe_tnode_t **nodes;                     /* every node created, for release */
+    size_t nnodes, nodes_cap;
+} fmnist_mlp_t;
+
+/* Builds the nodes and the gradient computation. INVALID_ARGUMENT (a size < 1, a precision
+ * other than single/double), RESOURCE_EXHAUSTED, the builders' errors. Caller owns *out. */
+TROUPE_MUST_USE troupe_status_t fmnist_mlp_new(const fmnist_mlp_config_t *cfg, fmnist_mlp_t **out);
+void fmnist_mlp_destroy(fmnist_mlp_t **m_p); /* NULL-safe, nulls *m_p */
+
+/* Parameter labels: "w1" "b1" "w2" "b2" "w3" "b3". */
+const char *fmnist_mlp_param_name(int i);
+
+/* Sets every parameter's host values from `seed` (see the header comment). Errors of
+ * troupe_tnode_set_values, RESOURCE_EXHAUSTED. */
+TROUPE_MUST_USE troupe_status_t fmnist_mlp_init_params(fmnist_mlp_t *m, uint64_t seed);
+
+/* Fills x_all / y_all from the first num_batches*batch items of ds (pixels / 255, one-hot
+ * labels). Must run before the nodes are first uploaded. INVALID_ARGUMENT when ds holds fewer
+ * items, or its image size differs from cfg.in. */
+TROUPE_MUST_USE troupe_status_t fmnist_mlp_load_train(fmnist_mlp_t *m, const fmnist_dataset_t *ds);
+
+/* The same from raw values: x has num_batches*batch*in values, labels num_batches*batch
+ * classes in 0..out-1 (INVALID_ARGUMENT naming the first bad one). */
+TROUPE_MUST_USE troupe_status_t fmnist_mlp_set_train(fmnist_mlp_t *m, const double *x,
+                                                     const uint8_t *labels);
+
+/* A plain SGD step p -= lr * g over every parameter, for driving one context without
+ * parallel/dp.h (tests, single-stream experiments). Caller owns *out. */
+TROUPE_MUST_USE troupe_status_t fmnist_mlp_sgd_comp(const fmnist_mlp_t *m, double lr,
+                                                    troupe_asgn_comp_t **out);
+
+/* Forward pass over `n` images at once, for evaluation: reads the params, writes logits.
+ * Link it where the params live (troupe_dp_owner_context after troupe_dp_sync). */
+typedef struct fmnist_mlp_eval {
+    int64_t n;
+    troupe_tnode_t *x;      /* [n, in], hosted constant */
+    troupe_tnode_t *logits; /* [n, out], hosted */
+    troupe_asgn_comp_t *comp;
+    troupe_tnode_t **nodes;
+    size_t nnodes, nodes_cap;
+} fmnist_mlp_eval_t;
+
+TROUPE_MUST_USE troupe_status_t fmnist_mlp_eval_new(const fmnist_mlp_t *m, int64_t n,
+                                                    fmnist_mlp_eval_t **out);
+void fmnist_mlp_eval_destroy(fmnist_mlp_eval_t **e_p);
+/* x := the first n images of ds / 255. INVALID_ARGUMENT when ds is smaller or the sizes
+ * differ. Before the first upload only (x is constant). */
+TROUPE_MUST_USE troupe_status_t fmnist_mlp_eval_load(fmnist_mlp_eval_t *e,
+                                                     const fmnist_dataset_t *ds);
+/* After a run: the fraction of the n rows whose largest logit (first on ties) is labels[row].
+ * Reads the logits from the device (troupe_tnode_get_values). */
+TROUPE_MUST_USE troupe_status_t fmnist_mlp_eval_accuracy(fmnist_mlp_eval_t *e,
+                                                         const uint8_t *labels, double *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,722 @@
+/* troupe — the data-parallel driver (parallel/dp.h; DESIGN.md §9; OCANNL_NOTES §7.1 for the
+ * stream pairing of the tree merge).
+ *
+ * Layout on each local stream k (a chain of contexts, each a child of the previous one):
+ *   root -> init_from_host(params) -> init_from_host(inputs) -> link(grad) [-> link(merge_i)]
+ * and on the owner stream 0, after those: -> init_from_host(state m, v) -> init_from_host(hyper)
+ * -> link(optimizer). Every routine is compiled once and linked once per stream in
+ * troupe_dp_new; a step only binds the batch index, schedules runs and transfers.
+ *
+ * Merge routines read the gradient through the stream's merge buffer (`g =+ g.merge`); they
+ * are linked against the untagged context (the static link check only rejects a context tagged
+ * with another node) and each run follows a COPY device_to_device of that gradient, which the
+ * run-time check verifies.
+ *
+ * Cross-rank fast path: with one rank (or local_only) the allreduce is skipped: the mean over
+ * one rank is the identity.
+ */
+#include "parallel/dp_impl.h"
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "transport/mpi/cluster.h"
+#include "transport/mpi/collective.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Most local replicas accepted (a sanity bound on a config value). */
+#define S_MAX_STREAMS 4096
+
+/* ---- small helpers -------------------------------------------------------------------------- */
+
+static void s_name(const troupe_tnode_t *tn, char *buf, size_t cap)
+{
+    troupe_tnode_debug_name(tn, buf, cap);
+}
+
+static void s_dims(const troupe_tnode_t *tn, char *buf, size_t cap)
+{
+    troupe_tnode_dims_to_string(tn, false, buf, cap);
+}
+
+/* Re-records `st` with "<prefix>: <the current last error>". */
+static troupe_status_t s_wrap(troupe_status_t st, const char *prefix)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", troupe_last_error());
+    return troupe__error(st, "%s: %s", prefix, msg);
+}
+
+troupe_status_t troupe__dp_sync_event(troupe_event_t **ev_p, const char *what)
+{
+    troupe_status_t st = TROUPE_OK;
+    if (*ev_p)
+        st = troupe_event_sync(*ev_p, troupe_config_timeout_ns());
+    troupe_event_release(ev_p);
+    if (st != TROUPE_OK)
+        return s_wrap(st, what);
+    return TROUPE_OK;
+}
+
+/* Adopts the caller's reference to ctx as replica r's new last context. */
+static troupe_status_t s_push(troupe__dp_replica_t *r, troupe_context_t *ctx)
+{
+    if (r->nctxs == r->ctxs_cap) {
+        size_t cap = r->ctxs_cap ? 2 * r->ctxs_cap : 16;
+        troupe_context_t **v = troupe_realloc(r->ctxs, cap * sizeof *v);
+        if (!v) {
+            troupe_context_release(&ctx);
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+        }
+        r->ctxs = v;
+        r->ctxs_cap = cap;
+    }
+    r->ctxs[r->nctxs++] = ctx;
+    return TROUPE_OK;
+}
+
+static troupe_context_t *s_tail(troupe__dp_replica_t *r)
+{
+    return r->nctxs ? r->ctxs[r->nctxs - 1] : NULL;
+}
+
+troupe_context_t *troupe__dp_tail(troupe_dp_t *dp, int k)
+{
+    return s_tail(&dp->rep[k]);
+}
+
+/* Links code on replica r's last context; the routine's context becomes the last one. */
+static troupe_status_t s_link(troupe__dp_replica_t *r, troupe_code_t *code, troupe_routine_t **out)
+{
+    TROUPE_RETURN_IF_ERROR(troupe_link(s_tail(r), code, out));
+    troupe_context_t *c = troupe_routine_context(*out);
+    troupe_context_retain(c);
+    return s_push(r, c);
+}
+
+/* init_from_host of tn on replica r's last context. */
+static troupe_status_t s_upload(troupe__dp_replica_t *r, troupe_tnode_t *tn)
+{
+    troupe_context_t *c = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_init_from_host(s_tail(r), tn, &c, NULL));
+    return s_push(r, c);
+}
+
+troupe_status_t troupe__dp_await(troupe_dp_t *dp, const char *what)
+{
+    for (int k = 0; k < dp->n; k++) {
+        troupe_status_t st = troupe_stream_await(dp->rep[k].stream, troupe_config_timeout_ns());
+        if (st != TROUPE_OK) {
+            char prefix[160];
+            snprintf(prefix, sizeof prefix, "%s: replica %d (stream %s)", what, k,
+                     troupe_stream_name(dp->rep[k].stream));
+            return s_wrap(st, prefix);
+        }
+    }
+    return TROUPE_OK;
+}
+
+/* ---- validation ----------------------------------------------------------------------------- */
+
+static troupe_status_t s_check_model(const troupe_dp_config_t *cfg, const troupe_dp_model_t *m)
+{
+    if (!cfg)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: NULL config");
+    if (!m)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: NULL model");
+    if (!m->grad_comp)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: the model has no grad_comp");
+    if (!m->batch_index)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: the model has no batch_index");
+    if (m->n_params == 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: n_params is 0: nothing to train");
+    if (!m->params || !m->grads)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: NULL %s with n_params = %zu",
+                             !m->params ? "params" : "grads", m->n_params);
+    if (m->n_inputs > 0 && !m->inputs)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: NULL inputs with n_inputs = %zu",
+                             m->n_inputs);
+    if (cfg->streams > S_MAX_STREAMS)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: streams = %d exceeds the limit of %d local replicas",
+                             cfg->streams, S_MAX_STREAMS);
+    int32_t sym = troupe_asgn_comp_find_static_symbol(m->grad_comp, m->batch_index);
+    if (sym < 0) {
+        char have[256] = "";
+        size_t used = 0;
+        for (int32_t s = 0; s < m->grad_comp->nsyms && used < sizeof have; s++)
+            used += (size_t)snprintf(have + used, sizeof have - used, "%s%s", s ? ", " : "",
+                                     m->grad_comp->syms[s].name);
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: batch_index '%s' is not a static index of grad_comp "
+                             "(its static indices: %s)",
+                             m->batch_index, m->grad_comp->nsyms ? have : "none");
+    }
+    if (m->num_batches <= 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: num_batches = %lld must be > 0",
+                             (long long)m->num_batches);
+    int64_t range = m->grad_comp->syms[sym].range;
+    if (range > 0 && m->num_batches > range)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: num_batches = %lld exceeds the range %lld of batch_index "
+                             "'%s'",
+                             (long long)m->num_batches, (long long)range, m->batch_index);
+    char n1[64], n2[64], d1[64], d2[64];
+    for (size_t i = 0; i < m->n_params; i++) {
+        troupe_tnode_t *p = m->params[i], *g = m->grads[i];
+        if (!p || !g)
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: %s[%zu] is NULL",
+                                 !p ? "params" : "grads", i);
+        s_name(p, n1, sizeof n1);
+        s_name(g, n2, sizeof n2);
+        if (p == g)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "dp_new: grads[%zu] is the parameter %s itself", i, n1);
+        for (size_t j = 0; j < i; j++) {
+            if (m->params[j] == p || m->grads[j] == g || m->params[j] == g || m->grads[j] == p)
+                return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                     "dp_new: entries %zu and %zu of params/grads share a node "
+                                     "(%s or %s)",
+                                     j, i, n1, n2);
+        }
+        if (!troupe_prec_is_float(p->prec))
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "dp_new: params[%zu] %s has precision %s: only floating-point "
+                                 "parameters are trained",
+                                 i, n1, troupe_prec_name(p->prec));
+        if (g->prec != p->prec)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "dp_new: grads[%zu] %s has precision %s but params[%zu] %s has "
+                                 "%s",
+                                 i, n2, troupe_prec_name(g->prec), i, n1,
+                                 troupe_prec_name(p->prec));
+        bool same = g->ndims == p->ndims;
+        for (int a = 0; same && a < p->ndims; a++)
+            same = g->dims[a] == p->dims[a];
+        if (!same) {
+            s_dims(p, d1, sizeof d1);
+            s_dims(g, d2, sizeof d2);
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "dp_new: grads[%zu] %s has dims %s but params[%zu] %s has dims "
+                                 "%s",
+                                 i, n2, d2, i, n1, d1);
+        }
+    }
+    if (m->loss && troupe_tnode_num_elems(m->loss) != 1) {
+        s_name(m->loss, n1, sizeof n1);
+        s_dims(m->loss, d1, sizeof d1);
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: loss %s has dims %s: it must be a scalar", n1, d1);
+    }
+    for (size_t i = 0; i < m->n_inputs; i++)
+        if (!m->inputs[i])
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: inputs[%zu] is NULL", i);
+    return troupe__dp_check_optimizer(&cfg->optimizer);
+}
+
+/* ---- construction --------------------------------------------------------------------------- */
+
+static troupe_status_t s_new_hosted(const char *label, const char *suffix, troupe_prec_t prec,
+                                    int ndims, const int64_t *dims, troupe_tnode_t **out)
+{
+    char text[160];
+    snprintf(text, sizeof text, "%s%s%s", label, suffix ? "_" : "", suffix ? suffix : "");
+    const char *l[1] = {text};
+    TROUPE_RETURN_IF_ERROR(troupe_tnode_new(l, 1, prec, ndims, dims, NULL, 0.0, out));
+    size_t n = (size_t)troupe_tnode_num_elems(*out);
+    double *zeros = troupe_calloc(n, sizeof *zeros);
+    if (!zeros) {
+        troupe_tnode_release(out);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+    }
+    troupe_status_t st = troupe_tnode_set_values(*out, zeros, n);
+    troupe_free(zeros);
+    if (st != TROUPE_OK)
+        troupe_tnode_release(out);
+    return st;
+}
+
+static troupe_status_t s_open(troupe_dp_t *dp, const troupe_dp_config_t *cfg)
+{
+    TROUPE_RETURN_IF_ERROR(
+        troupe_backend_open(cfg->backend, TROUPE_MOST_PARALLEL_STREAMS, &dp->backend));
+    int ndev = 0;
+    TROUPE_RETURN_IF_ERROR(troupe_num_devices(dp->backend, &ndev));
+    if (ndev <= 0)
+        return troupe__error(TROUPE_FAILED_PRECONDITION, "dp_new: backend %s has no device",
+                             troupe_backend_name(dp->backend));
+    int n = cfg->streams;
+    if (n <= 0) {
+        troupe_device_t *d0 = NULL;
+        int per = 1;
+        TROUPE_RETURN_IF_ERROR(troupe_get_device(dp->backend, 0, &d0));
+        TROUPE_RETURN_IF_ERROR(troupe_suggested_num_streams(d0, &per));
+        n = (per > 0 ? per : 1) * ndev;
+        if (n > S_MAX_STREAMS)
+            n = S_MAX_STREAMS;
+    }
+    dp->n = n;
+    dp->rep = troupe_calloc((size_t)n, sizeof *dp->rep);
+    if (!dp->rep)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+    /* consecutive replicas on one device, so the first merge rounds stay on a device */
+    int per_dev = (n + ndev - 1) / ndev;
+    for (int k = 0; k < n; k++) {
+        troupe__dp_replica_t *r = &dp->rep[k];
+        troupe_device_t *d = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_get_device(dp->backend, k / per_dev, &d));
+        TROUPE_RETURN_IF_ERROR(troupe_new_stream(d, &r->stream));
+        troupe_context_t *root = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_context_new(r->stream, &root));
+        TROUPE_RETURN_IF_ERROR(s_push(r, root));
+        r->merge = troupe_calloc(dp->n_params, sizeof *r->merge);
+        if (!r->merge)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+    }
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_copy_model(troupe_dp_t *dp, const troupe_dp_model_t *m)
+{
+    dp->n_params = m->n_params;
+    dp->params = troupe_calloc(m->n_params, sizeof *dp->params);
+    dp->grads = troupe_calloc(m->n_params, sizeof *dp->grads);
+    dp->batch_index = troupe_strdup(m->batch_index);
+    if (!dp->params || !dp->grads || !dp->batch_index)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+    for (size_t i = 0; i < m->n_params; i++) {
+        troupe_tnode_retain(m->params[i]);
+        dp->params[i] = m->params[i];
+        troupe_tnode_retain(m->grads[i]);
+        dp->grads[i] = m->grads[i];
+    }
+    if (m->loss) {
+        troupe_tnode_retain(m->loss);
+        dp->loss = m->loss;
+        /* the loss is read back per replica with to_host: it must be hosted */
+        void *host = NULL;
+        troupe_status_t st = troupe_tnode_host_array(dp->loss, &host);
+        if (st != TROUPE_OK)
+            return s_wrap(st, "dp_new: the loss node cannot be hosted");
+    }
+    dp->num_batches = m->num_batches;
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
+                               const troupe_dp_model_t *m)
+{
+    char nm[64];
+    dp->opt = cfg->optimizer;
+    dp->local_only = cfg->local_only;
+    dp->rank = 0;
+    dp->nranks = 1;
+    if (!dp->local_only) {
+        TROUPE_RETURN_IF_ERROR(troupe_cluster_status());
+        dp->rank = troupe_cluster_rank();
+        dp->nranks = troupe_cluster_size();
+    }
+    TROUPE_RETURN_IF_ERROR(s_copy_model(dp, m));
+    TROUPE_RETURN_IF_ERROR(s_open(dp, cfg));
+
+    /* parameters and inputs on every replica */
+    for (int k = 0; k < dp->n; k++) {
+        troupe__dp_replica_t *r = &dp->rep[k];
+        for (size_t i = 0; i < dp->n_params; i++) {
+            troupe_status_t st = s_upload(r, dp->params[i]);
+            if (st != TROUPE_OK) {
+                s_name(dp->params[i], nm, sizeof nm);
+                char prefix[128];
+                snprintf(prefix, sizeof prefix, "dp_new: uploading parameter %s", nm);
+                return s_wrap(st, prefix);
+            }
+        }
+        for (size_t i = 0; i < m->n_inputs; i++) {
+            if (troupe_context_has_node(s_tail(r), m->inputs[i]))
+                continue;
+            troupe_status_t st = s_upload(r, m->inputs[i]);
+            if (st != TROUPE_OK) {
+                s_name(m->inputs[i], nm, sizeof nm);
+                char prefix[128];
+                snprintf(prefix, sizeof prefix, "dp_new: uploading input %s", nm);
+                return s_wrap(st, prefix);
+            }
+        }
+    }
+
+    /* the gradient routine, compiled once, linked on every replica */
+    troupe_status_t st = troupe_compile(dp->backend, m->grad_comp, "dp_grad", &dp->grad_code);
+    if (st != TROUPE_OK)
+        return s_wrap(st, "dp_new: compiling grad_comp");
+    for (int k = 0; k < dp->n; k++) {
+        st = s_link(&dp->rep[k], dp->grad_code, &dp->rep[k].grad);
+        if (st != TROUPE_OK)
+            return s_wrap(st, "dp_new: linking grad_comp");
+        st = troupe_routine_set_index(dp->rep[k].grad, dp->batch_index, 0);
+        if (st != TROUPE_OK)
+            return s_wrap(st, "dp_new: binding batch_index");
+        for (size_t i = 0; i < dp->n_params; i++) {
+            if (!troupe_context_has_node(s_tail(&dp->rep[k]), dp->grads[i])) {
+                s_name(dp->grads[i], nm, sizeof nm);
+                return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                     "dp_new: grads[%zu] %s is not materialized by grad_comp "
+                                     "(it must write it)",
+                                     i, nm);
+            }
+        }
+        if (dp->loss && !troupe_context_has_node(s_tail(&dp->rep[k]), dp->loss)) {
+            s_name(dp->loss, nm, sizeof nm);
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "dp_new: loss %s is not written by grad_comp", nm);
+        }
+    }
+
+    /* merge routines g =+ g.merge, on the replicas that receive (even k with a k+1) */
+    if (dp->n > 1) {
+        dp->merge_code = troupe_calloc(dp->n_params, sizeof *dp->merge_code);
+        if (!dp->merge_code)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+        for (size_t i = 0; i < dp->n_params; i++) {
+            troupe_tnode_t *g = dp->grads[i];
+            troupe_asgn_comp_t *comp = NULL;
+            troupe_asgn_t *t = NULL;
+            char spec[2 * TROUPE_MAX_DIMS + 4], name[48];
+            int nd = g->ndims;
+            for (int a = 0; a < nd; a++)
+                spec[a] = spec[nd + 2 + a] = (char)('a' + a);
+            spec[nd] = '=';
+            spec[nd + 1] = '>';
+            spec[2 * nd + 2] = '\0';
+            snprintf(name, sizeof name, "dp_merge_%zu", i);
+            st = troupe_asgn_comp_new(&comp);
+            if (st == TROUPE_OK)
+                st = troupe_asgn_accum_unop(comp, false, TROUPE_BINOP_ADD, g, TROUPE_UNOP_IDENTITY,
+                                            troupe_asgn_merge(g), spec, &t);
+            if (st == TROUPE_OK) {
+                troupe_asgn_comp_set_root(comp, t);
+                st = troupe_compile(dp->backend, comp, name, &dp->merge_code[i]);
+            }
+            troupe_asgn_comp_destroy(&comp);
+            if (st != TROUPE_OK)
+                return s_wrap(st, "dp_new: compiling a merge routine");
+            for (int k = 0; k + 1 < dp->n; k += 2) {
+                st = s_link(&dp->rep[k], dp->merge_code[i], &dp->rep[k].merge[i]);
+                if (st != TROUPE_OK)
+                    return s_wrap(st, "dp_new: linking a merge routine");
+            }
+        }
+    }
+
+    /* optimizer state and hyper-parameters, on the owner stream only */
+    troupe__dp_replica_t *r0 = &dp->rep[0];
+    dp->nstate = troupe__dp_nstate(&dp->opt);
+    if (dp->nstate > 0) {
+        dp->state = troupe_calloc(dp->n_params * (size_t)dp->nstate, sizeof *dp->state);
+        if (!dp->state)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+        static const char *const s_suffix[2] = {"opt_m", "opt_v"};
+        for (size_t i = 0; i < dp->n_params; i++) {
+            troupe_tnode_t *p = dp->params[i];
+            char label[96];
+            troupe_tnode_label_string(p, label, sizeof label);
+            for (int s = 0; s < dp->nstate; s++) {
+                troupe_tnode_t **slot = &dp->state[i * (size_t)dp->nstate + (size_t)s];
+                TROUPE_RETURN_IF_ERROR(s_new_hosted(
+                    label, s_suffix[s], troupe__dp_state_prec(p->prec), p->ndims, p->dims, slot));
+                TROUPE_RETURN_IF_ERROR(s_upload(r0, *slot));
+            }
+        }
+    }
+    int64_t hdim = TROUPE__DP_HYPER_COUNT;
+    TROUPE_RETURN_IF_ERROR(
+        s_new_hosted("dp_hyper", NULL, TROUPE_PREC_DOUBLE, 1, &hdim, &dp->hyper));
+    TROUPE_RETURN_IF_ERROR(s_upload(r0, dp->hyper));
+    troupe_asgn_comp_t *ocomp = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe__dp_optimizer_comp(dp, &ocomp));
+    st = troupe_compile(dp->backend, ocomp,
+                        dp->opt.kind == TROUPE_OPT_ADAMW ? "dp_adamw" : "dp_sgd", &dp->opt_code);
+    troupe_asgn_comp_destroy(&ocomp);
+    if (st != TROUPE_OK)
+        return s_wrap(st, "dp_new: compiling the optimizer");
+    st = s_link(r0, dp->opt_code, &dp->opt_routine);
+    if (st != TROUPE_OK)
+        return s_wrap(st, "dp_new: linking the optimizer");
+
+    /* every rank starts from rank 0's parameters */
+    if (dp->nranks > 1) {
+        troupe_event_t *ev = NULL;
+        st = troupe_broadcast_nodes(s_tail(r0), dp->n_params, dp->params, 0, &ev);
+        if (st != TROUPE_OK)
+            return s_wrap(st, "dp_new: broadcasting the parameters from rank 0");
+        TROUPE_RETURN_IF_ERROR(
+            troupe__dp_sync_event(&ev, "dp_new: broadcasting the parameters from rank 0"));
+        for (int k = 1; k < dp->n; k++)
+            for (size_t i = 0; i < dp->n_params; i++)
+                TROUPE_RETURN_IF_ERROR(troupe_device_to_device(dp->params[i], TROUPE_MERGE_NO,
+                                                               s_tail(&dp->rep[k]), s_tail(r0),
+                                                               NULL, NULL, NULL));
+    }
+    TROUPE_RETURN_IF_ERROR(troupe__dp_await(dp, "dp_new"));
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL,
+               "dp: %d local replicas on %s, rank %d of %d, %zu parameters, optimizer %s", dp->n,
+               troupe_backend_name(dp->backend), dp->rank, dp->nranks, dp->n_params,
+               troupe_optimizer_name(dp->opt.kind));
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_dp_new(const troupe_dp_config_t *cfg, const troupe_dp_model_t *model,
+                              troupe_dp_t **out)
+{
+    if (!out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: NULL out");
+    *out = NULL;
+    TROUPE_RETURN_IF_ERROR(s_check_model(cfg, model));
+    troupe_dp_t *dp = troupe_calloc(1, sizeof *dp);
+    if (!dp)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+    troupe_status_t st = s_build(dp, cfg, model);
+    if (st != TROUPE_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", troupe_last_error());
+        troupe_dp_destroy(&dp);
+        return troupe__error(st, "%s", msg);
+    }
+    *out = dp;
+    return TROUPE_OK;
+}
+
+void troupe_dp_destroy(troupe_dp_t **dp_p)
+{
+    if (!dp_p || !*dp_p)
+        return;
+    troupe_dp_t *dp = *dp_p;
+    *dp_p = NULL;
+    if (dp->rep) {
+        for (int k = 0; k < dp->n; k++)
+            if (dp->rep[k].stream) {
+                troupe_status_t st =
+                    troupe_stream_await(dp->rep[k].stream, troupe_config_timeout_ns());
+                if (st != TROUPE_OK)
+                    TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_PARALLEL, "dp_destroy: replica %d: %s",
+                               k, troupe_last_error());
+            }
+    }
+    troupe_routine_release(&dp->opt_routine);
+    if (dp->rep) {
+        for (int k = 0; k < dp->n; k++) {
+            troupe__dp_replica_t *r = &dp->rep[k];
+            troupe_routine_release(&r->grad);
+            for (size_t i = 0; r->merge && i < dp->n_params; i++)
+                troupe_routine_release(&r->merge[i]);
+            troupe_free(r->merge);
+        }
+        for (int k = 0; k < dp->n; k++) {
+            troupe__dp_replica_t *r = &dp->rep[k];
+            for (size_t c = r->nctxs; c-- > 0;) {
+                if (troupe_context_finalize(r->ctxs[c]) != TROUPE_OK)
+                    TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_PARALLEL,
+                               "dp_destroy: finalizing a context of replica %d: %s", k,
+                               troupe_last_error());
+                troupe_context_release(&r->ctxs[c]);
+            }
+            troupe_free(r->ctxs);
+            troupe_stream_release(&r->stream);
+        }
+        troupe_free(dp->rep);
+    }
+    troupe_code_release(&dp->grad_code);
+    troupe_code_release(&dp->opt_code);
+    for (size_t i = 0; dp->merge_code && i < dp->n_params; i++)
+        troupe_code_release(&dp->merge_code[i]);
+    troupe_free(dp->merge_code);
+    for (size_t i = 0; dp->state && i < dp->n_params * (size_t)dp->nstate; i++)
+        troupe_tnode_release(&dp->state[i]);
+    troupe_free(dp->state);
+    for (size_t i = 0; i < dp->ntemps; i++)
+        troupe_tnode_release(&dp->temps[i]);
+    troupe_free(dp->temps);
+    troupe_tnode_release(&dp->hyper);
+    for (size_t i = 0; i < dp->n_params; i++) {
+        if (dp->params)
+            troupe_tnode_release(&dp->params[i]);
+        if (dp->grads)
+            troupe_tnode_release(&dp->grads[i]);
+    }
+    troupe_free(dp->params);
+    troupe_free(dp->grads);
+    troupe_tnode_release(&dp->loss);
+    troupe_free(dp->batch_index);
+    troupe_backend_close(&dp->backend);
+    troupe_free(dp);
+}
+
+/* ---- a step --------------------------------------------------------------------------------- */
+
+static troupe_status_t s_schedule_step(troupe_dp_t *dp)
+{
+    troupe__dp_replica_t *r0 = &dp->rep[0];
+    int n = dp->n;
+    /* 0. this step's hyper-parameters, ahead of everything else on the owner stream */
+    double h[TROUPE__DP_HYPER_COUNT];
+    troupe__dp_hyper_values(dp, dp->steps + 1, h);
+    TROUPE_RETURN_IF_ERROR(troupe_tnode_set_values(dp->hyper, h, TROUPE__DP_HYPER_COUNT));
+    TROUPE_RETURN_IF_ERROR(troupe_from_host(s_tail(r0), dp->hyper, NULL));
+    /* 1. every replica on its minibatch, round-robin over the global list */
+    int64_t base = dp->steps * (int64_t)n * dp->nranks + (int64_t)dp->rank * n;
+    for (int k = 0; k < n; k++) {
+        int64_t b = (base + k) % dp->num_batches;
+        TROUPE_RETURN_IF_ERROR(troupe_routine_set_index(dp->rep[k].grad, dp->batch_index, b));
+        TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].grad, NULL));
+    }
+    /* 2.-3. per gradient, last parameter first (the order backprop finishes them): the tree
+     * merge into replica 0, then its allreduce across ranks while the next one merges */
+    for (size_t i = dp->n_params; i-- > 0;) {
+        troupe_tnode_t *g = dp->grads[i];
+        for (int stride = 1; stride < n; stride *= 2) {
+            for (int k = 0; k + stride < n; k += 2 * stride) {
+                TROUPE_RETURN_IF_ERROR(
+                    troupe_device_to_device(g, TROUPE_MERGE_COPY, s_tail(&dp->rep[k]),
+                                            s_tail(&dp->rep[k + stride]), NULL, NULL, NULL));
+                TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].merge[i], NULL));
+            }
+        }
+        if (dp->nranks > 1)
+            TROUPE_RETURN_IF_ERROR(
+                troupe_allreduce_nodes(s_tail(r0), 1, &g, TROUPE_REDUCE_MEAN, NULL));
+    }
+    /* 4. the optimizer on the owner stream */
+    TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->opt_routine, NULL));
+    /* 5. the new parameters to the other replicas */
+    for (int k = 1; k < n; k++)
+        for (size_t i = 0; i < dp->n_params; i++)
+            TROUPE_RETURN_IF_ERROR(troupe_device_to_device(
+                dp->params[i], TROUPE_MERGE_NO, s_tail(&dp->rep[k]), s_tail(r0), NULL, NULL, NULL));
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_refuse_if_failed(const troupe_dp_t *dp, const char *what)
+{
+    if (dp->failed != TROUPE_OK)
+        return troupe__error(dp->failed, "%s: an earlier step failed while being scheduled: %s",
+                             what, dp->failed_msg);
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_dp_step(troupe_dp_t *dp)
+{
+    if (!dp)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_step: NULL dp");
+    TROUPE_RETURN_IF_ERROR(s_refuse_if_failed(dp, "dp_step"));
+    troupe_status_t st = s_schedule_step(dp);
+    if (st != TROUPE_OK) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "dp_step %lld", (long long)dp->steps);
+        st = s_wrap(st, prefix);
+        dp->failed = st;
+        snprintf(dp->failed_msg, sizeof dp->failed_msg, "%s", troupe_last_error());
+        return st;
+    }
+    dp->steps++;
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_dp_sync(troupe_dp_t *dp)
+{
+    if (!dp)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_sync: NULL dp");
+    TROUPE_RETURN_IF_ERROR(troupe__dp_await(dp, "dp_sync"));
+    return s_refuse_if_failed(dp, "dp_sync");
+}
+
+troupe_status_t troupe_dp_last_loss(troupe_dp_t *dp, double *out)
+{
+    if (!dp || !out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_last_loss: NULL argument");
+    if (!dp->loss)
+        return troupe__error(TROUPE_FAILED_PRECONDITION, "dp_last_loss: the model has no loss "
+                                                         "node");
+    if (dp->steps == 0)
+        return troupe__error(TROUPE_FAILED_PRECONDITION, "dp_last_loss: no step ran yet");
+    TROUPE_RETURN_IF_ERROR(troupe_dp_sync(dp));
+    double sum = 0.0;
+    for (int k = 0; k < dp->n; k++) {
+        troupe_event_t *ev = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_to_host(s_tail(&dp->rep[k]), dp->loss, &ev));
+        TROUPE_RETURN_IF_ERROR(troupe__dp_sync_event(&ev, "dp_last_loss: reading the loss"));
+        void *host = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_tnode_host_array(dp->loss, &host));
+        sum += troupe_prec_load_double(dp->loss->prec, host);
+    }
+    double mean = sum / (double)dp->n;
+    if (dp->nranks > 1) {
+        troupe_coll_tensor_t t;
+        memset(&t, 0, sizeof t);
+        t.data = &mean;
+        t.count = 1;
+        t.prec = TROUPE_PREC_DOUBLE;
+        t.name = "dp_loss";
+        troupe_event_t *ev = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_allreduce(&t, 1, TROUPE_REDUCE_MEAN, &ev));
+        TROUPE_RETURN_IF_ERROR(troupe__dp_sync_event(&ev, "dp_last_loss: averaging across "
+                                                          "ranks"));
+    }
+    *out = mean;
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_dp_params_to_host(troupe_dp_t *dp)
+{
+    if (!dp)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_params_to_host: NULL dp");
+    TROUPE_RETURN_IF_ERROR(troupe_dp_sync(dp));
+    for (size_t i = 0; i < dp->n_params; i++) {
+        troupe_event_t *ev = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_to_host(s_tail(&dp->rep[0]), dp->params[i], &ev));
+        TROUPE_RETURN_IF_ERROR(troupe__dp_sync_event(&ev, "dp_params_to_host"));
+    }
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_dp_params_from_host(troupe_dp_t *dp)
+{
+    if (!dp)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_params_from_host: NULL dp");
+    TROUPE_RETURN_IF_ERROR(s_refuse_if_failed(dp, "dp_params_from_host"));
+    for (int k = 0; k < dp->n; k++)
+        for (size_t i = 0; i < dp->n_params; i++)
+            TROUPE_RETURN_IF_ERROR(troupe_from_host(s_tail(&dp->rep[k]), dp->params[i], NULL));
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_dp_set_lr(troupe_dp_t *dp, double lr)
+{
+    if (!dp)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_set_lr: NULL dp");
+    if (!(lr > 0.0) || !isfinite(lr))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_set_lr: learning rate %g must be finite and > 0", lr);
+    dp->opt.lr = lr;
+    return TROUPE_OK;
+}
+
+int troupe_dp_num_streams(const troupe_dp_t *dp)
+{
+    return dp ? dp->n : 0;
+}
+
+int64_t troupe_dp_steps_done(const troupe_dp_t *dp)
+{
+    return dp ? dp->steps : 0;
+}
+
+troupe_context_t *troupe_dp_owner_context(troupe_dp_t *dp)
+{
+    return dp ? s_tail(&dp->rep[0]) : NULL;
+}
+
+troupe_backend_t *troupe_dp_backend(troupe_dp_t *dp)
+{
+    return dp ? dp->backend : NULL;
+}

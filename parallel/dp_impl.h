@@ -1,0 +1,102 @@
+/* troupe — private declarations shared by parallel/dp.c (the driver), parallel/dp_optim.c (the
+ * optimizer routines and their hyper-parameter vector) and parallel/dp_ckpt.c (checkpoints).
+ * Not installed.
+ *
+ * Thread safety: as parallel/dp.h (one thread drives a troupe_dp_t). Ownership: the driver
+ * owns everything reachable from struct troupe_dp.
+ */
+#ifndef TROUPE_PARALLEL_DP_IMPL_H
+#define TROUPE_PARALLEL_DP_IMPL_H
+
+#include "actors/troupe.h"
+#include "parallel/dp.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Hyper-parameter slots of the "hyper" node (double, TROUPE_DP_HYPER_COUNT elements), uploaded
+ * on the owner stream before each step's optimizer routine. */
+enum {
+    TROUPE__DP_H_INV_N = 0, /* 1 / N: the tree merge sums the N local replicas */
+    /* SGD */
+    TROUPE__DP_H_SGD_WD = 1,
+    TROUPE__DP_H_SGD_MOMENTUM = 2,
+    TROUPE__DP_H_SGD_LR = 3,
+    /* AdamW */
+    TROUPE__DP_H_ADAM_DECAY = 1, /* 1 - lr * weight_decay */
+    TROUPE__DP_H_ADAM_B1 = 2,
+    TROUPE__DP_H_ADAM_1MB1 = 3, /* 1 - b1 */
+    TROUPE__DP_H_ADAM_B2 = 4,
+    TROUPE__DP_H_ADAM_1MB2 = 5, /* 1 - b2 */
+    TROUPE__DP_H_ADAM_IBC2 = 6, /* 1 / (1 - b2^t) */
+    TROUPE__DP_H_ADAM_EPS = 7,
+    TROUPE__DP_H_ADAM_LR_BC1 = 8, /* lr / (1 - b1^t) */
+    TROUPE__DP_HYPER_COUNT = 9,
+};
+
+/* One local replica: a stream, the chain of contexts built on it (each retained, in creation
+ * order; the last one holds every array), its gradient routine and its merge routines. */
+typedef struct troupe__dp_replica {
+    troupe_stream_t *stream;
+    troupe_context_t **ctxs;
+    size_t nctxs, ctxs_cap;
+    troupe_routine_t *grad;
+    troupe_routine_t **merge; /* n_params entries; NULL on a stream that never receives */
+} troupe__dp_replica_t;
+
+struct troupe_dp {
+    troupe_backend_t *backend;
+    troupe_optimizer_t opt;
+    bool local_only;
+    int n;      /* local replicas */
+    int rank;   /* this rank (0 when local_only) */
+    int nranks; /* ranks (1 when local_only) */
+
+    size_t n_params;
+    troupe_tnode_t **params; /* retained */
+    troupe_tnode_t **grads;  /* retained */
+    troupe_tnode_t *loss;    /* retained, or NULL */
+    char *batch_index;
+    int64_t num_batches;
+
+    troupe__dp_replica_t *rep; /* n */
+    troupe_code_t *grad_code;
+    troupe_code_t **merge_code; /* n_params, NULL when n == 1 */
+    troupe_code_t *opt_code;
+    troupe_routine_t *opt_routine; /* on replica 0 */
+
+    troupe_tnode_t *hyper;  /* hosted, TROUPE__DP_HYPER_COUNT doubles */
+    int nstate;             /* optimizer state arrays per parameter: 0, 1 (m) or 2 (m, v) */
+    troupe_tnode_t **state; /* n_params * nstate, hosted: state[i * nstate + s] */
+    troupe_tnode_t **temps; /* optimizer temporaries, retained */
+    size_t ntemps;
+
+    int64_t steps;
+    troupe_status_t failed; /* sticky failure of a partially scheduled step */
+    char failed_msg[512];
+};
+
+/* The owner stream's last context (holds the parameters, gradients and optimizer state). */
+troupe_context_t *troupe__dp_tail(troupe_dp_t *dp, int k);
+
+/* dp_optim.c: the precision of the optimizer state for a parameter of precision p (single,
+ * or p when wider). */
+troupe_prec_t troupe__dp_state_prec(troupe_prec_t p);
+/* Number of state arrays per parameter for opt (SGD: 1 with momentum else 0; AdamW: 2). */
+int troupe__dp_nstate(const troupe_optimizer_t *opt);
+/* Builds the optimizer comp for every parameter of dp (dp->hyper, dp->state set), appending
+ * the temporaries it creates to dp->temps. Caller owns *out. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_optimizer_comp(troupe_dp_t *dp,
+                                                          troupe_asgn_comp_t **out);
+/* Fills h[TROUPE__DP_HYPER_COUNT] for step index `t` (1-based) with dp's optimizer. */
+void troupe__dp_hyper_values(const troupe_dp_t *dp, int64_t t, double *h);
+/* Validates an optimizer (INVALID_ARGUMENT naming the field and its value). */
+TROUPE_MUST_USE troupe_status_t troupe__dp_check_optimizer(const troupe_optimizer_t *opt);
+
+/* dp.c: waits for every local stream; the first failure with its stream named. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_await(troupe_dp_t *dp, const char *what);
+/* Syncs an event (configured timeout), releasing it. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_sync_event(troupe_event_t **ev_p, const char *what);
+
+#endif /* TROUPE_PARALLEL_DP_IMPL_H */

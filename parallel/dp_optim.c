@@ -1,0 +1,309 @@
+/* troupe — the optimizer routine of the data-parallel driver (parallel/dp.h): SGD with momentum
+ * and weight decay (PyTorch's SGD, dampening 0, nesterov off) and AdamW (Loshchilov & Hutter;
+ * PyTorch's AdamW), written as ir/assign computations over every parameter, run on the owner
+ * stream. Values that change between steps (learning rate, bias corrections) come from the
+ * hosted "hyper" node, uploaded before each step's optimizer run, so the routine is compiled
+ * once.
+ */
+#include "parallel/dp_impl.h"
+
+#include "base/alloc.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+troupe_prec_t troupe__dp_state_prec(troupe_prec_t p)
+{
+    return p == TROUPE_PREC_DOUBLE ? TROUPE_PREC_DOUBLE : TROUPE_PREC_SINGLE;
+}
+
+int troupe__dp_nstate(const troupe_optimizer_t *opt)
+{
+    if (opt->kind == TROUPE_OPT_ADAMW)
+        return 2;
+    return opt->momentum != 0.0 ? 1 : 0;
+}
+
+troupe_optimizer_t troupe_optimizer_default(troupe_optimizer_kind_t kind)
+{
+    troupe_optimizer_t o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    if (kind == TROUPE_OPT_ADAMW) {
+        o.lr = 1e-3;
+        o.beta1 = 0.9;
+        o.beta2 = 0.999;
+        o.eps = 1e-8;
+        o.weight_decay = 0.01;
+    } else {
+        o.kind = TROUPE_OPT_SGD;
+        o.lr = 0.1;
+        o.momentum = 0.9;
+    }
+    return o;
+}
+
+const char *troupe_optimizer_name(troupe_optimizer_kind_t kind)
+{
+    switch (kind) {
+    case TROUPE_OPT_SGD:
+        return "sgd";
+    case TROUPE_OPT_ADAMW:
+        return "adamw";
+    }
+    return "invalid";
+}
+
+troupe_status_t troupe_optimizer_parse(const char *text, troupe_optimizer_kind_t *out)
+{
+    if (!out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "optimizer_parse: NULL out");
+    if (text && strcmp(text, "sgd") == 0) {
+        *out = TROUPE_OPT_SGD;
+        return TROUPE_OK;
+    }
+    if (text && strcmp(text, "adamw") == 0) {
+        *out = TROUPE_OPT_ADAMW;
+        return TROUPE_OK;
+    }
+    return troupe__error(TROUPE_INVALID_ARGUMENT,
+                         "unknown optimizer '%s': the choices are sgd, adamw",
+                         text ? text : "(null)");
+}
+
+troupe_status_t troupe__dp_check_optimizer(const troupe_optimizer_t *o)
+{
+    if (o->kind != TROUPE_OPT_SGD && o->kind != TROUPE_OPT_ADAMW)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp: optimizer kind %d is neither sgd (%d) nor adamw (%d)",
+                             (int)o->kind, (int)TROUPE_OPT_SGD, (int)TROUPE_OPT_ADAMW);
+    const char *name = troupe_optimizer_name(o->kind);
+    if (!(o->lr > 0.0) || !isfinite(o->lr))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp: optimizer %s: learning rate lr = %g must be finite and > 0", name,
+                             o->lr);
+    if (!(o->weight_decay >= 0.0) || !isfinite(o->weight_decay))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp: optimizer %s: weight_decay = %g must be finite and >= 0", name,
+                             o->weight_decay);
+    if (o->kind == TROUPE_OPT_SGD) {
+        if (!(o->momentum >= 0.0 && o->momentum < 1.0))
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "dp: optimizer sgd: momentum = %g must be in [0, 1)", o->momentum);
+        return TROUPE_OK;
+    }
+    if (!(o->beta1 >= 0.0 && o->beta1 < 1.0))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp: optimizer adamw: beta1 = %g must be in [0, 1)", o->beta1);
+    if (!(o->beta2 >= 0.0 && o->beta2 < 1.0))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp: optimizer adamw: beta2 = %g must be in [0, 1)", o->beta2);
+    if (!(o->eps > 0.0) || !isfinite(o->eps))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp: optimizer adamw: eps = %g must be finite and > 0", o->eps);
+    return TROUPE_OK;
+}
+
+void troupe__dp_hyper_values(const troupe_dp_t *dp, int64_t t, double *h)
+{
+    const troupe_optimizer_t *o = &dp->opt;
+    for (int i = 0; i < TROUPE__DP_HYPER_COUNT; i++)
+        h[i] = 0.0;
+    h[TROUPE__DP_H_INV_N] = 1.0 / (double)dp->n;
+    if (o->kind == TROUPE_OPT_SGD) {
+        h[TROUPE__DP_H_SGD_WD] = o->weight_decay;
+        h[TROUPE__DP_H_SGD_MOMENTUM] = o->momentum;
+        h[TROUPE__DP_H_SGD_LR] = o->lr;
+        return;
+    }
+    h[TROUPE__DP_H_ADAM_DECAY] = 1.0 - o->lr * o->weight_decay;
+    h[TROUPE__DP_H_ADAM_B1] = o->beta1;
+    h[TROUPE__DP_H_ADAM_1MB1] = 1.0 - o->beta1;
+    h[TROUPE__DP_H_ADAM_B2] = o->beta2;
+    h[TROUPE__DP_H_ADAM_1MB2] = 1.0 - o->beta2;
+    h[TROUPE__DP_H_ADAM_IBC2] = 1.0 / (1.0 - pow(o->beta2, (double)t));
+    h[TROUPE__DP_H_ADAM_EPS] = o->eps;
+    h[TROUPE__DP_H_ADAM_LR_BC1] = o->lr / (1.0 - pow(o->beta1, (double)t));
+}
+
+/* ---- building the comp ---------------------------------------------------------------------- */
+
+typedef struct s_builder {
+    troupe_dp_t *dp;
+    troupe_asgn_comp_t *comp;
+    troupe_asgn_t **items;
+    size_t nitems, cap;
+    char letters[TROUPE_MAX_DIMS + 1]; /* the current parameter's axes, "ab.." */
+} s_builder_t;
+
+static troupe_status_t s_push(s_builder_t *b, troupe_asgn_t *t)
+{
+    if (b->nitems == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 32;
+        troupe_asgn_t **v = troupe_realloc(b->items, cap * sizeof *v);
+        if (!v)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory building the "
+                                                            "optimizer");
+        b->items = v;
+        b->cap = cap;
+    }
+    b->items[b->nitems++] = t;
+    return TROUPE_OK;
+}
+
+/* A node like `like` (dims) in precision `prec`, labelled "<like's label>_<suffix>". */
+static troupe_status_t s_new_like(s_builder_t *b, troupe_tnode_t *like, troupe_prec_t prec,
+                                  const char *suffix, bool temp, troupe_tnode_t **out)
+{
+    char base[96];
+    troupe_tnode_label_string(like, base, sizeof base);
+    char label[128];
+    snprintf(label, sizeof label, "%s_%s", base, suffix);
+    const char *l[1] = {label};
+    TROUPE_RETURN_IF_ERROR(troupe_tnode_new(l, 1, prec, like->ndims, like->dims, NULL, 0.0, out));
+    if (temp) {
+        troupe_dp_t *dp = b->dp;
+        troupe_tnode_t **v = troupe_realloc(dp->temps, (dp->ntemps + 1) * sizeof *v);
+        if (!v) {
+            troupe_tnode_release(out);
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+        }
+        dp->temps = v;
+        dp->temps[dp->ntemps++] = *out;
+    }
+    return TROUPE_OK;
+}
+
+/* Projection specs over the current parameter's axes L: "L=>L", "L,L=>L", "L,[k]=>L",
+ * "[k]=>L". */
+static void s_spec(const s_builder_t *b, char *buf, size_t cap, int nnodes, int hyper_slot)
+{
+    const char *L = b->letters;
+    if (nnodes == 0)
+        snprintf(buf, cap, "[%d]=>%s", hyper_slot, L);
+    else if (nnodes == 1 && hyper_slot < 0)
+        snprintf(buf, cap, "%s=>%s", L, L);
+    else if (nnodes == 1)
+        snprintf(buf, cap, "%s,[%d]=>%s", L, hyper_slot, L);
+    else
+        snprintf(buf, cap, "%s,%s=>%s", L, L, L);
+}
+
+/* lhs (accum)= x * hyper[slot]; accum ARG2 is a plain assignment. */
+static troupe_status_t s_scale(s_builder_t *b, troupe_binop_t accum, troupe_tnode_t *lhs,
+                               troupe_tnode_t *x, int slot)
+{
+    char spec[64];
+    s_spec(b, spec, sizeof spec, 1, slot);
+    troupe_asgn_t *t = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_binop(b->comp, false, accum, lhs, TROUPE_BINOP_MUL,
+                                                   troupe_asgn_node(x),
+                                                   troupe_asgn_node(b->dp->hyper), spec, &t));
+    return s_push(b, t);
+}
+
+/* lhs (accum)= x op y, pointwise. */
+static troupe_status_t s_pointwise(s_builder_t *b, troupe_binop_t accum, troupe_tnode_t *lhs,
+                                   troupe_binop_t op, troupe_tnode_t *x, troupe_tnode_t *y)
+{
+    char spec[64];
+    s_spec(b, spec, sizeof spec, 2, -1);
+    troupe_asgn_t *t = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_binop(
+        b->comp, false, accum, lhs, op, troupe_asgn_node(x), troupe_asgn_node(y), spec, &t));
+    return s_push(b, t);
+}
+
+/* SGD for parameter i:  t := g / N;  t += wd p;  m := momentum m;  m += t;  p -= lr (m | t). */
+static troupe_status_t s_sgd(s_builder_t *b, size_t i)
+{
+    troupe_dp_t *dp = b->dp;
+    troupe_tnode_t *p = dp->params[i], *g = dp->grads[i];
+    troupe_prec_t sp = troupe__dp_state_prec(p->prec);
+    troupe_tnode_t *t = NULL;
+    TROUPE_RETURN_IF_ERROR(s_new_like(b, p, sp, "sgd_g", true, &t));
+    TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, t, g, TROUPE__DP_H_INV_N));
+    if (dp->opt.weight_decay != 0.0)
+        TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ADD, t, p, TROUPE__DP_H_SGD_WD));
+    troupe_tnode_t *step = t;
+    if (dp->nstate == 1) {
+        troupe_tnode_t *m = dp->state[i];
+        TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, m, m, TROUPE__DP_H_SGD_MOMENTUM));
+        char spec[64];
+        s_spec(b, spec, sizeof spec, 1, -1);
+        troupe_asgn_t *a = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_unop(b->comp, false, TROUPE_BINOP_ADD, m,
+                                                      TROUPE_UNOP_IDENTITY, troupe_asgn_node(t),
+                                                      spec, &a));
+        TROUPE_RETURN_IF_ERROR(s_push(b, a));
+        step = m;
+    }
+    return s_scale(b, TROUPE_BINOP_SUB, p, step, TROUPE__DP_H_SGD_LR);
+}
+
+/* AdamW for parameter i:
+ *   p := (1 - lr wd) p;  t := g / N;  m := b1 m;  m += t (1 - b1);
+ *   u := t (1 - b2);  v := b2 v;  v += t u;
+ *   d := sqrt(v / (1 - b2^t)) + eps;  r := m / d;  p -= (lr / (1 - b1^t)) r. */
+static troupe_status_t s_adamw(s_builder_t *b, size_t i)
+{
+    troupe_dp_t *dp = b->dp;
+    troupe_tnode_t *p = dp->params[i], *g = dp->grads[i];
+    troupe_tnode_t *m = dp->state[2 * i], *v = dp->state[2 * i + 1];
+    troupe_prec_t sp = troupe__dp_state_prec(p->prec);
+    troupe_tnode_t *t = NULL, *u = NULL, *d = NULL, *r = NULL;
+    TROUPE_RETURN_IF_ERROR(s_new_like(b, p, sp, "adamw_g", true, &t));
+    TROUPE_RETURN_IF_ERROR(s_new_like(b, p, sp, "adamw_g2", true, &u));
+    TROUPE_RETURN_IF_ERROR(s_new_like(b, p, sp, "adamw_denom", true, &d));
+    TROUPE_RETURN_IF_ERROR(s_new_like(b, p, sp, "adamw_ratio", true, &r));
+    if (dp->opt.weight_decay != 0.0)
+        TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, p, p, TROUPE__DP_H_ADAM_DECAY));
+    TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, t, g, TROUPE__DP_H_INV_N));
+    TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, m, m, TROUPE__DP_H_ADAM_B1));
+    TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ADD, m, t, TROUPE__DP_H_ADAM_1MB1));
+    TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, u, t, TROUPE__DP_H_ADAM_1MB2));
+    TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, v, v, TROUPE__DP_H_ADAM_B2));
+    TROUPE_RETURN_IF_ERROR(s_pointwise(b, TROUPE_BINOP_ADD, v, TROUPE_BINOP_MUL, t, u));
+    TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, d, v, TROUPE__DP_H_ADAM_IBC2));
+    char spec[64];
+    troupe_asgn_t *a = NULL;
+    s_spec(b, spec, sizeof spec, 1, -1);
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_unop(b->comp, false, TROUPE_BINOP_ARG2, d,
+                                                  TROUPE_UNOP_SQRT, troupe_asgn_node(d), spec, &a));
+    TROUPE_RETURN_IF_ERROR(s_push(b, a));
+    s_spec(b, spec, sizeof spec, 0, TROUPE__DP_H_ADAM_EPS);
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_unop(b->comp, false, TROUPE_BINOP_ADD, d,
+                                                  TROUPE_UNOP_IDENTITY, troupe_asgn_node(dp->hyper),
+                                                  spec, &a));
+    TROUPE_RETURN_IF_ERROR(s_push(b, a));
+    TROUPE_RETURN_IF_ERROR(s_pointwise(b, TROUPE_BINOP_ARG2, r, TROUPE_BINOP_DIV, m, d));
+    return s_scale(b, TROUPE_BINOP_SUB, p, r, TROUPE__DP_H_ADAM_LR_BC1);
+}
+
+troupe_status_t troupe__dp_optimizer_comp(troupe_dp_t *dp, troupe_asgn_comp_t **out)
+{
+    *out = NULL;
+    s_builder_t b;
+    memset(&b, 0, sizeof b);
+    b.dp = dp;
+    troupe_status_t st = troupe_asgn_comp_new(&b.comp);
+    for (size_t i = 0; i < dp->n_params && st == TROUPE_OK; i++) {
+        int nd = dp->params[i]->ndims;
+        for (int a = 0; a < nd; a++)
+            b.letters[a] = (char)('a' + a);
+        b.letters[nd] = '\0';
+        st = dp->opt.kind == TROUPE_OPT_ADAMW ? s_adamw(&b, i) : s_sgd(&b, i);
+    }
+    troupe_asgn_t *root = NULL;
+    if (st == TROUPE_OK)
+        st = troupe_asgn_seq(b.comp, b.nitems, b.items, &root);
+    troupe_free(b.items);
+    if (st != TROUPE_OK) {
+        troupe_asgn_comp_destroy(&b.comp);
+        return st;
+    }
+    troupe_asgn_comp_set_root(b.comp, root);
+    *out = b.comp;
+    return TROUPE_OK;
+}

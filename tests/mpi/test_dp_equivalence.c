@@ -1,0 +1,41 @@
+/* troupe — data-parallel equivalence across ranks (parallel/dp.h, DESIGN.md §9): each of R
+ * ranks runs 2 streams, each replica on a 1/(2R) part of the global batch; after several steps
+ * the parameters equal, to float rounding, one replica training on the whole global batch
+ * (computed on each rank by a rank-local troupe_dp_t: local_only, 1 stream, which issues no
+ * collective), for SGD and AdamW; the last loss equals the reference's; and the parameters are
+ * bitwise identical on every rank (also though each rank starts from different host values:
+ * troupe_dp_new broadcasts rank 0's). */
+#include "test_dp_model.c"
+
+#define STREAMS 2
+#define STEPS 5
+
+int main(int argc, char **argv)
+{
+    s_init(&argc, &argv);
+    int R = troupe_cluster_size();
+    data_t *d = calloc(1, sizeof *d);
+    if (!d)
+        s_die("out of memory");
+    s_make_data(d, 2 * STREAMS * R);
+    troupe_optimizer_kind_t kinds[2] = {TROUPE_OPT_SGD, TROUPE_OPT_ADAMW};
+    for (int q = 0; q < 2; q++) {
+        const char *name = troupe_optimizer_name(kinds[q]);
+        float dist[NP], ref[NP];
+        double dist_loss = 0, ref_loss = 0;
+        s_train(d, STREAMS * R, STREAMS, false, kinds[q], STEPS, dist, &dist_loss);
+        s_train(d, 1, 1, true, kinds[q], STEPS, ref, &ref_loss);
+        s_same_on_every_rank(dist, name);
+        s_close(dist, ref, 1e-5, name);
+        if (!(fabs(dist_loss - ref_loss) <= 1e-5 * fmax(1.0, fabs(ref_loss))))
+            s_die("%s: last loss %.9g but the reference's is %.9g", name, dist_loss, ref_loss);
+        fprintf(stderr,
+                "rank %d: %s: %d ranks x %d streams equal 1 replica on the global batch "
+                "(W[0] %.7g vs %.7g, loss %.7g vs %.7g)\n",
+                troupe_cluster_rank(), name, R, STREAMS, (double)dist[0], (double)ref[0], dist_loss,
+                ref_loss);
+    }
+    free(d);
+    CHECK(troupe_cluster_finalize());
+    return 0;
+}

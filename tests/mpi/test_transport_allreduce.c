@@ -1,0 +1,351 @@
+/* troupe — multi-rank test of the transport's collectives (transport/mpi/collective.h), run by
+ * CTest under `mpiexec -n 2` with TROUPE_FUSION_BYTES=65536 (so tensors larger than a bucket
+ * are sliced):
+ *   - allreduce sum/mean/max/min for single, double, half, bfloat16, fp8, int32, int64 with
+ *     rank-dependent inputs, against the exact result (computed in double, rounded once to the
+ *     precision);
+ *   - 100 small tensors of three precisions fused into buckets; one single tensor and one half
+ *     tensor larger than a bucket (in-place slices, staged slices);
+ *   - broadcast from root 1;
+ *   - device level: a cpu-backend context with two hosted nodes reduced with
+ *     troupe_allreduce_nodes, read back with troupe_to_host;
+ *   - the transport counters.
+ * Prints one FAIL line per failed check; exits 0 only if every check passed on this rank. */
+#include "actors/troupe.h"
+#include "base/alloc.h"
+#include "ir/prec.h"
+#include "transport/mpi/cluster.h"
+#include "transport/mpi/collective.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SYNC_NS (60LL * 1000 * 1000 * 1000)
+
+static int s_rank, s_size, s_fails;
+
+static void s_fail(const char *fmt, ...) TROUPE_PRINTF(1, 2);
+static void s_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL rank %d: ", s_rank);
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+    va_end(ap);
+    s_fails++;
+}
+
+#define CHECK_OK(expr)                                                                            \
+    do {                                                                                          \
+        troupe_status_t s__ = (expr);                                                             \
+        if (s__ != TROUPE_OK) {                                                                   \
+            s_fail("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #expr, troupe_status_str(s__),    \
+                   troupe_last_error());                                                          \
+            goto out;                                                                             \
+        }                                                                                         \
+    } while (0)
+
+/* A deterministic value of rank r at index i, in a range where the sum of two ranks' values
+ * is exact in single precision. Stored in precision p and read back, so it is exactly what the
+ * rank holds. */
+static double s_gen(troupe_prec_t p, int r, int64_t i)
+{
+    double v = (double)((i * 7 + r * 13 + 5) % 61 - 30);
+    if (troupe_prec_is_float(p))
+        v *= 0.25;
+    unsigned char buf[16];
+    troupe_prec_store_double(p, buf, v);
+    return troupe_prec_load_double(p, buf);
+}
+
+static double s_expect(troupe_prec_t p, troupe_reduce_op_t op, int64_t i)
+{
+    double acc = s_gen(p, 0, i);
+    for (int r = 1; r < s_size; r++) {
+        double v = s_gen(p, r, i);
+        if (op == TROUPE_REDUCE_MAX)
+            acc = v > acc ? v : acc;
+        else if (op == TROUPE_REDUCE_MIN)
+            acc = v < acc ? v : acc;
+        else
+            acc += v;
+    }
+    if (op == TROUPE_REDUCE_MEAN)
+        acc /= s_size; /* stored below: floats round once (RNE), integers truncate */
+    unsigned char buf[16];
+    troupe_prec_store_double(p, buf, acc);
+    return troupe_prec_load_double(p, buf);
+}
+
+static void *s_fill(troupe_prec_t p, int64_t count, int64_t salt)
+{
+    size_t es = troupe_prec_size_bytes(p);
+    unsigned char *data = troupe_malloc((size_t)count * es + 1);
+    for (int64_t i = 0; i < count; i++)
+        troupe_prec_store_double(p, data + (size_t)i * es, s_gen(p, s_rank, i + salt));
+    return data;
+}
+
+/* Compares `count` values of tensor data against s_expect (index offset `salt`). */
+static int s_check(const char *what, troupe_prec_t p, troupe_reduce_op_t op, const void *data,
+                   int64_t count, int64_t salt)
+{
+    size_t es = troupe_prec_size_bytes(p);
+    for (int64_t i = 0; i < count; i++) {
+        double got = troupe_prec_load_double(p, (const char *)data + (size_t)i * es);
+        double want = s_expect(p, op, i + salt);
+        if (!(got == want)) {
+            s_fail("%s: %s %s: element %lld: got %.9g, expected %.9g", what,
+                   troupe_prec_name(p), troupe_reduce_op_name(op), (long long)i, got, want);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static troupe_status_t s_run(troupe_event_t **ev)
+{
+    troupe_status_t st = troupe_event_sync(*ev, SYNC_NS);
+    troupe_event_release(ev);
+    return st;
+}
+
+static void s_test_ops(void)
+{
+    const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE, TROUPE_PREC_DOUBLE, TROUPE_PREC_HALF,
+                                   TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8, TROUPE_PREC_INT32,
+                                   TROUPE_PREC_INT64};
+    const troupe_reduce_op_t ops[] = {TROUPE_REDUCE_SUM, TROUPE_REDUCE_MEAN, TROUPE_REDUCE_MAX,
+                                      TROUPE_REDUCE_MIN};
+    const int64_t count = 1000;
+    for (size_t pi = 0; pi < sizeof precs / sizeof *precs; pi++) {
+        for (size_t oi = 0; oi < sizeof ops / sizeof *ops; oi++) {
+            troupe_prec_t p = precs[pi];
+            void *data = s_fill(p, count, 0);
+            troupe_coll_tensor_t t = {.data = data, .count = count, .prec = p, .node_id = 7,
+                                      .ndims = 2, .dims = {10, 100}, .name = "ops"};
+            troupe_event_t *ev = NULL;
+            CHECK_OK(troupe_allreduce(&t, 1, ops[oi], &ev));
+            CHECK_OK(s_run(&ev));
+            s_check("ops", p, ops[oi], data, count, 0);
+        out:
+            troupe_free(data);
+        }
+    }
+}
+
+/* 100 tensors of 1 KiB each, cycling single/double/half, in one request. */
+static void s_test_fused(void)
+{
+    enum { N = 100 };
+    const troupe_prec_t cyc[3] = {TROUPE_PREC_SINGLE, TROUPE_PREC_DOUBLE, TROUPE_PREC_HALF};
+    troupe_coll_tensor_t t[N];
+    void *data[N] = {NULL};
+    troupe_transport_stats_t before, after;
+    troupe_transport_get_stats(&before);
+    for (int k = 0; k < N; k++) {
+        troupe_prec_t p = cyc[k % 3];
+        int64_t count = 1024 / (int64_t)troupe_prec_size_bytes(p);
+        data[k] = s_fill(p, count, k);
+        t[k] = (troupe_coll_tensor_t){.data = data[k], .count = count, .prec = p,
+                                      .node_id = 100 + k, .ndims = 1, .dims = {count},
+                                      .name = "fused"};
+    }
+    troupe_event_t *ev = NULL;
+    CHECK_OK(troupe_allreduce(t, N, TROUPE_REDUCE_SUM, &ev));
+    CHECK_OK(s_run(&ev));
+    for (int k = 0; k < N; k++)
+        if (s_check("fused", t[k].prec, TROUPE_REDUCE_SUM, data[k], t[k].count, k))
+            break;
+    troupe_transport_get_stats(&after);
+    /* single and half reduce as single: 34 KiB + 66 KiB (half widened) in 64 KiB buckets;
+     * double: 33 KiB. 2 + 1 buckets, far fewer than 100 messages. */
+    if (after.buckets - before.buckets != 3)
+        s_fail("fused: %llu buckets, expected 3",
+               (unsigned long long)(after.buckets - before.buckets));
+out:
+    for (int k = 0; k < N; k++)
+        troupe_free(data[k]);
+}
+
+/* Tensors larger than a 64 KiB bucket: reduced in slices. */
+static void s_test_large(void)
+{
+    const int64_t nf = 1 << 20; /* 4 MiB single: 64 in-place slices */
+    const int64_t nh = 100000;  /* 400 KB widened half: 7 staged slices */
+    void *f = s_fill(TROUPE_PREC_SINGLE, nf, 3);
+    void *h = s_fill(TROUPE_PREC_HALF, nh, 5);
+    troupe_transport_stats_t before, after;
+    troupe_transport_get_stats(&before);
+    troupe_coll_tensor_t t = {.data = f, .count = nf, .prec = TROUPE_PREC_SINGLE, .node_id = 1,
+                              .ndims = 1, .dims = {nf}, .name = "big"};
+    troupe_event_t *ev = NULL;
+    CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_MEAN, &ev));
+    CHECK_OK(s_run(&ev));
+    s_check("large single", TROUPE_PREC_SINGLE, TROUPE_REDUCE_MEAN, f, nf, 3);
+    t = (troupe_coll_tensor_t){.data = h, .count = nh, .prec = TROUPE_PREC_HALF, .node_id = 2,
+                               .name = "bighalf"};
+    CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev));
+    CHECK_OK(s_run(&ev));
+    s_check("large half", TROUPE_PREC_HALF, TROUPE_REDUCE_SUM, h, nh, 5);
+    troupe_transport_get_stats(&after);
+    if (after.buckets - before.buckets != 64 + 7)
+        s_fail("large: %llu buckets, expected 71",
+               (unsigned long long)(after.buckets - before.buckets));
+out:
+    troupe_free(f);
+    troupe_free(h);
+}
+
+static void s_test_broadcast(void)
+{
+    const troupe_prec_t precs[3] = {TROUPE_PREC_INT32, TROUPE_PREC_SINGLE, TROUPE_PREC_FP8};
+    const int64_t counts[3] = {100, 50000, 7};
+    troupe_coll_tensor_t t[3];
+    void *data[3] = {NULL};
+    for (int k = 0; k < 3; k++) {
+        data[k] = s_fill(precs[k], counts[k], 11 * k);
+        t[k] = (troupe_coll_tensor_t){.data = data[k], .count = counts[k], .prec = precs[k],
+                                      .node_id = 50 + k, .name = "bcast"};
+    }
+    troupe_event_t *ev = NULL;
+    CHECK_OK(troupe_broadcast(t, 3, 1, &ev));
+    CHECK_OK(s_run(&ev));
+    for (int k = 0; k < 3; k++) {
+        size_t es = troupe_prec_size_bytes(precs[k]);
+        for (int64_t i = 0; i < counts[k]; i++) {
+            double got = troupe_prec_load_double(precs[k], (char *)data[k] + (size_t)i * es);
+            double want = s_gen(precs[k], 1, i + 11 * k);
+            if (got != want) {
+                s_fail("broadcast from 1: tensor %d element %lld: got %g, expected %g", k,
+                       (long long)i, got, want);
+                break;
+            }
+        }
+    }
+out:
+    for (int k = 0; k < 3; k++)
+        troupe_free(data[k]);
+}
+
+static void s_test_device(void)
+{
+    troupe_backend_t *b = NULL;
+    troupe_device_t *d = NULL;
+    troupe_stream_t *s = NULL;
+    troupe_context_t *ctx = NULL;
+    troupe_tnode_t *tn[2] = {NULL, NULL};
+    troupe_event_t *ev = NULL;
+    troupe_config_set_auto_host_transfers(false);
+    CHECK_OK(troupe_backend_open("cpu", TROUPE_FOR_PARALLEL_COPYING, &b));
+    CHECK_OK(troupe_get_device(b, 0, &d));
+    CHECK_OK(troupe_new_stream(d, &s));
+    CHECK_OK(troupe_context_new(s, &ctx));
+    const int64_t dims0[1] = {3}, dims1[2] = {2, 2};
+    const char *l0[1] = {"w"}, *l1[1] = {"v"};
+    CHECK_OK(troupe_tnode_new(l0, 1, TROUPE_PREC_SINGLE, 1, dims0, NULL, 0.0, &tn[0]));
+    CHECK_OK(troupe_tnode_new(l1, 1, TROUPE_PREC_DOUBLE, 2, dims1, NULL, 0.0, &tn[1]));
+    double v0[3], v1[4];
+    for (int i = 0; i < 3; i++)
+        v0[i] = (i + 1) * (s_rank + 1); /* rank 0: 1 2 3; rank 1: 2 4 6 */
+    for (int i = 0; i < 4; i++)
+        v1[i] = 0.5 * i + 10 * s_rank;
+    CHECK_OK(troupe_tnode_set_values(tn[0], v0, 3));
+    CHECK_OK(troupe_tnode_set_values(tn[1], v1, 4));
+    for (int k = 0; k < 2; k++) {
+        troupe_context_t *c = NULL;
+        CHECK_OK(troupe_init_from_host(ctx, tn[k], &c, NULL));
+        troupe_context_release(&ctx);
+        ctx = c;
+    }
+    CHECK_OK(troupe_allreduce_nodes(ctx, 2, tn, TROUPE_REDUCE_SUM, &ev));
+    CHECK_OK(s_run(&ev));
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(troupe_to_host(ctx, tn[k], &ev));
+        CHECK_OK(s_run(&ev));
+    }
+    double got0[3], got1[4];
+    CHECK_OK(troupe_tnode_get_values(tn[0], got0, 3));
+    CHECK_OK(troupe_tnode_get_values(tn[1], got1, 4));
+    for (int i = 0; i < 3; i++)
+        if (got0[i] != 3.0 * (i + 1))
+            s_fail("device: w[%d] = %g, expected %g", i, got0[i], 3.0 * (i + 1));
+    for (int i = 0; i < 4; i++)
+        if (got1[i] != 1.0 * i + 10)
+            s_fail("device: v[%d] = %g, expected %g", i, got1[i], 1.0 * i + 10);
+    /* Device-level mean of the rank-dependent v again, then a broadcast of w from rank 1. */
+    CHECK_OK(troupe_tnode_set_values(tn[1], v1, 4));
+    CHECK_OK(troupe_from_host(ctx, tn[1], NULL));
+    CHECK_OK(troupe_allreduce_nodes(ctx, 1, &tn[1], TROUPE_REDUCE_MEAN, NULL));
+    if (s_rank == 1) {
+        double w1[3] = {-1, -2, -3};
+        CHECK_OK(troupe_tnode_set_values(tn[0], w1, 3));
+        CHECK_OK(troupe_from_host(ctx, tn[0], NULL));
+    }
+    CHECK_OK(troupe_broadcast_nodes(ctx, 1, &tn[0], 1, &ev));
+    CHECK_OK(s_run(&ev));
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(troupe_to_host(ctx, tn[k], &ev));
+        CHECK_OK(s_run(&ev));
+    }
+    CHECK_OK(troupe_tnode_get_values(tn[0], got0, 3));
+    CHECK_OK(troupe_tnode_get_values(tn[1], got1, 4));
+    for (int i = 0; i < 3; i++)
+        if (got0[i] != -(i + 1.0))
+            s_fail("device broadcast: w[%d] = %g, expected %g", i, got0[i], -(i + 1.0));
+    for (int i = 0; i < 4; i++)
+        if (got1[i] != 0.5 * i + 5)
+            s_fail("device mean: v[%d] = %g, expected %g", i, got1[i], 0.5 * i + 5);
+out:
+    troupe_event_release(&ev);
+    if (s != NULL && troupe_stream_await(s, SYNC_NS) != TROUPE_OK)
+        s_fail("device: stream: %s", troupe_last_error());
+    troupe_context_release(&ctx);
+    troupe_tnode_release(&tn[0]);
+    troupe_tnode_release(&tn[1]);
+    troupe_stream_release(&s);
+    troupe_backend_close(&b);
+}
+
+int main(int argc, char **argv)
+{
+    troupe_status_t st = troupe_cluster_init(&argc, &argv);
+    if (st != TROUPE_OK) {
+        printf("FAIL: troupe_cluster_init: %s: %s\n", troupe_status_str(st), troupe_last_error());
+        return 1;
+    }
+    s_rank = troupe_cluster_rank();
+    s_size = troupe_cluster_size();
+    if (s_size != 2 || !troupe_cluster_is_distributed())
+        s_fail("expected 2 ranks under mpiexec, got %d (distributed %d)", s_size,
+               troupe_cluster_is_distributed());
+    if (troupe_cluster_local_size() != 2 || troupe_cluster_local_rank() != s_rank)
+        s_fail("local rank %d of %d, expected %d of 2", troupe_cluster_local_rank(),
+               troupe_cluster_local_size(), s_rank);
+    if (strstr(troupe_mpi_version(), "MPI") == NULL)
+        s_fail("troupe_mpi_version() = '%s'", troupe_mpi_version());
+    if (s_fails == 0) {
+        s_test_ops();
+        s_test_fused();
+        s_test_large();
+        s_test_broadcast();
+        s_test_device();
+    }
+    troupe_transport_stats_t stats;
+    troupe_transport_get_stats(&stats);
+    if (stats.completed != stats.collectives || stats.failures != 0)
+        s_fail("stats: %llu collectives, %llu completed, %llu failures",
+               (unsigned long long)stats.collectives, (unsigned long long)stats.completed,
+               (unsigned long long)stats.failures);
+    st = troupe_cluster_finalize();
+    if (st != TROUPE_OK)
+        s_fail("troupe_cluster_finalize: %s: %s", troupe_status_str(st), troupe_last_error());
+    if (s_fails == 0)
+        printf("PASS rank %d: allreduce, fusion, slicing, broadcast, device level\n", s_rank);
+    return s_fails == 0 ? 0 : 1;
+}

@@ -1,0 +1,86 @@
+/* troupe — multi-rank test: a dead or stuck rank is reported by rank within the deadline
+ * (transport/mpi/cluster.h "Deadlines"), and the program ends the job through
+ * troupe_cluster_abort instead of hanging.
+ *
+ * Both ranks run a sequence of allreduces; before the 4th, rank 1
+ *   kill       SIGKILLs itself (rank 0 waits for its fingerprint), or
+ *   stuck      sleeps 30 s without issuing it (alive, but not answering), or
+ *   kill-data  issues it (a 256 MiB tensor, so its data is still moving) and SIGKILLs itself
+ *              5 ms later: rank 0's data phase stalls and a liveness probe names rank 1.
+ * Rank 0 must see DEADLINE_EXCEEDED naming "rank 1" (TROUPE_TIMEOUT_S=5 in the test's
+ * environment); it prints the message and calls troupe_cluster_abort(3, ...), so the job's
+ * exit status is non-zero. Anything else prints a FAIL line (and also exits non-zero).
+ * tests/mpi/transport_death.sh runs it under mpiexec and checks the exit status, the message
+ * and that the whole run ended before its time limit. */
+#include "actors/event.h"
+#include "transport/mpi/cluster.h"
+#include "transport/mpi/collective.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "kill";
+    bool kill = strcmp(mode, "kill") == 0, stuck = strcmp(mode, "stuck") == 0;
+    bool kill_data = strcmp(mode, "kill-data") == 0;
+    if (!kill && !stuck && !kill_data) {
+        printf("FAIL: unknown mode '%s' (kill, stuck, kill-data)\n", mode);
+        return 2;
+    }
+    troupe_status_t st = troupe_cluster_init(&argc, &argv);
+    if (st != TROUPE_OK) {
+        printf("FAIL: troupe_cluster_init: %s: %s\n", troupe_status_str(st), troupe_last_error());
+        return 1;
+    }
+    int rank = troupe_cluster_rank();
+    const int64_t count = kill_data ? (64LL << 20) : 1024;
+    float *buf = calloc((size_t)count, sizeof *buf);
+    if (buf == NULL) {
+        printf("FAIL: out of memory\n");
+        return 1;
+    }
+    for (int k = 0; k < 10; k++) {
+        if (rank == 1 && k == 3 && !kill_data) {
+            printf("rank 1: %s before allreduce %d\n", kill ? "dying" : "stuck", k);
+            fflush(stdout);
+            if (kill)
+                raise(SIGKILL);
+            else
+                sleep(30);
+        }
+        troupe_coll_tensor_t t = {.data = buf, .count = count, .prec = TROUPE_PREC_SINGLE,
+                                  .node_id = 1, .name = "grad"};
+        troupe_event_t *ev = NULL;
+        st = troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev);
+        if (st == TROUPE_OK && rank == 1 && k == 3 && kill_data) {
+            st = troupe_event_sync(ev, 5LL * 1000 * 1000);
+            printf("rank 1: dying during allreduce %d (%s)\n", k,
+                   st == TROUPE_OK ? "it completed already" : "data still moving");
+            fflush(stdout);
+            raise(SIGKILL);
+        }
+        if (st == TROUPE_OK)
+            st = troupe_event_sync(ev, 60LL * 1000 * 1000 * 1000);
+        troupe_event_release(&ev);
+        if (st != TROUPE_OK) {
+            char msg[1200];
+            snprintf(msg, sizeof msg, "allreduce %d failed: %s: %s", k, troupe_status_str(st),
+                     troupe_last_error());
+            printf("rank %d: %s\n", rank, msg);
+            if (st != TROUPE_DEADLINE_EXCEEDED || strstr(msg, "rank 1") == NULL)
+                printf("FAIL rank %d: expected DEADLINE_EXCEEDED naming rank 1\n", rank);
+            fflush(stdout);
+            troupe_cluster_abort(3, msg);
+        }
+    }
+    printf("FAIL rank %d: every allreduce succeeded although rank 1 %s\n", rank,
+           stuck ? "was stuck" : "died");
+    free(buf);
+    troupe_status_t fst = troupe_cluster_finalize();
+    (void)fst;
+    return 1;
+}

@@ -1,0 +1,39 @@
+# Multi-rank tests of transport/mpi (DESIGN.md §8), label `mpi`, two ranks under mpiexec.
+
+# Collectives: every op and precision, fusion, slicing (64 KiB buckets), broadcast, device level.
+troupe_add_mpi_test(test_transport_allreduce SOURCES test_transport_allreduce.c TIMEOUT 180
+                    ENV TROUPE_FUSION_BYTES=65536)
+
+# Fingerprint mismatches (dims, precision, kind): both ranks fail with FAILED_PRECONDITION naming
+# both ranks and the field. TROUPE_TIMEOUT_S=20 turns a hang into a failed check.
+troupe_add_mpi_test(test_transport_mismatch SOURCES test_transport_mismatch.c ARGS dims
+                    TIMEOUT 60 ENV TROUPE_TIMEOUT_S=20)
+foreach(mode prec kind)
+  add_test(NAME test_transport_mismatch_${mode}_np2
+           COMMAND ${MPIEXEC_EXECUTABLE} -n 2 ${TROUPE_MPI_LAUNCHER_ARGS}
+                   $<TARGET_FILE:test_transport_mismatch> ${mode})
+  set_tests_properties(test_transport_mismatch_${mode}_np2 PROPERTIES TIMEOUT 60 LABELS mpi
+                       PROCESSORS 2 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=20")
+endforeach()
+
+# Cross-rank device_to_device through the remote transport (COPY into the merge buffer, NO).
+troupe_add_mpi_test(test_transport_d2d SOURCES test_transport_d2d.c TIMEOUT 120
+                    ENV TROUPE_TIMEOUT_S=30)
+
+# A dead (SIGKILL, before or during a collective's data phase) or stuck (sleeping) rank 1:
+# rank 0 reports it by rank within
+# TROUPE_TIMEOUT_S=5 and aborts the job. mpirun normally kills the whole job as soon as a rank
+# dies; orte_abort_on_non_zero_status=0 lets rank 0 live to report (Open MPI 4.1's
+# --enable-recovery does too, but then mpirun exits 0 even after MPI_Abort(3), so the exit
+# status could not be checked). transport_death.sh checks status, message and time.
+add_executable(test_transport_death test_transport_death.c)
+target_link_libraries(test_transport_death PRIVATE troupe::troupe m)
+foreach(mode kill stuck kill-data)
+  add_test(NAME test_transport_death_${mode}_np2
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/transport_death.sh 50
+                   ${MPIEXEC_EXECUTABLE} -n 2 ${TROUPE_MPI_LAUNCHER_ARGS}
+                   --mca orte_abort_on_non_zero_status 0
+                   $<TARGET_FILE:test_transport_death> ${mode})
+  set_tests_properties(test_transport_death_${mode}_np2 PROPERTIES TIMEOUT 60 LABELS mpi
+                       PROCESSORS 2 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=5")
+endforeach()

@@ -1,0 +1,761 @@
+/* troupe — the data-parallel driver (parallel/dp.h), in one process: a linear regression
+ * y = x W + b with a mean-squared-error loss and hand-written gradients (ir/assign), trained
+ * with SGD (momentum, weight decay) and AdamW, against a plain C reference of the same
+ * optimizers on the same batches; N streams on 1/N batches against 1 stream on full batches;
+ * bitwise reproducibility; checkpoints (round trip, corruption, atomicity); invalid configs.
+ * Runs on "sync" and "cpu". */
+#include "actors/troupe.h"
+#include "parallel/dp.h"
+
+#include "base/alloc.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void s_setup(void)
+{
+    cr_assert_eq(troupe_config_set_cache_dir(TROUPE_TEST_BUILD_DIR "/troupe-cache-dp"), TROUPE_OK);
+    cr_assert_eq(troupe_config_set_timeout_s(60), TROUPE_OK);
+}
+
+TestSuite(dp, .init = s_setup);
+
+#define OK(expr)                                                                                   \
+    do {                                                                                           \
+        troupe_status_t s__ = (expr);                                                              \
+        cr_assert_eq(s__, TROUPE_OK, "%s -> %s: %s", #expr, troupe_status_str(s__),                \
+                     troupe_last_error());                                                         \
+    } while (0)
+
+/* ---- the data set: full batches of FB rows, NB of them --------------------------------------- */
+
+#define D 3  /* features */
+#define O 2  /* outputs */
+#define FB 8 /* rows of a full batch */
+#define NB 4 /* full batches */
+
+typedef struct data {
+    float x[NB][FB][D];
+    float y[NB][FB][O];
+} data_t;
+
+static uint32_t s_lcg(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+static float s_unif(uint32_t *s)
+{
+    return (float)((double)s_lcg(s) / (double)(1u << 24) * 2.0 - 1.0);
+}
+
+static void s_make_data(data_t *d)
+{
+    uint32_t seed = 12345;
+    const float wt[D][O] = {{0.5f, -1.0f}, {2.0f, 0.25f}, {-0.75f, 1.5f}};
+    const float bt[O] = {0.3f, -0.2f};
+    for (int j = 0; j < NB; j++)
+        for (int r = 0; r < FB; r++) {
+            for (int i = 0; i < D; i++)
+                d->x[j][r][i] = s_unif(&seed);
+            for (int o = 0; o < O; o++) {
+                float v = bt[o] + 0.1f * s_unif(&seed);
+                for (int i = 0; i < D; i++)
+                    v += d->x[j][r][i] * wt[i][o];
+                d->y[j][r][o] = v;
+            }
+        }
+}
+
+static const float s_w0[D][O] = {{0.1f, -0.2f}, {0.05f, 0.3f}, {-0.1f, 0.0f}};
+static const float s_b0[O] = {0.01f, -0.02f};
+
+/* ---- the model ------------------------------------------------------------------------------- */
+
+typedef struct lr {
+    troupe_tnode_t *X, *Y, *W, *b, *gW, *gb, *loss;
+    troupe_asgn_comp_t *comp;
+    troupe_tnode_t *params[2], *grads[2], *inputs[2];
+    troupe_dp_model_t model;
+} lr_t;
+
+static troupe_tnode_t *s_node(const char *label, int ndims, const int64_t *dims)
+{
+    troupe_tnode_t *tn = NULL;
+    const char *l[1] = {label};
+    OK(troupe_tnode_new(l, 1, TROUPE_PREC_SINGLE, ndims, dims, NULL, 0.0, &tn));
+    return tn;
+}
+
+/* The model over `split` batches per full batch: batch j*split + h holds rows
+ * [h*FB/split, (h+1)*FB/split) of full batch j. `din` != D gives a model of another shape
+ * (for the wrong-shape checkpoint). */
+static void s_model(lr_t *m, const data_t *d, int split, int din)
+{
+    memset(m, 0, sizeof *m);
+    int64_t nb = (int64_t)NB * split, bs = FB / split;
+    m->X = s_node("X", 3, (int64_t[]){nb, bs, din});
+    m->Y = s_node("Y", 3, (int64_t[]){nb, bs, O});
+    m->W = s_node("W", 2, (int64_t[]){din, O});
+    m->b = s_node("b", 1, (int64_t[]){O});
+    m->gW = s_node("W_grad", 2, (int64_t[]){din, O});
+    m->gb = s_node("b_grad", 1, (int64_t[]){O});
+    m->loss = s_node("loss", 0, NULL);
+    double *xv = troupe_calloc((size_t)(nb * bs * din), sizeof *xv);
+    double yv[NB * FB * O], wv[8 * O], bv[O];
+    for (int j = 0; j < NB; j++)
+        for (int r = 0; r < FB; r++) {
+            for (int i = 0; i < din; i++)
+                xv[(j * FB + r) * din + i] = i < D ? d->x[j][r][i] : 0.5;
+            for (int o = 0; o < O; o++)
+                yv[(j * FB + r) * O + o] = d->y[j][r][o];
+        }
+    for (int i = 0; i < din; i++)
+        for (int o = 0; o < O; o++)
+            wv[i * O + o] = i < D ? s_w0[i][o] : 0.0;
+    for (int o = 0; o < O; o++)
+        bv[o] = s_b0[o];
+    OK(troupe_tnode_set_values(m->X, xv, (size_t)(nb * bs * din)));
+    OK(troupe_tnode_set_values(m->Y, yv, NB * FB * O));
+    OK(troupe_tnode_set_values(m->W, wv, (size_t)din * O));
+    OK(troupe_tnode_set_values(m->b, bv, O));
+    troupe_free(xv);
+
+    troupe_tnode_t *xb = s_node("xb", 2, (int64_t[]){bs, din});
+    troupe_tnode_t *yb = s_node("yb", 2, (int64_t[]){bs, O});
+    troupe_tnode_t *pred = s_node("pred", 2, (int64_t[]){bs, O});
+    troupe_tnode_t *diff = s_node("diff", 2, (int64_t[]){bs, O});
+    troupe_tnode_t *gp = s_node("gpred", 2, (int64_t[]){bs, O});
+    troupe_tnode_t *l2 = s_node("sq", 2, (int64_t[]){bs, O});
+    troupe_tnode_t *c2 = s_node("two_over_n", 0, NULL);
+    troupe_tnode_t *cinv = s_node("one_over_n", 0, NULL);
+    troupe_asgn_comp_t *c = NULL;
+    OK(troupe_asgn_comp_new(&c));
+    int32_t sym = -1;
+    OK(troupe_asgn_comp_add_static_symbol(c, "batch", nb, &sym));
+    troupe_asgn_t *t[12];
+    int n = 0;
+    OK(troupe_asgn_fetch_slice(c, xb, sym, m->X, &t[n++]));
+    OK(troupe_asgn_fetch_slice(c, yb, sym, m->Y, &t[n++]));
+    OK(troupe_asgn_fetch_constant(c, c2, 2.0 / (double)(bs * O), &t[n++]));
+    OK(troupe_asgn_fetch_constant(c, cinv, 1.0 / (double)(bs * O), &t[n++]));
+    OK(troupe_asgn_comp_add_embedded(c, c2));
+    OK(troupe_asgn_comp_add_embedded(c, cinv));
+    OK(troupe_asgn_accum_binop(c, true, TROUPE_BINOP_ADD, pred, TROUPE_BINOP_MUL,
+                               troupe_asgn_node(xb), troupe_asgn_node(m->W), "bi,io=>bo", &t[n++]));
+    OK(troupe_asgn_accum_unop(c, false, TROUPE_BINOP_ADD, pred, TROUPE_UNOP_IDENTITY,
+                              troupe_asgn_node(m->b), "o=>bo", &t[n++]));
+    OK(troupe_asgn_pointwise_binop(c, diff, TROUPE_BINOP_SUB, troupe_asgn_node(pred),
+                                   troupe_asgn_node(yb), &t[n++]));
+    OK(troupe_asgn_accum_binop(c, false, TROUPE_BINOP_ARG2, gp, TROUPE_BINOP_MUL,
+                               troupe_asgn_node(diff), troupe_asgn_node(c2), "bo,=>bo", &t[n++]));
+    OK(troupe_asgn_accum_binop(c, false, TROUPE_BINOP_ARG2, l2, TROUPE_BINOP_MUL,
+                               troupe_asgn_node(diff), troupe_asgn_node(cinv), "bo,=>bo", &t[n++]));
+    OK(troupe_asgn_accum_binop(c, true, TROUPE_BINOP_ADD, m->loss, TROUPE_BINOP_MUL,
+                               troupe_asgn_node(diff), troupe_asgn_node(l2), "bo,bo=>", &t[n++]));
+    OK(troupe_asgn_accum_binop(c, true, TROUPE_BINOP_ADD, m->gW, TROUPE_BINOP_MUL,
+                               troupe_asgn_node(xb), troupe_asgn_node(gp), "bi,bo=>io", &t[n++]));
+    OK(troupe_asgn_accum_unop(c, true, TROUPE_BINOP_ADD, m->gb, TROUPE_UNOP_IDENTITY,
+                              troupe_asgn_node(gp), "bo=>o", &t[n++]));
+    troupe_asgn_t *root = NULL;
+    OK(troupe_asgn_seq(c, (size_t)n, t, &root));
+    troupe_asgn_comp_set_root(c, root);
+    m->comp = c;
+    troupe_tnode_release(&xb);
+    troupe_tnode_release(&yb);
+    troupe_tnode_release(&pred);
+    troupe_tnode_release(&diff);
+    troupe_tnode_release(&gp);
+    troupe_tnode_release(&l2);
+    troupe_tnode_release(&c2);
+    troupe_tnode_release(&cinv);
+
+    m->params[0] = m->W;
+    m->params[1] = m->b;
+    m->grads[0] = m->gW;
+    m->grads[1] = m->gb;
+    m->inputs[0] = m->X;
+    m->inputs[1] = m->Y;
+    m->model.grad_comp = m->comp;
+    m->model.batch_index = "batch";
+    m->model.num_batches = nb;
+    m->model.params = m->params;
+    m->model.grads = m->grads;
+    m->model.n_params = 2;
+    m->model.loss = m->loss;
+    m->model.inputs = m->inputs;
+    m->model.n_inputs = 2;
+}
+
+static void s_model_done(lr_t *m)
+{
+    troupe_asgn_comp_destroy(&m->comp);
+    troupe_tnode_t **all[] = {&m->X, &m->Y, &m->W, &m->b, &m->gW, &m->gb, &m->loss};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        troupe_tnode_release(all[i]);
+}
+
+/* W then b, as floats, from the host arrays (after troupe_dp_params_to_host). */
+static void s_params(lr_t *m, float *out)
+{
+    void *h = NULL;
+    OK(troupe_tnode_host_array(m->W, &h));
+    memcpy(out, h, D * O * sizeof(float));
+    OK(troupe_tnode_host_array(m->b, &h));
+    memcpy(out + D * O, h, O * sizeof(float));
+}
+
+#define NP (D * O + O)
+
+/* ---- the C reference --------------------------------------------------------------------------
+ */
+
+typedef struct ref {
+    float w[NP]; /* W (row-major) then b */
+    float m[NP], v[NP];
+    float last_loss;
+} ref_t;
+
+static void s_ref_init(ref_t *r)
+{
+    memset(r, 0, sizeof *r);
+    for (int i = 0; i < D; i++)
+        for (int o = 0; o < O; o++)
+            r->w[i * O + o] = s_w0[i][o];
+    for (int o = 0; o < O; o++)
+        r->w[D * O + o] = s_b0[o];
+}
+
+/* One step on full batch j at step index t (1-based). */
+static void s_ref_step(ref_t *r, const data_t *d, int j, int t, const troupe_optimizer_t *opt)
+{
+    float g[NP] = {0};
+    float loss = 0;
+    for (int row = 0; row < FB; row++)
+        for (int o = 0; o < O; o++) {
+            float p = r->w[D * O + o];
+            for (int i = 0; i < D; i++)
+                p += d->x[j][row][i] * r->w[i * O + o];
+            float diff = p - d->y[j][row][o];
+            float gp = diff * (float)(2.0 / (FB * O));
+            loss += diff * diff * (float)(1.0 / (FB * O));
+            for (int i = 0; i < D; i++)
+                g[i * O + o] += d->x[j][row][i] * gp;
+            g[D * O + o] += gp;
+        }
+    r->last_loss = loss;
+    for (int e = 0; e < NP; e++) {
+        float p = r->w[e];
+        if (opt->kind == TROUPE_OPT_SGD) {
+            float gg = g[e] + (float)opt->weight_decay * p;
+            r->m[e] = (float)opt->momentum * r->m[e] + gg;
+            r->w[e] = p - (float)opt->lr * (opt->momentum != 0.0 ? r->m[e] : gg);
+        } else {
+            p -= (float)(opt->lr * opt->weight_decay) * p;
+            r->m[e] = (float)opt->beta1 * r->m[e] + (float)(1 - opt->beta1) * g[e];
+            r->v[e] = (float)opt->beta2 * r->v[e] + (float)(1 - opt->beta2) * g[e] * g[e];
+            float mh = r->m[e] / (float)(1 - pow(opt->beta1, t));
+            float vh = r->v[e] / (float)(1 - pow(opt->beta2, t));
+            r->w[e] = p - (float)opt->lr * mh / (sqrtf(vh) + (float)opt->eps);
+        }
+    }
+}
+
+static void s_close(const float *got, const float *want, int n, double rel, const char *what)
+{
+    for (int e = 0; e < n; e++) {
+        double tol = rel * fmax(1.0, fabs((double)want[e]));
+        cr_assert(fabs((double)got[e] - (double)want[e]) <= tol,
+                  "%s: element %d: got %.9g want %.9g (tolerance %g)", what, e, (double)got[e],
+                  (double)want[e], tol);
+    }
+}
+
+static troupe_optimizer_t s_opt(troupe_optimizer_kind_t kind)
+{
+    troupe_optimizer_t o = troupe_optimizer_default(kind);
+    if (kind == TROUPE_OPT_SGD) {
+        o.lr = 0.05;
+        o.momentum = 0.9;
+        o.weight_decay = 0.01;
+    } else {
+        o.lr = 0.01;
+        o.weight_decay = 0.05;
+    }
+    return o;
+}
+
+/* Trains `steps` steps with `streams` streams on batches split `streams` ways; params out. */
+static void s_train(const char *backend, int streams, troupe_optimizer_kind_t kind, int steps,
+                    float *out, double *out_loss)
+{
+    data_t d;
+    s_make_data(&d);
+    lr_t m;
+    s_model(&m, &d, streams, D);
+    troupe_dp_config_t cfg = {backend, streams, s_opt(kind), false};
+    troupe_dp_t *dp = NULL;
+    OK(troupe_dp_new(&cfg, &m.model, &dp));
+    cr_assert_eq(troupe_dp_num_streams(dp), streams);
+    for (int s = 0; s < steps; s++)
+        OK(troupe_dp_step(dp));
+    cr_assert_eq(troupe_dp_steps_done(dp), steps);
+    OK(troupe_dp_sync(dp));
+    if (out_loss)
+        OK(troupe_dp_last_loss(dp, out_loss));
+    OK(troupe_dp_params_to_host(dp));
+    s_params(&m, out);
+    troupe_dp_destroy(&dp);
+    cr_assert_null(dp);
+    s_model_done(&m);
+}
+
+#define K 6
+
+static void s_against_reference(const char *backend, troupe_optimizer_kind_t kind)
+{
+    data_t d;
+    s_make_data(&d);
+    troupe_optimizer_t opt = s_opt(kind);
+    ref_t r;
+    s_ref_init(&r);
+    for (int s = 0; s < K; s++)
+        s_ref_step(&r, &d, s % NB, s + 1, &opt);
+    float got[NP];
+    double loss = 0;
+    s_train(backend, 1, kind, K, got, &loss);
+    char what[64];
+    snprintf(what, sizeof what, "%s %s", backend, troupe_optimizer_name(kind));
+    s_close(got, r.w, NP, 1e-5, what);
+    cr_assert(fabs(loss - r.last_loss) <= 1e-5 * fmax(1.0, fabs(r.last_loss)),
+              "%s: last loss %.9g, reference %.9g", what, loss, (double)r.last_loss);
+    /* the parameters moved: the test is not vacuous */
+    cr_assert(fabsf(got[0] - s_w0[0][0]) > 1e-3f);
+}
+
+Test(dp, sgd_matches_the_c_reference)
+{
+    s_against_reference("sync", TROUPE_OPT_SGD);
+    s_against_reference("cpu", TROUPE_OPT_SGD);
+}
+
+Test(dp, adamw_matches_the_c_reference)
+{
+    s_against_reference("sync", TROUPE_OPT_ADAMW);
+    s_against_reference("cpu", TROUPE_OPT_ADAMW);
+}
+
+Test(dp, two_streams_on_half_batches_equal_one_stream_on_full_batches)
+{
+    troupe_optimizer_kind_t kinds[2] = {TROUPE_OPT_SGD, TROUPE_OPT_ADAMW};
+    for (int q = 0; q < 2; q++) {
+        float one[NP], two[NP], two_sync[NP], four[NP];
+        double l1 = 0, l2 = 0;
+        s_train("cpu", 1, kinds[q], K, one, &l1);
+        s_train("cpu", 2, kinds[q], K, two, &l2);
+        s_train("sync", 2, kinds[q], K, two_sync, NULL);
+        s_train("cpu", 4, kinds[q], K, four, NULL);
+        const char *name = troupe_optimizer_name(kinds[q]);
+        s_close(two, one, NP, 1e-5, name);
+        s_close(two_sync, one, NP, 1e-5, name);
+        s_close(four, one, NP, 1e-5, name);
+        cr_assert(fabs(l1 - l2) <= 1e-5 * fmax(1.0, fabs(l1)), "%s: loss %g vs %g", name, l1, l2);
+    }
+}
+
+Test(dp, identical_runs_are_bitwise_identical)
+{
+    troupe_optimizer_kind_t kinds[2] = {TROUPE_OPT_SGD, TROUPE_OPT_ADAMW};
+    for (int q = 0; q < 2; q++) {
+        float a[NP], b[NP];
+        s_train("cpu", 2, kinds[q], K, a, NULL);
+        s_train("cpu", 2, kinds[q], K, b, NULL);
+        cr_assert(memcmp(a, b, sizeof a) == 0, "%s: two runs differ",
+                  troupe_optimizer_name(kinds[q]));
+    }
+}
+
+/* ---- checkpoints ---------------------------------------------------------------------------- */
+
+typedef struct run {
+    data_t d;
+    lr_t m;
+    troupe_dp_t *dp;
+} run_t;
+
+static void s_run_new(run_t *r, const char *backend, int streams, troupe_optimizer_kind_t kind,
+                      int din)
+{
+    s_make_data(&r->d);
+    s_model(&r->m, &r->d, streams, din);
+    troupe_dp_config_t cfg = {backend, streams, s_opt(kind), false};
+    OK(troupe_dp_new(&cfg, &r->m.model, &r->dp));
+}
+
+static void s_run_steps(run_t *r, int n)
+{
+    for (int s = 0; s < n; s++)
+        OK(troupe_dp_step(r->dp));
+}
+
+static void s_run_params(run_t *r, float *out)
+{
+    OK(troupe_dp_params_to_host(r->dp));
+    s_params(&r->m, out);
+}
+
+static void s_run_done(run_t *r)
+{
+    troupe_dp_destroy(&r->dp);
+    s_model_done(&r->m);
+}
+
+static char *s_tmp_path(const char *name)
+{
+    char *p =
+        troupe_strdup_printf("%s/dp-ckpt-%ld-%s", TROUPE_TEST_BUILD_DIR, (long)getpid(), name);
+    cr_assert_not_null(p);
+    return p;
+}
+
+static unsigned char *s_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *p = malloc((size_t)n);
+    cr_assert_eq(fread(p, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return p;
+}
+
+static void s_spit(const char *path, const unsigned char *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(p, 1, n, f), n);
+    fclose(f);
+}
+
+static void s_round_trip(troupe_optimizer_kind_t kind, int streams)
+{
+    char *path = s_tmp_path(troupe_optimizer_name(kind));
+    run_t a, b;
+    float pa[NP], pb[NP];
+    s_run_new(&a, "cpu", streams, kind, D);
+    s_run_steps(&a, 3);
+    OK(troupe_dp_save(a.dp, path));
+    cr_assert(access(path, F_OK) == 0);
+    s_run_steps(&a, 3);
+    s_run_params(&a, pa);
+    s_run_done(&a);
+
+    s_run_new(&b, "cpu", streams, kind, D);
+    OK(troupe_dp_load(b.dp, path));
+    cr_assert_eq(troupe_dp_steps_done(b.dp), 3);
+    s_run_steps(&b, 3);
+    s_run_params(&b, pb);
+    s_run_done(&b);
+    cr_assert(memcmp(pa, pb, sizeof pa) == 0,
+              "%s: a resumed run differs from an uninterrupted one (W[0] %.9g vs %.9g)",
+              troupe_optimizer_name(kind), (double)pa[0], (double)pb[0]);
+    unlink(path);
+    troupe_free(path);
+}
+
+Test(dp, checkpoint_round_trip_resumes_exactly)
+{
+    s_round_trip(TROUPE_OPT_ADAMW, 2);
+    s_round_trip(TROUPE_OPT_SGD, 1);
+}
+
+/* Loading `path` must fail with INVALID_ARGUMENT naming the path and `needle`, and change
+ * nothing: the parameters, the step count, and (through one more step) the optimizer state. */
+static void s_expect_bad(run_t *r, const char *path, const char *needle)
+{
+    float before[NP], after[NP];
+    s_run_params(r, before);
+    int64_t steps = troupe_dp_steps_done(r->dp);
+    troupe_status_t st = troupe_dp_load(r->dp, path);
+    cr_assert_eq(st, TROUPE_INVALID_ARGUMENT, "%s: %s (%s)", needle, troupe_status_str(st),
+                 troupe_last_error());
+    const char *msg = troupe_last_error();
+    cr_assert(strstr(msg, path) && strstr(msg, needle), "want '%s' and the path in: %s", needle,
+              msg);
+    cr_assert_eq(troupe_dp_steps_done(r->dp), steps);
+    s_run_params(r, after);
+    cr_assert(memcmp(before, after, sizeof before) == 0, "%s: parameters changed", needle);
+}
+
+Test(dp, corrupt_checkpoints_are_refused_and_change_nothing)
+{
+    char *good = s_tmp_path("good"), *bad = s_tmp_path("bad"), *shape = s_tmp_path("shape");
+    run_t r, ref, other;
+    s_run_new(&r, "sync", 1, TROUPE_OPT_ADAMW, D);
+    s_run_new(&ref, "sync", 1, TROUPE_OPT_ADAMW, D);
+    s_run_steps(&r, 2);
+    s_run_steps(&ref, 2);
+    OK(troupe_dp_save(r.dp, good));
+    size_t n = 0;
+    unsigned char *img = s_slurp(good, &n);
+    cr_assert_gt(n, 64u);
+
+    s_spit(bad, img, n - 7); /* truncated */
+    s_expect_bad(&r, bad, "truncated");
+    s_spit(bad, img, 20); /* truncated inside the header */
+    s_expect_bad(&r, bad, "truncated");
+    img[n - 20] ^= 0x10; /* a flipped bit in the data */
+    s_spit(bad, img, n);
+    s_expect_bad(&r, bad, "CRC mismatch");
+    img[n - 20] ^= 0x10;
+    img[0] = 'X'; /* wrong magic */
+    s_spit(bad, img, n);
+    s_expect_bad(&r, bad, "bad magic");
+    img[0] = 'T';
+    img[8] = 7; /* a future version */
+    s_spit(bad, img, n);
+    s_expect_bad(&r, bad, "version");
+    img[8] = 1;
+    s_spit(bad, img, n); /* intact again: loads */
+    free(img);
+
+    /* a valid checkpoint of a model whose W has another shape */
+    s_run_new(&other, "sync", 1, TROUPE_OPT_ADAMW, D + 1);
+    s_run_steps(&other, 1);
+    OK(troupe_dp_save(other.dp, shape));
+    s_run_done(&other);
+    s_expect_bad(&r, shape, "dims 4x2 in the file but 3x2");
+    /* a checkpoint of the other optimizer */
+    s_run_new(&other, "sync", 1, TROUPE_OPT_SGD, D);
+    OK(troupe_dp_save(other.dp, shape));
+    s_run_done(&other);
+    s_expect_bad(&r, shape, "optimizer sgd in the file but adamw");
+
+    /* no file */
+    char *missing = s_tmp_path("missing");
+    cr_assert_eq(troupe_dp_load(r.dp, missing), TROUPE_NOT_FOUND);
+    cr_assert(strstr(troupe_last_error(), missing));
+    /* save into a directory that does not exist */
+    cr_assert_eq(troupe_dp_save(r.dp, "/nonexistent-dir/ck"), TROUPE_NOT_FOUND);
+    cr_assert(strstr(troupe_last_error(), "/nonexistent-dir/ck"));
+
+    /* the optimizer state was not touched either: one more step matches the reference run */
+    s_run_steps(&r, 1);
+    s_run_steps(&ref, 1);
+    float pr[NP], pf[NP];
+    s_run_params(&r, pr);
+    s_run_params(&ref, pf);
+    cr_assert(memcmp(pr, pf, sizeof pr) == 0, "failed loads changed the optimizer state");
+    /* the restored intact file loads */
+    OK(troupe_dp_load(r.dp, bad));
+    cr_assert_eq(troupe_dp_steps_done(r.dp), 2);
+    s_run_done(&r);
+    s_run_done(&ref);
+    unlink(good);
+    unlink(bad);
+    unlink(shape);
+    troupe_free(good);
+    troupe_free(bad);
+    troupe_free(shape);
+    troupe_free(missing);
+}
+
+Test(dp, save_is_atomic_and_leaves_no_temporary)
+{
+    char *path = s_tmp_path("atomic");
+    run_t r;
+    s_run_new(&r, "sync", 1, TROUPE_OPT_SGD, D);
+    s_spit(path, (const unsigned char *)"old", 3);
+    OK(troupe_dp_save(r.dp, path));
+    char *tmp = troupe_strdup_printf("%s.tmp.%ld", path, (long)getpid());
+    cr_assert(access(tmp, F_OK) != 0, "the temporary file is left behind");
+    size_t n = 0;
+    unsigned char *img = s_slurp(path, &n);
+    cr_assert(n > 8 && memcmp(img, "TROUPECK", 8) == 0);
+    free(img);
+    s_run_done(&r);
+    unlink(path);
+    troupe_free(tmp);
+    troupe_free(path);
+}
+
+/* ---- errors --------------------------------------------------------------------------------- */
+
+static void s_expect_invalid(const troupe_dp_config_t *cfg, const troupe_dp_model_t *m,
+                             troupe_status_t want, const char *needle)
+{
+    troupe_dp_t *dp = (troupe_dp_t *)0x1;
+    troupe_status_t st = troupe_dp_new(cfg, m, &dp);
+    cr_assert_eq(st, want, "%s: got %s (%s)", needle, troupe_status_str(st), troupe_last_error());
+    cr_assert_null(dp);
+    cr_assert(strstr(troupe_last_error(), needle), "want '%s' in: %s", needle, troupe_last_error());
+}
+
+Test(dp, invalid_configs_are_named)
+{
+    data_t d;
+    s_make_data(&d);
+    lr_t m;
+    s_model(&m, &d, 1, D);
+    troupe_dp_config_t good = {"sync", 1, s_opt(TROUPE_OPT_ADAMW), false};
+    troupe_dp_config_t cfg;
+    troupe_dp_model_t mm;
+
+    s_expect_invalid(NULL, &m.model, TROUPE_INVALID_ARGUMENT, "NULL config");
+    s_expect_invalid(&good, NULL, TROUPE_INVALID_ARGUMENT, "NULL model");
+    mm = m.model;
+    mm.n_params = 0;
+    s_expect_invalid(&good, &mm, TROUPE_INVALID_ARGUMENT, "n_params is 0");
+    mm = m.model;
+    mm.batch_index = "nope";
+    s_expect_invalid(&good, &mm, TROUPE_INVALID_ARGUMENT, "batch_index 'nope'");
+    mm = m.model;
+    mm.num_batches = 0;
+    s_expect_invalid(&good, &mm, TROUPE_INVALID_ARGUMENT, "num_batches");
+    mm = m.model;
+    mm.num_batches = NB + 1;
+    s_expect_invalid(&good, &mm, TROUPE_INVALID_ARGUMENT, "exceeds the range");
+    troupe_tnode_t *swapped[2] = {m.gb, m.gW};
+    mm = m.model;
+    mm.grads = swapped;
+    s_expect_invalid(&good, &mm, TROUPE_INVALID_ARGUMENT, "has dims 2 but params[0]");
+    troupe_tnode_t *dbl = NULL;
+    const char *l[1] = {"W_grad64"};
+    OK(troupe_tnode_new(l, 1, TROUPE_PREC_DOUBLE, 2, (int64_t[]){D, O}, NULL, 0.0, &dbl));
+    troupe_tnode_t *prec_grads[2] = {dbl, m.gb};
+    mm = m.model;
+    mm.grads = prec_grads;
+    s_expect_invalid(&good, &mm, TROUPE_INVALID_ARGUMENT, "precision double");
+    troupe_tnode_release(&dbl);
+    troupe_tnode_t *dup[2] = {m.W, m.W};
+    mm = m.model;
+    mm.params = dup;
+    s_expect_invalid(&good, &mm, TROUPE_INVALID_ARGUMENT, "share a node");
+
+    cfg = good;
+    cfg.optimizer.lr = 0;
+    s_expect_invalid(&cfg, &m.model, TROUPE_INVALID_ARGUMENT, "learning rate lr = 0");
+    cfg = good;
+    cfg.optimizer.beta1 = 1.0;
+    s_expect_invalid(&cfg, &m.model, TROUPE_INVALID_ARGUMENT, "beta1 = 1");
+    cfg = good;
+    cfg.optimizer.beta2 = -0.5;
+    s_expect_invalid(&cfg, &m.model, TROUPE_INVALID_ARGUMENT, "beta2 = -0.5");
+    cfg = good;
+    cfg.optimizer.eps = 0;
+    s_expect_invalid(&cfg, &m.model, TROUPE_INVALID_ARGUMENT, "eps = 0");
+    cfg = good;
+    cfg.optimizer.weight_decay = -1;
+    s_expect_invalid(&cfg, &m.model, TROUPE_INVALID_ARGUMENT, "weight_decay = -1");
+    cfg = good;
+    cfg.optimizer = troupe_optimizer_default(TROUPE_OPT_SGD);
+    cfg.optimizer.momentum = 1.0;
+    s_expect_invalid(&cfg, &m.model, TROUPE_INVALID_ARGUMENT, "momentum = 1");
+    cfg = good;
+    cfg.optimizer.kind = (troupe_optimizer_kind_t)7;
+    s_expect_invalid(&cfg, &m.model, TROUPE_INVALID_ARGUMENT, "optimizer kind 7");
+    cfg = good;
+    cfg.backend = "abacus";
+    s_expect_invalid(&cfg, &m.model, TROUPE_NOT_FOUND, "abacus");
+
+    troupe_optimizer_kind_t k;
+    OK(troupe_optimizer_parse("adamw", &k));
+    cr_assert_eq(k, TROUPE_OPT_ADAMW);
+    OK(troupe_optimizer_parse("sgd", &k));
+    cr_assert_eq(k, TROUPE_OPT_SGD);
+    cr_assert_eq(troupe_optimizer_parse("lion", &k), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "lion") && strstr(troupe_last_error(), "sgd, adamw"));
+
+    /* set_lr and the loss before any step */
+    troupe_dp_t *dp = NULL;
+    OK(troupe_dp_new(&good, &m.model, &dp));
+    cr_assert_eq(troupe_dp_set_lr(dp, 0.0), TROUPE_INVALID_ARGUMENT);
+    cr_assert_eq(troupe_dp_set_lr(dp, -1.0), TROUPE_INVALID_ARGUMENT);
+    OK(troupe_dp_set_lr(dp, 0.5));
+    double loss;
+    cr_assert_eq(troupe_dp_last_loss(dp, &loss), TROUPE_FAILED_PRECONDITION);
+    cr_assert(strstr(troupe_last_error(), "no step"));
+    cr_assert_not_null(troupe_dp_owner_context(dp));
+    cr_assert_not_null(troupe_dp_backend(dp));
+    troupe_dp_destroy(&dp);
+    troupe_dp_destroy(&dp); /* NULL-safe */
+    s_model_done(&m);
+}
+
+Test(dp, set_lr_changes_later_steps)
+{
+    /* SGD without momentum or decay: after one step at lr and one at lr/2, the reference with
+     * the same schedule matches. */
+    data_t d;
+    s_make_data(&d);
+    lr_t m;
+    s_model(&m, &d, 1, D);
+    troupe_optimizer_t opt = s_opt(TROUPE_OPT_SGD);
+    opt.momentum = 0;
+    troupe_dp_config_t cfg = {"sync", 1, opt, false};
+    troupe_dp_t *dp = NULL;
+    OK(troupe_dp_new(&cfg, &m.model, &dp));
+    OK(troupe_dp_step(dp));
+    OK(troupe_dp_set_lr(dp, opt.lr / 2));
+    OK(troupe_dp_step(dp));
+    OK(troupe_dp_params_to_host(dp));
+    float got[NP];
+    s_params(&m, got);
+    ref_t r;
+    s_ref_init(&r);
+    s_ref_step(&r, &d, 0, 1, &opt);
+    opt.lr /= 2;
+    s_ref_step(&r, &d, 1, 2, &opt);
+    s_close(got, r.w, NP, 1e-5, "set_lr");
+    troupe_dp_destroy(&dp);
+    s_model_done(&m);
+}
+
+Test(dp, params_from_host_uploads_to_every_stream)
+{
+    /* Two streams train two steps, then the parameters are reset on the host: both replicas
+     * must train from the new values (SGD without momentum keeps no state, so the reference
+     * simply starts from them on the next full batches). */
+    data_t d;
+    s_make_data(&d);
+    lr_t m;
+    s_model(&m, &d, 2, D);
+    troupe_optimizer_t opt = s_opt(TROUPE_OPT_SGD);
+    opt.momentum = 0;
+    troupe_dp_config_t cfg = {"cpu", 2, opt, false};
+    troupe_dp_t *dp = NULL;
+    OK(troupe_dp_new(&cfg, &m.model, &dp));
+    OK(troupe_dp_step(dp));
+    OK(troupe_dp_step(dp));
+    OK(troupe_dp_sync(dp));
+    double wv[D * O], bv[O] = {0.5, -0.5};
+    ref_t r;
+    s_ref_init(&r);
+    for (int i = 0; i < D * O; i++) {
+        wv[i] = 0.125 * i;
+        r.w[i] = (float)wv[i];
+    }
+    r.w[D * O] = 0.5f;
+    r.w[D * O + 1] = -0.5f;
+    OK(troupe_tnode_set_values(m.W, wv, D * O));
+    OK(troupe_tnode_set_values(m.b, bv, O));
+    OK(troupe_dp_params_from_host(dp));
+    OK(troupe_dp_step(dp));
+    OK(troupe_dp_step(dp));
+    OK(troupe_dp_params_to_host(dp));
+    float got[NP];
+    s_params(&m, got);
+    s_ref_step(&r, &d, 2, 3, &opt);
+    s_ref_step(&r, &d, 3, 4, &opt);
+    s_close(got, r.w, NP, 1e-5, "params_from_host");
+    troupe_dp_destroy(&dp);
+    s_model_done(&m);
+}

@@ -1,0 +1,401 @@
+/* troupe — the transport in one process (transport/mpi/cluster.h, collective.h): without a
+ * launcher the cluster is rank 0 of 1 and never calls MPI_Init; every collective is exact
+ * (sum/max/min are the identity, mean divides by 1, a broadcast from rank 0 leaves the data),
+ * at the host and the device level; invalid arguments are named; fingerprints of differing
+ * requests produce the messages the ranks report (compared here without MPI); remote contexts
+ * accept no rank of a single-rank cluster. Multi-rank behaviour: tests/mpi/. */
+#include "actors/troupe.h"
+#include "base/alloc.h"
+#include "troupe_config.h"
+#include "transport/mpi/cluster.h"
+#include "transport/mpi/collective.h"
+#include "transport/mpi/transport_impl.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MS (1000000LL)
+
+#define OK(expr)                                                                                   \
+    do {                                                                                           \
+        troupe_status_t s__ = (expr);                                                              \
+        cr_assert_eq(s__, TROUPE_OK, "%s -> %s: %s", #expr, troupe_status_str(s__),              \
+                     troupe_last_error());                                                         \
+    } while (0)
+
+/* Asserts `expr` fails with `code` and a message containing `needle`. */
+#define FAILS(expr, code, needle)                                                                  \
+    do {                                                                                           \
+        troupe_status_t s__ = (expr);                                                              \
+        cr_assert_eq(s__, (code), "%s -> %s (expected %s): %s", #expr, troupe_status_str(s__),   \
+                     troupe_status_str(code), troupe_last_error());                                \
+        cr_assert(strstr(troupe_last_error(), (needle)) != NULL,                                   \
+                  "%s: message '%s' does not contain '%s'", #expr, troupe_last_error(), (needle)); \
+    } while (0)
+
+static void s_no_launcher(void)
+{
+    /* A test run under mpirun/srun must still see no launcher. */
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("PMIX_RANK");
+    unsetenv("SLURM_PROCID");
+    OK(troupe_config_set_cache_dir(TROUPE_TEST_BUILD_DIR "/troupe-cache-runtime"));
+    OK(troupe_config_set_timeout_s(30));
+}
+
+TestSuite(transport, .init = s_no_launcher);
+
+Test(transport, without_a_launcher_the_cluster_is_rank_0_of_1)
+{
+    cr_assert(!troupe_cluster_is_initialized());
+    cr_assert_eq(troupe_cluster_rank(), 0);
+    cr_assert_eq(troupe_cluster_size(), 1);
+    OK(troupe_cluster_init(NULL, NULL));
+    cr_assert(troupe_cluster_is_initialized());
+    cr_assert(!troupe_cluster_is_distributed());
+    cr_assert_eq(troupe_cluster_rank(), 0);
+    cr_assert_eq(troupe_cluster_size(), 1);
+    cr_assert_eq(troupe_cluster_local_rank(), 0);
+    cr_assert_eq(troupe_cluster_local_size(), 1);
+    cr_assert_eq(troupe_cluster_status(), TROUPE_OK);
+    OK(troupe_cluster_init(NULL, NULL)); /* a second call does nothing */
+#if TROUPE_HAVE_MPI
+    int flag = 1;
+    /* no MPI call was made: MPI_Initialized is allowed before MPI_Init */
+    extern int MPI_Initialized(int *);
+    cr_assert_eq(MPI_Initialized(&flag), 0);
+    cr_assert_eq(flag, 0, "troupe_cluster_init called MPI_Init without a launcher");
+    cr_assert(strstr(troupe_mpi_version(), "MPI") != NULL, "version '%s'", troupe_mpi_version());
+#else
+    cr_assert_str_eq(troupe_mpi_version(), "none");
+#endif
+    OK(troupe_cluster_finalize());
+    cr_assert(!troupe_cluster_is_initialized());
+    OK(troupe_cluster_finalize()); /* without init: OK */
+}
+
+static void s_fill(troupe_prec_t p, void *data, int64_t count)
+{
+    size_t es = troupe_prec_size_bytes(p);
+    for (int64_t i = 0; i < count; i++)
+        troupe_prec_store_double(p, (char *)data + (size_t)i * es, (double)(i % 13) * 0.75 - 4);
+}
+
+Test(transport, single_rank_collectives_are_exact)
+{
+    OK(troupe_cluster_init(NULL, NULL));
+    const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE, TROUPE_PREC_DOUBLE, TROUPE_PREC_HALF,
+                                   TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8, TROUPE_PREC_INT32,
+                                   TROUPE_PREC_INT64, TROUPE_PREC_UINT32, TROUPE_PREC_UINT64};
+    const int64_t count = 333;
+    for (size_t pi = 0; pi < sizeof precs / sizeof *precs; pi++) {
+        troupe_prec_t p = precs[pi];
+        size_t bytes = (size_t)count * troupe_prec_size_bytes(p);
+        void *data = troupe_malloc(bytes), *orig = troupe_malloc(bytes);
+        s_fill(p, data, count);
+        memcpy(orig, data, bytes);
+        for (int op = TROUPE_REDUCE_SUM; op <= TROUPE_REDUCE_MIN; op++) {
+            troupe_coll_tensor_t t = {.data = data, .count = count, .prec = p, .node_id = 3,
+                                      .ndims = 1, .dims = {count}, .name = "t"};
+            troupe_event_t *ev = NULL;
+            OK(troupe_allreduce(&t, 1, (troupe_reduce_op_t)op, &ev));
+            OK(troupe_event_sync(ev, 1000 * MS));
+            troupe_event_release(&ev);
+            cr_assert(memcmp(data, orig, bytes) == 0, "%s %s changed the data on one rank",
+                      troupe_prec_name(p), troupe_reduce_op_name((troupe_reduce_op_t)op));
+        }
+        troupe_coll_tensor_t t = {.data = data, .count = count, .prec = p};
+        troupe_event_t *ev = NULL;
+        OK(troupe_broadcast(&t, 1, 0, &ev));
+        OK(troupe_event_sync(ev, 1000 * MS));
+        troupe_event_release(&ev);
+        cr_assert(memcmp(data, orig, bytes) == 0);
+        troupe_free(data);
+        troupe_free(orig);
+    }
+    troupe_transport_stats_t st;
+    troupe_transport_get_stats(&st);
+    cr_assert_eq(st.collectives, 9 * 5);
+    cr_assert_eq(st.completed, 9 * 5);
+    cr_assert_eq(st.failures, 0);
+    OK(troupe_cluster_finalize());
+}
+
+Test(transport, collectives_work_without_init_as_one_rank)
+{
+    float x[2] = {1.5f, -2};
+    troupe_coll_tensor_t t = {.data = x, .count = 2, .prec = TROUPE_PREC_SINGLE};
+    troupe_event_t *ev = NULL;
+    OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_MEAN, &ev));
+    OK(troupe_event_sync(ev, 1000 * MS));
+    troupe_event_release(&ev);
+    cr_assert(x[0] == 1.5f && x[1] == -2);
+}
+
+Test(transport, invalid_arguments_are_named)
+{
+    OK(troupe_cluster_init(NULL, NULL));
+    float x[4] = {0};
+    troupe_event_t *ev = NULL;
+    troupe_coll_tensor_t good = {.data = x, .count = 4, .prec = TROUPE_PREC_SINGLE,
+                                 .node_id = 5, .name = "good"};
+    FAILS(troupe_allreduce(NULL, 1, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
+          "no tensors");
+    FAILS(troupe_allreduce(&good, 0, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
+          "n = 0");
+    FAILS(troupe_allreduce(&good, 1, (troupe_reduce_op_t)7, &ev), TROUPE_INVALID_ARGUMENT,
+          "op 7");
+    FAILS(troupe_allreduce(&good, 1, TROUPE_REDUCE_SUM, NULL), TROUPE_INVALID_ARGUMENT,
+          "out_ev");
+    troupe_coll_tensor_t two[2] = {good, good};
+    two[1].prec = TROUPE_PREC_UINT4X32;
+    two[1].name = "rng";
+    two[1].node_id = 9;
+    FAILS(troupe_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
+          "tensor 1 (node 9 'rng'): precision uint4x32 cannot be reduced");
+    two[1] = good;
+    two[1].prec = TROUPE_PREC_BYTE;
+    FAILS(troupe_allreduce(two, 2, TROUPE_REDUCE_MAX, &ev), TROUPE_INVALID_ARGUMENT,
+          "precision byte");
+    two[1] = good;
+    two[1].count = -1;
+    FAILS(troupe_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
+          "tensor 1 (node 5 'good'): count -1 < 0");
+    two[1] = good;
+    two[1].data = NULL;
+    FAILS(troupe_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
+          "data is NULL");
+    two[1] = good;
+    two[1].ndims = 2;
+    two[1].dims[0] = 3;
+    two[1].dims[1] = 2;
+    FAILS(troupe_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
+          "dims hold 6 elements but count is 4");
+    two[1] = good;
+    two[1].ndims = TROUPE_MAX_DIMS + 1;
+    FAILS(troupe_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT, "ndims 9");
+    two[1] = good;
+    two[1].prec = TROUPE_PREC_VOID;
+    FAILS(troupe_broadcast(two, 2, 0, &ev), TROUPE_INVALID_ARGUMENT, "invalid precision");
+    FAILS(troupe_broadcast(&good, 1, 1, &ev), TROUPE_INVALID_ARGUMENT,
+          "root 1 outside the ranks 0..0");
+    FAILS(troupe_broadcast(&good, 1, -1, &ev), TROUPE_INVALID_ARGUMENT, "root -1");
+    cr_assert_null(ev);
+    /* a broadcast moves any precision (as bytes) */
+    two[1] = good;
+    two[1].prec = TROUPE_PREC_UINT4X32;
+    two[1].count = 1;
+    OK(troupe_broadcast(two, 2, 0, &ev));
+    OK(troupe_event_sync(ev, 1000 * MS));
+    troupe_event_release(&ev);
+    FAILS(troupe_allreduce_nodes(NULL, 1, NULL, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
+          "ctx is NULL");
+    cr_assert_str_eq(troupe_reduce_op_name(TROUPE_REDUCE_MEAN), "mean");
+    cr_assert_str_eq(troupe_reduce_op_name((troupe_reduce_op_t)9), "invalid");
+    OK(troupe_cluster_finalize());
+}
+
+Test(transport, coll_tensor_of_a_node)
+{
+    troupe_tnode_t *tn = NULL;
+    const char *l[2] = {"layer1", "w"};
+    OK(troupe_tnode_new(l, 2, TROUPE_PREC_HALF, 2, (int64_t[]){3, 5}, NULL, 0.0, &tn));
+    int dummy;
+    troupe_coll_tensor_t t = troupe_coll_tensor_of(tn, &dummy);
+    cr_assert_eq(t.data, &dummy);
+    cr_assert_eq(t.count, 15);
+    cr_assert_eq(t.prec, TROUPE_PREC_HALF);
+    cr_assert_eq(t.node_id, tn->id);
+    cr_assert_eq(t.ndims, 2);
+    cr_assert(t.dims[0] == 3 && t.dims[1] == 5);
+    cr_assert_str_eq(t.name, "w");
+    troupe_tnode_release(&tn);
+}
+
+/* Device level on one rank: the lend hands the arrays over and the transport completes at
+ * once; the node keeps its values, and work scheduled after it sees them. */
+Test(transport, single_rank_allreduce_nodes_keeps_values)
+{
+    OK(troupe_cluster_init(NULL, NULL));
+    troupe_config_set_auto_host_transfers(false);
+    const char *drivers[2] = {"sync", "cpu"};
+    for (int di = 0; di < 2; di++) {
+        troupe_backend_t *b = NULL;
+        troupe_device_t *d = NULL;
+        troupe_stream_t *s = NULL;
+        troupe_context_t *ctx = NULL, *c = NULL;
+        troupe_tnode_t *tn[2] = {NULL, NULL};
+        OK(troupe_backend_open(drivers[di], TROUPE_FOR_PARALLEL_COPYING, &b));
+        OK(troupe_get_device(b, 0, &d));
+        OK(troupe_new_stream(d, &s));
+        OK(troupe_context_new(s, &ctx));
+        OK(troupe_tnode_new(NULL, 0, TROUPE_PREC_SINGLE, 1, (int64_t[]){3}, NULL, 0, &tn[0]));
+        OK(troupe_tnode_new(NULL, 0, TROUPE_PREC_INT32, 1, (int64_t[]){2}, NULL, 0, &tn[1]));
+        OK(troupe_tnode_set_values(tn[0], (double[]){1.5, -2, 3}, 3));
+        OK(troupe_tnode_set_values(tn[1], (double[]){7, -9}, 2));
+        for (int k = 0; k < 2; k++) {
+            OK(troupe_init_from_host(ctx, tn[k], &c, NULL));
+            troupe_context_release(&ctx);
+            ctx = c;
+        }
+        troupe_event_t *ev = NULL;
+        OK(troupe_allreduce_nodes(ctx, 2, tn, TROUPE_REDUCE_MEAN, &ev));
+        OK(troupe_event_sync(ev, 5000 * MS));
+        troupe_event_release(&ev);
+        OK(troupe_broadcast_nodes(ctx, 1, tn, 0, NULL));
+        FAILS(troupe_broadcast_nodes(ctx, 1, tn, 1, NULL), TROUPE_INVALID_ARGUMENT, "root 1");
+        troupe_tnode_t *absent = NULL;
+        OK(troupe_tnode_new(NULL, 0, TROUPE_PREC_SINGLE, 1, (int64_t[]){1}, NULL, 0, &absent));
+        cr_assert_neq(troupe_allreduce_nodes(ctx, 1, &absent, TROUPE_REDUCE_SUM, NULL), TROUPE_OK,
+                      "a node that is not in the context");
+        for (int k = 0; k < 2; k++) {
+            OK(troupe_to_host(ctx, tn[k], &ev));
+            OK(troupe_event_sync(ev, 5000 * MS));
+            troupe_event_release(&ev);
+        }
+        double v0[3], v1[2];
+        OK(troupe_tnode_get_values(tn[0], v0, 3));
+        OK(troupe_tnode_get_values(tn[1], v1, 2));
+        cr_assert(v0[0] == 1.5 && v0[1] == -2 && v0[2] == 3, "%s: %g %g %g", drivers[di], v0[0],
+                  v0[1], v0[2]);
+        cr_assert(v1[0] == 7 && v1[1] == -9);
+        OK(troupe_stream_await(s, 5000 * MS));
+        troupe_tnode_release(&absent);
+        troupe_context_release(&ctx);
+        troupe_tnode_release(&tn[0]);
+        troupe_tnode_release(&tn[1]);
+        troupe_stream_release(&s);
+        troupe_backend_close(&b);
+    }
+    OK(troupe_cluster_finalize());
+}
+
+Test(transport, remote_contexts_need_another_rank)
+{
+    troupe_context_t *r = NULL;
+    FAILS(troupe_context_new_remote(1, &r), TROUPE_FAILED_PRECONDITION, "troupe_cluster_init");
+    OK(troupe_cluster_init(NULL, NULL));
+    FAILS(troupe_context_new_remote(0, &r), TROUPE_INVALID_ARGUMENT, "rank 0");
+    FAILS(troupe_context_new_remote(1, &r), TROUPE_INVALID_ARGUMENT, "rank 1");
+    cr_assert_null(r);
+    OK(troupe_cluster_finalize());
+    FAILS(troupe_context_new_remote(1, &r), TROUPE_FAILED_PRECONDITION, "troupe_cluster_init");
+}
+
+/* ---- fingerprints (what the ranks compare; no MPI needed) -------------------------------- */
+
+static troupe__req_t *s_req(troupe__req_kind_t kind, int n, const troupe_coll_tensor_t *t)
+{
+    troupe__req_t *r = troupe__req_new(kind, (size_t)n);
+    cr_assert_not_null(r);
+    for (int i = 0; i < n; i++)
+        troupe__req_set_tensor(r, (size_t)i, &t[i]);
+    r->seq = 3;
+    return r;
+}
+
+static troupe_status_t s_compare(troupe__req_t *a, troupe__req_t *b)
+{
+    void *fa = troupe_malloc(troupe__fp_size(a->n)), *fb = troupe_malloc(troupe__fp_size(b->n));
+    troupe__fp_encode(a, fa);
+    troupe__fp_encode(b, fb);
+    OK(troupe__fp_check_frame(fb, troupe__fp_size(b->n), 1));
+    troupe_status_t st = troupe__fp_compare("allreduce #3", fa, 0, fb, 1);
+    troupe_free(fa);
+    troupe_free(fb);
+    return st;
+}
+
+Test(transport, fingerprint_mismatches_name_ranks_tensor_and_field)
+{
+    troupe_coll_tensor_t t[2] = {
+        {.count = 32, .prec = TROUPE_PREC_SINGLE, .node_id = 12, .ndims = 2, .dims = {4, 8},
+         .name = "w1"},
+        {.count = 2, .prec = TROUPE_PREC_DOUBLE, .node_id = 13, .name = "b1"},
+    };
+    troupe_coll_tensor_t u[2] = {t[0], t[1]};
+    troupe__req_t *a = s_req(TROUPE__REQ_ALLREDUCE, 2, t);
+    troupe__req_t *b = s_req(TROUPE__REQ_ALLREDUCE, 2, u);
+    OK(s_compare(a, b));
+    troupe__req_free(&b);
+
+    u[0].dims[0] = 5;
+    u[0].count = 40;
+    b = s_req(TROUPE__REQ_ALLREDUCE, 2, u);
+    FAILS(s_compare(a, b), TROUPE_FAILED_PRECONDITION,
+          "allreduce #3: fingerprint mismatch: tensor 0 (node 12 'w1') dims [4;8] on rank 0 but "
+          "[5;8] on rank 1");
+    troupe__req_free(&b);
+
+    u[0] = t[0];
+    u[1].prec = TROUPE_PREC_SINGLE;
+    b = s_req(TROUPE__REQ_ALLREDUCE, 2, u);
+    FAILS(s_compare(a, b), TROUPE_FAILED_PRECONDITION,
+          "tensor 1 (node 13 'b1') precision double on rank 0 but single on rank 1");
+    troupe__req_free(&b);
+
+    u[1] = t[1];
+    u[1].node_id = 14;
+    b = s_req(TROUPE__REQ_ALLREDUCE, 2, u);
+    FAILS(s_compare(a, b), TROUPE_FAILED_PRECONDITION, "node id 13 on rank 0 but 14 on rank 1");
+    troupe__req_free(&b);
+
+    /* node id 0 and ndims 0: only the count is checked */
+    u[1].node_id = 0;
+    b = s_req(TROUPE__REQ_ALLREDUCE, 2, u);
+    OK(s_compare(a, b));
+    troupe__req_free(&b);
+    u[1].count = 3;
+    b = s_req(TROUPE__REQ_ALLREDUCE, 2, u);
+    FAILS(s_compare(a, b), TROUPE_FAILED_PRECONDITION, "count 2 on rank 0 but 3 on rank 1");
+    troupe__req_free(&b);
+
+    b = s_req(TROUPE__REQ_ALLREDUCE, 1, t);
+    FAILS(s_compare(a, b), TROUPE_FAILED_PRECONDITION,
+          "number of tensors 2 on rank 0 but 1 on rank 1");
+    troupe__req_free(&b);
+
+    b = s_req(TROUPE__REQ_ALLREDUCE, 2, t);
+    b->op = TROUPE_REDUCE_MAX;
+    FAILS(s_compare(a, b), TROUPE_FAILED_PRECONDITION, "op sum on rank 0 but max on rank 1");
+    b->kind = TROUPE__REQ_BROADCAST;
+    FAILS(s_compare(a, b), TROUPE_FAILED_PRECONDITION,
+          "kind allreduce on rank 0 but broadcast on rank 1");
+    troupe__req_free(&b);
+
+    /* digests: equal for equal requests, different when a compared field differs */
+    troupe__fp_digest_t da, db;
+    troupe__fp_digest(a, &da);
+    b = s_req(TROUPE__REQ_ALLREDUCE, 2, t);
+    troupe__fp_digest(b, &db);
+    cr_assert(troupe__fp_digest_equal(&da, &db));
+    b->fp[1].dims[0] = 2;
+    b->fp[1].ndims = 1;
+    troupe__fp_digest(b, &db);
+    cr_assert(!troupe__fp_digest_equal(&da, &db), "ndims/dims enter the digest");
+    troupe__req_free(&b);
+    b = s_req(TROUPE__REQ_ALLREDUCE, 2, t);
+    b->seq = 4;
+    troupe__fp_digest(b, &db);
+    cr_assert(!troupe__fp_digest_equal(&da, &db), "a collective's sequence number enters it");
+    troupe__req_free(&b);
+    /* point-to-point: the two sides' kinds and channel numbers do not enter it */
+    troupe__req_t *ps = s_req(TROUPE__REQ_SEND, 1, t), *pr = s_req(TROUPE__REQ_RECV, 1, t);
+    pr->seq = 9;
+    troupe__fp_digest(ps, &da);
+    troupe__fp_digest(pr, &db);
+    cr_assert(troupe__fp_digest_equal(&da, &db));
+    troupe__req_free(&ps);
+    troupe__req_free(&pr);
+
+    /* framing */
+    char junk[16] = {0};
+    FAILS(troupe__fp_check_frame(junk, sizeof junk, 4), TROUPE_INVALID_ARGUMENT, "rank 4");
+    void *fa = troupe_malloc(troupe__fp_size(a->n));
+    troupe__fp_encode(a, fa);
+    FAILS(troupe__fp_check_frame(fa, troupe__fp_size(a->n) - 1, 2), TROUPE_INVALID_ARGUMENT,
+          "do not hold 2 tensors");
+    troupe_free(fa);
+    troupe__req_free(&a);
+}

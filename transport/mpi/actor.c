@@ -1,0 +1,1467 @@
+/* troupe — the transport actor (DESIGN.md §3, §8): one thread per process, the only code that
+ * calls MPI between troupe_cluster_init and troupe_cluster_finalize (MPI_THREAD_SERIALIZED).
+ *
+ * Mailbox: a mutex-protected FIFO of requests (troupe__transport_submit) and a condition
+ * variable the actor sleeps on when it has nothing in flight. While anything is in flight it
+ * polls MPI continuously (libnbc progresses only inside MPI calls), checks deadlines, answers
+ * liveness probes, and keeps taking new requests.
+ *
+ * Lanes. Requests run in issue order within their lane: one lane for the collectives (every
+ * rank issues them in one order), and one per point-to-point channel (sends to rank p; receives
+ * from rank p), so a device_to_device between two ranks never waits behind a collective that
+ * the other rank issues later (or the reverse). Only the head of a lane is active.
+ *
+ * A request's life:
+ *   1. fingerprints: Isend this rank's fingerprint to every rank involved and receive theirs
+ *      (collectives: MPI_Improbe/MPI_Imrecv since their sizes may differ; point-to-point: fixed
+ *      size). Every rank compares every fingerprint against rank 0's (point-to-point: the lower
+ *      rank's), so all ranks fail alike with FAILED_PRECONDITION on a difference. Fingerprints
+ *      that have not arrived by the deadline name their ranks (DEADLINE_EXCEEDED).
+ *   2. data: fusion buckets (collective.h) with up to two MPI_Iallreduce/MPI_Ibcast in flight,
+ *      the next one packed while the previous moves; point-to-point: Isend/Irecv slices. When
+ *      nothing completes for the deadline, a liveness probe (PING to the ranks involved, PONG
+ *      back, 2 s) names the ranks that did not answer.
+ *   3. the request's event completes, after this iteration's MPI calls, so a host thread woken
+ *      by it never calls MPI while the actor still does (bench/merge relies on it).
+ * After a failure the cluster is failed: later requests fail at once. After a deadline or an
+ * MPI error the actor makes no further MPI calls (a dead peer can make any of them hang).
+ */
+#define _GNU_SOURCE
+#include "troupe_config.h"
+
+#include "transport/mpi/transport_impl.h"
+
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "ir/prec.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#if TROUPE_HAVE_MPI
+#include <mpi.h>
+
+/* Tags on the control communicator (fingerprints, probes) and the data communicator. */
+#define S_TAG_FP_COLL 101 /* collective fingerprint digests */
+#define S_TAG_FP_S2R 102  /* point-to-point: the sender's digest, to the receiver */
+#define S_TAG_FP_R2S 103  /* point-to-point: the receiver's digest, to the sender */
+#define S_TAG_PROBE 104   /* liveness: {S_PING|S_PONG, stamp} */
+#define S_TAG_FULL 10     /* added to a digest's tag: the full fingerprint (digests differed) */
+#define S_TAG_DATA_P2P 201
+
+#define S_PING 1
+#define S_PONG 2
+
+#define S_NS_PER_S (1000LL * 1000 * 1000)
+#define S_PROBE_WINDOW_NS (2LL * S_NS_PER_S) /* how long a liveness probe waits for PONGs */
+#define S_MAX_MSG_BYTES (1LL << 30)          /* largest single message or bucket */
+#define S_DRAIN_NS (2LL * S_NS_PER_S)        /* at stop: how long to wait for small sends */
+
+/* Reduce classes: the MPI type a precision is reduced (or broadcast) in. */
+typedef enum s_cls {
+    S_CLS_F32 = 0, /* single, and half/bfloat16/fp8 widened to single */
+    S_CLS_F64,
+    S_CLS_I32,
+    S_CLS_I64,
+    S_CLS_U32,
+    S_CLS_U64,
+    S_CLS_BYTES, /* broadcast: any precision as bytes */
+    S_NCLS
+} s_cls_t;
+
+typedef struct s_seg {
+    size_t t;      /* tensor index */
+    int64_t off;   /* first unit of the tensor (elements; bytes for S_CLS_BYTES) */
+    int64_t count; /* units */
+} s_seg_t;
+
+typedef struct s_bucket {
+    s_cls_t cls;
+    size_t seg0, nseg;
+    int64_t units;
+    bool in_place; /* one native segment: reduced in the caller's memory, no staging */
+    int slot;      /* staging slot holding it (packed ahead, or in flight), else -1 */
+} s_bucket_t;
+
+typedef struct s_flight {
+    MPI_Request req;
+    size_t bucket;
+    int slot; /* staging slot, -1 in place */
+} s_flight_t;
+
+typedef enum s_phase { S_PH_INIT = 0, S_PH_FP, S_PH_DATA } s_phase_t;
+
+/* The actor's state of one request (troupe__req_t.actor_state). */
+typedef struct s_rs {
+    s_phase_t phase;
+    char what[96];
+    int64_t t_start_ns;
+    int64_t t_data_ns;   /* when the data phase began */
+    int64_t deadline_ns; /* fingerprints: activation + timeout; data: last progress + timeout */
+    /* fingerprints: stage 1 digests; stage 2 (only when digests differ) full fingerprints */
+    int fp_stage;
+    int fp_tag; /* the digests' tag on the control communicator */
+    troupe__fp_digest_t dg_mine;
+    troupe__fp_digest_t *dg_peer; /* [size] */
+    void *fp_mine;
+    size_t fp_size;
+    void **fp_peer;          /* [size] received full fingerprints */
+    size_t *fp_peer_size;    /* [size] */
+    MPI_Request *fp_recv;    /* [size] */
+    unsigned char *fp_state; /* [size]: 0 not yet matched, 1 receiving, 2 received/not involved */
+    /* collective data */
+    s_seg_t *segs;
+    size_t nsegs, segs_cap;
+    s_bucket_t *bks;
+    size_t nbks, bks_cap;
+    size_t next_bk, done_bks;
+    bool planned;
+    s_flight_t fl[2];
+    int nfl;
+    /* point-to-point data */
+    MPI_Request *p2p;
+    int np2p;
+    /* liveness probe */
+    bool probing;
+    int64_t probe_t0, probe_end;
+    /* outcome */
+    bool finished;
+    troupe_status_t fin;
+    char *fin_msg;
+} s_rs_t;
+
+/* A small control send in flight (fingerprint, PING, PONG) and the buffer it owns. */
+typedef struct s_send {
+    MPI_Request req;
+    void *buf;
+} s_send_t;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* the actor sleeps here when idle */
+    pthread_cond_t exit_cv; /* troupe__transport_stop waits here */
+    bool running;           /* started and not yet joined */
+    bool accepting;         /* submit hands requests to the actor */
+    bool stop, abort_now, exited, sleeping;
+    troupe__req_t *in_head, *in_tail;
+    uint64_t coll_seq;
+    uint64_t *send_seq, *recv_seq; /* [size] */
+    pthread_t thread;
+
+    /* actor thread only */
+    MPI_Comm data, ctl;
+    int rank, size;
+    troupe__req_t *head; /* active list, issue order */
+    void *slot[2];
+    size_t slot_cap[2];
+    bool slot_busy[2];
+    MPI_Request probe_req;
+    int64_t probe_buf[2];
+    bool probe_posted;
+    s_send_t *sends;
+    size_t nsends, sends_cap;
+    int64_t *last_pong_ns; /* [size] */
+    unsigned char *lane_busy;
+    bool broken; /* MPI must not be called any more */
+} s_a = {
+    .mu = PTHREAD_MUTEX_INITIALIZER,
+    .cv = PTHREAD_COND_INITIALIZER,
+    .exit_cv = PTHREAD_COND_INITIALIZER,
+};
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+static troupe_status_t s_mpi_err(const char *what, const char *call, int rc)
+{
+    char es[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, es, &len) != MPI_SUCCESS)
+        snprintf(es, sizeof es, "MPI error %d", rc);
+    return troupe__error(TROUPE_TRANSPORT_ERROR, "%s: %s failed: %s", what, call, es);
+}
+
+static int64_t s_timeout_ns(void)
+{
+    return troupe_config_timeout_s() * S_NS_PER_S;
+}
+
+static s_cls_t s_cls_of(troupe_prec_t p, bool bcast)
+{
+    if (bcast)
+        return S_CLS_BYTES;
+    switch (p) {
+    case TROUPE_PREC_DOUBLE:
+        return S_CLS_F64;
+    case TROUPE_PREC_INT32:
+        return S_CLS_I32;
+    case TROUPE_PREC_INT64:
+        return S_CLS_I64;
+    case TROUPE_PREC_UINT32:
+        return S_CLS_U32;
+    case TROUPE_PREC_UINT64:
+        return S_CLS_U64;
+    default:
+        return S_CLS_F32; /* single, half, bfloat16, fp8 (checked at the call) */
+    }
+}
+
+static size_t s_cls_size(s_cls_t c)
+{
+    switch (c) {
+    case S_CLS_F64:
+    case S_CLS_I64:
+    case S_CLS_U64:
+        return 8;
+    case S_CLS_BYTES:
+        return 1;
+    default:
+        return 4;
+    }
+}
+
+static MPI_Datatype s_cls_type(s_cls_t c)
+{
+    switch (c) {
+    case S_CLS_F32:
+        return MPI_FLOAT;
+    case S_CLS_F64:
+        return MPI_DOUBLE;
+    case S_CLS_I32:
+        return MPI_INT32_T;
+    case S_CLS_I64:
+        return MPI_INT64_T;
+    case S_CLS_U32:
+        return MPI_UINT32_T;
+    case S_CLS_U64:
+        return MPI_UINT64_T;
+    default:
+        return MPI_BYTE;
+    }
+}
+
+static bool s_native(s_cls_t c, troupe_prec_t p)
+{
+    return c != S_CLS_F32 || p == TROUPE_PREC_SINGLE;
+}
+
+static MPI_Op s_mpi_op(troupe_reduce_op_t op)
+{
+    switch (op) {
+    case TROUPE_REDUCE_MAX:
+        return MPI_MAX;
+    case TROUPE_REDUCE_MIN:
+        return MPI_MIN;
+    default:
+        return MPI_SUM; /* sum, mean */
+    }
+}
+
+/* Size of one unit of tensor t in the request's class (bytes for broadcast). */
+static size_t s_unit_bytes(const troupe__req_t *r, size_t t)
+{
+    return r->kind == TROUPE__REQ_BROADCAST ? 1 : troupe_prec_size_bytes(r->tensors[t].prec);
+}
+
+static int64_t s_units(const troupe__req_t *r, size_t t)
+{
+    const troupe_coll_tensor_t *x = &r->tensors[t];
+    return r->kind == TROUPE__REQ_BROADCAST
+               ? x->count * (int64_t)troupe_prec_size_bytes(x->prec)
+               : x->count;
+}
+
+static void s_finish(troupe__req_t *r, troupe_status_t st, const char *msg)
+{
+    s_rs_t *rs = r->actor_state;
+    if (rs->finished)
+        return;
+    rs->finished = true;
+    rs->fin = st;
+    if (st != TROUPE_OK)
+        rs->fin_msg = troupe_strdup(msg != NULL ? msg : troupe_status_str(st));
+}
+
+/* Fails r with the status and message troupe__error just recorded and fails the cluster. */
+static void s_fail(troupe__req_t *r, troupe_status_t st, bool comm_broken)
+{
+    const char *msg = troupe_last_error();
+    TROUPE_LOG(TROUPE_LOG_ERROR, TROUPE_SUB_TRANSPORT, "%s", msg);
+    troupe__cluster_fail(st, msg, comm_broken);
+    if (comm_broken)
+        s_a.broken = true;
+    s_finish(r, st, msg);
+}
+
+static troupe_status_t s_send_ctl(const void *data, size_t size, int dest, int tag,
+                                  const char *what)
+{
+    if (s_a.nsends == s_a.sends_cap) {
+        size_t cap = s_a.sends_cap ? 2 * s_a.sends_cap : 16;
+        s_send_t *p = troupe_realloc(s_a.sends, cap * sizeof *p);
+        if (p == NULL)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+        s_a.sends = p;
+        s_a.sends_cap = cap;
+    }
+    void *buf = troupe_malloc(size ? size : 1);
+    if (buf == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+    memcpy(buf, data, size);
+    s_send_t *s = &s_a.sends[s_a.nsends];
+    int rc = MPI_Isend(buf, (int)size, MPI_BYTE, dest, tag, s_a.ctl, &s->req);
+    if (rc != MPI_SUCCESS) {
+        troupe_free(buf);
+        return s_mpi_err(what, "MPI_Isend", rc);
+    }
+    s->buf = buf;
+    s_a.nsends++;
+    return TROUPE_OK;
+}
+
+/* Tests the control sends; frees the finished ones. */
+static troupe_status_t s_test_sends(void)
+{
+    for (size_t i = 0; i < s_a.nsends;) {
+        int flag = 0;
+        int rc = MPI_Test(&s_a.sends[i].req, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return s_mpi_err("transport", "MPI_Test (control send)", rc);
+        if (flag) {
+            troupe_free(s_a.sends[i].buf);
+            s_a.sends[i] = s_a.sends[--s_a.nsends];
+        } else {
+            i++;
+        }
+    }
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_post_probe_recv(void)
+{
+    int rc = MPI_Irecv(s_a.probe_buf, (int)sizeof s_a.probe_buf, MPI_BYTE, MPI_ANY_SOURCE,
+                       S_TAG_PROBE, s_a.ctl, &s_a.probe_req);
+    if (rc != MPI_SUCCESS)
+        return s_mpi_err("transport", "MPI_Irecv (probe)", rc);
+    s_a.probe_posted = true;
+    return TROUPE_OK;
+}
+
+/* Answers PINGs with PONGs and records PONGs, up to a few per call. */
+static troupe_status_t s_service_probes(void)
+{
+    for (int k = 0; k < 16 && s_a.probe_posted; k++) {
+        int flag = 0;
+        MPI_Status st;
+        int rc = MPI_Test(&s_a.probe_req, &flag, &st);
+        if (rc != MPI_SUCCESS)
+            return s_mpi_err("transport", "MPI_Test (probe)", rc);
+        if (!flag)
+            break;
+        s_a.probe_posted = false;
+        int src = st.MPI_SOURCE;
+        int64_t msg[2] = {s_a.probe_buf[0], s_a.probe_buf[1]};
+        if (src >= 0 && src < s_a.size) {
+            if (msg[0] == S_PING) {
+                int64_t pong[2] = {S_PONG, msg[1]};
+                TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT, "probe from rank %d: PONG",
+                           src);
+                TROUPE_RETURN_IF_ERROR(s_send_ctl(pong, sizeof pong, src, S_TAG_PROBE, "PONG"));
+            } else if (msg[0] == S_PONG) {
+                s_a.last_pong_ns[src] = troupe_now_ns();
+            }
+        }
+        TROUPE_RETURN_IF_ERROR(s_post_probe_recv());
+    }
+    return TROUPE_OK;
+}
+
+/* Appends "rank 1" / "ranks 1, 3" for the ranks with bad[r] to buf. */
+static void s_rank_list(const bool *bad, char *buf, size_t cap)
+{
+    int count = 0;
+    for (int r = 0; r < s_a.size; r++)
+        count += bad[r];
+    size_t len = (size_t)snprintf(buf, cap, "%s", count == 1 ? "rank " : "ranks ");
+    int seen = 0;
+    for (int r = 0; r < s_a.size && len < cap; r++)
+        if (bad[r])
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d", seen++ ? ", " : "", r);
+}
+
+/* ---- state of a request ------------------------------------------------------------------ */
+
+/* Gives back the slots of buckets that will not complete (any left when a request is freed: it failed). */
+static void s_release_slots(s_rs_t *rs)
+{
+    for (size_t i = 0; i < rs->nbks; i++) {
+        if (rs->bks[i].slot >= 0)
+            s_a.slot_busy[rs->bks[i].slot] = false;
+        rs->bks[i].slot = -1;
+    }
+}
+
+static void s_rs_free(s_rs_t *rs)
+{
+    if (rs == NULL)
+        return;
+    troupe_free(rs->fp_mine);
+    troupe_free(rs->dg_peer);
+    if (rs->fp_peer != NULL)
+        for (int r = 0; r < s_a.size; r++)
+            troupe_free(rs->fp_peer[r]);
+    troupe_free(rs->fp_peer);
+    troupe_free(rs->fp_peer_size);
+    troupe_free(rs->fp_recv);
+    troupe_free(rs->fp_state);
+    s_release_slots(rs);
+    troupe_free(rs->segs);
+    troupe_free(rs->bks);
+    troupe_free(rs->p2p);
+    troupe_free(rs->fin_msg);
+    troupe_free(rs);
+}
+
+static bool s_is_p2p(const troupe__req_t *r)
+{
+    return r->kind == TROUPE__REQ_SEND || r->kind == TROUPE__REQ_RECV;
+}
+
+/* 0: the collectives; 1 + 2p: sends to p; 2 + 2p: receives from p. */
+static size_t s_lane(const troupe__req_t *r)
+{
+    if (!s_is_p2p(r))
+        return 0;
+    return 1 + 2 * (size_t)r->peer + (r->kind == TROUPE__REQ_RECV);
+}
+
+/* ---- fingerprints ------------------------------------------------------------------------ */
+
+static bool s_involved(const troupe__req_t *r, int p)
+{
+    return p != s_a.rank && (!s_is_p2p(r) || p == r->peer);
+}
+
+/* Stage 1: posts the receives of the ranks' digests and sends this rank's. */
+static troupe_status_t s_fp_start(troupe__req_t *r, s_rs_t *rs)
+{
+    rs->dg_peer = troupe_calloc((size_t)s_a.size, sizeof *rs->dg_peer);
+    rs->fp_peer = troupe_calloc((size_t)s_a.size, sizeof *rs->fp_peer);
+    rs->fp_peer_size = troupe_calloc((size_t)s_a.size, sizeof *rs->fp_peer_size);
+    rs->fp_recv = troupe_calloc((size_t)s_a.size, sizeof *rs->fp_recv);
+    rs->fp_state = troupe_calloc((size_t)s_a.size, 1);
+    if (rs->dg_peer == NULL || rs->fp_peer == NULL || rs->fp_peer_size == NULL ||
+        rs->fp_recv == NULL || rs->fp_state == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", rs->what);
+    troupe__fp_digest(r, &rs->dg_mine);
+    rs->fp_stage = 1;
+    /* Point-to-point: the sender's digest travels on S2R, the receiver's on R2S, so the
+     * channel A->B never mixes with B->A. */
+    int send_tag = S_TAG_FP_COLL, recv_tag = S_TAG_FP_COLL;
+    if (r->kind == TROUPE__REQ_SEND) {
+        send_tag = S_TAG_FP_S2R;
+        recv_tag = S_TAG_FP_R2S;
+    } else if (r->kind == TROUPE__REQ_RECV) {
+        send_tag = S_TAG_FP_R2S;
+        recv_tag = S_TAG_FP_S2R;
+    }
+    rs->fp_tag = recv_tag;
+    for (int p = 0; p < s_a.size; p++) {
+        rs->fp_recv[p] = MPI_REQUEST_NULL;
+        if (!s_involved(r, p)) {
+            rs->fp_state[p] = 2;
+            continue;
+        }
+        int rc = MPI_Irecv(&rs->dg_peer[p], (int)sizeof rs->dg_peer[p], MPI_BYTE, p, recv_tag,
+                           s_a.ctl, &rs->fp_recv[p]);
+        if (rc != MPI_SUCCESS)
+            return s_mpi_err(rs->what, "MPI_Irecv (fingerprint)", rc);
+        rs->fp_state[p] = 1;
+        TROUPE_RETURN_IF_ERROR(
+            s_send_ctl(&rs->dg_mine, sizeof rs->dg_mine, p, send_tag, rs->what));
+    }
+    return TROUPE_OK;
+}
+
+/* Stage 2: the digests differed somewhere (every rank sees every digest, so all ranks get
+ * here together): send the full fingerprint to the ranks involved, receive theirs. */
+static troupe_status_t s_fp_stage2(troupe__req_t *r, s_rs_t *rs)
+{
+    rs->fp_stage = 2;
+    rs->fp_size = troupe__fp_size(r->n);
+    rs->fp_mine = troupe_malloc(rs->fp_size);
+    if (rs->fp_mine == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", rs->what);
+    troupe__fp_encode(r, rs->fp_mine);
+    int send_tag = (r->kind == TROUPE__REQ_SEND   ? S_TAG_FP_S2R
+                    : r->kind == TROUPE__REQ_RECV ? S_TAG_FP_R2S
+                                                  : S_TAG_FP_COLL) +
+                   S_TAG_FULL;
+    for (int p = 0; p < s_a.size; p++) {
+        if (!s_involved(r, p))
+            continue;
+        rs->fp_state[p] = 0;
+        TROUPE_RETURN_IF_ERROR(s_send_ctl(rs->fp_mine, rs->fp_size, p, send_tag, rs->what));
+    }
+    return TROUPE_OK;
+}
+
+/* Receives what arrived; *done once the fingerprints are known to agree (*done with an
+ * error status when they do not). */
+static troupe_status_t s_fp_check(troupe__req_t *r, s_rs_t *rs);
+
+static troupe_status_t s_fp_poll(troupe__req_t *r, s_rs_t *rs, bool *done)
+{
+    *done = false;
+    bool all = true;
+    for (int p = 0; p < s_a.size; p++) {
+        if (rs->fp_state[p] == 0) {
+            /* stage 2: sizes may differ, so probe first */
+            int flag = 0;
+            MPI_Message m;
+            MPI_Status st;
+            int rc = MPI_Improbe(p, rs->fp_tag + S_TAG_FULL, s_a.ctl, &flag, &m, &st);
+            if (rc != MPI_SUCCESS)
+                return s_mpi_err(rs->what, "MPI_Improbe (fingerprint)", rc);
+            if (flag) {
+                int count = 0;
+                MPI_Get_count(&st, MPI_BYTE, &count);
+                rs->fp_peer[p] = troupe_malloc(count > 0 ? (size_t)count : 1);
+                if (rs->fp_peer[p] == NULL)
+                    return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory",
+                                         rs->what);
+                rs->fp_peer_size[p] = (size_t)(count > 0 ? count : 0);
+                rc = MPI_Imrecv(rs->fp_peer[p], count, MPI_BYTE, &m, &rs->fp_recv[p]);
+                if (rc != MPI_SUCCESS)
+                    return s_mpi_err(rs->what, "MPI_Imrecv (fingerprint)", rc);
+                rs->fp_state[p] = 1;
+            }
+        }
+        if (rs->fp_state[p] == 1) {
+            int flag = 0;
+            MPI_Status st;
+            int rc = MPI_Test(&rs->fp_recv[p], &flag, &st);
+            if (rc != MPI_SUCCESS)
+                return s_mpi_err(rs->what, "MPI_Test (fingerprint)", rc);
+            if (flag) {
+                int count = 0;
+                MPI_Get_count(&st, MPI_BYTE, &count);
+                if (rs->fp_stage == 2)
+                    rs->fp_peer_size[p] = (size_t)(count > 0 ? count : 0);
+                else if (count != (int)sizeof(troupe__fp_digest_t))
+                    return troupe__error(TROUPE_TRANSPORT_ERROR,
+                                         "%s: fingerprint digest from rank %d has %d bytes, "
+                                         "expected %zu",
+                                         rs->what, p, count, sizeof(troupe__fp_digest_t));
+                rs->fp_state[p] = 2;
+            }
+        }
+        if (rs->fp_state[p] != 2)
+            all = false;
+    }
+    if (!all)
+        return TROUPE_OK;
+    if (rs->fp_stage == 2) {
+        *done = true;
+        return s_fp_check(r, rs);
+    }
+    for (int p = 0; p < s_a.size; p++) {
+        if (!s_involved(r, p))
+            continue;
+        if (rs->dg_peer[p].magic != TROUPE__FP_MAGIC)
+            return troupe__error(TROUPE_TRANSPORT_ERROR,
+                                 "%s: fingerprint digest from rank %d has a bad magic", rs->what,
+                                 p);
+        if (!troupe__fp_digest_equal(&rs->dg_peer[p], &rs->dg_mine))
+            return s_fp_stage2(r, rs);
+    }
+    *done = true;
+    return TROUPE_OK;
+}
+
+static const void *s_fp_of(s_rs_t *rs, int p)
+{
+    return p == s_a.rank ? rs->fp_mine : rs->fp_peer[p];
+}
+
+/* Every fingerprint is in: checks framing, then compares. */
+static troupe_status_t s_fp_check(troupe__req_t *r, s_rs_t *rs)
+{
+    for (int p = 0; p < s_a.size; p++) {
+        if (p == s_a.rank || rs->fp_peer[p] == NULL)
+            continue;
+        troupe_status_t st = troupe__fp_check_frame(rs->fp_peer[p], rs->fp_peer_size[p], p);
+        if (st != TROUPE_OK)
+            return troupe__error(TROUPE_TRANSPORT_ERROR, "%s: %s", rs->what, troupe_last_error());
+    }
+    if (s_is_p2p(r)) {
+        int lo = s_a.rank < r->peer ? s_a.rank : r->peer;
+        int hi = s_a.rank < r->peer ? r->peer : s_a.rank;
+        return troupe__fp_compare(rs->what, s_fp_of(rs, lo), lo, s_fp_of(rs, hi), hi);
+    }
+    for (int p = 1; p < s_a.size; p++)
+        TROUPE_RETURN_IF_ERROR(troupe__fp_compare(rs->what, s_fp_of(rs, 0), 0, s_fp_of(rs, p), p));
+    return TROUPE_OK;
+}
+
+/* ---- collective data --------------------------------------------------------------------- */
+
+static troupe_status_t s_add_seg(s_rs_t *rs, size_t t, int64_t off, int64_t count)
+{
+    if (rs->nsegs == rs->segs_cap) {
+        size_t cap = rs->segs_cap ? 2 * rs->segs_cap : 16;
+        s_seg_t *p = troupe_realloc(rs->segs, cap * sizeof *p);
+        if (p == NULL)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", rs->what);
+        rs->segs = p;
+        rs->segs_cap = cap;
+    }
+    rs->segs[rs->nsegs++] = (s_seg_t){t, off, count};
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_open_bucket(s_rs_t *rs, s_cls_t cls)
+{
+    if (rs->nbks == rs->bks_cap) {
+        size_t cap = rs->bks_cap ? 2 * rs->bks_cap : 8;
+        s_bucket_t *p = troupe_realloc(rs->bks, cap * sizeof *p);
+        if (p == NULL)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", rs->what);
+        rs->bks = p;
+        rs->bks_cap = cap;
+    }
+    rs->bks[rs->nbks++] = (s_bucket_t){cls, rs->nsegs, 0, 0, false, -1};
+    return TROUPE_OK;
+}
+
+static void s_close_bucket(troupe__req_t *r, s_rs_t *rs)
+{
+    s_bucket_t *b = &rs->bks[rs->nbks - 1];
+    b->nseg = rs->nsegs - b->seg0;
+    b->in_place = b->nseg == 1 && s_native(b->cls, r->tensors[rs->segs[b->seg0].t].prec);
+}
+
+/* Packs the tensors, in order, into buckets of at most the fusion size per class (class by
+ * class in order of first appearance); a tensor larger than a bucket gets buckets of its own,
+ * slice by slice. */
+static troupe_status_t s_plan(troupe__req_t *r, s_rs_t *rs)
+{
+    rs->planned = true;
+    bool bcast = r->kind == TROUPE__REQ_BROADCAST;
+    bool seen[S_NCLS] = {false};
+    size_t fusion = troupe_config_fusion_bytes();
+    for (size_t i = 0; i < r->n; i++) {
+        s_cls_t cls = s_cls_of(r->tensors[i].prec, bcast);
+        if (seen[cls])
+            continue;
+        seen[cls] = true;
+        int64_t cap = (int64_t)(fusion / s_cls_size(cls));
+        int64_t max_cap = S_MAX_MSG_BYTES / (int64_t)s_cls_size(cls);
+        if (cap > max_cap)
+            cap = max_cap;
+        if (cap < 1)
+            cap = 1;
+        bool open = false;
+        for (size_t j = i; j < r->n; j++) {
+            if (s_cls_of(r->tensors[j].prec, bcast) != cls)
+                continue;
+            int64_t u = s_units(r, j);
+            if (u == 0)
+                continue;
+            if (u > cap) {
+                if (open)
+                    s_close_bucket(r, rs);
+                open = false;
+                for (int64_t off = 0; off < u; off += cap) {
+                    int64_t c = u - off < cap ? u - off : cap;
+                    TROUPE_RETURN_IF_ERROR(s_open_bucket(rs, cls));
+                    TROUPE_RETURN_IF_ERROR(s_add_seg(rs, j, off, c));
+                    rs->bks[rs->nbks - 1].units = c;
+                    s_close_bucket(r, rs);
+                }
+                continue;
+            }
+            if (open && rs->bks[rs->nbks - 1].units + u > cap) {
+                s_close_bucket(r, rs);
+                open = false;
+            }
+            if (!open) {
+                TROUPE_RETURN_IF_ERROR(s_open_bucket(rs, cls));
+                open = true;
+            }
+            TROUPE_RETURN_IF_ERROR(s_add_seg(rs, j, 0, u));
+            rs->bks[rs->nbks - 1].units += u;
+        }
+        if (open)
+            s_close_bucket(r, rs);
+    }
+    return TROUPE_OK;
+}
+
+static void *s_seg_ptr(const troupe__req_t *r, const s_seg_t *s)
+{
+    return (char *)r->tensors[s->t].data + s->off * (int64_t)s_unit_bytes(r, s->t);
+}
+
+/* Caller's memory -> staging (widening half/bfloat16/fp8 to single). */
+static void s_pack(const troupe__req_t *r, const s_rs_t *rs, const s_bucket_t *b, void *slot)
+{
+    char *dst = slot;
+    size_t cs = s_cls_size(b->cls);
+    for (size_t k = 0; k < b->nseg; k++) {
+        const s_seg_t *s = &rs->segs[b->seg0 + k];
+        const void *src = s_seg_ptr(r, s);
+        troupe_prec_t p = r->tensors[s->t].prec;
+        float *f = (float *)(void *)dst;
+        if (b->cls != S_CLS_F32 || p == TROUPE_PREC_SINGLE) {
+            memcpy(dst, src, (size_t)s->count * cs);
+        } else if (p == TROUPE_PREC_HALF) {
+            const uint16_t *h = src;
+            for (int64_t i = 0; i < s->count; i++)
+                f[i] = troupe_half_to_single(h[i]);
+        } else if (p == TROUPE_PREC_BFLOAT16) {
+            const uint16_t *h = src;
+            for (int64_t i = 0; i < s->count; i++)
+                f[i] = troupe_bfloat16_to_single(h[i]);
+        } else { /* fp8 */
+            const uint8_t *h = src;
+            for (int64_t i = 0; i < s->count; i++)
+                f[i] = troupe_fp8_to_single(h[i]);
+        }
+        dst += (size_t)s->count * cs;
+    }
+}
+
+/* Divides `count` values of class cls at p by the number of ranks (mean). */
+static void s_divide(s_cls_t cls, void *p, int64_t count)
+{
+    int64_t n = s_a.size;
+    switch (cls) {
+    case S_CLS_F32: {
+        float *x = p;
+        for (int64_t i = 0; i < count; i++)
+            x[i] = (float)((double)x[i] / (double)n);
+        break;
+    }
+    case S_CLS_F64: {
+        double *x = p;
+        for (int64_t i = 0; i < count; i++)
+            x[i] /= (double)n;
+        break;
+    }
+    case S_CLS_I32: {
+        int32_t *x = p;
+        for (int64_t i = 0; i < count; i++)
+            x[i] = (int32_t)(x[i] / n);
+        break;
+    }
+    case S_CLS_I64: {
+        int64_t *x = p;
+        for (int64_t i = 0; i < count; i++)
+            x[i] /= n;
+        break;
+    }
+    case S_CLS_U32: {
+        uint32_t *x = p;
+        for (int64_t i = 0; i < count; i++)
+            x[i] = (uint32_t)(x[i] / (uint32_t)n);
+        break;
+    }
+    case S_CLS_U64: {
+        uint64_t *x = p;
+        for (int64_t i = 0; i < count; i++)
+            x[i] /= (uint64_t)n;
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* Staging -> caller's memory (mean divided once, rounded back to the precision once, RNE). */
+static void s_unpack(const troupe__req_t *r, const s_rs_t *rs, const s_bucket_t *b, void *slot)
+{
+    bool mean = r->kind == TROUPE__REQ_ALLREDUCE && r->op == TROUPE_REDUCE_MEAN;
+    if (mean)
+        s_divide(b->cls, slot, b->units);
+    const char *src = slot;
+    size_t cs = s_cls_size(b->cls);
+    for (size_t k = 0; k < b->nseg; k++) {
+        const s_seg_t *s = &rs->segs[b->seg0 + k];
+        void *dst = s_seg_ptr(r, s);
+        troupe_prec_t p = r->tensors[s->t].prec;
+        const float *f = (const float *)(const void *)src;
+        if (b->cls != S_CLS_F32 || p == TROUPE_PREC_SINGLE) {
+            memcpy(dst, src, (size_t)s->count * cs);
+        } else if (p == TROUPE_PREC_HALF) {
+            uint16_t *h = dst;
+            for (int64_t i = 0; i < s->count; i++)
+                h[i] = troupe_single_to_half(f[i]);
+        } else if (p == TROUPE_PREC_BFLOAT16) {
+            uint16_t *h = dst;
+            for (int64_t i = 0; i < s->count; i++)
+                h[i] = troupe_single_to_bfloat16(f[i]);
+        } else {
+            uint8_t *h = dst;
+            for (int64_t i = 0; i < s->count; i++)
+                h[i] = troupe_single_to_fp8(f[i]);
+        }
+        src += (size_t)s->count * cs;
+    }
+}
+
+static int s_take_slot(size_t bytes)
+{
+    for (int i = 0; i < 2; i++) {
+        if (s_a.slot_busy[i])
+            continue;
+        if (s_a.slot_cap[i] < bytes) {
+            troupe_free(s_a.slot[i]);
+            s_a.slot_cap[i] = 0;
+            s_a.slot[i] = troupe_malloc(bytes);
+            if (s_a.slot[i] == NULL)
+                return -2;
+            s_a.slot_cap[i] = bytes;
+        }
+        s_a.slot_busy[i] = true;
+        return i;
+    }
+    return -1;
+}
+
+/* Takes a slot for bucket b and packs it (the root only, for a broadcast). Returns OK with
+ * b->slot set, OK with b->slot == -1 when both slots are busy, or RESOURCE_EXHAUSTED. */
+static troupe_status_t s_stage(troupe__req_t *r, s_rs_t *rs, s_bucket_t *b)
+{
+    int slot = s_take_slot((size_t)b->units * s_cls_size(b->cls));
+    if (slot == -1)
+        return TROUPE_OK;
+    if (slot == -2)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                             "%s: out of memory for a staging buffer of %" PRId64 " bytes",
+                             rs->what, b->units * (int64_t)s_cls_size(b->cls));
+    b->slot = slot;
+    if (r->kind != TROUPE__REQ_BROADCAST || s_a.rank == r->root)
+        s_pack(r, rs, b, s_a.slot[slot]);
+    return TROUPE_OK;
+}
+
+/* While the fingerprints travel: plans the buckets and packs the first ones, so the data
+ * can move as soon as the ranks agree (the caller's memory is only read). */
+static troupe_status_t s_prepack(troupe__req_t *r, s_rs_t *rs)
+{
+    if (!rs->planned)
+        TROUPE_RETURN_IF_ERROR(s_plan(r, rs));
+    for (size_t i = rs->next_bk; i < rs->nbks && i < rs->next_bk + 2; i++) {
+        s_bucket_t *b = &rs->bks[i];
+        if (b->in_place || b->slot >= 0)
+            continue;
+        TROUPE_RETURN_IF_ERROR(s_stage(r, rs, b));
+        if (b->slot < 0)
+            break;
+    }
+    return TROUPE_OK;
+}
+
+/* Posts buckets while fewer than two are in flight. */
+static troupe_status_t s_coll_post(troupe__req_t *r, s_rs_t *rs)
+{
+    bool bcast = r->kind == TROUPE__REQ_BROADCAST;
+    while (rs->nfl < 2 && rs->next_bk < rs->nbks) {
+        s_bucket_t *b = &rs->bks[rs->next_bk];
+        void *ptr;
+        int slot = -1;
+        if (b->in_place) {
+            ptr = s_seg_ptr(r, &rs->segs[b->seg0]);
+        } else {
+            if (b->slot < 0)
+                TROUPE_RETURN_IF_ERROR(s_stage(r, rs, b));
+            if (b->slot < 0)
+                break; /* both slots in flight */
+            slot = b->slot;
+            ptr = s_a.slot[slot];
+        }
+        s_flight_t *f = &rs->fl[rs->nfl];
+        int rc;
+        if (bcast)
+            rc = MPI_Ibcast(ptr, (int)b->units, MPI_BYTE, r->root, s_a.data, &f->req);
+        else
+            rc = MPI_Iallreduce(MPI_IN_PLACE, ptr, (int)b->units, s_cls_type(b->cls),
+                                s_mpi_op(r->op), s_a.data, &f->req);
+        if (rc != MPI_SUCCESS)
+            return s_mpi_err(rs->what, bcast ? "MPI_Ibcast" : "MPI_Iallreduce", rc);
+        f->bucket = rs->next_bk++;
+        f->slot = slot;
+        rs->nfl++;
+        troupe__stats_add(0, 0, 1, 0, 0);
+    }
+    return TROUPE_OK;
+}
+
+/* Tests the buckets in flight; unpacks the finished ones. *progress when one finished. */
+static troupe_status_t s_coll_test(troupe__req_t *r, s_rs_t *rs, bool *progress)
+{
+    bool bcast = r->kind == TROUPE__REQ_BROADCAST;
+    bool mean = !bcast && r->op == TROUPE_REDUCE_MEAN;
+    for (int i = 0; i < rs->nfl;) {
+        int flag = 0;
+        int rc = MPI_Test(&rs->fl[i].req, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return s_mpi_err(rs->what, "MPI_Test", rc);
+        if (!flag) {
+            i++;
+            continue;
+        }
+        s_flight_t f = rs->fl[i];
+        s_bucket_t *b = &rs->bks[f.bucket];
+        if (f.slot >= 0) {
+            if (!bcast || s_a.rank != r->root)
+                s_unpack(r, rs, b, s_a.slot[f.slot]);
+            s_a.slot_busy[f.slot] = false;
+            b->slot = -1;
+        } else if (mean) {
+            s_divide(b->cls, s_seg_ptr(r, &rs->segs[b->seg0]), b->units);
+        }
+        rs->done_bks++;
+        rs->fl[i] = rs->fl[--rs->nfl];
+        *progress = true;
+    }
+    return TROUPE_OK;
+}
+
+/* ---- point-to-point data ----------------------------------------------------------------- */
+
+static troupe_status_t s_p2p_post(troupe__req_t *r, s_rs_t *rs)
+{
+    int64_t bytes = r->bytes;
+    int n = (int)((bytes + S_MAX_MSG_BYTES - 1) / S_MAX_MSG_BYTES);
+    if (n == 0)
+        return TROUPE_OK;
+    rs->p2p = troupe_calloc((size_t)n, sizeof *rs->p2p);
+    if (rs->p2p == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", rs->what);
+    char *base = r->tensors[0].data;
+    for (int i = 0; i < n; i++) {
+        int64_t off = (int64_t)i * S_MAX_MSG_BYTES;
+        int c = (int)(bytes - off < S_MAX_MSG_BYTES ? bytes - off : S_MAX_MSG_BYTES);
+        int rc = r->kind == TROUPE__REQ_SEND
+                     ? MPI_Isend(base + off, c, MPI_BYTE, r->peer, S_TAG_DATA_P2P, s_a.data,
+                                 &rs->p2p[i])
+                     : MPI_Irecv(base + off, c, MPI_BYTE, r->peer, S_TAG_DATA_P2P, s_a.data,
+                                 &rs->p2p[i]);
+        if (rc != MPI_SUCCESS)
+            return s_mpi_err(rs->what, r->kind == TROUPE__REQ_SEND ? "MPI_Isend" : "MPI_Irecv",
+                             rc);
+        rs->np2p++;
+    }
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_p2p_test(s_rs_t *rs, bool *progress, bool *all)
+{
+    *all = true;
+    for (int i = 0; i < rs->np2p; i++) {
+        if (rs->p2p[i] == MPI_REQUEST_NULL)
+            continue;
+        int flag = 0;
+        int rc = MPI_Test(&rs->p2p[i], &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return s_mpi_err(rs->what, "MPI_Test", rc);
+        if (flag)
+            *progress = true; /* MPI_Test set the request to MPI_REQUEST_NULL */
+        else
+            *all = false;
+    }
+    return TROUPE_OK;
+}
+
+/* ---- one request ------------------------------------------------------------------------- */
+
+static troupe_status_t s_start_probe(troupe__req_t *r, s_rs_t *rs, int64_t now)
+{
+    rs->probing = true;
+    rs->probe_t0 = now;
+    rs->probe_end = now + S_PROBE_WINDOW_NS;
+    int64_t ping[2] = {S_PING, now};
+    TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_TRANSPORT,
+               "%s: no progress for %" PRId64 " s; probing the ranks involved", rs->what,
+               troupe_config_timeout_s());
+    for (int p = 0; p < s_a.size; p++) {
+        if (p == s_a.rank || (s_is_p2p(r) && p != r->peer))
+            continue;
+        TROUPE_RETURN_IF_ERROR(s_send_ctl(ping, sizeof ping, p, S_TAG_PROBE, "PING"));
+    }
+    return TROUPE_OK;
+}
+
+/* The probe window closed: names the ranks that did not answer. */
+static troupe_status_t s_probe_verdict(troupe__req_t *r, s_rs_t *rs)
+{
+    bool bad[s_a.size];
+    int nbad = 0;
+    for (int p = 0; p < s_a.size; p++) {
+        bad[p] = p != s_a.rank && (!s_is_p2p(r) || p == r->peer) &&
+                 s_a.last_pong_ns[p] < rs->probe_t0;
+        nbad += bad[p];
+    }
+    if (nbad == 0)
+        return troupe__error(TROUPE_DEADLINE_EXCEEDED,
+                             "%s: data made no progress within %" PRId64
+                             " s although every rank answered a liveness probe (stuck in MPI?)",
+                             rs->what, troupe_config_timeout_s());
+    char ranks[256];
+    s_rank_list(bad, ranks, sizeof ranks);
+    return troupe__error(TROUPE_DEADLINE_EXCEEDED,
+                         "%s: %s did not answer within %" PRId64
+                         " s (dead or stuck): data made no progress and a liveness probe got no "
+                         "answer",
+                         rs->what, ranks, troupe_config_timeout_s());
+}
+
+static void s_log_done(troupe__req_t *r, s_rs_t *rs)
+{
+    int64_t now = troupe_now_ns();
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT,
+               "%s: %zu tensors, %" PRId64 " bytes, %zu buckets, %.1f us (fingerprints %.1f us, "
+               "queued %.1f us before)",
+               rs->what, r->n, r->bytes, rs->nbks, (double)(now - rs->t_start_ns) / 1e3,
+               (double)(rs->t_data_ns - rs->t_start_ns) / 1e3,
+               (double)(rs->t_start_ns - r->submitted_ns) / 1e3);
+}
+
+/* Advances r; on failure returns its status (the message recorded) and whether MPI broke. */
+static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
+{
+    int64_t now = troupe_now_ns();
+    *broken = true;
+    if (rs->phase == S_PH_INIT) {
+        rs->t_start_ns = now;
+        rs->deadline_ns = now + s_timeout_ns();
+        rs->phase = S_PH_FP;
+        TROUPE_RETURN_IF_ERROR(s_fp_start(r, rs));
+    }
+    if (rs->phase == S_PH_FP) {
+        bool agreed = false;
+        troupe_status_t st = s_fp_poll(r, rs, &agreed);
+        if (st != TROUPE_OK) {
+            *broken = st != TROUPE_FAILED_PRECONDITION;
+            return st;
+        }
+        if (!agreed && !s_is_p2p(r))
+            TROUPE_RETURN_IF_ERROR(s_prepack(r, rs));
+        if (!agreed) {
+            if (troupe_now_ns() < rs->deadline_ns)
+                return TROUPE_OK;
+            bool bad[s_a.size];
+            for (int p = 0; p < s_a.size; p++)
+                bad[p] = rs->fp_state[p] != 2;
+            char ranks[256];
+            s_rank_list(bad, ranks, sizeof ranks);
+            return troupe__error(TROUPE_DEADLINE_EXCEEDED,
+                                 "%s: %s did not answer within %" PRId64 " s (dead or stuck)",
+                                 rs->what, ranks, troupe_config_timeout_s());
+        }
+        rs->phase = S_PH_DATA;
+        rs->t_data_ns = troupe_now_ns();
+        rs->deadline_ns = rs->t_data_ns + s_timeout_ns();
+        if (s_is_p2p(r))
+            TROUPE_RETURN_IF_ERROR(s_p2p_post(r, rs));
+        else if (!rs->planned)
+            TROUPE_RETURN_IF_ERROR(s_plan(r, rs));
+    }
+    bool progress = false, all = false;
+    if (s_is_p2p(r)) {
+        TROUPE_RETURN_IF_ERROR(s_p2p_test(rs, &progress, &all));
+    } else {
+        TROUPE_RETURN_IF_ERROR(s_coll_test(r, rs, &progress));
+        TROUPE_RETURN_IF_ERROR(s_coll_post(r, rs));
+        all = rs->done_bks == rs->nbks;
+    }
+    now = troupe_now_ns();
+    if (all) {
+        s_log_done(r, rs);
+        s_finish(r, TROUPE_OK, NULL);
+        return TROUPE_OK;
+    }
+    if (progress) {
+        rs->deadline_ns = now + s_timeout_ns();
+        rs->probing = false;
+    } else if (!rs->probing && now >= rs->deadline_ns) {
+        TROUPE_RETURN_IF_ERROR(s_start_probe(r, rs, now));
+    } else if (rs->probing && now >= rs->probe_end) {
+        return s_probe_verdict(r, rs);
+    }
+    return TROUPE_OK;
+}
+
+/* ---- the loop ---------------------------------------------------------------------------- */
+
+/* Completes and frees the finished requests (after this iteration's MPI calls). */
+static void s_reap(void)
+{
+    troupe__req_t **pp = &s_a.head;
+    while (*pp != NULL) {
+        troupe__req_t *r = *pp;
+        s_rs_t *rs = r->actor_state;
+        if (!rs->finished) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        r->next = NULL;
+        r->actor_state = NULL;
+        troupe_status_t st = rs->fin;
+        char *msg = rs->fin_msg;
+        rs->fin_msg = NULL;
+        s_rs_free(rs);
+        troupe__req_finish(&r, st, msg);
+        troupe_free(msg);
+    }
+}
+
+static void s_fail_all(troupe_status_t st, const char *msg)
+{
+    for (troupe__req_t *r = s_a.head; r != NULL; r = r->next)
+        s_finish(r, st, msg);
+}
+
+/* How often (loop turns) a busy actor answers probes, reaps control sends and yields the CPU:
+ * not every turn, since each costs a few percent of a large allreduce's bandwidth. */
+#define S_SERVICE_EVERY 16
+#define S_YIELD_EVERY 32
+
+static void s_iteration(unsigned turn)
+{
+    char cmsg[1024];
+    if (troupe__cluster_is_failed()) {
+        troupe_status_t cst = troupe__cluster_failure(cmsg, sizeof cmsg);
+        s_fail_all(cst, cmsg);
+        s_reap();
+        return;
+    }
+    memset(s_a.lane_busy, 0, 1 + 2 * (size_t)s_a.size);
+    bool finished = false;
+    for (troupe__req_t *r = s_a.head; r != NULL; r = r->next) {
+        s_rs_t *rs = r->actor_state;
+        if (rs->finished)
+            continue;
+        size_t lane = s_lane(r);
+        if (s_a.lane_busy[lane])
+            continue;
+        s_a.lane_busy[lane] = 1;
+        if (troupe__cluster_is_failed()) {
+            troupe_status_t cst = troupe__cluster_failure(cmsg, sizeof cmsg);
+            s_finish(r, cst, cmsg);
+            continue;
+        }
+        bool broken = false;
+        troupe_status_t st = s_step(r, rs, &broken);
+        if (st != TROUPE_OK)
+            s_fail(r, st, broken);
+        finished |= rs->finished;
+    }
+    if (!s_a.broken && !troupe__cluster_is_failed() &&
+        (turn % S_SERVICE_EVERY == 0 || finished)) {
+        troupe_status_t st = s_service_probes();
+        if (st == TROUPE_OK)
+            st = s_test_sends();
+        if (st != TROUPE_OK) {
+            troupe__cluster_fail(st, troupe_last_error(), true);
+            s_a.broken = true;
+        }
+    }
+    if (troupe__cluster_is_failed()) {
+        troupe_status_t cst = troupe__cluster_failure(cmsg, sizeof cmsg);
+        s_fail_all(cst, cmsg);
+    }
+    s_reap();
+}
+
+static troupe_status_t s_new_state(troupe__req_t *r)
+{
+    s_rs_t *rs = troupe_calloc(1, sizeof *rs);
+    if (rs == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "transport: out of memory");
+    const char *k = troupe__req_kind_name(r->kind);
+    if (r->kind == TROUPE__REQ_SEND)
+        snprintf(rs->what, sizeof rs->what, "send #%" PRIu64 " to rank %d", r->seq, r->peer);
+    else if (r->kind == TROUPE__REQ_RECV)
+        snprintf(rs->what, sizeof rs->what, "recv #%" PRIu64 " from rank %d", r->seq, r->peer);
+    else
+        snprintf(rs->what, sizeof rs->what, "%s #%" PRIu64, k, r->seq);
+    r->actor_state = rs;
+    return TROUPE_OK;
+}
+
+/* At stop on a healthy cluster: withdraws the probe receive, lets small sends finish. */
+static void s_cleanup_mpi(void)
+{
+    if (s_a.broken || troupe__cluster_failure(NULL, 0) == TROUPE_DEADLINE_EXCEEDED ||
+        troupe__cluster_failure(NULL, 0) == TROUPE_TRANSPORT_ERROR)
+        return;
+    int64_t end = troupe_now_ns() + S_DRAIN_NS;
+    if (s_a.probe_posted) {
+        MPI_Cancel(&s_a.probe_req);
+        int flag = 0;
+        while (!flag && troupe_now_ns() < end)
+            if (MPI_Test(&s_a.probe_req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                break;
+        s_a.probe_posted = false;
+    }
+    while (s_a.nsends > 0 && troupe_now_ns() < end) {
+        if (s_test_sends() != TROUPE_OK)
+            break;
+        sched_yield();
+    }
+    if (s_a.nsends > 0)
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_TRANSPORT,
+                   "transport: %zu control sends did not complete at finalize", s_a.nsends);
+}
+
+static void *s_actor_main(void *arg)
+{
+    (void)arg;
+    troupe_log_set_thread_tag("transport");
+    unsigned turn = 0;
+    troupe_status_t st = s_post_probe_recv();
+    if (st != TROUPE_OK) {
+        troupe__cluster_fail(st, troupe_last_error(), true);
+        s_a.broken = true;
+    }
+    for (;;) {
+        pthread_mutex_lock(&s_a.mu);
+        troupe__req_t *in = s_a.in_head;
+        s_a.in_head = s_a.in_tail = NULL;
+        bool abort_now = s_a.abort_now;
+        if (in == NULL && s_a.head == NULL && !abort_now) {
+            if (s_a.stop) {
+                pthread_mutex_unlock(&s_a.mu);
+                break;
+            }
+            s_a.sleeping = true;
+            pthread_cond_wait(&s_a.cv, &s_a.mu);
+            s_a.sleeping = false;
+            pthread_mutex_unlock(&s_a.mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s_a.mu);
+        /* Append the new requests to the active list, in issue order. */
+        troupe__req_t **tail = &s_a.head;
+        while (*tail != NULL)
+            tail = &(*tail)->next;
+        while (in != NULL) {
+            troupe__req_t *r = in;
+            in = in->next;
+            r->next = NULL;
+            if (s_new_state(r) != TROUPE_OK) {
+                troupe__req_finish(&r, TROUPE_RESOURCE_EXHAUSTED, troupe_last_error());
+                continue;
+            }
+            *tail = r;
+            tail = &r->next;
+        }
+        if (abort_now) {
+            s_fail_all(TROUPE_CANCELLED, "transport: the cluster is aborting");
+            s_reap();
+            break;
+        }
+        s_iteration(turn++);
+        if (s_a.head != NULL && turn % S_YIELD_EVERY == 0)
+            sched_yield();
+    }
+    if (!s_a.abort_now)
+        s_cleanup_mpi();
+    pthread_mutex_lock(&s_a.mu);
+    s_a.exited = true;
+    pthread_cond_broadcast(&s_a.exit_cv);
+    pthread_mutex_unlock(&s_a.mu);
+    return NULL;
+}
+
+/* ---- start / stop / submit --------------------------------------------------------------- */
+
+troupe_status_t troupe__transport_start(const void *data_comm, const void *ctl_comm, int rank,
+                                        int size)
+{
+    if (s_a.running)
+        return troupe__error(TROUPE_INTERNAL, "transport: the actor already runs");
+    s_a.data = *(const MPI_Comm *)data_comm;
+    s_a.ctl = *(const MPI_Comm *)ctl_comm;
+    s_a.rank = rank;
+    s_a.size = size;
+    s_a.head = NULL;
+    s_a.broken = false;
+    s_a.probe_posted = false;
+    s_a.send_seq = troupe_calloc((size_t)size, sizeof *s_a.send_seq);
+    s_a.recv_seq = troupe_calloc((size_t)size, sizeof *s_a.recv_seq);
+    s_a.last_pong_ns = troupe_calloc((size_t)size, sizeof *s_a.last_pong_ns);
+    s_a.lane_busy = troupe_calloc(1 + 2 * (size_t)size, 1);
+    if (s_a.send_seq == NULL || s_a.recv_seq == NULL || s_a.last_pong_ns == NULL ||
+        s_a.lane_busy == NULL)
+        goto oom;
+    for (int p = 0; p < size; p++)
+        s_a.last_pong_ns[p] = INT64_MIN;
+    s_a.coll_seq = 0;
+    s_a.stop = s_a.abort_now = s_a.exited = s_a.sleeping = false;
+    int rc = pthread_create(&s_a.thread, NULL, s_actor_main, NULL);
+    if (rc != 0) {
+        troupe__error(TROUPE_RESOURCE_EXHAUSTED, "transport: pthread_create: %s", strerror(rc));
+        goto fail;
+    }
+    pthread_mutex_lock(&s_a.mu);
+    s_a.running = true;
+    s_a.accepting = true;
+    pthread_mutex_unlock(&s_a.mu);
+    return TROUPE_OK;
+oom:
+    troupe__error(TROUPE_RESOURCE_EXHAUSTED, "transport: out of memory");
+fail:
+    troupe_free(s_a.send_seq);
+    troupe_free(s_a.recv_seq);
+    troupe_free(s_a.last_pong_ns);
+    troupe_free(s_a.lane_busy);
+    s_a.send_seq = s_a.recv_seq = NULL;
+    s_a.last_pong_ns = NULL;
+    s_a.lane_busy = NULL;
+    return TROUPE_RESOURCE_EXHAUSTED;
+}
+
+bool troupe__transport_stop(bool drain, int64_t timeout_ns)
+{
+    pthread_mutex_lock(&s_a.mu);
+    if (!s_a.running) {
+        pthread_mutex_unlock(&s_a.mu);
+        return true;
+    }
+    s_a.accepting = false;
+    s_a.stop = true;
+    if (!drain)
+        s_a.abort_now = true;
+    pthread_cond_signal(&s_a.cv);
+    int64_t deadline = troupe_deadline_after(timeout_ns);
+    while (!s_a.exited) {
+        if (deadline == TROUPE_TIMEOUT_INFINITE) {
+            pthread_cond_wait(&s_a.exit_cv, &s_a.mu);
+            continue;
+        }
+        int64_t left = troupe_deadline_remaining(deadline);
+        if (left <= 0)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = (int64_t)ts.tv_nsec + (left < S_NS_PER_S ? left : S_NS_PER_S);
+        ts.tv_sec += (time_t)(ns / S_NS_PER_S);
+        ts.tv_nsec = (long)(ns % S_NS_PER_S);
+        pthread_cond_timedwait(&s_a.exit_cv, &s_a.mu, &ts);
+    }
+    bool exited = s_a.exited;
+    pthread_mutex_unlock(&s_a.mu);
+    if (!exited)
+        return false;
+    pthread_join(s_a.thread, NULL);
+    pthread_mutex_lock(&s_a.mu);
+    s_a.running = false;
+    pthread_mutex_unlock(&s_a.mu);
+    for (int i = 0; i < 2; i++) {
+        troupe_free(s_a.slot[i]);
+        s_a.slot[i] = NULL;
+        s_a.slot_cap[i] = 0;
+        s_a.slot_busy[i] = false;
+    }
+    for (size_t i = 0; i < s_a.nsends; i++)
+        troupe_free(s_a.sends[i].buf); /* only left after a failure: never reused */
+    troupe_free(s_a.sends);
+    s_a.sends = NULL;
+    s_a.nsends = s_a.sends_cap = 0;
+    troupe_free(s_a.send_seq);
+    troupe_free(s_a.recv_seq);
+    troupe_free(s_a.last_pong_ns);
+    troupe_free(s_a.lane_busy);
+    s_a.send_seq = s_a.recv_seq = NULL;
+    s_a.last_pong_ns = NULL;
+    s_a.lane_busy = NULL;
+    return true;
+}
+
+bool troupe__transport_running(void)
+{
+    pthread_mutex_lock(&s_a.mu);
+    bool on = s_a.accepting;
+    pthread_mutex_unlock(&s_a.mu);
+    return on;
+}
+
+void troupe__transport_submit(troupe__req_t **r_p)
+{
+    troupe__req_t *r = *r_p;
+    *r_p = NULL;
+    char msg[1024];
+    troupe_status_t st = troupe__cluster_failure(msg, sizeof msg);
+    if (st != TROUPE_OK) {
+        troupe__req_finish(&r, st, msg);
+        return;
+    }
+    pthread_mutex_lock(&s_a.mu);
+    if (!s_a.accepting) {
+        pthread_mutex_unlock(&s_a.mu);
+        troupe__req_finish(&r, TROUPE_CANCELLED,
+                           "transport: the cluster was finalized or aborted");
+        return;
+    }
+    if (r->kind == TROUPE__REQ_SEND)
+        r->seq = ++s_a.send_seq[r->peer];
+    else if (r->kind == TROUPE__REQ_RECV)
+        r->seq = ++s_a.recv_seq[r->peer];
+    else
+        r->seq = ++s_a.coll_seq;
+    r->submitted_ns = troupe_now_ns();
+    r->next = NULL;
+    if (s_a.in_tail != NULL)
+        s_a.in_tail->next = r;
+    else
+        s_a.in_head = r;
+    s_a.in_tail = r;
+    if (s_a.sleeping)
+        pthread_cond_signal(&s_a.cv);
+    pthread_mutex_unlock(&s_a.mu);
+}
+
+#else /* !TROUPE_HAVE_MPI: a single-rank cluster has no actor */
+
+troupe_status_t troupe__transport_start(const void *data_comm, const void *ctl_comm, int rank,
+                                        int size)
+{
+    (void)data_comm;
+    (void)ctl_comm;
+    (void)rank;
+    (void)size;
+    return troupe__error(TROUPE_UNIMPLEMENTED, "transport: troupe was built without MPI");
+}
+
+bool troupe__transport_stop(bool drain, int64_t timeout_ns)
+{
+    (void)drain;
+    (void)timeout_ns;
+    return true;
+}
+
+bool troupe__transport_running(void)
+{
+    return false;
+}
+
+void troupe__transport_submit(troupe__req_t **r_p)
+{
+    troupe__req_finish(r_p, TROUPE_FAILED_PRECONDITION,
+                       "transport: troupe was built without MPI (single rank)");
+}
+
+#endif

@@ -1,0 +1,422 @@
+/* troupe — collectives (transport/mpi/collective.h): argument checks, requests built at call
+ * time, the single-rank path, and the device level through troupe_lend_arrays. The data moves
+ * in the transport actor (actor.c). */
+#include "troupe_config.h"
+
+#include "transport/mpi/collective.h"
+#include "transport/mpi/cluster.h"
+#include "transport/mpi/transport_impl.h"
+
+#include "actors/transfer.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/status.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- stats ------------------------------------------------------------------------------- */
+
+static _Atomic uint64_t s_collectives, s_completed, s_buckets, s_bytes, s_failures;
+
+void troupe__stats_add(uint64_t collectives, uint64_t completed, uint64_t buckets, uint64_t bytes,
+                       uint64_t failures)
+{
+    if (collectives)
+        atomic_fetch_add(&s_collectives, collectives);
+    if (completed)
+        atomic_fetch_add(&s_completed, completed);
+    if (buckets)
+        atomic_fetch_add(&s_buckets, buckets);
+    if (bytes)
+        atomic_fetch_add(&s_bytes, bytes);
+    if (failures)
+        atomic_fetch_add(&s_failures, failures);
+}
+
+void troupe_transport_get_stats(troupe_transport_stats_t *out)
+{
+    if (out == NULL)
+        return;
+    out->collectives = atomic_load(&s_collectives);
+    out->completed = atomic_load(&s_completed);
+    out->buckets = atomic_load(&s_buckets);
+    out->bytes = atomic_load(&s_bytes);
+    out->failures = atomic_load(&s_failures);
+}
+
+/* ---- requests ---------------------------------------------------------------------------- */
+
+troupe__req_t *troupe__req_new(troupe__req_kind_t kind, size_t n)
+{
+    troupe__req_t *r = troupe_calloc(1, sizeof *r);
+    if (r == NULL)
+        goto fail;
+    r->kind = kind;
+    r->n = n;
+    if (n > 0) {
+        r->tensors = troupe_calloc(n, sizeof *r->tensors);
+        r->fp = troupe_calloc(n, sizeof *r->fp);
+        if (r->tensors == NULL || r->fp == NULL)
+            goto fail;
+    }
+    return r;
+fail:
+    troupe__req_free(&r);
+    troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory for a request of %zu tensors",
+                  troupe__req_kind_name(kind), n);
+    return NULL;
+}
+
+void troupe__req_set_tensor(troupe__req_t *r, size_t i, const troupe_coll_tensor_t *t)
+{
+    troupe__fp_tensor_t *f = &r->fp[i];
+    memset(f, 0, sizeof *f);
+    f->node_id = t->node_id;
+    f->prec = t->prec;
+    f->ndims = t->ndims;
+    for (int d = 0; d < t->ndims && d < TROUPE_MAX_DIMS; d++)
+        f->dims[d] = t->dims[d];
+    f->count = t->count;
+    if (t->name != NULL)
+        snprintf(f->name, sizeof f->name, "%s", t->name);
+    r->tensors[i] = *t;
+    r->tensors[i].name = f->name;
+    r->bytes += t->count * (int64_t)troupe_prec_size_bytes(t->prec);
+}
+
+void troupe__req_free(troupe__req_t **r_p)
+{
+    if (r_p == NULL || *r_p == NULL)
+        return;
+    troupe__req_t *r = *r_p;
+    troupe_event_release(&r->ev);
+    troupe_free(r->tensors);
+    troupe_free(r->fp);
+    troupe_free(r);
+    *r_p = NULL;
+}
+
+void troupe__req_finish(troupe__req_t **r_p, troupe_status_t status, const char *message)
+{
+    troupe__req_t *r = *r_p;
+    bool coll = r->kind == TROUPE__REQ_ALLREDUCE || r->kind == TROUPE__REQ_BROADCAST;
+    if (status == TROUPE_OK)
+        troupe__stats_add(0, coll ? 1 : 0, 0, coll ? (uint64_t)r->bytes : 0, 0);
+    else
+        troupe__stats_add(0, 0, 0, 0, 1);
+    troupe_event_complete(r->ev, status, message);
+    troupe__req_free(r_p);
+}
+
+/* ---- argument checks --------------------------------------------------------------------- */
+
+const char *troupe_reduce_op_name(troupe_reduce_op_t op)
+{
+    switch (op) {
+    case TROUPE_REDUCE_SUM:
+        return "sum";
+    case TROUPE_REDUCE_MEAN:
+        return "mean";
+    case TROUPE_REDUCE_MAX:
+        return "max";
+    case TROUPE_REDUCE_MIN:
+        return "min";
+    }
+    return "invalid";
+}
+
+static bool s_reducible(troupe_prec_t p)
+{
+    switch (p) {
+    case TROUPE_PREC_SINGLE:
+    case TROUPE_PREC_DOUBLE:
+    case TROUPE_PREC_HALF:
+    case TROUPE_PREC_BFLOAT16:
+    case TROUPE_PREC_FP8:
+    case TROUPE_PREC_INT32:
+    case TROUPE_PREC_INT64:
+    case TROUPE_PREC_UINT32:
+    case TROUPE_PREC_UINT64:
+        return true;
+    default:
+        return false;
+    }
+}
+
+troupe_coll_tensor_t troupe_coll_tensor_of(const troupe_tnode_t *tn, void *data)
+{
+    troupe_coll_tensor_t t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    if (tn == NULL)
+        return t;
+    t.count = troupe_tnode_num_elems(tn);
+    t.prec = tn->prec;
+    t.node_id = tn->id;
+    t.ndims = tn->ndims;
+    for (int d = 0; d < tn->ndims && d < TROUPE_MAX_DIMS; d++)
+        t.dims[d] = tn->dims[d];
+    t.name = tn->label_count > 0 ? tn->label[tn->label_count - 1] : NULL;
+    return t;
+}
+
+/* Checks tensor i of a request of `kind`; `need_data`: host level (data must be set). */
+static troupe_status_t s_check_tensor(const char *what, size_t i, const troupe_coll_tensor_t *t,
+                                      bool reduce, bool need_data)
+{
+    const char *name = t->name != NULL ? t->name : "";
+    if (!troupe_prec_is_valid(t->prec) || t->prec == TROUPE_PREC_VOID)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "%s: tensor %zu (node %" PRId32 " '%s'): invalid precision %d", what,
+                             i, t->node_id, name, (int)t->prec);
+    if (reduce && !s_reducible(t->prec))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "%s: tensor %zu (node %" PRId32
+                             " '%s'): precision %s cannot be reduced (single, double, half, "
+                             "bfloat16, fp8, int32, int64, uint32, uint64 can)",
+                             what, i, t->node_id, name, troupe_prec_name(t->prec));
+    if (t->count < 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "%s: tensor %zu (node %" PRId32 " '%s'): count %" PRId64 " < 0", what,
+                             i, t->node_id, name, t->count);
+    if (t->ndims < 0 || t->ndims > TROUPE_MAX_DIMS)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "%s: tensor %zu (node %" PRId32 " '%s'): ndims %d outside 0..%d",
+                             what, i, t->node_id, name, t->ndims, TROUPE_MAX_DIMS);
+    if (t->ndims > 0) {
+        int64_t elems = 1;
+        for (int d = 0; d < t->ndims; d++) {
+            if (t->dims[d] < 0 || (t->dims[d] > 0 && elems > INT64_MAX / t->dims[d]))
+                return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                     "%s: tensor %zu (node %" PRId32 " '%s'): bad dim %d: %" PRId64,
+                                     what, i, t->node_id, name, d, t->dims[d]);
+            elems *= t->dims[d];
+        }
+        if (elems != t->count)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "%s: tensor %zu (node %" PRId32 " '%s'): dims hold %" PRId64
+                                 " elements but count is %" PRId64,
+                                 what, i, t->node_id, name, elems, t->count);
+    }
+    if (t->count > INT64_MAX / 16)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "%s: tensor %zu (node %" PRId32 " '%s'): count %" PRId64 " too large",
+                             what, i, t->node_id, name, t->count);
+    if (need_data && t->data == NULL && t->count > 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "%s: tensor %zu (node %" PRId32 " '%s'): data is NULL", what, i,
+                             t->node_id, name);
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_check_cluster(const char *what)
+{
+    char msg[1024];
+    troupe_status_t st = troupe__cluster_failure(msg, sizeof msg);
+    if (st != TROUPE_OK)
+        return troupe__error(st, "%s", msg);
+    return TROUPE_OK;
+}
+
+/* Builds a host-level request after checking the arguments. */
+static troupe_status_t s_build(troupe__req_kind_t kind, const troupe_coll_tensor_t *tensors,
+                               size_t n, troupe_reduce_op_t op, int root, troupe__req_t **out)
+{
+    const char *what = troupe__req_kind_name(kind);
+    *out = NULL;
+    if (tensors == NULL || n == 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: no tensors (tensors %s, n = %zu)",
+                             what, tensors == NULL ? "NULL" : "given", n);
+    if (kind == TROUPE__REQ_ALLREDUCE && (op < TROUPE_REDUCE_SUM || op > TROUPE_REDUCE_MIN))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce: op %d is not sum, mean, max or min", (int)op);
+    if (kind == TROUPE__REQ_BROADCAST && (root < 0 || root >= troupe_cluster_size()))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "broadcast: root %d outside the ranks 0..%d", root,
+                             troupe_cluster_size() - 1);
+    for (size_t i = 0; i < n; i++)
+        TROUPE_RETURN_IF_ERROR(
+            s_check_tensor(what, i, &tensors[i], kind == TROUPE__REQ_ALLREDUCE, true));
+    TROUPE_RETURN_IF_ERROR(s_check_cluster(what));
+    troupe__req_t *r = troupe__req_new(kind, n);
+    if (r == NULL)
+        return TROUPE_RESOURCE_EXHAUSTED;
+    r->op = op;
+    r->root = root;
+    for (size_t i = 0; i < n; i++)
+        troupe__req_set_tensor(r, i, &tensors[i]);
+    *out = r;
+    return TROUPE_OK;
+}
+
+/* Hands r (with its event set) to the actor, or completes it at once on a single rank, where
+ * every collective is exact without moving anything: sum, max and min of one rank are the
+ * identity, mean divides by 1, a broadcast from rank 0 to itself leaves the data. */
+static void s_dispatch(troupe__req_t **r_p)
+{
+    troupe__stats_add(1, 0, 0, 0, 0);
+    if (troupe__transport_running()) {
+        troupe__transport_submit(r_p);
+        return;
+    }
+    troupe__req_t *r = *r_p;
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT,
+               "%s (single rank): %zu tensors, %" PRId64 " bytes, nothing to move",
+               troupe__req_kind_name(r->kind), r->n, r->bytes);
+    troupe__req_finish(r_p, TROUPE_OK, NULL);
+}
+
+static troupe_status_t s_host_collective(troupe__req_kind_t kind,
+                                         const troupe_coll_tensor_t *tensors, size_t n,
+                                         troupe_reduce_op_t op, int root, troupe_event_t **out_ev)
+{
+    const char *what = troupe__req_kind_name(kind);
+    if (out_ev == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: out_ev is NULL", what);
+    *out_ev = NULL;
+    troupe__req_t *r = NULL;
+    TROUPE_RETURN_IF_ERROR(s_build(kind, tensors, n, op, root, &r));
+    char name[64];
+    snprintf(name, sizeof name, "transport:%s", what);
+    troupe_status_t st = troupe_event_new(name, &r->ev);
+    if (st != TROUPE_OK) {
+        troupe__req_free(&r);
+        return st;
+    }
+    troupe_event_retain(r->ev);
+    *out_ev = r->ev;
+    s_dispatch(&r);
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_allreduce(const troupe_coll_tensor_t *tensors, size_t n,
+                                 troupe_reduce_op_t op, troupe_event_t **out_ev)
+{
+    return s_host_collective(TROUPE__REQ_ALLREDUCE, tensors, n, op, 0, out_ev);
+}
+
+troupe_status_t troupe_broadcast(const troupe_coll_tensor_t *tensors, size_t n, int root,
+                                 troupe_event_t **out_ev)
+{
+    return s_host_collective(TROUPE__REQ_BROADCAST, tensors, n, TROUPE_REDUCE_SUM, root, out_ev);
+}
+
+/* ---- device level ------------------------------------------------------------------------ */
+
+/* What a lend carries: the request until `start` hands it to the actor (then NULL). Owned by
+ * the lend (freed by s_lend_dtor), so the actor may free the request while the lend still
+ * holds this. */
+typedef struct s_lend {
+    troupe__req_t *req;
+} s_lend_t;
+
+static troupe_status_t s_lend_start(void *user, void *const *ptrs, const int64_t *bytes, size_t n)
+{
+    s_lend_t *l = user;
+    troupe__req_t *r = l->req;
+    const char *what = troupe__req_kind_name(r->kind);
+    if (n != r->n)
+        return troupe__error(TROUPE_INTERNAL, "%s: lent %zu arrays for %zu tensors", what, n,
+                             r->n);
+    for (size_t i = 0; i < n; i++) {
+        int64_t want = r->tensors[i].count * (int64_t)troupe_prec_size_bytes(r->tensors[i].prec);
+        if (bytes[i] < want || (ptrs[i] == NULL && want > 0))
+            return troupe__error(TROUPE_INTERNAL,
+                                 "%s: tensor %zu (node %" PRId32
+                                 " '%s'): lent array of %" PRId64 " bytes, need %" PRId64,
+                                 what, i, r->tensors[i].node_id, r->tensors[i].name, bytes[i],
+                                 want);
+        r->tensors[i].data = ptrs[i];
+    }
+    l->req = NULL;
+    s_dispatch(&r);
+    return TROUPE_OK;
+}
+
+static void s_lend_dtor(void *user)
+{
+    s_lend_t *l = user;
+    /* Never handed to the actor (dropped, or start failed): the lend completed `done`. */
+    troupe__req_free(&l->req);
+    troupe_free(l);
+}
+
+static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_context_t *ctx,
+                                          size_t n, troupe_tnode_t *const *tns,
+                                          troupe_reduce_op_t op, int root,
+                                          troupe_event_t **out_ev)
+{
+    const char *what = troupe__req_kind_name(kind);
+    if (out_ev != NULL)
+        *out_ev = NULL;
+    if (ctx == NULL || tns == NULL || n == 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: %s", what,
+                             ctx == NULL ? "ctx is NULL" : "no nodes");
+    if (kind == TROUPE__REQ_ALLREDUCE && (op < TROUPE_REDUCE_SUM || op > TROUPE_REDUCE_MIN))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce: op %d is not sum, mean, max or min", (int)op);
+    if (kind == TROUPE__REQ_BROADCAST && (root < 0 || root >= troupe_cluster_size()))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "broadcast: root %d outside the ranks 0..%d", root,
+                             troupe_cluster_size() - 1);
+    for (size_t i = 0; i < n; i++)
+        if (tns[i] == NULL)
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: node %zu is NULL", what, i);
+    TROUPE_RETURN_IF_ERROR(s_check_cluster(what));
+
+    troupe__req_t *r = troupe__req_new(kind, n);
+    if (r == NULL)
+        return TROUPE_RESOURCE_EXHAUSTED;
+    r->op = op;
+    r->root = root;
+    troupe_status_t st = TROUPE_OK;
+    for (size_t i = 0; i < n; i++) {
+        char label[TROUPE__FP_NAME_MAX + 1];
+        troupe_tnode_label_string(tns[i], label, sizeof label);
+        troupe_coll_tensor_t t = troupe_coll_tensor_of(tns[i], NULL);
+        t.name = label;
+        st = s_check_tensor(what, i, &t, kind == TROUPE__REQ_ALLREDUCE, false);
+        if (st != TROUPE_OK) {
+            troupe__req_free(&r);
+            return st;
+        }
+        troupe__req_set_tensor(r, i, &t);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "transport:%s_nodes", what);
+    troupe_event_t *done = NULL;
+    st = troupe_event_new(name, &done);
+    if (st != TROUPE_OK) {
+        troupe__req_free(&r);
+        return st;
+    }
+    r->ev = done;
+    troupe_event_retain(done); /* the request's reference; `done` stays ours until the lend */
+    s_lend_t *l = troupe_calloc(1, sizeof *l);
+    if (l == NULL) {
+        troupe__req_free(&r);
+        troupe_event_release(&done);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+    }
+    l->req = r;
+    /* On an error return the lend ran s_lend_dtor (freeing r) and did not touch `done`. */
+    st = troupe_lend_arrays(ctx, n, tns, s_lend_start, l, s_lend_dtor, done, out_ev);
+    troupe_event_release(&done);
+    return st;
+}
+
+troupe_status_t troupe_allreduce_nodes(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
+                                       troupe_reduce_op_t op, troupe_event_t **out_ev)
+{
+    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, out_ev);
+}
+
+troupe_status_t troupe_broadcast_nodes(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
+                                       int root, troupe_event_t **out_ev)
+{
+    return s_nodes_collective(TROUPE__REQ_BROADCAST, ctx, n, tns, TROUPE_REDUCE_SUM, root, out_ev);
+}

@@ -1,0 +1,213 @@
+/* troupe — request fingerprints and their comparison (DESIGN.md §8): what every rank sends
+ * before a collective's (or a point-to-point move's) data moves, so that ranks that disagree
+ * fail naming the ranks, the tensor and the field instead of hanging or reducing garbage. */
+#include "transport/mpi/transport_impl.h"
+
+#include "base/alloc.h"
+#include "base/status.h"
+#include "ir/prec.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *troupe__req_kind_name(int kind)
+{
+    switch (kind) {
+    case TROUPE__REQ_ALLREDUCE:
+        return "allreduce";
+    case TROUPE__REQ_BROADCAST:
+        return "broadcast";
+    case TROUPE__REQ_SEND:
+        return "send";
+    case TROUPE__REQ_RECV:
+        return "recv";
+    default:
+        return "unknown";
+    }
+}
+
+size_t troupe__fp_size(size_t n)
+{
+    return sizeof(troupe__fp_header_t) + n * sizeof(troupe__fp_tensor_t);
+}
+
+void troupe__fp_encode(const troupe__req_t *r, void *buf)
+{
+    troupe__fp_header_t h;
+    memset(&h, 0, sizeof h);
+    h.magic = TROUPE__FP_MAGIC;
+    h.seq = (int64_t)r->seq;
+    h.kind = r->kind;
+    h.op = r->kind == TROUPE__REQ_ALLREDUCE ? (int64_t)r->op : 0;
+    h.root = r->kind == TROUPE__REQ_BROADCAST ? r->root : 0;
+    h.n = (int64_t)r->n;
+    memcpy(buf, &h, sizeof h);
+    if (r->n > 0)
+        memcpy((char *)buf + sizeof h, r->fp, r->n * sizeof(troupe__fp_tensor_t));
+}
+
+#define S_FNV_OFFSET UINT64_C(0xcbf29ce484222325)
+#define S_FNV_PRIME UINT64_C(0x100000001b3)
+
+static uint64_t s_mix(uint64_t h, int64_t v)
+{
+    uint64_t x = (uint64_t)v;
+    for (int i = 0; i < 8; i++) {
+        h ^= (x >> (8 * i)) & 0xffu;
+        h *= S_FNV_PRIME;
+    }
+    return h;
+}
+
+void troupe__fp_digest(const troupe__req_t *r, troupe__fp_digest_t *out)
+{
+    bool p2p = r->kind == TROUPE__REQ_SEND || r->kind == TROUPE__REQ_RECV;
+    uint64_t h = S_FNV_OFFSET;
+    if (!p2p) {
+        h = s_mix(h, (int64_t)r->seq);
+        h = s_mix(h, r->kind);
+        h = s_mix(h, r->kind == TROUPE__REQ_ALLREDUCE ? (int64_t)r->op : 0);
+        h = s_mix(h, r->kind == TROUPE__REQ_BROADCAST ? r->root : 0);
+    }
+    h = s_mix(h, (int64_t)r->n);
+    for (size_t i = 0; i < r->n; i++) {
+        const troupe__fp_tensor_t *t = &r->fp[i];
+        h = s_mix(h, t->node_id);
+        h = s_mix(h, t->prec);
+        h = s_mix(h, t->ndims);
+        for (int64_t d = 0; d < t->ndims && d < TROUPE_MAX_DIMS; d++)
+            h = s_mix(h, t->dims[d]);
+        h = s_mix(h, t->count);
+    }
+    memset(out, 0, sizeof *out);
+    out->magic = TROUPE__FP_MAGIC;
+    out->seq = (int64_t)r->seq;
+    out->kind = r->kind;
+    out->n = (int64_t)r->n;
+    out->hash = h;
+}
+
+bool troupe__fp_digest_equal(const troupe__fp_digest_t *a, const troupe__fp_digest_t *b)
+{
+    return a->magic == b->magic && a->n == b->n && a->hash == b->hash;
+}
+
+troupe_status_t troupe__fp_check_frame(const void *buf, size_t size, int rank)
+{
+    troupe__fp_header_t h;
+    if (size < sizeof h)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "fingerprint from rank %d: %zu bytes, shorter than its header", rank,
+                             size);
+    memcpy(&h, buf, sizeof h);
+    if (h.magic != TROUPE__FP_MAGIC)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "fingerprint from rank %d: bad magic 0x%016" PRIx64 " (not troupe?)",
+                             rank, (uint64_t)h.magic);
+    if (h.n < 0 || (uint64_t)h.n > (SIZE_MAX - sizeof h) / sizeof(troupe__fp_tensor_t) ||
+        troupe__fp_size((size_t)h.n) != size)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "fingerprint from rank %d: %zu bytes do not hold %" PRId64
+                             " tensors",
+                             rank, size, h.n);
+    return TROUPE_OK;
+}
+
+static void s_dims(const troupe__fp_tensor_t *t, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    len += (size_t)snprintf(buf + len, cap - len, "[");
+    for (int64_t i = 0; i < t->ndims && i < TROUPE_MAX_DIMS && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%" PRId64, i ? ";" : "", t->dims[i]);
+    if (len < cap)
+        snprintf(buf + len, cap - len, "]");
+}
+
+static const char *s_op_name(int64_t op)
+{
+    return op >= TROUPE_REDUCE_SUM && op <= TROUPE_REDUCE_MIN
+               ? troupe_reduce_op_name((troupe_reduce_op_t)op)
+               : "invalid";
+}
+
+static const char *s_prec_name(int64_t p)
+{
+    return p >= 0 && p < TROUPE_PREC_COUNT ? troupe_prec_name((troupe_prec_t)p) : "invalid";
+}
+
+troupe_status_t troupe__fp_compare(const char *what, const void *a, int ra, const void *b, int rb)
+{
+    troupe__fp_header_t ha, hb;
+    memcpy(&ha, a, sizeof ha);
+    memcpy(&hb, b, sizeof hb);
+    bool p2p = ha.kind == TROUPE__REQ_SEND || ha.kind == TROUPE__REQ_RECV;
+    if (!p2p) {
+        if (ha.kind != hb.kind)
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "%s: fingerprint mismatch: kind %s on rank %d but %s on rank %d",
+                                 what, troupe__req_kind_name((int)ha.kind), ra,
+                                 troupe__req_kind_name((int)hb.kind), rb);
+        if (ha.seq != hb.seq)
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "%s: fingerprint mismatch: sequence number %" PRId64
+                                 " on rank %d but %" PRId64 " on rank %d",
+                                 what, ha.seq, ra, hb.seq, rb);
+        if (ha.op != hb.op)
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "%s: fingerprint mismatch: op %s on rank %d but %s on rank %d",
+                                 what, s_op_name(ha.op), ra, s_op_name(hb.op), rb);
+        if (ha.root != hb.root)
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "%s: fingerprint mismatch: root %" PRId64 " on rank %d but %" PRId64
+                                 " on rank %d",
+                                 what, ha.root, ra, hb.root, rb);
+    }
+    if (ha.n != hb.n)
+        return troupe__error(TROUPE_FAILED_PRECONDITION,
+                             "%s: fingerprint mismatch: number of tensors %" PRId64
+                             " on rank %d but %" PRId64 " on rank %d",
+                             what, ha.n, ra, hb.n, rb);
+    const char *ta = (const char *)a + sizeof ha, *tb = (const char *)b + sizeof hb;
+    for (int64_t i = 0; i < ha.n; i++) {
+        troupe__fp_tensor_t x, y;
+        memcpy(&x, ta + (size_t)i * sizeof x, sizeof x);
+        memcpy(&y, tb + (size_t)i * sizeof y, sizeof y);
+        x.name[TROUPE__FP_NAME_MAX] = '\0';
+        y.name[TROUPE__FP_NAME_MAX] = '\0';
+        char who[96];
+        snprintf(who, sizeof who, "tensor %" PRId64 " (node %" PRId64 " '%s')", i, x.node_id,
+                 x.name[0] ? x.name : (y.name[0] ? y.name : "?"));
+        if (x.node_id != 0 && y.node_id != 0 && x.node_id != y.node_id)
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "%s: fingerprint mismatch: %s node id %" PRId64
+                                 " on rank %d but %" PRId64 " on rank %d",
+                                 what, who, x.node_id, ra, y.node_id, rb);
+        if (x.prec != y.prec)
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "%s: fingerprint mismatch: %s precision %s on rank %d but %s on "
+                                 "rank %d",
+                                 what, who, s_prec_name(x.prec), ra, s_prec_name(y.prec), rb);
+        bool dims_differ = false;
+        if (x.ndims != 0 && y.ndims != 0) {
+            dims_differ = x.ndims != y.ndims;
+            for (int64_t d = 0; !dims_differ && d < x.ndims && d < TROUPE_MAX_DIMS; d++)
+                dims_differ = x.dims[d] != y.dims[d];
+        }
+        if (dims_differ) {
+            char da[160], db[160];
+            s_dims(&x, da, sizeof da);
+            s_dims(&y, db, sizeof db);
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "%s: fingerprint mismatch: %s dims %s on rank %d but %s on rank %d",
+                                 what, who, da, ra, db, rb);
+        }
+        if (x.count != y.count)
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "%s: fingerprint mismatch: %s count %" PRId64
+                                 " on rank %d but %" PRId64 " on rank %d",
+                                 what, who, x.count, ra, y.count, rb);
+    }
+    return TROUPE_OK;
+}

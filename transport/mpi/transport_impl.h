@@ -1,0 +1,176 @@
+/* troupe — private declarations shared by transport/mpi's files (not installed).
+ *
+ * A request (troupe__req_t) is one collective or one point-to-point move, built by the caller
+ * (collective.c, cluster.c's remote `move`), then handed to the transport actor (actor.c) with
+ * troupe__transport_submit, which assigns its sequence number and owns it from then on: the
+ * actor completes its event exactly once and frees it. Fingerprints (fingerprint.c) are the
+ * wire form of what a request moves; they are pure data and need no MPI.
+ *
+ * Thread safety: troupe__transport_submit, troupe__cluster_fail and the cluster getters are
+ * thread-safe; a request is touched by one thread at a time (its builder, then the actor).
+ * Ownership: see each function.
+ */
+#ifndef TROUPE_TRANSPORT_MPI_TRANSPORT_IMPL_H
+#define TROUPE_TRANSPORT_MPI_TRANSPORT_IMPL_H
+
+#include "actors/event.h"
+#include "base/status.h"
+#include "transport/mpi/collective.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- requests ---------------------------------------------------------------------------- */
+
+typedef enum troupe__req_kind {
+    TROUPE__REQ_ALLREDUCE = 1,
+    TROUPE__REQ_BROADCAST = 2,
+    TROUPE__REQ_SEND = 3, /* point-to-point: this rank's bytes to `peer` */
+    TROUPE__REQ_RECV = 4, /* point-to-point: `peer`'s bytes into this rank's buffer */
+} troupe__req_kind_t;
+
+/* "allreduce", "broadcast", "send", "recv". */
+const char *troupe__req_kind_name(int kind);
+
+/* Longest tensor name carried in a fingerprint (bytes, without NUL); longer ones are cut. */
+#define TROUPE__FP_NAME_MAX 39
+
+/* One tensor as it travels in a fingerprint. All integers are int64 so the layout has no
+ * padding; ranks of one job run the same binary on the same architecture (byte order). */
+typedef struct troupe__fp_tensor {
+    int64_t node_id; /* 0: not checked */
+    int64_t prec;    /* troupe_prec_t */
+    int64_t ndims;   /* 0: dims not checked */
+    int64_t dims[TROUPE_MAX_DIMS];
+    int64_t count; /* elements */
+    char name[TROUPE__FP_NAME_MAX + 1];
+} troupe__fp_tensor_t;
+
+/* Fingerprint header; `n` tensors follow on the wire. */
+typedef struct troupe__fp_header {
+    int64_t magic; /* TROUPE__FP_MAGIC */
+    int64_t seq;
+    int64_t kind; /* troupe__req_kind_t */
+    int64_t op;   /* troupe_reduce_op_t for allreduce, else 0 */
+    int64_t root; /* broadcast root, else 0 */
+    int64_t n;
+} troupe__fp_header_t;
+
+#define TROUPE__FP_MAGIC INT64_C(0x74727570666e6770) /* "trupfngp" */
+
+typedef struct troupe__req troupe__req_t;
+struct troupe__req {
+    troupe__req_t *next; /* actor queue link */
+    troupe__req_kind_t kind;
+    troupe_reduce_op_t op; /* allreduce */
+    int root;              /* broadcast */
+    int peer;              /* send/recv */
+    uint64_t seq;          /* set by troupe__transport_submit */
+    size_t n;
+    troupe_coll_tensor_t *tensors; /* n entries; `name` points into fp[i].name */
+    troupe__fp_tensor_t *fp;       /* n entries */
+    int64_t bytes;                 /* sum of the tensors' sizes */
+    troupe_event_t *ev;            /* the request's reference; completed exactly once */
+    int64_t submitted_ns;
+    void *actor_state; /* the actor's per-request state (actor.c) */
+};
+
+/* A request of `kind` with room for n tensors (zeroed), no event yet. NULL when out of memory
+ * (message recorded). */
+troupe__req_t *troupe__req_new(troupe__req_kind_t kind, size_t n);
+
+/* Sets tensor i from `t` (name copied, truncated). */
+void troupe__req_set_tensor(troupe__req_t *r, size_t i, const troupe_coll_tensor_t *t);
+
+/* Frees the request and releases its event reference (without completing it). NULL-safe. */
+void troupe__req_free(troupe__req_t **r_p);
+
+/* Completes r's event with `status`/`message` (OK: done), counts it in the stats, frees r. */
+void troupe__req_finish(troupe__req_t **r_p, troupe_status_t status, const char *message);
+
+/* ---- fingerprints (fingerprint.c) -------------------------------------------------------- */
+
+/* Bytes of r's fingerprint on the wire. */
+size_t troupe__fp_size(size_t n);
+
+/* Writes r's fingerprint (troupe__fp_size(r->n) bytes) into buf. */
+void troupe__fp_encode(const troupe__req_t *r, void *buf);
+
+/* The short form ranks exchange first: when every rank's digest equals, the fingerprints agree
+ * and the full ones need not travel; otherwise the full fingerprints are exchanged and compared
+ * field by field (troupe__fp_compare, which alone decides). `hash` covers what
+ * troupe__fp_compare compares (for point-to-point moves: not kind, op, root or seq). */
+typedef struct troupe__fp_digest {
+    int64_t magic; /* TROUPE__FP_MAGIC */
+    int64_t seq;
+    int64_t kind;
+    int64_t n;
+    uint64_t hash;
+} troupe__fp_digest_t;
+
+void troupe__fp_digest(const troupe__req_t *r, troupe__fp_digest_t *out);
+
+/* True when two digests tell the same request (magic, n and hash equal). */
+bool troupe__fp_digest_equal(const troupe__fp_digest_t *a, const troupe__fp_digest_t *b);
+
+/* Checks a received fingerprint's framing: INVALID_ARGUMENT (bad size or magic) naming `rank`. */
+TROUPE_MUST_USE troupe_status_t troupe__fp_check_frame(const void *buf, size_t size, int rank);
+
+/* Compares the fingerprints `a` (of rank ra) and `b` (of rank rb) of request `what` (e.g.
+ * "allreduce #3", "send #2 to rank 1"). Returns OK when they agree; otherwise
+ * FAILED_PRECONDITION with the message "<what>: fingerprint mismatch: <field> <va> on rank ra
+ * but <vb> on rank rb", naming the tensor (index, node id, name) for per-tensor fields.
+ * Point-to-point fingerprints (kinds send/recv) are compared without kind/op/root and
+ * sequence numbers (each side numbers its own channel). */
+TROUPE_MUST_USE troupe_status_t troupe__fp_compare(const char *what, const void *a, int ra,
+                                                   const void *b, int rb);
+
+/* ---- the cluster (cluster.c) ------------------------------------------------------------- */
+
+/* Marks the cluster failed with `status` and `message` (first failure wins; later calls do
+ * nothing). `comm_broken` tells that MPI can no longer be trusted (a dead or stuck peer, an MPI
+ * error): then troupe_cluster_finalize skips MPI_Finalize. Thread-safe. */
+void troupe__cluster_fail(troupe_status_t status, const char *message, bool comm_broken);
+
+/* The cluster's failure status (OK while healthy); when failed and msg != NULL, copies the
+ * message into msg (cap bytes). */
+troupe_status_t troupe__cluster_failure(char *msg, size_t cap);
+
+/* True once the cluster failed (lock-free; the actor's loop checks it on every turn). */
+bool troupe__cluster_is_failed(void);
+
+/* Counters (atomic). */
+void troupe__stats_add(uint64_t collectives, uint64_t completed, uint64_t buckets, uint64_t bytes,
+                       uint64_t failures);
+
+/* ---- the actor (actor.c) ----------------------------------------------------------------- */
+
+/* True while the transport actor runs (distributed cluster, initialised, not finalized). */
+bool troupe__transport_running(void);
+
+/* Hands *r_p to the actor (consumed; nulled). Assigns the request's sequence number (per
+ * collective stream, or per point-to-point channel) in call order. Never blocks on MPI. If
+ * the actor is not running, or the cluster has failed, the request completes at once with
+ * that status. Thread-safe. */
+void troupe__transport_submit(troupe__req_t **r_p);
+
+/* Starts the actor (main thread, after MPI_Init_thread; MPI builds only). data_comm and
+ * ctl_comm point to the MPI_Comm handles (data; fingerprints and probes), which the actor uses
+ * until troupe__transport_stop. Errors: RESOURCE_EXHAUSTED, INTERNAL. */
+TROUPE_MUST_USE troupe_status_t troupe__transport_start(const void *data_comm,
+                                                        const void *ctl_comm, int rank, int size);
+/* Stops the actor and joins it. With `drain`, every submitted request completes first (each
+ * bounded by its deadline); without, pending requests fail at once with CANCELLED and no more
+ * MPI calls are made (abort). `timeout_ns` bounds the join; on timeout returns false and leaves
+ * the actor running. True when no actor runs any more. Main thread only. */
+bool troupe__transport_stop(bool drain, int64_t timeout_ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TROUPE_TRANSPORT_MPI_TRANSPORT_IMPL_H */
