@@ -58,8 +58,12 @@ static int s_rank, s_size;
 /* Re-executes under mpiexec -n 2 when no launcher is present. Returns only on failure. */
 static void s_reexec(int argc, char **argv)
 {
-    const char *head[] = {"mpiexec", "-n", "2", "--mca", "btl", "self,vader", "--mca",
-                          "oob_tcp_if_include", "lo", "--oversubscribe", "--bind-to", "none"};
+    const char *head[] = {"mpiexec",   "-n",
+                          "2",         "--mca",
+                          "btl",       "self,vader",
+                          "--mca",     "oob_tcp_if_include",
+                          "lo",        "--oversubscribe",
+                          "--bind-to", "none"};
     size_t nh = sizeof head / sizeof *head;
     char **av = calloc(nh + 2 + (size_t)argc + 1, sizeof *av);
     if (av == NULL)
@@ -107,9 +111,12 @@ static int s_troupe(s_case_t *c)
 {
     troupe_coll_tensor_t t[S_SMALL_N];
     for (int i = 0; i < c->nbufs; i++)
-        t[i] = (troupe_coll_tensor_t){.data = c->bufs[i], .count = c->count,
-                                      .prec = TROUPE_PREC_SINGLE, .node_id = i + 1,
-                                      .ndims = 1, .dims = {c->count}};
+        t[i] = (troupe_coll_tensor_t){.data = c->bufs[i],
+                                      .count = c->count,
+                                      .prec = TROUPE_PREC_SINGLE,
+                                      .node_id = i + 1,
+                                      .ndims = 1,
+                                      .dims = {c->count}};
     troupe_event_t *ev = NULL;
     c->st = troupe_allreduce(t, (size_t)c->nbufs, TROUPE_REDUCE_SUM, &ev);
     if (c->st == TROUPE_OK && c->poll) {
@@ -151,10 +158,11 @@ static int s_check(s_case_t *c, const char *name)
             for (int64_t i = 0; i < c->count; i++) {
                 float want = (float)(s_size * (s_size + 1) / 2 + s_size * (i % 7));
                 if (c->bufs[b][i] != want) {
-                    fprintf(stderr, "%s: %s: check=fail: %s: buffer %d element %lld is %g, "
-                                    "expected %g\n",
-                            S_PROG, name, side == 0 ? "troupe" : "MPI_Allreduce", b,
-                            (long long)i, c->bufs[b][i], want);
+                    fprintf(stderr,
+                            "%s: %s: check=fail: %s: buffer %d element %lld is %g, "
+                            "expected %g\n",
+                            S_PROG, name, side == 0 ? "troupe" : "MPI_Allreduce", b, (long long)i,
+                            c->bufs[b][i], want);
                     return 1;
                 }
             }
@@ -321,8 +329,7 @@ int main(int argc, char **argv)
     if (pr != 0)
         return pr > 0 ? 0 : 2;
     const char *no_reexec = getenv("TROUPE_BENCH_NO_MPIEXEC");
-    bool launcher = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
-                    getenv("SLURM_PROCID");
+    bool launcher = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("SLURM_PROCID");
     if (!launcher && (no_reexec == NULL || strcmp(no_reexec, "1") != 0))
         s_reexec(argc, argv); /* returns only on failure */
     troupe_status_t st = troupe_cluster_init(&argc, &argv);

@@ -25,6 +25,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
+#include <time.h>
+static int s_old = -1;
+static double s_cpu, s_wall; static long s_cnt;
+static double s_now(clockid_t c){struct timespec t; clock_gettime(c,&t); return t.tv_sec+1e-9*t.tv_nsec;}
 
 /* Most local replicas accepted (a sanity bound on a config value). */
 #define S_MAX_STREAMS 4096
@@ -493,6 +498,8 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
         return;
     troupe_dp_t *dp = *dp_p;
     *dp_p = NULL;
+    if (s_cnt) fprintf(stderr, "DPPERF old=%d n=%d nranks=%d steps=%ld cpu_us/step=%.1f wall_us/step=%.1f\n", s_old, dp->n, dp->nranks, s_cnt, 1e6*s_cpu/s_cnt, 1e6*s_wall/s_cnt);
+    s_cpu = s_wall = 0; s_cnt = 0;
     if (dp->rep) {
         for (int k = 0; k < dp->n; k++)
             if (dp->rep[k].stream) {
@@ -561,8 +568,16 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp)
     /* 0. this step's hyper-parameters, ahead of everything else on the owner stream */
     double h[TROUPE__DP_HYPER_COUNT];
     troupe__dp_hyper_values(dp, dp->steps + 1, h);
-    TROUPE_RETURN_IF_ERROR(troupe_tnode_set_values(dp->hyper, h, TROUPE__DP_HYPER_COUNT));
-    TROUPE_RETURN_IF_ERROR(troupe_from_host(s_tail(r0), dp->hyper, NULL));
+    if (s_old || !dp->hyper_uploaded || memcmp(h, dp->hyper_last, sizeof h) != 0) {
+        /* only the driver writes the hyper array (host and device), so equal values mean the
+         * device array already holds them: SGD uploads once and again after each set_lr;
+         * AdamW's bias corrections change every step */
+        dp->hyper_uploaded = false;
+        TROUPE_RETURN_IF_ERROR(troupe_tnode_set_values(dp->hyper, h, TROUPE__DP_HYPER_COUNT));
+        TROUPE_RETURN_IF_ERROR(troupe_from_host(s_tail(r0), dp->hyper, NULL));
+        memcpy(dp->hyper_last, h, sizeof h);
+        dp->hyper_uploaded = true;
+    }
     /* 1. every replica on its minibatch, round-robin over the global list */
     int64_t base = dp->steps * (int64_t)n * dp->nranks + (int64_t)dp->rank * n;
     for (int k = 0; k < n; k++) {
@@ -570,9 +585,9 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp)
         TROUPE_RETURN_IF_ERROR(troupe_routine_set_index(dp->rep[k].grad, dp->batch_index, b));
         TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].grad, NULL));
     }
-    /* 2.-3. per gradient, last parameter first (the order backprop finishes them): the tree
-     * merge into replica 0, then its allreduce across ranks while the next one merges */
-    for (size_t i = dp->n_params; i-- > 0;) {
+    /* 2. per gradient, last parameter first (the order backprop finishes them): the tree
+     * merge into replica 0 */
+    for (size_t i = dp->n_params; (s_old || n > 1) && i-- > 0;) {
         troupe_tnode_t *g = dp->grads[i];
         for (int stride = 1; stride < n; stride *= 2) {
             for (int k = 0; k + stride < n; k += 2 * stride) {
@@ -582,10 +597,17 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp)
                 TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].merge[i], NULL));
             }
         }
-        if (dp->nranks > 1)
+        if (s_old && dp->nranks > 1)
             TROUPE_RETURN_IF_ERROR(
                 troupe_allreduce_nodes(s_tail(r0), 1, &g, TROUPE_REDUCE_MEAN, NULL));
     }
+    /* 3. one fused allreduce of every gradient across ranks: one request, one fingerprint
+     * exchange and one lend per step instead of one per gradient (the transport still buckets
+     * by troupe_config_fusion_bytes) */
+    if (!s_old && dp->nranks > 1)
+        TROUPE_RETURN_IF_ERROR(troupe_allreduce_nodes(s_tail(r0), dp->n_params,
+                                                      (troupe_tnode_t *const *)dp->grads,
+                                                      TROUPE_REDUCE_MEAN, NULL));
     /* 4. the optimizer on the owner stream */
     TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->opt_routine, NULL));
     /* 5. the new parameters to the other replicas */
@@ -609,7 +631,10 @@ troupe_status_t troupe_dp_step(troupe_dp_t *dp)
     if (!dp)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_step: NULL dp");
     TROUPE_RETURN_IF_ERROR(s_refuse_if_failed(dp, "dp_step"));
+    if (s_old < 0) s_old = getenv("DPPERF_OLD") != NULL;
+    double c0 = s_now(CLOCK_THREAD_CPUTIME_ID), w0 = s_now(CLOCK_MONOTONIC);
     troupe_status_t st = s_schedule_step(dp);
+    s_cpu += s_now(CLOCK_THREAD_CPUTIME_ID) - c0; s_wall += s_now(CLOCK_MONOTONIC) - w0; s_cnt++;
     if (st != TROUPE_OK) {
         char prefix[64];
         snprintf(prefix, sizeof prefix, "dp_step %lld", (long long)dp->steps);

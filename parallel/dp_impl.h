@@ -67,6 +67,12 @@ struct troupe_dp {
     troupe_routine_t *opt_routine; /* on replica 0 */
 
     troupe_tnode_t *hyper;  /* hosted, TROUPE__DP_HYPER_COUNT doubles */
+    /* The values last uploaded to the owner stream's hyper array (valid when hyper_uploaded):
+     * a step whose values are bit-identical skips the host write and the upload, which would
+     * otherwise wait for the previous upload to finish (actors/transfer.h: set_values waits for
+     * in-flight from_host readers of the host array). */
+    double hyper_last[TROUPE__DP_HYPER_COUNT];
+    bool hyper_uploaded;
     int nstate;             /* optimizer state arrays per parameter: 0, 1 (m) or 2 (m, v) */
     troupe_tnode_t **state; /* n_params * nstate, hosted: state[i * nstate + s] */
     troupe_tnode_t **temps; /* optimizer temporaries, retained */

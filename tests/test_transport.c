@@ -20,7 +20,7 @@
 #define OK(expr)                                                                                   \
     do {                                                                                           \
         troupe_status_t s__ = (expr);                                                              \
-        cr_assert_eq(s__, TROUPE_OK, "%s -> %s: %s", #expr, troupe_status_str(s__),              \
+        cr_assert_eq(s__, TROUPE_OK, "%s -> %s: %s", #expr, troupe_status_str(s__),                \
                      troupe_last_error());                                                         \
     } while (0)
 
@@ -28,7 +28,7 @@
 #define FAILS(expr, code, needle)                                                                  \
     do {                                                                                           \
         troupe_status_t s__ = (expr);                                                              \
-        cr_assert_eq(s__, (code), "%s -> %s (expected %s): %s", #expr, troupe_status_str(s__),   \
+        cr_assert_eq(s__, (code), "%s -> %s (expected %s): %s", #expr, troupe_status_str(s__),     \
                      troupe_status_str(code), troupe_last_error());                                \
         cr_assert(strstr(troupe_last_error(), (needle)) != NULL,                                   \
                   "%s: message '%s' does not contain '%s'", #expr, troupe_last_error(), (needle)); \
@@ -85,9 +85,9 @@ static void s_fill(troupe_prec_t p, void *data, int64_t count)
 Test(transport, single_rank_collectives_are_exact)
 {
     OK(troupe_cluster_init(NULL, NULL));
-    const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE, TROUPE_PREC_DOUBLE, TROUPE_PREC_HALF,
-                                   TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8, TROUPE_PREC_INT32,
-                                   TROUPE_PREC_INT64, TROUPE_PREC_UINT32, TROUPE_PREC_UINT64};
+    const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE,   TROUPE_PREC_DOUBLE, TROUPE_PREC_HALF,
+                                   TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8,    TROUPE_PREC_INT32,
+                                   TROUPE_PREC_INT64,    TROUPE_PREC_UINT32, TROUPE_PREC_UINT64};
     const int64_t count = 333;
     for (size_t pi = 0; pi < sizeof precs / sizeof *precs; pi++) {
         troupe_prec_t p = precs[pi];
@@ -96,8 +96,13 @@ Test(transport, single_rank_collectives_are_exact)
         s_fill(p, data, count);
         memcpy(orig, data, bytes);
         for (int op = TROUPE_REDUCE_SUM; op <= TROUPE_REDUCE_MIN; op++) {
-            troupe_coll_tensor_t t = {.data = data, .count = count, .prec = p, .node_id = 3,
-                                      .ndims = 1, .dims = {count}, .name = "t"};
+            troupe_coll_tensor_t t = {.data = data,
+                                      .count = count,
+                                      .prec = p,
+                                      .node_id = 3,
+                                      .ndims = 1,
+                                      .dims = {count},
+                                      .name = "t"};
             troupe_event_t *ev = NULL;
             OK(troupe_allreduce(&t, 1, (troupe_reduce_op_t)op, &ev));
             OK(troupe_event_sync(ev, 1000 * MS));
@@ -138,16 +143,12 @@ Test(transport, invalid_arguments_are_named)
     OK(troupe_cluster_init(NULL, NULL));
     float x[4] = {0};
     troupe_event_t *ev = NULL;
-    troupe_coll_tensor_t good = {.data = x, .count = 4, .prec = TROUPE_PREC_SINGLE,
-                                 .node_id = 5, .name = "good"};
-    FAILS(troupe_allreduce(NULL, 1, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
-          "no tensors");
-    FAILS(troupe_allreduce(&good, 0, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
-          "n = 0");
-    FAILS(troupe_allreduce(&good, 1, (troupe_reduce_op_t)7, &ev), TROUPE_INVALID_ARGUMENT,
-          "op 7");
-    FAILS(troupe_allreduce(&good, 1, TROUPE_REDUCE_SUM, NULL), TROUPE_INVALID_ARGUMENT,
-          "out_ev");
+    troupe_coll_tensor_t good = {
+        .data = x, .count = 4, .prec = TROUPE_PREC_SINGLE, .node_id = 5, .name = "good"};
+    FAILS(troupe_allreduce(NULL, 1, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT, "no tensors");
+    FAILS(troupe_allreduce(&good, 0, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT, "n = 0");
+    FAILS(troupe_allreduce(&good, 1, (troupe_reduce_op_t)7, &ev), TROUPE_INVALID_ARGUMENT, "op 7");
+    FAILS(troupe_allreduce(&good, 1, TROUPE_REDUCE_SUM, NULL), TROUPE_INVALID_ARGUMENT, "out_ev");
     troupe_coll_tensor_t two[2] = {good, good};
     two[1].prec = TROUPE_PREC_UINT4X32;
     two[1].name = "rng";
@@ -310,7 +311,11 @@ static troupe_status_t s_compare(troupe__req_t *a, troupe__req_t *b)
 Test(transport, fingerprint_mismatches_name_ranks_tensor_and_field)
 {
     troupe_coll_tensor_t t[2] = {
-        {.count = 32, .prec = TROUPE_PREC_SINGLE, .node_id = 12, .ndims = 2, .dims = {4, 8},
+        {.count = 32,
+         .prec = TROUPE_PREC_SINGLE,
+         .node_id = 12,
+         .ndims = 2,
+         .dims = {4, 8},
          .name = "w1"},
         {.count = 2, .prec = TROUPE_PREC_DOUBLE, .node_id = 13, .name = "b1"},
     };

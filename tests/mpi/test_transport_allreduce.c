@@ -40,14 +40,14 @@ static void s_fail(const char *fmt, ...)
     s_fails++;
 }
 
-#define CHECK_OK(expr)                                                                            \
-    do {                                                                                          \
-        troupe_status_t s__ = (expr);                                                             \
-        if (s__ != TROUPE_OK) {                                                                   \
-            s_fail("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #expr, troupe_status_str(s__),    \
-                   troupe_last_error());                                                          \
-            goto out;                                                                             \
-        }                                                                                         \
+#define CHECK_OK(expr)                                                                             \
+    do {                                                                                           \
+        troupe_status_t s__ = (expr);                                                              \
+        if (s__ != TROUPE_OK) {                                                                    \
+            s_fail("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #expr, troupe_status_str(s__),       \
+                   troupe_last_error());                                                           \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 
 /* A deterministic value of rank r at index i, in a range where the sum of two ranks' values
@@ -100,8 +100,8 @@ static int s_check(const char *what, troupe_prec_t p, troupe_reduce_op_t op, con
         double got = troupe_prec_load_double(p, (const char *)data + (size_t)i * es);
         double want = s_expect(p, op, i + salt);
         if (!(got == want)) {
-            s_fail("%s: %s %s: element %lld: got %.9g, expected %.9g", what,
-                   troupe_prec_name(p), troupe_reduce_op_name(op), (long long)i, got, want);
+            s_fail("%s: %s %s: element %lld: got %.9g, expected %.9g", what, troupe_prec_name(p),
+                   troupe_reduce_op_name(op), (long long)i, got, want);
             return 1;
         }
     }
@@ -117,8 +117,8 @@ static troupe_status_t s_run(troupe_event_t **ev)
 
 static void s_test_ops(void)
 {
-    const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE, TROUPE_PREC_DOUBLE, TROUPE_PREC_HALF,
-                                   TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8, TROUPE_PREC_INT32,
+    const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE,   TROUPE_PREC_DOUBLE, TROUPE_PREC_HALF,
+                                   TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8,    TROUPE_PREC_INT32,
                                    TROUPE_PREC_INT64};
     const troupe_reduce_op_t ops[] = {TROUPE_REDUCE_SUM, TROUPE_REDUCE_MEAN, TROUPE_REDUCE_MAX,
                                       TROUPE_REDUCE_MIN};
@@ -127,8 +127,13 @@ static void s_test_ops(void)
         for (size_t oi = 0; oi < sizeof ops / sizeof *ops; oi++) {
             troupe_prec_t p = precs[pi];
             void *data = s_fill(p, count, 0);
-            troupe_coll_tensor_t t = {.data = data, .count = count, .prec = p, .node_id = 7,
-                                      .ndims = 2, .dims = {10, 100}, .name = "ops"};
+            troupe_coll_tensor_t t = {.data = data,
+                                      .count = count,
+                                      .prec = p,
+                                      .node_id = 7,
+                                      .ndims = 2,
+                                      .dims = {10, 100},
+                                      .name = "ops"};
             troupe_event_t *ev = NULL;
             CHECK_OK(troupe_allreduce(&t, 1, ops[oi], &ev));
             CHECK_OK(s_run(&ev));
@@ -152,8 +157,12 @@ static void s_test_fused(void)
         troupe_prec_t p = cyc[k % 3];
         int64_t count = 1024 / (int64_t)troupe_prec_size_bytes(p);
         data[k] = s_fill(p, count, k);
-        t[k] = (troupe_coll_tensor_t){.data = data[k], .count = count, .prec = p,
-                                      .node_id = 100 + k, .ndims = 1, .dims = {count},
+        t[k] = (troupe_coll_tensor_t){.data = data[k],
+                                      .count = count,
+                                      .prec = p,
+                                      .node_id = 100 + k,
+                                      .ndims = 1,
+                                      .dims = {count},
                                       .name = "fused"};
     }
     troupe_event_t *ev = NULL;
@@ -182,14 +191,19 @@ static void s_test_large(void)
     void *h = s_fill(TROUPE_PREC_HALF, nh, 5);
     troupe_transport_stats_t before, after;
     troupe_transport_get_stats(&before);
-    troupe_coll_tensor_t t = {.data = f, .count = nf, .prec = TROUPE_PREC_SINGLE, .node_id = 1,
-                              .ndims = 1, .dims = {nf}, .name = "big"};
+    troupe_coll_tensor_t t = {.data = f,
+                              .count = nf,
+                              .prec = TROUPE_PREC_SINGLE,
+                              .node_id = 1,
+                              .ndims = 1,
+                              .dims = {nf},
+                              .name = "big"};
     troupe_event_t *ev = NULL;
     CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_MEAN, &ev));
     CHECK_OK(s_run(&ev));
     s_check("large single", TROUPE_PREC_SINGLE, TROUPE_REDUCE_MEAN, f, nf, 3);
-    t = (troupe_coll_tensor_t){.data = h, .count = nh, .prec = TROUPE_PREC_HALF, .node_id = 2,
-                               .name = "bighalf"};
+    t = (troupe_coll_tensor_t){
+        .data = h, .count = nh, .prec = TROUPE_PREC_HALF, .node_id = 2, .name = "bighalf"};
     CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev));
     CHECK_OK(s_run(&ev));
     s_check("large half", TROUPE_PREC_HALF, TROUPE_REDUCE_SUM, h, nh, 5);
@@ -210,8 +224,11 @@ static void s_test_broadcast(void)
     void *data[3] = {NULL};
     for (int k = 0; k < 3; k++) {
         data[k] = s_fill(precs[k], counts[k], 11 * k);
-        t[k] = (troupe_coll_tensor_t){.data = data[k], .count = counts[k], .prec = precs[k],
-                                      .node_id = 50 + k, .name = "bcast"};
+        t[k] = (troupe_coll_tensor_t){.data = data[k],
+                                      .count = counts[k],
+                                      .prec = precs[k],
+                                      .node_id = 50 + k,
+                                      .name = "bcast"};
     }
     troupe_event_t *ev = NULL;
     CHECK_OK(troupe_broadcast(t, 3, 1, &ev));

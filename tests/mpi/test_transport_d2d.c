@@ -34,14 +34,14 @@ static void s_fail(const char *fmt, ...)
     s_fails++;
 }
 
-#define CHECK_OK(expr)                                                                            \
-    do {                                                                                          \
-        troupe_status_t s__ = (expr);                                                             \
-        if (s__ != TROUPE_OK) {                                                                   \
-            s_fail("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #expr, troupe_status_str(s__),    \
-                   troupe_last_error());                                                          \
-            goto out;                                                                             \
-        }                                                                                         \
+#define CHECK_OK(expr)                                                                             \
+    do {                                                                                           \
+        troupe_status_t s__ = (expr);                                                              \
+        if (s__ != TROUPE_OK) {                                                                    \
+            s_fail("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #expr, troupe_status_str(s__),       \
+                   troupe_last_error());                                                           \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 
 static troupe_status_t s_sync(troupe_event_t **ev)
@@ -146,8 +146,8 @@ int main(int argc, char **argv)
 
     /* NO into rank 0's array of g, with the lanes crossing a host-level allreduce. */
     float x[3] = {1, 2, 3};
-    troupe_coll_tensor_t t = {.data = x, .count = 3, .prec = TROUPE_PREC_SINGLE, .node_id = 99,
-                              .name = "x"};
+    troupe_coll_tensor_t t = {
+        .data = x, .count = 3, .prec = TROUPE_PREC_SINGLE, .node_id = 99, .name = "x"};
     if (s_rank == 1) {
         CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev2));
         CHECK_OK(s_sync(&ev2));
@@ -192,8 +192,7 @@ int main(int argc, char **argv)
                    troupe_status_str(st), msg);
     }
     if (troupe_cluster_status() != TROUPE_FAILED_PRECONDITION)
-        s_fail("cluster status after the mismatch: %s",
-               troupe_status_str(troupe_cluster_status()));
+        s_fail("cluster status after the mismatch: %s", troupe_status_str(troupe_cluster_status()));
 out:
     troupe_event_release(&ev);
     troupe_event_release(&ev2);

@@ -52,8 +52,8 @@ int main(int argc, char **argv)
             else
                 sleep(30);
         }
-        troupe_coll_tensor_t t = {.data = buf, .count = count, .prec = TROUPE_PREC_SINGLE,
-                                  .node_id = 1, .name = "grad"};
+        troupe_coll_tensor_t t = {
+            .data = buf, .count = count, .prec = TROUPE_PREC_SINGLE, .node_id = 1, .name = "grad"};
         troupe_event_t *ev = NULL;
         st = troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev);
         if (st == TROUPE_OK && rank == 1 && k == 3 && kill_data) {

@@ -51,8 +51,13 @@ int main(int argc, char **argv)
     s_rank = troupe_cluster_rank();
     float f[5] = {1, 2, 3, 4, 5};
     double d[4] = {1, 2, 3, 4};
-    troupe_coll_tensor_t t = {.data = f, .count = 4, .prec = TROUPE_PREC_SINGLE, .node_id = 12,
-                              .ndims = 1, .dims = {4}, .name = "w1"};
+    troupe_coll_tensor_t t = {.data = f,
+                              .count = 4,
+                              .prec = TROUPE_PREC_SINGLE,
+                              .node_id = 12,
+                              .ndims = 1,
+                              .dims = {4},
+                              .name = "w1"};
     const char *field = "dims";
     bool bcast = false;
     if (strcmp(mode, "dims") == 0) {

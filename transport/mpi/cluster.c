@@ -165,8 +165,8 @@ static troupe_status_t s_remote_move(void *user, bool is_send, int peer, troupe_
                              what, (int)tn->id, label, peer, size - 1, rank);
     if (bytes != (int64_t)tn->size_bytes || (ptr == NULL && bytes > 0))
         return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "remote %s of node %d '%s': %lld bytes at %p, the node has %zu",
-                             what, (int)tn->id, label, (long long)bytes, ptr, tn->size_bytes);
+                             "remote %s of node %d '%s': %lld bytes at %p, the node has %zu", what,
+                             (int)tn->id, label, (long long)bytes, ptr, tn->size_bytes);
     char msg[1024];
     troupe_status_t st = troupe__cluster_failure(msg, sizeof msg);
     if (st != TROUPE_OK)
@@ -265,8 +265,7 @@ static troupe_status_t s_mpi_init(int *argc, char ***argv)
     }
     if (local_rank < 0 || local_size <= 0 || local_rank >= local_size) {
         MPI_Comm node;
-        rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
-                                 &node);
+        rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
         if (rc != MPI_SUCCESS)
             return s_mpi_error("MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", rc);
         MPI_Comm_rank(node, &local_rank);

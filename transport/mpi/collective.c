@@ -185,8 +185,8 @@ static troupe_status_t s_check_tensor(const char *what, size_t i, const troupe_c
                              i, t->node_id, name, t->count);
     if (t->ndims < 0 || t->ndims > TROUPE_MAX_DIMS)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "%s: tensor %zu (node %" PRId32 " '%s'): ndims %d outside 0..%d",
-                             what, i, t->node_id, name, t->ndims, TROUPE_MAX_DIMS);
+                             "%s: tensor %zu (node %" PRId32 " '%s'): ndims %d outside 0..%d", what,
+                             i, t->node_id, name, t->ndims, TROUPE_MAX_DIMS);
     if (t->ndims > 0) {
         int64_t elems = 1;
         for (int d = 0; d < t->ndims; d++) {
@@ -229,15 +229,14 @@ static troupe_status_t s_build(troupe__req_kind_t kind, const troupe_coll_tensor
     const char *what = troupe__req_kind_name(kind);
     *out = NULL;
     if (tensors == NULL || n == 0)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: no tensors (tensors %s, n = %zu)",
-                             what, tensors == NULL ? "NULL" : "given", n);
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: no tensors (tensors %s, n = %zu)", what,
+                             tensors == NULL ? "NULL" : "given", n);
     if (kind == TROUPE__REQ_ALLREDUCE && (op < TROUPE_REDUCE_SUM || op > TROUPE_REDUCE_MIN))
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "allreduce: op %d is not sum, mean, max or min", (int)op);
     if (kind == TROUPE__REQ_BROADCAST && (root < 0 || root >= troupe_cluster_size()))
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "broadcast: root %d outside the ranks 0..%d", root,
-                             troupe_cluster_size() - 1);
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "broadcast: root %d outside the ranks 0..%d",
+                             root, troupe_cluster_size() - 1);
     for (size_t i = 0; i < n; i++)
         TROUPE_RETURN_IF_ERROR(
             s_check_tensor(what, i, &tensors[i], kind == TROUPE__REQ_ALLREDUCE, true));
@@ -320,14 +319,13 @@ static troupe_status_t s_lend_start(void *user, void *const *ptrs, const int64_t
     troupe__req_t *r = l->req;
     const char *what = troupe__req_kind_name(r->kind);
     if (n != r->n)
-        return troupe__error(TROUPE_INTERNAL, "%s: lent %zu arrays for %zu tensors", what, n,
-                             r->n);
+        return troupe__error(TROUPE_INTERNAL, "%s: lent %zu arrays for %zu tensors", what, n, r->n);
     for (size_t i = 0; i < n; i++) {
         int64_t want = r->tensors[i].count * (int64_t)troupe_prec_size_bytes(r->tensors[i].prec);
         if (bytes[i] < want || (ptrs[i] == NULL && want > 0))
             return troupe__error(TROUPE_INTERNAL,
-                                 "%s: tensor %zu (node %" PRId32
-                                 " '%s'): lent array of %" PRId64 " bytes, need %" PRId64,
+                                 "%s: tensor %zu (node %" PRId32 " '%s'): lent array of %" PRId64
+                                 " bytes, need %" PRId64,
                                  what, i, r->tensors[i].node_id, r->tensors[i].name, bytes[i],
                                  want);
         r->tensors[i].data = ptrs[i];
@@ -345,10 +343,9 @@ static void s_lend_dtor(void *user)
     troupe_free(l);
 }
 
-static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_context_t *ctx,
-                                          size_t n, troupe_tnode_t *const *tns,
-                                          troupe_reduce_op_t op, int root,
-                                          troupe_event_t **out_ev)
+static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_context_t *ctx, size_t n,
+                                          troupe_tnode_t *const *tns, troupe_reduce_op_t op,
+                                          int root, troupe_event_t **out_ev)
 {
     const char *what = troupe__req_kind_name(kind);
     if (out_ev != NULL)
@@ -360,9 +357,8 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "allreduce: op %d is not sum, mean, max or min", (int)op);
     if (kind == TROUPE__REQ_BROADCAST && (root < 0 || root >= troupe_cluster_size()))
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "broadcast: root %d outside the ranks 0..%d", root,
-                             troupe_cluster_size() - 1);
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "broadcast: root %d outside the ranks 0..%d",
+                             root, troupe_cluster_size() - 1);
     for (size_t i = 0; i < n; i++)
         if (tns[i] == NULL)
             return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: node %zu is NULL", what, i);

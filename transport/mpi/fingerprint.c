@@ -108,8 +108,7 @@ troupe_status_t troupe__fp_check_frame(const void *buf, size_t size, int rank)
     if (h.n < 0 || (uint64_t)h.n > (SIZE_MAX - sizeof h) / sizeof(troupe__fp_tensor_t) ||
         troupe__fp_size((size_t)h.n) != size)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "fingerprint from rank %d: %zu bytes do not hold %" PRId64
-                             " tensors",
+                             "fingerprint from rank %d: %zu bytes do not hold %" PRId64 " tensors",
                              rank, size, h.n);
     return TROUPE_OK;
 }
@@ -160,8 +159,8 @@ troupe_status_t troupe__fp_compare(const char *what, const void *a, int ra, cons
                                  what, s_op_name(ha.op), ra, s_op_name(hb.op), rb);
         if (ha.root != hb.root)
             return troupe__error(TROUPE_FAILED_PRECONDITION,
-                                 "%s: fingerprint mismatch: root %" PRId64 " on rank %d but %" PRId64
-                                 " on rank %d",
+                                 "%s: fingerprint mismatch: root %" PRId64
+                                 " on rank %d but %" PRId64 " on rank %d",
                                  what, ha.root, ra, hb.root, rb);
     }
     if (ha.n != hb.n)
@@ -199,9 +198,10 @@ troupe_status_t troupe__fp_compare(const char *what, const void *a, int ra, cons
             char da[160], db[160];
             s_dims(&x, da, sizeof da);
             s_dims(&y, db, sizeof db);
-            return troupe__error(TROUPE_FAILED_PRECONDITION,
-                                 "%s: fingerprint mismatch: %s dims %s on rank %d but %s on rank %d",
-                                 what, who, da, ra, db, rb);
+            return troupe__error(
+                TROUPE_FAILED_PRECONDITION,
+                "%s: fingerprint mismatch: %s dims %s on rank %d but %s on rank %d", what, who, da,
+                ra, db, rb);
         }
         if (x.count != y.count)
             return troupe__error(TROUPE_FAILED_PRECONDITION,

@@ -162,8 +162,8 @@ void troupe__transport_submit(troupe__req_t **r_p);
 /* Starts the actor (main thread, after MPI_Init_thread; MPI builds only). data_comm and
  * ctl_comm point to the MPI_Comm handles (data; fingerprints and probes), which the actor uses
  * until troupe__transport_stop. Errors: RESOURCE_EXHAUSTED, INTERNAL. */
-TROUPE_MUST_USE troupe_status_t troupe__transport_start(const void *data_comm,
-                                                        const void *ctl_comm, int rank, int size);
+TROUPE_MUST_USE troupe_status_t troupe__transport_start(const void *data_comm, const void *ctl_comm,
+                                                        int rank, int size);
 /* Stops the actor and joins it. With `drain`, every submitted request completes first (each
  * bounded by its deadline); without, pending requests fail at once with CANCELLED and no more
  * MPI calls are made (abort). `timeout_ns` bounds the join; on timeout returns false and leaves
