@@ -753,9 +753,10 @@ static troupe_status_t s_lend_new(troupe__srec_t *s, size_t n, troupe_event_t *d
     return TROUPE_OK;
 }
 
-/* dev->lock held. Schedules l on s (consumed), a WAIT for l->done, and records the event after
- * it in *out_ev (a reference). */
-static troupe_status_t s_lend_schedule(troupe__srec_t *s, s_lend_t *l, troupe_event_t **out_ev)
+/* dev->lock held. Schedules l on s (consumed), then, unless deferred, a WAIT for l->done, and
+ * records the event after it in *out_ev (a reference; deferred: `done` itself). */
+static troupe_status_t s_lend_schedule(troupe__srec_t *s, s_lend_t *l, bool deferred,
+                                       troupe_event_t **out_ev)
 {
     troupe_event_t *done = l->done;
     troupe_event_retain(done);
@@ -763,6 +764,10 @@ static troupe_status_t s_lend_schedule(troupe__srec_t *s, s_lend_t *l, troupe_ev
     if (st != TROUPE_OK) {
         troupe_event_release(&done);
         return st;
+    }
+    if (deferred) {
+        *out_ev = done; /* our reference */
+        return TROUPE_OK;
     }
     st = troupe_stream_wait_for(s->stream, done);
     if (st == TROUPE_OK)
@@ -787,9 +792,9 @@ static troupe_status_t s_check_host_ptr(const troupe_device_t *dev, const char *
     return TROUPE_OK;
 }
 
-troupe_status_t troupe_lend_arrays(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
-                                   troupe_lend_fn start, void *user, troupe_lend_dtor_fn dtor,
-                                   troupe_event_t *done, troupe_event_t **out_ev)
+static troupe_status_t s_lend_arrays(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
+                                     troupe_lend_fn start, void *user, troupe_lend_dtor_fn dtor,
+                                     troupe_event_t *done, bool deferred, troupe_event_t **out_ev)
 {
     if (out_ev)
         *out_ev = NULL;
@@ -845,7 +850,7 @@ troupe_status_t troupe_lend_arrays(troupe_context_t *ctx, size_t n, troupe_tnode
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "lend_arrays: out of memory");
     }
     memcpy(locs, l->locs, n * sizeof *locs);
-    st = s_lend_schedule(s, l, &ev); /* l consumed */
+    st = s_lend_schedule(s, l, deferred, &ev); /* l consumed */
     for (size_t i = 0; i < n && st == TROUPE_OK; i++) {
         troupe__entry_t *e = troupe__ledger_find(dev, troupe__key_of(locs[i]));
         if (e) {
@@ -861,6 +866,24 @@ troupe_status_t troupe_lend_arrays(troupe_context_t *ctx, size_t n, troupe_tnode
         *out_ev = ev;
     else
         troupe_event_release(&ev);
+    return st;
+}
+
+troupe_status_t troupe_lend_arrays(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
+                                   troupe_lend_fn start, void *user, troupe_lend_dtor_fn dtor,
+                                   troupe_event_t *done, troupe_event_t **out_ev)
+{
+    return s_lend_arrays(ctx, n, tns, start, user, dtor, done, false, out_ev);
+}
+
+troupe_status_t troupe_lend_arrays_deferred(troupe_context_t *ctx, size_t n,
+                                            troupe_tnode_t *const *tns, troupe_lend_fn start,
+                                            void *user, troupe_lend_dtor_fn dtor,
+                                            troupe_event_t *done)
+{
+    troupe_event_t *ev = NULL;
+    troupe_status_t st = s_lend_arrays(ctx, n, tns, start, user, dtor, done, true, &ev);
+    troupe_event_release(&ev); /* a reference to `done` */
     return st;
 }
 
@@ -974,7 +997,7 @@ static troupe_status_t s_d2d_remote(troupe_tnode_t *n, troupe_merge_use_t use,
         troupe_context_release(&child);
         return st;
     }
-    st = s_lend_schedule(s, l, &ev); /* l consumed */
+    st = s_lend_schedule(s, l, false, &ev); /* l consumed */
     if (st == TROUPE_OK && e) {
         if (is_send) {
             st = troupe__ledger_note_read(e, s, ev);

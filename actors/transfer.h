@@ -108,6 +108,19 @@ TROUPE_MUST_USE troupe_status_t troupe_lend_arrays(troupe_context_t *ctx, size_t
                                                    void *user, troupe_lend_dtor_fn dtor,
                                                    troupe_event_t *done, troupe_event_t **out_ev);
 
+/* Same as troupe_lend_arrays, except that ctx's stream does not wait for `done`: it goes on
+ * with the work scheduled after the lend while the agent holds the arrays (so an allreduce of
+ * one gradient overlaps the local merging of the next). The arrays count as written with `done`
+ * itself as the write event, so other streams' reads and writes of them wait for the agent;
+ * ctx's own stream does not (its FIFO order is no guard here): the caller must make it wait,
+ * troupe_will_wait_for(ctx, done), before any later work of that stream reads or writes the
+ * arrays. A failed `done` fails the stream at that wait. Errors: as troupe_lend_arrays. */
+TROUPE_MUST_USE troupe_status_t troupe_lend_arrays_deferred(troupe_context_t *ctx, size_t n,
+                                                            troupe_tnode_t *const *tns,
+                                                            troupe_lend_fn start, void *user,
+                                                            troupe_lend_dtor_fn dtor,
+                                                            troupe_event_t *done);
+
 /* The transport that moves bytes for device_to_device between processes (DESIGN.md §5, §8),
  * registered by transport/mpi in troupe_cluster_init. `move` runs on the local stream's
  * thread: send (is_send) the `bytes` at `ptr` to `peer_rank`, or receive them into `ptr` from

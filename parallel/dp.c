@@ -4,6 +4,7 @@
  * Layout on each local stream k (a chain of contexts, each a child of the previous one):
  *   root -> init_from_host(params) -> init_from_host(inputs) -> link(grad) [-> link(merge_i)]
  * and on the owner stream 0, after those: -> init_from_host(state m, v) -> init_from_host(hyper)
+ * -> for each staging node j: init_from_host(hyper stage j) -> link(hyper := stage j)
  * -> link(optimizer). Every routine is compiled once and linked once per stream in
  * troupe_dp_new; a step only binds the batch index, schedules runs and transfers.
  *
@@ -13,7 +14,11 @@
  * run-time check verifies.
  *
  * Cross-rank fast path: with one rank (or local_only) the allreduce is skipped: the mean over
- * one rank is the identity.
+ * one rank is the identity. With several ranks a step issues one fused allreduce (sum) of all
+ * gradients after the local merges; the optimizer scales by 1 / (N * R).
+ *
+ * Host cost per step: hyper-parameters are uploaded only when they changed, through a ring of
+ * staging nodes so that the host write never waits for the previous step's upload.
  */
 #include "parallel/dp_impl.h"
 
@@ -25,11 +30,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <stdlib.h>
-#include <time.h>
-static int s_old = -1;
-static double s_cpu, s_wall; static long s_cnt;
-static double s_now(clockid_t c){struct timespec t; clock_gettime(c,&t); return t.tv_sec+1e-9*t.tv_nsec;}
 
 /* Most local replicas accepted (a sanity bound on a config value). */
 #define S_MAX_STREAMS 4096
@@ -288,8 +288,10 @@ static troupe_status_t s_copy_model(troupe_dp_t *dp, const troupe_dp_model_t *m)
     dp->n_params = m->n_params;
     dp->params = troupe_calloc(m->n_params, sizeof *dp->params);
     dp->grads = troupe_calloc(m->n_params, sizeof *dp->grads);
+    dp->bucket_scratch = troupe_calloc(m->n_params, sizeof *dp->bucket_scratch);
+    dp->done_scratch = troupe_calloc(m->n_params, sizeof *dp->done_scratch);
     dp->batch_index = troupe_strdup(m->batch_index);
-    if (!dp->params || !dp->grads || !dp->batch_index)
+    if (!dp->params || !dp->grads || !dp->bucket_scratch || !dp->done_scratch || !dp->batch_index)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
     for (size_t i = 0; i < m->n_params; i++) {
         troupe_tnode_retain(m->params[i]);
@@ -438,6 +440,31 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     TROUPE_RETURN_IF_ERROR(
         s_new_hosted("dp_hyper", NULL, TROUPE_PREC_DOUBLE, 1, &hdim, &dp->hyper));
     TROUPE_RETURN_IF_ERROR(s_upload(r0, dp->hyper));
+    for (int j = 0; j < TROUPE__DP_HYPER_STAGES; j++) {
+        char suffix[16], name[32];
+        snprintf(suffix, sizeof suffix, "stage%d", j);
+        snprintf(name, sizeof name, "dp_hyper_stage%d", j);
+        TROUPE_RETURN_IF_ERROR(
+            s_new_hosted("dp_hyper", suffix, TROUPE_PREC_DOUBLE, 1, &hdim, &dp->hyper_stage[j]));
+        TROUPE_RETURN_IF_ERROR(s_upload(r0, dp->hyper_stage[j]));
+        troupe_asgn_comp_t *ccomp = NULL;
+        troupe_asgn_t *t = NULL;
+        st = troupe_asgn_comp_new(&ccomp);
+        if (st == TROUPE_OK)
+            st = troupe_asgn_accum_unop(ccomp, false, TROUPE_BINOP_ARG2, dp->hyper,
+                                        TROUPE_UNOP_IDENTITY, troupe_asgn_node(dp->hyper_stage[j]),
+                                        "a=>a", &t);
+        if (st == TROUPE_OK) {
+            troupe_asgn_comp_set_root(ccomp, t);
+            st = troupe_compile(dp->backend, ccomp, name, &dp->hyper_copy_code[j]);
+        }
+        troupe_asgn_comp_destroy(&ccomp);
+        if (st != TROUPE_OK)
+            return s_wrap(st, "dp_new: compiling a hyper-parameter copy");
+        st = s_link(r0, dp->hyper_copy_code[j], &dp->hyper_copy[j]);
+        if (st != TROUPE_OK)
+            return s_wrap(st, "dp_new: linking a hyper-parameter copy");
+    }
     troupe_asgn_comp_t *ocomp = NULL;
     TROUPE_RETURN_IF_ERROR(troupe__dp_optimizer_comp(dp, &ocomp));
     st = troupe_compile(dp->backend, ocomp,
@@ -498,8 +525,6 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
         return;
     troupe_dp_t *dp = *dp_p;
     *dp_p = NULL;
-    if (s_cnt) fprintf(stderr, "DPPERF old=%d n=%d nranks=%d steps=%ld cpu_us/step=%.1f wall_us/step=%.1f\n", s_old, dp->n, dp->nranks, s_cnt, 1e6*s_cpu/s_cnt, 1e6*s_wall/s_cnt);
-    s_cpu = s_wall = 0; s_cnt = 0;
     if (dp->rep) {
         for (int k = 0; k < dp->n; k++)
             if (dp->rep[k].stream) {
@@ -511,6 +536,8 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
             }
     }
     troupe_routine_release(&dp->opt_routine);
+    for (int j = 0; j < TROUPE__DP_HYPER_STAGES; j++)
+        troupe_routine_release(&dp->hyper_copy[j]);
     if (dp->rep) {
         for (int k = 0; k < dp->n; k++) {
             troupe__dp_replica_t *r = &dp->rep[k];
@@ -545,6 +572,10 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
         troupe_tnode_release(&dp->temps[i]);
     troupe_free(dp->temps);
     troupe_tnode_release(&dp->hyper);
+    for (int j = 0; j < TROUPE__DP_HYPER_STAGES; j++) {
+        troupe_code_release(&dp->hyper_copy_code[j]);
+        troupe_tnode_release(&dp->hyper_stage[j]);
+    }
     for (size_t i = 0; i < dp->n_params; i++) {
         if (dp->params)
             troupe_tnode_release(&dp->params[i]);
@@ -553,6 +584,8 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
     }
     troupe_free(dp->params);
     troupe_free(dp->grads);
+    troupe_free(dp->bucket_scratch);
+    troupe_free(dp->done_scratch);
     troupe_tnode_release(&dp->loss);
     troupe_free(dp->batch_index);
     troupe_backend_close(&dp->backend);
@@ -568,13 +601,16 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp)
     /* 0. this step's hyper-parameters, ahead of everything else on the owner stream */
     double h[TROUPE__DP_HYPER_COUNT];
     troupe__dp_hyper_values(dp, dp->steps + 1, h);
-    if (s_old || !dp->hyper_uploaded || memcmp(h, dp->hyper_last, sizeof h) != 0) {
-        /* only the driver writes the hyper array (host and device), so equal values mean the
-         * device array already holds them: SGD uploads once and again after each set_lr;
-         * AdamW's bias corrections change every step */
+    if (!dp->hyper_uploaded || memcmp(h, dp->hyper_last, sizeof h) != 0) {
+        /* only the driver writes the hyper array, so equal values mean the owner stream's
+         * array will already hold them; new values go through the next staging node */
+        int j = dp->hyper_next;
         dp->hyper_uploaded = false;
-        TROUPE_RETURN_IF_ERROR(troupe_tnode_set_values(dp->hyper, h, TROUPE__DP_HYPER_COUNT));
-        TROUPE_RETURN_IF_ERROR(troupe_from_host(s_tail(r0), dp->hyper, NULL));
+        TROUPE_RETURN_IF_ERROR(
+            troupe_tnode_set_values(dp->hyper_stage[j], h, TROUPE__DP_HYPER_COUNT));
+        TROUPE_RETURN_IF_ERROR(troupe_from_host(s_tail(r0), dp->hyper_stage[j], NULL));
+        TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->hyper_copy[j], NULL));
+        dp->hyper_next = (j + 1) % TROUPE__DP_HYPER_STAGES;
         memcpy(dp->hyper_last, h, sizeof h);
         dp->hyper_uploaded = true;
     }
@@ -585,29 +621,51 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp)
         TROUPE_RETURN_IF_ERROR(troupe_routine_set_index(dp->rep[k].grad, dp->batch_index, b));
         TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].grad, NULL));
     }
-    /* 2. per gradient, last parameter first (the order backprop finishes them): the tree
-     * merge into replica 0 */
-    for (size_t i = dp->n_params; (s_old || n > 1) && i-- > 0;) {
+    /* 2.-3. per gradient, last parameter first (the order backprop finishes them): the tree
+     * merge into replica 0; gradients are gathered into fusion buckets of at most
+     * troupe_config_fusion_bytes() (Horovod's tensor fusion), and each bucket's allreduce
+     * across ranks is handed to the transport as soon as its gradients are merged, deferred:
+     * the owner stream goes on merging the next bucket while the transport reduces this one
+     * (troupe_allreduce_nodes_deferred), and waits for every bucket before the optimizer. The
+     * collective sums: the optimizer's 1 / (N * R) scale makes it the mean without a division
+     * pass in the transport (exactly the same values when R is a power of two). */
+    troupe_tnode_t **bucket = dp->bucket_scratch;
+    troupe_event_t **done = dp->done_scratch;
+    size_t nb = 0, ndone = 0;
+    int64_t bucket_bytes = 0, fusion = troupe_config_fusion_bytes();
+    troupe_status_t st = TROUPE_OK;
+    for (size_t i = dp->n_params; i-- > 0 && st == TROUPE_OK;) {
         troupe_tnode_t *g = dp->grads[i];
-        for (int stride = 1; stride < n; stride *= 2) {
-            for (int k = 0; k + stride < n; k += 2 * stride) {
-                TROUPE_RETURN_IF_ERROR(
-                    troupe_device_to_device(g, TROUPE_MERGE_COPY, s_tail(&dp->rep[k]),
-                                            s_tail(&dp->rep[k + stride]), NULL, NULL, NULL));
-                TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].merge[i], NULL));
+        for (int stride = 1; stride < n && st == TROUPE_OK; stride *= 2) {
+            for (int k = 0; k + stride < n && st == TROUPE_OK; k += 2 * stride) {
+                st = troupe_device_to_device(g, TROUPE_MERGE_COPY, s_tail(&dp->rep[k]),
+                                             s_tail(&dp->rep[k + stride]), NULL, NULL, NULL);
+                if (st == TROUPE_OK)
+                    st = troupe_routine_run(dp->rep[k].merge[i], NULL);
             }
         }
-        if (s_old && dp->nranks > 1)
-            TROUPE_RETURN_IF_ERROR(
-                troupe_allreduce_nodes(s_tail(r0), 1, &g, TROUPE_REDUCE_MEAN, NULL));
+        if (st != TROUPE_OK || dp->nranks <= 1)
+            continue;
+        bucket[nb++] = g;
+        bucket_bytes += (int64_t)g->size_bytes;
+        if (i == 0 || bucket_bytes + (int64_t)dp->grads[i - 1]->size_bytes > fusion) {
+            st = troupe_allreduce_nodes_deferred(s_tail(r0), nb, bucket, TROUPE_REDUCE_SUM,
+                                                 &done[ndone]);
+            if (st == TROUPE_OK)
+                ndone++;
+            nb = 0;
+            bucket_bytes = 0;
+        }
     }
-    /* 3. one fused allreduce of every gradient across ranks: one request, one fingerprint
-     * exchange and one lend per step instead of one per gradient (the transport still buckets
-     * by troupe_config_fusion_bytes) */
-    if (!s_old && dp->nranks > 1)
-        TROUPE_RETURN_IF_ERROR(troupe_allreduce_nodes(s_tail(r0), dp->n_params,
-                                                      (troupe_tnode_t *const *)dp->grads,
-                                                      TROUPE_REDUCE_MEAN, NULL));
+    /* The owner stream waits for every bucket (also after a failure above: no request may be
+     * left unwaited while the arrays are lent). */
+    for (size_t j = 0; j < ndone; j++) {
+        troupe_status_t wst = troupe_will_wait_for(s_tail(r0), done[j]);
+        if (st == TROUPE_OK)
+            st = wst;
+        troupe_event_release(&done[j]);
+    }
+    TROUPE_RETURN_IF_ERROR(st);
     /* 4. the optimizer on the owner stream */
     TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->opt_routine, NULL));
     /* 5. the new parameters to the other replicas */
@@ -631,10 +689,7 @@ troupe_status_t troupe_dp_step(troupe_dp_t *dp)
     if (!dp)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_step: NULL dp");
     TROUPE_RETURN_IF_ERROR(s_refuse_if_failed(dp, "dp_step"));
-    if (s_old < 0) s_old = getenv("DPPERF_OLD") != NULL;
-    double c0 = s_now(CLOCK_THREAD_CPUTIME_ID), w0 = s_now(CLOCK_MONOTONIC);
     troupe_status_t st = s_schedule_step(dp);
-    s_cpu += s_now(CLOCK_THREAD_CPUTIME_ID) - c0; s_wall += s_now(CLOCK_MONOTONIC) - w0; s_cnt++;
     if (st != TROUPE_OK) {
         char prefix[64];
         snprintf(prefix, sizeof prefix, "dp_step %lld", (long long)dp->steps);

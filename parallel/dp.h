@@ -10,11 +10,13 @@
  *      0.6.0's pairing: for stride 1, 2, 4, ...: stream k (k % (2*stride) == 0) receives
  *      stream k+stride's gradient with a COPY device_to_device and adds it (`g =+ g.merge`),
  *      so stream 0 ends with the sum, in a fixed order;
- *   3. one fused allreduce (MEAN over ranks, transport/mpi/collective.h) of stream 0's
- *      gradients, issued gradient by gradient as soon as each is merged locally, so the
- *      transport reduces one while the stream merges the next; the sum over local replicas is
- *      divided by N in the optimizer (grad = sum / (N * R) overall); with one rank (or
- *      local_only) no collective is issued: the mean over one rank is the identity;
+ *   3. the allreduce (SUM) across ranks of stream 0's gradients, gathered in fusion buckets of
+ *      at most troupe_config_fusion_bytes() (Horovod's tensor fusion); each bucket is handed
+ *      to the transport as soon as its gradients are merged locally and reduced while stream 0
+ *      merges the next ones (troupe_allreduce_nodes_deferred); stream 0 waits for every
+ *      bucket before the optimizer, which scales the sum by 1 / (N * R) (the mean over all
+ *      replicas; no division pass in the transport); with one rank (or local_only) no
+ *      collective is issued;
  *   4. the optimizer on stream 0 (the owner stream), per parameter;
  *   5. broadcast of the parameters from stream 0 to the other local streams (device_to_device
  *      NO); every rank computes the same update from the same reduced gradient, so parameters

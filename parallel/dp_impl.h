@@ -15,10 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Hyper-parameter slots of the "hyper" node (double, TROUPE_DP_HYPER_COUNT elements), uploaded
- * on the owner stream before each step's optimizer routine. */
+/* Hyper-parameter slots of the "hyper" node (double, TROUPE_DP_HYPER_COUNT elements), set on
+ * the owner stream (from a staging node) before a step's optimizer routine when they changed. */
 enum {
-    TROUPE__DP_H_INV_N = 0, /* 1 / N: the tree merge sums the N local replicas */
+    TROUPE__DP_H_INV_N = 0, /* 1 / (N * R): merge and allreduce sum the N * R replicas */
     /* SGD */
     TROUPE__DP_H_SGD_WD = 1,
     TROUPE__DP_H_SGD_MOMENTUM = 2,
@@ -34,6 +34,9 @@ enum {
     TROUPE__DP_H_ADAM_LR_BC1 = 8, /* lr / (1 - b1^t) */
     TROUPE__DP_HYPER_COUNT = 9,
 };
+
+/* Host staging nodes for the hyper values (see struct troupe_dp). */
+#define TROUPE__DP_HYPER_STAGES 2
 
 /* One local replica: a stream, the chain of contexts built on it (each retained, in creation
  * order; the last one holds every array), its gradient routine and its merge routines. */
@@ -56,6 +59,8 @@ struct troupe_dp {
     size_t n_params;
     troupe_tnode_t **params; /* retained */
     troupe_tnode_t **grads;  /* retained */
+    troupe_tnode_t **bucket_scratch; /* n_params: one fusion bucket's gradients (a step) */
+    troupe_event_t **done_scratch;   /* n_params: the buckets' deferred allreduces (a step) */
     troupe_tnode_t *loss;    /* retained, or NULL */
     char *batch_index;
     int64_t num_batches;
@@ -66,11 +71,20 @@ struct troupe_dp {
     troupe_code_t *opt_code;
     troupe_routine_t *opt_routine; /* on replica 0 */
 
-    troupe_tnode_t *hyper;  /* hosted, TROUPE__DP_HYPER_COUNT doubles */
-    /* The values last uploaded to the owner stream's hyper array (valid when hyper_uploaded):
-     * a step whose values are bit-identical skips the host write and the upload, which would
-     * otherwise wait for the previous upload to finish (actors/transfer.h: set_values waits for
-     * in-flight from_host readers of the host array). */
+    troupe_tnode_t *hyper; /* hosted, TROUPE__DP_HYPER_COUNT doubles */
+    /* Staging ring for new hyper values: a step whose values changed writes stage j's host
+     * array, uploads it and runs hyper_copy[j] (hyper := stage j) on the owner stream. Writing
+     * the host array of a node waits for its in-flight from_host (actors/transfer.h), so
+     * alternating stages lets the host run up to TROUPE__DP_HYPER_STAGES steps ahead of the
+     * owner stream instead of waiting for the previous step's upload. */
+    troupe_tnode_t *hyper_stage[TROUPE__DP_HYPER_STAGES]; /* hosted, like hyper */
+    troupe_code_t *hyper_copy_code[TROUPE__DP_HYPER_STAGES];
+    troupe_routine_t *hyper_copy[TROUPE__DP_HYPER_STAGES]; /* on replica 0 */
+    /* the stage the next change of the values uses */
+    int hyper_next;
+    /* The values the owner stream's hyper array holds after the steps scheduled so far (valid
+     * when hyper_uploaded): a step with bit-identical values uploads nothing (SGD: only after
+     * set_lr; AdamW: every step, its bias corrections change). */
     double hyper_last[TROUPE__DP_HYPER_COUNT];
     bool hyper_uploaded;
     int nstate;             /* optimizer state arrays per parameter: 0, 1 (m) or 2 (m, v) */

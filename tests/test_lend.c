@@ -183,6 +183,50 @@ Test(lend, stream_and_other_streams_wait_for_the_agent)
     }
 }
 
+Test(lend, deferred_lend_lets_the_stream_go_on_and_guards_other_streams)
+{
+    FOR_EACH_DRIVER(drv)
+    {
+        env_t e;
+        s_env(&e, *drv);
+        troupe_tnode_t *g = s_node("g", 4), *h = s_node("h", 4);
+        const double v[4] = {1, 2, 3, 4}, zeros[4] = {0};
+        s_put(&e, 0, g, v);
+        s_put(&e, 0, h, v);
+        s_put(&e, 1, g, zeros);
+        agent_t a = {.scale = 10.0f, .delay_ms = 300};
+        OK(troupe_event_new("agent-done", &a.done));
+        troupe_event_t *done = a.done;
+        troupe_event_retain(done);
+        OK(troupe_lend_arrays_deferred(e.ctx[0], 1, &g, s_agent_start, &a, s_agent_dtor, done));
+        /* Stream 0 goes on with h while the agent holds g. */
+        troupe_event_t *h_ev = NULL;
+        OK(troupe_to_host(e.ctx[0], h, &h_ev));
+        OK(troupe_event_sync(h_ev, 20000 * MS));
+        if (strcmp(*drv, "cpu") == 0) /* inline streams run in this thread: no overlap there */
+            cr_assert(!troupe_event_is_done(done), "%s: stream 0 waited for the agent", *drv);
+        /* Stream 1 reading g waits for the agent (ledger: `done` is the write event). */
+        troupe_event_t *cp = NULL;
+        OK(troupe_device_to_device(g, TROUPE_MERGE_NO, e.ctx[1], e.ctx[0], NULL, NULL, &cp));
+        OK(troupe_event_sync(cp, 20000 * MS));
+        cr_assert(troupe_event_is_done(done), "%s: the copy ran before the agent finished", *drv);
+        float out[4];
+        s_get(e.ctx[1], g, out);
+        cr_assert_eq(out[2], 30.0f, "%s: stream 1 g[2] = %g", *drv, (double)out[2]);
+        /* Stream 0 reads g after waiting for `done` itself. */
+        OK(troupe_will_wait_for(e.ctx[0], done));
+        s_get(e.ctx[0], g, out);
+        cr_assert_eq(out[3], 40.0f, "%s", *drv);
+        pthread_join(a.thread, NULL);
+        troupe_event_release(&done);
+        troupe_event_release(&h_ev);
+        troupe_event_release(&cp);
+        troupe_tnode_release(&g);
+        troupe_tnode_release(&h);
+        s_env_done(&e);
+    }
+}
+
 Test(lend, a_failed_agent_fails_the_stream)
 {
     FOR_EACH_DRIVER(drv)

@@ -318,6 +318,19 @@ static void s_test_device(void)
     for (int i = 0; i < 4; i++)
         if (got1[i] != 0.5 * i + 5)
             s_fail("device mean: v[%d] = %g, expected %g", i, got1[i], 0.5 * i + 5);
+    /* Deferred: the stream goes on; it waits for the result only where the caller says. */
+    CHECK_OK(troupe_tnode_set_values(tn[0], v0, 3));
+    CHECK_OK(troupe_from_host(ctx, tn[0], NULL));
+    troupe_event_t *done = NULL;
+    CHECK_OK(troupe_allreduce_nodes_deferred(ctx, 1, &tn[0], TROUPE_REDUCE_MAX, &done));
+    CHECK_OK(troupe_will_wait_for(ctx, done));
+    troupe_event_release(&done);
+    CHECK_OK(troupe_to_host(ctx, tn[0], &ev));
+    CHECK_OK(s_run(&ev));
+    CHECK_OK(troupe_tnode_get_values(tn[0], got0, 3));
+    for (int i = 0; i < 3; i++)
+        if (got0[i] != 2.0 * (i + 1))
+            s_fail("device deferred max: w[%d] = %g, expected %g", i, got0[i], 2.0 * (i + 1));
 out:
     troupe_event_release(&ev);
     if (s != NULL && troupe_stream_await(s, SYNC_NS) != TROUPE_OK)

@@ -40,9 +40,10 @@ extern "C" {
  * RESOURCE_EXHAUSTED, INTERNAL. */
 TROUPE_MUST_USE troupe_status_t troupe_cluster_init(int *argc, char ***argv);
 
-/* Stops the transport actor and finalizes MPI. Returns the cluster's failure status, if any,
- * in which case MPI_Finalize is skipped (it would wait for dead peers). NULL-safe to call
- * without init (OK). */
+/* Stops the transport actor and finalizes MPI. Returns the cluster's failure status, if any.
+ * After a deadline or MPI failure MPI_Finalize is skipped (it would wait for dead peers);
+ * after a fingerprint mismatch every rank knows of it and MPI is healthy, so MPI is finalized
+ * normally. Safe to call without init (OK). */
 TROUPE_MUST_USE troupe_status_t troupe_cluster_finalize(void);
 
 /* For programs (the library never calls it): logs `reason` at error level and terminates every

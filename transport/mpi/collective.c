@@ -345,7 +345,7 @@ static void s_lend_dtor(void *user)
 
 static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_context_t *ctx, size_t n,
                                           troupe_tnode_t *const *tns, troupe_reduce_op_t op,
-                                          int root, troupe_event_t **out_ev)
+                                          int root, bool deferred, troupe_event_t **out_ev)
 {
     const char *what = troupe__req_kind_name(kind);
     if (out_ev != NULL)
@@ -400,6 +400,14 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
     }
     l->req = r;
     /* On an error return the lend ran s_lend_dtor (freeing r) and did not touch `done`. */
+    if (deferred) {
+        st = troupe_lend_arrays_deferred(ctx, n, tns, s_lend_start, l, s_lend_dtor, done);
+        if (st == TROUPE_OK && out_ev != NULL)
+            *out_ev = done; /* our reference */
+        else
+            troupe_event_release(&done);
+        return st;
+    }
     st = troupe_lend_arrays(ctx, n, tns, s_lend_start, l, s_lend_dtor, done, out_ev);
     troupe_event_release(&done);
     return st;
@@ -408,11 +416,23 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
 troupe_status_t troupe_allreduce_nodes(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
                                        troupe_reduce_op_t op, troupe_event_t **out_ev)
 {
-    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, out_ev);
+    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, false, out_ev);
+}
+
+troupe_status_t troupe_allreduce_nodes_deferred(troupe_context_t *ctx, size_t n,
+                                                troupe_tnode_t *const *tns, troupe_reduce_op_t op,
+                                                troupe_event_t **out_done)
+{
+    if (out_done == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce_nodes_deferred: out_done is NULL (the caller must wait "
+                             "for it)");
+    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, true, out_done);
 }
 
 troupe_status_t troupe_broadcast_nodes(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
                                        int root, troupe_event_t **out_ev)
 {
-    return s_nodes_collective(TROUPE__REQ_BROADCAST, ctx, n, tns, TROUPE_REDUCE_SUM, root, out_ev);
+    return s_nodes_collective(TROUPE__REQ_BROADCAST, ctx, n, tns, TROUPE_REDUCE_SUM, root, false,
+                              out_ev);
 }

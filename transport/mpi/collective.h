@@ -17,8 +17,8 @@
  * into buckets of at most troupe_config_fusion_bytes() (TROUPE_FUSION_BYTES, default 64 MiB:
  * large enough that per-message latency is amortised — at the >= 10 GB/s of shared memory or
  * InfiniBand a 64 MiB bucket takes milliseconds while a message costs microseconds — and small
- * enough to bound the staging memory, 2 buckets per precision in flight). Tensors of one
- * precision share a bucket; a tensor larger than a bucket is reduced in place in slices. A
+ * enough to bound the staging memory, 2 buckets in flight). Tensors of one reduce type share
+ * a bucket (single, half, bfloat16 and fp8 all reduce as single; double; each integer type); a tensor larger than a bucket is reduced in place in slices. A
  * bucket is reduced with MPI_Iallreduce while the actor packs the next one, and, at the device
  * level, while the owner stream is still merging the next nodes locally (each
  * troupe_allreduce_nodes call is handed over as soon as the stream reaches it).
@@ -98,6 +98,18 @@ TROUPE_MUST_USE troupe_status_t troupe_allreduce_nodes(troupe_context_t *ctx, si
                                                        troupe_tnode_t *const *tns,
                                                        troupe_reduce_op_t op,
                                                        troupe_event_t **out_ev);
+
+/* As troupe_allreduce_nodes, but ctx's stream does not wait for the result: it goes on with
+ * the work scheduled after this call (the local merge of the next gradients) while the
+ * transport reduces (troupe_lend_arrays_deferred). *out_done (required; caller owns it)
+ * completes when the result is in the arrays; the caller must call
+ * troupe_will_wait_for(ctx, *out_done) before any later work of ctx's stream reads or writes
+ * them. Other streams wait for it by themselves (ledger). Errors: as troupe_allreduce_nodes,
+ * INVALID_ARGUMENT for a NULL out_done. */
+TROUPE_MUST_USE troupe_status_t troupe_allreduce_nodes_deferred(troupe_context_t *ctx, size_t n,
+                                                                troupe_tnode_t *const *tns,
+                                                                troupe_reduce_op_t op,
+                                                                troupe_event_t **out_done);
 
 /* Device level broadcast of ctx's arrays of tns[0..n) from rank `root`, as above. */
 TROUPE_MUST_USE troupe_status_t troupe_broadcast_nodes(troupe_context_t *ctx, size_t n,
