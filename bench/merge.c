@@ -357,8 +357,11 @@ int main(int argc, char **argv)
         rc = s_case_allreduce(&opts, warmup, bytes);
     if (rc == 0)
         rc = s_case_small(&opts, warmup);
-    if (rc != 0) /* the other rank may be waiting in a collective: end the job */
-        troupe_cluster_abort(rc, S_PROG ": a case failed");
+    if (rc != 0) { /* the other rank may be waiting in a collective: leave; mpiexec ends it */
+        st = troupe_cluster_leave(S_PROG ": a case failed");
+        (void)st; /* failing already: reported by the case */
+        return rc;
+    }
     st = troupe_cluster_finalize();
     if (st != TROUPE_OK)
         rc = troupe_bench_fail_status(S_PROG, "troupe_cluster_finalize", st);

@@ -155,6 +155,14 @@ static int s_run(void *arg)
 
 /* ---- the 2x1 child: `mpiexec -n 2 ... bench_train --child [--runs N] [--warmup N]` --------- */
 
+/* A failed 2x1 child: leaves the cluster (no MPI_Finalize, which would wait for a peer that
+ * may be gone) and exits with `rc`; mpiexec then ends the other rank. */
+static void s_child_leave(int rc)
+{
+    troupe_status_t st = troupe_cluster_leave("bench_train child failed");
+    (void)st; /* failing already: reported by the caller */
+    exit(rc);
+}
 static int s_child(const troupe_bench_opts_t *opts)
 {
     fmnist_dataset_t ds;
@@ -166,7 +174,7 @@ static int s_child(const troupe_bench_opts_t *opts)
     troupe_status_t st = s_layout_new(1, &ds, &l);
     if (st != TROUPE_OK) {
         int rc = troupe_bench_fail_status(S_PROG, "child: building the 2x1 layout", st);
-        troupe_cluster_abort(rc, "bench_train child failed");
+        s_child_leave(rc);
     }
     troupe_bench_opts_t o = *opts;
     o.max_runs = o.min_runs; /* the same number of runs on every rank */
@@ -175,12 +183,12 @@ static int s_child(const troupe_bench_opts_t *opts)
     int rc = troupe_bench_time(s_run, &l, &o, &stats);
     if (rc != 0 || l.failed) {
         troupe_bench_fail_status(S_PROG, "child: training", troupe_cluster_status());
-        troupe_cluster_abort(1, "bench_train child failed");
+        s_child_leave(1);
     }
     st = s_layout_done(&l);
     if (st != TROUPE_OK) {
         troupe_bench_fail_status(S_PROG, "child: finishing", st);
-        troupe_cluster_abort(1, "bench_train child failed");
+        s_child_leave(1);
     }
     if (troupe_cluster_rank() == 0)
         printf("child ranks=%d median_us=%.3f min_us=%.3f max_us=%.3f runs=%d samples=%lld\n",

@@ -192,9 +192,24 @@ Test(transport, invalid_arguments_are_named)
     troupe_event_release(&ev);
     FAILS(troupe_allreduce_nodes(NULL, 1, NULL, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
           "ctx is NULL");
+    FAILS(troupe_allreduce_nodes_deferred(NULL, 1, NULL, TROUPE_REDUCE_SUM, NULL),
+          TROUPE_INVALID_ARGUMENT, "out_done is NULL");
     cr_assert_str_eq(troupe_reduce_op_name(TROUPE_REDUCE_MEAN), "mean");
     cr_assert_str_eq(troupe_reduce_op_name((troupe_reduce_op_t)9), "invalid");
     OK(troupe_cluster_finalize());
+}
+
+Test(transport, leaving_marks_the_cluster_failed_without_ending_the_process)
+{
+    OK(troupe_cluster_leave("not initialized: only logged"));
+    cr_assert_eq(troupe_cluster_status(), TROUPE_OK);
+    OK(troupe_cluster_init(NULL, NULL));
+    OK(troupe_cluster_leave("the data set is corrupt"));
+    cr_assert(!troupe_cluster_is_initialized());
+    troupe_status_t st = troupe_cluster_status();
+    cr_assert_eq(st, TROUPE_CANCELLED, "%s", troupe_status_str(st));
+    cr_assert(strstr(troupe_last_error(), "the data set is corrupt"), "%s", troupe_last_error());
+    OK(troupe_cluster_finalize()); /* after leaving: nothing to do */
 }
 
 Test(transport, coll_tensor_of_a_node)

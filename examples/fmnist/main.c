@@ -296,9 +296,10 @@ static void s_teardown(run_t *r)
     fmnist_dataset_free(&r->test);
 }
 
-/* A runtime failure: one line on stderr, then exit status 1. Under a distributed cluster every
- * rank is stopped (troupe_cluster_abort); otherwise the run is torn down first, so the actor
- * threads stop before the process exits. */
+/* A runtime failure: one line on stderr, then exit status 1. Under a distributed cluster this
+ * rank leaves it first (troupe_cluster_leave: no MPI_Finalize, which would wait for peers
+ * that may be dead), and the launcher ends the other ranks on the non-zero exit; the run is
+ * torn down before the process exits, so the actor threads stop first. */
 static void s_die(const char *what)
 {
     char line[1400];
@@ -306,11 +307,13 @@ static void s_die(const char *what)
              troupe_last_error());
     fprintf(stderr, "%s\n", line);
     fflush(stdout);
+    troupe_status_t st = TROUPE_OK;
     if (troupe_cluster_is_distributed())
-        troupe_cluster_abort(1, line);
+        st = troupe_cluster_leave(line);
     if (s_active)
         s_teardown(s_active);
-    troupe_status_t st = troupe_cluster_finalize();
+    if (st == TROUPE_OK)
+        st = troupe_cluster_finalize();
     (void)st; /* already failing: its message would repeat the first */
     exit(1);
 }

@@ -2,8 +2,8 @@
  * test_dp_repro.c include this file): a linear regression y = x W + b with a mean-squared-error
  * loss and hand-written gradients (ir/assign), over a synthetic data set of NB global batches of
  * GB rows, laid out in `split` parts per global batch (part q of global batch j is minibatch
- * j*split + q: rows [q*GB/split, (q+1)*GB/split)). Any failure aborts every rank with a message
- * (troupe_cluster_abort), so mpiexec reports the test as failed. */
+ * j*split + q: rows [q*GB/split, (q+1)*GB/split)). Any failure prints a message, leaves the
+ * cluster (troupe_cluster_leave) and exits 1, so mpiexec ends the job and reports it failed. */
 #include "actors/troupe.h"
 #include "parallel/dp.h"
 #include "transport/mpi/cluster.h"
@@ -32,7 +32,9 @@ static void s_die(const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "rank %d: FAIL: %s\n", troupe_cluster_rank(), msg);
     fflush(stderr);
-    troupe_cluster_abort(1, msg);
+    troupe_status_t st = troupe_cluster_leave(msg);
+    (void)st; /* failing already: its message repeats msg */
+    exit(1);
 }
 
 #define CHECK(expr)                                                                                \

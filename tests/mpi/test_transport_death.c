@@ -1,6 +1,6 @@
 /* troupe — multi-rank test: a dead or stuck rank is reported by rank within the deadline
  * (transport/mpi/cluster.h "Deadlines"), and the program ends the job through
- * troupe_cluster_abort instead of hanging.
+ * troupe_cluster_leave and a non-zero exit instead of hanging.
  *
  * Both ranks run a sequence of allreduces; before the 4th, rank 1
  *   kill       SIGKILLs itself (rank 0 waits for its fingerprint), or
@@ -8,14 +8,17 @@
  *   kill-data  issues it (a 256 MiB tensor, so its data is still moving) and SIGKILLs itself
  *              5 ms later: rank 0's data phase stalls and a liveness probe names rank 1.
  * Rank 0 must see DEADLINE_EXCEEDED naming "rank 1" (TROUPE_TIMEOUT_S=5 in the test's
- * environment); it prints the message and calls troupe_cluster_abort(3, ...), so the job's
- * exit status is non-zero. Anything else prints a FAIL line (and also exits non-zero).
- * tests/mpi/transport_death.sh runs it under mpiexec and checks the exit status, the message
- * and that the whole run ended before its time limit. */
+ * environment); it prints the message, leaves the cluster (troupe_cluster_leave stops the
+ * transport actor, so this thread may call MPI) and ends the job with MPI_Abort(3): the
+ * program's choice, since the test runs mpiexec with orte_abort_on_non_zero_status=0 (below),
+ * where a plain non-zero exit would leave mpiexec waiting for the dead rank. Anything else prints a
+ * FAIL line (and also exits non-zero). tests/mpi/transport_death.sh runs it under mpiexec and
+ * checks the exit status, the message and that the whole run ended before its time limit. */
 #include "actors/event.h"
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
 
+#include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +77,14 @@ int main(int argc, char **argv)
             if (st != TROUPE_DEADLINE_EXCEEDED || strstr(msg, "rank 1") == NULL)
                 printf("FAIL rank %d: expected DEADLINE_EXCEEDED naming rank 1\n", rank);
             fflush(stdout);
-            troupe_cluster_abort(3, msg);
+            troupe_status_t lst = troupe_cluster_leave(msg);
+            if (lst != TROUPE_OK)
+                printf("FAIL rank %d: troupe_cluster_leave: %s: %s\n", rank, troupe_status_str(lst),
+                       troupe_last_error());
+            fflush(stdout);
+            free(buf);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+            return 3;
         }
     }
     printf("FAIL rank %d: every allreduce succeeded although rank 1 %s\n", rank,

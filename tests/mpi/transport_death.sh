@@ -3,7 +3,7 @@
 # (tests/mpi/test_transport_death.c):
 #   transport_death.sh <limit_s> <mpiexec> <args...>
 # Passes when the run ends within <limit_s> seconds (it is killed at the limit), with a
-# non-zero exit status (the program's troupe_cluster_abort), and rank 0's output holds
+# non-zero exit status (the program leaves the cluster and calls MPI_Abort(3)), and rank 0's output holds
 # "DEADLINE_EXCEEDED", "rank 1" and "did not answer".
 set -u
 limit=$1
@@ -19,7 +19,7 @@ if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 -a "$elapsed" -ge "$limit" ]; then
     echo "FAIL: the run did not end within ${limit} s"
     fail=1
 elif [ "$rc" -eq 0 ]; then
-    echo "FAIL: mpiexec exited 0; expected a non-zero status from troupe_cluster_abort"
+    echo "FAIL: mpiexec exited 0; expected a non-zero status (rank 0 aborts the job with 3)"
     fail=1
 fi
 rank0=$(printf '%s\n' "$out" | grep '^rank 0: ')
@@ -33,5 +33,5 @@ if printf '%s\n' "$out" | grep -q '^FAIL'; then
     echo "FAIL: the program reported a failed check"
     fail=1
 fi
-[ "$fail" -eq 0 ] && echo "PASS: the dead/stuck rank was reported and the job aborted"
+[ "$fail" -eq 0 ] && echo "PASS: the dead/stuck rank was reported and the job ended with a failure status"
 exit "$fail"

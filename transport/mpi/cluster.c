@@ -23,8 +23,8 @@
 #include <mpi.h>
 #endif
 
-/* How long troupe_cluster_abort waits for the actor to leave MPI before MPI_Abort. */
-#define S_ABORT_JOIN_NS (2LL * 1000 * 1000 * 1000)
+/* How long troupe_cluster_leave waits for the actor to get out of MPI. */
+#define S_LEAVE_JOIN_NS (2LL * 1000 * 1000 * 1000)
 
 static struct {
     atomic_bool initialized;
@@ -188,7 +188,7 @@ static troupe_status_t s_remote_move(void *user, bool is_send, int peer, troupe_
     return TROUPE_OK;
 }
 
-/* ---- init / finalize / abort ------------------------------------------------------------- */
+/* ---- init / finalize / leave ------------------------------------------------------------- */
 
 static bool s_env_set(const char *name)
 {
@@ -358,7 +358,7 @@ troupe_status_t troupe_cluster_finalize(void)
         }
     } else if (s_cl.mpi_ours) {
         TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_TRANSPORT,
-                   "MPI_Finalize skipped: the cluster failed (%s); call troupe_cluster_abort", msg);
+                   "MPI_Finalize skipped: the cluster failed (%s)", msg);
     }
     if (s_cl.mpi_ours)
         s_cl.mpi_finalized = true;
@@ -373,24 +373,26 @@ troupe_status_t troupe_cluster_finalize(void)
     return TROUPE_OK;
 }
 
-void troupe_cluster_abort(int code, const char *reason)
+troupe_status_t troupe_cluster_leave(const char *reason)
 {
-    TROUPE_LOG(TROUPE_LOG_ERROR, TROUPE_SUB_TRANSPORT, "abort (exit code %d): %s", code,
-               reason != NULL ? reason : "(no reason given)");
-    fflush(stdout);
-    fflush(stderr);
-#if TROUPE_HAVE_MPI
-    int flag = 0, fin = 0;
-    MPI_Initialized(&flag);
-    MPI_Finalized(&fin);
-    if (flag && !fin) {
-        /* MPI_THREAD_SERIALIZED: the actor must be out of MPI first. It only makes
-         * nonblocking calls, so this returns quickly; if it does not, abort anyway. */
-        if (!troupe__transport_stop(false, S_ABORT_JOIN_NS))
-            TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_TRANSPORT,
-                       "abort: the transport actor did not stop within 2 s");
-        MPI_Abort(MPI_COMM_WORLD, code);
+    const char *why = reason != NULL ? reason : "(no reason given)";
+    if (!atomic_load(&s_cl.initialized)) {
+        TROUPE_LOG(TROUPE_LOG_ERROR, TROUPE_SUB_TRANSPORT, "leaving: %s", why);
+        return TROUPE_OK;
     }
-#endif
-    exit(code);
+    /* The first failure stays the cluster's; a rank leaving on its own marks the
+     * communicators unusable so that no later call waits in MPI for peers. */
+    if (troupe__cluster_is_failed()) /* else troupe__cluster_fail logs `why` */
+        TROUPE_LOG(TROUPE_LOG_ERROR, TROUPE_SUB_TRANSPORT, "leaving the cluster: %s", why);
+    troupe__cluster_fail(TROUPE_CANCELLED, why, true);
+    troupe_set_remote_transport(NULL);
+    troupe_status_t st = TROUPE_OK;
+    /* The actor only makes nonblocking MPI calls, so it stops within a turn. */
+    if (!troupe__transport_stop(false, S_LEAVE_JOIN_NS))
+        st = troupe__error(TROUPE_DEADLINE_EXCEEDED,
+                           "cluster_leave: the transport actor did not stop within %lld s",
+                           (long long)(S_LEAVE_JOIN_NS / 1000000000LL));
+    atomic_store(&s_cl.initialized, false);
+    atomic_store(&s_cl.distributed, false);
+    return st;
 }

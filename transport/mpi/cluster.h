@@ -16,9 +16,12 @@
  * fingerprint exchange that precedes every collective, or by a liveness probe when the data
  * phase stalls): "allreduce #17: rank 1 did not answer within 120 s (dead or stuck)". After
  * such a failure the cluster is failed (troupe_cluster_status): later collectives fail at once
- * with the same status and message. A program then reports and calls troupe_cluster_abort.
+ * with the same status and message. A program then reports, calls troupe_cluster_leave and
+ * exits with a non-zero status; the launcher ends the other ranks (mpirun's default
+ * orte_abort_on_non_zero_status, srun --kill-on-bad-exit), and any rank it does not end fails
+ * its own next wait by its deadline: no rank hangs.
  *
- * Thread safety: init/finalize/abort from the main thread only; the rest is thread-safe.
+ * Thread safety: init/finalize/leave from the main thread only; the rest is thread-safe.
  */
 #ifndef TROUPE_TRANSPORT_MPI_CLUSTER_H
 #define TROUPE_TRANSPORT_MPI_CLUSTER_H
@@ -46,9 +49,16 @@ TROUPE_MUST_USE troupe_status_t troupe_cluster_init(int *argc, char ***argv);
  * normally. Safe to call without init (OK). */
 TROUPE_MUST_USE troupe_status_t troupe_cluster_finalize(void);
 
-/* For programs (the library never calls it): logs `reason` at error level and terminates every
- * rank of the job with exit code `code` (MPI_Abort when distributed, exit(code) otherwise). */
-void troupe_cluster_abort(int code, const char *reason);
+/* For a program that stops after a failure while other ranks may be dead or stuck: logs
+ * `reason` (may be NULL) at error level, unregisters the remote transport, stops the
+ * transport actor (waiting at most 2 s for it to leave MPI) and marks the cluster failed
+ * (TROUPE_CANCELLED unless it already failed), without MPI_Finalize, which would wait for the
+ * peers. It does not end the process: the caller exits with a non-zero status next. Later
+ * troupe_cluster_finalize calls return OK and do nothing.
+ * troupe_cluster_status() keeps the first failure. Returns OK (also when the cluster was not
+ * initialized), or DEADLINE_EXCEEDED if the actor did not stop within 2 s (the process should
+ * exit all the same). */
+troupe_status_t troupe_cluster_leave(const char *reason);
 
 bool troupe_cluster_is_initialized(void);
 bool troupe_cluster_is_distributed(void); /* size > 1 under a launcher */
