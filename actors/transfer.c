@@ -462,8 +462,8 @@ troupe_status_t troupe_init_from_host(troupe_context_t *ctx, troupe_tnode_t *tn,
     char name[64];
     troupe_tnode_debug_name(tn, name, sizeof name);
     if (troupe__context_find(ctx, tn))
-        return troupe__error(TROUPE_ALREADY_EXISTS, "init_from_host: the context already has node %s",
-                             name);
+        return troupe__error(TROUPE_ALREADY_EXISTS,
+                             "init_from_host: the context already has node %s", name);
     void *host = NULL;
     if (troupe_tnode_host_array(tn, &host) != TROUPE_OK || !troupe__is_hosted(tn))
         return s_not_hosted(tn, "init_from_host");
@@ -732,8 +732,7 @@ static troupe_status_t s_lend_remote_start(s_lend_t *l, void *const *ptrs, const
     return st;
 }
 
-static troupe_status_t s_lend_new(troupe__srec_t *s, size_t n, troupe_event_t *done,
-                                  s_lend_t **out)
+static troupe_status_t s_lend_new(troupe__srec_t *s, size_t n, troupe_event_t *done, s_lend_t **out)
 {
     s_lend_t *l = troupe_calloc(1, sizeof *l);
     if (!l || !(l->locs = troupe_calloc(n ? n : 1, sizeof *l->locs))) {
@@ -842,17 +841,10 @@ static troupe_status_t s_lend_arrays(troupe_context_t *ctx, size_t n, troupe_tno
         s_lend_dtor(l);
         return st;
     }
-    troupe_buffer_loc_t *locs = troupe_calloc(n, sizeof *locs);
-    if (!locs) {
-        pthread_mutex_unlock(&dev->lock);
-        l->handed = true;
-        s_lend_dtor(l);
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "lend_arrays: out of memory");
-    }
-    memcpy(locs, l->locs, n * sizeof *locs);
-    st = s_lend_schedule(s, l, deferred, &ev); /* l consumed */
+    st = s_lend_schedule(s, l, deferred, &ev); /* l consumed: locations from ctx again */
     for (size_t i = 0; i < n && st == TROUPE_OK; i++) {
-        troupe__entry_t *e = troupe__ledger_find(dev, troupe__key_of(locs[i]));
+        troupe_buffer_loc_t loc = troupe__context_find(ctx, tns[i])->loc;
+        troupe__entry_t *e = troupe__ledger_find(dev, troupe__key_of(loc));
         if (e) {
             troupe__ledger_note_write(e, s, ev);
             if (troupe__is_hosted(tns[i]))
@@ -861,7 +853,6 @@ static troupe_status_t s_lend_arrays(troupe_context_t *ctx, size_t n, troupe_tno
     }
     troupe__ledger_tick(dev);
     pthread_mutex_unlock(&dev->lock);
-    troupe_free(locs);
     if (st == TROUPE_OK && out_ev)
         *out_ev = ev;
     else
@@ -953,8 +944,8 @@ static troupe_status_t s_d2d_remote(troupe_tnode_t *n, troupe_merge_use_t use,
     if (is_send || use == TROUPE_MERGE_NO) {
         a = troupe__context_find(local, n);
         if (!a)
-            return s_lacks(local, n, is_send ? "device_to_device source"
-                                             : "device_to_device destination");
+            return s_lacks(local, n,
+                           is_send ? "device_to_device source" : "device_to_device destination");
     }
     troupe_context_t *child = NULL;
     if (!is_send && out_ctx)
@@ -1044,7 +1035,8 @@ troupe_status_t troupe_device_to_device(troupe_tnode_t *n, troupe_merge_use_t us
     if (!n || !dst_ctx || !src_ctx)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "device_to_device: NULL argument");
     if (use != TROUPE_MERGE_NO && use != TROUPE_MERGE_COPY && use != TROUPE_MERGE_STREAMING)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "device_to_device: bad merge use %d", (int)use);
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "device_to_device: bad merge use %d",
+                             (int)use);
     if (dst_ctx->remote_rank >= 0 || src_ctx->remote_rank >= 0)
         return s_d2d_remote(n, use, dst_ctx, src_ctx, consumer, out_ctx, out_ev);
     if ((use == TROUPE_MERGE_STREAMING) != (consumer != NULL))
@@ -1073,7 +1065,8 @@ troupe_status_t troupe_device_to_device(troupe_tnode_t *n, troupe_merge_use_t us
             return s_lacks(dst_ctx, n, "device_to_device destination");
         if (da->loc.pool_id == sa->loc.pool_id && da->loc.offset == sa->loc.offset) {
             if (out_ev)
-                TROUPE_RETURN_IF_ERROR(troupe_event_new_completed("d2d-noop", TROUPE_OK, NULL, out_ev));
+                TROUPE_RETURN_IF_ERROR(
+                    troupe_event_new_completed("d2d-noop", TROUPE_OK, NULL, out_ev));
             if (out_ctx)
                 return troupe__context_derive(dst_ctx, NULL, 0, -1, tag, out_ctx);
             return TROUPE_OK;

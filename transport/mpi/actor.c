@@ -171,7 +171,7 @@ static struct {
     size_t nsends, sends_cap;
     int64_t *last_pong_ns; /* [size] */
     unsigned char *lane_busy;
-    bool broken; /* MPI must not be called any more */
+    bool broken;           /* MPI must not be called any more */
     bool waiting_on_peers; /* every active request waits for slower ranks (s_iteration) */
 } s_a = {
     .mu = PTHREAD_MUTEX_INITIALIZER,
@@ -1298,6 +1298,18 @@ static void *s_actor_main(void *arg)
 
 /* ---- start / stop / submit --------------------------------------------------------------- */
 
+/* The per-peer vectors troupe__transport_start allocates. */
+static void s_free_peer_arrays(void)
+{
+    troupe_free(s_a.send_seq);
+    troupe_free(s_a.recv_seq);
+    troupe_free(s_a.last_pong_ns);
+    troupe_free(s_a.lane_busy);
+    s_a.send_seq = s_a.recv_seq = NULL;
+    s_a.last_pong_ns = NULL;
+    s_a.lane_busy = NULL;
+}
+
 troupe_status_t troupe__transport_start(const void *data_comm, const void *ctl_comm, int rank,
                                         int size)
 {
@@ -1334,13 +1346,7 @@ troupe_status_t troupe__transport_start(const void *data_comm, const void *ctl_c
 oom:
     troupe__error(TROUPE_RESOURCE_EXHAUSTED, "transport: out of memory");
 fail:
-    troupe_free(s_a.send_seq);
-    troupe_free(s_a.recv_seq);
-    troupe_free(s_a.last_pong_ns);
-    troupe_free(s_a.lane_busy);
-    s_a.send_seq = s_a.recv_seq = NULL;
-    s_a.last_pong_ns = NULL;
-    s_a.lane_busy = NULL;
+    s_free_peer_arrays();
     return TROUPE_RESOURCE_EXHAUSTED;
 }
 
@@ -1391,13 +1397,7 @@ bool troupe__transport_stop(bool drain, int64_t timeout_ns)
     troupe_free(s_a.sends);
     s_a.sends = NULL;
     s_a.nsends = s_a.sends_cap = 0;
-    troupe_free(s_a.send_seq);
-    troupe_free(s_a.recv_seq);
-    troupe_free(s_a.last_pong_ns);
-    troupe_free(s_a.lane_busy);
-    s_a.send_seq = s_a.recv_seq = NULL;
-    s_a.last_pong_ns = NULL;
-    s_a.lane_busy = NULL;
+    s_free_peer_arrays();
     return true;
 }
 

@@ -223,6 +223,18 @@ static troupe_status_t s_check_cluster(const char *what)
 }
 
 /* Builds a host-level request after checking the arguments. */
+/* INVALID_ARGUMENT for an allreduce op outside sum..min or a broadcast root outside the ranks. */
+static troupe_status_t s_check_op_root(troupe__req_kind_t kind, troupe_reduce_op_t op, int root)
+{
+    if (kind == TROUPE__REQ_ALLREDUCE && (op < TROUPE_REDUCE_SUM || op > TROUPE_REDUCE_MIN))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce: op %d is not sum, mean, max or min", (int)op);
+    if (kind == TROUPE__REQ_BROADCAST && (root < 0 || root >= troupe_cluster_size()))
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "broadcast: root %d outside the ranks 0..%d",
+                             root, troupe_cluster_size() - 1);
+    return TROUPE_OK;
+}
+
 static troupe_status_t s_build(troupe__req_kind_t kind, const troupe_coll_tensor_t *tensors,
                                size_t n, troupe_reduce_op_t op, int root, troupe__req_t **out)
 {
@@ -231,12 +243,7 @@ static troupe_status_t s_build(troupe__req_kind_t kind, const troupe_coll_tensor
     if (tensors == NULL || n == 0)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: no tensors (tensors %s, n = %zu)", what,
                              tensors == NULL ? "NULL" : "given", n);
-    if (kind == TROUPE__REQ_ALLREDUCE && (op < TROUPE_REDUCE_SUM || op > TROUPE_REDUCE_MIN))
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "allreduce: op %d is not sum, mean, max or min", (int)op);
-    if (kind == TROUPE__REQ_BROADCAST && (root < 0 || root >= troupe_cluster_size()))
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "broadcast: root %d outside the ranks 0..%d",
-                             root, troupe_cluster_size() - 1);
+    TROUPE_RETURN_IF_ERROR(s_check_op_root(kind, op, root));
     for (size_t i = 0; i < n; i++)
         TROUPE_RETURN_IF_ERROR(
             s_check_tensor(what, i, &tensors[i], kind == TROUPE__REQ_ALLREDUCE, true));
@@ -353,12 +360,7 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
     if (ctx == NULL || tns == NULL || n == 0)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: %s", what,
                              ctx == NULL ? "ctx is NULL" : "no nodes");
-    if (kind == TROUPE__REQ_ALLREDUCE && (op < TROUPE_REDUCE_SUM || op > TROUPE_REDUCE_MIN))
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "allreduce: op %d is not sum, mean, max or min", (int)op);
-    if (kind == TROUPE__REQ_BROADCAST && (root < 0 || root >= troupe_cluster_size()))
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "broadcast: root %d outside the ranks 0..%d",
-                             root, troupe_cluster_size() - 1);
+    TROUPE_RETURN_IF_ERROR(s_check_op_root(kind, op, root));
     for (size_t i = 0; i < n; i++)
         if (tns[i] == NULL)
             return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: node %zu is NULL", what, i);
