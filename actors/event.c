@@ -36,6 +36,7 @@ struct troupe_event {
     size_t nsubs, cap;
     s_sub_t inline_subs[S_INLINE_SUBS];
     char name[TROUPE_EVENT_NAME_MAX + 1];
+    troupe__event_progress_fn progress; /* set before sharing; never changes afterwards */
 };
 
 static pthread_once_t s_attr_once = PTHREAD_ONCE_INIT;
@@ -73,6 +74,7 @@ troupe_status_t troupe_event_new(const char *name, troupe_event_t **out)
     ev->subs = ev->inline_subs;
     ev->nsubs = 0;
     ev->cap = S_INLINE_SUBS;
+    ev->progress = NULL;
     snprintf(ev->name, sizeof ev->name, "%s", name ? name : "event");
     *out = ev;
     return TROUPE_OK;
@@ -216,6 +218,12 @@ static troupe_status_t s_final(const troupe_event_t *ev, troupe_event_state_t st
     return troupe__error(ev->status, "%s", s_message(ev));
 }
 
+void troupe__event_set_progress(troupe_event_t *ev, troupe__event_progress_fn fn)
+{
+    if (ev != NULL)
+        ev->progress = fn;
+}
+
 troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t timeout_ns)
 {
     if (!ev)
@@ -224,6 +232,8 @@ troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t timeout_ns)
     if (state != TROUPE_EVENT_PENDING)
         return s_final(ev, state);
     int64_t deadline = troupe_deadline_after(timeout_ns);
+    if (ev->progress != NULL)
+        ev->progress(ev, deadline); /* may complete ev on this thread */
     pthread_mutex_lock(&ev->mu);
     ev->waiters++;
     for (;;) {

@@ -105,6 +105,16 @@ const char *troupe_event_name(const troupe_event_t *ev);
  * belongs to): it would wait for itself until the deadline. */
 TROUPE_MUST_USE troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t timeout_ns);
 
+/* A producer's progress hook, internal to troupe (transport/mpi sets it on the events of its
+ * host-level collectives). troupe_event_sync calls fn(ev, deadline_ns) before it blocks, with
+ * the absolute CLOCK_MONOTONIC deadline in ns (TROUPE_TIMEOUT_INFINITE for none); fn may drive
+ * the work that completes `ev` on the calling thread, and returns when `ev` completed, the
+ * deadline passed, or it cannot help (troupe_event_sync then blocks as usual). Saves the two
+ * thread wake-ups of a hand-off when the producer is idle. Set it before `ev` is shared with
+ * another thread; NULL removes it. */
+typedef void (*troupe__event_progress_fn)(troupe_event_t *ev, int64_t deadline_ns);
+void troupe__event_set_progress(troupe_event_t *ev, troupe__event_progress_fn fn);
+
 /* Subscribes `fn(user, …)`; see troupe_event_callback_fn for when it runs (possibly before this
  * returns). Returns TROUPE_RESOURCE_EXHAUSTED (fn will not be called) or
  * TROUPE_INVALID_ARGUMENT for NULL ev/fn. */

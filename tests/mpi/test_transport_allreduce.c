@@ -5,7 +5,8 @@
  *     rank-dependent inputs, against the exact result (computed in double, rounded once to the
  *     precision);
  *   - 100 small tensors of three precisions fused into buckets; one single tensor and one half
- *     tensor larger than a bucket (in-place slices, staged slices);
+ *     tensor larger than a bucket (in-place slices, staged slices); with 1 MiB buckets, tensors
+ *     of at least 128 KiB reduced in place in buckets of their own between staged ones;
  *   - broadcast from root 1;
  *   - device level: a cpu-backend context with two hosted nodes reduced with
  *     troupe_allreduce_nodes, read back with troupe_to_host;
@@ -13,6 +14,7 @@
  * Prints one FAIL line per failed check; exits 0 only if every check passed on this rank. */
 #include "actors/troupe.h"
 #include "base/alloc.h"
+#include "base/config.h"
 #include "ir/prec.h"
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
@@ -216,6 +218,51 @@ out:
     troupe_free(h);
 }
 
+/* With 1 MiB buckets: tensors of at least TROUPE_COLL_INPLACE_BYTES in their own type get
+ * in-place buckets of their own, between staged small ones of the same class; a large half
+ * tensor (widened) stays staged. */
+static void s_test_inplace(void)
+{
+    enum { N = 5 };
+    const troupe_prec_t precs[N] = {TROUPE_PREC_SINGLE, TROUPE_PREC_SINGLE, TROUPE_PREC_HALF,
+                                    TROUPE_PREC_DOUBLE, TROUPE_PREC_SINGLE};
+    const int64_t counts[N] = {256, 65536, 150000, 25600, 512}; /* 1 KiB, 256 KiB, 300 KB,
+                                                                   200 KiB, 2 KiB */
+    size_t fusion = troupe_config_fusion_bytes();
+    troupe_coll_tensor_t t[N];
+    void *data[N] = {NULL};
+    troupe_transport_stats_t before, after;
+    troupe_transport_get_stats(&before);
+    CHECK_OK(troupe_config_set_fusion_bytes(1 << 20));
+    for (int k = 0; k < N; k++) {
+        data[k] = s_fill(precs[k], counts[k], 20 + k);
+        t[k] = (troupe_coll_tensor_t){.data = data[k],
+                                      .count = counts[k],
+                                      .prec = precs[k],
+                                      .node_id = 200 + k,
+                                      .ndims = 1,
+                                      .dims = {counts[k]},
+                                      .name = "inplace"};
+    }
+    troupe_event_t *ev = NULL;
+    CHECK_OK(troupe_allreduce(t, N, TROUPE_REDUCE_SUM, &ev));
+    CHECK_OK(s_run(&ev));
+    for (int k = 0; k < N; k++)
+        if (s_check("inplace", precs[k], TROUPE_REDUCE_SUM, data[k], counts[k], 20 + k))
+            break;
+    troupe_transport_get_stats(&after);
+    /* single class: the 256 KiB tensor alone (in place), the rest staged (1 KiB + 600 KB
+     * widened half + 2 KiB); double: the 200 KiB tensor alone. */
+    if (after.buckets - before.buckets != 3)
+        s_fail("inplace: %llu buckets, expected 3",
+               (unsigned long long)(after.buckets - before.buckets));
+out:
+    if (troupe_config_set_fusion_bytes(fusion) != TROUPE_OK)
+        s_fail("inplace: cannot restore the fusion size: %s", troupe_last_error());
+    for (int k = 0; k < N; k++)
+        troupe_free(data[k]);
+}
+
 static void s_test_broadcast(void)
 {
     const troupe_prec_t precs[3] = {TROUPE_PREC_INT32, TROUPE_PREC_SINGLE, TROUPE_PREC_FP8};
@@ -363,6 +410,7 @@ int main(int argc, char **argv)
         s_test_ops();
         s_test_fused();
         s_test_large();
+        s_test_inplace();
         s_test_broadcast();
         s_test_device();
     }

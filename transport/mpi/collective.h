@@ -18,8 +18,14 @@
  * large enough that per-message latency is amortised — at the >= 10 GB/s of shared memory or
  * InfiniBand a 64 MiB bucket takes milliseconds while a message costs microseconds — and small
  * enough to bound the staging memory, 2 buckets in flight). Tensors of one reduce type share
- * a bucket (single, half, bfloat16 and fp8 all reduce as single; double; each integer type); a tensor larger than a bucket is reduced in place in slices. A
- * bucket is reduced with MPI_Iallreduce while the actor packs the next one, and, at the device
+ * a bucket (single, half, bfloat16 and fp8 all reduce as single; double; each integer type).
+ * A tensor larger than a bucket is reduced in place in slices, and a tensor of at least
+ * TROUPE_COLL_INPLACE_BYTES (128 KiB) that reduces in its own type (single, double, integers)
+ * gets a bucket of its own reduced in place: copying it into a bucket and back would cost more
+ * (two copies at ~10 GB/s: ~25 us per 128 KiB) than one more collective's latency (~5 us on
+ * shared memory, a few us on InfiniBand), as with PyTorch DDP's buckets that are views of the
+ * gradients. A bucket is reduced with MPI_Iallreduce while the actor packs the next one, and,
+ * at the device
  * level, while the owner stream is still merging the next nodes locally (each
  * troupe_allreduce_nodes call is handed over as soon as the stream reaches it).
  *
@@ -47,6 +53,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* Bytes from which a tensor of a natively reduced precision is reduced in place in a bucket of
+ * its own instead of being copied into a shared one (see Fusion buckets above). */
+#define TROUPE_COLL_INPLACE_BYTES (128 * 1024)
 
 #ifdef __cplusplus
 extern "C" {

@@ -159,6 +159,12 @@ bool troupe__transport_running(void);
  * that status. Thread-safe. */
 void troupe__transport_submit(troupe__req_t **r_p);
 
+/* The progress hook of host-level collective events (troupe__event_set_progress): when the
+ * actor is idle, the calling thread (in troupe_event_sync) drives the engine until `ev`
+ * completes or `deadline_ns` passes (absolute, CLOCK_MONOTONIC; TROUPE_TIMEOUT_INFINITE), then
+ * hands it back; otherwise returns at once. Thread-safe; a no-op without MPI. */
+void troupe__transport_progress(troupe_event_t *ev, int64_t deadline_ns);
+
 /* Starts the actor (main thread, after MPI_Init_thread; MPI builds only). data_comm and
  * ctl_comm point to the MPI_Comm handles (data; fingerprints and probes), which the actor uses
  * until troupe__transport_stop. Errors: RESOURCE_EXHAUSTED, INTERNAL. */
