@@ -33,7 +33,7 @@ troupe_status_t troupe__verror(troupe_status_t status, const char *fmt, va_list 
     return status;
 }
 
-troupe_status_t troupe__error(troupe_status_t status, const char *fmt, ...)
+troupe_status_t troupe_error_set(troupe_status_t status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

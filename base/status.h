@@ -57,11 +57,22 @@ const char *troupe_last_error(void);
 void troupe_clear_error(void);
 
 /* Records `status` with a printf-style message as this thread's last error and returns
- * `status`, so failure sites read `return troupe__error(TROUPE_NOT_FOUND, "...")`.
- * Messages longer than 1023 bytes are truncated. Internal to troupe but exported for
- * the library's own modules. */
-troupe_status_t troupe__error(troupe_status_t status, const char *fmt, ...) TROUPE_PRINTF(2, 3);
+ * `status`, so a failure site reads `return troupe_error_set(TROUPE_NOT_FOUND, "...", ...)`.
+ * This is how code outside the library (programs, examples, drivers or callbacks a program
+ * hands to troupe) reports a failure in troupe's terms: the message is what
+ * troupe_last_error() returns on this thread until the next call that records or clears one.
+ * `fmt` and its arguments are borrowed and formatted at once; the message is copied into
+ * thread-local storage and truncated to 1023 bytes. Never fails; `status` may be any code,
+ * TROUPE_OK included (it then records the message without signalling a failure). */
+troupe_status_t troupe_error_set(troupe_status_t status, const char *fmt, ...) TROUPE_PRINTF(2, 3);
+
+/* The same with a va_list (consumed as by vsnprintf). Internal to troupe but exported for the
+ * library's own modules. */
 troupe_status_t troupe__verror(troupe_status_t status, const char *fmt, va_list ap);
+
+/* The library's internal spelling of troupe_error_set (STYLE.md "Errors"); code outside the
+ * library uses the public name. */
+#define troupe__error troupe_error_set
 
 /* Propagate a non-OK status from an expression. */
 #define TROUPE_RETURN_IF_ERROR(expr)                                                              \

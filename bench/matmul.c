@@ -225,15 +225,15 @@ static int s_troupe_setup(s_state_t *s, const char *case_name, const troupe_benc
     what = "bind arguments";
     s->nargs = gen->nparams;
     if (gen->nparams != 3) {
-        st = troupe__error(TROUPE_INTERNAL, "expected 3 parameters (x, w, y), the code has %zu",
-                           gen->nparams);
+        st = troupe_error_set(TROUPE_INTERNAL, "expected 3 parameters (x, w, y), the code has %zu",
+                              gen->nparams);
         goto out_fail;
     }
     for (int i = 0; i < 3; i++) {
         ptrdiff_t p = troupe_cgen_find_node_param(gen, nodes[i]);
         if (p < 0 || p >= 3) {
-            st = troupe__error(TROUPE_INTERNAL, "node %s is not a parameter of the code",
-                               nodes[i]->label[0]);
+            st = troupe_error_set(TROUPE_INTERNAL, "node %s is not a parameter of the code",
+                                  nodes[i]->label[0]);
             goto out_fail;
         }
         s->args[p] = (troupe_karg_t){.kind = TROUPE_KARG_BUFFER, .ordinal = 0, .buf = loc[i]};

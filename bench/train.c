@@ -129,7 +129,7 @@ static troupe_status_t s_layout_done(layout_t *l)
         double loss = 0;
         st = troupe_dp_last_loss(l->dp, &loss);
         if (st == TROUPE_OK && !isfinite(loss))
-            st = troupe__error(TROUPE_INTERNAL, "the loss is %g after training", loss);
+            st = troupe_error_set(TROUPE_INTERNAL, "the loss is %g after training", loss);
     }
     troupe_dp_destroy(&l->dp);
     fmnist_mlp_destroy(&l->mlp);
@@ -168,8 +168,9 @@ static int s_child(const troupe_bench_opts_t *opts)
     fmnist_dataset_t ds;
     s_synthetic(&ds);
     if (!ds.pixels || !ds.labels)
-        return troupe_bench_fail_status(S_PROG, "child: synthetic data",
-                                        troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
+        return troupe_bench_fail_status(
+            S_PROG, "child: synthetic data",
+            troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     layout_t l;
     troupe_status_t st = s_layout_new(1, &ds, &l);
     if (st != TROUPE_OK) {
@@ -205,7 +206,7 @@ static troupe_status_t s_spawn_child(int runs, int warmup, double *median_us, in
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0)
-        return troupe__error(TROUPE_NOT_FOUND, "cannot find this program: %s", strerror(errno));
+        return troupe_error_set(TROUPE_NOT_FOUND, "cannot find this program: %s", strerror(errno));
     self[n] = '\0';
     /* argv: mpiexec -n 2 <launcher args...> self --child --runs R --warmup W */
     char launcher[] = FMNIST_BENCH_MPI_ARGS;
@@ -230,7 +231,7 @@ static troupe_status_t s_spawn_child(int runs, int warmup, double *median_us, in
 
     int fds[2];
     if (pipe(fds) != 0)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "pipe: %s", strerror(errno));
+        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "pipe: %s", strerror(errno));
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
@@ -242,7 +243,7 @@ static troupe_status_t s_spawn_child(int runs, int warmup, double *median_us, in
     close(fds[1]);
     if (e != 0) {
         close(fds[0]);
-        return troupe__error(TROUPE_UNAVAILABLE, "cannot start %s: %s", argv[0], strerror(e));
+        return troupe_error_set(TROUPE_UNAVAILABLE, "cannot start %s: %s", argv[0], strerror(e));
     }
     FILE *f = fdopen(fds[0], "r");
     char line[512];
@@ -268,10 +269,10 @@ static troupe_status_t s_spawn_child(int runs, int warmup, double *median_us, in
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return troupe__error(TROUPE_UNAVAILABLE, "%s -n 2 ... --child failed (status %d)", argv[0],
-                             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        return troupe_error_set(TROUPE_UNAVAILABLE, "%s -n 2 ... --child failed (status %d)",
+                                argv[0], WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     if (!found)
-        return troupe__error(TROUPE_INTERNAL, "the 2x1 child printed no result line");
+        return troupe_error_set(TROUPE_INTERNAL, "the 2x1 child printed no result line");
     return TROUPE_OK;
 }
 #endif
@@ -312,8 +313,8 @@ int main(int argc, char **argv)
     fmnist_dataset_t ds;
     s_synthetic(&ds);
     if (!ds.pixels || !ds.labels)
-        return troupe_bench_fail_status(S_PROG, "synthetic data",
-                                        troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
+        return troupe_bench_fail_status(
+            S_PROG, "synthetic data", troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
 
     /* 1x1 and 1x2, timed together */
     layout_t l11, l12;

@@ -48,6 +48,14 @@ Test(status, last_error_is_thread_local_and_returned)
     cr_assert_str_eq(troupe_last_error(), "");
 }
 
+Test(status, public_error_set_records_the_message_and_returns_the_status)
+{
+    troupe_clear_error();
+    cr_assert_eq(troupe_error_set(TROUPE_UNAVAILABLE, "peer %s gone", "rank 1"),
+                 TROUPE_UNAVAILABLE);
+    cr_assert_str_eq(troupe_last_error(), "peer rank 1 gone");
+}
+
 Test(status, long_messages_are_truncated_not_overflowed)
 {
     char big[4096];

@@ -8,6 +8,10 @@
 #include "parallel/dp.h"
 
 #include "base/alloc.h"
+#include "runtime_test_util.h"
+
+#define DPT_CHECK(expr) OK(expr)
+#include "dp_test_model.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -18,18 +22,10 @@
 
 static void s_setup(void)
 {
-    cr_assert_eq(troupe_config_set_cache_dir(TROUPE_TEST_BUILD_DIR "/troupe-cache-dp"), TROUPE_OK);
-    cr_assert_eq(troupe_config_set_timeout_s(60), TROUPE_OK);
+    rtu_configure(TROUPE_TEST_BUILD_DIR "/troupe-cache-dp", 60);
 }
 
 TestSuite(dp, .init = s_setup);
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        troupe_status_t s__ = (expr);                                                              \
-        cr_assert_eq(s__, TROUPE_OK, "%s -> %s: %s", #expr, troupe_status_str(s__),                \
-                     troupe_last_error());                                                         \
-    } while (0)
 
 /* ---- the data set: full batches of FB rows, NB of them --------------------------------------- */
 
@@ -77,35 +73,12 @@ static const float s_b0[O] = {0.01f, -0.02f};
 
 /* ---- the model ------------------------------------------------------------------------------- */
 
-typedef struct lr {
-    troupe_tnode_t *X, *Y, *W, *b, *gW, *gb, *loss;
-    troupe_asgn_comp_t *comp;
-    troupe_tnode_t *params[2], *grads[2], *inputs[2];
-    troupe_dp_model_t model;
-} lr_t;
-
-static troupe_tnode_t *s_node(const char *label, int ndims, const int64_t *dims)
+/* The model (tests/dp_test_model.h) over `split` batches per full batch: batch j*split + h
+ * holds rows [h*FB/split, (h+1)*FB/split) of full batch j. `din` != D gives a model of another
+ * shape (for the wrong-shape checkpoint). */
+static void s_model(dpt_lr_t *m, const data_t *d, int split, int din)
 {
-    troupe_tnode_t *tn = NULL;
-    const char *l[1] = {label};
-    OK(troupe_tnode_new(l, 1, TROUPE_PREC_SINGLE, ndims, dims, NULL, 0.0, &tn));
-    return tn;
-}
-
-/* The model over `split` batches per full batch: batch j*split + h holds rows
- * [h*FB/split, (h+1)*FB/split) of full batch j. `din` != D gives a model of another shape
- * (for the wrong-shape checkpoint). */
-static void s_model(lr_t *m, const data_t *d, int split, int din)
-{
-    memset(m, 0, sizeof *m);
     int64_t nb = (int64_t)NB * split, bs = FB / split;
-    m->X = s_node("X", 3, (int64_t[]){nb, bs, din});
-    m->Y = s_node("Y", 3, (int64_t[]){nb, bs, O});
-    m->W = s_node("W", 2, (int64_t[]){din, O});
-    m->b = s_node("b", 1, (int64_t[]){O});
-    m->gW = s_node("W_grad", 2, (int64_t[]){din, O});
-    m->gb = s_node("b_grad", 1, (int64_t[]){O});
-    m->loss = s_node("loss", 0, NULL);
     double *xv = troupe_calloc((size_t)(nb * bs * din), sizeof *xv);
     double yv[NB * FB * O], wv[8 * O], bv[O];
     for (int j = 0; j < NB; j++)
@@ -120,94 +93,8 @@ static void s_model(lr_t *m, const data_t *d, int split, int din)
             wv[i * O + o] = i < D ? s_w0[i][o] : 0.0;
     for (int o = 0; o < O; o++)
         bv[o] = s_b0[o];
-    OK(troupe_tnode_set_values(m->X, xv, (size_t)(nb * bs * din)));
-    OK(troupe_tnode_set_values(m->Y, yv, NB * FB * O));
-    OK(troupe_tnode_set_values(m->W, wv, (size_t)din * O));
-    OK(troupe_tnode_set_values(m->b, bv, O));
+    dpt_lr_new(m, nb, bs, din, O, xv, yv, wv, bv);
     troupe_free(xv);
-
-    troupe_tnode_t *xb = s_node("xb", 2, (int64_t[]){bs, din});
-    troupe_tnode_t *yb = s_node("yb", 2, (int64_t[]){bs, O});
-    troupe_tnode_t *pred = s_node("pred", 2, (int64_t[]){bs, O});
-    troupe_tnode_t *diff = s_node("diff", 2, (int64_t[]){bs, O});
-    troupe_tnode_t *gp = s_node("gpred", 2, (int64_t[]){bs, O});
-    troupe_tnode_t *l2 = s_node("sq", 2, (int64_t[]){bs, O});
-    troupe_tnode_t *c2 = s_node("two_over_n", 0, NULL);
-    troupe_tnode_t *cinv = s_node("one_over_n", 0, NULL);
-    troupe_asgn_comp_t *c = NULL;
-    OK(troupe_asgn_comp_new(&c));
-    int32_t sym = -1;
-    OK(troupe_asgn_comp_add_static_symbol(c, "batch", nb, &sym));
-    troupe_asgn_t *t[12];
-    int n = 0;
-    OK(troupe_asgn_fetch_slice(c, xb, sym, m->X, &t[n++]));
-    OK(troupe_asgn_fetch_slice(c, yb, sym, m->Y, &t[n++]));
-    OK(troupe_asgn_fetch_constant(c, c2, 2.0 / (double)(bs * O), &t[n++]));
-    OK(troupe_asgn_fetch_constant(c, cinv, 1.0 / (double)(bs * O), &t[n++]));
-    OK(troupe_asgn_comp_add_embedded(c, c2));
-    OK(troupe_asgn_comp_add_embedded(c, cinv));
-    OK(troupe_asgn_accum_binop(c, true, TROUPE_BINOP_ADD, pred, TROUPE_BINOP_MUL,
-                               troupe_asgn_node(xb), troupe_asgn_node(m->W), "bi,io=>bo", &t[n++]));
-    OK(troupe_asgn_accum_unop(c, false, TROUPE_BINOP_ADD, pred, TROUPE_UNOP_IDENTITY,
-                              troupe_asgn_node(m->b), "o=>bo", &t[n++]));
-    OK(troupe_asgn_pointwise_binop(c, diff, TROUPE_BINOP_SUB, troupe_asgn_node(pred),
-                                   troupe_asgn_node(yb), &t[n++]));
-    OK(troupe_asgn_accum_binop(c, false, TROUPE_BINOP_ARG2, gp, TROUPE_BINOP_MUL,
-                               troupe_asgn_node(diff), troupe_asgn_node(c2), "bo,=>bo", &t[n++]));
-    OK(troupe_asgn_accum_binop(c, false, TROUPE_BINOP_ARG2, l2, TROUPE_BINOP_MUL,
-                               troupe_asgn_node(diff), troupe_asgn_node(cinv), "bo,=>bo", &t[n++]));
-    OK(troupe_asgn_accum_binop(c, true, TROUPE_BINOP_ADD, m->loss, TROUPE_BINOP_MUL,
-                               troupe_asgn_node(diff), troupe_asgn_node(l2), "bo,bo=>", &t[n++]));
-    OK(troupe_asgn_accum_binop(c, true, TROUPE_BINOP_ADD, m->gW, TROUPE_BINOP_MUL,
-                               troupe_asgn_node(xb), troupe_asgn_node(gp), "bi,bo=>io", &t[n++]));
-    OK(troupe_asgn_accum_unop(c, true, TROUPE_BINOP_ADD, m->gb, TROUPE_UNOP_IDENTITY,
-                              troupe_asgn_node(gp), "bo=>o", &t[n++]));
-    troupe_asgn_t *root = NULL;
-    OK(troupe_asgn_seq(c, (size_t)n, t, &root));
-    troupe_asgn_comp_set_root(c, root);
-    m->comp = c;
-    troupe_tnode_release(&xb);
-    troupe_tnode_release(&yb);
-    troupe_tnode_release(&pred);
-    troupe_tnode_release(&diff);
-    troupe_tnode_release(&gp);
-    troupe_tnode_release(&l2);
-    troupe_tnode_release(&c2);
-    troupe_tnode_release(&cinv);
-
-    m->params[0] = m->W;
-    m->params[1] = m->b;
-    m->grads[0] = m->gW;
-    m->grads[1] = m->gb;
-    m->inputs[0] = m->X;
-    m->inputs[1] = m->Y;
-    m->model.grad_comp = m->comp;
-    m->model.batch_index = "batch";
-    m->model.num_batches = nb;
-    m->model.params = m->params;
-    m->model.grads = m->grads;
-    m->model.n_params = 2;
-    m->model.loss = m->loss;
-    m->model.inputs = m->inputs;
-    m->model.n_inputs = 2;
-}
-
-static void s_model_done(lr_t *m)
-{
-    troupe_asgn_comp_destroy(&m->comp);
-    troupe_tnode_t **all[] = {&m->X, &m->Y, &m->W, &m->b, &m->gW, &m->gb, &m->loss};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        troupe_tnode_release(all[i]);
-}
-
-/* W then b, as floats, from the host arrays (after troupe_dp_params_to_host). */
-static void s_params(lr_t *m, float *out)
-{
-    void *h = NULL;
-    OK(troupe_tnode_host_array(m->W, &h));
-    memcpy(out, h, D * O * sizeof(float));
-    OK(troupe_tnode_host_array(m->b, &h));
-    memcpy(out + D * O, h, O * sizeof(float));
 }
 
 #define NP (D * O + O)
@@ -276,29 +163,15 @@ static void s_close(const float *got, const float *want, int n, double rel, cons
     }
 }
 
-static troupe_optimizer_t s_opt(troupe_optimizer_kind_t kind)
-{
-    troupe_optimizer_t o = troupe_optimizer_default(kind);
-    if (kind == TROUPE_OPT_SGD) {
-        o.lr = 0.05;
-        o.momentum = 0.9;
-        o.weight_decay = 0.01;
-    } else {
-        o.lr = 0.01;
-        o.weight_decay = 0.05;
-    }
-    return o;
-}
-
 /* Trains `steps` steps with `streams` streams on batches split `streams` ways; params out. */
 static void s_train(const char *backend, int streams, troupe_optimizer_kind_t kind, int steps,
                     float *out, double *out_loss)
 {
     data_t d;
     s_make_data(&d);
-    lr_t m;
+    dpt_lr_t m;
     s_model(&m, &d, streams, D);
-    troupe_dp_config_t cfg = {backend, streams, s_opt(kind), false};
+    troupe_dp_config_t cfg = {backend, streams, dpt_opt(kind), false};
     troupe_dp_t *dp = NULL;
     OK(troupe_dp_new(&cfg, &m.model, &dp));
     cr_assert_eq(troupe_dp_num_streams(dp), streams);
@@ -309,10 +182,10 @@ static void s_train(const char *backend, int streams, troupe_optimizer_kind_t ki
     if (out_loss)
         OK(troupe_dp_last_loss(dp, out_loss));
     OK(troupe_dp_params_to_host(dp));
-    s_params(&m, out);
+    dpt_lr_params(&m, out);
     troupe_dp_destroy(&dp);
     cr_assert_null(dp);
-    s_model_done(&m);
+    dpt_lr_destroy(&m);
 }
 
 #define K 6
@@ -321,7 +194,7 @@ static void s_against_reference(const char *backend, troupe_optimizer_kind_t kin
 {
     data_t d;
     s_make_data(&d);
-    troupe_optimizer_t opt = s_opt(kind);
+    troupe_optimizer_t opt = dpt_opt(kind);
     ref_t r;
     s_ref_init(&r);
     for (int s = 0; s < K; s++)
@@ -384,7 +257,7 @@ Test(dp, identical_runs_are_bitwise_identical)
 
 typedef struct run {
     data_t d;
-    lr_t m;
+    dpt_lr_t m;
     troupe_dp_t *dp;
 } run_t;
 
@@ -393,7 +266,7 @@ static void s_run_new(run_t *r, const char *backend, int streams, troupe_optimiz
 {
     s_make_data(&r->d);
     s_model(&r->m, &r->d, streams, din);
-    troupe_dp_config_t cfg = {backend, streams, s_opt(kind), false};
+    troupe_dp_config_t cfg = {backend, streams, dpt_opt(kind), false};
     OK(troupe_dp_new(&cfg, &r->m.model, &r->dp));
 }
 
@@ -406,13 +279,13 @@ static void s_run_steps(run_t *r, int n)
 static void s_run_params(run_t *r, float *out)
 {
     OK(troupe_dp_params_to_host(r->dp));
-    s_params(&r->m, out);
+    dpt_lr_params(&r->m, out);
 }
 
 static void s_run_done(run_t *r)
 {
     troupe_dp_destroy(&r->dp);
-    s_model_done(&r->m);
+    dpt_lr_destroy(&r->m);
 }
 
 static char *s_tmp_path(const char *name)
@@ -603,9 +476,9 @@ Test(dp, invalid_configs_are_named)
 {
     data_t d;
     s_make_data(&d);
-    lr_t m;
+    dpt_lr_t m;
     s_model(&m, &d, 1, D);
-    troupe_dp_config_t good = {"sync", 1, s_opt(TROUPE_OPT_ADAMW), false};
+    troupe_dp_config_t good = {"sync", 1, dpt_opt(TROUPE_OPT_ADAMW), false};
     troupe_dp_config_t cfg;
     troupe_dp_model_t mm;
 
@@ -687,7 +560,7 @@ Test(dp, invalid_configs_are_named)
     cr_assert_not_null(troupe_dp_backend(dp));
     troupe_dp_destroy(&dp);
     troupe_dp_destroy(&dp); /* NULL-safe */
-    s_model_done(&m);
+    dpt_lr_destroy(&m);
 }
 
 Test(dp, set_lr_changes_later_steps)
@@ -696,9 +569,9 @@ Test(dp, set_lr_changes_later_steps)
      * the same schedule matches. */
     data_t d;
     s_make_data(&d);
-    lr_t m;
+    dpt_lr_t m;
     s_model(&m, &d, 1, D);
-    troupe_optimizer_t opt = s_opt(TROUPE_OPT_SGD);
+    troupe_optimizer_t opt = dpt_opt(TROUPE_OPT_SGD);
     opt.momentum = 0;
     troupe_dp_config_t cfg = {"sync", 1, opt, false};
     troupe_dp_t *dp = NULL;
@@ -708,7 +581,7 @@ Test(dp, set_lr_changes_later_steps)
     OK(troupe_dp_step(dp));
     OK(troupe_dp_params_to_host(dp));
     float got[NP];
-    s_params(&m, got);
+    dpt_lr_params(&m, got);
     ref_t r;
     s_ref_init(&r);
     s_ref_step(&r, &d, 0, 1, &opt);
@@ -716,7 +589,7 @@ Test(dp, set_lr_changes_later_steps)
     s_ref_step(&r, &d, 1, 2, &opt);
     s_close(got, r.w, NP, 1e-5, "set_lr");
     troupe_dp_destroy(&dp);
-    s_model_done(&m);
+    dpt_lr_destroy(&m);
 }
 
 Test(dp, params_from_host_uploads_to_every_stream)
@@ -726,9 +599,9 @@ Test(dp, params_from_host_uploads_to_every_stream)
      * simply starts from them on the next full batches). */
     data_t d;
     s_make_data(&d);
-    lr_t m;
+    dpt_lr_t m;
     s_model(&m, &d, 2, D);
-    troupe_optimizer_t opt = s_opt(TROUPE_OPT_SGD);
+    troupe_optimizer_t opt = dpt_opt(TROUPE_OPT_SGD);
     opt.momentum = 0;
     troupe_dp_config_t cfg = {"cpu", 2, opt, false};
     troupe_dp_t *dp = NULL;
@@ -752,10 +625,10 @@ Test(dp, params_from_host_uploads_to_every_stream)
     OK(troupe_dp_step(dp));
     OK(troupe_dp_params_to_host(dp));
     float got[NP];
-    s_params(&m, got);
+    dpt_lr_params(&m, got);
     s_ref_step(&r, &d, 2, 3, &opt);
     s_ref_step(&r, &d, 3, 4, &opt);
     s_close(got, r.w, NP, 1e-5, "params_from_host");
     troupe_dp_destroy(&dp);
-    s_model_done(&m);
+    dpt_lr_destroy(&m);
 }

@@ -7,20 +7,12 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/status.h"
+#include "runtime_test_util.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
-
-#define MS (1000000LL)
-
-static void s_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* ---- states, completion, sync ---------------------------------------------------------------- */
 
@@ -87,7 +79,7 @@ Test(event, sync_deadline_names_the_event)
 
 static void *s_complete_later(void *arg)
 {
-    s_sleep_ms(30);
+    rtu_sleep_ms(30);
     troupe_event_complete((troupe_event_t *)arg, TROUPE_OK, NULL);
     return NULL;
 }
@@ -118,7 +110,7 @@ Test(event, many_waiters_all_wake)
     pthread_t t[6];
     for (int i = 0; i < 6; i++)
         pthread_create(&t[i], NULL, s_sync_forever, ev);
-    s_sleep_ms(20);
+    rtu_sleep_ms(20);
     troupe_event_complete(ev, TROUPE_UNAVAILABLE, "peer gone");
     for (int i = 0; i < 6; i++) {
         void *r;
@@ -457,7 +449,7 @@ static void s_echo_actor(zsock_t *pipe, void *args)
             continue;
         }
         if (strcmp(verb, "SLOW") == 0)
-            s_sleep_ms(100);
+            rtu_sleep_ms(100);
         zframe_t *v = zmsg_pop(msg);
         zframe_destroy(&v);
         zframe_t *idf = zmsg_pop(msg);

@@ -6,29 +6,15 @@
 #include "actors/troupe.h"
 
 #include "base/alloc.h"
+#include "runtime_test_util.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <string.h>
-#include <time.h>
-
-#define MS (1000000LL)
-
-static const char *const s_drivers[] = {"sync", "cpu"};
-#define FOR_EACH_DRIVER(var) for (const char *const *var = s_drivers; var < s_drivers + 2; var++)
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        troupe_status_t s__ = (expr);                                                              \
-        cr_assert_eq(s__, TROUPE_OK, "%s -> %s: %s", #expr, troupe_status_str(s__),              \
-                     troupe_last_error());                                                         \
-    } while (0)
 
 static void s_setup(void)
 {
-    cr_assert_eq(troupe_config_set_cache_dir(TROUPE_TEST_BUILD_DIR "/troupe-cache-runtime"),
-                 TROUPE_OK);
-    cr_assert_eq(troupe_config_set_timeout_s(30), TROUPE_OK);
+    rtu_configure(TROUPE_TEST_BUILD_DIR "/troupe-cache-runtime", 30);
     troupe_config_set_auto_host_transfers(false);
 }
 
@@ -38,69 +24,6 @@ static void s_teardown(void)
 }
 
 TestSuite(lend, .init = s_setup, .fini = s_teardown);
-
-static void s_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
-static troupe_tnode_t *s_node(const char *label, int64_t n)
-{
-    troupe_tnode_t *tn = NULL;
-    const char *l[1] = {label};
-    int64_t dims[1] = {n};
-    OK(troupe_tnode_new(l, 1, TROUPE_PREC_SINGLE, 1, dims, NULL, 0.0, &tn));
-    return tn;
-}
-
-typedef struct env {
-    troupe_backend_t *b;
-    troupe_device_t *d;
-    troupe_stream_t *s[2];
-    troupe_context_t *ctx[2];
-} env_t;
-
-static void s_env(env_t *e, const char *driver)
-{
-    memset(e, 0, sizeof *e);
-    OK(troupe_backend_open(driver, TROUPE_FOR_PARALLEL_COPYING, &e->b));
-    OK(troupe_get_device(e->b, 0, &e->d));
-    for (int i = 0; i < 2; i++) {
-        OK(troupe_new_stream(e->d, &e->s[i]));
-        OK(troupe_context_new(e->s[i], &e->ctx[i]));
-    }
-}
-
-static void s_env_done(env_t *e)
-{
-    for (int i = 0; i < 2; i++) {
-        troupe_context_release(&e->ctx[i]);
-        troupe_stream_release(&e->s[i]);
-    }
-    troupe_backend_close(&e->b);
-}
-
-static void s_put(env_t *e, int i, troupe_tnode_t *tn, const double *values)
-{
-    OK(troupe_tnode_set_values(tn, values, (size_t)troupe_tnode_num_elems(tn)));
-    troupe_context_t *c = NULL;
-    OK(troupe_init_from_host(e->ctx[i], tn, &c, NULL));
-    troupe_context_release(&e->ctx[i]);
-    e->ctx[i] = c;
-}
-
-static void s_get(troupe_context_t *ctx, troupe_tnode_t *tn, float *out)
-{
-    troupe_event_t *ev = NULL;
-    OK(troupe_to_host(ctx, tn, &ev));
-    OK(troupe_event_sync(ev, 20000 * MS));
-    troupe_event_release(&ev);
-    void *host = NULL;
-    OK(troupe_tnode_host_array(tn, &host));
-    memcpy(out, host, tn->size_bytes);
-}
 
 /* ---- a slow agent: a thread that waits, scales the lent floats, completes `done` ---------- */
 
@@ -119,7 +42,7 @@ typedef struct agent {
 static void *s_agent_thread(void *arg)
 {
     agent_t *a = arg;
-    s_sleep_ms(a->delay_ms);
+    rtu_sleep_ms(a->delay_ms);
     if (a->fail != TROUPE_OK) {
         troupe_event_complete(a->done, a->fail, "agent: the peer went away");
     } else {
@@ -151,12 +74,12 @@ Test(lend, stream_and_other_streams_wait_for_the_agent)
 {
     FOR_EACH_DRIVER(drv)
     {
-        env_t e;
-        s_env(&e, *drv);
-        troupe_tnode_t *g = s_node("g", 4);
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 2);
+        troupe_tnode_t *g = rtu_vec("g", 4);
         const double v[4] = {1, 2, 3, 4}, zeros[4] = {0};
-        s_put(&e, 0, g, v);
-        s_put(&e, 1, g, zeros);
+        rtu_put(&e.ctx[0], g, v);
+        rtu_put(&e.ctx[1], g, zeros);
         agent_t a = {.scale = 10.0f, .delay_ms = 100};
         OK(troupe_event_new("agent-done", &a.done));
         troupe_event_t *ev = NULL;
@@ -167,11 +90,11 @@ Test(lend, stream_and_other_streams_wait_for_the_agent)
         OK(troupe_event_sync(cp, 20000 * MS));
         cr_assert(troupe_event_is_done(ev), "%s: the copy ran before the lend completed", *drv);
         float out[4];
-        s_get(e.ctx[1], g, out);
+        rtu_get(e.ctx[1], g, out);
         for (int i = 0; i < 4; i++)
             cr_assert_eq(out[i], 10.0f * (float)(i + 1), "%s: stream 1 g[%d] = %g", *drv, i,
                          (double)out[i]);
-        s_get(e.ctx[0], g, out);
+        rtu_get(e.ctx[0], g, out);
         cr_assert_eq(out[3], 40.0f, "%s", *drv);
         cr_assert_eq(a.started, 1);
         cr_assert_eq(a.dtors, 1, "%s: dtor ran %d times", *drv, a.dtors);
@@ -179,7 +102,7 @@ Test(lend, stream_and_other_streams_wait_for_the_agent)
         troupe_event_release(&ev);
         troupe_event_release(&cp);
         troupe_tnode_release(&g);
-        s_env_done(&e);
+        rtu_env_close(&e);
     }
 }
 
@@ -187,13 +110,13 @@ Test(lend, deferred_lend_lets_the_stream_go_on_and_guards_other_streams)
 {
     FOR_EACH_DRIVER(drv)
     {
-        env_t e;
-        s_env(&e, *drv);
-        troupe_tnode_t *g = s_node("g", 4), *h = s_node("h", 4);
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 2);
+        troupe_tnode_t *g = rtu_vec("g", 4), *h = rtu_vec("h", 4);
         const double v[4] = {1, 2, 3, 4}, zeros[4] = {0};
-        s_put(&e, 0, g, v);
-        s_put(&e, 0, h, v);
-        s_put(&e, 1, g, zeros);
+        rtu_put(&e.ctx[0], g, v);
+        rtu_put(&e.ctx[0], h, v);
+        rtu_put(&e.ctx[1], g, zeros);
         agent_t a = {.scale = 10.0f, .delay_ms = 300};
         OK(troupe_event_new("agent-done", &a.done));
         troupe_event_t *done = a.done;
@@ -211,11 +134,11 @@ Test(lend, deferred_lend_lets_the_stream_go_on_and_guards_other_streams)
         OK(troupe_event_sync(cp, 20000 * MS));
         cr_assert(troupe_event_is_done(done), "%s: the copy ran before the agent finished", *drv);
         float out[4];
-        s_get(e.ctx[1], g, out);
+        rtu_get(e.ctx[1], g, out);
         cr_assert_eq(out[2], 30.0f, "%s: stream 1 g[2] = %g", *drv, (double)out[2]);
         /* Stream 0 reads g after waiting for `done` itself. */
         OK(troupe_will_wait_for(e.ctx[0], done));
-        s_get(e.ctx[0], g, out);
+        rtu_get(e.ctx[0], g, out);
         cr_assert_eq(out[3], 40.0f, "%s", *drv);
         pthread_join(a.thread, NULL);
         troupe_event_release(&done);
@@ -223,7 +146,7 @@ Test(lend, deferred_lend_lets_the_stream_go_on_and_guards_other_streams)
         troupe_event_release(&cp);
         troupe_tnode_release(&g);
         troupe_tnode_release(&h);
-        s_env_done(&e);
+        rtu_env_close(&e);
     }
 }
 
@@ -231,11 +154,11 @@ Test(lend, a_failed_agent_fails_the_stream)
 {
     FOR_EACH_DRIVER(drv)
     {
-        env_t e;
-        s_env(&e, *drv);
-        troupe_tnode_t *g = s_node("g", 2);
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 2);
+        troupe_tnode_t *g = rtu_vec("g", 2);
         const double v[2] = {1, 2};
-        s_put(&e, 0, g, v);
+        rtu_put(&e.ctx[0], g, v);
         agent_t a = {.scale = 1.0f, .delay_ms = 10, .fail = TROUPE_UNAVAILABLE};
         OK(troupe_event_new("agent-done", &a.done));
         troupe_event_t *ev = NULL;
@@ -257,17 +180,17 @@ Test(lend, a_failed_agent_fails_the_stream)
         troupe_event_release(&b.done);
         troupe_event_release(&ev);
         troupe_tnode_release(&g);
-        s_env_done(&e);
+        rtu_env_close(&e);
     }
 }
 
 Test(lend, bad_arguments_are_named)
 {
-    env_t e;
-    s_env(&e, "cpu");
-    troupe_tnode_t *g = s_node("g", 2), *h = s_node("absent", 2);
+    rtu_env_t e;
+    rtu_env_open(&e, "cpu", 2);
+    troupe_tnode_t *g = rtu_vec("g", 2), *h = rtu_vec("absent", 2);
     const double v[2] = {1, 2};
-    s_put(&e, 0, g, v);
+    rtu_put(&e.ctx[0], g, v);
     agent_t a = {.scale = 1.0f};
     OK(troupe_event_new("agent-done", &a.done));
     troupe_status_t st =
@@ -282,7 +205,7 @@ Test(lend, bad_arguments_are_named)
     troupe_event_release(&a.done);
     troupe_tnode_release(&g);
     troupe_tnode_release(&h);
-    s_env_done(&e);
+    rtu_env_close(&e);
 }
 
 /* ---- a loopback transport: this process plays rank 0 of 2; "rank 1" is a mailbox ---------- */
@@ -336,20 +259,6 @@ static void s_register_loopback(void)
     troupe_set_remote_transport(&t);
 }
 
-static troupe_code_t *s_consumer(troupe_backend_t *b, troupe_tnode_t *g, const char *name)
-{
-    troupe_asgn_comp_t *comp = NULL;
-    troupe_asgn_t *t = NULL;
-    troupe_code_t *code = NULL;
-    OK(troupe_asgn_comp_new(&comp));
-    OK(troupe_asgn_accum_unop(comp, false, TROUPE_BINOP_ADD, g, TROUPE_UNOP_IDENTITY,
-                              troupe_asgn_merge(g), "i=>i", &t));
-    troupe_asgn_comp_set_root(comp, t);
-    OK(troupe_compile(b, comp, name, &code));
-    troupe_asgn_comp_destroy(&comp);
-    return code;
-}
-
 Test(lend, remote_contexts_need_a_transport)
 {
     troupe_set_remote_transport(NULL);
@@ -376,15 +285,15 @@ Test(lend, remote_copy_into_the_merge_buffer_and_into_the_array)
     FOR_EACH_DRIVER(drv)
     {
         s_register_loopback();
-        env_t e;
-        s_env(&e, *drv);
-        troupe_tnode_t *g = s_node("g", 2);
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 2);
+        troupe_tnode_t *g = rtu_vec("g", 2);
         const double mine[2] = {1, 2}, theirs[2] = {3, 4};
-        s_put(&e, 1, g, theirs);
-        s_put(&e, 0, g, mine);
+        rtu_put(&e.ctx[1], g, theirs);
+        rtu_put(&e.ctx[0], g, mine);
         troupe_context_t *remote = NULL;
         OK(troupe_context_new_remote(1, &remote));
-        troupe_code_t *code = s_consumer(e.b, g, "merge_g");
+        troupe_code_t *code = rtu_merge_code(e.b, g, g, "i=>i", "merge_g");
         /* "Rank 1" (stream 1 here) sends its g; rank 0 receives it into its merge buffer. */
         troupe_event_t *sent = NULL, *recvd = NULL;
         troupe_context_t *nothing = (troupe_context_t *)1;
@@ -400,7 +309,7 @@ Test(lend, remote_copy_into_the_merge_buffer_and_into_the_array)
         OK(troupe_routine_run(r, &ran));
         OK(troupe_event_sync(ran, 20000 * MS));
         float out[2];
-        s_get(e.ctx[0], g, out);
+        rtu_get(e.ctx[0], g, out);
         cr_assert(out[0] == 4.0f && out[1] == 6.0f, "%s: merged [%g %g]", *drv, (double)out[0],
                   (double)out[1]);
         /* NO: straight into rank 0's array. */
@@ -409,7 +318,7 @@ Test(lend, remote_copy_into_the_merge_buffer_and_into_the_array)
         troupe_event_t *into = NULL;
         OK(troupe_device_to_device(g, TROUPE_MERGE_NO, e.ctx[0], remote, NULL, NULL, &into));
         OK(troupe_event_sync(into, 20000 * MS));
-        s_get(e.ctx[0], g, out);
+        rtu_get(e.ctx[0], g, out);
         cr_assert(out[0] == 3.0f && out[1] == 4.0f, "%s: received [%g %g]", *drv, (double)out[0],
                   (double)out[1]);
         cr_assert_eq(s_lb.sends, 2);
@@ -431,7 +340,7 @@ Test(lend, remote_copy_into_the_merge_buffer_and_into_the_array)
         troupe_context_release(&remote);
         troupe_code_release(&code);
         troupe_tnode_release(&g);
-        s_env_done(&e);
+        rtu_env_close(&e);
         troupe_set_remote_transport(NULL);
     }
 }
@@ -441,12 +350,12 @@ Test(lend, a_refusing_or_mismatching_transport_fails_the_stream)
     FOR_EACH_DRIVER(drv)
     {
         s_register_loopback();
-        env_t e;
-        s_env(&e, *drv);
-        troupe_tnode_t *g = s_node("g", 2), *h = s_node("h", 2);
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 2);
+        troupe_tnode_t *g = rtu_vec("g", 2), *h = rtu_vec("h", 2);
         const double v[2] = {1, 2};
-        s_put(&e, 0, g, v);
-        s_put(&e, 1, h, v);
+        rtu_put(&e.ctx[0], g, v);
+        rtu_put(&e.ctx[1], h, v);
         troupe_context_t *remote = NULL;
         OK(troupe_context_new_remote(1, &remote));
         /* Stream 1 "sent" h; stream 0 expects g: the transport reports the mismatch. */
@@ -468,7 +377,7 @@ Test(lend, a_refusing_or_mismatching_transport_fails_the_stream)
         troupe_context_release(&remote);
         troupe_tnode_release(&g);
         troupe_tnode_release(&h);
-        s_env_done(&e);
+        rtu_env_close(&e);
         troupe_set_remote_transport(NULL);
     }
 }

@@ -5,6 +5,7 @@
 #include "examples/fmnist/mlp.h"
 
 #include "actors/troupe.h"
+#include "runtime_test_util.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -13,23 +14,12 @@
 
 #define TIMEOUT_NS (60LL * 1000000000LL)
 
-static const char *const s_drivers[] = {"sync", "cpu"};
-#define FOR_EACH_DRIVER(var) for (const char *const *var = s_drivers; var < s_drivers + 2; var++)
-
 static void s_setup(void)
 {
-    cr_assert_eq(troupe_config_set_cache_dir(TROUPE_TEST_BUILD_DIR "/troupe-cache-mlp"), TROUPE_OK);
-    cr_assert_eq(troupe_config_set_timeout_s(60), TROUPE_OK);
+    rtu_configure(TROUPE_TEST_BUILD_DIR "/troupe-cache-mlp", 60);
 }
 
 TestSuite(mlp, .init = s_setup);
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        troupe_status_t s__ = (expr);                                                              \
-        cr_assert_eq(s__, TROUPE_OK, "%s -> %s: %s", #expr, troupe_status_str(s__),                \
-                     troupe_last_error());                                                         \
-    } while (0)
 
 /* Deterministic pseudo-random values in [-1, 1). */
 static double s_rand(uint64_t *state)
@@ -65,9 +55,7 @@ static fmnist_mlp_t *s_tiny(troupe_prec_t prec, int64_t B, int64_t nb, uint64_t 
 }
 
 typedef struct env {
-    troupe_backend_t *b;
-    troupe_stream_t *s;
-    troupe_context_t *ctx; /* holds the params */
+    rtu_env_t rt; /* one stream; its context holds the params */
     troupe_code_t *grad_code;
     troupe_routine_t *grad;
 } env_t;
@@ -75,28 +63,18 @@ typedef struct env {
 static void s_env(env_t *e, const char *driver, fmnist_mlp_t *m)
 {
     memset(e, 0, sizeof *e);
-    troupe_device_t *d = NULL;
-    OK(troupe_backend_open(driver, TROUPE_FOR_PARALLEL_COPYING, &e->b));
-    OK(troupe_get_device(e->b, 0, &d));
-    OK(troupe_new_stream(d, &e->s));
-    OK(troupe_context_new(e->s, &e->ctx));
-    for (int i = 0; i < FMNIST_MLP_NPARAMS; i++) {
-        troupe_context_t *c = NULL;
-        OK(troupe_init_from_host(e->ctx, m->params[i], &c, NULL));
-        troupe_context_release(&e->ctx);
-        e->ctx = c;
-    }
-    OK(troupe_compile(e->b, m->grad_comp, "fmnist_test_grad", &e->grad_code));
-    OK(troupe_link(e->ctx, e->grad_code, &e->grad));
+    rtu_env_open(&e->rt, driver, 1);
+    for (int i = 0; i < FMNIST_MLP_NPARAMS; i++)
+        rtu_init(&e->rt.ctx[0], m->params[i]);
+    OK(troupe_compile(e->rt.b, m->grad_comp, "fmnist_test_grad", &e->grad_code));
+    OK(troupe_link(e->rt.ctx[0], e->grad_code, &e->grad));
 }
 
 static void s_env_done(env_t *e)
 {
     troupe_routine_release(&e->grad);
     troupe_code_release(&e->grad_code);
-    troupe_context_release(&e->ctx);
-    troupe_stream_release(&e->s);
-    troupe_backend_close(&e->b);
+    rtu_env_close(&e->rt);
 }
 
 static void s_run(troupe_routine_t *r)
@@ -115,19 +93,13 @@ static double s_loss(env_t *e, fmnist_mlp_t *m)
     return l;
 }
 
-static void s_make_hosted(troupe_tnode_t *tn)
-{
-    troupe_memory_mode_t mm = {TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT, 0};
-    OK(troupe_tnode_update_memory_mode(tn, mm, 999));
-}
-
 Test(mlp, backward_matches_finite_differences)
 {
     FOR_EACH_DRIVER(drv)
     {
         fmnist_mlp_t *m = s_tiny(TROUPE_PREC_DOUBLE, 5, 3, 11);
         for (int i = 0; i < FMNIST_MLP_NPARAMS; i++)
-            s_make_hosted(m->grads[i]); /* so the test can read them */
+            rtu_set_hosted(m->grads[i], 999); /* so the test can read them */
         env_t e;
         s_env(&e, *drv, m);
         OK(troupe_routine_set_index(e.grad, FMNIST_BATCH_SYMBOL, 1));
@@ -175,8 +147,8 @@ Test(mlp, gradients_are_overwritten_not_accumulated)
     FOR_EACH_DRIVER(drv)
     {
         fmnist_mlp_t *m = s_tiny(TROUPE_PREC_SINGLE, 4, 2, 5);
-        s_make_hosted(m->grads[0]);
-        s_make_hosted(m->grads[5]);
+        rtu_set_hosted(m->grads[0], 999);
+        rtu_set_hosted(m->grads[5], 999);
         env_t e;
         s_env(&e, *drv, m);
         double a[7 * 6], b[7 * 6], c3[4], d3[4];
@@ -212,7 +184,7 @@ Test(mlp, one_sgd_step_lowers_the_loss)
         troupe_code_t *code = NULL;
         troupe_routine_t *step = NULL;
         OK(fmnist_mlp_sgd_comp(m, 0.1, &sgd));
-        OK(troupe_compile(e.b, sgd, "fmnist_test_sgd", &code));
+        OK(troupe_compile(e.rt.b, sgd, "fmnist_test_sgd", &code));
         OK(troupe_link(troupe_routine_context(e.grad), code, &step));
         double w_before = 0, w_after = 0;
         OK(troupe_tnode_get_value(m->params[0], (int64_t[]){0, 0}, &w_before));
@@ -327,8 +299,8 @@ Test(mlp, evaluation_forward_matches_host_reference)
         OK(troupe_tnode_set_values(ev->x, x, N * 7));
         troupe_code_t *code = NULL;
         troupe_routine_t *r = NULL;
-        OK(troupe_compile(e.b, ev->comp, "fmnist_test_eval", &code));
-        OK(troupe_link(e.ctx, code, &r));
+        OK(troupe_compile(e.rt.b, ev->comp, "fmnist_test_eval", &code));
+        OK(troupe_link(e.rt.ctx[0], code, &r));
         s_run(r);
         double got[N * 4], want[N * 4];
         OK(troupe_tnode_get_values(ev->logits, got, N * 4));

@@ -7,6 +7,7 @@
 #include "base/alloc.h"
 #include "ir/interp.h"
 #include "ir/optimize.h"
+#include "runtime_test_util.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -14,88 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MS (1000000LL)
-
-static const char *const s_drivers[] = {"sync", "cpu"};
-#define FOR_EACH_DRIVER(var) for (const char *const *var = s_drivers; var < s_drivers + 2; var++)
-
 static void s_setup(void)
 {
-    cr_assert_eq(troupe_config_set_cache_dir(TROUPE_TEST_BUILD_DIR "/troupe-cache-runtime"),
-                 TROUPE_OK);
-    cr_assert_eq(troupe_config_set_timeout_s(30), TROUPE_OK);
+    rtu_configure(TROUPE_TEST_BUILD_DIR "/troupe-cache-runtime", 30);
 }
 
 TestSuite(runtime, .init = s_setup);
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        troupe_status_t s__ = (expr);                                                              \
-        cr_assert_eq(s__, TROUPE_OK, "%s -> %s: %s", #expr, troupe_status_str(s__),              \
-                     troupe_last_error());                                                         \
-    } while (0)
-
-static troupe_tnode_t *s_node(const char *label, troupe_prec_t prec, int ndims, const int64_t *dims)
-{
-    troupe_tnode_t *tn = NULL;
-    const char *l[1] = {label};
-    OK(troupe_tnode_new(l, 1, prec, ndims, dims, NULL, 0.0, &tn));
-    return tn;
-}
-
-static troupe_tnode_t *s_vec(const char *label, int64_t n)
-{
-    return s_node(label, TROUPE_PREC_SINGLE, 1, &n);
-}
-
-static void s_set(troupe_tnode_t *tn, const double *v)
-{
-    OK(troupe_tnode_set_values(tn, v, (size_t)troupe_tnode_num_elems(tn)));
-}
-
-static void s_set_hosted(troupe_tnode_t *tn)
-{
-    troupe_memory_mode_t m = {TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT, 0};
-    OK(troupe_tnode_update_memory_mode(tn, m, 411));
-}
-
-typedef struct env {
-    troupe_backend_t *b;
-    troupe_device_t *d;
-    troupe_stream_t *s[4];
-    troupe_context_t *root[4];
-    int n;
-} env_t;
-
-static void s_env(env_t *e, const char *driver, int nstreams)
-{
-    memset(e, 0, sizeof *e);
-    OK(troupe_backend_open(driver, TROUPE_FOR_PARALLEL_COPYING, &e->b));
-    OK(troupe_get_device(e->b, 0, &e->d));
-    e->n = nstreams;
-    for (int i = 0; i < nstreams; i++) {
-        OK(troupe_new_stream(e->d, &e->s[i]));
-        OK(troupe_context_new(e->s[i], &e->root[i]));
-    }
-}
-
-static void s_env_done(env_t *e)
-{
-    for (int i = 0; i < e->n; i++) {
-        troupe_context_release(&e->root[i]);
-        troupe_stream_release(&e->s[i]);
-    }
-    troupe_backend_close(&e->b);
-}
-
-/* ctx := init_from_host(ctx, tn), replacing the caller's reference. */
-static void s_init(troupe_context_t **ctx, troupe_tnode_t *tn)
-{
-    troupe_context_t *c = NULL;
-    OK(troupe_init_from_host(*ctx, tn, &c, NULL));
-    troupe_context_release(ctx);
-    *ctx = c;
-}
 
 static void s_expect(troupe_tnode_t *tn, const double *want)
 {
@@ -107,56 +32,40 @@ static void s_expect(troupe_tnode_t *tn, const double *want)
         cr_assert_eq(got[i], want[i], "element %zu: got %g want %g", i, got[i], want[i]);
 }
 
-/* a = a + b (pointwise), or a = a + a when b == NULL */
-static troupe_code_t *s_add_code(troupe_backend_t *b, troupe_tnode_t *a, troupe_tnode_t *rhs,
-                                 const char *name)
-{
-    troupe_asgn_comp_t *comp = NULL;
-    troupe_asgn_t *t = NULL;
-    troupe_code_t *code = NULL;
-    OK(troupe_asgn_comp_new(&comp));
-    OK(troupe_asgn_pointwise_binop(comp, a, TROUPE_BINOP_ADD, troupe_asgn_node(a),
-                                   troupe_asgn_node(rhs ? rhs : a), &t));
-    troupe_asgn_comp_set_root(comp, t);
-    OK(troupe_compile(b, comp, name, &code));
-    troupe_asgn_comp_destroy(&comp);
-    return code;
-}
-
 Test(runtime, transfers_round_trip)
 {
     FOR_EACH_DRIVER(drv)
     {
-        env_t e;
-        s_env(&e, *drv, 2);
-        troupe_tnode_t *a = s_node("a", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 3});
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 2);
+        troupe_tnode_t *a = rtu_node("a", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 3});
         const double v1[6] = {1, 2, 3, 4, 5, 6}, zeros[6] = {0}, junk[6] = {9, 9, 9, 9, 9, 9};
-        s_set(a, v1);
-        troupe_context_t *c1 = e.root[0], *c2 = e.root[1];
+        rtu_set(a, v1);
+        troupe_context_t *c1 = e.ctx[0], *c2 = e.ctx[1];
         troupe_context_retain(c1);
         troupe_context_retain(c2);
-        s_init(&c1, a); /* stream 0 holds v1 */
-        s_set(a, zeros); /* waits for the upload still reading the host array */
-        s_init(&c2, a); /* stream 1 holds zeros */
+        rtu_init(&c1, a); /* stream 0 holds v1 */
+        rtu_set(a, zeros); /* waits for the upload still reading the host array */
+        rtu_init(&c2, a); /* stream 1 holds zeros */
         troupe_event_t *ev = NULL;
         OK(troupe_device_to_device(a, TROUPE_MERGE_NO, c2, c1, NULL, NULL, &ev));
         OK(troupe_event_sync(ev, 10000 * MS));
         troupe_event_release(&ev);
-        s_set(a, junk);
+        rtu_set(a, junk);
         OK(troupe_to_host(c2, a, &ev));
         OK(troupe_event_sync(ev, 10000 * MS));
         troupe_event_release(&ev);
         s_expect(a, v1);
         /* and back: host -> stream 0 -> host */
-        s_set(a, junk);
+        rtu_set(a, junk);
         OK(troupe_from_host(c1, a, NULL));
-        s_set(a, zeros);
+        rtu_set(a, zeros);
         OK(troupe_to_host(c1, a, &ev));
         OK(troupe_event_sync(ev, 10000 * MS));
         troupe_event_release(&ev);
         s_expect(a, junk);
         /* errors */
-        troupe_tnode_t *other = s_vec("other", 2);
+        troupe_tnode_t *other = rtu_vec("other", 2);
         cr_assert_eq(troupe_to_host(c1, other, NULL), TROUPE_NOT_FOUND);
         cr_assert_eq(troupe_init_from_host(c1, a, &(troupe_context_t *){NULL}, NULL),
                      TROUPE_ALREADY_EXISTS);
@@ -164,7 +73,7 @@ Test(runtime, transfers_round_trip)
         troupe_context_release(&c1);
         troupe_context_release(&c2);
         troupe_tnode_release(&a);
-        s_env_done(&e);
+        rtu_env_close(&e);
     }
 }
 
@@ -191,14 +100,14 @@ Test(runtime, matmul_bias_relu_matches_interpreter)
 {
     FOR_EACH_DRIVER(drv)
     {
-        env_t e;
-        s_env(&e, *drv, 1);
-        troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 3});
-        troupe_tnode_t *w = s_node("w", TROUPE_PREC_SINGLE, 2, (int64_t[]){3, 4});
-        troupe_tnode_t *b = s_vec("b", 4);
-        troupe_tnode_t *h = s_node("h", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 4});
-        troupe_tnode_t *t = s_node("t", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 4});
-        troupe_tnode_t *y = s_node("y", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 4});
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 1);
+        troupe_tnode_t *x = rtu_node("x", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 3});
+        troupe_tnode_t *w = rtu_node("w", TROUPE_PREC_SINGLE, 2, (int64_t[]){3, 4});
+        troupe_tnode_t *b = rtu_vec("b", 4);
+        troupe_tnode_t *h = rtu_node("h", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 4});
+        troupe_tnode_t *t = rtu_node("t", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 4});
+        troupe_tnode_t *y = rtu_node("y", TROUPE_PREC_SINGLE, 2, (int64_t[]){2, 4});
         double xv[6], wv[12], bv[4];
         for (int i = 0; i < 6; i++)
             xv[i] = 0.37 * i - 0.9;
@@ -206,19 +115,19 @@ Test(runtime, matmul_bias_relu_matches_interpreter)
             wv[i] = 0.11 * (i % 5) - 0.23 * (i % 3);
         for (int i = 0; i < 4; i++)
             bv[i] = 0.05 * i - 0.1;
-        s_set(x, xv);
-        s_set(w, wv);
-        s_set(b, bv);
-        s_set_hosted(y);
+        rtu_set(x, xv);
+        rtu_set(w, wv);
+        rtu_set(b, bv);
+        rtu_set_hosted(y, 411);
         troupe_asgn_comp_t *comp = s_mlp_comp(x, w, b, h, t, y);
         troupe_code_t *code = NULL;
         OK(troupe_compile(e.b, comp, "mlp", &code));
 
-        troupe_context_t *ctx = e.root[0];
+        troupe_context_t *ctx = e.ctx[0];
         troupe_context_retain(ctx);
-        s_init(&ctx, x);
-        s_init(&ctx, w);
-        s_init(&ctx, b);
+        rtu_init(&ctx, x);
+        rtu_init(&ctx, w);
+        rtu_init(&ctx, b);
         troupe_routine_t *r = NULL;
         OK(troupe_link(ctx, code, &r));
         troupe_event_t *ev = NULL;
@@ -271,7 +180,7 @@ Test(runtime, matmul_bias_relu_matches_interpreter)
         troupe_tnode_release(&h);
         troupe_tnode_release(&t);
         troupe_tnode_release(&y);
-        s_env_done(&e);
+        rtu_env_close(&e);
     }
 }
 
@@ -279,15 +188,15 @@ Test(runtime, link_error_names_the_missing_prior_node)
 {
     FOR_EACH_DRIVER(drv)
     {
-        env_t e;
-        s_env(&e, *drv, 1);
-        troupe_tnode_t *a = s_vec("a", 4), *bb = s_vec("bb", 4);
-        s_set(a, (double[]){1, 2, 3, 4});
-        s_set(bb, (double[]){1, 2, 3, 4});
-        troupe_code_t *code = s_add_code(e.b, a, bb, "add_ab");
-        troupe_context_t *ctx = e.root[0];
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 1);
+        troupe_tnode_t *a = rtu_vec("a", 4), *bb = rtu_vec("bb", 4);
+        rtu_set(a, (double[]){1, 2, 3, 4});
+        rtu_set(bb, (double[]){1, 2, 3, 4});
+        troupe_code_t *code = rtu_add_code(e.b, a, bb, "add_ab");
+        troupe_context_t *ctx = e.ctx[0];
         troupe_context_retain(ctx);
-        s_init(&ctx, a);
+        rtu_init(&ctx, a);
         troupe_routine_t *r = NULL;
         cr_assert_eq(troupe_link(ctx, code, &r), TROUPE_FAILED_PRECONDITION);
         cr_assert_null(r);
@@ -295,7 +204,7 @@ Test(runtime, link_error_names_the_missing_prior_node)
         troupe_tnode_debug_name(bb, want, sizeof want);
         cr_assert(strstr(troupe_last_error(), "lacks node") && strstr(troupe_last_error(), want),
                   "message: %s", troupe_last_error());
-        s_init(&ctx, bb);
+        rtu_init(&ctx, bb);
         OK(troupe_link(ctx, code, &r));
         OK(troupe_routine_run(r, NULL));
         s_expect(a, (double[]){2, 4, 6, 8});
@@ -304,7 +213,7 @@ Test(runtime, link_error_names_the_missing_prior_node)
         troupe_context_release(&ctx);
         troupe_tnode_release(&a);
         troupe_tnode_release(&bb);
-        s_env_done(&e);
+        rtu_env_close(&e);
     }
 }
 
@@ -312,24 +221,24 @@ Test(runtime, used_memory_is_exact_and_finalize_returns_it)
 {
     FOR_EACH_DRIVER(drv)
     {
-        env_t e;
-        s_env(&e, *drv, 1);
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 1);
         int64_t base = -1, used = -1;
         OK(troupe_get_used_memory(e.d, &base));
         cr_assert_eq(base, 0);
-        troupe_tnode_t *a = s_vec("a", 3); /* 12 bytes */
-        s_set(a, (double[]){1, 2, 3});
-        troupe_context_t *ctx = e.root[0];
+        troupe_tnode_t *a = rtu_vec("a", 3); /* 12 bytes */
+        rtu_set(a, (double[]){1, 2, 3});
+        troupe_context_t *ctx = e.ctx[0];
         troupe_context_retain(ctx);
-        s_init(&ctx, a);
+        rtu_init(&ctx, a);
         OK(troupe_get_used_memory(e.d, &used));
         cr_assert_eq(used, base + 12);
         troupe_asgn_comp_t *comp = NULL;
         troupe_asgn_t *seq = NULL;
-        troupe_tnode_t *c = s_node("c", TROUPE_PREC_DOUBLE, 1, (int64_t[]){3}); /* 24 bytes */
-        troupe_tnode_t *d2 = s_vec("d2", 3);                      /* 12 bytes */
-        s_set_hosted(c);
-        s_set_hosted(d2);
+        troupe_tnode_t *c = rtu_node("c", TROUPE_PREC_DOUBLE, 1, (int64_t[]){3}); /* 24 bytes */
+        troupe_tnode_t *d2 = rtu_vec("d2", 3);                      /* 12 bytes */
+        rtu_set_hosted(c, 411);
+        rtu_set_hosted(d2, 411);
         OK(troupe_asgn_comp_new(&comp));
         troupe_asgn_t *t1 = NULL, *t2 = NULL;
         OK(troupe_asgn_accum_unop(comp, true, TROUPE_BINOP_ARG2, c, TROUPE_UNOP_IDENTITY,
@@ -377,7 +286,7 @@ Test(runtime, used_memory_is_exact_and_finalize_returns_it)
         troupe_tnode_release(&a);
         troupe_tnode_release(&c);
         troupe_tnode_release(&d2);
-        s_env_done(&e);
+        rtu_env_close(&e);
     }
 }
 
@@ -385,14 +294,14 @@ Test(runtime, wait_on_an_event_that_never_completes_hits_the_deadline)
 {
     FOR_EACH_DRIVER(drv)
     {
-        env_t e;
-        s_env(&e, *drv, 1);
-        troupe_tnode_t *a = s_vec("a", 4);
-        s_set(a, (double[]){1, 2, 3, 4});
-        troupe_context_t *ctx = e.root[0];
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 1);
+        troupe_tnode_t *a = rtu_vec("a", 4);
+        rtu_set(a, (double[]){1, 2, 3, 4});
+        troupe_context_t *ctx = e.ctx[0];
         troupe_context_retain(ctx);
-        s_init(&ctx, a);
-        troupe_code_t *code = s_add_code(e.b, a, NULL, "double_a");
+        rtu_init(&ctx, a);
+        troupe_code_t *code = rtu_add_code(e.b, a, NULL, "double_a");
         troupe_routine_t *r = NULL;
         OK(troupe_link(ctx, code, &r));
         troupe_event_t *never = NULL, *ev = NULL;
@@ -418,7 +327,7 @@ Test(runtime, wait_on_an_event_that_never_completes_hits_the_deadline)
         troupe_code_release(&code);
         troupe_context_release(&ctx);
         troupe_tnode_release(&a);
-        s_env_done(&e);
+        rtu_env_close(&e);
     }
 }
 
@@ -432,17 +341,17 @@ Test(runtime, a_failed_routine_fails_its_event_and_its_dependants)
 {
     FOR_EACH_DRIVER(drv)
     {
-        env_t e;
-        s_env(&e, *drv, 2);
-        troupe_tnode_t *a = s_vec("a", 4);
-        s_set(a, (double[]){1, 2, 3, 4});
-        troupe_context_t *ca = e.root[0], *cb = e.root[1];
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 2);
+        troupe_tnode_t *a = rtu_vec("a", 4);
+        rtu_set(a, (double[]){1, 2, 3, 4});
+        troupe_context_t *ca = e.ctx[0], *cb = e.ctx[1];
         troupe_context_retain(ca);
         troupe_context_retain(cb);
-        s_init(&ca, a);
-        s_init(&cb, a);
+        rtu_init(&ca, a);
+        rtu_init(&cb, a);
         OK(troupe_stream_await(e.s[0], 10000 * MS));
-        troupe_code_t *code = s_add_code(e.b, a, NULL, "double_a");
+        troupe_code_t *code = rtu_add_code(e.b, a, NULL, "double_a");
         troupe_routine_t *ra = NULL, *rb = NULL;
         OK(troupe_link(ca, code, &ra));
         OK(troupe_link(cb, code, &rb));
@@ -474,7 +383,7 @@ Test(runtime, a_failed_routine_fails_its_event_and_its_dependants)
         troupe_context_release(&ca);
         troupe_context_release(&cb);
         troupe_tnode_release(&a);
-        s_env_done(&e);
+        rtu_env_close(&e);
     }
 }
 
@@ -482,12 +391,12 @@ Test(runtime, static_index_is_bound_and_bounds_checked)
 {
     FOR_EACH_DRIVER(drv)
     {
-        env_t e;
-        s_env(&e, *drv, 1);
-        troupe_tnode_t *data = s_node("data", TROUPE_PREC_SINGLE, 2, (int64_t[]){3, 2});
-        troupe_tnode_t *row = s_vec("row", 2);
-        s_set(data, (double[]){1, 2, 3, 4, 5, 6});
-        s_set_hosted(row);
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 1);
+        troupe_tnode_t *data = rtu_node("data", TROUPE_PREC_SINGLE, 2, (int64_t[]){3, 2});
+        troupe_tnode_t *row = rtu_vec("row", 2);
+        rtu_set(data, (double[]){1, 2, 3, 4, 5, 6});
+        rtu_set_hosted(row, 411);
         troupe_asgn_comp_t *comp = NULL;
         troupe_asgn_t *t = NULL;
         int32_t sym = -1;
@@ -497,9 +406,9 @@ Test(runtime, static_index_is_bound_and_bounds_checked)
         troupe_asgn_comp_set_root(comp, t);
         troupe_code_t *code = NULL;
         OK(troupe_compile(e.b, comp, "slice_row", &code));
-        troupe_context_t *ctx = e.root[0];
+        troupe_context_t *ctx = e.ctx[0];
         troupe_context_retain(ctx);
-        s_init(&ctx, data);
+        rtu_init(&ctx, data);
         troupe_routine_t *r = NULL;
         OK(troupe_link(ctx, code, &r));
         cr_assert_eq(troupe_routine_set_index(r, "batch_n", 3), TROUPE_INVALID_ARGUMENT);
@@ -521,7 +430,7 @@ Test(runtime, static_index_is_bound_and_bounds_checked)
         troupe_context_release(&ctx);
         troupe_tnode_release(&data);
         troupe_tnode_release(&row);
-        s_env_done(&e);
+        rtu_env_close(&e);
     }
 }
 
@@ -529,13 +438,13 @@ Test(runtime, debug_info_is_an_sexp_mentioning_streams)
 {
     FOR_EACH_DRIVER(drv)
     {
-        env_t e;
-        s_env(&e, *drv, 2);
-        troupe_tnode_t *a = s_vec("a", 4);
-        s_set(a, (double[]){1, 2, 3, 4});
-        troupe_context_t *ctx = e.root[1];
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 2);
+        troupe_tnode_t *a = rtu_vec("a", 4);
+        rtu_set(a, (double[]){1, 2, 3, 4});
+        troupe_context_t *ctx = e.ctx[1];
         troupe_context_retain(ctx);
-        s_init(&ctx, a);
+        rtu_init(&ctx, a);
         char *all = NULL, *one = NULL;
         OK(troupe_debug_info(e.b, NULL, &all));
         OK(troupe_debug_info(e.b, e.s[1], &one));
@@ -560,7 +469,7 @@ Test(runtime, debug_info_is_an_sexp_mentioning_streams)
         troupe_free(one);
         troupe_context_release(&ctx);
         troupe_tnode_release(&a);
-        s_env_done(&e);
+        rtu_env_close(&e);
     }
 }
 
@@ -594,16 +503,16 @@ Test(runtime, raw_and_war_across_streams_with_a_slow_writer)
      * wait for that copy (WAR). */
     FOR_EACH_DRIVER(drv)
     {
-        env_t e;
-        s_env(&e, *drv, 2);
-        troupe_tnode_t *a = s_vec("a", 4);
-        s_set(a, (double[]){1, 2, 3, 4});
-        troupe_context_t *c0 = e.root[0], *c1 = e.root[1];
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 2);
+        troupe_tnode_t *a = rtu_vec("a", 4);
+        rtu_set(a, (double[]){1, 2, 3, 4});
+        troupe_context_t *c0 = e.ctx[0], *c1 = e.ctx[1];
         troupe_context_retain(c0);
         troupe_context_retain(c1);
-        s_init(&c0, a);
-        s_init(&c1, a);
-        troupe_code_t *code = s_add_code(e.b, a, NULL, "double_a");
+        rtu_init(&c0, a);
+        rtu_init(&c1, a);
+        troupe_code_t *code = rtu_add_code(e.b, a, NULL, "double_a");
         troupe_routine_t *r0 = NULL;
         OK(troupe_link(c0, code, &r0));
         troupe_event_t *gate = NULL, *ev = NULL;
@@ -615,7 +524,7 @@ Test(runtime, raw_and_war_across_streams_with_a_slow_writer)
         troupe_event_complete(gate, TROUPE_OK, NULL);
         OK(troupe_event_sync(ev, 10000 * MS));
         troupe_event_release(&ev);
-        s_set(a, (double[]){0, 0, 0, 0});
+        rtu_set(a, (double[]){0, 0, 0, 0});
         OK(troupe_to_host(c1, a, &ev));
         OK(troupe_event_sync(ev, 10000 * MS));
         troupe_event_release(&ev);
@@ -631,6 +540,6 @@ Test(runtime, raw_and_war_across_streams_with_a_slow_writer)
         troupe_context_release(&c0);
         troupe_context_release(&c1);
         troupe_tnode_release(&a);
-        s_env_done(&e);
+        rtu_env_close(&e);
     }
 }

@@ -8,25 +8,18 @@
 #include "actors/troupe.h"
 
 #include "base/alloc.h"
+#include "runtime_test_util.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MS (1000000LL)
 #define S_NODES 4
 #define S_ELEMS 8
 #define S_MAX_STREAMS 8
 #define S_MAX_OPS 48
 #define S_KINDS 3 /* a = a + b, a = b - a, a = a * b */
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        troupe_status_t s__ = (expr);                                                              \
-        cr_assert_eq(s__, TROUPE_OK, "%s -> %s: %s", #expr, troupe_status_str(s__),              \
-                     troupe_last_error());                                                         \
-    } while (0)
 
 typedef enum op_kind { OP_RUN = 0, OP_D2D, OP_COPY, OP_STREAM, OP_GATE } op_kind_t;
 
@@ -100,18 +93,13 @@ static troupe_tnode_t *s_nodes[S_NODES];
 
 static void s_setup(void)
 {
-    cr_assert_eq(troupe_config_set_cache_dir(TROUPE_TEST_BUILD_DIR "/troupe-cache-runtime"),
-                 TROUPE_OK);
-    cr_assert_eq(troupe_config_set_timeout_s(30), TROUPE_OK);
+    rtu_configure(TROUPE_TEST_BUILD_DIR "/troupe-cache-runtime", 30);
     troupe_config_set_auto_host_transfers(false);
     for (int n = 0; n < S_NODES; n++) {
         char label[8];
         snprintf(label, sizeof label, "f%d", n);
-        const char *l[1] = {label};
-        int64_t dims[1] = {S_ELEMS};
-        OK(troupe_tnode_new(l, 1, TROUPE_PREC_SINGLE, 1, dims, NULL, 0.0, &s_nodes[n]));
-        troupe_memory_mode_t m = {TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT, 0};
-        OK(troupe_tnode_update_memory_mode(s_nodes[n], m, 411));
+        s_nodes[n] = rtu_vec(label, S_ELEMS);
+        rtu_set_hosted(s_nodes[n], 411);
     }
 }
 
@@ -163,9 +151,7 @@ static troupe_code_t *s_code(runner_t *r, int idx)
                                            troupe_asgn_node(nb), &t));
         snprintf(name, sizeof name, "fz_k%d_%d_%d", k, a, b);
     }
-    troupe_asgn_comp_set_root(comp, t);
-    OK(troupe_compile(r->b, comp, name, &r->codes[idx]));
-    troupe_asgn_comp_destroy(&comp);
+    r->codes[idx] = rtu_compile_root(r->b, &comp, t, name);
     return r->codes[idx];
 }
 
@@ -191,11 +177,7 @@ static void s_run(const program_t *p, const char *driver,
             double v[S_ELEMS];
             for (int i = 0; i < S_ELEMS; i++)
                 v[i] = p->init[s][n][i];
-            OK(troupe_tnode_set_values(s_nodes[n], v, S_ELEMS));
-            troupe_context_t *c = NULL;
-            OK(troupe_init_from_host(r.ctx[s], s_nodes[n], &c, NULL));
-            troupe_context_release(&r.ctx[s]);
-            r.ctx[s] = c;
+            rtu_put(&r.ctx[s], s_nodes[n], v);
         }
     }
     troupe_event_t *gates[S_MAX_OPS] = {0};
@@ -240,15 +222,8 @@ static void s_run(const program_t *p, const char *driver,
         }
     }
     for (int s = 0; s < p->nstreams; s++) {
-        for (int n = 0; n < S_NODES; n++) {
-            troupe_event_t *ev = NULL;
-            OK(troupe_to_host(r.ctx[s], s_nodes[n], &ev));
-            OK(troupe_event_sync(ev, 20000 * MS));
-            troupe_event_release(&ev);
-            void *host = NULL;
-            OK(troupe_tnode_host_array(s_nodes[n], &host));
-            memcpy(out[s][n], host, sizeof out[s][n]);
-        }
+        for (int n = 0; n < S_NODES; n++)
+            rtu_get(r.ctx[s], s_nodes[n], out[s][n]);
     }
     for (int s = 0; s < p->nstreams; s++) {
         OK(troupe_stream_await(r.s[s], 20000 * MS));

@@ -10,21 +10,14 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "devices/device.h"
+#include "runtime_test_util.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 
-#define MS (1000000LL)
 #define LONG_WAIT (60000 * MS)
-
-static void s_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static troupe_stream_t *s_new(bool inline_mode, int id)
 {
@@ -83,7 +76,7 @@ static troupe_status_t s_fail_work(void *arg, troupe_dqueue_t *q)
 static troupe_status_t s_sleep_work(void *arg, troupe_dqueue_t *q)
 {
     (void)q;
-    s_sleep_ms((int)(intptr_t)arg);
+    rtu_sleep_ms((int)(intptr_t)arg);
     return TROUPE_OK;
 }
 
@@ -210,7 +203,7 @@ static troupe_status_t s_a_work(void *arg, troupe_dqueue_t *q)
 {
     (void)q;
     s_cross_t *c = (s_cross_t *)arg;
-    s_sleep_ms(30);
+    rtu_sleep_ms(30);
     atomic_store(&c->a_end_ns, troupe_now_ns());
     atomic_store(&c->a_done, 1);
     return TROUPE_OK;
@@ -236,7 +229,7 @@ typedef struct {
 static void *s_drive_a(void *arg)
 {
     s_drive_a_t *d = (s_drive_a_t *)arg;
-    s_sleep_ms(20);
+    rtu_sleep_ms(20);
     if (troupe_stream_schedule(d->a, s_a_work, d->c, NULL) != TROUPE_OK)
         return (void *)1;
     /* Complete the event B waits on through an ordinary RECORD of A. */
@@ -641,7 +634,7 @@ static void s_debug(bool inline_mode)
             cr_assert_not_null(strstr(d, "(queue_length 2)"), "%s", d);
         troupe_free(d);
         if (!parked)
-            s_sleep_ms(1);
+            rtu_sleep_ms(1);
     }
     cr_assert(parked);
     troupe_event_complete(gate, TROUPE_OK, NULL);

@@ -10,19 +10,11 @@
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
 #include "transport/mpi/transport_impl.h"
+#include "runtime_test_util.h"
 
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define MS (1000000LL)
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        troupe_status_t s__ = (expr);                                                              \
-        cr_assert_eq(s__, TROUPE_OK, "%s -> %s: %s", #expr, troupe_status_str(s__),                \
-                     troupe_last_error());                                                         \
-    } while (0)
 
 /* Asserts `expr` fails with `code` and a message containing `needle`. */
 #define FAILS(expr, code, needle)                                                                  \
@@ -40,8 +32,7 @@ static void s_no_launcher(void)
     unsetenv("OMPI_COMM_WORLD_SIZE");
     unsetenv("PMIX_RANK");
     unsetenv("SLURM_PROCID");
-    OK(troupe_config_set_cache_dir(TROUPE_TEST_BUILD_DIR "/troupe-cache-runtime"));
-    OK(troupe_config_set_timeout_s(30));
+    rtu_configure(TROUPE_TEST_BUILD_DIR "/troupe-cache-runtime", 30);
 }
 
 TestSuite(transport, .init = s_no_launcher);

@@ -44,8 +44,8 @@ static troupe_status_t s_read(gzFile gz, const char *path, void *buf, size_t n, 
             size_t plen = strlen(path);
             if (msg && strncmp(msg, path, plen) == 0 && strncmp(msg + plen, ": ", 2) == 0)
                 msg += plen + 2;
-            return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: corrupt gzip stream: %s", path,
-                                 msg && *msg ? msg : "read error");
+            return troupe_error_set(TROUPE_INVALID_ARGUMENT, "%s: corrupt gzip stream: %s", path,
+                                    msg && *msg ? msg : "read error");
         }
         if (r == 0) {
             int code = 0;
@@ -73,8 +73,8 @@ static troupe_status_t s_open_header(const char *path, uint32_t magic, const cha
     gzFile gz = gzopen(path, "rb");
     if (!gz) {
         int e = errno;
-        return troupe__error(e == ENOENT ? TROUPE_NOT_FOUND : TROUPE_INVALID_ARGUMENT,
-                             "%s: cannot open: %s", path, e ? strerror(e) : "out of memory");
+        return troupe_error_set(e == ENOENT ? TROUPE_NOT_FOUND : TROUPE_INVALID_ARGUMENT,
+                                "%s: cannot open: %s", path, e ? strerror(e) : "out of memory");
     }
     unsigned char hdr[16];
     size_t need = 4 + 4 * (size_t)ndims_after, got = 0;
@@ -83,16 +83,16 @@ static troupe_status_t s_open_header(const char *path, uint32_t magic, const cha
     if (st != TROUPE_OK)
         goto fail;
     if (got < 4 || (got < need && s_be32(hdr) == magic)) {
-        st = troupe__error(TROUPE_INVALID_ARGUMENT,
-                           "%s: truncated: the file ends inside the %zu-byte IDX header (after "
-                           "%zu bytes)%s",
-                           path, need, got, s_cut_note(cut));
+        st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                              "%s: truncated: the file ends inside the %zu-byte IDX header (after "
+                              "%zu bytes)%s",
+                              path, need, got, s_cut_note(cut));
         goto fail;
     }
     if (s_be32(hdr) != magic) {
-        st =
-            troupe__error(TROUPE_INVALID_ARGUMENT, "%s: bad magic 0x%08x (expected 0x%08x: IDX %s)",
-                          path, (unsigned)s_be32(hdr), (unsigned)magic, what);
+        st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                              "%s: bad magic 0x%08x (expected 0x%08x: IDX %s)", path,
+                              (unsigned)s_be32(hdr), (unsigned)magic, what);
         goto fail;
     }
     for (int i = 0; i < ndims_after; i++)
@@ -118,8 +118,8 @@ static troupe_status_t s_read_body(gzFile gz, const char *path, int64_t bytes, c
         size_t next = cap + S_CHUNK < total ? cap + S_CHUNK : total;
         uint8_t *nb = realloc(buf, next);
         if (!nb) {
-            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory reading %zu bytes",
-                               path, total);
+            st = troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory reading %zu bytes",
+                                  path, total);
             goto fail;
         }
         buf = nb;
@@ -133,10 +133,10 @@ static troupe_status_t s_read_body(gzFile gz, const char *path, int64_t bytes, c
             break; /* end of data */
     }
     if (got < total) {
-        st = troupe__error(TROUPE_INVALID_ARGUMENT,
-                           "%s: truncated: the header declares %s (%zu bytes) but the data ends "
-                           "after %zu bytes%s",
-                           path, desc, total, got, s_cut_note(cut));
+        st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                              "%s: truncated: the header declares %s (%zu bytes) but the data ends "
+                              "after %zu bytes%s",
+                              path, desc, total, got, s_cut_note(cut));
         goto fail;
     }
     unsigned char extra[1];
@@ -145,10 +145,10 @@ static troupe_status_t s_read_body(gzFile gz, const char *path, int64_t bytes, c
     if (st != TROUPE_OK)
         goto fail;
     if (n > 0) {
-        st = troupe__error(TROUPE_INVALID_ARGUMENT,
-                           "%s: wrong count: the header declares %s (%zu bytes) but more data "
-                           "follows",
-                           path, desc, total);
+        st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                              "%s: wrong count: the header declares %s (%zu bytes) but more data "
+                              "follows",
+                              path, desc, total);
         goto fail;
     }
     *out = buf;
@@ -161,9 +161,9 @@ fail:
 static troupe_status_t s_check_count(const char *path, uint32_t count, const char *what)
 {
     if (count == 0 || (int64_t)count > S_MAX_COUNT)
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "%s: bad count %u in the header (expected 1..%lld %s)", path,
-                             (unsigned)count, (long long)S_MAX_COUNT, what);
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                "%s: bad count %u in the header (expected 1..%lld %s)", path,
+                                (unsigned)count, (long long)S_MAX_COUNT, what);
     return TROUPE_OK;
 }
 
@@ -171,7 +171,7 @@ troupe_status_t fmnist_idx_read_images(const char *path, uint8_t **out_pixels, i
                                        int64_t *out_rows, int64_t *out_cols)
 {
     if (!path || !out_pixels || !out_count || !out_rows || !out_cols)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_idx_read_images: NULL argument");
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_idx_read_images: NULL argument");
     *out_pixels = NULL;
     gzFile gz = NULL;
     uint32_t dims[3];
@@ -179,7 +179,7 @@ troupe_status_t fmnist_idx_read_images(const char *path, uint8_t **out_pixels, i
         s_open_header(path, FMNIST_IDX_MAGIC_IMAGES, "ubyte images", 3, &gz, dims));
     troupe_status_t st = s_check_count(path, dims[0], "images");
     if (st == TROUPE_OK && (dims[1] != FMNIST_IMAGE_ROWS || dims[2] != FMNIST_IMAGE_COLS))
-        st = troupe__error(
+        st = troupe_error_set(
             TROUPE_INVALID_ARGUMENT, "%s: bad image size %ux%u in the header (expected %dx%d)",
             path, (unsigned)dims[1], (unsigned)dims[2], FMNIST_IMAGE_ROWS, FMNIST_IMAGE_COLS);
     if (st == TROUPE_OK) {
@@ -201,7 +201,7 @@ troupe_status_t fmnist_idx_read_labels(const char *path, int num_classes, uint8_
                                        int64_t *out_count)
 {
     if (!path || !out_labels || !out_count || num_classes <= 0 || num_classes > 256)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_idx_read_labels: bad argument");
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_idx_read_labels: bad argument");
     *out_labels = NULL;
     gzFile gz = NULL;
     uint32_t count = 0;
@@ -219,9 +219,9 @@ troupe_status_t fmnist_idx_read_labels(const char *path, int num_classes, uint8_
         return st;
     for (uint32_t i = 0; i < count; i++) {
         if (labels[i] >= num_classes) {
-            st = troupe__error(TROUPE_INVALID_ARGUMENT,
-                               "%s: label %u at index %u is out of range 0..%d", path,
-                               (unsigned)labels[i], (unsigned)i, num_classes - 1);
+            st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                  "%s: label %u at index %u is out of range 0..%d", path,
+                                  (unsigned)labels[i], (unsigned)i, num_classes - 1);
             free(labels);
             return st;
         }
@@ -235,7 +235,7 @@ troupe_status_t fmnist_dataset_load(const char *images_path, const char *labels_
                                     fmnist_dataset_t *out)
 {
     if (!images_path || !labels_path || !out)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_dataset_load: NULL argument");
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_dataset_load: NULL argument");
     memset(out, 0, sizeof *out);
     fmnist_dataset_t ds = {0};
     int64_t nlabels = 0;
@@ -244,9 +244,9 @@ troupe_status_t fmnist_dataset_load(const char *images_path, const char *labels_
     troupe_status_t st =
         fmnist_idx_read_labels(labels_path, FMNIST_NUM_CLASSES, &ds.labels, &nlabels);
     if (st == TROUPE_OK && nlabels != ds.count)
-        st = troupe__error(TROUPE_INVALID_ARGUMENT,
-                           "%s: count mismatch: %lld labels but %s holds %lld images", labels_path,
-                           (long long)nlabels, images_path, (long long)ds.count);
+        st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                              "%s: count mismatch: %lld labels but %s holds %lld images",
+                              labels_path, (long long)nlabels, images_path, (long long)ds.count);
     if (st != TROUPE_OK) {
         fmnist_dataset_free(&ds);
         return st;
@@ -261,12 +261,13 @@ troupe_status_t fmnist_dataset_load_split(const char *dir, const char *split, in
                                           fmnist_dataset_t *out)
 {
     if (!dir || !split || !out)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_dataset_load_split: NULL argument");
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                "fmnist_dataset_load_split: NULL argument");
     char images[4096], labels[4096];
     int a = snprintf(images, sizeof images, "%s/%s-images-idx3-ubyte.gz", dir, split);
     int b = snprintf(labels, sizeof labels, "%s/%s-labels-idx1-ubyte.gz", dir, split);
     if (a < 0 || b < 0 || (size_t)a >= sizeof images || (size_t)b >= sizeof labels)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: data directory path too long", dir);
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "%s: data directory path too long", dir);
     return fmnist_dataset_load(images, labels, limit, out);
 }
 

@@ -465,8 +465,8 @@ int main(int argc, char **argv)
     troupe_dp_config_t dc = {.backend = o->backend, .streams = r.streams, .optimizer = o->opt};
     CHECK(troupe_dp_new(&dc, &model, &r.dp), "starting data-parallel training");
     if (troupe_dp_num_streams(r.dp) != r.streams) {
-        troupe__error(TROUPE_INTERNAL, "dp made %d streams, expected %d",
-                      troupe_dp_num_streams(r.dp), r.streams);
+        troupe_error_set(TROUPE_INTERNAL, "dp made %d streams, expected %d",
+                         troupe_dp_num_streams(r.dp), r.streams);
         s_die("starting data-parallel training");
     }
     if (o->resume)
@@ -494,7 +494,7 @@ int main(int argc, char **argv)
         if (o->curve) {
             r.curve = fopen(o->curve, o->resume ? "a" : "w");
             if (!r.curve) {
-                troupe__error(TROUPE_NOT_FOUND, "%s: %s", o->curve, strerror(errno));
+                troupe_error_set(TROUPE_NOT_FOUND, "%s: %s", o->curve, strerror(errno));
                 s_die("opening the curve file");
             }
             if (ftell(r.curve) == 0)

@@ -42,7 +42,7 @@ static troupe_status_t s_node(s_nodes_t ns, const char *l1, const char *l2, trou
         size_t cap = *ns.cap ? 2 * *ns.cap : 32;
         troupe_tnode_t **v = realloc(*ns.v, cap * sizeof *v);
         if (!v)
-            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "fmnist: out of memory");
+            return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "fmnist: out of memory");
         *ns.v = v;
         *ns.cap = cap;
     }
@@ -88,7 +88,7 @@ static void s_push(s_items_t *it, troupe_status_t st, troupe_asgn_t *t)
         return;
     }
     if (it->n == S_MAX_ITEMS) {
-        it->st = troupe__error(TROUPE_INTERNAL, "fmnist: too many statements");
+        it->st = troupe_error_set(TROUPE_INTERNAL, "fmnist: too many statements");
         return;
     }
     it->v[it->n++] = t;
@@ -290,22 +290,22 @@ static troupe_status_t s_build_grad(fmnist_mlp_t *m)
 troupe_status_t fmnist_mlp_new(const fmnist_mlp_config_t *cfg, fmnist_mlp_t **out)
 {
     if (!cfg || !out)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_new: NULL argument");
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_new: NULL argument");
     *out = NULL;
     if (cfg->in < 1 || cfg->hidden1 < 1 || cfg->hidden2 < 1 || cfg->out < 2 || cfg->batch < 1 ||
         cfg->num_batches < 1)
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "fmnist_mlp_new: bad sizes %lld-%lld-%lld-%lld, batch %lld x %lld",
-                             (long long)cfg->in, (long long)cfg->hidden1, (long long)cfg->hidden2,
-                             (long long)cfg->out, (long long)cfg->num_batches,
-                             (long long)cfg->batch);
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                "fmnist_mlp_new: bad sizes %lld-%lld-%lld-%lld, batch %lld x %lld",
+                                (long long)cfg->in, (long long)cfg->hidden1,
+                                (long long)cfg->hidden2, (long long)cfg->out,
+                                (long long)cfg->num_batches, (long long)cfg->batch);
     if (cfg->prec != TROUPE_PREC_SINGLE && cfg->prec != TROUPE_PREC_DOUBLE)
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "fmnist_mlp_new: precision %s (expected single or double)",
-                             troupe_prec_name(cfg->prec));
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                "fmnist_mlp_new: precision %s (expected single or double)",
+                                troupe_prec_name(cfg->prec));
     fmnist_mlp_t *m = calloc(1, sizeof *m);
     if (!m)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_new: out of memory");
+        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_new: out of memory");
     m->cfg = *cfg;
     s_nodes_t ns = {&m->nodes, &m->nnodes, &m->nodes_cap};
     troupe_prec_t p = cfg->prec;
@@ -366,7 +366,7 @@ void fmnist_mlp_destroy(fmnist_mlp_t **m_p)
 troupe_status_t fmnist_mlp_init_params(fmnist_mlp_t *m, uint64_t seed)
 {
     if (!m)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_init_params: NULL argument");
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_init_params: NULL argument");
     const fmnist_mlp_config_t *c = &m->cfg;
     const int64_t sizes[4] = {c->in, c->hidden1, c->hidden2, c->out};
     size_t maxn = 0;
@@ -375,7 +375,7 @@ troupe_status_t fmnist_mlp_init_params(fmnist_mlp_t *m, uint64_t seed)
             maxn = (size_t)(sizes[l] * sizes[l + 1]);
     double *v = malloc(maxn * sizeof *v);
     if (!v)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_init_params: out of memory");
+        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_init_params: out of memory");
     troupe_status_t st = TROUPE_OK;
     for (int l = 0; l < 3 && st == TROUPE_OK; l++) {
         double fan_in = (double)sizes[l], fan_out = (double)sizes[l + 1];
@@ -420,9 +420,9 @@ static troupe_status_t s_fill_train(fmnist_mlp_t *m, const uint8_t *pixels, cons
     size_t rows = (size_t)(c->num_batches * c->batch);
     for (size_t r = 0; r < rows; r++)
         if (labels[r] >= c->out)
-            return troupe__error(TROUPE_INVALID_ARGUMENT,
-                                 "fmnist: label %u of row %zu is out of range 0..%lld",
-                                 (unsigned)labels[r], r, (long long)c->out - 1);
+            return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                    "fmnist: label %u of row %zu is out of range 0..%lld",
+                                    (unsigned)labels[r], r, (long long)c->out - 1);
     void *hx = NULL, *hy = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_tnode_host_array(m->x_all, &hx));
     TROUPE_RETURN_IF_ERROR(troupe_tnode_host_array(m->y_all, &hy));
@@ -438,21 +438,22 @@ static troupe_status_t s_fill_train(fmnist_mlp_t *m, const uint8_t *pixels, cons
 troupe_status_t fmnist_mlp_load_train(fmnist_mlp_t *m, const fmnist_dataset_t *ds)
 {
     if (!m || !ds)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_load_train: NULL argument");
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_load_train: NULL argument");
     int64_t rows = m->cfg.num_batches * m->cfg.batch;
     if (ds->count < rows || ds->rows * ds->cols != m->cfg.in)
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "fmnist_mlp_load_train: the model needs %lld images of %lld pixels, "
-                             "the data set has %lld of %lld",
-                             (long long)rows, (long long)m->cfg.in, (long long)ds->count,
-                             (long long)(ds->rows * ds->cols));
+        return troupe_error_set(
+            TROUPE_INVALID_ARGUMENT,
+            "fmnist_mlp_load_train: the model needs %lld images of %lld pixels, "
+            "the data set has %lld of %lld",
+            (long long)rows, (long long)m->cfg.in, (long long)ds->count,
+            (long long)(ds->rows * ds->cols));
     return s_fill_train(m, ds->pixels, NULL, ds->labels);
 }
 
 troupe_status_t fmnist_mlp_set_train(fmnist_mlp_t *m, const double *x, const uint8_t *labels)
 {
     if (!m || !x || !labels)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_set_train: NULL argument");
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_set_train: NULL argument");
     return s_fill_train(m, NULL, x, labels);
 }
 
@@ -471,7 +472,7 @@ static const char *s_axes_spec(int ndims, bool scalar_rhs, char *buf, size_t cap
 troupe_status_t fmnist_mlp_sgd_comp(const fmnist_mlp_t *m, double lr, troupe_asgn_comp_t **out)
 {
     if (!m || !out || !(lr > 0))
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_sgd_comp: bad argument");
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_sgd_comp: bad argument");
     *out = NULL;
     troupe_asgn_comp_t *comp = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_asgn_comp_new(&comp));
@@ -499,11 +500,11 @@ troupe_status_t fmnist_mlp_sgd_comp(const fmnist_mlp_t *m, double lr, troupe_asg
 troupe_status_t fmnist_mlp_eval_new(const fmnist_mlp_t *m, int64_t n, fmnist_mlp_eval_t **out)
 {
     if (!m || !out || n < 1)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_eval_new: bad argument");
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_eval_new: bad argument");
     *out = NULL;
     fmnist_mlp_eval_t *e = calloc(1, sizeof *e);
     if (!e)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_eval_new: out of memory");
+        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_eval_new: out of memory");
     e->n = n;
     s_nodes_t ns = {&e->nodes, &e->nnodes, &e->nodes_cap};
     const fmnist_mlp_config_t *c = &m->cfg;
@@ -545,14 +546,14 @@ void fmnist_mlp_eval_destroy(fmnist_mlp_eval_t **e_p)
 troupe_status_t fmnist_mlp_eval_load(fmnist_mlp_eval_t *e, const fmnist_dataset_t *ds)
 {
     if (!e || !ds)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_eval_load: NULL argument");
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_eval_load: NULL argument");
     int64_t in = e->x->dims[1];
     if (ds->count < e->n || ds->rows * ds->cols != in)
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "fmnist_mlp_eval_load: the evaluation needs %lld images of %lld "
-                             "pixels, the data set has %lld of %lld",
-                             (long long)e->n, (long long)in, (long long)ds->count,
-                             (long long)(ds->rows * ds->cols));
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                "fmnist_mlp_eval_load: the evaluation needs %lld images of %lld "
+                                "pixels, the data set has %lld of %lld",
+                                (long long)e->n, (long long)in, (long long)ds->count,
+                                (long long)(ds->rows * ds->cols));
     void *hx = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_tnode_host_array(e->x, &hx));
     size_t nx = (size_t)(e->n * in);
@@ -564,12 +565,13 @@ troupe_status_t fmnist_mlp_eval_load(fmnist_mlp_eval_t *e, const fmnist_dataset_
 troupe_status_t fmnist_mlp_eval_accuracy(fmnist_mlp_eval_t *e, const uint8_t *labels, double *out)
 {
     if (!e || !labels || !out)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_eval_accuracy: NULL argument");
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_eval_accuracy: NULL argument");
     int64_t k = e->logits->dims[1];
     size_t n = (size_t)(e->n * k);
     double *v = malloc(n * sizeof *v);
     if (!v)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_eval_accuracy: out of memory");
+        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED,
+                                "fmnist_mlp_eval_accuracy: out of memory");
     troupe_status_t st = troupe_tnode_get_values(e->logits, v, n);
     if (st == TROUPE_OK) {
         int64_t right = 0;

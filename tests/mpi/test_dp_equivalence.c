@@ -12,12 +12,8 @@
 
 int main(int argc, char **argv)
 {
-    s_init(&argc, &argv);
+    data_t *d = s_init(&argc, &argv, STREAMS);
     int R = troupe_cluster_size();
-    data_t *d = calloc(1, sizeof *d);
-    if (!d)
-        s_die("out of memory");
-    s_make_data(d, 2 * STREAMS * R);
     troupe_optimizer_kind_t kinds[2] = {TROUPE_OPT_SGD, TROUPE_OPT_ADAMW};
     for (int q = 0; q < 2; q++) {
         const char *name = troupe_optimizer_name(kinds[q]);
