@@ -37,6 +37,7 @@ struct troupe_event {
     s_sub_t inline_subs[S_INLINE_SUBS];
     char name[TROUPE_EVENT_NAME_MAX + 1];
     troupe__event_progress_fn progress; /* set before sharing; never changes afterwards */
+    atomic_bool kicked;                 /* the progress hook was told the event is consumed */
 };
 
 static pthread_once_t s_attr_once = PTHREAD_ONCE_INIT;
@@ -75,6 +76,7 @@ troupe_status_t troupe_event_new(const char *name, troupe_event_t **out)
     ev->nsubs = 0;
     ev->cap = S_INLINE_SUBS;
     ev->progress = NULL;
+    atomic_init(&ev->kicked, false);
     snprintf(ev->name, sizeof ev->name, "%s", name ? name : "event");
     *out = ev;
     return TROUPE_OK;
@@ -174,16 +176,34 @@ bool troupe_event_complete(troupe_event_t *ev, troupe_status_t status, const cha
     return true;
 }
 
-bool troupe_event_is_done(const troupe_event_t *ev)
+/* The first consumer of a pending event with a progress hook tells its producer to start
+ * (TROUPE__EVENT_KICK). The flag is logically mutable state of a const event. */
+static troupe_event_state_t s_state_raw(const troupe_event_t *ev)
 {
-    return atomic_load_explicit(&((troupe_event_t *)ev)->state, memory_order_acquire) !=
-           TROUPE_EVENT_PENDING;
+    return (troupe_event_state_t)atomic_load_explicit(&((troupe_event_t *)ev)->state,
+                                                      memory_order_acquire);
+}
+
+static void s_kick(const troupe_event_t *cev)
+{
+    troupe_event_t *ev = (troupe_event_t *)cev;
+    if (ev->progress == NULL || atomic_load_explicit(&ev->kicked, memory_order_relaxed) ||
+        atomic_exchange(&ev->kicked, true))
+        return;
+    ev->progress(ev, TROUPE__EVENT_KICK);
 }
 
 troupe_event_state_t troupe_event_state(const troupe_event_t *ev)
 {
-    return (troupe_event_state_t)atomic_load_explicit(&((troupe_event_t *)ev)->state,
-                                                      memory_order_acquire);
+    troupe_event_state_t state = s_state_raw(ev);
+    if (state == TROUPE_EVENT_PENDING)
+        s_kick(ev);
+    return state;
+}
+
+bool troupe_event_is_done(const troupe_event_t *ev)
+{
+    return troupe_event_state(ev) != TROUPE_EVENT_PENDING;
 }
 
 troupe_status_t troupe_event_status(const troupe_event_t *ev)
@@ -228,12 +248,14 @@ troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t timeout_ns)
 {
     if (!ev)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_event_sync: NULL event");
-    troupe_event_state_t state = troupe_event_state(ev);
+    troupe_event_state_t state = s_state_raw(ev);
     if (state != TROUPE_EVENT_PENDING)
         return s_final(ev, state);
     int64_t deadline = troupe_deadline_after(timeout_ns);
-    if (ev->progress != NULL)
+    if (ev->progress != NULL) {
+        atomic_store(&ev->kicked, true);
         ev->progress(ev, deadline); /* may complete ev on this thread */
+    }
     pthread_mutex_lock(&ev->mu);
     ev->waiters++;
     for (;;) {
@@ -267,6 +289,7 @@ troupe_status_t troupe_event_subscribe(troupe_event_t *ev, troupe_event_callback
     if (!ev || !fn)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_event_subscribe: NULL %s",
                              ev ? "callback" : "event");
+    s_kick(ev);
     pthread_mutex_lock(&ev->mu);
     troupe_event_state_t state =
         (troupe_event_state_t)atomic_load_explicit(&ev->state, memory_order_relaxed);
@@ -431,7 +454,7 @@ troupe_status_t troupe_event_debug_info(const troupe_event_t *ev, char **out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_event_debug_info: NULL argument");
     *out = NULL;
     troupe__sbuf_t b = {0};
-    troupe_event_state_t state = troupe_event_state(ev);
+    troupe_event_state_t state = s_state_raw(ev);
     troupe__sbuf_printf(&b, "(event (name ");
     troupe__sbuf_quoted(&b, ev->name);
     troupe__sbuf_printf(&b, ") (state %s)",

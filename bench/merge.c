@@ -12,14 +12,12 @@
  *                  algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests' definitions).
  *   small-tensors  100 tensors of 4 KiB: one troupe_allreduce of all 100 (fused into one
  *                  bucket) vs 100 separate MPI_Allreduce calls.
- * Troupe is timed twice: waiting for the event with troupe_event_sync (troupe_us, the number
- * the ratio uses: what a program does) and by polling troupe_event_is_done (troupe_poll_us,
- * poll_ratio), as MPI_Allreduce itself waits; their difference is the cost of waking the
- * sleeping host thread.
- * Each repetition: MPI_Barrier, then the timed operation; the three sides' repetitions
+ * Troupe's side is troupe_allreduce and troupe_event_sync, what a program does (the syncing
+ * thread drives the idle transport engine itself, see transport/mpi/actor.c).
+ * Each repetition: MPI_Barrier, then the timed operation; the two sides' repetitions
  * alternate (their order rotates), so all meet the same machine load. A repetition's time is
  * the slower rank's (MPI_Reduce with MPI_MAX over the per-rank samples); the line gives the
- * median (troupe_us, peer_us, troupe_poll_us) and the minimum (troupe_min_us, peer_min_us).
+ * median (troupe_us, peer_us) and the minimum (troupe_min_us, peer_min_us).
  * Both ranks run the same fixed number of repetitions (collectives must match), so the
  * harness's time-based run counts are not used: by default max(20, min(200, 512 MiB / bytes))
  * repetitions, or exactly N with --runs N (3 with --quick), after max(2, --warmup) warm-ups.
@@ -103,7 +101,6 @@ typedef struct s_case {
     float **bufs; /* nbufs buffers of count floats */
     int nbufs;
     int64_t count;
-    bool poll;          /* wait by polling troupe_event_is_done (else troupe_event_sync) */
     troupe_status_t st; /* troupe's failure */
 } s_case_t;
 
@@ -119,11 +116,6 @@ static int s_troupe(s_case_t *c)
                                       .dims = {c->count}};
     troupe_event_t *ev = NULL;
     c->st = troupe_allreduce(t, (size_t)c->nbufs, TROUPE_REDUCE_SUM, &ev);
-    if (c->st == TROUPE_OK && c->poll) {
-        int64_t deadline = troupe_now_ns() + S_SYNC_NS;
-        while (!troupe_event_is_done(ev) && troupe_now_ns() < deadline)
-            ;
-    }
     if (c->st == TROUPE_OK)
         c->st = troupe_event_sync(ev, S_SYNC_NS);
     troupe_event_release(&ev);
@@ -146,7 +138,6 @@ static int s_check(s_case_t *c, const char *name)
         for (int b = 0; b < c->nbufs; b++)
             for (int64_t i = 0; i < c->count; i++)
                 c->bufs[b][i] = (float)(s_rank + 1 + i % 7);
-        c->poll = false;
         if ((side == 0 ? s_troupe(c) : s_peer(c)) != 0) {
             if (side == 0)
                 troupe_bench_fail_status(S_PROG, name, c->st);
@@ -173,13 +164,12 @@ static int s_check(s_case_t *c, const char *name)
     return 0;
 }
 
-/* The three sides: troupe waiting in troupe_event_sync, troupe polling, the peer. */
-#define S_NSIDES 3
+/* The two sides: troupe, the peer. */
+#define S_NSIDES 2
 
 static int s_side(s_case_t *c, int side)
 {
-    c->poll = side == 1;
-    return side == 2 ? s_peer(c) : s_troupe(c);
+    return side == 1 ? s_peer(c) : s_troupe(c);
 }
 
 /* Times every side `reps` times (interleaved, the order rotating). t[side][rep] gets the
@@ -264,13 +254,11 @@ static int s_case_allreduce(const troupe_bench_opts_t *o, int warmup, int64_t by
         s_result(t, reps, &r);
         double algbw = (double)bytes / (r.med[0] * 1e3); /* bytes/ns = GB/s */
         double busbw = algbw * 2.0 * (s_size - 1) / s_size;
-        double peer_algbw = (double)bytes / (r.med[2] * 1e3);
-        troupe_bench_print_case("merge", "allreduce", bytes, r.med[0], "MPI_Allreduce", r.med[2],
+        double peer_algbw = (double)bytes / (r.med[1] * 1e3);
+        troupe_bench_print_case("merge", "allreduce", bytes, r.med[0], "MPI_Allreduce", r.med[1],
                                 "algbw_GBps=%.3f busbw_GBps=%.3f peer_algbw_GBps=%.3f "
-                                "troupe_min_us=%.1f peer_min_us=%.1f troupe_poll_us=%.1f "
-                                "poll_ratio=%.3f ranks=%d reps=%d check=ok",
-                                algbw, busbw, peer_algbw, r.min[0], r.min[2], r.med[1],
-                                r.med[1] / r.med[2], s_size, reps);
+                                "troupe_min_us=%.1f peer_min_us=%.1f ranks=%d reps=%d check=ok",
+                                algbw, busbw, peer_algbw, r.min[0], r.min[1], s_size, reps);
     }
     rc = 0;
 out:
@@ -300,11 +288,10 @@ static int s_case_small(const troupe_bench_opts_t *o, int warmup)
         s_result_t r;
         s_result(t, reps, &r);
         troupe_bench_print_case("merge", "small-tensors", bytes, r.med[0], "MPI_Allreduce_x100",
-                                r.med[2],
+                                r.med[1],
                                 "tensors=%d tensor_bytes=%d troupe_min_us=%.1f peer_min_us=%.1f "
-                                "troupe_poll_us=%.1f poll_ratio=%.3f ranks=%d reps=%d check=ok",
-                                S_SMALL_N, S_SMALL_BYTES, r.min[0], r.min[2], r.med[1],
-                                r.med[1] / r.med[2], s_size, reps);
+                                "ranks=%d reps=%d check=ok",
+                                S_SMALL_N, S_SMALL_BYTES, r.min[0], r.min[1], s_size, reps);
     }
     rc = 0;
     goto out;

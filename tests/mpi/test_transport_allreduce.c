@@ -7,6 +7,7 @@
  *   - 100 small tensors of three precisions fused into buckets; one single tensor and one half
  *     tensor larger than a bucket (in-place slices, staged slices); with 1 MiB buckets, tensors
  *     of at least 128 KiB reduced in place in buckets of their own between staged ones;
+ *   - lazy host-level collectives started by polling their event, or by subscribing to it;
  *   - broadcast from root 1;
  *   - device level: a cpu-backend context with two hosted nodes reduced with
  *     troupe_allreduce_nodes, read back with troupe_to_host;
@@ -14,6 +15,7 @@
  * Prints one FAIL line per failed check; exits 0 only if every check passed on this rank. */
 #include "actors/troupe.h"
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/config.h"
 #include "ir/prec.h"
 #include "transport/mpi/cluster.h"
@@ -263,6 +265,38 @@ out:
         troupe_free(data[k]);
 }
 
+/* Host-level collectives start lazily, when their event is first consumed: by polling its
+ * state, or by subscribing (here through troupe_event_all, synced on the combined event, which
+ * has no progress hook of its own). Both must complete without a troupe_event_sync on them. */
+static void s_test_lazy(void)
+{
+    const int64_t count = 4096;
+    void *a = s_fill(TROUPE_PREC_SINGLE, count, 31);
+    void *b = s_fill(TROUPE_PREC_SINGLE, count, 32);
+    troupe_event_t *ev = NULL, *all = NULL;
+    troupe_coll_tensor_t t = {
+        .data = a, .count = count, .prec = TROUPE_PREC_SINGLE, .node_id = 300, .name = "lazy"};
+    CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev));
+    int64_t end = troupe_now_ns() + SYNC_NS;
+    while (!troupe_event_is_done(ev) && troupe_now_ns() < end)
+        ;
+    if (troupe_event_state(ev) != TROUPE_EVENT_DONE)
+        s_fail("lazy: a polled allreduce did not complete (state %d)", troupe_event_state(ev));
+    troupe_event_release(&ev);
+    s_check("lazy polled", TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, a, count, 31);
+    t.data = b;
+    t.node_id = 301;
+    CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev));
+    CHECK_OK(troupe_event_all("lazy_all", &ev, 1, &all));
+    CHECK_OK(s_run(&all));
+    s_check("lazy subscribed", TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, b, count, 32);
+out:
+    troupe_event_release(&ev);
+    troupe_event_release(&all);
+    troupe_free(a);
+    troupe_free(b);
+}
+
 static void s_test_broadcast(void)
 {
     const troupe_prec_t precs[3] = {TROUPE_PREC_INT32, TROUPE_PREC_SINGLE, TROUPE_PREC_FP8};
@@ -411,6 +445,7 @@ int main(int argc, char **argv)
         s_test_fused();
         s_test_large();
         s_test_inplace();
+        s_test_lazy();
         s_test_broadcast();
         s_test_device();
     }

@@ -293,6 +293,7 @@ static troupe_status_t s_host_collective(troupe__req_kind_t kind,
         troupe__req_free(&r);
         return st;
     }
+    r->lazy = true; /* started by the event's first consumer: see troupe__transport_progress */
     troupe__event_set_progress(r->ev, troupe__transport_progress);
     troupe_event_retain(r->ev);
     *out_ev = r->ev;

@@ -37,7 +37,12 @@
  *
  * Events. Every call returns at once with an event (actors/event.h) completing when the
  * collective finished (or failed: its status and message), so streams can wait on it
- * (troupe_stream_wait_for) and hosts sync it (troupe_event_sync with a deadline).
+ * (troupe_stream_wait_for) and hosts sync it (troupe_event_sync with a deadline). A host-level
+ * collective (troupe_allreduce, troupe_broadcast) starts when its event is first consumed —
+ * synced, its state queried, or subscribed to (a stream waiting on it) — or when the transport
+ * has other work, like MPI's nonblocking collectives, which progress inside MPI calls; a thread
+ * that syncs it while the transport is idle runs it itself, without waking the transport
+ * thread. A device-level one starts as soon as its stream reaches it.
  *
  * Thread safety: thread-safe (see Ordering). Ownership: the caller owns *out_ev; host buffers
  * are borrowed and must stay valid, unread and unwritten by others, until the event completed.

@@ -76,6 +76,8 @@ struct troupe__req {
     troupe__fp_tensor_t *fp;       /* n entries */
     int64_t bytes;                 /* sum of the tensors' sizes */
     troupe_event_t *ev;            /* the request's reference; completed exactly once */
+    bool lazy; /* host-level: submitting does not wake the actor; the event's first consumer
+                  does (troupe__transport_progress), or the actor's next work */
     int64_t submitted_ns;
     void *actor_state; /* the actor's per-request state (actor.c) */
 };
@@ -159,10 +161,12 @@ bool troupe__transport_running(void);
  * that status. Thread-safe. */
 void troupe__transport_submit(troupe__req_t **r_p);
 
-/* The progress hook of host-level collective events (troupe__event_set_progress): when the
- * actor is idle, the calling thread (in troupe_event_sync) drives the engine until `ev`
- * completes or `deadline_ns` passes (absolute, CLOCK_MONOTONIC; TROUPE_TIMEOUT_INFINITE), then
- * hands it back; otherwise returns at once. Thread-safe; a no-op without MPI. */
+/* The progress hook of host-level collective events (troupe__event_set_progress), whose
+ * requests are submitted lazily (r->lazy: the actor is not woken). With TROUPE__EVENT_KICK it
+ * wakes the actor if it sleeps with requests waiting. With a deadline (absolute,
+ * CLOCK_MONOTONIC, or TROUPE_TIMEOUT_INFINITE; from troupe_event_sync): when the actor is idle,
+ * the calling thread drives the engine until `ev` completes or the deadline passes, then hands
+ * it back; otherwise it wakes the actor as for a kick. Thread-safe; a no-op without MPI. */
 void troupe__transport_progress(troupe_event_t *ev, int64_t deadline_ns);
 
 /* Starts the actor (main thread, after MPI_Init_thread; MPI builds only). data_comm and
