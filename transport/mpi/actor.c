@@ -1348,14 +1348,14 @@ static void *s_actor_main(void *arg)
  * Host-level collectives are submitted lazily: the actor is not woken (r->lazy); their event's
  * first consumer starts them (troupe__event_set_progress). A host thread that syncs such an
  * event while the actor is idle (asleep, nothing in flight) takes the engine over instead of
- * waking the actor and sleeping itself: it admits the
- * mailbox, turns the engine (every request in flight, not only its own) until its event
- * completes or its deadline passes, and hands back, waking the actor if work is left. That
- * saves both thread wake-ups of the hand-off (about 10 us each here), which dominate small and
- * mid-sized collectives; merely waking the actor at submit, to find the engine taken, cost as
- * much on 2 cores (bench_merge 4 KiB: 16-22 us against 5.7 us without that wake-up). MPI calls stay
- * serialized: busy and helping, under mu, make one thread at a time the engine's owner, and mu
- * orders what each leaves for the next. */
+ * waking the actor and sleeping itself: it admits the mailbox, turns the engine (every request
+ * in flight, not only its own) until its event completes or its deadline passes, and hands
+ * back, waking the actor if work is left. That saves both thread wake-ups of the hand-off
+ * (about 10 us each here), which dominate small and mid-sized collectives; merely waking the
+ * actor at submit, to find the engine taken, cost as much on 2 cores (bench_merge 4 KiB:
+ * 16-22 us against 5.7 us without that wake-up). MPI calls stay serialized: busy and helping,
+ * under mu, make one thread at a time the engine's owner, and mu orders what each leaves for
+ * the next. */
 void troupe__transport_progress(troupe_event_t *ev, int64_t deadline_ns)
 {
     pthread_mutex_lock(&s_a.mu);
