@@ -244,6 +244,30 @@ void troupe__event_set_progress(troupe_event_t *ev, troupe__event_progress_fn fn
         ev->progress = fn;
 }
 
+static void s_drive(troupe_event_t *ev, int64_t deadline)
+{
+    if (ev->progress == NULL || s_state_raw(ev) != TROUPE_EVENT_PENDING)
+        return;
+    atomic_store(&ev->kicked, true);
+    ev->progress(ev, deadline);
+}
+
+troupe_event_state_t troupe__event_state_quiet(const troupe_event_t *ev)
+{
+    return s_state_raw(ev);
+}
+
+bool troupe__event_was_kicked(const troupe_event_t *ev)
+{
+    return ev != NULL && atomic_load(&((troupe_event_t *)ev)->kicked);
+}
+
+void troupe__event_drive(troupe_event_t *ev, int64_t timeout_ns)
+{
+    if (ev != NULL)
+        s_drive(ev, troupe_deadline_after(timeout_ns));
+}
+
 troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t timeout_ns)
 {
     if (!ev)
@@ -252,10 +276,7 @@ troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t timeout_ns)
     if (state != TROUPE_EVENT_PENDING)
         return s_final(ev, state);
     int64_t deadline = troupe_deadline_after(timeout_ns);
-    if (ev->progress != NULL) {
-        atomic_store(&ev->kicked, true);
-        ev->progress(ev, deadline); /* may complete ev on this thread */
-    }
+    s_drive(ev, deadline); /* may complete ev on this thread */
     pthread_mutex_lock(&ev->mu);
     ev->waiters++;
     for (;;) {

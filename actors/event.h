@@ -120,6 +120,20 @@ TROUPE_MUST_USE troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t ti
 typedef void (*troupe__event_progress_fn)(troupe_event_t *ev, int64_t deadline_ns);
 void troupe__event_set_progress(troupe_event_t *ev, troupe__event_progress_fn fn);
 
+/* troupe_event_state without kicking the progress hook: for bookkeeping that prunes finished
+ * events (the coherence ledger), which must not start lazy work. */
+troupe_event_state_t troupe__event_state_quiet(const troupe_event_t *ev);
+
+/* True once `ev` was consumed in a way that kicks its progress hook (see above): a producer
+ * that submits lazy work after that must start it at once. */
+bool troupe__event_was_kicked(const troupe_event_t *ev);
+
+/* Lets the calling thread drive `ev`'s producer (its progress hook, with the deadline
+ * `timeout_ns` from now) before it waits for `ev` some other way; a no-op for an event without
+ * a hook or not pending. troupe_event_sync does this; a stream does it before it parks on a
+ * WAIT. Returns when the hook returns (ev may still be pending). */
+void troupe__event_drive(troupe_event_t *ev, int64_t timeout_ns);
+
 /* Subscribes `fn(user, …)`; see troupe_event_callback_fn for when it runs (possibly before this
  * returns). Returns TROUPE_RESOURCE_EXHAUSTED (fn will not be called) or
  * TROUPE_INVALID_ARGUMENT for NULL ev/fn. */

@@ -112,13 +112,13 @@ void troupe__ledger_clear(troupe_device_t *dev)
 void troupe__ledger_prune(troupe__entry_t *e)
 {
     /* A done writer is forgotten; a failed one is kept so that its failure reaches readers. */
-    if (e->writer_ev && troupe_event_state(e->writer_ev) == TROUPE_EVENT_DONE) {
+    if (e->writer_ev && troupe__event_state_quiet(e->writer_ev) == TROUPE_EVENT_DONE) {
         troupe_event_release(&e->writer_ev);
         e->writer_s = NULL;
     }
     size_t k = 0;
     for (size_t i = 0; i < e->nreaders; i++) {
-        if (troupe_event_is_done(e->readers[i].ev))
+        if (troupe__event_state_quiet(e->readers[i].ev) != TROUPE_EVENT_PENDING)
             troupe_event_release(&e->readers[i].ev);
         else
             e->readers[k++] = e->readers[i];

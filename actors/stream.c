@@ -231,6 +231,9 @@ static bool s_exec_wait(troupe_stream_t *s, s_item_t *it)
         troupe_event_release(&it->ev);
         return false;
     }
+    /* A lazily started producer (a transport collective) runs on this thread when it is idle:
+     * the queue would park on it anyway, and a hand-off would cost two wake-ups. */
+    troupe__event_drive(it->ev, troupe_config_timeout_ns());
     troupe_event_state_t state = troupe_event_state(it->ev);
     if (state != TROUPE_EVENT_PENDING) {
         if (state == TROUPE_EVENT_FAILED)
@@ -893,7 +896,7 @@ troupe_status_t troupe_stream_wait_for(troupe_stream_t *s, troupe_event_t *ev)
     if (!s || !ev)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_stream_wait_for: NULL %s",
                              s ? "event" : "stream");
-    if (troupe_event_state(ev) == TROUPE_EVENT_DONE) {
+    if (troupe__event_state_quiet(ev) == TROUPE_EVENT_DONE) {
         /* Nothing to wait for, but a failed stream still refuses new work. */
         troupe_status_t st = TROUPE_OK;
         pthread_mutex_lock(&s->mu);

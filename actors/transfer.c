@@ -57,7 +57,7 @@ static void s_prune_users(s_hrec_t *r)
 {
     size_t k = 0;
     for (size_t i = 0; i < r->nusers; i++) {
-        if (troupe_event_is_done(r->users[i])) {
+        if (troupe__event_state_quiet(r->users[i]) != TROUPE_EVENT_PENDING) {
             troupe_event_release(&r->users[i]);
         } else {
             r->users_write[k] = r->users_write[i];

@@ -1,31 +1,43 @@
 /* troupe — bench_train: data-parallel training throughput of the Fashion-MNIST MLP
- * (examples/fmnist: 784-256-128-10, SGD with momentum, global minibatch 128) with
- * parallel/dp.h, in three layouts, against the single-stream layout as the peer:
+ * (examples/fmnist: 784-256-128-10, SGD with momentum) with parallel/dp.h, in several layouts,
+ * against the single-stream layout as the peer:
  *
- *   1x1  one rank, one stream (the peer)         in this process
- *   1x2  one rank, two streams                   in this process
- *   2x1  two ranks of one stream each            this program re-launched as
- *        `mpiexec -n 2 <TROUPE_MPI_LAUNCHER_ARGS> <self> --child ...` (posix_spawnp), which
- *        times its runs itself and reports the median on one line that this process reads
+ *   1x1         one rank, one stream, minibatch 128 (the peer)        in this process
+ *   1x2         one rank, two streams, global minibatch 128           in this process
+ *   2x1         two ranks of one stream, global minibatch 128         child job (below)
+ *   2x1-weak    two ranks of one stream, 128 per rank (global 256)    child job
+ *   2x1-nocomm  two independent single-rank processes of minibatch 64 started together: the
+ *               2x1 layout's compute without any communication, so its efficiency is the
+ *               ceiling this machine puts on 2x1 (shared memory bandwidth and caches, the
+ *               per-step costs that do not shrink with the minibatch: the optimizer update)
+ *
+ * A child job is this program re-launched as `mpiexec -n 2 <TROUPE_MPI_LAUNCHER_ARGS> <self>
+ * --child --batch B ...` (posix_spawnp), or without mpiexec for 2x1-nocomm; each child times its
+ * runs itself and reports the median on one line that this process reads.
  *
  * One timed run is S_STEPS synchronous steps (troupe_dp_step) and a troupe_dp_sync: S_STEPS x
- * 128 samples. 1x1 and 1x2 are timed together (bench_util: interleaved rounds); the 2x1 child
- * runs a fixed number of runs on both ranks (a time-based stop could differ between ranks and
- * leave one waiting in an allreduce). Every case trains the same model on the same synthetic
- * data set (deterministic pseudo-random pixels and labels: throughput does not depend on the
- * values; no file is needed), after S_WARM_STEPS untimed steps that compile, upload and warm
- * the caches.
+ * the global minibatch samples. 1x1 and 1x2 are timed together (bench_util: interleaved
+ * rounds); a child runs a fixed number of runs on every rank (a time-based stop could differ
+ * between ranks and leave one waiting in an allreduce). Every case trains the same model on
+ * the same synthetic data set (deterministic pseudo-random pixels and labels: throughput does
+ * not depend on the values; no file is needed), after S_WARM_STEPS untimed steps that compile,
+ * upload and warm the caches.
  *
  * Output (bench/bench_util.h format), one line per case, times per sample:
- *   bench=train case=<1x1|1x2|2x1> bytes=<bytes per sample> troupe_us=<us per sample>
+ *   bench=train case=<case> bytes=<bytes per sample> troupe_us=<us per sample>
  *     peer=1x1 peer_us=<us per sample of 1x1> ratio=<troupe_us/peer_us> samples_per_s=<n>
- * where bytes = the input and one-hot label bytes one sample reads ((784 + 10) x 4), then
- *   efficiency=<samples_per_s(2x1) / (2 x samples_per_s(1x1))> efficiency_1x2=<the same for 1x2>
- * Without an MPI build (or an mpiexec that fails) the 2x1 case is reported on stderr as not
- * measured and efficiency= prints nan.
+ *     global_batch=<n>
+ * where bytes = the input and one-hot label bytes one sample reads ((784 + 10) x 4), then the
+ * last line
+ *   efficiency=<samples_per_s(2x1) / (2 x samples_per_s(1x1))> efficiency_1x2=<the same for
+ *   1x2> efficiency_weak=<the same for 2x1-weak> efficiency_nocomm=<the same for 2x1-nocomm>
+ * efficiency is strong scaling (the global minibatch of the trainer's default, 128, split over
+ * the ranks); efficiency_weak keeps each rank's minibatch at 128, as Horovod and PyTorch DDP
+ * report scaling. Without an MPI build (or an mpiexec that fails) the 2x1 cases are reported
+ * on stderr as not measured and their efficiencies print nan.
  *
  * Options: see --help (bench/bench_util.h). Exit status: 0; 1 on a failure (a failed step, a
- * non-finite loss, the child failing); 2 on a usage error.
+ * non-finite loss, a child failing); 2 on a usage error.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench/bench_util.h"
@@ -50,13 +62,11 @@
 extern char **environ;
 
 #define S_PROG "bench_train"
-#ifndef S_GLOBAL_BATCH
-#define S_GLOBAL_BATCH 128
-#endif
-#define S_STEPS 40       /* steps per timed run */
-#define S_WARM_STEPS 10  /* untimed steps after building a layout */
-#define S_DATA_ROWS 5120 /* synthetic training rows (40 global minibatches) */
-#define S_CHILD_RUNS 15  /* timed runs of the 2x1 child (3 with --quick) */
+#define S_GLOBAL_BATCH 128 /* the trainer's default global minibatch */
+#define S_STEPS 40         /* steps per timed run */
+#define S_WARM_STEPS 10    /* untimed steps after building a layout */
+#define S_DATA_ROWS 5120   /* synthetic training rows (40 global minibatches) */
+#define S_CHILD_RUNS 15    /* timed runs of the 2x1 child (3 with --quick) */
 #define S_BYTES_PER_SAMPLE ((int64_t)(FMNIST_IMAGE_PIXELS + FMNIST_NUM_CLASSES) * 4)
 
 /* One layout: its model, driver and per-run sample count. */
@@ -89,11 +99,12 @@ static void s_synthetic(fmnist_dataset_t *ds)
 
 /* Builds a layout of `streams` replicas on this rank (the cluster decides the ranks) and runs
  * the warm-up steps. */
-static troupe_status_t s_layout_new(int streams, const fmnist_dataset_t *ds, layout_t *l)
+static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmnist_dataset_t *ds,
+                                    layout_t *l)
 {
     memset(l, 0, sizeof *l);
     int64_t replicas = (int64_t)streams * troupe_cluster_size();
-    int64_t B = S_GLOBAL_BATCH / replicas;
+    int64_t B = global_batch / replicas;
     fmnist_mlp_config_t mc = fmnist_mlp_config_default(B, ds->count / B);
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_new(&mc, &l->mlp));
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_init_params(l->mlp, 42));
@@ -117,7 +128,7 @@ static troupe_status_t s_layout_new(int streams, const fmnist_dataset_t *ds, lay
     for (int s = 0; s < S_WARM_STEPS; s++)
         TROUPE_RETURN_IF_ERROR(troupe_dp_step(l->dp));
     TROUPE_RETURN_IF_ERROR(troupe_dp_sync(l->dp));
-    l->samples_per_run = (int64_t)S_STEPS * S_GLOBAL_BATCH;
+    l->samples_per_run = (int64_t)S_STEPS * B * replicas;
     return TROUPE_OK;
 }
 
@@ -153,7 +164,7 @@ static int s_run(void *arg)
     return 0;
 }
 
-/* ---- the 2x1 child: `mpiexec -n 2 ... bench_train --child [--runs N] [--warmup N]` --------- */
+/* ---- a child: `[mpiexec -n 2 ...] bench_train --child --batch B [--runs N] [--warmup N]` -- */
 
 /* A failed 2x1 child: leaves the cluster (no MPI_Finalize, which would wait for a peer that
  * may be gone) and exits with `rc`; mpiexec then ends the other rank. */
@@ -163,7 +174,7 @@ static void s_child_leave(int rc)
     (void)st; /* failing already: reported by the caller */
     exit(rc);
 }
-static int s_child(const troupe_bench_opts_t *opts)
+static int s_child(const troupe_bench_opts_t *opts, int64_t global_batch)
 {
     fmnist_dataset_t ds;
     s_synthetic(&ds);
@@ -172,9 +183,9 @@ static int s_child(const troupe_bench_opts_t *opts)
             S_PROG, "child: synthetic data",
             troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     layout_t l;
-    troupe_status_t st = s_layout_new(1, &ds, &l);
+    troupe_status_t st = s_layout_new(1, global_batch, &ds, &l);
     if (st != TROUPE_OK) {
-        int rc = troupe_bench_fail_status(S_PROG, "child: building the 2x1 layout", st);
+        int rc = troupe_bench_fail_status(S_PROG, "child: building the layout", st);
         s_child_leave(rc);
     }
     troupe_bench_opts_t o = *opts;
@@ -200,29 +211,54 @@ static int s_child(const troupe_bench_opts_t *opts)
 }
 
 #if TROUPE_HAVE_MPI && defined(FMNIST_BENCH_MPIEXEC)
-/* Runs the 2x1 child and reads its median run time (µs) and samples per run. */
-static troupe_status_t s_spawn_child(int runs, int warmup, double *median_us, int64_t *samples)
+#define S_HAVE_MPIEXEC 1
+#else
+#define S_HAVE_MPIEXEC 0
+#endif
+
+/* A child process and the pipe its stdout goes to. */
+typedef struct s_child_proc {
+    pid_t pid;
+    FILE *out;
+    const char *what; /* for messages */
+} s_child_proc_t;
+
+/* Starts `self --child --batch B --runs R --warmup W`, under `mpiexec -n 2 <launcher args>`
+ * when `mpi` (MPI builds with a found mpiexec only). */
+static troupe_status_t s_child_start(bool mpi, int64_t batch, int runs, int warmup,
+                                     const char *what, s_child_proc_t *c)
 {
+    memset(c, 0, sizeof *c);
+    c->what = what;
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0)
         return troupe_error_set(TROUPE_NOT_FOUND, "cannot find this program: %s", strerror(errno));
     self[n] = '\0';
-    /* argv: mpiexec -n 2 <launcher args...> self --child --runs R --warmup W */
-    char launcher[] = FMNIST_BENCH_MPI_ARGS;
-    char runs_s[16], warm_s[16];
+    char runs_s[16], warm_s[16], batch_s[24];
     snprintf(runs_s, sizeof runs_s, "%d", runs);
     snprintf(warm_s, sizeof warm_s, "%d", warmup);
+    snprintf(batch_s, sizeof batch_s, "%lld", (long long)batch);
     char *argv[64];
     int argc = 0;
-    argv[argc++] = (char *)FMNIST_BENCH_MPIEXEC;
-    argv[argc++] = (char *)"-n";
-    argv[argc++] = (char *)"2";
-    for (char *save = NULL, *t = strtok_r(launcher, " ", &save); t && argc < 50;
-         t = strtok_r(NULL, " ", &save))
-        argv[argc++] = t;
+#if S_HAVE_MPIEXEC
+    char launcher[] = FMNIST_BENCH_MPI_ARGS;
+    if (mpi) {
+        argv[argc++] = (char *)FMNIST_BENCH_MPIEXEC;
+        argv[argc++] = (char *)"-n";
+        argv[argc++] = (char *)"2";
+        for (char *save = NULL, *t = strtok_r(launcher, " ", &save); t && argc < 50;
+             t = strtok_r(NULL, " ", &save))
+            argv[argc++] = t;
+    }
+#else
+    if (mpi)
+        return troupe_error_set(TROUPE_UNAVAILABLE, "built without MPI");
+#endif
     argv[argc++] = self;
     argv[argc++] = (char *)"--child";
+    argv[argc++] = (char *)"--batch";
+    argv[argc++] = batch_s;
     argv[argc++] = (char *)"--runs";
     argv[argc++] = runs_s;
     argv[argc++] = (char *)"--warmup";
@@ -237,64 +273,121 @@ static troupe_status_t s_spawn_child(int runs, int warmup, double *median_us, in
     posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
     posix_spawn_file_actions_addclose(&fa, fds[1]);
-    pid_t pid = 0;
-    int e = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    int e = posix_spawnp(&c->pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
     if (e != 0) {
         close(fds[0]);
         return troupe_error_set(TROUPE_UNAVAILABLE, "cannot start %s: %s", argv[0], strerror(e));
     }
-    FILE *f = fdopen(fds[0], "r");
+    c->out = fdopen(fds[0], "r");
+    if (c->out == NULL)
+        close(fds[0]); /* the child then dies of SIGPIPE or finishes unread: reported below */
+    return TROUPE_OK;
+}
+
+/* Reads the child's result line (median run time in us, samples per run, `ranks` ranks) and
+ * waits for it. */
+static troupe_status_t s_child_finish(s_child_proc_t *c, int ranks, double *median_us,
+                                      int64_t *samples)
+{
     char line[512];
     bool found = false;
-    while (f && fgets(line, sizeof line, f)) {
-        int ranks = 0, r = 0;
-        long long s = 0;
+    while (c->out && fgets(line, sizeof line, c->out)) {
+        int rk = 0, r = 0;
+        long long sm = 0;
         double med = 0, mn = 0, mx = 0;
         if (sscanf(line, "child ranks=%d median_us=%lf min_us=%lf max_us=%lf runs=%d samples=%lld",
-                   &ranks, &med, &mn, &mx, &r, &s) == 6) {
+                   &rk, &med, &mn, &mx, &r, &sm) == 6) {
             *median_us = med;
-            *samples = s;
-            found = ranks == 2 && s > 0 && med > 0;
+            *samples = sm;
+            found = rk == ranks && sm > 0 && med > 0;
         } else {
             fputs(line, stderr); /* anything else the child printed */
         }
     }
-    if (f)
-        fclose(f);
-    else
-        close(fds[0]);
+    if (c->out)
+        fclose(c->out);
+    c->out = NULL;
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR)
         ;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return troupe_error_set(TROUPE_UNAVAILABLE, "%s -n 2 ... --child failed (status %d)",
-                                argv[0], WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        return troupe_error_set(TROUPE_UNAVAILABLE, "the %s child failed (status %d)", c->what,
+                                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     if (!found)
-        return troupe_error_set(TROUPE_INTERNAL, "the 2x1 child printed no result line");
+        return troupe_error_set(TROUPE_INTERNAL, "the %s child printed no result line", c->what);
     return TROUPE_OK;
 }
-#endif
+
+/* One child job of `ranks` ranks (2: under mpiexec); us per sample, NAN when not measured. */
+static double s_child_case(int ranks, int64_t batch, int runs, int warmup, const char *what)
+{
+    s_child_proc_t c;
+    double med = 0;
+    int64_t samples = 0;
+    troupe_status_t st = s_child_start(ranks == 2, batch, runs, warmup, what, &c);
+    if (st == TROUPE_OK)
+        st = s_child_finish(&c, ranks, &med, &samples);
+    if (st != TROUPE_OK) {
+        fprintf(stderr, "%s: case %s not measured: %s\n", S_PROG, what, troupe_last_error());
+        return NAN;
+    }
+    return med / (double)samples;
+}
+
+/* Two single-rank children started together; their combined us per sample (1 / the sum of
+ * their throughputs), NAN when not measured. */
+static double s_nocomm_case(int64_t batch, int runs, int warmup, const char *what)
+{
+    s_child_proc_t c[2];
+    double med[2] = {0, 0};
+    int64_t samples[2] = {0, 0};
+    troupe_status_t st = s_child_start(false, batch, runs, warmup, what, &c[0]);
+    if (st != TROUPE_OK) {
+        fprintf(stderr, "%s: case %s not measured: %s\n", S_PROG, what, troupe_last_error());
+        return NAN;
+    }
+    troupe_status_t st1 = s_child_start(false, batch, runs, warmup, what, &c[1]);
+    st = s_child_finish(&c[0], 1, &med[0], &samples[0]);
+    if (st1 == TROUPE_OK)
+        st1 = s_child_finish(&c[1], 1, &med[1], &samples[1]);
+    if (st != TROUPE_OK || st1 != TROUPE_OK) {
+        fprintf(stderr, "%s: case %s not measured: %s\n", S_PROG, what, troupe_last_error());
+        return NAN;
+    }
+    double per_s = (double)samples[0] / med[0] + (double)samples[1] / med[1]; /* per us */
+    return 1.0 / per_s;
+}
 
 int main(int argc, char **argv)
 {
-    /* --child is ours; the rest are bench_util's options */
+    /* --child and --batch B are ours; the rest are bench_util's options */
     bool child = false;
+    int64_t batch = S_GLOBAL_BATCH;
     int n = 0;
     for (int i = 0; i < argc; i++) {
-        if (i > 0 && strcmp(argv[i], "--child") == 0)
+        if (i > 0 && strcmp(argv[i], "--child") == 0) {
             child = true;
-        else
+        } else if (i > 0 && strcmp(argv[i], "--batch") == 0) {
+            char *end = NULL;
+            batch = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
+            if (end == NULL || *end != '\0' || batch < 2 || batch > 65536) {
+                fprintf(stderr, "%s: --batch needs a global minibatch from 2 to 65536\n", S_PROG);
+                return 2;
+            }
+            i++;
+        } else {
             argv[n++] = argv[i];
+        }
     }
     argc = n;
     argv[argc] = NULL;
     troupe_bench_opts_t opts;
     troupe_bench_opts_default(&opts);
     int pr = troupe_bench_parse_args(argc, argv,
-                                     "data-parallel MLP training throughput: 1x1, 1x2, 2x1 "
-                                     "(ranks x streams)",
+                                     "data-parallel MLP training throughput: 1x1, 1x2, 2x1, "
+                                     "2x1-weak, 2x1-nocomm (ranks x streams)",
                                      &opts);
     if (pr != 0)
         return pr > 0 ? 0 : 2;
@@ -302,7 +395,7 @@ int main(int argc, char **argv)
         troupe_status_t st = troupe_cluster_init(&argc, &argv);
         if (st != TROUPE_OK)
             return troupe_bench_fail_status(S_PROG, "child: cluster init", st);
-        int rc = s_child(&opts);
+        int rc = s_child(&opts, batch);
         st = troupe_cluster_finalize();
         return rc != 0           ? rc
                : st != TROUPE_OK ? troupe_bench_fail_status(S_PROG, "finalize", st)
@@ -318,10 +411,10 @@ int main(int argc, char **argv)
 
     /* 1x1 and 1x2, timed together */
     layout_t l11, l12;
-    troupe_status_t st = s_layout_new(1, &ds, &l11);
+    troupe_status_t st = s_layout_new(1, S_GLOBAL_BATCH, &ds, &l11);
     if (st != TROUPE_OK)
         return troupe_bench_fail_status(S_PROG, "building the 1x1 layout", st);
-    st = s_layout_new(2, &ds, &l12);
+    st = s_layout_new(2, S_GLOBAL_BATCH, &ds, &l12);
     if (st != TROUPE_OK)
         return troupe_bench_fail_status(S_PROG, "building the 1x2 layout", st);
     troupe_bench_side_t sides[2] = {{s_run, &l11}, {s_run, &l12}};
@@ -330,40 +423,42 @@ int main(int argc, char **argv)
     o.warmup = 0; /* s_layout_new warmed up */
     if (troupe_bench_time_sides(sides, 2, &o, stats) != 0 || l11.failed || l12.failed)
         return troupe_bench_fail_status(S_PROG, "training", TROUPE_INTERNAL);
-    double us[3] = {stats[0].median_us / (double)l11.samples_per_run,
-                    stats[1].median_us / (double)l12.samples_per_run, NAN};
+    enum { C11, C12, C21, C21W, C21N, NCASES };
+    static const char *const names[NCASES] = {"1x1", "1x2", "2x1", "2x1-weak", "2x1-nocomm"};
+    const int64_t batches[NCASES] = {S_GLOBAL_BATCH, S_GLOBAL_BATCH, S_GLOBAL_BATCH,
+                                     2 * S_GLOBAL_BATCH, S_GLOBAL_BATCH};
+    double us[NCASES] = {stats[0].median_us / (double)l11.samples_per_run,
+                         stats[1].median_us / (double)l12.samples_per_run, NAN, NAN, NAN};
     if ((st = s_layout_done(&l11)) != TROUPE_OK || (st = s_layout_done(&l12)) != TROUPE_OK)
         return troupe_bench_fail_status(S_PROG, "checking the training", st);
 
-        /* 2x1 in a child job */
-#if TROUPE_HAVE_MPI && defined(FMNIST_BENCH_MPIEXEC)
-    {
-        int runs = opts.max_runs == opts.min_runs ? opts.min_runs : S_CHILD_RUNS;
-        double med = 0;
-        int64_t samples = 0;
-        st = s_spawn_child(runs, opts.warmup, &med, &samples);
-        if (st != TROUPE_OK)
-            fprintf(stderr, "%s: case 2x1 not measured: %s\n", S_PROG, troupe_last_error());
-        else
-            us[2] = med / (double)samples;
-    }
+    /* the child jobs, one after the other */
+    int runs = opts.max_runs == opts.min_runs ? opts.min_runs : S_CHILD_RUNS;
+#if S_HAVE_MPIEXEC
+    us[C21] = s_child_case(2, S_GLOBAL_BATCH, runs, opts.warmup, names[C21]);
+    us[C21W] = s_child_case(2, 2 * S_GLOBAL_BATCH, runs, opts.warmup, names[C21W]);
 #else
-    fprintf(stderr, "%s: case 2x1 not measured: built without MPI\n", S_PROG);
+    fprintf(stderr, "%s: cases 2x1 and 2x1-weak not measured: built without MPI\n", S_PROG);
 #endif
+    /* each of the two processes trains on half the 2x1 global minibatch */
+    us[C21N] = s_nocomm_case(S_GLOBAL_BATCH / 2, runs, opts.warmup, names[C21N]);
 
-    static const char *const names[3] = {"1x1", "1x2", "2x1"};
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < NCASES; c++) {
         if (isnan(us[c]))
             continue;
-        troupe_bench_print_case("train", names[c], S_BYTES_PER_SAMPLE, us[c], "1x1", us[0],
-                                "samples_per_s=%.0f", 1e6 / us[c]);
+        troupe_bench_print_case("train", names[c], S_BYTES_PER_SAMPLE, us[c], "1x1", us[C11],
+                                "samples_per_s=%.0f global_batch=%lld", 1e6 / us[c],
+                                (long long)batches[c]);
     }
     /* throughput(2) / (2 throughput(1)) = us(1) / (2 us(2)) */
-    printf("efficiency=%.3f efficiency_1x2=%.3f\n", us[0] / (2.0 * us[2]), us[0] / (2.0 * us[1]));
+    printf("efficiency=%.3f efficiency_1x2=%.3f efficiency_weak=%.3f efficiency_nocomm=%.3f\n",
+           us[C11] / (2.0 * us[C21]), us[C11] / (2.0 * us[C12]), us[C11] / (2.0 * us[C21W]),
+           us[C11] / (2.0 * us[C21N]));
     fmnist_dataset_free(&ds);
-#if TROUPE_HAVE_MPI && defined(FMNIST_BENCH_MPIEXEC)
-    return isnan(us[2]) ? 1 : 0; /* MPI was built: a 2x1 case that did not run is a failure */
+#if S_HAVE_MPIEXEC
+    /* MPI was built: a 2x1 case that did not run is a failure */
+    return isnan(us[C21]) || isnan(us[C21W]) || isnan(us[C21N]) ? 1 : 0;
 #else
-    return 0;
+    return isnan(us[C21N]) ? 1 : 0;
 #endif
 }

@@ -649,8 +649,10 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp)
         bucket[nb++] = g;
         bucket_bytes += (int64_t)g->size_bytes;
         if (i == 0 || bucket_bytes + (int64_t)dp->grads[i - 1]->size_bytes > fusion) {
-            st = troupe_allreduce_nodes_deferred(s_tail(r0), nb, bucket, TROUPE_REDUCE_SUM,
-                                                 &done[ndone]);
+            /* the last bucket starts lazily: the owner stream waits for it next and then
+             * runs it itself (TROUPE_COLL_LAZY); earlier ones overlap the merges between */
+            st = troupe_allreduce_nodes_deferred_ex(s_tail(r0), nb, bucket, TROUPE_REDUCE_SUM,
+                                                    i == 0 ? TROUPE_COLL_LAZY : 0u, &done[ndone]);
             if (st == TROUPE_OK)
                 ndone++;
             nb = 0;

@@ -10,7 +10,8 @@
  *   - lazy host-level collectives started by polling their event, or by subscribing to it;
  *   - broadcast from root 1;
  *   - device level: a cpu-backend context with two hosted nodes reduced with
- *     troupe_allreduce_nodes, read back with troupe_to_host;
+ *     troupe_allreduce_nodes, read back with troupe_to_host; broadcast, mean, deferred, and
+ *     deferred lazy (TROUPE_COLL_LAZY, run by the waiting stream);
  *   - the transport counters.
  * Prints one FAIL line per failed check; exits 0 only if every check passed on this rank. */
 #include "actors/troupe.h"
@@ -399,19 +400,30 @@ static void s_test_device(void)
     for (int i = 0; i < 4; i++)
         if (got1[i] != 0.5 * i + 5)
             s_fail("device mean: v[%d] = %g, expected %g", i, got1[i], 0.5 * i + 5);
-    /* Deferred: the stream goes on; it waits for the result only where the caller says. */
-    CHECK_OK(troupe_tnode_set_values(tn[0], v0, 3));
-    CHECK_OK(troupe_from_host(ctx, tn[0], NULL));
-    troupe_event_t *done = NULL;
-    CHECK_OK(troupe_allreduce_nodes_deferred(ctx, 1, &tn[0], TROUPE_REDUCE_MAX, &done));
-    CHECK_OK(troupe_will_wait_for(ctx, done));
-    troupe_event_release(&done);
-    CHECK_OK(troupe_to_host(ctx, tn[0], &ev));
-    CHECK_OK(s_run(&ev));
-    CHECK_OK(troupe_tnode_get_values(tn[0], got0, 3));
-    for (int i = 0; i < 3; i++)
-        if (got0[i] != 2.0 * (i + 1))
-            s_fail("device deferred max: w[%d] = %g, expected %g", i, got0[i], 2.0 * (i + 1));
+    /* Deferred: the stream goes on; it waits for the result only where the caller says. Lazy:
+     * started when the stream reaches the WAIT, and run by the stream's own thread when the
+     * transport is idle (only the result is observable: it must be the same). */
+    if (troupe_allreduce_nodes_deferred_ex(ctx, 1, &tn[0], TROUPE_REDUCE_SUM, 0x80u, &ev) !=
+        TROUPE_INVALID_ARGUMENT)
+        s_fail("device deferred_ex: unknown flags were accepted");
+    const troupe_reduce_op_t dops[2] = {TROUPE_REDUCE_MAX, TROUPE_REDUCE_SUM};
+    const double dscale[2] = {2.0, 3.0}; /* max(1, 2) and 1 + 2, times i + 1 */
+    for (int lazy = 0; lazy < 2; lazy++) {
+        CHECK_OK(troupe_tnode_set_values(tn[0], v0, 3));
+        CHECK_OK(troupe_from_host(ctx, tn[0], NULL));
+        troupe_event_t *done = NULL;
+        CHECK_OK(troupe_allreduce_nodes_deferred_ex(ctx, 1, &tn[0], dops[lazy],
+                                                    lazy ? TROUPE_COLL_LAZY : 0u, &done));
+        CHECK_OK(troupe_will_wait_for(ctx, done));
+        troupe_event_release(&done);
+        CHECK_OK(troupe_to_host(ctx, tn[0], &ev));
+        CHECK_OK(s_run(&ev));
+        CHECK_OK(troupe_tnode_get_values(tn[0], got0, 3));
+        for (int i = 0; i < 3; i++)
+            if (got0[i] != dscale[lazy] * (i + 1))
+                s_fail("device deferred%s %s: w[%d] = %g, expected %g", lazy ? " lazy" : "",
+                       troupe_reduce_op_name(dops[lazy]), i, got0[i], dscale[lazy] * (i + 1));
+    }
 out:
     troupe_event_release(&ev);
     if (s != NULL && troupe_stream_await(s, SYNC_NS) != TROUPE_OK)

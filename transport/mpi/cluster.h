@@ -6,7 +6,7 @@
  * OMPI_COMM_WORLD_*, PMIx's PMIX_RANK, Slurm's SLURM_PROCID with SLURM_NTASKS > 1). Under one,
  * it initialises MPI with MPI_THREAD_SERIALIZED (or better) and starts the transport actor, a
  * thread that alone calls MPI from then until troupe_cluster_finalize (except that a thread
- * syncing a host-level collective's event while the actor is idle runs the actor's engine
+ * waiting for a lazily started collective while the actor is idle runs the actor's engine
  * itself, one owner at a time: the calls stay serialized). Without a launcher (or
  * in a build without MPI) the process is rank 0 of 1 and every collective is local and exact
  * (sum/max/min of one rank is the identity, mean divides by 1), so programs run unchanged

@@ -354,7 +354,8 @@ static void s_lend_dtor(void *user)
 
 static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_context_t *ctx, size_t n,
                                           troupe_tnode_t *const *tns, troupe_reduce_op_t op,
-                                          int root, bool deferred, troupe_event_t **out_ev)
+                                          int root, bool deferred, bool lazy,
+                                          troupe_event_t **out_ev)
 {
     const char *what = troupe__req_kind_name(kind);
     if (out_ev != NULL)
@@ -395,6 +396,10 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
         return st;
     }
     r->ev = done;
+    if (lazy) { /* started by done's first consumer: see troupe__transport_progress */
+        r->lazy = true;
+        troupe__event_set_progress(done, troupe__transport_progress);
+    }
     troupe_event_retain(done); /* the request's reference; `done` stays ours until the lend */
     s_lend_t *l = troupe_calloc(1, sizeof *l);
     if (l == NULL) {
@@ -420,7 +425,7 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
 troupe_status_t troupe_allreduce_nodes(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
                                        troupe_reduce_op_t op, troupe_event_t **out_ev)
 {
-    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, false, out_ev);
+    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, false, false, out_ev);
 }
 
 troupe_status_t troupe_allreduce_nodes_deferred(troupe_context_t *ctx, size_t n,
@@ -431,12 +436,28 @@ troupe_status_t troupe_allreduce_nodes_deferred(troupe_context_t *ctx, size_t n,
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "allreduce_nodes_deferred: out_done is NULL (the caller must wait "
                              "for it)");
-    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, true, out_done);
+    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, true, false, out_done);
+}
+
+troupe_status_t troupe_allreduce_nodes_deferred_ex(troupe_context_t *ctx, size_t n,
+                                                   troupe_tnode_t *const *tns,
+                                                   troupe_reduce_op_t op, unsigned flags,
+                                                   troupe_event_t **out_done)
+{
+    if (out_done == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce_nodes_deferred: out_done is NULL (the caller must wait "
+                             "for it)");
+    if ((flags & ~(unsigned)TROUPE_COLL_LAZY) != 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce_nodes_deferred: unknown flags 0x%x", flags);
+    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, true,
+                              (flags & TROUPE_COLL_LAZY) != 0, out_done);
 }
 
 troupe_status_t troupe_broadcast_nodes(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
                                        int root, troupe_event_t **out_ev)
 {
     return s_nodes_collective(TROUPE__REQ_BROADCAST, ctx, n, tns, TROUPE_REDUCE_SUM, root, false,
-                              out_ev);
+                              false, out_ev);
 }

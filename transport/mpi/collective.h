@@ -126,6 +126,26 @@ TROUPE_MUST_USE troupe_status_t troupe_allreduce_nodes_deferred(troupe_context_t
                                                                 troupe_reduce_op_t op,
                                                                 troupe_event_t **out_done);
 
+/* Flags of troupe_allreduce_nodes_deferred_ex. */
+enum {
+    /* The collective starts when it is first waited for (troupe_will_wait_for on ctx's stream,
+     * another stream through the ledger, or a host sync of *out_done) instead of when ctx's
+     * stream reaches it; a stream that waits for it while the transport is idle runs it on its
+     * own thread, which saves the hand-off to the transport thread and back (two thread
+     * wake-ups, and on a machine with as many busy threads as cores, two preemptions). Use it
+     * for the last collective before the stream waits (parallel/ does for its last bucket);
+     * earlier ones should start at once, to overlap with the work in between. */
+    TROUPE_COLL_LAZY = 1u << 0,
+};
+
+/* troupe_allreduce_nodes_deferred with `flags` (TROUPE_COLL_LAZY; 0 is the plain call).
+ * Errors: as troupe_allreduce_nodes_deferred, INVALID_ARGUMENT for unknown flags. */
+TROUPE_MUST_USE troupe_status_t troupe_allreduce_nodes_deferred_ex(troupe_context_t *ctx, size_t n,
+                                                                   troupe_tnode_t *const *tns,
+                                                                   troupe_reduce_op_t op,
+                                                                   unsigned flags,
+                                                                   troupe_event_t **out_done);
+
 /* Device level broadcast of ctx's arrays of tns[0..n) from rank `root`, as above. */
 TROUPE_MUST_USE troupe_status_t troupe_broadcast_nodes(troupe_context_t *ctx, size_t n,
                                                        troupe_tnode_t *const *tns, int root,
