@@ -7,10 +7,12 @@
  *   dims   rank 0 reduces node 12 'w1' with dims [4], rank 1 with dims [5]
  *   prec   single on rank 0, double on rank 1
  *   kind   allreduce on rank 0, broadcast on rank 1
+ *   fusion TROUPE_FUSION_BYTES 64 MiB on rank 0, 1 MiB on rank 1 (different bucket plans)
  * Every rank must get FAILED_PRECONDITION with a message naming rank 0, rank 1 and the field;
  * then the cluster is failed: troupe_cluster_status and a later collective report the same
  * status at once, and troupe_cluster_finalize returns it. Exit 0 only if all that holds. */
 #include "actors/event.h"
+#include "base/config.h"
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
 
@@ -74,8 +76,12 @@ int main(int argc, char **argv)
     } else if (strcmp(mode, "kind") == 0) {
         field = "kind allreduce on rank 0 but broadcast on rank 1";
         bcast = s_rank == 1;
+    } else if (strcmp(mode, "fusion") == 0) {
+        field = "TROUPE_FUSION_BYTES) 67108864 on rank 0 but 1048576 on rank 1";
+        if (troupe_config_set_fusion_bytes(s_rank == 1 ? 1u << 20 : 64u << 20) != TROUPE_OK)
+            s_fail("setting the fusion size: %s", troupe_last_error());
     } else {
-        printf("FAIL: unknown mode '%s' (dims, prec, kind)\n", mode);
+        printf("FAIL: unknown mode '%s' (dims, prec, kind, fusion)\n", mode);
         return 2;
     }
     troupe_event_t *ev = NULL;

@@ -4,11 +4,11 @@
 troupe_add_mpi_test(test_transport_allreduce SOURCES test_transport_allreduce.c TIMEOUT 180
                     ENV TROUPE_FUSION_BYTES=65536)
 
-# Fingerprint mismatches (dims, precision, kind): both ranks fail with FAILED_PRECONDITION naming
+# Fingerprint mismatches (dims, precision, kind, fusion bucket size): both ranks fail with FAILED_PRECONDITION naming
 # both ranks and the field. TROUPE_TIMEOUT_S=20 turns a hang into a failed check.
 troupe_add_mpi_test(test_transport_mismatch SOURCES test_transport_mismatch.c ARGS dims
                     TIMEOUT 60 ENV TROUPE_TIMEOUT_S=20)
-foreach(mode prec kind)
+foreach(mode prec kind fusion)
   add_test(NAME test_transport_mismatch_${mode}_np2
            COMMAND ${MPIEXEC_EXECUTABLE} -n 2 ${TROUPE_MPI_LAUNCHER_ARGS}
                    $<TARGET_FILE:test_transport_mismatch> ${mode})

@@ -710,7 +710,7 @@ static troupe_status_t s_plan(troupe__req_t *r, s_rs_t *rs)
     rs->planned = true;
     bool bcast = r->kind == TROUPE__REQ_BROADCAST;
     bool seen[S_NCLS] = {false};
-    size_t fusion = troupe_config_fusion_bytes();
+    size_t fusion = (size_t)r->fusion_bytes; /* as fingerprinted: every rank plans alike */
     for (size_t i = 0; i < r->n; i++) {
         s_cls_t cls = s_cls_of(r->tensors[i].prec, bcast);
         if (seen[cls])

@@ -10,6 +10,7 @@
 #include "actors/transfer.h"
 #include "base/alloc.h"
 #include "base/clock.h"
+#include "base/config.h"
 #include "base/log.h"
 #include "base/status.h"
 
@@ -57,6 +58,8 @@ troupe__req_t *troupe__req_new(troupe__req_kind_t kind, size_t n)
         goto fail;
     r->kind = kind;
     r->n = n;
+    if (kind == TROUPE__REQ_ALLREDUCE || kind == TROUPE__REQ_BROADCAST)
+        r->fusion_bytes = (int64_t)troupe_config_fusion_bytes();
     if (n > 0) {
         r->tensors = troupe_calloc(n, sizeof *r->tensors);
         r->fp = troupe_calloc(n, sizeof *r->fp);

@@ -41,6 +41,7 @@ void troupe__fp_encode(const troupe__req_t *r, void *buf)
     h.kind = r->kind;
     h.op = r->kind == TROUPE__REQ_ALLREDUCE ? (int64_t)r->op : 0;
     h.root = r->kind == TROUPE__REQ_BROADCAST ? r->root : 0;
+    h.fusion = r->fusion_bytes;
     h.n = (int64_t)r->n;
     memcpy(buf, &h, sizeof h);
     if (r->n > 0)
@@ -69,6 +70,7 @@ void troupe__fp_digest(const troupe__req_t *r, troupe__fp_digest_t *out)
         h = s_mix(h, r->kind);
         h = s_mix(h, r->kind == TROUPE__REQ_ALLREDUCE ? (int64_t)r->op : 0);
         h = s_mix(h, r->kind == TROUPE__REQ_BROADCAST ? r->root : 0);
+        h = s_mix(h, r->fusion_bytes);
     }
     h = s_mix(h, (int64_t)r->n);
     for (size_t i = 0; i < r->n; i++) {
@@ -162,6 +164,12 @@ troupe_status_t troupe__fp_compare(const char *what, const void *a, int ra, cons
                                  "%s: fingerprint mismatch: root %" PRId64
                                  " on rank %d but %" PRId64 " on rank %d",
                                  what, ha.root, ra, hb.root, rb);
+        if (ha.fusion != hb.fusion)
+            return troupe__error(
+                TROUPE_FAILED_PRECONDITION,
+                "%s: fingerprint mismatch: fusion bucket size (TROUPE_FUSION_BYTES) "
+                "%" PRId64 " on rank %d but %" PRId64 " on rank %d: set it alike on every rank",
+                what, ha.fusion, ra, hb.fusion, rb);
     }
     if (ha.n != hb.n)
         return troupe__error(TROUPE_FAILED_PRECONDITION,

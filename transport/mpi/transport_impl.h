@@ -55,9 +55,10 @@ typedef struct troupe__fp_tensor {
 typedef struct troupe__fp_header {
     int64_t magic; /* TROUPE__FP_MAGIC */
     int64_t seq;
-    int64_t kind; /* troupe__req_kind_t */
-    int64_t op;   /* troupe_reduce_op_t for allreduce, else 0 */
-    int64_t root; /* broadcast root, else 0 */
+    int64_t kind;   /* troupe__req_kind_t */
+    int64_t op;     /* troupe_reduce_op_t for allreduce, else 0 */
+    int64_t root;   /* broadcast root, else 0 */
+    int64_t fusion; /* collectives: the bucket size their plan uses (TROUPE_FUSION_BYTES) */
     int64_t n;
 } troupe__fp_header_t;
 
@@ -70,6 +71,8 @@ struct troupe__req {
     troupe_reduce_op_t op; /* allreduce */
     int root;              /* broadcast */
     int peer;              /* send/recv */
+    int64_t fusion_bytes;  /* collectives: TROUPE_FUSION_BYTES when issued (the plan's, and
+                              fingerprinted: ranks must plan the same buckets) */
     uint64_t seq;          /* set by troupe__transport_submit */
     size_t n;
     troupe_coll_tensor_t *tensors; /* n entries; `name` points into fp[i].name */
