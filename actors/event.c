@@ -176,14 +176,14 @@ bool troupe_event_complete(troupe_event_t *ev, troupe_status_t status, const cha
     return true;
 }
 
-/* The first consumer of a pending event with a progress hook tells its producer to start
- * (TROUPE__EVENT_KICK). The flag is logically mutable state of a const event. */
 static troupe_event_state_t s_state_raw(const troupe_event_t *ev)
 {
     return (troupe_event_state_t)atomic_load_explicit(&((troupe_event_t *)ev)->state,
                                                       memory_order_acquire);
 }
 
+/* The first consumer of a pending event with a progress hook tells its producer to start
+ * (TROUPE__EVENT_KICK). The flag is logically mutable state of a const event. */
 static void s_kick(const troupe_event_t *cev)
 {
     troupe_event_t *ev = (troupe_event_t *)cev;

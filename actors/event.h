@@ -106,12 +106,14 @@ const char *troupe_event_name(const troupe_event_t *ev);
 TROUPE_MUST_USE troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t timeout_ns);
 
 /* A producer's progress hook, internal to troupe (transport/mpi sets it on the events of its
- * host-level collectives, whose work starts lazily). It is called with
+ * lazily started collectives: host-level ones, and device-level ones with TROUPE_COLL_LAZY).
+ * It is called with
  *   - deadline_ns == TROUPE__EVENT_KICK, once, when the event is first consumed otherwise:
  *     its state queried (troupe_event_state, _is_done, _status) or a subscriber added (which
  *     stream waits and troupe_event_all do): the producer must start the work;
  *   - the absolute CLOCK_MONOTONIC deadline in ns (TROUPE_TIMEOUT_INFINITE for none) by
- *     troupe_event_sync before it blocks: the producer may drive the work that completes `ev`
+ *     troupe_event_sync before it blocks, or by troupe__event_drive (a stream before it parks
+ *     on a WAIT): the producer may drive the work that completes `ev`
  *     on the calling thread, returning when `ev` completed, the deadline passed, or it cannot
  *     help (it then starts the work elsewhere, and troupe_event_sync blocks as usual). This
  *     saves the two thread wake-ups of a hand-off to an idle producer.

@@ -157,7 +157,7 @@ static struct {
     bool accepting;         /* submit hands requests to the actor */
     bool stop, abort_now, exited, sleeping;
     bool busy;    /* the actor thread drives the engine (has requests in flight) */
-    bool helping; /* a thread in troupe_event_sync drives the engine (s_help) */
+    bool helping; /* a waiting thread drives the engine (troupe__transport_progress) */
     troupe__req_t *in_head, *in_tail;
     uint64_t coll_seq;
     uint64_t *send_seq, *recv_seq; /* [size] */
@@ -1305,7 +1305,7 @@ static void *s_actor_main(void *arg)
     }
     for (;;) {
         pthread_mutex_lock(&s_a.mu);
-        while (s_a.helping) { /* a waiting thread drives the engine: s_help */
+        while (s_a.helping) { /* a waiting thread drives the engine */
             s_a.sleeping = true;
             pthread_cond_wait(&s_a.cv, &s_a.mu);
             s_a.sleeping = false;

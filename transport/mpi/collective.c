@@ -435,11 +435,7 @@ troupe_status_t troupe_allreduce_nodes_deferred(troupe_context_t *ctx, size_t n,
                                                 troupe_tnode_t *const *tns, troupe_reduce_op_t op,
                                                 troupe_event_t **out_done)
 {
-    if (out_done == NULL)
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "allreduce_nodes_deferred: out_done is NULL (the caller must wait "
-                             "for it)");
-    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, true, false, out_done);
+    return troupe_allreduce_nodes_deferred_ex(ctx, n, tns, op, 0u, out_done);
 }
 
 troupe_status_t troupe_allreduce_nodes_deferred_ex(troupe_context_t *ctx, size_t n,
