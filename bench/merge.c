@@ -10,8 +10,13 @@
  *   allreduce      one tensor of 4 KiB .. 64 MiB (x4 steps): troupe_allreduce + event sync
  *                  (one MPI_Iallreduce in place, MPI_IN_PLACE) vs MPI_Allreduce(MPI_IN_PLACE).
  *                  algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests' definitions).
- *   small-tensors  100 tensors of 4 KiB: one troupe_allreduce of all 100 (fused into one
- *                  bucket) vs 100 separate MPI_Allreduce calls.
+ *   small-tensors  100 tensors of 4 KiB lying back to back in one allocation, as troupe packs
+ *                  a routine's arrays (gradients included) in a context's pool: one
+ *                  troupe_allreduce of all 100 (one fusion bucket, which troupe reduces in
+ *                  place: no staging copies) vs 100 separate MPI_Allreduce calls on the same
+ *                  buffers.
+ *   small-tensors-scattered  the same with each tensor allocated on its own (troupe_malloc):
+ *                  the bucket is packed into a staging buffer and unpacked after the reduce.
  * Troupe's side is troupe_allreduce and troupe_event_sync, what a program does (the syncing
  * thread drives the idle transport engine itself, see transport/mpi/actor.c).
  * Each repetition: MPI_Barrier, then the timed operation; the two sides' repetitions
@@ -267,9 +272,14 @@ out:
     return rc;
 }
 
-static int s_case_small(const troupe_bench_opts_t *o, int warmup)
+/* small-tensors (flat: one allocation) or small-tensors-scattered. */
+static int s_case_small(const troupe_bench_opts_t *o, int warmup, bool flat)
 {
+    const char *name = flat ? "small-tensors" : "small-tensors-scattered";
+    char what[64];
+    snprintf(what, sizeof what, "case=%s", name);
     float *bufs[S_SMALL_N] = {NULL};
+    float *base = NULL;
     int64_t count = S_SMALL_BYTES / (int64_t)sizeof(float);
     int64_t bytes = (int64_t)S_SMALL_N * S_SMALL_BYTES;
     int reps = s_reps(o, bytes);
@@ -277,29 +287,34 @@ static int s_case_small(const troupe_bench_opts_t *o, int warmup)
     double *block = s_samples_new(reps, t);
     s_case_t c = {.bufs = bufs, .nbufs = S_SMALL_N, .count = count};
     int rc = 1;
-    for (int i = 0; i < S_SMALL_N; i++)
-        if ((bufs[i] = troupe_malloc(S_SMALL_BYTES)) == NULL)
+    if (flat && (base = troupe_malloc((size_t)bytes)) == NULL)
+        goto oom;
+    for (int i = 0; i < S_SMALL_N; i++) {
+        bufs[i] = flat ? base + i * count : troupe_malloc(S_SMALL_BYTES);
+        if (bufs[i] == NULL)
             goto oom;
+    }
     if (block == NULL)
         goto oom;
-    if (s_check(&c, "case=small-tensors") != 0 || s_time(&c, warmup, reps, t) != 0)
+    if (s_check(&c, what) != 0 || s_time(&c, warmup, reps, t) != 0)
         goto out;
     if (s_rank == 0) {
         s_result_t r;
         s_result(t, reps, &r);
-        troupe_bench_print_case("merge", "small-tensors", bytes, r.med[0], "MPI_Allreduce_x100",
-                                r.med[1],
-                                "tensors=%d tensor_bytes=%d troupe_min_us=%.1f peer_min_us=%.1f "
-                                "ranks=%d reps=%d check=ok",
-                                S_SMALL_N, S_SMALL_BYTES, r.min[0], r.min[1], s_size, reps);
+        troupe_bench_print_case("merge", name, bytes, r.med[0], "MPI_Allreduce_x100", r.med[1],
+                                "tensors=%d tensor_bytes=%d layout=%s troupe_min_us=%.1f "
+                                "peer_min_us=%.1f ranks=%d reps=%d check=ok",
+                                S_SMALL_N, S_SMALL_BYTES, flat ? "flat" : "scattered", r.min[0],
+                                r.min[1], s_size, reps);
     }
     rc = 0;
     goto out;
 oom:
     fprintf(stderr, "%s: out of memory\n", S_PROG);
 out:
-    for (int i = 0; i < S_SMALL_N; i++)
+    for (int i = 0; i < S_SMALL_N && !flat; i++)
         troupe_free(bufs[i]);
+    troupe_free(base);
     free(block);
     return rc;
 }
@@ -343,7 +358,9 @@ int main(int argc, char **argv)
     for (int64_t bytes = 4096; bytes <= (64LL << 20) && rc == 0; bytes *= 4)
         rc = s_case_allreduce(&opts, warmup, bytes);
     if (rc == 0)
-        rc = s_case_small(&opts, warmup);
+        rc = s_case_small(&opts, warmup, true);
+    if (rc == 0)
+        rc = s_case_small(&opts, warmup, false);
     if (rc != 0) { /* the other rank may be waiting in a collective: leave; mpiexec ends it */
         st = troupe_cluster_leave(S_PROG ": a case failed");
         (void)st; /* failing already: reported by the case */

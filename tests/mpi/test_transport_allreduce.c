@@ -7,6 +7,8 @@
  *   - 100 small tensors of three precisions fused into buckets; one single tensor and one half
  *     tensor larger than a bucket (in-place slices, staged slices); with 1 MiB buckets, tensors
  *     of at least 128 KiB reduced in place in buckets of their own between staged ones;
+ *   - tensors back to back in memory reduced in place as one bucket (no staging), also when
+ *     the other rank's layout differs, and staged when a gap breaks the run;
  *   - lazy host-level collectives started by polling their event, or by subscribing to it;
  *   - broadcast from root 1;
  *   - device level: a cpu-backend context with two hosted nodes reduced with
@@ -266,6 +268,95 @@ out:
         troupe_free(data[k]);
 }
 
+/* Builds tensor k of s_test_flat: count_k = 50 + 7k values of precs[k], filled with salt 40 +
+ * k; at `flat` + offset (the caller's one allocation) or allocated on its own (*own). */
+static troupe_coll_tensor_t s_flat_tensor(int k, troupe_prec_t p, unsigned char *flat,
+                                          size_t *offset, void **own)
+{
+    int64_t count = 50 + 7 * k;
+    size_t es = troupe_prec_size_bytes(p);
+    void *data;
+    if (flat != NULL) {
+        data = flat + *offset;
+        *offset += (size_t)count * es;
+        for (int64_t i = 0; i < count; i++)
+            troupe_prec_store_double(p, (unsigned char *)data + (size_t)i * es,
+                                     s_gen(p, s_rank, i + 40 + k));
+    } else {
+        data = *own = s_fill(p, count, 40 + k);
+    }
+    return (troupe_coll_tensor_t){.data = data,
+                                  .count = count,
+                                  .prec = p,
+                                  .node_id = 400 + k,
+                                  .ndims = 1,
+                                  .dims = {count},
+                                  .name = "flat"};
+}
+
+/* Tensors that lie back to back in memory share one bucket reduced in place, with no staging
+ * copies (stats.staged), whatever the other ranks' layout: the plan does not depend on it.
+ *   round 0: 40 single tensors in one allocation on both ranks (mean: divided in place);
+ *   round 1: the same, but rank 1 allocates each tensor on its own (staged there only);
+ *   round 2: one allocation on both ranks, with a double tensor between single ones: the
+ *            single bucket has a gap and is staged, the double alone is in place. */
+static void s_test_flat(void)
+{
+    enum { N = 40 };
+    unsigned char *flat = NULL;
+    void *own[N] = {NULL};
+    for (int round = 0; round < 3; round++) {
+        troupe_coll_tensor_t t[N];
+        bool is_flat = round != 1 || s_rank == 0;
+        size_t bytes = 0, offset = 0;
+        for (int k = 0; k < N; k++)
+            bytes += (size_t)(50 + 7 * k) * 8;
+        flat = is_flat ? troupe_malloc(bytes) : NULL;
+        if (is_flat && flat == NULL) {
+            s_fail("flat: out of memory");
+            return;
+        }
+        int64_t single_bytes = 0, double_bytes = 0;
+        for (int k = 0; k < N; k++) {
+            troupe_prec_t p = round == 2 && k == N / 2 ? TROUPE_PREC_DOUBLE : TROUPE_PREC_SINGLE;
+            t[k] = s_flat_tensor(k, p, flat, &offset, &own[k]);
+            *(p == TROUPE_PREC_DOUBLE ? &double_bytes : &single_bytes) +=
+                t[k].count * (int64_t)troupe_prec_size_bytes(p);
+        }
+        troupe_reduce_op_t op = round == 0 ? TROUPE_REDUCE_MEAN : TROUPE_REDUCE_SUM;
+        troupe_transport_stats_t before, after;
+        troupe_transport_get_stats(&before);
+        troupe_event_t *ev = NULL;
+        CHECK_OK(troupe_allreduce(t, N, op, &ev));
+        CHECK_OK(s_run(&ev));
+        troupe_transport_get_stats(&after);
+        char what[32];
+        snprintf(what, sizeof what, "flat round %d", round);
+        for (int k = 0; k < N; k++)
+            if (s_check(what, t[k].prec, op, t[k].data, t[k].count, 40 + k))
+                break;
+        uint64_t staged = after.staged - before.staged;
+        uint64_t want = round == 0 || (round == 1 && s_rank == 0) ? 0 : (uint64_t)single_bytes;
+        if (staged != want)
+            s_fail("%s: %llu bytes staged, expected %llu", what, (unsigned long long)staged,
+                   (unsigned long long)want);
+        uint64_t buckets = after.buckets - before.buckets;
+        if (buckets != (double_bytes ? 2u : 1u))
+            s_fail("%s: %llu buckets, expected %u", what, (unsigned long long)buckets,
+                   double_bytes ? 2u : 1u);
+        troupe_free(flat);
+        flat = NULL;
+        for (int k = 0; k < N; k++) {
+            troupe_free(own[k]);
+            own[k] = NULL;
+        }
+    }
+out:
+    troupe_free(flat);
+    for (int k = 0; k < N; k++)
+        troupe_free(own[k]);
+}
+
 /* Host-level collectives start lazily, when their event is first consumed: by polling its
  * state, or by subscribing (here through troupe_event_all, synced on the combined event, which
  * has no progress hook of its own). Both must complete without a troupe_event_sync on them. */
@@ -458,6 +549,7 @@ int main(int argc, char **argv)
         s_test_fused();
         s_test_large();
         s_test_inplace();
+        s_test_flat();
         s_test_lazy();
         s_test_broadcast();
         s_test_device();

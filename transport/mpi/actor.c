@@ -92,7 +92,7 @@ typedef struct s_bucket {
     s_cls_t cls;
     size_t seg0, nseg;
     int64_t units;
-    bool in_place; /* one native segment: reduced in the caller's memory, no staging */
+    bool in_place; /* native segments back to back (s_contiguous): reduced in the caller's memory */
     int slot;      /* staging slot holding it (packed ahead, or in flight), else -1 */
 } s_bucket_t;
 
@@ -648,11 +648,36 @@ static troupe_status_t s_open_bucket(s_rs_t *rs, s_cls_t cls)
     return TROUPE_OK;
 }
 
+static void *s_seg_ptr(const troupe__req_t *r, const s_seg_t *s)
+{
+    return (char *)r->tensors[s->t].data + s->off * (int64_t)s_unit_bytes(r, s->t);
+}
+
+/* True when bucket b's segments are all of its own type and lie back to back in this rank's
+ * memory, in order (one segment always does): then the bucket is reduced in place, as one
+ * span, without staging copies, as with PyTorch DDP's gradients that are views of a flat
+ * bucket (a routine's per-stream arrays are packed that way: actors/routine.h). The plan,
+ * which every rank makes alike, does not depend on it; only this rank's copies do. */
+static bool s_contiguous(const troupe__req_t *r, const s_rs_t *rs, const s_bucket_t *b)
+{
+    const char *end = NULL;
+    for (size_t k = 0; k < b->nseg; k++) {
+        const s_seg_t *s = &rs->segs[b->seg0 + k];
+        if (!s_native(b->cls, r->tensors[s->t].prec))
+            return false;
+        const char *p = s_seg_ptr(r, s);
+        if (end != NULL && p != end)
+            return false;
+        end = p + s->count * (int64_t)s_unit_bytes(r, s->t);
+    }
+    return true;
+}
+
 static void s_close_bucket(troupe__req_t *r, s_rs_t *rs)
 {
     s_bucket_t *b = &rs->bks[rs->nbks - 1];
     b->nseg = rs->nsegs - b->seg0;
-    b->in_place = b->nseg == 1 && s_native(b->cls, r->tensors[rs->segs[b->seg0].t].prec);
+    b->in_place = s_contiguous(r, rs, b);
 }
 
 /* True when tensor j gets buckets of its own: larger than a bucket (cap units), or of at least
@@ -725,11 +750,6 @@ static troupe_status_t s_plan(troupe__req_t *r, s_rs_t *rs)
         TROUPE_RETURN_IF_ERROR(s_plan_class(r, rs, i, cls, cap));
     }
     return TROUPE_OK;
-}
-
-static void *s_seg_ptr(const troupe__req_t *r, const s_seg_t *s)
-{
-    return (char *)r->tensors[s->t].data + s->off * (int64_t)s_unit_bytes(r, s->t);
 }
 
 /* Caller's memory -> staging (widening half/bfloat16/fp8 to single). */
@@ -870,6 +890,7 @@ static troupe_status_t s_stage(troupe__req_t *r, s_rs_t *rs, s_bucket_t *b)
                              "%s: out of memory for a staging buffer of %" PRId64 " bytes",
                              rs->what, b->units * (int64_t)s_cls_size(b->cls));
     b->slot = slot;
+    troupe__stats_add_staged((uint64_t)b->units * s_cls_size(b->cls));
     if (r->kind != TROUPE__REQ_BROADCAST || s_a.rank == r->root)
         s_pack(r, rs, b, s_a.slot[slot]);
     return TROUPE_OK;

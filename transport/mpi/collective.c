@@ -21,7 +21,7 @@
 
 /* ---- stats ------------------------------------------------------------------------------- */
 
-static _Atomic uint64_t s_collectives, s_completed, s_buckets, s_bytes, s_failures;
+static _Atomic uint64_t s_collectives, s_completed, s_buckets, s_bytes, s_staged, s_failures;
 
 void troupe__stats_add(uint64_t collectives, uint64_t completed, uint64_t buckets, uint64_t bytes,
                        uint64_t failures)
@@ -38,6 +38,11 @@ void troupe__stats_add(uint64_t collectives, uint64_t completed, uint64_t bucket
         atomic_fetch_add(&s_failures, failures);
 }
 
+void troupe__stats_add_staged(uint64_t bytes)
+{
+    atomic_fetch_add(&s_staged, bytes);
+}
+
 void troupe_transport_get_stats(troupe_transport_stats_t *out)
 {
     if (out == NULL)
@@ -46,6 +51,7 @@ void troupe_transport_get_stats(troupe_transport_stats_t *out)
     out->completed = atomic_load(&s_completed);
     out->buckets = atomic_load(&s_buckets);
     out->bytes = atomic_load(&s_bytes);
+    out->staged = atomic_load(&s_staged);
     out->failures = atomic_load(&s_failures);
 }
 

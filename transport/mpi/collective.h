@@ -24,10 +24,15 @@
  * gets a bucket of its own reduced in place: copying it into a bucket and back would cost more
  * (two copies at ~10 GB/s: ~25 us per 128 KiB) than one more collective's latency (~5 us on
  * shared memory, a few us on InfiniBand), as with PyTorch DDP's buckets that are views of the
- * gradients. A bucket is reduced with MPI_Iallreduce while the actor packs the next one, and,
- * at the device
- * level, while the owner stream is still merging the next nodes locally (each
- * troupe_allreduce_nodes call is handed over as soon as the stream reaches it).
+ * gradients. A shared bucket whose tensors lie back to back in this rank's memory, in request
+ * order and in their own type, is reduced in place too, as one span: a routine's arrays are
+ * packed that way in a context's pool (actors/routine.h), so a model's small gradients fuse
+ * without copies (stats.staged counts the bytes that were copied). The buckets are planned from
+ * the fingerprinted request alone, so every rank plans alike whatever its memory layout; only
+ * whether a rank copies differs. A bucket is reduced with MPI_Iallreduce while the actor packs
+ * the next one, and, at the device level, while the owner stream is still merging the next
+ * nodes locally (each troupe_allreduce_nodes call is handed over as soon as the stream reaches
+ * it).
  *
  * Precisions. single and double reduce in their own precision (MPI_FLOAT, MPI_DOUBLE); half,
  * bfloat16 and fp8 are widened to single, reduced in single, and rounded back to nearest-even
@@ -151,14 +156,14 @@ TROUPE_MUST_USE troupe_status_t troupe_broadcast_nodes(troupe_context_t *ctx, si
                                                        troupe_tnode_t *const *tns, int root,
                                                        troupe_event_t **out_ev);
 
-/* Transport counters for this process (debugging, benchmarks): collectives issued, completed,
- * bytes reduced, buckets sent, mismatches and deadline failures seen. */
+/* Transport counters for this process (debugging, benchmarks). */
 typedef struct troupe_transport_stats {
-    uint64_t collectives;
-    uint64_t completed;
-    uint64_t buckets;
-    uint64_t bytes;
-    uint64_t failures;
+    uint64_t collectives; /* collectives issued */
+    uint64_t completed;   /* collectives completed successfully */
+    uint64_t buckets;     /* fusion buckets (MPI collectives) posted */
+    uint64_t bytes;       /* bytes of the completed collectives' tensors */
+    uint64_t staged;      /* bytes of buckets copied through a staging buffer (not in place) */
+    uint64_t failures;    /* requests that failed: mismatches, deadlines, MPI errors */
 } troupe_transport_stats_t;
 void troupe_transport_get_stats(troupe_transport_stats_t *out);
 

@@ -152,6 +152,8 @@ bool troupe__cluster_is_failed(void);
 /* Counters (atomic). */
 void troupe__stats_add(uint64_t collectives, uint64_t completed, uint64_t buckets, uint64_t bytes,
                        uint64_t failures);
+/* Counts `bytes` of a bucket that went through a staging buffer (troupe_transport_stats_t). */
+void troupe__stats_add_staged(uint64_t bytes);
 
 /* ---- the actor (actor.c) ----------------------------------------------------------------- */
 
