@@ -4,6 +4,11 @@
 troupe_add_mpi_test(test_transport_allreduce SOURCES test_transport_allreduce.c TIMEOUT 180
                     ENV TROUPE_FUSION_BYTES=65536)
 
+# The ring allreduce of large buckets on 2 and 3 ranks (uneven chunks): every op and
+# precision, a bucket too small for it, many sliced buckets in flight.
+troupe_add_mpi_test(test_transport_ring SOURCES test_transport_ring.c TIMEOUT 120)
+troupe_add_mpi_test(test_transport_ring SOURCES test_transport_ring.c NP 3 TIMEOUT 120)
+
 # Fingerprint mismatches (dims, precision, kind, fusion bucket size): both ranks fail with FAILED_PRECONDITION naming
 # both ranks and the field. TROUPE_TIMEOUT_S=20 turns a hang into a failed check.
 troupe_add_mpi_test(test_transport_mismatch SOURCES test_transport_mismatch.c ARGS dims

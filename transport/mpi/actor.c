@@ -61,6 +61,8 @@
 #define S_TAG_PROBE 104   /* liveness: {S_PING|S_PONG, stamp} */
 #define S_TAG_FULL 10     /* added to a digest's tag: the full fingerprint (digests differed) */
 #define S_TAG_DATA_P2P 201
+#define S_TAG_RING 301 /* + bucket index % S_RING_TAGS: a ring bucket's steps */
+#define S_RING_TAGS 64 /* buckets in flight are fewer than this many apart (s_coll_post) */
 
 #define S_PING 1
 #define S_PONG 2
@@ -97,9 +99,13 @@ typedef struct s_bucket {
 } s_bucket_t;
 
 typedef struct s_flight {
-    MPI_Request req;
+    MPI_Request req;  /* the MPI_Iallreduce or MPI_Ibcast; a ring step's receive */
+    MPI_Request sreq; /* a ring step's send */
     size_t bucket;
-    int slot; /* staging slot, -1 in place */
+    int slot;      /* staging slot, -1 in place */
+    int ring_step; /* -1: one MPI collective; else the ring step in flight (s_ring_post) */
+    int tmp;       /* a ring's receive buffer (s_a.rtmp), -1 none */
+    char *base;    /* a ring's data: the caller's memory (in place) or its staging slot */
 } s_flight_t;
 
 typedef enum s_phase { S_PH_INIT = 0, S_PH_FP, S_PH_DATA } s_phase_t;
@@ -172,6 +178,9 @@ static struct {
     void *slot[2];
     size_t slot_cap[2];
     bool slot_busy[2];
+    void *rtmp[2]; /* the receive buffers of ring buckets in flight */
+    size_t rtmp_cap[2];
+    bool rtmp_busy[2];
     MPI_Request probe_req;
     int64_t probe_buf[2];
     bool probe_posted;
@@ -431,6 +440,9 @@ static void s_rs_free(s_rs_t *rs)
     troupe_free(rs->fp_recv);
     troupe_free(rs->fp_state);
     s_release_slots(rs);
+    for (int i = 0; i < rs->nfl; i++)
+        if (rs->fl[i].tmp >= 0)
+            s_a.rtmp_busy[rs->fl[i].tmp] = false;
     troupe_free(rs->segs);
     troupe_free(rs->bks);
     troupe_free(rs->p2p);
@@ -859,23 +871,30 @@ static void s_unpack(const troupe__req_t *r, const s_rs_t *rs, const s_bucket_t 
     }
 }
 
-static int s_take_slot(size_t bytes)
+/* Takes a free buffer of at least `bytes` among two (kept and grown: no page faults per
+ * bucket). Returns its index, -1 when both are busy, -2 out of memory. */
+static int s_take_buf(void **buf, size_t *cap, bool *busy, size_t bytes)
 {
     for (int i = 0; i < 2; i++) {
-        if (s_a.slot_busy[i])
+        if (busy[i])
             continue;
-        if (s_a.slot_cap[i] < bytes) {
-            troupe_free(s_a.slot[i]);
-            s_a.slot_cap[i] = 0;
-            s_a.slot[i] = troupe_malloc(bytes);
-            if (s_a.slot[i] == NULL)
+        if (cap[i] < bytes) {
+            troupe_free(buf[i]);
+            cap[i] = 0;
+            buf[i] = troupe_malloc(bytes);
+            if (buf[i] == NULL)
                 return -2;
-            s_a.slot_cap[i] = bytes;
+            cap[i] = bytes;
         }
-        s_a.slot_busy[i] = true;
+        busy[i] = true;
         return i;
     }
     return -1;
+}
+
+static int s_take_slot(size_t bytes)
+{
+    return s_take_buf(s_a.slot, s_a.slot_cap, s_a.slot_busy, bytes);
 }
 
 /* Takes a slot for bucket b and packs it (the root only, for a broadcast). Returns OK with
@@ -913,11 +932,125 @@ static troupe_status_t s_prepack(troupe__req_t *r, s_rs_t *rs)
     return TROUPE_OK;
 }
 
+/* ---- ring allreduce ------------------------------------------------------------------------
+ * An allreduce bucket of at least S_RING_MIN_BYTES is reduced by troupe's own ring over
+ * point-to-point messages (Patarasuk and Yuan's bandwidth-optimal allreduce, as in Baidu's
+ * ring-allreduce, Horovod and NCCL): the bucket is cut into `size` chunks; in p-1
+ * reduce-scatter steps each rank sends one chunk to its right neighbour, receives another from
+ * its left one and reduces it into its own copy, so that each rank ends with one chunk fully
+ * reduced; in p-1 allgather steps the reduced chunks travel around the ring into every rank's
+ * bucket. Each rank sends and receives 2(p-1)/p of the bucket and reduces (p-1)/p of it, in
+ * parallel with the others. Open MPI's nonblocking MPI_Iallreduce (coll/libnbc) uses a
+ * binomial tree for fewer than 4 ranks or in-place buffers whatever the size: all data goes to
+ * rank 0, which reduces it alone, then back. Every element is reduced by one rank, in ring
+ * order, and copied to the others, so all ranks hold the same bits and a run is reproducible
+ * for a given number of ranks. */
+#define S_RING_MIN_BYTES (64 * 1024)
+
+static bool s_use_ring(const troupe__req_t *r, const s_bucket_t *b)
+{
+    return r->kind == TROUPE__REQ_ALLREDUCE && s_a.size > 1 && b->cls != S_CLS_BYTES &&
+           b->units >= s_a.size && b->units * (int64_t)s_cls_size(b->cls) >= S_RING_MIN_BYTES;
+}
+
+/* First unit of chunk c of a bucket of `units` (chunk c is [lo(c), lo(c + 1))). */
+static int64_t s_chunk_lo(int64_t units, int c)
+{
+    return units * c / s_a.size;
+}
+
+static int s_mod(int a, int p)
+{
+    return ((a % p) + p) % p;
+}
+
+/* dst op= src for n values of class cls (sum for mean), vectorized (reduce.c). */
+static void s_reduce(s_cls_t cls, troupe_reduce_op_t op, void *dst, const void *src, int64_t n)
+{
+    static const troupe__red_type_t k_type[S_NCLS] = {
+        [S_CLS_F32] = TROUPE__RED_F32,   [S_CLS_F64] = TROUPE__RED_F64,
+        [S_CLS_I32] = TROUPE__RED_I32,   [S_CLS_I64] = TROUPE__RED_I64,
+        [S_CLS_U32] = TROUPE__RED_U32,   [S_CLS_U64] = TROUPE__RED_U64,
+        [S_CLS_BYTES] = TROUPE__RED_NONE};
+    troupe__reduce_into(k_type[cls], op, dst, src, n);
+}
+
+/* Posts ring step f->ring_step of f's bucket: steps 0 .. p-2 reduce-scatter (receive into the
+ * ring buffer), p-1 .. 2p-3 allgather (receive into the bucket). */
+static troupe_status_t s_ring_post(s_rs_t *rs, s_flight_t *f)
+{
+    const s_bucket_t *b = &rs->bks[f->bucket];
+    int p = s_a.size, me = s_a.rank, st = f->ring_step;
+    int send_c, recv_c;
+    if (st < p - 1) {
+        send_c = s_mod(me - st, p);
+        recv_c = s_mod(me - st - 1, p);
+    } else {
+        send_c = s_mod(me + 1 - (st - (p - 1)), p);
+        recv_c = s_mod(me - (st - (p - 1)), p);
+    }
+    size_t cs = s_cls_size(b->cls);
+    int64_t s_lo = s_chunk_lo(b->units, send_c), s_n = s_chunk_lo(b->units, send_c + 1) - s_lo;
+    int64_t r_lo = s_chunk_lo(b->units, recv_c), r_n = s_chunk_lo(b->units, recv_c + 1) - r_lo;
+    void *rbuf = st < p - 1 ? s_a.rtmp[f->tmp] : f->base + r_lo * (int64_t)cs;
+    int tag = S_TAG_RING + (int)(f->bucket % S_RING_TAGS);
+    MPI_Datatype type = s_cls_type(b->cls);
+    int rc = MPI_Irecv(rbuf, (int)r_n, type, s_mod(me - 1, p), tag, s_a.data, &f->req);
+    if (rc != MPI_SUCCESS)
+        return s_mpi_err(rs->what, "MPI_Irecv (ring)", rc);
+    rc = MPI_Isend(f->base + s_lo * (int64_t)cs, (int)s_n, type, s_mod(me + 1, p), tag, s_a.data,
+                   &f->sreq);
+    if (rc != MPI_SUCCESS)
+        return s_mpi_err(rs->what, "MPI_Isend (ring)", rc);
+    return TROUPE_OK;
+}
+
+/* Tests a ring bucket in flight: completes the steps that finished (reducing what a
+ * reduce-scatter step received) and posts the next. *done when its last step finished. */
+static troupe_status_t s_ring_test(const troupe__req_t *r, s_rs_t *rs, s_flight_t *f, bool *done,
+                                   bool *progress)
+{
+    const s_bucket_t *b = &rs->bks[f->bucket];
+    int p = s_a.size;
+    for (;;) {
+        int rflag = 0, sflag = 0;
+        int rc = MPI_Test(&f->req, &rflag, MPI_STATUS_IGNORE);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Test(&f->sreq, &sflag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return s_mpi_err(rs->what, "MPI_Test (ring)", rc);
+        if (!rflag || !sflag)
+            return TROUPE_OK;
+        *progress = true;
+        if (f->ring_step < p - 1) {
+            int c = s_mod(s_a.rank - f->ring_step - 1, p);
+            int64_t lo = s_chunk_lo(b->units, c), n = s_chunk_lo(b->units, c + 1) - lo;
+            s_reduce(b->cls, r->op, f->base + lo * (int64_t)s_cls_size(b->cls), s_a.rtmp[f->tmp],
+                     n);
+        }
+        if (++f->ring_step == 2 * (p - 1)) {
+            s_a.rtmp_busy[f->tmp] = false;
+            f->tmp = -1;
+            *done = true;
+            return TROUPE_OK;
+        }
+        TROUPE_RETURN_IF_ERROR(s_ring_post(rs, f));
+    }
+}
+
 /* Posts buckets while fewer than two are in flight. */
 static troupe_status_t s_coll_post(troupe__req_t *r, s_rs_t *rs)
 {
     bool bcast = r->kind == TROUPE__REQ_BROADCAST;
     while (rs->nfl < 2 && rs->next_bk < rs->nbks) {
+        /* Buckets in flight finish in any order. Ring messages of buckets S_RING_TAGS apart
+         * share a tag, so a bucket waits while one that far back is still in flight (the
+         * steps of one bucket, and buckets of different tags, cannot be confused). */
+        size_t oldest = rs->next_bk;
+        for (int i = 0; i < rs->nfl; i++)
+            oldest = rs->fl[i].bucket < oldest ? rs->fl[i].bucket : oldest;
+        if (rs->next_bk - oldest >= S_RING_TAGS)
+            break;
         s_bucket_t *b = &rs->bks[rs->next_bk];
         void *ptr;
         int slot = -1;
@@ -932,17 +1065,33 @@ static troupe_status_t s_coll_post(troupe__req_t *r, s_rs_t *rs)
             ptr = s_a.slot[slot];
         }
         s_flight_t *f = &rs->fl[rs->nfl];
-        int rc;
-        if (bcast)
-            rc = MPI_Ibcast(ptr, (int)b->units, MPI_BYTE, r->root, s_a.data, &f->req);
-        else
-            rc = MPI_Iallreduce(MPI_IN_PLACE, ptr, (int)b->units, s_cls_type(b->cls),
-                                s_mpi_op(r->op), s_a.data, &f->req);
-        if (rc != MPI_SUCCESS)
-            return s_mpi_err(rs->what, bcast ? "MPI_Ibcast" : "MPI_Iallreduce", rc);
-        f->bucket = rs->next_bk++;
-        f->slot = slot;
-        rs->nfl++;
+        *f = (s_flight_t){MPI_REQUEST_NULL, MPI_REQUEST_NULL, rs->next_bk, slot, -1, -1, ptr};
+        if (s_use_ring(r, b)) {
+            int64_t chunk = b->units - s_chunk_lo(b->units, s_a.size - 1); /* the largest */
+            int tmp = s_take_buf(s_a.rtmp, s_a.rtmp_cap, s_a.rtmp_busy,
+                                 (size_t)chunk * s_cls_size(b->cls));
+            if (tmp < 0) /* -1 cannot happen: at most two flights, one buffer each */
+                return troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                                     "%s: out of memory for a ring buffer of %" PRId64 " bytes",
+                                     rs->what, chunk * (int64_t)s_cls_size(b->cls));
+            f->tmp = tmp;
+            f->ring_step = 0;
+            rs->next_bk++;
+            rs->nfl++; /* counted now: s_rs_free gives the ring buffer back on failure */
+            troupe__stats_add_ring();
+            TROUPE_RETURN_IF_ERROR(s_ring_post(rs, f));
+        } else {
+            int rc;
+            if (bcast)
+                rc = MPI_Ibcast(ptr, (int)b->units, MPI_BYTE, r->root, s_a.data, &f->req);
+            else
+                rc = MPI_Iallreduce(MPI_IN_PLACE, ptr, (int)b->units, s_cls_type(b->cls),
+                                    s_mpi_op(r->op), s_a.data, &f->req);
+            if (rc != MPI_SUCCESS)
+                return s_mpi_err(rs->what, bcast ? "MPI_Ibcast" : "MPI_Iallreduce", rc);
+            rs->next_bk++;
+            rs->nfl++;
+        }
         troupe__stats_add(0, 0, 1, 0, 0);
     }
     return TROUPE_OK;
@@ -954,11 +1103,17 @@ static troupe_status_t s_coll_test(troupe__req_t *r, s_rs_t *rs, bool *progress)
     bool bcast = r->kind == TROUPE__REQ_BROADCAST;
     bool mean = !bcast && r->op == TROUPE_REDUCE_MEAN;
     for (int i = 0; i < rs->nfl;) {
-        int flag = 0;
-        int rc = MPI_Test(&rs->fl[i].req, &flag, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS)
-            return s_mpi_err(rs->what, "MPI_Test", rc);
-        if (!flag) {
+        bool done = false;
+        if (rs->fl[i].ring_step >= 0) {
+            TROUPE_RETURN_IF_ERROR(s_ring_test(r, rs, &rs->fl[i], &done, progress));
+        } else {
+            int flag = 0;
+            int rc = MPI_Test(&rs->fl[i].req, &flag, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS)
+                return s_mpi_err(rs->what, "MPI_Test", rc);
+            done = flag != 0;
+        }
+        if (!done) {
             i++;
             continue;
         }
@@ -1513,6 +1668,10 @@ bool troupe__transport_stop(bool drain, int64_t timeout_ns)
         s_a.slot[i] = NULL;
         s_a.slot_cap[i] = 0;
         s_a.slot_busy[i] = false;
+        troupe_free(s_a.rtmp[i]);
+        s_a.rtmp[i] = NULL;
+        s_a.rtmp_cap[i] = 0;
+        s_a.rtmp_busy[i] = false;
     }
     for (size_t i = 0; i < s_a.nsends; i++)
         troupe_free(s_a.sends[i].buf); /* only left after a failure: never reused */

@@ -21,7 +21,8 @@
 
 /* ---- stats ------------------------------------------------------------------------------- */
 
-static _Atomic uint64_t s_collectives, s_completed, s_buckets, s_bytes, s_staged, s_failures;
+static _Atomic uint64_t s_collectives, s_completed, s_buckets, s_ring_buckets, s_bytes, s_staged,
+    s_failures;
 
 void troupe__stats_add(uint64_t collectives, uint64_t completed, uint64_t buckets, uint64_t bytes,
                        uint64_t failures)
@@ -43,6 +44,11 @@ void troupe__stats_add_staged(uint64_t bytes)
     atomic_fetch_add(&s_staged, bytes);
 }
 
+void troupe__stats_add_ring(void)
+{
+    atomic_fetch_add(&s_ring_buckets, 1);
+}
+
 void troupe_transport_get_stats(troupe_transport_stats_t *out)
 {
     if (out == NULL)
@@ -50,6 +56,7 @@ void troupe_transport_get_stats(troupe_transport_stats_t *out)
     out->collectives = atomic_load(&s_collectives);
     out->completed = atomic_load(&s_completed);
     out->buckets = atomic_load(&s_buckets);
+    out->ring_buckets = atomic_load(&s_ring_buckets);
     out->bytes = atomic_load(&s_bytes);
     out->staged = atomic_load(&s_staged);
     out->failures = atomic_load(&s_failures);

@@ -98,6 +98,24 @@ void troupe__req_free(troupe__req_t **r_p);
 /* Completes r's event with `status`/`message` (OK: done), counts it in the stats, frees r. */
 void troupe__req_finish(troupe__req_t **r_p, troupe_status_t status, const char *message);
 
+/* ---- reductions (reduce.c) ---------------------------------------------------------------- */
+
+/* Element types the transport reduces itself (ring buckets). */
+typedef enum troupe__red_type {
+    TROUPE__RED_NONE = 0,
+    TROUPE__RED_F32,
+    TROUPE__RED_F64,
+    TROUPE__RED_I32,
+    TROUPE__RED_I64,
+    TROUPE__RED_U32,
+    TROUPE__RED_U64,
+} troupe__red_type_t;
+
+/* dst[i] = dst[i] op src[i] for i < n (mean: sum; max/min as MPI_MAX/MPI_MIN). dst and src must
+ * not overlap. TROUPE__RED_NONE does nothing. */
+void troupe__reduce_into(troupe__red_type_t type, troupe_reduce_op_t op, void *restrict dst,
+                         const void *restrict src, int64_t n);
+
 /* ---- fingerprints (fingerprint.c) -------------------------------------------------------- */
 
 /* Bytes of r's fingerprint on the wire. */
@@ -154,6 +172,9 @@ void troupe__stats_add(uint64_t collectives, uint64_t completed, uint64_t bucket
                        uint64_t failures);
 /* Counts `bytes` of a bucket that went through a staging buffer (troupe_transport_stats_t). */
 void troupe__stats_add_staged(uint64_t bytes);
+
+/* Counts a bucket reduced by troupe's ring (also counted in buckets). */
+void troupe__stats_add_ring(void);
 
 /* ---- the actor (actor.c) ----------------------------------------------------------------- */
 
