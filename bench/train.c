@@ -18,7 +18,11 @@
  * One timed run is S_STEPS synchronous steps (troupe_dp_step) and a troupe_dp_sync: S_STEPS x
  * the global minibatch samples. 1x1 and 1x2 are timed together (bench_util: interleaved
  * rounds); a child runs a fixed number of runs on every rank (a time-based stop could differ
- * between ranks and leave one waiting in an allreduce). Every case trains the same model on
+ * between ranks and leave one waiting in an allreduce). The machine's speed drifts by several
+ * percent over a minute (shared hosts), so the child cases are measured in S_ROUNDS paired
+ * rounds: each round times 1x1 again in this process, then runs each child; a round's
+ * efficiencies compare its own 1x1 with its own children, and the lines give the medians over
+ * the rounds (the 1x1 line: the median of every 1x1 measurement). Every case trains the same model on
  * the same synthetic data set (deterministic pseudo-random pixels and labels: throughput does
  * not depend on the values; no file is needed), after S_WARM_STEPS untimed steps that compile,
  * upload and warm the caches.
@@ -31,6 +35,7 @@
  * last line
  *   efficiency=<samples_per_s(2x1) / (2 x samples_per_s(1x1))> efficiency_1x2=<the same for
  *   1x2> efficiency_weak=<the same for 2x1-weak> efficiency_nocomm=<the same for 2x1-nocomm>
+ *   rounds=<n> efficiency_min=<lowest round> efficiency_max=<highest round>
  * efficiency is strong scaling (the global minibatch of the trainer's default, 128, split over
  * the ranks); efficiency_weak keeps each rank's minibatch at 128, as Horovod and PyTorch DDP
  * report scaling. Without an MPI build (or an mpiexec that fails) the 2x1 cases are reported
@@ -66,7 +71,8 @@ extern char **environ;
 #define S_STEPS 40         /* steps per timed run */
 #define S_WARM_STEPS 10    /* untimed steps after building a layout */
 #define S_DATA_ROWS 5120   /* synthetic training rows (40 global minibatches) */
-#define S_CHILD_RUNS 15    /* timed runs of the 2x1 child (3 with --quick) */
+#define S_CHILD_RUNS 7     /* timed runs of a child per round (3 with --quick) */
+#define S_ROUNDS 3         /* paired rounds (1 with --quick) */
 #define S_BYTES_PER_SAMPLE ((int64_t)(FMNIST_IMAGE_PIXELS + FMNIST_NUM_CLASSES) * 4)
 
 /* One layout: its model, driver and per-run sample count. */
@@ -360,6 +366,24 @@ static double s_nocomm_case(int64_t batch, int runs, int warmup, const char *wha
     return 1.0 / per_s;
 }
 
+/* The median of v[0..n) (n <= S_ROUNDS + 1); NAN when any is NAN (a case not measured). */
+static double s_median(const double *v, int n)
+{
+    double s[S_ROUNDS + 1];
+    for (int i = 0; i < n; i++) {
+        if (isnan(v[i]))
+            return NAN;
+        s[i] = v[i];
+    }
+    for (int i = 1; i < n; i++) /* insertion sort: n is tiny */
+        for (int j = i; j > 0 && s[j] < s[j - 1]; j--) {
+            double t = s[j];
+            s[j] = s[j - 1];
+            s[j - 1] = t;
+        }
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
 int main(int argc, char **argv)
 {
     /* --child and --batch B are ours; the rest are bench_util's options */
@@ -429,19 +453,45 @@ int main(int argc, char **argv)
                                      2 * S_GLOBAL_BATCH, S_GLOBAL_BATCH};
     double us[NCASES] = {stats[0].median_us / (double)l11.samples_per_run,
                          stats[1].median_us / (double)l12.samples_per_run, NAN, NAN, NAN};
-    if ((st = s_layout_done(&l11)) != TROUPE_OK || (st = s_layout_done(&l12)) != TROUPE_OK)
+    double eff_1x2 = us[C11] / (2.0 * us[C12]);
+    if ((st = s_layout_done(&l12)) != TROUPE_OK)
         return troupe_bench_fail_status(S_PROG, "checking the training", st);
 
-    /* the child jobs, one after the other */
-    int runs = opts.max_runs == opts.min_runs ? opts.min_runs : S_CHILD_RUNS;
+    /* paired rounds: 1x1 again, then the child jobs one after the other */
+    bool quick = opts.max_runs == opts.min_runs;
+    int runs = quick ? opts.min_runs : S_CHILD_RUNS, rounds = quick ? 1 : S_ROUNDS;
+    double r11[S_ROUNDS + 1], rus[NCASES][S_ROUNDS], eff[NCASES][S_ROUNDS];
+    int n11 = 0;
+    r11[n11++] = us[C11];
+    troupe_bench_opts_t o11 = opts;
+    o11.warmup = 1;
+    o11.min_runs = o11.max_runs = runs;
+    o11.min_total_s = 0.0;
+    for (int k = 0; k < rounds; k++) {
+        troupe_bench_stats_t s11;
+        if (troupe_bench_time(s_run, &l11, &o11, &s11) != 0 || l11.failed)
+            return troupe_bench_fail_status(S_PROG, "training 1x1", TROUPE_INTERNAL);
+        double u11 = s11.median_us / (double)l11.samples_per_run;
+        r11[n11++] = u11;
 #if S_HAVE_MPIEXEC
-    us[C21] = s_child_case(2, S_GLOBAL_BATCH, runs, opts.warmup, names[C21]);
-    us[C21W] = s_child_case(2, 2 * S_GLOBAL_BATCH, runs, opts.warmup, names[C21W]);
+        rus[C21][k] = s_child_case(2, S_GLOBAL_BATCH, runs, opts.warmup, names[C21]);
+        rus[C21W][k] = s_child_case(2, 2 * S_GLOBAL_BATCH, runs, opts.warmup, names[C21W]);
 #else
-    fprintf(stderr, "%s: cases 2x1 and 2x1-weak not measured: built without MPI\n", S_PROG);
+        if (k == 0)
+            fprintf(stderr, "%s: cases 2x1 and 2x1-weak not measured: built without MPI\n",
+                    S_PROG);
+        rus[C21][k] = rus[C21W][k] = NAN;
 #endif
-    /* each of the two processes trains on half the 2x1 global minibatch */
-    us[C21N] = s_nocomm_case(S_GLOBAL_BATCH / 2, runs, opts.warmup, names[C21N]);
+        /* each of the two processes trains on half the 2x1 global minibatch */
+        rus[C21N][k] = s_nocomm_case(S_GLOBAL_BATCH / 2, runs, opts.warmup, names[C21N]);
+        for (int c = C21; c < NCASES; c++)
+            eff[c][k] = u11 / (2.0 * rus[c][k]); /* throughput(2) / (2 throughput(1)) */
+    }
+    us[C11] = s_median(r11, n11);
+    for (int c = C21; c < NCASES; c++)
+        us[c] = s_median(rus[c], rounds);
+    if ((st = s_layout_done(&l11)) != TROUPE_OK)
+        return troupe_bench_fail_status(S_PROG, "checking the training", st);
 
     for (int c = 0; c < NCASES; c++) {
         if (isnan(us[c]))
@@ -450,10 +500,16 @@ int main(int argc, char **argv)
                                 "samples_per_s=%.0f global_batch=%lld", 1e6 / us[c],
                                 (long long)batches[c]);
     }
-    /* throughput(2) / (2 throughput(1)) = us(1) / (2 us(2)) */
-    printf("efficiency=%.3f efficiency_1x2=%.3f efficiency_weak=%.3f efficiency_nocomm=%.3f\n",
-           us[C11] / (2.0 * us[C21]), us[C11] / (2.0 * us[C12]), us[C11] / (2.0 * us[C21W]),
-           us[C11] / (2.0 * us[C21N]));
+    /* throughput(2) / (2 throughput(1)) = us(1) / (2 us(2)), the median of the rounds' */
+    double lo = eff[C21][0], hi = eff[C21][0];
+    for (int k = 1; k < rounds; k++) {
+        lo = eff[C21][k] < lo ? eff[C21][k] : lo;
+        hi = eff[C21][k] > hi ? eff[C21][k] : hi;
+    }
+    printf("efficiency=%.3f efficiency_1x2=%.3f efficiency_weak=%.3f efficiency_nocomm=%.3f "
+           "rounds=%d efficiency_min=%.3f efficiency_max=%.3f\n",
+           s_median(eff[C21], rounds), eff_1x2, s_median(eff[C21W], rounds),
+           s_median(eff[C21N], rounds), rounds, lo, hi);
     fmnist_dataset_free(&ds);
 #if S_HAVE_MPIEXEC
     /* MPI was built: a 2x1 case that did not run is a failure */
