@@ -6,14 +6,16 @@
  *   1x2         one rank, two streams, global minibatch 128           in this process
  *   2x1         two ranks of one stream, global minibatch 128         child job (below)
  *   2x1-weak    two ranks of one stream, 128 per rank (global 256)    child job
+ *   2x1-bf16    2x1 with the gradients compressed to bfloat16 between the ranks
+ *               (troupe_dp_config_t.compress_bf16, the trainer's --compress bf16)  child job
  *   2x1-nocomm  two independent single-rank processes of minibatch 64 started together: the
  *               2x1 layout's compute without any communication, so its efficiency is the
  *               ceiling this machine puts on 2x1 (shared memory bandwidth and caches, the
  *               per-step costs that do not shrink with the minibatch: the optimizer update)
  *
  * A child job is this program re-launched as `mpiexec -n 2 <TROUPE_MPI_LAUNCHER_ARGS> <self>
- * --child --batch B ...` (posix_spawnp), or without mpiexec for 2x1-nocomm; each child times its
- * runs itself and reports the median on one line that this process reads.
+ * --child --batch B [--bf16] ...` (posix_spawnp), or without mpiexec for 2x1-nocomm; each child
+ * times its runs itself and reports the median on one line that this process reads.
  *
  * One timed run is S_STEPS synchronous steps (troupe_dp_step) and a troupe_dp_sync: S_STEPS x
  * the global minibatch samples. 1x1 and 1x2 are timed together (bench_util: interleaved
@@ -22,8 +24,8 @@
  * percent over a minute (shared hosts), so the child cases are measured in S_ROUNDS paired
  * rounds: each round times 1x1 again in this process, then runs each child; a round's
  * efficiencies compare its own 1x1 with its own children, and the lines give the medians over
- * the rounds (the 1x1 line: the median of every 1x1 measurement). Every case trains the same model on
- * the same synthetic data set (deterministic pseudo-random pixels and labels: throughput does
+ * the rounds (the 1x1 line: the median of every 1x1 measurement). Every case trains the same model
+ * on the same synthetic data set (deterministic pseudo-random pixels and labels: throughput does
  * not depend on the values; no file is needed), after S_WARM_STEPS untimed steps that compile,
  * upload and warm the caches.
  *
@@ -36,6 +38,7 @@
  *   efficiency=<samples_per_s(2x1) / (2 x samples_per_s(1x1))> efficiency_1x2=<the same for
  *   1x2> efficiency_weak=<the same for 2x1-weak> efficiency_nocomm=<the same for 2x1-nocomm>
  *   rounds=<n> efficiency_min=<lowest round> efficiency_max=<highest round>
+ *   efficiency_bf16=<the same for 2x1-bf16>
  * efficiency is strong scaling (the global minibatch of the trainer's default, 128, split over
  * the ranks); efficiency_weak keeps each rank's minibatch at 128, as Horovod and PyTorch DDP
  * report scaling. Without an MPI build (or an mpiexec that fails) the 2x1 cases are reported
@@ -103,6 +106,8 @@ static void s_synthetic(fmnist_dataset_t *ds)
     }
 }
 
+static bool s_bf16; /* a child of 2x1-bf16 (--bf16) */
+
 /* Builds a layout of `streams` replicas on this rank (the cluster decides the ranks) and runs
  * the warm-up steps. */
 static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmnist_dataset_t *ds,
@@ -129,7 +134,8 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
     };
     troupe_optimizer_t opt = troupe_optimizer_default(TROUPE_OPT_SGD);
     opt.lr = 0.05;
-    troupe_dp_config_t dc = {.backend = "cpu", .streams = streams, .optimizer = opt};
+    troupe_dp_config_t dc = {
+        .backend = "cpu", .streams = streams, .optimizer = opt, .compress_bf16 = s_bf16};
     TROUPE_RETURN_IF_ERROR(troupe_dp_new(&dc, &model, &l->dp));
     for (int s = 0; s < S_WARM_STEPS; s++)
         TROUPE_RETURN_IF_ERROR(troupe_dp_step(l->dp));
@@ -231,7 +237,7 @@ typedef struct s_child_proc {
 
 /* Starts `self --child --batch B --runs R --warmup W`, under `mpiexec -n 2 <launcher args>`
  * when `mpi` (MPI builds with a found mpiexec only). */
-static troupe_status_t s_child_start(bool mpi, int64_t batch, int runs, int warmup,
+static troupe_status_t s_child_start(bool mpi, int64_t batch, bool bf16, int runs, int warmup,
                                      const char *what, s_child_proc_t *c)
 {
     memset(c, 0, sizeof *c);
@@ -269,6 +275,8 @@ static troupe_status_t s_child_start(bool mpi, int64_t batch, int runs, int warm
     argv[argc++] = runs_s;
     argv[argc++] = (char *)"--warmup";
     argv[argc++] = warm_s;
+    if (bf16)
+        argv[argc++] = (char *)"--bf16";
     argv[argc] = NULL;
 
     int fds[2];
@@ -327,12 +335,13 @@ static troupe_status_t s_child_finish(s_child_proc_t *c, int ranks, double *medi
 }
 
 /* One child job of `ranks` ranks (2: under mpiexec); us per sample, NAN when not measured. */
-static double s_child_case(int ranks, int64_t batch, int runs, int warmup, const char *what)
+static double s_child_case(int ranks, int64_t batch, bool bf16, int runs, int warmup,
+                           const char *what)
 {
     s_child_proc_t c;
     double med = 0;
     int64_t samples = 0;
-    troupe_status_t st = s_child_start(ranks == 2, batch, runs, warmup, what, &c);
+    troupe_status_t st = s_child_start(ranks == 2, batch, bf16, runs, warmup, what, &c);
     if (st == TROUPE_OK)
         st = s_child_finish(&c, ranks, &med, &samples);
     if (st != TROUPE_OK) {
@@ -349,12 +358,12 @@ static double s_nocomm_case(int64_t batch, int runs, int warmup, const char *wha
     s_child_proc_t c[2];
     double med[2] = {0, 0};
     int64_t samples[2] = {0, 0};
-    troupe_status_t st = s_child_start(false, batch, runs, warmup, what, &c[0]);
+    troupe_status_t st = s_child_start(false, batch, false, runs, warmup, what, &c[0]);
     if (st != TROUPE_OK) {
         fprintf(stderr, "%s: case %s not measured: %s\n", S_PROG, what, troupe_last_error());
         return NAN;
     }
-    troupe_status_t st1 = s_child_start(false, batch, runs, warmup, what, &c[1]);
+    troupe_status_t st1 = s_child_start(false, batch, false, runs, warmup, what, &c[1]);
     st = s_child_finish(&c[0], 1, &med[0], &samples[0]);
     if (st1 == TROUPE_OK)
         st1 = s_child_finish(&c[1], 1, &med[1], &samples[1]);
@@ -393,6 +402,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         if (i > 0 && strcmp(argv[i], "--child") == 0) {
             child = true;
+        } else if (i > 0 && strcmp(argv[i], "--bf16") == 0) {
+            s_bf16 = true;
         } else if (i > 0 && strcmp(argv[i], "--batch") == 0) {
             char *end = NULL;
             batch = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
@@ -447,12 +458,17 @@ int main(int argc, char **argv)
     o.warmup = 0; /* s_layout_new warmed up */
     if (troupe_bench_time_sides(sides, 2, &o, stats) != 0 || l11.failed || l12.failed)
         return troupe_bench_fail_status(S_PROG, "training", TROUPE_INTERNAL);
-    enum { C11, C12, C21, C21W, C21N, NCASES };
-    static const char *const names[NCASES] = {"1x1", "1x2", "2x1", "2x1-weak", "2x1-nocomm"};
-    const int64_t batches[NCASES] = {S_GLOBAL_BATCH, S_GLOBAL_BATCH, S_GLOBAL_BATCH,
-                                     2 * S_GLOBAL_BATCH, S_GLOBAL_BATCH};
+    enum { C11, C12, C21, C21W, C21B, C21N, NCASES };
+    static const char *const names[NCASES] = {"1x1",      "1x2",      "2x1",
+                                              "2x1-weak", "2x1-bf16", "2x1-nocomm"};
+    const int64_t batches[NCASES] = {S_GLOBAL_BATCH,     S_GLOBAL_BATCH, S_GLOBAL_BATCH,
+                                     2 * S_GLOBAL_BATCH, S_GLOBAL_BATCH, S_GLOBAL_BATCH};
     double us[NCASES] = {stats[0].median_us / (double)l11.samples_per_run,
-                         stats[1].median_us / (double)l12.samples_per_run, NAN, NAN, NAN};
+                         stats[1].median_us / (double)l12.samples_per_run,
+                         NAN,
+                         NAN,
+                         NAN,
+                         NAN};
     double eff_1x2 = us[C11] / (2.0 * us[C12]);
     if ((st = s_layout_done(&l12)) != TROUPE_OK)
         return troupe_bench_fail_status(S_PROG, "checking the training", st);
@@ -474,13 +490,13 @@ int main(int argc, char **argv)
         double u11 = s11.median_us / (double)l11.samples_per_run;
         r11[n11++] = u11;
 #if S_HAVE_MPIEXEC
-        rus[C21][k] = s_child_case(2, S_GLOBAL_BATCH, runs, opts.warmup, names[C21]);
-        rus[C21W][k] = s_child_case(2, 2 * S_GLOBAL_BATCH, runs, opts.warmup, names[C21W]);
+        rus[C21][k] = s_child_case(2, S_GLOBAL_BATCH, false, runs, opts.warmup, names[C21]);
+        rus[C21W][k] = s_child_case(2, 2 * S_GLOBAL_BATCH, false, runs, opts.warmup, names[C21W]);
+        rus[C21B][k] = s_child_case(2, S_GLOBAL_BATCH, true, runs, opts.warmup, names[C21B]);
 #else
         if (k == 0)
-            fprintf(stderr, "%s: cases 2x1 and 2x1-weak not measured: built without MPI\n",
-                    S_PROG);
-        rus[C21][k] = rus[C21W][k] = NAN;
+            fprintf(stderr, "%s: cases 2x1 and 2x1-weak not measured: built without MPI\n", S_PROG);
+        rus[C21][k] = rus[C21W][k] = rus[C21B][k] = NAN;
 #endif
         /* each of the two processes trains on half the 2x1 global minibatch */
         rus[C21N][k] = s_nocomm_case(S_GLOBAL_BATCH / 2, runs, opts.warmup, names[C21N]);
@@ -507,13 +523,13 @@ int main(int argc, char **argv)
         hi = eff[C21][k] > hi ? eff[C21][k] : hi;
     }
     printf("efficiency=%.3f efficiency_1x2=%.3f efficiency_weak=%.3f efficiency_nocomm=%.3f "
-           "rounds=%d efficiency_min=%.3f efficiency_max=%.3f\n",
+           "rounds=%d efficiency_min=%.3f efficiency_max=%.3f efficiency_bf16=%.3f\n",
            s_median(eff[C21], rounds), eff_1x2, s_median(eff[C21W], rounds),
-           s_median(eff[C21N], rounds), rounds, lo, hi);
+           s_median(eff[C21N], rounds), rounds, lo, hi, s_median(eff[C21B], rounds));
     fmnist_dataset_free(&ds);
 #if S_HAVE_MPIEXEC
     /* MPI was built: a 2x1 case that did not run is a failure */
-    return isnan(us[C21]) || isnan(us[C21W]) || isnan(us[C21N]) ? 1 : 0;
+    return isnan(us[C21]) || isnan(us[C21W]) || isnan(us[C21B]) || isnan(us[C21N]) ? 1 : 0;
 #else
     return isnan(us[C21N]) ? 1 : 0;
 #endif

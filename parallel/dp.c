@@ -318,6 +318,7 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     char nm[64];
     dp->opt = cfg->optimizer;
     dp->local_only = cfg->local_only;
+    dp->coll_flags = cfg->compress_bf16 ? TROUPE_COLL_BF16 : 0u;
     dp->rank = 0;
     dp->nranks = 1;
     if (!dp->local_only) {
@@ -651,8 +652,9 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp)
         if (i == 0 || bucket_bytes + (int64_t)dp->grads[i - 1]->size_bytes > fusion) {
             /* the last bucket starts lazily: the owner stream waits for it next and then
              * runs it itself (TROUPE_COLL_LAZY); earlier ones overlap the merges between */
-            st = troupe_allreduce_nodes_deferred_ex(s_tail(r0), nb, bucket, TROUPE_REDUCE_SUM,
-                                                    i == 0 ? TROUPE_COLL_LAZY : 0u, &done[ndone]);
+            st = troupe_allreduce_nodes_deferred_ex(
+                s_tail(r0), nb, bucket, TROUPE_REDUCE_SUM,
+                dp->coll_flags | (i == 0 ? TROUPE_COLL_LAZY : 0u), &done[ndone]);
             if (st == TROUPE_OK)
                 ndone++;
             nb = 0;

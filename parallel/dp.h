@@ -88,12 +88,12 @@ TROUPE_MUST_USE troupe_status_t troupe_optimizer_parse(const char *text,
 
 typedef struct troupe_dp_model {
     const troupe_asgn_comp_t *grad_comp; /* forward + backward for one minibatch */
-    const char *batch_index;  /* the comp's static index symbol selecting the minibatch */
-    int64_t num_batches;      /* minibatches available (the symbol's range when it has one) */
+    const char *batch_index;       /* the comp's static index symbol selecting the minibatch */
+    int64_t num_batches;           /* minibatches available (the symbol's range when it has one) */
     troupe_tnode_t *const *params; /* n_params parameter nodes (hosted: initial values) */
     troupe_tnode_t *const *grads;  /* their gradients, written by grad_comp, same dims/prec */
     size_t n_params;
-    troupe_tnode_t *loss;     /* optional scalar written by grad_comp, or NULL */
+    troupe_tnode_t *loss; /* optional scalar written by grad_comp, or NULL */
     /* Nodes grad_comp reads that are neither params nor embedded (the data set, labels):
      * hosted; uploaded once per stream (init_from_host) before the first step. */
     troupe_tnode_t *const *inputs;
@@ -101,8 +101,8 @@ typedef struct troupe_dp_model {
 } troupe_dp_model_t;
 
 typedef struct troupe_dp_config {
-    const char *backend;      /* "cpu", "sync"; NULL: troupe_config_backend() */
-    int streams;              /* local replicas; <= 0: the device's suggested_num_streams */
+    const char *backend; /* "cpu", "sync"; NULL: troupe_config_backend() */
+    int streams;         /* local replicas; <= 0: the device's suggested_num_streams */
     troupe_optimizer_t optimizer;
     /* true: this rank trains alone, as if it were rank 0 of 1, even under a distributed
      * cluster: no broadcast in troupe_dp_new, no allreduce in troupe_dp_step, the loss is not
@@ -110,6 +110,11 @@ typedef struct troupe_dp_config {
      * writes on every rank. For rank-local references and evaluation (zero-initialised
      * configs keep the distributed behaviour). */
     bool local_only;
+    /* true: the cross-rank allreduce of single-precision gradients travels as bfloat16
+     * (TROUPE_COLL_BF16, transport/mpi/collective.h: half the bytes, bfloat16's 8 significant
+     * bits; PyTorch DDP's bf16_compress_hook, Horovod's Compression.fp16). Every rank must
+     * set it alike (fingerprinted). false (default): exact single-precision sums. */
+    bool compress_bf16;
 } troupe_dp_config_t;
 
 /* Builds the driver: opens the backend, makes the streams, compiles and links the gradient,
@@ -149,7 +154,7 @@ TROUPE_MUST_USE troupe_status_t troupe_dp_params_from_host(troupe_dp_t *dp);
 /* Sets the learning rate for later steps (> 0, else INVALID_ARGUMENT). */
 TROUPE_MUST_USE troupe_status_t troupe_dp_set_lr(troupe_dp_t *dp, double lr);
 
-int troupe_dp_num_streams(const troupe_dp_t *dp);   /* local replicas N */
+int troupe_dp_num_streams(const troupe_dp_t *dp);    /* local replicas N */
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
 /* The owner stream's context holding the current parameters (borrowed): link evaluation
  * routines to it (after troupe_dp_sync). */

@@ -52,16 +52,17 @@ struct troupe_dp {
     troupe_backend_t *backend;
     troupe_optimizer_t opt;
     bool local_only;
-    int n;      /* local replicas */
-    int rank;   /* this rank (0 when local_only) */
-    int nranks; /* ranks (1 when local_only) */
+    unsigned coll_flags; /* TROUPE_COLL_BF16 when the config compresses, else 0 */
+    int n;               /* local replicas */
+    int rank;            /* this rank (0 when local_only) */
+    int nranks;          /* ranks (1 when local_only) */
 
     size_t n_params;
-    troupe_tnode_t **params; /* retained */
-    troupe_tnode_t **grads;  /* retained */
+    troupe_tnode_t **params;         /* retained */
+    troupe_tnode_t **grads;          /* retained */
     troupe_tnode_t **bucket_scratch; /* n_params: one fusion bucket's gradients (a step) */
     troupe_event_t **done_scratch;   /* n_params: the buckets' deferred allreduces (a step) */
-    troupe_tnode_t *loss;    /* retained, or NULL */
+    troupe_tnode_t *loss;            /* retained, or NULL */
     char *batch_index;
     int64_t num_batches;
 

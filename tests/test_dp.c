@@ -171,7 +171,8 @@ static void s_train(const char *backend, int streams, troupe_optimizer_kind_t ki
     s_make_data(&d);
     dpt_lr_t m;
     s_model(&m, &d, streams, D);
-    troupe_dp_config_t cfg = {backend, streams, dpt_opt(kind), false};
+    troupe_dp_config_t cfg = {
+        .backend = backend, .streams = streams, .optimizer = dpt_opt(kind), .local_only = false};
     troupe_dp_t *dp = NULL;
     OK(troupe_dp_new(&cfg, &m.model, &dp));
     cr_assert_eq(troupe_dp_num_streams(dp), streams);
@@ -266,7 +267,8 @@ static void s_run_new(run_t *r, const char *backend, int streams, troupe_optimiz
 {
     s_make_data(&r->d);
     s_model(&r->m, &r->d, streams, din);
-    troupe_dp_config_t cfg = {backend, streams, dpt_opt(kind), false};
+    troupe_dp_config_t cfg = {
+        .backend = backend, .streams = streams, .optimizer = dpt_opt(kind), .local_only = false};
     OK(troupe_dp_new(&cfg, &r->m.model, &r->dp));
 }
 
@@ -478,7 +480,8 @@ Test(dp, invalid_configs_are_named)
     s_make_data(&d);
     dpt_lr_t m;
     s_model(&m, &d, 1, D);
-    troupe_dp_config_t good = {"sync", 1, dpt_opt(TROUPE_OPT_ADAMW), false};
+    troupe_dp_config_t good = {
+        .backend = "sync", .streams = 1, .optimizer = dpt_opt(TROUPE_OPT_ADAMW)};
     troupe_dp_config_t cfg;
     troupe_dp_model_t mm;
 
@@ -573,7 +576,7 @@ Test(dp, set_lr_changes_later_steps)
     s_model(&m, &d, 1, D);
     troupe_optimizer_t opt = dpt_opt(TROUPE_OPT_SGD);
     opt.momentum = 0;
-    troupe_dp_config_t cfg = {"sync", 1, opt, false};
+    troupe_dp_config_t cfg = {.backend = "sync", .streams = 1, .optimizer = opt};
     troupe_dp_t *dp = NULL;
     OK(troupe_dp_new(&cfg, &m.model, &dp));
     OK(troupe_dp_step(dp));
@@ -603,7 +606,7 @@ Test(dp, params_from_host_uploads_to_every_stream)
     s_model(&m, &d, 2, D);
     troupe_optimizer_t opt = dpt_opt(TROUPE_OPT_SGD);
     opt.momentum = 0;
-    troupe_dp_config_t cfg = {"cpu", 2, opt, false};
+    troupe_dp_config_t cfg = {.backend = "cpu", .streams = 2, .optimizer = opt};
     troupe_dp_t *dp = NULL;
     OK(troupe_dp_new(&cfg, &m.model, &dp));
     OK(troupe_dp_step(dp));

@@ -13,6 +13,7 @@
 #include "runtime_test_util.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -375,9 +376,20 @@ Test(transport, fingerprint_mismatches_name_ranks_tensor_and_field)
           "kind allreduce on rank 0 but broadcast on rank 1");
     troupe__req_free(&b);
 
+    b = s_req(TROUPE__REQ_ALLREDUCE, 2, t);
+    b->bf16_wire = true;
+    FAILS(s_compare(a, b), TROUPE_FAILED_PRECONDITION,
+          "bfloat16 compression (TROUPE_COLL_BF16) on rank 1 but not on rank 0");
+    troupe__req_free(&b);
+
     /* digests: equal for equal requests, different when a compared field differs */
     troupe__fp_digest_t da, db;
     troupe__fp_digest(a, &da);
+    b = s_req(TROUPE__REQ_ALLREDUCE, 2, t);
+    b->bf16_wire = true;
+    troupe__fp_digest(b, &db);
+    cr_assert(!troupe__fp_digest_equal(&da, &db), "bfloat16 compression enters the digest");
+    troupe__req_free(&b);
     b = s_req(TROUPE__REQ_ALLREDUCE, 2, t);
     troupe__fp_digest(b, &db);
     cr_assert(troupe__fp_digest_equal(&da, &db));
@@ -409,4 +421,65 @@ Test(transport, fingerprint_mismatches_name_ranks_tensor_and_field)
           "do not hold 2 tensors");
     troupe_free(fa);
     troupe__req_free(&a);
+}
+
+/* The transport's bfloat16 conversions (TROUPE_COLL_BF16) give the bits of ir/prec's, ties
+ * to even included, and its reduction rounds the single-precision result once. */
+Test(transport, bf16_wire_conversions_match_ir_prec)
+{
+    enum { N = 4096 };
+    static float in[N], back[N];
+    static uint16_t packed[N];
+    const float special[] = {0.0f,
+                             -0.0f,
+                             1.0f,
+                             1.00390625f /* tie: even */,
+                             1.01171875f /* tie: up */,
+                             3.4e38f,
+                             -3.4e38f,
+                             1e-40f /* subnormal */,
+                             INFINITY,
+                             -INFINITY,
+                             65504.0f,
+                             1.0f / 3.0f};
+    size_t ns = sizeof special / sizeof *special;
+    uint32_t x = 12345u;
+    for (int i = 0; i < N; i++) {
+        if ((size_t)i < ns) {
+            in[i] = special[i];
+        } else {
+            x = x * 1664525u + 1013904223u; /* any bits that are not NaN */
+            uint32_t u = x;
+            if ((u & 0x7f800000u) == 0x7f800000u)
+                u &= 0xbfffffffu;
+            memcpy(&in[i], &u, sizeof u);
+        }
+    }
+    troupe__bf16_pack(packed, in, N);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(packed[i], troupe_single_to_bfloat16(in[i]),
+                     "element %d (%a): 0x%04x, ir/prec gives 0x%04x", i, (double)in[i], packed[i],
+                     troupe_single_to_bfloat16(in[i]));
+    troupe__bf16_unpack(back, packed, N, 1);
+    for (int i = 0; i < N; i++)
+        cr_assert(memcmp(&back[i], &(float){troupe_bfloat16_to_single(packed[i])}, 4) == 0,
+                  "element %d", i);
+    float nan_in = NAN;
+    uint16_t nan_out = 0;
+    troupe__bf16_pack(&nan_out, &nan_in, 1);
+    cr_assert(isnan(troupe_bfloat16_to_single(nan_out)), "NaN stays NaN");
+    /* sum: 1 + (1 + 2^-7) = 2 + 2^-7 lies halfway between the bfloat16 values 2 and 2 + 2^-6:
+     * it rounds to even, 2 */
+    uint16_t d[3] = {troupe_single_to_bfloat16(1.0f), troupe_single_to_bfloat16(1.0078125f),
+                     troupe_single_to_bfloat16(-3.0f)};
+    uint16_t s[3] = {troupe_single_to_bfloat16(1.0078125f), troupe_single_to_bfloat16(1.0f),
+                     troupe_single_to_bfloat16(2.0f)};
+    troupe__reduce_into(TROUPE__RED_BF16, TROUPE_REDUCE_SUM, d, s, 3);
+    cr_assert_eq(troupe_bfloat16_to_single(d[0]), 2.0f);
+    cr_assert_eq(troupe_bfloat16_to_single(d[1]), 2.0f);
+    cr_assert_eq(troupe_bfloat16_to_single(d[2]), -1.0f);
+    troupe__reduce_into(TROUPE__RED_BF16, TROUPE_REDUCE_MIN, d, s, 3);
+    cr_assert_eq(troupe_bfloat16_to_single(d[2]), -1.0f);
+    troupe__reduce_into(TROUPE__RED_BF16, TROUPE_REDUCE_MAX, d, s, 3);
+    cr_assert_eq(troupe_bfloat16_to_single(d[2]), 2.0f);
 }

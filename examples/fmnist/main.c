@@ -58,7 +58,8 @@ typedef struct opts {
     int streams;
     int64_t train_limit, test_limit;
     const char *curve, *checkpoint, *resume;
-    bool cosine; /* --schedule cosine */
+    bool cosine;        /* --schedule cosine */
+    bool compress_bf16; /* --compress bf16 */
 } opts_t;
 
 static void s_help(void)
@@ -82,6 +83,8 @@ static void s_help(void)
            "  --seed N             shuffle and initialisation seed [%d]\n"
            "  --backend NAME       cpu | sync [$TROUPE_BACKEND, else cpu]\n"
            "  --streams N          replicas per rank, 0 = the backend's suggestion [0]\n"
+           "  --compress NAME      gradients between ranks: none (exact single precision) or\n"
+           "                       bf16 (half the bytes, bfloat16 rounding) [none]\n"
            "  --train-limit N      use the first N training images, 0 = all [0]\n"
            "  --test-limit N       evaluate the first N test images, 0 = all [0]\n"
            "  --curve FILE         CSV epoch,loss,test_accuracy,samples_per_s,seconds (seconds:\n"
@@ -154,10 +157,10 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
         memcpy(name, a, len);
         name[len] = '\0';
         static const char *const known[] = {
-            "--data",    "--epochs",     "--batch",        "--optimizer",
-            "--lr",      "--momentum",   "--weight-decay", "--seed",
-            "--backend", "--streams",    "--train-limit",  "--test-limit",
-            "--curve",   "--checkpoint", "--resume",       "--schedule"};
+            "--data",        "--epochs",       "--batch", "--optimizer",  "--lr",
+            "--momentum",    "--weight-decay", "--seed",  "--backend",    "--streams",
+            "--train-limit", "--test-limit",   "--curve", "--checkpoint", "--resume",
+            "--schedule",    "--compress"};
         bool ok = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             ok |= !strcmp(name, known[k]);
@@ -232,6 +235,11 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
                 o->cosine = val[1] == 'o' && val[2] == 's';
             else
                 want = "constant or cosine";
+        } else if (!strcmp(name, "--compress")) {
+            if (!strcmp(val, "none") || !strcmp(val, "bf16"))
+                o->compress_bf16 = val[0] == 'b';
+            else
+                want = "none or bf16";
         } else if (!strcmp(name, "--curve")) {
             o->curve = val;
         } else if (!strcmp(name, "--checkpoint")) {
@@ -462,7 +470,10 @@ int main(int argc, char **argv)
         .inputs = inputs,
         .n_inputs = 2,
     };
-    troupe_dp_config_t dc = {.backend = o->backend, .streams = r.streams, .optimizer = o->opt};
+    troupe_dp_config_t dc = {.backend = o->backend,
+                             .streams = r.streams,
+                             .optimizer = o->opt,
+                             .compress_bf16 = o->compress_bf16};
     CHECK(troupe_dp_new(&dc, &model, &r.dp), "starting data-parallel training");
     if (troupe_dp_num_streams(r.dp) != r.streams) {
         troupe_error_set(TROUPE_INTERNAL, "dp made %d streams, expected %d",

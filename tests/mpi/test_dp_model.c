@@ -103,6 +103,9 @@ static void s_model(dpt_lr_t *m, const data_t *d, int split, int init_as_rank)
     dpt_lr_new(m, nb, bs, D, O, xv, yv, wv, bv);
 }
 
+/* true: s_train compresses the cross-rank gradients to bfloat16 (compress_bf16). */
+static bool s_compress;
+
 /* Trains `steps` steps; W then b into out, the last loss into *loss. The initial parameters
  * are this rank's own (different on every rank: a distributed troupe_dp_new must broadcast
  * rank 0's), or rank 0's for a local_only run (the reference). */
@@ -111,7 +114,11 @@ static void s_train(const data_t *d, int split, int streams, bool local_only,
 {
     dpt_lr_t m;
     s_model(&m, d, split, local_only ? 0 : troupe_cluster_rank());
-    troupe_dp_config_t cfg = {"cpu", streams, dpt_opt(kind), local_only};
+    troupe_dp_config_t cfg = {.backend = "cpu",
+                              .streams = streams,
+                              .optimizer = dpt_opt(kind),
+                              .local_only = local_only,
+                              .compress_bf16 = s_compress};
     troupe_dp_t *dp = NULL;
     CHECK(troupe_dp_new(&cfg, &m.model, &dp));
     for (int s = 0; s < steps; s++)

@@ -13,7 +13,8 @@
  *   - broadcast from root 1;
  *   - device level: a cpu-backend context with two hosted nodes reduced with
  *     troupe_allreduce_nodes, read back with troupe_to_host; broadcast, mean, deferred, and
- *     deferred lazy (TROUPE_COLL_LAZY, run by the waiting stream);
+ *     deferred lazy (TROUPE_COLL_LAZY, run by the waiting stream), bfloat16 compression
+ *     (TROUPE_COLL_BF16: rounded values, ring, staging);
  *   - the transport counters.
  * Prints one FAIL line per failed check; exits 0 only if every check passed on this rank. */
 #include "actors/troupe.h"
@@ -515,6 +516,33 @@ static void s_test_device(void)
             if (got0[i] != dscale[lazy] * (i + 1))
                 s_fail("device deferred%s %s: w[%d] = %g, expected %g", lazy ? " lazy" : "",
                        troupe_reduce_op_name(dops[lazy]), i, got0[i], dscale[lazy] * (i + 1));
+    }
+    /* bfloat16 compression (TROUPE_COLL_BF16): rank 0's 1 + 2^-9 is no bfloat16 and travels
+     * as 1, so the sum is 1.5 (2.0 + 2^-9 without compression); the others are exact. The
+     * single tensor goes through a staging buffer and the ring, whatever its size. */
+    {
+        const double vb[2][3] = {{1.0 + 1.0 / 512, 2.0, -3.0}, {0.5, 0.25, 1.0}};
+        const double want[3] = {1.5, 2.25, -2.0};
+        troupe_transport_stats_t before, after;
+        troupe_transport_get_stats(&before);
+        CHECK_OK(troupe_tnode_set_values(tn[0], vb[s_rank], 3));
+        CHECK_OK(troupe_from_host(ctx, tn[0], NULL));
+        troupe_event_t *done = NULL;
+        CHECK_OK(troupe_allreduce_nodes_deferred_ex(ctx, 1, &tn[0], TROUPE_REDUCE_SUM,
+                                                    TROUPE_COLL_BF16 | TROUPE_COLL_LAZY, &done));
+        CHECK_OK(troupe_will_wait_for(ctx, done));
+        troupe_event_release(&done);
+        CHECK_OK(troupe_to_host(ctx, tn[0], &ev));
+        CHECK_OK(s_run(&ev));
+        troupe_transport_get_stats(&after);
+        CHECK_OK(troupe_tnode_get_values(tn[0], got0, 3));
+        for (int i = 0; i < 3; i++)
+            if (got0[i] != want[i])
+                s_fail("device bf16: w[%d] = %.9g, expected %g", i, got0[i], want[i]);
+        if (after.ring_buckets - before.ring_buckets != 1 || after.staged - before.staged != 6)
+            s_fail("device bf16: %llu ring buckets and %llu bytes staged, expected 1 and 6",
+                   (unsigned long long)(after.ring_buckets - before.ring_buckets),
+                   (unsigned long long)(after.staged - before.staged));
     }
 out:
     troupe_event_release(&ev);

@@ -80,6 +80,7 @@ typedef enum s_cls {
     S_CLS_I64,
     S_CLS_U32,
     S_CLS_U64,
+    S_CLS_BF16W, /* single travelling as bfloat16 (TROUPE_COLL_BF16): always staged, ring */
     S_CLS_BYTES, /* broadcast: any precision as bytes */
     S_NCLS
 } s_cls_t;
@@ -212,10 +213,12 @@ static int64_t s_timeout_ns(void)
     return troupe_config_timeout_s() * S_NS_PER_S;
 }
 
-static s_cls_t s_cls_of(troupe_prec_t p, bool bcast)
+static s_cls_t s_cls_of(const troupe__req_t *r, troupe_prec_t p)
 {
-    if (bcast)
+    if (r->kind == TROUPE__REQ_BROADCAST)
         return S_CLS_BYTES;
+    if (r->bf16_wire && p == TROUPE_PREC_SINGLE)
+        return S_CLS_BF16W;
     switch (p) {
     case TROUPE_PREC_DOUBLE:
         return S_CLS_F64;
@@ -239,6 +242,8 @@ static size_t s_cls_size(s_cls_t c)
     case S_CLS_I64:
     case S_CLS_U64:
         return 8;
+    case S_CLS_BF16W:
+        return 2;
     case S_CLS_BYTES:
         return 1;
     default:
@@ -261,6 +266,8 @@ static MPI_Datatype s_cls_type(s_cls_t c)
         return MPI_UINT32_T;
     case S_CLS_U64:
         return MPI_UINT64_T;
+    case S_CLS_BF16W:
+        return MPI_UINT16_T; /* moved by the ring only, never reduced by MPI */
     default:
         return MPI_BYTE;
     }
@@ -268,6 +275,8 @@ static MPI_Datatype s_cls_type(s_cls_t c)
 
 static bool s_native(s_cls_t c, troupe_prec_t p)
 {
+    if (c == S_CLS_BF16W)
+        return false; /* converted on the way in and out */
     return c != S_CLS_F32 || p == TROUPE_PREC_SINGLE;
 }
 
@@ -706,10 +715,9 @@ static bool s_own_buckets(const troupe__req_t *r, size_t j, s_cls_t cls, int64_t
 static troupe_status_t s_plan_class(troupe__req_t *r, s_rs_t *rs, size_t i, s_cls_t cls,
                                     int64_t cap)
 {
-    bool bcast = r->kind == TROUPE__REQ_BROADCAST;
     for (size_t j = i; j < r->n; j++) {
         int64_t u = s_units(r, j);
-        if (s_cls_of(r->tensors[j].prec, bcast) != cls || u == 0 || !s_own_buckets(r, j, cls, cap))
+        if (s_cls_of(r, r->tensors[j].prec) != cls || u == 0 || !s_own_buckets(r, j, cls, cap))
             continue;
         for (int64_t off = 0; off < u; off += cap) {
             int64_t c = u - off < cap ? u - off : cap;
@@ -722,7 +730,7 @@ static troupe_status_t s_plan_class(troupe__req_t *r, s_rs_t *rs, size_t i, s_cl
     bool open = false;
     for (size_t j = i; j < r->n; j++) {
         int64_t u = s_units(r, j);
-        if (s_cls_of(r->tensors[j].prec, bcast) != cls || u == 0 || s_own_buckets(r, j, cls, cap))
+        if (s_cls_of(r, r->tensors[j].prec) != cls || u == 0 || s_own_buckets(r, j, cls, cap))
             continue;
         if (open && rs->bks[rs->nbks - 1].units + u > cap) {
             s_close_bucket(r, rs);
@@ -745,11 +753,10 @@ static troupe_status_t s_plan_class(troupe__req_t *r, s_rs_t *rs, size_t i, s_cl
 static troupe_status_t s_plan(troupe__req_t *r, s_rs_t *rs)
 {
     rs->planned = true;
-    bool bcast = r->kind == TROUPE__REQ_BROADCAST;
     bool seen[S_NCLS] = {false};
     size_t fusion = (size_t)r->fusion_bytes; /* as fingerprinted: every rank plans alike */
     for (size_t i = 0; i < r->n; i++) {
-        s_cls_t cls = s_cls_of(r->tensors[i].prec, bcast);
+        s_cls_t cls = s_cls_of(r, r->tensors[i].prec);
         if (seen[cls])
             continue;
         seen[cls] = true;
@@ -774,7 +781,9 @@ static void s_pack(const troupe__req_t *r, const s_rs_t *rs, const s_bucket_t *b
         const void *src = s_seg_ptr(r, s);
         troupe_prec_t p = r->tensors[s->t].prec;
         float *f = (float *)(void *)dst;
-        if (b->cls != S_CLS_F32 || p == TROUPE_PREC_SINGLE) {
+        if (b->cls == S_CLS_BF16W) {
+            troupe__bf16_pack((uint16_t *)(void *)dst, src, s->count);
+        } else if (b->cls != S_CLS_F32 || p == TROUPE_PREC_SINGLE) {
             memcpy(dst, src, (size_t)s->count * cs);
         } else if (p == TROUPE_PREC_HALF) {
             const uint16_t *h = src;
@@ -852,7 +861,10 @@ static void s_unpack(const troupe__req_t *r, const s_rs_t *rs, const s_bucket_t 
         void *dst = s_seg_ptr(r, s);
         troupe_prec_t p = r->tensors[s->t].prec;
         const float *f = (const float *)(const void *)src;
-        if (b->cls != S_CLS_F32 || p == TROUPE_PREC_SINGLE) {
+        if (b->cls == S_CLS_BF16W) {
+            troupe__bf16_unpack(dst, (const uint16_t *)(const void *)src, s->count,
+                                mean ? s_a.size : 1);
+        } else if (b->cls != S_CLS_F32 || p == TROUPE_PREC_SINGLE) {
             memcpy(dst, src, (size_t)s->count * cs);
         } else if (p == TROUPE_PREC_HALF) {
             uint16_t *h = dst;
@@ -949,6 +961,8 @@ static troupe_status_t s_prepack(troupe__req_t *r, s_rs_t *rs)
 
 static bool s_use_ring(const troupe__req_t *r, const s_bucket_t *b)
 {
+    if (b->cls == S_CLS_BF16W) /* MPI has no bfloat16 sum: always ours, whatever the size */
+        return s_a.size > 1;
     return r->kind == TROUPE__REQ_ALLREDUCE && s_a.size > 1 && b->cls != S_CLS_BYTES &&
            b->units >= s_a.size && b->units * (int64_t)s_cls_size(b->cls) >= S_RING_MIN_BYTES;
 }
@@ -968,10 +982,10 @@ static int s_mod(int a, int p)
 static void s_reduce(s_cls_t cls, troupe_reduce_op_t op, void *dst, const void *src, int64_t n)
 {
     static const troupe__red_type_t k_type[S_NCLS] = {
-        [S_CLS_F32] = TROUPE__RED_F32,   [S_CLS_F64] = TROUPE__RED_F64,
-        [S_CLS_I32] = TROUPE__RED_I32,   [S_CLS_I64] = TROUPE__RED_I64,
-        [S_CLS_U32] = TROUPE__RED_U32,   [S_CLS_U64] = TROUPE__RED_U64,
-        [S_CLS_BYTES] = TROUPE__RED_NONE};
+        [S_CLS_F32] = TROUPE__RED_F32,    [S_CLS_F64] = TROUPE__RED_F64,
+        [S_CLS_I32] = TROUPE__RED_I32,    [S_CLS_I64] = TROUPE__RED_I64,
+        [S_CLS_U32] = TROUPE__RED_U32,    [S_CLS_U64] = TROUPE__RED_U64,
+        [S_CLS_BF16W] = TROUPE__RED_BF16, [S_CLS_BYTES] = TROUPE__RED_NONE};
     troupe__reduce_into(k_type[cls], op, dst, src, n);
 }
 
@@ -1333,10 +1347,14 @@ static void s_fail_all(troupe_status_t st, const char *msg)
 #define S_SERVICE_EVERY 16
 #define S_YIELD_EVERY 32
 /* A request whose peers have not sent their fingerprints for S_PATIENT_NS is waiting for a
- * slower rank, not for bytes to move: the actor then naps S_NAP_NS between turns instead of
- * spinning, so on a machine with fewer cores than busy threads the slower rank's compute gets
- * the core (measured on 2 cores: the spinning actor took a third of a rank's CPU time). The
- * data phase always spins: libnbc and the shared-memory BTL progress only inside MPI calls. */
+ * slower rank, not for bytes to move: the actor thread then naps S_NAP_NS between turns
+ * instead of spinning, so on a machine with fewer cores than busy threads the slower rank's
+ * compute gets the core (measured on 2 cores: the spinning actor took a third of a rank's CPU
+ * time). A helping thread (troupe__transport_progress: a stream or host thread blocked on the
+ * collective, with nothing else to run) yields the core on every turn instead: a nap, rounded
+ * up by the kernel's timer slack, made a 2-rank training step about 7% slower (bench_train's
+ * child, alternated runs) by answering late when the slower rank arrived. The data phase
+ * always spins: libnbc and the shared-memory BTL progress only inside MPI calls. */
 #define S_PATIENT_NS (100 * 1000LL)
 #define S_NAP_NS (50 * 1000L)
 
@@ -1458,11 +1476,13 @@ static void s_admit(troupe__req_t *in)
     }
 }
 
-/* Between two turns of the engine: nap while only slower ranks are awaited, else yield now
- * and then. */
-static void s_pause(void)
+/* Between two turns of the engine: while only slower ranks are awaited, the actor thread naps
+ * and a helping thread yields (see S_PATIENT_NS); else yield now and then. */
+static void s_pause(bool helping)
 {
-    if (s_a.waiting_on_peers) {
+    if (s_a.waiting_on_peers && helping) {
+        sched_yield();
+    } else if (s_a.waiting_on_peers) {
         struct timespec nap = {0, S_NAP_NS};
         nanosleep(&nap, NULL);
     } else if (s_a.head != NULL && s_a.turn % S_YIELD_EVERY == 0) {
@@ -1509,7 +1529,7 @@ static void *s_actor_main(void *arg)
             break;
         }
         s_iteration(s_a.turn++);
-        s_pause();
+        s_pause(false);
     }
     if (!s_a.abort_now)
         s_cleanup_mpi();
@@ -1562,7 +1582,7 @@ void troupe__transport_progress(troupe_event_t *ev, int64_t deadline_ns)
         if (troupe_event_state(ev) != TROUPE_EVENT_PENDING ||
             (deadline_ns != TROUPE_TIMEOUT_INFINITE && troupe_now_ns() >= deadline_ns))
             break;
-        s_pause();
+        s_pause(true);
     }
     pthread_mutex_lock(&s_a.mu);
     s_a.helping = false;

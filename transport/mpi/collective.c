@@ -370,7 +370,7 @@ static void s_lend_dtor(void *user)
 
 static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_context_t *ctx, size_t n,
                                           troupe_tnode_t *const *tns, troupe_reduce_op_t op,
-                                          int root, bool deferred, bool lazy,
+                                          int root, bool deferred, unsigned flags,
                                           troupe_event_t **out_ev)
 {
     const char *what = troupe__req_kind_name(kind);
@@ -390,6 +390,8 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
         return TROUPE_RESOURCE_EXHAUSTED;
     r->op = op;
     r->root = root;
+    r->bf16_wire = (flags & TROUPE_COLL_BF16) != 0;
+    bool lazy = (flags & TROUPE_COLL_LAZY) != 0;
     troupe_status_t st = TROUPE_OK;
     for (size_t i = 0; i < n; i++) {
         char label[TROUPE__FP_NAME_MAX + 1];
@@ -441,7 +443,7 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
 troupe_status_t troupe_allreduce_nodes(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
                                        troupe_reduce_op_t op, troupe_event_t **out_ev)
 {
-    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, false, false, out_ev);
+    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, false, 0u, out_ev);
 }
 
 troupe_status_t troupe_allreduce_nodes_deferred(troupe_context_t *ctx, size_t n,
@@ -460,16 +462,16 @@ troupe_status_t troupe_allreduce_nodes_deferred_ex(troupe_context_t *ctx, size_t
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "allreduce_nodes_deferred: out_done is NULL (the caller must wait "
                              "for it)");
-    if ((flags & ~(unsigned)TROUPE_COLL_LAZY) != 0)
+    unsigned known = TROUPE_COLL_LAZY | TROUPE_COLL_BF16;
+    if ((flags & ~known) != 0)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "allreduce_nodes_deferred: unknown flags 0x%x", flags);
-    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, true,
-                              (flags & TROUPE_COLL_LAZY) != 0, out_done);
+                             "allreduce_nodes_deferred: unknown flags 0x%x", flags & ~known);
+    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, true, flags, out_done);
 }
 
 troupe_status_t troupe_broadcast_nodes(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
                                        int root, troupe_event_t **out_ev)
 {
     return s_nodes_collective(TROUPE__REQ_BROADCAST, ctx, n, tns, TROUPE_REDUCE_SUM, root, false,
-                              false, out_ev);
+                              0u, out_ev);
 }

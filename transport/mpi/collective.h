@@ -152,9 +152,20 @@ enum {
      * for the last collective before the stream waits (parallel/ does for its last bucket);
      * earlier ones should start at once, to overlap with the work in between. */
     TROUPE_COLL_LAZY = 1u << 0,
+    /* Gradient compression (Horovod's Compression.fp16, PyTorch DDP's bf16_compress_hook):
+     * single-precision tensors travel between ranks as bfloat16, halving the bytes. Each
+     * rank's values are rounded to bfloat16 (nearest even) once; the ring (see Algorithms)
+     * adds in single and rounds the partial sums to bfloat16 after each step; the result is
+     * widened back to single (mean: divided in single) and is the same bits on every rank.
+     * The error is that of bfloat16 (8 significant bits), so it suits gradients, not exact
+     * sums. Other precisions, and a single rank, are unaffected. Every rank must pass it alike
+     * (fingerprinted: FAILED_PRECONDITION "bfloat16 compression on rank 0 but not on rank
+     * 1"). */
+    TROUPE_COLL_BF16 = 1u << 1,
 };
 
-/* troupe_allreduce_nodes_deferred with `flags` (TROUPE_COLL_LAZY; 0 is the plain call).
+/* troupe_allreduce_nodes_deferred with `flags` (TROUPE_COLL_LAZY, TROUPE_COLL_BF16, or both;
+ * 0 is the plain call).
  * Errors: as troupe_allreduce_nodes_deferred, INVALID_ARGUMENT for unknown flags. */
 TROUPE_MUST_USE troupe_status_t troupe_allreduce_nodes_deferred_ex(troupe_context_t *ctx, size_t n,
                                                                    troupe_tnode_t *const *tns,

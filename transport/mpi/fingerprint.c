@@ -42,6 +42,7 @@ void troupe__fp_encode(const troupe__req_t *r, void *buf)
     h.op = r->kind == TROUPE__REQ_ALLREDUCE ? (int64_t)r->op : 0;
     h.root = r->kind == TROUPE__REQ_BROADCAST ? r->root : 0;
     h.fusion = r->fusion_bytes;
+    h.bf16 = r->bf16_wire ? 1 : 0;
     h.n = (int64_t)r->n;
     memcpy(buf, &h, sizeof h);
     if (r->n > 0)
@@ -71,6 +72,7 @@ void troupe__fp_digest(const troupe__req_t *r, troupe__fp_digest_t *out)
         h = s_mix(h, r->kind == TROUPE__REQ_ALLREDUCE ? (int64_t)r->op : 0);
         h = s_mix(h, r->kind == TROUPE__REQ_BROADCAST ? r->root : 0);
         h = s_mix(h, r->fusion_bytes);
+        h = s_mix(h, r->bf16_wire ? 1 : 0);
     }
     h = s_mix(h, (int64_t)r->n);
     for (size_t i = 0; i < r->n; i++) {
@@ -170,6 +172,11 @@ troupe_status_t troupe__fp_compare(const char *what, const void *a, int ra, cons
                 "%s: fingerprint mismatch: fusion bucket size (TROUPE_FUSION_BYTES) "
                 "%" PRId64 " on rank %d but %" PRId64 " on rank %d: set it alike on every rank",
                 what, ha.fusion, ra, hb.fusion, rb);
+        if (ha.bf16 != hb.bf16)
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "%s: fingerprint mismatch: bfloat16 compression "
+                                 "(TROUPE_COLL_BF16) on rank %d but not on rank %d",
+                                 what, ha.bf16 ? ra : rb, ha.bf16 ? rb : ra);
     }
     if (ha.n != hb.n)
         return troupe__error(TROUPE_FAILED_PRECONDITION,

@@ -4,6 +4,56 @@
 #include "transport/mpi/transport_impl.h"
 
 #include <stdint.h>
+#include <string.h>
+
+/* bfloat16 <-> single by bits (bfloat16 is the top half of a single): round to nearest even,
+ * NaN kept quiet; the same bits as ir/prec's troupe_single_to_bfloat16 (test_transport). */
+static inline uint16_t s_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float s_from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void s_reduce_bf16(troupe_reduce_op_t op, uint16_t *restrict d, const uint16_t *restrict x,
+                          int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float a = s_from_bf16(d[i]), b = s_from_bf16(x[i]);
+        float r = op == TROUPE_REDUCE_MAX   ? (b > a ? b : a)
+                  : op == TROUPE_REDUCE_MIN ? (b < a ? b : a)
+                                            : a + b;
+        d[i] = s_to_bf16(r);
+    }
+}
+
+void troupe__bf16_pack(uint16_t *restrict dst, const float *restrict src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = s_to_bf16(src[i]);
+}
+
+void troupe__bf16_unpack(float *restrict dst, const uint16_t *restrict src, int64_t n, int divisor)
+{
+    if (divisor == 1) {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = s_from_bf16(src[i]);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) /* as the transport's mean: the quotient rounded once */
+        dst[i] = (float)((double)s_from_bf16(src[i]) / (double)divisor);
+}
 
 #define S_LOOP(T)                                                                                  \
     do {                                                                                           \
@@ -46,6 +96,9 @@ void troupe__reduce_into(troupe__red_type_t type, troupe_reduce_op_t op, void *r
         break;
     case TROUPE__RED_U64:
         S_LOOP(uint64_t);
+        break;
+    case TROUPE__RED_BF16:
+        s_reduce_bf16(op, dst, src, n);
         break;
     case TROUPE__RED_NONE:
         break;

@@ -59,6 +59,7 @@ typedef struct troupe__fp_header {
     int64_t op;     /* troupe_reduce_op_t for allreduce, else 0 */
     int64_t root;   /* broadcast root, else 0 */
     int64_t fusion; /* collectives: the bucket size their plan uses (TROUPE_FUSION_BYTES) */
+    int64_t bf16;   /* allreduce: 1 when single tensors travel as bfloat16 (TROUPE_COLL_BF16) */
     int64_t n;
 } troupe__fp_header_t;
 
@@ -73,6 +74,7 @@ struct troupe__req {
     int peer;              /* send/recv */
     int64_t fusion_bytes;  /* collectives: TROUPE_FUSION_BYTES when issued (the plan's, and
                               fingerprinted: ranks must plan the same buckets) */
+    bool bf16_wire;        /* allreduce: single tensors travel as bfloat16 (TROUPE_COLL_BF16) */
     uint64_t seq;          /* set by troupe__transport_submit */
     size_t n;
     troupe_coll_tensor_t *tensors; /* n entries; `name` points into fp[i].name */
@@ -109,12 +111,20 @@ typedef enum troupe__red_type {
     TROUPE__RED_I64,
     TROUPE__RED_U32,
     TROUPE__RED_U64,
+    TROUPE__RED_BF16, /* bfloat16 bits: added in single, rounded to nearest even */
 } troupe__red_type_t;
 
 /* dst[i] = dst[i] op src[i] for i < n (mean: sum; max/min as MPI_MAX/MPI_MIN). dst and src must
  * not overlap. TROUPE__RED_NONE does nothing. */
 void troupe__reduce_into(troupe__red_type_t type, troupe_reduce_op_t op, void *restrict dst,
                          const void *restrict src, int64_t n);
+
+/* single -> bfloat16 (nearest even; NaN stays NaN), bit for bit as ir/prec's
+ * troupe_single_to_bfloat16, for n values. */
+void troupe__bf16_pack(uint16_t *restrict dst, const float *restrict src, int64_t n);
+
+/* bfloat16 -> single for n values, divided by `divisor` (1: none) in single. */
+void troupe__bf16_unpack(float *restrict dst, const uint16_t *restrict src, int64_t n, int divisor);
 
 /* ---- fingerprints (fingerprint.c) -------------------------------------------------------- */
 
