@@ -8,7 +8,8 @@
  *
  * Cases (SUM, float, MPI_COMM_WORLD for the peer, troupe's own duplicated communicator):
  *   allreduce      one tensor of 4 KiB .. 64 MiB (x4 steps): troupe_allreduce + event sync
- *                  (one MPI_Iallreduce in place, MPI_IN_PLACE) vs MPI_Allreduce(MPI_IN_PLACE).
+ *                  (in place: MPI_Iallreduce below 64 KiB, troupe's ring from 64 KiB, see
+ *                  transport/mpi/collective.h) vs MPI_Allreduce(MPI_IN_PLACE).
  *                  algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests' definitions).
  *   small-tensors  100 tensors of 4 KiB lying back to back in one allocation, as troupe packs
  *                  a routine's arrays (gradients included) in a context's pool: one

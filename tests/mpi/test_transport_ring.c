@@ -6,6 +6,12 @@
  *   - with 64 KiB fusion buckets, a 4 MiB + 12 byte tensor in 65 buckets, two in flight at a
  *     time and finishing in any order (ring tags must not mix them), the last one too small
  *     for a ring;
+ *   - with 128 KiB fusion buckets, 150 tensors of different sizes from 64 KiB, one ring bucket
+ *     each: more buckets than ring tags (64), so tags are reused while others are in flight,
+ *     and a bucket matched to another's messages would fail on its size;
+ *   - bfloat16 compression (troupe_allreduce_ex, TROUPE_COLL_BF16): sum and mean of several
+ *     tensors in one bucket (values exact in bfloat16), a 1-element tensor (chunks of zero
+ *     elements on 3 ranks), and a value that bfloat16 rounds (1 + 2^-9 travels as 1);
  *   - the transport counters: one ring bucket per large request.
  * Values are small multiples of 1/4, so sums over up to 8 ranks are exact in every precision;
  * the mean of half is checked only where the division is exact (ranks a power of two).
@@ -158,6 +164,150 @@ static void s_test_sliced(void)
         s_fail("sliced: cannot restore the fusion size: %s", troupe_last_error());
 }
 
+static void s_test_many(void)
+{
+    enum { N = 150 };
+    size_t fusion = troupe_config_fusion_bytes();
+    void *data[N] = {NULL};
+    troupe_coll_tensor_t t[N];
+    if (troupe_config_set_fusion_bytes(128 * 1024) != TROUPE_OK) {
+        s_fail("many: cannot set the fusion size: %s", troupe_last_error());
+        return;
+    }
+    for (int k = 0; k < N; k++) {
+        int64_t count = 16384 + 3 * k; /* two never fit in one 128 KiB bucket */
+        data[k] = troupe_malloc((size_t)count * sizeof(float));
+        if (data[k] == NULL) {
+            s_fail("many: out of memory");
+            goto out;
+        }
+        for (int64_t i = 0; i < count; i++)
+            ((float *)data[k])[i] = (float)s_gen(TROUPE_PREC_SINGLE, s_rank, i + k);
+        t[k] = (troupe_coll_tensor_t){.data = data[k],
+                                      .count = count,
+                                      .prec = TROUPE_PREC_SINGLE,
+                                      .node_id = 1000 + k,
+                                      .ndims = 1,
+                                      .dims = {count},
+                                      .name = "many"};
+    }
+    troupe_transport_stats_t before, after;
+    troupe_transport_get_stats(&before);
+    troupe_event_t *ev = NULL;
+    troupe_status_t st = troupe_allreduce(t, N, TROUPE_REDUCE_SUM, &ev);
+    if (st == TROUPE_OK)
+        st = troupe_event_sync(ev, SYNC_NS);
+    troupe_event_release(&ev);
+    troupe_transport_get_stats(&after);
+    if (st != TROUPE_OK) {
+        s_fail("many: %s: %s", troupe_status_str(st), troupe_last_error());
+        goto out;
+    }
+    for (int k = 0; k < N; k++)
+        for (int64_t i = 0; i < t[k].count; i++)
+            if (((float *)data[k])[i] !=
+                (float)s_expect(TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, i + k)) {
+                s_fail("many: tensor %d element %lld: got %g", k, (long long)i,
+                       (double)((float *)data[k])[i]);
+                k = N;
+                break;
+            }
+    if (after.ring_buckets - before.ring_buckets != N)
+        s_fail("many: %llu ring buckets, expected %d",
+               (unsigned long long)(after.ring_buckets - before.ring_buckets), N);
+out:
+    if (troupe_config_set_fusion_bytes(fusion) != TROUPE_OK)
+        s_fail("many: cannot restore the fusion size: %s", troupe_last_error());
+    for (int k = 0; k < N; k++)
+        troupe_free(data[k]);
+}
+
+/* bfloat16 compression through troupe_allreduce_ex: three tensors of one bucket (staged
+ * together), then a single element. Values are multiples of 1/4 within +-7.5: exact in
+ * bfloat16, and so are their sums over up to 8 ranks. */
+static void s_test_bf16(void)
+{
+    const int64_t counts[3] = {1000, 1, 4097};
+    float *data[3] = {NULL, NULL, NULL};
+    troupe_coll_tensor_t t[3];
+    for (int op = 0; op < 2; op++) {
+        troupe_reduce_op_t rop = op ? TROUPE_REDUCE_MEAN : TROUPE_REDUCE_SUM;
+        for (int k = 0; k < 3; k++) {
+            data[k] = troupe_malloc((size_t)counts[k] * sizeof(float));
+            if (data[k] == NULL) {
+                s_fail("bf16: out of memory");
+                goto out;
+            }
+            for (int64_t i = 0; i < counts[k]; i++)
+                data[k][i] = (float)s_gen(TROUPE_PREC_SINGLE, s_rank, i + 31 * k);
+            t[k] = (troupe_coll_tensor_t){.data = data[k],
+                                          .count = counts[k],
+                                          .prec = TROUPE_PREC_SINGLE,
+                                          .node_id = 2000 + k,
+                                          .name = "bf16"};
+        }
+        troupe_transport_stats_t before, after;
+        troupe_transport_get_stats(&before);
+        troupe_event_t *ev[2] = {NULL, NULL};
+        troupe_status_t st = troupe_allreduce_ex(t, 3, rop, TROUPE_COLL_BF16, &ev[0]);
+        if (st == TROUPE_OK)
+            st = troupe_event_sync(ev[0], SYNC_NS);
+        float single = data[1][0]; /* the 1-element tensor alone, from its reduced value: */
+        data[1][0] = (float)s_gen(TROUPE_PREC_SINGLE, s_rank, 31); /* zero-element chunks */
+        if (st == TROUPE_OK && single != (float)s_expect(TROUPE_PREC_SINGLE, rop, 31))
+            s_fail("bf16 %s: tensor 1 in the bucket: got %.9g", troupe_reduce_op_name(rop),
+                   (double)single);
+        if (st == TROUPE_OK) /* on 3 ranks */
+            st = troupe_allreduce_ex(&t[1], 1, rop, TROUPE_COLL_BF16, &ev[1]);
+        if (st == TROUPE_OK)
+            st = troupe_event_sync(ev[1], SYNC_NS);
+        troupe_event_release(&ev[0]);
+        troupe_event_release(&ev[1]);
+        troupe_transport_get_stats(&after);
+        if (st != TROUPE_OK) {
+            s_fail("bf16 %s: %s: %s", troupe_reduce_op_name(rop), troupe_status_str(st),
+                   troupe_last_error());
+            goto out;
+        }
+        for (int k = 0; k < 3; k++) {
+            for (int64_t i = 0; i < counts[k]; i++) {
+                double want = s_expect(TROUPE_PREC_SINGLE, rop, i + 31 * k);
+                if (data[k][i] != (float)want) {
+                    s_fail("bf16 %s: tensor %d element %lld: got %.9g, expected %.9g",
+                           troupe_reduce_op_name(rop), k, (long long)i, (double)data[k][i], want);
+                    break;
+                }
+            }
+        }
+        if (after.ring_buckets - before.ring_buckets != 2)
+            s_fail("bf16 %s: %llu ring buckets, expected 2", troupe_reduce_op_name(rop),
+                   (unsigned long long)(after.ring_buckets - before.ring_buckets));
+        for (int k = 0; k < 3; k++) {
+            troupe_free(data[k]);
+            data[k] = NULL;
+        }
+    }
+    /* rounding: rank 0's 1 + 2^-9 is no bfloat16 and travels as 1 */
+    float x = s_rank == 0 ? 1.0f + 1.0f / 512 : 0.5f;
+    troupe_coll_tensor_t one = {.data = &x, .count = 1, .prec = TROUPE_PREC_SINGLE, .name = "x"};
+    troupe_event_t *ev = NULL;
+    troupe_status_t st = troupe_allreduce_ex(&one, 1, TROUPE_REDUCE_SUM, TROUPE_COLL_BF16, &ev);
+    if (st == TROUPE_OK)
+        st = troupe_event_sync(ev, SYNC_NS);
+    troupe_event_release(&ev);
+    float want = 1.0f + 0.5f * (float)(s_size - 1);
+    if (st != TROUPE_OK)
+        s_fail("bf16 rounding: %s: %s", troupe_status_str(st), troupe_last_error());
+    else if (x != want)
+        s_fail("bf16 rounding: got %.9g, expected %.9g (1 + 2^-9 sent as 1)", (double)x,
+               (double)want);
+    if (troupe_allreduce_ex(&one, 1, TROUPE_REDUCE_SUM, 0x40u, &ev) != TROUPE_INVALID_ARGUMENT)
+        s_fail("bf16: unknown flags were accepted");
+out:
+    for (int k = 0; k < 3; k++)
+        troupe_free(data[k]);
+}
+
 int main(int argc, char **argv)
 {
     troupe_status_t st = troupe_cluster_init(&argc, &argv);
@@ -173,6 +323,8 @@ int main(int argc, char **argv)
         s_test_ops();
         s_test_small();
         s_test_sliced();
+        s_test_many();
+        s_test_bf16();
     }
     st = troupe_cluster_finalize();
     if (st != TROUPE_OK)

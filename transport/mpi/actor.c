@@ -189,8 +189,9 @@ static struct {
     size_t nsends, sends_cap;
     int64_t *last_pong_ns; /* [size] */
     unsigned char *lane_busy;
-    bool broken;           /* MPI must not be called any more */
-    bool waiting_on_peers; /* every active request waits for slower ranks (s_iteration) */
+    bool broken;              /* MPI must not be called any more */
+    bool waiting_on_peers;    /* every active request waits for slower ranks (s_iteration) */
+    int64_t waiting_since_ns; /* then: when the newest of them started */
 } s_a = {
     .mu = PTHREAD_MUTEX_INITIALIZER,
     .cv = PTHREAD_COND_INITIALIZER,
@@ -448,10 +449,24 @@ static void s_rs_free(s_rs_t *rs)
     troupe_free(rs->fp_peer_size);
     troupe_free(rs->fp_recv);
     troupe_free(rs->fp_state);
+    /* Buckets still in flight belong to a failed request: MPI may still write into their
+     * buffers if it is ever progressed again, so those buffers are left to MPI (leaked: only
+     * on failures, which fail the cluster) rather than reused or freed. */
+    for (int i = 0; i < rs->nfl; i++) {
+        const s_flight_t *f = &rs->fl[i];
+        if (f->slot >= 0) {
+            s_a.slot[f->slot] = NULL;
+            s_a.slot_cap[f->slot] = 0;
+            s_a.slot_busy[f->slot] = false;
+            rs->bks[f->bucket].slot = -1;
+        }
+        if (f->tmp >= 0) {
+            s_a.rtmp[f->tmp] = NULL;
+            s_a.rtmp_cap[f->tmp] = 0;
+            s_a.rtmp_busy[f->tmp] = false;
+        }
+    }
     s_release_slots(rs);
-    for (int i = 0; i < rs->nfl; i++)
-        if (rs->fl[i].tmp >= 0)
-            s_a.rtmp_busy[rs->fl[i].tmp] = false;
     troupe_free(rs->segs);
     troupe_free(rs->bks);
     troupe_free(rs->p2p);
@@ -952,11 +967,9 @@ static troupe_status_t s_prepack(troupe__req_t *r, s_rs_t *rs)
  * its left one and reduces it into its own copy, so that each rank ends with one chunk fully
  * reduced; in p-1 allgather steps the reduced chunks travel around the ring into every rank's
  * bucket. Each rank sends and receives 2(p-1)/p of the bucket and reduces (p-1)/p of it, in
- * parallel with the others. Open MPI's nonblocking MPI_Iallreduce (coll/libnbc) uses a
- * binomial tree for fewer than 4 ranks or in-place buffers whatever the size: all data goes to
- * rank 0, which reduces it alone, then back. Every element is reduced by one rank, in ring
- * order, and copied to the others, so all ranks hold the same bits and a run is reproducible
- * for a given number of ranks. */
+ * parallel with the others (measurements: collective.h, Algorithms). Each chunk is summed
+ * along the ring in a fixed order and copied to the others, so all ranks hold the same bits
+ * and a run is reproducible for a given number of ranks. */
 #define S_RING_MIN_BYTES (64 * 1024)
 
 static bool s_use_ring(const troupe__req_t *r, const s_bucket_t *b)
@@ -1079,7 +1092,13 @@ static troupe_status_t s_coll_post(troupe__req_t *r, s_rs_t *rs)
             ptr = s_a.slot[slot];
         }
         s_flight_t *f = &rs->fl[rs->nfl];
-        *f = (s_flight_t){MPI_REQUEST_NULL, MPI_REQUEST_NULL, rs->next_bk, slot, -1, -1, ptr};
+        *f = (s_flight_t){.req = MPI_REQUEST_NULL,
+                          .sreq = MPI_REQUEST_NULL,
+                          .bucket = rs->next_bk,
+                          .slot = slot,
+                          .ring_step = -1,
+                          .tmp = -1,
+                          .base = ptr};
         if (s_use_ring(r, b)) {
             int64_t chunk = b->units - s_chunk_lo(b->units, s_a.size - 1); /* the largest */
             int tmp = s_take_buf(s_a.rtmp, s_a.rtmp_cap, s_a.rtmp_busy,
@@ -1357,6 +1376,7 @@ static void s_fail_all(troupe_status_t st, const char *msg)
  * always spins: libnbc and the shared-memory BTL progress only inside MPI calls. */
 #define S_PATIENT_NS (100 * 1000LL)
 #define S_NAP_NS (50 * 1000L)
+#define S_HELPER_SPIN_NS (2 * 1000 * 1000LL)
 
 static void s_iteration(unsigned turn)
 {
@@ -1370,6 +1390,7 @@ static void s_iteration(unsigned turn)
     memset(s_a.lane_busy, 0, 1 + 2 * (size_t)s_a.size);
     bool finished = false;
     s_a.waiting_on_peers = s_a.head != NULL;
+    s_a.waiting_since_ns = 0;
     int64_t patient = troupe_now_ns() - S_PATIENT_NS;
     for (troupe__req_t *r = s_a.head; r != NULL; r = r->next) {
         s_rs_t *rs = r->actor_state;
@@ -1377,6 +1398,8 @@ static void s_iteration(unsigned turn)
             continue;
         if (rs->phase != S_PH_FP || rs->t_start_ns > patient)
             s_a.waiting_on_peers = false;
+        if (rs->t_start_ns > s_a.waiting_since_ns)
+            s_a.waiting_since_ns = rs->t_start_ns;
         size_t lane = s_lane(r);
         if (s_a.lane_busy[lane])
             continue;
@@ -1477,10 +1500,12 @@ static void s_admit(troupe__req_t *in)
 }
 
 /* Between two turns of the engine: while only slower ranks are awaited, the actor thread naps
- * and a helping thread yields (see S_PATIENT_NS); else yield now and then. */
+ * and a helping thread yields for S_HELPER_SPIN_NS more, then naps too (a rank seconds behind,
+ * evaluating or checkpointing, must not cost a core); else yield now and then. */
 static void s_pause(bool helping)
 {
-    if (s_a.waiting_on_peers && helping) {
+    if (s_a.waiting_on_peers && helping &&
+        troupe_now_ns() - s_a.waiting_since_ns < S_PATIENT_NS + S_HELPER_SPIN_NS) {
         sched_yield();
     } else if (s_a.waiting_on_peers) {
         struct timespec nap = {0, S_NAP_NS};

@@ -294,7 +294,8 @@ static void s_dispatch(troupe__req_t **r_p)
 
 static troupe_status_t s_host_collective(troupe__req_kind_t kind,
                                          const troupe_coll_tensor_t *tensors, size_t n,
-                                         troupe_reduce_op_t op, int root, troupe_event_t **out_ev)
+                                         troupe_reduce_op_t op, int root, unsigned flags,
+                                         troupe_event_t **out_ev)
 {
     const char *what = troupe__req_kind_name(kind);
     if (out_ev == NULL)
@@ -302,6 +303,7 @@ static troupe_status_t s_host_collective(troupe__req_kind_t kind,
     *out_ev = NULL;
     troupe__req_t *r = NULL;
     TROUPE_RETURN_IF_ERROR(s_build(kind, tensors, n, op, root, &r));
+    r->bf16_wire = (flags & TROUPE_COLL_BF16) != 0;
     char name[64];
     snprintf(name, sizeof name, "transport:%s", what);
     troupe_status_t st = troupe_event_new(name, &r->ev);
@@ -320,13 +322,24 @@ static troupe_status_t s_host_collective(troupe__req_kind_t kind,
 troupe_status_t troupe_allreduce(const troupe_coll_tensor_t *tensors, size_t n,
                                  troupe_reduce_op_t op, troupe_event_t **out_ev)
 {
-    return s_host_collective(TROUPE__REQ_ALLREDUCE, tensors, n, op, 0, out_ev);
+    return s_host_collective(TROUPE__REQ_ALLREDUCE, tensors, n, op, 0, 0u, out_ev);
+}
+
+troupe_status_t troupe_allreduce_ex(const troupe_coll_tensor_t *tensors, size_t n,
+                                    troupe_reduce_op_t op, unsigned flags, troupe_event_t **out_ev)
+{
+    unsigned known = TROUPE_COLL_LAZY | TROUPE_COLL_BF16;
+    if ((flags & ~known) != 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "allreduce: unknown flags 0x%x",
+                             flags & ~known);
+    return s_host_collective(TROUPE__REQ_ALLREDUCE, tensors, n, op, 0, flags, out_ev);
 }
 
 troupe_status_t troupe_broadcast(const troupe_coll_tensor_t *tensors, size_t n, int root,
                                  troupe_event_t **out_ev)
 {
-    return s_host_collective(TROUPE__REQ_BROADCAST, tensors, n, TROUPE_REDUCE_SUM, root, out_ev);
+    return s_host_collective(TROUPE__REQ_BROADCAST, tensors, n, TROUPE_REDUCE_SUM, root, 0u,
+                             out_ev);
 }
 
 /* ---- device level ------------------------------------------------------------------------ */

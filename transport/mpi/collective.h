@@ -7,7 +7,8 @@
  * the order they were issued.
  *
  * Fingerprints. Before its data moves, each collective exchanges a fingerprint with every rank:
- * sequence number, kind, op, root, and per tensor (node id, precision, dims). A rank whose
+ * sequence number, kind, op, root, fusion bucket size, bfloat16 compression, and per tensor
+ * (node id, precision, dims). A rank whose
  * fingerprint differs makes every rank fail the collective with TROUPE_FAILED_PRECONDITION and
  * a message naming the ranks, the tensor and the differing field, e.g.
  * "allreduce #3: fingerprint mismatch: tensor 0 (node 12 'w1') dims [4;8] on rank 0 but [5;8]
@@ -29,21 +30,23 @@
  * packed that way in a context's pool (actors/routine.h), so a model's small gradients fuse
  * without copies (stats.staged counts the bytes that were copied). The buckets are planned from
  * the fingerprinted request alone, so every rank plans alike whatever its memory layout; only
- * whether a rank copies differs. A bucket is reduced with MPI_Iallreduce while the actor packs
- * the next one, and, at the device level, while the owner stream is still merging the next
- * nodes locally (each troupe_allreduce_nodes call is handed over as soon as the stream reaches
- * it).
+ * whether a rank copies differs. Two buckets are in flight at a time: one is reduced while the
+ * actor packs the next, and, at the device level, while the owner stream is still merging the
+ * next nodes locally (each troupe_allreduce_nodes call is handed over as soon as the stream
+ * reaches it).
  *
  * Algorithms. An allreduce bucket of at least 64 KiB (and at least one element per rank) is
  * reduced by troupe's own ring over MPI point-to-point messages: reduce-scatter then
  * allgather, each rank moving 2(p-1)/p of the bucket and reducing (p-1)/p of it, like Baidu's
- * ring-allreduce, Horovod and NCCL. Open MPI's MPI_Iallreduce (coll/libnbc) reduces in-place
- * buffers, and any buffer on fewer than 4 ranks, with a binomial tree (all data through rank
- * 0); measured with bench/merge.c on two ranks of this 2-core machine, the ring makes 4 MiB
- * about 15% faster than MPI_Allreduce and 64 MiB about 7 times. Smaller buckets, and
- * broadcasts, use MPI_Iallreduce and MPI_Ibcast. Each element is reduced by one rank, in ring
- * order, and copied to the others: every rank holds the same bits, and a run is bitwise
- * reproducible for a given number of ranks.
+ * ring-allreduce, Horovod and NCCL. Measured with bench/merge.c on two ranks of a 2-core
+ * machine (Open MPI 4.1, shared memory), against MPI_Allreduce and against libnbc's
+ * MPI_Iallreduce with Rabenseifner's algorithm (troupe_cluster_init's default; libnbc's own
+ * default is a binomial tree through rank 0 for in-place buffers or fewer than 4 ranks): the
+ * ring is on par at 1 MiB, 5-15% faster at 4-16 MiB and 7-9 times faster at 64 MiB, where both
+ * of Open MPI's take ~120 ms. Smaller buckets use MPI_Iallreduce, broadcasts MPI_Ibcast;
+ * bfloat16-compressed buckets always use the ring (MPI has no bfloat16 sum). Each chunk is
+ * summed along the ring in a fixed order and the result copied to every rank: every rank
+ * holds the same bits, and a run is bitwise reproducible for a given number of ranks.
  *
  * Precisions. single and double reduce in their own precision (MPI_FLOAT, MPI_DOUBLE); half,
  * bfloat16 and fp8 are widened to single, reduced in single, and rounded back to nearest-even
@@ -173,6 +176,13 @@ TROUPE_MUST_USE troupe_status_t troupe_allreduce_nodes_deferred_ex(troupe_contex
                                                                    unsigned flags,
                                                                    troupe_event_t **out_done);
 
+/* troupe_allreduce with `flags`: TROUPE_COLL_BF16 (TROUPE_COLL_LAZY is accepted and changes
+ * nothing: host-level collectives always start lazily). Errors: as troupe_allreduce,
+ * INVALID_ARGUMENT for unknown flags. */
+TROUPE_MUST_USE troupe_status_t troupe_allreduce_ex(const troupe_coll_tensor_t *tensors, size_t n,
+                                                    troupe_reduce_op_t op, unsigned flags,
+                                                    troupe_event_t **out_ev);
+
 /* Device level broadcast of ctx's arrays of tns[0..n) from rank `root`, as above. */
 TROUPE_MUST_USE troupe_status_t troupe_broadcast_nodes(troupe_context_t *ctx, size_t n,
                                                        troupe_tnode_t *const *tns, int root,
@@ -183,10 +193,10 @@ typedef struct troupe_transport_stats {
     uint64_t collectives;  /* collectives issued */
     uint64_t completed;    /* collectives completed successfully */
     uint64_t buckets;      /* fusion buckets posted */
-    uint64_t ring_buckets; /* of those, reduced by troupe's ring (see Algorithms above) */
     uint64_t bytes;        /* bytes of the completed collectives' tensors */
-    uint64_t staged;       /* bytes of buckets copied through a staging buffer (not in place) */
     uint64_t failures;     /* requests that failed: mismatches, deadlines, MPI errors */
+    uint64_t staged;       /* bytes of buckets copied through a staging buffer (not in place) */
+    uint64_t ring_buckets; /* buckets reduced by troupe's ring (see Algorithms above) */
 } troupe_transport_stats_t;
 void troupe_transport_get_stats(troupe_transport_stats_t *out);
 

@@ -55,7 +55,9 @@ void troupe__bf16_unpack(float *restrict dst, const uint16_t *restrict src, int6
         dst[i] = (float)((double)s_from_bf16(src[i]) / (double)divisor);
 }
 
-#define S_LOOP(T)                                                                                  \
+/* T: the element type; U: the type the sum is computed in (unsigned for integers: wraps
+ * modulo 2^n like MPI_SUM in practice, where a signed overflow would be undefined). */
+#define S_LOOP(T, U)                                                                               \
     do {                                                                                           \
         T *restrict d = dst;                                                                       \
         const T *restrict x = src;                                                                 \
@@ -70,7 +72,7 @@ void troupe__bf16_unpack(float *restrict dst, const uint16_t *restrict src, int6
             break;                                                                                 \
         default: /* sum, mean */                                                                   \
             for (int64_t i = 0; i < n; i++)                                                        \
-                d[i] += x[i];                                                                      \
+                d[i] = (T)((U)d[i] + (U)x[i]);                                                     \
             break;                                                                                 \
         }                                                                                          \
     } while (0)
@@ -80,22 +82,22 @@ void troupe__reduce_into(troupe__red_type_t type, troupe_reduce_op_t op, void *r
 {
     switch (type) {
     case TROUPE__RED_F32:
-        S_LOOP(float);
+        S_LOOP(float, float);
         break;
     case TROUPE__RED_F64:
-        S_LOOP(double);
+        S_LOOP(double, double);
         break;
     case TROUPE__RED_I32:
-        S_LOOP(int32_t);
+        S_LOOP(int32_t, uint32_t);
         break;
     case TROUPE__RED_I64:
-        S_LOOP(int64_t);
+        S_LOOP(int64_t, uint64_t);
         break;
     case TROUPE__RED_U32:
-        S_LOOP(uint32_t);
+        S_LOOP(uint32_t, uint32_t);
         break;
     case TROUPE__RED_U64:
-        S_LOOP(uint64_t);
+        S_LOOP(uint64_t, uint64_t);
         break;
     case TROUPE__RED_BF16:
         s_reduce_bf16(op, dst, src, n);
