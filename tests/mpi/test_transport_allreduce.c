@@ -25,6 +25,8 @@
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
 
+#include "mpi_test_util.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,63 +34,6 @@
 #include <string.h>
 
 #define SYNC_NS (60LL * 1000 * 1000 * 1000)
-
-static int s_rank, s_size, s_fails;
-
-static void s_fail(const char *fmt, ...) TROUPE_PRINTF(1, 2);
-static void s_fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL rank %d: ", s_rank);
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    s_fails++;
-}
-
-#define CHECK_OK(expr)                                                                             \
-    do {                                                                                           \
-        troupe_status_t s__ = (expr);                                                              \
-        if (s__ != TROUPE_OK) {                                                                    \
-            s_fail("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #expr, troupe_status_str(s__),       \
-                   troupe_last_error());                                                           \
-            goto out;                                                                              \
-        }                                                                                          \
-    } while (0)
-
-/* A deterministic value of rank r at index i, in a range where the sum of two ranks' values
- * is exact in single precision. Stored in precision p and read back, so it is exactly what the
- * rank holds. */
-static double s_gen(troupe_prec_t p, int r, int64_t i)
-{
-    double v = (double)((i * 7 + r * 13 + 5) % 61 - 30);
-    if (troupe_prec_is_float(p))
-        v *= 0.25;
-    unsigned char buf[16];
-    troupe_prec_store_double(p, buf, v);
-    return troupe_prec_load_double(p, buf);
-}
-
-static double s_expect(troupe_prec_t p, troupe_reduce_op_t op, int64_t i)
-{
-    double acc = s_gen(p, 0, i);
-    for (int r = 1; r < s_size; r++) {
-        double v = s_gen(p, r, i);
-        if (op == TROUPE_REDUCE_MAX)
-            acc = v > acc ? v : acc;
-        else if (op == TROUPE_REDUCE_MIN)
-            acc = v < acc ? v : acc;
-        else
-            acc += v;
-    }
-    if (op == TROUPE_REDUCE_MEAN)
-        acc /= s_size; /* stored below: floats round once (RNE), integers truncate */
-    unsigned char buf[16];
-    troupe_prec_store_double(p, buf, acc);
-    return troupe_prec_load_double(p, buf);
-}
 
 static void *s_fill(troupe_prec_t p, int64_t count, int64_t salt)
 {

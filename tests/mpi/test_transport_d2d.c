@@ -13,36 +13,13 @@
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
 
+#include "mpi_test_util.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #define SYNC_NS (60LL * 1000 * 1000 * 1000)
-
-static int s_rank, s_fails;
-
-static void s_fail(const char *fmt, ...) TROUPE_PRINTF(1, 2);
-static void s_fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL rank %d: ", s_rank);
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    s_fails++;
-}
-
-#define CHECK_OK(expr)                                                                             \
-    do {                                                                                           \
-        troupe_status_t s__ = (expr);                                                              \
-        if (s__ != TROUPE_OK) {                                                                    \
-            s_fail("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #expr, troupe_status_str(s__),       \
-                   troupe_last_error());                                                           \
-            goto out;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 static troupe_status_t s_sync(troupe_event_t **ev)
 {
@@ -91,6 +68,7 @@ int main(int argc, char **argv)
         return 1;
     }
     s_rank = troupe_cluster_rank();
+    s_size = troupe_cluster_size();
     int peer = 1 - s_rank;
     troupe_config_set_auto_host_transfers(false);
     troupe_backend_t *b = NULL;

@@ -16,25 +16,12 @@
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
 
+#include "mpi_test_util.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int s_rank, s_fails;
-
-static void s_fail(const char *fmt, ...) TROUPE_PRINTF(1, 2);
-static void s_fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL rank %d: ", s_rank);
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    s_fails++;
-}
 
 static void s_expect_in(const char *msg, const char *needle)
 {
@@ -51,6 +38,7 @@ int main(int argc, char **argv)
         return 1;
     }
     s_rank = troupe_cluster_rank();
+    s_size = troupe_cluster_size();
     float f[5] = {1, 2, 3, 4, 5};
     double d[4] = {1, 2, 3, 4};
     troupe_coll_tensor_t t = {.data = f,

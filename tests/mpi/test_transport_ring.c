@@ -23,57 +23,14 @@
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
 
+#include "mpi_test_util.h"
+
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #define SYNC_NS (60LL * 1000 * 1000 * 1000)
-
-static int s_rank, s_size, s_fails;
-
-static void s_fail(const char *fmt, ...) TROUPE_PRINTF(1, 2);
-static void s_fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL rank %d/%d: ", s_rank, s_size);
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    s_fails++;
-}
-
-/* Rank r's value at index i, stored in precision p and read back. */
-static double s_gen(troupe_prec_t p, int r, int64_t i)
-{
-    double v = (double)((i * 7 + r * 13 + 5) % 61 - 30);
-    if (troupe_prec_is_float(p))
-        v *= 0.25;
-    unsigned char buf[16];
-    troupe_prec_store_double(p, buf, v);
-    return troupe_prec_load_double(p, buf);
-}
-
-static double s_expect(troupe_prec_t p, troupe_reduce_op_t op, int64_t i)
-{
-    double acc = s_gen(p, 0, i);
-    for (int r = 1; r < s_size; r++) {
-        double v = s_gen(p, r, i);
-        if (op == TROUPE_REDUCE_MAX)
-            acc = v > acc ? v : acc;
-        else if (op == TROUPE_REDUCE_MIN)
-            acc = v < acc ? v : acc;
-        else
-            acc += v;
-    }
-    if (op == TROUPE_REDUCE_MEAN)
-        acc /= s_size;
-    unsigned char buf[16];
-    troupe_prec_store_double(p, buf, acc);
-    return troupe_prec_load_double(p, buf);
-}
 
 /* Allreduces `count` values of p (index offset salt) with op and checks them. Returns the
  * ring buckets the request used, or -1 when it failed. */

@@ -1,0 +1,80 @@
+/* Shared scaffolding of the multi-rank transport tests (tests/mpi/test_transport_*.c): each
+ * program is one translation unit that includes this once.
+ *
+ *  - s_rank, s_size: this rank and the number of ranks (the program sets them after
+ *    troupe_cluster_init); s_fails: failed checks so far;
+ *  - s_fail(fmt, ...): prints one "FAIL rank r/n: ..." line and counts it;
+ *  - CHECK_OK(expr): a troupe call must return TROUPE_OK, else s_fail naming the call, the
+ *    status and the last error, then `goto out` (the caller's cleanup label);
+ *  - s_gen(p, r, i): rank r's deterministic value at index i, in a range where sums over up to
+ *    8 ranks are exact in every float precision (multiples of 1/4 within +-7.5 for floats,
+ *    integers within +-30), stored in precision p and read back;
+ *  - s_expect(p, op, i): the exact allreduce of every rank's s_gen at i, rounded once to p
+ *    (mean: integers truncate toward zero).
+ */
+#ifndef TROUPE_TESTS_MPI_TEST_UTIL_H
+#define TROUPE_TESTS_MPI_TEST_UTIL_H
+
+#include "base/status.h"
+#include "ir/prec.h"
+#include "transport/mpi/collective.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+
+static int s_rank, s_size __attribute__((unused)), s_fails;
+
+static void s_fail(const char *fmt, ...) TROUPE_PRINTF(1, 2);
+static void s_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL rank %d/%d: ", s_rank, s_size);
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+    va_end(ap);
+    s_fails++;
+}
+
+#define CHECK_OK(expr)                                                                             \
+    do {                                                                                           \
+        troupe_status_t s__ = (expr);                                                              \
+        if (s__ != TROUPE_OK) {                                                                    \
+            s_fail("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #expr, troupe_status_str(s__),       \
+                   troupe_last_error());                                                           \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static inline double s_gen(troupe_prec_t p, int r, int64_t i)
+{
+    double v = (double)((i * 7 + r * 13 + 5) % 61 - 30);
+    if (troupe_prec_is_float(p))
+        v *= 0.25;
+    unsigned char buf[16];
+    troupe_prec_store_double(p, buf, v);
+    return troupe_prec_load_double(p, buf);
+}
+
+static inline double s_expect(troupe_prec_t p, troupe_reduce_op_t op, int64_t i)
+{
+    double acc = s_gen(p, 0, i);
+    for (int r = 1; r < s_size; r++) {
+        double v = s_gen(p, r, i);
+        if (op == TROUPE_REDUCE_MAX)
+            acc = v > acc ? v : acc;
+        else if (op == TROUPE_REDUCE_MIN)
+            acc = v < acc ? v : acc;
+        else
+            acc += v;
+    }
+    if (op == TROUPE_REDUCE_MEAN)
+        acc /= s_size; /* stored below: floats round once (RNE), integers truncate */
+    unsigned char buf[16];
+    troupe_prec_store_double(p, buf, acc);
+    return troupe_prec_load_double(p, buf);
+}
+
+#endif /* TROUPE_TESTS_MPI_TEST_UTIL_H */
