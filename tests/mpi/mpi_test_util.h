@@ -1,8 +1,8 @@
 /* Shared scaffolding of the multi-rank transport tests (tests/mpi/test_transport_*.c): each
  * program is one translation unit that includes this once.
  *
- *  - s_rank, s_size: this rank and the number of ranks (the program sets them after
- *    troupe_cluster_init); s_fails: failed checks so far;
+ *  - s_init(&argc, &argv): troupe_cluster_init, then s_rank and s_size (this rank, the number
+ *    of ranks); on failure prints a FAIL line and returns the status; s_fails: failed checks;
  *  - s_fail(fmt, ...): prints one "FAIL rank r/n: ..." line and counts it;
  *  - CHECK_OK(expr): a troupe call must return TROUPE_OK, else s_fail naming the call, the
  *    status and the last error, then `goto out` (the caller's cleanup label);
@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "ir/prec.h"
+#include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
 
 #include <stdarg.h>
@@ -36,6 +37,18 @@ static void s_fail(const char *fmt, ...)
     fflush(stdout);
     va_end(ap);
     s_fails++;
+}
+
+static inline troupe_status_t s_init(int *argc, char ***argv)
+{
+    troupe_status_t st = troupe_cluster_init(argc, argv);
+    if (st != TROUPE_OK) {
+        printf("FAIL: troupe_cluster_init: %s: %s\n", troupe_status_str(st), troupe_last_error());
+        return st;
+    }
+    s_rank = troupe_cluster_rank();
+    s_size = troupe_cluster_size();
+    return TROUPE_OK;
 }
 
 #define CHECK_OK(expr)                                                                             \

@@ -62,13 +62,9 @@ static troupe_status_t s_consumer(troupe_backend_t *b, troupe_tnode_t *g, troupe
 
 int main(int argc, char **argv)
 {
-    troupe_status_t st = troupe_cluster_init(&argc, &argv);
-    if (st != TROUPE_OK) {
-        printf("FAIL: troupe_cluster_init: %s: %s\n", troupe_status_str(st), troupe_last_error());
+    troupe_status_t st = s_init(&argc, &argv);
+    if (st != TROUPE_OK)
         return 1;
-    }
-    s_rank = troupe_cluster_rank();
-    s_size = troupe_cluster_size();
     int peer = 1 - s_rank;
     troupe_config_set_auto_host_transfers(false);
     troupe_backend_t *b = NULL;

@@ -32,13 +32,9 @@ static void s_expect_in(const char *msg, const char *needle)
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "dims";
-    troupe_status_t st = troupe_cluster_init(&argc, &argv);
-    if (st != TROUPE_OK) {
-        printf("FAIL: troupe_cluster_init: %s: %s\n", troupe_status_str(st), troupe_last_error());
+    troupe_status_t st = s_init(&argc, &argv);
+    if (st != TROUPE_OK)
         return 1;
-    }
-    s_rank = troupe_cluster_rank();
-    s_size = troupe_cluster_size();
     float f[5] = {1, 2, 3, 4, 5};
     double d[4] = {1, 2, 3, 4};
     troupe_coll_tensor_t t = {.data = f,

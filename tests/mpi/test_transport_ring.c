@@ -267,13 +267,9 @@ out:
 
 int main(int argc, char **argv)
 {
-    troupe_status_t st = troupe_cluster_init(&argc, &argv);
-    if (st != TROUPE_OK) {
-        printf("FAIL: troupe_cluster_init: %s: %s\n", troupe_status_str(st), troupe_last_error());
+    troupe_status_t st = s_init(&argc, &argv);
+    if (st != TROUPE_OK)
         return 1;
-    }
-    s_rank = troupe_cluster_rank();
-    s_size = troupe_cluster_size();
     if (s_size < 2 || s_size > 8)
         s_fail("expected 2 to 8 ranks under mpiexec, got %d", s_size);
     if (s_fails == 0) {
