@@ -804,10 +804,8 @@ static void s_pack(const troupe__req_t *r, const s_rs_t *rs, const s_bucket_t *b
             const uint16_t *h = src;
             for (int64_t i = 0; i < s->count; i++)
                 f[i] = troupe_half_to_single(h[i]);
-        } else if (p == TROUPE_PREC_BFLOAT16) {
-            const uint16_t *h = src;
-            for (int64_t i = 0; i < s->count; i++)
-                f[i] = troupe_bfloat16_to_single(h[i]);
+        } else if (p == TROUPE_PREC_BFLOAT16) { /* reduce.c: bit-exact, vectorized */
+            troupe__bf16_unpack(f, src, s->count, 1);
         } else { /* fp8 */
             const uint8_t *h = src;
             for (int64_t i = 0; i < s->count; i++)
@@ -885,10 +883,8 @@ static void s_unpack(const troupe__req_t *r, const s_rs_t *rs, const s_bucket_t 
             uint16_t *h = dst;
             for (int64_t i = 0; i < s->count; i++)
                 h[i] = troupe_single_to_half(f[i]);
-        } else if (p == TROUPE_PREC_BFLOAT16) {
-            uint16_t *h = dst;
-            for (int64_t i = 0; i < s->count; i++)
-                h[i] = troupe_single_to_bfloat16(f[i]);
+        } else if (p == TROUPE_PREC_BFLOAT16) { /* reduce.c: bit-exact, vectorized */
+            troupe__bf16_pack(dst, f, s->count);
         } else {
             uint8_t *h = dst;
             for (int64_t i = 0; i < s->count; i++)
