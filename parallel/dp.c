@@ -595,6 +595,17 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
 
 /* ---- a step --------------------------------------------------------------------------------- */
 
+/* Sorts tns[0..n) by node id (insertion sort: a bucket holds a few hundred nodes at most). */
+static void s_sort_by_id(troupe_tnode_t **tns, size_t n)
+{
+    for (size_t a = 1; a < n; a++)
+        for (size_t c = a; c > 0 && tns[c]->id < tns[c - 1]->id; c--) {
+            troupe_tnode_t *t = tns[c];
+            tns[c] = tns[c - 1];
+            tns[c - 1] = t;
+        }
+}
+
 static troupe_status_t s_schedule_step(troupe_dp_t *dp)
 {
     troupe__dp_replica_t *r0 = &dp->rep[0];
@@ -650,8 +661,12 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp)
         bucket[nb++] = g;
         bucket_bytes += (int64_t)g->size_bytes;
         if (i == 0 || bucket_bytes + (int64_t)dp->grads[i - 1]->size_bytes > fusion) {
-            /* the last bucket starts lazily: the owner stream waits for it next and then
-             * runs it itself (TROUPE_COLL_LAZY); earlier ones overlap the merges between */
+            /* In node-id order, the order the linked gradient routine packs its arrays in
+             * their pool (actors/routine.h): the bucket then forms one span in memory and the
+             * transport reduces it in place, cut in order (collective.h, Fusion buckets). The
+             * last bucket starts lazily: the owner stream waits for it next and then runs it
+             * itself (TROUPE_COLL_LAZY); earlier ones overlap the merges between. */
+            s_sort_by_id(bucket, nb);
             st = troupe_allreduce_nodes_deferred_ex(
                 s_tail(r0), nb, bucket, TROUPE_REDUCE_SUM,
                 dp->coll_flags | (i == 0 ? TROUPE_COLL_LAZY : 0u), &done[ndone]);

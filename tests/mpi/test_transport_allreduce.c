@@ -8,7 +8,9 @@
  *     tensor larger than a bucket (in-place slices, staged slices); with 1 MiB buckets, tensors
  *     of at least 128 KiB reduced in place in buckets of their own between staged ones;
  *   - tensors back to back in memory reduced in place as one bucket (no staging), also when
- *     the other rank's layout differs, and staged when a gap breaks the run;
+ *     the other rank's layout differs, and staged when a gap breaks the run; requests that
+ *     form one span on every rank cut in order into in-place buckets (the flat plan), and the
+ *     class plan on every rank when one rank's layout is scattered;
  *   - lazy host-level collectives started by polling their event, or by subscribing to it;
  *   - broadcast from root 1;
  *   - device level: a cpu-backend context with two hosted nodes reduced with
@@ -303,6 +305,73 @@ out:
         troupe_free(own[k]);
 }
 
+/* The flat plan: when every rank's tensors form one span (200 KiB, 1 KiB, 300 KiB, 2 KiB of
+ * single here), the request is cut in order into 64 KiB buckets, all in place: 8 buckets, no
+ * staging. When one rank's tensors are scattered (round 1), every rank falls back to the
+ * class plan: the two large tensors in buckets of their own (4 + 5) and the two small ones
+ * staged in one shared bucket, on both ranks (on rank 0 they are not adjacent). */
+static void s_test_flat_plan(void)
+{
+    enum { N = 4 };
+    const int64_t counts[N] = {51200, 256, 76800, 512};
+    int64_t total = 0;
+    for (int k = 0; k < N; k++)
+        total += counts[k];
+    float *flat = NULL, *own[N] = {NULL};
+    for (int round = 0; round < 2; round++) {
+        bool is_flat = round == 0 || s_rank == 0;
+        troupe_coll_tensor_t t[N];
+        if (is_flat && (flat = troupe_malloc((size_t)total * sizeof(float))) == NULL) {
+            s_fail("flat plan: out of memory");
+            goto out;
+        }
+        int64_t off = 0;
+        for (int k = 0; k < N; k++) {
+            float *data =
+                is_flat ? flat + off : (own[k] = s_fill(TROUPE_PREC_SINGLE, counts[k], 0));
+            if (data == NULL) {
+                s_fail("flat plan: out of memory");
+                goto out;
+            }
+            for (int64_t i = 0; i < counts[k]; i++)
+                data[i] = (float)s_gen(TROUPE_PREC_SINGLE, s_rank, i + 60 + k);
+            off += counts[k];
+            t[k] = (troupe_coll_tensor_t){.data = data,
+                                          .count = counts[k],
+                                          .prec = TROUPE_PREC_SINGLE,
+                                          .node_id = 500 + k,
+                                          .name = "flatplan"};
+        }
+        troupe_transport_stats_t before, after;
+        troupe_transport_get_stats(&before);
+        troupe_event_t *ev = NULL;
+        CHECK_OK(troupe_allreduce(t, N, TROUPE_REDUCE_SUM, &ev));
+        CHECK_OK(s_run(&ev));
+        troupe_transport_get_stats(&after);
+        char what[32];
+        snprintf(what, sizeof what, "flat plan round %d", round);
+        for (int k = 0; k < N; k++)
+            if (s_check(what, TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, t[k].data, counts[k], 60 + k))
+                break;
+        uint64_t buckets = after.buckets - before.buckets, staged = after.staged - before.staged;
+        uint64_t want_b = round == 0 ? 8 : 10, want_s = round == 0 ? 0 : 768 * sizeof(float);
+        if (buckets != want_b || staged != want_s)
+            s_fail("%s: %llu buckets and %llu bytes staged, expected %llu and %llu", what,
+                   (unsigned long long)buckets, (unsigned long long)staged,
+                   (unsigned long long)want_b, (unsigned long long)want_s);
+        troupe_free(flat);
+        flat = NULL;
+        for (int k = 0; k < N; k++) {
+            troupe_free(own[k]);
+            own[k] = NULL;
+        }
+    }
+out:
+    troupe_free(flat);
+    for (int k = 0; k < N; k++)
+        troupe_free(own[k]);
+}
+
 /* Host-level collectives start lazily, when their event is first consumed: by polling its
  * state, or by subscribing (here through troupe_event_all, synced on the combined event, which
  * has no progress hook of its own). Both must complete without a troupe_event_sync on them. */
@@ -519,6 +588,7 @@ int main(int argc, char **argv)
         s_test_large();
         s_test_inplace();
         s_test_flat();
+        s_test_flat_plan();
         s_test_lazy();
         s_test_broadcast();
         s_test_device();

@@ -122,6 +122,7 @@ typedef struct s_rs {
     int fp_stage;
     int fp_tag; /* the digests' tag on the control communicator */
     troupe__fp_digest_t dg_mine;
+    bool all_flat; /* every rank's tensors form one span: buckets in order (s_plan_flat) */
     troupe__fp_digest_t *dg_peer; /* [size] */
     void *fp_mine;
     size_t fp_size;
@@ -304,6 +305,32 @@ static int64_t s_units(const troupe__req_t *r, size_t t)
     const troupe_coll_tensor_t *x = &r->tensors[t];
     return r->kind == TROUPE__REQ_BROADCAST ? x->count * (int64_t)troupe_prec_size_bytes(x->prec)
                                             : x->count;
+}
+
+/* True when r's tensors (those with data) are of one class, in their own type, and lie back
+ * to back in this rank's memory in request order: one span, as a routine's gradients do when
+ * issued in node-id order (parallel/ does). Exchanged in the fingerprint digests: when every
+ * rank's request is flat, the plan cuts the span in order (s_plan_flat). */
+static bool s_flat(const troupe__req_t *r)
+{
+    if (r->kind != TROUPE__REQ_ALLREDUCE && r->kind != TROUPE__REQ_BROADCAST)
+        return false;
+    const char *end = NULL;
+    s_cls_t cls = S_NCLS;
+    for (size_t j = 0; j < r->n; j++) {
+        int64_t u = s_units(r, j);
+        if (u == 0)
+            continue;
+        s_cls_t c = s_cls_of(r, r->tensors[j].prec);
+        if ((cls != S_NCLS && c != cls) || !s_native(c, r->tensors[j].prec))
+            return false;
+        const char *p = r->tensors[j].data;
+        if (end != NULL && p != end)
+            return false;
+        cls = c;
+        end = p + u * (int64_t)s_unit_bytes(r, j);
+    }
+    return cls != S_NCLS;
 }
 
 static void s_finish(troupe__req_t *r, troupe_status_t st, const char *msg)
@@ -506,6 +533,7 @@ static troupe_status_t s_fp_start(troupe__req_t *r, s_rs_t *rs)
         rs->fp_recv == NULL || rs->fp_state == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", rs->what);
     troupe__fp_digest(r, &rs->dg_mine);
+    rs->dg_mine.flat = s_flat(r) ? 1 : 0;
     rs->fp_stage = 1;
     /* Point-to-point: the sender's digest travels on S2R, the receiver's on R2S, so the
      * channel A->B never mixes with B->A. */
@@ -625,6 +653,10 @@ static troupe_status_t s_fp_poll(troupe__req_t *r, s_rs_t *rs, bool *done)
         if (!troupe__fp_digest_equal(&rs->dg_peer[p], &rs->dg_mine))
             return s_fp_stage2(r, rs);
     }
+    rs->all_flat = rs->dg_mine.flat != 0;
+    for (int p = 0; p < s_a.size; p++)
+        if (s_involved(r, p) && rs->dg_peer[p].flat == 0)
+            rs->all_flat = false;
     *done = true;
     return TROUPE_OK;
 }
@@ -763,25 +795,63 @@ static troupe_status_t s_plan_class(troupe__req_t *r, s_rs_t *rs, size_t i, s_cl
     return TROUPE_OK;
 }
 
-/* Plans the buckets class by class, in order of first appearance (s_plan_class). Every rank
- * plans alike from the same (fingerprinted) request. */
+/* Units of class cls per bucket: the fingerprinted fusion size, within the message limit. */
+static int64_t s_cap(const troupe__req_t *r, s_cls_t cls)
+{
+    int64_t cap = (int64_t)((size_t)r->fusion_bytes / s_cls_size(cls));
+    int64_t max_cap = S_MAX_MSG_BYTES / (int64_t)s_cls_size(cls);
+    if (cap > max_cap)
+        cap = max_cap;
+    return cap < 1 ? 1 : cap;
+}
+
+/* The flat plan (every rank's tensors form one span, rs->all_flat): the span cut in request
+ * order into buckets of cap units, each reduced in place. */
+static troupe_status_t s_plan_flat(troupe__req_t *r, s_rs_t *rs)
+{
+    s_cls_t cls = S_NCLS;
+    for (size_t j = 0; j < r->n && cls == S_NCLS; j++)
+        if (s_units(r, j) > 0)
+            cls = s_cls_of(r, r->tensors[j].prec);
+    if (cls == S_NCLS)
+        return TROUPE_OK; /* nothing to move */
+    int64_t cap = s_cap(r, cls), room = 0;
+    for (size_t j = 0; j < r->n; j++) {
+        int64_t u = s_units(r, j);
+        for (int64_t off = 0; off < u;) {
+            if (room == 0) {
+                if (rs->nbks > 0)
+                    s_close_bucket(r, rs);
+                TROUPE_RETURN_IF_ERROR(s_open_bucket(rs, cls));
+                room = cap;
+            }
+            int64_t c = u - off < room ? u - off : room;
+            TROUPE_RETURN_IF_ERROR(s_add_seg(rs, j, off, c));
+            rs->bks[rs->nbks - 1].units += c;
+            off += c;
+            room -= c;
+        }
+    }
+    if (rs->nbks > 0)
+        s_close_bucket(r, rs);
+    return TROUPE_OK;
+}
+
+/* Plans the buckets. Every rank plans alike from the same (fingerprinted) request and the
+ * layout flags all ranks exchanged: when every rank's tensors form one span, in request order
+ * (s_plan_flat); else class by class, in order of first appearance (s_plan_class). */
 static troupe_status_t s_plan(troupe__req_t *r, s_rs_t *rs)
 {
     rs->planned = true;
+    if (rs->all_flat)
+        return s_plan_flat(r, rs);
     bool seen[S_NCLS] = {false};
-    size_t fusion = (size_t)r->fusion_bytes; /* as fingerprinted: every rank plans alike */
     for (size_t i = 0; i < r->n; i++) {
         s_cls_t cls = s_cls_of(r, r->tensors[i].prec);
         if (seen[cls])
             continue;
         seen[cls] = true;
-        int64_t cap = (int64_t)(fusion / s_cls_size(cls));
-        int64_t max_cap = S_MAX_MSG_BYTES / (int64_t)s_cls_size(cls);
-        if (cap > max_cap)
-            cap = max_cap;
-        if (cap < 1)
-            cap = 1;
-        TROUPE_RETURN_IF_ERROR(s_plan_class(r, rs, i, cls, cap));
+        TROUPE_RETURN_IF_ERROR(s_plan_class(r, rs, i, cls, s_cap(r, cls)));
     }
     return TROUPE_OK;
 }
@@ -942,6 +1012,8 @@ static troupe_status_t s_stage(troupe__req_t *r, s_rs_t *rs, s_bucket_t *b)
  * can move as soon as the ranks agree (the caller's memory is only read). */
 static troupe_status_t s_prepack(troupe__req_t *r, s_rs_t *rs)
 {
+    if (rs->dg_mine.flat)
+        return TROUPE_OK; /* nothing to pack; the plan waits for the others' layout flags */
     if (!rs->planned)
         TROUPE_RETURN_IF_ERROR(s_plan(r, rs));
     for (size_t i = rs->next_bk; i < rs->nbks && i < rs->next_bk + 2; i++) {

@@ -29,8 +29,14 @@
  * order and in their own type, is reduced in place too, as one span: a routine's arrays are
  * packed that way in a context's pool (actors/routine.h), so a model's small gradients fuse
  * without copies (stats.staged counts the bytes that were copied). The buckets are planned from
- * the fingerprinted request alone, so every rank plans alike whatever its memory layout; only
- * whether a rank copies differs. Two buckets are in flight at a time: one is reduced while the
+ * the fingerprinted request and one layout flag per rank, carried by the fingerprint digests,
+ * so every rank plans alike whatever its own layout. When every rank's tensors are of one
+ * type and form one span in request order (a flat gradient buffer, as DDP's buckets; parallel/
+ * issues each bucket in node-id order, the order a routine's pool packs its arrays), the span
+ * is cut in order into buckets of the fusion size, all reduced in place (measured: the Fashion-
+ * MNIST MLP's 940 KB allreduce went from 3 buckets and ~160 us to 1 bucket and ~80 us per step
+ * on two ranks). Otherwise the plan is the one above, and only whether a rank copies a bucket
+ * depends on its layout. Two buckets are in flight at a time: one is reduced while the
  * actor packs the next, and, at the device level, while the owner stream is still merging the
  * next nodes locally (each troupe_allreduce_nodes call is handed over as soon as the stream
  * reaches it).

@@ -144,6 +144,7 @@ typedef struct troupe__fp_digest {
     int64_t kind;
     int64_t n;
     uint64_t hash;
+    int64_t flat; /* not compared: 1 when the sender's tensors form one span (actor.c s_flat) */
 } troupe__fp_digest_t;
 
 void troupe__fp_digest(const troupe__req_t *r, troupe__fp_digest_t *out);
