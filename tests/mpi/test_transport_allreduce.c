@@ -216,93 +216,99 @@ out:
         troupe_free(data[k]);
 }
 
-/* Builds tensor k of s_test_flat: count_k = 50 + 7k values of precs[k], filled with salt 40 +
- * k; at `flat` + offset (the caller's one allocation) or allocated on its own (*own). */
-static troupe_coll_tensor_t s_flat_tensor(int k, troupe_prec_t p, unsigned char *flat,
-                                          size_t *offset, void **own)
+/* One layout round: n tensors, tensor k of counts[k] values of precs[k] (rank-dependent, index
+ * offset salt + k, node id node_base + k), in one allocation back to back (flat) or each on
+ * its own; allreduced with op and checked against the exact result. *buckets and *staged get
+ * the round's transport counter deltas. Returns false after reporting a failure. */
+static bool s_layout_round(const char *what, size_t n, const int64_t *counts,
+                           const troupe_prec_t *precs, bool flat, int32_t node_base, int64_t salt,
+                           troupe_reduce_op_t op, uint64_t *buckets, uint64_t *staged)
 {
-    int64_t count = 50 + 7 * k;
-    size_t es = troupe_prec_size_bytes(p);
-    void *data;
-    if (flat != NULL) {
-        data = flat + *offset;
-        *offset += (size_t)count * es;
-        for (int64_t i = 0; i < count; i++)
-            troupe_prec_store_double(p, (unsigned char *)data + (size_t)i * es,
-                                     s_gen(p, s_rank, i + 40 + k));
-    } else {
-        data = *own = s_fill(p, count, 40 + k);
+    bool ok = false;
+    troupe_coll_tensor_t *t = troupe_calloc(n, sizeof *t);
+    void **own = troupe_calloc(n, sizeof *own);
+    unsigned char *block = NULL;
+    size_t bytes = 0;
+    for (size_t k = 0; k < n; k++)
+        bytes += (size_t)counts[k] * troupe_prec_size_bytes(precs[k]);
+    if (t == NULL || own == NULL || (flat && (block = troupe_malloc(bytes)) == NULL)) {
+        s_fail("%s: out of memory", what);
+        goto out;
     }
-    return (troupe_coll_tensor_t){.data = data,
-                                  .count = count,
-                                  .prec = p,
-                                  .node_id = 400 + k,
-                                  .ndims = 1,
-                                  .dims = {count},
-                                  .name = "flat"};
+    for (size_t k = 0, off = 0; k < n; k++) {
+        size_t es = troupe_prec_size_bytes(precs[k]);
+        unsigned char *data =
+            flat ? block + off : (own[k] = troupe_malloc((size_t)counts[k] * es + 1));
+        if (data == NULL) {
+            s_fail("%s: out of memory", what);
+            goto out;
+        }
+        for (int64_t i = 0; i < counts[k]; i++)
+            troupe_prec_store_double(precs[k], data + (size_t)i * es,
+                                     s_gen(precs[k], s_rank, i + salt + (int64_t)k));
+        off += (size_t)counts[k] * es;
+        t[k] = (troupe_coll_tensor_t){.data = data,
+                                      .count = counts[k],
+                                      .prec = precs[k],
+                                      .node_id = node_base + (int32_t)k,
+                                      .ndims = 1,
+                                      .dims = {counts[k]},
+                                      .name = what};
+    }
+    troupe_transport_stats_t before, after;
+    troupe_transport_get_stats(&before);
+    troupe_event_t *ev = NULL;
+    CHECK_OK(troupe_allreduce(t, n, op, &ev));
+    CHECK_OK(s_run(&ev));
+    troupe_transport_get_stats(&after);
+    *buckets = after.buckets - before.buckets;
+    *staged = after.staged - before.staged;
+    ok = true;
+    for (size_t k = 0; k < n && ok; k++)
+        ok = s_check(what, precs[k], op, t[k].data, counts[k], salt + (int64_t)k) == 0;
+out:
+    for (size_t k = 0; own != NULL && k < n; k++)
+        troupe_free(own[k]);
+    troupe_free(own);
+    troupe_free(block);
+    troupe_free(t);
+    return ok;
 }
 
 /* Tensors that lie back to back in memory share one bucket reduced in place, with no staging
  * copies (stats.staged), whatever the other ranks' layout: the plan does not depend on it.
- *   round 0: 40 single tensors in one allocation on both ranks (mean: divided in place);
+ * 40 tensors of 50 + 7k values:
+ *   round 0: single, in one allocation on both ranks (mean: divided in place);
  *   round 1: the same, but rank 1 allocates each tensor on its own (staged there only);
  *   round 2: one allocation on both ranks, with a double tensor between single ones: the
  *            single bucket has a gap and is staged, the double alone is in place. */
 static void s_test_flat(void)
 {
     enum { N = 40 };
-    unsigned char *flat = NULL;
-    void *own[N] = {NULL};
+    int64_t counts[N];
+    troupe_prec_t precs[N];
     for (int round = 0; round < 3; round++) {
-        troupe_coll_tensor_t t[N];
-        bool is_flat = round != 1 || s_rank == 0;
-        size_t bytes = 0, offset = 0;
-        for (int k = 0; k < N; k++)
-            bytes += (size_t)(50 + 7 * k) * 8;
-        flat = is_flat ? troupe_malloc(bytes) : NULL;
-        if (is_flat && flat == NULL) {
-            s_fail("flat: out of memory");
-            return;
-        }
-        int64_t single_bytes = 0, double_bytes = 0;
+        uint64_t single_bytes = 0, buckets = 0, staged = 0;
         for (int k = 0; k < N; k++) {
-            troupe_prec_t p = round == 2 && k == N / 2 ? TROUPE_PREC_DOUBLE : TROUPE_PREC_SINGLE;
-            t[k] = s_flat_tensor(k, p, flat, &offset, &own[k]);
-            *(p == TROUPE_PREC_DOUBLE ? &double_bytes : &single_bytes) +=
-                t[k].count * (int64_t)troupe_prec_size_bytes(p);
+            counts[k] = 50 + 7 * k;
+            precs[k] = round == 2 && k == N / 2 ? TROUPE_PREC_DOUBLE : TROUPE_PREC_SINGLE;
+            if (precs[k] == TROUPE_PREC_SINGLE)
+                single_bytes += (uint64_t)counts[k] * sizeof(float);
         }
-        troupe_reduce_op_t op = round == 0 ? TROUPE_REDUCE_MEAN : TROUPE_REDUCE_SUM;
-        troupe_transport_stats_t before, after;
-        troupe_transport_get_stats(&before);
-        troupe_event_t *ev = NULL;
-        CHECK_OK(troupe_allreduce(t, N, op, &ev));
-        CHECK_OK(s_run(&ev));
-        troupe_transport_get_stats(&after);
         char what[32];
         snprintf(what, sizeof what, "flat round %d", round);
-        for (int k = 0; k < N; k++)
-            if (s_check(what, t[k].prec, op, t[k].data, t[k].count, 40 + k))
-                break;
-        uint64_t staged = after.staged - before.staged;
-        uint64_t want = round == 0 || (round == 1 && s_rank == 0) ? 0 : (uint64_t)single_bytes;
+        troupe_reduce_op_t op = round == 0 ? TROUPE_REDUCE_MEAN : TROUPE_REDUCE_SUM;
+        if (!s_layout_round(what, N, counts, precs, round != 1 || s_rank == 0, 400, 40, op,
+                            &buckets, &staged))
+            continue;
+        uint64_t want = round == 0 || (round == 1 && s_rank == 0) ? 0 : single_bytes;
         if (staged != want)
             s_fail("%s: %llu bytes staged, expected %llu", what, (unsigned long long)staged,
                    (unsigned long long)want);
-        uint64_t buckets = after.buckets - before.buckets;
-        if (buckets != (double_bytes ? 2u : 1u))
+        if (buckets != (round == 2 ? 2u : 1u))
             s_fail("%s: %llu buckets, expected %u", what, (unsigned long long)buckets,
-                   double_bytes ? 2u : 1u);
-        troupe_free(flat);
-        flat = NULL;
-        for (int k = 0; k < N; k++) {
-            troupe_free(own[k]);
-            own[k] = NULL;
-        }
+                   round == 2 ? 2u : 1u);
     }
-out:
-    troupe_free(flat);
-    for (int k = 0; k < N; k++)
-        troupe_free(own[k]);
 }
 
 /* The flat plan: when every rank's tensors form one span (200 KiB, 1 KiB, 300 KiB, 2 KiB of
@@ -312,64 +318,22 @@ out:
  * staged in one shared bucket, on both ranks (on rank 0 they are not adjacent). */
 static void s_test_flat_plan(void)
 {
-    enum { N = 4 };
-    const int64_t counts[N] = {51200, 256, 76800, 512};
-    int64_t total = 0;
-    for (int k = 0; k < N; k++)
-        total += counts[k];
-    float *flat = NULL, *own[N] = {NULL};
+    const int64_t counts[4] = {51200, 256, 76800, 512};
+    const troupe_prec_t precs[4] = {TROUPE_PREC_SINGLE, TROUPE_PREC_SINGLE, TROUPE_PREC_SINGLE,
+                                    TROUPE_PREC_SINGLE};
     for (int round = 0; round < 2; round++) {
-        bool is_flat = round == 0 || s_rank == 0;
-        troupe_coll_tensor_t t[N];
-        if (is_flat && (flat = troupe_malloc((size_t)total * sizeof(float))) == NULL) {
-            s_fail("flat plan: out of memory");
-            goto out;
-        }
-        int64_t off = 0;
-        for (int k = 0; k < N; k++) {
-            float *data =
-                is_flat ? flat + off : (own[k] = s_fill(TROUPE_PREC_SINGLE, counts[k], 0));
-            if (data == NULL) {
-                s_fail("flat plan: out of memory");
-                goto out;
-            }
-            for (int64_t i = 0; i < counts[k]; i++)
-                data[i] = (float)s_gen(TROUPE_PREC_SINGLE, s_rank, i + 60 + k);
-            off += counts[k];
-            t[k] = (troupe_coll_tensor_t){.data = data,
-                                          .count = counts[k],
-                                          .prec = TROUPE_PREC_SINGLE,
-                                          .node_id = 500 + k,
-                                          .name = "flatplan"};
-        }
-        troupe_transport_stats_t before, after;
-        troupe_transport_get_stats(&before);
-        troupe_event_t *ev = NULL;
-        CHECK_OK(troupe_allreduce(t, N, TROUPE_REDUCE_SUM, &ev));
-        CHECK_OK(s_run(&ev));
-        troupe_transport_get_stats(&after);
+        uint64_t buckets = 0, staged = 0;
         char what[32];
         snprintf(what, sizeof what, "flat plan round %d", round);
-        for (int k = 0; k < N; k++)
-            if (s_check(what, TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, t[k].data, counts[k], 60 + k))
-                break;
-        uint64_t buckets = after.buckets - before.buckets, staged = after.staged - before.staged;
+        if (!s_layout_round(what, 4, counts, precs, round == 0 || s_rank == 0, 500, 60,
+                            TROUPE_REDUCE_SUM, &buckets, &staged))
+            continue;
         uint64_t want_b = round == 0 ? 8 : 10, want_s = round == 0 ? 0 : 768 * sizeof(float);
         if (buckets != want_b || staged != want_s)
             s_fail("%s: %llu buckets and %llu bytes staged, expected %llu and %llu", what,
                    (unsigned long long)buckets, (unsigned long long)staged,
                    (unsigned long long)want_b, (unsigned long long)want_s);
-        troupe_free(flat);
-        flat = NULL;
-        for (int k = 0; k < N; k++) {
-            troupe_free(own[k]);
-            own[k] = NULL;
-        }
     }
-out:
-    troupe_free(flat);
-    for (int k = 0; k < N; k++)
-        troupe_free(own[k]);
 }
 
 /* Host-level collectives start lazily, when their event is first consumed: by polling its
