@@ -292,6 +292,15 @@ static void s_dispatch(troupe__req_t **r_p)
     troupe__req_finish(r_p, TROUPE_OK, NULL);
 }
 
+/* INVALID_ARGUMENT naming the bits of `flags` that are not TROUPE_COLL_* flags. */
+static troupe_status_t s_check_flags(const char *what, unsigned flags)
+{
+    unsigned unknown = flags & ~(unsigned)(TROUPE_COLL_LAZY | TROUPE_COLL_BF16);
+    if (unknown != 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: unknown flags 0x%x", what, unknown);
+    return TROUPE_OK;
+}
+
 static troupe_status_t s_host_collective(troupe__req_kind_t kind,
                                          const troupe_coll_tensor_t *tensors, size_t n,
                                          troupe_reduce_op_t op, int root, unsigned flags,
@@ -328,10 +337,7 @@ troupe_status_t troupe_allreduce(const troupe_coll_tensor_t *tensors, size_t n,
 troupe_status_t troupe_allreduce_ex(const troupe_coll_tensor_t *tensors, size_t n,
                                     troupe_reduce_op_t op, unsigned flags, troupe_event_t **out_ev)
 {
-    unsigned known = TROUPE_COLL_LAZY | TROUPE_COLL_BF16;
-    if ((flags & ~known) != 0)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "allreduce: unknown flags 0x%x",
-                             flags & ~known);
+    TROUPE_RETURN_IF_ERROR(s_check_flags("allreduce", flags));
     return s_host_collective(TROUPE__REQ_ALLREDUCE, tensors, n, op, 0, flags, out_ev);
 }
 
@@ -475,10 +481,7 @@ troupe_status_t troupe_allreduce_nodes_deferred_ex(troupe_context_t *ctx, size_t
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "allreduce_nodes_deferred: out_done is NULL (the caller must wait "
                              "for it)");
-    unsigned known = TROUPE_COLL_LAZY | TROUPE_COLL_BF16;
-    if ((flags & ~known) != 0)
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "allreduce_nodes_deferred: unknown flags 0x%x", flags & ~known);
+    TROUPE_RETURN_IF_ERROR(s_check_flags("allreduce_nodes_deferred", flags));
     return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, true, flags, out_done);
 }
 
