@@ -9,6 +9,8 @@
  *  - s_gen(p, r, i): rank r's deterministic value at index i, in a range where sums over up to
  *    8 ranks are exact in every float precision (multiples of 1/4 within +-7.5 for floats,
  *    integers within +-30), stored in precision p and read back;
+ *  - s_allreduce(t, n, op, flags, &delta): troupe_allreduce_ex and a sync within the test
+ *    deadline; delta (may be NULL) gets the transport counters' change over the call;
  *  - s_expect(p, op, i): the exact allreduce of every rank's s_gen at i, rounded once to p
  *    (mean: integers truncate toward zero).
  */
@@ -88,6 +90,31 @@ static inline double s_expect(troupe_prec_t p, troupe_reduce_op_t op, int64_t i)
     unsigned char buf[16];
     troupe_prec_store_double(p, buf, acc);
     return troupe_prec_load_double(p, buf);
+}
+
+/* The deadline of every wait in these tests. */
+#define MTU_SYNC_NS (60LL * 1000 * 1000 * 1000)
+
+/* Allreduces t[0..n) with op and flags and waits for it; *delta (may be NULL) gets the
+ * transport counters' change over the call (counted fields only; the others are 0). */
+static inline troupe_status_t s_allreduce(const troupe_coll_tensor_t *t, size_t n,
+                                          troupe_reduce_op_t op, unsigned flags,
+                                          troupe_transport_stats_t *delta)
+{
+    troupe_transport_stats_t before, after;
+    troupe_transport_get_stats(&before);
+    troupe_event_t *ev = NULL;
+    troupe_status_t st = troupe_allreduce_ex(t, n, op, flags, &ev);
+    if (st == TROUPE_OK)
+        st = troupe_event_sync(ev, MTU_SYNC_NS);
+    troupe_event_release(&ev);
+    troupe_transport_get_stats(&after);
+    if (delta != NULL)
+        *delta =
+            (troupe_transport_stats_t){.buckets = after.buckets - before.buckets,
+                                       .staged = after.staged - before.staged,
+                                       .ring_buckets = after.ring_buckets - before.ring_buckets};
+    return st;
 }
 
 #endif /* TROUPE_TESTS_MPI_TEST_UTIL_H */

@@ -31,8 +31,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define SYNC_NS (60LL * 1000 * 1000 * 1000)
-
 /* Allreduces `count` values of p (index offset salt) with op and checks them. Returns the
  * ring buckets the request used, or -1 when it failed. */
 static long s_round(const char *what, troupe_prec_t p, troupe_reduce_op_t op, int64_t count,
@@ -53,20 +51,14 @@ static long s_round(const char *what, troupe_prec_t p, troupe_reduce_op_t op, in
                               .ndims = 1,
                               .dims = {count},
                               .name = "ring"};
-    troupe_transport_stats_t before, after;
-    troupe_transport_get_stats(&before);
-    troupe_event_t *ev = NULL;
-    troupe_status_t st = troupe_allreduce(&t, 1, op, &ev);
-    if (st == TROUPE_OK)
-        st = troupe_event_sync(ev, SYNC_NS);
-    troupe_event_release(&ev);
-    troupe_transport_get_stats(&after);
+    troupe_transport_stats_t d;
+    troupe_status_t st = s_allreduce(&t, 1, op, 0u, &d);
     long rings = -1;
     if (st != TROUPE_OK) {
         s_fail("%s: %s %s: %s: %s", what, troupe_prec_name(p), troupe_reduce_op_name(op),
                troupe_status_str(st), troupe_last_error());
     } else {
-        rings = (long)(after.ring_buckets - before.ring_buckets);
+        rings = (long)d.ring_buckets;
         for (int64_t i = 0; i < count; i++) {
             double got = troupe_prec_load_double(p, data + (size_t)i * es);
             double want = s_expect(p, op, i + salt);
@@ -150,14 +142,8 @@ static void s_test_many(void)
                                       .dims = {count},
                                       .name = "many"};
     }
-    troupe_transport_stats_t before, after;
-    troupe_transport_get_stats(&before);
-    troupe_event_t *ev = NULL;
-    troupe_status_t st = troupe_allreduce(t, N, TROUPE_REDUCE_SUM, &ev);
-    if (st == TROUPE_OK)
-        st = troupe_event_sync(ev, SYNC_NS);
-    troupe_event_release(&ev);
-    troupe_transport_get_stats(&after);
+    troupe_transport_stats_t d;
+    troupe_status_t st = s_allreduce(t, N, TROUPE_REDUCE_SUM, 0u, &d);
     if (st != TROUPE_OK) {
         s_fail("many: %s: %s", troupe_status_str(st), troupe_last_error());
         goto out;
@@ -171,9 +157,8 @@ static void s_test_many(void)
                 k = N;
                 break;
             }
-    if (after.ring_buckets - before.ring_buckets != N)
-        s_fail("many: %llu ring buckets, expected %d",
-               (unsigned long long)(after.ring_buckets - before.ring_buckets), N);
+    if (d.ring_buckets != N)
+        s_fail("many: %llu ring buckets, expected %d", (unsigned long long)d.ring_buckets, N);
 out:
     if (troupe_config_set_fusion_bytes(fusion) != TROUPE_OK)
         s_fail("many: cannot restore the fusion size: %s", troupe_last_error());
@@ -205,24 +190,15 @@ static void s_test_bf16(void)
                                           .node_id = 2000 + k,
                                           .name = "bf16"};
         }
-        troupe_transport_stats_t before, after;
-        troupe_transport_get_stats(&before);
-        troupe_event_t *ev[2] = {NULL, NULL};
-        troupe_status_t st = troupe_allreduce_ex(t, 3, rop, TROUPE_COLL_BF16, &ev[0]);
-        if (st == TROUPE_OK)
-            st = troupe_event_sync(ev[0], SYNC_NS);
+        troupe_transport_stats_t d[2] = {{0}, {0}};
+        troupe_status_t st = s_allreduce(t, 3, rop, TROUPE_COLL_BF16, &d[0]);
         float single = data[1][0]; /* the 1-element tensor alone, from its reduced value: */
         data[1][0] = (float)s_gen(TROUPE_PREC_SINGLE, s_rank, 31); /* zero-element chunks */
         if (st == TROUPE_OK && single != (float)s_expect(TROUPE_PREC_SINGLE, rop, 31))
             s_fail("bf16 %s: tensor 1 in the bucket: got %.9g", troupe_reduce_op_name(rop),
                    (double)single);
         if (st == TROUPE_OK) /* on 3 ranks */
-            st = troupe_allreduce_ex(&t[1], 1, rop, TROUPE_COLL_BF16, &ev[1]);
-        if (st == TROUPE_OK)
-            st = troupe_event_sync(ev[1], SYNC_NS);
-        troupe_event_release(&ev[0]);
-        troupe_event_release(&ev[1]);
-        troupe_transport_get_stats(&after);
+            st = s_allreduce(&t[1], 1, rop, TROUPE_COLL_BF16, &d[1]);
         if (st != TROUPE_OK) {
             s_fail("bf16 %s: %s: %s", troupe_reduce_op_name(rop), troupe_status_str(st),
                    troupe_last_error());
@@ -238,9 +214,9 @@ static void s_test_bf16(void)
                 }
             }
         }
-        if (after.ring_buckets - before.ring_buckets != 2)
+        if (d[0].ring_buckets + d[1].ring_buckets != 2)
             s_fail("bf16 %s: %llu ring buckets, expected 2", troupe_reduce_op_name(rop),
-                   (unsigned long long)(after.ring_buckets - before.ring_buckets));
+                   (unsigned long long)(d[0].ring_buckets + d[1].ring_buckets));
         for (int k = 0; k < 3; k++) {
             troupe_free(data[k]);
             data[k] = NULL;
@@ -249,18 +225,14 @@ static void s_test_bf16(void)
     /* rounding: rank 0's 1 + 2^-9 is no bfloat16 and travels as 1 */
     float x = s_rank == 0 ? 1.0f + 1.0f / 512 : 0.5f;
     troupe_coll_tensor_t one = {.data = &x, .count = 1, .prec = TROUPE_PREC_SINGLE, .name = "x"};
-    troupe_event_t *ev = NULL;
-    troupe_status_t st = troupe_allreduce_ex(&one, 1, TROUPE_REDUCE_SUM, TROUPE_COLL_BF16, &ev);
-    if (st == TROUPE_OK)
-        st = troupe_event_sync(ev, SYNC_NS);
-    troupe_event_release(&ev);
+    troupe_status_t st = s_allreduce(&one, 1, TROUPE_REDUCE_SUM, TROUPE_COLL_BF16, NULL);
     float want = 1.0f + 0.5f * (float)(s_size - 1);
     if (st != TROUPE_OK)
         s_fail("bf16 rounding: %s: %s", troupe_status_str(st), troupe_last_error());
     else if (x != want)
         s_fail("bf16 rounding: got %.9g, expected %.9g (1 + 2^-9 sent as 1)", (double)x,
                (double)want);
-    if (troupe_allreduce_ex(&one, 1, TROUPE_REDUCE_SUM, 0x40u | TROUPE_COLL_BF16, &ev) !=
+    if (s_allreduce(&one, 1, TROUPE_REDUCE_SUM, 0x40u | TROUPE_COLL_BF16, NULL) !=
             TROUPE_INVALID_ARGUMENT ||
         strstr(troupe_last_error(), "allreduce: unknown flags 0x40") == NULL)
         s_fail("bf16: unknown flags not refused by name: %s", troupe_last_error());
