@@ -25,6 +25,7 @@ static char s_cc_flags[S_STR_MAX];
 static atomic_int_fast64_t s_timeout_s;
 static atomic_size_t s_fusion_bytes;
 static atomic_bool s_auto_host;
+static atomic_bool s_coll_shm;
 static atomic_size_t s_stack_threshold;
 static troupe_status_t s_load_status;
 static char s_load_error[512];
@@ -79,6 +80,7 @@ static void s_load(void)
     atomic_store(&s_timeout_s, 120);
     atomic_store(&s_fusion_bytes, (size_t)64 << 20);
     atomic_store(&s_auto_host, true);
+    atomic_store(&s_coll_shm, true);
     atomic_store(&s_stack_threshold, (size_t)16384);
 
     const char *v;
@@ -117,6 +119,12 @@ static void s_load(void)
             atomic_store(&s_auto_host, v[0] == '1');
         else
             s_bad("TROUPE_AUTO_HOST_TRANSFERS", v, "expected 0 or 1");
+    }
+    if ((v = getenv("TROUPE_COLL_SHM")) != NULL) {
+        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+            atomic_store(&s_coll_shm, v[0] == '1');
+        else
+            s_bad("TROUPE_COLL_SHM", v, "expected 0 or 1");
     }
     if ((v = getenv("TROUPE_STACK_THRESHOLD")) != NULL) {
         if (s_parse_int(v, 0, &n))
@@ -194,6 +202,11 @@ bool troupe_config_auto_host_transfers(void)
     troupe__config_ensure_loaded();
     return atomic_load(&s_auto_host);
 }
+bool troupe_config_coll_shm(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_coll_shm);
+}
 size_t troupe_config_stack_threshold_bytes(void)
 {
     troupe__config_ensure_loaded();
@@ -251,6 +264,11 @@ void troupe_config_set_auto_host_transfers(bool on)
 {
     troupe__config_ensure_loaded();
     atomic_store(&s_auto_host, on);
+}
+void troupe_config_set_coll_shm(bool on)
+{
+    troupe__config_ensure_loaded();
+    atomic_store(&s_coll_shm, on);
 }
 troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes)
 {

@@ -2,18 +2,20 @@
  *
  * Every environment variable troupe reads is here (and in the README's table):
  *
- * | variable                    | default                               | setter                          |
+ * | variable                    | default                               | setter |
  * |-----------------------------|---------------------------------------|---------------------------------|
- * | TROUPE_LOG                  | warn                                  | troupe_log_configure            |
- * | TROUPE_LOG_FILE             | (stderr)                              | troupe_log_set_file             |
- * | TROUPE_BACKEND              | cpu                                   | troupe_config_set_backend       |
- * | TROUPE_CACHE_DIR            | $XDG_CACHE_HOME/troupe, ~/.cache/troupe, else /tmp/troupe-cache-$UID | troupe_config_set_cache_dir |
- * | CC                          | cc                                    | troupe_config_set_cc            |
- * | TROUPE_CC_FLAGS             | -O3 -march=native -shared -fPIC       | troupe_config_set_cc_flags      |
- * | TROUPE_TIMEOUT_S            | 120                                   | troupe_config_set_timeout_s     |
- * | TROUPE_FUSION_BYTES         | 67108864 (64 MiB)                     | troupe_config_set_fusion_bytes  |
- * | TROUPE_AUTO_HOST_TRANSFERS  | 1                                     | troupe_config_set_auto_host_transfers |
- * | TROUPE_STACK_THRESHOLD      | 16384 (bytes)                         | troupe_config_set_stack_threshold_bytes |
+ * | TROUPE_LOG                  | warn                                  | troupe_log_configure | |
+ * TROUPE_LOG_FILE             | (stderr)                              | troupe_log_set_file | |
+ * TROUPE_BACKEND              | cpu                                   | troupe_config_set_backend |
+ * | TROUPE_CACHE_DIR            | $XDG_CACHE_HOME/troupe, ~/.cache/troupe, else
+ * /tmp/troupe-cache-$UID | troupe_config_set_cache_dir | | CC                          | cc |
+ * troupe_config_set_cc            | | TROUPE_CC_FLAGS             | -O3 -march=native -shared -fPIC
+ * | troupe_config_set_cc_flags      | | TROUPE_TIMEOUT_S            | 120 |
+ * troupe_config_set_timeout_s     | | TROUPE_FUSION_BYTES         | 67108864 (64 MiB) |
+ * troupe_config_set_fusion_bytes  | | TROUPE_AUTO_HOST_TRANSFERS  | 1 |
+ * troupe_config_set_auto_host_transfers | | TROUPE_STACK_THRESHOLD      | 16384 (bytes) |
+ * troupe_config_set_stack_threshold_bytes | | TROUPE_COLL_SHM             | 1 |
+ * troupe_config_set_coll_shm      |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -52,6 +54,9 @@ int64_t troupe_config_timeout_ns(void); /* timeout_s in nanoseconds */
 size_t troupe_config_fusion_bytes(void);
 bool troupe_config_auto_host_transfers(void);
 size_t troupe_config_stack_threshold_bytes(void);
+/* Whether ranks that share a node reduce through shared memory (transport/mpi/collective.h,
+ * Algorithms); read when the cluster starts. */
+bool troupe_config_coll_shm(void);
 
 /* Setters return TROUPE_INVALID_ARGUMENT for NULL/empty strings, non-positive timeouts
  * or fusion sizes below 1 KiB; TROUPE_RESOURCE_EXHAUSTED if a copy cannot be allocated. */
@@ -62,6 +67,7 @@ TROUPE_MUST_USE troupe_status_t troupe_config_set_cc_flags(const char *flags);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_timeout_s(int64_t seconds);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_fusion_bytes(size_t size_bytes);
 void troupe_config_set_auto_host_transfers(bool on);
+void troupe_config_set_coll_shm(bool on);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes);
 
 /* Loads the configuration if not yet loaded (cheap after the first call). Internal. */

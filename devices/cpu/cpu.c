@@ -5,6 +5,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/shm.h"
 #include "base/status.h"
 #include "devices/cpu/cc_cache_impl.h"
 #include "ir/cgen.h"
@@ -155,7 +156,8 @@ void troupe__host_close(troupe_driver_t *drv)
                    "allocated",
                    s_name(drv), d->npools);
     for (size_t i = 0; i < d->npools; i++)
-        free(d->pools[i].base);
+        if (!troupe__shm_free(d->pools[i].base))
+            free(d->pools[i].base);
     troupe_free(d->pools);
     pthread_mutex_destroy(&d->lock);
     troupe_free(d);
@@ -216,7 +218,13 @@ troupe_status_t troupe__host_alloc_pool(troupe_driver_t *drv, int ordinal, int32
         d->pools = p;
         d->cap = cap;
     }
-    if (posix_memalign(&base, S_POOL_ALIGN, alloc) != 0) {
+    /* Shareable when the transport asked for it (base/shm.h: ranks on this node then reduce
+     * gradients in each other's pools); zero-filled, page-aligned. Else ordinary memory. */
+    bool shared = troupe__shm_pools() && alloc >= TROUPE__SHM_MIN_BYTES &&
+                  (base = troupe__shm_alloc(alloc)) != NULL;
+    if (shared)
+        zero = false;
+    else if (posix_memalign(&base, S_POOL_ALIGN, alloc) != 0) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED,
                            "%s alloc_pool: pool %d: cannot allocate %lld bytes of host memory",
                            s_name(drv), (int)pool_id, (long long)size_bytes);
@@ -249,7 +257,8 @@ troupe_status_t troupe__host_free_pool(troupe_driver_t *drv, int ordinal, int32_
         d->npools--;
     }
     pthread_mutex_unlock(&d->lock);
-    free(base);
+    if (!troupe__shm_free(base))
+        free(base);
     return st;
 }
 

@@ -123,6 +123,8 @@ typedef struct s_rs {
     int fp_tag; /* the digests' tag on the control communicator */
     troupe__fp_digest_t dg_mine;
     bool all_flat; /* every rank's tensors form one span: buckets in order (s_plan_flat) */
+    bool use_shm;  /* ...and each lies in shareable memory: reduced through it (shm.c) */
+    troupe__shm_coll_t shm;
     troupe__fp_digest_t *dg_peer; /* [size] */
     void *fp_mine;
     size_t fp_size;
@@ -309,13 +311,14 @@ static int64_t s_units(const troupe__req_t *r, size_t t)
 
 /* True when r's tensors (those with data) are of one class, in their own type, and lie back
  * to back in this rank's memory in request order: one span, as a routine's gradients do when
- * issued in node-id order (parallel/ does). Exchanged in the fingerprint digests: when every
- * rank's request is flat, the plan cuts the span in order (s_plan_flat). */
-static bool s_flat(const troupe__req_t *r)
+ * issued in node-id order (parallel/ does); then *span and *span_bytes locate it. Exchanged in
+ * the fingerprint digests: when every rank's request is flat, the plan cuts the span in order
+ * (s_plan_flat), or shared memory reduces it whole (shm.c). */
+static bool s_flat(const troupe__req_t *r, const char **span, int64_t *span_bytes)
 {
     if (r->kind != TROUPE__REQ_ALLREDUCE && r->kind != TROUPE__REQ_BROADCAST)
         return false;
-    const char *end = NULL;
+    const char *start = NULL, *end = NULL;
     s_cls_t cls = S_NCLS;
     for (size_t j = 0; j < r->n; j++) {
         int64_t u = s_units(r, j);
@@ -327,9 +330,13 @@ static bool s_flat(const troupe__req_t *r)
         const char *p = r->tensors[j].data;
         if (end != NULL && p != end)
             return false;
+        if (start == NULL)
+            start = p;
         cls = c;
         end = p + u * (int64_t)s_unit_bytes(r, j);
     }
+    *span = start;
+    *span_bytes = end - start;
     return cls != S_NCLS;
 }
 
@@ -494,6 +501,7 @@ static void s_rs_free(s_rs_t *rs)
         }
     }
     s_release_slots(rs);
+    troupe__shm_coll_free(&rs->shm);
     troupe_free(rs->segs);
     troupe_free(rs->bks);
     troupe_free(rs->p2p);
@@ -533,7 +541,12 @@ static troupe_status_t s_fp_start(troupe__req_t *r, s_rs_t *rs)
         rs->fp_recv == NULL || rs->fp_state == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", rs->what);
     troupe__fp_digest(r, &rs->dg_mine);
-    rs->dg_mine.flat = s_flat(r) ? 1 : 0;
+    const char *span = NULL;
+    int64_t span_bytes = 0;
+    rs->dg_mine.flat = s_flat(r, &span, &span_bytes) ? 1 : 0;
+    if (rs->dg_mine.flat && r->kind == TROUPE__REQ_ALLREDUCE && troupe__shm_coll_on() &&
+        !troupe__shm_find(span, (size_t)span_bytes, &rs->dg_mine.shm))
+        memset(&rs->dg_mine.shm, 0, sizeof rs->dg_mine.shm);
     rs->fp_stage = 1;
     /* Point-to-point: the sender's digest travels on S2R, the receiver's on R2S, so the
      * channel A->B never mixes with B->A. */
@@ -654,9 +667,14 @@ static troupe_status_t s_fp_poll(troupe__req_t *r, s_rs_t *rs, bool *done)
             return s_fp_stage2(r, rs);
     }
     rs->all_flat = rs->dg_mine.flat != 0;
-    for (int p = 0; p < s_a.size; p++)
+    rs->use_shm = rs->all_flat && rs->dg_mine.shm.id != 0 && troupe__shm_coll_on();
+    for (int p = 0; p < s_a.size; p++) {
         if (s_involved(r, p) && rs->dg_peer[p].flat == 0)
             rs->all_flat = false;
+        if (s_involved(r, p) && rs->dg_peer[p].shm.id == 0)
+            rs->use_shm = false;
+    }
+    rs->use_shm = rs->use_shm && rs->all_flat;
     *done = true;
     return TROUPE_OK;
 }
@@ -885,50 +903,21 @@ static void s_pack(const troupe__req_t *r, const s_rs_t *rs, const s_bucket_t *b
     }
 }
 
+/* The reduction type of class cls (reduce.c). */
+static troupe__red_type_t s_red_type(s_cls_t cls)
+{
+    static const troupe__red_type_t k_type[S_NCLS] = {
+        [S_CLS_F32] = TROUPE__RED_F32,    [S_CLS_F64] = TROUPE__RED_F64,
+        [S_CLS_I32] = TROUPE__RED_I32,    [S_CLS_I64] = TROUPE__RED_I64,
+        [S_CLS_U32] = TROUPE__RED_U32,    [S_CLS_U64] = TROUPE__RED_U64,
+        [S_CLS_BF16W] = TROUPE__RED_BF16, [S_CLS_BYTES] = TROUPE__RED_NONE};
+    return k_type[cls];
+}
+
 /* Divides `count` values of class cls at p by the number of ranks (mean). */
 static void s_divide(s_cls_t cls, void *p, int64_t count)
 {
-    int64_t n = s_a.size;
-    switch (cls) {
-    case S_CLS_F32: {
-        float *x = p;
-        for (int64_t i = 0; i < count; i++)
-            x[i] = (float)((double)x[i] / (double)n);
-        break;
-    }
-    case S_CLS_F64: {
-        double *x = p;
-        for (int64_t i = 0; i < count; i++)
-            x[i] /= (double)n;
-        break;
-    }
-    case S_CLS_I32: {
-        int32_t *x = p;
-        for (int64_t i = 0; i < count; i++)
-            x[i] = (int32_t)(x[i] / n);
-        break;
-    }
-    case S_CLS_I64: {
-        int64_t *x = p;
-        for (int64_t i = 0; i < count; i++)
-            x[i] /= n;
-        break;
-    }
-    case S_CLS_U32: {
-        uint32_t *x = p;
-        for (int64_t i = 0; i < count; i++)
-            x[i] = (uint32_t)(x[i] / (uint32_t)n);
-        break;
-    }
-    case S_CLS_U64: {
-        uint64_t *x = p;
-        for (int64_t i = 0; i < count; i++)
-            x[i] /= (uint64_t)n;
-        break;
-    }
-    default:
-        break;
-    }
+    troupe__divide_by(s_red_type(cls), p, count, s_a.size);
 }
 
 /* Staging -> caller's memory (mean divided once, rounded back to the precision once, RNE). */
@@ -1062,12 +1051,7 @@ static int s_mod(int a, int p)
 /* dst op= src for n values of class cls (sum for mean), vectorized (reduce.c). */
 static void s_reduce(s_cls_t cls, troupe_reduce_op_t op, void *dst, const void *src, int64_t n)
 {
-    static const troupe__red_type_t k_type[S_NCLS] = {
-        [S_CLS_F32] = TROUPE__RED_F32,    [S_CLS_F64] = TROUPE__RED_F64,
-        [S_CLS_I32] = TROUPE__RED_I32,    [S_CLS_I64] = TROUPE__RED_I64,
-        [S_CLS_U32] = TROUPE__RED_U32,    [S_CLS_U64] = TROUPE__RED_U64,
-        [S_CLS_BF16W] = TROUPE__RED_BF16, [S_CLS_BYTES] = TROUPE__RED_NONE};
-    troupe__reduce_into(k_type[cls], op, dst, src, n);
+    troupe__reduce_into(s_red_type(cls), op, dst, src, n);
 }
 
 /* Posts ring step f->ring_step of f's bucket: steps 0 .. p-2 reduce-scatter (receive into the
@@ -1326,11 +1310,29 @@ static void s_log_done(troupe__req_t *r, s_rs_t *rs)
 {
     int64_t now = troupe_now_ns();
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT,
-               "%s: %zu tensors, %" PRId64 " bytes, %zu buckets, %.1f us (fingerprints %.1f us, "
+               "%s: %zu tensors, %" PRId64 " bytes, %zu buckets%s, %.1f us (fingerprints %.1f us, "
                "queued %.1f us before)",
-               rs->what, r->n, r->bytes, rs->nbks, (double)(now - rs->t_start_ns) / 1e3,
-               (double)(rs->t_data_ns - rs->t_start_ns) / 1e3,
+               rs->what, r->n, r->bytes, rs->nbks, rs->use_shm ? " (shared memory)" : "",
+               (double)(now - rs->t_start_ns) / 1e3, (double)(rs->t_data_ns - rs->t_start_ns) / 1e3,
                (double)(rs->t_start_ns - r->submitted_ns) / 1e3);
+}
+
+/* Begins reducing r's span through shared memory (every rank's digest located its span). */
+static troupe_status_t s_shm_begin(troupe__req_t *r, s_rs_t *rs)
+{
+    troupe__shm_ref_t refs[s_a.size];
+    for (int p = 0; p < s_a.size; p++)
+        refs[p] = p == s_a.rank ? rs->dg_mine.shm : rs->dg_peer[p].shm;
+    const char *span = NULL;
+    int64_t span_bytes = 0;
+    (void)s_flat(r, &span, &span_bytes); /* flat: the digest said so */
+    s_cls_t cls = S_NCLS;
+    for (size_t j = 0; j < r->n && cls == S_NCLS; j++)
+        if (s_units(r, j) > 0)
+            cls = s_cls_of(r, r->tensors[j].prec);
+    size_t ub = s_cls_size(cls);
+    return troupe__shm_coll_begin(&rs->shm, rs->what, r->seq + 1, refs, (void *)span,
+                                  span_bytes / (int64_t)ub, ub, s_red_type(cls), r->op);
 }
 
 /* Advances r; on failure returns its status (the message recorded) and whether MPI broke. */
@@ -1370,13 +1372,23 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
         rs->deadline_ns = rs->t_data_ns + s_timeout_ns();
         if (s_is_p2p(r))
             TROUPE_RETURN_IF_ERROR(s_p2p_post(r, rs));
+        else if (rs->use_shm)
+            TROUPE_RETURN_IF_ERROR(s_shm_begin(r, rs));
         else if (!rs->planned)
             TROUPE_RETURN_IF_ERROR(s_plan(r, rs));
     }
     bool progress = false, all = false;
+    if (rs->use_shm) {
+        TROUPE_RETURN_IF_ERROR(troupe__shm_coll_test(&rs->shm, &progress));
+        all = rs->shm.state == TROUPE__SHM_DONE;
+        if (rs->shm.state == TROUPE__SHM_FALLBACK) { /* on every rank alike: the MPI path */
+            rs->use_shm = false;
+            TROUPE_RETURN_IF_ERROR(s_plan(r, rs));
+        }
+    }
     if (s_is_p2p(r)) {
         TROUPE_RETURN_IF_ERROR(s_p2p_test(rs, &progress, &all));
-    } else {
+    } else if (!rs->use_shm) {
         TROUPE_RETURN_IF_ERROR(s_coll_test(r, rs, &progress));
         TROUPE_RETURN_IF_ERROR(s_coll_post(r, rs));
         all = rs->done_bks == rs->nbks;
@@ -1723,6 +1735,8 @@ troupe_status_t troupe__transport_start(const void *data_comm, const void *ctl_c
     s_a.turn = 0;
     s_a.stop = s_a.abort_now = s_a.exited = s_a.sleeping = false;
     s_a.busy = s_a.helping = false;
+    if (troupe__shm_coll_start(data_comm, rank, size) != TROUPE_OK)
+        goto fail;
     int rc = pthread_create(&s_a.thread, NULL, s_actor_main, NULL);
     if (rc != 0) {
         troupe__error(TROUPE_RESOURCE_EXHAUSTED, "transport: pthread_create: %s", strerror(rc));
@@ -1736,6 +1750,7 @@ troupe_status_t troupe__transport_start(const void *data_comm, const void *ctl_c
 oom:
     troupe__error(TROUPE_RESOURCE_EXHAUSTED, "transport: out of memory");
 fail:
+    troupe__shm_coll_stop();
     s_free_peer_arrays();
     return TROUPE_RESOURCE_EXHAUSTED;
 }
@@ -1792,6 +1807,7 @@ bool troupe__transport_stop(bool drain, int64_t timeout_ns)
     s_a.sends = NULL;
     s_a.nsends = s_a.sends_cap = 0;
     s_free_peer_arrays();
+    troupe__shm_coll_stop();
     return true;
 }
 

@@ -22,7 +22,7 @@
 /* ---- stats ------------------------------------------------------------------------------- */
 
 static _Atomic uint64_t s_collectives, s_completed, s_buckets, s_ring_buckets, s_bytes, s_staged,
-    s_failures;
+    s_failures, s_shm;
 
 void troupe__stats_add(uint64_t collectives, uint64_t completed, uint64_t buckets, uint64_t bytes,
                        uint64_t failures)
@@ -49,6 +49,11 @@ void troupe__stats_add_ring(void)
     atomic_fetch_add(&s_ring_buckets, 1);
 }
 
+void troupe__stats_add_shm(void)
+{
+    atomic_fetch_add(&s_shm, 1);
+}
+
 void troupe_transport_get_stats(troupe_transport_stats_t *out)
 {
     if (out == NULL)
@@ -60,6 +65,7 @@ void troupe_transport_get_stats(troupe_transport_stats_t *out)
     out->bytes = atomic_load(&s_bytes);
     out->staged = atomic_load(&s_staged);
     out->failures = atomic_load(&s_failures);
+    out->shm = atomic_load(&s_shm);
 }
 
 /* ---- requests ---------------------------------------------------------------------------- */

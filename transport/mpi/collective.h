@@ -203,6 +203,7 @@ typedef struct troupe_transport_stats {
     uint64_t failures;     /* requests that failed: mismatches, deadlines, MPI errors */
     uint64_t staged;       /* bytes of buckets copied through a staging buffer (not in place) */
     uint64_t ring_buckets; /* buckets reduced by troupe's ring (see Algorithms above) */
+    uint64_t shm;          /* collectives reduced through shared memory (Algorithms above) */
 } troupe_transport_stats_t;
 void troupe_transport_get_stats(troupe_transport_stats_t *out);
 

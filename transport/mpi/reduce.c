@@ -106,3 +106,37 @@ void troupe__reduce_into(troupe__red_type_t type, troupe_reduce_op_t op, void *r
         break;
     }
 }
+
+#define S_DIV(T, EXPR)                                                                             \
+    do {                                                                                           \
+        T *d = x;                                                                                  \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            d[i] = (EXPR);                                                                         \
+    } while (0)
+
+void troupe__divide_by(troupe__red_type_t type, void *x, int64_t n, int64_t divisor)
+{
+    switch (type) {
+    case TROUPE__RED_F32: /* the quotient rounded once, as the staged paths' mean */
+        S_DIV(float, (float)((double)d[i] / (double)divisor));
+        break;
+    case TROUPE__RED_F64:
+        S_DIV(double, d[i] / (double)divisor);
+        break;
+    case TROUPE__RED_I32:
+        S_DIV(int32_t, (int32_t)(d[i] / divisor));
+        break;
+    case TROUPE__RED_I64:
+        S_DIV(int64_t, d[i] / divisor);
+        break;
+    case TROUPE__RED_U32:
+        S_DIV(uint32_t, (uint32_t)(d[i] / (uint32_t)divisor));
+        break;
+    case TROUPE__RED_U64:
+        S_DIV(uint64_t, d[i] / (uint64_t)divisor);
+        break;
+    case TROUPE__RED_BF16:
+    case TROUPE__RED_NONE:
+        break;
+    }
+}

@@ -14,6 +14,7 @@
 #define TROUPE_TRANSPORT_MPI_TRANSPORT_IMPL_H
 
 #include "actors/event.h"
+#include "base/shm.h"
 #include "base/status.h"
 #include "transport/mpi/collective.h"
 
@@ -119,6 +120,10 @@ typedef enum troupe__red_type {
 void troupe__reduce_into(troupe__red_type_t type, troupe_reduce_op_t op, void *restrict dst,
                          const void *restrict src, int64_t n);
 
+/* x[i] /= divisor for i < n (mean: single through double, rounded once; integers truncate
+ * toward zero). TROUPE__RED_NONE and TROUPE__RED_BF16 do nothing. */
+void troupe__divide_by(troupe__red_type_t type, void *x, int64_t n, int64_t divisor);
+
 /* single -> bfloat16 (nearest even; NaN stays NaN), bit for bit as ir/prec's
  * troupe_single_to_bfloat16, for n values. */
 void troupe__bf16_pack(uint16_t *restrict dst, const float *restrict src, int64_t n);
@@ -145,6 +150,7 @@ typedef struct troupe__fp_digest {
     int64_t n;
     uint64_t hash;
     int64_t flat; /* not compared: 1 when the sender's tensors form one span (actor.c s_flat) */
+    troupe__shm_ref_t shm; /* not compared: that span in shareable memory (id 0: it is not) */
 } troupe__fp_digest_t;
 
 void troupe__fp_digest(const troupe__req_t *r, troupe__fp_digest_t *out);
@@ -163,6 +169,58 @@ TROUPE_MUST_USE troupe_status_t troupe__fp_check_frame(const void *buf, size_t s
  * sequence numbers (each side numbers its own channel). */
 TROUPE_MUST_USE troupe_status_t troupe__fp_compare(const char *what, const void *a, int ra,
                                                    const void *b, int rb);
+
+/* ---- the intra-node shared-memory allreduce (shm.c) -------------------------------------- */
+
+/* Decides, collectively (every rank calls it, main thread, before the actor starts), whether
+ * ranks reduce through shared memory: every rank on this node, TROUPE_COLL_SHM on everywhere,
+ * and each rank maps every other's control page. Then host pools become shareable
+ * (troupe__shm_set_pools). Returns OK also when it stays off (the reason is logged at info). */
+TROUPE_MUST_USE troupe_status_t troupe__shm_coll_start(const void *comm, int rank, int size);
+
+/* Unmaps the peers' memory and makes new host pools ordinary again (after the actor stopped). */
+void troupe__shm_coll_stop(void);
+
+/* True while shared memory is in use: agreed at start, and no rank failed to map another's
+ * memory since (then every rank turned it off at the same request). Engine owner. */
+bool troupe__shm_coll_on(void);
+
+typedef enum troupe__shm_state {
+    TROUPE__SHM_ARRIVED = 1, /* waiting for every rank to arrive */
+    TROUPE__SHM_REDUCING,    /* reducing this rank's chunk into every rank's copy */
+    TROUPE__SHM_DEPARTED,    /* waiting for every rank to depart */
+    TROUPE__SHM_DONE,        /* the allreduce is complete on this rank */
+    TROUPE__SHM_FALLBACK,    /* a rank could not map: every rank takes the MPI path instead */
+} troupe__shm_state_t;
+
+/* One shared-memory allreduce in progress (engine owner). */
+typedef struct troupe__shm_coll {
+    troupe__shm_state_t state;
+    uint64_t seq;      /* > 0, the same on every rank, increasing */
+    char **buf;        /* [size]: every rank's span, as mapped in this process */
+    int64_t units;     /* elements of the span */
+    size_t unit_bytes; /* bytes per element */
+    troupe__red_type_t type;
+    troupe_reduce_op_t op;
+    int64_t lo, hi, next; /* this rank's chunk and how far it is reduced */
+} troupe__shm_coll_t;
+
+/* Begins an allreduce of `units` elements of `type` at `mine` (this rank's span) with every
+ * rank's span located by refs[p] (their digests; refs[rank] unused): maps the others' regions
+ * (cached) and posts this rank's arrival. A mapping failure is not an error: it is posted, and
+ * every rank's troupe__shm_coll_test then ends in TROUPE__SHM_FALLBACK. Errors:
+ * RESOURCE_EXHAUSTED. Free with troupe__shm_coll_free. */
+TROUPE_MUST_USE troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, const char *what,
+                                                       uint64_t seq, const troupe__shm_ref_t *refs,
+                                                       void *mine, int64_t units, size_t unit_bytes,
+                                                       troupe__red_type_t type,
+                                                       troupe_reduce_op_t op);
+
+/* Advances c without blocking (*progress when its state or data moved); c->state tells where
+ * it is. Never fails (a rank that never comes is the caller's deadline). */
+TROUPE_MUST_USE troupe_status_t troupe__shm_coll_test(troupe__shm_coll_t *c, bool *progress);
+
+void troupe__shm_coll_free(troupe__shm_coll_t *c);
 
 /* ---- the cluster (cluster.c) ------------------------------------------------------------- */
 
@@ -186,6 +244,9 @@ void troupe__stats_add_staged(uint64_t bytes);
 
 /* Counts a bucket reduced by troupe's ring (also counted in buckets). */
 void troupe__stats_add_ring(void);
+
+/* Counts a collective reduced through shared memory (shm.c). */
+void troupe__stats_add_shm(void);
 
 /* ---- the actor (actor.c) ----------------------------------------------------------------- */
 

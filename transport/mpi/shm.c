@@ -1,0 +1,330 @@
+/* troupe — the intra-node shared-memory allreduce (transport_impl.h; collective.h, Algorithms).
+ *
+ * When every rank of the job runs on this node (MPI_COMM_TYPE_SHARED), TROUPE_COLL_SHM is on
+ * everywhere and every rank can map every other's memory (checked once, at start, on each
+ * rank's control page), the host pools become shareable (base/shm.h) and an allreduce whose
+ * tensors form one span in shareable memory on every rank (the flat plan: a routine's
+ * gradients) is reduced directly in the ranks' own buffers, without MPI messages or copies
+ * through the kernel:
+ *
+ *   1. arrive:  each rank maps the others' spans (cached per region) and stores the request's
+ *               sequence number in its control page, with a bit telling whether its mappings
+ *               failed; it waits until every rank arrived (its gradients are complete and lent);
+ *               if any rank failed to map, every rank sees it and takes the MPI path instead
+ *               (and shared memory stays off from then on, on every rank alike);
+ *   2. reduce:  rank c owns chunk c of the span (64-byte aligned bounds); block by block it sums
+ *               the ranks' copies in rank order 0, 1, ..., p-1 (then divides, for a mean) and
+ *               writes the result into every rank's copy: each rank reads and writes 1/p of
+ *               every buffer, all ranks in parallel, and every rank ends with the same bits;
+ *   3. depart:  each rank stores the sequence number again in its depart word and waits until
+ *               every rank departed: until then others may still write into its buffer.
+ *
+ * Two waits per allreduce on shared flags (sub-microsecond) replace the ring's 2(p-1) message
+ * rounds through Open MPI's shared-memory transport, whose large messages go through the
+ * kernel's process_vm_readv (CMA) with page pinning per message. Waiting polls: the engine's
+ * deadline and liveness probes (actor.c) name a rank that never arrives or departs.
+ *
+ * Thread safety: the engine's owner only (actor.c), except start/stop (main thread, actor not
+ * running).
+ */
+#define _GNU_SOURCE
+#include "troupe_config.h"
+
+#include "transport/mpi/transport_impl.h"
+
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/shm.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#if TROUPE_HAVE_MPI
+#include <mpi.h>
+
+/* A rank's control page: written by its owner only, read by the others. */
+typedef struct s_ctl {
+    _Alignas(64) _Atomic uint64_t arrive; /* seq << 1 | 1 when this rank could not map */
+    _Alignas(64) _Atomic uint64_t depart; /* seq */
+} s_ctl_t;
+
+/* A peer's region mapped here. */
+typedef struct s_map {
+    int rank;
+    uint64_t id;
+    void *base;
+    int64_t len;
+    uint64_t used; /* LRU stamp */
+} s_map_t;
+
+#define S_MAPS_PER_RANK 8                /* peer regions kept mapped per rank (LRU) */
+#define S_BLOCK_BYTES 8192               /* reduced in L1 before being written back */
+#define S_SLICE_BYTES ((int64_t)1 << 20) /* reduced per engine turn (probes keep flowing) */
+#define S_ALIGN_BYTES 64                 /* chunk bounds: whole cache lines */
+
+static struct {
+    bool on;
+    int rank, size;
+    s_ctl_t *mine; /* this rank's control page (a region of its own) */
+    s_ctl_t **ctl; /* [size]: every rank's control page as mapped here */
+    int64_t ctl_len;
+    s_map_t *maps; /* [size * S_MAPS_PER_RANK] */
+    uint64_t stamp;
+    _Alignas(64) unsigned char tmp[S_BLOCK_BYTES];
+} s_m;
+
+bool troupe__shm_coll_on(void)
+{
+    return s_m.on;
+}
+
+/* Unmaps everything mapped from peers and frees this rank's control page. */
+static void s_release(void)
+{
+    if (s_m.maps != NULL)
+        for (int i = 0; i < s_m.size * S_MAPS_PER_RANK; i++)
+            troupe__shm_unmap(s_m.maps[i].base, s_m.maps[i].len);
+    troupe_free(s_m.maps);
+    if (s_m.ctl != NULL)
+        for (int p = 0; p < s_m.size; p++)
+            if (p != s_m.rank)
+                troupe__shm_unmap(s_m.ctl[p], s_m.ctl_len);
+    troupe_free(s_m.ctl);
+    troupe__shm_free(s_m.mine);
+    s_m.maps = NULL;
+    s_m.ctl = NULL;
+    s_m.mine = NULL;
+    s_m.on = false;
+}
+
+/* Why shared memory stays off ("" when it can be on) for this rank alone. */
+static const char *s_local_veto(MPI_Comm comm, int size)
+{
+    if (size < 2)
+        return "one rank";
+    if (!troupe_config_coll_shm())
+        return "TROUPE_COLL_SHM=0";
+    MPI_Comm node;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+        return "MPI_Comm_split_type failed";
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    if (node_size != size)
+        return "the ranks span several nodes";
+    return "";
+}
+
+troupe_status_t troupe__shm_coll_start(const void *comm_p, int rank, int size)
+{
+    MPI_Comm comm = *(const MPI_Comm *)comm_p;
+    memset(&s_m, 0, sizeof s_m);
+    s_m.rank = rank;
+    s_m.size = size;
+    const char *veto = s_local_veto(comm, size); /* collective: every rank calls it */
+    troupe__shm_ref_t mine = {0};
+    if (veto[0] == '\0') {
+        s_m.mine = troupe__shm_alloc(sizeof(s_ctl_t));
+        if (s_m.mine == NULL || !troupe__shm_find(s_m.mine, sizeof(s_ctl_t), &mine))
+            veto = "cannot create a shared-memory control page (memfd_create)";
+    }
+    troupe__shm_ref_t *all = troupe_calloc((size_t)size, sizeof *all);
+    s_m.ctl = troupe_calloc((size_t)size, sizeof *s_m.ctl);
+    s_m.maps = troupe_calloc((size_t)size * S_MAPS_PER_RANK, sizeof *s_m.maps);
+    if (all == NULL || s_m.ctl == NULL || s_m.maps == NULL)
+        veto = "out of memory";
+    /* Everyone learns everyone's control page, even with a local veto (a collective call). */
+    troupe__shm_ref_t dummy[1];
+    int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all ? (void *)all : (void *)dummy,
+                           (int)sizeof mine, MPI_BYTE, comm);
+    if (rc != MPI_SUCCESS && veto[0] == '\0')
+        veto = "MPI_Allgather of the control pages failed";
+    char why[256];
+    snprintf(why, sizeof why, "%s", veto);
+    if (why[0] == '\0') {
+        s_m.ctl_len = mine.len;
+        for (int p = 0; p < size && why[0] == '\0'; p++) {
+            if (p == rank) {
+                s_m.ctl[p] = s_m.mine;
+                continue;
+            }
+            void *base = NULL;
+            if (all[p].id == 0)
+                snprintf(why, sizeof why, "rank %d has no control page", p);
+            else if (troupe__shm_map(&all[p], &base) != TROUPE_OK)
+                snprintf(why, sizeof why, "%s", troupe_last_error());
+            else
+                s_m.ctl[p] = base;
+        }
+    }
+    int ok = why[0] == '\0', all_ok = 0;
+    rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+    troupe_free(all);
+    if (rc != MPI_SUCCESS || !all_ok) {
+        if (why[0] == '\0')
+            snprintf(why, sizeof why, "another rank cannot use it");
+        TROUPE_LOG(size > 1 ? TROUPE_LOG_INFO : TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT,
+                   "shared-memory allreduce off: %s", why);
+        s_release();
+        troupe__shm_set_pools(false);
+        return TROUPE_OK;
+    }
+    s_m.on = true;
+    troupe__shm_set_pools(true);
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TRANSPORT,
+               "shared-memory allreduce on: %d ranks on this node", size);
+    return TROUPE_OK;
+}
+
+void troupe__shm_coll_stop(void)
+{
+    s_release();
+    troupe__shm_set_pools(false);
+}
+
+/* rank p's region `ref` mapped here (cached; LRU among p's S_MAPS_PER_RANK). */
+static troupe_status_t s_peer_base(int p, const troupe__shm_ref_t *ref, char **out)
+{
+    s_map_t *m = &s_m.maps[(size_t)p * S_MAPS_PER_RANK], *victim = &m[0];
+    for (int i = 0; i < S_MAPS_PER_RANK; i++) {
+        if (m[i].base != NULL && m[i].id == ref->id && m[i].len == ref->len) {
+            m[i].used = ++s_m.stamp;
+            *out = m[i].base;
+            return TROUPE_OK;
+        }
+        if (m[i].base == NULL || (victim->base != NULL && m[i].used < victim->used))
+            victim = &m[i];
+    }
+    void *base = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe__shm_map(ref, &base));
+    troupe__shm_unmap(victim->base, victim->len);
+    *victim =
+        (s_map_t){.rank = p, .id = ref->id, .base = base, .len = ref->len, .used = ++s_m.stamp};
+    *out = base;
+    return TROUPE_OK;
+}
+
+/* First unit of chunk c (whole cache lines; the last chunk ends at `units`). */
+static int64_t s_chunk_lo(const troupe__shm_coll_t *c, int k)
+{
+    if (k >= s_m.size)
+        return c->units;
+    int64_t a = S_ALIGN_BYTES / (int64_t)c->unit_bytes;
+    a = a < 1 ? 1 : a;
+    return c->units * k / s_m.size / a * a;
+}
+
+troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, const char *what, uint64_t seq,
+                                       const troupe__shm_ref_t *refs, void *mine, int64_t units,
+                                       size_t unit_bytes, troupe__red_type_t type,
+                                       troupe_reduce_op_t op)
+{
+    memset(c, 0, sizeof *c);
+    c->seq = seq;
+    c->units = units;
+    c->unit_bytes = unit_bytes;
+    c->type = type;
+    c->op = op;
+    c->buf = troupe_calloc((size_t)s_m.size, sizeof *c->buf);
+    if (c->buf == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+    bool failed = false;
+    for (int p = 0; p < s_m.size && !failed; p++) {
+        if (p == s_m.rank) {
+            c->buf[p] = mine;
+            continue;
+        }
+        char *base = NULL;
+        if (refs[p].off < 0 || refs[p].off > refs[p].len ||
+            units * (int64_t)unit_bytes > refs[p].len - refs[p].off) {
+            troupe__error(TROUPE_INVALID_ARGUMENT, "rank %d's span lies outside its region", p);
+            failed = true;
+        } else if (s_peer_base(p, &refs[p], &base) != TROUPE_OK) {
+            failed = true;
+        } else {
+            c->buf[p] = base + refs[p].off;
+        }
+    }
+    if (failed)
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_TRANSPORT,
+                   "%s: cannot map another rank's memory (%s); the ranks use the ring from now on",
+                   what, troupe_last_error());
+    c->lo = s_chunk_lo(c, s_m.rank);
+    c->hi = s_chunk_lo(c, s_m.rank + 1);
+    c->next = c->lo;
+    /* release: this rank's gradients (written before the request reached the engine) are
+     * visible to whoever sees the arrival */
+    atomic_store_explicit(&s_m.mine->arrive, seq << 1 | (failed ? 1u : 0u), memory_order_release);
+    c->state = TROUPE__SHM_ARRIVED;
+    return TROUPE_OK;
+}
+
+/* Reduces [from, to) of this rank's chunk into every rank's copy. */
+static void s_reduce_range(troupe__shm_coll_t *c, int64_t from, int64_t to)
+{
+    int64_t per = S_BLOCK_BYTES / (int64_t)c->unit_bytes;
+    size_t ub = c->unit_bytes;
+    for (int64_t i = from; i < to; i += per) {
+        int64_t n = to - i < per ? to - i : per;
+        size_t off = (size_t)i * ub, bytes = (size_t)n * ub;
+        memcpy(s_m.tmp, c->buf[0] + off, bytes);
+        for (int p = 1; p < s_m.size; p++)
+            troupe__reduce_into(c->type, c->op, s_m.tmp, c->buf[p] + off, n);
+        if (c->op == TROUPE_REDUCE_MEAN)
+            troupe__divide_by(c->type, s_m.tmp, n, s_m.size);
+        for (int p = 0; p < s_m.size; p++)
+            memcpy(c->buf[p] + off, s_m.tmp, bytes);
+    }
+}
+
+troupe_status_t troupe__shm_coll_test(troupe__shm_coll_t *c, bool *progress)
+{
+    if (c->state == TROUPE__SHM_ARRIVED) {
+        bool fallback = false;
+        for (int p = 0; p < s_m.size; p++) {
+            uint64_t v = atomic_load_explicit(&s_m.ctl[p]->arrive, memory_order_acquire);
+            if ((v >> 1) < c->seq)
+                return TROUPE_OK; /* not yet */
+            fallback |= (v & 1u) != 0;
+        }
+        *progress = true;
+        if (fallback) {
+            /* every rank saw the same flags: all take the MPI path, now and from now on */
+            c->state = TROUPE__SHM_FALLBACK;
+            s_m.on = false;
+            return TROUPE_OK;
+        }
+        c->state = TROUPE__SHM_REDUCING;
+    }
+    if (c->state == TROUPE__SHM_REDUCING) {
+        int64_t slice = S_SLICE_BYTES / (int64_t)c->unit_bytes;
+        int64_t to = c->hi - c->next < slice ? c->hi : c->next + slice;
+        s_reduce_range(c, c->next, to);
+        c->next = to;
+        *progress = true;
+        if (c->next < c->hi)
+            return TROUPE_OK;
+        atomic_store_explicit(&s_m.mine->depart, c->seq, memory_order_release);
+        c->state = TROUPE__SHM_DEPARTED;
+    }
+    if (c->state == TROUPE__SHM_DEPARTED) {
+        for (int p = 0; p < s_m.size; p++)
+            if (atomic_load_explicit(&s_m.ctl[p]->depart, memory_order_acquire) < c->seq)
+                return TROUPE_OK;
+        *progress = true;
+        c->state = TROUPE__SHM_DONE;
+        troupe__stats_add_shm();
+    }
+    return TROUPE_OK;
+}
+
+void troupe__shm_coll_free(troupe__shm_coll_t *c)
+{
+    troupe_free(c->buf);
+    c->buf = NULL;
+}
+
+#endif /* TROUPE_HAVE_MPI */
