@@ -11,6 +11,9 @@
  *                  (in place: MPI_Iallreduce below 64 KiB, troupe's ring from 64 KiB, see
  *                  transport/mpi/collective.h) vs MPI_Allreduce(MPI_IN_PLACE).
  *                  algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests' definitions).
+ *   allreduce-shm  the same from 64 KiB, the buffer from troupe_coll_alloc: memory the ranks
+ *                  share, so troupe reduces it through shared memory (no MPI; collective.h,
+ *                  "Shared memory") while MPI_Allreduce still takes its own path on it.
  *   small-tensors  100 tensors of 4 KiB lying back to back in one allocation, as troupe packs
  *                  a routine's arrays (gradients included) in a context's pool: one
  *                  troupe_allreduce of all 100 (one fusion bucket, which troupe reduces in
@@ -18,6 +21,7 @@
  *                  buffers.
  *   small-tensors-scattered  the same with each tensor allocated on its own (troupe_malloc):
  *                  the bucket is packed into a staging buffer and unpacked after the reduce.
+ *   small-tensors-shm  small-tensors in one troupe_coll_alloc allocation (shared memory).
  * Troupe's side is troupe_allreduce and troupe_event_sync, what a program does (the syncing
  * thread drives the idle transport engine itself, see transport/mpi/actor.c).
  * Each repetition: MPI_Barrier, then the timed operation; the two sides' repetitions
@@ -240,10 +244,15 @@ static int s_reps(const troupe_bench_opts_t *o, int64_t bytes)
     return (int)(r < 20 ? 20 : r > 200 ? 200 : r);
 }
 
-static int s_case_allreduce(const troupe_bench_opts_t *o, int warmup, int64_t bytes)
+/* One tensor of `bytes`: from troupe_malloc (case=allreduce), or from troupe_coll_alloc
+ * (case=allreduce-shm: shared memory between the ranks, see the header). */
+static int s_case_allreduce(const troupe_bench_opts_t *o, int warmup, int64_t bytes, bool shm)
 {
+    const char *name = shm ? "allreduce-shm" : "allreduce";
+    char what[64];
+    snprintf(what, sizeof what, "case=%s", name);
     int64_t count = bytes / (int64_t)sizeof(float);
-    float *buf = troupe_malloc((size_t)bytes);
+    float *buf = shm ? troupe_coll_alloc((size_t)bytes) : troupe_malloc((size_t)bytes);
     int reps = s_reps(o, bytes);
     double *t[S_NSIDES];
     double *block = s_samples_new(reps, t);
@@ -253,7 +262,7 @@ static int s_case_allreduce(const troupe_bench_opts_t *o, int warmup, int64_t by
         fprintf(stderr, "%s: out of memory\n", S_PROG);
         goto out;
     }
-    if (s_check(&c, "case=allreduce") != 0 || s_time(&c, warmup, reps, t) != 0)
+    if (s_check(&c, what) != 0 || s_time(&c, warmup, reps, t) != 0)
         goto out;
     if (s_rank == 0) {
         s_result_t r;
@@ -261,22 +270,33 @@ static int s_case_allreduce(const troupe_bench_opts_t *o, int warmup, int64_t by
         double algbw = (double)bytes / (r.med[0] * 1e3); /* bytes/ns = GB/s */
         double busbw = algbw * 2.0 * (s_size - 1) / s_size;
         double peer_algbw = (double)bytes / (r.med[1] * 1e3);
-        troupe_bench_print_case("merge", "allreduce", bytes, r.med[0], "MPI_Allreduce", r.med[1],
+        troupe_bench_print_case("merge", name, bytes, r.med[0], "MPI_Allreduce", r.med[1],
                                 "algbw_GBps=%.3f busbw_GBps=%.3f peer_algbw_GBps=%.3f "
                                 "troupe_min_us=%.1f peer_min_us=%.1f ranks=%d reps=%d check=ok",
                                 algbw, busbw, peer_algbw, r.min[0], r.min[1], s_size, reps);
     }
     rc = 0;
 out:
-    troupe_free(buf);
+    if (shm)
+        troupe_coll_free(buf);
+    else
+        troupe_free(buf);
     free(block);
     return rc;
 }
 
-/* small-tensors (flat: one allocation) or small-tensors-scattered. */
-static int s_case_small(const troupe_bench_opts_t *o, int warmup, bool flat)
+/* Layouts of the small-tensors cases. */
+typedef enum s_layout { S_FLAT, S_SCATTERED, S_SHM } s_layout_t;
+
+/* small-tensors (one allocation), small-tensors-scattered, small-tensors-shm (one
+ * troupe_coll_alloc allocation). */
+static int s_case_small(const troupe_bench_opts_t *o, int warmup, s_layout_t layout)
 {
-    const char *name = flat ? "small-tensors" : "small-tensors-scattered";
+    static const char *const k_name[] = {"small-tensors", "small-tensors-scattered",
+                                         "small-tensors-shm"};
+    static const char *const k_layout[] = {"flat", "scattered", "shm"};
+    const char *name = k_name[layout];
+    bool flat = layout != S_SCATTERED;
     char what[64];
     snprintf(what, sizeof what, "case=%s", name);
     float *bufs[S_SMALL_N] = {NULL};
@@ -288,7 +308,8 @@ static int s_case_small(const troupe_bench_opts_t *o, int warmup, bool flat)
     double *block = s_samples_new(reps, t);
     s_case_t c = {.bufs = bufs, .nbufs = S_SMALL_N, .count = count};
     int rc = 1;
-    if (flat && (base = troupe_malloc((size_t)bytes)) == NULL)
+    if (flat && (base = layout == S_SHM ? troupe_coll_alloc((size_t)bytes)
+                                        : troupe_malloc((size_t)bytes)) == NULL)
         goto oom;
     for (int i = 0; i < S_SMALL_N; i++) {
         bufs[i] = flat ? base + i * count : troupe_malloc(S_SMALL_BYTES);
@@ -305,8 +326,8 @@ static int s_case_small(const troupe_bench_opts_t *o, int warmup, bool flat)
         troupe_bench_print_case("merge", name, bytes, r.med[0], "MPI_Allreduce_x100", r.med[1],
                                 "tensors=%d tensor_bytes=%d layout=%s troupe_min_us=%.1f "
                                 "peer_min_us=%.1f ranks=%d reps=%d check=ok",
-                                S_SMALL_N, S_SMALL_BYTES, flat ? "flat" : "scattered", r.min[0],
-                                r.min[1], s_size, reps);
+                                S_SMALL_N, S_SMALL_BYTES, k_layout[layout], r.min[0], r.min[1],
+                                s_size, reps);
     }
     rc = 0;
     goto out;
@@ -315,7 +336,10 @@ oom:
 out:
     for (int i = 0; i < S_SMALL_N && !flat; i++)
         troupe_free(bufs[i]);
-    troupe_free(base);
+    if (layout == S_SHM)
+        troupe_coll_free(base);
+    else
+        troupe_free(base);
     free(block);
     return rc;
 }
@@ -357,11 +381,11 @@ int main(int argc, char **argv)
     int warmup = opts.warmup > 2 ? opts.warmup : 2;
     int rc = 0;
     for (int64_t bytes = 4096; bytes <= (64LL << 20) && rc == 0; bytes *= 4)
-        rc = s_case_allreduce(&opts, warmup, bytes);
-    if (rc == 0)
-        rc = s_case_small(&opts, warmup, true);
-    if (rc == 0)
-        rc = s_case_small(&opts, warmup, false);
+        rc = s_case_allreduce(&opts, warmup, bytes, false);
+    for (int64_t bytes = 64 << 10; bytes <= (64LL << 20) && rc == 0; bytes *= 4)
+        rc = s_case_allreduce(&opts, warmup, bytes, true);
+    for (int layout = S_FLAT; layout <= S_SHM && rc == 0; layout++)
+        rc = s_case_small(&opts, warmup, (s_layout_t)layout);
     if (rc != 0) { /* the other rank may be waiting in a collective: leave; mpiexec ends it */
         st = troupe_cluster_leave(S_PROG ": a case failed");
         (void)st; /* failing already: reported by the case */

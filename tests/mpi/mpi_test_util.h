@@ -10,7 +10,8 @@
  *    8 ranks are exact in every float precision (multiples of 1/4 within +-7.5 for floats,
  *    integers within +-30), stored in precision p and read back;
  *  - s_allreduce(t, n, op, flags, &delta): troupe_allreduce_ex and a sync within the test
- *    deadline; delta (may be NULL) gets the transport counters' change over the call;
+ *    deadline; delta (may be NULL) gets the transport counters' change over the call
+ *    (buckets, staged, ring_buckets, shm);
  *  - s_expect(p, op, i): the exact allreduce of every rank's s_gen at i, rounded once to p
  *    (mean: integers truncate toward zero).
  */
@@ -113,7 +114,8 @@ static inline troupe_status_t s_allreduce(const troupe_coll_tensor_t *t, size_t 
         *delta =
             (troupe_transport_stats_t){.buckets = after.buckets - before.buckets,
                                        .staged = after.staged - before.staged,
-                                       .ring_buckets = after.ring_buckets - before.ring_buckets};
+                                       .ring_buckets = after.ring_buckets - before.ring_buckets,
+                                       .shm = after.shm - before.shm};
     return st;
 }
 

@@ -6,7 +6,12 @@
  *   kill       SIGKILLs itself (rank 0 waits for its fingerprint), or
  *   stuck      sleeps 30 s without issuing it (alive, but not answering), or
  *   kill-data  issues it (a 256 MiB tensor, so its data is still moving) and SIGKILLs itself
- *              5 ms later: rank 0's data phase stalls and a liveness probe names rank 1.
+ *              5 ms later: rank 0's data phase stalls and a liveness probe names rank 1;
+ *   kill-shm   the same with the tensor in troupe_coll_alloc memory, so the data phase goes
+ *              through shared memory (transport/mpi/shm.c; the first three allreduces are
+ *              checked to have gone that way): rank 1 dies while reducing its half, before it
+ *              departs (its half of 256 MiB takes far longer than 5 ms), so rank 0 waits on
+ *              its departure flag forever and the deadline and liveness probe must name it.
  * Rank 0 must see DEADLINE_EXCEEDED naming "rank 1" (TROUPE_TIMEOUT_S=5 in the test's
  * environment); it prints the message, leaves the cluster (troupe_cluster_leave stops the
  * transport actor, so this thread may call MPI) and ends the job with MPI_Abort(3): the
@@ -25,13 +30,22 @@
 #include <string.h>
 #include <unistd.h>
 
+static void s_free(float *buf, bool coll)
+{
+    if (coll)
+        troupe_coll_free(buf);
+    else
+        free(buf);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "kill";
     bool kill = strcmp(mode, "kill") == 0, stuck = strcmp(mode, "stuck") == 0;
-    bool kill_data = strcmp(mode, "kill-data") == 0;
+    bool kill_shm = strcmp(mode, "kill-shm") == 0;
+    bool kill_data = strcmp(mode, "kill-data") == 0 || kill_shm;
     if (!kill && !stuck && !kill_data) {
-        printf("FAIL: unknown mode '%s' (kill, stuck, kill-data)\n", mode);
+        printf("FAIL: unknown mode '%s' (kill, stuck, kill-data, kill-shm)\n", mode);
         return 2;
     }
     troupe_status_t st = troupe_cluster_init(&argc, &argv);
@@ -41,12 +55,21 @@ int main(int argc, char **argv)
     }
     int rank = troupe_cluster_rank();
     const int64_t count = kill_data ? (64LL << 20) : 1024;
-    float *buf = calloc((size_t)count, sizeof *buf);
+    float *buf = kill_shm ? troupe_coll_alloc((size_t)count * sizeof *buf)
+                          : calloc((size_t)count, sizeof *buf);
     if (buf == NULL) {
         printf("FAIL: out of memory\n");
         return 1;
     }
     for (int k = 0; k < 10; k++) {
+        if (kill_shm && k == 3) {
+            troupe_transport_stats_t stats;
+            troupe_transport_get_stats(&stats);
+            if (stats.shm != 3)
+                printf("FAIL rank %d: %llu of 3 allreduces went through shared memory\n", rank,
+                       (unsigned long long)stats.shm);
+            fflush(stdout);
+        }
         if (rank == 1 && k == 3 && !kill_data) {
             printf("rank 1: %s before allreduce %d\n", kill ? "dying" : "stuck", k);
             fflush(stdout);
@@ -82,14 +105,14 @@ int main(int argc, char **argv)
                 printf("FAIL rank %d: troupe_cluster_leave: %s: %s\n", rank, troupe_status_str(lst),
                        troupe_last_error());
             fflush(stdout);
-            free(buf);
+            s_free(buf, kill_shm);
             MPI_Abort(MPI_COMM_WORLD, 3);
             return 3;
         }
     }
     printf("FAIL rank %d: every allreduce succeeded although rank 1 %s\n", rank,
            stuck ? "was stuck" : "died");
-    free(buf);
+    s_free(buf, kill_shm);
     troupe_status_t fst = troupe_cluster_finalize();
     (void)fst;
     return 1;

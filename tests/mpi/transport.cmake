@@ -9,6 +9,25 @@ troupe_add_mpi_test(test_transport_allreduce SOURCES test_transport_allreduce.c 
 troupe_add_mpi_test(test_transport_ring SOURCES test_transport_ring.c TIMEOUT 120)
 troupe_add_mpi_test(test_transport_ring SOURCES test_transport_ring.c NP 3 TIMEOUT 120)
 
+# The intra-node shared-memory allreduce on 2 and 3 ranks (all on this node, so it is on):
+# every op, integer and float precision and size through troupe_coll_alloc memory, several
+# tensors as one span, bitwise agreement, layouts that disagree, a failed mapping (the MPI path
+# from then on); and with TROUPE_COLL_SHM=0 (argument `off`) the same through the MPI paths,
+# as when it is 0 on one rank only (`mixed`: its veto holds for every rank).
+troupe_add_mpi_test(test_transport_shm SOURCES test_transport_shm.c TIMEOUT 180 LIBS MPI::MPI_C)
+troupe_add_mpi_test(test_transport_shm SOURCES test_transport_shm.c NP 3 TIMEOUT 180)
+add_test(NAME test_transport_shm_off_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} -n 2 ${TROUPE_MPI_LAUNCHER_ARGS}
+                 $<TARGET_FILE:test_transport_shm> off)
+set_tests_properties(test_transport_shm_off_np2 PROPERTIES TIMEOUT 180 LABELS mpi PROCESSORS 2
+                     ENVIRONMENT "TROUPE_LOG=warn;TROUPE_COLL_SHM=0")
+add_test(NAME test_transport_shm_mixed_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} ${TROUPE_MPI_LAUNCHER_ARGS}
+                 -n 1 -x TROUPE_COLL_SHM=1 $<TARGET_FILE:test_transport_shm> mixed
+                 : -n 1 -x TROUPE_COLL_SHM=0 $<TARGET_FILE:test_transport_shm> mixed)
+set_tests_properties(test_transport_shm_mixed_np2 PROPERTIES TIMEOUT 60 LABELS mpi PROCESSORS 2
+                     ENVIRONMENT "TROUPE_LOG=warn")
+
 # Fingerprint mismatches (dims, precision, kind, fusion bucket size): both ranks fail with FAILED_PRECONDITION naming
 # both ranks and the field. TROUPE_TIMEOUT_S=20 turns a hang into a failed check.
 troupe_add_mpi_test(test_transport_mismatch SOURCES test_transport_mismatch.c ARGS dims
@@ -25,7 +44,8 @@ endforeach()
 troupe_add_mpi_test(test_transport_d2d SOURCES test_transport_d2d.c TIMEOUT 120
                     ENV TROUPE_TIMEOUT_S=30)
 
-# A dead (SIGKILL, before or during a collective's data phase) or stuck (sleeping) rank 1:
+# A dead (SIGKILL, before or during a collective's data phase, through MPI or through shared
+# memory) or stuck (sleeping) rank 1:
 # rank 0 reports it by rank within TROUPE_TIMEOUT_S=5, leaves the cluster and ends the job
 # with MPI_Abort(3) (the test program's own call: the library never ends the process).
 # Dead: mpirun normally kills the whole job as soon as a rank dies, before rank 0 could
@@ -35,7 +55,7 @@ troupe_add_mpi_test(test_transport_d2d SOURCES test_transport_d2d.c TIMEOUT 120
 # transport_death.sh checks status, message and time.
 add_executable(test_transport_death test_transport_death.c)
 target_link_libraries(test_transport_death PRIVATE troupe::troupe MPI::MPI_C m)
-foreach(mode kill stuck kill-data)
+foreach(mode kill stuck kill-data kill-shm)
   set(_death_mca --mca orte_abort_on_non_zero_status 0)
   if(mode STREQUAL "stuck")
     set(_death_mca)

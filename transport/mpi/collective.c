@@ -1,6 +1,7 @@
 /* troupe — collectives (transport/mpi/collective.h): argument checks, requests built at call
  * time, the single-rank path, and the device level through troupe_lend_arrays. The data moves
  * in the transport actor (actor.c). */
+#define _POSIX_C_SOURCE 200809L /* posix_memalign */
 #include "troupe_config.h"
 
 #include "transport/mpi/collective.h"
@@ -17,6 +18,7 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- stats ------------------------------------------------------------------------------- */
@@ -338,6 +340,24 @@ troupe_status_t troupe_allreduce(const troupe_coll_tensor_t *tensors, size_t n,
                                  troupe_reduce_op_t op, troupe_event_t **out_ev)
 {
     return s_host_collective(TROUPE__REQ_ALLREDUCE, tensors, n, op, 0, 0u, out_ev);
+}
+
+void *troupe_coll_alloc(size_t size_bytes)
+{
+    void *p = troupe__shm_pools() ? troupe__shm_alloc(size_bytes) : NULL;
+    if (p != NULL)
+        return p; /* zero-filled, page-aligned */
+    size_t n = size_bytes == 0 ? 64 : (size_bytes + 63) / 64 * 64;
+    if (n < size_bytes || posix_memalign(&p, 64, n) != 0)
+        return NULL;
+    memset(p, 0, n);
+    return p;
+}
+
+void troupe_coll_free(void *p)
+{
+    if (p != NULL && !troupe__shm_free(p))
+        free(p);
 }
 
 troupe_status_t troupe_allreduce_ex(const troupe_coll_tensor_t *tensors, size_t n,

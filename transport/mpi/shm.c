@@ -73,12 +73,18 @@ static struct {
     int64_t ctl_len;
     s_map_t *maps; /* [size * S_MAPS_PER_RANK] */
     uint64_t stamp;
+    int fail_maps; /* tests: the next this many peer mappings fail */
     _Alignas(64) unsigned char tmp[S_BLOCK_BYTES];
 } s_m;
 
 bool troupe__shm_coll_on(void)
 {
     return s_m.on;
+}
+
+void troupe__shm_coll_fail_maps(int n)
+{
+    s_m.fail_maps = n;
 }
 
 /* Unmaps everything mapped from peers and frees this rank's control page. */
@@ -105,9 +111,7 @@ static const char *s_local_veto(MPI_Comm comm, int size)
 {
     if (size < 2)
         return "one rank";
-    if (!troupe_config_coll_shm())
-        return "TROUPE_COLL_SHM=0";
-    MPI_Comm node;
+    MPI_Comm node; /* collective: called whatever this rank's TROUPE_COLL_SHM says */
     if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
         return "MPI_Comm_split_type failed";
     int node_size = 0;
@@ -115,13 +119,17 @@ static const char *s_local_veto(MPI_Comm comm, int size)
     MPI_Comm_free(&node);
     if (node_size != size)
         return "the ranks span several nodes";
+    if (!troupe_config_coll_shm())
+        return "TROUPE_COLL_SHM=0";
     return "";
 }
 
 troupe_status_t troupe__shm_coll_start(const void *comm_p, int rank, int size)
 {
     MPI_Comm comm = *(const MPI_Comm *)comm_p;
+    int fail_maps = s_m.fail_maps;
     memset(&s_m, 0, sizeof s_m);
+    s_m.fail_maps = fail_maps;
     s_m.rank = rank;
     s_m.size = size;
     const char *veto = s_local_veto(comm, size); /* collective: every rank calls it */
@@ -188,6 +196,10 @@ void troupe__shm_coll_stop(void)
 /* rank p's region `ref` mapped here (cached; LRU among p's S_MAPS_PER_RANK). */
 static troupe_status_t s_peer_base(int p, const troupe__shm_ref_t *ref, char **out)
 {
+    if (s_m.fail_maps > 0) {
+        s_m.fail_maps--;
+        return troupe__error(TROUPE_UNAVAILABLE, "shared memory: mapping failure injected (test)");
+    }
     s_map_t *m = &s_m.maps[(size_t)p * S_MAPS_PER_RANK], *victim = &m[0];
     for (int i = 0; i < S_MAPS_PER_RANK; i++) {
         if (m[i].base != NULL && m[i].id == ref->id && m[i].len == ref->len) {
@@ -295,6 +307,7 @@ troupe_status_t troupe__shm_coll_test(troupe__shm_coll_t *c, bool *progress)
             /* every rank saw the same flags: all take the MPI path, now and from now on */
             c->state = TROUPE__SHM_FALLBACK;
             s_m.on = false;
+            troupe__shm_set_pools(false);
             return TROUPE_OK;
         }
         c->state = TROUPE__SHM_REDUCING;

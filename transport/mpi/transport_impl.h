@@ -185,6 +185,11 @@ void troupe__shm_coll_stop(void);
  * memory since (then every rank turned it off at the same request). Engine owner. */
 bool troupe__shm_coll_on(void);
 
+/* Tests: the next n peer mappings of this rank fail (UNAVAILABLE), as a permission or a
+ * descriptor limit would; the requests concerned fall back to MPI on every rank. Call before
+ * the collectives (not thread-safe with the engine). */
+void troupe__shm_coll_fail_maps(int n);
+
 typedef enum troupe__shm_state {
     TROUPE__SHM_ARRIVED = 1, /* waiting for every rank to arrive */
     TROUPE__SHM_REDUCING,    /* reducing this rank's chunk into every rank's copy */
