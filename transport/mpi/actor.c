@@ -1309,12 +1309,21 @@ static troupe_status_t s_probe_verdict(troupe__req_t *r, s_rs_t *rs)
 static void s_log_done(troupe__req_t *r, s_rs_t *rs)
 {
     int64_t now = troupe_now_ns();
+    char shm[128] = "";
+    if (rs->use_shm) {
+        const troupe__shm_coll_t *c = &rs->shm;
+        snprintf(shm, sizeof shm,
+                 " (shared memory: arrivals %.1f us, reduce %.1f us, departures %.1f us)",
+                 (double)(c->t_arrived_ns - c->t_begin_ns) / 1e3,
+                 (double)(c->t_reduced_ns - c->t_arrived_ns) / 1e3,
+                 (double)(c->t_done_ns - c->t_reduced_ns) / 1e3);
+    }
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT,
-               "%s: %zu tensors, %" PRId64 " bytes, %zu buckets%s, %.1f us (fingerprints %.1f us, "
-               "queued %.1f us before)",
-               rs->what, r->n, r->bytes, rs->nbks, rs->use_shm ? " (shared memory)" : "",
-               (double)(now - rs->t_start_ns) / 1e3, (double)(rs->t_data_ns - rs->t_start_ns) / 1e3,
-               (double)(rs->t_start_ns - r->submitted_ns) / 1e3);
+               "%s: %zu tensors, %" PRId64 " bytes, %zu buckets, %.1f us (fingerprints %.1f us, "
+               "queued %.1f us before)%s",
+               rs->what, r->n, r->bytes, rs->nbks, (double)(now - rs->t_start_ns) / 1e3,
+               (double)(rs->t_data_ns - rs->t_start_ns) / 1e3,
+               (double)(rs->t_start_ns - r->submitted_ns) / 1e3, shm);
 }
 
 /* Begins reducing r's span through shared memory (every rank's digest located its span). */

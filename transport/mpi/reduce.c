@@ -140,3 +140,61 @@ void troupe__divide_by(troupe__red_type_t type, void *x, int64_t n, int64_t divi
         break;
     }
 }
+
+/* T: the element type; U: the type sums are computed in (as S_LOOP). */
+#define S_PAIR(T, U)                                                                               \
+    do {                                                                                           \
+        T *restrict x = a;                                                                         \
+        T *restrict y = b;                                                                         \
+        switch (op) {                                                                              \
+        case TROUPE_REDUCE_MAX:                                                                    \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T s = y[i] > x[i] ? y[i] : x[i];                                                   \
+                x[i] = s;                                                                          \
+                y[i] = s;                                                                          \
+            }                                                                                      \
+            break;                                                                                 \
+        case TROUPE_REDUCE_MIN:                                                                    \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T s = y[i] < x[i] ? y[i] : x[i];                                                   \
+                x[i] = s;                                                                          \
+                y[i] = s;                                                                          \
+            }                                                                                      \
+            break;                                                                                 \
+        default: /* sum (a mean divides afterwards) */                                             \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T s = (T)((U)x[i] + (U)y[i]);                                                      \
+                x[i] = s;                                                                          \
+                y[i] = s;                                                                          \
+            }                                                                                      \
+            break;                                                                                 \
+        }                                                                                          \
+    } while (0)
+
+void troupe__reduce_pair(troupe__red_type_t type, troupe_reduce_op_t op, void *restrict a,
+                         void *restrict b, int64_t n)
+{
+    switch (type) {
+    case TROUPE__RED_F32:
+        S_PAIR(float, float);
+        break;
+    case TROUPE__RED_F64:
+        S_PAIR(double, double);
+        break;
+    case TROUPE__RED_I32:
+        S_PAIR(int32_t, uint32_t);
+        break;
+    case TROUPE__RED_I64:
+        S_PAIR(int64_t, uint64_t);
+        break;
+    case TROUPE__RED_U32:
+        S_PAIR(uint32_t, uint32_t);
+        break;
+    case TROUPE__RED_U64:
+        S_PAIR(uint64_t, uint64_t);
+        break;
+    case TROUPE__RED_BF16:
+    case TROUPE__RED_NONE:
+        break;
+    }
+}

@@ -33,6 +33,7 @@
 #include "transport/mpi/transport_impl.h"
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/shm.h"
@@ -271,14 +272,20 @@ troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, const char *what, 
      * visible to whoever sees the arrival */
     atomic_store_explicit(&s_m.mine->arrive, seq << 1 | (failed ? 1u : 0u), memory_order_release);
     c->state = TROUPE__SHM_ARRIVED;
+    c->t_begin_ns = troupe_now_ns();
     return TROUPE_OK;
 }
 
 /* Reduces [from, to) of this rank's chunk into every rank's copy. */
 static void s_reduce_range(troupe__shm_coll_t *c, int64_t from, int64_t to)
 {
-    int64_t per = S_BLOCK_BYTES / (int64_t)c->unit_bytes;
     size_t ub = c->unit_bytes;
+    if (s_m.size == 2 && c->op != TROUPE_REDUCE_MEAN) { /* one pass, no block copies */
+        troupe__reduce_pair(c->type, c->op, c->buf[0] + (size_t)from * ub,
+                            c->buf[1] + (size_t)from * ub, to - from);
+        return;
+    }
+    int64_t per = S_BLOCK_BYTES / (int64_t)ub;
     for (int64_t i = from; i < to; i += per) {
         int64_t n = to - i < per ? to - i : per;
         size_t off = (size_t)i * ub, bytes = (size_t)n * ub;
@@ -311,6 +318,7 @@ troupe_status_t troupe__shm_coll_test(troupe__shm_coll_t *c, bool *progress)
             return TROUPE_OK;
         }
         c->state = TROUPE__SHM_REDUCING;
+        c->t_arrived_ns = troupe_now_ns();
     }
     if (c->state == TROUPE__SHM_REDUCING) {
         int64_t slice = S_SLICE_BYTES / (int64_t)c->unit_bytes;
@@ -322,6 +330,7 @@ troupe_status_t troupe__shm_coll_test(troupe__shm_coll_t *c, bool *progress)
             return TROUPE_OK;
         atomic_store_explicit(&s_m.mine->depart, c->seq, memory_order_release);
         c->state = TROUPE__SHM_DEPARTED;
+        c->t_reduced_ns = troupe_now_ns();
     }
     if (c->state == TROUPE__SHM_DEPARTED) {
         for (int p = 0; p < s_m.size; p++)
@@ -329,6 +338,7 @@ troupe_status_t troupe__shm_coll_test(troupe__shm_coll_t *c, bool *progress)
                 return TROUPE_OK;
         *progress = true;
         c->state = TROUPE__SHM_DONE;
+        c->t_done_ns = troupe_now_ns();
         troupe__stats_add_shm();
     }
     return TROUPE_OK;

@@ -120,6 +120,12 @@ typedef enum troupe__red_type {
 void troupe__reduce_into(troupe__red_type_t type, troupe_reduce_op_t op, void *restrict dst,
                          const void *restrict src, int64_t n);
 
+/* a[i] = b[i] = a[i] op b[i] for i < n (two ranks' copies in one pass; mean: the sum), the
+ * same bits as troupe__reduce_into(a, b) then a copy into b. a and b must not overlap.
+ * TROUPE__RED_BF16 and TROUPE__RED_NONE do nothing. */
+void troupe__reduce_pair(troupe__red_type_t type, troupe_reduce_op_t op, void *restrict a,
+                         void *restrict b, int64_t n);
+
 /* x[i] /= divisor for i < n (mean: single through double, rounded once; integers truncate
  * toward zero). TROUPE__RED_NONE and TROUPE__RED_BF16 do nothing. */
 void troupe__divide_by(troupe__red_type_t type, void *x, int64_t n, int64_t divisor);
@@ -208,6 +214,7 @@ typedef struct troupe__shm_coll {
     troupe__red_type_t type;
     troupe_reduce_op_t op;
     int64_t lo, hi, next; /* this rank's chunk and how far it is reduced */
+    int64_t t_begin_ns, t_arrived_ns, t_reduced_ns, t_done_ns; /* when each state began */
 } troupe__shm_coll_t;
 
 /* Begins an allreduce of `units` elements of `type` at `mine` (this rank's span) with every
