@@ -1,21 +1,21 @@
+/* clang-format off */
 /* troupe — process configuration, read once from the environment, with API setters.
  *
  * Every environment variable troupe reads is here (and in the README's table):
  *
- * | variable                    | default                               | setter |
+ * | variable                    | default                               | setter                          |
  * |-----------------------------|---------------------------------------|---------------------------------|
- * | TROUPE_LOG                  | warn                                  | troupe_log_configure | |
- * TROUPE_LOG_FILE             | (stderr)                              | troupe_log_set_file | |
- * TROUPE_BACKEND              | cpu                                   | troupe_config_set_backend |
- * | TROUPE_CACHE_DIR            | $XDG_CACHE_HOME/troupe, ~/.cache/troupe, else
- * /tmp/troupe-cache-$UID | troupe_config_set_cache_dir | | CC                          | cc |
- * troupe_config_set_cc            | | TROUPE_CC_FLAGS             | -O3 -march=native -shared -fPIC
- * | troupe_config_set_cc_flags      | | TROUPE_TIMEOUT_S            | 120 |
- * troupe_config_set_timeout_s     | | TROUPE_FUSION_BYTES         | 67108864 (64 MiB) |
- * troupe_config_set_fusion_bytes  | | TROUPE_AUTO_HOST_TRANSFERS  | 1 |
- * troupe_config_set_auto_host_transfers | | TROUPE_STACK_THRESHOLD      | 16384 (bytes) |
- * troupe_config_set_stack_threshold_bytes | | TROUPE_COLL_SHM             | 1 |
- * troupe_config_set_coll_shm      |
+ * | TROUPE_LOG                  | warn                                  | troupe_log_configure            |
+ * | TROUPE_LOG_FILE             | (stderr)                              | troupe_log_set_file             |
+ * | TROUPE_BACKEND              | cpu                                   | troupe_config_set_backend       |
+ * | TROUPE_CACHE_DIR            | $XDG_CACHE_HOME/troupe, ~/.cache/troupe, else /tmp/troupe-cache-$UID | troupe_config_set_cache_dir |
+ * | CC                          | cc                                    | troupe_config_set_cc            |
+ * | TROUPE_CC_FLAGS             | -O3 -march=native -shared -fPIC       | troupe_config_set_cc_flags      |
+ * | TROUPE_TIMEOUT_S            | 120                                   | troupe_config_set_timeout_s     |
+ * | TROUPE_FUSION_BYTES         | 67108864 (64 MiB)                     | troupe_config_set_fusion_bytes  |
+ * | TROUPE_AUTO_HOST_TRANSFERS  | 1                                     | troupe_config_set_auto_host_transfers |
+ * | TROUPE_STACK_THRESHOLD      | 16384 (bytes)                         | troupe_config_set_stack_threshold_bytes |
+ * | TROUPE_COLL_SHM             | 1                                     | troupe_config_set_coll_shm      |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -25,6 +25,7 @@
  * result is only valid until the matching setter runs again.
  * Ownership: string getters return troupe-owned storage; setters copy their argument.
  */
+/* clang-format on */
 #ifndef TROUPE_BASE_CONFIG_H
 #define TROUPE_BASE_CONFIG_H
 

@@ -13,6 +13,7 @@
 #ifdef __linux__
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #endif
@@ -66,6 +67,17 @@ size_t troupe__shm_count(void)
 
 #ifdef __linux__
 
+/* Regions allowed at once: TROUPE__SHM_MAX_REGIONS, and at most a quarter of this process's
+ * descriptor limit (each region holds one open; the program and MPI need the rest). */
+static size_t s_max_regions(void)
+{
+    struct rlimit rl;
+    size_t max = TROUPE__SHM_MAX_REGIONS;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 4 < max)
+        max = (size_t)(rl.rlim_cur / 4);
+    return max;
+}
+
 void *troupe__shm_alloc(size_t size_bytes)
 {
     long page = sysconf(_SC_PAGESIZE);
@@ -75,8 +87,9 @@ void *troupe__shm_alloc(size_t size_bytes)
     if (size_bytes > SIZE_MAX - pg || size_bytes > (size_t)INT64_MAX / 2)
         return NULL;
     size_t len = (size_bytes + pg - 1) / pg * pg;
+    size_t max = s_max_regions();
     pthread_mutex_lock(&s_shm.mu);
-    if (s_shm.n >= TROUPE__SHM_MAX_REGIONS) {
+    if (s_shm.n >= max) {
         pthread_mutex_unlock(&s_shm.mu);
         return NULL;
     }
@@ -104,6 +117,12 @@ void *troupe__shm_alloc(size_t size_bytes)
         return NULL;
     }
     pthread_mutex_lock(&s_shm.mu);
+    if (s_shm.n >= max) { /* other threads took the last ones meanwhile */
+        pthread_mutex_unlock(&s_shm.mu);
+        munmap(base, len);
+        close(fd);
+        return NULL;
+    }
     if (s_shm.n == s_shm.cap) { /* another thread took the room meanwhile */
         size_t cap = 2 * s_shm.cap;
         s_region_t *p = troupe_realloc(s_shm.r, cap * sizeof *p);
@@ -140,6 +159,9 @@ bool troupe__shm_free(void *base)
     memmove(&s_shm.r[i], &s_shm.r[i + 1], (s_shm.n - i - 1) * sizeof *s_shm.r);
     s_shm.n--;
     pthread_mutex_unlock(&s_shm.mu);
+    /* Give the pages back now, though peers may still map the file (their cached mappings):
+     * the file keeps its size, so a stale access reads zeros instead of faulting. */
+    (void)fallocate(g.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)g.len);
     munmap(g.base, g.len);
     close(g.fd);
     return true;

@@ -3,8 +3,9 @@
  * A region is an anonymous memory file (Linux memfd_create) mapped MAP_SHARED in the process
  * that made it, its owner. Its descriptor stays open while the region lives, so a process of
  * the same user on the same node maps the same pages by opening /proc/<owner pid>/fd/<fd>
- * (the kernel's ptrace-read check: the permission Open MPI's CMA single copy needs too) and
- * checking the inode number it was told. The intra-node shared-memory allreduce
+ * (the kernel's ptrace-read access check, which Yama's ptrace_scope does not restrict,
+ * unlike the attach check of Open MPI's CMA single copy) and checking the inode number it was
+ * told. The intra-node shared-memory allreduce
  * (transport/mpi/shm.c; collective.h, Algorithms) reduces gradients in place this way, in the
  * manner of NCCL's SHM transport and Open MPI's vader segments, without a copy through the
  * kernel.
@@ -13,8 +14,11 @@
  * TROUPE__SHM_MIN_BYTES, once troupe__shm_set_pools(true) (the transport turns it on when
  * several ranks share this node and can map each other's memory); troupe__shm_alloc on
  * request. Regions are zero-filled, page-aligned, and count at most TROUPE__SHM_MAX_REGIONS at
- * once (descriptors are a bounded resource); beyond that, or off Linux, allocation returns
- * NULL and callers use ordinary memory.
+ * once, and at most a quarter of the descriptor limit (RLIMIT_NOFILE: each region holds a
+ * descriptor); beyond that, or off Linux, allocation returns NULL and callers use ordinary
+ * memory. A freed region's pages go back to the system at once, even while peers still map
+ * it (they then read zeros). Regions are MAP_SHARED: a child made by fork() shares them with
+ * its parent instead of getting a copy.
  *
  * Thread safety: every function is thread-safe (one mutex over the region table).
  * Ownership: a region belongs to the caller of troupe__shm_alloc until troupe__shm_free; a

@@ -91,24 +91,39 @@ static troupe_coll_tensor_t s_tensor(void *data, troupe_prec_t p, int64_t count,
                                   .name = "shm"};
 }
 
-/* The memory troupe_coll_alloc gives is shareable exactly when shared memory is on. */
+/* troupe_coll_alloc of at least TROUPE__SHM_MIN_BYTES (smaller ones hold no descriptor and
+ * are ordinary memory), as every buffer below is allocated. */
+static void *s_shared(size_t bytes)
+{
+    return troupe_coll_alloc(bytes < TROUPE__SHM_MIN_BYTES ? TROUPE__SHM_MIN_BYTES : bytes);
+}
+
+/* The memory troupe_coll_alloc gives is shareable exactly when shared memory is on and the
+ * allocation is of at least TROUPE__SHM_MIN_BYTES. */
 static void s_test_alloc(void)
 {
-    void *p = troupe_coll_alloc(100);
-    if (p == NULL) {
+    void *small = troupe_coll_alloc(100);
+    troupe__shm_ref_t ref;
+    if (small == NULL)
         s_fail("alloc: troupe_coll_alloc(100) returned NULL");
+    else if (troupe__shm_find(small, 100, &ref))
+        s_fail("alloc: troupe_coll_alloc(100) is shareable (below TROUPE__SHM_MIN_BYTES)");
+    troupe_coll_free(small);
+    size_t n = TROUPE__SHM_MIN_BYTES;
+    void *p = troupe_coll_alloc(n);
+    if (p == NULL) {
+        s_fail("alloc: troupe_coll_alloc(%zu) returned NULL", n);
         return;
     }
-    troupe__shm_ref_t ref;
-    bool shared = troupe__shm_find(p, 100, &ref);
+    bool shared = troupe__shm_find(p, n, &ref);
     if (shared != s_on)
         s_fail("alloc: troupe_coll_alloc's memory is %sshareable with shared memory %s",
                shared ? "" : "not ", s_on ? "on" : "off");
     if ((uintptr_t)p % 64 != 0)
         s_fail("alloc: %p is not 64-byte aligned", p);
-    for (int i = 0; i < 100; i++)
+    for (size_t i = 0; i < n; i++)
         if (((unsigned char *)p)[i] != 0) {
-            s_fail("alloc: byte %d is not zero", i);
+            s_fail("alloc: byte %zu is not zero", i);
             break;
         }
     troupe_coll_free(p);
@@ -132,7 +147,7 @@ static void s_test_ops(void)
                 char what[96];
                 snprintf(what, sizeof what, "ops %s %s %lld", troupe_prec_name(p),
                          troupe_reduce_op_name(ops[oi]), (long long)count);
-                void *data = troupe_coll_alloc((size_t)count * troupe_prec_size_bytes(p));
+                void *data = s_shared((size_t)count * troupe_prec_size_bytes(p));
                 if (data == NULL) {
                     s_fail("%s: out of memory", what);
                     return;
@@ -161,7 +176,7 @@ static void s_test_flat(void)
         for (int k = 0; k < N; k++)
             total += counts[k];
         size_t lead = (size_t)s_rank * 4; /* floats before the span, per rank */
-        float *block = troupe_coll_alloc((lead + (size_t)total + 5) * sizeof(float));
+        float *block = s_shared((lead + (size_t)total + 5) * sizeof(float));
         if (block == NULL) {
             s_fail("flat: out of memory");
             return;
@@ -192,7 +207,7 @@ static void s_test_flat(void)
         /* int64 tensors, the span 8 bytes into the block on rank 0, 16 on rank 1, ...; max */
         const int64_t counts[] = {7, 4096, 9, 1};
         enum { N = sizeof counts / sizeof *counts };
-        int64_t *block = troupe_coll_alloc((size_t)(s_rank + 1 + 4200) * sizeof(int64_t));
+        int64_t *block = s_shared((size_t)(s_rank + 1 + 4200) * sizeof(int64_t));
         if (block == NULL) {
             s_fail("flat: out of memory");
             return;
@@ -221,7 +236,7 @@ static void s_test_flat(void)
 /* Tensors in one shareable block that are no span: a gap, or two precisions. */
 static void s_test_not_a_span(void)
 {
-    char *block = troupe_coll_alloc(64 * 1024);
+    char *block = s_shared(64 * 1024);
     if (block == NULL) {
         s_fail("not a span: out of memory");
         return;
@@ -258,8 +273,8 @@ static void s_test_not_a_span(void)
 static void s_test_repeat(void)
 {
     enum { COUNT = 30000, ROUNDS = 20 };
-    int32_t *a = troupe_coll_alloc(COUNT * sizeof *a);
-    double *b = troupe_coll_alloc(COUNT * sizeof *b);
+    int32_t *a = s_shared(COUNT * sizeof *a);
+    double *b = s_shared(COUNT * sizeof *b);
     float *plain = malloc(1000 * sizeof *plain);
     if (a == NULL || b == NULL || plain == NULL) {
         s_fail("repeat: out of memory");
@@ -340,7 +355,7 @@ static void s_test_bitwise(void)
         troupe_prec_t p = precs[pi];
         size_t es = troupe_prec_size_bytes(p), bytes = COUNT * es;
         const char *what = pi == 0 ? "bitwise single" : "bitwise double";
-        char *data = troupe_coll_alloc(bytes);
+        char *data = s_shared(bytes);
         char *root = malloc(bytes);
         if (data == NULL || root == NULL) {
             s_fail("%s: out of memory", what);
@@ -412,7 +427,7 @@ static void s_test_disagree(void)
     for (int big = 0; big < 2; big++) {
         int64_t count = big ? COUNT : 100; /* the ring, or MPI_Iallreduce */
         size_t bytes = (size_t)count * sizeof(float);
-        float *data = s_rank == 1 ? malloc(bytes) : troupe_coll_alloc(bytes);
+        float *data = s_rank == 1 ? malloc(bytes) : s_shared(bytes);
         if (data == NULL) {
             s_fail("disagree: out of memory");
             return;
@@ -434,10 +449,10 @@ static void s_test_disagree(void)
     /* rank 0: two tensors in two blocks; the others: back to back in one */
     float *blk[2] = {NULL, NULL};
     if (s_rank == 0) {
-        blk[0] = troupe_coll_alloc(500 * sizeof(float));
-        blk[1] = troupe_coll_alloc(700 * sizeof(float));
+        blk[0] = s_shared(500 * sizeof(float));
+        blk[1] = s_shared(700 * sizeof(float));
     } else {
-        blk[0] = troupe_coll_alloc(1200 * sizeof(float));
+        blk[0] = s_shared(1200 * sizeof(float));
     }
     if (blk[0] == NULL || (s_rank == 0 && blk[1] == NULL)) {
         s_fail("disagree: out of memory");
@@ -474,7 +489,7 @@ out:
 static void s_test_fallback(void)
 {
     enum { COUNT = 40003 };
-    double *data = troupe_coll_alloc(COUNT * sizeof *data);
+    double *data = s_shared(COUNT * sizeof *data);
     if (data == NULL) {
         s_fail("fallback: out of memory");
         return;

@@ -1731,6 +1731,9 @@ troupe_status_t troupe__transport_start(const void *data_comm, const void *ctl_c
     s_a.head = NULL;
     s_a.broken = false;
     s_a.probe_posted = false;
+    /* collective (every rank calls it whatever fails here after): first */
+    if (troupe__shm_coll_start(data_comm, rank, size) != TROUPE_OK)
+        goto fail;
     s_a.send_seq = troupe_calloc((size_t)size, sizeof *s_a.send_seq);
     s_a.recv_seq = troupe_calloc((size_t)size, sizeof *s_a.recv_seq);
     s_a.last_pong_ns = troupe_calloc((size_t)size, sizeof *s_a.last_pong_ns);
@@ -1744,8 +1747,6 @@ troupe_status_t troupe__transport_start(const void *data_comm, const void *ctl_c
     s_a.turn = 0;
     s_a.stop = s_a.abort_now = s_a.exited = s_a.sleeping = false;
     s_a.busy = s_a.helping = false;
-    if (troupe__shm_coll_start(data_comm, rank, size) != TROUPE_OK)
-        goto fail;
     int rc = pthread_create(&s_a.thread, NULL, s_actor_main, NULL);
     if (rc != 0) {
         troupe__error(TROUPE_RESOURCE_EXHAUSTED, "transport: pthread_create: %s", strerror(rc));

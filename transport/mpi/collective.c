@@ -344,7 +344,9 @@ troupe_status_t troupe_allreduce(const troupe_coll_tensor_t *tensors, size_t n,
 
 void *troupe_coll_alloc(size_t size_bytes)
 {
-    void *p = troupe__shm_pools() ? troupe__shm_alloc(size_bytes) : NULL;
+    void *p = troupe__shm_pools() && size_bytes >= TROUPE__SHM_MIN_BYTES
+                  ? troupe__shm_alloc(size_bytes)
+                  : NULL;
     if (p != NULL)
         return p; /* zero-filled, page-aligned */
     size_t n = size_bytes == 0 ? 64 : (size_bytes + 63) / 64 * 64;

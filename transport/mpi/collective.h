@@ -56,22 +56,22 @@
  *
  * Shared memory. When every rank runs on this node (MPI_COMM_TYPE_SHARED) and TROUPE_COLL_SHM
  * is 1 (the default) on every rank, troupe_cluster_init checks that each rank can map every
- * other's memory (memory files opened through /proc/<pid>/fd: the permission Open MPI's CMA
- * needs too); then host pools of 64 KiB and more (a routine's arrays, gradients included) and
- * troupe_coll_alloc's memory become shareable (base/shm.h). An allreduce whose tensors form
- * one span in such memory on every rank (the flat plan above) then skips MPI: each rank
- * publishes its arrival in a control page, reduces its 1/p of the span by reading every
- * rank's copy and writes the result into every rank's copy (the ranks' values summed in rank
- * order, so all ranks hold the same bits), and publishes its departure; a rank's allreduce
- * completes once every rank departed. Two waits on shared flags replace the ring's 2(p-1)
- * message rounds through the kernel (process_vm_readv), as NCCL's SHM transport does within a
- * node. Measured on the Fashion-MNIST MLP's 940 KB of gradients on two ranks of a 2-core
- * machine: ~44 us per step against ~150 us for the ring (TROUPE_LOG=debug:transport, the
- * bench_train child). Results differ from the ring's in the last bits (another summation
- * order) but are the same on every rank and reproducible. A rank that cannot map another's
- * memory at a request says so in its arrival; every rank then takes the MPI path for it, and
- * shared memory stays off from then on (logged). stats.shm counts these collectives. Ranks on
- * several nodes use the ring (a hierarchical allreduce is future work).
+ * other's memory (memory files opened through /proc/<pid>/fd, a ptrace-read check); then host pools
+ * of 64 KiB and more (a routine's arrays, gradients included) and troupe_coll_alloc's memory become
+ * shareable (base/shm.h). An allreduce whose tensors form one span in such memory on every rank
+ * (the flat plan above) then skips MPI: each rank publishes its arrival in a control page, reduces
+ * its 1/p of the span by reading every rank's copy and writes the result into every rank's copy
+ * (the ranks' values summed in rank order, so all ranks hold the same bits), and publishes its
+ * departure; a rank's allreduce completes once every rank departed. Two waits on shared flags
+ * replace the ring's 2(p-1) message rounds through the kernel (process_vm_readv), as NCCL's SHM
+ * transport does within a node. Measured on the Fashion-MNIST MLP's 940 KB of gradients on two
+ * ranks of a 2-core machine: ~44 us per step against ~150 us for the ring
+ * (TROUPE_LOG=debug:transport, the bench_train child). Results differ from the ring's in the last
+ * bits (another summation order) but are the same on every rank and reproducible. A rank that
+ * cannot map another's memory at a request says so in its arrival; every rank then takes the MPI
+ * path for it, and shared memory stays off from then on (logged). stats.shm counts these
+ * collectives. Ranks on several nodes use the plan above (the ring from 64 KiB; a hierarchical
+ * allreduce is future work).
  *
  * Precisions. single and double reduce in their own precision (MPI_FLOAT, MPI_DOUBLE); half,
  * bfloat16 and fp8 are widened to single, reduced in single, and rounded back to nearest-even
@@ -210,10 +210,11 @@ TROUPE_MUST_USE troupe_status_t troupe_allreduce_ex(const troupe_coll_tensor_t *
 
 /* Host memory for host-level collectives (like ncclMemAlloc or MPI_Alloc_mem): `size_bytes`
  * zero-filled bytes, aligned to 64 bytes at least. While ranks reduce through shared memory
- * (see Algorithms: all on this node, after troupe_cluster_init), it is memory the other ranks
- * can map, so an allreduce whose tensors lie back to back in it on every rank is reduced
- * through shared memory; otherwise it is ordinary memory and collectives take the MPI paths.
- * NULL when out of memory. Release with troupe_coll_free (not free). Thread-safe. */
+ * (see Algorithms: all on this node, after troupe_cluster_init), an allocation of 64 KiB or
+ * more (TROUPE__SHM_MIN_BYTES; each holds a file descriptor) is memory the other ranks can map, so
+ * an allreduce whose tensors lie back to back in it on every rank is reduced through shared memory;
+ * otherwise it is ordinary memory and collectives take the MPI paths. NULL when out of memory.
+ * Release with troupe_coll_free (not free). Thread-safe. */
 void *troupe_coll_alloc(size_t size_bytes);
 /* Releases memory from troupe_coll_alloc. NULL-safe. */
 void troupe_coll_free(void *p);

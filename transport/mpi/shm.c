@@ -12,7 +12,9 @@
  *               failed; it waits until every rank arrived (its gradients are complete and lent);
  *               if any rank failed to map, every rank sees it and takes the MPI path instead
  *               (and shared memory stays off from then on, on every rank alike);
- *   2. reduce:  rank c owns chunk c of the span (64-byte aligned bounds); block by block it sums
+ *   2. reduce:  rank c owns chunk c of the span (bounds at multiples of 64 bytes from the
+ *               span's start: whole cache lines when spans are 64-byte aligned, as a pool's
+ *               arrays are); block by block (two ranks: in one pass) it sums
  *               the ranks' copies in rank order 0, 1, ..., p-1 (then divides, for a mean) and
  *               writes the result into every rank's copy: each rank reads and writes 1/p of
  *               every buffer, all ranks in parallel, and every rank ends with the same bits;
@@ -21,8 +23,12 @@
  *
  * Two waits per allreduce on shared flags (sub-microsecond) replace the ring's 2(p-1) message
  * rounds through Open MPI's shared-memory transport, whose large messages go through the
- * kernel's process_vm_readv (CMA) with page pinning per message. Waiting polls: the engine's
- * deadline and liveness probes (actor.c) name a rank that never arrives or departs.
+ * kernel's process_vm_readv (CMA) with page pinning per message. Waiting polls: after the
+ * engine's deadline without progress a liveness probe (actor.c) names the ranks that do not
+ * answer (a dead rank); if all answer, the error says so (a rank whose request failed
+ * part-way, leaving the others waiting: their deadline ends it).
+ * Known limit: a rank that gives up part-way (its deadline, a cluster failure) hands its
+ * buffer back while slower ranks may still write their chunks into it.
  *
  * Thread safety: the engine's owner only (actor.c), except start/stop (main thread, actor not
  * running).
@@ -145,12 +151,17 @@ troupe_status_t troupe__shm_coll_start(const void *comm_p, int rank, int size)
     s_m.maps = troupe_calloc((size_t)size * S_MAPS_PER_RANK, sizeof *s_m.maps);
     if (all == NULL || s_m.ctl == NULL || s_m.maps == NULL)
         veto = "out of memory";
-    /* Everyone learns everyone's control page, even with a local veto (a collective call). */
-    troupe__shm_ref_t dummy[1];
-    int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all ? (void *)all : (void *)dummy,
-                           (int)sizeof mine, MPI_BYTE, comm);
+    /* Any rank's veto so far (several nodes, switched off, no memory) ends it on every rank
+     * before the control pages travel. */
+    int can = veto[0] == '\0', all_can = 0;
+    int rc = MPI_Allreduce(&can, &all_can, 1, MPI_INT, MPI_MIN, comm);
+    if (rc == MPI_SUCCESS && all_can)
+        rc =
+            MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, comm);
     if (rc != MPI_SUCCESS && veto[0] == '\0')
-        veto = "MPI_Allgather of the control pages failed";
+        veto = "MPI_Allreduce or MPI_Allgather at start failed";
+    else if (!all_can && veto[0] == '\0')
+        veto = "another rank cannot use it";
     char why[256];
     snprintf(why, sizeof why, "%s", veto);
     if (why[0] == '\0') {
@@ -170,7 +181,8 @@ troupe_status_t troupe__shm_coll_start(const void *comm_p, int rank, int size)
         }
     }
     int ok = why[0] == '\0', all_ok = 0;
-    rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+    if (all_can) /* every rank got here through the Allgather: agree on the mappings */
+        rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
     troupe_free(all);
     if (rc != MPI_SUCCESS || !all_ok) {
         if (why[0] == '\0')
@@ -242,9 +254,9 @@ troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, const char *what, 
     c->type = type;
     c->op = op;
     c->buf = troupe_calloc((size_t)s_m.size, sizeof *c->buf);
-    if (c->buf == NULL)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
-    bool failed = false;
+    bool failed = c->buf == NULL; /* posted like a mapping failure: every rank falls back */
+    if (failed)
+        troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     for (int p = 0; p < s_m.size && !failed; p++) {
         if (p == s_m.rank) {
             c->buf[p] = mine;
@@ -312,6 +324,9 @@ troupe_status_t troupe__shm_coll_test(troupe__shm_coll_t *c, bool *progress)
         *progress = true;
         if (fallback) {
             /* every rank saw the same flags: all take the MPI path, now and from now on */
+            TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TRANSPORT,
+                       "shared-memory allreduce off from now on: a rank could not map another's "
+                       "memory (its warning says why); this request and later ones use MPI");
             c->state = TROUPE__SHM_FALLBACK;
             s_m.on = false;
             troupe__shm_set_pools(false);
