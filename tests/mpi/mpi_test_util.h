@@ -13,7 +13,8 @@
  *    deadline; delta (may be NULL) gets the transport counters' change over the call
  *    (buckets, staged, ring_buckets, shm);
  *  - s_expect(p, op, i): the exact allreduce of every rank's s_gen at i, rounded once to p
- *    (mean: integers truncate toward zero).
+ *    (mean: integers truncate toward zero);
+ *  - s_verify(what, p, op, data, count, salt): data against s_expect, one FAIL line if not.
  */
 #ifndef TROUPE_TESTS_MPI_TEST_UTIL_H
 #define TROUPE_TESTS_MPI_TEST_UTIL_H
@@ -94,6 +95,25 @@ static inline double s_expect(troupe_prec_t p, troupe_reduce_op_t op, int64_t i)
 }
 
 /* The deadline of every wait in these tests. */
+/* True when `count` values of precision p at data hold the exact allreduce (s_expect at
+ * index + salt); else one FAIL line naming the first wrong element. */
+static inline bool s_verify(const char *what, troupe_prec_t p, troupe_reduce_op_t op,
+                            const void *data, int64_t count, int64_t salt)
+{
+    size_t es = troupe_prec_size_bytes(p);
+    for (int64_t i = 0; i < count; i++) {
+        double got = troupe_prec_load_double(p, (const char *)data + (size_t)i * es);
+        double want = s_expect(p, op, i + salt);
+        if (!(got == want)) {
+            s_fail("%s: %s %s: element %lld of %lld: got %.9g, expected %.9g", what,
+                   troupe_prec_name(p), troupe_reduce_op_name(op), (long long)i, (long long)count,
+                   got, want);
+            return false;
+        }
+    }
+    return true;
+}
+
 #define MTU_SYNC_NS (60LL * 1000 * 1000 * 1000)
 
 /* Allreduces t[0..n) with op and flags and waits for it; *delta (may be NULL) gets the

@@ -46,23 +46,6 @@ static void *s_fill(troupe_prec_t p, int64_t count, int64_t salt)
     return data;
 }
 
-/* Compares `count` values of tensor data against s_expect (index offset `salt`). */
-static int s_check(const char *what, troupe_prec_t p, troupe_reduce_op_t op, const void *data,
-                   int64_t count, int64_t salt)
-{
-    size_t es = troupe_prec_size_bytes(p);
-    for (int64_t i = 0; i < count; i++) {
-        double got = troupe_prec_load_double(p, (const char *)data + (size_t)i * es);
-        double want = s_expect(p, op, i + salt);
-        if (!(got == want)) {
-            s_fail("%s: %s %s: element %lld: got %.9g, expected %.9g", what, troupe_prec_name(p),
-                   troupe_reduce_op_name(op), (long long)i, got, want);
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static troupe_status_t s_run(troupe_event_t **ev)
 {
     troupe_status_t st = troupe_event_sync(*ev, SYNC_NS);
@@ -92,7 +75,7 @@ static void s_test_ops(void)
             troupe_event_t *ev = NULL;
             CHECK_OK(troupe_allreduce(&t, 1, ops[oi], &ev));
             CHECK_OK(s_run(&ev));
-            s_check("ops", p, ops[oi], data, count, 0);
+            s_verify("ops", p, ops[oi], data, count, 0);
         out:
             troupe_free(data);
         }
@@ -124,7 +107,7 @@ static void s_test_fused(void)
     CHECK_OK(troupe_allreduce(t, N, TROUPE_REDUCE_SUM, &ev));
     CHECK_OK(s_run(&ev));
     for (int k = 0; k < N; k++)
-        if (s_check("fused", t[k].prec, TROUPE_REDUCE_SUM, data[k], t[k].count, k))
+        if (!s_verify("fused", t[k].prec, TROUPE_REDUCE_SUM, data[k], t[k].count, k))
             break;
     troupe_transport_get_stats(&after);
     /* single and half reduce as single: 34 KiB + 66 KiB (half widened) in 64 KiB buckets;
@@ -156,12 +139,12 @@ static void s_test_large(void)
     troupe_event_t *ev = NULL;
     CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_MEAN, &ev));
     CHECK_OK(s_run(&ev));
-    s_check("large single", TROUPE_PREC_SINGLE, TROUPE_REDUCE_MEAN, f, nf, 3);
+    s_verify("large single", TROUPE_PREC_SINGLE, TROUPE_REDUCE_MEAN, f, nf, 3);
     t = (troupe_coll_tensor_t){
         .data = h, .count = nh, .prec = TROUPE_PREC_HALF, .node_id = 2, .name = "bighalf"};
     CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev));
     CHECK_OK(s_run(&ev));
-    s_check("large half", TROUPE_PREC_HALF, TROUPE_REDUCE_SUM, h, nh, 5);
+    s_verify("large half", TROUPE_PREC_HALF, TROUPE_REDUCE_SUM, h, nh, 5);
     troupe_transport_get_stats(&after);
     if (after.buckets - before.buckets != 64 + 7)
         s_fail("large: %llu buckets, expected 71",
@@ -201,7 +184,7 @@ static void s_test_inplace(void)
     CHECK_OK(troupe_allreduce(t, N, TROUPE_REDUCE_SUM, &ev));
     CHECK_OK(s_run(&ev));
     for (int k = 0; k < N; k++)
-        if (s_check("inplace", precs[k], TROUPE_REDUCE_SUM, data[k], counts[k], 20 + k))
+        if (!s_verify("inplace", precs[k], TROUPE_REDUCE_SUM, data[k], counts[k], 20 + k))
             break;
     troupe_transport_get_stats(&after);
     /* single class: the 256 KiB tensor alone (in place), the rest staged (1 KiB + 600 KB
@@ -261,7 +244,7 @@ static bool s_layout_round(const char *what, size_t n, const int64_t *counts,
     *staged = d.staged;
     ok = true;
     for (size_t k = 0; k < n && ok; k++)
-        ok = s_check(what, precs[k], op, t[k].data, counts[k], salt + (int64_t)k) == 0;
+        ok = s_verify(what, precs[k], op, t[k].data, counts[k], salt + (int64_t)k);
 out:
     for (size_t k = 0; own != NULL && k < n; k++)
         troupe_free(own[k]);
@@ -350,13 +333,13 @@ static void s_test_lazy(void)
     if (troupe_event_state(ev) != TROUPE_EVENT_DONE)
         s_fail("lazy: a polled allreduce did not complete (state %d)", troupe_event_state(ev));
     troupe_event_release(&ev);
-    s_check("lazy polled", TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, a, count, 31);
+    s_verify("lazy polled", TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, a, count, 31);
     t.data = b;
     t.node_id = 301;
     CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev));
     CHECK_OK(troupe_event_all("lazy_all", &ev, 1, &all));
     CHECK_OK(s_run(&all));
-    s_check("lazy subscribed", TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, b, count, 32);
+    s_verify("lazy subscribed", TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, b, count, 32);
 out:
     troupe_event_release(&ev);
     troupe_event_release(&all);

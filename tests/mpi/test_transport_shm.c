@@ -62,24 +62,6 @@ static void s_fill(troupe_prec_t p, void *data, int64_t count, int64_t salt)
         troupe_prec_store_double(p, (char *)data + (size_t)i * es, s_gen(p, s_rank, i + salt));
 }
 
-/* True when data holds the exact allreduce; else one FAIL line. */
-static bool s_verify(const char *what, troupe_prec_t p, troupe_reduce_op_t op, const void *data,
-                     int64_t count, int64_t salt)
-{
-    size_t es = troupe_prec_size_bytes(p);
-    for (int64_t i = 0; i < count; i++) {
-        double got = troupe_prec_load_double(p, (const char *)data + (size_t)i * es);
-        double want = s_expect(p, op, i + salt);
-        if (!(got == want)) {
-            s_fail("%s: %s %s: element %lld of %lld: got %.9g, expected %.9g", what,
-                   troupe_prec_name(p), troupe_reduce_op_name(op), (long long)i, (long long)count,
-                   got, want);
-            return false;
-        }
-    }
-    return true;
-}
-
 static troupe_coll_tensor_t s_tensor(void *data, troupe_prec_t p, int64_t count, int32_t id)
 {
     return (troupe_coll_tensor_t){.data = data,
