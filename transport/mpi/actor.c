@@ -122,8 +122,10 @@ typedef struct s_rs {
     int fp_stage;
     int fp_tag; /* the digests' tag on the control communicator */
     troupe__fp_digest_t dg_mine;
-    bool all_flat; /* every rank's tensors form one span: buckets in order (s_plan_flat) */
-    bool use_shm;  /* ...and each lies in shareable memory: reduced through it (shm.c) */
+    bool all_flat;    /* every rank's tensors form one span: buckets in order (s_plan_flat) */
+    bool use_shm;     /* ...and each lies in shareable memory: reduced through it (shm.c) */
+    const char *span; /* this rank's span when dg_mine.flat (s_flat) */
+    int64_t span_bytes;
     troupe__shm_coll_t shm;
     troupe__fp_digest_t *dg_peer; /* [size] */
     void *fp_mine;
@@ -541,11 +543,9 @@ static troupe_status_t s_fp_start(troupe__req_t *r, s_rs_t *rs)
         rs->fp_recv == NULL || rs->fp_state == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", rs->what);
     troupe__fp_digest(r, &rs->dg_mine);
-    const char *span = NULL;
-    int64_t span_bytes = 0;
-    rs->dg_mine.flat = s_flat(r, &span, &span_bytes) ? 1 : 0;
+    rs->dg_mine.flat = s_flat(r, &rs->span, &rs->span_bytes) ? 1 : 0;
     if (rs->dg_mine.flat && r->kind == TROUPE__REQ_ALLREDUCE && troupe__shm_coll_on() &&
-        !troupe__shm_find(span, (size_t)span_bytes, &rs->dg_mine.shm))
+        !troupe__shm_find(rs->span, (size_t)rs->span_bytes, &rs->dg_mine.shm))
         memset(&rs->dg_mine.shm, 0, sizeof rs->dg_mine.shm);
     rs->fp_stage = 1;
     /* Point-to-point: the sender's digest travels on S2R, the receiver's on R2S, so the
@@ -1332,16 +1332,13 @@ static troupe_status_t s_shm_begin(troupe__req_t *r, s_rs_t *rs)
     troupe__shm_ref_t refs[s_a.size];
     for (int p = 0; p < s_a.size; p++)
         refs[p] = p == s_a.rank ? rs->dg_mine.shm : rs->dg_peer[p].shm;
-    const char *span = NULL;
-    int64_t span_bytes = 0;
-    (void)s_flat(r, &span, &span_bytes); /* flat: the digest said so */
     s_cls_t cls = S_NCLS;
     for (size_t j = 0; j < r->n && cls == S_NCLS; j++)
         if (s_units(r, j) > 0)
             cls = s_cls_of(r, r->tensors[j].prec);
     size_t ub = s_cls_size(cls);
-    return troupe__shm_coll_begin(&rs->shm, rs->what, r->seq + 1, refs, (void *)span,
-                                  span_bytes / (int64_t)ub, ub, s_red_type(cls), r->op);
+    return troupe__shm_coll_begin(&rs->shm, rs->what, r->seq + 1, refs, (void *)rs->span,
+                                  rs->span_bytes / (int64_t)ub, ub, s_red_type(cls), r->op);
 }
 
 /* Advances r; on failure returns its status (the message recorded) and whether MPI broke. */
