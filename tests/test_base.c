@@ -129,8 +129,10 @@ Test(config, defaults_without_environment)
     unsetenv("TROUPE_BACKEND");
     unsetenv("TROUPE_AUTO_HOST_TRANSFERS");
     unsetenv("TROUPE_STACK_THRESHOLD");
+    unsetenv("TROUPE_COLL_SHM");
     unsetenv("TROUPE_LOG");
     cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert(troupe_config_coll_shm());
     cr_assert_eq(troupe_config_timeout_s(), 120);
     cr_assert_eq(troupe_config_timeout_ns(), 120LL * 1000000000LL);
     cr_assert_eq(troupe_config_fusion_bytes(), (size_t)64 << 20);
@@ -146,7 +148,10 @@ Test(config, environment_is_read)
     setenv("TROUPE_BACKEND", "sync", 1);
     setenv("TROUPE_AUTO_HOST_TRANSFERS", "0", 1);
     setenv("TROUPE_CACHE_DIR", "/tmp/troupe-test-cache", 1);
+    setenv("TROUPE_COLL_SHM", "0", 1);
     cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert_not(troupe_config_coll_shm());
+    unsetenv("TROUPE_COLL_SHM");
     cr_assert_eq(troupe_config_timeout_s(), 7);
     cr_assert_eq(troupe_config_fusion_bytes(), 2048);
     cr_assert_str_eq(troupe_config_backend(), "sync");
@@ -169,6 +174,12 @@ Test(config, malformed_environment_keeps_default_and_names_variable)
     cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);
     cr_assert(strstr(troupe_last_error(), "TROUPE_FUSION_BYTES") != NULL);
     unsetenv("TROUPE_FUSION_BYTES");
+    setenv("TROUPE_COLL_SHM", "yes", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "TROUPE_COLL_SHM='yes'") != NULL, "%s",
+              troupe_last_error());
+    cr_assert(troupe_config_coll_shm(), "a malformed value keeps the default (1)");
+    unsetenv("TROUPE_COLL_SHM");
     cr_assert_eq(troupe_config_reload(), TROUPE_OK);
 }
 
@@ -182,6 +193,10 @@ Test(config, setters_validate)
     cr_assert_eq(troupe_config_set_backend(""), TROUPE_INVALID_ARGUMENT);
     cr_assert_eq(troupe_config_set_cc("clang"), TROUPE_OK);
     cr_assert_str_eq(troupe_config_cc(), "clang");
+    troupe_config_set_coll_shm(false);
+    cr_assert_not(troupe_config_coll_shm());
+    troupe_config_set_coll_shm(true);
+    cr_assert(troupe_config_coll_shm());
 }
 
 static size_t s_allocs;
