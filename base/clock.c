@@ -29,3 +29,12 @@ int64_t troupe_deadline_remaining(int64_t deadline_ns)
     int64_t left = deadline_ns - troupe_now_ns();
     return left > 0 ? left : 0;
 }
+
+void troupe_sleep_ns(int64_t ns)
+{
+    if (ns <= 0)
+        return;
+    struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}

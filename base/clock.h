@@ -24,6 +24,9 @@ int64_t troupe_deadline_after(int64_t timeout_ns);
 /* Nanoseconds left until `deadline_ns` (0 when passed; INT64_MAX for infinite). */
 int64_t troupe_deadline_remaining(int64_t deadline_ns);
 
+/* Sleeps at least `ns` nanoseconds (resumed after signals); returns at once for ns <= 0. */
+void troupe_sleep_ns(int64_t ns);
+
 #ifdef __cplusplus
 }
 #endif

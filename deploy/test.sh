@@ -8,7 +8,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=setup.sh
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 troupe_install_packages
-troupe_build
+troupe_build -DTROUPE_WERROR=ON
 status=0
 (cd "$TROUPE_BUILD_DIR" && ctest --output-on-failure "$@") || status=$?
 if [ "${TROUPE_SKIP_TSAN:-0}" != "1" ]; then
@@ -18,7 +18,7 @@ if [ "${TROUPE_SKIP_TSAN:-0}" != "1" ]; then
   # examples/ are not built there), so it needs no MPI, and linking Open MPI (not built with
   # TSAN) into them would put uninstrumented code in every TSAN binary; transport/ then builds
   # as the single-rank cluster. The multi-rank tests (label mpi) run in the main pass above.
-  TROUPE_BUILD_DIR="$TROUPE_ROOT/build-tsan" troupe_build -DTROUPE_ENABLE_TSAN=ON -DTROUPE_WITH_CUDA=OFF \
+  TROUPE_BUILD_DIR="$TROUPE_ROOT/build-tsan" troupe_build -DTROUPE_WERROR=ON -DTROUPE_ENABLE_TSAN=ON -DTROUPE_WITH_CUDA=OFF \
     -DTROUPE_WITH_MPI=OFF -DTROUPE_BUILD_BENCH=OFF -DTROUPE_BUILD_EXAMPLES=OFF
   (cd "$TROUPE_ROOT/build-tsan" && ctest --output-on-failure -L tsan) || status=$?
 fi

@@ -390,13 +390,12 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
             troupe_tnode_t *g = dp->grads[i];
             troupe_asgn_comp_t *comp = NULL;
             troupe_asgn_t *t = NULL;
-            char spec[2 * TROUPE_MAX_DIMS + 4], name[48];
+            char axes[TROUPE_MAX_DIMS + 1], spec[2 * TROUPE_MAX_DIMS + 4], name[48];
             int nd = g->ndims;
             for (int a = 0; a < nd; a++)
-                spec[a] = spec[nd + 2 + a] = (char)('a' + a);
-            spec[nd] = '=';
-            spec[nd + 1] = '>';
-            spec[2 * nd + 2] = '\0';
+                axes[a] = (char)('a' + a);
+            axes[nd] = '\0';
+            snprintf(spec, sizeof spec, "%s=>%s", axes, axes); /* identity: "ab=>ab" */
             snprintf(name, sizeof name, "dp_merge_%zu", i);
             st = troupe_asgn_comp_new(&comp);
             if (st == TROUPE_OK)

@@ -28,6 +28,7 @@
 #define TROUPE_TESTS_RUNTIME_TEST_UTIL_H
 
 #include "actors/troupe.h"
+#include "base/clock.h"
 #include "base/status.h"
 
 #include <criterion/criterion.h>
@@ -64,9 +65,7 @@ static inline void rtu_configure(const char *cache_dir, int timeout_s)
 
 static inline void rtu_sleep_ms(int ms)
 {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    troupe_sleep_ns((int64_t)ms * 1000000LL);
 }
 
 /* ---- tnodes ------------------------------------------------------------------------------- */

@@ -7,6 +7,8 @@
 #include "base/log.h"
 #include "base/refcount.h"
 #include "base/status.h"
+#include "base/strbuf.h"
+#include "base/vec.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -273,4 +275,96 @@ Test(clock, monotonic_and_deadlines)
     int64_t d2 = troupe_deadline_after(1000000000LL);
     cr_assert_gt(troupe_deadline_remaining(d2), 900000000LL);
     cr_assert_eq(troupe_deadline_after(INT64_MAX - 1), TROUPE_TIMEOUT_INFINITE);
+}
+
+Test(strbuf, grows_formats_and_hands_over_the_text)
+{
+    troupe__strbuf_t sb = TROUPE__STRBUF_INIT;
+    cr_assert_str_eq(troupe__strbuf_cstr(&sb), "");
+    troupe__strbuf_puts(&sb, "(a ");
+    troupe__strbuf_printf(&sb, "%d %s", 42, "b");
+    troupe__strbuf_putc(&sb, ')');
+    troupe__strbuf_repeat(&sb, "..", 3);
+    char big[1000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    troupe__strbuf_printf(&sb, "%s", big); /* longer than the small stack buffer */
+    char *out = NULL;
+    size_t n = 0;
+    cr_assert_eq(troupe__strbuf_finish(&sb, "test", &out, &n), TROUPE_OK);
+    cr_assert_eq(n, strlen("(a 42 b)......") + 999);
+    cr_assert_eq(strncmp(out, "(a 42 b)......xxx", 17), 0);
+    cr_assert_eq(strlen(out), n);
+    cr_assert_null(sb.data);
+    troupe_free(out);
+}
+
+Test(strbuf, fixed_builder_truncates_and_counts_like_snprintf)
+{
+    char buf[8];
+    troupe__strbuf_t sb;
+    troupe__strbuf_init_fixed(&sb, buf, sizeof buf);
+    troupe__strbuf_puts(&sb, "abcdef");
+    troupe__strbuf_printf(&sb, "%d", 12345);
+    cr_assert_str_eq(buf, "abcdef1");
+    cr_assert_eq(sb.len, 11);
+    char *out = NULL;
+    cr_assert_eq(troupe__strbuf_finish(&sb, "fixed", &out, NULL), TROUPE_INVALID_ARGUMENT);
+    cr_assert_null(out);
+}
+
+static int s_fail_allocs;
+static void *s_failing_malloc(void *user, size_t n)
+{
+    (void)user;
+    return s_fail_allocs ? NULL : malloc(n);
+}
+static void *s_failing_realloc(void *user, void *p, size_t n)
+{
+    (void)user;
+    return s_fail_allocs ? NULL : realloc(p, n);
+}
+static void s_plain_free(void *user, void *p)
+{
+    (void)user;
+    free(p);
+}
+
+Test(strbuf, out_of_memory_is_sticky_and_reported_once_at_finish)
+{
+    troupe_allocator_t a = {s_failing_malloc, s_failing_realloc, s_plain_free, NULL};
+    troupe_set_allocator(&a);
+    troupe__strbuf_t sb = TROUPE__STRBUF_INIT;
+    troupe__strbuf_puts(&sb, "kept");
+    s_fail_allocs = 1;
+    char big[600];
+    memset(big, 'y', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    troupe__strbuf_puts(&sb, big);
+    cr_assert(sb.failed);
+    s_fail_allocs = 0;
+    troupe__strbuf_puts(&sb, "after"); /* ignored: the failure sticks */
+    cr_assert_str_eq(troupe__strbuf_cstr(&sb), "kept");
+    char *out = (char *)1;
+    cr_assert_eq(troupe__strbuf_finish(&sb, "sexp", &out, NULL), TROUPE_RESOURCE_EXHAUSTED);
+    cr_assert_null(out);
+    cr_assert(strstr(troupe_last_error(), "sexp") != NULL);
+    troupe_set_allocator(NULL);
+}
+
+Test(vec, push_grows_and_reserve_refuses_overflow)
+{
+    int *v = NULL;
+    size_t n = 0, cap = 0;
+    for (int i = 0; i < 100; i++)
+        cr_assert(TROUPE__VEC_PUSH(v, n, cap, i * 3));
+    cr_assert_eq(n, 100);
+    cr_assert_geq(cap, 100);
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(v[i], i * 3);
+    size_t before = cap;
+    cr_assert_not(TROUPE__VEC_RESERVE(v, cap, SIZE_MAX / 2));
+    cr_assert_eq(cap, before);
+    cr_assert_eq(v[99], 297);
+    troupe_free(v);
 }

@@ -1267,7 +1267,8 @@ static void s_build(gen_lib_t *lib)
              cc, lib->dir, lib->dir, lib->dir);
     if (system(cmd) != 0) {
         snprintf(cmd, sizeof cmd, "head -c 6000 %s/cc.log >&2", lib->dir);
-        (void)system(cmd);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not show %s/cc.log\n", lib->dir);
         cr_assert_fail("generated C did not compile warning-free: see %s", lib->dir);
     }
     snprintf(path, sizeof path, "%s/gen.so", lib->dir);
@@ -1286,7 +1287,8 @@ static void s_unbuild(gen_lib_t *lib)
     char cmd[256];
     dlclose(lib->handle);
     snprintf(cmd, sizeof cmd, "rm -rf %s", lib->dir);
-    (void)system(cmd);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", lib->dir);
 }
 
 static void *s_sym(gen_lib_t *lib, const char *fmt, const char *a, const char *b)
