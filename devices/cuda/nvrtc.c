@@ -2,6 +2,7 @@
 #include "devices/cuda/nvrtc.h"
 
 #include "base/alloc.h"
+#include "base/strbuf.h"
 #include "troupe_config.h"
 
 #include <cuda_runtime_api.h>
@@ -42,23 +43,16 @@ static char *s_get_log(nvrtcProgram prog)
  * cut. cap >= 8. */
 static void s_log_excerpt(const char *log, char *buf, size_t cap)
 {
-    size_t n = 0;
-    const char *p = log ? log : "";
-    for (; *p != '\0' && n + 8 < cap; p++) {
-        if (*p == '\n') {
-            if (p[1] != '\0') {
-                memcpy(buf + n, " | ", 3);
-                n += 3;
-            }
-        } else {
-            buf[n++] = *p;
-        }
+    troupe__strbuf_t sb;
+    troupe__strbuf_init_fixed(&sb, buf, cap);
+    for (const char *p = log ? log : ""; *p != '\0' && sb.len < cap; p++) {
+        if (*p != '\n')
+            troupe__strbuf_putc(&sb, *p);
+        else if (p[1] != '\0')
+            troupe__strbuf_puts(&sb, " | ");
     }
-    if (*p != '\0') {
-        memcpy(buf + n, "...", 3);
-        n += 3;
-    }
-    buf[n] = '\0';
+    if (sb.len >= cap) /* truncated */
+        memcpy(buf + cap - 4, "...", 4);
 }
 
 troupe_status_t troupe_nvrtc_compile(const char *source, const char *name, const char *arch,
@@ -76,7 +70,7 @@ troupe_status_t troupe_nvrtc_compile(const char *source, const char *name, const
     if (out_ptx == NULL || source == NULL) {
         st = troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nvrtc_compile: NULL %s",
                            source == NULL ? "source" : "out_ptx");
-        goto done;
+        goto out_program;
     }
     *out_ptx = NULL;
     if (arch != NULL && (!s_valid_arch(arch) || strlen(arch) > 64)) {
@@ -84,7 +78,7 @@ troupe_status_t troupe_nvrtc_compile(const char *source, const char *name, const
                            "troupe_nvrtc_compile: architecture '%.80s' is not of the form "
                            "compute_XY",
                            arch);
-        goto done;
+        goto out_program;
     }
     if (name == NULL)
         name = "troupe.cu";
@@ -104,7 +98,7 @@ troupe_status_t troupe_nvrtc_compile(const char *source, const char *name, const
         st = troupe__error(res == NVRTC_ERROR_OUT_OF_MEMORY ? TROUPE_RESOURCE_EXHAUSTED
                                                             : TROUPE_DEVICE_ERROR,
                            "nvrtcCreateProgram(%.100s): %s", name, nvrtcGetErrorString(res));
-        goto done;
+        goto out_program;
     }
     res = nvrtcCompileProgram(prog, nopts, opts);
     log = s_get_log(prog);
@@ -113,36 +107,36 @@ troupe_status_t troupe_nvrtc_compile(const char *source, const char *name, const
         s_log_excerpt(log, excerpt, sizeof excerpt);
         st = troupe__error(TROUPE_DEVICE_ERROR, "nvrtcCompileProgram(%.100s): %s: %s", name,
                            nvrtcGetErrorString(res), excerpt);
-        goto done;
+        goto out_program;
     }
     if (log == NULL) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "nvrtc: out of memory reading the log");
-        goto done;
+        goto out_program;
     }
     size_t size = 0;
     res = nvrtcGetPTXSize(prog, &size);
     if (res != NVRTC_SUCCESS) {
         st = troupe__error(TROUPE_DEVICE_ERROR, "nvrtcGetPTXSize(%.100s): %s", name,
                            nvrtcGetErrorString(res));
-        goto done;
+        goto out_program;
     }
     ptx = troupe_malloc(size + 1);
     if (ptx == NULL) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "nvrtc: out of memory for %zu bytes of PTX",
                            size);
-        goto done;
+        goto out_program;
     }
     res = nvrtcGetPTX(prog, ptx);
     if (res != NVRTC_SUCCESS) {
         st = troupe__error(TROUPE_DEVICE_ERROR, "nvrtcGetPTX(%.100s): %s", name,
                            nvrtcGetErrorString(res));
-        goto done;
+        goto out_program;
     }
     ptx[size] = '\0';
     *out_ptx = ptx;
     ptx = NULL;
 
-done:
+out_program:
     if (prog != NULL)
         nvrtcDestroyProgram(&prog);
     troupe_free(ptx);

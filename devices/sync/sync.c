@@ -1,11 +1,11 @@
 /* troupe — the `sync` driver (see sync_impl.h): the shared host driver core with one stream. */
 #include "devices/sync/sync_impl.h"
 
-#include "devices/cpu/cpu_impl.h"
+#include "devices/host/host_impl.h"
 
 static troupe_status_t s_sync_open(troupe_driver_t **out)
 {
-    return troupe__host_open(&troupe__driver_sync, out);
+    return troupe__hdrv_open(&troupe__driver_sync, out);
 }
 
 /* Everything runs in the caller, so more streams buy nothing: 1 for every config (0 for a
@@ -20,5 +20,5 @@ const troupe_driver_vtable_t troupe__driver_sync = {
     .name = "sync",
     .open = s_sync_open,
     .suggested_num_streams = s_sync_suggested_num_streams,
-    TROUPE__HOST_DRIVER_ENTRIES,
+    TROUPE__HDRV_ENTRIES,
 };

@@ -1,7 +1,7 @@
 /* troupe — the `sync` driver: everything runs inline in the caller, deterministically; the
  * reference driver for tests (DESIGN.md §7, seed `Schedulers.Sync`).
  *
- * It is the host-memory driver core of devices/cpu/cpu_impl.h (pools, copies, events, the
+ * It is the host-memory driver core of devices/host/host_impl.h (pools, copies, events, the
  * shared compile cache) with one suggested stream for every config.
  *
  * Thread safety: as devices/device.h. Ownership: as devices/device.h.

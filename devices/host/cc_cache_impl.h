@@ -16,8 +16,8 @@
  * Ownership: the caller owns the returned library handle and closes it with
  * troupe__cc_unload().
  */
-#ifndef TROUPE_DEVICES_CPU_CC_CACHE_IMPL_H
-#define TROUPE_DEVICES_CPU_CC_CACHE_IMPL_H
+#ifndef TROUPE_DEVICES_HOST_CC_CACHE_IMPL_H
+#define TROUPE_DEVICES_HOST_CC_CACHE_IMPL_H
 
 #include "base/status.h"
 

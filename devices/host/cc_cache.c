@@ -1,11 +1,13 @@
 /* troupe — the C compile cache shared by the host drivers (see cc_cache_impl.h). */
 #define _GNU_SOURCE /* pipe2, GNU strerror_r, environ */
-#include "devices/cpu/cc_cache_impl.h"
+#include "devices/host/cc_cache_impl.h"
 
 #include "base/alloc.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "base/strbuf.h"
+#include "base/vec.h"
 #include "troupe_config.h"
 
 #include <ctype.h>
@@ -159,14 +161,8 @@ typedef struct s_argv {
 
 static bool s_argv_push(s_argv_t *a, const char *s, size_t len)
 {
-    if (a->n + 2 > a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 16;
-        char **v = troupe_realloc(a->v, cap * sizeof *v);
-        if (!v)
-            return false;
-        a->v = v;
-        a->cap = cap;
-    }
+    if (!TROUPE__VEC_RESERVE(a->v, a->cap, a->n + 2)) /* the word and the NULL after it */
+        return false;
     char *copy = troupe_malloc(len + 1);
     if (!copy)
         return false;
@@ -201,35 +197,28 @@ static void s_argv_free(s_argv_t *a)
     a->n = a->cap = 0;
 }
 
-/* The first lines of compiler output as one line ("a | b | c"), into buf. */
+/* The first lines of compiler output as one line ("a | b | c"), into buf (truncated). */
 static void s_first_lines(const char *out, char *buf, size_t cap)
 {
-    size_t n = 0;
+    troupe__strbuf_t sb;
+    troupe__strbuf_init_fixed(&sb, buf, cap);
     int lines = 0;
-    const char *p = out;
-    buf[0] = '\0';
-    while (*p && lines < S_MSG_LINES && n + 1 < cap) {
+    for (const char *p = out; *p && lines < S_MSG_LINES && sb.len < cap;) {
         const char *eol = strchr(p, '\n');
         size_t len = eol ? (size_t)(eol - p) : strlen(p);
         while (len > 0 && isspace((unsigned char)p[len - 1]))
             len--;
         if (len > 0) {
-            if (lines > 0 && n + 3 < cap) {
-                memcpy(buf + n, " | ", 3);
-                n += 3;
-            }
-            size_t take = len < cap - 1 - n ? len : cap - 1 - n;
-            memcpy(buf + n, p, take);
-            n += take;
-            buf[n] = '\0';
-            lines++;
+            if (lines++ > 0)
+                troupe__strbuf_puts(&sb, " | ");
+            troupe__strbuf_putn(&sb, p, len);
         }
         if (!eol)
             break;
         p = eol + 1;
     }
     if (lines == 0)
-        snprintf(buf, cap, "(no output)");
+        troupe__strbuf_puts(&sb, "(no output)");
 }
 
 /* Runs argv (argv[0] looked up in PATH) with stdin from /dev/null and stdout+stderr captured
