@@ -40,7 +40,7 @@
 #include "actors/stream.h"
 #include "base/refcount.h"
 #include "devices/device.h"
-#include "ir/cgen.h"
+#include "compiler/cgen.h"
 #include "ir/lowlevel.h"
 
 #include <pthread.h>

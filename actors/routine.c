@@ -5,7 +5,8 @@
 #include "base/alloc.h"
 #include "base/config.h"
 #include "base/status.h"
-#include "ir/optimize.h"
+#include "compiler/lower.h"
+#include "compiler/optimize.h"
 
 #include <stdlib.h>
 #include <string.h>

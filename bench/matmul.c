@@ -33,11 +33,12 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "compiler/cgen.h"
+#include "compiler/lower.h"
+#include "compiler/optimize.h"
 #include "devices/device.h"
 #include "ir/assign.h"
-#include "ir/cgen.h"
 #include "ir/lowlevel.h"
-#include "ir/optimize.h"
 #include "ir/tnode.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
-/* troupe — bump allocator for IR trees (see ir/arena.h). */
-#include "ir/arena.h"
+/* troupe — bump allocator for IR trees (see ir/arena_impl.h). */
+#include "ir/arena_impl.h"
 
 #include "base/alloc.h"
 

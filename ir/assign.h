@@ -1,10 +1,11 @@
-/* troupe — the high-level assignment form (OCANNL `Assignments`, OCANNL_NOTES §6.1) and its
- * lowering to the low-level IR (ir/lowlevel.h).
+/* troupe — the high-level assignment form (OCANNL `Assignments`, OCANNL_NOTES §6.1): trees of
+ * accumulations over einsum projections (ir/projection.h), vector ops and fetches, in a comp.
  *
  * An assignment tree (troupe_asgn_t) is one of:
  *   NOOP; SEQ of n items; BLOCK_COMMENT(text, body);
- *   ACCUM_OP  lhs =accum op(rhs1[, rhs2[, rhs3]]) over a projection (einsum notation below),
- *             optionally initialising the lhs with the accumulator's neutral element first;
+ *   ACCUM_OP  lhs =accum op(rhs1[, rhs2[, rhs3]]) over a projection (einsum notation of
+ *             ir/projection.h), optionally initialising the lhs with the accumulator's
+ *             neutral element first;
  *   SET_VEC_UNOP  lhs = vec_op(rhs) where each rhs cell yields `length` consecutive lhs cells
  *             along the lhs's last axis;
  *   FETCH     fill a node: a constant, constant bits, a table of values, its own flat offsets,
@@ -18,80 +19,8 @@
  * the compiled routine runs) and the `embedded_nodes` set (nodes the computation itself
  * creates and initialises; the others must already be in a context the routine is linked to).
  *
- * ---- Projection notation ----------------------------------------------------------------------
- *
- *   spec  := term ("," term)* "=>" term          rhs terms (one per operand) => lhs term
- *   term  := index*                              one index per axis of the node, outermost first;
- *                                                the empty term is a scalar operand: a node
- *                                                with 0 dims, or with all dims equal to 1
- *   index := LETTER                              an iterator ('a'-'z', 'A'-'Z'; one character)
- *          | "[" DIGITS "]"                      a fixed index, e.g. "[0]"
- *          | "{" NAME "}"                        a static index symbol of the comp, e.g.
- *                                                "{batch_n}" ([A-Za-z_][A-Za-z0-9_]*)
- *          | "(" affine ")"                      an affine index, e.g. "(2i+k)", "(i+1)",
- *                                                "(2i+k-1)": terms [DIGITS]LETTER or DIGITS
- *                                                joined by + or -, at most 4 iterator terms
- * Blanks (space, tab) between tokens are ignored. Examples:
- *   "bi,ij=>bj"    matmul: product space b,i,j; lhs b,j; rhs1 b,i; rhs2 i,j (i is reduced)
- *   "bi=>b"        row sum (with accum add) / row max (accum max)
- *   "b,=>b"        b-vector times a scalar operand
- *   "ij=>ji"       transpose (unary)
- *   "a,a,a=>a"     pointwise ternary (where, fma)
- *   "{batch_n}i=>i"  read row batch_n of a matrix
- *   "b[0]=>b"      take column 0
- *   "o(2i+k),k=>oi"  1-d convolution with stride 2
- * Rules:
- *  - The number of rhs terms must equal the op's arity (1, 2 or 3; SET_VEC_UNOP: 1) and each
- *    term's index count must equal its node's ndims (the empty term also accepts all-1 dims).
- *  - An iterator's size comes from the axes where it stands alone (a plain LETTER index): all
- *    such axes must have the same stored dim. An iterator used only inside affine indices has
- *    no size and is an error. Dims of size 1 do not broadcast: write "[0]" for them.
- *  - Fixed indices must lie within their axis; a static symbol's range (when nonzero) must
- *    not exceed its axis's dim; affine indices must stay within their axis over the whole
- *    iterator space.
- *  - Iterators absent from the lhs are reduced: their products are accumulated with `accum`.
- *  - The product space is every iterator, ordered as the lowered loops nest (outermost first):
- *    the lhs's plain iterators in lhs axis order except the lhs's last axis, then the reduced
- *    iterators in order of first appearance in the rhs terms, then the iterator of the lhs's
- *    last axis when that axis is a plain iterator. So the innermost loop walks the lhs's last
- *    (contiguous) axis, e.g. matmul "bi,ij=>bj" nests b, i, j.
- *  - Injective (distinct points of the product space write distinct lhs cells): every
- *    iterator of size > 1 appears as a plain lhs index. Surjective (every lhs cell is
- *    written): every lhs axis holds a plain iterator that appears only once in the lhs, or
- *    has dim 1 (then a fixed index or static symbol covers it). Both are decided
- *    conservatively: an iterator that reaches the lhs only through an affine index makes the
- *    projection non-injective, an affine lhs index makes it non-surjective; either only adds
- *    a neutral-element fill and accumulation, never changes results.
- *  - Padding is not treated specially: indices range over the stored (padded) dims.
- *
- * Errors are INVALID_ARGUMENT with the spec quoted and either the 1-based column, e.g.
- *   "projection 'b?,ij=>bj' col 2: unexpected '?'"
- * or the operand and axis, e.g.
- *   "projection 'bi,ij=>bj': axis 'i' is 784 in operand 1 (node #3 x, axis 1) but 512 in
- *    operand 2 (node #4 w, axis 0)"
- *   "projection 'bij,ij=>bj': operand 1 (node #3 x) has 2 axes but its term 'bij' has 3"
- * Operands are numbered from 1; the lhs is called "the lhs".
- *
- * ---- Lowering (OCANNL `Assignments.to_low_level`) ---------------------------------------------
- *
- *  ACCUM_OP: nested FOR loops over the product space (fresh iterator symbols, from 0 to dim-1),
- *    body SET lhs[pl] := accum(GET lhs[pl], op(rhs...)), or SET lhs[pl] := op(rhs...) when
- *    initialize_neutral and the projection is injective. If initialize_neutral and not both
- *    injective and surjective, the lhs is first filled with accum's neutral element
- *    (troupe_binop_neutral): ZERO_OUT when it is 0.0, else loops of SET of the constant.
- *    Merge-buffer operands are read with GET_MERGE_BUFFER.
- *  SET_VEC_UNOP: loops over the product space, SET_FROM_VEC at the lhs index with the lhs's
- *    last-axis iterator multiplied by length = troupe_vec_unop_output_count(op, lhs prec)
- *    (16 byte/fp8, 8 uint16/half/bfloat16, 4 int32/uint32/single, 2 int64/uint64/double).
- *  FETCH: CONSTANT 0.0 -> ZERO_OUT; other CONSTANT / CONSTANT_BITS -> loops of SET;
- *    CONSTANT_FILL -> one SET per element (fixed indices, row-major order);
- *    RANGE_OVER_OFFSETS -> SET lhs[idx] := EMBED_INDEX(row-major flat offset of idx);
- *    SLICE -> SET lhs[idx] := GET sliced[batch_sym, idx...]; EMBED_SYMBOL -> SET lhs[idx] :=
- *    EMBED_INDEX(sym); EMBED_SELF_ID -> SET lhs[idx] := CONSTANT_BITS(lhs id).
- *    Fetch loops skip axes of dim 1 (fixed index 0 there).
- *  BLOCK_COMMENT -> COMMENT text; body; COMMENT "end".  SEQ -> SEQ.  NOOP -> NOOP.
- *  The comp's static symbols become the procedure's static symbols, in comp order, with the
- *  same names and ranges (so their ids in the procedure equal their ids in the comp).
+ * Projections are written in einsum notation (ir/projection.h); compiler/lower.h lowers a comp
+ * to the low-level IR (ir/lowlevel.h).
  *
  * Thread safety: a comp is not thread-safe while being built; once built it may be read
  * (lowered, printed) from several threads.
@@ -107,6 +36,7 @@
 #include "ir/lowlevel.h"
 #include "ir/ops.h"
 #include "ir/prec.h"
+#include "ir/projection.h"
 #include "ir/tnode.h"
 
 #include <stdbool.h>
@@ -116,46 +46,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Most iterators of one projection (letters are the only iterator names). */
-#define TROUPE_PROJ_MAX_ITERS 52
-
-/* ---- projections -------------------------------------------------------------------------- */
-
-typedef struct troupe_proj_term {
-    int64_t coeff;
-    int32_t iter; /* position in the product space (troupe_projections_t.iter_*) */
-} troupe_proj_term_t;
-
-/* One axis index of a projected node:
- * sum(terms[k].coeff * iter_k) + (static_sym >= 0 ? value(static_sym) : 0) + offset.
- * Kinds by form: fixed (nterms 0, static_sym -1), plain iterator (nterms 1, coeff 1, offset 0,
- * is_affine false), static (nterms 0, static_sym >= 0), affine (is_affine true). */
-typedef struct troupe_proj_index {
-    int nterms;
-    troupe_proj_term_t terms[TROUPE_MAX_INDEX_TERMS];
-    int32_t static_sym; /* a comp static symbol id, or -1 */
-    int64_t offset;
-    bool is_affine; /* written "(...)" */
-} troupe_proj_index_t;
-
-/* A parsed and checked projection. `spec` is the text it was parsed from (arena copy inside a
- * comp; the caller's pointer from troupe_projections_parse). */
-typedef struct troupe_projections {
-    const char *spec;
-    int niters;                              /* product-space size */
-    char iter_letter[TROUPE_PROJ_MAX_ITERS]; /* in loop order, outermost first */
-    int64_t iter_dim[TROUPE_PROJ_MAX_ITERS];
-    bool iter_reduced[TROUPE_PROJ_MAX_ITERS]; /* absent from the lhs */
-    int nrhs;                                 /* 1..3 */
-    int lhs_ndims;
-    troupe_proj_index_t lhs[TROUPE_MAX_DIMS];
-    int rhs_ndims[3];
-    troupe_proj_index_t rhs[3][TROUPE_MAX_DIMS];
-    int vec_length; /* SET_VEC_UNOP: lhs last-axis factor; else 0 */
-    bool injective;
-    bool surjective;
-} troupe_projections_t;
 
 /* ---- trees -------------------------------------------------------------------------------- */
 
@@ -250,7 +140,7 @@ typedef struct troupe_asgn_static_symbol {
 
 /* OCANNL `comp`: the arena, the root tree, static symbols, embedded nodes. */
 typedef struct troupe_asgn_comp {
-    troupe_arena_t *arena; /* ir/arena.h */
+    troupe_arena_t *arena; /* bump allocator (internal: ir/arena_impl.h) */
     troupe_asgn_t *root; /* starts as NOOP; set it with troupe_asgn_comp_set_root */
 
     troupe_asgn_static_symbol_t *syms; /* nsyms entries; ids are indices */
@@ -287,20 +177,6 @@ int32_t troupe_asgn_comp_find_static_symbol(const troupe_asgn_comp_t *comp, cons
 TROUPE_MUST_USE troupe_status_t troupe_asgn_comp_add_embedded(troupe_asgn_comp_t *comp,
                                                               troupe_tnode_t *tn);
 bool troupe_asgn_comp_is_embedded(const troupe_asgn_comp_t *comp, const troupe_tnode_t *tn);
-
-/* ---- projections -------------------------------------------------------------------------- */
-
-/* Parses and checks `spec` (notation in the header comment) against the lhs node and `nrhs`
- * (1..3) rhs nodes, with static symbols looked up in `comp` (may be NULL: then any "{name}"
- * is an error). vec_length > 0 parses a SET_VEC_UNOP projection: the lhs's last axis must be
- * a plain iterator that also appears in the rhs, and the lhs's last dim must equal
- * vec_length times that iterator's size. out->spec borrows `spec`.
- * Returns INVALID_ARGUMENT with the messages described above. */
-TROUPE_MUST_USE troupe_status_t troupe_projections_parse(const troupe_asgn_comp_t *comp,
-                                                         const char *spec,
-                                                         const troupe_tnode_t *lhs, int nrhs,
-                                                         troupe_tnode_t *const *rhs, int vec_length,
-                                                         troupe_projections_t *out);
 
 /* ---- builders ----------------------------------------------------------------------------- */
 /* Every builder returns OK and the new tree in *out (borrowed from comp), or INVALID_ARGUMENT
@@ -400,21 +276,6 @@ TROUPE_MUST_USE troupe_status_t troupe_asgn_pointwise_binop(troupe_asgn_comp_t *
  * symbols by id). Trees may come from different comps. */
 bool troupe_asgn_equal(const troupe_asgn_t *a, const troupe_asgn_t *b);
 
-/* ---- lowering ----------------------------------------------------------------------------- */
-
-/* Lowers comp->root into a new procedure named `name` (a C identifier) as described in the
- * header comment; the result passes troupe_ll_proc_validate. Caller owns *out.
- * INVALID_ARGUMENT (bad name), FAILED_PRECONDITION (initialize_neutral with an accumulator
- * that has no neutral element), RESOURCE_EXHAUSTED. */
-TROUPE_MUST_USE troupe_status_t troupe_asgn_lower(const troupe_asgn_comp_t *comp, const char *name,
-                                                  troupe_ll_proc_t **out);
-
-/* Lowers one tree of `comp` into an existing procedure and returns the statement in *out
- * (not installed as the body). The comp's static symbols are added to proc by name where
- * missing (an existing symbol of the same name must be static). Same errors. */
-TROUPE_MUST_USE troupe_status_t troupe_asgn_lower_into(const troupe_asgn_comp_t *comp,
-                                                       const troupe_asgn_t *tree,
-                                                       troupe_ll_proc_t *proc, troupe_ll_t **out);
 
 #ifdef __cplusplus
 }

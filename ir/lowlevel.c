@@ -3,7 +3,8 @@
 #include "ir/lowlevel.h"
 
 #include "base/alloc.h"
-#include "ir/arena.h"
+#include "ir/arena_impl.h"
+#include "ir/names_impl.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,17 +14,6 @@
 #define S_ARENA_CHUNK_BYTES 16384
 
 /* ---- procedures --------------------------------------------------------------------------- */
-
-static bool s_is_identifier(const char *s)
-{
-    if (s == NULL || !((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || *s == '_'))
-        return false;
-    for (; *s; s++)
-        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
-              *s == '_'))
-            return false;
-    return true;
-}
 
 static void s_fail(troupe_ll_proc_t *proc, troupe_status_t s)
 {
@@ -36,7 +26,7 @@ troupe_status_t troupe_ll_proc_new(const char *name, troupe_ll_proc_t **out)
     if (out == NULL)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_ll_proc_new: out is NULL");
     *out = NULL;
-    if (!s_is_identifier(name))
+    if (!troupe__ir_is_identifier(name))
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "procedure name '%s' is not a C identifier", name ? name : "(null)");
     troupe_ll_proc_t *p = troupe_calloc(1, sizeof *p);
@@ -134,7 +124,7 @@ static int32_t s_add_symbol(troupe_ll_proc_t *proc, const char *name, bool is_st
 
 int32_t troupe_ll_proc_add_symbol(troupe_ll_proc_t *proc, const char *name)
 {
-    if (name != NULL && !s_is_identifier(name)) {
+    if (name != NULL && !troupe__ir_is_identifier(name)) {
         troupe__error(TROUPE_INVALID_ARGUMENT, "symbol name '%s' is not an identifier", name);
         s_fail(proc, TROUPE_INVALID_ARGUMENT);
         return -1;
@@ -144,7 +134,7 @@ int32_t troupe_ll_proc_add_symbol(troupe_ll_proc_t *proc, const char *name)
 
 int32_t troupe_ll_proc_add_static_symbol(troupe_ll_proc_t *proc, const char *name, int64_t range)
 {
-    if (!s_is_identifier(name) || range < 0) {
+    if (!troupe__ir_is_identifier(name) || range < 0) {
         troupe__error(TROUPE_INVALID_ARGUMENT, "static symbol '%s' with range %" PRId64 " invalid",
                       name ? name : "(null)", range);
         s_fail(proc, TROUPE_INVALID_ARGUMENT);

@@ -190,7 +190,7 @@ typedef struct troupe_ll_proc {
     int32_t next_scope_id;
     troupe_status_t sticky;   /* first builder failure */
 
-    /* Filled by troupe_ll_optimize (ir/optimize.h); all arrays sorted by node id. */
+    /* Filled by troupe_ll_optimize (compiler/optimize.h); all arrays sorted by node id. */
     bool optimized;
     troupe_ll_traced_t *traced; /* nnodes entries, aligned with nodes */
     troupe_tnode_t **inputs;    /* materialized non-constant nodes read (before written) */

@@ -2,22 +2,18 @@
  *
  * Layout: name tables; algebra (neutral elements, assignment ops, homogeneity); the double
  * interpreters; the C syntax tables, one row per op with a template per compute class, expanded
- * into caller-owned buffers; the generated-code prelude; Threefry; counter spreading; uniform
- * conversions.
+ * into caller-owned buffers; Threefry; counter spreading; uniform conversions.
  *
- * The prelude (troupe_ops_c_prelude) restates the Threefry, spreading and uniform functions
- * for generated code; its text is ir/cgen_builtins.c's, the same that troupe_cgen_emit writes.
- * Both copies follow the same rules, stated once in ops.h; the test suite compiles the
- * prelude and compares it with the host functions on many inputs, so the two cannot drift
- * apart unnoticed.
+ * The code generators' prelude (compiler/cgen_builtins.c, troupe_cgen_c_prelude) restates the
+ * Threefry, spreading and uniform functions for generated code. Both copies follow the same
+ * rules, stated once in ops.h; the test suite compiles the prelude and compares it with the
+ * host functions on many inputs, so the two cannot drift apart unnoticed.
  *
  * Source: seed module Ops (004); OCANNL_NOTES §8.1, §8.3, §8.4; OCANNL arrayjit ops.ml and
  * builtins (read for semantics, not copied); Random123 threefry.h conventions for the
  * reference variant.
  */
 #include "ir/ops.h"
-
-#include "ir/cgen_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -739,14 +735,6 @@ troupe_status_t troupe_c_convert_precision(troupe_prec_t from, troupe_prec_t to,
         inner_suf = ")";
     }
     return s_conv_layers(out, outer_pre, to, inner_pre, from, inner_suf, outer_suf);
-}
-
-/* ---- prelude for generated code --------------------------------------------------------- */
-
-/* The texts live in ir/cgen_builtins.c, the one source of the helpers generated code uses. */
-const char *troupe_ops_c_prelude(void)
-{
-    return troupe__cgen_c_prelude();
 }
 
 /* ---- Threefry4x32 ----------------------------------------------------------------------- */

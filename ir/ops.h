@@ -218,7 +218,8 @@ typedef struct troupe_c_syntax {
  * statement-level call `troupe_uint4x32_to_<prec>_uniform_vec((x), (dst))` writing
  * troupe_vec_unop_output_count(prec) elements of the prec's storage type (troupe_prec_c_type)
  * at pointer dst.
- * Identifiers used: C11 <math.h>/<stdint.h>, the helpers defined by troupe_ops_c_prelude()
+ * Identifiers used: C11 <math.h>/<stdint.h>, the helpers defined by the generated-code
+ * prelude (troupe_cgen_c_prelude, compiler/cgen.h)
  * (troupe_threefry4x32_*, troupe_satur01_gate_f/_d, troupe_max_<prec>/troupe_min_<prec>,
  * troupe_uint4x32_to_<prec>_uniform[_vec]) and, for half/bfloat16/fp8 uniforms, ir/prec.h's
  * troupe_<fmt>_to_single.
@@ -246,20 +247,6 @@ TROUPE_MUST_USE troupe_status_t troupe_ternop_c_syntax(troupe_prec_t prec, troup
  * side is void (and not both) or out of range. */
 TROUPE_MUST_USE troupe_status_t troupe_c_convert_precision(troupe_prec_t from, troupe_prec_t to,
                                                            troupe_c_syntax_t *out);
-
-/* C source (static, NUL-terminated) defining, as static inline functions, every helper the
- * syntax above references besides libm: `uint4x32_t` (guarded by TROUPE_UINT4X32_T_DEFINED),
- * troupe_threefry4x32_crypto/_light, troupe_<prec>_to_uint4x32,
- * troupe_uint4x32_to_<prec>_uniform and _uniform_vec, troupe_satur01_gate_f/_d,
- * troupe_max_<int prec>/troupe_min_<int prec>, and prec.h's conversions
- * troupe_<fmt>_to_single/troupe_single_to_<fmt> with prec.h's semantics (so a unit using it
- * must not also declare prec.h's). It is the C-dialect prelude of ir/cgen.h, complete (cgen
- * emits only the parts a routine uses): it includes <math.h>, <stdint.h>, <string.h>, turns
- * off floating-point contraction and makes signed overflow wrap (GCC, clang), and needs
- * nothing else. Its functions compute bit-for-bit what the host functions below and prec.h's
- * compute (tests/test_ops.c and tests/test_cgen.c compile them and compare). Thread-safe;
- * built on the first call. */
-const char *troupe_ops_c_prelude(void);
 
 /* ---- Threefry4x32 (OCANNL_NOTES §8.3) --------------------------------------------------- */
 

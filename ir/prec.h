@@ -85,7 +85,7 @@ troupe_prec_t troupe_promote_prec(troupe_prec_t a, troupe_prec_t b);
 
 /* C storage type of one element as generated code declares it: "uint8_t" "uint16_t"
  * "int32_t" "uint32_t" "int64_t" "uint64_t" "uint4x32_t" "uint16_t" (half) "uint16_t"
- * (bfloat16) "uint8_t" (fp8) "float" "double" "void". CUDA names come from ir/cgen. */
+ * (bfloat16) "uint8_t" (fp8) "float" "double" "void". CUDA names come from compiler/cgen. */
 const char *troupe_prec_c_type(troupe_prec_t p);
 
 /* ---- conversions (bits in, bits out) ---------------------------------------------------- */

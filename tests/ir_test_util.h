@@ -23,9 +23,10 @@
 
 #include "base/alloc.h"
 #include "base/status.h"
+#include "compiler/cgen.h"
+#include "compiler/interp.h"
+#include "compiler/lower.h"
 #include "ir/assign.h"
-#include "ir/cgen.h"
-#include "ir/interp.h"
 #include "ir/lowlevel.h"
 #include "ir/prec.h"
 #include "ir/text.h"

@@ -2,9 +2,10 @@
  * the builders, and the lowering to the low-level IR (loop nests, neutral-element fills,
  * plain sets for injective projections, fetch forms, slices, vector ops), each lowered
  * procedure checked with troupe_ll_proc_validate, and numeric results of lowered matmul,
- * max-reduction, slice and offsets through the reference interpreter (ir/interp.h). */
+ * max-reduction, slice and offsets through the reference interpreter (compiler/interp.h). */
+#include "compiler/interp.h"
+#include "compiler/lower.h"
 #include "ir/assign.h"
-#include "ir/interp.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -829,7 +830,7 @@ Test(assign, embedded_nodes_and_equality)
     troupe_asgn_comp_destroy(&other); /* NULL is fine */
 }
 
-/* ---- numeric checks through the reference interpreter (ir/interp.h) ----------------------- */
+/* ---- numeric checks through the reference interpreter (compiler/interp.h) ----------------------- */
 
 static void s_run(troupe_ll_proc_t *proc, troupe_interp_buffer_t *bufs, size_t nbufs,
                   const troupe_interp_static_t *statics, size_t nstatics)

@@ -1,22 +1,23 @@
-/* Tests for ir/cgen (C and CUDA source from the low-level IR) and devices/cuda/nvrtc.
+/* Tests for compiler/cgen (C and CUDA source from the low-level IR) and devices/cuda/nvrtc.
  *
  * Each routine is built with the lowlevel builders, emitted as C, written to a temporary
  * directory, compiled with the system compiler (`cc -O2 -shared -fPIC`, warnings as errors),
  * dlopened and called through `<name>_entry`. Its outputs are compared with values computed
- * here and, bit for bit, with the reference interpreter (ir/interp.h) run on copies of the
+ * here and, bit for bit, with the reference interpreter (compiler/interp.h) run on copies of the
  * same inputs. Tolerances: exact everywhere, except exp/log/tanh against this file's own libm
  * calls (2 ulp; the interpreter comparison stays exact since both call the same libm).
  * The CUDA dialect of the same procedures is compiled with NVRTC when the toolkit was found at
  * build time (TROUPE_HAVE_CUDA); otherwise those tests are skipped.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "ir/cgen.h"
+#include "compiler/cgen.h"
+#include "compiler/cgen_impl.h"
+#include "compiler/interp.h"
+#include "compiler/lower.h"
+#include "compiler/optimize.h"
 #include "ir/assign.h"
-#include "ir/cgen_impl.h"
-#include "ir/interp.h"
 #include "ir/lowlevel.h"
 #include "ir/ops.h"
-#include "ir/optimize.h"
 #include "ir/prec.h"
 #include "ir/tnode.h"
 #include "troupe_config.h"
@@ -1386,7 +1387,7 @@ Test(cgen, prelude_table_is_ordered)
 }
 
 /* A small MLP layer written as assignments, lowered (ir/assign.h) and optimised
- * (ir/optimize.h): the emitter uses the optimised procedure's memory modes (Local arrays,
+ * (compiler/optimize.h): the emitter uses the optimised procedure's memory modes (Local arrays,
  * Virtual nodes inlined as local scopes); buffers are made for exactly the parameters. */
 Test(cgen, assign_lowered_and_optimized)
 {

@@ -7,8 +7,8 @@
 #define _XOPEN_SOURCE 700
 #include "base/config.h"
 #include "base/status.h"
+#include "compiler/cgen.h"
 #include "devices/device.h"
-#include "ir/cgen.h"
 #include "ir/lowlevel.h"
 #include "ir/tnode.h"
 

@@ -1,10 +1,10 @@
-/* Tests for ir/interp: the reference interpreter of the low-level IR on hand-built
+/* Tests for compiler/interp: the reference interpreter of the low-level IR on hand-built
  * procedures — matmul with exact values, reductions, gates, where, FMA's single rounding,
  * half/bfloat16/fp8 rounding at SET (not per operation), integer semantics (promotion,
  * truncating division, wrap-around, division by zero), Threefry + uniforms against ir/ops.h
  * called directly, static index symbols and their bounds, missing buffers, merge-buffer reads,
  * local scopes, and the constant/index conversions into uint4x32. */
-#include "ir/interp.h"
+#include "compiler/interp.h"
 #include "ir/lowlevel.h"
 #include "ir/ops.h"
 #include "ir/prec.h"

@@ -1,6 +1,6 @@
 /* Integration tests of the IR pipeline: assignments (ir/assign.h) -> lowering -> optimiser
- * (ir/optimize.h) -> C / CUDA code generation (ir/cgen.h), checked against the reference
- * interpreter (ir/interp.h) and the text form (ir/text.h).
+ * (compiler/optimize.h) -> C / CUDA code generation (compiler/cgen.h), checked against the reference
+ * interpreter (compiler/interp.h) and the text form (ir/text.h).
  *
  *  golden.*      the S-expression text of the lowered (unoptimised) procedure of matmul
  *                "bi,ij=>bj", a row sum "bi=>b" and the softmax cross-entropy forward pass,
@@ -25,12 +25,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "ir_test_util.h"
 
+#include "compiler/cgen.h"
+#include "compiler/interp.h"
+#include "compiler/lower.h"
+#include "compiler/optimize.h"
 #include "ir/assign.h"
-#include "ir/cgen.h"
-#include "ir/interp.h"
 #include "ir/lowlevel.h"
 #include "ir/ops.h"
-#include "ir/optimize.h"
 #include "ir/prec.h"
 #include "ir/text.h"
 #include "ir/tnode.h"

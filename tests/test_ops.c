@@ -5,6 +5,7 @@
  * present — the generated C: every piece compiled warning-free together with the prelude, and
  * its values compared with the interpreters and host functions. */
 #define _POSIX_C_SOURCE 200809L
+#include "compiler/cgen.h"
 #include "ir/ops.h"
 #include "ir/prec.h"
 
@@ -1149,7 +1150,7 @@ static void s_gen_all(FILE *f)
 {
     char proto[256];
     troupe_c_syntax_t s;
-    fputs(troupe_ops_c_prelude(), f);
+    fputs(troupe_cgen_c_prelude(), f);
     fputs(s_gen_header, f);
     for (size_t k = 0; k < N_PRECS; k++) {
         troupe_prec_t p = s_all_precs[k];

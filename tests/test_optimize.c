@@ -1,10 +1,10 @@
-/* Tests for ir/optimize: tracing facts, memory-mode inference, virtualisation (inlining of
+/* Tests for compiler/optimize: tracing facts, memory-mode inference, virtualisation (inlining of
  * intermediate nodes, and what stays materialized), inputs/outputs/merge node, simplification
  * (constant folding, identities, integer powers, FMA fusion), inconsistent memory modes.
  * Results are compared before and after optimisation with a tiny evaluator over double
  * arrays (all evaluated nodes are double precision, so only the optimiser can change values),
  * and every optimised procedure is validated again. */
-#include "ir/optimize.h"
+#include "compiler/optimize.h"
 
 #include <criterion/criterion.h>
 #include <math.h>

@@ -5,8 +5,8 @@
 #include "actors/troupe.h"
 
 #include "base/alloc.h"
-#include "ir/interp.h"
-#include "ir/optimize.h"
+#include "compiler/interp.h"
+#include "compiler/optimize.h"
 #include "runtime_test_util.h"
 
 #include <criterion/criterion.h>

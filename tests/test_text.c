@@ -6,6 +6,7 @@
  * (tests/data/text_corpus) run through troupe_text_fuzz_one, the fuzzer's entry point. */
 #define _POSIX_C_SOURCE 200809L
 #include "base/alloc.h"
+#include "compiler/lower.h"
 #include "ir/assign.h"
 #include "ir/lowlevel.h"
 #include "ir/ops.h"

@@ -7,8 +7,8 @@
 #include "base/shm.h"
 #include "base/status.h"
 #include "base/vec.h"
+#include "compiler/cgen.h"
 #include "devices/host/cc_cache_impl.h"
-#include "ir/cgen.h"
 
 #include <pthread.h>
 #include <stdint.h>

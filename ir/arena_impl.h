@@ -8,8 +8,8 @@
  * Ownership: the creator owns the arena and releases it with troupe__arena_destroy; blocks are
  * borrowed from the arena and live until it is destroyed.
  */
-#ifndef TROUPE_IR_ARENA_H
-#define TROUPE_IR_ARENA_H
+#ifndef TROUPE_IR_ARENA_IMPL_H
+#define TROUPE_IR_ARENA_IMPL_H
 
 #include <stddef.h>
 

@@ -59,7 +59,7 @@
  * ---- Semantics of the generated code ----------------------------------------------------
  *
  * The generated code follows the evaluation rules of the reference interpreter
- * (ir/interp.c), so that the two agree bit for bit (up to libm for transcendental functions):
+ * (compiler/interp.c), so that the two agree bit for bit (up to libm for transcendental functions):
  * every scalar expression computes in the precision of the node it is stored into (SET), of
  * its local scope's node (SET_LOCAL), or uint4x32 (the argument of SET_FROM_VEC and of
  * uint4x32_to_prec_uniform1); operands of binops, unops and fma compute in that same
@@ -91,8 +91,8 @@
  * Ownership: the caller owns the result and frees it with troupe_cgen_result_destroy; the
  * result holds one reference to each node named in its parameters.
  */
-#ifndef TROUPE_IR_CGEN_H
-#define TROUPE_IR_CGEN_H
+#ifndef TROUPE_COMPILER_CGEN_H
+#define TROUPE_COMPILER_CGEN_H
 
 #include "base/status.h"
 #include "ir/lowlevel.h"
@@ -185,6 +185,20 @@ ptrdiff_t troupe_cgen_find_merge_param(const troupe_cgen_result_t *result);
  * without a label) into buf (capacity cap, always NUL-terminated when cap > 0) and returns the
  * length it needed (snprintf convention). */
 size_t troupe_cgen_node_ident(const troupe_tnode_t *tn, char *buf, size_t cap);
+
+/* The complete C-dialect prelude (static, NUL-terminated): C source defining, as static inline
+ * functions, every helper the C syntax of ir/ops.h references besides libm: `uint4x32_t`
+ * (guarded by TROUPE_UINT4X32_T_DEFINED), troupe_threefry4x32_crypto/_light,
+ * troupe_<prec>_to_uint4x32, troupe_uint4x32_to_<prec>_uniform and _uniform_vec,
+ * troupe_satur01_gate_f/_d, troupe_max_<int prec>/troupe_min_<int prec>, and prec.h's
+ * conversions troupe_<fmt>_to_single/troupe_single_to_<fmt> with prec.h's semantics (so a unit
+ * using it must not also declare prec.h's). troupe_cgen_emit writes only the parts a routine
+ * uses; this is all of them, in order, each after the comment line naming it. It includes
+ * <math.h>, <stdint.h>, <string.h>, turns off floating-point contraction and makes signed
+ * overflow wrap (GCC, clang), and needs nothing else. Its functions compute bit for bit what
+ * ir/ops.h's and ir/prec.h's host functions compute (tests/test_ops.c and tests/test_cgen.c
+ * compile them and compare). Thread-safe; built on the first call. */
+const char *troupe_cgen_c_prelude(void);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* troupe — the prelude of generated code (see ir/cgen_impl.h for how it is assembled).
+/* troupe — the prelude of generated code (see compiler/cgen_impl.h for how it is assembled).
  *
  * Every helper here restates a host function so that generated code computes the same bits:
  *   - half/bfloat16/fp8 <-> single: ir/prec.c (RNE from the double value, overflow to
@@ -6,8 +6,8 @@
  *   - Threefry4x32 (OCANNL's variant, crypto 20 rounds, light 2), counter construction
  *     (<prec>_to_uint4x32, spreading of 32-bit counters), uint4x32 -> uniform values
  *     (pointwise and vectorised), satur01 gates, integer max/min: ir/ops.c, whose C syntax
- *     (ops.h) references these identifiers. troupe_ops_c_prelude returns all of them, as
- *     troupe__cgen_c_prelude assembles them below: this file is their only text.
+ *     (ops.h) references these identifiers. troupe_cgen_c_prelude returns all of them,
+ *     assembled below: this file is their only text.
  * tests/test_cgen.c compiles generated routines and compares them with the host functions
  * (exhaustively for the small-float decoders).
  *
@@ -16,7 +16,7 @@
  * written as exact decimals), bit casts through troupe__f32_bits & co. (memcpy in C,
  * intrinsics in CUDA).
  */
-#include "ir/cgen_impl.h"
+#include "compiler/cgen_impl.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -39,7 +39,7 @@ static const char s_core_c[] =
     "#define TROUPE_INF_D ((double)INFINITY)\n"
     "#define TROUPE_NAN_D ((double)NAN)\n"
     "/* No contraction of a*b+c into fma, and wrapping signed integer arithmetic: results must\n"
-    " * match the interpreter bit for bit (ir/interp.h). */\n"
+    " * match the interpreter bit for bit (compiler/interp.h). */\n"
     "#if defined(__clang__)\n"
     "#pragma STDC FP_CONTRACT OFF\n"
     "#elif defined(__GNUC__)\n"
@@ -482,7 +482,7 @@ static void s_build_c_prelude(void)
     }
 }
 
-const char *troupe__cgen_c_prelude(void)
+const char *troupe_cgen_c_prelude(void)
 {
     pthread_once(&s_c_prelude_once, s_build_c_prelude);
     return s_c_prelude;

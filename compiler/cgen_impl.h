@@ -1,4 +1,4 @@
-/* troupe — private interface between ir/cgen.c (the emitter) and ir/cgen_builtins.c (the text
+/* troupe — private interface between compiler/cgen.c (the emitter) and compiler/cgen_builtins.c (the text
  * of the prelude emitted into generated code). Not installed.
  *
  * The prelude is a table of sections. Each section defines some identifiers (its `provides`
@@ -9,13 +9,13 @@
  * scans those sections' texts the same way (dependencies), and emits them in table order —
  * the table lists every section after the ones it uses.
  *
- * Thread safety: immutable static data; troupe__cgen_c_prelude builds its text once
+ * Thread safety: immutable static data; troupe_cgen_c_prelude builds its text once
  * (pthread_once) and may be called from any thread. Ownership: static strings.
  */
-#ifndef TROUPE_IR_CGEN_IMPL_H
-#define TROUPE_IR_CGEN_IMPL_H
+#ifndef TROUPE_COMPILER_CGEN_IMPL_H
+#define TROUPE_COMPILER_CGEN_IMPL_H
 
-#include "ir/cgen.h"
+#include "compiler/cgen.h"
 
 #include <stddef.h>
 
@@ -36,11 +36,5 @@ const troupe__cgen_section_t *troupe__cgen_sections(size_t *count);
  * TROUPE_INF_F/TROUPE_NAN_F/TROUPE_INF_D/TROUPE_NAN_D macros, and (C) the
  * floating-point-contraction pragmas. NULL for an unknown dialect. */
 const char *troupe__cgen_core(troupe_cgen_dialect_t dialect);
-
-/* The complete C-dialect prelude: the C core text, then every section's C text in table
- * order, each after the comment line naming it that troupe_cgen_emit writes. This is
- * what troupe_ops_c_prelude (ir/ops.h) returns. Static and NUL-terminated; built on the first
- * call. */
-const char *troupe__cgen_c_prelude(void);
 
 #endif

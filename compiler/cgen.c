@@ -1,4 +1,4 @@
-/* troupe — C and CUDA source generation from the low-level IR (see ir/cgen.h).
+/* troupe — C and CUDA source generation from the low-level IR (see compiler/cgen.h).
  *
  * Steps of troupe_cgen_emit:
  *  1. validate the procedure (troupe_ll_proc_validate) and its name;
@@ -15,10 +15,10 @@
  * for behaviour; the operator syntax comes from ir/ops.h.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "ir/cgen.h"
+#include "compiler/cgen.h"
 
 #include "base/alloc.h"
-#include "ir/cgen_impl.h"
+#include "compiler/cgen_impl.h"
 #include "ir/ops.h"
 
 #include <inttypes.h>
@@ -460,7 +460,7 @@ static troupe_status_t s_classify(s_gen_t *g)
             return troupe__error(TROUPE_FAILED_PRECONDITION,
                                  "cgen (%s dialect) of procedure %s: node %s is Virtual "
                                  "(provenance %" PRId32 ") but the code %s it directly; inline it "
-                                 "(ir/optimize) or change its memory mode",
+                                 "(compiler/optimize) or change its memory mode",
                                  s_dialect_name(g->dialect), proc->name, name, prov,
                                  info->written ? "writes" : "reads");
         }
@@ -1269,7 +1269,7 @@ static troupe_status_t s_build_params(s_gen_t *g, troupe_cgen_result_t *r)
 
 static void s_put_header(const s_gen_t *g, const troupe_cgen_result_t *r, s_buf_t *b)
 {
-    s_printf(b, "/* troupe ir/cgen: routine %s, %s dialect. Generated code; do not edit.\n",
+    s_printf(b, "/* troupe compiler/cgen: routine %s, %s dialect. Generated code; do not edit.\n",
              r->name, s_dialect_name(g->dialect));
     if (g->dialect == TROUPE_CGEN_C)
         s_printf(b,

@@ -80,8 +80,8 @@
  * Ownership: the procedure keeps owning everything; new statements come from its arena;
  * proc->traced/inputs/outputs are owned by the procedure (freed by troupe_ll_proc_destroy).
  */
-#ifndef TROUPE_IR_OPTIMIZE_H
-#define TROUPE_IR_OPTIMIZE_H
+#ifndef TROUPE_COMPILER_OPTIMIZE_H
+#define TROUPE_COMPILER_OPTIMIZE_H
 
 #include "base/status.h"
 #include "ir/lowlevel.h"
@@ -132,7 +132,7 @@ typedef struct troupe_optimize_opts {
     bool inline_complex_computations;   /* false (OCANNL 0.6.0): reductions stay materialized */
     bool inline_narrow_precisions;      /* false: half/bfloat16/fp8 nodes stay materialized (a
                                            local scope computes in float and would skip the
-                                           rounding to the format; ir/interp.h, ir/cgen.h) */
+                                           rounding to the format; compiler/interp.h, compiler/cgen.h) */
     bool virtualize;                    /* true: run step 3 (false: every node written and read
                                            here is Never_virtual, code kept as is) */
     bool simplify;                      /* true: run step 4 */

@@ -1,5 +1,5 @@
 /* troupe — the low-level optimiser (OCANNL optimize_proc): tracing, memory-mode inference,
- * virtualisation (inlining of per-cell computations) and simplification. See ir/optimize.h for
+ * virtualisation (inlining of per-cell computations) and simplification. See compiler/optimize.h for
  * the rules and their OCANNL sources; this file only implements them.
  *
  * Structure: s_scan_* is a static walk of the top-level items (who writes/reads what, where);
@@ -7,7 +7,7 @@
  * the body, inlining virtual nodes; s_simp_* simplifies. All rewriting is functional (new
  * statements from the procedure's arena; unchanged subtrees are shared), so a failed attempt
  * can be dropped and retried. */
-#include "ir/optimize.h"
+#include "compiler/optimize.h"
 
 #include "base/alloc.h"
 

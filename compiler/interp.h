@@ -45,7 +45,7 @@
  *    and fp8: no rounding to the format; the storage type for integers), zero-initialised
  *    each time the scope is entered, written by SET_LOCAL and read by GET_LOCAL and as the
  *    scope's value with the GET conversion from the compute precision. This is what
- *    ir/cgen.h emits.
+ *    compiler/cgen.h emits.
  *  - SET_FROM_VEC writes troupe_uint4x32_to_prec_uniform's elements; its length must equal
  *    troupe_vec_unop_output_count for the node's precision.
  *  - C's undefined behaviour is an error instead: integer division or remainder by zero; a
@@ -61,8 +61,8 @@
  * Thread safety: runs may proceed concurrently on distinct buffers; the procedure is only
  * read. Ownership: nothing is retained; buffers are borrowed for the call.
  */
-#ifndef TROUPE_IR_INTERP_H
-#define TROUPE_IR_INTERP_H
+#ifndef TROUPE_COMPILER_INTERP_H
+#define TROUPE_COMPILER_INTERP_H
 
 #include "base/status.h"
 #include "ir/lowlevel.h"

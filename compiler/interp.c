@@ -1,4 +1,4 @@
-/* troupe — reference interpreter of the low-level IR (see ir/interp.h for the semantics).
+/* troupe — reference interpreter of the low-level IR (see compiler/interp.h for the semantics).
  *
  * Values are carried in the compute representation of their context precision (s_cp_t):
  * float, double, a 64-bit pattern holding a C integer of the promoted type (sign- or
@@ -6,7 +6,7 @@
  * scope values, constants, embedded indices) and at stores, as in generated C.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "ir/interp.h"
+#include "compiler/interp.h"
 
 #include "base/alloc.h"
 #include "ir/ops.h"
