@@ -246,11 +246,6 @@ TROUPE_MUST_USE troupe_status_t troupe__host_order(troupe_tnode_t *tn, troupe__s
 /* Forgets everything about the device's arrays (backend teardown). */
 void troupe__host_purge_device(troupe_device_t *dev);
 
-/* Node memory-mode predicates used by link and transfers. */
-bool troupe__is_hosted(troupe_tnode_t *tn);
-/* One array per device for all streams: known Shared_cross_streams, Hosted Constant/Volatile. */
-bool troupe__is_shared(troupe_tnode_t *tn);
-
 /* ---- scheduling helpers (device->lock held) ------------------------------------------------- */
 /* from_host of ctx's array of tn, with the ledger rules; *out_ev may be NULL. */
 TROUPE_MUST_USE troupe_status_t troupe__from_host_locked(troupe_context_t *ctx, troupe_tnode_t *tn,

@@ -14,25 +14,6 @@
 #define S_ALIGN 64
 #define S_PROV_PER_STREAM 410
 
-bool troupe__is_hosted(troupe_tnode_t *tn)
-{
-    troupe_memory_mode_t m;
-    int32_t prov;
-    return troupe_tnode_get_memory_mode(tn, &m, &prov) && m.kind == TROUPE_MM_HOSTED;
-}
-
-bool troupe__is_shared(troupe_tnode_t *tn)
-{
-    troupe_memory_mode_t m;
-    int32_t prov;
-    if (!troupe_tnode_get_memory_mode(tn, &m, &prov))
-        return false;
-    if (m.kind == TROUPE_MM_HOSTED &&
-        (m.memtype == TROUPE_MEMTYPE_CONSTANT || m.memtype == TROUPE_MEMTYPE_VOLATILE))
-        return true;
-    return troupe_tnode_known_shared_cross_streams(tn);
-}
-
 static size_t s_name_of(const troupe_tnode_t *tn, char *buf, size_t cap)
 {
     return troupe_tnode_debug_name(tn, buf, cap);
@@ -249,7 +230,7 @@ troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_r
         if (p->kind != TROUPE_CGEN_PARAM_NODE_PTR)
             continue;
         const troupe__carray_t *a = troupe__context_find(ctx, p->tn);
-        bool shared = a ? a->shared : troupe__is_shared(p->tn);
+        bool shared = a ? a->shared : troupe_tnode_known_shared_cross_streams(p->tn);
         if (shared && p->is_written) {
             troupe__entry_t *e = NULL;
             for (size_t k = 0; k < dev->nshared; k++)
@@ -329,7 +310,8 @@ out_unlock:
     if (st != TROUPE_OK)
         goto out_free;
     for (size_t i = 0; i < np; i++)
-        if (gen->params[i].kind == TROUPE_CGEN_PARAM_NODE_PTR && troupe__is_hosted(gen->params[i].tn))
+        if (gen->params[i].kind == TROUPE_CGEN_PARAM_NODE_PTR &&
+            troupe_tnode_known_hosted(gen->params[i].tn))
             troupe__host_install_hooks(gen->params[i].tn);
     r = troupe_calloc(1, sizeof *r);
     if (r && np)
@@ -513,7 +495,7 @@ troupe_status_t troupe__routine_run_locked(troupe_routine_t *r, troupe_event_t *
             ent[i] = troupe__ledger_find(dev, troupe__key_of(ca->loc));
             /* 1. automatic host transfers of read hosted nodes lagging their host array */
             if (p->is_read && ent[i] && troupe_config_auto_host_transfers() &&
-                troupe__is_hosted(p->tn) && ent[i]->host_gen != troupe__host_gen(p->tn)) {
+                troupe_tnode_known_hosted(p->tn) && ent[i]->host_gen != troupe__host_gen(p->tn)) {
                 const troupe_ll_traced_t *t = troupe_optimize_traced(proc, p->tn);
                 if (!t || t->read_only || t->read_before_write) {
                     st = troupe__from_host_locked(ctx, p->tn, NULL);
@@ -555,7 +537,7 @@ troupe_status_t troupe__routine_run_locked(troupe_routine_t *r, troupe_event_t *
         if (gen->params[i].is_written) {
             troupe__ledger_note_write(ent[i], s, ev);
             ent[i]->host_gen = troupe__host_gen(gen->params[i].tn);
-            if (troupe__is_hosted(gen->params[i].tn))
+            if (troupe_tnode_known_hosted(gen->params[i].tn))
                 st = troupe__host_note_device_write(gen->params[i].tn, s, ent[i]->key, ev);
         } else if (gen->params[i].is_read) {
             st = troupe__ledger_note_read(ent[i], s, ev);

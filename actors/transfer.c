@@ -353,7 +353,7 @@ troupe_status_t troupe__from_host_locked(troupe_context_t *ctx, troupe_tnode_t *
     const troupe__carray_t *a = troupe__context_find(ctx, tn);
     if (!a)
         return s_lacks(ctx, tn, "from_host");
-    if (!troupe__is_hosted(tn))
+    if (!troupe_tnode_known_hosted(tn))
         return s_not_hosted(tn, "from_host");
     troupe__srec_t *s = ctx->srec;
     TROUPE_RETURN_IF_ERROR(troupe_stream_status(s->stream));
@@ -442,7 +442,7 @@ troupe_status_t troupe_to_host(troupe_context_t *ctx, troupe_tnode_t *tn, troupe
     const troupe__carray_t *a = troupe__context_find(ctx, tn);
     if (!a)
         return s_lacks(ctx, tn, "to_host");
-    if (!troupe__is_hosted(tn))
+    if (!troupe_tnode_known_hosted(tn))
         return s_not_hosted(tn, "to_host");
     pthread_mutex_lock(&ctx->dev->lock);
     troupe_status_t st = troupe__to_host_locked(ctx->srec, tn, a->loc, out_ev);
@@ -465,9 +465,9 @@ troupe_status_t troupe_init_from_host(troupe_context_t *ctx, troupe_tnode_t *tn,
         return troupe__error(TROUPE_ALREADY_EXISTS,
                              "init_from_host: the context already has node %s", name);
     void *host = NULL;
-    if (troupe_tnode_host_array(tn, &host) != TROUPE_OK || !troupe__is_hosted(tn))
+    if (troupe_tnode_host_array(tn, &host) != TROUPE_OK || !troupe_tnode_known_hosted(tn))
         return s_not_hosted(tn, "init_from_host");
-    bool shared = troupe__is_shared(tn);
+    bool shared = troupe_tnode_known_shared_cross_streams(tn);
     if (!shared && !troupe_tnode_known_non_cross_stream(tn))
         TROUPE_RETURN_IF_ERROR(
             troupe_tnode_update_memory_sharing(tn, TROUPE_SHARING_PER_STREAM, S_PROV_PER_STREAM));
@@ -556,7 +556,7 @@ static troupe_status_t s_d2d_locked(troupe_tnode_t *n, troupe_merge_use_t use,
         if (de) {
             troupe__ledger_note_write(de, ds, ev);
             de->host_gen = se ? se->host_gen : -1;
-            if (st == TROUPE_OK && troupe__is_hosted(n))
+            if (st == TROUPE_OK && troupe_tnode_known_hosted(n))
                 st = troupe__host_note_device_write(n, ds, de->key, ev);
         }
     } else if (use == TROUPE_MERGE_COPY) {
@@ -847,7 +847,7 @@ static troupe_status_t s_lend_arrays(troupe_context_t *ctx, size_t n, troupe_tno
         troupe__entry_t *e = troupe__ledger_find(dev, troupe__key_of(loc));
         if (e) {
             troupe__ledger_note_write(e, s, ev);
-            if (troupe__is_hosted(tns[i]))
+            if (troupe_tnode_known_hosted(tns[i]))
                 st = troupe__host_note_device_write(tns[i], s, e->key, ev);
         }
     }
@@ -995,7 +995,7 @@ static troupe_status_t s_d2d_remote(troupe_tnode_t *n, troupe_merge_use_t use,
         } else {
             troupe__ledger_note_write(e, s, ev);
             e->host_gen = -1;
-            if (troupe__is_hosted(n))
+            if (troupe_tnode_known_hosted(n))
                 st = troupe__host_note_device_write(n, s, e->key, ev);
         }
     }

@@ -27,8 +27,8 @@ troupe_status_t troupe_ll_proc_new(const char *name, troupe_ll_proc_t **out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_ll_proc_new: out is NULL");
     *out = NULL;
     if (!troupe__ir_is_identifier(name))
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "procedure name '%s' is not a C identifier", name ? name : "(null)");
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "procedure name '%s' is not a C identifier",
+                             name ? name : "(null)");
     troupe_ll_proc_t *p = troupe_calloc(1, sizeof *p);
     if (p == NULL)
         goto fail_proc;
@@ -490,14 +490,14 @@ troupe_sc_t *troupe_sc_embed_index(troupe_ll_proc_t *proc, troupe_axis_index_t i
 /* ---- validation --------------------------------------------------------------------------- */
 
 typedef struct s_range {
-    bool bound;        /* symbol currently has a known range */
-    int64_t lo, hi;    /* inclusive */
+    bool bound;     /* symbol currently has a known range */
+    int64_t lo, hi; /* inclusive */
 } s_range_t;
 
 typedef struct s_vctx {
     const troupe_ll_proc_t *proc;
-    s_range_t *ranges;   /* per symbol */
-    int32_t *scopes;     /* open local scope ids */
+    s_range_t *ranges; /* per symbol */
+    int32_t *scopes;   /* open local scope ids */
     size_t nscopes, scopes_cap;
     const troupe_tnode_t *merge;
 } s_vctx_t;
@@ -646,8 +646,8 @@ static troupe_status_t s_validate_ll(s_vctx_t *v, const troupe_ll_t *s)
         if (sym < 0 || sym >= v->proc->nsyms || v->proc->syms[sym].is_static)
             return troupe__error(TROUPE_INVALID_ARGUMENT, "for loop over invalid symbol %d", sym);
         if (v->ranges[sym].bound)
-            return troupe__error(TROUPE_INVALID_ARGUMENT,
-                                 "loop symbol %s reused in a nested loop", v->proc->syms[sym].name);
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "loop symbol %s reused in a nested loop",
+                                 v->proc->syms[sym].name);
         if (s->u.for_loop.from > s->u.for_loop.to)
             return TROUPE_OK; /* empty loop: body never runs */
         v->ranges[sym] = (s_range_t){true, s->u.for_loop.from, s->u.for_loop.to};
@@ -815,10 +815,9 @@ troupe_sc_t *troupe_sc_copy(troupe_ll_proc_t *dst, const troupe_sc_t *e)
     case TROUPE_SC_GET_MERGE_BUFFER:
         return troupe_sc_get_merge_buffer(dst, e->u.get.tn, e->u.get.idcs);
     case TROUPE_SC_TERNOP:
-        return troupe_sc_ternop(dst, (troupe_ternop_t)e->u.op.op,
-                                troupe_sc_copy(dst, e->u.op.args[0]),
-                                troupe_sc_copy(dst, e->u.op.args[1]),
-                                troupe_sc_copy(dst, e->u.op.args[2]));
+        return troupe_sc_ternop(
+            dst, (troupe_ternop_t)e->u.op.op, troupe_sc_copy(dst, e->u.op.args[0]),
+            troupe_sc_copy(dst, e->u.op.args[1]), troupe_sc_copy(dst, e->u.op.args[2]));
     case TROUPE_SC_BINOP:
         return troupe_sc_binop(dst, (troupe_binop_t)e->u.op.op,
                                troupe_sc_copy(dst, e->u.op.args[0]),
@@ -865,7 +864,8 @@ troupe_ll_t *troupe_ll_copy(troupe_ll_proc_t *dst, const troupe_ll_t *s)
                                       s->u.set_from_vec.length, s->u.set_from_vec.op,
                                       troupe_sc_copy(dst, s->u.set_from_vec.arg));
     case TROUPE_LL_SET_LOCAL:
-        return troupe_ll_set_local(dst, s->u.set_local.id, troupe_sc_copy(dst, s->u.set_local.value));
+        return troupe_ll_set_local(dst, s->u.set_local.id,
+                                   troupe_sc_copy(dst, s->u.set_local.value));
     }
     return NULL;
 }

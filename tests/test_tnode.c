@@ -815,22 +815,23 @@ Test(tnode_resolve, known_predicates)
         bool has;
         troupe_memory_mode_t m;
         /* not_mat, constant, volatile, non_virtual, virtual, non_cross, shared, potentially,
-         * unspecified */
-        bool w[9];
+         * unspecified, hosted */
+        bool w[10];
     } cases[] = {
-        {"unset", false, M_VIRT, {0, 0, 0, 0, 0, 0, 0, 1, 1}},
-        {"EC", true, M_EC, {0, 1, 0, 0, 0, 0, 0, 1, 1}},
-        {"Virtual", true, M_VIRT, {1, 0, 0, 0, 1, 0, 0, 0, 0}},
-        {"Never_virtual", true, M_NV, {0, 0, 0, 1, 0, 0, 0, 1, 1}},
-        {"Local", true, M_LOCAL, {1, 0, 0, 1, 0, 0, 0, 0, 0}},
-        {"Device_only", true, M_DEV, {0, 0, 0, 1, 0, 0, 0, 1, 0}},
-        {"On_device Per", true, M_ONDEV(PER_STREAM), {0, 0, 0, 1, 0, 1, 0, 0, 0}},
-        {"On_device Shared", true, M_ONDEV(SHARED_CROSS_STREAMS), {0, 0, 0, 1, 0, 0, 1, 1, 0}},
-        {"Materialized", true, M_MAT, {0, 0, 0, 1, 0, 0, 0, 1, 0}},
-        {"Hosted Constant", true, M_HOST(CONSTANT), {0, 1, 0, 1, 0, 0, 1, 1, 0}},
-        {"Hosted Volatile", true, M_HOST(VOLATILE), {0, 0, 1, 1, 0, 0, 1, 1, 0}},
-        {"Hosted COD Per", true, M_COD(PER_STREAM), {0, 0, 0, 1, 0, 1, 0, 0, 0}},
-        {"Hosted COD Shared", true, M_COD(SHARED_CROSS_STREAMS), {0, 0, 0, 1, 0, 0, 1, 1, 0}},
+        {"unset", false, M_VIRT, {0, 0, 0, 0, 0, 0, 0, 1, 1, 0}},
+        {"EC", true, M_EC, {0, 1, 0, 0, 0, 0, 0, 1, 1, 0}},
+        {"Virtual", true, M_VIRT, {1, 0, 0, 0, 1, 0, 0, 0, 0, 0}},
+        {"Never_virtual", true, M_NV, {0, 0, 0, 1, 0, 0, 0, 1, 1, 0}},
+        {"Local", true, M_LOCAL, {1, 0, 0, 1, 0, 0, 0, 0, 0, 0}},
+        {"Device_only", true, M_DEV, {0, 0, 0, 1, 0, 0, 0, 1, 0, 0}},
+        {"On_device Per", true, M_ONDEV(PER_STREAM), {0, 0, 0, 1, 0, 1, 0, 0, 0, 0}},
+        {"On_device Shared", true, M_ONDEV(SHARED_CROSS_STREAMS), {0, 0, 0, 1, 0, 0, 1, 1, 0, 0}},
+        {"Materialized", true, M_MAT, {0, 0, 0, 1, 0, 0, 0, 1, 0, 0}},
+        {"Hosted Constant", true, M_HOST(CONSTANT), {0, 1, 0, 1, 0, 0, 1, 1, 0, 1}},
+        {"Hosted Volatile", true, M_HOST(VOLATILE), {0, 0, 1, 1, 0, 0, 1, 1, 0, 1}},
+        {"Hosted Nonconstant", true, M_HOST(NONCONSTANT), {0, 0, 0, 1, 0, 0, 0, 1, 0, 1}},
+        {"Hosted COD Per", true, M_COD(PER_STREAM), {0, 0, 0, 1, 0, 1, 0, 0, 0, 1}},
+        {"Hosted COD Shared", true, M_COD(SHARED_CROSS_STREAMS), {0, 0, 0, 1, 0, 0, 1, 1, 0, 1}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         troupe_tnode_t *tn = s_with_mode(cases[i].has, cases[i].m);
@@ -845,6 +846,7 @@ Test(tnode_resolve, known_predicates)
         cr_assert_eq(troupe_tnode_known_shared_cross_streams(tn), w[6], "%s shared", n);
         cr_assert_eq(troupe_tnode_potentially_cross_stream(tn), w[7], "%s potentially", n);
         cr_assert_eq(troupe_tnode_mode_is_unspecified(tn), w[8], "%s unspecified", n);
+        cr_assert_eq(troupe_tnode_known_hosted(tn), w[9], "%s hosted", n);
         troupe_tnode_release(&tn);
     }
 }
