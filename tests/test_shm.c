@@ -6,7 +6,7 @@
  * their owner's free), and the mapping errors (wrong inode or size, gone descriptor: UNAVAILABLE
  * naming the process; a bad reference: INVALID_ARGUMENT). Linux only (memfd_create). */
 #define _GNU_SOURCE
-#include "base/shm.h"
+#include "base/shared_memory_impl.h"
 #include "base/status.h"
 
 #include <criterion/criterion.h>

@@ -4,7 +4,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
-#include "base/shm.h"
+#include "base/shared_memory_impl.h"
 #include "base/status.h"
 #include "base/vec.h"
 #include "compiler/cgen.h"
@@ -198,8 +198,8 @@ troupe_status_t troupe__hdrv_alloc_pool(troupe_driver_t *drv, int ordinal, int32
                            (int)pool_id);
         goto out_unlock;
     }
-    /* Shareable when the transport asked for it (base/shm.h: ranks on this node then reduce
-     * gradients in each other's pools); zero-filled, page-aligned. Else ordinary memory. */
+    /* Shareable when the transport asked for it (base/shared_memory_impl.h: ranks on this node then
+     * reduce gradients in each other's pools); zero-filled, page-aligned. Else ordinary memory. */
     bool shared = troupe__shm_pools() && alloc >= TROUPE__SHM_MIN_BYTES &&
                   (base = troupe__shm_alloc(alloc)) != NULL;
     if (shared)

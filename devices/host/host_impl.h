@@ -16,7 +16,7 @@
  *   - an ordinal other than 0 is TROUPE_NOT_FOUND;
  *   - alloc_pool: size_bytes >= 0, ALREADY_EXISTS for a live pool id, RESOURCE_EXHAUSTED when
  *     the allocation fails; a large pool is node-shareable memory when the transport asked for
- *     it (base/shm.h), else an ordinary aligned allocation;
+ *     it (base/shared_memory_impl.h), else an ordinary aligned allocation;
  *   - host_ptr and every copy: NOT_FOUND for an unknown pool, INVALID_ARGUMENT for a negative
  *     offset or size or offset+size beyond the pool (the message names pool, offset and sizes);
  *     copies also reject a size larger than the buffer's size_bytes;

@@ -26,7 +26,7 @@
 #include "actors/troupe.h"
 #include "base/alloc.h"
 #include "base/config.h"
-#include "base/shm.h"
+#include "base/shared_memory_impl.h"
 #include "ir/prec.h"
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"

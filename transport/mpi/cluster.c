@@ -5,6 +5,7 @@
 #include "troupe_config.h"
 
 #include "transport/mpi/cluster.h"
+#include "transport/mpi/engine_impl.h"
 #include "transport/mpi/transport_impl.h"
 
 #include "actors/transfer.h"
@@ -23,7 +24,7 @@
 #include <mpi.h>
 #endif
 
-/* How long troupe_cluster_leave waits for the actor to get out of MPI. */
+/* How long troupe_cluster_leave waits for the engine to get out of MPI. */
 #define S_LEAVE_JOIN_NS (2LL * 1000 * 1000 * 1000)
 
 static struct {
@@ -171,7 +172,7 @@ static troupe_status_t s_remote_move(void *user, bool is_send, int peer, troupe_
     troupe_status_t st = troupe__cluster_failure(msg, sizeof msg);
     if (st != TROUPE_OK)
         return troupe__error(st, "%s", msg);
-    if (!troupe__transport_running())
+    if (!troupe__engine_running())
         return troupe__error(TROUPE_FAILED_PRECONDITION,
                              "remote %s of node %d '%s': the transport is not running "
                              "(troupe_cluster_finalize was called)",
@@ -184,7 +185,7 @@ static troupe_status_t s_remote_move(void *user, bool is_send, int peer, troupe_
     t.name = label;
     troupe__req_set_tensor(r, 0, &t);
     r->ev = done; /* adopted */
-    troupe__transport_submit(&r);
+    troupe__engine_submit(&r);
     return TROUPE_OK;
 }
 
@@ -218,15 +219,6 @@ static bool s_launcher_detected(void)
 }
 
 #if TROUPE_HAVE_MPI
-static troupe_status_t s_mpi_error(const char *what, int rc)
-{
-    char es[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(rc, es, &len) != MPI_SUCCESS)
-        snprintf(es, sizeof es, "MPI error %d", rc);
-    return troupe__error(TROUPE_TRANSPORT_ERROR, "%s failed: %s", what, es);
-}
-
 static troupe_status_t s_mpi_init(int *argc, char ***argv)
 {
     int rc, flag = 0;
@@ -241,20 +233,20 @@ static troupe_status_t s_mpi_init(int *argc, char ***argv)
     } else {
         rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
         if (rc != MPI_SUCCESS)
-            return s_mpi_error("MPI_Init_thread", rc);
+            return troupe__mpi_error("cluster", "MPI_Init_thread", rc);
         s_cl.mpi_ours = true;
     }
     if (provided < MPI_THREAD_SERIALIZED)
         return troupe__error(TROUPE_TRANSPORT_ERROR,
                              "MPI provides thread level %d, below MPI_THREAD_SERIALIZED (%d): "
-                             "the transport actor cannot call MPI",
+                             "the transport engine cannot call MPI",
                              provided, MPI_THREAD_SERIALIZED);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int rank = 0, size = 1;
     if ((rc = MPI_Comm_rank(MPI_COMM_WORLD, &rank)) != MPI_SUCCESS)
-        return s_mpi_error("MPI_Comm_rank", rc);
+        return troupe__mpi_error("cluster", "MPI_Comm_rank", rc);
     if ((rc = MPI_Comm_size(MPI_COMM_WORLD, &size)) != MPI_SUCCESS)
-        return s_mpi_error("MPI_Comm_size", rc);
+        return troupe__mpi_error("cluster", "MPI_Comm_size", rc);
     int local_rank = -1, local_size = -1;
     if (s_env_set("OMPI_COMM_WORLD_LOCAL_RANK") && s_env_set("OMPI_COMM_WORLD_LOCAL_SIZE")) {
         local_rank = s_env_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
@@ -267,15 +259,15 @@ static troupe_status_t s_mpi_init(int *argc, char ***argv)
         MPI_Comm node;
         rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
         if (rc != MPI_SUCCESS)
-            return s_mpi_error("MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", rc);
+            return troupe__mpi_error("cluster", "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", rc);
         MPI_Comm_rank(node, &local_rank);
         MPI_Comm_size(node, &local_size);
         MPI_Comm_free(&node);
     }
     if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &s_cl.data_comm)) != MPI_SUCCESS)
-        return s_mpi_error("MPI_Comm_dup", rc);
+        return troupe__mpi_error("cluster", "MPI_Comm_dup", rc);
     if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &s_cl.ctl_comm)) != MPI_SUCCESS)
-        return s_mpi_error("MPI_Comm_dup", rc);
+        return troupe__mpi_error("cluster", "MPI_Comm_dup", rc);
     MPI_Comm_set_errhandler(s_cl.data_comm, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(s_cl.ctl_comm, MPI_ERRORS_RETURN);
     MPI_Comm_set_name(s_cl.data_comm, "troupe-data");
@@ -287,8 +279,7 @@ static troupe_status_t s_mpi_init(int *argc, char ***argv)
     atomic_store(&s_cl.distributed, size > 1);
     troupe_log_set_rank(rank);
     if (size > 1)
-        TROUPE_RETURN_IF_ERROR(
-            troupe__transport_start(&s_cl.data_comm, &s_cl.ctl_comm, rank, size));
+        TROUPE_RETURN_IF_ERROR(troupe__engine_start(&s_cl.data_comm, &s_cl.ctl_comm, rank, size));
     return TROUPE_OK;
 }
 #endif
@@ -341,7 +332,7 @@ troupe_status_t troupe_cluster_finalize(void)
         return TROUPE_OK;
     troupe_set_remote_transport(NULL);
     /* Every submitted request completes first, each bounded by its deadline. */
-    (void)troupe__transport_stop(true, TROUPE_TIMEOUT_INFINITE);
+    (void)troupe__engine_stop(true, TROUPE_TIMEOUT_INFINITE);
     char msg[1024];
     troupe_status_t st = troupe__cluster_failure(msg, sizeof msg);
     pthread_mutex_lock(&s_cl.mu);
@@ -353,7 +344,7 @@ troupe_status_t troupe_cluster_finalize(void)
         MPI_Comm_free(&s_cl.ctl_comm);
         int rc = MPI_Finalize();
         if (rc != MPI_SUCCESS && st == TROUPE_OK) {
-            st = s_mpi_error("MPI_Finalize", rc);
+            st = troupe__mpi_error("cluster", "MPI_Finalize", rc);
             snprintf(msg, sizeof msg, "%s", troupe_last_error());
         }
     } else if (s_cl.mpi_ours) {
@@ -387,10 +378,10 @@ troupe_status_t troupe_cluster_leave(const char *reason)
     troupe__cluster_fail(TROUPE_CANCELLED, why, true);
     troupe_set_remote_transport(NULL);
     troupe_status_t st = TROUPE_OK;
-    /* The actor only makes nonblocking MPI calls, so it stops within a turn. */
-    if (!troupe__transport_stop(false, S_LEAVE_JOIN_NS))
+    /* The engine only makes nonblocking MPI calls, so it stops within a turn. */
+    if (!troupe__engine_stop(false, S_LEAVE_JOIN_NS))
         st = troupe__error(TROUPE_DEADLINE_EXCEEDED,
-                           "cluster_leave: the transport actor did not stop within %lld s",
+                           "cluster_leave: the transport engine did not stop within %lld s",
                            (long long)(S_LEAVE_JOIN_NS / 1000000000LL));
     atomic_store(&s_cl.initialized, false);
     atomic_store(&s_cl.distributed, false);

@@ -1,12 +1,12 @@
-/* troupe — the cluster: ranks, the transport actor, and the cross-process data plane
+/* troupe — the cluster: ranks, the transport engine, and the cross-process data plane
  * (DESIGN.md §8; ../shared/OCANNL_NOTES.md §7: OCANNL merges across streams only, multi-process
  * merging is where troupe goes beyond it).
  *
  * Process model. troupe_cluster_init detects a launcher from the environment (Open MPI's
  * OMPI_COMM_WORLD_*, PMIx's PMIX_RANK, Slurm's SLURM_PROCID with SLURM_NTASKS > 1). Under one,
- * it initialises MPI with MPI_THREAD_SERIALIZED (or better) and starts the transport actor, a
+ * it initialises MPI with MPI_THREAD_SERIALIZED (or better) and starts the transport engine, a
  * thread that alone calls MPI from then until troupe_cluster_finalize (except that a thread
- * waiting for a lazily started collective while the actor is idle runs the actor's engine
+ * waiting for a lazily started collective while the engine thread is idle runs the engine
  * itself, one owner at a time: the calls stay serialized). Without a launcher (or
  * in a build without MPI) the process is rank 0 of 1 and every collective is local and exact
  * (sum/max/min of one rank is the identity, mean divides by 1), so programs run unchanged
@@ -45,7 +45,7 @@ extern "C" {
  * RESOURCE_EXHAUSTED, INTERNAL. */
 TROUPE_MUST_USE troupe_status_t troupe_cluster_init(int *argc, char ***argv);
 
-/* Stops the transport actor and finalizes MPI. Returns the cluster's failure status, if any.
+/* Stops the transport engine and finalizes MPI. Returns the cluster's failure status, if any.
  * After a deadline or MPI failure MPI_Finalize is skipped (it would wait for dead peers);
  * after a fingerprint mismatch every rank knows of it and MPI is healthy, so MPI is finalized
  * normally. Safe to call without init (OK). */
@@ -53,12 +53,12 @@ TROUPE_MUST_USE troupe_status_t troupe_cluster_finalize(void);
 
 /* For a program that stops after a failure while other ranks may be dead or stuck: logs
  * `reason` (may be NULL) at error level, unregisters the remote transport, stops the
- * transport actor (waiting at most 2 s for it to leave MPI) and marks the cluster failed
+ * transport engine (waiting at most 2 s for it to leave MPI) and marks the cluster failed
  * (TROUPE_CANCELLED unless it already failed), without MPI_Finalize, which would wait for the
  * peers. It does not end the process: the caller exits with a non-zero status next. Later
  * troupe_cluster_finalize calls return OK and do nothing.
  * troupe_cluster_status() keeps the first failure. Returns OK (also when the cluster was not
- * initialized), or DEADLINE_EXCEEDED if the actor did not stop within 2 s (the process should
+ * initialized), or DEADLINE_EXCEEDED if the engine did not stop within 2 s (the process should
  * exit all the same). */
 troupe_status_t troupe_cluster_leave(const char *reason);
 

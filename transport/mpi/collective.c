@@ -1,6 +1,6 @@
 /* troupe — collectives (transport/mpi/collective.h): argument checks, requests built at call
  * time, the single-rank path, and the device level through troupe_lend_arrays. The data moves
- * in the transport actor (actor.c). */
+ * in the transport engine (engine.c). */
 #define _POSIX_C_SOURCE 200809L /* posix_memalign */
 #include "troupe_config.h"
 
@@ -283,14 +283,14 @@ static troupe_status_t s_build(troupe__req_kind_t kind, const troupe_coll_tensor
     return TROUPE_OK;
 }
 
-/* Hands r (with its event set) to the actor, or completes it at once on a single rank, where
+/* Hands r (with its event set) to the engine, or completes it at once on a single rank, where
  * every collective is exact without moving anything: sum, max and min of one rank are the
  * identity, mean divides by 1, a broadcast from rank 0 to itself leaves the data. */
 static void s_dispatch(troupe__req_t **r_p)
 {
     troupe__stats_add(1, 0, 0, 0, 0);
-    if (troupe__transport_running()) {
-        troupe__transport_submit(r_p);
+    if (troupe__engine_running()) {
+        troupe__engine_submit(r_p);
         return;
     }
     troupe__req_t *r = *r_p;
@@ -328,8 +328,8 @@ static troupe_status_t s_host_collective(troupe__req_kind_t kind,
         troupe__req_free(&r);
         return st;
     }
-    r->lazy = true; /* started by the event's first consumer: see troupe__transport_progress */
-    troupe__event_set_progress(r->ev, troupe__transport_progress);
+    r->lazy = true; /* started by the event's first consumer: see troupe__engine_progress */
+    troupe__event_set_progress(r->ev, troupe__engine_progress);
     troupe_event_retain(r->ev);
     *out_ev = r->ev;
     s_dispatch(&r);
@@ -378,8 +378,8 @@ troupe_status_t troupe_broadcast(const troupe_coll_tensor_t *tensors, size_t n, 
 
 /* ---- device level ------------------------------------------------------------------------ */
 
-/* What a lend carries: the request until `start` hands it to the actor (then NULL). Owned by
- * the lend (freed by s_lend_dtor), so the actor may free the request while the lend still
+/* What a lend carries: the request until `start` hands it to the engine (then NULL). Owned by
+ * the lend (freed by s_lend_dtor), so the engine may free the request while the lend still
  * holds this. */
 typedef struct s_lend {
     troupe__req_t *req;
@@ -410,7 +410,7 @@ static troupe_status_t s_lend_start(void *user, void *const *ptrs, const int64_t
 static void s_lend_dtor(void *user)
 {
     s_lend_t *l = user;
-    /* Never handed to the actor (dropped, or start failed): the lend completed `done`. */
+    /* Never handed to the engine (dropped, or start failed): the lend completed `done`. */
     troupe__req_free(&l->req);
     troupe_free(l);
 }
@@ -461,9 +461,9 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
         return st;
     }
     r->ev = done;
-    if (lazy) { /* started by done's first consumer: see troupe__transport_progress */
+    if (lazy) { /* started by done's first consumer: see troupe__engine_progress */
         r->lazy = true;
-        troupe__event_set_progress(done, troupe__transport_progress);
+        troupe__event_set_progress(done, troupe__engine_progress);
     }
     troupe_event_retain(done); /* the request's reference; `done` stays ours until the lend */
     s_lend_t *l = troupe_calloc(1, sizeof *l);

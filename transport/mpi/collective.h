@@ -1,9 +1,9 @@
-/* troupe — collectives across ranks through the transport actor (DESIGN.md §8): allreduce with
+/* troupe — collectives across ranks through the transport engine (DESIGN.md §8): allreduce with
  * fusion buckets, broadcast; on host buffers, and on a context's device arrays.
  *
  * Ordering. Collectives are matched across ranks by order: every rank must issue the same
  * collectives in the same order (issue them from one thread, or from one stream per rank, as
- * parallel/ does). Each request gets a sequence number; the transport actor runs requests in
+ * parallel/ does). Each request gets a sequence number; the transport engine runs requests in
  * the order they were issued.
  *
  * Fingerprints. Before its data moves, each collective exchanges a fingerprint with every rank:
@@ -37,7 +37,7 @@
  * MNIST MLP's 940 KB allreduce went from 3 buckets and ~160 us to 1 bucket and ~80 us per step
  * on two ranks). Otherwise the plan is the one above, and only whether a rank copies a bucket
  * depends on its layout. Two buckets are in flight at a time: one is reduced while the
- * actor packs the next, and, at the device level, while the owner stream is still merging the
+ * engine packs the next, and, at the device level, while the owner stream is still merging the
  * next nodes locally (each troupe_allreduce_nodes call is handed over as soon as the stream
  * reaches it).
  *
@@ -58,14 +58,14 @@
  * is 1 (the default) on every rank, troupe_cluster_init checks that each rank can map every
  * other's memory (memory files opened through /proc/<pid>/fd, a ptrace-read check); then host pools
  * of 64 KiB and more (a routine's arrays, gradients included) and troupe_coll_alloc's memory become
- * shareable (base/shm.h). An allreduce whose tensors form one span in such memory on every rank
- * (the flat plan above) then skips MPI: each rank publishes its arrival in a control page, reduces
- * its 1/p of the span by reading every rank's copy and writes the result into every rank's copy
- * (the ranks' values summed in rank order, so all ranks hold the same bits), and publishes its
- * departure; a rank's allreduce completes once every rank departed. Two waits on shared flags
- * replace the ring's 2(p-1) message rounds through the kernel (process_vm_readv), as NCCL's SHM
- * transport does within a node. Measured on the Fashion-MNIST MLP's 940 KB of gradients on two
- * ranks of a 2-core machine: ~44 us per step against ~150 us for the ring
+ * shareable (base/shared_memory_impl.h). An allreduce whose tensors form one span in such memory on
+ * every rank (the flat plan above) then skips MPI: each rank publishes its arrival in a control
+ * page, reduces its 1/p of the span by reading every rank's copy and writes the result into every
+ * rank's copy (the ranks' values summed in rank order, so all ranks hold the same bits), and
+ * publishes its departure; a rank's allreduce completes once every rank departed. Two waits on
+ * shared flags replace the ring's 2(p-1) message rounds through the kernel (process_vm_readv), as
+ * NCCL's SHM transport does within a node. Measured on the Fashion-MNIST MLP's 940 KB of gradients
+ * on two ranks of a 2-core machine: ~44 us per step against ~150 us for the ring
  * (TROUPE_LOG=debug:transport, the bench_train child). Results differ from the ring's in the last
  * bits (another summation order) but are the same on every rank and reproducible. A rank that
  * cannot map another's memory at a request says so in its arrival; every rank then takes the MPI

@@ -1,6 +1,11 @@
-/* troupe — request fingerprints and their comparison (DESIGN.md §8): what every rank sends
- * before a collective's (or a point-to-point move's) data moves, so that ranks that disagree
- * fail naming the ranks, the tensor and the field instead of hanging or reducing garbage. */
+/* troupe — request fingerprints (DESIGN.md §8): what every rank sends before a collective's
+ * (or a point-to-point move's) data moves, so that ranks that disagree fail naming the ranks,
+ * the tensor and the field instead of hanging or reducing garbage. Their wire form, digest and
+ * comparison (transport_impl.h: pure data, no MPI), and the exchange the engine runs for each
+ * request (engine_impl.h: digests first, full fingerprints only when digests differ). */
+#include "troupe_config.h"
+
+#include "transport/mpi/engine_impl.h"
 #include "transport/mpi/transport_impl.h"
 
 #include "base/alloc.h"
@@ -236,3 +241,205 @@ troupe_status_t troupe__fp_compare(const char *what, const void *a, int ra, cons
     }
     return TROUPE_OK;
 }
+
+/* ---- the exchange (engine_impl.h) -------------------------------------------------------- */
+
+#if TROUPE_HAVE_MPI
+
+/* The tags r's digests travel on: sent, received. Point-to-point: the sender's digest travels
+ * on S2R, the receiver's on R2S, so the channel A->B never mixes with B->A. */
+static void s_tags(const troupe__req_t *r, int *send_tag, int *recv_tag)
+{
+    *send_tag = *recv_tag = TROUPE__TAG_FP_COLL;
+    if (r->kind == TROUPE__REQ_SEND) {
+        *send_tag = TROUPE__TAG_FP_S2R;
+        *recv_tag = TROUPE__TAG_FP_R2S;
+    } else if (r->kind == TROUPE__REQ_RECV) {
+        *send_tag = TROUPE__TAG_FP_R2S;
+        *recv_tag = TROUPE__TAG_FP_S2R;
+    }
+}
+
+troupe_status_t troupe__fp_exchange_start(troupe__fp_exchange_t *x, const troupe__engine_comm_t *c,
+                                          const troupe__req_t *r, const char *what, bool flat,
+                                          const troupe__shm_ref_t *shm)
+{
+    size_t size = (size_t)c->size;
+    x->peer = troupe_calloc(size, sizeof *x->peer);
+    x->fp_peer = troupe_calloc(size, sizeof *x->fp_peer);
+    x->fp_peer_size = troupe_calloc(size, sizeof *x->fp_peer_size);
+    x->recv = troupe_calloc(size, sizeof *x->recv);
+    x->state = troupe_calloc(size, 1);
+    if (x->peer == NULL || x->fp_peer == NULL || x->fp_peer_size == NULL || x->recv == NULL ||
+        x->state == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+    troupe__fp_digest(r, &x->mine);
+    x->mine.flat = flat ? 1 : 0;
+    if (shm != NULL)
+        x->mine.shm = *shm;
+    x->stage = 1;
+    int send_tag, recv_tag;
+    s_tags(r, &send_tag, &recv_tag);
+    x->tag = recv_tag;
+    for (int p = 0; p < c->size; p++) {
+        x->recv[p] = MPI_REQUEST_NULL;
+        if (!troupe__req_involves(r, p, c->rank)) {
+            x->state[p] = 2;
+            continue;
+        }
+        int rc = MPI_Irecv(&x->peer[p], (int)sizeof x->peer[p], MPI_BYTE, p, recv_tag, c->ctl,
+                           &x->recv[p]);
+        if (rc != MPI_SUCCESS)
+            return troupe__mpi_error(what, "MPI_Irecv (fingerprint)", rc);
+        x->state[p] = 1;
+        TROUPE_RETURN_IF_ERROR(
+            troupe__engine_send_ctl(&x->mine, sizeof x->mine, p, send_tag, what));
+    }
+    return TROUPE_OK;
+}
+
+/* Stage 2: the digests differed somewhere: send the full fingerprint to the ranks involved,
+ * receive theirs. */
+static troupe_status_t s_stage2(troupe__fp_exchange_t *x, const troupe__engine_comm_t *c,
+                                const troupe__req_t *r, const char *what)
+{
+    x->stage = 2;
+    x->fp_size = troupe__fp_size(r->n);
+    x->fp_mine = troupe_malloc(x->fp_size);
+    if (x->fp_mine == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+    troupe__fp_encode(r, x->fp_mine);
+    int send_tag, recv_tag;
+    s_tags(r, &send_tag, &recv_tag);
+    for (int p = 0; p < c->size; p++) {
+        if (!troupe__req_involves(r, p, c->rank))
+            continue;
+        x->state[p] = 0;
+        TROUPE_RETURN_IF_ERROR(
+            troupe__engine_send_ctl(x->fp_mine, x->fp_size, p, send_tag + TROUPE__TAG_FULL, what));
+    }
+    return TROUPE_OK;
+}
+
+static const void *s_fp_of(const troupe__fp_exchange_t *x, int p, int rank)
+{
+    return p == rank ? x->fp_mine : x->fp_peer[p];
+}
+
+/* Every full fingerprint is in: checks framing, then compares against rank 0's (point to
+ * point: the lower rank's). */
+static troupe_status_t s_compare_all(const troupe__fp_exchange_t *x, const troupe__engine_comm_t *c,
+                                     const troupe__req_t *r, const char *what)
+{
+    for (int p = 0; p < c->size; p++) {
+        if (p == c->rank || x->fp_peer[p] == NULL)
+            continue;
+        troupe_status_t st = troupe__fp_check_frame(x->fp_peer[p], x->fp_peer_size[p], p);
+        if (st != TROUPE_OK)
+            return troupe__error(TROUPE_TRANSPORT_ERROR, "%s: %s", what, troupe_last_error());
+    }
+    if (troupe__req_is_p2p(r)) {
+        int lo = c->rank < r->peer ? c->rank : r->peer;
+        int hi = c->rank < r->peer ? r->peer : c->rank;
+        return troupe__fp_compare(what, s_fp_of(x, lo, c->rank), lo, s_fp_of(x, hi, c->rank), hi);
+    }
+    for (int p = 1; p < c->size; p++)
+        TROUPE_RETURN_IF_ERROR(
+            troupe__fp_compare(what, s_fp_of(x, 0, c->rank), 0, s_fp_of(x, p, c->rank), p));
+    return TROUPE_OK;
+}
+
+/* Matches rank p's full fingerprint when it arrived (stage 2: sizes may differ, so probe). */
+static troupe_status_t s_match_full(troupe__fp_exchange_t *x, const troupe__engine_comm_t *c, int p,
+                                    const char *what)
+{
+    int flag = 0;
+    MPI_Message m;
+    MPI_Status st;
+    int rc = MPI_Improbe(p, x->tag + TROUPE__TAG_FULL, c->ctl, &flag, &m, &st);
+    if (rc != MPI_SUCCESS)
+        return troupe__mpi_error(what, "MPI_Improbe (fingerprint)", rc);
+    if (!flag)
+        return TROUPE_OK;
+    int count = 0;
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    x->fp_peer[p] = troupe_malloc(count > 0 ? (size_t)count : 1);
+    if (x->fp_peer[p] == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+    x->fp_peer_size[p] = (size_t)(count > 0 ? count : 0);
+    rc = MPI_Imrecv(x->fp_peer[p], count, MPI_BYTE, &m, &x->recv[p]);
+    if (rc != MPI_SUCCESS)
+        return troupe__mpi_error(what, "MPI_Imrecv (fingerprint)", rc);
+    x->state[p] = 1;
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe__fp_exchange_poll(troupe__fp_exchange_t *x, const troupe__engine_comm_t *c,
+                                         const troupe__req_t *r, const char *what, bool *agreed)
+{
+    *agreed = false;
+    bool all = true;
+    for (int p = 0; p < c->size; p++) {
+        if (x->state[p] == 0)
+            TROUPE_RETURN_IF_ERROR(s_match_full(x, c, p, what));
+        if (x->state[p] == 1) {
+            int flag = 0;
+            MPI_Status st;
+            int rc = MPI_Test(&x->recv[p], &flag, &st);
+            if (rc != MPI_SUCCESS)
+                return troupe__mpi_error(what, "MPI_Test (fingerprint)", rc);
+            if (flag) {
+                int count = 0;
+                MPI_Get_count(&st, MPI_BYTE, &count);
+                if (x->stage == 2)
+                    x->fp_peer_size[p] = (size_t)(count > 0 ? count : 0);
+                else if (count != (int)sizeof(troupe__fp_digest_t))
+                    return troupe__error(TROUPE_TRANSPORT_ERROR,
+                                         "%s: fingerprint digest from rank %d has %d bytes, "
+                                         "expected %zu",
+                                         what, p, count, sizeof(troupe__fp_digest_t));
+                x->state[p] = 2;
+            }
+        }
+        if (x->state[p] != 2)
+            all = false;
+    }
+    if (!all)
+        return TROUPE_OK;
+    if (x->stage == 2) {
+        *agreed = true; /* unless the comparison below says otherwise */
+        return s_compare_all(x, c, r, what);
+    }
+    for (int p = 0; p < c->size; p++) {
+        if (!troupe__req_involves(r, p, c->rank))
+            continue;
+        if (x->peer[p].magic != TROUPE__FP_MAGIC)
+            return troupe__error(TROUPE_TRANSPORT_ERROR,
+                                 "%s: fingerprint digest from rank %d has a bad magic", what, p);
+        if (!troupe__fp_digest_equal(&x->peer[p], &x->mine))
+            return s_stage2(x, c, r, what);
+    }
+    *agreed = true;
+    return TROUPE_OK;
+}
+
+bool troupe__fp_exchange_pending(const troupe__fp_exchange_t *x, int p)
+{
+    return x->state != NULL && x->state[p] != 2;
+}
+
+void troupe__fp_exchange_free(troupe__fp_exchange_t *x, int size)
+{
+    troupe_free(x->fp_mine);
+    troupe_free(x->peer);
+    if (x->fp_peer != NULL)
+        for (int p = 0; p < size; p++)
+            troupe_free(x->fp_peer[p]);
+    troupe_free(x->fp_peer);
+    troupe_free(x->fp_peer_size);
+    troupe_free(x->recv);
+    troupe_free(x->state);
+    memset(x, 0, sizeof *x);
+}
+
+#endif /* TROUPE_HAVE_MPI */

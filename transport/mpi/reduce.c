@@ -1,6 +1,7 @@
-/* troupe — the element-wise reductions the transport runs itself (ring buckets, see actor.c).
- * Compiled at -O3 whatever the build type (transport/CMakeLists.txt) so the loops vectorize:
- * they are memory-bound and, at -O2, GCC leaves them scalar. */
+/* troupe — the element-wise reductions the transport runs itself (ring.c, bucket.c's staging,
+ * shm_allreduce.c, engine.c's in-place means). Compiled at -O3 whatever the build type
+ * (transport/CMakeLists.txt) so the loops vectorize: they are memory-bound and, at -O2, GCC leaves
+ * them scalar. */
 #include "transport/mpi/transport_impl.h"
 
 #include <stdint.h>

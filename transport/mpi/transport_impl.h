@@ -1,20 +1,28 @@
 /* troupe — private declarations shared by transport/mpi's files (not installed).
  *
+ * The files: collective.c (argument checks, requests built at call time, the single-rank
+ * path, the device level through lends), cluster.c (MPI's life, the cross-rank
+ * device_to_device), engine.c (the transport engine: the one thread of control that calls
+ * MPI), fingerprint.c (what ranks exchange before data moves), bucket.c (the fusion-bucket
+ * planner), ring.c (troupe's ring allreduce), shm_allreduce.c (the intra-node shared-memory
+ * allreduce), reduce.c (the element-wise reductions). engine_impl.h holds what the engine's
+ * files share in MPI builds, bucket_impl.h the planner's types.
+ *
  * A request (troupe__req_t) is one collective or one point-to-point move, built by the caller
- * (collective.c, cluster.c's remote `move`), then handed to the transport actor (actor.c) with
- * troupe__transport_submit, which assigns its sequence number and owns it from then on: the
- * actor completes its event exactly once and frees it. Fingerprints (fingerprint.c) are the
+ * (collective.c, cluster.c's remote `move`), then handed to the engine with
+ * troupe__engine_submit, which assigns its sequence number and owns it from then on: the
+ * engine completes its event exactly once and frees it. Fingerprints (fingerprint.c) are the
  * wire form of what a request moves; they are pure data and need no MPI.
  *
- * Thread safety: troupe__transport_submit, troupe__cluster_fail and the cluster getters are
- * thread-safe; a request is touched by one thread at a time (its builder, then the actor).
- * Ownership: see each function.
+ * Thread safety: troupe__engine_submit, troupe__cluster_fail and the cluster getters are
+ * thread-safe; a request is touched by one thread at a time (its builder, then the engine's
+ * owner). Ownership: see each function.
  */
 #ifndef TROUPE_TRANSPORT_MPI_TRANSPORT_IMPL_H
 #define TROUPE_TRANSPORT_MPI_TRANSPORT_IMPL_H
 
 #include "actors/event.h"
-#include "base/shm.h"
+#include "base/shared_memory_impl.h"
 #include "base/status.h"
 #include "transport/mpi/collective.h"
 
@@ -68,7 +76,7 @@ typedef struct troupe__fp_header {
 
 typedef struct troupe__req troupe__req_t;
 struct troupe__req {
-    troupe__req_t *next; /* actor queue link */
+    troupe__req_t *next; /* engine queue link */
     troupe__req_kind_t kind;
     troupe_reduce_op_t op; /* allreduce */
     int root;              /* broadcast */
@@ -76,16 +84,16 @@ struct troupe__req {
     int64_t fusion_bytes;  /* collectives: TROUPE_FUSION_BYTES when issued (the plan's, and
                               fingerprinted: ranks must plan the same buckets) */
     bool bf16_wire;        /* allreduce: single tensors travel as bfloat16 (TROUPE_COLL_BF16) */
-    uint64_t seq;          /* set by troupe__transport_submit */
+    uint64_t seq;          /* set by troupe__engine_submit */
     size_t n;
     troupe_coll_tensor_t *tensors; /* n entries; `name` points into fp[i].name */
     troupe__fp_tensor_t *fp;       /* n entries */
     int64_t bytes;                 /* sum of the tensors' sizes */
     troupe_event_t *ev;            /* the request's reference; completed exactly once */
-    bool lazy; /* host-level: submitting does not wake the actor; the event's first consumer
-                  does (troupe__transport_progress), or the actor's next work */
+    bool lazy; /* host-level: submitting does not wake the engine thread; the event's first
+                  consumer does (troupe__engine_progress), or the engine's next work */
     int64_t submitted_ns;
-    void *actor_state; /* the actor's per-request state (actor.c) */
+    void *engine_state; /* the engine's per-request state (engine.c) */
 };
 
 /* A request of `kind` with room for n tensors (zeroed), no event yet. NULL when out of memory
@@ -155,7 +163,8 @@ typedef struct troupe__fp_digest {
     int64_t kind;
     int64_t n;
     uint64_t hash;
-    int64_t flat; /* not compared: 1 when the sender's tensors form one span (actor.c s_flat) */
+    int64_t flat;          /* not compared: 1 when the sender's tensors form one span
+                              (troupe__bucket_flat) */
     troupe__shm_ref_t shm; /* not compared: that span in shareable memory (id 0: it is not) */
 } troupe__fp_digest_t;
 
@@ -176,15 +185,15 @@ TROUPE_MUST_USE troupe_status_t troupe__fp_check_frame(const void *buf, size_t s
 TROUPE_MUST_USE troupe_status_t troupe__fp_compare(const char *what, const void *a, int ra,
                                                    const void *b, int rb);
 
-/* ---- the intra-node shared-memory allreduce (shm.c) -------------------------------------- */
+/* ---- the intra-node shared-memory allreduce (shm_allreduce.c) ---------------------------- */
 
-/* Decides, collectively (every rank calls it, main thread, before the actor starts), whether
+/* Decides, collectively (every rank calls it, main thread, before the engine starts), whether
  * ranks reduce through shared memory: every rank on this node, TROUPE_COLL_SHM on everywhere,
  * and each rank maps every other's control page. Then host pools become shareable
  * (troupe__shm_set_pools). Returns OK also when it stays off (the reason is logged at info). */
 TROUPE_MUST_USE troupe_status_t troupe__shm_coll_start(const void *comm, int rank, int size);
 
-/* Unmaps the peers' memory and makes new host pools ordinary again (after the actor stopped). */
+/* Unmaps the peers' memory and makes new host pools ordinary again (after the engine stopped). */
 void troupe__shm_coll_stop(void);
 
 /* True while shared memory is in use: agreed at start, and no rank failed to map another's
@@ -245,7 +254,7 @@ void troupe__cluster_fail(troupe_status_t status, const char *message, bool comm
  * message into msg (cap bytes). */
 troupe_status_t troupe__cluster_failure(char *msg, size_t cap);
 
-/* True once the cluster failed (lock-free; the actor's loop checks it on every turn). */
+/* True once the cluster failed (lock-free; the engine checks it on every turn). */
 bool troupe__cluster_is_failed(void);
 
 /* Counters (atomic). */
@@ -257,38 +266,40 @@ void troupe__stats_add_staged(uint64_t bytes);
 /* Counts a bucket reduced by troupe's ring (also counted in buckets). */
 void troupe__stats_add_ring(void);
 
-/* Counts a collective reduced through shared memory (shm.c). */
+/* Counts a collective reduced through shared memory (shm_allreduce.c). */
 void troupe__stats_add_shm(void);
 
-/* ---- the actor (actor.c) ----------------------------------------------------------------- */
+/* ---- the engine (engine.c) --------------------------------------------------------------- */
 
-/* True while the transport actor runs (distributed cluster, initialised, not finalized). */
-bool troupe__transport_running(void);
+/* True while the engine runs (distributed cluster, initialised, not finalized). */
+bool troupe__engine_running(void);
 
-/* Hands *r_p to the actor (consumed; nulled). Assigns the request's sequence number (per
+/* Hands *r_p to the engine (consumed; nulled). Assigns the request's sequence number (per
  * collective stream, or per point-to-point channel) in call order. Never blocks on MPI. If
- * the actor is not running, or the cluster has failed, the request completes at once with
+ * the engine is not running, or the cluster has failed, the request completes at once with
  * that status. Thread-safe. */
-void troupe__transport_submit(troupe__req_t **r_p);
+void troupe__engine_submit(troupe__req_t **r_p);
 
-/* The progress hook of host-level collective events (troupe__event_set_progress), whose
- * requests are submitted lazily (r->lazy: the actor is not woken). With TROUPE__EVENT_KICK it
- * wakes the actor if it sleeps with requests waiting. With a deadline (absolute,
- * CLOCK_MONOTONIC, or TROUPE_TIMEOUT_INFINITE; from troupe_event_sync): when the actor is idle,
- * the calling thread drives the engine until `ev` completes or the deadline passes, then hands
- * it back; otherwise it wakes the actor as for a kick. Thread-safe; a no-op without MPI. */
-void troupe__transport_progress(troupe_event_t *ev, int64_t deadline_ns);
+/* The progress hook of lazily submitted collectives' events (troupe__event_set_progress;
+ * r->lazy: the engine thread is not woken). With TROUPE__EVENT_KICK it wakes the engine
+ * thread if it sleeps with requests waiting. With a deadline (absolute, CLOCK_MONOTONIC, or
+ * TROUPE_TIMEOUT_INFINITE; from troupe_event_sync or a parking stream): when the engine
+ * thread is idle, the calling thread drives the engine until `ev` completes or the deadline
+ * passes, then hands it back; otherwise it wakes the engine thread as for a kick. Thread-safe;
+ * a no-op without MPI. */
+void troupe__engine_progress(troupe_event_t *ev, int64_t deadline_ns);
 
-/* Starts the actor (main thread, after MPI_Init_thread; MPI builds only). data_comm and
- * ctl_comm point to the MPI_Comm handles (data; fingerprints and probes), which the actor uses
- * until troupe__transport_stop. Errors: RESOURCE_EXHAUSTED, INTERNAL. */
-TROUPE_MUST_USE troupe_status_t troupe__transport_start(const void *data_comm, const void *ctl_comm,
-                                                        int rank, int size);
-/* Stops the actor and joins it. With `drain`, every submitted request completes first (each
- * bounded by its deadline); without, pending requests fail at once with CANCELLED and no more
- * MPI calls are made (abort). `timeout_ns` bounds the join; on timeout returns false and leaves
- * the actor running. True when no actor runs any more. Main thread only. */
-bool troupe__transport_stop(bool drain, int64_t timeout_ns);
+/* Starts the engine thread (main thread, after MPI_Init_thread; MPI builds only). data_comm
+ * and ctl_comm point to the MPI_Comm handles (data; fingerprints and probes), which the
+ * engine uses until troupe__engine_stop. Collective: starts the shared-memory allreduce
+ * first (troupe__shm_coll_start). Errors: RESOURCE_EXHAUSTED, INTERNAL. */
+TROUPE_MUST_USE troupe_status_t troupe__engine_start(const void *data_comm, const void *ctl_comm,
+                                                     int rank, int size);
+/* Stops the engine thread and joins it. With `drain`, every submitted request completes first
+ * (each bounded by its deadline); without, pending requests fail at once with CANCELLED and no
+ * more MPI calls are made (abort). `timeout_ns` bounds the join; on timeout returns false and
+ * leaves the engine running. True when no engine runs any more. Main thread only. */
+bool troupe__engine_stop(bool drain, int64_t timeout_ns);
 
 #ifdef __cplusplus
 }

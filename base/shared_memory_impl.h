@@ -6,8 +6,8 @@
  * (the kernel's ptrace-read access check, which Yama's ptrace_scope does not restrict,
  * unlike the attach check of Open MPI's CMA single copy) and checking the inode number it was
  * told. The intra-node shared-memory allreduce
- * (transport/mpi/shm.c; collective.h, Algorithms) reduces gradients in place this way, in the
- * manner of NCCL's SHM transport and Open MPI's vader segments, without a copy through the
+ * (transport/mpi/shm_allreduce.c; collective.h, Algorithms) reduces gradients in place this way, in
+ * the manner of NCCL's SHM transport and Open MPI's vader segments, without a copy through the
  * kernel.
  *
  * Which memory is shareable: the host pools of devices/cpu and devices/sync of at least
@@ -25,8 +25,8 @@
  * peer mapping (troupe__shm_map) until troupe__shm_unmap. A peer's mapping keeps the pages
  * alive after their owner frees the region.
  */
-#ifndef TROUPE_BASE_SHM_H
-#define TROUPE_BASE_SHM_H
+#ifndef TROUPE_BASE_SHARED_MEMORY_IMPL_H
+#define TROUPE_BASE_SHARED_MEMORY_IMPL_H
 
 #include "base/status.h"
 

@@ -2,10 +2,10 @@
  *
  * When every rank of the job runs on this node (MPI_COMM_TYPE_SHARED), TROUPE_COLL_SHM is on
  * everywhere and every rank can map every other's memory (checked once, at start, on each
- * rank's control page), the host pools become shareable (base/shm.h) and an allreduce whose
- * tensors form one span in shareable memory on every rank (the flat plan: a routine's
- * gradients) is reduced directly in the ranks' own buffers, without MPI messages or copies
- * through the kernel:
+ * rank's control page), the host pools become shareable (base/shared_memory_impl.h) and an
+ * allreduce whose tensors form one span in shareable memory on every rank (the flat plan: a
+ * routine's gradients) is reduced directly in the ranks' own buffers, without MPI messages or
+ * copies through the kernel:
  *
  *   1. arrive:  each rank maps the others' spans (cached per region) and stores the request's
  *               sequence number in its control page, with a bit telling whether its mappings
@@ -24,13 +24,13 @@
  * Two waits per allreduce on shared flags (sub-microsecond) replace the ring's 2(p-1) message
  * rounds through Open MPI's shared-memory transport, whose large messages go through the
  * kernel's process_vm_readv (CMA) with page pinning per message. Waiting polls: after the
- * engine's deadline without progress a liveness probe (actor.c) names the ranks that do not
+ * engine's deadline without progress a liveness probe (engine.c) names the ranks that do not
  * answer (a dead rank); if all answer, the error says so (a rank whose request failed
  * part-way, leaving the others waiting: their deadline ends it).
  * Known limit: a rank that gives up part-way (its deadline, a cluster failure) hands its
  * buffer back while slower ranks may still write their chunks into it.
  *
- * Thread safety: the engine's owner only (actor.c), except start/stop (main thread, actor not
+ * Thread safety: the engine's owner only (engine.c), except start/stop (main thread, engine not
  * running).
  */
 #define _GNU_SOURCE
@@ -42,7 +42,7 @@
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
-#include "base/shm.h"
+#include "base/shared_memory_impl.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>

@@ -1,8 +1,9 @@
-/* troupe — shareable host memory (base/shm.h). */
+/* troupe — shareable host memory (base/shared_memory_impl.h). */
 #define _GNU_SOURCE
-#include "base/shm.h"
+#include "base/shared_memory_impl.h"
 
 #include "base/alloc.h"
+#include "base/vec.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -93,17 +94,10 @@ void *troupe__shm_alloc(size_t size_bytes)
         pthread_mutex_unlock(&s_shm.mu);
         return NULL;
     }
-    if (s_shm.n == s_shm.cap) {
-        size_t cap = s_shm.cap ? 2 * s_shm.cap : 16;
-        s_region_t *p = troupe_realloc(s_shm.r, cap * sizeof *p);
-        if (p == NULL) {
-            pthread_mutex_unlock(&s_shm.mu);
-            return NULL;
-        }
-        s_shm.r = p;
-        s_shm.cap = cap;
-    }
+    bool room = TROUPE__VEC_RESERVE(s_shm.r, s_shm.cap, s_shm.n + 1);
     pthread_mutex_unlock(&s_shm.mu);
+    if (!room)
+        return NULL;
 
     int fd = memfd_create("troupe-pool", MFD_CLOEXEC);
     if (fd < 0)
@@ -123,17 +117,11 @@ void *troupe__shm_alloc(size_t size_bytes)
         close(fd);
         return NULL;
     }
-    if (s_shm.n == s_shm.cap) { /* another thread took the room meanwhile */
-        size_t cap = 2 * s_shm.cap;
-        s_region_t *p = troupe_realloc(s_shm.r, cap * sizeof *p);
-        if (p == NULL) {
-            pthread_mutex_unlock(&s_shm.mu);
-            munmap(base, len);
-            close(fd);
-            return NULL;
-        }
-        s_shm.r = p;
-        s_shm.cap = cap;
+    if (!TROUPE__VEC_RESERVE(s_shm.r, s_shm.cap, s_shm.n + 1)) { /* others took the room */
+        pthread_mutex_unlock(&s_shm.mu);
+        munmap(base, len);
+        close(fd);
+        return NULL;
     }
     size_t i = s_floor(base);
     i = i == s_shm.n ? 0 : i + 1; /* after the last region below base */
@@ -201,10 +189,12 @@ troupe_status_t troupe__shm_map(const troupe__shm_ref_t *ref, void **base_out)
     char path[64];
     snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)ref->pid, (long long)ref->fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);
+    char es[128];
     if (fd < 0)
-        return troupe__error(
-            TROUPE_UNAVAILABLE, "shared memory: cannot open region %llu of process %lld (%s): %s",
-            (unsigned long long)ref->id, (long long)ref->pid, path, strerror(errno));
+        return troupe__error(TROUPE_UNAVAILABLE,
+                             "shared memory: cannot open region %llu of process %lld (%s): %s",
+                             (unsigned long long)ref->id, (long long)ref->pid, path,
+                             strerror_r(errno, es, sizeof es)); /* GNU: returns the text */
     struct stat sb;
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_ino != ref->ino || sb.st_size < ref->len) {
         close(fd);
@@ -217,9 +207,9 @@ troupe_status_t troupe__shm_map(const troupe__shm_ref_t *ref, void **base_out)
     int err = errno;
     close(fd);
     if (base == MAP_FAILED)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED,
-                             "shared memory: cannot map %lld bytes of process %lld: %s",
-                             (long long)ref->len, (long long)ref->pid, strerror(err));
+        return troupe__error(
+            TROUPE_RESOURCE_EXHAUSTED, "shared memory: cannot map %lld bytes of process %lld: %s",
+            (long long)ref->len, (long long)ref->pid, strerror_r(err, es, sizeof es));
     *base_out = base;
     return TROUPE_OK;
 }

@@ -1,0 +1,1250 @@
+/* troupe — the transport engine (DESIGN.md §3, §8; transport_impl.h, The engine): the only
+ * code that calls MPI between troupe_cluster_init and troupe_cluster_finalize
+ * (MPI_THREAD_SERIALIZED). It is not a CZMQ actor: no message travels to it through a socket.
+ * It is a state machine over the requests in flight, turned by one owner at a time: the
+ * engine thread (a pthread sleeping on a condition variable when nothing is in flight), or a
+ * thread waiting for a lazily started collective while the engine thread is idle — a host
+ * thread in troupe_event_sync, or a stream parking on a TROUPE_COLL_LAZY device-level
+ * collective (troupe__engine_progress, below) — which saves the hand-off's two thread
+ * wake-ups.
+ *
+ * Mailbox: a mutex-protected FIFO of requests (troupe__engine_submit) and a condition variable
+ * the engine thread sleeps on when it has nothing in flight. While anything is in flight the
+ * owner polls MPI continuously (libnbc progresses only inside MPI calls), checks deadlines,
+ * answers liveness probes, and keeps taking new requests.
+ *
+ * Lanes. Requests run in issue order within their lane: one lane for the collectives (every
+ * rank issues them in one order), and one per point-to-point channel (sends to rank p; receives
+ * from rank p), so a device_to_device between two ranks never waits behind a collective that
+ * the other rank issues later (or the reverse). Only the head of a lane is active.
+ *
+ * A request's life:
+ *   1. fingerprints (fingerprint.c, the exchange): digests to every rank involved, full
+ *      fingerprints only when digests differ; all ranks fail alike with FAILED_PRECONDITION on
+ *      a difference. Fingerprints that have not arrived by the deadline name their ranks
+ *      (DEADLINE_EXCEEDED). Meanwhile the buckets are planned (bucket.c) and the first staged.
+ *   2. data: fusion buckets (bucket.c) with up to two in flight — MPI_Iallreduce/MPI_Ibcast, or
+ *      troupe's ring (ring.c) — the next one packed while the previous moves; or the
+ *      shared-memory allreduce of the whole span (shm_allreduce.c); point-to-point:
+ *      Isend/Irecv slices. When nothing completes for the deadline, a liveness probe (PING to
+ *      the ranks involved, PONG back, 2 s) names the ranks that did not answer.
+ *   3. the request's event completes, after this turn's MPI calls, so a host thread woken by
+ *      it never calls MPI while the engine still does (bench/merge relies on it).
+ * After a failure the cluster is failed: later requests fail at once. After a deadline or an
+ * MPI error the engine makes no further MPI calls (a dead peer can make any of them hang).
+ */
+#define _GNU_SOURCE
+#include "troupe_config.h"
+
+#include "transport/mpi/bucket_impl.h"
+#include "transport/mpi/engine_impl.h"
+#include "transport/mpi/transport_impl.h"
+
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/vec.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#if TROUPE_HAVE_MPI
+
+#define S_PING 1
+#define S_PONG 2
+
+#define S_NS_PER_S (1000LL * 1000 * 1000)
+#define S_PROBE_WINDOW_NS (2LL * S_NS_PER_S) /* how long a liveness probe waits for PONGs */
+#define S_DRAIN_NS (2LL * S_NS_PER_S)        /* at stop: how long to wait for small sends */
+
+/* A bucket in flight. */
+typedef struct s_flight {
+    MPI_Request req;     /* the MPI_Iallreduce or MPI_Ibcast (when !on_ring) */
+    troupe__ring_t ring; /* troupe's ring (ring.c) */
+    bool on_ring;
+    size_t bucket;
+    int slot; /* staging slot, -1 in place */
+    int tmp;  /* the ring's receive buffer (s_a.rtmp), -1 none */
+} s_flight_t;
+
+typedef enum s_phase { S_PH_INIT = 0, S_PH_FP, S_PH_DATA } s_phase_t;
+
+/* The engine's state of one request (troupe__req_t.engine_state). */
+typedef struct s_rs {
+    s_phase_t phase;
+    char what[96];
+    int64_t t_start_ns;
+    int64_t t_data_ns;   /* when the data phase began */
+    int64_t deadline_ns; /* fingerprints: activation + timeout; data: last progress + timeout */
+    troupe__fp_exchange_t fp;
+    bool flat;        /* this rank's tensors form one span (troupe__bucket_flat) */
+    bool all_flat;    /* ...every rank's: buckets in order (the flat plan) */
+    bool use_shm;     /* ...and each lies in shareable memory: reduced through it */
+    const char *span; /* this rank's span when flat */
+    int64_t span_bytes;
+    troupe__cls_t span_cls;
+    troupe__shm_coll_t shm;
+    /* collective data */
+    troupe__bucket_plan_t plan;
+    size_t next_bk, done_bks;
+    s_flight_t fl[2];
+    int nfl;
+    /* point-to-point data */
+    MPI_Request *p2p;
+    int np2p;
+    /* liveness probe */
+    bool probing;
+    int64_t probe_t0, probe_end;
+    /* outcome */
+    bool finished;
+    troupe_status_t fin;
+    char *fin_msg;
+} s_rs_t;
+
+/* A small control send in flight (fingerprint, PING, PONG) and the buffer it owns. */
+typedef struct s_send {
+    MPI_Request req;
+    void *buf;
+} s_send_t;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* the engine thread sleeps here when idle */
+    pthread_cond_t exit_cv; /* troupe__engine_stop waits here */
+    bool running;           /* started and not yet joined */
+    bool accepting;         /* submit hands requests to the engine */
+    bool stop, abort_now, exited, sleeping;
+    bool busy;    /* the engine thread drives the engine (has requests in flight) */
+    bool helping; /* a waiting thread drives the engine (troupe__engine_progress) */
+    troupe__req_t *in_head, *in_tail;
+    uint64_t coll_seq;
+    uint64_t *send_seq, *recv_seq; /* [size] */
+    pthread_t thread;
+
+    /* the engine's owner only: the engine thread, or a helping thread (busy/helping, under mu,
+     * say which; the hand-over through mu orders their accesses) */
+    unsigned turn;
+    troupe__engine_comm_t comm;
+    troupe__req_t *head; /* active list, issue order */
+    void *slot[2];
+    size_t slot_cap[2];
+    bool slot_busy[2];
+    void *rtmp[2]; /* the receive buffers of ring buckets in flight */
+    size_t rtmp_cap[2];
+    bool rtmp_busy[2];
+    MPI_Request probe_req;
+    int64_t probe_buf[2];
+    bool probe_posted;
+    s_send_t *sends;
+    size_t nsends, sends_cap;
+    int64_t *last_pong_ns; /* [size] */
+    unsigned char *lane_busy;
+    bool broken;              /* MPI must not be called any more */
+    bool waiting_on_peers;    /* every active request waits for slower ranks (s_iteration) */
+    int64_t waiting_since_ns; /* then: when the newest of them started */
+} s_a = {
+    .mu = PTHREAD_MUTEX_INITIALIZER,
+    .cv = PTHREAD_COND_INITIALIZER,
+    .exit_cv = PTHREAD_COND_INITIALIZER,
+};
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+troupe_status_t troupe__mpi_error(const char *what, const char *call, int rc)
+{
+    char es[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, es, &len) != MPI_SUCCESS)
+        snprintf(es, sizeof es, "MPI error %d", rc);
+    return troupe__error(TROUPE_TRANSPORT_ERROR, "%s: %s failed: %s", what, call, es);
+}
+
+MPI_Datatype troupe__cls_mpi_type(troupe__cls_t c)
+{
+    switch (c) {
+    case TROUPE__CLS_F32:
+        return MPI_FLOAT;
+    case TROUPE__CLS_F64:
+        return MPI_DOUBLE;
+    case TROUPE__CLS_I32:
+        return MPI_INT32_T;
+    case TROUPE__CLS_I64:
+        return MPI_INT64_T;
+    case TROUPE__CLS_U32:
+        return MPI_UINT32_T;
+    case TROUPE__CLS_U64:
+        return MPI_UINT64_T;
+    case TROUPE__CLS_BF16W:
+        return MPI_UINT16_T; /* moved by the ring only, never reduced by MPI */
+    default:
+        return MPI_BYTE;
+    }
+}
+
+static int64_t s_timeout_ns(void)
+{
+    return troupe_config_timeout_s() * S_NS_PER_S;
+}
+
+static MPI_Op s_mpi_op(troupe_reduce_op_t op)
+{
+    switch (op) {
+    case TROUPE_REDUCE_MAX:
+        return MPI_MAX;
+    case TROUPE_REDUCE_MIN:
+        return MPI_MIN;
+    default:
+        return MPI_SUM; /* sum, mean */
+    }
+}
+
+static void s_finish(troupe__req_t *r, troupe_status_t st, const char *msg)
+{
+    s_rs_t *rs = r->engine_state;
+    if (rs->finished)
+        return;
+    rs->finished = true;
+    rs->fin = st;
+    if (st != TROUPE_OK)
+        rs->fin_msg = troupe_strdup(msg != NULL ? msg : troupe_status_str(st));
+}
+
+/* Fails r with the status and message troupe__error just recorded and fails the cluster. */
+static void s_fail(troupe__req_t *r, troupe_status_t st, bool comm_broken)
+{
+    const char *msg = troupe_last_error();
+    TROUPE_LOG(TROUPE_LOG_ERROR, TROUPE_SUB_TRANSPORT, "%s", msg);
+    troupe__cluster_fail(st, msg, comm_broken);
+    if (comm_broken)
+        s_a.broken = true;
+    s_finish(r, st, msg);
+}
+
+troupe_status_t troupe__engine_send_ctl(const void *data, size_t size, int dest, int tag,
+                                        const char *what)
+{
+    if (!TROUPE__VEC_RESERVE(s_a.sends, s_a.sends_cap, s_a.nsends + 1))
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+    void *buf = troupe_malloc(size ? size : 1);
+    if (buf == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+    memcpy(buf, data, size);
+    s_send_t *s = &s_a.sends[s_a.nsends];
+    int rc = MPI_Isend(buf, (int)size, MPI_BYTE, dest, tag, s_a.comm.ctl, &s->req);
+    if (rc != MPI_SUCCESS) {
+        troupe_free(buf);
+        return troupe__mpi_error(what, "MPI_Isend", rc);
+    }
+    s->buf = buf;
+    s_a.nsends++;
+    return TROUPE_OK;
+}
+
+/* Tests the control sends; frees the finished ones. */
+static troupe_status_t s_test_sends(void)
+{
+    for (size_t i = 0; i < s_a.nsends;) {
+        int flag = 0;
+        int rc = MPI_Test(&s_a.sends[i].req, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return troupe__mpi_error("transport", "MPI_Test (control send)", rc);
+        if (flag) {
+            troupe_free(s_a.sends[i].buf);
+            s_a.sends[i] = s_a.sends[--s_a.nsends];
+        } else {
+            i++;
+        }
+    }
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_post_probe_recv(void)
+{
+    int rc = MPI_Irecv(s_a.probe_buf, (int)sizeof s_a.probe_buf, MPI_BYTE, MPI_ANY_SOURCE,
+                       TROUPE__TAG_PROBE, s_a.comm.ctl, &s_a.probe_req);
+    if (rc != MPI_SUCCESS)
+        return troupe__mpi_error("transport", "MPI_Irecv (probe)", rc);
+    s_a.probe_posted = true;
+    return TROUPE_OK;
+}
+
+/* Answers PINGs with PONGs and records PONGs, up to a few per call. */
+static troupe_status_t s_service_probes(void)
+{
+    for (int k = 0; k < 16 && s_a.probe_posted; k++) {
+        int flag = 0;
+        MPI_Status st;
+        int rc = MPI_Test(&s_a.probe_req, &flag, &st);
+        if (rc != MPI_SUCCESS)
+            return troupe__mpi_error("transport", "MPI_Test (probe)", rc);
+        if (!flag)
+            break;
+        s_a.probe_posted = false;
+        int src = st.MPI_SOURCE;
+        int64_t msg[2] = {s_a.probe_buf[0], s_a.probe_buf[1]};
+        if (src >= 0 && src < s_a.comm.size) {
+            if (msg[0] == S_PING) {
+                int64_t pong[2] = {S_PONG, msg[1]};
+                TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT, "probe from rank %d: PONG", src);
+                TROUPE_RETURN_IF_ERROR(
+                    troupe__engine_send_ctl(pong, sizeof pong, src, TROUPE__TAG_PROBE, "PONG"));
+            } else if (msg[0] == S_PONG) {
+                s_a.last_pong_ns[src] = troupe_now_ns();
+            }
+        }
+        TROUPE_RETURN_IF_ERROR(s_post_probe_recv());
+    }
+    return TROUPE_OK;
+}
+
+/* Appends "rank 1" / "ranks 1, 3" for the ranks with bad[r] to buf. */
+static void s_rank_list(const bool *bad, char *buf, size_t cap)
+{
+    int count = 0;
+    for (int r = 0; r < s_a.comm.size; r++)
+        count += bad[r];
+    size_t len = (size_t)snprintf(buf, cap, "%s", count == 1 ? "rank " : "ranks ");
+    int seen = 0;
+    for (int r = 0; r < s_a.comm.size && len < cap; r++)
+        if (bad[r])
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d", seen++ ? ", " : "", r);
+}
+
+/* ---- state of a request ------------------------------------------------------------------ */
+
+/* Gives back the slots of buckets that will not complete (any left when a request is freed: it
+ * failed). */
+static void s_release_slots(s_rs_t *rs)
+{
+    for (size_t i = 0; i < rs->plan.nbks; i++) {
+        if (rs->plan.bks[i].slot >= 0)
+            s_a.slot_busy[rs->plan.bks[i].slot] = false;
+        rs->plan.bks[i].slot = -1;
+    }
+}
+
+static void s_rs_free(s_rs_t *rs)
+{
+    if (rs == NULL)
+        return;
+    troupe__fp_exchange_free(&rs->fp, s_a.comm.size);
+    /* Buckets still in flight belong to a failed request: MPI may still write into their
+     * buffers if it is ever progressed again, so those buffers are left to MPI (leaked: only
+     * on failures, which fail the cluster) rather than reused or freed. */
+    for (int i = 0; i < rs->nfl; i++) {
+        const s_flight_t *f = &rs->fl[i];
+        if (f->slot >= 0) {
+            s_a.slot[f->slot] = NULL;
+            s_a.slot_cap[f->slot] = 0;
+            s_a.slot_busy[f->slot] = false;
+            rs->plan.bks[f->bucket].slot = -1;
+        }
+        if (f->tmp >= 0) {
+            s_a.rtmp[f->tmp] = NULL;
+            s_a.rtmp_cap[f->tmp] = 0;
+            s_a.rtmp_busy[f->tmp] = false;
+        }
+    }
+    s_release_slots(rs);
+    troupe__shm_coll_free(&rs->shm);
+    troupe__bucket_plan_free(&rs->plan);
+    troupe_free(rs->p2p);
+    troupe_free(rs->fin_msg);
+    troupe_free(rs);
+}
+
+/* 0: the collectives; 1 + 2p: sends to p; 2 + 2p: receives from p. */
+static size_t s_lane(const troupe__req_t *r)
+{
+    if (!troupe__req_is_p2p(r))
+        return 0;
+    return 1 + 2 * (size_t)r->peer + (r->kind == TROUPE__REQ_RECV);
+}
+
+/* ---- collective data ---------------------------------------------------------------------- */
+
+/* Takes a free buffer of at least `bytes` among two (kept and grown: no page faults per
+ * bucket). Returns its index, -1 when both are busy, -2 out of memory. */
+static int s_take_buf(void **buf, size_t *cap, bool *busy, size_t bytes)
+{
+    for (int i = 0; i < 2; i++) {
+        if (busy[i])
+            continue;
+        if (cap[i] < bytes) {
+            troupe_free(buf[i]);
+            cap[i] = 0;
+            buf[i] = troupe_malloc(bytes);
+            if (buf[i] == NULL)
+                return -2;
+            cap[i] = bytes;
+        }
+        busy[i] = true;
+        return i;
+    }
+    return -1;
+}
+
+static int s_take_slot(size_t bytes)
+{
+    return s_take_buf(s_a.slot, s_a.slot_cap, s_a.slot_busy, bytes);
+}
+
+/* Takes a slot for bucket b and packs it (the root only, for a broadcast). Returns OK with
+ * b->slot set, OK with b->slot == -1 when both slots are busy, or RESOURCE_EXHAUSTED. */
+static troupe_status_t s_stage(troupe__req_t *r, s_rs_t *rs, troupe__bucket_t *b)
+{
+    size_t bytes = troupe__bucket_bytes(b);
+    int slot = s_take_slot(bytes);
+    if (slot == -1)
+        return TROUPE_OK;
+    if (slot == -2)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                             "%s: out of memory for a staging buffer of %zu bytes", rs->what,
+                             bytes);
+    b->slot = slot;
+    troupe__stats_add_staged((uint64_t)bytes);
+    if (r->kind != TROUPE__REQ_BROADCAST || s_a.comm.rank == r->root)
+        troupe__bucket_pack(r, &rs->plan, b, s_a.slot[slot]);
+    return TROUPE_OK;
+}
+
+/* While the fingerprints travel: plans the buckets and packs the first ones, so the data
+ * can move as soon as the ranks agree (the caller's memory is only read). */
+static troupe_status_t s_prepack(troupe__req_t *r, s_rs_t *rs)
+{
+    if (rs->flat)
+        return TROUPE_OK; /* nothing to pack; the plan waits for the others' layout flags */
+    if (!rs->plan.planned)
+        TROUPE_RETURN_IF_ERROR(troupe__bucket_plan(&rs->plan, r, false, rs->what));
+    for (size_t i = rs->next_bk; i < rs->plan.nbks && i < rs->next_bk + 2; i++) {
+        troupe__bucket_t *b = &rs->plan.bks[i];
+        if (b->in_place || b->slot >= 0)
+            continue;
+        TROUPE_RETURN_IF_ERROR(s_stage(r, rs, b));
+        if (b->slot < 0)
+            break;
+    }
+    return TROUPE_OK;
+}
+
+/* Posts buckets while fewer than two are in flight. */
+static troupe_status_t s_coll_post(troupe__req_t *r, s_rs_t *rs)
+{
+    bool bcast = r->kind == TROUPE__REQ_BROADCAST;
+    while (rs->nfl < 2 && rs->next_bk < rs->plan.nbks) {
+        /* Buckets in flight finish in any order. Ring messages of buckets TROUPE__RING_TAGS apart
+         * share a tag, so a bucket waits while one that far back is still in flight (the
+         * steps of one bucket, and buckets of different tags, cannot be confused). */
+        size_t oldest = rs->next_bk;
+        for (int i = 0; i < rs->nfl; i++)
+            oldest = rs->fl[i].bucket < oldest ? rs->fl[i].bucket : oldest;
+        if (rs->next_bk - oldest >= TROUPE__RING_TAGS)
+            break;
+        troupe__bucket_t *b = &rs->plan.bks[rs->next_bk];
+        void *ptr;
+        int slot = -1;
+        if (b->in_place) {
+            ptr = troupe__seg_ptr(r, &rs->plan.segs[b->seg0]);
+        } else {
+            if (b->slot < 0)
+                TROUPE_RETURN_IF_ERROR(s_stage(r, rs, b));
+            if (b->slot < 0)
+                break; /* both slots in flight */
+            slot = b->slot;
+            ptr = s_a.slot[slot];
+        }
+        s_flight_t *f = &rs->fl[rs->nfl];
+        *f = (s_flight_t){.req = MPI_REQUEST_NULL, .bucket = rs->next_bk, .slot = slot, .tmp = -1};
+        if (troupe__ring_wanted(r->kind, b, s_a.comm.size)) {
+            size_t tmp_bytes = troupe__ring_tmp_bytes(b, s_a.comm.size);
+            int tmp = s_take_buf(s_a.rtmp, s_a.rtmp_cap, s_a.rtmp_busy, tmp_bytes);
+            if (tmp < 0) /* -1 cannot happen: at most two flights, one buffer each */
+                return troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                                     "%s: out of memory for a ring buffer of %zu bytes", rs->what,
+                                     tmp_bytes);
+            f->tmp = tmp;
+            f->on_ring = true;
+            f->ring.rreq = f->ring.sreq = MPI_REQUEST_NULL;
+            rs->next_bk++;
+            rs->nfl++; /* counted now: s_rs_free gives the ring buffer back on failure */
+            troupe__stats_add_ring();
+            TROUPE_RETURN_IF_ERROR(troupe__ring_start(&f->ring, &s_a.comm, b, f->bucket, r->op, ptr,
+                                                      s_a.rtmp[tmp], rs->what));
+        } else {
+            int rc;
+            if (bcast)
+                rc = MPI_Ibcast(ptr, (int)b->units, MPI_BYTE, r->root, s_a.comm.data, &f->req);
+            else
+                rc = MPI_Iallreduce(MPI_IN_PLACE, ptr, (int)b->units, troupe__cls_mpi_type(b->cls),
+                                    s_mpi_op(r->op), s_a.comm.data, &f->req);
+            if (rc != MPI_SUCCESS)
+                return troupe__mpi_error(rs->what, bcast ? "MPI_Ibcast" : "MPI_Iallreduce", rc);
+            rs->next_bk++;
+            rs->nfl++;
+        }
+        troupe__stats_add(0, 0, 1, 0, 0);
+    }
+    return TROUPE_OK;
+}
+
+/* Tests the buckets in flight; unpacks the finished ones. *progress when one finished. */
+static troupe_status_t s_coll_test(troupe__req_t *r, s_rs_t *rs, bool *progress)
+{
+    bool bcast = r->kind == TROUPE__REQ_BROADCAST;
+    bool mean = !bcast && r->op == TROUPE_REDUCE_MEAN;
+    for (int i = 0; i < rs->nfl;) {
+        bool done = false;
+        if (rs->fl[i].on_ring) {
+            TROUPE_RETURN_IF_ERROR(
+                troupe__ring_test(&rs->fl[i].ring, &s_a.comm, rs->what, &done, progress));
+            if (done) {
+                s_a.rtmp_busy[rs->fl[i].tmp] = false;
+                rs->fl[i].tmp = -1;
+            }
+        } else {
+            int flag = 0;
+            int rc = MPI_Test(&rs->fl[i].req, &flag, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS)
+                return troupe__mpi_error(rs->what, "MPI_Test", rc);
+            done = flag != 0;
+        }
+        if (!done) {
+            i++;
+            continue;
+        }
+        s_flight_t f = rs->fl[i];
+        troupe__bucket_t *b = &rs->plan.bks[f.bucket];
+        if (f.slot >= 0) {
+            if (!bcast || s_a.comm.rank != r->root)
+                troupe__bucket_unpack(r, &rs->plan, b, s_a.slot[f.slot], s_a.comm.size);
+            s_a.slot_busy[f.slot] = false;
+            b->slot = -1;
+        } else if (mean) {
+            troupe__divide_by(troupe__cls_red_type(b->cls),
+                              troupe__seg_ptr(r, &rs->plan.segs[b->seg0]), b->units, s_a.comm.size);
+        }
+        rs->done_bks++;
+        rs->fl[i] = rs->fl[--rs->nfl];
+        *progress = true;
+    }
+    return TROUPE_OK;
+}
+
+/* ---- point-to-point data ----------------------------------------------------------------- */
+
+static troupe_status_t s_p2p_post(troupe__req_t *r, s_rs_t *rs)
+{
+    int64_t bytes = r->bytes;
+    int n = (int)((bytes + TROUPE__MAX_MSG_BYTES - 1) / TROUPE__MAX_MSG_BYTES);
+    if (n == 0)
+        return TROUPE_OK;
+    rs->p2p = troupe_calloc((size_t)n, sizeof *rs->p2p);
+    if (rs->p2p == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", rs->what);
+    char *base = r->tensors[0].data;
+    for (int i = 0; i < n; i++) {
+        int64_t off = (int64_t)i * TROUPE__MAX_MSG_BYTES;
+        int c = (int)(bytes - off < TROUPE__MAX_MSG_BYTES ? bytes - off : TROUPE__MAX_MSG_BYTES);
+        int rc = r->kind == TROUPE__REQ_SEND
+                     ? MPI_Isend(base + off, c, MPI_BYTE, r->peer, TROUPE__TAG_DATA_P2P,
+                                 s_a.comm.data, &rs->p2p[i])
+                     : MPI_Irecv(base + off, c, MPI_BYTE, r->peer, TROUPE__TAG_DATA_P2P,
+                                 s_a.comm.data, &rs->p2p[i]);
+        if (rc != MPI_SUCCESS)
+            return troupe__mpi_error(rs->what,
+                                     r->kind == TROUPE__REQ_SEND ? "MPI_Isend" : "MPI_Irecv", rc);
+        rs->np2p++;
+    }
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_p2p_test(s_rs_t *rs, bool *progress, bool *all)
+{
+    *all = true;
+    for (int i = 0; i < rs->np2p; i++) {
+        if (rs->p2p[i] == MPI_REQUEST_NULL)
+            continue;
+        int flag = 0;
+        int rc = MPI_Test(&rs->p2p[i], &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return troupe__mpi_error(rs->what, "MPI_Test", rc);
+        if (flag)
+            *progress = true; /* MPI_Test set the request to MPI_REQUEST_NULL */
+        else
+            *all = false;
+    }
+    return TROUPE_OK;
+}
+
+/* ---- one request ------------------------------------------------------------------------- */
+
+static troupe_status_t s_start_probe(troupe__req_t *r, s_rs_t *rs, int64_t now)
+{
+    rs->probing = true;
+    rs->probe_t0 = now;
+    rs->probe_end = now + S_PROBE_WINDOW_NS;
+    int64_t ping[2] = {S_PING, now};
+    TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_TRANSPORT,
+               "%s: no progress for %" PRId64 " s; probing the ranks involved", rs->what,
+               troupe_config_timeout_s());
+    for (int p = 0; p < s_a.comm.size; p++) {
+        if (p == s_a.comm.rank || (troupe__req_is_p2p(r) && p != r->peer))
+            continue;
+        TROUPE_RETURN_IF_ERROR(
+            troupe__engine_send_ctl(ping, sizeof ping, p, TROUPE__TAG_PROBE, "PING"));
+    }
+    return TROUPE_OK;
+}
+
+/* The probe window closed: names the ranks that did not answer. */
+static troupe_status_t s_probe_verdict(troupe__req_t *r, s_rs_t *rs)
+{
+    bool bad[s_a.comm.size];
+    int nbad = 0;
+    for (int p = 0; p < s_a.comm.size; p++) {
+        bad[p] = p != s_a.comm.rank && (!troupe__req_is_p2p(r) || p == r->peer) &&
+                 s_a.last_pong_ns[p] < rs->probe_t0;
+        nbad += bad[p];
+    }
+    if (nbad == 0)
+        return troupe__error(TROUPE_DEADLINE_EXCEEDED,
+                             "%s: data made no progress within %" PRId64
+                             " s although every rank answered a liveness probe (stuck in MPI?)",
+                             rs->what, troupe_config_timeout_s());
+    char ranks[256];
+    s_rank_list(bad, ranks, sizeof ranks);
+    return troupe__error(TROUPE_DEADLINE_EXCEEDED,
+                         "%s: %s did not answer within %" PRId64
+                         " s (dead or stuck): data made no progress and a liveness probe got no "
+                         "answer",
+                         rs->what, ranks, troupe_config_timeout_s());
+}
+
+static void s_log_done(troupe__req_t *r, s_rs_t *rs)
+{
+    int64_t now = troupe_now_ns();
+    char shm[128] = "";
+    if (rs->use_shm) {
+        const troupe__shm_coll_t *c = &rs->shm;
+        snprintf(shm, sizeof shm,
+                 " (shared memory: arrivals %.1f us, reduce %.1f us, departures %.1f us)",
+                 (double)(c->t_arrived_ns - c->t_begin_ns) / 1e3,
+                 (double)(c->t_reduced_ns - c->t_arrived_ns) / 1e3,
+                 (double)(c->t_done_ns - c->t_reduced_ns) / 1e3);
+    }
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT,
+               "%s: %zu tensors, %" PRId64 " bytes, %zu buckets, %.1f us (fingerprints %.1f us, "
+               "queued %.1f us before)%s",
+               rs->what, r->n, r->bytes, rs->plan.nbks, (double)(now - rs->t_start_ns) / 1e3,
+               (double)(rs->t_data_ns - rs->t_start_ns) / 1e3,
+               (double)(rs->t_start_ns - r->submitted_ns) / 1e3, shm);
+}
+
+/* Starts the fingerprint exchange with this rank's layout: whether its tensors form one span
+ * (the flat plan) and, for an allreduce while shared memory is on, where that span lies in
+ * shareable memory (id 0: it does not). */
+static troupe_status_t s_fp_begin(troupe__req_t *r, s_rs_t *rs)
+{
+    troupe__shm_ref_t shm = {0};
+    rs->flat = troupe__bucket_flat(r, &rs->span, &rs->span_bytes, &rs->span_cls);
+    if (rs->flat && r->kind == TROUPE__REQ_ALLREDUCE && troupe__shm_coll_on() &&
+        !troupe__shm_find(rs->span, (size_t)rs->span_bytes, &shm))
+        memset(&shm, 0, sizeof shm);
+    return troupe__fp_exchange_start(&rs->fp, &s_a.comm, r, rs->what, rs->flat, &shm);
+}
+
+/* The fingerprints agree: decides from every rank's layout (the digests) how the data moves,
+ * alike on every rank: the flat plan when every rank's tensors form one span, through shared
+ * memory when each such span lies in shareable memory. */
+static void s_fp_agreed(const troupe__req_t *r, s_rs_t *rs)
+{
+    rs->all_flat = rs->fp.mine.flat != 0;
+    rs->use_shm = rs->all_flat && rs->fp.mine.shm.id != 0 && troupe__shm_coll_on();
+    for (int p = 0; p < s_a.comm.size; p++) {
+        if (!troupe__req_involves(r, p, s_a.comm.rank))
+            continue;
+        rs->all_flat = rs->all_flat && rs->fp.peer[p].flat != 0;
+        rs->use_shm = rs->use_shm && rs->fp.peer[p].shm.id != 0;
+    }
+    rs->use_shm = rs->use_shm && rs->all_flat;
+}
+
+/* Begins reducing r's span through shared memory (every rank's digest located its span). */
+static troupe_status_t s_shm_begin(troupe__req_t *r, s_rs_t *rs)
+{
+    troupe__shm_ref_t refs[s_a.comm.size];
+    for (int p = 0; p < s_a.comm.size; p++)
+        refs[p] = p == s_a.comm.rank ? rs->fp.mine.shm : rs->fp.peer[p].shm;
+    size_t ub = troupe__cls_size(rs->span_cls);
+    return troupe__shm_coll_begin(&rs->shm, rs->what, r->seq + 1, refs, (void *)rs->span,
+                                  rs->span_bytes / (int64_t)ub, ub,
+                                  troupe__cls_red_type(rs->span_cls), r->op);
+}
+
+/* Advances r; on failure returns its status (the message recorded) and whether MPI broke. */
+static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
+{
+    int64_t now = troupe_now_ns();
+    *broken = true;
+    if (rs->phase == S_PH_INIT) {
+        rs->t_start_ns = now;
+        rs->deadline_ns = now + s_timeout_ns();
+        rs->phase = S_PH_FP;
+        TROUPE_RETURN_IF_ERROR(s_fp_begin(r, rs));
+    }
+    if (rs->phase == S_PH_FP) {
+        bool agreed = false;
+        troupe_status_t st = troupe__fp_exchange_poll(&rs->fp, &s_a.comm, r, rs->what, &agreed);
+        if (st != TROUPE_OK) {
+            *broken = st != TROUPE_FAILED_PRECONDITION;
+            return st;
+        }
+        if (!agreed && !troupe__req_is_p2p(r))
+            TROUPE_RETURN_IF_ERROR(s_prepack(r, rs));
+        if (!agreed) {
+            if (troupe_now_ns() < rs->deadline_ns)
+                return TROUPE_OK;
+            bool bad[s_a.comm.size];
+            for (int p = 0; p < s_a.comm.size; p++)
+                bad[p] = troupe__fp_exchange_pending(&rs->fp, p);
+            char ranks[256];
+            s_rank_list(bad, ranks, sizeof ranks);
+            return troupe__error(TROUPE_DEADLINE_EXCEEDED,
+                                 "%s: %s did not answer within %" PRId64 " s (dead or stuck)",
+                                 rs->what, ranks, troupe_config_timeout_s());
+        }
+        s_fp_agreed(r, rs);
+        rs->phase = S_PH_DATA;
+        rs->t_data_ns = troupe_now_ns();
+        rs->deadline_ns = rs->t_data_ns + s_timeout_ns();
+        if (troupe__req_is_p2p(r))
+            TROUPE_RETURN_IF_ERROR(s_p2p_post(r, rs));
+        else if (rs->use_shm)
+            TROUPE_RETURN_IF_ERROR(s_shm_begin(r, rs));
+        else if (!rs->plan.planned)
+            TROUPE_RETURN_IF_ERROR(troupe__bucket_plan(&rs->plan, r, rs->all_flat, rs->what));
+    }
+    bool progress = false, all = false;
+    if (rs->use_shm) {
+        TROUPE_RETURN_IF_ERROR(troupe__shm_coll_test(&rs->shm, &progress));
+        all = rs->shm.state == TROUPE__SHM_DONE;
+        if (rs->shm.state == TROUPE__SHM_FALLBACK) { /* on every rank alike: the MPI path */
+            rs->use_shm = false;
+            TROUPE_RETURN_IF_ERROR(troupe__bucket_plan(&rs->plan, r, rs->all_flat, rs->what));
+        }
+    }
+    if (troupe__req_is_p2p(r)) {
+        TROUPE_RETURN_IF_ERROR(s_p2p_test(rs, &progress, &all));
+    } else if (!rs->use_shm) {
+        TROUPE_RETURN_IF_ERROR(s_coll_test(r, rs, &progress));
+        TROUPE_RETURN_IF_ERROR(s_coll_post(r, rs));
+        all = rs->done_bks == rs->plan.nbks;
+    }
+    now = troupe_now_ns();
+    if (all) {
+        s_log_done(r, rs);
+        s_finish(r, TROUPE_OK, NULL);
+        return TROUPE_OK;
+    }
+    if (progress) {
+        rs->deadline_ns = now + s_timeout_ns();
+        rs->probing = false;
+    } else if (!rs->probing && now >= rs->deadline_ns) {
+        TROUPE_RETURN_IF_ERROR(s_start_probe(r, rs, now));
+    } else if (rs->probing && now >= rs->probe_end) {
+        return s_probe_verdict(r, rs);
+    }
+    return TROUPE_OK;
+}
+
+/* ---- the loop ---------------------------------------------------------------------------- */
+
+/* Completes and frees the finished requests (after this iteration's MPI calls). */
+static void s_reap(void)
+{
+    troupe__req_t **pp = &s_a.head;
+    while (*pp != NULL) {
+        troupe__req_t *r = *pp;
+        s_rs_t *rs = r->engine_state;
+        if (!rs->finished) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        r->next = NULL;
+        r->engine_state = NULL;
+        troupe_status_t st = rs->fin;
+        char *msg = rs->fin_msg;
+        rs->fin_msg = NULL;
+        s_rs_free(rs);
+        troupe__req_finish(&r, st, msg);
+        troupe_free(msg);
+    }
+}
+
+static void s_fail_all(troupe_status_t st, const char *msg)
+{
+    for (troupe__req_t *r = s_a.head; r != NULL; r = r->next)
+        s_finish(r, st, msg);
+}
+
+/* How often (loop turns) a busy engine answers probes, reaps control sends and yields the CPU:
+ * not every turn, since each costs a few percent of a large allreduce's bandwidth. */
+#define S_SERVICE_EVERY 16
+#define S_YIELD_EVERY 32
+/* A request whose peers have not sent their fingerprints for S_PATIENT_NS is waiting for a
+ * slower rank, not for bytes to move: the engine thread then naps S_NAP_NS between turns
+ * instead of spinning, so on a machine with fewer cores than busy threads the slower rank's
+ * compute gets the core (measured on 2 cores: the spinning engine thread took a third of a rank's
+ * CPU time). A helping thread (troupe__engine_progress: a stream or host thread blocked on the
+ * collective, with nothing else to run) yields the core on every turn instead: a nap, rounded
+ * up by the kernel's timer slack, made a 2-rank training step about 7% slower (bench_train's
+ * child, alternated runs) by answering late when the slower rank arrived. The data phase
+ * always spins: libnbc and the shared-memory BTL progress only inside MPI calls. */
+#define S_PATIENT_NS (100 * 1000LL)
+#define S_NAP_NS (50 * 1000L)
+#define S_HELPER_SPIN_NS (2 * 1000 * 1000LL)
+
+static void s_iteration(unsigned turn)
+{
+    char cmsg[1024];
+    if (troupe__cluster_is_failed()) {
+        troupe_status_t cst = troupe__cluster_failure(cmsg, sizeof cmsg);
+        s_fail_all(cst, cmsg);
+        s_reap();
+        return;
+    }
+    memset(s_a.lane_busy, 0, 1 + 2 * (size_t)s_a.comm.size);
+    bool finished = false;
+    s_a.waiting_on_peers = s_a.head != NULL;
+    s_a.waiting_since_ns = 0;
+    int64_t patient = troupe_now_ns() - S_PATIENT_NS;
+    for (troupe__req_t *r = s_a.head; r != NULL; r = r->next) {
+        s_rs_t *rs = r->engine_state;
+        if (rs->finished)
+            continue;
+        if (rs->phase != S_PH_FP || rs->t_start_ns > patient)
+            s_a.waiting_on_peers = false;
+        if (rs->t_start_ns > s_a.waiting_since_ns)
+            s_a.waiting_since_ns = rs->t_start_ns;
+        size_t lane = s_lane(r);
+        if (s_a.lane_busy[lane])
+            continue;
+        s_a.lane_busy[lane] = 1;
+        if (troupe__cluster_is_failed()) {
+            troupe_status_t cst = troupe__cluster_failure(cmsg, sizeof cmsg);
+            s_finish(r, cst, cmsg);
+            continue;
+        }
+        bool broken = false;
+        troupe_status_t st = s_step(r, rs, &broken);
+        if (st != TROUPE_OK)
+            s_fail(r, st, broken);
+        finished |= rs->finished;
+    }
+    if (!s_a.broken && !troupe__cluster_is_failed() && (turn % S_SERVICE_EVERY == 0 || finished)) {
+        troupe_status_t st = s_service_probes();
+        if (st == TROUPE_OK)
+            st = s_test_sends();
+        if (st != TROUPE_OK) {
+            troupe__cluster_fail(st, troupe_last_error(), true);
+            s_a.broken = true;
+        }
+    }
+    if (troupe__cluster_is_failed()) {
+        troupe_status_t cst = troupe__cluster_failure(cmsg, sizeof cmsg);
+        s_fail_all(cst, cmsg);
+    }
+    s_reap();
+}
+
+static troupe_status_t s_new_state(troupe__req_t *r)
+{
+    s_rs_t *rs = troupe_calloc(1, sizeof *rs);
+    if (rs == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "transport: out of memory");
+    const char *k = troupe__req_kind_name(r->kind);
+    if (r->kind == TROUPE__REQ_SEND)
+        snprintf(rs->what, sizeof rs->what, "send #%" PRIu64 " to rank %d", r->seq, r->peer);
+    else if (r->kind == TROUPE__REQ_RECV)
+        snprintf(rs->what, sizeof rs->what, "recv #%" PRIu64 " from rank %d", r->seq, r->peer);
+    else
+        snprintf(rs->what, sizeof rs->what, "%s #%" PRIu64, k, r->seq);
+    r->engine_state = rs;
+    return TROUPE_OK;
+}
+
+/* At stop on a healthy cluster: withdraws the probe receive, lets small sends finish. */
+static void s_cleanup_mpi(void)
+{
+    if (s_a.broken || troupe__cluster_failure(NULL, 0) == TROUPE_DEADLINE_EXCEEDED ||
+        troupe__cluster_failure(NULL, 0) == TROUPE_TRANSPORT_ERROR)
+        return;
+    int64_t end = troupe_now_ns() + S_DRAIN_NS;
+    if (s_a.probe_posted) {
+        MPI_Cancel(&s_a.probe_req);
+        int flag = 0;
+        while (!flag && troupe_now_ns() < end)
+            if (MPI_Test(&s_a.probe_req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                break;
+        s_a.probe_posted = false;
+    }
+    while (s_a.nsends > 0 && troupe_now_ns() < end) {
+        if (s_test_sends() != TROUPE_OK)
+            break;
+        sched_yield();
+    }
+    if (s_a.nsends > 0)
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_TRANSPORT,
+                   "transport: %zu control sends did not complete at finalize", s_a.nsends);
+}
+
+/* Takes the mailbox's requests (mu held). */
+static troupe__req_t *s_take_inbox(void)
+{
+    troupe__req_t *in = s_a.in_head;
+    s_a.in_head = s_a.in_tail = NULL;
+    return in;
+}
+
+/* Appends new requests to the active list, in issue order (engine owner). */
+static void s_admit(troupe__req_t *in)
+{
+    troupe__req_t **tail = &s_a.head;
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    while (in != NULL) {
+        troupe__req_t *r = in;
+        in = in->next;
+        r->next = NULL;
+        if (s_new_state(r) != TROUPE_OK) {
+            troupe__req_finish(&r, TROUPE_RESOURCE_EXHAUSTED, troupe_last_error());
+            continue;
+        }
+        *tail = r;
+        tail = &r->next;
+    }
+}
+
+/* Between two turns of the engine: while only slower ranks are awaited, the engine thread naps
+ * and a helping thread yields for S_HELPER_SPIN_NS more, then naps too (a rank seconds behind,
+ * evaluating or checkpointing, must not cost a core); else yield now and then. */
+static void s_pause(bool helping)
+{
+    if (s_a.waiting_on_peers && helping &&
+        troupe_now_ns() - s_a.waiting_since_ns < S_PATIENT_NS + S_HELPER_SPIN_NS) {
+        sched_yield();
+    } else if (s_a.waiting_on_peers) {
+        struct timespec nap = {0, S_NAP_NS};
+        nanosleep(&nap, NULL);
+    } else if (s_a.head != NULL && s_a.turn % S_YIELD_EVERY == 0) {
+        sched_yield();
+    }
+}
+
+static void *s_engine_main(void *arg)
+{
+    (void)arg;
+    troupe_log_set_thread_tag("transport");
+    troupe_status_t st = s_post_probe_recv();
+    if (st != TROUPE_OK) {
+        troupe__cluster_fail(st, troupe_last_error(), true);
+        s_a.broken = true;
+    }
+    for (;;) {
+        pthread_mutex_lock(&s_a.mu);
+        while (s_a.helping) { /* a waiting thread drives the engine */
+            s_a.sleeping = true;
+            pthread_cond_wait(&s_a.cv, &s_a.mu);
+            s_a.sleeping = false;
+        }
+        troupe__req_t *in = s_take_inbox();
+        bool abort_now = s_a.abort_now;
+        if (in == NULL && s_a.head == NULL && !abort_now) {
+            s_a.busy = false;
+            if (s_a.stop) {
+                pthread_mutex_unlock(&s_a.mu);
+                break;
+            }
+            s_a.sleeping = true;
+            pthread_cond_wait(&s_a.cv, &s_a.mu);
+            s_a.sleeping = false;
+            pthread_mutex_unlock(&s_a.mu);
+            continue;
+        }
+        s_a.busy = true;
+        pthread_mutex_unlock(&s_a.mu);
+        s_admit(in);
+        if (abort_now) {
+            s_fail_all(TROUPE_CANCELLED, "transport: the cluster is aborting");
+            s_reap();
+            break;
+        }
+        s_iteration(s_a.turn++);
+        s_pause(false);
+    }
+    if (!s_a.abort_now)
+        s_cleanup_mpi();
+    pthread_mutex_lock(&s_a.mu);
+    s_a.exited = true;
+    pthread_cond_broadcast(&s_a.exit_cv);
+    pthread_mutex_unlock(&s_a.mu);
+    return NULL;
+}
+
+/* ---- a waiting thread drives the engine ---------------------------------------------------
+ *
+ * Host-level collectives, and device-level ones with TROUPE_COLL_LAZY, are submitted lazily:
+ * the engine thread is not woken (r->lazy); their event's first consumer starts them
+ * (troupe__event_set_progress). A thread that waits for such an event while the engine thread is
+ * idle (asleep, nothing in flight) — in troupe_event_sync, or a stream parking on it (measured on
+ * bench_train 2x1: context switches 15.5k -> 3.1k per run) — takes the engine over instead of
+ * waking the engine thread and sleeping itself: it admits the mailbox, turns the engine (every
+ * request in flight, not only its own) until its event completes or its deadline passes, and hands
+ * back, waking the engine thread if work is left. That saves both thread wake-ups of the hand-off
+ * (about 10 us each here), which dominate small and mid-sized collectives; merely waking the
+ * actor at submit, to find the engine taken, cost as much on 2 cores (bench_merge 4 KiB:
+ * 16-22 us against 5.7 us without that wake-up). MPI calls stay serialized: busy and helping,
+ * under mu, make one thread at a time the engine's owner, and mu orders what each leaves for
+ * the next. */
+void troupe__engine_progress(troupe_event_t *ev, int64_t deadline_ns)
+{
+    pthread_mutex_lock(&s_a.mu);
+    if (deadline_ns == TROUPE__EVENT_KICK || !s_a.running || !s_a.accepting || s_a.exited ||
+        s_a.stop || s_a.busy || s_a.helping) {
+        /* the engine thread (or another helping thread, which admits the mailbox every turn) drives
+         */
+        if (s_a.sleeping && !s_a.helping && s_a.in_head != NULL)
+            pthread_cond_signal(&s_a.cv);
+        pthread_mutex_unlock(&s_a.mu);
+        return;
+    }
+    s_a.helping = true;
+    pthread_mutex_unlock(&s_a.mu);
+    TROUPE_LOG(TROUPE_LOG_TRACE, TROUPE_SUB_TRANSPORT, "a waiting thread drives the engine for %s",
+               troupe_event_name(ev));
+    for (;;) {
+        pthread_mutex_lock(&s_a.mu);
+        troupe__req_t *in = s_take_inbox();
+        bool leave = s_a.abort_now || s_a.stop;
+        pthread_mutex_unlock(&s_a.mu);
+        s_admit(in);
+        if (leave || s_a.head == NULL)
+            break; /* the engine thread aborts or drains; or nothing is in flight */
+        s_iteration(s_a.turn++);
+        if (troupe_event_state(ev) != TROUPE_EVENT_PENDING ||
+            (deadline_ns != TROUPE_TIMEOUT_INFINITE && troupe_now_ns() >= deadline_ns))
+            break;
+        s_pause(true);
+    }
+    pthread_mutex_lock(&s_a.mu);
+    s_a.helping = false;
+    if (s_a.sleeping && (s_a.head != NULL || s_a.in_head != NULL || s_a.stop || s_a.abort_now))
+        pthread_cond_signal(&s_a.cv);
+    pthread_mutex_unlock(&s_a.mu);
+}
+
+/* ---- start / stop / submit --------------------------------------------------------------- */
+
+/* The per-peer vectors troupe__engine_start allocates. */
+static void s_free_peer_arrays(void)
+{
+    troupe_free(s_a.send_seq);
+    troupe_free(s_a.recv_seq);
+    troupe_free(s_a.last_pong_ns);
+    troupe_free(s_a.lane_busy);
+    s_a.send_seq = s_a.recv_seq = NULL;
+    s_a.last_pong_ns = NULL;
+    s_a.lane_busy = NULL;
+}
+
+troupe_status_t troupe__engine_start(const void *data_comm, const void *ctl_comm, int rank,
+                                     int size)
+{
+    if (s_a.running)
+        return troupe__error(TROUPE_INTERNAL, "transport: the engine already runs");
+    s_a.comm.data = *(const MPI_Comm *)data_comm;
+    s_a.comm.ctl = *(const MPI_Comm *)ctl_comm;
+    s_a.comm.rank = rank;
+    s_a.comm.size = size;
+    s_a.head = NULL;
+    s_a.broken = false;
+    s_a.probe_posted = false;
+    /* collective (every rank calls it whatever fails here after): first */
+    TROUPE_RETURN_IF_ERROR(troupe__shm_coll_start(data_comm, rank, size));
+    s_a.send_seq = troupe_calloc((size_t)size, sizeof *s_a.send_seq);
+    s_a.recv_seq = troupe_calloc((size_t)size, sizeof *s_a.recv_seq);
+    s_a.last_pong_ns = troupe_calloc((size_t)size, sizeof *s_a.last_pong_ns);
+    s_a.lane_busy = troupe_calloc(1 + 2 * (size_t)size, 1);
+    if (s_a.send_seq == NULL || s_a.recv_seq == NULL || s_a.last_pong_ns == NULL ||
+        s_a.lane_busy == NULL) {
+        troupe__error(TROUPE_RESOURCE_EXHAUSTED, "transport: out of memory");
+        goto free_peers;
+    }
+    for (int p = 0; p < size; p++)
+        s_a.last_pong_ns[p] = INT64_MIN;
+    s_a.coll_seq = 0;
+    s_a.turn = 0;
+    s_a.stop = s_a.abort_now = s_a.exited = s_a.sleeping = false;
+    s_a.busy = s_a.helping = false;
+    int rc = pthread_create(&s_a.thread, NULL, s_engine_main, NULL);
+    if (rc != 0) {
+        char es[128];
+        troupe__error(TROUPE_RESOURCE_EXHAUSTED, "transport: pthread_create: %s",
+                      strerror_r(rc, es, sizeof es)); /* GNU: returns the text */
+        goto free_peers;
+    }
+    pthread_mutex_lock(&s_a.mu);
+    s_a.running = true;
+    s_a.accepting = true;
+    pthread_mutex_unlock(&s_a.mu);
+    return TROUPE_OK;
+free_peers: /* and shared memory, which started first */
+    s_free_peer_arrays();
+    troupe__shm_coll_stop();
+    return TROUPE_RESOURCE_EXHAUSTED;
+}
+
+bool troupe__engine_stop(bool drain, int64_t timeout_ns)
+{
+    pthread_mutex_lock(&s_a.mu);
+    if (!s_a.running) {
+        pthread_mutex_unlock(&s_a.mu);
+        return true;
+    }
+    s_a.accepting = false;
+    s_a.stop = true;
+    if (!drain)
+        s_a.abort_now = true;
+    pthread_cond_signal(&s_a.cv);
+    int64_t deadline = troupe_deadline_after(timeout_ns);
+    while (!s_a.exited) {
+        if (deadline == TROUPE_TIMEOUT_INFINITE) {
+            pthread_cond_wait(&s_a.exit_cv, &s_a.mu);
+            continue;
+        }
+        int64_t left = troupe_deadline_remaining(deadline);
+        if (left <= 0)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = (int64_t)ts.tv_nsec + (left < S_NS_PER_S ? left : S_NS_PER_S);
+        ts.tv_sec += (time_t)(ns / S_NS_PER_S);
+        ts.tv_nsec = (long)(ns % S_NS_PER_S);
+        pthread_cond_timedwait(&s_a.exit_cv, &s_a.mu, &ts);
+    }
+    bool exited = s_a.exited;
+    pthread_mutex_unlock(&s_a.mu);
+    if (!exited)
+        return false;
+    pthread_join(s_a.thread, NULL);
+    pthread_mutex_lock(&s_a.mu);
+    s_a.running = false;
+    pthread_mutex_unlock(&s_a.mu);
+    for (int i = 0; i < 2; i++) {
+        troupe_free(s_a.slot[i]);
+        s_a.slot[i] = NULL;
+        s_a.slot_cap[i] = 0;
+        s_a.slot_busy[i] = false;
+        troupe_free(s_a.rtmp[i]);
+        s_a.rtmp[i] = NULL;
+        s_a.rtmp_cap[i] = 0;
+        s_a.rtmp_busy[i] = false;
+    }
+    for (size_t i = 0; i < s_a.nsends; i++)
+        troupe_free(s_a.sends[i].buf); /* only left after a failure: never reused */
+    troupe_free(s_a.sends);
+    s_a.sends = NULL;
+    s_a.nsends = s_a.sends_cap = 0;
+    s_free_peer_arrays();
+    troupe__shm_coll_stop();
+    return true;
+}
+
+bool troupe__engine_running(void)
+{
+    pthread_mutex_lock(&s_a.mu);
+    bool on = s_a.accepting;
+    pthread_mutex_unlock(&s_a.mu);
+    return on;
+}
+
+void troupe__engine_submit(troupe__req_t **r_p)
+{
+    troupe__req_t *r = *r_p;
+    *r_p = NULL;
+    char msg[1024];
+    troupe_status_t st = troupe__cluster_failure(msg, sizeof msg);
+    if (st != TROUPE_OK) {
+        troupe__req_finish(&r, st, msg);
+        return;
+    }
+    pthread_mutex_lock(&s_a.mu);
+    if (!s_a.accepting) {
+        pthread_mutex_unlock(&s_a.mu);
+        troupe__req_finish(&r, TROUPE_CANCELLED, "transport: the cluster was finalized or aborted");
+        return;
+    }
+    if (r->kind == TROUPE__REQ_SEND)
+        r->seq = ++s_a.send_seq[r->peer];
+    else if (r->kind == TROUPE__REQ_RECV)
+        r->seq = ++s_a.recv_seq[r->peer];
+    else
+        r->seq = ++s_a.coll_seq;
+    r->submitted_ns = troupe_now_ns();
+    r->next = NULL;
+    if (s_a.in_tail != NULL)
+        s_a.in_tail->next = r;
+    else
+        s_a.in_head = r;
+    s_a.in_tail = r;
+    /* A lazy request whose event was consumed before it got here (a subscriber, a poll) starts
+     * at once: that consumer's kick found nothing to start. */
+    if (s_a.sleeping && (!r->lazy || troupe__event_was_kicked(r->ev)))
+        pthread_cond_signal(&s_a.cv);
+    pthread_mutex_unlock(&s_a.mu);
+}
+
+#else /* !TROUPE_HAVE_MPI: a single-rank cluster has no engine */
+
+void troupe__engine_progress(troupe_event_t *ev, int64_t deadline_ns)
+{
+    (void)ev;
+    (void)deadline_ns;
+}
+
+troupe_status_t troupe__engine_start(const void *data_comm, const void *ctl_comm, int rank,
+                                     int size)
+{
+    (void)data_comm;
+    (void)ctl_comm;
+    (void)rank;
+    (void)size;
+    return troupe__error(TROUPE_UNIMPLEMENTED, "transport: troupe was built without MPI");
+}
+
+bool troupe__engine_stop(bool drain, int64_t timeout_ns)
+{
+    (void)drain;
+    (void)timeout_ns;
+    return true;
+}
+
+bool troupe__engine_running(void)
+{
+    return false;
+}
+
+void troupe__engine_submit(troupe__req_t **r_p)
+{
+    troupe__req_finish(r_p, TROUPE_FAILED_PRECONDITION,
+                       "transport: troupe was built without MPI (single rank)");
+}
+
+#endif
