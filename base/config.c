@@ -26,6 +26,7 @@ static atomic_int_fast64_t s_timeout_s;
 static atomic_size_t s_fusion_bytes;
 static atomic_bool s_auto_host;
 static atomic_bool s_coll_shm;
+static atomic_bool s_gemm_library;
 static atomic_size_t s_stack_threshold;
 static troupe_status_t s_load_status;
 static char s_load_error[512];
@@ -81,6 +82,7 @@ static void s_load(void)
     atomic_store(&s_fusion_bytes, (size_t)64 << 20);
     atomic_store(&s_auto_host, true);
     atomic_store(&s_coll_shm, true);
+    atomic_store(&s_gemm_library, true);
     atomic_store(&s_stack_threshold, (size_t)16384);
 
     const char *v;
@@ -125,6 +127,12 @@ static void s_load(void)
             atomic_store(&s_coll_shm, v[0] == '1');
         else
             s_bad("TROUPE_COLL_SHM", v, "expected 0 or 1");
+    }
+    if ((v = getenv("TROUPE_GEMM")) != NULL) {
+        if (strcmp(v, "library") == 0 || strcmp(v, "generated") == 0)
+            atomic_store(&s_gemm_library, v[0] == 'l');
+        else
+            s_bad("TROUPE_GEMM", v, "expected library or generated");
     }
     if ((v = getenv("TROUPE_STACK_THRESHOLD")) != NULL) {
         if (s_parse_int(v, 0, &n))
@@ -207,6 +215,11 @@ bool troupe_config_coll_shm(void)
     troupe__config_ensure_loaded();
     return atomic_load(&s_coll_shm);
 }
+bool troupe_config_gemm_library(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_gemm_library);
+}
 size_t troupe_config_stack_threshold_bytes(void)
 {
     troupe__config_ensure_loaded();
@@ -269,6 +282,11 @@ void troupe_config_set_coll_shm(bool on)
 {
     troupe__config_ensure_loaded();
     atomic_store(&s_coll_shm, on);
+}
+void troupe_config_set_gemm_library(bool on)
+{
+    troupe__config_ensure_loaded();
+    atomic_store(&s_gemm_library, on);
 }
 troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes)
 {

@@ -16,6 +16,7 @@
  * | TROUPE_AUTO_HOST_TRANSFERS  | 1                                     | troupe_config_set_auto_host_transfers |
  * | TROUPE_STACK_THRESHOLD      | 16384 (bytes)                         | troupe_config_set_stack_threshold_bytes |
  * | TROUPE_COLL_SHM             | 1                                     | troupe_config_set_coll_shm      |
+ * | TROUPE_GEMM                 | library                               | troupe_config_set_gemm_library  |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -58,6 +59,10 @@ size_t troupe_config_stack_threshold_bytes(void);
 /* Whether ranks that share a node reduce through shared memory (transport/mpi/collective.h,
  * Algorithms); read when the cluster starts. */
 bool troupe_config_coll_shm(void);
+/* Whether generated CPU code calls the GEMM library for the contractions it recognises
+ * (TROUPE_GEMM=library, the default) or keeps its own loops (TROUPE_GEMM=generated); read when
+ * a routine's code is loaded (devices/host, compiler/gemm.h). */
+bool troupe_config_gemm_library(void);
 
 /* Setters return TROUPE_INVALID_ARGUMENT for NULL/empty strings, non-positive timeouts
  * or fusion sizes below 1 KiB; TROUPE_RESOURCE_EXHAUSTED if a copy cannot be allocated. */
@@ -69,6 +74,7 @@ TROUPE_MUST_USE troupe_status_t troupe_config_set_timeout_s(int64_t seconds);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_fusion_bytes(size_t size_bytes);
 void troupe_config_set_auto_host_transfers(bool on);
 void troupe_config_set_coll_shm(bool on);
+void troupe_config_set_gemm_library(bool on);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes);
 
 /* Loads the configuration if not yet loaded (cheap after the first call). Internal. */

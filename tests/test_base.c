@@ -132,9 +132,11 @@ Test(config, defaults_without_environment)
     unsetenv("TROUPE_AUTO_HOST_TRANSFERS");
     unsetenv("TROUPE_STACK_THRESHOLD");
     unsetenv("TROUPE_COLL_SHM");
+    unsetenv("TROUPE_GEMM");
     unsetenv("TROUPE_LOG");
     cr_assert_eq(troupe_config_reload(), TROUPE_OK);
     cr_assert(troupe_config_coll_shm());
+    cr_assert(troupe_config_gemm_library());
     cr_assert_eq(troupe_config_timeout_s(), 120);
     cr_assert_eq(troupe_config_timeout_ns(), 120LL * 1000000000LL);
     cr_assert_eq(troupe_config_fusion_bytes(), (size_t)64 << 20);
@@ -154,6 +156,10 @@ Test(config, environment_is_read)
     cr_assert_eq(troupe_config_reload(), TROUPE_OK);
     cr_assert_not(troupe_config_coll_shm());
     unsetenv("TROUPE_COLL_SHM");
+    setenv("TROUPE_GEMM", "generated", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert_not(troupe_config_gemm_library());
+    unsetenv("TROUPE_GEMM");
     cr_assert_eq(troupe_config_timeout_s(), 7);
     cr_assert_eq(troupe_config_fusion_bytes(), 2048);
     cr_assert_str_eq(troupe_config_backend(), "sync");
@@ -182,6 +188,12 @@ Test(config, malformed_environment_keeps_default_and_names_variable)
               troupe_last_error());
     cr_assert(troupe_config_coll_shm(), "a malformed value keeps the default (1)");
     unsetenv("TROUPE_COLL_SHM");
+    setenv("TROUPE_GEMM", "blas", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "TROUPE_GEMM='blas'") != NULL, "%s",
+              troupe_last_error());
+    cr_assert(troupe_config_gemm_library(), "a malformed value keeps the default (library)");
+    unsetenv("TROUPE_GEMM");
     cr_assert_eq(troupe_config_reload(), TROUPE_OK);
 }
 
@@ -195,6 +207,10 @@ Test(config, setters_validate)
     cr_assert_eq(troupe_config_set_backend(""), TROUPE_INVALID_ARGUMENT);
     cr_assert_eq(troupe_config_set_cc("clang"), TROUPE_OK);
     cr_assert_str_eq(troupe_config_cc(), "clang");
+    troupe_config_set_gemm_library(false);
+    cr_assert_not(troupe_config_gemm_library());
+    troupe_config_set_gemm_library(true);
+    cr_assert(troupe_config_gemm_library());
     troupe_config_set_coll_shm(false);
     cr_assert_not(troupe_config_coll_shm());
     troupe_config_set_coll_shm(true);
