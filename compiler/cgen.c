@@ -18,7 +18,9 @@
 #include "compiler/cgen.h"
 
 #include "base/alloc.h"
+#include "base/log.h"
 #include "compiler/cgen_impl.h"
+#include "compiler/gemm.h"
 #include "ir/ops.h"
 
 #include <inttypes.h>
@@ -339,6 +341,7 @@ typedef struct s_gen {
     int32_t *scope_uses; /* per scope id: instances emitted so far */
     int32_t nscope_ids;
     const troupe_tnode_t *merge_node;
+    bool uses_gemm; /* some contraction calls the GEMM library (compiler/gemm.h) */
 } s_gen_t;
 
 static const char *s_dialect_name(troupe_cgen_dialect_t d)
@@ -978,6 +981,84 @@ static void s_put_comment(s_buf_t *out, const char *text)
     s_puts(out, " */\n");
 }
 
+static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent, s_buf_t *out)
+{
+    int32_t sym = s->u.for_loop.sym;
+    const char *name = g->syms[sym];
+    s_indent(out, indent);
+    s_printf(out, "for (int64_t %s = %" PRId64 "; %s <= %" PRId64 "; ++%s) {\n", name,
+             s->u.for_loop.from, name, s->u.for_loop.to, name);
+    s_range_t saved = g->ranges[sym];
+    g->ranges[sym] = (s_range_t){true, s->u.for_loop.from, s->u.for_loop.to};
+    troupe_status_t st = s_emit_ll(g, s->u.for_loop.body, indent + 1, out);
+    g->ranges[sym] = saved;
+    s_indent(out, indent);
+    s_puts(out, "}\n");
+    return st;
+}
+
+/* &ident[offset of the access with the product's three iterators at 0]: the operand's base. */
+static void s_put_gemm_base(s_gen_t *g, s_buf_t *b, const troupe_gemm_t *gm,
+                            const troupe_gemm_operand_t *o)
+{
+    troupe_axis_index_t base[TROUPE_MAX_DIMS];
+    for (int ax = 0; ax < o->tn->ndims; ax++) {
+        base[ax] = o->idcs[ax];
+        base[ax].nterms = 0;
+        for (int t = 0; t < o->idcs[ax].nterms; t++) {
+            int32_t sym = o->idcs[ax].terms[t].sym;
+            if (sym != gm->sym_m && sym != gm->sym_n && sym != gm->sym_k)
+                base[ax].terms[base[ax].nterms++] = o->idcs[ax].terms[t];
+        }
+    }
+    s_printf(b, "&%s[", s_info(g, o->tn)->ident);
+    s_put_offset(g, b, o->tn, base);
+    s_puts(b, "]");
+}
+
+/* A contraction the GEMM library takes becomes a call through the hook the loader sets, with
+ * the generated loops kept for when no library is there (TROUPE_GEMM=generated, a build
+ * without one): compiler/gemm.h. */
+static troupe_status_t s_emit_gemm_or_for(s_gen_t *g, const troupe_ll_t *s, int indent,
+                                          s_buf_t *out)
+{
+    troupe_gemm_t gm;
+    const char *why = NULL;
+    troupe_gemm_verdict_t v = troupe_gemm_match(s, &gm, &why);
+    if (v == TROUPE_GEMM_REFUSED)
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
+                   "cgen of %s: the contraction into %s stays generated loops: %s",
+                   g->proc->name, s_info(g, gm.c.tn)->ident, why);
+    if (v != TROUPE_GEMM_YES)
+        return s_emit_for(g, s, indent, out);
+    bool single = gm.prec == TROUPE_PREC_SINGLE;
+    g->uses_gemm = true;
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
+               "cgen of %s: %s = %s%s x %s%s (m=%" PRId64 " n=%" PRId64 " k=%" PRId64
+               ") calls the GEMM library",
+               g->proc->name, s_info(g, gm.c.tn)->ident, s_info(g, gm.a.tn)->ident,
+               gm.a.trans ? "^T" : "", s_info(g, gm.b.tn)->ident, gm.b.trans ? "^T" : "", gm.m,
+               gm.n, gm.k);
+    s_indent(out, indent);
+    s_printf(out, "if (troupe_%cgemm != 0) {\n", single ? 's' : 'd');
+    s_indent(out, indent + 1);
+    s_printf(out, "troupe_%cgemm(%d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, ",
+             single ? 's' : 'd', gm.a.trans ? 1 : 0, gm.b.trans ? 1 : 0, gm.m, gm.n, gm.k,
+             single ? "1.0f" : "1.0");
+    s_put_gemm_base(g, out, &gm, &gm.a);
+    s_printf(out, ", %" PRId64 ", ", gm.a.ld);
+    s_put_gemm_base(g, out, &gm, &gm.b);
+    s_printf(out, ", %" PRId64 ", %s, ", gm.b.ld, single ? "1.0f" : "1.0");
+    s_put_gemm_base(g, out, &gm, &gm.c);
+    s_printf(out, ", %" PRId64 ");\n", gm.c.ld);
+    s_indent(out, indent);
+    s_puts(out, "} else {\n");
+    troupe_status_t st = s_emit_for(g, s, indent + 1, out);
+    s_indent(out, indent);
+    s_puts(out, "}\n");
+    return st;
+}
+
 static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent, s_buf_t *out)
 {
     switch (s->kind) {
@@ -992,18 +1073,9 @@ static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent, s
             TROUPE_RETURN_IF_ERROR(s_emit_ll(g, s->u.seq.items[i], indent, out));
         return TROUPE_OK;
     case TROUPE_LL_FOR: {
-        int32_t sym = s->u.for_loop.sym;
-        const char *name = g->syms[sym];
-        s_indent(out, indent);
-        s_printf(out, "for (int64_t %s = %" PRId64 "; %s <= %" PRId64 "; ++%s) {\n", name,
-                 s->u.for_loop.from, name, s->u.for_loop.to, name);
-        s_range_t saved = g->ranges[sym];
-        g->ranges[sym] = (s_range_t){true, s->u.for_loop.from, s->u.for_loop.to};
-        troupe_status_t st = s_emit_ll(g, s->u.for_loop.body, indent + 1, out);
-        g->ranges[sym] = saved;
-        s_indent(out, indent);
-        s_puts(out, "}\n");
-        return st;
+        if (g->dialect == TROUPE_CGEN_C)
+            return s_emit_gemm_or_for(g, s, indent, out);
+        return s_emit_for(g, s, indent, out);
     }
     case TROUPE_LL_ZERO_OUT: {
         const troupe_tnode_t *tn = s->u.zero_out;
@@ -1194,6 +1266,7 @@ void troupe_cgen_result_destroy(troupe_cgen_result_t **result_p)
     troupe_free(r->source);
     troupe_free(r->name);
     troupe_free(r->entry_name);
+    troupe_free(r->gemm_hooks_name);
     troupe_free(r);
     *result_p = NULL;
 }
@@ -1334,6 +1407,14 @@ static void s_put_function(const s_gen_t *g, const troupe_cgen_result_t *r, cons
     s_puts(b, "}\n");
 }
 
+/* The loader's door to the GEMM library (compiler/gemm.h). */
+static void s_put_gemm_hooks(const troupe_cgen_result_t *r, s_buf_t *b)
+{
+    s_printf(b, "\nvoid %s(troupe_sgemm_fn s, troupe_dgemm_fn d);\n", r->gemm_hooks_name);
+    s_printf(b, "void %s(troupe_sgemm_fn s, troupe_dgemm_fn d)\n{\n", r->gemm_hooks_name);
+    s_puts(b, "    troupe_sgemm = s;\n    troupe_dgemm = d;\n}\n");
+}
+
 static void s_put_entry(const troupe_cgen_result_t *r, s_buf_t *b)
 {
     s_printf(b, "\nvoid %s(void **args)\n{\n", r->entry_name);
@@ -1426,9 +1507,18 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
     if ((st = s_build_params(&g, r)) != TROUPE_OK)
         goto done;
 
+    if (g.uses_gemm) {
+        r->gemm_hooks_name = troupe_strdup_printf("%s_gemm_hooks", proc->name);
+        if (r->gemm_hooks_name == NULL) {
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+            goto done;
+        }
+    }
     s_put_function(&g, r, &body, &fn);
     if (dialect == TROUPE_CGEN_C)
         s_put_entry(r, &fn);
+    if (g.uses_gemm)
+        s_put_gemm_hooks(r, &fn);
 
     pre.secs = troupe__cgen_sections(&pre.nsecs);
     pre.dialect = dialect;

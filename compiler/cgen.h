@@ -145,6 +145,11 @@ typedef struct troupe_cgen_result {
     size_t source_len;           /* strlen(source) */
     char *name;                  /* the routine's (kernel's) name: the procedure's name */
     char *entry_name;            /* C: "<name>_entry"; CUDA: NULL */
+    /* C: "<name>_gemm_hooks" when the code calls a GEMM library for some contraction
+     * (compiler/gemm.h), else NULL. The loader passes it the library's entries
+     * (devices/host/gemm_library.h): void <name>_gemm_hooks(troupe_sgemm_fn, troupe_dgemm_fn);
+     * until then, or given NULLs, the code runs its own loops. */
+    char *gemm_hooks_name;
     troupe_cgen_param_t *params; /* nparams entries, in call order */
     size_t nparams;
 } troupe_cgen_result_t;

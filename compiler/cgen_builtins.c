@@ -377,6 +377,16 @@ static const char s_gate_d[] = "TROUPE_FN double troupe_satur01_gate_d(double a,
     "TROUPE_FN " T " troupe_max_" P "(" T " a, " T " b) { return a > b ? a : b; }\n"               \
     "TROUPE_FN " T " troupe_min_" P "(" T " a, " T " b) { return a < b ? a : b; }\n"
 
+/* The GEMM library's entries, set by the loader through <routine>_gemm_hooks (compiler/gemm.h,
+ * devices/host/gemm_library.h); NULL runs the generated loops. C dialect only. */
+static const char s_gemm[] =
+    "typedef void (*troupe_sgemm_fn)(int, int, int64_t, int64_t, int64_t, float, const float *,\n"
+    "                                int64_t, const float *, int64_t, float, float *, int64_t);\n"
+    "typedef void (*troupe_dgemm_fn)(int, int, int64_t, int64_t, int64_t, double, const double *,\n"
+    "                                int64_t, const double *, int64_t, double, double *, int64_t);\n"
+    "static troupe_sgemm_fn troupe_sgemm;\n"
+    "static troupe_dgemm_fn troupe_dgemm;\n";
+
 #define S_SEC(name, provides, text)                                                                \
     {                                                                                              \
         name, provides, text, NULL                                                                 \
@@ -446,6 +456,7 @@ static const troupe__cgen_section_t s_sections[] = {
     S_SEC("maxmin_uint32", "troupe_max_uint32 troupe_min_uint32", S_MAXMIN("uint32", "uint32_t")),
     S_SEC("maxmin_int64", "troupe_max_int64 troupe_min_int64", S_MAXMIN("int64", "int64_t")),
     S_SEC("maxmin_uint64", "troupe_max_uint64 troupe_min_uint64", S_MAXMIN("uint64", "uint64_t")),
+    S_SEC("gemm", "troupe_sgemm_fn troupe_dgemm_fn troupe_sgemm troupe_dgemm", s_gemm),
 };
 
 const troupe__cgen_section_t *troupe__cgen_sections(size_t *count)

@@ -97,6 +97,7 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
     }
     if (s->kind != TROUPE_LL_SET)
         return TROUPE_GEMM_NO;
+    out->c.tn = s->u.set.tn; /* named in the caller's log line, whatever the verdict */
     const troupe_sc_t *x = NULL, *y = NULL;
     troupe_gemm_verdict_t v = s_factors(s, &x, &y, why);
     if (v != TROUPE_GEMM_YES)
@@ -181,6 +182,11 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
     }
     if (c == g.a.tn || c == g.b.tn) {
         *why = "the output is also a factor";
+        return TROUPE_GEMM_REFUSED;
+    }
+    if (g.m > INT32_MAX || g.n > INT32_MAX || g.k > INT32_MAX || g.a.ld > INT32_MAX ||
+        g.b.ld > INT32_MAX || g.c.ld > INT32_MAX) {
+        *why = "an extent or leading dimension exceeds the library's 32-bit integers";
         return TROUPE_GEMM_REFUSED;
     }
     if (g.m * g.n * g.k < TROUPE_GEMM_MIN_MACS) {

@@ -63,7 +63,8 @@ typedef enum troupe_gemm_verdict {
 } troupe_gemm_verdict_t;
 
 /* Matches the loop nest opened by `loop` (a TROUPE_LL_FOR). On TROUPE_GEMM_REFUSED, *why is a
- * static string naming the reason (precision, a virtual operand, a stride, too small...). */
+ * static string naming the reason (precision, a virtual operand, a stride, too small...) and
+ * out->c.tn the node the nest writes. */
 troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *out,
                                         const char **why);
 

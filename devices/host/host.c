@@ -7,9 +7,12 @@
 #include "base/shared_memory_impl.h"
 #include "base/status.h"
 #include "base/vec.h"
+#include "base/config.h"
 #include "compiler/cgen.h"
 #include "devices/host/cc_cache_impl.h"
+#include "devices/host/gemm_library.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -360,6 +363,29 @@ static void s_code_free(troupe_dcode_t *code)
     troupe_free(code);
 }
 
+/* Hands the GEMM library to code that calls it (compiler/gemm.h), unless TROUPE_GEMM=generated
+ * or no library can be loaded: then the code runs its own loops. */
+static troupe_status_t s_connect_gemm(const troupe_cgen_result_t *gen, void *lib)
+{
+    if (gen->gemm_hooks_name == NULL)
+        return TROUPE_OK;
+    if (!troupe_config_gemm_library() || !troupe_gemm_library_available()) {
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
+                   "routine %s: contractions run generated loops (%s)", gen->name,
+                   troupe_config_gemm_library() ? troupe_gemm_library_name()
+                                                : "TROUPE_GEMM=generated");
+        return TROUPE_OK;
+    }
+    void *sym = dlsym(lib, gen->gemm_hooks_name);
+    if (sym == NULL)
+        return troupe__error(TROUPE_INTERNAL, "routine %s: generated code lacks %s", gen->name,
+                             gen->gemm_hooks_name);
+    void (*hooks)(troupe_sgemm_fn, troupe_dgemm_fn);
+    memcpy(&hooks, &sym, sizeof hooks);
+    hooks(troupe_gemm_library_sgemm(), troupe_gemm_library_dgemm());
+    return TROUPE_OK;
+}
+
 troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_t *proc,
                                      troupe_dcode_t **out)
 {
@@ -405,6 +431,8 @@ troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_
         goto out_code;
     /* POSIX guarantees an object pointer from dlsym converts to a function pointer. */
     memcpy(&code->entry, &entry, sizeof code->entry);
+    if ((st = s_connect_gemm(gen, code->lib)) != TROUPE_OK)
+        goto out_code;
     *out = code;
     code = NULL;
 out_code:
