@@ -384,8 +384,13 @@ static const char s_gemm[] =
     "                                int64_t, const float *, int64_t, float, float *, int64_t);\n"
     "typedef void (*troupe_dgemm_fn)(int, int, int64_t, int64_t, int64_t, double, const double *,\n"
     "                                int64_t, const double *, int64_t, double, double *, int64_t);\n"
-    "static troupe_sgemm_fn troupe_sgemm;\n"
-    "static troupe_dgemm_fn troupe_dgemm;\n";
+    "#if defined(__GNUC__)\n"
+    "#define TROUPE_GEMM_HOOK static __attribute__((unused))\n"
+    "#else\n"
+    "#define TROUPE_GEMM_HOOK static\n"
+    "#endif\n"
+    "TROUPE_GEMM_HOOK troupe_sgemm_fn troupe_sgemm;\n"
+    "TROUPE_GEMM_HOOK troupe_dgemm_fn troupe_dgemm;\n";
 
 #define S_SEC(name, provides, text)                                                                \
     {                                                                                              \

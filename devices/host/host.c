@@ -363,26 +363,27 @@ static void s_code_free(troupe_dcode_t *code)
     troupe_free(code);
 }
 
-/* Hands the GEMM library to code that calls it (compiler/gemm.h), unless TROUPE_GEMM=generated
- * or no library can be loaded: then the code runs its own loops. */
+/* Hands the GEMM library to code that calls it (compiler/gemm.h), or NULLs when
+ * TROUPE_GEMM=generated or no library can be loaded: then the code runs its own loops. Loaded
+ * code is shared by the routines compiled from the same source (one dlopen handle), so the last
+ * load's choice holds for all of them. */
 static troupe_status_t s_connect_gemm(const troupe_cgen_result_t *gen, void *lib)
 {
     if (gen->gemm_hooks_name == NULL)
         return TROUPE_OK;
-    if (!troupe_config_gemm_library() || !troupe_gemm_library_available()) {
-        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
-                   "routine %s: contractions run generated loops (%s)", gen->name,
-                   troupe_config_gemm_library() ? troupe_gemm_library_name()
-                                                : "TROUPE_GEMM=generated");
-        return TROUPE_OK;
-    }
     void *sym = dlsym(lib, gen->gemm_hooks_name);
     if (sym == NULL)
         return troupe__error(TROUPE_INTERNAL, "routine %s: generated code lacks %s", gen->name,
                              gen->gemm_hooks_name);
     void (*hooks)(troupe_sgemm_fn, troupe_dgemm_fn);
     memcpy(&hooks, &sym, sizeof hooks);
-    hooks(troupe_gemm_library_sgemm(), troupe_gemm_library_dgemm());
+    bool use = troupe_config_gemm_library() && troupe_gemm_library_available();
+    if (!use)
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
+                   "routine %s: contractions run generated loops (%s)", gen->name,
+                   troupe_config_gemm_library() ? troupe_gemm_library_name()
+                                                : "TROUPE_GEMM=generated");
+    hooks(use ? troupe_gemm_library_sgemm() : NULL, use ? troupe_gemm_library_dgemm() : NULL);
     return TROUPE_OK;
 }
 

@@ -1,0 +1,428 @@
+/* Tests of compiler/gemm (recognising matrix products in the low-level IR) and of the GEMM
+ * library path of generated CPU code (devices/host/gemm_library): the matcher's verdicts and
+ * call shapes for the forward, backward, transposed-output and batched products; refusals
+ * (precision, size) and their debug-log line; on every host driver, the library path against a
+ * double-precision host reference and against the generated loops (within float rounding), with
+ * and without accumulation into existing values, on random shapes; bitwise reproducibility of
+ * the library path run to run. */
+#define _POSIX_C_SOURCE 200809L
+#include "actors/troupe.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "compiler/gemm.h"
+#include "devices/host/gemm_library.h"
+#include "ir/optimize.h"
+#include "runtime_test_util.h"
+#include "troupe_config.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void s_init(void)
+{
+    rtu_configure(TROUPE_TEST_BUILD_DIR "/gemm-cache", 60);
+}
+
+TestSuite(gemm_match, .init = s_init);
+TestSuite(gemm_run, .init = s_init);
+
+/* ---- the matcher ------------------------------------------------------------------------- */
+
+typedef struct s_case {
+    troupe_ll_proc_t *proc;
+    troupe_tnode_t *x, *w, *y;
+} s_case_t;
+
+/* y (=+ or +=) x * w over `spec`, lowered and optimised. */
+static s_case_t s_lower(const char *spec, troupe_prec_t prec, int nx, const int64_t *dx, int nw,
+                        const int64_t *dw, int ny, const int64_t *dy, bool fresh)
+{
+    s_case_t c;
+    c.x = rtu_node("x", prec, nx, dx);
+    c.w = rtu_node("w", prec, nw, dw);
+    c.y = rtu_node("y", prec, ny, dy);
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *t = NULL;
+    OK(troupe_asgn_comp_new(&comp));
+    OK(troupe_asgn_accum_binop(comp, fresh, TROUPE_BINOP_ADD, c.y, TROUPE_BINOP_MUL,
+                               troupe_asgn_node(c.x), troupe_asgn_node(c.w), spec, &t));
+    troupe_asgn_comp_set_root(comp, t);
+    c.proc = NULL;
+    OK(troupe_asgn_lower(comp, "mm", &c.proc));
+    OK(troupe_ll_optimize(c.proc, NULL));
+    troupe_asgn_comp_destroy(&comp);
+    return c;
+}
+
+static void s_free(s_case_t *c)
+{
+    troupe_ll_proc_destroy(&c->proc);
+    troupe_tnode_release(&c->x);
+    troupe_tnode_release(&c->w);
+    troupe_tnode_release(&c->y);
+}
+
+/* The first verdict other than NO in the statement tree (as cgen walks it: a FOR that is not
+ * a product is entered). */
+static troupe_gemm_verdict_t s_find(const troupe_ll_t *s, troupe_gemm_t *g, const char **why)
+{
+    if (s->kind == TROUPE_LL_SEQ) {
+        for (size_t i = 0; i < s->u.seq.count; i++) {
+            troupe_gemm_verdict_t v = s_find(s->u.seq.items[i], g, why);
+            if (v != TROUPE_GEMM_NO)
+                return v;
+        }
+        return TROUPE_GEMM_NO;
+    }
+    if (s->kind != TROUPE_LL_FOR)
+        return TROUPE_GEMM_NO;
+    troupe_gemm_verdict_t v = troupe_gemm_match(s, g, why);
+    return v != TROUPE_GEMM_NO ? v : s_find(s->u.for_loop.body, g, why);
+}
+
+static void s_expect(s_case_t *c, int64_t m, int64_t n, int64_t k, const troupe_tnode_t *a,
+                     bool ta, int64_t lda, const troupe_tnode_t *b, bool tb, int64_t ldb,
+                     int64_t ldc)
+{
+    troupe_gemm_t g;
+    const char *why = NULL;
+    cr_assert_eq(s_find(c->proc->body, &g, &why), TROUPE_GEMM_YES, "refused: %s", why);
+    cr_assert_eq(g.m, m, "m = %lld", (long long)g.m);
+    cr_assert_eq(g.n, n, "n = %lld", (long long)g.n);
+    cr_assert_eq(g.k, k, "k = %lld", (long long)g.k);
+    cr_assert_eq(g.a.tn, a, "A is node #%d", g.a.tn->id);
+    cr_assert_eq(g.b.tn, b, "B is node #%d", g.b.tn->id);
+    cr_assert_eq(g.c.tn, c->y);
+    cr_assert_eq(g.a.trans, ta);
+    cr_assert_eq(g.b.trans, tb);
+    cr_assert_eq(g.a.ld, lda, "lda = %lld", (long long)g.a.ld);
+    cr_assert_eq(g.b.ld, ldb, "ldb = %lld", (long long)g.b.ld);
+    cr_assert_eq(g.c.ld, ldc, "ldc = %lld", (long long)g.c.ld);
+    cr_assert_eq(g.prec, c->y->prec);
+}
+
+Test(gemm_match, forward_product_is_untransposed)
+{
+    s_case_t c = s_lower("bi,ij=>bj", TROUPE_PREC_SINGLE, 2, (int64_t[]){32, 48}, 2,
+                         (int64_t[]){48, 40}, 2, (int64_t[]){32, 40}, true);
+    s_expect(&c, 32, 40, 48, c.x, false, 48, c.w, false, 40, 40);
+    s_free(&c);
+}
+
+Test(gemm_match, weight_gradient_transposes_the_first_factor)
+{
+    /* g[i,j] += x[b,i] * d[b,j]: x^T d */
+    s_case_t c = s_lower("bi,bj=>ij", TROUPE_PREC_SINGLE, 2, (int64_t[]){32, 48}, 2,
+                         (int64_t[]){32, 40}, 2, (int64_t[]){48, 40}, true);
+    s_expect(&c, 48, 40, 32, c.x, true, 48, c.w, false, 40, 40);
+    s_free(&c);
+}
+
+Test(gemm_match, input_gradient_transposes_the_second_factor)
+{
+    /* dx[b,i] += d[b,j] * w[i,j]: d w^T */
+    s_case_t c = s_lower("bj,ij=>bi", TROUPE_PREC_DOUBLE, 2, (int64_t[]){32, 40}, 2,
+                         (int64_t[]){48, 40}, 2, (int64_t[]){32, 48}, true);
+    s_expect(&c, 32, 48, 40, c.x, false, 40, c.w, true, 40, 48);
+    s_free(&c);
+}
+
+Test(gemm_match, transposed_output_is_computed_as_the_transposed_product)
+{
+    /* y[j,b] = sum_i x[b,i] w[i,j]: C^T = w^T x^T, rows over j */
+    s_case_t c = s_lower("bi,ij=>jb", TROUPE_PREC_SINGLE, 2, (int64_t[]){32, 48}, 2,
+                         (int64_t[]){48, 40}, 2, (int64_t[]){40, 32}, true);
+    s_expect(&c, 40, 32, 48, c.w, true, 40, c.x, true, 48, 32);
+    s_free(&c);
+}
+
+Test(gemm_match, batched_product_matches_inside_the_batch_loop)
+{
+    s_case_t c = s_lower("xbi,xij=>xbj", TROUPE_PREC_SINGLE, 3, (int64_t[]){3, 32, 48}, 3,
+                         (int64_t[]){3, 48, 40}, 3, (int64_t[]){3, 32, 40}, false);
+    s_expect(&c, 32, 40, 48, c.x, false, 48, c.w, false, 40, 40);
+    s_free(&c);
+}
+
+Test(gemm_match, refusals_name_the_rule)
+{
+    troupe_gemm_t g;
+    const char *why = NULL;
+    s_case_t h = s_lower("bi,ij=>bj", TROUPE_PREC_HALF, 2, (int64_t[]){32, 48}, 2,
+                         (int64_t[]){48, 40}, 2, (int64_t[]){32, 40}, true);
+    cr_assert_eq(s_find(h.proc->body, &g, &why), TROUPE_GEMM_REFUSED);
+    cr_assert(strstr(why, "precision") != NULL, "%s", why);
+    cr_assert_eq(g.c.tn, h.y);
+    s_free(&h);
+    s_case_t t = s_lower("bi,ij=>bj", TROUPE_PREC_SINGLE, 2, (int64_t[]){4, 4}, 2,
+                         (int64_t[]){4, 4}, 2, (int64_t[]){4, 4}, true);
+    cr_assert_eq(s_find(t.proc->body, &g, &why), TROUPE_GEMM_REFUSED);
+    cr_assert(strstr(why, "too small") != NULL, "%s", why);
+    s_free(&t);
+    /* a row-wise dot product is two loops: not a matrix product at all */
+    s_case_t d = s_lower("bi,bi=>b", TROUPE_PREC_SINGLE, 2, (int64_t[]){64, 64}, 2,
+                         (int64_t[]){64, 64}, 1, (int64_t[]){64}, true);
+    cr_assert_eq(s_find(d.proc->body, &g, &why), TROUPE_GEMM_NO);
+    s_free(&d);
+    /* an outer product has no reduction */
+    s_case_t o = s_lower("i,j=>ij", TROUPE_PREC_SINGLE, 1, (int64_t[]){64}, 1, (int64_t[]){64},
+                         2, (int64_t[]){64, 64}, true);
+    cr_assert_eq(s_find(o.proc->body, &g, &why), TROUPE_GEMM_NO);
+    s_free(&o);
+}
+
+/* ---- running it ---------------------------------------------------------------------------- */
+
+static uint64_t s_rng = 0x9e3779b97f4a7c15ull;
+static double s_uniform(void)
+{
+    s_rng = s_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(s_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+typedef enum s_form { S_FORWARD, S_WGRAD, S_XGRAD, S_TOUT, S_BATCHED, S_NFORMS } s_form_t;
+
+static const char *const s_spec[S_NFORMS] = {"bi,ij=>bj", "bi,bj=>ij", "bj,ij=>bi", "bi,ij=>jb",
+                                             "xbi,xij=>xbj"};
+
+/* y (m-by-n, or n-by-m for S_TOUT, times 2 batches for S_BATCHED) from x and w as `form`
+ * lays them out; y = y0 + x*w when !fresh. Runs on `driver` with the library on or off and
+ * returns y's values in `out`. `log` names the log file cgen's lines go to. */
+typedef struct s_problem {
+    s_form_t form;
+    int64_t m, n, k;
+    bool fresh;
+    double *xv, *wv, *y0;
+    int64_t nx, nw, ny;
+} s_problem_t;
+
+static void s_dims(const s_problem_t *p, int *nd, int64_t dx[3], int64_t dw[3], int64_t dy[3])
+{
+    int64_t m = p->m, n = p->n, k = p->k;
+    *nd = 2;
+    switch (p->form) {
+    case S_FORWARD:
+        memcpy(dx, (int64_t[]){m, k}, 16), memcpy(dw, (int64_t[]){k, n}, 16);
+        memcpy(dy, (int64_t[]){m, n}, 16);
+        break;
+    case S_WGRAD: /* y[i,j] over b: x[b,i] = [k,m], w = d[b,j] = [k,n] */
+        memcpy(dx, (int64_t[]){k, m}, 16), memcpy(dw, (int64_t[]){k, n}, 16);
+        memcpy(dy, (int64_t[]){m, n}, 16);
+        break;
+    case S_XGRAD: /* y[b,i] over j: x = d[b,j] = [m,k], w[i,j] = [n,k] */
+        memcpy(dx, (int64_t[]){m, k}, 16), memcpy(dw, (int64_t[]){n, k}, 16);
+        memcpy(dy, (int64_t[]){m, n}, 16);
+        break;
+    case S_TOUT:
+        memcpy(dx, (int64_t[]){m, k}, 16), memcpy(dw, (int64_t[]){k, n}, 16);
+        memcpy(dy, (int64_t[]){n, m}, 16);
+        break;
+    default:
+        *nd = 3;
+        memcpy(dx, (int64_t[]){2, m, k}, 24), memcpy(dw, (int64_t[]){2, k, n}, 24);
+        memcpy(dy, (int64_t[]){2, m, n}, 24);
+        break;
+    }
+}
+
+/* The product in double on the host, as the einsum spec says. */
+static void s_reference(const s_problem_t *p, double *y)
+{
+    int64_t m = p->m, n = p->n, k = p->k;
+    int nb = p->form == S_BATCHED ? 2 : 1;
+    for (int64_t i = 0; i < p->ny; i++)
+        y[i] = p->fresh ? 0.0 : p->y0[i];
+    for (int z = 0; z < nb; z++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0.0;
+                for (int64_t l = 0; l < k; l++) {
+                    double a, b;
+                    switch (p->form) {
+                    case S_WGRAD:
+                        a = p->xv[l * m + i], b = p->wv[l * n + j];
+                        break;
+                    case S_XGRAD:
+                        a = p->xv[i * k + l], b = p->wv[j * k + l];
+                        break;
+                    case S_BATCHED:
+                        a = p->xv[z * m * k + i * k + l], b = p->wv[z * k * n + l * n + j];
+                        break;
+                    default:
+                        a = p->xv[i * k + l], b = p->wv[l * n + j];
+                        break;
+                    }
+                    acc += (double)(float)a * (double)(float)b;
+                }
+                int64_t at = p->form == S_TOUT ? j * m + i : z * m * n + i * n + j;
+                y[at] += acc;
+            }
+}
+
+static void s_run(const char *driver, const s_problem_t *p, bool library, double *out)
+{
+    troupe_config_set_gemm_library(library);
+    rtu_env_t e;
+    rtu_env_open(&e, driver, 1);
+    int nd;
+    int64_t dx[3], dw[3], dy[3];
+    s_dims(p, &nd, dx, dw, dy);
+    troupe_tnode_t *x = rtu_node("x", TROUPE_PREC_SINGLE, nd, dx);
+    troupe_tnode_t *w = rtu_node("w", TROUPE_PREC_SINGLE, nd, dw);
+    troupe_tnode_t *y = rtu_node("y", TROUPE_PREC_SINGLE, nd, dy);
+    rtu_set(x, p->xv);
+    rtu_set(w, p->wv);
+    rtu_set_hosted(y, 411);
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *t = NULL;
+    OK(troupe_asgn_comp_new(&comp));
+    OK(troupe_asgn_accum_binop(comp, p->fresh, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
+                               troupe_asgn_node(x), troupe_asgn_node(w), s_spec[p->form], &t));
+    troupe_code_t *code = rtu_compile_root(e.b, &comp, t, "gemm_case");
+    troupe_context_t *ctx = e.ctx[0];
+    troupe_context_retain(ctx);
+    rtu_init(&ctx, x);
+    rtu_init(&ctx, w);
+    if (!p->fresh)
+        rtu_put(&ctx, y, p->y0);
+    troupe_routine_t *r = NULL;
+    OK(troupe_link(ctx, code, &r));
+    troupe_event_t *ev = NULL;
+    OK(troupe_routine_run(r, &ev));
+    OK(troupe_event_sync(ev, 20000 * MS));
+    troupe_event_release(&ev);
+    OK(troupe_tnode_get_values(y, out, (size_t)p->ny));
+    troupe_routine_release(&r);
+    troupe_code_release(&code);
+    troupe_context_release(&ctx);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&w);
+    troupe_tnode_release(&y);
+    rtu_env_close(&e);
+    troupe_config_set_gemm_library(true);
+}
+
+static int64_t s_pick(int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)((s_uniform() + 1.0) / 2.0 * (double)(hi - lo));
+}
+
+Test(gemm_run, library_and_loops_agree_with_the_reference_on_random_shapes, .timeout = 240)
+{
+#if TROUPE_HAVE_OPENBLAS
+    cr_assert(troupe_gemm_library_available(), "built with OpenBLAS but it does not load: %s",
+              troupe_gemm_library_name());
+#endif
+    FOR_EACH_DRIVER(drv)
+    {
+        for (int form = 0; form < S_NFORMS; form++)
+            for (int fresh = 0; fresh < 2; fresh++) {
+                s_problem_t p = {(s_form_t)form, s_pick(17, 70), s_pick(17, 70), s_pick(17, 70),
+                                 fresh != 0, NULL, NULL, NULL, 0, 0, 0};
+                int nb = form == S_BATCHED ? 2 : 1;
+                p.nx = nb * p.m * p.k, p.nw = nb * p.k * p.n, p.ny = nb * p.m * p.n;
+                p.xv = malloc(sizeof(double) * (size_t)p.nx);
+                p.wv = malloc(sizeof(double) * (size_t)p.nw);
+                p.y0 = malloc(sizeof(double) * (size_t)p.ny);
+                double *ref = malloc(sizeof(double) * (size_t)p.ny);
+                double *lib = malloc(sizeof(double) * (size_t)p.ny);
+                double *lib2 = malloc(sizeof(double) * (size_t)p.ny);
+                double *gen = malloc(sizeof(double) * (size_t)p.ny);
+                cr_assert(p.xv && p.wv && p.y0 && ref && lib && lib2 && gen);
+                for (int64_t i = 0; i < p.nx; i++)
+                    p.xv[i] = s_uniform();
+                for (int64_t i = 0; i < p.nw; i++)
+                    p.wv[i] = s_uniform();
+                for (int64_t i = 0; i < p.ny; i++)
+                    p.y0[i] = (double)(float)s_uniform();
+                s_reference(&p, ref);
+                s_run(*drv, &p, true, lib);
+                s_run(*drv, &p, true, lib2);
+                s_run(*drv, &p, false, gen);
+                /* float products summed over k terms of size <= 1: error <= ~k * 2^-24 each */
+                double tol = 4.0 * (double)p.k * 6e-8 + 1e-6;
+                for (int64_t i = 0; i < p.ny; i++) {
+                    cr_assert(fabs(lib[i] - ref[i]) <= tol,
+                              "%s %s fresh=%d m=%lld n=%lld k=%lld: library y[%lld] = %.9g, "
+                              "reference %.9g",
+                              *drv, s_spec[form], fresh, (long long)p.m, (long long)p.n,
+                              (long long)p.k, (long long)i, lib[i], ref[i]);
+                    cr_assert(fabs(gen[i] - ref[i]) <= tol,
+                              "%s %s: generated y[%lld] = %.9g, reference %.9g", *drv,
+                              s_spec[form], (long long)i, gen[i], ref[i]);
+                }
+                cr_assert(memcmp(lib, lib2, sizeof(double) * (size_t)p.ny) == 0,
+                          "%s %s: the library path is not bitwise reproducible run to run",
+                          *drv, s_spec[form]);
+                free(p.xv), free(p.wv), free(p.y0), free(ref), free(lib), free(lib2), free(gen);
+            }
+    }
+}
+
+/* Whether the file at `path` contains `needle`. */
+static bool s_file_has(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, needle) != NULL;
+}
+
+Test(gemm_run, the_debug_log_says_which_contractions_call_the_library_and_why_not)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/gemm-log-%d.txt", TROUPE_TEST_BUILD_DIR, (int)getpid());
+    unlink(path);
+    OK(troupe_log_set_file(path));
+    OK(troupe_log_configure("debug:ir"));
+    rtu_env_t e;
+    rtu_env_open(&e, "cpu", 1);
+    const char *names[2] = {"gemm_log_half", "gemm_log_single"};
+    troupe_prec_t precs[2] = {TROUPE_PREC_HALF, TROUPE_PREC_SINGLE};
+    for (int c = 0; c < 2; c++) {
+        troupe_tnode_t *x = rtu_node("x", precs[c], 2, (int64_t[]){32, 48});
+        troupe_tnode_t *w = rtu_node("w", precs[c], 2, (int64_t[]){48, 40});
+        troupe_tnode_t *y = rtu_node("y", precs[c], 2, (int64_t[]){32, 40});
+        troupe_asgn_comp_t *comp = NULL;
+        troupe_asgn_t *t = NULL;
+        OK(troupe_asgn_comp_new(&comp));
+        OK(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
+                                   troupe_asgn_node(x), troupe_asgn_node(w), "bi,ij=>bj", &t));
+        troupe_code_t *code = rtu_compile_root(e.b, &comp, t, names[c]);
+        troupe_code_release(&code);
+        troupe_tnode_release(&x);
+        troupe_tnode_release(&w);
+        troupe_tnode_release(&y);
+    }
+    rtu_env_close(&e);
+    OK(troupe_log_configure("warn"));
+    OK(troupe_log_set_file(NULL));
+    cr_assert(s_file_has(path, "cgen of gemm_log_half: the contraction into"),
+              "no fallback line in %s", path);
+    cr_assert(s_file_has(path, "stays generated loops: the precision has no library GEMM"));
+    cr_assert(s_file_has(path, "cgen of gemm_log_single:"));
+    cr_assert(s_file_has(path, "(m=32 n=40 k=48) calls the GEMM library"));
+    unlink(path);
+}
+
+Test(gemm_run, troupe_names_the_library)
+{
+    const char *name = troupe_gemm_library_name();
+    cr_assert_not_null(name);
+#if TROUPE_HAVE_OPENBLAS
+    cr_assert(strncmp(name, "OpenBLAS ", 9) == 0, "%s", name);
+    cr_assert(strstr(name, "1 thread per stream") != NULL, "%s", name);
+    cr_assert_not_null(troupe_gemm_library_sgemm());
+#else
+    cr_assert(strncmp(name, "none", 4) == 0, "%s", name);
+    cr_assert_null(troupe_gemm_library_sgemm());
+#endif
+}
