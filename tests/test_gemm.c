@@ -11,7 +11,8 @@
 #include "base/log.h"
 #include "compiler/gemm.h"
 #include "devices/host/gemm_library.h"
-#include "ir/optimize.h"
+#include "compiler/lower.h"
+#include "compiler/optimize.h"
 #include "runtime_test_util.h"
 #include "troupe_config.h"
 

@@ -17,11 +17,13 @@
  *   mpi: Open MPI v4.1.4, ...                transport/mpi troupe_mpi_version(), or "none"
  *   cuda: nvrtc 13.0, runtime 13.0, driver none   devices/cuda troupe_cuda_versions(), or
  *                                                  "none (built without CUDA)"
+ *   gemm: OpenBLAS 0.3.21 (...; core SkylakeX, chosen by troupe; 1 thread per stream)
+ *                                            devices/host/gemm_library.h, or "none (...)"
  *   libzmq: 4.3.4
  *   czmq: 4.2.1
  *   config.backend: cpu                      base/config.h, after the environment
  *   config.cache_dir, config.cc, config.cc_flags, config.timeout_s, config.fusion_bytes,
- *   config.auto_host_transfers, config.stack_threshold_bytes
+ *   config.auto_host_transfers, config.stack_threshold_bytes, config.gemm
  *
  * Keys are stable; values are facts of this build and machine. Warnings (a malformed
  * environment variable) go to stderr.
@@ -37,6 +39,7 @@
 #include "base/config.h"
 #include "base/status.h"
 #include "devices/device.h"
+#include "devices/host/gemm_library.h"
 #include "transport/mpi/cluster.h"
 #include "troupe_config.h"
 
@@ -124,6 +127,7 @@ static void s_backends(void)
 
 static void s_versions(void)
 {
+    printf("gemm: %s\n", troupe_gemm_library_name());
     printf("mpi: %s\n", troupe_mpi_version());
 #if TROUPE_HAVE_CUDA
     char cuda[256];
@@ -156,6 +160,7 @@ static void s_config(void)
     printf("config.fusion_bytes: %zu\n", troupe_config_fusion_bytes());
     printf("config.auto_host_transfers: %d\n", troupe_config_auto_host_transfers() ? 1 : 0);
     printf("config.stack_threshold_bytes: %zu\n", troupe_config_stack_threshold_bytes());
+    printf("config.gemm: %s\n", troupe_config_gemm_library() ? "library" : "generated");
 }
 
 static int s_info(void)
