@@ -1,0 +1,516 @@
+/* troupe — step 1 of the optimiser: tracing (OCANNL `visit_llc`, `is_constexpr_comp`,
+ * `is_accessing_comp`, `is_complex_comp`; compiler/optimize.h step 1, compiler/optimize_impl.h).
+ *
+ * s_scan_* is a static walk of the top-level items (who writes and reads what, where); s_tr_* is
+ * the concrete walk over loop values (sampled when the full walk is too long), counting visits
+ * per cell; then constant expressions and complexity are derived per node. */
+#include "compiler/optimize_impl.h"
+
+#include <string.h>
+
+/* ---- per-node cell map (flat offset -> visits, assigned) ----------------------------------- */
+
+static size_t s_hash(int64_t key, size_t mask)
+{
+    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h ^ (h >> 29)) & mask;
+}
+
+static troupe__opt_elem_t *s_emap_get(troupe__opt_emap_t *m, int64_t key)
+{
+    if ((m->count + 1) * 2 > m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 64;
+        troupe__opt_elem_t *slots = troupe_calloc(cap, sizeof *slots);
+        if (slots == NULL)
+            return NULL;
+        for (size_t i = 0; i < m->cap; i++) {
+            if (m->slots[i].key1 == 0)
+                continue;
+            size_t j = s_hash(m->slots[i].key1 - 1, cap - 1);
+            while (slots[j].key1 != 0)
+                j = (j + 1) & (cap - 1);
+            slots[j] = m->slots[i];
+        }
+        troupe_free(m->slots);
+        m->slots = slots;
+        m->cap = cap;
+    }
+    size_t mask = m->cap - 1, i = s_hash(key, mask);
+    while (m->slots[i].key1 != 0 && m->slots[i].key1 != key + 1)
+        i = (i + 1) & mask;
+    if (m->slots[i].key1 == 0) {
+        m->slots[i].key1 = key + 1;
+        m->count++;
+    }
+    return &m->slots[i];
+}
+
+static troupe_status_t s_unknown_node(const troupe__opt_ctx_t *c, const troupe_tnode_t *tn)
+{
+    return troupe__error(TROUPE_INTERNAL, "procedure %s: node #%d is not in its node list",
+                         c->proc->name, tn ? tn->id : -1);
+}
+
+static bool s_scalar_dims(const troupe_tnode_t *tn)
+{
+    for (int a = 0; a < tn->ndims; a++)
+        if (tn->dims[a] != 1)
+            return false;
+    return true;
+}
+
+static bool s_push_pos(troupe__opt_pos_t *v, size_t item)
+{
+    if (v->n > 0 && v->at[v->n - 1] == item)
+        return true;
+    return TROUPE__OPT_PUSH(*v, item);
+}
+
+/* ---- step 1a: static scan of the top-level items ------------------------------------------- */
+
+typedef struct s_self {
+    const troupe_tnode_t *tn;
+    const troupe_axis_index_t *idcs;
+} s_self_t;
+
+static bool s_is_self(s_self_t self, const troupe_tnode_t *tn, const troupe_axis_index_t *idcs)
+{
+    return self.tn == tn && troupe__opt_idcs_eq(self.idcs, idcs, tn->ndims);
+}
+
+static troupe_status_t s_note_write(troupe__opt_ctx_t *c, size_t item, const troupe_tnode_t *tn)
+{
+    ptrdiff_t i = troupe__opt_node_of(c, tn);
+    if (i < 0)
+        return s_unknown_node(c, tn);
+    c->traced[i].assignments++;
+    troupe__opt_pos_t *w = &c->nd[i].wpos;
+    if (w->n == 0 || w->at[w->n - 1] != item) {
+        if (!TROUPE__OPT_PUSH(*w, item))
+            return troupe__opt_oom();
+        if (c->item_nwriters[item]++ == 0)
+            c->item_writer[item] = (size_t)i;
+    }
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_scan_sc(troupe__opt_ctx_t *c, size_t item, const troupe_sc_t *e,
+                                 s_self_t self);
+
+static troupe_status_t s_scan_ll(troupe__opt_ctx_t *c, size_t item, const troupe_ll_t *s,
+                                 s_self_t self)
+{
+    switch (s->kind) {
+    case TROUPE_LL_NOOP:
+    case TROUPE_LL_COMMENT:
+        return TROUPE_OK;
+    case TROUPE_LL_SEQ:
+        for (size_t k = 0; k < s->u.seq.count; k++)
+            TROUPE_RETURN_IF_ERROR(s_scan_ll(c, item, s->u.seq.items[k], self));
+        return TROUPE_OK;
+    case TROUPE_LL_FOR:
+        return s_scan_ll(c, item, s->u.for_loop.body, self);
+    case TROUPE_LL_ZERO_OUT:
+        return s_note_write(c, item, s->u.zero_out);
+    case TROUPE_LL_SET: {
+        TROUPE_RETURN_IF_ERROR(s_note_write(c, item, s->u.set.tn));
+        s_self_t me = {s->u.set.tn, s->u.set.idcs};
+        return s_scan_sc(c, item, s->u.set.value, me);
+    }
+    case TROUPE_LL_SET_FROM_VEC: {
+        TROUPE_RETURN_IF_ERROR(s_note_write(c, item, s->u.set_from_vec.tn));
+        c->nd[troupe__opt_node_of(c, s->u.set_from_vec.tn)].vec_write = true;
+        s_self_t none = {NULL, NULL};
+        return s_scan_sc(c, item, s->u.set_from_vec.arg, none);
+    }
+    case TROUPE_LL_SET_LOCAL:
+        return s_scan_sc(c, item, s->u.set_local.value, self);
+    }
+    return troupe__error(TROUPE_INTERNAL, "unknown statement kind %d", (int)s->kind);
+}
+
+static troupe_status_t s_scan_sc(troupe__opt_ctx_t *c, size_t item, const troupe_sc_t *e,
+                                 s_self_t self)
+{
+    switch (e->kind) {
+    case TROUPE_SC_LOCAL_SCOPE:
+        return s_scan_ll(c, item, e->u.local_scope.body, self);
+    case TROUPE_SC_GET: {
+        ptrdiff_t i = troupe__opt_node_of(c, e->u.get.tn);
+        if (i < 0)
+            return s_unknown_node(c, e->u.get.tn);
+        c->traced[i].is_accessing = true;
+        if (!s_push_pos(&c->nd[i].rpos, item))
+            return troupe__opt_oom();
+        if (!s_is_self(self, e->u.get.tn, e->u.get.idcs))
+            c->nd[i].external_read = true;
+        return TROUPE_OK;
+    }
+    case TROUPE_SC_GET_MERGE_BUFFER: {
+        ptrdiff_t i = troupe__opt_node_of(c, e->u.get.tn);
+        if (i < 0)
+            return s_unknown_node(c, e->u.get.tn);
+        if (c->merge != NULL && c->merge != e->u.get.tn)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "procedure %s reads the merge buffers of nodes #%d and #%d: at "
+                                 "most one merge buffer per routine",
+                                 c->proc->name, c->merge->id, e->u.get.tn->id);
+        c->merge = e->u.get.tn;
+        c->traced[i].is_accessing = true;
+        c->nd[i].external_read = true;
+        c->nd[i].merge_read = true;
+        return TROUPE_OK;
+    }
+    case TROUPE_SC_TERNOP:
+        for (int k = 0; k < 3; k++)
+            TROUPE_RETURN_IF_ERROR(s_scan_sc(c, item, e->u.op.args[k], self));
+        return TROUPE_OK;
+    case TROUPE_SC_BINOP:
+        for (int k = 0; k < 2; k++)
+            TROUPE_RETURN_IF_ERROR(s_scan_sc(c, item, e->u.op.args[k], self));
+        return TROUPE_OK;
+    case TROUPE_SC_UNOP:
+        return s_scan_sc(c, item, e->u.op.args[0], self);
+    case TROUPE_SC_GET_LOCAL:
+    case TROUPE_SC_CONSTANT:
+    case TROUPE_SC_CONSTANT_BITS:
+    case TROUPE_SC_EMBED_INDEX:
+        return TROUPE_OK;
+    }
+    return troupe__error(TROUPE_INTERNAL, "unknown scalar kind %d", (int)e->kind);
+}
+
+/* ---- step 1b: concrete tracing ------------------------------------------------------------- */
+
+static uint64_t s_sat_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t s_sat_mul(uint64_t a, uint64_t b)
+{
+    return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
+}
+
+static uint64_t s_count_sc(const troupe_sc_t *e);
+
+/* Statement executions of a full walk (saturating). */
+static uint64_t s_count_ll(const troupe_ll_t *s)
+{
+    switch (s->kind) {
+    case TROUPE_LL_SEQ: {
+        uint64_t n = 0;
+        for (size_t k = 0; k < s->u.seq.count; k++)
+            n = s_sat_add(n, s_count_ll(s->u.seq.items[k]));
+        return n;
+    }
+    case TROUPE_LL_FOR: {
+        int64_t ext = s->u.for_loop.to - s->u.for_loop.from + 1;
+        if (ext <= 0)
+            return 1;
+        return s_sat_add(1, s_sat_mul((uint64_t)ext, s_count_ll(s->u.for_loop.body)));
+    }
+    case TROUPE_LL_SET:
+        return s_sat_add(1, s_count_sc(s->u.set.value));
+    case TROUPE_LL_SET_FROM_VEC:
+        return s_sat_add(1, s_count_sc(s->u.set_from_vec.arg));
+    case TROUPE_LL_SET_LOCAL:
+        return s_sat_add(1, s_count_sc(s->u.set_local.value));
+    default:
+        return 1;
+    }
+}
+
+static uint64_t s_count_sc(const troupe_sc_t *e)
+{
+    switch (e->kind) {
+    case TROUPE_SC_LOCAL_SCOPE:
+        return s_count_ll(e->u.local_scope.body);
+    case TROUPE_SC_TERNOP:
+        return s_sat_add(s_count_sc(e->u.op.args[0]),
+                         s_sat_add(s_count_sc(e->u.op.args[1]), s_count_sc(e->u.op.args[2])));
+    case TROUPE_SC_BINOP:
+        return s_sat_add(s_count_sc(e->u.op.args[0]), s_count_sc(e->u.op.args[1]));
+    case TROUPE_SC_UNOP:
+        return s_count_sc(e->u.op.args[0]);
+    default:
+        return 0;
+    }
+}
+
+static int64_t s_index_value(const troupe__opt_ctx_t *c, const troupe_axis_index_t *ix)
+{
+    int64_t v = ix->offset;
+    for (int k = 0; k < ix->nterms; k++) {
+        int32_t sym = ix->terms[k].sym;
+        int64_t x = 0; /* static symbols (and anything unbound) read as 0, as OCANNL */
+        if (sym >= 0 && sym < c->env_syms && !c->proc->syms[sym].is_static)
+            x = c->env[sym];
+        v += ix->terms[k].coeff * x;
+    }
+    return v;
+}
+
+static int64_t s_flat(const troupe__opt_ctx_t *c, const troupe_tnode_t *tn,
+                      const troupe_axis_index_t *idcs)
+{
+    int64_t off = 0;
+    for (int a = 0; a < tn->ndims; a++) {
+        int64_t v = s_index_value(c, &idcs[a]);
+        if (v < 0)
+            v = 0;
+        if (v >= tn->dims[a])
+            v = tn->dims[a] - 1;
+        off = off * tn->dims[a] + v;
+    }
+    return off;
+}
+
+static troupe_status_t s_tr_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e, s_self_t self);
+
+static troupe_status_t s_tr_ll(troupe__opt_ctx_t *c, const troupe_ll_t *s, s_self_t self)
+{
+    switch (s->kind) {
+    case TROUPE_LL_NOOP:
+    case TROUPE_LL_COMMENT:
+        return TROUPE_OK;
+    case TROUPE_LL_SEQ:
+        for (size_t k = 0; k < s->u.seq.count; k++)
+            TROUPE_RETURN_IF_ERROR(s_tr_ll(c, s->u.seq.items[k], self));
+        return TROUPE_OK;
+    case TROUPE_LL_FOR: {
+        int64_t ext = s->u.for_loop.to - s->u.for_loop.from + 1;
+        if (ext <= 0)
+            return TROUPE_OK;
+        int64_t n = ext;
+        if (c->sampled) {
+            int64_t cap = s->u.for_loop.trace_it ? c->o.virtualize_max_tracing_dim + 1 : 1;
+            if (n > cap)
+                n = cap;
+        }
+        int32_t sym = s->u.for_loop.sym;
+        for (int64_t k = 0; k < n; k++) {
+            c->env[sym] = s->u.for_loop.from + k;
+            TROUPE_RETURN_IF_ERROR(s_tr_ll(c, s->u.for_loop.body, self));
+        }
+        return TROUPE_OK;
+    }
+    case TROUPE_LL_ZERO_OUT: {
+        ptrdiff_t i = troupe__opt_node_of(c, s->u.zero_out);
+        troupe__opt_node_t *nd = &c->nd[i];
+        if (nd->n_assign_exec == 0 && !nd->any_access)
+            c->traced[i].zero_initialized = true;
+        if (nd->n_assign_exec == 0)
+            nd->first_is_zero = true;
+        c->traced[i].zeroed_out = true;
+        nd->n_assign_exec++;
+        return TROUPE_OK;
+    }
+    case TROUPE_LL_SET: {
+        s_self_t me = {s->u.set.tn, s->u.set.idcs};
+        TROUPE_RETURN_IF_ERROR(s_tr_sc(c, s->u.set.value, me));
+        ptrdiff_t i = troupe__opt_node_of(c, s->u.set.tn);
+        troupe__opt_node_t *nd = &c->nd[i];
+        troupe__opt_elem_t *el = s_emap_get(&nd->elems, s_flat(c, s->u.set.tn, s->u.set.idcs));
+        if (el == NULL)
+            return troupe__opt_oom();
+        el->assigned = true;
+        if (nd->n_assign_exec == 0)
+            nd->first_value = s->u.set.value;
+        nd->n_assign_exec++;
+        return TROUPE_OK;
+    }
+    case TROUPE_LL_SET_FROM_VEC: {
+        s_self_t none = {NULL, NULL};
+        TROUPE_RETURN_IF_ERROR(s_tr_sc(c, s->u.set_from_vec.arg, none));
+        const troupe_tnode_t *tn = s->u.set_from_vec.tn;
+        ptrdiff_t i = troupe__opt_node_of(c, tn);
+        troupe__opt_node_t *nd = &c->nd[i];
+        int64_t base = s_flat(c, tn, s->u.set_from_vec.idcs);
+        int64_t total = troupe_tnode_num_elems(tn);
+        for (int k = 0; k < s->u.set_from_vec.length && base + k < total; k++) {
+            troupe__opt_elem_t *el = s_emap_get(&nd->elems, base + k);
+            if (el == NULL)
+                return troupe__opt_oom();
+            el->assigned = true;
+        }
+        if (nd->n_assign_exec == 0)
+            nd->first_is_vec = true;
+        nd->n_assign_exec++;
+        return TROUPE_OK;
+    }
+    case TROUPE_LL_SET_LOCAL:
+        return s_tr_sc(c, s->u.set_local.value, self);
+    }
+    return troupe__error(TROUPE_INTERNAL, "unknown statement kind %d", (int)s->kind);
+}
+
+static troupe_status_t s_tr_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e, s_self_t self)
+{
+    switch (e->kind) {
+    case TROUPE_SC_LOCAL_SCOPE:
+        return s_tr_ll(c, e->u.local_scope.body, self);
+    case TROUPE_SC_GET: {
+        const troupe_tnode_t *tn = e->u.get.tn;
+        ptrdiff_t i = troupe__opt_node_of(c, tn);
+        troupe__opt_node_t *nd = &c->nd[i];
+        troupe_ll_traced_t *tr = &c->traced[i];
+        troupe__opt_elem_t *el = s_emap_get(&nd->elems, s_flat(c, tn, e->u.get.idcs));
+        if (el == NULL)
+            return troupe__opt_oom();
+        if (!(tr->zeroed_out || el->assigned))
+            tr->read_before_write = true;
+        if (nd->n_assign_exec == 0)
+            nd->read_before_first_assign = true;
+        nd->any_access = true;
+        /* OCANNL: with inline_complex_computations an accumulation's read of the cell it
+         * writes is part of the computation, not a visit. */
+        if (!(c->o.inline_complex_computations && s_is_self(self, tn, e->u.get.idcs))) {
+            el->visits++;
+            if (el->visits > tr->max_visits)
+                tr->max_visits = el->visits;
+        }
+        return TROUPE_OK;
+    }
+    case TROUPE_SC_TERNOP:
+        for (int k = 0; k < 3; k++)
+            TROUPE_RETURN_IF_ERROR(s_tr_sc(c, e->u.op.args[k], self));
+        return TROUPE_OK;
+    case TROUPE_SC_BINOP:
+        /* OCANNL traces only the operand arg1/arg2 keeps. */
+        if (e->u.op.op == TROUPE_BINOP_ARG1)
+            return s_tr_sc(c, e->u.op.args[0], self);
+        if (e->u.op.op == TROUPE_BINOP_ARG2)
+            return s_tr_sc(c, e->u.op.args[1], self);
+        for (int k = 0; k < 2; k++)
+            TROUPE_RETURN_IF_ERROR(s_tr_sc(c, e->u.op.args[k], self));
+        return TROUPE_OK;
+    case TROUPE_SC_UNOP:
+        return s_tr_sc(c, e->u.op.args[0], self);
+    default: /* merge-buffer reads, locals, constants, embedded indices */
+        return TROUPE_OK;
+    }
+}
+
+/* ---- step 1c: constant expressions and complexity (OCANNL is_constexpr_comp, ---------------
+ *      is_accessing_comp, is_complex_comp) */
+
+static bool s_constexpr_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e);
+
+/* Scalar node assigned exactly once, before any read, from a constant expression. */
+static bool s_constexpr_node(troupe__opt_ctx_t *c, size_t i)
+{
+    troupe__opt_node_t *nd = &c->nd[i];
+    if (nd->constexpr_state >= 2)
+        return nd->constexpr_state == 2;
+    if (nd->constexpr_state == 1)
+        return false; /* cyclic */
+    nd->constexpr_state = 1;
+    bool r = s_scalar_dims(c->tns[i]) && nd->n_assign_exec == 1 && !nd->read_before_first_assign &&
+             !nd->first_is_vec &&
+             (nd->first_is_zero || (nd->first_value && s_constexpr_sc(c, nd->first_value)));
+    nd->constexpr_state = r ? 2 : 3;
+    return r;
+}
+
+static bool s_constexpr_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e)
+{
+    switch (e->kind) {
+    case TROUPE_SC_CONSTANT:
+    case TROUPE_SC_CONSTANT_BITS:
+        return true;
+    case TROUPE_SC_GET: {
+        ptrdiff_t i = troupe__opt_node_of(c, e->u.get.tn);
+        return i >= 0 && s_constexpr_node(c, (size_t)i);
+    }
+    case TROUPE_SC_TERNOP:
+        return s_constexpr_sc(c, e->u.op.args[0]) && s_constexpr_sc(c, e->u.op.args[1]) &&
+               s_constexpr_sc(c, e->u.op.args[2]);
+    case TROUPE_SC_BINOP:
+        return s_constexpr_sc(c, e->u.op.args[0]) && s_constexpr_sc(c, e->u.op.args[1]);
+    case TROUPE_SC_UNOP:
+        return s_constexpr_sc(c, e->u.op.args[0]);
+    default: /* merge reads, locals, embedded indices */
+        return false;
+    }
+}
+
+static bool s_accessing_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e)
+{
+    switch (e->kind) {
+    case TROUPE_SC_GET:
+        return !s_constexpr_sc(c, e);
+    case TROUPE_SC_GET_MERGE_BUFFER:
+    case TROUPE_SC_LOCAL_SCOPE:
+    case TROUPE_SC_GET_LOCAL:
+        return true;
+    case TROUPE_SC_TERNOP:
+        return s_accessing_sc(c, e->u.op.args[0]) || s_accessing_sc(c, e->u.op.args[1]) ||
+               s_accessing_sc(c, e->u.op.args[2]);
+    case TROUPE_SC_BINOP:
+        return s_accessing_sc(c, e->u.op.args[0]) || s_accessing_sc(c, e->u.op.args[1]);
+    case TROUPE_SC_UNOP:
+        return s_accessing_sc(c, e->u.op.args[0]);
+    default:
+        return false;
+    }
+}
+
+static bool s_complex_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e)
+{
+    switch (e->kind) {
+    case TROUPE_SC_LOCAL_SCOPE:
+    case TROUPE_SC_GET_LOCAL:
+        return true;
+    case TROUPE_SC_TERNOP:
+    case TROUPE_SC_BINOP:
+    case TROUPE_SC_UNOP:
+        return s_accessing_sc(c, e);
+    default: /* a plain read, constants, indices */
+        return false;
+    }
+}
+
+static void s_complexity_ll(troupe__opt_ctx_t *c, const troupe_ll_t *s)
+{
+    switch (s->kind) {
+    case TROUPE_LL_SEQ:
+        for (size_t k = 0; k < s->u.seq.count; k++)
+            s_complexity_ll(c, s->u.seq.items[k]);
+        return;
+    case TROUPE_LL_FOR:
+        s_complexity_ll(c, s->u.for_loop.body);
+        return;
+    case TROUPE_LL_SET:
+        if (s_complex_sc(c, s->u.set.value))
+            c->traced[troupe__opt_node_of(c, s->u.set.tn)].is_complex = true;
+        return;
+    case TROUPE_LL_SET_FROM_VEC:
+        if (!s_constexpr_sc(c, s->u.set_from_vec.arg))
+            c->traced[troupe__opt_node_of(c, s->u.set_from_vec.tn)].is_complex = true;
+        return;
+    default:
+        return;
+    }
+}
+
+/* ---- the pass ----------------------------------------------------------------------------- */
+
+troupe_status_t troupe__opt_trace(troupe__opt_ctx_t *c)
+{
+    s_self_t none = {NULL, NULL};
+    for (size_t q = 0; q < c->nitems; q++)
+        TROUPE_RETURN_IF_ERROR(s_scan_ll(c, q, c->items[q], none));
+    for (size_t i = 0; i < c->nn; i++) {
+        for (size_t k = 0; k < c->nd[i].rpos.n; k++)
+            if (!TROUPE__OPT_PUSH(c->item_reads[c->nd[i].rpos.at[k]], i))
+                return troupe__opt_oom();
+        c->traced[i].read_only = c->traced[i].assignments == 0;
+    }
+    c->sampled = s_count_ll(c->proc->body) > (uint64_t)c->o.max_trace_steps;
+    TROUPE_RETURN_IF_ERROR(s_tr_ll(c, c->proc->body, none));
+    for (size_t i = 0; i < c->nn; i++)
+        c->traced[i].is_scalar_constexpr = s_constexpr_node(c, i);
+    s_complexity_ll(c, c->proc->body);
+    return TROUPE_OK;
+}
