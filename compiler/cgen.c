@@ -19,6 +19,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/strbuf.h"
 #include "compiler/cgen_impl.h"
 #include "compiler/gemm.h"
 #include "ir/ops.h"
@@ -32,83 +33,6 @@
 
 #define S_IDENT_CAP 64
 #define S_LABEL_MAX 40
-
-/* ---- growable string ---------------------------------------------------------------------- */
-
-typedef struct s_buf {
-    char *data;
-    size_t len, cap;
-    bool failed; /* an allocation failed: the contents are truncated */
-} s_buf_t;
-
-static void s_buf_free(s_buf_t *b)
-{
-    troupe_free(b->data);
-    memset(b, 0, sizeof *b);
-}
-
-static bool s_buf_reserve(s_buf_t *b, size_t extra)
-{
-    if (b->failed)
-        return false;
-    if (b->len + extra + 1 <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    char *d = troupe_realloc(b->data, cap);
-    if (d == NULL) {
-        b->failed = true;
-        return false;
-    }
-    b->data = d;
-    b->cap = cap;
-    return true;
-}
-
-static void s_putn(s_buf_t *b, const char *s, size_t n)
-{
-    if (!s_buf_reserve(b, n))
-        return;
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-}
-
-static void s_puts(s_buf_t *b, const char *s)
-{
-    s_putn(b, s, strlen(s));
-}
-
-static void s_printf(s_buf_t *b, const char *fmt, ...) TROUPE_PRINTF(2, 3);
-static void s_printf(s_buf_t *b, const char *fmt, ...)
-{
-    char small[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->failed = true;
-        return;
-    }
-    if ((size_t)n < sizeof small) {
-        s_putn(b, small, (size_t)n);
-        return;
-    }
-    if (!s_buf_reserve(b, (size_t)n))
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-static void s_indent(s_buf_t *b, int indent)
-{
-    for (int i = 0; i < indent; i++)
-        s_puts(b, "    ");
-}
 
 /* ---- identifiers -------------------------------------------------------------------------- */
 
@@ -332,7 +256,7 @@ typedef struct s_range {
 
 typedef struct s_gen {
     const troupe_ll_proc_t *proc;
-    troupe_cgen_dialect_t dialect;
+    const troupe__cgen_target_t *target;
     s_node_info_t *nodes;      /* aligned with proc->nodes */
     char (*syms)[S_IDENT_CAP]; /* per symbol */
     s_range_t *ranges;         /* per symbol, during emission */
@@ -344,14 +268,18 @@ typedef struct s_gen {
     bool uses_gemm; /* some contraction calls the GEMM library (compiler/gemm.h) */
 } s_gen_t;
 
-static const char *s_dialect_name(troupe_cgen_dialect_t d)
+/* The target of a dialect, or NULL. */
+static const troupe__cgen_target_t *s_target(troupe_cgen_dialect_t d)
 {
-    return d == TROUPE_CGEN_C ? "c" : d == TROUPE_CGEN_CUDA ? "cuda" : "invalid";
+    return d == TROUPE_CGEN_C      ? &troupe__cgen_target_c
+           : d == TROUPE_CGEN_CUDA ? &troupe__cgen_target_cuda
+                                   : NULL;
 }
 
 const char *troupe_cgen_dialect_name(troupe_cgen_dialect_t dialect)
 {
-    return s_dialect_name(dialect);
+    const troupe__cgen_target_t *t = s_target(dialect);
+    return t != NULL ? t->name : "invalid";
 }
 
 /* Re-records the current last error prefixed with the generation context. */
@@ -359,8 +287,8 @@ static troupe_status_t s_wrap_error(const s_gen_t *g, troupe_status_t status)
 {
     char msg[768];
     snprintf(msg, sizeof msg, "%s", troupe_last_error());
-    return troupe__error(status, "cgen (%s dialect) of procedure %s: %s",
-                         s_dialect_name(g->dialect), g->proc->name, msg);
+    return troupe__error(status, "cgen (%s dialect) of procedure %s: %s", g->target->name,
+                         g->proc->name, msg);
 }
 
 static s_node_info_t *s_info(s_gen_t *g, const troupe_tnode_t *tn)
@@ -464,7 +392,7 @@ static troupe_status_t s_classify(s_gen_t *g)
                                  "cgen (%s dialect) of procedure %s: node %s is Virtual "
                                  "(provenance %" PRId32 ") but the code %s it directly; inline it "
                                  "(compiler/optimize) or change its memory mode",
-                                 s_dialect_name(g->dialect), proc->name, name, prov,
+                                 g->target->name, proc->name, name, prov,
                                  info->written ? "writes" : "reads");
         }
         if (has && mode.kind == TROUPE_MM_LOCAL)
@@ -497,14 +425,14 @@ static void s_name_symbols(s_gen_t *g)
 /* ---- printing helpers --------------------------------------------------------------------- */
 
 /* An int64 literal valid in C and C++ (LL suffix; INT64_MIN spelled out). */
-static void s_put_i64(s_buf_t *b, int64_t v)
+static void s_put_i64(troupe__strbuf_t *b, int64_t v)
 {
     if (v == INT64_MIN)
-        s_puts(b, "(-9223372036854775807LL - 1)");
+        troupe__strbuf_puts(b, "(-9223372036854775807LL - 1)");
     else if (v < 0)
-        s_printf(b, "(-%" PRId64 "LL)", -v);
+        troupe__strbuf_printf(b, "(-%" PRId64 "LL)", -v);
     else
-        s_printf(b, "%" PRId64 "LL", v);
+        troupe__strbuf_printf(b, "%" PRId64 "LL", v);
 }
 
 /* sum(coeff*sym) + offset over combined terms; "0" when empty. */
@@ -531,7 +459,7 @@ static void s_affine_add(s_affine_t *a, const troupe_axis_index_t *idx, int64_t 
     a->offset += idx->offset * scale;
 }
 
-static void s_put_affine(const s_gen_t *g, s_buf_t *b, const s_affine_t *a)
+static void s_put_affine(const s_gen_t *g, troupe__strbuf_t *b, const s_affine_t *a)
 {
     bool first = true;
     for (int j = 0; j < a->n; j++) {
@@ -541,31 +469,31 @@ static void s_put_affine(const s_gen_t *g, s_buf_t *b, const s_affine_t *a)
             continue;
         if (first) {
             if (c == 1)
-                s_printf(b, "%s", name);
+                troupe__strbuf_printf(b, "%s", name);
             else if (c == -1)
-                s_printf(b, "-%s", name);
+                troupe__strbuf_printf(b, "-%s", name);
             else
-                s_printf(b, "%" PRId64 "*%s", c, name);
+                troupe__strbuf_printf(b, "%" PRId64 "*%s", c, name);
         } else {
             int64_t m = c < 0 ? -c : c;
-            s_puts(b, c < 0 ? " - " : " + ");
+            troupe__strbuf_puts(b, c < 0 ? " - " : " + ");
             if (m == 1)
-                s_printf(b, "%s", name);
+                troupe__strbuf_printf(b, "%s", name);
             else
-                s_printf(b, "%" PRId64 "*%s", m, name);
+                troupe__strbuf_printf(b, "%" PRId64 "*%s", m, name);
         }
         first = false;
     }
     if (first)
-        s_printf(b, "%" PRId64, a->offset);
+        troupe__strbuf_printf(b, "%" PRId64, a->offset);
     else if (a->offset > 0)
-        s_printf(b, " + %" PRId64, a->offset);
+        troupe__strbuf_printf(b, " + %" PRId64, a->offset);
     else if (a->offset < 0)
-        s_printf(b, " - %" PRId64, -a->offset);
+        troupe__strbuf_printf(b, " - %" PRId64, -a->offset);
 }
 
 /* Row-major flat offset of idcs into a node of the given dims. */
-static void s_put_offset(const s_gen_t *g, s_buf_t *b, const troupe_tnode_t *tn,
+static void s_put_offset(const s_gen_t *g, troupe__strbuf_t *b, const troupe_tnode_t *tn,
                          const troupe_axis_index_t *idcs)
 {
     s_affine_t a;
@@ -584,7 +512,7 @@ static void s_put_offset(const s_gen_t *g, s_buf_t *b, const troupe_tnode_t *tn,
     s_put_affine(g, b, &r);
 }
 
-static void s_put_index(const s_gen_t *g, s_buf_t *b, const troupe_axis_index_t *idx)
+static void s_put_index(const s_gen_t *g, troupe__strbuf_t *b, const troupe_axis_index_t *idx)
 {
     s_affine_t a;
     memset(&a, 0, sizeof a);
@@ -616,16 +544,16 @@ static troupe_status_t s_convert(const s_gen_t *g, troupe_prec_t from, troupe_pr
     return s == TROUPE_OK ? s : s_wrap_error(g, s);
 }
 
-static void s_put_float_literal(s_buf_t *b, double c, bool single)
+static void s_put_float_literal(troupe__strbuf_t *b, double c, bool single)
 {
     char num[64];
     if (isnan(c)) {
-        s_puts(b, single ? "TROUPE_NAN_F" : "TROUPE_NAN_D");
+        troupe__strbuf_puts(b, single ? "TROUPE_NAN_F" : "TROUPE_NAN_D");
         return;
     }
     if (isinf(c)) {
-        s_puts(b, c < 0 ? (single ? "(-TROUPE_INF_F)" : "(-TROUPE_INF_D)")
-                        : (single ? "TROUPE_INF_F" : "TROUPE_INF_D"));
+        troupe__strbuf_puts(b, c < 0 ? (single ? "(-TROUPE_INF_F)" : "(-TROUPE_INF_D)")
+                                     : (single ? "TROUPE_INF_F" : "TROUPE_INF_D"));
         return;
     }
     if (single)
@@ -634,23 +562,23 @@ static void s_put_float_literal(s_buf_t *b, double c, bool single)
         snprintf(num, sizeof num, "%.17g", c);
     bool has_point = strpbrk(num, ".e") != NULL;
     bool neg = num[0] == '-';
-    s_printf(b, "%s%s%s%s%s", neg ? "(" : "", num, has_point ? "" : ".0", single ? "f" : "",
-             neg ? ")" : "");
+    troupe__strbuf_printf(b, "%s%s%s%s%s", neg ? "(" : "", num, has_point ? "" : ".0",
+                          single ? "f" : "", neg ? ")" : "");
 }
 
 /* An integer value as a C value of integer precision p. */
-static void s_put_int_in(s_buf_t *b, int64_t v, bool is_u64, troupe_prec_t p)
+static void s_put_int_in(troupe__strbuf_t *b, int64_t v, bool is_u64, troupe_prec_t p)
 {
     if (is_u64) {
-        s_printf(b, "((uint64_t)%" PRIu64 "ULL)", (uint64_t)v);
+        troupe__strbuf_printf(b, "((uint64_t)%" PRIu64 "ULL)", (uint64_t)v);
     } else {
-        s_printf(b, "((%s)", troupe_prec_c_type(p));
+        troupe__strbuf_printf(b, "((%s)", troupe_prec_c_type(p));
         s_put_i64(b, v);
-        s_puts(b, ")");
+        troupe__strbuf_puts(b, ")");
     }
 }
 
-static void s_put_constant(s_buf_t *b, double c, troupe_prec_t prec)
+static void s_put_constant(troupe__strbuf_t *b, double c, troupe_prec_t prec)
 {
     troupe_prec_t cp = s_compute_prec(prec);
     if (cp == TROUPE_PREC_SINGLE || cp == TROUPE_PREC_DOUBLE) {
@@ -660,9 +588,9 @@ static void s_put_constant(s_buf_t *b, double c, troupe_prec_t prec)
     if (cp == TROUPE_PREC_UINT4X32) { /* the truncated, saturated int64 as {lo, hi, 0, 0} */
         int64_t v = 0;
         troupe_prec_store_double(TROUPE_PREC_INT64, &v, c);
-        s_puts(b, "troupe_int64_to_uint4x32(");
+        troupe__strbuf_puts(b, "troupe_int64_to_uint4x32(");
         s_put_i64(b, v);
-        s_puts(b, ")");
+        troupe__strbuf_puts(b, ")");
         return;
     }
     /* Integers: truncate and saturate as troupe_prec_store_double. */
@@ -707,7 +635,8 @@ static void s_put_constant(s_buf_t *b, double c, troupe_prec_t prec)
 
 /* ---- expression emission ------------------------------------------------------------------ */
 
-static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent, s_buf_t *out);
+static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
+                                 troupe__strbuf_t *out);
 
 static const s_scope_t *s_find_scope(const s_gen_t *g, int32_t id)
 {
@@ -740,15 +669,15 @@ static troupe_prec_t s_natural_prec(const s_gen_t *g, const troupe_sc_t *e, trou
 }
 
 static troupe_status_t s_emit_sc(s_gen_t *g, const troupe_sc_t *e, troupe_prec_t prec, int indent,
-                                 s_buf_t *out, s_buf_t *pre);
+                                 troupe__strbuf_t *out, troupe__strbuf_t *pre);
 
 /* piece[0] arg0 piece[1] arg1 ... piece[count-1], args emitted in their precisions. */
 static troupe_status_t s_apply(s_gen_t *g, const troupe_c_syntax_t *syn, troupe_sc_t *const *args,
-                               const troupe_prec_t *arg_precs, int indent, s_buf_t *out,
-                               s_buf_t *pre)
+                               const troupe_prec_t *arg_precs, int indent, troupe__strbuf_t *out,
+                               troupe__strbuf_t *pre)
 {
     for (int i = 0; i < syn->count; i++) {
-        s_puts(out, syn->piece[i]);
+        troupe__strbuf_puts(out, syn->piece[i]);
         if (i + 1 < syn->count)
             TROUPE_RETURN_IF_ERROR(s_emit_sc(g, args[i], arg_precs[i], indent, out, pre));
     }
@@ -759,23 +688,23 @@ static troupe_status_t s_apply(s_gen_t *g, const troupe_c_syntax_t *syn, troupe_
  * compute type of ctx. */
 static troupe_status_t s_put_converted(s_gen_t *g, troupe_prec_t from, troupe_prec_t ctx,
                                        const char *value_prefix, const troupe_tnode_t *tn,
-                                       const troupe_axis_index_t *idcs, s_buf_t *out)
+                                       const troupe_axis_index_t *idcs, troupe__strbuf_t *out)
 {
     troupe_c_syntax_t conv;
     TROUPE_RETURN_IF_ERROR(s_convert(g, from, s_compute_prec(ctx), &conv));
-    s_puts(out, conv.piece[0]);
-    s_puts(out, value_prefix);
+    troupe__strbuf_puts(out, conv.piece[0]);
+    troupe__strbuf_puts(out, value_prefix);
     if (tn != NULL) {
-        s_puts(out, "[");
+        troupe__strbuf_puts(out, "[");
         s_put_offset(g, out, tn, idcs);
-        s_puts(out, "]");
+        troupe__strbuf_puts(out, "]");
     }
-    s_puts(out, conv.piece[1]);
+    troupe__strbuf_puts(out, conv.piece[1]);
     return TROUPE_OK;
 }
 
 static troupe_status_t s_emit_local_scope(s_gen_t *g, const troupe_sc_t *e, int indent,
-                                          s_buf_t *pre, const s_scope_t **out_scope)
+                                          troupe__strbuf_t *pre, const s_scope_t **out_scope)
 {
     const troupe_tnode_t *tn = e->u.local_scope.tn;
     int32_t id = e->u.local_scope.id;
@@ -807,11 +736,11 @@ static troupe_status_t s_emit_local_scope(s_gen_t *g, const troupe_sc_t *e, int 
         snprintf(sc->ident, sizeof sc->ident, "v%" PRId32 "_%s_%" PRId32, id, clean, uses);
 
     troupe_prec_t cp = s_compute_prec(tn->prec);
-    s_indent(pre, indent);
+    troupe__strbuf_repeat(pre, "    ", indent);
     if (cp == TROUPE_PREC_UINT4X32)
-        s_printf(pre, "uint4x32_t %s = {{0u, 0u, 0u, 0u}};\n", sc->ident);
+        troupe__strbuf_printf(pre, "uint4x32_t %s = {{0u, 0u, 0u, 0u}};\n", sc->ident);
     else
-        s_printf(pre, "%s %s = 0;\n", troupe_prec_c_type(cp), sc->ident);
+        troupe__strbuf_printf(pre, "%s %s = 0;\n", troupe_prec_c_type(cp), sc->ident);
     g->nscopes++;
     troupe_status_t st = s_emit_ll(g, e->u.local_scope.body, indent, pre);
     g->nscopes--;
@@ -821,7 +750,7 @@ static troupe_status_t s_emit_local_scope(s_gen_t *g, const troupe_sc_t *e, int 
 }
 
 static troupe_status_t s_emit_sc(s_gen_t *g, const troupe_sc_t *e, troupe_prec_t prec, int indent,
-                                 s_buf_t *out, s_buf_t *pre)
+                                 troupe__strbuf_t *out, troupe__strbuf_t *pre)
 {
     troupe_c_syntax_t syn;
     troupe_status_t st = TROUPE_OK;
@@ -837,15 +766,15 @@ static troupe_status_t s_emit_sc(s_gen_t *g, const troupe_sc_t *e, troupe_prec_t
         bool index_counter = e->kind == TROUPE_SC_EMBED_INDEX && prec == TROUPE_PREC_UINT4X32;
         TROUPE_RETURN_IF_ERROR(s_convert(g, index_counter ? TROUPE_PREC_UINT32 : TROUPE_PREC_INT64,
                                          s_compute_prec(prec), &conv));
-        s_puts(out, conv.piece[0]);
+        troupe__strbuf_puts(out, conv.piece[0]);
         if (e->kind == TROUPE_SC_CONSTANT_BITS) {
             s_put_i64(out, e->u.constant_bits);
         } else {
-            s_puts(out, index_counter ? "(uint32_t)(" : "(int64_t)(");
+            troupe__strbuf_puts(out, index_counter ? "(uint32_t)(" : "(int64_t)(");
             s_put_index(g, out, &e->u.embed_index);
-            s_puts(out, ")");
+            troupe__strbuf_puts(out, ")");
         }
-        s_puts(out, conv.piece[1]);
+        troupe__strbuf_puts(out, conv.piece[1]);
         return TROUPE_OK;
     }
     case TROUPE_SC_GET: {
@@ -897,8 +826,7 @@ static troupe_status_t s_emit_sc(s_gen_t *g, const troupe_sc_t *e, troupe_prec_t
                 return troupe__error(TROUPE_INVALID_ARGUMENT,
                                      "cgen (%s dialect) of procedure %s: ternop %s: a condition "
                                      "of precision uint4x32 is not supported",
-                                     s_dialect_name(g->dialect), g->proc->name,
-                                     troupe_ternop_name(op));
+                                     g->target->name, g->proc->name, troupe_ternop_name(op));
         }
         st = troupe_ternop_c_syntax(prec, op, &syn);
         if (st != TROUPE_OK)
@@ -914,32 +842,33 @@ static troupe_status_t s_emit_sc(s_gen_t *g, const troupe_sc_t *e, troupe_prec_t
 /* A statement whose value needed pre-statements `pre` (hoisted local scopes) goes inside a
  * block after them: opens `{` and writes pre when it is not empty, and returns the indent of
  * the statement. s_close_pre_block closes the block. */
-static int s_open_pre_block(s_buf_t *out, int indent, const s_buf_t *pre)
+static int s_open_pre_block(troupe__strbuf_t *out, int indent, const troupe__strbuf_t *pre)
 {
     if (pre->len == 0)
         return indent;
-    s_indent(out, indent);
-    s_puts(out, "{\n");
-    s_putn(out, pre->data, pre->len);
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_puts(out, "{\n");
+    troupe__strbuf_putn(out, pre->data, pre->len);
     return indent + 1;
 }
 
-static void s_close_pre_block(s_buf_t *out, int indent, const s_buf_t *pre)
+static void s_close_pre_block(troupe__strbuf_t *out, int indent, const troupe__strbuf_t *pre)
 {
     if (pre->len == 0)
         return;
-    s_indent(out, indent);
-    s_puts(out, "}\n");
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_puts(out, "}\n");
 }
 
 /* Ends a statement built from the buffers pre and expr: frees them, and makes st out of memory
  * when it was TROUPE_OK but a buffer failed to grow. */
-static troupe_status_t s_stmt_done(troupe_status_t st, s_buf_t *pre, s_buf_t *expr)
+static troupe_status_t s_stmt_done(troupe_status_t st, troupe__strbuf_t *pre,
+                                   troupe__strbuf_t *expr)
 {
     if (st == TROUPE_OK && (pre->failed || expr->failed))
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
-    s_buf_free(pre);
-    s_buf_free(expr);
+    troupe__strbuf_reset(pre);
+    troupe__strbuf_reset(expr);
     return st;
 }
 
@@ -947,58 +876,59 @@ static troupe_status_t s_stmt_done(troupe_status_t st, s_buf_t *pre, s_buf_t *ex
  * is printed by the caller-supplied prefix (already formatted). */
 static troupe_status_t s_emit_assign(s_gen_t *g, const char *lhs, const troupe_sc_t *value,
                                      troupe_prec_t value_prec, troupe_prec_t store_prec, int indent,
-                                     s_buf_t *out)
+                                     troupe__strbuf_t *out)
 {
-    s_buf_t pre = {0}, expr = {0};
+    troupe__strbuf_t pre = TROUPE__STRBUF_INIT, expr = TROUPE__STRBUF_INIT;
     troupe_c_syntax_t conv;
     troupe_status_t st = s_emit_sc(g, value, value_prec, indent + 1, &expr, &pre);
     if (st == TROUPE_OK)
         st = s_convert(g, s_compute_prec(value_prec), store_prec, &conv);
     if (st == TROUPE_OK) {
-        s_indent(out, s_open_pre_block(out, indent, &pre));
-        s_printf(out, "%s = %s", lhs, conv.piece[0]);
+        troupe__strbuf_repeat(out, "    ", s_open_pre_block(out, indent, &pre));
+        troupe__strbuf_printf(out, "%s = %s", lhs, conv.piece[0]);
         if (expr.len > 0)
-            s_putn(out, expr.data, expr.len);
-        s_printf(out, "%s;\n", conv.piece[1]);
+            troupe__strbuf_putn(out, expr.data, expr.len);
+        troupe__strbuf_printf(out, "%s;\n", conv.piece[1]);
         s_close_pre_block(out, indent, &pre);
     }
     return s_stmt_done(st, &pre, &expr);
 }
 
-static void s_put_comment(s_buf_t *out, const char *text)
+static void s_put_comment(troupe__strbuf_t *out, const char *text)
 {
-    s_puts(out, "/* ");
+    troupe__strbuf_puts(out, "/* ");
     for (const char *p = text; *p != '\0'; p++) {
         if (p[0] == '*' && p[1] == '/')
-            s_puts(out, "* ");
+            troupe__strbuf_puts(out, "* ");
         else if (p[0] == '/' && p[1] == '*')
-            s_puts(out, "/ ");
+            troupe__strbuf_puts(out, "/ ");
         else if (*p == '\n' || *p == '\r')
-            s_puts(out, " ");
+            troupe__strbuf_puts(out, " ");
         else
-            s_putn(out, p, 1);
+            troupe__strbuf_putn(out, p, 1);
     }
-    s_puts(out, " */\n");
+    troupe__strbuf_puts(out, " */\n");
 }
 
-static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent, s_buf_t *out)
+static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
+                                  troupe__strbuf_t *out)
 {
     int32_t sym = s->u.for_loop.sym;
     const char *name = g->syms[sym];
-    s_indent(out, indent);
-    s_printf(out, "for (int64_t %s = %" PRId64 "; %s <= %" PRId64 "; ++%s) {\n", name,
-             s->u.for_loop.from, name, s->u.for_loop.to, name);
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_printf(out, "for (int64_t %s = %" PRId64 "; %s <= %" PRId64 "; ++%s) {\n", name,
+                          s->u.for_loop.from, name, s->u.for_loop.to, name);
     s_range_t saved = g->ranges[sym];
     g->ranges[sym] = (s_range_t){true, s->u.for_loop.from, s->u.for_loop.to};
     troupe_status_t st = s_emit_ll(g, s->u.for_loop.body, indent + 1, out);
     g->ranges[sym] = saved;
-    s_indent(out, indent);
-    s_puts(out, "}\n");
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_puts(out, "}\n");
     return st;
 }
 
 /* &ident[offset of the access with the product's three iterators at 0]: the operand's base. */
-static void s_put_gemm_base(s_gen_t *g, s_buf_t *b, const troupe_gemm_t *gm,
+static void s_put_gemm_base(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t *gm,
                             const troupe_gemm_operand_t *o)
 {
     troupe_axis_index_t base[TROUPE_MAX_DIMS];
@@ -1011,24 +941,24 @@ static void s_put_gemm_base(s_gen_t *g, s_buf_t *b, const troupe_gemm_t *gm,
                 base[ax].terms[base[ax].nterms++] = o->idcs[ax].terms[t];
         }
     }
-    s_printf(b, "&%s[", s_info(g, o->tn)->ident);
+    troupe__strbuf_printf(b, "&%s[", s_info(g, o->tn)->ident);
     s_put_offset(g, b, o->tn, base);
-    s_puts(b, "]");
+    troupe__strbuf_puts(b, "]");
 }
 
 /* A contraction the GEMM library takes becomes a call through the hook the loader sets, with
  * the generated loops kept for when no library is there (TROUPE_GEMM=generated, a build
  * without one): compiler/gemm.h. */
 static troupe_status_t s_emit_gemm_or_for(s_gen_t *g, const troupe_ll_t *s, int indent,
-                                          s_buf_t *out)
+                                          troupe__strbuf_t *out)
 {
     troupe_gemm_t gm;
     const char *why = NULL;
     troupe_gemm_verdict_t v = troupe_gemm_match(s, &gm, &why);
     if (v == TROUPE_GEMM_REFUSED)
         TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
-                   "cgen of %s: the contraction into %s stays generated loops: %s",
-                   g->proc->name, s_info(g, gm.c.tn)->ident, why);
+                   "cgen of %s: the contraction into %s stays generated loops: %s", g->proc->name,
+                   s_info(g, gm.c.tn)->ident, why);
     if (v != TROUPE_GEMM_YES)
         return s_emit_for(g, s, indent, out);
     bool single = gm.prec == TROUPE_PREC_SINGLE;
@@ -1039,70 +969,71 @@ static troupe_status_t s_emit_gemm_or_for(s_gen_t *g, const troupe_ll_t *s, int 
                g->proc->name, s_info(g, gm.c.tn)->ident, s_info(g, gm.a.tn)->ident,
                gm.a.trans ? "^T" : "", s_info(g, gm.b.tn)->ident, gm.b.trans ? "^T" : "", gm.m,
                gm.n, gm.k);
-    s_indent(out, indent);
-    s_printf(out, "if (troupe_%cgemm != 0) {\n", single ? 's' : 'd');
-    s_indent(out, indent + 1);
-    s_printf(out, "troupe_%cgemm(%d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, ",
-             single ? 's' : 'd', gm.a.trans ? 1 : 0, gm.b.trans ? 1 : 0, gm.m, gm.n, gm.k,
-             single ? "1.0f" : "1.0");
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_printf(out, "if (troupe_%cgemm != 0) {\n", single ? 's' : 'd');
+    troupe__strbuf_repeat(out, "    ", indent + 1);
+    troupe__strbuf_printf(out, "troupe_%cgemm(%d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, ",
+                          single ? 's' : 'd', gm.a.trans ? 1 : 0, gm.b.trans ? 1 : 0, gm.m, gm.n,
+                          gm.k, single ? "1.0f" : "1.0");
     s_put_gemm_base(g, out, &gm, &gm.a);
-    s_printf(out, ", %" PRId64 ", ", gm.a.ld);
+    troupe__strbuf_printf(out, ", %" PRId64 ", ", gm.a.ld);
     s_put_gemm_base(g, out, &gm, &gm.b);
-    s_printf(out, ", %" PRId64 ", %s, ", gm.b.ld, single ? "1.0f" : "1.0");
+    troupe__strbuf_printf(out, ", %" PRId64 ", %s, ", gm.b.ld, single ? "1.0f" : "1.0");
     s_put_gemm_base(g, out, &gm, &gm.c);
-    s_printf(out, ", %" PRId64 ");\n", gm.c.ld);
-    s_indent(out, indent);
-    s_puts(out, "} else {\n");
+    troupe__strbuf_printf(out, ", %" PRId64 ");\n", gm.c.ld);
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_puts(out, "} else {\n");
     troupe_status_t st = s_emit_for(g, s, indent + 1, out);
-    s_indent(out, indent);
-    s_puts(out, "}\n");
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_puts(out, "}\n");
     return st;
 }
 
-static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent, s_buf_t *out)
+static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
+                                 troupe__strbuf_t *out)
 {
     switch (s->kind) {
     case TROUPE_LL_NOOP:
         return TROUPE_OK;
     case TROUPE_LL_COMMENT:
-        s_indent(out, indent);
+        troupe__strbuf_repeat(out, "    ", indent);
         s_put_comment(out, s->u.comment);
         return TROUPE_OK;
     case TROUPE_LL_SEQ:
         for (size_t i = 0; i < s->u.seq.count; i++)
             TROUPE_RETURN_IF_ERROR(s_emit_ll(g, s->u.seq.items[i], indent, out));
         return TROUPE_OK;
-    case TROUPE_LL_FOR: {
-        if (g->dialect == TROUPE_CGEN_C)
+    case TROUPE_LL_FOR:
+        if (g->target->gemm_library)
             return s_emit_gemm_or_for(g, s, indent, out);
         return s_emit_for(g, s, indent, out);
-    }
     case TROUPE_LL_ZERO_OUT: {
         const troupe_tnode_t *tn = s->u.zero_out;
         const s_node_info_t *info = s_info(g, tn);
-        s_indent(out, indent);
-        s_printf(out, "for (int64_t zi = 0; zi < %" PRId64 "; ++zi)", troupe_tnode_num_elems(tn));
+        troupe__strbuf_repeat(out, "    ", indent);
+        troupe__strbuf_printf(out, "for (int64_t zi = 0; zi < %" PRId64 "; ++zi)",
+                              troupe_tnode_num_elems(tn));
         if (tn->prec == TROUPE_PREC_UINT4X32)
-            s_printf(out,
-                     " { %s[zi].v[0] = 0u; %s[zi].v[1] = 0u; %s[zi].v[2] = 0u; "
-                     "%s[zi].v[3] = 0u; }\n",
-                     info->ident, info->ident, info->ident, info->ident);
+            troupe__strbuf_printf(out,
+                                  " { %s[zi].v[0] = 0u; %s[zi].v[1] = 0u; %s[zi].v[2] = 0u; "
+                                  "%s[zi].v[3] = 0u; }\n",
+                                  info->ident, info->ident, info->ident, info->ident);
         else
-            s_printf(out, " %s[zi] = 0;\n", info->ident);
+            troupe__strbuf_printf(out, " %s[zi] = 0;\n", info->ident);
         return TROUPE_OK;
     }
     case TROUPE_LL_SET: {
         const troupe_tnode_t *tn = s->u.set.tn;
-        s_buf_t lhs = {0};
-        s_puts(&lhs, s_info(g, tn)->ident);
-        s_puts(&lhs, "[");
+        troupe__strbuf_t lhs = TROUPE__STRBUF_INIT;
+        troupe__strbuf_puts(&lhs, s_info(g, tn)->ident);
+        troupe__strbuf_puts(&lhs, "[");
         s_put_offset(g, &lhs, tn, s->u.set.idcs);
-        s_puts(&lhs, "]");
+        troupe__strbuf_puts(&lhs, "]");
         troupe_status_t st =
             lhs.failed
                 ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory")
                 : s_emit_assign(g, lhs.data, s->u.set.value, tn->prec, tn->prec, indent, out);
-        s_buf_free(&lhs);
+        troupe__strbuf_reset(&lhs);
         return st;
     }
     case TROUPE_LL_SET_LOCAL: {
@@ -1129,9 +1060,9 @@ static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent, s
                                  "cgen (%s dialect) of procedure %s: set_from_vec %s into node "
                                  "#%d (%s, %d dims) with length %d; the op writes %zu elements "
                                  "along the last axis",
-                                 s_dialect_name(g->dialect), g->proc->name,
-                                 troupe_vec_unop_name(op), tn->id, troupe_prec_name(tn->prec),
-                                 tn->ndims, s->u.set_from_vec.length, count);
+                                 g->target->name, g->proc->name, troupe_vec_unop_name(op), tn->id,
+                                 troupe_prec_name(tn->prec), tn->ndims, s->u.set_from_vec.length,
+                                 count);
         int64_t lo, hi;
         const troupe_axis_index_t *last = &s->u.set_from_vec.idcs[tn->ndims - 1];
         if (s_index_range(g, last, &lo, &hi) && hi + (int64_t)count > tn->dims[tn->ndims - 1])
@@ -1139,17 +1070,17 @@ static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent, s
                                  "cgen (%s dialect) of procedure %s: set_from_vec into node #%d "
                                  "writes up to index %" PRId64 " of its last axis (dim %" PRId64
                                  ")",
-                                 s_dialect_name(g->dialect), g->proc->name, tn->id,
-                                 hi + (int64_t)count - 1, tn->dims[tn->ndims - 1]);
-        s_buf_t pre = {0}, expr = {0};
+                                 g->target->name, g->proc->name, tn->id, hi + (int64_t)count - 1,
+                                 tn->dims[tn->ndims - 1]);
+        troupe__strbuf_t pre = TROUPE__STRBUF_INIT, expr = TROUPE__STRBUF_INIT;
         st = s_emit_sc(g, s->u.set_from_vec.arg, TROUPE_PREC_UINT4X32, indent + 1, &expr, &pre);
         if (st == TROUPE_OK) {
-            s_indent(out, s_open_pre_block(out, indent, &pre));
-            s_puts(out, syn.piece[0]);
-            s_putn(out, expr.data ? expr.data : "", expr.len);
-            s_printf(out, "%s&%s[", syn.piece[1], s_info(g, tn)->ident);
+            troupe__strbuf_repeat(out, "    ", s_open_pre_block(out, indent, &pre));
+            troupe__strbuf_puts(out, syn.piece[0]);
+            troupe__strbuf_putn(out, expr.data ? expr.data : "", expr.len);
+            troupe__strbuf_printf(out, "%s&%s[", syn.piece[1], s_info(g, tn)->ident);
             s_put_offset(g, out, tn, s->u.set_from_vec.idcs);
-            s_printf(out, "]%s;\n", syn.piece[2]);
+            troupe__strbuf_printf(out, "]%s;\n", syn.piece[2]);
             s_close_pre_block(out, indent, &pre);
         }
         return s_stmt_done(st, &pre, &expr);
@@ -1164,13 +1095,12 @@ typedef struct s_prelude {
     const troupe__cgen_section_t *secs;
     size_t nsecs;
     bool *needed;
-    troupe_cgen_dialect_t dialect;
+    const troupe__cgen_target_t *target;
 } s_prelude_t;
 
 static const char *s_section_text(const s_prelude_t *p, size_t i)
 {
-    const troupe__cgen_section_t *s = &p->secs[i];
-    return (p->dialect == TROUPE_CGEN_CUDA && s->text_cuda != NULL) ? s->text_cuda : s->text_c;
+    return p->target->section_text(&p->secs[i]);
 }
 
 /* Index of the section providing identifier [id, id+n), or -1. */
@@ -1283,7 +1213,7 @@ static troupe_status_t s_build_params(s_gen_t *g, troupe_cgen_result_t *r)
     r->params = troupe_calloc(n > 0 ? n : 1, sizeof *r->params);
     if (r->params == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
-    const char *restrict_kw = g->dialect == TROUPE_CGEN_CUDA ? "__restrict__" : "restrict";
+    const char *restrict_kw = g->target->restrict_kw;
     size_t k = 0;
     bool oom = false;
     for (size_t i = 0; i < proc->nnodes; i++) {
@@ -1340,55 +1270,52 @@ static troupe_status_t s_build_params(s_gen_t *g, troupe_cgen_result_t *r)
 
 /* ---- assembly ----------------------------------------------------------------------------- */
 
-static void s_put_header(const s_gen_t *g, const troupe_cgen_result_t *r, s_buf_t *b)
+static void s_put_header(const s_gen_t *g, const troupe_cgen_result_t *r, troupe__strbuf_t *b)
 {
-    s_printf(b, "/* troupe compiler/cgen: routine %s, %s dialect. Generated code; do not edit.\n",
-             r->name, s_dialect_name(g->dialect));
-    if (g->dialect == TROUPE_CGEN_C)
-        s_printf(b,
-                 " * Entry: void %s(void **args), args[k] = the k-th parameter's pointer "
-                 "(static index: pointer to int64_t).\n",
-                 r->entry_name);
-    else
-        s_puts(b, " * Kernel: single-threaded; launch argument k points to parameter k.\n");
-    s_puts(b, " * Parameters (call order):\n");
+    troupe__strbuf_printf(
+        b, "/* troupe compiler/cgen: routine %s, %s dialect. Generated code; do not edit.\n",
+        r->name, g->target->name);
+    g->target->put_calling(b, r);
+    troupe__strbuf_puts(b, " * Parameters (call order):\n");
     if (r->nparams == 0)
-        s_puts(b, " *   (none)\n");
+        troupe__strbuf_puts(b, " *   (none)\n");
     for (size_t i = 0; i < r->nparams; i++) {
         const troupe_cgen_param_t *p = &r->params[i];
-        s_printf(b, " *   %zu: %s", i, p->decl);
+        troupe__strbuf_printf(b, " *   %zu: %s", i, p->decl);
         if (p->kind == TROUPE_CGEN_PARAM_NODE_PTR || p->kind == TROUPE_CGEN_PARAM_MERGE_BUFFER) {
             char dims[128];
             troupe_tnode_dims_to_string(p->tn, false, dims, sizeof dims);
-            s_printf(b, " -- %snode #%d, %s %s%s%s\n",
-                     p->kind == TROUPE_CGEN_PARAM_MERGE_BUFFER ? "merge buffer of " : "", p->tn->id,
-                     troupe_prec_name(p->tn->prec), dims,
-                     p->kind == TROUPE_CGEN_PARAM_NODE_PTR && p->is_read ? ", read" : "",
-                     p->is_written ? ", written" : "");
+            troupe__strbuf_printf(
+                b, " -- %snode #%d, %s %s%s%s\n",
+                p->kind == TROUPE_CGEN_PARAM_MERGE_BUFFER ? "merge buffer of " : "", p->tn->id,
+                troupe_prec_name(p->tn->prec), dims,
+                p->kind == TROUPE_CGEN_PARAM_NODE_PTR && p->is_read ? ", read" : "",
+                p->is_written ? ", written" : "");
         } else {
-            s_printf(b, " -- static index %" PRId32 ", range %" PRId64 "\n", p->sym,
-                     p->static_range);
+            troupe__strbuf_printf(b, " -- static index %" PRId32 ", range %" PRId64 "\n", p->sym,
+                                  p->static_range);
         }
     }
-    s_puts(b, " */\n");
+    troupe__strbuf_puts(b, " */\n");
 }
 
-/* The routine: signature, local arrays, body. */
-static void s_put_function(const s_gen_t *g, const troupe_cgen_result_t *r, const s_buf_t *body,
-                           s_buf_t *b)
+void troupe__cgen_put_signature(troupe__strbuf_t *b, const char *prefix,
+                                const troupe_cgen_result_t *r, const char *no_params)
+{
+    troupe__strbuf_printf(b, "%s%s(", prefix, r->name);
+    if (r->nparams == 0)
+        troupe__strbuf_puts(b, no_params);
+    for (size_t i = 0; i < r->nparams; i++)
+        troupe__strbuf_printf(b, "%s%s", i ? ", " : "", r->params[i].decl);
+    troupe__strbuf_puts(b, ")\n{\n");
+}
+
+/* The routine: the target's signature and prologue, local arrays, body. */
+static void s_put_function(const s_gen_t *g, const troupe_cgen_result_t *r,
+                           const troupe__strbuf_t *body, troupe__strbuf_t *b)
 {
     const troupe_ll_proc_t *proc = g->proc;
-    if (g->dialect == TROUPE_CGEN_CUDA)
-        s_printf(b, "extern \"C\" __global__ void %s(", r->name);
-    else
-        s_printf(b, "void %s(", r->name);
-    if (r->nparams == 0)
-        s_puts(b, g->dialect == TROUPE_CGEN_C ? "void" : "");
-    for (size_t i = 0; i < r->nparams; i++)
-        s_printf(b, "%s%s", i ? ", " : "", r->params[i].decl);
-    s_puts(b, ")\n{\n");
-    if (g->dialect == TROUPE_CGEN_CUDA)
-        s_puts(b, "    if (threadIdx.x != 0 || blockIdx.x != 0) return;\n");
+    g->target->put_open(b, r);
     bool any_local = false;
     for (size_t i = 0; i < proc->nnodes; i++) {
         const s_node_info_t *info = &g->nodes[i];
@@ -1396,43 +1323,16 @@ static void s_put_function(const s_gen_t *g, const troupe_cgen_result_t *r, cons
             continue;
         const troupe_tnode_t *tn = proc->nodes[i];
         if (!any_local)
-            s_puts(b, "    /* Local arrays. */\n");
+            troupe__strbuf_puts(b, "    /* Local arrays. */\n");
         any_local = true;
-        s_printf(b, "    %s %s[%" PRId64 "] = %s;\n", troupe_prec_c_type(tn->prec), info->ident,
-                 troupe_tnode_num_elems(tn), tn->prec == TROUPE_PREC_UINT4X32 ? "{{{0u}}}" : "{0}");
+        troupe__strbuf_printf(b, "    %s %s[%" PRId64 "] = %s;\n", troupe_prec_c_type(tn->prec),
+                              info->ident, troupe_tnode_num_elems(tn),
+                              tn->prec == TROUPE_PREC_UINT4X32 ? "{{{0u}}}" : "{0}");
     }
-    s_puts(b, "    /* Main logic. */\n");
+    troupe__strbuf_puts(b, "    /* Main logic. */\n");
     if (body->len > 0)
-        s_putn(b, body->data, body->len);
-    s_puts(b, "}\n");
-}
-
-/* The loader's door to the GEMM library (compiler/gemm.h). */
-static void s_put_gemm_hooks(const troupe_cgen_result_t *r, s_buf_t *b)
-{
-    s_printf(b, "\nvoid %s(troupe_sgemm_fn s, troupe_dgemm_fn d);\n", r->gemm_hooks_name);
-    s_printf(b, "void %s(troupe_sgemm_fn s, troupe_dgemm_fn d)\n{\n", r->gemm_hooks_name);
-    s_puts(b, "    troupe_sgemm = s;\n    troupe_dgemm = d;\n}\n");
-}
-
-static void s_put_entry(const troupe_cgen_result_t *r, s_buf_t *b)
-{
-    s_printf(b, "\nvoid %s(void **args)\n{\n", r->entry_name);
-    if (r->nparams == 0)
-        s_puts(b, "    (void)args;\n");
-    s_printf(b, "    %s(", r->name);
-    for (size_t i = 0; i < r->nparams; i++) {
-        const troupe_cgen_param_t *p = &r->params[i];
-        s_puts(b, i ? ",\n        " : "\n        ");
-        if (p->kind == TROUPE_CGEN_PARAM_STATIC_IDX) {
-            s_printf(b, "*(const int64_t *)args[%zu]", i);
-        } else {
-            const char *type = troupe_prec_c_type(p->tn->prec);
-            bool is_const = p->kind == TROUPE_CGEN_PARAM_MERGE_BUFFER || !p->is_written;
-            s_printf(b, "(%s%s *)args[%zu]", is_const ? "const " : "", type, i);
-        }
-    }
-    s_puts(b, ");\n}\n");
+        troupe__strbuf_putn(b, body->data, body->len);
+    troupe__strbuf_puts(b, "}\n");
 }
 
 troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_dialect_t dialect,
@@ -1440,7 +1340,8 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
 {
     troupe_status_t st = TROUPE_OK;
     s_gen_t g;
-    s_buf_t body = {0}, fn = {0}, src = {0};
+    troupe__strbuf_t body = TROUPE__STRBUF_INIT, fn = TROUPE__STRBUF_INIT,
+                     src = TROUPE__STRBUF_INIT;
     s_prelude_t pre;
     troupe_cgen_result_t *r = NULL;
     memset(&g, 0, sizeof g);
@@ -1452,7 +1353,8 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
         goto done;
     }
     *out = NULL;
-    if (dialect != TROUPE_CGEN_C && dialect != TROUPE_CGEN_CUDA) {
+    const troupe__cgen_target_t *target = s_target(dialect);
+    if (target == NULL) {
         st = troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_cgen_emit: unknown dialect %d",
                            (int)dialect);
         goto done;
@@ -1469,7 +1371,7 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
         goto done;
 
     g.proc = proc;
-    g.dialect = dialect;
+    g.target = target;
     g.nodes = troupe_calloc(proc->nnodes ? proc->nnodes : 1, sizeof *g.nodes);
     g.syms = troupe_calloc(proc->nsyms ? (size_t)proc->nsyms : 1, sizeof *g.syms);
     g.ranges = troupe_calloc(proc->nsyms ? (size_t)proc->nsyms : 1, sizeof *g.ranges);
@@ -1499,8 +1401,8 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
     }
     r->dialect = dialect;
     r->name = troupe_strdup(proc->name);
-    r->entry_name = dialect == TROUPE_CGEN_C ? troupe_strdup_printf("%s_entry", proc->name) : NULL;
-    if (r->name == NULL || (dialect == TROUPE_CGEN_C && r->entry_name == NULL)) {
+    r->entry_name = target->has_entry ? troupe_strdup_printf("%s_entry", proc->name) : NULL;
+    if (r->name == NULL || (target->has_entry && r->entry_name == NULL)) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
         goto done;
     }
@@ -1515,13 +1417,11 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
         }
     }
     s_put_function(&g, r, &body, &fn);
-    if (dialect == TROUPE_CGEN_C)
-        s_put_entry(r, &fn);
-    if (g.uses_gemm)
-        s_put_gemm_hooks(r, &fn);
+    if (target->put_after != NULL)
+        target->put_after(&fn, r);
 
     pre.secs = troupe__cgen_sections(&pre.nsecs);
-    pre.dialect = dialect;
+    pre.target = target;
     pre.needed = troupe_calloc(pre.nsecs, sizeof *pre.needed);
     if (pre.needed == NULL || body.failed || fn.failed) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
@@ -1531,15 +1431,15 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
         goto done;
 
     s_put_header(&g, r, &src);
-    s_puts(&src, troupe__cgen_core(dialect));
+    troupe__strbuf_puts(&src, troupe__cgen_core(dialect));
     for (size_t i = 0; i < pre.nsecs; i++) {
         if (!pre.needed[i])
             continue;
-        s_printf(&src, TROUPE__CGEN_SECTION_HEADER, pre.secs[i].name);
-        s_puts(&src, s_section_text(&pre, i));
+        troupe__strbuf_printf(&src, TROUPE__CGEN_SECTION_HEADER, pre.secs[i].name);
+        troupe__strbuf_puts(&src, s_section_text(&pre, i));
     }
-    s_puts(&src, "\n");
-    s_putn(&src, fn.data, fn.len);
+    troupe__strbuf_puts(&src, "\n");
+    troupe__strbuf_putn(&src, fn.data, fn.len);
     if (src.failed) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
         goto done;
@@ -1552,9 +1452,9 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
 
 done:
     troupe_cgen_result_destroy(&r);
-    s_buf_free(&body);
-    s_buf_free(&fn);
-    s_buf_free(&src);
+    troupe__strbuf_reset(&body);
+    troupe__strbuf_reset(&fn);
+    troupe__strbuf_reset(&src);
     troupe_free(pre.needed);
     troupe_free(g.nodes);
     troupe_free(g.syms);

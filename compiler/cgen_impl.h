@@ -1,5 +1,11 @@
-/* troupe — private interface between compiler/cgen.c (the emitter) and compiler/cgen_builtins.c (the text
- * of the prelude emitted into generated code). Not installed.
+/* troupe — private interface of the code generators (not installed): between the emitter
+ * (compiler/cgen.c), its two targets (compiler/cgen_c.c, compiler/cgen_cuda.c) and the text of
+ * the prelude emitted into generated code (compiler/cgen_builtins.c).
+ *
+ * One emitter, two targets: the emitter walks the procedure and writes statements and
+ * expressions in the common subset of C11 and CUDA C++; a target supplies what differs between
+ * the dialects (the routine's signature and prologue, the restrict qualifier, what follows the
+ * routine, which text of a prelude section to use).
  *
  * The prelude is a table of sections. Each section defines some identifiers (its `provides`
  * list, blank-separated) with text valid both as C11 and as CUDA C++: functions are declared
@@ -15,8 +21,10 @@
 #ifndef TROUPE_COMPILER_CGEN_IMPL_H
 #define TROUPE_COMPILER_CGEN_IMPL_H
 
+#include "base/strbuf.h"
 #include "compiler/cgen.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct troupe__cgen_section {
@@ -36,5 +44,32 @@ const troupe__cgen_section_t *troupe__cgen_sections(size_t *count);
  * TROUPE_INF_F/TROUPE_NAN_F/TROUPE_INF_D/TROUPE_NAN_D macros, and (C) the
  * floating-point-contraction pragmas. NULL for an unknown dialect. */
 const char *troupe__cgen_core(troupe_cgen_dialect_t dialect);
+
+/* ---- targets ------------------------------------------------------------------------------ */
+
+typedef struct troupe__cgen_target {
+    troupe_cgen_dialect_t dialect;
+    const char *name;        /* "c", "cuda": in messages and the header comment */
+    const char *restrict_kw; /* qualifier of node pointers only read or only written */
+    bool has_entry;          /* the unit defines "<name>_entry" (troupe_cgen_result_t.entry_name) */
+    bool gemm_library;       /* contractions may call the GEMM library (compiler/gemm.h) */
+    /* The header comment's line saying how the routine is called. */
+    void (*put_calling)(troupe__strbuf_t *b, const troupe_cgen_result_t *r);
+    /* The routine's signature, its opening brace and the start of its body. */
+    void (*put_open)(troupe__strbuf_t *b, const troupe_cgen_result_t *r);
+    /* Text after the routine (C: the _entry trampoline and, when r->gemm_hooks_name is set, the
+     * loader's door to the GEMM library), or NULL. */
+    void (*put_after)(troupe__strbuf_t *b, const troupe_cgen_result_t *r);
+    /* The text of prelude section s in this dialect. */
+    const char *(*section_text)(const troupe__cgen_section_t *s);
+} troupe__cgen_target_t;
+
+extern const troupe__cgen_target_t troupe__cgen_target_c;    /* compiler/cgen_c.c */
+extern const troupe__cgen_target_t troupe__cgen_target_cuda; /* compiler/cgen_cuda.c */
+
+/* Writes "<prefix><name>(<parameter declarations>)\n{\n", with `no_params` between the
+ * parentheses when there are none (compiler/cgen.c). */
+void troupe__cgen_put_signature(troupe__strbuf_t *b, const char *prefix,
+                                const troupe_cgen_result_t *r, const char *no_params);
 
 #endif
