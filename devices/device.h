@@ -11,8 +11,10 @@
  * `buffer_loc`): pools are allocated per device with caller-chosen ids, buffers are offsets
  * into pools, and the base pointer of a pool is resolved only inside the driver.
  *
- * A NULL vtable entry means the driver lacks the feature: callers check the entry before
- * calling it and return TROUPE_UNIMPLEMENTED naming the driver and the entry.
+ * A NULL vtable entry means the driver lacks the feature. Callers go through the wrappers
+ * troupe_driver_<entry> below (IREE's iree_hal_driver_* style), which check the entry in one
+ * place: a status-returning wrapper returns TROUPE_UNIMPLEMENTED naming the driver and the
+ * entry, the others have a documented fallback.
  *
  * Thread safety: a driver's device-level entries (pools, compile, load) are thread-safe. Queue
  * entries for one queue are called by one thread at a time (its stream actor); different
@@ -41,10 +43,10 @@ typedef struct troupe_buffer_loc {
     int64_t size_bytes;
 } troupe_buffer_loc_t;
 
-typedef struct troupe_driver troupe_driver_t;       /* one opened driver (backend) */
-typedef struct troupe_dqueue troupe_dqueue_t;       /* a driver queue (one per stream) */
-typedef struct troupe_devent troupe_devent_t;       /* a driver event */
-typedef struct troupe_dcode troupe_dcode_t;         /* compiled, device-independent code */
+typedef struct troupe_driver troupe_driver_t; /* one opened driver (backend) */
+typedef struct troupe_dqueue troupe_dqueue_t; /* a driver queue (one per stream) */
+typedef struct troupe_devent troupe_devent_t; /* a driver event */
+typedef struct troupe_dcode troupe_dcode_t;   /* compiled, device-independent code */
 
 /* Seed `config`: only sets suggested_num_streams. */
 typedef enum troupe_stream_config {
@@ -63,9 +65,9 @@ typedef enum troupe_karg_kind {
 
 typedef struct troupe_karg {
     troupe_karg_kind_t kind;
-    int32_t ordinal;          /* device of the buffer (buffers) */
-    troupe_buffer_loc_t buf;  /* BUFFER, MERGE_BUFFER */
-    int64_t value;            /* STATIC_IDX */
+    int32_t ordinal;         /* device of the buffer (buffers) */
+    troupe_buffer_loc_t buf; /* BUFFER, MERGE_BUFFER */
+    int64_t value;           /* STATIC_IDX */
 } troupe_karg_t;
 
 typedef struct troupe_driver_vtable {
@@ -89,7 +91,8 @@ typedef struct troupe_driver_vtable {
     /* ---- queues ---- */
     troupe_status_t (*queue_create)(troupe_driver_t *drv, int ordinal, troupe_dqueue_t **out);
     void (*queue_destroy)(troupe_driver_t *drv, troupe_dqueue_t *q);
-    troupe_status_t (*memset_zero)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_buffer_loc_t dst);
+    troupe_status_t (*memset_zero)(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                   troupe_buffer_loc_t dst);
     troupe_status_t (*h2d)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_buffer_loc_t dst,
                            const void *src, int64_t size_bytes);
     troupe_status_t (*d2h)(troupe_driver_t *drv, troupe_dqueue_t *q, void *dst,
@@ -109,7 +112,8 @@ typedef struct troupe_driver_vtable {
                               const troupe_karg_t *args, size_t nargs);
 
     /* ---- events ---- */
-    troupe_status_t (*event_record)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_devent_t **out);
+    troupe_status_t (*event_record)(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                    troupe_devent_t **out);
     /* true when complete; a failed device operation returns its status. */
     troupe_status_t (*event_query)(troupe_driver_t *drv, troupe_devent_t *ev, bool *done);
     /* Makes queue q wait for ev on the device (no host blocking). */
@@ -126,6 +130,75 @@ struct troupe_driver {
  * listing the built ones. */
 TROUPE_MUST_USE troupe_status_t troupe_driver_lookup(const char *name,
                                                      const troupe_driver_vtable_t **out);
+
+/* ---- calling a driver ------------------------------------------------------------------------
+ * One wrapper per vtable entry. Each takes the opened driver (whose header holds its vtable;
+ * troupe_driver_open takes the vtable) and the entry's other arguments unchanged, and calls the
+ * entry. For a NULL entry a status-returning wrapper records and returns TROUPE_UNIMPLEMENTED
+ * "the <driver> driver has no <entry> entry"; the void and int ones fall back as noted. A NULL
+ * driver is INVALID_ARGUMENT (void wrappers: nothing). Thread safety: as the entry. */
+
+/* The driver's name ("sync", "cpu"), or "nil" for NULL. */
+const char *troupe_driver_name(const troupe_driver_t *drv);
+/* TROUPE_OK when `drv` has a non-NULL entry named `entry` (a vtable member name: "h2d",
+ * "host_ptr"...), else TROUPE_UNIMPLEMENTED with the wrappers' message (INVALID_ARGUMENT for
+ * an unknown name or NULL). For callers that must refuse work before it is scheduled. */
+TROUPE_MUST_USE troupe_status_t troupe_driver_require(const troupe_driver_t *drv,
+                                                      const char *entry);
+
+TROUPE_MUST_USE troupe_status_t troupe_driver_open(const troupe_driver_vtable_t *vt,
+                                                   troupe_driver_t **out);
+void troupe_driver_close(troupe_driver_t *drv);
+/* 0 without the entry; never negative. */
+int troupe_driver_num_devices(troupe_driver_t *drv);
+/* 1 without the entry; never below 1. */
+int troupe_driver_suggested_num_streams(troupe_driver_t *drv, int ordinal,
+                                        troupe_stream_config_t cfg);
+
+TROUPE_MUST_USE troupe_status_t troupe_driver_alloc_pool(troupe_driver_t *drv, int ordinal,
+                                                         int32_t pool_id, int64_t size_bytes,
+                                                         bool zero);
+/* Callers freeing memory at teardown may ignore the status (it is recorded as usual). */
+troupe_status_t troupe_driver_free_pool(troupe_driver_t *drv, int ordinal, int32_t pool_id);
+TROUPE_MUST_USE troupe_status_t troupe_driver_host_ptr(troupe_driver_t *drv, int ordinal,
+                                                       troupe_buffer_loc_t buf, void **out);
+
+/* Without the entry *out is NULL and the result TROUPE_OK: the driver needs no queue (work
+ * items then get q == NULL). */
+TROUPE_MUST_USE troupe_status_t troupe_driver_queue_create(troupe_driver_t *drv, int ordinal,
+                                                           troupe_dqueue_t **out);
+/* Nothing for a NULL queue or without the entry. */
+void troupe_driver_queue_destroy(troupe_driver_t *drv, troupe_dqueue_t *q);
+TROUPE_MUST_USE troupe_status_t troupe_driver_memset_zero(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                                          troupe_buffer_loc_t dst);
+TROUPE_MUST_USE troupe_status_t troupe_driver_h2d(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                                  troupe_buffer_loc_t dst, const void *src,
+                                                  int64_t size_bytes);
+TROUPE_MUST_USE troupe_status_t troupe_driver_d2h(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                                  void *dst, troupe_buffer_loc_t src,
+                                                  int64_t size_bytes);
+TROUPE_MUST_USE troupe_status_t troupe_driver_d2d(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                                  int dst_ordinal, troupe_buffer_loc_t dst,
+                                                  int src_ordinal, troupe_buffer_loc_t src,
+                                                  int64_t size_bytes);
+
+TROUPE_MUST_USE troupe_status_t troupe_driver_compile(troupe_driver_t *drv,
+                                                      const troupe_ll_proc_t *proc,
+                                                      troupe_dcode_t **out);
+/* Nothing for NULL code or without the entry. */
+void troupe_driver_code_release(troupe_driver_t *drv, troupe_dcode_t *code);
+TROUPE_MUST_USE troupe_status_t troupe_driver_launch(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                                     troupe_dcode_t *code,
+                                                     const troupe_karg_t *args, size_t nargs);
+
+TROUPE_MUST_USE troupe_status_t troupe_driver_event_record(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                                           troupe_devent_t **out);
+TROUPE_MUST_USE troupe_status_t troupe_driver_event_query(troupe_driver_t *drv, troupe_devent_t *ev,
+                                                          bool *done);
+TROUPE_MUST_USE troupe_status_t troupe_driver_event_wait(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                                         troupe_devent_t *ev);
+/* Nothing for a NULL event or without the entry. */
+void troupe_driver_event_release(troupe_driver_t *drv, troupe_devent_t *ev);
 
 #ifdef __cplusplus
 }
