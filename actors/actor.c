@@ -1,6 +1,6 @@
 /* troupe — actor core: zactor wrapper, mailboxes, message schema (see actor.h). */
 #define _GNU_SOURCE
-#include "actors/actor.h"
+#include "actors/actor_impl.h"
 
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -344,18 +344,21 @@ troupe_status_t troupe_mailbox_new(troupe_mailbox_t **out)
     troupe_mailbox_t *mb = (troupe_mailbox_t *)troupe_calloc(1, sizeof *mb);
     if (!mb)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "troupe_mailbox_new: out of memory");
+    char es[128];
 #ifdef __linux__
     mb->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     mb->write_fd = mb->fd;
     if (mb->fd < 0) {
-        st = troupe__error(TROUPE_TRANSPORT_ERROR, "eventfd: %s", strerror(errno));
+        st = troupe__error(TROUPE_TRANSPORT_ERROR, "eventfd: %s",
+                           strerror_r(errno, es, sizeof es)); /* GNU: returns the text */
         troupe_free(mb);
         return st;
     }
 #else
     int fds[2];
     if (pipe(fds) != 0) {
-        st = troupe__error(TROUPE_TRANSPORT_ERROR, "pipe: %s", strerror(errno));
+        st = troupe__error(TROUPE_TRANSPORT_ERROR, "pipe: %s",
+                           strerror_r(errno, es, sizeof es)); /* GNU: returns the text */
         troupe_free(mb);
         return st;
     }
@@ -713,57 +716,16 @@ troupe_status_t troupe_msg_head(zmsg_t *msg, char *verb, size_t cap, uint64_t *i
     return TROUPE_OK;
 }
 
-/* ---- S-expression string builder ----------------------------------------------------------- */
+/* ---- S-expression strings ------------------------------------------------------------------ */
 
-static bool s_sbuf_reserve(troupe__sbuf_t *b, size_t extra)
+void troupe__sexp_put_quoted(troupe__strbuf_t *sb, const char *s)
 {
-    if (b->oom)
-        return false;
-    if (b->len + extra + 1 <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 128;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    char *p = (char *)troupe_realloc(b->data, cap);
-    if (!p) {
-        b->oom = true;
-        return false;
-    }
-    b->data = p;
-    b->cap = cap;
-    return true;
-}
-
-void troupe__sbuf_printf(troupe__sbuf_t *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || !s_sbuf_reserve(b, (size_t)n))
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-void troupe__sbuf_quoted(troupe__sbuf_t *b, const char *s)
-{
-    if (!s)
-        s = "";
-    size_t n = strlen(s);
-    if (!s_sbuf_reserve(b, 2 * n + 2))
-        return;
-    char *d = b->data + b->len;
-    *d++ = '"';
-    for (const char *p = s; *p; p++) {
+    troupe__strbuf_putc(sb, '"');
+    for (const char *p = s ? s : ""; *p; p++) {
         unsigned char c = (unsigned char)*p;
         if (c == '"' || c == '\\')
-            *d++ = '\\';
-        *d++ = c < 0x20 ? ' ' : (char)c;
+            troupe__strbuf_putc(sb, '\\');
+        troupe__strbuf_putc(sb, c < 0x20 ? ' ' : (char)c);
     }
-    *d++ = '"';
-    *d = '\0';
-    b->len = (size_t)(d - b->data);
+    troupe__strbuf_putc(sb, '"');
 }

@@ -188,27 +188,6 @@ TROUPE_MUST_USE troupe_status_t troupe_msg_decode(zmsg_t *msg, const char *pictu
  * when the verb is empty/too long or the id is bad; `verb` is "" when frame 0 is unusable. */
 TROUPE_MUST_USE troupe_status_t troupe_msg_head(zmsg_t *msg, char *verb, size_t cap, uint64_t *id);
 
-/* ---- internal helpers shared by the actors module ----------------------------------------- */
-
-/* A growable string for S-expressions (troupe__sbuf_*): start zeroed; on out of memory `oom`
- * is set and later appends do nothing; the caller takes `data` (troupe_free). */
-typedef struct troupe__sbuf {
-    char *data;
-    size_t len, cap;
-    bool oom;
-} troupe__sbuf_t;
-
-void troupe__sbuf_printf(troupe__sbuf_t *b, const char *fmt, ...) TROUPE_PRINTF(2, 3);
-/* Appends `s` as a double-quoted S-expression string ('"' and '\\' escaped, control bytes as
- * spaces). */
-void troupe__sbuf_quoted(troupe__sbuf_t *b, const char *s);
-
-/* ---- ThreadSanitizer annotations (no-ops in normal builds) --------------------------------- */
-
-/* Happens-before edges through channels TSAN cannot see (libzmq's lock-free pipes). */
-void troupe__hb_release(const void *addr);
-void troupe__hb_acquire(const void *addr);
-
 #ifdef __cplusplus
 }
 #endif

@@ -1,67 +1,16 @@
-/* troupe — backends, devices, streams and device pools (see backend.h). */
+/* troupe — backends: opening, teardown and debug info (see backend.h). */
 #include "actors/backend.h"
 
-#include "actors/ledger.h"
+#include "actors/host_impl.h"
+#include "actors/merge_impl.h"
+#include "actors/runtime_impl.h"
 #include "base/alloc.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "base/strbuf.h"
 
-#include <stdatomic.h>
 #include <string.h>
-
-static atomic_int_fast32_t s_next_device_id = 0;
-
-/* Every live stream record (streams carry no user data, so contexts find theirs here). */
-static pthread_mutex_t s_reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static troupe__srec_t **s_reg;
-static size_t s_nreg, s_reg_cap;
-
-static bool s_reg_add(troupe__srec_t *s)
-{
-    bool ok = true;
-    pthread_mutex_lock(&s_reg_lock);
-    if (s_nreg == s_reg_cap) {
-        size_t cap = s_reg_cap ? s_reg_cap * 2 : 16;
-        troupe__srec_t **v = troupe_realloc(s_reg, cap * sizeof *v);
-        if (!v)
-            ok = false;
-        else {
-            s_reg = v;
-            s_reg_cap = cap;
-        }
-    }
-    if (ok)
-        s_reg[s_nreg++] = s;
-    pthread_mutex_unlock(&s_reg_lock);
-    return ok;
-}
-
-static void s_reg_remove(troupe__srec_t *s)
-{
-    pthread_mutex_lock(&s_reg_lock);
-    for (size_t i = 0; i < s_nreg; i++) {
-        if (s_reg[i] == s) {
-            s_reg[i] = s_reg[--s_nreg];
-            break;
-        }
-    }
-    pthread_mutex_unlock(&s_reg_lock);
-}
-
-troupe__srec_t *troupe__srec_lookup_global(troupe_stream_t *st)
-{
-    troupe__srec_t *r = NULL;
-    pthread_mutex_lock(&s_reg_lock);
-    for (size_t i = 0; i < s_nreg; i++) {
-        if (s_reg[i]->stream == st) {
-            r = s_reg[i];
-            break;
-        }
-    }
-    pthread_mutex_unlock(&s_reg_lock);
-    return r;
-}
 
 troupe_status_t troupe_backend_open(const char *name, troupe_stream_config_t config,
                                     troupe_backend_t **out)
@@ -78,44 +27,34 @@ troupe_status_t troupe_backend_open(const char *name, troupe_stream_config_t con
     if (!b)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "backend_open %s: out of memory", name);
     troupe_refcount_init(&b->refs);
-    b->vt = vt;
     b->config = config;
     b->inline_mode = strcmp(vt->name, "sync") == 0;
-    st = vt->open(&b->drv);
+    st = troupe_driver_open(vt, &b->drv);
     if (st != TROUPE_OK)
-        goto out_free;
+        goto out_free_backend;
     b->dref = troupe_calloc(1, sizeof *b->dref);
     if (!b->dref) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "backend_open %s: out of memory", name);
-        goto out_close;
+        goto out_close_driver;
     }
     troupe_refcount_init(&b->dref->refs);
-    b->dref->vt = vt;
     b->dref->drv = b->drv;
-    b->ndevices = vt->num_devices ? vt->num_devices(b->drv) : 0;
-    if (b->ndevices < 0)
-        b->ndevices = 0;
+    b->ndevices = troupe_driver_num_devices(b->drv);
     if (b->ndevices > 0) {
         b->devices = troupe_calloc((size_t)b->ndevices, sizeof *b->devices);
         if (!b->devices) {
             st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "backend_open %s: out of memory", name);
-            goto out_close;
+            goto out_close_driver;
         }
     }
-    for (int i = 0; i < b->ndevices; i++) {
-        troupe_device_t *d = &b->devices[i];
-        d->backend = b;
-        d->ordinal = i;
-        d->device_id = (int32_t)atomic_fetch_add(&s_next_device_id, 1);
-        d->next_pool_id = 1;
-        pthread_mutex_init(&d->lock, NULL);
-    }
+    for (int i = 0; i < b->ndevices; i++)
+        troupe__device_init(&b->devices[i], b, i);
     *out = b;
     return TROUPE_OK;
-out_close:
+out_close_driver:
     troupe_free(b->dref);
-    vt->close(b->drv);
-out_free:
+    troupe_driver_close(b->drv);
+out_free_backend:
     troupe_free(b);
     return st;
 }
@@ -126,34 +65,27 @@ void troupe_backend_retain(troupe_backend_t *b)
         troupe_refcount_retain(&b->refs);
 }
 
-static void s_device_teardown(troupe_backend_t *b, troupe_device_t *d)
+static void s_device_teardown(troupe_device_t *d)
 {
     /* Let queued work finish before its memory goes. */
     for (size_t i = 0; i < d->nstreams; i++) {
         troupe_status_t st = troupe_stream_await(d->streams[i]->stream, troupe_config_timeout_ns());
         if (st != TROUPE_OK)
-            TROUPE_LOG(st == TROUPE_DEADLINE_EXCEEDED ? TROUPE_LOG_WARN : TROUPE_LOG_DEBUG, TROUPE_SUB_ACTORS, "backend teardown: stream %s: %s",
+            TROUPE_LOG(st == TROUPE_DEADLINE_EXCEEDED ? TROUPE_LOG_WARN : TROUPE_LOG_DEBUG,
+                       TROUPE_SUB_ACTORS, "backend teardown: stream %s: %s",
                        troupe_stream_name(d->streams[i]->stream), troupe_status_str(st));
     }
-    troupe__host_purge_device(d);
+    troupe__host_array_purge_device(d);
+    troupe__srec_unregister_all(d);
     for (size_t i = 0; i < d->nstreams; i++) {
         troupe__srec_t *s = d->streams[i];
-        s_reg_remove(s);
         troupe_stream_release(&s->stream);
-        if (s->mb_capacity > 0 && b->vt->free_pool)
-            (void)b->vt->free_pool(b->drv, d->ordinal, s->merge_pool_id);
-        troupe_tnode_release(&s->sched_merge_node);
+        troupe__merge_buffer_release(&s->merge, d->backend->drv, d->ordinal);
         troupe_free(s);
     }
     troupe_free(d->streams);
-    troupe__ledger_clear(d);
-    for (size_t i = 0; i < d->npools; i++)
-        if (b->vt->free_pool)
-            (void)b->vt->free_pool(b->drv, d->ordinal, d->pools[i].pool_id);
-    troupe_free(d->pools);
-    for (size_t i = 0; i < d->nshared; i++)
-        troupe_tnode_release(&d->shared[i].tn);
-    troupe_free(d->shared);
+    troupe__ledger_clear(&d->ledger);
+    troupe__pool_free_all(d);
     pthread_mutex_destroy(&d->lock);
 }
 
@@ -166,7 +98,7 @@ void troupe_backend_close(troupe_backend_t **b_p)
     if (!troupe_refcount_release(&b->refs))
         return;
     for (int i = 0; i < b->ndevices; i++)
-        s_device_teardown(b, &b->devices[i]);
+        s_device_teardown(&b->devices[i]);
     troupe_free(b->devices);
     troupe__dref_release(&b->dref);
     troupe_free(b);
@@ -177,14 +109,14 @@ void troupe__dref_release(troupe__dref_t **d_p)
     troupe__dref_t *d = *d_p;
     *d_p = NULL;
     if (d && troupe_refcount_release(&d->refs)) {
-        d->vt->close(d->drv);
+        troupe_driver_close(d->drv);
         troupe_free(d);
     }
 }
 
 const char *troupe_backend_name(const troupe_backend_t *b)
 {
-    return b ? b->vt->name : "nil";
+    return b ? troupe_driver_name(b->drv) : "nil";
 }
 
 troupe_status_t troupe_num_devices(troupe_backend_t *b, int *out_count)
@@ -201,149 +133,45 @@ troupe_status_t troupe_get_device(troupe_backend_t *b, int ordinal, troupe_devic
         return troupe__error(TROUPE_INVALID_ARGUMENT, "get_device: NULL argument");
     *out = NULL;
     if (ordinal < 0 || ordinal >= b->ndevices)
-        return troupe__error(TROUPE_NOT_FOUND, "get_device: backend %s has no device %d (it has %d)",
-                             b->vt->name, ordinal, b->ndevices);
+        return troupe__error(TROUPE_NOT_FOUND,
+                             "get_device: backend %s has no device %d (it has %d)",
+                             troupe_driver_name(b->drv), ordinal, b->ndevices);
     *out = &b->devices[ordinal];
     return TROUPE_OK;
 }
 
-int troupe_device_ordinal(const troupe_device_t *d)
-{
-    return d ? d->ordinal : -1;
-}
+/* ---- debug info ----------------------------------------------------------------------------- */
 
-int32_t troupe_device_id(const troupe_device_t *d)
-{
-    return d ? d->device_id : -1;
-}
-
-troupe_status_t troupe_suggested_num_streams(troupe_device_t *d, int *out_count)
-{
-    if (!d || !out_count)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "suggested_num_streams: NULL argument");
-    troupe_backend_t *b = d->backend;
-    int n = b->vt->suggested_num_streams ? b->vt->suggested_num_streams(b->drv, d->ordinal, b->config)
-                                         : 1;
-    *out_count = n < 1 ? 1 : n;
-    return TROUPE_OK;
-}
-
-troupe_status_t troupe_new_stream(troupe_device_t *d, troupe_stream_t **out)
-{
-    if (!d || !out)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "new_stream: NULL argument");
-    *out = NULL;
-    troupe_backend_t *b = d->backend;
-    troupe_status_t st = TROUPE_OK;
-    troupe__srec_t *s = troupe_calloc(1, sizeof *s);
-    if (!s)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "new_stream: out of memory");
-    pthread_mutex_lock(&d->lock);
-    if (d->nstreams == d->streams_cap) {
-        size_t cap = d->streams_cap ? d->streams_cap * 2 : 8;
-        troupe__srec_t **v = troupe_realloc(d->streams, cap * sizeof *v);
-        if (!v) {
-            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "new_stream: out of memory");
-            goto out_unlock;
-        }
-        d->streams = v;
-        d->streams_cap = cap;
-    }
-    s->dev = d;
-    s->stream_id = (int)d->nstreams;
-    s->merge_pool_id = d->next_pool_id++;
-    st = troupe_stream_new(b->vt, b->drv, d->ordinal, s->stream_id, b->inline_mode, &s->stream);
-    if (st != TROUPE_OK)
-        goto out_unlock;
-    if (!s_reg_add(s)) {
-        troupe_stream_release(&s->stream);
-        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "new_stream: out of memory");
-        goto out_unlock;
-    }
-    d->streams[d->nstreams++] = s;
-    troupe_stream_retain(s->stream);
-    *out = s->stream;
-    s = NULL;
-out_unlock:
-    pthread_mutex_unlock(&d->lock);
-    troupe_free(s);
-    return st;
-}
-
-troupe__srec_t *troupe__srec_of(troupe_device_t *dev, troupe_stream_t *s)
-{
-    for (size_t i = 0; i < dev->nstreams; i++)
-        if (dev->streams[i]->stream == s)
-            return dev->streams[i];
-    return NULL;
-}
-
-troupe_status_t troupe__pool_alloc(troupe_device_t *dev, int64_t size_bytes, int32_t *out_pool_id)
-{
-    troupe_backend_t *b = dev->backend;
-    if (!b->vt->alloc_pool)
-        return troupe__error(TROUPE_UNIMPLEMENTED, "backend %s lacks alloc_pool", b->vt->name);
-    if (dev->npools == dev->pools_cap) {
-        size_t cap = dev->pools_cap ? dev->pools_cap * 2 : 16;
-        troupe__pool_t *v = troupe_realloc(dev->pools, cap * sizeof *v);
-        if (!v)
-            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "pool table: out of memory");
-        dev->pools = v;
-        dev->pools_cap = cap;
-    }
-    int32_t id = dev->next_pool_id++;
-    TROUPE_RETURN_IF_ERROR(b->vt->alloc_pool(b->drv, dev->ordinal, id, size_bytes, true));
-    dev->pools[dev->npools++] = (troupe__pool_t){id, size_bytes};
-    dev->used_bytes += size_bytes;
-    *out_pool_id = id;
-    return TROUPE_OK;
-}
-
-void troupe__pool_free(troupe_device_t *dev, int32_t pool_id)
-{
-    troupe_backend_t *b = dev->backend;
-    for (size_t i = 0; i < dev->npools; i++) {
-        if (dev->pools[i].pool_id != pool_id)
-            continue;
-        if (b->vt->free_pool)
-            (void)b->vt->free_pool(b->drv, dev->ordinal, pool_id);
-        dev->used_bytes -= dev->pools[i].size_bytes;
-        dev->pools[i] = dev->pools[--dev->npools];
-        troupe__ledger_remove_pool(dev, pool_id);
-        return;
-    }
-}
-
-troupe_status_t troupe_get_used_memory(troupe_device_t *d, int64_t *out_bytes)
-{
-    if (!d || !out_bytes)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "get_used_memory: NULL argument");
-    pthread_mutex_lock(&d->lock);
-    int64_t n = d->used_bytes;
-    for (size_t i = 0; i < d->nstreams; i++)
-        n += d->streams[i]->sched_merge_capacity;
-    pthread_mutex_unlock(&d->lock);
-    *out_bytes = n;
-    return TROUPE_OK;
-}
-
-static troupe_status_t s_stream_sexp(troupe_backend_t *b, troupe__srec_t *s, char **buf,
-                                     size_t *len, size_t *cap)
+/* Device lock held. */
+static troupe_status_t s_stream_sexp(troupe_backend_t *b, troupe__srec_t *s, troupe__strbuf_t *sb)
 {
     char *inner = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_stream_debug_info(s->stream, &inner));
-    char mname[64] = "nil";
-    if (s->sched_merge_node)
-        troupe_tnode_debug_name(s->sched_merge_node, mname, sizeof mname);
-    troupe_status_t st = troupe__sappend(
-        buf, len, cap,
-        "(troupe_stream (backend %s) (device %d) (stream_id %d) (merge_buffer (node %s) (mode %s) "
-        "(capacity %lld)) %s)",
-        b->vt->name, s->dev->ordinal, s->stream_id, mname,
-        s->sched_merge_node ? (s->sched_merge_streaming ? "streaming" : "copy") : "nil",
-        (long long)s->sched_merge_capacity, inner);
+    troupe__strbuf_printf(sb, "(troupe_stream (backend %s) (device %d) (stream_id %d) ",
+                          troupe_backend_name(b), s->dev->ordinal, s->stream_id);
+    troupe__merge_buffer_sexp(&s->merge, sb);
+    troupe__strbuf_printf(sb, " %s)", inner);
     troupe_free(inner);
-    return st;
+    return TROUPE_OK;
+}
+
+/* Device lock held. */
+static troupe_status_t s_device_sexp(troupe_backend_t *b, troupe_device_t *d, troupe__strbuf_t *sb)
+{
+    int64_t used = d->used_bytes;
+    for (size_t k = 0; k < d->nstreams; k++)
+        used += d->streams[k]->merge.sched_capacity;
+    troupe__strbuf_printf(sb, "(device (ordinal %d) (id %d) (used_memory %lld) (streams (",
+                          d->ordinal, (int)d->device_id, (long long)used);
+    for (size_t k = 0; k < d->nstreams; k++) {
+        if (k)
+            troupe__strbuf_putc(sb, ' ');
+        TROUPE_RETURN_IF_ERROR(s_stream_sexp(b, d->streams[k], sb));
+    }
+    troupe__strbuf_puts(sb, ")) ");
+    troupe__ledger_sexp(&d->ledger, sb);
+    troupe__strbuf_putc(sb, ')');
+    return TROUPE_OK;
 }
 
 troupe_status_t troupe_debug_info(troupe_backend_t *b, troupe_stream_t *stream, char **out)
@@ -351,54 +179,37 @@ troupe_status_t troupe_debug_info(troupe_backend_t *b, troupe_stream_t *stream, 
     if (!b || !out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "debug_info: NULL argument");
     *out = NULL;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
+    troupe__strbuf_t sb = TROUPE__STRBUF_INIT;
     troupe_status_t st = TROUPE_OK;
     if (stream) {
-        for (int i = 0; i < b->ndevices; i++) {
+        troupe__srec_t *s = NULL;
+        for (int i = 0; !s && i < b->ndevices; i++) {
             troupe_device_t *d = &b->devices[i];
             pthread_mutex_lock(&d->lock);
-            troupe__srec_t *s = troupe__srec_of(d, stream);
+            s = troupe__srec_of(d, stream);
             if (s)
-                st = s_stream_sexp(b, s, &buf, &len, &cap);
+                st = s_stream_sexp(b, s, &sb);
             pthread_mutex_unlock(&d->lock);
-            if (s)
-                goto out_done;
         }
-        return troupe__error(TROUPE_NOT_FOUND, "debug_info: stream %s is not a stream of backend %s",
-                             troupe_stream_name(stream), b->vt->name);
-    }
-    st = troupe__sappend(&buf, &len, &cap, "(backend (name %s) (devices (", b->vt->name);
-    for (int i = 0; st == TROUPE_OK && i < b->ndevices; i++) {
-        troupe_device_t *d = &b->devices[i];
-        pthread_mutex_lock(&d->lock);
-        int64_t used = d->used_bytes;
-        for (size_t k = 0; k < d->nstreams; k++)
-            used += d->streams[k]->sched_merge_capacity;
-        st = troupe__sappend(&buf, &len, &cap,
-                             "%s(device (ordinal %d) (id %d) (used_memory %lld) (streams (",
-                             i ? " " : "", d->ordinal, (int)d->device_id, (long long)used);
-        for (size_t k = 0; st == TROUPE_OK && k < d->nstreams; k++) {
-            if (k)
-                st = troupe__sappend(&buf, &len, &cap, " ");
-            if (st == TROUPE_OK)
-                st = s_stream_sexp(b, d->streams[k], &buf, &len, &cap);
+        if (!s)
+            return troupe__error(TROUPE_NOT_FOUND,
+                                 "debug_info: stream %s is not a stream of backend %s",
+                                 troupe_stream_name(stream), troupe_backend_name(b));
+    } else {
+        troupe__strbuf_printf(&sb, "(backend (name %s) (devices (", troupe_backend_name(b));
+        for (int i = 0; st == TROUPE_OK && i < b->ndevices; i++) {
+            troupe_device_t *d = &b->devices[i];
+            if (i)
+                troupe__strbuf_putc(&sb, ' ');
+            pthread_mutex_lock(&d->lock);
+            st = s_device_sexp(b, d, &sb);
+            pthread_mutex_unlock(&d->lock);
         }
-        if (st == TROUPE_OK)
-            st = troupe__sappend(&buf, &len, &cap, ")) ");
-        if (st == TROUPE_OK)
-            st = troupe__ledger_sexp(d, &buf, &len, &cap);
-        if (st == TROUPE_OK)
-            st = troupe__sappend(&buf, &len, &cap, ")");
-        pthread_mutex_unlock(&d->lock);
+        troupe__strbuf_puts(&sb, ")))");
     }
-    if (st == TROUPE_OK)
-        st = troupe__sappend(&buf, &len, &cap, ")))");
-out_done:
     if (st != TROUPE_OK) {
-        troupe_free(buf);
+        troupe__strbuf_reset(&sb);
         return st;
     }
-    *out = buf;
-    return TROUPE_OK;
+    return troupe__strbuf_finish(&sb, "debug_info", out, NULL);
 }

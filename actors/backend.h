@@ -1,10 +1,10 @@
-/* troupe — backends and devices, the user-facing entry of the runtime (DESIGN.md §2; seed
+/* troupe — backends, the user-facing entry of the runtime (DESIGN.md §2; seed
  * `Backend_intf`: fresh_backend, num_devices, get_device, new_stream, suggested_num_streams,
  * get_used_memory, get_debug_info).
  *
  * A backend is one opened driver family ("sync": everything inline in the caller,
- * deterministic; "cpu": one actor thread per stream). It owns its devices; each device owns
- * its memory pools, its streams' records and the coherence ledger (actors/ledger.h).
+ * deterministic; "cpu": one actor thread per stream). It owns its devices (actors/device.h);
+ * each device owns its memory pools, its streams' records and the coherence ledger.
  * Streams are the actor streams of actors/stream.h, named "<backend>:<ordinal>:<stream_id>";
  * troupe_stream_all_work / troupe_stream_await / troupe_stream_is_idle and troupe_event_sync /
  * troupe_event_is_done (actors/stream.h, actors/event.h) are the seed's operations on them.
@@ -18,6 +18,7 @@
 #ifndef TROUPE_ACTORS_BACKEND_H
 #define TROUPE_ACTORS_BACKEND_H
 
+#include "actors/device.h"
 #include "actors/stream.h"
 #include "base/status.h"
 #include "devices/device.h"
@@ -29,7 +30,6 @@ extern "C" {
 #endif
 
 typedef struct troupe_backend troupe_backend_t;
-typedef struct troupe_device troupe_device_t;
 
 /* Opens backend `name` ("sync" or "cpu"; NULL: troupe_config_backend()) with `config`
  * (only sets suggested_num_streams). Caller owns *out.
@@ -51,25 +51,6 @@ TROUPE_MUST_USE troupe_status_t troupe_num_devices(troupe_backend_t *b, int *out
 /* Device `ordinal` (0..num_devices-1), borrowed from b. NOT_FOUND naming the ordinal. */
 TROUPE_MUST_USE troupe_status_t troupe_get_device(troupe_backend_t *b, int ordinal,
                                                   troupe_device_t **out);
-
-int troupe_device_ordinal(const troupe_device_t *d);
-/* Global device id: unique across every backend opened by this process (seed `device_id`). */
-int32_t troupe_device_id(const troupe_device_t *d);
-
-/* Seed `suggested_num_streams` for the backend's config: sync 1; cpu one per online core (>= 1). */
-TROUPE_MUST_USE troupe_status_t troupe_suggested_num_streams(troupe_device_t *d, int *out_count);
-
-/* Seed `new_stream` (DESIGN.md's troupe_stream_new; that name belongs to the actor layer's
- * constructor in actors/stream.h, which this wraps): a new stream on device d with the next
- * stream id of the device (0, 1, ...), named "<backend>:<ordinal>:<stream_id>", inline for
- * "sync" and threaded for "cpu". The caller owns one reference (troupe_stream_release); the
- * device keeps another until teardown (its merge buffer and ledger entries refer to it).
- * Errors: INVALID_ARGUMENT, RESOURCE_EXHAUSTED, TRANSPORT_ERROR (actor start), driver status. */
-TROUPE_MUST_USE troupe_status_t troupe_new_stream(troupe_device_t *d, troupe_stream_t **out);
-
-/* Exact bytes of device memory troupe holds on d: context pools (the arrays links allocated),
- * shared arrays and merge buffers (as scheduled). */
-TROUPE_MUST_USE troupe_status_t troupe_get_used_memory(troupe_device_t *d, int64_t *out_bytes);
 
 /* Seed `get_debug_info`: an S-expression in *out (troupe_free).
  * stream == NULL: the whole backend,

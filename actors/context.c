@@ -1,7 +1,7 @@
 /* troupe — contexts (see context.h). */
 #include "actors/context.h"
 
-#include "actors/ledger.h"
+#include "actors/runtime_impl.h"
 #include "base/alloc.h"
 #include "base/config.h"
 #include "base/status.h"
@@ -77,6 +77,15 @@ const troupe__carray_t *troupe__context_find(const troupe_context_t *ctx, const 
     return NULL;
 }
 
+troupe_status_t troupe__context_lacks(const troupe_context_t *ctx, const troupe_tnode_t *tn,
+                                      const char *op)
+{
+    char name[64];
+    troupe_tnode_debug_name(tn, name, sizeof name);
+    return troupe__error(TROUPE_NOT_FOUND, "%s%sthe context on %s lacks node %s", op ? op : "",
+                         op ? ": " : "", troupe_stream_name(ctx->srec->stream), name);
+}
+
 static int s_cmp_carray(const void *a, const void *b)
 {
     int32_t x = ((const troupe__carray_t *)a)->tn->id, y = ((const troupe__carray_t *)b)->tn->id;
@@ -88,8 +97,8 @@ troupe_status_t troupe__context_derive(troupe_context_t *parent, const troupe__c
                                        troupe_tnode_t *merge_node, troupe_context_t **out)
 {
     troupe_context_t *c = NULL;
-    TROUPE_RETURN_IF_ERROR(s_new(parent->backend, parent->dev, parent->srec, parent,
-                                 parent->narrays + nextra, &c));
+    TROUPE_RETURN_IF_ERROR(
+        s_new(parent->backend, parent->dev, parent->srec, parent, parent->narrays + nextra, &c));
     for (size_t i = 0; i < parent->narrays; i++) {
         c->arrays[c->narrays] = parent->arrays[i];
         troupe_tnode_retain(parent->arrays[i].tn);
@@ -168,8 +177,8 @@ troupe_status_t troupe_context_finalize(troupe_context_t *ctx)
         troupe_event_t **evs = NULL;
         size_t nev = 0;
         pthread_mutex_lock(&dev->lock);
-        for (size_t i = 0; i < dev->nentries && st == TROUPE_OK; i++) {
-            troupe__entry_t *e = dev->entries[i];
+        for (size_t i = 0; i < dev->ledger.nentries && st == TROUPE_OK; i++) {
+            troupe__entry_t *e = dev->ledger.entries[i];
             if (e->key.pool_id != ctx->owned_pool_id)
                 continue;
             st = troupe__ledger_pending(e, &evs, &nev);
@@ -218,12 +227,8 @@ troupe_status_t troupe_context_buffer(const troupe_context_t *ctx, const troupe_
         return troupe__error(TROUPE_INVALID_ARGUMENT, "context_buffer: NULL argument");
     TROUPE_RETURN_IF_ERROR(troupe__context_check_local(ctx, "context_buffer"));
     const troupe__carray_t *a = troupe__context_find(ctx, tn);
-    if (!a) {
-        char name[64];
-        troupe_tnode_debug_name(tn, name, sizeof name);
-        return troupe__error(TROUPE_NOT_FOUND, "the context on %s lacks node %s",
-                             troupe_stream_name(ctx->srec->stream), name);
-    }
+    if (!a)
+        return troupe__context_lacks(ctx, tn, NULL);
     *out = a->loc;
     return TROUPE_OK;
 }

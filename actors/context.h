@@ -49,7 +49,7 @@ void troupe_context_release(troupe_context_t **ctx_p);
  * Errors: the awaited stream's or reader's failure status, DEADLINE_EXCEEDED (nothing freed). */
 TROUPE_MUST_USE troupe_status_t troupe_context_finalize(troupe_context_t *ctx);
 
-troupe_stream_t *troupe_context_stream(const troupe_context_t *ctx); /* borrowed */
+troupe_stream_t *troupe_context_stream(const troupe_context_t *ctx);  /* borrowed */
 troupe_context_t *troupe_context_parent(const troupe_context_t *ctx); /* borrowed, or NULL */
 /* True when tn has an array in ctx (or an ancestor: arrays are inherited). */
 bool troupe_context_has_node(const troupe_context_t *ctx, const troupe_tnode_t *tn);

@@ -1,8 +1,8 @@
 /* troupe — events (see event.h). */
 #define _GNU_SOURCE
-#include "actors/event.h"
+#include "actors/event_impl.h"
 
-#include "actors/actor.h"
+#include "actors/actor_impl.h"
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -474,24 +474,19 @@ troupe_status_t troupe_event_debug_info(const troupe_event_t *ev, char **out)
     if (!ev || !out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_event_debug_info: NULL argument");
     *out = NULL;
-    troupe__sbuf_t b = {0};
+    troupe__strbuf_t b = TROUPE__STRBUF_INIT;
     troupe_event_state_t state = s_state_raw(ev);
-    troupe__sbuf_printf(&b, "(event (name ");
-    troupe__sbuf_quoted(&b, ev->name);
-    troupe__sbuf_printf(&b, ") (state %s)",
-                        state == TROUPE_EVENT_PENDING ? "pending"
-                        : state == TROUPE_EVENT_DONE  ? "done"
-                                                      : "failed");
+    troupe__strbuf_puts(&b, "(event (name ");
+    troupe__sexp_put_quoted(&b, ev->name);
+    troupe__strbuf_printf(&b, ") (state %s)",
+                          state == TROUPE_EVENT_PENDING ? "pending"
+                          : state == TROUPE_EVENT_DONE  ? "done"
+                                                        : "failed");
     if (state == TROUPE_EVENT_FAILED) {
-        troupe__sbuf_printf(&b, " (status %s) (message ", troupe_status_str(ev->status));
-        troupe__sbuf_quoted(&b, s_message(ev));
-        troupe__sbuf_printf(&b, ")");
+        troupe__strbuf_printf(&b, " (status %s) (message ", troupe_status_str(ev->status));
+        troupe__sexp_put_quoted(&b, s_message(ev));
+        troupe__strbuf_puts(&b, ")");
     }
-    troupe__sbuf_printf(&b, ")");
-    if (b.oom) {
-        troupe_free(b.data);
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "troupe_event_debug_info: out of memory");
-    }
-    *out = b.data;
-    return TROUPE_OK;
+    troupe__strbuf_puts(&b, ")");
+    return troupe__strbuf_finish(&b, "troupe_event_debug_info", out, NULL);
 }

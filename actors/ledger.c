@@ -1,70 +1,39 @@
 /* troupe — the coherence ledger (see ledger.h for the rules). */
 #include "actors/ledger.h"
 
+#include "actors/event_impl.h"
 #include "base/alloc.h"
 #include "base/status.h"
+#include "base/vec.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
 #define S_TICK_EVERY 64
-
-troupe_status_t troupe__sappend(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-{
-    va_list ap;
-    for (;;) {
-        size_t room = *cap - *len;
-        va_start(ap, fmt);
-        int w = vsnprintf(*buf ? *buf + *len : NULL, *buf ? room : 0, fmt, ap);
-        va_end(ap);
-        if (w < 0)
-            return troupe__error(TROUPE_INTERNAL, "debug info: formatting failed");
-        if (*buf && (size_t)w < room) {
-            *len += (size_t)w;
-            return TROUPE_OK;
-        }
-        size_t ncap = (*cap ? *cap * 2 : 256) + (size_t)w + 1;
-        char *nb = troupe_realloc(*buf, ncap);
-        if (!nb)
-            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "debug info: out of memory");
-        if (!*buf)
-            nb[0] = '\0';
-        *buf = nb;
-        *cap = ncap;
-    }
-}
 
 static bool s_key_eq(troupe__akey_t a, troupe__akey_t b)
 {
     return a.pool_id == b.pool_id && a.offset == b.offset;
 }
 
-troupe__entry_t *troupe__ledger_find(troupe_device_t *dev, troupe__akey_t key)
+troupe__entry_t *troupe__ledger_find(troupe__ledger_t *l, troupe__akey_t key)
 {
-    for (size_t i = 0; i < dev->nentries; i++)
-        if (s_key_eq(dev->entries[i]->key, key))
-            return dev->entries[i];
+    for (size_t i = 0; i < l->nentries; i++)
+        if (s_key_eq(l->entries[i]->key, key))
+            return l->entries[i];
     return NULL;
 }
 
-troupe_status_t troupe__ledger_add(troupe_device_t *dev, troupe_tnode_t *tn,
-                                   troupe_buffer_loc_t loc, bool shared, troupe__entry_t **out)
+troupe_status_t troupe__ledger_add(troupe__ledger_t *l, troupe_tnode_t *tn, troupe_buffer_loc_t loc,
+                                   bool shared, troupe__entry_t **out)
 {
     troupe__akey_t key = troupe__key_of(loc);
-    troupe__entry_t *e = troupe__ledger_find(dev, key);
+    troupe__entry_t *e = troupe__ledger_find(l, key);
     if (e) {
         *out = e;
         return TROUPE_OK;
     }
-    if (dev->nentries == dev->entries_cap) {
-        size_t cap = dev->entries_cap ? dev->entries_cap * 2 : 32;
-        troupe__entry_t **v = troupe_realloc(dev->entries, cap * sizeof *v);
-        if (!v)
-            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "ledger: out of memory");
-        dev->entries = v;
-        dev->entries_cap = cap;
-    }
+    if (!TROUPE__VEC_RESERVE(l->entries, l->entries_cap, l->nentries + 1))
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "ledger: out of memory");
     e = troupe_calloc(1, sizeof *e);
     if (!e)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "ledger: out of memory");
@@ -74,7 +43,7 @@ troupe_status_t troupe__ledger_add(troupe_device_t *dev, troupe_tnode_t *tn,
     e->size_bytes = loc.size_bytes;
     e->shared = shared;
     e->host_gen = -1;
-    dev->entries[dev->nentries++] = e;
+    l->entries[l->nentries++] = e;
     *out = e;
     return TROUPE_OK;
 }
@@ -88,25 +57,25 @@ static void s_entry_free(troupe__entry_t *e)
     troupe_free(e);
 }
 
-void troupe__ledger_remove_pool(troupe_device_t *dev, int32_t pool_id)
+void troupe__ledger_remove_pool(troupe__ledger_t *l, int32_t pool_id)
 {
     size_t k = 0;
-    for (size_t i = 0; i < dev->nentries; i++) {
-        if (dev->entries[i]->key.pool_id == pool_id)
-            s_entry_free(dev->entries[i]);
+    for (size_t i = 0; i < l->nentries; i++) {
+        if (l->entries[i]->key.pool_id == pool_id)
+            s_entry_free(l->entries[i]);
         else
-            dev->entries[k++] = dev->entries[i];
+            l->entries[k++] = l->entries[i];
     }
-    dev->nentries = k;
+    l->nentries = k;
 }
 
-void troupe__ledger_clear(troupe_device_t *dev)
+void troupe__ledger_clear(troupe__ledger_t *l)
 {
-    for (size_t i = 0; i < dev->nentries; i++)
-        s_entry_free(dev->entries[i]);
-    troupe_free(dev->entries);
-    dev->entries = NULL;
-    dev->nentries = dev->entries_cap = 0;
+    for (size_t i = 0; i < l->nentries; i++)
+        s_entry_free(l->entries[i]);
+    troupe_free(l->entries);
+    l->entries = NULL;
+    l->nentries = l->entries_cap = 0;
 }
 
 void troupe__ledger_prune(troupe__entry_t *e)
@@ -126,34 +95,34 @@ void troupe__ledger_prune(troupe__entry_t *e)
     e->nreaders = k;
 }
 
-void troupe__ledger_tick(troupe_device_t *dev)
+void troupe__ledger_tick(troupe__ledger_t *l)
 {
-    if (++dev->ops % S_TICK_EVERY != 0)
+    if (++l->ops % S_TICK_EVERY != 0)
         return;
-    for (size_t i = 0; i < dev->nentries; i++)
-        troupe__ledger_prune(dev->entries[i]);
+    for (size_t i = 0; i < l->nentries; i++)
+        troupe__ledger_prune(l->entries[i]);
 }
 
-troupe_status_t troupe__ledger_before_read(troupe__srec_t *s, troupe__entry_t *e)
+troupe_status_t troupe__ledger_before_read(troupe_stream_t *s, troupe__entry_t *e)
 {
     troupe__ledger_prune(e);
     if (e->writer_ev && e->writer_s != s)
-        return troupe_stream_wait_for(s->stream, e->writer_ev);
+        return troupe_stream_wait_for(s, e->writer_ev);
     return TROUPE_OK;
 }
 
-troupe_status_t troupe__ledger_before_write(troupe__srec_t *s, troupe__entry_t *e)
+troupe_status_t troupe__ledger_before_write(troupe_stream_t *s, troupe__entry_t *e)
 {
     troupe__ledger_prune(e);
     for (size_t i = 0; i < e->nreaders; i++)
         if (e->readers[i].s != s)
-            TROUPE_RETURN_IF_ERROR(troupe_stream_wait_for(s->stream, e->readers[i].ev));
+            TROUPE_RETURN_IF_ERROR(troupe_stream_wait_for(s, e->readers[i].ev));
     if (e->writer_ev && e->writer_s != s)
-        return troupe_stream_wait_for(s->stream, e->writer_ev);
+        return troupe_stream_wait_for(s, e->writer_ev);
     return TROUPE_OK;
 }
 
-troupe_status_t troupe__ledger_note_read(troupe__entry_t *e, troupe__srec_t *s, troupe_event_t *ev)
+troupe_status_t troupe__ledger_note_read(troupe__entry_t *e, troupe_stream_t *s, troupe_event_t *ev)
 {
     for (size_t i = 0; i < e->nreaders; i++) {
         if (e->readers[i].s == s) {
@@ -163,20 +132,14 @@ troupe_status_t troupe__ledger_note_read(troupe__entry_t *e, troupe__srec_t *s, 
             return TROUPE_OK;
         }
     }
-    if (e->nreaders == e->readers_cap) {
-        size_t cap = e->readers_cap ? e->readers_cap * 2 : 4;
-        troupe__reader_t *v = troupe_realloc(e->readers, cap * sizeof *v);
-        if (!v)
-            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "ledger: out of memory");
-        e->readers = v;
-        e->readers_cap = cap;
-    }
+    if (!TROUPE__VEC_RESERVE(e->readers, e->readers_cap, e->nreaders + 1))
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "ledger: out of memory");
     troupe_event_retain(ev);
     e->readers[e->nreaders++] = (troupe__reader_t){s, ev};
     return TROUPE_OK;
 }
 
-void troupe__ledger_note_write(troupe__entry_t *e, troupe__srec_t *s, troupe_event_t *ev)
+void troupe__ledger_note_write(troupe__entry_t *e, troupe_stream_t *s, troupe_event_t *ev)
 {
     troupe_event_release(&e->writer_ev);
     troupe_event_retain(ev);
@@ -212,29 +175,28 @@ troupe_status_t troupe__ledger_pending(troupe__entry_t *e, troupe_event_t ***out
     return TROUPE_OK;
 }
 
-static const char *s_sname(const troupe__srec_t *s)
+void troupe__ledger_sexp(troupe__ledger_t *l, troupe__strbuf_t *sb)
 {
-    return s ? troupe_stream_name(s->stream) : "nil";
-}
-
-troupe_status_t troupe__ledger_sexp(troupe_device_t *dev, char **buf, size_t *len, size_t *cap)
-{
-    TROUPE_RETURN_IF_ERROR(troupe__sappend(buf, len, cap, "(ledger ("));
-    for (size_t i = 0; i < dev->nentries; i++) {
-        troupe__entry_t *e = dev->entries[i];
+    troupe__strbuf_puts(sb, "(ledger (");
+    for (size_t i = 0; i < l->nentries; i++) {
+        troupe__entry_t *e = l->entries[i];
         troupe__ledger_prune(e);
-        TROUPE_RETURN_IF_ERROR(troupe__sappend(
-            buf, len, cap,
-            "%s(array (node %s) (pool %d) (offset %lld) (size_bytes %lld) (shared %s) (owner "
-            "\"%s\") (writer %s%s%s) (readers (",
-            i ? " " : "", e->node_name, (int)e->key.pool_id, (long long)e->key.offset,
-            (long long)e->size_bytes, e->shared ? "true" : "false", s_sname(e->owner),
-            e->writer_ev ? "\"" : "", e->writer_ev ? troupe_event_name(e->writer_ev) : "nil",
-            e->writer_ev ? "\"" : ""));
+        troupe__strbuf_printf(sb,
+                              "%s(array (node %s) (pool %d) (offset %lld) (size_bytes %lld) "
+                              "(shared %s) (owner \"%s\") (writer ",
+                              i ? " " : "", e->node_name, (int)e->key.pool_id,
+                              (long long)e->key.offset, (long long)e->size_bytes,
+                              e->shared ? "true" : "false",
+                              e->owner ? troupe_stream_name(e->owner) : "nil");
+        if (e->writer_ev)
+            troupe__strbuf_printf(sb, "\"%s\"", troupe_event_name(e->writer_ev));
+        else
+            troupe__strbuf_puts(sb, "nil");
+        troupe__strbuf_puts(sb, ") (readers (");
         for (size_t j = 0; j < e->nreaders; j++)
-            TROUPE_RETURN_IF_ERROR(troupe__sappend(buf, len, cap, "%s\"%s\"", j ? " " : "",
-                                                   troupe_event_name(e->readers[j].ev)));
-        TROUPE_RETURN_IF_ERROR(troupe__sappend(buf, len, cap, ")))"));
+            troupe__strbuf_printf(sb, "%s\"%s\"", j ? " " : "",
+                                  troupe_event_name(e->readers[j].ev));
+        troupe__strbuf_puts(sb, ")))");
     }
-    return troupe__sappend(buf, len, cap, "))");
+    troupe__strbuf_puts(sb, "))");
 }

@@ -1,7 +1,9 @@
 /* troupe — compile, link and run (see routine.h). */
 #include "actors/routine.h"
 
-#include "actors/ledger.h"
+#include "actors/host_impl.h"
+#include "actors/merge_impl.h"
+#include "actors/runtime_impl.h"
 #include "base/alloc.h"
 #include "base/config.h"
 #include "base/status.h"
@@ -30,7 +32,7 @@ static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
     troupe_code_t *code = troupe_calloc(1, sizeof *code);
     if (!code) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compile: out of memory");
-        goto out_proc;
+        goto out_destroy_proc;
     }
     troupe_refcount_init(&code->refs);
     troupe_refcount_retain(&b->dref->refs);
@@ -40,23 +42,24 @@ static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
     if (!code->proc->optimized) {
         st = troupe_ll_optimize(code->proc, NULL);
         if (st != TROUPE_OK)
-            goto out_code;
+            goto out_release_code;
     }
     st = troupe_cgen_emit(code->proc, TROUPE_CGEN_C, &code->gen);
     if (st != TROUPE_OK)
-        goto out_code;
-    if (!b->vt->compile || !b->vt->launch) {
-        st = troupe__error(TROUPE_UNIMPLEMENTED, "backend %s cannot compile code", b->vt->name);
-        goto out_code;
-    }
-    st = b->vt->compile(b->drv, code->proc, &code->dcode);
+        goto out_release_code;
+    st = troupe_driver_require(b->drv, "compile");
+    if (st == TROUPE_OK)
+        st = troupe_driver_require(b->drv, "launch");
     if (st != TROUPE_OK)
-        goto out_code;
+        goto out_release_code;
+    st = troupe_driver_compile(b->drv, code->proc, &code->dcode);
+    if (st != TROUPE_OK)
+        goto out_release_code;
     if (comp && comp->nembedded) {
         code->embedded = troupe_calloc(comp->nembedded, sizeof *code->embedded);
         if (!code->embedded) {
             st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compile: out of memory");
-            goto out_code;
+            goto out_release_code;
         }
         for (size_t i = 0; i < comp->nembedded; i++) {
             troupe_tnode_retain(comp->embedded[i]);
@@ -65,15 +68,15 @@ static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
     }
     *out = code;
     return TROUPE_OK;
-out_code:
+out_release_code:
     troupe_code_release(&code);
-out_proc:
+out_destroy_proc:
     troupe_ll_proc_destroy(&proc);
     return st;
 }
 
-troupe_status_t troupe_compile(troupe_backend_t *b, const troupe_asgn_comp_t *comp, const char *name,
-                               troupe_code_t **out)
+troupe_status_t troupe_compile(troupe_backend_t *b, const troupe_asgn_comp_t *comp,
+                               const char *name, troupe_code_t **out)
 {
     if (!b || !comp || !name || !out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "compile: NULL argument");
@@ -110,8 +113,7 @@ void troupe_code_release(troupe_code_t **code_p)
     *code_p = NULL;
     if (!troupe_refcount_release(&c->refs))
         return;
-    if (c->dcode)
-        c->dref->vt->code_release(c->dref->drv, c->dcode);
+    troupe_driver_code_release(c->dref->drv, c->dcode);
     troupe_cgen_result_destroy(&c->gen);
     troupe_ll_proc_destroy(&c->proc);
     for (size_t i = 0; i < c->nembedded; i++)
@@ -142,39 +144,6 @@ static int s_cmp_tn(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The device-wide array of a shared node, created (own pool) when missing. */
-static troupe_status_t s_shared_array(troupe_device_t *dev, troupe_tnode_t *tn,
-                                      troupe_buffer_loc_t *out)
-{
-    for (size_t i = 0; i < dev->nshared; i++) {
-        if (dev->shared[i].tn == tn) {
-            *out = dev->shared[i].loc;
-            return TROUPE_OK;
-        }
-    }
-    if (dev->nshared == dev->shared_cap) {
-        size_t cap = dev->shared_cap ? dev->shared_cap * 2 : 8;
-        troupe__shared_t *v = troupe_realloc(dev->shared, cap * sizeof *v);
-        if (!v)
-            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "link: out of memory");
-        dev->shared = v;
-        dev->shared_cap = cap;
-    }
-    int32_t pool = -1;
-    TROUPE_RETURN_IF_ERROR(troupe__pool_alloc(dev, (int64_t)tn->size_bytes, &pool));
-    troupe_buffer_loc_t loc = {pool, 0, (int64_t)tn->size_bytes};
-    troupe__entry_t *e = NULL;
-    troupe_status_t st = troupe__ledger_add(dev, tn, loc, true, &e);
-    if (st != TROUPE_OK) {
-        troupe__pool_free(dev, pool);
-        return st;
-    }
-    troupe_tnode_retain(tn);
-    dev->shared[dev->nshared++] = (troupe__shared_t){tn, loc};
-    *out = loc;
-    return TROUPE_OK;
-}
-
 troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_routine_t **out)
 {
     if (!ctx || !code || !out)
@@ -183,12 +152,12 @@ troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_r
     TROUPE_RETURN_IF_ERROR(troupe__context_check_local(ctx, "link"));
     const troupe_ll_proc_t *proc = code->proc;
     const troupe_cgen_result_t *gen = code->gen;
-    char n1[64], n2[64];
+    char n1[64];
     if (ctx->backend->dref != code->dref)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "link %s: the code was compiled for another backend than the "
                              "context's (%s)",
-                             proc->name, ctx->backend->vt->name);
+                             proc->name, troupe_driver_name(ctx->backend->drv));
     /* verify_prior_context */
     for (size_t i = 0; i <= proc->ninputs; i++) {
         troupe_tnode_t *tn = i < proc->ninputs ? proc->inputs[i] : proc->merge_node;
@@ -199,15 +168,7 @@ troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_r
                              "link %s: the linked context lacks node %s (on stream %s)", proc->name,
                              n1, troupe_stream_name(ctx->srec->stream));
     }
-    /* static merge-buffer check (era B) */
-    if (proc->merge_node && ctx->merge_node && ctx->merge_node != proc->merge_node) {
-        s_name_of(proc->merge_node, n1, sizeof n1);
-        s_name_of(ctx->merge_node, n2, sizeof n2);
-        return troupe__error(TROUPE_FAILED_PRECONDITION,
-                             "link %s: merge buffer mismatch: the code reads %s through its merge "
-                             "buffer but the context's merge buffer holds %s",
-                             proc->name, n1, n2);
-    }
+    TROUPE_RETURN_IF_ERROR(troupe__merge_check_link(proc, ctx));
 
     troupe_status_t st = TROUPE_OK;
     troupe_device_t *dev = ctx->dev;
@@ -221,7 +182,7 @@ troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_r
     int32_t pool = -1;
     if (np && (!fresh || !extra)) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "link: out of memory");
-        goto out_free;
+        goto out_free_scratch;
     }
     pthread_mutex_lock(&dev->lock);
     /* WAW: owners of written shared arrays; sharing decisions for missing nodes. */
@@ -232,16 +193,13 @@ troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_r
         const troupe__carray_t *a = troupe__context_find(ctx, p->tn);
         bool shared = a ? a->shared : troupe_tnode_known_shared_cross_streams(p->tn);
         if (shared && p->is_written) {
-            troupe__entry_t *e = NULL;
-            for (size_t k = 0; k < dev->nshared; k++)
-                if (dev->shared[k].tn == p->tn)
-                    e = troupe__ledger_find(dev, troupe__key_of(dev->shared[k].loc));
-            if (e && e->owner && e->owner != self) {
+            troupe__entry_t *e = troupe__shared_entry(dev, p->tn);
+            if (e && e->owner && e->owner != self->stream) {
                 s_name_of(p->tn, n1, sizeof n1);
                 st = troupe__error(TROUPE_FAILED_PRECONDITION,
                                    "link %s: node %s is shared across streams and written by "
                                    "stream %s; stream %s cannot write it too",
-                                   proc->name, n1, troupe_stream_name(e->owner->stream),
+                                   proc->name, n1, troupe_stream_name(e->owner),
                                    troupe_stream_name(self->stream));
                 goto out_unlock;
             }
@@ -256,7 +214,7 @@ troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_r
         }
         if (shared) {
             troupe_buffer_loc_t loc;
-            st = s_shared_array(dev, p->tn, &loc);
+            st = troupe__shared_array(dev, p->tn, &loc);
             if (st != TROUPE_OK)
                 goto out_unlock;
             extra[nextra++] = (troupe__carray_t){p->tn, loc, true};
@@ -270,7 +228,8 @@ troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_r
         int64_t off = 0;
         for (size_t i = 0; i < nfresh; i++) {
             off = (off + S_ALIGN - 1) / S_ALIGN * S_ALIGN;
-            extra[nextra + i] = (troupe__carray_t){fresh[i], {0, off, (int64_t)fresh[i]->size_bytes}, false};
+            extra[nextra + i] =
+                (troupe__carray_t){fresh[i], {0, off, (int64_t)fresh[i]->size_bytes}, false};
             off += (int64_t)fresh[i]->size_bytes;
         }
         st = troupe__pool_alloc(dev, off, &pool);
@@ -279,7 +238,7 @@ troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_r
         for (size_t i = 0; i < nfresh && st == TROUPE_OK; i++) {
             troupe__entry_t *e = NULL;
             extra[nextra + i].loc.pool_id = pool;
-            st = troupe__ledger_add(dev, fresh[i], extra[nextra + i].loc, false, &e);
+            st = troupe__ledger_add(&dev->ledger, fresh[i], extra[nextra + i].loc, false, &e);
         }
         if (st != TROUPE_OK) {
             troupe__pool_free(dev, pool);
@@ -300,19 +259,19 @@ troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_r
             continue;
         const troupe__carray_t *a = troupe__context_find(child, p->tn);
         if (a && a->shared) {
-            troupe__entry_t *e = troupe__ledger_find(dev, troupe__key_of(a->loc));
+            troupe__entry_t *e = troupe__ledger_find(&dev->ledger, troupe__key_of(a->loc));
             if (e && !e->owner)
-                e->owner = self;
+                e->owner = self->stream;
         }
     }
 out_unlock:
     pthread_mutex_unlock(&dev->lock);
     if (st != TROUPE_OK)
-        goto out_free;
+        goto out_free_scratch;
     for (size_t i = 0; i < np; i++)
         if (gen->params[i].kind == TROUPE_CGEN_PARAM_NODE_PTR &&
             troupe_tnode_known_hosted(gen->params[i].tn))
-            troupe__host_install_hooks(gen->params[i].tn);
+            troupe__host_array_install_hooks(gen->params[i].tn);
     r = troupe_calloc(1, sizeof *r);
     if (r && np)
         r->static_values = troupe_calloc(np, sizeof *r->static_values);
@@ -322,7 +281,7 @@ out_unlock:
         r = NULL;
         troupe_context_release(&child);
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "link: out of memory");
-        goto out_free;
+        goto out_free_scratch;
     }
     troupe_refcount_init(&r->refs);
     r->ctx = child;
@@ -330,7 +289,7 @@ out_unlock:
     troupe_code_retain(code);
     r->code = code;
     *out = r;
-out_free:
+out_free_scratch:
     troupe_free(fresh);
     troupe_free(extra);
     return st;
@@ -417,14 +376,10 @@ static troupe_status_t s_launch_work(void *arg, troupe_dqueue_t *q)
 {
     s_launch_t *l = arg;
     troupe_code_t *c = l->code;
-    if (l->merge_idx >= 0) {
-        if (!l->srec->mb_valid)
-            return troupe__error(TROUPE_FAILED_PRECONDITION,
-                                 "routine %s: the merge buffer of stream %s holds nothing",
-                                 c->proc->name, troupe_stream_name(l->srec->stream));
-        l->args[l->merge_idx].buf = l->srec->mb_cur; /* resolved at launch */
-    }
-    return c->dref->vt->launch(c->dref->drv, q, c->dcode, l->args, l->nargs);
+    if (l->merge_idx >= 0) /* resolved at launch */
+        TROUPE_RETURN_IF_ERROR(
+            troupe__merge_resolve(l->srec, c->proc->name, &l->args[l->merge_idx]));
+    return troupe_driver_launch(c->dref->drv, q, c->dcode, l->args, l->nargs);
 }
 
 static void s_launch_dtor(void *arg)
@@ -441,24 +396,11 @@ troupe_status_t troupe__routine_run_locked(troupe_routine_t *r, troupe_event_t *
     troupe__srec_t *s = ctx->srec;
     const troupe_ll_proc_t *proc = r->code->proc;
     const troupe_cgen_result_t *gen = r->code->gen;
-    char n1[64], n2[64];
+    char n1[64];
     TROUPE_RETURN_IF_ERROR(troupe_stream_status(s->stream));
-    /* dynamic merge-buffer check (the static one ran at link) */
+    /* the run-time merge-buffer check (the static one ran at link) */
     troupe__entry_t *merge_src = NULL;
-    if (proc->merge_node) {
-        if (s->sched_merge_node != proc->merge_node) {
-            s_name_of(proc->merge_node, n1, sizeof n1);
-            if (s->sched_merge_node)
-                s_name_of(s->sched_merge_node, n2, sizeof n2);
-            return troupe__error(TROUPE_FAILED_PRECONDITION,
-                                 "run %s: merge buffer mismatch: the code reads %s through its "
-                                 "merge buffer but stream %s's merge buffer holds %s",
-                                 proc->name, n1, troupe_stream_name(s->stream),
-                                 s->sched_merge_node ? n2 : "nothing");
-        }
-        if (s->sched_merge_streaming)
-            merge_src = troupe__ledger_find(dev, s->sched_merge_src);
-    }
+    TROUPE_RETURN_IF_ERROR(troupe__merge_check_run(proc, s, &merge_src));
     size_t np = gen->nparams;
     troupe__entry_t **ent = np ? troupe_calloc(np, sizeof *ent) : NULL;
     s_launch_t *l = troupe_calloc(1, sizeof *l + np * sizeof(troupe_karg_t));
@@ -486,69 +428,70 @@ troupe_status_t troupe__routine_run_locked(troupe_routine_t *r, troupe_event_t *
             const troupe__carray_t *ca = troupe__context_find(ctx, p->tn);
             if (!ca) {
                 s_name_of(p->tn, n1, sizeof n1);
-                st = troupe__error(TROUPE_INTERNAL, "run %s: the context lacks node %s",
-                                   proc->name, n1);
-                goto out_free;
+                st = troupe__error(TROUPE_INTERNAL, "run %s: the context lacks node %s", proc->name,
+                                   n1);
+                goto out_release_launch;
             }
             a->kind = TROUPE_KARG_BUFFER;
             a->buf = ca->loc;
-            ent[i] = troupe__ledger_find(dev, troupe__key_of(ca->loc));
+            ent[i] = troupe__ledger_find(&dev->ledger, troupe__key_of(ca->loc));
             /* 1. automatic host transfers of read hosted nodes lagging their host array */
             if (p->is_read && ent[i] && troupe_config_auto_host_transfers() &&
-                troupe_tnode_known_hosted(p->tn) && ent[i]->host_gen != troupe__host_gen(p->tn)) {
+                troupe_tnode_known_hosted(p->tn) && troupe__host_array_lagging(p->tn, ent[i])) {
                 const troupe_ll_traced_t *t = troupe_optimize_traced(proc, p->tn);
                 if (!t || t->read_only || t->read_before_write) {
-                    st = troupe__from_host_locked(ctx, p->tn, NULL);
+                    st = troupe__from_host_locked(ctx, p->tn, false, NULL);
                     if (st != TROUPE_OK)
-                        goto out_free;
+                        goto out_release_launch;
                 }
             }
         }
     }
     /* 2. RAW, WAR, WAW */
     if (merge_src)
-        st = troupe__ledger_before_read(s, merge_src);
+        st = troupe__ledger_before_read(s->stream, merge_src);
     for (size_t i = 0; i < np && st == TROUPE_OK; i++) {
         if (!ent[i])
             continue;
         if (gen->params[i].is_read)
-            st = troupe__ledger_before_read(s, ent[i]);
+            st = troupe__ledger_before_read(s->stream, ent[i]);
         if (st == TROUPE_OK && gen->params[i].is_written)
-            st = troupe__ledger_before_write(s, ent[i]);
+            st = troupe__ledger_before_write(s->stream, ent[i]);
     }
     if (st != TROUPE_OK)
-        goto out_free;
+        goto out_release_launch;
     /* 3. the launch */
     troupe_code_retain(r->code);
     l->code = r->code;
     st = troupe_stream_schedule(s->stream, s_launch_work, l, s_launch_dtor);
     l = NULL;
     if (st != TROUPE_OK)
-        goto out_free;
+        goto out_release_launch;
     /* 4. its event */
     st = troupe_stream_record(s->stream, &ev);
     if (st != TROUPE_OK)
-        goto out_free;
+        goto out_release_launch;
     if (merge_src)
-        st = troupe__ledger_note_read(merge_src, s, ev);
+        st = troupe__ledger_note_read(merge_src, s->stream, ev);
     for (size_t i = 0; i < np && st == TROUPE_OK; i++) {
+        troupe_tnode_t *tn = gen->params[i].tn;
         if (!ent[i])
             continue;
         if (gen->params[i].is_written) {
-            troupe__ledger_note_write(ent[i], s, ev);
-            ent[i]->host_gen = troupe__host_gen(gen->params[i].tn);
-            if (troupe_tnode_known_hosted(gen->params[i].tn))
-                st = troupe__host_note_device_write(gen->params[i].tn, s, ent[i]->key, ev);
+            troupe__ledger_note_write(ent[i], s->stream, ev);
+            troupe__host_array_note_written(ent[i], troupe__host_array_gen(tn));
+            if (troupe_tnode_known_hosted(tn))
+                st = troupe__host_array_note_device_write(tn, s, ent[i]->key, ev);
         } else if (gen->params[i].is_read) {
-            st = troupe__ledger_note_read(ent[i], s, ev);
+            st = troupe__ledger_note_read(ent[i], s->stream, ev);
         }
     }
-    troupe__ledger_tick(dev);
+    troupe__ledger_tick(&dev->ledger);
     if (st == TROUPE_OK && out_ev) {
         *out_ev = ev;
         ev = NULL;
     }
-out_free:
+out_release_launch:
     troupe_event_release(&ev);
     if (l)
         troupe_free(l);

@@ -1,10 +1,11 @@
 /* troupe — code and routines: compile (context-independent) and link (code in a context)
  * (DESIGN.md §2, §4, §5; seed `Backend_intf` compile / link / routine; OCANNL_NOTES §1.6, §1.7).
  *
- * troupe_compile lowers assignments (ir/assign) or takes a low-level procedure, optimizes it
- * (ir/optimize: memory modes are inferred here), generates C (ir/cgen) and has the backend's
- * driver compile it. The code keeps the optimized procedure (inputs, outputs, merge node) and
- * the generated parameter list, which fixes the order of the launch arguments.
+ * troupe_compile lowers assignments (ir/assign, compiler/lower) or takes a low-level procedure,
+ * optimizes it (compiler/optimize: memory modes are inferred here), generates C
+ * (compiler/cgen) and has the backend's driver compile it. The code keeps the optimized
+ * procedure (inputs, outputs, merge node) and the generated parameter list, which fixes the
+ * order of the launch arguments.
  *
  * troupe_link puts code in a context and returns a routine whose context is a child holding
  * every array the code uses:

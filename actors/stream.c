@@ -1,7 +1,9 @@
 /* troupe — the stream actor (see stream.h for semantics and the verb table). */
 #define _GNU_SOURCE
-#include "actors/stream.h"
+#include "actors/stream_impl.h"
 
+#include "actors/actor_impl.h"
+#include "actors/event_impl.h"
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/config.h"
@@ -151,11 +153,12 @@ static void s_fail(troupe_stream_t *s, troupe_status_t st, const char *msg)
 static void s_fail_from_event(troupe_stream_t *s, troupe_event_t *ev)
 {
     char *emsg = troupe_event_copy_message(ev);
-    troupe__sbuf_t b = {0};
-    troupe__sbuf_printf(&b, "%s: waited on %s: %s", s->name, troupe_event_name(ev),
-                        emsg ? emsg : troupe_status_str(troupe_event_status(ev)));
-    s_fail(s, troupe_event_status(ev), b.oom ? troupe_status_str(troupe_event_status(ev)) : b.data);
-    troupe_free(b.data);
+    troupe__strbuf_t b = TROUPE__STRBUF_INIT;
+    troupe__strbuf_printf(&b, "%s: waited on %s: %s", s->name, troupe_event_name(ev),
+                          emsg ? emsg : troupe_status_str(troupe_event_status(ev)));
+    s_fail(s, troupe_event_status(ev),
+           b.failed ? troupe_status_str(troupe_event_status(ev)) : troupe__strbuf_cstr(&b));
+    troupe__strbuf_reset(&b);
     troupe_free(emsg);
 }
 
@@ -520,9 +523,9 @@ static zmsg_t *s_dispatch(troupe_stream_t *s, zmsg_t *msg, bool *terminate)
 
 static troupe_status_t s_queue_create(troupe_stream_t *s)
 {
-    if (!s->vt || !s->vt->queue_create)
-        return TROUPE_OK;
-    troupe_status_t st = s->vt->queue_create(s->drv, s->ordinal, &s->queue);
+    if (!s->drv)
+        return TROUPE_OK; /* a host-only stream */
+    troupe_status_t st = troupe_driver_queue_create(s->drv, s->ordinal, &s->queue);
     if (st != TROUPE_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", troupe_last_error());
@@ -533,8 +536,7 @@ static troupe_status_t s_queue_create(troupe_stream_t *s)
 
 static void s_queue_destroy(troupe_stream_t *s)
 {
-    if (s->queue && s->vt && s->vt->queue_destroy)
-        s->vt->queue_destroy(s->drv, s->queue);
+    troupe_driver_queue_destroy(s->drv, s->queue);
     s->queue = NULL;
 }
 
@@ -697,21 +699,21 @@ static void s_mem_release(troupe_stream_t *s)
         s_free(s);
 }
 
-troupe_status_t troupe_stream_new(const troupe_driver_vtable_t *vt, troupe_driver_t *drv,
-                                  int ordinal, int stream_id, bool inline_mode,
-                                  troupe_stream_t **out)
+troupe_status_t troupe__stream_actor_new(const troupe_driver_vtable_t *vt, troupe_driver_t *drv,
+                                         int ordinal, int stream_id, bool inline_mode,
+                                         troupe_stream_t **out)
 {
     troupe_status_t st = TROUPE_OK;
     if (!out)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_stream_new: NULL out");
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "stream_actor_new: NULL out");
     *out = NULL;
     if ((vt && !drv) || ordinal < 0 || stream_id < 0)
         return troupe__error(
-            TROUPE_INVALID_ARGUMENT, "troupe_stream_new: %s (ordinal %d, stream %d)",
+            TROUPE_INVALID_ARGUMENT, "stream_actor_new: %s (ordinal %d, stream %d)",
             vt && !drv ? "driver vtable without a driver" : "negative index", ordinal, stream_id);
     troupe_stream_t *s = (troupe_stream_t *)troupe_calloc(1, sizeof *s);
     if (!s)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "troupe_stream_new: out of memory");
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "stream_actor_new: out of memory");
     atomic_init(&s->refs, 1);
     atomic_init(&s->mem_refs, 1);
     atomic_init(&s->term_requested, false);
@@ -964,39 +966,33 @@ troupe_status_t troupe_stream_status(troupe_stream_t *s)
 
 static troupe_status_t s_debug_sexp(troupe_stream_t *s, char **out)
 {
-    troupe__sbuf_t b = {0};
+    troupe__strbuf_t b = TROUPE__STRBUF_INIT;
     pthread_mutex_lock(&s->mu);
-    troupe__sbuf_printf(&b, "(stream (name ");
-    troupe__sbuf_quoted(&b, s->name);
-    troupe__sbuf_printf(&b, ") (mode %s) (queue_length %llu) (parked_on ",
-                        s->inline_mode ? "inline" : "threaded", (unsigned long long)s->pending);
+    troupe__strbuf_puts(&b, "(stream (name ");
+    troupe__sexp_put_quoted(&b, s->name);
+    troupe__strbuf_printf(&b, ") (mode %s) (queue_length %llu) (parked_on ",
+                          s->inline_mode ? "inline" : "threaded", (unsigned long long)s->pending);
     if (s->pub_parked[0])
-        troupe__sbuf_quoted(&b, s->pub_parked);
+        troupe__sexp_put_quoted(&b, s->pub_parked);
     else
-        troupe__sbuf_printf(&b, "nil");
-    troupe__sbuf_printf(&b, ") (failed ");
+        troupe__strbuf_puts(&b, "nil");
+    troupe__strbuf_puts(&b, ") (failed ");
     if (s->failed_status != TROUPE_OK) {
-        troupe__sbuf_printf(&b, "(%s ", troupe_status_str(s->failed_status));
-        troupe__sbuf_quoted(&b,
-                            s->failed_msg ? s->failed_msg : troupe_status_str(s->failed_status));
-        troupe__sbuf_printf(&b, ")");
+        troupe__strbuf_printf(&b, "(%s ", troupe_status_str(s->failed_status));
+        troupe__sexp_put_quoted(&b, s->failed_msg ? s->failed_msg
+                                                  : troupe_status_str(s->failed_status));
+        troupe__strbuf_puts(&b, ")");
     } else {
-        troupe__sbuf_printf(&b, "nil");
+        troupe__strbuf_puts(&b, "nil");
     }
-    troupe__sbuf_printf(&b,
-                        ") (counters (scheduled %llu) (run %llu) (records %llu) (waits %llu) "
-                        "(dropped %llu) (cancelled %llu)))",
-                        (unsigned long long)s->scheduled, (unsigned long long)s->pub.run,
-                        (unsigned long long)s->pub.records, (unsigned long long)s->pub.waits,
-                        (unsigned long long)s->pub.dropped, (unsigned long long)s->pub.cancelled);
+    troupe__strbuf_printf(&b,
+                          ") (counters (scheduled %llu) (run %llu) (records %llu) (waits %llu) "
+                          "(dropped %llu) (cancelled %llu)))",
+                          (unsigned long long)s->scheduled, (unsigned long long)s->pub.run,
+                          (unsigned long long)s->pub.records, (unsigned long long)s->pub.waits,
+                          (unsigned long long)s->pub.dropped, (unsigned long long)s->pub.cancelled);
     pthread_mutex_unlock(&s->mu);
-    if (b.oom) {
-        troupe_free(b.data);
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "stream %s: debug info: out of memory",
-                             s->name);
-    }
-    *out = b.data;
-    return TROUPE_OK;
+    return troupe__strbuf_finish(&b, "stream debug info", out, NULL);
 }
 
 uint64_t troupe_stream_next_request_id(troupe_stream_t *s)

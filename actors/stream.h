@@ -71,9 +71,10 @@
  * Thread safety: every function is thread-safe, except that a stream must not be released
  * while another thread still uses it (hold a reference). Work callbacks run one at a time per
  * stream, in FIFO order (threaded: on the actor thread; inline: in a caller's thread).
- * Ownership: refcounted (atomic); troupe_stream_new's caller owns one reference. Work items'
- * `arg` is owned by the stream from the schedule call on: `dtor(arg)` runs exactly once, after
- * the item ran or when it is dropped (failed stream, cancellation, refused schedule).
+ * Ownership: refcounted (atomic); the creator (troupe_new_stream, actors/device.h, or the
+ * actor layer's constructor, actors/stream_impl.h) owns one reference. Work items' `arg` is
+ * owned by the stream from the schedule call on: `dtor(arg)` runs exactly once, after the item
+ * ran or when it is dropped (failed stream, cancellation, refused schedule).
  */
 #ifndef TROUPE_ACTORS_STREAM_H
 #define TROUPE_ACTORS_STREAM_H
@@ -104,18 +105,6 @@ typedef void (*troupe_stream_dtor_fn)(void *arg);
 #define TROUPE_STREAM_VERB_RECORD "RECORD"
 #define TROUPE_STREAM_VERB_WAIT "WAIT"
 #define TROUPE_STREAM_VERB_DEBUG "DEBUG"
-
-/* A new stream `stream_id` on device `ordinal` of driver `drv` (vtable `vt`), named
- * "<vt->name>:<ordinal>:<stream_id>" ("host:…" when vt is NULL). When vt has queue_create, a
- * driver queue is created for the stream (threaded: on its actor thread) and destroyed with it;
- * vt == NULL gives a host-only stream whose work gets q == NULL (tests, host tasks).
- * inline_mode: true runs work in the calling threads (sync backend), false starts an actor
- * thread (cpu backend).
- * Returns TROUPE_INVALID_ARGUMENT (NULL out, vt without drv, negative ordinal/id), the driver's
- * queue_create status, TROUPE_RESOURCE_EXHAUSTED, TROUPE_TRANSPORT_ERROR (ZeroMQ). */
-TROUPE_MUST_USE troupe_status_t troupe_stream_new(const troupe_driver_vtable_t *vt,
-                                                  troupe_driver_t *drv, int ordinal, int stream_id,
-                                                  bool inline_mode, troupe_stream_t **out);
 
 void troupe_stream_retain(troupe_stream_t *s);
 

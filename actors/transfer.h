@@ -1,28 +1,24 @@
-/* troupe — transfers between host and devices and between streams, and merge buffers
- * (DESIGN.md §4, §5; seed `Backend_intf` from_host / to_host / init_from_host /
- * device_to_device; OCANNL_NOTES §2).
+/* troupe — transfers: device_to_device, and the headers of the other transfers (DESIGN.md §4,
+ * §5; seed `Backend_intf` device_to_device; OCANNL_NOTES §2.3).
  *
- * All calls only schedule work and return at once with an event completing after it (out_ev
- * may be NULL). They follow the ledger rules (actors/ledger.h): a read waits for another
- * stream's pending write of the array, a write for other streams' pending reads and writes.
+ * This header gathers the runtime's transfers: between a node's host array and its device
+ * arrays (actors/host.h), between contexts and through merge buffers (this call; the rules in
+ * actors/merge.h), and to external agents and other ranks (actors/lend.h).
  *
- * Host arrays: a from_host reads the node's host array until its event completes and a to_host
- * writes it; troupe_tnode_set_values waits for both (DESIGN.md §4 host write). A host read
- * (troupe_tnode_get_values...) of a node whose newest value is on a device fetches it: it
- * schedules a to_host on the stream of the last write and syncs that event only (not the whole
- * stream), with the configured timeout.
+ * troupe_device_to_device only schedules work and returns at once with an event completing
+ * after it (out_ev may be NULL), following the ledger rules (DESIGN.md §4).
  *
- * Merge buffers: one per stream, grow-only, in a pool of its own, tagged with the node it was
- * last scheduled to hold. Its pointer is resolved when a consumer routine launches.
- *
- * Thread safety: thread-safe. Ownership: contexts and nodes are borrowed; *out_ctx and *out_ev
- * are owned by the caller.
+ * Thread safety: thread-safe. Ownership: contexts, nodes and the consumer are borrowed;
+ * *out_ctx and *out_ev are owned by the caller.
  */
 #ifndef TROUPE_ACTORS_TRANSFER_H
 #define TROUPE_ACTORS_TRANSFER_H
 
 #include "actors/context.h"
 #include "actors/event.h"
+#include "actors/host.h"
+#include "actors/lend.h"
+#include "actors/merge.h"
 #include "actors/routine.h"
 #include "base/status.h"
 #include "ir/tnode.h"
@@ -30,30 +26,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Seed `merge_buffer_use`. */
-typedef enum troupe_merge_use {
-    TROUPE_MERGE_NO = 0,    /* copy src's array of n into dst's array of n */
-    TROUPE_MERGE_COPY,      /* copy src's array of n into dst's stream's merge buffer */
-    TROUPE_MERGE_STREAMING, /* dst's merge buffer points at src's array while `consumer` runs */
-} troupe_merge_use_t;
-
-/* Seed `from_host`: h2d of tn's host array into ctx's array of tn, on ctx's stream.
- * Errors: NOT_FOUND (tn not in ctx), FAILED_PRECONDITION (tn not hosted), the stream's
- * failure, RESOURCE_EXHAUSTED. */
-TROUPE_MUST_USE troupe_status_t troupe_from_host(troupe_context_t *ctx, troupe_tnode_t *tn,
-                                                 troupe_event_t **out_ev);
-
-/* Seed `to_host`: d2h of ctx's array of tn into tn's host array, on ctx's stream. Same errors. */
-TROUPE_MUST_USE troupe_status_t troupe_to_host(troupe_context_t *ctx, troupe_tnode_t *tn,
-                                               troupe_event_t **out_ev);
-
-/* Seed `init_from_host`: tn must be hosted and absent from ctx; allocates its array (own pool,
- * zero-filled), uploads the host array and returns the child context holding it in *out_ctx.
- * Errors: ALREADY_EXISTS (tn in ctx), FAILED_PRECONDITION (not hosted), RESOURCE_EXHAUSTED. */
-TROUPE_MUST_USE troupe_status_t troupe_init_from_host(troupe_context_t *ctx, troupe_tnode_t *tn,
-                                                      troupe_context_t **out_ctx,
-                                                      troupe_event_t **out_ev);
 
 /* Seed `device_to_device` (era B shape: it yields a context). Moves src_ctx's array of n to
  * dst_ctx's stream, which first waits for src's pending write of n (RAW):
@@ -66,96 +38,14 @@ TROUPE_MUST_USE troupe_status_t troupe_init_from_host(troupe_context_t *ctx, tro
  *              src's stream waits for it. *out_ev is the consumer's event.
  * *out_ctx (may be NULL) gets a child of dst_ctx (tagged with n for COPY/STREAMING). When both
  * contexts hold the same array (shared), NO schedules nothing and *out_ev is a done event.
+ * Either context may stand for another rank (troupe_context_new_remote, actors/lend.h).
  * Errors: INVALID_ARGUMENT (bad use, contexts of different backends, a consumer missing or
  * given for NO/COPY, a consumer on another stream), NOT_FOUND (n not in src_ctx, or for NO not
  * in dst_ctx), FAILED_PRECONDITION (the consumer reads another merge node, naming both;
  * STREAMING across devices), the dst stream's failure, RESOURCE_EXHAUSTED. */
-TROUPE_MUST_USE troupe_status_t troupe_device_to_device(troupe_tnode_t *n, troupe_merge_use_t use,
-                                                        troupe_context_t *dst_ctx,
-                                                        troupe_context_t *src_ctx,
-                                                        troupe_routine_t *consumer,
-                                                        troupe_context_t **out_ctx,
-                                                        troupe_event_t **out_ev);
-
-/* ---- external agents: lending arrays, remote contexts ------------------------------------- */
-
-/* Called on the stream's executing thread when a lend reaches the head of the stream: ptrs[i]
- * is the host-visible address of lent array i and bytes[i] its size (the vectors are valid
- * only during the call, the arrays until `done` completes). Return OK after handing the arrays
- * to the agent, which then completes `done` exactly once; a non-OK return (message through
- * troupe__error) fails the stream, and the lend completes `done` itself with that status. */
-typedef troupe_status_t (*troupe_lend_fn)(void *user, void *const *ptrs, const int64_t *bytes,
-                                          size_t n);
-typedef void (*troupe_lend_dtor_fn)(void *user);
-
-/* Lends ctx's arrays of tns[0..n) to an external agent (the MPI transport actor) for reading
- * and writing. On ctx's stream, after the waits a write needs under the ledger rules (other
- * streams' pending reads and writes of the arrays), `start(user, ptrs, bytes, n)` runs; the
- * stream then waits for `done` (borrowed; the lend retains it) before anything scheduled after
- * the lend; the arrays count as written by ctx's stream with an event completing after `done`,
- * returned in *out_ev (may be NULL). If the stream fails or shuts down before `start` runs,
- * `done` is completed with the stream's status (CANCELLED at shutdown) so no agent waits for
- * it; a failed `done` fails the stream with its status and message. `dtor(user)` (may be
- * NULL) runs exactly once, after start ran or when the item is dropped.
- * Needs a driver with host-addressable memory (sync, cpu).
- * Errors: INVALID_ARGUMENT (NULL, n == 0, a remote ctx), NOT_FOUND (a node not in ctx, named),
- * UNIMPLEMENTED (driver without host_ptr, named), the stream's failure, RESOURCE_EXHAUSTED.
- * On an error return dtor(user) has run and `done` is untouched, except when the stream
- * refused the work item because it failed or shut down concurrently: then `done` was completed
- * with the stream's status. */
-TROUPE_MUST_USE troupe_status_t troupe_lend_arrays(troupe_context_t *ctx, size_t n,
-                                                   troupe_tnode_t *const *tns, troupe_lend_fn start,
-                                                   void *user, troupe_lend_dtor_fn dtor,
-                                                   troupe_event_t *done, troupe_event_t **out_ev);
-
-/* Same as troupe_lend_arrays, except that ctx's stream does not wait for `done`: it goes on
- * with the work scheduled after the lend while the agent holds the arrays (so an allreduce of
- * one gradient overlaps the local merging of the next). The arrays count as written with `done`
- * itself as the write event, so other streams' reads and writes of them wait for the agent;
- * ctx's own stream does not (its FIFO order is no guard here): the caller must make it wait,
- * troupe_will_wait_for(ctx, done), before any later work of that stream reads or writes the
- * arrays. A failed `done` fails the stream at that wait. Errors: as troupe_lend_arrays. */
-TROUPE_MUST_USE troupe_status_t troupe_lend_arrays_deferred(troupe_context_t *ctx, size_t n,
-                                                            troupe_tnode_t *const *tns,
-                                                            troupe_lend_fn start, void *user,
-                                                            troupe_lend_dtor_fn dtor,
-                                                            troupe_event_t *done);
-
-/* The transport that moves bytes for device_to_device between processes (DESIGN.md §5, §8),
- * registered by transport/mpi in troupe_cluster_init. `move` runs on the local stream's
- * thread: send (is_send) the `bytes` at `ptr` to `peer_rank`, or receive them into `ptr` from
- * it; `tn` (borrowed for the call) names and fingerprints the node: both sides must move the
- * same node id, dims and precision, else both fail naming the difference. The transport
- * adopts the reference to `done`, completes it exactly once, and does not touch `ptr` after.
- * Returns OK once accepted (on a non-OK return the caller still owns `done`). */
-typedef struct troupe_remote_transport {
-    troupe_status_t (*move)(void *user, bool is_send, int peer_rank, troupe_tnode_t *tn, void *ptr,
-                            int64_t bytes, troupe_event_t *done);
-    void *user;
-    int rank; /* this process's rank */
-    int size; /* number of ranks */
-} troupe_remote_transport_t;
-
-/* Registers (*t copied) or, with NULL, unregisters the remote transport. Thread-safe. Moves
- * scheduled after unregistering fail with FAILED_PRECONDITION. */
-void troupe_set_remote_transport(const troupe_remote_transport_t *t);
-
-/* A context standing for rank `rank`'s side of a device_to_device: as src_ctx the call
- * receives from that rank into the local dst_ctx; as dst_ctx it sends the local src_ctx's
- * array to that rank. It holds no arrays and no stream; only troupe_device_to_device,
- * troupe_context_is_remote, troupe_context_remote_rank and retain/release accept it. The
- * transfer is scheduled on the local context's stream (ledger rules as for a local copy: a
- * send reads the array, a receive writes it or the merge buffer, grown as for COPY); the
- * other rank makes the matching call with the same node and NO or COPY (the use only matters
- * on the receiving side). STREAMING has no remote form (FAILED_PRECONDITION). A receive's
- * *out_ctx is a child of the local dst_ctx (tagged with n for COPY); a send's is NULL. A
- * remote context needs a driver with host-addressable memory (UNIMPLEMENTED otherwise).
- * Caller owns *out.
- * Errors: FAILED_PRECONDITION (no remote transport registered: call troupe_cluster_init),
- * INVALID_ARGUMENT (rank outside 0..size-1, or this process's own rank), RESOURCE_EXHAUSTED. */
-TROUPE_MUST_USE troupe_status_t troupe_context_new_remote(int rank, troupe_context_t **out);
-bool troupe_context_is_remote(const troupe_context_t *ctx);
-int troupe_context_remote_rank(const troupe_context_t *ctx); /* -1 for a local context */
+TROUPE_MUST_USE troupe_status_t troupe_device_to_device(
+    troupe_tnode_t *n, troupe_merge_use_t use, troupe_context_t *dst_ctx, troupe_context_t *src_ctx,
+    troupe_routine_t *consumer, troupe_context_t **out_ctx, troupe_event_t **out_ev);
 
 #ifdef __cplusplus
 }

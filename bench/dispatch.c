@@ -26,7 +26,7 @@
 #include "bench/bench_util.h"
 
 #include "actors/event.h"
-#include "actors/stream.h"
+#include "actors/stream_impl.h"
 #include "base/clock.h"
 #include "base/status.h"
 #include "devices/device.h"
@@ -389,7 +389,7 @@ int main(int argc, char **argv)
 
     int rc = 0;
     s_state_t s = {0};
-    if ((st = troupe_stream_new(vt, drv, 0, 0, false, &s.stream)) != TROUPE_OK) {
+    if ((st = troupe__stream_actor_new(vt, drv, 0, 0, false, &s.stream)) != TROUPE_OK) {
         rc = troupe_bench_fail_status(S_PROG, "create the stream", st);
         goto out_driver;
     }

@@ -543,3 +543,99 @@ Test(runtime, raw_and_war_across_streams_with_a_slow_writer)
         rtu_env_close(&e);
     }
 }
+
+Test(runtime, explicit_uploads_are_not_undone_by_automatic_transfers)
+{
+    /* a's host array is set and uploaded explicitly into stream 0, then set again and uploaded
+     * into stream 1: a routine reading a on stream 0 must still see stream 0's values, not an
+     * automatic upload of the newer host array (actors/host.h, "Lagging the host"). A later
+     * host write that no explicit upload follows does refresh stream 0's array. */
+    FOR_EACH_DRIVER(drv)
+    {
+        cr_assert(troupe_config_auto_host_transfers());
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 2);
+        troupe_tnode_t *a = rtu_vec("a", 4), *y = rtu_vec("y", 4);
+        troupe_context_t *c0 = e.ctx[0], *c1 = e.ctx[1];
+        troupe_context_retain(c0);
+        troupe_context_retain(c1);
+        rtu_put(&c0, y, (double[]){0, 0, 0, 0});
+        rtu_put(&c0, a, (double[]){1, 2, 3, 4});
+        rtu_put(&c1, a, (double[]){10, 20, 30, 40});
+        troupe_code_t *code = rtu_add_code(e.b, y, a, "y_plus_a");
+        troupe_routine_t *r0 = NULL;
+        OK(troupe_link(c0, code, &r0));
+        OK(troupe_routine_run(r0, NULL));
+        float got[4];
+        rtu_get(c0, y, got);
+        cr_assert(got[0] == 1 && got[1] == 2 && got[2] == 3 && got[3] == 4,
+                  "stream 0 read an automatic upload: y = %g %g %g %g", got[0], got[1], got[2],
+                  got[3]);
+        rtu_get(c0, a, got);
+        cr_assert(got[0] == 1 && got[3] == 4, "stream 0's a = %g .. %g", got[0], got[3]);
+        rtu_get(c1, a, got);
+        cr_assert(got[0] == 10 && got[3] == 40, "stream 1's a = %g .. %g", got[0], got[3]);
+        /* a host write with no explicit upload after it: stream 0's array follows the host */
+        rtu_set(a, (double[]){100, 200, 300, 400});
+        OK(troupe_routine_run(r0, NULL));
+        rtu_get(c0, y, got);
+        cr_assert(got[0] == 101 && got[1] == 202 && got[2] == 303 && got[3] == 404,
+                  "y = %g %g %g %g", got[0], got[1], got[2], got[3]);
+        troupe_routine_release(&r0);
+        troupe_code_release(&code);
+        troupe_context_release(&c0);
+        troupe_context_release(&c1);
+        troupe_tnode_release(&a);
+        troupe_tnode_release(&y);
+        rtu_env_close(&e);
+    }
+}
+
+Test(runtime, a_second_stream_writing_a_shared_array_is_refused_at_link)
+{
+    /* c is one array for every stream of the device (Shared_cross_streams): the first stream
+     * linking code that writes it owns it; code writing it on another stream is refused at link
+     * time, naming the node and both streams (DESIGN.md §4, WAW). */
+    FOR_EACH_DRIVER(drv)
+    {
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 2);
+        troupe_tnode_t *b = rtu_vec("b", 4), *c = rtu_vec("c", 4);
+        troupe_memory_mode_t shared = {TROUPE_MM_ON_DEVICE, TROUPE_MEMTYPE_UNSET_HOSTED,
+                                       TROUPE_SHARING_SHARED_CROSS_STREAMS};
+        OK(troupe_tnode_update_memory_mode(c, shared, 1));
+        troupe_context_t *c0 = e.ctx[0], *c1 = e.ctx[1];
+        troupe_context_retain(c0);
+        troupe_context_retain(c1);
+        rtu_put(&c0, b, (double[]){1, 2, 3, 4});
+        rtu_put(&c1, b, (double[]){1, 2, 3, 4});
+        troupe_asgn_comp_t *comp = NULL;
+        troupe_asgn_t *t = NULL;
+        OK(troupe_asgn_comp_new(&comp));
+        OK(troupe_asgn_pointwise_binop(comp, c, TROUPE_BINOP_ADD, troupe_asgn_node(b),
+                                       troupe_asgn_node(b), &t));
+        troupe_code_t *code = rtu_compile_root(e.b, &comp, t, "c_is_2b");
+        troupe_routine_t *r0 = NULL, *again = NULL, *r1 = NULL;
+        OK(troupe_link(c0, code, &r0));
+        /* the owner stream may link more code writing it */
+        OK(troupe_link(troupe_routine_context(r0), code, &again));
+        cr_assert_eq(troupe_link(c1, code, &r1), TROUPE_FAILED_PRECONDITION, "%s",
+                     troupe_last_error());
+        cr_assert_null(r1);
+        char name[64], want[256];
+        troupe_tnode_debug_name(c, name, sizeof name);
+        snprintf(want, sizeof want,
+                 "link c_is_2b: node %s is shared across streams and written by stream %s; "
+                 "stream %s cannot write it too",
+                 name, troupe_stream_name(e.s[0]), troupe_stream_name(e.s[1]));
+        cr_assert_str_eq(troupe_last_error(), want);
+        troupe_routine_release(&r0);
+        troupe_routine_release(&again);
+        troupe_code_release(&code);
+        troupe_context_release(&c0);
+        troupe_context_release(&c1);
+        troupe_tnode_release(&b);
+        troupe_tnode_release(&c);
+        rtu_env_close(&e);
+    }
+}

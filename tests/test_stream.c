@@ -5,7 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "actors/actor.h"
 #include "actors/event.h"
-#include "actors/stream.h"
+#include "actors/stream_impl.h"
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/status.h"
@@ -22,7 +22,7 @@
 static troupe_stream_t *s_new(bool inline_mode, int id)
 {
     troupe_stream_t *s = NULL;
-    troupe_status_t st = troupe_stream_new(NULL, NULL, 0, id, inline_mode, &s);
+    troupe_status_t st = troupe__stream_actor_new(NULL, NULL, 0, id, inline_mode, &s);
     cr_assert_eq(st, TROUPE_OK, "stream_new: %s", troupe_last_error());
     return s;
 }
@@ -697,10 +697,10 @@ Test(stream_threaded, idle_and_all_work)
 Test(stream, bad_arguments)
 {
     troupe_stream_t *s = NULL;
-    cr_assert_eq(troupe_stream_new(NULL, NULL, 0, 0, false, NULL), TROUPE_INVALID_ARGUMENT);
-    cr_assert_eq(troupe_stream_new(NULL, NULL, -1, 0, false, &s), TROUPE_INVALID_ARGUMENT);
+    cr_assert_eq(troupe__stream_actor_new(NULL, NULL, 0, 0, false, NULL), TROUPE_INVALID_ARGUMENT);
+    cr_assert_eq(troupe__stream_actor_new(NULL, NULL, -1, 0, false, &s), TROUPE_INVALID_ARGUMENT);
     troupe_driver_vtable_t vt = {.name = "fake"};
-    cr_assert_eq(troupe_stream_new(&vt, NULL, 0, 0, false, &s), TROUPE_INVALID_ARGUMENT);
+    cr_assert_eq(troupe__stream_actor_new(&vt, NULL, 0, 0, false, &s), TROUPE_INVALID_ARGUMENT);
     cr_assert_null(s);
 }
 
@@ -753,7 +753,7 @@ static void s_driver_queue(bool inline_mode)
         .name = "fake", .queue_create = s_fake_queue_create, .queue_destroy = s_fake_queue_destroy};
     s_fake_driver_t d = {.base = {&vt}};
     troupe_stream_t *s = NULL;
-    cr_assert_eq(troupe_stream_new(&vt, &d.base, 1, 3, inline_mode, &s), TROUPE_OK);
+    cr_assert_eq(troupe__stream_actor_new(&vt, &d.base, 1, 3, inline_mode, &s), TROUPE_OK);
     cr_assert_str_eq(troupe_stream_name(s), "fake:1:3");
     cr_assert_eq(troupe_stream_vtable(s), &vt);
     cr_assert_eq(troupe_stream_driver(s), &d.base);
@@ -768,7 +768,7 @@ static void s_driver_queue(bool inline_mode)
     cr_assert_eq(atomic_load(&d.destroyed), 1);
 
     atomic_store(&d.fail_create, 1);
-    cr_assert_eq(troupe_stream_new(&vt, &d.base, 1, 4, inline_mode, &s), TROUPE_DEVICE_ERROR);
+    cr_assert_eq(troupe__stream_actor_new(&vt, &d.base, 1, 4, inline_mode, &s), TROUPE_DEVICE_ERROR);
     cr_assert_null(s);
     cr_assert_not_null(strstr(troupe_last_error(), "no queue on device 1"), "%s",
                        troupe_last_error());
@@ -783,21 +783,56 @@ Test(stream_threaded, driver_queue_lifecycle_and_setup_failure)
     s_driver_queue(false);
 }
 
+/* devices/device.h's wrappers: a NULL entry is refused in one place, naming the driver and the
+ * entry; the entries a driver has are called. */
+Test(driver_wrappers, null_entries_are_unimplemented_and_named)
+{
+    static const troupe_driver_vtable_t vt = {
+        .name = "fake", .queue_create = s_fake_queue_create, .queue_destroy = s_fake_queue_destroy};
+    s_fake_driver_t d = {.base = {&vt}};
+    troupe_buffer_loc_t buf = {1, 0, 4};
+    float host[1] = {0};
+    void *p = NULL;
+    cr_assert_str_eq(troupe_driver_name(&d.base), "fake");
+    cr_assert_eq(troupe_driver_h2d(&d.base, NULL, buf, host, 4), TROUPE_UNIMPLEMENTED);
+    cr_assert_str_eq(troupe_last_error(), "the fake driver has no h2d entry");
+    cr_assert_eq(troupe_driver_host_ptr(&d.base, 0, buf, &p), TROUPE_UNIMPLEMENTED);
+    cr_assert_str_eq(troupe_last_error(), "the fake driver has no host_ptr entry");
+    cr_assert_eq(troupe_driver_alloc_pool(&d.base, 0, 1, 64, true), TROUPE_UNIMPLEMENTED);
+    cr_assert_eq(troupe_driver_launch(&d.base, NULL, NULL, NULL, 0), TROUPE_UNIMPLEMENTED);
+    cr_assert_str_eq(troupe_last_error(), "the fake driver has no launch entry");
+    cr_assert_eq(troupe_driver_require(&d.base, "queue_create"), TROUPE_OK);
+    cr_assert_eq(troupe_driver_require(&d.base, "d2d"), TROUPE_UNIMPLEMENTED);
+    cr_assert_str_eq(troupe_last_error(), "the fake driver has no d2d entry");
+    cr_assert_eq(troupe_driver_require(&d.base, "no_such_entry"), TROUPE_INVALID_ARGUMENT);
+    cr_assert_eq(troupe_driver_h2d(NULL, NULL, buf, host, 4), TROUPE_INVALID_ARGUMENT);
+    /* fallbacks of the entries that return no status */
+    cr_assert_eq(troupe_driver_num_devices(&d.base), 0);
+    cr_assert_eq(troupe_driver_suggested_num_streams(&d.base, 0, TROUPE_MOST_PARALLEL_STREAMS), 1);
+    troupe_driver_code_release(&d.base, NULL);
+    troupe_driver_event_release(&d.base, NULL);
+    /* the entries it has are called */
+    troupe_dqueue_t *q = NULL;
+    cr_assert_eq(troupe_driver_queue_create(&d.base, 0, &q), TROUPE_OK);
+    cr_assert_not_null(q);
+    cr_assert_eq(atomic_load(&d.created), 1);
+    troupe_driver_queue_destroy(&d.base, q);
+    cr_assert_eq(atomic_load(&d.destroyed), 1);
+}
+
 /* The built drivers' queues, when the devices module provides them. */
 static troupe_status_t s_zero_work(void *arg, troupe_dqueue_t *q)
 {
-    void **a = (void **)arg;
-    const troupe_driver_vtable_t *vt = (const troupe_driver_vtable_t *)a[0];
-    troupe_driver_t *drv = (troupe_driver_t *)a[1];
+    troupe_driver_t *drv = (troupe_driver_t *)arg;
     troupe_buffer_loc_t buf = {.pool_id = 1, .offset = 0, .size_bytes = 64};
     float host[16];
     for (int i = 0; i < 16; i++)
         host[i] = (float)i;
-    TROUPE_RETURN_IF_ERROR(vt->h2d(drv, q, buf, host, sizeof host));
-    TROUPE_RETURN_IF_ERROR(vt->memset_zero(drv, q, buf));
+    TROUPE_RETURN_IF_ERROR(troupe_driver_h2d(drv, q, buf, host, sizeof host));
+    TROUPE_RETURN_IF_ERROR(troupe_driver_memset_zero(drv, q, buf));
     for (int i = 0; i < 16; i++)
         host[i] = 1.0f;
-    TROUPE_RETURN_IF_ERROR(vt->d2h(drv, q, host, buf, sizeof host));
+    TROUPE_RETURN_IF_ERROR(troupe_driver_d2h(drv, q, host, buf, sizeof host));
     for (int i = 0; i < 16; i++)
         if (host[i] != 0.0f)
             return troupe__error(TROUPE_INTERNAL, "memset_zero left %g at %d", host[i], i);
@@ -815,10 +850,9 @@ static void s_real_driver(const char *name, bool inline_mode)
         cr_skip_test("driver %s cannot open: %s", name, troupe_last_error());
     cr_assert_eq(vt->alloc_pool(drv, 0, 1, 1024, true), TROUPE_OK, "%s", troupe_last_error());
     troupe_stream_t *s = NULL;
-    cr_assert_eq(troupe_stream_new(vt, drv, 0, 0, inline_mode, &s), TROUPE_OK, "%s",
+    cr_assert_eq(troupe__stream_actor_new(vt, drv, 0, 0, inline_mode, &s), TROUPE_OK, "%s",
                  troupe_last_error());
-    void *args[2] = {(void *)vt, drv};
-    cr_assert_eq(troupe_stream_schedule(s, s_zero_work, args, NULL), TROUPE_OK);
+    cr_assert_eq(troupe_stream_schedule(s, s_zero_work, drv, NULL), TROUPE_OK);
     cr_assert_eq(troupe_stream_await(s, LONG_WAIT), TROUPE_OK, "%s", troupe_last_error());
     troupe_stream_release(&s);
     if (vt->free_pool)

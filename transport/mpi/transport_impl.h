@@ -21,7 +21,7 @@
 #ifndef TROUPE_TRANSPORT_MPI_TRANSPORT_IMPL_H
 #define TROUPE_TRANSPORT_MPI_TRANSPORT_IMPL_H
 
-#include "actors/event.h"
+#include "actors/event_impl.h"
 #include "base/shared_memory_impl.h"
 #include "base/status.h"
 #include "transport/mpi/collective.h"
