@@ -6,6 +6,7 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/vec.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -316,16 +317,17 @@ troupe_status_t troupe_event_subscribe(troupe_event_t *ev, troupe_event_callback
         (troupe_event_state_t)atomic_load_explicit(&ev->state, memory_order_relaxed);
     if (state == TROUPE_EVENT_PENDING) {
         if (ev->nsubs == ev->cap) {
-            size_t cap = ev->cap * 2;
-            s_sub_t *subs = (s_sub_t *)troupe_malloc(cap * sizeof *subs);
-            if (!subs) {
+            /* Out of the inline slots: the subscribers move to (or grow on) the heap. */
+            bool is_inline = ev->subs == ev->inline_subs;
+            s_sub_t *subs = is_inline ? NULL : ev->subs;
+            size_t cap = is_inline ? 0 : ev->cap;
+            if (!TROUPE__VEC_RESERVE(subs, cap, ev->nsubs + 1)) {
                 pthread_mutex_unlock(&ev->mu);
                 return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "event %s: cannot add a subscriber",
                                      ev->name);
             }
-            memcpy(subs, ev->subs, ev->nsubs * sizeof *subs);
-            if (ev->subs != ev->inline_subs)
-                troupe_free(ev->subs);
+            if (is_inline)
+                memcpy(subs, ev->inline_subs, ev->nsubs * sizeof *subs);
             ev->subs = subs;
             ev->cap = cap;
         }

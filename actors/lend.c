@@ -332,8 +332,7 @@ int troupe_context_remote_rank(const troupe_context_t *ctx)
 
 troupe_status_t troupe__lend_d2d_remote(troupe_tnode_t *n, troupe_merge_use_t use,
                                         troupe_context_t *dst_ctx, troupe_context_t *src_ctx,
-                                        troupe_routine_t *consumer, troupe_context_t **out_ctx,
-                                        troupe_event_t **out_ev)
+                                        troupe_context_t **out_ctx, troupe_event_t **out_ev)
 {
     bool is_send = dst_ctx->remote_rank >= 0;
     troupe_context_t *local = is_send ? src_ctx : dst_ctx;
@@ -342,7 +341,7 @@ troupe_status_t troupe__lend_d2d_remote(troupe_tnode_t *n, troupe_merge_use_t us
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "device_to_device: both contexts are remote (ranks %d and %d)",
                              src_ctx->remote_rank, dst_ctx->remote_rank);
-    if (use == TROUPE_MERGE_STREAMING || consumer)
+    if (use == TROUPE_MERGE_STREAMING)
         return troupe__error(TROUPE_FAILED_PRECONDITION,
                              "device_to_device with rank %d: STREAMING has no remote form (use "
                              "COPY and run the consumer)",

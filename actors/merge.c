@@ -9,11 +9,6 @@
 
 /* ---- the per-stream state ------------------------------------------------------------------- */
 
-void troupe__merge_buffer_init(troupe__merge_buffer_t *mb, int32_t pool_id)
-{
-    *mb = (troupe__merge_buffer_t){.pool_id = pool_id};
-}
-
 void troupe__merge_buffer_release(troupe__merge_buffer_t *mb, troupe_driver_t *drv, int ordinal)
 {
     if (mb->capacity > 0)

@@ -48,7 +48,10 @@ typedef struct troupe__merge_buffer {
 /* ---- the per-stream state ------------------------------------------------------------------- */
 
 /* An empty merge buffer whose pool will be `pool_id`. */
-void troupe__merge_buffer_init(troupe__merge_buffer_t *mb, int32_t pool_id);
+static inline void troupe__merge_buffer_init(troupe__merge_buffer_t *mb, int32_t pool_id)
+{
+    *mb = (troupe__merge_buffer_t){.pool_id = pool_id};
+}
 /* Frees its pool and drops its node (device teardown, the stream idle). */
 void troupe__merge_buffer_release(troupe__merge_buffer_t *mb, troupe_driver_t *drv, int ordinal);
 /* Appends (merge_buffer (node n|nil) (mode copy|streaming|nil) (capacity N)). Device lock. */

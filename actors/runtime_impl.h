@@ -12,8 +12,8 @@
  *   routine.c    compile, link, run (this header)
  *   transfer.c   device_to_device, dispatching to merge.c, lend.c and routine.c
  *   backend.c    opening and tearing down backends (teardown reaches host.c and merge.c)
- * Releasing the last reference to a context or a code closes the backend (backend.c), which is
- * the only call that goes back up.
+ * Releasing the last reference to a context or a code may close the backend (backend.c): the
+ * only calls that go back up are these releases.
  *
  * Thread safety: the fields marked "device lock" are read and written with the device's mutex
  * (troupe_device_t.lock) held; fields marked "stream side" only by the stream's own work items

@@ -8,6 +8,7 @@
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "base/vec.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -21,6 +22,7 @@
 #define S_DEBUG_TIMEOUT_NS (5LL * 1000000000LL)
 #define S_BUSY_POLL_NS (1000000LL) /* a busy actor still looks at its pipe every 1 ms */
 #define S_KEEP_ITEMS 65536         /* queue capacity kept after a burst */
+#define S_MIN_ITEMS 64             /* first queue capacity */
 #ifndef S_SPIN_PAUSES
 #define S_SPIN_PAUSES 256 /* pause instructions before the spin starts yielding */
 #endif
@@ -108,14 +110,10 @@ static void s_mem_release(troupe_stream_t *s);
 
 static troupe_status_t s_vec_push(s_vec_t *v, const s_item_t *it)
 {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 64;
-        s_item_t *p = (s_item_t *)troupe_realloc(v->v, cap * sizeof *p);
-        if (!p)
-            return TROUPE_RESOURCE_EXHAUSTED;
-        v->v = p;
-        v->cap = cap;
-    }
+    /* At least S_MIN_ITEMS at once: a stream's queues are reused batch after batch. */
+    if (v->n == v->cap &&
+        !TROUPE__VEC_RESERVE(v->v, v->cap, v->n < S_MIN_ITEMS ? S_MIN_ITEMS : v->n + 1))
+        return TROUPE_RESOURCE_EXHAUSTED;
     v->v[v->n++] = *it;
     return TROUPE_OK;
 }

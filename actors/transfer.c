@@ -24,7 +24,8 @@ troupe_status_t troupe_device_to_device(troupe_tnode_t *n, troupe_merge_use_t us
         return troupe__error(TROUPE_INVALID_ARGUMENT, "device_to_device: bad merge use %d",
                              (int)use);
     if (dst_ctx->remote_rank >= 0 || src_ctx->remote_rank >= 0)
-        return troupe__lend_d2d_remote(n, use, dst_ctx, src_ctx, consumer, out_ctx, out_ev);
+        return troupe__lend_d2d_remote(n, consumer ? TROUPE_MERGE_STREAMING : use, dst_ctx, src_ctx,
+                                       out_ctx, out_ev);
     if ((use == TROUPE_MERGE_STREAMING) != (consumer != NULL))
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "device_to_device: a consumer routine is required for STREAMING and "
