@@ -5,6 +5,7 @@
 #include "compiler/optimize.h"
 
 #include "base/alloc.h"
+#include "compiler/fuse.h"
 #include "compiler/optimize_impl.h"
 
 #include <inttypes.h>
@@ -174,6 +175,7 @@ void troupe_optimize_opts_default(troupe_optimize_opts_t *opts)
     opts->inline_narrow_precisions = false;
     opts->virtualize = true;
     opts->simplify = true;
+    opts->fuse_loops = true;
     opts->fuse_fma = true;
     opts->expand_integer_pow = true;
     opts->fold_mul_by_zero = false;
@@ -340,6 +342,9 @@ troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc, const troupe_optimize
         st = troupe__opt_proc_oom(proc);
         goto out;
     }
+    /* Step 4b: loop fusion (fuse.h). */
+    if (c.o.fuse_loops && (st = troupe_ll_fuse_loops(proc, NULL)) != TROUPE_OK)
+        goto out;
     /* Step 5. */
     if ((st = s_finish(&c)) != TROUPE_OK)
         goto out;

@@ -69,6 +69,8 @@
  *         This changes rounding (one rounding instead of two) and is what OCANNL does;
  *       - a local scope whose body is only SET_LOCAL(v) becomes v when the scope's precision is
  *         the context's (otherwise the rounding to the scope's precision would be lost).
+ *  4b. Loop fusion (fuse_loops, default true; troupe's): adjacent pointwise nests over the same
+ *     iteration space become one nest (compiler/fuse.h), bit for bit the same results.
  *  5. Every node's placeholder mode is resolved (troupe_tnode_default_to_most_local, provenance
  *     old*1000+703); proc->inputs (materialized, not constant, read-only or read-before-write),
  *     proc->outputs (materialized and written), proc->merge_node are filled, sorted by id;
@@ -141,6 +143,8 @@ typedef struct troupe_optimize_opts {
                                            does) */
     bool fold_mul_by_zero;              /* false: x*0 -> 0 only where x cannot be NaN or
                                            infinite; true: always (OCANNL) */
+    bool fuse_loops;                    /* true: adjacent pointwise nests over the same space
+                                           become one (compiler/fuse.h; bit-exact) */
 } troupe_optimize_opts_t;
 
 /* Fills *opts with the defaults listed above. */

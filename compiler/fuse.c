@@ -1,0 +1,399 @@
+/* troupe — loop fusion of pointwise nests (see fuse.h). */
+#include "compiler/fuse.h"
+
+#include "base/alloc.h"
+#include "base/vec.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#define S_MAX_DEPTH 16
+
+typedef struct s_nest {
+    int depth;
+    const troupe_ll_t *loops[S_MAX_DEPTH];
+    const troupe_ll_t *body; /* a SET or a SEQ of SETs */
+} s_nest_t;
+
+typedef struct s_access {
+    const troupe_tnode_t *tn;
+    const troupe_axis_index_t *idcs;
+    bool write;
+} s_access_t;
+
+typedef struct s_accesses {
+    s_access_t *items;
+    size_t count, cap;
+    bool oom;
+} s_accesses_t;
+
+typedef struct s_fuser {
+    troupe_ll_proc_t *proc;
+    size_t fused;
+    bool oom;
+} s_fuser_t;
+
+/* ---- recognising nests ------------------------------------------------------------------- */
+
+static bool s_scalar_ok(const troupe_sc_t *v)
+{
+    switch (v->kind) {
+    case TROUPE_SC_LOCAL_SCOPE:
+    case TROUPE_SC_GET_LOCAL:
+        return false;
+    case TROUPE_SC_TERNOP:
+        return s_scalar_ok(v->u.op.args[0]) && s_scalar_ok(v->u.op.args[1]) &&
+               s_scalar_ok(v->u.op.args[2]);
+    case TROUPE_SC_BINOP:
+        return s_scalar_ok(v->u.op.args[0]) && s_scalar_ok(v->u.op.args[1]);
+    case TROUPE_SC_UNOP:
+        return s_scalar_ok(v->u.op.args[0]);
+    default:
+        return true;
+    }
+}
+
+static bool s_body_ok(const troupe_ll_t *b)
+{
+    if (b->kind == TROUPE_LL_SET)
+        return s_scalar_ok(b->u.set.value);
+    if (b->kind != TROUPE_LL_SEQ || b->u.seq.count == 0)
+        return false;
+    for (size_t i = 0; i < b->u.seq.count; i++)
+        if (b->u.seq.items[i]->kind != TROUPE_LL_SET || !s_scalar_ok(b->u.seq.items[i]->u.set.value))
+            return false;
+    return true;
+}
+
+static bool s_nest_of(const troupe_ll_t *s, s_nest_t *n)
+{
+    n->depth = 0;
+    while (s->kind == TROUPE_LL_FOR) {
+        if (n->depth == S_MAX_DEPTH)
+            return false;
+        n->loops[n->depth++] = s;
+        s = s->u.for_loop.body;
+    }
+    n->body = s;
+    return n->depth > 0 && s_body_ok(s);
+}
+
+static int s_level(const s_nest_t *n, int32_t sym)
+{
+    for (int l = 0; l < n->depth; l++)
+        if (n->loops[l]->u.for_loop.sym == sym)
+            return l;
+    return -1;
+}
+
+/* Each axis a fixed index (no iterator of the nest) or exactly one iterator of the nest with
+ * coefficient 1, and every iterator used once: the write visits each element at most once. */
+static bool s_injective(const s_nest_t *n, const troupe_tnode_t *tn, const troupe_axis_index_t *idcs)
+{
+    bool seen[S_MAX_DEPTH] = {false};
+    for (int ax = 0; ax < tn->ndims; ax++) {
+        const troupe_axis_index_t *x = &idcs[ax];
+        int nest_terms = 0;
+        for (int t = 0; t < x->nterms; t++)
+            if (s_level(n, x->terms[t].sym) >= 0)
+                nest_terms++;
+        if (nest_terms == 0)
+            continue;
+        if (x->nterms != 1 || x->terms[0].coeff != 1)
+            return false;
+        int l = s_level(n, x->terms[0].sym);
+        if (seen[l])
+            return false;
+        seen[l] = true;
+    }
+    for (int l = 0; l < n->depth; l++)
+        if (!seen[l])
+            return false;
+    return true;
+}
+
+static void s_add(s_accesses_t *a, const troupe_tnode_t *tn, const troupe_axis_index_t *idcs,
+                  bool write)
+{
+    s_access_t x = {tn, idcs, write};
+    if (!TROUPE__VEC_PUSH(a->items, a->count, a->cap, x))
+        a->oom = true;
+}
+
+static void s_reads(s_accesses_t *a, const troupe_sc_t *v)
+{
+    switch (v->kind) {
+    case TROUPE_SC_GET:
+    case TROUPE_SC_GET_MERGE_BUFFER:
+        s_add(a, v->u.get.tn, v->u.get.idcs, false);
+        break;
+    case TROUPE_SC_TERNOP:
+        s_reads(a, v->u.op.args[2]);
+        /* fall through */
+    case TROUPE_SC_BINOP:
+        s_reads(a, v->u.op.args[1]);
+        /* fall through */
+    case TROUPE_SC_UNOP:
+        s_reads(a, v->u.op.args[0]);
+        break;
+    default:
+        break;
+    }
+}
+
+static void s_collect(s_accesses_t *a, const troupe_ll_t *b)
+{
+    size_t n = b->kind == TROUPE_LL_SEQ ? b->u.seq.count : 1;
+    for (size_t i = 0; i < n; i++) {
+        const troupe_ll_t *set = b->kind == TROUPE_LL_SEQ ? b->u.seq.items[i] : b;
+        s_reads(a, set->u.set.value);
+        s_add(a, set->u.set.tn, set->u.set.idcs, true);
+    }
+}
+
+/* ---- renaming B's iterators to A's ------------------------------------------------------- */
+
+typedef struct s_rename {
+    int32_t from[S_MAX_DEPTH], to[S_MAX_DEPTH];
+    int n;
+} s_rename_t;
+
+static troupe_axis_index_t s_ren_axis(const s_rename_t *r, troupe_axis_index_t x)
+{
+    for (int t = 0; t < x.nterms; t++)
+        for (int k = 0; k < r->n; k++)
+            if (x.terms[t].sym == r->from[k]) {
+                x.terms[t].sym = r->to[k];
+                break;
+            }
+    return x;
+}
+
+static bool s_ren_idcs(const s_rename_t *r, const troupe_tnode_t *tn, const troupe_axis_index_t *in,
+                       troupe_axis_index_t *out)
+{
+    for (int ax = 0; ax < tn->ndims; ax++)
+        out[ax] = s_ren_axis(r, in[ax]);
+    return true;
+}
+
+static bool s_same_idcs(const troupe_tnode_t *tn, const troupe_axis_index_t *a,
+                        const troupe_axis_index_t *b)
+{
+    for (int ax = 0; ax < tn->ndims; ax++)
+        if (!troupe_axis_index_equal(&a[ax], &b[ax]))
+            return false;
+    return true;
+}
+
+static troupe_sc_t *s_ren_sc(troupe_ll_proc_t *p, const s_rename_t *r, const troupe_sc_t *v)
+{
+    troupe_axis_index_t idcs[TROUPE_MAX_DIMS];
+    switch (v->kind) {
+    case TROUPE_SC_GET:
+    case TROUPE_SC_GET_MERGE_BUFFER:
+        s_ren_idcs(r, v->u.get.tn, v->u.get.idcs, idcs);
+        return v->kind == TROUPE_SC_GET ? troupe_sc_get(p, v->u.get.tn, idcs)
+                                        : troupe_sc_get_merge_buffer(p, v->u.get.tn, idcs);
+    case TROUPE_SC_TERNOP: {
+        troupe_sc_t *a = s_ren_sc(p, r, v->u.op.args[0]), *b = s_ren_sc(p, r, v->u.op.args[1]),
+                    *c = s_ren_sc(p, r, v->u.op.args[2]);
+        return a && b && c ? troupe_sc_ternop(p, (troupe_ternop_t)v->u.op.op, a, b, c) : NULL;
+    }
+    case TROUPE_SC_BINOP: {
+        troupe_sc_t *a = s_ren_sc(p, r, v->u.op.args[0]), *b = s_ren_sc(p, r, v->u.op.args[1]);
+        return a && b ? troupe_sc_binop(p, (troupe_binop_t)v->u.op.op, a, b) : NULL;
+    }
+    case TROUPE_SC_UNOP: {
+        troupe_sc_t *a = s_ren_sc(p, r, v->u.op.args[0]);
+        return a ? troupe_sc_unop(p, (troupe_unop_t)v->u.op.op, a) : NULL;
+    }
+    case TROUPE_SC_EMBED_INDEX:
+        return troupe_sc_embed_index(p, s_ren_axis(r, v->u.embed_index));
+    case TROUPE_SC_CONSTANT:
+        return troupe_sc_constant(p, v->u.constant);
+    case TROUPE_SC_CONSTANT_BITS:
+        return troupe_sc_constant_bits(p, v->u.constant_bits);
+    default:
+        return NULL; /* local scopes were excluded by s_body_ok */
+    }
+}
+
+static troupe_ll_t *s_ren_set(troupe_ll_proc_t *p, const s_rename_t *r, const troupe_ll_t *set)
+{
+    troupe_axis_index_t idcs[TROUPE_MAX_DIMS];
+    s_ren_idcs(r, set->u.set.tn, set->u.set.idcs, idcs);
+    troupe_sc_t *v = s_ren_sc(p, r, set->u.set.value);
+    return v ? troupe_ll_set(p, set->u.set.tn, idcs, v) : NULL;
+}
+
+/* ---- the fusion test and the fused nest --------------------------------------------------- */
+
+static bool s_same_space(const s_nest_t *a, const s_nest_t *b)
+{
+    if (a->depth != b->depth)
+        return false;
+    for (int l = 0; l < a->depth; l++)
+        if (a->loops[l]->u.for_loop.from != b->loops[l]->u.for_loop.from ||
+            a->loops[l]->u.for_loop.to != b->loops[l]->u.for_loop.to)
+            return false;
+    return true;
+}
+
+/* Every access in `other` of a node `writer` writes is at the element `writer` writes. */
+static bool s_respects(const s_accesses_t *writer, const s_accesses_t *other)
+{
+    for (size_t i = 0; i < writer->count; i++) {
+        const s_access_t *w = &writer->items[i];
+        if (!w->write)
+            continue;
+        for (size_t j = 0; j < writer->count; j++) /* one element per node in the writer */
+            if (writer->items[j].write && writer->items[j].tn == w->tn &&
+                !s_same_idcs(w->tn, writer->items[j].idcs, w->idcs))
+                return false;
+        for (size_t j = 0; j < other->count; j++)
+            if (other->items[j].tn == w->tn && !s_same_idcs(w->tn, other->items[j].idcs, w->idcs))
+                return false;
+    }
+    return true;
+}
+
+static bool s_writes_injective(const s_nest_t *n, const s_accesses_t *a)
+{
+    for (size_t i = 0; i < a->count; i++)
+        if (a->items[i].write && !s_injective(n, a->items[i].tn, a->items[i].idcs))
+            return false;
+    return true;
+}
+
+/* A then B as one nest, or NULL when they may not be fused (or out of memory: f->oom). */
+static troupe_ll_t *s_try_fuse(s_fuser_t *f, const troupe_ll_t *a_stmt, const troupe_ll_t *b_stmt)
+{
+    s_nest_t a, b;
+    if (!s_nest_of(a_stmt, &a) || !s_nest_of(b_stmt, &b) || !s_same_space(&a, &b))
+        return NULL;
+    s_rename_t r;
+    r.n = b.depth;
+    for (int l = 0; l < b.depth; l++) {
+        r.from[l] = b.loops[l]->u.for_loop.sym;
+        r.to[l] = a.loops[l]->u.for_loop.sym;
+    }
+    troupe_ll_proc_t *p = f->proc;
+    /* B's statements with A's iterators. */
+    size_t nb = b.body->kind == TROUPE_LL_SEQ ? b.body->u.seq.count : 1;
+    troupe_ll_t **sets = troupe_calloc(nb, sizeof *sets);
+    if (sets == NULL) {
+        f->oom = true;
+        return NULL;
+    }
+    troupe_ll_t *out = NULL;
+    s_accesses_t aa = {0}, ba = {0};
+    for (size_t i = 0; i < nb; i++) {
+        sets[i] = s_ren_set(p, &r, b.body->kind == TROUPE_LL_SEQ ? b.body->u.seq.items[i] : b.body);
+        if (sets[i] == NULL) {
+            f->oom = true;
+            goto done;
+        }
+    }
+    troupe_ll_t *b_body = troupe_ll_seq(p, nb, sets);
+    if (b_body == NULL) {
+        f->oom = true;
+        goto done;
+    }
+    s_collect(&aa, a.body);
+    s_collect(&ba, b_body);
+    if (aa.oom || ba.oom) {
+        f->oom = true;
+        goto done;
+    }
+    if (!s_writes_injective(&a, &aa) || !s_writes_injective(&a, &ba) || !s_respects(&aa, &ba) ||
+        !s_respects(&ba, &aa))
+        goto done; /* the renamed copy stays unused in the arena */
+    out = troupe_ll_seq2(p, (troupe_ll_t *)a.body, b_body);
+    for (int l = a.depth - 1; l >= 0 && out != NULL; l--) {
+        const troupe_ll_t *lp = a.loops[l];
+        out = troupe_ll_for(p, lp->u.for_loop.sym, lp->u.for_loop.from, lp->u.for_loop.to, out,
+                            lp->u.for_loop.trace_it || b.loops[l]->u.for_loop.trace_it);
+    }
+    if (out == NULL)
+        f->oom = true;
+    else
+        f->fused++;
+done:
+    troupe_free(aa.items);
+    troupe_free(ba.items);
+    troupe_free(sets);
+    return out;
+}
+
+/* ---- the walk ------------------------------------------------------------------------------ */
+
+static troupe_ll_t *s_fuse_ll(s_fuser_t *f, troupe_ll_t *s);
+
+static troupe_ll_t *s_fuse_seq(s_fuser_t *f, troupe_ll_t *s)
+{
+    size_t n = s->u.seq.count;
+    troupe_ll_t **items = troupe_calloc(n, sizeof *items);
+    if (items == NULL) {
+        f->oom = true;
+        return s;
+    }
+    size_t k = 0;
+    bool changed = false;
+    for (size_t i = 0; i < n; i++) {
+        troupe_ll_t *it = s_fuse_ll(f, s->u.seq.items[i]);
+        changed |= it != s->u.seq.items[i];
+        troupe_ll_t *both = k > 0 ? s_try_fuse(f, items[k - 1], it) : NULL;
+        if (both != NULL) {
+            items[k - 1] = both;
+            changed = true;
+        } else {
+            items[k++] = it;
+        }
+    }
+    troupe_ll_t *out = changed && !f->oom ? troupe_ll_seq(f->proc, k, items) : s;
+    if (out == NULL) {
+        f->oom = true;
+        out = s;
+    }
+    troupe_free(items);
+    return out;
+}
+
+static troupe_ll_t *s_fuse_ll(s_fuser_t *f, troupe_ll_t *s)
+{
+    if (f->oom)
+        return s;
+    if (s->kind == TROUPE_LL_SEQ)
+        return s_fuse_seq(f, s);
+    if (s->kind == TROUPE_LL_FOR) {
+        troupe_ll_t *b = s_fuse_ll(f, s->u.for_loop.body);
+        if (b == s->u.for_loop.body)
+            return s;
+        troupe_ll_t *out = troupe_ll_for(f->proc, s->u.for_loop.sym, s->u.for_loop.from,
+                                         s->u.for_loop.to, b, s->u.for_loop.trace_it);
+        if (out == NULL) {
+            f->oom = true;
+            return s;
+        }
+        return out;
+    }
+    return s;
+}
+
+troupe_status_t troupe_ll_fuse_loops(troupe_ll_proc_t *proc, size_t *out_fused)
+{
+    if (out_fused)
+        *out_fused = 0;
+    if (proc == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_ll_fuse_loops: proc is NULL");
+    s_fuser_t f = {proc, 0, false};
+    troupe_ll_t *body = s_fuse_ll(&f, proc->body);
+    if (f.oom || troupe_ll_proc_status(proc) != TROUPE_OK)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                             "loop fusion of %s: out of memory (the body is unchanged)", proc->name);
+    proc->body = body;
+    if (out_fused)
+        *out_fused = f.fused;
+    return TROUPE_OK;
+}

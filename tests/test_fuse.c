@@ -1,0 +1,205 @@
+/* Tests of compiler/fuse (loop fusion of pointwise nests): an optimizer-style chain becomes one
+ * nest with bit-identical results under the interpreter; nests that read another's output at
+ * another element, reductions, different bounds and non-injective writes stay apart; fusion
+ * happens inside loop bodies; troupe_ll_optimize runs it (fuse_loops) and can be told not to. */
+#include "compiler/fuse.h"
+#include "compiler/interp.h"
+#include "compiler/optimize.h"
+#include "ir/lowlevel.h"
+#include "ir/tnode.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+#define N 37
+
+static troupe_tnode_t *s_vec(const char *label, int64_t n)
+{
+    troupe_tnode_t *tn = NULL;
+    const char *l[1] = {label};
+    cr_assert_eq(troupe_tnode_new(l, 1, TROUPE_PREC_SINGLE, 1, &n, NULL, 0.0, &tn), TROUPE_OK);
+    return tn;
+}
+
+static troupe_axis_index_t s_rev(int32_t sym)
+{
+    troupe_axis_index_t x = {1, {{-1, sym}}, N - 1};
+    return x;
+}
+
+/* for i: dst[i] = op(a[at(i)], b[i]) as one nest. */
+static troupe_ll_t *s_nest(troupe_ll_proc_t *p, troupe_tnode_t *dst, troupe_binop_t op,
+                           troupe_tnode_t *a, bool reversed, troupe_tnode_t *b, int64_t to)
+{
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t ii = troupe_idx_sym(i), ai = reversed ? s_rev(i) : ii;
+    troupe_sc_t *v = troupe_sc_binop(p, op, troupe_sc_get(p, a, &ai), troupe_sc_get(p, b, &ii));
+    return troupe_ll_for(p, i, 0, to, troupe_ll_set(p, dst, &ii, v), false);
+}
+
+typedef struct s_vars {
+    troupe_tnode_t *g, *m, *w, *t, *s;
+} s_vars_t;
+
+static s_vars_t s_make_vars(void)
+{
+    s_vars_t v = {s_vec("g", N), s_vec("m", N), s_vec("w", N), s_vec("t", N), s_vec("s", 1)};
+    return v;
+}
+
+static void s_free_vars(s_vars_t *v)
+{
+    troupe_tnode_release(&v->g);
+    troupe_tnode_release(&v->m);
+    troupe_tnode_release(&v->w);
+    troupe_tnode_release(&v->t);
+    troupe_tnode_release(&v->s);
+}
+
+/* The SGD-with-momentum shape: m = m*g; m = m+g; w = w-m; then t = w*m. */
+static troupe_ll_proc_t *s_chain(const s_vars_t *v)
+{
+    troupe_ll_proc_t *p = NULL;
+    cr_assert_eq(troupe_ll_proc_new("chain", &p), TROUPE_OK);
+    troupe_ll_t *items[4] = {
+        s_nest(p, v->m, TROUPE_BINOP_MUL, v->m, false, v->g, N - 1),
+        s_nest(p, v->m, TROUPE_BINOP_ADD, v->m, false, v->g, N - 1),
+        s_nest(p, v->w, TROUPE_BINOP_SUB, v->w, false, v->m, N - 1),
+        s_nest(p, v->t, TROUPE_BINOP_MUL, v->w, false, v->m, N - 1),
+    };
+    p->body = troupe_ll_seq(p, 4, items);
+    cr_assert_eq(troupe_ll_proc_status(p), TROUPE_OK);
+    return p;
+}
+
+static size_t s_top_nests(const troupe_ll_proc_t *p)
+{
+    if (p->body->kind == TROUPE_LL_FOR)
+        return 1;
+    size_t n = 0;
+    for (size_t i = 0; p->body->kind == TROUPE_LL_SEQ && i < p->body->u.seq.count; i++)
+        n += p->body->u.seq.items[i]->kind == TROUPE_LL_FOR;
+    return n;
+}
+
+typedef struct s_data {
+    float g[N], m[N], w[N], t[N], s[1];
+} s_data_t;
+
+static void s_fill(s_data_t *d)
+{
+    for (int i = 0; i < N; i++) {
+        d->g[i] = 0.37f * (float)i - 3.1f;
+        d->m[i] = 0.11f * (float)(i % 7) - 0.2f;
+        d->w[i] = 1.0f / (float)(i + 1);
+        d->t[i] = 0.0f;
+    }
+    d->s[0] = 0.0f;
+}
+
+static void s_interp(const troupe_ll_proc_t *p, const s_vars_t *v, s_data_t *d)
+{
+    troupe_interp_buffer_t bufs[5] = {{v->g, d->g}, {v->m, d->m}, {v->w, d->w}, {v->t, d->t},
+                                      {v->s, d->s}};
+    troupe_interp_args_t args = {bufs, 5, NULL, 0, NULL};
+    cr_assert_eq(troupe_interp_run(p, &args), TROUPE_OK, "%s", troupe_last_error());
+}
+
+Test(fuse, an_update_chain_becomes_one_nest_with_identical_results)
+{
+    s_vars_t v = s_make_vars();
+    troupe_ll_proc_t *plain = s_chain(&v), *fused = s_chain(&v);
+    size_t count = 0;
+    cr_assert_eq(troupe_ll_fuse_loops(fused, &count), TROUPE_OK);
+    cr_assert_eq(count, 3);
+    cr_assert_eq(s_top_nests(fused), 1);
+    cr_assert_eq(troupe_ll_proc_validate(fused), TROUPE_OK, "%s", troupe_last_error());
+    s_data_t a, b;
+    s_fill(&a);
+    s_fill(&b);
+    s_interp(plain, &v, &a);
+    s_interp(fused, &v, &b);
+    cr_assert(memcmp(&a, &b, sizeof a) == 0, "fused results differ from the unfused ones");
+    troupe_ll_proc_destroy(&plain);
+    troupe_ll_proc_destroy(&fused);
+    s_free_vars(&v);
+}
+
+Test(fuse, a_read_of_another_element_keeps_the_nests_apart)
+{
+    s_vars_t v = s_make_vars();
+    troupe_ll_proc_t *p = NULL;
+    cr_assert_eq(troupe_ll_proc_new("shifted", &p), TROUPE_OK);
+    /* m = m*g, then t[i] = m[N-1-i] + g[i]: reads m where the first nest writes later. */
+    troupe_ll_t *items[2] = {s_nest(p, v.m, TROUPE_BINOP_MUL, v.m, false, v.g, N - 1),
+                             s_nest(p, v.t, TROUPE_BINOP_ADD, v.m, true, v.g, N - 1)};
+    p->body = troupe_ll_seq(p, 2, items);
+    size_t count = 9;
+    cr_assert_eq(troupe_ll_fuse_loops(p, &count), TROUPE_OK);
+    cr_assert_eq(count, 0);
+    cr_assert_eq(s_top_nests(p), 2);
+    troupe_ll_proc_destroy(&p);
+    s_free_vars(&v);
+}
+
+Test(fuse, different_bounds_and_reductions_stay_apart)
+{
+    s_vars_t v = s_make_vars();
+    troupe_ll_proc_t *p = NULL;
+    cr_assert_eq(troupe_ll_proc_new("apart", &p), TROUPE_OK);
+    int32_t r = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t ri = troupe_idx_sym(r), zero = troupe_idx_fixed(0);
+    /* s[0] += g[i] writes one element at every iteration: not injective. */
+    troupe_ll_t *red = troupe_ll_for(
+        p, r, 0, N - 1,
+        troupe_ll_set(p, v.s, &zero,
+                      troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, v.s, &zero),
+                                      troupe_sc_get(p, v.g, &ri))),
+        false);
+    troupe_ll_t *items[3] = {s_nest(p, v.m, TROUPE_BINOP_MUL, v.m, false, v.g, N - 1), red,
+                             s_nest(p, v.t, TROUPE_BINOP_ADD, v.w, false, v.g, N - 2)};
+    p->body = troupe_ll_seq(p, 3, items);
+    size_t count = 9;
+    cr_assert_eq(troupe_ll_fuse_loops(p, &count), TROUPE_OK);
+    cr_assert_eq(count, 0);
+    cr_assert_eq(s_top_nests(p), 3);
+    troupe_ll_proc_destroy(&p);
+    s_free_vars(&v);
+}
+
+Test(fuse, nests_inside_a_loop_body_fuse)
+{
+    s_vars_t v = s_make_vars();
+    troupe_ll_proc_t *p = NULL;
+    cr_assert_eq(troupe_ll_proc_new("inner", &p), TROUPE_OK);
+    int32_t o = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *items[2] = {s_nest(p, v.m, TROUPE_BINOP_MUL, v.m, false, v.g, N - 1),
+                             s_nest(p, v.w, TROUPE_BINOP_SUB, v.w, false, v.m, N - 1)};
+    p->body = troupe_ll_for(p, o, 0, 2, troupe_ll_seq(p, 2, items), false);
+    size_t count = 0;
+    cr_assert_eq(troupe_ll_fuse_loops(p, &count), TROUPE_OK);
+    cr_assert_eq(count, 1);
+    const troupe_ll_t *inner = p->body->u.for_loop.body;
+    cr_assert_eq(inner->kind, TROUPE_LL_FOR, "the outer loop's body is one nest");
+    cr_assert_eq(inner->u.for_loop.body->kind, TROUPE_LL_SEQ);
+    cr_assert_eq(inner->u.for_loop.body->u.seq.count, 2);
+    troupe_ll_proc_destroy(&p);
+    s_free_vars(&v);
+}
+
+Test(fuse, the_optimizer_fuses_unless_told_not_to)
+{
+    s_vars_t v = s_make_vars();
+    troupe_optimize_opts_t o;
+    troupe_optimize_opts_default(&o);
+    cr_assert(o.fuse_loops);
+    troupe_ll_proc_t *on = s_chain(&v), *off = s_chain(&v);
+    cr_assert_eq(troupe_ll_optimize(on, &o), TROUPE_OK, "%s", troupe_last_error());
+    o.fuse_loops = false;
+    cr_assert_eq(troupe_ll_optimize(off, &o), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(s_top_nests(on), 1);
+    cr_assert_eq(s_top_nests(off), 4);
+    troupe_ll_proc_destroy(&on);
+    troupe_ll_proc_destroy(&off);
+    s_free_vars(&v);
+}
