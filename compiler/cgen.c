@@ -948,10 +948,14 @@ static void s_put_gemm_base(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t
 
 /* A contraction the GEMM library takes becomes a call through the hook the loader sets, with
  * the generated loops kept for when no library is there (TROUPE_GEMM=generated, a build
- * without one): compiler/gemm.h. */
-static troupe_status_t s_emit_gemm_or_for(s_gen_t *g, const troupe_ll_t *s, int indent,
-                                          troupe__strbuf_t *out)
+ * without one): compiler/gemm.h. `zero` is a ZERO_OUT of the product's output just before it,
+ * or NULL: when the product writes the whole output, the call overwrites it (beta = 0) and the
+ * zeroing runs only on the loops' side. Returns NO when `s` is not such a product (nothing
+ * emitted). */
+static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_ll_t *zero, const troupe_ll_t *s,
+                                   int indent, troupe__strbuf_t *out, bool *emitted)
 {
+    *emitted = false;
     troupe_gemm_t gm;
     const char *why = NULL;
     troupe_gemm_verdict_t v = troupe_gemm_match(s, &gm, &why);
@@ -960,37 +964,49 @@ static troupe_status_t s_emit_gemm_or_for(s_gen_t *g, const troupe_ll_t *s, int 
                    "cgen of %s: the contraction into %s stays generated loops: %s", g->proc->name,
                    s_info(g, gm.c.tn)->ident, why);
     if (v != TROUPE_GEMM_YES)
-        return s_emit_for(g, s, indent, out);
+        return TROUPE_OK;
+    if (zero != NULL && (zero->u.zero_out != gm.c.tn || !troupe_gemm_covers_output(&gm)))
+        return TROUPE_OK;
+    *emitted = true;
     bool single = gm.prec == TROUPE_PREC_SINGLE;
+    const char *one = single ? "1.0f" : "1.0", *beta = zero ? (single ? "0.0f" : "0.0") : one;
     g->uses_gemm = true;
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
-               "cgen of %s: %s = %s%s x %s%s (m=%" PRId64 " n=%" PRId64 " k=%" PRId64
+               "cgen of %s: %s %s %s%s x %s%s (m=%" PRId64 " n=%" PRId64 " k=%" PRId64
                ") calls the GEMM library",
-               g->proc->name, s_info(g, gm.c.tn)->ident, s_info(g, gm.a.tn)->ident,
-               gm.a.trans ? "^T" : "", s_info(g, gm.b.tn)->ident, gm.b.trans ? "^T" : "", gm.m,
-               gm.n, gm.k);
+               g->proc->name, s_info(g, gm.c.tn)->ident, zero ? "=" : "+=",
+               s_info(g, gm.a.tn)->ident, gm.a.trans ? "^T" : "", s_info(g, gm.b.tn)->ident,
+               gm.b.trans ? "^T" : "", gm.m, gm.n, gm.k);
     troupe__strbuf_repeat(out, "    ", indent);
     troupe__strbuf_printf(out, "if (troupe_%cgemm != 0) {\n", single ? 's' : 'd');
     troupe__strbuf_repeat(out, "    ", indent + 1);
     troupe__strbuf_printf(out, "troupe_%cgemm(%d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, ",
-                          single ? 's' : 'd', gm.a.trans ? 1 : 0, gm.b.trans ? 1 : 0, gm.m, gm.n,
-                          gm.k, single ? "1.0f" : "1.0");
+             single ? 's' : 'd', gm.a.trans ? 1 : 0, gm.b.trans ? 1 : 0, gm.m, gm.n, gm.k, one);
     s_put_gemm_base(g, out, &gm, &gm.a);
     troupe__strbuf_printf(out, ", %" PRId64 ", ", gm.a.ld);
     s_put_gemm_base(g, out, &gm, &gm.b);
-    troupe__strbuf_printf(out, ", %" PRId64 ", %s, ", gm.b.ld, single ? "1.0f" : "1.0");
+    troupe__strbuf_printf(out, ", %" PRId64 ", %s, ", gm.b.ld, beta);
     s_put_gemm_base(g, out, &gm, &gm.c);
     troupe__strbuf_printf(out, ", %" PRId64 ");\n", gm.c.ld);
     troupe__strbuf_repeat(out, "    ", indent);
     troupe__strbuf_puts(out, "} else {\n");
-    troupe_status_t st = s_emit_for(g, s, indent + 1, out);
+    troupe_status_t st = zero ? s_emit_ll(g, zero, indent + 1, out) : TROUPE_OK;
+    if (st == TROUPE_OK)
+        st = s_emit_for(g, s, indent + 1, out);
     troupe__strbuf_repeat(out, "    ", indent);
     troupe__strbuf_puts(out, "}\n");
     return st;
 }
 
-static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
-                                 troupe__strbuf_t *out)
+static troupe_status_t s_emit_gemm_or_for(s_gen_t *g, const troupe_ll_t *s, int indent,
+                                          troupe__strbuf_t *out)
+{
+    bool emitted = false;
+    troupe_status_t st = s_emit_gemm(g, NULL, s, indent, out, &emitted);
+    return st != TROUPE_OK || emitted ? st : s_emit_for(g, s, indent, out);
+}
+
+static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent, troupe__strbuf_t *out)
 {
     switch (s->kind) {
     case TROUPE_LL_NOOP:
@@ -1000,8 +1016,20 @@ static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
         s_put_comment(out, s->u.comment);
         return TROUPE_OK;
     case TROUPE_LL_SEQ:
-        for (size_t i = 0; i < s->u.seq.count; i++)
-            TROUPE_RETURN_IF_ERROR(s_emit_ll(g, s->u.seq.items[i], indent, out));
+        for (size_t i = 0; i < s->u.seq.count; i++) {
+            const troupe_ll_t *it = s->u.seq.items[i];
+            if (g->dialect == TROUPE_CGEN_C && it->kind == TROUPE_LL_ZERO_OUT &&
+                i + 1 < s->u.seq.count && s->u.seq.items[i + 1]->kind == TROUPE_LL_FOR) {
+                bool emitted = false;
+                TROUPE_RETURN_IF_ERROR(
+                    s_emit_gemm(g, it, s->u.seq.items[i + 1], indent, out, &emitted));
+                if (emitted) {
+                    i++; /* the zeroing and the product, as one call */
+                    continue;
+                }
+            }
+            TROUPE_RETURN_IF_ERROR(s_emit_ll(g, it, indent, out));
+        }
         return TROUPE_OK;
     case TROUPE_LL_FOR:
         if (g->target->gemm_library)

@@ -197,3 +197,17 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
     *out = g;
     return TROUPE_GEMM_YES;
 }
+
+bool troupe_gemm_covers_output(const troupe_gemm_t *g)
+{
+    const troupe_tnode_t *c = g->c.tn;
+    for (int ax = 0; ax < c->ndims; ax++) {
+        const troupe_axis_index_t *x = &g->c.idcs[ax];
+        if (x->offset != 0)
+            return false;
+        for (int t = 0; t < x->nterms; t++)
+            if (x->terms[t].sym != g->sym_m && x->terms[t].sym != g->sym_n)
+                return false;
+    }
+    return g->c.ld == g->n && g->m * g->n == troupe_tnode_num_elems(c);
+}

@@ -68,6 +68,11 @@ typedef enum troupe_gemm_verdict {
 troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *out,
                                         const char **why);
 
+/* Whether the product writes every element of its output exactly once (the output is the
+ * m-by-n matrix itself: no other iterator or offset in its access, ldc = n): then a zeroing of
+ * the output just before it can become beta = 0. */
+bool troupe_gemm_covers_output(const troupe_gemm_t *g);
+
 /* The linear coefficient of `sym` in the row-major offset of `idcs` into `tn`. */
 int64_t troupe_gemm_sym_stride(const troupe_tnode_t *tn, const troupe_axis_index_t *idcs,
                                int32_t sym);

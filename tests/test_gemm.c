@@ -386,16 +386,16 @@ Test(gemm_run, the_debug_log_says_which_contractions_call_the_library_and_why_no
     OK(troupe_log_configure("debug:ir"));
     rtu_env_t e;
     rtu_env_open(&e, "cpu", 1);
-    const char *names[2] = {"gemm_log_half", "gemm_log_single"};
-    troupe_prec_t precs[2] = {TROUPE_PREC_HALF, TROUPE_PREC_SINGLE};
-    for (int c = 0; c < 2; c++) {
+    const char *names[3] = {"gemm_log_half", "gemm_log_single", "gemm_log_acc"};
+    troupe_prec_t precs[3] = {TROUPE_PREC_HALF, TROUPE_PREC_SINGLE, TROUPE_PREC_SINGLE};
+    for (int c = 0; c < 3; c++) {
         troupe_tnode_t *x = rtu_node("x", precs[c], 2, (int64_t[]){32, 48});
         troupe_tnode_t *w = rtu_node("w", precs[c], 2, (int64_t[]){48, 40});
         troupe_tnode_t *y = rtu_node("y", precs[c], 2, (int64_t[]){32, 40});
         troupe_asgn_comp_t *comp = NULL;
         troupe_asgn_t *t = NULL;
         OK(troupe_asgn_comp_new(&comp));
-        OK(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
+        OK(troupe_asgn_accum_binop(comp, c < 2, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
                                    troupe_asgn_node(x), troupe_asgn_node(w), "bi,ij=>bj", &t));
         troupe_code_t *code = rtu_compile_root(e.b, &comp, t, names[c]);
         troupe_code_release(&code);
@@ -409,7 +409,12 @@ Test(gemm_run, the_debug_log_says_which_contractions_call_the_library_and_why_no
     cr_assert(s_file_has(path, "cgen of gemm_log_half: the contraction into"),
               "no fallback line in %s", path);
     cr_assert(s_file_has(path, "stays generated loops: the precision has no library GEMM"));
-    cr_assert(s_file_has(path, "cgen of gemm_log_single:"));
+    /* a fresh product overwrites its output (the zeroing becomes beta = 0); an accumulation
+     * adds into it */
+    cr_assert(s_file_has(path, "cgen of gemm_log_single: "));
+    cr_assert(s_file_has(path, "_y = "), "no overwriting call");
+    cr_assert(s_file_has(path, "cgen of gemm_log_acc: "));
+    cr_assert(s_file_has(path, "_y += "), "no accumulating call");
     cr_assert(s_file_has(path, "(m=32 n=40 k=48) calls the GEMM library"));
     unlink(path);
 }
