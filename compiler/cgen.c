@@ -1018,7 +1018,7 @@ static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent, t
     case TROUPE_LL_SEQ:
         for (size_t i = 0; i < s->u.seq.count; i++) {
             const troupe_ll_t *it = s->u.seq.items[i];
-            if (g->dialect == TROUPE_CGEN_C && it->kind == TROUPE_LL_ZERO_OUT &&
+            if (g->target->gemm_library && it->kind == TROUPE_LL_ZERO_OUT &&
                 i + 1 < s->u.seq.count && s->u.seq.items[i + 1]->kind == TROUPE_LL_FOR) {
                 bool emitted = false;
                 TROUPE_RETURN_IF_ERROR(
