@@ -1,5 +1,5 @@
 /* troupe — bench_merge: troupe's host-level allreduce (transport/mpi/collective.h, through the
- * transport actor) against plain MPI on the same buffers, on two ranks.
+ * transport engine) against plain MPI on the same buffers, on two ranks.
  *
  * Launch: `mpiexec -n 2 ... bench_merge`; rank 0 prints. Started without a launcher (as
  * deploy/bench.sh does), it re-executes itself under `mpiexec -n 2` on this machine (shared
@@ -23,7 +23,7 @@
  *                  the bucket is packed into a staging buffer and unpacked after the reduce.
  *   small-tensors-shm  small-tensors in one troupe_coll_alloc allocation (shared memory).
  * Troupe's side is troupe_allreduce and troupe_event_sync, what a program does (the syncing
- * thread drives the idle transport engine itself, see transport/mpi/actor.c).
+ * thread drives the idle transport engine itself, see transport/mpi/engine.c).
  * Each repetition: MPI_Barrier, then the timed operation; the two sides' repetitions
  * alternate (their order rotates), so all meet the same machine load. A repetition's time is
  * the slower rank's (MPI_Reduce with MPI_MAX over the per-rank samples); the line gives the
@@ -32,9 +32,9 @@
  * harness's time-based run counts are not used: by default max(20, min(200, 512 MiB / bytes))
  * repetitions, or exactly N with --runs N (3 with --quick), after max(2, --warmup) warm-ups.
  *
- * MPI_THREAD_SERIALIZED: after troupe_cluster_init only the transport actor calls MPI, except
+ * MPI_THREAD_SERIALIZED: after troupe_cluster_init only the transport engine calls MPI, except
  * here: the peer, the barriers and the reductions of samples run on the main thread while the
- * actor is idle. It is idle once every troupe event was synced: it completes a request's event
+ * engine is idle. It is idle once every troupe event was synced: it completes a request's event
  * after its last MPI call for it and then sleeps until the next request.
  *
  * Check: before timing, each size is reduced once by each side from rank-dependent values and
@@ -125,7 +125,8 @@ static int s_troupe(s_case_t *c)
                                       .ndims = 1,
                                       .dims = {c->count}};
     troupe_event_t *ev = NULL;
-    c->st = troupe_allreduce(t, (size_t)c->nbufs, TROUPE_REDUCE_SUM, &ev);
+    troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_SUM, .n = (size_t)c->nbufs, .tensors = t};
+    c->st = troupe_allreduce(&ar, &ev);
     if (c->st == TROUPE_OK)
         c->st = troupe_event_sync(ev, S_SYNC_NS);
     troupe_event_release(&ev);
@@ -350,7 +351,7 @@ int main(int argc, char **argv)
     troupe_bench_opts_default(&opts);
     int pr = troupe_bench_parse_args(
         argc, argv,
-        "Cross-rank merge: troupe_allreduce (transport actor, MPI_Iallreduce) vs MPI_Allreduce "
+        "Cross-rank merge: troupe_allreduce (transport engine, MPI_Iallreduce) vs MPI_Allreduce "
         "on two ranks (run under mpiexec -n 2; re-executes itself under it otherwise).",
         &opts);
     if (pr != 0)

@@ -29,6 +29,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Most local replicas accepted (a sanity bound on a config value). */
@@ -283,22 +284,30 @@ static troupe_status_t s_open(troupe_dp_t *dp, const troupe_dp_config_t *cfg)
     return TROUPE_OK;
 }
 
+/* qsort order of node pointers by node id. */
+static int s_by_id(const void *a, const void *b)
+{
+    int32_t x = (*(troupe_tnode_t *const *)a)->id, y = (*(troupe_tnode_t *const *)b)->id;
+    return (x > y) - (x < y);
+}
+
 static troupe_status_t s_copy_model(troupe_dp_t *dp, const troupe_dp_model_t *m)
 {
     dp->n_params = m->n_params;
     dp->params = troupe_calloc(m->n_params, sizeof *dp->params);
     dp->grads = troupe_calloc(m->n_params, sizeof *dp->grads);
-    dp->bucket_scratch = troupe_calloc(m->n_params, sizeof *dp->bucket_scratch);
-    dp->done_scratch = troupe_calloc(m->n_params, sizeof *dp->done_scratch);
+    dp->grads_by_id = troupe_calloc(m->n_params, sizeof *dp->grads_by_id);
     dp->batch_index = troupe_strdup(m->batch_index);
-    if (!dp->params || !dp->grads || !dp->bucket_scratch || !dp->done_scratch || !dp->batch_index)
+    if (!dp->params || !dp->grads || !dp->grads_by_id || !dp->batch_index)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
     for (size_t i = 0; i < m->n_params; i++) {
         troupe_tnode_retain(m->params[i]);
         dp->params[i] = m->params[i];
         troupe_tnode_retain(m->grads[i]);
         dp->grads[i] = m->grads[i];
+        dp->grads_by_id[i] = m->grads[i];
     }
+    qsort(dp->grads_by_id, m->n_params, sizeof *dp->grads_by_id, s_by_id);
     if (m->loss) {
         troupe_tnode_retain(m->loss);
         dp->loss = m->loss;
@@ -584,8 +593,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
     }
     troupe_free(dp->params);
     troupe_free(dp->grads);
-    troupe_free(dp->bucket_scratch);
-    troupe_free(dp->done_scratch);
+    troupe_free(dp->grads_by_id);
     troupe_tnode_release(&dp->loss);
     troupe_free(dp->batch_index);
     troupe_backend_close(&dp->backend);
@@ -593,17 +601,6 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
 }
 
 /* ---- a step --------------------------------------------------------------------------------- */
-
-/* Sorts tns[0..n) by node id (insertion sort: a bucket holds a few hundred nodes at most). */
-static void s_sort_by_id(troupe_tnode_t **tns, size_t n)
-{
-    for (size_t a = 1; a < n; a++)
-        for (size_t c = a; c > 0 && tns[c]->id < tns[c - 1]->id; c--) {
-            troupe_tnode_t *t = tns[c];
-            tns[c] = tns[c - 1];
-            tns[c - 1] = t;
-        }
-}
 
 static troupe_status_t s_schedule_step(troupe_dp_t *dp)
 {
@@ -632,58 +629,41 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp)
         TROUPE_RETURN_IF_ERROR(troupe_routine_set_index(dp->rep[k].grad, dp->batch_index, b));
         TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].grad, NULL));
     }
-    /* 2.-3. per gradient, last parameter first (the order backprop finishes them): the tree
-     * merge into replica 0; gradients are gathered into fusion buckets of at most
-     * troupe_config_fusion_bytes() (Horovod's tensor fusion), and each bucket's allreduce
-     * across ranks is handed to the transport as soon as its gradients are merged, deferred:
-     * the owner stream goes on merging the next bucket while the transport reduces this one
-     * (troupe_allreduce_nodes_deferred), and waits for every bucket before the optimizer. The
-     * collective sums: the optimizer's 1 / (N * R) scale makes it the mean without a division
-     * pass in the transport (exactly the same values when R is a power of two). */
-    troupe_tnode_t **bucket = dp->bucket_scratch;
-    troupe_event_t **done = dp->done_scratch;
-    size_t nb = 0, ndone = 0;
-    int64_t bucket_bytes = 0, fusion = troupe_config_fusion_bytes();
-    troupe_status_t st = TROUPE_OK;
-    for (size_t i = dp->n_params; i-- > 0 && st == TROUPE_OK;) {
+    /* 2. per gradient, last parameter first (the order backprop finishes them): the tree
+     * merge into replica 0. */
+    for (size_t i = dp->n_params; i-- > 0;) {
         troupe_tnode_t *g = dp->grads[i];
-        for (int stride = 1; stride < n && st == TROUPE_OK; stride *= 2) {
-            for (int k = 0; k + stride < n && st == TROUPE_OK; k += 2 * stride) {
-                st = troupe_device_to_device(g, TROUPE_MERGE_COPY, s_tail(&dp->rep[k]),
-                                             s_tail(&dp->rep[k + stride]), NULL, NULL, NULL);
-                if (st == TROUPE_OK)
-                    st = troupe_routine_run(dp->rep[k].merge[i], NULL);
+        for (int stride = 1; stride < n; stride *= 2) {
+            for (int k = 0; k + stride < n; k += 2 * stride) {
+                TROUPE_RETURN_IF_ERROR(
+                    troupe_device_to_device(g, TROUPE_MERGE_COPY, s_tail(&dp->rep[k]),
+                                            s_tail(&dp->rep[k + stride]), NULL, NULL, NULL));
+                TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].merge[i], NULL));
             }
         }
-        if (st != TROUPE_OK || dp->nranks <= 1)
-            continue;
-        bucket[nb++] = g;
-        bucket_bytes += (int64_t)g->size_bytes;
-        if (i == 0 || bucket_bytes + (int64_t)dp->grads[i - 1]->size_bytes > fusion) {
-            /* In node-id order, the order the linked gradient routine packs its arrays in
-             * their pool (actors/routine.h): the bucket then forms one span in memory and the
-             * transport reduces it in place, cut in order (collective.h, Fusion buckets). The
-             * last bucket starts lazily: the owner stream waits for it next and then runs it
-             * itself (TROUPE_COLL_LAZY); earlier ones overlap the merges between. */
-            s_sort_by_id(bucket, nb);
-            st = troupe_allreduce_nodes_deferred_ex(
-                s_tail(r0), nb, bucket, TROUPE_REDUCE_SUM,
-                dp->coll_flags | (i == 0 ? TROUPE_COLL_LAZY : 0u), &done[ndone]);
-            if (st == TROUPE_OK)
-                ndone++;
-            nb = 0;
-            bucket_bytes = 0;
-        }
     }
-    /* The owner stream waits for every bucket (also after a failure above: no request may be
-     * left unwaited while the arrays are lent). */
-    for (size_t j = 0; j < ndone; j++) {
-        troupe_status_t wst = troupe_will_wait_for(s_tail(r0), done[j]);
-        if (st == TROUPE_OK)
-            st = wst;
-        troupe_event_release(&done[j]);
+    /* 3. one allreduce of every gradient across ranks, which the transport cuts into fusion
+     * buckets of troupe_config_fusion_bytes() (Horovod's tensor fusion; collective.h). The
+     * gradients go in node-id order, the order the linked gradient routine packs its arrays in
+     * their pool (actors/routine.h): they form one span in memory, which the transport reduces
+     * in place, cut in order. It starts lazily: the owner stream waits for it next and then
+     * runs it itself (TROUPE_COLL_LAZY). The collective sums: the optimizer's 1 / (N * R) scale
+     * makes it the mean without a division pass in the transport (exactly the same values
+     * when R is a power of two). */
+    if (dp->nranks > 1) {
+        troupe_allreduce_args_t ar = {
+            .op = TROUPE_REDUCE_SUM,
+            .flags = dp->coll_flags | TROUPE_COLL_LAZY | TROUPE_COLL_DEFERRED,
+            .n = dp->n_params,
+            .ctx = s_tail(r0),
+            .nodes = dp->grads_by_id,
+        };
+        troupe_event_t *done = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_allreduce(&ar, &done));
+        troupe_status_t st = troupe_will_wait_for(s_tail(r0), done);
+        troupe_event_release(&done);
+        TROUPE_RETURN_IF_ERROR(st);
     }
-    TROUPE_RETURN_IF_ERROR(st);
     /* 4. the optimizer on the owner stream */
     TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->opt_routine, NULL));
     /* 5. the new parameters to the other replicas */
@@ -756,7 +736,8 @@ troupe_status_t troupe_dp_last_loss(troupe_dp_t *dp, double *out)
         t.prec = TROUPE_PREC_DOUBLE;
         t.name = "dp_loss";
         troupe_event_t *ev = NULL;
-        TROUPE_RETURN_IF_ERROR(troupe_allreduce(&t, 1, TROUPE_REDUCE_MEAN, &ev));
+        troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_MEAN, .n = 1, .tensors = &t};
+        TROUPE_RETURN_IF_ERROR(troupe_allreduce(&ar, &ev));
         TROUPE_RETURN_IF_ERROR(troupe__dp_sync_event(&ev, "dp_last_loss: averaging across "
                                                           "ranks"));
     }

@@ -10,13 +10,12 @@
  *      0.6.0's pairing: for stride 1, 2, 4, ...: stream k (k % (2*stride) == 0) receives
  *      stream k+stride's gradient with a COPY device_to_device and adds it (`g =+ g.merge`),
  *      so stream 0 ends with the sum, in a fixed order;
- *   3. the allreduce (SUM) across ranks of stream 0's gradients, gathered in fusion buckets of
- *      at most troupe_config_fusion_bytes() (Horovod's tensor fusion); each bucket is handed
- *      to the transport as soon as its gradients are merged locally and reduced while stream 0
- *      merges the next ones (troupe_allreduce_nodes_deferred); stream 0 waits for every
- *      bucket before the optimizer, which scales the sum by 1 / (N * R) (the mean over all
- *      replicas; no division pass in the transport); with one rank (or local_only) no
- *      collective is issued;
+ *   3. one allreduce (SUM) across ranks of all of stream 0's gradients, in node-id order (one
+ *      span of the routine's pool, reduced in place), which the transport cuts into fusion
+ *      buckets of at most troupe_config_fusion_bytes() (Horovod's tensor fusion; two in
+ *      flight); stream 0 waits for it and runs it itself (TROUPE_COLL_LAZY) before the
+ *      optimizer, which scales the sum by 1 / (N * R) (the mean over all replicas; no division
+ *      pass in the transport); with one rank (or local_only) no collective is issued;
  *   4. the optimizer on stream 0 (the owner stream), per parameter;
  *   5. broadcast of the parameters from stream 0 to the other local streams (device_to_device
  *      NO); every rank computes the same update from the same reduced gradient, so parameters

@@ -58,11 +58,10 @@ struct troupe_dp {
     int nranks;          /* ranks (1 when local_only) */
 
     size_t n_params;
-    troupe_tnode_t **params;         /* retained */
-    troupe_tnode_t **grads;          /* retained */
-    troupe_tnode_t **bucket_scratch; /* n_params: one fusion bucket's gradients (a step) */
-    troupe_event_t **done_scratch;   /* n_params: the buckets' deferred allreduces (a step) */
-    troupe_tnode_t *loss;            /* retained, or NULL */
+    troupe_tnode_t **params;      /* retained */
+    troupe_tnode_t **grads;       /* retained */
+    troupe_tnode_t **grads_by_id; /* the grads in node-id order: a step's allreduce */
+    troupe_tnode_t *loss;         /* retained, or NULL */
     char *batch_index;
     int64_t num_batches;
 

@@ -38,6 +38,23 @@ static void s_no_launcher(void)
 
 TestSuite(transport, .init = s_no_launcher);
 
+/* troupe_allreduce of host tensors t[0..n). */
+static troupe_status_t s_allreduce(const troupe_coll_tensor_t *t, size_t n, troupe_reduce_op_t op,
+                                   troupe_event_t **ev)
+{
+    troupe_allreduce_args_t a = {.op = op, .n = n, .tensors = t};
+    return troupe_allreduce(&a, ev);
+}
+
+/* troupe_allreduce of ctx's arrays of tns[0..n). */
+static troupe_status_t s_allreduce_nodes(troupe_context_t *ctx, size_t n,
+                                         troupe_tnode_t *const *tns, troupe_reduce_op_t op,
+                                         unsigned flags, troupe_event_t **ev)
+{
+    troupe_allreduce_args_t a = {.op = op, .flags = flags, .n = n, .ctx = ctx, .nodes = tns};
+    return troupe_allreduce(&a, ev);
+}
+
 Test(transport, without_a_launcher_the_cluster_is_rank_0_of_1)
 {
     cr_assert(!troupe_cluster_is_initialized());
@@ -96,7 +113,7 @@ Test(transport, single_rank_collectives_are_exact)
                                       .dims = {count},
                                       .name = "t"};
             troupe_event_t *ev = NULL;
-            OK(troupe_allreduce(&t, 1, (troupe_reduce_op_t)op, &ev));
+            OK(s_allreduce(&t, 1, (troupe_reduce_op_t)op, &ev));
             OK(troupe_event_sync(ev, 1000 * MS));
             troupe_event_release(&ev);
             cr_assert(memcmp(data, orig, bytes) == 0, "%s %s changed the data on one rank",
@@ -124,7 +141,7 @@ Test(transport, collectives_work_without_init_as_one_rank)
     float x[2] = {1.5f, -2};
     troupe_coll_tensor_t t = {.data = x, .count = 2, .prec = TROUPE_PREC_SINGLE};
     troupe_event_t *ev = NULL;
-    OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_MEAN, &ev));
+    OK(s_allreduce(&t, 1, TROUPE_REDUCE_MEAN, &ev));
     OK(troupe_event_sync(ev, 1000 * MS));
     troupe_event_release(&ev);
     cr_assert(x[0] == 1.5f && x[1] == -2);
@@ -137,37 +154,47 @@ Test(transport, invalid_arguments_are_named)
     troupe_event_t *ev = NULL;
     troupe_coll_tensor_t good = {
         .data = x, .count = 4, .prec = TROUPE_PREC_SINGLE, .node_id = 5, .name = "good"};
-    FAILS(troupe_allreduce(NULL, 1, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT, "no tensors");
-    FAILS(troupe_allreduce(&good, 0, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT, "n = 0");
-    FAILS(troupe_allreduce(&good, 1, (troupe_reduce_op_t)7, &ev), TROUPE_INVALID_ARGUMENT, "op 7");
-    FAILS(troupe_allreduce(&good, 1, TROUPE_REDUCE_SUM, NULL), TROUPE_INVALID_ARGUMENT, "out_ev");
+    FAILS(troupe_allreduce(NULL, &ev), TROUPE_INVALID_ARGUMENT, "args is NULL");
+    troupe_allreduce_args_t args = {.n = 1};
+    FAILS(troupe_allreduce(&args, &ev), TROUPE_INVALID_ARGUMENT, "not neither");
+    args.tensors = &good;
+    args.ctx = (troupe_context_t *)(void *)x; /* never used: refused first */
+    FAILS(troupe_allreduce(&args, &ev), TROUPE_INVALID_ARGUMENT, "not both");
+    args.flags = TROUPE_COLL_DEFERRED;
+    args.tensors = NULL;
+    FAILS(troupe_allreduce(&args, NULL), TROUPE_INVALID_ARGUMENT, "out_ev is NULL");
+    args = (troupe_allreduce_args_t){.n = 1, .tensors = &good, .flags = TROUPE_COLL_DEFERRED};
+    FAILS(troupe_allreduce(&args, &ev), TROUPE_INVALID_ARGUMENT, "needs the device level");
+    args.flags = 0x80u;
+    FAILS(troupe_allreduce(&args, &ev), TROUPE_INVALID_ARGUMENT, "unknown flags 0x80");
+    FAILS(s_allreduce(&good, 0, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT, "n = 0");
+    FAILS(s_allreduce(&good, 1, (troupe_reduce_op_t)7, &ev), TROUPE_INVALID_ARGUMENT, "op 7");
+    FAILS(s_allreduce(&good, 1, TROUPE_REDUCE_SUM, NULL), TROUPE_INVALID_ARGUMENT, "out_ev");
     troupe_coll_tensor_t two[2] = {good, good};
     two[1].prec = TROUPE_PREC_UINT4X32;
     two[1].name = "rng";
     two[1].node_id = 9;
-    FAILS(troupe_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
+    FAILS(s_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
           "tensor 1 (node 9 'rng'): precision uint4x32 cannot be reduced");
     two[1] = good;
     two[1].prec = TROUPE_PREC_BYTE;
-    FAILS(troupe_allreduce(two, 2, TROUPE_REDUCE_MAX, &ev), TROUPE_INVALID_ARGUMENT,
-          "precision byte");
+    FAILS(s_allreduce(two, 2, TROUPE_REDUCE_MAX, &ev), TROUPE_INVALID_ARGUMENT, "precision byte");
     two[1] = good;
     two[1].count = -1;
-    FAILS(troupe_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
+    FAILS(s_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
           "tensor 1 (node 5 'good'): count -1 < 0");
     two[1] = good;
     two[1].data = NULL;
-    FAILS(troupe_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
-          "data is NULL");
+    FAILS(s_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT, "data is NULL");
     two[1] = good;
     two[1].ndims = 2;
     two[1].dims[0] = 3;
     two[1].dims[1] = 2;
-    FAILS(troupe_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
+    FAILS(s_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
           "dims hold 6 elements but count is 4");
     two[1] = good;
     two[1].ndims = TROUPE_MAX_DIMS + 1;
-    FAILS(troupe_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT, "ndims 9");
+    FAILS(s_allreduce(two, 2, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT, "ndims 9");
     two[1] = good;
     two[1].prec = TROUPE_PREC_VOID;
     FAILS(troupe_broadcast(two, 2, 0, &ev), TROUPE_INVALID_ARGUMENT, "invalid precision");
@@ -182,10 +209,8 @@ Test(transport, invalid_arguments_are_named)
     OK(troupe_broadcast(two, 2, 0, &ev));
     OK(troupe_event_sync(ev, 1000 * MS));
     troupe_event_release(&ev);
-    FAILS(troupe_allreduce_nodes(NULL, 1, NULL, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT,
-          "ctx is NULL");
-    FAILS(troupe_allreduce_nodes_deferred(NULL, 1, NULL, TROUPE_REDUCE_SUM, NULL),
-          TROUPE_INVALID_ARGUMENT, "out_done is NULL");
+    FAILS(s_allreduce_nodes(NULL, 1, NULL, TROUPE_REDUCE_SUM, 0u, &ev), TROUPE_INVALID_ARGUMENT,
+          "not neither");
     cr_assert_str_eq(troupe_reduce_op_name(TROUPE_REDUCE_MEAN), "mean");
     cr_assert_str_eq(troupe_reduce_op_name((troupe_reduce_op_t)9), "invalid");
     OK(troupe_cluster_finalize());
@@ -248,15 +273,22 @@ Test(transport, single_rank_allreduce_nodes_keeps_values)
             ctx = c;
         }
         troupe_event_t *ev = NULL;
-        OK(troupe_allreduce_nodes(ctx, 2, tn, TROUPE_REDUCE_MEAN, &ev));
+        OK(s_allreduce_nodes(ctx, 2, tn, TROUPE_REDUCE_MEAN, 0u, &ev));
         OK(troupe_event_sync(ev, 5000 * MS));
         troupe_event_release(&ev);
         OK(troupe_broadcast_nodes(ctx, 1, tn, 0, NULL));
         FAILS(troupe_broadcast_nodes(ctx, 1, tn, 1, NULL), TROUPE_INVALID_ARGUMENT, "root 1");
         troupe_tnode_t *absent = NULL;
         OK(troupe_tnode_new(NULL, 0, TROUPE_PREC_SINGLE, 1, (int64_t[]){1}, NULL, 0, &absent));
-        cr_assert_neq(troupe_allreduce_nodes(ctx, 1, &absent, TROUPE_REDUCE_SUM, NULL), TROUPE_OK,
+        cr_assert_neq(s_allreduce_nodes(ctx, 1, &absent, TROUPE_REDUCE_SUM, 0u, NULL), TROUPE_OK,
                       "a node that is not in the context");
+        FAILS(s_allreduce_nodes(ctx, 1, NULL, TROUPE_REDUCE_SUM, 0u, NULL), TROUPE_INVALID_ARGUMENT,
+              "no nodes");
+        /* deferred: the stream goes on; it waits for the result where the caller says */
+        OK(s_allreduce_nodes(ctx, 1, tn, TROUPE_REDUCE_SUM, TROUPE_COLL_DEFERRED | TROUPE_COLL_LAZY,
+                             &ev));
+        OK(troupe_will_wait_for(ctx, ev));
+        troupe_event_release(&ev);
         for (int k = 0; k < 2; k++) {
             OK(troupe_to_host(ctx, tn[k], &ev));
             OK(troupe_event_sync(ev, 5000 * MS));

@@ -9,9 +9,11 @@
  *  - s_gen(p, r, i): rank r's deterministic value at index i, in a range where sums over up to
  *    8 ranks are exact in every float precision (multiples of 1/4 within +-7.5 for floats,
  *    integers within +-30), stored in precision p and read back;
- *  - s_allreduce(t, n, op, flags, &delta): troupe_allreduce_ex and a sync within the test
- *    deadline; delta (may be NULL) gets the transport counters' change over the call
+ *  - s_allreduce(t, n, op, flags, &delta): troupe_allreduce of host tensors and a sync within
+ *    the test deadline; delta (may be NULL) gets the transport counters' change over the call
  *    (buckets, staged, ring_buckets, shm);
+ *  - s_allreduce_start(t, n, op, &ev), s_allreduce_nodes(ctx, n, tns, op, flags, &ev):
+ *    troupe_allreduce of host tensors (not waited for) or of ctx's arrays;
  *  - s_expect(p, op, i): the exact allreduce of every rank's s_gen at i, rounded once to p
  *    (mean: integers truncate toward zero);
  *  - s_verify(what, p, op, data, count, salt): data against s_expect, one FAIL line if not.
@@ -116,6 +118,24 @@ static inline bool s_verify(const char *what, troupe_prec_t p, troupe_reduce_op_
 
 #define MTU_SYNC_NS (60LL * 1000 * 1000 * 1000)
 
+/* troupe_allreduce of host tensors t[0..n), not waited for: *ev completes with it. */
+static inline troupe_status_t s_allreduce_start(const troupe_coll_tensor_t *t, size_t n,
+                                                troupe_reduce_op_t op, troupe_event_t **ev)
+{
+    troupe_allreduce_args_t a = {.op = op, .n = n, .tensors = t};
+    return troupe_allreduce(&a, ev);
+}
+
+/* troupe_allreduce of ctx's arrays of tns[0..n) with `flags`; *ev may be NULL unless
+ * TROUPE_COLL_DEFERRED. */
+static inline troupe_status_t s_allreduce_nodes(troupe_context_t *ctx, size_t n,
+                                                troupe_tnode_t *const *tns, troupe_reduce_op_t op,
+                                                unsigned flags, troupe_event_t **ev)
+{
+    troupe_allreduce_args_t a = {.op = op, .flags = flags, .n = n, .ctx = ctx, .nodes = tns};
+    return troupe_allreduce(&a, ev);
+}
+
 /* Allreduces t[0..n) with op and flags and waits for it; *delta (may be NULL) gets the
  * transport counters' change over the call (counted fields only; the others are 0). */
 static inline troupe_status_t s_allreduce(const troupe_coll_tensor_t *t, size_t n,
@@ -125,7 +145,8 @@ static inline troupe_status_t s_allreduce(const troupe_coll_tensor_t *t, size_t 
     troupe_transport_stats_t before, after;
     troupe_transport_get_stats(&before);
     troupe_event_t *ev = NULL;
-    troupe_status_t st = troupe_allreduce_ex(t, n, op, flags, &ev);
+    troupe_allreduce_args_t a = {.op = op, .flags = flags, .n = n, .tensors = t};
+    troupe_status_t st = troupe_allreduce(&a, &ev);
     if (st == TROUPE_OK)
         st = troupe_event_sync(ev, MTU_SYNC_NS);
     troupe_event_release(&ev);

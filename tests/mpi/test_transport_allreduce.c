@@ -14,9 +14,9 @@
  *   - lazy host-level collectives started by polling their event, or by subscribing to it;
  *   - broadcast from root 1;
  *   - device level: a cpu-backend context with two hosted nodes reduced with
- *     troupe_allreduce_nodes, read back with troupe_to_host; broadcast, mean, deferred, and
- *     deferred lazy (TROUPE_COLL_LAZY, run by the waiting stream), bfloat16 compression
- *     (TROUPE_COLL_BF16: rounded values, ring, staging);
+ *     troupe_allreduce's device level, read back with troupe_to_host; broadcast, mean,
+ *     deferred (TROUPE_COLL_DEFERRED), and deferred lazy (TROUPE_COLL_LAZY, run by the waiting
+ * stream), bfloat16 compression (TROUPE_COLL_BF16: rounded values, ring, staging);
  *   - the transport counters.
  * Prints one FAIL line per failed check; exits 0 only if every check passed on this rank. */
 #include "actors/troupe.h"
@@ -73,7 +73,7 @@ static void s_test_ops(void)
                                       .dims = {10, 100},
                                       .name = "ops"};
             troupe_event_t *ev = NULL;
-            CHECK_OK(troupe_allreduce(&t, 1, ops[oi], &ev));
+            CHECK_OK(s_allreduce_start(&t, 1, ops[oi], &ev));
             CHECK_OK(s_run(&ev));
             s_verify("ops", p, ops[oi], data, count, 0);
         out:
@@ -104,7 +104,7 @@ static void s_test_fused(void)
                                       .name = "fused"};
     }
     troupe_event_t *ev = NULL;
-    CHECK_OK(troupe_allreduce(t, N, TROUPE_REDUCE_SUM, &ev));
+    CHECK_OK(s_allreduce_start(t, N, TROUPE_REDUCE_SUM, &ev));
     CHECK_OK(s_run(&ev));
     for (int k = 0; k < N; k++)
         if (!s_verify("fused", t[k].prec, TROUPE_REDUCE_SUM, data[k], t[k].count, k))
@@ -137,12 +137,12 @@ static void s_test_large(void)
                               .dims = {nf},
                               .name = "big"};
     troupe_event_t *ev = NULL;
-    CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_MEAN, &ev));
+    CHECK_OK(s_allreduce_start(&t, 1, TROUPE_REDUCE_MEAN, &ev));
     CHECK_OK(s_run(&ev));
     s_verify("large single", TROUPE_PREC_SINGLE, TROUPE_REDUCE_MEAN, f, nf, 3);
     t = (troupe_coll_tensor_t){
         .data = h, .count = nh, .prec = TROUPE_PREC_HALF, .node_id = 2, .name = "bighalf"};
-    CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev));
+    CHECK_OK(s_allreduce_start(&t, 1, TROUPE_REDUCE_SUM, &ev));
     CHECK_OK(s_run(&ev));
     s_verify("large half", TROUPE_PREC_HALF, TROUPE_REDUCE_SUM, h, nh, 5);
     troupe_transport_get_stats(&after);
@@ -181,7 +181,7 @@ static void s_test_inplace(void)
                                       .name = "inplace"};
     }
     troupe_event_t *ev = NULL;
-    CHECK_OK(troupe_allreduce(t, N, TROUPE_REDUCE_SUM, &ev));
+    CHECK_OK(s_allreduce_start(t, N, TROUPE_REDUCE_SUM, &ev));
     CHECK_OK(s_run(&ev));
     for (int k = 0; k < N; k++)
         if (!s_verify("inplace", precs[k], TROUPE_REDUCE_SUM, data[k], counts[k], 20 + k))
@@ -326,7 +326,7 @@ static void s_test_lazy(void)
     troupe_event_t *ev = NULL, *all = NULL;
     troupe_coll_tensor_t t = {
         .data = a, .count = count, .prec = TROUPE_PREC_SINGLE, .node_id = 300, .name = "lazy"};
-    CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev));
+    CHECK_OK(s_allreduce_start(&t, 1, TROUPE_REDUCE_SUM, &ev));
     int64_t end = troupe_now_ns() + SYNC_NS;
     while (!troupe_event_is_done(ev) && troupe_now_ns() < end)
         ;
@@ -336,7 +336,7 @@ static void s_test_lazy(void)
     s_verify("lazy polled", TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, a, count, 31);
     t.data = b;
     t.node_id = 301;
-    CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev));
+    CHECK_OK(s_allreduce_start(&t, 1, TROUPE_REDUCE_SUM, &ev));
     CHECK_OK(troupe_event_all("lazy_all", &ev, 1, &all));
     CHECK_OK(s_run(&all));
     s_verify("lazy subscribed", TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, b, count, 32);
@@ -411,7 +411,7 @@ static void s_test_device(void)
         troupe_context_release(&ctx);
         ctx = c;
     }
-    CHECK_OK(troupe_allreduce_nodes(ctx, 2, tn, TROUPE_REDUCE_SUM, &ev));
+    CHECK_OK(s_allreduce_nodes(ctx, 2, tn, TROUPE_REDUCE_SUM, 0u, &ev));
     CHECK_OK(s_run(&ev));
     for (int k = 0; k < 2; k++) {
         CHECK_OK(troupe_to_host(ctx, tn[k], &ev));
@@ -429,7 +429,7 @@ static void s_test_device(void)
     /* Device-level mean of the rank-dependent v again, then a broadcast of w from rank 1. */
     CHECK_OK(troupe_tnode_set_values(tn[1], v1, 4));
     CHECK_OK(troupe_from_host(ctx, tn[1], NULL));
-    CHECK_OK(troupe_allreduce_nodes(ctx, 1, &tn[1], TROUPE_REDUCE_MEAN, NULL));
+    CHECK_OK(s_allreduce_nodes(ctx, 1, &tn[1], TROUPE_REDUCE_MEAN, 0u, NULL));
     if (s_rank == 1) {
         double w1[3] = {-1, -2, -3};
         CHECK_OK(troupe_tnode_set_values(tn[0], w1, 3));
@@ -452,18 +452,18 @@ static void s_test_device(void)
     /* Deferred: the stream goes on; it waits for the result only where the caller says. Lazy:
      * started when the stream reaches the WAIT, and run by the stream's own thread when the
      * transport is idle (only the result is observable: it must be the same). */
-    if (troupe_allreduce_nodes_deferred_ex(ctx, 1, &tn[0], TROUPE_REDUCE_SUM, 0x80u, &ev) !=
+    if (s_allreduce_nodes(ctx, 1, &tn[0], TROUPE_REDUCE_SUM, TROUPE_COLL_DEFERRED | 0x80u, &ev) !=
             TROUPE_INVALID_ARGUMENT ||
         strstr(troupe_last_error(), "unknown flags 0x80") == NULL)
-        s_fail("device deferred_ex: unknown flags not refused by name: %s", troupe_last_error());
+        s_fail("device deferred: unknown flags not refused by name: %s", troupe_last_error());
     const troupe_reduce_op_t dops[2] = {TROUPE_REDUCE_MAX, TROUPE_REDUCE_SUM};
     const double dscale[2] = {2.0, 3.0}; /* max(1, 2) and 1 + 2, times i + 1 */
     for (int lazy = 0; lazy < 2; lazy++) {
         CHECK_OK(troupe_tnode_set_values(tn[0], v0, 3));
         CHECK_OK(troupe_from_host(ctx, tn[0], NULL));
         troupe_event_t *done = NULL;
-        CHECK_OK(troupe_allreduce_nodes_deferred_ex(ctx, 1, &tn[0], dops[lazy],
-                                                    lazy ? TROUPE_COLL_LAZY : 0u, &done));
+        CHECK_OK(s_allreduce_nodes(ctx, 1, &tn[0], dops[lazy],
+                                   TROUPE_COLL_DEFERRED | (lazy ? TROUPE_COLL_LAZY : 0u), &done));
         CHECK_OK(troupe_will_wait_for(ctx, done));
         troupe_event_release(&done);
         CHECK_OK(troupe_to_host(ctx, tn[0], &ev));
@@ -485,8 +485,9 @@ static void s_test_device(void)
         CHECK_OK(troupe_tnode_set_values(tn[0], vb[s_rank], 3));
         CHECK_OK(troupe_from_host(ctx, tn[0], NULL));
         troupe_event_t *done = NULL;
-        CHECK_OK(troupe_allreduce_nodes_deferred_ex(ctx, 1, &tn[0], TROUPE_REDUCE_SUM,
-                                                    TROUPE_COLL_BF16 | TROUPE_COLL_LAZY, &done));
+        CHECK_OK(s_allreduce_nodes(ctx, 1, &tn[0], TROUPE_REDUCE_SUM,
+                                   TROUPE_COLL_DEFERRED | TROUPE_COLL_BF16 | TROUPE_COLL_LAZY,
+                                   &done));
         CHECK_OK(troupe_will_wait_for(ctx, done));
         troupe_event_release(&done);
         CHECK_OK(troupe_to_host(ctx, tn[0], &ev));

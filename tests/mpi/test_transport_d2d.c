@@ -123,13 +123,13 @@ int main(int argc, char **argv)
     troupe_coll_tensor_t t = {
         .data = x, .count = 3, .prec = TROUPE_PREC_SINGLE, .node_id = 99, .name = "x"};
     if (s_rank == 1) {
-        CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev2));
+        CHECK_OK(s_allreduce_start(&t, 1, TROUPE_REDUCE_SUM, &ev2));
         CHECK_OK(s_sync(&ev2));
         CHECK_OK(troupe_device_to_device(g, TROUPE_MERGE_NO, remote, ctx, NULL, NULL, &ev));
         CHECK_OK(s_sync(&ev));
     } else {
         CHECK_OK(troupe_device_to_device(g, TROUPE_MERGE_NO, ctx, remote, NULL, NULL, &ev));
-        CHECK_OK(troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev2));
+        CHECK_OK(s_allreduce_start(&t, 1, TROUPE_REDUCE_SUM, &ev2));
         CHECK_OK(s_sync(&ev2));
         CHECK_OK(s_sync(&ev));
         CHECK_OK(s_get(ctx, g, got));

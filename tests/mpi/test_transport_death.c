@@ -81,7 +81,8 @@ int main(int argc, char **argv)
         troupe_coll_tensor_t t = {
             .data = buf, .count = count, .prec = TROUPE_PREC_SINGLE, .node_id = 1, .name = "grad"};
         troupe_event_t *ev = NULL;
-        st = troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev);
+        troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_SUM, .n = 1, .tensors = &t};
+        st = troupe_allreduce(&ar, &ev);
         if (st == TROUPE_OK && rank == 1 && k == 3 && kill_data) {
             st = troupe_event_sync(ev, 5LL * 1000 * 1000);
             printf("rank 1: dying during allreduce %d (%s)\n", k,

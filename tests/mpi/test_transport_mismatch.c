@@ -69,7 +69,7 @@ int main(int argc, char **argv)
         return 2;
     }
     troupe_event_t *ev = NULL;
-    st = bcast ? troupe_broadcast(&t, 1, 0, &ev) : troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev);
+    st = bcast ? troupe_broadcast(&t, 1, 0, &ev) : s_allreduce_start(&t, 1, TROUPE_REDUCE_SUM, &ev);
     if (st != TROUPE_OK) {
         s_fail("issuing the collective: %s: %s", troupe_status_str(st), troupe_last_error());
     } else {
@@ -93,7 +93,7 @@ int main(int argc, char **argv)
     if (troupe_cluster_status() != TROUPE_FAILED_PRECONDITION)
         s_fail("troupe_cluster_status() = %s, expected FAILED_PRECONDITION",
                troupe_status_str(troupe_cluster_status()));
-    st = troupe_allreduce(&t, 1, TROUPE_REDUCE_SUM, &ev);
+    st = s_allreduce_start(&t, 1, TROUPE_REDUCE_SUM, &ev);
     if (st != TROUPE_FAILED_PRECONDITION)
         s_fail("a collective after the failure returned %s, expected FAILED_PRECONDITION at once",
                troupe_status_str(st));

@@ -9,7 +9,7 @@
  *   - with 128 KiB fusion buckets, 150 tensors of different sizes from 64 KiB, one ring bucket
  *     each: more buckets than ring tags (64), so tags are reused while others are in flight,
  *     and a bucket matched to another's messages would fail on its size;
- *   - bfloat16 compression (troupe_allreduce_ex, TROUPE_COLL_BF16): sum and mean of several
+ *   - bfloat16 compression (troupe_allreduce, TROUPE_COLL_BF16): sum and mean of several
  *     tensors in one bucket (values exact in bfloat16), a 1-element tensor (chunks of zero
  *     elements on 3 ranks), and a value that bfloat16 rounds (1 + 2^-9 travels as 1);
  *   - the transport counters: one ring bucket per large request.
@@ -166,7 +166,7 @@ out:
         troupe_free(data[k]);
 }
 
-/* bfloat16 compression through troupe_allreduce_ex: three tensors of one bucket (staged
+/* bfloat16 compression through troupe_allreduce: three tensors of one bucket (staged
  * together), then a single element. Values are multiples of 1/4 within +-7.5: exact in
  * bfloat16, and so are their sums over up to 8 ranks. */
 static void s_test_bf16(void)

@@ -303,7 +303,8 @@ static void s_dispatch(troupe__req_t **r_p)
 /* INVALID_ARGUMENT naming the bits of `flags` that are not TROUPE_COLL_* flags. */
 static troupe_status_t s_check_flags(const char *what, unsigned flags)
 {
-    unsigned unknown = flags & ~(unsigned)(TROUPE_COLL_LAZY | TROUPE_COLL_BF16);
+    unsigned unknown =
+        flags & ~(unsigned)(TROUPE_COLL_LAZY | TROUPE_COLL_BF16 | TROUPE_COLL_DEFERRED);
     if (unknown != 0)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: unknown flags 0x%x", what, unknown);
     return TROUPE_OK;
@@ -336,12 +337,6 @@ static troupe_status_t s_host_collective(troupe__req_kind_t kind,
     return TROUPE_OK;
 }
 
-troupe_status_t troupe_allreduce(const troupe_coll_tensor_t *tensors, size_t n,
-                                 troupe_reduce_op_t op, troupe_event_t **out_ev)
-{
-    return s_host_collective(TROUPE__REQ_ALLREDUCE, tensors, n, op, 0, 0u, out_ev);
-}
-
 void *troupe_coll_alloc(size_t size_bytes)
 {
     void *p = troupe__shm_pools() && size_bytes >= TROUPE__SHM_MIN_BYTES
@@ -360,13 +355,6 @@ void troupe_coll_free(void *p)
 {
     if (p != NULL && !troupe__shm_free(p))
         free(p);
-}
-
-troupe_status_t troupe_allreduce_ex(const troupe_coll_tensor_t *tensors, size_t n,
-                                    troupe_reduce_op_t op, unsigned flags, troupe_event_t **out_ev)
-{
-    TROUPE_RETURN_IF_ERROR(s_check_flags("allreduce", flags));
-    return s_host_collective(TROUPE__REQ_ALLREDUCE, tensors, n, op, 0, flags, out_ev);
 }
 
 troupe_status_t troupe_broadcast(const troupe_coll_tensor_t *tensors, size_t n, int root,
@@ -417,8 +405,7 @@ static void s_lend_dtor(void *user)
 
 static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_context_t *ctx, size_t n,
                                           troupe_tnode_t *const *tns, troupe_reduce_op_t op,
-                                          int root, bool deferred, unsigned flags,
-                                          troupe_event_t **out_ev)
+                                          int root, unsigned flags, troupe_event_t **out_ev)
 {
     const char *what = troupe__req_kind_name(kind);
     if (out_ev != NULL)
@@ -474,7 +461,7 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
     }
     l->req = r;
     /* On an error return the lend ran s_lend_dtor (freeing r) and did not touch `done`. */
-    if (deferred) {
+    if ((flags & TROUPE_COLL_DEFERRED) != 0) {
         st = troupe_lend_arrays_deferred(ctx, n, tns, s_lend_start, l, s_lend_dtor, done);
         if (st == TROUPE_OK && out_ev != NULL)
             *out_ev = done; /* our reference */
@@ -487,35 +474,37 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
     return st;
 }
 
-troupe_status_t troupe_allreduce_nodes(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
-                                       troupe_reduce_op_t op, troupe_event_t **out_ev)
+troupe_status_t troupe_allreduce(const troupe_allreduce_args_t *args, troupe_event_t **out_ev)
 {
-    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, false, 0u, out_ev);
-}
-
-troupe_status_t troupe_allreduce_nodes_deferred(troupe_context_t *ctx, size_t n,
-                                                troupe_tnode_t *const *tns, troupe_reduce_op_t op,
-                                                troupe_event_t **out_done)
-{
-    return troupe_allreduce_nodes_deferred_ex(ctx, n, tns, op, 0u, out_done);
-}
-
-troupe_status_t troupe_allreduce_nodes_deferred_ex(troupe_context_t *ctx, size_t n,
-                                                   troupe_tnode_t *const *tns,
-                                                   troupe_reduce_op_t op, unsigned flags,
-                                                   troupe_event_t **out_done)
-{
-    if (out_done == NULL)
+    if (out_ev != NULL)
+        *out_ev = NULL;
+    if (args == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "allreduce: args is NULL");
+    TROUPE_RETURN_IF_ERROR(s_check_flags("allreduce", args->flags));
+    if ((args->tensors != NULL) == (args->ctx != NULL))
         return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "allreduce_nodes_deferred: out_done is NULL (the caller must wait "
-                             "for it)");
-    TROUPE_RETURN_IF_ERROR(s_check_flags("allreduce_nodes_deferred", flags));
-    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, ctx, n, tns, op, 0, true, flags, out_done);
+                             "allreduce: set either tensors (host level) or ctx and nodes (device "
+                             "level), not %s",
+                             args->tensors != NULL ? "both" : "neither");
+    bool deferred = (args->flags & TROUPE_COLL_DEFERRED) != 0;
+    if (args->tensors != NULL) {
+        if (deferred)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "allreduce: TROUPE_COLL_DEFERRED needs the device level (ctx)");
+        return s_host_collective(TROUPE__REQ_ALLREDUCE, args->tensors, args->n, args->op, 0,
+                                 args->flags, out_ev);
+    }
+    if (deferred && out_ev == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce: out_ev is NULL with TROUPE_COLL_DEFERRED (the caller "
+                             "must wait for it)");
+    return s_nodes_collective(TROUPE__REQ_ALLREDUCE, args->ctx, args->n, args->nodes, args->op, 0,
+                              args->flags, out_ev);
 }
 
 troupe_status_t troupe_broadcast_nodes(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
                                        int root, troupe_event_t **out_ev)
 {
-    return s_nodes_collective(TROUPE__REQ_BROADCAST, ctx, n, tns, TROUPE_REDUCE_SUM, root, false,
-                              0u, out_ev);
+    return s_nodes_collective(TROUPE__REQ_BROADCAST, ctx, n, tns, TROUPE_REDUCE_SUM, root, 0u,
+                              out_ev);
 }

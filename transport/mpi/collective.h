@@ -1,5 +1,6 @@
 /* troupe — collectives across ranks through the transport engine (DESIGN.md §8): allreduce with
- * fusion buckets, broadcast; on host buffers, and on a context's device arrays.
+ * fusion buckets (one entry point, troupe_allreduce, for host buffers and a context's device
+ * arrays), broadcast.
  *
  * Ordering. Collectives are matched across ranks by order: every rank must issue the same
  * collectives in the same order (issue them from one thread, or from one stream per rank, as
@@ -32,14 +33,13 @@
  * the fingerprinted request and one layout flag per rank, carried by the fingerprint digests,
  * so every rank plans alike whatever its own layout. When every rank's tensors are of one
  * type and form one span in request order (a flat gradient buffer, as DDP's buckets; parallel/
- * issues each bucket in node-id order, the order a routine's pool packs its arrays), the span
- * is cut in order into buckets of the fusion size, all reduced in place (measured: the Fashion-
- * MNIST MLP's 940 KB allreduce went from 3 buckets and ~160 us to 1 bucket and ~80 us per step
- * on two ranks). Otherwise the plan is the one above, and only whether a rank copies a bucket
- * depends on its layout. Two buckets are in flight at a time: one is reduced while the
- * engine packs the next, and, at the device level, while the owner stream is still merging the
- * next nodes locally (each troupe_allreduce_nodes call is handed over as soon as the stream
- * reaches it).
+ * issues all gradients in one request in node-id order, the order a routine's pool packs its
+ * arrays), the span is cut in order into buckets of the fusion size, all reduced in place
+ * (measured: the Fashion-MNIST MLP's 940 KB allreduce went from 3 buckets and ~160 us to 1
+ * bucket and ~80 us per step on two ranks). Otherwise the plan is the one above, and only
+ * whether a rank copies a bucket depends on its layout. One planner cuts every request
+ * (transport/mpi/bucket.c): callers hand over all their tensors at once. Two buckets are in
+ * flight at a time: one is reduced while the engine packs the next.
  *
  * Algorithms. An allreduce bucket of at least 64 KiB (and at least one element per rank) is
  * reduced by troupe's own ring over MPI point-to-point messages: reduce-scatter then
@@ -82,7 +82,8 @@
  * Events. Every call returns at once with an event (actors/event.h) completing when the
  * collective finished (or failed: its status and message), so streams can wait on it
  * (troupe_stream_wait_for) and hosts sync it (troupe_event_sync with a deadline). A host-level
- * collective (troupe_allreduce, troupe_broadcast) starts when its event is first consumed —
+ * collective (troupe_allreduce of tensors, troupe_broadcast) starts when its event is first
+ * consumed —
  * synced, its state queried, or subscribed to (a stream waiting on it) — or when the transport
  * has other work, like MPI's nonblocking collectives, which progress inside MPI calls; a thread
  * that syncs it while the transport is idle runs it itself, without waking the transport
@@ -136,49 +137,16 @@ typedef struct troupe_coll_tensor {
 /* Fills a troupe_coll_tensor_t from a node: data = `data`, count/prec/id/dims/name from tn. */
 troupe_coll_tensor_t troupe_coll_tensor_of(const troupe_tnode_t *tn, void *data);
 
-/* Allreduce of tensors[0..n) in place (fused, see above). Errors now: INVALID_ARGUMENT (NULL,
- * n == 0, a bad op or precision, count < 0), the cluster's failure status, RESOURCE_EXHAUSTED.
- * Errors later, through the event: FAILED_PRECONDITION (fingerprint mismatch),
- * DEADLINE_EXCEEDED (ranks named), TRANSPORT_ERROR (an MPI error string). */
-TROUPE_MUST_USE troupe_status_t troupe_allreduce(const troupe_coll_tensor_t *tensors, size_t n,
-                                                 troupe_reduce_op_t op, troupe_event_t **out_ev);
-
-/* Broadcast of tensors[0..n) from rank `root` to every rank, in place. Same errors, plus
- * INVALID_ARGUMENT for a root outside 0..size-1. */
-TROUPE_MUST_USE troupe_status_t troupe_broadcast(const troupe_coll_tensor_t *tensors, size_t n,
-                                                 int root, troupe_event_t **out_ev);
-
-/* Device level: allreduce of ctx's arrays of tns[0..n) in place, as one fused request, through
- * troupe_lend_arrays (actors/transfer.h): scheduled on ctx's stream, handed to the transport
- * when the stream reaches it; work scheduled after it on the stream waits for the result; the
- * arrays count as written by the stream until then. *out_ev (may be NULL) completes after the
- * result is in the arrays. Errors: those of troupe_lend_arrays and troupe_allreduce. */
-TROUPE_MUST_USE troupe_status_t troupe_allreduce_nodes(troupe_context_t *ctx, size_t n,
-                                                       troupe_tnode_t *const *tns,
-                                                       troupe_reduce_op_t op,
-                                                       troupe_event_t **out_ev);
-
-/* As troupe_allreduce_nodes, but ctx's stream does not wait for the result: it goes on with
- * the work scheduled after this call (the local merge of the next gradients) while the
- * transport reduces (troupe_lend_arrays_deferred). *out_done (required; caller owns it)
- * completes when the result is in the arrays; the caller must call
- * troupe_will_wait_for(ctx, *out_done) before any later work of ctx's stream reads or writes
- * them. Other streams wait for it by themselves (ledger). Errors: as troupe_allreduce_nodes,
- * INVALID_ARGUMENT for a NULL out_done. */
-TROUPE_MUST_USE troupe_status_t troupe_allreduce_nodes_deferred(troupe_context_t *ctx, size_t n,
-                                                                troupe_tnode_t *const *tns,
-                                                                troupe_reduce_op_t op,
-                                                                troupe_event_t **out_done);
-
-/* Flags of troupe_allreduce_nodes_deferred_ex. */
+/* Flags of troupe_allreduce_args_t. */
 enum {
-    /* The collective starts when it is first waited for (troupe_will_wait_for on ctx's stream,
-     * another stream through the ledger, or a host sync of *out_done) instead of when ctx's
-     * stream reaches it; a stream that waits for it while the transport is idle runs it on its
-     * own thread, which saves the hand-off to the transport thread and back (two thread
-     * wake-ups, and on a machine with as many busy threads as cores, two preemptions). Use it
-     * for the last collective before the stream waits (parallel/ does for its last bucket);
-     * earlier ones should start at once, to overlap with the work in between. */
+    /* Device level: the collective starts when it is first waited for (troupe_will_wait_for
+     * on ctx's stream, another stream through the ledger, or a host sync of the event)
+     * instead of when ctx's stream reaches it; a stream that waits for it while the transport
+     * is idle runs it on its own thread, which saves the hand-off to the transport thread and
+     * back (two thread wake-ups, and on a machine with as many busy threads as cores, two
+     * preemptions). Use it for the last collective before the stream waits (parallel/ does);
+     * earlier ones should start at once, to overlap with the work in between. Host level:
+     * accepted and changes nothing (host-level collectives always start lazily). */
     TROUPE_COLL_LAZY = 1u << 0,
     /* Gradient compression (Horovod's Compression.fp16, PyTorch DDP's bf16_compress_hook):
      * single-precision tensors travel between ranks as bfloat16, halving the bytes. Each
@@ -190,23 +158,51 @@ enum {
      * (fingerprinted: FAILED_PRECONDITION "bfloat16 compression on rank 0 but not on rank
      * 1"). */
     TROUPE_COLL_BF16 = 1u << 1,
+    /* Device level only: ctx's stream does not wait for the result; it goes on with the work
+     * scheduled after the call (the next step's local work) while the transport reduces
+     * (troupe_lend_arrays_deferred). The event (then required) completes when the result is in
+     * the arrays; the caller must call troupe_will_wait_for(ctx, event) before any later work
+     * of ctx's stream reads or writes them. Other streams wait for it by themselves (ledger). */
+    TROUPE_COLL_DEFERRED = 1u << 2,
 };
 
-/* troupe_allreduce_nodes_deferred with `flags` (TROUPE_COLL_LAZY, TROUPE_COLL_BF16, or both;
- * 0 is the plain call).
- * Errors: as troupe_allreduce_nodes_deferred, INVALID_ARGUMENT for unknown flags. */
-TROUPE_MUST_USE troupe_status_t troupe_allreduce_nodes_deferred_ex(troupe_context_t *ctx, size_t n,
-                                                                   troupe_tnode_t *const *tns,
-                                                                   troupe_reduce_op_t op,
-                                                                   unsigned flags,
-                                                                   troupe_event_t **out_done);
+/* What troupe_allreduce reduces, and how. Zero-initialise, then set `n` and either the host
+ * level (`tensors`) or the device level (`ctx` and `nodes`):
+ *   - host level: tensors[0..n), reduced in place in the caller's buffers;
+ *   - device level: ctx's arrays of nodes[0..n), reduced in place through troupe_lend_arrays
+ *     (actors/transfer.h): scheduled on ctx's stream, handed to the transport when the stream
+ *     reaches it; work scheduled after it on the stream waits for the result (unless
+ *     TROUPE_COLL_DEFERRED); the arrays count as written by the stream until then.
+ * The tensors or nodes of one call form one request: fingerprinted together and cut into
+ * fusion buckets by the transport (see Fusion buckets); a caller with many gradients passes
+ * them all in one call, in the order their arrays lie in memory (node-id order for a
+ * routine's arrays) so they form one span. */
+typedef struct troupe_allreduce_args {
+    troupe_reduce_op_t op; /* TROUPE_REDUCE_SUM (0) unless set */
+    unsigned flags;        /* TROUPE_COLL_LAZY | TROUPE_COLL_BF16 | TROUPE_COLL_DEFERRED */
+    size_t n;              /* tensors (host level) or nodes (device level), >= 1 */
+    const troupe_coll_tensor_t *tensors; /* host level; borrowed for the call */
+    troupe_context_t *ctx;               /* device level; borrowed */
+    troupe_tnode_t *const *nodes;        /* device level: n nodes of ctx; borrowed */
+} troupe_allreduce_args_t;
 
-/* troupe_allreduce with `flags`: TROUPE_COLL_BF16 (TROUPE_COLL_LAZY is accepted and changes
- * nothing: host-level collectives always start lazily). Errors: as troupe_allreduce,
- * INVALID_ARGUMENT for unknown flags. */
-TROUPE_MUST_USE troupe_status_t troupe_allreduce_ex(const troupe_coll_tensor_t *tensors, size_t n,
-                                                    troupe_reduce_op_t op, unsigned flags,
-                                                    troupe_event_t **out_ev);
+/* Allreduce in place, fused (see above), the one entry point for host buffers and device
+ * arrays. *out_ev (the caller owns it) completes when the result is in place (or failed: its
+ * status and message); required at the host level and with TROUPE_COLL_DEFERRED, else it may
+ * be NULL. Errors now: INVALID_ARGUMENT (NULL args, n == 0, both or neither of tensors and ctx,
+ * NULL nodes, a bad op or precision, count < 0, unknown flags, TROUPE_COLL_DEFERRED at the
+ * host level, a missing out_ev), the cluster's failure status, RESOURCE_EXHAUSTED; device
+ * level: those of troupe_lend_arrays. Errors later, through the event: FAILED_PRECONDITION
+ * (fingerprint mismatch), DEADLINE_EXCEEDED (ranks named), TRANSPORT_ERROR (an MPI error
+ * string). */
+TROUPE_MUST_USE troupe_status_t troupe_allreduce(const troupe_allreduce_args_t *args,
+                                                 troupe_event_t **out_ev);
+
+/* Broadcast of tensors[0..n) from rank `root` to every rank, in place; *out_ev (required,
+ * the caller owns it) as troupe_allreduce's at the host level. Errors: those of
+ * troupe_allreduce's host level, INVALID_ARGUMENT for a root outside 0..size-1. */
+TROUPE_MUST_USE troupe_status_t troupe_broadcast(const troupe_coll_tensor_t *tensors, size_t n,
+                                                 int root, troupe_event_t **out_ev);
 
 /* Host memory for host-level collectives (like ncclMemAlloc or MPI_Alloc_mem): `size_bytes`
  * zero-filled bytes, aligned to 64 bytes at least. While ranks reduce through shared memory
@@ -219,7 +215,9 @@ void *troupe_coll_alloc(size_t size_bytes);
 /* Releases memory from troupe_coll_alloc. NULL-safe. */
 void troupe_coll_free(void *p);
 
-/* Device level broadcast of ctx's arrays of tns[0..n) from rank `root`, as above. */
+/* Broadcast of ctx's arrays of tns[0..n) from rank `root`, scheduled on ctx's stream as
+ * troupe_allreduce's device level (the stream waits for the result); *out_ev may be NULL.
+ * Errors: those of troupe_broadcast and of troupe_lend_arrays. */
 TROUPE_MUST_USE troupe_status_t troupe_broadcast_nodes(troupe_context_t *ctx, size_t n,
                                                        troupe_tnode_t *const *tns, int root,
                                                        troupe_event_t **out_ev);
