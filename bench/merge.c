@@ -191,18 +191,18 @@ static int s_time(s_case_t *c, int warmup, int reps, double *t[S_NSIDES])
     double *all = malloc(S_NSIDES * (size_t)reps * sizeof *all);
     int rc = 1;
     if (mine == NULL || all == NULL)
-        goto out;
+        goto free_samples;
     for (int i = 0; i < warmup; i++)
         for (int side = 0; side < S_NSIDES; side++)
             if (s_side(c, side) != 0)
-                goto out;
+                goto free_samples;
     for (int i = 0; i < reps; i++) {
         for (int k = 0; k < S_NSIDES; k++) {
             int side = (i + k) % S_NSIDES;
             MPI_Barrier(MPI_COMM_WORLD);
             int64_t t0 = troupe_now_ns();
             if (s_side(c, side) != 0)
-                goto out;
+                goto free_samples;
             mine[side * reps + i] = (double)(troupe_now_ns() - t0) / 1e3;
         }
     }
@@ -210,7 +210,7 @@ static int s_time(s_case_t *c, int warmup, int reps, double *t[S_NSIDES])
     for (int side = 0; side < S_NSIDES; side++)
         memcpy(t[side], all + side * reps, (size_t)reps * sizeof(double));
     rc = 0;
-out:
+free_samples:
     if (rc != 0 && c->st != TROUPE_OK)
         troupe_bench_fail_status(S_PROG, "troupe_allreduce", c->st);
     free(mine);
@@ -261,10 +261,10 @@ static int s_case_allreduce(const troupe_bench_opts_t *o, int warmup, int64_t by
     int rc = 1;
     if (buf == NULL || block == NULL) {
         fprintf(stderr, "%s: out of memory\n", S_PROG);
-        goto out;
+        goto free_buffers;
     }
     if (s_check(&c, what) != 0 || s_time(&c, warmup, reps, t) != 0)
-        goto out;
+        goto free_buffers;
     if (s_rank == 0) {
         s_result_t r;
         s_result(t, reps, &r);
@@ -277,7 +277,7 @@ static int s_case_allreduce(const troupe_bench_opts_t *o, int warmup, int64_t by
                                 algbw, busbw, peer_algbw, r.min[0], r.min[1], s_size, reps);
     }
     rc = 0;
-out:
+free_buffers:
     if (shm)
         troupe_coll_free(buf);
     else
@@ -320,7 +320,7 @@ static int s_case_small(const troupe_bench_opts_t *o, int warmup, s_layout_t lay
     if (block == NULL)
         goto oom;
     if (s_check(&c, what) != 0 || s_time(&c, warmup, reps, t) != 0)
-        goto out;
+        goto free_buffers;
     if (s_rank == 0) {
         s_result_t r;
         s_result(t, reps, &r);
@@ -331,10 +331,10 @@ static int s_case_small(const troupe_bench_opts_t *o, int warmup, s_layout_t lay
                                 s_size, reps);
     }
     rc = 0;
-    goto out;
+    goto free_buffers;
 oom:
     fprintf(stderr, "%s: out of memory\n", S_PROG);
-out:
+free_buffers:
     for (int i = 0; i < S_SMALL_N && !flat; i++)
         troupe_free(bufs[i]);
     if (layout == S_SHM)

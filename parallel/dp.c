@@ -24,6 +24,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/vec.h"
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
 
@@ -69,17 +70,10 @@ troupe_status_t troupe__dp_sync_event(troupe_event_t **ev_p, const char *what)
 /* Adopts the caller's reference to ctx as replica r's new last context. */
 static troupe_status_t s_push(troupe__dp_replica_t *r, troupe_context_t *ctx)
 {
-    if (r->nctxs == r->ctxs_cap) {
-        size_t cap = r->ctxs_cap ? 2 * r->ctxs_cap : 16;
-        troupe_context_t **v = troupe_realloc(r->ctxs, cap * sizeof *v);
-        if (!v) {
-            troupe_context_release(&ctx);
-            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
-        }
-        r->ctxs = v;
-        r->ctxs_cap = cap;
+    if (!TROUPE__VEC_PUSH(r->ctxs, r->nctxs, r->ctxs_cap, ctx)) {
+        troupe_context_release(&ctx);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
     }
-    r->ctxs[r->nctxs++] = ctx;
     return TROUPE_OK;
 }
 

@@ -20,10 +20,12 @@
  * directory is fsynced. A load validates the whole file against the model before changing
  * anything.
  */
+#define _GNU_SOURCE /* strerror_r returning the text */
 #include "parallel/dp_impl.h"
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/strbuf.h"
 #include "transport/mpi/cluster.h"
 
 #include <errno.h>
@@ -39,35 +41,19 @@
 #define S_VERSION 1u
 #define S_MAX_LABEL 4096u
 
-/* ---- a growable byte buffer ----------------------------------------------------------------- */
+/* The text of errno value `err` in char buf[] (strerror_r: the library's threads share
+ * strerror's buffer). */
+#define S_ERRSTR(err, buf) strerror_r((err), (buf), sizeof(buf))
 
-typedef struct s_buf {
-    unsigned char *p;
-    size_t len, cap;
-    bool oom;
-} s_buf_t;
+/* ---- writing: bytes through base/strbuf.h (an allocation failure is reported once, at the
+ * end) ----------------------------------------------------------------------------------------- */
 
-static void s_put(s_buf_t *b, const void *src, size_t n)
+static void s_put(troupe__strbuf_t *b, const void *src, size_t n)
 {
-    if (b->oom)
-        return;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        unsigned char *v = troupe_realloc(b->p, cap);
-        if (!v) {
-            b->oom = true;
-            return;
-        }
-        b->p = v;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, src, n);
-    b->len += n;
+    troupe__strbuf_putn(b, src, n);
 }
 
-static void s_put_u32(s_buf_t *b, uint32_t v)
+static void s_put_u32(troupe__strbuf_t *b, uint32_t v)
 {
     unsigned char x[4];
     for (int i = 0; i < 4; i++)
@@ -75,7 +61,7 @@ static void s_put_u32(s_buf_t *b, uint32_t v)
     s_put(b, x, 4);
 }
 
-static void s_put_i64(s_buf_t *b, int64_t v)
+static void s_put_i64(troupe__strbuf_t *b, int64_t v)
 {
     unsigned char x[8];
     uint64_t u = (uint64_t)v;
@@ -143,7 +129,8 @@ static troupe_status_t s_os_error(int err, const char *what, const char *path)
     else if (err == ENOSPC || err == EDQUOT || err == ENOMEM || err == EFBIG || err == EMFILE ||
              err == ENFILE)
         st = TROUPE_RESOURCE_EXHAUSTED;
-    return troupe__error(st, "dp_save: %s '%s': %s", what, path, strerror(err));
+    char es[128];
+    return troupe__error(st, "dp_save: %s '%s': %s", what, path, S_ERRSTR(err, es));
 }
 
 /* Copies node tn of the owner stream into its host array and returns the array. */
@@ -155,7 +142,7 @@ static troupe_status_t s_fetch(troupe_dp_t *dp, troupe_tnode_t *tn, void **out)
     return troupe_tnode_host_array(tn, out);
 }
 
-static troupe_status_t s_serialize(troupe_dp_t *dp, s_buf_t *b)
+static troupe_status_t s_serialize(troupe_dp_t *dp, troupe__strbuf_t *b)
 {
     s_put(b, S_MAGIC, 8);
     s_put_u32(b, S_VERSION);
@@ -185,14 +172,11 @@ static troupe_status_t s_serialize(troupe_dp_t *dp, s_buf_t *b)
             s_put(b, host, st->size_bytes);
         }
     }
-    s_put_u32(b, s_crc(b->p, b->len));
-    if (b->oom)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_save: out of memory (%zu bytes)",
-                             b->len);
-    return TROUPE_OK;
+    s_put_u32(b, s_crc((const unsigned char *)troupe__strbuf_cstr(b), b->len));
+    return TROUPE_OK; /* an allocation failure: troupe__strbuf_finish reports it */
 }
 
-static troupe_status_t s_write_atomic(const char *path, const unsigned char *p, size_t n)
+static troupe_status_t s_write_atomic(const char *path, const char *p, size_t n)
 {
     char *tmp = troupe_strdup_printf("%s.tmp.%ld", path, (long)getpid());
     if (!tmp)
@@ -238,10 +222,11 @@ out_close:
                 *slash = '\0';
             int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
             if (dfd >= 0) {
+                char es[128];
                 if (fsync(dfd) != 0)
                     TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_PARALLEL,
                                "dp_save: fsync of the directory of '%s': %s", path,
-                               strerror(errno));
+                               S_ERRSTR(errno, es));
                 close(dfd);
             }
             troupe_free(dir);
@@ -259,11 +244,16 @@ troupe_status_t troupe_dp_save(troupe_dp_t *dp, const char *path)
     TROUPE_RETURN_IF_ERROR(troupe_dp_sync(dp));
     if (dp->rank != 0)
         return TROUPE_OK; /* only rank 0 writes (every rank holds the same parameters) */
-    s_buf_t b = {NULL, 0, 0, false};
+    troupe__strbuf_t b = TROUPE__STRBUF_INIT;
+    char *bytes = NULL;
+    size_t n = 0;
     troupe_status_t st = s_serialize(dp, &b);
     if (st == TROUPE_OK)
-        st = s_write_atomic(path, b.p, b.len);
-    troupe_free(b.p);
+        st = troupe__strbuf_finish(&b, "dp_save", &bytes, &n);
+    troupe__strbuf_reset(&b);
+    if (st == TROUPE_OK)
+        st = s_write_atomic(path, bytes, n);
+    troupe_free(bytes);
     if (st == TROUPE_OK)
         TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL, "dp: saved step %lld to %s",
                    (long long)dp->steps, path);
@@ -293,18 +283,19 @@ static troupe_status_t s_read_file(const char *path, unsigned char **out, size_t
     *out = NULL;
     *out_len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char es[128];
     if (fd < 0) {
         int err = errno;
         return troupe__error(err == ENOENT || err == ENOTDIR ? TROUPE_NOT_FOUND
                                                              : TROUPE_FAILED_PRECONDITION,
-                             "dp_load: cannot open '%s': %s", path, strerror(err));
+                             "dp_load: cannot open '%s': %s", path, S_ERRSTR(err, es));
     }
     troupe_status_t st = TROUPE_OK;
     struct stat sb;
     unsigned char *p = NULL;
     if (fstat(fd, &sb) != 0) {
         st = troupe__error(TROUPE_FAILED_PRECONDITION, "dp_load: cannot stat '%s': %s", path,
-                           strerror(errno));
+                           S_ERRSTR(errno, es));
         goto out_close;
     }
     size_t n = (size_t)sb.st_size;
@@ -323,7 +314,7 @@ static troupe_status_t s_read_file(const char *path, unsigned char **out, size_t
             continue;
         if (r < 0) {
             st = troupe__error(TROUPE_FAILED_PRECONDITION, "dp_load: cannot read '%s': %s", path,
-                               strerror(errno));
+                               S_ERRSTR(errno, es));
             goto out_close;
         }
         if (r == 0)

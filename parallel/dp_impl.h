@@ -90,7 +90,7 @@ struct troupe_dp {
     int nstate;             /* optimizer state arrays per parameter: 0, 1 (m) or 2 (m, v) */
     troupe_tnode_t **state; /* n_params * nstate, hosted: state[i * nstate + s] */
     troupe_tnode_t **temps; /* optimizer temporaries, retained */
-    size_t ntemps;
+    size_t ntemps, temps_cap;
 
     int64_t steps;
     troupe_status_t failed; /* sticky failure of a partially scheduled step */

@@ -8,6 +8,7 @@
 #include "parallel/dp_impl.h"
 
 #include "base/alloc.h"
+#include "base/vec.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -141,16 +142,8 @@ typedef struct s_builder {
 
 static troupe_status_t s_push(s_builder_t *b, troupe_asgn_t *t)
 {
-    if (b->nitems == b->cap) {
-        size_t cap = b->cap ? 2 * b->cap : 32;
-        troupe_asgn_t **v = troupe_realloc(b->items, cap * sizeof *v);
-        if (!v)
-            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory building the "
-                                                            "optimizer");
-        b->items = v;
-        b->cap = cap;
-    }
-    b->items[b->nitems++] = t;
+    if (!TROUPE__VEC_PUSH(b->items, b->nitems, b->cap, t))
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory building the optimizer");
     return TROUPE_OK;
 }
 
@@ -166,13 +159,10 @@ static troupe_status_t s_new_like(s_builder_t *b, troupe_tnode_t *like, troupe_p
     TROUPE_RETURN_IF_ERROR(troupe_tnode_new(l, 1, prec, like->ndims, like->dims, NULL, 0.0, out));
     if (temp) {
         troupe_dp_t *dp = b->dp;
-        troupe_tnode_t **v = troupe_realloc(dp->temps, (dp->ntemps + 1) * sizeof *v);
-        if (!v) {
+        if (!TROUPE__VEC_PUSH(dp->temps, dp->ntemps, dp->temps_cap, *out)) {
             troupe_tnode_release(out);
             return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
         }
-        dp->temps = v;
-        dp->temps[dp->ntemps++] = *out;
     }
     return TROUPE_OK;
 }

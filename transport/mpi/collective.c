@@ -76,7 +76,7 @@ troupe__req_t *troupe__req_new(troupe__req_kind_t kind, size_t n)
 {
     troupe__req_t *r = troupe_calloc(1, sizeof *r);
     if (r == NULL)
-        goto fail;
+        goto free_request;
     r->kind = kind;
     r->n = n;
     if (kind == TROUPE__REQ_ALLREDUCE || kind == TROUPE__REQ_BROADCAST)
@@ -85,10 +85,10 @@ troupe__req_t *troupe__req_new(troupe__req_kind_t kind, size_t n)
         r->tensors = troupe_calloc(n, sizeof *r->tensors);
         r->fp = troupe_calloc(n, sizeof *r->fp);
         if (r->tensors == NULL || r->fp == NULL)
-            goto fail;
+            goto free_request;
     }
     return r;
-fail:
+free_request:
     troupe__req_free(&r);
     troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory for a request of %zu tensors",
                   troupe__req_kind_name(kind), n);

@@ -45,6 +45,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "base/strbuf.h"
 #include "base/vec.h"
 
 #include <inttypes.h>
@@ -309,11 +310,13 @@ static void s_rank_list(const bool *bad, char *buf, size_t cap)
     int count = 0;
     for (int r = 0; r < s_a.comm.size; r++)
         count += bad[r];
-    size_t len = (size_t)snprintf(buf, cap, "%s", count == 1 ? "rank " : "ranks ");
+    troupe__strbuf_t sb;
+    troupe__strbuf_init_fixed(&sb, buf, cap);
+    troupe__strbuf_puts(&sb, count == 1 ? "rank " : "ranks ");
     int seen = 0;
-    for (int r = 0; r < s_a.comm.size && len < cap; r++)
+    for (int r = 0; r < s_a.comm.size; r++)
         if (bad[r])
-            len += (size_t)snprintf(buf + len, cap - len, "%s%d", seen++ ? ", " : "", r);
+            troupe__strbuf_printf(&sb, "%s%d", seen++ ? ", " : "", r);
 }
 
 /* ---- state of a request ------------------------------------------------------------------ */

@@ -10,6 +10,7 @@
 
 #include "base/alloc.h"
 #include "base/status.h"
+#include "base/strbuf.h"
 #include "ir/prec.h"
 
 #include <inttypes.h>
@@ -134,13 +135,12 @@ troupe_status_t troupe__fp_check_frame(const void *buf, size_t size, int rank)
 
 static void s_dims(const troupe__fp_tensor_t *t, char *buf, size_t cap)
 {
-    size_t len = 0;
-    buf[0] = '\0';
-    len += (size_t)snprintf(buf + len, cap - len, "[");
-    for (int64_t i = 0; i < t->ndims && i < TROUPE_MAX_DIMS && len < cap; i++)
-        len += (size_t)snprintf(buf + len, cap - len, "%s%" PRId64, i ? ";" : "", t->dims[i]);
-    if (len < cap)
-        snprintf(buf + len, cap - len, "]");
+    troupe__strbuf_t sb;
+    troupe__strbuf_init_fixed(&sb, buf, cap);
+    troupe__strbuf_putc(&sb, '[');
+    for (int64_t i = 0; i < t->ndims && i < TROUPE_MAX_DIMS; i++)
+        troupe__strbuf_printf(&sb, "%s%" PRId64, i ? ";" : "", t->dims[i]);
+    troupe__strbuf_putc(&sb, ']');
 }
 
 static const char *s_op_name(int64_t op)
