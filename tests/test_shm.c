@@ -1,4 +1,4 @@
-/* Tests for base/shm: shareable host memory regions (memfd). Allocation (zero-filled,
+/* Tests for base/shared_memory: shareable host memory regions (memfd). Allocation (zero-filled,
  * page-aligned, counted, bounded by TROUPE__SHM_MAX_REGIONS), lookup of addresses and spans
  * (inside, at the end, straddling it, outside, ordinary memory), freeing (only a region's
  * start), mapping a region through its reference as a peer would (own process through

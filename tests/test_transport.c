@@ -2,13 +2,15 @@
  * launcher the cluster is rank 0 of 1 and never calls MPI_Init; every collective is exact
  * (sum/max/min are the identity, mean divides by 1, a broadcast from rank 0 leaves the data),
  * at the host and the device level; invalid arguments are named; fingerprints of differing
- * requests produce the messages the ranks report (compared here without MPI); remote contexts
- * accept no rank of a single-rank cluster. Multi-rank behaviour: tests/mpi/. */
+ * requests produce the messages the ranks report (compared here without MPI); the fusion-bucket
+ * planner cuts flat and scattered requests as collective.h says, and its staging round-trips;
+ * remote contexts accept no rank of a single-rank cluster. Multi-rank behaviour: tests/mpi/. */
 #include "actors/troupe.h"
 #include "base/alloc.h"
 #include "troupe_config.h"
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
+#include "transport/mpi/bucket_impl.h"
 #include "transport/mpi/transport_impl.h"
 #include "runtime_test_util.h"
 
@@ -453,6 +455,108 @@ Test(transport, fingerprint_mismatches_name_ranks_tensor_and_field)
           "do not hold 2 tensors");
     troupe_free(fa);
     troupe__req_free(&a);
+}
+
+/* ---- fusion buckets (the planner every request goes through; no MPI needed) ------------- */
+
+/* Segment k of plan p is tensor t from unit off, count units. */
+static void s_seg_is(const troupe__bucket_plan_t *p, size_t k, size_t t, int64_t off, int64_t count)
+{
+    cr_assert_lt(k, p->nsegs);
+    cr_assert(p->segs[k].t == t && p->segs[k].off == off && p->segs[k].count == count,
+              "segment %zu: tensor %zu [%lld, +%lld), expected tensor %zu [%lld, +%lld)", k,
+              p->segs[k].t, (long long)p->segs[k].off, (long long)p->segs[k].count, t,
+              (long long)off, (long long)count);
+}
+
+/* Tensors back to back in request order form one span; the flat plan cuts it in order into
+ * buckets of the fusion size, each in place, whatever the tensor boundaries. */
+Test(transport, flat_requests_are_cut_in_order_into_in_place_buckets)
+{
+    static float span[60];
+    troupe_coll_tensor_t t[3] = {
+        {.data = span, .count = 10, .prec = TROUPE_PREC_SINGLE},
+        {.data = span + 10, .count = 20, .prec = TROUPE_PREC_SINGLE},
+        {.data = span + 30, .count = 30, .prec = TROUPE_PREC_SINGLE},
+    };
+    troupe__req_t *r = s_req(TROUPE__REQ_ALLREDUCE, 3, t);
+    r->fusion_bytes = 25 * sizeof(float);
+    const char *start = NULL;
+    int64_t bytes = 0;
+    troupe__cls_t cls = TROUPE__NCLS;
+    cr_assert(troupe__bucket_flat(r, &start, &bytes, &cls));
+    cr_assert(start == (const char *)span && bytes == (int64_t)sizeof span);
+    cr_assert_eq(cls, TROUPE__CLS_F32);
+    troupe__bucket_plan_t p = {0};
+    OK(troupe__bucket_plan(&p, r, true, "allreduce #1"));
+    cr_assert_eq(p.nbks, 3);
+    const int64_t units[3] = {25, 25, 10};
+    for (size_t b = 0; b < 3; b++) {
+        cr_assert_eq(p.bks[b].units, units[b], "bucket %zu", b);
+        cr_assert(p.bks[b].in_place, "bucket %zu is staged", b);
+        cr_assert_eq(p.bks[b].slot, -1);
+    }
+    s_seg_is(&p, 0, 0, 0, 10);
+    s_seg_is(&p, 1, 1, 0, 15);
+    s_seg_is(&p, 2, 1, 15, 5);
+    s_seg_is(&p, 3, 2, 0, 20);
+    s_seg_is(&p, 4, 2, 20, 10);
+    cr_assert_eq(troupe__seg_ptr(r, &p.segs[2]), (void *)(span + 25));
+    troupe__bucket_plan_free(&p);
+    /* a gap breaks the span */
+    r->tensors[2].data = span + 31;
+    cr_assert_not(troupe__bucket_flat(r, &start, &bytes, &cls));
+    troupe__req_free(&r);
+}
+
+/* Otherwise the plan goes class by class: large tensors in buckets of their own (sliced when
+ * larger than a bucket), small ones packed in order into shared buckets, staged when they do
+ * not lie back to back; half precision is widened to single through the staging buffer. */
+Test(transport, class_plans_share_buckets_and_stage_scattered_tensors)
+{
+    static float a[8], c[4];
+    static double d[3];
+    static uint16_t h[2];
+    troupe_coll_tensor_t t[4] = {
+        {.data = a, .count = 8, .prec = TROUPE_PREC_SINGLE},
+        {.data = d, .count = 3, .prec = TROUPE_PREC_DOUBLE},
+        {.data = c, .count = 4, .prec = TROUPE_PREC_SINGLE},
+        {.data = h, .count = 2, .prec = TROUPE_PREC_HALF},
+    };
+    troupe__req_t *r = s_req(TROUPE__REQ_ALLREDUCE, 4, t);
+    r->fusion_bytes = 6 * sizeof(float); /* a (8) is larger than a bucket: two slices */
+    const char *start = NULL;
+    int64_t bytes = 0;
+    troupe__cls_t cls = TROUPE__NCLS;
+    cr_assert_not(troupe__bucket_flat(r, &start, &bytes, &cls));
+    troupe__bucket_plan_t p = {0};
+    OK(troupe__bucket_plan(&p, r, false, "allreduce #2"));
+    /* single: a's two slices, then c and h (widened) sharing one bucket; double: d */
+    cr_assert_eq(p.nbks, 4);
+    cr_assert(p.bks[0].cls == TROUPE__CLS_F32 && p.bks[0].units == 6 && p.bks[0].in_place);
+    cr_assert(p.bks[1].cls == TROUPE__CLS_F32 && p.bks[1].units == 2 && p.bks[1].in_place);
+    cr_assert(p.bks[2].cls == TROUPE__CLS_F32 && p.bks[2].units == 6 && !p.bks[2].in_place);
+    cr_assert(p.bks[3].cls == TROUPE__CLS_F64 && p.bks[3].units == 3 && p.bks[3].in_place);
+    s_seg_is(&p, 0, 0, 0, 6);
+    s_seg_is(&p, 1, 0, 6, 2);
+    s_seg_is(&p, 2, 2, 0, 4);
+    s_seg_is(&p, 3, 3, 0, 2);
+    s_seg_is(&p, 4, 1, 0, 3);
+    /* staging round trip: c's values and h's half values come back, mean divided by 2 */
+    for (int i = 0; i < 4; i++)
+        c[i] = (float)(2 * i + 2);
+    h[0] = troupe_single_to_half(3.0f);
+    h[1] = troupe_single_to_half(-5.0f);
+    float slot[6];
+    cr_assert_eq(troupe__bucket_bytes(&p.bks[2]), sizeof slot);
+    troupe__bucket_pack(r, &p, &p.bks[2], slot);
+    cr_assert(slot[0] == 2.0f && slot[3] == 8.0f && slot[4] == 3.0f && slot[5] == -5.0f);
+    r->op = TROUPE_REDUCE_MEAN;
+    troupe__bucket_unpack(r, &p, &p.bks[2], slot, 2);
+    cr_assert(c[0] == 1.0f && c[3] == 4.0f);
+    cr_assert(troupe_half_to_single(h[0]) == 1.5f && troupe_half_to_single(h[1]) == -2.5f);
+    troupe__bucket_plan_free(&p);
+    troupe__req_free(&r);
 }
 
 /* The transport's bfloat16 conversions (TROUPE_COLL_BF16) give the bits of ir/prec's, ties

@@ -8,13 +8,13 @@
  *   kill-data  issues it (a 256 MiB tensor, so its data is still moving) and SIGKILLs itself
  *              5 ms later: rank 0's data phase stalls and a liveness probe names rank 1;
  *   kill-shm   the same with the tensor in troupe_coll_alloc memory, so the data phase goes
- *              through shared memory (transport/mpi/shm.c; the first three allreduces are
+ *              through shared memory (transport/mpi/shm_allreduce.c; the first three allreduces are
  *              checked to have gone that way): rank 1 dies while reducing its half, before it
  *              departs (its half of 256 MiB takes far longer than 5 ms), so rank 0 waits on
  *              its departure flag forever and the deadline and liveness probe must name it.
  * Rank 0 must see DEADLINE_EXCEEDED naming "rank 1" (TROUPE_TIMEOUT_S=5 in the test's
  * environment); it prints the message, leaves the cluster (troupe_cluster_leave stops the
- * transport actor, so this thread may call MPI) and ends the job with MPI_Abort(3): the
+ * transport engine, so this thread may call MPI) and ends the job with MPI_Abort(3): the
  * program's choice, since the test runs mpiexec with orte_abort_on_non_zero_status=0 (below),
  * where a plain non-zero exit would leave mpiexec waiting for the dead rank. Anything else prints a
  * FAIL line (and also exits non-zero). tests/mpi/transport_death.sh runs it under mpiexec and

@@ -1,4 +1,4 @@
-/* troupe — multi-rank test of the transport's ring allreduce (transport/mpi/actor.c, buckets
+/* troupe — multi-rank test of the transport's ring allreduce (transport/mpi/ring.c, buckets
  * of at least 64 KiB), run by CTest under `mpiexec -n 2` and `-n 3` (uneven rings):
  *   - sum, mean, max and min of single, double, half and bfloat16 (widened, staged), int32 and
  *     int64 tensors of 40003 elements (chunks of unequal length), against the exact result;

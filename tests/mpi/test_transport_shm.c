@@ -1,8 +1,8 @@
-/* troupe — multi-rank test of the intra-node shared-memory allreduce (transport/mpi/shm.c;
- * collective.h, "Shared memory"), run by CTest under `mpiexec -n 2` and `-n 3` on this one
- * machine, so every rank is on one node and shared memory must be on: every allreduce below
- * whose tensors lie back to back in troupe_coll_alloc memory on every rank is counted in
- * stats.shm (+1 per collective) and uses no ring bucket and no staging:
+/* troupe — multi-rank test of the intra-node shared-memory allreduce
+ * (transport/mpi/shm_allreduce.c; collective.h, "Shared memory"), run by CTest under `mpiexec -n 2`
+ * and `-n 3` on this one machine, so every rank is on one node and shared memory must be on: every
+ * allreduce below whose tensors lie back to back in troupe_coll_alloc memory on every rank is
+ * counted in stats.shm (+1 per collective) and uses no ring bucket and no staging:
  *   - sum, mean, max and min of single, double, int32 and int64 tensors of 1, 7, 16, 40003 and
  *     2^20 elements (chunks of zero elements, of unequal length, several engine slices),
  *     against the exact result;

@@ -78,28 +78,33 @@ void troupe__bf16_unpack(float *restrict dst, const uint16_t *restrict src, int6
         }                                                                                          \
     } while (0)
 
+/* The cases of a switch over the types reduced natively: M(T, U) for each, T the element type,
+ * U the type sums are computed in (unsigned for integers: wrap-around, no overflow UB). */
+#define S_NATIVE_CASES(M)                                                                          \
+    case TROUPE__RED_F32:                                                                          \
+        M(float, float);                                                                           \
+        break;                                                                                     \
+    case TROUPE__RED_F64:                                                                          \
+        M(double, double);                                                                         \
+        break;                                                                                     \
+    case TROUPE__RED_I32:                                                                          \
+        M(int32_t, uint32_t);                                                                      \
+        break;                                                                                     \
+    case TROUPE__RED_I64:                                                                          \
+        M(int64_t, uint64_t);                                                                      \
+        break;                                                                                     \
+    case TROUPE__RED_U32:                                                                          \
+        M(uint32_t, uint32_t);                                                                     \
+        break;                                                                                     \
+    case TROUPE__RED_U64:                                                                          \
+        M(uint64_t, uint64_t);                                                                     \
+        break;
+
 void troupe__reduce_into(troupe__red_type_t type, troupe_reduce_op_t op, void *restrict dst,
                          const void *restrict src, int64_t n)
 {
     switch (type) {
-    case TROUPE__RED_F32:
-        S_LOOP(float, float);
-        break;
-    case TROUPE__RED_F64:
-        S_LOOP(double, double);
-        break;
-    case TROUPE__RED_I32:
-        S_LOOP(int32_t, uint32_t);
-        break;
-    case TROUPE__RED_I64:
-        S_LOOP(int64_t, uint64_t);
-        break;
-    case TROUPE__RED_U32:
-        S_LOOP(uint32_t, uint32_t);
-        break;
-    case TROUPE__RED_U64:
-        S_LOOP(uint64_t, uint64_t);
-        break;
+        S_NATIVE_CASES(S_LOOP)
     case TROUPE__RED_BF16:
         s_reduce_bf16(op, dst, src, n);
         break;
@@ -176,24 +181,7 @@ void troupe__reduce_pair(troupe__red_type_t type, troupe_reduce_op_t op, void *r
                          void *restrict b, int64_t n)
 {
     switch (type) {
-    case TROUPE__RED_F32:
-        S_PAIR(float, float);
-        break;
-    case TROUPE__RED_F64:
-        S_PAIR(double, double);
-        break;
-    case TROUPE__RED_I32:
-        S_PAIR(int32_t, uint32_t);
-        break;
-    case TROUPE__RED_I64:
-        S_PAIR(int64_t, uint64_t);
-        break;
-    case TROUPE__RED_U32:
-        S_PAIR(uint32_t, uint32_t);
-        break;
-    case TROUPE__RED_U64:
-        S_PAIR(uint64_t, uint64_t);
-        break;
+        S_NATIVE_CASES(S_PAIR)
     case TROUPE__RED_BF16:
     case TROUPE__RED_NONE:
         break;
