@@ -1,6 +1,6 @@
 /* troupe — the cluster (transport/mpi/cluster.h): launcher detection, MPI initialisation and
  * finalisation, ranks, the cluster's failure state, and the remote transport that
- * troupe_device_to_device uses across ranks (actors/transfer.h). */
+ * troupe_device_to_device uses across ranks (actors/lend.h). */
 #define _GNU_SOURCE /* setenv */
 #include "troupe_config.h"
 
@@ -8,7 +8,7 @@
 #include "transport/mpi/engine_impl.h"
 #include "transport/mpi/transport_impl.h"
 
-#include "actors/transfer.h"
+#include "actors/lend.h"
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -146,7 +146,7 @@ const char *troupe_mpi_version(void)
     return s_version;
 }
 
-/* ---- the remote transport (actors/transfer.h) -------------------------------------------- */
+/* ---- the remote transport (actors/lend.h) -------------------------------------------- */
 
 static troupe_status_t s_remote_move(void *user, bool is_send, int peer, troupe_tnode_t *tn,
                                      void *ptr, int64_t bytes, troupe_event_t *done)

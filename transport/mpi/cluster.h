@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 /* Initialises the cluster (see the header comment) and registers troupe's remote transport
- * (actors/transfer.h) so troupe_device_to_device accepts remote contexts. argc/argv may be NULL.
+ * (actors/lend.h) so troupe_device_to_device accepts remote contexts. argc/argv may be NULL.
  * A second call returns OK and does nothing. Unless the user set it, Open MPI's non-blocking
  * allreduce algorithm is chosen as Rabenseifner's (coll_libnbc_iallreduce_algorithm=3, which
  * matches blocking MPI_Allreduce on large buffers; libnbc's default is up to 2x slower).

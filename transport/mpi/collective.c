@@ -8,7 +8,7 @@
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/transport_impl.h"
 
-#include "actors/transfer.h"
+#include "actors/lend.h"
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/config.h"

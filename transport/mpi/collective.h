@@ -170,7 +170,7 @@ enum {
  * level (`tensors`) or the device level (`ctx` and `nodes`):
  *   - host level: tensors[0..n), reduced in place in the caller's buffers;
  *   - device level: ctx's arrays of nodes[0..n), reduced in place through troupe_lend_arrays
- *     (actors/transfer.h): scheduled on ctx's stream, handed to the transport when the stream
+ *     (actors/lend.h): scheduled on ctx's stream, handed to the transport when the stream
  *     reaches it; work scheduled after it on the stream waits for the result (unless
  *     TROUPE_COLL_DEFERRED); the arrays count as written by the stream until then.
  * The tensors or nodes of one call form one request: fingerprinted together and cut into
