@@ -165,7 +165,17 @@ void troupe_bench_print_machine(const char *bench_flags)
     struct utsname u;
     if (uname(&u) == 0)
         snprintf(os, sizeof os, "%s %s %s", u.sysname, u.release, u.machine);
-    printf("machine cores=%ld cpu=\"%s\" os=\"%s\"\n", sysconf(_SC_NPROCESSORS_ONLN), cpu, os);
+    /* the load average: others compiling on a shared machine make every time noisier */
+    char load[64] = "unknown";
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        double l1 = 0, l5 = 0;
+        if (fscanf(lf, "%lf %lf", &l1, &l5) == 2)
+            snprintf(load, sizeof load, "%.2f,%.2f", l1, l5);
+        fclose(lf);
+    }
+    printf("machine cores=%ld cpu=\"%s\" os=\"%s\" load=%s\n", sysconf(_SC_NPROCESSORS_ONLN), cpu,
+           os, load);
 
 #if defined(__clang__)
     const char *bench_cc = "clang " __clang_version__;

@@ -65,7 +65,7 @@ void troupe_bench_opts_default(troupe_bench_opts_t *opts);
 int troupe_bench_parse_args(int argc, char **argv, const char *about, troupe_bench_opts_t *opts);
 
 /* Prints the machine facts on stdout:
- *   machine cores=<online> cpu="<model>" os="<sysname release machine>"
+ *   machine cores=<online> cpu="<model>" os="<sysname release machine>" load=<1 min>,<5 min>
  *   compiler bench_cc="<compiler of the benchmark>" bench_flags="<its flags>"
  *   troupe version=<v> cc="<$CC>" cc_version="<first line of $CC --version>" cc_flags="<flags>"
  *          cache_dir=<dir>

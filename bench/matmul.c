@@ -8,9 +8,12 @@
  * (the host driver runs it synchronously in the calling thread).
  * Peers, compiled into this program with the flags printed as bench_flags:
  *   naive     the textbook dot-product loop, order r-j-i (row, column, reduction innermost);
- *   openblas  cblas_sgemm of the system BLAS when CMake found one (BENCH_HAVE_CBLAS; the peer
- *             is called "cblas" when it is not OpenBLAS), run on one thread as troupe's
- *             routine is.
+ *   openblas  cblas_sgemm of OpenBLAS when CMake found it (BENCH_HAVE_OPENBLAS; linked by name,
+ *             never the system's generic BLAS, which may be the reference one), run on one
+ *             thread as troupe's routine is. Its identity comes first (openblas_peer.h:
+ *             openblas_get_config(), the core it picked, its threads), with a warning when it
+ *             does not run the kernels this CPU takes. Without OpenBLAS a line says why and
+ *             the peer is skipped.
  * Cases (m x k x n: x is m x k, w is k x n): 512x512x512, and the MLP layer 64x784x256
  * (batch 64, 784 inputs, 256 outputs).
  *
@@ -48,22 +51,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if BENCH_HAVE_CBLAS
+#if BENCH_HAVE_OPENBLAS
+#include "bench/openblas_peer.h"
+
 #include <cblas.h>
 #endif
 
 #define S_PROG "bench_matmul"
 #define S_TOLERANCE 1e-4
 
-/* peer_threads of the BLAS line: OpenBLAS is set to one thread; another BLAS keeps its own
- * default, which this program cannot query. */
-#if BENCH_HAVE_OPENBLAS
 #define S_BLAS_PEER "openblas"
-#define S_BLAS_THREADS "1"
-#else
-#define S_BLAS_PEER "cblas"
-#define S_BLAS_THREADS "default"
-#endif
 
 typedef struct s_case {
     const char *name;
@@ -122,7 +119,7 @@ static int s_run_naive(void *arg)
     return 0;
 }
 
-#if BENCH_HAVE_CBLAS
+#if BENCH_HAVE_OPENBLAS
 static int s_run_blas(void *arg)
 {
     s_state_t *s = arg;
@@ -359,7 +356,7 @@ static int s_run_case(const s_case_t *c, int32_t pool_id, troupe_driver_t *drv, 
     /* Sides: troupe, naive, then the BLAS when linked. */
     troupe_bench_side_t sides[3] = {{s_run_troupe, &s}, {s_run_naive, &s}};
     int nsides = 2;
-#if BENCH_HAVE_CBLAS
+#if BENCH_HAVE_OPENBLAS
     sides[nsides++] = (troupe_bench_side_t){s_run_blas, &s};
 #endif
     troupe_bench_stats_t t[3];
@@ -371,7 +368,7 @@ static int s_run_case(const s_case_t *c, int32_t pool_id, troupe_driver_t *drv, 
         goto out;
     }
     const troupe_bench_stats_t t_troupe = t[0], t_naive = t[1];
-#if BENCH_HAVE_CBLAS
+#if BENCH_HAVE_OPENBLAS
     const troupe_bench_stats_t t_blas = t[2];
 #endif
 
@@ -395,17 +392,18 @@ static int s_run_case(const s_case_t *c, int32_t pool_id, troupe_driver_t *drv, 
         (long long)c->m, (long long)c->k, (long long)c->n, s_gflops(&s, t_troupe.median_us),
         s_gflops(&s, t_naive.median_us), t_troupe.runs, t_naive.runs, compile_ms, err,
         ok ? "ok" : "fail");
-#if BENCH_HAVE_CBLAS
+#if BENCH_HAVE_OPENBLAS
     double blas_err = 0.0;
     bool blas_ok = s_check(c->name, S_BLAS_PEER, &s, s.y_blas, scale, &blas_err);
     *check_ok = *check_ok && blas_ok;
     troupe_bench_print_case(
         "matmul", c->name, bytes, t_troupe.median_us, S_BLAS_PEER, t_blas.median_us,
         "m=%lld k=%lld n=%lld troupe_gflops=%.2f peer_gflops=%.2f troupe_threads=1 "
-        "peer_threads=" S_BLAS_THREADS " troupe_runs=%d peer_runs=%d compile_ms=%.1f "
+        "peer_threads=%d troupe_runs=%d peer_runs=%d compile_ms=%.1f "
         "max_rel_err=%.2e peer_max_rel_err=%.2e check=%s",
         (long long)c->m, (long long)c->k, (long long)c->n, s_gflops(&s, t_troupe.median_us),
-        s_gflops(&s, t_blas.median_us), t_troupe.runs, t_blas.runs, compile_ms, err, blas_err,
+        s_gflops(&s, t_blas.median_us), openblas_get_num_threads(), t_troupe.runs, t_blas.runs,
+        compile_ms, err, blas_err,
         ok && blas_ok ? "ok" : "fail");
 #endif
     rc = 0;
@@ -428,23 +426,17 @@ int main(int argc, char **argv)
     troupe_bench_opts_default(&opts);
     int pr = troupe_bench_parse_args(
         argc, argv,
-        "Single-precision matmul: troupe's generated code vs a naive loop and the system BLAS.",
+        "Single-precision matmul: troupe's generated code vs a naive loop and OpenBLAS.",
         &opts);
     if (pr != 0)
         return pr > 0 ? 0 : 2;
 
     troupe_bench_print_machine(TROUPE_BENCH_C_FLAGS);
 #if BENCH_HAVE_OPENBLAS
-    openblas_set_num_threads(1);
-    char extra[128];
-    snprintf(extra, sizeof extra, "core=%s threads=%d", openblas_get_corename(),
-             openblas_get_num_threads());
-    troupe_bench_print_library("openblas", openblas_get_config(), extra);
-#elif BENCH_HAVE_CBLAS
-    troupe_bench_print_library("cblas", "unknown (" BENCH_CBLAS_LIBS ")",
-                               "threads=library-default");
+    troupe_bench_openblas_identify();
 #else
-    troupe_bench_print_library("cblas", "not found at configure time", NULL);
+    troupe_bench_print_library("openblas", "absent", "reason=\"" BENCH_OPENBLAS_WHY "\"");
+    printf("peer openblas skipped: %s\n", BENCH_OPENBLAS_WHY);
 #endif
 
     const troupe_driver_vtable_t *vt = NULL;

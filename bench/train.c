@@ -33,8 +33,18 @@
  *   bench=train case=<case> bytes=<bytes per sample> troupe_us=<us per sample>
  *     peer=1x1 peer_us=<us per sample of 1x1> ratio=<troupe_us/peer_us> samples_per_s=<n>
  *     global_batch=<n>
- * where bytes = the input and one-hot label bytes one sample reads ((784 + 10) x 4), then the
- * last line
+ * where bytes = the input and one-hot label bytes one sample reads ((784 + 10) x 4), then,
+ * against PyTorch (bench/peers/torch_mlp.py: the same MLP, loss, SGD with momentum and
+ * synthetic data, step time only), times per step of the global minibatch 128:
+ *   bench=train case=1x1 bytes=<bytes per step> troupe_us=<us per step> peer=torch-<v>-1thread
+ *     peer_us=<torch's us per step, one thread> ratio=... troupe_samples_s=<n>
+ *     peer_samples_s=<n> global_batch=128 rounds=<n>
+ *   bench=train case=2x1 ... peer=torch-<v>-ddp-gloo-2x64 (two processes, DDP over gloo on
+ *     loopback, 64 samples and one thread each)
+ * The torch peer runs once per paired round in each mode (the medians are printed) under the
+ * first interpreter that imports torch ($TROUPE_BENCH_PYTHON, python3, /usr/bin/python3); its
+ * identity (torch's version, the OpenBLAS it loaded and that library's core) is a facts line.
+ * Without torch a line `peer torch absent: <why>` replaces these two lines. Then the last line
  *   efficiency=<samples_per_s(2x1) / (2 x samples_per_s(1x1))> efficiency_1x2=<the same for
  *   1x2> efficiency_weak=<the same for 2x1-weak> efficiency_nocomm=<the same for 2x1-nocomm>
  *   rounds=<n> efficiency_min=<lowest round> efficiency_max=<highest round>
@@ -235,6 +245,8 @@ typedef struct s_child_proc {
     const char *what; /* for messages */
 } s_child_proc_t;
 
+static troupe_status_t s_spawn(char **argv, s_child_proc_t *c);
+
 /* Starts `self --child --batch B --runs R --warmup W`, under `mpiexec -n 2 <launcher args>`
  * when `mpi` (MPI builds with a found mpiexec only). */
 static troupe_status_t s_child_start(bool mpi, int64_t batch, bool bf16, int runs, int warmup,
@@ -278,7 +290,12 @@ static troupe_status_t s_child_start(bool mpi, int64_t batch, bool bf16, int run
     if (bf16)
         argv[argc++] = (char *)"--bf16";
     argv[argc] = NULL;
+    return s_spawn(argv, c);
+}
 
+/* Starts argv (PATH searched) with its stdout on a pipe read through c->out. */
+static troupe_status_t s_spawn(char **argv, s_child_proc_t *c)
+{
     int fds[2];
     if (pipe(fds) != 0)
         return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "pipe: %s", strerror(errno));
@@ -373,6 +390,108 @@ static double s_nocomm_case(int64_t batch, int runs, int warmup, const char *wha
     }
     double per_s = (double)samples[0] / med[0] + (double)samples[1] / med[1]; /* per us */
     return 1.0 / per_s;
+}
+
+/* ---- the PyTorch peer (bench/peers/torch_mlp.py) ------------------------------------------ */
+
+#ifndef TROUPE_BENCH_TORCH_SCRIPT
+#define TROUPE_BENCH_TORCH_SCRIPT "bench/peers/torch_mlp.py"
+#endif
+
+/* The interpreter that imported torch (NULL until one did), torch's major.minor version, and
+ * why no interpreter could (set once every candidate failed). */
+static const char *s_torch_python;
+static char s_torch_version[32] = "unknown";
+static char s_torch_absent[512];
+
+/* Runs the script once: `<python> torch_mlp.py --mode <mode> --runs R --steps S_STEPS`. Its
+ * `library` line goes to stdout when print_facts; other unknown lines to stderr. Returns 0 with
+ * *us_per_step set, 3 when this interpreter cannot import torch (the reason in
+ * s_torch_absent), 1 on a failure (printed). */
+static int s_torch_run(const char *python, const char *mode, int runs, bool print_facts,
+                       double *us_per_step)
+{
+    char runs_s[16], steps_s[16];
+    snprintf(runs_s, sizeof runs_s, "%d", runs);
+    snprintf(steps_s, sizeof steps_s, "%d", S_STEPS);
+    char *argv[] = {(char *)python, (char *)TROUPE_BENCH_TORCH_SCRIPT, (char *)"--mode",
+                    (char *)mode, (char *)"--runs", runs_s, (char *)"--steps", steps_s, NULL};
+    s_child_proc_t c = {.what = "torch peer"};
+    if (s_spawn(argv, &c) != TROUPE_OK) {
+        snprintf(s_torch_absent, sizeof s_torch_absent, "%s", troupe_last_error());
+        return 3;
+    }
+    char line[1024];
+    bool found = false, absent = false;
+    while (c.out && fgets(line, sizeof line, c.out)) {
+        const char *med = strstr(line, " median_step_us=");
+        const char *ver = strstr(line, " version=\"");
+        if (strncmp(line, "torch_peer absent ", 18) == 0) {
+            absent = true;
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(s_torch_absent, sizeof s_torch_absent, "%s: %.400s", python, line + 18);
+        } else if (strncmp(line, "torch_peer ", 11) == 0 && med) {
+            *us_per_step = strtod(med + 16, NULL);
+            found = *us_per_step > 0.0;
+        } else if (strncmp(line, "library name=torch ", 19) == 0) {
+            if (ver) { /* "1.13.0a0" -> "1.13" */
+                int major = 0, minor = 0;
+                if (sscanf(ver + 10, "%d.%d", &major, &minor) == 2)
+                    snprintf(s_torch_version, sizeof s_torch_version, "%d.%d", major, minor);
+            }
+            if (print_facts)
+                fputs(line, stdout);
+        } else {
+            fputs(line, stderr);
+        }
+    }
+    if (c.out)
+        fclose(c.out);
+    int status = 0;
+    while (waitpid(c.pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (rc == 3 || absent) {
+        if (!absent)
+            snprintf(s_torch_absent, sizeof s_torch_absent, "%s exited with status 3", python);
+        return 3;
+    }
+    if (rc != 0 || !found) {
+        fprintf(stderr, "%s: the torch peer (%s, mode %s) failed (status %d)%s\n", S_PROG, python,
+                mode, rc, found ? "" : ", no result line");
+        return 1;
+    }
+    return 0;
+}
+
+/* The torch peer's median step time in us in `mode`, NAN when torch is absent (one line on
+ * stdout says so, once) or the peer failed. The interpreters tried, in order:
+ * $TROUPE_BENCH_PYTHON, python3 on PATH, /usr/bin/python3 (where Debian's python3-torch is). */
+static double s_torch_case(const char *mode, int runs, bool print_facts)
+{
+    static bool said_absent = false;
+    double us = NAN;
+    if (s_torch_python)
+        return s_torch_run(s_torch_python, mode, runs, print_facts, &us) == 0 ? us : NAN;
+    if (said_absent)
+        return NAN;
+    const char *env = getenv("TROUPE_BENCH_PYTHON");
+    const char *cands[3] = {env && env[0] ? env : NULL, "python3", "/usr/bin/python3"};
+    for (int i = 0; i < 3; i++) {
+        if (!cands[i])
+            continue;
+        int rc = s_torch_run(cands[i], mode, runs, print_facts, &us);
+        if (rc == 0) {
+            s_torch_python = cands[i];
+            return us;
+        }
+        if (rc != 3)
+            return NAN;
+    }
+    printf("peer torch absent: %s (deploy/bench.sh installs python3-torch)\n", s_torch_absent);
+    fflush(stdout);
+    said_absent = true;
+    return NAN;
 }
 
 /* The median of v[0..n) (n <= S_ROUNDS + 1); NAN when any is NAN (a case not measured). */
@@ -477,6 +596,7 @@ int main(int argc, char **argv)
     bool quick = opts.max_runs == opts.min_runs;
     int runs = quick ? opts.min_runs : S_CHILD_RUNS, rounds = quick ? 1 : S_ROUNDS;
     double r11[S_ROUNDS + 1], rus[NCASES][S_ROUNDS], eff[NCASES][S_ROUNDS];
+    double torch1[S_ROUNDS], torchd[S_ROUNDS]; /* the torch peer's step times, us */
     int n11 = 0;
     r11[n11++] = us[C11];
     troupe_bench_opts_t o11 = opts;
@@ -502,6 +622,8 @@ int main(int argc, char **argv)
         rus[C21N][k] = s_nocomm_case(S_GLOBAL_BATCH / 2, runs, opts.warmup, names[C21N]);
         for (int c = C21; c < NCASES; c++)
             eff[c][k] = u11 / (2.0 * rus[c][k]); /* throughput(2) / (2 throughput(1)) */
+        torch1[k] = s_torch_case("1thread", runs, k == 0);
+        torchd[k] = s_torch_case("ddp", runs, false);
     }
     us[C11] = s_median(r11, n11);
     for (int c = C21; c < NCASES; c++)
@@ -515,6 +637,24 @@ int main(int argc, char **argv)
         troupe_bench_print_case("train", names[c], S_BYTES_PER_SAMPLE, us[c], "1x1", us[C11],
                                 "samples_per_s=%.0f global_batch=%lld", 1e6 / us[c],
                                 (long long)batches[c]);
+    }
+    /* against the torch peer, per step of the global minibatch 128 */
+    const double t1 = s_median(torch1, rounds), td = s_median(torchd, rounds);
+    const char *const tcases[2] = {names[C11], names[C21]};
+    const double tus[2] = {us[C11], us[C21]}, peer_us[2] = {t1, td};
+    for (int i = 0; i < 2; i++) {
+        if (isnan(tus[i]) || isnan(peer_us[i]))
+            continue;
+        char peer[64];
+        snprintf(peer, sizeof peer, i == 0 ? "torch-%s-1thread" : "torch-%s-ddp-gloo-2x64",
+                 s_torch_version);
+        const double step_us = tus[i] * S_GLOBAL_BATCH;
+        troupe_bench_print_case("train", tcases[i], S_BYTES_PER_SAMPLE * S_GLOBAL_BATCH, step_us,
+                                peer, peer_us[i],
+                                "troupe_samples_s=%.0f peer_samples_s=%.0f global_batch=%d "
+                                "rounds=%d",
+                                1e6 / tus[i], 1e6 * S_GLOBAL_BATCH / peer_us[i], S_GLOBAL_BATCH,
+                                rounds);
     }
     /* throughput(2) / (2 throughput(1)) = us(1) / (2 us(2)), the median of the rounds' */
     double lo = eff[C21][0], hi = eff[C21][0];

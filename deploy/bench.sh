@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # troupe — the benchmark command: installs what is missing, builds into build/ (deploy/setup.sh,
-# plus libopenblas-dev so bench_matmul has its BLAS peer), then runs every benchmark executable
-# build/bench/bench_* in name order and prints their output.
+# plus the peers: OpenBLAS for bench_matmul, BLIS and libxsmm for bench_gemm_libs, Debian's
+# PyTorch for bench_train), then runs every benchmark executable build/bench/bench_* in name
+# order and prints their output.
+#
+# The peers run at their best: a kernel choice forced from the caller's environment
+# (OPENBLAS_CORETYPE, BLIS_ARCH_TYPE, LIBXSMM_TARGET) is dropped with a warning; then, when
+# OpenBLAS does not recognise this CPU and falls back to a generic core (Debian 12's 0.3.21 runs
+# its SSE3 "Prescott" core on AVX-512 Xeons it does not know), OPENBLAS_CORETYPE is set to the
+# core the CPU's features call for (build/bench/openblas_core says which), for every OpenBLAS
+# user below, torch included. Each benchmark prints its peers' identity (version, core, threads,
+# file) as facts lines. The peers run on one thread: OpenBLAS by openblas_set_num_threads(1) and
+# OPENBLAS_NUM_THREADS=1 for torch, BLIS's serial build, libxsmm per call.
 #
 # Usage: deploy/bench.sh [benchmark options...]
 #   Options go to every benchmark (bench/bench_util.h): --quick (3 runs, a smoke run),
@@ -16,9 +26,26 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=setup.sh
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-TROUPE_PACKAGES+=(libopenblas-dev)
+# peers only, never needed by the tests: OpenBLAS (both runtime flavours, so either can be the
+# peer: TROUPE_BENCH_OPENBLAS_FLAVOR), BLIS's serial build, libxsmm, PyTorch
+TROUPE_PACKAGES+=(libopenblas-dev libopenblas0-pthread libopenblas0-serial libblis-serial-dev
+                  libblis4-serial libxsmm-dev python3-torch)
 troupe_install_packages
 troupe_build -DTROUPE_BUILD_BENCH=ON >&2 # build progress on stderr: stdout holds results
+
+for v in OPENBLAS_CORETYPE BLIS_ARCH_TYPE LIBXSMM_TARGET; do
+  if [ -n "${!v:-}" ]; then
+    echo "troupe bench: warning: $v=${!v} forces a kernel choice, so a peer may not be at its best: unset for the run" >&2
+    unset "$v"
+  fi
+done
+if [ -x "$TROUPE_BUILD_DIR/bench/openblas_core" ]; then
+  read -r ob_core ob_want < <("$TROUPE_BUILD_DIR/bench/openblas_core") || true
+  if [ -n "${ob_want:-}" ] && [ "$ob_want" != - ]; then
+    echo "troupe bench: OpenBLAS picks core ${ob_core} on this CPU, which takes ${ob_want}: OPENBLAS_CORETYPE=${ob_want} for the peers" >&2
+    export OPENBLAS_CORETYPE=$ob_want
+  fi
+fi
 
 shopt -s nullglob
 benches=()
