@@ -25,7 +25,9 @@
  *     peer=openblas peer_us=<OpenBLAS's> ratio=<lib/openblas> lib=<library> op=<nn|tn|nt>
  *     m= k= n= beta= lib_gflops= peer_gflops= openblas_gflops= blis_gflops= libxsmm_gflops=
  *     best=<library with the most GFLOP/s> runs= max_rel_err= check=<ok|fail>
- * (a library absent or declining a shape prints `lib=<name> skipped=<why>`; concurrency lines
+ * (a library declining a shape prints `lib=<name> skipped=<why>`: libxsmm 1.17 has no JIT kernel
+ * for the row-major A B^T, its column-major transposed A; a library not found at configure
+ * time has a facts line saying so and no case lines; concurrency lines
  * add threads=2 agg_gflops=<both threads together> thread_safe=<yes|no>), then a summary
  *   gemm_libs_best case=<case> best=<library> gflops=<its GFLOP/s>
  * per case. check compares each result cell with a double-precision loop, relative to
@@ -171,8 +173,7 @@ static void s_reference(const s_case_t *c, const s_operands_t *o, double *ref, d
 }
 
 /* Largest relative error of got against ref (infinity for a NaN or infinite cell). */
-static double s_max_rel_err(const float *got, const double *ref, const double *scale,
-                            int64_t count)
+static double s_max_rel_err(const float *got, const double *ref, const double *scale, int64_t count)
 {
     double max = 0.0;
     for (int64_t i = 0; i < count; i++) {
@@ -311,8 +312,7 @@ static bool s_threads2(const s_case_t *c, s_side_t *side, const troupe_bench_opt
             double us[TROUPE_BENCH_MAX_RUNS];
             for (int r = 0; r < runs && ok; r++) {
                 ok = s_phase(w, 0, S_PAIR_CALLS);
-                int64_t ns = w[0].elapsed_ns > w[1].elapsed_ns ? w[0].elapsed_ns
-                                                                : w[1].elapsed_ns;
+                int64_t ns = w[0].elapsed_ns > w[1].elapsed_ns ? w[0].elapsed_ns : w[1].elapsed_ns;
                 us[r] = (double)ns / 1e3 / S_PAIR_CALLS;
             }
             if (ok) {
@@ -351,8 +351,8 @@ static void s_print(const s_case_t *c, const char *name, const s_side_t *side, b
     char all[256] = "";
     size_t used = 0;
     for (size_t l = 0; l < S_NLIBS; l++)
-        used += (size_t)snprintf(all + used, sizeof all - used, "%s%s_gflops=%.2f",
-                                 l ? " " : "", side[l].lib->name, gf[l]);
+        used += (size_t)snprintf(all + used, sizeof all - used, "%s%s_gflops=%.2f", l ? " " : "",
+                                 side[l].lib->name, gf[l]);
     for (size_t l = 1; l < S_NLIBS; l++) {
         const s_side_t *s = &side[l];
         if (s->skipped) {
@@ -374,7 +374,7 @@ static void s_print(const s_case_t *c, const char *name, const s_side_t *side, b
     if (S_NLIBS == 1)
         printf("bench=gemm_libs case=%s lib=openblas openblas_gflops=%.2f%s\n", name, gf[0],
                threads2 ? (side[0].thread_safe ? " threads=2 thread_safe=yes"
-                                                 : " threads=2 thread_safe=no")
+                                               : " threads=2 thread_safe=no")
                         : "");
     printf("gemm_libs_best case=%s best=%s gflops=%.2f\n", name, side[best].lib->name, gf[best]);
     fflush(stdout);
@@ -469,8 +469,8 @@ int main(int argc, char **argv)
     troupe_bench_opts_t opts;
     troupe_bench_opts_default(&opts);
     int pr = troupe_bench_parse_args(
-        argc, argv,
-        "Single-threaded sgemm of OpenBLAS, BLIS and libxsmm on the main job's shapes.", &opts);
+        argc, argv, "Single-threaded sgemm of OpenBLAS, BLIS and libxsmm on the main job's shapes.",
+        &opts);
     if (pr != 0)
         return pr > 0 ? 0 : 2;
     troupe_bench_print_machine(TROUPE_BENCH_C_FLAGS);

@@ -15,8 +15,8 @@ static void s_run(const troupe_bench_gemm_t *g, void *plan)
 {
     (void)plan;
     cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                g->trans_b ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, 1.0f, g->a, g->lda,
-                g->b, g->ldb, g->beta, g->c, g->ldc);
+                g->trans_b ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b,
+                g->ldb, g->beta, g->c, g->ldc);
 }
 
 static void s_release(void *plan)

@@ -30,8 +30,8 @@ static const char *s_prepare(const troupe_bench_gemm_t *g, void **plan)
     const libxsmm_blasint m = g->n, n = g->m, k = g->k;
     const libxsmm_blasint lda = g->ldb, ldb = g->lda, ldc = g->ldc;
     const float alpha = 1.0f, beta = g->beta;
-    const int flags = (g->trans_b ? LIBXSMM_GEMM_FLAG_TRANS_A : 0) |
-                      (g->trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0);
+    const int flags =
+        (g->trans_b ? LIBXSMM_GEMM_FLAG_TRANS_A : 0) | (g->trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0);
     const int prefetch = LIBXSMM_PREFETCH_NONE;
     libxsmm_smmfunction f =
         libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
@@ -56,5 +56,5 @@ static void s_release(void *plan)
     free(plan);
 }
 
-const troupe_bench_gemm_lib_t troupe_bench_gemm_libxsmm = {"libxsmm", s_identify, s_prepare,
-                                                           s_run, s_release};
+const troupe_bench_gemm_lib_t troupe_bench_gemm_libxsmm = {"libxsmm", s_identify, s_prepare, s_run,
+                                                           s_release};

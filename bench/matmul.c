@@ -403,8 +403,7 @@ static int s_run_case(const s_case_t *c, int32_t pool_id, troupe_driver_t *drv, 
         "max_rel_err=%.2e peer_max_rel_err=%.2e check=%s",
         (long long)c->m, (long long)c->k, (long long)c->n, s_gflops(&s, t_troupe.median_us),
         s_gflops(&s, t_blas.median_us), openblas_get_num_threads(), t_troupe.runs, t_blas.runs,
-        compile_ms, err, blas_err,
-        ok && blas_ok ? "ok" : "fail");
+        compile_ms, err, blas_err, ok && blas_ok ? "ok" : "fail");
 #endif
     rc = 0;
 out:
@@ -426,8 +425,7 @@ int main(int argc, char **argv)
     troupe_bench_opts_default(&opts);
     int pr = troupe_bench_parse_args(
         argc, argv,
-        "Single-precision matmul: troupe's generated code vs a naive loop and OpenBLAS.",
-        &opts);
+        "Single-precision matmul: troupe's generated code vs a naive loop and OpenBLAS.", &opts);
     if (pr != 0)
         return pr > 0 ? 0 : 2;
 

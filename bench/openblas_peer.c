@@ -74,6 +74,7 @@ void troupe_bench_openblas_identify(void)
                 "bench: warning: the OpenBLAS peer is not at its best: it runs core %s, this "
                 "CPU takes %s%s (deploy/bench.sh sets OPENBLAS_CORETYPE=%s)\n",
                 troupe_bench_openblas_core(), troupe_bench_openblas_cpu_core(),
-                env && env[0] ? " (OPENBLAS_CORETYPE is set)" : " (OpenBLAS does not know this CPU model)",
+                env && env[0] ? " (OPENBLAS_CORETYPE is set)"
+                              : " (OpenBLAS does not know this CPU model)",
                 troupe_bench_openblas_cpu_core());
 }

@@ -414,8 +414,15 @@ static int s_torch_run(const char *python, const char *mode, int runs, bool prin
     char runs_s[16], steps_s[16];
     snprintf(runs_s, sizeof runs_s, "%d", runs);
     snprintf(steps_s, sizeof steps_s, "%d", S_STEPS);
-    char *argv[] = {(char *)python, (char *)TROUPE_BENCH_TORCH_SCRIPT, (char *)"--mode",
-                    (char *)mode, (char *)"--runs", runs_s, (char *)"--steps", steps_s, NULL};
+    char *argv[] = {(char *)python,
+                    (char *)TROUPE_BENCH_TORCH_SCRIPT,
+                    (char *)"--mode",
+                    (char *)mode,
+                    (char *)"--runs",
+                    runs_s,
+                    (char *)"--steps",
+                    steps_s,
+                    NULL};
     s_child_proc_t c = {.what = "torch peer"};
     if (s_spawn(argv, &c) != TROUPE_OK) {
         snprintf(s_torch_absent, sizeof s_torch_absent, "%s", troupe_last_error());
@@ -649,12 +656,11 @@ int main(int argc, char **argv)
         snprintf(peer, sizeof peer, i == 0 ? "torch-%s-1thread" : "torch-%s-ddp-gloo-2x64",
                  s_torch_version);
         const double step_us = tus[i] * S_GLOBAL_BATCH;
-        troupe_bench_print_case("train", tcases[i], S_BYTES_PER_SAMPLE * S_GLOBAL_BATCH, step_us,
-                                peer, peer_us[i],
-                                "troupe_samples_s=%.0f peer_samples_s=%.0f global_batch=%d "
-                                "rounds=%d",
-                                1e6 / tus[i], 1e6 * S_GLOBAL_BATCH / peer_us[i], S_GLOBAL_BATCH,
-                                rounds);
+        troupe_bench_print_case(
+            "train", tcases[i], S_BYTES_PER_SAMPLE * S_GLOBAL_BATCH, step_us, peer, peer_us[i],
+            "troupe_samples_s=%.0f peer_samples_s=%.0f global_batch=%d "
+            "rounds=%d",
+            1e6 / tus[i], 1e6 * S_GLOBAL_BATCH / peer_us[i], S_GLOBAL_BATCH, rounds);
     }
     /* throughput(2) / (2 throughput(1)) = us(1) / (2 us(2)), the median of the rounds' */
     double lo = eff[C21][0], hi = eff[C21][0];
