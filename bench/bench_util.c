@@ -5,6 +5,7 @@
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/status.h"
+#include "devices/host/gemm_library.h"
 #include "troupe_config.h"
 
 #include <stdarg.h>
@@ -189,9 +190,11 @@ void troupe_bench_print_machine(const char *bench_flags)
 
     char ccv[512];
     s_cc_version(troupe_config_cc(), ccv, sizeof ccv);
-    printf("troupe version=%s cc=\"%s\" cc_version=\"%s\" cc_flags=\"%s\" cache_dir=%s\n",
+    printf("troupe version=%s cc=\"%s\" cc_version=\"%s\" cc_flags=\"%s\" cache_dir=%s "
+           "gemm=%s gemm_library=\"%s\"\n",
            TROUPE_VERSION_STRING, troupe_config_cc(), ccv, troupe_config_cc_flags(),
-           troupe_config_cache_dir());
+           troupe_config_cache_dir(), troupe_config_gemm_library() ? "library" : "generated",
+           troupe_gemm_library_name());
     fflush(stdout);
 }
 

@@ -68,7 +68,8 @@ int troupe_bench_parse_args(int argc, char **argv, const char *about, troupe_ben
  *   machine cores=<online> cpu="<model>" os="<sysname release machine>" load=<1 min>,<5 min>
  *   compiler bench_cc="<compiler of the benchmark>" bench_flags="<its flags>"
  *   troupe version=<v> cc="<$CC>" cc_version="<first line of $CC --version>" cc_flags="<flags>"
- *          cache_dir=<dir>
+ *          cache_dir=<dir> gemm=<library|generated: TROUPE_GEMM> gemm_library="<the library
+ *          contractions call, troupe_gemm_library_name()>"
  * `bench_flags` is how the benchmark (and so its naive peers) was compiled. */
 void troupe_bench_print_machine(const char *bench_flags);
 

@@ -16,9 +16,10 @@
  * Every library runs on one thread: OpenBLAS by openblas_set_num_threads(1) (and Debian's serial
  * build, when that is the one linked, has no threads at all), BLIS's serial build has no
  * threads, libxsmm's kernels run in the calling thread. The sides are timed together
- * (bench_util.h: interleaved rounds). The facts lines give the versions, the kernels each
- * library picked for this CPU, and the load average (others compiling on a shared machine slow
- * every side alike, but add noise).
+ * (bench_util.h: interleaved rounds), after an unprinted pass of the first case that brings the
+ * core to its working clock (the first case timed read up to 2x slow without it). The facts lines
+ * give the versions, the kernels each library picked for this CPU, and the load average (others
+ * compiling on a shared machine slow every side alike, but add noise).
  *
  * Output, for each case and each library but OpenBLAS (the peer):
  *   bench=gemm_libs case=<case> bytes=<operand bytes> troupe_us=<the library's median>
@@ -380,8 +381,10 @@ static void s_print(const s_case_t *c, const char *name, const s_side_t *side, b
     fflush(stdout);
 }
 
-/* Runs case c; returns 0, or 1 when out of memory or a result is wrong (printed). */
-static int s_run_case(const s_case_t *c, const troupe_bench_opts_t *opts)
+/* Runs case c and prints its lines when `report` (else it only warms up: the first case timed
+ * would otherwise find the core at a lower clock and cold caches); returns 0, or 1 when out of
+ * memory or a result is wrong (printed). */
+static int s_run_case(const s_case_t *c, const troupe_bench_opts_t *opts, bool report)
 {
     const int64_t cells = (int64_t)c->m * c->n;
     s_operands_t o;
@@ -434,9 +437,10 @@ static int s_run_case(const s_case_t *c, const troupe_bench_opts_t *opts)
     }
     for (int i = 0; i < ntimed; i++)
         timed_side[i]->t = t[i];
-    s_print(c, name, side, false);
+    if (report)
+        s_print(c, name, side, false);
 
-    if (c->threads2) {
+    if (report && c->threads2) {
         char name2[80];
         snprintf(name2, sizeof name2, "threads2_%s", name);
         if (!s_threads2(c, side, opts)) {
@@ -484,8 +488,8 @@ int main(int argc, char **argv)
     troupe_bench_print_library("libxsmm", "absent",
                                "reason=\"not found at configure time (libxsmm-dev)\"");
 #endif
-    int rc = 0;
+    int rc = s_run_case(&s_cases[0], &opts, false); /* warm-up, not printed */
     for (size_t i = 0; i < S_NCASES; i++)
-        rc |= s_run_case(&s_cases[i], &opts);
+        rc |= s_run_case(&s_cases[i], &opts, true);
     return rc;
 }

@@ -1,11 +1,16 @@
-/* troupe — bench_matmul: a generated single-precision matmul against a naive loop and the
- * system BLAS.
+/* troupe — bench_matmul: troupe's single-precision matmul (through the GEMM library, and its own
+ * generated loops) against a naive loop and OpenBLAS.
  *
  * troupe side: y = x . w built as an assignment (ir/assign.h) "bi,ij=>bj" with
  * initialize_neutral, accum add, op mul; lowered, optimised with the default options
- * (troupe_ll_optimize), compiled by the cpu driver (C from ir/cgen, $CC with TROUPE_CC_FLAGS)
- * and launched through the driver vtable on buffers of one pool. Only the launch is timed
- * (the host driver runs it synchronously in the calling thread).
+ * (troupe_ll_optimize), compiled by the cpu driver (C from compiler/cgen, $CC with
+ * TROUPE_CC_FLAGS) and launched through the driver vtable on buffers of one pool. Only the
+ * launch is timed (the host driver runs it synchronously in the calling thread). The generated
+ * code calls the GEMM library for this contraction when TROUPE_GEMM=library (the default) and
+ * troupe was built with one (devices/host/gemm_library.h): the lines say troupe_path=library,
+ * and the same routine compiled with TROUPE_GEMM=generated (troupe's own loops, the fallback)
+ * is timed beside it as case <case>-generated. Otherwise troupe_path=generated and there is no
+ * -generated case. The facts line `troupe` names the library (gemm_library=).
  * Peers, compiled into this program with the flags printed as bench_flags:
  *   naive     the textbook dot-product loop, order r-j-i (row, column, reduction innermost);
  *   openblas  cblas_sgemm of OpenBLAS when CMake found it (BENCH_HAVE_OPENBLAS; linked by name,
@@ -26,7 +31,7 @@
  * Fields beyond the common ones: m k n, troupe_gflops/peer_gflops (2mkn / time),
  * troupe_threads/peer_threads, the run counts, compile_ms (the driver's compile of this run: a
  * cache hit, well under a millisecond, once the object is in TROUPE_CACHE_DIR), max_rel_err
- * (troupe vs naive), peer_max_rel_err (the BLAS vs naive), check.
+ * (troupe vs naive), peer_max_rel_err (the BLAS vs naive), check, troupe_path.
  *
  * Options: see --help (bench/bench_util.h). Exit status: 0, 1 on a failure or a failed check,
  * 2 on a usage error.
@@ -35,11 +40,13 @@
 #include "bench/bench_util.h"
 
 #include "base/clock.h"
+#include "base/config.h"
 #include "base/status.h"
 #include "compiler/cgen.h"
 #include "compiler/lower.h"
 #include "compiler/optimize.h"
 #include "devices/device.h"
+#include "devices/host/gemm_library.h"
 #include "ir/assign.h"
 #include "ir/lowlevel.h"
 #include "ir/tnode.h"
@@ -61,6 +68,7 @@
 #define S_TOLERANCE 1e-4
 
 #define S_BLAS_PEER "openblas"
+#define S_GEN_POOL_OFFSET 100 /* pool ids of the generated path's buffers: case's + this */
 
 typedef struct s_case {
     const char *name;
@@ -88,6 +96,7 @@ typedef struct s_state {
     bool pool_allocated;
     troupe_buffer_loc_t y_loc;
     troupe_status_t launch_status;
+    bool generated; /* compiled with TROUPE_GEMM=generated: troupe's own loops */
 } s_state_t;
 
 /* ---- peers -------------------------------------------------------------------------------- */
@@ -181,8 +190,10 @@ static int s_troupe_setup(s_state_t *s, const char *case_name, const troupe_benc
 
     what = "lower";
     char name[64];
-    snprintf(name, sizeof name, "matmul_%lldx%lldx%lld", (long long)s->m, (long long)s->k,
-             (long long)s->n);
+    /* a name of its own for the generated path: the same source would share one loaded object,
+     * and with it the GEMM hooks of the last load (devices/host) */
+    snprintf(name, sizeof name, "matmul_%lldx%lldx%lld%s", (long long)s->m, (long long)s->k,
+             (long long)s->n, s->generated ? "_gen" : "");
     if ((st = troupe_asgn_lower(comp, name, &proc)) != TROUPE_OK)
         goto out_fail;
     what = "optimize";
@@ -198,8 +209,13 @@ static int s_troupe_setup(s_state_t *s, const char *case_name, const troupe_benc
                 case_name, gen->source, gen->name);
 
     what = "compile";
+    const bool library = troupe_config_gemm_library();
+    if (s->generated)
+        troupe_config_set_gemm_library(false); /* read when the code is loaded */
     int64_t t0 = troupe_now_ns();
-    if ((st = vt->compile(s->drv, proc, &s->code)) != TROUPE_OK)
+    st = vt->compile(s->drv, proc, &s->code);
+    troupe_config_set_gemm_library(library);
+    if (st != TROUPE_OK)
         goto out_fail;
     *out_compile_ms = (double)(troupe_now_ns() - t0) / 1e6;
 
@@ -334,6 +350,7 @@ static int s_run_case(const s_case_t *c, int32_t pool_id, troupe_driver_t *drv, 
                       const troupe_bench_opts_t *opts, bool *check_ok)
 {
     s_state_t s = {.m = c->m, .k = c->k, .n = c->n, .drv = drv, .q = q, .pool_id = pool_id};
+    s_state_t g = {.drv = drv}; /* the same on troupe's generated path */
     double *scale = NULL;
     troupe_status_t st = TROUPE_OK;
     int rc = 1;
@@ -349,49 +366,68 @@ static int s_run_case(const s_case_t *c, int32_t pool_id, troupe_driver_t *drv, 
     s_fill(s.x, c->m * c->k, 1u + (uint64_t)pool_id);
     s_fill(s.w, c->k * c->n, 1000u + (uint64_t)pool_id);
 
-    double compile_ms = 0.0;
+    double compile_ms = 0.0, gen_compile_ms = 0.0;
     if (s_troupe_setup(&s, c->name, opts, &compile_ms) != 0)
         goto out;
+    /* troupe's own loops too, when the default path is the GEMM library */
+    const bool with_gen = troupe_config_gemm_library() && troupe_gemm_library_available();
+    g = s;
+    g.code = NULL;
+    g.pool_allocated = false;
+    g.pool_id = pool_id + S_GEN_POOL_OFFSET;
+    g.generated = true;
+    if (with_gen && s_troupe_setup(&g, c->name, opts, &gen_compile_ms) != 0)
+        goto out;
 
-    /* Sides: troupe, naive, then the BLAS when linked. */
-    troupe_bench_side_t sides[3] = {{s_run_troupe, &s}, {s_run_naive, &s}};
+    /* Sides: troupe, naive, then the BLAS when linked, then troupe's loops. */
+    troupe_bench_side_t sides[4] = {{s_run_troupe, &s}, {s_run_naive, &s}};
     int nsides = 2;
 #if BENCH_HAVE_OPENBLAS
+    const int i_blas = nsides;
     sides[nsides++] = (troupe_bench_side_t){s_run_blas, &s};
 #endif
-    troupe_bench_stats_t t[3];
+    const int i_gen = nsides;
+    if (with_gen)
+        sides[nsides++] = (troupe_bench_side_t){s_run_troupe, &g};
+    troupe_bench_stats_t t[4];
     if (troupe_bench_time_sides(sides, nsides, opts, t) != 0) {
-        if (s.launch_status != TROUPE_OK)
-            troupe_bench_fail_status(S_PROG, "launch", s.launch_status);
+        troupe_status_t ls = s.launch_status != TROUPE_OK ? s.launch_status : g.launch_status;
+        if (ls != TROUPE_OK)
+            troupe_bench_fail_status(S_PROG, "launch", ls);
         else
             fprintf(stderr, "%s: case=%s: timing failed\n", S_PROG, c->name);
         goto out;
     }
     const troupe_bench_stats_t t_troupe = t[0], t_naive = t[1];
 #if BENCH_HAVE_OPENBLAS
-    const troupe_bench_stats_t t_blas = t[2];
+    const troupe_bench_stats_t t_blas = t[i_blas];
 #endif
+    const char *path = with_gen ? "library" : "generated";
 
-    /* Troupe's result, read in place (the cpu driver's memory is host memory). */
-    void *yp = NULL;
+    /* Troupe's results, read in place (the cpu driver's memory is host memory). */
+    void *yp = NULL, *gp = NULL;
     st = drv->vt->host_ptr(drv, 0, s.y_loc, &yp);
+    if (st == TROUPE_OK && with_gen)
+        st = drv->vt->host_ptr(drv, 0, g.y_loc, &gp);
     if (st != TROUPE_OK) {
         troupe_bench_fail_status(S_PROG, "read the result", st);
         goto out;
     }
     s_error_scale(&s, scale);
-    double err = 0.0;
+    double err = 0.0, gen_err = 0.0;
     bool ok = s_check(c->name, "troupe", &s, yp, scale, &err);
-    *check_ok = *check_ok && ok;
+    bool gen_ok = !with_gen || s_check(c->name, "troupe (generated)", &s, gp, scale, &gen_err);
+    *check_ok = *check_ok && ok && gen_ok;
 
     const int64_t bytes = (c->m * c->k + c->k * c->n + c->m * c->n) * (int64_t)sizeof(float);
     troupe_bench_print_case(
         "matmul", c->name, bytes, t_troupe.median_us, "naive", t_naive.median_us,
         "m=%lld k=%lld n=%lld troupe_gflops=%.2f peer_gflops=%.2f troupe_threads=1 "
-        "peer_threads=1 troupe_runs=%d peer_runs=%d compile_ms=%.1f max_rel_err=%.2e check=%s",
+        "peer_threads=1 troupe_runs=%d peer_runs=%d compile_ms=%.1f max_rel_err=%.2e check=%s "
+        "troupe_path=%s",
         (long long)c->m, (long long)c->k, (long long)c->n, s_gflops(&s, t_troupe.median_us),
         s_gflops(&s, t_naive.median_us), t_troupe.runs, t_naive.runs, compile_ms, err,
-        ok ? "ok" : "fail");
+        ok ? "ok" : "fail", path);
 #if BENCH_HAVE_OPENBLAS
     double blas_err = 0.0;
     bool blas_ok = s_check(c->name, S_BLAS_PEER, &s, s.y_blas, scale, &blas_err);
@@ -400,17 +436,41 @@ static int s_run_case(const s_case_t *c, int32_t pool_id, troupe_driver_t *drv, 
         "matmul", c->name, bytes, t_troupe.median_us, S_BLAS_PEER, t_blas.median_us,
         "m=%lld k=%lld n=%lld troupe_gflops=%.2f peer_gflops=%.2f troupe_threads=1 "
         "peer_threads=%d troupe_runs=%d peer_runs=%d compile_ms=%.1f "
-        "max_rel_err=%.2e peer_max_rel_err=%.2e check=%s",
+        "max_rel_err=%.2e peer_max_rel_err=%.2e check=%s troupe_path=%s",
         (long long)c->m, (long long)c->k, (long long)c->n, s_gflops(&s, t_troupe.median_us),
         s_gflops(&s, t_blas.median_us), openblas_get_num_threads(), t_troupe.runs, t_blas.runs,
-        compile_ms, err, blas_err, ok && blas_ok ? "ok" : "fail");
+        compile_ms, err, blas_err, ok && blas_ok ? "ok" : "fail", path);
 #endif
+    if (with_gen) {
+        /* the generated fallback against the best peer linked */
+        char gname[80];
+        snprintf(gname, sizeof gname, "%s-generated", c->name);
+#if BENCH_HAVE_OPENBLAS
+        const char *gpeer = S_BLAS_PEER;
+        const troupe_bench_stats_t t_gpeer = t_blas;
+#else
+        const char *gpeer = "naive";
+        const troupe_bench_stats_t t_gpeer = t_naive;
+#endif
+        troupe_bench_print_case(
+            "matmul", gname, bytes, t[i_gen].median_us, gpeer, t_gpeer.median_us,
+            "m=%lld k=%lld n=%lld troupe_gflops=%.2f peer_gflops=%.2f troupe_threads=1 "
+            "troupe_runs=%d peer_runs=%d compile_ms=%.1f max_rel_err=%.2e check=%s "
+            "troupe_path=generated",
+            (long long)c->m, (long long)c->k, (long long)c->n, s_gflops(&s, t[i_gen].median_us),
+            s_gflops(&s, t_gpeer.median_us), t[i_gen].runs, t_gpeer.runs, gen_compile_ms, gen_err,
+            gen_ok ? "ok" : "fail");
+    }
     rc = 0;
 out:
     if (s.pool_allocated && (st = drv->vt->free_pool(drv, 0, pool_id)) != TROUPE_OK)
         rc = troupe_bench_fail_status(S_PROG, "free the pool", st);
     if (s.code)
         drv->vt->code_release(drv, s.code);
+    if (g.pool_allocated && (st = drv->vt->free_pool(drv, 0, g.pool_id)) != TROUPE_OK)
+        rc = troupe_bench_fail_status(S_PROG, "free the pool", st);
+    if (g.code)
+        drv->vt->code_release(drv, g.code);
     free(scale);
     free(s.x);
     free(s.w);
