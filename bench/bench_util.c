@@ -287,6 +287,26 @@ int troupe_bench_time(troupe_bench_fn_t fn, void *arg, const troupe_bench_opts_t
     return troupe_bench_time_sides(&side, 1, opts, out);
 }
 
+/* ---- operands ----------------------------------------------------------------------------- */
+
+float *troupe_bench_alloc_floats(int64_t count)
+{
+    void *p = NULL;
+    if (count < 0 || posix_memalign(&p, 64, (size_t)count * sizeof(float)) != 0)
+        return NULL;
+    memset(p, 0, (size_t)count * sizeof(float));
+    return p;
+}
+
+void troupe_bench_fill_uniform(float *v, int64_t count, uint64_t seed)
+{
+    uint64_t z = seed;
+    for (int64_t i = 0; i < count; i++) {
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = (float)((double)(z >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+    }
+}
+
 /* ---- output ------------------------------------------------------------------------------- */
 
 void troupe_bench_print_case(const char *bench, const char *case_name, int64_t bytes,

@@ -102,6 +102,13 @@ void troupe_bench_print_case(const char *bench, const char *case_name, int64_t b
                              double troupe_us, const char *peer, double peer_us,
                              const char *extra_fmt, ...) TROUPE_PRINTF(7, 8);
 
+/* `count` floats, zeroed, 64-byte aligned (free() them); NULL when out of memory. */
+float *troupe_bench_alloc_floats(int64_t count);
+
+/* Fills v[0..count) with deterministic values uniform in [-1, 1) from `seed` (a 64-bit LCG's
+ * high bits): the same operands in every run. */
+void troupe_bench_fill_uniform(float *v, int64_t count, uint64_t seed);
+
 /* Prints "<prog>: <what>: <STATUS>: <troupe_last_error()>" on stderr and returns 1 (an exit
  * status for main). */
 int troupe_bench_fail_status(const char *prog, const char *what, troupe_status_t st);

@@ -106,25 +106,6 @@ typedef struct s_side {
 
 /* ---- operands ----------------------------------------------------------------------------- */
 
-static float *s_alloc_floats(int64_t count)
-{
-    void *p = NULL;
-    if (posix_memalign(&p, 64, (size_t)count * sizeof(float)) != 0)
-        return NULL;
-    memset(p, 0, (size_t)count * sizeof(float));
-    return p;
-}
-
-/* Uniform in [-1, 1), deterministic (a 64-bit LCG's high bits). */
-static void s_fill(float *v, int64_t count, uint64_t seed)
-{
-    uint64_t z = seed;
-    for (int64_t i = 0; i < count; i++) {
-        z = z * 6364136223846793005ull + 1442695040888963407ull;
-        v[i] = (float)((double)(z >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-    }
-}
-
 /* The operands of one shape: A, B and C's starting value, with their strides. */
 typedef struct s_operands {
     float *a, *b, *c0;
@@ -136,14 +117,14 @@ static bool s_operands_new(const s_case_t *c, uint64_t seed, s_operands_t *o)
     o->lda = c->ta ? c->m : c->k;
     o->ldb = c->tb ? c->k : c->n;
     o->ldc = c->n;
-    o->a = s_alloc_floats((int64_t)c->m * c->k);
-    o->b = s_alloc_floats((int64_t)c->k * c->n);
-    o->c0 = s_alloc_floats((int64_t)c->m * c->n);
+    o->a = troupe_bench_alloc_floats((int64_t)c->m * c->k);
+    o->b = troupe_bench_alloc_floats((int64_t)c->k * c->n);
+    o->c0 = troupe_bench_alloc_floats((int64_t)c->m * c->n);
     if (!o->a || !o->b || !o->c0)
         return false;
-    s_fill(o->a, (int64_t)c->m * c->k, seed);
-    s_fill(o->b, (int64_t)c->k * c->n, seed + 1000);
-    s_fill(o->c0, (int64_t)c->m * c->n, seed + 2000);
+    troupe_bench_fill_uniform(o->a, (int64_t)c->m * c->k, seed);
+    troupe_bench_fill_uniform(o->b, (int64_t)c->k * c->n, seed + 1000);
+    troupe_bench_fill_uniform(o->c0, (int64_t)c->m * c->n, seed + 2000);
     return true;
 }
 
@@ -297,7 +278,7 @@ static bool s_threads2(const s_case_t *c, s_side_t *side, const troupe_bench_opt
         for (int i = 0; i < 2 && ok; i++) {
             w[i] = (s_worker_t){.lib = s->lib, .c = c, .plan = s->plan};
             ok = s_operands_new(c, 77u + 10u * (uint64_t)i, &w[i].o);
-            w[i].out = ok ? s_alloc_floats(cells) : NULL;
+            w[i].out = ok ? troupe_bench_alloc_floats(cells) : NULL;
             w[i].ref = ok ? malloc((size_t)cells * sizeof(double)) : NULL;
             w[i].scale = ok ? malloc((size_t)cells * sizeof(double)) : NULL;
             ok = w[i].out && w[i].ref && w[i].scale;
@@ -408,7 +389,7 @@ static int s_run_case(const s_case_t *c, const troupe_bench_opts_t *opts, bool r
     for (size_t l = 0; l < S_NLIBS; l++) {
         s_side_t *s = &side[l];
         s->lib = s_libs[l];
-        float *out = s_alloc_floats(cells);
+        float *out = troupe_bench_alloc_floats(cells);
         if (!out) {
             fprintf(stderr, "%s: case=%s: out of memory\n", S_PROG, name);
             goto out;

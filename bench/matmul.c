@@ -321,25 +321,6 @@ static bool s_check(const char *case_name, const char *who, const s_state_t *s, 
 
 /* ---- main --------------------------------------------------------------------------------- */
 
-static float *s_alloc_floats(int64_t count)
-{
-    void *p = NULL;
-    if (posix_memalign(&p, 64, (size_t)count * sizeof(float)) != 0)
-        return NULL;
-    memset(p, 0, (size_t)count * sizeof(float));
-    return p;
-}
-
-/* Uniform in [-1, 1), deterministic (a 64-bit LCG's high bits). */
-static void s_fill(float *v, int64_t count, uint64_t seed)
-{
-    uint64_t z = seed;
-    for (int64_t i = 0; i < count; i++) {
-        z = z * 6364136223846793005ull + 1442695040888963407ull;
-        v[i] = (float)((double)(z >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-    }
-}
-
 static double s_gflops(const s_state_t *s, double us)
 {
     return us > 0.0 ? 2.0 * (double)s->m * (double)s->k * (double)s->n / (us * 1e3) : 0.0;
@@ -354,17 +335,17 @@ static int s_run_case(const s_case_t *c, int32_t pool_id, troupe_driver_t *drv, 
     double *scale = NULL;
     troupe_status_t st = TROUPE_OK;
     int rc = 1;
-    s.x = s_alloc_floats(c->m * c->k);
-    s.w = s_alloc_floats(c->k * c->n);
-    s.y_naive = s_alloc_floats(c->m * c->n);
-    s.y_blas = s_alloc_floats(c->m * c->n);
+    s.x = troupe_bench_alloc_floats(c->m * c->k);
+    s.w = troupe_bench_alloc_floats(c->k * c->n);
+    s.y_naive = troupe_bench_alloc_floats(c->m * c->n);
+    s.y_blas = troupe_bench_alloc_floats(c->m * c->n);
     scale = malloc((size_t)(c->m * c->n) * sizeof *scale);
     if (!s.x || !s.w || !s.y_naive || !s.y_blas || !scale) {
         fprintf(stderr, "%s: case=%s: out of memory\n", S_PROG, c->name);
         goto out;
     }
-    s_fill(s.x, c->m * c->k, 1u + (uint64_t)pool_id);
-    s_fill(s.w, c->k * c->n, 1000u + (uint64_t)pool_id);
+    troupe_bench_fill_uniform(s.x, c->m * c->k, 1u + (uint64_t)pool_id);
+    troupe_bench_fill_uniform(s.w, c->k * c->n, 1000u + (uint64_t)pool_id);
 
     double compile_ms = 0.0, gen_compile_ms = 0.0;
     if (s_troupe_setup(&s, c->name, opts, &compile_ms) != 0)
