@@ -82,6 +82,11 @@ void troupe_log_set_mask(unsigned mask)
     atomic_store(&s_mask, mask & TROUPE_SUB_ALL);
 }
 
+unsigned troupe_log_get_mask(void)
+{
+    return atomic_load_explicit(&s_mask, memory_order_relaxed);
+}
+
 troupe_status_t troupe_log_set_file(const char *path)
 {
     FILE *f = NULL;

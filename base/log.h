@@ -63,6 +63,7 @@ void troupe__log(troupe_log_level_t level, unsigned subsystem, const char *fmt, 
 void troupe_log_set_level(troupe_log_level_t level);
 troupe_log_level_t troupe_log_get_level(void);
 void troupe_log_set_mask(unsigned subsystem_mask);
+unsigned troupe_log_get_mask(void); /* the enabled subsystems (TROUPE_SUB_* bits) */
 
 /* Redirects log lines to `path` (appending); NULL returns to stderr.
  * Returns TROUPE_NOT_FOUND (with the OS error) when the file cannot be opened. */

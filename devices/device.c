@@ -54,6 +54,16 @@ troupe_status_t troupe_driver_lookup(const char *name, const troupe_driver_vtabl
     return troupe__error(TROUPE_NOT_FOUND, "no backend named '%s' (built: %s)", name, built);
 }
 
+size_t troupe_driver_built_count(void)
+{
+    return S_NDRIVERS;
+}
+
+const char *troupe_driver_built_name(size_t i)
+{
+    return i < S_NDRIVERS ? s_drivers[i]->name : NULL;
+}
+
 /* ---- calling a driver ----------------------------------------------------------------------- */
 
 const char *troupe_driver_name(const troupe_driver_t *drv)

@@ -131,6 +131,12 @@ struct troupe_driver {
 TROUPE_MUST_USE troupe_status_t troupe_driver_lookup(const char *name,
                                                      const troupe_driver_vtable_t **out);
 
+/* The built drivers, in table order ("cpu", "sync", then "cuda" when built): their number, and
+ * the name of driver i (0..count-1; NULL outside). A driver is built when this troupe was
+ * compiled with it; whether it opens on this machine is troupe_backend_open's answer. */
+size_t troupe_driver_built_count(void);
+const char *troupe_driver_built_name(size_t i);
+
 /* ---- calling a driver ------------------------------------------------------------------------
  * One wrapper per vtable entry. Each takes the opened driver (whose header holds its vtable;
  * troupe_driver_open takes the vtable) and the entry's other arguments unchanged, and calls the

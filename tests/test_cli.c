@@ -1,10 +1,11 @@
 /* Tests for the `troupe` command (tools/troupe/main.c): it runs the built binary
  * (TROUPE_TEST_BUILD_DIR/../tools/troupe/troupe, built by the default target) with a controlled
  * environment and checks its output lines and exit status. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "troupe_config.h"
 
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,11 +121,20 @@ Test(cli, info_prints_key_value_lines_for_every_fact)
     char v[512];
     cr_assert(s_value(r.out, "troupe", v, sizeof v));
     cr_assert_str_eq(v, TROUPE_VERSION_STRING);
-    cr_assert(s_value(r.out, "build.cuda", v, sizeof v));
-    cr_assert_eq(atoi(v), TROUPE_HAVE_CUDA);
+    /* build.cuda: 0, or "nvrtc only" while the toolkit is found but no cuda backend is built,
+     * or 1 with that backend (checked against backends: below). */
+    char cuda[64];
+    cr_assert(s_value(r.out, "build.cuda", cuda, sizeof cuda));
+    if (!TROUPE_HAVE_CUDA)
+        cr_assert_str_eq(cuda, "0");
     cr_assert(s_value(r.out, "build.mpi", v, sizeof v));
     cr_assert_eq(atoi(v), TROUPE_HAVE_MPI);
+    /* host.cores: the cores this process may run on; host.cores_online: the machine's. */
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
     cr_assert(s_value(r.out, "host.cores", v, sizeof v));
+    cr_assert_eq(atol(v), CPU_COUNT(&set));
+    cr_assert(s_value(r.out, "host.cores_online", v, sizeof v));
     cr_assert_eq(atol(v), sysconf(_SC_NPROCESSORS_ONLN));
 
     /* backends: every built driver; sync and cpu always are, each with one device. */
@@ -132,6 +142,8 @@ Test(cli, info_prints_key_value_lines_for_every_fact)
     cr_assert(strstr(v, "cpu") != NULL && strstr(v, "sync") != NULL, "backends: %s", v);
     if (!TROUPE_HAVE_CUDA)
         cr_assert_null(strstr(v, "cuda"), "backends: %s in a build without CUDA", v);
+    else
+        cr_assert_str_eq(cuda, strstr(v, "cuda") ? "1" : "nvrtc only", "backends: %s", v);
     /* Each listed backend has its devices or its error. */
     char names[512];
     snprintf(names, sizeof names, "%s", v);
@@ -151,9 +163,13 @@ Test(cli, info_prints_key_value_lines_for_every_fact)
     cr_assert_str_eq(v, "1");
     cr_assert(s_value(r.out, "backend.cpu.devices", v, sizeof v));
     cr_assert_str_eq(v, "1");
-    cr_assert(s_value(r.out, "backend.cpu.device.0.id", v, sizeof v));
+    /* suggested_streams are for the config named once (parallel/dp's); the cpu backend's
+     * follow the CPU affinity. No device id: it is a counter of this process. */
+    cr_assert(s_value(r.out, "backends.stream_config", v, sizeof v));
+    cr_assert_str_eq(v, "most_parallel_streams");
     cr_assert(s_value(r.out, "backend.cpu.device.0.suggested_streams", v, sizeof v));
-    cr_assert_geq(atoi(v), 1);
+    cr_assert_eq(atoi(v), CPU_COUNT(&set));
+    cr_assert_null(strstr(r.out, ".id: "), "%s", r.out);
 
     /* Library versions. */
     cr_assert(s_value(r.out, "mpi", v, sizeof v), "no mpi: line in\n%s", r.out);
@@ -176,6 +192,10 @@ Test(cli, info_prints_key_value_lines_for_every_fact)
     cr_assert_str_eq(v, "67108864");
     cr_assert(s_value(r.out, "config.backend", v, sizeof v));
     cr_assert_str_eq(v, "cpu");
+    cr_assert(s_value(r.out, "config.coll_shm", v, sizeof v));
+    cr_assert_str_eq(v, "1");
+    cr_assert(s_value(r.out, "config.log", v, sizeof v));
+    cr_assert_str_eq(v, "warn");
 }
 
 Test(cli, info_reports_the_environment_configuration)
@@ -195,6 +215,34 @@ Test(cli, info_reports_the_environment_configuration)
     cr_assert_str_eq(v, "sync");
     cr_assert(s_value(r.out, "config.cache_dir", v, sizeof v));
     cr_assert_str_eq(v, "/tmp/troupe-cli-cache");
+    cr_assert_str_empty(r.err, "stderr: %s", r.err);
+
+    s_troupe(&r, (const char *[]){"info", NULL},
+             (const char *[]){"TROUPE_LOG=error:transport,parallel", "TROUPE_COLL_SHM=0", NULL});
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert(s_value(r.out, "config.log", v, sizeof v));
+    cr_assert_str_eq(v, "error:transport,parallel");
+    cr_assert(s_value(r.out, "config.coll_shm", v, sizeof v));
+    cr_assert_str_eq(v, "0");
+}
+
+Test(cli, info_warns_when_the_default_backend_is_not_built)
+{
+    const char *names[] = {"TROUPE_BACKEND=bogus", "TROUPE_BACKEND=cuda"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        s_run_t r;
+        s_troupe(&r, (const char *[]){"info", NULL}, (const char *[]){names[i], NULL});
+        cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+        char v[64];
+        cr_assert(s_value(r.out, "backends", v, sizeof v));
+        const char *name = names[i] + strlen("TROUPE_BACKEND=");
+        if (strstr(v, name)) /* a build with the cuda backend */
+            continue;
+        cr_assert_eq(s_count_lines(r.err), 1, "stderr: %s", r.err);
+        cr_assert(strstr(r.err, "TROUPE_BACKEND") && strstr(r.err, name) &&
+                      strstr(r.err, "not a built backend"),
+                  "stderr: %s", r.err);
+    }
 }
 
 Test(cli, info_warns_on_a_malformed_variable_and_keeps_the_default)
@@ -207,6 +255,20 @@ Test(cli, info_warns_on_a_malformed_variable_and_keeps_the_default)
     cr_assert(s_value(r.out, "config.timeout_s", v, sizeof v));
     cr_assert_str_eq(v, "120");
     cr_assert_null(strstr(r.out, "warning"), "warnings belong on stderr: %s", r.out);
+    cr_assert_eq(s_count_lines(r.err), 1, "one warning, not two: %s", r.err);
+
+    /* with the log quiet, troupe says it itself, still once */
+    s_troupe(&r, (const char *[]){"info", NULL},
+             (const char *[]){"TROUPE_TIMEOUT_S=soon", "TROUPE_LOG=error", NULL});
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert_eq(s_count_lines(r.err), 1, "stderr: %s", r.err);
+    cr_assert(strstr(r.err, "TROUPE_TIMEOUT_S") != NULL, "stderr: %s", r.err);
+
+    /* a malformed TROUPE_LOG: one line too */
+    s_troupe(&r, (const char *[]){"info", NULL}, (const char *[]){"TROUPE_LOG=loud", NULL});
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert_eq(s_count_lines(r.err), 1, "stderr: %s", r.err);
+    cr_assert(strstr(r.err, "loud") != NULL, "stderr: %s", r.err);
 }
 
 Test(cli, unknown_command_is_one_line_on_stderr_and_exit_2)

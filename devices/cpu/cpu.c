@@ -1,9 +1,10 @@
 /* troupe — the `cpu` driver (see cpu_impl.h): the host driver core with one stream per core. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "devices/cpu/cpu_impl.h"
 
 #include "devices/host/host_impl.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -12,14 +13,20 @@ static troupe_status_t s_cpu_open(troupe_driver_t **out)
     return troupe__hdrv_open(&troupe__driver_cpu, out);
 }
 
-/* One stream per online core, at least 1, for every config (DESIGN.md §2). 0 for a device
- * that does not exist. */
+/* One stream per core this process may run on (its CPU affinity: a launcher or cgroup that
+ * pins the process to some cores gets as many streams), else per online core; at least 1, for
+ * every config (DESIGN.md §2). 0 for a device that does not exist. */
 static int s_cpu_suggested_num_streams(troupe_driver_t *drv, int ordinal,
                                        troupe_stream_config_t cfg)
 {
     if (ordinal != 0)
         return 0;
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        n = CPU_COUNT(&set);
+    if (n < 1)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1)
         return 1;
     return n > INT32_MAX ? INT32_MAX : (int)n;

@@ -7,26 +7,33 @@
  * `troupe info` prints one `key: value` line per fact, in groups whose keys share a prefix:
  *
  *   troupe: 0.1.0
- *   build.cuda: 0                            troupe_config.h TROUPE_HAVE_CUDA
+ *   build.cuda: 0                            0 without CUDA; "nvrtc only" when the toolkit was
+ *                                              found (NVRTC compiles CUDA C) but no cuda backend
+ *                                              is built; 1 with the cuda backend
  *   build.mpi: 1                             troupe_config.h TROUPE_HAVE_MPI
- *   host.cores: 2                            online cores
+ *   host.cores: 2                            cores this process may run on (CPU affinity)
+ *   host.cores_online: 2                     online cores of the machine
  *   backends: cpu sync                       every built driver (devices/device.h)
+ *   backends.stream_config: most_parallel_streams   the config suggested_streams is for
+ *                                              (parallel/dp's and the trainer's)
  *   backend.cpu.devices: 1                   per backend: its device count, or
- *   backend.cpu.device.0.id: 0                 backend.<name>.error: <STATUS>: <message>
- *   backend.cpu.device.0.suggested_streams: 2  when it does not open (not fatal)
+ *   backend.cpu.device.0.suggested_streams: 2  backend.<name>.error: <STATUS>: <message>
+ *                                              when it does not open (not fatal)
  *   mpi: Open MPI v4.1.4, ...                transport/mpi troupe_mpi_version(), or "none"
  *   cuda: nvrtc 13.0, runtime 13.0, driver none   devices/cuda troupe_cuda_versions(), or
  *                                                  "none (built without CUDA)"
  *   gemm: OpenBLAS 0.3.21 (...; core SkylakeX, chosen by troupe; 1 thread per stream)
  *                                            devices/host/gemm_library.h, or "none (...)"
- *   libzmq: 4.3.4
+ *   libzmq: 4.3.4                            the loaded libraries' versions
  *   czmq: 4.2.1
  *   config.backend: cpu                      base/config.h, after the environment
  *   config.cache_dir, config.cc, config.cc_flags, config.timeout_s, config.fusion_bytes,
- *   config.auto_host_transfers, config.stack_threshold_bytes, config.gemm
+ *   config.auto_host_transfers, config.stack_threshold_bytes, config.gemm, config.coll_shm,
+ *   config.log (LEVEL[:SUBSYSTEM,...], as TROUPE_LOG)
  *
- * Keys are stable; values are facts of this build and machine. Warnings (a malformed
- * environment variable) go to stderr.
+ * Keys are stable; values are facts of this build and machine. Warnings go to stderr, once
+ * each: a malformed environment variable (logged by base/config at warn level, else printed
+ * here) and a TROUPE_BACKEND that names no built backend.
  *
  * Exit status: 0 on success (a backend that fails to open is reported, not fatal), 2 on a
  * usage error (one line on stderr), 1 when the output cannot be written.
@@ -34,9 +41,10 @@
  * This file includes no CUDA or MPI header: the versions come through devices/cuda/nvrtc.h
  * and transport/mpi/cluster.h.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "actors/backend.h"
 #include "base/config.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "devices/device.h"
 #include "devices/host/gemm_library.h"
@@ -47,6 +55,7 @@
 #include "devices/cuda/nvrtc.h"
 #endif
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -56,9 +65,9 @@
 #include <czmq.h>
 #endif
 
-/* Every driver name troupe knows; troupe_driver_lookup says which of them this build has. */
-static const char *const s_driver_names[] = {"cpu", "sync", "cuda"};
-#define S_NDRIVER_NAMES (sizeof s_driver_names / sizeof s_driver_names[0])
+/* The stream config suggested_streams is asked for: parallel/dp's and the trainer's. */
+#define S_STREAM_CONFIG TROUPE_MOST_PARALLEL_STREAMS
+#define S_STREAM_CONFIG_NAME "most_parallel_streams"
 
 static void s_usage(FILE *f)
 {
@@ -74,7 +83,7 @@ static void s_usage(FILE *f)
 static void s_backend(const char *name)
 {
     troupe_backend_t *b = NULL;
-    troupe_status_t st = troupe_backend_open(name, TROUPE_ONLY_DEVICES_PARALLEL, &b);
+    troupe_status_t st = troupe_backend_open(name, S_STREAM_CONFIG, &b);
     if (st != TROUPE_OK) {
         printf("backend.%s.error: %s: %s\n", name, troupe_status_str(st), troupe_last_error());
         return;
@@ -94,7 +103,6 @@ static void s_backend(const char *name)
                    troupe_last_error());
             continue;
         }
-        printf("backend.%s.device.%d.id: %d\n", name, i, (int)troupe_device_id(d));
         int streams = 0;
         st = troupe_suggested_num_streams(d, &streams);
         if (st != TROUPE_OK)
@@ -109,20 +117,22 @@ close_backend:
 
 static void s_backends(void)
 {
-    const char *built[S_NDRIVER_NAMES];
-    size_t nbuilt = 0;
-    for (size_t i = 0; i < S_NDRIVER_NAMES; i++) {
-        const troupe_driver_vtable_t *vt = NULL;
-        if (troupe_driver_lookup(s_driver_names[i], &vt) == TROUPE_OK)
-            built[nbuilt++] = s_driver_names[i];
-    }
-    troupe_clear_error();
+    size_t n = troupe_driver_built_count();
     printf("backends:");
-    for (size_t i = 0; i < nbuilt; i++)
-        printf(" %s", built[i]);
-    printf("%s\n", nbuilt == 0 ? " none" : "");
-    for (size_t i = 0; i < nbuilt; i++)
-        s_backend(built[i]);
+    for (size_t i = 0; i < n; i++)
+        printf(" %s", troupe_driver_built_name(i));
+    printf("%s\n", n == 0 ? " none" : "");
+    printf("backends.stream_config: %s\n", S_STREAM_CONFIG_NAME);
+    for (size_t i = 0; i < n; i++)
+        s_backend(troupe_driver_built_name(i));
+}
+
+static bool s_is_built(const char *name)
+{
+    for (size_t i = 0; i < troupe_driver_built_count(); i++)
+        if (strcmp(troupe_driver_built_name(i), name) == 0)
+            return true;
+    return false;
 }
 
 static void s_versions(void)
@@ -143,11 +153,35 @@ static void s_versions(void)
     int major, minor, patch;
     zmq_version(&major, &minor, &patch);
     printf("libzmq: %d.%d.%d\n", major, minor, patch);
-    printf("czmq: %d.%d.%d\n", CZMQ_VERSION_MAJOR, CZMQ_VERSION_MINOR, CZMQ_VERSION_PATCH);
+    zsys_version(&major, &minor, &patch);
+    printf("czmq: %d.%d.%d\n", major, minor, patch);
 #else
     printf("libzmq: none (not found at build time)\n");
     printf("czmq: none (not found at build time)\n");
 #endif
+}
+
+/* TROUPE_LOG's form of the current log configuration: "warn", "info:transport,parallel". */
+static void s_print_log(void)
+{
+    static const char *const levels[] = {"error", "warn", "info", "debug", "trace"};
+    static const char *const subs[] = {"base",      "ir",       "devices", "actors",
+                                       "transport", "parallel", "tools"};
+    troupe_log_level_t level = troupe_log_get_level();
+    unsigned mask = troupe_log_get_mask();
+    printf("config.log: %s", level <= TROUPE_LOG_TRACE ? levels[level] : "?");
+    if (mask != TROUPE_SUB_ALL) {
+        char sep = ':';
+        for (unsigned i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+            if (mask & (1u << i)) {
+                printf("%c%s", sep, subs[i]);
+                sep = ',';
+            }
+        }
+        if (sep == ':')
+            printf(":none");
+    }
+    printf("\n");
 }
 
 static void s_config(void)
@@ -161,16 +195,43 @@ static void s_config(void)
     printf("config.auto_host_transfers: %d\n", troupe_config_auto_host_transfers() ? 1 : 0);
     printf("config.stack_threshold_bytes: %zu\n", troupe_config_stack_threshold_bytes());
     printf("config.gemm: %s\n", troupe_config_gemm_library() ? "library" : "generated");
+    printf("config.coll_shm: %d\n", troupe_config_coll_shm() ? 1 : 0);
+    s_print_log();
+}
+
+/* The cores this process may run on (its CPU affinity), else the online cores. */
+static long s_usable_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 static int s_info(void)
 {
-    if (troupe_config_check() != TROUPE_OK)
+    /* base/config logs a malformed variable at warn level when it loads; say it here only
+     * when that log line was not written. */
+    if (troupe_config_check() != TROUPE_OK && troupe_log_get_level() < TROUPE_LOG_WARN)
         fprintf(stderr, "troupe: warning: %s\n", troupe_last_error());
+    troupe_clear_error();
+    const char *backend = troupe_config_backend();
+    if (!s_is_built(backend)) {
+        fprintf(stderr, "troupe: warning: TROUPE_BACKEND names '%s', which is not a built backend "
+                        "(built:", backend);
+        for (size_t i = 0; i < troupe_driver_built_count(); i++)
+            fprintf(stderr, " %s", troupe_driver_built_name(i));
+        fprintf(stderr, ")\n");
+    }
     printf("troupe: %s\n", TROUPE_VERSION_STRING);
-    printf("build.cuda: %d\n", TROUPE_HAVE_CUDA);
+#if TROUPE_HAVE_CUDA
+    printf("build.cuda: %s\n", s_is_built("cuda") ? "1" : "nvrtc only");
+#else
+    printf("build.cuda: 0\n");
+#endif
     printf("build.mpi: %d\n", TROUPE_HAVE_MPI);
-    printf("host.cores: %ld\n", sysconf(_SC_NPROCESSORS_ONLN));
+    printf("host.cores: %ld\n", s_usable_cores());
+    printf("host.cores_online: %ld\n", sysconf(_SC_NPROCESSORS_ONLN));
     s_backends();
     s_versions();
     s_config();
