@@ -538,6 +538,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
                                k, troupe_last_error());
             }
     }
+    troupe_free(dp->ckpt_note);
     troupe_routine_release(&dp->opt_routine);
     for (int j = 0; j < TROUPE__DP_HYPER_STAGES; j++)
         troupe_routine_release(&dp->hyper_copy[j]);

@@ -160,10 +160,12 @@ int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far *
 troupe_context_t *troupe_dp_owner_context(troupe_dp_t *dp);
 troupe_backend_t *troupe_dp_backend(troupe_dp_t *dp); /* borrowed */
 
-/* Checkpoints (atomic: written to "<path>.tmp.<pid>", fsynced, renamed over path). The file
- * holds a magic "TROUPECK", a format version, the step count, the optimizer kind and, per
- * parameter in order, its label, precision, dims, values and optimizer state, and a CRC-32
- * (zlib) of everything before it. Only rank 0 writes (every rank with local_only;
+/* Checkpoints (atomic: written to "<path>.tmp.<pid>", fsynced, renamed over path; a save first
+ * removes the "<path>.tmp.<pid>" files that processes of this machine which no longer run left
+ * behind, as a crash does). The file holds a magic "TROUPECK", a format version (2; version 1
+ * files, without a note, still load), the step count, the optimizer kind, the checkpoint note
+ * and, per parameter in order, its label, precision, dims, values and optimizer state, and a
+ * CRC-32 (zlib) of everything before it. Only rank 0 writes (every rank with local_only;
  * the others sync and return OK); every rank may load.
  * Errors: save: NOT_FOUND / FAILED_PRECONDITION / RESOURCE_EXHAUSTED with the path and
  * strerror; load: NOT_FOUND (no file), INVALID_ARGUMENT naming the path and the problem
@@ -171,6 +173,16 @@ troupe_backend_t *troupe_dp_backend(troupe_dp_t *dp); /* borrowed */
  * differ from the model's). A failed load changes nothing. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_save(troupe_dp_t *dp, const char *path);
 TROUPE_MUST_USE troupe_status_t troupe_dp_load(troupe_dp_t *dp, const char *path);
+
+/* The checkpoint note: a short text (at most TROUPE_DP_NOTE_MAX bytes) the program stores in
+ * every later save, e.g. the settings a resumed run must repeat (examples/fmnist stores its
+ * --batch and training-set size). troupe_dp_load replaces it with the loaded file's note (none
+ * for a version 1 file). set: NULL or "" clears it; INVALID_ARGUMENT when too long or NULL dp,
+ * RESOURCE_EXHAUSTED. get: the current note (borrowed, valid until the next set or load), or
+ * NULL when there is none. */
+#define TROUPE_DP_NOTE_MAX 4096
+TROUPE_MUST_USE troupe_status_t troupe_dp_set_checkpoint_note(troupe_dp_t *dp, const char *note);
+const char *troupe_dp_checkpoint_note(const troupe_dp_t *dp);
 
 #ifdef __cplusplus
 }

@@ -1,13 +1,14 @@
 /* troupe — checkpoints of the data-parallel driver (parallel/dp.h).
  *
- * File format, version 1 (integers little-endian, arrays in the host's layout of the
+ * File format, version 2 (integers little-endian, arrays in the host's layout of the
  * precision, which troupe's hosts — x86-64, aarch64 — store little-endian):
  *   "TROUPECK"                       8 bytes of magic
- *   u32 version                      1
+ *   u32 version                      2 (version 1 has no note; both load)
  *   i64 steps                        steps done when saved
  *   u32 optimizer kind               troupe_optimizer_kind_t
  *   u32 nstate                       optimizer state arrays per parameter (0, 1 or 2)
  *   u32 n_params
+ *   u32 note length, note bytes      the checkpoint note (version 2 only; may be empty)
  *   per parameter, in the model's order:
  *     u32 label length, label bytes  (troupe_tnode_label_string, no terminator)
  *     u32 precision                  troupe_prec_t
@@ -17,8 +18,9 @@
  *     state                          nstate arrays of num_elems elements of the state precision
  *   u32 CRC-32 (zlib crc32) of every byte before it.
  * Writes are atomic: "<path>.tmp.<pid>" is written, fsynced and renamed over path, then the
- * directory is fsynced. A load validates the whole file against the model before changing
- * anything.
+ * directory is fsynced. Before that, temporaries of path that a process of this machine which
+ * no longer runs left behind (a crash between create and rename) are removed. A load validates
+ * the whole file against the model before changing anything.
  */
 #define _GNU_SOURCE /* strerror_r returning the text */
 #include "parallel/dp_impl.h"
@@ -28,17 +30,20 @@
 #include "base/strbuf.h"
 #include "transport/mpi/cluster.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #define S_MAGIC "TROUPECK"
-#define S_VERSION 1u
+#define S_VERSION 2u
 #define S_MAX_LABEL 4096u
 
 /* The text of errno value `err` in char buf[] (strerror_r: the library's threads share
@@ -150,6 +155,9 @@ static troupe_status_t s_serialize(troupe_dp_t *dp, troupe__strbuf_t *b)
     s_put_u32(b, (uint32_t)dp->opt.kind);
     s_put_u32(b, (uint32_t)dp->nstate);
     s_put_u32(b, (uint32_t)dp->n_params);
+    size_t note_len = dp->ckpt_note ? strlen(dp->ckpt_note) : 0;
+    s_put_u32(b, (uint32_t)note_len);
+    s_put(b, dp->ckpt_note, note_len);
     for (size_t i = 0; i < dp->n_params; i++) {
         troupe_tnode_t *p = dp->params[i];
         char label[S_MAX_LABEL];
@@ -176,8 +184,58 @@ static troupe_status_t s_serialize(troupe_dp_t *dp, troupe__strbuf_t *b)
     return TROUPE_OK; /* an allocation failure: troupe__strbuf_finish reports it */
 }
 
+/* The directory part of path ("." when none, "/" for a file in the root), troupe_free'd by
+ * the caller; NULL when out of memory. */
+static char *s_dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return troupe_strdup(".");
+    if (slash == path)
+        return troupe_strdup("/");
+    return troupe_strdup_printf("%.*s", (int)(slash - path), path);
+}
+
+/* Removes "<path>.tmp.<pid>" files left by processes that no longer run on this machine (a
+ * save that crashed between create and rename). Best effort: what cannot be listed or removed
+ * stays, and a pid that runs (or that this process cannot signal) keeps its file. */
+static void s_remove_stale_temporaries(const char *path)
+{
+    char *dir = s_dir_of(path);
+    if (!dir)
+        return;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t bl = strlen(base);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        const char *name = e->d_name;
+        if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".tmp.", 5) != 0)
+            continue;
+        const char *digits = name + bl + 5;
+        char *end = NULL;
+        errno = 0;
+        long pid = strtol(digits, &end, 10);
+        if (errno || end == digits || *end || pid <= 0 || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* running, or not ours to know */
+        char *stale = troupe_strdup_printf("%s/%s", dir, name);
+        if (stale && unlink(stale) == 0)
+            TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL,
+                       "dp_save: removed %s, left by process %ld, which no longer runs", stale,
+                       pid);
+        troupe_free(stale);
+    }
+    if (d)
+        closedir(d);
+    troupe_free(dir);
+}
+
 static troupe_status_t s_write_atomic(const char *path, const char *p, size_t n)
 {
+    s_remove_stale_temporaries(path);
     char *tmp = troupe_strdup_printf("%s.tmp.%ld", path, (long)getpid());
     if (!tmp)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_save: out of memory");
@@ -213,14 +271,9 @@ out_close:
     }
     /* make the rename durable: fsync the directory */
     {
-        char *dir = troupe_strdup(path);
+        char *dir = s_dir_of(path);
         if (dir) {
-            char *slash = strrchr(dir, '/');
-            if (slash == dir)
-                slash[1] = '\0';
-            else if (slash)
-                *slash = '\0';
-            int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
             if (dfd >= 0) {
                 char es[128];
                 if (fsync(dfd) != 0)
@@ -330,9 +383,17 @@ out_close:
     return st;
 }
 
-/* Parses and validates the image against the model; fills entries[n_params] and *out_steps. */
+/* A checkpoint note inside the file's image. */
+typedef struct s_note {
+    const unsigned char *p;
+    size_t len;
+} s_note_t;
+
+/* Parses and validates the image against the model; fills entries[n_params], *out_steps and
+ * *out_note (pointing into img; empty for a version 1 file). */
 static troupe_status_t s_validate(troupe_dp_t *dp, const char *path, const unsigned char *img,
-                                  size_t len, s_entry_t *entries, int64_t *out_steps)
+                                  size_t len, s_entry_t *entries, int64_t *out_steps,
+                                  s_note_t *out_note)
 {
     size_t m = len < 8 ? len : 8;
     if (memcmp(img, S_MAGIC, m) != 0)
@@ -341,13 +402,22 @@ static troupe_status_t s_validate(troupe_dp_t *dp, const char *path, const unsig
     s_rd_t r = {img, len, 0, false};
     (void)s_take(&r, 8);
     uint32_t version = s_get_u32(&r);
-    if (!r.short_read && version != S_VERSION)
-        return s_bad(path, "unsupported format version %u (this build reads version %u)", version,
-                     S_VERSION);
+    if (!r.short_read && (version < 1 || version > S_VERSION))
+        return s_bad(path, "unsupported format version %u (this build reads versions 1 to %u)",
+                     version, S_VERSION);
     int64_t steps = s_get_i64(&r);
     uint32_t kind = s_get_u32(&r);
     uint32_t nstate = s_get_u32(&r);
     uint32_t np = s_get_u32(&r);
+    uint32_t note_len = 0;
+    const unsigned char *note = NULL;
+    if (version >= 2) {
+        note_len = s_get_u32(&r);
+        if (!r.short_read && note_len > TROUPE_DP_NOTE_MAX)
+            return s_bad(path, "note length %u exceeds %u (corrupt file)", note_len,
+                         TROUPE_DP_NOTE_MAX);
+        note = s_take(&r, note_len);
+    }
     if (r.short_read)
         goto truncated;
     if (nstate > 2)
@@ -503,6 +573,8 @@ static troupe_status_t s_validate(troupe_dp_t *dp, const char *path, const unsig
         }
     }
     *out_steps = steps;
+    out_note->p = note;
+    out_note->len = note_len;
 out_free:
     troupe_free(meta);
     return st;
@@ -532,13 +604,22 @@ troupe_status_t troupe_dp_load(troupe_dp_t *dp, const char *path)
     double *tmp = NULL;
     s_entry_t *entries = troupe_calloc(dp->n_params, sizeof *entries);
     int64_t steps = 0;
+    s_note_t note = {NULL, 0};
+    char *note_copy = NULL;
     if (!entries) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_load: out of memory");
         goto out_free;
     }
-    st = s_validate(dp, path, img, len, entries, &steps);
+    st = s_validate(dp, path, img, len, entries, &steps, &note);
     if (st != TROUPE_OK)
         goto out_free;
+    if (note.len > 0) {
+        note_copy = troupe_strdup_printf("%.*s", (int)note.len, (const char *)note.p);
+        if (!note_copy) {
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_load: out of memory");
+            goto out_free;
+        }
+    }
     st = troupe_dp_sync(dp);
     if (st != TROUPE_OK)
         goto out_free;
@@ -568,14 +649,40 @@ troupe_status_t troupe_dp_load(troupe_dp_t *dp, const char *path)
     }
     if (st == TROUPE_OK) {
         dp->steps = steps;
+        troupe_free(dp->ckpt_note);
+        dp->ckpt_note = note_copy;
+        note_copy = NULL;
         st = troupe__dp_await(dp, "dp_load");
     }
     if (st == TROUPE_OK)
         TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL, "dp: loaded step %lld from %s",
                    (long long)steps, path);
 out_free:
+    troupe_free(note_copy);
     troupe_free(tmp);
     troupe_free(entries);
     troupe_free(img);
     return st;
+}
+
+troupe_status_t troupe_dp_set_checkpoint_note(troupe_dp_t *dp, const char *note)
+{
+    if (!dp)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_set_checkpoint_note: NULL dp");
+    size_t n = note ? strlen(note) : 0;
+    if (n > TROUPE_DP_NOTE_MAX)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_set_checkpoint_note: %zu bytes exceed TROUPE_DP_NOTE_MAX (%d)", n,
+                             TROUPE_DP_NOTE_MAX);
+    char *copy = NULL;
+    if (n > 0 && !(copy = troupe_strdup(note)))
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_set_checkpoint_note: out of memory");
+    troupe_free(dp->ckpt_note);
+    dp->ckpt_note = copy;
+    return TROUPE_OK;
+}
+
+const char *troupe_dp_checkpoint_note(const troupe_dp_t *dp)
+{
+    return dp ? dp->ckpt_note : NULL;
 }

@@ -93,6 +93,7 @@ struct troupe_dp {
     size_t ntemps, temps_cap;
 
     int64_t steps;
+    char *ckpt_note;        /* troupe_dp_checkpoint_note: NULL for none (troupe_free) */
     troupe_status_t failed; /* sticky failure of a partially scheduled step */
     char failed_msg[512];
 };

@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 static void s_setup(void)
 {
@@ -395,10 +397,11 @@ Test(dp, corrupt_checkpoints_are_refused_and_change_nothing)
     s_spit(bad, img, n);
     s_expect_bad(&r, bad, "bad magic");
     img[0] = 'T';
+    unsigned char version = img[8];
     img[8] = 7; /* a future version */
     s_spit(bad, img, n);
     s_expect_bad(&r, bad, "version");
-    img[8] = 1;
+    img[8] = version;
     s_spit(bad, img, n); /* intact again: loads */
     free(img);
 
@@ -460,6 +463,91 @@ Test(dp, save_is_atomic_and_leaves_no_temporary)
     unlink(path);
     troupe_free(tmp);
     troupe_free(path);
+}
+
+/* A pid that no process has: a child that ran and was reaped. */
+static long s_dead_pid(void)
+{
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0)
+        _exit(0);
+    cr_assert_eq(waitpid(pid, NULL, 0), pid);
+    return (long)pid;
+}
+
+Test(dp, save_removes_the_temporaries_of_dead_processes_only)
+{
+    char *path = s_tmp_path("stale");
+    char *dead = troupe_strdup_printf("%s.tmp.%ld", path, s_dead_pid());
+    char *alive = troupe_strdup_printf("%s.tmp.%ld", path, (long)getppid());
+    char *other = troupe_strdup_printf("%s.tmp.notapid", path);
+    s_spit(dead, (const unsigned char *)"half", 4);
+    s_spit(alive, (const unsigned char *)"busy", 4);
+    s_spit(other, (const unsigned char *)"mine", 4);
+    run_t r;
+    s_run_new(&r, "sync", 1, TROUPE_OPT_SGD, D);
+    OK(troupe_dp_save(r.dp, path));
+    cr_assert(access(dead, F_OK) != 0, "the dead process's temporary is left behind");
+    cr_assert(access(alive, F_OK) == 0, "a running process's temporary was removed");
+    cr_assert(access(other, F_OK) == 0, "a file that is not a temporary was removed");
+    s_run_done(&r);
+    unlink(alive);
+    unlink(other);
+    unlink(path);
+    troupe_free(dead);
+    troupe_free(alive);
+    troupe_free(other);
+    troupe_free(path);
+}
+
+Test(dp, checkpoint_note_round_trips_and_version_1_files_still_load)
+{
+    char *path = s_tmp_path("note"), *v1 = s_tmp_path("v1");
+    run_t a, b;
+    s_run_new(&a, "sync", 1, TROUPE_OPT_SGD, D);
+    cr_assert_null(troupe_dp_checkpoint_note(a.dp));
+    OK(troupe_dp_set_checkpoint_note(a.dp, "batch=8 rows=64"));
+    cr_assert_str_eq(troupe_dp_checkpoint_note(a.dp), "batch=8 rows=64");
+    s_run_steps(&a, 2);
+    OK(troupe_dp_save(a.dp, path));
+    s_run_new(&b, "sync", 1, TROUPE_OPT_SGD, D);
+    OK(troupe_dp_load(b.dp, path));
+    cr_assert_str_eq(troupe_dp_checkpoint_note(b.dp), "batch=8 rows=64");
+    cr_assert_eq(troupe_dp_steps_done(b.dp), 2);
+    /* too long: refused, the note is kept */
+    char *big = troupe_malloc(TROUPE_DP_NOTE_MAX + 2);
+    memset(big, 'x', TROUPE_DP_NOTE_MAX + 1);
+    big[TROUPE_DP_NOTE_MAX + 1] = '\0';
+    cr_assert_eq(troupe_dp_set_checkpoint_note(b.dp, big), TROUPE_INVALID_ARGUMENT);
+    cr_assert_str_eq(troupe_dp_checkpoint_note(b.dp), "batch=8 rows=64");
+    troupe_free(big);
+
+    /* The same file in format version 1: no note length after the 32 bytes of header, its own
+     * CRC. A load clears the note. */
+    OK(troupe_dp_set_checkpoint_note(a.dp, NULL));
+    OK(troupe_dp_save(a.dp, path));
+    size_t n = 0;
+    unsigned char *img = s_slurp(path, &n);
+    cr_assert_eq(img[8], 2);
+    cr_assert(img[32] == 0 && img[33] == 0 && img[34] == 0 && img[35] == 0, "empty note");
+    img[8] = 1;
+    memmove(img + 32, img + 36, n - 36);
+    n -= 4;
+    uint32_t crc = (uint32_t)crc32(0L, img, (uInt)(n - 4));
+    for (int i = 0; i < 4; i++)
+        img[n - 4 + (size_t)i] = (unsigned char)(crc >> (8 * i));
+    s_spit(v1, img, n);
+    free(img);
+    OK(troupe_dp_load(b.dp, v1));
+    cr_assert_null(troupe_dp_checkpoint_note(b.dp));
+    cr_assert_eq(troupe_dp_steps_done(b.dp), 2);
+    s_run_done(&a);
+    s_run_done(&b);
+    unlink(path);
+    unlink(v1);
+    troupe_free(path);
+    troupe_free(v1);
 }
 
 /* ---- errors --------------------------------------------------------------------------------- */

@@ -4,6 +4,7 @@
 
 #include "base/alloc.h"
 #include "base/config.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/strbuf.h"
@@ -462,7 +463,7 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
     if (access(so_path, R_OK) == 0) {
         st = s_open(so_path, entry_symbol, out_lib, out_entry);
         if (st == TROUPE_OK) {
-            TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES, "compile cache hit for %s: %s", name,
+            TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES, "compile %s: cache hit (%s)", name,
                        so_path);
             goto out_strings;
         }
@@ -489,6 +490,7 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
         goto out_strings;
     /* The source goes under its stable name first (for inspection, and so diagnostics name
      * it): a concurrent writer of the same name writes the same bytes. */
+    int64_t t0 = troupe_now_ns();
     if (rename(tmp_c, c_path) == 0) {
         st = s_compile(name, cc, flags, c_path, tmp_so);
     } else {
@@ -508,7 +510,9 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
     }
     st = s_open(so_path, entry_symbol, out_lib, out_entry);
     if (st == TROUPE_OK)
-        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES, "compiled %s into %s", name, so_path);
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+                   "compile %s: cache miss, compiled by %s in %.3f s (%s)", name, cc,
+                   (double)(troupe_now_ns() - t0) * 1e-9, so_path);
 
 out_strings:
     troupe_free(tmp_so);

@@ -14,6 +14,14 @@
  * The last line, printed by rank 0 only, is machine-readable:
  *   final test_accuracy=<0..1> samples_per_s=<n> ranks=<r> streams=<s> epochs=<e>
  *
+ * Before any work, rank 0 checks that it can write --checkpoint and --curve, and refuses to
+ * overwrite an existing checkpoint that this run does not --resume from (--force allows it).
+ * Checkpoints carry the run's --batch and training-set size (the checkpoint note, parallel/
+ * dp.h): a --resume with another --batch or --train-limit is refused, naming the setting.
+ * TROUPE_LOG=info also logs (subsystem tools) the streams chosen and why, the time spent
+ * building the routines, and per epoch the timing split (issuing steps, waiting for the
+ * streams, evaluation, checkpoint) and the path the merge across ranks took.
+ *
  * Exit status: 0 done, 1 a runtime failure (one line on stderr), 2 a bad option (one line on
  * stderr). `--help` lists every option with its default.
  */
@@ -24,15 +32,20 @@
 
 #include "actors/troupe.h"
 #include "base/clock.h"
+#include "base/log.h"
+#include "devices/device.h"
 #include "parallel/dp.h"
 #include "transport/mpi/cluster.h"
+#include "transport/mpi/collective.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,7 +73,28 @@ typedef struct opts {
     const char *curve, *checkpoint, *resume;
     bool cosine;        /* --schedule cosine */
     bool compress_bf16; /* --compress bf16 */
+    bool force;         /* --force: overwrite a checkpoint this run does not resume from */
 } opts_t;
+
+/* The built backends, "cpu, sync" (devices/device.h). */
+static const char *s_backends(void)
+{
+    static char list[128];
+    size_t n = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < troupe_driver_built_count() && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "",
+                              troupe_driver_built_name(i));
+    return list;
+}
+
+static bool s_backend_built(const char *name)
+{
+    for (size_t i = 0; i < troupe_driver_built_count(); i++)
+        if (!strcmp(troupe_driver_built_name(i), name))
+            return true;
+    return false;
+}
 
 static void s_help(void)
 {
@@ -81,7 +115,8 @@ static void s_help(void)
            "  --schedule NAME      learning rate over the run: constant, or cosine (from --lr\n"
            "                       down to 0 at the last step, per step) [cosine]\n"
            "  --seed N             shuffle and initialisation seed [%d]\n"
-           "  --backend NAME       cpu | sync [$TROUPE_BACKEND, else cpu]\n"
+           "  --backend NAME       one of the built backends: %s\n"
+           "                       [$TROUPE_BACKEND, else cpu]\n"
            "  --streams N          replicas per rank, 0 = the backend's suggestion [0]\n"
            "  --compress NAME      gradients between ranks: none (exact single precision) or\n"
            "                       bf16 (half the bytes, bfloat16 rounding) [none]\n"
@@ -91,14 +126,19 @@ static void s_help(void)
            "                       this run's training time so far, evaluation excluded;\n"
            "                       appended to with --resume) [none]\n"
            "  --checkpoint FILE    parameters and optimizer state, written atomically after\n"
-           "                       every epoch [none]\n"
-           "  --resume FILE        start from a checkpoint, continuing its epoch count [none]\n"
+           "                       every epoch; an existing FILE is only overwritten when\n"
+           "                       this run resumes from it, or with --force [none]\n"
+           "  --resume FILE        start from a checkpoint, continuing its epoch count; the\n"
+           "                       run must use the checkpoint's --batch and --train-limit\n"
+           "                       [none]\n"
+           "  --force              let --checkpoint overwrite a file this run does not resume\n"
+           "                       from\n"
            "  --help               this text\n"
            "Last line: final test_accuracy=<0..1> samples_per_s=<n> ranks=<r> streams=<s> "
            "epochs=<e>\n"
            "Exit status: 0 done, 1 runtime failure, 2 bad option.\n",
            FMNIST_DEFAULT_DIR, S_DEFAULT_EPOCHS, S_DEFAULT_BATCH, S_DEFAULT_LR_SGD, adamw.lr,
-           sgd.momentum, sgd.weight_decay, adamw.weight_decay, S_DEFAULT_SEED);
+           sgd.momentum, sgd.weight_decay, adamw.weight_decay, S_DEFAULT_SEED, s_backends());
 }
 
 /* ---- option parsing ---------------------------------------------------------------------- */
@@ -156,6 +196,14 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
         }
         memcpy(name, a, len);
         name[len] = '\0';
+        if (!strcmp(name, "--force")) {
+            if (eq) {
+                snprintf(err, cap, "option --force takes no value (got '%s')", eq + 1);
+                return false;
+            }
+            o->force = true;
+            continue;
+        }
         static const char *const known[] = {
             "--data",        "--epochs",       "--batch", "--optimizer",  "--lr",
             "--momentum",    "--weight-decay", "--seed",  "--backend",    "--streams",
@@ -214,10 +262,12 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             else
                 want = "a non-negative integer";
         } else if (!strcmp(name, "--backend")) {
-            if (strcmp(val, "cpu") && strcmp(val, "sync") && strcmp(val, "cuda"))
-                want = "cpu, sync or cuda";
-            else
+            static char built[160];
+            snprintf(built, sizeof built, "one of the built backends (%s)", s_backends());
+            if (s_backend_built(val))
                 o->backend = val;
+            else
+                want = built;
         } else if (!strcmp(name, "--streams")) {
             if (s_int(val, 0, 64, &n))
                 o->streams = (int)n;
@@ -343,8 +393,11 @@ static double s_now(void)
  * device times its devices (parallel/dp.c's rule). */
 static int s_resolve_streams(const opts_t *o)
 {
-    if (o->streams > 0)
+    if (o->streams > 0) {
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS, "fmnist: %d stream(s) per rank: --streams",
+                   o->streams);
         return o->streams;
+    }
     troupe_backend_t *b = NULL;
     troupe_device_t *d = NULL;
     int ndev = 0, per = 1;
@@ -356,7 +409,163 @@ static int s_resolve_streams(const opts_t *o)
         st = troupe_suggested_num_streams(d, &per);
     troupe_backend_close(&b); /* before a failure exits: its stream threads must stop */
     CHECK(st, "asking the backend for its suggested number of streams");
-    return (per > 0 ? per : 1) * (ndev > 0 ? ndev : 1);
+    int n = (per > 0 ? per : 1) * (ndev > 0 ? ndev : 1);
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
+               "fmnist: %d stream(s) per rank: the backend's suggestion (%d device(s) x %d "
+               "stream(s), for most_parallel_streams)",
+               n, ndev, per);
+    return n;
+}
+
+/* ---- output paths, checked before any work ------------------------------------------------ */
+
+/* Whether paths a and b name one existing file. */
+static bool s_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* Rank 0: can the checkpoint be written, and may it be? Opens the curve file (r->curve).
+ * Returns false with one line in err (a bad option). */
+static bool s_check_outputs(run_t *r, char *err, size_t cap)
+{
+    const opts_t *o = &r->o;
+    if (o->checkpoint) {
+        struct stat st;
+        if (stat(o->checkpoint, &st) == 0) {
+            if (S_ISDIR(st.st_mode)) {
+                snprintf(err, cap, "option --checkpoint: '%s' is a directory", o->checkpoint);
+                return false;
+            }
+            if (!o->force && !(o->resume && s_same_file(o->checkpoint, o->resume))) {
+                snprintf(err, cap,
+                         "option --checkpoint: '%s' exists and this run does not resume from "
+                         "it; add --resume %s to continue that run, or --force to overwrite it",
+                         o->checkpoint, o->checkpoint);
+                return false;
+            }
+        }
+        /* a file beside it, as troupe_dp_save creates its temporary */
+        char probe[4096];
+        snprintf(probe, sizeof probe, "%s.tmp.%ld", o->checkpoint, (long)getpid());
+        int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EEXIST) {
+            snprintf(err, cap, "option --checkpoint: cannot write '%s': %s", o->checkpoint,
+                     strerror(errno));
+            return false;
+        }
+        if (fd >= 0) {
+            close(fd);
+            unlink(probe);
+        }
+    }
+    if (o->curve) {
+        r->curve = fopen(o->curve, o->resume ? "a" : "w");
+        if (!r->curve) {
+            snprintf(err, cap, "option --curve: cannot write '%s': %s", o->curve,
+                     strerror(errno));
+            return false;
+        }
+        if (ftell(r->curve) == 0)
+            fprintf(r->curve, "epoch,loss,test_accuracy,samples_per_s,seconds\n");
+    }
+    return true;
+}
+
+/* Rank 0's verdict (0: go on, else an exit status) for every rank. */
+static int32_t s_agree(int32_t verdict)
+{
+    if (!troupe_cluster_is_distributed())
+        return verdict;
+    troupe_coll_tensor_t t = {.data = &verdict, .count = 1, .prec = TROUPE_PREC_INT32,
+                              .name = "fmnist verdict"};
+    troupe_event_t *ev = NULL;
+    CHECK(troupe_broadcast(&t, 1, 0, &ev), "agreeing on the options");
+    troupe_status_t st = troupe_event_sync(ev, troupe_config_timeout_ns());
+    troupe_event_release(&ev);
+    CHECK(st, "agreeing on the options");
+    return verdict;
+}
+
+/* ---- resuming ------------------------------------------------------------------------------ */
+
+/* The checkpoint note of this run: what a resumed run must repeat. */
+static void s_note(const run_t *r, char *note, size_t cap)
+{
+    snprintf(note, cap, "fmnist batch=%lld train_images=%lld train_limit=%lld",
+             (long long)r->o.batch, (long long)r->train.count, (long long)r->o.train_limit);
+}
+
+/* After troupe_dp_load: does the checkpoint fit this run's --batch and training set? Returns
+ * false with one line in err naming the differing setting. */
+static bool s_check_resume(const run_t *r, int64_t steps_per_epoch, char *err, size_t cap)
+{
+    const opts_t *o = &r->o;
+    const char *note = troupe_dp_checkpoint_note(r->dp);
+    long long batch = 0, images = 0, limit = 0;
+    int64_t done = troupe_dp_steps_done(r->dp);
+    if (note && sscanf(note, "fmnist batch=%lld train_images=%lld train_limit=%lld", &batch,
+                       &images, &limit) == 3) {
+        if (batch != o->batch) {
+            snprintf(err, cap,
+                     "option --batch: checkpoint '%s' was written with --batch %lld, not %lld; "
+                     "resume with --batch %lld",
+                     o->resume, batch, (long long)o->batch, batch);
+            return false;
+        }
+        if (images != r->train.count) {
+            snprintf(err, cap,
+                     "option --train-limit: checkpoint '%s' was trained on %lld images "
+                     "(--train-limit %lld), this run has %lld; resume with --train-limit %lld",
+                     o->resume, images, limit, (long long)r->train.count, limit);
+            return false;
+        }
+    }
+    if (done % steps_per_epoch != 0) {
+        snprintf(err, cap,
+                 "option --resume: checkpoint '%s' holds %lld steps, not a whole number of "
+                 "epochs of %lld steps (--batch %lld over %lld images); resume with the --batch "
+                 "and --train-limit it was written with",
+                 o->resume, (long long)done, (long long)steps_per_epoch, (long long)o->batch,
+                 (long long)r->train.count);
+        return false;
+    }
+    return true;
+}
+
+/* Logs (info) how the epoch's gradients were merged: across the streams through merge buffers
+ * (parallel/dp.h), across ranks by the transport's path (transport/mpi/collective.h,
+ * "Algorithms" and "Shared memory"), from its counters' change since *before. */
+static void s_log_merge(const run_t *r, int epoch, int64_t steps,
+                        const troupe_transport_stats_t *before)
+{
+    if (!troupe_log_enabled(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS))
+        return;
+    char local[96] = "one stream: no local merge";
+    if (r->streams > 1)
+        snprintf(local, sizeof local, "%d streams merged by merge-buffer copies (a tree)",
+                 r->streams);
+    if (r->ranks == 1) {
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
+                   "fmnist: epoch %d merge: %lld steps, %s; one rank: no allreduce", epoch,
+                   (long long)steps, local);
+        return;
+    }
+    troupe_transport_stats_t now;
+    troupe_transport_get_stats(&now);
+    unsigned long long colls = now.collectives - before->collectives;
+    unsigned long long shm = now.shm - before->shm;
+    unsigned long long buckets = now.buckets - before->buckets;
+    unsigned long long ring = now.ring_buckets - before->ring_buckets;
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
+               "fmnist: epoch %d merge: %lld steps, %s; across %d ranks %llu allreduce(s): %llu "
+               "through shared memory, %llu bucket(s) over MPI (%llu by troupe's ring, %llu by "
+               "MPI_Iallreduce), %llu bytes staged%s",
+               epoch, (long long)steps, local, r->ranks, colls, shm, buckets, ring,
+               buckets - ring, (unsigned long long)(now.staged - before->staged),
+               r->o.compress_bf16 ? ", bfloat16 gradients" : "");
 }
 
 /* Rank 0's test-set accuracy with the current parameters (syncs the training first). */
@@ -421,6 +630,16 @@ int main(int argc, char **argv)
     /* In-place progress only for a terminal of our own: under a launcher, Open MPI hands each
      * rank a pseudo-terminal even when mpiexec's output goes to a pipe or a file. */
     r.tty = r.rank == 0 && isatty(STDOUT_FILENO) && !troupe_cluster_is_distributed();
+    /* The output paths, before any work: rank 0 writes them, every rank learns the verdict. */
+    int32_t verdict = 0;
+    if (r.rank == 0 && !s_check_outputs(&r, err, sizeof err)) {
+        fprintf(stderr, "fmnist: %s\n", err);
+        verdict = 2;
+    }
+    if (s_agree(verdict) != 0) {
+        s_teardown(&r);
+        return s_leave(2);
+    }
     r.streams = s_resolve_streams(o);
     int64_t replicas = (int64_t)r.streams * r.ranks;
     if (o->batch % replicas != 0) {
@@ -474,14 +693,29 @@ int main(int argc, char **argv)
                              .streams = r.streams,
                              .optimizer = o->opt,
                              .compress_bf16 = o->compress_bf16};
+    double t_build = s_now();
     CHECK(troupe_dp_new(&dc, &model, &r.dp), "starting data-parallel training");
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
+               "fmnist: training routines compiled and linked on %d stream(s) of %s in %.3f s",
+               r.streams, troupe_backend_name(troupe_dp_backend(r.dp)), s_now() - t_build);
     if (troupe_dp_num_streams(r.dp) != r.streams) {
         troupe_error_set(TROUPE_INTERNAL, "dp made %d streams, expected %d",
                          troupe_dp_num_streams(r.dp), r.streams);
         s_die("starting data-parallel training");
     }
-    if (o->resume)
+    if (o->resume) {
         CHECK(troupe_dp_load(r.dp, o->resume), "resuming");
+        /* every rank read the same file: all refuse alike */
+        if (!s_check_resume(&r, steps_per_epoch, err, sizeof err)) {
+            if (r.rank == 0)
+                fprintf(stderr, "fmnist: %s\n", err);
+            s_teardown(&r);
+            return s_leave(2);
+        }
+    }
+    char note[160];
+    s_note(&r, note, sizeof note);
+    CHECK(troupe_dp_set_checkpoint_note(r.dp, note), "noting the run's settings");
     int64_t done = troupe_dp_steps_done(r.dp);
     int first_epoch = (int)(done / steps_per_epoch);
     if (r.rank == 0) {
@@ -501,16 +735,11 @@ int main(int argc, char **argv)
         if (o->resume)
             printf("fmnist: resumed from %s at step %lld (epoch %d)\n", o->resume, (long long)done,
                    first_epoch);
+        if (first_epoch >= o->epochs)
+            printf("fmnist: the checkpoint already holds %d epoch(s) (--epochs %d): nothing to "
+                   "train\n",
+                   first_epoch, o->epochs);
         fflush(stdout);
-        if (o->curve) {
-            r.curve = fopen(o->curve, o->resume ? "a" : "w");
-            if (!r.curve) {
-                troupe_error_set(TROUPE_NOT_FOUND, "%s: %s", o->curve, strerror(errno));
-                s_die("opening the curve file");
-            }
-            if (ftell(r.curve) == 0)
-                fprintf(r.curve, "epoch,loss,test_accuracy,samples_per_s,seconds\n");
-        }
     }
 
     /* training */
@@ -522,30 +751,42 @@ int main(int argc, char **argv)
         every = 1;
     for (int epoch = first_epoch; epoch < o->epochs; epoch++) {
         double t0 = s_now(), loss_sum = 0;
+        double t_issue = 0, t_loss = 0; /* issuing steps; waiting for sampled losses */
+        troupe_transport_stats_t tr0;
+        troupe_transport_get_stats(&tr0);
         int loss_n = 0;
         for (int64_t s = 0; s < steps_per_epoch; s++) {
+            double ti = s_now();
             if (o->cosine) {
                 double t = (double)(epoch * steps_per_epoch + s) / (double)total_steps;
                 double lr = o->opt.lr * 0.5 * (1.0 + cos(M_PI * t));
                 CHECK(troupe_dp_set_lr(r.dp, lr > 0 ? lr : 1e-12), "setting the learning rate");
             }
             CHECK(troupe_dp_step(r.dp), "training");
+            double tl = s_now();
+            t_issue += tl - ti;
             if ((s + 1) % every == 0 || s + 1 == steps_per_epoch) {
                 double l = 0;
                 CHECK(troupe_dp_last_loss(r.dp, &l), "reading the loss");
+                t_loss += s_now() - tl;
                 loss_sum += l;
                 loss_n++;
                 s_progress(&r, epoch + 1, s + 1, steps_per_epoch, loss_sum / loss_n,
                            (double)((s + 1) * o->batch) / (s_now() - t0));
             }
         }
+        double t_sync = s_now();
         CHECK(troupe_dp_sync(r.dp), "training");
+        t_sync = s_now() - t_sync;
         double dt = s_now() - t0;
+        s_log_merge(&r, epoch + 1, steps_per_epoch, &tr0);
         train_seconds += dt;
         samples += steps_per_epoch * o->batch;
         double rate = (double)(steps_per_epoch * o->batch) / dt, loss = loss_sum / loss_n;
+        double t_eval = s_now();
         if (r.rank == 0) {
             acc = s_evaluate(&r);
+            t_eval = s_now() - t_eval;
             printf("%sepoch %d/%d  samples/s %.0f  loss %.4f  test_accuracy %.4f  (%.1f s)\n",
                    r.tty ? "\r\033[K" : "", epoch + 1, o->epochs, rate, loss, acc, dt);
             fflush(stdout);
@@ -555,8 +796,18 @@ int main(int argc, char **argv)
                 fflush(r.curve);
             }
         }
+        if (r.rank != 0)
+            t_eval = 0;
+        double t_ckpt = s_now();
         if (o->checkpoint)
             CHECK(troupe_dp_save(r.dp, o->checkpoint), "writing the checkpoint");
+        t_ckpt = s_now() - t_ckpt;
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
+                   "fmnist: epoch %d: training %.3f s = issuing steps %.3f s + waiting for "
+                   "sampled losses %.3f s + final sync %.3f s + other %.3f s; evaluation %.3f "
+                   "s; checkpoint %.3f s",
+                   epoch + 1, dt, t_issue, t_loss, t_sync, dt - t_issue - t_loss - t_sync,
+                   t_eval, t_ckpt);
     }
     if (r.rank == 0) {
         if (acc < 0) /* no epoch ran (resumed at or past --epochs) */

@@ -1,0 +1,109 @@
+#!/bin/sh
+# troupe — tests of the trainer's command line (examples/fmnist/CMakeLists.txt runs one case per
+# CTest test): output paths checked before training, stale temporaries, overwriting, resuming
+# with other settings, what TROUPE_LOG=info says, the built backends in --help.
+# usage: test_trainer.sh FMNIST DATA_DIR WORK_DIR CASE [LAUNCHER...]
+# A LAUNCHER (mpiexec -n 2 ...) runs the cases that need ranks.
+set -u
+fmnist=$1 data=$2 work=$3 case=$4
+shift 4
+dir=$work/$case
+rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
+small="--data $data --train-limit 1000 --test-limit 200 --streams 1 --backend sync"
+
+fail() { echo "FAIL ($case): $*"; echo "--- stdout"; cat out 2>/dev/null; echo "--- stderr"; cat err 2>/dev/null; exit 1; }
+# run EXPECTED_STATUS ARGS...: runs the trainer, output in ./out and ./err.
+run() {
+  want=$1; shift
+  # shellcheck disable=SC2086 # $small is words
+  "$fmnist" $small "$@" >out 2>err
+  got=$?
+  [ "$got" = "$want" ] || fail "exit status $got, expected $want for: $*"
+}
+has() { grep -q -- "$2" "$1" || fail "$1 lacks '$2'"; }
+lacks() { ! grep -q -- "$2" "$1" || fail "$1 has '$2'"; }
+lines() { [ "$(wc -l <"$1")" = "$2" ] || fail "$1 has $(wc -l <"$1") lines, expected $2"; }
+
+case $case in
+unwritable_outputs)
+  # found before any training: one line naming the option, the path and the reason; exit 2
+  run 2 --epochs 1 --checkpoint /nonexistent-dir/ck
+  lines err 1; has err "option --checkpoint: cannot write '/nonexistent-dir/ck'"
+  has err "No such file or directory"; lacks out "epoch"
+  : >file
+  run 2 --epochs 1 --curve file/curve.csv
+  lines err 1; has err "option --curve: cannot write 'file/curve.csv'"; lacks out "epoch"
+  mkdir ckdir
+  run 2 --epochs 1 --checkpoint ckdir
+  lines err 1; has err "'ckdir' is a directory"
+  ;;
+stale_temporaries)
+  # a temporary left by a process that no longer runs goes at the next save; a live one stays
+  sh -c 'exit 0' & dead=$!; wait $dead
+  echo partial >"ck.tmp.$dead"
+  echo busy >"ck.tmp.$$"
+  run 0 --epochs 1 --checkpoint ck
+  [ ! -e "ck.tmp.$dead" ] || fail "ck.tmp.$dead is still there"
+  [ -e "ck.tmp.$$" ] || fail "the running process's ck.tmp.$$ was removed"
+  [ "$(head -c 8 ck)" = TROUPECK ] || fail "ck is not a checkpoint"
+  ;;
+no_overwrite)
+  # an existing file that this run does not resume from is kept, unless --force
+  echo "precious results" >ck
+  run 2 --epochs 1 --checkpoint ck
+  lines err 1; has err "'ck' exists and this run does not resume from it"; has err "--force"
+  [ "$(cat ck)" = "precious results" ] || fail "ck was changed"
+  run 0 --epochs 1 --checkpoint ck --force
+  [ "$(head -c 8 ck)" = TROUPECK ] || fail "--force did not write ck"
+  cp ck other
+  run 2 --epochs 2 --resume other --checkpoint ck # resumes another file
+  has err "'ck' exists"
+  run 0 --epochs 2 --resume ck --checkpoint ck # the same file: continues it
+  has out "resumed from ck at step"
+  ;;
+resume_settings)
+  # a resume must repeat --batch and --train-limit; the refusal names the setting
+  run 0 --epochs 1 --batch 100 --checkpoint ck
+  run 2 --epochs 2 --batch 50 --resume ck --checkpoint ck
+  lines err 1; has err "option --batch: checkpoint 'ck' was written with --batch 100, not 50"
+  "$fmnist" --data "$data" --train-limit 500 --test-limit 200 --streams 1 --backend sync \
+    --epochs 2 --batch 100 --resume ck --checkpoint ck >out 2>err
+  [ $? = 2 ] || fail "another --train-limit was not refused"
+  lines err 1; has err "option --train-limit: checkpoint 'ck' was trained on 1000 images"
+  has err "resume with --train-limit 1000"
+  run 0 --epochs 2 --batch 100 --resume ck --checkpoint ck
+  has out "resumed from ck at step 10 (epoch 1)"; has out "epoch 2/2"
+  grep -q "^final .*samples_per_s=[1-9]" out || fail "no training after the resume"
+  run 0 --epochs 2 --batch 100 --resume ck --checkpoint ck # all done already: says so
+  has out "already holds 2 epoch(s)"
+  ;;
+info_log)
+  # TROUPE_LOG=info: streams and why, compile times and cache hits, timing split, merge path
+  TROUPE_LOG=info run 0 --epochs 1 --checkpoint ck
+  has err "1 stream(s) per rank: --streams"
+  has err "compile .*: cache \(hit\|miss\)"
+  has err "training routines compiled and linked"
+  has err "epoch 1: training .* s = issuing steps"; has err "evaluation"; has err "checkpoint"
+  has err "epoch 1 merge: 7 steps, one stream: no local merge; one rank: no allreduce"
+  ;;
+info_log_ranks)
+  # under the launcher given: the merge across ranks and the path it took
+  [ $# -gt 0 ] || fail "no launcher given"
+  # shellcheck disable=SC2086 # $small is words
+  TROUPE_LOG=info "$@" "$fmnist" $small --epochs 1 --streams 2 >out 2>err ||
+    fail "the run failed"
+  has err "epoch 1 merge: 7 steps, 2 streams merged by merge-buffer copies (a tree); across 2 ranks"
+  has err "allreduce(s): .* through shared memory, .* bucket(s) over MPI"
+  ;;
+help_backends)
+  # --help lists the built backends and --force; an unbuilt backend is named as such
+  "$fmnist" --help >out 2>err || fail "--help failed"
+  has out "one of the built backends: cpu, sync"; has out "--force"
+  run 2 --backend bogus
+  lines err 1; has err "option --backend: expected one of the built backends (cpu, sync"
+  run 2 --force=yes
+  has err "option --force takes no value"
+  ;;
+*) echo "unknown case $case"; exit 1 ;;
+esac
+echo "ok ($case)"
