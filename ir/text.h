@@ -4,17 +4,7 @@
  * (DESIGN.md §6 `text`).
  *
  * ---- Lexical syntax -------------------------------------------------------------------------
- *   whitespace   space, tab, CR, LF separate tokens; `;` starts a comment to end of line.
- *   ( )          list delimiters.
- *   "string"     double-quoted bytes; escapes \\ \" \n \t \r \xHH (HH two hex digits, not 00);
- *                raw bytes 0x20..0xFF other than `"` and `\` stand for themselves.
- *   atom         a run of printable ASCII (0x21..0x7E) other than ( ) " ; — classified by use:
- *                  INT    [+-]?[0-9]+ fitting int64 (ids, ranges, dims, index offsets);
- *                  NAME   [A-Za-z_][A-Za-z0-9_]* (procedure, symbol and op names);
- *                  NUMBER decimal [+-]?D+[.D*][(e|E)[+-]?D+], or inf, -inf, nan (the
- *                         quiet NaN 0x7ff8000000000000 only);
- *                  BITS   #x followed by 1..16 hex digits (a 64-bit pattern).
- *   Any other byte outside a string (control bytes, NUL, bytes >= 0x80) is an error.
+ *   ir/sexp.h: lists, strings and atoms (INT, NAME, NUMBER, BITS), `;` comments.
  *
  * ---- Low-level procedures -------------------------------------------------------------------
  *   proc    := (proc NAME (nodes NODE*) (symbols SYM*) (body STMT))
@@ -101,6 +91,7 @@
 #include "base/status.h"
 #include "ir/assign.h"
 #include "ir/lowlevel.h"
+#include "ir/sexp.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -109,9 +100,9 @@
 extern "C" {
 #endif
 
-#define TROUPE_TEXT_MAX_BYTES ((size_t)16 << 20) /* longest accepted input */
-#define TROUPE_TEXT_MAX_DEPTH 256                /* deepest list nesting accepted */
-#define TROUPE_TEXT_MAX_ATOM 1024                /* longest atom, in bytes */
+#define TROUPE_TEXT_MAX_BYTES TROUPE_SEXP_MAX_BYTES /* longest accepted input */
+#define TROUPE_TEXT_MAX_DEPTH TROUPE_SEXP_MAX_DEPTH /* deepest list nesting accepted */
+#define TROUPE_TEXT_MAX_ATOM TROUPE_SEXP_MAX_ATOM   /* longest atom, in bytes */
 
 /* Prints `proc` in the grammar above into a new NUL-terminated string *out (troupe_free).
  * Errors: INVALID_ARGUMENT for a NULL argument, a malformed tree (NULL child, op out of

@@ -7,6 +7,7 @@
 #include "base/alloc.h"
 #include "compiler/interp.h"
 #include "compiler/optimize.h"
+#include "ir/sexp.h"
 #include "runtime_test_util.h"
 
 #include <criterion/criterion.h>
@@ -448,23 +449,56 @@ Test(runtime, debug_info_is_an_sexp_mentioning_streams)
         char *all = NULL, *one = NULL;
         OK(troupe_debug_info(e.b, NULL, &all));
         OK(troupe_debug_info(e.b, e.s[1], &one));
-        cr_assert_eq(all[0], '(');
-        cr_assert_eq(all[strlen(all) - 1], ')');
-        int depth = 0;
-        for (const char *p = all; *p; p++) {
-            depth += *p == '(';
-            depth -= *p == ')';
-            cr_assert_geq(depth, 0);
-        }
-        cr_assert_eq(depth, 0, "balanced: %s", all);
-        char name0[32], name1[32];
+        char name0[32], name1[32], node[64];
         snprintf(name0, sizeof name0, "%s:0:0", *drv);
         snprintf(name1, sizeof name1, "%s:0:1", *drv);
+        troupe_tnode_debug_name(a, node, sizeof node);
         cr_assert_str_eq(troupe_stream_name(e.s[1]), name1);
-        cr_assert(strstr(all, "(backend") && strstr(all, name0) && strstr(all, name1) &&
-                      strstr(all, "(ledger") && strstr(all, "n"),
-                  "%s", all);
-        cr_assert(strncmp(one, "(troupe_stream", 14) == 0 && strstr(one, name1), "%s", one);
+        /* (backend (name DRV) (devices ((device ... (streams (S0 S1)) (ledger (ARRAY...)))))) */
+        troupe_sexp_t *x = NULL;
+        cr_assert_eq(troupe_sexp_read(all, strlen(all), &x), TROUPE_OK, "%s: %s",
+                     troupe_last_error(), all);
+        cr_assert(troupe_sexp_is_form(x, "backend"), "%s", all);
+        const troupe_sexp_t *name = troupe_sexp_find(x, "name");
+        cr_assert(name && name->count == 2 && troupe_sexp_is_atom(name->items[1], *drv), "%s", all);
+        const troupe_sexp_t *devices = troupe_sexp_find(x, "devices");
+        cr_assert(devices && devices->count == 2 && devices->items[1]->count == 1, "%s", all);
+        const troupe_sexp_t *dev = devices->items[1]->items[0];
+        cr_assert(troupe_sexp_is_form(dev, "device"), "%s", all);
+        const troupe_sexp_t *streams = troupe_sexp_find(dev, "streams");
+        cr_assert(streams && streams->count == 2 && streams->items[1]->count == 2, "%s", all);
+        for (int k = 0; k < 2; k++) {
+            const troupe_sexp_t *srec = streams->items[1]->items[k];
+            cr_assert(troupe_sexp_is_form(srec, "troupe_stream"), "%s", all);
+            const troupe_sexp_t *id = troupe_sexp_find(srec, "stream_id");
+            cr_assert(id && id->count == 2 && id->items[1]->kind == TROUPE_SEXP_ATOM &&
+                          atoi(id->items[1]->text) == k,
+                      "%s", all);
+            const troupe_sexp_t *sname = troupe_sexp_find(troupe_sexp_find(srec, "stream"), "name");
+            cr_assert(sname && sname->count == 2 && sname->items[1]->kind == TROUPE_SEXP_STRING &&
+                          strcmp(sname->items[1]->text, k ? name1 : name0) == 0,
+                      "%s", all);
+        }
+        /* The ledger has an entry for node a's array (in stream 1's context). */
+        const troupe_sexp_t *ledger = troupe_sexp_find(dev, "ledger");
+        cr_assert(ledger && ledger->count == 2, "%s", all);
+        bool found = false;
+        for (size_t k = 0; k < ledger->items[1]->count; k++) {
+            const troupe_sexp_t *arr = ledger->items[1]->items[k];
+            const troupe_sexp_t *n = troupe_sexp_find(arr, "node");
+            cr_assert(troupe_sexp_is_form(arr, "array") && n && n->count == 2, "%s", all);
+            found = found || troupe_sexp_is_atom(n->items[1], node);
+        }
+        cr_assert(found, "no ledger entry for %s: %s", node, all);
+        troupe_sexp_destroy(&x);
+        /* One stream: (troupe_stream (backend DRV) ... (stream (name "DRV:0:1") ...)). */
+        cr_assert_eq(troupe_sexp_read(one, strlen(one), &x), TROUPE_OK, "%s: %s",
+                     troupe_last_error(), one);
+        cr_assert(troupe_sexp_is_form(x, "troupe_stream"), "%s", one);
+        const troupe_sexp_t *sname = troupe_sexp_find(troupe_sexp_find(x, "stream"), "name");
+        cr_assert(sname && sname->count == 2 && strcmp(sname->items[1]->text, name1) == 0, "%s",
+                  one);
+        troupe_sexp_destroy(&x);
         troupe_free(all);
         troupe_free(one);
         troupe_context_release(&ctx);

@@ -3,13 +3,15 @@
  * text for a small matmul; node reuse and the live-node mismatch error; every parse error form
  * with its line:column message; assignment comps (matmul accumulation, every fetch form, block
  * comments, vector unops, merge buffers); and the seed corpus of the fuzz target
- * (tests/data/text_corpus) run through troupe_text_fuzz_one, the fuzzer's entry point. */
+ * (tests/data/text_corpus) run through troupe_text_fuzz_one, the fuzzer's entry point; and the
+ * S-expression reader of ir/sexp.h (trees, positions, errors). */
 #define _POSIX_C_SOURCE 200809L
 #include "base/alloc.h"
 #include "compiler/lower.h"
 #include "ir/assign.h"
 #include "ir/lowlevel.h"
 #include "ir/ops.h"
+#include "ir/sexp.h"
 #include "ir/text.h"
 #include "ir/tnode.h"
 
@@ -774,4 +776,69 @@ Test(text, numbers_ignore_the_process_locale)
     troupe_free(t);
     troupe_ll_proc_destroy(&p);
     troupe_tnode_release(&x);
+}
+
+/* ---- the S-expression reader (ir/sexp.h) ------------------------------------------------- */
+
+Test(sexp, reads_lists_atoms_and_strings_with_positions)
+{
+    const char *text = "; a comment\n(backend (name cpu)\n  (tags \"a \\\"b\\\"\\n\" x) () #x1f)  \n";
+    troupe_sexp_t *x = NULL;
+    cr_assert_eq(troupe_sexp_read(text, strlen(text), &x), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(x->kind, TROUPE_SEXP_LIST);
+    cr_assert_eq(x->line, 2);
+    cr_assert_eq(x->col, 1);
+    cr_assert_eq(x->count, 5);
+    cr_assert(troupe_sexp_is_atom(x->items[0], "backend"));
+    cr_assert(troupe_sexp_is_form(x, "backend"));
+    const troupe_sexp_t *name = troupe_sexp_find(x, "name");
+    cr_assert_not_null(name);
+    cr_assert_eq(name->count, 2);
+    cr_assert(troupe_sexp_is_atom(name->items[1], "cpu"));
+    cr_assert_eq(name->items[1]->col, 16);
+    const troupe_sexp_t *tags = troupe_sexp_find(x, "tags");
+    cr_assert_not_null(tags);
+    cr_assert_eq(tags->line, 3);
+    cr_assert_eq(tags->items[1]->kind, TROUPE_SEXP_STRING);
+    cr_assert_str_eq(tags->items[1]->text, "a \"b\"\n");
+    cr_assert_eq(tags->items[1]->len, 6);
+    cr_assert_eq(x->items[3]->kind, TROUPE_SEXP_LIST);
+    cr_assert_eq(x->items[3]->count, 0);
+    cr_assert(troupe_sexp_is_atom(x->items[4], "#x1f"));
+    cr_assert_null(troupe_sexp_find(x, "missing"));
+    cr_assert_null(troupe_sexp_find(name->items[1], "cpu"), "an atom has no forms");
+    troupe_sexp_destroy(&x);
+    cr_assert_null(x);
+    troupe_sexp_destroy(&x);
+}
+
+Test(sexp, errors_name_the_position)
+{
+    struct {
+        const char *text, *message;
+    } cases[] = {
+        {"(a (b)", "1:7: expected ')', found end of input"},
+        {"(a) b", "1:5: expected end of input, found 'b'"},
+        {"", "1:1: expected a datum ('(', an atom or a string), found end of input"},
+        {")", "1:1: expected a datum ('(', an atom or a string), found ')'"},
+        {"(a\n  \"open", "2:8: expected '\"' closing the string started at 2:3, found end of input"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        troupe_sexp_t *x = (troupe_sexp_t *)&x;
+        cr_assert_eq(troupe_sexp_read(cases[i].text, strlen(cases[i].text), &x),
+                     TROUPE_INVALID_ARGUMENT, "%s", cases[i].text);
+        cr_assert_null(x);
+        cr_assert_str_eq(troupe_last_error(), cases[i].message);
+    }
+    char deep[2 * TROUPE_SEXP_MAX_DEPTH + 8];
+    size_t n = 0;
+    for (int i = 0; i <= TROUPE_SEXP_MAX_DEPTH; i++)
+        deep[n++] = '(';
+    for (int i = 0; i <= TROUPE_SEXP_MAX_DEPTH; i++)
+        deep[n++] = ')';
+    troupe_sexp_t *x = NULL;
+    cr_assert_eq(troupe_sexp_read(deep, n, &x), TROUPE_INVALID_ARGUMENT);
+    cr_assert_null(x);
+    cr_assert_eq(troupe_sexp_read(NULL, 1, &x), TROUPE_INVALID_ARGUMENT);
+    cr_assert_eq(troupe_sexp_read("a", 1, NULL), TROUPE_INVALID_ARGUMENT);
 }
