@@ -1,10 +1,12 @@
 /* troupe — high-level assignments: container, builders, structural equality (the projection
- * parser is ir/projection.c, lowering compiler/lower.c). Rules: OCANNL_NOTES §6.1 and ir/assign.h. */
+ * parser is ir/projection.c, lowering compiler/lower.c). Rules: OCANNL_NOTES §6.1 and ir/assign.h.
+ */
 #define _POSIX_C_SOURCE 200809L
 #include "ir/assign.h"
 
 #include "base/alloc.h"
 #include "ir/arena_impl.h"
+#include "ir/equal_impl.h"
 #include "ir/names_impl.h"
 
 #include <inttypes.h>
@@ -590,8 +592,7 @@ troupe_status_t troupe_asgn_pointwise_binop(troupe_asgn_comp_t *comp, troupe_tno
 
 static bool s_buf_equal(const troupe_asgn_buffer_t *a, const troupe_asgn_buffer_t *b)
 {
-    return a->is_merge_buffer == b->is_merge_buffer && a->tn != NULL && b->tn != NULL &&
-           a->tn->id == b->tn->id;
+    return a->is_merge_buffer == b->is_merge_buffer && troupe__ir_same_node(a->tn, b->tn);
 }
 
 static bool s_proj_equal(const troupe_projections_t *a, const troupe_projections_t *b)
@@ -601,23 +602,21 @@ static bool s_proj_equal(const troupe_projections_t *a, const troupe_projections
 
 static bool s_fetch_equal(const troupe_asgn_t *a, const troupe_asgn_t *b)
 {
-    const troupe_asgn_t *xa = a, *ya = b;
-    if (xa->u.fetch.tn->id != ya->u.fetch.tn->id || xa->u.fetch.kind != ya->u.fetch.kind)
+    if (!troupe__ir_same_node(a->u.fetch.tn, b->u.fetch.tn) || a->u.fetch.kind != b->u.fetch.kind)
         return false;
-    switch (xa->u.fetch.kind) {
+    switch (a->u.fetch.kind) {
     case TROUPE_FETCH_CONSTANT:
-        return memcmp(&xa->u.fetch.constant, &ya->u.fetch.constant, sizeof(double)) == 0;
+        return troupe__ir_same_bits(&a->u.fetch.constant, &b->u.fetch.constant, 1);
     case TROUPE_FETCH_CONSTANT_BITS:
-        return xa->u.fetch.constant_bits == ya->u.fetch.constant_bits;
+        return a->u.fetch.constant_bits == b->u.fetch.constant_bits;
     case TROUPE_FETCH_CONSTANT_FILL:
-        return xa->u.fetch.count == ya->u.fetch.count &&
-               (xa->u.fetch.count == 0 || memcmp(xa->u.fetch.values, ya->u.fetch.values,
-                                                 xa->u.fetch.count * sizeof(double)) == 0);
+        return a->u.fetch.count == b->u.fetch.count &&
+               troupe__ir_same_bits(a->u.fetch.values, b->u.fetch.values, a->u.fetch.count);
     case TROUPE_FETCH_SLICE:
-        return xa->u.fetch.static_sym == ya->u.fetch.static_sym &&
-               xa->u.fetch.sliced->id == ya->u.fetch.sliced->id;
+        return a->u.fetch.static_sym == b->u.fetch.static_sym &&
+               troupe__ir_same_node(a->u.fetch.sliced, b->u.fetch.sliced);
     case TROUPE_FETCH_EMBED_SYMBOL:
-        return xa->u.fetch.static_sym == ya->u.fetch.static_sym;
+        return a->u.fetch.static_sym == b->u.fetch.static_sym;
     case TROUPE_FETCH_RANGE_OVER_OFFSETS:
     case TROUPE_FETCH_EMBED_SELF_ID:
         return true;
@@ -625,29 +624,28 @@ static bool s_fetch_equal(const troupe_asgn_t *a, const troupe_asgn_t *b)
     return false;
 }
 
+static bool s_item_equal(const void *a, const void *b)
+{
+    return troupe_asgn_equal(a, b);
+}
+
 bool troupe_asgn_equal(const troupe_asgn_t *a, const troupe_asgn_t *b)
 {
-    if (a == b)
-        return true;
-    if (a == NULL || b == NULL || a->kind != b->kind)
-        return false;
+    TROUPE__IR_EQUAL_START(a, b);
     switch (a->kind) {
     case TROUPE_ASGN_NOOP:
         return true;
     case TROUPE_ASGN_SEQ:
-        if (a->u.seq.count != b->u.seq.count)
-            return false;
-        for (size_t i = 0; i < a->u.seq.count; i++)
-            if (!troupe_asgn_equal(a->u.seq.items[i], b->u.seq.items[i]))
-                return false;
-        return true;
+        return troupe__ir_items_equal((const void *const *)a->u.seq.items, a->u.seq.count,
+                                      (const void *const *)b->u.seq.items, b->u.seq.count,
+                                      s_item_equal);
     case TROUPE_ASGN_BLOCK_COMMENT:
         return strcmp(a->u.block_comment.text, b->u.block_comment.text) == 0 &&
                troupe_asgn_equal(a->u.block_comment.body, b->u.block_comment.body);
     case TROUPE_ASGN_ACCUM_OP:
         if (a->u.accum_op.initialize_neutral != b->u.accum_op.initialize_neutral ||
             a->u.accum_op.accum != b->u.accum_op.accum ||
-            a->u.accum_op.lhs->id != b->u.accum_op.lhs->id ||
+            !troupe__ir_same_node(a->u.accum_op.lhs, b->u.accum_op.lhs) ||
             a->u.accum_op.rhs_kind != b->u.accum_op.rhs_kind ||
             a->u.accum_op.op != b->u.accum_op.op ||
             !s_proj_equal(a->u.accum_op.proj, b->u.accum_op.proj))
@@ -658,7 +656,7 @@ bool troupe_asgn_equal(const troupe_asgn_t *a, const troupe_asgn_t *b)
         return true;
     case TROUPE_ASGN_SET_VEC_UNOP:
         return a->u.set_vec_unop.op == b->u.set_vec_unop.op &&
-               a->u.set_vec_unop.lhs->id == b->u.set_vec_unop.lhs->id &&
+               troupe__ir_same_node(a->u.set_vec_unop.lhs, b->u.set_vec_unop.lhs) &&
                s_buf_equal(&a->u.set_vec_unop.rhs, &b->u.set_vec_unop.rhs) &&
                s_proj_equal(a->u.set_vec_unop.proj, b->u.set_vec_unop.proj);
     case TROUPE_ASGN_FETCH:

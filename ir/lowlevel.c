@@ -4,6 +4,7 @@
 
 #include "base/alloc.h"
 #include "ir/arena_impl.h"
+#include "ir/equal_impl.h"
 #include "ir/names_impl.h"
 
 #include <inttypes.h>
@@ -718,14 +719,11 @@ static bool s_idcs_equal(const troupe_axis_index_t *a, const troupe_axis_index_t
 
 bool troupe_sc_equal(const troupe_sc_t *a, const troupe_sc_t *b)
 {
-    if (a == b)
-        return true;
-    if (a == NULL || b == NULL || a->kind != b->kind)
-        return false;
+    TROUPE__IR_EQUAL_START(a, b);
     switch (a->kind) {
     case TROUPE_SC_LOCAL_SCOPE:
         return a->u.local_scope.id == b->u.local_scope.id &&
-               a->u.local_scope.tn->id == b->u.local_scope.tn->id &&
+               troupe__ir_same_node(a->u.local_scope.tn, b->u.local_scope.tn) &&
                s_idcs_equal(a->u.local_scope.orig_indices, b->u.local_scope.orig_indices,
                             a->u.local_scope.tn->ndims) &&
                troupe_ll_equal(a->u.local_scope.body, b->u.local_scope.body);
@@ -733,7 +731,7 @@ bool troupe_sc_equal(const troupe_sc_t *a, const troupe_sc_t *b)
         return a->u.get_local.id == b->u.get_local.id;
     case TROUPE_SC_GET:
     case TROUPE_SC_GET_MERGE_BUFFER:
-        return a->u.get.tn->id == b->u.get.tn->id &&
+        return troupe__ir_same_node(a->u.get.tn, b->u.get.tn) &&
                s_idcs_equal(a->u.get.idcs, b->u.get.idcs, a->u.get.tn->ndims);
     case TROUPE_SC_TERNOP:
     case TROUPE_SC_BINOP:
@@ -747,7 +745,7 @@ bool troupe_sc_equal(const troupe_sc_t *a, const troupe_sc_t *b)
         return true;
     }
     case TROUPE_SC_CONSTANT:
-        return memcmp(&a->u.constant, &b->u.constant, sizeof(double)) == 0;
+        return troupe__ir_same_bits(&a->u.constant, &b->u.constant, 1);
     case TROUPE_SC_CONSTANT_BITS:
         return a->u.constant_bits == b->u.constant_bits;
     case TROUPE_SC_EMBED_INDEX:
@@ -756,37 +754,36 @@ bool troupe_sc_equal(const troupe_sc_t *a, const troupe_sc_t *b)
     return false;
 }
 
+static bool s_item_equal(const void *a, const void *b)
+{
+    return troupe_ll_equal(a, b);
+}
+
 bool troupe_ll_equal(const troupe_ll_t *a, const troupe_ll_t *b)
 {
-    if (a == b)
-        return true;
-    if (a == NULL || b == NULL || a->kind != b->kind)
-        return false;
+    TROUPE__IR_EQUAL_START(a, b);
     switch (a->kind) {
     case TROUPE_LL_NOOP:
         return true;
     case TROUPE_LL_COMMENT:
         return strcmp(a->u.comment, b->u.comment) == 0;
     case TROUPE_LL_SEQ:
-        if (a->u.seq.count != b->u.seq.count)
-            return false;
-        for (size_t i = 0; i < a->u.seq.count; i++)
-            if (!troupe_ll_equal(a->u.seq.items[i], b->u.seq.items[i]))
-                return false;
-        return true;
+        return troupe__ir_items_equal((const void *const *)a->u.seq.items, a->u.seq.count,
+                                      (const void *const *)b->u.seq.items, b->u.seq.count,
+                                      s_item_equal);
     case TROUPE_LL_FOR:
         return a->u.for_loop.sym == b->u.for_loop.sym && a->u.for_loop.from == b->u.for_loop.from &&
                a->u.for_loop.to == b->u.for_loop.to &&
                a->u.for_loop.trace_it == b->u.for_loop.trace_it &&
                troupe_ll_equal(a->u.for_loop.body, b->u.for_loop.body);
     case TROUPE_LL_ZERO_OUT:
-        return a->u.zero_out->id == b->u.zero_out->id;
+        return troupe__ir_same_node(a->u.zero_out, b->u.zero_out);
     case TROUPE_LL_SET:
-        return a->u.set.tn->id == b->u.set.tn->id &&
+        return troupe__ir_same_node(a->u.set.tn, b->u.set.tn) &&
                s_idcs_equal(a->u.set.idcs, b->u.set.idcs, a->u.set.tn->ndims) &&
                troupe_sc_equal(a->u.set.value, b->u.set.value);
     case TROUPE_LL_SET_FROM_VEC:
-        return a->u.set_from_vec.tn->id == b->u.set_from_vec.tn->id &&
+        return troupe__ir_same_node(a->u.set_from_vec.tn, b->u.set_from_vec.tn) &&
                a->u.set_from_vec.length == b->u.set_from_vec.length &&
                a->u.set_from_vec.op == b->u.set_from_vec.op &&
                s_idcs_equal(a->u.set_from_vec.idcs, b->u.set_from_vec.idcs,

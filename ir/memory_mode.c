@@ -17,76 +17,68 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 /* ---- memory modes: text -------------------------------------------------------------------- */
 
+static const char *const s_sharing_names[] = {
+    [TROUPE_SHARING_UNSET] = "Unset",
+    [TROUPE_SHARING_PER_STREAM] = "Per_stream",
+    [TROUPE_SHARING_SHARED_CROSS_STREAMS] = "Shared_cross_streams",
+};
+
+/* Kinds and hosted memory types; the ones written with a sharing end in '('. */
+static const char *const s_kind_names[] = {
+    [TROUPE_MM_EFFECTIVELY_CONSTANT] = "Effectively_constant",
+    [TROUPE_MM_VIRTUAL] = "Virtual",
+    [TROUPE_MM_NEVER_VIRTUAL] = "Never_virtual",
+    [TROUPE_MM_LOCAL] = "Local",
+    [TROUPE_MM_DEVICE_ONLY] = "Device_only",
+    [TROUPE_MM_ON_DEVICE] = "On_device(",
+    [TROUPE_MM_MATERIALIZED] = "Materialized",
+    [TROUPE_MM_HOSTED] = "Hosted(",
+};
+static const char *const s_memtype_names[] = {
+    [TROUPE_MEMTYPE_UNSET_HOSTED] = "Unset_hosted",
+    [TROUPE_MEMTYPE_CONSTANT] = "Constant",
+    [TROUPE_MEMTYPE_NONCONSTANT] = "Nonconstant",
+    [TROUPE_MEMTYPE_CHANGED_ON_DEVICES] = "Changed_on_devices(",
+    [TROUPE_MEMTYPE_VOLATILE] = "Volatile",
+};
+
+#define S_COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* names[i], or "Invalid" out of range. */
+static const char *s_name(const char *const *names, size_t count, int i)
+{
+    return i >= 0 && (size_t)i < count && names[i] != NULL ? names[i] : "Invalid";
+}
+
 static const char *s_sharing_name(troupe_sharing_t s)
 {
-    switch (s) {
-    case TROUPE_SHARING_UNSET:
-        return "Unset";
-    case TROUPE_SHARING_PER_STREAM:
-        return "Per_stream";
-    case TROUPE_SHARING_SHARED_CROSS_STREAMS:
-        return "Shared_cross_streams";
+    return s_name(s_sharing_names, S_COUNT(s_sharing_names), (int)s);
+}
+
+/* `name`, and when it ends in '(' the sharing and ')'. */
+static void s_put_named(troupe__strbuf_t *sb, const char *name, troupe_sharing_t sharing)
+{
+    troupe__strbuf_puts(sb, name);
+    if (name[strlen(name) - 1] == '(') {
+        troupe__strbuf_puts(sb, s_sharing_name(sharing));
+        troupe__strbuf_puts(sb, ")");
     }
-    return "Invalid";
 }
 
 void troupe__memory_mode_put(troupe__strbuf_t *sb, troupe_memory_mode_t m)
 {
-    switch (m.kind) {
-    case TROUPE_MM_EFFECTIVELY_CONSTANT:
-        troupe__strbuf_puts(sb, "Effectively_constant");
-        return;
-    case TROUPE_MM_VIRTUAL:
-        troupe__strbuf_puts(sb, "Virtual");
-        return;
-    case TROUPE_MM_NEVER_VIRTUAL:
-        troupe__strbuf_puts(sb, "Never_virtual");
-        return;
-    case TROUPE_MM_LOCAL:
-        troupe__strbuf_puts(sb, "Local");
-        return;
-    case TROUPE_MM_DEVICE_ONLY:
-        troupe__strbuf_puts(sb, "Device_only");
-        return;
-    case TROUPE_MM_ON_DEVICE:
-        troupe__strbuf_puts(sb, "On_device(");
-        troupe__strbuf_puts(sb, s_sharing_name(m.sharing));
-        troupe__strbuf_puts(sb, ")");
-        return;
-    case TROUPE_MM_MATERIALIZED:
-        troupe__strbuf_puts(sb, "Materialized");
-        return;
-    case TROUPE_MM_HOSTED:
-        troupe__strbuf_puts(sb, "Hosted(");
-        switch (m.memtype) {
-        case TROUPE_MEMTYPE_UNSET_HOSTED:
-            troupe__strbuf_puts(sb, "Unset_hosted");
-            break;
-        case TROUPE_MEMTYPE_CONSTANT:
-            troupe__strbuf_puts(sb, "Constant");
-            break;
-        case TROUPE_MEMTYPE_NONCONSTANT:
-            troupe__strbuf_puts(sb, "Nonconstant");
-            break;
-        case TROUPE_MEMTYPE_CHANGED_ON_DEVICES:
-            troupe__strbuf_puts(sb, "Changed_on_devices(");
-            troupe__strbuf_puts(sb, s_sharing_name(m.sharing));
-            troupe__strbuf_puts(sb, ")");
-            break;
-        case TROUPE_MEMTYPE_VOLATILE:
-            troupe__strbuf_puts(sb, "Volatile");
-            break;
-        default:
-            troupe__strbuf_puts(sb, "Invalid");
-            break;
-        }
-        troupe__strbuf_puts(sb, ")");
+    const char *kind = s_name(s_kind_names, S_COUNT(s_kind_names), (int)m.kind);
+    if (m.kind != TROUPE_MM_HOSTED) {
+        s_put_named(sb, kind, m.sharing);
         return;
     }
-    troupe__strbuf_puts(sb, "Invalid");
+    troupe__strbuf_puts(sb, kind);
+    s_put_named(sb, s_name(s_memtype_names, S_COUNT(s_memtype_names), (int)m.memtype), m.sharing);
+    troupe__strbuf_puts(sb, ")");
 }
 
 size_t troupe_memory_mode_to_string(troupe_memory_mode_t m, char *buf, size_t cap)

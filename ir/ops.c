@@ -71,46 +71,6 @@ static const char *const s_ternop_names[TROUPE_TERNOP_COUNT] = {
     [TROUPE_TERNOP_FMA] = "fma",
 };
 
-bool troupe_binop_is_valid(troupe_binop_t op)
-{
-    return (int)op >= 0 && (int)op < TROUPE_BINOP_COUNT;
-}
-
-bool troupe_unop_is_valid(troupe_unop_t op)
-{
-    return (int)op >= 0 && (int)op < TROUPE_UNOP_COUNT;
-}
-
-bool troupe_vec_unop_is_valid(troupe_vec_unop_t op)
-{
-    return (int)op >= 0 && (int)op < TROUPE_VEC_UNOP_COUNT;
-}
-
-bool troupe_ternop_is_valid(troupe_ternop_t op)
-{
-    return (int)op >= 0 && (int)op < TROUPE_TERNOP_COUNT;
-}
-
-const char *troupe_binop_name(troupe_binop_t op)
-{
-    return troupe_binop_is_valid(op) ? s_binop_names[op] : "invalid";
-}
-
-const char *troupe_unop_name(troupe_unop_t op)
-{
-    return troupe_unop_is_valid(op) ? s_unop_names[op] : "invalid";
-}
-
-const char *troupe_vec_unop_name(troupe_vec_unop_t op)
-{
-    return troupe_vec_unop_is_valid(op) ? s_vec_unop_names[op] : "invalid";
-}
-
-const char *troupe_ternop_name(troupe_ternop_t op)
-{
-    return troupe_ternop_is_valid(op) ? s_ternop_names[op] : "invalid";
-}
-
 /* Finds `name` in `names`; on failure records a message listing the valid names. */
 static troupe_status_t s_parse(const char *kind, const char *const *names, int count,
                                const char *name, int *out_index)
@@ -144,41 +104,30 @@ done:
     return status;
 }
 
-troupe_status_t troupe_binop_of_string(const char *name, troupe_binop_t *out)
-{
-    int i = 0;
-    troupe_status_t s = s_parse("binop", s_binop_names, TROUPE_BINOP_COUNT, name, &i);
-    if (s == TROUPE_OK)
-        *out = (troupe_binop_t)i;
-    return s;
-}
+/* The functions of an op family over its name table: troupe_<family>_is_valid, _name (the
+ * table's entry, "invalid" out of range) and _of_string (s_parse). */
+#define S_FAMILY(family, names, count)                                                             \
+    bool troupe_##family##_is_valid(troupe_##family##_t op)                                        \
+    {                                                                                              \
+        return (int)op >= 0 && (int)op < count;                                                    \
+    }                                                                                              \
+    const char *troupe_##family##_name(troupe_##family##_t op)                                     \
+    {                                                                                              \
+        return troupe_##family##_is_valid(op) ? names[op] : "invalid";                             \
+    }                                                                                              \
+    troupe_status_t troupe_##family##_of_string(const char *name, troupe_##family##_t *out)        \
+    {                                                                                              \
+        int i = 0;                                                                                 \
+        troupe_status_t s = s_parse(#family, names, count, name, &i);                              \
+        if (s == TROUPE_OK)                                                                        \
+            *out = (troupe_##family##_t)i;                                                         \
+        return s;                                                                                  \
+    }
 
-troupe_status_t troupe_unop_of_string(const char *name, troupe_unop_t *out)
-{
-    int i = 0;
-    troupe_status_t s = s_parse("unop", s_unop_names, TROUPE_UNOP_COUNT, name, &i);
-    if (s == TROUPE_OK)
-        *out = (troupe_unop_t)i;
-    return s;
-}
-
-troupe_status_t troupe_vec_unop_of_string(const char *name, troupe_vec_unop_t *out)
-{
-    int i = 0;
-    troupe_status_t s = s_parse("vec_unop", s_vec_unop_names, TROUPE_VEC_UNOP_COUNT, name, &i);
-    if (s == TROUPE_OK)
-        *out = (troupe_vec_unop_t)i;
-    return s;
-}
-
-troupe_status_t troupe_ternop_of_string(const char *name, troupe_ternop_t *out)
-{
-    int i = 0;
-    troupe_status_t s = s_parse("ternop", s_ternop_names, TROUPE_TERNOP_COUNT, name, &i);
-    if (s == TROUPE_OK)
-        *out = (troupe_ternop_t)i;
-    return s;
-}
+S_FAMILY(binop, s_binop_names, TROUPE_BINOP_COUNT)
+S_FAMILY(unop, s_unop_names, TROUPE_UNOP_COUNT)
+S_FAMILY(vec_unop, s_vec_unop_names, TROUPE_VEC_UNOP_COUNT)
+S_FAMILY(ternop, s_ternop_names, TROUPE_TERNOP_COUNT)
 
 /* ---- algebra ---------------------------------------------------------------------------- */
 

@@ -143,10 +143,24 @@ static troupe_status_t s_check_unique_names(const char *const *names, int32_t n)
     return st;
 }
 
-troupe_status_t troupe__text_printer_open(troupe__text_printer_t *c, const char **names,
-                                          int32_t nsyms)
+/* The name of symbol i of the tree being printed. */
+typedef const char *(*s_name_fn)(const void *tree, int32_t i);
+
+static troupe_status_t s_printer_open(troupe__text_printer_t *c, const char *fn, const char *arg,
+                                      const void *tree, int32_t nsyms, s_name_fn name_of,
+                                      char **out)
 {
     memset(c, 0, sizeof *c);
+    if (out == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    *out = NULL;
+    if (tree == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: %s is NULL", fn, arg);
+    const char **names = troupe_calloc((size_t)(nsyms > 0 ? nsyms : 1), sizeof *names);
+    if (names == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory printing");
+    for (int32_t i = 0; i < nsyms; i++)
+        names[i] = name_of(tree, i);
     troupe_status_t st = s_check_unique_names(names, nsyms);
     if (st != TROUPE_OK) {
         troupe_free(names);
@@ -156,6 +170,30 @@ troupe_status_t troupe__text_printer_open(troupe__text_printer_t *c, const char 
     c->nsyms = nsyms;
     troupe__sexp_locale_enter(&c->loc);
     return TROUPE_OK;
+}
+
+static const char *s_proc_sym(const void *tree, int32_t i)
+{
+    return ((const troupe_ll_proc_t *)tree)->syms[i].name;
+}
+
+static const char *s_comp_sym(const void *tree, int32_t i)
+{
+    return ((const troupe_asgn_comp_t *)tree)->syms[i].name;
+}
+
+troupe_status_t troupe__text_printer_open_proc(troupe__text_printer_t *c,
+                                               const troupe_ll_proc_t *proc, char **out)
+{
+    return s_printer_open(c, "troupe_text_print_proc", "proc", proc, proc ? proc->nsyms : 0,
+                          s_proc_sym, out);
+}
+
+troupe_status_t troupe__text_printer_open_comp(troupe__text_printer_t *c,
+                                               const troupe_asgn_comp_t *comp, char **out)
+{
+    return s_printer_open(c, "troupe_text_print_comp", "comp", comp, comp ? comp->nsyms : 0,
+                          s_comp_sym, out);
 }
 
 troupe_status_t troupe__text_printer_close(troupe__text_printer_t *c, const char *what, char **out)

@@ -148,18 +148,9 @@ static void s_print_asgn(troupe__text_printer_t *c, const troupe_asgn_t *a, int 
 
 troupe_status_t troupe_text_print_comp(const troupe_asgn_comp_t *comp, char **out)
 {
-    if (out == NULL)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_text_print_comp: out is NULL");
-    *out = NULL;
-    if (comp == NULL)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_text_print_comp: comp is NULL");
-    const char **names = troupe_calloc((size_t)(comp->nsyms > 0 ? comp->nsyms : 1), sizeof *names);
-    if (names == NULL)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory printing");
-    for (int32_t i = 0; i < comp->nsyms; i++)
-        names[i] = comp->syms[i].name;
     troupe__text_printer_t c;
-    TROUPE_RETURN_IF_ERROR(troupe__text_printer_open(&c, names, comp->nsyms));
+    TROUPE_RETURN_IF_ERROR(troupe__text_printer_open_comp(&c, comp, out));
+    const char *const *names = c.names;
     troupe__strbuf_t *sb = &c.sb;
     troupe__strbuf_puts(sb, "(comp\n  (nodes");
     /* The union of the mentioned and the embedded nodes, both sorted by id. */
@@ -540,10 +531,6 @@ done:
 
 troupe_status_t troupe_text_parse_comp(const char *text, troupe_asgn_comp_t **out)
 {
-    if (text == NULL) {
-        if (out != NULL)
-            *out = NULL;
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_text_parse_comp: text is NULL");
-    }
-    return troupe_text_parse_comp_n(text, strlen(text), out);
+    /* A NULL text gets _n's "text is NULL" (a length > 0 with no bytes). */
+    return troupe_text_parse_comp_n(text, text != NULL ? strlen(text) : 1, out);
 }

@@ -38,11 +38,16 @@ typedef struct troupe__text_printer {
     troupe__sexp_locale_t loc;
 } troupe__text_printer_t;
 
-/* Starts printing a tree whose nsyms symbols are named names[0..nsyms-1] (an array from
- * troupe_calloc that the printer takes over): checks the names (identifiers, distinct: the text
- * refers to symbols by name) and enters the C locale. On failure the names are freed. */
-TROUPE_MUST_USE troupe_status_t troupe__text_printer_open(troupe__text_printer_t *c,
-                                                          const char **names, int32_t nsyms);
+/* Start printing a procedure / a comp (the arguments of troupe_text_print_proc / _comp):
+ * check the arguments (INVALID_ARGUMENT "<function>: out is NULL", "...: proc is NULL"; *out
+ * is NULL from here on), that the symbol names are distinct identifiers (the text refers to
+ * symbols by name), and enter the C locale. troupe__text_printer_close must follow a success. */
+TROUPE_MUST_USE troupe_status_t troupe__text_printer_open_proc(troupe__text_printer_t *c,
+                                                               const troupe_ll_proc_t *proc,
+                                                               char **out);
+TROUPE_MUST_USE troupe_status_t troupe__text_printer_open_comp(troupe__text_printer_t *c,
+                                                               const troupe_asgn_comp_t *comp,
+                                                               char **out);
 /* Ends printing: hands the text to *out, or returns the first malformation or
  * RESOURCE_EXHAUSTED ("out of memory printing <what>") with *out NULL. Frees the rest. */
 TROUPE_MUST_USE troupe_status_t troupe__text_printer_close(troupe__text_printer_t *c,

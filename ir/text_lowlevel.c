@@ -321,18 +321,9 @@ static void s_print_stmt(troupe__text_printer_t *c, const troupe_ll_t *s, int in
 
 troupe_status_t troupe_text_print_proc(const troupe_ll_proc_t *proc, char **out)
 {
-    if (out == NULL)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_text_print_proc: out is NULL");
-    *out = NULL;
-    if (proc == NULL)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_text_print_proc: proc is NULL");
-    const char **names = troupe_calloc((size_t)(proc->nsyms > 0 ? proc->nsyms : 1), sizeof *names);
-    if (names == NULL)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory printing");
-    for (int32_t i = 0; i < proc->nsyms; i++)
-        names[i] = proc->syms[i].name;
     troupe__text_printer_t c;
-    TROUPE_RETURN_IF_ERROR(troupe__text_printer_open(&c, names, proc->nsyms));
+    TROUPE_RETURN_IF_ERROR(troupe__text_printer_open_proc(&c, proc, out));
+    const char *const *names = c.names;
     troupe__strbuf_t *sb = &c.sb;
     troupe__strbuf_puts(sb, "(proc ");
     troupe__strbuf_puts(sb, proc->name);
@@ -703,10 +694,6 @@ done:
 
 troupe_status_t troupe_text_parse_proc(const char *text, troupe_ll_proc_t **out)
 {
-    if (text == NULL) {
-        if (out != NULL)
-            *out = NULL;
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_text_parse_proc: text is NULL");
-    }
-    return troupe_text_parse_proc_n(text, strlen(text), out);
+    /* A NULL text gets _n's "text is NULL" (a length > 0 with no bytes). */
+    return troupe_text_parse_proc_n(text, text != NULL ? strlen(text) : 1, out);
 }
