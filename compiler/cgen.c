@@ -20,6 +20,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/strbuf.h"
+#include "base/vec.h"
 #include "compiler/cgen_impl.h"
 #include "compiler/gemm.h"
 #include "ir/ops.h"
@@ -708,14 +709,8 @@ static troupe_status_t s_emit_local_scope(s_gen_t *g, const troupe_sc_t *e, int 
 {
     const troupe_tnode_t *tn = e->u.local_scope.tn;
     int32_t id = e->u.local_scope.id;
-    if (g->nscopes == g->scopes_cap) {
-        size_t cap = g->scopes_cap ? g->scopes_cap * 2 : 8;
-        s_scope_t *s = troupe_realloc(g->scopes, cap * sizeof *s);
-        if (s == NULL)
-            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
-        g->scopes = s;
-        g->scopes_cap = cap;
-    }
+    if (!TROUPE__VEC_RESERVE(g->scopes, g->scopes_cap, g->nscopes + 1))
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
     s_scope_t *sc = &g->scopes[g->nscopes];
     sc->id = id;
     sc->tn = tn;

@@ -9,6 +9,7 @@
 #include "compiler/interp.h"
 
 #include "base/alloc.h"
+#include "base/vec.h"
 #include "ir/ops.h"
 #include "ir/prec.h"
 
@@ -739,6 +740,83 @@ static s_val_t s_common(const s_cp_t *c, s_val_t chosen, const troupe_sc_t *othe
     return chosen;
 }
 
+/* The binops and unops that generated code computes in one floating type, as a libm call or
+ * an expression: one definition for float (SUF f: powf, expf, fmaxf, ...) and double (no
+ * suffix), each calling its own type's functions as the generated code does. false: the op is
+ * not one of them. */
+#define S_FLOAT_OPS(T, SUF)                                                                        \
+    static bool s_binop_##T(troupe_binop_t op, T x, T y, T *r)                                     \
+    {                                                                                              \
+        switch (op) {                                                                              \
+        case TROUPE_BINOP_TO_POW_OF:                                                               \
+            *r = pow##SUF(x, y);                                                                   \
+            return true;                                                                           \
+        case TROUPE_BINOP_SATUR01_GATE:                                                            \
+            *r = (x > (T)0 && x < (T)1) ? y : (T)0;                                                \
+            return true;                                                                           \
+        case TROUPE_BINOP_MAX:                                                                     \
+            *r = fmax##SUF(x, y);                                                                  \
+            return true;                                                                           \
+        case TROUPE_BINOP_MIN:                                                                     \
+            *r = fmin##SUF(x, y);                                                                  \
+            return true;                                                                           \
+        case TROUPE_BINOP_MOD:                                                                     \
+            *r = fmod##SUF(x, y);                                                                  \
+            return true;                                                                           \
+        default:                                                                                   \
+            return false;                                                                          \
+        }                                                                                          \
+    }                                                                                              \
+    static bool s_unop_##T(troupe_unop_t op, T x, T *r)                                            \
+    {                                                                                              \
+        switch (op) {                                                                              \
+        case TROUPE_UNOP_RELU:                                                                     \
+            *r = fmax##SUF((T)0, x);                                                               \
+            return true;                                                                           \
+        case TROUPE_UNOP_SATUR01:                                                                  \
+            *r = fmin##SUF((T)1, fmax##SUF((T)0, x));                                              \
+            return true;                                                                           \
+        case TROUPE_UNOP_EXP:                                                                      \
+            *r = exp##SUF(x);                                                                      \
+            return true;                                                                           \
+        case TROUPE_UNOP_LOG:                                                                      \
+            *r = log##SUF(x);                                                                      \
+            return true;                                                                           \
+        case TROUPE_UNOP_EXP2:                                                                     \
+            *r = exp2##SUF(x);                                                                     \
+            return true;                                                                           \
+        case TROUPE_UNOP_LOG2:                                                                     \
+            *r = log2##SUF(x);                                                                     \
+            return true;                                                                           \
+        case TROUPE_UNOP_SIN:                                                                      \
+            *r = sin##SUF(x);                                                                      \
+            return true;                                                                           \
+        case TROUPE_UNOP_COS:                                                                      \
+            *r = cos##SUF(x);                                                                      \
+            return true;                                                                           \
+        case TROUPE_UNOP_SQRT:                                                                     \
+            *r = sqrt##SUF(x);                                                                     \
+            return true;                                                                           \
+        case TROUPE_UNOP_RECIP:                                                                    \
+            *r = (T)1 / x;                                                                         \
+            return true;                                                                           \
+        case TROUPE_UNOP_RECIP_SQRT:                                                               \
+            *r = (T)1 / sqrt##SUF(x);                                                              \
+            return true;                                                                           \
+        case TROUPE_UNOP_NEG:                                                                      \
+            *r = -x;                                                                               \
+            return true;                                                                           \
+        case TROUPE_UNOP_TANH_APPROX:                                                              \
+            *r = tanh##SUF(x);                                                                     \
+            return true;                                                                           \
+        default:                                                                                   \
+            return false;                                                                          \
+        }                                                                                          \
+    }
+
+S_FLOAT_OPS(float, f)
+S_FLOAT_OPS(double, )
+
 static troupe_status_t s_binop(s_interp_t *I, troupe_binop_t op, const troupe_sc_t *ea,
                                const troupe_sc_t *eb, const s_cp_t *c, s_val_t *out)
 {
@@ -816,53 +894,11 @@ static troupe_status_t s_binop(s_interp_t *I, troupe_binop_t op, const troupe_sc
         break;
     }
     /* Function calls: the arguments convert to the parameter types. */
-    if (c->kind == S_K_F32) {
-        float x = s_to_ctx(c, a).f, y = s_to_ctx(c, b).f, r = 0.0f;
-        switch (op) {
-        case TROUPE_BINOP_TO_POW_OF:
-            r = powf(x, y);
-            break;
-        case TROUPE_BINOP_SATUR01_GATE:
-            r = (x > 0.0f && x < 1.0f) ? y : 0.0f;
-            break;
-        case TROUPE_BINOP_MAX:
-            r = fmaxf(x, y);
-            break;
-        case TROUPE_BINOP_MIN:
-            r = fminf(x, y);
-            break;
-        case TROUPE_BINOP_MOD:
-            r = fmodf(x, y);
-            break;
-        default:
-            return s_undefined("binop", name, c->prec);
-        }
-        out->f = r;
-        return TROUPE_OK;
-    }
-    if (c->kind == S_K_F64) {
-        double x = s_to_ctx(c, a).d, y = s_to_ctx(c, b).d, r = 0.0;
-        switch (op) {
-        case TROUPE_BINOP_TO_POW_OF:
-            r = pow(x, y);
-            break;
-        case TROUPE_BINOP_SATUR01_GATE:
-            r = (x > 0.0 && x < 1.0) ? y : 0.0;
-            break;
-        case TROUPE_BINOP_MAX:
-            r = fmax(x, y);
-            break;
-        case TROUPE_BINOP_MIN:
-            r = fmin(x, y);
-            break;
-        case TROUPE_BINOP_MOD:
-            r = fmod(x, y);
-            break;
-        default:
-            return s_undefined("binop", name, c->prec);
-        }
-        out->d = r;
-        return TROUPE_OK;
+    if (c->kind == S_K_F32 || c->kind == S_K_F64) {
+        s_val_t x = s_to_ctx(c, a), y = s_to_ctx(c, b);
+        bool ok = c->kind == S_K_F32 ? s_binop_float(op, x.f, y.f, &out->f)
+                                     : s_binop_double(op, x.d, y.d, &out->d);
+        return ok ? TROUPE_OK : s_undefined("binop", name, c->prec);
     }
     /* Integers. */
     switch (op) {
@@ -922,152 +958,33 @@ static troupe_status_t s_unop(s_interp_t *I, troupe_unop_t op, const troupe_sc_t
         *out = s_cint((int32_t)(0u - (uint32_t)s_ival(a)));
         return TROUPE_OK;
     }
-    if (c->kind == S_K_F32) {
-        float x = s_to_ctx(c, a).f, r;
-        switch (op) {
-        case TROUPE_UNOP_RELU:
-            r = fmaxf(0.0f, x);
-            break;
-        case TROUPE_UNOP_SATUR01:
-            r = fminf(1.0f, fmaxf(0.0f, x));
-            break;
-        case TROUPE_UNOP_EXP:
-            r = expf(x);
-            break;
-        case TROUPE_UNOP_LOG:
-            r = logf(x);
-            break;
-        case TROUPE_UNOP_EXP2:
-            r = exp2f(x);
-            break;
-        case TROUPE_UNOP_LOG2:
-            r = log2f(x);
-            break;
-        case TROUPE_UNOP_SIN:
-            r = sinf(x);
-            break;
-        case TROUPE_UNOP_COS:
-            r = cosf(x);
-            break;
-        case TROUPE_UNOP_SQRT:
-            r = sqrtf(x);
-            break;
-        case TROUPE_UNOP_RECIP:
-            r = 1.0f / x;
-            break;
-        case TROUPE_UNOP_RECIP_SQRT:
-            r = 1.0f / sqrtf(x);
-            break;
-        case TROUPE_UNOP_NEG:
-            r = -x;
-            break;
-        case TROUPE_UNOP_TANH_APPROX:
-            r = tanhf(x);
-            break;
-        default:
-            return s_undefined("unop", name, c->prec);
-        }
-        out->f = r;
-        return TROUPE_OK;
-    }
-    if (c->kind == S_K_F64) {
-        double x = s_to_ctx(c, a).d, r;
-        switch (op) {
-        case TROUPE_UNOP_RELU:
-            r = fmax(0.0, x);
-            break;
-        case TROUPE_UNOP_SATUR01:
-            r = fmin(1.0, fmax(0.0, x));
-            break;
-        case TROUPE_UNOP_EXP:
-            r = exp(x);
-            break;
-        case TROUPE_UNOP_LOG:
-            r = log(x);
-            break;
-        case TROUPE_UNOP_EXP2:
-            r = exp2(x);
-            break;
-        case TROUPE_UNOP_LOG2:
-            r = log2(x);
-            break;
-        case TROUPE_UNOP_SIN:
-            r = sin(x);
-            break;
-        case TROUPE_UNOP_COS:
-            r = cos(x);
-            break;
-        case TROUPE_UNOP_SQRT:
-            r = sqrt(x);
-            break;
-        case TROUPE_UNOP_RECIP:
-            r = 1.0 / x;
-            break;
-        case TROUPE_UNOP_RECIP_SQRT:
-            r = 1.0 / sqrt(x);
-            break;
-        case TROUPE_UNOP_NEG:
-            r = -x;
-            break;
-        case TROUPE_UNOP_TANH_APPROX:
-            r = tanh(x);
-            break;
-        default:
-            return s_undefined("unop", name, c->prec);
-        }
-        out->d = r;
-        return TROUPE_OK;
+    if (c->kind == S_K_F32 || c->kind == S_K_F64) {
+        s_val_t x = s_to_ctx(c, a);
+        bool ok =
+            c->kind == S_K_F32 ? s_unop_float(op, x.f, &out->f) : s_unop_double(op, x.d, &out->d);
+        return ok ? TROUPE_OK : s_undefined("unop", name, c->prec);
     }
     /* Integers: typed helpers take the context value; libm calls take (double)(x) of the
      * operand's own type and convert the result to the storage type. */
-    uint64_t x = s_to_ctx(c, a).u, r;
-    double dx = s_own_double(c, a);
+    uint64_t x = s_to_ctx(c, a).u;
+    double d;
     switch (op) {
     case TROUPE_UNOP_RELU: /* signed storage (unsigned is the identity, above) */
-        r = s_int_maxmin(c, 0, x, true);
-        break;
+        out->u = s_int_maxmin(c, 0, x, true);
+        return TROUPE_OK;
     case TROUPE_UNOP_SATUR01:
-        r = c->storage_uint ? s_int_maxmin(c, 1, x, false)
-                            : s_int_maxmin(c, 1, s_int_maxmin(c, 0, x, true), false);
-        break;
-    case TROUPE_UNOP_EXP:
-        r = s_int_from_double(c, exp(dx));
-        break;
-    case TROUPE_UNOP_LOG:
-        r = s_int_from_double(c, log(dx));
-        break;
-    case TROUPE_UNOP_EXP2:
-        r = s_int_from_double(c, exp2(dx));
-        break;
-    case TROUPE_UNOP_LOG2:
-        r = s_int_from_double(c, log2(dx));
-        break;
-    case TROUPE_UNOP_SIN:
-        r = s_int_from_double(c, sin(dx));
-        break;
-    case TROUPE_UNOP_COS:
-        r = s_int_from_double(c, cos(dx));
-        break;
-    case TROUPE_UNOP_SQRT:
-        r = s_int_from_double(c, sqrt(dx));
-        break;
-    case TROUPE_UNOP_RECIP:
-        r = s_int_from_double(c, 1.0 / dx);
-        break;
-    case TROUPE_UNOP_RECIP_SQRT:
-        r = s_int_from_double(c, 1.0 / sqrt(dx));
-        break;
+        out->u = c->storage_uint ? s_int_maxmin(c, 1, x, false)
+                                 : s_int_maxmin(c, 1, s_int_maxmin(c, 0, x, true), false);
+        return TROUPE_OK;
     case TROUPE_UNOP_NEG:
-        r = s_norm(c, 0 - x);
-        break;
-    case TROUPE_UNOP_TANH_APPROX:
-        r = s_int_from_double(c, tanh(dx));
-        break;
+        out->u = s_norm(c, 0 - x);
+        return TROUPE_OK;
     default:
-        return s_undefined("unop", name, c->prec);
+        if (!s_unop_double(op, s_own_double(c, a), &d))
+            return s_undefined("unop", name, c->prec);
+        out->u = s_int_from_double(c, d);
+        return TROUPE_OK;
     }
-    out->u = r;
-    return TROUPE_OK;
 }
 
 /* Where's condition computes in its own precision (ops.h homogeneity rule): a GET's or local
@@ -1146,14 +1063,8 @@ static troupe_status_t s_eval(s_interp_t *I, const troupe_sc_t *e, const s_cp_t 
     memset(out, 0, sizeof *out);
     switch (e->kind) {
     case TROUPE_SC_LOCAL_SCOPE: {
-        if (I->nscopes == I->scopes_cap) {
-            size_t cap = I->scopes_cap ? I->scopes_cap * 2 : 8;
-            s_scope_t *s = troupe_realloc(I->scopes, cap * sizeof *s);
-            if (s == NULL)
-                return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory (local scopes)");
-            I->scopes = s;
-            I->scopes_cap = cap;
-        }
+        if (!TROUPE__VEC_RESERVE(I->scopes, I->scopes_cap, I->nscopes + 1))
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory (local scopes)");
         s_scope_t *sc = &I->scopes[I->nscopes++];
         memset(sc, 0, sizeof *sc);
         sc->id = e->u.local_scope.id;

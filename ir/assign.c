@@ -5,6 +5,7 @@
 #include "ir/assign.h"
 
 #include "base/alloc.h"
+#include "base/vec.h"
 #include "ir/arena_impl.h"
 #include "ir/equal_impl.h"
 #include "ir/names_impl.h"
@@ -94,14 +95,8 @@ troupe_status_t troupe_asgn_comp_add_static_symbol(troupe_asgn_comp_t *comp, con
                              name ? name : "(null)", range);
     if (troupe_asgn_comp_find_static_symbol(comp, name) >= 0)
         return troupe__error(TROUPE_ALREADY_EXISTS, "static symbol '%s' already declared", name);
-    if (comp->nsyms == comp->syms_cap) {
-        int32_t cap = comp->syms_cap ? comp->syms_cap * 2 : 8;
-        troupe_asgn_static_symbol_t *s = troupe_realloc(comp->syms, (size_t)cap * sizeof *s);
-        if (s == NULL)
-            return s_oom("declaring a static symbol");
-        comp->syms = s;
-        comp->syms_cap = cap;
-    }
+    if (!TROUPE__VEC_RESERVE(comp->syms, comp->syms_cap, (size_t)comp->nsyms + 1))
+        return s_oom("declaring a static symbol");
     char *copy = s_strdup(comp, name);
     if (copy == NULL)
         return s_oom("declaring a static symbol");
@@ -136,14 +131,8 @@ static troupe_status_t s_node_set_add(troupe_tnode_t ***arr, size_t *n, size_t *
     }
     if (lo < *n && (*arr)[lo]->id == tn->id)
         return TROUPE_OK;
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 16;
-        troupe_tnode_t **a = troupe_realloc(*arr, c * sizeof *a);
-        if (a == NULL)
-            return s_oom("recording a node");
-        *arr = a;
-        *cap = c;
-    }
+    if (!TROUPE__VEC_RESERVE(*arr, *cap, *n + 1))
+        return s_oom("recording a node");
     memmove(*arr + lo + 1, *arr + lo, (*n - lo) * sizeof **arr);
     troupe_tnode_retain(tn);
     (*arr)[lo] = tn;

@@ -144,7 +144,8 @@ typedef struct troupe_asgn_comp {
     troupe_asgn_t *root; /* starts as NOOP; set it with troupe_asgn_comp_set_root */
 
     troupe_asgn_static_symbol_t *syms; /* nsyms entries; ids are indices */
-    int32_t nsyms, syms_cap;
+    int32_t nsyms;
+    size_t syms_cap;
 
     troupe_tnode_t **nodes; /* every node mentioned, retained, sorted by id */
     size_t nnodes, nodes_cap;

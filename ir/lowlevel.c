@@ -3,6 +3,7 @@
 #include "ir/lowlevel.h"
 
 #include "base/alloc.h"
+#include "base/vec.h"
 #include "ir/arena_impl.h"
 #include "ir/equal_impl.h"
 #include "ir/names_impl.h"
@@ -97,15 +98,9 @@ char *troupe_ll_strdup(troupe_ll_proc_t *proc, const char *s)
 
 static int32_t s_add_symbol(troupe_ll_proc_t *proc, const char *name, bool is_static, int64_t range)
 {
-    if (proc->nsyms == proc->syms_cap) {
-        int32_t cap = proc->syms_cap ? proc->syms_cap * 2 : 16;
-        troupe_ll_symbol_t *s = troupe_realloc(proc->syms, (size_t)cap * sizeof *s);
-        if (s == NULL) {
-            s_fail(proc, TROUPE_RESOURCE_EXHAUSTED);
-            return -1;
-        }
-        proc->syms = s;
-        proc->syms_cap = cap;
+    if (!TROUPE__VEC_RESERVE(proc->syms, proc->syms_cap, (size_t)proc->nsyms + 1)) {
+        s_fail(proc, TROUPE_RESOURCE_EXHAUSTED);
+        return -1;
     }
     int32_t id = proc->nsyms;
     char buf[32];
@@ -193,15 +188,9 @@ ptrdiff_t troupe_ll_proc_add_node(troupe_ll_proc_t *proc, troupe_tnode_t *tn)
     }
     if (lo < proc->nnodes && proc->nodes[lo]->id == tn->id)
         return (ptrdiff_t)lo;
-    if (proc->nnodes == proc->nodes_cap) {
-        size_t cap = proc->nodes_cap ? proc->nodes_cap * 2 : 16;
-        troupe_tnode_t **n = troupe_realloc(proc->nodes, cap * sizeof *n);
-        if (n == NULL) {
-            s_fail(proc, TROUPE_RESOURCE_EXHAUSTED);
-            return -1;
-        }
-        proc->nodes = n;
-        proc->nodes_cap = cap;
+    if (!TROUPE__VEC_RESERVE(proc->nodes, proc->nodes_cap, proc->nnodes + 1)) {
+        s_fail(proc, TROUPE_RESOURCE_EXHAUSTED);
+        return -1;
     }
     memmove(proc->nodes + lo + 1, proc->nodes + lo, (proc->nnodes - lo) * sizeof *proc->nodes);
     troupe_tnode_retain(tn);
@@ -570,15 +559,8 @@ static troupe_status_t s_validate_sc(s_vctx_t *v, const troupe_sc_t *e)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "missing scalar expression");
     switch (e->kind) {
     case TROUPE_SC_LOCAL_SCOPE: {
-        if (v->nscopes == v->scopes_cap) {
-            size_t cap = v->scopes_cap ? v->scopes_cap * 2 : 8;
-            int32_t *s = troupe_realloc(v->scopes, cap * sizeof *s);
-            if (s == NULL)
-                return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory validating");
-            v->scopes = s;
-            v->scopes_cap = cap;
-        }
-        v->scopes[v->nscopes++] = e->u.local_scope.id;
+        if (!TROUPE__VEC_PUSH(v->scopes, v->nscopes, v->scopes_cap, e->u.local_scope.id))
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory validating");
         troupe_status_t st = s_validate_ll(v, e->u.local_scope.body);
         v->nscopes--;
         return st;

@@ -182,7 +182,8 @@ typedef struct troupe_ll_proc {
     troupe_ll_t *body;
 
     troupe_ll_symbol_t *syms; /* nsyms entries; symbol ids are indices */
-    int32_t nsyms, syms_cap;
+    int32_t nsyms;
+    size_t syms_cap;
 
     troupe_tnode_t **nodes;   /* every node mentioned, retained, sorted by id */
     size_t nnodes, nodes_cap;

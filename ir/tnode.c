@@ -17,6 +17,7 @@
 
 #include "base/alloc.h"
 #include "base/strbuf.h"
+#include "base/vec.h"
 #include "ir/memory_mode_impl.h"
 
 #include <inttypes.h>
@@ -81,15 +82,9 @@ static s_reg_result_t s_register(troupe_tnode_t *tn)
             s_nodes[i] = tn; /* the old one is dying; it will not remove us */
         goto out_unlock;
     }
-    if (s_node_count == s_node_cap) {
-        size_t cap = s_node_cap ? 2 * s_node_cap : 64;
-        troupe_tnode_t **p = troupe_realloc(s_nodes, cap * sizeof *p);
-        if (!p) {
-            r = s_reg_nomem;
-            goto out_unlock;
-        }
-        s_nodes = p;
-        s_node_cap = cap;
+    if (!TROUPE__VEC_RESERVE(s_nodes, s_node_cap, s_node_count + 1)) {
+        r = s_reg_nomem;
+        goto out_unlock;
     }
     memmove(s_nodes + i + 1, s_nodes + i, (s_node_count - i) * sizeof *s_nodes);
     s_nodes[i] = tn;
@@ -420,18 +415,10 @@ troupe_status_t troupe_tnode_mark_not_lagging(troupe_tnode_t *tn, int32_t device
     for (size_t i = 0; i < tn->devices_not_lagging_count; i++)
         if (tn->devices_not_lagging_host[i] == device_id)
             goto out_unlock;
-    if (tn->devices_not_lagging_count == tn->devices_not_lagging_cap) {
-        size_t cap = tn->devices_not_lagging_cap ? 2 * tn->devices_not_lagging_cap : 4;
-        int32_t *p = troupe_realloc(tn->devices_not_lagging_host, cap * sizeof *p);
-        if (!p) {
-            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED,
-                               "tnode: out of memory marking device %" PRId32, device_id);
-            goto out_unlock;
-        }
-        tn->devices_not_lagging_host = p;
-        tn->devices_not_lagging_cap = cap;
-    }
-    tn->devices_not_lagging_host[tn->devices_not_lagging_count++] = device_id;
+    if (!TROUPE__VEC_PUSH(tn->devices_not_lagging_host, tn->devices_not_lagging_count,
+                          tn->devices_not_lagging_cap, device_id))
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                           "tnode: out of memory marking device %" PRId32, device_id);
 out_unlock:
     pthread_mutex_unlock(&tn->lock);
     return st;
