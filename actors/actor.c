@@ -716,16 +716,3 @@ troupe_status_t troupe_msg_head(zmsg_t *msg, char *verb, size_t cap, uint64_t *i
     return TROUPE_OK;
 }
 
-/* ---- S-expression strings ------------------------------------------------------------------ */
-
-void troupe__sexp_put_quoted(troupe__strbuf_t *sb, const char *s)
-{
-    troupe__strbuf_putc(sb, '"');
-    for (const char *p = s ? s : ""; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c == '"' || c == '\\')
-            troupe__strbuf_putc(sb, '\\');
-        troupe__strbuf_putc(sb, c < 0x20 ? ' ' : (char)c);
-    }
-    troupe__strbuf_putc(sb, '"');
-}

@@ -1,22 +1,19 @@
 /* troupe — internal helpers of the actor core (see actor.h): S-expression strings for debug
- * info, and ThreadSanitizer happens-before annotations. Internal: not installed.
+ * info (ir/sexp_impl.h's writer), and ThreadSanitizer happens-before annotations. Internal: not
+ * installed.
  *
- * Thread safety: troupe__sexp_put_quoted works on the caller's builder; the annotations may be
- * called from any thread. Ownership: nothing is retained.
+ * Thread safety: the annotations may be called from any thread. Ownership: nothing is retained.
  */
 #ifndef TROUPE_ACTORS_ACTOR_IMPL_H
 #define TROUPE_ACTORS_ACTOR_IMPL_H
 
 #include "actors/actor.h"
 #include "base/strbuf.h"
+#include "ir/sexp_impl.h" /* troupe__sexp_put_quoted: strings of debug info */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Appends `s` (NULL: "") as a double-quoted S-expression string: '"' and '\\' escaped,
- * control bytes as spaces. */
-void troupe__sexp_put_quoted(troupe__strbuf_t *sb, const char *s);
 
 /* Happens-before edges through channels TSAN cannot see (libzmq's lock-free pipes); no-ops in
  * builds without ThreadSanitizer. */

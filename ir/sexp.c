@@ -19,37 +19,13 @@
 
 #define S_CANON_NAN_BITS UINT64_C(0x7ff8000000000000)
 
-/* ---- C locale -------------------------------------------------------------------------------- */
-
-/* Switches this thread to the C numeric locale (printf/strtod use '.'); best effort. */
-void troupe__sexp_locale_enter(troupe__sexp_locale_t *l)
-{
-    l->active = false;
-    l->c = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
-    if (l->c != (locale_t)0) {
-        l->old = uselocale(l->c);
-        l->active = l->old != (locale_t)0;
-        if (!l->active)
-            freelocale(l->c);
-    }
-}
-
-void troupe__sexp_locale_leave(troupe__sexp_locale_t *l)
-{
-    if (l->active) {
-        uselocale(l->old);
-        freelocale(l->c);
-        l->active = false;
-    }
-}
-
 /* ---- writers --------------------------------------------------------------------------------- */
 
 /* A quoted string with escapes for '"', '\\' and bytes below 0x20 or equal to 0x7F. */
 void troupe__sexp_put_quoted(troupe__strbuf_t *sb, const char *s)
 {
     troupe__strbuf_puts(sb, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
         switch (*p) {
         case '"':
             troupe__strbuf_puts(sb, "\\\"");

@@ -5,8 +5,8 @@
  * current token, and its expecting readers consume it or fail with a positioned message
  * ("LINE:COL: expected <what>, found <what>", ir/sexp.h). troupe__sexp_lp counts list depth
  * against TROUPE_SEXP_MAX_DEPTH, so a recursive descent over it cannot exhaust the stack.
- * Numbers are read and written in the C locale: callers bracket their work with
- * troupe__sexp_locale_enter/leave.
+ * Numbers are read and written with strtod/snprintf: callers run in the C numeric locale
+ * (the text forms switch to it, ir/text_impl.h).
  *
  * Thread safety: a reader belongs to one thread. Ownership: the reader borrows its text and
  * owns its string buffer (troupe__sexp_reader_fini).
@@ -18,7 +18,6 @@
 #include "base/strbuf.h"
 #include "ir/sexp.h"
 
-#include <locale.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -94,23 +93,13 @@ uint64_t troupe__sexp_double_bits(double x);
 
 /* ---- writers ------------------------------------------------------------------------------ */
 
-/* A quoted string with escapes for '"', '\\' and bytes below 0x20 or equal to 0x7F. */
+/* A quoted string (NULL: "") with escapes for '"', '\\' and bytes below 0x20 or equal to 0x7F;
+ * troupe_sexp_read gives the bytes back. */
 void troupe__sexp_put_quoted(troupe__strbuf_t *sb, const char *s);
 /* A constant: the shortest exact decimal of %.15g/%.16g/%.17g, inf/-inf/nan, or (f64 #x...)
  * for other NaNs. In the C locale. */
 void troupe__sexp_put_double(troupe__strbuf_t *sb, double x);
 /* BITS: #x and the hex digits of the 64-bit pattern. */
 void troupe__sexp_put_bits(troupe__strbuf_t *sb, int64_t bits);
-
-/* ---- C locale ----------------------------------------------------------------------------- */
-
-typedef struct troupe__sexp_locale {
-    locale_t c, old;
-    bool active;
-} troupe__sexp_locale_t;
-
-/* Switches this thread to the C numeric locale (printf/strtod use '.'); best effort. */
-void troupe__sexp_locale_enter(troupe__sexp_locale_t *l);
-void troupe__sexp_locale_leave(troupe__sexp_locale_t *l);
 
 #endif

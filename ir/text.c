@@ -14,6 +14,30 @@
 #include <stdio.h>
 #include <string.h>
 
+/* ---- C locale -------------------------------------------------------------------------------- */
+
+/* Switches this thread to the C numeric locale (printf/strtod use '.'); best effort. */
+void troupe__text_locale_enter(troupe__text_locale_t *l)
+{
+    l->active = false;
+    l->c = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+    if (l->c != (locale_t)0) {
+        l->old = uselocale(l->c);
+        l->active = l->old != (locale_t)0;
+        if (!l->active)
+            freelocale(l->c);
+    }
+}
+
+void troupe__text_locale_leave(troupe__text_locale_t *l)
+{
+    if (l->active) {
+        uselocale(l->old);
+        freelocale(l->c);
+        l->active = false;
+    }
+}
+
 /* ---- node table ------------------------------------------------------------------------------ */
 
 static size_t s_ntab_lower(const troupe__text_ntab_t *t, int32_t id)
@@ -168,7 +192,7 @@ static troupe_status_t s_printer_open(troupe__text_printer_t *c, const char *fn,
     }
     c->names = names;
     c->nsyms = nsyms;
-    troupe__sexp_locale_enter(&c->loc);
+    troupe__text_locale_enter(&c->loc);
     return TROUPE_OK;
 }
 
@@ -198,7 +222,7 @@ troupe_status_t troupe__text_printer_open_comp(troupe__text_printer_t *c,
 
 troupe_status_t troupe__text_printer_close(troupe__text_printer_t *c, const char *what, char **out)
 {
-    troupe__sexp_locale_leave(&c->loc);
+    troupe__text_locale_leave(&c->loc);
     troupe_free(c->names);
     c->names = NULL;
     *out = NULL;
@@ -231,7 +255,7 @@ troupe_status_t troupe__text_parser_open(troupe__text_parser_t *p, const char *f
                                          size_t len, const char *form)
 {
     memset(p, 0, sizeof *p);
-    troupe__sexp_locale_enter(&p->loc);
+    troupe__text_locale_enter(&p->loc);
     if (text == NULL && len > 0)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: text is NULL", fn);
     char what[48];
@@ -257,7 +281,7 @@ void troupe__text_parser_close(troupe__text_parser_t *p)
     troupe_free(p->sym_names);
     troupe_free(p->scopes);
     troupe__sexp_reader_fini(&p->r);
-    troupe__sexp_locale_leave(&p->loc);
+    troupe__text_locale_leave(&p->loc);
     p->sym_names = NULL;
     p->scopes = NULL;
 }

@@ -19,6 +19,7 @@
 #include "ir/sexp_impl.h"
 #include "ir/text.h"
 
+#include <locale.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,14 +29,25 @@
  * TROUPE_TEXT_MAX_DEPTH and parses back. */
 #define TROUPE__TEXT_MAX_TREE_DEPTH (TROUPE_TEXT_MAX_DEPTH - 16)
 
-/* ---- printing ----------------------------------------------------------------------------- */
+/* ---- C locale -------------------------------------------------------------------------------- */
+
+typedef struct troupe__text_locale {
+    locale_t c, old;
+    bool active;
+} troupe__text_locale_t;
+
+/* Switches this thread to the C numeric locale (printf/strtod use '.'); best effort. */
+void troupe__text_locale_enter(troupe__text_locale_t *l);
+void troupe__text_locale_leave(troupe__text_locale_t *l);
+
+/* ---- printing -------------------------------------------------------------------------------- */
 
 typedef struct troupe__text_printer {
     troupe__strbuf_t sb;
     const char **names; /* symbol names by id (owned array, borrowed strings) */
     int32_t nsyms;
     troupe_status_t st; /* first malformation found */
-    troupe__sexp_locale_t loc;
+    troupe__text_locale_t loc;
 } troupe__text_printer_t;
 
 /* Start printing a procedure / a comp (the arguments of troupe_text_print_proc / _comp):
@@ -59,7 +71,7 @@ void troupe__text_newline(troupe__text_printer_t *c, int indent);
 /* (node ID (label ...) PREC (dims ...) [(padding V (L R)...)]) */
 void troupe__text_print_node_decl(troupe__text_printer_t *c, const troupe_tnode_t *tn);
 
-/* ---- parsing ------------------------------------------------------------------------------ */
+/* ---- parsing --------------------------------------------------------------------------------- */
 
 /* Declared nodes, sorted by id, one reference each. */
 typedef struct troupe__text_ntab {
@@ -85,7 +97,7 @@ typedef struct troupe__text_parser {
     size_t nscopes, scopes_cap;
     troupe_ll_proc_t *proc;
     troupe_asgn_comp_t *comp;
-    troupe__sexp_locale_t loc;
+    troupe__text_locale_t loc;
 } troupe__text_parser_t;
 
 /* Starts parsing the `len` bytes at text (NULL with len 0 reads as ""): enters the C locale,
