@@ -741,28 +741,38 @@ static s_val_t s_common(const s_cp_t *c, s_val_t chosen, const troupe_sc_t *othe
 }
 
 /* The binops and unops that generated code computes in one floating type, as a libm call or
- * an expression: one definition for float (SUF f: powf, expf, fmaxf, ...) and double (no
- * suffix), each calling its own type's functions as the generated code does. false: the op is
- * not one of them. */
+ * an expression of x (and y): one list, instantiated for float (SUF f: powf, expf, fmaxf, ...)
+ * and double (no suffix), each calling its own type's functions as the generated code does. */
+#define S_FLOAT_BINOPS(CASE, T, SUF)                                                               \
+    CASE(TROUPE_BINOP_TO_POW_OF, pow##SUF(x, y))                                                   \
+    CASE(TROUPE_BINOP_SATUR01_GATE, (x > (T)0 && x < (T)1) ? y : (T)0)                             \
+    CASE(TROUPE_BINOP_MAX, fmax##SUF(x, y))                                                        \
+    CASE(TROUPE_BINOP_MIN, fmin##SUF(x, y))                                                        \
+    CASE(TROUPE_BINOP_MOD, fmod##SUF(x, y))
+#define S_FLOAT_UNOPS(CASE, T, SUF)                                                                \
+    CASE(TROUPE_UNOP_RELU, fmax##SUF((T)0, x))                                                     \
+    CASE(TROUPE_UNOP_SATUR01, fmin##SUF((T)1, fmax##SUF((T)0, x)))                                 \
+    CASE(TROUPE_UNOP_EXP, exp##SUF(x))                                                             \
+    CASE(TROUPE_UNOP_LOG, log##SUF(x))                                                             \
+    CASE(TROUPE_UNOP_EXP2, exp2##SUF(x))                                                           \
+    CASE(TROUPE_UNOP_LOG2, log2##SUF(x))                                                           \
+    CASE(TROUPE_UNOP_SIN, sin##SUF(x))                                                             \
+    CASE(TROUPE_UNOP_COS, cos##SUF(x))                                                             \
+    CASE(TROUPE_UNOP_SQRT, sqrt##SUF(x))                                                           \
+    CASE(TROUPE_UNOP_RECIP, (T)1 / x)                                                              \
+    CASE(TROUPE_UNOP_RECIP_SQRT, (T)1 / sqrt##SUF(x))                                              \
+    CASE(TROUPE_UNOP_NEG, -x)                                                                      \
+    CASE(TROUPE_UNOP_TANH_APPROX, tanh##SUF(x))
+#define S_CASE(op, value)                                                                          \
+    case op:                                                                                       \
+        *r = value;                                                                                \
+        return true;
+/* s_binop_<T> and s_unop_<T>: *r = the op's value; false when op is not in the lists. */
 #define S_FLOAT_OPS(T, SUF)                                                                        \
     static bool s_binop_##T(troupe_binop_t op, T x, T y, T *r)                                     \
     {                                                                                              \
         switch (op) {                                                                              \
-        case TROUPE_BINOP_TO_POW_OF:                                                               \
-            *r = pow##SUF(x, y);                                                                   \
-            return true;                                                                           \
-        case TROUPE_BINOP_SATUR01_GATE:                                                            \
-            *r = (x > (T)0 && x < (T)1) ? y : (T)0;                                                \
-            return true;                                                                           \
-        case TROUPE_BINOP_MAX:                                                                     \
-            *r = fmax##SUF(x, y);                                                                  \
-            return true;                                                                           \
-        case TROUPE_BINOP_MIN:                                                                     \
-            *r = fmin##SUF(x, y);                                                                  \
-            return true;                                                                           \
-        case TROUPE_BINOP_MOD:                                                                     \
-            *r = fmod##SUF(x, y);                                                                  \
-            return true;                                                                           \
+            S_FLOAT_BINOPS(S_CASE, T, SUF)                                                         \
         default:                                                                                   \
             return false;                                                                          \
         }                                                                                          \
@@ -770,45 +780,7 @@ static s_val_t s_common(const s_cp_t *c, s_val_t chosen, const troupe_sc_t *othe
     static bool s_unop_##T(troupe_unop_t op, T x, T *r)                                            \
     {                                                                                              \
         switch (op) {                                                                              \
-        case TROUPE_UNOP_RELU:                                                                     \
-            *r = fmax##SUF((T)0, x);                                                               \
-            return true;                                                                           \
-        case TROUPE_UNOP_SATUR01:                                                                  \
-            *r = fmin##SUF((T)1, fmax##SUF((T)0, x));                                              \
-            return true;                                                                           \
-        case TROUPE_UNOP_EXP:                                                                      \
-            *r = exp##SUF(x);                                                                      \
-            return true;                                                                           \
-        case TROUPE_UNOP_LOG:                                                                      \
-            *r = log##SUF(x);                                                                      \
-            return true;                                                                           \
-        case TROUPE_UNOP_EXP2:                                                                     \
-            *r = exp2##SUF(x);                                                                     \
-            return true;                                                                           \
-        case TROUPE_UNOP_LOG2:                                                                     \
-            *r = log2##SUF(x);                                                                     \
-            return true;                                                                           \
-        case TROUPE_UNOP_SIN:                                                                      \
-            *r = sin##SUF(x);                                                                      \
-            return true;                                                                           \
-        case TROUPE_UNOP_COS:                                                                      \
-            *r = cos##SUF(x);                                                                      \
-            return true;                                                                           \
-        case TROUPE_UNOP_SQRT:                                                                     \
-            *r = sqrt##SUF(x);                                                                     \
-            return true;                                                                           \
-        case TROUPE_UNOP_RECIP:                                                                    \
-            *r = (T)1 / x;                                                                         \
-            return true;                                                                           \
-        case TROUPE_UNOP_RECIP_SQRT:                                                               \
-            *r = (T)1 / sqrt##SUF(x);                                                              \
-            return true;                                                                           \
-        case TROUPE_UNOP_NEG:                                                                      \
-            *r = -x;                                                                               \
-            return true;                                                                           \
-        case TROUPE_UNOP_TANH_APPROX:                                                              \
-            *r = tanh##SUF(x);                                                                     \
-            return true;                                                                           \
+            S_FLOAT_UNOPS(S_CASE, T, SUF)                                                          \
         default:                                                                                   \
             return false;                                                                          \
         }                                                                                          \
