@@ -969,14 +969,15 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_ll_t *zero, const tr
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
                "cgen of %s: %s %s %s%s x %s%s (m=%" PRId64 " n=%" PRId64 " k=%" PRId64
                ") calls the GEMM library",
-               g->proc->name, s_info(g, gm.c.tn)->ident, zero ? "=" : "+=",
-               s_info(g, gm.a.tn)->ident, gm.a.trans ? "^T" : "", s_info(g, gm.b.tn)->ident,
-               gm.b.trans ? "^T" : "", gm.m, gm.n, gm.k);
+               g->proc->name, s_info(g, gm.c.tn)->ident,
+               zero ? "=" : "+=", s_info(g, gm.a.tn)->ident, gm.a.trans ? "^T" : "",
+               s_info(g, gm.b.tn)->ident, gm.b.trans ? "^T" : "", gm.m, gm.n, gm.k);
     troupe__strbuf_repeat(out, "    ", indent);
     troupe__strbuf_printf(out, "if (troupe_%cgemm != 0) {\n", single ? 's' : 'd');
     troupe__strbuf_repeat(out, "    ", indent + 1);
     troupe__strbuf_printf(out, "troupe_%cgemm(%d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, ",
-             single ? 's' : 'd', gm.a.trans ? 1 : 0, gm.b.trans ? 1 : 0, gm.m, gm.n, gm.k, one);
+                          single ? 's' : 'd', gm.a.trans ? 1 : 0, gm.b.trans ? 1 : 0, gm.m, gm.n,
+                          gm.k, one);
     s_put_gemm_base(g, out, &gm, &gm.a);
     troupe__strbuf_printf(out, ", %" PRId64 ", ", gm.a.ld);
     s_put_gemm_base(g, out, &gm, &gm.b);
@@ -1001,7 +1002,8 @@ static troupe_status_t s_emit_gemm_or_for(s_gen_t *g, const troupe_ll_t *s, int 
     return st != TROUPE_OK || emitted ? st : s_emit_for(g, s, indent, out);
 }
 
-static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent, troupe__strbuf_t *out)
+static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
+                                 troupe__strbuf_t *out)
 {
     switch (s->kind) {
     case TROUPE_LL_NOOP:

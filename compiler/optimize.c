@@ -1,7 +1,8 @@
 /* troupe — the low-level optimiser (OCANNL `optimize_proc`): the driver and step 2 (memory-mode
  * inference) and step 5 (placeholders, inputs, outputs); the passes are compiler/trace.c,
- * compiler/virtualize.c and compiler/simplify.c. See compiler/optimize.h for the rules and
- * their OCANNL sources, compiler/optimize_impl.h for the context the passes share. */
+ * compiler/virtualize.c, compiler/simplify.c and compiler/fuse.c. See compiler/optimize.h for
+ * the rules and their OCANNL sources, compiler/optimize_impl.h for the context the passes
+ * share. */
 #include "compiler/optimize.h"
 
 #include "base/alloc.h"

@@ -134,7 +134,8 @@ typedef struct troupe_optimize_opts {
     bool inline_complex_computations;   /* false (OCANNL 0.6.0): reductions stay materialized */
     bool inline_narrow_precisions;      /* false: half/bfloat16/fp8 nodes stay materialized (a
                                            local scope computes in float and would skip the
-                                           rounding to the format; compiler/interp.h, compiler/cgen.h) */
+                                           rounding to the format; compiler/interp.h,
+                                           compiler/cgen.h) */
     bool virtualize;                    /* true: run step 3 (false: every node written and read
                                            here is Never_virtual, code kept as is) */
     bool simplify;                      /* true: run step 4 */

@@ -9,6 +9,7 @@
  *   compiler/virtualize.c  step 3: definition units, stability, inlining (virtual_llc,
  *                          check_and_store_virtual, inline_computation, cleanup_virtual_llc);
  *   compiler/simplify.c    step 4: folding and algebraic rewrites (simplify_llc);
+ *   compiler/fuse.c        step 4b: loop fusion of adjacent pointwise nests (compiler/fuse.h);
  *   compiler/optimize.c    step 5: placeholders resolved, inputs and outputs.
  * All rewriting is functional (new statements from the procedure's arena; unchanged subtrees are
  * shared), so a failed attempt can be dropped and retried.

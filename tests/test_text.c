@@ -782,7 +782,8 @@ Test(text, numbers_ignore_the_process_locale)
 
 Test(sexp, reads_lists_atoms_and_strings_with_positions)
 {
-    const char *text = "; a comment\n(backend (name cpu)\n  (tags \"a \\\"b\\\"\\n\" x) () #x1f)  \n";
+    const char *text = "; a comment\n(backend (name cpu)\n"
+                       "  (tags \"a \\\"b\\\"\\n\" x) () #x1f)  \n";
     troupe_sexp_t *x = NULL;
     cr_assert_eq(troupe_sexp_read(text, strlen(text), &x), TROUPE_OK, "%s", troupe_last_error());
     cr_assert_eq(x->kind, TROUPE_SEXP_LIST);
@@ -821,7 +822,8 @@ Test(sexp, errors_name_the_position)
         {"(a) b", "1:5: expected end of input, found 'b'"},
         {"", "1:1: expected a datum ('(', an atom or a string), found end of input"},
         {")", "1:1: expected a datum ('(', an atom or a string), found ')'"},
-        {"(a\n  \"open", "2:8: expected '\"' closing the string started at 2:3, found end of input"},
+        {"(a\n  \"open",
+         "2:8: expected '\"' closing the string started at 2:3, found end of input"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         troupe_sexp_t *x = (troupe_sexp_t *)&x;
