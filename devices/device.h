@@ -55,7 +55,7 @@ typedef enum troupe_stream_config {
     TROUPE_MOST_PARALLEL_STREAMS,
 } troupe_stream_config_t;
 
-/* Kernel arguments at launch, in the order of the code's parameter list (ir/cgen): a node
+/* Kernel arguments at launch, in the order of the code's parameter list (compiler/cgen): a node
  * parameter gets its buffer; a static index its value; the merge buffer its buffer. */
 typedef enum troupe_karg_kind {
     TROUPE_KARG_BUFFER = 0,

@@ -6,7 +6,7 @@
  *
  * Options passed to NVRTC, always: `-I<TROUPE_CUDA_INCLUDE_DIR>` (so cuda_fp16.h,
  * cuda_bf16.h and cuda_fp8.h resolve), `--fmad=false` (no contraction of a*b+c into fma:
- * troupe's generated code must round like the interpreter; ir/cgen.h), and
+ * troupe's generated code must round like the interpreter; compiler/cgen.h), and
  * `--gpu-architecture=<arch>` when arch is given. Never --use_fast_math.
  *
  * Thread safety: thread-safe (each call owns its NVRTC program).

@@ -7,7 +7,7 @@
  * immediately in the calling thread and their events are complete when recorded; the two
  * differ only in how the actors above drive them (sync: inline in the caller; cpu: one stream
  * actor thread per queue) and in suggested_num_streams (sync 1; cpu one per online core).
- * Code is C from ir/cgen compiled through the shared compile cache (cc_cache_impl.h).
+ * Code is C from compiler/cgen compiled through the shared compile cache (cc_cache_impl.h).
  *
  * The functions below are the vtable entries; each driver's vtable names them
  * (TROUPE__HDRV_ENTRIES), plus its own `open` (which passes its vtable to troupe__hdrv_open)
