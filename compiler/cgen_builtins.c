@@ -366,6 +366,13 @@ static const char s_vec_double[] =
     "  o[1] = troupe__unit_d(x.v[2], x.v[3]);\n"
     "}\n";
 
+/* troupe's max/min of floats (ir/ops.h troupe_fmaxf and friends, the same expressions). */
+static const char s_fmax[] =
+    "TROUPE_FN float troupe_fmaxf(float a, float b) { return b != b ? a : (a != a ? b : (a > b ? a : b)); }\n"
+    "TROUPE_FN float troupe_fminf(float a, float b) { return b != b ? a : (a != a ? b : (a < b ? a : b)); }\n"
+    "TROUPE_FN double troupe_fmax(double a, double b) { return b != b ? a : (a != a ? b : (a > b ? a : b)); }\n"
+    "TROUPE_FN double troupe_fmin(double a, double b) { return b != b ? a : (a != a ? b : (a < b ? a : b)); }\n";
+
 static const char s_gate_f[] = "TROUPE_FN float troupe_satur01_gate_f(float a, float b) {\n"
                                "  return (a > 0.0f && a < 1.0f) ? b : 0.0f;\n"
                                "}\n";
@@ -453,6 +460,7 @@ static const troupe__cgen_section_t s_sections[] = {
     S_SEC("uniform_vec_int64", "troupe_uint4x32_to_int64_uniform_vec", s_vec_int64),
     S_SEC("uniform_vec_uint64", "troupe_uint4x32_to_uint64_uniform_vec", s_vec_uint64),
     S_SEC("uniform_vec_double", "troupe_uint4x32_to_double_uniform_vec", s_vec_double),
+    S_SEC("fmax", "troupe_fmaxf troupe_fminf troupe_fmax troupe_fmin", s_fmax),
     S_SEC("satur01_gate_f", "troupe_satur01_gate_f", s_gate_f),
     S_SEC("satur01_gate_d", "troupe_satur01_gate_d", s_gate_d),
     S_SEC("maxmin_byte", "troupe_max_byte troupe_min_byte", S_MAXMIN("byte", "uint8_t")),

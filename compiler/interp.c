@@ -746,12 +746,12 @@ static s_val_t s_common(const s_cp_t *c, s_val_t chosen, const troupe_sc_t *othe
 #define S_FLOAT_BINOPS(CASE, T, SUF)                                                               \
     CASE(TROUPE_BINOP_TO_POW_OF, pow##SUF(x, y))                                                   \
     CASE(TROUPE_BINOP_SATUR01_GATE, (x > (T)0 && x < (T)1) ? y : (T)0)                             \
-    CASE(TROUPE_BINOP_MAX, fmax##SUF(x, y))                                                        \
-    CASE(TROUPE_BINOP_MIN, fmin##SUF(x, y))                                                        \
+    CASE(TROUPE_BINOP_MAX, troupe_fmax##SUF(x, y))                                                 \
+    CASE(TROUPE_BINOP_MIN, troupe_fmin##SUF(x, y))                                                 \
     CASE(TROUPE_BINOP_MOD, fmod##SUF(x, y))
 #define S_FLOAT_UNOPS(CASE, T, SUF)                                                                \
-    CASE(TROUPE_UNOP_RELU, fmax##SUF((T)0, x))                                                     \
-    CASE(TROUPE_UNOP_SATUR01, fmin##SUF((T)1, fmax##SUF((T)0, x)))                                 \
+    CASE(TROUPE_UNOP_RELU, troupe_fmax##SUF((T)0, x))                                              \
+    CASE(TROUPE_UNOP_SATUR01, troupe_fmin##SUF((T)1, troupe_fmax##SUF((T)0, x)))                   \
     CASE(TROUPE_UNOP_EXP, exp##SUF(x))                                                             \
     CASE(TROUPE_UNOP_LOG, log##SUF(x))                                                             \
     CASE(TROUPE_UNOP_EXP2, exp2##SUF(x))                                                           \

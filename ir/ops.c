@@ -254,9 +254,9 @@ double troupe_interpret_binop(troupe_binop_t op, double a, double b)
     case TROUPE_BINOP_SATUR01_GATE:
         return (a > 0.0 && a < 1.0) ? b : 0.0;
     case TROUPE_BINOP_MAX:
-        return fmax(a, b);
+        return troupe_fmax(a, b);
     case TROUPE_BINOP_MIN:
-        return fmin(a, b);
+        return troupe_fmin(a, b);
     case TROUPE_BINOP_MOD:
         return fmod(a, b);
     case TROUPE_BINOP_CMPLT:
@@ -280,9 +280,9 @@ double troupe_interpret_unop(troupe_unop_t op, double a)
     case TROUPE_UNOP_IDENTITY:
         return a;
     case TROUPE_UNOP_RELU:
-        return fmax(0.0, a);
+        return troupe_fmax(0.0, a);
     case TROUPE_UNOP_SATUR01:
-        return fmin(1.0, fmax(0.0, a));
+        return troupe_fmin(1.0, troupe_fmax(0.0, a));
     case TROUPE_UNOP_EXP:
         return exp(a);
     case TROUPE_UNOP_LOG:
@@ -460,8 +460,8 @@ static const s_tmpl_t s_binop_c[TROUPE_BINOP_COUNT][S_CLS_COUNT] = {
     [TROUPE_BINOP_RELU_GATE] = S_NUM(S_T3("((", ") > 0 ? (", ") : 0)")),
     [TROUPE_BINOP_SATUR01_GATE] = S_BIN_CALL("troupe_satur01_gate_f", "troupe_satur01_gate_d",
                                              "((void)(", "), (void)(", "), ($T)0)"),
-    [TROUPE_BINOP_MAX] = S_BIN_CALL("fmaxf", "fmax", "troupe_max_$P((", "), (", "))"),
-    [TROUPE_BINOP_MIN] = S_BIN_CALL("fminf", "fmin", "troupe_min_$P((", "), (", "))"),
+    [TROUPE_BINOP_MAX] = S_BIN_CALL("troupe_fmaxf", "troupe_fmax", "troupe_max_$P((", "), (", "))"),
+    [TROUPE_BINOP_MIN] = S_BIN_CALL("troupe_fminf", "troupe_fmin", "troupe_min_$P((", "), (", "))"),
     [TROUPE_BINOP_MOD] = S_BIN_CALL("fmodf", "fmod", "((", ") % (", "))"),
     [TROUPE_BINOP_CMPLT] = S_BIN_INFIX("<"),
     [TROUPE_BINOP_CMPEQ] = S_BIN_INFIX("=="),
@@ -477,10 +477,10 @@ static const s_tmpl_t s_binop_c[TROUPE_BINOP_COUNT][S_CLS_COUNT] = {
 /* TROUPE_UNOP_UINT4X32_TO_PREC_UNIFORM1 depends on the precision itself: see s_uniform1_c. */
 static const s_tmpl_t s_unop_c[TROUPE_UNOP_COUNT][S_CLS_COUNT] = {
     [TROUPE_UNOP_IDENTITY] = S_ALL(S_T2("(", ")")),
-    [TROUPE_UNOP_RELU] = {S_T2("fmaxf(0.0f, (", "))"), S_T2("fmax(0.0, (", "))"),
+    [TROUPE_UNOP_RELU] = {S_T2("troupe_fmaxf(0.0f, (", "))"), S_T2("troupe_fmax(0.0, (", "))"),
                           S_T2("troupe_max_$P(0, (", "))"), S_T2("(", ")"), S_NONE},
-    [TROUPE_UNOP_SATUR01] = {S_T2("fminf(1.0f, fmaxf(0.0f, (", ")))"),
-                             S_T2("fmin(1.0, fmax(0.0, (", ")))"),
+    [TROUPE_UNOP_SATUR01] = {S_T2("troupe_fminf(1.0f, troupe_fmaxf(0.0f, (", ")))"),
+                             S_T2("troupe_fmin(1.0, troupe_fmax(0.0, (", ")))"),
                              S_T2("troupe_min_$P(1, troupe_max_$P(0, (", ")))"),
                              S_T2("troupe_min_$P(1, (", "))"), S_NONE},
     [TROUPE_UNOP_EXP] = S_UN_MATH("expf", "exp"),

@@ -332,6 +332,29 @@ TROUPE_MUST_USE troupe_status_t troupe_uint4x32_to_prec_uniform(troupe_prec_t pr
                                                                 troupe_uint4x32_t x, void *out,
                                                                 size_t *out_count);
 
+/* Max and min of floating-point values (seed Ops Max, Min; relu = max(0, x), satur01 =
+ * min(1, max(0, x))): the larger (smaller) operand; a NaN operand gives the other operand (two
+ * NaNs: the first); equal operands (+0 and -0) give the second. The C library's fmax leaves the
+ * signed-zero choice open (glibc's float and double versions differ), so troupe defines it:
+ * constant folding, the interpreter and generated code (the same expression in its prelude)
+ * agree bit for bit, and the generated form vectorises where a call to fmaxf does not. */
+static inline double troupe_fmax(double a, double b)
+{
+    return b != b ? a : (a != a ? b : (a > b ? a : b));
+}
+static inline double troupe_fmin(double a, double b)
+{
+    return b != b ? a : (a != a ? b : (a < b ? a : b));
+}
+static inline float troupe_fmaxf(float a, float b)
+{
+    return b != b ? a : (a != a ? b : (a > b ? a : b));
+}
+static inline float troupe_fminf(float a, float b)
+{
+    return b != b ? a : (a != a ? b : (a < b ? a : b));
+}
+
 #ifdef __cplusplus
 }
 #endif

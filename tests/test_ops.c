@@ -977,9 +977,9 @@ Test(c_syntax, binop_pieces)
     cr_assert_eq(troupe_binop_c_syntax(TROUPE_PREC_SINGLE, TROUPE_BINOP_ADD, &s), TROUPE_OK);
     assert_pieces(&s, 3, "((", ") + (", "))", NULL);
     cr_assert_eq(troupe_binop_c_syntax(TROUPE_PREC_DOUBLE, TROUPE_BINOP_MAX, &s), TROUPE_OK);
-    assert_pieces(&s, 3, "fmax((", "), (", "))", NULL);
+    assert_pieces(&s, 3, "troupe_fmax((", "), (", "))", NULL);
     cr_assert_eq(troupe_binop_c_syntax(TROUPE_PREC_HALF, TROUPE_BINOP_MAX, &s), TROUPE_OK);
-    assert_pieces(&s, 3, "fmaxf((", "), (", "))", NULL);
+    assert_pieces(&s, 3, "troupe_fmaxf((", "), (", "))", NULL);
     cr_assert_eq(troupe_binop_c_syntax(TROUPE_PREC_INT32, TROUPE_BINOP_MAX, &s), TROUPE_OK);
     assert_pieces(&s, 3, "troupe_max_int32((", "), (", "))", NULL);
     cr_assert_eq(troupe_binop_c_syntax(TROUPE_PREC_BFLOAT16, TROUPE_BINOP_TO_POW_OF, &s),
@@ -1563,4 +1563,22 @@ Test(generated_c, conversions_match_prec, .timeout = 120)
             }
         }
     s_unbuild(&lib);
+}
+
+Test(interpret, max_and_min_define_nan_and_signed_zero)
+{
+    /* a NaN operand gives the other; ties (+0, -0) give the second; both widths alike */
+    cr_assert_eq(troupe_fmaxf(NAN, 2.0f), 2.0f);
+    cr_assert_eq(troupe_fmaxf(2.0f, NAN), 2.0f);
+    cr_assert(isnan(troupe_fmaxf(NAN, NAN)));
+    cr_assert(signbit(troupe_fmaxf(0.0f, -0.0f)));
+    cr_assert(!signbit(troupe_fmaxf(-0.0f, 0.0f)));
+    cr_assert(signbit(troupe_fmax(0.0, -0.0)));
+    cr_assert(!signbit(troupe_fmin(-0.0, 0.0)));
+    cr_assert_eq(troupe_fmin(NAN, -3.0), -3.0);
+    cr_assert_eq(troupe_fmax(1.0, 3.0), 3.0);
+    cr_assert_eq(troupe_fminf(1.0f, 3.0f), 1.0f);
+    cr_assert_eq(troupe_interpret_unop(TROUPE_UNOP_RELU, NAN), 0.0);
+    cr_assert(signbit(troupe_interpret_unop(TROUPE_UNOP_RELU, -0.0)));
+    cr_assert_eq(troupe_interpret_binop(TROUPE_BINOP_MAX, -1.0, 4.0), 4.0);
 }
