@@ -56,12 +56,22 @@ void troupe__hb_acquire(const void *addr)
 
 static pthread_mutex_t s_init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool s_zsys_ready;
+static bool s_at_exit_registered;
 static pthread_once_t s_atfork_once = PTHREAD_ONCE_INIT;
+
+/* The live actors (troupe_actor_t.live_prev/next), for s_at_exit; guarded by s_live_lock. */
+static pthread_mutex_t s_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static troupe_actor_t *s_live;
+static bool s_exiting; /* s_at_exit runs: destroyed actors are no longer freed */
+
+static void s_at_exit(void);
 
 static void s_atfork_child(void)
 {
-    /* CZMQ resets its own state in a forked child; redo ours on next use there. */
+    /* CZMQ resets its own state in a forked child; redo ours on next use there. The parent's
+     * actor threads do not exist in the child: forget them (their memory stays). */
     s_zsys_ready = false;
+    s_live = NULL;
 }
 
 static void s_register_atfork(void)
@@ -83,6 +93,10 @@ static troupe_status_t s_zsys_init(void)
             if (!getenv("ZSYS_LOGSTREAM"))
                 zsys_set_logstream(stderr); /* never stdout */
             s_zsys_ready = true;
+            /* Registered after zsys_init registered zsys_shutdown, so it runs before it
+             * (atexit handlers run in reverse order). Once: a forked child inherits it. */
+            if (!s_at_exit_registered && atexit(s_at_exit) == 0)
+                s_at_exit_registered = true;
         }
     }
     pthread_mutex_unlock(&s_init_lock);
@@ -103,9 +117,62 @@ struct troupe_actor {
     troupe_status_t setup_status;
     char setup_msg[1024];
     char hb; /* address used for TSAN happens-before edges through the pipe */
+    troupe_actor_t *live_prev, *live_next; /* s_live, under s_live_lock */
 };
 
 static _Thread_local troupe_actor_t *s_self;
+
+/* Under s_live_lock. */
+static void s_live_add(troupe_actor_t *a)
+{
+    a->live_prev = NULL;
+    a->live_next = s_live;
+    if (s_live)
+        s_live->live_prev = a;
+    s_live = a;
+}
+
+/* Under s_live_lock; a no-op for an actor that is not in the list. */
+static void s_live_remove(troupe_actor_t *a)
+{
+    if (a->live_prev)
+        a->live_prev->live_next = a->live_next;
+    else if (s_live == a)
+        s_live = a->live_next;
+    else
+        return;
+    if (a->live_next)
+        a->live_next->live_prev = a->live_prev;
+    a->live_prev = a->live_next = NULL;
+}
+
+/* Process exit with actors still running (a program that returns without closing its backend,
+ * or calls exit): CZMQ's exit handler, zsys_shutdown, would close their pipes under them and
+ * an actor thread that then touches its pipe fails CZMQ's assertions: SIGABRT. So this handler,
+ * which runs first, stops each live actor as troupe_actor_destroy does ($TERM, then the wait
+ * for its thread: a stream cancels its queued work). The actors' memory is not freed: the
+ * program may still hold pointers to them. The calling thread's own actor (exit called on an
+ * actor thread) cannot wait for itself and is left to CZMQ. */
+static void s_at_exit(void)
+{
+    for (;;) {
+        pthread_mutex_lock(&s_live_lock);
+        s_exiting = true;
+        troupe_actor_t *a = s_live;
+        while (a && a == s_self)
+            a = a->live_next;
+        if (a)
+            s_live_remove(a);
+        pthread_mutex_unlock(&s_live_lock);
+        if (!a)
+            break;
+        pthread_mutex_lock(&a->lock);
+        troupe__hb_release(&a->hb);
+        zactor_destroy(&a->za); /* NULL afterwards: troupe_actor_request says CANCELLED */
+        troupe__hb_acquire(&a->hb);
+        pthread_mutex_unlock(&a->lock);
+    }
+}
 
 static void s_boot(zsock_t *pipe, void *args)
 {
@@ -169,6 +236,9 @@ troupe_status_t troupe_actor_new(const char *tag, zactor_fn *fn, void *args, tro
         st = troupe__error(a->setup_status, "%s", a->setup_msg);
         goto cleanup_zactor;
     }
+    pthread_mutex_lock(&s_live_lock);
+    s_live_add(a);
+    pthread_mutex_unlock(&s_live_lock);
     *out = a;
     return TROUPE_OK;
 
@@ -186,11 +256,17 @@ void troupe_actor_destroy(troupe_actor_t **actor_p)
         return;
     troupe_actor_t *a = *actor_p;
     *actor_p = NULL;
+    pthread_mutex_lock(&s_live_lock);
+    s_live_remove(a);
+    bool exiting = s_exiting; /* then s_at_exit may hold a: keep its memory */
+    pthread_mutex_unlock(&s_live_lock);
     pthread_mutex_lock(&a->lock);
     troupe__hb_release(&a->hb);
     zactor_destroy(&a->za); /* sends $TERM, waits for the actor's exit signal */
     troupe__hb_acquire(&a->hb);
     pthread_mutex_unlock(&a->lock);
+    if (exiting)
+        return;
     pthread_mutex_destroy(&a->lock);
     troupe_free(a);
 }
@@ -237,6 +313,11 @@ troupe_status_t troupe_actor_request(troupe_actor_t *actor, zmsg_t **req_p, int6
     int64_t deadline = troupe_deadline_after(timeout_ns);
 
     pthread_mutex_lock(&actor->lock);
+    if (!actor->za) {
+        zmsg_destroy(req_p);
+        st = troupe__error(TROUPE_CANCELLED, "actor %s: stopped at process exit", actor->tag);
+        goto unlock;
+    }
     void *sock = zsock_resolve(actor->za);
     troupe__hb_release(&actor->hb);
     if (zmsg_send(req_p, actor->za) != 0) {

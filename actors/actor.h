@@ -42,7 +42,11 @@
  *
  * First use of this module (troupe_actor_new, troupe_mailbox_new) initialises CZMQ's zsys layer
  * with its SIGINT/SIGTERM handlers disabled (a library must not take the program's signals) and
- * its log stream on stderr unless ZSYS_LOGSTREAM says otherwise.
+ * its log stream on stderr unless ZSYS_LOGSTREAM says otherwise. It also registers an exit
+ * handler that runs before CZMQ's: a program that ends (returns from main, calls exit) with
+ * actors still running has them stopped as troupe_actor_destroy would (a stream cancels its
+ * queued work), instead of CZMQ closing their sockets under them and aborting; a request to an
+ * actor stopped that way returns TROUPE_CANCELLED.
  *
  * Thread safety: troupe_actor_request, troupe_actor_next_id and every mailbox function are
  * thread-safe. troupe_actor_ready/recv/send are called only by the actor's own thread on its
@@ -101,7 +105,8 @@ uint64_t troupe_actor_next_id(troupe_actor_t *actor);
  * ([id][status]...), owned by the caller (zmsg_destroy). Thread-safe: concurrent requests are
  * serialised on the pipe.
  * Returns TROUPE_DEADLINE_EXCEEDED when no reply came in time, TROUPE_TRANSPORT_ERROR when the
- * pipe fails (zmq error named), TROUPE_INVALID_ARGUMENT for NULL arguments or an empty message. */
+ * pipe fails (zmq error named), TROUPE_INVALID_ARGUMENT for NULL arguments or an empty message,
+ * TROUPE_CANCELLED when the actor was stopped at process exit. */
 TROUPE_MUST_USE troupe_status_t troupe_actor_request(troupe_actor_t *actor, zmsg_t **req_p,
                                                      int64_t timeout_ns, zmsg_t **reply_p);
 
