@@ -12,9 +12,11 @@
 #   PROGRAM [ARGS...]  the program and its arguments. When the first word after the options does
 #                      not start with '-', it is the program; otherwise (or when there is none)
 #                      the program is build/examples/fmnist/fmnist and every remaining word is an
-#                      argument of it (--epochs, --batch, --lr, --optimizer, --streams, --seed,
-#                      --data, --curve, --checkpoint, --resume). Option parsing stops at the first
-#                      word that is not one of the options above.
+#                      argument of it: any option `fmnist --help` lists (--data, --epochs,
+#                      --batch, --optimizer, --lr, --momentum, --weight-decay, --schedule, --seed,
+#                      --backend, --streams, --compress, --train-limit, --test-limit, --curve,
+#                      --checkpoint, --resume, --force). Option parsing stops at the first word
+#                      that is not one of the options above.
 #
 # Examples:
 #   deploy/mpirun.sh -np 2 -- --epochs 3 --curve build/fmnist-curve.csv

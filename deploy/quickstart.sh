@@ -28,7 +28,7 @@ epochs=${TROUPE_QUICKSTART_EPOCHS:-3}
 echo "troupe quickstart: training $epochs epoch(s) on 2 ranks" >&2
 status=0
 "$TROUPE_DEPLOY_DIR/mpirun.sh" -np 2 -- "$trainer" --epochs "$epochs" --curve "$curve" \
-  --checkpoint "$checkpoint" "$@" || status=$?
+  --checkpoint "$checkpoint" --force "$@" || status=$?
 if [ "$status" -ne 0 ]; then
   echo "troupe quickstart: training failed (exit status $status)" >&2
   exit "$status"
