@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -50,6 +51,19 @@ void troupe__hb_acquire(const void *addr)
 #else
     (void)addr;
 #endif
+}
+
+/* ---- spinning ------------------------------------------------------------------------------ */
+
+bool troupe__spin_step(troupe__spin_t *sp, int64_t limit_ns)
+{
+    int64_t now = troupe_now_ns();
+    if (sp->steps++ == 0)
+        sp->start_ns = now;
+    if (now - sp->start_ns >= limit_ns)
+        return false;
+    sched_yield();
+    return true;
 }
 
 /* ---- zsys initialisation ------------------------------------------------------------------- */

@@ -21,6 +21,9 @@ typedef struct s_sub {
 } s_sub_t;
 
 #define S_INLINE_SUBS 2
+#ifndef S_SYNC_SPIN_NS
+#define S_SYNC_SPIN_NS (20000LL) /* troupe_event_sync spins this long before it blocks */
+#endif
 
 struct troupe_event {
     atomic_int_fast32_t refs;
@@ -78,7 +81,13 @@ troupe_status_t troupe_event_new(const char *name, troupe_event_t **out)
     ev->cap = S_INLINE_SUBS;
     ev->progress = NULL;
     atomic_init(&ev->kicked, false);
-    snprintf(ev->name, sizeof ev->name, "%s", name ? name : "event");
+    /* Not snprintf: streams name an event per RECORD, and formatting cost more than the rest of
+     * the hand-off. */
+    if (!name)
+        name = "event";
+    size_t len = strnlen(name, TROUPE_EVENT_NAME_MAX);
+    memcpy(ev->name, name, len);
+    ev->name[len] = '\0';
     *out = ev;
     return TROUPE_OK;
 }
@@ -278,6 +287,16 @@ troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t timeout_ns)
         return s_final(ev, state);
     int64_t deadline = troupe_deadline_after(timeout_ns);
     s_drive(ev, deadline); /* may complete ev on this thread */
+    /* An event about to complete (a stream finishing a short item) is caught by a brief spin,
+     * which saves the completer a wake-up and this thread a sleep. */
+    troupe__spin_t spin = TROUPE__SPIN_INIT;
+    int64_t spin_ns = S_SYNC_SPIN_NS;
+    if (deadline != TROUPE_TIMEOUT_INFINITE && troupe_deadline_remaining(deadline) < spin_ns)
+        spin_ns = troupe_deadline_remaining(deadline);
+    while ((state = s_state_raw(ev)) == TROUPE_EVENT_PENDING && troupe__spin_step(&spin, spin_ns))
+        ;
+    if (state != TROUPE_EVENT_PENDING)
+        return s_final(ev, state);
     pthread_mutex_lock(&ev->mu);
     ev->waiters++;
     for (;;) {

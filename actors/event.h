@@ -8,7 +8,8 @@
  * the waiters of a dead stream — gap 3.5.4 in OCANNL_NOTES.md; troupe does not).
  *
  * Who learns of a completion:
- *   - host threads block in troupe_event_sync (condition variable, with a deadline);
+ *   - host threads block in troupe_event_sync (a brief poll, then a condition variable, with
+ *     a deadline);
  *   - subscribers: each troupe_event_subscribe callback runs exactly once, in the thread that
  *     completes the event (or inside troupe_event_subscribe when the event already completed);
  *   - actors: troupe_event_subscribe_mailbox posts [EV_DONE][id][event] or
@@ -97,7 +98,9 @@ char *troupe_event_copy_message(const troupe_event_t *ev);
 const char *troupe_event_name(const troupe_event_t *ev);
 
 /* Blocks the calling thread until `ev` completes or `timeout_ns` passes
- * (TROUPE_TIMEOUT_INFINITE waits forever; 0 only checks). Seed `sync`.
+ * (TROUPE_TIMEOUT_INFINITE waits forever; 0 only checks). Seed `sync`. A pending event is
+ * polled for up to 20 µs first, yielding the CPU between looks (a stream about to finish a
+ * short item completes it without a wake-up), then the thread sleeps on a condition variable.
  * Returns TROUPE_OK when done; the event's failure status with its message in
  * troupe_last_error() when failed; TROUPE_DEADLINE_EXCEEDED naming the event when the deadline
  * passed first; TROUPE_INVALID_ARGUMENT for NULL.

@@ -12,7 +12,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,24 +20,12 @@
 #define S_NAME_MAX 48
 #define S_DEBUG_TIMEOUT_NS (5LL * 1000000000LL)
 #define S_BUSY_POLL_NS (1000000LL) /* a busy actor still looks at its pipe every 1 ms */
-#define S_KEEP_ITEMS 65536         /* queue capacity kept after a burst */
-#define S_MIN_ITEMS 64             /* first queue capacity */
-#ifndef S_SPIN_PAUSES
-#define S_SPIN_PAUSES 256 /* pause instructions before the spin starts yielding */
-#endif
-#ifndef S_SPIN_YIELD
-#define S_SPIN_YIELD 1
-#endif
+#define S_BLOCK_ITEMS 128          /* items per queue block */
+#define S_KEEP_BLOCKS 512          /* spare blocks kept after a burst (65536 items) */
 #ifndef S_SPIN_NS
 #define S_SPIN_NS (20000LL) /* an actor out of work spins this long before sleeping */
 #endif
 
-static inline void s_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
 
 typedef enum s_kind {
     S_RUN = 0,
@@ -54,14 +41,21 @@ typedef struct s_item {
     troupe_event_t *ev; /* RECORD, WAIT: one reference owned by the item */
 } s_item_t;
 
-typedef struct s_vec {
-    s_item_t *v;
-    size_t head, n, cap;
-} s_vec_t;
+/* The queue is a chain of fixed blocks: producers (under mu) fill the tail block and link a
+ * new one when it is full, then publish the item count `submitted`; the executor reads items
+ * up to `submitted` without the lock and hands finished blocks back to the spare list. */
+typedef struct s_block {
+    _Atomic(struct s_block *) next; /* set (release) before items in it are published */
+    s_item_t items[S_BLOCK_ITEMS];
+} s_block_t;
 
 typedef struct s_counters {
     uint64_t run, records, waits, dropped, cancelled;
 } s_counters_t;
+
+/* Cache-line padding between groups of fields written by different threads (the struct is
+ * not line-aligned, so a whole line of padding keeps any two groups apart). */
+#define S_CACHE_LINE 64
 
 struct troupe_stream {
     atomic_int_fast32_t refs;     /* user references: the last one shuts the stream down */
@@ -73,34 +67,49 @@ struct troupe_stream {
     int ordinal, stream_id;
     bool inline_mode;
     char name[S_NAME_MAX];
+    size_t name_len;
     troupe_actor_t *actor; /* threaded */
     troupe_mailbox_t *mb;  /* threaded: event completions and wake-ups */
 
-    /* Shared with the host side, under mu. */
-    pthread_mutex_t mu;
-    pthread_cond_t idle_cv;        /* pending dropped to 0, or the inline drain role was released */
-    s_vec_t incoming;              /* scheduled, not yet taken by the executor */
-    atomic_size_t incoming_hint;   /* incoming.n, readable without mu (the actor's spin) */
-    uint64_t pending;              /* scheduled and not finished (queued, parked or running) */
-    uint64_t scheduled;            /* counter */
-    bool want_work;                /* threaded: the actor is going to sleep; wake it on a push */
-    bool draining;                 /* inline: a thread holds the executor role */
-    bool kick;                     /* inline: the parked event may have completed */
-    bool terminating;              /* release started: refuse new work */
+    /* Read on every item, rarely written. */
+    atomic_bool term_requested;    /* release: stop between items */
     troupe_status_t failed_status; /* written by the executor under mu; TROUPE_OK: healthy */
     char *failed_msg;              /* idem (NULL: status name) */
-    char pub_parked[TROUPE_EVENT_NAME_MAX + 1]; /* name of the parked-on event, "" if none */
-    s_counters_t pub;                           /* executor counters, published per batch */
-    atomic_bool term_requested;                 /* release: stop between items */
+
+    char pad_producers[S_CACHE_LINE];
+    /* The producers' side, under mu. */
+    pthread_mutex_t mu;
+    s_block_t *tail_blk; /* the block being filled */
+    unsigned tail_idx;   /* next free slot in tail_blk */
+    s_block_t *spare;    /* recycled blocks (linked by next) */
+    size_t nspare;       /* blocks in spare */
+    bool want_work;      /* threaded: the actor is going to sleep; wake it on a push */
+    bool draining;       /* inline: a thread holds the executor role */
+    bool kick;           /* inline: the parked event may have completed */
+    bool terminating;    /* release started: refuse new work */
     atomic_uint_fast64_t record_seq;
+
+    char pad_submitted[S_CACHE_LINE];
+    /* Written by producers (under mu, release), read by the executor without the lock. */
+    atomic_uint_fast64_t submitted; /* items published */
+
+    char pad_executor[S_CACHE_LINE];
+    /* Written by the executor, read by waiting host threads. */
+    atomic_uint_fast64_t finished; /* items finished (seq_cst): pending = submitted - finished */
+    atomic_int awaiters;           /* threads in troupe_stream_await (under mu, seq_cst) */
+    pthread_cond_t idle_cv; /* the stream went idle, or the inline drain role was released */
+    char pub_parked[TROUPE_EVENT_NAME_MAX + 1]; /* mu: name of the parked-on event, "" if none */
+    s_counters_t pub; /* mu: inline streams' executor counters, published per batch */
 
     /* Executor-private: the actor thread (threaded) or the holder of the drain role (inline,
      * handed over under mu). */
     troupe_dqueue_t *queue;
-    s_vec_t local;
+    s_block_t *head_blk;    /* the block holding the next item to take */
+    unsigned head_idx;      /* its slot */
+    uint64_t taken;         /* items taken from the queue */
+    uint64_t done;          /* items finished (published to `finished` per batch) */
     troupe_event_t *parked; /* the WAIT's reference while parked */
     uint64_t wait_seq;
-    uint64_t processed; /* items finished since the last accounting */
     s_counters_t ctr;
 };
 
@@ -108,14 +117,69 @@ struct troupe_stream {
 
 static void s_mem_release(troupe_stream_t *s);
 
-static troupe_status_t s_vec_push(s_vec_t *v, const s_item_t *it)
+/* Under mu: a block for the producers, from the spare list or new (NULL: out of memory). */
+static s_block_t *s_block_get_locked(troupe_stream_t *s)
 {
-    /* At least S_MIN_ITEMS at once: a stream's queues are reused batch after batch. */
-    if (v->n == v->cap &&
-        !TROUPE__VEC_RESERVE(v->v, v->cap, v->n < S_MIN_ITEMS ? S_MIN_ITEMS : v->n + 1))
-        return TROUPE_RESOURCE_EXHAUSTED;
-    v->v[v->n++] = *it;
+    s_block_t *b = s->spare;
+    if (b) {
+        s->spare = atomic_load_explicit(&b->next, memory_order_relaxed);
+        s->nspare--;
+    } else if (!(b = (s_block_t *)troupe_malloc(sizeof *b))) {
+        return NULL;
+    }
+    atomic_store_explicit(&b->next, NULL, memory_order_relaxed);
+    return b;
+}
+
+/* Under mu: keeps `b` as a spare, or frees it beyond S_KEEP_BLOCKS (what a burst grew). */
+static void s_block_put_locked(troupe_stream_t *s, s_block_t *b)
+{
+    if (s->nspare >= S_KEEP_BLOCKS) {
+        troupe_free(b);
+        return;
+    }
+    atomic_store_explicit(&b->next, s->spare, memory_order_relaxed);
+    s->spare = b;
+    s->nspare++;
+}
+
+/* Under mu: appends `it` and publishes it to the executor. */
+static troupe_status_t s_queue_append_locked(troupe_stream_t *s, const s_item_t *it)
+{
+    if (s->tail_idx == S_BLOCK_ITEMS) {
+        s_block_t *b = s_block_get_locked(s);
+        if (!b)
+            return TROUPE_RESOURCE_EXHAUSTED;
+        atomic_store_explicit(&s->tail_blk->next, b, memory_order_release);
+        s->tail_blk = b;
+        s->tail_idx = 0;
+    }
+    s->tail_blk->items[s->tail_idx++] = *it;
+    uint64_t n = atomic_load_explicit(&s->submitted, memory_order_relaxed);
+    atomic_store_explicit(&s->submitted, n + 1, memory_order_release);
     return TROUPE_OK;
+}
+
+/* Executor: items published and not yet taken. */
+static uint64_t s_queue_available(troupe_stream_t *s)
+{
+    return atomic_load_explicit(&s->submitted, memory_order_acquire) - s->taken;
+}
+
+/* Executor: takes the next item (one must be available); finished blocks go back to the
+ * spare list. */
+static void s_queue_take(troupe_stream_t *s, s_item_t *out)
+{
+    if (s->head_idx == S_BLOCK_ITEMS) {
+        s_block_t *old = s->head_blk;
+        s->head_blk = atomic_load_explicit(&old->next, memory_order_acquire);
+        s->head_idx = 0;
+        pthread_mutex_lock(&s->mu);
+        s_block_put_locked(s, old);
+        pthread_mutex_unlock(&s->mu);
+    }
+    *out = s->head_blk->items[s->head_idx++];
+    s->taken++;
 }
 
 static void s_item_drop(s_item_t *it)
@@ -160,14 +224,27 @@ static void s_fail_from_event(troupe_stream_t *s, troupe_event_t *ev)
     troupe_free(emsg);
 }
 
-/* Executor, under mu: publishes progress, wakes await()ers when idle. */
-static void s_account_locked(troupe_stream_t *s)
+/* Items scheduled and not finished (queued, running, or a parked WAIT). Any thread. */
+static uint64_t s_pending(troupe_stream_t *s)
 {
-    s->pending -= s->processed;
-    s->processed = 0;
-    s->pub = s->ctr;
-    if (s->pending == 0)
+    /* finished first: submitted only grows, so the difference never goes negative. */
+    uint64_t fin = atomic_load_explicit(&s->finished, memory_order_seq_cst);
+    return atomic_load_explicit(&s->submitted, memory_order_seq_cst) - fin;
+}
+
+/* Executor: publishes progress; wakes await()ers when the stream went idle. The seq_cst store
+ * of `finished` and load of `awaiters` pair with troupe_stream_await's increment and load. */
+static void s_account(troupe_stream_t *s)
+{
+    if (atomic_load_explicit(&s->finished, memory_order_relaxed) == s->done)
+        return; /* nothing finished since the last call */
+    atomic_store_explicit(&s->finished, s->done, memory_order_seq_cst);
+    if (atomic_load_explicit(&s->awaiters, memory_order_seq_cst) > 0 &&
+        atomic_load_explicit(&s->submitted, memory_order_seq_cst) == s->done) {
+        pthread_mutex_lock(&s->mu);
         pthread_cond_broadcast(&s->idle_cv);
+        pthread_mutex_unlock(&s->mu);
+    }
 }
 
 static void s_publish_parked(troupe_stream_t *s)
@@ -193,7 +270,7 @@ static bool s_try_unpark(troupe_stream_t *s)
         s_fail_from_event(s, s->parked);
     troupe_event_release(&s->parked);
     s_publish_parked(s);
-    s->processed++; /* the WAIT item is finished only now */
+    s->done++; /* the WAIT item is finished only now */
     return true;
 }
 
@@ -267,18 +344,17 @@ static bool s_exec_wait(troupe_stream_t *s, s_item_t *it)
     return true;
 }
 
-/* Executor: runs local items until none is left, the queue is parked on a pending event, or
- * shutdown was requested. */
-static void s_run_local(troupe_stream_t *s)
+/* Executor: runs the items available now (one batch) until none of them is left, the queue is
+ * parked on a pending event, or shutdown was requested. */
+static void s_run_batch(troupe_stream_t *s)
 {
-    for (;;) {
-        if (s->parked && !s_try_unpark(s))
-            return;
-        if (s->local.head == s->local.n)
-            return;
+    if (s->parked && !s_try_unpark(s))
+        return;
+    for (uint64_t n = s_queue_available(s); n > 0; n--) {
         if (atomic_load_explicit(&s->term_requested, memory_order_relaxed))
             return;
-        s_item_t it = s->local.v[s->local.head++];
+        s_item_t it;
+        s_queue_take(s, &it);
         switch (it.kind) {
         case S_RUN:
             s_exec_run(s, &it);
@@ -288,36 +364,11 @@ static void s_run_local(troupe_stream_t *s)
             break;
         case S_WAIT:
             if (s_exec_wait(s, &it))
-                continue; /* parked: counted when it unparks */
+                return; /* parked: counted when it unparks */
             break;
         }
-        s->processed++;
+        s->done++;
     }
-}
-
-/* Executor, under mu: makes local hold runnable items if there are any. Returns whether the
- * executor has something to run now. */
-static bool s_refill_locked(troupe_stream_t *s)
-{
-    if (s->parked)
-        return false;
-    if (s->local.head < s->local.n)
-        return true;
-    if (s->incoming.n == 0)
-        return false;
-    s_vec_t tmp = s->local;
-    s->local = s->incoming;
-    s->local.head = 0;
-    s->incoming = tmp;
-    s->incoming.head = 0;
-    s->incoming.n = 0;
-    atomic_store_explicit(&s->incoming_hint, 0, memory_order_relaxed);
-    if (s->incoming.cap > S_KEEP_ITEMS) { /* give back what a big burst grew */
-        troupe_free(s->incoming.v);
-        s->incoming.v = NULL;
-        s->incoming.cap = 0;
-    }
-    return true;
 }
 
 /* Executor at shutdown: cancels everything queued, parked or not yet taken. */
@@ -325,38 +376,25 @@ static void s_cancel_all(troupe_stream_t *s)
 {
     char msg[128];
     snprintf(msg, sizeof msg, "%s: stream destroyed with this work pending", s->name);
-    for (int pass = 0; pass < 2; pass++) {
-        s_vec_t *v = pass == 0 ? &s->local : &s->incoming;
-        if (pass == 1) {
-            pthread_mutex_lock(&s->mu);
-            s->terminating = true; /* nobody pushes any more */
-        }
-        s_vec_t taken = *v;
-        if (pass == 1) {
-            v->head = v->n = 0;
-            atomic_store_explicit(&s->incoming_hint, 0, memory_order_relaxed);
-            pthread_mutex_unlock(&s->mu);
-        } else {
-            v->head = v->n;
-        }
-        for (size_t i = taken.head; i < taken.n; i++) {
-            s_item_t *it = &taken.v[i];
-            if (it->kind == S_RECORD)
-                troupe_event_complete(it->ev, TROUPE_CANCELLED, msg);
-            s_item_drop(it);
-            s->ctr.cancelled++;
-            s->processed++;
-        }
-    }
+    pthread_mutex_lock(&s->mu);
+    s->terminating = true; /* nobody pushes any more: `submitted` is final */
+    pthread_mutex_unlock(&s->mu);
     if (s->parked) {
         troupe_event_release(&s->parked);
         s_publish_parked(s);
         s->ctr.cancelled++;
-        s->processed++;
+        s->done++;
     }
-    pthread_mutex_lock(&s->mu);
-    s_account_locked(s);
-    pthread_mutex_unlock(&s->mu);
+    for (uint64_t n = s_queue_available(s); n > 0; n--) {
+        s_item_t it;
+        s_queue_take(s, &it);
+        if (it.kind == S_RECORD)
+            troupe_event_complete(it.ev, TROUPE_CANCELLED, msg);
+        s_item_drop(&it);
+        s->ctr.cancelled++;
+        s->done++;
+    }
+    s_account(s);
 }
 
 /* ---- inline mode --------------------------------------------------------------------------- */
@@ -365,15 +403,16 @@ static void s_cancel_all(troupe_stream_t *s)
 static void s_inline_drain(troupe_stream_t *s)
 {
     for (;;) {
-        s_run_local(s);
+        s_run_batch(s);
+        s_account(s);
         pthread_mutex_lock(&s->mu);
-        s_account_locked(s);
+        s->pub = s->ctr; /* inline debug info reads these under mu */
         bool stop = atomic_load_explicit(&s->term_requested, memory_order_relaxed);
         if (!stop && s->parked) {
             stop = !s->kick;
             s->kick = false;
         } else if (!stop) {
-            stop = !s_refill_locked(s);
+            stop = s_queue_available(s) == 0;
         }
         if (stop) {
             s->draining = false;
@@ -611,39 +650,31 @@ static void s_actor(zsock_t *pipe, void *args)
         /* Run everything runnable, looking at the pipe now and then when busy. */
         bool spun = false;
         for (;;) {
-            s_run_local(s);
-            pthread_mutex_lock(&s->mu);
-            s_account_locked(s);
+            s_run_batch(s);
+            s_account(s);
             bool term = atomic_load_explicit(&s->term_requested, memory_order_relaxed);
-            bool runnable = !term && s_refill_locked(s);
+            bool runnable = !term && !s->parked && s_queue_available(s) > 0;
             bool idle = !runnable && !term && !s->parked;
             /* Out of work: spin briefly for more before announcing sleep (pipelined producers
              * then never pay a wake-up), once per wake cycle. */
-            bool spin = idle && !spun;
-            s->want_work = idle && !spin;
-            pthread_mutex_unlock(&s->mu);
-            if (spin) {
+            if (idle && !spun) {
                 spun = true;
-                int64_t t0 = troupe_now_ns();
-                unsigned i = 0;
-                while (atomic_load_explicit(&s->incoming_hint, memory_order_relaxed) == 0 &&
-                       !atomic_load_explicit(&s->term_requested, memory_order_relaxed)) {
-                    /* Pause a little, then yield: on a busy machine the producer may need
-                     * this core. */
-                    if (++i < S_SPIN_PAUSES) {
-                        s_cpu_relax();
-                        continue;
-                    }
-                    if (troupe_now_ns() - t0 > S_SPIN_NS)
-                        break;
-                    if (S_SPIN_YIELD)
-                        sched_yield();
-                    else
-                        s_cpu_relax();
-                }
-                if (atomic_load_explicit(&s->incoming_hint, memory_order_relaxed) != 0)
+                troupe__spin_t spin = TROUPE__SPIN_INIT;
+                while (s_queue_available(s) == 0 &&
+                       !atomic_load_explicit(&s->term_requested, memory_order_relaxed) &&
+                       troupe__spin_step(&spin, S_SPIN_NS))
+                    ;
+                if (s_queue_available(s) != 0)
                     spun = false; /* found work: allow another spin after it */
                 continue;
+            }
+            if (idle) {
+                /* Announce sleep; a producer that publishes after this (under mu) wakes us. */
+                pthread_mutex_lock(&s->mu);
+                s->want_work = s_queue_available(s) == 0;
+                runnable = !s->want_work;
+                pthread_mutex_unlock(&s->mu);
+                spun = !runnable;
             }
             if (!runnable)
                 break;
@@ -683,8 +714,15 @@ static void s_actor(zsock_t *pipe, void *args)
 static void s_free(troupe_stream_t *s)
 {
     troupe_mailbox_release(&s->mb);
-    troupe_free(s->incoming.v);
-    troupe_free(s->local.v);
+    /* The executor took every item (s_cancel_all): the chain from head_blk is items-free. */
+    for (s_block_t *b = s->head_blk, *next; b; b = next) {
+        next = atomic_load_explicit(&b->next, memory_order_relaxed);
+        troupe_free(b);
+    }
+    for (s_block_t *b = s->spare, *next; b; b = next) {
+        next = atomic_load_explicit(&b->next, memory_order_relaxed);
+        troupe_free(b);
+    }
     troupe_free(s->failed_msg);
     pthread_cond_destroy(&s->idle_cv);
     pthread_mutex_destroy(&s->mu);
@@ -716,7 +754,9 @@ troupe_status_t troupe__stream_actor_new(const troupe_driver_vtable_t *vt, troup
     atomic_init(&s->mem_refs, 1);
     atomic_init(&s->term_requested, false);
     atomic_init(&s->record_seq, 0);
-    atomic_init(&s->incoming_hint, 0);
+    atomic_init(&s->submitted, 0);
+    atomic_init(&s->finished, 0);
+    atomic_init(&s->awaiters, 0);
     s->vt = vt;
     s->drv = drv;
     s->ordinal = ordinal;
@@ -724,6 +764,7 @@ troupe_status_t troupe__stream_actor_new(const troupe_driver_vtable_t *vt, troup
     s->inline_mode = inline_mode;
     snprintf(s->name, sizeof s->name, "%s:%d:%d", vt && vt->name ? vt->name : "host", ordinal,
              stream_id);
+    s->name_len = strlen(s->name);
     s->failed_status = TROUPE_OK;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -731,6 +772,12 @@ troupe_status_t troupe__stream_actor_new(const troupe_driver_vtable_t *vt, troup
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->idle_cv, &attr);
     pthread_condattr_destroy(&attr);
+    s->head_blk = s->tail_blk = (s_block_t *)troupe_malloc(sizeof *s->head_blk);
+    if (!s->head_blk) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "stream_actor_new: out of memory");
+        goto cleanup_stream;
+    }
+    atomic_init(&s->head_blk->next, NULL);
 
     if (inline_mode) {
         st = s_queue_create(s);
@@ -811,13 +858,10 @@ static troupe_status_t s_push(troupe_stream_t *s, const s_item_t *it)
         pthread_mutex_unlock(&s->mu);
         return troupe__error(TROUPE_CANCELLED, "stream %s is shutting down", s->name);
     }
-    if (s_vec_push(&s->incoming, it) != TROUPE_OK) {
+    if (s_queue_append_locked(s, it) != TROUPE_OK) {
         pthread_mutex_unlock(&s->mu);
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "stream %s: queue: out of memory", s->name);
     }
-    atomic_store_explicit(&s->incoming_hint, s->incoming.n, memory_order_relaxed);
-    s->pending++;
-    s->scheduled++;
     if (s->inline_mode) {
         if (!s->draining) {
             s->draining = true;
@@ -856,10 +900,20 @@ troupe_status_t troupe_stream_record(troupe_stream_t *s, troupe_event_t **out)
     if (!s || !out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_stream_record: NULL argument");
     *out = NULL;
-    char name[TROUPE_EVENT_NAME_MAX + 1];
-    unsigned long long n =
-        (unsigned long long)atomic_fetch_add_explicit(&s->record_seq, 1, memory_order_relaxed) + 1;
-    snprintf(name, sizeof name, "%s#%llu", s->name, n);
+    /* "<stream>#<n>", formatted by hand: snprintf cost more than the rest of a RECORD. */
+    char name[S_NAME_MAX + 24];
+    uint64_t n = atomic_fetch_add_explicit(&s->record_seq, 1, memory_order_relaxed) + 1;
+    char digits[20];
+    size_t nd = 0, len = s->name_len;
+    do {
+        digits[nd++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n > 0);
+    memcpy(name, s->name, len);
+    name[len++] = '#';
+    while (nd > 0)
+        name[len++] = digits[--nd];
+    name[len] = '\0';
     troupe_event_t *ev = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_event_new(name, &ev));
     troupe_event_t *item_ref = ev;
@@ -881,7 +935,7 @@ troupe_status_t troupe_stream_all_work(troupe_stream_t *s, troupe_event_t **out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_stream_all_work: NULL argument");
     *out = NULL;
     pthread_mutex_lock(&s->mu);
-    bool idle = s->pending == 0 && s->failed_status == TROUPE_OK && !s->terminating;
+    bool idle = s_pending(s) == 0 && s->failed_status == TROUPE_OK && !s->terminating;
     pthread_mutex_unlock(&s->mu);
     if (idle) {
         char name[TROUPE_EVENT_NAME_MAX + 1];
@@ -922,7 +976,9 @@ troupe_status_t troupe_stream_await(troupe_stream_t *s, int64_t timeout_ns)
     int64_t deadline = troupe_deadline_after(timeout_ns);
     troupe_status_t st = TROUPE_OK;
     pthread_mutex_lock(&s->mu);
-    while (s->pending > 0) {
+    atomic_fetch_add_explicit(&s->awaiters, 1, memory_order_seq_cst);
+    uint64_t pending;
+    while ((pending = s_pending(s)) > 0) {
         if (deadline == TROUPE_TIMEOUT_INFINITE) {
             pthread_cond_wait(&s->idle_cv, &s->mu);
             continue;
@@ -933,11 +989,12 @@ troupe_status_t troupe_stream_await(troupe_stream_t *s, int64_t timeout_ns)
                               .tv_nsec = (long)(deadline % 1000000000LL)};
         pthread_cond_timedwait(&s->idle_cv, &s->mu, &ts);
     }
-    if (s->pending > 0) {
+    atomic_fetch_sub_explicit(&s->awaiters, 1, memory_order_seq_cst);
+    if (pending > 0) {
         st = troupe__error(TROUPE_DEADLINE_EXCEEDED,
                            "stream %s not idle after %.3f ms: %llu item(s) pending%s%s", s->name,
                            (double)(timeout_ns < 0 ? 0 : timeout_ns) / 1e6,
-                           (unsigned long long)s->pending,
+                           (unsigned long long)pending,
                            s->pub_parked[0] ? ", parked on event " : "", s->pub_parked);
     } else if (s->failed_status != TROUPE_OK) {
         st = s_failure_locked(s);
@@ -948,10 +1005,7 @@ troupe_status_t troupe_stream_await(troupe_stream_t *s, int64_t timeout_ns)
 
 bool troupe_stream_is_idle(troupe_stream_t *s)
 {
-    pthread_mutex_lock(&s->mu);
-    bool idle = s->pending == 0;
-    pthread_mutex_unlock(&s->mu);
-    return idle;
+    return s_pending(s) == 0;
 }
 
 troupe_status_t troupe_stream_status(troupe_stream_t *s)
@@ -966,10 +1020,14 @@ static troupe_status_t s_debug_sexp(troupe_stream_t *s, char **out)
 {
     troupe__strbuf_t b = TROUPE__STRBUF_INIT;
     pthread_mutex_lock(&s->mu);
+    /* Threaded streams answer on their actor thread, which owns ctr; inline ones read the
+     * copy published under mu. */
+    const s_counters_t *c = s->inline_mode ? &s->pub : &s->ctr;
     troupe__strbuf_puts(&b, "(stream (name ");
     troupe__sexp_put_quoted(&b, s->name);
     troupe__strbuf_printf(&b, ") (mode %s) (queue_length %llu) (parked_on ",
-                          s->inline_mode ? "inline" : "threaded", (unsigned long long)s->pending);
+                          s->inline_mode ? "inline" : "threaded",
+                          (unsigned long long)s_pending(s));
     if (s->pub_parked[0])
         troupe__sexp_put_quoted(&b, s->pub_parked);
     else
@@ -986,9 +1044,10 @@ static troupe_status_t s_debug_sexp(troupe_stream_t *s, char **out)
     troupe__strbuf_printf(&b,
                           ") (counters (scheduled %llu) (run %llu) (records %llu) (waits %llu) "
                           "(dropped %llu) (cancelled %llu)))",
-                          (unsigned long long)s->scheduled, (unsigned long long)s->pub.run,
-                          (unsigned long long)s->pub.records, (unsigned long long)s->pub.waits,
-                          (unsigned long long)s->pub.dropped, (unsigned long long)s->pub.cancelled);
+                          (unsigned long long)atomic_load(&s->submitted),
+                          (unsigned long long)c->run, (unsigned long long)c->records,
+                          (unsigned long long)c->waits, (unsigned long long)c->dropped,
+                          (unsigned long long)c->cancelled);
     pthread_mutex_unlock(&s->mu);
     return troupe__strbuf_finish(&b, "stream debug info", out, NULL);
 }

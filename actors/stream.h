@@ -23,18 +23,21 @@
  *            "<backend>:<ordinal>:<stream_id>", which owns the driver queue: it is created,
  *            used and destroyed on that thread.
  *
- * Threading and messaging design (threaded mode). The hot path does not send one ZeroMQ
- * message per item:
- *   - schedule/record/wait_for append the item to a mutex-protected vector shared with the
- *     actor, and wake the actor (one eventfd write, via its mailbox) only when it announced that
- *     it is about to sleep. The actor swaps the whole vector out under the lock and runs the
- *     batch unlocked, so a pipelined burst costs one lock round per batch on its side and no
- *     system call on either side. FIFO order is the vector's order. An actor that runs out of
- *     work first spins briefly (a few pause instructions, then sched_yield, 20 µs at most)
- *     before announcing sleep, so a producer that keeps scheduling rarely pays a wake-up and a
- *     busy machine gets the core back.
- *   - RECORD completes its event directly (mutex + condition variable broadcast only when a
- *     host thread waits in troupe_event_sync; subscriber callbacks after).
+ * Threading and messaging design (threaded mode). The hot path sends no ZeroMQ message and
+ * allocates nothing per RUN or WAIT item (a RECORD allocates the event it returns):
+ *   - schedule/record/wait_for append the item to the stream's queue, a chain of fixed blocks
+ *     of preallocated slots (128 items each): producers fill the tail block under a mutex the
+ *     actor does not take on its hot path, and publish the item count with a release store.
+ *     The actor reads everything published since its last look as one batch, without the
+ *     lock; finished blocks go back to a spare list (up to 65536 items' worth kept after a
+ *     burst), so a steady stream allocates nothing. FIFO order is the queue's order.
+ *   - a producer wakes the actor (one eventfd write, via its mailbox) only when the actor
+ *     announced, under the mutex, that it is about to sleep. An actor that runs out of work
+ *     first spins briefly (sched_yield polls, 20 µs at most) before announcing sleep, so a
+ *     producer that keeps scheduling rarely pays a wake-up and a busy core is handed over.
+ *   - RECORD completes its event directly (actors/event.h): a host thread in
+ *     troupe_event_sync polls it briefly the same way before it sleeps on the event's
+ *     condition variable, which the completing actor signals only if someone sleeps there.
  *   - a WAIT on a pending event parks the queue, not the actor: the actor subscribes its mailbox
  *     to the event and goes back to its poller (pipe + mailbox descriptor); the completion
  *     arrives as an [EV_DONE]/[EV_FAIL] message, from whatever thread completed the event.
@@ -43,7 +46,8 @@
  *     it for troupe_stream_debug_info and troupe_stream_request, and troupe_stream_release for
  *     $TERM. Requests from several host threads are serialised (troupe_actor_request).
  *   - troupe_stream_await waits on a condition variable for the pending-item count to drop to
- *     zero (the actor updates it once per batch).
+ *     zero (the actor publishes its finished count once per batch and signals only when a
+ *     thread awaits and the stream went idle).
  *
  * Pipe verb table (threaded; inline streams answer the same messages from
  * troupe_stream_request in the caller's thread). Frames: s string, 8 uint64, p pointer,
