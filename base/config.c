@@ -26,7 +26,7 @@ static atomic_int_fast64_t s_timeout_s;
 static atomic_size_t s_fusion_bytes;
 static atomic_bool s_auto_host;
 static atomic_bool s_coll_shm;
-static atomic_bool s_gemm_library;
+static atomic_int s_gemm_mode; /* troupe_gemm_mode_t */
 static atomic_size_t s_stack_threshold;
 static troupe_status_t s_load_status;
 static char s_load_error[512];
@@ -82,7 +82,7 @@ static void s_load(void)
     atomic_store(&s_fusion_bytes, (size_t)64 << 20);
     atomic_store(&s_auto_host, true);
     atomic_store(&s_coll_shm, true);
-    atomic_store(&s_gemm_library, true);
+    atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_LIBRARY);
     atomic_store(&s_stack_threshold, (size_t)16384);
 
     const char *v;
@@ -129,10 +129,14 @@ static void s_load(void)
             s_bad("TROUPE_COLL_SHM", v, "expected 0 or 1");
     }
     if ((v = getenv("TROUPE_GEMM")) != NULL) {
-        if (strcmp(v, "library") == 0 || strcmp(v, "generated") == 0)
-            atomic_store(&s_gemm_library, v[0] == 'l');
+        if (strcmp(v, "library") == 0)
+            atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_LIBRARY);
+        else if (strcmp(v, "openblas") == 0)
+            atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_OPENBLAS);
+        else if (strcmp(v, "generated") == 0)
+            atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_GENERATED);
         else
-            s_bad("TROUPE_GEMM", v, "expected library or generated");
+            s_bad("TROUPE_GEMM", v, "expected library, openblas or generated");
     }
     if ((v = getenv("TROUPE_STACK_THRESHOLD")) != NULL) {
         if (s_parse_int(v, 0, &n))
@@ -215,10 +219,20 @@ bool troupe_config_coll_shm(void)
     troupe__config_ensure_loaded();
     return atomic_load(&s_coll_shm);
 }
-bool troupe_config_gemm_library(void)
+troupe_gemm_mode_t troupe_config_gemm_mode(void)
 {
     troupe__config_ensure_loaded();
-    return atomic_load(&s_gemm_library);
+    return (troupe_gemm_mode_t)atomic_load(&s_gemm_mode);
+}
+const char *troupe_config_gemm_mode_name(troupe_gemm_mode_t mode)
+{
+    return mode == TROUPE_GEMM_MODE_OPENBLAS    ? "openblas"
+           : mode == TROUPE_GEMM_MODE_GENERATED ? "generated"
+                                                : "library";
+}
+bool troupe_config_gemm_library(void)
+{
+    return troupe_config_gemm_mode() != TROUPE_GEMM_MODE_GENERATED;
 }
 size_t troupe_config_stack_threshold_bytes(void)
 {
@@ -283,10 +297,16 @@ void troupe_config_set_coll_shm(bool on)
     troupe__config_ensure_loaded();
     atomic_store(&s_coll_shm, on);
 }
-void troupe_config_set_gemm_library(bool on)
+void troupe_config_set_gemm_mode(troupe_gemm_mode_t mode)
 {
     troupe__config_ensure_loaded();
-    atomic_store(&s_gemm_library, on);
+    if (mode == TROUPE_GEMM_MODE_LIBRARY || mode == TROUPE_GEMM_MODE_OPENBLAS ||
+        mode == TROUPE_GEMM_MODE_GENERATED)
+        atomic_store(&s_gemm_mode, mode);
+}
+void troupe_config_set_gemm_library(bool on)
+{
+    troupe_config_set_gemm_mode(on ? TROUPE_GEMM_MODE_LIBRARY : TROUPE_GEMM_MODE_GENERATED);
 }
 troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes)
 {

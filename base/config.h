@@ -16,7 +16,7 @@
  * | TROUPE_AUTO_HOST_TRANSFERS  | 1                                     | troupe_config_set_auto_host_transfers |
  * | TROUPE_STACK_THRESHOLD      | 16384 (bytes)                         | troupe_config_set_stack_threshold_bytes |
  * | TROUPE_COLL_SHM             | 1                                     | troupe_config_set_coll_shm      |
- * | TROUPE_GEMM                 | library                               | troupe_config_set_gemm_library  |
+ * | TROUPE_GEMM                 | library                               | troupe_config_set_gemm_mode     |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -59,10 +59,21 @@ size_t troupe_config_stack_threshold_bytes(void);
 /* Whether ranks that share a node reduce through shared memory (transport/mpi/collective.h,
  * Algorithms); read when the cluster starts. */
 bool troupe_config_coll_shm(void);
-/* Whether generated CPU code calls the GEMM library for the contractions it recognises
- * (TROUPE_GEMM=library, the default) or keeps its own loops (TROUPE_GEMM=generated); read when
- * a routine's code is loaded (devices/host, compiler/gemm.h). */
+/* What the contractions generated CPU code recognises call (compiler/gemm.h,
+ * devices/host/gemm_library.h): TROUPE_GEMM=library (the default) libxsmm's kernels where it has
+ * them and OpenBLAS for the rest; openblas: OpenBLAS only; generated: troupe's own loops. The
+ * library or loops choice is read when a routine's code is loaded, the libxsmm choice when the
+ * library is first loaded. */
+typedef enum troupe_gemm_mode {
+    TROUPE_GEMM_MODE_LIBRARY = 0,
+    TROUPE_GEMM_MODE_OPENBLAS,
+    TROUPE_GEMM_MODE_GENERATED,
+} troupe_gemm_mode_t;
+troupe_gemm_mode_t troupe_config_gemm_mode(void);
+/* mode != TROUPE_GEMM_MODE_GENERATED. */
 bool troupe_config_gemm_library(void);
+/* "library", "openblas" or "generated". */
+const char *troupe_config_gemm_mode_name(troupe_gemm_mode_t mode);
 
 /* Setters return TROUPE_INVALID_ARGUMENT for NULL/empty strings, non-positive timeouts
  * or fusion sizes below 1 KiB; TROUPE_RESOURCE_EXHAUSTED if a copy cannot be allocated. */
@@ -74,6 +85,9 @@ TROUPE_MUST_USE troupe_status_t troupe_config_set_timeout_s(int64_t seconds);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_fusion_bytes(size_t size_bytes);
 void troupe_config_set_auto_host_transfers(bool on);
 void troupe_config_set_coll_shm(bool on);
+/* An unknown mode is ignored. */
+void troupe_config_set_gemm_mode(troupe_gemm_mode_t mode);
+/* on: TROUPE_GEMM_MODE_LIBRARY; off: TROUPE_GEMM_MODE_GENERATED. */
 void troupe_config_set_gemm_library(bool on);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes);
 

@@ -193,7 +193,7 @@ void troupe_bench_print_machine(const char *bench_flags)
     printf("troupe version=%s cc=\"%s\" cc_version=\"%s\" cc_flags=\"%s\" cache_dir=%s "
            "gemm=%s gemm_library=\"%s\"\n",
            TROUPE_VERSION_STRING, troupe_config_cc(), ccv, troupe_config_cc_flags(),
-           troupe_config_cache_dir(), troupe_config_gemm_library() ? "library" : "generated",
+           troupe_config_cache_dir(), troupe_config_gemm_mode_name(troupe_config_gemm_mode()),
            troupe_gemm_library_name());
     fflush(stdout);
 }

@@ -159,6 +159,11 @@ Test(config, environment_is_read)
     setenv("TROUPE_GEMM", "generated", 1);
     cr_assert_eq(troupe_config_reload(), TROUPE_OK);
     cr_assert_not(troupe_config_gemm_library());
+    cr_assert_eq(troupe_config_gemm_mode(), TROUPE_GEMM_MODE_GENERATED);
+    setenv("TROUPE_GEMM", "openblas", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert(troupe_config_gemm_library());
+    cr_assert_eq(troupe_config_gemm_mode(), TROUPE_GEMM_MODE_OPENBLAS);
     unsetenv("TROUPE_GEMM");
     cr_assert_eq(troupe_config_timeout_s(), 7);
     cr_assert_eq(troupe_config_fusion_bytes(), 2048);
@@ -211,6 +216,12 @@ Test(config, setters_validate)
     cr_assert_not(troupe_config_gemm_library());
     troupe_config_set_gemm_library(true);
     cr_assert(troupe_config_gemm_library());
+    cr_assert_eq(troupe_config_gemm_mode(), TROUPE_GEMM_MODE_LIBRARY);
+    troupe_config_set_gemm_mode(TROUPE_GEMM_MODE_OPENBLAS);
+    cr_assert_eq(troupe_config_gemm_mode(), TROUPE_GEMM_MODE_OPENBLAS);
+    troupe_config_set_gemm_mode((troupe_gemm_mode_t)42);
+    cr_assert_eq(troupe_config_gemm_mode(), TROUPE_GEMM_MODE_OPENBLAS, "unknown mode ignored");
+    troupe_config_set_gemm_mode(TROUPE_GEMM_MODE_LIBRARY);
     troupe_config_set_coll_shm(false);
     cr_assert_not(troupe_config_coll_shm());
     troupe_config_set_coll_shm(true);

@@ -8,8 +8,13 @@
 #define _GNU_SOURCE
 #include "devices/host/gemm_library.h"
 
+#include "base/config.h"
 #include "base/log.h"
 #include "troupe_config.h"
+
+#if TROUPE_HAVE_LIBXSMM
+#include <libxsmm.h>
+#endif
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -33,6 +38,9 @@ static s_cblas_dgemm_t s_cblas_dgemm;
  * once: then calls take this lock (slower, still correct). */
 static bool s_serialize;
 static pthread_mutex_t s_call_lock = PTHREAD_MUTEX_INITIALIZER;
+/* libxsmm kernels first where it has them (measured faster: bench_gemm_libs), OpenBLAS for the
+ * rest; off when libxsmm is not built in or TROUPE_GEMM=openblas. */
+static bool s_use_xsmm;
 
 /* The OpenBLAS core matching this CPU's vector units, or NULL to let OpenBLAS decide. */
 static const char *s_core_for_cpu(void)
@@ -124,6 +132,15 @@ static void s_init(void)
                    "(it was loaded before troupe, or OPENBLAS_CORETYPE says so); "
                    "OPENBLAS_CORETYPE=%s is about 4x faster",
                    strcmp(core, "SkylakeX") == 0 ? "AVX-512" : "AVX2", core);
+#if TROUPE_HAVE_LIBXSMM
+    s_use_xsmm = troupe_config_gemm_mode() == TROUPE_GEMM_MODE_LIBRARY;
+    if (s_use_xsmm) {
+        libxsmm_init();
+        size_t len = strlen(s_name);
+        snprintf(s_name + len, sizeof s_name - len, " with libxsmm %s kernels (%s) first",
+                 LIBXSMM_VERSION, libxsmm_get_target_arch());
+    }
+#endif
     memcpy(&s_cblas_sgemm, &sg, sizeof sg);
     memcpy(&s_cblas_dgemm, &dg, sizeof dg);
     (void)get_config;
@@ -131,10 +148,42 @@ static void s_init(void)
 #endif
 }
 
+#if TROUPE_HAVE_LIBXSMM
+/* A libxsmm kernel for the row-major product, or NULL when libxsmm has none (it lacks some
+ * transposed forms). libxsmm is column-major: row-major C = op(A) op(B) is column-major
+ * C^T = op(B)^T op(A)^T, so the kernel takes (n, m, k), B first, and a transposed A is its
+ * TRANS_B. Kernels are generated once per shape and cached by libxsmm (thread-safe). */
+static libxsmm_smmfunction s_xsmm_kernel(int trans_a, int trans_b, int64_t m, int64_t n,
+                                         int64_t k, float alpha, int64_t lda, int64_t ldb,
+                                         float beta, int64_t ldc)
+{
+    if (beta != 0.0f && beta != 1.0f)
+        return NULL;
+    const libxsmm_blasint xm = (libxsmm_blasint)n, xn = (libxsmm_blasint)m,
+                          xk = (libxsmm_blasint)k, xlda = (libxsmm_blasint)ldb,
+                          xldb = (libxsmm_blasint)lda, xldc = (libxsmm_blasint)ldc;
+    const int flags = (trans_b ? LIBXSMM_GEMM_FLAG_TRANS_A : 0) |
+                      (trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0);
+    const int prefetch = LIBXSMM_PREFETCH_NONE;
+    return libxsmm_smmdispatch(xm, xn, xk, &xlda, &xldb, &xldc, &alpha, &beta, &flags,
+                               &prefetch);
+}
+#endif
+
 static void s_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                     int64_t ldc)
 {
+#if TROUPE_HAVE_LIBXSMM
+    if (s_use_xsmm) {
+        libxsmm_smmfunction f = s_xsmm_kernel(trans_a, trans_b, m, n, k, alpha, lda, ldb, beta,
+                                              ldc);
+        if (f != NULL) {
+            f(b, a, c);
+            return;
+        }
+    }
+#endif
     if (s_serialize)
         pthread_mutex_lock(&s_call_lock);
     s_cblas_sgemm(S_ROW_MAJOR, trans_a ? S_TRANS : S_NO_TRANS, trans_b ? S_TRANS : S_NO_TRANS,

@@ -9,10 +9,16 @@
  * with i < m, j < n, k < kk; op(A)[i,k] = A[i*lda + k], or A[k*lda + i] when trans_a; likewise
  * B ([k*ldb + j], or [j*ldb + k] when trans_b). Extents and leading dimensions in elements.
  *
- * The library is found at build time by pkg-config (OpenBLAS, `openblas`); without it troupe
- * builds and generated code keeps its loops. A stream is one core (DESIGN.md §7): the library
- * is made single-threaded when first used (openblas_set_num_threads(1), which is process-wide
- * for OpenBLAS), and concurrent calls from several stream threads are safe.
+ * The libraries, chosen by measurement (bench_gemm_libs, issue 14): libxsmm's JIT kernels
+ * (linked when found, TROUPE_HAVE_LIBXSMM) for the forms it has, 1.1-1.7x faster than OpenBLAS
+ * on the main job's shapes on an AVX-512 core; OpenBLAS (found at build time by pkg-config,
+ * loaded at run time with dlopen, the threaded build first) for the rest (libxsmm 1.17 has no
+ * row-major A B^T kernel; double precision; TROUPE_GEMM=openblas). Without OpenBLAS troupe builds
+ * and generated code keeps its loops. A stream is one core (DESIGN.md §7): OpenBLAS is made
+ * single-threaded when first used (openblas_set_num_threads(1), process-wide), libxsmm kernels
+ * run in the calling thread, and concurrent calls from several stream threads are safe (both
+ * libraries checked from two threads at once by bench_gemm_libs). Results are bitwise the same
+ * run to run for a fixed library and shape.
  *
  * Thread safety: all functions are thread-safe.
  * Ownership: nothing is allocated for the caller; the name is static storage.

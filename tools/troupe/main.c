@@ -194,7 +194,7 @@ static void s_config(void)
     printf("config.fusion_bytes: %zu\n", troupe_config_fusion_bytes());
     printf("config.auto_host_transfers: %d\n", troupe_config_auto_host_transfers() ? 1 : 0);
     printf("config.stack_threshold_bytes: %zu\n", troupe_config_stack_threshold_bytes());
-    printf("config.gemm: %s\n", troupe_config_gemm_library() ? "library" : "generated");
+    printf("config.gemm: %s\n", troupe_config_gemm_mode_name(troupe_config_gemm_mode()));
     printf("config.coll_shm: %d\n", troupe_config_coll_shm() ? 1 : 0);
     s_print_log();
 }
