@@ -1,5 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "base/config.h"
+#include "base/config_impl.h"
 
 #include "base/alloc.h"
 #include "base/log.h"
@@ -146,7 +147,7 @@ static void s_load(void)
     }
     /* Not TROUPE_LOG: it would re-enter troupe__config_ensure_loaded (pthread_once). */
     if (s_load_status != TROUPE_OK && troupe_log_get_level() >= TROUPE_LOG_WARN)
-        troupe__log(TROUPE_LOG_WARN, TROUPE_SUB_BASE, "configuration: %s", s_load_error);
+        troupe_log_write(TROUPE_LOG_WARN, TROUPE_SUB_BASE, "configuration: %s", s_load_error);
 }
 
 static void s_once_init(void)

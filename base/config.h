@@ -91,8 +91,6 @@ void troupe_config_set_gemm_mode(troupe_gemm_mode_t mode);
 void troupe_config_set_gemm_library(bool on);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes);
 
-/* Loads the configuration if not yet loaded (cheap after the first call). Internal. */
-void troupe__config_ensure_loaded(void);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
 
 #include "base/clock.h"
 #include "base/config.h"
+#include "base/config_impl.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -46,7 +47,7 @@ static const char *s_sub_name(unsigned subsystem)
     return "multi";
 }
 
-void troupe__log(troupe_log_level_t level, unsigned subsystem, const char *fmt, ...)
+void troupe_log_write(troupe_log_level_t level, unsigned subsystem, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;

@@ -50,14 +50,15 @@ typedef enum troupe_log_subsystem {
 /* True when a message at `level` for `subsystem` would be written. Cheap (two atomic loads). */
 bool troupe_log_enabled(troupe_log_level_t level, unsigned subsystem);
 
-/* Writes one line (use the TROUPE_LOG macro instead). */
-void troupe__log(troupe_log_level_t level, unsigned subsystem, const char *fmt, ...)
+/* Writes one line whatever the level and mask say (the TROUPE_LOG macro checks them first and
+ * is what callers use). */
+void troupe_log_write(troupe_log_level_t level, unsigned subsystem, const char *fmt, ...)
     TROUPE_PRINTF(3, 4);
 
 #define TROUPE_LOG(level, subsystem, ...)                                                         \
     do {                                                                                          \
         if (troupe_log_enabled((level), (subsystem)))                                             \
-            troupe__log((level), (subsystem), __VA_ARGS__);                                       \
+            troupe_log_write((level), (subsystem), __VA_ARGS__);                                       \
     } while (0)
 
 void troupe_log_set_level(troupe_log_level_t level);

@@ -27,7 +27,7 @@ void troupe_clear_error(void)
     s_last_error[0] = '\0';
 }
 
-troupe_status_t troupe__verror(troupe_status_t status, const char *fmt, va_list ap)
+troupe_status_t troupe_error_vset(troupe_status_t status, const char *fmt, va_list ap)
 {
     vsnprintf(s_last_error, sizeof s_last_error, fmt, ap);
     return status;
@@ -37,7 +37,7 @@ troupe_status_t troupe_error_set(troupe_status_t status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    troupe__verror(status, fmt, ap);
+    troupe_error_vset(status, fmt, ap);
     va_end(ap);
     return status;
 }

@@ -66,9 +66,8 @@ void troupe_clear_error(void);
  * TROUPE_OK included (it then records the message without signalling a failure). */
 troupe_status_t troupe_error_set(troupe_status_t status, const char *fmt, ...) TROUPE_PRINTF(2, 3);
 
-/* The same with a va_list (consumed as by vsnprintf). Internal to troupe but exported for the
- * library's own modules. */
-troupe_status_t troupe__verror(troupe_status_t status, const char *fmt, va_list ap);
+/* The same with a va_list (consumed as by vsnprintf). */
+troupe_status_t troupe_error_vset(troupe_status_t status, const char *fmt, va_list ap);
 
 /* The library's internal spelling of troupe_error_set (STYLE.md "Errors"); code outside the
  * library uses the public name. */
