@@ -38,10 +38,13 @@ static s_cblas_dgemm_t s_cblas_dgemm;
  * once: then calls take this lock (slower, still correct). */
 static bool s_serialize;
 static pthread_mutex_t s_call_lock = PTHREAD_MUTEX_INITIALIZER;
+#if TROUPE_HAVE_LIBXSMM
 /* libxsmm kernels first where it has them (measured faster: bench_gemm_libs), OpenBLAS for the
- * rest; off when libxsmm is not built in or TROUPE_GEMM=openblas. */
+ * rest; off under TROUPE_GEMM=openblas. */
 static bool s_use_xsmm;
+#endif
 
+#if TROUPE_HAVE_OPENBLAS
 /* The OpenBLAS core matching this CPU's vector units, or NULL to let OpenBLAS decide. */
 static const char *s_core_for_cpu(void)
 {
@@ -71,6 +74,8 @@ static void *s_open(const char *path, const char *core, bool *core_set)
         unsetenv("OPENBLAS_CORETYPE"); /* the user's environment as it was */
     return lib;
 }
+
+#endif
 
 static void s_init(void)
 {
