@@ -3,6 +3,7 @@
  * against the single-stream layout as the peer:
  *
  *   1x1         one rank, one stream, minibatch 128 (the peer)        in this process
+ *   1x1-proc    the same in a fresh process of its own                child (one process)
  *   1x2         one rank, two streams, global minibatch 128           in this process
  *   2x1         two ranks of one stream, global minibatch 128         child job (below)
  *   2x1-weak    two ranks of one stream, 128 per rank (global 256)    child job
@@ -22,8 +23,11 @@
  * rounds); a child runs a fixed number of runs on every rank (a time-based stop could differ
  * between ranks and leave one waiting in an allreduce). The machine's speed drifts by several
  * percent over a minute (shared hosts), so the child cases are measured in S_ROUNDS paired
- * rounds: each round times 1x1 again in this process, then runs each child; a round's
- * efficiencies compare its own 1x1 with its own children, and the lines give the medians over
+ * rounds: each round times 1x1 again in this process, then runs each child (1x1-proc first); a
+ * round's efficiencies compare its own 1x1-proc (1x1 when that child fails) with its own
+ * children, and the torch 1-thread line compares 1x1-proc (both fresh processes; the in-process
+ * 1x1 shares its process with the 1x2 layout and measured up to 1.6x slower on the development
+ * machine), and the lines give the medians over
  * the rounds (the 1x1 line: the median of every 1x1 measurement). Every case trains the same model
  * on the same synthetic data set (deterministic pseudo-random pixels and labels: throughput does
  * not depend on the values; no file is needed), after S_WARM_STEPS untimed steps that compile,
@@ -584,13 +588,15 @@ int main(int argc, char **argv)
     o.warmup = 0; /* s_layout_new warmed up */
     if (troupe_bench_time_sides(sides, 2, &o, stats) != 0 || l11.failed || l12.failed)
         return troupe_bench_fail_status(S_PROG, "training", TROUPE_INTERNAL);
-    enum { C11, C12, C21, C21W, C21B, C21N, NCASES };
-    static const char *const names[NCASES] = {"1x1",      "1x2",      "2x1",
+    enum { C11, C12, C11P, C21, C21W, C21B, C21N, NCASES };
+    static const char *const names[NCASES] = {"1x1",      "1x2",      "1x1-proc",  "2x1",
                                               "2x1-weak", "2x1-bf16", "2x1-nocomm"};
-    const int64_t batches[NCASES] = {S_GLOBAL_BATCH,     S_GLOBAL_BATCH, S_GLOBAL_BATCH,
-                                     2 * S_GLOBAL_BATCH, S_GLOBAL_BATCH, S_GLOBAL_BATCH};
+    const int64_t batches[NCASES] = {S_GLOBAL_BATCH, S_GLOBAL_BATCH,     S_GLOBAL_BATCH,
+                                     S_GLOBAL_BATCH, 2 * S_GLOBAL_BATCH, S_GLOBAL_BATCH,
+                                     S_GLOBAL_BATCH};
     double us[NCASES] = {stats[0].median_us / (double)l11.samples_per_run,
                          stats[1].median_us / (double)l12.samples_per_run,
+                         NAN,
                          NAN,
                          NAN,
                          NAN,
@@ -616,6 +622,10 @@ int main(int argc, char **argv)
             return troupe_bench_fail_status(S_PROG, "training 1x1", TROUPE_INTERNAL);
         double u11 = s11.median_us / (double)l11.samples_per_run;
         r11[n11++] = u11;
+        /* 1x1 in a fresh process of its own, as the 2x1 children and the torch peer run */
+        rus[C11P][k] = s_child_case(1, S_GLOBAL_BATCH, false, runs, opts.warmup, names[C11P]);
+        if (!isnan(rus[C11P][k]))
+            u11 = rus[C11P][k];
 #if S_HAVE_MPIEXEC
         rus[C21][k] = s_child_case(2, S_GLOBAL_BATCH, false, runs, opts.warmup, names[C21]);
         rus[C21W][k] = s_child_case(2, 2 * S_GLOBAL_BATCH, false, runs, opts.warmup, names[C21W]);
@@ -633,7 +643,7 @@ int main(int argc, char **argv)
         torchd[k] = s_torch_case("ddp", runs, false);
     }
     us[C11] = s_median(r11, n11);
-    for (int c = C21; c < NCASES; c++)
+    for (int c = C11P; c < NCASES; c++)
         us[c] = s_median(rus[c], rounds);
     if ((st = s_layout_done(&l11)) != TROUPE_OK)
         return troupe_bench_fail_status(S_PROG, "checking the training", st);
@@ -647,8 +657,9 @@ int main(int argc, char **argv)
     }
     /* against the torch peer, per step of the global minibatch 128 */
     const double t1 = s_median(torch1, rounds), td = s_median(torchd, rounds);
-    const char *const tcases[2] = {names[C11], names[C21]};
-    const double tus[2] = {us[C11], us[C21]}, peer_us[2] = {t1, td};
+    const bool proc = !isnan(us[C11P]);
+    const char *const tcases[2] = {names[proc ? C11P : C11], names[C21]};
+    const double tus[2] = {us[proc ? C11P : C11], us[C21]}, peer_us[2] = {t1, td};
     for (int i = 0; i < 2; i++) {
         if (isnan(tus[i]) || isnan(peer_us[i]))
             continue;
