@@ -249,11 +249,7 @@ static troupe_status_t s_open(troupe_dp_t *dp, const troupe_dp_config_t *cfg)
                              troupe_backend_name(dp->backend));
     int n = cfg->streams;
     if (n <= 0) {
-        troupe_device_t *d0 = NULL;
-        int per = 1;
-        TROUPE_RETURN_IF_ERROR(troupe_get_device(dp->backend, 0, &d0));
-        TROUPE_RETURN_IF_ERROR(troupe_suggested_num_streams(d0, &per));
-        n = (per > 0 ? per : 1) * ndev;
+        TROUPE_RETURN_IF_ERROR(troupe_dp_suggested_streams(dp->backend, &n));
         if (n > S_MAX_STREAMS)
             n = S_MAX_STREAMS;
     }
@@ -498,6 +494,26 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
                "dp: %d local replicas on %s, rank %d of %d, %zu parameters, optimizer %s", dp->n,
                troupe_backend_name(dp->backend), dp->rank, dp->nranks, dp->n_params,
                troupe_optimizer_name(dp->opt.kind));
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_dp_suggested_streams(troupe_backend_t *b, int *out)
+{
+    *out = 1;
+    int ndev = 0, per = 1;
+    troupe_device_t *d0 = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_num_devices(b, &ndev));
+    if (ndev <= 0)
+        return troupe__error(TROUPE_FAILED_PRECONDITION, "backend %s has no device",
+                             troupe_backend_name(b));
+    TROUPE_RETURN_IF_ERROR(troupe_get_device(b, 0, &d0));
+    TROUPE_RETURN_IF_ERROR(troupe_suggested_num_streams(d0, &per));
+    per = per > 0 ? per : 1;
+    const char *name = troupe_backend_name(b);
+    int local = troupe_cluster_local_size();
+    if ((strcmp(name, "cpu") == 0 || strcmp(name, "sync") == 0) && local > 1)
+        per = per / local > 0 ? per / local : 1;
+    *out = per * ndev;
     return TROUPE_OK;
 }
 

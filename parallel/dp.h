@@ -116,6 +116,14 @@ typedef struct troupe_dp_config {
     bool compress_bf16;
 } troupe_dp_config_t;
 
+/* The streams per rank a run uses when troupe_dp_config_t.streams is 0: the backend's
+ * suggestion (troupe_suggested_num_streams, one stream per core of the CPU affinity on "cpu")
+ * times its devices. On host backends ("cpu", "sync") the ranks of one node share its cores,
+ * so the suggestion is divided by troupe_cluster_local_size() (at least 1 per rank): two ranks
+ * on a 2-core machine get one stream each instead of four threads on two cores. Errors: the
+ * backend's (a backend without devices is FAILED_PRECONDITION). */
+TROUPE_MUST_USE troupe_status_t troupe_dp_suggested_streams(troupe_backend_t *b, int *out);
+
 /* Builds the driver: opens the backend, makes the streams, compiles and links the gradient,
  * merge and optimizer routines, uploads params (from their host arrays) and inputs to every
  * stream. With the cluster distributed, parameters are broadcast from rank 0 first, so every

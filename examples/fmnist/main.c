@@ -399,21 +399,15 @@ static int s_resolve_streams(const opts_t *o)
         return o->streams;
     }
     troupe_backend_t *b = NULL;
-    troupe_device_t *d = NULL;
-    int ndev = 0, per = 1;
+    int n = 1;
     CHECK(troupe_backend_open(o->backend, TROUPE_MOST_PARALLEL_STREAMS, &b), "opening the backend");
-    troupe_status_t st = troupe_num_devices(b, &ndev);
-    if (st == TROUPE_OK && ndev > 0)
-        st = troupe_get_device(b, 0, &d);
-    if (st == TROUPE_OK && ndev > 0)
-        st = troupe_suggested_num_streams(d, &per);
+    troupe_status_t st = troupe_dp_suggested_streams(b, &n);
     troupe_backend_close(&b); /* before a failure exits: its stream threads must stop */
     CHECK(st, "asking the backend for its suggested number of streams");
-    int n = (per > 0 ? per : 1) * (ndev > 0 ? ndev : 1);
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
-               "fmnist: %d stream(s) per rank: the backend's suggestion (%d device(s) x %d "
-               "stream(s), for most_parallel_streams)",
-               n, ndev, per);
+               "fmnist: %d stream(s) per rank: the backend's suggestion for most_parallel_streams, "
+               "shared by the %d rank(s) of this node on a host backend (troupe_dp_suggested_streams)",
+               n, troupe_cluster_local_size());
     return n;
 }
 

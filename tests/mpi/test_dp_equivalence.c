@@ -6,7 +6,8 @@
  * bitwise identical on every rank (also though each rank starts from different host values:
  * troupe_dp_new broadcasts rank 0's). With bfloat16 gradient compression (compress_bf16) the
  * SGD run stays bitwise identical on every rank, differs from the exact one (the compression
- * took effect) and stays within 1% of the reference. */
+ * took effect) and stays within 1% of the reference. The default stream count
+ * (troupe_dp_suggested_streams) shares the node's cores among its ranks on the cpu backend. */
 #include "test_dp_model.c"
 
 #define STREAMS 2
@@ -46,6 +47,19 @@ int main(int argc, char **argv)
     s_close(bf16, ref, 1e-2, "sgd bf16");
     fprintf(stderr, "rank %d: sgd with bfloat16 gradients: W[0] %.7g vs %.7g exact\n",
             troupe_cluster_rank(), (double)bf16[0], (double)exact[0]);
+    /* streams 0: the cpu backend's suggestion divided among this node's ranks */
+    troupe_backend_t *b = NULL;
+    troupe_device_t *d0 = NULL;
+    int per = 0, shared = 0;
+    CHECK(troupe_backend_open("cpu", TROUPE_MOST_PARALLEL_STREAMS, &b));
+    CHECK(troupe_get_device(b, 0, &d0));
+    CHECK(troupe_suggested_num_streams(d0, &per));
+    CHECK(troupe_dp_suggested_streams(b, &shared));
+    int local = troupe_cluster_local_size(), want = per / local > 0 ? per / local : 1;
+    if (shared != want)
+        s_die("dp_suggested_streams: %d streams per rank, want %d (%d suggested, %d local ranks)",
+              shared, want, per, local);
+    troupe_backend_close(&b);
     free(d);
     CHECK(troupe_cluster_finalize());
     return 0;
