@@ -1,5 +1,5 @@
 /* troupe — the actor core: CZMQ zactor helpers, thread-safe mailboxes and the message schema
- * (DESIGN.md §3).
+ * (docs/architecture.md §3).
  *
  * An actor is a thread with a mailbox, a private state and a loop (CZMQ's zactor template).
  * This module gives every troupe actor the same three pieces:

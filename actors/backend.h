@@ -1,4 +1,4 @@
-/* troupe — backends, the user-facing entry of the runtime (DESIGN.md §2; seed
+/* troupe — backends, the user-facing entry of the runtime (docs/architecture.md §2; seed
  * `Backend_intf`: fresh_backend, num_devices, get_device, new_stream, suggested_num_streams,
  * get_used_memory, get_debug_info).
  *

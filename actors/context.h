@@ -1,4 +1,4 @@
-/* troupe — contexts: {stream, parent, arrays: tnode -> device buffer} (DESIGN.md §2; seed
+/* troupe — contexts: {stream, parent, arrays: tnode -> device buffer} (docs/architecture.md §2; seed
  * `Backend_intf` context, make_context / make_child / finalize; OCANNL_NOTES §1.4).
  *
  * Contexts are immutable values forming a tree. A root context is empty; linking code

@@ -1,4 +1,4 @@
-/* troupe — devices: one physical device of a backend (DESIGN.md §2; seed `Backend_intf`:
+/* troupe — devices: one physical device of a backend (docs/architecture.md §2; seed `Backend_intf`:
  * get_device's result, new_stream, suggested_num_streams, get_used_memory).
  *
  * A device is borrowed from its backend (troupe_get_device, actors/backend.h). It owns its
@@ -29,7 +29,7 @@ int32_t troupe_device_id(const troupe_device_t *d);
 /* Seed `suggested_num_streams` for the backend's config: sync 1; cpu one per online core (>= 1). */
 TROUPE_MUST_USE troupe_status_t troupe_suggested_num_streams(troupe_device_t *d, int *out_count);
 
-/* Seed `new_stream` (DESIGN.md's troupe_stream_new; the actor layer's constructor it wraps is
+/* Seed `new_stream` (the seed's troupe_stream_new; the actor layer's constructor it wraps is
  * troupe__stream_actor_new, actors/stream_impl.h): a new stream on device d with the next
  * stream id of the device (0, 1, ...), named "<backend>:<ordinal>:<stream_id>", inline for
  * "sync" and threaded for "cpu". The caller owns one reference (troupe_stream_release); the

@@ -1,4 +1,4 @@
-/* troupe — events: completion of a point in a stream's schedule (DESIGN.md §2, §3; seed
+/* troupe — events: completion of a point in a stream's schedule (docs/architecture.md §2, §3; seed
  * `Backend_intf` event: sync / is_done / will_wait_for / all_work).
  *
  * An event is pending, done, or failed with a status and a one-line message. It completes once:

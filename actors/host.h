@@ -1,13 +1,13 @@
 /* troupe — the host side of hosted nodes: transfers between a node's host array and its
- * device arrays (DESIGN.md §4; seed `Backend_intf` from_host / to_host / init_from_host, seed
+ * device arrays (docs/architecture.md §4; seed `Backend_intf` from_host / to_host / init_from_host, seed
  * `Tnode` prepare_read / prepare_write / devices_not_lagging_host; OCANNL_NOTES §2.1, §2.2, §3).
  *
  * All calls only schedule work and return at once with an event completing after it (out_ev
- * may be NULL). They follow the ledger rules (DESIGN.md §4): a read of a device array waits for
+ * may be NULL). They follow the ledger rules (docs/architecture.md §4): a read of a device array waits for
  * another stream's pending write of it, a write for other streams' pending reads and writes.
  *
  * Host arrays: a from_host reads the node's host array until its event completes and a to_host
- * writes it; troupe_tnode_set_values waits for both (DESIGN.md §4 host write). A host read
+ * writes it; troupe_tnode_set_values waits for both (docs/architecture.md §4 host write). A host read
  * (troupe_tnode_get_values...) of a node whose newest value is on a device fetches it: it
  * schedules a to_host on the stream of the last write and syncs that event only (not the whole
  * stream), with the configured timeout.

@@ -1,4 +1,4 @@
-/* troupe — the coherence ledger: who waits for what (DESIGN.md §4; OCANNL_NOTES §3, with the
+/* troupe — the coherence ledger: who waits for what (docs/architecture.md §4; OCANNL_NOTES §3, with the
  * gaps of §3.5 closed). Internal: not installed, not part of the user API.
  *
  * Each device keeps one ledger (troupe__ledger_t, in the device on the caller's side, behind the

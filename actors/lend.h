@@ -1,10 +1,10 @@
-/* troupe — lending arrays to external agents, and remote contexts (DESIGN.md §5, §8): how the
+/* troupe — lending arrays to external agents, and remote contexts (docs/architecture.md §5, §8): how the
  * transport (transport/mpi) reads and writes device arrays on a stream's schedule, and how a
  * device_to_device reaches another rank.
  *
  * A lend is a work item of a context's stream: when it reaches the head of the stream, the
  * stream hands the host-visible addresses of the lent arrays to the agent, which completes an
- * event when it is done with them. The ledger rules (DESIGN.md §4) treat a lend as a write of
+ * event when it is done with them. The ledger rules (docs/architecture.md §4) treat a lend as a write of
  * every lent array.
  *
  * Thread safety: thread-safe. Ownership: as documented per call.
@@ -67,7 +67,7 @@ TROUPE_MUST_USE troupe_status_t troupe_lend_arrays_deferred(troupe_context_t *ct
                                                             troupe_lend_dtor_fn dtor,
                                                             troupe_event_t *done);
 
-/* The transport that moves bytes for device_to_device between processes (DESIGN.md §5, §8),
+/* The transport that moves bytes for device_to_device between processes (docs/architecture.md §5, §8),
  * registered by transport/mpi in troupe_cluster_init. `move` runs on the local stream's
  * thread: send (is_send) the `bytes` at `ptr` to `peer_rank`, or receive them into `ptr` from
  * it; `tn` (borrowed for the call) names and fingerprints the node: both sides must move the

@@ -1,4 +1,4 @@
-/* troupe — merge buffers (DESIGN.md §5; seed `merge_buffer_use`, era-B `merge_buffer_node`;
+/* troupe — merge buffers (docs/architecture.md §5; seed `merge_buffer_use`, era-B `merge_buffer_node`;
  * OCANNL_NOTES §2.3, §2.4, §3.4).
  *
  * A merge buffer is how one stream reads another stream's array of a node without the node

@@ -1,5 +1,5 @@
 /* troupe — code and routines: compile (context-independent) and link (code in a context)
- * (DESIGN.md §2, §4, §5; seed `Backend_intf` compile / link / routine; OCANNL_NOTES §1.6, §1.7).
+ * (docs/architecture.md §2, §4, §5; seed `Backend_intf` compile / link / routine; OCANNL_NOTES §1.6, §1.7).
  *
  * troupe_compile lowers assignments (ir/assign, compiler/lower) or takes a low-level procedure,
  * optimizes it (compiler/optimize: memory modes are inferred here), generates C
@@ -22,7 +22,7 @@
  *     OCANNL here: a read-only node is not made shared by its first link;
  *   - WAW: a shared array written by the code gets the context's stream as its owner; if
  *     another stream already owns it, FAILED_PRECONDITION naming the node and both streams;
- *   - hosted nodes get the host coherence hooks (DESIGN.md §4 host read / host write).
+ *   - hosted nodes get the host coherence hooks (docs/architecture.md §4 host read / host write).
  * The routine's static index bindings start at 0 and are set with troupe_routine_set_index.
  *
  * troupe_routine_run schedules, on the context's stream (returns at once):

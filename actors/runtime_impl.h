@@ -1,5 +1,5 @@
 /* troupe — the runtime's private object layouts and the internal calls between its files
- * (DESIGN.md §2). Internal: not installed, not part of the user API.
+ * (docs/architecture.md §2). Internal: not installed, not part of the user API.
  *
  * The files of the runtime call each other downward only, in this order (each may call the
  * ones before it):

@@ -1,4 +1,4 @@
-/* troupe — the stream actor: a FIFO executor on one device (DESIGN.md §2, §3; seed
+/* troupe — the stream actor: a FIFO executor on one device (docs/architecture.md §2, §3; seed
  * `Schedulers.Multicore`, `Backend_intf` stream/event API).
  *
  * A stream runs its schedule in order: RUN (a work item: a callback given the stream's driver

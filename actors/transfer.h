@@ -1,4 +1,4 @@
-/* troupe — transfers: device_to_device, and the headers of the other transfers (DESIGN.md §4,
+/* troupe — transfers: device_to_device, and the headers of the other transfers (docs/architecture.md §4,
  * §5; seed `Backend_intf` device_to_device; OCANNL_NOTES §2.3).
  *
  * This header gathers the runtime's transfers: between a node's host array and its device
@@ -6,7 +6,7 @@
  * actors/merge.h), and to external agents and other ranks (actors/lend.h).
  *
  * troupe_device_to_device only schedules work and returns at once with an event completing
- * after it (out_ev may be NULL), following the ledger rules (DESIGN.md §4).
+ * after it (out_ev may be NULL), following the ledger rules (docs/architecture.md §4).
  *
  * Thread safety: thread-safe. Ownership: contexts, nodes and the consumer are borrowed;
  * *out_ctx and *out_ev are owned by the caller.

@@ -1,4 +1,4 @@
-/* troupe — the user API in one include (DESIGN.md §2): backends, devices and streams, contexts,
+/* troupe — the user API in one include (docs/architecture.md §2): backends, devices and streams, contexts,
  * compile/link/run, transfers and merge buffers, events; plus the IR needed to write routines.
  *
  * Seed name -> troupe call:

@@ -1,5 +1,5 @@
 /* troupe — C and CUDA source generation from the low-level IR (OCANNL `C_syntax`,
- * OCANNL_NOTES §6.4–6.7; DESIGN.md §6 `cgen`).
+ * OCANNL_NOTES §6.4–6.7; docs/architecture.md §1 (the IR and compiler) `cgen`).
  *
  * One emitter, two dialects. troupe_cgen_emit turns a procedure (ir/lowlevel.h, optimized or
  * not) into a self-contained translation unit: a prelude holding only the helpers the routine

@@ -1,4 +1,4 @@
-/* troupe — recognising matrix products in the low-level IR (DESIGN.md §6 "GEMMs"; issue 14).
+/* troupe — recognising matrix products in the low-level IR (docs/architecture.md §1 (the IR and compiler) "GEMMs"; issue 14).
  *
  * troupe_gemm_match looks at one FOR statement of an optimized procedure and says whether the
  * perfectly nested three loops it opens compute a matrix product that a tuned GEMM library

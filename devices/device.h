@@ -1,4 +1,4 @@
-/* troupe — the device driver interface (DESIGN.md §7; seeds `Backend_impl` Device_slab and
+/* troupe — the device driver interface (docs/architecture.md §1 (devices); seeds `Backend_impl` Device_slab and
  * No_buffer_retrieval_or_syncing, `Schedulers.Multicore`).
  *
  * One vtable per driver family ("sync", "cpu", later "cuda"). The interface is designed for

@@ -1,7 +1,7 @@
 /* troupe — an S-expression text form of the low-level IR (ir/lowlevel.h) and of the
  * high-level assignments (ir/assign.h) that prints and parses back to an equal tree, so that
  * routines can be stored, shipped between processes, diffed in tests and fuzzed
- * (DESIGN.md §6 `text`).
+ * (docs/architecture.md §1 (the IR and compiler) `text`).
  *
  * ---- Lexical syntax -------------------------------------------------------------------------
  *   ir/sexp.h: lists, strings and atoms (INT, NAME, NUMBER, BITS), `;` comments.

@@ -13,7 +13,7 @@
  * Host reads and writes (get_values/set_values...) go through optional coherence hooks
  * installed by the runtime (actors/): prepare_read syncs the node's last writer and copies
  * it to the host; prepare_write waits for in-flight readers of the host array
- * (DESIGN.md §4). Without hooks the host array is used as is.
+ * (docs/architecture.md §4). Without hooks the host array is used as is.
  *
  * Thread safety: the registry and memory-mode updates are thread-safe (one internal lock).
  * Reading immutable fields (id, prec, dims, label) is always safe. Host-array access

@@ -1,4 +1,4 @@
-/* troupe — the data-parallel driver (parallel/dp.h; DESIGN.md §9; OCANNL_NOTES §7.1 for the
+/* troupe — the data-parallel driver (parallel/dp.h; docs/architecture.md §5; OCANNL_NOTES §7.1 for the
  * stream pairing of the tree merge).
  *
  * Layout on each local stream k (a chain of contexts, each a child of the previous one):

@@ -1,4 +1,4 @@
-/* troupe — data-parallel training (DESIGN.md §9; OCANNL_NOTES §7.1 for the stream pairing).
+/* troupe — data-parallel training (docs/architecture.md §5; OCANNL_NOTES §7.1 for the stream pairing).
  *
  * A troupe_dp_t replicates a gradient computation on every stream of every device of this
  * rank (N local replicas; R ranks; N*R replicas in all) and runs synchronous data-parallel

@@ -1,4 +1,4 @@
-/* troupe — merge buffers and device_to_device (DESIGN.md §5): COPY and STREAMING merges, the
+/* troupe — merge buffers and device_to_device (docs/architecture.md §5): COPY and STREAMING merges, the
  * link-time merge-buffer check, and the WAR guard that keeps a streamed source from being
  * overwritten while its consumer still reads it. Runs on "sync" and "cpu". */
 #include "actors/troupe.h"

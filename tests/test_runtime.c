@@ -629,7 +629,7 @@ Test(runtime, a_second_stream_writing_a_shared_array_is_refused_at_link)
 {
     /* c is one array for every stream of the device (Shared_cross_streams): the first stream
      * linking code that writes it owns it; code writing it on another stream is refused at link
-     * time, naming the node and both streams (DESIGN.md §4, WAW). */
+     * time, naming the node and both streams (docs/architecture.md §4, WAW). */
     FOR_EACH_DRIVER(drv)
     {
         rtu_env_t e;

@@ -15,7 +15,7 @@ static troupe_status_t s_cpu_open(troupe_driver_t **out)
 
 /* One stream per core this process may run on (its CPU affinity: a launcher or cgroup that
  * pins the process to some cores gets as many streams), else per online core; at least 1, for
- * every config (DESIGN.md §2). 0 for a device that does not exist. */
+ * every config (docs/architecture.md §2). 0 for a device that does not exist. */
 static int s_cpu_suggested_num_streams(troupe_driver_t *drv, int ordinal,
                                        troupe_stream_config_t cfg)
 {

@@ -1,4 +1,4 @@
-/* troupe — the multicore `cpu` driver (DESIGN.md §2, §7; seed `Schedulers.Multicore`).
+/* troupe — the multicore `cpu` driver (docs/architecture.md §2, §7; seed `Schedulers.Multicore`).
  *
  * The host-memory driver core of devices/host/host_impl.h (pools, copies, events, code from
  * the shared C compile cache) with one suggested stream per online core; the actors above

@@ -1,5 +1,5 @@
 /* troupe — the C compile cache shared by the host drivers (cpu, sync): generated C source in,
- * a loaded shared object and its entry symbol out (DESIGN.md §7, OCANNL_NOTES §6.5).
+ * a loaded shared object and its entry symbol out (docs/architecture.md §1 (devices), OCANNL_NOTES §6.5).
  *
  * The object is cached in the configured cache directory (troupe_config_cache_dir(), created
  * with mode 0700) as `<name>-<hash>.so`, where the 64-bit FNV-1a hash covers the troupe

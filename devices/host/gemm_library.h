@@ -14,7 +14,7 @@
  * on the main job's shapes on an AVX-512 core; OpenBLAS (found at build time by pkg-config,
  * loaded at run time with dlopen, the threaded build first) for the rest (libxsmm 1.17 has no
  * row-major A B^T kernel; double precision; TROUPE_GEMM=openblas). Without OpenBLAS troupe builds
- * and generated code keeps its loops. A stream is one core (DESIGN.md §7): OpenBLAS is made
+ * and generated code keeps its loops. A stream is one core (docs/architecture.md §1 (devices)): OpenBLAS is made
  * single-threaded when first used (openblas_set_num_threads(1), process-wide), libxsmm kernels
  * run in the calling thread, and concurrent calls from several stream threads are safe (both
  * libraries checked from two threads at once by bench_gemm_libs). Results are bitwise the same

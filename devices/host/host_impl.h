@@ -1,4 +1,4 @@
-/* troupe — the host-memory driver core shared by the `cpu` and `sync` drivers (DESIGN.md §2,
+/* troupe — the host-memory driver core shared by the `cpu` and `sync` drivers (docs/architecture.md §2,
  * §7; seeds `Schedulers.Multicore` and `Schedulers.Sync`); Open MPI's "base" component: the
  * drivers in devices/cpu/ and devices/sync/ are small vtables over it.
  *

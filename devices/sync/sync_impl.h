@@ -1,5 +1,5 @@
 /* troupe — the `sync` driver: everything runs inline in the caller, deterministically; the
- * reference driver for tests (DESIGN.md §7, seed `Schedulers.Sync`).
+ * reference driver for tests (docs/architecture.md §1 (devices), seed `Schedulers.Sync`).
  *
  * It is the host-memory driver core of devices/host/host_impl.h (pools, copies, events, the
  * shared compile cache) with one suggested stream for every config.

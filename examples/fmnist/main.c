@@ -1,4 +1,4 @@
-/* fmnist — data-parallel Fashion-MNIST MLP trainer (DESIGN.md §9, §10: the main job).
+/* fmnist — data-parallel Fashion-MNIST MLP trainer (docs/architecture.md §5, §10: the main job).
  *
  *   fmnist [options]                      one process, every stream of the backend
  *   mpiexec -n R fmnist [options]         R ranks, each with --streams replicas

@@ -1,4 +1,4 @@
-/* troupe — data-parallel equivalence across ranks (parallel/dp.h, DESIGN.md §9): each of R
+/* troupe — data-parallel equivalence across ranks (parallel/dp.h, docs/architecture.md §5): each of R
  * ranks runs 2 streams, each replica on a 1/(2R) part of the global batch; after several steps
  * the parameters equal, to float rounding, one replica training on the whole global batch
  * (computed on each rank by a rank-local troupe_dp_t: local_only, 1 stream, which issues no

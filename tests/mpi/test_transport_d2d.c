@@ -1,4 +1,4 @@
-/* troupe — multi-rank test of device_to_device across ranks (DESIGN.md §5, §8;
+/* troupe — multi-rank test of device_to_device across ranks (docs/architecture.md §5, §8;
  * actors/lend.h remote contexts) through the transport's remote `move`:
  *   - COPY: rank 1 sends its g = [3 4] (cpu context) into rank 0's merge buffer; rank 0 runs
  *     the routine `g =+ g.merge` on its own g = [1 2] and gets [4 6];

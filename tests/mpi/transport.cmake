@@ -1,4 +1,4 @@
-# Multi-rank tests of transport/mpi (DESIGN.md §8), label `mpi`, two ranks under mpiexec.
+# Multi-rank tests of transport/mpi (docs/architecture.md §6), label `mpi`, two ranks under mpiexec.
 
 # Collectives: every op and precision, fusion, slicing (64 KiB buckets), broadcast, device level.
 troupe_add_mpi_test(test_transport_allreduce SOURCES test_transport_allreduce.c TIMEOUT 180

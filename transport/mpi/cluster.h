@@ -1,5 +1,5 @@
 /* troupe — the cluster: ranks, the transport engine, and the cross-process data plane
- * (DESIGN.md §8; ../shared/OCANNL_NOTES.md §7: OCANNL merges across streams only, multi-process
+ * (docs/architecture.md §6; ../shared/OCANNL_NOTES.md §7: OCANNL merges across streams only, multi-process
  * merging is where troupe goes beyond it).
  *
  * Process model. troupe_cluster_init detects a launcher from the environment (Open MPI's

@@ -1,4 +1,4 @@
-/* troupe — collectives across ranks through the transport engine (DESIGN.md §8): allreduce with
+/* troupe — collectives across ranks through the transport engine (docs/architecture.md §6): allreduce with
  * fusion buckets (one entry point, troupe_allreduce, for host buffers and a context's device
  * arrays), broadcast.
  *

@@ -1,4 +1,4 @@
-/* troupe — the transport engine (DESIGN.md §3, §8; transport_impl.h, The engine): the only
+/* troupe — the transport engine (docs/architecture.md §3, §8; transport_impl.h, The engine): the only
  * code that calls MPI between troupe_cluster_init and troupe_cluster_finalize
  * (MPI_THREAD_SERIALIZED). It is not a CZMQ actor: no message travels to it through a socket.
  * It is a state machine over the requests in flight, turned by one owner at a time: the

@@ -1,4 +1,4 @@
-/* troupe — request fingerprints (DESIGN.md §8): what every rank sends before a collective's
+/* troupe — request fingerprints (docs/architecture.md §6): what every rank sends before a collective's
  * (or a point-to-point move's) data moves, so that ranks that disagree fail naming the ranks,
  * the tensor and the field instead of hanging or reducing garbage. Their wire form, digest and
  * comparison (transport_impl.h: pure data, no MPI), and the exchange the engine runs for each
