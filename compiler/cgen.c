@@ -941,6 +941,83 @@ static void s_put_gemm_base(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t
     troupe__strbuf_puts(b, "]");
 }
 
+#define S_GEMM_UNROLL 8 /* reduction steps per load and store of an output element */
+
+/* The loops of a recognised product when no library runs it: rows outermost, the reduction
+ * S_GEMM_UNROLL steps at a time around the unit-stride column loop, so that each output element
+ * is loaded and stored once per S_GEMM_UNROLL multiply-adds and kept in a register between them
+ * (unroll and jam; 8 measured 1.6x faster than 4 and 1.7x than the plain nest, bench_matmul).
+ * Every element still accumulates its k terms in ascending order with the same operation (fma,
+ * or an add of a rounded product), so the results are bit for bit those of the plain loop nest
+ * and the interpreter. */
+static void s_emit_gemm_loops(s_gen_t *g, const troupe_gemm_t *gm, int indent,
+                              troupe__strbuf_t *out)
+{
+    const char *t = gm->prec == TROUPE_PREC_SINGLE ? "float" : "double";
+    const char *f = gm->prec == TROUPE_PREC_SINGLE ? "fmaf" : "fma";
+    char a_at[S_GEMM_UNROLL][96], b_at[S_GEMM_UNROLL][96];
+    for (int u = 0; u < S_GEMM_UNROLL; u++) {
+        /* op(A)[g_i, g_k + u] and op(B)[g_k + u, g_j] */
+        if (gm->a.trans)
+            snprintf(a_at[u], sizeof a_at[u], "g_a[(g_k + %d) * %" PRId64 " + g_i]", u, gm->a.ld);
+        else
+            snprintf(a_at[u], sizeof a_at[u], "g_a[g_i * %" PRId64 " + g_k + %d]", gm->a.ld, u);
+        if (gm->b.trans)
+            snprintf(b_at[u], sizeof b_at[u], "g_b[g_j * %" PRId64 " + g_k + %d]", gm->b.ld, u);
+        else
+            snprintf(b_at[u], sizeof b_at[u], "g_b[(g_k + %d) * %" PRId64 " + g_j]", u, gm->b.ld);
+    }
+    int in = indent;
+    troupe__strbuf_repeat(out, "    ", in);
+    troupe__strbuf_printf(out, "const %s *g_a = ", t);
+    s_put_gemm_base(g, out, gm, &gm->a);
+    troupe__strbuf_printf(out, ";\n");
+    troupe__strbuf_repeat(out, "    ", in);
+    troupe__strbuf_printf(out, "const %s *g_b = ", t);
+    s_put_gemm_base(g, out, gm, &gm->b);
+    troupe__strbuf_printf(out, ";\n");
+    troupe__strbuf_repeat(out, "    ", in);
+    troupe__strbuf_printf(out, "%s *g_c = ", t);
+    s_put_gemm_base(g, out, gm, &gm->c);
+    troupe__strbuf_printf(out, ";\n");
+    troupe__strbuf_repeat(out, "    ", in);
+    troupe__strbuf_printf(out, "for (int64_t g_i = 0; g_i < %" PRId64 "; ++g_i) {\n", gm->m);
+    troupe__strbuf_repeat(out, "    ", in + 1);
+    troupe__strbuf_puts(out, "int64_t g_k = 0;\n");
+    for (int pass = 0; pass < 2; pass++) { /* by S_GEMM_UNROLL, then one by one */
+        int nu = pass == 0 ? S_GEMM_UNROLL : 1;
+        troupe__strbuf_repeat(out, "    ", in + 1);
+        if (pass == 0)
+            troupe__strbuf_printf(out, "for (; g_k + %d <= %" PRId64 "; g_k += %d) {\n",
+                                  S_GEMM_UNROLL, gm->k, S_GEMM_UNROLL);
+        else
+            troupe__strbuf_printf(out, "for (; g_k < %" PRId64 "; ++g_k) {\n", gm->k);
+        for (int u = 0; u < nu; u++) {
+            troupe__strbuf_repeat(out, "    ", in + 2);
+            troupe__strbuf_printf(out, "const %s g_a%d = %s;\n", t, u, a_at[u]);
+        }
+        troupe__strbuf_repeat(out, "    ", in + 2);
+        troupe__strbuf_printf(out, "for (int64_t g_j = 0; g_j < %" PRId64 "; ++g_j) {\n", gm->n);
+        troupe__strbuf_repeat(out, "    ", in + 3);
+        troupe__strbuf_printf(out, "%s g_v = g_c[g_i * %" PRId64 " + g_j];\n", t, gm->c.ld);
+        for (int u = 0; u < nu; u++) {
+            troupe__strbuf_repeat(out, "    ", in + 3);
+            if (gm->fma)
+                troupe__strbuf_printf(out, "g_v = %s(g_a%d, %s, g_v);\n", f, u, b_at[u]);
+            else
+                troupe__strbuf_printf(out, "g_v = g_v + g_a%d * %s;\n", u, b_at[u]);
+        }
+        troupe__strbuf_repeat(out, "    ", in + 3);
+        troupe__strbuf_printf(out, "g_c[g_i * %" PRId64 " + g_j] = g_v;\n", gm->c.ld);
+        troupe__strbuf_repeat(out, "    ", in + 2);
+        troupe__strbuf_puts(out, "}\n");
+        troupe__strbuf_repeat(out, "    ", in + 1);
+        troupe__strbuf_puts(out, "}\n");
+    }
+    troupe__strbuf_repeat(out, "    ", in);
+    troupe__strbuf_puts(out, "}\n");
+}
+
 /* A contraction the GEMM library takes becomes a call through the hook the loader sets, with
  * the generated loops kept for when no library is there (TROUPE_GEMM=generated, a build
  * without one): compiler/gemm.h. `zero` is a ZERO_OUT of the product's output just before it,
@@ -988,7 +1065,7 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_ll_t *zero, const tr
     troupe__strbuf_puts(out, "} else {\n");
     troupe_status_t st = zero ? s_emit_ll(g, zero, indent + 1, out) : TROUPE_OK;
     if (st == TROUPE_OK)
-        st = s_emit_for(g, s, indent + 1, out);
+        s_emit_gemm_loops(g, &gm, indent + 1, out);
     troupe__strbuf_repeat(out, "    ", indent);
     troupe__strbuf_puts(out, "}\n");
     return st;

@@ -30,7 +30,7 @@ static bool s_same_access(const troupe_sc_t *get, const troupe_tnode_t *tn,
 /* Splits the value of C[idcs] = value into the two factors x*y accumulated into C.
  * NO when the value is not an accumulation of a product into the set element. */
 static troupe_gemm_verdict_t s_factors(const troupe_ll_t *set, const troupe_sc_t **x,
-                                       const troupe_sc_t **y, const char **why)
+                                       const troupe_sc_t **y, bool *fma, const char **why)
 {
     const troupe_tnode_t *tn = set->u.set.tn;
     const troupe_axis_index_t *idcs = set->u.set.idcs;
@@ -39,6 +39,7 @@ static troupe_gemm_verdict_t s_factors(const troupe_ll_t *set, const troupe_sc_t
         s_same_access(v->u.op.args[2], tn, idcs)) {
         *x = v->u.op.args[0];
         *y = v->u.op.args[1];
+        *fma = true;
     } else if (v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_ADD) {
         const troupe_sc_t *prod = NULL;
         if (s_same_access(v->u.op.args[0], tn, idcs))
@@ -49,6 +50,7 @@ static troupe_gemm_verdict_t s_factors(const troupe_ll_t *set, const troupe_sc_t
             return TROUPE_GEMM_NO;
         *x = prod->u.op.args[0];
         *y = prod->u.op.args[1];
+        *fma = false;
     } else {
         return TROUPE_GEMM_NO;
     }
@@ -99,7 +101,8 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
         return TROUPE_GEMM_NO;
     out->c.tn = s->u.set.tn; /* named in the caller's log line, whatever the verdict */
     const troupe_sc_t *x = NULL, *y = NULL;
-    troupe_gemm_verdict_t v = s_factors(s, &x, &y, why);
+    bool fma = false;
+    troupe_gemm_verdict_t v = s_factors(s, &x, &y, &fma, why);
     if (v != TROUPE_GEMM_YES)
         return v;
 
@@ -194,6 +197,7 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
         return TROUPE_GEMM_REFUSED;
     }
     g.prec = c->prec;
+    g.fma = fma;
     *out = g;
     return TROUPE_GEMM_YES;
 }

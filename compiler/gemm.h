@@ -54,6 +54,7 @@ typedef struct troupe_gemm {
     int64_t m, n, k;      /* extents of the row, column and reduction loops */
     int32_t sym_m, sym_n, sym_k;
     troupe_gemm_operand_t a, b, c;
+    bool fma; /* each step is fma(a, b, c) (one rounding); else c + a*b (two) */
 } troupe_gemm_t;
 
 typedef enum troupe_gemm_verdict {

@@ -264,6 +264,40 @@ static void s_reference(const s_problem_t *p, double *y)
             }
 }
 
+/* The product exactly as the generated loops and the interpreter compute it: in float, each
+ * element from its start value adding its k terms in ascending order with one fma each (the
+ * optimizer fuses the multiply-add). */
+static void s_reference_fma(const s_problem_t *p, double *y)
+{
+    int64_t m = p->m, n = p->n, k = p->k;
+    int nb = p->form == S_BATCHED ? 2 : 1;
+    for (int z = 0; z < nb; z++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                int64_t at = p->form == S_TOUT ? j * m + i : z * m * n + i * n + j;
+                float acc = p->fresh ? 0.0f : (float)p->y0[at];
+                for (int64_t l = 0; l < k; l++) {
+                    double a, b;
+                    switch (p->form) {
+                    case S_WGRAD:
+                        a = p->xv[l * m + i], b = p->wv[l * n + j];
+                        break;
+                    case S_XGRAD:
+                        a = p->xv[i * k + l], b = p->wv[j * k + l];
+                        break;
+                    case S_BATCHED:
+                        a = p->xv[z * m * k + i * k + l], b = p->wv[z * k * n + l * n + j];
+                        break;
+                    default:
+                        a = p->xv[i * k + l], b = p->wv[l * n + j];
+                        break;
+                    }
+                    acc = fmaf((float)a, (float)b, acc);
+                }
+                y[at] = acc;
+            }
+}
+
 static void s_run(const char *driver, const s_problem_t *p, bool library, double *out)
 {
     troupe_config_set_gemm_library(library);
@@ -333,7 +367,8 @@ Test(gemm_run, library_and_loops_agree_with_the_reference_on_random_shapes, .tim
                 double *lib = malloc(sizeof(double) * (size_t)p.ny);
                 double *lib2 = malloc(sizeof(double) * (size_t)p.ny);
                 double *gen = malloc(sizeof(double) * (size_t)p.ny);
-                cr_assert(p.xv && p.wv && p.y0 && ref && lib && lib2 && gen);
+                double *exact = malloc(sizeof(double) * (size_t)p.ny);
+                cr_assert(p.xv && p.wv && p.y0 && ref && lib && lib2 && gen && exact);
                 for (int64_t i = 0; i < p.nx; i++)
                     p.xv[i] = s_uniform();
                 for (int64_t i = 0; i < p.nw; i++)
@@ -341,6 +376,7 @@ Test(gemm_run, library_and_loops_agree_with_the_reference_on_random_shapes, .tim
                 for (int64_t i = 0; i < p.ny; i++)
                     p.y0[i] = (double)(float)s_uniform();
                 s_reference(&p, ref);
+                s_reference_fma(&p, exact);
                 s_run(*drv, &p, true, lib);
                 s_run(*drv, &p, true, lib2);
                 s_run(*drv, &p, false, gen);
@@ -356,10 +392,16 @@ Test(gemm_run, library_and_loops_agree_with_the_reference_on_random_shapes, .tim
                               "%s %s: generated y[%lld] = %.9g, reference %.9g", *drv,
                               s_spec[form], (long long)i, gen[i], ref[i]);
                 }
+                /* the generated loops (unrolled and jammed) are bit-exact */
+                for (int64_t i = 0; i < p.ny; i++)
+                    cr_assert(memcmp(&gen[i], &exact[i], sizeof(double)) == 0,
+                              "%s %s fresh=%d: generated y[%lld] = %.9g, exact fma order %.9g",
+                              *drv, s_spec[form], fresh, (long long)i, gen[i], exact[i]);
                 cr_assert(memcmp(lib, lib2, sizeof(double) * (size_t)p.ny) == 0,
                           "%s %s: the library path is not bitwise reproducible run to run",
                           *drv, s_spec[form]);
                 free(p.xv), free(p.wv), free(p.y0), free(ref), free(lib), free(lib2), free(gen);
+                free(exact);
             }
     }
 }
