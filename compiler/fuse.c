@@ -15,11 +15,36 @@ typedef struct s_nest {
     const troupe_ll_t *body; /* a SET or a SEQ of SETs */
 } s_nest_t;
 
+/* One access of a nest, its indices in the first nest's iterators (copied, renamed). */
 typedef struct s_access {
     const troupe_tnode_t *tn;
-    const troupe_axis_index_t *idcs;
+    troupe_axis_index_t idcs[TROUPE_MAX_DIMS];
     bool write;
 } s_access_t;
+
+/* B's iterators -> A's, level by level; n = 0 renames nothing. */
+typedef struct s_rename {
+    int32_t from[S_MAX_DEPTH], to[S_MAX_DEPTH];
+    int n;
+} s_rename_t;
+
+static troupe_axis_index_t s_ren_axis(const s_rename_t *r, troupe_axis_index_t x)
+{
+    for (int t = 0; t < x.nterms; t++)
+        for (int k = 0; k < r->n; k++)
+            if (x.terms[t].sym == r->from[k]) {
+                x.terms[t].sym = r->to[k];
+                break;
+            }
+    return x;
+}
+
+static void s_ren_idcs(const s_rename_t *r, const troupe_tnode_t *tn, const troupe_axis_index_t *in,
+                       troupe_axis_index_t *out)
+{
+    for (int ax = 0; ax < tn->ndims; ax++)
+        out[ax] = s_ren_axis(r, in[ax]);
+}
 
 typedef struct s_accesses {
     s_access_t *items;
@@ -112,70 +137,50 @@ static bool s_injective(const s_nest_t *n, const troupe_tnode_t *tn, const troup
     return true;
 }
 
-static void s_add(s_accesses_t *a, const troupe_tnode_t *tn, const troupe_axis_index_t *idcs,
-                  bool write)
+static void s_add(s_accesses_t *a, const s_rename_t *r, const troupe_tnode_t *tn,
+                  const troupe_axis_index_t *idcs, bool write)
 {
-    s_access_t x = {tn, idcs, write};
+    s_access_t x;
+    x.tn = tn;
+    x.write = write;
+    s_ren_idcs(r, tn, idcs, x.idcs);
     if (!TROUPE__VEC_PUSH(a->items, a->count, a->cap, x))
         a->oom = true;
 }
 
-static void s_reads(s_accesses_t *a, const troupe_sc_t *v)
+static void s_reads(s_accesses_t *a, const s_rename_t *r, const troupe_sc_t *v)
 {
     switch (v->kind) {
     case TROUPE_SC_GET:
     case TROUPE_SC_GET_MERGE_BUFFER:
-        s_add(a, v->u.get.tn, v->u.get.idcs, false);
+        s_add(a, r, v->u.get.tn, v->u.get.idcs, false);
         break;
     case TROUPE_SC_TERNOP:
-        s_reads(a, v->u.op.args[2]);
+        s_reads(a, r, v->u.op.args[2]);
         /* fall through */
     case TROUPE_SC_BINOP:
-        s_reads(a, v->u.op.args[1]);
+        s_reads(a, r, v->u.op.args[1]);
         /* fall through */
     case TROUPE_SC_UNOP:
-        s_reads(a, v->u.op.args[0]);
+        s_reads(a, r, v->u.op.args[0]);
         break;
     default:
         break;
     }
 }
 
-static void s_collect(s_accesses_t *a, const troupe_ll_t *b)
+/* The accesses of a nest body (SETs only: s_body_ok), renamed by r. */
+static void s_collect(s_accesses_t *a, const s_rename_t *r, const troupe_ll_t *b)
 {
     size_t n = b->kind == TROUPE_LL_SEQ ? b->u.seq.count : 1;
     for (size_t i = 0; i < n; i++) {
         const troupe_ll_t *set = b->kind == TROUPE_LL_SEQ ? b->u.seq.items[i] : b;
-        s_reads(a, set->u.set.value);
-        s_add(a, set->u.set.tn, set->u.set.idcs, true);
+        s_reads(a, r, set->u.set.value);
+        s_add(a, r, set->u.set.tn, set->u.set.idcs, true);
     }
 }
 
-/* ---- renaming B's iterators to A's ------------------------------------------------------- */
-
-typedef struct s_rename {
-    int32_t from[S_MAX_DEPTH], to[S_MAX_DEPTH];
-    int n;
-} s_rename_t;
-
-static troupe_axis_index_t s_ren_axis(const s_rename_t *r, troupe_axis_index_t x)
-{
-    for (int t = 0; t < x.nterms; t++)
-        for (int k = 0; k < r->n; k++)
-            if (x.terms[t].sym == r->from[k]) {
-                x.terms[t].sym = r->to[k];
-                break;
-            }
-    return x;
-}
-
-static bool s_ren_idcs(const s_rename_t *r, const troupe_tnode_t *tn, const troupe_axis_index_t *in,
-                       troupe_axis_index_t *out)
-{
-    for (int ax = 0; ax < tn->ndims; ax++)
-        out[ax] = s_ren_axis(r, in[ax]);
-    return true;
-}
+/* ---- B's statements with A's iterators ---------------------------------------------------- */
 
 static bool s_same_idcs(const troupe_tnode_t *tn, const troupe_axis_index_t *a,
                         const troupe_axis_index_t *b)
@@ -266,50 +271,46 @@ static bool s_writes_injective(const s_nest_t *n, const s_accesses_t *a)
     return true;
 }
 
-/* A then B as one nest, or NULL when they may not be fused (or out of memory: f->oom). */
+/* A then B as one nest, or NULL when they may not be fused (or out of memory: f->oom). The test
+ * runs on copies of the indices; B's statements are rebuilt with A's iterators only when fusing. */
 static troupe_ll_t *s_try_fuse(s_fuser_t *f, const troupe_ll_t *a_stmt, const troupe_ll_t *b_stmt)
 {
     s_nest_t a, b;
     if (!s_nest_of(a_stmt, &a) || !s_nest_of(b_stmt, &b) || !s_same_space(&a, &b))
         return NULL;
-    s_rename_t r;
+    s_rename_t none = {{0}, {0}, 0}, r;
     r.n = b.depth;
     for (int l = 0; l < b.depth; l++) {
         r.from[l] = b.loops[l]->u.for_loop.sym;
         r.to[l] = a.loops[l]->u.for_loop.sym;
     }
+    troupe_ll_t *out = NULL, **sets = NULL;
+    s_accesses_t aa = {0}, ba = {0};
+    s_collect(&aa, &none, a.body);
+    s_collect(&ba, &r, b.body);
+    if (aa.oom || ba.oom) {
+        f->oom = true;
+        goto free_accesses;
+    }
+    if (!s_writes_injective(&a, &aa) || !s_writes_injective(&a, &ba) || !s_respects(&aa, &ba) ||
+        !s_respects(&ba, &aa))
+        goto free_accesses;
     troupe_ll_proc_t *p = f->proc;
-    /* B's statements with A's iterators. */
     size_t nb = b.body->kind == TROUPE_LL_SEQ ? b.body->u.seq.count : 1;
-    troupe_ll_t **sets = troupe_calloc(nb, sizeof *sets);
+    sets = troupe_calloc(nb, sizeof *sets);
     if (sets == NULL) {
         f->oom = true;
-        return NULL;
+        goto free_accesses;
     }
-    troupe_ll_t *out = NULL;
-    s_accesses_t aa = {0}, ba = {0};
     for (size_t i = 0; i < nb; i++) {
         sets[i] = s_ren_set(p, &r, b.body->kind == TROUPE_LL_SEQ ? b.body->u.seq.items[i] : b.body);
         if (sets[i] == NULL) {
             f->oom = true;
-            goto done;
+            goto free_accesses;
         }
     }
     troupe_ll_t *b_body = troupe_ll_seq(p, nb, sets);
-    if (b_body == NULL) {
-        f->oom = true;
-        goto done;
-    }
-    s_collect(&aa, a.body);
-    s_collect(&ba, b_body);
-    if (aa.oom || ba.oom) {
-        f->oom = true;
-        goto done;
-    }
-    if (!s_writes_injective(&a, &aa) || !s_writes_injective(&a, &ba) || !s_respects(&aa, &ba) ||
-        !s_respects(&ba, &aa))
-        goto done; /* the renamed copy stays unused in the arena */
-    out = troupe_ll_seq2(p, (troupe_ll_t *)a.body, b_body);
+    out = b_body ? troupe_ll_seq2(p, (troupe_ll_t *)a.body, b_body) : NULL;
     for (int l = a.depth - 1; l >= 0 && out != NULL; l--) {
         const troupe_ll_t *lp = a.loops[l];
         out = troupe_ll_for(p, lp->u.for_loop.sym, lp->u.for_loop.from, lp->u.for_loop.to, out,
@@ -319,7 +320,7 @@ static troupe_ll_t *s_try_fuse(s_fuser_t *f, const troupe_ll_t *a_stmt, const tr
         f->oom = true;
     else
         f->fused++;
-done:
+free_accesses:
     troupe_free(aa.items);
     troupe_free(ba.items);
     troupe_free(sets);

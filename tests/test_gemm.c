@@ -230,6 +230,28 @@ static void s_dims(const s_problem_t *p, int *nd, int64_t dx[3], int64_t dw[3], 
     }
 }
 
+/* The two factors of term l of output element (batch z, row i, column j), as `form` lays the
+ * operands out. */
+static void s_factors(const s_problem_t *p, int z, int64_t i, int64_t j, int64_t l, double *a,
+                      double *b)
+{
+    int64_t m = p->m, n = p->n, k = p->k;
+    switch (p->form) {
+    case S_WGRAD:
+        *a = p->xv[l * m + i], *b = p->wv[l * n + j];
+        break;
+    case S_XGRAD:
+        *a = p->xv[i * k + l], *b = p->wv[j * k + l];
+        break;
+    case S_BATCHED:
+        *a = p->xv[z * m * k + i * k + l], *b = p->wv[z * k * n + l * n + j];
+        break;
+    default:
+        *a = p->xv[i * k + l], *b = p->wv[l * n + j];
+        break;
+    }
+}
+
 /* The product in double on the host, as the einsum spec says. */
 static void s_reference(const s_problem_t *p, double *y)
 {
@@ -243,20 +265,7 @@ static void s_reference(const s_problem_t *p, double *y)
                 double acc = 0.0;
                 for (int64_t l = 0; l < k; l++) {
                     double a, b;
-                    switch (p->form) {
-                    case S_WGRAD:
-                        a = p->xv[l * m + i], b = p->wv[l * n + j];
-                        break;
-                    case S_XGRAD:
-                        a = p->xv[i * k + l], b = p->wv[j * k + l];
-                        break;
-                    case S_BATCHED:
-                        a = p->xv[z * m * k + i * k + l], b = p->wv[z * k * n + l * n + j];
-                        break;
-                    default:
-                        a = p->xv[i * k + l], b = p->wv[l * n + j];
-                        break;
-                    }
+                    s_factors(p, z, i, j, l, &a, &b);
                     acc += (double)(float)a * (double)(float)b;
                 }
                 int64_t at = p->form == S_TOUT ? j * m + i : z * m * n + i * n + j;
@@ -278,20 +287,7 @@ static void s_reference_fma(const s_problem_t *p, double *y)
                 float acc = p->fresh ? 0.0f : (float)p->y0[at];
                 for (int64_t l = 0; l < k; l++) {
                     double a, b;
-                    switch (p->form) {
-                    case S_WGRAD:
-                        a = p->xv[l * m + i], b = p->wv[l * n + j];
-                        break;
-                    case S_XGRAD:
-                        a = p->xv[i * k + l], b = p->wv[j * k + l];
-                        break;
-                    case S_BATCHED:
-                        a = p->xv[z * m * k + i * k + l], b = p->wv[z * k * n + l * n + j];
-                        break;
-                    default:
-                        a = p->xv[i * k + l], b = p->wv[l * n + j];
-                        break;
-                    }
+                    s_factors(p, z, i, j, l, &a, &b);
                     acc = fmaf((float)a, (float)b, acc);
                 }
                 y[at] = acc;
