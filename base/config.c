@@ -28,6 +28,7 @@ static atomic_size_t s_fusion_bytes;
 static atomic_bool s_auto_host;
 static atomic_bool s_coll_shm;
 static atomic_int s_gemm_mode; /* troupe_gemm_mode_t */
+static atomic_bool s_flush_denormals;
 static atomic_size_t s_stack_threshold;
 static troupe_status_t s_load_status;
 static char s_load_error[512];
@@ -84,6 +85,7 @@ static void s_load(void)
     atomic_store(&s_auto_host, true);
     atomic_store(&s_coll_shm, true);
     atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_LIBRARY);
+    atomic_store(&s_flush_denormals, true);
     atomic_store(&s_stack_threshold, (size_t)16384);
 
     const char *v;
@@ -138,6 +140,12 @@ static void s_load(void)
             atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_GENERATED);
         else
             s_bad("TROUPE_GEMM", v, "expected library, openblas or generated");
+    }
+    if ((v = getenv("TROUPE_DENORMALS")) != NULL) {
+        if (strcmp(v, "flush") == 0 || strcmp(v, "keep") == 0)
+            atomic_store(&s_flush_denormals, v[0] == 'f');
+        else
+            s_bad("TROUPE_DENORMALS", v, "expected flush or keep");
     }
     if ((v = getenv("TROUPE_STACK_THRESHOLD")) != NULL) {
         if (s_parse_int(v, 0, &n))
@@ -235,6 +243,11 @@ bool troupe_config_gemm_library(void)
 {
     return troupe_config_gemm_mode() != TROUPE_GEMM_MODE_GENERATED;
 }
+bool troupe_config_flush_denormals(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_flush_denormals);
+}
 size_t troupe_config_stack_threshold_bytes(void)
 {
     troupe__config_ensure_loaded();
@@ -304,6 +317,11 @@ void troupe_config_set_gemm_mode(troupe_gemm_mode_t mode)
     if (mode == TROUPE_GEMM_MODE_LIBRARY || mode == TROUPE_GEMM_MODE_OPENBLAS ||
         mode == TROUPE_GEMM_MODE_GENERATED)
         atomic_store(&s_gemm_mode, mode);
+}
+void troupe_config_set_flush_denormals(bool on)
+{
+    troupe__config_ensure_loaded();
+    atomic_store(&s_flush_denormals, on);
 }
 void troupe_config_set_gemm_library(bool on)
 {

@@ -17,6 +17,7 @@
  * | TROUPE_STACK_THRESHOLD      | 16384 (bytes)                         | troupe_config_set_stack_threshold_bytes |
  * | TROUPE_COLL_SHM             | 1                                     | troupe_config_set_coll_shm      |
  * | TROUPE_GEMM                 | library                               | troupe_config_set_gemm_mode     |
+ * | TROUPE_DENORMALS            | flush                                 | troupe_config_set_flush_denormals |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -56,6 +57,19 @@ int64_t troupe_config_timeout_ns(void); /* timeout_s in nanoseconds */
 size_t troupe_config_fusion_bytes(void);
 bool troupe_config_auto_host_transfers(void);
 size_t troupe_config_stack_threshold_bytes(void);
+/* Whether host routines (the cpu and sync backends) run with subnormal floats flushed to zero:
+ * results that would be subnormal become 0, and subnormal inputs read as 0 (x86 MXCSR FTZ and
+ * DAZ; AArch64 FPCR.FZ). TROUPE_DENORMALS=flush (the default) or keep (IEEE gradual underflow).
+ * Why flush: SGD momentum of a unit that stopped learning (a dead ReLU) decays geometrically
+ * into the subnormal range and stays there at the smallest subnormal (0.9 x that rounds back to
+ * it), and every arithmetic instruction on a subnormal takes a microcode assist: the main job's
+ * optimizer step became ~6x slower after ~800 steps, the whole step ~2x (bench_train). The same
+ * default as TensorFlow's and oneDNN's CPU kernels; PyTorch's torch.set_flush_denormal(True).
+ * Results stay bitwise reproducible run to run; they may differ from the interpreter (which
+ * keeps IEEE semantics) only where a value is subnormal. The mode is set around each routine
+ * run and the thread's previous mode restored after it (devices/host). */
+bool troupe_config_flush_denormals(void);
+void troupe_config_set_flush_denormals(bool on);
 /* Whether ranks that share a node reduce through shared memory (transport/mpi/collective.h,
  * Algorithms); read when the cluster starts. */
 bool troupe_config_coll_shm(void);

@@ -133,8 +133,10 @@ Test(config, defaults_without_environment)
     unsetenv("TROUPE_STACK_THRESHOLD");
     unsetenv("TROUPE_COLL_SHM");
     unsetenv("TROUPE_GEMM");
+    unsetenv("TROUPE_DENORMALS");
     unsetenv("TROUPE_LOG");
     cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert(troupe_config_flush_denormals());
     cr_assert(troupe_config_coll_shm());
     cr_assert(troupe_config_gemm_library());
     cr_assert_eq(troupe_config_timeout_s(), 120);
@@ -165,6 +167,13 @@ Test(config, environment_is_read)
     cr_assert(troupe_config_gemm_library());
     cr_assert_eq(troupe_config_gemm_mode(), TROUPE_GEMM_MODE_OPENBLAS);
     unsetenv("TROUPE_GEMM");
+    setenv("TROUPE_DENORMALS", "keep", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert_not(troupe_config_flush_denormals());
+    setenv("TROUPE_DENORMALS", "flush", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert(troupe_config_flush_denormals());
+    unsetenv("TROUPE_DENORMALS");
     cr_assert_eq(troupe_config_timeout_s(), 7);
     cr_assert_eq(troupe_config_fusion_bytes(), 2048);
     cr_assert_str_eq(troupe_config_backend(), "sync");
@@ -199,6 +208,12 @@ Test(config, malformed_environment_keeps_default_and_names_variable)
               troupe_last_error());
     cr_assert(troupe_config_gemm_library(), "a malformed value keeps the default (library)");
     unsetenv("TROUPE_GEMM");
+    setenv("TROUPE_DENORMALS", "0", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "TROUPE_DENORMALS='0'") != NULL, "%s",
+              troupe_last_error());
+    cr_assert(troupe_config_flush_denormals(), "a malformed value keeps the default (flush)");
+    unsetenv("TROUPE_DENORMALS");
     cr_assert_eq(troupe_config_reload(), TROUPE_OK);
 }
 

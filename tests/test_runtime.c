@@ -5,12 +5,14 @@
 #include "actors/troupe.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "compiler/interp.h"
 #include "compiler/optimize.h"
 #include "ir/sexp.h"
 #include "runtime_test_util.h"
 
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -672,4 +674,46 @@ Test(runtime, a_second_stream_writing_a_shared_array_is_refused_at_link)
         troupe_tnode_release(&c);
         rtu_env_close(&e);
     }
+}
+
+/* TROUPE_DENORMALS (base/config.h): with flush (the default) a routine's subnormal inputs read
+ * as 0 and its subnormal results become 0; with keep they follow IEEE gradual underflow. The
+ * calling thread's floating-point mode is the same after a run as before it (the sync backend
+ * runs routines on the caller's thread). */
+Test(runtime, subnormals_are_flushed_in_routines_unless_kept)
+{
+    const float tiny = FLT_MIN / 4; /* subnormal; tiny + tiny = FLT_MIN / 2, subnormal too */
+    FOR_EACH_DRIVER(drv)
+    {
+        for (int keep = 0; keep <= 1; keep++) {
+            troupe_config_set_flush_denormals(!keep);
+            rtu_env_t e;
+            rtu_env_open(&e, *drv, 1);
+            troupe_tnode_t *a = rtu_vec("a", 2);
+            troupe_context_t *c = e.ctx[0];
+            troupe_context_retain(c);
+            rtu_put(&c, a, (double[]){tiny, 1.5});
+            troupe_code_t *code = rtu_add_code(e.b, a, NULL, "a_twice");
+            troupe_routine_t *r = NULL;
+            OK(troupe_link(c, code, &r));
+            volatile float before = tiny; /* this thread keeps IEEE semantics around the run */
+            OK(troupe_routine_run(r, NULL));
+            float got[2];
+            rtu_get(c, a, got);
+            volatile float after = before + before;
+            cr_assert_eq(after, FLT_MIN / 2, "%s: the caller's mode changed", *drv);
+            cr_assert_eq(got[1], 3.0f, "%s: a normal value is unchanged", *drv);
+            if (keep)
+                cr_assert_eq(got[0], FLT_MIN / 2, "%s keep: got %a want %a", *drv, got[0],
+                             FLT_MIN / 2);
+            else
+                cr_assert_eq(got[0], 0.0f, "%s flush: got %a want 0", *drv, got[0]);
+            troupe_routine_release(&r);
+            troupe_code_release(&code);
+            troupe_context_release(&c);
+            troupe_tnode_release(&a);
+            rtu_env_close(&e);
+        }
+    }
+    troupe_config_set_flush_denormals(true);
 }

@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "base/vec.h"
 #include "base/config.h"
+#include "base/fpmode_impl.h"
 #include "compiler/cgen.h"
 #include "devices/host/cc_cache_impl.h"
 #include "devices/host/gemm_library.h"
@@ -538,7 +539,13 @@ troupe_status_t troupe__hdrv_launch(troupe_driver_t *drv, troupe_dqueue_t *q, tr
         if (st != TROUPE_OK)
             goto out_arrays;
     }
-    code->entry(slots);
+    if (troupe_config_flush_denormals()) {
+        troupe__fp_mode_t prev = troupe__fp_flush_enter();
+        code->entry(slots);
+        troupe__fp_restore(prev);
+    } else {
+        code->entry(slots);
+    }
 out_arrays:
     if (slots != slots_stack)
         troupe_free(slots);

@@ -29,6 +29,7 @@
  *   config.backend: cpu                      base/config.h, after the environment
  *   config.cache_dir, config.cc, config.cc_flags, config.timeout_s, config.fusion_bytes,
  *   config.auto_host_transfers, config.stack_threshold_bytes, config.gemm, config.coll_shm,
+ *   config.denormals (flush|keep, as TROUPE_DENORMALS),
  *   config.log (LEVEL[:SUBSYSTEM,...], as TROUPE_LOG)
  *
  * Keys are stable; values are facts of this build and machine. Warnings go to stderr, once
@@ -195,6 +196,7 @@ static void s_config(void)
     printf("config.auto_host_transfers: %d\n", troupe_config_auto_host_transfers() ? 1 : 0);
     printf("config.stack_threshold_bytes: %zu\n", troupe_config_stack_threshold_bytes());
     printf("config.gemm: %s\n", troupe_config_gemm_mode_name(troupe_config_gemm_mode()));
+    printf("config.denormals: %s\n", troupe_config_flush_denormals() ? "flush" : "keep");
     printf("config.coll_shm: %d\n", troupe_config_coll_shm() ? 1 : 0);
     s_print_log();
 }
