@@ -6,6 +6,7 @@
 #include "actors/runtime_impl.h"
 #include "base/alloc.h"
 #include "base/config.h"
+#include "base/fault_impl.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/strbuf.h"
@@ -18,6 +19,7 @@ troupe_status_t troupe_backend_open(const char *name, troupe_stream_config_t con
     if (!out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "backend_open: NULL output");
     *out = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe__fault_check()); /* a malformed TROUPE_FAULT: refuse to start */
     if (!name)
         name = troupe_config_backend();
     const troupe_driver_vtable_t *vt = NULL;

@@ -6,6 +6,7 @@
 #include "actors/runtime_impl.h"
 #include "base/alloc.h"
 #include "base/config.h"
+#include "base/fault_impl.h"
 #include "base/status.h"
 #include "compiler/lower.h"
 #include "compiler/optimize.h"
@@ -376,6 +377,8 @@ static troupe_status_t s_launch_work(void *arg, troupe_dqueue_t *q)
 {
     s_launch_t *l = arg;
     troupe_code_t *c = l->code;
+    if (troupe__fault_armed(TROUPE__FAULT_KERNEL))
+        TROUPE_RETURN_IF_ERROR(troupe__fault_kernel(c->proc->name));
     if (l->merge_idx >= 0) /* resolved at launch */
         TROUPE_RETURN_IF_ERROR(
             troupe__merge_resolve(l->srec, c->proc->name, &l->args[l->merge_idx]));

@@ -3,6 +3,7 @@
 #include "base/config_impl.h"
 
 #include "base/alloc.h"
+#include "base/fault_impl.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -153,6 +154,8 @@ static void s_load(void)
         else
             s_bad("TROUPE_STACK_THRESHOLD", v, "expected a byte count >= 0");
     }
+    if (troupe__fault_configure(v = getenv("TROUPE_FAULT")) != TROUPE_OK) /* NULL: none */
+        s_bad("TROUPE_FAULT", v, troupe_last_error());
     /* Not TROUPE_LOG: it would re-enter troupe__config_ensure_loaded (pthread_once). */
     if (s_load_status != TROUPE_OK && troupe_log_get_level() >= TROUPE_LOG_WARN)
         troupe_log_write(TROUPE_LOG_WARN, TROUPE_SUB_BASE, "configuration: %s", s_load_error);
@@ -326,6 +329,19 @@ void troupe_config_set_flush_denormals(bool on)
 void troupe_config_set_gemm_library(bool on)
 {
     troupe_config_set_gemm_mode(on ? TROUPE_GEMM_MODE_LIBRARY : TROUPE_GEMM_MODE_GENERATED);
+}
+troupe_status_t troupe_config_set_fault(const char *spec)
+{
+    troupe__config_ensure_loaded();
+    troupe_status_t st = troupe__fault_configure(spec);
+    if (st != TROUPE_OK)
+        return troupe__fault_check();
+    return TROUPE_OK;
+}
+const char *troupe_config_fault(void)
+{
+    troupe__config_ensure_loaded();
+    return troupe__fault_spec();
 }
 troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes)
 {

@@ -18,6 +18,7 @@
  * | TROUPE_COLL_SHM             | 1                                     | troupe_config_set_coll_shm      |
  * | TROUPE_GEMM                 | library                               | troupe_config_set_gemm_mode     |
  * | TROUPE_DENORMALS            | flush                                 | troupe_config_set_flush_denormals |
+ * | TROUPE_FAULT                | (none)                                | troupe_config_set_fault         |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -104,6 +105,15 @@ void troupe_config_set_gemm_mode(troupe_gemm_mode_t mode);
 /* on: TROUPE_GEMM_MODE_LIBRARY; off: TROUPE_GEMM_MODE_GENERATED. */
 void troupe_config_set_gemm_library(bool on);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes);
+
+/* Fault injection (README "Fault injection"; the language is in base/fault_impl.h): `spec` is
+ * what TROUPE_FAULT holds, e.g. "kill:rank=1:collective=3" or "alloc:nth=2,ckpt:half"; NULL or
+ * "" disarms every fault. It replaces the faults armed before and restarts their counts. For
+ * program start, before any work. INVALID_ARGUMENT naming the bad part (nothing is armed then,
+ * and troupe_backend_open and troupe_cluster_init refuse to start until a good one is set). */
+TROUPE_MUST_USE troupe_status_t troupe_config_set_fault(const char *spec);
+/* The faults armed ("" when none): borrowed, valid until the next troupe_config_set_fault. */
+const char *troupe_config_fault(void);
 
 
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
 /* troupe — the table of built-in drivers (devices/device.h). */
 #include "devices/device.h"
 
+#include "base/fault_impl.h"
 #include "base/status.h"
 #include "devices/cpu/cpu_impl.h"
 #include "devices/sync/sync_impl.h"
@@ -164,6 +165,12 @@ troupe_status_t troupe_driver_alloc_pool(troupe_driver_t *drv, int ordinal, int3
                                          int64_t size_bytes, bool zero)
 {
     S_CHECK(drv, alloc_pool);
+    if (troupe__fault_armed(TROUPE__FAULT_ALLOC)) {
+        char what[128];
+        snprintf(what, sizeof what, "%s alloc_pool: pool %d of %lld bytes on device %d",
+                 drv->vt->name, (int)pool_id, (long long)size_bytes, ordinal);
+        TROUPE_RETURN_IF_ERROR(troupe__fault_alloc(what));
+    }
     return drv->vt->alloc_pool(drv, ordinal, pool_id, size_bytes, zero);
 }
 

@@ -23,6 +23,7 @@
 #include "parallel/dp_impl.h"
 
 #include "base/alloc.h"
+#include "base/fault_impl.h"
 #include "base/log.h"
 #include "base/vec.h"
 #include "transport/mpi/cluster.h"
@@ -698,6 +699,8 @@ troupe_status_t troupe_dp_step(troupe_dp_t *dp)
     if (!dp)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_step: NULL dp");
     TROUPE_RETURN_IF_ERROR(s_refuse_if_failed(dp, "dp_step"));
+    if (troupe__fault_armed(TROUPE__FAULT_STEP))
+        troupe__fault_step(dp->steps);
     troupe_status_t st = s_schedule_step(dp);
     if (st != TROUPE_OK) {
         char prefix[64];

@@ -26,6 +26,7 @@
 #include "parallel/dp_impl.h"
 
 #include "base/alloc.h"
+#include "base/fault_impl.h"
 #include "base/log.h"
 #include "base/strbuf.h"
 #include "transport/mpi/cluster.h"
@@ -245,9 +246,10 @@ static troupe_status_t s_write_atomic(const char *path, const char *p, size_t n)
         st = s_os_error(errno, "cannot create", tmp);
         goto out_free;
     }
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = write(fd, p + done, n - done);
+    size_t done = 0, limit = n;
+    bool crash = troupe__fault_armed(TROUPE__FAULT_CKPT) && troupe__fault_ckpt(tmp, &limit);
+    while (done < limit) {
+        ssize_t w = write(fd, p + done, limit - done);
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0) {
@@ -259,6 +261,11 @@ static troupe_status_t s_write_atomic(const char *path, const char *p, size_t n)
     if (fsync(fd) != 0) {
         st = s_os_error(errno, "cannot fsync", tmp);
         goto out_close;
+    }
+    if (crash) { /* an injected crash half-way: the temporary stays, nothing is renamed */
+        close(fd);
+        st = troupe__fault_ckpt_crash(tmp);
+        goto out_free;
     }
 out_close:
     if (close(fd) != 0 && st == TROUPE_OK)

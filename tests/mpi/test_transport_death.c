@@ -12,6 +12,9 @@
  *              checked to have gone that way): rank 1 dies while reducing its half, before it
  *              departs (its half of 256 MiB takes far longer than 5 ms), so rank 0 waits on
  *              its departure flag forever and the deadline and liveness probe must name it.
+ *   fault      does nothing itself: TROUPE_FAULT (tests/mpi/fault.cmake) kills or stalls rank 1
+ *   fault-shm  at a collective's data phase (a 256 MiB tensor; fault-shm: in troupe_coll_alloc
+ *              memory, through shared memory).
  * Rank 0 must see DEADLINE_EXCEEDED naming "rank 1" (TROUPE_TIMEOUT_S=5 in the test's
  * environment); it prints the message, leaves the cluster (troupe_cluster_leave stops the
  * transport engine, so this thread may call MPI) and ends the job with MPI_Abort(3): the
@@ -42,10 +45,13 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "kill";
     bool kill = strcmp(mode, "kill") == 0, stuck = strcmp(mode, "stuck") == 0;
-    bool kill_shm = strcmp(mode, "kill-shm") == 0;
-    bool kill_data = strcmp(mode, "kill-data") == 0 || kill_shm;
+    bool fault_shm = strcmp(mode, "fault-shm") == 0;
+    bool fault = strcmp(mode, "fault") == 0 || fault_shm; /* TROUPE_FAULT acts */
+    bool kill_shm = strcmp(mode, "kill-shm") == 0 || fault_shm;
+    bool kill_data = strcmp(mode, "kill-data") == 0 || kill_shm || fault;
     if (!kill && !stuck && !kill_data) {
-        printf("FAIL: unknown mode '%s' (kill, stuck, kill-data, kill-shm)\n", mode);
+        printf("FAIL: unknown mode '%s' (kill, stuck, kill-data, kill-shm, fault, fault-shm)\n",
+               mode);
         return 2;
     }
     troupe_status_t st = troupe_cluster_init(&argc, &argv);
@@ -83,7 +89,7 @@ int main(int argc, char **argv)
         troupe_event_t *ev = NULL;
         troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_SUM, .n = 1, .tensors = &t};
         st = troupe_allreduce(&ar, &ev);
-        if (st == TROUPE_OK && rank == 1 && k == 3 && kill_data) {
+        if (st == TROUPE_OK && rank == 1 && k == 3 && kill_data && !fault) {
             st = troupe_event_sync(ev, 5LL * 1000 * 1000);
             printf("rank 1: dying during allreduce %d (%s)\n", k,
                    st == TROUPE_OK ? "it completed already" : "data still moving");

@@ -29,6 +29,11 @@ for needle in "DEADLINE_EXCEEDED" "rank 1" "did not answer"; do
         fail=1
     fi
 done
+# TROUPE_DEATH_EXPECT: a line the run's output must also hold (a TROUPE_FAULT's own report).
+if [ -n "${TROUPE_DEATH_EXPECT:-}" ] && ! printf '%s\n' "$out" | grep -qF -- "$TROUPE_DEATH_EXPECT"; then
+    echo "FAIL: the output does not contain '$TROUPE_DEATH_EXPECT'"
+    fail=1
+fi
 if printf '%s\n' "$out" | grep -q '^FAIL'; then
     echo "FAIL: the program reported a failed check"
     fail=1

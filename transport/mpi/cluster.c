@@ -11,6 +11,7 @@
 #include "actors/lend.h"
 #include "base/alloc.h"
 #include "base/clock.h"
+#include "base/fault_impl.h"
 #include "base/log.h"
 #include "base/status.h"
 
@@ -278,6 +279,7 @@ static troupe_status_t s_mpi_init(int *argc, char ***argv)
     atomic_store(&s_cl.local_size, local_size);
     atomic_store(&s_cl.distributed, size > 1);
     troupe_log_set_rank(rank);
+    troupe__fault_set_rank(rank);
     if (size > 1)
         TROUPE_RETURN_IF_ERROR(troupe__engine_start(&s_cl.data_comm, &s_cl.ctl_comm, rank, size));
     return TROUPE_OK;
@@ -288,6 +290,7 @@ troupe_status_t troupe_cluster_init(int *argc, char ***argv)
 {
     if (atomic_load(&s_cl.initialized))
         return TROUPE_OK;
+    TROUPE_RETURN_IF_ERROR(troupe__fault_check()); /* a malformed TROUPE_FAULT: refuse to start */
     bool launcher = s_launcher_detected();
     atomic_store(&s_cl.rank, 0);
     atomic_store(&s_cl.size, 1);

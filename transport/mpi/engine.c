@@ -43,6 +43,7 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/config.h"
+#include "base/fault_impl.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/strbuf.h"
@@ -102,6 +103,7 @@ typedef struct s_rs {
     /* liveness probe */
     bool probing;
     int64_t probe_t0, probe_end;
+    bool fault_seen; /* TROUPE_FAULT's collective hook ran for it */
     /* outcome */
     bool finished;
     troupe_status_t fin;
@@ -748,6 +750,11 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
         TROUPE_RETURN_IF_ERROR(s_coll_test(r, rs, &progress));
         TROUPE_RETURN_IF_ERROR(s_coll_post(r, rs));
         all = rs->done_bks == rs->plan.nbks;
+    }
+    if (!rs->fault_seen && !troupe__req_is_p2p(r) &&
+        troupe__fault_armed(TROUPE__FAULT_COLLECTIVE)) {
+        rs->fault_seen = true; /* TROUPE_FAULT at this collective: its data is moving */
+        troupe__fault_collective(r->seq, rs->what);
     }
     now = troupe_now_ns();
     if (all) {
