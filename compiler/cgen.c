@@ -255,7 +255,7 @@ typedef struct s_range {
     int64_t lo, hi;
 } s_range_t;
 
-typedef struct s_gen {
+struct troupe__cgen {
     const troupe_ll_proc_t *proc;
     const troupe__cgen_target_t *target;
     s_node_info_t *nodes;      /* aligned with proc->nodes */
@@ -267,7 +267,9 @@ typedef struct s_gen {
     int32_t nscope_ids;
     const troupe_tnode_t *merge_node;
     bool uses_gemm; /* some contraction calls the GEMM library (compiler/gemm.h) */
-} s_gen_t;
+    bool *bound;    /* per symbol: defined by the target (a thread index); loops over it elided */
+};
+typedef struct troupe__cgen s_gen_t;
 
 /* The target of a dialect, or NULL. */
 static const troupe__cgen_target_t *s_target(troupe_cgen_dialect_t d)
@@ -910,6 +912,8 @@ static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
 {
     int32_t sym = s->u.for_loop.sym;
     const char *name = g->syms[sym];
+    if (g->bound[sym]) /* the target defines the symbol (a thread's index): just the body */
+        return s_emit_ll(g, s->u.for_loop.body, indent, out);
     troupe__strbuf_repeat(out, "    ", indent);
     troupe__strbuf_printf(out, "for (int64_t %s = %" PRId64 "; %s <= %" PRId64 "; ++%s) {\n", name,
                           s->u.for_loop.from, name, s->u.for_loop.to, name);
@@ -1299,8 +1303,33 @@ void troupe_cgen_result_destroy(troupe_cgen_result_t **result_p)
     troupe_free(r->name);
     troupe_free(r->entry_name);
     troupe_free(r->gemm_hooks_name);
+    for (size_t i = 0; i < r->nkernels; i++)
+        troupe_free(r->kernels[i].name);
+    troupe_free(r->kernels);
+    troupe_free(r->steps);
     troupe_free(r);
     *result_p = NULL;
+}
+
+/* Rewrites "*restrict " in the sorted declarations into the target's qualifier. */
+static troupe_status_t s_respell_restrict(const s_gen_t *g, troupe_cgen_result_t *r)
+{
+    const char *kw = g->target->restrict_kw;
+    if (strcmp(kw, "restrict") == 0)
+        return TROUPE_OK;
+    for (size_t i = 0; i < r->nparams; i++) {
+        char *d = r->params[i].decl;
+        char *at = strstr(d, "*restrict ");
+        if (at == NULL)
+            continue;
+        char *nd = troupe_strdup_printf("%.*s*%s %s", (int)(at - d), d, kw,
+                                        at + strlen("*restrict "));
+        if (nd == NULL)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        troupe_free(d);
+        r->params[i].decl = nd;
+    }
+    return TROUPE_OK;
 }
 
 static troupe_status_t s_build_params(s_gen_t *g, troupe_cgen_result_t *r)
@@ -1315,7 +1344,9 @@ static troupe_status_t s_build_params(s_gen_t *g, troupe_cgen_result_t *r)
     r->params = troupe_calloc(n > 0 ? n : 1, sizeof *r->params);
     if (r->params == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
-    const char *restrict_kw = g->target->restrict_kw;
+    /* Declarations are sorted with C's `restrict` and then spelled in the dialect, so both
+     * dialects order the parameters alike (drivers bind arguments in one order). */
+    const char *restrict_kw = "restrict";
     size_t k = 0;
     bool oom = false;
     for (size_t i = 0; i < proc->nnodes; i++) {
@@ -1367,7 +1398,7 @@ static troupe_status_t s_build_params(s_gen_t *g, troupe_cgen_result_t *r)
     if (oom)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
     qsort(r->params, r->nparams, sizeof *r->params, s_param_cmp);
-    return TROUPE_OK;
+    return s_respell_restrict(g, r);
 }
 
 /* ---- assembly ----------------------------------------------------------------------------- */
@@ -1412,12 +1443,35 @@ void troupe__cgen_put_signature(troupe__strbuf_t *b, const char *prefix,
     troupe__strbuf_puts(b, ")\n{\n");
 }
 
-/* The routine: the target's signature and prologue, local arrays, body. */
-static void s_put_function(const s_gen_t *g, const troupe_cgen_result_t *r,
-                           const troupe__strbuf_t *body, troupe__strbuf_t *b)
+/* ---- the emitter's side for targets (cgen_impl.h) -------------------------------------------- */
+
+const troupe_ll_proc_t *troupe__cgen_proc(const troupe__cgen_t *g)
+{
+    return g->proc;
+}
+
+const char *troupe__cgen_sym_ident(const troupe__cgen_t *g, int32_t sym)
+{
+    return g->syms[sym];
+}
+
+const char *troupe__cgen_node_ident(troupe__cgen_t *g, const troupe_tnode_t *tn)
+{
+    const s_node_info_t *info = s_info(g, tn);
+    return info != NULL ? info->ident : "?";
+}
+
+bool troupe__cgen_has_local_arrays(const troupe__cgen_t *g)
+{
+    for (size_t i = 0; i < g->proc->nnodes; i++)
+        if (g->nodes[i].is_local)
+            return true;
+    return false;
+}
+
+void troupe__cgen_put_local_arrays(const troupe__cgen_t *g, troupe__strbuf_t *b)
 {
     const troupe_ll_proc_t *proc = g->proc;
-    g->target->put_open(b, r);
     bool any_local = false;
     for (size_t i = 0; i < proc->nnodes; i++) {
         const s_node_info_t *info = &g->nodes[i];
@@ -1431,6 +1485,26 @@ static void s_put_function(const s_gen_t *g, const troupe_cgen_result_t *r,
                               info->ident, troupe_tnode_num_elems(tn),
                               tn->prec == TROUPE_PREC_UINT4X32 ? "{{{0u}}}" : "{0}");
     }
+}
+
+void troupe__cgen_bind_sym(troupe__cgen_t *g, int32_t sym, bool bound, int64_t lo, int64_t hi)
+{
+    g->bound[sym] = bound;
+    g->ranges[sym] = bound ? (s_range_t){true, lo, hi} : (s_range_t){false, 0, 0};
+}
+
+troupe_status_t troupe__cgen_emit_stmt(troupe__cgen_t *g, const troupe_ll_t *s, int indent,
+                                       troupe__strbuf_t *out)
+{
+    return s_emit_ll(g, s, indent, out);
+}
+
+/* The routine: the target's signature and prologue, local arrays, body. */
+static void s_put_function(const s_gen_t *g, const troupe_cgen_result_t *r,
+                           const troupe__strbuf_t *body, troupe__strbuf_t *b)
+{
+    g->target->put_open(b, r);
+    troupe__cgen_put_local_arrays(g, b);
     troupe__strbuf_puts(b, "    /* Main logic. */\n");
     if (body->len > 0)
         troupe__strbuf_putn(b, body->data, body->len);
@@ -1479,7 +1553,9 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
     g.ranges = troupe_calloc(proc->nsyms ? (size_t)proc->nsyms : 1, sizeof *g.ranges);
     g.nscope_ids = proc->next_scope_id > 0 ? proc->next_scope_id : 0;
     g.scope_uses = troupe_calloc(g.nscope_ids ? (size_t)g.nscope_ids : 1, sizeof *g.scope_uses);
-    if (g.nodes == NULL || g.syms == NULL || g.ranges == NULL || g.scope_uses == NULL) {
+    g.bound = troupe_calloc(proc->nsyms ? (size_t)proc->nsyms : 1, sizeof *g.bound);
+    if (g.nodes == NULL || g.syms == NULL || g.ranges == NULL || g.scope_uses == NULL ||
+        g.bound == NULL) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
         goto done;
     }
@@ -1493,7 +1569,9 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
         goto done;
     if ((st = s_classify(&g)) != TROUPE_OK)
         goto done;
-    if ((st = s_emit_ll(&g, proc->body, 1, &body)) != TROUPE_OK)
+    /* A target with its own routine layout (CUDA's kernels) emits the body after the
+     * parameters are known; the others get it here. */
+    if (target->put_routine == NULL && (st = s_emit_ll(&g, proc->body, 1, &body)) != TROUPE_OK)
         goto done;
 
     r = troupe_calloc(1, sizeof *r);
@@ -1518,7 +1596,12 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
             goto done;
         }
     }
-    s_put_function(&g, r, &body, &fn);
+    if (target->put_routine != NULL) {
+        if ((st = target->put_routine(&g, r, &fn)) != TROUPE_OK)
+            goto done;
+    } else {
+        s_put_function(&g, r, &body, &fn);
+    }
     if (target->put_after != NULL)
         target->put_after(&fn, r);
 
@@ -1563,6 +1646,7 @@ done:
     troupe_free(g.ranges);
     troupe_free(g.scopes);
     troupe_free(g.scope_uses);
+    troupe_free(g.bound);
     return st;
 }
 

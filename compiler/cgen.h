@@ -44,11 +44,35 @@
  * `cc -O3 -shared -fPIC`; link with -lm.
  *
  * CUDA dialect (TROUPE_CGEN_CUDA): CUDA C++ for NVRTC (devices/cuda/nvrtc.h) defining
- *     extern "C" __global__ void <name>(<params>);
- * a single-thread kernel (every thread but thread 0 of block 0 returns at once) with the same
- * parameters, launched with the CUDA convention: kernel argument k points to the k-th
- * parameter's value (for NODE_PTR the address of the device pointer, for STATIC_IDX the
- * address of an int64_t). It includes no header: fixed-width integer types are typedef'd in
+ *     extern "C" __global__ void <name>_k<i>(<params>);     i = 0 .. nkernels-1
+ * kernels that all take the routine's parameters (same order as in C), launched with the CUDA
+ * convention: kernel argument k points to the k-th parameter's value (for NODE_PTR the
+ * address of the device pointer, for STATIC_IDX the address of an int64_t). One call of the
+ * routine runs result->steps in order on one stream (stream order separates the kernels, so
+ * no grid-wide barrier is needed). The plan, per top-level statement of the body:
+ *   - ZERO_OUT: a kernel whose threads zero the node's elements (grid-stride, 1D);
+ *   - a loop nest: the loops of its perfectly nested head (each loop the only statement of
+ *     the previous one's body) whose iterations touch disjoint data are mapped onto the grid.
+ *     Loop i is mapped when every statement of the nest that writes memory lies inside it and
+ *     every node the nest writes is accessed (read or written) only at one index of the form
+ *     c*i + o (the same c != 0 and o in every access) on some axis, so distinct values of i
+ *     touch distinct slices (a SET_FROM_VEC along that axis needs |c| >= its length). The
+ *     innermost mapped loop becomes x, the others (outermost most significant) are flattened
+ *     into y; each is a grid-stride loop over its extent. Unmapped loops (reductions) stay in
+ *     each thread in their original order, so every output element is computed by the same
+ *     operations in the same order as the interpreter: results are bit for bit the C
+ *     dialect's and the interpreter's, run to run.
+ *   - a matrix product compiler/gemm.h recognises at top level, whose operands' base offsets
+ *     depend only on static indices (a ZERO_OUT of the output just before it fuses as
+ *     beta = 0): a GEMM step with its generated kernels as the fallback;
+ *   - anything else (a top-level SET, a nest with no mappable loop): consecutive ones are
+ *     grouped into one one-thread kernel (thread 0 of block 0 runs it; the others return).
+ * A procedure with Local arrays is one one-thread kernel (a Local array lives in one thread).
+ * Launch shape (kernels[i].grid, .block): one-thread: 1x1 blocks of 1x1 threads; 1D: block
+ * x = the extent rounded up to a multiple of 32, at most 256; 2D: block x likewise at most 32,
+ * block y = min(256 / block x, extent y); grid = ceil(extent / block) per axis, at most 65535
+ * (the grid-stride loops cover the rest).
+ * It includes no header: fixed-width integer types are typedef'd in
  * the prelude, and half/bfloat16/fp8 are stored as the same bits as on the host and
  * converted by the same software helpers as the C dialect (not cuda_fp16.h intrinsics, whose
  * fp8 conversion saturates), so both dialects round identically. Compile without
@@ -138,6 +162,57 @@ typedef struct troupe_cgen_param {
     int64_t static_range;
 } troupe_cgen_param_t;
 
+/* ---- CUDA: kernels and the steps of a call (troupe_cgen_result_t.kernels, .steps) ------------ */
+
+/* One `extern "C" __global__` kernel of a CUDA unit and the launch shape it was planned for.
+ * Its thread-mapped loops are grid-stride loops over `extent`, so any grid is correct; `grid`
+ * and `block` are the planned shape (see "CUDA dialect" above for the rule). */
+typedef struct troupe_cgen_kernel {
+    char *name;         /* "<routine>_k<index>" */
+    int64_t extent[2];  /* iterations covered in x and y (1 and 1 for a one-thread kernel) */
+    uint32_t grid[2];   /* blocks in x, y */
+    uint32_t block[2];  /* threads per block in x, y */
+    bool one_thread;    /* sequential code: only thread 0 of block 0 works (the others return) */
+} troupe_cgen_kernel_t;
+
+typedef enum troupe_cgen_step_kind {
+    TROUPE_CGEN_STEP_KERNEL = 0, /* launch kernels[first_kernel] */
+    TROUPE_CGEN_STEP_GEMM,       /* a matrix product for a GEMM library (cuBLASLt), else the
+                                  * kernels first_kernel.. first_kernel+nkernels-1 in order */
+} troupe_cgen_step_kind_t;
+
+/* Most terms a GEMM operand's base offset has (static indices; compiler/gemm.h). */
+#define TROUPE_CGEN_GEMM_MAX_TERMS 8
+
+/* A GEMM operand: the node's array (parameter `param`, a NODE_PTR) at element offset
+ *     offset + sum_t coeff[t] * value(static index parameter static_param[t])
+ * read at each call; op(A)[i,k] = A[i*ld + k] (trans false) or A[k*ld + i] (trans true). */
+typedef struct troupe_cgen_gemm_operand {
+    size_t param;
+    int64_t offset;
+    int nterms;
+    size_t static_param[TROUPE_CGEN_GEMM_MAX_TERMS];
+    int64_t coeff[TROUPE_CGEN_GEMM_MAX_TERMS];
+    bool trans;
+    int64_t ld;
+} troupe_cgen_gemm_operand_t;
+
+/* Row-major C[i*ldc + j] = sum_k op(A)[i,k] * op(B)[k,j] + (beta_zero ? 0 : C[i*ldc + j]),
+ * i < m, j < n, k < k; prec TROUPE_PREC_SINGLE or _DOUBLE (compiler/gemm.h's normal form). */
+typedef struct troupe_cgen_gemm_call {
+    troupe_prec_t prec;
+    int64_t m, n, k;
+    bool beta_zero;
+    troupe_cgen_gemm_operand_t a, b, c;
+} troupe_cgen_gemm_call_t;
+
+typedef struct troupe_cgen_step {
+    troupe_cgen_step_kind_t kind;
+    size_t first_kernel; /* KERNEL: the kernel; GEMM: the first kernel of the fallback */
+    size_t nkernels;     /* KERNEL: 1; GEMM: the fallback's kernels */
+    troupe_cgen_gemm_call_t gemm; /* GEMM only */
+} troupe_cgen_step_t;
+
 /* A generated translation unit. */
 typedef struct troupe_cgen_result {
     troupe_cgen_dialect_t dialect;
@@ -152,6 +227,12 @@ typedef struct troupe_cgen_result {
     char *gemm_hooks_name;
     troupe_cgen_param_t *params; /* nparams entries, in call order */
     size_t nparams;
+    /* CUDA: the unit's kernels, and the steps one call of the routine runs, in order, on one
+     * stream (every kernel takes all the parameters). C: none (0, NULL). */
+    troupe_cgen_kernel_t *kernels;
+    size_t nkernels;
+    troupe_cgen_step_t *steps;
+    size_t nsteps;
 } troupe_cgen_result_t;
 
 /* Generates `dialect` source for `proc` (see the header comment for the calling convention

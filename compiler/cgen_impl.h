@@ -45,6 +45,25 @@ const troupe__cgen_section_t *troupe__cgen_sections(size_t *count);
  * floating-point-contraction pragmas. NULL for an unknown dialect. */
 const char *troupe__cgen_core(troupe_cgen_dialect_t dialect);
 
+/* ---- the emitter, for targets that lay the routine out themselves --------------------------- */
+
+typedef struct troupe__cgen troupe__cgen_t; /* one emission in progress (compiler/cgen.c) */
+
+const troupe_ll_proc_t *troupe__cgen_proc(const troupe__cgen_t *g);
+/* The identifier of symbol `sym` ("i3", "s1_batch"). */
+const char *troupe__cgen_sym_ident(const troupe__cgen_t *g, int32_t sym);
+/* The identifier of a node's array ("n3_w"). */
+const char *troupe__cgen_node_ident(troupe__cgen_t *g, const troupe_tnode_t *tn);
+/* Whether the routine has Local arrays, and their declarations (zero-filled, indented once). */
+bool troupe__cgen_has_local_arrays(const troupe__cgen_t *g);
+void troupe__cgen_put_local_arrays(const troupe__cgen_t *g, troupe__strbuf_t *b);
+/* Marks loop symbol `sym` as defined by the target with values lo..hi (a thread's index):
+ * troupe__cgen_emit_stmt then emits a loop over it as its body alone. bound false undoes it. */
+void troupe__cgen_bind_sym(troupe__cgen_t *g, int32_t sym, bool bound, int64_t lo, int64_t hi);
+/* Emits statement `s` at `indent` levels (4 spaces each). */
+troupe_status_t troupe__cgen_emit_stmt(troupe__cgen_t *g, const troupe_ll_t *s, int indent,
+                                       troupe__strbuf_t *out);
+
 /* ---- targets ------------------------------------------------------------------------------ */
 
 typedef struct troupe__cgen_target {
@@ -57,6 +76,10 @@ typedef struct troupe__cgen_target {
     void (*put_calling)(troupe__strbuf_t *b, const troupe_cgen_result_t *r);
     /* The routine's signature, its opening brace and the start of its body. */
     void (*put_open)(troupe__strbuf_t *b, const troupe_cgen_result_t *r);
+    /* When set, replaces put_open and the emitter's body: writes the whole routine (CUDA: its
+     * kernels) into b and fills r's kernels and steps; r's parameters are known. */
+    troupe_status_t (*put_routine)(troupe__cgen_t *g, troupe_cgen_result_t *r,
+                                   troupe__strbuf_t *b);
     /* Text after the routine (C: the _entry trampoline and, when r->gemm_hooks_name is set, the
      * loader's door to the GEMM library), or NULL. */
     void (*put_after)(troupe__strbuf_t *b, const troupe_cgen_result_t *r);

@@ -8,7 +8,8 @@
  *    it with buffers looked up by node (irt_call);
  *  - the reference interpreter over a table (irt_interp) and the bit-for-bit comparison of a
  *    compiled run against the interpreter (irt_run_and_compare);
- *  - the CUDA dialect through NVRTC (irt_nvrtc_check; no GPU needed);
+ *  - the CUDA dialect through NVRTC (irt_nvrtc_check; no GPU needed) and run on the host
+ *    (irt_emu_check, tests/cuda_emu.h: bit for bit against the compiled C);
  *  - text round trips of procedures and comps (irt_roundtrip_proc, irt_roundtrip_comp);
  *  - golden files under TROUPE_TEST_DATA_DIR/golden (irt_golden_check; TROUPE_UPDATE_GOLDEN=1
  *    rewrites them).
@@ -35,6 +36,8 @@
 #if TROUPE_HAVE_CUDA
 #include "devices/cuda/nvrtc.h"
 #endif
+
+#include "cuda_emu.h"
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -330,9 +333,46 @@ static inline bool irt_is_param_node(const troupe_tnode_t *tn, const void *ctx)
     return troupe_cgen_find_node_param((const troupe_cgen_result_t *)ctx, tn) >= 0;
 }
 
+/* Runs the CUDA dialect of proc on the host (tests/cuda_emu.h) from the buffers of `orig`,
+ * with the planned launch and with a small grid in reverse thread order, and asserts every
+ * parameter node ends up bit-for-bit as in `want`. Nothing without a C++ compiler. */
+static inline void irt_emu_check(const troupe_ll_proc_t *proc, const irt_binds_t *orig,
+                                 const irt_binds_t *want)
+{
+    if (!troupe_emu_available())
+        return;
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res), TROUPE_OK, "emit CUDA %s: %s",
+                 proc->name, troupe_last_error());
+    troupe_emu_t e;
+    troupe_emu_open(res, &e);
+    void *ptrs[IRT_MAX_BINDS], *args[IRT_MAX_BINDS];
+    cr_assert_leq(res->nparams, IRT_MAX_BINDS);
+    for (int shape = 0; shape < 2; shape++) {
+        irt_binds_t got;
+        irt_binds_copy(&got, orig, irt_is_param_node, res);
+        for (size_t k = 0; k < res->nparams; k++) {
+            cr_assert_eq(res->params[k].kind, TROUPE_CGEN_PARAM_NODE_PTR);
+            ptrs[k] = irt_binds_get(&got, res->params[k].tn);
+            cr_assert_not_null(ptrs[k]);
+            args[k] = &ptrs[k];
+        }
+        troupe_emu_run(&e, args, (troupe_emu_shape_t)shape, -1);
+        char what[160];
+        snprintf(what, sizeof what, "%s: CUDA dialect emulated (%s) vs compiled C", proc->name,
+                 shape ? "small grid, reverse" : "planned grid");
+        for (size_t k = 0; k < res->nparams; k++)
+            irt_expect_same_bytes(what, res->params[k].tn, &got, want);
+        irt_binds_free(&got);
+    }
+    troupe_emu_close(&e);
+    troupe_cgen_result_destroy(&res);
+}
+
 /* Makes sure every parameter node has a buffer in `b` (zero-filled if new), runs the compiled
  * routine on `b` (updated in place) and the interpreter on a copy made before the call, and
- * asserts every parameter node ends up bit-for-bit identical. */
+ * asserts every parameter node ends up bit-for-bit identical; then the same for the CUDA
+ * dialect run on the host (irt_emu_check). */
 static inline void irt_run_and_compare(const troupe_ll_proc_t *proc, const irt_lib_t *lib,
                                        irt_binds_t *b)
 {
@@ -340,6 +380,8 @@ static inline void irt_run_and_compare(const troupe_ll_proc_t *proc, const irt_l
     for (size_t k = 0; k < lib->res->nparams; k++)
         irt_binds_ensure(b, lib->res->params[k].tn);
     irt_binds_copy(&ref, b, irt_is_param_node, lib->res);
+    irt_binds_t orig;
+    irt_binds_copy(&orig, b, irt_is_param_node, lib->res);
     irt_call(lib, b);
     irt_interp(proc, &ref);
     char what[160];
@@ -347,12 +389,14 @@ static inline void irt_run_and_compare(const troupe_ll_proc_t *proc, const irt_l
     for (size_t k = 0; k < lib->res->nparams; k++)
         irt_expect_same_bytes(what, lib->res->params[k].tn, b, &ref);
     irt_binds_free(&ref);
+    irt_emu_check(proc, &orig, b);
+    irt_binds_free(&orig);
 }
 
 /* ---- CUDA dialect ------------------------------------------------------------------------------ */
 
 /* Emits the CUDA dialect of proc and compiles it with NVRTC (compute_80), asserting success
- * and that the PTX defines the kernel. Without the toolkit it does nothing and returns false. */
+ * and that the PTX defines every kernel. Without the toolkit it does nothing and returns false. */
 static inline bool irt_nvrtc_check(const troupe_ll_proc_t *proc)
 {
 #if TROUPE_HAVE_CUDA
@@ -365,8 +409,10 @@ static inline bool irt_nvrtc_check(const troupe_ll_proc_t *proc)
         cr_log_error("NVRTC log for %s:\n%s\n--- source ---\n%s", proc->name, log ? log : "",
                      res->source);
     cr_assert_eq(st, TROUPE_OK, "nvrtc %s: %s", proc->name, troupe_last_error());
-    snprintf(entry, sizeof entry, ".entry %s(", proc->name);
-    cr_assert_not_null(strstr(ptx, entry), "PTX of %s lacks '%s'", proc->name, entry);
+    for (size_t k = 0; k < res->nkernels; k++) {
+        snprintf(entry, sizeof entry, ".entry %s(", res->kernels[k].name);
+        cr_assert_not_null(strstr(ptx, entry), "PTX of %s lacks '%s'", proc->name, entry);
+    }
     troupe_free(ptx);
     troupe_free(log);
     troupe_cgen_result_destroy(&res);

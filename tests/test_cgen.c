@@ -25,6 +25,7 @@
 #include "devices/cuda/nvrtc.h"
 #endif
 #include "base/alloc.h"
+#include "cuda_emu.h"
 
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -293,22 +294,108 @@ static void s_compare_with_interp(const troupe_ll_proc_t *proc, const s_run_t *r
     }
 }
 
+/* ---- the CUDA dialect, emulated on the host (cuda_emu.h) ------------------------------------ */
+
+static int s_emu_runs; /* routines checked through the emulation in this process */
+
+/* args for an emulated call: args[k] points to parameter k's value (the buffers in data). */
+static void s_emu_args(const troupe_cgen_result_t *res, const s_run_t *r, void **data,
+                       void **ptrs, void **args)
+{
+    for (size_t k = 0; k < res->nparams; k++) {
+        const troupe_cgen_param_t *p = &res->params[k];
+        args[k] = NULL;
+        if (p->kind == TROUPE_CGEN_PARAM_NODE_PTR) {
+            for (size_t b = 0; b < r->nbinds; b++)
+                if (r->tn[b] == p->tn)
+                    ptrs[k] = data[b];
+            args[k] = &ptrs[k];
+        } else if (p->kind == TROUPE_CGEN_PARAM_STATIC_IDX) {
+            args[k] = (void *)&r->static_value;
+        } else {
+            ptrs[k] = r->merge;
+            args[k] = &ptrs[k];
+        }
+    }
+}
+
+/* Runs the CUDA dialect of proc emulated on the host, from the inputs `orig`, under both
+ * emulation shapes, and checks it gives bit for bit what the C dialect gave (r->data, equal to
+ * the interpreter); each GEMM step is also computed from its call description and checked
+ * within rounding. Without a C++ compiler nothing is checked (Test(cuda_emu, ...) skips). */
+static void s_emu_check(const troupe_ll_proc_t *proc, const s_run_t *r, void *const *orig)
+{
+    if (!troupe_emu_available())
+        return;
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res), TROUPE_OK, "emit: %s",
+                 troupe_last_error());
+    troupe_emu_t e;
+    troupe_emu_open(res, &e);
+    void *data[S_MAX_BINDS], *ptrs[32], *args[32];
+    cr_assert_leq(res->nparams, 32);
+    for (size_t b = 0; b < r->nbinds; b++)
+        data[b] = malloc(r->tn[b]->size_bytes);
+    for (long ref = -1; ref < (long)res->nsteps; ref++) {
+        if (ref >= 0 && res->steps[ref].kind != TROUPE_CGEN_STEP_GEMM)
+            continue;
+        for (int shape = 0; shape < (ref < 0 ? 2 : 1); shape++) {
+            for (size_t b = 0; b < r->nbinds; b++)
+                memcpy(data[b], orig[b], r->tn[b]->size_bytes);
+            s_emu_args(res, r, data, ptrs, args);
+            troupe_emu_run(&e, args, (troupe_emu_shape_t)shape, ref);
+            for (size_t b = 0; b < r->nbinds; b++) {
+                const troupe_tnode_t *tn = r->tn[b];
+                size_t es = troupe_prec_size_bytes(tn->prec);
+                for (int64_t i = 0; i < troupe_tnode_num_elems(tn); i++) {
+                    const char *x = (const char *)data[b] + (size_t)i * es;
+                    const char *y = (const char *)r->data[b] + (size_t)i * es;
+                    double xv = troupe_prec_load_double(tn->prec, x);
+                    double yv = troupe_prec_load_double(tn->prec, y);
+                    if (ref < 0)
+                        cr_assert(memcmp(x, y, es) == 0,
+                                  "%s (CUDA emulated, %s): node #%d element %lld: %.9g, C and "
+                                  "the interpreter %.9g",
+                                  proc->name, shape ? "small grid, reverse" : "planned grid",
+                                  tn->id, (long long)i, xv, yv);
+                    else
+                        cr_assert(fabs(xv - yv) <= 1e-4 * (1.0 + fabs(yv)),
+                                  "%s: GEMM step %ld's description gives %.9g at node #%d "
+                                  "element %lld, the loops %.9g",
+                                  proc->name, ref, xv, tn->id, (long long)i, yv);
+                }
+            }
+        }
+    }
+    for (size_t b = 0; b < r->nbinds; b++)
+        free(data[b]);
+    troupe_emu_close(&e);
+    troupe_cgen_result_destroy(&res);
+    s_emu_runs++;
+}
+
 /* Compiles proc with `flags`, runs it on the bound buffers (updated in place), and checks the
- * interpreter agrees bit for bit. */
+ * interpreter agrees bit for bit; then checks the CUDA dialect emulated on the host agrees too
+ * (s_emu_check). */
 static void s_run_flags(const troupe_ll_proc_t *proc, s_run_t *r, const char *flags)
 {
-    void *before[S_MAX_BINDS];
+    void *before[S_MAX_BINDS], *orig[S_MAX_BINDS];
     for (size_t b = 0; b < r->nbinds; b++) {
         before[b] = malloc(r->tn[b]->size_bytes);
+        orig[b] = malloc(r->tn[b]->size_bytes);
         memcpy(before[b], r->data[b], r->tn[b]->size_bytes);
+        memcpy(orig[b], r->data[b], r->tn[b]->size_bytes);
     }
     s_lib_t lib;
     s_lib_open(proc, flags, &lib);
     s_call(&lib, r);
     s_compare_with_interp(proc, r, before);
     s_lib_close(&lib);
-    for (size_t b = 0; b < r->nbinds; b++)
+    s_emu_check(proc, r, orig);
+    for (size_t b = 0; b < r->nbinds; b++) {
         free(before[b]);
+        free(orig[b]);
+    }
 }
 
 static const char s_flags[] = "-O2 -Wall -Wextra -Werror";
@@ -333,8 +420,10 @@ static void s_nvrtc_check(const troupe_ll_proc_t *proc)
     if (st != TROUPE_OK)
         cr_log_error("%s\n--- source ---\n%s", log ? log : "", res->source);
     cr_assert_eq(st, TROUPE_OK, "nvrtc: %s", troupe_last_error());
-    snprintf(entry, sizeof entry, ".entry %s(", proc->name);
-    cr_assert_not_null(strstr(ptx, entry), "PTX lacks '%s'", entry);
+    for (size_t k = 0; k < res->nkernels; k++) {
+        snprintf(entry, sizeof entry, ".entry %s(", res->kernels[k].name);
+        cr_assert_not_null(strstr(ptx, entry), "PTX lacks '%s'", entry);
+    }
     troupe_free(ptx);
     troupe_free(log);
     troupe_cgen_result_destroy(&res);
@@ -1047,12 +1136,41 @@ Test(cgen, deterministic_sorted_parameters)
     troupe_cgen_result_destroy(&r2);
     cr_assert_null(r1);
 
-    /* The CUDA dialect: same parameters, __restrict__, single-thread guard. */
+    /* The CUDA dialect: the same parameters in the same order (__restrict__), and two
+     * kernels: the zeroing over c's 15 elements, then the product with its row (i0) and column
+     * (i2) loops on the grid (column along x, row along y) and the reduction (i1) inside each
+     * thread, in the interpreter's order. No one-thread guard in either. */
     cr_assert_eq(troupe_cgen_emit(m.p, TROUPE_CGEN_CUDA, &r1), TROUPE_OK);
-    cr_expect_not_null(strstr(r1->source, "extern \"C\" __global__ void matmul_det("));
-    cr_expect_not_null(strstr(r1->source, "if (threadIdx.x != 0 || blockIdx.x != 0) return;"));
+    cr_assert_eq(r1->nparams, 3);
+    for (size_t k = 0; k < 3; k++)
+        cr_expect_eq(r1->params[k].tn, k == 0 ? m.a : k == 1 ? m.b : m.c);
     cr_expect_not_null(strstr(r1->source, "__restrict__"));
     cr_expect_null(strstr(r1->source, "#include"));
+    cr_expect_null(strstr(r1->source, "threadIdx.x != 0"), "%s", r1->source);
+    cr_assert_eq(r1->nkernels, 2);
+    cr_assert_eq(r1->nsteps, 2);
+    cr_expect_str_eq(r1->kernels[0].name, "matmul_det_k0");
+    cr_expect_str_eq(r1->kernels[1].name, "matmul_det_k1");
+    cr_expect_not_null(strstr(r1->source, "extern \"C\" __global__ void matmul_det_k0("));
+    cr_expect_not_null(strstr(r1->source, "extern \"C\" __global__ void matmul_det_k1("));
+    for (size_t k = 0; k < 2; k++) {
+        cr_expect_eq(r1->steps[k].kind, TROUPE_CGEN_STEP_KERNEL);
+        cr_expect_eq(r1->steps[k].first_kernel, k);
+        cr_expect_eq(r1->steps[k].nkernels, 1);
+        cr_expect(!r1->kernels[k].one_thread);
+    }
+    const troupe_cgen_kernel_t *k0 = &r1->kernels[0], *k1 = &r1->kernels[1];
+    cr_expect(k0->extent[0] == 15 && k0->extent[1] == 1);
+    cr_expect(k0->block[0] == 32 && k0->block[1] == 1 && k0->grid[0] == 1 && k0->grid[1] == 1);
+    cr_expect(k1->extent[0] == 5 && k1->extent[1] == 3, "%lld x %lld",
+              (long long)k1->extent[0], (long long)k1->extent[1]);
+    cr_expect(k1->block[0] == 32 && k1->block[1] == 3 && k1->grid[0] == 1 && k1->grid[1] == 1);
+    cr_expect_not_null(strstr(r1->source, "t_x < 15LL; t_x += (int64_t)gridDim.x * blockDim.x"));
+    cr_expect_not_null(strstr(r1->source, "const int64_t i2 = 0LL + t_x;"), "%s", r1->source);
+    cr_expect_not_null(strstr(r1->source, "const int64_t i0 = 0LL + t_y / 1LL % 3LL;"));
+    cr_expect_not_null(strstr(r1->source, "for (int64_t i1 = 0; i1 <= 3; ++i1)"));
+    cr_expect_null(strstr(r1->source, "for (int64_t i0 ="));
+    cr_expect_null(strstr(r1->source, "for (int64_t i2 ="));
     troupe_cgen_result_destroy(&r1);
     s_nvrtc_check(m.p);
     s_free_matmul(&m);
@@ -1448,6 +1566,220 @@ Test(cgen, assign_lowered_and_optimized)
     troupe_tnode_release(&t);
     troupe_tnode_release(&h);
     troupe_tnode_release(&y);
+}
+
+/* ---- CUDA: the thread mapping ------------------------------------------------------------- */
+
+/* Emits the CUDA dialect of p and returns it (caller destroys). */
+static troupe_cgen_result_t *s_cuda(const troupe_ll_proc_t *p)
+{
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_CUDA, &res), TROUPE_OK, "%s", troupe_last_error());
+    return res;
+}
+
+/* Fills n floats with values in [0.5, 2). */
+static void s_fill(float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = s_rndf(0.5f, 2.0f);
+}
+
+/* Which loops go on the grid, case by case (cgen.h's rule), each checked against C and the
+ * interpreter through the host emulation of the kernels (s_run -> s_emu_check), under the
+ * planned launch and under a small grid run in reverse thread order. */
+Test(cgen, cuda_thread_mapping)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    int runs0 = s_emu_runs;
+
+    /* 1. A full reduction s[0] += x[i]: no loop is independent -> one one-thread kernel. */
+    troupe_ll_proc_t *p = s_proc("full_sum");
+    troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 1, 40, 0);
+    troupe_tnode_t *sum = s_node("sum", TROUPE_PREC_SINGLE, 1, 1, 0);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_sc_t *v = troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, sum, troupe_idx_fixed(0)),
+                                     s_get1(p, x, s_ix(i)));
+    s_finish(p, s_for(p, i, 40, s_set1(p, sum, troupe_idx_fixed(0), v)));
+    troupe_cgen_result_t *res = s_cuda(p);
+    cr_assert_eq(res->nkernels, 1);
+    cr_expect(res->kernels[0].one_thread);
+    cr_expect(res->kernels[0].grid[0] == 1 && res->kernels[0].block[0] == 1);
+    cr_expect_not_null(strstr(res->source, "if (threadIdx.x != 0 || threadIdx.y != 0"));
+    troupe_cgen_result_destroy(&res);
+    float xv[40], sv[1] = {0.25f};
+    s_fill(xv, 40);
+    s_run_t r = {0};
+    s_bind(&r, x, xv);
+    s_bind(&r, sum, sv);
+    s_run(p, &r);
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+
+    /* 2. In place, reading the next element: x[i] = x[i] + x[i+1] must stay sequential. */
+    p = s_proc("shift_add");
+    i = troupe_ll_proc_add_symbol(p, NULL);
+    v = troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, x, s_ix(i)), s_get1(p, x, s_aff(1, i, 1)));
+    s_finish(p, troupe_ll_for(p, i, 0, 38, s_set1(p, x, s_ix(i), v), false));
+    res = s_cuda(p);
+    cr_assert_eq(res->nkernels, 1);
+    cr_expect(res->kernels[0].one_thread);
+    troupe_cgen_result_destroy(&res);
+    s_fill(xv, 40);
+    r = (s_run_t){0};
+    s_bind(&r, x, xv);
+    s_run(p, &r);
+    troupe_ll_proc_destroy(&p);
+
+    /* 3. An outer reduction around an independent loop: for k { for i { c[i] += a[k,i] } }.
+     * i goes on the grid (1D), k stays a loop inside each thread. */
+    p = s_proc("col_sum");
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_SINGLE, 2, 7, 300);
+    troupe_tnode_t *c = s_node("c", TROUPE_PREC_SINGLE, 1, 300, 0);
+    int32_t k = troupe_ll_proc_add_symbol(p, NULL);
+    i = troupe_ll_proc_add_symbol(p, NULL);
+    v = troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, c, s_ix(i)), s_get2(p, a, s_ix(k), s_ix(i)));
+    s_finish(p, s_for(p, k, 7, s_for(p, i, 300, s_set1(p, c, s_ix(i), v))));
+    res = s_cuda(p);
+    cr_assert_eq(res->nkernels, 1);
+    cr_expect(!res->kernels[0].one_thread);
+    cr_expect(res->kernels[0].extent[0] == 300 && res->kernels[0].extent[1] == 1);
+    cr_expect(res->kernels[0].block[0] == 256 && res->kernels[0].grid[0] == 2);
+    cr_expect_not_null(strstr(res->source, "const int64_t i1 = 0LL + t_x;"));
+    cr_expect_not_null(strstr(res->source, "for (int64_t i0 = 0; i0 <= 6; ++i0)"));
+    troupe_cgen_result_destroy(&res);
+    float *av = malloc(sizeof(float) * 2100), cv[300];
+    s_fill(av, 2100);
+    s_fill(cv, 300);
+    r = (s_run_t){0};
+    s_bind(&r, a, av);
+    s_bind(&r, c, cv);
+    s_run(p, &r);
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+
+    /* 4. A transpose with a static batch index and an affine write: y[j, 2*i + 1] = a[b, ...]
+     * has both loops independent (2D) and a zeroing before it (its own kernel). */
+    p = s_proc("transpose_b");
+    troupe_tnode_t *y = s_node("y", TROUPE_PREC_SINGLE, 2, 300, 15);
+    int32_t b = troupe_ll_proc_add_static_symbol(p, "b", 7);
+    i = troupe_ll_proc_add_symbol(p, NULL);
+    int32_t j = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t src[2] = {s_ix(b), s_ix(j)};
+    troupe_ll_t *nest = s_for(p, i, 7, s_for(p, j, 300,
+                                             s_set2(p, y, s_ix(j), s_aff(2, i, 1),
+                                                    troupe_sc_get(p, a, src))));
+    s_finish(p, troupe_ll_seq2(p, troupe_ll_zero_out(p, y), nest));
+    res = s_cuda(p);
+    cr_assert_eq(res->nkernels, 2);
+    cr_expect(res->kernels[0].extent[0] == 4500);
+    cr_expect(res->kernels[1].extent[0] == 300 && res->kernels[1].extent[1] == 7);
+    cr_expect(res->kernels[1].block[0] == 32 && res->kernels[1].block[1] == 7);
+    cr_expect(res->kernels[1].grid[0] == 10 && res->kernels[1].grid[1] == 1);
+    troupe_cgen_result_destroy(&res);
+    float *yv = malloc(sizeof(float) * 4500);
+    s_fill(yv, 4500);
+    r = (s_run_t){0};
+    s_bind(&r, a, av);
+    s_bind(&r, y, yv);
+    r.static_name = "b";
+    r.static_value = 5;
+    s_run(p, &r);
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+
+    /* 5. A statement writing outside the inner loop keeps the outer loop sequential, and two
+     * top-level sets share one one-thread kernel: sum[0] = 0; x[0] = 1; for i { for j {...} }
+     * where the nest also writes sum[0] (not sliced by i). */
+    p = s_proc("mixed");
+    i = troupe_ll_proc_add_symbol(p, NULL);
+    j = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *items[3] = {
+        s_set1(p, sum, troupe_idx_fixed(0), troupe_sc_constant(p, 0.0)),
+        s_set1(p, x, troupe_idx_fixed(0), troupe_sc_constant(p, 1.0)),
+        s_for(p, i, 7, s_for(p, j, 300,
+                             s_set1(p, sum, troupe_idx_fixed(0),
+                                    troupe_sc_binop(p, TROUPE_BINOP_MAX,
+                                                    s_get1(p, sum, troupe_idx_fixed(0)),
+                                                    s_get2(p, a, s_ix(i), s_ix(j))))))};
+    s_finish(p, troupe_ll_seq(p, 3, items));
+    res = s_cuda(p);
+    cr_assert_eq(res->nkernels, 1, "%s", res->source);
+    cr_expect(res->kernels[0].one_thread);
+    troupe_cgen_result_destroy(&res);
+    r = (s_run_t){0};
+    s_bind(&r, a, av);
+    s_bind(&r, sum, sv);
+    s_bind(&r, x, xv);
+    s_run(p, &r);
+    troupe_ll_proc_destroy(&p);
+
+    cr_expect_eq(s_emu_runs - runs0, 5, "every routine ran emulated");
+    free(av);
+    free(yv);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&sum);
+    troupe_tnode_release(&a);
+    troupe_tnode_release(&c);
+    troupe_tnode_release(&y);
+}
+
+/* A product large enough for a GEMM library (16x32x24) becomes a GEMM step whose call (with a
+ * static batch offset in A and the zeroing fused as beta = 0) is checked against the fallback
+ * kernels on the host. */
+Test(cgen, cuda_gemm_step)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    troupe_ll_proc_t *p = s_proc("bmm");
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_SINGLE, 2, 3 * 16, 24);
+    troupe_tnode_t *bm = s_node("b", TROUPE_PREC_SINGLE, 2, 24, 32);
+    troupe_tnode_t *c = s_node("c", TROUPE_PREC_SINGLE, 2, 16, 32);
+    int32_t bt = troupe_ll_proc_add_static_symbol(p, "batch", 3);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL), k = troupe_ll_proc_add_symbol(p, NULL),
+            j = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t ai[2] = {s_ix(i), s_ix(k)};
+    ai[0].terms[1] = (troupe_index_term_t){16, bt};
+    ai[0].nterms = 2;
+    troupe_sc_t *v =
+        troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, c, s_ix(i), s_ix(j)),
+                        troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, a, ai),
+                                        s_get2(p, bm, s_ix(k), s_ix(j))));
+    troupe_ll_t *nest =
+        s_for(p, i, 16, s_for(p, k, 24, s_for(p, j, 32, s_set2(p, c, s_ix(i), s_ix(j), v))));
+    s_finish(p, troupe_ll_seq2(p, troupe_ll_zero_out(p, c), nest));
+    troupe_cgen_result_t *res = s_cuda(p);
+    cr_assert_eq(res->nsteps, 1, "%s", res->source);
+    const troupe_cgen_step_t *st = &res->steps[0];
+    cr_assert_eq(st->kind, TROUPE_CGEN_STEP_GEMM);
+    cr_expect_eq(st->nkernels, 2); /* the zeroing and the product's kernel */
+    cr_expect(st->gemm.m == 16 && st->gemm.n == 32 && st->gemm.k == 24 && st->gemm.beta_zero);
+    cr_expect(!st->gemm.a.trans && st->gemm.a.ld == 24 && st->gemm.a.nterms == 1 &&
+              st->gemm.a.coeff[0] == 16 * 24);
+    cr_expect_eq(res->params[st->gemm.a.static_param[0]].kind, TROUPE_CGEN_PARAM_STATIC_IDX);
+    cr_expect(st->gemm.b.ld == 32 && st->gemm.c.ld == 32 && st->gemm.c.nterms == 0);
+    troupe_cgen_result_destroy(&res);
+    float *av = malloc(sizeof(float) * 48 * 24), *bv = malloc(sizeof(float) * 24 * 32),
+          *cv = malloc(sizeof(float) * 16 * 32);
+    s_fill(av, 48 * 24);
+    s_fill(bv, 24 * 32);
+    s_fill(cv, 16 * 32);
+    s_run_t r = {0};
+    s_bind(&r, a, av);
+    s_bind(&r, bm, bv);
+    s_bind(&r, c, cv);
+    r.static_name = "batch";
+    r.static_value = 2;
+    s_run(p, &r);
+    s_nvrtc_check(p);
+    free(av);
+    free(bv);
+    free(cv);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&a);
+    troupe_tnode_release(&bm);
+    troupe_tnode_release(&c);
 }
 
 /* ---- NVRTC ------------------------------------------------------------------------------ */

@@ -13,6 +13,7 @@
 #include "devices/host/gemm_library.h"
 #include "compiler/lower.h"
 #include "compiler/optimize.h"
+#include "cuda_emu.h"
 #include "runtime_test_util.h"
 #include "troupe_config.h"
 
@@ -183,6 +184,66 @@ static double s_uniform(void)
 {
     s_rng = s_rng * 6364136223846793005ull + 1442695040888963407ull;
     return (double)(s_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+/* The CUDA dialect of each form: the product is a GEMM step (or, batched, the batch loop's
+ * kernel with the product inside) and the step's call description, computed on the host,
+ * agrees with its fallback kernels run on the host (tests/cuda_emu.h) within float rounding. */
+Test(gemm_match, cuda_gemm_steps_describe_the_product)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    static const char *const specs[] = {"bi,ij=>bj", "bi,bj=>ij", "bj,ij=>bi", "bi,ij=>jb"};
+    static const int64_t dims[][3][2] = {{{24, 40}, {40, 16}, {24, 16}},
+                                         {{24, 40}, {24, 16}, {40, 16}},
+                                         {{24, 16}, {40, 16}, {24, 40}},
+                                         {{24, 40}, {40, 16}, {16, 24}}};
+    for (int f = 0; f < 4; f++) {
+        for (int fresh = 0; fresh < 2; fresh++) {
+            s_case_t c = s_lower(specs[f], TROUPE_PREC_SINGLE, 2, dims[f][0], 2, dims[f][1], 2,
+                                 dims[f][2], fresh != 0);
+            troupe_cgen_result_t *res = NULL;
+            OK(troupe_cgen_emit(c.proc, TROUPE_CGEN_CUDA, &res));
+            long step = -1;
+            for (size_t s = 0; s < res->nsteps; s++)
+                if (res->steps[s].kind == TROUPE_CGEN_STEP_GEMM)
+                    step = (long)s;
+            cr_assert_geq(step, 0, "%s: no GEMM step in\n%s", specs[f], res->source);
+            troupe_emu_t e;
+            troupe_emu_open(res, &e);
+            float *bufs[2][3];
+            void *ptrs[8], *args[8];
+            cr_assert_leq(res->nparams, 8);
+            const troupe_tnode_t *nodes[3] = {c.x, c.w, c.y};
+            for (int run = 0; run < 2; run++) {
+                s_rng = 0x9e3779b97f4a7c15ull;
+                for (int n = 0; n < 3; n++) {
+                    int64_t cnt = troupe_tnode_num_elems(nodes[n]);
+                    bufs[run][n] = malloc(sizeof(float) * (size_t)cnt);
+                    for (int64_t i = 0; i < cnt; i++)
+                        bufs[run][n][i] = (float)s_uniform();
+                }
+                for (size_t k = 0; k < res->nparams; k++) {
+                    for (int n = 0; n < 3; n++)
+                        if (res->params[k].tn == nodes[n])
+                            ptrs[k] = bufs[run][n];
+                    args[k] = &ptrs[k];
+                }
+                troupe_emu_run(&e, args, TROUPE_EMU_PLANNED, run == 0 ? -1 : step);
+            }
+            int64_t ny = troupe_tnode_num_elems(c.y);
+            for (int64_t i = 0; i < ny; i++)
+                cr_assert(fabsf(bufs[0][2][i] - bufs[1][2][i]) <= 1e-5f * 40,
+                          "%s fresh=%d: y[%lld] kernels %.9g, GEMM description %.9g", specs[f],
+                          fresh, (long long)i, bufs[0][2][i], bufs[1][2][i]);
+            for (int run = 0; run < 2; run++)
+                for (int n = 0; n < 3; n++)
+                    free(bufs[run][n]);
+            troupe_emu_close(&e);
+            troupe_cgen_result_destroy(&res);
+            s_free(&c);
+        }
+    }
 }
 
 typedef enum s_form { S_FORWARD, S_WGRAD, S_XGRAD, S_TOUT, S_BATCHED, S_NFORMS } s_form_t;
