@@ -328,6 +328,7 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     }
     TROUPE_RETURN_IF_ERROR(s_copy_model(dp, m));
     TROUPE_RETURN_IF_ERROR(s_open(dp, cfg));
+    TROUPE_RETURN_IF_ERROR(troupe__dp_agree_config(dp, cfg, m)); /* before any long work */
 
     /* parameters and inputs on every replica */
     for (int k = 0; k < dp->n; k++) {
@@ -635,7 +636,7 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp)
         dp->hyper_uploaded = true;
     }
     /* 1. every replica on its minibatch, round-robin over the global list */
-    int64_t base = dp->steps * (int64_t)n * dp->nranks + (int64_t)dp->rank * n;
+    int64_t base = dp->steps * dp->replicas + dp->replica_offset;
     for (int k = 0; k < n; k++) {
         int64_t b = (base + k) % dp->num_batches;
         TROUPE_RETURN_IF_ERROR(troupe_routine_set_index(dp->rep[k].grad, dp->batch_index, b));
@@ -742,7 +743,20 @@ troupe_status_t troupe_dp_last_loss(troupe_dp_t *dp, double *out)
         sum += troupe_prec_load_double(dp->loss->prec, host);
     }
     double mean = sum / (double)dp->n;
-    if (dp->nranks > 1) {
+    if (dp->nranks > 1 && dp->replicas != (int64_t)dp->n * dp->nranks) {
+        /* ranks with different numbers of replicas: the sum over all of them, over T */
+        troupe_coll_tensor_t t;
+        memset(&t, 0, sizeof t);
+        t.data = &sum;
+        t.count = 1;
+        t.prec = TROUPE_PREC_DOUBLE;
+        t.name = "dp_loss";
+        troupe_event_t *ev = NULL;
+        troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_SUM, .n = 1, .tensors = &t};
+        TROUPE_RETURN_IF_ERROR(troupe_allreduce(&ar, &ev));
+        TROUPE_RETURN_IF_ERROR(troupe__dp_sync_event(&ev, "dp_last_loss: summing across ranks"));
+        mean = sum / (double)dp->replicas;
+    } else if (dp->nranks > 1) {
         troupe_coll_tensor_t t;
         memset(&t, 0, sizeof t);
         t.data = &mean;

@@ -5,7 +5,9 @@
  * SGD/AdamW steps:
  *   1. replica k (stream k) runs the gradient routine on minibatch
  *        b = step * (N*R) + rank * N + k          (round-robin over the global minibatch list;
- *      the routine's static index `batch_index` is bound to b mod num_batches);
+ *      the routine's static index `batch_index` is bound to b mod num_batches; with ranks that
+ *      run different numbers of streams, N*R and rank * N are the replicas of all ranks and of
+ *      the ranks before this one: Ranks that disagree, below);
  *   2. tree merge of the gradients across the local streams through merge buffers, in OCANNL
  *      0.6.0's pairing: for stride 1, 2, 4, ...: stream k (k % (2*stride) == 0) receives
  *      stream k+stride's gradient with a COPY device_to_device and adds it (`g =+ g.merge`),
@@ -40,6 +42,21 @@
  * precisions (transport/mpi/collective.h): every rank must build the same model (creating its
  * nodes in the same order, so ids agree) and call troupe_dp_new / troupe_dp_step /
  * troupe_dp_last_loss in the same order.
+ *
+ * Ranks that disagree: troupe_dp_new fingerprints the configuration that decides the results —
+ * the parameters' labels, shapes and precisions, the inputs' shapes, num_batches, the optimizer
+ * and each of its hyper-parameters, compress_bf16, and the program's own settings
+ * (troupe_dp_config_t.settings: what the library cannot know, such as epochs, seed, global
+ * batch, schedule) — and compares it across ranks before any work: on a difference every rank
+ * fails with FAILED_PRECONDITION naming the setting and each rank's value. Streams per rank are
+ * allowed to differ (nodes with different core counts get different suggestions): with
+ * N_r replicas on rank r and T = sum of N_r, replica k of rank r takes minibatch
+ * step * T + (N_0 + ... + N_{r-1}) + k and the optimizer scales the sum by 1 / T, so a step
+ * trains on the same T minibatches and takes their mean whatever the layout; only the order of
+ * the sums changes (the tree over each rank's streams, then the ranks), so such a run equals a
+ * run with the same T replicas laid out otherwise up to float rounding, and is bitwise
+ * reproducible for its own layout — as for any two layouts. (T is what the trainer splits its
+ * global batch over: troupe_dp_replicas.)
  *
  * Thread safety: one thread drives a troupe_dp_t. Ownership: the caller keeps its references
  * to the comp and nodes (borrowed for troupe_dp_new, retained where needed).
@@ -114,7 +131,38 @@ typedef struct troupe_dp_config {
      * bits; PyTorch DDP's bf16_compress_hook, Horovod's Compression.fp16). Every rank must
      * set it alike (fingerprinted). false (default): exact single-precision sums. */
     bool compress_bf16;
+    /* The program's settings that every rank must give alike (above, Ranks that disagree):
+     * n_settings (at most TROUPE_DP_MAX_SETTINGS) named values, borrowed for the call. NULL/0:
+     * none. */
+    const struct troupe_dp_setting *settings;
+    size_t n_settings;
 } troupe_dp_config_t;
+
+/* One setting of a run, as its user knows it (examples/fmnist: {"--epochs", "10"}): name 1 or
+ * more bytes, value any text (the message shows its first 127 bytes; all of it is compared). */
+typedef struct troupe_dp_setting {
+    const char *name;
+    const char *value;
+} troupe_dp_setting_t;
+#define TROUPE_DP_MAX_SETTINGS 32
+
+/* Checks that every rank of the cluster gives the same settings (names, order and values):
+ * a collective (every rank calls it, in the same order as its other collectives; without a
+ * distributed cluster it returns OK). For the settings a program acts on before troupe_dp_new
+ * (a check that exits on one rank only would leave the others waiting for it until the
+ * deadline). Errors: FAILED_PRECONDITION, alike on every rank, naming the first (up to three)
+ * differing settings and each value with its ranks ("--optimizer is 'sgd' on rank 0, 'adamw'
+ * on rank 1"); INVALID_ARGUMENT (more than TROUPE_DP_MAX_SETTINGS, a setting without a name or
+ * value); the transport's errors. */
+TROUPE_MUST_USE troupe_status_t troupe_dp_agree(const troupe_dp_setting_t *settings, size_t n);
+
+/* The replicas of the whole run when this rank runs `streams` (> 0) of them: *out_total, the
+ * sum over every rank, and *out_offset, the sum over the ranks before this one (a collective,
+ * as troupe_dp_agree; without a distributed cluster: streams and 0). A program splits its
+ * global batch over *out_total replicas when ranks may run different numbers of streams.
+ * Errors: INVALID_ARGUMENT, the transport's. */
+TROUPE_MUST_USE troupe_status_t troupe_dp_replicas(int streams, int64_t *out_total,
+                                                   int64_t *out_offset);
 
 /* The streams per rank a run uses when troupe_dp_config_t.streams is 0: the backend's
  * suggestion (troupe_suggested_num_streams, one stream per core of the CPU affinity on "cpu")
@@ -129,7 +177,8 @@ TROUPE_MUST_USE troupe_status_t troupe_dp_suggested_streams(troupe_backend_t *b,
  * stream. With the cluster distributed, parameters are broadcast from rank 0 first, so every
  * rank starts from the same values. Caller owns *out.
  * Errors: INVALID_ARGUMENT (NULL, n_params == 0, grads whose dims/prec differ from params,
- * a batch_index the comp lacks, bad optimizer settings — each named), the errors of
+ * a batch_index the comp lacks, bad optimizer settings — each named), FAILED_PRECONDITION when
+ * the ranks disagree on the configuration (above, Ranks that disagree), the errors of
  * troupe_backend_open / troupe_compile / troupe_link / transfers, the cluster's status. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_new(const troupe_dp_config_t *cfg,
                                               const troupe_dp_model_t *model, troupe_dp_t **out);

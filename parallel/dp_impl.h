@@ -56,6 +56,8 @@ struct troupe_dp {
     int n;               /* local replicas */
     int rank;            /* this rank (0 when local_only) */
     int nranks;          /* ranks (1 when local_only) */
+    int64_t replicas;       /* T: the replicas of every rank (n * nranks when they agree) */
+    int64_t replica_offset; /* the replicas of the ranks before this one */
 
     size_t n_params;
     troupe_tnode_t **params;      /* retained */
@@ -114,6 +116,20 @@ TROUPE_MUST_USE troupe_status_t troupe__dp_optimizer_comp(troupe_dp_t *dp,
 void troupe__dp_hyper_values(const troupe_dp_t *dp, int64_t t, double *h);
 /* Validates an optimizer (INVALID_ARGUMENT naming the field and its value). */
 TROUPE_MUST_USE troupe_status_t troupe__dp_check_optimizer(const troupe_optimizer_t *opt);
+
+/* dp_agree.c: compares across ranks the library's settings lib[nlib] (troupe_dp_setting_t:
+ * name, value), the program's prog[nprog] and learns every rank's replica count, as
+ * troupe_dp_agree (`what` prefixes the messages): *out_total and *out_offset as
+ * troupe_dp_replicas for `replicas` on this rank. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_agree(const troupe_dp_setting_t *lib, size_t nlib,
+                                                 const troupe_dp_setting_t *prog, size_t nprog,
+                                                 int replicas, const char *what,
+                                                 int64_t *out_total, int64_t *out_offset);
+/* dp_agree.c: troupe_dp_new's check (parallel/dp.h, Ranks that disagree); sets dp->replicas
+ * and dp->replica_offset (dp->n and 0 with local_only, which checks nothing). */
+TROUPE_MUST_USE troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp,
+                                                        const troupe_dp_config_t *cfg,
+                                                        const troupe_dp_model_t *m);
 
 /* dp.c: waits for every local stream; the first failure with its stream named. */
 TROUPE_MUST_USE troupe_status_t troupe__dp_await(troupe_dp_t *dp, const char *what);

@@ -322,10 +322,35 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
 
 /* ---- the run ------------------------------------------------------------------------------- */
 
+/* The options every rank must give alike (troupe_dp_agree, troupe_dp_config_t.settings): those
+ * that decide the results. Not --streams (ranks may run different numbers: the global batch is
+ * split over all replicas), --data (a path per node), --backend, --test-limit (rank 0
+ * evaluates), the output files. */
+enum {
+    S_SET_EPOCHS,
+    S_SET_BATCH,
+    S_SET_OPT,
+    S_SET_LR,
+    S_SET_MOM,
+    S_SET_WD,
+    S_SET_SCHEDULE,
+    S_SET_SEED,
+    S_SET_COMPRESS,
+    S_SET_TRAIN_LIMIT,
+    S_NSETTINGS
+};
+
+typedef struct run_settings {
+    char values[S_NSETTINGS][32];
+    troupe_dp_setting_t list[S_NSETTINGS];
+} run_settings_t;
+
 typedef struct run {
     opts_t o;
+    run_settings_t settings;
     int rank, ranks, streams;
-    bool tty; /* progress lines update in place (rank 0, stdout a terminal, one process) */
+    int64_t replicas; /* over all ranks: --batch is split over them (troupe_dp_replicas) */
+    bool tty;         /* progress lines update in place (rank 0, stdout a terminal, one process) */
     fmnist_dataset_t train, test;
     fmnist_mlp_t *mlp;
     fmnist_mlp_eval_t *eval;
@@ -334,6 +359,29 @@ typedef struct run {
     troupe_routine_t *eval_routine;
     FILE *curve;
 } run_t;
+
+static void s_settings(const opts_t *o, run_settings_t *s)
+{
+    static const char *const names[S_NSETTINGS] = {
+        [S_SET_EPOCHS] = "--epochs",     [S_SET_BATCH] = "--batch",
+        [S_SET_OPT] = "--optimizer",     [S_SET_LR] = "--lr",
+        [S_SET_MOM] = "--momentum",      [S_SET_WD] = "--weight-decay",
+        [S_SET_SCHEDULE] = "--schedule", [S_SET_SEED] = "--seed",
+        [S_SET_COMPRESS] = "--compress", [S_SET_TRAIN_LIMIT] = "--train-limit"};
+    char(*v)[32] = s->values;
+    snprintf(v[S_SET_EPOCHS], sizeof v[0], "%d", o->epochs);
+    snprintf(v[S_SET_BATCH], sizeof v[0], "%lld", (long long)o->batch);
+    snprintf(v[S_SET_OPT], sizeof v[0], "%s", troupe_optimizer_name(o->opt.kind));
+    snprintf(v[S_SET_LR], sizeof v[0], "%g", o->opt.lr);
+    snprintf(v[S_SET_MOM], sizeof v[0], "%g", o->opt.momentum);
+    snprintf(v[S_SET_WD], sizeof v[0], "%g", o->opt.weight_decay);
+    snprintf(v[S_SET_SCHEDULE], sizeof v[0], "%s", o->cosine ? "cosine" : "constant");
+    snprintf(v[S_SET_SEED], sizeof v[0], "%llu", (unsigned long long)o->seed);
+    snprintf(v[S_SET_COMPRESS], sizeof v[0], "%s", o->compress_bf16 ? "bf16" : "none");
+    snprintf(v[S_SET_TRAIN_LIMIT], sizeof v[0], "%lld", (long long)o->train_limit);
+    for (int i = 0; i < S_NSETTINGS; i++)
+        s->list[i] = (troupe_dp_setting_t){names[i], v[i]};
+}
 
 /* The run in progress, for s_die's teardown. */
 static run_t *s_active;
@@ -621,6 +669,9 @@ int main(int argc, char **argv)
     }
     const opts_t *o = &r.o;
     s_active = &r;
+    /* every rank runs with the same settings, or every rank stops here naming them */
+    s_settings(o, &r.settings);
+    CHECK(troupe_dp_agree(r.settings.list, S_NSETTINGS), "checking the options across ranks");
     /* In-place progress only for a terminal of our own: under a launcher, Open MPI hands each
      * rank a pseudo-terminal even when mpiexec's output goes to a pipe or a file. */
     r.tty = r.rank == 0 && isatty(STDOUT_FILENO) && !troupe_cluster_is_distributed();
@@ -635,13 +686,15 @@ int main(int argc, char **argv)
         return s_leave(2);
     }
     r.streams = s_resolve_streams(o);
-    int64_t replicas = (int64_t)r.streams * r.ranks;
+    int64_t offset = 0;
+    CHECK(troupe_dp_replicas(r.streams, &r.replicas, &offset), "counting the replicas");
+    int64_t replicas = r.replicas;
     if (o->batch % replicas != 0) {
         if (r.rank == 0)
             fprintf(stderr,
-                    "fmnist: option --batch: %lld rows do not split evenly over %d rank(s) x %d "
-                    "stream(s)\n",
-                    (long long)o->batch, r.ranks, r.streams);
+                    "fmnist: option --batch: %lld rows do not split evenly over %lld replicas "
+                    "(%d rank(s), %d stream(s) on rank 0)\n",
+                    (long long)o->batch, (long long)replicas, r.ranks, r.streams);
         return s_leave(2);
     }
     int64_t B = o->batch / replicas;
@@ -686,7 +739,9 @@ int main(int argc, char **argv)
     troupe_dp_config_t dc = {.backend = o->backend,
                              .streams = r.streams,
                              .optimizer = o->opt,
-                             .compress_bf16 = o->compress_bf16};
+                             .compress_bf16 = o->compress_bf16,
+                             .settings = r.settings.list,
+                             .n_settings = S_NSETTINGS};
     double t_build = s_now();
     CHECK(troupe_dp_new(&dc, &model, &r.dp), "starting data-parallel training");
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
@@ -717,9 +772,15 @@ int main(int argc, char **argv)
         CHECK(fmnist_mlp_eval_load(r.eval, &r.test), "placing the test set");
         CHECK(troupe_compile(troupe_dp_backend(r.dp), r.eval->comp, "fmnist_eval", &r.eval_code),
               "compiling the evaluation");
-        printf("fmnist: %lld train / %lld test images, %d rank(s) x %d stream(s) on %s, batch "
+        char layout[96];
+        if (r.replicas == (int64_t)r.streams * r.ranks)
+            snprintf(layout, sizeof layout, "%d rank(s) x %d stream(s)", r.ranks, r.streams);
+        else /* ranks with different numbers of streams */
+            snprintf(layout, sizeof layout, "%d rank(s), %lld replicas (%d stream(s) on rank 0)",
+                     r.ranks, (long long)r.replicas, r.streams);
+        printf("fmnist: %lld train / %lld test images, %s on %s, batch "
                "%lld (%lld per replica), %lld steps/epoch, %s lr %g",
-               (long long)r.train.count, (long long)r.test.count, r.ranks, r.streams,
+               (long long)r.train.count, (long long)r.test.count, layout,
                troupe_backend_name(troupe_dp_backend(r.dp)), (long long)o->batch, (long long)B,
                (long long)steps_per_epoch, troupe_optimizer_name(o->opt.kind), o->opt.lr);
         if (o->opt.kind == TROUPE_OPT_SGD)
@@ -800,8 +861,8 @@ int main(int argc, char **argv)
                    "fmnist: epoch %d: training %.3f s = issuing steps %.3f s + waiting for "
                    "sampled losses %.3f s + final sync %.3f s + other %.3f s; evaluation %.3f "
                    "s; checkpoint %.3f s",
-                   epoch + 1, dt, t_issue, t_loss, t_sync, dt - t_issue - t_loss - t_sync,
-                   t_eval, t_ckpt);
+                   epoch + 1, dt, t_issue, t_loss, t_sync, dt - t_issue - t_loss - t_sync, t_eval,
+                   t_ckpt);
     }
     if (r.rank == 0) {
         if (acc < 0) /* no epoch ran (resumed at or past --epochs) */

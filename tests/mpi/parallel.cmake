@@ -4,3 +4,16 @@ troupe_add_mpi_test(test_dp_equivalence SOURCES test_dp_equivalence.c NP 2 TIMEO
                     ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
 troupe_add_mpi_test(test_dp_repro SOURCES test_dp_repro.c NP 2 TIMEOUT 300
                     ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
+add_executable(test_dp_agree test_dp_agree.c)
+target_link_libraries(test_dp_agree PRIVATE troupe::troupe m)
+target_include_directories(test_dp_agree PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR})
+# Ranks that disagree (parallel/dp.h): rank 1 differs in one setting per mode, and both ranks
+# must fail at once naming it (TROUPE_TIMEOUT_S=30: a hang would fail the 10 s check); different
+# streams per rank train like one process with as many streams, bit for bit.
+foreach(mode optimizer lr shape setting count agree streams)
+  add_test(NAME test_dp_agree_${mode}_np2
+           COMMAND ${MPIEXEC_EXECUTABLE} -n 2 ${TROUPE_MPI_LAUNCHER_ARGS}
+                   $<TARGET_FILE:test_dp_agree> ${mode})
+  set_tests_properties(test_dp_agree_${mode}_np2 PROPERTIES TIMEOUT 120 LABELS mpi PROCESSORS 2
+    ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30;TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp")
+endforeach()
