@@ -1,6 +1,8 @@
 /* troupe — command-line tool.
  *
  *   troupe info          build features, backends and their devices, library versions, config
+ *   troupe doctor        preflight checks (cmd_doctor.c)
+ *   troupe plot          learning curve CSV -> PNG (cmd_plot.c)
  *   troupe help          usage (also -h, --help)
  *   troupe --version     "troupe <version>" (also version)
  *
@@ -43,6 +45,8 @@
  * and transport/mpi/cluster.h.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include "cmd_impl.h"
+
 #include "actors/backend.h"
 #include "base/config.h"
 #include "base/log.h"
@@ -75,6 +79,9 @@ static void s_usage(FILE *f)
     fprintf(f, "usage: troupe <command>\n"
                "commands:\n"
                "  info       build features, backends, devices, library versions, configuration\n"
+               "  doctor     preflight: compiler, cache, data set, GPUs; under mpirun the ranks'\n"
+               "             settings, shared memory and MPI (troupe doctor --help)\n"
+               "  plot       draw a learning curve CSV as a PNG (troupe plot --help)\n"
                "  help       this text (also -h, --help)\n"
                "  version    the version of troupe (also --version)\n"
                "exit status: 0 success, 1 output failed, 2 usage error\n");
@@ -275,6 +282,10 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "info") == 0)
         return s_simple(s_info, argc, argv);
+    if (strcmp(cmd, "doctor") == 0)
+        return troupe__cmd_doctor(argc, argv);
+    if (strcmp(cmd, "plot") == 0)
+        return troupe__cmd_plot(argc, argv);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
         return s_simple(s_help, argc, argv);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
