@@ -9,8 +9,10 @@
  * the layout (to rounding). The training set is read once (idx.h), reordered once with a seeded
  * Fisher-Yates shuffle, and kept on the device; minibatch b is rows b*B..b*B+B-1 of it.
  * After each epoch rank 0 evaluates the test set with a forward routine linked on the owner
- * stream's context and prints one line (updated in place while the epoch runs when stdout is a
- * terminal and the run is not under a launcher, whose ranks always see a pseudo-terminal).
+ * stream's context and prints one line; while the epoch runs a progress bar takes its place
+ * when stdout is a terminal and the run is not under a launcher, whose ranks always see a
+ * pseudo-terminal (progress.h). --plot FILE redraws the learning curve as a PNG after every
+ * epoch (plot.h).
  * The last line, printed by rank 0 only, is machine-readable:
  *   final test_accuracy=<0..1> samples_per_s=<n> ranks=<r> streams=<s> epochs=<e>
  *
@@ -29,6 +31,8 @@
 
 #include "idx.h"
 #include "mlp.h"
+#include "plot.h"
+#include "progress.h"
 
 #include "actors/troupe.h"
 #include "base/clock.h"
@@ -70,7 +74,7 @@ typedef struct opts {
     const char *backend;
     int streams;
     int64_t train_limit, test_limit;
-    const char *curve, *checkpoint, *resume;
+    const char *curve, *checkpoint, *resume, *plot;
     bool cosine;        /* --schedule cosine */
     bool compress_bf16; /* --compress bf16 */
     bool force;         /* --force: overwrite a checkpoint this run does not resume from */
@@ -125,6 +129,8 @@ static void s_help(void)
            "  --curve FILE         CSV epoch,loss,test_accuracy,samples_per_s,seconds (seconds:\n"
            "                       this run's training time so far, evaluation excluded;\n"
            "                       appended to with --resume) [none]\n"
+           "  --plot FILE          PNG of the learning curve (training loss and test accuracy\n"
+           "                       per epoch), redrawn after every epoch [none]%s\n"
            "  --checkpoint FILE    parameters and optimizer state, written atomically after\n"
            "                       every epoch; an existing FILE is only overwritten when\n"
            "                       this run resumes from it, or with --force [none]\n"
@@ -138,7 +144,8 @@ static void s_help(void)
            "epochs=<e>\n"
            "Exit status: 0 done, 1 runtime failure, 2 bad option.\n",
            FMNIST_DEFAULT_DIR, S_DEFAULT_EPOCHS, S_DEFAULT_BATCH, S_DEFAULT_LR_SGD, adamw.lr,
-           sgd.momentum, sgd.weight_decay, adamw.weight_decay, S_DEFAULT_SEED, s_backends());
+           sgd.momentum, sgd.weight_decay, adamw.weight_decay, S_DEFAULT_SEED, s_backends(),
+           fmnist_plot_help_note());
 }
 
 /* ---- option parsing ---------------------------------------------------------------------- */
@@ -208,7 +215,7 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             "--data",        "--epochs",       "--batch", "--optimizer",  "--lr",
             "--momentum",    "--weight-decay", "--seed",  "--backend",    "--streams",
             "--train-limit", "--test-limit",   "--curve", "--checkpoint", "--resume",
-            "--schedule",    "--compress"};
+            "--schedule",    "--compress",       "--plot"};
         bool ok = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             ok |= !strcmp(name, known[k]);
@@ -296,6 +303,8 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             o->checkpoint = val;
         } else if (!strcmp(name, "--resume")) {
             o->resume = val;
+        } else if (!strcmp(name, "--plot")) {
+            o->plot = val;
         }
         if (want) {
             snprintf(err, cap, "option %s: expected %s, got '%s'", name, want, val);
@@ -358,6 +367,8 @@ typedef struct run {
     troupe_code_t *eval_code;
     troupe_routine_t *eval_routine;
     FILE *curve;
+    fmnist_progress_t progress; /* the bar within an epoch (r.tty) */
+    fmnist_plot_t plot;         /* --plot */
 } run_t;
 
 static void s_settings(const opts_t *o, run_settings_t *s)
@@ -393,6 +404,7 @@ static void s_teardown(run_t *r)
     if (r->curve && fclose(r->curve) != 0)
         fprintf(stderr, "fmnist: writing %s: %s\n", r->o.curve, strerror(errno));
     r->curve = NULL;
+    fmnist_plot_free(&r->plot);
     troupe_routine_release(&r->eval_routine);
     troupe_code_release(&r->eval_code);
     troupe_dp_destroy(&r->dp);
@@ -503,6 +515,8 @@ static bool s_check_outputs(run_t *r, char *err, size_t cap)
             unlink(probe);
         }
     }
+    if (!fmnist_plot_open(&r->plot, o->plot, o->resume ? o->curve : NULL, err, cap))
+        return false;
     if (o->curve) {
         r->curve = fopen(o->curve, o->resume ? "a" : "w");
         if (!r->curve) {
@@ -626,15 +640,6 @@ static double s_evaluate(run_t *r)
     return acc;
 }
 
-static void s_progress(const run_t *r, int epoch, int64_t step, int64_t steps, double loss,
-                       double rate)
-{
-    if (!r->tty)
-        return;
-    printf("\r\033[Kepoch %d/%d  [%3d%%]  samples/s %.0f  loss %.4f", epoch, r->o.epochs,
-           (int)(100 * step / steps), rate, loss);
-    fflush(stdout);
-}
 
 /* Ends the cluster before the run started (usage errors, --help) and returns `code`. */
 static int s_leave(int code)
@@ -675,6 +680,7 @@ int main(int argc, char **argv)
     /* In-place progress only for a terminal of our own: under a launcher, Open MPI hands each
      * rank a pseudo-terminal even when mpiexec's output goes to a pipe or a file. */
     r.tty = r.rank == 0 && isatty(STDOUT_FILENO) && !troupe_cluster_is_distributed();
+    fmnist_progress_init(&r.progress, r.tty);
     /* The output paths, before any work: rank 0 writes them, every rank learns the verdict. */
     int32_t verdict = 0;
     if (r.rank == 0 && !s_check_outputs(&r, err, sizeof err)) {
@@ -783,6 +789,10 @@ int main(int argc, char **argv)
                (long long)r.train.count, (long long)r.test.count, layout,
                troupe_backend_name(troupe_dp_backend(r.dp)), (long long)o->batch, (long long)B,
                (long long)steps_per_epoch, troupe_optimizer_name(o->opt.kind), o->opt.lr);
+        snprintf(r.plot.title, sizeof r.plot.title, "fmnist: %d rank(s) x %d stream(s) on %s, "
+                 "batch %lld, %s lr %g", r.ranks, r.streams,
+                 troupe_backend_name(troupe_dp_backend(r.dp)), (long long)o->batch,
+                 troupe_optimizer_name(o->opt.kind), o->opt.lr);
         if (o->opt.kind == TROUPE_OPT_SGD)
             printf(" momentum %g", o->opt.momentum);
         printf(" weight_decay %g, %s schedule\n", o->opt.weight_decay,
@@ -826,9 +836,10 @@ int main(int argc, char **argv)
                 t_loss += s_now() - tl;
                 loss_sum += l;
                 loss_n++;
-                s_progress(&r, epoch + 1, s + 1, steps_per_epoch, loss_sum / loss_n,
-                           (double)((s + 1) * o->batch) / (s_now() - t0));
             }
+            fmnist_progress_update(&r.progress, epoch + 1, o->epochs, s + 1, steps_per_epoch,
+                                   o->batch, loss_n ? loss_sum / loss_n : NAN, s_now(), t0,
+                                   (s + 1) % every == 0);
         }
         double t_sync = s_now();
         CHECK(troupe_dp_sync(r.dp), "training");
@@ -850,6 +861,9 @@ int main(int argc, char **argv)
                         train_seconds);
                 fflush(r.curve);
             }
+            troupe_curve_row_t row = {epoch + 1, loss, acc, rate, train_seconds};
+            if (fmnist_plot_epoch(&r.plot, &row) != TROUPE_OK)
+                fprintf(stderr, "fmnist: warning: --plot: %s\n", troupe_last_error());
         }
         if (r.rank != 0)
             t_eval = 0;

@@ -175,7 +175,7 @@ out_file:
 #define S_H 640
 #define S_LEFT 86.0
 #define S_RIGHT 30.0
-#define S_TOP 52.0
+#define S_TOP 62.0
 #define S_GAP 46.0
 #define S_BOTTOM 56.0
 #define S_MAX_MARKERS 60 /* points drawn as markers up to this many epochs */
@@ -332,11 +332,13 @@ static troupe_status_t s_draw(const troupe_curve_t *c, const char *title, const 
     const troupe_curve_row_t *z = &c->rows[c->n - 1];
     snprintf(last, sizeof last, "epoch %d: loss %.4f, test accuracy %.4f", z->epoch, z->loss,
              z->test_accuracy);
+    cairo_set_source_rgb(cr, 0.3, 0.3, 0.3);
     cairo_set_font_size(cr, 12);
-    s_text(cr, S_W - S_RIGHT, S_TOP - 10, 1, 1, last);
+    s_text(cr, S_LEFT, 36, 0, 0, last);
+    cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
-    cairo_set_font_size(cr, 16);
-    s_text(cr, S_LEFT, S_TOP - 12, 0, 1, title ? title : "learning curve");
+    cairo_set_font_size(cr, 15);
+    s_text(cr, S_LEFT, 12, 0, 0, title ? title : "learning curve");
     cairo_destroy(cr);
 
     char *tmp = troupe_strdup_printf("%s.tmp.%ld", png_path, (long)getpid());
