@@ -15,7 +15,7 @@
 #                      argument of it: any option `fmnist --help` lists (--data, --epochs,
 #                      --batch, --optimizer, --lr, --momentum, --weight-decay, --schedule, --seed,
 #                      --backend, --streams, --compress, --train-limit, --test-limit, --curve,
-#                      --checkpoint, --resume, --force). Option parsing stops at the first word
+#                      --plot, --checkpoint, --resume, --force). Option parsing stops at the first word
 #                      that is not one of the options above.
 #
 # Examples:
