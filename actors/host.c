@@ -5,6 +5,8 @@
 #include "actors/event_impl.h"
 #include "actors/runtime_impl.h"
 #include "base/alloc.h"
+#include "base/clock.h"
+#include "base/trace_impl.h"
 #include "base/config.h"
 #include "base/status.h"
 #include "base/vec.h"
@@ -265,9 +267,18 @@ static troupe_status_t s_host_copy_work(void *arg, troupe_dqueue_t *q)
 {
     s_host_copy_t *c = arg;
     int64_t bytes = (int64_t)c->tn->size_bytes;
-    if (c->to_host)
-        return troupe_driver_d2h(c->drv, q, c->host, c->dev_buf, bytes);
-    return troupe_driver_h2d(c->drv, q, c->dev_buf, c->host, bytes);
+    int64_t t0 = troupe__trace_on() ? troupe_now_ns() : 0;
+    troupe_status_t st = c->to_host ? troupe_driver_d2h(c->drv, q, c->host, c->dev_buf, bytes)
+                                    : troupe_driver_h2d(c->drv, q, c->dev_buf, c->host, bytes);
+    if (t0 != 0) {
+        char name[TROUPE__TRACE_NAME_MAX], label[40];
+        troupe_tnode_label_string(c->tn, label, sizeof label);
+        snprintf(name, sizeof name, "%s %s", c->to_host ? "d2h" : "h2d", label);
+        troupe__trace_arg_t a[] = {TROUPE__TRACE_NUM("bytes", bytes),
+                                   TROUPE__TRACE_NUM("node", c->tn->id)};
+        troupe__trace_emit(TROUPE__TRACK_THREAD, "copy", name, t0, troupe_now_ns(), a, 2);
+    }
+    return st;
 }
 
 static void s_host_copy_dtor(void *arg)

@@ -6,6 +6,8 @@
 #include "actors/merge_impl.h"
 #include "actors/runtime_impl.h"
 #include "base/alloc.h"
+#include "base/clock.h"
+#include "base/trace_impl.h"
 #include "base/status.h"
 
 #include <pthread.h>
@@ -72,6 +74,7 @@ static troupe_status_t s_lend_work(void *arg, troupe_dqueue_t *q)
 {
     (void)q;
     s_lend_t *l = arg;
+    int64_t t0 = troupe__trace_on() ? troupe_now_ns() : 0;
     size_t n = l->to_merge ? 1 : l->n;
     void *ptrs_small[8];
     int64_t bytes_small[8];
@@ -103,6 +106,15 @@ static troupe_status_t s_lend_work(void *arg, troupe_dqueue_t *q)
         /* The agent never got `done`: complete it so the stream's WAIT behind us resolves. */
         l->handed = true;
         troupe_event_complete(l->done, st, troupe_last_error());
+    }
+    if (t0 != 0) {
+        int64_t total = 0;
+        for (size_t i = 0; i < n && st == TROUPE_OK; i++)
+            total += bytes[i];
+        troupe__trace_arg_t a[] = {TROUPE__TRACE_NUM("arrays", n), TROUPE__TRACE_NUM("bytes", total),
+                                   TROUPE__TRACE_STR("status", troupe_status_str(st))};
+        troupe__trace_emit(TROUPE__TRACK_THREAD, "transfer", "lend to transport", t0,
+                           troupe_now_ns(), a, 3);
     }
     if (ptrs != (void **)ptrs_small)
         troupe_free(ptrs);

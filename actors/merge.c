@@ -5,6 +5,8 @@
 #include "actors/host_impl.h"
 #include "actors/runtime_impl.h"
 #include "base/alloc.h"
+#include "base/clock.h"
+#include "base/trace_impl.h"
 #include "base/status.h"
 
 /* ---- the per-stream state ------------------------------------------------------------------- */
@@ -141,11 +143,30 @@ typedef struct s_d2d {
     troupe__srec_t *srec; /* the destination stream */
     troupe_buffer_loc_t dst, src;
     int64_t size_bytes;
+    int32_t node_id; /* for the trace */
 } s_d2d_t;
+
+static troupe_status_t s_d2d_run(s_d2d_t *c, troupe_dqueue_t *q);
 
 static troupe_status_t s_d2d_work(void *arg, troupe_dqueue_t *q)
 {
     s_d2d_t *c = arg;
+    int64_t t0 = troupe__trace_on() ? troupe_now_ns() : 0;
+    troupe_status_t st = s_d2d_run(c, q);
+    if (t0 != 0) {
+        const char *name = c->use == TROUPE_MERGE_NO     ? "d2d copy"
+                           : c->use == TROUPE_MERGE_COPY ? "merge buffer copy"
+                                                         : "merge buffer streaming";
+        troupe__trace_arg_t a[] = {TROUPE__TRACE_NUM("bytes", c->size_bytes),
+                                   TROUPE__TRACE_NUM("node", c->node_id)};
+        troupe__trace_emit(TROUPE__TRACK_THREAD, c->use == TROUPE_MERGE_NO ? "copy" : "merge",
+                           name, t0, troupe_now_ns(), a, 2);
+    }
+    return st;
+}
+
+static troupe_status_t s_d2d_run(s_d2d_t *c, troupe_dqueue_t *q)
+{
     troupe_driver_t *drv = c->srec->dev->backend->drv;
     int ordinal = c->srec->dev->ordinal;
     switch (c->use) {
@@ -185,7 +206,7 @@ troupe_status_t troupe__merge_d2d_locked(troupe_tnode_t *n, troupe_merge_use_t u
     s_d2d_t *c = troupe_calloc(1, sizeof *c);
     if (!c)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "device_to_device: out of memory");
-    *c = (s_d2d_t){use, ds, {0, 0, 0}, sa->loc, (int64_t)n->size_bytes};
+    *c = (s_d2d_t){use, ds, {0, 0, 0}, sa->loc, (int64_t)n->size_bytes, n->id};
     if (use == TROUPE_MERGE_NO) {
         c->dst = troupe__context_find(dst, n)->loc;
         de = troupe__ledger_find(&dev->ledger, troupe__key_of(c->dst));

@@ -5,6 +5,8 @@
 #include "actors/merge_impl.h"
 #include "actors/runtime_impl.h"
 #include "base/alloc.h"
+#include "base/clock.h"
+#include "base/trace_impl.h"
 #include "base/config.h"
 #include "base/fault_impl.h"
 #include "base/status.h"
@@ -382,7 +384,15 @@ static troupe_status_t s_launch_work(void *arg, troupe_dqueue_t *q)
     if (l->merge_idx >= 0) /* resolved at launch */
         TROUPE_RETURN_IF_ERROR(
             troupe__merge_resolve(l->srec, c->proc->name, &l->args[l->merge_idx]));
-    return troupe_driver_launch(c->dref->drv, q, c->dcode, l->args, l->nargs);
+    int64_t t0 = troupe__trace_on() ? troupe_now_ns() : 0;
+    troupe_status_t st = troupe_driver_launch(c->dref->drv, q, c->dcode, l->args, l->nargs);
+    if (t0 != 0) {
+        troupe__trace_arg_t a[] = {TROUPE__TRACE_STR("status", troupe_status_str(st)),
+                                   TROUPE__TRACE_NUM("merge_buffer", l->merge_idx >= 0)};
+        troupe__trace_emit(TROUPE__TRACK_THREAD, "routine", c->proc->name, t0, troupe_now_ns(), a,
+                           2);
+    }
+    return st;
 }
 
 static void s_launch_dtor(void *arg)

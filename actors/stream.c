@@ -8,6 +8,7 @@
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "base/trace_impl.h"
 #include "base/vec.h"
 
 #include <errno.h>
@@ -109,6 +110,7 @@ struct troupe_stream {
     uint64_t taken;         /* items taken from the queue */
     uint64_t done;          /* items finished (published to `finished` per batch) */
     troupe_event_t *parked; /* the WAIT's reference while parked */
+    int64_t wait_t0_ns;     /* when the WAIT began, when traced (base/trace_impl.h); else 0 */
     uint64_t wait_seq;
     s_counters_t ctr;
 };
@@ -255,6 +257,19 @@ static void s_publish_parked(troupe_stream_t *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Executor: the trace event of a WAIT on `ev` that began at s->wait_t0_ns (traced only). */
+static void s_trace_wait(troupe_stream_t *s, troupe_event_t *ev)
+{
+    if (s->wait_t0_ns == 0)
+        return;
+    char name[TROUPE__TRACE_NAME_MAX];
+    snprintf(name, sizeof name, "wait %s", troupe_event_name(ev));
+    troupe__trace_arg_t a[] = {
+        TROUPE__TRACE_STR("status", troupe_status_str(troupe_event_status(ev)))};
+    troupe__trace_emit(TROUPE__TRACK_THREAD, "wait", name, s->wait_t0_ns, troupe_now_ns(), a, 1);
+    s->wait_t0_ns = 0;
+}
+
 /* ---- the executor -------------------------------------------------------------------------- */
 
 static void s_inline_event_cb(void *user, troupe_event_t *ev, troupe_status_t status);
@@ -268,6 +283,7 @@ static bool s_try_unpark(troupe_stream_t *s)
         return false;
     if (state == TROUPE_EVENT_FAILED)
         s_fail_from_event(s, s->parked);
+    s_trace_wait(s, s->parked);
     troupe_event_release(&s->parked);
     s_publish_parked(s);
     s->done++; /* the WAIT item is finished only now */
@@ -309,6 +325,7 @@ static bool s_exec_wait(troupe_stream_t *s, s_item_t *it)
         troupe_event_release(&it->ev);
         return false;
     }
+    s->wait_t0_ns = troupe__trace_on() ? troupe_now_ns() : 0;
     /* A lazily started producer (a transport collective) runs on this thread when it is idle:
      * the queue would park on it anyway, and a hand-off would cost two wake-ups. */
     troupe__event_drive(it->ev, troupe_config_timeout_ns());
@@ -316,6 +333,7 @@ static bool s_exec_wait(troupe_stream_t *s, s_item_t *it)
     if (state != TROUPE_EVENT_PENDING) {
         if (state == TROUPE_EVENT_FAILED)
             s_fail_from_event(s, it->ev);
+        s_trace_wait(s, it->ev);
         troupe_event_release(&it->ev);
         return false;
     }

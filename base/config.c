@@ -5,6 +5,7 @@
 #include "base/alloc.h"
 #include "base/fault_impl.h"
 #include "base/log.h"
+#include "base/trace_impl.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,12 +19,14 @@
 void troupe__log_init_clock(void);
 
 #define S_STR_MAX 1024
+#define S_TRACE_MAX 1000 /* room for ".<rank>.json.tmp.<pid>" */
 
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 static char s_backend[64];
 static char s_cache_dir[S_STR_MAX];
 static char s_cc[S_STR_MAX];
 static char s_cc_flags[S_STR_MAX];
+static char s_trace[S_STR_MAX];
 static atomic_int_fast64_t s_timeout_s;
 static atomic_size_t s_fusion_bytes;
 static atomic_bool s_auto_host;
@@ -156,6 +159,14 @@ static void s_load(void)
     }
     if (troupe__fault_configure(v = getenv("TROUPE_FAULT")) != TROUPE_OK) /* NULL: none */
         s_bad("TROUPE_FAULT", v, troupe_last_error());
+    s_trace[0] = '\0';
+    if ((v = getenv("TROUPE_TRACE")) != NULL && v[0] != '\0') {
+        if (strlen(v) > S_TRACE_MAX)
+            s_bad("TROUPE_TRACE", "...", "prefix longer than 1000 bytes");
+        else
+            s_copy(s_trace, sizeof s_trace, v);
+    }
+    troupe__trace_configure(s_trace);
     /* Not TROUPE_LOG: it would re-enter troupe__config_ensure_loaded (pthread_once). */
     if (s_load_status != TROUPE_OK && troupe_log_get_level() >= TROUPE_LOG_WARN)
         troupe_log_write(TROUPE_LOG_WARN, TROUPE_SUB_BASE, "configuration: %s", s_load_error);
@@ -347,5 +358,21 @@ troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes)
 {
     troupe__config_ensure_loaded();
     atomic_store(&s_stack_threshold, size_bytes);
+    return TROUPE_OK;
+}
+
+const char *troupe_config_trace_prefix(void)
+{
+    troupe__config_ensure_loaded();
+    return s_trace;
+}
+troupe_status_t troupe_config_set_trace_prefix(const char *prefix)
+{
+    troupe__config_ensure_loaded();
+    if (prefix != NULL && strlen(prefix) > S_TRACE_MAX)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "trace prefix longer than %d bytes",
+                             S_TRACE_MAX);
+    s_copy(s_trace, sizeof s_trace, prefix != NULL ? prefix : "");
+    troupe__trace_configure(s_trace);
     return TROUPE_OK;
 }

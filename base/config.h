@@ -19,6 +19,7 @@
  * | TROUPE_GEMM                 | library                               | troupe_config_set_gemm_mode     |
  * | TROUPE_DENORMALS            | flush                                 | troupe_config_set_flush_denormals |
  * | TROUPE_FAULT                | (none)                                | troupe_config_set_fault         |
+ * | TROUPE_TRACE                | (off)                                 | troupe_config_set_trace_prefix  |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -114,6 +115,12 @@ TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t s
 TROUPE_MUST_USE troupe_status_t troupe_config_set_fault(const char *spec);
 /* The faults armed ("" when none): borrowed, valid until the next troupe_config_set_fault. */
 const char *troupe_config_fault(void);
+/* TROUPE_TRACE: the prefix of the trace files (base/trace.h: PREFIX.<rank>.json), "" when
+ * tracing is off. */
+const char *troupe_config_trace_prefix(void);
+/* Turns tracing on with files PREFIX.<rank>.json (NULL or "": off). INVALID_ARGUMENT for a
+ * prefix longer than 1000 bytes. */
+TROUPE_MUST_USE troupe_status_t troupe_config_set_trace_prefix(const char *prefix);
 
 
 #ifdef __cplusplus

@@ -4,6 +4,7 @@
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/config_impl.h"
+#include "base/trace_impl.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -147,6 +148,7 @@ troupe_status_t troupe_log_configure(const char *spec)
 
 void troupe_log_set_thread_tag(const char *tag)
 {
+    troupe__trace_name_thread(tag);
     if (tag == NULL) {
         s_tag[0] = '\0';
         return;

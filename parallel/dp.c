@@ -23,13 +23,16 @@
 #include "parallel/dp_impl.h"
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/fault_impl.h"
 #include "base/log.h"
+#include "base/trace_impl.h"
 #include "base/vec.h"
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -480,7 +483,9 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     /* every rank starts from rank 0's parameters */
     if (dp->nranks > 1) {
         troupe_event_t *ev = NULL;
+        const char *phase = troupe_trace_set_phase("dp.params");
         st = troupe_broadcast_nodes(s_tail(r0), dp->n_params, dp->params, 0, &ev);
+        troupe_trace_set_phase(phase);
         if (st != TROUPE_OK)
             return s_wrap(st, "dp_new: broadcasting the parameters from rank 0");
         TROUPE_RETURN_IF_ERROR(
@@ -615,7 +620,76 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
 
 /* ---- a step --------------------------------------------------------------------------------- */
 
-static troupe_status_t s_schedule_step(troupe_dp_t *dp)
+/* Traced runs (base/trace.h) mark each step on the owner stream: from when the stream begins
+ * the step to when its optimizer finished, on the rank's "steps" timeline. A mark is shared by
+ * the two stream items and the scheduling host thread; the last one to let go frees it. */
+typedef struct s_step_mark {
+    atomic_int refs;
+    int64_t step;
+    int64_t t0_ns; /* 0 until the stream reached the step */
+} s_step_mark_t;
+
+static void s_mark_release(void *arg)
+{
+    s_step_mark_t *m = arg;
+    if (m != NULL && atomic_fetch_sub(&m->refs, 1) == 1)
+        troupe_free(m);
+}
+
+static troupe_status_t s_mark_begin(void *arg, troupe_dqueue_t *q)
+{
+    (void)q;
+    ((s_step_mark_t *)arg)->t0_ns = troupe_now_ns();
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_mark_end(void *arg, troupe_dqueue_t *q)
+{
+    (void)q;
+    const s_step_mark_t *m = arg;
+    if (m->t0_ns != 0) {
+        char name[32];
+        snprintf(name, sizeof name, "step %lld", (long long)m->step);
+        troupe__trace_arg_t a[] = {TROUPE__TRACE_NUM("step", m->step)};
+        troupe__trace_emit(TROUPE__TRACK_STEPS, "step", name, m->t0_ns, troupe_now_ns(), a, 1);
+    }
+    return TROUPE_OK;
+}
+
+/* Schedules the step's begin mark on the owner stream; *out_mark (the host's reference, NULL
+ * when not traced) goes to s_mark_step_end, or to s_mark_release if the step fails first. */
+static troupe_status_t s_mark_step_begin(troupe_dp_t *dp, s_step_mark_t **out_mark)
+{
+    *out_mark = NULL;
+    if (!troupe__trace_on())
+        return TROUPE_OK;
+    s_step_mark_t *m = troupe_calloc(1, sizeof *m);
+    if (m == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_step: out of memory");
+    atomic_init(&m->refs, 2);
+    m->step = dp->steps;
+    troupe_status_t st = troupe_stream_schedule(troupe_context_stream(s_tail(&dp->rep[0])),
+                                                s_mark_begin, m, s_mark_release);
+    if (st != TROUPE_OK) { /* the schedule dropped the item's reference */
+        s_mark_release(m);
+        return st;
+    }
+    *out_mark = m;
+    return TROUPE_OK;
+}
+
+/* Schedules the end mark with the host's reference. */
+static troupe_status_t s_mark_step_end(troupe_dp_t *dp, s_step_mark_t **mark_p)
+{
+    s_step_mark_t *m = *mark_p;
+    *mark_p = NULL;
+    if (m == NULL)
+        return TROUPE_OK;
+    return troupe_stream_schedule(troupe_context_stream(s_tail(&dp->rep[0])), s_mark_end, m,
+                                  s_mark_release);
+}
+
+static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark)
 {
     troupe__dp_replica_t *r0 = &dp->rep[0];
     int n = dp->n;
@@ -672,13 +746,17 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp)
             .nodes = dp->grads_by_id,
         };
         troupe_event_t *done = NULL;
-        TROUPE_RETURN_IF_ERROR(troupe_allreduce(&ar, &done));
-        troupe_status_t st = troupe_will_wait_for(s_tail(r0), done);
+        const char *phase = troupe_trace_set_phase("dp.gradients");
+        troupe_status_t st = troupe_allreduce(&ar, &done);
+        troupe_trace_set_phase(phase);
+        TROUPE_RETURN_IF_ERROR(st);
+        st = troupe_will_wait_for(s_tail(r0), done);
         troupe_event_release(&done);
         TROUPE_RETURN_IF_ERROR(st);
     }
     /* 4. the optimizer on the owner stream */
     TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->opt_routine, NULL));
+    TROUPE_RETURN_IF_ERROR(s_mark_step_end(dp, mark));
     /* 5. the new parameters to the other replicas */
     for (int k = 1; k < n; k++)
         for (size_t i = 0; i < dp->n_params; i++)
@@ -702,7 +780,17 @@ troupe_status_t troupe_dp_step(troupe_dp_t *dp)
     TROUPE_RETURN_IF_ERROR(s_refuse_if_failed(dp, "dp_step"));
     if (troupe__fault_armed(TROUPE__FAULT_STEP))
         troupe__fault_step(dp->steps);
-    troupe_status_t st = s_schedule_step(dp);
+    int64_t t0 = troupe__trace_on() ? troupe_now_ns() : 0;
+    s_step_mark_t *mark = NULL;
+    troupe_status_t st = s_mark_step_begin(dp, &mark);
+    if (st == TROUPE_OK)
+        st = s_schedule_step(dp, &mark);
+    s_mark_release(mark); /* the step failed before its end mark */
+    if (t0 != 0) {
+        troupe__trace_arg_t a[] = {TROUPE__TRACE_NUM("step", dp->steps)};
+        troupe__trace_emit(TROUPE__TRACK_THREAD, "step", "dp_step (schedule)", t0,
+                           troupe_now_ns(), a, 1);
+    }
     if (st != TROUPE_OK) {
         char prefix[64];
         snprintf(prefix, sizeof prefix, "dp_step %lld", (long long)dp->steps);
@@ -765,7 +853,10 @@ troupe_status_t troupe_dp_last_loss(troupe_dp_t *dp, double *out)
         t.name = "dp_loss";
         troupe_event_t *ev = NULL;
         troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_MEAN, .n = 1, .tensors = &t};
-        TROUPE_RETURN_IF_ERROR(troupe_allreduce(&ar, &ev));
+        const char *phase = troupe_trace_set_phase("dp.loss");
+        troupe_status_t st = troupe_allreduce(&ar, &ev);
+        troupe_trace_set_phase(phase);
+        TROUPE_RETURN_IF_ERROR(st);
         TROUPE_RETURN_IF_ERROR(troupe__dp_sync_event(&ev, "dp_last_loss: averaging across "
                                                           "ranks"));
     }

@@ -2,7 +2,9 @@
 #include "devices/cuda/nvrtc.h"
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/strbuf.h"
+#include "base/trace_impl.h"
 #include "troupe_config.h"
 
 #include <cuda_runtime_api.h>
@@ -100,7 +102,13 @@ troupe_status_t troupe_nvrtc_compile(const char *source, const char *name, const
                            "nvrtcCreateProgram(%.100s): %s", name, nvrtcGetErrorString(res));
         goto out_program;
     }
+    int64_t t_trace = troupe__trace_on() ? troupe_now_ns() : 0;
     res = nvrtcCompileProgram(prog, nopts, opts);
+    if (t_trace != 0) {
+        troupe__trace_arg_t a[] = {TROUPE__TRACE_STR("compiler", "nvrtc"),
+                                   TROUPE__TRACE_STR("result", nvrtcGetErrorString(res))};
+        troupe__trace_emit(TROUPE__TRACK_THREAD, "compile", name, t_trace, troupe_now_ns(), a, 2);
+    }
     log = s_get_log(prog);
     if (res != NVRTC_SUCCESS) {
         char excerpt[S_LOG_IN_ERROR];

@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/strbuf.h"
+#include "base/trace_impl.h"
 #include "base/vec.h"
 #include "troupe_config.h"
 
@@ -431,6 +432,8 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
     *out_entry = NULL;
 
     troupe_status_t st = TROUPE_OK;
+    int64_t t_trace = troupe__trace_on() ? troupe_now_ns() : 0;
+    const char *how = "miss"; /* for the trace */
     char *cc = troupe_strdup(troupe_config_cc());
     char *flags = troupe_strdup(troupe_config_cc_flags());
     char *dir = troupe_strdup(troupe_config_cache_dir());
@@ -465,6 +468,7 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
         if (st == TROUPE_OK) {
             TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES, "compile %s: cache hit (%s)", name,
                        so_path);
+            how = "hit";
             goto out_strings;
         }
         /* An unusable cached object (foreign, damaged): rebuild it over the old one. */
@@ -515,6 +519,11 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
                    (double)(troupe_now_ns() - t0) * 1e-9, so_path);
 
 out_strings:
+    if (t_trace != 0) {
+        troupe__trace_arg_t a[] = {TROUPE__TRACE_STR("cache", how),
+                                   TROUPE__TRACE_STR("status", troupe_status_str(st))};
+        troupe__trace_emit(TROUPE__TRACK_THREAD, "compile", name, t_trace, troupe_now_ns(), a, 2);
+    }
     troupe_free(tmp_so);
     troupe_free(tmp_c);
     troupe_free(c_path);

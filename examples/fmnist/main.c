@@ -37,6 +37,7 @@
 #include "actors/troupe.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/trace.h"
 #include "devices/device.h"
 #include "parallel/dp.h"
 #include "transport/mpi/cluster.h"
@@ -816,6 +817,7 @@ int main(int argc, char **argv)
         every = 1;
     for (int epoch = first_epoch; epoch < o->epochs; epoch++) {
         double t0 = s_now(), loss_sum = 0;
+        int64_t t0_ns = troupe_now_ns(); /* for the trace (TROUPE_TRACE) */
         double t_issue = 0, t_loss = 0; /* issuing steps; waiting for sampled losses */
         troupe_transport_stats_t tr0;
         troupe_transport_get_stats(&tr0);
@@ -832,7 +834,9 @@ int main(int argc, char **argv)
             t_issue += tl - ti;
             if ((s + 1) % every == 0 || s + 1 == steps_per_epoch) {
                 double l = 0;
+                int64_t tl_ns = troupe_now_ns();
                 CHECK(troupe_dp_last_loss(r.dp, &l), "reading the loss");
+                troupe_trace_span("trainer", "loss sample", tl_ns, troupe_now_ns());
                 t_loss += s_now() - tl;
                 loss_sum += l;
                 loss_n++;
@@ -845,13 +849,20 @@ int main(int argc, char **argv)
         CHECK(troupe_dp_sync(r.dp), "training");
         t_sync = s_now() - t_sync;
         double dt = s_now() - t0;
+        if (troupe_trace_enabled()) {
+            char span[32];
+            snprintf(span, sizeof span, "epoch %d", epoch + 1);
+            troupe_trace_span("trainer", span, t0_ns, troupe_now_ns());
+        }
         s_log_merge(&r, epoch + 1, steps_per_epoch, &tr0);
         train_seconds += dt;
         samples += steps_per_epoch * o->batch;
         double rate = (double)(steps_per_epoch * o->batch) / dt, loss = loss_sum / loss_n;
         double t_eval = s_now();
         if (r.rank == 0) {
+            int64_t te_ns = troupe_now_ns();
             acc = s_evaluate(&r);
+            troupe_trace_span("trainer", "evaluate", te_ns, troupe_now_ns());
             t_eval = s_now() - t_eval;
             printf("%sepoch %d/%d  samples/s %.0f  loss %.4f  test_accuracy %.4f  (%.1f s)\n",
                    r.tty ? "\r\033[K" : "", epoch + 1, o->epochs, rate, loss, acc, dt);
@@ -868,8 +879,11 @@ int main(int argc, char **argv)
         if (r.rank != 0)
             t_eval = 0;
         double t_ckpt = s_now();
+        int64_t tc_ns = troupe_now_ns();
         if (o->checkpoint)
             CHECK(troupe_dp_save(r.dp, o->checkpoint), "writing the checkpoint");
+        if (o->checkpoint)
+            troupe_trace_span("trainer", "checkpoint", tc_ns, troupe_now_ns());
         t_ckpt = s_now() - t_ckpt;
         TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
                    "fmnist: epoch %d: training %.3f s = issuing steps %.3f s + waiting for "

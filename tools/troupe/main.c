@@ -3,6 +3,8 @@
  *   troupe info          build features, backends and their devices, library versions, config
  *   troupe doctor        preflight checks (cmd_doctor.c)
  *   troupe plot          learning curve CSV -> PNG (cmd_plot.c)
+ *   troupe trace merge   one timeline from the ranks' TROUPE_TRACE files; straggler report
+ *                        (cmd_trace.c)
  *   troupe help          usage (also -h, --help)
  *   troupe --version     "troupe <version>" (also version)
  *
@@ -53,6 +55,7 @@
 #include "base/status.h"
 #include "devices/device.h"
 #include "devices/host/gemm_library.h"
+#include "tools/troupe/cmd_impl.h"
 #include "transport/mpi/cluster.h"
 #include "troupe_config.h"
 
@@ -82,6 +85,8 @@ static void s_usage(FILE *f)
                "  doctor     preflight: compiler, cache, data set, GPUs; under mpirun the ranks'\n"
                "             settings, shared memory and MPI (troupe doctor --help)\n"
                "  plot       draw a learning curve CSV as a PNG (troupe plot --help)\n"
+               "  trace      trace merge [-o OUT] [--all] FILE|PREFIX...: one timeline from the\n"
+               "             ranks' TROUPE_TRACE files, and the straggler report\n"
                "  help       this text (also -h, --help)\n"
                "  version    the version of troupe (also --version)\n"
                "exit status: 0 success, 1 output failed, 2 usage error\n");
@@ -286,6 +291,8 @@ int main(int argc, char **argv)
         return troupe__cmd_doctor(argc, argv);
     if (strcmp(cmd, "plot") == 0)
         return troupe__cmd_plot(argc, argv);
+    if (strcmp(cmd, "trace") == 0)
+        return troupe__cmd_trace(argc, argv);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
         return s_simple(s_help, argc, argv);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)

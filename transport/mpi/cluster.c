@@ -14,6 +14,7 @@
 #include "base/fault_impl.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "base/trace_impl.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -46,12 +47,28 @@ static struct {
 
 /* ---- failure state ----------------------------------------------------------------------- */
 
+/* Writes the trace file (base/trace.h) now; a failure to write is logged, not returned, and
+ * the thread's last error stays the caller's. */
+static void s_trace_flush(const char *when)
+{
+    if (!troupe_trace_enabled())
+        return;
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", troupe_last_error());
+    if (troupe_trace_flush() != TROUPE_OK) {
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_TRANSPORT, "%s: %s", when, troupe_last_error());
+        troupe_error_set(TROUPE_OK, "%s", saved);
+    }
+}
+
 void troupe__cluster_fail(troupe_status_t status, const char *message, bool comm_broken)
 {
     if (status == TROUPE_OK)
         return;
+    bool first = false;
     pthread_mutex_lock(&s_cl.mu);
     if (s_cl.failure == TROUPE_OK) {
+        first = true;
         s_cl.failure = status;
         snprintf(s_cl.failure_msg, sizeof s_cl.failure_msg, "%s",
                  message != NULL ? message : troupe_status_str(status));
@@ -62,6 +79,8 @@ void troupe__cluster_fail(troupe_status_t status, const char *message, bool comm
     if (comm_broken)
         s_cl.comm_broken = true;
     pthread_mutex_unlock(&s_cl.mu);
+    if (first) /* the job may end here: keep what was recorded up to the failure */
+        s_trace_flush("the cluster failed");
 }
 
 bool troupe__cluster_is_failed(void)
@@ -280,6 +299,9 @@ static troupe_status_t s_mpi_init(int *argc, char ***argv)
     atomic_store(&s_cl.distributed, size > 1);
     troupe_log_set_rank(rank);
     troupe__fault_set_rank(rank);
+    troupe__trace_set_rank(rank, size);
+    if (size > 1)
+        TROUPE_RETURN_IF_ERROR(troupe__clock_sync(s_cl.ctl_comm, rank, size));
     if (size > 1)
         TROUPE_RETURN_IF_ERROR(troupe__engine_start(&s_cl.data_comm, &s_cl.ctl_comm, rank, size));
     return TROUPE_OK;
@@ -336,6 +358,7 @@ troupe_status_t troupe_cluster_finalize(void)
     troupe_set_remote_transport(NULL);
     /* Every submitted request completes first, each bounded by its deadline. */
     (void)troupe__engine_stop(true, TROUPE_TIMEOUT_INFINITE);
+    s_trace_flush("cluster_finalize");
     char msg[1024];
     troupe_status_t st = troupe__cluster_failure(msg, sizeof msg);
     pthread_mutex_lock(&s_cl.mu);
@@ -379,6 +402,7 @@ troupe_status_t troupe_cluster_leave(const char *reason)
     if (troupe__cluster_is_failed()) /* else troupe__cluster_fail logs `why` */
         TROUPE_LOG(TROUPE_LOG_ERROR, TROUPE_SUB_TRANSPORT, "leaving the cluster: %s", why);
     troupe__cluster_fail(TROUPE_CANCELLED, why, true);
+    s_trace_flush("cluster_leave");
     troupe_set_remote_transport(NULL);
     troupe_status_t st = TROUPE_OK;
     /* The engine only makes nonblocking MPI calls, so it stops within a turn. */

@@ -14,6 +14,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "base/trace.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -79,6 +80,7 @@ troupe__req_t *troupe__req_new(troupe__req_kind_t kind, size_t n)
         goto free_request;
     r->kind = kind;
     r->n = n;
+    r->phase = troupe_trace_phase();
     if (kind == TROUPE__REQ_ALLREDUCE || kind == TROUPE__REQ_BROADCAST)
         r->fusion_bytes = (int64_t)troupe_config_fusion_bytes();
     if (n > 0) {

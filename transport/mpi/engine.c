@@ -47,6 +47,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/strbuf.h"
+#include "base/trace_impl.h"
 #include "base/vec.h"
 
 #include <inttypes.h>
@@ -73,6 +74,8 @@ typedef struct s_flight {
     size_t bucket;
     int slot; /* staging slot, -1 in place */
     int tmp;  /* the ring's receive buffer (s_a.rtmp), -1 none */
+    int64_t t_post_ns;
+    int track; /* TROUPE__TRACK_BUCKET0 or 1: not the other flight's (trace) */
 } s_flight_t;
 
 typedef enum s_phase { S_PH_INIT = 0, S_PH_FP, S_PH_DATA } s_phase_t;
@@ -372,6 +375,80 @@ static size_t s_lane(const troupe__req_t *r)
     return 1 + 2 * (size_t)r->peer + (r->kind == TROUPE__REQ_RECV);
 }
 
+/* ---- trace (base/trace_impl.h) ------------------------------------------------------------ */
+
+/* A bucket track the other flights of rs do not use. */
+static int s_trace_track(const s_rs_t *rs)
+{
+    bool busy0 = false;
+    for (int i = 0; i < rs->nfl; i++)
+        busy0 = busy0 || rs->fl[i].track == TROUPE__TRACK_BUCKET0;
+    return busy0 ? TROUPE__TRACK_BUCKET1 : TROUPE__TRACK_BUCKET0;
+}
+
+/* A finished bucket: its span and, on the ring, its two phases. */
+static void s_trace_bucket(const troupe__req_t *r, const s_flight_t *f, const troupe__bucket_t *b)
+{
+    if (!troupe__trace_on())
+        return;
+    int64_t now = troupe_now_ns();
+    troupe__trace_arg_t a[] = {TROUPE__TRACE_NUM("seq", r->seq),
+                               TROUPE__TRACE_NUM("bucket", f->bucket),
+                               TROUPE__TRACE_NUM("bytes", troupe__bucket_bytes(b))};
+    troupe__trace_track_t tr = (troupe__trace_track_t)f->track;
+    const char *name = f->on_ring                           ? "ring allreduce bucket"
+                       : r->kind == TROUPE__REQ_BROADCAST ? "MPI_Ibcast bucket"
+                                                          : "MPI_Iallreduce bucket";
+    troupe__trace_emit(tr, "allreduce", name, f->t_post_ns, now, a, 3);
+    if (f->on_ring && f->ring.t_scattered_ns != 0) {
+        troupe__trace_emit(tr, "allreduce", "reduce-scatter", f->ring.t_start_ns,
+                           f->ring.t_scattered_ns, a, 3);
+        troupe__trace_emit(tr, "allreduce", "allgather", f->ring.t_scattered_ns, now, a, 3);
+    }
+}
+
+/* A request leaving the engine: its span from arrival (submission) to completion, on the
+ * collectives' (or point-to-point) timeline, and its phases. */
+static void s_trace_request(const troupe__req_t *r, const s_rs_t *rs)
+{
+    if (!troupe__trace_on())
+        return;
+    int64_t now = troupe_now_ns();
+    bool p2p = troupe__req_is_p2p(r);
+    const char *path = p2p             ? "p2p"
+                       : rs->use_shm   ? "shm"
+                       : rs->plan.nbks > 0 && troupe__ring_wanted(r->kind, &rs->plan.bks[0],
+                                                                  s_a.comm.size)
+                           ? "ring"
+                           : "mpi";
+    troupe__trace_arg_t a[] = {
+        TROUPE__TRACE_NUM("seq", r->seq), TROUPE__TRACE_NUM("bytes", r->bytes),
+        TROUPE__TRACE_STR("status", troupe_status_str(rs->finished ? rs->fin : TROUPE_CANCELLED)),
+        p2p ? (troupe__trace_arg_t)TROUPE__TRACE_NUM("peer", r->peer)
+            : (troupe__trace_arg_t)TROUPE__TRACE_STR("phase", r->phase ? r->phase : "")};
+    troupe__trace_emit(p2p ? TROUPE__TRACK_P2P : TROUPE__TRACK_COLLECTIVES,
+                       p2p ? "transfer" : "collective", rs->what, r->submitted_ns, now, a, 4);
+    if (p2p || rs->t_start_ns == 0)
+        return;
+    troupe__trace_arg_t b[] = {TROUPE__TRACE_NUM("seq", r->seq),
+                               TROUPE__TRACE_NUM("bytes", r->bytes),
+                               TROUPE__TRACE_STR("path", path)};
+    int64_t t_fp_end = rs->t_data_ns != 0 ? rs->t_data_ns : now;
+    troupe__trace_emit(TROUPE__TRACK_PHASES, "allreduce", "fingerprints", rs->t_start_ns, t_fp_end,
+                       b, 3);
+    const troupe__shm_coll_t *c = &rs->shm;
+    if (rs->use_shm && c->t_begin_ns != 0 && c->t_done_ns != 0) {
+        troupe__trace_emit(TROUPE__TRACK_PHASES, "allreduce", "shm arrivals", c->t_begin_ns,
+                           c->t_arrived_ns, b, 3);
+        troupe__trace_emit(TROUPE__TRACK_PHASES, "allreduce", "shm reduce", c->t_arrived_ns,
+                           c->t_reduced_ns, b, 3);
+        troupe__trace_emit(TROUPE__TRACK_PHASES, "allreduce", "shm departures", c->t_reduced_ns,
+                           c->t_done_ns, b, 3);
+    } else if (rs->t_data_ns != 0) {
+        troupe__trace_emit(TROUPE__TRACK_PHASES, "allreduce", "data", rs->t_data_ns, now, b, 3);
+    }
+}
+
 /* ---- collective data ---------------------------------------------------------------------- */
 
 /* Takes a free buffer of at least `bytes` among two (kept and grown: no page faults per
@@ -465,7 +542,12 @@ static troupe_status_t s_coll_post(troupe__req_t *r, s_rs_t *rs)
             ptr = s_a.slot[slot];
         }
         s_flight_t *f = &rs->fl[rs->nfl];
-        *f = (s_flight_t){.req = MPI_REQUEST_NULL, .bucket = rs->next_bk, .slot = slot, .tmp = -1};
+        *f = (s_flight_t){.req = MPI_REQUEST_NULL,
+                          .bucket = rs->next_bk,
+                          .slot = slot,
+                          .tmp = -1,
+                          .t_post_ns = troupe_now_ns(),
+                          .track = s_trace_track(rs)};
         if (troupe__ring_wanted(r->kind, b, s_a.comm.size)) {
             size_t tmp_bytes = troupe__ring_tmp_bytes(b, s_a.comm.size);
             int tmp = s_take_buf(s_a.rtmp, s_a.rtmp_cap, s_a.rtmp_busy, tmp_bytes);
@@ -525,6 +607,7 @@ static troupe_status_t s_coll_test(troupe__req_t *r, s_rs_t *rs, bool *progress)
         }
         s_flight_t f = rs->fl[i];
         troupe__bucket_t *b = &rs->plan.bks[f.bucket];
+        s_trace_bucket(r, &f, b);
         if (f.slot >= 0) {
             if (!bcast || s_a.comm.rank != r->root)
                 troupe__bucket_unpack(r, &rs->plan, b, s_a.slot[f.slot], s_a.comm.size);
@@ -789,6 +872,7 @@ static void s_reap(void)
         *pp = r->next;
         r->next = NULL;
         r->engine_state = NULL;
+        s_trace_request(r, rs);
         troupe_status_t st = rs->fin;
         char *msg = rs->fin_msg;
         rs->fin_msg = NULL;

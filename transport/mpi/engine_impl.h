@@ -32,6 +32,7 @@ extern "C" {
 #define TROUPE__TAG_PROBE 104   /* liveness: {PING|PONG, stamp} */
 #define TROUPE__TAG_FULL 10     /* added to a digest's tag: the full fingerprint */
 #define TROUPE__TAG_DATA_P2P 201
+#define TROUPE__TAG_CLOCK 110 /* clock offsets at init (clock_sync.c), before the engine */
 #define TROUPE__TAG_RING 301 /* + bucket index % TROUPE__RING_TAGS: a ring bucket's steps */
 #define TROUPE__RING_TAGS 64 /* buckets in flight are fewer than this many apart (engine.c) */
 
@@ -53,6 +54,12 @@ MPI_Datatype troupe__cls_mpi_type(troupe__cls_t c);
  * TRANSPORT_ERROR, naming `what`. */
 TROUPE_MUST_USE troupe_status_t troupe__engine_send_ctl(const void *data, size_t size, int dest,
                                                         int tag, const char *what);
+
+/* At troupe_cluster_init, before the engine starts, when any rank traces (base/trace.h): rank 0
+ * measures each rank's clock offset to its own with round trips on `comm` (the one with the
+ * smallest round-trip time wins) and tells it; every rank hands its offset to the trace
+ * recorder. Collective over `comm`. Errors: TRANSPORT_ERROR naming the MPI call. */
+TROUPE_MUST_USE troupe_status_t troupe__clock_sync(MPI_Comm comm, int rank, int size);
 
 /* True for a send or receive (a point-to-point channel, not a collective). */
 static inline bool troupe__req_is_p2p(const troupe__req_t *r)
@@ -123,6 +130,7 @@ typedef struct troupe__ring {
     int64_t units;
     troupe__cls_t cls;
     troupe_reduce_op_t op;
+    int64_t t_start_ns, t_scattered_ns; /* posted; reduce-scatter done (allgather began) */
 } troupe__ring_t;
 
 /* True when bucket b of a request of `kind` is reduced by the ring on `size` ranks. */

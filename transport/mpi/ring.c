@@ -13,6 +13,7 @@
  * take the ring: MPI has no bfloat16 sum.
  */
 #include "transport/mpi/engine_impl.h"
+#include "base/clock.h"
 
 #if TROUPE_HAVE_MPI
 
@@ -83,7 +84,8 @@ troupe_status_t troupe__ring_start(troupe__ring_t *g, const troupe__engine_comm_
                           .tmp = tmp,
                           .units = b->units,
                           .cls = b->cls,
-                          .op = op};
+                          .op = op,
+                          .t_start_ns = troupe_now_ns()};
     return s_post(g, c, what);
 }
 
@@ -107,7 +109,9 @@ troupe_status_t troupe__ring_test(troupe__ring_t *g, const troupe__engine_comm_t
             troupe__reduce_into(troupe__cls_red_type(g->cls), g->op,
                                 g->base + lo * (int64_t)troupe__cls_size(g->cls), g->tmp, n);
         }
-        if (++g->step == 2 * (p - 1)) {
+        if (++g->step == p - 1)
+            g->t_scattered_ns = troupe_now_ns();
+        if (g->step == 2 * (p - 1)) {
             *done = true;
             return TROUPE_OK;
         }

@@ -93,6 +93,7 @@ struct troupe__req {
     bool lazy; /* host-level: submitting does not wake the engine thread; the event's first
                   consumer does (troupe__engine_progress), or the engine's next work */
     int64_t submitted_ns;
+    const char *phase;  /* the issuing thread's step phase (base/trace.h), a literal, or NULL */
     void *engine_state; /* the engine's per-request state (engine.c) */
 };
 
