@@ -62,10 +62,12 @@ static int s_nbufs;     /* s_mu */
 static char s_prefix[S_PREFIX_MAX]; /* s_mu */
 static bool s_atexit_registered;    /* s_mu */
 static atomic_uint_fast64_t s_lost; /* events lost before a buffer existed (out of memory) */
+static atomic_size_t s_max_events = TROUPE_TRACE_MAX_EVENTS_PER_THREAD;
 
 static atomic_int s_rank, s_size = 1;
-static atomic_int_fast64_t s_clock_offset_ns, s_clock_rtt_ns;
+static atomic_int_fast64_t s_clock_offset_ns, s_clock_measured_ns, s_clock_rtt_ns;
 static atomic_int s_clock_samples;
+static atomic_bool s_clock_same;
 
 static pthread_mutex_t s_flush_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t s_flushed_events = UINT64_MAX; /* s_flush_mu: events in the last file */
@@ -84,7 +86,7 @@ static const char *const s_track_names[TROUPE__TRACK_COUNT] = {
 static void s_atexit(void)
 {
     if (troupe_trace_flush() != TROUPE_OK)
-        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_BASE, "trace: %s", troupe_last_error());
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_BASE, "%s", troupe_last_error());
 }
 
 void troupe__trace_configure(const char *prefix)
@@ -118,9 +120,12 @@ void troupe__trace_set_rank(int rank, int size)
     atomic_store(&s_size, size < 1 ? 1 : size);
 }
 
-void troupe__trace_set_clock(int64_t offset_ns, int64_t rtt_ns, int samples)
+void troupe__trace_set_clock(int64_t offset_ns, int64_t measured_ns, int64_t rtt_ns, int samples,
+                             bool same_clock)
 {
     atomic_store(&s_clock_offset_ns, offset_ns);
+    atomic_store(&s_clock_measured_ns, measured_ns);
+    atomic_store(&s_clock_same, same_clock);
     atomic_store(&s_clock_rtt_ns, rtt_ns);
     atomic_store(&s_clock_samples, samples);
 }
@@ -196,9 +201,8 @@ void troupe__trace_emit(troupe__trace_track_t track, const char *cat, const char
         return;
     }
     if (b->tail_n == S_CHUNK_EVENTS) {
-        s_chunk_t *c = b->total < TROUPE_TRACE_MAX_EVENTS_PER_THREAD
-                           ? troupe_calloc(1, sizeof *c)
-                           : NULL;
+        size_t cap = atomic_load_explicit(&s_max_events, memory_order_relaxed);
+        s_chunk_t *c = b->total < cap ? troupe_calloc(1, sizeof *c) : NULL;
         if (c == NULL) {
             atomic_fetch_add_explicit(&b->dropped, 1, memory_order_relaxed);
             return;
@@ -224,6 +228,11 @@ void troupe__trace_emit(troupe__trace_track_t track, const char *cat, const char
     b->tail_n++;
     b->total++;
     atomic_store_explicit(&b->tail->count, b->tail_n, memory_order_release);
+}
+
+void troupe__trace_set_max_events(size_t per_thread)
+{
+    atomic_store(&s_max_events, per_thread ? per_thread : TROUPE_TRACE_MAX_EVENTS_PER_THREAD);
 }
 
 void troupe_trace_span(const char *category, const char *name, int64_t start_ns, int64_t end_ns)
@@ -377,12 +386,15 @@ static uint64_t s_write(FILE *f, const s_snap_t *snap, int nsnap, uint64_t dropp
                "\"clock\":\"CLOCK_MONOTONIC\",\"clock_offset_us\":",
             TROUPE_VERSION_STRING, pid, atomic_load(&s_size));
     s_put_us(f, atomic_load(&s_clock_offset_ns));
+    fputs(",\"clock_measured_offset_us\":", f);
+    s_put_us(f, atomic_load(&s_clock_measured_ns));
     fputs(",\"clock_rtt_us\":", f);
     s_put_us(f, atomic_load(&s_clock_rtt_ns));
+    fprintf(f, ",\"clock_same_as_rank0\":%s", atomic_load(&s_clock_same) ? "true" : "false");
     fprintf(f,
             ",\"clock_samples\":%d,\"events\":%" PRIu64 ",\"dropped_events\":%" PRIu64
-            ",\"threads\":%d,\"max_events_per_thread\":%d,\"os_pid\":%ld}}\n",
-            atomic_load(&s_clock_samples), n, dropped, nsnap, TROUPE_TRACE_MAX_EVENTS_PER_THREAD,
+            ",\"threads\":%d,\"max_events_per_thread\":%zu,\"os_pid\":%ld}}\n",
+            atomic_load(&s_clock_samples), n, dropped, nsnap, atomic_load(&s_max_events),
             (long)getpid());
     return n;
 }

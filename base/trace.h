@@ -9,7 +9,9 @@
  * allgather, MPI_Iallreduce buckets, with their bytes), compilation and training step; pid is
  * the rank, tid the thread (its name: the stream, "transport", "host") or one of the rank's
  * timelines ("collectives", "steps", "buckets"). The file's "otherData" holds the rank, the
- * cluster size, the clock offset to rank 0 measured at troupe_cluster_init (clock_offset_us,
+ * cluster size, the clock offset to rank 0 found at troupe_cluster_init (clock_offset_us: 0 on
+ * rank 0's machine, which shares its clock, clock_same_as_rank0; else the offset measured
+ * with the shortest of 32 round trips, clock_measured_offset_us, off by at most half of
  * clock_rtt_us) and the count of events dropped because a thread's buffer was full
  * (dropped_events). `troupe trace merge` aligns the ranks' files into one and reports
  * stragglers.

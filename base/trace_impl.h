@@ -22,6 +22,7 @@
 #include "base/trace.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -85,9 +86,15 @@ void troupe__trace_name_thread(const char *tag);
 /* transport/: this process's rank and the cluster's size (file name, metadata). */
 void troupe__trace_set_rank(int rank, int size);
 
-/* transport/: this rank's clock minus rank 0's (ns), measured with a round trip of rtt_ns
- * (the error is at most rtt_ns / 2), from `samples` round trips. */
-void troupe__trace_set_clock(int64_t offset_ns, int64_t rtt_ns, int samples);
+/* transport/: this rank's clock minus rank 0's (ns): offset_ns, the one the merge uses;
+ * measured_ns, measured with a round trip of rtt_ns (off by at most rtt_ns / 2) as the best of
+ * `samples`; same_clock: this rank reads rank 0's very clock (offset_ns is then 0). */
+void troupe__trace_set_clock(int64_t offset_ns, int64_t measured_ns, int64_t rtt_ns, int samples,
+                             bool same_clock);
+
+/* Tests: the events a thread keeps from now on (0: TROUPE_TRACE_MAX_EVENTS_PER_THREAD);
+ * rounded up to whole chunks of 1024. */
+void troupe__trace_set_max_events(size_t per_thread);
 
 #ifdef __cplusplus
 }

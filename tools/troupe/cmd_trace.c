@@ -75,6 +75,7 @@ typedef struct s_input {
     char *path;
     int rank, size;
     double offset_us, rtt_us;
+    bool same_clock; /* rank 0's very clock: the offset is exact */
     int64_t dropped;
 } s_input_t;
 
@@ -205,6 +206,7 @@ static int s_header(json_t *root, s_input_t *in, bool *skip)
         return s_bad(in->path, "otherData.clock_offset_us is missing or not a number");
     if (!s_num(meta, "clock_rtt_us", &in->rtt_us))
         in->rtt_us = 0;
+    in->same_clock = json_is_true(json_object_get(meta, "clock_same_as_rank0"));
     json_t *size = json_object_get(meta, "size");
     in->size = json_is_integer(size) ? (int)json_integer_value(size) : 0;
     json_t *dropped = json_object_get(meta, "dropped_events");
@@ -410,10 +412,16 @@ static int s_report(bool all)
 {
     printf("straggler report: %d rank(s)", s_m.nranks);
     int shown = 0;
-    for (size_t k = 0; k < s_m.nin; k++)
-        if (s_m.in[k].rank != 0)
-            printf("%s rank %d %+.3f us (+-%.3f)", shown++ ? "," : "; clock offsets to rank 0:",
-                   s_m.in[k].rank, s_m.in[k].offset_us, s_m.in[k].rtt_us / 2);
+    for (size_t k = 0; k < s_m.nin; k++) {
+        if (s_m.in[k].rank == 0)
+            continue;
+        printf("%s rank %d %+.3f us", shown++ ? "," : "; clock offsets to rank 0:",
+               s_m.in[k].rank, s_m.in[k].offset_us);
+        if (s_m.in[k].same_clock)
+            printf(" (same clock)");
+        else
+            printf(" (+-%.3f)", s_m.in[k].rtt_us / 2);
+    }
     printf("\n");
     bool *have = troupe_calloc((size_t)s_m.nranks, sizeof *have);
     if (have == NULL)
