@@ -13,6 +13,9 @@
  *               2x1 layout's compute without any communication, so its efficiency is the
  *               ceiling this machine puts on 2x1 (shared memory bandwidth and caches, the
  *               per-step costs that do not shrink with the minibatch: the optimizer update)
+ *   1x1-trace   1x1-proc and 2x1 with TROUPE_TRACE on (base/trace.h; the files go to a
+ *   2x1-trace   temporary directory, are checked to exist, and removed), each against its
+ *               untraced case of the same round: the recorder's overhead
  *
  * A child job is this program re-launched as `mpiexec -n 2 <TROUPE_MPI_LAUNCHER_ARGS> <self>
  * --child --batch B [--bf16] ...` (posix_spawnp), or without mpiexec for 2x1-nocomm; each child
@@ -58,6 +61,12 @@
  * report scaling. Without an MPI build (or an mpiexec that fails) the 2x1 cases are reported
  * on stderr as not measured and their efficiencies print nan.
  *
+ * The traced cases print `bench=train case=1x1-trace ... peer=1x1-proc ... ratio=<traced /
+ * untraced> overhead_pct=<the median over the rounds of each round's (traced / untraced - 1),
+ * in percent>` (2x1-trace against 2x1). `--trace-overhead` runs only these four child cases,
+ * in S_TRACE_ROUNDS rounds (each round alternating which of a pair runs first), and prints
+ * those two lines.
+ *
  * Options: see --help (bench/bench_util.h). Exit status: 0; 1 on a failure (a failed step, a
  * non-finite loss, a child failing); 2 on a usage error.
  */
@@ -68,6 +77,8 @@
 #include "examples/fmnist/mlp.h"
 
 #include "actors/troupe.h"
+#include "base/clock.h"
+#include "base/trace_impl.h"
 #include "parallel/dp.h"
 #include "transport/mpi/cluster.h"
 #include "troupe_config.h"
@@ -90,6 +101,7 @@ extern char **environ;
 #define S_DATA_ROWS 5120   /* synthetic training rows (40 global minibatches) */
 #define S_CHILD_RUNS 7     /* timed runs of a child per round (3 with --quick) */
 #define S_ROUNDS 3         /* paired rounds (1 with --quick) */
+#define S_TRACE_ROUNDS 5   /* rounds of --trace-overhead (1 with --quick) */
 #define S_BYTES_PER_SAMPLE ((int64_t)(FMNIST_IMAGE_PIXELS + FMNIST_NUM_CLASSES) * 4)
 
 /* One layout: its model, driver and per-run sample count. */
@@ -120,7 +132,8 @@ static void s_synthetic(fmnist_dataset_t *ds)
     }
 }
 
-static bool s_bf16; /* a child of 2x1-bf16 (--bf16) */
+static bool s_bf16;               /* a child of 2x1-bf16 (--bf16) */
+static const char *s_trace_prefix; /* a traced child (--trace PREFIX) */
 
 /* Builds a layout of `streams` replicas on this rank (the cluster decides the ranks) and runs
  * the warm-up steps. */
@@ -253,8 +266,8 @@ static troupe_status_t s_spawn(char **argv, s_child_proc_t *c);
 
 /* Starts `self --child --batch B --runs R --warmup W`, under `mpiexec -n 2 <launcher args>`
  * when `mpi` (MPI builds with a found mpiexec only). */
-static troupe_status_t s_child_start(bool mpi, int64_t batch, bool bf16, int runs, int warmup,
-                                     const char *what, s_child_proc_t *c)
+static troupe_status_t s_child_start(bool mpi, int64_t batch, bool bf16, const char *trace,
+                                     int runs, int warmup, const char *what, s_child_proc_t *c)
 {
     memset(c, 0, sizeof *c);
     c->what = what;
@@ -293,6 +306,10 @@ static troupe_status_t s_child_start(bool mpi, int64_t batch, bool bf16, int run
     argv[argc++] = warm_s;
     if (bf16)
         argv[argc++] = (char *)"--bf16";
+    if (trace) {
+        argv[argc++] = (char *)"--trace";
+        argv[argc++] = (char *)trace;
+    }
     argv[argc] = NULL;
     return s_spawn(argv, c);
 }
@@ -355,16 +372,70 @@ static troupe_status_t s_child_finish(s_child_proc_t *c, int ranks, double *medi
     return TROUPE_OK;
 }
 
-/* One child job of `ranks` ranks (2: under mpiexec); us per sample, NAN when not measured. */
-static double s_child_case(int ranks, int64_t batch, bool bf16, int runs, int warmup,
+/* Events in the last traced child's rank 0 file (its otherData "events"), -1 unknown. */
+static int64_t s_trace_events = -1;
+
+/* The "events" count of a trace file (the last 512 bytes hold otherData), -1 when not found. */
+static int64_t s_trace_file_events(const char *path)
+{
+    char tail[513];
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = 0;
+    if (fseek(f, -512, SEEK_END) != 0)
+        rewind(f);
+    n = fread(tail, 1, sizeof tail - 1, f);
+    fclose(f);
+    tail[n] = '\0';
+    const char *e = strstr(tail, "\"events\":");
+    return e ? strtoll(e + 9, NULL, 10) : -1;
+}
+
+/* A traced child's files <dir>/t.<rank>.json: error unless each of `ranks` exists; removed. */
+static troupe_status_t s_trace_files_check(const char *dir, int ranks)
+{
+    troupe_status_t st = TROUPE_OK;
+    for (int r = 0; r < ranks; r++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/t.%d.json", dir, r);
+        if (access(path, R_OK) != 0 && st == TROUPE_OK)
+            st = troupe_error_set(TROUPE_NOT_FOUND, "the traced child wrote no %s", path);
+        if (r == 0)
+            s_trace_events = s_trace_file_events(path);
+        unlink(path);
+    }
+    rmdir(dir);
+    return st;
+}
+
+/* One child job of `ranks` ranks (2: under mpiexec), traced into a temporary directory when
+ * `trace`; us per sample, NAN when not measured. */
+static double s_child_case(int ranks, int64_t batch, bool bf16, bool trace, int runs, int warmup,
                            const char *what)
 {
     s_child_proc_t c;
     double med = 0;
     int64_t samples = 0;
-    troupe_status_t st = s_child_start(ranks == 2, batch, bf16, runs, warmup, what, &c);
+    char dir[4096] = "", prefix[4200] = "";
+    if (trace) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/bench_train-trace-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        if (mkdtemp(dir) == NULL) {
+            fprintf(stderr, "%s: case %s not measured: mkdtemp %s: %s\n", S_PROG, what, dir,
+                    strerror(errno));
+            return NAN;
+        }
+        snprintf(prefix, sizeof prefix, "%s/t", dir);
+    }
+    troupe_status_t st =
+        s_child_start(ranks == 2, batch, bf16, trace ? prefix : NULL, runs, warmup, what, &c);
     if (st == TROUPE_OK)
         st = s_child_finish(&c, ranks, &med, &samples);
+    if (trace) {
+        troupe_status_t tst = s_trace_files_check(dir, ranks);
+        st = st == TROUPE_OK ? tst : st;
+    }
     if (st != TROUPE_OK) {
         fprintf(stderr, "%s: case %s not measured: %s\n", S_PROG, what, troupe_last_error());
         return NAN;
@@ -379,12 +450,12 @@ static double s_nocomm_case(int64_t batch, int runs, int warmup, const char *wha
     s_child_proc_t c[2];
     double med[2] = {0, 0};
     int64_t samples[2] = {0, 0};
-    troupe_status_t st = s_child_start(false, batch, false, runs, warmup, what, &c[0]);
+    troupe_status_t st = s_child_start(false, batch, false, NULL, runs, warmup, what, &c[0]);
     if (st != TROUPE_OK) {
         fprintf(stderr, "%s: case %s not measured: %s\n", S_PROG, what, troupe_last_error());
         return NAN;
     }
-    troupe_status_t st1 = s_child_start(false, batch, false, runs, warmup, what, &c[1]);
+    troupe_status_t st1 = s_child_start(false, batch, false, NULL, runs, warmup, what, &c[1]);
     st = s_child_finish(&c[0], 1, &med[0], &samples[0]);
     if (st1 == TROUPE_OK)
         st1 = s_child_finish(&c[1], 1, &med[1], &samples[1]);
@@ -505,10 +576,14 @@ static double s_torch_case(const char *mode, int runs, bool print_facts)
     return NAN;
 }
 
-/* The median of v[0..n) (n <= S_ROUNDS + 1); NAN when any is NAN (a case not measured). */
+#define S_MEDIAN_MAX 16
+
+/* The median of v[0..n) (n <= S_MEDIAN_MAX); NAN when any is NAN (a case not measured). */
 static double s_median(const double *v, int n)
 {
-    double s[S_ROUNDS + 1];
+    double s[S_MEDIAN_MAX];
+    if (n > S_MEDIAN_MAX)
+        n = S_MEDIAN_MAX;
     for (int i = 0; i < n; i++) {
         if (isnan(v[i]))
             return NAN;
@@ -523,10 +598,125 @@ static double s_median(const double *v, int n)
     return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
+/* ---- the recorder's overhead (1x1-trace, 2x1-trace) --------------------------------------- */
+
+enum { T11, T11T, T21, T21T, TCASES };
+static const char *const s_tnames[TCASES] = {"1x1-proc", "1x1-trace", "2x1", "2x1-trace"};
+static int64_t s_tevents[TCASES]; /* rank 0's trace events of the last traced run */
+
+/* Round k of the traced cases: 1x1-proc and 1x1-trace, then 2x1 and 2x1-trace (us per sample
+ * into out[T*]); which of a pair runs first alternates with k, so the machine's drift favours
+ * neither. */
+static void s_trace_round(int k, int runs, int warmup, double out[TCASES])
+{
+    for (int pair = 0; pair < 2; pair++) {
+        for (int i = 0; i < 2; i++) {
+            bool traced = (i + k) % 2 == 1;
+            int c = 2 * pair + (traced ? 1 : 0);
+            out[c] = NAN;
+            if (pair == 1 && !S_HAVE_MPIEXEC) {
+                if (k == 0 && i == 0)
+                    fprintf(stderr, "%s: cases 2x1 and 2x1-trace not measured: built without MPI\n",
+                            S_PROG);
+                continue;
+            }
+            s_trace_events = -1;
+            out[c] = s_child_case(pair + 1, S_GLOBAL_BATCH, false, traced, runs, warmup,
+                                  s_tnames[c]);
+            s_tevents[c] = traced ? s_trace_events : 0;
+        }
+    }
+}
+
+/* `bench=train case=<traced case> ... peer=<untraced case> ... ratio=<traced/untraced>
+ * overhead_pct=<median of the rounds' (traced/untraced - 1), %> ...`; nothing when either was
+ * not measured. */
+static void s_print_trace(int traced_case, const double v[][TCASES], int rounds)
+{
+    int plain_case = traced_case - 1;
+    double t[S_MEDIAN_MAX], p[S_MEDIAN_MAX], r[S_MEDIAN_MAX];
+    double lo = INFINITY, hi = -INFINITY;
+    for (int k = 0; k < rounds && k < S_MEDIAN_MAX; k++) {
+        t[k] = v[k][traced_case];
+        p[k] = v[k][plain_case];
+        r[k] = t[k] / p[k] - 1.0;
+        lo = r[k] < lo ? r[k] : lo;
+        hi = r[k] > hi ? r[k] : hi;
+    }
+    double tm = s_median(t, rounds), pm = s_median(p, rounds), rm = s_median(r, rounds);
+    if (isnan(tm) || isnan(pm))
+        return;
+    troupe_bench_print_case("train", s_tnames[traced_case], S_BYTES_PER_SAMPLE, tm,
+                            s_tnames[plain_case], pm,
+                            "overhead_pct=%.2f overhead_min_pct=%.2f overhead_max_pct=%.2f "
+                            "rounds=%d samples_per_s=%.0f global_batch=%d",
+                            100.0 * rm, 100.0 * lo, 100.0 * hi, rounds, 1e6 / tm, S_GLOBAL_BATCH);
+}
+
+/* What one recorded event costs the thread that records it, in ns: the two clock reads and
+ * the append of a routine's event, timed here with tracing on (into a prefix never flushed:
+ * tracing is turned off again before exit). */
+static double s_ns_per_event(void)
+{
+    enum { N = 100000 };
+    if (troupe_config_set_trace_prefix("/nonexistent/bench_train-never-written") != TROUPE_OK)
+        return NAN;
+    int64_t t0 = troupe_now_ns();
+    for (int i = 0; i < N; i++) {
+        int64_t a = troupe_now_ns();
+        troupe__trace_arg_t args[] = {TROUPE__TRACE_STR("status", "OK"),
+                                      TROUPE__TRACE_NUM("merge_buffer", 0)};
+        troupe__trace_emit(TROUPE__TRACK_THREAD, "routine", "fmnist_grad", a, troupe_now_ns(),
+                           args, 2);
+    }
+    double ns = (double)(troupe_now_ns() - t0) / N;
+    if (troupe_config_set_trace_prefix(NULL) != TROUPE_OK)
+        return NAN;
+    return ns;
+}
+
+/* `trace_cost` line: events per step of rank 0 in the traced cases, the cost of an event, and
+ * the overhead they imply per step (events x cost / untraced step time), which the machine's
+ * load does not blur as it blurs the timed ratio. */
+static void s_print_trace_cost(const double v[][TCASES], int rounds, int runs, int warmup)
+{
+    double ns = s_ns_per_event();
+    double steps = S_WARM_STEPS + (double)(warmup + runs) * S_STEPS;
+    printf("trace_cost ns_per_event=%.1f", ns);
+    for (int c = T11T; c < TCASES; c += 2) {
+        double p[S_MEDIAN_MAX];
+        for (int k = 0; k < rounds && k < S_MEDIAN_MAX; k++)
+            p[k] = v[k][c - 1];
+        double step_us = s_median(p, rounds) * S_GLOBAL_BATCH;
+        double per_step = s_tevents[c] > 0 ? (double)s_tevents[c] / steps : NAN;
+        printf(" events_per_step_%s=%.1f implied_overhead_pct_%s=%.3f", s_tnames[c - 1],
+               per_step, s_tnames[c - 1], 100.0 * per_step * ns / (1000.0 * step_us));
+    }
+    printf("\n");
+}
+
+/* --trace-overhead: only the traced cases and their untraced pairs. */
+static int s_trace_overhead(const troupe_bench_opts_t *opts)
+{
+    bool quick = opts->max_runs == opts->min_runs;
+    int runs = quick ? opts->min_runs : S_CHILD_RUNS, rounds = quick ? 1 : S_TRACE_ROUNDS;
+    double v[S_TRACE_ROUNDS][TCASES];
+    for (int k = 0; k < rounds; k++)
+        s_trace_round(k, runs, opts->warmup, v[k]);
+    s_print_trace(T11T, (const double(*)[TCASES])v, rounds);
+    s_print_trace(T21T, (const double(*)[TCASES])v, rounds);
+    s_print_trace_cost((const double(*)[TCASES])v, rounds, runs, opts->warmup);
+    for (int k = 0; k < rounds; k++)
+        for (int c = 0; c < TCASES; c++)
+            if (isnan(v[k][c]) && (c < T21 || S_HAVE_MPIEXEC))
+                return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     /* --child and --batch B are ours; the rest are bench_util's options */
-    bool child = false;
+    bool child = false, trace_only = false;
     int64_t batch = S_GLOBAL_BATCH;
     int n = 0;
     for (int i = 0; i < argc; i++) {
@@ -534,6 +724,14 @@ int main(int argc, char **argv)
             child = true;
         } else if (i > 0 && strcmp(argv[i], "--bf16") == 0) {
             s_bf16 = true;
+        } else if (i > 0 && strcmp(argv[i], "--trace-overhead") == 0) {
+            trace_only = true;
+        } else if (i > 0 && strcmp(argv[i], "--trace") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "%s: --trace needs a file prefix\n", S_PROG);
+                return 2;
+            }
+            s_trace_prefix = argv[++i];
         } else if (i > 0 && strcmp(argv[i], "--batch") == 0) {
             char *end = NULL;
             batch = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
@@ -552,11 +750,15 @@ int main(int argc, char **argv)
     troupe_bench_opts_default(&opts);
     int pr = troupe_bench_parse_args(argc, argv,
                                      "data-parallel MLP training throughput: 1x1, 1x2, 2x1, "
-                                     "2x1-weak, 2x1-nocomm (ranks x streams)",
+                                     "2x1-weak, 2x1-nocomm, 1x1-trace, 2x1-trace (ranks x "
+                                     "streams); --trace-overhead: only 1x1-proc and 2x1 with "
+                                     "TROUPE_TRACE off and on",
                                      &opts);
     if (pr != 0)
         return pr > 0 ? 0 : 2;
     if (child) {
+        if (s_trace_prefix && troupe_config_set_trace_prefix(s_trace_prefix) != TROUPE_OK)
+            return troupe_bench_fail_status(S_PROG, "child: --trace", TROUPE_INVALID_ARGUMENT);
         troupe_status_t st = troupe_cluster_init(&argc, &argv);
         if (st != TROUPE_OK)
             return troupe_bench_fail_status(S_PROG, "child: cluster init", st);
@@ -568,6 +770,8 @@ int main(int argc, char **argv)
     }
 
     troupe_bench_print_machine(TROUPE_BENCH_C_FLAGS);
+    if (trace_only)
+        return s_trace_overhead(&opts);
     fmnist_dataset_t ds;
     s_synthetic(&ds);
     if (!ds.pixels || !ds.labels)
@@ -610,6 +814,7 @@ int main(int argc, char **argv)
     int runs = quick ? opts.min_runs : S_CHILD_RUNS, rounds = quick ? 1 : S_ROUNDS;
     double r11[S_ROUNDS + 1], rus[NCASES][S_ROUNDS], eff[NCASES][S_ROUNDS];
     double torch1[S_ROUNDS], torchd[S_ROUNDS]; /* the torch peer's step times, us */
+    double tv[S_ROUNDS][TCASES];               /* the traced cases and their pairs */
     int n11 = 0;
     r11[n11++] = us[C11];
     troupe_bench_opts_t o11 = opts;
@@ -622,18 +827,19 @@ int main(int argc, char **argv)
             return troupe_bench_fail_status(S_PROG, "training 1x1", TROUPE_INTERNAL);
         double u11 = s11.median_us / (double)l11.samples_per_run;
         r11[n11++] = u11;
-        /* 1x1 in a fresh process of its own, as the 2x1 children and the torch peer run */
-        rus[C11P][k] = s_child_case(1, S_GLOBAL_BATCH, false, runs, opts.warmup, names[C11P]);
+        /* 1x1 in a fresh process of its own, as the 2x1 children and the torch peer run, and
+         * 2x1; each beside its traced run */
+        s_trace_round(k, runs, opts.warmup, tv[k]);
+        rus[C11P][k] = tv[k][T11];
+        rus[C21][k] = tv[k][T21];
         if (!isnan(rus[C11P][k]))
             u11 = rus[C11P][k];
 #if S_HAVE_MPIEXEC
-        rus[C21][k] = s_child_case(2, S_GLOBAL_BATCH, false, runs, opts.warmup, names[C21]);
-        rus[C21W][k] = s_child_case(2, 2 * S_GLOBAL_BATCH, false, runs, opts.warmup, names[C21W]);
-        rus[C21B][k] = s_child_case(2, S_GLOBAL_BATCH, true, runs, opts.warmup, names[C21B]);
+        rus[C21W][k] =
+            s_child_case(2, 2 * S_GLOBAL_BATCH, false, false, runs, opts.warmup, names[C21W]);
+        rus[C21B][k] = s_child_case(2, S_GLOBAL_BATCH, true, false, runs, opts.warmup, names[C21B]);
 #else
-        if (k == 0)
-            fprintf(stderr, "%s: cases 2x1 and 2x1-weak not measured: built without MPI\n", S_PROG);
-        rus[C21][k] = rus[C21W][k] = rus[C21B][k] = NAN;
+        rus[C21W][k] = rus[C21B][k] = NAN;
 #endif
         /* each of the two processes trains on half the 2x1 global minibatch */
         rus[C21N][k] = s_nocomm_case(S_GLOBAL_BATCH / 2, runs, opts.warmup, names[C21N]);
@@ -655,6 +861,9 @@ int main(int argc, char **argv)
                                 "samples_per_s=%.0f global_batch=%lld", 1e6 / us[c],
                                 (long long)batches[c]);
     }
+    s_print_trace(T11T, (const double(*)[TCASES])tv, rounds);
+    s_print_trace(T21T, (const double(*)[TCASES])tv, rounds);
+    s_print_trace_cost((const double(*)[TCASES])tv, rounds, runs, opts.warmup);
     /* against the torch peer, per step of the global minibatch 128 */
     const double t1 = s_median(torch1, rounds), td = s_median(torchd, rounds);
     const bool proc = !isnan(us[C11P]);
