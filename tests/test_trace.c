@@ -216,15 +216,18 @@ static void s_slurp(FILE *f, char *buf, size_t cap)
     buf[n] = '\0';
 }
 
-/* Runs `troupe trace merge ARGS...` (NULL-terminated). */
-static void s_merge(s_run_t *r, const char *const *args)
+/* Runs `troupe CMD SUB ARGS...` (args NULL-terminated; SUB may be NULL) with `env` (one
+ * "NAME=value" or NULL) added to the environment. */
+static void s_troupe(s_run_t *r, const char *cmd, const char *sub, const char *const *args,
+                     const char *env)
 {
     cr_assert_eq(access(S_TROUPE_BIN, X_OK), 0, "%s is not built", S_TROUPE_BIN);
     char *argv[16];
     size_t na = 0;
     argv[na++] = (char *)S_TROUPE_BIN;
-    argv[na++] = (char *)"trace";
-    argv[na++] = (char *)"merge";
+    argv[na++] = (char *)cmd;
+    if (sub != NULL)
+        argv[na++] = (char *)sub;
     for (size_t i = 0; args[i] != NULL && na < 15; i++)
         argv[na++] = (char *)args[i];
     argv[na] = NULL;
@@ -236,6 +239,8 @@ static void s_merge(s_run_t *r, const char *const *args)
     if (pid == 0) {
         dup2(fileno(out), 1);
         dup2(fileno(err), 2);
+        if (env != NULL)
+            putenv((char *)env);
         execv(argv[0], argv);
         _exit(127);
     }
@@ -246,6 +251,28 @@ static void s_merge(s_run_t *r, const char *const *args)
     s_slurp(err, r->err, sizeof r->err);
     fclose(out);
     fclose(err);
+}
+
+/* Runs `troupe trace merge ARGS...` (NULL-terminated). */
+static void s_merge(s_run_t *r, const char *const *args)
+{
+    s_troupe(r, "trace", "merge", args, NULL);
+}
+
+Test(trace, the_troupe_command_is_not_traced)
+{
+    char dir[512], env[700], path[700];
+    s_tmpdir(dir, sizeof dir);
+    snprintf(env, sizeof env, "TROUPE_TRACE=%s/job", dir);
+    s_run_t r;
+    const char *none[] = {NULL};
+    s_troupe(&r, "info", NULL, none, env);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char line[700];
+    snprintf(line, sizeof line, "config.trace: %s/job\n", dir);
+    cr_assert(strstr(r.out, line) != NULL, "no '%s' in: %s", line, r.out);
+    snprintf(path, sizeof path, "%s/job.0.json", dir);
+    cr_assert_neq(access(path, F_OK), 0, "troupe info wrote the job's %s", path);
 }
 
 /* A rank's file: rank, clock offset (us), and its collectives' arrivals (ts in its own clock). */

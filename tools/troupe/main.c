@@ -34,6 +34,7 @@
  *   config.cache_dir, config.cc, config.cc_flags, config.timeout_s, config.fusion_bytes,
  *   config.auto_host_transfers, config.stack_threshold_bytes, config.gemm, config.coll_shm,
  *   config.denormals (flush|keep, as TROUPE_DENORMALS),
+ *   config.trace (TROUPE_TRACE's prefix, empty when off; the command itself is never traced),
  *   config.log (LEVEL[:SUBSYSTEM,...], as TROUPE_LOG)
  *
  * Keys are stable; values are facts of this build and machine. Warnings go to stderr, once
@@ -197,6 +198,9 @@ static void s_print_log(void)
     printf("\n");
 }
 
+/* TROUPE_TRACE as configured (the command itself is not traced: see main). */
+static char s_trace_prefix[1024];
+
 static void s_config(void)
 {
     printf("config.backend: %s\n", troupe_config_backend());
@@ -210,6 +214,7 @@ static void s_config(void)
     printf("config.gemm: %s\n", troupe_config_gemm_mode_name(troupe_config_gemm_mode()));
     printf("config.denormals: %s\n", troupe_config_flush_denormals() ? "flush" : "keep");
     printf("config.coll_shm: %d\n", troupe_config_coll_shm() ? 1 : 0);
+    printf("config.trace: %s\n", s_trace_prefix);
     s_print_log();
 }
 
@@ -285,6 +290,10 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
+    /* TROUPE_TRACE names a job's trace files: this command must not overwrite rank 0's */
+    snprintf(s_trace_prefix, sizeof s_trace_prefix, "%s", troupe_config_trace_prefix());
+    troupe_status_t tst = troupe_config_set_trace_prefix(NULL);
+    (void)tst; /* turning tracing off cannot fail */
     if (strcmp(cmd, "info") == 0)
         return s_simple(s_info, argc, argv);
     if (strcmp(cmd, "doctor") == 0)
