@@ -14,8 +14,10 @@
  *               ceiling this machine puts on 2x1 (shared memory bandwidth and caches, the
  *               per-step costs that do not shrink with the minibatch: the optimizer update)
  *   1x1-trace   1x1-proc and 2x1 with TROUPE_TRACE on (base/trace.h; the files go to a
- *   2x1-trace   temporary directory, are checked to exist, and removed), each against its
- *               untraced case of the same round: the recorder's overhead
+ *   2x1-trace   temporary directory, are checked to exist, and removed), each against the
+ *               same process's untraced runs: a traced child alternates untraced and
+ *               traced runs (tracing switched off and on between them), so the machine's
+ *               drift falls on both alike
  *
  * A child job is this program re-launched as `mpiexec -n 2 <TROUPE_MPI_LAUNCHER_ARGS> <self>
  * --child --batch B [--bf16] ...` (posix_spawnp), or without mpiexec for 2x1-nocomm; each child
@@ -63,9 +65,11 @@
  *
  * The traced cases print `bench=train case=1x1-trace ... peer=1x1-proc ... ratio=<traced /
  * untraced> overhead_pct=<the median over the rounds of each round's (traced / untraced - 1),
- * in percent>` (2x1-trace against 2x1). `--trace-overhead` runs only these four child cases,
- * in S_TRACE_ROUNDS rounds (each round alternating which of a pair runs first), and prints
- * those two lines.
+ * in percent>` (2x1-trace against 2x1, the untraced runs of the same child), and a
+ * `trace_cost` line: rank 0's events per traced step, the cost of one event timed in this
+ * process, and the overhead they imply. In the full run the traced children are the rounds'
+ * 1x1-proc and 2x1 children (their untraced runs are those cases' figures);
+ * `--trace-overhead` runs only them, in S_TRACE_ROUNDS rounds, and prints those lines.
  *
  * Options: see --help (bench/bench_util.h). Exit status: 0; 1 on a failure (a failed step, a
  * non-finite loss, a child failing); 2 on a usage error.
@@ -133,7 +137,27 @@ static void s_synthetic(fmnist_dataset_t *ds)
 }
 
 static bool s_bf16;               /* a child of 2x1-bf16 (--bf16) */
+static int s_run(void *arg);
 static const char *s_trace_prefix; /* a traced child (--trace PREFIX) */
+static bool s_trace_failed;        /* a traced child could not switch tracing */
+
+/* A traced child's runs: tracing off (the untraced side) or on (the traced side). */
+static int s_run_switch(void *arg, const char *prefix)
+{
+    if (troupe_config_set_trace_prefix(prefix) != TROUPE_OK) {
+        s_trace_failed = true;
+        return 1;
+    }
+    return s_run(arg);
+}
+static int s_run_untraced(void *arg)
+{
+    return s_run_switch(arg, NULL);
+}
+static int s_run_traced(void *arg)
+{
+    return s_run_switch(arg, s_trace_prefix);
+}
 
 /* Builds a layout of `streams` replicas on this rank (the cluster decides the ranks) and runs
  * the warm-up steps. */
@@ -230,8 +254,21 @@ static int s_child(const troupe_bench_opts_t *opts, int64_t global_batch)
     troupe_bench_opts_t o = *opts;
     o.max_runs = o.min_runs; /* the same number of runs on every rank */
     o.min_total_s = 0.0;
-    troupe_bench_stats_t stats;
-    int rc = troupe_bench_time(s_run, &l, &o, &stats);
+    troupe_bench_stats_t stats, traced = {0};
+    int rc;
+    if (s_trace_prefix) { /* untraced and traced runs alternate (their order too) */
+        troupe_bench_side_t sides[2] = {{s_run_untraced, &l}, {s_run_traced, &l}};
+        troupe_bench_stats_t both[2];
+        rc = troupe_bench_time_sides(sides, 2, &o, both);
+        stats = both[0];
+        traced = both[1];
+        if (troupe_config_set_trace_prefix(s_trace_prefix) != TROUPE_OK) /* written at exit */
+            s_trace_failed = true;
+        if (s_trace_failed)
+            rc = 1;
+    } else {
+        rc = troupe_bench_time(s_run, &l, &o, &stats);
+    }
     if (rc != 0 || l.failed) {
         troupe_bench_fail_status(S_PROG, "child: training", troupe_cluster_status());
         s_child_leave(1);
@@ -242,9 +279,10 @@ static int s_child(const troupe_bench_opts_t *opts, int64_t global_batch)
         s_child_leave(1);
     }
     if (troupe_cluster_rank() == 0)
-        printf("child ranks=%d median_us=%.3f min_us=%.3f max_us=%.3f runs=%d samples=%lld\n",
+        printf("child ranks=%d median_us=%.3f min_us=%.3f max_us=%.3f runs=%d samples=%lld "
+               "traced_median_us=%.3f\n",
                troupe_cluster_size(), stats.median_us, stats.min_us, stats.max_us, stats.runs,
-               (long long)l.samples_per_run);
+               (long long)l.samples_per_run, traced.median_us);
     fmnist_dataset_free(&ds);
     return 0;
 }
@@ -338,11 +376,15 @@ static troupe_status_t s_spawn(char **argv, s_child_proc_t *c)
     return TROUPE_OK;
 }
 
-/* Reads the child's result line (median run time in us, samples per run, `ranks` ranks) and
- * waits for it. */
+/* The median of a traced child's traced runs, us (0: not traced). */
+static double s_traced_median_us;
+
+/* Reads the child's result line (median run time in us, samples per run, `ranks` ranks; a
+ * traced child's traced median into s_traced_median_us) and waits for it. */
 static troupe_status_t s_child_finish(s_child_proc_t *c, int ranks, double *median_us,
                                       int64_t *samples)
 {
+    s_traced_median_us = 0;
     char line[512];
     bool found = false;
     while (c->out && fgets(line, sizeof line, c->out)) {
@@ -354,6 +396,9 @@ static troupe_status_t s_child_finish(s_child_proc_t *c, int ranks, double *medi
             *median_us = med;
             *samples = sm;
             found = rk == ranks && sm > 0 && med > 0;
+            const char *tr = strstr(line, " traced_median_us=");
+            if (tr)
+                s_traced_median_us = strtod(tr + 18, NULL);
         } else {
             fputs(line, stderr); /* anything else the child printed */
         }
@@ -409,8 +454,12 @@ static troupe_status_t s_trace_files_check(const char *dir, int ranks)
     return st;
 }
 
-/* One child job of `ranks` ranks (2: under mpiexec), traced into a temporary directory when
- * `trace`; us per sample, NAN when not measured. */
+/* Us per sample of the last traced child's traced runs (NAN: none). */
+static double s_traced_us = NAN;
+
+/* One child job of `ranks` ranks (2: under mpiexec); us per sample (of its untraced runs), NAN
+ * when not measured. When `trace`, it traces every other run into a temporary directory, and
+ * s_traced_us gets its traced runs' us per sample. */
 static double s_child_case(int ranks, int64_t batch, bool bf16, bool trace, int runs, int warmup,
                            const char *what)
 {
@@ -432,9 +481,14 @@ static double s_child_case(int ranks, int64_t batch, bool bf16, bool trace, int 
         s_child_start(ranks == 2, batch, bf16, trace ? prefix : NULL, runs, warmup, what, &c);
     if (st == TROUPE_OK)
         st = s_child_finish(&c, ranks, &med, &samples);
+    s_traced_us = NAN;
     if (trace) {
         troupe_status_t tst = s_trace_files_check(dir, ranks);
         st = st == TROUPE_OK ? tst : st;
+        if (st == TROUPE_OK && s_traced_median_us <= 0)
+            st = troupe_error_set(TROUPE_INTERNAL, "the traced child printed no traced time");
+        if (st == TROUPE_OK)
+            s_traced_us = s_traced_median_us / (double)samples;
     }
     if (st != TROUPE_OK) {
         fprintf(stderr, "%s: case %s not measured: %s\n", S_PROG, what, troupe_last_error());
@@ -604,27 +658,23 @@ enum { T11, T11T, T21, T21T, TCASES };
 static const char *const s_tnames[TCASES] = {"1x1-proc", "1x1-trace", "2x1", "2x1-trace"};
 static int64_t s_tevents[TCASES]; /* rank 0's trace events of the last traced run */
 
-/* Round k of the traced cases: 1x1-proc and 1x1-trace, then 2x1 and 2x1-trace (us per sample
- * into out[T*]); which of a pair runs first alternates with k, so the machine's drift favours
- * neither. */
+/* Round k of the traced cases: a traced 1x1-proc child and a traced 2x1 child, each giving
+ * its untraced and its traced runs' us per sample (out[T11], out[T11T], out[T21], out[T21T]). */
 static void s_trace_round(int k, int runs, int warmup, double out[TCASES])
 {
     for (int pair = 0; pair < 2; pair++) {
-        for (int i = 0; i < 2; i++) {
-            bool traced = (i + k) % 2 == 1;
-            int c = 2 * pair + (traced ? 1 : 0);
-            out[c] = NAN;
-            if (pair == 1 && !S_HAVE_MPIEXEC) {
-                if (k == 0 && i == 0)
-                    fprintf(stderr, "%s: cases 2x1 and 2x1-trace not measured: built without MPI\n",
-                            S_PROG);
-                continue;
-            }
-            s_trace_events = -1;
-            out[c] = s_child_case(pair + 1, S_GLOBAL_BATCH, false, traced, runs, warmup,
-                                  s_tnames[c]);
-            s_tevents[c] = traced ? s_trace_events : 0;
+        out[2 * pair] = out[2 * pair + 1] = NAN;
+        if (pair == 1 && !S_HAVE_MPIEXEC) {
+            if (k == 0)
+                fprintf(stderr, "%s: cases 2x1 and 2x1-trace not measured: built without MPI\n",
+                        S_PROG);
+            continue;
         }
+        s_trace_events = -1;
+        out[2 * pair] =
+            s_child_case(pair + 1, S_GLOBAL_BATCH, false, true, runs, warmup, s_tnames[2 * pair]);
+        out[2 * pair + 1] = s_traced_us;
+        s_tevents[2 * pair + 1] = s_trace_events;
     }
 }
 
