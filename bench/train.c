@@ -65,11 +65,14 @@
  *
  * The traced cases print `bench=train case=1x1-trace ... peer=1x1-proc ... ratio=<traced /
  * untraced> overhead_pct=<the median over the rounds of each round's (traced / untraced - 1),
- * in percent>` (2x1-trace against 2x1, the untraced runs of the same child), and a
+ * in percent, of the runs' medians> overhead_best_pct=<the same of each side's fastest run, the
+ * one the machine's load disturbed least>` (2x1-trace against 2x1, the untraced runs of the
+ * same child), and a
  * `trace_cost` line: rank 0's events per traced step, the cost of one event timed in this
  * process, and the overhead they imply. In the full run the traced children are the rounds'
  * 1x1-proc and 2x1 children (their untraced runs are those cases' figures);
- * `--trace-overhead` runs only them, in S_TRACE_ROUNDS rounds, and prints those lines.
+ * `--trace-overhead` runs only them, in S_TRACE_ROUNDS rounds of S_TRACE_RUNS runs per side,
+ * and prints those lines.
  *
  * Options: see --help (bench/bench_util.h). Exit status: 0; 1 on a failure (a failed step, a
  * non-finite loss, a child failing); 2 on a usage error.
@@ -106,6 +109,7 @@ extern char **environ;
 #define S_CHILD_RUNS 7     /* timed runs of a child per round (3 with --quick) */
 #define S_ROUNDS 3         /* paired rounds (1 with --quick) */
 #define S_TRACE_ROUNDS 5   /* rounds of --trace-overhead (1 with --quick) */
+#define S_TRACE_RUNS 15    /* timed runs per side of its children (3 with --quick) */
 #define S_BYTES_PER_SAMPLE ((int64_t)(FMNIST_IMAGE_PIXELS + FMNIST_NUM_CLASSES) * 4)
 
 /* One layout: its model, driver and per-run sample count. */
@@ -280,9 +284,9 @@ static int s_child(const troupe_bench_opts_t *opts, int64_t global_batch)
     }
     if (troupe_cluster_rank() == 0)
         printf("child ranks=%d median_us=%.3f min_us=%.3f max_us=%.3f runs=%d samples=%lld "
-               "traced_median_us=%.3f\n",
+               "traced_median_us=%.3f traced_min_us=%.3f\n",
                troupe_cluster_size(), stats.median_us, stats.min_us, stats.max_us, stats.runs,
-               (long long)l.samples_per_run, traced.median_us);
+               (long long)l.samples_per_run, traced.median_us, traced.min_us);
     fmnist_dataset_free(&ds);
     return 0;
 }
@@ -376,8 +380,9 @@ static troupe_status_t s_spawn(char **argv, s_child_proc_t *c)
     return TROUPE_OK;
 }
 
-/* The median of a traced child's traced runs, us (0: not traced). */
-static double s_traced_median_us;
+/* The median and the fastest of a traced child's traced runs, us (0: not traced), and the
+ * fastest of its untraced runs. */
+static double s_traced_median_us, s_traced_min_us, s_child_min_us;
 
 /* Reads the child's result line (median run time in us, samples per run, `ranks` ranks; a
  * traced child's traced median into s_traced_median_us) and waits for it. */
@@ -397,8 +402,12 @@ static troupe_status_t s_child_finish(s_child_proc_t *c, int ranks, double *medi
             *samples = sm;
             found = rk == ranks && sm > 0 && med > 0;
             const char *tr = strstr(line, " traced_median_us=");
+            const char *tm = strstr(line, " traced_min_us=");
+            s_child_min_us = mn;
             if (tr)
                 s_traced_median_us = strtod(tr + 18, NULL);
+            if (tm)
+                s_traced_min_us = strtod(tm + 15, NULL);
         } else {
             fputs(line, stderr); /* anything else the child printed */
         }
@@ -454,8 +463,9 @@ static troupe_status_t s_trace_files_check(const char *dir, int ranks)
     return st;
 }
 
-/* Us per sample of the last traced child's traced runs (NAN: none). */
-static double s_traced_us = NAN;
+/* Us per sample of the last traced child's traced runs: median and fastest (NAN: none), and
+ * of its fastest untraced run. */
+static double s_traced_us = NAN, s_traced_best_us = NAN, s_untraced_best_us = NAN;
 
 /* One child job of `ranks` ranks (2: under mpiexec); us per sample (of its untraced runs), NAN
  * when not measured. When `trace`, it traces every other run into a temporary directory, and
@@ -487,8 +497,11 @@ static double s_child_case(int ranks, int64_t batch, bool bf16, bool trace, int 
         st = st == TROUPE_OK ? tst : st;
         if (st == TROUPE_OK && s_traced_median_us <= 0)
             st = troupe_error_set(TROUPE_INTERNAL, "the traced child printed no traced time");
-        if (st == TROUPE_OK)
+        if (st == TROUPE_OK) {
             s_traced_us = s_traced_median_us / (double)samples;
+            s_traced_best_us = s_traced_min_us / (double)samples;
+            s_untraced_best_us = s_child_min_us / (double)samples;
+        }
     }
     if (st != TROUPE_OK) {
         fprintf(stderr, "%s: case %s not measured: %s\n", S_PROG, what, troupe_last_error());
@@ -654,8 +667,10 @@ static double s_median(const double *v, int n)
 
 /* ---- the recorder's overhead (1x1-trace, 2x1-trace) --------------------------------------- */
 
-enum { T11, T11T, T21, T21T, TCASES };
-static const char *const s_tnames[TCASES] = {"1x1-proc", "1x1-trace", "2x1", "2x1-trace"};
+/* T*: medians of the runs; B*: the fastest run (the one the load disturbed least). */
+enum { T11, T11T, T21, T21T, B11, B11T, B21, B21T, TCASES };
+static const char *const s_tnames[TCASES] = {"1x1-proc", "1x1-trace", "2x1", "2x1-trace",
+                                             "",         "",          "",    ""};
 static int64_t s_tevents[TCASES]; /* rank 0's trace events of the last traced run */
 
 /* Round k of the traced cases: a traced 1x1-proc child and a traced 2x1 child, each giving
@@ -663,7 +678,7 @@ static int64_t s_tevents[TCASES]; /* rank 0's trace events of the last traced ru
 static void s_trace_round(int k, int runs, int warmup, double out[TCASES])
 {
     for (int pair = 0; pair < 2; pair++) {
-        out[2 * pair] = out[2 * pair + 1] = NAN;
+        out[2 * pair] = out[2 * pair + 1] = out[B11 + 2 * pair] = out[B11 + 2 * pair + 1] = NAN;
         if (pair == 1 && !S_HAVE_MPIEXEC) {
             if (k == 0)
                 fprintf(stderr, "%s: cases 2x1 and 2x1-trace not measured: built without MPI\n",
@@ -674,33 +689,49 @@ static void s_trace_round(int k, int runs, int warmup, double out[TCASES])
         out[2 * pair] =
             s_child_case(pair + 1, S_GLOBAL_BATCH, false, true, runs, warmup, s_tnames[2 * pair]);
         out[2 * pair + 1] = s_traced_us;
+        out[B11 + 2 * pair] = s_untraced_best_us;
+        out[B11 + 2 * pair + 1] = s_traced_best_us;
         s_tevents[2 * pair + 1] = s_trace_events;
     }
 }
 
+/* The median over the rounds of each round's (v[k][a] / v[k][b] - 1), and its spread. */
+static double s_round_ratio(const double v[][TCASES], int rounds, int a, int b, double *lo,
+                            double *hi)
+{
+    double r[S_MEDIAN_MAX];
+    *lo = INFINITY;
+    *hi = -INFINITY;
+    for (int k = 0; k < rounds && k < S_MEDIAN_MAX; k++) {
+        r[k] = v[k][a] / v[k][b] - 1.0;
+        *lo = r[k] < *lo ? r[k] : *lo;
+        *hi = r[k] > *hi ? r[k] : *hi;
+    }
+    return s_median(r, rounds);
+}
+
 /* `bench=train case=<traced case> ... peer=<untraced case> ... ratio=<traced/untraced>
- * overhead_pct=<median of the rounds' (traced/untraced - 1), %> ...`; nothing when either was
- * not measured. */
+ * overhead_pct=<median of the rounds' (traced/untraced - 1) of the runs' medians, %>
+ * overhead_best_pct=<the same of the fastest runs> ...`; nothing when not measured. */
 static void s_print_trace(int traced_case, const double v[][TCASES], int rounds)
 {
-    int plain_case = traced_case - 1;
-    double t[S_MEDIAN_MAX], p[S_MEDIAN_MAX], r[S_MEDIAN_MAX];
-    double lo = INFINITY, hi = -INFINITY;
+    int plain_case = traced_case - 1, best = B11 + (traced_case - T11T);
+    double t[S_MEDIAN_MAX], p[S_MEDIAN_MAX], lo, hi, blo, bhi;
     for (int k = 0; k < rounds && k < S_MEDIAN_MAX; k++) {
         t[k] = v[k][traced_case];
         p[k] = v[k][plain_case];
-        r[k] = t[k] / p[k] - 1.0;
-        lo = r[k] < lo ? r[k] : lo;
-        hi = r[k] > hi ? r[k] : hi;
     }
-    double tm = s_median(t, rounds), pm = s_median(p, rounds), rm = s_median(r, rounds);
+    double tm = s_median(t, rounds), pm = s_median(p, rounds);
+    double rm = s_round_ratio(v, rounds, traced_case, plain_case, &lo, &hi);
+    double rb = s_round_ratio(v, rounds, best + 1, best, &blo, &bhi);
     if (isnan(tm) || isnan(pm))
         return;
     troupe_bench_print_case("train", s_tnames[traced_case], S_BYTES_PER_SAMPLE, tm,
                             s_tnames[plain_case], pm,
                             "overhead_pct=%.2f overhead_min_pct=%.2f overhead_max_pct=%.2f "
-                            "rounds=%d samples_per_s=%.0f global_batch=%d",
-                            100.0 * rm, 100.0 * lo, 100.0 * hi, rounds, 1e6 / tm, S_GLOBAL_BATCH);
+                            "overhead_best_pct=%.2f rounds=%d samples_per_s=%.0f global_batch=%d",
+                            100.0 * rm, 100.0 * lo, 100.0 * hi, 100.0 * rb, rounds, 1e6 / tm,
+                            S_GLOBAL_BATCH);
 }
 
 /* What one recorded event costs the thread that records it, in ns: the two clock reads and
@@ -736,7 +767,7 @@ static void s_print_trace_cost(const double v[][TCASES], int rounds, int runs, i
     double ns = s_ns_per_event();
     double steps = S_WARM_STEPS + (double)(warmup + runs) * S_STEPS;
     printf("trace_cost ns_per_event=%.1f", ns);
-    for (int c = T11T; c < TCASES; c += 2) {
+    for (int c = T11T; c < B11; c += 2) {
         double p[S_MEDIAN_MAX];
         for (int k = 0; k < rounds && k < S_MEDIAN_MAX; k++)
             p[k] = v[k][c - 1];
@@ -752,7 +783,7 @@ static void s_print_trace_cost(const double v[][TCASES], int rounds, int runs, i
 static int s_trace_overhead(const troupe_bench_opts_t *opts)
 {
     bool quick = opts->max_runs == opts->min_runs;
-    int runs = quick ? opts->min_runs : S_CHILD_RUNS, rounds = quick ? 1 : S_TRACE_ROUNDS;
+    int runs = quick ? opts->min_runs : S_TRACE_RUNS, rounds = quick ? 1 : S_TRACE_ROUNDS;
     double v[S_TRACE_ROUNDS][TCASES];
     for (int k = 0; k < rounds; k++)
         s_trace_round(k, runs, opts->warmup, v[k]);
