@@ -34,6 +34,8 @@ static atomic_bool s_coll_shm;
 static atomic_int s_gemm_mode; /* troupe_gemm_mode_t */
 static atomic_bool s_flush_denormals;
 static atomic_size_t s_stack_threshold;
+static char s_resume[S_STR_MAX];        /* TROUPE_RESUME ("" when unset) */
+static char s_progress_file[S_STR_MAX]; /* TROUPE_PROGRESS_FILE ("" when unset) */
 static troupe_status_t s_load_status;
 static char s_load_error[512];
 
@@ -91,6 +93,7 @@ static void s_load(void)
     atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_LIBRARY);
     atomic_store(&s_flush_denormals, true);
     atomic_store(&s_stack_threshold, (size_t)16384);
+    s_resume[0] = s_progress_file[0] = '\0';
 
     const char *v;
     if ((v = getenv("TROUPE_LOG")) != NULL && troupe_log_configure(v) != TROUPE_OK)
@@ -150,6 +153,19 @@ static void s_load(void)
             atomic_store(&s_flush_denormals, v[0] == 'f');
         else
             s_bad("TROUPE_DENORMALS", v, "expected flush or keep");
+    }
+    /* set by `troupe run` for the programs it launches (README "Failures and restarts") */
+    static const struct {
+        const char *var;
+        char *dst;
+    } paths[] = {{"TROUPE_RESUME", s_resume}, {"TROUPE_PROGRESS_FILE", s_progress_file}};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        if ((v = getenv(paths[i].var)) == NULL)
+            continue;
+        if (strlen(v) >= S_STR_MAX)
+            s_bad(paths[i].var, "...", "a path of 1024 bytes or more");
+        else
+            s_copy(paths[i].dst, S_STR_MAX, v);
     }
     if ((v = getenv("TROUPE_STACK_THRESHOLD")) != NULL) {
         if (s_parse_int(v, 0, &n))
@@ -375,4 +391,23 @@ troupe_status_t troupe_config_set_trace_prefix(const char *prefix)
     s_copy(s_trace, sizeof s_trace, prefix != NULL ? prefix : "");
     troupe__trace_configure(s_trace);
     return TROUPE_OK;
+}
+const char *troupe_config_resume(void)
+{
+    troupe__config_ensure_loaded();
+    return s_resume;
+}
+const char *troupe_config_progress_file(void)
+{
+    troupe__config_ensure_loaded();
+    return s_progress_file;
+}
+troupe_status_t troupe_config_set_resume(const char *path)
+{
+    return s_set_str(s_resume, sizeof s_resume, path ? path : "", "resume path", true);
+}
+troupe_status_t troupe_config_set_progress_file(const char *path)
+{
+    return s_set_str(s_progress_file, sizeof s_progress_file, path ? path : "", "progress file",
+                     true);
 }

@@ -20,6 +20,8 @@
  * | TROUPE_DENORMALS            | flush                                 | troupe_config_set_flush_denormals |
  * | TROUPE_FAULT                | (none)                                | troupe_config_set_fault         |
  * | TROUPE_TRACE                | (off)                                 | troupe_config_set_trace_prefix  |
+ * | TROUPE_RESUME               | (none)                                | troupe_config_set_resume        |
+ * | TROUPE_PROGRESS_FILE        | (none)                                | troupe_config_set_progress_file |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -122,6 +124,17 @@ const char *troupe_config_trace_prefix(void);
  * prefix longer than 1000 bytes. */
 TROUPE_MUST_USE troupe_status_t troupe_config_set_trace_prefix(const char *prefix);
 
+/* The restart contract of `troupe run` (README "Failures and restarts"). TROUPE_RESUME: the
+ * checkpoint a relaunched job resumes from ("" on a first launch, or when no checkpoint was
+ * committed yet); a program that checkpoints reads it as its default resume path.
+ * TROUPE_PROGRESS_FILE: where rank 0 of a data-parallel run (parallel/dp.h) keeps the count
+ * of steps it has scheduled, so that troupe run can say how much work a failure lost ("" : not
+ * kept). Getters: "" when unset (borrowed, valid until the matching setter). Setters: NULL or
+ * "" clears; INVALID_ARGUMENT for a path of S_STR_MAX (1024) bytes or more. */
+const char *troupe_config_resume(void);
+const char *troupe_config_progress_file(void);
+TROUPE_MUST_USE troupe_status_t troupe_config_set_resume(const char *path);
+TROUPE_MUST_USE troupe_status_t troupe_config_set_progress_file(const char *path);
 
 #ifdef __cplusplus
 }

@@ -15,8 +15,8 @@
 #                      argument of it: any option `fmnist --help` lists (--data, --epochs,
 #                      --batch, --optimizer, --lr, --momentum, --weight-decay, --schedule, --seed,
 #                      --backend, --streams, --compress, --train-limit, --test-limit, --curve,
-#                      --plot, --checkpoint, --resume, --force). Option parsing stops at the first word
-#                      that is not one of the options above.
+#                      --plot, --checkpoint, --checkpoint-every, --resume, --force). Option
+#                      parsing stops at the first word that is not one of the options above.
 #
 # Examples:
 #   deploy/mpirun.sh -np 2 -- --epochs 3 --curve build/fmnist-curve.csv

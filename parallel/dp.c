@@ -562,6 +562,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
             }
     }
     troupe_free(dp->ckpt_note);
+    troupe__dp_close_progress(dp);
     troupe_routine_release(&dp->opt_routine);
     for (int j = 0; j < TROUPE__DP_HYPER_STAGES; j++)
         troupe_routine_release(&dp->hyper_copy[j]);
@@ -800,6 +801,7 @@ troupe_status_t troupe_dp_step(troupe_dp_t *dp)
         return st;
     }
     dp->steps++;
+    troupe__dp_note_progress(dp);
     return TROUPE_OK;
 }
 

@@ -219,11 +219,25 @@ troupe_backend_t *troupe_dp_backend(troupe_dp_t *dp); /* borrowed */
 
 /* Checkpoints (atomic: written to "<path>.tmp.<pid>", fsynced, renamed over path; a save first
  * removes the "<path>.tmp.<pid>" files that processes of this machine which no longer run left
- * behind, as a crash does). The file holds a magic "TROUPECK", a format version (2; version 1
- * files, without a note, still load), the step count, the optimizer kind, the checkpoint note
- * and, per parameter in order, its label, precision, dims, values and optimizer state, and a
- * CRC-32 (zlib) of everything before it. Only rank 0 writes (every rank with local_only;
- * the others sync and return OK); every rank may load.
+ * behind, as a crash does). The file (format version 3; the layout is in parallel/dp_ckpt.c)
+ * holds a magic "TROUPECK", the step count (which is also AdamW's step t), the optimizer kind,
+ * the checkpoint note, the run's record (the layout that saved: ranks x streams; the learning
+ * rate in effect; the plan set with troupe_dp_set_plan and the data position derived from it)
+ * and, per parameter in order, its label, precision, dims, values and optimizer state (SGD's
+ * momentum; AdamW's first and second moments), and a CRC-32 (zlib) of everything before it.
+ * Only rank 0 writes (every rank with local_only; the others sync and return OK); every rank
+ * may load.
+ *
+ * Resuming: a load restores the parameters, the optimizer state, the step count, the learning
+ * rate, the note and the plan. The minibatch of replica k at step s is a function of s and the
+ * layout (the round-robin rule above), so a run resumed with the layout that saved continues
+ * with the same minibatches and gives bitwise the same parameters as a run that never stopped.
+ * A load with another layout (ranks x streams) is accepted: a step then covers the same global
+ * minibatch when the program keeps global_batch and gives num_batches = steps_per_epoch * N * R
+ * (as examples/fmnist does), and the results equal the first layout's to float rounding (the
+ * gradient sums are added in another order), not bitwise.
+ * Older files: versions 1 (no note) and 2 (no run record) still load; their record reads as
+ * zeros (unknown).
  * Errors: save: NOT_FOUND / FAILED_PRECONDITION / RESOURCE_EXHAUSTED with the path and
  * strerror; load: NOT_FOUND (no file), INVALID_ARGUMENT naming the path and the problem
  * (bad magic, version, truncated, CRC mismatch, a parameter whose count/label/dims/precision
@@ -231,13 +245,64 @@ troupe_backend_t *troupe_dp_backend(troupe_dp_t *dp); /* borrowed */
 TROUPE_MUST_USE troupe_status_t troupe_dp_save(troupe_dp_t *dp, const char *path);
 TROUPE_MUST_USE troupe_status_t troupe_dp_load(troupe_dp_t *dp, const char *path);
 
+/* The run's plan, recorded in every later checkpoint so that a resumed run can check it
+ * continues the same run and find its place: how many samples one step takes (over every
+ * replica of every rank), how many steps make an epoch, the seed of the data order, and the
+ * length of the learning-rate schedule. A save derives from it the data position of the next
+ * step: epoch = steps / steps_per_epoch and sample_in_epoch = (steps % steps_per_epoch) *
+ * global_batch (the index, in the epoch's order, of that step's first sample). A zero plan
+ * (the default) records no position. */
+typedef struct troupe_dp_plan {
+    int64_t global_batch;    /* samples per step, all replicas of all ranks (>= 0; 0: none) */
+    int64_t steps_per_epoch; /* steps per pass over the data (> 0 when global_batch > 0) */
+    uint64_t data_seed;      /* the data order's seed (the shuffle) */
+    int64_t schedule_steps;  /* the learning-rate schedule's length in steps (0: constant) */
+} troupe_dp_plan_t;
+
+/* set: INVALID_ARGUMENT (NULL, a negative field, global_batch > 0 with steps_per_epoch <= 0).
+ * get: the current plan (zeros when none was set or loaded). */
+TROUPE_MUST_USE troupe_status_t troupe_dp_set_plan(troupe_dp_t *dp, const troupe_dp_plan_t *plan);
+troupe_dp_plan_t troupe_dp_plan(const troupe_dp_t *dp);
+
+/* What a checkpoint file holds, read without a model (troupe_dp_checkpoint_parse/_read):
+ * for tools (`troupe run` reads the step of the last committed checkpoint) and for programs
+ * that check a file before building their model. Fields a file's version lacks are 0. */
+#define TROUPE_DP_NOTE_MAX 4096
+typedef struct troupe_dp_checkpoint_info {
+    uint32_t version;                  /* format version, 1 to 3 */
+    int64_t steps;                     /* steps done (the next step's index) */
+    troupe_optimizer_kind_t optimizer; /* the optimizer whose state the file holds */
+    int nstate;                        /* optimizer state arrays per parameter (0, 1, 2) */
+    size_t n_params;
+    size_t param_bytes;      /* bytes of parameter values in all */
+    uint32_t params_crc32;   /* CRC-32 of the parameter values in order (compare two runs) */
+    int ranks, streams;      /* v3: the layout that saved (ranks; rank 0's streams) */
+    int64_t replicas;        /* v3: its replicas over all ranks */
+    double lr;               /* v3: the learning rate in effect for the next step */
+    troupe_dp_plan_t plan;   /* v3: the plan (zeros when none was set) */
+    int64_t epoch;           /* v3 with a plan: the next step's epoch (from 0) */
+    int64_t sample_in_epoch; /* v3 with a plan: its first sample's index in the epoch */
+    char note[TROUPE_DP_NOTE_MAX + 1]; /* the checkpoint note ("" when none) */
+} troupe_dp_checkpoint_info_t;
+
+/* Parses a whole checkpoint image (bytes[len], borrowed) into *out, checking its structure,
+ * sizes and CRC: the same reader troupe_dp_load uses before comparing with its model. `name`
+ * (the path, or any label; NULL: "<memory>") goes into messages. INVALID_ARGUMENT naming name
+ * and the problem (bad magic, unsupported version, truncated, an invalid field, CRC mismatch,
+ * trailing bytes). _read reads the file first: NOT_FOUND (no file), FAILED_PRECONDITION (cannot
+ * read), RESOURCE_EXHAUSTED, then _parse's errors. Never crashes on any input (fuzzed). */
+TROUPE_MUST_USE troupe_status_t troupe_dp_checkpoint_parse(const void *bytes, size_t len,
+                                                           const char *name,
+                                                           troupe_dp_checkpoint_info_t *out);
+TROUPE_MUST_USE troupe_status_t troupe_dp_checkpoint_read(const char *path,
+                                                          troupe_dp_checkpoint_info_t *out);
+
 /* The checkpoint note: a short text (at most TROUPE_DP_NOTE_MAX bytes) the program stores in
  * every later save, e.g. the settings a resumed run must repeat (examples/fmnist stores its
  * --batch and training-set size). troupe_dp_load replaces it with the loaded file's note (none
  * for a version 1 file). set: NULL or "" clears it; INVALID_ARGUMENT when too long or NULL dp,
  * RESOURCE_EXHAUSTED. get: the current note (borrowed, valid until the next set or load), or
  * NULL when there is none. */
-#define TROUPE_DP_NOTE_MAX 4096
 TROUPE_MUST_USE troupe_status_t troupe_dp_set_checkpoint_note(troupe_dp_t *dp, const char *note);
 const char *troupe_dp_checkpoint_note(const troupe_dp_t *dp);
 

@@ -1,14 +1,21 @@
 /* troupe — checkpoints of the data-parallel driver (parallel/dp.h).
  *
- * File format, version 2 (integers little-endian, arrays in the host's layout of the
- * precision, which troupe's hosts — x86-64, aarch64 — store little-endian):
+ * File format, version 3 (integers little-endian, reals as the bits of an IEEE double, arrays
+ * in the host's layout of the precision, which troupe's hosts — x86-64, aarch64 — store
+ * little-endian):
  *   "TROUPECK"                       8 bytes of magic
- *   u32 version                      2 (version 1 has no note; both load)
- *   i64 steps                        steps done when saved
+ *   u32 version                      3 (1: no note, no run record; 2: no run record; all load)
+ *   i64 steps                        steps done when saved (AdamW's step count t - 1)
  *   u32 optimizer kind               troupe_optimizer_kind_t
  *   u32 nstate                       optimizer state arrays per parameter (0, 1 or 2)
  *   u32 n_params
- *   u32 note length, note bytes      the checkpoint note (version 2 only; may be empty)
+ *   u32 note length, note bytes      the checkpoint note (version >= 2; may be empty)
+ *   u32 run record length            S_RUN_BYTES (version 3), then the run record:
+ *     u32 ranks, u32 streams         the layout that saved (streams: rank 0's)
+ *     i64 replicas                   replicas of all ranks (ranks x streams unless they differ)
+ *     f64 lr                         the learning rate in effect
+ *     i64 global_batch, i64 steps_per_epoch, u64 data_seed, i64 schedule_steps   the plan
+ *     i64 epoch, i64 sample_in_epoch the next step's data position (0 without a plan)
  *   per parameter, in the model's order:
  *     u32 label length, label bytes  (troupe_tnode_label_string, no terminator)
  *     u32 precision                  troupe_prec_t
@@ -19,13 +26,15 @@
  *   u32 CRC-32 (zlib crc32) of every byte before it.
  * Writes are atomic: "<path>.tmp.<pid>" is written, fsynced and renamed over path, then the
  * directory is fsynced. Before that, temporaries of path that a process of this machine which
- * no longer runs left behind (a crash between create and rename) are removed. A load validates
- * the whole file against the model before changing anything.
+ * no longer runs left behind (a crash between create and rename) are removed. A load parses the
+ * whole file (s_parse: structure, sizes, CRC; no model needed: troupe_dp_checkpoint_parse is
+ * the same reader) and compares it with the model (s_match) before changing anything.
  */
 #define _GNU_SOURCE /* strerror_r returning the text */
 #include "parallel/dp_impl.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "base/fault_impl.h"
 #include "base/log.h"
 #include "base/strbuf.h"
@@ -35,6 +44,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +54,8 @@
 #include <zlib.h>
 
 #define S_MAGIC "TROUPECK"
-#define S_VERSION 2u
+#define S_VERSION 3u
+#define S_RUN_BYTES 72u /* the run record of version 3 */
 #define S_MAX_LABEL 4096u
 
 /* The text of errno value `err` in char buf[] (strerror_r: the library's threads share
@@ -113,9 +124,9 @@ static int64_t s_get_i64(s_rd_t *r)
     return (int64_t)v;
 }
 
-static uint32_t s_crc(const unsigned char *p, size_t n)
+/* CRC-32 of p[n] continued from c (crc32(0L, Z_NULL, 0) to start). */
+static uint32_t s_crc_more(uLong c, const unsigned char *p, size_t n)
 {
-    uLong c = crc32(0L, Z_NULL, 0);
     while (n > 0) {
         uInt chunk = n > (size_t)UINT_MAX ? UINT_MAX : (uInt)n;
         c = crc32(c, p, chunk);
@@ -123,6 +134,11 @@ static uint32_t s_crc(const unsigned char *p, size_t n)
         n -= chunk;
     }
     return (uint32_t)c;
+}
+
+static uint32_t s_crc(const unsigned char *p, size_t n)
+{
+    return s_crc_more(crc32(0L, Z_NULL, 0), p, n);
 }
 
 /* ---- save ----------------------------------------------------------------------------------- */
@@ -159,6 +175,21 @@ static troupe_status_t s_serialize(troupe_dp_t *dp, troupe__strbuf_t *b)
     size_t note_len = dp->ckpt_note ? strlen(dp->ckpt_note) : 0;
     s_put_u32(b, (uint32_t)note_len);
     s_put(b, dp->ckpt_note, note_len);
+    const troupe_dp_plan_t *pl = &dp->plan;
+    uint64_t lr_bits = 0;
+    memcpy(&lr_bits, &dp->opt.lr, sizeof lr_bits);
+    s_put_u32(b, S_RUN_BYTES);
+    s_put_u32(b, (uint32_t)dp->nranks);
+    s_put_u32(b, (uint32_t)dp->n);
+    s_put_i64(b, dp->replicas);
+    s_put_i64(b, (int64_t)lr_bits);
+    s_put_i64(b, pl->global_batch);
+    s_put_i64(b, pl->steps_per_epoch);
+    s_put_i64(b, (int64_t)pl->data_seed);
+    s_put_i64(b, pl->schedule_steps);
+    bool planned = pl->global_batch > 0 && pl->steps_per_epoch > 0;
+    s_put_i64(b, planned ? dp->steps / pl->steps_per_epoch : 0);
+    s_put_i64(b, planned ? dp->steps % pl->steps_per_epoch * pl->global_batch : 0);
     for (size_t i = 0; i < dp->n_params; i++) {
         troupe_tnode_t *p = dp->params[i];
         char label[S_MAX_LABEL];
@@ -322,23 +353,40 @@ troupe_status_t troupe_dp_save(troupe_dp_t *dp, const char *path)
 
 /* ---- load ----------------------------------------------------------------------------------- */
 
-typedef struct s_entry {
-    const unsigned char *values; /* in the parameter's precision */
+/* One parameter's entry in a parsed image (pointers into the image). */
+typedef struct s_param {
+    const unsigned char *label;
+    uint32_t label_len, prec, ndims, sprec;
+    int64_t dims[TROUPE_MAX_DIMS];
+    const unsigned char *values; /* vbytes, in the parameter's precision */
     const unsigned char *state;  /* nstate arrays in the state precision */
-} s_entry_t;
+    size_t vbytes;
+} s_param_t;
 
-static troupe_status_t s_bad(const char *path, const char *fmt, ...) TROUPE_PRINTF(2, 3);
-static troupe_status_t s_bad(const char *path, const char *fmt, ...)
+/* A parsed image: the info a caller sees, the note and the parameters (borrowed from the
+ * image; params owned, troupe_free). */
+typedef struct s_image {
+    troupe_dp_checkpoint_info_t *info;
+    const unsigned char *note;
+    uint32_t note_len;
+    s_param_t *params; /* info->n_params */
+} s_image_t;
+
+/* INVALID_ARGUMENT "<what>: checkpoint '<name>': <message>". */
+static troupe_status_t s_bad(const char *what, const char *name, const char *fmt, ...)
+    TROUPE_PRINTF(3, 4);
+static troupe_status_t s_bad(const char *what, const char *name, const char *fmt, ...)
 {
     char msg[768];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_load: checkpoint '%s': %s", path, msg);
+    return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: checkpoint '%s': %s", what, name, msg);
 }
 
-static troupe_status_t s_read_file(const char *path, unsigned char **out, size_t *out_len)
+static troupe_status_t s_read_file(const char *what, const char *path, unsigned char **out,
+                                   size_t *out_len)
 {
     *out = NULL;
     *out_len = 0;
@@ -348,23 +396,25 @@ static troupe_status_t s_read_file(const char *path, unsigned char **out, size_t
         int err = errno;
         return troupe__error(err == ENOENT || err == ENOTDIR ? TROUPE_NOT_FOUND
                                                              : TROUPE_FAILED_PRECONDITION,
-                             "dp_load: cannot open '%s': %s", path, S_ERRSTR(err, es));
+                             "%s: cannot open '%s': %s", what, path, S_ERRSTR(err, es));
     }
     troupe_status_t st = TROUPE_OK;
     struct stat sb;
     unsigned char *p = NULL;
     if (fstat(fd, &sb) != 0) {
-        st = troupe__error(TROUPE_FAILED_PRECONDITION, "dp_load: cannot stat '%s': %s", path,
+        st = troupe__error(TROUPE_FAILED_PRECONDITION, "%s: cannot stat '%s': %s", what, path,
                            S_ERRSTR(errno, es));
+        goto out_close;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        st = troupe__error(TROUPE_FAILED_PRECONDITION, "%s: '%s' is a directory", what, path);
         goto out_close;
     }
     size_t n = (size_t)sb.st_size;
     p = troupe_malloc(n ? n : 1);
     if (!p) {
-        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED,
-                           "dp_load: out of memory reading '%s' (%zu "
-                           "bytes)",
-                           path, n);
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory reading '%s' (%zu bytes)",
+                           what, path, n);
         goto out_close;
     }
     size_t done = 0;
@@ -373,7 +423,7 @@ static troupe_status_t s_read_file(const char *path, unsigned char **out, size_t
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            st = troupe__error(TROUPE_FAILED_PRECONDITION, "dp_load: cannot read '%s': %s", path,
+            st = troupe__error(TROUPE_FAILED_PRECONDITION, "%s: cannot read '%s': %s", what, path,
                                S_ERRSTR(errno, es));
             goto out_close;
         }
@@ -390,204 +440,273 @@ out_close:
     return st;
 }
 
-/* A checkpoint note inside the file's image. */
-typedef struct s_note {
-    const unsigned char *p;
-    size_t len;
-} s_note_t;
+/* Bytes a parameter entry takes at least (label length, precision, ndims, state precision):
+ * bounds the parameter count a file may claim before anything is allocated for it. */
+#define S_MIN_PARAM_BYTES 16u
 
-/* Parses and validates the image against the model; fills entries[n_params], *out_steps and
- * *out_note (pointing into img; empty for a version 1 file). */
-static troupe_status_t s_validate(troupe_dp_t *dp, const char *path, const unsigned char *img,
-                                  size_t len, s_entry_t *entries, int64_t *out_steps,
-                                  s_note_t *out_note)
+/* Reads one parameter's entry (index i) into *e. A short read sets r->short_read and returns
+ * OK; an invalid field is INVALID_ARGUMENT. */
+static troupe_status_t s_parse_param(const char *what, const char *name, s_rd_t *r, uint32_t i,
+                                     uint32_t nstate, s_param_t *e)
 {
+    size_t len = r->len;
+    uint32_t ll = s_get_u32(r);
+    if (!r->short_read && ll > S_MAX_LABEL)
+        return s_bad(what, name, "parameter %u: label length %u exceeds %u (corrupt file)", i, ll,
+                     S_MAX_LABEL);
+    e->label = s_take(r, ll);
+    e->label_len = ll;
+    e->prec = s_get_u32(r);
+    e->ndims = s_get_u32(r);
+    if (r->short_read)
+        return TROUPE_OK;
+    if (!troupe_prec_is_valid((troupe_prec_t)e->prec) || e->prec == TROUPE_PREC_VOID ||
+        e->ndims > TROUPE_MAX_DIMS)
+        return s_bad(what, name, "parameter %u: invalid precision %u or ndims %u (corrupt file)", i,
+                     e->prec, e->ndims);
+    uint64_t count = 1;
+    bool overflow = false;
+    for (uint32_t a = 0; a < e->ndims; a++) {
+        int64_t d = s_get_i64(r);
+        e->dims[a] = d;
+        if (d <= 0 || (uint64_t)d > (uint64_t)len || count > (uint64_t)len / (uint64_t)d)
+            overflow = true;
+        else
+            count *= (uint64_t)d;
+    }
+    e->sprec = s_get_u32(r);
+    if (r->short_read)
+        return TROUPE_OK;
+    if (overflow || !troupe_prec_is_valid((troupe_prec_t)e->sprec) || e->sprec == TROUPE_PREC_VOID)
+        return s_bad(what, name, "parameter %u: invalid dims or state precision (corrupt file)", i);
+    uint64_t vbytes = count * troupe_prec_size_bytes((troupe_prec_t)e->prec);
+    uint64_t sbytes = count * troupe_prec_size_bytes((troupe_prec_t)e->sprec) * nstate;
+    if (vbytes > len || sbytes > len) {
+        r->short_read = true;
+        return TROUPE_OK;
+    }
+    e->values = s_take(r, (size_t)vbytes);
+    e->state = s_take(r, (size_t)sbytes);
+    e->vbytes = (size_t)vbytes;
+    return TROUPE_OK;
+}
+
+/* Reads the version 3 run record into info. */
+static troupe_status_t s_parse_run(const char *what, const char *name, s_rd_t *r,
+                                   troupe_dp_checkpoint_info_t *info)
+{
+    uint32_t run_len = s_get_u32(r);
+    if (r->short_read)
+        return TROUPE_OK;
+    if (run_len != S_RUN_BYTES)
+        return s_bad(what, name, "run record of %u bytes, expected %u (corrupt file)", run_len,
+                     S_RUN_BYTES);
+    uint32_t ranks = s_get_u32(r), streams = s_get_u32(r);
+    info->replicas = s_get_i64(r);
+    uint64_t lr_bits = (uint64_t)s_get_i64(r);
+    troupe_dp_plan_t *pl = &info->plan;
+    pl->global_batch = s_get_i64(r);
+    pl->steps_per_epoch = s_get_i64(r);
+    pl->data_seed = (uint64_t)s_get_i64(r);
+    pl->schedule_steps = s_get_i64(r);
+    info->epoch = s_get_i64(r);
+    info->sample_in_epoch = s_get_i64(r);
+    if (r->short_read)
+        return TROUPE_OK;
+    memcpy(&info->lr, &lr_bits, sizeof info->lr);
+    if (ranks < 1 || ranks > (uint32_t)INT_MAX || streams < 1 || streams > (uint32_t)INT_MAX)
+        return s_bad(what, name, "invalid layout %u rank(s) x %u stream(s) (corrupt file)", ranks,
+                     streams);
+    info->ranks = (int)ranks;
+    info->streams = (int)streams;
+    if (info->replicas < (int64_t)ranks)
+        return s_bad(what, name, "invalid replica count %lld for %u rank(s) (corrupt file)",
+                     (long long)info->replicas, ranks);
+    if (!(info->lr >= 0.0) || !isfinite(info->lr))
+        return s_bad(what, name, "invalid learning rate %g (corrupt file)", info->lr);
+    if (pl->global_batch < 0 || pl->steps_per_epoch < 0 || pl->schedule_steps < 0 ||
+        info->epoch < 0 || info->sample_in_epoch < 0 ||
+        (pl->global_batch > 0 && pl->steps_per_epoch == 0))
+        return s_bad(what, name, "invalid plan or data position (corrupt file)");
+    return TROUPE_OK;
+}
+
+/* Parses img[len] (structure, sizes, CRC; no model) into *im (im->info zeroed first; on
+ * success the caller frees im->params). */
+static troupe_status_t s_parse(const char *what, const char *name, const unsigned char *img,
+                               size_t len, s_image_t *im)
+{
+    troupe_dp_checkpoint_info_t *info = im->info;
+    memset(info, 0, sizeof *info);
+    im->note = NULL;
+    im->note_len = 0;
+    im->params = NULL;
     size_t m = len < 8 ? len : 8;
     if (memcmp(img, S_MAGIC, m) != 0)
-        return s_bad(path, "bad magic (not a troupe checkpoint: it must start with \"%s\")",
+        return s_bad(what, name, "bad magic (not a troupe checkpoint: it must start with \"%s\")",
                      S_MAGIC);
     s_rd_t r = {img, len, 0, false};
     (void)s_take(&r, 8);
     uint32_t version = s_get_u32(&r);
     if (!r.short_read && (version < 1 || version > S_VERSION))
-        return s_bad(path, "unsupported format version %u (this build reads versions 1 to %u)",
-                     version, S_VERSION);
+        return s_bad(what, name,
+                     "unsupported format version %u (this build reads versions 1 to %u)", version,
+                     S_VERSION);
     int64_t steps = s_get_i64(&r);
     uint32_t kind = s_get_u32(&r);
     uint32_t nstate = s_get_u32(&r);
     uint32_t np = s_get_u32(&r);
-    uint32_t note_len = 0;
-    const unsigned char *note = NULL;
     if (version >= 2) {
-        note_len = s_get_u32(&r);
-        if (!r.short_read && note_len > TROUPE_DP_NOTE_MAX)
-            return s_bad(path, "note length %u exceeds %u (corrupt file)", note_len,
+        im->note_len = s_get_u32(&r);
+        if (!r.short_read && im->note_len > TROUPE_DP_NOTE_MAX)
+            return s_bad(what, name, "note length %u exceeds %u (corrupt file)", im->note_len,
                          TROUPE_DP_NOTE_MAX);
-        note = s_take(&r, note_len);
+        im->note = s_take(&r, im->note_len);
     }
+    troupe_status_t st = TROUPE_OK;
+    if (version >= 3 && !r.short_read)
+        st = s_parse_run(what, name, &r, info);
+    if (st != TROUPE_OK)
+        return st;
     if (r.short_read)
         goto truncated;
     if (nstate > 2)
-        return s_bad(path, "invalid optimizer state count %u (corrupt file)", nstate);
-    /* structure first (sizes come from the file), then the CRC, then the model */
-    struct {
-        const unsigned char *label;
-        uint32_t label_len, prec, ndims, sprec;
-        int64_t dims[TROUPE_MAX_DIMS];
-    } *meta = NULL;
-    if (np > 0 && np == dp->n_params) {
-        meta = troupe_calloc(np, sizeof *meta);
-        if (!meta)
-            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_load: out of memory");
-    }
-    troupe_status_t st = TROUPE_OK;
-    for (uint32_t i = 0; i < np && st == TROUPE_OK; i++) {
-        uint32_t ll = s_get_u32(&r);
-        if (!r.short_read && ll > S_MAX_LABEL) {
-            st = s_bad(path, "parameter %u: label length %u exceeds %u (corrupt file)", i, ll,
-                       S_MAX_LABEL);
-            break;
-        }
-        const unsigned char *label = s_take(&r, ll);
-        uint32_t prec = s_get_u32(&r);
-        uint32_t ndims = s_get_u32(&r);
-        if (r.short_read)
-            break;
-        if (!troupe_prec_is_valid((troupe_prec_t)prec) || prec == TROUPE_PREC_VOID ||
-            ndims > TROUPE_MAX_DIMS) {
-            st = s_bad(path, "parameter %u: invalid precision %u or ndims %u (corrupt file)", i,
-                       prec, ndims);
-            break;
-        }
-        int64_t dims[TROUPE_MAX_DIMS];
-        uint64_t count = 1;
-        bool overflow = false;
-        for (uint32_t a = 0; a < ndims; a++) {
-            dims[a] = s_get_i64(&r);
-            if (dims[a] <= 0 || (uint64_t)dims[a] > (uint64_t)len ||
-                count > (uint64_t)len / (uint64_t)dims[a])
-                overflow = true;
-            else
-                count *= (uint64_t)dims[a];
-        }
-        uint32_t sprec = s_get_u32(&r);
-        if (r.short_read)
-            break;
-        if (overflow || !troupe_prec_is_valid((troupe_prec_t)sprec) || sprec == TROUPE_PREC_VOID) {
-            st = s_bad(path, "parameter %u: invalid dims or state precision (corrupt file)", i);
-            break;
-        }
-        uint64_t vbytes = count * troupe_prec_size_bytes((troupe_prec_t)prec);
-        uint64_t sbytes = count * troupe_prec_size_bytes((troupe_prec_t)sprec) * nstate;
-        if (vbytes > len || sbytes > len) {
-            r.short_read = true;
-            break;
-        }
-        const unsigned char *values = s_take(&r, (size_t)vbytes);
-        const unsigned char *state = s_take(&r, (size_t)sbytes);
-        if (r.short_read)
-            break;
-        if (meta) {
-            meta[i].label = label;
-            meta[i].label_len = ll;
-            meta[i].prec = prec;
-            meta[i].ndims = ndims;
-            meta[i].sprec = sprec;
-            memcpy(meta[i].dims, dims, ndims * sizeof *dims);
-            entries[i].values = values;
-            entries[i].state = state;
-        }
-    }
+        return s_bad(what, name, "invalid optimizer state count %u (corrupt file)", nstate);
+    if (kind > (uint32_t)TROUPE_OPT_ADAMW)
+        return s_bad(what, name, "invalid optimizer kind %u (corrupt file)", kind);
+    if (steps < 0)
+        return s_bad(what, name, "negative step count %lld (corrupt file)", (long long)steps);
+    if (np > (len - r.pos) / S_MIN_PARAM_BYTES)
+        goto truncated; /* not even the parameters' headers fit */
+    im->params = troupe_calloc(np ? np : 1, sizeof *im->params);
+    if (!im->params)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+    for (uint32_t i = 0; i < np && st == TROUPE_OK && !r.short_read; i++)
+        st = s_parse_param(what, name, &r, i, nstate, &im->params[i]);
     if (st != TROUPE_OK)
         goto out_free;
     size_t body = r.pos;
     uint32_t stored = s_get_u32(&r);
-    if (r.short_read) {
-        troupe_free(meta);
+    if (r.short_read)
         goto truncated;
-    }
     uint32_t computed = s_crc(img, body);
     if (stored != computed) {
-        st = s_bad(path, "CRC mismatch (stored 0x%08x, computed 0x%08x): the file is corrupt",
+        st = s_bad(what, name, "CRC mismatch (stored 0x%08x, computed 0x%08x): the file is corrupt",
                    stored, computed);
         goto out_free;
     }
     if (r.pos != len) {
-        st = s_bad(path, "%zu trailing bytes after the CRC", len - r.pos);
+        st = s_bad(what, name, "%zu trailing bytes after the CRC", len - r.pos);
         goto out_free;
     }
-    /* the model */
-    if (kind != (uint32_t)dp->opt.kind) {
-        st = s_bad(path, "optimizer %s in the file but %s in the model",
-                   troupe_optimizer_name((troupe_optimizer_kind_t)kind),
-                   troupe_optimizer_name(dp->opt.kind));
-        goto out_free;
-    }
-    if (nstate != (uint32_t)dp->nstate) {
-        st = s_bad(path, "%u optimizer state arrays per parameter in the file but %d in the model",
-                   nstate, dp->nstate);
-        goto out_free;
-    }
-    if (np != dp->n_params) {
-        st = s_bad(path, "%u parameters in the file but %zu in the model", np, dp->n_params);
-        goto out_free;
-    }
-    if (steps < 0) {
-        st = s_bad(path, "negative step count %lld", (long long)steps);
-        goto out_free;
-    }
+    info->version = version;
+    info->steps = steps;
+    info->optimizer = (troupe_optimizer_kind_t)kind;
+    info->nstate = (int)nstate;
+    info->n_params = np;
+    uint32_t crc = s_crc(NULL, 0);
     for (uint32_t i = 0; i < np; i++) {
+        info->param_bytes += im->params[i].vbytes;
+        crc = s_crc_more(crc, im->params[i].values, im->params[i].vbytes);
+    }
+    info->params_crc32 = crc;
+    memcpy(info->note, im->note ? (const char *)im->note : "", im->note_len);
+    info->note[im->note_len] = '\0';
+    return TROUPE_OK;
+truncated:
+    st = s_bad(what, name, "truncated: %zu bytes end inside the %s", len,
+               r.pos < 32 ? "header" : "parameter data");
+out_free:
+    troupe_free(im->params);
+    im->params = NULL;
+    return st;
+}
+
+troupe_status_t troupe_dp_checkpoint_parse(const void *bytes, size_t len, const char *name,
+                                           troupe_dp_checkpoint_info_t *out)
+{
+    if (!out || (!bytes && len > 0))
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_checkpoint_parse: NULL argument");
+    s_image_t im = {.info = out};
+    static const unsigned char empty[1] = {0};
+    TROUPE_RETURN_IF_ERROR(
+        s_parse("dp_checkpoint_parse", name ? name : "<memory>", len ? bytes : empty, len, &im));
+    troupe_free(im.params);
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_dp_checkpoint_read(const char *path, troupe_dp_checkpoint_info_t *out)
+{
+    if (!path || !*path || !out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_checkpoint_read: NULL argument or empty path");
+    unsigned char *img = NULL;
+    size_t len = 0;
+    TROUPE_RETURN_IF_ERROR(s_read_file("dp_checkpoint_read", path, &img, &len));
+    s_image_t im = {.info = out};
+    troupe_status_t st = s_parse("dp_checkpoint_read", path, img, len, &im);
+    troupe_free(im.params);
+    troupe_free(img);
+    return st;
+}
+
+/* Compares a parsed image with dp's model: optimizer, state arrays, parameter count and each
+ * parameter's label, precision, dims and state precision. */
+static troupe_status_t s_match(troupe_dp_t *dp, const char *path, const s_image_t *im)
+{
+    const troupe_dp_checkpoint_info_t *info = im->info;
+    const char *w = "dp_load";
+    if (info->optimizer != dp->opt.kind)
+        return s_bad(w, path, "optimizer %s in the file but %s in the model",
+                     troupe_optimizer_name(info->optimizer), troupe_optimizer_name(dp->opt.kind));
+    if (info->nstate != dp->nstate)
+        return s_bad(w, path,
+                     "%d optimizer state arrays per parameter in the file but %d in the "
+                     "model",
+                     info->nstate, dp->nstate);
+    if (info->n_params != dp->n_params)
+        return s_bad(w, path, "%zu parameters in the file but %zu in the model", info->n_params,
+                     dp->n_params);
+    for (size_t i = 0; i < dp->n_params; i++) {
+        const s_param_t *e = &im->params[i];
         troupe_tnode_t *p = dp->params[i];
         char label[S_MAX_LABEL], name[64];
         size_t ll = troupe_tnode_label_string(p, label, sizeof label);
         troupe_tnode_debug_name(p, name, sizeof name);
-        if (ll != meta[i].label_len || memcmp(label, meta[i].label, ll) != 0) {
-            st = s_bad(path,
-                       "parameter %u is labelled '%.*s' in the file but '%s' (%s) in the "
-                       "model",
-                       i, (int)meta[i].label_len, (const char *)meta[i].label, label, name);
-            goto out_free;
-        }
-        if (meta[i].prec != (uint32_t)p->prec) {
-            st = s_bad(path, "parameter %u (%s) has precision %s in the file but %s in the model",
-                       i, name, troupe_prec_name((troupe_prec_t)meta[i].prec),
-                       troupe_prec_name(p->prec));
-            goto out_free;
-        }
-        bool same = meta[i].ndims == (uint32_t)p->ndims;
+        if (ll != e->label_len || memcmp(label, e->label, ll) != 0)
+            return s_bad(w, path,
+                         "parameter %zu is labelled '%.*s' in the file but '%s' (%s) in the "
+                         "model",
+                         i, (int)e->label_len, (const char *)e->label, label, name);
+        if (e->prec != (uint32_t)p->prec)
+            return s_bad(w, path,
+                         "parameter %zu (%s) has precision %s in the file but %s in the "
+                         "model",
+                         i, name, troupe_prec_name((troupe_prec_t)e->prec),
+                         troupe_prec_name(p->prec));
+        bool same = e->ndims == (uint32_t)p->ndims;
         for (int a = 0; same && a < p->ndims; a++)
-            same = meta[i].dims[a] == p->dims[a];
+            same = e->dims[a] == p->dims[a];
         if (!same) {
             char fd[128] = "", md[64];
             size_t u = 0;
-            for (uint32_t a = 0; a < meta[i].ndims && u < sizeof fd; a++)
+            for (uint32_t a = 0; a < e->ndims && u < sizeof fd; a++)
                 u += (size_t)snprintf(fd + u, sizeof fd - u, "%s%lld", a ? "x" : "",
-                                      (long long)meta[i].dims[a]);
-            if (meta[i].ndims == 0)
+                                      (long long)e->dims[a]);
+            if (e->ndims == 0)
                 snprintf(fd, sizeof fd, "1");
             troupe_tnode_dims_to_string(p, false, md, sizeof md);
-            st = s_bad(path, "parameter %u (%s) has dims %s in the file but %s in the model", i,
-                       name, fd, md);
-            goto out_free;
+            return s_bad(w, path, "parameter %zu (%s) has dims %s in the file but %s in the model",
+                         i, name, fd, md);
         }
-        if (meta[i].sprec != (uint32_t)troupe__dp_state_prec(p->prec)) {
-            st = s_bad(path,
-                       "parameter %u (%s): optimizer state precision %s in the file but %s "
-                       "in the model",
-                       i, name, troupe_prec_name((troupe_prec_t)meta[i].sprec),
-                       troupe_prec_name(troupe__dp_state_prec(p->prec)));
-            goto out_free;
-        }
+        if (e->sprec != (uint32_t)troupe__dp_state_prec(p->prec))
+            return s_bad(w, path,
+                         "parameter %zu (%s): optimizer state precision %s in the file but %s "
+                         "in the model",
+                         i, name, troupe_prec_name((troupe_prec_t)e->sprec),
+                         troupe_prec_name(troupe__dp_state_prec(p->prec)));
     }
-    *out_steps = steps;
-    out_note->p = note;
-    out_note->len = note_len;
-out_free:
-    troupe_free(meta);
-    return st;
-truncated:
-    return s_bad(path, "truncated: %zu bytes end inside the %s", len,
-                 r.pos < 32 ? "header" : "parameter data");
+    return TROUPE_OK;
 }
 
 /* node := `src` (elements of the node's precision), through set_values (the host write path). */
@@ -600,52 +719,23 @@ static troupe_status_t s_set_raw(troupe_tnode_t *tn, const unsigned char *src, d
     return troupe_tnode_set_values(tn, tmp, n);
 }
 
-troupe_status_t troupe_dp_load(troupe_dp_t *dp, const char *path)
+/* Uploads the parsed parameters and optimizer state to the streams (after s_match). */
+static troupe_status_t s_restore(troupe_dp_t *dp, const s_image_t *im)
 {
-    if (!dp || !path || !*path)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_load: NULL dp or empty path");
-    unsigned char *img = NULL;
-    size_t len = 0;
-    TROUPE_RETURN_IF_ERROR(s_read_file(path, &img, &len));
-    troupe_status_t st = TROUPE_OK;
-    double *tmp = NULL;
-    s_entry_t *entries = troupe_calloc(dp->n_params, sizeof *entries);
-    int64_t steps = 0;
-    s_note_t note = {NULL, 0};
-    char *note_copy = NULL;
-    if (!entries) {
-        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_load: out of memory");
-        goto out_free;
-    }
-    st = s_validate(dp, path, img, len, entries, &steps, &note);
-    if (st != TROUPE_OK)
-        goto out_free;
-    if (note.len > 0) {
-        note_copy = troupe_strdup_printf("%.*s", (int)note.len, (const char *)note.p);
-        if (!note_copy) {
-            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_load: out of memory");
-            goto out_free;
-        }
-    }
-    st = troupe_dp_sync(dp);
-    if (st != TROUPE_OK)
-        goto out_free;
     size_t maxn = 1;
     for (size_t i = 0; i < dp->n_params; i++)
         if ((size_t)troupe_tnode_num_elems(dp->params[i]) > maxn)
             maxn = (size_t)troupe_tnode_num_elems(dp->params[i]);
-    tmp = troupe_malloc(maxn * sizeof *tmp);
-    if (!tmp) {
-        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_load: out of memory");
-        goto out_free;
-    }
-    /* validated: from here on the checkpoint replaces the state */
+    double *tmp = troupe_malloc(maxn * sizeof *tmp);
+    if (!tmp)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_load: out of memory");
+    troupe_status_t st = TROUPE_OK;
     for (size_t i = 0; i < dp->n_params && st == TROUPE_OK; i++) {
         troupe_tnode_t *p = dp->params[i];
-        st = s_set_raw(p, entries[i].values, tmp);
+        st = s_set_raw(p, im->params[i].values, tmp);
         for (int k = 0; k < dp->n && st == TROUPE_OK; k++)
             st = troupe_from_host(troupe__dp_tail(dp, k), p, NULL);
-        const unsigned char *src = entries[i].state;
+        const unsigned char *src = im->params[i].state;
         for (int s = 0; s < dp->nstate && st == TROUPE_OK; s++) {
             troupe_tnode_t *sn = dp->state[i * (size_t)dp->nstate + (size_t)s];
             st = s_set_raw(sn, src, tmp);
@@ -654,22 +744,83 @@ troupe_status_t troupe_dp_load(troupe_dp_t *dp, const char *path)
                 st = troupe_from_host(troupe__dp_tail(dp, 0), sn, NULL);
         }
     }
+    troupe_free(tmp);
+    return st;
+}
+
+troupe_status_t troupe_dp_load(troupe_dp_t *dp, const char *path)
+{
+    if (!dp || !path || !*path)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_load: NULL dp or empty path");
+    unsigned char *img = NULL;
+    size_t len = 0;
+    TROUPE_RETURN_IF_ERROR(s_read_file("dp_load", path, &img, &len));
+    troupe_dp_checkpoint_info_t *info = troupe_malloc(sizeof *info);
+    s_image_t im = {.info = info};
+    char *note_copy = NULL;
+    troupe_status_t st = TROUPE_OK;
+    if (!info) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_load: out of memory");
+        goto out_free;
+    }
+    st = s_parse("dp_load", path, img, len, &im);
+    if (st == TROUPE_OK)
+        st = s_match(dp, path, &im);
+    if (st != TROUPE_OK)
+        goto out_free;
+    if (im.note_len > 0 && !(note_copy = troupe_strdup(info->note))) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_load: out of memory");
+        goto out_free;
+    }
+    st = troupe_dp_sync(dp);
+    if (st != TROUPE_OK)
+        goto out_free;
+    /* validated: from here on the checkpoint replaces the state */
+    st = s_restore(dp, &im);
     if (st == TROUPE_OK) {
-        dp->steps = steps;
+        dp->steps = info->steps;
+        if (info->version >= 3 && info->lr > 0.0)
+            dp->opt.lr = info->lr;
+        dp->plan = info->plan;
         troupe_free(dp->ckpt_note);
         dp->ckpt_note = note_copy;
         note_copy = NULL;
         st = troupe__dp_await(dp, "dp_load");
     }
     if (st == TROUPE_OK)
-        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL, "dp: loaded step %lld from %s",
-                   (long long)steps, path);
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL,
+                   "dp: loaded step %lld from %s (format %u, saved by %d rank(s), %lld replica(s); "
+                   "loaded by %d, %lld)",
+                   (long long)info->steps, path, info->version, info->ranks,
+                   (long long)info->replicas, dp->nranks, (long long)dp->replicas);
 out_free:
     troupe_free(note_copy);
-    troupe_free(tmp);
-    troupe_free(entries);
+    troupe_free(im.params);
+    troupe_free(info);
     troupe_free(img);
     return st;
+}
+
+troupe_status_t troupe_dp_set_plan(troupe_dp_t *dp, const troupe_dp_plan_t *plan)
+{
+    if (!dp || !plan)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_set_plan: NULL argument");
+    if (plan->global_batch < 0 || plan->steps_per_epoch < 0 || plan->schedule_steps < 0 ||
+        (plan->global_batch > 0 && plan->steps_per_epoch == 0))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_set_plan: global_batch %lld, steps_per_epoch %lld, "
+                             "schedule_steps %lld: none may be negative, and a global batch "
+                             "needs steps_per_epoch > 0",
+                             (long long)plan->global_batch, (long long)plan->steps_per_epoch,
+                             (long long)plan->schedule_steps);
+    dp->plan = *plan;
+    return TROUPE_OK;
+}
+
+troupe_dp_plan_t troupe_dp_plan(const troupe_dp_t *dp)
+{
+    troupe_dp_plan_t none = {0, 0, 0, 0};
+    return dp ? dp->plan : none;
 }
 
 troupe_status_t troupe_dp_set_checkpoint_note(troupe_dp_t *dp, const char *note)
@@ -692,4 +843,45 @@ troupe_status_t troupe_dp_set_checkpoint_note(troupe_dp_t *dp, const char *note)
 const char *troupe_dp_checkpoint_note(const troupe_dp_t *dp)
 {
     return dp ? dp->ckpt_note : NULL;
+}
+
+/* ---- progress for `troupe run` ----------------------------------------------------------------
+ */
+
+/* One fixed-width line ("%020lld\n") rewritten in place, so a reader never sees a mix of two
+ * counts' digits of different lengths. */
+void troupe__dp_note_progress(troupe_dp_t *dp)
+{
+    char es[128];
+    if (!dp->progress_tried) {
+        dp->progress_tried = true;
+        dp->progress_fd = -1;
+        const char *path = troupe_config_progress_file();
+        if (dp->rank != 0 || !path[0])
+            return;
+        dp->progress_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (dp->progress_fd < 0) {
+            TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_PARALLEL,
+                       "dp: TROUPE_PROGRESS_FILE '%s': %s (the step count is not kept)", path,
+                       S_ERRSTR(errno, es));
+            return;
+        }
+    }
+    if (dp->progress_fd < 0)
+        return;
+    char line[24];
+    int n = snprintf(line, sizeof line, "%020lld\n", (long long)dp->steps);
+    if (pwrite(dp->progress_fd, line, (size_t)n, 0) != (ssize_t)n) {
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_PARALLEL,
+                   "dp: writing TROUPE_PROGRESS_FILE: %s (the step count is no longer kept)",
+                   S_ERRSTR(errno, es));
+        troupe__dp_close_progress(dp);
+    }
+}
+
+void troupe__dp_close_progress(troupe_dp_t *dp)
+{
+    if (dp->progress_tried && dp->progress_fd >= 0)
+        close(dp->progress_fd);
+    dp->progress_fd = -1;
 }

@@ -96,6 +96,9 @@ struct troupe_dp {
 
     int64_t steps;
     char *ckpt_note;        /* troupe_dp_checkpoint_note: NULL for none (troupe_free) */
+    troupe_dp_plan_t plan;  /* troupe_dp_set_plan: recorded in checkpoints */
+    bool progress_tried;    /* TROUPE_PROGRESS_FILE looked at (progress_fd valid) */
+    int progress_fd;        /* its descriptor, -1 when none */
     troupe_status_t failed; /* sticky failure of a partially scheduled step */
     char failed_msg[512];
 };
@@ -130,6 +133,10 @@ TROUPE_MUST_USE troupe_status_t troupe__dp_agree(const troupe_dp_setting_t *lib,
 TROUPE_MUST_USE troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp,
                                                         const troupe_dp_config_t *cfg,
                                                         const troupe_dp_model_t *m);
+/* dp_ckpt.c: after a step was scheduled, rank 0 writes dp->steps to TROUPE_PROGRESS_FILE when
+ * it is set (best effort); _close closes the file (troupe_dp_destroy). */
+void troupe__dp_note_progress(troupe_dp_t *dp);
+void troupe__dp_close_progress(troupe_dp_t *dp);
 
 /* dp.c: waits for every local stream; the first failure with its stream named. */
 TROUPE_MUST_USE troupe_status_t troupe__dp_await(troupe_dp_t *dp, const char *what);

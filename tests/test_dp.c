@@ -501,6 +501,23 @@ Test(dp, save_removes_the_temporaries_of_dead_processes_only)
     troupe_free(path);
 }
 
+/* Rewrites a version 3 image with an empty note (img[n]) as version `to` (2: without the run
+ * record; 1: without the note length either), with its own CRC. */
+static void s_downgrade(unsigned char *img, size_t *n, int to)
+{
+    cr_assert(img[8] == to + 1, "downgrading a version %d file to %d", img[8], to);
+    cr_assert(img[32] == 0 && img[33] == 0 && img[34] == 0 && img[35] == 0, "empty note");
+    size_t at = to == 2 ? 36 : 32, cut = to == 2 ? 4 + 72 : 4;
+    if (to == 2)
+        cr_assert_eq(img[36], 72, "run record of 72 bytes");
+    img[8] = (unsigned char)to;
+    memmove(img + at, img + at + cut, *n - at - cut);
+    *n -= cut;
+    uint32_t crc = (uint32_t)crc32(0L, img, (uInt)(*n - 4));
+    for (int i = 0; i < 4; i++)
+        img[*n - 4 + (size_t)i] = (unsigned char)(crc >> (8 * i));
+}
+
 Test(dp, checkpoint_note_round_trips_and_version_1_files_still_load)
 {
     char *path = s_tmp_path("note"), *v1 = s_tmp_path("v1");
@@ -523,20 +540,21 @@ Test(dp, checkpoint_note_round_trips_and_version_1_files_still_load)
     cr_assert_str_eq(troupe_dp_checkpoint_note(b.dp), "batch=8 rows=64");
     troupe_free(big);
 
-    /* The same file in format version 1: no note length after the 32 bytes of header, its own
-     * CRC. A load clears the note. */
+    /* The same file in format versions 2 (no run record) and 1 (no note length either). A
+     * load clears the note. */
     OK(troupe_dp_set_checkpoint_note(a.dp, NULL));
     OK(troupe_dp_save(a.dp, path));
     size_t n = 0;
     unsigned char *img = s_slurp(path, &n);
-    cr_assert_eq(img[8], 2);
-    cr_assert(img[32] == 0 && img[33] == 0 && img[34] == 0 && img[35] == 0, "empty note");
-    img[8] = 1;
-    memmove(img + 32, img + 36, n - 36);
-    n -= 4;
-    uint32_t crc = (uint32_t)crc32(0L, img, (uInt)(n - 4));
-    for (int i = 0; i < 4; i++)
-        img[n - 4 + (size_t)i] = (unsigned char)(crc >> (8 * i));
+    s_downgrade(img, &n, 2);
+    s_spit(v1, img, n);
+    troupe_dp_checkpoint_info_t info;
+    OK(troupe_dp_checkpoint_read(v1, &info));
+    cr_assert(info.version == 2 && info.steps == 2 && info.ranks == 0 && info.lr == 0.0);
+    OK(troupe_dp_load(b.dp, v1));
+    cr_assert_null(troupe_dp_checkpoint_note(b.dp));
+    cr_assert_eq(troupe_dp_steps_done(b.dp), 2);
+    s_downgrade(img, &n, 1);
     s_spit(v1, img, n);
     free(img);
     OK(troupe_dp_load(b.dp, v1));
@@ -548,6 +566,126 @@ Test(dp, checkpoint_note_round_trips_and_version_1_files_still_load)
     unlink(v1);
     troupe_free(path);
     troupe_free(v1);
+}
+
+/* The run record (layout, learning rate, plan, data position) round-trips; the model-free
+ * reader sees what the file holds; a checkpoint of 2 streams resumes on 1 stream (the global
+ * batch unchanged: the model splits each full batch over the streams) to within rounding of a
+ * 1-stream run, and on 2 streams bitwise. */
+Test(dp, checkpoint_records_the_run_and_resumes_on_another_layout)
+{
+    char *path = s_tmp_path("layout");
+    const troupe_dp_plan_t plan = {
+        .global_batch = FB, .steps_per_epoch = NB, .data_seed = 7, .schedule_steps = 12};
+    const double lr = 0.0375;
+    run_t a, b, c;
+    float pa[NP], pb[NP], pc[NP];
+    s_run_new(&a, "cpu", 2, TROUPE_OPT_SGD, D);
+    OK(troupe_dp_set_plan(a.dp, &plan));
+    OK(troupe_dp_set_lr(a.dp, lr));
+    s_run_steps(&a, 5);
+    OK(troupe_dp_save(a.dp, path));
+    s_run_params(&a, pa);
+
+    troupe_dp_checkpoint_info_t info, again;
+    OK(troupe_dp_checkpoint_read(path, &info));
+    cr_assert_eq(info.version, 3);
+    cr_assert_eq(info.steps, 5);
+    cr_assert_eq(info.optimizer, TROUPE_OPT_SGD);
+    cr_assert_eq(info.nstate, 1);
+    cr_assert_eq(info.n_params, 2);
+    cr_assert_eq(info.ranks, 1);
+    cr_assert_eq(info.streams, 2);
+    cr_assert_eq(info.replicas, 2);
+    cr_assert_eq(info.lr, lr);
+    cr_assert(memcmp(&info.plan, &plan, sizeof plan) == 0, "the plan differs");
+    cr_assert_eq(info.epoch, 1, "step 5 of 4-step epochs is in epoch 1");
+    cr_assert_eq(info.sample_in_epoch, 8, "its first sample is (5 %% 4) * 8");
+    cr_assert_eq(info.param_bytes, sizeof pa);
+    cr_assert_eq(info.params_crc32, (uint32_t)crc32(0L, (const Bytef *)pa, sizeof pa));
+    size_t n = 0;
+    unsigned char *img = s_slurp(path, &n);
+    OK(troupe_dp_checkpoint_parse(img, n, "mem", &again));
+    cr_assert(again.steps == info.steps && again.params_crc32 == info.params_crc32 &&
+              again.streams == 2 && again.sample_in_epoch == 8);
+    free(img);
+
+    /* on one stream: the same global batch per step, summed in another order */
+    s_run_new(&b, "cpu", 1, TROUPE_OPT_SGD, D);
+    OK(troupe_dp_load(b.dp, path));
+    cr_assert_eq(troupe_dp_steps_done(b.dp), 5);
+    troupe_dp_plan_t got = troupe_dp_plan(b.dp);
+    cr_assert(memcmp(&got, &plan, sizeof plan) == 0, "the plan was not restored");
+    s_run_steps(&b, 3);
+    s_run_params(&b, pb);
+    s_run_new(&c, "cpu", 1, TROUPE_OPT_SGD, D);
+    OK(troupe_dp_set_lr(c.dp, lr));
+    s_run_steps(&c, 8);
+    s_run_params(&c, pc);
+    s_close(pb, pc, NP, 1e-5, "resumed on 1 stream (the learning rate restored)");
+    cr_assert(fabsf(pb[0] - pa[0]) > 1e-4f, "the resumed run trained");
+    s_run_done(&b);
+    s_run_done(&c);
+
+    /* on two streams, against the first run going on: bitwise */
+    s_run_new(&b, "cpu", 2, TROUPE_OPT_SGD, D);
+    OK(troupe_dp_load(b.dp, path));
+    s_run_steps(&b, 3);
+    s_run_steps(&a, 3);
+    s_run_params(&b, pb);
+    s_run_params(&a, pa);
+    cr_assert(memcmp(pa, pb, sizeof pa) == 0, "resumed on the same layout: not bitwise equal");
+    s_run_done(&a);
+    s_run_done(&b);
+
+    /* a bad plan is refused */
+    s_run_new(&a, "sync", 1, TROUPE_OPT_SGD, D);
+    troupe_dp_plan_t bad = {.global_batch = 8, .steps_per_epoch = 0};
+    cr_assert_eq(troupe_dp_set_plan(a.dp, &bad), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "steps_per_epoch"));
+    bad.steps_per_epoch = 1;
+    bad.schedule_steps = -1;
+    cr_assert_eq(troupe_dp_set_plan(a.dp, &bad), TROUPE_INVALID_ARGUMENT);
+    s_run_done(&a);
+    unlink(path);
+    troupe_free(path);
+}
+
+/* The reader refuses every proper prefix of a checkpoint and every single flipped bit (the
+ * CRC or a structural check catches it), naming the file, and never reads out of bounds. */
+Test(dp, every_truncation_and_flipped_bit_is_refused)
+{
+    char *path = s_tmp_path("flips");
+    run_t r;
+    s_run_new(&r, "sync", 1, TROUPE_OPT_ADAMW, D);
+    OK(troupe_dp_set_checkpoint_note(r.dp, "n"));
+    s_run_steps(&r, 1);
+    OK(troupe_dp_save(r.dp, path));
+    s_run_done(&r);
+    size_t n = 0;
+    unsigned char *img = s_slurp(path, &n);
+    troupe_dp_checkpoint_info_t info;
+    OK(troupe_dp_checkpoint_parse(img, n, "whole", &info));
+    cr_assert_str_eq(info.note, "n");
+    for (size_t len = 0; len < n; len++) {
+        unsigned char *cut = malloc(len ? len : 1); /* exactly len bytes: ASan sees overreads */
+        memcpy(cut, img, len);
+        troupe_status_t st = troupe_dp_checkpoint_parse(cut, len, "cut", &info);
+        free(cut);
+        cr_assert_eq(st, TROUPE_INVALID_ARGUMENT, "a prefix of %zu of %zu bytes was accepted", len,
+                     n);
+        cr_assert(strstr(troupe_last_error(), "checkpoint 'cut'"), "%s", troupe_last_error());
+    }
+    for (size_t i = 0; i < n; i++) {
+        img[i] ^= (unsigned char)(1u << (i % 8));
+        troupe_status_t st = troupe_dp_checkpoint_parse(img, n, "flip", &info);
+        img[i] ^= (unsigned char)(1u << (i % 8));
+        cr_assert_eq(st, TROUPE_INVALID_ARGUMENT, "a flipped bit in byte %zu was accepted", i);
+    }
+    cr_assert_eq(troupe_dp_checkpoint_read("/nonexistent-dir/ck", &info), TROUPE_NOT_FOUND);
+    free(img);
+    unlink(path);
+    troupe_free(path);
 }
 
 /* ---- errors --------------------------------------------------------------------------------- */

@@ -18,14 +18,21 @@
  *
  * Before any work, rank 0 checks that it can write --checkpoint and --curve, and refuses to
  * overwrite an existing checkpoint that this run does not --resume from (--force allows it).
- * Checkpoints carry the run's --batch and training-set size (the checkpoint note, parallel/
- * dp.h): a --resume with another --batch or --train-limit is refused, naming the setting.
+ * Checkpoints commit every --checkpoint-every steps and at every epoch's end; they carry the
+ * run's --batch and training-set size (the checkpoint note) and its plan (parallel/dp.h: global
+ * batch, steps per epoch, --seed, the schedule's length), so a --resume continues at the exact
+ * step and sample, on any ranks x streams that divide --batch (README "Failures and
+ * restarts"); another --batch, --train-limit or --seed is refused, naming the setting. The
+ * data order: step g of an epoch takes rows g*batch .. g*batch+batch-1 of the shuffled set,
+ * whatever the layout (the set's tail that fills no whole step is left out).
  * TROUPE_LOG=info also logs (subsystem tools) the streams chosen and why, the time spent
  * building the routines, and per epoch the timing split (issuing steps, waiting for the
  * streams, evaluation, checkpoint) and the path the merge across ranks took.
  *
  * Exit status: 0 done, 1 a runtime failure (one line on stderr), 2 a bad option (one line on
- * stderr). `--help` lists every option with its default.
+ * stderr), 75 (EX_TEMPFAIL) a failure of the cluster — TRANSPORT_ERROR or DEADLINE_EXCEEDED: a
+ * rank died, hung or became unreachable — after which a restart from the checkpoint may
+ * succeed (what `troupe run` restarts). `--help` lists every option with its default.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -76,6 +83,7 @@ typedef struct opts {
     int streams;
     int64_t train_limit, test_limit;
     const char *curve, *checkpoint, *resume, *plot;
+    int64_t checkpoint_every; /* steps between checkpoints, 0: at epoch ends only */
     bool cosine;        /* --schedule cosine */
     bool compress_bf16; /* --compress bf16 */
     bool force;         /* --force: overwrite a checkpoint this run does not resume from */
@@ -132,18 +140,22 @@ static void s_help(void)
            "                       appended to with --resume) [none]\n"
            "  --plot FILE          PNG of the learning curve (training loss and test accuracy\n"
            "                       per epoch), redrawn after every epoch [none]%s\n"
-           "  --checkpoint FILE    parameters and optimizer state, written atomically after\n"
-           "                       every epoch; an existing FILE is only overwritten when\n"
-           "                       this run resumes from it, or with --force [none]\n"
-           "  --resume FILE        start from a checkpoint, continuing its epoch count; the\n"
-           "                       run must use the checkpoint's --batch and --train-limit\n"
+           "  --checkpoint FILE    parameters, optimizer state and the run's position, written\n"
+           "                       atomically after every epoch; an existing FILE is only\n"
+           "                       overwritten when this run resumes from it, or with --force\n"
            "                       [none]\n"
+           "  --checkpoint-every S also commit the checkpoint every S steps, 0 = epoch ends\n"
+           "                       only [0]\n"
+           "  --resume FILE        continue a checkpoint's run at its step and sample, on any\n"
+           "                       ranks x streams; the run must use its --batch, --train-limit\n"
+           "                       and --seed [none]\n"
            "  --force              let --checkpoint overwrite a file this run does not resume\n"
            "                       from\n"
            "  --help               this text\n"
            "Last line: final test_accuracy=<0..1> samples_per_s=<n> ranks=<r> streams=<s> "
            "epochs=<e>\n"
-           "Exit status: 0 done, 1 runtime failure, 2 bad option.\n",
+           "Exit status: 0 done, 1 runtime failure, 2 bad option, 75 the cluster failed (a rank\n"
+           "died or is unreachable: a restart from the checkpoint may succeed).\n",
            FMNIST_DEFAULT_DIR, S_DEFAULT_EPOCHS, S_DEFAULT_BATCH, S_DEFAULT_LR_SGD, adamw.lr,
            sgd.momentum, sgd.weight_decay, adamw.weight_decay, S_DEFAULT_SEED, s_backends(),
            fmnist_plot_help_note());
@@ -213,10 +225,11 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             continue;
         }
         static const char *const known[] = {
-            "--data",        "--epochs",       "--batch", "--optimizer",  "--lr",
-            "--momentum",    "--weight-decay", "--seed",  "--backend",    "--streams",
-            "--train-limit", "--test-limit",   "--curve", "--checkpoint", "--resume",
-            "--schedule",    "--compress",       "--plot"};
+            "--data",     "--epochs",          "--batch",        "--optimizer",
+            "--lr",       "--momentum",        "--weight-decay", "--seed",
+            "--backend",  "--streams",         "--train-limit",  "--test-limit",
+            "--curve",    "--checkpoint",      "--resume",       "--schedule",
+            "--compress", "--plot",            "--checkpoint-every"};
         bool ok = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             ok |= !strcmp(name, known[k]);
@@ -300,6 +313,9 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
                 want = "none or bf16";
         } else if (!strcmp(name, "--curve")) {
             o->curve = val;
+        } else if (!strcmp(name, "--checkpoint-every")) {
+            if (!s_int(val, 0, INT64_MAX, &o->checkpoint_every))
+                want = "a non-negative integer";
         } else if (!strcmp(name, "--checkpoint")) {
             o->checkpoint = val;
         } else if (!strcmp(name, "--resume")) {
@@ -323,6 +339,10 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
     o->opt.beta1 = d.beta1;
     o->opt.beta2 = d.beta2;
     o->opt.eps = d.eps;
+    if (o->checkpoint_every > 0 && !o->checkpoint) {
+        snprintf(err, cap, "option --checkpoint-every needs --checkpoint FILE");
+        return false;
+    }
     if (o->momentum_set && o->opt.kind != TROUPE_OPT_SGD) {
         snprintf(err, cap, "option --momentum applies to --optimizer sgd only");
         return false;
@@ -415,11 +435,12 @@ static void s_teardown(run_t *r)
     fmnist_dataset_free(&r->test);
 }
 
-/* A runtime failure: one line on stderr, then exit status 1. Under a distributed cluster this
- * rank leaves it first (troupe_cluster_leave: no MPI_Finalize, which would wait for peers
- * that may be dead), and the launcher ends the other ranks on the non-zero exit; the run is
- * torn down before the process exits, so the actor threads stop first. */
-static void s_die(const char *what)
+/* A runtime failure of status `st`: one line on stderr, then exit status 1, or 75 when the
+ * cluster failed (TRANSPORT_ERROR, DEADLINE_EXCEEDED: worth a restart). Under a distributed cluster
+ * this rank leaves it first (troupe_cluster_leave: no MPI_Finalize, which would wait for peers that
+ * may be dead), and the launcher ends the other ranks on the non-zero exit; the run is torn down
+ * before the process exits, so the actor threads stop first. */
+static void s_die(troupe_status_t failed, const char *what)
 {
     char line[1400];
     snprintf(line, sizeof line, "fmnist: %s%s%s", what, *troupe_last_error() ? ": " : "",
@@ -434,13 +455,14 @@ static void s_die(const char *what)
     if (st == TROUPE_OK)
         st = troupe_cluster_finalize();
     (void)st; /* already failing: its message would repeat the first */
-    exit(1);
+    exit(failed == TROUPE_TRANSPORT_ERROR || failed == TROUPE_DEADLINE_EXCEEDED ? 75 : 1);
 }
 
 #define CHECK(expr, what)                                                                          \
     do {                                                                                           \
-        if ((expr) != TROUPE_OK)                                                                   \
-            s_die(what);                                                                           \
+        troupe_status_t check_st_ = (expr);                                                        \
+        if (check_st_ != TROUPE_OK)                                                                \
+            s_die(check_st_, what);                                                                \
     } while (0)
 
 static double s_now(void)
@@ -555,8 +577,9 @@ static void s_note(const run_t *r, char *note, size_t cap)
              (long long)r->o.batch, (long long)r->train.count, (long long)r->o.train_limit);
 }
 
-/* After troupe_dp_load: does the checkpoint fit this run's --batch and training set? Returns
- * false with one line in err naming the differing setting. */
+/* After troupe_dp_load: does the checkpoint continue this run (its --batch, training set and,
+ * with a plan (format 3), --seed)? A file without a plan (format 2) must end at an epoch.
+ * Returns false with one line in err naming the differing setting. */
 static bool s_check_resume(const run_t *r, int64_t steps_per_epoch, char *err, size_t cap)
 {
     const opts_t *o = &r->o;
@@ -580,7 +603,23 @@ static bool s_check_resume(const run_t *r, int64_t steps_per_epoch, char *err, s
             return false;
         }
     }
-    if (done % steps_per_epoch != 0) {
+    troupe_dp_plan_t plan = troupe_dp_plan(r->dp);
+    if (plan.global_batch > 0 && plan.data_seed != o->seed) {
+        snprintf(err, cap,
+                 "option --seed: checkpoint '%s' was written with --seed %llu, not %llu (another "
+                 "data order); resume with --seed %llu",
+                 o->resume, (unsigned long long)plan.data_seed, (unsigned long long)o->seed,
+                 (unsigned long long)plan.data_seed);
+        return false;
+    }
+    if (plan.global_batch > 0 && plan.steps_per_epoch != steps_per_epoch) {
+        snprintf(err, cap,
+                 "option --resume: checkpoint '%s' has %lld steps per epoch, this run %lld; "
+                 "resume with the --batch and --train-limit it was written with",
+                 o->resume, (long long)plan.steps_per_epoch, (long long)steps_per_epoch);
+        return false;
+    }
+    if (plan.global_batch == 0 && done % steps_per_epoch != 0) {
         snprintf(err, cap,
                  "option --resume: checkpoint '%s' holds %lld steps, not a whole number of "
                  "epochs of %lld steps (--batch %lld over %lld images); resume with the --batch "
@@ -590,6 +629,26 @@ static bool s_check_resume(const run_t *r, int64_t steps_per_epoch, char *err, s
         return false;
     }
     return true;
+}
+
+/* Rank 0: where the resumed run continues, and the layout that wrote the checkpoint when it
+ * differs (another ranks x streams: the same global batch, results equal to rounding). */
+static void s_print_resumed(const run_t *r, int64_t done, int64_t steps_per_epoch)
+{
+    printf("fmnist: resumed from %s at step %lld (epoch %lld", r->o.resume, (long long)done,
+           (long long)(done / steps_per_epoch));
+    if (done % steps_per_epoch)
+        printf(", sample %lld", (long long)(done % steps_per_epoch * r->o.batch));
+    printf(")\n");
+    troupe_dp_checkpoint_info_t *info = calloc(1, sizeof *info);
+    if (info && troupe_dp_checkpoint_read(r->o.resume, info) == TROUPE_OK && info->ranks > 0 &&
+        (info->ranks != r->ranks || info->streams != r->streams || info->replicas != r->replicas))
+        printf("fmnist: the checkpoint was written by %d rank(s) x %d stream(s) (%lld replicas), "
+               "this run has %d x %d (%lld): the same global batch, results equal to rounding, "
+               "not bitwise\n",
+               info->ranks, info->streams, (long long)info->replicas, r->ranks, r->streams,
+               (long long)r->replicas);
+    free(info);
 }
 
 /* Logs (info) how the epoch's gradients were merged: across the streams through merge buffers
@@ -711,8 +770,9 @@ int main(int argc, char **argv)
     CHECK(fmnist_dataset_load_split(o->data, "train", o->train_limit, &r.train),
           "loading the training set");
     fmnist_dataset_shuffle(&r.train, o->seed);
-    int64_t num_batches = r.train.count / B;
-    int64_t steps_per_epoch = num_batches / replicas;
+    /* step g of an epoch takes rows g*batch.. of the set whatever the layout (parallel/dp.h) */
+    int64_t steps_per_epoch = r.train.count / o->batch;
+    int64_t num_batches = steps_per_epoch * replicas;
     if (steps_per_epoch < 1) {
         if (r.rank == 0)
             fprintf(stderr,
@@ -757,7 +817,7 @@ int main(int argc, char **argv)
     if (troupe_dp_num_streams(r.dp) != r.streams) {
         troupe_error_set(TROUPE_INTERNAL, "dp made %d streams, expected %d",
                          troupe_dp_num_streams(r.dp), r.streams);
-        s_die("starting data-parallel training");
+        s_die(TROUPE_INTERNAL, "starting data-parallel training");
     }
     if (o->resume) {
         CHECK(troupe_dp_load(r.dp, o->resume), "resuming");
@@ -772,6 +832,12 @@ int main(int argc, char **argv)
     char note[160];
     s_note(&r, note, sizeof note);
     CHECK(troupe_dp_set_checkpoint_note(r.dp, note), "noting the run's settings");
+    int64_t total_steps = (int64_t)o->epochs * steps_per_epoch;
+    troupe_dp_plan_t plan = {.global_batch = o->batch,
+                             .steps_per_epoch = steps_per_epoch,
+                             .data_seed = o->seed,
+                             .schedule_steps = o->cosine ? total_steps : 0};
+    CHECK(troupe_dp_set_plan(r.dp, &plan), "recording the run's plan");
     int64_t done = troupe_dp_steps_done(r.dp);
     int first_epoch = (int)(done / steps_per_epoch);
     if (r.rank == 0) {
@@ -799,8 +865,7 @@ int main(int argc, char **argv)
         printf(" weight_decay %g, %s schedule\n", o->opt.weight_decay,
                o->cosine ? "cosine" : "constant");
         if (o->resume)
-            printf("fmnist: resumed from %s at step %lld (epoch %d)\n", o->resume, (long long)done,
-                   first_epoch);
+            s_print_resumed(&r, done, steps_per_epoch);
         if (first_epoch >= o->epochs)
             printf("fmnist: the checkpoint already holds %d epoch(s) (--epochs %d): nothing to "
                    "train\n",
@@ -811,18 +876,18 @@ int main(int argc, char **argv)
     /* training */
     double train_seconds = 0, acc = -1;
     int64_t samples = 0;
-    int64_t total_steps = (int64_t)o->epochs * steps_per_epoch;
     int64_t every = steps_per_epoch / S_LOSS_SAMPLES_PER_EPOCH;
     if (every < 1)
         every = 1;
     for (int epoch = first_epoch; epoch < o->epochs; epoch++) {
         double t0 = s_now(), loss_sum = 0;
         int64_t t0_ns = troupe_now_ns(); /* for the trace (TROUPE_TRACE) */
-        double t_issue = 0, t_loss = 0; /* issuing steps; waiting for sampled losses */
+        double t_issue = 0, t_loss = 0, t_mid = 0; /* issuing steps; sampled losses; checkpoints */
+        int64_t s0 = epoch == first_epoch ? done % steps_per_epoch : 0; /* a resumed epoch */
         troupe_transport_stats_t tr0;
         troupe_transport_get_stats(&tr0);
         int loss_n = 0;
-        for (int64_t s = 0; s < steps_per_epoch; s++) {
+        for (int64_t s = s0; s < steps_per_epoch; s++) {
             double ti = s_now();
             if (o->cosine) {
                 double t = (double)(epoch * steps_per_epoch + s) / (double)total_steps;
@@ -841,6 +906,13 @@ int main(int argc, char **argv)
                 loss_sum += l;
                 loss_n++;
             }
+            int64_t g = (int64_t)epoch * steps_per_epoch + s + 1; /* steps done */
+            if (o->checkpoint_every > 0 && g % o->checkpoint_every == 0 &&
+                s + 1 < steps_per_epoch) {
+                double tc = s_now();
+                CHECK(troupe_dp_save(r.dp, o->checkpoint), "writing the checkpoint");
+                t_mid += s_now() - tc;
+            }
             fmnist_progress_update(&r.progress, epoch + 1, o->epochs, s + 1, steps_per_epoch,
                                    o->batch, loss_n ? loss_sum / loss_n : NAN, s_now(), t0,
                                    (s + 1) % every == 0);
@@ -856,8 +928,8 @@ int main(int argc, char **argv)
         }
         s_log_merge(&r, epoch + 1, steps_per_epoch, &tr0);
         train_seconds += dt;
-        samples += steps_per_epoch * o->batch;
-        double rate = (double)(steps_per_epoch * o->batch) / dt, loss = loss_sum / loss_n;
+        samples += (steps_per_epoch - s0) * o->batch;
+        double rate = (double)((steps_per_epoch - s0) * o->batch) / dt, loss = loss_sum / loss_n;
         double t_eval = s_now();
         if (r.rank == 0) {
             int64_t te_ns = troupe_now_ns();
@@ -887,10 +959,10 @@ int main(int argc, char **argv)
         t_ckpt = s_now() - t_ckpt;
         TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
                    "fmnist: epoch %d: training %.3f s = issuing steps %.3f s + waiting for "
-                   "sampled losses %.3f s + final sync %.3f s + other %.3f s; evaluation %.3f "
-                   "s; checkpoint %.3f s",
-                   epoch + 1, dt, t_issue, t_loss, t_sync, dt - t_issue - t_loss - t_sync, t_eval,
-                   t_ckpt);
+                   "sampled losses %.3f s + final sync %.3f s + checkpoints within the epoch "
+                   "%.3f s + other %.3f s; evaluation %.3f s; checkpoint %.3f s",
+                   epoch + 1, dt, t_issue, t_loss, t_sync, t_mid,
+                   dt - t_issue - t_loss - t_sync - t_mid, t_eval, t_ckpt);
     }
     if (r.rank == 0) {
         if (acc < 0) /* no epoch ran (resumed at or past --epochs) */
