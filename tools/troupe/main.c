@@ -5,6 +5,7 @@
  *   troupe plot          learning curve CSV -> PNG (cmd_plot.c)
  *   troupe trace merge   one timeline from the ranks' TROUPE_TRACE files; straggler report
  *                        (cmd_trace.c)
+ *   troupe run           elastic runs: launch, watch, restart from checkpoints (cmd_run.c)
  *   troupe help          usage (also -h, --help)
  *   troupe --version     "troupe <version>" (also version)
  *
@@ -88,6 +89,8 @@ static void s_usage(FILE *f)
                "  plot       draw a learning curve CSV as a PNG (troupe plot --help)\n"
                "  trace      trace merge [-o OUT] [--all] FILE|PREFIX...: one timeline from the\n"
                "             ranks' TROUPE_TRACE files, and the straggler report\n"
+               "  run        launch a job and restart it from its checkpoint when a rank dies\n"
+               "             (troupe run --help)\n"
                "  help       this text (also -h, --help)\n"
                "  version    the version of troupe (also --version)\n"
                "exit status: 0 success, 1 output failed, 2 usage error\n");
@@ -302,6 +305,8 @@ int main(int argc, char **argv)
         return troupe__cmd_plot(argc, argv);
     if (strcmp(cmd, "trace") == 0)
         return troupe__cmd_trace(argc, argv);
+    if (strcmp(cmd, "run") == 0)
+        return troupe__cmd_run(argc, argv);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
         return s_simple(s_help, argc, argv);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
