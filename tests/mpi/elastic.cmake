@@ -5,7 +5,7 @@ if(TROUPE_BUILD_EXAMPLES AND TARGET troupe_cli)
   if(NOT DEFINED FMNIST_DATA_DIR)
     set(FMNIST_DATA_DIR "/usr/share/datasets/fashion-mnist")
   endif()
-  foreach(case bitwise other_ranks exhausted min_np tempfail watchdog launch)
+  foreach(case bitwise stalled other_ranks exhausted min_np tempfail watchdog launch)
     add_test(NAME troupe_run_${case}
              COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/elastic.sh $<TARGET_FILE:troupe_cli>
                      $<TARGET_FILE:fmnist> ${FMNIST_DATA_DIR} ${CMAKE_CURRENT_BINARY_DIR}/elastic

@@ -2,11 +2,15 @@
 # troupe — elastic runs: `troupe run` with the Fashion-MNIST trainer (tests/mpi/elastic.cmake runs
 # one case per CTest test; README "Failures and restarts").
 # usage: elastic.sh TROUPE FMNIST DATA_DIR WORK_DIR CASE
-#   bitwise     2 ranks, rank 1 SIGKILLed mid-epoch between two checkpoints; troupe run restarts
-#               from the last one and the final checkpoint equals an uninterrupted run's, byte
-#               for byte (parameters, optimizer state, step, position)
+#   bitwise     2 ranks, rank 1 SIGKILLed in the middle of step 25's merge (TROUPE_FAULT), between
+#               the checkpoints of steps 21 and 28; troupe run restarts from step 21 and the final
+#               checkpoint equals an uninterrupted run's, byte for byte (parameters, optimizer
+#               state, step, position)
 #   other_ranks the same failure, and the hostfile shrinks to 1 slot meanwhile: the restart runs
 #               on 1 rank (--min-np 1) and ends within 0.5 points of the uninterrupted accuracy
+#   stalled     rank 1 stalls in step 25's merge: the ranks' waits end at their deadline
+#               (TROUPE_TIMEOUT_S=4) and the trainer exits 75 (the cluster failed); troupe run restarts and the result is again the
+#               uninterrupted run's, byte for byte
 #   exhausted   rank 1 dies in every attempt: after --max-restarts 1 the run gives up with a
 #               summary and the job's non-zero status
 #   min_np      the hostfile shrinks below --min-np: no restart, the failure's status
@@ -33,31 +37,24 @@ has() { grep -q -- "$2" "$1" || fail "$1 lacks '$2'"; }
 lacks() { ! grep -q -- "$2" "$1" || fail "$1 has '$2'"; }
 accuracy() { sed -n 's/^final test_accuracy=\([0-9.]*\).*/\1/p' "$1" | tail -n 1; }
 
-# A wrapper that SIGKILLs rank $1 once rank 0 has scheduled $2 steps (TROUPE_PROGRESS_FILE, which
-# troupe run sets), on the first attempt only (TROUPE_RESUME empty), or on every attempt with
-# $3 = always. Writes the hostfile in $KILL_SHRINK ("localhost slots=1") before it kills.
-cat >killer.sh <<'EOF'
+# The failure: TROUPE_FAULT (base/fault_impl.h) armed on the first launch only (TROUPE_RESUME
+# empty), or on every launch with FAULT_ALWAYS=1; with SHRINK set, rank 1 also rewrites the
+# hostfile then (a node leaving the job while it runs: the next attempt reads the file again).
+# Collectives of the trainer, numbered as the transport numbers them: #1 the options' verdict,
+# #2 the parameters' broadcast, then per step s (one sampled loss per step at 20 steps per
+# epoch) #3+2s the gradients' allreduce (the merge) and #4+2s the loss.
+cat >first.sh <<'EOF'
 #!/bin/sh
-rank=$1 step=$2 when=$3
-shift 3
-if [ "${OMPI_COMM_WORLD_RANK:-0}" = "$rank" ] && { [ -z "${TROUPE_RESUME:-}" ] || [ "$when" = always ]; }; then
-  "$@" &
-  child=$!
-  while kill -0 "$child" 2>/dev/null; do
-    done_steps=$(cat "$TROUPE_PROGRESS_FILE" 2>/dev/null)
-    if [ "${done_steps:-0}" -ge "$step" ] 2>/dev/null; then
-      [ -n "${KILL_SHRINK:-}" ] && echo "$KILL_SHRINK" >hostfile
-      kill -9 "$child"
-      kill -9 $$
-    fi
-    sleep 0.01
-  done
-  wait "$child"
-  exit $?
+if [ -z "${TROUPE_RESUME:-}" ] || [ "${FAULT_ALWAYS:-0}" = 1 ]; then
+  export TROUPE_FAULT="$FAULT"
+  if [ -n "${SHRINK:-}" ] && [ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then
+    echo "$SHRINK" >hostfile
+  fi
 fi
 exec "$@"
 EOF
-chmod +x killer.sh
+chmod +x first.sh
+merge_of_step() { echo "kill:rank=1:collective=$((3 + 2 * $1))"; }
 
 # The uninterrupted reference: troupe run without a failure (no summary, status 0).
 reference() {
@@ -72,33 +69,48 @@ case $case in
 bitwise)
   reference
   # shellcheck disable=SC2086
-  "$troupe" run -np 2 --max-restarts 2 -- ./killer.sh 1 25 once $train --checkpoint ck >out 2>err
+  FAULT=$(merge_of_step 25) "$troupe" run -np 2 --max-restarts 2 -- ./first.sh $train \
+    --checkpoint ck >out 2>err
   rc=$?
   [ "$rc" = 0 ] || fail "troupe run exited $rc"
+  has err "TROUPE_FAULT 'kill:rank=1:collective=53': killing this process"
   has err "restart 1/2: rank 1 died (signal 9"
-  has err "resuming from step 2[18] (ck) on 2 rank(s)"
-  has out "resumed from ck at step 2[18] (epoch 1, sample [1-9]"
+  has err "resuming from step 21 (ck) on 2 rank(s)"
+  has out "resumed from ck at step 21 (epoch 1, sample 100)"
   has err "summary: 2 attempt(s), 1 restart(s)"
-  grep -q "attempt 1: 2 rank(s) from the start.*rank 1 died (signal 9, Killed) at step [0-9]*; last checkpoint at step 2[18]: [0-9]* step(s) redone" err ||
+  grep -q "attempt 1: 2 rank(s) from the start.*rank 1 died (signal 9, Killed) at step 2[5-7]; last checkpoint at step 21: [4-6] step(s) redone" err ||
     fail "the summary does not say where attempt 1 failed and what was redone"
-  has err "attempt 2: 2 rank(s) from step 2[18].*completed"
+  has err "attempt 2: 2 rank(s) from step 21.*completed"
   cmp ref ck || fail "the resumed run's final checkpoint differs from the uninterrupted run's"
-  echo "PASS: rank 1 killed at step >= 25, restarted from the checkpoint; final checkpoint identical"
+  echo "PASS: rank 1 killed in step 25's merge, restarted from step 21; final checkpoint identical"
+  ;;
+stalled)
+  reference
+  # shellcheck disable=SC2086
+  FAULT="stall:rank=1:collective=53:ms=60000" TROUPE_TIMEOUT_S=4 "$troupe" run -np 2 -- \
+    ./first.sh $train --checkpoint ck >out 2>err
+  rc=$?
+  [ "$rc" = 0 ] || fail "troupe run exited $rc"
+  has err "TROUPE_FAULT 'stall:rank=1:collective=53:ms=60000'"
+  has err "restart 1/3: rank [01] reported a failure of the cluster (exit status 75)"
+  has err "resuming from step 21 (ck) on 2 rank(s)"
+  cmp ref ck || fail "the resumed run's final checkpoint differs from the uninterrupted run's"
+  echo "PASS: a stalled rank: exit 75, restarted, final checkpoint identical"
   ;;
 other_ranks)
   reference
   echo "localhost slots=2" >hostfile
   # with a hostfile troupe run adds no MCA settings: keep this machine's MPI on loopback
   # shellcheck disable=SC2086
-  KILL_SHRINK="localhost slots=1" OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo \
-    OMPI_MCA_rmaps_base_oversubscribe=1 \
-    "$troupe" run -np 2 --min-np 1 --hostfile hostfile -- ./killer.sh 1 25 once $train \
-    --checkpoint ck >out 2>err
+  FAULT=$(merge_of_step 25) SHRINK="localhost slots=1" OMPI_MCA_btl=self,vader \
+    OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_rmaps_base_oversubscribe=1 \
+    "$troupe" run -np 2 --min-np 1 --hostfile hostfile -- ./first.sh $train --checkpoint ck \
+    >out 2>err
   rc=$?
   [ "$rc" = 0 ] || fail "troupe run exited $rc"
   has err "restart 1/3: rank 1 died (signal 9"
-  has err "on 1 rank(s)"
-  has err "attempt 2: 1 rank(s) from step"
+  has err "resuming from step 21 (ck) on 1 rank(s)"
+  has err "attempt 2: 1 rank(s) from step 21"
   has out "written by 2 rank(s) x 1 stream(s), this run has 1 x 1"
   want=$(accuracy ref.out) got=$(accuracy out)
   [ -n "$want" ] && [ -n "$got" ] || fail "no final accuracy (reference '$want', resumed '$got')"
@@ -108,26 +120,26 @@ other_ranks)
   ;;
 exhausted)
   # shellcheck disable=SC2086
-  "$troupe" run -np 2 --max-restarts 1 -- ./killer.sh 1 3 always $train --checkpoint ck \
-    >out 2>err
+  FAULT=$(merge_of_step 3) FAULT_ALWAYS=1 "$troupe" run -np 2 --max-restarts 1 -- ./first.sh \
+    $train --checkpoint ck >out 2>err
   rc=$?
   [ "$rc" != 0 ] || fail "troupe run exited 0 although every attempt failed"
   [ "$rc" = 137 ] || fail "exit status $rc, expected the job's 137 (rank 1's SIGKILL)"
   has err "restart 1/1: rank 1 died (signal 9"
   has err "attempt 2: rank 1 died (signal 9, Killed); giving up after 1 restart(s) (--max-restarts 1)"
   has err "summary: 2 attempt(s), 1 restart(s) (--max-restarts 1)"
-  has err "attempt 1: 2 rank(s) from the start"
-  has err "work redone:"
+  has err "attempt 1: 2 rank(s) from the start.*at step [3-5]; no checkpoint: from step 0: [3-5] step(s) redone"
+  has err "restart 1/1: .*no checkpoint yet: starting over on 2 rank(s)"
+  has err "work redone: [6-9] step(s) in all"
   lacks err "restart 2/"
   echo "PASS: gave up after 1 restart with status $rc and a summary"
   ;;
 min_np)
   echo "localhost slots=2" >hostfile
   # shellcheck disable=SC2086
-  KILL_SHRINK="localhost slots=1" OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo \
-    OMPI_MCA_rmaps_base_oversubscribe=1 \
-    "$troupe" run -np 2 --hostfile hostfile -- ./killer.sh 1 3 once $train --checkpoint ck \
-    >out 2>err
+  FAULT=$(merge_of_step 3) SHRINK="localhost slots=1" OMPI_MCA_btl=self,vader \
+    OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_rmaps_base_oversubscribe=1 \
+    "$troupe" run -np 2 --hostfile hostfile -- ./first.sh $train --checkpoint ck >out 2>err
   rc=$?
   [ "$rc" = 137 ] || fail "exit status $rc, expected the failed attempt's 137"
   has err "only 1 rank(s) available (the slots of hostfile hostfile), fewer than --min-np 2"
