@@ -96,9 +96,10 @@ kernel)
   ;;
 stall_step_ranks)
   # rank 1 stalls 60 s at step 5, past TROUPE_TIMEOUT_S=4: rank 0 fails naming rank 1 (it did
-  # not answer) and the job ends long before the stall would
+  # not answer) and the job ends long before the stall would, with the trainer's status for a
+  # failed cluster (75: worth a restart)
   [ $# -gt 0 ] || fail "no launcher given"
-  TROUPE_TIMEOUT_S=4 TROUPE_FAULT=stall:rank=1:step=5:ms=60000 run 1 "$@" "$fmnist" $small \
+  TROUPE_TIMEOUT_S=4 TROUPE_FAULT=stall:rank=1:step=5:ms=60000 run 75 "$@" "$fmnist" $small \
     --epochs 1
   has err "TROUPE_FAULT 'stall:rank=1:step=5:ms=60000': stalling 60000 ms at training step 5"
   has err "DEADLINE_EXCEEDED\|rank 1 did not answer"
