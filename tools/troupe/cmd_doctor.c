@@ -66,7 +66,7 @@
 
 #define S_DEFAULT_DATA "/usr/share/datasets/fashion-mnist" /* examples/fmnist/idx.h's */
 #define S_DEFAULT_TIMEOUT_S 30
-#define S_DETAIL 720          /* bytes of one check's detail */
+#define S_DETAIL 2048         /* bytes of one check's line */
 #define S_RECORD 8192         /* bytes of one rank's record in the exchange */
 #define S_MIB (1024 * 1024)   /* the mpi check's bytes each way */
 #define S_SHM_DATA 4096       /* the shared-memory check's pattern bytes */
@@ -898,42 +898,55 @@ static void s_record(const s_doctor_t *doc, const troupe__shm_ref_t *ref, bool h
         troupe__strbuf_puts(&sb, "shm=none: memfd_create or its mapping failed\n");
     /* results last: the most likely to be cut by the record's size */
     for (int c = 0; c < C_LOCAL; c++)
-        troupe__strbuf_printf(&sb, "check.%s=%c%.900s\n", s_check_name[c],
+        troupe__strbuf_printf(&sb, "check.%s=%c%.1000s\n", s_check_name[c],
                               s_verdict_code[doc->res[c].v], doc->res[c].detail);
 }
 
-/* One local check's line for every rank, from the records. */
+/* Ranks named in one combined line at most; the others are counted. */
+#define S_NAMED_RANKS 4
+
+/* One local check's line for every rank, from the records: a failure names the failing ranks
+ * (their details without their fix hints, S_NAMED_RANKS of them), then the first one's hint. */
 static void s_combine_local(const s_doctor_t *doc, int c, const char *table, s_result_t *out)
 {
-    char buf[S_DETAIL], val[S_DETAIL + 2];
+    char buf[S_DETAIL], val[S_DETAIL + 2], fix[S_DETAIL] = "";
     troupe__strbuf_t sb;
     troupe__strbuf_init_fixed(&sb, buf, sizeof buf);
     char key[32];
     snprintf(key, sizeof key, "check.%s", s_check_name[c]);
-    int fails = 0, passes = 0, skips = 0;
+    int passes = 0, skips = 0;
     for (int q = 0; q < doc->size; q++) {
         s_get(table + (size_t)q * S_RECORD, key, val, sizeof val);
         passes += val[0] == 'P';
         skips += val[0] == 'S';
-        if (val[0] != 'P' && val[0] != 'S') {
-            troupe__strbuf_printf(&sb, "%srank %d: %s", fails++ ? " | " : "", q,
+    }
+    /* some ranks see GPUs and others none: every rank is named */
+    bool gpu_mix = c == C_GPU && passes > 0 && skips > 0;
+    int named = 0, fails = 0;
+    for (int q = 0; q < doc->size; q++) {
+        s_get(table + (size_t)q * S_RECORD, key, val, sizeof val);
+        if (!gpu_mix && (val[0] == 'P' || val[0] == 'S'))
+            continue;
+        fails++;
+        char *hint = strstr(val, "; fix: ");
+        if (hint) {
+            if (!fix[0])
+                snprintf(fix, sizeof fix, "%s", hint + 7);
+            *hint = '\0';
+        }
+        if (named++ < S_NAMED_RANKS)
+            troupe__strbuf_printf(&sb, "%srank %d: %s", named > 1 ? " | " : "", q,
                                   val[0] ? val + 1 : "no result");
-        }
     }
-    if (c == C_GPU && passes > 0 && skips > 0) { /* some ranks see GPUs, others none */
-        for (int q = 0; q < doc->size; q++) {
-            s_get(table + (size_t)q * S_RECORD, key, val, sizeof val);
-            troupe__strbuf_printf(&sb, "%srank %d: %s", q ? " | " : "", q, val + 1);
-        }
-        s_set(out, S_FAIL,
-              "%s; fix: give every rank a GPU (CUDA_VISIBLE_DEVICES, the "
-              "launcher's GPU binding)",
-              buf);
-        return;
-    }
+    if (named > S_NAMED_RANKS)
+        troupe__strbuf_printf(&sb, " | and %d more rank(s)", named - S_NAMED_RANKS);
+    if (gpu_mix)
+        snprintf(fix, sizeof fix,
+                 "give every rank a GPU (CUDA_VISIBLE_DEVICES, the launcher's "
+                 "GPU binding)");
     s_get(table, key, val, sizeof val); /* rank 0's */
     if (fails)
-        s_set(out, S_FAIL, "%s", buf);
+        s_set(out, S_FAIL, "%s; fix: %s", buf, fix[0] ? fix : "see the ranks' messages");
     else if (skips == doc->size)
         s_set(out, S_SKIP, "every rank: %s", val + 1);
     else
@@ -962,6 +975,16 @@ static int s_report_own(s_doctor_t *doc)
         s_print(c, &doc->res[c]);
     }
     return s_summary(doc);
+}
+
+/* Appends one rank's problem to a combined line: S_NAMED_RANKS of them, then a count. */
+static void s_problem(troupe__strbuf_t *sb, int *problems, const char *text)
+{
+    if (*problems < S_NAMED_RANKS)
+        troupe__strbuf_printf(sb, "%s%s", *problems ? " | " : "", text);
+    else if (*problems == S_NAMED_RANKS)
+        troupe__strbuf_puts(sb, " | and more");
+    (*problems)++;
 }
 
 /* The cross-rank checks (size > 1). Returns false when an exchange failed: the results of
@@ -1055,10 +1078,10 @@ static bool s_cross_rank(s_doctor_t *doc, char *table)
     for (int q = 0; q < doc->size; q++) {
         const char *rec = last + (size_t)q * S_RECORD;
         if (visits[(size_t)q * 1024])
-            troupe__strbuf_printf(&sb, "%s%s", problems++ ? " | " : "", visits + (size_t)q * 1024);
+            s_problem(&sb, &problems, visits + (size_t)q * 1024);
         s_get(rec, "marks", val, sizeof val);
         if (val[0])
-            troupe__strbuf_printf(&sb, "%s%s", problems++ ? " | " : "", val);
+            s_problem(&sb, &problems, val);
         s_get(rec, "peers", val, sizeof val);
         any_peers += atoi(val);
     }
@@ -1082,7 +1105,7 @@ static bool s_cross_rank(s_doctor_t *doc, char *table)
         const char *rec = last + (size_t)q * S_RECORD;
         s_get(rec, "moved", val, sizeof val);
         if (val[0])
-            troupe__strbuf_printf(&sb, "%s%s", problems++ ? " | " : "", val);
+            s_problem(&sb, &problems, val);
         s_get(rec, "secs", val, sizeof val);
         double a = 0, b = 0;
         if (sscanf(val, "%lf %lf", &a, &b) == 2 && a + b > worst)
@@ -1277,7 +1300,9 @@ int troupe__cmd_doctor(int argc, char **argv)
     }
     doc.rank = troupe_cluster_rank();
     doc.size = troupe_cluster_size();
+    pthread_mutex_lock(&s_wd.mu);
     snprintf(s_wd.prefix, sizeof s_wd.prefix, doc.size > 1 ? "rank %d: " : "", doc.rank);
+    pthread_mutex_unlock(&s_wd.mu);
 
     /* the local checks, each on a thread of its own with a deadline; printed at once by a
      * single process */
