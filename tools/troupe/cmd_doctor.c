@@ -114,8 +114,10 @@ static void s_print(int check, const s_result_t *r)
 }
 
 /* ---- the watchdog ---------------------------------------------------------------------------
- * A thread that ends the process when a check outlives its deadline: it prints the check's
- * FAIL line (write(2): the main thread may be stuck anywhere) and calls _exit(1). */
+ * A thread that ends the process when an MPI step (starting MPI, an exchange, a broadcast)
+ * outlives its deadline, whatever the transport's own deadline did: it prints the mpi check's
+ * FAIL line (write(2): the main thread may be stuck anywhere), kills the processes this one
+ * started and calls _exit(1). The local checks have deadlines of their own (s_run_local). */
 
 static struct {
     pthread_mutex_t mu;
@@ -183,9 +185,11 @@ static void *s_watchdog(void *arg)
         if (s_wd.check >= 0 && troupe_now_ns() >= s_wd.deadline_ns) {
             char line[400];
             int n = snprintf(line, sizeof line,
-                             "FAIL %s: %s%s did not finish within %d s (hung); fix: see what "
-                             "blocks it, or raise --timeout\n",
-                             s_check_name[s_wd.check], s_wd.prefix, s_wd.what, s_wd.seconds);
+                             "FAIL mpi: %s%s did not finish within %d s (hung); fix: every rank "
+                             "must get there: check that the launcher started them all, that "
+                             "none is stuck (its own lines say), and the network "
+                             "(OMPI_MCA_oob_tcp_if_include, OMPI_MCA_btl_tcp_if_include)\n",
+                             s_wd.prefix, s_wd.what, s_wd.seconds);
             if (n > 0 && write(STDOUT_FILENO, line, (size_t)n) < 0)
                 n = 0; /* nothing more to do: the process ends */
             s_kill_descendants();
@@ -203,10 +207,10 @@ static void *s_watchdog(void *arg)
     return NULL;
 }
 
-static void s_watch(int check, int seconds, const char *what)
+static void s_watch(int seconds, const char *what)
 {
     pthread_mutex_lock(&s_wd.mu);
-    s_wd.check = check;
+    s_wd.check = C_MPI;
     s_wd.seconds = seconds;
     s_wd.deadline_ns = troupe_deadline_after((int64_t)seconds * 1000000000);
     snprintf(s_wd.what, sizeof s_wd.what, "%s", what);
@@ -1005,8 +1009,7 @@ static bool s_cross_rank(s_doctor_t *doc, char *table)
     }
     s_record(doc, &ref, region != NULL, mine, S_RECORD);
     char what[64];
-    snprintf(what, sizeof what, "rank %d: the exchange of results", doc->rank);
-    s_watch(C_MPI, 2 * doc->timeout_s + S_WATCHDOG_SLACK_S, what);
+    s_watch(2 * doc->timeout_s + S_WATCHDOG_SLACK_S, "the exchange of results");
     troupe_status_t st = s_allgather(doc, mine, S_RECORD, table);
     if (st == TROUPE_OK)
         st = troupe_config_set_timeout_s(doc->timeout_s);
@@ -1028,8 +1031,7 @@ static bool s_cross_rank(s_doctor_t *doc, char *table)
     else
         snprintf(visit, sizeof visit, "rank %d cannot make a memory file (memfd_create)",
                  doc->rank);
-    snprintf(what, sizeof what, "rank %d: the exchange of shared-memory results", doc->rank);
-    s_watch(C_SHM, doc->timeout_s + S_WATCHDOG_SLACK_S, what);
+    s_watch(doc->timeout_s + S_WATCHDOG_SLACK_S, "the exchange of shared-memory results");
     if ((st = s_allgather(doc, visit, 1024, visits)) != TROUPE_OK) {
         s_set(&doc->res[C_MPI], S_FAIL,
               "rank %d: the exchange of shared-memory results failed: "
@@ -1044,8 +1046,8 @@ static bool s_cross_rank(s_doctor_t *doc, char *table)
     double secs[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
         int root = k == 0 ? 0 : doc->size - 1;
-        snprintf(what, sizeof what, "rank %d: the 1 MiB broadcast from rank %d", doc->rank, root);
-        s_watch(C_MPI, doc->timeout_s + S_WATCHDOG_SLACK_S, what);
+        snprintf(what, sizeof what, "the 1 MiB broadcast from rank %d", root);
+        s_watch(doc->timeout_s + S_WATCHDOG_SLACK_S, what);
         st = s_mpi_move(doc, root, move, moved[k], sizeof moved[k], &secs[k]);
         if (st != TROUPE_OK) {
             s_set(&doc->res[C_MPI], S_FAIL, "rank %d: 1 MiB from rank %d: %s: %s; fix: %s",
@@ -1056,8 +1058,7 @@ static bool s_cross_rank(s_doctor_t *doc, char *table)
     /* the outcomes of this rank's last two checks, for rank 0's report */
     snprintf(mine, S_RECORD, "marks=%s\nmoved=%s%s%s\nsecs=%.6f %.6f\npeers=%d\n", marks, moved[0],
              moved[0][0] && moved[1][0] ? " | " : "", moved[1], secs[0], secs[1], peers);
-    snprintf(what, sizeof what, "rank %d: the exchange of the last results", doc->rank);
-    s_watch(C_MPI, doc->timeout_s + S_WATCHDOG_SLACK_S, what);
+    s_watch(doc->timeout_s + S_WATCHDOG_SLACK_S, "the exchange of the last results");
     if ((st = s_allgather(doc, mine, S_RECORD, table + (size_t)doc->size * S_RECORD)) !=
         TROUPE_OK) {
         s_set(&doc->res[C_MPI], S_FAIL,
@@ -1289,7 +1290,7 @@ int troupe__cmd_doctor(int argc, char **argv)
         return 1;
     }
 
-    s_watch(C_MPI, doc.timeout_s + S_WATCHDOG_SLACK_S, "starting MPI (troupe_cluster_init)");
+    s_watch(doc.timeout_s + S_WATCHDOG_SLACK_S, "starting MPI (troupe_cluster_init)");
     troupe_status_t st = troupe_cluster_init(&argc, &argv);
     s_unwatch();
     if (st != TROUPE_OK) {

@@ -2,8 +2,9 @@
 # troupe — tests of `troupe doctor` (tools/troupe/tests.cmake runs one case per CTest test):
 # every check passing, and each check made to fail on purpose: a failing, a missing and a hung
 # compiler, an unwritable cache directory, a missing and a corrupt data set, a rank without a
-# GPU, a rank with another TROUPE_FUSION_BYTES (an MPMD launch), a rank that does not answer,
-# ranks in different PID namespaces (no shared memory), a failing compiler on one rank.
+# GPU, a rank with another TROUPE_FUSION_BYTES (an MPMD launch), a rank that does not answer, a
+# rank that never starts MPI, ranks in different PID namespaces (no shared memory), a failing
+# compiler on one rank.
 # usage: test_doctor.sh TROUPE DATA_DIR WORK_DIR CASE [MPIEXEC LAUNCHER_ARGS...]
 # Exit status: 0 pass, 1 fail, 77 skipped (the reason on stdout).
 set -u
@@ -165,6 +166,15 @@ hung_rank_np2)
   has out "^SKIP agreement: needs the exchange between ranks"
   has out "^PASS compiler: rank 0: "
   [ "$took" -lt 25 ] || fail "took $took s with --timeout 2"
+  ;;
+mpi_init_np2)
+  mpi_setup "$@"
+  # rank 1 never starts MPI: rank 0's MPI_Init cannot finish; its watchdog ends it with a FAIL
+  # line after --timeout + 10 s
+  # shellcheck disable=SC2086
+  run 1 "$mpiexec" $launcher -n 1 "$troupe" doctor --data "$data" --timeout 2 : -n 1 sleep 60
+  has out "^FAIL mpi: starting MPI (troupe_cluster_init) did not finish within 12 s (hung); fix: every rank must get there"
+  [ "$took" -lt 40 ] || fail "took $took s with --timeout 2"
   ;;
 shm_np2)
   mpi_setup "$@"

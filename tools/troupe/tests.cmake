@@ -19,7 +19,7 @@ if(TROUPE_HAVE_MPI)
   if(NOT DEFINED TROUPE_MPI_LAUNCHER_ARGS)
     include(${PROJECT_SOURCE_DIR}/cmake/troupe_mpi_test.cmake)
   endif()
-  foreach(case pass_np2 fusion_np2 compiler_np2 hung_rank_np2 shm_np2 gpu_np2)
+  foreach(case pass_np2 fusion_np2 compiler_np2 hung_rank_np2 mpi_init_np2 shm_np2 gpu_np2)
     add_test(NAME troupe_doctor_${case}
              COMMAND ${_troupe_tools_src}/test_doctor.sh $<TARGET_FILE:troupe_cli>
                      ${_troupe_doctor_data} ${_troupe_tools_bin}/test-doctor ${case}
