@@ -1086,7 +1086,15 @@ static bool s_cross_rank(s_doctor_t *doc, char *table)
         s_get(rec, "peers", val, sizeof val);
         any_peers += atoi(val);
     }
-    if (problems)
+    int shm_off = 0;
+    for (int q = 0; q < doc->size; q++) {
+        s_get(table + (size_t)q * S_RECORD, "TROUPE_COLL_SHM", val, sizeof val);
+        shm_off += !strcmp(val, "0");
+    }
+    if (shm_off == doc->size)
+        s_set(&doc->res[C_SHM], S_SKIP,
+              "TROUPE_COLL_SHM=0 on every rank: troupe reduces through MPI, not shared memory");
+    else if (problems)
         s_set(&doc->res[C_SHM], S_FAIL,
               "%s; fix: the ranks of a node must share a PID namespace "
               "and may not be blocked from each other's /proc/<pid>/fd "

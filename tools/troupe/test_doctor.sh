@@ -190,6 +190,12 @@ shm_np2)
   has out "^FAIL shared-memory: rank [01] cannot map rank [01]'s memory: "
   has out "fix: the ranks of a node must share a PID namespace"
   has out "^PASS mpi: " # MPI itself still works
+  # with shared memory turned off on every rank, the check has nothing to vouch for
+  # shellcheck disable=SC2086
+  TROUPE_COLL_SHM=0 run 0 "$mpiexec" $launcher --mca btl_vader_single_copy_mechanism none \
+    -n 1 "$troupe" doctor --data "$data" \
+    : -n 1 unshare --pid --fork --mount-proc "$troupe" doctor --data "$data"
+  has out "^SKIP shared-memory: TROUPE_COLL_SHM=0 on every rank"
   ;;
 gpu_np2)
   mpi_setup "$@"
