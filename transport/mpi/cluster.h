@@ -14,9 +14,10 @@
  *
  * Deadlines. Every wait of the transport has one: troupe_config_timeout_s() (TROUPE_TIMEOUT_S,
  * default 120 s). A collective that has not completed by then fails its event with
- * DEADLINE_EXCEEDED and a message naming the ranks that did not answer (found by the
- * fingerprint exchange that precedes every collective, or by a liveness probe when the data
- * phase stalls): "allreduce #17: rank 1 did not answer within 120 s (dead or stuck)". After
+ * DEADLINE_EXCEEDED and a message naming the ranks that did not answer a liveness probe (sent
+ * 2 s before the verdict, when the fingerprint exchange that precedes every collective or its
+ * data phase stalls): "allreduce #17: rank 1 did not answer within 120 s (dead or stuck)";
+ * ranks that answer but never reached the collective are named apart. After
  * such a failure the cluster is failed (troupe_cluster_status): later collectives fail at once
  * with the same status and message. A program then reports, calls troupe_cluster_leave and
  * exits with a non-zero status; the launcher ends the other ranks (mpirun's default

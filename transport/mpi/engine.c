@@ -21,8 +21,10 @@
  * A request's life:
  *   1. fingerprints (fingerprint.c, the exchange): digests to every rank involved, full
  *      fingerprints only when digests differ; all ranks fail alike with FAILED_PRECONDITION on
- *      a difference. Fingerprints that have not arrived by the deadline name their ranks
- *      (DEADLINE_EXCEEDED). Meanwhile the buckets are planned (bucket.c) and the first staged.
+ *      a difference. When fingerprints have not all arrived by the deadline, a liveness probe
+ *      (as in 2.) tells the ranks that do not answer (named first) from those that answer but
+ *      have not reached this collective (DEADLINE_EXCEEDED). Meanwhile the buckets are planned
+ *      (bucket.c) and the first staged.
  *   2. data: fusion buckets (bucket.c) with up to two in flight — MPI_Iallreduce/MPI_Ibcast, or
  *      troupe's ring (ring.c) — the next one packed while the previous moves; or the
  *      shared-memory allreduce of the whole span (shm_allreduce.c); point-to-point:
@@ -714,6 +716,37 @@ static troupe_status_t s_probe_verdict(troupe__req_t *r, s_rs_t *rs)
                          rs->what, ranks, troupe_config_timeout_s());
 }
 
+/* The probe window of the fingerprint phase closed: names the ranks whose fingerprints are
+ * missing, those that did not answer the probe either (dead, stuck or cut off) first, then those
+ * that answered (alive, but still in an earlier collective or not issuing this one). */
+static troupe_status_t s_fp_verdict(s_rs_t *rs)
+{
+    bool silent[s_a.comm.size], behind[s_a.comm.size];
+    int nsilent = 0, nbehind = 0;
+    for (int p = 0; p < s_a.comm.size; p++) {
+        bool pending = troupe__fp_exchange_pending(&rs->fp, p);
+        silent[p] = pending && s_a.last_pong_ns[p] < rs->probe_t0;
+        behind[p] = pending && !silent[p];
+        nsilent += silent[p];
+        nbehind += behind[p];
+    }
+    char quiet[256], late[256], also[320] = "";
+    s_rank_list(silent, quiet, sizeof quiet);
+    s_rank_list(behind, late, sizeof late);
+    if (nsilent == 0)
+        return troupe__error(TROUPE_DEADLINE_EXCEEDED,
+                             "%s: %s answered a liveness probe but did not reach this collective "
+                             "within %" PRId64 " s (behind, in an earlier collective, or issuing "
+                             "other collectives)",
+                             rs->what, late, troupe_config_timeout_s());
+    if (nbehind > 0)
+        snprintf(also, sizeof also, "; %s answered but did not reach this collective", late);
+    return troupe__error(TROUPE_DEADLINE_EXCEEDED,
+                         "%s: %s did not answer within %" PRId64
+                         " s (dead or stuck): no fingerprint and no answer to a liveness probe%s",
+                         rs->what, quiet, troupe_config_timeout_s(), also);
+}
+
 static void s_log_done(troupe__req_t *r, s_rs_t *rs)
 {
     int64_t now = troupe_now_ns();
@@ -796,17 +829,17 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
         if (!agreed && !troupe__req_is_p2p(r))
             TROUPE_RETURN_IF_ERROR(s_prepack(r, rs));
         if (!agreed) {
-            if (troupe_now_ns() < rs->deadline_ns)
+            int64_t t = troupe_now_ns();
+            if (t < rs->deadline_ns)
                 return TROUPE_OK;
-            bool bad[s_a.comm.size];
-            for (int p = 0; p < s_a.comm.size; p++)
-                bad[p] = troupe__fp_exchange_pending(&rs->fp, p);
-            char ranks[256];
-            s_rank_list(bad, ranks, sizeof ranks);
-            return troupe__error(TROUPE_DEADLINE_EXCEEDED,
-                                 "%s: %s did not answer within %" PRId64 " s (dead or stuck)",
-                                 rs->what, ranks, troupe_config_timeout_s());
+            /* Missing fingerprints past the deadline: probe before naming anyone, as the data
+             * phase does, so that a rank still busy with an earlier collective is not called
+             * dead (tests/cluster: a partition cut while allreduces stream). */
+            if (!rs->probing)
+                return s_start_probe(r, rs, t);
+            return t < rs->probe_end ? TROUPE_OK : s_fp_verdict(rs);
         }
+        rs->probing = false;
         s_fp_agreed(r, rs);
         rs->phase = S_PH_DATA;
         rs->t_data_ns = troupe_now_ns();
