@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # troupe — the test command: installs what is missing, builds into build/, runs every test
-# (unit tests, and the multi-rank tests of tests/mpi and examples/ under mpiexec, label mpi),
-# then runs the actor and runtime tests again under ThreadSanitizer from build-tsan/.
+# (unit tests, the multi-rank tests of tests/mpi and examples/ under mpiexec, label mpi, and
+# the two-host cluster tests of tests/cluster across two network namespaces, label cluster,
+# which skip where namespaces cannot be made), then runs the actor and runtime tests again under ThreadSanitizer from build-tsan/.
 # Exit status is the tests' status. Extra arguments go to the main ctest run (e.g. -R prec).
 # TROUPE_SKIP_TSAN=1 skips the ThreadSanitizer pass.
 set -euo pipefail
