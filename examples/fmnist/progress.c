@@ -70,12 +70,13 @@ void fmnist_progress_update(fmnist_progress_t *p, int epoch, int epochs, int64_t
     if (epoch != p->epoch) { /* a new epoch: nothing measured yet */
         p->epoch = epoch;
         p->rate = 0;
+        p->first = step - 1; /* a resumed epoch starts past its beginning */
         p->synced = 0;
         p->synced_at = epoch_start;
         p->last_draw = now;
     }
     if (synced && now > epoch_start) {
-        p->rate = (double)(step * rows_per_step) / (now - epoch_start);
+        p->rate = (double)((step - p->first) * rows_per_step) / (now - epoch_start);
         p->synced = step;
         p->synced_at = now;
     } else if (now - p->last_draw < S_REDRAW_S) {

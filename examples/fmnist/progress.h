@@ -23,6 +23,7 @@ typedef struct fmnist_progress {
     bool tty;         /* draw at all */
     int width;        /* the terminal's columns */
     int epoch;        /* the epoch drawn */
+    int64_t first;    /* steps of it done before this run's first call (a resumed epoch) */
     double last_draw; /* seconds (the caller's clock) of the last drawing */
     double rate;      /* rows per second at the last synced step; 0 before it */
     int64_t synced;   /* that step */

@@ -565,7 +565,9 @@ static void s_check_gpu(s_result_t *r)
 /* The settings the ranks must share: the variable (or fact) and what it sets. Values are the
  * effective ones (base/config.h after the environment). Not compared: TROUPE_LOG,
  * TROUPE_LOG_FILE, TROUPE_CACHE_DIR (per rank or per node by design), TROUPE_FAULT (aims at
- * given ranks by design). A new setting that changes results or the protocol gets a row. */
+ * given ranks by design), TROUPE_TRACE and TROUPE_PROGRESS_FILE (output files: they change
+ * neither results nor the protocol). A new setting that changes results or the protocol gets
+ * a row. */
 static const struct {
     const char *key, *what;
 } s_agreed[] = {
@@ -581,6 +583,7 @@ static const struct {
     {"TROUPE_AUTO_HOST_TRANSFERS", "automatic host transfers"},
     {"TROUPE_STACK_THRESHOLD", "which nodes become local"},
     {"TROUPE_DENORMALS", "whether routines flush subnormals: it changes results"},
+    {"TROUPE_RESUME", "the checkpoint a relaunched job resumes from"},
     {"TROUPE_TIMEOUT_S", "the deadline of every wait on another rank"},
 };
 #define S_AGREED (sizeof s_agreed / sizeof s_agreed[0])
@@ -613,6 +616,8 @@ static void s_agreed_value(size_t k, char *out, size_t cap)
         snprintf(out, cap, "%s", troupe_config_cc_flags());
     else if (!strcmp(key, "TROUPE_AUTO_HOST_TRANSFERS"))
         snprintf(out, cap, "%d", troupe_config_auto_host_transfers() ? 1 : 0);
+    else if (!strcmp(key, "TROUPE_RESUME"))
+        snprintf(out, cap, "%s", troupe_config_resume());
     else if (!strcmp(key, "TROUPE_DENORMALS"))
         snprintf(out, cap, "%s", troupe_config_flush_denormals() ? "flush" : "keep");
     else if (!strcmp(key, "TROUPE_STACK_THRESHOLD"))
