@@ -12,6 +12,7 @@
 #include "compiler/cgen.h"
 #include "devices/host/cc_cache_impl.h"
 #include "devices/host/gemm_library.h"
+#include "devices/pools_impl.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -23,17 +24,10 @@
 /* Launches with at most this many parameters build their argument array on the stack. */
 #define S_STACK_ARGS 32
 
-typedef struct s_pool {
-    int32_t id;
-    void *base;
-    int64_t size_bytes;
-} s_pool_t;
-
 typedef struct s_host_driver {
-    troupe_driver_t base; /* first: the vtable header */
-    pthread_mutex_t lock; /* guards the pool table */
-    s_pool_t *pools;      /* sorted by id */
-    size_t npools, cap;
+    troupe_driver_t base;        /* first: the vtable header */
+    pthread_mutex_t lock;        /* guards the pool table */
+    troupe__pool_table_t pools; /* of device 0 */
 } s_host_driver_t;
 
 struct troupe_dqueue {
@@ -46,19 +40,12 @@ struct troupe_devent {
 
 typedef void (*s_entry_fn)(void **args);
 
-typedef struct s_param {
-    troupe_cgen_param_kind_t kind;
-    int64_t min_size_bytes; /* NODE_PTR / MERGE_BUFFER: the node's size */
-    int64_t static_range;   /* STATIC_IDX: 0 = unbounded */
-    char *ident;
-} s_param_t;
-
 struct troupe_dcode {
     char *name;
     void *lib;
     s_entry_fn entry;
     size_t nparams;
-    s_param_t *params;
+    troupe__kparam_t *params;
 };
 
 static s_host_driver_t *s_self(troupe_driver_t *drv)
@@ -79,50 +66,15 @@ static troupe_status_t s_check_ordinal(troupe_driver_t *drv, const char *op, int
     return TROUPE_OK;
 }
 
-/* Index of the first pool with id >= pool_id (lock held). */
-static size_t s_lower_bound(const s_host_driver_t *d, int32_t pool_id)
-{
-    size_t lo = 0, hi = d->npools;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (d->pools[mid].id < pool_id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 /* Resolves `buf` on device `ordinal` to a host pointer, checking that the whole buffer lies in
  * its pool. */
 static troupe_status_t s_resolve(troupe_driver_t *drv, const char *op, int ordinal,
                                  troupe_buffer_loc_t buf, void **out)
 {
     TROUPE_RETURN_IF_ERROR(s_check_ordinal(drv, op, ordinal));
-    if (buf.offset < 0 || buf.size_bytes < 0)
-        return troupe__error(
-            TROUPE_INVALID_ARGUMENT, "%s %s: negative offset %lld or size %lld bytes in pool %d",
-            s_name(drv), op, (long long)buf.offset, (long long)buf.size_bytes, (int)buf.pool_id);
     s_host_driver_t *d = s_self(drv);
-    troupe_status_t st = TROUPE_OK;
     pthread_mutex_lock(&d->lock);
-    size_t i = s_lower_bound(d, buf.pool_id);
-    if (i == d->npools || d->pools[i].id != buf.pool_id) {
-        st = troupe__error(TROUPE_NOT_FOUND,
-                           "%s %s: pool %d not found on device 0 (buffer at offset %lld, %lld "
-                           "bytes)",
-                           s_name(drv), op, (int)buf.pool_id, (long long)buf.offset,
-                           (long long)buf.size_bytes);
-    } else if (buf.offset > d->pools[i].size_bytes ||
-               buf.size_bytes > d->pools[i].size_bytes - buf.offset) {
-        st = troupe__error(TROUPE_INVALID_ARGUMENT,
-                           "%s %s: buffer at offset %lld of %lld bytes exceeds pool %d of %lld "
-                           "bytes",
-                           s_name(drv), op, (long long)buf.offset, (long long)buf.size_bytes,
-                           (int)buf.pool_id, (long long)d->pools[i].size_bytes);
-    } else {
-        *out = (char *)d->pools[i].base + buf.offset;
-    }
+    troupe_status_t st = troupe__pools_resolve(&d->pools, s_name(drv), op, 0, buf, out);
     pthread_mutex_unlock(&d->lock);
     return st;
 }
@@ -153,15 +105,15 @@ void troupe__hdrv_close(troupe_driver_t *drv)
     if (!drv)
         return;
     s_host_driver_t *d = s_self(drv);
-    if (d->npools > 0)
+    if (d->pools.n > 0)
         TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
                    "%s close: freeing %zu pools still "
                    "allocated",
-                   s_name(drv), d->npools);
-    for (size_t i = 0; i < d->npools; i++)
-        if (!troupe__shm_free(d->pools[i].base))
-            free(d->pools[i].base);
-    troupe_free(d->pools);
+                   s_name(drv), d->pools.n);
+    for (size_t i = 0; i < d->pools.n; i++)
+        if (!troupe__shm_free(d->pools.v[i].base))
+            free(d->pools.v[i].base);
+    troupe__pools_free(&d->pools);
     pthread_mutex_destroy(&d->lock);
     troupe_free(d);
 }
@@ -189,19 +141,8 @@ troupe_status_t troupe__hdrv_alloc_pool(troupe_driver_t *drv, int ordinal, int32
     troupe_status_t st = TROUPE_OK;
     void *base = NULL;
     pthread_mutex_lock(&d->lock);
-    size_t i = s_lower_bound(d, pool_id);
-    if (i < d->npools && d->pools[i].id == pool_id) {
-        st = troupe__error(TROUPE_ALREADY_EXISTS,
-                           "%s alloc_pool: pool %d already exists on device 0 (%lld bytes)",
-                           s_name(drv), (int)pool_id, (long long)d->pools[i].size_bytes);
+    if ((st = troupe__pools_reserve(&d->pools, s_name(drv), 0, pool_id)) != TROUPE_OK)
         goto out_unlock;
-    }
-    if (!TROUPE__VEC_RESERVE(d->pools, d->cap, d->npools + 1)) {
-        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED,
-                           "%s alloc_pool: pool %d: out of memory for the pool table", s_name(drv),
-                           (int)pool_id);
-        goto out_unlock;
-    }
     /* Shareable when the transport asked for it (base/shared_memory_impl.h: ranks on this node then
      * reduce gradients in each other's pools); zero-filled, page-aligned. Else ordinary memory. */
     bool shared = troupe__shm_pools() && alloc >= TROUPE__SHM_MIN_BYTES &&
@@ -216,9 +157,8 @@ troupe_status_t troupe__hdrv_alloc_pool(troupe_driver_t *drv, int ordinal, int32
     }
     if (zero)
         memset(base, 0, alloc);
-    memmove(&d->pools[i + 1], &d->pools[i], (d->npools - i) * sizeof *d->pools);
-    d->pools[i] = (s_pool_t){.id = pool_id, .base = base, .size_bytes = size_bytes};
-    d->npools++;
+    troupe__pools_insert(&d->pools,
+                         (troupe__pool_slot_t){.id = pool_id, .base = base, .size_bytes = size_bytes});
 out_unlock:
     pthread_mutex_unlock(&d->lock);
     return st;
@@ -228,21 +168,12 @@ troupe_status_t troupe__hdrv_free_pool(troupe_driver_t *drv, int ordinal, int32_
 {
     TROUPE_RETURN_IF_ERROR(s_check_ordinal(drv, "free_pool", ordinal));
     s_host_driver_t *d = s_self(drv);
-    troupe_status_t st = TROUPE_OK;
-    void *base = NULL;
+    troupe__pool_slot_t slot = {0, NULL, 0};
     pthread_mutex_lock(&d->lock);
-    size_t i = s_lower_bound(d, pool_id);
-    if (i == d->npools || d->pools[i].id != pool_id) {
-        st = troupe__error(TROUPE_NOT_FOUND, "%s free_pool: pool %d not found on device 0",
-                           s_name(drv), (int)pool_id);
-    } else {
-        base = d->pools[i].base;
-        memmove(&d->pools[i], &d->pools[i + 1], (d->npools - i - 1) * sizeof *d->pools);
-        d->npools--;
-    }
+    troupe_status_t st = troupe__pools_remove(&d->pools, s_name(drv), 0, pool_id, &slot);
     pthread_mutex_unlock(&d->lock);
-    if (!troupe__shm_free(base))
-        free(base);
+    if (!troupe__shm_free(slot.base))
+        free(slot.base);
     return st;
 }
 
@@ -283,17 +214,10 @@ static troupe_status_t s_check_queue(troupe_driver_t *drv, const char *op, troup
     return TROUPE_OK;
 }
 
-/* A copy of size_bytes into/out of buffer `buf`: the size must fit the buffer. */
 static troupe_status_t s_check_copy_size(troupe_driver_t *drv, const char *op,
                                          troupe_buffer_loc_t buf, int64_t size_bytes)
 {
-    if (size_bytes < 0 || size_bytes > buf.size_bytes)
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "%s %s: copy of %lld bytes does not fit the buffer of %lld bytes at "
-                             "offset %lld of pool %d",
-                             s_name(drv), op, (long long)size_bytes, (long long)buf.size_bytes,
-                             (long long)buf.offset, (int)buf.pool_id);
-    return TROUPE_OK;
+    return troupe__check_copy_size(s_name(drv), op, buf, size_bytes);
 }
 
 troupe_status_t troupe__hdrv_memset_zero(troupe_driver_t *drv, troupe_dqueue_t *q,
@@ -355,10 +279,7 @@ static void s_code_free(troupe_dcode_t *code)
 {
     if (!code)
         return;
-    if (code->params)
-        for (size_t i = 0; i < code->nparams; i++)
-            troupe_free(code->params[i].ident);
-    troupe_free(code->params);
+    troupe__kparams_free(code->params, code->nparams);
     troupe_free(code->name);
     troupe__cc_unload(code->lib);
     troupe_free(code);
@@ -407,26 +328,14 @@ troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_
         goto out_gen;
     }
     code->name = troupe_strdup(gen->name);
-    code->nparams = gen->nparams;
-    code->params = gen->nparams ? troupe_calloc(gen->nparams, sizeof *code->params) : NULL;
-    if (!code->name || (gen->nparams && !code->params)) {
+    if (!code->name) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s compile %s: out of memory", s_name(drv),
                            gen->name);
         goto out_code;
     }
-    for (size_t i = 0; i < gen->nparams; i++) {
-        const troupe_cgen_param_t *gp = &gen->params[i];
-        s_param_t *p = &code->params[i];
-        p->kind = gp->kind;
-        p->min_size_bytes = gp->tn ? (int64_t)gp->tn->size_bytes : 0;
-        p->static_range = gp->kind == TROUPE_CGEN_PARAM_STATIC_IDX ? gp->static_range : 0;
-        p->ident = troupe_strdup(gp->ident ? gp->ident : "?");
-        if (!p->ident) {
-            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s compile %s: out of memory",
-                               s_name(drv), gen->name);
-            goto out_code;
-        }
-    }
+    if ((st = troupe__kparams_new(gen, &code->params)) != TROUPE_OK)
+        goto out_code;
+    code->nparams = gen->nparams;
     void *entry = NULL;
     st = troupe__cc_load(gen->name, gen->source, gen->entry_name, &code->lib, &entry);
     if (st != TROUPE_OK)
@@ -449,63 +358,16 @@ void troupe__hdrv_code_release(troupe_driver_t *drv, troupe_dcode_t *code)
     s_code_free(code);
 }
 
-static const char *s_karg_kind_name(troupe_karg_kind_t k)
-{
-    switch (k) {
-    case TROUPE_KARG_BUFFER:
-        return "buffer";
-    case TROUPE_KARG_STATIC_IDX:
-        return "static index";
-    case TROUPE_KARG_MERGE_BUFFER:
-        return "merge buffer";
-    }
-    return "invalid kind";
-}
-
-static troupe_karg_kind_t s_expected_kind(troupe_cgen_param_kind_t k)
-{
-    switch (k) {
-    case TROUPE_CGEN_PARAM_STATIC_IDX:
-        return TROUPE_KARG_STATIC_IDX;
-    case TROUPE_CGEN_PARAM_MERGE_BUFFER:
-        return TROUPE_KARG_MERGE_BUFFER;
-    case TROUPE_CGEN_PARAM_NODE_PTR:
-        break;
-    }
-    return TROUPE_KARG_BUFFER;
-}
-
 /* Checks argument i against parameter i and fills its slot of the entry's array. */
 static troupe_status_t s_bind_arg(troupe_driver_t *drv, const troupe_dcode_t *code, size_t i,
                                   const troupe_karg_t *a, void **slot, int64_t *value)
 {
-    const s_param_t *p = &code->params[i];
-    troupe_karg_kind_t want = s_expected_kind(p->kind);
-    if (a->kind != want)
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "%s launch %s: argument %zu is a %s but parameter %zu (%s) expects "
-                             "a %s",
-                             s_name(drv), code->name, i, s_karg_kind_name(a->kind), i, p->ident,
-                             s_karg_kind_name(want));
-    if (want == TROUPE_KARG_STATIC_IDX) {
-        if (a->value < 0 || (p->static_range > 0 && a->value >= p->static_range))
-            return troupe__error(TROUPE_INVALID_ARGUMENT,
-                                 "%s launch %s: parameter %zu (%s) expects a static index in "
-                                 "0..%lld, got %lld",
-                                 s_name(drv), code->name, i, p->ident,
-                                 (long long)(p->static_range > 0 ? p->static_range - 1 : INT64_MAX),
-                                 (long long)a->value);
+    TROUPE_RETURN_IF_ERROR(troupe__karg_check(s_name(drv), code->name, i, &code->params[i], a));
+    if (a->kind == TROUPE_KARG_STATIC_IDX) {
         *value = a->value;
         *slot = value;
         return TROUPE_OK;
     }
-    if (a->buf.size_bytes < p->min_size_bytes)
-        return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "%s launch %s: parameter %zu (%s) expects a %s of at least %lld "
-                             "bytes, got %lld bytes (pool %d, offset %lld)",
-                             s_name(drv), code->name, i, p->ident, s_karg_kind_name(want),
-                             (long long)p->min_size_bytes, (long long)a->buf.size_bytes,
-                             (int)a->buf.pool_id, (long long)a->buf.offset);
     return s_resolve(drv, "launch", a->ordinal, a->buf, slot);
 }
 
