@@ -1,6 +1,7 @@
 /* troupe — backends: opening, teardown and debug info (see backend.h). */
 #include "actors/backend.h"
 
+#include "actors/async_impl.h"
 #include "actors/host_impl.h"
 #include "actors/merge_impl.h"
 #include "actors/runtime_impl.h"
@@ -111,6 +112,7 @@ void troupe__dref_release(troupe__dref_t **d_p)
     troupe__dref_t *d = *d_p;
     *d_p = NULL;
     if (d && troupe_refcount_release(&d->refs)) {
+        troupe__async_driver_closing(d->drv);
         troupe_driver_close(d->drv);
         troupe_free(d);
     }

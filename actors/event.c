@@ -42,6 +42,8 @@ struct troupe_event {
     char name[TROUPE_EVENT_NAME_MAX + 1];
     troupe__event_progress_fn progress; /* set before sharing; never changes afterwards */
     atomic_bool kicked;                 /* the progress hook was told the event is consumed */
+    _Atomic(void *) attachment;         /* set once (release); freed with the event */
+    void (*attachment_free)(void *);    /* written before the attachment is published */
 };
 
 static pthread_once_t s_attr_once = PTHREAD_ONCE_INIT;
@@ -81,6 +83,8 @@ troupe_status_t troupe_event_new(const char *name, troupe_event_t **out)
     ev->cap = S_INLINE_SUBS;
     ev->progress = NULL;
     atomic_init(&ev->kicked, false);
+    atomic_init(&ev->attachment, NULL);
+    ev->attachment_free = NULL;
     /* Not snprintf: streams name an event per RECORD, and formatting cost more than the rest of
      * the hand-off. */
     if (!name)
@@ -134,6 +138,9 @@ void troupe_event_release(troupe_event_t **ev_p)
     }
     if (subs != ev->inline_subs)
         troupe_free(subs);
+    void *att = atomic_load_explicit(&ev->attachment, memory_order_acquire);
+    if (att != NULL && ev->attachment_free != NULL)
+        ev->attachment_free(att);
     troupe_free(ev->message);
     pthread_cond_destroy(&ev->cv);
     pthread_mutex_destroy(&ev->mu);
@@ -260,6 +267,22 @@ static void s_drive(troupe_event_t *ev, int64_t deadline)
         return;
     atomic_store(&ev->kicked, true);
     ev->progress(ev, deadline);
+}
+
+bool troupe__event_attach(troupe_event_t *ev, void *att, void (*free_fn)(void *))
+{
+    if (ev == NULL || att == NULL || atomic_load(&ev->attachment) != NULL)
+        return false;
+    ev->attachment_free = free_fn;
+    atomic_store_explicit(&ev->attachment, att, memory_order_release);
+    return true;
+}
+
+void *troupe__event_attachment(const troupe_event_t *ev)
+{
+    return ev == NULL ? NULL
+                      : atomic_load_explicit(&((troupe_event_t *)ev)->attachment,
+                                             memory_order_acquire);
 }
 
 troupe_event_state_t troupe__event_state_quiet(const troupe_event_t *ev)

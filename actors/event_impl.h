@@ -32,6 +32,14 @@ extern "C" {
 typedef void (*troupe__event_progress_fn)(troupe_event_t *ev, int64_t deadline_ns);
 void troupe__event_set_progress(troupe_event_t *ev, troupe__event_progress_fn fn);
 
+/* An attachment: what the event's producer keeps with it (actors/async.c: the device event a
+ * stream of an asynchronous driver recorded for it), freed by `free_fn` when the event's last
+ * reference goes. Attached once, by one thread (the producer), before or after the event is
+ * shared: troupe__event_attach returns false when one is already there (nothing is taken).
+ * troupe__event_attachment returns it, or NULL before it is attached. */
+bool troupe__event_attach(troupe_event_t *ev, void *att, void (*free_fn)(void *));
+void *troupe__event_attachment(const troupe_event_t *ev);
+
 /* troupe_event_state without kicking the progress hook: for bookkeeping that prunes finished
  * events (the coherence ledger), which must not start lazy work. */
 troupe_event_state_t troupe__event_state_quiet(const troupe_event_t *ev);

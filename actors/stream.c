@@ -3,6 +3,7 @@
 #include "actors/stream_impl.h"
 
 #include "actors/actor_impl.h"
+#include "actors/async_impl.h"
 #include "actors/event_impl.h"
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -309,9 +310,26 @@ static void s_exec_run(troupe_stream_t *s, s_item_t *it)
         it->dtor(it->arg);
 }
 
+/* The stream's queue completes work later (cuda): a driver event completes the RECORD. */
+static bool s_async(const troupe_stream_t *s)
+{
+    return s->vt != NULL && s->vt->async_queues;
+}
+
 static void s_exec_record(troupe_stream_t *s, s_item_t *it)
 {
     s->ctr.records++;
+    if (s_async(s) && s->failed_status == TROUPE_OK) {
+        troupe_status_t st = troupe__async_record(s->drv, s->queue, s->ordinal, it->ev);
+        if (st != TROUPE_OK) {
+            char msg[1100];
+            snprintf(msg, sizeof msg, "%s: record: %s", s->name, troupe_last_error());
+            s_fail(s, st, msg);
+            troupe_event_complete(it->ev, st, msg);
+        }
+        troupe_event_release(&it->ev);
+        return;
+    }
     /* failed_status/failed_msg are only written by this executor: safe to read unlocked. */
     troupe_event_complete(it->ev, s->failed_status, s->failed_msg);
     troupe_event_release(&it->ev);
@@ -326,6 +344,13 @@ static bool s_exec_wait(troupe_stream_t *s, s_item_t *it)
         return false;
     }
     s->wait_t0_ns = troupe__trace_on() ? troupe_now_ns() : 0;
+    /* An event of this device's queues: the device orders the work (no host round trip). */
+    if (s_async(s) && troupe__event_state_quiet(it->ev) == TROUPE_EVENT_PENDING &&
+        troupe__async_wait(s->drv, s->queue, s->ordinal, it->ev)) {
+        s_trace_wait(s, it->ev);
+        troupe_event_release(&it->ev);
+        return false;
+    }
     /* A lazily started producer (a transport collective) runs on this thread when it is idle:
      * the queue would park on it anyway, and a hand-off would cost two wake-ups. */
     troupe__event_drive(it->ev, troupe_config_timeout_ns());
@@ -934,6 +959,8 @@ troupe_status_t troupe_stream_record(troupe_stream_t *s, troupe_event_t **out)
     name[len] = '\0';
     troupe_event_t *ev = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_event_new(name, &ev));
+    if (s_async(s))
+        troupe__async_prepare(ev);
     troupe_event_t *item_ref = ev;
     troupe_event_retain(item_ref); /* the item's reference */
     s_item_t it = {S_RECORD, NULL, NULL, NULL, item_ref};
@@ -953,7 +980,9 @@ troupe_status_t troupe_stream_all_work(troupe_stream_t *s, troupe_event_t **out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_stream_all_work: NULL argument");
     *out = NULL;
     pthread_mutex_lock(&s->mu);
-    bool idle = s_pending(s) == 0 && s->failed_status == TROUPE_OK && !s->terminating;
+    /* On an asynchronous queue the device may still be busy when the actor is idle. */
+    bool idle = s_pending(s) == 0 && s->failed_status == TROUPE_OK && !s->terminating &&
+                !s_async(s);
     pthread_mutex_unlock(&s->mu);
     if (idle) {
         char name[TROUPE_EVENT_NAME_MAX + 1];
@@ -993,6 +1022,20 @@ troupe_status_t troupe_stream_await(troupe_stream_t *s, int64_t timeout_ns)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_stream_await: NULL stream");
     int64_t deadline = troupe_deadline_after(timeout_ns);
     troupe_status_t st = TROUPE_OK;
+    if (s_async(s)) {
+        /* The device's work too: an event after everything scheduled, synced (its failure is
+         * the device's error on this stream). */
+        troupe_event_t *ev = NULL;
+        st = troupe_stream_record(s, &ev);
+        if (st == TROUPE_OK) {
+            int64_t left = troupe_deadline_remaining(deadline);
+            st = troupe_event_sync(ev, deadline == TROUPE_TIMEOUT_INFINITE ? timeout_ns : left);
+        }
+        troupe_event_release(&ev);
+        if (st != TROUPE_OK && st != TROUPE_CANCELLED) /* CANCELLED: shutting down */
+            return st;
+        st = TROUPE_OK;
+    }
     pthread_mutex_lock(&s->mu);
     atomic_fetch_add_explicit(&s->awaiters, 1, memory_order_seq_cst);
     uint64_t pending;

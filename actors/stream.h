@@ -23,6 +23,15 @@
  *            "<backend>:<ordinal>:<stream_id>", which owns the driver queue: it is created,
  *            used and destroyed on that thread.
  *
+ * On a driver with asynchronous queues (devices/device.h async_queues: cuda; threaded mode) a
+ * work item only enqueues device work. A RECORD then records a driver event on the queue and its
+ * event completes when the device gets there (actors/async_impl.h: the device's poller, or a
+ * host thread syncing it), failed with the driver's error (DEVICE_ERROR naming the cudaError_t)
+ * when the device work before it failed. A WAIT on an event recorded on a stream of the same
+ * device is ordered on the device (cudaStreamWaitEvent) instead of parking the queue.
+ * troupe_stream_await and troupe_stream_all_work cover the device's work too (a RECORD);
+ * troupe_stream_is_idle and queue_length in the debug info count the host side only.
+ *
  * Threading and messaging design (threaded mode). The hot path sends no ZeroMQ message and
  * allocates nothing per RUN or WAIT item (a RECORD allocates the event it returns):
  *   - schedule/record/wait_for append the item to the stream's queue, a chain of fixed blocks

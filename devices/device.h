@@ -1,7 +1,7 @@
 /* troupe — the device driver interface (docs/architecture.md §1 (devices); seeds `Backend_impl` Device_slab and
  * No_buffer_retrieval_or_syncing, `Schedulers.Multicore`).
  *
- * One vtable per driver family ("sync", "cpu", later "cuda"). The interface is designed for
+ * One vtable per driver family ("sync", "cpu", "cuda"). The interface is designed for
  * asynchronous devices: every data-moving or compute entry is *enqueued* on a driver queue
  * and its completion is observed through a driver event (record / query / wait). A
  * synchronous driver (sync, cpu) simply completes the work inside the call, and its events
@@ -72,6 +72,11 @@ typedef struct troupe_karg {
 
 typedef struct troupe_driver_vtable {
     const char *name; /* "sync", "cpu", "cuda" */
+    /* false: every queue entry has finished its work when it returns (sync, cpu), so an event
+     * recorded after it is complete at once. true (cuda): queue entries enqueue work that
+     * completes later; only event_query tells when, and event_wait orders one queue after
+     * another's event without the host (actors/async_impl.h drives such drivers). */
+    bool async_queues;
 
     /* ---- driver and devices ---- */
     troupe_status_t (*open)(troupe_driver_t **out);
@@ -118,6 +123,7 @@ typedef struct troupe_driver_vtable {
     troupe_status_t (*event_query)(troupe_driver_t *drv, troupe_devent_t *ev, bool *done);
     /* Makes queue q wait for ev on the device (no host blocking). */
     troupe_status_t (*event_wait)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_devent_t *ev);
+    /* Must not use drv: an event may be released after its driver was closed. */
     void (*event_release)(troupe_driver_t *drv, troupe_devent_t *ev);
 } troupe_driver_vtable_t;
 

@@ -5,8 +5,9 @@
  *  - OK(expr): asserts that a troupe call returned TROUPE_OK, naming the call, the status and
  *    the last error;
  *  - MS: one millisecond in nanoseconds (deadlines are int64 nanoseconds);
- *  - FOR_EACH_DRIVER(var): runs the block once per host driver ("sync", then "cpu") with
- *    `*var` the driver's name;
+ *  - FOR_EACH_DRIVER(var): runs the block once per driver ("sync", "cpu", then "cuda" when a
+ *    CUDA device is present: rtu_cuda_present) with `*var` the driver's name;
+ *    FOR_EACH_HOST_DRIVER(var) only over the drivers with host-addressable memory;
  *  - rtu_configure: what every suite's .init sets (the compiled-code cache directory and the
  *    default deadline);
  *  - rtu_sleep_ms: sleeps at least `ms` milliseconds;
@@ -30,11 +31,16 @@
 #include "actors/troupe.h"
 #include "base/clock.h"
 #include "base/status.h"
+#include "troupe_config.h"
+#if TROUPE_HAVE_CUDA
+#include "devices/cuda/cuda_impl.h"
+#endif
 
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -47,14 +53,55 @@
                      troupe_last_error());                                                         \
     } while (0)
 
-/* The host drivers every runtime test runs on, NULL-terminated. */
+/* Whether the cuda backend is built and sees a device (asked once per process); when not and
+ * `why` is not NULL, the reason (for skip messages) goes into it. */
+static inline bool rtu_cuda_present(char *why, size_t cap)
+{
+    static int present = -1;
+    static char reason[512];
+    if (present < 0) {
+        troupe_backend_t *b = NULL;
+        int n = 0;
+        troupe_status_t st = troupe_backend_open("cuda", TROUPE_ONLY_DEVICES_PARALLEL, &b);
+        if (st != TROUPE_OK) {
+            snprintf(reason, sizeof reason, "the cuda backend does not open: %s",
+                     troupe_last_error());
+        } else {
+            if (troupe_num_devices(b, &n) != TROUPE_OK)
+                n = 0;
+            troupe_backend_close(&b);
+#if TROUPE_HAVE_CUDA
+            char w[400];
+            troupe__cuda_why_no_device(w, sizeof w);
+            snprintf(reason, sizeof reason, "no CUDA device: %s", w);
+#endif
+        }
+        present = n > 0;
+    }
+    if (why != NULL && cap > 0)
+        snprintf(why, cap, "%s", reason);
+    return present == 1;
+}
+
+/* The drivers every runtime test runs on, NULL-terminated: "sync", "cpu", and "cuda" when a
+ * device is present (tests/test_cuda.c's conformance test says so, or skips with the reason). */
 static inline const char *const *rtu_drivers(void)
+{
+    static const char *drivers[4] = {"sync", "cpu", NULL, NULL};
+    if (drivers[2] == NULL && rtu_cuda_present(NULL, 0))
+        drivers[2] = "cuda";
+    return drivers;
+}
+
+/* The drivers with host-addressable memory (troupe_lend_arrays and remote contexts need it). */
+static inline const char *const *rtu_host_drivers(void)
 {
     static const char *const drivers[] = {"sync", "cpu", NULL};
     return drivers;
 }
 
 #define FOR_EACH_DRIVER(var) for (const char *const *var = rtu_drivers(); *var; var++)
+#define FOR_EACH_HOST_DRIVER(var) for (const char *const *var = rtu_host_drivers(); *var; var++)
 
 /* Sets the compiled-code cache directory and the default deadline (seconds). */
 static inline void rtu_configure(const char *cache_dir, int timeout_s)

@@ -72,7 +72,7 @@ static void s_agent_dtor(void *user)
 
 Test(lend, stream_and_other_streams_wait_for_the_agent)
 {
-    FOR_EACH_DRIVER(drv)
+    FOR_EACH_HOST_DRIVER(drv)
     {
         rtu_env_t e;
         rtu_env_open(&e, *drv, 2);
@@ -108,7 +108,7 @@ Test(lend, stream_and_other_streams_wait_for_the_agent)
 
 Test(lend, deferred_lend_lets_the_stream_go_on_and_guards_other_streams)
 {
-    FOR_EACH_DRIVER(drv)
+    FOR_EACH_HOST_DRIVER(drv)
     {
         rtu_env_t e;
         rtu_env_open(&e, *drv, 2);
@@ -152,7 +152,7 @@ Test(lend, deferred_lend_lets_the_stream_go_on_and_guards_other_streams)
 
 Test(lend, a_failed_agent_fails_the_stream)
 {
-    FOR_EACH_DRIVER(drv)
+    FOR_EACH_HOST_DRIVER(drv)
     {
         rtu_env_t e;
         rtu_env_open(&e, *drv, 2);
@@ -282,7 +282,7 @@ Test(lend, remote_contexts_need_a_transport)
 
 Test(lend, remote_copy_into_the_merge_buffer_and_into_the_array)
 {
-    FOR_EACH_DRIVER(drv)
+    FOR_EACH_HOST_DRIVER(drv)
     {
         s_register_loopback();
         rtu_env_t e;
@@ -347,7 +347,7 @@ Test(lend, remote_copy_into_the_merge_buffer_and_into_the_array)
 
 Test(lend, a_refusing_or_mismatching_transport_fails_the_stream)
 {
-    FOR_EACH_DRIVER(drv)
+    FOR_EACH_HOST_DRIVER(drv)
     {
         s_register_loopback();
         rtu_env_t e;

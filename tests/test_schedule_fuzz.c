@@ -322,6 +322,36 @@ Test(fuzz, cpu_matches_sync_bit_for_bit, .timeout = 300)
     }
 }
 
+/* The same programs on the cuda driver (asynchronous queues, device-side waits, the device
+ * poller) give, bit for bit, what they give on sync. Skips without a CUDA device. */
+Test(fuzz, cuda_matches_sync_bit_for_bit, .timeout = 300)
+{
+    char why[512];
+    if (!rtu_cuda_present(why, sizeof why))
+        cr_skip_test("%s", why);
+    long nseeds = s_env_long("TROUPE_FUZZ_SEEDS", 20);
+    long base = s_env_long("TROUPE_FUZZ_SEED_BASE", 1);
+    static program_t p;
+    static float want[S_MAX_STREAMS][S_NODES][S_ELEMS], got[S_MAX_STREAMS][S_NODES][S_ELEMS];
+    for (long k = 0; k < nseeds; k++) {
+        uint64_t seed = (uint64_t)(base + k);
+        s_generate(seed, &p);
+        memset(want, 0, sizeof want);
+        memset(got, 0, sizeof got);
+        s_run(&p, "sync", want);
+        s_run(&p, "cuda", got);
+        for (int s = 0; s < p.nstreams; s++)
+            for (int n = 0; n < S_NODES; n++)
+                for (int i = 0; i < S_ELEMS; i++)
+                    if (memcmp(&want[s][n][i], &got[s][n][i], sizeof(float)) != 0) {
+                        s_print(&p);
+                        cr_assert_fail("seed %llu: stream %d node f%d[%d]: cuda %.9g, sync %.9g",
+                                       (unsigned long long)seed, s, n, i, (double)got[s][n][i],
+                                       (double)want[s][n][i]);
+                    }
+    }
+}
+
 /* The generator itself: programs are reproducible and use every kind of operation. */
 Test(fuzz, programs_are_reproducible_and_cover_every_op)
 {

@@ -57,29 +57,38 @@ static void s_log_excerpt(const char *log, char *buf, size_t cap)
         memcpy(buf + cap - 4, "...", 4);
 }
 
-troupe_status_t troupe_nvrtc_compile(const char *source, const char *name, const char *arch,
-                                     char **out_ptx, char **out_log)
+/* The compilation behind both entry points: PTX, or a cubin when `cubin` (arch sm_XY). */
+static troupe_status_t s_compile(const char *source, const char *name, const char *arch,
+                                 bool cubin, bool ftz, char **out_code, size_t *out_size,
+                                 char **out_log)
 {
     troupe_status_t st = TROUPE_OK;
     nvrtcProgram prog = NULL;
-    char *log = NULL, *ptx = NULL;
+    char *log = NULL, *code = NULL;
     char include_opt[1100], arch_opt[128];
-    const char *opts[3];
+    const char *opts[4];
     int nopts = 0;
 
     if (out_log != NULL)
         *out_log = NULL;
-    if (out_ptx == NULL || source == NULL) {
+    if (out_code == NULL || source == NULL) {
         st = troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nvrtc_compile: NULL %s",
-                           source == NULL ? "source" : "out_ptx");
+                           source == NULL ? "source" : "output");
         goto out_program;
     }
-    *out_ptx = NULL;
+    *out_code = NULL;
     if (arch != NULL && (!s_valid_arch(arch) || strlen(arch) > 64)) {
         st = troupe__error(TROUPE_INVALID_ARGUMENT,
                            "troupe_nvrtc_compile: architecture '%.80s' is not of the form "
-                           "compute_XY",
+                           "compute_XY or sm_XY",
                            arch);
+        goto out_program;
+    }
+    if (cubin && (arch == NULL || strncmp(arch, "sm_", 3) != 0)) {
+        st = troupe__error(TROUPE_INVALID_ARGUMENT,
+                           "troupe_nvrtc_compile: a cubin needs a real architecture sm_XY, not "
+                           "'%.80s'",
+                           arch ? arch : "(default)");
         goto out_program;
     }
     if (name == NULL)
@@ -89,6 +98,7 @@ troupe_status_t troupe_nvrtc_compile(const char *source, const char *name, const
     if (TROUPE_CUDA_INCLUDE_DIR[0] != '\0')
         opts[nopts++] = include_opt;
     opts[nopts++] = "--fmad=false";
+    opts[nopts++] = ftz ? "--ftz=true" : "--ftz=false";
     if (arch != NULL) {
         snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", arch);
         opts[nopts++] = arch_opt;
@@ -122,37 +132,99 @@ troupe_status_t troupe_nvrtc_compile(const char *source, const char *name, const
         goto out_program;
     }
     size_t size = 0;
-    res = nvrtcGetPTXSize(prog, &size);
+    res = cubin ? nvrtcGetCUBINSize(prog, &size) : nvrtcGetPTXSize(prog, &size);
     if (res != NVRTC_SUCCESS) {
-        st = troupe__error(TROUPE_DEVICE_ERROR, "nvrtcGetPTXSize(%.100s): %s", name,
+        st = troupe__error(TROUPE_DEVICE_ERROR, "%s(%.100s): %s",
+                           cubin ? "nvrtcGetCUBINSize" : "nvrtcGetPTXSize", name,
                            nvrtcGetErrorString(res));
         goto out_program;
     }
-    ptx = troupe_malloc(size + 1);
-    if (ptx == NULL) {
-        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "nvrtc: out of memory for %zu bytes of PTX",
-                           size);
+    code = troupe_malloc(size + 1);
+    if (code == NULL) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "nvrtc: out of memory for %zu bytes of %s",
+                           size, cubin ? "cubin" : "PTX");
         goto out_program;
     }
-    res = nvrtcGetPTX(prog, ptx);
+    res = cubin ? nvrtcGetCUBIN(prog, code) : nvrtcGetPTX(prog, code);
     if (res != NVRTC_SUCCESS) {
-        st = troupe__error(TROUPE_DEVICE_ERROR, "nvrtcGetPTX(%.100s): %s", name,
-                           nvrtcGetErrorString(res));
+        st = troupe__error(TROUPE_DEVICE_ERROR, "%s(%.100s): %s",
+                           cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX", name, nvrtcGetErrorString(res));
         goto out_program;
     }
-    ptx[size] = '\0';
-    *out_ptx = ptx;
-    ptx = NULL;
+    code[size] = '\0';
+    *out_code = code;
+    if (out_size != NULL)
+        *out_size = size;
+    code = NULL;
 
 out_program:
     if (prog != NULL)
         nvrtcDestroyProgram(&prog);
-    troupe_free(ptx);
+    troupe_free(code);
     if (out_log != NULL)
         *out_log = log;
     else
         troupe_free(log);
     return st;
+}
+
+troupe_status_t troupe_nvrtc_compile(const char *source, const char *name, const char *arch,
+                                     char **out_ptx, char **out_log)
+{
+    return s_compile(source, name, arch, false, false, out_ptx, NULL, out_log);
+}
+
+troupe_status_t troupe_nvrtc_compile_image(const char *source, const char *name, const char *arch,
+                                           bool ftz, void **out_code, size_t *out_size,
+                                           char **out_log)
+{
+    if (out_code == NULL || out_size == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nvrtc_compile_image: NULL output");
+    *out_code = NULL;
+    *out_size = 0;
+    bool cubin = arch != NULL && strncmp(arch, "sm_", 3) == 0;
+    char *code = NULL;
+    troupe_status_t st = s_compile(source, name, arch, cubin, ftz, &code, out_size, out_log);
+    if (st == TROUPE_OK && !cubin)
+        *out_size += 1; /* PTX: the terminating NUL belongs to the image */
+    *out_code = code;
+    return st;
+}
+
+troupe_status_t troupe_nvrtc_arch_for(int major, int minor, char *buf, size_t cap)
+{
+    if (buf == NULL || cap < 16 || major <= 0 || minor < 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "troupe_nvrtc_arch_for: bad arguments (%d.%d, capacity %zu)", major,
+                             minor, cap);
+    int n = 0;
+    nvrtcResult res = nvrtcGetNumSupportedArchs(&n);
+    if (res != NVRTC_SUCCESS || n <= 0)
+        return troupe__error(TROUPE_DEVICE_ERROR, "nvrtcGetNumSupportedArchs: %s",
+                             nvrtcGetErrorString(res));
+    int archs[256];
+    if (n > 256)
+        n = 256;
+    res = nvrtcGetSupportedArchs(archs);
+    if (res != NVRTC_SUCCESS)
+        return troupe__error(TROUPE_DEVICE_ERROR, "nvrtcGetSupportedArchs: %s",
+                             nvrtcGetErrorString(res));
+    int want = major * 10 + minor, best = -1;
+    for (int i = 0; i < n; i++) {
+        if (archs[i] == want) {
+            snprintf(buf, cap, "sm_%d", want);
+            return TROUPE_OK;
+        }
+        if (archs[i] < want && archs[i] > best)
+            best = archs[i];
+    }
+    if (best < 0)
+        return troupe__error(TROUPE_NOT_FOUND,
+                             "NVRTC cannot compile for compute capability %d.%d (its oldest "
+                             "architecture is newer)",
+                             major, minor);
+    snprintf(buf, cap, "compute_%d", best);
+    return TROUPE_OK;
 }
 
 troupe_status_t troupe_nvrtc_version(int *major, int *minor)

@@ -1,4 +1,4 @@
-/* troupe — runtime compilation of CUDA C++ to PTX with NVRTC (OCANNL cuda_backend's
+/* troupe — runtime compilation of CUDA C++ to PTX or cubin with NVRTC (OCANNL cuda_backend's
  * `compile_to_ptx`, OCANNL_NOTES §6.6). Needs no GPU: it only runs the compiler.
  *
  * Built only when the CUDA toolkit was found (troupe_config.h TROUPE_HAVE_CUDA == 1). This
@@ -6,8 +6,9 @@
  *
  * Options passed to NVRTC, always: `-I<TROUPE_CUDA_INCLUDE_DIR>` (so cuda_fp16.h,
  * cuda_bf16.h and cuda_fp8.h resolve), `--fmad=false` (no contraction of a*b+c into fma:
- * troupe's generated code must round like the interpreter; compiler/cgen.h), and
- * `--gpu-architecture=<arch>` when arch is given. Never --use_fast_math.
+ * troupe's generated code must round like the interpreter; compiler/cgen.h), `--ftz=false`
+ * (troupe_nvrtc_compile_image: as asked) and `--gpu-architecture=<arch>` when arch is given.
+ * Never --use_fast_math.
  *
  * Thread safety: thread-safe (each call owns its NVRTC program).
  * Ownership: *out_ptx and *out_log are allocated with troupe_malloc and owned by the caller
@@ -18,6 +19,7 @@
 
 #include "base/status.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -37,6 +39,24 @@ extern "C" {
 TROUPE_MUST_USE troupe_status_t troupe_nvrtc_compile(const char *source, const char *name,
                                                      const char *arch, char **out_ptx,
                                                      char **out_log);
+
+/* Compiles `source` to a loadable image for one architecture (cudaLibraryLoadData):
+ *   arch "sm_XY":      a cubin for that GPU (nvrtcGetCUBIN);
+ *   arch "compute_XY": PTX (NUL included in *out_size), which the driver compiles at load;
+ *   ftz:               --ftz=true (single-precision subnormal inputs and results flushed to
+ *                      zero, as troupe's CPU routines under TROUPE_DENORMALS=flush), else false.
+ * Options as troupe_nvrtc_compile's otherwise. *out_code (troupe_malloc, caller frees) holds
+ * *out_size bytes. Errors as troupe_nvrtc_compile's. */
+TROUPE_MUST_USE troupe_status_t troupe_nvrtc_compile_image(const char *source, const char *name,
+                                                           const char *arch, bool ftz,
+                                                           void **out_code, size_t *out_size,
+                                                           char **out_log);
+
+/* The architecture to compile for a GPU of compute capability major.minor, into buf (cap >=
+ * 16): "sm_<XY>" when NVRTC supports it, else "compute_<XY>" of the newest supported one
+ * below it (PTX, which the driver compiles for the GPU). NOT_FOUND when NVRTC supports nothing
+ * that old; DEVICE_ERROR when NVRTC fails; INVALID_ARGUMENT. */
+TROUPE_MUST_USE troupe_status_t troupe_nvrtc_arch_for(int major, int minor, char *buf, size_t cap);
 
 /* NVRTC's version (e.g. 13, 0). INVALID_ARGUMENT for NULL outputs; DEVICE_ERROR if NVRTC
  * reports an error. */

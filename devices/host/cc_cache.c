@@ -96,8 +96,7 @@ static const char *s_errstr(int e, char *buf, size_t cap)
     return buf;
 }
 
-/* mkdir -p with mode 0700 for the components it creates. */
-static troupe_status_t s_mkdir_p(const char *dir)
+troupe_status_t troupe__cache_mkdir_p(const char *dir)
 {
     char eb[160];
     size_t len = strlen(dir);
@@ -126,8 +125,7 @@ out_path:
     return st;
 }
 
-/* Writes all of `text` to a new file `path` (O_EXCL, mode 0600). */
-static troupe_status_t s_write_new_file(const char *path, const char *text)
+troupe_status_t troupe__cache_write_new(const char *path, const void *data, size_t len)
 {
     char eb[160];
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -135,9 +133,9 @@ static troupe_status_t s_write_new_file(const char *path, const char *text)
         return troupe__error(TROUPE_DEVICE_ERROR, "cannot create '%s' (%s)", path,
                              s_errstr(errno, eb, sizeof eb));
     troupe_status_t st = TROUPE_OK;
-    size_t len = strlen(text), done = 0;
+    size_t done = 0;
     while (done < len) {
-        ssize_t w = write(fd, text + done, len - done);
+        ssize_t w = write(fd, (const char *)data + done, len - done);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -477,7 +475,7 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
         st = TROUPE_OK;
     }
 
-    st = s_mkdir_p(dir);
+    st = troupe__cache_mkdir_p(dir);
     if (st != TROUPE_OK)
         goto out_strings;
     unsigned long long seq = (unsigned long long)atomic_fetch_add(&s_tmp_seq, 1);
@@ -489,7 +487,7 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compile %s: out of memory", name);
         goto out_strings;
     }
-    st = s_write_new_file(tmp_c, source);
+    st = troupe__cache_write_new(tmp_c, source, strlen(source));
     if (st != TROUPE_OK)
         goto out_strings;
     /* The source goes under its stable name first (for inspection, and so diagnostics name

@@ -37,6 +37,13 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
 /* Closes a handle from troupe__cc_load (NULL is ignored). */
 void troupe__cc_unload(void *lib);
 
+/* For the caches of compiled code (this one, devices/cuda's cubins): `mkdir -p dir` with mode
+ * 0700 for what it creates (DEVICE_ERROR naming the path and errno when it cannot, or when dir
+ * is no directory), and writing `len` bytes to a new file `path` (O_EXCL, mode 0600; removed
+ * again on failure; DEVICE_ERROR naming it). */
+troupe_status_t troupe__cache_mkdir_p(const char *dir);
+troupe_status_t troupe__cache_write_new(const char *path, const void *data, size_t len);
+
 /* 64-bit FNV-1a over `len` bytes, continuing from `h` (start with TROUPE__FNV64_INIT). */
 #define TROUPE__FNV64_INIT UINT64_C(0xcbf29ce484222325)
 uint64_t troupe__fnv1a64(uint64_t h, const void *data, size_t len);

@@ -1,0 +1,86 @@
+/* troupe — the `cuda` driver (docs/architecture.md §7; seeds `Backend_intf` CUDA config and
+ * `Backend_impl`): one troupe device per visible GPU, driven through the CUDA Runtime API, with
+ * kernels from compiler/cgen's CUDA dialect compiled by NVRTC (devices/cuda/nvrtc.h).
+ *
+ *   - open: cudaGetDeviceCount; every visible GPU is a device (ordinal = CUDA device index).
+ *     No driver or no GPU is not an error: the backend opens with 0 devices and logs, at info
+ *     level, why (the cudaError_t name cudaGetDeviceCount returned). Peer access is enabled
+ *     between every pair of devices that supports it.
+ *   - pools: cudaMalloc'd device memory addressed {pool_id, offset} (devices/pools_impl.h);
+ *     used bytes are counted exactly; an allocation the device cannot hold is
+ *     RESOURCE_EXHAUSTED naming the bytes asked and the bytes free (cudaMemGetInfo).
+ *   - queues: each owns a non-blocking cudaStream_t (cudaStreamNonBlocking) created on its
+ *     stream actor's thread. Every queue entry enqueues and returns: memset_zero
+ *     cudaMemsetAsync; h2d/d2h cudaMemcpyAsync, directly when the host memory is page-locked
+ *     (cudaHostAlloc'd or registered), else through two pinned staging buffers of the queue
+ *     (h2d: the host data is copied into them before the entry returns; d2h: the entry returns
+ *     once the data reached the host, i.e. it waits for the queue); d2d cudaMemcpyAsync on one
+ *     device, cudaMemcpyPeerAsync between devices (the runtime stages through the host when
+ *     peer access is off); launch runs the code's steps (compiler/cgen.h): kernels with
+ *     cudaLaunchKernel, GEMM steps with cuBLASLt (TF32 off) or the step's kernels.
+ *   - events: event_record is cudaEventRecord of a cudaEventDisableTiming event; event_query
+ *     cudaEventQuery (a CUDA error fails the event with DEVICE_ERROR naming the cudaError_t);
+ *     event_wait cudaStreamWaitEvent (no host round trip). The vtable sets async_queues: the
+ *     actors above complete troupe events from these (actors/async_impl.h's poller).
+ *   - code: compile emits the CUDA dialect and compiles it for each distinct architecture of
+ *     the devices (troupe__cuda_image: a cubin for sm_XY, or PTX), loads each image with
+ *     cudaLibraryLoadData and finds its kernels with cudaLibraryGetKernel. Launch arguments are
+ *     checked as on the CPU (devices/pools_impl.h); static indices and the merge buffer are read
+ *     at each launch.
+ *   - suggested_num_streams (seed CUDA config): ONLY_DEVICES_PARALLEL 1,
+ *     FOR_PARALLEL_COPYING 1 + the async engine count, MOST_PARALLEL_STREAMS the number of
+ *     multiprocessors.
+ * A CUDA error that concerns a call is returned by it (DEVICE_ERROR, or RESOURCE_EXHAUSTED for
+ * cudaErrorMemoryAllocation) with "cuda <entry>: <what>: <cudaError_t name> (<description>)" in
+ * troupe_last_error(). A sticky error (a faulting kernel) makes every later call on the device
+ * fail; close resets such a device (cudaDeviceReset), so a backend opened afterwards works.
+ *
+ * This header includes no CUDA header (devices/device.c includes it); the driver's CUDA-typed
+ * internals are in devices/cuda/driver_impl.h.
+ *
+ * Thread safety: as devices/device.h. Ownership: as devices/device.h; event_release does not
+ * use its driver argument (it may run after close).
+ */
+#ifndef TROUPE_DEVICES_CUDA_CUDA_IMPL_H
+#define TROUPE_DEVICES_CUDA_CUDA_IMPL_H
+
+#include "base/status.h"
+#include "devices/device.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The cuda driver's vtable (device.c's lookup table). */
+extern const troupe_driver_vtable_t troupe__driver_cuda;
+
+/* The image of `source` (CUDA C++ of compiler/cgen) for architecture `arch` ("sm_XY": a cubin;
+ * "compute_XY": PTX), from the compile cache or compiled by NVRTC and stored there: the
+ * configured cache directory (troupe_config_cache_dir()) holds `<name>-<hash>.cubin` (or .ptx),
+ * the 64-bit FNV-1a hash covering the troupe and NVRTC versions, the architecture, the options
+ * and the source; a new image is written to a unique temporary file and renamed into place, so
+ * concurrent compilers never see a partial one. *out_hit tells whether it came from the cache.
+ * *out_image (troupe_malloc) holds *out_size bytes.
+ * Errors: INVALID_ARGUMENT (name not an identifier, NULL arguments); DEVICE_ERROR when NVRTC
+ * fails (the message carries the start of its log; the full log is logged at info level) or
+ * the cache cannot be written; RESOURCE_EXHAUSTED. Needs no GPU. Thread-safe. */
+TROUPE_MUST_USE troupe_status_t troupe__cuda_image(const char *name, const char *source,
+                                                   const char *arch, bool ftz, void **out_image,
+                                                   size_t *out_size, bool *out_hit);
+
+/* Why the cuda driver sees no device, or "" when it sees some; for `troupe info` and the tests'
+ * skip messages (e.g. "cudaGetDeviceCount: cudaErrorNoDevice (no CUDA-capable device is
+ * detected)"). Asks the runtime (cudaGetDeviceCount) on each call; never fails. */
+void troupe__cuda_why_no_device(char *buf, size_t cap);
+
+/* One line about CUDA device `ordinal` for `troupe info`: "<name>, compute <major>.<minor>,
+ * <SMs> SMs, <MiB> MiB, arch <sm_XY|compute_XY>". INVALID_ARGUMENT / DEVICE_ERROR. */
+TROUPE_MUST_USE troupe_status_t troupe__cuda_describe(int ordinal, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

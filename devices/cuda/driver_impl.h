@@ -1,0 +1,105 @@
+/* troupe — the cuda driver's internals shared by its files (see cuda_impl.h for the driver):
+ *   cuda.c     open/close, devices, pools, queues, copies, events, launch
+ *   module.c   compile: the CUDA dialect, NVRTC images through the compile cache, libraries
+ *   gemm_lt.c  GEMM steps through cuBLASLt (when the toolkit has it)
+ * Only devices/cuda/ *.c include this header (it includes the CUDA runtime's).
+ *
+ * Thread safety: a device's pool table is guarded by its mutex; a queue is used by one thread
+ * at a time (its stream actor); a code is immutable after compile except its per-step GEMM
+ * plans, built on first use under the code's mutex. Ownership: the driver owns devices and
+ * codes, a queue its stream, staging buffers and cuBLASLt handle.
+ */
+#ifndef TROUPE_DEVICES_CUDA_DRIVER_IMPL_H
+#define TROUPE_DEVICES_CUDA_DRIVER_IMPL_H
+
+#include "compiler/cgen.h"
+#include "devices/cuda/cuda_impl.h"
+#include "devices/pools_impl.h"
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define TROUPE__CUDA_ARCH_MAX 24
+#define TROUPE__CUDA_STAGE_BYTES ((size_t)8 << 20) /* each of a queue's two staging buffers */
+
+typedef struct troupe__cuda_dev {
+    int ordinal;
+    char name[256];
+    int cc_major, cc_minor;
+    int sm_count, async_engines;
+    size_t total_bytes;
+    char arch[TROUPE__CUDA_ARCH_MAX]; /* what code is compiled for (troupe_nvrtc_arch_for) */
+    int arch_index;                   /* index of arch in the driver's list of distinct ones */
+    pthread_mutex_t lock;             /* pools, used_bytes */
+    troupe__pool_table_t pools;
+    int64_t used_bytes;
+    bool sticky; /* a sticky error was seen: reset at close */
+} troupe__cuda_dev_t;
+
+typedef struct troupe__cuda_driver {
+    troupe_driver_t base; /* first: the vtable header */
+    int ndevices;
+    troupe__cuda_dev_t *devs;
+    int narchs;
+    char (*archs)[TROUPE__CUDA_ARCH_MAX]; /* distinct architectures of the devices */
+} troupe__cuda_driver_t;
+
+struct troupe_dqueue {
+    troupe__cuda_driver_t *drv;
+    int ordinal;
+    cudaStream_t stream;
+    void *stage[2];          /* pinned (cudaHostAlloc), lazily */
+    cudaEvent_t stage_ev[2]; /* the last copy that used each */
+    bool stage_busy[2];
+    void *lt; /* the queue's cuBLASLt state (gemm_lt.c), lazily */
+};
+
+struct troupe_devent {
+    cudaEvent_t ev;
+    int ordinal;
+};
+
+/* One GEMM step's cuBLASLt plan (gemm_lt.c), per device architecture. */
+typedef struct troupe__cuda_gemm_plan troupe__cuda_gemm_plan_t;
+
+struct troupe_dcode {
+    char *name;
+    troupe_cgen_result_t *gen;  /* kernels, steps, parameters (its source is freed) */
+    size_t nparams;
+    troupe__kparam_t *params;
+    int narchs;
+    cudaLibrary_t *libs;   /* per architecture of the driver */
+    cudaKernel_t *kernels; /* narchs x gen->nkernels */
+    pthread_mutex_t lock;  /* plans */
+    troupe__cuda_gemm_plan_t **plans; /* narchs x gen->nsteps, built on first use */
+    bool ftz;
+};
+
+/* Records a CUDA error: RESOURCE_EXHAUSTED for cudaErrorMemoryAllocation, else DEVICE_ERROR,
+ * "cuda <what>: <name> (<description>)". A sticky error marks the device (dev may be NULL).
+ * Clears the runtime's last error. */
+troupe_status_t troupe__cuda_fail(troupe__cuda_dev_t *dev, cudaError_t e, const char *fmt, ...)
+    TROUPE_PRINTF(3, 4);
+
+/* cudaSetDevice(ordinal), as a status. */
+troupe_status_t troupe__cuda_use(troupe__cuda_driver_t *d, int ordinal);
+
+/* module.c: the compile and code_release entries. */
+troupe_status_t troupe__cuda_compile(troupe_driver_t *drv, const troupe_ll_proc_t *proc,
+                                     troupe_dcode_t **out);
+void troupe__cuda_code_release(troupe_driver_t *drv, troupe_dcode_t *code);
+
+/* gemm_lt.c: runs GEMM step `step` of `code` on queue q with the operands' device addresses
+ * (a, b, c already offset). UNAVAILABLE when cuBLASLt is not built in or cannot run the shape:
+ * the caller then runs the step's kernels. Other errors are the step's failure. */
+troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size_t step,
+                                  const void *a, const void *b, void *c);
+/* Frees a plan (NULL is ignored) and a queue's cuBLASLt state (q->lt). */
+void troupe__cuda_gemm_plan_free(troupe__cuda_gemm_plan_t *plan);
+void troupe__cuda_gemm_queue_free(troupe_dqueue_t *q);
+/* "cuBLASLt <version>" or "none (...)". */
+const char *troupe__cuda_gemm_name(void);
+
+#endif

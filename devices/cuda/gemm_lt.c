@@ -1,0 +1,218 @@
+/* troupe — GEMM steps of the cuda driver through cuBLASLt (see driver_impl.h).
+ *
+ * A GEMM step (compiler/cgen.h: row-major C = op(A) op(B) + beta C) is the column-major product
+ * C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m): a row-major matrix read column-major is its
+ * transpose, so B's buffer is cuBLASLt's first operand (untransposed when B is stored k x n)
+ * and A's the second, with no copy. Compute type CUBLAS_COMPUTE_32F (64F for double): no TF32,
+ * no reduced precision. Each step's descriptors and the algorithm cuBLASLt's heuristic picks
+ * are made once per architecture (the first launch) and reused, so a step sums in the same
+ * order every run (bitwise reproducible). Each queue has its own cuBLASLt handle and a 32 MiB
+ * workspace, made on first use. TROUPE_GEMM=generated, a build without cuBLASLt or a shape
+ * cuBLASLt has no algorithm for gives UNAVAILABLE: the step's generated kernels run instead.
+ */
+#include "devices/cuda/driver_impl.h"
+
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "troupe_config.h"
+
+#include <stdio.h>
+
+#if TROUPE_HAVE_CUBLASLT
+#include <cublasLt.h>
+
+#define S_WORKSPACE_BYTES ((size_t)32 << 20)
+
+typedef struct s_lt_queue {
+    cublasLtHandle_t handle;
+    void *workspace;
+} s_lt_queue_t;
+
+struct troupe__cuda_gemm_plan {
+    bool usable; /* false: no algorithm for the shape (the kernels run) */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t lx, ly, lc;
+    cublasLtMatmulAlgo_t algo;
+};
+
+void troupe__cuda_gemm_plan_free(troupe__cuda_gemm_plan_t *p)
+{
+    if (p == NULL)
+        return;
+    if (p->lc)
+        (void)cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->ly)
+        (void)cublasLtMatrixLayoutDestroy(p->ly);
+    if (p->lx)
+        (void)cublasLtMatrixLayoutDestroy(p->lx);
+    if (p->op)
+        (void)cublasLtMatmulDescDestroy(p->op);
+    troupe_free(p);
+}
+
+void troupe__cuda_gemm_queue_free(troupe_dqueue_t *q)
+{
+    s_lt_queue_t *lt = q->lt;
+    if (lt == NULL)
+        return;
+    if (lt->workspace)
+        (void)cudaFree(lt->workspace);
+    if (lt->handle)
+        (void)cublasLtDestroy(lt->handle);
+    troupe_free(lt);
+    q->lt = NULL;
+}
+
+const char *troupe__cuda_gemm_name(void)
+{
+    static char name[64];
+    size_t v = cublasLtGetVersion();
+    snprintf(name, sizeof name, "cuBLASLt %zu.%zu.%zu", v / 10000, (v / 100) % 100, v % 100);
+    return name;
+}
+
+static troupe_status_t s_lt_fail(cublasStatus_t s, const char *what, const char *code)
+{
+    return troupe__error(TROUPE_DEVICE_ERROR, "cuda launch %s: %s: %s", code, what,
+                         cublasLtGetStatusName(s));
+}
+
+/* The queue's handle and workspace; false (logged once per queue) when they cannot be had. */
+static bool s_queue(troupe_dqueue_t *q, s_lt_queue_t **out)
+{
+    if (q->lt == NULL) {
+        s_lt_queue_t *lt = troupe_calloc(1, sizeof *lt);
+        if (lt == NULL)
+            return false;
+        q->lt = lt;
+        cublasStatus_t s = cublasLtCreate(&lt->handle);
+        cudaError_t e = s == CUBLAS_STATUS_SUCCESS ? cudaMalloc(&lt->workspace, S_WORKSPACE_BYTES)
+                                                   : cudaSuccess;
+        if (s != CUBLAS_STATUS_SUCCESS || e != cudaSuccess) {
+            TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+                       "cuda: queue on device %d: no cuBLASLt (%s, %s); GEMM steps run kernels",
+                       q->ordinal, cublasLtGetStatusName(s), cudaGetErrorName(e));
+            (void)cudaGetLastError();
+            if (lt->handle)
+                (void)cublasLtDestroy(lt->handle);
+            lt->handle = NULL;
+            lt->workspace = NULL;
+        }
+    }
+    s_lt_queue_t *lt = q->lt;
+    *out = lt;
+    return lt->handle != NULL && lt->workspace != NULL;
+}
+
+/* The descriptors of `g` and the heuristic's algorithm (plan->usable false when it has none). */
+static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t *g,
+                              const char *code, troupe__cuda_gemm_plan_t **out)
+{
+    troupe__cuda_gemm_plan_t *p = troupe_calloc(1, sizeof *p);
+    if (p == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda launch %s: out of memory", code);
+    bool dbl = g->prec == TROUPE_PREC_DOUBLE;
+    cudaDataType_t t = dbl ? CUDA_R_64F : CUDA_R_32F;
+    cublasComputeType_t ct = dbl ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+    cublasOperation_t ta = g->b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = g->a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulPreference_t pref = NULL;
+    size_t ws = S_WORKSPACE_BYTES;
+    cublasLtMatmulHeuristicResult_t r;
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulDescCreate(&p->op, ct, t);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    /* X = op(B)^T (n x k) from B's buffer; Y = op(A)^T (k x m) from A's; C^T (n x m). */
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&p->lx, t, (uint64_t)(g->b.trans ? g->k : g->n),
+                                       (uint64_t)(g->b.trans ? g->n : g->k), g->b.ld);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&p->ly, t, (uint64_t)(g->a.trans ? g->m : g->k),
+                                       (uint64_t)(g->a.trans ? g->k : g->m), g->a.ld);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&p->lc, t, (uint64_t)g->n, (uint64_t)g->m, g->c.ld);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceCreate(&pref);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->lx, p->ly, p->lc, p->lc, pref, 1, &r,
+                                           &found);
+    if (pref)
+        (void)cublasLtMatmulPreferenceDestroy(pref);
+    if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) {
+        troupe__cuda_gemm_plan_free(p);
+        return s_lt_fail(s, "cuBLASLt descriptors", code);
+    }
+    p->usable = s == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p->usable)
+        p->algo = r.algo;
+    else
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+                   "cuda %s: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld; the step runs "
+                   "its kernels",
+                   code, (long long)g->m, (long long)g->n, (long long)g->k);
+    *out = p;
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size_t step,
+                                  const void *a, const void *b, void *c)
+{
+    s_lt_queue_t *lt = NULL;
+    if (!troupe_config_gemm_library() || !s_queue(q, &lt))
+        return TROUPE_UNAVAILABLE;
+    const troupe_cgen_gemm_call_t *g = &code->gen->steps[step].gemm;
+    size_t slot = (size_t)q->drv->devs[q->ordinal].arch_index * code->gen->nsteps + step;
+    pthread_mutex_lock(&code->lock);
+    troupe_status_t st = TROUPE_OK;
+    if (code->plans[slot] == NULL)
+        st = s_plan(lt->handle, g, code->name, &code->plans[slot]);
+    const troupe__cuda_gemm_plan_t *p = code->plans[slot];
+    pthread_mutex_unlock(&code->lock);
+    if (st != TROUPE_OK)
+        return st;
+    if (!p->usable)
+        return TROUPE_UNAVAILABLE;
+    float one_f = 1.0f, beta_f = g->beta_zero ? 0.0f : 1.0f;
+    double one_d = 1.0, beta_d = g->beta_zero ? 0.0 : 1.0;
+    bool dbl = g->prec == TROUPE_PREC_DOUBLE;
+    cublasStatus_t s = cublasLtMatmul(lt->handle, p->op, dbl ? (const void *)&one_d : &one_f, b,
+                                      p->lx, a, p->ly, dbl ? (const void *)&beta_d : &beta_f, c,
+                                      p->lc, c, p->lc, &p->algo, lt->workspace, S_WORKSPACE_BYTES,
+                                      q->stream);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return s_lt_fail(s, "cublasLtMatmul", code->name);
+    return TROUPE_OK;
+}
+
+#else /* !TROUPE_HAVE_CUBLASLT */
+
+void troupe__cuda_gemm_plan_free(troupe__cuda_gemm_plan_t *p)
+{
+    (void)p;
+}
+
+void troupe__cuda_gemm_queue_free(troupe_dqueue_t *q)
+{
+    (void)q;
+}
+
+const char *troupe__cuda_gemm_name(void)
+{
+    return "none (built without cuBLASLt)";
+}
+
+troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size_t step,
+                                  const void *a, const void *b, void *c)
+{
+    (void)q, (void)code, (void)step, (void)a, (void)b, (void)c;
+    return TROUPE_UNAVAILABLE;
+}
+
+#endif

@@ -1,0 +1,237 @@
+/* troupe — the cuda driver's compile entry: the CUDA dialect of compiler/cgen, NVRTC images
+ * through the compile cache (troupe__cuda_image), one CUDA library per architecture of the
+ * devices (see cuda_impl.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "devices/cuda/driver_impl.h"
+
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "devices/cuda/nvrtc.h"
+#include "devices/host/cc_cache_impl.h"
+#include "troupe_config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define S_NAME_MAX 64 /* characters of the routine's name in file names */
+
+static atomic_uint_fast64_t s_tmp_seq;
+
+static bool s_is_ident(const char *s)
+{
+    if (s == NULL || !(isalpha((unsigned char)*s) || *s == '_'))
+        return false;
+    for (; *s; s++)
+        if (!(isalnum((unsigned char)*s) || *s == '_'))
+            return false;
+    return true;
+}
+
+/* The whole file at `path` in *out (troupe_malloc) and its size; false when it cannot be read
+ * or is empty. */
+static bool s_read(const char *path, void **out, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return false;
+    bool ok = false;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = troupe_malloc((size_t)n + 1)) != NULL && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = '\0';
+        *out = buf;
+        *size = (size_t)n;
+        buf = NULL;
+        ok = true;
+    }
+    troupe_free(buf);
+    fclose(f);
+    return ok;
+}
+
+/* Stores an image under `path` (a unique temporary file renamed into place). A cache that
+ * cannot be written costs a recompilation next time, nothing else: logged, not an error. */
+static void s_store(const char *dir, const char *path, const void *image, size_t size)
+{
+    char *tmp = troupe_strdup_printf("%s.tmp%ld-%llu", path, (long)getpid(),
+                                     (unsigned long long)atomic_fetch_add(&s_tmp_seq, 1));
+    troupe_status_t st = tmp == NULL ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory")
+                                     : troupe__cache_mkdir_p(dir);
+    if (st == TROUPE_OK)
+        st = troupe__cache_write_new(tmp, image, size);
+    if (st == TROUPE_OK && rename(tmp, path) != 0) {
+        st = troupe__error(TROUPE_DEVICE_ERROR, "cannot move '%s' to '%s' (errno %d)", tmp, path,
+                           errno);
+        unlink(tmp);
+    }
+    if (st != TROUPE_OK)
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_DEVICES, "cuda: not cached: %s",
+                   troupe_last_error());
+    troupe_free(tmp);
+}
+
+troupe_status_t troupe__cuda_image(const char *name, const char *source, const char *arch,
+                                   bool ftz, void **out_image, size_t *out_size, bool *out_hit)
+{
+    if (!s_is_ident(name) || source == NULL || arch == NULL || out_image == NULL ||
+        out_size == NULL || out_hit == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "cuda compile: bad name '%.80s' or NULL argument",
+                             name ? name : "(null)");
+    *out_image = NULL;
+    *out_size = 0;
+    *out_hit = false;
+    int major = 0, minor = 0;
+    TROUPE_RETURN_IF_ERROR(troupe_nvrtc_version(&major, &minor));
+    char key[160];
+    snprintf(key, sizeof key, "troupe %s; nvrtc %d.%d; %s; fmad=false ftz=%s", TROUPE_VERSION_STRING,
+             major, minor, arch, ftz ? "true" : "false");
+    uint64_t h = troupe__fnv1a64(TROUPE__FNV64_INIT, key, strlen(key) + 1);
+    h = troupe__fnv1a64(h, source, strlen(source));
+    bool cubin = strncmp(arch, "sm_", 3) == 0;
+    char *dir = troupe_strdup(troupe_config_cache_dir());
+    char *path = dir == NULL ? NULL
+                             : troupe_strdup_printf("%s/%.*s-%016llx.%s", dir, S_NAME_MAX, name,
+                                                    (unsigned long long)h, cubin ? "cubin" : "ptx");
+    troupe_status_t st = TROUPE_OK;
+    if (path == NULL) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda compile %s: out of memory", name);
+        goto out_path;
+    }
+    if (s_read(path, out_image, out_size)) {
+        *out_hit = true;
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES, "cuda compile %s: cache hit (%s)", name,
+                   path);
+        goto out_path;
+    }
+    int64_t t0 = troupe_now_ns();
+    char *log = NULL;
+    st = troupe_nvrtc_compile_image(source, name, arch, ftz, out_image, out_size, &log);
+    if (st != TROUPE_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", troupe_last_error());
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES, "cuda compile %s for %s failed; NVRTC log:\n%s",
+                   name, arch, log ? log : "(none)");
+        st = troupe__error(st, "cuda compile %s for %s: %s", name, arch, msg);
+    } else {
+        s_store(dir, path, *out_image, *out_size);
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+                   "cuda compile %s: cache miss, NVRTC compiled it for %s in %.3f s (%s)", name,
+                   arch, (double)(troupe_now_ns() - t0) * 1e-9, path);
+    }
+    troupe_free(log);
+out_path:
+    troupe_free(path);
+    troupe_free(dir);
+    return st;
+}
+
+void troupe__cuda_code_release(troupe_driver_t *drv, troupe_dcode_t *code)
+{
+    (void)drv;
+    if (code == NULL)
+        return;
+    if (code->plans != NULL && code->gen != NULL)
+        for (size_t i = 0; i < (size_t)code->narchs * code->gen->nsteps; i++)
+            troupe__cuda_gemm_plan_free(code->plans[i]);
+    troupe_free(code->plans);
+    for (int a = 0; code->libs != NULL && a < code->narchs; a++)
+        if (code->libs[a] != NULL)
+            (void)cudaLibraryUnload(code->libs[a]);
+    (void)cudaGetLastError();
+    troupe_free(code->libs);
+    troupe_free(code->kernels);
+    troupe__kparams_free(code->params, code->nparams);
+    troupe_cgen_result_destroy(&code->gen);
+    troupe_free(code->name);
+    pthread_mutex_destroy(&code->lock);
+    troupe_free(code);
+}
+
+/* Loads the image for architecture a and finds the code's kernels in it. */
+static troupe_status_t s_load(troupe__cuda_driver_t *d, troupe_dcode_t *code, int a)
+{
+    const troupe_cgen_result_t *gen = code->gen;
+    int ordinal = 0;
+    while (ordinal < d->ndevices && d->devs[ordinal].arch_index != a)
+        ordinal++;
+    TROUPE_RETURN_IF_ERROR(troupe__cuda_use(d, ordinal));
+    void *image = NULL;
+    size_t size = 0;
+    bool hit = false;
+    TROUPE_RETURN_IF_ERROR(
+        troupe__cuda_image(gen->name, gen->source, d->archs[a], code->ftz, &image, &size, &hit));
+    cudaError_t e = cudaLibraryLoadData(&code->libs[a], image, NULL, NULL, 0, NULL, NULL, 0);
+    troupe_free(image);
+    if (e != cudaSuccess) {
+        code->libs[a] = NULL;
+        return troupe__cuda_fail(&d->devs[ordinal], e, "compile %s: cudaLibraryLoadData (%s%s)",
+                                 gen->name, d->archs[a], hit ? ", from the cache" : "");
+    }
+    for (size_t k = 0; k < gen->nkernels; k++) {
+        e = cudaLibraryGetKernel(&code->kernels[(size_t)a * gen->nkernels + k], code->libs[a],
+                                 gen->kernels[k].name);
+        if (e != cudaSuccess)
+            return troupe__cuda_fail(&d->devs[ordinal], e, "compile %s: cudaLibraryGetKernel(%s)",
+                                     gen->name, gen->kernels[k].name);
+    }
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe__cuda_compile(troupe_driver_t *drv, const troupe_ll_proc_t *proc,
+                                     troupe_dcode_t **out)
+{
+    if (drv == NULL || proc == NULL || out == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "cuda compile: NULL argument");
+    *out = NULL;
+    troupe__cuda_driver_t *d = (troupe__cuda_driver_t *)drv;
+    if (d->ndevices == 0) {
+        char why[256];
+        troupe__cuda_why_no_device(why, sizeof why);
+        return troupe__error(TROUPE_FAILED_PRECONDITION,
+                             "cuda compile %s: no CUDA device to compile for (%s)", proc->name, why);
+    }
+    troupe_dcode_t *code = troupe_calloc(1, sizeof *code);
+    if (code == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda compile: out of memory");
+    pthread_mutex_init(&code->lock, NULL);
+    code->ftz = troupe_config_flush_denormals();
+    troupe_status_t st = troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &code->gen);
+    if (st != TROUPE_OK)
+        goto out_code;
+    const troupe_cgen_result_t *gen = code->gen;
+    code->name = troupe_strdup(gen->name);
+    code->narchs = d->narchs;
+    code->libs = troupe_calloc((size_t)d->narchs, sizeof *code->libs);
+    code->kernels = troupe_calloc((size_t)d->narchs * (gen->nkernels ? gen->nkernels : 1),
+                                  sizeof *code->kernels);
+    code->plans = troupe_calloc((size_t)d->narchs * (gen->nsteps ? gen->nsteps : 1),
+                                sizeof *code->plans);
+    if (code->name == NULL || code->libs == NULL || code->kernels == NULL || code->plans == NULL) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda compile %s: out of memory", gen->name);
+        goto out_code;
+    }
+    if ((st = troupe__kparams_new(gen, &code->params)) != TROUPE_OK)
+        goto out_code;
+    code->nparams = gen->nparams;
+    for (int a = 0; a < d->narchs && gen->nkernels > 0; a++)
+        if ((st = s_load(d, code, a)) != TROUPE_OK)
+            goto out_code;
+    /* The source is not needed any more; the kernels, steps and parameters are. */
+    troupe_free(code->gen->source);
+    code->gen->source = NULL;
+    code->gen->source_len = 0;
+    *out = code;
+    code = NULL;
+out_code:
+    troupe__cuda_code_release(drv, code);
+    return st;
+}

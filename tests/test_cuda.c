@@ -1,0 +1,530 @@
+/* Tests of the cuda driver (devices/cuda/cuda_impl.h) and of what runs it (actors/async_impl.h).
+ *
+ * Without a GPU (this project's CI): the backend opens with 0 devices and its log line says why
+ * (the cudaError_t of cudaGetDeviceCount); driver entries for a device that is not there are
+ * NOT_FOUND, compile is FAILED_PRECONDITION naming the reason; NVRTC picks the architectures a
+ * device would get; the cubin/PTX compile cache misses, hits, keys on the options and reports
+ * NVRTC's log. The tests that need a device skip, counted, with the reason: the conformance
+ * suites' cuda runs (FOR_EACH_DRIVER in the other files, and this file's), the failure paths
+ * (an allocation larger than the device, a kernel that faults, a launch with a bad static
+ * index), copies through both staging and page-locked memory, device-side waits between streams.
+ * None of the GPU tests has run yet (no GPU was available where this was written).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "actors/troupe.h"
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "compiler/cgen.h"
+#include "devices/device.h"
+#include "runtime_test_util.h"
+#include "troupe_config.h"
+
+#if TROUPE_HAVE_CUDA
+#include "devices/cuda/cuda_impl.h"
+#include "devices/cuda/nvrtc.h"
+
+#include <cuda_runtime_api.h>
+#endif
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void s_init(void)
+{
+    rtu_configure(TROUPE_TEST_BUILD_DIR "/cuda-cache", 60);
+}
+
+TestSuite(cuda, .init = s_init);
+
+#if TROUPE_HAVE_CUDA
+
+/* Skips the current test unless a CUDA device is present. */
+#define S_NEED_DEVICE()                                                                            \
+    do {                                                                                           \
+        char why_[512];                                                                            \
+        if (!rtu_cuda_present(why_, sizeof why_))                                                  \
+            cr_skip_test("%s", why_);                                                              \
+    } while (0)
+
+static bool s_file_has(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, needle) != NULL;
+}
+
+/* y[i] = x[i] * 2 + s[0] over n elements, a static index `b` choosing x's row (x is 4 x n). */
+static troupe_ll_proc_t *s_axpb(const char *name, int64_t n, troupe_tnode_t **x,
+                                troupe_tnode_t **y)
+{
+    troupe_ll_proc_t *p = NULL;
+    OK(troupe_ll_proc_new(name, &p));
+    *x = rtu_node("x", TROUPE_PREC_SINGLE, 2, (int64_t[]){4, n});
+    *y = rtu_vec("y", n);
+    int32_t b = troupe_ll_proc_add_static_symbol(p, "b", 4);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t xi[2] = {troupe_idx_sym(b), troupe_idx_sym(i)};
+    troupe_axis_index_t yi = troupe_idx_sym(i);
+    troupe_sc_t *v = troupe_sc_binop(
+        p, TROUPE_BINOP_ADD,
+        troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, *x, xi), troupe_sc_constant(p, 2.0)),
+        troupe_sc_constant(p, 0.5));
+    p->body = troupe_ll_for(p, i, 0, n - 1, troupe_ll_set(p, *y, &yi, v), false);
+    OK(troupe_ll_proc_status(p));
+    OK(troupe_ll_proc_validate(p));
+    return p;
+}
+
+/* ---- without a device ------------------------------------------------------------------- */
+
+Test(cuda, backend_opens_and_the_log_says_why_there_is_no_device)
+{
+    char log[256];
+    snprintf(log, sizeof log, "%s/cuda-open-%ld.log", TROUPE_TEST_BUILD_DIR, (long)getpid());
+    unlink(log);
+    OK(troupe_log_configure("info"));
+    OK(troupe_log_set_file(log));
+    troupe_backend_t *b = NULL;
+    OK(troupe_backend_open("cuda", TROUPE_MOST_PARALLEL_STREAMS, &b));
+    int n = -1;
+    OK(troupe_num_devices(b, &n));
+    int cuda_n = 0;
+    cudaError_t e = cudaGetDeviceCount(&cuda_n);
+    if (e != cudaSuccess)
+        cuda_n = 0;
+    cr_assert_eq(n, cuda_n, "troupe sees %d devices, the runtime %d", n, cuda_n);
+    troupe_backend_close(&b);
+    OK(troupe_log_set_file(NULL));
+    OK(troupe_log_configure("warn"));
+    char why[300];
+    troupe__cuda_why_no_device(why, sizeof why);
+    if (n == 0) {
+        cr_assert(strncmp(why, "cudaGetDeviceCount: ", 20) == 0, "%s", why);
+        cr_assert(s_file_has(log, "cuda: 0 devices: cudaGetDeviceCount: "), "log %s", log);
+        if (e != cudaSuccess)
+            cr_assert(s_file_has(log, cudaGetErrorName(e)), "the log names %s",
+                      cudaGetErrorName(e));
+    } else {
+        cr_assert_str_eq(why, "");
+        cr_assert(s_file_has(log, "cuda: device 0: "), "log %s", log);
+    }
+    unlink(log);
+}
+
+Test(cuda, entries_for_a_missing_device_are_refused_by_name)
+{
+    char why[512];
+    if (rtu_cuda_present(why, sizeof why))
+        cr_skip_test("a CUDA device is present: this test is for machines without one");
+    const troupe_driver_vtable_t *vt = NULL;
+    OK(troupe_driver_lookup("cuda", &vt));
+    cr_assert(vt->async_queues);
+    cr_assert_null(vt->host_ptr, "device memory is not host-addressable");
+    troupe_driver_t *drv = NULL;
+    OK(troupe_driver_open(vt, &drv));
+    cr_assert_eq(troupe_driver_num_devices(drv), 0);
+    cr_assert_eq(troupe_driver_suggested_num_streams(drv, 0, TROUPE_MOST_PARALLEL_STREAMS), 1);
+    cr_assert_eq(troupe_driver_alloc_pool(drv, 0, 1, 1024, true), TROUPE_NOT_FOUND);
+    cr_assert(strstr(troupe_last_error(), "no device 0 (the driver has 0)"), "%s",
+              troupe_last_error());
+    troupe_dqueue_t *q = NULL;
+    cr_assert_eq(troupe_driver_queue_create(drv, 0, &q), TROUPE_NOT_FOUND);
+    troupe_tnode_t *x, *y;
+    troupe_ll_proc_t *p = s_axpb("axpb_nodev", 8, &x, &y);
+    troupe_dcode_t *code = NULL;
+    cr_assert_eq(troupe_driver_compile(drv, p, &code), TROUPE_FAILED_PRECONDITION);
+    cr_assert(strstr(troupe_last_error(), "no CUDA device to compile for (cudaGetDeviceCount"),
+              "%s", troupe_last_error());
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&y);
+    troupe_driver_close(drv);
+    /* At the API: a backend with no device has no device 0. */
+    troupe_backend_t *b = NULL;
+    OK(troupe_backend_open("cuda", TROUPE_ONLY_DEVICES_PARALLEL, &b));
+    troupe_device_t *d = NULL;
+    cr_assert_eq(troupe_get_device(b, 0, &d), TROUPE_NOT_FOUND);
+    troupe_backend_close(&b);
+}
+
+Test(cuda, architectures_for_compute_capabilities)
+{
+    char a[32];
+    OK(troupe_nvrtc_arch_for(8, 0, a, sizeof a));
+    cr_assert_str_eq(a, "sm_80");
+    OK(troupe_nvrtc_arch_for(9, 0, a, sizeof a));
+    cr_assert_str_eq(a, "sm_90");
+    /* A GPU newer than NVRTC knows: PTX of the newest architecture, which its driver JITs. */
+    OK(troupe_nvrtc_arch_for(99, 9, a, sizeof a));
+    cr_assert(strncmp(a, "compute_", 8) == 0 && atoi(a + 8) >= 90, "%s", a);
+    cr_assert_eq(troupe_nvrtc_arch_for(1, 0, a, sizeof a), TROUPE_NOT_FOUND);
+    cr_assert_eq(troupe_nvrtc_arch_for(8, 0, a, 4), TROUPE_INVALID_ARGUMENT);
+}
+
+/* Files in dir whose name starts with prefix and ends with suffix. */
+static int s_count_files(const char *dir, const char *prefix, const char *suffix)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name), ls = strlen(suffix);
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && l > ls &&
+            strcmp(e->d_name + l - ls, suffix) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+Test(cuda, compiled_images_are_cached_by_hash)
+{
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/cuda-image-cache-%ld", TROUPE_TEST_BUILD_DIR, (long)getpid());
+    OK(troupe_config_set_cache_dir(dir));
+    troupe_tnode_t *x, *y;
+    troupe_ll_proc_t *p = s_axpb("axpb_img", 64, &x, &y);
+    troupe_cgen_result_t *gen = NULL;
+    OK(troupe_cgen_emit(p, TROUPE_CGEN_CUDA, &gen));
+    void *img = NULL, *img2 = NULL;
+    size_t n = 0, n2 = 0;
+    bool hit = true;
+    OK(troupe__cuda_image(gen->name, gen->source, "sm_80", false, &img, &n, &hit));
+    cr_assert(!hit, "the first compile is a miss");
+    cr_assert(n > 4 && memcmp(img, "\x7f" "ELF", 4) == 0, "a cubin is an ELF image");
+    cr_assert_eq(s_count_files(dir, "axpb_img-", ".cubin"), 1);
+    OK(troupe__cuda_image(gen->name, gen->source, "sm_80", false, &img2, &n2, &hit));
+    cr_assert(hit, "the second is a hit");
+    cr_assert(n == n2 && memcmp(img, img2, n) == 0, "and gives the same bytes");
+    troupe_free(img2);
+    /* Another option or architecture is another entry. */
+    OK(troupe__cuda_image(gen->name, gen->source, "sm_80", true, &img2, &n2, &hit));
+    cr_assert(!hit);
+    troupe_free(img2);
+    cr_assert_eq(s_count_files(dir, "axpb_img-", ".cubin"), 2);
+    OK(troupe__cuda_image(gen->name, gen->source, "compute_80", false, &img2, &n2, &hit));
+    cr_assert(!hit);
+    cr_assert(strstr(img2, ".entry axpb_img_k0(") != NULL, "PTX defines the kernel");
+    cr_assert_eq(((char *)img2)[n2 - 1], '\0', "the PTX image ends with its NUL");
+    troupe_free(img2);
+    cr_assert_eq(s_count_files(dir, "axpb_img-", ".ptx"), 1);
+    /* No temporary file is left behind. */
+    cr_assert_eq(s_count_files(dir, "axpb_img-", ".tmp"), 0);
+    troupe_free(img);
+    /* A compile error names NVRTC's verdict and the start of its log. */
+    troupe_status_t st = troupe__cuda_image(
+        "broken", "extern \"C\" __global__ void broken_k0(float *x) { x[0] = nope; }", "sm_80",
+        false, &img, &n, &hit);
+    cr_assert_eq(st, TROUPE_DEVICE_ERROR);
+    cr_assert(strstr(troupe_last_error(), "NVRTC_ERROR_COMPILATION") &&
+                  strstr(troupe_last_error(), "nope"),
+              "%s", troupe_last_error());
+    cr_assert_null(img);
+    cr_assert_eq(troupe__cuda_image("not a name", "x", "sm_80", false, &img, &n, &hit),
+                 TROUPE_INVALID_ARGUMENT);
+    troupe_cgen_result_destroy(&gen);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&y);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* The conformance suites (FOR_EACH_DRIVER in test_runtime, test_merge, test_mlp, test_gemm and
+ * the schedule fuzzer) include cuda exactly when a device is present; this test says so, or
+ * skips with the reason. */
+Test(cuda, conformance_suites_run_on_cuda_when_a_device_is_present)
+{
+    bool listed = false;
+    FOR_EACH_DRIVER(drv)
+    listed = listed || strcmp(*drv, "cuda") == 0;
+    char why[512];
+    bool present = rtu_cuda_present(why, sizeof why);
+    cr_assert_eq(listed, present);
+    if (!present)
+        cr_skip_test("the conformance suites ran on sync and cpu only: %s", why);
+}
+
+/* ---- with a device ---------------------------------------------------------------------- */
+
+Test(cuda, suggested_streams_follow_the_seed)
+{
+    S_NEED_DEVICE();
+    int sms = 0, engines = 0;
+    cr_assert_eq(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+    cr_assert_eq(cudaDeviceGetAttribute(&engines, cudaDevAttrAsyncEngineCount, 0), cudaSuccess);
+    const troupe_stream_config_t cfg[3] = {TROUPE_ONLY_DEVICES_PARALLEL, TROUPE_FOR_PARALLEL_COPYING,
+                                           TROUPE_MOST_PARALLEL_STREAMS};
+    const int want[3] = {1, 1 + engines, sms};
+    for (int i = 0; i < 3; i++) {
+        troupe_backend_t *b = NULL;
+        troupe_device_t *d = NULL;
+        int got = 0;
+        OK(troupe_backend_open("cuda", cfg[i], &b));
+        OK(troupe_get_device(b, 0, &d));
+        OK(troupe_suggested_num_streams(d, &got));
+        cr_assert_eq(got, want[i], "config %d: %d streams, want %d", i, got, want[i]);
+        troupe_backend_close(&b);
+    }
+}
+
+Test(cuda, allocating_more_than_the_device_holds_names_the_bytes)
+{
+    S_NEED_DEVICE();
+    size_t free_b = 0, total_b = 0;
+    cr_assert_eq(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+    const troupe_driver_vtable_t *vt = NULL;
+    troupe_driver_t *drv = NULL;
+    OK(troupe_driver_lookup("cuda", &vt));
+    OK(troupe_driver_open(vt, &drv));
+    int64_t ask = (int64_t)total_b * 2;
+    cr_assert_eq(troupe_driver_alloc_pool(drv, 0, 7, ask, false), TROUPE_RESOURCE_EXHAUSTED);
+    char want[64];
+    snprintf(want, sizeof want, "cannot allocate %lld bytes", (long long)ask);
+    cr_assert(strstr(troupe_last_error(), want) && strstr(troupe_last_error(), "bytes free of"),
+              "%s", troupe_last_error());
+    /* Nothing is left behind: the same pool id takes a small allocation. */
+    OK(troupe_driver_alloc_pool(drv, 0, 7, 4096, true));
+    OK(troupe_driver_free_pool(drv, 0, 7));
+    troupe_driver_close(drv);
+}
+
+/* Copies through the staging buffers (pageable memory, several chunks) and directly
+ * (page-locked memory), each way, and d2d on the device. */
+Test(cuda, copies_through_staging_and_pinned_memory)
+{
+    S_NEED_DEVICE();
+    const troupe_driver_vtable_t *vt = NULL;
+    troupe_driver_t *drv = NULL;
+    OK(troupe_driver_lookup("cuda", &vt));
+    OK(troupe_driver_open(vt, &drv));
+    const int64_t n = (int64_t)20 << 20; /* 20 MiB: three staging chunks */
+    OK(troupe_driver_alloc_pool(drv, 0, 1, n, false));
+    OK(troupe_driver_alloc_pool(drv, 0, 2, n, false));
+    troupe_dqueue_t *q = NULL;
+    OK(troupe_driver_queue_create(drv, 0, &q));
+    unsigned char *src = malloc((size_t)n), *dst = malloc((size_t)n), *pinned = NULL;
+    cr_assert(src && dst);
+    cr_assert_eq(cudaHostAlloc((void **)&pinned, (size_t)n, cudaHostAllocPortable), cudaSuccess);
+    for (int64_t i = 0; i < n; i++)
+        src[i] = (unsigned char)(i * 7 + (i >> 12));
+    troupe_buffer_loc_t b1 = {1, 0, n}, b2 = {2, 0, n};
+    OK(troupe_driver_h2d(drv, q, b1, src, n));           /* staged */
+    OK(troupe_driver_d2d(drv, q, 0, b2, 0, b1, n));       /* on the device */
+    OK(troupe_driver_d2h(drv, q, pinned, b2, n));         /* direct, asynchronous */
+    troupe_devent_t *ev = NULL;
+    OK(troupe_driver_event_record(drv, q, &ev));
+    bool done = false;
+    while (!done)
+        OK(troupe_driver_event_query(drv, ev, &done));
+    troupe_driver_event_release(drv, ev);
+    cr_assert(memcmp(src, pinned, (size_t)n) == 0, "staged h2d, d2d, pinned d2h");
+    memset(pinned, 0x5a, (size_t)n);
+    OK(troupe_driver_h2d(drv, q, b1, pinned, n));        /* direct */
+    OK(troupe_driver_d2h(drv, q, dst, b1, n));           /* staged: returns when done */
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(dst[i], 0x5a, "byte %lld", (long long)i);
+    troupe_driver_queue_destroy(drv, q);
+    OK(troupe_driver_free_pool(drv, 0, 1));
+    OK(troupe_driver_free_pool(drv, 0, 2));
+    cudaFreeHost(pinned);
+    free(src);
+    free(dst);
+    troupe_driver_close(drv);
+}
+
+Test(cuda, a_bad_static_index_is_refused_and_the_next_launch_works)
+{
+    S_NEED_DEVICE();
+    const troupe_driver_vtable_t *vt = NULL;
+    troupe_driver_t *drv = NULL;
+    OK(troupe_driver_lookup("cuda", &vt));
+    OK(troupe_driver_open(vt, &drv));
+    troupe_tnode_t *x, *y;
+    const int64_t n = 1000;
+    troupe_ll_proc_t *p = s_axpb("axpb_idx", n, &x, &y);
+    troupe_dcode_t *code = NULL;
+    OK(troupe_driver_compile(drv, p, &code));
+    troupe_cgen_result_t *gen = NULL;
+    OK(troupe_cgen_emit(p, TROUPE_CGEN_CUDA, &gen));
+    OK(troupe_driver_alloc_pool(drv, 0, 1, (int64_t)x->size_bytes, false));
+    OK(troupe_driver_alloc_pool(drv, 0, 2, (int64_t)y->size_bytes, true));
+    troupe_dqueue_t *q = NULL;
+    OK(troupe_driver_queue_create(drv, 0, &q));
+    float *xv = malloc(x->size_bytes), *yv = malloc(y->size_bytes);
+    for (int64_t i = 0; i < 4 * n; i++)
+        xv[i] = (float)i;
+    OK(troupe_driver_h2d(drv, q, (troupe_buffer_loc_t){1, 0, (int64_t)x->size_bytes}, xv,
+                         (int64_t)x->size_bytes));
+    troupe_karg_t args[3];
+    for (size_t k = 0; k < gen->nparams; k++) {
+        const troupe_cgen_param_t *gp = &gen->params[k];
+        args[k] = (troupe_karg_t){TROUPE_KARG_BUFFER, 0, {0, 0, 0}, 0};
+        if (gp->kind == TROUPE_CGEN_PARAM_STATIC_IDX)
+            args[k] = (troupe_karg_t){TROUPE_KARG_STATIC_IDX, 0, {0, 0, 0}, 4}; /* range 0..3 */
+        else
+            args[k].buf = gp->tn == x ? (troupe_buffer_loc_t){1, 0, (int64_t)x->size_bytes}
+                                      : (troupe_buffer_loc_t){2, 0, (int64_t)y->size_bytes};
+    }
+    cr_assert_eq(troupe_driver_launch(drv, q, code, args, gen->nparams), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "expects a static index in 0..3, got 4"), "%s",
+              troupe_last_error());
+    for (size_t k = 0; k < gen->nparams; k++)
+        if (args[k].kind == TROUPE_KARG_STATIC_IDX)
+            args[k].value = 2;
+    OK(troupe_driver_launch(drv, q, code, args, gen->nparams));
+    OK(troupe_driver_d2h(drv, q, yv, (troupe_buffer_loc_t){2, 0, (int64_t)y->size_bytes},
+                         (int64_t)y->size_bytes));
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(yv[i], (float)(2 * n + i) * 2.0f + 0.5f, "y[%lld] = %g", (long long)i,
+                     (double)yv[i]);
+    troupe_driver_queue_destroy(drv, q);
+    troupe_driver_code_release(drv, code);
+    troupe_cgen_result_destroy(&gen);
+    free(xv);
+    free(yv);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&y);
+    troupe_driver_close(drv);
+}
+
+/* A kernel that faults (a trap, launched beside troupe's work) poisons the device: troupe's
+ * next event fails with DEVICE_ERROR naming the cudaError_t, the stream and what waits on it
+ * fail too, nothing hangs; after the backend is closed (the device reset), a new backend runs
+ * a routine correctly. */
+Test(cuda, a_faulting_kernel_fails_events_and_dependants_then_a_new_backend_works)
+{
+    S_NEED_DEVICE();
+    rtu_env_t e;
+    rtu_env_open(&e, "cuda", 2);
+    troupe_tnode_t *a = rtu_vec("a", 256);
+    double init[256];
+    for (int i = 0; i < 256; i++)
+        init[i] = i;
+    rtu_put(&e.ctx[0], a, init);
+    troupe_code_t *code = rtu_add_code(e.b, a, NULL, "a_twice_fault");
+    troupe_routine_t *r = NULL;
+    OK(troupe_link(e.ctx[0], code, &r));
+    troupe_event_t *ev = NULL;
+    OK(troupe_routine_run(r, &ev));
+    OK(troupe_event_sync(ev, 20000 * MS));
+    troupe_event_release(&ev);
+    /* The fault, on a stream of its own. */
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+    char arch[32];
+    OK(troupe_nvrtc_arch_for(major, minor, arch, sizeof arch));
+    void *img = NULL;
+    size_t sz = 0;
+    OK(troupe_nvrtc_compile_image("extern \"C\" __global__ void trap_k() { __trap(); }",
+                                  "trap.cu", arch, false, &img, &sz, NULL));
+    cudaLibrary_t lib;
+    cudaKernel_t k;
+    cudaStream_t raw;
+    cr_assert_eq(cudaLibraryLoadData(&lib, img, NULL, NULL, 0, NULL, NULL, 0), cudaSuccess);
+    cr_assert_eq(cudaLibraryGetKernel(&k, lib, "trap_k"), cudaSuccess);
+    cr_assert_eq(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking), cudaSuccess);
+    cr_assert_eq(cudaLaunchKernel((const void *)k, (dim3){1, 1, 1}, (dim3){1, 1, 1}, NULL, 0, raw),
+                 cudaSuccess);
+    (void)cudaStreamSynchronize(raw);
+    troupe_free(img);
+    /* troupe's next run fails on the event, with the error's name. */
+    troupe_status_t st = troupe_routine_run(r, &ev);
+    if (st == TROUPE_OK)
+        st = troupe_event_sync(ev, 20000 * MS);
+    cr_assert_eq(st, TROUPE_DEVICE_ERROR, "%s: %s", troupe_status_str(st), troupe_last_error());
+    cr_assert(strstr(troupe_last_error(), "cudaError"), "%s", troupe_last_error());
+    /* A dependant on the other stream fails too, and does not hang. */
+    if (ev != NULL) {
+        st = troupe_stream_wait_for(e.s[1], ev);
+        if (st == TROUPE_OK)
+            st = troupe_stream_await(e.s[1], 20000 * MS);
+        cr_assert_neq(st, TROUPE_OK, "a stream waiting on the failed device work fails");
+        cr_assert_neq(st, TROUPE_DEADLINE_EXCEEDED, "and does not hang");
+    }
+    troupe_event_release(&ev);
+    troupe_routine_release(&r);
+    troupe_code_release(&code);
+    (void)cudaStreamDestroy(raw);
+    (void)cudaLibraryUnload(lib);
+    rtu_env_close(&e); /* resets the device (a sticky error was seen) */
+    /* A new backend works. */
+    rtu_env_open(&e, "cuda", 1);
+    rtu_put(&e.ctx[0], a, init);
+    code = rtu_add_code(e.b, a, NULL, "a_twice_after");
+    OK(troupe_link(e.ctx[0], code, &r));
+    OK(troupe_routine_run(r, NULL));
+    float got[256];
+    rtu_get(e.ctx[0], a, got);
+    for (int i = 0; i < 256; i++)
+        cr_assert_eq(got[i], 2.0f * (float)i, "a[%d] = %g", i, (double)got[i]);
+    troupe_routine_release(&r);
+    troupe_code_release(&code);
+    troupe_tnode_release(&a);
+    rtu_env_close(&e);
+}
+
+/* Stream 1 waits for stream 0's event on the device (cudaStreamWaitEvent), not on the host:
+ * the wait is queued at once and the result is ordered. */
+Test(cuda, a_wait_on_a_stream_of_the_same_device_is_ordered_on_the_device)
+{
+    S_NEED_DEVICE();
+    rtu_env_t e;
+    rtu_env_open(&e, "cuda", 2);
+    troupe_tnode_t *a = rtu_vec("a", 1 << 20);
+    rtu_set_hosted(a, 411);
+    double *init = malloc(sizeof(double) << 20);
+    for (int i = 0; i < 1 << 20; i++)
+        init[i] = 1.0;
+    rtu_put(&e.ctx[0], a, init);
+    troupe_code_t *code = rtu_add_code(e.b, a, NULL, "a_twice_wait");
+    troupe_routine_t *r = NULL;
+    OK(troupe_link(e.ctx[0], code, &r));
+    for (int i = 0; i < 10; i++)
+        OK(troupe_routine_run(r, NULL)); /* a = 1024 */
+    troupe_event_t *ev = NULL;
+    OK(troupe_stream_record(e.s[0], &ev));
+    OK(troupe_stream_wait_for(e.s[1], ev));
+    troupe_event_t *after = NULL;
+    OK(troupe_stream_record(e.s[1], &after));
+    OK(troupe_event_sync(after, 20000 * MS));
+    cr_assert(troupe_event_is_done(ev), "stream 1 went past the wait only after stream 0's work");
+    troupe_event_release(&after);
+    troupe_event_release(&ev);
+    float *got = malloc(sizeof(float) << 20);
+    rtu_get(e.ctx[0], a, got);
+    for (int i = 0; i < 1 << 20; i += 4099)
+        cr_assert_eq(got[i], 1024.0f, "a[%d] = %g", i, (double)got[i]);
+    free(got);
+    free(init);
+    troupe_routine_release(&r);
+    troupe_code_release(&code);
+    troupe_tnode_release(&a);
+    rtu_env_close(&e);
+}
+
+#else /* !TROUPE_HAVE_CUDA */
+
+Test(cuda, built_without_cuda)
+{
+    const troupe_driver_vtable_t *vt = NULL;
+    cr_assert_eq(troupe_driver_lookup("cuda", &vt), TROUPE_NOT_FOUND);
+    cr_skip_test("built without the CUDA toolkit (TROUPE_WITH_CUDA=OFF or not found)");
+}
+
+#endif
