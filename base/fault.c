@@ -301,7 +301,8 @@ troupe_status_t troupe__fault_configure(const char *spec)
         const char *comma = memchr(p, ',', (size_t)(end - p));
         const char *pend = comma ? comma : end;
         if (count == S_MAX_FAULTS) {
-            st = troupe__error(TROUPE_INVALID_ARGUMENT, "more than %d faults", S_MAX_FAULTS);
+            st =
+                s_part_error(count + 1, p, (size_t)(pend - p), "more than %d faults", S_MAX_FAULTS);
             goto out_bad;
         }
         st = s_parse_part(p, (size_t)(pend - p), count + 1, &s_faults[count]);
