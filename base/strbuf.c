@@ -58,7 +58,8 @@ void troupe__strbuf_putn(troupe__strbuf_t *sb, const char *s, size_t n)
     }
     if (!troupe__strbuf_reserve(sb, n))
         return;
-    memcpy(sb->data + sb->len, s, n);
+    if (n > 0) /* s may be NULL for nothing: memcpy's arguments must not be */
+        memcpy(sb->data + sb->len, s, n);
     sb->len += n;
     sb->data[sb->len] = '\0';
 }
