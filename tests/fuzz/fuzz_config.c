@@ -5,8 +5,8 @@
  * (swapping `environ`, so nothing is allocated per input) and reloads the configuration.
  * Whatever the values, a reload must end either OK or INVALID_ARGUMENT naming a variable
  * ("NAME='value': why"), and every setting must keep a valid value (a malformed one keeps its
- * default); a broken rule traps. TROUPE_LOG_FILE is not in the table: it would create files at
- * paths the fuzzer invents. The seed corpus (tests/data/config_corpus) also runs as a plain test
+ * default); a broken rule traps. TROUPE_LOG_FILE and TROUPE_TRACE are not in the table: they
+ * would create files at paths the fuzzer invents (the log at once, the trace at exit). The seed corpus (tests/data/config_corpus) also runs as a plain test
  * (corpus_config, tests/fuzz/CMakeLists.txt).
  *
  * Build: deploy/fuzz.sh (clang); run: deploy/fuzz.sh SECONDS config. */
@@ -48,6 +48,8 @@ static const char *const s_names[] = {
     "TROUPE_FAULT",
     "XDG_CACHE_HOME",
     "HOME",
+    "TROUPE_RESUME",
+    "TROUPE_PROGRESS_FILE",
 };
 #define S_NNAMES (sizeof s_names / sizeof s_names[0])
 #define S_MAX_VARS 24
