@@ -3,7 +3,9 @@
 #   deploy/fuzz.sh [SECONDS] [TARGET...]
 # SECONDS: how long each target runs (default 60). TARGET: text idx config fault ckpt ... (the
 # fuzz_<target>.c files of tests/fuzz/; default every one). Targets run one after another.
-# The build goes to build-fuzz/ (clang, TROUPE_BUILD_FUZZ=ON: AddressSanitizer +
+# The build goes to build-fuzz/ (clang, TROUPE_BUILD_FUZZ=ON, CUDA off as in the sanitizer
+# passes of deploy/test.sh, whose stub libcuda.so a machine without a GPU driver cannot load;
+# AddressSanitizer +
 # UndefinedBehaviorSanitizer, coverage instrumentation of the fuzzed code). Each target starts
 # from its seed corpus, tests/data/<target>_corpus (read only), and keeps what it finds in
 # build-fuzz/fuzz-work/<target>/ (kept between runs, so a later run goes on from there); a crash
@@ -43,7 +45,7 @@ build=$root/build-fuzz
 nice_n=${FUZZ_NICE:-19}
 echo "fuzz: building ${targets[*]} in $build with $cc"
 CC=$cc cmake -S "$root" -B "$build" -DTROUPE_BUILD_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DTROUPE_BUILD_BENCH=OFF >"$build.configure.log" 2>&1 ||
+    -DTROUPE_BUILD_BENCH=OFF -DTROUPE_WITH_CUDA=OFF >"$build.configure.log" 2>&1 ||
     { cat "$build.configure.log"; echo "$0: configuring failed" >&2; exit 2; }
 for t in "${targets[@]}"; do
     nice -n "$nice_n" cmake --build "$build" -j "${FUZZ_JOBS:-2}" --target "fuzz_$t" 2>&1 |

@@ -1,0 +1,56 @@
+/* libFuzzer target for the checkpoint reader (parallel/dp_ckpt.c, troupe_dp_checkpoint_parse:
+ * the reader troupe_dp_load and `troupe run` use before anything else). Whatever the bytes,
+ * it must either accept them with a description that is true to the format (a version from 1
+ * to 3, 0 to 2 optimizer state arrays, a note no longer than TROUPE_DP_NOTE_MAX and terminated,
+ * a v3 layout of at least one rank and stream) or refuse them with INVALID_ARGUMENT naming the
+ * image; a broken rule traps. Crashes, leaks and undefined behaviour in the reader (compiled
+ * with the fuzzer's instrumentation and sanitizers) are caught by the sanitizers. The seed
+ * corpus (tests/data/ckpt_corpus: checkpoints of the dp tests' model, SGD with and without
+ * momentum, AdamW, with and without a plan and note, and damaged copies) also runs as a plain
+ * test (corpus_ckpt, tests/fuzz/CMakeLists.txt).
+ *
+ * Build: deploy/fuzz.sh (clang); run: deploy/fuzz.sh SECONDS ckpt. */
+#include "parallel/dp.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define S_CHECK(cond)                                                                              \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fuzz_ckpt: broken: %s (%s)\n", #cond, troupe_last_error());           \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    /* an exact copy: a read past the image is a heap overflow the sanitizer reports */
+    uint8_t *img = malloc(size ? size : 1);
+    S_CHECK(img != NULL);
+    memcpy(img, data, size);
+    troupe_dp_checkpoint_info_t *info = malloc(sizeof *info);
+    S_CHECK(info != NULL);
+    memset(info, 0xa5, sizeof *info);
+    troupe_status_t st = troupe_dp_checkpoint_parse(img, size, "fuzz image", info);
+    if (st == TROUPE_OK) {
+        S_CHECK(info->version >= 1 && info->version <= 3);
+        S_CHECK(info->nstate >= 0 && info->nstate <= 2);
+        S_CHECK(info->optimizer == TROUPE_OPT_SGD || info->optimizer == TROUPE_OPT_ADAMW);
+        S_CHECK(info->steps >= 0);
+        S_CHECK(info->param_bytes <= size);
+        S_CHECK(memchr(info->note, '\0', sizeof info->note) != NULL);
+        if (info->version >= 3)
+            S_CHECK(info->ranks >= 1 && info->streams >= 1);
+    } else {
+        S_CHECK(st == TROUPE_INVALID_ARGUMENT || st == TROUPE_RESOURCE_EXHAUSTED);
+        S_CHECK(strstr(troupe_last_error(), "fuzz image") != NULL);
+    }
+    free(info);
+    free(img);
+    return 0;
+}
