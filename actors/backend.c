@@ -74,7 +74,10 @@ static void s_device_teardown(troupe_device_t *d)
     for (size_t i = 0; i < d->nstreams; i++) {
         troupe_status_t st = troupe_stream_await(d->streams[i]->stream, troupe_config_timeout_ns());
         if (st != TROUPE_OK)
-            TROUPE_LOG(st == TROUPE_DEADLINE_EXCEEDED ? TROUPE_LOG_WARN : TROUPE_LOG_DEBUG,
+            TROUPE_LOG(st == TROUPE_DEADLINE_EXCEEDED &&
+                               troupe_stream_status(d->streams[i]->stream) == TROUPE_OK
+                           ? TROUPE_LOG_WARN
+                           : TROUPE_LOG_DEBUG,
                        TROUPE_SUB_ACTORS, "backend teardown: stream %s: %s",
                        troupe_stream_name(d->streams[i]->stream), troupe_status_str(st));
     }

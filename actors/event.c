@@ -3,6 +3,7 @@
 #include "actors/event_impl.h"
 
 #include "actors/actor_impl.h"
+#include "actors/board_impl.h"
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -301,6 +302,8 @@ void troupe__event_drive(troupe_event_t *ev, int64_t timeout_ns)
         s_drive(ev, troupe_deadline_after(timeout_ns));
 }
 
+static troupe_status_t s_sync_pending(troupe_event_t *ev, int64_t timeout_ns);
+
 troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t timeout_ns)
 {
     if (!ev)
@@ -308,6 +311,18 @@ troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t timeout_ns)
     troupe_event_state_t state = s_state_raw(ev);
     if (state != TROUPE_EVENT_PENDING)
         return s_final(ev, state);
+    troupe__board_host_wait(ev->name, NULL);
+    troupe_status_t st = s_sync_pending(ev, timeout_ns);
+    if (st == TROUPE_DEADLINE_EXCEEDED && s_state_raw(ev) == TROUPE_EVENT_PENDING)
+        troupe__board_deadline_hit(st);
+    troupe__board_host_done();
+    return st;
+}
+
+/* troupe_event_sync of an event found pending. */
+static troupe_status_t s_sync_pending(troupe_event_t *ev, int64_t timeout_ns)
+{
+    troupe_event_state_t state;
     int64_t deadline = troupe_deadline_after(timeout_ns);
     s_drive(ev, deadline); /* may complete ev on this thread */
     /* An event about to complete (a stream finishing a short item) is caught by a brief spin,
@@ -330,7 +345,7 @@ troupe_status_t troupe_event_sync(troupe_event_t *ev, int64_t timeout_ns)
             pthread_cond_wait(&ev->cv, &ev->mu);
             continue;
         }
-        if (troupe_deadline_remaining(deadline) == 0)
+        if (troupe_deadline_remaining(deadline) == 0 && !troupe__board_extend_deadline(&deadline))
             break;
         struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000LL),
                               .tv_nsec = (long)(deadline % 1000000000LL)};

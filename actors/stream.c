@@ -4,6 +4,7 @@
 
 #include "actors/actor_impl.h"
 #include "actors/async_impl.h"
+#include "actors/board_impl.h"
 #include "actors/event_impl.h"
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -72,6 +73,7 @@ struct troupe_stream {
     size_t name_len;
     troupe_actor_t *actor; /* threaded */
     troupe_mailbox_t *mb;  /* threaded: event completions and wake-ups */
+    troupe__board_slot_t *board; /* the status board's slot (board_impl.h), NULL if full */
 
     /* Read on every item, rarely written. */
     atomic_bool term_requested;    /* release: stop between items */
@@ -252,6 +254,7 @@ static void s_account(troupe_stream_t *s)
 
 static void s_publish_parked(troupe_stream_t *s)
 {
+    troupe__board_wait_event(s->board, s->parked);
     pthread_mutex_lock(&s->mu);
     snprintf(s->pub_parked, sizeof s->pub_parked, "%s",
              s->parked ? troupe_event_name(s->parked) : "");
@@ -353,9 +356,11 @@ static bool s_exec_wait(troupe_stream_t *s, s_item_t *it)
     }
     /* A lazily started producer (a transport collective) runs on this thread when it is idle:
      * the queue would park on it anyway, and a hand-off would cost two wake-ups. */
+    troupe__board_wait_event(s->board, it->ev);
     troupe__event_drive(it->ev, troupe_config_timeout_ns());
     troupe_event_state_t state = troupe_event_state(it->ev);
     if (state != TROUPE_EVENT_PENDING) {
+        troupe__board_wait_event(s->board, NULL);
         if (state == TROUPE_EVENT_FAILED)
             s_fail_from_event(s, it->ev);
         s_trace_wait(s, it->ev);
@@ -756,6 +761,7 @@ static void s_actor(zsock_t *pipe, void *args)
 
 static void s_free(troupe_stream_t *s)
 {
+    troupe__board_release(&s->board);
     troupe_mailbox_release(&s->mb);
     /* The executor took every item (s_cancel_all): the chain from head_blk is items-free. */
     for (s_block_t *b = s->head_blk, *next; b; b = next) {
@@ -808,6 +814,7 @@ troupe_status_t troupe__stream_actor_new(const troupe_driver_vtable_t *vt, troup
     snprintf(s->name, sizeof s->name, "%s:%d:%d", vt && vt->name ? vt->name : "host", ordinal,
              stream_id);
     s->name_len = strlen(s->name);
+    s->board = troupe__board_claim(TROUPE__BOARD_STREAM, s->name, &s->submitted, &s->finished);
     s->failed_status = TROUPE_OK;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -1036,6 +1043,7 @@ troupe_status_t troupe_stream_await(troupe_stream_t *s, int64_t timeout_ns)
             return st;
         st = TROUPE_OK;
     }
+    troupe__board_host_wait("stream idle", s->name);
     pthread_mutex_lock(&s->mu);
     atomic_fetch_add_explicit(&s->awaiters, 1, memory_order_seq_cst);
     uint64_t pending;
@@ -1044,7 +1052,7 @@ troupe_status_t troupe_stream_await(troupe_stream_t *s, int64_t timeout_ns)
             pthread_cond_wait(&s->idle_cv, &s->mu);
             continue;
         }
-        if (troupe_deadline_remaining(deadline) == 0)
+        if (troupe_deadline_remaining(deadline) == 0 && !troupe__board_extend_deadline(&deadline))
             break;
         struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000LL),
                               .tv_nsec = (long)(deadline % 1000000000LL)};
@@ -1061,6 +1069,9 @@ troupe_status_t troupe_stream_await(troupe_stream_t *s, int64_t timeout_ns)
         st = s_failure_locked(s);
     }
     pthread_mutex_unlock(&s->mu);
+    if (pending > 0)
+        troupe__board_deadline_hit(st);
+    troupe__board_host_done();
     return st;
 }
 

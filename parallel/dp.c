@@ -545,6 +545,14 @@ troupe_status_t troupe_dp_new(const troupe_dp_config_t *cfg, const troupe_dp_mod
     return TROUPE_OK;
 }
 
+/* Teardown after a failure stays quiet: a replica whose stream failed had its failure
+ * reported by the call that met it (dp_step, dp_sync), so what it leaves behind is logged at
+ * debug level; anything else (a stream that did not drain in time) is a warning. */
+static troupe_log_level_t s_teardown_level(troupe_stream_t *s)
+{
+    return s != NULL && troupe_stream_status(s) != TROUPE_OK ? TROUPE_LOG_DEBUG : TROUPE_LOG_WARN;
+}
+
 void troupe_dp_destroy(troupe_dp_t **dp_p)
 {
     if (!dp_p || !*dp_p)
@@ -557,8 +565,8 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
                 troupe_status_t st =
                     troupe_stream_await(dp->rep[k].stream, troupe_config_timeout_ns());
                 if (st != TROUPE_OK)
-                    TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_PARALLEL, "dp_destroy: replica %d: %s",
-                               k, troupe_last_error());
+                    TROUPE_LOG(s_teardown_level(dp->rep[k].stream), TROUPE_SUB_PARALLEL,
+                               "dp_destroy: replica %d: %s", k, troupe_last_error());
             }
     }
     troupe_free(dp->ckpt_note);
@@ -578,7 +586,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
             troupe__dp_replica_t *r = &dp->rep[k];
             for (size_t c = r->nctxs; c-- > 0;) {
                 if (troupe_context_finalize(r->ctxs[c]) != TROUPE_OK)
-                    TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_PARALLEL,
+                    TROUPE_LOG(s_teardown_level(r->stream), TROUPE_SUB_PARALLEL,
                                "dp_destroy: finalizing a context of replica %d: %s", k,
                                troupe_last_error());
                 troupe_context_release(&r->ctxs[c]);

@@ -42,6 +42,7 @@
 #include "transport/mpi/engine_impl.h"
 #include "transport/mpi/transport_impl.h"
 
+#include "actors/board_impl.h"
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/config.h"
@@ -154,6 +155,9 @@ static struct {
     int64_t *last_pong_ns; /* [size] */
     unsigned char *lane_busy;
     bool broken;              /* MPI must not be called any more */
+    troupe__board_slot_t *board; /* the transport's status-board slot (s_board_publish) */
+    uint64_t coll_done;          /* the last collective that completed */
+    uint64_t board_sig;          /* what was last published there */
     bool waiting_on_peers;    /* every active request waits for slower ranks (s_iteration) */
     int64_t waiting_since_ns; /* then: when the newest of them started */
 } s_a = {
@@ -227,11 +231,14 @@ static void s_finish(troupe__req_t *r, troupe_status_t st, const char *msg)
 static void s_fail(troupe__req_t *r, troupe_status_t st, bool comm_broken)
 {
     const char *msg = troupe_last_error();
-    TROUPE_LOG(TROUPE_LOG_ERROR, TROUPE_SUB_TRANSPORT, "%s", msg);
+    /* troupe__cluster_fail logs the first failure (once); this one may only repeat it. */
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT, "%s", msg);
     troupe__cluster_fail(st, msg, comm_broken);
+    if (st == TROUPE_DEADLINE_EXCEEDED)
+        troupe__board_deadline_hit(st); /* the control plane logs the hang report */
     if (comm_broken)
         s_a.broken = true;
-    s_finish(r, st, msg);
+    s_finish(r, st, troupe_last_error());
 }
 
 troupe_status_t troupe__engine_send_ctl(const void *data, size_t size, int dest, int tag,
@@ -889,6 +896,57 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
     return TROUPE_OK;
 }
 
+/* ---- the status board -------------------------------------------------------------------- */
+
+/* Publishes what the oldest unfinished request waits for on the transport's status-board slot
+ * (actors/board_impl.h): which collective, in which phase, for which ranks, since when, and
+ * when its deadline fails it. Fingerprints name the ranks whose digests have not arrived; a
+ * stalled data phase names the other ranks involved (which of them is slow only a liveness
+ * probe tells). Written only when something changed. */
+static void s_board_publish(void)
+{
+    troupe__req_t *r = s_a.head;
+    int64_t queue = 0;
+    for (troupe__req_t *q = s_a.head; q != NULL; q = q->next)
+        queue++;
+    while (r != NULL && ((s_rs_t *)r->engine_state)->finished)
+        r = r->next;
+    troupe__board_transport_t t = {.state = TROUPE__BOARD_IDLE, .wait_rank = -1, .queue = queue,
+                                   .coll_done = (int64_t)s_a.coll_done};
+    char who[256] = "";
+    int size = s_a.comm.size;
+    if (r != NULL) {
+        s_rs_t *rs = r->engine_state;
+        bool pending[size];
+        for (int p = 0; p < size; p++)
+            pending[p] = troupe__req_involves(r, p, s_a.comm.rank) &&
+                         (rs->phase != S_PH_FP || troupe__fp_exchange_pending(&rs->fp, p));
+        for (int p = size - 1; p >= 0; p--)
+            t.wait_rank = pending[p] ? p : t.wait_rank;
+        if (t.wait_rank >= 0)
+            s_rank_list(pending, who, sizeof who);
+        t.wait_on = rs->what;
+        t.wait_by = who;
+        t.coll_active = troupe__req_is_p2p(r) ? 0 : (int64_t)r->seq;
+        if (rs->phase == S_PH_FP) {
+            t.state = TROUPE__BOARD_FINGERPRINT;
+            t.since_ns = rs->t_start_ns;
+            t.verdict_due_ns = rs->deadline_ns;
+        } else if (rs->phase == S_PH_DATA) {
+            t.state = rs->probing ? TROUPE__BOARD_PROBING : TROUPE__BOARD_DATA;
+            t.since_ns = rs->deadline_ns - s_timeout_ns(); /* the last progress */
+            t.verdict_due_ns = rs->probing ? rs->probe_end : rs->deadline_ns + S_PROBE_WINDOW_NS;
+        }
+    }
+    uint64_t sig = (uint64_t)t.state * 0x9e3779b97f4a7c15ULL ^ (uint64_t)t.coll_active << 20 ^
+                   (uint64_t)t.coll_done << 40 ^ (uint64_t)t.verdict_due_ns ^
+                   (uint64_t)(t.wait_rank + 1) << 8 ^ (uint64_t)queue << 56;
+    if (sig == s_a.board_sig)
+        return;
+    s_a.board_sig = sig;
+    troupe__board_set_transport(s_a.board, &t);
+}
+
 /* ---- the loop ---------------------------------------------------------------------------- */
 
 /* Completes and frees the finished requests (after this iteration's MPI calls). */
@@ -906,6 +964,8 @@ static void s_reap(void)
         r->next = NULL;
         r->engine_state = NULL;
         s_trace_request(r, rs);
+        if (!troupe__req_is_p2p(r) && r->seq > s_a.coll_done)
+            s_a.coll_done = r->seq;
         troupe_status_t st = rs->fin;
         char *msg = rs->fin_msg;
         rs->fin_msg = NULL;
@@ -989,6 +1049,8 @@ static void s_iteration(unsigned turn)
         s_fail_all(cst, cmsg);
     }
     s_reap();
+    if (turn % S_SERVICE_EVERY == 0 || finished)
+        s_board_publish();
 }
 
 static troupe_status_t s_new_state(troupe__req_t *r)
@@ -1217,6 +1279,9 @@ troupe_status_t troupe__engine_start(const void *data_comm, const void *ctl_comm
     for (int p = 0; p < size; p++)
         s_a.last_pong_ns[p] = INT64_MIN;
     s_a.coll_seq = 0;
+    s_a.coll_done = 0;
+    s_a.board_sig = 0;
+    s_a.board = troupe__board_claim(TROUPE__BOARD_TRANSPORT, "transport", NULL, NULL);
     s_a.turn = 0;
     s_a.stop = s_a.abort_now = s_a.exited = s_a.sleeping = false;
     s_a.busy = s_a.helping = false;
@@ -1233,6 +1298,7 @@ troupe_status_t troupe__engine_start(const void *data_comm, const void *ctl_comm
     pthread_mutex_unlock(&s_a.mu);
     return TROUPE_OK;
 free_peers: /* and shared memory, which started first */
+    troupe__board_release(&s_a.board);
     s_free_peer_arrays();
     troupe__shm_coll_stop();
     return TROUPE_RESOURCE_EXHAUSTED;
@@ -1291,6 +1357,7 @@ bool troupe__engine_stop(bool drain, int64_t timeout_ns)
     s_a.nsends = s_a.sends_cap = 0;
     s_free_peer_arrays();
     troupe__shm_coll_stop();
+    troupe__board_release(&s_a.board);
     return true;
 }
 
@@ -1324,6 +1391,7 @@ void troupe__engine_submit(troupe__req_t **r_p)
         r->seq = ++s_a.recv_seq[r->peer];
     else
         r->seq = ++s_a.coll_seq;
+    troupe__board_set_issued(s_a.board, (int64_t)s_a.coll_seq);
     r->submitted_ns = troupe_now_ns();
     r->next = NULL;
     if (s_a.in_tail != NULL)
