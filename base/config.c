@@ -27,6 +27,8 @@ static char s_cache_dir[S_STR_MAX];
 static char s_cc[S_STR_MAX];
 static char s_cc_flags[S_STR_MAX];
 static char s_trace[S_STR_MAX];
+static char s_status[64];
+static char s_job_id[64];
 static atomic_int_fast64_t s_timeout_s;
 static atomic_size_t s_fusion_bytes;
 static atomic_bool s_auto_host;
@@ -50,6 +52,15 @@ static void s_bad(const char *var, const char *value, const char *why)
         s_load_status = TROUPE_INVALID_ARGUMENT;
         snprintf(s_load_error, sizeof s_load_error, "%s='%s': %s (default kept)", var, value, why);
     }
+}
+
+/* "ipc", "off", or "tcp:" and an interface name (1 to 15 bytes, as IFNAMSIZ allows). */
+static bool s_status_ok(const char *v)
+{
+    if (strcmp(v, "ipc") == 0 || strcmp(v, "off") == 0)
+        return true;
+    size_t n = strlen(v);
+    return strncmp(v, "tcp:", 4) == 0 && n > 4 && n - 4 <= 15 && strchr(v + 4, '/') == NULL;
 }
 
 /* Parses a positive decimal integer; false on junk, overflow or a value below `min`. */
@@ -94,6 +105,8 @@ static void s_load(void)
     atomic_store(&s_flush_denormals, true);
     atomic_store(&s_stack_threshold, (size_t)16384);
     s_resume[0] = s_progress_file[0] = '\0';
+    s_copy(s_status, sizeof s_status, "ipc");
+    s_job_id[0] = '\0';
 
     const char *v;
     if ((v = getenv("TROUPE_LOG")) != NULL && troupe_log_configure(v) != TROUPE_OK)
@@ -183,6 +196,18 @@ static void s_load(void)
             s_copy(s_trace, sizeof s_trace, v);
     }
     troupe__trace_configure(s_trace);
+    if ((v = getenv("TROUPE_STATUS")) != NULL && v[0] != '\0') {
+        if (s_status_ok(v))
+            s_copy(s_status, sizeof s_status, v);
+        else
+            s_bad("TROUPE_STATUS", v, "expected ipc, off or tcp:<interface>");
+    }
+    if ((v = getenv("TROUPE_JOB_ID")) != NULL && v[0] != '\0') {
+        if (strlen(v) < sizeof s_job_id)
+            s_copy(s_job_id, sizeof s_job_id, v);
+        else
+            s_bad("TROUPE_JOB_ID", v, "longer than 63 bytes");
+    }
     /* Not TROUPE_LOG: it would re-enter troupe__config_ensure_loaded (pthread_once). */
     if (s_load_status != TROUPE_OK && troupe_log_get_level() >= TROUPE_LOG_WARN)
         troupe_log_write(TROUPE_LOG_WARN, TROUPE_SUB_BASE, "configuration: %s", s_load_error);
@@ -282,6 +307,17 @@ size_t troupe_config_stack_threshold_bytes(void)
 {
     troupe__config_ensure_loaded();
     return atomic_load(&s_stack_threshold);
+}
+
+const char *troupe_config_status(void)
+{
+    troupe__config_ensure_loaded();
+    return s_status;
+}
+const char *troupe_config_job_id(void)
+{
+    troupe__config_ensure_loaded();
+    return s_job_id;
 }
 
 static troupe_status_t s_set_str(char *dst, size_t cap, const char *v, const char *what,
@@ -410,4 +446,16 @@ troupe_status_t troupe_config_set_progress_file(const char *path)
 {
     return s_set_str(s_progress_file, sizeof s_progress_file, path ? path : "", "progress file",
                      true);
+}
+troupe_status_t troupe_config_set_status(const char *mode)
+{
+    if (mode == NULL || !s_status_ok(mode))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "status mode '%s': expected ipc, off or tcp:<interface>",
+                             mode != NULL ? mode : "(null)");
+    return s_set_str(s_status, sizeof s_status, mode, "status mode", false);
+}
+troupe_status_t troupe_config_set_job_id(const char *id)
+{
+    return s_set_str(s_job_id, sizeof s_job_id, id, "job id", true);
 }

@@ -22,6 +22,8 @@
  * | TROUPE_TRACE                | (off)                                 | troupe_config_set_trace_prefix  |
  * | TROUPE_RESUME               | (none)                                | troupe_config_set_resume        |
  * | TROUPE_PROGRESS_FILE        | (none)                                | troupe_config_set_progress_file |
+ * | TROUPE_STATUS               | ipc                                   | troupe_config_set_status        |
+ * | TROUPE_JOB_ID               | (the launcher's job id, else the pid) | troupe_config_set_job_id        |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -93,6 +95,15 @@ bool troupe_config_gemm_library(void);
 /* "library", "openblas" or "generated". */
 const char *troupe_config_gemm_mode_name(troupe_gemm_mode_t mode);
 
+/* The control plane's status endpoint (transport/zmq/status_impl.h), read when the cluster
+ * starts: "ipc" (the default: a socket in a private directory), "off" (no status actor), or
+ * "tcp:<interface>" (TCP on that interface's IPv4 address, CURVE-encrypted with a key pair per
+ * job; refused when ZeroMQ lacks CURVE). */
+const char *troupe_config_status(void);
+/* The job id naming the job's status directory; "" (the default) means the launcher's id
+ * (Open MPI, PMIx, Slurm), else the process id. */
+const char *troupe_config_job_id(void);
+
 /* Setters return TROUPE_INVALID_ARGUMENT for NULL/empty strings, non-positive timeouts
  * or fusion sizes below 1 KiB; TROUPE_RESOURCE_EXHAUSTED if a copy cannot be allocated. */
 TROUPE_MUST_USE troupe_status_t troupe_config_set_backend(const char *name);
@@ -108,6 +119,10 @@ void troupe_config_set_gemm_mode(troupe_gemm_mode_t mode);
 /* on: TROUPE_GEMM_MODE_LIBRARY; off: TROUPE_GEMM_MODE_GENERATED. */
 void troupe_config_set_gemm_library(bool on);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes);
+/* "ipc", "off" or "tcp:<interface>" (INVALID_ARGUMENT otherwise). */
+TROUPE_MUST_USE troupe_status_t troupe_config_set_status(const char *mode);
+/* Any text of at most 63 bytes; "" returns to the launcher's id. */
+TROUPE_MUST_USE troupe_status_t troupe_config_set_job_id(const char *id);
 
 /* Fault injection (README "Fault injection"; the language is in base/fault_impl.h): `spec` is
  * what TROUPE_FAULT holds, e.g. "kill:rank=1:collective=3" or "alloc:nth=2,ckpt:half"; NULL or

@@ -9,5 +9,6 @@ int troupe__cmd_doctor(int argc, char **argv); /* cmd_doctor.c: preflight checks
 int troupe__cmd_plot(int argc, char **argv);   /* cmd_plot.c: learning curve CSV -> PNG */
 int troupe__cmd_trace(int argc, char **argv);  /* cmd_trace.c: troupe trace merge */
 int troupe__cmd_run(int argc, char **argv); /* cmd_run.c: elastic runs, restarts */
+int troupe__cmd_status(int argc, char **argv); /* cmd_status.c: the hang doctor */
 
 #endif

@@ -6,6 +6,7 @@
  *   troupe trace merge   one timeline from the ranks' TROUPE_TRACE files; straggler report
  *                        (cmd_trace.c)
  *   troupe run           elastic runs: launch, watch, restart from checkpoints (cmd_run.c)
+ *   troupe status        what every rank of a running job waits on; the verdict (cmd_status.c)
  *   troupe help          usage (also -h, --help)
  *   troupe --version     "troupe <version>" (also version)
  *
@@ -91,6 +92,7 @@ static void s_usage(FILE *f)
                "             ranks' TROUPE_TRACE files, and the straggler report\n"
                "  run        launch a job and restart it from its checkpoint when a rank dies\n"
                "             (troupe run --help)\n"
+               "  status     what every rank of a running job waits on, and which rank is behind\n"
                "  help       this text (also -h, --help)\n"
                "  version    the version of troupe (also --version)\n"
                "exit status: 0 success, 1 output failed, 2 usage error\n");
@@ -307,6 +309,8 @@ int main(int argc, char **argv)
         return troupe__cmd_trace(argc, argv);
     if (strcmp(cmd, "run") == 0)
         return troupe__cmd_run(argc, argv);
+    if (strcmp(cmd, "status") == 0)
+        return troupe__cmd_status(argc, argv);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
         return s_simple(s_help, argc, argv);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)

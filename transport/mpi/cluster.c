@@ -7,6 +7,7 @@
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/engine_impl.h"
 #include "transport/mpi/transport_impl.h"
+#include "transport/zmq/status_impl.h"
 
 #include "actors/lend.h"
 #include "base/alloc.h"
@@ -209,6 +210,63 @@ static troupe_status_t s_remote_move(void *user, bool is_send, int peer, troupe_
     return TROUPE_OK;
 }
 
+/* ---- the control plane (transport/zmq/status_impl.h) ------------------------------------- */
+
+/* Starts this process's status actor as rank `rank` of `size` with `plan`. */
+static void s_status_start(const troupe__status_plan_t *plan, int rank, int size,
+                           troupe__status_rank_info_t *mine)
+{
+    if (troupe__status_start(plan, rank, size, mine) != TROUPE_OK)
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_TRANSPORT, "%s", troupe_last_error());
+}
+
+/* Without a launcher: this process is the whole job. */
+static void s_status_single(void)
+{
+    troupe__status_plan_t plan;
+    troupe__status_plan_make(&plan);
+    troupe__status_rank_info_t mine;
+    s_status_start(&plan, 0, 1, &mine);
+    troupe__status_publish(&mine, 1, true);
+}
+
+#if TROUPE_HAVE_MPI
+/* Every rank, before the engine owns MPI: the first rank's plan is broadcast, each rank starts
+ * its status actor, the endpoints are gathered once (when every rank could make room for them),
+ * and each node's first rank writes the job file. The control plane never fails the cluster:
+ * what goes wrong is logged and that part stays off. */
+static void s_status_mpi(int rank, int size, int local_rank)
+{
+    troupe__status_plan_t plan;
+    memset(&plan, 0, sizeof plan);
+    if (rank == 0)
+        troupe__status_plan_make(&plan);
+    int rc = MPI_Bcast(&plan, (int)sizeof plan, MPI_BYTE, 0, s_cl.ctl_comm);
+    if (rc != MPI_SUCCESS) {
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_TRANSPORT, "status: MPI_Bcast failed: no control "
+                                                          "plane");
+        return;
+    }
+    plan.job[sizeof plan.job - 1] = plan.iface[sizeof plan.iface - 1] = '\0';
+    plan.curve_public[TROUPE__STATUS_KEY_LEN] = plan.curve_secret[TROUPE__STATUS_KEY_LEN] = '\0';
+    troupe__status_rank_info_t mine;
+    s_status_start(&plan, rank, size, &mine);
+    troupe__status_rank_info_t *all = troupe_calloc((size_t)size, sizeof *all);
+    int ok = all != NULL, all_ok = 0;
+    rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, s_cl.ctl_comm);
+    if (rc == MPI_SUCCESS && all_ok)
+        rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
+                           s_cl.ctl_comm);
+    if (rc == MPI_SUCCESS && all_ok)
+        troupe__status_publish(all, size, local_rank == 0);
+    else
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_TRANSPORT,
+                   "status: the endpoints could not be gathered: `troupe status` will not find "
+                   "this job");
+    troupe_free(all);
+}
+#endif
+
 /* ---- init / finalize / leave ------------------------------------------------------------- */
 
 static bool s_env_set(const char *name)
@@ -302,6 +360,7 @@ static troupe_status_t s_mpi_init(int *argc, char ***argv)
     troupe__trace_set_rank(rank, size);
     if (size > 1)
         TROUPE_RETURN_IF_ERROR(troupe__clock_sync(s_cl.ctl_comm, rank, size));
+    s_status_mpi(rank, size, local_rank);
     if (size > 1)
         TROUPE_RETURN_IF_ERROR(troupe__engine_start(&s_cl.data_comm, &s_cl.ctl_comm, rank, size));
     return TROUPE_OK;
@@ -344,6 +403,8 @@ troupe_status_t troupe_cluster_init(int *argc, char ***argv)
         .size = atomic_load(&s_cl.size),
     };
     troupe_set_remote_transport(&t);
+    if (!launcher)
+        s_status_single();
     atomic_store(&s_cl.initialized, true);
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TRANSPORT, "cluster: rank %d of %d (local %d of %d), %s",
                atomic_load(&s_cl.rank), atomic_load(&s_cl.size), atomic_load(&s_cl.local_rank),
@@ -359,6 +420,7 @@ troupe_status_t troupe_cluster_finalize(void)
     /* Every submitted request completes first, each bounded by its deadline. */
     (void)troupe__engine_stop(true, TROUPE_TIMEOUT_INFINITE);
     s_trace_flush("cluster_finalize");
+    troupe__status_stop();
     char msg[1024];
     troupe_status_t st = troupe__cluster_failure(msg, sizeof msg);
     pthread_mutex_lock(&s_cl.mu);
@@ -399,8 +461,8 @@ troupe_status_t troupe_cluster_leave(const char *reason)
     }
     /* The first failure stays the cluster's; a rank leaving on its own marks the
      * communicators unusable so that no later call waits in MPI for peers. */
-    if (troupe__cluster_is_failed()) /* else troupe__cluster_fail logs `why` */
-        TROUPE_LOG(TROUPE_LOG_ERROR, TROUPE_SUB_TRANSPORT, "leaving the cluster: %s", why);
+    if (troupe__cluster_is_failed()) /* logged when it failed; else troupe__cluster_fail logs */
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TRANSPORT, "leaving the cluster: %s", why);
     troupe__cluster_fail(TROUPE_CANCELLED, why, true);
     s_trace_flush("cluster_leave");
     troupe_set_remote_transport(NULL);
@@ -410,6 +472,7 @@ troupe_status_t troupe_cluster_leave(const char *reason)
         st = troupe__error(TROUPE_DEADLINE_EXCEEDED,
                            "cluster_leave: the transport engine did not stop within %lld s",
                            (long long)(S_LEAVE_JOIN_NS / 1000000000LL));
+    troupe__status_stop();
     atomic_store(&s_cl.initialized, false);
     atomic_store(&s_cl.distributed, false);
     return st;
