@@ -530,6 +530,36 @@ Test(status, the_verdict_names_a_silent_rank_and_short_waits_are_progress)
     troupe__status_job_clear(&job);
 }
 
+Test(status, a_rank_stuck_in_a_collective_the_others_completed_is_behind)
+{
+    /* A cut link: ranks 0 and 1 completed allreduce #5 and wait in #6 for rank 2, which is
+     * still in #5's data phase "waiting for ranks 0, 1": not a cycle, rank 2 is behind. */
+    troupe__status_job_t job = s_job(3);
+    troupe__status_result_t res[3];
+    int64_t s6 = 6000 * MS;
+    troupe__status_rec_t r0[1] = {s_transport(TROUPE__BOARD_FINGERPRINT, 6, 6, 2, s6)};
+    troupe__status_rec_t r1[1] = {s_transport(TROUPE__BOARD_FINGERPRINT, 6, 6, 2, s6)};
+    troupe__status_rec_t r2[1] = {s_transport(TROUPE__BOARD_PROBING, 5, 5, 0, s6)};
+    r0[0].coll_done = r1[0].coll_done = 5;
+    r2[0].coll_done = 4;
+    snprintf(r2[0].wait_by, sizeof r2[0].wait_by, "ranks 0, 1");
+    s_answered(&res[0], 0, 3, r0, 1);
+    s_answered(&res[1], 1, 3, r1, 1);
+    s_answered(&res[2], 2, 3, r2, 1);
+    troupe__status_verdict_t v;
+    troupe__status_verdict(&job, res, 3, &v);
+    cr_assert(v.stalled);
+    cr_assert_not(v.cycle, "%s", v.text);
+    cr_assert_eq(v.nbehind, 1, "%s", v.text);
+    cr_assert_eq(v.behind[0], 2);
+    cr_assert(strstr(v.text, "rank 2 is behind in allreduce #6: it is still in allreduce #5 "
+                             "(probing since 6.00 s)") != NULL,
+              "%s", v.text);
+    for (int r = 0; r < 3; r++)
+        troupe__status_reply_clear(&res[r].reply);
+    troupe__status_job_clear(&job);
+}
+
 Test(status, the_verdict_finds_a_wait_for_cycle)
 {
     troupe__status_job_t job = s_job(1);

@@ -378,6 +378,8 @@ static void s_edges(s_graph_t *g, int node)
             continue;
         int tq = s_find(g, q, "transport");
         const troupe__status_rec_t *rq = tq >= 0 ? s_rec(g, tq) : NULL;
+        if (rq != NULL && r->coll_active > 0 && rq->coll_done >= r->coll_active)
+            continue; /* q completed that collective: it is not what r waits for */
         if (rq != NULL && s_in_collective(rq))
             s_edge(x, tq, rq->coll_active == r->coll_active);
         else
@@ -512,7 +514,9 @@ static void s_find_ends(const s_graph_t *g, unsigned char *end)
         while (sp > 0) {
             int u = stack[--sp];
             const s_node_t *x = &g->nodes[u];
-            if (x->nedge == 0 && (u >= g->nrecs || u != s))
+            /* A stalled transport that waits for no rank left (each completed its collective)
+             * is where its own wait ends. */
+            if (x->nedge == 0 && (u >= g->nrecs || u != s || s_in_collective(s_rec(g, u))))
                 end[u] = 1;
             for (int k = 0; k < x->nedge; k++) {
                 int w = x->edge[k];
@@ -600,7 +604,8 @@ static void s_say_behind(const s_graph_t *g, const unsigned char *end, troupe__s
                          troupe__strbuf_t *sb)
 {
     for (int q = 0; q < g->n; q++) {
-        if (!end[g->nrecs + q])
+        int tq = s_find(g, q, "transport");
+        if (!end[g->nrecs + q] && (tq < 0 || !end[tq]))
             continue;
         if (v->nbehind < 16)
             v->behind[v->nbehind] = q;
@@ -616,10 +621,20 @@ static void s_say_behind(const s_graph_t *g, const unsigned char *end, troupe__s
         if (wr != NULL)
             troupe__strbuf_printf(sb, " in %s", wr->wait_on);
         troupe__strbuf_puts(sb, ": ");
-        if (!g->res[q].answered)
+        int tq = s_find(g, q, "transport");
+        const troupe__status_rec_t *tr = tq >= 0 && end[tq] ? s_rec(g, tq) : NULL;
+        if (!g->res[q].answered) {
             troupe__strbuf_printf(sb, "it does not answer (%s)", g->res[q].why);
-        else
+        } else if (tr != NULL) {
+            char age[32];
+            s_dur(tr->age_ns, age, sizeof age);
+            troupe__strbuf_printf(sb,
+                                  "it is still in %s (%s since %s), which the ranks it waits for "
+                                  "have completed (lost messages, or a broken link?)",
+                                  tr->wait_on, troupe__board_state_name(tr->state), age);
+        } else {
             s_rank_doing(g, q, wr != NULL ? wr->coll_active : 0, sb);
+        }
         if (wr != NULL) {
             char age[32];
             s_dur(wr->age_ns, age, sizeof age);
@@ -650,8 +665,9 @@ void troupe__status_verdict(const troupe__status_job_t *job, const troupe__statu
     s_find_ends(&g, end);
     bool silent = false, any_end = false;
     for (int q = 0; q < n; q++) {
+        int tq = s_find(&g, q, "transport");
         silent |= !res[q].answered;
-        any_end |= end[g.nrecs + q] != 0;
+        any_end |= end[g.nrecs + q] != 0 || (tq >= 0 && end[tq]);
     }
     if (any_end) {
         v->stalled = true;
