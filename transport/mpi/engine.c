@@ -928,13 +928,12 @@ static void s_board_publish(void)
         t.wait_on = rs->what;
         t.wait_by = who;
         t.coll_active = troupe__req_is_p2p(r) ? 0 : (int64_t)r->seq;
-        if (rs->phase == S_PH_FP) {
-            t.state = TROUPE__BOARD_FINGERPRINT;
-            t.since_ns = rs->t_start_ns;
-            t.verdict_due_ns = rs->deadline_ns;
-        } else if (rs->phase == S_PH_DATA) {
-            t.state = rs->probing ? TROUPE__BOARD_PROBING : TROUPE__BOARD_DATA;
-            t.since_ns = rs->deadline_ns - s_timeout_ns(); /* the last progress */
+        if (rs->phase == S_PH_FP || rs->phase == S_PH_DATA) { /* both probe past the deadline */
+            bool fp = rs->phase == S_PH_FP;
+            t.state = rs->probing ? TROUPE__BOARD_PROBING
+                      : fp        ? TROUPE__BOARD_FINGERPRINT
+                                  : TROUPE__BOARD_DATA;
+            t.since_ns = fp ? rs->t_start_ns : rs->deadline_ns - s_timeout_ns(); /* last progress */
             t.verdict_due_ns = rs->probing ? rs->probe_end : rs->deadline_ns + S_PROBE_WINDOW_NS;
         }
     }
