@@ -14,6 +14,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "ir/tnode.h"
+#include "ir/tnode_impl.h"
 
 #include "base/alloc.h"
 #include "base/strbuf.h"
@@ -118,6 +119,33 @@ static void s_bump_last_id(int64_t id)
     }
 }
 
+/* ---- the host-array allocator (ir/tnode_impl.h) -------------------------------------------- */
+
+typedef struct s_host_alloc {
+    void *(*alloc)(size_t size_bytes);
+    void (*free)(void *p);
+    size_t min_bytes;
+} s_host_alloc_t;
+
+static pthread_mutex_t s_host_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+static s_host_alloc_t s_host_alloc_cur;
+
+void troupe__tnode_set_host_allocator(void *(*alloc)(size_t size_bytes), void (*free_fn)(void *p),
+                                      size_t min_bytes)
+{
+    pthread_mutex_lock(&s_host_alloc_lock);
+    s_host_alloc_cur = (s_host_alloc_t){alloc, alloc ? free_fn : NULL, min_bytes};
+    pthread_mutex_unlock(&s_host_alloc_lock);
+}
+
+static s_host_alloc_t s_host_allocator(void)
+{
+    pthread_mutex_lock(&s_host_alloc_lock);
+    s_host_alloc_t a = s_host_alloc_cur;
+    pthread_mutex_unlock(&s_host_alloc_lock);
+    return a;
+}
+
 /* ---- creation ------------------------------------------------------------------------------ */
 
 static void s_free_node(troupe_tnode_t *tn)
@@ -127,7 +155,10 @@ static void s_free_node(troupe_tnode_t *tn)
             troupe_free(tn->label[i]);
         troupe_free(tn->label);
     }
-    troupe_free(tn->host);
+    if (tn->host_free != NULL)
+        tn->host_free(tn->host);
+    else
+        troupe_free(tn->host);
     troupe_free(tn->devices_not_lagging_host);
     troupe_free(tn->code_name);
     troupe_free(tn);
@@ -485,7 +516,14 @@ static troupe_status_t s_host_locked(troupe_tnode_t *tn, bool write, void **out)
     if (st != TROUPE_OK)
         return st;
     if (!tn->host) {
-        tn->host = troupe_calloc(1, tn->size_bytes);
+        s_host_alloc_t ha = s_host_allocator();
+        if (ha.alloc != NULL && tn->size_bytes >= ha.min_bytes &&
+            (tn->host = ha.alloc(tn->size_bytes)) != NULL) {
+            memset(tn->host, 0, tn->size_bytes);
+            tn->host_free = ha.free;
+        } else {
+            tn->host = troupe_calloc(1, tn->size_bytes);
+        }
         if (!tn->host) {
             char name[96];
             troupe_tnode_debug_name(tn, name, sizeof name);

@@ -74,6 +74,7 @@ struct troupe_tnode {
     troupe_memory_mode_t memory_mode;
     int32_t provenance;
     void *host;                  /* host array of size_bytes, for hosted nodes (lazily allocated) */
+    void (*host_free)(void *);   /* frees host when troupe__tnode_set_host_allocator's allocated it */
     int32_t *devices_not_lagging_host; /* device ids (set semantics) */
     size_t devices_not_lagging_count, devices_not_lagging_cap;
     troupe_tnode_hooks_t hooks;

@@ -5,6 +5,7 @@
 #include "base/config.h"
 #include "base/status.h"
 #include "ir/tnode.h"
+#include "ir/tnode_impl.h"
 
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -1195,4 +1196,46 @@ Test(tnode_text, memory_mode_to_string)
     size_t n = troupe_memory_mode_to_string(M_HOST(VOLATILE), buf, 4);
     cr_assert_eq(n, strlen("Hosted(Volatile)"));
     cr_assert_str_eq(buf, "Hos");
+}
+
+/* ir/tnode_impl.h: host arrays of at least min_bytes come from the installed allocator,
+ * zero-filled, and go back to it (also after it is uninstalled); smaller ones do not. */
+static int s_allocs, s_frees;
+static unsigned char s_arena[1 << 16];
+
+static void *s_test_alloc(size_t n)
+{
+    s_allocs++;
+    memset(s_arena, 0xab, n); /* the node must zero it */
+    return s_arena;
+}
+
+static void s_test_free(void *p)
+{
+    cr_assert_eq(p, (void *)s_arena);
+    s_frees++;
+}
+
+Test(tnode, host_arrays_come_from_the_installed_allocator)
+{
+    troupe__tnode_set_host_allocator(s_test_alloc, s_test_free, 4096);
+    troupe_tnode_t *big = NULL, *small = NULL;
+    const char *l[1] = {"big"};
+    cr_assert_eq(troupe_tnode_new(l, 1, TROUPE_PREC_SINGLE, 1, (int64_t[]){2048}, NULL, 0, &big),
+                 TROUPE_OK);
+    cr_assert_eq(troupe_tnode_new(l, 1, TROUPE_PREC_SINGLE, 1, (int64_t[]){16}, NULL, 0, &small),
+                 TROUPE_OK);
+    void *h = NULL;
+    cr_assert_eq(troupe_tnode_host_array(big, &h), TROUPE_OK);
+    cr_assert_eq(h, (void *)s_arena);
+    cr_assert_eq(s_allocs, 1);
+    for (size_t i = 0; i < big->size_bytes; i++)
+        cr_assert_eq(((unsigned char *)h)[i], 0, "byte %zu is not zeroed", i);
+    cr_assert_eq(troupe_tnode_host_array(small, &h), TROUPE_OK);
+    cr_assert_neq(h, (void *)s_arena, "64 bytes is below the allocator's minimum");
+    troupe__tnode_set_host_allocator(NULL, NULL, 0);
+    troupe_tnode_release(&small);
+    cr_assert_eq(s_frees, 0);
+    troupe_tnode_release(&big);
+    cr_assert_eq(s_frees, 1, "freed with the allocator that made it");
 }

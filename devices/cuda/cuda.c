@@ -7,9 +7,11 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "devices/cuda/nvrtc.h"
+#include "ir/tnode_impl.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define S_NAME "cuda"
@@ -166,6 +168,31 @@ static troupe_status_t s_archs(troupe__cuda_driver_t *d)
     return TROUPE_OK;
 }
 
+/* Host arrays of tensor nodes (ir/tnode_impl.h): page-aligned memory registered with the CUDA
+ * runtime (cudaHostRegister), so copies to and from them are direct and asynchronous. Registered
+ * rather than cudaHostAlloc'd: the memory stays valid (pageable again, copies then staged) if
+ * the device is reset after a sticky error. */
+#define S_PIN_MIN_BYTES ((size_t)64 << 10)
+
+static void *s_pinned_alloc(size_t size_bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, size_bytes) != 0)
+        return NULL;
+    if (cudaHostRegister(p, size_bytes, cudaHostRegisterPortable) != cudaSuccess)
+        (void)cudaGetLastError(); /* stays pageable: its copies are staged */
+    return p;
+}
+
+static void s_pinned_free(void *p)
+{
+    if (p == NULL)
+        return;
+    if (cudaHostUnregister(p) != cudaSuccess)
+        (void)cudaGetLastError();
+    free(p);
+}
+
 static void s_close(troupe_driver_t *drv);
 
 static troupe_status_t s_open(troupe_driver_t **out)
@@ -200,6 +227,8 @@ static troupe_status_t s_open(troupe_driver_t **out)
     if ((st = s_archs(d)) != TROUPE_OK)
         goto out_fail;
     s_enable_peers(d);
+    if (d->ndevices > 0)
+        troupe__tnode_set_host_allocator(s_pinned_alloc, s_pinned_free, S_PIN_MIN_BYTES);
     *out = &d->base;
     return TROUPE_OK;
 out_fail:

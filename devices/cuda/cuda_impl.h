@@ -5,7 +5,9 @@
  *   - open: cudaGetDeviceCount; every visible GPU is a device (ordinal = CUDA device index).
  *     No driver or no GPU is not an error: the backend opens with 0 devices and logs, at info
  *     level, why (the cudaError_t name cudaGetDeviceCount returned). Peer access is enabled
- *     between every pair of devices that supports it.
+ *     between every pair of devices that supports it. Once a device is seen, tensor nodes'
+ *     host arrays of 64 KiB or more are allocated page-aligned and registered with the runtime
+ *     (cudaHostRegister; ir/tnode_impl.h), so their copies need no staging.
  *   - pools: cudaMalloc'd device memory addressed {pool_id, offset} (devices/pools_impl.h);
  *     used bytes are counted exactly; an allocation the device cannot hold is
  *     RESOURCE_EXHAUSTED naming the bytes asked and the bytes free (cudaMemGetInfo).
