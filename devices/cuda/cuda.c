@@ -93,6 +93,16 @@ void troupe__cuda_why_no_device(char *buf, size_t cap)
     }
 }
 
+int troupe__cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 0;
+    }
+    return n;
+}
+
 /* Fills dev from the runtime's properties of CUDA device `ordinal`. */
 static troupe_status_t s_probe(troupe__cuda_dev_t *dev, int ordinal)
 {

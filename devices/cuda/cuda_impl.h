@@ -78,6 +78,12 @@ TROUPE_MUST_USE troupe_status_t troupe__cuda_image(const char *name, const char 
  * detected)"). Asks the runtime (cudaGetDeviceCount) on each call; never fails. */
 void troupe__cuda_why_no_device(char *buf, size_t cap);
 
+/* The number of CUDA devices the runtime sees (0 when it sees none or fails). */
+int troupe__cuda_device_count(void);
+
+/* "cuBLASLt <version>" (what runs GEMM steps), or "none (built without cuBLASLt)". */
+const char *troupe__cuda_gemm_name(void);
+
 /* One line about CUDA device `ordinal` for `troupe info`: "<name>, compute <major>.<minor>,
  * <SMs> SMs, <MiB> MiB, arch <sm_XY|compute_XY>". INVALID_ARGUMENT / DEVICE_ERROR. */
 TROUPE_MUST_USE troupe_status_t troupe__cuda_describe(int ordinal, char *buf, size_t cap);

@@ -99,7 +99,5 @@ troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size
 /* Frees a plan (NULL is ignored) and a queue's cuBLASLt state (q->lt). */
 void troupe__cuda_gemm_plan_free(troupe__cuda_gemm_plan_t *plan);
 void troupe__cuda_gemm_queue_free(troupe_dqueue_t *q);
-/* "cuBLASLt <version>" or "none (...)". */
-const char *troupe__cuda_gemm_name(void);
 
 #endif

@@ -28,6 +28,9 @@
  *   mpi: Open MPI v4.1.4, ...                transport/mpi troupe_mpi_version(), or "none"
  *   cuda: nvrtc 13.0, runtime 13.0, driver none   devices/cuda troupe_cuda_versions(), or
  *                                                  "none (built without CUDA)"
+ *   cuda.devices: 0 (cudaGetDeviceCount: ...)   CUDA builds: the GPUs, or why there are none;
+ *   cuda.device.0: <name>, compute 9.0, 132 SMs, 81079 MiB, arch sm_90   one line per GPU;
+ *   cuda.gemm: cuBLASLt 13.0.0               what runs GEMM steps (devices/cuda/cuda_impl.h)
  *   gemm: OpenBLAS 0.3.21 (...; core SkylakeX, chosen by troupe; 1 thread per stream)
  *                                            devices/host/gemm_library.h, or "none (...)"
  *   libzmq: 4.3.4                            the loaded libraries' versions
@@ -63,6 +66,7 @@
 #include "troupe_config.h"
 
 #if TROUPE_HAVE_CUDA
+#include "devices/cuda/cuda_impl.h"
 #include "devices/cuda/nvrtc.h"
 #endif
 
@@ -154,6 +158,28 @@ static bool s_is_built(const char *name)
     return false;
 }
 
+#if TROUPE_HAVE_CUDA
+/* The GPUs the cuda driver sees (or why none), one line each, and what runs GEMM steps. */
+static void s_cuda_devices(void)
+{
+    char line[512];
+    int n = troupe__cuda_device_count();
+    if (n == 0) {
+        troupe__cuda_why_no_device(line, sizeof line);
+        printf("cuda.devices: 0 (%s)\n", line);
+    } else {
+        printf("cuda.devices: %d\n", n);
+    }
+    for (int i = 0; i < n; i++) {
+        if (troupe__cuda_describe(i, line, sizeof line) == TROUPE_OK)
+            printf("cuda.device.%d: %s\n", i, line);
+        else
+            printf("cuda.device.%d: error: %s\n", i, troupe_last_error());
+    }
+    printf("cuda.gemm: %s\n", troupe__cuda_gemm_name());
+}
+#endif
+
 static void s_versions(void)
 {
     printf("gemm: %s\n", troupe_gemm_library_name());
@@ -165,6 +191,7 @@ static void s_versions(void)
         printf("cuda: %s\n", cuda);
     else
         printf("cuda: error: %s: %s\n", troupe_status_str(st), troupe_last_error());
+    s_cuda_devices();
 #else
     printf("cuda: none (built without CUDA)\n");
 #endif
