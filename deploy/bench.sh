@@ -2,7 +2,8 @@
 # troupe — the benchmark command: installs what is missing, builds into build/ (deploy/setup.sh,
 # plus the peers: OpenBLAS for bench_matmul, BLIS and libxsmm for bench_gemm_libs, Debian's
 # PyTorch for bench_train), then runs every benchmark executable build/bench/bench_* in name
-# order and prints their output.
+# order and prints their output. bench_cuda (built with the CUDA toolkit) runs the cuda backend
+# against bare CUDA and cuBLAS on GPU 0, and prints a `skipped` line on a machine without a GPU.
 #
 # The peers run at their best: a kernel choice forced from the caller's environment
 # (OPENBLAS_CORETYPE, BLIS_ARCH_TYPE, LIBXSMM_TARGET) is dropped with a warning; then, when
