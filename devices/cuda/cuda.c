@@ -509,24 +509,41 @@ static size_t s_chunk(size_t n, size_t off)
     return n - off < TROUPE__CUDA_STAGE_BYTES ? n - off : TROUPE__CUDA_STAGE_BYTES;
 }
 
+/* What h2d and d2h share: checks, the device address of buf in *dev, and the copy itself when
+ * it needs no staging (nothing to copy, or page-locked host memory): then *done. */
+static troupe_status_t s_host_copy(troupe_dqueue_t *q, bool to_host, troupe_buffer_loc_t buf,
+                                   const void *host, int64_t size_bytes, char **dev, bool *done)
+{
+    const char *op = to_host ? "d2h" : "h2d";
+    *done = false;
+    TROUPE_RETURN_IF_ERROR(s_check_queue(op, q));
+    TROUPE_RETURN_IF_ERROR(troupe__check_copy_size(S_NAME, op, buf, size_bytes));
+    if (host == NULL && size_bytes > 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "cuda %s: NULL host %s", op,
+                             to_host ? "destination" : "source");
+    TROUPE_RETURN_IF_ERROR(s_resolve(q->drv, op, q->ordinal, buf, (void **)dev));
+    if (size_bytes > 0 && !s_pinned(host))
+        return TROUPE_OK;
+    *done = true;
+    if (size_bytes == 0)
+        return TROUPE_OK;
+    cudaError_t e = to_host ? cudaMemcpyAsync((void *)host, *dev, (size_t)size_bytes,
+                                              cudaMemcpyDeviceToHost, q->stream)
+                            : cudaMemcpyAsync(*dev, host, (size_t)size_bytes,
+                                              cudaMemcpyHostToDevice, q->stream);
+    if (e != cudaSuccess)
+        return troupe__cuda_fail(s_qdev(q), e, "%s of %lld bytes", op, (long long)size_bytes);
+    return TROUPE_OK;
+}
+
 static troupe_status_t s_h2d(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_buffer_loc_t dst,
                              const void *src, int64_t size_bytes)
 {
-    TROUPE_RETURN_IF_ERROR(s_check_queue("h2d", q));
-    TROUPE_RETURN_IF_ERROR(troupe__check_copy_size(S_NAME, "h2d", dst, size_bytes));
-    if (src == NULL && size_bytes > 0)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "cuda h2d: NULL host source");
     char *p = NULL;
-    TROUPE_RETURN_IF_ERROR(s_resolve(q->drv, "h2d", q->ordinal, dst, (void **)&p));
-    if (size_bytes == 0)
+    bool done = false;
+    TROUPE_RETURN_IF_ERROR(s_host_copy(q, false, dst, src, size_bytes, &p, &done));
+    if (done)
         return TROUPE_OK;
-    if (s_pinned(src)) {
-        cudaError_t e = cudaMemcpyAsync(p, src, (size_t)size_bytes, cudaMemcpyHostToDevice,
-                                        q->stream);
-        if (e != cudaSuccess)
-            return troupe__cuda_fail(s_qdev(q), e, "h2d of %lld bytes", (long long)size_bytes);
-        return TROUPE_OK;
-    }
     /* Pageable memory: copied into the two staging buffers in turn, so the host copy of one
      * chunk overlaps the transfer of the other. */
     size_t n = (size_t)size_bytes;
@@ -544,21 +561,11 @@ static troupe_status_t s_h2d(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_bu
 static troupe_status_t s_d2h(troupe_driver_t *drv, troupe_dqueue_t *q, void *dst,
                              troupe_buffer_loc_t src, int64_t size_bytes)
 {
-    TROUPE_RETURN_IF_ERROR(s_check_queue("d2h", q));
-    TROUPE_RETURN_IF_ERROR(troupe__check_copy_size(S_NAME, "d2h", src, size_bytes));
-    if (dst == NULL && size_bytes > 0)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "cuda d2h: NULL host destination");
     char *p = NULL;
-    TROUPE_RETURN_IF_ERROR(s_resolve(q->drv, "d2h", q->ordinal, src, (void **)&p));
-    if (size_bytes == 0)
+    bool done = false;
+    TROUPE_RETURN_IF_ERROR(s_host_copy(q, true, src, dst, size_bytes, &p, &done));
+    if (done)
         return TROUPE_OK;
-    if (s_pinned(dst)) {
-        cudaError_t e = cudaMemcpyAsync(dst, p, (size_t)size_bytes, cudaMemcpyDeviceToHost,
-                                        q->stream);
-        if (e != cudaSuccess)
-            return troupe__cuda_fail(s_qdev(q), e, "d2h of %lld bytes", (long long)size_bytes);
-        return TROUPE_OK;
-    }
     /* Pageable memory: chunk c lands in staging slot c % 2, and chunk c - 2 is copied out of
      * that slot first, so the transfer of one chunk overlaps the host copy of the other. The
      * entry returns when all the data is in dst. */

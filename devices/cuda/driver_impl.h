@@ -61,8 +61,10 @@ struct troupe_devent {
     int ordinal;
 };
 
-/* One GEMM step's cuBLASLt plan (gemm_lt.c), per device architecture. */
+/* One GEMM step's cuBLASLt plan (gemm_lt.c), per device architecture and alignment class of
+ * the operands (4, 8, ..., 256 bytes). */
 typedef struct troupe__cuda_gemm_plan troupe__cuda_gemm_plan_t;
+#define TROUPE__CUDA_ALIGN_CLASSES 7
 
 struct troupe_dcode {
     char *name;
@@ -73,7 +75,7 @@ struct troupe_dcode {
     cudaLibrary_t *libs;   /* per architecture of the driver */
     cudaKernel_t *kernels; /* narchs x gen->nkernels */
     pthread_mutex_t lock;  /* plans */
-    troupe__cuda_gemm_plan_t **plans; /* narchs x gen->nsteps, built on first use */
+    troupe__cuda_gemm_plan_t **plans; /* narchs x nsteps x align classes, built on first use */
     bool ftz;
 };
 

@@ -5,8 +5,10 @@
  * transpose, so B's buffer is cuBLASLt's first operand (untransposed when B is stored k x n)
  * and A's the second, with no copy. Compute type CUBLAS_COMPUTE_32F (64F for double): no TF32,
  * no reduced precision. Each step's descriptors and the algorithm cuBLASLt's heuristic picks
- * are made once per architecture (the first launch) and reused, so a step sums in the same
- * order every run (bitwise reproducible). Each queue has its own cuBLASLt handle and a 32 MiB
+ * are made once per architecture and alignment class of the operands' addresses (4 to 256
+ * bytes: the heuristic is told the alignment, since array offsets and static indices may leave
+ * an operand less aligned than its default of 256 assumes) on first use and reused, so a step
+ * sums in the same order every run on the same operands (bitwise reproducible). Each queue has its own cuBLASLt handle and a 32 MiB
  * workspace, made on first use. TROUPE_GEMM=generated, a build without cuBLASLt or a shape
  * cuBLASLt has no algorithm for gives UNAVAILABLE: the step's generated kernels run instead.
  */
@@ -105,9 +107,10 @@ static bool s_queue(troupe_dqueue_t *q, s_lt_queue_t **out)
     return lt->handle != NULL && lt->workspace != NULL;
 }
 
-/* The descriptors of `g` and the heuristic's algorithm (plan->usable false when it has none). */
+/* The descriptors of `g` and the heuristic's algorithm for operands aligned to `align` bytes
+ * (plan->usable false when it has none). */
 static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t *g,
-                              const char *code, troupe__cuda_gemm_plan_t **out)
+                              uint32_t align, const char *code, troupe__cuda_gemm_plan_t **out)
 {
     troupe__cuda_gemm_plan_t *p = troupe_calloc(1, sizeof *p);
     if (p == NULL)
@@ -140,6 +143,11 @@ static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t 
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &ws, sizeof ws);
+    static const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->lx, p->ly, p->lc, p->lc, pref, 1, &r,
                                            &found);
@@ -161,6 +169,16 @@ static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t 
     return TROUPE_OK;
 }
 
+/* The alignment class (0: 4 bytes ... 6: 256 bytes) of the least aligned of three addresses. */
+static int s_align_class(const void *a, const void *b, const void *c)
+{
+    uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
+    int k = 0;
+    while (k < TROUPE__CUDA_ALIGN_CLASSES - 1 && (bits & ((uintptr_t)4 << k)) == 0)
+        k++;
+    return k;
+}
+
 troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size_t step,
                                   const void *a, const void *b, void *c)
 {
@@ -168,11 +186,14 @@ troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size
     if (!troupe_config_gemm_library() || !s_queue(q, &lt))
         return TROUPE_UNAVAILABLE;
     const troupe_cgen_gemm_call_t *g = &code->gen->steps[step].gemm;
-    size_t slot = (size_t)q->drv->devs[q->ordinal].arch_index * code->gen->nsteps + step;
+    int ac = s_align_class(a, b, c);
+    size_t slot = ((size_t)q->drv->devs[q->ordinal].arch_index * code->gen->nsteps + step) *
+                      TROUPE__CUDA_ALIGN_CLASSES +
+                  (size_t)ac;
     pthread_mutex_lock(&code->lock);
     troupe_status_t st = TROUPE_OK;
     if (code->plans[slot] == NULL)
-        st = s_plan(lt->handle, g, code->name, &code->plans[slot]);
+        st = s_plan(lt->handle, g, (uint32_t)4 << ac, code->name, &code->plans[slot]);
     const troupe__cuda_gemm_plan_t *p = code->plans[slot];
     pthread_mutex_unlock(&code->lock);
     if (st != TROUPE_OK)

@@ -139,8 +139,11 @@ void troupe__cuda_code_release(troupe_driver_t *drv, troupe_dcode_t *code)
     (void)drv;
     if (code == NULL)
         return;
-    if (code->plans != NULL && code->gen != NULL)
-        for (size_t i = 0; i < (size_t)code->narchs * code->gen->nsteps; i++)
+    size_t nplans = code->gen != NULL ? (size_t)code->narchs * code->gen->nsteps *
+                                            TROUPE__CUDA_ALIGN_CLASSES
+                                      : 0;
+    if (code->plans != NULL)
+        for (size_t i = 0; i < nplans; i++)
             troupe__cuda_gemm_plan_free(code->plans[i]);
     troupe_free(code->plans);
     for (int a = 0; code->libs != NULL && a < code->narchs; a++)
@@ -213,8 +216,9 @@ troupe_status_t troupe__cuda_compile(troupe_driver_t *drv, const troupe_ll_proc_
     code->libs = troupe_calloc((size_t)d->narchs, sizeof *code->libs);
     code->kernels = troupe_calloc((size_t)d->narchs * (gen->nkernels ? gen->nkernels : 1),
                                   sizeof *code->kernels);
-    code->plans = troupe_calloc((size_t)d->narchs * (gen->nsteps ? gen->nsteps : 1),
-                                sizeof *code->plans);
+    code->plans = troupe_calloc(
+        (size_t)d->narchs * (gen->nsteps ? gen->nsteps : 1) * TROUPE__CUDA_ALIGN_CLASSES,
+        sizeof *code->plans);
     if (code->name == NULL || code->libs == NULL || code->kernels == NULL || code->plans == NULL) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda compile %s: out of memory", gen->name);
         goto out_code;
