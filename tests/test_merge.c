@@ -1,6 +1,7 @@
 /* troupe — merge buffers and device_to_device (docs/architecture.md §5): COPY and STREAMING merges, the
  * link-time merge-buffer check, and the WAR guard that keeps a streamed source from being
- * overwritten while its consumer still reads it. Runs on "sync" and "cpu". */
+ * overwritten while its consumer still reads it. Runs on "sync", "cpu", and "cuda" when a device
+ * is present. */
 #include "actors/troupe.h"
 
 #include "base/alloc.h"

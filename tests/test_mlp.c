@@ -1,7 +1,8 @@
 /* fmnist MLP (examples/fmnist/mlp.h) on one context: the backward pass against central finite
  * differences of the loss on a tiny double-precision instance, gradients overwritten (not
  * accumulated) by every run, one SGD step lowering the loss, the initialisation's ranges, and
- * the evaluation forward pass against a host reference. Run on the "sync" and "cpu" drivers. */
+ * the evaluation forward pass against a host reference. Run on the "sync" and "cpu" drivers,
+ * and "cuda" when a device is present. */
 #include "examples/fmnist/mlp.h"
 
 #include "actors/troupe.h"

@@ -1,5 +1,6 @@
 /* troupe — conformance suite of the user-facing runtime (actors/troupe.h), run on every built
- * host driver ("sync" and "cpu"): transfers, compile/link/run against the interpreter, contexts
+ * driver ("sync", "cpu", and "cuda" when a device is present): transfers, compile/link/run
+ * against the interpreter, contexts
  * and finalize, events and deadlines, link errors, failure propagation, memory accounting,
  * debug info, suggested streams. */
 #include "actors/troupe.h"
