@@ -272,6 +272,13 @@ void troupe__board_host_wait(const char *what, const char *by)
     size_t by_len = by != NULL ? strlen(by) : 0;
     if (by == NULL)
         s_producer(what, &pby, &by_len);
+    char idle[TROUPE__BOARD_WAIT_ON_MAX + 1];
+    if (what == NULL && by != NULL) { /* "<stream> idle", without formatting */
+        size_t n = by_len < sizeof idle - 6 ? by_len : sizeof idle - 6;
+        memcpy(idle, by, n);
+        memcpy(idle + n, " idle", 6);
+        what = idle;
+    }
     s->key = NULL;
     s_begin(s);
     s_put_int(&s->state, TROUPE__BOARD_WAITING);

@@ -124,8 +124,9 @@ void troupe__board_set_transport(troupe__board_slot_t *slot, const troupe__board
 /* Any thread: the number of collectives this rank issued (transport slots; relaxed). */
 void troupe__board_set_issued(troupe__board_slot_t *slot, int64_t issued);
 
-/* The calling host thread blocks on `what` (an event name, or "stream cpu:0:1 idle"), to be
- * completed by `by` (NULL: derived from `what` as for events) / stops blocking. The thread's
+/* The calling host thread blocks on `what` (an event name; NULL with a stream's name as `by`:
+ * that stream going idle, recorded as "<stream> idle"), to be completed by `by` (NULL: derived
+ * from `what` as for events) / stops blocking. The thread's
  * slot is claimed at its first wait and given back when the thread exits. */
 void troupe__board_host_wait(const char *what, const char *by);
 void troupe__board_host_done(void);

@@ -1043,7 +1043,7 @@ troupe_status_t troupe_stream_await(troupe_stream_t *s, int64_t timeout_ns)
             return st;
         st = TROUPE_OK;
     }
-    troupe__board_host_wait("stream idle", s->name);
+    troupe__board_host_wait(NULL, s->name);
     pthread_mutex_lock(&s->mu);
     atomic_fetch_add_explicit(&s->awaiters, 1, memory_order_seq_cst);
     uint64_t pending;

@@ -85,7 +85,7 @@ stall | kill)
             fail "the JSON report does not parse"
         status
         expect "text" "verdict: rank 1 is behind in allreduce #3: it has issued 2 collective(s) (not yet #3)"
-        expect "text" "waits on allreduce #3 for rank 1"
+        expect "text" "waits on allreduce #3 (from rank 1)"
         echo "troupe status took ${ms} ms (the whole command)"
         [ "$ms" -lt 2000 ] || fail "troupe status took ${ms} ms"
         kill -USR1 "${rank_pids[0]}"

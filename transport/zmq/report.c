@@ -595,7 +595,7 @@ static void s_longest(const s_graph_t *g, troupe__strbuf_t *sb)
     char age[32];
     s_dur(r->age_ns, age, sizeof age);
     troupe__strbuf_printf(sb, "no rank is stalled (longest wait %s: rank %d %s on %s%s%s)", age,
-                          g->nodes[best].rank, r->name, r->wait_on, r->wait_by[0] ? " for " : "",
+                          g->nodes[best].rank, r->name, r->wait_on, r->wait_by[0] ? " from " : "",
                           r->wait_by);
 }
 
@@ -723,7 +723,7 @@ static void s_text_rec(const troupe__status_rec_t *r, troupe__strbuf_t *sb)
         troupe__strbuf_printf(sb, "%s waits on %s", r->kind == TROUPE__BOARD_TRANSPORT ? ";" : "",
                               r->wait_on);
         if (r->wait_by[0] != '\0')
-            troupe__strbuf_printf(sb, " for %s", r->wait_by);
+            troupe__strbuf_printf(sb, " (from %s)", r->wait_by);
         troupe__strbuf_printf(sb, " since %s", age);
         if (r->kind == TROUPE__BOARD_TRANSPORT && r->due_in_ns != 0) {
             char due[32];
