@@ -4,6 +4,7 @@
 #include "actors/async_impl.h"
 
 #include "actors/actor_impl.h"
+#include "actors/board_impl.h"
 #include "actors/event_impl.h"
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -145,6 +146,14 @@ static bool s_round(troupe_event_t **items, size_t *n)
     return progressed;
 }
 
+/* The status board (actors/board_impl.h): the events in flight and the oldest one, written when
+ * events arrive or complete (no lock, no allocation). */
+static void s_board(troupe__board_slot_t *board, troupe_event_t **items, size_t n)
+{
+    troupe__board_wait_event(board, n > 0 ? items[0] : NULL);
+    troupe__board_set_queue(board, (int64_t)n);
+}
+
 static void s_poller_actor(zsock_t *pipe, void *args)
 {
     s_poller_t *p = args;
@@ -156,6 +165,7 @@ static void s_poller_actor(zsock_t *pipe, void *args)
         return;
     troupe_event_t **items = NULL;
     size_t n = 0, cap = 0;
+    troupe__board_slot_t *board = troupe__board_claim(TROUPE__BOARD_DEVICE, p->tag, NULL, NULL);
     unsigned idle_rounds = 0;
     bool term = false;
     while (!term) {
@@ -167,13 +177,16 @@ static void s_poller_actor(zsock_t *pipe, void *args)
         } else if (which == mbh) {
             troupe_mailbox_clear(p->mb);
             s_take(p, &items, &n, &cap);
+            s_board(board, items, n);
         } else if (which == NULL && zpoller_terminated(zp)) {
             term = true;
         }
         if (term || n == 0)
             continue;
-        if (s_round(items, &n))
+        if (s_round(items, &n)) {
             idle_rounds = 0;
+            s_board(board, items, n);
+        }
         if (n == 0)
             continue;
         if (++idle_rounds < S_POLL_YIELDS) {
@@ -197,6 +210,7 @@ static void s_poller_actor(zsock_t *pipe, void *args)
         troupe_event_release(&items[i]);
     }
     troupe_free(items);
+    troupe__board_release(&board);
     zpoller_destroy(&zp);
 }
 

@@ -187,11 +187,11 @@ void troupe__board_wait_event(troupe__board_slot_t *slot, const troupe_event_t *
     const char *by;
     size_t by_len;
     s_producer(name, &by, &by_len);
-    bool host = atomic_load_explicit(&slot->kind, memory_order_relaxed) == TROUPE__BOARD_HOST;
+    bool stream = atomic_load_explicit(&slot->kind, memory_order_relaxed) == TROUPE__BOARD_STREAM;
     s_begin(slot);
-    s_put_int(&slot->state, ev == NULL    ? TROUPE__BOARD_IDLE
-                            : host        ? TROUPE__BOARD_WAITING
-                                          : TROUPE__BOARD_PARKED);
+    s_put_int(&slot->state, ev == NULL ? TROUPE__BOARD_IDLE
+                            : stream   ? TROUPE__BOARD_PARKED
+                                       : TROUPE__BOARD_WAITING);
     s_put_i64(&slot->since_ns, ev != NULL ? troupe_now_ns() : 0);
     s_put_cstr(slot->wait_on, S_ON_WORDS, name);
     s_put_str(slot->wait_by, S_NAME_WORDS, by, by_len);
@@ -213,6 +213,12 @@ void troupe__board_set_transport(troupe__board_slot_t *slot, const troupe__board
     s_put_cstr(slot->wait_on, S_ON_WORDS, t->wait_on);
     s_put_cstr(slot->wait_by, S_NAME_WORDS, t->wait_by);
     s_end(slot);
+}
+
+void troupe__board_set_queue(troupe__board_slot_t *slot, int64_t queue)
+{
+    if (slot != NULL)
+        atomic_store_explicit(&slot->queue, queue, memory_order_release);
 }
 
 void troupe__board_set_issued(troupe__board_slot_t *slot, int64_t issued)

@@ -58,7 +58,7 @@ typedef enum troupe__board_kind {
 typedef enum troupe__board_state {
     TROUPE__BOARD_IDLE = 0,    /* not waiting (a stream may still be running its queue) */
     TROUPE__BOARD_PARKED,      /* a stream's queue waits on an event */
-    TROUPE__BOARD_WAITING,     /* a host thread is blocked */
+    TROUPE__BOARD_WAITING,     /* a host thread is blocked; a device actor polls an event */
     TROUPE__BOARD_FINGERPRINT, /* transport: a collective waits for peers' fingerprints */
     TROUPE__BOARD_DATA,        /* transport: a collective's data is moving (or stalled) */
     TROUPE__BOARD_PROBING,     /* transport: no progress; a liveness probe is out */
@@ -103,7 +103,8 @@ troupe__board_slot_t *troupe__board_claim(troupe__board_kind_t kind, const char 
 /* Gives the slot back (NULL-safe; nulls *slot_p); waits for readers of its queue counters. */
 void troupe__board_release(troupe__board_slot_t **slot_p);
 
-/* Owner: the actor now waits on `ev` (parked, or a host thread blocked on it) — or, with
+/* Owner: the actor now waits on `ev` (a stream's queue parked, a device actor or host thread
+ * waiting for it) — or, with
  * ev == NULL, waits on nothing. Waiting on the same event as already recorded keeps its
  * start time. Who completes it is read from the event's name ("cpu:0:1#5": stream cpu:0:1,
  * "transport:...": the transport). NULL slot: nothing. */
@@ -120,6 +121,9 @@ typedef struct troupe__board_transport {
     int64_t queue, coll_done, coll_active;
 } troupe__board_transport_t;
 void troupe__board_set_transport(troupe__board_slot_t *slot, const troupe__board_transport_t *t);
+
+/* Owner: the queue length of an actor without counters (a device actor's events in flight). */
+void troupe__board_set_queue(troupe__board_slot_t *slot, int64_t queue);
 
 /* Any thread: the number of collectives this rank issued (transport slots; relaxed). */
 void troupe__board_set_issued(troupe__board_slot_t *slot, int64_t issued);

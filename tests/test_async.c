@@ -13,6 +13,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "actors/async_impl.h"
+#include "actors/board_impl.h"
 #include "actors/event.h"
 #include "actors/stream_impl.h"
 #include "base/alloc.h"
@@ -292,6 +293,13 @@ Test(async, a_record_completes_when_the_device_gets_there)
     rtu_sleep_ms(30);
     cr_assert(!troupe_event_is_done(ev), "the event waits for the device, not for the actor");
     cr_assert(troupe_stream_is_idle(e.s[0]), "the actor itself is idle");
+    troupe__board_rec_t recs[TROUPE__BOARD_SLOTS]; /* the status board shows the poller's wait */
+    size_t nrec = troupe__board_snapshot(recs, TROUPE__BOARD_SLOTS, NULL);
+    bool polled = false;
+    for (size_t i = 0; i < nrec; i++)
+        polled |= recs[i].kind == TROUPE__BOARD_DEVICE && recs[i].state == TROUPE__BOARD_WAITING &&
+                  strcmp(recs[i].wait_on, troupe_event_name(ev)) == 0 && recs[i].queue == 1;
+    cr_assert(polled, "the device's poller is on the status board, waiting for the event");
     OK(troupe_event_sync(ev, LONG_WAIT));
     cr_assert_eq(atomic_load(&x), 7, "what comes before the event is done when it is");
     troupe_event_release(&ev);

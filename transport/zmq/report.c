@@ -303,7 +303,8 @@ static bool s_in_collective(const troupe__status_rec_t *r)
 static bool s_waiting(const troupe__status_rec_t *r)
 {
     return r != NULL && ((r->kind == TROUPE__BOARD_STREAM && r->state == TROUPE__BOARD_PARKED) ||
-                         (r->kind == TROUPE__BOARD_HOST && r->state == TROUPE__BOARD_WAITING) ||
+                         ((r->kind == TROUPE__BOARD_HOST || r->kind == TROUPE__BOARD_DEVICE) &&
+                          r->state == TROUPE__BOARD_WAITING) ||
                          s_in_collective(r));
 }
 
