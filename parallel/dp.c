@@ -841,34 +841,28 @@ troupe_status_t troupe_dp_last_loss(troupe_dp_t *dp, double *out)
         sum += troupe_prec_load_double(dp->loss->prec, host);
     }
     double mean = sum / (double)dp->n;
-    if (dp->nranks > 1 && dp->replicas != (int64_t)dp->n * dp->nranks) {
-        /* ranks with different numbers of replicas: the sum over all of them, over T */
+    if (dp->nranks > 1) {
+        /* the mean of the ranks' means; with ranks that run different numbers of replicas,
+         * the sum over all of them, over T */
+        bool uneven = dp->replicas != (int64_t)dp->n * dp->nranks;
         troupe_coll_tensor_t t;
         memset(&t, 0, sizeof t);
-        t.data = &sum;
+        t.data = uneven ? &sum : &mean;
         t.count = 1;
         t.prec = TROUPE_PREC_DOUBLE;
         t.name = "dp_loss";
         troupe_event_t *ev = NULL;
-        troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_SUM, .n = 1, .tensors = &t};
-        TROUPE_RETURN_IF_ERROR(troupe_allreduce(&ar, &ev));
-        TROUPE_RETURN_IF_ERROR(troupe__dp_sync_event(&ev, "dp_last_loss: summing across ranks"));
-        mean = sum / (double)dp->replicas;
-    } else if (dp->nranks > 1) {
-        troupe_coll_tensor_t t;
-        memset(&t, 0, sizeof t);
-        t.data = &mean;
-        t.count = 1;
-        t.prec = TROUPE_PREC_DOUBLE;
-        t.name = "dp_loss";
-        troupe_event_t *ev = NULL;
-        troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_MEAN, .n = 1, .tensors = &t};
+        troupe_allreduce_args_t ar = {.op = uneven ? TROUPE_REDUCE_SUM : TROUPE_REDUCE_MEAN,
+                                      .n = 1,
+                                      .tensors = &t};
         const char *phase = troupe_trace_set_phase("dp.loss");
         troupe_status_t st = troupe_allreduce(&ar, &ev);
         troupe_trace_set_phase(phase);
         TROUPE_RETURN_IF_ERROR(st);
         TROUPE_RETURN_IF_ERROR(troupe__dp_sync_event(&ev, "dp_last_loss: averaging across "
                                                           "ranks"));
+        if (uneven)
+            mean = sum / (double)dp->replicas;
     }
     *out = mean;
     return TROUPE_OK;
