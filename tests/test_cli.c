@@ -196,6 +196,8 @@ Test(cli, info_prints_key_value_lines_for_every_fact)
     cr_assert_str_eq(v, "1");
     cr_assert(s_value(r.out, "config.log", v, sizeof v));
     cr_assert_str_eq(v, "warn");
+    cr_assert(s_value(r.out, "config.fault", v, sizeof v));
+    cr_assert_str_eq(v, "");
 }
 
 Test(cli, info_reports_the_environment_configuration)
@@ -218,8 +220,11 @@ Test(cli, info_reports_the_environment_configuration)
     cr_assert_str_empty(r.err, "stderr: %s", r.err);
 
     s_troupe(&r, (const char *[]){"info", NULL},
-             (const char *[]){"TROUPE_LOG=error:transport,parallel", "TROUPE_COLL_SHM=0", NULL});
+             (const char *[]){"TROUPE_LOG=error:transport,parallel", "TROUPE_COLL_SHM=0",
+                              "TROUPE_FAULT=kill:rank=3:step=9,alloc:nth=2", NULL});
     cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert(s_value(r.out, "config.fault", v, sizeof v));
+    cr_assert_str_eq(v, "kill:rank=3:step=9,alloc:nth=2");
     cr_assert(s_value(r.out, "config.log", v, sizeof v));
     cr_assert_str_eq(v, "error:transport,parallel");
     cr_assert(s_value(r.out, "config.coll_shm", v, sizeof v));

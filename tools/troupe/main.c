@@ -40,6 +40,7 @@
  *   config.auto_host_transfers, config.stack_threshold_bytes, config.gemm, config.coll_shm,
  *   config.denormals (flush|keep, as TROUPE_DENORMALS),
  *   config.trace (TROUPE_TRACE's prefix, empty when off; the command itself is never traced),
+ *   config.fault (the armed TROUPE_FAULT specification, empty when none),
  *   config.log (LEVEL[:SUBSYSTEM,...], as TROUPE_LOG)
  *
  * Keys are stable; values are facts of this build and machine. Warnings go to stderr, once
@@ -247,6 +248,7 @@ static void s_config(void)
     printf("config.denormals: %s\n", troupe_config_flush_denormals() ? "flush" : "keep");
     printf("config.coll_shm: %d\n", troupe_config_coll_shm() ? 1 : 0);
     printf("config.trace: %s\n", s_trace_prefix);
+    printf("config.fault: %s\n", troupe_config_fault());
     s_print_log();
 }
 
