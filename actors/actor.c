@@ -426,6 +426,16 @@ struct troupe_mailbox {
     bool closed;
     int fd;       /* eventfd (Linux) or the read end of a pipe: what the owner polls */
     int write_fd; /* same as fd for eventfd, the write end of the pipe otherwise */
+    /* The poll handle: a copy of fd at the head of a zeroed block. CZMQ's zpoller probes every
+     * item as a libzmq socket before taking it as a file descriptor (zsock_resolve calls
+     * zmq_getsockopt, whose socket tag check reads 1560 bytes past the pointer in libzmq
+     * 4.3.4), so a bare int would be read far out of bounds: AddressSanitizer's heap layout
+     * turned that read into a SEGV in a stream actor. The block is larger than the probe reads
+     * and holds no socket tag. */
+    union {
+        int fd;
+        unsigned char probe_room[4096];
+    } handle;
 };
 
 troupe_status_t troupe_mailbox_new(troupe_mailbox_t **out)
@@ -464,6 +474,7 @@ troupe_status_t troupe_mailbox_new(troupe_mailbox_t **out)
     mb->fd = fds[0];
     mb->write_fd = fds[1];
 #endif
+    mb->handle.fd = mb->fd; /* the rest of the block stays zero (calloc) */
     atomic_init(&mb->refs, 1);
     pthread_mutex_init(&mb->lock, NULL);
     *out = mb;
@@ -558,7 +569,7 @@ void troupe_mailbox_wake(troupe_mailbox_t *mb)
 
 void *troupe_mailbox_poll_handle(troupe_mailbox_t *mb)
 {
-    return &mb->fd;
+    return &mb->handle.fd;
 }
 
 void troupe_mailbox_clear(troupe_mailbox_t *mb)

@@ -35,6 +35,8 @@ if [ "${TROUPE_SKIP_ASAN:-0}" != "1" ]; then
   # process. Everything else (overflows, use after free, undefined behaviour) stays on there.
   asan="halt_on_error=1:detect_stack_use_after_return=0:strict_string_checks=1"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  # memory other libraries keep until exit on purpose (fontconfig's caches): tests/lsan.supp
+  export LSAN_OPTIONS="suppressions=$TROUPE_ROOT/tests/lsan.supp:print_suppressions=0"
   TROUPE_BUILD_DIR="$TROUPE_ROOT/build-asan" troupe_build -DTROUPE_WERROR=ON -DTROUPE_ENABLE_ASAN=ON \
     -DTROUPE_ENABLE_UBSAN=ON -DTROUPE_WITH_CUDA=OFF -DTROUPE_BUILD_BENCH=OFF
   (cd "$TROUPE_ROOT/build-asan" && ASAN_OPTIONS="$asan" ctest --output-on-failure -L unit) ||
