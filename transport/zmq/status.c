@@ -46,7 +46,14 @@ static struct {
 
 /* The actor's wake-up for SIGUSR1: made once and kept for the process's life, so a signal
  * handler never writes to a closed descriptor. */
-static int s_wake_fd = -1;
+/* The eventfd heads a zeroed block: zpoller probes it as a libzmq socket before taking it as a
+ * descriptor, and libzmq's tag check reads 1560 bytes past it (actors/actor.c, the mailbox's
+ * poll handle). */
+static union {
+    int fd;
+    unsigned char probe_room[4096];
+} s_wake = {.fd = -1};
+#define s_wake_fd (s_wake.fd)
 static pthread_once_t s_wake_once = PTHREAD_ONCE_INIT;
 static volatile sig_atomic_t s_usr1;
 
