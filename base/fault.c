@@ -483,19 +483,25 @@ troupe__fault_ctrl_action_t troupe__fault_ctrl(const char *what, int64_t *delay_
         s_fault_t *f = &s_faults[i];
         if (f->place != TROUPE__FAULT_CTRL || !s_on_this_rank(f))
             continue;
-        if (f->drop) {
-            if (!s_count(f))
-                continue;
-            TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_BASE, "TROUPE_FAULT '%s': dropping %s", f->text,
-                       what ? what : "a message");
-            return TROUPE__FAULT_CTRL_DROP;
-        }
-        if (delay_ms)
+        if (f->drop && !s_count(f))
+            continue;
+        if (!f->drop && delay_ms)
             *delay_ms = f->ms;
-        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_BASE,
-                   "TROUPE_FAULT '%s': delaying %s by %" PRId64 " ms", f->text,
-                   what ? what : "a message", f->ms);
-        return TROUPE__FAULT_CTRL_DELAY;
+        /* the first time whatever TROUPE_LOG says, later ones at info level */
+        bool first = !atomic_exchange(&f->fired, true);
+        char line[S_TEXT_MAX + 160];
+        if (f->drop)
+            snprintf(line, sizeof line, "TROUPE_FAULT '%s': dropping %s", f->text,
+                     what ? what : "a control-plane message");
+        else
+            snprintf(line, sizeof line, "TROUPE_FAULT '%s': delaying %s by %" PRId64 " ms", f->text,
+                     what ? what : "a control-plane message", f->ms);
+        if (first)
+            S_SAY(TROUPE_LOG_WARN, "%s%s", line,
+                  f->drop && f->nth == 0 ? " (and every later one)" : "");
+        else
+            TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_BASE, "%s", line);
+        return f->drop ? TROUPE__FAULT_CTRL_DROP : TROUPE__FAULT_CTRL_DELAY;
     }
     return TROUPE__FAULT_CTRL_PASS;
 }

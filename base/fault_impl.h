@@ -22,7 +22,9 @@
  *                                 is neither renamed nor removed; the save fails with
  *                                 INTERNAL (with `kill`, the process SIGKILLs itself there)
  *   ctrl:drop[:nth=N][:rank=R]    control-plane messages are dropped (every one, or only the
- *   ctrl:delay=MS[:rank=R]        Nth), or delayed by MS ms (troupe__fault_ctrl)
+ *   ctrl:delay=MS[:rank=R]        Nth), or delayed by MS ms (troupe__fault_ctrl; the status
+ *                                 actor, transport/zmq/status.c, asks before it answers a
+ *                                 request)
  *
  * `rank=R` limits a fault to the process whose rank is R (troupe_cluster_init sets it; 0
  * before and in a single process); without it every rank has the fault. A malformed

@@ -7,6 +7,7 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/config.h"
+#include "base/fault_impl.h"
 #include "base/log.h"
 #include "transport/zmq/report_impl.h"
 #include "transport/zmq/wire_impl.h"
@@ -200,6 +201,16 @@ static void s_serve(zsock_t *router)
     zmsg_t *msg = zmsg_recv(router);
     if (msg == NULL)
         return;
+    if (troupe__fault_armed(TROUPE__FAULT_CTRL)) { /* TROUPE_FAULT=ctrl:drop|delay=MS */
+        int64_t delay_ms = 0;
+        troupe__fault_ctrl_action_t fa = troupe__fault_ctrl("a STATUS request", &delay_ms);
+        if (fa == TROUPE__FAULT_CTRL_DROP) {
+            zmsg_destroy(&msg);
+            return;
+        }
+        if (fa == TROUPE__FAULT_CTRL_DELAY)
+            troupe_sleep_ns(delay_ms * 1000000LL);
+    }
     zframe_t *rid = zmsg_pop(msg);
     zframe_t *delim = NULL;
     zframe_t *first = zmsg_first(msg);
