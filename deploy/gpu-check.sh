@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# troupe — the GPU check: everything that must run on a machine with an NVIDIA GPU, in one command
+# with a time budget, so that a short loan of a GPU machine is spent on running, not on set-up.
+#
+# Phases, each bounded by `timeout` and logged to its own file; a failed phase does not stop the
+# next (a build failure does):
+#   1. facts    nvidia-smi, nvcc, the driver; `troupe info` once built           -> facts.log
+#   2. build    cmake -DTROUPE_WITH_CUDA=ON into $TROUPE_BUILD_DIR (default build-gpu), all
+#               cores, warnings fatal                                             -> build.log
+#   3. tests    the GPU-facing unit tests first (test_cuda: the driver, copies, faults, the
+#               conformance suite on cuda; test_async, test_runtime, test_stream, test_merge,
+#               test_event, test_schedule_fuzz: FOR_EACH_DRIVER includes cuda when a device is
+#               there; test_cgen, test_gemm), then the rest of label unit  -> tests.log
+#   4. bench    build-gpu/bench/bench_cuda (copies, round trip, matmul against cuBLAS) -> bench.log
+#   5. train    build-gpu/bench/bench_train --backend cuda when the trainer has it   -> train.log
+# then summary.txt: one line per phase (ok/FAIL/skipped, seconds), the failed tests' names and
+# the bench ratios. Files go to $OUT when set (the device tool's folder), else
+# $TROUPE_BUILD_DIR/gpu-check/.
+#
+# Usage: deploy/gpu-check.sh [--setup SCRIPT] [--budget SECONDS] [--phases LIST]
+#   --setup SCRIPT  run SCRIPT first (installs libzmq/CZMQ/Criterion on a bare machine)
+#   --budget S      total seconds for the phases (default 480); each phase gets what is left,
+#                   capped: build 240, tests 200, bench 120, train 120
+#   --phases LIST   comma-separated subset of facts,build,tests,bench,train (default all)
+# Exit status: 0 when every phase that ran passed, 1 otherwise, 2 on a bad argument.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${TROUPE_BUILD_DIR:-$root/build-gpu}
+out=${OUT:-$build/gpu-check}
+budget=480
+phases=facts,build,tests,bench,train
+setup=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --setup) setup=${2:?--setup needs a script}; shift 2 ;;
+    --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
+    --phases) phases=${2:?--phases needs a list}; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case $budget in ''|*[!0-9]*) echo "gpu-check: --budget '$budget' is not a number of seconds" >&2; exit 2 ;; esac
+mkdir -p "$out" "$build"
+rm -f "$out"/{facts,build,tests,bench,train}.log
+start=$(date +%s)
+summary=$out/summary.txt
+: > "$summary"
+status=0
+
+left() { echo $(( budget - ($(date +%s) - start) )); }
+cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
+want() { [[ ",$phases," == *",$1,"* ]]; }
+# phase NAME CAP_SECONDS LOG COMMAND...: runs COMMAND under timeout, records the outcome.
+phase() {
+  local name=$1 limit log=$out/$3 t0 rc
+  limit=$(cap "$2"); shift 3
+  if ! want "$name"; then echo "phase=$name result=skipped reason=not-asked" >> "$summary"; return 0; fi
+  if [ "$limit" -le 10 ]; then
+    echo "phase=$name result=skipped reason=budget-spent" >> "$summary"; status=1; return 1
+  fi
+  t0=$(date +%s)
+  echo "==== $name (limit ${limit}s) $(date -u +%FT%TZ)" >> "$log"
+  # bash -c: the command may be one of the functions below (exported), which timeout cannot run
+  timeout --signal=TERM --kill-after=10 "$limit" bash -c '"$@"' bash "$@" >> "$log" 2>&1
+  rc=$?
+  local res=ok
+  [ $rc -eq 124 ] && res=timeout
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && res=FAIL
+  [ $rc -ne 0 ] && status=1
+  echo "phase=$name result=$res rc=$rc seconds=$(( $(date +%s) - t0 ))" >> "$summary"
+  return $rc
+}
+
+if [ -n "$setup" ]; then
+  "$setup" > "$out/facts.log" 2>&1 || { echo "gpu-check: set-up script $setup failed (facts.log)" >&2; status=1; }
+fi
+
+facts() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv || true
+  nvcc --version | tail -2 || true
+  echo "cores: $(nproc)"
+}
+export -f facts
+phase facts 30 facts.log facts
+
+jobs=$(nproc)
+export root build jobs
+build_it() {
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_WITH_CUDA=ON \
+    -DTROUPE_WERROR=ON -DTROUPE_BUILD_BENCH=ON && cmake --build "$build" -j "$jobs"
+}
+export -f build_it
+if ! phase build 240 build.log build_it && want build; then
+  echo "gpu-check: the build failed; the tail of build.log:" >&2
+  tail -40 "$out/build.log" >&2
+  cat "$summary"
+  exit 1
+fi
+want facts && [ -x "$build/tools/troupe/troupe" ] && "$build/tools/troupe/troupe" info >> "$out/facts.log" 2>&1
+
+
+gpu_tests='^test_(cuda|async|runtime|stream|merge|event|schedule_fuzz|cgen|gemm)$'
+run_tests() {
+  local rc=0
+  (cd "$build" && ctest -L unit -R "$gpu_tests" -j "$jobs" --output-on-failure --timeout 150) || rc=1
+  (cd "$build" && ctest -L unit -E "$gpu_tests" -j "$jobs" --output-on-failure --timeout 150) || rc=1
+  return $rc
+}
+export -f run_tests
+export gpu_tests
+phase tests 200 tests.log run_tests
+grep -E '^[[:space:]]*[0-9]+ - |tests passed|Skipped|SKIP' "$out/tests.log" 2>/dev/null | sed 's/^/tests: /' >> "$summary"
+
+phase bench 120 bench.log "$build/bench/bench_cuda"
+grep '^bench=' "$out/bench.log" 2>/dev/null >> "$summary"
+
+if "$build/bench/bench_train" --help 2>&1 | grep -q -- '--backend'; then
+  phase train 120 train.log "$build/bench/bench_train" --backend cuda
+  grep '^bench=' "$out/train.log" 2>/dev/null >> "$summary"
+else
+  echo "phase=train result=skipped reason=bench_train-has-no---backend" >> "$summary"
+fi
+
+echo "total_seconds=$(( $(date +%s) - start )) status=$status" >> "$summary"
+cat "$summary"
+exit $status
