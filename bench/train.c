@@ -74,6 +74,14 @@
  * `--trace-overhead` runs only them, in S_TRACE_ROUNDS rounds of S_TRACE_RUNS runs per side,
  * and prints those lines.
  *
+ * Two other modes replace the cases above:
+ *   --scaling R1,R2,...  weak scaling at 128 per rank over R ranks (child jobs of R ranks under
+ *                        mpiexec) against R independent processes (the node's ceiling), for the
+ *                        16-core machine (s_scaling below: what each line carries)
+ *   --backend cuda       the main job on GPU 0 at global minibatches 128, 1024 and 8192 against
+ *                        PyTorch on the same GPU, and two ranks sharing it (s_device_cases)
+ * `--backend NAME` also names the backend of every layout and child (default cpu).
+ *
  * Options: see --help (bench/bench_util.h). Exit status: 0; 1 on a failure (a failed step, a
  * non-finite loss, a child failing); 2 on a usage error.
  */
@@ -105,7 +113,9 @@ extern char **environ;
 #define S_GLOBAL_BATCH 128 /* the trainer's default global minibatch */
 #define S_STEPS 40         /* steps per timed run */
 #define S_WARM_STEPS 10    /* untimed steps after building a layout */
-#define S_DATA_ROWS 5120   /* synthetic training rows (40 global minibatches) */
+#define S_DATA_ROWS 5120   /* synthetic training rows (40 global minibatches of 128; at least
+                              4 global minibatches for larger ones) */
+#define S_MAX_RANKS 64     /* ranks of a --scaling child job, at most */
 #define S_CHILD_RUNS 7     /* timed runs of a child per round (3 with --quick) */
 #define S_ROUNDS 3         /* paired rounds (1 with --quick) */
 #define S_TRACE_ROUNDS 5   /* rounds of --trace-overhead (1 with --quick) */
@@ -120,27 +130,29 @@ typedef struct layout {
     int failed;
 } layout_t;
 
-static void s_synthetic(fmnist_dataset_t *ds)
+/* The synthetic data set for a global minibatch: S_DATA_ROWS rows, or 4 minibatches when more. */
+static void s_synthetic(fmnist_dataset_t *ds, int64_t global_batch)
 {
+    const size_t rows = (size_t)(4 * global_batch > S_DATA_ROWS ? 4 * global_batch : S_DATA_ROWS);
     memset(ds, 0, sizeof *ds);
-    ds->count = S_DATA_ROWS;
+    ds->count = rows;
     ds->rows = FMNIST_IMAGE_ROWS;
     ds->cols = FMNIST_IMAGE_COLS;
-    ds->pixels = malloc((size_t)S_DATA_ROWS * FMNIST_IMAGE_PIXELS);
-    ds->labels = malloc(S_DATA_ROWS);
+    ds->pixels = malloc(rows * FMNIST_IMAGE_PIXELS);
+    ds->labels = malloc(rows);
     uint64_t x = 0x9e3779b97f4a7c15ULL;
-    for (size_t i = 0; ds->pixels && ds->labels && i < (size_t)S_DATA_ROWS * FMNIST_IMAGE_PIXELS;
-         i++) {
+    for (size_t i = 0; ds->pixels && ds->labels && i < rows * FMNIST_IMAGE_PIXELS; i++) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         ds->pixels[i] = (uint8_t)(x >> 56);
-        if (i < S_DATA_ROWS)
+        if (i < rows)
             ds->labels[i] = (uint8_t)((x >> 40) % FMNIST_NUM_CLASSES);
     }
 }
 
 static bool s_bf16;               /* a child of 2x1-bf16 (--bf16) */
+static const char *s_backend = "cpu"; /* --backend: every layout's and child's backend */
 static int s_run(void *arg);
 static const char *s_trace_prefix; /* a traced child (--trace PREFIX) */
 static bool s_trace_failed;        /* a traced child could not switch tracing */
@@ -190,7 +202,7 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
     troupe_optimizer_t opt = troupe_optimizer_default(TROUPE_OPT_SGD);
     opt.lr = 0.05;
     troupe_dp_config_t dc = {
-        .backend = "cpu", .streams = streams, .optimizer = opt, .compress_bf16 = s_bf16};
+        .backend = s_backend, .streams = streams, .optimizer = opt, .compress_bf16 = s_bf16};
     TROUPE_RETURN_IF_ERROR(troupe_dp_new(&dc, &model, &l->dp));
     for (int s = 0; s < S_WARM_STEPS; s++)
         TROUPE_RETURN_IF_ERROR(troupe_dp_step(l->dp));
@@ -244,7 +256,7 @@ static void s_child_leave(int rc)
 static int s_child(const troupe_bench_opts_t *opts, int64_t global_batch)
 {
     fmnist_dataset_t ds;
-    s_synthetic(&ds);
+    s_synthetic(&ds, global_batch);
     if (!ds.pixels || !ds.labels)
         return troupe_bench_fail_status(
             S_PROG, "child: synthetic data",
@@ -306,9 +318,10 @@ typedef struct s_child_proc {
 
 static troupe_status_t s_spawn(char **argv, s_child_proc_t *c);
 
-/* Starts `self --child --batch B --runs R --warmup W`, under `mpiexec -n 2 <launcher args>`
- * when `mpi` (MPI builds with a found mpiexec only). */
-static troupe_status_t s_child_start(bool mpi, int64_t batch, bool bf16, const char *trace,
+/* Starts `self --child --batch B --runs R --warmup W --backend NAME`, under
+ * `mpiexec -n <mpi_ranks> <launcher args>` when mpi_ranks > 0 (MPI builds with a found mpiexec
+ * only), else as a plain process. */
+static troupe_status_t s_child_start(int mpi_ranks, int64_t batch, bool bf16, const char *trace,
                                      int runs, int warmup, const char *what, s_child_proc_t *c)
 {
     memset(c, 0, sizeof *c);
@@ -318,7 +331,8 @@ static troupe_status_t s_child_start(bool mpi, int64_t batch, bool bf16, const c
     if (n <= 0)
         return troupe_error_set(TROUPE_NOT_FOUND, "cannot find this program: %s", strerror(errno));
     self[n] = '\0';
-    char runs_s[16], warm_s[16], batch_s[24];
+    char runs_s[16], warm_s[16], batch_s[24], ranks_s[16];
+    snprintf(ranks_s, sizeof ranks_s, "%d", mpi_ranks);
     snprintf(runs_s, sizeof runs_s, "%d", runs);
     snprintf(warm_s, sizeof warm_s, "%d", warmup);
     snprintf(batch_s, sizeof batch_s, "%lld", (long long)batch);
@@ -326,16 +340,17 @@ static troupe_status_t s_child_start(bool mpi, int64_t batch, bool bf16, const c
     int argc = 0;
 #if S_HAVE_MPIEXEC
     char launcher[] = FMNIST_BENCH_MPI_ARGS;
-    if (mpi) {
+    if (mpi_ranks > 0) {
         argv[argc++] = (char *)FMNIST_BENCH_MPIEXEC;
         argv[argc++] = (char *)"-n";
-        argv[argc++] = (char *)"2";
+        argv[argc++] = ranks_s;
         for (char *save = NULL, *t = strtok_r(launcher, " ", &save); t && argc < 50;
              t = strtok_r(NULL, " ", &save))
             argv[argc++] = t;
     }
 #else
-    if (mpi)
+    (void)ranks_s;
+    if (mpi_ranks > 0)
         return troupe_error_set(TROUPE_UNAVAILABLE, "built without MPI");
 #endif
     argv[argc++] = self;
@@ -346,6 +361,8 @@ static troupe_status_t s_child_start(bool mpi, int64_t batch, bool bf16, const c
     argv[argc++] = runs_s;
     argv[argc++] = (char *)"--warmup";
     argv[argc++] = warm_s;
+    argv[argc++] = (char *)"--backend";
+    argv[argc++] = (char *)s_backend;
     if (bf16)
         argv[argc++] = (char *)"--bf16";
     if (trace) {
@@ -467,7 +484,7 @@ static troupe_status_t s_trace_files_check(const char *dir, int ranks)
  * of its fastest untraced run. */
 static double s_traced_us = NAN, s_traced_best_us = NAN, s_untraced_best_us = NAN;
 
-/* One child job of `ranks` ranks (2: under mpiexec); us per sample (of its untraced runs), NAN
+/* One child job of `ranks` ranks (more than 1: under mpiexec); us per sample (of its untraced runs), NAN
  * when not measured. When `trace`, it traces every other run into a temporary directory, and
  * s_traced_us gets its traced runs' us per sample. */
 static double s_child_case(int ranks, int64_t batch, bool bf16, bool trace, int runs, int warmup,
@@ -488,7 +505,8 @@ static double s_child_case(int ranks, int64_t batch, bool bf16, bool trace, int 
         snprintf(prefix, sizeof prefix, "%s/t", dir);
     }
     troupe_status_t st =
-        s_child_start(ranks == 2, batch, bf16, trace ? prefix : NULL, runs, warmup, what, &c);
+        s_child_start(ranks > 1 ? ranks : 0, batch, bf16, trace ? prefix : NULL, runs, warmup,
+                      what, &c);
     if (st == TROUPE_OK)
         st = s_child_finish(&c, ranks, &med, &samples);
     s_traced_us = NAN;
@@ -510,28 +528,31 @@ static double s_child_case(int ranks, int64_t batch, bool bf16, bool trace, int 
     return med / (double)samples;
 }
 
-/* Two single-rank children started together; their combined us per sample (1 / the sum of
- * their throughputs), NAN when not measured. */
-static double s_nocomm_case(int64_t batch, int runs, int warmup, const char *what)
+/* `procs` (1..S_MAX_RANKS) single-rank children started together; their combined us per
+ * sample (1 / the sum of their throughputs), NAN when not measured. */
+static double s_nocomm_case(int procs, int64_t batch, int runs, int warmup, const char *what)
 {
-    s_child_proc_t c[2];
-    double med[2] = {0, 0};
-    int64_t samples[2] = {0, 0};
-    troupe_status_t st = s_child_start(false, batch, false, NULL, runs, warmup, what, &c[0]);
-    if (st != TROUPE_OK) {
-        fprintf(stderr, "%s: case %s not measured: %s\n", S_PROG, what, troupe_last_error());
-        return NAN;
+    s_child_proc_t c[S_MAX_RANKS];
+    troupe_status_t st[S_MAX_RANKS];
+    double per_us = 0.0; /* samples per us, summed */
+    bool ok = true;
+    for (int i = 0; i < procs; i++)
+        st[i] = s_child_start(0, batch, false, NULL, runs, warmup, what, &c[i]);
+    for (int i = 0; i < procs; i++) {
+        double med = 0;
+        int64_t samples = 0;
+        if (st[i] == TROUPE_OK)
+            st[i] = s_child_finish(&c[i], 1, &med, &samples);
+        if (st[i] != TROUPE_OK) {
+            if (ok)
+                fprintf(stderr, "%s: case %s not measured: %s\n", S_PROG, what,
+                        troupe_last_error());
+            ok = false;
+            continue;
+        }
+        per_us += (double)samples / med;
     }
-    troupe_status_t st1 = s_child_start(false, batch, false, NULL, runs, warmup, what, &c[1]);
-    st = s_child_finish(&c[0], 1, &med[0], &samples[0]);
-    if (st1 == TROUPE_OK)
-        st1 = s_child_finish(&c[1], 1, &med[1], &samples[1]);
-    if (st != TROUPE_OK || st1 != TROUPE_OK) {
-        fprintf(stderr, "%s: case %s not measured: %s\n", S_PROG, what, troupe_last_error());
-        return NAN;
-    }
-    double per_s = (double)samples[0] / med[0] + (double)samples[1] / med[1]; /* per us */
-    return 1.0 / per_s;
+    return ok ? 1.0 / per_us : NAN;
 }
 
 /* ---- the PyTorch peer (bench/peers/torch_mlp.py) ------------------------------------------ */
@@ -550,10 +571,11 @@ static char s_torch_absent[512];
  * `library` line goes to stdout when print_facts; other unknown lines to stderr. Returns 0 with
  * *us_per_step set, 3 when this interpreter cannot import torch (the reason in
  * s_torch_absent), 1 on a failure (printed). */
-static int s_torch_run(const char *python, const char *mode, int runs, bool print_facts,
-                       double *us_per_step)
+static int s_torch_run(const char *python, const char *mode, int64_t batch, int runs,
+                       bool print_facts, double *us_per_step)
 {
-    char runs_s[16], steps_s[16];
+    char runs_s[16], steps_s[16], batch_s[24];
+    snprintf(batch_s, sizeof batch_s, "%lld", (long long)batch);
     snprintf(runs_s, sizeof runs_s, "%d", runs);
     snprintf(steps_s, sizeof steps_s, "%d", S_STEPS);
     char *argv[] = {(char *)python,
@@ -564,6 +586,8 @@ static int s_torch_run(const char *python, const char *mode, int runs, bool prin
                     runs_s,
                     (char *)"--steps",
                     steps_s,
+                    (char *)"--batch",
+                    batch_s,
                     NULL};
     s_child_proc_t c = {.what = "torch peer"};
     if (s_spawn(argv, &c) != TROUPE_OK) {
@@ -616,12 +640,12 @@ static int s_torch_run(const char *python, const char *mode, int runs, bool prin
 /* The torch peer's median step time in us in `mode`, NAN when torch is absent (one line on
  * stdout says so, once) or the peer failed. The interpreters tried, in order:
  * $TROUPE_BENCH_PYTHON, python3 on PATH, /usr/bin/python3 (where Debian's python3-torch is). */
-static double s_torch_case(const char *mode, int runs, bool print_facts)
+static double s_torch_case(const char *mode, int64_t batch, int runs, bool print_facts)
 {
     static bool said_absent = false;
     double us = NAN;
     if (s_torch_python)
-        return s_torch_run(s_torch_python, mode, runs, print_facts, &us) == 0 ? us : NAN;
+        return s_torch_run(s_torch_python, mode, batch, runs, print_facts, &us) == 0 ? us : NAN;
     if (said_absent)
         return NAN;
     const char *env = getenv("TROUPE_BENCH_PYTHON");
@@ -629,7 +653,7 @@ static double s_torch_case(const char *mode, int runs, bool print_facts)
     for (int i = 0; i < 3; i++) {
         if (!cands[i])
             continue;
-        int rc = s_torch_run(cands[i], mode, runs, print_facts, &us);
+        int rc = s_torch_run(cands[i], mode, batch, runs, print_facts, &us);
         if (rc == 0) {
             s_torch_python = cands[i];
             return us;
@@ -797,15 +821,170 @@ static int s_trace_overhead(const troupe_bench_opts_t *opts)
     return 0;
 }
 
+/* ---- --scaling: weak scaling over many ranks (issue 14: the 16-core machine) ------------- */
+
+/* `--scaling R1,R2,...`: for each R, R ranks of one stream at S_GLOBAL_BATCH per rank (a child
+ * job under mpiexec), R independent single-rank processes of S_GLOBAL_BATCH each started
+ * together (the same compute without communication: what the node's memory bandwidth, caches
+ * and cores allow), and a fresh 1x1-proc before them (the machine drifts). One line per R:
+ *   bench=train case=weak-<R>x1 ... peer=1x1-proc ... efficiency_weak=<thr(R) / (R thr(1))>
+ *     efficiency_nocomm=<thr(nocomm R) / (R thr(1))> comm_share=<1 - us(nocomm) / us(R)>
+ * efficiency_nocomm well below 1 says the node limits scaling (memory bandwidth, shared caches,
+ * turbo); comm_share says what the merge and the synchronous step add on top (the allreduce and
+ * waiting for the slowest rank). Then the torch peer with one thread against 1x1-proc. */
+static int s_scaling(const troupe_bench_opts_t *opts, const int *ranks, int nranks)
+{
+    bool quick = opts->max_runs == opts->min_runs;
+    int runs = quick ? opts->min_runs : S_CHILD_RUNS;
+    int rc = 0;
+    double u1_all[S_MEDIAN_MAX];
+    int n1 = 0;
+    for (int i = 0; i < nranks; i++) {
+        const int R = ranks[i];
+        char what[64], what_nc[64];
+        snprintf(what, sizeof what, "weak-%dx1", R);
+        snprintf(what_nc, sizeof what_nc, "nocomm-%dx1", R);
+        double u1 = s_child_case(1, S_GLOBAL_BATCH, false, false, runs, opts->warmup, "1x1-proc");
+        if (n1 < S_MEDIAN_MAX)
+            u1_all[n1++] = u1;
+        double uR = S_HAVE_MPIEXEC ? s_child_case(R, (int64_t)R * S_GLOBAL_BATCH, false, false,
+                                                  runs, opts->warmup, what)
+                                   : NAN;
+        double uN = s_nocomm_case(R, S_GLOBAL_BATCH, runs, opts->warmup, what_nc);
+        if (isnan(u1) || isnan(uR) || isnan(uN))
+            rc = 1;
+        if (isnan(u1) || isnan(uR))
+            continue;
+        troupe_bench_print_case("train", what, S_BYTES_PER_SAMPLE, uR, "1x1-proc", u1,
+                                "samples_per_s=%.0f global_batch=%lld ranks=%d "
+                                "efficiency_weak=%.3f efficiency_nocomm=%.3f comm_share=%.3f",
+                                1e6 / uR, (long long)R * S_GLOBAL_BATCH, R, u1 / (R * uR),
+                                u1 / (R * uN), 1.0 - uN / uR);
+        fflush(stdout);
+    }
+    double t1 = s_torch_case("1thread", S_GLOBAL_BATCH, runs, true);
+    double u1 = s_median(u1_all, n1);
+    if (!isnan(t1) && !isnan(u1)) {
+        char peer[64];
+        snprintf(peer, sizeof peer, "torch-%s-1thread", s_torch_version);
+        troupe_bench_print_case("train", "1x1-proc", S_BYTES_PER_SAMPLE * S_GLOBAL_BATCH,
+                                u1 * S_GLOBAL_BATCH, peer, t1,
+                                "troupe_samples_s=%.0f peer_samples_s=%.0f global_batch=%d",
+                                1e6 / u1, 1e6 * S_GLOBAL_BATCH / t1, S_GLOBAL_BATCH);
+    }
+    return rc;
+}
+
+/* ---- --backend cuda: the main job on a GPU against PyTorch on it (issue 16) --------------- */
+
+/* One rank, one stream on the backend's device 0, at global minibatches 128, 1024 and 8192, each
+ * a fresh child process, against bench/peers/torch_mlp.py --mode gpu (the same MLP, TF32 off,
+ * data on the device); per step:
+ *   bench=train case=<backend>-1x1-b<B> bytes=<bytes per step> troupe_us=<us per step>
+ *     peer=torch-<v>-gpu peer_us=<us per step> ratio=... troupe_samples_s=... peer_samples_s=...
+ * then `case=<backend>-2x1-shared`: two ranks at global 128 sharing device 0 (the cross-rank
+ * merge of device buffers), correctness only (`note=` says so): its time is no scaling figure. */
+static int s_device_cases(const troupe_bench_opts_t *opts)
+{
+    static const int64_t batches[] = {128, 1024, 8192};
+    /* a machine without the device: one line, as bench_cuda (the children would each fail) */
+    troupe_backend_t *be = NULL;
+    int ndev = 0;
+    troupe_status_t st = troupe_backend_open(s_backend, TROUPE_ONLY_DEVICES_PARALLEL, &be);
+    if (st == TROUPE_OK)
+        st = troupe_num_devices(be, &ndev);
+    troupe_backend_close(&be);
+    if (st != TROUPE_OK)
+        return troupe_bench_fail_status(S_PROG, "opening the backend", st);
+    if (ndev == 0) {
+        printf("bench=train case=%s skipped reason=\"backend %s has no device (troupe info says "
+               "why)\"\n",
+               s_backend, s_backend);
+        return 0;
+    }
+    bool quick = opts->max_runs == opts->min_runs;
+    int runs = quick ? opts->min_runs : S_CHILD_RUNS;
+    int rc = 0;
+    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
+        const int64_t B = batches[i];
+        char what[64];
+        snprintf(what, sizeof what, "%s-1x1-b%lld", s_backend, (long long)B);
+        double u = s_child_case(1, B, false, false, runs, opts->warmup, what);
+        double t = s_torch_case("gpu", B, runs, i == 0);
+        if (isnan(u)) {
+            rc = 1;
+            continue;
+        }
+        char peer[64];
+        snprintf(peer, sizeof peer, "torch-%s-gpu", s_torch_version);
+        if (isnan(t)) { /* no torch with CUDA: troupe's figure alone */
+            printf("bench=train case=%s bytes=%lld troupe_us=%.3f peer=none samples_per_s=%.0f "
+                   "global_batch=%lld\n",
+                   what, (long long)(S_BYTES_PER_SAMPLE * B), u * (double)B, 1e6 / u,
+                   (long long)B);
+            continue;
+        }
+        troupe_bench_print_case("train", what, S_BYTES_PER_SAMPLE * B, u * (double)B, peer, t,
+                                "troupe_samples_s=%.0f peer_samples_s=%.0f global_batch=%lld",
+                                1e6 / u, 1e6 * (double)B / t, (long long)B);
+        fflush(stdout);
+    }
+    if (S_HAVE_MPIEXEC) {
+        char what[64];
+        snprintf(what, sizeof what, "%s-2x1-shared", s_backend);
+        double u = s_child_case(2, S_GLOBAL_BATCH, false, false, runs, opts->warmup, what);
+        if (isnan(u))
+            rc = 1;
+        else
+            printf("bench=train case=%s bytes=%lld troupe_us=%.3f peer=none samples_per_s=%.0f "
+                   "global_batch=%d note=\"2 ranks share one device: correctness only\"\n",
+                   what, (long long)(S_BYTES_PER_SAMPLE * S_GLOBAL_BATCH),
+                   u * S_GLOBAL_BATCH, 1e6 / u, S_GLOBAL_BATCH);
+    }
+    return rc;
+}
+
+/* "2,4,8,16" -> ranks[]; false on a malformed list (each 1..S_MAX_RANKS, at most S_MEDIAN_MAX). */
+static bool s_parse_ranks(const char *text, int *ranks, int *n)
+{
+    *n = 0;
+    const char *p = text;
+    while (*p) {
+        char *end = NULL;
+        long r = strtol(p, &end, 10);
+        if (end == p || r < 1 || r > S_MAX_RANKS || *n >= S_MEDIAN_MAX ||
+            (*end != ',' && *end != '\0'))
+            return false;
+        ranks[(*n)++] = (int)r;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return *n > 0;
+}
+
 int main(int argc, char **argv)
 {
     /* --child and --batch B are ours; the rest are bench_util's options */
     bool child = false, trace_only = false;
     int64_t batch = S_GLOBAL_BATCH;
+    int scaling[S_MEDIAN_MAX], nscaling = 0;
     int n = 0;
     for (int i = 0; i < argc; i++) {
         if (i > 0 && strcmp(argv[i], "--child") == 0) {
             child = true;
+        } else if (i > 0 && strcmp(argv[i], "--backend") == 0) {
+            if (i + 1 >= argc || argv[i + 1][0] == '\0') {
+                fprintf(stderr, "%s: --backend needs a backend name (cpu, sync, cuda)\n", S_PROG);
+                return 2;
+            }
+            s_backend = argv[++i];
+        } else if (i > 0 && strcmp(argv[i], "--scaling") == 0) {
+            if (i + 1 >= argc || !s_parse_ranks(argv[i + 1], scaling, &nscaling)) {
+                fprintf(stderr, "%s: --scaling needs a list of rank counts from 1 to %d, such as "
+                                "2,4,8,16\n",
+                        S_PROG, S_MAX_RANKS);
+                return 2;
+            }
+            i++;
         } else if (i > 0 && strcmp(argv[i], "--bf16") == 0) {
             s_bf16 = true;
         } else if (i > 0 && strcmp(argv[i], "--trace-overhead") == 0) {
@@ -836,7 +1015,10 @@ int main(int argc, char **argv)
                                      "data-parallel MLP training throughput: 1x1, 1x2, 2x1, "
                                      "2x1-weak, 2x1-nocomm, 1x1-trace, 2x1-trace (ranks x "
                                      "streams); --trace-overhead: only 1x1-proc and 2x1 with "
-                                     "TROUPE_TRACE off and on",
+                                     "TROUPE_TRACE off and on; --scaling R1,R2,..: weak scaling "
+                                     "(128 per rank) against as many independent processes; "
+                                     "--backend cuda: batches 128, 1024, 8192 on GPU 0 against "
+                                     "PyTorch on it",
                                      &opts);
     if (pr != 0)
         return pr > 0 ? 0 : 2;
@@ -857,8 +1039,12 @@ int main(int argc, char **argv)
     troupe_bench_print_machine(TROUPE_BENCH_C_FLAGS);
     if (trace_only)
         return s_trace_overhead(&opts);
+    if (nscaling > 0)
+        return s_scaling(&opts, scaling, nscaling);
+    if (strcmp(s_backend, "cpu") != 0 && strcmp(s_backend, "sync") != 0)
+        return s_device_cases(&opts);
     fmnist_dataset_t ds;
-    s_synthetic(&ds);
+    s_synthetic(&ds, S_GLOBAL_BATCH);
     if (!ds.pixels || !ds.labels)
         return troupe_bench_fail_status(
             S_PROG, "synthetic data", troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
@@ -927,11 +1113,11 @@ int main(int argc, char **argv)
         rus[C21W][k] = rus[C21B][k] = NAN;
 #endif
         /* each of the two processes trains on half the 2x1 global minibatch */
-        rus[C21N][k] = s_nocomm_case(S_GLOBAL_BATCH / 2, runs, opts.warmup, names[C21N]);
+        rus[C21N][k] = s_nocomm_case(2, S_GLOBAL_BATCH / 2, runs, opts.warmup, names[C21N]);
         for (int c = C21; c < NCASES; c++)
             eff[c][k] = u11 / (2.0 * rus[c][k]); /* throughput(2) / (2 throughput(1)) */
-        torch1[k] = s_torch_case("1thread", runs, k == 0);
-        torchd[k] = s_torch_case("ddp", runs, false);
+        torch1[k] = s_torch_case("1thread", S_GLOBAL_BATCH, runs, k == 0);
+        torchd[k] = s_torch_case("ddp", S_GLOBAL_BATCH, runs, false);
     }
     us[C11] = s_median(r11, n11);
     for (int c = C11P; c < NCASES; c++)

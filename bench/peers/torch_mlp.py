@@ -13,6 +13,10 @@ Modes:
   1thread  one process, torch.set_num_threads(1)
   ddp      two processes on loopback (torch.distributed, gloo backend,
            DistributedDataParallel), one thread each, 64 samples per rank (global 128)
+  gpu      one process on CUDA device 0 (bench_train --backend cuda's peer, issue 16): TF32 off
+           (torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 False, as troupe's
+           CUBLAS_COMPUTE_32F), the data set and every minibatch on the device before timing,
+           each timed run between two torch.cuda.synchronize(); at least 4 minibatches of rows
 
 BLAS threads are pinned to one (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS) before torch loads: a
 pthread OpenBLAS would otherwise use every core for one sgemm. OPENBLAS_CORETYPE is inherited
@@ -126,7 +130,7 @@ def _model(torch):
                          nn.Linear(H2, OUT))
 
 
-def _train(torch, model, batches, args, barrier=None):
+def _train(torch, model, batches, args, barrier=None, sync=None):
     """Warm-up steps, then `runs` timed runs of `steps` steps; per-step times in us."""
     F = torch.nn.functional
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
@@ -149,9 +153,13 @@ def _train(torch, model, batches, args, barrier=None):
     for _ in range(args.runs):
         if barrier:
             barrier()
+        if sync:
+            sync()
         t0 = time.perf_counter_ns()
         for _ in range(args.steps):
             loss = step()
+        if sync:
+            sync()
         per_step.append((time.perf_counter_ns() - t0) / 1e3 / args.steps)
     if not torch.isfinite(loss.detach()):
         raise RuntimeError("the loss is %s after training" % float(loss))
@@ -177,6 +185,27 @@ def _one_thread(args):
     batches = [(x[i:i + B].contiguous(), y[i:i + B].contiguous())
                for i in range(0, ROWS - B + 1, B)]
     _report("1thread", 1, args, _train(torch, _model(torch), batches, args))
+
+
+def _gpu(args):
+    torch = _import_torch()
+    if not torch.cuda.is_available():
+        print('torch_peer absent reason="torch %s sees no CUDA device"' % torch.__version__)
+        sys.stdout.flush()
+        sys.exit(3)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda", 0)
+    print('library name=torch version="%s" device="%s" cuda=%s tf32=off'
+          % (torch.__version__, torch.cuda.get_device_name(dev), torch.version.cuda))
+    B = args.batch
+    rows = max(ROWS, 4 * B)
+    x, y = _data(torch, rows)
+    x, y = x.to(dev), y.to(dev)
+    batches = [(x[i:i + B].contiguous(), y[i:i + B].contiguous())
+               for i in range(0, rows - B + 1, B)]
+    model = _model(torch).to(dev)
+    _report("gpu", 1, args, _train(torch, model, batches, args, sync=torch.cuda.synchronize))
 
 
 def _ddp_rank(rank, world, port, args):
@@ -218,7 +247,7 @@ def _ddp(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mode", choices=("1thread", "ddp"), default="1thread")
+    ap.add_argument("--mode", choices=("1thread", "ddp", "gpu"), default="1thread")
     ap.add_argument("--batch", type=int, default=128, help="global minibatch")
     ap.add_argument("--ranks", type=int, default=2, help="processes in ddp mode")
     ap.add_argument("--steps", type=int, default=40, help="steps per timed run")
@@ -226,10 +255,10 @@ def main():
     ap.add_argument("--warmup-steps", type=int, default=10)
     args = ap.parse_args()
     if args.batch % (args.ranks if args.mode == "ddp" else 1) or args.batch < 2 or \
-            args.steps < 1 or args.runs < 1 or args.batch > ROWS:
+            args.steps < 1 or args.runs < 1 or (args.batch > ROWS and args.mode != "gpu"):
         ap.error("bad sizes")
     try:
-        (_one_thread if args.mode == "1thread" else _ddp)(args)
+        {"1thread": _one_thread, "ddp": _ddp, "gpu": _gpu}[args.mode](args)
     except SystemExit:
         raise
     except Exception as e:
