@@ -385,60 +385,89 @@ Test(cuda, copies_through_staging_and_pinned_memory)
     troupe_driver_close(drv);
 }
 
+/* The axpb routine compiled on a cuda driver of its own, x (pool 1, zeroed) and y (pool 2,
+ * zeroed) on device 0, a queue, and launch arguments binding them with static index `idx`. */
+typedef struct s_axpb_run {
+    troupe_driver_t *drv;
+    troupe_tnode_t *x, *y;
+    troupe_ll_proc_t *p;
+    troupe_dcode_t *code;
+    troupe_cgen_result_t *gen;
+    troupe_dqueue_t *q;
+    troupe_karg_t args[3];
+} s_axpb_run_t;
+
+static void s_axpb_open(s_axpb_run_t *f, const char *name, int64_t n, int64_t idx)
+{
+    const troupe_driver_vtable_t *vt = NULL;
+    OK(troupe_driver_lookup("cuda", &vt));
+    OK(troupe_driver_open(vt, &f->drv));
+    f->p = s_axpb(name, n, &f->x, &f->y);
+    OK(troupe_driver_compile(f->drv, f->p, &f->code));
+    OK(troupe_cgen_emit(f->p, TROUPE_CGEN_CUDA, &f->gen));
+    OK(troupe_driver_alloc_pool(f->drv, 0, 1, (int64_t)f->x->size_bytes, true));
+    OK(troupe_driver_alloc_pool(f->drv, 0, 2, (int64_t)f->y->size_bytes, true));
+    OK(troupe_driver_queue_create(f->drv, 0, &f->q));
+    cr_assert(f->gen->nparams <= 3);
+    for (size_t k = 0; k < f->gen->nparams; k++) {
+        const troupe_cgen_param_t *gp = &f->gen->params[k];
+        f->args[k] = (troupe_karg_t){TROUPE_KARG_BUFFER, 0, {0, 0, 0}, 0};
+        if (gp->kind == TROUPE_CGEN_PARAM_STATIC_IDX)
+            f->args[k] = (troupe_karg_t){TROUPE_KARG_STATIC_IDX, 0, {0, 0, 0}, idx};
+        else
+            f->args[k].buf = gp->tn == f->x
+                                 ? (troupe_buffer_loc_t){1, 0, (int64_t)f->x->size_bytes}
+                                 : (troupe_buffer_loc_t){2, 0, (int64_t)f->y->size_bytes};
+    }
+}
+
+/* y's values (n floats) copied back into `out`. */
+static void s_axpb_get_y(s_axpb_run_t *f, float *out)
+{
+    OK(troupe_driver_d2h(f->drv, f->q, out, (troupe_buffer_loc_t){2, 0, (int64_t)f->y->size_bytes},
+                         (int64_t)f->y->size_bytes));
+}
+
+/* Releases what s_axpb_open made (the code unless already released: f->code NULL). */
+static void s_axpb_close(s_axpb_run_t *f)
+{
+    troupe_driver_queue_destroy(f->drv, f->q);
+    troupe_driver_code_release(f->drv, f->code);
+    OK(troupe_driver_free_pool(f->drv, 0, 1));
+    OK(troupe_driver_free_pool(f->drv, 0, 2));
+    troupe_cgen_result_destroy(&f->gen);
+    troupe_ll_proc_destroy(&f->p);
+    troupe_tnode_release(&f->x);
+    troupe_tnode_release(&f->y);
+    troupe_driver_close(f->drv);
+}
+
 Test(cuda, a_bad_static_index_is_refused_and_the_next_launch_works)
 {
     S_NEED_DEVICE();
-    const troupe_driver_vtable_t *vt = NULL;
-    troupe_driver_t *drv = NULL;
-    OK(troupe_driver_lookup("cuda", &vt));
-    OK(troupe_driver_open(vt, &drv));
-    troupe_tnode_t *x, *y;
     const int64_t n = 1000;
-    troupe_ll_proc_t *p = s_axpb("axpb_idx", n, &x, &y);
-    troupe_dcode_t *code = NULL;
-    OK(troupe_driver_compile(drv, p, &code));
-    troupe_cgen_result_t *gen = NULL;
-    OK(troupe_cgen_emit(p, TROUPE_CGEN_CUDA, &gen));
-    OK(troupe_driver_alloc_pool(drv, 0, 1, (int64_t)x->size_bytes, false));
-    OK(troupe_driver_alloc_pool(drv, 0, 2, (int64_t)y->size_bytes, true));
-    troupe_dqueue_t *q = NULL;
-    OK(troupe_driver_queue_create(drv, 0, &q));
-    float *xv = malloc(x->size_bytes), *yv = malloc(y->size_bytes);
+    s_axpb_run_t f;
+    s_axpb_open(&f, "axpb_idx", n, 4); /* range 0..3 */
+    float *xv = malloc(f.x->size_bytes), *yv = malloc(f.y->size_bytes);
     for (int64_t i = 0; i < 4 * n; i++)
         xv[i] = (float)i;
-    OK(troupe_driver_h2d(drv, q, (troupe_buffer_loc_t){1, 0, (int64_t)x->size_bytes}, xv,
-                         (int64_t)x->size_bytes));
-    troupe_karg_t args[3];
-    for (size_t k = 0; k < gen->nparams; k++) {
-        const troupe_cgen_param_t *gp = &gen->params[k];
-        args[k] = (troupe_karg_t){TROUPE_KARG_BUFFER, 0, {0, 0, 0}, 0};
-        if (gp->kind == TROUPE_CGEN_PARAM_STATIC_IDX)
-            args[k] = (troupe_karg_t){TROUPE_KARG_STATIC_IDX, 0, {0, 0, 0}, 4}; /* range 0..3 */
-        else
-            args[k].buf = gp->tn == x ? (troupe_buffer_loc_t){1, 0, (int64_t)x->size_bytes}
-                                      : (troupe_buffer_loc_t){2, 0, (int64_t)y->size_bytes};
-    }
-    cr_assert_eq(troupe_driver_launch(drv, q, code, args, gen->nparams), TROUPE_INVALID_ARGUMENT);
+    OK(troupe_driver_h2d(f.drv, f.q, (troupe_buffer_loc_t){1, 0, (int64_t)f.x->size_bytes}, xv,
+                         (int64_t)f.x->size_bytes));
+    cr_assert_eq(troupe_driver_launch(f.drv, f.q, f.code, f.args, f.gen->nparams),
+                 TROUPE_INVALID_ARGUMENT);
     cr_assert(strstr(troupe_last_error(), "expects a static index in 0..3, got 4"), "%s",
               troupe_last_error());
-    for (size_t k = 0; k < gen->nparams; k++)
-        if (args[k].kind == TROUPE_KARG_STATIC_IDX)
-            args[k].value = 2;
-    OK(troupe_driver_launch(drv, q, code, args, gen->nparams));
-    OK(troupe_driver_d2h(drv, q, yv, (troupe_buffer_loc_t){2, 0, (int64_t)y->size_bytes},
-                         (int64_t)y->size_bytes));
+    for (size_t k = 0; k < f.gen->nparams; k++)
+        if (f.args[k].kind == TROUPE_KARG_STATIC_IDX)
+            f.args[k].value = 2;
+    OK(troupe_driver_launch(f.drv, f.q, f.code, f.args, f.gen->nparams));
+    s_axpb_get_y(&f, yv);
     for (int64_t i = 0; i < n; i++)
         cr_assert_eq(yv[i], (float)(2 * n + i) * 2.0f + 0.5f, "y[%lld] = %g", (long long)i,
                      (double)yv[i]);
-    troupe_driver_queue_destroy(drv, q);
-    troupe_driver_code_release(drv, code);
-    troupe_cgen_result_destroy(&gen);
     free(xv);
     free(yv);
-    troupe_ll_proc_destroy(&p);
-    troupe_tnode_release(&x);
-    troupe_tnode_release(&y);
-    troupe_driver_close(drv);
+    s_axpb_close(&f);
 }
 
 /* A kernel that faults (a trap, launched beside troupe's work) poisons the device: troupe's
@@ -591,59 +620,29 @@ Test(cuda, an_event_that_is_not_ready_leaves_no_error_behind)
 Test(cuda, releasing_a_code_waits_for_its_queued_launches)
 {
     S_NEED_DEVICE();
-    const troupe_driver_vtable_t *vt = NULL;
-    troupe_driver_t *drv = NULL;
-    OK(troupe_driver_lookup("cuda", &vt));
-    OK(troupe_driver_open(vt, &drv));
-    troupe_tnode_t *x, *y;
     const int64_t n = 1000;
-    troupe_ll_proc_t *p = s_axpb("axpb_rel", n, &x, &y);
-    troupe_dcode_t *code = NULL;
-    OK(troupe_driver_compile(drv, p, &code));
-    troupe_cgen_result_t *gen = NULL;
-    OK(troupe_cgen_emit(p, TROUPE_CGEN_CUDA, &gen));
-    OK(troupe_driver_alloc_pool(drv, 0, 1, (int64_t)x->size_bytes, true));
-    OK(troupe_driver_alloc_pool(drv, 0, 2, (int64_t)y->size_bytes, true));
-    troupe_dqueue_t *q = NULL;
-    OK(troupe_driver_queue_create(drv, 0, &q));
-    troupe_karg_t args[3];
-    cr_assert(gen->nparams <= 3);
-    for (size_t i = 0; i < gen->nparams; i++) {
-        const troupe_cgen_param_t *gp = &gen->params[i];
-        args[i] = (troupe_karg_t){TROUPE_KARG_BUFFER, 0, {0, 0, 0}, 0};
-        if (gp->kind == TROUPE_CGEN_PARAM_STATIC_IDX)
-            args[i] = (troupe_karg_t){TROUPE_KARG_STATIC_IDX, 0, {0, 0, 0}, 1};
-        else
-            args[i].buf = gp->tn == x ? (troupe_buffer_loc_t){1, 0, (int64_t)x->size_bytes}
-                                      : (troupe_buffer_loc_t){2, 0, (int64_t)y->size_bytes};
-    }
+    s_axpb_run_t f;
+    s_axpb_open(&f, "axpb_rel", n, 1);
     cudaLibrary_t lib;
     cudaKernel_t k;
     s_raw_kernel(S_SPIN_SRC, "spin_k", &lib, &k);
-    s_spin(k, q->stream, 1000000000LL);
-    OK(troupe_driver_launch(drv, q, code, args, gen->nparams));
+    s_spin(k, f.q->stream, 1000000000LL);
+    OK(troupe_driver_launch(f.drv, f.q, f.code, f.args, f.gen->nparams));
     troupe_devent_t *ev = NULL;
-    OK(troupe_driver_event_record(drv, q, &ev));
-    troupe_driver_code_release(drv, code);
+    OK(troupe_driver_event_record(f.drv, f.q, &ev));
+    troupe_driver_code_release(f.drv, f.code);
+    f.code = NULL;
     bool done = false;
-    OK(troupe_driver_event_query(drv, ev, &done));
+    OK(troupe_driver_event_query(f.drv, ev, &done));
     cr_assert(done, "code_release returned before the launch it was queued for ran");
-    float *yv = malloc(y->size_bytes);
-    OK(troupe_driver_d2h(drv, q, yv, (troupe_buffer_loc_t){2, 0, (int64_t)y->size_bytes},
-                         (int64_t)y->size_bytes));
+    float *yv = malloc(f.y->size_bytes);
+    s_axpb_get_y(&f, yv);
     for (int64_t i = 0; i < n; i++)
         cr_assert_eq(yv[i], 0.5f, "y[%lld] = %g (x is zero)", (long long)i, (double)yv[i]);
     free(yv);
-    troupe_driver_event_release(drv, ev);
-    troupe_driver_queue_destroy(drv, q);
+    troupe_driver_event_release(f.drv, ev);
     cr_assert_eq(cudaLibraryUnload(lib), cudaSuccess);
-    OK(troupe_driver_free_pool(drv, 0, 1));
-    OK(troupe_driver_free_pool(drv, 0, 2));
-    troupe_cgen_result_destroy(&gen);
-    troupe_ll_proc_destroy(&p);
-    troupe_tnode_release(&x);
-    troupe_tnode_release(&y);
-    troupe_driver_close(drv);
+    s_axpb_close(&f);
 }
 
 /* Once a cuda backend with a device is open, a tensor node's host array of 64 KiB or more is
