@@ -312,13 +312,27 @@ static void s_close(troupe_driver_t *drv)
             TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
                        "cuda close: device %d: freeing %zu pools still allocated", i,
                        dev->pools.n);
-        if (cudaSetDevice(i) == cudaSuccess)
+        cudaError_t se = cudaSetDevice(i);
+        if (se == cudaSuccess)
             for (size_t k = 0; k < dev->pools.n; k++)
                 (void)cudaFree(dev->pools.v[k].base);
         if (dev->sticky) {
-            TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
-                       "cuda close: device %d had a sticky error; resetting it", i);
-            (void)cudaDeviceReset();
+            /* cudaDeviceReset resets the calling thread's current device: with a sticky error
+             * cudaSetDevice may return it, so the reset happens only once device i is
+             * current, never on another device. */
+            int cur = -1;
+            if (cudaGetDevice(&cur) == cudaSuccess && cur == i) {
+                cudaError_t re = cudaDeviceReset();
+                TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+                           "cuda close: device %d had a sticky error; cudaSetDevice: %s, "
+                           "cudaDeviceReset: %s",
+                           i, cudaGetErrorName(se), cudaGetErrorName(re));
+            } else {
+                TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_DEVICES,
+                           "cuda close: device %d had a sticky error and cannot be made current "
+                           "(cudaSetDevice: %s; current device %d): not reset",
+                           i, cudaGetErrorName(se), cur);
+            }
         }
         (void)cudaGetLastError();
         troupe__pools_free(&dev->pools);
