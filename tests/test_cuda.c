@@ -7,7 +7,10 @@
  * NVRTC's log. The tests that need a device skip, counted, with the reason: the conformance
  * suites' cuda runs (FOR_EACH_DRIVER in the other files, and this file's), the failure paths
  * (an allocation larger than the device, a kernel that faults, a launch with a bad static
- * index), copies through both staging and page-locked memory, device-side waits between streams.
+ * index), copies through both staging and page-locked memory, device-side waits between streams,
+ * a not-ready event query leaving no error behind, code_release waiting for queued launches,
+ * page-locked host arrays, and whether a backend works again after a sticky fault and
+ * cudaDeviceReset (CUDA documents a relaunch as the only way back; the failure message says so).
  * None of the GPU tests has run yet (no GPU was available where this was written).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -22,6 +25,7 @@
 
 #if TROUPE_HAVE_CUDA
 #include "devices/cuda/cuda_impl.h"
+#include "devices/cuda/driver_impl.h"
 #include "devices/cuda/nvrtc.h"
 
 #include <cuda_runtime_api.h>
@@ -85,6 +89,36 @@ static troupe_ll_proc_t *s_axpb(const char *name, int64_t n, troupe_tnode_t **x,
     return p;
 }
 
+/* Loads `src` (CUDA C++ defining extern "C" kernel `kname`) for device 0 into *lib, *k. */
+static void s_raw_kernel(const char *src, const char *kname, cudaLibrary_t *lib, cudaKernel_t *k)
+{
+    int major = 0, minor = 0;
+    cr_assert_eq(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    cr_assert_eq(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+    char arch[32];
+    OK(troupe_nvrtc_arch_for(major, minor, arch, sizeof arch));
+    void *img = NULL;
+    size_t sz = 0;
+    OK(troupe_nvrtc_compile_image(src, "raw.cu", arch, false, &img, &sz, NULL));
+    cr_assert_eq(cudaLibraryLoadData(lib, img, NULL, NULL, 0, NULL, NULL, 0), cudaSuccess);
+    cr_assert_eq(cudaLibraryGetKernel(k, *lib, kname), cudaSuccess);
+    troupe_free(img);
+}
+
+/* A kernel that keeps one thread busy for about `cycles` SM clock cycles (1e9: about half a
+ * second on an H100). */
+#define S_SPIN_SRC                                                                                 \
+    "extern \"C\" __global__ void spin_k(long long cycles) {"                                      \
+    " long long t0 = clock64(); while (clock64() - t0 < cycles) { } }"
+
+static void s_spin(cudaKernel_t k, cudaStream_t stream, long long cycles)
+{
+    void *args[1] = {&cycles};
+    cr_assert_eq(
+        cudaLaunchKernel((const void *)k, (dim3){1, 1, 1}, (dim3){1, 1, 1}, args, 0, stream),
+        cudaSuccess);
+}
+
 /* ---- without a device ------------------------------------------------------------------- */
 
 Test(cuda, backend_opens_and_the_log_says_why_there_is_no_device)
@@ -117,6 +151,8 @@ Test(cuda, backend_opens_and_the_log_says_why_there_is_no_device)
     } else {
         cr_assert_str_eq(why, "");
         cr_assert(s_file_has(log, "cuda: device 0: "), "log %s", log);
+        cr_assert(s_file_has(log, "compute mode ") && s_file_has(log, "context ready in "),
+                  "the device line gives the compute mode and the context's cost: log %s", log);
     }
     unlink(log);
 }
@@ -349,60 +385,89 @@ Test(cuda, copies_through_staging_and_pinned_memory)
     troupe_driver_close(drv);
 }
 
+/* The axpb routine compiled on a cuda driver of its own, x (pool 1, zeroed) and y (pool 2,
+ * zeroed) on device 0, a queue, and launch arguments binding them with static index `idx`. */
+typedef struct s_axpb_run {
+    troupe_driver_t *drv;
+    troupe_tnode_t *x, *y;
+    troupe_ll_proc_t *p;
+    troupe_dcode_t *code;
+    troupe_cgen_result_t *gen;
+    troupe_dqueue_t *q;
+    troupe_karg_t args[3];
+} s_axpb_run_t;
+
+static void s_axpb_open(s_axpb_run_t *f, const char *name, int64_t n, int64_t idx)
+{
+    const troupe_driver_vtable_t *vt = NULL;
+    OK(troupe_driver_lookup("cuda", &vt));
+    OK(troupe_driver_open(vt, &f->drv));
+    f->p = s_axpb(name, n, &f->x, &f->y);
+    OK(troupe_driver_compile(f->drv, f->p, &f->code));
+    OK(troupe_cgen_emit(f->p, TROUPE_CGEN_CUDA, &f->gen));
+    OK(troupe_driver_alloc_pool(f->drv, 0, 1, (int64_t)f->x->size_bytes, true));
+    OK(troupe_driver_alloc_pool(f->drv, 0, 2, (int64_t)f->y->size_bytes, true));
+    OK(troupe_driver_queue_create(f->drv, 0, &f->q));
+    cr_assert(f->gen->nparams <= 3);
+    for (size_t k = 0; k < f->gen->nparams; k++) {
+        const troupe_cgen_param_t *gp = &f->gen->params[k];
+        f->args[k] = (troupe_karg_t){TROUPE_KARG_BUFFER, 0, {0, 0, 0}, 0};
+        if (gp->kind == TROUPE_CGEN_PARAM_STATIC_IDX)
+            f->args[k] = (troupe_karg_t){TROUPE_KARG_STATIC_IDX, 0, {0, 0, 0}, idx};
+        else
+            f->args[k].buf = gp->tn == f->x
+                                 ? (troupe_buffer_loc_t){1, 0, (int64_t)f->x->size_bytes}
+                                 : (troupe_buffer_loc_t){2, 0, (int64_t)f->y->size_bytes};
+    }
+}
+
+/* y's values (n floats) copied back into `out`. */
+static void s_axpb_get_y(s_axpb_run_t *f, float *out)
+{
+    OK(troupe_driver_d2h(f->drv, f->q, out, (troupe_buffer_loc_t){2, 0, (int64_t)f->y->size_bytes},
+                         (int64_t)f->y->size_bytes));
+}
+
+/* Releases what s_axpb_open made (the code unless already released: f->code NULL). */
+static void s_axpb_close(s_axpb_run_t *f)
+{
+    troupe_driver_queue_destroy(f->drv, f->q);
+    troupe_driver_code_release(f->drv, f->code);
+    OK(troupe_driver_free_pool(f->drv, 0, 1));
+    OK(troupe_driver_free_pool(f->drv, 0, 2));
+    troupe_cgen_result_destroy(&f->gen);
+    troupe_ll_proc_destroy(&f->p);
+    troupe_tnode_release(&f->x);
+    troupe_tnode_release(&f->y);
+    troupe_driver_close(f->drv);
+}
+
 Test(cuda, a_bad_static_index_is_refused_and_the_next_launch_works)
 {
     S_NEED_DEVICE();
-    const troupe_driver_vtable_t *vt = NULL;
-    troupe_driver_t *drv = NULL;
-    OK(troupe_driver_lookup("cuda", &vt));
-    OK(troupe_driver_open(vt, &drv));
-    troupe_tnode_t *x, *y;
     const int64_t n = 1000;
-    troupe_ll_proc_t *p = s_axpb("axpb_idx", n, &x, &y);
-    troupe_dcode_t *code = NULL;
-    OK(troupe_driver_compile(drv, p, &code));
-    troupe_cgen_result_t *gen = NULL;
-    OK(troupe_cgen_emit(p, TROUPE_CGEN_CUDA, &gen));
-    OK(troupe_driver_alloc_pool(drv, 0, 1, (int64_t)x->size_bytes, false));
-    OK(troupe_driver_alloc_pool(drv, 0, 2, (int64_t)y->size_bytes, true));
-    troupe_dqueue_t *q = NULL;
-    OK(troupe_driver_queue_create(drv, 0, &q));
-    float *xv = malloc(x->size_bytes), *yv = malloc(y->size_bytes);
+    s_axpb_run_t f;
+    s_axpb_open(&f, "axpb_idx", n, 4); /* range 0..3 */
+    float *xv = malloc(f.x->size_bytes), *yv = malloc(f.y->size_bytes);
     for (int64_t i = 0; i < 4 * n; i++)
         xv[i] = (float)i;
-    OK(troupe_driver_h2d(drv, q, (troupe_buffer_loc_t){1, 0, (int64_t)x->size_bytes}, xv,
-                         (int64_t)x->size_bytes));
-    troupe_karg_t args[3];
-    for (size_t k = 0; k < gen->nparams; k++) {
-        const troupe_cgen_param_t *gp = &gen->params[k];
-        args[k] = (troupe_karg_t){TROUPE_KARG_BUFFER, 0, {0, 0, 0}, 0};
-        if (gp->kind == TROUPE_CGEN_PARAM_STATIC_IDX)
-            args[k] = (troupe_karg_t){TROUPE_KARG_STATIC_IDX, 0, {0, 0, 0}, 4}; /* range 0..3 */
-        else
-            args[k].buf = gp->tn == x ? (troupe_buffer_loc_t){1, 0, (int64_t)x->size_bytes}
-                                      : (troupe_buffer_loc_t){2, 0, (int64_t)y->size_bytes};
-    }
-    cr_assert_eq(troupe_driver_launch(drv, q, code, args, gen->nparams), TROUPE_INVALID_ARGUMENT);
+    OK(troupe_driver_h2d(f.drv, f.q, (troupe_buffer_loc_t){1, 0, (int64_t)f.x->size_bytes}, xv,
+                         (int64_t)f.x->size_bytes));
+    cr_assert_eq(troupe_driver_launch(f.drv, f.q, f.code, f.args, f.gen->nparams),
+                 TROUPE_INVALID_ARGUMENT);
     cr_assert(strstr(troupe_last_error(), "expects a static index in 0..3, got 4"), "%s",
               troupe_last_error());
-    for (size_t k = 0; k < gen->nparams; k++)
-        if (args[k].kind == TROUPE_KARG_STATIC_IDX)
-            args[k].value = 2;
-    OK(troupe_driver_launch(drv, q, code, args, gen->nparams));
-    OK(troupe_driver_d2h(drv, q, yv, (troupe_buffer_loc_t){2, 0, (int64_t)y->size_bytes},
-                         (int64_t)y->size_bytes));
+    for (size_t k = 0; k < f.gen->nparams; k++)
+        if (f.args[k].kind == TROUPE_KARG_STATIC_IDX)
+            f.args[k].value = 2;
+    OK(troupe_driver_launch(f.drv, f.q, f.code, f.args, f.gen->nparams));
+    s_axpb_get_y(&f, yv);
     for (int64_t i = 0; i < n; i++)
         cr_assert_eq(yv[i], (float)(2 * n + i) * 2.0f + 0.5f, "y[%lld] = %g", (long long)i,
                      (double)yv[i]);
-    troupe_driver_queue_destroy(drv, q);
-    troupe_driver_code_release(drv, code);
-    troupe_cgen_result_destroy(&gen);
     free(xv);
     free(yv);
-    troupe_ll_proc_destroy(&p);
-    troupe_tnode_release(&x);
-    troupe_tnode_release(&y);
-    troupe_driver_close(drv);
+    s_axpb_close(&f);
 }
 
 /* A kernel that faults (a trap, launched beside troupe's work) poisons the device: troupe's
@@ -427,25 +492,15 @@ Test(cuda, a_faulting_kernel_fails_events_and_dependants_then_a_new_backend_work
     OK(troupe_event_sync(ev, 20000 * MS));
     troupe_event_release(&ev);
     /* The fault, on a stream of its own. */
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-    char arch[32];
-    OK(troupe_nvrtc_arch_for(major, minor, arch, sizeof arch));
-    void *img = NULL;
-    size_t sz = 0;
-    OK(troupe_nvrtc_compile_image("extern \"C\" __global__ void trap_k() { __trap(); }",
-                                  "trap.cu", arch, false, &img, &sz, NULL));
     cudaLibrary_t lib;
     cudaKernel_t k;
     cudaStream_t raw;
-    cr_assert_eq(cudaLibraryLoadData(&lib, img, NULL, NULL, 0, NULL, NULL, 0), cudaSuccess);
-    cr_assert_eq(cudaLibraryGetKernel(&k, lib, "trap_k"), cudaSuccess);
+    s_raw_kernel("extern \"C\" __global__ void trap_k() { __trap(); }", "trap_k", &lib, &k);
     cr_assert_eq(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking), cudaSuccess);
     cr_assert_eq(cudaLaunchKernel((const void *)k, (dim3){1, 1, 1}, (dim3){1, 1, 1}, NULL, 0, raw),
                  cudaSuccess);
-    (void)cudaStreamSynchronize(raw);
-    troupe_free(img);
+    cudaError_t fault = cudaStreamSynchronize(raw);
+    cr_log_info("the trap kernel ended with %s", cudaGetErrorName(fault));
     /* troupe's next run fails on the event, with the error's name. */
     troupe_status_t st = troupe_routine_run(r, &ev);
     if (st == TROUPE_OK)
@@ -466,7 +521,14 @@ Test(cuda, a_faulting_kernel_fails_events_and_dependants_then_a_new_backend_work
     (void)cudaStreamDestroy(raw);
     (void)cudaLibraryUnload(lib);
     rtu_env_close(&e); /* resets the device (a sticky error was seen) */
-    /* A new backend works. */
+    /* A new backend works. The CUDA reference says a process must be relaunched to use CUDA
+     * after a sticky error; this is where a GPU tells whether cudaDeviceReset is enough. */
+    troupe_backend_t *nb = NULL;
+    troupe_status_t ost = troupe_backend_open("cuda", TROUPE_ONLY_DEVICES_PARALLEL, &nb);
+    cr_assert_eq(ost, TROUPE_OK,
+                 "after %s and cudaDeviceReset, a new cuda backend does not open: %s",
+                 cudaGetErrorName(fault), troupe_last_error());
+    troupe_backend_close(&nb);
     rtu_env_open(&e, "cuda", 1);
     rtu_put(&e.ctx[0], a, init);
     code = rtu_add_code(e.b, a, NULL, "a_twice_after");
@@ -519,6 +581,90 @@ Test(cuda, a_wait_on_a_stream_of_the_same_device_is_ordered_on_the_device)
     troupe_code_release(&code);
     troupe_tnode_release(&a);
     rtu_env_close(&e);
+}
+
+/* cudaErrorNotReady from an event query is no error: nothing is left in the thread's last
+ * error for a later cudaGetLastError (the driver's query clears it only if the runtime
+ * recorded it, which TROUPE_LOG=debug:devices reports). */
+Test(cuda, an_event_that_is_not_ready_leaves_no_error_behind)
+{
+    S_NEED_DEVICE();
+    const troupe_driver_vtable_t *vt = NULL;
+    troupe_driver_t *drv = NULL;
+    OK(troupe_driver_lookup("cuda", &vt));
+    OK(troupe_driver_open(vt, &drv));
+    troupe_dqueue_t *q = NULL;
+    OK(troupe_driver_queue_create(drv, 0, &q));
+    cudaLibrary_t lib;
+    cudaKernel_t k;
+    s_raw_kernel(S_SPIN_SRC, "spin_k", &lib, &k);
+    s_spin(k, q->stream, 1000000000LL);
+    troupe_devent_t *ev = NULL;
+    OK(troupe_driver_event_record(drv, q, &ev));
+    bool done = true;
+    OK(troupe_driver_event_query(drv, ev, &done));
+    cr_assert(!done, "the event after a half-second kernel is not complete at once");
+    cr_assert_eq(cudaPeekAtLastError(), cudaSuccess, "left behind: %s",
+                 cudaGetErrorName(cudaPeekAtLastError()));
+    while (!done)
+        OK(troupe_driver_event_query(drv, ev, &done));
+    cr_assert_eq(cudaPeekAtLastError(), cudaSuccess);
+    troupe_driver_event_release(drv, ev);
+    troupe_driver_queue_destroy(drv, q);
+    cr_assert_eq(cudaLibraryUnload(lib), cudaSuccess);
+    troupe_driver_close(drv);
+}
+
+/* A code whose last reference goes while its launch is still queued behind other work is
+ * unloaded only once the device has finished: code_release returns after the work. */
+Test(cuda, releasing_a_code_waits_for_its_queued_launches)
+{
+    S_NEED_DEVICE();
+    const int64_t n = 1000;
+    s_axpb_run_t f;
+    s_axpb_open(&f, "axpb_rel", n, 1);
+    cudaLibrary_t lib;
+    cudaKernel_t k;
+    s_raw_kernel(S_SPIN_SRC, "spin_k", &lib, &k);
+    s_spin(k, f.q->stream, 1000000000LL);
+    OK(troupe_driver_launch(f.drv, f.q, f.code, f.args, f.gen->nparams));
+    troupe_devent_t *ev = NULL;
+    OK(troupe_driver_event_record(f.drv, f.q, &ev));
+    troupe_driver_code_release(f.drv, f.code);
+    f.code = NULL;
+    bool done = false;
+    OK(troupe_driver_event_query(f.drv, ev, &done));
+    cr_assert(done, "code_release returned before the launch it was queued for ran");
+    float *yv = malloc(f.y->size_bytes);
+    s_axpb_get_y(&f, yv);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(yv[i], 0.5f, "y[%lld] = %g (x is zero)", (long long)i, (double)yv[i]);
+    free(yv);
+    troupe_driver_event_release(f.drv, ev);
+    cr_assert_eq(cudaLibraryUnload(lib), cudaSuccess);
+    s_axpb_close(&f);
+}
+
+/* Once a cuda backend with a device is open, a tensor node's host array of 64 KiB or more is
+ * page-locked (registered with the runtime), so its copies skip the staging buffers. */
+Test(cuda, large_host_arrays_are_page_locked)
+{
+    S_NEED_DEVICE();
+    troupe_backend_t *b = NULL;
+    OK(troupe_backend_open("cuda", TROUPE_ONLY_DEVICES_PARALLEL, &b));
+    troupe_tnode_t *big = rtu_vec("big", (int64_t)1 << 16), *small = rtu_vec("small", 16);
+    void *hb = NULL, *hs = NULL;
+    OK(troupe_tnode_host_array(big, &hb));
+    OK(troupe_tnode_host_array(small, &hs));
+    struct cudaPointerAttributes a;
+    cr_assert_eq(cudaPointerGetAttributes(&a, hb), cudaSuccess);
+    cr_assert_eq(a.type, cudaMemoryTypeHost, "a 256 KiB host array is page-locked (type %d)",
+                 (int)a.type);
+    cr_assert_eq(cudaPointerGetAttributes(&a, hs), cudaSuccess);
+    cr_assert_eq(a.type, cudaMemoryTypeUnregistered, "a 64-byte one is not (type %d)", (int)a.type);
+    troupe_tnode_release(&big);
+    troupe_tnode_release(&small);
+    troupe_backend_close(&b);
 }
 
 #else /* !TROUPE_HAVE_CUDA */

@@ -4,12 +4,14 @@
 #include "devices/cuda/driver_impl.h"
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "devices/cuda/nvrtc.h"
 #include "ir/tnode_impl.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,10 @@
 
 /* ---- errors and devices ------------------------------------------------------------------ */
 
-/* Errors after which the context is unusable (CUDA runtime API reference, cudaError). */
+/* Errors after which the context is unusable: those whose description in the CUDA runtime API
+ * reference (cudaError, driver_types.h of CUDA 13.0) says "This leaves the process in an
+ * inconsistent state and any further CUDA work will return the same error", plus an
+ * uncorrectable ECC error. */
 static bool s_is_sticky(cudaError_t e)
 {
     switch (e) {
@@ -33,6 +38,10 @@ static bool s_is_sticky(cudaError_t e)
     case cudaErrorInvalidAddressSpace:
     case cudaErrorInvalidPc:
     case cudaErrorLaunchTimeout:
+    case cudaErrorContained:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorExternalDevice:
     case cudaErrorECCUncorrectable:
         return true;
     default:
@@ -118,6 +127,8 @@ static troupe_status_t s_probe(troupe__cuda_dev_t *dev, int ordinal)
         e = cudaDeviceGetAttribute(&dev->sm_count, cudaDevAttrMultiProcessorCount, ordinal);
     if (e == cudaSuccess)
         e = cudaDeviceGetAttribute(&dev->async_engines, cudaDevAttrAsyncEngineCount, ordinal);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&dev->compute_mode, cudaDevAttrComputeMode, ordinal);
     if (e != cudaSuccess)
         return troupe__cuda_fail(NULL, e, "open: properties of device %d", ordinal);
     snprintf(dev->name, sizeof dev->name, "%s", p.name);
@@ -184,13 +195,25 @@ static troupe_status_t s_archs(troupe__cuda_driver_t *d)
  * the device is reset after a sticky error. */
 #define S_PIN_MIN_BYTES ((size_t)64 << 10)
 
+#define S_PAGE_BYTES ((size_t)4096)
+
+/* Whole pages are allocated and registered, so no two registered ranges share a page
+ * (cudaHostRegister pins whole pages; a range overlapping a registered one is
+ * cudaErrorHostMemoryAlreadyRegistered, CUDA runtime API reference). */
 static void *s_pinned_alloc(size_t size_bytes)
 {
     void *p = NULL;
-    if (posix_memalign(&p, 4096, size_bytes) != 0)
+    size_t pages = (size_bytes + S_PAGE_BYTES - 1) / S_PAGE_BYTES * S_PAGE_BYTES;
+    if (pages < size_bytes || posix_memalign(&p, S_PAGE_BYTES, pages) != 0)
         return NULL;
-    if (cudaHostRegister(p, size_bytes, cudaHostRegisterPortable) != cudaSuccess)
-        (void)cudaGetLastError(); /* stays pageable: its copies are staged */
+    cudaError_t e = cudaHostRegister(p, pages, cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+        /* Stays pageable: its copies are staged. */
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
+                   "cuda: host array of %zu bytes not page-locked: cudaHostRegister: %s", pages,
+                   cudaGetErrorName(e));
+        (void)cudaGetLastError();
+    }
     return p;
 }
 
@@ -201,6 +224,40 @@ static void s_pinned_free(void *p)
     if (cudaHostUnregister(p) != cudaSuccess)
         (void)cudaGetLastError();
     free(p);
+}
+
+static const char *s_compute_mode_name(int mode)
+{
+    switch (mode) {
+    case cudaComputeModeDefault:
+        return "default";
+    case cudaComputeModeProhibited:
+        return "prohibited";
+    case cudaComputeModeExclusiveProcess:
+        return "exclusive-process";
+    default:
+        return "unknown";
+    }
+}
+
+/* Creates the device's primary context now (cudaInitDevice, CUDA 12.0+), so a device that
+ * cannot be used (compute mode prohibited, exclusive-process and taken by another process:
+ * cudaErrorDevicesUnavailable) fails the open with its error rather than the first queue, and
+ * the log says what the context cost. */
+static troupe_status_t s_init_device(troupe__cuda_dev_t *dev)
+{
+    int64_t t0 = troupe_now_ns();
+    cudaError_t e = cudaInitDevice(dev->ordinal, 0, 0);
+    if (e != cudaSuccess)
+        return troupe__cuda_fail(NULL, e, "open: device %d (%s, compute mode %s): cudaInitDevice",
+                                 dev->ordinal, dev->name, s_compute_mode_name(dev->compute_mode));
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+               "cuda: device %d: %s, compute %d.%d, %d SMs, %zu MiB, %d copy engines, compute "
+               "mode %s, code for %s; context ready in %.1f ms",
+               dev->ordinal, dev->name, dev->cc_major, dev->cc_minor, dev->sm_count,
+               dev->total_bytes >> 20, dev->async_engines, s_compute_mode_name(dev->compute_mode),
+               dev->arch, (double)(troupe_now_ns() - t0) * 1e-6);
+    return TROUPE_OK;
 }
 
 static void s_close(troupe_driver_t *drv);
@@ -229,10 +286,8 @@ static troupe_status_t s_open(troupe_driver_t **out)
         if ((st = s_probe(&d->devs[i], i)) != TROUPE_OK)
             goto out_fail;
         d->ndevices++;
-        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
-                   "cuda: device %d: %s, compute %d.%d, %d SMs, %zu MiB, code for %s", i,
-                   d->devs[i].name, d->devs[i].cc_major, d->devs[i].cc_minor,
-                   d->devs[i].sm_count, d->devs[i].total_bytes >> 20, d->devs[i].arch);
+        if ((st = s_init_device(&d->devs[i])) != TROUPE_OK)
+            goto out_fail;
     }
     if ((st = s_archs(d)) != TROUPE_OK)
         goto out_fail;
@@ -257,13 +312,27 @@ static void s_close(troupe_driver_t *drv)
             TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
                        "cuda close: device %d: freeing %zu pools still allocated", i,
                        dev->pools.n);
-        if (cudaSetDevice(i) == cudaSuccess)
+        cudaError_t se = cudaSetDevice(i);
+        if (se == cudaSuccess)
             for (size_t k = 0; k < dev->pools.n; k++)
                 (void)cudaFree(dev->pools.v[k].base);
         if (dev->sticky) {
-            TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
-                       "cuda close: device %d had a sticky error; resetting it", i);
-            (void)cudaDeviceReset();
+            /* cudaDeviceReset resets the calling thread's current device: with a sticky error
+             * cudaSetDevice may return it, so the reset happens only once device i is
+             * current, never on another device. */
+            int cur = -1;
+            if (cudaGetDevice(&cur) == cudaSuccess && cur == i) {
+                cudaError_t re = cudaDeviceReset();
+                TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+                           "cuda close: device %d had a sticky error; cudaSetDevice: %s, "
+                           "cudaDeviceReset: %s",
+                           i, cudaGetErrorName(se), cudaGetErrorName(re));
+            } else {
+                TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_DEVICES,
+                           "cuda close: device %d had a sticky error and cannot be made current "
+                           "(cudaSetDevice: %s; current device %d): not reset",
+                           i, cudaGetErrorName(se), cur);
+            }
         }
         (void)cudaGetLastError();
         troupe__pools_free(&dev->pools);
@@ -757,8 +826,18 @@ static troupe_status_t s_event_query(troupe_driver_t *drv, troupe_devent_t *ev, 
     cudaError_t e = cudaEventQuery(ev->ev);
     *done = e != cudaErrorNotReady;
     if (e == cudaSuccess || e == cudaErrorNotReady) {
-        if (e == cudaErrorNotReady)
+        /* cudaErrorNotReady "is not actually an error" (CUDA runtime API reference, cudaError);
+         * should this runtime still record it as the thread's last error, it is cleared, and
+         * only it: this may be a user's host thread (a sync polls), whose own pending error
+         * must stay for its cudaGetLastError. Logged once, for the first GPU run to tell. */
+        if (e == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady) {
             (void)cudaGetLastError();
+            static atomic_bool logged;
+            if (!atomic_exchange(&logged, true))
+                TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
+                           "cuda: cudaEventQuery's cudaErrorNotReady was recorded as the "
+                           "thread's last error (cleared)");
+        }
         return TROUPE_OK;
     }
     troupe__cuda_dev_t *dev = NULL;

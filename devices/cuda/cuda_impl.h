@@ -4,10 +4,16 @@
  *
  *   - open: cudaGetDeviceCount; every visible GPU is a device (ordinal = CUDA device index).
  *     No driver or no GPU is not an error: the backend opens with 0 devices and logs, at info
- *     level, why (the cudaError_t name cudaGetDeviceCount returned). Peer access is enabled
- *     between every pair of devices that supports it. Once a device is seen, tensor nodes'
- *     host arrays of 64 KiB or more are allocated page-aligned and registered with the runtime
- *     (cudaHostRegister; ir/tnode_impl.h), so their copies need no staging.
+ *     level, why (the cudaError_t name cudaGetDeviceCount returned). Each device's primary
+ *     context is created at open (cudaInitDevice): a device that cannot be used (compute mode
+ *     prohibited, or exclusive-process and held by another process) fails the open with
+ *     DEVICE_ERROR naming the cudaError_t and the compute mode; the info line gives the
+ *     context's cost. Every thread that issues work sets its device first (cudaSetDevice at
+ *     each queue entry, allocation and load: the current device is per thread). Peer access
+ *     is enabled between every pair of devices that supports it. Once a device is seen,
+ *     tensor nodes' host arrays of 64 KiB or more are allocated in whole pages and registered
+ *     with the runtime (cudaHostRegister; ir/tnode_impl.h), so their copies need no staging (a
+ *     registration that fails leaves the array pageable, logged at debug).
  *   - pools: cudaMalloc'd device memory addressed {pool_id, offset} (devices/pools_impl.h);
  *     used bytes are counted exactly; an allocation the device cannot hold is
  *     RESOURCE_EXHAUSTED naming the bytes asked and the bytes free (cudaMemGetInfo).
@@ -26,7 +32,12 @@
  *     actors above complete troupe events from these (actors/async_impl.h's poller).
  *   - code: compile emits the CUDA dialect and compiles it for each distinct architecture of
  *     the devices (troupe__cuda_image: a cubin for sm_XY, or PTX), loads each image with
- *     cudaLibraryLoadData and finds its kernels with cudaLibraryGetKernel. Launch arguments are
+ *     cudaLibraryLoadData and finds its kernels with cudaLibraryGetKernel; each kernel's
+ *     attributes are asked (cudaFuncGetAttributes, which loads it into the context), so an
+ *     image the device cannot run or a block larger than the kernel allows fails the compile
+ *     (DEVICE_ERROR), and TROUPE_LOG=debug:devices lists registers, local and shared bytes.
+ *     code_release waits for the devices to be idle before cudaLibraryUnload (a launch may
+ *     still be queued when the code's last reference goes). Launch arguments are
  *     checked as on the CPU (devices/pools_impl.h); static indices and the merge buffer are read
  *     at each launch.
  *   - suggested_num_streams (seed CUDA config): ONLY_DEVICES_PARALLEL 1,
@@ -34,8 +45,11 @@
  *     multiprocessors.
  * A CUDA error that concerns a call is returned by it (DEVICE_ERROR, or RESOURCE_EXHAUSTED for
  * cudaErrorMemoryAllocation) with "cuda <entry>: <what>: <cudaError_t name> (<description>)" in
- * troupe_last_error(). A sticky error (a faulting kernel) makes every later call on the device
- * fail; close resets such a device (cudaDeviceReset), so a backend opened afterwards works.
+ * troupe_last_error(). A sticky error (a faulting kernel: the cudaError_t values whose reference
+ * says the process is left "in an inconsistent state") makes every later call on the device
+ * fail; close resets such a device (cudaDeviceReset). The CUDA reference says that to use CUDA
+ * again after such an error the process must be relaunched; tests/test_cuda.c checks whether a
+ * backend opened after the reset works, and says which way it went.
  *
  * This header includes no CUDA header (devices/device.c includes it); the driver's CUDA-typed
  * internals are in devices/cuda/driver_impl.h.

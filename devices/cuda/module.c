@@ -134,11 +134,34 @@ out_path:
     return st;
 }
 
+/* Waits until every device of the driver is idle; the calling thread's current device is
+ * kept. Errors (a sticky one) are left to the calls that own the work. */
+static void s_sync_devices(troupe__cuda_driver_t *d)
+{
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess)
+        prev = -1;
+    for (int i = 0; i < d->ndevices; i++)
+        if (cudaSetDevice(i) == cudaSuccess)
+            (void)cudaDeviceSynchronize();
+    if (prev >= 0)
+        (void)cudaSetDevice(prev);
+    (void)cudaGetLastError();
+}
+
 void troupe__cuda_code_release(troupe_driver_t *drv, troupe_dcode_t *code)
 {
-    (void)drv;
     if (code == NULL)
         return;
+    /* A code's last reference may go as soon as its last launch was enqueued (actors/routine.c
+     * releases it once cudaLaunchKernel returned), and cudaLibraryUnload's reference says
+     * nothing of the library's kernels still queued or running (using a handle after it is
+     * destroyed is undefined): the devices finish their work first. */
+    bool loaded = false;
+    for (int a = 0; code->libs != NULL && a < code->narchs; a++)
+        loaded = loaded || code->libs[a] != NULL;
+    if (loaded && drv != NULL)
+        s_sync_devices((troupe__cuda_driver_t *)drv);
     size_t nplans = code->gen != NULL ? (size_t)code->narchs * code->gen->nsteps *
                                             TROUPE__CUDA_ALIGN_CLASSES
                                       : 0;
@@ -157,6 +180,38 @@ void troupe__cuda_code_release(troupe_driver_t *drv, troupe_dcode_t *code)
     troupe_free(code->name);
     pthread_mutex_destroy(&code->lock);
     troupe_free(code);
+}
+
+/* Kernel k's attributes on device `ordinal` (cudaFuncGetAttributes takes a cudaKernel_t cast to
+ * const void *: CUDA runtime API reference, cudaFuncGetAttributes). Asking loads the kernel
+ * into the device's context, so an image the device cannot run (cudaErrorNoKernelImageForDevice,
+ * cudaErrorUnsupportedPtxVersion: PTX newer than the driver) fails the compile, not the first
+ * launch; a planned block larger than the kernel allows (its registers) fails it too, rather
+ * than the launch with cudaErrorLaunchOutOfResources. The attributes are logged at debug. */
+static troupe_status_t s_check_kernel(troupe__cuda_driver_t *d, int ordinal,
+                                      const troupe_cgen_result_t *gen, size_t k, cudaKernel_t kern)
+{
+    const troupe_cgen_kernel_t *kn = &gen->kernels[k];
+    struct cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, (const void *)kern);
+    if (e != cudaSuccess)
+        return troupe__cuda_fail(&d->devs[ordinal], e, "compile %s: kernel %s on device %d",
+                                 gen->name, kn->name, ordinal);
+    uint64_t threads = (uint64_t)kn->block[0] * kn->block[1];
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
+               "cuda compile %s: kernel %s on device %d: %d registers, %zu local bytes, %zu "
+               "static shared bytes, at most %d threads per block, binary sm_%d, PTX %d; "
+               "grid %ux%u, block %ux%u",
+               gen->name, kn->name, ordinal, fa.numRegs, fa.localSizeBytes, fa.sharedSizeBytes,
+               fa.maxThreadsPerBlock, fa.binaryVersion, fa.ptxVersion, kn->grid[0], kn->grid[1],
+               kn->block[0], kn->block[1]);
+    if (threads > (uint64_t)fa.maxThreadsPerBlock)
+        return troupe__error(TROUPE_DEVICE_ERROR,
+                             "cuda compile %s: kernel %s takes at most %d threads per block on "
+                             "device %d (%d registers each), the plan has %llu",
+                             gen->name, kn->name, fa.maxThreadsPerBlock, ordinal, fa.numRegs,
+                             (unsigned long long)threads);
+    return TROUPE_OK;
 }
 
 /* Loads the image for architecture a and finds the code's kernels in it. */
@@ -180,11 +235,12 @@ static troupe_status_t s_load(troupe__cuda_driver_t *d, troupe_dcode_t *code, in
                                  gen->name, d->archs[a], hit ? ", from the cache" : "");
     }
     for (size_t k = 0; k < gen->nkernels; k++) {
-        e = cudaLibraryGetKernel(&code->kernels[(size_t)a * gen->nkernels + k], code->libs[a],
-                                 gen->kernels[k].name);
+        cudaKernel_t *kp = &code->kernels[(size_t)a * gen->nkernels + k];
+        e = cudaLibraryGetKernel(kp, code->libs[a], gen->kernels[k].name);
         if (e != cudaSuccess)
             return troupe__cuda_fail(&d->devs[ordinal], e, "compile %s: cudaLibraryGetKernel(%s)",
                                      gen->name, gen->kernels[k].name);
+        TROUPE_RETURN_IF_ERROR(s_check_kernel(d, ordinal, gen, k, *kp));
     }
     return TROUPE_OK;
 }
