@@ -1,6 +1,7 @@
 /* troupe — the allocator of tensor nodes' host arrays (ir/tnode.h), for drivers that copy faster
- * from memory of their own kind: the cuda driver makes host arrays page-locked (cudaHostAlloc),
- * so its copies read and write them directly and asynchronously (devices/cuda/cuda_impl.h).
+ * from memory of their own kind: the cuda driver page-aligns host arrays of 64 KiB or more and
+ * registers them (cudaHostRegister, whole pages), so its copies read and write them directly and
+ * asynchronously (devices/cuda/cuda_impl.h).
  * Internal: not installed.
  *
  * Thread safety: thread-safe. Ownership: a node allocated through `alloc` remembers `free_fn` and
