@@ -173,6 +173,14 @@ typedef struct troupe_cgen_kernel {
     uint32_t grid[2];   /* blocks in x, y */
     uint32_t block[2];  /* threads per block in x, y */
     bool one_thread;    /* sequential code: only thread 0 of block 0 works (the others return) */
+    /* The code assumes exactly block[0] x block[1] threads per block (it splits work by
+     * threadIdx and meets at __syncthreads: a block-level reduction, a shared-memory GEMM tile);
+     * any grid is still correct. Launch it with `block` as planned. */
+    bool fixed_block;
+    /* The kernel sums in another order than the interpreter (a block-level reduction): what
+     * it writes agrees with the interpreter within rounding, not bit for bit (it is bitwise
+     * the same run to run and for any grid). */
+    bool reassociates;
 } troupe_cgen_kernel_t;
 
 typedef enum troupe_cgen_step_kind {

@@ -1782,6 +1782,113 @@ Test(cgen, cuda_gemm_step)
     troupe_tnode_release(&c);
 }
 
+/* ---- the emulator itself (cuda_emu.h): barriers and shared memory ---------------------------- */
+
+/* A hand-written unit of one kernel taking `float *x`, for the emulator alone. */
+static void s_emu_unit(const char *name, const char *kernel_name, const char *source, troupe_cgen_result_t *r,
+                       troupe_cgen_param_t *param, troupe_cgen_kernel_t *kernel, uint32_t block)
+{
+    memset(r, 0, sizeof *r);
+    memset(param, 0, sizeof *param);
+    memset(kernel, 0, sizeof *kernel);
+    param->kind = TROUPE_CGEN_PARAM_NODE_PTR;
+    param->decl = (char *)"float *x";
+    param->ident = (char *)"x";
+    kernel->name = (char *)kernel_name;
+    kernel->grid[0] = 3;
+    kernel->grid[1] = 1;
+    kernel->block[0] = block;
+    kernel->block[1] = 1;
+    kernel->fixed_block = true;
+    r->dialect = TROUPE_CGEN_CUDA;
+    r->source = (char *)source;
+    r->source_len = strlen(source);
+    r->name = (char *)name;
+    r->params = param;
+    r->nparams = 1;
+    r->kernels = kernel;
+    r->nkernels = 1;
+}
+
+/* Each thread of a 64-thread block stores its element into shared memory and, after the
+ * barrier, reads both neighbours' (mod 64): run one thread after the other without a barrier,
+ * a thread would read a neighbour's slot before that neighbour wrote it, in either order. A
+ * tree sum over the block (log2(64) barriers) checks the barrier in a loop. Both under the
+ * planned grid and blocks/threads reversed. */
+Test(cuda_emu, barrier_orders_shared_memory)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    static const char src[] =
+        "extern \"C\" __global__ void rot_k0(float *x)\n"
+        "{\n"
+        "    __shared__ float sh[64];\n"
+        "    __shared__ float tree[64];\n"
+        "    unsigned t = threadIdx.x, base = (blockIdx.y * gridDim.x + blockIdx.x) * 64u;\n"
+        "    sh[t] = x[base + t];\n"
+        "    tree[t] = x[base + t];\n"
+        "    __syncthreads();\n"
+        "    for (unsigned s = 32; s > 0; s >>= 1) {\n"
+        "        if (t < s) tree[t] = tree[t] + tree[t + s];\n"
+        "        __syncthreads();\n"
+        "    }\n"
+        "    x[base + t] = sh[(t + 1u) % 64u] - sh[(t + 63u) % 64u] + 1000.0f * tree[0];\n"
+        "}\n";
+    troupe_cgen_result_t r;
+    troupe_cgen_param_t param;
+    troupe_cgen_kernel_t kernel;
+    s_emu_unit("rot", "rot_k0", src, &r, &param, &kernel, 64);
+    cr_assert(troupe_emu_kernel_syncs(&r, 0));
+    troupe_emu_t e;
+    troupe_emu_open(&r, &e);
+    for (int shape = 0; shape < 2; shape++) {
+        /* The planned grid covers 3 blocks of 64, the small one (2x2 blocks) all 4. */
+        float x[4 * 64], want[4 * 64];
+        for (int i = 0; i < 4 * 64; i++)
+            x[i] = (float)(i % 64) + (float)(i / 64) * 0.5f;
+        for (int b = 0; b < 4; b++) {
+            float sum = 0, tree[64];
+            for (int t = 0; t < 64; t++)
+                tree[t] = x[b * 64 + t];
+            for (int s = 32; s > 0; s >>= 1)
+                for (int t = 0; t < s; t++)
+                    tree[t] = tree[t] + tree[t + s];
+            sum = tree[0];
+            for (int t = 0; t < 64; t++)
+                want[b * 64 + t] =
+                    x[b * 64 + (t + 1) % 64] - x[b * 64 + (t + 63) % 64] + 1000.0f * sum;
+        }
+        void *ptr = x, *args[1] = {&ptr};
+        troupe_emu_kernel(&e, 0, args, (troupe_emu_shape_t)shape);
+        int nblocks = shape == TROUPE_EMU_PLANNED ? 3 : 4;
+        for (int i = 0; i < nblocks * 64; i++)
+            cr_assert_eq(x[i], want[i], "%s: x[%d] = %g, want %g",
+                         shape ? "small grid, reverse" : "planned", i, x[i], want[i]);
+    }
+    troupe_emu_close(&e);
+}
+
+/* A barrier that only half of a block reaches (the others end) is reported, not run through. */
+Test(cuda_emu, divergent_barrier_is_reported)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    static const char src[] = "extern \"C\" __global__ void half_k0(float *x)\n"
+                              "{\n"
+                              "    if (threadIdx.x < 16) { __syncthreads(); x[threadIdx.x] = 1; }\n"
+                              "}\n";
+    troupe_cgen_result_t r;
+    troupe_cgen_param_t param;
+    troupe_cgen_kernel_t kernel;
+    s_emu_unit("half", "half_k0", src, &r, &param, &kernel, 32);
+    troupe_emu_t e;
+    troupe_emu_open(&r, &e);
+    float x[32] = {0};
+    void *ptr = x, *args[1] = {&ptr};
+    cr_expect_eq(e.fns[0](args, 1, 1, 32, 1, 0), 1);
+    troupe_emu_close(&e);
+}
+
 /* ---- NVRTC ------------------------------------------------------------------------------ */
 
 Test(nvrtc, compiles_generated_kernels)
