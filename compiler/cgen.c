@@ -1499,8 +1499,9 @@ troupe_status_t troupe__cgen_emit_stmt(troupe__cgen_t *g, const troupe_ll_t *s, 
     return s_emit_ll(g, s, indent, out);
 }
 
-troupe_status_t troupe__cgen_emit_value(troupe__cgen_t *g, const char *lhs, const troupe_sc_t *value,
-                                        troupe_prec_t prec, int indent, troupe__strbuf_t *out)
+troupe_status_t troupe__cgen_emit_value(troupe__cgen_t *g, const char *lhs,
+                                        const troupe_sc_t *value, troupe_prec_t prec, int indent,
+                                        troupe__strbuf_t *out)
 {
     return s_emit_assign(g, lhs, value, prec, prec, indent, out);
 }

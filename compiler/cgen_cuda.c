@@ -347,8 +347,7 @@ static troupe_status_t s_put_mapped(troupe__cgen_t *g, troupe_cgen_result_t *r, 
         if (i == m->nmapped - 1)
             troupe__strbuf_puts(b, "t_x;\n");
         else
-            troupe__strbuf_printf(b, "t_y / %" PRId64 "LL %% %" PRId64 "LL;\n", below,
-                                  s_extent(l));
+            troupe__strbuf_printf(b, "t_y / %" PRId64 "LL %% %" PRId64 "LL;\n", below, s_extent(l));
         if (i < m->nmapped - 1)
             below *= s_extent(l);
         troupe__cgen_bind_sym(g, l->u.for_loop.sym, true, l->u.for_loop.from, l->u.for_loop.to);
@@ -366,8 +365,7 @@ static troupe_status_t s_put_mapped(troupe__cgen_t *g, troupe_cgen_result_t *r, 
 
 /* A kernel zeroing node tn (grid-stride over its elements). */
 static troupe_status_t s_put_zero(troupe__cgen_t *g, troupe_cgen_result_t *r,
-                                  const troupe_tnode_t *tn, troupe__strbuf_t *b,
-                                  size_t *out_kernel)
+                                  const troupe_tnode_t *tn, troupe__strbuf_t *b, size_t *out_kernel)
 {
     troupe_cgen_kernel_t *k = NULL;
     TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
@@ -398,9 +396,9 @@ typedef struct s_reduce {
     bool mapped[S_MAX_MAPPED];
     int nloops;
     const troupe_ll_t *set;
-    const troupe_sc_t *term;   /* ADD: the added operand; FMA: NULL */
+    const troupe_sc_t *term;    /* ADD: the added operand; FMA: NULL */
     const troupe_sc_t *fx, *fy; /* FMA: the factors */
-    int64_t outputs, extent;   /* product of the mapped, of the reduction loops' extents */
+    int64_t outputs, extent;    /* product of the mapped, of the reduction loops' extents */
 } s_reduce_t;
 
 static bool s_same_get(const troupe_sc_t *e, const troupe_ll_t *set)
@@ -506,11 +504,10 @@ static void s_put_decompose(troupe__cgen_t *g, troupe__strbuf_t *b, const s_redu
         if (red->mapped[i] != want)
             continue;
         troupe__strbuf_repeat(b, "    ", indent);
-        troupe__strbuf_printf(b,
-                              "const int64_t %s = %" PRId64 "LL + %s / %" PRId64 "LL %% %" PRId64
-                              "LL;\n",
-                              troupe__cgen_sym_ident(g, l->u.for_loop.sym), l->u.for_loop.from,
-                              flat, below, s_extent(l));
+        troupe__strbuf_printf(
+            b, "const int64_t %s = %" PRId64 "LL + %s / %" PRId64 "LL %% %" PRId64 "LL;\n",
+            troupe__cgen_sym_ident(g, l->u.for_loop.sym), l->u.for_loop.from, flat, below,
+            s_extent(l));
         below *= s_extent(l);
         troupe__cgen_bind_sym(g, l->u.for_loop.sym, true, l->u.for_loop.from, l->u.for_loop.to);
     }
@@ -534,15 +531,15 @@ static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
     k->reassociates = true;
     const troupe_tnode_t *o = red->set->u.set.tn;
     const char *ty = o->prec == TROUPE_PREC_SINGLE ? "float" : "double";
-    troupe__strbuf_printf(b,
-                          "    /* Block-level reduction over %" PRId64 " terms into each of %" PRId64
-                          " outputs: one block of %d threads per output, thread t sums terms t,\n"
-                          "     * t+%d, ... in order, then a tree in shared memory; the output "
-                          "adds the total last. */\n"
-                          "    __shared__ %s red_sh[%d];\n"
-                          "    const unsigned red_t = threadIdx.x;\n",
-                          red->extent, red->outputs, S_REDUCE_THREADS, S_REDUCE_THREADS, ty,
-                          S_REDUCE_THREADS);
+    troupe__strbuf_printf(
+        b,
+        "    /* Block-level reduction over %" PRId64 " terms into each of %" PRId64
+        " outputs: one block of %d threads per output, thread t sums terms t,\n"
+        "     * t+%d, ... in order, then a tree in shared memory; the output "
+        "adds the total last. */\n"
+        "    __shared__ %s red_sh[%d];\n"
+        "    const unsigned red_t = threadIdx.x;\n",
+        red->extent, red->outputs, S_REDUCE_THREADS, S_REDUCE_THREADS, ty, S_REDUCE_THREADS);
     troupe__strbuf_printf(b,
                           "    for (int64_t t_o = (int64_t)blockIdx.y * gridDim.x + blockIdx.x; "
                           "t_o < %" PRId64 "LL; t_o += (int64_t)gridDim.x * gridDim.y) {\n",
@@ -550,8 +547,7 @@ static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
     s_put_decompose(g, b, red, true, "t_o", 2);
     troupe__strbuf_printf(b,
                           "        %s red_acc = 0;\n"
-                          "        for (int64_t t_r = red_t; t_r < %" PRId64
-                          "LL; t_r += %d) {\n",
+                          "        for (int64_t t_r = red_t; t_r < %" PRId64 "LL; t_r += %d) {\n",
                           ty, red->extent, S_REDUCE_THREADS);
     s_put_decompose(g, b, red, false, "t_r", 3);
     troupe_status_t st;
@@ -655,8 +651,8 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r, const 
     step->kind = TROUPE_CGEN_STEP_GEMM;
     troupe_cgen_gemm_call_t *c = &step->gemm;
     const troupe_ll_proc_t *proc = troupe__cgen_proc(g);
-    if (!s_gemm_operand(r, proc, gm, &gm->a, &c->a) || !s_gemm_operand(r, proc, gm, &gm->b, &c->b) ||
-        !s_gemm_operand(r, proc, gm, &gm->c, &c->c))
+    if (!s_gemm_operand(r, proc, gm, &gm->a, &c->a) ||
+        !s_gemm_operand(r, proc, gm, &gm->b, &c->b) || !s_gemm_operand(r, proc, gm, &gm->c, &c->c))
         return false;
     c->prec = gm->prec;
     c->m = gm->m;
@@ -697,15 +693,17 @@ static void s_put_gemm_base(const troupe_cgen_result_t *r, troupe__strbuf_t *b,
 /* Loads one bk-deep slice of A (a: true) or B into shared memory: element e of the tile
  * (consecutive threads, consecutive addresses of the operand) into gm_as[k][i] / gm_bs[k][j],
  * zero outside the matrix. */
-static void s_put_gemm_load(troupe__strbuf_t *b, const s_tile_t *t, bool a, bool trans,
-                            int64_t ld, int64_t rows, int64_t k, const char *ty)
+static void s_put_gemm_load(troupe__strbuf_t *b, const s_tile_t *t, bool a, bool trans, int64_t ld,
+                            int64_t rows, int64_t k, const char *ty)
 {
     int span = a ? t->bm : t->bn; /* the tile's extent along i (A) or j (B) */
     /* Contiguous along k: A untransposed (A[i*ld + k]), B transposed (B[j*ld + k]). */
     bool k_inner = a ? !trans : trans;
-    const char *arr = a ? "gm_as" : "gm_bs", *ptr = a ? "gm_a" : "gm_b", *o0 = a ? "gm_i0" : "gm_j0";
-    troupe__strbuf_printf(b, "            for (int gm_l = 0; gm_l < %d; gm_l++) {\n"
-                             "                const int gm_e = gm_tid + %d * gm_l;\n",
+    const char *arr = a ? "gm_as" : "gm_bs", *ptr = a ? "gm_a" : "gm_b",
+               *o0 = a ? "gm_i0" : "gm_j0";
+    troupe__strbuf_printf(b,
+                          "            for (int gm_l = 0; gm_l < %d; gm_l++) {\n"
+                          "                const int gm_e = gm_tid + %d * gm_l;\n",
                           span * t->bk / S_GEMM_THREADS, S_GEMM_THREADS);
     if (k_inner)
         troupe__strbuf_printf(b, "                const int gm_r = gm_e / %d, gm_k = gm_e %% %d;\n",
@@ -715,8 +713,8 @@ static void s_put_gemm_load(troupe__strbuf_t *b, const s_tile_t *t, bool a, bool
                               span, span);
     troupe__strbuf_printf(b,
                           "                const int64_t gm_gr = %s + gm_r, gm_gk = gm_k0 + gm_k;\n"
-                          "                %s[gm_k][gm_r] = (gm_gr < %" PRId64 "LL && gm_gk < %" PRId64
-                          "LL) ? %s[",
+                          "                %s[gm_k][gm_r] = (gm_gr < %" PRId64
+                          "LL && gm_gk < %" PRId64 "LL) ? %s[",
                           o0, arr, rows, k, ptr);
     /* A: op(A)[i,k] at A[i*ld + k] or A[k*ld + i]; B: op(B)[k,j] at B[k*ld + j] or B[j*ld + k]. */
     if (k_inner)
@@ -747,8 +745,9 @@ static void s_put_gemm_steps(troupe__strbuf_t *b, const s_tile_t *t, bool fma, b
                               "gm_rb[gm_y], gm_acc[gm_x][gm_y]);\n",
                               single ? "fmaf" : "fma");
     else
-        troupe__strbuf_puts(b, "                            gm_acc[gm_x][gm_y] = gm_acc[gm_x][gm_y] "
-                               "+ gm_ra[gm_x] * gm_rb[gm_y];\n");
+        troupe__strbuf_puts(b,
+                            "                            gm_acc[gm_x][gm_y] = gm_acc[gm_x][gm_y] "
+                            "+ gm_ra[gm_x] * gm_rb[gm_y];\n");
     troupe__strbuf_puts(b, "                }\n");
 }
 
@@ -791,14 +790,15 @@ static troupe_status_t s_put_gemm_tiled(troupe__cgen_t *g, troupe_cgen_result_t 
         b,
         ";\n"
         "    const int gm_tid = (int)threadIdx.x, gm_tx = gm_tid %% %d, gm_ty = gm_tid / %d;\n"
-        "    for (int64_t gm_tile = (int64_t)blockIdx.y * gridDim.x + blockIdx.x; gm_tile < %" PRId64
-        "LL; gm_tile += (int64_t)gridDim.x * gridDim.y) {\n"
+        "    for (int64_t gm_tile = (int64_t)blockIdx.y * gridDim.x + blockIdx.x; gm_tile < "
+        "%" PRId64 "LL; gm_tile += (int64_t)gridDim.x * gridDim.y) {\n"
         "        const int64_t gm_i0 = gm_tile / %" PRId64 "LL * %d, gm_j0 = gm_tile %% %" PRId64
         "LL * %d;\n"
         "        %s gm_acc[%d][%d];\n"
         "        for (int gm_x = 0; gm_x < %d; gm_x++)\n"
         "            for (int gm_y = 0; gm_y < %d; gm_y++) {\n"
-        "                const int64_t gm_i = gm_i0 + gm_ty + %d * gm_x, gm_j = gm_j0 + gm_tx + %d * "
+        "                const int64_t gm_i = gm_i0 + gm_ty + %d * gm_x, gm_j = gm_j0 + gm_tx + %d "
+        "* "
         "gm_y;\n",
         t.bn / t.tn, t.bn / t.tn, tiles_m * tiles_n, tiles_n, t.bm, tiles_n, t.bn, ty, t.tm, t.tn,
         t.tm, t.tn, t.bm / t.tm, t.bn / t.tn);
@@ -818,15 +818,16 @@ static troupe_status_t s_put_gemm_tiled(troupe__cgen_t *g, troupe_cgen_result_t 
     s_put_gemm_load(b, &t, false, c->b.trans, c->b.ld, c->n, c->k, ty);
     troupe__strbuf_printf(b,
                           "            __syncthreads();\n"
-                          "            const int gm_kt = %" PRId64 "LL - gm_k0 < %d ? (int)(%" PRId64
-                          "LL - gm_k0) : %d;\n"
+                          "            const int gm_kt = %" PRId64
+                          "LL - gm_k0 < %d ? (int)(%" PRId64 "LL - gm_k0) : %d;\n"
                           "            if (gm_kt == %d) {\n"
                           "#pragma unroll\n",
                           c->k, t.bk, c->k, t.bk, t.bk);
     char full[16];
     snprintf(full, sizeof full, "%d", t.bk);
     s_put_gemm_steps(b, &t, fma, single, full, ty);
-    troupe__strbuf_puts(b, "            } else { /* the last, partial slice: only its k steps */\n");
+    troupe__strbuf_puts(b,
+                        "            } else { /* the last, partial slice: only its k steps */\n");
     s_put_gemm_steps(b, &t, fma, single, "gm_kt", ty);
     troupe__strbuf_printf(b,
                           "            }\n"
@@ -837,7 +838,8 @@ static troupe_status_t s_put_gemm_tiled(troupe__cgen_t *g, troupe_cgen_result_t 
                           "                const int64_t gm_i = gm_i0 + gm_ty + %d * gm_x, gm_j = "
                           "gm_j0 + gm_tx + %d * gm_y;\n"
                           "                if (gm_i < %" PRId64 "LL && gm_j < %" PRId64 "LL)\n"
-                          "                    gm_c[gm_i * %" PRId64 "LL + gm_j] = gm_acc[gm_x][gm_y];\n"
+                          "                    gm_c[gm_i * %" PRId64
+                          "LL + gm_j] = gm_acc[gm_x][gm_y];\n"
                           "            }\n"
                           "    }\n"
                           "}\n",
@@ -854,9 +856,10 @@ static troupe_status_t s_put_gemm(troupe__cgen_t *g, troupe_cgen_result_t *r,
     troupe__strbuf_printf(b,
                           "\n/* GEMM step: %s = %s%s x %s%s + %s (m %" PRId64 ", n %" PRId64
                           ", k %" PRId64 "); the kernel below is its fallback. */\n",
-                          troupe__cgen_node_ident(g, gm->c.tn), troupe__cgen_node_ident(g, gm->a.tn),
-                          gm->a.trans ? "^T" : "", troupe__cgen_node_ident(g, gm->b.tn),
-                          gm->b.trans ? "^T" : "", zero ? "0" : "itself", gm->m, gm->n, gm->k);
+                          troupe__cgen_node_ident(g, gm->c.tn),
+                          troupe__cgen_node_ident(g, gm->a.tn), gm->a.trans ? "^T" : "",
+                          troupe__cgen_node_ident(g, gm->b.tn), gm->b.trans ? "^T" : "",
+                          zero ? "0" : "itself", gm->m, gm->n, gm->k);
     step->first_kernel = r->nkernels;
     size_t kernel = 0;
     TROUPE_RETURN_IF_ERROR(s_put_gemm_tiled(g, r, &step->gemm, gm->fma, b, &kernel));

@@ -52,7 +52,7 @@ typedef struct troupe_emu {
 
 /* Launch shapes troupe_emu_run uses. */
 typedef enum troupe_emu_shape {
-    TROUPE_EMU_PLANNED = 0, /* each kernel's planned grid and block, threads in order */
+    TROUPE_EMU_PLANNED = 0,   /* each kernel's planned grid and block, threads in order */
     TROUPE_EMU_SMALL_REVERSE, /* a 2x2 grid of 3x2 blocks (a fixed-block kernel: its own
                                * block), blocks and threads in reverse order */
 } troupe_emu_shape_t;
@@ -192,8 +192,9 @@ static inline void troupe_emu_open(const troupe_cgen_result_t *res, troupe_emu_t
     troupe__strbuf_putn(&b, res->source, res->source_len);
     for (size_t k = 0; k < res->nkernels; k++) {
         const char *kn = res->kernels[k].name;
-        troupe__strbuf_printf(&b, "\nstatic void **emu_args_%zu;\nstatic void emu_body_%zu(void)\n{\n"
-                                  "    (void)emu_args_%zu;\n    %s(",
+        troupe__strbuf_printf(&b,
+                              "\nstatic void **emu_args_%zu;\nstatic void emu_body_%zu(void)\n{\n"
+                              "    (void)emu_args_%zu;\n    %s(",
                               k, k, k, kn);
         for (size_t i = 0; i < res->nparams; i++) {
             char type[160];

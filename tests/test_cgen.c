@@ -302,8 +302,8 @@ static void s_compare_with_interp(const troupe_ll_proc_t *proc, const s_run_t *r
 static int s_emu_runs; /* routines checked through the emulation in this process */
 
 /* args for an emulated call: args[k] points to parameter k's value (the buffers in data). */
-static void s_emu_args(const troupe_cgen_result_t *res, const s_run_t *r, void **data,
-                       void **ptrs, void **args)
+static void s_emu_args(const troupe_cgen_result_t *res, const s_run_t *r, void **data, void **ptrs,
+                       void **args)
 {
     for (size_t k = 0; k < res->nparams; k++) {
         const troupe_cgen_param_t *p = &res->params[k];
@@ -340,8 +340,10 @@ static void s_emu_check(const troupe_ll_proc_t *proc, const s_run_t *r, void *co
     bool reassoc = false;
     for (size_t k = 0; k < res->nkernels; k++)
         reassoc = reassoc || res->kernels[k].reassociates;
-    cr_assert(!reassoc || r->reassoc_tol > 0, "%s: a kernel reassociates and the test gave no "
-              "tolerance", proc->name);
+    cr_assert(!reassoc || r->reassoc_tol > 0,
+              "%s: a kernel reassociates and the test gave no "
+              "tolerance",
+              proc->name);
     for (size_t b = 0; b < r->nbinds; b++) {
         data[b] = malloc(r->tn[b]->size_bytes);
         first[b] = malloc(r->tn[b]->size_bytes);
@@ -1188,8 +1190,8 @@ Test(cgen, deterministic_sorted_parameters)
     const troupe_cgen_kernel_t *k0 = &r1->kernels[0], *k1 = &r1->kernels[1];
     cr_expect(k0->extent[0] == 15 && k0->extent[1] == 1);
     cr_expect(k0->block[0] == 32 && k0->block[1] == 1 && k0->grid[0] == 1 && k0->grid[1] == 1);
-    cr_expect(k1->extent[0] == 5 && k1->extent[1] == 3, "%lld x %lld",
-              (long long)k1->extent[0], (long long)k1->extent[1]);
+    cr_expect(k1->extent[0] == 5 && k1->extent[1] == 3, "%lld x %lld", (long long)k1->extent[0],
+              (long long)k1->extent[1]);
     cr_expect(k1->block[0] == 32 && k1->block[1] == 3 && k1->grid[0] == 1 && k1->grid[1] == 1);
     cr_expect_not_null(strstr(r1->source, "t_x < 15LL; t_x += (int64_t)gridDim.x * blockDim.x"));
     cr_expect_not_null(strstr(r1->source, "const int64_t i2 = 0LL + t_x;"), "%s", r1->source);
@@ -1693,9 +1695,8 @@ Test(cgen, cuda_thread_mapping)
     i = troupe_ll_proc_add_symbol(p, NULL);
     int32_t j = troupe_ll_proc_add_symbol(p, NULL);
     troupe_axis_index_t src[2] = {s_ix(b), s_ix(j)};
-    troupe_ll_t *nest = s_for(p, i, 7, s_for(p, j, 300,
-                                             s_set2(p, y, s_ix(j), s_aff(2, i, 1),
-                                                    troupe_sc_get(p, a, src))));
+    troupe_ll_t *nest = s_for(
+        p, i, 7, s_for(p, j, 300, s_set2(p, y, s_ix(j), s_aff(2, i, 1), troupe_sc_get(p, a, src))));
     s_finish(p, troupe_ll_seq2(p, troupe_ll_zero_out(p, y), nest));
     res = s_cuda(p);
     cr_assert_eq(res->nkernels, 2);
@@ -1724,11 +1725,11 @@ Test(cgen, cuda_thread_mapping)
     troupe_ll_t *items[3] = {
         s_set1(p, sum, troupe_idx_fixed(0), troupe_sc_constant(p, 0.0)),
         s_set1(p, x, troupe_idx_fixed(0), troupe_sc_constant(p, 1.0)),
-        s_for(p, i, 7, s_for(p, j, 300,
-                             s_set1(p, sum, troupe_idx_fixed(0),
-                                    troupe_sc_binop(p, TROUPE_BINOP_MAX,
-                                                    s_get1(p, sum, troupe_idx_fixed(0)),
-                                                    s_get2(p, a, s_ix(i), s_ix(j))))))};
+        s_for(p, i, 7,
+              s_for(p, j, 300,
+                    s_set1(p, sum, troupe_idx_fixed(0),
+                           troupe_sc_binop(p, TROUPE_BINOP_MAX, s_get1(p, sum, troupe_idx_fixed(0)),
+                                           s_get2(p, a, s_ix(i), s_ix(j))))))};
     s_finish(p, troupe_ll_seq(p, 3, items));
     res = s_cuda(p);
     cr_assert_eq(res->nkernels, 1, "%s", res->source);
@@ -1802,7 +1803,7 @@ Test(cgen, cuda_block_reductions)
     s_fill(dyv, 10000);
     for (int i = 0; i < 10000; i++)
         dyv[i] -= 1.25f; /* mixed signs */
-    double abs_sum = 5; /* the outputs' initial values */
+    double abs_sum = 5;  /* the outputs' initial values */
     for (int i = 0; i < 10000; i++)
         abs_sum += fabs(dyv[i]);
     for (int i = 0; i < 10; i++)
@@ -1913,10 +1914,9 @@ Test(cgen, cuda_gemm_step)
     troupe_axis_index_t ai[2] = {s_ix(i), s_ix(k)};
     ai[0].terms[1] = (troupe_index_term_t){16, bt};
     ai[0].nterms = 2;
-    troupe_sc_t *v =
-        troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, c, s_ix(i), s_ix(j)),
-                        troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, a, ai),
-                                        s_get2(p, bm, s_ix(k), s_ix(j))));
+    troupe_sc_t *v = troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, c, s_ix(i), s_ix(j)),
+                                     troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, a, ai),
+                                                     s_get2(p, bm, s_ix(k), s_ix(j))));
     troupe_ll_t *nest =
         s_for(p, i, 16, s_for(p, k, 24, s_for(p, j, 32, s_set2(p, c, s_ix(i), s_ix(j), v))));
     s_finish(p, troupe_ll_seq2(p, troupe_ll_zero_out(p, c), nest));
@@ -1958,8 +1958,9 @@ Test(cgen, cuda_gemm_step)
 /* ---- the emulator itself (cuda_emu.h): barriers and shared memory ---------------------------- */
 
 /* A hand-written unit of one kernel taking `float *x`, for the emulator alone. */
-static void s_emu_unit(const char *name, const char *kernel_name, const char *source, troupe_cgen_result_t *r,
-                       troupe_cgen_param_t *param, troupe_cgen_kernel_t *kernel, uint32_t block)
+static void s_emu_unit(const char *name, const char *kernel_name, const char *source,
+                       troupe_cgen_result_t *r, troupe_cgen_param_t *param,
+                       troupe_cgen_kernel_t *kernel, uint32_t block)
 {
     memset(r, 0, sizeof *r);
     memset(param, 0, sizeof *param);
@@ -2091,8 +2092,8 @@ static void s_gemm_case_run(const s_gemm_case_t *gc, int index)
     troupe_sc_t *v = gc->fma ? troupe_sc_ternop(p, TROUPE_TERNOP_FMA, ga, gb, gcv)
                              : troupe_sc_binop(p, TROUPE_BINOP_ADD, gcv,
                                                troupe_sc_binop(p, TROUPE_BINOP_MUL, ga, gb));
-    troupe_ll_t *nest = s_for(p, i, gc->m,
-                              s_for(p, k, gc->k, s_for(p, j, gc->n, s_set2(p, c, s_ix(i), s_ix(j), v))));
+    troupe_ll_t *nest = s_for(
+        p, i, gc->m, s_for(p, k, gc->k, s_for(p, j, gc->n, s_set2(p, c, s_ix(i), s_ix(j), v))));
     s_finish(p, gc->zero ? troupe_ll_seq2(p, troupe_ll_zero_out(p, c), nest) : nest);
     troupe_cgen_result_t *res = s_cuda(p);
     cr_assert_eq(res->nsteps, 1, "case %d:\n%s", index, res->source);
