@@ -1499,6 +1499,22 @@ troupe_status_t troupe__cgen_emit_stmt(troupe__cgen_t *g, const troupe_ll_t *s, 
     return s_emit_ll(g, s, indent, out);
 }
 
+troupe_status_t troupe__cgen_emit_value(troupe__cgen_t *g, const char *lhs,
+                                        const troupe_sc_t *value, troupe_prec_t prec, int indent,
+                                        troupe__strbuf_t *out)
+{
+    return s_emit_assign(g, lhs, value, prec, prec, indent, out);
+}
+
+void troupe__cgen_put_access(troupe__cgen_t *g, troupe__strbuf_t *b, const troupe_tnode_t *tn,
+                             const troupe_axis_index_t *idcs)
+{
+    troupe__strbuf_puts(b, s_info(g, tn)->ident);
+    troupe__strbuf_puts(b, "[");
+    s_put_offset(g, b, tn, idcs);
+    troupe__strbuf_puts(b, "]");
+}
+
 /* The routine: the target's signature and prologue, local arrays, body. */
 static void s_put_function(const s_gen_t *g, const troupe_cgen_result_t *r,
                            const troupe__strbuf_t *body, troupe__strbuf_t *b)

@@ -61,17 +61,43 @@
  *     into y; each is a grid-stride loop over its extent. Unmapped loops (reductions) stay in
  *     each thread in their original order, so every output element is computed by the same
  *     operations in the same order as the interpreter: results are bit for bit the C
- *     dialect's and the interpreter's, run to run.
+ *     dialect's and the interpreter's, run to run;
+ *   - a block-level reduction (kernels[i].reassociates and .fixed_block): a perfect nest whose
+ *     body is one SET `O[idx] = O[idx] + t` (or `t + O[idx]`, or `fma(x, y, O[idx])`), O single
+ *     or double, where t (x, y) neither reads O nor writes any node, the unmapped loops'
+ *     symbols are absent from idx, the reduction loops (the unmapped ones) cover R >= 256
+ *     iterations in all and the mapped ones at most 16384 outputs (more outputs fill a GPU
+ *     at one per thread). Each output is one block of 256 threads (grid-stride over the
+ *     outputs, blocks flattened y-major); the reduction loops are flattened into r = 0..R-1
+ *     (innermost fastest) and thread t computes partial_t = 0 + t(r = t) + t(r = t+256) + ...
+ *     (fma(x, y, partial_t) for the fma form) in increasing r, in O's precision; then a tree in
+ *     shared memory: for s = 128, 64, ..., 1, partial_t = partial_t + partial_{t+s} for t < s
+ *     (a barrier between levels); thread 0 stores O[idx] + partial_0. No atomics: the result
+ *     depends only on R and the 256-thread block, so it is bitwise the same run to run and for
+ *     any grid, but NOT bit for bit the interpreter's (which adds t(0), t(1), ... to O[idx] in
+ *     turn): the two differ by reassociation only, within about 2 R u sum|t| (u the
+ *     precision's unit roundoff). Other reductions (shorter, integer or half/bfloat16/fp8,
+ *     max/min, into many outputs) keep the in-thread path and its bit-for-bit contract;
  *   - a matrix product compiler/gemm.h recognises at top level, whose operands' base offsets
  *     depend only on static indices (a ZERO_OUT of the output just before it fuses as
- *     beta = 0): a GEMM step with its generated kernels as the fallback;
+ *     beta = 0): a GEMM step whose fallback is one kernel (.fixed_block) of shared-memory tiles:
+ *     a block of 256 threads computes a 128x128 tile of C (double: 64x64), each thread an 8x8
+ *     (4x4) micro-tile of rows ty + 16*r and columns tx + 16*c in registers, with 8-deep
+ *     (16-deep) slices of op(A) and op(B) staged in shared memory between barriers (zero
+ *     outside the matrix; the last slice runs only its k steps); tiles grid-stride over the
+ *     blocks. Each element starts from 0 (beta = 0) or its C value and adds k = 0, 1, ... in
+ *     order with the nest's own operation (fma, or c + a*b rounded twice), so the fallback is
+ *     bit for bit the interpreter's (cuBLASLt, when it runs the step, is not);
  *   - anything else (a top-level SET, a nest with no mappable loop): consecutive ones are
  *     grouped into one one-thread kernel (thread 0 of block 0 runs it; the others return).
  * A procedure with Local arrays is one one-thread kernel (a Local array lives in one thread).
  * Launch shape (kernels[i].grid, .block): one-thread: 1x1 blocks of 1x1 threads; 1D: block
  * x = the extent rounded up to a multiple of 32, at most 256; 2D: block x likewise at most 32,
  * block y = min(256 / block x, extent y); grid = ceil(extent / block) per axis, at most 65535
- * (the grid-stride loops cover the rest).
+ * (the grid-stride loops cover the rest). A block-level reduction: 256x1 threads, grid x = the
+ * outputs (at most 65535), extent {R, outputs}; a GEMM tile kernel: 256x1 threads, grid x =
+ * the tiles (at most 65535), extent {n, m}. A fixed_block kernel must be launched with its
+ * planned block (its code splits work by threadIdx.x); any grid is correct.
  * It includes no header: fixed-width integer types are typedef'd in
  * the prelude, and half/bfloat16/fp8 are stored as the same bits as on the host and
  * converted by the same software helpers as the C dialect (not cuda_fp16.h intrinsics, whose
@@ -83,7 +109,8 @@
  * ---- Semantics of the generated code ----------------------------------------------------
  *
  * The generated code follows the evaluation rules of the reference interpreter
- * (compiler/interp.c), so that the two agree bit for bit (up to libm for transcendental functions):
+ * (compiler/interp.c), so that the two agree bit for bit (up to libm for transcendental functions;
+ * except the CUDA dialect's block-level reductions, which reassociate sums, see above):
  * every scalar expression computes in the precision of the node it is stored into (SET), of
  * its local scope's node (SET_LOCAL), or uint4x32 (the argument of SET_FROM_VEC and of
  * uint4x32_to_prec_uniform1); operands of binops, unops and fma compute in that same
@@ -173,6 +200,14 @@ typedef struct troupe_cgen_kernel {
     uint32_t grid[2];   /* blocks in x, y */
     uint32_t block[2];  /* threads per block in x, y */
     bool one_thread;    /* sequential code: only thread 0 of block 0 works (the others return) */
+    /* The code assumes exactly block[0] x block[1] threads per block (it splits work by
+     * threadIdx and meets at __syncthreads: a block-level reduction, a shared-memory GEMM tile);
+     * any grid is still correct. Launch it with `block` as planned. */
+    bool fixed_block;
+    /* The kernel sums in another order than the interpreter (a block-level reduction): what
+     * it writes agrees with the interpreter within rounding, not bit for bit (it is bitwise
+     * the same run to run and for any grid). */
+    bool reassociates;
 } troupe_cgen_kernel_t;
 
 typedef enum troupe_cgen_step_kind {

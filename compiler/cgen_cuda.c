@@ -17,12 +17,18 @@
 #include "compiler/gemm.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #define S_BLOCK_THREADS 256 /* threads per block */
 #define S_BLOCK_X_2D 32     /* block x of a 2D kernel (a warp along x) */
 #define S_GRID_MAX 65535    /* blocks per grid axis (the grid-stride loops do the rest) */
 #define S_MAX_MAPPED 16     /* loops of one nest mapped onto the grid, at most */
+/* Block-level reductions (cgen.h): threads per block (a power of two), the least reduction
+ * extent, the most outputs (above, one output per thread already fills a GPU better). */
+#define S_REDUCE_THREADS 256
+#define S_REDUCE_MIN_EXTENT 256
+#define S_REDUCE_MAX_OUTPUTS 16384
 
 /* ---- accesses ----------------------------------------------------------------------------- */
 
@@ -149,23 +155,29 @@ static bool s_loop_independent(const s_accesses_t *a, int32_t sym)
     return true;
 }
 
-/* The loop that is the only statement of `body` (comments aside), or NULL. */
-static const troupe_ll_t *s_only_loop(const troupe_ll_t *body)
+/* The statement of kind `kind` that is the only statement of `body` (comments aside), or NULL. */
+static const troupe_ll_t *s_only(const troupe_ll_t *body, troupe_ll_kind_t kind)
 {
-    if (body->kind == TROUPE_LL_FOR)
+    if (body->kind == kind)
         return body;
     if (body->kind != TROUPE_LL_SEQ)
         return NULL;
-    const troupe_ll_t *loop = NULL;
+    const troupe_ll_t *only = NULL;
     for (size_t i = 0; i < body->u.seq.count; i++) {
         const troupe_ll_t *it = body->u.seq.items[i];
         if (it->kind == TROUPE_LL_COMMENT || it->kind == TROUPE_LL_NOOP)
             continue;
-        if (it->kind != TROUPE_LL_FOR || loop != NULL)
+        if (it->kind != kind || only != NULL)
             return NULL;
-        loop = it;
+        only = it;
     }
-    return loop;
+    return only;
+}
+
+/* The loop that is the only statement of `body` (comments aside), or NULL. */
+static const troupe_ll_t *s_only_loop(const troupe_ll_t *body)
+{
+    return s_only(body, TROUPE_LL_FOR);
 }
 
 /* ---- kernels ------------------------------------------------------------------------------ */
@@ -335,8 +347,7 @@ static troupe_status_t s_put_mapped(troupe__cgen_t *g, troupe_cgen_result_t *r, 
         if (i == m->nmapped - 1)
             troupe__strbuf_puts(b, "t_x;\n");
         else
-            troupe__strbuf_printf(b, "t_y / %" PRId64 "LL %% %" PRId64 "LL;\n", below,
-                                  s_extent(l));
+            troupe__strbuf_printf(b, "t_y / %" PRId64 "LL %% %" PRId64 "LL;\n", below, s_extent(l));
         if (i < m->nmapped - 1)
             below *= s_extent(l);
         troupe__cgen_bind_sym(g, l->u.for_loop.sym, true, l->u.for_loop.from, l->u.for_loop.to);
@@ -354,8 +365,7 @@ static troupe_status_t s_put_mapped(troupe__cgen_t *g, troupe_cgen_result_t *r, 
 
 /* A kernel zeroing node tn (grid-stride over its elements). */
 static troupe_status_t s_put_zero(troupe__cgen_t *g, troupe_cgen_result_t *r,
-                                  const troupe_tnode_t *tn, troupe__strbuf_t *b,
-                                  size_t *out_kernel)
+                                  const troupe_tnode_t *tn, troupe__strbuf_t *b, size_t *out_kernel)
 {
     troupe_cgen_kernel_t *k = NULL;
     TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
@@ -374,6 +384,218 @@ static troupe_status_t s_put_zero(troupe__cgen_t *g, troupe_cgen_result_t *r,
         troupe__strbuf_printf(b, "            %s[t_x] = 0;\n", id);
     troupe__strbuf_puts(b, "        }\n    }\n}\n");
     return TROUPE_OK;
+}
+
+/* ---- block-level reductions ---------------------------------------------------------------- */
+
+/* A nest `for ... { O[idx] = O[idx] + term }` (or term + O[idx], or fma(x, y, O[idx])) whose
+ * unmapped loops reduce into O: their symbols are absent from idx and the term neither reads
+ * nor writes O nor writes anything else. */
+typedef struct s_reduce {
+    const troupe_ll_t *loops[S_MAX_MAPPED]; /* the whole nest, outermost first */
+    bool mapped[S_MAX_MAPPED];
+    int nloops;
+    const troupe_ll_t *set;
+    const troupe_sc_t *term;    /* ADD: the added operand; FMA: NULL */
+    const troupe_sc_t *fx, *fy; /* FMA: the factors */
+    int64_t outputs, extent;    /* product of the mapped, of the reduction loops' extents */
+} s_reduce_t;
+
+static bool s_same_get(const troupe_sc_t *e, const troupe_ll_t *set)
+{
+    if (e->kind != TROUPE_SC_GET || e->u.get.tn != set->u.set.tn)
+        return false;
+    for (int ax = 0; ax < set->u.set.tn->ndims; ax++)
+        if (!troupe_axis_index_equal(&e->u.get.idcs[ax], &set->u.set.idcs[ax]))
+            return false;
+    return true;
+}
+
+/* Whether expression e touches node tn or writes any node. */
+static troupe_status_t s_term_clean(const troupe_sc_t *e, const troupe_tnode_t *tn, bool *clean)
+{
+    s_accesses_t a = {NULL, 0, 0, false};
+    s_collect_sc(&a, e);
+    *clean = !a.oom;
+    for (size_t i = 0; i < a.n && *clean; i++)
+        if (a.v[i].write || a.v[i].tn == tn)
+            *clean = false;
+    troupe_free(a.v);
+    return a.oom ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory") : TROUPE_OK;
+}
+
+static bool s_idx_uses(const troupe_axis_index_t *idcs, int ndims, int32_t sym)
+{
+    for (int ax = 0; ax < ndims; ax++)
+        for (int t = 0; t < idcs[ax].nterms; t++)
+            if (idcs[ax].terms[t].sym == sym && idcs[ax].terms[t].coeff != 0)
+                return true;
+    return false;
+}
+
+/* Whether nest s (its mapped loops in map) is a reduction cgen.h's rule puts on a block. */
+static troupe_status_t s_plan_reduce(const troupe_ll_t *s, const s_map_t *map, s_reduce_t *red,
+                                     bool *yes)
+{
+    *yes = false;
+    memset(red, 0, sizeof *red);
+    const troupe_ll_t *l = s, *body = NULL;
+    for (; l != NULL; l = s_only_loop(body)) {
+        if (red->nloops == S_MAX_MAPPED)
+            return TROUPE_OK;
+        red->loops[red->nloops++] = l;
+        body = l->u.for_loop.body;
+    }
+    const troupe_ll_t *set = s_only(body, TROUPE_LL_SET);
+    if (set == NULL)
+        return TROUPE_OK;
+    const troupe_tnode_t *o = set->u.set.tn;
+    if (o->prec != TROUPE_PREC_SINGLE && o->prec != TROUPE_PREC_DOUBLE)
+        return TROUPE_OK;
+    const troupe_sc_t *v = set->u.set.value;
+    if (v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_ADD) {
+        if (s_same_get(v->u.op.args[0], set))
+            red->term = v->u.op.args[1];
+        else if (s_same_get(v->u.op.args[1], set))
+            red->term = v->u.op.args[0];
+        else
+            return TROUPE_OK;
+    } else if (v->kind == TROUPE_SC_TERNOP && v->u.op.op == TROUPE_TERNOP_FMA &&
+               s_same_get(v->u.op.args[2], set)) {
+        red->fx = v->u.op.args[0];
+        red->fy = v->u.op.args[1];
+    } else {
+        return TROUPE_OK;
+    }
+    bool clean = true;
+    const troupe_sc_t *terms[2] = {red->term != NULL ? red->term : red->fx, red->fy};
+    for (int t = 0; t < 2 && clean; t++)
+        if (terms[t] != NULL)
+            TROUPE_RETURN_IF_ERROR(s_term_clean(terms[t], o, &clean));
+    if (!clean)
+        return TROUPE_OK;
+    red->outputs = 1;
+    red->extent = 1;
+    for (int i = 0; i < red->nloops; i++) {
+        for (int m = 0; m < map->nmapped; m++)
+            if (map->loops[m] == red->loops[i])
+                red->mapped[i] = true;
+        if (red->mapped[i]) {
+            red->outputs *= s_extent(red->loops[i]);
+        } else {
+            if (s_idx_uses(set->u.set.idcs, o->ndims, red->loops[i]->u.for_loop.sym))
+                return TROUPE_OK; /* not a reduction into O: a dependence between iterations */
+            red->extent *= s_extent(red->loops[i]);
+        }
+    }
+    red->set = set;
+    *yes = red->extent >= S_REDUCE_MIN_EXTENT && red->outputs <= S_REDUCE_MAX_OUTPUTS;
+    return TROUPE_OK;
+}
+
+/* Writes `const int64_t <sym> = from + <flat> / below % extent;` for the loops of red with
+ * mapped == want (innermost fastest), binding their symbols. */
+static void s_put_decompose(troupe__cgen_t *g, troupe__strbuf_t *b, const s_reduce_t *red,
+                            bool want, const char *flat, int indent)
+{
+    int64_t below = 1;
+    for (int i = red->nloops - 1; i >= 0; i--) {
+        const troupe_ll_t *l = red->loops[i];
+        if (red->mapped[i] != want)
+            continue;
+        troupe__strbuf_repeat(b, "    ", indent);
+        troupe__strbuf_printf(
+            b, "const int64_t %s = %" PRId64 "LL + %s / %" PRId64 "LL %% %" PRId64 "LL;\n",
+            troupe__cgen_sym_ident(g, l->u.for_loop.sym), l->u.for_loop.from, flat, below,
+            s_extent(l));
+        below *= s_extent(l);
+        troupe__cgen_bind_sym(g, l->u.for_loop.sym, true, l->u.for_loop.from, l->u.for_loop.to);
+    }
+}
+
+/* The kernel of a block-level reduction (cgen.h, "CUDA dialect": the order is documented
+ * there). */
+static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
+                                    const s_reduce_t *red, troupe__strbuf_t *b, size_t *out_kernel)
+{
+    troupe_cgen_kernel_t *k = NULL;
+    TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
+    *out_kernel = r->nkernels - 1;
+    k->extent[0] = red->extent;
+    k->extent[1] = red->outputs;
+    k->block[0] = S_REDUCE_THREADS;
+    k->block[1] = 1;
+    k->grid[0] = s_grid(red->outputs, 1);
+    k->grid[1] = 1;
+    k->fixed_block = true;
+    k->reassociates = true;
+    const troupe_tnode_t *o = red->set->u.set.tn;
+    const char *ty = o->prec == TROUPE_PREC_SINGLE ? "float" : "double";
+    troupe__strbuf_printf(
+        b,
+        "    /* Block-level reduction over %" PRId64 " terms into each of %" PRId64
+        " outputs: one block of %d threads per output, thread t sums terms t,\n"
+        "     * t+%d, ... in order, then a tree in shared memory; the output "
+        "adds the total last. */\n"
+        "    __shared__ %s red_sh[%d];\n"
+        "    const unsigned red_t = threadIdx.x;\n",
+        red->extent, red->outputs, S_REDUCE_THREADS, S_REDUCE_THREADS, ty, S_REDUCE_THREADS);
+    troupe__strbuf_printf(b,
+                          "    for (int64_t t_o = (int64_t)blockIdx.y * gridDim.x + blockIdx.x; "
+                          "t_o < %" PRId64 "LL; t_o += (int64_t)gridDim.x * gridDim.y) {\n",
+                          red->outputs);
+    s_put_decompose(g, b, red, true, "t_o", 2);
+    troupe__strbuf_printf(b,
+                          "        %s red_acc = 0;\n"
+                          "        for (int64_t t_r = red_t; t_r < %" PRId64 "LL; t_r += %d) {\n",
+                          ty, red->extent, S_REDUCE_THREADS);
+    s_put_decompose(g, b, red, false, "t_r", 3);
+    troupe_status_t st;
+    if (red->term != NULL) {
+        troupe__strbuf_printf(b, "            %s red_x;\n", ty);
+        st = troupe__cgen_emit_value(g, "red_x", red->term, o->prec, 3, b);
+        troupe__strbuf_puts(b, "            red_acc = red_acc + red_x;\n");
+    } else {
+        troupe__strbuf_printf(b, "            %s red_x, red_y;\n", ty);
+        st = troupe__cgen_emit_value(g, "red_x", red->fx, o->prec, 3, b);
+        if (st == TROUPE_OK)
+            st = troupe__cgen_emit_value(g, "red_y", red->fy, o->prec, 3, b);
+        troupe__strbuf_printf(b, "            red_acc = %s(red_x, red_y, red_acc);\n",
+                              o->prec == TROUPE_PREC_SINGLE ? "fmaf" : "fma");
+    }
+    for (int i = 0; i < red->nloops; i++)
+        troupe__cgen_bind_sym(g, red->loops[i]->u.for_loop.sym, false, 0, 0);
+    troupe__strbuf_printf(b,
+                          "        }\n"
+                          "        red_sh[red_t] = red_acc;\n"
+                          "        __syncthreads();\n"
+                          "        for (unsigned red_s = %du; red_s > 0u; red_s >>= 1) {\n"
+                          "            if (red_t < red_s)\n"
+                          "                red_sh[red_t] = red_sh[red_t] + "
+                          "red_sh[red_t + red_s];\n"
+                          "            __syncthreads();\n"
+                          "        }\n"
+                          "        if (red_t == 0) {\n",
+                          S_REDUCE_THREADS / 2);
+    /* The output's index uses only the mapped loops: bind them again for its access. */
+    for (int i = 0; i < red->nloops; i++)
+        if (red->mapped[i])
+            troupe__cgen_bind_sym(g, red->loops[i]->u.for_loop.sym, true,
+                                  red->loops[i]->u.for_loop.from, red->loops[i]->u.for_loop.to);
+    troupe__strbuf_t acc = TROUPE__STRBUF_INIT;
+    troupe__cgen_put_access(g, &acc, o, red->set->u.set.idcs);
+    for (int i = 0; i < red->nloops; i++)
+        troupe__cgen_bind_sym(g, red->loops[i]->u.for_loop.sym, false, 0, 0);
+    troupe__strbuf_printf(b, "            %.*s = %.*s + red_sh[0];\n", (int)acc.len,
+                          acc.data ? acc.data : "", (int)acc.len, acc.data ? acc.data : "");
+    if (acc.failed)
+        b->failed = true;
+    troupe__strbuf_reset(&acc);
+    troupe__strbuf_puts(b, "        }\n"
+                           "        __syncthreads(); /* red_sh is reused by the next output */\n"
+                           "    }\n"
+                           "}\n");
+    return st;
 }
 
 /* ---- GEMM steps --------------------------------------------------------------------------- */
@@ -429,8 +651,8 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r, const 
     step->kind = TROUPE_CGEN_STEP_GEMM;
     troupe_cgen_gemm_call_t *c = &step->gemm;
     const troupe_ll_proc_t *proc = troupe__cgen_proc(g);
-    if (!s_gemm_operand(r, proc, gm, &gm->a, &c->a) || !s_gemm_operand(r, proc, gm, &gm->b, &c->b) ||
-        !s_gemm_operand(r, proc, gm, &gm->c, &c->c))
+    if (!s_gemm_operand(r, proc, gm, &gm->a, &c->a) ||
+        !s_gemm_operand(r, proc, gm, &gm->b, &c->b) || !s_gemm_operand(r, proc, gm, &gm->c, &c->c))
         return false;
     c->prec = gm->prec;
     c->m = gm->m;
@@ -440,28 +662,207 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r, const 
     return true;
 }
 
-/* Emits the GEMM step's fallback kernels (the zeroing, then the product) and adds the step. */
-static troupe_status_t s_put_gemm(troupe__cgen_t *g, troupe_cgen_result_t *r,
-                                  const troupe_ll_t *zero, const troupe_ll_t *s,
-                                  const troupe_gemm_t *gm, troupe_cgen_step_t *step,
-                                  troupe__strbuf_t *b)
+/* The tile shape of a GEMM fallback kernel: a block of S_GEMM_THREADS threads computes a bm x bn
+ * tile of C, each thread a tm x tn micro-tile in registers (rows ty + r*(bm/tm), columns
+ * tx + c*(bn/tn)), with bk-deep slices of A and B staged in shared memory. */
+typedef struct s_tile {
+    int bm, bn, bk, tm, tn;
+} s_tile_t;
+
+#define S_GEMM_THREADS 256
+
+static s_tile_t s_gemm_tile(troupe_prec_t prec)
 {
-    s_map_t map;
-    TROUPE_RETURN_IF_ERROR(s_plan_nest(s, &map));
+    /* single: 128x128 tiles of 8x8 per thread (64 accumulators); double: 64x64 of 4x4 (the
+     * same registers). Both 16x16 threads. */
+    return prec == TROUPE_PREC_SINGLE ? (s_tile_t){128, 128, 8, 8, 8}
+                                      : (s_tile_t){64, 64, 16, 4, 4};
+}
+
+/* `(<ident> + <offset expression>)`: a GEMM operand's base pointer. */
+static void s_put_gemm_base(const troupe_cgen_result_t *r, troupe__strbuf_t *b,
+                            const troupe_cgen_gemm_operand_t *o)
+{
+    troupe__strbuf_printf(b, "(%s + (%" PRId64 "LL", r->params[o->param].ident, o->offset);
+    for (int t = 0; t < o->nterms; t++)
+        troupe__strbuf_printf(b, " + %" PRId64 "LL * %s", o->coeff[t],
+                              r->params[o->static_param[t]].ident);
+    troupe__strbuf_puts(b, "))");
+}
+
+/* Loads one bk-deep slice of A (a: true) or B into shared memory: element e of the tile
+ * (consecutive threads, consecutive addresses of the operand) into gm_as[k][i] / gm_bs[k][j],
+ * zero outside the matrix. */
+static void s_put_gemm_load(troupe__strbuf_t *b, const s_tile_t *t, bool a, bool trans, int64_t ld,
+                            int64_t rows, int64_t k, const char *ty)
+{
+    int span = a ? t->bm : t->bn; /* the tile's extent along i (A) or j (B) */
+    /* Contiguous along k: A untransposed (A[i*ld + k]), B transposed (B[j*ld + k]). */
+    bool k_inner = a ? !trans : trans;
+    const char *arr = a ? "gm_as" : "gm_bs", *ptr = a ? "gm_a" : "gm_b",
+               *o0 = a ? "gm_i0" : "gm_j0";
+    troupe__strbuf_printf(b,
+                          "            for (int gm_l = 0; gm_l < %d; gm_l++) {\n"
+                          "                const int gm_e = gm_tid + %d * gm_l;\n",
+                          span * t->bk / S_GEMM_THREADS, S_GEMM_THREADS);
+    if (k_inner)
+        troupe__strbuf_printf(b, "                const int gm_r = gm_e / %d, gm_k = gm_e %% %d;\n",
+                              t->bk, t->bk);
+    else
+        troupe__strbuf_printf(b, "                const int gm_k = gm_e / %d, gm_r = gm_e %% %d;\n",
+                              span, span);
+    troupe__strbuf_printf(b,
+                          "                const int64_t gm_gr = %s + gm_r, gm_gk = gm_k0 + gm_k;\n"
+                          "                %s[gm_k][gm_r] = (gm_gr < %" PRId64
+                          "LL && gm_gk < %" PRId64 "LL) ? %s[",
+                          o0, arr, rows, k, ptr);
+    /* A: op(A)[i,k] at A[i*ld + k] or A[k*ld + i]; B: op(B)[k,j] at B[k*ld + j] or B[j*ld + k]. */
+    if (k_inner)
+        troupe__strbuf_printf(b, "gm_gr * %" PRId64 "LL + gm_gk", ld);
+    else
+        troupe__strbuf_printf(b, "gm_gk * %" PRId64 "LL + gm_gr", ld);
+    troupe__strbuf_printf(b, "] : (%s)0;\n            }\n", ty);
+}
+
+/* The multiply-adds of `count` k steps of the staged slices (count: a literal or gm_kt). */
+static void s_put_gemm_steps(troupe__strbuf_t *b, const s_tile_t *t, bool fma, bool single,
+                             const char *count, const char *ty)
+{
+    troupe__strbuf_printf(b,
+                          "                for (int gm_kk = 0; gm_kk < %s; gm_kk++) {\n"
+                          "                    %s gm_ra[%d], gm_rb[%d];\n"
+                          "                    for (int gm_x = 0; gm_x < %d; gm_x++)\n"
+                          "                        gm_ra[gm_x] = gm_as[gm_kk][gm_ty + %d * gm_x];\n"
+                          "                    for (int gm_y = 0; gm_y < %d; gm_y++)\n"
+                          "                        gm_rb[gm_y] = gm_bs[gm_kk][gm_tx + %d * gm_y];\n"
+                          "                    for (int gm_x = 0; gm_x < %d; gm_x++)\n"
+                          "                        for (int gm_y = 0; gm_y < %d; gm_y++)\n",
+                          count, ty, t->tm, t->tn, t->tm, t->bm / t->tm, t->tn, t->bn / t->tn,
+                          t->tm, t->tn);
+    if (fma)
+        troupe__strbuf_printf(b,
+                              "                            gm_acc[gm_x][gm_y] = %s(gm_ra[gm_x], "
+                              "gm_rb[gm_y], gm_acc[gm_x][gm_y]);\n",
+                              single ? "fmaf" : "fma");
+    else
+        troupe__strbuf_puts(b,
+                            "                            gm_acc[gm_x][gm_y] = gm_acc[gm_x][gm_y] "
+                            "+ gm_ra[gm_x] * gm_rb[gm_y];\n");
+    troupe__strbuf_puts(b, "                }\n");
+}
+
+/* The GEMM step's fallback: one kernel of shared-memory tiles (cgen.h, "CUDA dialect"). */
+static troupe_status_t s_put_gemm_tiled(troupe__cgen_t *g, troupe_cgen_result_t *r,
+                                        const troupe_cgen_gemm_call_t *c, bool fma,
+                                        troupe__strbuf_t *b, size_t *out_kernel)
+{
+    (void)g;
+    troupe_cgen_kernel_t *k = NULL;
+    TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
+    *out_kernel = r->nkernels - 1;
+    s_tile_t t = s_gemm_tile(c->prec);
+    bool single = c->prec == TROUPE_PREC_SINGLE;
+    const char *ty = single ? "float" : "double";
+    int64_t tiles_m = (c->m + t.bm - 1) / t.bm, tiles_n = (c->n + t.bn - 1) / t.bn;
+    k->extent[0] = c->n;
+    k->extent[1] = c->m;
+    k->block[0] = S_GEMM_THREADS;
+    k->block[1] = 1;
+    k->grid[0] = s_grid(tiles_m * tiles_n, 1);
+    k->grid[1] = 1;
+    k->fixed_block = true;
+    troupe__strbuf_printf(b,
+                          "    /* Tiles of %dx%d of C per block (%d threads, %dx%d each in "
+                          "registers), %d-deep slices of A and B in shared memory; every element "
+                          "sums k = 0, 1, ... in order from %s. */\n"
+                          "    __shared__ %s gm_as[%d][%d];\n"
+                          "    __shared__ %s gm_bs[%d][%d];\n"
+                          "    const %s *gm_a = ",
+                          t.bm, t.bn, S_GEMM_THREADS, t.tm, t.tn, t.bk,
+                          c->beta_zero ? "zero" : "C's value", ty, t.bk, t.bm + 4, ty, t.bk,
+                          t.bn + 4, ty);
+    s_put_gemm_base(r, b, &c->a);
+    troupe__strbuf_printf(b, ";\n    const %s *gm_b = ", ty);
+    s_put_gemm_base(r, b, &c->b);
+    troupe__strbuf_printf(b, ";\n    %s *gm_c = ", ty);
+    s_put_gemm_base(r, b, &c->c);
+    troupe__strbuf_printf(
+        b,
+        ";\n"
+        "    const int gm_tid = (int)threadIdx.x, gm_tx = gm_tid %% %d, gm_ty = gm_tid / %d;\n"
+        "    for (int64_t gm_tile = (int64_t)blockIdx.y * gridDim.x + blockIdx.x; gm_tile < "
+        "%" PRId64 "LL; gm_tile += (int64_t)gridDim.x * gridDim.y) {\n"
+        "        const int64_t gm_i0 = gm_tile / %" PRId64 "LL * %d, gm_j0 = gm_tile %% %" PRId64
+        "LL * %d;\n"
+        "        %s gm_acc[%d][%d];\n"
+        "        for (int gm_x = 0; gm_x < %d; gm_x++)\n"
+        "            for (int gm_y = 0; gm_y < %d; gm_y++) {\n"
+        "                const int64_t gm_i = gm_i0 + gm_ty + %d * gm_x, gm_j = gm_j0 + gm_tx + %d "
+        "* "
+        "gm_y;\n",
+        t.bn / t.tn, t.bn / t.tn, tiles_m * tiles_n, tiles_n, t.bm, tiles_n, t.bn, ty, t.tm, t.tn,
+        t.tm, t.tn, t.bm / t.tm, t.bn / t.tn);
+    if (c->beta_zero)
+        troupe__strbuf_puts(b, "                gm_acc[gm_x][gm_y] = 0;\n");
+    else
+        troupe__strbuf_printf(b,
+                              "                gm_acc[gm_x][gm_y] = (gm_i < %" PRId64
+                              "LL && gm_j < %" PRId64 "LL) ? gm_c[gm_i * %" PRId64
+                              "LL + gm_j] : (%s)0;\n",
+                              c->m, c->n, c->c.ld, ty);
+    troupe__strbuf_printf(b,
+                          "            }\n"
+                          "        for (int64_t gm_k0 = 0; gm_k0 < %" PRId64 "LL; gm_k0 += %d) {\n",
+                          c->k, t.bk);
+    s_put_gemm_load(b, &t, true, c->a.trans, c->a.ld, c->m, c->k, ty);
+    s_put_gemm_load(b, &t, false, c->b.trans, c->b.ld, c->n, c->k, ty);
+    troupe__strbuf_printf(b,
+                          "            __syncthreads();\n"
+                          "            const int gm_kt = %" PRId64
+                          "LL - gm_k0 < %d ? (int)(%" PRId64 "LL - gm_k0) : %d;\n"
+                          "            if (gm_kt == %d) {\n"
+                          "#pragma unroll\n",
+                          c->k, t.bk, c->k, t.bk, t.bk);
+    char full[16];
+    snprintf(full, sizeof full, "%d", t.bk);
+    s_put_gemm_steps(b, &t, fma, single, full, ty);
+    troupe__strbuf_puts(b,
+                        "            } else { /* the last, partial slice: only its k steps */\n");
+    s_put_gemm_steps(b, &t, fma, single, "gm_kt", ty);
+    troupe__strbuf_printf(b,
+                          "            }\n"
+                          "            __syncthreads();\n"
+                          "        }\n"
+                          "        for (int gm_x = 0; gm_x < %d; gm_x++)\n"
+                          "            for (int gm_y = 0; gm_y < %d; gm_y++) {\n"
+                          "                const int64_t gm_i = gm_i0 + gm_ty + %d * gm_x, gm_j = "
+                          "gm_j0 + gm_tx + %d * gm_y;\n"
+                          "                if (gm_i < %" PRId64 "LL && gm_j < %" PRId64 "LL)\n"
+                          "                    gm_c[gm_i * %" PRId64
+                          "LL + gm_j] = gm_acc[gm_x][gm_y];\n"
+                          "            }\n"
+                          "    }\n"
+                          "}\n",
+                          t.tm, t.tn, t.bm / t.tm, t.bn / t.tn, c->m, c->n, c->c.ld);
+    return TROUPE_OK;
+}
+
+/* Emits the GEMM step's fallback kernel (shared-memory tiles; a zeroing just before the product
+ * becomes beta = 0 inside it) and adds the step. */
+static troupe_status_t s_put_gemm(troupe__cgen_t *g, troupe_cgen_result_t *r,
+                                  const troupe_ll_t *zero, const troupe_gemm_t *gm,
+                                  troupe_cgen_step_t *step, troupe__strbuf_t *b)
+{
     troupe__strbuf_printf(b,
                           "\n/* GEMM step: %s = %s%s x %s%s + %s (m %" PRId64 ", n %" PRId64
-                          ", k %" PRId64 "); the kernels below are its fallback. */\n",
-                          troupe__cgen_node_ident(g, gm->c.tn), troupe__cgen_node_ident(g, gm->a.tn),
-                          gm->a.trans ? "^T" : "", troupe__cgen_node_ident(g, gm->b.tn),
-                          gm->b.trans ? "^T" : "", zero ? "0" : "itself", gm->m, gm->n, gm->k);
+                          ", k %" PRId64 "); the kernel below is its fallback. */\n",
+                          troupe__cgen_node_ident(g, gm->c.tn),
+                          troupe__cgen_node_ident(g, gm->a.tn), gm->a.trans ? "^T" : "",
+                          troupe__cgen_node_ident(g, gm->b.tn), gm->b.trans ? "^T" : "",
+                          zero ? "0" : "itself", gm->m, gm->n, gm->k);
     step->first_kernel = r->nkernels;
     size_t kernel = 0;
-    if (zero != NULL)
-        TROUPE_RETURN_IF_ERROR(s_put_zero(g, r, zero->u.zero_out, b, &kernel));
-    if (map.nmapped > 0)
-        TROUPE_RETURN_IF_ERROR(s_put_mapped(g, r, &map, s, b, &kernel));
-    else
-        TROUPE_RETURN_IF_ERROR(s_put_one_thread_kernel(g, r, &s, 1, false, b));
+    TROUPE_RETURN_IF_ERROR(s_put_gemm_tiled(g, r, &step->gemm, gm->fma, b, &kernel));
     step->nkernels = r->nkernels - step->first_kernel;
     return s_add_step(r, step);
 }
@@ -514,7 +915,7 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
             st = s_put_one_thread(g, r, &items[seq_from], seq_n, false, b);
             seq_n = 0;
             if (st == TROUPE_OK)
-                st = s_put_gemm(g, r, zero, nest, &gm, &step, b);
+                st = s_put_gemm(g, r, zero, &gm, &step, b);
             i += zero != NULL ? 1 : 0;
             continue;
         }
@@ -523,9 +924,13 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
             continue;
         }
         s_map_t map = {0, {NULL}};
+        s_reduce_t red;
+        bool reduce = false;
         if (s->kind == TROUPE_LL_FOR && (st = s_plan_nest(s, &map)) != TROUPE_OK)
             break;
-        if (s->kind != TROUPE_LL_ZERO_OUT && map.nmapped == 0) {
+        if (s->kind == TROUPE_LL_FOR && (st = s_plan_reduce(s, &map, &red, &reduce)) != TROUPE_OK)
+            break;
+        if (s->kind != TROUPE_LL_ZERO_OUT && map.nmapped == 0 && !reduce) {
             if (seq_n++ == 0)
                 seq_from = i;
             continue;
@@ -533,7 +938,9 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
         st = s_put_one_thread(g, r, &items[seq_from], seq_n, false, b);
         seq_n = 0;
         size_t kernel = 0;
-        if (st == TROUPE_OK && s->kind == TROUPE_LL_FOR)
+        if (st == TROUPE_OK && reduce)
+            st = s_put_reduce(g, r, &red, b, &kernel);
+        else if (st == TROUPE_OK && s->kind == TROUPE_LL_FOR)
             st = s_put_mapped(g, r, &map, s, b, &kernel);
         else if (st == TROUPE_OK)
             st = s_put_zero(g, r, s->u.zero_out, b, &kernel);

@@ -60,6 +60,15 @@ void troupe__cgen_put_local_arrays(const troupe__cgen_t *g, troupe__strbuf_t *b)
 /* Marks loop symbol `sym` as defined by the target with values lo..hi (a thread's index):
  * troupe__cgen_emit_stmt then emits a loop over it as its body alone. bound false undoes it. */
 void troupe__cgen_bind_sym(troupe__cgen_t *g, int32_t sym, bool bound, int64_t lo, int64_t hi);
+/* Emits `<lhs> = <value>;` with value computed in the compute type of `prec` and stored as that
+ * type (local scopes it holds hoisted into a block around it); lhs is an lvalue declared by the
+ * caller. */
+troupe_status_t troupe__cgen_emit_value(troupe__cgen_t *g, const char *lhs,
+                                        const troupe_sc_t *value, troupe_prec_t prec, int indent,
+                                        troupe__strbuf_t *out);
+/* Writes the element access `<node ident>[<row-major offset of idcs>]`. */
+void troupe__cgen_put_access(troupe__cgen_t *g, troupe__strbuf_t *b, const troupe_tnode_t *tn,
+                             const troupe_axis_index_t *idcs);
 /* Emits statement `s` at `indent` levels (4 spaces each). */
 troupe_status_t troupe__cgen_emit_stmt(troupe__cgen_t *g, const troupe_ll_t *s, int indent,
                                        troupe__strbuf_t *out);

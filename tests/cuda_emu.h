@@ -4,12 +4,22 @@
  * emulation header: __global__, __device__ and __forceinline__ become plain C++, threadIdx,
  * blockIdx, blockDim and gridDim are variables, and the bit-cast intrinsics the prelude uses
  * are memcpy. For each kernel the test side gets `emu_<kernel>(args, gx, gy, bx, by, reverse)`,
- * which runs every thread of a gx x gy grid of bx x by blocks one after the other (forward, or
- * in reverse order) with the CUDA argument convention (args[k] points to parameter k's value).
- * Sequential threads are exact for kernels without __syncthreads (troupe's have none); the
- * reverse order and a small grid (so the grid-stride loops take several turns) make a wrong
- * thread mapping visible: a reduction mapped onto threads then sums in another order, two
- * threads writing one element leave the other's value.
+ * which runs a gx x gy grid of bx x by blocks with the CUDA argument convention (args[k] points
+ * to parameter k's value), one block after the other (forward, or in reverse order).
+ *
+ * A kernel whose text calls __syncthreads() runs each block's threads as cooperative fibers
+ * (ucontext: makecontext/swapcontext on small stacks): a thread runs until it reaches the
+ * barrier or ends, then the next thread of the block runs (in thread order, or reversed), and
+ * no thread passes a barrier before every thread of its block has reached it. __shared__
+ * arrays are `static` in the emulated unit: one copy, which the blocks (run one at a time)
+ * share like a block's shared memory; nothing resets it between blocks, as nothing
+ * initialises shared memory on a GPU. A barrier some threads of a block reach while others
+ * have ended (divergent __syncthreads, undefined in CUDA) makes emu_<kernel> return nonzero.
+ * Kernels without __syncthreads run every thread of the grid one after the other (exact for
+ * them). The reverse order and a small grid (so the grid-stride loops take several turns) make
+ * a wrong thread mapping visible: a reduction mapped onto threads then sums in another order,
+ * two threads writing one element leave the other's value. A kernel whose block shape is part
+ * of its code (troupe_cgen_kernel_t.fixed_block) keeps its block under the small grid.
  *
  * troupe_emu_run runs one call of the routine: its steps in order, a GEMM step through its
  * fallback kernels (cuBLASLt itself needs a GPU); troupe_emu_gemm_ref computes a GEMM step from
@@ -29,8 +39,9 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef void (*troupe_emu_fn)(void **args, unsigned gx, unsigned gy, unsigned bx, unsigned by,
-                              int reverse);
+/* Runs one kernel; 0, or nonzero after a divergent barrier. */
+typedef int (*troupe_emu_fn)(void **args, unsigned gx, unsigned gy, unsigned bx, unsigned by,
+                             int reverse);
 
 typedef struct troupe_emu {
     char dir[128];
@@ -41,8 +52,9 @@ typedef struct troupe_emu {
 
 /* Launch shapes troupe_emu_run uses. */
 typedef enum troupe_emu_shape {
-    TROUPE_EMU_PLANNED = 0, /* each kernel's planned grid and block, threads in order */
-    TROUPE_EMU_SMALL_REVERSE, /* a 2x2 grid of 3x2 blocks, threads in reverse order */
+    TROUPE_EMU_PLANNED = 0,   /* each kernel's planned grid and block, threads in order */
+    TROUPE_EMU_SMALL_REVERSE, /* a 2x2 grid of 3x2 blocks (a fixed-block kernel: its own
+                               * block), blocks and threads in reverse order */
 } troupe_emu_shape_t;
 
 static const char s_emu_header[] =
@@ -59,7 +71,86 @@ static const char s_emu_header[] =
     "static inline long long __double_as_longlong(double d) { long long i; memcpy(&i, &d, 8); "
     "return i; }\n"
     "static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); "
-    "return d; }\n";
+    "return d; }\n"
+    /* Blocks' threads as fibers, for kernels with barriers. */
+    "#include <stdlib.h>\n"
+    "#include <ucontext.h>\n"
+    "#define __shared__ static\n"
+    "#define __syncthreads() troupe_emu_sync()\n"
+    "enum { TROUPE_EMU_READY, TROUPE_EMU_AT_BARRIER, TROUPE_EMU_DONE };\n"
+    "struct troupe_emu_fiber { ucontext_t uc; char *stack; int state; unsigned tx, ty; };\n"
+    "static ucontext_t troupe_emu_sched;\n"
+    "static troupe_emu_fiber *troupe_emu_cur;\n"
+    "static void (*troupe_emu_body)(void);\n"
+    "static void troupe_emu_sync(void)\n"
+    "{\n"
+    "    if (troupe_emu_cur == NULL) return; /* a kernel run without fibers: no barrier */\n"
+    "    troupe_emu_cur->state = TROUPE_EMU_AT_BARRIER;\n"
+    "    swapcontext(&troupe_emu_cur->uc, &troupe_emu_sched);\n"
+    "}\n"
+    "static void troupe_emu_fiber_main(void)\n"
+    "{\n"
+    "    troupe_emu_body();\n"
+    "    troupe_emu_cur->state = TROUPE_EMU_DONE; /* uc_link resumes the scheduler */\n"
+    "}\n"
+    "#define TROUPE_EMU_STACK (256u * 1024u)\n"
+    "/* Runs body as every thread of the grid; fibers: blocks' threads cooperatively. */\n"
+    "static int troupe_emu_launch(void (*body)(void), unsigned gx, unsigned gy, unsigned bx,\n"
+    "                             unsigned by, int reverse, int fibers)\n"
+    "{\n"
+    "    gridDim.x = gx; gridDim.y = gy; gridDim.z = 1;\n"
+    "    blockDim.x = bx; blockDim.y = by; blockDim.z = 1;\n"
+    "    unsigned long nb = (unsigned long)gx * gy, nt = (unsigned long)bx * by;\n"
+    "    if (!fibers) {\n"
+    "        for (unsigned long t = 0; t < nb * nt; t++) {\n"
+    "            unsigned long m = reverse ? nb * nt - 1 - t : t;\n"
+    "            threadIdx.x = m % bx; m /= bx; threadIdx.y = m % by; m /= by;\n"
+    "            blockIdx.x = m % gx; blockIdx.y = m / gx;\n"
+    "            body();\n"
+    "        }\n"
+    "        return 0;\n"
+    "    }\n"
+    "    troupe_emu_fiber *f = (troupe_emu_fiber *)calloc(nt, sizeof *f);\n"
+    "    if (f == NULL) return 2;\n"
+    "    int bad = 0;\n"
+    "    for (unsigned long i = 0; i < nt; i++) {\n"
+    "        f[i].stack = (char *)malloc(TROUPE_EMU_STACK);\n"
+    "        if (f[i].stack == NULL) bad = 2;\n"
+    "        f[i].tx = i % bx; f[i].ty = i / bx;\n"
+    "    }\n"
+    "    troupe_emu_body = body;\n"
+    "    for (unsigned long b = 0; b < nb && !bad; b++) {\n"
+    "        unsigned long bb = reverse ? nb - 1 - b : b;\n"
+    "        blockIdx.x = bb % gx; blockIdx.y = bb / gx;\n"
+    "        for (unsigned long i = 0; i < nt; i++) {\n"
+    "            getcontext(&f[i].uc);\n"
+    "            f[i].uc.uc_stack.ss_sp = f[i].stack;\n"
+    "            f[i].uc.uc_stack.ss_size = TROUPE_EMU_STACK;\n"
+    "            f[i].uc.uc_link = &troupe_emu_sched;\n"
+    "            makecontext(&f[i].uc, troupe_emu_fiber_main, 0);\n"
+    "            f[i].state = TROUPE_EMU_READY;\n"
+    "        }\n"
+    "        unsigned long alive = nt;\n"
+    "        while (alive > 0) { /* one turn: every live thread up to the next barrier */\n"
+    "            unsigned long ended = 0, waiting = 0;\n"
+    "            for (unsigned long j = 0; j < nt; j++) {\n"
+    "                troupe_emu_fiber *x = &f[reverse ? nt - 1 - j : j];\n"
+    "                if (x->state == TROUPE_EMU_DONE) continue;\n"
+    "                x->state = TROUPE_EMU_READY;\n"
+    "                threadIdx.x = x->tx; threadIdx.y = x->ty; threadIdx.z = 0;\n"
+    "                troupe_emu_cur = x;\n"
+    "                swapcontext(&troupe_emu_sched, &x->uc);\n"
+    "                if (x->state == TROUPE_EMU_DONE) ended++; else waiting++;\n"
+    "            }\n"
+    "            alive -= ended;\n"
+    "            if (waiting > 0 && ended > 0) { bad = 1; break; } /* divergent barrier */\n"
+    "        }\n"
+    "    }\n"
+    "    troupe_emu_cur = NULL;\n"
+    "    for (unsigned long i = 0; i < nt; i++) free(f[i].stack);\n"
+    "    free(f);\n"
+    "    return bad;\n"
+    "}\n";
 
 /* Whether a C++ compiler is there (else the emulation tests skip). */
 static inline bool troupe_emu_available(void)
@@ -75,6 +166,19 @@ static inline void s_emu_param_type(const troupe_cgen_param_t *p, char *buf, siz
     snprintf(buf, cap, "%.*s", (int)(dl - il), p->decl);
 }
 
+/* Whether the text of kernel k (from its signature to the next kernel's) calls __syncthreads. */
+static inline bool troupe_emu_kernel_syncs(const troupe_cgen_result_t *res, size_t k)
+{
+    char sig[200];
+    snprintf(sig, sizeof sig, "__global__ void %s(", res->kernels[k].name);
+    const char *from = strstr(res->source, sig);
+    if (from == NULL)
+        return true; /* unknown: the fibers are right for any kernel */
+    const char *next = strstr(from + strlen(sig), "__global__");
+    const char *sync = strstr(from, "__syncthreads");
+    return sync != NULL && (next == NULL || sync < next);
+}
+
 static inline void troupe_emu_open(const troupe_cgen_result_t *res, troupe_emu_t *e)
 {
     memset(e, 0, sizeof *e);
@@ -87,26 +191,24 @@ static inline void troupe_emu_open(const troupe_cgen_result_t *res, troupe_emu_t
     troupe__strbuf_puts(&b, "namespace troupe_emu {\n");
     troupe__strbuf_putn(&b, res->source, res->source_len);
     for (size_t k = 0; k < res->nkernels; k++) {
+        const char *kn = res->kernels[k].name;
         troupe__strbuf_printf(&b,
-                              "\nextern \"C\" void emu_%s(void **args, unsigned gx, unsigned gy, "
-                              "unsigned bx, unsigned by, int reverse)\n{\n"
-                              "    (void)args;\n"
-                              "    gridDim.x = gx; gridDim.y = gy; gridDim.z = 1;\n"
-                              "    blockDim.x = bx; blockDim.y = by; blockDim.z = 1;\n"
-                              "    unsigned long total = (unsigned long)gx * gy * bx * by;\n"
-                              "    for (unsigned long t = 0; t < total; t++) {\n"
-                              "        unsigned long m = reverse ? total - 1 - t : t;\n"
-                              "        threadIdx.x = m %% bx; m /= bx; threadIdx.y = m %% by; "
-                              "m /= by;\n"
-                              "        blockIdx.x = m %% gx; blockIdx.y = m / gx;\n"
-                              "        %s(",
-                              res->kernels[k].name, res->kernels[k].name);
+                              "\nstatic void **emu_args_%zu;\nstatic void emu_body_%zu(void)\n{\n"
+                              "    (void)emu_args_%zu;\n    %s(",
+                              k, k, k, kn);
         for (size_t i = 0; i < res->nparams; i++) {
             char type[160];
             s_emu_param_type(&res->params[i], type, sizeof type);
-            troupe__strbuf_printf(&b, "%s*(%s*)args[%zu]", i ? ", " : "", type, i);
+            troupe__strbuf_printf(&b, "%s*(%s*)emu_args_%zu[%zu]", i ? ", " : "", type, k, i);
         }
-        troupe__strbuf_puts(&b, ");\n    }\n}\n");
+        troupe__strbuf_printf(&b,
+                              ");\n}\n"
+                              "extern \"C\" int emu_%s(void **args, unsigned gx, unsigned gy, "
+                              "unsigned bx, unsigned by, int reverse)\n{\n"
+                              "    emu_args_%zu = args;\n"
+                              "    return troupe_emu_launch(emu_body_%zu, gx, gy, bx, by, reverse, "
+                              "%d);\n}\n",
+                              kn, k, k, troupe_emu_kernel_syncs(res, k) ? 1 : 0);
     }
     troupe__strbuf_puts(&b, "} // namespace troupe_emu\n");
     cr_assert(!b.failed);
@@ -156,10 +258,16 @@ static inline void troupe_emu_kernel(const troupe_emu_t *e, size_t k, void **arg
                                      troupe_emu_shape_t shape)
 {
     const troupe_cgen_kernel_t *kn = &e->res->kernels[k];
+    int rc;
     if (shape == TROUPE_EMU_PLANNED)
-        e->fns[k](args, kn->grid[0], kn->grid[1], kn->block[0], kn->block[1], 0);
+        rc = e->fns[k](args, kn->grid[0], kn->grid[1], kn->block[0], kn->block[1], 0);
+    else if (kn->fixed_block)
+        rc = e->fns[k](args, 2, 2, kn->block[0], kn->block[1], 1);
     else
-        e->fns[k](args, 2, 2, 3, 2, 1);
+        rc = e->fns[k](args, 2, 2, 3, 2, 1);
+    cr_assert_eq(rc, 0, "%s: %s", kn->name,
+                 rc == 1 ? "a barrier reached by some threads of a block after others ended"
+                         : "out of memory for the emulation's fibers");
 }
 
 static inline void troupe_emu_gemm_ref(const troupe_cgen_gemm_call_t *call, void **args);

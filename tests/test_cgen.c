@@ -229,6 +229,9 @@ typedef struct s_run {
     const char *static_name; /* optional static index */
     int64_t static_value;
     void *merge; /* optional merge buffer */
+    /* Kernels that reassociate (block-level reductions): the largest difference from the
+     * interpreter allowed per element (the test's bound for its reductions); 0 otherwise. */
+    double reassoc_tol;
 } s_run_t;
 
 static void s_bind(s_run_t *r, troupe_tnode_t *tn, void *data)
@@ -299,8 +302,8 @@ static void s_compare_with_interp(const troupe_ll_proc_t *proc, const s_run_t *r
 static int s_emu_runs; /* routines checked through the emulation in this process */
 
 /* args for an emulated call: args[k] points to parameter k's value (the buffers in data). */
-static void s_emu_args(const troupe_cgen_result_t *res, const s_run_t *r, void **data,
-                       void **ptrs, void **args)
+static void s_emu_args(const troupe_cgen_result_t *res, const s_run_t *r, void **data, void **ptrs,
+                       void **args)
 {
     for (size_t k = 0; k < res->nparams; k++) {
         const troupe_cgen_param_t *p = &res->params[k];
@@ -332,10 +335,19 @@ static void s_emu_check(const troupe_ll_proc_t *proc, const s_run_t *r, void *co
                  troupe_last_error());
     troupe_emu_t e;
     troupe_emu_open(res, &e);
-    void *data[S_MAX_BINDS], *ptrs[32], *args[32];
+    void *data[S_MAX_BINDS], *first[S_MAX_BINDS], *ptrs[32], *args[32];
     cr_assert_leq(res->nparams, 32);
-    for (size_t b = 0; b < r->nbinds; b++)
+    bool reassoc = false;
+    for (size_t k = 0; k < res->nkernels; k++)
+        reassoc = reassoc || res->kernels[k].reassociates;
+    cr_assert(!reassoc || r->reassoc_tol > 0,
+              "%s: a kernel reassociates and the test gave no "
+              "tolerance",
+              proc->name);
+    for (size_t b = 0; b < r->nbinds; b++) {
         data[b] = malloc(r->tn[b]->size_bytes);
+        first[b] = malloc(r->tn[b]->size_bytes);
+    }
     for (long ref = -1; ref < (long)res->nsteps; ref++) {
         if (ref >= 0 && res->steps[ref].kind != TROUPE_CGEN_STEP_GEMM)
             continue;
@@ -352,7 +364,19 @@ static void s_emu_check(const troupe_ll_proc_t *proc, const s_run_t *r, void *co
                     const char *y = (const char *)r->data[b] + (size_t)i * es;
                     double xv = troupe_prec_load_double(tn->prec, x);
                     double yv = troupe_prec_load_double(tn->prec, y);
-                    if (ref < 0)
+                    if (ref < 0 && reassoc) {
+                        /* Bitwise the same for any grid; within the bound of the interpreter. */
+                        if (shape == 1)
+                            cr_assert(memcmp(x, (const char *)first[b] + (size_t)i * es, es) == 0,
+                                      "%s: node #%d element %lld differs between the planned "
+                                      "and the small reversed grid",
+                                      proc->name, tn->id, (long long)i);
+                        cr_assert(fabs(xv - yv) <= r->reassoc_tol,
+                                  "%s (CUDA emulated, %s): node #%d element %lld: %.17g, the "
+                                  "interpreter %.17g (bound %.3g)",
+                                  proc->name, shape ? "small grid, reverse" : "planned grid",
+                                  tn->id, (long long)i, xv, yv, r->reassoc_tol);
+                    } else if (ref < 0)
                         cr_assert(memcmp(x, y, es) == 0,
                                   "%s (CUDA emulated, %s): node #%d element %lld: %.9g, C and "
                                   "the interpreter %.9g",
@@ -364,11 +388,15 @@ static void s_emu_check(const troupe_ll_proc_t *proc, const s_run_t *r, void *co
                                   "element %lld, the loops %.9g",
                                   proc->name, ref, xv, tn->id, (long long)i, yv);
                 }
+                if (ref < 0 && shape == 0)
+                    memcpy(first[b], data[b], tn->size_bytes);
             }
         }
     }
-    for (size_t b = 0; b < r->nbinds; b++)
+    for (size_t b = 0; b < r->nbinds; b++) {
         free(data[b]);
+        free(first[b]);
+    }
     troupe_emu_close(&e);
     troupe_cgen_result_destroy(&res);
     s_emu_runs++;
@@ -1162,8 +1190,8 @@ Test(cgen, deterministic_sorted_parameters)
     const troupe_cgen_kernel_t *k0 = &r1->kernels[0], *k1 = &r1->kernels[1];
     cr_expect(k0->extent[0] == 15 && k0->extent[1] == 1);
     cr_expect(k0->block[0] == 32 && k0->block[1] == 1 && k0->grid[0] == 1 && k0->grid[1] == 1);
-    cr_expect(k1->extent[0] == 5 && k1->extent[1] == 3, "%lld x %lld",
-              (long long)k1->extent[0], (long long)k1->extent[1]);
+    cr_expect(k1->extent[0] == 5 && k1->extent[1] == 3, "%lld x %lld", (long long)k1->extent[0],
+              (long long)k1->extent[1]);
     cr_expect(k1->block[0] == 32 && k1->block[1] == 3 && k1->grid[0] == 1 && k1->grid[1] == 1);
     cr_expect_not_null(strstr(r1->source, "t_x < 15LL; t_x += (int64_t)gridDim.x * blockDim.x"));
     cr_expect_not_null(strstr(r1->source, "const int64_t i2 = 0LL + t_x;"), "%s", r1->source);
@@ -1667,9 +1695,8 @@ Test(cgen, cuda_thread_mapping)
     i = troupe_ll_proc_add_symbol(p, NULL);
     int32_t j = troupe_ll_proc_add_symbol(p, NULL);
     troupe_axis_index_t src[2] = {s_ix(b), s_ix(j)};
-    troupe_ll_t *nest = s_for(p, i, 7, s_for(p, j, 300,
-                                             s_set2(p, y, s_ix(j), s_aff(2, i, 1),
-                                                    troupe_sc_get(p, a, src))));
+    troupe_ll_t *nest = s_for(
+        p, i, 7, s_for(p, j, 300, s_set2(p, y, s_ix(j), s_aff(2, i, 1), troupe_sc_get(p, a, src))));
     s_finish(p, troupe_ll_seq2(p, troupe_ll_zero_out(p, y), nest));
     res = s_cuda(p);
     cr_assert_eq(res->nkernels, 2);
@@ -1698,11 +1725,11 @@ Test(cgen, cuda_thread_mapping)
     troupe_ll_t *items[3] = {
         s_set1(p, sum, troupe_idx_fixed(0), troupe_sc_constant(p, 0.0)),
         s_set1(p, x, troupe_idx_fixed(0), troupe_sc_constant(p, 1.0)),
-        s_for(p, i, 7, s_for(p, j, 300,
-                             s_set1(p, sum, troupe_idx_fixed(0),
-                                    troupe_sc_binop(p, TROUPE_BINOP_MAX,
-                                                    s_get1(p, sum, troupe_idx_fixed(0)),
-                                                    s_get2(p, a, s_ix(i), s_ix(j))))))};
+        s_for(p, i, 7,
+              s_for(p, j, 300,
+                    s_set1(p, sum, troupe_idx_fixed(0),
+                           troupe_sc_binop(p, TROUPE_BINOP_MAX, s_get1(p, sum, troupe_idx_fixed(0)),
+                                           s_get2(p, a, s_ix(i), s_ix(j))))))};
     s_finish(p, troupe_ll_seq(p, 3, items));
     res = s_cuda(p);
     cr_assert_eq(res->nkernels, 1, "%s", res->source);
@@ -1725,6 +1752,151 @@ Test(cgen, cuda_thread_mapping)
     troupe_tnode_release(&y);
 }
 
+/* Sum of |term| over a reduction's terms, for its error bound: n terms summed in any order in a
+ * precision with unit roundoff u differ from the exact sum by at most about (n - 1) u sum|t|;
+ * the bound allows 2 n u sum|t| (plus the output's own value). */
+static double s_red_bound(double n, double u, double abs_sum)
+{
+    return 2.0 * n * u * abs_sum;
+}
+
+/* Runs *p with the bound buffers (s_run: reassociating kernels within `tol`), NVRTC-compiles it
+ * and destroys it. */
+static void s_run_reduction(troupe_ll_proc_t **p, s_run_t *r, double tol)
+{
+    r->reassoc_tol = tol;
+    s_run(*p, r);
+    s_nvrtc_check(*p);
+    troupe_ll_proc_destroy(p);
+}
+
+/* Reductions over many terms into few outputs go onto the threads of a block (cgen.h's rule:
+ * at least 256 terms, at most 16384 outputs): a bias gradient db[j] = sum_b dy[b,j] (1000 x
+ * 10), a loss over a batch with fma (s = fma(x[i], w[i], s), 5000 terms, one output), a double
+ * sum over two loops (20 x 30 into one). Each agrees with the interpreter within the bound for
+ * its length and precision and is bitwise the same under the planned grid and a small reversed
+ * one (s_emu_check); a reduction of 255 terms stays in each thread, bit for bit. */
+Test(cgen, cuda_block_reductions)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    int runs0 = s_emu_runs;
+
+    /* 1. Bias gradient: for b { for j { db[j] = db[j] + dy[b, j] } }. */
+    troupe_ll_proc_t *p = s_proc("bias_grad");
+    troupe_tnode_t *dy = s_node("dy", TROUPE_PREC_SINGLE, 2, 1000, 10);
+    troupe_tnode_t *db = s_node("db", TROUPE_PREC_SINGLE, 1, 10, 0);
+    int32_t bs = troupe_ll_proc_add_symbol(p, NULL), j = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_sc_t *v = troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, db, s_ix(j)),
+                                     s_get2(p, dy, s_ix(bs), s_ix(j)));
+    s_finish(p, s_for(p, bs, 1000, s_for(p, j, 10, s_set1(p, db, s_ix(j), v))));
+    troupe_cgen_result_t *res = s_cuda(p);
+    cr_assert_eq(res->nkernels, 1, "%s", res->source);
+    const troupe_cgen_kernel_t *k = &res->kernels[0];
+    cr_expect(k->fixed_block && k->reassociates && !k->one_thread);
+    cr_expect(k->block[0] == 256 && k->block[1] == 1 && k->grid[0] == 10 && k->grid[1] == 1);
+    cr_expect(k->extent[0] == 1000 && k->extent[1] == 10);
+    cr_expect_not_null(strstr(res->source, "__syncthreads();"));
+    cr_expect_null(strstr(res->source, "atomic"));
+    troupe_cgen_result_destroy(&res);
+    float *dyv = malloc(sizeof(float) * 10000), dbv[10];
+    s_fill(dyv, 10000);
+    for (int i = 0; i < 10000; i++)
+        dyv[i] -= 1.25f; /* mixed signs */
+    double abs_sum = 5;  /* the outputs' initial values */
+    for (int i = 0; i < 10000; i++)
+        abs_sum += fabs(dyv[i]);
+    for (int i = 0; i < 10; i++)
+        dbv[i] = 0.5f;
+    s_run_t r = {0};
+    s_bind(&r, dy, dyv);
+    s_bind(&r, db, dbv);
+    s_run_reduction(&p, &r, s_red_bound(1001, 0x1p-24, abs_sum));
+
+    /* 2. A loss over the batch with fma: s[0] = fma(x[i], w[i], s[0]), 5000 terms, one output. */
+    p = s_proc("dot_loss");
+    troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 1, 5000, 0);
+    troupe_tnode_t *w = s_node("w", TROUPE_PREC_SINGLE, 1, 5000, 0);
+    troupe_tnode_t *sum = s_node("sum", TROUPE_PREC_SINGLE, 1, 1, 0);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+    v = troupe_sc_ternop(p, TROUPE_TERNOP_FMA, s_get1(p, x, s_ix(i)), s_get1(p, w, s_ix(i)),
+                         s_get1(p, sum, troupe_idx_fixed(0)));
+    s_finish(p, s_for(p, i, 5000, s_set1(p, sum, troupe_idx_fixed(0), v)));
+    res = s_cuda(p);
+    cr_assert_eq(res->nkernels, 1);
+    cr_expect(res->kernels[0].reassociates && res->kernels[0].grid[0] == 1);
+    cr_expect_not_null(strstr(res->source, "fmaf(red_x, red_y, red_acc)"));
+    troupe_cgen_result_destroy(&res);
+    float *xv = malloc(sizeof(float) * 5000), *wv = malloc(sizeof(float) * 5000), sv[1] = {2};
+    s_fill(xv, 5000);
+    s_fill(wv, 5000);
+    abs_sum = 2;
+    for (int n = 0; n < 5000; n++) {
+        wv[n] -= 1.25f;
+        abs_sum += fabs((double)xv[n] * wv[n]);
+    }
+    r = (s_run_t){0};
+    s_bind(&r, x, xv);
+    s_bind(&r, w, wv);
+    s_bind(&r, sum, sv);
+    s_run_reduction(&p, &r, s_red_bound(5001, 0x1p-24, abs_sum));
+
+    /* 3. Double, two reduction loops into one output: t[0] = t[0] + a[u, q]. */
+    p = s_proc("sum2d");
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_DOUBLE, 2, 20, 30);
+    troupe_tnode_t *t = s_node("t", TROUPE_PREC_DOUBLE, 1, 1, 0);
+    int32_t u = troupe_ll_proc_add_symbol(p, NULL), q = troupe_ll_proc_add_symbol(p, NULL);
+    v = troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, a, s_ix(u), s_ix(q)),
+                        s_get1(p, t, troupe_idx_fixed(0)));
+    s_finish(p, s_for(p, u, 20, s_for(p, q, 30, s_set1(p, t, troupe_idx_fixed(0), v))));
+    res = s_cuda(p);
+    cr_assert_eq(res->nkernels, 1);
+    cr_expect(res->kernels[0].reassociates && res->kernels[0].extent[0] == 600);
+    cr_expect_not_null(strstr(res->source, "__shared__ double red_sh[256];"));
+    troupe_cgen_result_destroy(&res);
+    double av[600], tv[1] = {-3};
+    abs_sum = 3;
+    for (int n = 0; n < 600; n++) {
+        av[n] = (double)s_rndf(-2, 2) / 3.0;
+        abs_sum += fabs(av[n]);
+    }
+    r = (s_run_t){0};
+    s_bind(&r, a, av);
+    s_bind(&r, t, tv);
+    s_run_reduction(&p, &r, s_red_bound(601, 0x1p-53, abs_sum));
+
+    /* 4. 255 terms: below the threshold, one thread sums in the interpreter's order. */
+    p = s_proc("short_sum");
+    troupe_tnode_t *x255 = s_node("x", TROUPE_PREC_SINGLE, 1, 255, 0);
+    i = troupe_ll_proc_add_symbol(p, NULL);
+    v = troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, sum, troupe_idx_fixed(0)),
+                        s_get1(p, x255, s_ix(i)));
+    s_finish(p, s_for(p, i, 255, s_set1(p, sum, troupe_idx_fixed(0), v)));
+    res = s_cuda(p);
+    cr_assert_eq(res->nkernels, 1);
+    cr_expect(res->kernels[0].one_thread && !res->kernels[0].reassociates &&
+              !res->kernels[0].fixed_block);
+    troupe_cgen_result_destroy(&res);
+    r = (s_run_t){0};
+    s_bind(&r, x255, xv);
+    s_bind(&r, sum, sv);
+    s_run(p, &r); /* bit for bit (reassoc_tol 0) */
+    troupe_ll_proc_destroy(&p);
+
+    cr_expect_eq(s_emu_runs - runs0, 4, "every routine ran emulated");
+    free(dyv);
+    free(xv);
+    free(wv);
+    troupe_tnode_release(&dy);
+    troupe_tnode_release(&db);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&w);
+    troupe_tnode_release(&sum);
+    troupe_tnode_release(&a);
+    troupe_tnode_release(&t);
+    troupe_tnode_release(&x255);
+}
+
 /* A product large enough for a GEMM library (16x32x24) becomes a GEMM step whose call (with a
  * static batch offset in A and the zeroing fused as beta = 0) is checked against the fallback
  * kernels on the host. */
@@ -1742,10 +1914,9 @@ Test(cgen, cuda_gemm_step)
     troupe_axis_index_t ai[2] = {s_ix(i), s_ix(k)};
     ai[0].terms[1] = (troupe_index_term_t){16, bt};
     ai[0].nterms = 2;
-    troupe_sc_t *v =
-        troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, c, s_ix(i), s_ix(j)),
-                        troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, a, ai),
-                                        s_get2(p, bm, s_ix(k), s_ix(j))));
+    troupe_sc_t *v = troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, c, s_ix(i), s_ix(j)),
+                                     troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, a, ai),
+                                                     s_get2(p, bm, s_ix(k), s_ix(j))));
     troupe_ll_t *nest =
         s_for(p, i, 16, s_for(p, k, 24, s_for(p, j, 32, s_set2(p, c, s_ix(i), s_ix(j), v))));
     s_finish(p, troupe_ll_seq2(p, troupe_ll_zero_out(p, c), nest));
@@ -1753,7 +1924,9 @@ Test(cgen, cuda_gemm_step)
     cr_assert_eq(res->nsteps, 1, "%s", res->source);
     const troupe_cgen_step_t *st = &res->steps[0];
     cr_assert_eq(st->kind, TROUPE_CGEN_STEP_GEMM);
-    cr_expect_eq(st->nkernels, 2); /* the zeroing and the product's kernel */
+    cr_expect_eq(st->nkernels, 1); /* the tiled product, the zeroing fused as beta = 0 */
+    cr_expect(res->kernels[st->first_kernel].fixed_block &&
+              !res->kernels[st->first_kernel].reassociates);
     cr_expect(st->gemm.m == 16 && st->gemm.n == 32 && st->gemm.k == 24 && st->gemm.beta_zero);
     cr_expect(!st->gemm.a.trans && st->gemm.a.ld == 24 && st->gemm.a.nterms == 1 &&
               st->gemm.a.coeff[0] == 16 * 24);
@@ -1780,6 +1953,199 @@ Test(cgen, cuda_gemm_step)
     troupe_tnode_release(&a);
     troupe_tnode_release(&bm);
     troupe_tnode_release(&c);
+}
+
+/* ---- the emulator itself (cuda_emu.h): barriers and shared memory ---------------------------- */
+
+/* A hand-written unit of one kernel taking `float *x`, for the emulator alone. */
+static void s_emu_unit(const char *name, const char *kernel_name, const char *source,
+                       troupe_cgen_result_t *r, troupe_cgen_param_t *param,
+                       troupe_cgen_kernel_t *kernel, uint32_t block)
+{
+    memset(r, 0, sizeof *r);
+    memset(param, 0, sizeof *param);
+    memset(kernel, 0, sizeof *kernel);
+    param->kind = TROUPE_CGEN_PARAM_NODE_PTR;
+    param->decl = (char *)"float *x";
+    param->ident = (char *)"x";
+    kernel->name = (char *)kernel_name;
+    kernel->grid[0] = 3;
+    kernel->grid[1] = 1;
+    kernel->block[0] = block;
+    kernel->block[1] = 1;
+    kernel->fixed_block = true;
+    r->dialect = TROUPE_CGEN_CUDA;
+    r->source = (char *)source;
+    r->source_len = strlen(source);
+    r->name = (char *)name;
+    r->params = param;
+    r->nparams = 1;
+    r->kernels = kernel;
+    r->nkernels = 1;
+}
+
+/* Each thread of a 64-thread block stores its element into shared memory and, after the
+ * barrier, reads both neighbours' (mod 64): run one thread after the other without a barrier,
+ * a thread would read a neighbour's slot before that neighbour wrote it, in either order. A
+ * tree sum over the block (log2(64) barriers) checks the barrier in a loop. Both under the
+ * planned grid and blocks/threads reversed. */
+Test(cuda_emu, barrier_orders_shared_memory)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    static const char src[] =
+        "extern \"C\" __global__ void rot_k0(float *x)\n"
+        "{\n"
+        "    __shared__ float sh[64];\n"
+        "    __shared__ float tree[64];\n"
+        "    unsigned t = threadIdx.x, base = (blockIdx.y * gridDim.x + blockIdx.x) * 64u;\n"
+        "    sh[t] = x[base + t];\n"
+        "    tree[t] = x[base + t];\n"
+        "    __syncthreads();\n"
+        "    for (unsigned s = 32; s > 0; s >>= 1) {\n"
+        "        if (t < s) tree[t] = tree[t] + tree[t + s];\n"
+        "        __syncthreads();\n"
+        "    }\n"
+        "    x[base + t] = sh[(t + 1u) % 64u] - sh[(t + 63u) % 64u] + 1000.0f * tree[0];\n"
+        "}\n";
+    troupe_cgen_result_t r;
+    troupe_cgen_param_t param;
+    troupe_cgen_kernel_t kernel;
+    s_emu_unit("rot", "rot_k0", src, &r, &param, &kernel, 64);
+    cr_assert(troupe_emu_kernel_syncs(&r, 0));
+    troupe_emu_t e;
+    troupe_emu_open(&r, &e);
+    for (int shape = 0; shape < 2; shape++) {
+        /* The planned grid covers 3 blocks of 64, the small one (2x2 blocks) all 4. */
+        float x[4 * 64], want[4 * 64];
+        for (int i = 0; i < 4 * 64; i++)
+            x[i] = (float)(i % 64) + (float)(i / 64) * 0.5f;
+        for (int b = 0; b < 4; b++) {
+            float sum = 0, tree[64];
+            for (int t = 0; t < 64; t++)
+                tree[t] = x[b * 64 + t];
+            for (int s = 32; s > 0; s >>= 1)
+                for (int t = 0; t < s; t++)
+                    tree[t] = tree[t] + tree[t + s];
+            sum = tree[0];
+            for (int t = 0; t < 64; t++)
+                want[b * 64 + t] =
+                    x[b * 64 + (t + 1) % 64] - x[b * 64 + (t + 63) % 64] + 1000.0f * sum;
+        }
+        void *ptr = x, *args[1] = {&ptr};
+        troupe_emu_kernel(&e, 0, args, (troupe_emu_shape_t)shape);
+        int nblocks = shape == TROUPE_EMU_PLANNED ? 3 : 4;
+        for (int i = 0; i < nblocks * 64; i++)
+            cr_assert_eq(x[i], want[i], "%s: x[%d] = %g, want %g",
+                         shape ? "small grid, reverse" : "planned", i, x[i], want[i]);
+    }
+    troupe_emu_close(&e);
+}
+
+/* A barrier that only half of a block reaches (the others end) is reported, not run through. */
+Test(cuda_emu, divergent_barrier_is_reported)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    static const char src[] = "extern \"C\" __global__ void half_k0(float *x)\n"
+                              "{\n"
+                              "    if (threadIdx.x < 16) { __syncthreads(); x[threadIdx.x] = 1; }\n"
+                              "}\n";
+    troupe_cgen_result_t r;
+    troupe_cgen_param_t param;
+    troupe_cgen_kernel_t kernel;
+    s_emu_unit("half", "half_k0", src, &r, &param, &kernel, 32);
+    troupe_emu_t e;
+    troupe_emu_open(&r, &e);
+    float x[32] = {0};
+    void *ptr = x, *args[1] = {&ptr};
+    cr_expect_eq(e.fns[0](args, 1, 1, 32, 1, 0), 1);
+    troupe_emu_close(&e);
+}
+
+/* One GEMM step's case: C (m x n, rows padded by `pad` when it accumulates) = op(A) op(B)
+ * (+ C), A stored k-major when ta, B stored j-major when tb, each with `pad` extra columns
+ * (leading dimensions beyond the extent), as fma(a, b, c) or c + a*b. */
+typedef struct s_gemm_case {
+    troupe_prec_t prec;
+    int64_t m, n, k;
+    bool ta, tb, zero, fma;
+    int64_t pad;
+} s_gemm_case_t;
+
+static void s_gemm_case_run(const s_gemm_case_t *gc, int index)
+{
+    char name[32];
+    snprintf(name, sizeof name, "gemm_case%d", index);
+    troupe_ll_proc_t *p = s_proc(name);
+    int64_t pc = gc->zero ? 0 : gc->pad;
+    troupe_tnode_t *a = gc->ta ? s_node("a", gc->prec, 2, gc->k, gc->m + gc->pad)
+                               : s_node("a", gc->prec, 2, gc->m, gc->k + gc->pad);
+    troupe_tnode_t *bm = gc->tb ? s_node("b", gc->prec, 2, gc->n, gc->k + gc->pad)
+                                : s_node("b", gc->prec, 2, gc->k, gc->n + gc->pad);
+    troupe_tnode_t *c = s_node("c", gc->prec, 2, gc->m, gc->n + pc);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL), k = troupe_ll_proc_add_symbol(p, NULL),
+            j = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_sc_t *ga = gc->ta ? s_get2(p, a, s_ix(k), s_ix(i)) : s_get2(p, a, s_ix(i), s_ix(k));
+    troupe_sc_t *gb = gc->tb ? s_get2(p, bm, s_ix(j), s_ix(k)) : s_get2(p, bm, s_ix(k), s_ix(j));
+    troupe_sc_t *gcv = s_get2(p, c, s_ix(i), s_ix(j));
+    troupe_sc_t *v = gc->fma ? troupe_sc_ternop(p, TROUPE_TERNOP_FMA, ga, gb, gcv)
+                             : troupe_sc_binop(p, TROUPE_BINOP_ADD, gcv,
+                                               troupe_sc_binop(p, TROUPE_BINOP_MUL, ga, gb));
+    troupe_ll_t *nest = s_for(
+        p, i, gc->m, s_for(p, k, gc->k, s_for(p, j, gc->n, s_set2(p, c, s_ix(i), s_ix(j), v))));
+    s_finish(p, gc->zero ? troupe_ll_seq2(p, troupe_ll_zero_out(p, c), nest) : nest);
+    troupe_cgen_result_t *res = s_cuda(p);
+    cr_assert_eq(res->nsteps, 1, "case %d:\n%s", index, res->source);
+    const troupe_cgen_step_t *st = &res->steps[0];
+    cr_assert_eq(st->kind, TROUPE_CGEN_STEP_GEMM, "case %d", index);
+    cr_expect(st->gemm.m == gc->m && st->gemm.n == gc->n && st->gemm.k == gc->k, "case %d", index);
+    cr_expect(st->gemm.a.trans == gc->ta && st->gemm.b.trans == gc->tb, "case %d", index);
+    cr_expect_eq(st->gemm.beta_zero, gc->zero, "case %d", index);
+    cr_expect_eq(st->nkernels, 1, "case %d", index);
+    const troupe_cgen_kernel_t *kn = &res->kernels[st->first_kernel];
+    cr_expect(kn->fixed_block && !kn->reassociates && kn->block[0] == 256, "case %d", index);
+    cr_expect_not_null(strstr(res->source, "__syncthreads();"));
+    troupe_cgen_result_destroy(&res);
+    void *av = s_buffer(a), *bv = s_buffer(bm), *cv = s_buffer(c);
+    s_fill_float(a, av, -1, 1);
+    s_fill_float(bm, bv, -1, 1);
+    s_fill_float(c, cv, -1, 1);
+    s_run_t r = {0};
+    s_bind(&r, a, av);
+    s_bind(&r, bm, bv);
+    s_bind(&r, c, cv);
+    s_run(p, &r); /* bit for bit: C, the interpreter, both emulated grids; the description */
+    s_nvrtc_check(p);
+    free(av);
+    free(bv);
+    free(cv);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&a);
+    troupe_tnode_release(&bm);
+    troupe_tnode_release(&c);
+}
+
+/* GEMM steps' fallback is one kernel of shared-memory tiles (128x128 single, 64x64 double) that
+ * keeps every element's k order: bit for bit the interpreter's and the C dialect's, under the
+ * planned grid and a small reversed one, on shapes that are not multiples of the tile (m, n, k
+ * edges, m = 1), with transposed operands, leading dimensions beyond the extents, fma and
+ * c + a*b, accumulating (beta = 1) and fused zeroing (beta = 0), single and double. */
+Test(cgen, cuda_gemm_tiles)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    static const s_gemm_case_t cases[] = {
+        {TROUPE_PREC_SINGLE, 130, 129, 17, false, false, true, false, 0},
+        {TROUPE_PREC_SINGLE, 70, 200, 33, true, false, true, true, 0},
+        {TROUPE_PREC_SINGLE, 64, 64, 64, false, true, false, false, 3},
+        {TROUPE_PREC_SINGLE, 33, 260, 9, true, true, false, true, 5},
+        {TROUPE_PREC_SINGLE, 1, 300, 40, false, false, true, false, 1},
+        {TROUPE_PREC_DOUBLE, 65, 70, 31, true, false, false, true, 2},
+        {TROUPE_PREC_DOUBLE, 100, 17, 50, false, true, true, false, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        s_gemm_case_run(&cases[c], (int)c);
 }
 
 /* ---- NVRTC ------------------------------------------------------------------------------ */
