@@ -58,7 +58,8 @@ static void s_list(const troupe_dp_devices_t *d, char *buf, size_t cap)
         used += (size_t)snprintf(buf + used, cap - used, "%s%d", i ? "," : "", d->ordinals[i]);
 }
 
-troupe_status_t troupe_dp_pick_devices(troupe_backend_t *b, troupe_dp_devices_t *out)
+/* troupe_dp_pick_devices, logging its choice when `log`. */
+static troupe_status_t s_pick(troupe_backend_t *b, troupe_dp_devices_t *out, bool log)
 {
     if (!b || !out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "pick_devices: NULL argument");
@@ -98,11 +99,18 @@ troupe_status_t troupe_dp_pick_devices(troupe_backend_t *b, troupe_dp_devices_t 
                      l, L, src, ndev, ndev == 1 ? "" : "s", name);
         }
     }
+    if (!log)
+        return TROUPE_OK;
     char list[TROUPE_DP_MAX_DEVICES * 4];
     s_list(out, list, sizeof list);
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL, "dp: %s device%s %s: %s", name,
                out->n == 1 ? "" : "s", list, out->why);
     return TROUPE_OK;
+}
+
+troupe_status_t troupe_dp_pick_devices(troupe_backend_t *b, troupe_dp_devices_t *out)
+{
+    return s_pick(b, out, true);
 }
 
 troupe_status_t troupe__dp_suggested_streams_on(troupe_backend_t *b, const int *ordinals, int n,
@@ -143,6 +151,6 @@ troupe_status_t troupe_dp_suggested_streams(troupe_backend_t *b, int *out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_suggested_streams: NULL argument");
     *out = 1;
     troupe_dp_devices_t dv;
-    TROUPE_RETURN_IF_ERROR(troupe_dp_pick_devices(b, &dv));
+    TROUPE_RETURN_IF_ERROR(s_pick(b, &dv, false));
     return troupe__dp_suggested_streams_on(b, dv.ordinals, dv.n, dv.from_env, out);
 }
