@@ -134,6 +134,11 @@ troupe_status_t troupe_num_devices(troupe_backend_t *b, int *out_count)
     return TROUPE_OK;
 }
 
+bool troupe_backend_host_addressable(const troupe_backend_t *b)
+{
+    return b != NULL && troupe_driver_require(b->drv, "host_ptr") == TROUPE_OK;
+}
+
 troupe_status_t troupe_get_device(troupe_backend_t *b, int ordinal, troupe_device_t **out)
 {
     if (!b || !out)

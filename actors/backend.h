@@ -23,6 +23,7 @@
 #include "base/status.h"
 #include "devices/device.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -47,6 +48,11 @@ const char *troupe_backend_name(const troupe_backend_t *b);
 
 /* Number of devices (>= 0). INVALID_ARGUMENT for NULL arguments. */
 TROUPE_MUST_USE troupe_status_t troupe_num_devices(troupe_backend_t *b, int *out_count);
+
+/* Whether b's device arrays are host memory (the driver has a host_ptr entry: "sync", "cpu";
+ * not "cuda"): what lending arrays to the transport (actors/lend.h, the device level of
+ * transport/mpi/collective.h) needs. false for NULL. */
+bool troupe_backend_host_addressable(const troupe_backend_t *b);
 
 /* Device `ordinal` (0..num_devices-1), borrowed from b. NOT_FOUND naming the ordinal. */
 TROUPE_MUST_USE troupe_status_t troupe_get_device(troupe_backend_t *b, int ordinal,

@@ -142,6 +142,7 @@ typedef struct s_d2d {
     troupe_merge_use_t use;
     troupe__srec_t *srec; /* the destination stream */
     troupe_buffer_loc_t dst, src;
+    int src_ordinal; /* the source's device (the destination's, or another of its backend) */
     int64_t size_bytes;
     int32_t node_id; /* for the trace */
 } s_d2d_t;
@@ -171,12 +172,12 @@ static troupe_status_t s_d2d_run(s_d2d_t *c, troupe_dqueue_t *q)
     int ordinal = c->srec->dev->ordinal;
     switch (c->use) {
     case TROUPE_MERGE_NO:
-        return troupe_driver_d2d(drv, q, ordinal, c->dst, ordinal, c->src, c->size_bytes);
+        return troupe_driver_d2d(drv, q, ordinal, c->dst, c->src_ordinal, c->src, c->size_bytes);
     case TROUPE_MERGE_COPY: {
         troupe_buffer_loc_t mb;
         TROUPE_RETURN_IF_ERROR(troupe__merge_buffer_ensure(c->srec, c->size_bytes, &mb));
         TROUPE_RETURN_IF_ERROR(
-            troupe_driver_d2d(drv, q, ordinal, mb, ordinal, c->src, c->size_bytes));
+            troupe_driver_d2d(drv, q, ordinal, mb, c->src_ordinal, c->src, c->size_bytes));
         troupe__merge_buffer_set(c->srec, mb);
         return TROUPE_OK;
     }
@@ -192,21 +193,22 @@ static void s_d2d_dtor(void *arg)
 }
 
 troupe_status_t troupe__merge_d2d_locked(troupe_tnode_t *n, troupe_merge_use_t use,
-                                         troupe_context_t *dst, const troupe__carray_t *sa,
-                                         troupe_event_t **out_ev)
+                                         troupe_context_t *dst, troupe_device_t *src_dev,
+                                         const troupe__carray_t *sa, troupe_event_t **out_ev)
 {
     troupe_device_t *dev = dst->dev;
     troupe__srec_t *ds = dst->srec;
     troupe_stream_t *stream = ds->stream;
     TROUPE_RETURN_IF_ERROR(troupe_stream_status(stream));
-    troupe__entry_t *se = troupe__ledger_find(&dev->ledger, troupe__key_of(sa->loc));
+    /* the source array's entry lives in its own device's ledger */
+    troupe__entry_t *se = troupe__ledger_find(&src_dev->ledger, troupe__key_of(sa->loc));
     if (se)
         TROUPE_RETURN_IF_ERROR(troupe__ledger_before_read(stream, se));
     troupe__entry_t *de = NULL;
     s_d2d_t *c = troupe_calloc(1, sizeof *c);
     if (!c)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "device_to_device: out of memory");
-    *c = (s_d2d_t){use, ds, {0, 0, 0}, sa->loc, (int64_t)n->size_bytes, n->id};
+    *c = (s_d2d_t){use, ds, {0, 0, 0}, sa->loc, src_dev->ordinal, (int64_t)n->size_bytes, n->id};
     if (use == TROUPE_MERGE_NO) {
         c->dst = troupe__context_find(dst, n)->loc;
         de = troupe__ledger_find(&dev->ledger, troupe__key_of(c->dst));
@@ -237,6 +239,8 @@ troupe_status_t troupe__merge_d2d_locked(troupe_tnode_t *n, troupe_merge_use_t u
             st = troupe__host_array_note_device_write(n, ds, de->key, ev);
     }
     troupe__ledger_tick(&dev->ledger);
+    if (src_dev != dev)
+        troupe__ledger_tick(&src_dev->ledger);
     if (st == TROUPE_OK && out_ev)
         *out_ev = ev;
     else

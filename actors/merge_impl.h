@@ -12,6 +12,7 @@
 #ifndef TROUPE_ACTORS_MERGE_IMPL_H
 #define TROUPE_ACTORS_MERGE_IMPL_H
 
+#include "actors/device.h"
 #include "actors/event.h"
 #include "actors/ledger.h"
 #include "actors/merge.h"
@@ -83,19 +84,22 @@ TROUPE_MUST_USE troupe_status_t troupe__merge_check_run(const troupe_ll_proc_t *
 TROUPE_MUST_USE troupe_status_t troupe__merge_resolve(troupe__srec_t *s, const char *name,
                                                       troupe_karg_t *arg);
 
-/* ---- local device_to_device (one device; device lock held) ---------------------------------- */
+/* ---- local device_to_device (one process; the devices' locks held) -------------------------- */
 
 /* STREAMING's consumer check: FAILED_PRECONDITION unless `consumer_merge` (the node the
  * consumer reads through `.merge`, NULL none) is n, naming both. */
 TROUPE_MUST_USE troupe_status_t troupe__merge_check_consumer(const troupe_tnode_t *n,
                                                              const troupe_tnode_t *consumer_merge,
                                                              const char *consumer_name);
-/* Schedules on dst's stream, after the RAW wait for src's array `sa` of n: NO copies it into
- * dst's array of n, COPY into dst's merge buffer; *out_ev (may be NULL) is the copy's event.
- * STREAMING points dst's merge buffer at `sa` and records no event: the caller runs the
- * consumer next. The stream's refusal, RESOURCE_EXHAUSTED. */
+/* Schedules on dst's stream, after the RAW wait for src's array `sa` of n (on device `src_dev`:
+ * dst's device or another device of its backend, both locked, lower ordinal first): NO copies
+ * it into dst's array of n, COPY into dst's merge buffer; *out_ev (may be NULL) is the copy's
+ * event, noted as a reader of `sa` in src_dev's ledger (WAR). STREAMING (one device only)
+ * points dst's merge buffer at `sa` and records no event: the caller runs the consumer next.
+ * The stream's refusal, RESOURCE_EXHAUSTED. */
 TROUPE_MUST_USE troupe_status_t troupe__merge_d2d_locked(troupe_tnode_t *n, troupe_merge_use_t use,
                                                          troupe_context_t *dst,
+                                                         troupe_device_t *src_dev,
                                                          const troupe__carray_t *sa,
                                                          troupe_event_t **out_ev);
 

@@ -33,13 +33,12 @@ troupe_status_t troupe_device_to_device(troupe_tnode_t *n, troupe_merge_use_t us
     if (dst_ctx->backend != src_ctx->backend)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "device_to_device: the contexts belong to different backends");
-    if (dst_ctx->dev != src_ctx->dev)
-        return troupe__error(use == TROUPE_MERGE_STREAMING ? TROUPE_FAILED_PRECONDITION
-                                                           : TROUPE_UNIMPLEMENTED,
-                             "device_to_device: copies between devices %d and %d are not "
-                             "supported%s",
-                             src_ctx->dev->ordinal, dst_ctx->dev->ordinal,
-                             use == TROUPE_MERGE_STREAMING ? " (STREAMING needs one device)" : "");
+    if (dst_ctx->dev != src_ctx->dev && use == TROUPE_MERGE_STREAMING)
+        return troupe__error(TROUPE_FAILED_PRECONDITION,
+                             "device_to_device: STREAMING from device %d to device %d: the "
+                             "consumer reads the source array in place, so it needs one device "
+                             "(use COPY between devices)",
+                             src_ctx->dev->ordinal, dst_ctx->dev->ordinal);
     const troupe__carray_t *sa = troupe__context_find(src_ctx, n);
     if (!sa)
         return troupe__context_lacks(src_ctx, n, "device_to_device source");
@@ -48,7 +47,9 @@ troupe_status_t troupe_device_to_device(troupe_tnode_t *n, troupe_merge_use_t us
         const troupe__carray_t *da = troupe__context_find(dst_ctx, n);
         if (!da)
             return troupe__context_lacks(dst_ctx, n, "device_to_device destination");
-        if (da->loc.pool_id == sa->loc.pool_id && da->loc.offset == sa->loc.offset) {
+        /* one array (pool ids are per device: equal locations on two devices are two arrays) */
+        if (dst_ctx->dev == src_ctx->dev && da->loc.pool_id == sa->loc.pool_id &&
+            da->loc.offset == sa->loc.offset) {
             if (out_ev)
                 TROUPE_RETURN_IF_ERROR(
                     troupe_event_new_completed("d2d-noop", TROUPE_OK, NULL, out_ev));
@@ -71,15 +72,23 @@ troupe_status_t troupe_device_to_device(troupe_tnode_t *n, troupe_merge_use_t us
     troupe_context_t *child = NULL;
     if (out_ctx)
         TROUPE_RETURN_IF_ERROR(troupe__context_derive(dst_ctx, NULL, 0, -1, tag, &child));
-    troupe_device_t *dev = dst_ctx->dev;
-    pthread_mutex_lock(&dev->lock);
-    troupe_status_t st = troupe__merge_d2d_locked(n, use, dst_ctx, sa, out_ev);
+    troupe_device_t *dev = dst_ctx->dev, *sdev = src_ctx->dev;
+    /* Between two devices both ledgers are touched: lock them lower ordinal first (every
+     * path that holds two device locks takes them in that order). */
+    troupe_device_t *first = sdev->ordinal < dev->ordinal ? sdev : dev;
+    troupe_device_t *second = first == dev ? sdev : dev;
+    pthread_mutex_lock(&first->lock);
+    if (second != first)
+        pthread_mutex_lock(&second->lock);
+    troupe_status_t st = troupe__merge_d2d_locked(n, use, dst_ctx, sdev, sa, out_ev);
     if (st == TROUPE_OK && use == TROUPE_MERGE_STREAMING) {
         /* The consumer registers itself as a reader of the source array; its event is ours. */
         st = troupe__routine_run_locked(consumer, out_ev);
         troupe__ledger_tick(&dev->ledger);
     }
-    pthread_mutex_unlock(&dev->lock);
+    if (second != first)
+        pthread_mutex_unlock(&second->lock);
+    pthread_mutex_unlock(&first->lock);
     if (st != TROUPE_OK) {
         troupe_context_release(&child);
         return st;

@@ -29,6 +29,8 @@ static char s_cc_flags[S_STR_MAX];
 static char s_trace[S_STR_MAX];
 static char s_status[64];
 static char s_job_id[64];
+static char s_device[256]; /* TROUPE_DEVICE ("" when unset) */
+static atomic_int s_cpu_devices;
 static atomic_int_fast64_t s_timeout_s;
 static atomic_size_t s_fusion_bytes;
 static atomic_bool s_auto_host;
@@ -107,6 +109,8 @@ static void s_load(void)
     s_resume[0] = s_progress_file[0] = '\0';
     s_copy(s_status, sizeof s_status, "ipc");
     s_job_id[0] = '\0';
+    s_device[0] = '\0';
+    atomic_store(&s_cpu_devices, 1);
 
     const char *v;
     if ((v = getenv("TROUPE_LOG")) != NULL && troupe_log_configure(v) != TROUPE_OK)
@@ -207,6 +211,22 @@ static void s_load(void)
             s_copy(s_job_id, sizeof s_job_id, v);
         else
             s_bad("TROUPE_JOB_ID", v, "longer than 63 bytes");
+    }
+    if ((v = getenv("TROUPE_CPU_DEVICES")) != NULL && v[0] != '\0') {
+        if (s_parse_int(v, 1, &n) && n <= TROUPE_CONFIG_MAX_CPU_DEVICES)
+            atomic_store(&s_cpu_devices, (int)n);
+        else
+            s_bad("TROUPE_CPU_DEVICES", v, "expected a device count from 1 to 64");
+    }
+    if ((v = getenv("TROUPE_DEVICE")) != NULL && v[0] != '\0') {
+        int list[TROUPE_CONFIG_MAX_DEVICE_LIST], nl = 0;
+        if (strlen(v) >= sizeof s_device)
+            s_bad("TROUPE_DEVICE", "...", "longer than 255 bytes");
+        else if (troupe_config_parse_device_list(v, list, TROUPE_CONFIG_MAX_DEVICE_LIST, &nl) !=
+                 TROUPE_OK)
+            s_bad("TROUPE_DEVICE", v, troupe_last_error());
+        else
+            s_copy(s_device, sizeof s_device, v);
     }
     /* Not TROUPE_LOG: it would re-enter troupe__config_ensure_loaded (pthread_once). */
     if (s_load_status != TROUPE_OK && troupe_log_get_level() >= TROUPE_LOG_WARN)
@@ -458,4 +478,65 @@ troupe_status_t troupe_config_set_status(const char *mode)
 troupe_status_t troupe_config_set_job_id(const char *id)
 {
     return s_set_str(s_job_id, sizeof s_job_id, id, "job id", true);
+}
+
+int troupe_config_cpu_devices(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_cpu_devices);
+}
+troupe_status_t troupe_config_set_cpu_devices(int n)
+{
+    troupe__config_ensure_loaded();
+    if (n < 1 || n > TROUPE_CONFIG_MAX_CPU_DEVICES)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "cpu devices: %d is outside 1..%d", n, TROUPE_CONFIG_MAX_CPU_DEVICES);
+    atomic_store(&s_cpu_devices, n);
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_config_parse_device_list(const char *spec, int *out, int cap, int *out_n)
+{
+    *out_n = 0;
+    if (spec == NULL || spec[0] == '\0')
+        return TROUPE_OK;
+    const char *p = spec;
+    for (;;) {
+        char *end = NULL;
+        errno = 0;
+        long v = (*p >= '0' && *p <= '9') ? strtol(p, &end, 10) : -1;
+        if (v < 0 || errno != 0 || end == p || v > INT32_MAX || (*end != ',' && *end != '\0'))
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "device list '%s': expected non-negative ordinals separated by "
+                                 "commas (\"1\" or \"0,2\"), at byte %d",
+                                 spec, (int)(p - spec));
+        for (int i = 0; i < *out_n; i++)
+            if (out[i] == (int)v)
+                return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                     "device list '%s': device %ld is named twice", spec, v);
+        if (*out_n >= cap)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "device list '%s': more than %d devices", spec, cap);
+        out[(*out_n)++] = (int)v;
+        if (*end == '\0')
+            return TROUPE_OK;
+        p = end + 1;
+    }
+}
+const char *troupe_config_device(void)
+{
+    troupe__config_ensure_loaded();
+    return s_device;
+}
+troupe_status_t troupe_config_set_device(const char *spec)
+{
+    troupe__config_ensure_loaded();
+    int list[TROUPE_CONFIG_MAX_DEVICE_LIST], n = 0;
+    if (spec != NULL && strlen(spec) >= sizeof s_device)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "device list longer than %zu bytes",
+                             sizeof s_device - 1);
+    TROUPE_RETURN_IF_ERROR(
+        troupe_config_parse_device_list(spec, list, TROUPE_CONFIG_MAX_DEVICE_LIST, &n));
+    s_copy(s_device, sizeof s_device, spec != NULL ? spec : "");
+    return TROUPE_OK;
 }

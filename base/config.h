@@ -24,6 +24,8 @@
  * | TROUPE_PROGRESS_FILE        | (none)                                | troupe_config_set_progress_file |
  * | TROUPE_STATUS               | ipc                                   | troupe_config_set_status        |
  * | TROUPE_JOB_ID               | (the launcher's job id, else the pid) | troupe_config_set_job_id        |
+ * | TROUPE_CPU_DEVICES          | 1                                     | troupe_config_set_cpu_devices   |
+ * | TROUPE_DEVICE               | (the node-local rank's share)         | troupe_config_set_device        |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -103,6 +105,32 @@ const char *troupe_config_status(void);
 /* The job id naming the job's status directory; "" (the default) means the launcher's id
  * (Open MPI, PMIx, Slurm), else the process id. */
 const char *troupe_config_job_id(void);
+
+/* TROUPE_CPU_DEVICES: how many devices the host backends ("cpu", "sync") expose, 1 (the
+ * default) to TROUPE_CONFIG_MAX_CPU_DEVICES; read when such a backend opens. Each device has its
+ * own memory pools and streams; on "cpu" the cores of the process's affinity are split among
+ * them for suggested_num_streams (device d gets cores / N, plus one for d < cores % N, at least
+ * 1). A real use: one device per NUMA node or core group, so that data-parallel training
+ * (parallel/dp.h) merges within a group first; a test use: the devices dimension of parallel/
+ * without a GPU. Setter: INVALID_ARGUMENT outside 1..TROUPE_CONFIG_MAX_CPU_DEVICES. */
+#define TROUPE_CONFIG_MAX_CPU_DEVICES 64
+int troupe_config_cpu_devices(void);
+TROUPE_MUST_USE troupe_status_t troupe_config_set_cpu_devices(int n);
+
+/* TROUPE_DEVICE: the device ordinals this process uses (parallel/dp.h, troupe_dp_pick_devices),
+ * overriding the node-local rank's share: one ordinal ("1") or a comma-separated list ("0,2"),
+ * at most TROUPE_CONFIG_MAX_DEVICE_LIST distinct non-negative ordinals. "" (unset) means the
+ * local rank's share. Whether the ordinals exist is checked against the backend when they are
+ * used. Getter: the text as given ("" when unset; borrowed, valid until the setter runs again).
+ * Setter: NULL or "" clears; INVALID_ARGUMENT naming the bad part (not a number, negative, a
+ * repeated ordinal, too many). */
+#define TROUPE_CONFIG_MAX_DEVICE_LIST 64
+const char *troupe_config_device(void);
+TROUPE_MUST_USE troupe_status_t troupe_config_set_device(const char *spec);
+/* Parses a TROUPE_DEVICE text into out[0..*out_n) (cap entries at most, in the given order):
+ * INVALID_ARGUMENT as troupe_config_set_device, naming the text. "" gives *out_n = 0. */
+TROUPE_MUST_USE troupe_status_t troupe_config_parse_device_list(const char *spec, int *out,
+                                                                int cap, int *out_n);
 
 /* Setters return TROUPE_INVALID_ARGUMENT for NULL/empty strings, non-positive timeouts
  * or fusion sizes below 1 KiB; TROUPE_RESOURCE_EXHAUSTED if a copy cannot be allocated. */

@@ -142,6 +142,11 @@ static troupe_status_t s_check_model(const troupe_dp_config_t *cfg, const troupe
     if (m->n_inputs > 0 && !m->inputs)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: NULL inputs with n_inputs = %zu",
                              m->n_inputs);
+    if (cfg->n_devices < 0 || cfg->n_devices > TROUPE_DP_MAX_DEVICES ||
+        (cfg->n_devices > 0 && !cfg->devices))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: n_devices = %d with devices %s: expected 0 to %d entries",
+                             cfg->n_devices, cfg->devices ? "set" : "NULL", TROUPE_DP_MAX_DEVICES);
     if (cfg->streams > S_MAX_STREAMS)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "dp_new: streams = %d exceeds the limit of %d local replicas",
@@ -251,22 +256,47 @@ static troupe_status_t s_open(troupe_dp_t *dp, const troupe_dp_config_t *cfg)
     if (ndev <= 0)
         return troupe__error(TROUPE_FAILED_PRECONDITION, "dp_new: backend %s has no device",
                              troupe_backend_name(dp->backend));
+    /* this rank's devices: the config's, else TROUPE_DEVICE or the local rank's share */
+    troupe_dp_devices_t dv;
+    memset(&dv, 0, sizeof dv);
+    if (cfg->n_devices > 0) {
+        for (int i = 0; i < cfg->n_devices; i++) {
+            int o = cfg->devices[i];
+            if (o < 0 || o >= ndev)
+                return troupe__error(TROUPE_NOT_FOUND,
+                                     "dp_new: devices[%d] = %d: backend %s has no device %d (it "
+                                     "has %d)",
+                                     i, o, troupe_backend_name(dp->backend), o, ndev);
+            for (int j = 0; j < i; j++)
+                if (cfg->devices[j] == o)
+                    return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                         "dp_new: device %d is listed twice (devices[%d] and "
+                                         "devices[%d])",
+                                         o, j, i);
+            dv.ordinals[dv.n++] = o;
+        }
+    } else {
+        TROUPE_RETURN_IF_ERROR(troupe_dp_pick_devices(dp->backend, &dv));
+    }
     int n = cfg->streams;
     if (n <= 0) {
-        TROUPE_RETURN_IF_ERROR(troupe_dp_suggested_streams(dp->backend, &n));
+        TROUPE_RETURN_IF_ERROR(
+            troupe__dp_suggested_streams_on(dp->backend, dv.ordinals, dv.n, dv.from_env, &n));
         if (n > S_MAX_STREAMS)
             n = S_MAX_STREAMS;
     }
     dp->n = n;
     dp->rep = troupe_calloc((size_t)n, sizeof *dp->rep);
-    if (!dp->rep)
+    dp->dev_of = troupe_calloc((size_t)n, sizeof *dp->dev_of);
+    if (!dp->rep || !dp->dev_of)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
     /* consecutive replicas on one device, so the first merge rounds stay on a device */
-    int per_dev = (n + ndev - 1) / ndev;
+    int per_dev = (n + dv.n - 1) / dv.n;
     for (int k = 0; k < n; k++) {
         troupe__dp_replica_t *r = &dp->rep[k];
         troupe_device_t *d = NULL;
-        TROUPE_RETURN_IF_ERROR(troupe_get_device(dp->backend, k / per_dev, &d));
+        dp->dev_of[k] = dv.ordinals[k / per_dev];
+        TROUPE_RETURN_IF_ERROR(troupe_get_device(dp->backend, dp->dev_of[k], &d));
         TROUPE_RETURN_IF_ERROR(troupe_new_stream(d, &r->stream));
         troupe_context_t *root = NULL;
         TROUPE_RETURN_IF_ERROR(troupe_context_new(r->stream, &root));
@@ -315,6 +345,99 @@ static troupe_status_t s_copy_model(troupe_dp_t *dp, const troupe_dp_model_t *m)
     return TROUPE_OK;
 }
 
+/* ---- the cross-rank exchange through host memory (troupe_dp_config_t.stage_through_host) --- */
+
+/* Every gradient must have a host array to stage through. */
+static troupe_status_t s_check_stageable(troupe_dp_t *dp)
+{
+    for (size_t i = 0; i < dp->n_params; i++) {
+        void *host = NULL;
+        troupe_status_t st = troupe_tnode_host_array(dp->grads[i], &host);
+        if (st != TROUPE_OK) {
+            char nm[64], prefix[320];
+            s_name(dp->grads[i], nm, sizeof nm);
+            snprintf(prefix, sizeof prefix,
+                     "dp_new: the gradient %s cannot be staged through host memory for the "
+                     "allreduce across ranks (backend %s%s)",
+                     nm, troupe_backend_name(dp->backend),
+                     troupe_backend_host_addressable(dp->backend)
+                         ? ", stage_through_host set"
+                         : ": its arrays are not host-addressable");
+            return s_wrap(st == TROUPE_FAILED_PRECONDITION ? TROUPE_INVALID_ARGUMENT : st, prefix);
+        }
+    }
+    return TROUPE_OK;
+}
+
+/* A host-level collective's tensors: nodes[i]'s host arrays (troupe_free the result). */
+static troupe_status_t s_host_tensors(troupe_tnode_t *const *nodes, size_t n,
+                                      troupe_coll_tensor_t **out)
+{
+    troupe_coll_tensor_t *t = troupe_calloc(n, sizeof *t);
+    if (!t)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        void *host = NULL;
+        troupe_status_t st = troupe_tnode_host_array(nodes[i], &host);
+        if (st != TROUPE_OK) {
+            troupe_free(t);
+            return st;
+        }
+        t[i] = troupe_coll_tensor_of(nodes[i], host);
+    }
+    *out = t;
+    return TROUPE_OK;
+}
+
+/* dp_new's broadcast through host memory: the parameters' host arrays (which every replica
+ * was just initialised from) from rank 0 to every rank, then uploaded to every replica. */
+static troupe_status_t s_broadcast_staged(troupe_dp_t *dp)
+{
+    troupe_coll_tensor_t *t = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe__dp_await(dp, "dp_new")); /* the uploads read the host arrays */
+    TROUPE_RETURN_IF_ERROR(s_host_tensors(dp->params, dp->n_params, &t));
+    troupe_event_t *ev = NULL;
+    const char *phase = troupe_trace_set_phase("dp.params");
+    troupe_status_t st = troupe_broadcast(t, dp->n_params, 0, &ev);
+    troupe_trace_set_phase(phase);
+    troupe_free(t);
+    TROUPE_RETURN_IF_ERROR(st);
+    TROUPE_RETURN_IF_ERROR(troupe__dp_sync_event(&ev, "dp_new: broadcasting the parameters"));
+    for (int k = 0; k < dp->n; k++)
+        for (size_t i = 0; i < dp->n_params; i++)
+            TROUPE_RETURN_IF_ERROR(troupe_from_host(s_tail(&dp->rep[k]), dp->params[i], NULL));
+    return TROUPE_OK;
+}
+
+/* A step's allreduce through host memory: the owner stream's merged gradients to their host
+ * arrays (the host waits for them: the step's local work), one host-level allreduce of them
+ * all in node-id order (the device-level request's order and fingerprint), and back. */
+static troupe_status_t s_allreduce_staged(troupe_dp_t *dp)
+{
+    troupe_context_t *c0 = s_tail(&dp->rep[0]);
+    for (size_t i = 0; i < dp->n_params; i++) {
+        troupe_event_t *ev = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_to_host(c0, dp->grads_by_id[i], &ev));
+        TROUPE_RETURN_IF_ERROR(
+            troupe__dp_sync_event(&ev, "dp_step: copying a gradient to host memory"));
+    }
+    troupe_coll_tensor_t *t = NULL;
+    TROUPE_RETURN_IF_ERROR(s_host_tensors(dp->grads_by_id, dp->n_params, &t));
+    troupe_allreduce_args_t ar = {
+        .op = TROUPE_REDUCE_SUM, .flags = dp->coll_flags, .n = dp->n_params, .tensors = t};
+    troupe_event_t *done = NULL;
+    const char *phase = troupe_trace_set_phase("dp.gradients");
+    troupe_status_t st = troupe_allreduce(&ar, &done);
+    troupe_trace_set_phase(phase);
+    if (st == TROUPE_OK)
+        st = troupe__dp_sync_event(&done, "dp_step: the allreduce of the gradients (staged)");
+    troupe_free(t);
+    TROUPE_RETURN_IF_ERROR(st);
+    for (size_t i = 0; i < dp->n_params; i++)
+        TROUPE_RETURN_IF_ERROR(troupe_from_host(c0, dp->grads_by_id[i], NULL));
+    return TROUPE_OK;
+}
+
 static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
                                const troupe_dp_model_t *m)
 {
@@ -332,6 +455,9 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     TROUPE_RETURN_IF_ERROR(s_copy_model(dp, m));
     TROUPE_RETURN_IF_ERROR(s_open(dp, cfg));
     TROUPE_RETURN_IF_ERROR(troupe__dp_agree_config(dp, cfg, m)); /* before any long work */
+    dp->staged = cfg->stage_through_host || !troupe_backend_host_addressable(dp->backend);
+    if (dp->staged && dp->nranks > 1)
+        TROUPE_RETURN_IF_ERROR(s_check_stageable(dp));
 
     /* parameters and inputs on every replica */
     for (int k = 0; k < dp->n; k++) {
@@ -481,7 +607,12 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
         return s_wrap(st, "dp_new: linking the optimizer");
 
     /* every rank starts from rank 0's parameters */
-    if (dp->nranks > 1) {
+    if (dp->nranks > 1 && dp->staged) {
+        st = s_broadcast_staged(dp);
+        if (st != TROUPE_OK)
+            return s_wrap(st, "dp_new: broadcasting the parameters from rank 0 (through host "
+                              "memory)");
+    } else if (dp->nranks > 1) {
         troupe_event_t *ev = NULL;
         const char *phase = troupe_trace_set_phase("dp.params");
         st = troupe_broadcast_nodes(s_tail(r0), dp->n_params, dp->params, 0, &ev);
@@ -498,29 +629,13 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     }
     TROUPE_RETURN_IF_ERROR(troupe__dp_await(dp, "dp_new"));
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL,
-               "dp: %d local replicas on %s, rank %d of %d, %zu parameters, optimizer %s", dp->n,
-               troupe_backend_name(dp->backend), dp->rank, dp->nranks, dp->n_params,
-               troupe_optimizer_name(dp->opt.kind));
-    return TROUPE_OK;
-}
-
-troupe_status_t troupe_dp_suggested_streams(troupe_backend_t *b, int *out)
-{
-    *out = 1;
-    int ndev = 0, per = 1;
-    troupe_device_t *d0 = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe_num_devices(b, &ndev));
-    if (ndev <= 0)
-        return troupe__error(TROUPE_FAILED_PRECONDITION, "backend %s has no device",
-                             troupe_backend_name(b));
-    TROUPE_RETURN_IF_ERROR(troupe_get_device(b, 0, &d0));
-    TROUPE_RETURN_IF_ERROR(troupe_suggested_num_streams(d0, &per));
-    per = per > 0 ? per : 1;
-    const char *name = troupe_backend_name(b);
-    int local = troupe_cluster_local_size();
-    if ((strcmp(name, "cpu") == 0 || strcmp(name, "sync") == 0) && local > 1)
-        per = per / local > 0 ? per / local : 1;
-    *out = per * ndev;
+               "dp: %d local replicas on %s (devices %d to %d), rank %d of %d, %zu parameters, "
+               "optimizer %s, allreduce %s",
+               dp->n, troupe_backend_name(dp->backend), dp->dev_of[0], dp->dev_of[dp->n - 1],
+               dp->rank, dp->nranks, dp->n_params, troupe_optimizer_name(dp->opt.kind),
+               dp->nranks == 1 ? "none (one rank)"
+               : dp->staged    ? "through host memory"
+                               : "in place on the devices");
     return TROUPE_OK;
 }
 
@@ -596,6 +711,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
         }
         troupe_free(dp->rep);
     }
+    troupe_free(dp->dev_of);
     troupe_code_release(&dp->grad_code);
     troupe_code_release(&dp->opt_code);
     for (size_t i = 0; dp->merge_code && i < dp->n_params; i++)
@@ -746,7 +862,9 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark)
      * runs it itself (TROUPE_COLL_LAZY). The collective sums: the optimizer's 1 / (N * R) scale
      * makes it the mean without a division pass in the transport (exactly the same values
      * when R is a power of two). */
-    if (dp->nranks > 1) {
+    if (dp->nranks > 1 && dp->staged) {
+        TROUPE_RETURN_IF_ERROR(s_allreduce_staged(dp));
+    } else if (dp->nranks > 1) {
         troupe_allreduce_args_t ar = {
             .op = TROUPE_REDUCE_SUM,
             .flags = dp->coll_flags | TROUPE_COLL_LAZY | TROUPE_COLL_DEFERRED,
@@ -906,6 +1024,16 @@ troupe_status_t troupe_dp_set_lr(troupe_dp_t *dp, double lr)
 int troupe_dp_num_streams(const troupe_dp_t *dp)
 {
     return dp ? dp->n : 0;
+}
+
+int troupe_dp_replica_device(const troupe_dp_t *dp, int k)
+{
+    return dp && k >= 0 && k < dp->n ? dp->dev_of[k] : -1;
+}
+
+bool troupe_dp_staged(const troupe_dp_t *dp)
+{
+    return dp && dp->staged;
 }
 
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp)

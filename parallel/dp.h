@@ -136,6 +136,26 @@ typedef struct troupe_dp_config {
      * none. */
     const struct troupe_dp_setting *settings;
     size_t n_settings;
+    /* The device ordinals of the backend this rank replicates on (n_devices entries, distinct,
+     * borrowed for the call). NULL/0: troupe_dp_pick_devices (TROUPE_DEVICE, else the
+     * node-local rank's share). Replicas are laid out consecutively: with N replicas over D
+     * devices, replica k runs on devices[k / ceil(N / D)], so the first merge rounds stay on a
+     * device and later ones cross devices (device_to_device COPY into the receiving stream's
+     * merge buffer; the parameters go back with device_to_device NO). A device that does not
+     * exist is NOT_FOUND naming it and the backend's count. */
+    const int *devices;
+    int n_devices;
+    /* true: the cross-rank allreduce of the gradients goes through host memory: the owner
+     * stream's gradients are copied to their host arrays (to_host), reduced there by a
+     * host-level allreduce (one request, in node-id order, fingerprinted as the device-level
+     * one), and copied back (from_host) before the optimizer. troupe_dp_step then waits for
+     * the step's local work before it returns (the host buffers are filled by then). It is
+     * what a backend without host-addressable memory (cuda: its arrays cannot be lent to the
+     * transport) does whatever this says; set it to force that path on a host backend (tests,
+     * or a transport that must not touch device pools). The sums are the same bits as the
+     * device-level path's (same request, same reduction). The gradients must be hostable
+     * (not Virtual/Local/On_device): INVALID_ARGUMENT naming the node otherwise. */
+    bool stage_through_host;
 } troupe_dp_config_t;
 
 /* One setting of a run, as its user knows it (examples/fmnist: {"--epochs", "10"}): name 1 or
@@ -164,12 +184,39 @@ TROUPE_MUST_USE troupe_status_t troupe_dp_agree(const troupe_dp_setting_t *setti
 TROUPE_MUST_USE troupe_status_t troupe_dp_replicas(int streams, int64_t *out_total,
                                                    int64_t *out_offset);
 
+/* The devices of a backend this rank uses (troupe_dp_pick_devices). */
+#define TROUPE_DP_MAX_DEVICES 64
+typedef struct troupe_dp_devices {
+    int n;                               /* 1 to TROUPE_DP_MAX_DEVICES */
+    int ordinals[TROUPE_DP_MAX_DEVICES]; /* distinct, in use order */
+    int local_rank, local_size;          /* this rank's place on its node, as found */
+    bool from_env;                       /* true: TROUPE_DEVICE chose them */
+    char why[192];                       /* how they were chosen, for logs and messages */
+} troupe_dp_devices_t;
+
+/* Picks this rank's device(s) of backend b (one rank per GPU is the usual layout):
+ *   - TROUPE_DEVICE (troupe_config_device: "1" or a list "0,2") when set: exactly those;
+ *   - else by the node-local rank l of L local ranks (the cluster's when it is initialized:
+ *     OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or MPI's shared-memory communicator; before
+ *     troupe_cluster_init, OMPI_COMM_WORLD_LOCAL_RANK/_SIZE or SLURM_LOCALID/
+ *     SLURM_NTASKS_PER_NODE from the environment; else 0 of 1) over the backend's D devices:
+ *     when l < D, the share l, l + L, l + 2L, ... < D (one rank alone takes every device;
+ *     two ranks on four GPUs take {0, 2} and {1, 3}); when l >= D, device l mod D alone
+ *     (ranks share devices).
+ * Logs at info level (subsystem parallel) which devices and why (out->why). Errors:
+ * FAILED_PRECONDITION (b has no device), NOT_FOUND (TROUPE_DEVICE names an ordinal b lacks:
+ * the message names it, the backend and its count), INVALID_ARGUMENT (NULL). */
+TROUPE_MUST_USE troupe_status_t troupe_dp_pick_devices(troupe_backend_t *b,
+                                                       troupe_dp_devices_t *out);
+
 /* The streams per rank a run uses when troupe_dp_config_t.streams is 0: the backend's
- * suggestion (troupe_suggested_num_streams, one stream per core of the CPU affinity on "cpu")
- * times its devices. On host backends ("cpu", "sync") the ranks of one node share its cores,
- * so the suggestion is divided by troupe_cluster_local_size() (at least 1 per rank): two ranks
- * on a 2-core machine get one stream each instead of four threads on two cores. Errors: the
- * backend's (a backend without devices is FAILED_PRECONDITION). */
+ * suggestion (troupe_suggested_num_streams, on "cpu" the cores of the CPU affinity split among
+ * its devices) summed over the devices troupe_dp_pick_devices gives this rank. On host
+ * backends ("cpu", "sync") ranks that share a device share its cores, so a device's suggestion
+ * is divided by the local ranks that use it (at least 1 per device): two ranks on a 2-core
+ * machine with one device get one stream each instead of four threads on two cores. With
+ * TROUPE_DEVICE every local rank is assumed to use the devices it names. Errors: those of
+ * troupe_dp_pick_devices. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_suggested_streams(troupe_backend_t *b, int *out);
 
 /* Builds the driver: opens the backend, makes the streams, compiles and links the gradient,
@@ -211,6 +258,11 @@ TROUPE_MUST_USE troupe_status_t troupe_dp_params_from_host(troupe_dp_t *dp);
 TROUPE_MUST_USE troupe_status_t troupe_dp_set_lr(troupe_dp_t *dp, double lr);
 
 int troupe_dp_num_streams(const troupe_dp_t *dp);    /* local replicas N */
+/* The device ordinal replica k (0 <= k < N) runs on; -1 for a bad k. */
+int troupe_dp_replica_device(const troupe_dp_t *dp, int k);
+/* Whether the cross-rank allreduce goes through host memory (troupe_dp_config_t.
+ * stage_through_host, or a backend without host-addressable memory). */
+bool troupe_dp_staged(const troupe_dp_t *dp);
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
 /* The owner stream's context holding the current parameters (borrowed): link evaluation
  * routines to it (after troupe_dp_sync). */

@@ -54,6 +54,10 @@ struct troupe_dp {
     bool local_only;
     unsigned coll_flags; /* TROUPE_COLL_BF16 when the config compresses, else 0 */
     int n;               /* local replicas */
+    int *dev_of;         /* n: the device ordinal replica k runs on */
+    /* the cross-rank allreduce (and dp_new's broadcast) go through the nodes' host arrays
+     * (troupe_dp_config_t.stage_through_host, or a backend without host-addressable memory) */
+    bool staged;
     int rank;            /* this rank (0 when local_only) */
     int nranks;          /* ranks (1 when local_only) */
     int64_t replicas;       /* T: the replicas of every rank (n * nranks when they agree) */
@@ -137,6 +141,12 @@ TROUPE_MUST_USE troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp,
  * it is set (best effort); _close closes the file (troupe_dp_destroy). */
 void troupe__dp_note_progress(troupe_dp_t *dp);
 void troupe__dp_close_progress(troupe_dp_t *dp);
+
+/* dp_devices.c: troupe_dp_suggested_streams over the given devices (n ordinals of b; from_env:
+ * TROUPE_DEVICE chose them). */
+TROUPE_MUST_USE troupe_status_t troupe__dp_suggested_streams_on(troupe_backend_t *b,
+                                                                const int *ordinals, int n,
+                                                                bool from_env, int *out);
 
 /* dp.c: waits for every local stream; the first failure with its stream named. */
 TROUPE_MUST_USE troupe_status_t troupe__dp_await(troupe_dp_t *dp, const char *what);

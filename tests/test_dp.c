@@ -244,6 +244,67 @@ Test(dp, two_streams_on_half_batches_equal_one_stream_on_full_batches)
     }
 }
 
+/* Trains as s_train with `streams` replicas laid out over devices 0..ndev-1 of a backend with
+ * two devices (TROUPE_CPU_DEVICES=2), on batches split `streams` ways; checks where each replica
+ * runs (consecutive replicas on one device). */
+static void s_train_devices(const char *backend, int ndev, int streams,
+                            troupe_optimizer_kind_t kind, float *out)
+{
+    OK(troupe_config_set_cpu_devices(2));
+    data_t d;
+    s_make_data(&d);
+    dpt_lr_t m;
+    s_model(&m, &d, streams, D);
+    int devs[2] = {0, 1};
+    troupe_dp_config_t cfg = {.backend = backend,
+                              .streams = streams,
+                              .optimizer = dpt_opt(kind),
+                              .devices = devs,
+                              .n_devices = ndev};
+    troupe_dp_t *dp = NULL;
+    OK(troupe_dp_new(&cfg, &m.model, &dp));
+    int per = (streams + ndev - 1) / ndev;
+    for (int k = 0; k < streams; k++)
+        cr_assert_eq(troupe_dp_replica_device(dp, k), k / per, "%s: replica %d on device %d",
+                     backend, k, troupe_dp_replica_device(dp, k));
+    for (int s = 0; s < K; s++)
+        OK(troupe_dp_step(dp));
+    OK(troupe_dp_params_to_host(dp));
+    dpt_lr_params(&m, out);
+    troupe_dp_destroy(&dp);
+    dpt_lr_destroy(&m);
+    OK(troupe_config_set_cpu_devices(1));
+}
+
+/* The devices dimension (parallel/dp.h): the merge tree pairs replicas in the same order
+ * whatever device they run on, and a copy between devices moves the same bytes, so
+ * 2 devices x 1 stream equals 1 device x 2 streams bit for bit (and 2 x 2 equals 1 x 4); both
+ * equal 1 device x 1 stream on the doubled (full) batch to float rounding (the sum of two
+ * half-batch means against one full-batch mean). */
+Test(dp, devices_times_streams_layouts_give_the_same_parameters)
+{
+    troupe_optimizer_kind_t kinds[2] = {TROUPE_OPT_SGD, TROUPE_OPT_ADAMW};
+    for (int q = 0; q < 2; q++) {
+        const char *name = troupe_optimizer_name(kinds[q]);
+        float one[NP], s2[NP], d2[NP], d2_sync[NP], s4[NP], d2s2[NP];
+        s_train_devices("cpu", 1, 1, kinds[q], one);
+        s_train_devices("cpu", 1, 2, kinds[q], s2);
+        s_train_devices("cpu", 2, 2, kinds[q], d2);
+        s_train_devices("sync", 2, 2, kinds[q], d2_sync);
+        s_train_devices("cpu", 1, 4, kinds[q], s4);
+        s_train_devices("cpu", 2, 4, kinds[q], d2s2);
+        cr_assert(memcmp(d2, s2, sizeof d2) == 0,
+                  "%s: 2 devices x 1 stream differ from 1 device x 2 streams", name);
+        cr_assert(memcmp(d2_sync, s2, sizeof d2) == 0,
+                  "%s: sync 2 devices x 1 stream differ from cpu 1 device x 2 streams", name);
+        cr_assert(memcmp(d2s2, s4, sizeof s4) == 0,
+                  "%s: 2 devices x 2 streams differ from 1 device x 4 streams", name);
+        s_close(d2, one, NP, 1e-5, name);
+        s_close(d2s2, one, NP, 1e-5, name);
+        cr_assert(fabsf(d2[0] - s_w0[0][0]) > 1e-3f, "%s: the parameters did not move", name);
+    }
+}
+
 Test(dp, identical_runs_are_bitwise_identical)
 {
     troupe_optimizer_kind_t kinds[2] = {TROUPE_OPT_SGD, TROUPE_OPT_ADAMW};

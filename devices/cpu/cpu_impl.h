@@ -1,8 +1,9 @@
 /* troupe — the multicore `cpu` driver (docs/architecture.md §2, §7; seed `Schedulers.Multicore`).
  *
  * The host-memory driver core of devices/host/host_impl.h (pools, copies, events, code from
- * the shared C compile cache) with one suggested stream per online core; the actors above
- * drive each of its queues from its own stream actor thread.
+ * the shared C compile cache) with one suggested stream per core, split among its devices
+ * (TROUPE_CPU_DEVICES); the actors above drive each of its queues from its own stream actor
+ * thread.
  *
  * Thread safety: as devices/device.h. Ownership: as devices/device.h.
  */

@@ -26,8 +26,9 @@
 
 typedef struct s_host_driver {
     troupe_driver_t base;        /* first: the vtable header */
-    pthread_mutex_t lock;        /* guards the pool table */
-    troupe__pool_table_t pools; /* of device 0 */
+    pthread_mutex_t lock;        /* guards the pool tables */
+    int ndev;                    /* troupe_config_cpu_devices() when opened */
+    troupe__pool_table_t *pools; /* one table per device: pool ids are per device */
 } s_host_driver_t;
 
 struct troupe_dqueue {
@@ -60,9 +61,11 @@ static const char *s_name(troupe_driver_t *drv)
 
 static troupe_status_t s_check_ordinal(troupe_driver_t *drv, const char *op, int ordinal)
 {
-    if (ordinal != 0)
-        return troupe__error(TROUPE_NOT_FOUND, "%s %s: no device %d (the driver has 1 device, 0)",
-                             s_name(drv), op, ordinal);
+    int n = s_self(drv)->ndev;
+    if (ordinal < 0 || ordinal >= n)
+        return troupe__error(TROUPE_NOT_FOUND,
+                             "%s %s: no device %d (the driver has %d, 0 to %d: TROUPE_CPU_DEVICES)",
+                             s_name(drv), op, ordinal, n, n - 1);
     return TROUPE_OK;
 }
 
@@ -74,7 +77,8 @@ static troupe_status_t s_resolve(troupe_driver_t *drv, const char *op, int ordin
     TROUPE_RETURN_IF_ERROR(s_check_ordinal(drv, op, ordinal));
     s_host_driver_t *d = s_self(drv);
     pthread_mutex_lock(&d->lock);
-    troupe_status_t st = troupe__pools_resolve(&d->pools, s_name(drv), op, 0, buf, out);
+    troupe_status_t st =
+        troupe__pools_resolve(&d->pools[ordinal], s_name(drv), op, ordinal, buf, out);
     pthread_mutex_unlock(&d->lock);
     return st;
 }
@@ -94,9 +98,17 @@ troupe_status_t troupe__hdrv_open(const troupe_driver_vtable_t *vt, troupe_drive
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s open: pthread_mutex_init failed",
                              vt->name);
     }
+    d->ndev = troupe_config_cpu_devices();
+    d->pools = troupe_calloc((size_t)d->ndev, sizeof *d->pools);
+    if (!d->pools) {
+        pthread_mutex_destroy(&d->lock);
+        troupe_free(d);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s open: out of memory", vt->name);
+    }
     d->base.vt = vt;
     *out = &d->base;
-    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES, "%s driver opened", vt->name);
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES, "%s driver opened with %d device%s", vt->name,
+               d->ndev, d->ndev == 1 ? "" : "s");
     return TROUPE_OK;
 }
 
@@ -105,22 +117,26 @@ void troupe__hdrv_close(troupe_driver_t *drv)
     if (!drv)
         return;
     s_host_driver_t *d = s_self(drv);
-    if (d->pools.n > 0)
-        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
-                   "%s close: freeing %zu pools still "
-                   "allocated",
-                   s_name(drv), d->pools.n);
-    for (size_t i = 0; i < d->pools.n; i++)
-        if (!troupe__shm_free(d->pools.v[i].base))
-            free(d->pools.v[i].base);
-    troupe__pools_free(&d->pools);
+    for (int o = 0; o < d->ndev; o++) {
+        troupe__pool_table_t *t = &d->pools[o];
+        if (t->n > 0)
+            TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
+                       "%s close: freeing %zu pools still allocated on device %d", s_name(drv),
+                       t->n, o);
+        for (size_t i = 0; i < t->n; i++)
+            if (!troupe__shm_free(t->v[i].base))
+                free(t->v[i].base);
+        troupe__pools_free(t);
+    }
+    troupe_free(d->pools);
     pthread_mutex_destroy(&d->lock);
     troupe_free(d);
 }
 
+/* TROUPE_CPU_DEVICES as read when the driver opened (base/config.h). */
 int troupe__hdrv_num_devices(troupe_driver_t *drv)
 {
-    return 1;
+    return s_self(drv)->ndev;
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -141,7 +157,8 @@ troupe_status_t troupe__hdrv_alloc_pool(troupe_driver_t *drv, int ordinal, int32
     troupe_status_t st = TROUPE_OK;
     void *base = NULL;
     pthread_mutex_lock(&d->lock);
-    if ((st = troupe__pools_reserve(&d->pools, s_name(drv), 0, pool_id)) != TROUPE_OK)
+    troupe__pool_table_t *t = &d->pools[ordinal];
+    if ((st = troupe__pools_reserve(t, s_name(drv), ordinal, pool_id)) != TROUPE_OK)
         goto out_unlock;
     /* Shareable when the transport asked for it (base/shared_memory_impl.h: ranks on this node then
      * reduce gradients in each other's pools); zero-filled, page-aligned. Else ordinary memory. */
@@ -157,8 +174,7 @@ troupe_status_t troupe__hdrv_alloc_pool(troupe_driver_t *drv, int ordinal, int32
     }
     if (zero)
         memset(base, 0, alloc);
-    troupe__pools_insert(&d->pools,
-                         (troupe__pool_slot_t){.id = pool_id, .base = base, .size_bytes = size_bytes});
+    troupe__pools_insert(t, (troupe__pool_slot_t){.id = pool_id, .base = base, .size_bytes = size_bytes});
 out_unlock:
     pthread_mutex_unlock(&d->lock);
     return st;
@@ -170,7 +186,8 @@ troupe_status_t troupe__hdrv_free_pool(troupe_driver_t *drv, int ordinal, int32_
     s_host_driver_t *d = s_self(drv);
     troupe__pool_slot_t slot = {0, NULL, 0};
     pthread_mutex_lock(&d->lock);
-    troupe_status_t st = troupe__pools_remove(&d->pools, s_name(drv), 0, pool_id, &slot);
+    troupe_status_t st =
+        troupe__pools_remove(&d->pools[ordinal], s_name(drv), ordinal, pool_id, &slot);
     pthread_mutex_unlock(&d->lock);
     if (!troupe__shm_free(slot.base))
         free(slot.base);

@@ -2,18 +2,20 @@
  * §7; seeds `Schedulers.Multicore` and `Schedulers.Sync`); Open MPI's "base" component: the
  * drivers in devices/cpu/ and devices/sync/ are small vtables over it.
  *
- * Both drivers have one device (ordinal 0) whose memory is host memory: a pool is a 64-byte
- * aligned host allocation in a table keyed by pool id. Their queues run every operation
- * immediately in the calling thread and their events are complete when recorded; the two
- * differ only in how the actors above drive them (sync: inline in the caller; cpu: one stream
- * actor thread per queue) and in suggested_num_streams (sync 1; cpu one per online core).
+ * Both drivers have TROUPE_CPU_DEVICES devices (base/config.h; 1 by default, ordinals 0..N-1)
+ * whose memory is host memory: a pool is a 64-byte aligned host allocation in the device's
+ * table keyed by pool id (pool ids are per device); d2d between two devices is a memcpy. Their
+ * queues run every operation immediately in the calling thread and their events are complete
+ * when recorded; the two differ only in how the actors above drive them (sync: inline in the
+ * caller; cpu: one stream actor thread per queue) and in suggested_num_streams (sync 1; cpu
+ * the cores of the process's affinity split among the devices).
  * Code is C from compiler/cgen compiled through the shared compile cache (cc_cache_impl.h).
  *
  * The functions below are the vtable entries; each driver's vtable names them
  * (TROUPE__HDRV_ENTRIES), plus its own `open` (which passes its vtable to troupe__hdrv_open)
  * and `suggested_num_streams`. Their contracts are those of devices/device.h, with these
  * specifics:
- *   - an ordinal other than 0 is TROUPE_NOT_FOUND;
+ *   - an ordinal outside 0..N-1 is TROUPE_NOT_FOUND;
  *   - alloc_pool: size_bytes >= 0, ALREADY_EXISTS for a live pool id, RESOURCE_EXHAUSTED when
  *     the allocation fails; a large pool is node-shareable memory when the transport asked for
  *     it (base/shared_memory_impl.h), else an ordinary aligned allocation;

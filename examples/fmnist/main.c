@@ -49,6 +49,11 @@
 #include "parallel/dp.h"
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
+#include "troupe_config.h"
+
+#if TROUPE_HAVE_CUDA
+#include "devices/cuda/cuda_impl.h" /* why the cuda backend sees no GPU */
+#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -129,8 +134,10 @@ static void s_help(void)
            "                       down to 0 at the last step, per step) [cosine]\n"
            "  --seed N             shuffle and initialisation seed [%d]\n"
            "  --backend NAME       one of the built backends: %s\n"
-           "                       [$TROUPE_BACKEND, else cpu]\n"
-           "  --streams N          replicas per rank, 0 = the backend's suggestion [0]\n"
+           "                       [$TROUPE_BACKEND, else cpu]; each rank uses the devices\n"
+           "                       TROUPE_DEVICE names, else its node-local rank's share\n"
+           "  --streams N          replicas per rank over its devices, 0 = the backend's\n"
+           "                       suggestion [0]\n"
            "  --compress NAME      gradients between ranks: none (exact single precision) or\n"
            "                       bf16 (half the bytes, bfloat16 rounding) [none]\n"
            "  --train-limit N      use the first N training images, 0 = all [0]\n"
@@ -379,6 +386,7 @@ typedef struct run {
     opts_t o;
     run_settings_t settings;
     int rank, ranks, streams;
+    troupe_dp_devices_t devices; /* this rank's (troupe_dp_pick_devices) */
     int64_t replicas; /* over all ranks: --batch is split over them (troupe_dp_replicas) */
     bool tty;         /* progress lines update in place (rank 0, stdout a terminal, one process) */
     fmnist_dataset_t train, test;
@@ -472,21 +480,46 @@ static double s_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The number of replicas per rank dp will use: --streams, else the backend's suggestion per
- * device times its devices (parallel/dp.c's rule). */
-static int s_resolve_streams(const opts_t *o)
+/* A backend without devices (cuda on a machine without a GPU or driver): FAILED_PRECONDITION
+ * naming it and, for cuda, the reason its runtime gives. */
+static troupe_status_t s_no_device(const char *backend)
 {
+    char why[320] = "";
+#if TROUPE_HAVE_CUDA
+    if (strcmp(backend, "cuda") == 0)
+        troupe__cuda_why_no_device(why, sizeof why);
+#endif
+    return troupe_error_set(TROUPE_FAILED_PRECONDITION, "backend %s has no device%s%s%s", backend,
+                            why[0] ? " (" : "", why, why[0] ? ")" : "");
+}
+
+/* This rank's devices (TROUPE_DEVICE, else its node-local rank's share: parallel/dp.h) into
+ * dv, and the number of replicas per rank dp will use: --streams, else the backend's
+ * suggestion per device summed over them (parallel/dp.c's rule). */
+static int s_resolve_streams(const opts_t *o, troupe_dp_devices_t *dv)
+{
+    troupe_backend_t *b = NULL;
+    int n = 1, ndev = 0;
+    CHECK(troupe_backend_open(o->backend, TROUPE_MOST_PARALLEL_STREAMS, &b), "opening the backend");
+    troupe_status_t st = troupe_num_devices(b, &ndev);
+    char name[64];
+    snprintf(name, sizeof name, "%s", troupe_backend_name(b));
+    if (st == TROUPE_OK && ndev == 0)
+        st = s_no_device(name);
+    if (st == TROUPE_OK)
+        st = troupe_dp_pick_devices(b, dv);
+    if (st == TROUPE_OK && o->streams <= 0)
+        st = troupe_dp_suggested_streams(b, &n);
+    troupe_backend_close(&b); /* before a failure exits: its stream threads must stop */
+    CHECK(st, "choosing this rank's devices and streams");
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS, "fmnist: rank %d on %s device(s) %d..%d (%d): %s",
+               troupe_cluster_rank(), name, dv->ordinals[0], dv->ordinals[dv->n - 1], dv->n,
+               dv->why);
     if (o->streams > 0) {
         TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS, "fmnist: %d stream(s) per rank: --streams",
                    o->streams);
         return o->streams;
     }
-    troupe_backend_t *b = NULL;
-    int n = 1;
-    CHECK(troupe_backend_open(o->backend, TROUPE_MOST_PARALLEL_STREAMS, &b), "opening the backend");
-    troupe_status_t st = troupe_dp_suggested_streams(b, &n);
-    troupe_backend_close(&b); /* before a failure exits: its stream threads must stop */
-    CHECK(st, "asking the backend for its suggested number of streams");
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
                "fmnist: %d stream(s) per rank: the backend's suggestion for most_parallel_streams, "
                "shared by the %d rank(s) of this node on a host backend (troupe_dp_suggested_streams)",
@@ -751,7 +784,7 @@ int main(int argc, char **argv)
         s_teardown(&r);
         return s_leave(2);
     }
-    r.streams = s_resolve_streams(o);
+    r.streams = s_resolve_streams(o, &r.devices);
     int64_t offset = 0;
     CHECK(troupe_dp_replicas(r.streams, &r.replicas, &offset), "counting the replicas");
     int64_t replicas = r.replicas;
@@ -808,7 +841,9 @@ int main(int argc, char **argv)
                              .optimizer = o->opt,
                              .compress_bf16 = o->compress_bf16,
                              .settings = r.settings.list,
-                             .n_settings = S_NSETTINGS};
+                             .n_settings = S_NSETTINGS,
+                             .devices = r.devices.ordinals,
+                             .n_devices = r.devices.n};
     double t_build = s_now();
     CHECK(troupe_dp_new(&dc, &model, &r.dp), "starting data-parallel training");
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,

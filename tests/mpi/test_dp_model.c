@@ -105,6 +105,11 @@ static void s_model(dpt_lr_t *m, const data_t *d, int split, int init_as_rank)
 
 /* true: s_train compresses the cross-rank gradients to bfloat16 (compress_bf16). */
 static bool s_compress;
+/* true: s_train stages the cross-rank allreduce through host memory (stage_through_host). */
+static bool s_stage;
+/* s_ndevices > 0: s_train replicates on these device ordinals (troupe_dp_config_t.devices). */
+static int s_devices[4];
+static int s_ndevices;
 
 /* Trains `steps` steps; W then b into out, the last loss into *loss. The initial parameters
  * are this rank's own (different on every rank: a distributed troupe_dp_new must broadcast
@@ -118,9 +123,15 @@ static void s_train(const data_t *d, int split, int streams, bool local_only,
                               .streams = streams,
                               .optimizer = dpt_opt(kind),
                               .local_only = local_only,
-                              .compress_bf16 = s_compress};
+                              .compress_bf16 = s_compress,
+                              .devices = s_ndevices > 0 ? s_devices : NULL,
+                              .n_devices = s_ndevices,
+                              .stage_through_host = s_stage};
     troupe_dp_t *dp = NULL;
     CHECK(troupe_dp_new(&cfg, &m.model, &dp));
+    if (troupe_dp_staged(dp) != s_stage)
+        s_die("stage_through_host is %d but troupe_dp_staged says %d", s_stage,
+              troupe_dp_staged(dp));
     for (int s = 0; s < steps; s++)
         CHECK(troupe_dp_step(dp));
     CHECK(troupe_dp_sync(dp));
