@@ -947,15 +947,34 @@ static void s_put_gemm_base(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t
 
 #define S_GEMM_UNROLL 8 /* reduction steps per load and store of an output element */
 
-/* The loops of a recognised product when no library runs it: rows outermost, the reduction
+/* Most bytes of the output one row panel of a product with an epilogue covers: the library
+ * call writes a panel, and the epilogue passes over it right after, while it is still in L2
+ * (256 KiB: a quarter of the smallest L2 of the x86 cores troupe targets, 1 MiB, leaving room
+ * for the epilogue's other output and the factors' panels). Rows per panel: that many bytes of
+ * output rows, rounded down to a multiple of 8 (the libraries' row blocking), at least 1. */
+#define S_GEMM_PANEL_BYTES ((int64_t)256 << 10)
+
+static int64_t s_gemm_panel_rows(const troupe_gemm_t *gm)
+{
+    int64_t row_bytes = gm->c.ld * (int64_t)troupe_prec_size_bytes(gm->prec);
+    int64_t r = S_GEMM_PANEL_BYTES / (row_bytes > 0 ? row_bytes : 1);
+    if (r >= 8)
+        r -= r % 8;
+    if (r < 1)
+        r = 1;
+    return r < gm->m ? r : gm->m;
+}
+
+/* The loops of a recognised product when no library runs it, over rows row0 <= g_i < row1 (C
+ * expressions): rows outermost, the reduction
  * S_GEMM_UNROLL steps at a time around the unit-stride column loop, so that each output element
  * is loaded and stored once per S_GEMM_UNROLL multiply-adds and kept in a register between them
  * (unroll and jam; 8 measured 1.6x faster than 4 and 1.7x than the plain nest, bench_matmul).
  * Every element still accumulates its k terms in ascending order with the same operation (fma,
  * or an add of a rounded product), so the results are bit for bit those of the plain loop nest
  * and the interpreter. */
-static void s_emit_gemm_loops(s_gen_t *g, const troupe_gemm_t *gm, int indent,
-                              troupe__strbuf_t *out)
+static void s_emit_gemm_loops(s_gen_t *g, const troupe_gemm_t *gm, const char *row0,
+                              const char *row1, int indent, troupe__strbuf_t *out)
 {
     const char *t = gm->prec == TROUPE_PREC_SINGLE ? "float" : "double";
     const char *f = gm->prec == TROUPE_PREC_SINGLE ? "fmaf" : "fma";
@@ -985,7 +1004,7 @@ static void s_emit_gemm_loops(s_gen_t *g, const troupe_gemm_t *gm, int indent,
     s_put_gemm_base(g, out, gm, &gm->c);
     troupe__strbuf_printf(out, ";\n");
     troupe__strbuf_repeat(out, "    ", in);
-    troupe__strbuf_printf(out, "for (int64_t g_i = 0; g_i < %" PRId64 "; ++g_i) {\n", gm->m);
+    troupe__strbuf_printf(out, "for (int64_t g_i = %s; g_i < %s; ++g_i) {\n", row0, row1);
     troupe__strbuf_repeat(out, "    ", in + 1);
     troupe__strbuf_puts(out, "int64_t g_k = 0;\n");
     for (int pass = 0; pass < 2; pass++) { /* by S_GEMM_UNROLL, then one by one */
@@ -1022,65 +1041,202 @@ static void s_emit_gemm_loops(s_gen_t *g, const troupe_gemm_t *gm, int indent,
     troupe__strbuf_puts(out, "}\n");
 }
 
-/* A contraction the GEMM library takes becomes a call through the hook the loader sets, with
- * the generated loops kept for when no library is there (TROUPE_GEMM=generated, a build
- * without one): compiler/gemm.h. `zero` is a ZERO_OUT of the product's output just before it,
- * or NULL: when the product writes the whole output, the call overwrites it (beta = 0) and the
- * zeroing runs only on the loops' side. Returns NO when `s` is not such a product (nothing
- * emitted). */
-static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_ll_t *zero, const troupe_ll_t *s,
-                                   int indent, troupe__strbuf_t *out, bool *emitted)
+/* An epilogue nest (compiler/gemm.h: init or post) over the panel's rows g_p <= i < g_p + g_pm,
+ * rows outermost and the unit-stride columns inside (a vectorisable pass over the panel), its
+ * statement as written: the same operations per element as the unfused nest. */
+static troupe_status_t s_emit_panel_nest(s_gen_t *g, const troupe_gemm_t *gm,
+                                         const troupe_ll_t *nest, int32_t sym_m, int32_t sym_n,
+                                         int indent, troupe__strbuf_t *out)
 {
-    *emitted = false;
-    troupe_gemm_t gm;
-    const char *why = NULL;
-    troupe_gemm_verdict_t v = troupe_gemm_match(s, &gm, &why);
-    if (v == TROUPE_GEMM_REFUSED)
-        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
-                   "cgen of %s: the contraction into %s stays generated loops: %s", g->proc->name,
-                   s_info(g, gm.c.tn)->ident, why);
-    if (v != TROUPE_GEMM_YES)
-        return TROUPE_OK;
-    if (zero != NULL && (zero->u.zero_out != gm.c.tn || !troupe_gemm_covers_output(&gm)))
-        return TROUPE_OK;
-    *emitted = true;
-    bool single = gm.prec == TROUPE_PREC_SINGLE;
-    const char *one = single ? "1.0f" : "1.0", *beta = zero ? (single ? "0.0f" : "0.0") : one;
-    g->uses_gemm = true;
-    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
-               "cgen of %s: %s %s %s%s x %s%s (m=%" PRId64 " n=%" PRId64 " k=%" PRId64
-               ") calls the GEMM library",
-               g->proc->name, s_info(g, gm.c.tn)->ident,
-               zero ? "=" : "+=", s_info(g, gm.a.tn)->ident, gm.a.trans ? "^T" : "",
-               s_info(g, gm.b.tn)->ident, gm.b.trans ? "^T" : "", gm.m, gm.n, gm.k);
+    const troupe_ll_t *set = nest->u.for_loop.body->u.for_loop.body;
+    const char *i = g->syms[sym_m], *j = g->syms[sym_n];
     troupe__strbuf_repeat(out, "    ", indent);
-    troupe__strbuf_printf(out, "if (troupe_%cgemm != 0) {\n", single ? 's' : 'd');
+    troupe__strbuf_printf(out, "for (int64_t %s = g_p; %s < g_p + g_pm; ++%s) {\n", i, i, i);
     troupe__strbuf_repeat(out, "    ", indent + 1);
-    troupe__strbuf_printf(out, "troupe_%cgemm(%d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, ",
-                          single ? 's' : 'd', gm.a.trans ? 1 : 0, gm.b.trans ? 1 : 0, gm.m, gm.n,
-                          gm.k, one);
-    s_put_gemm_base(g, out, &gm, &gm.a);
-    troupe__strbuf_printf(out, ", %" PRId64 ", ", gm.a.ld);
-    s_put_gemm_base(g, out, &gm, &gm.b);
-    troupe__strbuf_printf(out, ", %" PRId64 ", %s, ", gm.b.ld, beta);
-    s_put_gemm_base(g, out, &gm, &gm.c);
-    troupe__strbuf_printf(out, ", %" PRId64 ");\n", gm.c.ld);
-    troupe__strbuf_repeat(out, "    ", indent);
-    troupe__strbuf_puts(out, "} else {\n");
-    troupe_status_t st = zero ? s_emit_ll(g, zero, indent + 1, out) : TROUPE_OK;
-    if (st == TROUPE_OK)
-        s_emit_gemm_loops(g, &gm, indent + 1, out);
+    troupe__strbuf_printf(out, "for (int64_t %s = 0; %s < %" PRId64 "; ++%s) {\n", j, j, gm->n,
+                          j);
+    s_range_t saved_m = g->ranges[sym_m], saved_n = g->ranges[sym_n];
+    g->ranges[sym_m] = (s_range_t){true, 0, gm->m - 1};
+    g->ranges[sym_n] = (s_range_t){true, 0, gm->n - 1};
+    troupe_status_t st = s_emit_ll(g, set, indent + 2, out);
+    g->ranges[sym_m] = saved_m;
+    g->ranges[sym_n] = saved_n;
+    troupe__strbuf_repeat(out, "    ", indent + 1);
+    troupe__strbuf_puts(out, "}\n");
     troupe__strbuf_repeat(out, "    ", indent);
     troupe__strbuf_puts(out, "}\n");
     return st;
 }
 
+/* The library call (through the hook the loader sets) for rows g_p.. of the product when
+ * `panel`, else for all of it. */
+static void s_emit_gemm_call(s_gen_t *g, const troupe_gemm_t *gm, bool beta_zero, bool panel,
+                             int indent, troupe__strbuf_t *out)
+{
+    bool single = gm->prec == TROUPE_PREC_SINGLE;
+    const char *one = single ? "1.0f" : "1.0", *beta = beta_zero ? (single ? "0.0f" : "0.0") : one;
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_printf(out, "troupe_%cgemm(%d, %d, ", single ? 's' : 'd', gm->a.trans ? 1 : 0,
+                          gm->b.trans ? 1 : 0);
+    if (panel)
+        troupe__strbuf_puts(out, "g_pm");
+    else
+        troupe__strbuf_printf(out, "%" PRId64, gm->m);
+    troupe__strbuf_printf(out, ", %" PRId64 ", %" PRId64 ", %s, ", gm->n, gm->k, one);
+    s_put_gemm_base(g, out, gm, &gm->a);
+    if (panel) /* row g_p of op(A) */
+        troupe__strbuf_printf(out, " + g_p * %" PRId64, gm->a.trans ? (int64_t)1 : gm->a.ld);
+    troupe__strbuf_printf(out, ", %" PRId64 ", ", gm->a.ld);
+    s_put_gemm_base(g, out, gm, &gm->b);
+    troupe__strbuf_printf(out, ", %" PRId64 ", %s, ", gm->b.ld, beta);
+    s_put_gemm_base(g, out, gm, &gm->c);
+    if (panel)
+        troupe__strbuf_printf(out, " + g_p * %" PRId64, gm->c.ld);
+    troupe__strbuf_printf(out, ", %" PRId64 ");\n", gm->c.ld);
+}
+
+/* A contraction the GEMM library takes becomes a call through the hook the loader sets, with
+ * the generated loops kept for when no library is there (TROUPE_GEMM=generated, a build
+ * without one): compiler/gemm.h. With ep->beta_zero (a ZERO_OUT of the output just before,
+ * the product writing the whole output) the call overwrites it (beta = 0) and the zeroing runs
+ * only on the loops' side. With an epilogue (ep->init, ep->post) the product runs in row
+ * panels (s_gemm_panel_rows), each panel's initial values, product and post pass one after
+ * the other on either side: issue 14's fused epilogue. */
+static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
+                                   const troupe_gemm_epilogue_t *ep, int indent,
+                                   troupe__strbuf_t *out)
+{
+    bool single = gm->prec == TROUPE_PREC_SINGLE;
+    bool panel = ep->init != NULL || ep->post != NULL;
+    int64_t rows = panel ? s_gemm_panel_rows(gm) : gm->m;
+    g->uses_gemm = true;
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
+               "cgen of %s: %s %s %s%s x %s%s (m=%" PRId64 " n=%" PRId64 " k=%" PRId64
+               ") calls the GEMM library%s%s%s%s%s%s%s",
+               g->proc->name, s_info(g, gm->c.tn)->ident, ep->beta_zero ? "=" : "+=",
+               s_info(g, gm->a.tn)->ident, gm->a.trans ? "^T" : "", s_info(g, gm->b.tn)->ident,
+               gm->b.trans ? "^T" : "", gm->m, gm->n, gm->k, panel ? ", with its epilogue:" : "",
+               ep->bias != NULL ? (ep->bias_in_init ? " starts from bias " : " adds bias ") : "",
+               ep->bias != NULL ? s_info(g, ep->bias)->ident : "",
+               ep->bias != NULL ? (ep->bias_axis == TROUPE_GEMM_BIAS_N ? "[j]" : "[i]") : "",
+               ep->relu ? " relu into " : (ep->post != NULL ? " into " : ""),
+               ep->post != NULL ? s_info(g, ep->d)->ident : "",
+               panel ? (rows < gm->m ? ", in row panels" : ", one panel") : "");
+    int in = indent;
+    if (panel) {
+        troupe__strbuf_repeat(out, "    ", in);
+        troupe__strbuf_printf(out,
+                              "for (int64_t g_p = 0; g_p < %" PRId64 "; g_p += %" PRId64
+                              ") { /* row panels of <= %" PRId64 " bytes of output */\n",
+                              gm->m, rows, S_GEMM_PANEL_BYTES);
+        troupe__strbuf_repeat(out, "    ", in + 1);
+        troupe__strbuf_printf(out,
+                              "const int64_t g_pm = %" PRId64 " - g_p < %" PRId64 " ? %" PRId64
+                              " - g_p : %" PRId64 ";\n",
+                              gm->m, rows, gm->m, rows);
+        in++;
+    }
+    troupe_status_t st = TROUPE_OK;
+    if (ep->init != NULL)
+        st = s_emit_panel_nest(g, gm, ep->init, ep->init_sym_m, ep->init_sym_n, in, out);
+    troupe__strbuf_repeat(out, "    ", in);
+    troupe__strbuf_printf(out, "if (troupe_%cgemm != 0) {\n", single ? 's' : 'd');
+    s_emit_gemm_call(g, gm, ep->beta_zero, panel, in + 1, out);
+    troupe__strbuf_repeat(out, "    ", in);
+    troupe__strbuf_puts(out, "} else {\n");
+    if (ep->beta_zero && panel) { /* the panel's rows of the whole m x n output */
+        troupe__strbuf_repeat(out, "    ", in + 1);
+        troupe__strbuf_printf(out,
+                              "for (int64_t zi = g_p * %" PRId64 "; zi < (g_p + g_pm) * %" PRId64
+                              "; ++zi) %s[zi] = 0;\n",
+                              gm->n, gm->n, s_info(g, gm->c.tn)->ident);
+    } else if (ep->beta_zero) {
+        troupe__strbuf_repeat(out, "    ", in + 1);
+        troupe__strbuf_printf(out, "for (int64_t zi = 0; zi < %" PRId64 "; ++zi) %s[zi] = 0;\n",
+                              troupe_tnode_num_elems(gm->c.tn), s_info(g, gm->c.tn)->ident);
+    }
+    char row1[32];
+    snprintf(row1, sizeof row1, "%" PRId64, gm->m);
+    s_emit_gemm_loops(g, gm, panel ? "g_p" : "0", panel ? "g_p + g_pm" : row1, in + 1, out);
+    troupe__strbuf_repeat(out, "    ", in);
+    troupe__strbuf_puts(out, "}\n");
+    if (st == TROUPE_OK && ep->post != NULL)
+        st = s_emit_panel_nest(g, gm, ep->post, ep->post_sym_m, ep->post_sym_n, in, out);
+    if (panel) {
+        troupe__strbuf_repeat(out, "    ", indent);
+        troupe__strbuf_puts(out, "}\n");
+    }
+    return st;
+}
+
+/* "cgen of <proc>: the <what> into <c> <fate>: <why>" at debug:ir. */
+static void s_log_refused(s_gen_t *g, const troupe_tnode_t *c, const char *what,
+                          const char *fate, const char *why)
+{
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR, "cgen of %s: the %s into %s %s: %s",
+               g->proc->name, what, s_info(g, c)->ident, fate, why);
+}
+
+/* A FOR that is a product on its own (no statements beside it: inside a batch loop). */
 static troupe_status_t s_emit_gemm_or_for(s_gen_t *g, const troupe_ll_t *s, int indent,
                                           troupe__strbuf_t *out)
 {
-    bool emitted = false;
-    troupe_status_t st = s_emit_gemm(g, NULL, s, indent, out, &emitted);
-    return st != TROUPE_OK || emitted ? st : s_emit_for(g, s, indent, out);
+    troupe_gemm_t gm;
+    const char *why = NULL;
+    troupe_gemm_verdict_t v = troupe_gemm_match(s, &gm, &why);
+    if (v == TROUPE_GEMM_REFUSED)
+        s_log_refused(g, gm.c.tn, "contraction", "stays generated loops", why);
+    if (v != TROUPE_GEMM_YES)
+        return s_emit_for(g, s, indent, out);
+    troupe_gemm_epilogue_t none;
+    memset(&none, 0, sizeof none);
+    return s_emit_gemm(g, &gm, &none, indent, out);
+}
+
+/* The statements of a SEQ with nested SEQs spliced in and NOOPs dropped, appended to *v. */
+static bool s_flatten_seq(const troupe_ll_t *s, const troupe_ll_t ***v, size_t *n, size_t *cap)
+{
+    if (s->kind == TROUPE_LL_NOOP)
+        return true;
+    if (s->kind != TROUPE_LL_SEQ)
+        return TROUPE__VEC_PUSH(*v, *n, *cap, s);
+    for (size_t i = 0; i < s->u.seq.count; i++)
+        if (!s_flatten_seq(s->u.seq.items[i], v, n, cap))
+            return false;
+    return true;
+}
+
+/* A SEQ on a target with the GEMM library: each product with what compiler/gemm.h's window
+ * takes around it (zeroing or initial bias before, pointwise epilogue after) as one emission. */
+static troupe_status_t s_emit_seq_gemm(s_gen_t *g, const troupe_ll_t *s, int indent,
+                                       troupe__strbuf_t *out)
+{
+    const troupe_ll_t **items = NULL;
+    size_t n = 0, cap = 0;
+    troupe_status_t st = TROUPE_OK;
+    if (!s_flatten_seq(s, &items, &n, &cap))
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+    for (size_t i = 0; i < n && st == TROUPE_OK; i++) {
+        const troupe_ll_t *it = items[i];
+        if (it->kind == TROUPE_LL_FOR || it->kind == TROUPE_LL_ZERO_OUT) {
+            troupe_gemm_t gm;
+            troupe_gemm_epilogue_t ep;
+            size_t used = 0;
+            const char *why = NULL;
+            troupe_gemm_verdict_t v = troupe_gemm_match_window(items, n, i, &gm, &ep, &used, &why);
+            if (ep.refused != NULL)
+                s_log_refused(g, gm.c.tn, "statement beside the product", "is not fused with it",
+                              ep.refused);
+            if (v == TROUPE_GEMM_YES) {
+                st = s_emit_gemm(g, &gm, &ep, indent, out);
+                i += used - 1;
+                continue;
+            }
+        }
+        st = s_emit_ll(g, it, indent, out); /* a refused product logs its reason here */
+    }
+    troupe_free(items);
+    return st;
 }
 
 static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
@@ -1094,20 +1250,10 @@ static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
         s_put_comment(out, s->u.comment);
         return TROUPE_OK;
     case TROUPE_LL_SEQ:
-        for (size_t i = 0; i < s->u.seq.count; i++) {
-            const troupe_ll_t *it = s->u.seq.items[i];
-            if (g->target->gemm_library && it->kind == TROUPE_LL_ZERO_OUT &&
-                i + 1 < s->u.seq.count && s->u.seq.items[i + 1]->kind == TROUPE_LL_FOR) {
-                bool emitted = false;
-                TROUPE_RETURN_IF_ERROR(
-                    s_emit_gemm(g, it, s->u.seq.items[i + 1], indent, out, &emitted));
-                if (emitted) {
-                    i++; /* the zeroing and the product, as one call */
-                    continue;
-                }
-            }
-            TROUPE_RETURN_IF_ERROR(s_emit_ll(g, it, indent, out));
-        }
+        if (g->target->gemm_library)
+            return s_emit_seq_gemm(g, s, indent, out);
+        for (size_t i = 0; i < s->u.seq.count; i++)
+            TROUPE_RETURN_IF_ERROR(s_emit_ll(g, s->u.seq.items[i], indent, out));
         return TROUPE_OK;
     case TROUPE_LL_FOR:
         if (g->target->gemm_library)

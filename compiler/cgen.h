@@ -232,13 +232,31 @@ typedef struct troupe_cgen_gemm_operand {
     int64_t ld;
 } troupe_cgen_gemm_operand_t;
 
-/* Row-major C[i*ldc + j] = sum_k op(A)[i,k] * op(B)[k,j] + (beta_zero ? 0 : C[i*ldc + j]),
- * i < m, j < n, k < k; prec TROUPE_PREC_SINGLE or _DOUBLE (compiler/gemm.h's normal form). */
+/* What a GEMM step applies to each output element x = sum + (beta_zero ? 0 : C) after the
+ * product (compiler/gemm.h's epilogues that cuBLASLt takes: CUBLASLT_EPILOGUE_BIAS, _RELU,
+ * _RELU_BIAS). */
+typedef enum troupe_cgen_gemm_epilogue {
+    TROUPE_CGEN_GEMM_EPI_NONE = 0, /* x */
+    TROUPE_CGEN_GEMM_EPI_BIAS,     /* x + bias[j] */
+    TROUPE_CGEN_GEMM_EPI_RELU,     /* max(x, 0) */
+    TROUPE_CGEN_GEMM_EPI_RELU_BIAS /* max(x + bias[j], 0) */
+} troupe_cgen_gemm_epilogue_t;
+
+/* Row-major C[i*ldc + j] = epilogue(sum_k op(A)[i,k] * op(B)[k,j] + (beta_zero ? 0 :
+ * C[i*ldc + j])), i < m, j < n, k < k; prec TROUPE_PREC_SINGLE or _DOUBLE (compiler/gemm.h's
+ * normal form). The bias is a vector of n elements, bias[j] at the operand's offset + j (its
+ * trans and ld unused): one value per column j of row-major C, which is one per row of the
+ * column-major C^T (n x m) cuBLASLt computes, the orientation its bias has. The epilogue comes
+ * from statements beside the product (an initial bias becomes beta = 0 plus the bias, added
+ * after the sum: equal to the fallback kernels within float rounding; relu here gives 0 for
+ * NaN and may differ in the sign of zero). */
 typedef struct troupe_cgen_gemm_call {
     troupe_prec_t prec;
     int64_t m, n, k;
     bool beta_zero;
     troupe_cgen_gemm_operand_t a, b, c;
+    troupe_cgen_gemm_epilogue_t epilogue;
+    troupe_cgen_gemm_operand_t bias; /* EPI_BIAS and EPI_RELU_BIAS */
 } troupe_cgen_gemm_call_t;
 
 typedef struct troupe_cgen_step {

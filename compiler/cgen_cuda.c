@@ -637,16 +637,30 @@ static bool s_gemm_operand(const troupe_cgen_result_t *r, const troupe_ll_proc_t
     return true;
 }
 
-/* Whether top-level nest s (zero: a ZERO_OUT just before it, or NULL) is a product the GEMM
- * step takes; fills the step's call. */
-static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r, const troupe_ll_t *zero,
-                        const troupe_ll_t *s, troupe_gemm_t *gm, troupe_cgen_step_t *step)
+/* Whether the top-level statements from items[at] are a product the GEMM step takes, with the
+ * parts of its epilogue (compiler/gemm.h) cuBLASLt takes: a zeroing (beta = 0), an initial bias
+ * b[j] (beta = 0 and the bias epilogue) and a post pass in place (relu, bias b[j]). A bias b[i]
+ * or a post pass into another node stays kernels of its own (cuBLASLt's bias runs along the
+ * rows of its column-major output, which are troupe's columns j, and it writes one output).
+ * Fills the step's call and ep with the parts taken; *used: the statements they are. */
+static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r,
+                        const troupe_ll_t *const *items, size_t n, size_t at, troupe_gemm_t *gm,
+                        troupe_gemm_epilogue_t *ep, size_t *used, troupe_cgen_step_t *step)
 {
     const char *why = NULL;
-    if (troupe_gemm_match(s, gm, &why) != TROUPE_GEMM_YES)
+    if (troupe_gemm_match_window(items, n, at, gm, ep, used, &why) != TROUPE_GEMM_YES)
         return false;
-    if (zero != NULL && (zero->u.zero_out != gm->c.tn || !troupe_gemm_covers_output(gm)))
-        return false;
+    if (ep->init != NULL && ep->bias_axis != TROUPE_GEMM_BIAS_N)
+        return false; /* the init runs as a kernel; the product matches at at + 1 */
+    bool pre = ep->beta_zero || ep->init != NULL;
+    if (ep->post != NULL && (ep->d != gm->c.tn || (!ep->bias_in_init && ep->bias != NULL &&
+                                                    ep->bias_axis != TROUPE_GEMM_BIAS_N))) {
+        if (!ep->bias_in_init)
+            ep->bias = NULL;
+        ep->post = NULL;
+        ep->relu = false;
+    }
+    *used = 1 + (pre ? 1 : 0) + (ep->post != NULL ? 1 : 0);
     memset(step, 0, sizeof *step);
     step->kind = TROUPE_CGEN_STEP_GEMM;
     troupe_cgen_gemm_call_t *c = &step->gemm;
@@ -654,11 +668,19 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r, const 
     if (!s_gemm_operand(r, proc, gm, &gm->a, &c->a) ||
         !s_gemm_operand(r, proc, gm, &gm->b, &c->b) || !s_gemm_operand(r, proc, gm, &gm->c, &c->c))
         return false;
+    if (ep->bias != NULL) { /* read at j from element 0: no other term (compiler/gemm.h) */
+        ptrdiff_t p = troupe_cgen_find_node_param(r, ep->bias);
+        if (p < 0)
+            return false;
+        c->bias.param = (size_t)p;
+    }
     c->prec = gm->prec;
     c->m = gm->m;
     c->n = gm->n;
     c->k = gm->k;
-    c->beta_zero = zero != NULL;
+    c->beta_zero = pre;
+    c->epilogue = ep->relu ? (ep->bias ? TROUPE_CGEN_GEMM_EPI_RELU_BIAS : TROUPE_CGEN_GEMM_EPI_RELU)
+                           : (ep->bias ? TROUPE_CGEN_GEMM_EPI_BIAS : TROUPE_CGEN_GEMM_EPI_NONE);
     return true;
 }
 
@@ -847,22 +869,45 @@ static troupe_status_t s_put_gemm_tiled(troupe__cgen_t *g, troupe_cgen_result_t 
     return TROUPE_OK;
 }
 
-/* Emits the GEMM step's fallback kernel (shared-memory tiles; a zeroing just before the product
- * becomes beta = 0 inside it) and adds the step. */
+/* Kernels for one nest: its mapped loops on the grid, else one thread. */
+static troupe_status_t s_put_nest(troupe__cgen_t *g, troupe_cgen_result_t *r,
+                                  const troupe_ll_t *s, troupe__strbuf_t *b)
+{
+    s_map_t map;
+    size_t kernel = 0;
+    TROUPE_RETURN_IF_ERROR(s_plan_nest(s, &map));
+    if (map.nmapped > 0)
+        return s_put_mapped(g, r, &map, s, b, &kernel);
+    return s_put_one_thread_kernel(g, r, &s, 1, false, b);
+}
+
+/* Emits the GEMM step's fallback kernels and adds the step: the statements as written, the
+ * product as one kernel of shared-memory tiles. A zeroing just before the product becomes
+ * beta = 0 inside that kernel; an initial bias runs as a kernel of its own before it (the
+ * tiles then start from C's values, the bias: bit for bit the nest's order), a post pass
+ * after it. */
 static troupe_status_t s_put_gemm(troupe__cgen_t *g, troupe_cgen_result_t *r,
-                                  const troupe_ll_t *zero, const troupe_gemm_t *gm,
+                                  const troupe_gemm_t *gm, const troupe_gemm_epilogue_t *ep,
                                   troupe_cgen_step_t *step, troupe__strbuf_t *b)
 {
+    static const char *const epi[] = {"", ", then + bias", ", then relu", ", then relu(+ bias)"};
     troupe__strbuf_printf(b,
                           "\n/* GEMM step: %s = %s%s x %s%s + %s (m %" PRId64 ", n %" PRId64
-                          ", k %" PRId64 "); the kernel below is its fallback. */\n",
+                          ", k %" PRId64 ")%s; the kernels below are its fallback. */\n",
                           troupe__cgen_node_ident(g, gm->c.tn),
                           troupe__cgen_node_ident(g, gm->a.tn), gm->a.trans ? "^T" : "",
                           troupe__cgen_node_ident(g, gm->b.tn), gm->b.trans ? "^T" : "",
-                          zero ? "0" : "itself", gm->m, gm->n, gm->k);
+                          step->gemm.beta_zero ? "0" : "itself", gm->m, gm->n, gm->k,
+                          epi[step->gemm.epilogue]);
     step->first_kernel = r->nkernels;
     size_t kernel = 0;
-    TROUPE_RETURN_IF_ERROR(s_put_gemm_tiled(g, r, &step->gemm, gm->fma, b, &kernel));
+    troupe_cgen_gemm_call_t tiles = step->gemm;
+    tiles.beta_zero = ep->beta_zero && ep->init == NULL;
+    if (ep->init != NULL)
+        TROUPE_RETURN_IF_ERROR(s_put_nest(g, r, ep->init, b));
+    TROUPE_RETURN_IF_ERROR(s_put_gemm_tiled(g, r, &tiles, gm->fma, b, &kernel));
+    if (ep->post != NULL)
+        TROUPE_RETURN_IF_ERROR(s_put_nest(g, r, ep->post, b));
     step->nkernels = r->nkernels - step->first_kernel;
     return s_add_step(r, step);
 }
@@ -905,18 +950,16 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
     for (size_t i = 0; i < n && st == TROUPE_OK; i++) {
         const troupe_ll_t *s = items[i];
         troupe_gemm_t gm;
+        troupe_gemm_epilogue_t ep;
         troupe_cgen_step_t step;
-        const troupe_ll_t *zero = NULL, *nest = s;
-        if (s->kind == TROUPE_LL_ZERO_OUT && i + 1 < n && items[i + 1]->kind == TROUPE_LL_FOR) {
-            zero = s;
-            nest = items[i + 1];
-        }
-        if (nest->kind == TROUPE_LL_FOR && s_gemm_step(g, r, zero, nest, &gm, &step)) {
+        size_t used = 0;
+        if ((s->kind == TROUPE_LL_FOR || s->kind == TROUPE_LL_ZERO_OUT) &&
+            s_gemm_step(g, r, items, n, i, &gm, &ep, &used, &step)) {
             st = s_put_one_thread(g, r, &items[seq_from], seq_n, false, b);
             seq_n = 0;
             if (st == TROUPE_OK)
-                st = s_put_gemm(g, r, zero, &gm, &step, b);
-            i += zero != NULL ? 1 : 0;
+                st = s_put_gemm(g, r, &gm, &ep, &step, b);
+            i += used - 1;
             continue;
         }
         if (s->kind == TROUPE_LL_COMMENT && seq_n == 0) {

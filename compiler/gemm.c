@@ -1,7 +1,9 @@
 /* troupe — recognising matrix products in the low-level IR (see gemm.h). */
 #include "compiler/gemm.h"
 
+#include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 int64_t troupe_gemm_sym_stride(const troupe_tnode_t *tn, const troupe_axis_index_t *idcs,
                                int32_t sym)
@@ -214,4 +216,256 @@ bool troupe_gemm_covers_output(const troupe_gemm_t *g)
                 return false;
     }
     return g->c.ld == g->n && g->m * g->n == troupe_tnode_num_elems(c);
+}
+
+/* ---- epilogues ------------------------------------------------------------------------- */
+
+/* The SET at the bottom of a two-deep nest of loops from 0 (their symbols and extents), or
+ * NULL. */
+static const troupe_ll_t *s_nest2(const troupe_ll_t *s, int32_t sym[2], int64_t ext[2])
+{
+    for (int d = 0; d < 2; d++) {
+        if (s->kind != TROUPE_LL_FOR || s->u.for_loop.from != 0 ||
+            s->u.for_loop.to < s->u.for_loop.from)
+            return NULL;
+        sym[d] = s->u.for_loop.sym;
+        ext[d] = s->u.for_loop.to + 1;
+        s = s->u.for_loop.body;
+    }
+    return s->kind == TROUPE_LL_SET ? s : NULL;
+}
+
+/* Whether tn[idcs] is element (i, j) of tn as a whole row-major m x n matrix, i the value of
+ * sym_m and j of sym_n: tn[i*n + j], nothing else moving it. */
+static bool s_whole(const troupe_tnode_t *tn, const troupe_axis_index_t *idcs,
+                    const troupe_gemm_t *g, int32_t sym_m, int32_t sym_n)
+{
+    if (troupe_tnode_num_elems(tn) != g->m * g->n)
+        return false;
+    for (int ax = 0; ax < tn->ndims; ax++) {
+        if (idcs[ax].offset != 0)
+            return false;
+        for (int t = 0; t < idcs[ax].nterms; t++)
+            if (idcs[ax].terms[t].sym != sym_m && idcs[ax].terms[t].sym != sym_n)
+                return false;
+    }
+    return (g->m == 1 || troupe_gemm_sym_stride(tn, idcs, sym_m) == g->n) &&
+           (g->n == 1 || troupe_gemm_sym_stride(tn, idcs, sym_n) == 1);
+}
+
+/* Which of a nest's two symbols runs over i and which over j, for the nest's own output
+ * element `set` being element (i, j) of its node as a whole m x n matrix. */
+static bool s_rows_cols(const troupe_ll_t *set, const int32_t sym[2], const int64_t ext[2],
+                        const troupe_gemm_t *g, int32_t *sym_m, int32_t *sym_n)
+{
+    for (int r = 0; r < 2; r++) {
+        int c = 1 - r;
+        if (ext[r] == g->m && ext[c] == g->n &&
+            s_whole(set->u.set.tn, set->u.set.idcs, g, sym[r], sym[c])) {
+            *sym_m = sym[r];
+            *sym_n = sym[c];
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Whether v reads a bias vector: b[i] or b[j] alone, unit stride, from element 0. */
+static bool s_bias(const troupe_sc_t *v, const troupe_gemm_t *g, int32_t sym_m, int32_t sym_n,
+                   troupe_gemm_bias_axis_t *axis, const troupe_tnode_t **tn)
+{
+    if (v->kind != TROUPE_SC_GET)
+        return false;
+    const troupe_tnode_t *b = v->u.get.tn;
+    const troupe_axis_index_t *idcs = v->u.get.idcs;
+    bool on_m = false, on_n = false;
+    for (int ax = 0; ax < b->ndims; ax++) {
+        if (idcs[ax].offset != 0)
+            return false;
+        for (int t = 0; t < idcs[ax].nterms; t++) {
+            int32_t s = idcs[ax].terms[t].sym;
+            if (s == sym_m)
+                on_m = true;
+            else if (s == sym_n)
+                on_n = true;
+            else
+                return false;
+        }
+    }
+    if (on_m == on_n)
+        return false;
+    int64_t len = on_m ? g->m : g->n;
+    if (troupe_gemm_sym_stride(b, idcs, on_m ? sym_m : sym_n) != 1 ||
+        troupe_tnode_num_elems(b) < len)
+        return false;
+    *axis = on_m ? TROUPE_GEMM_BIAS_M : TROUPE_GEMM_BIAS_N;
+    *tn = b;
+    return true;
+}
+
+/* Whether v reads node tn anywhere. */
+static bool s_reads(const troupe_sc_t *v, const troupe_tnode_t *tn)
+{
+    switch (v->kind) {
+    case TROUPE_SC_GET:
+        return v->u.get.tn == tn;
+    case TROUPE_SC_TERNOP:
+        return s_reads(v->u.op.args[0], tn) || s_reads(v->u.op.args[1], tn) ||
+               s_reads(v->u.op.args[2], tn);
+    case TROUPE_SC_BINOP:
+        return s_reads(v->u.op.args[0], tn) || s_reads(v->u.op.args[1], tn);
+    case TROUPE_SC_UNOP:
+        return s_reads(v->u.op.args[0], tn);
+    default:
+        return true; /* a local scope may read it: not a plain epilogue */
+    }
+}
+
+static bool s_is_zero(const troupe_sc_t *v)
+{
+    return v->kind == TROUPE_SC_CONSTANT && v->u.constant == 0.0 && !signbit(v->u.constant);
+}
+
+/* The init nest `s`, C[i,j] = b: fills ep's init fields; false (ep->refused set when s writes
+ * the product's output) when it is not one. */
+static bool s_init(const troupe_ll_t *s, const troupe_gemm_t *g, troupe_gemm_epilogue_t *ep)
+{
+    int32_t sym[2];
+    int64_t ext[2];
+    const troupe_ll_t *set = s_nest2(s, sym, ext);
+    if (set == NULL || set->u.set.tn != g->c.tn)
+        return false;
+    int32_t sm = 0, sn = 0;
+    const troupe_tnode_t *b = NULL;
+    troupe_gemm_bias_axis_t axis = TROUPE_GEMM_BIAS_NONE;
+    if (!troupe_gemm_covers_output(g) || !s_rows_cols(set, sym, ext, g, &sm, &sn)) {
+        ep->refused = "the initial values and the product do not cover the whole output alike";
+        return false;
+    }
+    if (!s_bias(set->u.set.value, g, sm, sn, &axis, &b)) {
+        ep->refused = "the initial value is not a vector b[i] or b[j] (unit stride, from 0)";
+        return false;
+    }
+    if (b == g->c.tn || b->prec != g->prec) {
+        ep->refused = "the initial bias is the output or differs from it in precision";
+        return false;
+    }
+    ep->init = s;
+    ep->init_sym_m = sm;
+    ep->init_sym_n = sn;
+    ep->bias_axis = axis;
+    ep->bias = b;
+    ep->bias_in_init = true;
+    return true;
+}
+
+/* The post nest `s`, D[i,j] = post(C[i,j]): fills ep's post fields; false (ep->refused set when
+ * s reads the product's output) when it is not one or breaks a rule. */
+static bool s_post(const troupe_ll_t *s, const troupe_gemm_t *g, troupe_gemm_epilogue_t *ep)
+{
+    int32_t sym[2];
+    int64_t ext[2];
+    const troupe_ll_t *set = s_nest2(s, sym, ext);
+    const troupe_tnode_t *c = g->c.tn;
+    if (set == NULL || !s_reads(set->u.set.value, c))
+        return false;
+    int32_t sm = 0, sn = 0;
+    if (!troupe_gemm_covers_output(g) || !s_rows_cols(set, sym, ext, g, &sm, &sn)) {
+        ep->refused = "the pointwise statement after the product does not write a whole node "
+                      "of the output's shape over the product's iterations";
+        return false;
+    }
+    const troupe_sc_t *v = set->u.set.value;
+    bool relu = false, zero_first = false;
+    if (v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_MAX &&
+        (s_is_zero(v->u.op.args[0]) || s_is_zero(v->u.op.args[1]))) {
+        relu = true;
+        zero_first = s_is_zero(v->u.op.args[0]);
+        v = v->u.op.args[zero_first ? 1 : 0];
+    } else if (v->kind == TROUPE_SC_UNOP && v->u.op.op == TROUPE_UNOP_RELU) {
+        relu = true; /* relu x is max(0, x) (ir/ops.h) */
+        zero_first = true;
+        v = v->u.op.args[0];
+    }
+    const troupe_tnode_t *b = NULL;
+    troupe_gemm_bias_axis_t axis = TROUPE_GEMM_BIAS_NONE;
+    bool plain = v->kind == TROUPE_SC_GET && v->u.get.tn == c &&
+                 s_whole(c, v->u.get.idcs, g, sm, sn);
+    if (!plain && v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_ADD) {
+        for (int x = 0; x < 2 && axis == TROUPE_GEMM_BIAS_NONE; x++) {
+            const troupe_sc_t *cv = v->u.op.args[x], *bv = v->u.op.args[1 - x];
+            if (cv->kind == TROUPE_SC_GET && cv->u.get.tn == c &&
+                s_whole(c, cv->u.get.idcs, g, sm, sn) && !s_bias(bv, g, sm, sn, &axis, &b))
+                axis = TROUPE_GEMM_BIAS_NONE;
+        }
+    }
+    if ((!plain && axis == TROUPE_GEMM_BIAS_NONE) || (plain && !relu)) {
+        ep->refused = "the statement after the product is not C + b, relu C, max(0, C) or "
+                      "their forms over C + b at the same element";
+        return false;
+    }
+    const troupe_tnode_t *d = set->u.set.tn;
+    if (d->prec != g->prec || (b != NULL && b->prec != g->prec)) {
+        ep->refused = "the epilogue's output or bias differs from the product in precision";
+        return false;
+    }
+    if (d == g->a.tn || d == g->b.tn) {
+        ep->refused = "the epilogue writes a factor of the product";
+        return false;
+    }
+    if (b != NULL && (b == c || b == d)) {
+        ep->refused = "the bias is the product's or the epilogue's output";
+        return false;
+    }
+    if (b != NULL && ep->bias != NULL) {
+        ep->refused = "a second bias (the product already starts from one)";
+        return false;
+    }
+    ep->post = s;
+    ep->post_sym_m = sm;
+    ep->post_sym_n = sn;
+    ep->relu = relu;
+    ep->relu_zero_first = zero_first;
+    ep->d = d;
+    if (b != NULL) {
+        ep->bias_axis = axis;
+        ep->bias = b;
+        ep->bias_in_init = false;
+    }
+    return true;
+}
+
+troupe_gemm_verdict_t troupe_gemm_match_window(const troupe_ll_t *const *items, size_t n,
+                                               size_t at, troupe_gemm_t *g,
+                                               troupe_gemm_epilogue_t *ep, size_t *consumed,
+                                               const char **why)
+{
+    memset(ep, 0, sizeof *ep);
+    *consumed = 0;
+    const troupe_ll_t *first = items[at];
+    troupe_gemm_verdict_t v = TROUPE_GEMM_NO;
+    if (first->kind == TROUPE_LL_FOR)
+        v = troupe_gemm_match(first, g, why);
+    if (v == TROUPE_GEMM_REFUSED)
+        return v;
+    size_t p = at;
+    if (v != TROUPE_GEMM_YES) {
+        const char *ignored = NULL;
+        if (at + 1 >= n || items[at + 1]->kind != TROUPE_LL_FOR ||
+            (first->kind != TROUPE_LL_ZERO_OUT && first->kind != TROUPE_LL_FOR) ||
+            troupe_gemm_match(items[at + 1], g, &ignored) != TROUPE_GEMM_YES)
+            return TROUPE_GEMM_NO;
+        if (first->kind == TROUPE_LL_ZERO_OUT) {
+            if (first->u.zero_out != g->c.tn || !troupe_gemm_covers_output(g))
+                return TROUPE_GEMM_NO;
+            ep->beta_zero = true;
+        } else if (!s_init(first, g, ep)) {
+            return TROUPE_GEMM_NO; /* the product matches on its own at at + 1 */
+        }
+        p = at + 1;
+    }
+    *consumed = p - at + 1;
+    if (p + 1 < n && s_post(items[p + 1], g, ep))
+        (*consumed)++;
+    return TROUPE_GEMM_YES;
 }

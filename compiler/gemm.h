@@ -63,6 +63,70 @@ typedef enum troupe_gemm_verdict {
     TROUPE_GEMM_REFUSED, /* a contraction nest the library cannot take; *why says which rule */
 } troupe_gemm_verdict_t;
 
+/* ---- epilogues (issues 14 and 15) --------------------------------------------------------
+ *
+ * The statements right around a product at the same level that can run with it, over each
+ * part of the output while it is in cache (CPU) or inside the library call (cuBLASLt):
+ *
+ *     [ZERO_OUT C]                                   beta = 0 (the call overwrites C)
+ *  or [for i < m: for j < n: C[i,j] = b[j]]          init: the bias as C's initial value (beta = 1
+ *                                                    over it; b[i] also recognised)
+ *     the product                                    C[i,j] += sum_k op(A)[i,k] op(B)[k,j]
+ *     [for i < m: for j < n: D[i,j] = post(C[i,j])]  post, one of  C + b[j],  relu C  (the
+ *                                                    unary op, which is max(0, C)), max(0, C) or
+ *                                                    max(C, 0), and those over C + b[j] (either
+ *                                                    operand order; b[i] too); D is C (in place)
+ *                                                    or another node
+ *
+ * These are the forms troupe's optimizer leaves for a dense layer: the MLP's `z = x w + b`
+ * lowers to the init nest and an accumulating product, `a = relu z` to a post nest into another
+ * node (z stays written: the backward pass reads it). Every matrix here (C, D) is the whole
+ * node, row-major m x n with ld = n (troupe_gemm_covers_output), and the nests may loop in
+ * either order. Legality, each refused with its reason:
+ *  - C, D and b have the product's precision; b is a vector read at i or j alone, unit stride,
+ *    from element 0, and is none of C, D;
+ *  - D is neither factor (the product runs in row panels: later panels still read A and B);
+ *  - the post reads nothing but C at the same element and b; nothing runs between the three
+ *    statements (they are adjacent), so no other reader sees C un-epilogued; when D is another
+ *    node C keeps its un-epilogued values, as without fusion;
+ *  - at most one bias (init or post).
+ * Semantics are those of the statements: a target that keeps their order and operations per
+ * element (the CPU's panels, the CUDA fallback kernels) gives the unfused results bit for bit;
+ * one that adds the bias after the product (cuBLASLt's epilogue) differs by float rounding. */
+
+typedef enum troupe_gemm_bias_axis {
+    TROUPE_GEMM_BIAS_NONE = 0,
+    TROUPE_GEMM_BIAS_N, /* b[j]: one value per output column, the same down every row */
+    TROUPE_GEMM_BIAS_M, /* b[i]: one value per output row */
+} troupe_gemm_bias_axis_t;
+
+typedef struct troupe_gemm_epilogue {
+    bool beta_zero;           /* a ZERO_OUT of C precedes the product */
+    const troupe_ll_t *init;  /* the nest C[i,j] = b (then beta = 1 over it), or NULL */
+    const troupe_ll_t *post;  /* the pointwise nest after the product, or NULL */
+    int32_t init_sym_m, init_sym_n; /* init's loop symbols running over i and j */
+    int32_t post_sym_m, post_sym_n; /* post's */
+    troupe_gemm_bias_axis_t bias_axis;
+    const troupe_tnode_t *bias; /* the vector b (NONE: NULL) */
+    bool bias_in_init;          /* b is C's initial value; else post adds it */
+    bool relu;                  /* post takes max(0, .) */
+    bool relu_zero_first;       /* as max(0, x) (keeps x = -0) rather than max(x, 0) (gives +0) */
+    const troupe_tnode_t *d;    /* post's output: C itself (in place) or another m x n node */
+    const char *refused;        /* a statement beside the product looked like an epilogue part
+                                   but broke the rule named here (static string), else NULL */
+} troupe_gemm_epilogue_t;
+
+/* Matches the product and its epilogue among the statements items[0..n-1] of one level (SEQs
+ * flattened), starting at items[at]: [ZERO_OUT or init] product [post]. YES: *g the product,
+ * *ep what surrounds it, *consumed how many statements from `at` they are (1 to 3). NO when
+ * no product starts at `at` or `at + 1` with what precedes it; REFUSED (with *why) when
+ * items[at] is itself a product the library cannot take. A part that breaks a rule is left
+ * out (ep->refused names the rule): the product then runs without it. */
+troupe_gemm_verdict_t troupe_gemm_match_window(const troupe_ll_t *const *items, size_t n,
+                                               size_t at, troupe_gemm_t *g,
+                                               troupe_gemm_epilogue_t *ep, size_t *consumed,
+                                               const char **why);
+
 /* Matches the loop nest opened by `loop` (a TROUPE_LL_FOR). On TROUPE_GEMM_REFUSED, *why is a
  * static string naming the reason (precision, a virtual operand, a stride, too small...) and
  * out->c.tn the node the nest writes. */

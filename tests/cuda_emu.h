@@ -23,7 +23,8 @@
  *
  * troupe_emu_run runs one call of the routine: its steps in order, a GEMM step through its
  * fallback kernels (cuBLASLt itself needs a GPU); troupe_emu_gemm_ref computes a GEMM step from
- * its call description alone, so the description can be checked against the kernels.
+ * its call description alone (its epilogue included), so the description can be checked
+ * against the kernels.
  */
 #ifndef TROUPE_TESTS_CUDA_EMU_H
 #define TROUPE_TESTS_CUDA_EMU_H
@@ -297,6 +298,24 @@ static inline int64_t troupe_emu_gemm_offset(const troupe_cgen_gemm_operand_t *o
     return off;
 }
 
+/* The step's epilogue (compiler/cgen.h) on x = sum + beta C at column j: the bias b[j] read
+ * through its operand, then relu. */
+static inline double troupe_emu_gemm_epilogue(const troupe_cgen_gemm_call_t *call, void **args,
+                                              int64_t j, double x)
+{
+    if (call->epilogue == TROUPE_CGEN_GEMM_EPI_BIAS ||
+        call->epilogue == TROUPE_CGEN_GEMM_EPI_RELU_BIAS) {
+        const char *bp = *(char **)args[call->bias.param];
+        int64_t at = troupe_emu_gemm_offset(&call->bias, args) + j;
+        x += call->prec == TROUPE_PREC_SINGLE ? ((const float *)(const void *)bp)[at]
+                                              : ((const double *)(const void *)bp)[at];
+    }
+    if (call->epilogue == TROUPE_CGEN_GEMM_EPI_RELU ||
+        call->epilogue == TROUPE_CGEN_GEMM_EPI_RELU_BIAS)
+        x = x > 0 ? x : 0;
+    return x;
+}
+
 /* Computes GEMM step `call` on the host from its description alone (sums in double) into the
  * C operand's array, the others read through args (args[k] points to parameter k's value). */
 static inline void troupe_emu_gemm_ref(const troupe_cgen_gemm_call_t *call, void **args)
@@ -319,13 +338,14 @@ static inline void troupe_emu_gemm_ref(const troupe_cgen_gemm_call_t *call, void
                 acc += x * y;
             }
             int64_t ic = i * call->c.ld + j;
-            if (single) {
-                float *cp = (float *)(void *)c;
-                cp[ic] = (float)(acc + (call->beta_zero ? 0.0 : cp[ic]));
-            } else {
-                double *cp = (double *)(void *)c;
-                cp[ic] = acc + (call->beta_zero ? 0.0 : cp[ic]);
-            }
+            double x = acc;
+            if (!call->beta_zero)
+                x += single ? ((float *)(void *)c)[ic] : ((double *)(void *)c)[ic];
+            x = troupe_emu_gemm_epilogue(call, args, j, x);
+            if (single)
+                ((float *)(void *)c)[ic] = (float)x;
+            else
+                ((double *)(void *)c)[ic] = x;
         }
 }
 

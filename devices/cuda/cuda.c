@@ -719,9 +719,12 @@ static troupe_status_t s_run_steps(troupe_dqueue_t *q, troupe_dcode_t *code, voi
         if (st->kind == TROUPE_CGEN_STEP_GEMM) {
             const troupe_cgen_gemm_call_t *g = &st->gemm;
             size_t es = g->prec == TROUPE_PREC_DOUBLE ? 8 : 4;
-            troupe_status_t gs = troupe__cuda_gemm(q, code, s, s_gemm_addr(&g->a, es, ptrs, values),
-                                                   s_gemm_addr(&g->b, es, ptrs, values),
-                                                   (void *)s_gemm_addr(&g->c, es, ptrs, values));
+            bool has_bias = g->epilogue == TROUPE_CGEN_GEMM_EPI_BIAS ||
+                            g->epilogue == TROUPE_CGEN_GEMM_EPI_RELU_BIAS;
+            troupe_status_t gs = troupe__cuda_gemm(
+                q, code, s, s_gemm_addr(&g->a, es, ptrs, values),
+                s_gemm_addr(&g->b, es, ptrs, values), (void *)s_gemm_addr(&g->c, es, ptrs, values),
+                has_bias ? s_gemm_addr(&g->bias, es, ptrs, values) : NULL);
             if (gs == TROUPE_OK)
                 continue;
             if (gs != TROUPE_UNAVAILABLE)

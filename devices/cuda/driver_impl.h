@@ -95,10 +95,11 @@ troupe_status_t troupe__cuda_compile(troupe_driver_t *drv, const troupe_ll_proc_
 void troupe__cuda_code_release(troupe_driver_t *drv, troupe_dcode_t *code);
 
 /* gemm_lt.c: runs GEMM step `step` of `code` on queue q with the operands' device addresses
- * (a, b, c already offset). UNAVAILABLE when cuBLASLt is not built in or cannot run the shape:
- * the caller then runs the step's kernels. Other errors are the step's failure. */
+ * (a, b, c, and the bias vector when the step's epilogue has one, else NULL: already offset).
+ * UNAVAILABLE when cuBLASLt is not built in or cannot run the shape or epilogue: the caller
+ * then runs the step's kernels. Other errors are the step's failure. */
 troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size_t step,
-                                  const void *a, const void *b, void *c);
+                                  const void *a, const void *b, void *c, const void *bias);
 /* Frees a plan (NULL is ignored) and a queue's cuBLASLt state (q->lt). */
 void troupe__cuda_gemm_plan_free(troupe__cuda_gemm_plan_t *plan);
 void troupe__cuda_gemm_queue_free(troupe_dqueue_t *q);

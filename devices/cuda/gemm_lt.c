@@ -1,8 +1,8 @@
 /* troupe — GEMM steps of the cuda driver through cuBLASLt (see driver_impl.h).
  *
- * A GEMM step (compiler/cgen.h: row-major C = op(A) op(B) + beta C) is the column-major product
- * C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m): a row-major matrix read column-major is its
- * transpose, so B's buffer is cuBLASLt's first operand (untransposed when B is stored k x n)
+ * A GEMM step (compiler/cgen.h: row-major C = epilogue(op(A) op(B) + beta C)) is the
+ * column-major product C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m): a row-major matrix
+ * read column-major is its transpose, so B's buffer is cuBLASLt's first operand (untransposed when B is stored k x n)
  * and A's the second, with no copy. Compute type CUBLAS_COMPUTE_32F (64F for double): no TF32,
  * no reduced precision. Each step's descriptors and the algorithm cuBLASLt's heuristic picks
  * are made once per architecture and alignment class of the operands' addresses (4 to 256
@@ -11,6 +11,10 @@
  * sums in the same order every run on the same operands (bitwise reproducible). Each queue has its own cuBLASLt handle and a 32 MiB
  * workspace, made on first use. TROUPE_GEMM=generated, a build without cuBLASLt or a shape
  * cuBLASLt has no algorithm for gives UNAVAILABLE: the step's generated kernels run instead.
+ * The step's epilogue (bias b[j], relu) is cuBLASLt's CUBLASLT_EPILOGUE_BIAS / _RELU /
+ * _RELU_BIAS: its bias vector has one value per row of the column-major output, here C^T's
+ * rows, which are troupe's columns j, so b[j] is passed as it is (a b[i] bias never reaches
+ * a step: compiler/cgen_cuda.c keeps it as a kernel).
  */
 #include "devices/cuda/driver_impl.h"
 
@@ -129,6 +133,14 @@ static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t 
         s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    /* The step's epilogue (compiler/cgen.h): its bias runs along j, the rows of C^T here, the
+     * orientation of cuBLASLt's bias vector (one value per row of the column-major output). */
+    static const cublasLtEpilogue_t epis[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
+                                              CUBLASLT_EPILOGUE_RELU,
+                                              CUBLASLT_EPILOGUE_RELU_BIAS};
+    cublasLtEpilogue_t epi = epis[g->epilogue];
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
     /* X = op(B)^T (n x k) from B's buffer; Y = op(A)^T (k x m) from A's; C^T (n x m). */
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatrixLayoutCreate(&p->lx, t, (uint64_t)(g->b.trans ? g->k : g->n),
@@ -180,12 +192,22 @@ static int s_align_class(const void *a, const void *b, const void *c)
 }
 
 troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size_t step,
-                                  const void *a, const void *b, void *c)
+                                  const void *a, const void *b, void *c, const void *bias)
 {
     s_lt_queue_t *lt = NULL;
     if (!troupe_config_gemm_library() || !s_queue(q, &lt))
         return TROUPE_UNAVAILABLE;
     const troupe_cgen_gemm_call_t *g = &code->gen->steps[step].gemm;
+    bool has_bias = g->epilogue == TROUPE_CGEN_GEMM_EPI_BIAS ||
+                    g->epilogue == TROUPE_CGEN_GEMM_EPI_RELU_BIAS;
+    if (has_bias != (bias != NULL))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "cuda launch %s: GEMM step %zu: bias pointer %s, epilogue %d",
+                             code->name, step, bias ? "given" : "missing", (int)g->epilogue);
+    /* The bias vector must be aligned to its element (cuBLASLt's rule), which every offset into
+     * a troupe array is; the kernels run for anything else. */
+    if (has_bias && ((uintptr_t)bias % (g->prec == TROUPE_PREC_DOUBLE ? 8u : 4u)) != 0)
+        return TROUPE_UNAVAILABLE;
     int ac = s_align_class(a, b, c);
     size_t slot = ((size_t)q->drv->devs[q->ordinal].arch_index * code->gen->nsteps + step) *
                       TROUPE__CUDA_ALIGN_CLASSES +
@@ -203,10 +225,20 @@ troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size
     float one_f = 1.0f, beta_f = g->beta_zero ? 0.0f : 1.0f;
     double one_d = 1.0, beta_d = g->beta_zero ? 0.0 : 1.0;
     bool dbl = g->prec == TROUPE_PREC_DOUBLE;
-    cublasStatus_t s = cublasLtMatmul(lt->handle, p->op, dbl ? (const void *)&one_d : &one_f, b,
-                                      p->lx, a, p->ly, dbl ? (const void *)&beta_d : &beta_f, c,
-                                      p->lc, c, p->lc, &p->algo, lt->workspace, S_WORKSPACE_BYTES,
-                                      q->stream);
+    /* The plan's descriptor is shared by the streams running this code: its bias pointer is
+     * set and used under the code's lock (cublasLtMatmul reads it when it enqueues). */
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    if (has_bias) {
+        pthread_mutex_lock(&code->lock);
+        s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof bias);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmul(lt->handle, p->op, dbl ? (const void *)&one_d : &one_f, b, p->lx, a,
+                           p->ly, dbl ? (const void *)&beta_d : &beta_f, c, p->lc, c, p->lc,
+                           &p->algo, lt->workspace, S_WORKSPACE_BYTES, q->stream);
+    if (has_bias)
+        pthread_mutex_unlock(&code->lock);
     if (s != CUBLAS_STATUS_SUCCESS)
         return s_lt_fail(s, "cublasLtMatmul", code->name);
     return TROUPE_OK;
@@ -230,9 +262,9 @@ const char *troupe__cuda_gemm_name(void)
 }
 
 troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size_t step,
-                                  const void *a, const void *b, void *c)
+                                  const void *a, const void *b, void *c, const void *bias)
 {
-    (void)q, (void)code, (void)step, (void)a, (void)b, (void)c;
+    (void)q, (void)code, (void)step, (void)a, (void)b, (void)c, (void)bias;
     return TROUPE_UNAVAILABLE;
 }
 
