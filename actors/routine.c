@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "compiler/lower.h"
 #include "compiler/optimize.h"
+#include "devices/host/host_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,10 @@ static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
         st = troupe_driver_require(b->drv, "launch");
     if (st != TROUPE_OK)
         goto out_release_code;
+    /* the host drivers reuse the C generated above instead of generating it again */
+    troupe__hdrv_offer_gen(code->proc, code->gen);
     st = troupe_driver_compile(b->drv, code->proc, &code->dcode);
+    troupe__hdrv_offer_gen(NULL, NULL);
     if (st != TROUPE_OK)
         goto out_release_code;
     if (comp && comp->nembedded) {

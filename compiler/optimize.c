@@ -6,10 +6,12 @@
 #include "compiler/optimize.h"
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "compiler/fuse.h"
 #include "compiler/optimize_impl.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,8 +30,28 @@ troupe_status_t troupe__opt_proc_oom(const troupe_ll_proc_t *proc)
         troupe_status_str(proc->sticky != TROUPE_OK ? proc->sticky : TROUPE_RESOURCE_EXHAUSTED));
 }
 
+static atomic_bool s_reference;
+static _Thread_local troupe__opt_times_t s_times;
+
+bool troupe__opt_set_reference(bool on)
+{
+    return atomic_exchange(&s_reference, on);
+}
+
+void troupe__opt_last_times(troupe__opt_times_t *out)
+{
+    *out = s_times;
+}
+
 ptrdiff_t troupe__opt_node_of(const troupe__opt_ctx_t *c, const troupe_tnode_t *tn)
 {
+    if (c->by_id != NULL) {
+        uint64_t k = (uint64_t)((int64_t)tn->id - c->id_lo);
+        if (k >= c->id_span)
+            return -1;
+        int32_t i = c->by_id[k];
+        return i >= 0 && c->tns[i] == tn ? (ptrdiff_t)i : -1;
+    }
     size_t lo = 0, hi = c->nn;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -202,6 +224,7 @@ static void s_ctx_free(troupe__opt_ctx_t *c)
             TROUPE__OPT_VEC_FREE(nd->R);
             TROUPE__OPT_VEC_FREE(nd->stored);
             troupe_free(nd->elems.slots);
+            troupe_free(nd->dense);
         }
     if (c->item_reads != NULL)
         for (size_t q = 0; q < c->nitems; q++)
@@ -212,7 +235,30 @@ static void s_ctx_free(troupe__opt_ctx_t *c)
     troupe_free(c->nd);
     troupe_free(c->traced);
     troupe_free(c->tns);
+    troupe_free(c->by_id);
     troupe_free(c->env);
+}
+
+/* The direct node table (troupe__opt_node_of) when the procedure's ids are dense enough
+ * (node ids are process-wide, so a procedure's ids can be far apart; then the search stays).
+ * false: out of memory. */
+static bool s_index_nodes(troupe__opt_ctx_t *c)
+{
+    if (c->reference || c->nn == 0)
+        return true;
+    int64_t span = (int64_t)c->tns[c->nn - 1]->id - c->tns[0]->id + 1;
+    if (span > (int64_t)(8 * c->nn + 1024))
+        return true;
+    c->by_id = troupe_malloc((size_t)span * sizeof *c->by_id);
+    if (c->by_id == NULL)
+        return false;
+    c->id_lo = c->tns[0]->id;
+    c->id_span = (size_t)span;
+    for (size_t k = 0; k < (size_t)span; k++)
+        c->by_id[k] = -1;
+    for (size_t i = 0; i < c->nn; i++)
+        c->by_id[c->tns[i]->id - c->id_lo] = (int32_t)i;
+    return true;
 }
 
 /* Resolves placeholders, chaining the provenance so the reason that chose the placeholder
@@ -287,6 +333,10 @@ troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc, const troupe_optimize
         c.o.max_trace_steps < 0)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "troupe_ll_optimize: negative limit in the options");
+    memset(&s_times, 0, sizeof s_times);
+    int64_t t0 = troupe_now_ns(), t = t0, now;
+#define S_LAP(field) (now = troupe_now_ns(), s_times.field += now - t, t = now)
+    c.reference = atomic_load(&s_reference);
     troupe_status_t st = troupe_ll_proc_validate(proc);
     if (st != TROUPE_OK)
         return st;
@@ -305,6 +355,10 @@ troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc, const troupe_optimize
     }
     if (c.nn > 0)
         memcpy(c.tns, proc->nodes, c.nn * sizeof *c.tns);
+    if (!s_index_nodes(&c)) {
+        st = troupe__opt_oom();
+        goto out;
+    }
     for (size_t i = 0; i < c.nn; i++)
         c.traced[i].tn = c.tns[i];
     if (proc->body->kind == TROUPE_LL_SEQ) {
@@ -322,16 +376,22 @@ troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc, const troupe_optimize
         goto out;
     }
 
+    S_LAP(setup_ns);
     /* Step 1: scan, trace, derive; the definition units of step 3 (a reduction around a
      * definition makes a computation complex, which step 2 uses). */
-    if ((st = troupe__opt_trace(&c)) != TROUPE_OK || (st = troupe__opt_find_units(&c)) != TROUPE_OK)
+    st = troupe__opt_trace(&c);
+    S_LAP(trace_ns);
+    if (st != TROUPE_OK || (st = troupe__opt_find_units(&c)) != TROUPE_OK)
         goto out;
+    S_LAP(units_ns);
     /* Step 2. */
     if ((st = s_infer_modes(&c)) != TROUPE_OK)
         goto out;
+    S_LAP(infer_ns);
     /* Step 3. */
     if ((st = troupe__opt_virtualize(&c)) != TROUPE_OK)
         goto out;
+    S_LAP(virtualize_ns);
     /* Step 4. */
     if (c.o.simplify) {
         troupe_ll_t *b = NULL;
@@ -343,9 +403,11 @@ troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc, const troupe_optimize
         st = troupe__opt_proc_oom(proc);
         goto out;
     }
+    S_LAP(simplify_ns);
     /* Step 4b: loop fusion (fuse.h). */
     if (c.o.fuse_loops && (st = troupe_ll_fuse_loops(proc, NULL)) != TROUPE_OK)
         goto out;
+    S_LAP(fuse_ns);
     /* Step 5. */
     if ((st = s_finish(&c)) != TROUPE_OK)
         goto out;
@@ -360,5 +422,8 @@ troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc, const troupe_optimize
     proc->optimized = true;
 out:
     s_ctx_free(&c);
+    S_LAP(finish_ns);
+    s_times.total_ns = t - t0;
+#undef S_LAP
     return st;
 }

@@ -53,6 +53,13 @@ typedef struct troupe__opt_emap {
     size_t cap, count;
 } troupe__opt_emap_t;
 
+/* Nodes of at most this many elements keep their cells in a dense array (one int64 per cell:
+ * visits * 2 + assigned) instead of the map, when the walk is full (a full walk executes at
+ * most max_trace_steps statements, so a large node's cells are mostly untouched and calloc's
+ * zero pages stay unmapped) or when the node is small. 32 MiB at most per node. */
+#define TROUPE__OPT_DENSE_MAX_CELLS ((int64_t)1 << 22)
+#define TROUPE__OPT_DENSE_SAMPLED_CELLS ((int64_t)1 << 12)
+
 /* Virtualisation state of a candidate node. */
 enum { TROUPE__OPT_NOT_CANDIDATE = 0, TROUPE__OPT_ACCEPTED, TROUPE__OPT_REJECTED };
 
@@ -67,8 +74,11 @@ typedef struct troupe__opt_node {
     troupe__opt_pos_t wpos; /* items writing the node */
     troupe__opt_pos_t rpos; /* items reading it with GET */
     bool external_read, merge_read, vec_write;
-    /* tracing (trace.c) */
+    /* tracing (trace.c): the cells in `dense` (allocated at the first access) when
+     * dense_ok, else in `elems` */
     troupe__opt_emap_t elems;
+    int64_t *dense;
+    bool dense_ok;
     int64_t n_assign_exec;
     bool any_access, read_before_first_assign;
     const troupe_sc_t *first_value;
@@ -91,6 +101,10 @@ typedef struct troupe__opt_ctx {
     troupe_optimize_opts_t o;
     size_t nn;
     troupe_tnode_t **tns;       /* snapshot of proc->nodes (sorted by id) */
+    int32_t *by_id;             /* id - id_lo -> index in tns or -1 (NULL: binary search) */
+    int32_t id_lo;
+    size_t id_span;
+    bool reference;             /* troupe__opt_set_reference was on when the call began */
     troupe_ll_traced_t *traced; /* nn */
     troupe__opt_node_t *nd;     /* nn */
     troupe_ll_t **items;        /* the top-level items of the body */
@@ -104,13 +118,29 @@ typedef struct troupe__opt_ctx {
     troupe_tnode_t *merge;
 } troupe__opt_ctx_t;
 
+/* ---- the reference implementation and phase times (compiler/optimize.c) ------------------ */
+
+/* Process-wide debug switch: while on, troupe_ll_optimize calls that begin trace with the
+ * original data structures (an open-addressing map of cells for every node, a binary search
+ * for node lookups, symbol kinds checked at every index read) instead of the faster ones
+ * (dense cell arrays, a direct node table). Both must give byte-identical results: tests and
+ * bench_compile compare them. Returns the previous setting. Thread-safe (atomic). */
+bool troupe__opt_set_reference(bool on);
+
+/* Wall-clock nanoseconds of the phases of the calling thread's last troupe_ll_optimize. */
+typedef struct troupe__opt_times {
+    int64_t setup_ns, trace_ns, units_ns, infer_ns, virtualize_ns, simplify_ns, fuse_ns,
+        finish_ns, total_ns;
+} troupe__opt_times_t;
+void troupe__opt_last_times(troupe__opt_times_t *out);
+
 /* ---- shared helpers (compiler/optimize.c) ------------------------------------------------- */
 
 /* RESOURCE_EXHAUSTED "out of memory optimizing a procedure". */
 troupe_status_t troupe__opt_oom(void);
 /* The procedure's sticky builder failure (or RESOURCE_EXHAUSTED), naming it. */
 troupe_status_t troupe__opt_proc_oom(const troupe_ll_proc_t *proc);
-/* Index of tn in c->tns, or -1. */
+/* Index of tn in c->tns, or -1 (the direct table when there is one, else a binary search). */
 ptrdiff_t troupe__opt_node_of(const troupe__opt_ctx_t *c, const troupe_tnode_t *tn);
 /* The n axis indices at a and b are equal. */
 bool troupe__opt_idcs_eq(const troupe_axis_index_t *a, const troupe_axis_index_t *b, int n);

@@ -3,7 +3,9 @@
  *
  * s_scan_* is a static walk of the top-level items (who writes and reads what, where); s_tr_* is
  * the concrete walk over loop values (sampled when the full walk is too long), counting visits
- * per cell; then constant expressions and complexity are derived per node. */
+ * per cell (a dense array per node up to TROUPE__OPT_DENSE_MAX_CELLS cells, else a map; the
+ * reference implementation, troupe__opt_set_reference, keeps maps only); then constant
+ * expressions and complexity are derived per node. */
 #include "compiler/optimize_impl.h"
 
 #include <string.h>
@@ -238,13 +240,16 @@ static uint64_t s_count_sc(const troupe_sc_t *e)
     }
 }
 
+/* Static symbols (and anything unbound) read as 0, as OCANNL. The reference checks the
+ * symbol's kind at every read; otherwise env never holds a value for a static symbol (the
+ * loop over one, if any, stores 0), so the read needs no check. */
 static int64_t s_index_value(const troupe__opt_ctx_t *c, const troupe_axis_index_t *ix)
 {
     int64_t v = ix->offset;
     for (int k = 0; k < ix->nterms; k++) {
         int32_t sym = ix->terms[k].sym;
-        int64_t x = 0; /* static symbols (and anything unbound) read as 0, as OCANNL */
-        if (sym >= 0 && sym < c->env_syms && !c->proc->syms[sym].is_static)
+        int64_t x = 0;
+        if (sym >= 0 && sym < c->env_syms && (!c->reference || !c->proc->syms[sym].is_static))
             x = c->env[sym];
         v += ix->terms[k].coeff * x;
     }
@@ -264,6 +269,61 @@ static int64_t s_flat(const troupe__opt_ctx_t *c, const troupe_tnode_t *tn,
         off = off * tn->dims[a] + v;
     }
     return off;
+}
+
+/* The cell of node i at flat offset off: *dense (visits * 2 + assigned) or *el. false: out
+ * of memory. */
+typedef struct s_cell {
+    int64_t *dense;
+    troupe__opt_elem_t *el;
+} s_cell_t;
+
+static bool s_cell(troupe__opt_ctx_t *c, size_t i, int64_t off, s_cell_t *out)
+{
+    troupe__opt_node_t *nd = &c->nd[i];
+    if (nd->dense_ok) {
+        if (nd->dense == NULL &&
+            (nd->dense = troupe_calloc((size_t)troupe_tnode_num_elems(c->tns[i]),
+                                       sizeof *nd->dense)) == NULL)
+            return false;
+        out->dense = &nd->dense[off];
+        out->el = NULL;
+        return true;
+    }
+    out->dense = NULL;
+    out->el = s_emap_get(&nd->elems, off);
+    return out->el != NULL;
+}
+
+static bool s_cell_assigned(const s_cell_t *cell)
+{
+    return cell->dense ? (*cell->dense & 1) != 0 : cell->el->assigned;
+}
+
+static void s_cell_assign(s_cell_t *cell)
+{
+    if (cell->dense)
+        *cell->dense |= 1;
+    else
+        cell->el->assigned = true;
+}
+
+/* One more visit; the cell's visits after it. */
+static int64_t s_cell_visit(s_cell_t *cell)
+{
+    if (cell->dense)
+        return (*cell->dense += 2) >> 1;
+    return ++cell->el->visits;
+}
+
+/* Which nodes keep their cells densely (TROUPE__OPT_DENSE_MAX_CELLS); c->sampled is set. */
+static void s_choose_cells(troupe__opt_ctx_t *c)
+{
+    if (c->reference)
+        return;
+    int64_t cap = c->sampled ? TROUPE__OPT_DENSE_SAMPLED_CELLS : TROUPE__OPT_DENSE_MAX_CELLS;
+    for (size_t i = 0; i < c->nn; i++)
+        c->nd[i].dense_ok = troupe_tnode_num_elems(c->tns[i]) <= cap;
 }
 
 static troupe_status_t s_tr_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e, s_self_t self);
@@ -289,8 +349,9 @@ static troupe_status_t s_tr_ll(troupe__opt_ctx_t *c, const troupe_ll_t *s, s_sel
                 n = cap;
         }
         int32_t sym = s->u.for_loop.sym;
+        bool store = c->reference || !c->proc->syms[sym].is_static;
         for (int64_t k = 0; k < n; k++) {
-            c->env[sym] = s->u.for_loop.from + k;
+            c->env[sym] = store ? s->u.for_loop.from + k : 0;
             TROUPE_RETURN_IF_ERROR(s_tr_ll(c, s->u.for_loop.body, self));
         }
         return TROUPE_OK;
@@ -311,10 +372,10 @@ static troupe_status_t s_tr_ll(troupe__opt_ctx_t *c, const troupe_ll_t *s, s_sel
         TROUPE_RETURN_IF_ERROR(s_tr_sc(c, s->u.set.value, me));
         ptrdiff_t i = troupe__opt_node_of(c, s->u.set.tn);
         troupe__opt_node_t *nd = &c->nd[i];
-        troupe__opt_elem_t *el = s_emap_get(&nd->elems, s_flat(c, s->u.set.tn, s->u.set.idcs));
-        if (el == NULL)
+        s_cell_t cell;
+        if (!s_cell(c, (size_t)i, s_flat(c, s->u.set.tn, s->u.set.idcs), &cell))
             return troupe__opt_oom();
-        el->assigned = true;
+        s_cell_assign(&cell);
         if (nd->n_assign_exec == 0)
             nd->first_value = s->u.set.value;
         nd->n_assign_exec++;
@@ -329,10 +390,10 @@ static troupe_status_t s_tr_ll(troupe__opt_ctx_t *c, const troupe_ll_t *s, s_sel
         int64_t base = s_flat(c, tn, s->u.set_from_vec.idcs);
         int64_t total = troupe_tnode_num_elems(tn);
         for (int k = 0; k < s->u.set_from_vec.length && base + k < total; k++) {
-            troupe__opt_elem_t *el = s_emap_get(&nd->elems, base + k);
-            if (el == NULL)
+            s_cell_t cell;
+            if (!s_cell(c, (size_t)i, base + k, &cell))
                 return troupe__opt_oom();
-            el->assigned = true;
+            s_cell_assign(&cell);
         }
         if (nd->n_assign_exec == 0)
             nd->first_is_vec = true;
@@ -355,10 +416,10 @@ static troupe_status_t s_tr_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e, s_sel
         ptrdiff_t i = troupe__opt_node_of(c, tn);
         troupe__opt_node_t *nd = &c->nd[i];
         troupe_ll_traced_t *tr = &c->traced[i];
-        troupe__opt_elem_t *el = s_emap_get(&nd->elems, s_flat(c, tn, e->u.get.idcs));
-        if (el == NULL)
+        s_cell_t cell;
+        if (!s_cell(c, (size_t)i, s_flat(c, tn, e->u.get.idcs), &cell))
             return troupe__opt_oom();
-        if (!(tr->zeroed_out || el->assigned))
+        if (!(tr->zeroed_out || s_cell_assigned(&cell)))
             tr->read_before_write = true;
         if (nd->n_assign_exec == 0)
             nd->read_before_first_assign = true;
@@ -366,9 +427,9 @@ static troupe_status_t s_tr_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e, s_sel
         /* OCANNL: with inline_complex_computations an accumulation's read of the cell it
          * writes is part of the computation, not a visit. */
         if (!(c->o.inline_complex_computations && s_is_self(self, tn, e->u.get.idcs))) {
-            el->visits++;
-            if (el->visits > tr->max_visits)
-                tr->max_visits = el->visits;
+            int64_t visits = s_cell_visit(&cell);
+            if (visits > tr->max_visits)
+                tr->max_visits = visits;
         }
         return TROUPE_OK;
     }
@@ -508,6 +569,7 @@ troupe_status_t troupe__opt_trace(troupe__opt_ctx_t *c)
         c->traced[i].read_only = c->traced[i].assignments == 0;
     }
     c->sampled = s_count_ll(c->proc->body) > (uint64_t)c->o.max_trace_steps;
+    s_choose_cells(c);
     TROUPE_RETURN_IF_ERROR(s_tr_ll(c, c->proc->body, none));
     for (size_t i = 0; i < c->nn; i++)
         c->traced[i].is_scalar_constexpr = s_constexpr_node(c, i);

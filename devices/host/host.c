@@ -326,6 +326,17 @@ static troupe_status_t s_connect_gemm(const troupe_cgen_result_t *gen, void *lib
     return TROUPE_OK;
 }
 
+static _Thread_local struct {
+    const troupe_ll_proc_t *proc;
+    const troupe_cgen_result_t *gen;
+} s_offer;
+
+void troupe__hdrv_offer_gen(const troupe_ll_proc_t *proc, const troupe_cgen_result_t *gen)
+{
+    s_offer.proc = proc;
+    s_offer.gen = gen;
+}
+
 troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_t *proc,
                                      troupe_dcode_t **out)
 {
@@ -333,10 +344,14 @@ troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_
         return troupe__error(TROUPE_INVALID_ARGUMENT, "%s compile: NULL procedure or output",
                              s_name(drv));
     *out = NULL;
-    troupe_cgen_result_t *gen = NULL;
-    troupe_status_t st = troupe_cgen_emit(proc, TROUPE_CGEN_C, &gen);
-    if (st != TROUPE_OK)
-        return st;
+    troupe_cgen_result_t *own = NULL;
+    const troupe_cgen_result_t *gen = s_offer.proc == proc ? s_offer.gen : NULL;
+    troupe_status_t st = TROUPE_OK;
+    if (gen == NULL) {
+        if ((st = troupe_cgen_emit(proc, TROUPE_CGEN_C, &own)) != TROUPE_OK)
+            return st;
+        gen = own;
+    }
 
     troupe_dcode_t *code = troupe_calloc(1, sizeof *code);
     if (!code) {
@@ -366,7 +381,7 @@ troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_
 out_code:
     s_code_free(code);
 out_gen:
-    troupe_cgen_result_destroy(&gen);
+    troupe_cgen_result_destroy(&own);
     return st;
 }
 

@@ -33,6 +33,7 @@
 #ifndef TROUPE_DEVICES_HOST_HOST_IMPL_H
 #define TROUPE_DEVICES_HOST_HOST_IMPL_H
 
+#include "compiler/cgen.h"
 #include "devices/device.h"
 
 /* The designated initializers every host driver's vtable shares: all entries but name, open
@@ -74,6 +75,13 @@ troupe_status_t troupe__hdrv_d2d(troupe_driver_t *drv, troupe_dqueue_t *q, int d
 
 troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_t *proc,
                                      troupe_dcode_t **out);
+/* Offers the C code (TROUPE_CGEN_C) the caller already generated from `proc`
+ * (actors/routine.c generates it for the parameter list): the calling thread's next
+ * troupe__hdrv_compile of that same procedure uses it instead of generating it again, which
+ * would give the same bytes (cgen is deterministic). Borrowed until the offer is withdrawn
+ * with troupe__hdrv_offer_gen(NULL, NULL); thread-local; drivers other than cpu and sync never
+ * look at it. */
+void troupe__hdrv_offer_gen(const troupe_ll_proc_t *proc, const troupe_cgen_result_t *gen);
 void troupe__hdrv_code_release(troupe_driver_t *drv, troupe_dcode_t *code);
 troupe_status_t troupe__hdrv_launch(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dcode_t *code,
                                     const troupe_karg_t *args, size_t nargs);
