@@ -103,8 +103,9 @@ static int64_t s_min(int64_t a, int64_t b)
 
 /* The breakdown (parallel/dp.h, Step breakdown): phases end where the next begins, so they
  * add up to the wall time; the staged exchange's pipeline is reconstructed from its stamps
- * (the copies of a stream run one after another, a bucket's reduction starts once its copies
- * are done and the previous bucket's reduction finished). */
+ * (the copies of a stream run one after another, the copies back after every copy out; a
+ * bucket's reduction starts once its copies are done and the previous bucket's reduction
+ * finished). */
 static void s_log(const troupe__dp_steplog_t *r)
 {
     int64_t begin = s_get(r, S_BEGIN), grad = 0;
@@ -112,7 +113,9 @@ static void s_log(const troupe__dp_steplog_t *r)
         grad = s_max(grad, s_get(r, S_GRAD0 + (size_t)k));
     int64_t merge = s_max(s_get(r, S_MERGE), grad), xend = merge;
     int64_t d2h = 0, reduce = 0, h2d = 0, cover = 0;
-    int64_t prev_d2h = merge, prev_red = 0, prev_h2d = 0;
+    /* the stream copies back only after it copied every bucket out */
+    int64_t prev_d2h = merge, prev_red = 0,
+            prev_h2d = r->nbk > 0 ? s_get(r, s_bucket_slot(r, r->nbk - 1, 0)) : 0;
     for (size_t b = 0; b < r->nbk; b++) {
         int64_t d = s_get(r, s_bucket_slot(r, b, 0)), red = s_get(r, s_bucket_slot(r, b, 1)),
                 h = s_get(r, s_bucket_slot(r, b, 2));
