@@ -36,6 +36,7 @@ static atomic_size_t s_fusion_bytes;
 static atomic_bool s_auto_host;
 static atomic_bool s_coll_shm;
 static atomic_int s_gemm_mode; /* troupe_gemm_mode_t */
+static atomic_int s_cuda_aware; /* troupe_cuda_aware_t */
 static atomic_bool s_flush_denormals;
 static atomic_size_t s_stack_threshold;
 static char s_resume[S_STR_MAX];        /* TROUPE_RESUME ("" when unset) */
@@ -104,6 +105,7 @@ static void s_load(void)
     atomic_store(&s_auto_host, true);
     atomic_store(&s_coll_shm, true);
     atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_LIBRARY);
+    atomic_store(&s_cuda_aware, TROUPE_CUDA_AWARE_AUTO);
     atomic_store(&s_flush_denormals, true);
     atomic_store(&s_stack_threshold, (size_t)16384);
     s_resume[0] = s_progress_file[0] = '\0';
@@ -154,6 +156,16 @@ static void s_load(void)
             atomic_store(&s_coll_shm, v[0] == '1');
         else
             s_bad("TROUPE_COLL_SHM", v, "expected 0 or 1");
+    }
+    if ((v = getenv("TROUPE_CUDA_AWARE")) != NULL) {
+        if (strcmp(v, "auto") == 0)
+            atomic_store(&s_cuda_aware, TROUPE_CUDA_AWARE_AUTO);
+        else if (strcmp(v, "on") == 0)
+            atomic_store(&s_cuda_aware, TROUPE_CUDA_AWARE_ON);
+        else if (strcmp(v, "off") == 0)
+            atomic_store(&s_cuda_aware, TROUPE_CUDA_AWARE_OFF);
+        else
+            s_bad("TROUPE_CUDA_AWARE", v, "expected auto, on or off");
     }
     if ((v = getenv("TROUPE_GEMM")) != NULL) {
         if (strcmp(v, "library") == 0)
@@ -313,6 +325,22 @@ const char *troupe_config_gemm_mode_name(troupe_gemm_mode_t mode)
     return mode == TROUPE_GEMM_MODE_OPENBLAS    ? "openblas"
            : mode == TROUPE_GEMM_MODE_GENERATED ? "generated"
                                                 : "library";
+}
+troupe_cuda_aware_t troupe_config_cuda_aware(void)
+{
+    troupe__config_ensure_loaded();
+    return (troupe_cuda_aware_t)atomic_load(&s_cuda_aware);
+}
+const char *troupe_config_cuda_aware_name(troupe_cuda_aware_t mode)
+{
+    return mode == TROUPE_CUDA_AWARE_ON ? "on" : mode == TROUPE_CUDA_AWARE_OFF ? "off" : "auto";
+}
+void troupe_config_set_cuda_aware(troupe_cuda_aware_t mode)
+{
+    troupe__config_ensure_loaded();
+    if (mode == TROUPE_CUDA_AWARE_AUTO || mode == TROUPE_CUDA_AWARE_ON ||
+        mode == TROUPE_CUDA_AWARE_OFF)
+        atomic_store(&s_cuda_aware, mode);
 }
 bool troupe_config_gemm_library(void)
 {

@@ -26,6 +26,7 @@
  * | TROUPE_JOB_ID               | (the launcher's job id, else the pid) | troupe_config_set_job_id        |
  * | TROUPE_CPU_DEVICES          | 1                                     | troupe_config_set_cpu_devices   |
  * | TROUPE_DEVICE               | (the node-local rank's share)         | troupe_config_set_device        |
+ * | TROUPE_CUDA_AWARE           | auto                                  | troupe_config_set_cuda_aware    |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -92,6 +93,18 @@ typedef enum troupe_gemm_mode {
     TROUPE_GEMM_MODE_GENERATED,
 } troupe_gemm_mode_t;
 troupe_gemm_mode_t troupe_config_gemm_mode(void);
+/* Whether the cross-rank exchange may hand device memory to MPI as it is (parallel/dp.h,
+ * CUDA-aware MPI): TROUPE_CUDA_AWARE=auto (the default: when Open MPI's
+ * MPIX_Query_cuda_support() says so at troupe_cluster_init, troupe_cluster_cuda_aware), on
+ * (assume it: for an MPI that supports it without saying so, and for tests), off (never: stage
+ * through host memory). */
+typedef enum troupe_cuda_aware {
+    TROUPE_CUDA_AWARE_AUTO = 0,
+    TROUPE_CUDA_AWARE_ON,
+    TROUPE_CUDA_AWARE_OFF,
+} troupe_cuda_aware_t;
+troupe_cuda_aware_t troupe_config_cuda_aware(void);
+const char *troupe_config_cuda_aware_name(troupe_cuda_aware_t mode); /* "auto", "on", "off" */
 /* mode != TROUPE_GEMM_MODE_GENERATED. */
 bool troupe_config_gemm_library(void);
 /* "library", "openblas" or "generated". */
@@ -144,6 +157,8 @@ void troupe_config_set_auto_host_transfers(bool on);
 void troupe_config_set_coll_shm(bool on);
 /* An unknown mode is ignored. */
 void troupe_config_set_gemm_mode(troupe_gemm_mode_t mode);
+/* An out-of-range mode is ignored. */
+void troupe_config_set_cuda_aware(troupe_cuda_aware_t mode);
 /* on: TROUPE_GEMM_MODE_LIBRARY; off: TROUPE_GEMM_MODE_GENERATED. */
 void troupe_config_set_gemm_library(bool on);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes);

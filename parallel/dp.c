@@ -409,33 +409,117 @@ static troupe_status_t s_broadcast_staged(troupe_dp_t *dp)
     return TROUPE_OK;
 }
 
-/* A step's allreduce through host memory: the owner stream's merged gradients to their host
- * arrays (the host waits for them: the step's local work), one host-level allreduce of them
- * all in node-id order (the device-level request's order and fingerprint), and back. */
-static troupe_status_t s_allreduce_staged(troupe_dp_t *dp)
+const char *troupe__dp_exchange_name(int exchange)
+{
+    switch (exchange) {
+    case TROUPE__DP_EXCHANGE_INPLACE:
+        return "in-place";
+    case TROUPE__DP_EXCHANGE_STAGED:
+        return "staged";
+    case TROUPE__DP_EXCHANGE_DIRECT:
+        return "direct";
+    default:
+        return "none";
+    }
+}
+
+troupe__dp_exchange_t troupe__dp_choose_exchange(int nranks, bool device_memory, bool lendable,
+                                                 bool cuda_aware)
+{
+    if (nranks <= 1)
+        return TROUPE__DP_EXCHANGE_NONE;
+    if (!device_memory)
+        return TROUPE__DP_EXCHANGE_INPLACE;
+    /* CUDA-aware MPI takes device pointers, but the arrays reach the transport through a lend,
+     * which needs a backend that can hand out its arrays' addresses (actors/lend.h): a host
+     * backend standing for device memory can; the cuda backend cannot yet, so it stages. */
+    if (cuda_aware && lendable)
+        return TROUPE__DP_EXCHANGE_DIRECT;
+    return TROUPE__DP_EXCHANGE_STAGED;
+}
+
+/* The staged exchange's buckets: the gradients in node-id order (the request order of the
+ * in-place path), cut greedily so that a bucket holds at most troupe_config_fusion_bytes()
+ * (a larger gradient alone). Every rank builds the same model, so the cut is the same on every
+ * rank; each bucket's allreduce fingerprints its tensors and the fusion size, so ranks that
+ * cut otherwise fail with FAILED_PRECONDITION instead of mixing values. */
+static troupe_status_t s_plan_buckets(troupe_dp_t *dp)
+{
+    size_t cap = troupe_config_fusion_bytes();
+    dp->bk_first = troupe_calloc(dp->n_params + 1, sizeof *dp->bk_first);
+    if (dp->bk_first == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
+    size_t nb = 0, bytes = 0;
+    for (size_t i = 0; i < dp->n_params; i++) {
+        const troupe_tnode_t *g = dp->grads_by_id[i];
+        size_t sz = (size_t)troupe_tnode_num_elems(g) * troupe_prec_size_bytes(g->prec);
+        if (i == 0 || bytes + sz > cap) {
+            dp->bk_first[nb++] = i;
+            bytes = 0;
+        }
+        bytes += sz;
+    }
+    dp->bk_first[nb] = dp->n_params;
+    dp->nbk = nb;
+    return TROUPE_OK;
+}
+
+/* A step's exchange through host memory, pipelined and without host waits: per bucket, the
+ * owner stream copies its gradients to their host arrays (to_host) and a host-level allreduce
+ * of them is issued that the transport starts as soon as those copies completed
+ * (troupe_allreduce_args_t.after), so bucket b is reduced while the stream copies bucket b+1;
+ * then, per bucket, the stream waits for its allreduce and copies the sums back (from_host),
+ * which overlaps the reduction of the later buckets. The sums are those of the in-place path
+ * (the same tensors, summed alike: parallel/dp.h). */
+static troupe_status_t s_allreduce_staged(troupe_dp_t *dp, troupe__dp_steplog_t *rec)
 {
     troupe_context_t *c0 = s_tail(&dp->rep[0]);
-    for (size_t i = 0; i < dp->n_params; i++) {
-        troupe_event_t *ev = NULL;
-        TROUPE_RETURN_IF_ERROR(troupe_to_host(c0, dp->grads_by_id[i], &ev));
-        TROUPE_RETURN_IF_ERROR(
-            troupe__dp_sync_event(&ev, "dp_step: copying a gradient to host memory"));
-    }
     troupe_coll_tensor_t *t = NULL;
     TROUPE_RETURN_IF_ERROR(s_host_tensors(dp->grads_by_id, dp->n_params, &t));
-    troupe_allreduce_args_t ar = {
-        .op = TROUPE_REDUCE_SUM, .flags = dp->coll_flags, .n = dp->n_params, .tensors = t};
-    troupe_event_t *done = NULL;
-    const char *phase = troupe_trace_set_phase("dp.gradients");
-    troupe_status_t st = troupe_allreduce(&ar, &done);
-    troupe_trace_set_phase(phase);
-    if (st == TROUPE_OK)
-        st = troupe__dp_sync_event(&done, "dp_step: the allreduce of the gradients (staged)");
+    troupe_event_t **done = troupe_calloc(dp->nbk, sizeof *done);
+    troupe_event_t **after = troupe_calloc(dp->n_params, sizeof *after);
+    troupe_status_t st = TROUPE_OK;
+    if (done == NULL || after == NULL) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_step: out of memory");
+        goto free_events;
+    }
+    for (size_t b = 0; b < dp->nbk && st == TROUPE_OK; b++) {
+        size_t first = dp->bk_first[b], cnt = dp->bk_first[b + 1] - first;
+        for (size_t i = 0; i < cnt && st == TROUPE_OK; i++)
+            st = troupe_to_host(c0, dp->grads_by_id[first + i], &after[first + i]);
+        if (st != TROUPE_OK)
+            break;
+        troupe__dp_steplog_bucket(rec, b, 0, after[first + cnt - 1]);
+        troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_SUM,
+                                      .flags = dp->coll_flags,
+                                      .n = cnt,
+                                      .tensors = t + first,
+                                      .after = after + first,
+                                      .n_after = cnt};
+        const char *phase = troupe_trace_set_phase("dp.gradients");
+        st = troupe_allreduce(&ar, &done[b]);
+        troupe_trace_set_phase(phase);
+        troupe__dp_steplog_bucket(rec, b, 1, done[b]);
+    }
+    for (size_t b = 0; b < dp->nbk && st == TROUPE_OK; b++) {
+        st = troupe_will_wait_for(c0, done[b]);
+        for (size_t i = dp->bk_first[b]; i < dp->bk_first[b + 1] && st == TROUPE_OK; i++) {
+            troupe_event_t *ev = NULL;
+            bool last = i + 1 == dp->bk_first[b + 1];
+            st = troupe_from_host(c0, dp->grads_by_id[i], last && rec != NULL ? &ev : NULL);
+            troupe__dp_steplog_bucket(rec, b, 2, ev);
+            troupe_event_release(&ev);
+        }
+    }
+free_events:
+    for (size_t i = 0; after != NULL && i < dp->n_params; i++)
+        troupe_event_release(&after[i]);
+    for (size_t b = 0; done != NULL && b < dp->nbk; b++)
+        troupe_event_release(&done[b]);
+    troupe_free(after);
+    troupe_free(done);
     troupe_free(t);
-    TROUPE_RETURN_IF_ERROR(st);
-    for (size_t i = 0; i < dp->n_params; i++)
-        TROUPE_RETURN_IF_ERROR(troupe_from_host(c0, dp->grads_by_id[i], NULL));
-    return TROUPE_OK;
+    return st;
 }
 
 static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
@@ -455,9 +539,19 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     TROUPE_RETURN_IF_ERROR(s_copy_model(dp, m));
     TROUPE_RETURN_IF_ERROR(s_open(dp, cfg));
     TROUPE_RETURN_IF_ERROR(troupe__dp_agree_config(dp, cfg, m)); /* before any long work */
-    dp->staged = cfg->stage_through_host || !troupe_backend_host_addressable(dp->backend);
-    if (dp->staged && dp->nranks > 1)
+    bool lendable = troupe_backend_host_addressable(dp->backend);
+    bool cuda_aware = troupe_config_cuda_aware() == TROUPE_CUDA_AWARE_ON ||
+                      (troupe_config_cuda_aware() == TROUPE_CUDA_AWARE_AUTO &&
+                       troupe_cluster_cuda_aware());
+    dp->exchange = troupe__dp_choose_exchange(dp->nranks, cfg->stage_through_host || !lendable,
+                                              lendable, cuda_aware);
+    dp->staged = cfg->stage_through_host || !lendable;
+    if (dp->exchange == TROUPE__DP_EXCHANGE_DIRECT)
+        dp->staged = false; /* the lent path, with device memory handed to MPI as it is */
+    if (dp->staged && dp->nranks > 1) {
         TROUPE_RETURN_IF_ERROR(s_check_stageable(dp));
+        TROUPE_RETURN_IF_ERROR(s_plan_buckets(dp));
+    }
 
     /* parameters and inputs on every replica */
     for (int k = 0; k < dp->n; k++) {
@@ -630,12 +724,16 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     TROUPE_RETURN_IF_ERROR(troupe__dp_await(dp, "dp_new"));
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL,
                "dp: %d local replicas on %s (devices %d to %d), rank %d of %d, %zu parameters, "
-               "optimizer %s, allreduce %s",
+               "optimizer %s, allreduce %s (%zu buckets), CUDA-aware MPI %s (TROUPE_CUDA_AWARE=%s)",
                dp->n, troupe_backend_name(dp->backend), dp->dev_of[0], dp->dev_of[dp->n - 1],
                dp->rank, dp->nranks, dp->n_params, troupe_optimizer_name(dp->opt.kind),
-               dp->nranks == 1 ? "none (one rank)"
-               : dp->staged    ? "through host memory"
-                               : "in place on the devices");
+               dp->nranks == 1                            ? "none (one rank)"
+               : dp->staged                               ? "pipelined through host memory"
+               : dp->exchange == TROUPE__DP_EXCHANGE_DIRECT ? "direct on device memory"
+                                                          : "in place on the devices",
+               dp->staged ? dp->nbk : (size_t)(dp->nranks > 1),
+               troupe_cluster_cuda_aware() ? "detected" : "not detected",
+               troupe_config_cuda_aware_name(troupe_config_cuda_aware()));
     return TROUPE_OK;
 }
 
@@ -737,6 +835,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
     troupe_free(dp->params);
     troupe_free(dp->grads);
     troupe_free(dp->grads_by_id);
+    troupe_free(dp->bk_first);
     troupe_tnode_release(&dp->loss);
     troupe_free(dp->batch_index);
     troupe_backend_close(&dp->backend);
@@ -814,7 +913,8 @@ static troupe_status_t s_mark_step_end(troupe_dp_t *dp, s_step_mark_t **mark_p)
                                   s_mark_release);
 }
 
-static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark)
+static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
+                                       troupe__dp_steplog_t *rec)
 {
     troupe__dp_replica_t *r0 = &dp->rep[0];
     int n = dp->n;
@@ -839,7 +939,10 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark)
     for (int k = 0; k < n; k++) {
         int64_t b = (base + k) % dp->num_batches;
         TROUPE_RETURN_IF_ERROR(troupe_routine_set_index(dp->rep[k].grad, dp->batch_index, b));
-        TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].grad, NULL));
+        troupe_event_t *ev = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].grad, rec != NULL ? &ev : NULL));
+        troupe__dp_steplog_grad(rec, k, ev);
+        troupe_event_release(&ev);
     }
     /* 2. per gradient, last parameter first (the order backprop finishes them): the tree
      * merge into replica 0. */
@@ -850,7 +953,12 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark)
                 TROUPE_RETURN_IF_ERROR(
                     troupe_device_to_device(g, TROUPE_MERGE_COPY, s_tail(&dp->rep[k]),
                                             s_tail(&dp->rep[k + stride]), NULL, NULL, NULL));
-                TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].merge[i], NULL));
+                troupe_event_t *ev = NULL;
+                TROUPE_RETURN_IF_ERROR(
+                    troupe_routine_run(dp->rep[k].merge[i], rec != NULL && k == 0 ? &ev : NULL));
+                if (i == 0 && 2 * stride >= n) /* the owner stream's last merge */
+                    troupe__dp_steplog_merge(rec, ev);
+                troupe_event_release(&ev);
             }
         }
     }
@@ -863,7 +971,7 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark)
      * makes it the mean without a division pass in the transport (exactly the same values
      * when R is a power of two). */
     if (dp->nranks > 1 && dp->staged) {
-        TROUPE_RETURN_IF_ERROR(s_allreduce_staged(dp));
+        TROUPE_RETURN_IF_ERROR(s_allreduce_staged(dp, rec));
     } else if (dp->nranks > 1) {
         troupe_allreduce_args_t ar = {
             .op = TROUPE_REDUCE_SUM,
@@ -877,12 +985,16 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark)
         troupe_status_t st = troupe_allreduce(&ar, &done);
         troupe_trace_set_phase(phase);
         TROUPE_RETURN_IF_ERROR(st);
+        troupe__dp_steplog_bucket(rec, 0, 1, done); /* before the stream's wait subscribes */
         st = troupe_will_wait_for(s_tail(r0), done);
         troupe_event_release(&done);
         TROUPE_RETURN_IF_ERROR(st);
     }
     /* 4. the optimizer on the owner stream */
-    TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->opt_routine, NULL));
+    troupe_event_t *oev = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->opt_routine, rec != NULL ? &oev : NULL));
+    troupe__dp_steplog_optimizer(rec, oev);
+    troupe_event_release(&oev);
     TROUPE_RETURN_IF_ERROR(s_mark_step_end(dp, mark));
     /* 5. the new parameters to the other replicas */
     for (int k = 1; k < n; k++)
@@ -908,11 +1020,20 @@ troupe_status_t troupe_dp_step(troupe_dp_t *dp)
     if (troupe__fault_armed(TROUPE__FAULT_STEP))
         troupe__fault_step(dp->steps);
     int64_t t0 = troupe__trace_on() ? troupe_now_ns() : 0;
+    int64_t h0 = troupe_now_ns();
+    troupe__dp_steplog_t *rec = NULL;
+    if (troupe__dp_steplog_wanted(dp->steps)) {
+        size_t nbk = dp->exchange == TROUPE__DP_EXCHANGE_NONE ? 0 : dp->staged ? dp->nbk : 1;
+        rec = troupe__dp_steplog_new(dp->steps, dp->n, nbk, (int)dp->exchange);
+        troupe__dp_steplog_begin(rec, dp->rep[0].stream);
+    }
     s_step_mark_t *mark = NULL;
     troupe_status_t st = s_mark_step_begin(dp, &mark);
     if (st == TROUPE_OK)
-        st = s_schedule_step(dp, &mark);
+        st = s_schedule_step(dp, &mark, rec);
     s_mark_release(mark); /* the step failed before its end mark */
+    troupe__dp_steplog_set_host(rec, troupe_now_ns() - h0);
+    troupe__dp_steplog_release(&rec);
     if (t0 != 0) {
         troupe__trace_arg_t a[] = {TROUPE__TRACE_NUM("step", dp->steps)};
         troupe__trace_emit(TROUPE__TRACK_THREAD, "step", "dp_step (schedule)", t0,

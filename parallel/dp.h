@@ -147,9 +147,16 @@ typedef struct troupe_dp_config {
     int n_devices;
     /* true: the cross-rank allreduce of the gradients goes through host memory: the owner
      * stream's gradients are copied to their host arrays (to_host), reduced there by a
-     * host-level allreduce (one request, in node-id order, fingerprinted as the device-level
-     * one), and copied back (from_host) before the optimizer. troupe_dp_step then waits for
-     * the step's local work before it returns (the host buffers are filled by then). It is
+     * host-level allreduce per bucket (the gradients in node-id order cut greedily at
+     * troupe_config_fusion_bytes(), the same on every rank: each bucket's request is
+     * fingerprinted with its tensors and the fusion size), and copied back (from_host) before
+     * the optimizer. Pipelined, without host waits: bucket b's allreduce starts once its
+     * to_host copies completed (troupe_allreduce_args_t.after) while the owner stream copies
+     * bucket b+1, and its copies back overlap the later buckets' reductions. With CUDA-aware
+     * MPI (TROUPE_CUDA_AWARE=on, or auto and MPIX_Query_cuda_support() says so) a backend that
+     * can lend its arrays hands them to the transport in place instead (on a host backend
+     * with this set: the ordinary in-place path); the cuda backend cannot lend device memory
+     * yet and stages whatever MPI supports. It is
      * what a backend without host-addressable memory (cuda: its arrays cannot be lent to the
      * transport) does whatever this says; set it to force that path on a host backend (tests,
      * or a transport that must not touch device pools). The sums are the same bits as the
@@ -235,7 +242,20 @@ TROUPE_MUST_USE troupe_status_t troupe_dp_new(const troupe_dp_config_t *cfg,
 void troupe_dp_destroy(troupe_dp_t **dp_p);
 
 /* Schedules one synchronous step (1-5 above) and returns without waiting; the next call's
- * work queues behind it. Errors: a stream's or the transport's failure (the message names the
+ * work queues behind it.
+ * Step breakdown: at TROUPE_LOG=debug:parallel, steps 0-9 and every 100th log one line, when
+ * the step completed: "dp step S breakdown: wall_us= compute_us= merge_us= exchange_us=
+ * optimizer_us= host_us= exchange=none|in-place|staged|direct buckets= d2h_us= reduce_us=
+ * h2d_us= overlap_us= compute_overlap_us=" (microseconds, from the completion times of the
+ * step's events on troupe_now_ns, the trace recorder's clock): compute from the step's start
+ * on the owner stream to the last replica's gradient routine, merge to the owner stream's
+ * last merge, exchange to the last copy back (staged) or the allreduce (in place), optimizer
+ * to its end — the four add up to wall; d2h/reduce/h2d the staged exchange's copies and
+ * reductions, overlap_us how much of them ran at once (d2h + reduce + h2d - exchange),
+ * compute_overlap_us how much of the reductions ran while gradients were still computed
+ * (0 with one gradient routine: no bucket is ready before it ends); host_us the time this
+ * call took. On a backend whose events complete asynchronously (cuda) the times are when the
+ * host learned of the completions. Errors: a stream's or the transport's failure (the message names the
  * stream or ranks), RESOURCE_EXHAUSTED. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_step(troupe_dp_t *dp);
 

@@ -48,6 +48,39 @@ typedef struct troupe__dp_replica {
     troupe_routine_t **merge; /* n_params entries; NULL on a stream that never receives */
 } troupe__dp_replica_t;
 
+/* How a step's gradients cross ranks (troupe_dp_exchange_name). */
+typedef enum troupe__dp_exchange {
+    TROUPE__DP_EXCHANGE_NONE = 0, /* one rank, or local_only */
+    TROUPE__DP_EXCHANGE_INPLACE,  /* the owner stream's arrays lent to the transport */
+    TROUPE__DP_EXCHANGE_STAGED,   /* pipelined through the gradients' host arrays */
+    TROUPE__DP_EXCHANGE_DIRECT,   /* device memory handed to CUDA-aware MPI as it is */
+} troupe__dp_exchange_t;
+const char *troupe__dp_exchange_name(int exchange); /* "none", "in-place", "staged", "direct" */
+
+/* The exchange a run uses (parallel/dp.h, troupe_dp_config_t.stage_through_host and CUDA-aware
+ * MPI): `device_memory` (the backend's arrays are not host-addressable, or stage_through_host
+ * makes a host backend stand for one), `lendable` (the backend can lend its arrays to the
+ * transport: host-addressable), `cuda_aware` (troupe_config_cuda_aware() resolved against the
+ * cluster's MPI). One rank: NONE. Pure, for the tests. */
+troupe__dp_exchange_t troupe__dp_choose_exchange(int nranks, bool device_memory, bool lendable,
+                                                 bool cuda_aware);
+
+/* The per-step breakdown (dp_steplog.c; parallel/dp.h, Step breakdown). All calls accept a
+ * NULL record (the step is not logged). */
+typedef struct troupe__dp_steplog troupe__dp_steplog_t;
+bool troupe__dp_steplog_wanted(int64_t step); /* debug:parallel on, and a logged step */
+/* A record for `step` with n replicas and nbk buckets; NULL without memory. */
+troupe__dp_steplog_t *troupe__dp_steplog_new(int64_t step, int n, size_t nbk, int exchange);
+void troupe__dp_steplog_begin(troupe__dp_steplog_t *r, troupe_stream_t *owner);
+void troupe__dp_steplog_grad(troupe__dp_steplog_t *r, int k, troupe_event_t *ev);
+void troupe__dp_steplog_merge(troupe__dp_steplog_t *r, troupe_event_t *ev);
+/* which: 0 the bucket's last to_host, 1 its allreduce, 2 its last from_host. */
+void troupe__dp_steplog_bucket(troupe__dp_steplog_t *r, size_t b, int which, troupe_event_t *ev);
+void troupe__dp_steplog_optimizer(troupe__dp_steplog_t *r, troupe_event_t *ev);
+void troupe__dp_steplog_set_host(troupe__dp_steplog_t *r, int64_t host_ns);
+/* Drops a reference; the last one logs the line (when the step completed) and frees. */
+void troupe__dp_steplog_release(troupe__dp_steplog_t **r_p);
+
 struct troupe_dp {
     troupe_backend_t *backend;
     troupe_optimizer_t opt;
@@ -58,6 +91,11 @@ struct troupe_dp {
     /* the cross-rank allreduce (and dp_new's broadcast) go through the nodes' host arrays
      * (troupe_dp_config_t.stage_through_host, or a backend without host-addressable memory) */
     bool staged;
+    troupe__dp_exchange_t exchange;
+    /* staged: the buckets, gradients grads_by_id[bk_first[b] .. bk_first[b + 1]) for b < nbk,
+     * cut in node-id order at troupe_config_fusion_bytes() when the driver was built */
+    size_t nbk;
+    size_t *bk_first;
     int rank;            /* this rank (0 when local_only) */
     int nranks;          /* ranks (1 when local_only) */
     int64_t replicas;       /* T: the replicas of every rank (n * nranks when they agree) */

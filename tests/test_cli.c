@@ -198,6 +198,20 @@ Test(cli, info_prints_key_value_lines_for_every_fact)
     cr_assert_str_eq(v, "warn");
     cr_assert(s_value(r.out, "config.fault", v, sizeof v));
     cr_assert_str_eq(v, "");
+    cr_assert(s_value(r.out, "config.cpu_devices", v, sizeof v), "%s", r.out);
+    cr_assert_str_eq(v, "1");
+    cr_assert(s_value(r.out, "config.device", v, sizeof v), "%s", r.out);
+    cr_assert_str_eq(v, "");
+    cr_assert(s_value(r.out, "config.cuda_aware", v, sizeof v), "%s", r.out);
+    cr_assert_str_eq(v, "auto");
+    /* what this build's MPI says about device memory (the Debian Open MPI here: 0) */
+    cr_assert(s_value(r.out, "cluster.cuda_aware", v, sizeof v), "%s", r.out);
+    if (TROUPE_HAVE_MPI)
+        cr_assert(strncmp(v, "yes (", 5) == 0 || strncmp(v, "no (", 4) == 0 ||
+                      strncmp(v, "unknown (", 9) == 0,
+                  "cluster.cuda_aware: %s", v);
+    else
+        cr_assert_str_eq(v, "none (built without MPI)");
 }
 
 Test(cli, info_reports_the_environment_configuration)
@@ -229,6 +243,25 @@ Test(cli, info_reports_the_environment_configuration)
     cr_assert_str_eq(v, "error:transport,parallel");
     cr_assert(s_value(r.out, "config.coll_shm", v, sizeof v));
     cr_assert_str_eq(v, "0");
+
+    s_troupe(&r, (const char *[]){"info", NULL},
+             (const char *[]){"TROUPE_CPU_DEVICES=3", "TROUPE_DEVICE=2,0", "TROUPE_CUDA_AWARE=off",
+                              NULL});
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert(s_value(r.out, "config.cpu_devices", v, sizeof v));
+    cr_assert_str_eq(v, "3");
+    cr_assert(s_value(r.out, "config.device", v, sizeof v));
+    cr_assert_str_eq(v, "2,0");
+    cr_assert(s_value(r.out, "config.cuda_aware", v, sizeof v));
+    cr_assert_str_eq(v, "off");
+    cr_assert_str_empty(r.err, "stderr: %s", r.err);
+
+    /* a malformed TROUPE_CUDA_AWARE keeps the default and warns on stderr */
+    s_troupe(&r, (const char *[]){"info", NULL}, (const char *[]){"TROUPE_CUDA_AWARE=maybe", NULL});
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert(s_value(r.out, "config.cuda_aware", v, sizeof v));
+    cr_assert_str_eq(v, "auto");
+    cr_assert_not_null(strstr(r.err, "TROUPE_CUDA_AWARE"), "stderr: %s", r.err);
 }
 
 Test(cli, info_warns_when_the_default_backend_is_not_built)

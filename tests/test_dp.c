@@ -6,11 +6,15 @@
  * Runs on "sync" and "cpu". */
 #include "actors/troupe.h"
 #include "parallel/dp.h"
+#include "parallel/dp_impl.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "runtime_test_util.h"
 
 #define DPT_CHECK(expr) OK(expr)
+#include "dp_breakdown.h"
 #include "dp_test_model.h"
 
 #include <criterion/criterion.h>
@@ -224,6 +228,56 @@ Test(dp, adamw_matches_the_c_reference)
 {
     s_against_reference("sync", TROUPE_OPT_ADAMW);
     s_against_reference("cpu", TROUPE_OPT_ADAMW);
+}
+
+/* The exchange a run picks (parallel/dp.h, CUDA-aware MPI): one rank exchanges nothing; host
+ * memory is lent in place; device memory is staged through host memory unless MPI is
+ * CUDA-aware and the backend can lend its arrays (then handed over as it is); the cuda
+ * backend, which cannot lend, stages even with CUDA-aware MPI. */
+Test(dp, the_exchange_follows_memory_and_cuda_aware_mpi)
+{
+    cr_assert_eq(troupe__dp_choose_exchange(1, true, false, true), TROUPE__DP_EXCHANGE_NONE);
+    cr_assert_eq(troupe__dp_choose_exchange(2, false, true, false), TROUPE__DP_EXCHANGE_INPLACE);
+    cr_assert_eq(troupe__dp_choose_exchange(2, false, true, true), TROUPE__DP_EXCHANGE_INPLACE);
+    cr_assert_eq(troupe__dp_choose_exchange(2, true, true, false), TROUPE__DP_EXCHANGE_STAGED);
+    cr_assert_eq(troupe__dp_choose_exchange(2, true, true, true), TROUPE__DP_EXCHANGE_DIRECT);
+    cr_assert_eq(troupe__dp_choose_exchange(2, true, false, true), TROUPE__DP_EXCHANGE_STAGED);
+    cr_assert_eq(troupe__dp_choose_exchange(2, true, false, false), TROUPE__DP_EXCHANGE_STAGED);
+    cr_assert_str_eq(troupe__dp_exchange_name(TROUPE__DP_EXCHANGE_DIRECT), "direct");
+    cr_assert_str_eq(troupe__dp_exchange_name(TROUPE__DP_EXCHANGE_STAGED), "staged");
+}
+
+/* At debug:parallel each of the first steps logs its breakdown (parallel/dp.h, Step
+ * breakdown) once, with sane fields; one rank exchanges nothing. */
+Test(dp, debug_log_breaks_each_step_down)
+{
+    char path[] = "/tmp/troupe-dp-breakdown-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    OK(troupe_log_set_file(path));
+    OK(troupe_log_configure("debug:parallel"));
+    float out[NP];
+    s_train("cpu", 2, TROUPE_OPT_SGD, 4, out, NULL);
+    OK(troupe_log_configure("warn"));
+    OK(troupe_log_set_file(NULL));
+    dpb_line_t l[16];
+    int n = dpb_read(path, l, 16);
+    unlink(path);
+    cr_assert_eq(n, 4, "%d breakdown lines for 4 steps", n);
+    for (int i = 0; i < n; i++) {
+        const char *bad = dpb_insane(&l[i]);
+        cr_assert_null(bad, "step %lld: %s", l[i].step, bad);
+        cr_assert_str_eq(l[i].exchange_kind, "none");
+        cr_assert_eq(l[i].buckets, 0);
+        cr_assert_eq(l[i].exchange, 0.0);
+        cr_assert_gt(l[i].compute, 0.0, "step %lld: no compute time", l[i].step);
+    }
+    bool seen[4] = {false};
+    for (int i = 0; i < n; i++)
+        if (l[i].step >= 0 && l[i].step < 4)
+            seen[l[i].step] = true;
+    cr_assert(seen[0] && seen[1] && seen[2] && seen[3], "steps 0-3 each logged once");
 }
 
 Test(dp, two_streams_on_half_batches_equal_one_stream_on_full_batches)

@@ -21,3 +21,7 @@ endforeach()
 # rank; the staged run equals the lent one bit for bit).
 troupe_add_mpi_test(test_dp_staged SOURCES test_dp_staged.c NP 2 TIMEOUT 300
                     ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
+# The staged exchange pipelined over two buckets (TROUPE_FUSION_BYTES at its floor), its
+# per-step breakdown at debug:parallel, and TROUPE_CUDA_AWARE=on taking the direct path.
+troupe_add_mpi_test(test_dp_pipeline SOURCES test_dp_pipeline.c NP 2 TIMEOUT 300
+                    ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)

@@ -41,7 +41,13 @@
  *   config.denormals (flush|keep, as TROUPE_DENORMALS),
  *   config.trace (TROUPE_TRACE's prefix, empty when off; the command itself is never traced),
  *   config.fault (the armed TROUPE_FAULT specification, empty when none),
- *   config.log (LEVEL[:SUBSYSTEM,...], as TROUPE_LOG)
+ *   config.log (LEVEL[:SUBSYSTEM,...], as TROUPE_LOG),
+ *   config.cpu_devices (TROUPE_CPU_DEVICES), config.device (TROUPE_DEVICE, empty when unset),
+ *   config.cuda_aware (auto|on|off, as TROUPE_CUDA_AWARE)
+ *   cluster.cuda_aware: no (MPIX_CUDA_AWARE_SUPPORT 0)   whether the MPI library takes CUDA
+ *                                              device memory (transport/mpi/cluster.h
+ *                                              troupe_mpi_cuda_support; the cross-rank exchange
+ *                                              of device gradients, parallel/dp.h)
  *
  * Keys are stable; values are facts of this build and machine. Warnings go to stderr, once
  * each: a malformed environment variable (logged by base/config at warn level, else printed
@@ -250,6 +256,11 @@ static void s_config(void)
     printf("config.trace: %s\n", s_trace_prefix);
     printf("config.fault: %s\n", troupe_config_fault());
     s_print_log();
+    printf("config.cpu_devices: %d\n", troupe_config_cpu_devices());
+    const char *dev = troupe_config_device();
+    printf("config.device: %s\n", dev != NULL ? dev : "");
+    printf("config.cuda_aware: %s\n", troupe_config_cuda_aware_name(troupe_config_cuda_aware()));
+    printf("cluster.cuda_aware: %s\n", troupe_mpi_cuda_support());
 }
 
 /* The cores this process may run on (its CPU affinity), else the online cores. */

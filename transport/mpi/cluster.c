@@ -25,6 +25,11 @@
 
 #if TROUPE_HAVE_MPI
 #include <mpi.h>
+#if defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h> /* Open MPI's extensions: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support */
+#endif
+#endif
 #endif
 
 /* How long troupe_cluster_leave waits for the engine to get out of MPI. */
@@ -35,6 +40,7 @@ static struct {
     atomic_bool distributed;
     atomic_bool failed; /* failure != TROUPE_OK, readable without the lock */
     atomic_int rank, size, local_rank, local_size;
+    atomic_bool cuda_aware; /* MPIX_Query_cuda_support() at init */
     bool mpi_ours;      /* we called MPI_Init_thread (so we finalize) */
     bool mpi_finalized; /* MPI cannot be initialised again in this process */
     pthread_mutex_t mu; /* guards the failure fields */
@@ -140,6 +146,24 @@ int troupe_cluster_local_rank(void)
 int troupe_cluster_local_size(void)
 {
     return atomic_load(&s_cl.initialized) ? atomic_load(&s_cl.local_size) : 1;
+}
+
+const char *troupe_mpi_cuda_support(void)
+{
+#if !TROUPE_HAVE_MPI
+    return "none (built without MPI)";
+#elif !defined(MPIX_CUDA_AWARE_SUPPORT)
+    return "unknown (no MPIX_CUDA_AWARE_SUPPORT in mpi-ext.h)";
+#elif MPIX_CUDA_AWARE_SUPPORT
+    return "yes (MPIX_CUDA_AWARE_SUPPORT 1)";
+#else
+    return "no (MPIX_CUDA_AWARE_SUPPORT 0)";
+#endif
+}
+
+bool troupe_cluster_cuda_aware(void)
+{
+    return atomic_load(&s_cl.initialized) && atomic_load(&s_cl.cuda_aware);
 }
 
 static pthread_once_t s_version_once = PTHREAD_ONCE_INIT;
@@ -355,6 +379,9 @@ static troupe_status_t s_mpi_init(int *argc, char ***argv)
     atomic_store(&s_cl.local_rank, local_rank);
     atomic_store(&s_cl.local_size, local_size);
     atomic_store(&s_cl.distributed, size > 1);
+#if defined(MPIX_CUDA_AWARE_SUPPORT) /* built with or without it, the library says at run time */
+    atomic_store(&s_cl.cuda_aware, MPIX_Query_cuda_support() == 1);
+#endif
     troupe_log_set_rank(rank);
     troupe__fault_set_rank(rank);
     troupe__trace_set_rank(rank, size);
@@ -406,9 +433,11 @@ troupe_status_t troupe_cluster_init(int *argc, char ***argv)
     if (!launcher)
         s_status_single();
     atomic_store(&s_cl.initialized, true);
-    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TRANSPORT, "cluster: rank %d of %d (local %d of %d), %s",
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TRANSPORT,
+               "cluster: rank %d of %d (local %d of %d), %s, CUDA-aware MPI %s",
                atomic_load(&s_cl.rank), atomic_load(&s_cl.size), atomic_load(&s_cl.local_rank),
-               atomic_load(&s_cl.local_size), launcher ? troupe_mpi_version() : "no launcher");
+               atomic_load(&s_cl.local_size), launcher ? troupe_mpi_version() : "no launcher",
+               atomic_load(&s_cl.cuda_aware) ? "yes" : "no");
     return TROUPE_OK;
 }
 

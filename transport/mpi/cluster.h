@@ -69,6 +69,15 @@ int troupe_cluster_rank(void);            /* 0 when not initialized */
 int troupe_cluster_size(void);            /* 1 when not initialized */
 int troupe_cluster_local_rank(void);      /* rank among the processes of this node */
 int troupe_cluster_local_size(void);
+/* Whether the MPI library says it takes CUDA device memory (Open MPI's mpi-ext.h:
+ * MPIX_Query_cuda_support() where MPIX_CUDA_AWARE_SUPPORT is defined), asked once at
+ * troupe_cluster_init; false before it, without MPI, or with an MPI that cannot say. */
+bool troupe_cluster_cuda_aware(void);
+/* What this build's MPI says about CUDA device memory without initializing it (troupe info):
+ * "yes (MPIX_CUDA_AWARE_SUPPORT 1)", "no (MPIX_CUDA_AWARE_SUPPORT 0)", "unknown (no
+ * MPIX_CUDA_AWARE_SUPPORT in mpi-ext.h)", or "none (built without MPI)"; a static string. The
+ * run-time answer (troupe_cluster_cuda_aware) is asked at troupe_cluster_init. */
+const char *troupe_mpi_cuda_support(void);
 
 /* TROUPE_OK while healthy; after a failed collective its status (message in
  * troupe_last_error()). */

@@ -119,6 +119,7 @@ void troupe__req_free(troupe__req_t **r_p)
     if (r_p == NULL || *r_p == NULL)
         return;
     troupe__req_t *r = *r_p;
+    troupe__gate_release(&r->gate);
     troupe_event_release(&r->ev);
     troupe_free(r->tensors);
     troupe_free(r->fp);
@@ -130,12 +131,80 @@ void troupe__req_finish(troupe__req_t **r_p, troupe_status_t status, const char 
 {
     troupe__req_t *r = *r_p;
     bool coll = r->kind == TROUPE__REQ_ALLREDUCE || r->kind == TROUPE__REQ_BROADCAST;
+    if (status == TROUPE_OK && r->gate != NULL && atomic_load(&r->gate->status) != TROUPE_OK) {
+        /* the data moved (so no rank waits for this one) but what it read was not ready */
+        status = (troupe_status_t)atomic_load(&r->gate->status);
+        message = r->gate->message;
+    }
     if (status == TROUPE_OK)
         troupe__stats_add(0, coll ? 1 : 0, 0, coll ? (uint64_t)r->bytes : 0, 0);
     else
         troupe__stats_add(0, 0, 0, 0, 1);
     troupe_event_complete(r->ev, status, message);
     troupe__req_free(r_p);
+}
+
+/* ---- gates (troupe_allreduce_args_t.after) ------------------------------------------------ */
+
+void troupe__gate_release(troupe__gate_t **g_p)
+{
+    if (g_p == NULL || *g_p == NULL)
+        return;
+    troupe__gate_t *g = *g_p;
+    *g_p = NULL;
+    if (atomic_fetch_sub(&g->refs, 1) == 1)
+        troupe_free(g);
+}
+
+bool troupe__gate_closed(troupe__gate_t *g)
+{
+    return g != NULL && atomic_load(&g->left) > 0;
+}
+
+/* One of the gate's events completed (or was released pending: CANCELLED). */
+static void s_gate_opened(void *user, troupe_event_t *ev, troupe_status_t status)
+{
+    troupe__gate_t *g = user;
+    int ok = TROUPE_OK;
+    if (status != TROUPE_OK && atomic_compare_exchange_strong(&g->status, &ok, (int)status)) {
+        char *m = ev != NULL ? troupe_event_copy_message(ev) : NULL;
+        snprintf(g->message, sizeof g->message, "allreduce: an event it waited for (%s) failed: %s",
+                 ev != NULL ? troupe_event_name(ev) : "released", m != NULL ? m : "cancelled");
+        troupe_free(m);
+    }
+    if (atomic_fetch_sub(&g->left, 1) == 1)
+        troupe__engine_wake();
+    troupe__gate_release(&g);
+}
+
+troupe_status_t troupe__gate_new(troupe_event_t *const *after, size_t n, troupe__gate_t **out)
+{
+    *out = NULL;
+    if (n == 0)
+        return TROUPE_OK;
+    troupe__gate_t *g = troupe_calloc(1, sizeof *g);
+    if (g == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "allreduce: out of memory");
+    atomic_init(&g->refs, 1);
+    atomic_init(&g->left, n + 1);
+    atomic_init(&g->status, TROUPE_OK);
+    troupe_status_t st = TROUPE_OK;
+    for (size_t i = 0; i < n; i++) {
+        atomic_fetch_add(&g->refs, 1);
+        st = troupe_event_subscribe(after[i], s_gate_opened, g);
+        if (st != TROUPE_OK) { /* the callback never runs: undo its share */
+            atomic_fetch_sub(&g->refs, 1);
+            atomic_fetch_sub(&g->left, (size_t)(n - i));
+            break;
+        }
+    }
+    atomic_fetch_sub(&g->left, 1);
+    if (st != TROUPE_OK) {
+        troupe__gate_release(&g); /* the pending callbacks hold the rest */
+        return st;
+    }
+    *out = g;
+    return TROUPE_OK;
 }
 
 /* ---- argument checks --------------------------------------------------------------------- */
@@ -315,15 +384,27 @@ static troupe_status_t s_check_flags(const char *what, unsigned flags)
 static troupe_status_t s_host_collective(troupe__req_kind_t kind,
                                          const troupe_coll_tensor_t *tensors, size_t n,
                                          troupe_reduce_op_t op, int root, unsigned flags,
+                                         troupe_event_t *const *after, size_t n_after,
                                          troupe_event_t **out_ev)
 {
     const char *what = troupe__req_kind_name(kind);
     if (out_ev == NULL)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: out_ev is NULL", what);
     *out_ev = NULL;
+    if ((after == NULL) != (n_after == 0))
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: after is %s but n_after is %zu", what,
+                             after == NULL ? "NULL" : "given", n_after);
+    for (size_t i = 0; i < n_after; i++)
+        if (after[i] == NULL)
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: after[%zu] is NULL", what, i);
     troupe__req_t *r = NULL;
     TROUPE_RETURN_IF_ERROR(s_build(kind, tensors, n, op, root, &r));
     r->bf16_wire = (flags & TROUPE_COLL_BF16) != 0;
+    troupe_status_t gst = troupe__gate_new(after, n_after, &r->gate);
+    if (gst != TROUPE_OK) {
+        troupe__req_free(&r);
+        return gst;
+    }
     char name[64];
     snprintf(name, sizeof name, "transport:%s", what);
     troupe_status_t st = troupe_event_new(name, &r->ev);
@@ -331,7 +412,9 @@ static troupe_status_t s_host_collective(troupe__req_kind_t kind,
         troupe__req_free(&r);
         return st;
     }
-    r->lazy = true; /* started by the event's first consumer: see troupe__engine_progress */
+    /* started by the event's first consumer (see troupe__engine_progress); a gated request as
+     * soon as its gate opens, so that it overlaps what comes after its events */
+    r->lazy = r->gate == NULL;
     troupe__event_set_progress(r->ev, troupe__engine_progress);
     troupe_event_retain(r->ev);
     *out_ev = r->ev;
@@ -362,8 +445,8 @@ void troupe_coll_free(void *p)
 troupe_status_t troupe_broadcast(const troupe_coll_tensor_t *tensors, size_t n, int root,
                                  troupe_event_t **out_ev)
 {
-    return s_host_collective(TROUPE__REQ_BROADCAST, tensors, n, TROUPE_REDUCE_SUM, root, 0u,
-                             out_ev);
+    return s_host_collective(TROUPE__REQ_BROADCAST, tensors, n, TROUPE_REDUCE_SUM, root, 0u, NULL,
+                             0, out_ev);
 }
 
 /* ---- device level ------------------------------------------------------------------------ */
@@ -494,8 +577,12 @@ troupe_status_t troupe_allreduce(const troupe_allreduce_args_t *args, troupe_eve
             return troupe__error(TROUPE_INVALID_ARGUMENT,
                                  "allreduce: TROUPE_COLL_DEFERRED needs the device level (ctx)");
         return s_host_collective(TROUPE__REQ_ALLREDUCE, args->tensors, args->n, args->op, 0,
-                                 args->flags, out_ev);
+                                 args->flags, args->after, args->n_after, out_ev);
     }
+    if (args->after != NULL || args->n_after != 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce: after needs the host level (tensors): a device-level "
+                             "allreduce follows its stream");
     if (deferred && out_ev == NULL)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "allreduce: out_ev is NULL with TROUPE_COLL_DEFERRED (the caller "

@@ -184,6 +184,17 @@ typedef struct troupe_allreduce_args {
     const troupe_coll_tensor_t *tensors; /* host level; borrowed for the call */
     troupe_context_t *ctx;               /* device level; borrowed */
     troupe_tnode_t *const *nodes;        /* device level: n nodes of ctx; borrowed */
+    /* Host level only: n_after events (borrowed for the call; NULL/0: none) that fill the
+     * tensors, such as the to_host copies of device arrays into them (parallel/ stages a
+     * backend's gradients so). The request takes its place in the order at the call, but the
+     * transport reads the tensors only once every one of these completed, and then starts it
+     * without waiting to be consumed (unlike other host-level collectives), so its reduction
+     * overlaps whatever the caller scheduled after those events (the copies of the next
+     * bucket). Requests issued after it wait for it, as for any collective. A failed event
+     * does not hold the ranks up: the collective still runs (the other ranks get this rank's
+     * stale values) and its event then fails with that event's status and message. */
+    troupe_event_t *const *after;
+    size_t n_after;
 } troupe_allreduce_args_t;
 
 /* Allreduce in place, fused (see above), the one entry point for host buffers and device

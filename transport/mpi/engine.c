@@ -158,6 +158,11 @@ static struct {
     troupe__board_slot_t *board; /* the transport's status-board slot (s_board_publish) */
     uint64_t coll_done;          /* the last collective that completed */
     uint64_t board_sig;          /* what was last published there */
+    /* every request in flight waited for its gate at the last turn (s_iteration), which began
+     * when gate_wakes was gated_at: the engine thread then sleeps until a gate opens */
+    bool all_gated;
+    uint64_t gated_at;
+    uint64_t gate_wakes; /* under mu: troupe__engine_wake calls */
     bool waiting_on_peers;    /* every active request waits for slower ranks (s_iteration) */
     int64_t waiting_since_ns; /* then: when the newest of them started */
 } s_a = {
@@ -1007,7 +1012,10 @@ static void s_iteration(unsigned turn)
         return;
     }
     memset(s_a.lane_busy, 0, 1 + 2 * (size_t)s_a.comm.size);
-    bool finished = false;
+    pthread_mutex_lock(&s_a.mu);
+    uint64_t wakes = s_a.gate_wakes;
+    pthread_mutex_unlock(&s_a.mu);
+    bool finished = false, stepped = false;
     s_a.waiting_on_peers = s_a.head != NULL;
     s_a.waiting_since_ns = 0;
     int64_t patient = troupe_now_ns() - S_PATIENT_NS;
@@ -1023,6 +1031,9 @@ static void s_iteration(unsigned turn)
         if (s_a.lane_busy[lane])
             continue;
         s_a.lane_busy[lane] = 1;
+        if (rs->phase == S_PH_INIT && troupe__gate_closed(r->gate))
+            continue; /* its tensors are still being filled; those behind it in its lane wait */
+        stepped = true;
         if (troupe__cluster_is_failed()) {
             troupe_status_t cst = troupe__cluster_failure(cmsg, sizeof cmsg);
             s_finish(r, cst, cmsg);
@@ -1048,6 +1059,8 @@ static void s_iteration(unsigned turn)
         s_fail_all(cst, cmsg);
     }
     s_reap();
+    s_a.all_gated = !stepped && s_a.head != NULL;
+    s_a.gated_at = wakes;
     if (turn % S_SERVICE_EVERY == 0 || finished)
         s_board_publish();
 }
@@ -1154,7 +1167,8 @@ static void *s_engine_main(void *arg)
         }
         troupe__req_t *in = s_take_inbox();
         bool abort_now = s_a.abort_now;
-        if (in == NULL && s_a.head == NULL && !abort_now) {
+        bool gated = s_a.head != NULL && s_a.all_gated && s_a.gated_at == s_a.gate_wakes;
+        if (in == NULL && (s_a.head == NULL || gated) && !abort_now) {
             s_a.busy = false;
             if (s_a.stop) {
                 pthread_mutex_unlock(&s_a.mu);
@@ -1367,6 +1381,14 @@ bool troupe__engine_running(void)
     pthread_mutex_unlock(&s_a.mu);
     return on;
 }
+void troupe__engine_wake(void)
+{
+    pthread_mutex_lock(&s_a.mu);
+    s_a.gate_wakes++;
+    if (s_a.sleeping && !s_a.helping)
+        pthread_cond_signal(&s_a.cv);
+    pthread_mutex_unlock(&s_a.mu);
+}
 
 void troupe__engine_submit(troupe__req_t **r_p)
 {
@@ -1433,6 +1455,10 @@ bool troupe__engine_stop(bool drain, int64_t timeout_ns)
 bool troupe__engine_running(void)
 {
     return false;
+}
+
+void troupe__engine_wake(void)
+{
 }
 
 void troupe__engine_submit(troupe__req_t **r_p)

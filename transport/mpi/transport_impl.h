@@ -26,6 +26,7 @@
 #include "base/status.h"
 #include "transport/mpi/collective.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,6 +75,26 @@ typedef struct troupe__fp_header {
 
 #define TROUPE__FP_MAGIC INT64_C(0x74727570666e6770) /* "trupfngp" */
 
+/* The events a host-level request waits for before the engine starts it
+ * (troupe_allreduce_args_t.after): refcounted by the request and by each subscription, since
+ * a failed request can be freed before the events complete. */
+typedef struct troupe__gate {
+    atomic_int refs;           /* the request's, plus one per subscription not yet called */
+    atomic_size_t left;        /* events not completed yet (+1 while subscribing) */
+    atomic_int status;         /* the first failure among them (troupe_status_t), else OK */
+    char message[256];         /* its message, written by the callback that set status */
+} troupe__gate_t;
+
+/* A gate over after[0..n) (each subscribed; the request's reference in *out). The engine is
+ * woken (troupe__engine_wake) when the last one completes. NULL-safe for n == 0 (*out NULL).
+ * Errors: RESOURCE_EXHAUSTED, the subscriptions'. */
+TROUPE_MUST_USE troupe_status_t troupe__gate_new(troupe_event_t *const *after, size_t n,
+                                                 troupe__gate_t **out);
+/* True while some event of g has not completed (false for NULL). */
+bool troupe__gate_closed(troupe__gate_t *g);
+/* Drops a reference; NULL-safe; nulls *g_p. */
+void troupe__gate_release(troupe__gate_t **g_p);
+
 typedef struct troupe__req troupe__req_t;
 struct troupe__req {
     troupe__req_t *next; /* engine queue link */
@@ -92,6 +113,8 @@ struct troupe__req {
     troupe_event_t *ev;            /* the request's reference; completed exactly once */
     bool lazy; /* host-level: submitting does not wake the engine thread; the event's first
                   consumer does (troupe__engine_progress), or the engine's next work */
+    troupe__gate_t *gate; /* host level: events to wait for before reading the tensors (the
+                             engine leaves the request unstarted while closed); NULL: none */
     int64_t submitted_ns;
     const char *phase;  /* the issuing thread's step phase (base/trace.h), a literal, or NULL */
     void *engine_state; /* the engine's per-request state (engine.c) */
@@ -280,6 +303,10 @@ bool troupe__engine_running(void);
  * the engine is not running, or the cluster has failed, the request completes at once with
  * that status. Thread-safe. */
 void troupe__engine_submit(troupe__req_t **r_p);
+
+/* Wakes the engine thread if it sleeps with gated requests in flight (a gate opened). Thread-safe;
+ * a no-op without MPI or while the engine does not run. */
+void troupe__engine_wake(void);
 
 /* The progress hook of lazily submitted collectives' events (troupe__event_set_progress;
  * r->lazy: the engine thread is not woken). With TROUPE__EVENT_KICK it wakes the engine
