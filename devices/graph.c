@@ -225,8 +225,15 @@ troupe_status_t troupe__graph_run(troupe_driver_t *drv, troupe_dqueue_t *q, trou
     pthread_mutex_unlock(&s_mu);
     s_release_all(drv, &evicted, 1);
     s_release_all(drv, graphs, TROUPE_GRAPH_SLOTS);
-    if (action == S_PLAIN)
-        return s_plain(drv, q, code, args, nargs);
+    if (action == S_PLAIN) {
+        troupe_status_t pst = s_plain(drv, q, code, args, nargs);
+        if (pst != TROUPE_OK && sl != NULL) { /* a refused launch is no warm-up */
+            pthread_mutex_lock(&s_mu);
+            sl->plain_runs = 0;
+            pthread_mutex_unlock(&s_mu);
+        }
+        return pst;
+    }
     troupe_status_t st;
     if (action == S_CAPTURE) {
         atomic_fetch_add(&s_captures, 1);
