@@ -261,8 +261,7 @@ troupe_status_t troupe_driver_launch(troupe_driver_t *drv, troupe_dqueue_t *q, t
 {
     S_CHECK(drv, launch);
     const troupe_driver_vtable_t *vt = drv->vt;
-    if (q == NULL || code == NULL || !vt->graph_capture || !vt->graph_launch ||
-        !vt->graph_release)
+    if (q == NULL || code == NULL || !vt->graph_capture || !vt->graph_launch || !vt->graph_release)
         return vt->launch(drv, q, code, args, nargs);
     return troupe__graph_run(drv, q, code, args, nargs);
 }

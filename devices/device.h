@@ -231,9 +231,9 @@ TROUPE_MUST_USE troupe_status_t troupe_driver_launch(troupe_driver_t *drv, troup
                                                      const troupe_karg_t *args, size_t nargs);
 
 /* ---- the graph policy (devices/graph.c) ----------------------------------------------------- */
-#define TROUPE_GRAPH_WARMUP_RUNS 2     /* plain launches of a binding before it is captured */
-#define TROUPE_GRAPH_SLOTS 8           /* bindings with a graph, per code and queue */
-#define TROUPE_GRAPH_MAX_EVICTIONS 64  /* evicted bindings after which a code stays plain */
+#define TROUPE_GRAPH_WARMUP_RUNS 2    /* plain launches of a binding before it is captured */
+#define TROUPE_GRAPH_SLOTS 8          /* bindings with a graph, per code and queue */
+#define TROUPE_GRAPH_MAX_EVICTIONS 64 /* evicted bindings after which a code stays plain */
 
 typedef enum troupe_graphs_mode {
     TROUPE_GRAPHS_AUTO = 0, /* capture and replay where the driver can (default) */
@@ -249,7 +249,7 @@ void troupe_driver_set_graphs(troupe_graphs_mode_t mode);
 
 /* What the policy did since the process started (or the last reset), summed over drivers:
  * plain launches, captures tried, captures that failed, graph launches (replays), bindings
- * whose graph went stale, codes turned plain. For tests and `troupe_debug_info`. Thread-safe. */
+ * whose graph went stale, codes turned plain. For tests and diagnosis. Thread-safe. */
 typedef struct troupe_graph_stats {
     uint64_t plain, captures, capture_failures, replays, stale, refused;
 } troupe_graph_stats_t;

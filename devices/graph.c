@@ -36,7 +36,8 @@ static pthread_mutex_t s_mu = PTHREAD_MUTEX_INITIALIZER;
 static s_rec_t *s_recs;
 
 static atomic_int s_mode = -1; /* -1: TROUPE_CUDA_GRAPHS not read yet */
-static atomic_uint_fast64_t s_n_plain, s_captures, s_capture_failures, s_replays, s_stale, s_refused;
+static atomic_uint_fast64_t s_n_plain, s_captures, s_capture_failures, s_replays, s_stale,
+    s_refused;
 
 /* ---- mode and statistics ----------------------------------------------------------------- */
 
@@ -66,9 +67,9 @@ void troupe_driver_graph_stats(troupe_graph_stats_t *out)
 {
     if (out == NULL)
         return;
-    *out = (troupe_graph_stats_t){atomic_load(&s_n_plain),     atomic_load(&s_captures),
-                                  atomic_load(&s_capture_failures), atomic_load(&s_replays),
-                                  atomic_load(&s_stale),     atomic_load(&s_refused)};
+    *out = (troupe_graph_stats_t){
+        atomic_load(&s_n_plain), atomic_load(&s_captures), atomic_load(&s_capture_failures),
+        atomic_load(&s_replays), atomic_load(&s_stale),    atomic_load(&s_refused)};
 }
 
 void troupe_driver_graph_stats_reset(void)
@@ -153,14 +154,14 @@ static s_slot_t *s_slot_locked(s_rec_t *r, const troupe_karg_t *args, size_t nar
         s_slot_t *sl = &r->slots[i];
         if (s_same_binding(sl, args, nargs))
             return sl;
-        if (victim == NULL || (victim->args != NULL &&
-                               (sl->args == NULL || sl->last_use < victim->last_use)))
+        if (victim == NULL ||
+            (victim->args != NULL && (sl->args == NULL || sl->last_use < victim->last_use)))
             victim = sl;
     }
     if (victim->args != NULL && ++r->evictions >= TROUPE_GRAPH_MAX_EVICTIONS) {
         char why[96];
-        snprintf(why, sizeof why, "its arguments changed %u times beyond %d bindings",
-                 r->evictions, TROUPE_GRAPH_SLOTS);
+        snprintf(why, sizeof why, "its arguments changed %u times beyond %d bindings", r->evictions,
+                 TROUPE_GRAPH_SLOTS);
         s_refuse_locked(r, why, graphs);
         return NULL;
     }
@@ -208,8 +209,8 @@ troupe_status_t troupe__graph_run(troupe_driver_t *drv, troupe_dqueue_t *q, trou
     enum { S_PLAIN, S_CAPTURE, S_REPLAY } action = S_PLAIN;
     pthread_mutex_lock(&s_mu);
     s_rec_t *r = s_rec_locked(drv, q, code);
-    s_slot_t *sl = r != NULL && !r->refused ? s_slot_locked(r, args, nargs, &evicted, graphs)
-                                            : NULL;
+    s_slot_t *sl =
+        r != NULL && !r->refused ? s_slot_locked(r, args, nargs, &evicted, graphs) : NULL;
     troupe_dgraph_t *g = NULL;
     if (sl != NULL) {
         sl->last_use = ++r->clock;

@@ -233,8 +233,7 @@ static troupe_status_t s_add(troupe_dqueue_t *q, troupe_dcode_t *code, const tro
     if (nargs != 2 || args[0].kind != TROUPE_KARG_STATIC_IDX || args[0].value < 0 ||
         args[0].value >= 16 || args[1].kind != TROUPE_KARG_BUFFER)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "fake launch: bad arguments");
-    s_push(q, (s_op_t){S_OP_ADD, NULL, 0, &code->out[args[0].value],
-                       1 + (int)args[1].buf.offset});
+    s_push(q, (s_op_t){S_OP_ADD, NULL, 0, &code->out[args[0].value], 1 + (int)args[1].buf.offset});
     return TROUPE_OK;
 }
 
@@ -260,8 +259,8 @@ static troupe_status_t s_graph_capture(troupe_driver_t *drv, troupe_dqueue_t *q,
     return TROUPE_OK;
 }
 
-static troupe_status_t s_graph_launch(troupe_driver_t *drv, troupe_dqueue_t *q,
-                                      troupe_dgraph_t *g, const troupe_karg_t *args, size_t nargs)
+static troupe_status_t s_graph_launch(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dgraph_t *g,
+                                      const troupe_karg_t *args, size_t nargs)
 {
     if (atomic_load(&s_graphs_stale))
         return troupe__error(TROUPE_UNAVAILABLE, "fake graph_launch: a buffer moved");

@@ -14,9 +14,9 @@ struct troupe_dgraph {
     troupe_dqueue_t *q; /* captured from its stream */
     cudaGraphExec_t exec;
     size_t nargs;
-    void **ptrs;        /* each buffer argument's device address at capture (NULL: an index) */
-    int64_t *values;    /* each static index's value at capture */
-    bool gemm_library;  /* troupe_config_gemm_library() at capture (read at each plain launch) */
+    void **ptrs;       /* each buffer argument's device address at capture (NULL: an index) */
+    int64_t *values;   /* each static index's value at capture */
+    bool gemm_library; /* troupe_config_gemm_library() at capture (read at each plain launch) */
 };
 
 static void s_free(troupe_dgraph_t *g)
@@ -81,8 +81,7 @@ troupe_status_t troupe__cuda_graph_capture(troupe_driver_t *drv, troupe_dqueue_t
     if (st == TROUPE_OK) {
         e = cudaGraphInstantiate(&g->exec, graph, 0);
         if (e != cudaSuccess)
-            st = troupe__cuda_fail(NULL, e, "graph_capture %s: cudaGraphInstantiate",
-                                   code->name);
+            st = troupe__cuda_fail(NULL, e, "graph_capture %s: cudaGraphInstantiate", code->name);
     }
     if (graph != NULL)
         (void)cudaGraphDestroy(graph); /* the executable graph is independent of it */
@@ -123,11 +122,12 @@ troupe_status_t troupe__cuda_graph_launch(troupe_driver_t *drv, troupe_dqueue_t 
             continue;
         }
         void *p = NULL;
-        TROUPE_RETURN_IF_ERROR(troupe__cuda_resolve(q->drv, "graph_launch", a->ordinal, a->buf, &p));
+        TROUPE_RETURN_IF_ERROR(
+            troupe__cuda_resolve(q->drv, "graph_launch", a->ordinal, a->buf, &p));
         if (p != g->ptrs[i])
             return troupe__error(TROUPE_UNAVAILABLE,
-                                 "cuda graph_launch: argument %zu is now at %p, captured at %p",
-                                 i, p, g->ptrs[i]);
+                                 "cuda graph_launch: argument %zu is now at %p, captured at %p", i,
+                                 p, g->ptrs[i]);
     }
     cudaError_t e = cudaGraphLaunch(g->exec, q->stream);
     if (e != cudaSuccess)
