@@ -246,7 +246,9 @@ troupe_status_t troupe__graph_run(troupe_driver_t *drv, troupe_dqueue_t *q, trou
             atomic_fetch_add(&s_capture_failures, 1);
             return s_give_up(r, "capture", st, args, nargs);
         }
-        sl->graph = g; /* only this queue's thread touches its slots (graph_impl.h) */
+        pthread_mutex_lock(&s_mu);
+        sl->graph = g;
+        pthread_mutex_unlock(&s_mu);
         TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
                    "%s graphs: captured a launch after %d plain ones (%zu arguments)",
                    troupe_driver_name(drv), TROUPE_GRAPH_WARMUP_RUNS, nargs);
