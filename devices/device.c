@@ -4,6 +4,7 @@
 #include "base/fault_impl.h"
 #include "base/status.h"
 #include "devices/cpu/cpu_impl.h"
+#include "devices/graph_impl.h"
 #include "devices/sync/sync_impl.h"
 #include "troupe_config.h"
 
@@ -102,6 +103,8 @@ static const struct {
     S_ENTRY(code_release),  S_ENTRY(launch),
     S_ENTRY(event_record),  S_ENTRY(event_query),
     S_ENTRY(event_wait),    S_ENTRY(event_release),
+    S_ENTRY(graph_capture), S_ENTRY(graph_launch),
+    S_ENTRY(graph_release),
 };
 #undef S_ENTRY
 
@@ -142,6 +145,8 @@ troupe_status_t troupe_driver_open(const troupe_driver_vtable_t *vt, troupe_driv
 
 void troupe_driver_close(troupe_driver_t *drv)
 {
+    if (drv && drv->vt)
+        troupe__graph_forget(drv, NULL, NULL);
     if (drv && drv->vt && drv->vt->close)
         drv->vt->close(drv);
 }
@@ -201,6 +206,8 @@ troupe_status_t troupe_driver_queue_create(troupe_driver_t *drv, int ordinal, tr
 
 void troupe_driver_queue_destroy(troupe_driver_t *drv, troupe_dqueue_t *q)
 {
+    if (q && drv && drv->vt)
+        troupe__graph_forget(drv, q, NULL);
     if (q && drv && drv->vt && drv->vt->queue_destroy)
         drv->vt->queue_destroy(drv, q);
 }
@@ -243,6 +250,8 @@ troupe_status_t troupe_driver_compile(troupe_driver_t *drv, const troupe_ll_proc
 
 void troupe_driver_code_release(troupe_driver_t *drv, troupe_dcode_t *code)
 {
+    if (code && drv && drv->vt)
+        troupe__graph_forget(drv, NULL, code);
     if (code && drv && drv->vt && drv->vt->code_release)
         drv->vt->code_release(drv, code);
 }
@@ -251,7 +260,10 @@ troupe_status_t troupe_driver_launch(troupe_driver_t *drv, troupe_dqueue_t *q, t
                                      const troupe_karg_t *args, size_t nargs)
 {
     S_CHECK(drv, launch);
-    return drv->vt->launch(drv, q, code, args, nargs);
+    const troupe_driver_vtable_t *vt = drv->vt;
+    if (q == NULL || code == NULL || !vt->graph_capture || !vt->graph_launch || !vt->graph_release)
+        return vt->launch(drv, q, code, args, nargs);
+    return troupe__graph_run(drv, q, code, args, nargs);
 }
 
 troupe_status_t troupe_driver_event_record(troupe_driver_t *drv, troupe_dqueue_t *q,

@@ -47,6 +47,7 @@ typedef struct troupe_driver troupe_driver_t; /* one opened driver (backend) */
 typedef struct troupe_dqueue troupe_dqueue_t; /* a driver queue (one per stream) */
 typedef struct troupe_devent troupe_devent_t; /* a driver event */
 typedef struct troupe_dcode troupe_dcode_t;   /* compiled, device-independent code */
+typedef struct troupe_dgraph troupe_dgraph_t; /* one launch captured for replay (a CUDA graph) */
 
 /* Seed `config`: only sets suggested_num_streams. */
 typedef enum troupe_stream_config {
@@ -125,6 +126,22 @@ typedef struct troupe_driver_vtable {
     troupe_status_t (*event_wait)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_devent_t *ev);
     /* Must not use drv: an event may be released after its driver was closed. */
     void (*event_release)(troupe_driver_t *drv, troupe_devent_t *ev);
+
+    /* ---- graphs (optional: all three or none; devices/graph.c decides when to use them) ----
+     * graph_capture records what launch(drv, q, code, args, nargs) would enqueue as one
+     * replayable graph *without running it*, bound to exactly these arguments (their device
+     * addresses, static indices and merge buffer are baked in); any failure leaves q as it was
+     * (not capturing, nothing enqueued) and returns its status. graph_launch enqueues the
+     * graph's work on q (the queue it was captured on) for a launch with `args`: it returns
+     * TROUPE_UNAVAILABLE without enqueuing anything when the graph no longer matches them (an
+     * argument resolves to another address, a setting the capture depended on changed), other
+     * errors as launch. graph_release frees a graph after the work of its launches finished. */
+    troupe_status_t (*graph_capture)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dcode_t *code,
+                                     const troupe_karg_t *args, size_t nargs,
+                                     troupe_dgraph_t **out);
+    troupe_status_t (*graph_launch)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dgraph_t *g,
+                                    const troupe_karg_t *args, size_t nargs);
+    void (*graph_release)(troupe_driver_t *drv, troupe_dgraph_t *g);
 } troupe_driver_vtable_t;
 
 /* Every opened driver starts with this header (drivers embed it first). */
@@ -199,9 +216,45 @@ TROUPE_MUST_USE troupe_status_t troupe_driver_compile(troupe_driver_t *drv,
                                                       troupe_dcode_t **out);
 /* Nothing for NULL code or without the entry. */
 void troupe_driver_code_release(troupe_driver_t *drv, troupe_dcode_t *code);
+/* Launches code on q. On a driver with the graph entries, while graphs are on
+ * (troupe_driver_graphs), the launch goes through the graph policy (devices/graph.c): the same
+ * code on the same queue with the same arguments (buffers, static-index values, merge buffer) is
+ * launched plainly TROUPE_GRAPH_WARMUP_RUNS times, then captured once and replayed from then on;
+ * up to TROUPE_GRAPH_SLOTS argument bindings keep a graph each per code and queue (least
+ * recently used evicted). A capture, instantiation or graph launch that fails, or bindings that
+ * keep changing (TROUPE_GRAPH_MAX_EVICTIONS evictions), turn graphs off for that code on that
+ * queue: its launches are plain from then on, and one line at debug level (subsystem devices)
+ * says why. Such a failure is never the caller's: the status is the plain launch's. The code
+ * must stay alive during the call. Thread safety: as launch (one thread per queue). */
 TROUPE_MUST_USE troupe_status_t troupe_driver_launch(troupe_driver_t *drv, troupe_dqueue_t *q,
                                                      troupe_dcode_t *code,
                                                      const troupe_karg_t *args, size_t nargs);
+
+/* ---- the graph policy (devices/graph.c) ----------------------------------------------------- */
+#define TROUPE_GRAPH_WARMUP_RUNS 2    /* plain launches of a binding before it is captured */
+#define TROUPE_GRAPH_SLOTS 8          /* bindings with a graph, per code and queue */
+#define TROUPE_GRAPH_MAX_EVICTIONS 64 /* evicted bindings after which a code stays plain */
+
+typedef enum troupe_graphs_mode {
+    TROUPE_GRAPHS_AUTO = 0, /* capture and replay where the driver can (default) */
+    TROUPE_GRAPHS_OFF,      /* plain launches only (debugging) */
+} troupe_graphs_mode_t;
+
+/* The graph mode: TROUPE_CUDA_GRAPHS (auto|off, read at the first launch; another value is
+ * logged at warn and means auto) until troupe_driver_set_graphs sets it. Setting it affects
+ * later launches; graphs already captured stay until their code or queue goes, unused while
+ * off. Thread-safe. */
+troupe_graphs_mode_t troupe_driver_graphs(void);
+void troupe_driver_set_graphs(troupe_graphs_mode_t mode);
+
+/* What the policy did since the process started (or the last reset), summed over drivers:
+ * plain launches, captures tried, captures that failed, graph launches (replays), bindings
+ * whose graph went stale, codes turned plain. For tests and diagnosis. Thread-safe. */
+typedef struct troupe_graph_stats {
+    uint64_t plain, captures, capture_failures, replays, stale, refused;
+} troupe_graph_stats_t;
+void troupe_driver_graph_stats(troupe_graph_stats_t *out);
+void troupe_driver_graph_stats_reset(void);
 
 TROUPE_MUST_USE troupe_status_t troupe_driver_event_record(troupe_driver_t *drv, troupe_dqueue_t *q,
                                                            troupe_devent_t **out);

@@ -18,6 +18,7 @@
 #include "actors/stream_impl.h"
 #include "base/alloc.h"
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "devices/device.h"
 #include "runtime_test_util.h"
@@ -25,14 +26,17 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define LONG_WAIT (20000 * MS)
 
 /* ---- the fake asynchronous driver ------------------------------------------------------- */
 
-enum { S_OP_WRITE = 0, S_OP_RECORD, S_OP_WAIT, S_OP_FAULT, S_OP_BLOCK };
+enum { S_OP_WRITE = 0, S_OP_RECORD, S_OP_WAIT, S_OP_FAULT, S_OP_BLOCK, S_OP_ADD };
 
 struct troupe_devent {
     atomic_int refs;
@@ -111,6 +115,9 @@ static void *s_worker(void *arg)
         case S_OP_BLOCK:
             while (!atomic_load(&s_unblock) && !atomic_load(&q->stop))
                 s_sleep_ms(1);
+            break;
+        case S_OP_ADD:
+            atomic_fetch_add(op.dst, op.value);
             break;
         }
         pthread_mutex_lock(&q->mu);
@@ -201,6 +208,73 @@ static void s_event_release(troupe_driver_t *drv, troupe_devent_t *ev)
     s_ev_release(ev);
 }
 
+/* ---- the fake code and its graphs ----------------------------------------------------------
+ * A code has 16 counters; a launch with arguments [static index v, buffer at offset o] adds
+ * 1 + o to counter v on the device. A graph is captured like a CUDA graph: its arguments are
+ * baked in, and a replay adds to the counter of the index it was captured with, whatever the
+ * launch passes, so replaying the wrong graph shows in the counters. */
+
+struct troupe_dcode {
+    atomic_int out[16];
+};
+
+struct troupe_dgraph {
+    troupe_dqueue_t *q;
+    troupe_dcode_t *code;
+    troupe_karg_t args[2];
+};
+
+static atomic_int s_launches, s_captures, s_replays, s_graph_releases;
+static atomic_bool s_capture_fails, s_graphs_stale;
+
+static troupe_status_t s_add(troupe_dqueue_t *q, troupe_dcode_t *code, const troupe_karg_t *args,
+                             size_t nargs)
+{
+    if (nargs != 2 || args[0].kind != TROUPE_KARG_STATIC_IDX || args[0].value < 0 ||
+        args[0].value >= 16 || args[1].kind != TROUPE_KARG_BUFFER)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "fake launch: bad arguments");
+    s_push(q, (s_op_t){S_OP_ADD, NULL, 0, &code->out[args[0].value], 1 + (int)args[1].buf.offset});
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_launch(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dcode_t *code,
+                                const troupe_karg_t *args, size_t nargs)
+{
+    atomic_fetch_add(&s_launches, 1);
+    return s_add(q, code, args, nargs);
+}
+
+static troupe_status_t s_graph_capture(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                       troupe_dcode_t *code, const troupe_karg_t *args,
+                                       size_t nargs, troupe_dgraph_t **out)
+{
+    atomic_fetch_add(&s_captures, 1);
+    if (atomic_load(&s_capture_fails))
+        return troupe__error(TROUPE_DEVICE_ERROR,
+                             "fake graph_capture: fakeErrorStreamCaptureUnsupported");
+    cr_assert_eq(nargs, 2);
+    troupe_dgraph_t *g = troupe_calloc(1, sizeof *g);
+    *g = (troupe_dgraph_t){q, code, {args[0], args[1]}};
+    *out = g;
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_graph_launch(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dgraph_t *g,
+                                      const troupe_karg_t *args, size_t nargs)
+{
+    if (atomic_load(&s_graphs_stale))
+        return troupe__error(TROUPE_UNAVAILABLE, "fake graph_launch: a buffer moved");
+    cr_assert_eq(g->q, q, "a graph is replayed on the queue it was captured on");
+    atomic_fetch_add(&s_replays, 1);
+    return s_add(q, g->code, g->args, 2); /* the baked arguments */
+}
+
+static void s_graph_release(troupe_driver_t *drv, troupe_dgraph_t *g)
+{
+    atomic_fetch_add(&s_graph_releases, 1);
+    troupe_free(g);
+}
+
 static const troupe_driver_vtable_t s_fake_vt = {
     .name = "fake",
     .async_queues = true,
@@ -213,6 +287,10 @@ static const troupe_driver_vtable_t s_fake_vt = {
     .event_query = s_event_query,
     .event_wait = s_event_wait,
     .event_release = s_event_release,
+    .launch = s_launch,
+    .graph_capture = s_graph_capture,
+    .graph_launch = s_graph_launch,
+    .graph_release = s_graph_release,
 };
 
 static troupe_status_t s_open(troupe_driver_t **out)
@@ -265,6 +343,13 @@ static void s_env_open(s_env_t *e)
     atomic_store(&s_dev_failed[1], false);
     atomic_store(&s_event_waits, 0);
     atomic_store(&s_unblock, false);
+    atomic_store(&s_launches, 0);
+    atomic_store(&s_captures, 0);
+    atomic_store(&s_replays, 0);
+    atomic_store(&s_graph_releases, 0);
+    atomic_store(&s_capture_fails, false);
+    atomic_store(&s_graphs_stale, false);
+    troupe_driver_graph_stats_reset();
     OK(troupe_driver_open(&s_fake_vt, &e->drv));
     for (int i = 0; i < 3; i++)
         OK(troupe__stream_actor_new(&s_fake_vt, e->drv, i < 2 ? 0 : 1, i, false, &e->s[i]));
@@ -439,4 +524,226 @@ Test(async, stopping_the_pollers_fails_what_never_completed)
     cr_assert(strstr(troupe_last_error(), "fake:0:poller stopped"), "%s", troupe_last_error());
     troupe_event_release(&ev);
     s_env_close(&e);
+}
+
+/* ---- the graph policy (devices/graph_impl.h) through the fake driver ------------------------ */
+
+typedef struct s_run {
+    troupe_driver_t *drv;
+    troupe_dcode_t *code;
+    int64_t index, offset;
+} s_run_t;
+
+static troupe_status_t s_run_work(void *arg, troupe_dqueue_t *q)
+{
+    s_run_t *r = arg;
+    troupe_karg_t args[2] = {{.kind = TROUPE_KARG_STATIC_IDX, .value = r->index},
+                             {.kind = TROUPE_KARG_BUFFER, .buf = {0, r->offset, 64}}};
+    return troupe_driver_launch(r->drv, q, r->code, args, 2);
+}
+
+/* Schedules one launch of code on stream s with static index `index` and a buffer at `offset`. */
+static void s_run(s_env_t *e, troupe_stream_t *s, troupe_dcode_t *code, int64_t index,
+                  int64_t offset)
+{
+    s_run_t *r = troupe_malloc(sizeof *r);
+    *r = (s_run_t){e->drv, code, index, offset};
+    OK(troupe_stream_schedule(s, s_run_work, r, troupe_free));
+}
+
+/* Waits for everything scheduled on s so far, on the device too. */
+static void s_drain(troupe_stream_t *s)
+{
+    troupe_event_t *ev = NULL;
+    OK(troupe_stream_record(s, &ev));
+    OK(troupe_event_sync(ev, LONG_WAIT));
+    troupe_event_release(&ev);
+}
+
+static void s_stats_are(uint64_t plain, uint64_t captures, uint64_t replays)
+{
+    troupe_graph_stats_t st;
+    troupe_driver_graph_stats(&st);
+    cr_assert_eq(st.plain, plain, "plain launches: %llu, expected %llu",
+                 (unsigned long long)st.plain, (unsigned long long)plain);
+    cr_assert_eq(st.captures, captures, "captures: %llu, expected %llu",
+                 (unsigned long long)st.captures, (unsigned long long)captures);
+    cr_assert_eq(st.replays, replays, "replays: %llu, expected %llu",
+                 (unsigned long long)st.replays, (unsigned long long)replays);
+    cr_assert_eq(atomic_load(&s_launches), (int)plain, "the driver saw the plain launches");
+    cr_assert_eq(atomic_load(&s_replays), (int)replays, "the driver saw the replays");
+}
+
+Test(async_graphs, plain_runs_first_then_one_capture_then_replays)
+{
+    troupe_driver_set_graphs(TROUPE_GRAPHS_AUTO);
+    s_env_t e;
+    s_env_open(&e);
+    troupe_dcode_t code = {0};
+    for (int i = 0; i < TROUPE_GRAPH_WARMUP_RUNS; i++)
+        s_run(&e, e.s[0], &code, 3, 0);
+    s_drain(e.s[0]);
+    s_stats_are(TROUPE_GRAPH_WARMUP_RUNS, 0, 0);
+    s_run(&e, e.s[0], &code, 3, 0); /* captured, and that run is the graph's first launch */
+    s_drain(e.s[0]);
+    s_stats_are(TROUPE_GRAPH_WARMUP_RUNS, 1, 1);
+    for (int i = 0; i < 5; i++)
+        s_run(&e, e.s[0], &code, 3, 0);
+    s_drain(e.s[0]);
+    s_stats_are(TROUPE_GRAPH_WARMUP_RUNS, 1, 6);
+    cr_assert_eq(atomic_load(&code.out[3]), TROUPE_GRAPH_WARMUP_RUNS + 6, "every run ran once");
+    /* the same code on another queue is its own binding: warmed up and captured there */
+    for (int i = 0; i < TROUPE_GRAPH_WARMUP_RUNS + 1; i++)
+        s_run(&e, e.s[1], &code, 3, 0);
+    s_drain(e.s[1]);
+    s_stats_are(2 * TROUPE_GRAPH_WARMUP_RUNS, 2, 7);
+    troupe_driver_code_release(e.drv, &code); /* forgets its graphs (no code_release entry) */
+    cr_assert_eq(atomic_load(&s_graph_releases), 2, "the code's two graphs were released");
+    s_env_close(&e);
+}
+
+Test(async_graphs, replays_with_changing_static_indices_give_the_right_results)
+{
+    troupe_driver_set_graphs(TROUPE_GRAPHS_AUTO);
+    s_env_t e;
+    s_env_open(&e);
+    troupe_dcode_t code = {0};
+    enum { NB = 4, ROUNDS = 10 }; /* NB minibatch indices, cycled: each binding its own graph */
+    for (int r = 0; r < ROUNDS; r++)
+        for (int b = 0; b < NB; b++)
+            s_run(&e, e.s[0], &code, b, b); /* the index and the buffer offset change together */
+    s_drain(e.s[0]);
+    for (int b = 0; b < NB; b++)
+        cr_assert_eq(atomic_load(&code.out[b]), ROUNDS * (1 + b), "index %d: %d, expected %d", b,
+                     atomic_load(&code.out[b]), ROUNDS * (1 + b));
+    s_stats_are(NB * TROUPE_GRAPH_WARMUP_RUNS, NB, NB * (ROUNDS - TROUPE_GRAPH_WARMUP_RUNS));
+    s_env_close(&e);
+    cr_assert_eq(atomic_load(&s_graph_releases), NB, "closing the queue released its graphs");
+}
+
+Test(async_graphs, bindings_that_keep_changing_stay_plain_and_right)
+{
+    troupe_driver_set_graphs(TROUPE_GRAPHS_AUTO);
+    s_env_t e;
+    s_env_open(&e);
+    troupe_dcode_t code = {0};
+    enum { NB = TROUPE_GRAPH_SLOTS + 4, ROUNDS = 12 }; /* more bindings than slots, cycled */
+    for (int r = 0; r < ROUNDS; r++)
+        for (int b = 0; b < NB; b++)
+            s_run(&e, e.s[0], &code, b, 0);
+    s_drain(e.s[0]);
+    for (int b = 0; b < NB; b++)
+        cr_assert_eq(atomic_load(&code.out[b]), ROUNDS, "index %d ran every round", b);
+    troupe_graph_stats_t st;
+    troupe_driver_graph_stats(&st);
+    cr_assert_eq(st.captures, 0, "a binding is evicted before its warm-up ends: no capture");
+    cr_assert_eq(st.refused, 1, "the code turned plain after %d evictions",
+                 TROUPE_GRAPH_MAX_EVICTIONS);
+    s_stats_are(NB * ROUNDS, 0, 0);
+    s_env_close(&e);
+}
+
+static char *s_read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    char *buf = troupe_calloc(1, 65536);
+    size_t n = fread(buf, 1, 65535, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static size_t s_count(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = strstr(hay, needle); p != NULL; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+Test(async_graphs, a_failing_capture_falls_back_to_plain_launches_and_says_so_once)
+{
+    troupe_driver_set_graphs(TROUPE_GRAPHS_AUTO);
+    char path[] = "/tmp/troupe_test_graph_log_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    OK(troupe_log_set_file(path));
+    OK(troupe_log_configure("debug:devices"));
+    s_env_t e;
+    s_env_open(&e);
+    atomic_store(&s_capture_fails, true);
+    troupe_dcode_t code = {0};
+    for (int i = 0; i < 10; i++)
+        s_run(&e, e.s[0], &code, 1, 0);
+    s_drain(e.s[0]);
+    cr_assert_eq(troupe_stream_status(e.s[0]), TROUPE_OK, "the failure is not the user's");
+    cr_assert_eq(atomic_load(&code.out[1]), 10, "every run ran, plainly");
+    troupe_graph_stats_t st;
+    troupe_driver_graph_stats(&st);
+    cr_assert_eq(st.capture_failures, 1);
+    cr_assert_eq(st.refused, 1);
+    s_stats_are(10, 1, 0); /* one capture tried, never again */
+    s_env_close(&e);
+    OK(troupe_log_configure("warn"));
+    OK(troupe_log_set_file(NULL));
+    char *log = s_read_file(path);
+    remove(path);
+    cr_assert_eq(s_count(log, "fake graphs: plain launches from now on"), 1, "log:\n%s", log);
+    cr_assert_eq(s_count(log, "fakeErrorStreamCaptureUnsupported"), 1, "log:\n%s", log);
+    troupe_free(log);
+}
+
+Test(async_graphs, a_stale_graph_is_dropped_and_the_run_stays_right)
+{
+    troupe_driver_set_graphs(TROUPE_GRAPHS_AUTO);
+    s_env_t e;
+    s_env_open(&e);
+    troupe_dcode_t code = {0};
+    for (int i = 0; i < TROUPE_GRAPH_WARMUP_RUNS + 2; i++)
+        s_run(&e, e.s[0], &code, 2, 0);
+    s_drain(e.s[0]);
+    s_stats_are(TROUPE_GRAPH_WARMUP_RUNS, 1, 2);
+    atomic_store(&s_graphs_stale, true); /* e.g. its pool was freed and allocated again */
+    s_run(&e, e.s[0], &code, 2, 0);
+    s_drain(e.s[0]);
+    cr_assert_eq(atomic_load(&s_graph_releases), 1, "the stale graph was released");
+    atomic_store(&s_graphs_stale, false);
+    for (int i = 0; i < TROUPE_GRAPH_WARMUP_RUNS + 1; i++) /* warmed up and captured again */
+        s_run(&e, e.s[0], &code, 2, 0);
+    s_drain(e.s[0]);
+    s_stats_are(2 * TROUPE_GRAPH_WARMUP_RUNS + 1, 2, 3);
+    cr_assert_eq(atomic_load(&code.out[2]), 2 * TROUPE_GRAPH_WARMUP_RUNS + 4, "every run ran once");
+    troupe_graph_stats_t st;
+    troupe_driver_graph_stats(&st);
+    cr_assert_eq(st.stale, 1);
+    cr_assert_eq(st.refused, 0, "a stale graph does not turn the code plain");
+    s_env_close(&e);
+}
+
+Test(async_graphs, off_never_captures)
+{
+    troupe_driver_set_graphs(TROUPE_GRAPHS_OFF);
+    cr_assert_eq(troupe_driver_graphs(), TROUPE_GRAPHS_OFF);
+    s_env_t e;
+    s_env_open(&e);
+    troupe_dcode_t code = {0};
+    for (int i = 0; i < 20; i++)
+        s_run(&e, e.s[0], &code, 5, 0);
+    s_drain(e.s[0]);
+    s_stats_are(20, 0, 0);
+    cr_assert_eq(atomic_load(&s_captures), 0, "the driver was never asked to capture");
+    cr_assert_eq(atomic_load(&code.out[5]), 20);
+    s_env_close(&e);
+    troupe_driver_set_graphs(TROUPE_GRAPHS_AUTO);
+}
+
+Test(async_graphs, the_environment_sets_the_mode)
+{
+    /* read once, at the first query, in this test's own process (criterion forks each test) */
+    setenv("TROUPE_CUDA_GRAPHS", "off", 1);
+    cr_assert_eq(troupe_driver_graphs(), TROUPE_GRAPHS_OFF);
+    troupe_driver_set_graphs(TROUPE_GRAPHS_AUTO); /* the API equivalent overrides it */
+    cr_assert_eq(troupe_driver_graphs(), TROUPE_GRAPHS_AUTO);
 }

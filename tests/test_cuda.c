@@ -645,6 +645,56 @@ Test(cuda, releasing_a_code_waits_for_its_queued_launches)
     s_axpb_close(&f);
 }
 
+/* Repeated launches go through the graph policy (devices/device.h): each static index is
+ * launched plainly, then captured as a CUDA graph and replayed, and every run computes with its
+ * own index; with graphs off the same runs stay plain and give the same values. */
+Test(cuda, repeated_launches_are_captured_and_replayed_with_their_own_indices)
+{
+    S_NEED_DEVICE();
+    const int64_t n = 1000;
+    enum { NB = 4, ROUNDS = 5 };
+    s_axpb_run_t f;
+    s_axpb_open(&f, "axpb_graph", n, 0);
+    float *xv = malloc(f.x->size_bytes), *yv = malloc(f.y->size_bytes);
+    for (int64_t i = 0; i < 4 * n; i++)
+        xv[i] = (float)i;
+    OK(troupe_driver_h2d(f.drv, f.q, (troupe_buffer_loc_t){1, 0, (int64_t)f.x->size_bytes}, xv,
+                         (int64_t)f.x->size_bytes));
+    for (int mode = 0; mode < 2; mode++) {
+        troupe_driver_set_graphs(mode == 0 ? TROUPE_GRAPHS_AUTO : TROUPE_GRAPHS_OFF);
+        troupe_driver_graph_stats_reset();
+        for (int r = 0; r < ROUNDS; r++) {
+            for (int64_t b = 0; b < NB; b++) {
+                for (size_t k = 0; k < f.gen->nparams; k++)
+                    if (f.args[k].kind == TROUPE_KARG_STATIC_IDX)
+                        f.args[k].value = b;
+                OK(troupe_driver_launch(f.drv, f.q, f.code, f.args, f.gen->nparams));
+                s_axpb_get_y(&f, yv);
+                for (int64_t i = 0; i < n; i += 97)
+                    cr_assert_eq(yv[i], (float)(b * n + i) * 2.0f + 0.5f,
+                                 "graphs %s, round %d, index %lld: y[%lld] = %g",
+                                 mode == 0 ? "auto" : "off", r, (long long)b, (long long)i,
+                                 (double)yv[i]);
+            }
+        }
+        troupe_graph_stats_t st;
+        troupe_driver_graph_stats(&st);
+        if (mode == 0) {
+            cr_assert_eq(st.capture_failures, 0,
+                         "a capture failed on this GPU (TROUPE_LOG=debug:devices says why)");
+            cr_assert_eq(st.captures, NB);
+            cr_assert_eq(st.replays, NB * (ROUNDS - TROUPE_GRAPH_WARMUP_RUNS));
+        } else {
+            cr_assert_eq(st.captures + st.replays, 0, "off never captures");
+            cr_assert_eq(st.plain, NB * ROUNDS);
+        }
+    }
+    troupe_driver_set_graphs(TROUPE_GRAPHS_AUTO);
+    free(xv);
+    free(yv);
+    s_axpb_close(&f);
+}
+
 /* Once a cuda backend with a device is open, a tensor node's host array of 64 KiB or more is
  * page-locked (registered with the runtime), so its copies skip the staging buffers. */
 Test(cuda, large_host_arrays_are_page_locked)

@@ -442,9 +442,9 @@ static troupe_status_t s_free_pool(troupe_driver_t *drv, int ordinal, int32_t po
     return TROUPE_OK;
 }
 
-/* The device address of buf on device `ordinal`. */
-static troupe_status_t s_resolve(troupe__cuda_driver_t *d, const char *op, int ordinal,
-                                 troupe_buffer_loc_t buf, void **out)
+/* The device address of buf on device `ordinal` (driver_impl.h). */
+troupe_status_t troupe__cuda_resolve(troupe__cuda_driver_t *d, const char *op, int ordinal,
+                                     troupe_buffer_loc_t buf, void **out)
 {
     troupe__cuda_dev_t *dev = NULL;
     TROUPE_RETURN_IF_ERROR(s_dev(d, op, ordinal, &dev));
@@ -512,7 +512,7 @@ static troupe_status_t s_memset_zero(troupe_driver_t *drv, troupe_dqueue_t *q,
 {
     TROUPE_RETURN_IF_ERROR(s_check_queue("memset_zero", q));
     void *p = NULL;
-    TROUPE_RETURN_IF_ERROR(s_resolve(q->drv, "memset_zero", q->ordinal, dst, &p));
+    TROUPE_RETURN_IF_ERROR(troupe__cuda_resolve(q->drv, "memset_zero", q->ordinal, dst, &p));
     cudaError_t e = cudaMemsetAsync(p, 0, (size_t)dst.size_bytes, q->stream);
     if (e != cudaSuccess)
         return troupe__cuda_fail(s_qdev(q), e, "memset_zero of %lld bytes",
@@ -590,7 +590,7 @@ static troupe_status_t s_host_copy(troupe_dqueue_t *q, bool to_host, troupe_buff
     if (host == NULL && size_bytes > 0)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "cuda %s: NULL host %s", op,
                              to_host ? "destination" : "source");
-    TROUPE_RETURN_IF_ERROR(s_resolve(q->drv, op, q->ordinal, buf, (void **)dev));
+    TROUPE_RETURN_IF_ERROR(troupe__cuda_resolve(q->drv, op, q->ordinal, buf, (void **)dev));
     if (size_bytes > 0 && !s_pinned(host))
         return TROUPE_OK;
     *done = true;
@@ -666,8 +666,8 @@ static troupe_status_t s_d2d(troupe_driver_t *drv, troupe_dqueue_t *q, int dst_o
     TROUPE_RETURN_IF_ERROR(troupe__check_copy_size(S_NAME, "d2d (destination)", dst, size_bytes));
     TROUPE_RETURN_IF_ERROR(troupe__check_copy_size(S_NAME, "d2d (source)", src, size_bytes));
     void *pd = NULL, *ps = NULL;
-    TROUPE_RETURN_IF_ERROR(s_resolve(q->drv, "d2d (destination)", dst_ordinal, dst, &pd));
-    TROUPE_RETURN_IF_ERROR(s_resolve(q->drv, "d2d (source)", src_ordinal, src, &ps));
+    TROUPE_RETURN_IF_ERROR(troupe__cuda_resolve(q->drv, "d2d (destination)", dst_ordinal, dst, &pd));
+    TROUPE_RETURN_IF_ERROR(troupe__cuda_resolve(q->drv, "d2d (source)", src_ordinal, src, &ps));
     if (size_bytes == 0)
         return TROUPE_OK;
     cudaError_t e = dst_ordinal == src_ordinal
@@ -736,8 +736,8 @@ static troupe_status_t s_run_steps(troupe_dqueue_t *q, troupe_dcode_t *code, voi
     return TROUPE_OK;
 }
 
-static troupe_status_t s_launch(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dcode_t *code,
-                                const troupe_karg_t *args, size_t nargs)
+troupe_status_t troupe__cuda_launch(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dcode_t *code,
+                                    const troupe_karg_t *args, size_t nargs)
 {
     TROUPE_RETURN_IF_ERROR(s_check_queue("launch", q));
     if (code == NULL || (nargs > 0 && args == NULL))
@@ -779,7 +779,7 @@ static troupe_status_t s_launch(troupe_driver_t *drv, troupe_dqueue_t *q, troupe
                                code->name, i, code->params[i].ident, a->ordinal, q->ordinal);
             goto out_arrays;
         }
-        if ((st = s_resolve(q->drv, "launch", a->ordinal, a->buf, &ptrs[i])) != TROUPE_OK)
+        if ((st = troupe__cuda_resolve(q->drv, "launch", a->ordinal, a->buf, &ptrs[i])) != TROUPE_OK)
             goto out_arrays;
         kargs[i] = &ptrs[i];
     }
@@ -890,7 +890,10 @@ const troupe_driver_vtable_t troupe__driver_cuda = {
     .d2d = s_d2d,
     .compile = troupe__cuda_compile,
     .code_release = troupe__cuda_code_release,
-    .launch = s_launch,
+    .launch = troupe__cuda_launch,
+    .graph_capture = troupe__cuda_graph_capture,
+    .graph_launch = troupe__cuda_graph_launch,
+    .graph_release = troupe__cuda_graph_release,
     .event_record = s_event_record,
     .event_query = s_event_query,
     .event_wait = s_event_wait,

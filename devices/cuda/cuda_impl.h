@@ -39,7 +39,29 @@
  *     code_release waits for the devices to be idle before cudaLibraryUnload (a launch may
  *     still be queued when the code's last reference goes). Launch arguments are
  *     checked as on the CPU (devices/pools_impl.h); static indices and the merge buffer are read
- *     at each launch.
+ *     at each launch (a replayed graph is one captured with the same ones: "graphs" below).
+ *   - graphs (graph.c; issue 16): graph_capture runs the launch entry between
+ *     cudaStreamBeginCapture (cudaStreamCaptureModeThreadLocal: only the queue's thread is
+ *     barred from unsafe calls) and cudaStreamEndCapture, then cudaGraphInstantiate; any
+ *     failure ends the capture and returns (the stream is left as it was). graph_launch is
+ *     cudaGraphLaunch on the queue's stream, after checking that every argument still resolves
+ *     to the address it had at capture and the GEMM mode is unchanged (else UNAVAILABLE: the
+ *     policy drops the graph). graph_release is cudaGraphExecDestroy (an executable graph
+ *     still in flight is freed when it completes: cuGraphExecDestroy's reference).
+ *     When to capture is devices/graph.c's policy (device.h troupe_driver_launch), not here.
+ *     Design: a captured launch bakes in every kernel parameter *and* every cuBLASLt operand
+ *     address, and a GEMM step's operand addresses move with the static indices
+ *     (compiler/cgen.h: offset + coeff x index). Updating parameters per replay
+ *     (cudaGraphExecKernelNodeSetParams) would reach our kernels but not the nodes cuBLASLt
+ *     captured, and reading static indices from a device buffer would need a cgen change and
+ *     still not reach cuBLASLt. So a graph is keyed by its exact binding (the arguments'
+ *     buffers, static-index values and merge buffer, on one queue, for one code): robust by
+ *     construction, nothing to patch per replay, and one cudaGraphLaunch per run. A routine
+ *     that cycles over up to TROUPE_GRAPH_SLOTS minibatch indices keeps one graph per index;
+ *     one whose bindings keep changing stays plain. The warm-up runs (TROUPE_GRAPH_WARMUP_RUNS
+ *     plain launches of the binding) build the cuBLASLt plans and the queue's workspace (one
+ *     per queue, never reallocated: capture needs a stable workspace), so nothing is allocated
+ *     during a capture. NOT YET RUN ON A GPU: only compiled.
  *   - suggested_num_streams (seed CUDA config): ONLY_DEVICES_PARALLEL 1,
  *     FOR_PARALLEL_COPYING 1 + the async engine count, MOST_PARALLEL_STREAMS the number of
  *     multiprocessors.

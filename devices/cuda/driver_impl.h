@@ -2,6 +2,7 @@
  *   cuda.c     open/close, devices, pools, queues, copies, events, launch
  *   module.c   compile: the CUDA dialect, NVRTC images through the compile cache, libraries
  *   gemm_lt.c  GEMM steps through cuBLASLt (when the toolkit has it)
+ *   graph.c    a launch captured as a CUDA graph and replayed (the graph entries)
  * Only devices/cuda/ *.c include this header (it includes the CUDA runtime's).
  *
  * Thread safety: a device's pool table is guarded by its mutex; a queue is used by one thread
@@ -88,6 +89,23 @@ troupe_status_t troupe__cuda_fail(troupe__cuda_dev_t *dev, cudaError_t e, const 
 
 /* cudaSetDevice(ordinal), as a status. */
 troupe_status_t troupe__cuda_use(troupe__cuda_driver_t *d, int ordinal);
+
+/* The device address of buf on device `ordinal` (the pools' rule, devices/pools_impl.h). */
+troupe_status_t troupe__cuda_resolve(troupe__cuda_driver_t *d, const char *op, int ordinal,
+                                     troupe_buffer_loc_t buf, void **out);
+
+/* The launch entry: the code's steps on q's stream with these arguments. */
+troupe_status_t troupe__cuda_launch(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dcode_t *code,
+                                    const troupe_karg_t *args, size_t nargs);
+
+/* graph.c: the graph entries (devices/device.h; the rules in cuda_impl.h). */
+troupe_status_t troupe__cuda_graph_capture(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                           troupe_dcode_t *code, const troupe_karg_t *args,
+                                           size_t nargs, troupe_dgraph_t **out);
+troupe_status_t troupe__cuda_graph_launch(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                          troupe_dgraph_t *g, const troupe_karg_t *args,
+                                          size_t nargs);
+void troupe__cuda_graph_release(troupe_driver_t *drv, troupe_dgraph_t *g);
 
 /* module.c: the compile and code_release entries. */
 troupe_status_t troupe__cuda_compile(troupe_driver_t *drv, const troupe_ll_proc_t *proc,
