@@ -167,6 +167,11 @@ static void s_load(void)
         else
             s_bad("TROUPE_CUDA_AWARE", v, "expected auto, on or off");
     }
+    /* read by devices/graph.c (the graph policy sits below base/); validated here so that
+     * troupe_config_check() reports a malformed value like every other */
+    if ((v = getenv("TROUPE_CUDA_GRAPHS")) != NULL && strcmp(v, "auto") != 0 &&
+        strcmp(v, "off") != 0)
+        s_bad("TROUPE_CUDA_GRAPHS", v, "expected auto or off");
     if ((v = getenv("TROUPE_GEMM")) != NULL) {
         if (strcmp(v, "library") == 0)
             atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_LIBRARY);

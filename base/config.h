@@ -27,6 +27,7 @@
  * | TROUPE_CPU_DEVICES          | 1                                     | troupe_config_set_cpu_devices   |
  * | TROUPE_DEVICE               | (the node-local rank's share)         | troupe_config_set_device        |
  * | TROUPE_CUDA_AWARE           | auto                                  | troupe_config_set_cuda_aware    |
+ * | TROUPE_CUDA_GRAPHS          | auto (validated here; read by devices/graph.c) | troupe_driver_set_graphs |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.

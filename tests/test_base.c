@@ -202,6 +202,13 @@ Test(config, malformed_environment_keeps_default_and_names_variable)
               troupe_last_error());
     cr_assert(troupe_config_coll_shm(), "a malformed value keeps the default (1)");
     unsetenv("TROUPE_COLL_SHM");
+    setenv("TROUPE_CUDA_GRAPHS", "on", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "TROUPE_CUDA_GRAPHS='on'") != NULL, "%s",
+              troupe_last_error());
+    setenv("TROUPE_CUDA_GRAPHS", "off", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK, "%s", troupe_last_error());
+    unsetenv("TROUPE_CUDA_GRAPHS");
     setenv("TROUPE_GEMM", "blas", 1);
     cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);
     cr_assert(strstr(troupe_last_error(), "TROUPE_GEMM='blas'") != NULL, "%s",
