@@ -19,6 +19,7 @@
  * stream), bfloat16 compression (TROUPE_COLL_BF16: rounded values, ring, staging);
  *   - the transport counters.
  * Prints one FAIL line per failed check; exits 0 only if every check passed on this rank. */
+#include "actors/board_impl.h"
 #include "actors/troupe.h"
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -347,6 +348,54 @@ out:
     troupe_free(b);
 }
 
+/* A request gated on its own events (troupe_allreduce_args_t.after) waits for this rank, not for
+ * a peer: the status board says so (state waiting, no rank named, what fills it), since the
+ * submission; once the event completes the collective runs and gives the sums. */
+static void s_test_gated_board(void)
+{
+    const int64_t count = 1024;
+    void *a = s_fill(TROUPE_PREC_SINGLE, count, 41);
+    troupe_event_t *fill = NULL, *ev = NULL;
+    troupe_coll_tensor_t t = {
+        .data = a, .count = count, .prec = TROUPE_PREC_SINGLE, .node_id = 310, .name = "gated"};
+    CHECK_OK(troupe_event_new("gated_fill", &fill));
+    troupe_event_t *after[1] = {fill};
+    troupe_allreduce_args_t args = {
+        .op = TROUPE_REDUCE_SUM, .n = 1, .tensors = &t, .after = after, .n_after = 1};
+    int64_t t0 = troupe_now_ns();
+    CHECK_OK(troupe_allreduce(&args, &ev));
+    bool seen = false;
+    troupe__board_rec_t recs[64];
+    for (int64_t end = troupe_now_ns() + SYNC_NS; !seen && troupe_now_ns() < end;) {
+        size_t n = troupe__board_snapshot(recs, 64, NULL);
+        for (size_t i = 0; i < n && i < 64; i++) {
+            const troupe__board_rec_t *r = &recs[i];
+            if (r->kind != TROUPE__BOARD_TRANSPORT || r->state != TROUPE__BOARD_WAITING)
+                continue;
+            seen = true;
+            if (r->wait_rank != -1 || strstr(r->wait_by, "events filling its tensors") == NULL ||
+                r->coll_active <= 0 || r->since_ns < t0 || r->since_ns > troupe_now_ns())
+                s_fail("gated: the board says it waits on %s by '%s' (rank %d) since %lld, "
+                       "collective %lld",
+                       r->wait_on, r->wait_by, (int)r->wait_rank, (long long)r->since_ns,
+                       (long long)r->coll_active);
+        }
+    }
+    if (!seen)
+        s_fail("gated: the transport never published a waiting state");
+    if (troupe_event_is_done(ev))
+        s_fail("gated: the allreduce completed before its event");
+    troupe_event_complete(fill, TROUPE_OK, NULL);
+    CHECK_OK(s_run(&ev));
+    s_verify("gated", TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, a, count, 41);
+out:
+    if (fill != NULL && !troupe_event_is_done(fill))
+        troupe_event_complete(fill, TROUPE_CANCELLED, "test failed");
+    troupe_event_release(&ev);
+    troupe_event_release(&fill);
+    troupe_free(a);
+}
+
 static void s_test_broadcast(void)
 {
     const troupe_prec_t precs[3] = {TROUPE_PREC_INT32, TROUPE_PREC_SINGLE, TROUPE_PREC_FP8};
@@ -537,6 +586,7 @@ int main(int argc, char **argv)
         s_test_flat();
         s_test_flat_plan();
         s_test_lazy();
+        s_test_gated_board();
         s_test_broadcast();
         s_test_device();
     }

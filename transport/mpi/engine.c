@@ -88,6 +88,7 @@ typedef struct s_rs {
     s_phase_t phase;
     char what[96];
     int64_t t_start_ns;
+    int64_t t_submit_ns; /* when the engine took the request (a gated one waits from then) */
     int64_t t_data_ns;   /* when the data phase began */
     int64_t deadline_ns; /* fingerprints: activation + timeout; data: last progress + timeout */
     troupe__fp_exchange_t fp;
@@ -907,7 +908,8 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
  * (actors/board_impl.h): which collective, in which phase, for which ranks, since when, and
  * when its deadline fails it. Fingerprints name the ranks whose digests have not arrived; a
  * stalled data phase names the other ranks involved (which of them is slow only a liveness
- * probe tells). Written only when something changed. */
+ * probe tells); a request still gated on its own events (WAITING) names no rank. Written only
+ * when something changed. */
 static void s_board_publish(void)
 {
     troupe__req_t *r = s_a.head;
@@ -920,7 +922,17 @@ static void s_board_publish(void)
                                    .coll_done = (int64_t)s_a.coll_done};
     char who[256] = "";
     int size = s_a.comm.size;
-    if (r != NULL) {
+    if (r != NULL && ((s_rs_t *)r->engine_state)->phase == S_PH_INIT &&
+        troupe__gate_closed(r->gate)) {
+        /* gated (troupe_allreduce_args_t.after): it waits for this rank's own events that fill
+         * its tensors (the staged exchange's copies to the host), not for any peer */
+        s_rs_t *rs = r->engine_state;
+        t.state = TROUPE__BOARD_WAITING;
+        t.wait_on = rs->what;
+        t.wait_by = "this rank's events filling its tensors";
+        t.coll_active = troupe__req_is_p2p(r) ? 0 : (int64_t)r->seq;
+        t.since_ns = rs->t_submit_ns;
+    } else if (r != NULL) {
         s_rs_t *rs = r->engine_state;
         bool pending[size];
         for (int p = 0; p < size; p++)
@@ -1061,7 +1073,7 @@ static void s_iteration(unsigned turn)
     s_reap();
     s_a.all_gated = !stepped && s_a.head != NULL;
     s_a.gated_at = wakes;
-    if (turn % S_SERVICE_EVERY == 0 || finished)
+    if (turn % S_SERVICE_EVERY == 0 || finished || s_a.all_gated) /* the engine may sleep next */
         s_board_publish();
 }
 
@@ -1077,6 +1089,7 @@ static troupe_status_t s_new_state(troupe__req_t *r)
         snprintf(rs->what, sizeof rs->what, "recv #%" PRIu64 " from rank %d", r->seq, r->peer);
     else
         snprintf(rs->what, sizeof rs->what, "%s #%" PRIu64, k, r->seq);
+    rs->t_submit_ns = troupe_now_ns();
     r->engine_state = rs;
     return TROUPE_OK;
 }
