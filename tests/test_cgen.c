@@ -916,6 +916,7 @@ Test(cgen, small_float_decoders_exhaustive)
         }
         free(codes16);
         free(got);
+        s_nvrtc_check(p);
         troupe_ll_proc_destroy(&p);
         troupe_tnode_release(&in);
         troupe_tnode_release(&out);
@@ -932,7 +933,14 @@ Test(cgen, small_float_encoders)
                               0x7f800001u, 0xffc12345u, 0x3f800000u, 0x3fc00000u, 0x3fe00000u,
                               0x477fe000u, 0x477ff000u, 0x47800000u, 0x33800000u, 0x33000000u,
                               0x33000001u, 0x37800000u, 0x37000000u, 0x3f808000u, 0x3f818000u,
-                              0x7f7fffffu, 0x00000001u, 0x387fc000u, 0x47600000u, 0x47700000u};
+                              0x7f7fffffu, 0x00000001u, 0x387fc000u, 0x47600000u, 0x47700000u,
+                              /* bfloat16: max finite, the tie above it, subnormals and ties */
+                              0x7f7f0000u, 0x7f7f8000u, 0xff7f7fffu, 0x00010000u, 0x00018000u,
+                              0x00008000u, 0x80028000u, 0x3f80c000u,
+                              /* half: subnormal ties, the smallest normal, -max */
+                              0x33c00000u, 0xb4400000u, 0x38800000u, 0xc77fe000u,
+                              /* fp8: subnormals 2^-16 * 1.5, 2.5; max finite -57344 */
+                              0x37c00000u, 0x38200000u, 0xc7600000u, 0x7fa00000u};
     for (int i = 0; i < N; i++)
         bits[i] = s_rnd32();
     memcpy(bits, edges, sizeof edges);
@@ -965,11 +973,87 @@ Test(cgen, small_float_encoders)
             cr_expect_eq(o8[8], 0x3e);
         free(o16);
         free(o8);
+        s_nvrtc_check(p);
         troupe_ll_proc_destroy(&p);
         troupe_tnode_release(&in);
         troupe_tnode_release(&out);
     }
     free(bits);
+}
+
+/* The CUDA dialect converts through CUDA's own types (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h)
+ * and not the software encoder; both directions give ir/prec.c's bits on edge values (NaN
+ * payloads, infinities, max finite, subnormals, ties) emulated with CUDA's host
+ * implementations (the tests above) and with the emulator's stand-ins (here). */
+static troupe_cgen_result_t *s_cuda(const troupe_ll_proc_t *p);
+
+Test(cgen, cuda_small_float_types)
+{
+    const troupe_prec_t precs[] = {TROUPE_PREC_HALF, TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8};
+    const char *enc[] = {"__float2half_rn(", "__float2bfloat16_rn(", "__nv_cvt_float_to_fp8("};
+    const char *dec[] = {"__half2float(", "__bfloat162float(", "__nv_cvt_fp8_to_halfraw("};
+    const char *inc[] = {"#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
+                         "#include <cuda_fp8.h>"};
+    const uint32_t fbits[] = {0x7fc00000u, 0xffc12345u, 0x7f800001u, 0x7f800000u,
+                              0xff800000u, 0x477fe000u, 0x477ff000u, 0x7f7f8000u,
+                              0x47700000u, 0x33000001u, 0x33000000u, 0x37000000u,
+                              0x00008000u, 0x3f808000u, 0x80000000u, 0x00000001u};
+    enum { NF = sizeof fbits / sizeof fbits[0] };
+    int runs0 = s_emu_runs;
+    troupe_emu_standins = 1;
+    for (size_t k = 0; k < 3; k++) {
+        troupe_tnode_t *in, *out, *cin, *cout;
+        troupe_ll_proc_t *pe = s_build_convert(TROUPE_PREC_SINGLE, precs[k], NF, &in, &out);
+        troupe_ll_proc_t *pd = s_build_convert(precs[k], TROUPE_PREC_SINGLE, 256, &cin, &cout);
+        troupe_cgen_result_t *re = s_cuda(pe), *rd = s_cuda(pd);
+        cr_expect_not_null(strstr(re->source, enc[k]), "%s", re->source);
+        cr_expect_not_null(strstr(rd->source, dec[k]), "%s", rd->source);
+        cr_expect_not_null(strstr(re->source, inc[k]));
+        cr_expect_null(strstr(re->source, "troupe__encode_small"), "%s", re->source);
+        troupe_cgen_result_destroy(&re);
+        troupe_cgen_result_destroy(&rd);
+        /* Encoders on the edge values; decoders on codes 0..255 of the low byte and with the
+         * exponent all ones (NaN payloads, infinities). */
+        uint32_t fin[NF];
+        memcpy(fin, fbits, sizeof fin);
+        uint16_t o16[NF], c16[256];
+        uint8_t o8[NF], c8[256];
+        float got[256];
+        s_run_t r = {0};
+        s_bind(&r, in, fin);
+        s_bind(&r, out, precs[k] == TROUPE_PREC_FP8 ? (void *)o8 : (void *)o16);
+        s_run(pe, &r);
+        for (int i = 0; i < NF; i++) {
+            float f;
+            memcpy(&f, &fbits[i], 4);
+            uint32_t want = precs[k] == TROUPE_PREC_HALF       ? troupe_single_to_half(f)
+                            : precs[k] == TROUPE_PREC_BFLOAT16 ? troupe_single_to_bfloat16(f)
+                                                               : troupe_single_to_fp8(f);
+            uint32_t have = precs[k] == TROUPE_PREC_FP8 ? o8[i] : o16[i];
+            cr_expect_eq(have, want, "%s(%08x) = %x, want %x", troupe_prec_name(precs[k]), fbits[i],
+                         have, want);
+        }
+        const uint16_t top = precs[k] == TROUPE_PREC_HALF ? 0x7C00 : 0x7F80;
+        for (int c = 0; c < 256; c++) {
+            c8[c] = (uint8_t)c;
+            c16[c] = (uint16_t)((c & 0x80 ? 0x8000 : 0) | top | (c & 0x7F));
+        }
+        s_run_t rr = {0};
+        s_bind(&rr, cin, precs[k] == TROUPE_PREC_FP8 ? (void *)c8 : (void *)c16);
+        s_bind(&rr, cout, got);
+        s_run(pd, &rr);
+        s_nvrtc_check(pe);
+        s_nvrtc_check(pd);
+        troupe_ll_proc_destroy(&pe);
+        troupe_ll_proc_destroy(&pd);
+        troupe_tnode_release(&in);
+        troupe_tnode_release(&out);
+        troupe_tnode_release(&cin);
+        troupe_tnode_release(&cout);
+    }
+    troupe_emu_standins = 0;
+    if (troupe_emu_available())
+        cr_expect_eq(s_emu_runs - runs0, 6, "every routine ran emulated");
 }
 
 static troupe_uint4x32_t s_key(int64_t k)
