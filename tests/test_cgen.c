@@ -1800,9 +1800,9 @@ Test(cgen, cuda_thread_mapping)
     s_nvrtc_check(p);
     troupe_ll_proc_destroy(&p);
 
-    /* 5. A statement writing outside the inner loop keeps the outer loop sequential, and two
-     * top-level sets share one one-thread kernel: sum[0] = 0; x[0] = 1; for i { for j {...} }
-     * where the nest also writes sum[0] (not sliced by i). */
+    /* 5. Two top-level sets share one one-thread kernel: sum[0] = 0; x[0] = 1; then
+     * for i { for j { sum[0] = max(sum[0], a[i, j]) } } (sum[0] not sliced by i) is a max
+     * over 2100 terms: a block-level reduction, bit for bit (cuda_block_max_min). */
     p = s_proc("mixed");
     i = troupe_ll_proc_add_symbol(p, NULL);
     j = troupe_ll_proc_add_symbol(p, NULL);
@@ -1816,8 +1816,9 @@ Test(cgen, cuda_thread_mapping)
                                            s_get2(p, a, s_ix(i), s_ix(j))))))};
     s_finish(p, troupe_ll_seq(p, 3, items));
     res = s_cuda(p);
-    cr_assert_eq(res->nkernels, 1, "%s", res->source);
+    cr_assert_eq(res->nkernels, 2, "%s", res->source);
     cr_expect(res->kernels[0].one_thread);
+    cr_expect(res->kernels[1].fixed_block && !res->kernels[1].reassociates);
     troupe_cgen_result_destroy(&res);
     r = (s_run_t){0};
     s_bind(&r, a, av);
@@ -2037,6 +2038,140 @@ Test(cgen, cuda_gemm_step)
     troupe_tnode_release(&a);
     troupe_tnode_release(&bm);
     troupe_tnode_release(&c);
+}
+
+/* The value of category col for a max/min reduction's input (see cuda_block_max_min). */
+static double s_maxmin_value(int col, uint32_t rnd)
+{
+    const double nan_a = nan("0x123"), nan_b = -nan("0x4567");
+    const double zeros[2] = {0.0, -0.0};
+    switch (col) {
+    case 1: /* zeros of both signs only: the sign is decided by position */
+        return zeros[rnd & 1];
+    case 2: /* NaN only, two payloads and signs */
+        return (rnd & 1) ? nan_a : nan_b;
+    case 3: { /* mostly NaN, infinities, a few values */
+        const double v[5] = {nan_a, INFINITY, -INFINITY, nan_b, (double)(rnd % 7) - 3.0};
+        return v[rnd % 5];
+    }
+    case 4: { /* max is a zero: -0, +0, -1, NaN */
+        const double v[4] = {-0.0, 0.0, -1.0, nan_a};
+        return v[rnd % 4];
+    }
+    case 5: { /* min is a zero: -0, +0, 1, NaN */
+        const double v[4] = {-0.0, 0.0, 1.0, nan_b};
+        return v[rnd % 4];
+    }
+    default: /* ties: small integers of both signs */
+        return (double)(int)(rnd % 9) - 4.0;
+    }
+}
+
+/* o[j] = max/min(o[j], x[b, j]) (or with the operands swapped) over 1000 values of b into 7
+ * outputs runs on a block per output (fixed order, no reassociation flag) and gives the
+ * interpreter's bits exactly under the planned and a small reversed grid (s_emu_check): signed
+ * zeros, NaN payloads (all-NaN columns), infinities and ties included, in single, double and
+ * int32; integer sums (int32 wrapping past INT32_MAX, uint64) go onto a block bit for bit too. */
+Test(cgen, cuda_block_max_min)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    enum { NB = 1000, NJ = 7 };
+    const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE, TROUPE_PREC_DOUBLE, TROUPE_PREC_INT32};
+    const troupe_binop_t ops[] = {TROUPE_BINOP_MAX, TROUPE_BINOP_MIN, TROUPE_BINOP_ADD};
+    const double init[NJ] = {0.5, -0.0, nan("0x77"), -nan("0x1"), 0.0, -0.0, -INFINITY};
+    int runs0 = s_emu_runs, nruns = 0;
+    for (size_t pi = 0; pi < 3; pi++) {
+        for (size_t oi = 0; oi < 3; oi++) {
+            for (int acc_first = 0; acc_first < 2; acc_first++) {
+                const troupe_prec_t prec = precs[pi];
+                const troupe_binop_t op = ops[oi];
+                if (op == TROUPE_BINOP_ADD && (prec != TROUPE_PREC_INT32 || !acc_first))
+                    continue; /* float sums: cuda_block_reductions */
+                char name[64];
+                snprintf(name, sizeof name, "red_%s_%s_%d", troupe_prec_name(prec),
+                         troupe_binop_name(op), acc_first);
+                troupe_ll_proc_t *p = s_proc(name);
+                troupe_tnode_t *x = s_node("x", prec, 2, NB, NJ);
+                troupe_tnode_t *o = s_node("o", prec, 1, NJ, 0);
+                int32_t b = troupe_ll_proc_add_symbol(p, NULL);
+                int32_t j = troupe_ll_proc_add_symbol(p, NULL);
+                troupe_sc_t *acc = s_get1(p, o, s_ix(j)), *t = s_get2(p, x, s_ix(b), s_ix(j));
+                troupe_sc_t *v =
+                    acc_first ? troupe_sc_binop(p, op, acc, t) : troupe_sc_binop(p, op, t, acc);
+                s_finish(p, s_for(p, b, NB, s_for(p, j, NJ, s_set1(p, o, s_ix(j), v))));
+                troupe_cgen_result_t *res = s_cuda(p);
+                cr_assert_eq(res->nkernels, 1, "%s", res->source);
+                const troupe_cgen_kernel_t *k = &res->kernels[0];
+                cr_expect(k->fixed_block && !k->reassociates && k->block[0] == 256 &&
+                              k->grid[0] == NJ && k->extent[0] == NB,
+                          "%s", res->source);
+                troupe_cgen_result_destroy(&res);
+                size_t es = troupe_prec_size_bytes(prec);
+                char *xv = malloc(es * NB * NJ), ov[8 * NJ];
+                for (int i = 0; i < NB * NJ; i++) {
+                    uint32_t rnd = s_rnd32();
+                    double d = s_maxmin_value(i % NJ, rnd);
+                    if (prec == TROUPE_PREC_SINGLE) {
+                        float f = (float)d;
+                        memcpy(xv + (size_t)i * es, &f, es);
+                    } else if (prec == TROUPE_PREC_DOUBLE) {
+                        memcpy(xv + (size_t)i * es, &d, es);
+                    } else { /* int32: sums wrap past INT32_MAX, max/min ties */
+                        int32_t n = op == TROUPE_BINOP_ADD ? (int32_t)(rnd | 0x40000000u)
+                                                           : (int32_t)(rnd % 9) - 4;
+                        memcpy(xv + (size_t)i * es, &n, es);
+                    }
+                }
+                for (int i = 0; i < NJ; i++) {
+                    if (prec == TROUPE_PREC_SINGLE) {
+                        float f = (float)init[i];
+                        memcpy(ov + (size_t)i * es, &f, es);
+                    } else if (prec == TROUPE_PREC_DOUBLE) {
+                        memcpy(ov + (size_t)i * es, &init[i], es);
+                    } else {
+                        int32_t n = i - 3;
+                        memcpy(ov + (size_t)i * es, &n, es);
+                    }
+                }
+                s_run_t r = {0};
+                s_bind(&r, x, xv);
+                s_bind(&r, o, ov);
+                s_run(p, &r);
+                s_nvrtc_check(p);
+                nruns++;
+                free(xv);
+                troupe_ll_proc_destroy(&p);
+                troupe_tnode_release(&x);
+                troupe_tnode_release(&o);
+            }
+        }
+    }
+    /* uint64 sum into one output over 300 x 2 terms: one block. */
+    troupe_ll_proc_t *p = s_proc("red_uint64_sum");
+    troupe_tnode_t *x = s_node("x", TROUPE_PREC_UINT64, 2, 300, 2);
+    troupe_tnode_t *o = s_node("o", TROUPE_PREC_UINT64, 1, 1, 0);
+    int32_t b = troupe_ll_proc_add_symbol(p, NULL), c = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_sc_t *v = troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, x, s_ix(b), s_ix(c)),
+                                     s_get1(p, o, troupe_idx_fixed(0)));
+    s_finish(p, s_for(p, b, 300, s_for(p, c, 2, s_set1(p, o, troupe_idx_fixed(0), v))));
+    troupe_cgen_result_t *res = s_cuda(p);
+    cr_expect(res->nkernels == 1 && res->kernels[0].fixed_block && !res->kernels[0].reassociates,
+              "%s", res->source);
+    troupe_cgen_result_destroy(&res);
+    uint64_t xv[600], ov = 7;
+    for (int i = 0; i < 600; i++)
+        xv[i] = ((uint64_t)s_rnd32() << 32 | s_rnd32()) | (1ull << 63);
+    s_run_t r = {0};
+    s_bind(&r, x, xv);
+    s_bind(&r, o, &ov);
+    s_run(p, &r);
+    s_nvrtc_check(p);
+    nruns++;
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&o);
+    cr_expect_eq(s_emu_runs - runs0, nruns, "every routine ran emulated");
 }
 
 /* ---- the emulator itself (cuda_emu.h): barriers and shared memory ---------------------------- */
