@@ -85,7 +85,8 @@
  *     first term, then the tree combines adjacent slots (for s = 1, 2, ..., 128: slot t with
  *     slot t+s for t a multiple of 2s), and thread 0 stores op(O[idx], total) in the nest's
  *     operand order. Every combination keeps the earlier terms in O's operand position, and
- *     troupe_fmax*/fmin* (ir/ops.h: a NaN operand ignored, equal operands give the second)
+ *     troupe_fmax, troupe_fmin and their f forms (ir/ops.h: a NaN operand ignored, equal operands
+ give the second)
  *     then pick one operand by a total order on (value, position), which is associative: the
  *     result is the sequential loop's, signed zeros and NaN payloads included. Other
  *     reductions (shorter, half/bfloat16/fp8 or byte/uint16 outputs, into many outputs) keep
@@ -216,11 +217,11 @@ typedef struct troupe_cgen_param {
  * Its thread-mapped loops are grid-stride loops over `extent`, so any grid is correct; `grid`
  * and `block` are the planned shape (see "CUDA dialect" above for the rule). */
 typedef struct troupe_cgen_kernel {
-    char *name;         /* "<routine>_k<index>" */
-    int64_t extent[2];  /* iterations covered in x and y (1 and 1 for a one-thread kernel) */
-    uint32_t grid[2];   /* blocks in x, y */
-    uint32_t block[2];  /* threads per block in x, y */
-    bool one_thread;    /* sequential code: only thread 0 of block 0 works (the others return) */
+    char *name;        /* "<routine>_k<index>" */
+    int64_t extent[2]; /* iterations covered in x and y (1 and 1 for a one-thread kernel) */
+    uint32_t grid[2];  /* blocks in x, y */
+    uint32_t block[2]; /* threads per block in x, y */
+    bool one_thread;   /* sequential code: only thread 0 of block 0 works (the others return) */
     /* The code assumes exactly block[0] x block[1] threads per block (it splits work by
      * threadIdx and meets at __syncthreads: a block-level reduction, a shared-memory GEMM tile);
      * any grid is still correct. Launch it with `block` as planned. */
@@ -282,18 +283,18 @@ typedef struct troupe_cgen_gemm_call {
 
 typedef struct troupe_cgen_step {
     troupe_cgen_step_kind_t kind;
-    size_t first_kernel; /* KERNEL: the kernel; GEMM: the first kernel of the fallback */
-    size_t nkernels;     /* KERNEL: 1; GEMM: the fallback's kernels */
+    size_t first_kernel;          /* KERNEL: the kernel; GEMM: the first kernel of the fallback */
+    size_t nkernels;              /* KERNEL: 1; GEMM: the fallback's kernels */
     troupe_cgen_gemm_call_t gemm; /* GEMM only */
 } troupe_cgen_step_t;
 
 /* A generated translation unit. */
 typedef struct troupe_cgen_result {
     troupe_cgen_dialect_t dialect;
-    char *source;                /* NUL-terminated source text */
-    size_t source_len;           /* strlen(source) */
-    char *name;                  /* the routine's (kernel's) name: the procedure's name */
-    char *entry_name;            /* C: "<name>_entry"; CUDA: NULL */
+    char *source;      /* NUL-terminated source text */
+    size_t source_len; /* strlen(source) */
+    char *name;        /* the routine's (kernel's) name: the procedure's name */
+    char *entry_name;  /* C: "<name>_entry"; CUDA: NULL */
     /* C: "<name>_gemm_hooks" when the code calls a GEMM library for some contraction
      * (compiler/gemm.h), else NULL. The loader passes it the library's entries
      * (devices/host/gemm_library.h): void <name>_gemm_hooks(troupe_sgemm_fn, troupe_dgemm_fn);
