@@ -76,8 +76,21 @@
  *     depends only on R and the 256-thread block, so it is bitwise the same run to run and for
  *     any grid, but NOT bit for bit the interpreter's (which adds t(0), t(1), ... to O[idx] in
  *     turn): the two differ by reassociation only, within about 2 R u sum|t| (u the
- *     precision's unit roundoff). Other reductions (shorter, integer or half/bfloat16/fp8,
- *     max/min, into many outputs) keep the in-thread path and its bit-for-bit contract;
+ *     precision's unit roundoff). The same nest with O int32, uint32, int64 or uint64 (a sum
+ *     `+`, wrapping) takes the same kernel and is exact (integer addition is associative), so
+ *     not flagged. A max/min nest `O[idx] = max(O[idx], t)` or `max(t, O[idx])` (min alike),
+ *     O single, double or one of those integers, under the same extents, is a block-level
+ *     reduction bit for bit the interpreter's (not flagged): thread t takes the contiguous
+ *     r in [t*R/256, (t+1)*R/256) (never empty, R >= 256) in increasing r starting from its
+ *     first term, then the tree combines adjacent slots (for s = 1, 2, ..., 128: slot t with
+ *     slot t+s for t a multiple of 2s), and thread 0 stores op(O[idx], total) in the nest's
+ *     operand order. Every combination keeps the earlier terms in O's operand position, and
+ *     troupe_fmax, troupe_fmin and their f forms (ir/ops.h: a NaN operand ignored, equal operands
+ give the second)
+ *     then pick one operand by a total order on (value, position), which is associative: the
+ *     result is the sequential loop's, signed zeros and NaN payloads included. Other
+ *     reductions (shorter, half/bfloat16/fp8 or byte/uint16 outputs, into many outputs) keep
+ *     the in-thread path and its bit-for-bit contract;
  *   - a matrix product compiler/gemm.h recognises at top level, whose operands' base offsets
  *     depend only on static indices (a ZERO_OUT of the output just before it fuses as
  *     beta = 0): a GEMM step whose fallback is one kernel (.fixed_block) of shared-memory tiles:
@@ -98,10 +111,19 @@
  * outputs (at most 65535), extent {R, outputs}; a GEMM tile kernel: 256x1 threads, grid x =
  * the tiles (at most 65535), extent {n, m}. A fixed_block kernel must be launched with its
  * planned block (its code splits work by threadIdx.x); any grid is correct.
- * It includes no header: fixed-width integer types are typedef'd in
- * the prelude, and half/bfloat16/fp8 are stored as the same bits as on the host and
- * converted by the same software helpers as the C dialect (not cuda_fp16.h intrinsics, whose
- * fp8 conversion saturates), so both dialects round identically. Compile without
+ Fixed-width integer types are typedef'd in the prelude. half, bfloat16 and fp8 (E5M2) are
+ * stored as the same bits as on the host and converted through CUDA's own types where a
+ * routine uses them (the prelude then includes cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, which
+ * NVRTC finds on the toolkit include path troupe_nvrtc_compile passes): single -> small by
+ * __float2half_rn, __float2bfloat16_rn and __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E5M2),
+ * small -> single by __half2float, __bfloat162float and __nv_cvt_fp8_to_halfraw. Each rounds
+ * to nearest even with subnormals and overflows to infinity, as ir/prec.c's plain encoders
+ * (fp8 with __NV_NOSAT does not saturate); the widening ones are exact. They differ from
+ * ir/prec.c on NaN only (CUDA returns the canonical NaN 0x7FFF / 0x7F, troupe keeps the sign
+ * and the payload's top bits and sets the quiet bit), so a NaN input takes troupe's software
+ * rule in both directions and the two dialects round identically. Which instruction runs is
+ * CUDA's choice per architecture (cvt.rn.f16.f32 everywhere, bf16 cvt from sm_80, fp8 cvt
+ * from sm_89; the headers' software paths below). Compile without
  * --use_fast_math and with --fmad=false (troupe_nvrtc_compile does) for IEEE results;
  * transcendental functions (expf, tanhf, ...) are CUDA's and may differ from glibc's by an
  * ulp or two.
@@ -195,11 +217,11 @@ typedef struct troupe_cgen_param {
  * Its thread-mapped loops are grid-stride loops over `extent`, so any grid is correct; `grid`
  * and `block` are the planned shape (see "CUDA dialect" above for the rule). */
 typedef struct troupe_cgen_kernel {
-    char *name;         /* "<routine>_k<index>" */
-    int64_t extent[2];  /* iterations covered in x and y (1 and 1 for a one-thread kernel) */
-    uint32_t grid[2];   /* blocks in x, y */
-    uint32_t block[2];  /* threads per block in x, y */
-    bool one_thread;    /* sequential code: only thread 0 of block 0 works (the others return) */
+    char *name;        /* "<routine>_k<index>" */
+    int64_t extent[2]; /* iterations covered in x and y (1 and 1 for a one-thread kernel) */
+    uint32_t grid[2];  /* blocks in x, y */
+    uint32_t block[2]; /* threads per block in x, y */
+    bool one_thread;   /* sequential code: only thread 0 of block 0 works (the others return) */
     /* The code assumes exactly block[0] x block[1] threads per block (it splits work by
      * threadIdx and meets at __syncthreads: a block-level reduction, a shared-memory GEMM tile);
      * any grid is still correct. Launch it with `block` as planned. */
@@ -261,18 +283,18 @@ typedef struct troupe_cgen_gemm_call {
 
 typedef struct troupe_cgen_step {
     troupe_cgen_step_kind_t kind;
-    size_t first_kernel; /* KERNEL: the kernel; GEMM: the first kernel of the fallback */
-    size_t nkernels;     /* KERNEL: 1; GEMM: the fallback's kernels */
+    size_t first_kernel;          /* KERNEL: the kernel; GEMM: the first kernel of the fallback */
+    size_t nkernels;              /* KERNEL: 1; GEMM: the fallback's kernels */
     troupe_cgen_gemm_call_t gemm; /* GEMM only */
 } troupe_cgen_step_t;
 
 /* A generated translation unit. */
 typedef struct troupe_cgen_result {
     troupe_cgen_dialect_t dialect;
-    char *source;                /* NUL-terminated source text */
-    size_t source_len;           /* strlen(source) */
-    char *name;                  /* the routine's (kernel's) name: the procedure's name */
-    char *entry_name;            /* C: "<name>_entry"; CUDA: NULL */
+    char *source;      /* NUL-terminated source text */
+    size_t source_len; /* strlen(source) */
+    char *name;        /* the routine's (kernel's) name: the procedure's name */
+    char *entry_name;  /* C: "<name>_entry"; CUDA: NULL */
     /* C: "<name>_gemm_hooks" when the code calls a GEMM library for some contraction
      * (compiler/gemm.h), else NULL. The loader passes it the library's entries
      * (devices/host/gemm_library.h): void <name>_gemm_hooks(troupe_sgemm_fn, troupe_dgemm_fn);

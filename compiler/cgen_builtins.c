@@ -181,6 +181,68 @@ static const char s_fp8[] =
     "  return (uint8_t)troupe__encode_small((double)f, 5, 2);\n"
     "}\n";
 
+/* CUDA texts of the three sections above: CUDA's own types and conversions (cuda_fp16.h,
+ * cuda_bf16.h, cuda_fp8.h; NVRTC finds them on the toolkit include path devices/cuda/nvrtc.c
+ * passes), with the rounding of ir/prec.c: __float2half_rn, __float2bfloat16_rn and
+ * __nv_cvt_float_to_fp8(.., __NV_NOSAT, __NV_E5M2) round to nearest even with subnormals and
+ * overflow to infinity, and the widening conversions are exact. Only NaN differs (CUDA gives
+ * the canonical NaN 0x7FFF / 0x7F and does not keep the payload, troupe keeps sign and top
+ * payload bits and sets the quiet bit), so NaN takes troupe's software rule, in both
+ * directions. troupe__nan_small: ir/prec.c s_encode's NaN branch on a float's bits. */
+static const char s_nan_small_cuda[] =
+    "TROUPE_FN uint32_t troupe__nan_small(uint32_t u, int eb, int mb) {\n"
+    "  return ((u >> 31) << (eb + mb)) | (((1u << eb) - 1u) << mb) | ((u & 0x7FFFFFu) >> (23 - "
+    "mb))\n"
+    "         | (1u << (mb - 1));\n"
+    "}\n"
+    "TROUPE_FN float troupe__nan_single(uint32_t code, int eb, int mb) {\n"
+    "  return troupe__bits_f32(((code >> (eb + mb)) << 31) | 0x7FC00000u\n"
+    "                          | ((code & ((1u << mb) - 1u)) << (23 - mb)));\n"
+    "}\n";
+
+#define S_IS_NAN_SMALL(X, EXP, MAN) "((" X " & " EXP ") == " EXP " && (" X " & " MAN ") != 0)"
+
+static const char s_half_cuda[] =
+    "#include <cuda_fp16.h>\n"
+    "TROUPE_FN float troupe_half_to_single(uint16_t h) {\n"
+    "  if " S_IS_NAN_SMALL(
+        "h", "0x7C00u",
+        "0x3FFu") " return troupe__nan_single(h, 5, 10);\n"
+                  "  return __half2float(__ushort_as_half(h));\n"
+                  "}\n"
+                  "TROUPE_FN uint16_t troupe_single_to_half(float f) {\n"
+                  "  if (f != f) return (uint16_t)troupe__nan_small(troupe__f32_bits(f), 5, 10);\n"
+                  "  return __half_as_ushort(__float2half_rn(f));\n"
+                  "}\n";
+
+static const char s_bf16_cuda[] =
+    "#include <cuda_bf16.h>\n"
+    "TROUPE_FN float troupe_bfloat16_to_single(uint16_t b) {\n"
+    "  if " S_IS_NAN_SMALL(
+        "b", "0x7F80u",
+        "0x7Fu") " return troupe__nan_single(b, 8, 7);\n"
+                 "  return __bfloat162float(__ushort_as_bfloat16(b));\n"
+                 "}\n"
+                 "TROUPE_FN uint16_t troupe_single_to_bfloat16(float f) {\n"
+                 "  if (f != f) return (uint16_t)troupe__nan_small(troupe__f32_bits(f), 8, 7);\n"
+                 "  return __bfloat16_as_ushort(__float2bfloat16_rn(f));\n"
+                 "}\n";
+
+static const char s_fp8_cuda[] =
+    "#include <cuda_fp16.h>\n"
+    "#include <cuda_fp8.h>\n"
+    "TROUPE_FN float troupe_fp8_to_single(uint8_t x) {\n"
+    "  if " S_IS_NAN_SMALL(
+        "x", "0x7Cu",
+        "0x3u") " return troupe__nan_single(x, 5, 2);\n"
+                "  return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)x, "
+                "__NV_E5M2)));\n"
+                "}\n"
+                "TROUPE_FN uint8_t troupe_single_to_fp8(float f) {\n"
+                "  if (f != f) return (uint8_t)troupe__nan_small(troupe__f32_bits(f), 5, 2);\n"
+                "  return (uint8_t)__nv_cvt_float_to_fp8(f, __NV_NOSAT, __NV_E5M2);\n"
+                "}\n";
+
 static const char s_rotl[] = "TROUPE_FN uint32_t troupe__rotl32(uint32_t x, unsigned n) {\n"
                              "  return (x << n) | (x >> (32u - n));\n"
                              "}\n";
@@ -367,11 +429,14 @@ static const char s_vec_double[] =
     "}\n";
 
 /* troupe's max/min of floats (ir/ops.h troupe_fmaxf and friends, the same expressions). */
-static const char s_fmax[] =
-    "TROUPE_FN float troupe_fmaxf(float a, float b) { return b != b ? a : (a != a ? b : (a > b ? a : b)); }\n"
-    "TROUPE_FN float troupe_fminf(float a, float b) { return b != b ? a : (a != a ? b : (a < b ? a : b)); }\n"
-    "TROUPE_FN double troupe_fmax(double a, double b) { return b != b ? a : (a != a ? b : (a > b ? a : b)); }\n"
-    "TROUPE_FN double troupe_fmin(double a, double b) { return b != b ? a : (a != a ? b : (a < b ? a : b)); }\n";
+static const char s_fmax[] = "TROUPE_FN float troupe_fmaxf(float a, float b) { return b != b ? a : "
+                             "(a != a ? b : (a > b ? a : b)); }\n"
+                             "TROUPE_FN float troupe_fminf(float a, float b) { return b != b ? a : "
+                             "(a != a ? b : (a < b ? a : b)); }\n"
+                             "TROUPE_FN double troupe_fmax(double a, double b) { return b != b ? a "
+                             ": (a != a ? b : (a > b ? a : b)); }\n"
+                             "TROUPE_FN double troupe_fmin(double a, double b) { return b != b ? a "
+                             ": (a != a ? b : (a < b ? a : b)); }\n";
 
 static const char s_gate_f[] = "TROUPE_FN float troupe_satur01_gate_f(float a, float b) {\n"
                                "  return (a > 0.0f && a < 1.0f) ? b : 0.0f;\n"
@@ -390,7 +455,8 @@ static const char s_gemm[] =
     "typedef void (*troupe_sgemm_fn)(int, int, int64_t, int64_t, int64_t, float, const float *,\n"
     "                                int64_t, const float *, int64_t, float, float *, int64_t);\n"
     "typedef void (*troupe_dgemm_fn)(int, int, int64_t, int64_t, int64_t, double, const double *,\n"
-    "                                int64_t, const double *, int64_t, double, double *, int64_t);\n"
+    "                                int64_t, const double *, int64_t, double, double *, "
+    "int64_t);\n"
     "#if defined(__GNUC__)\n"
     "#define TROUPE_GEMM_HOOK static __attribute__((unused))\n"
     "#else\n"
@@ -410,9 +476,10 @@ static const troupe__cgen_section_t s_sections[] = {
     S_SEC("uint4x32_t", "uint4x32_t", s_u4),
     S_SEC("u4", "troupe__u4", s_u4_make),
     S_SEC("encode_small", "troupe__encode_small", s_encode),
-    S_SEC("half", "troupe_half_to_single troupe_single_to_half", s_half),
-    S_SEC("bfloat16", "troupe_bfloat16_to_single troupe_single_to_bfloat16", s_bf16),
-    S_SEC("fp8", "troupe_fp8_to_single troupe_single_to_fp8", s_fp8),
+    {"nan_small", "troupe__nan_small troupe__nan_single", "", s_nan_small_cuda},
+    {"half", "troupe_half_to_single troupe_single_to_half", s_half, s_half_cuda},
+    {"bfloat16", "troupe_bfloat16_to_single troupe_single_to_bfloat16", s_bf16, s_bf16_cuda},
+    {"fp8", "troupe_fp8_to_single troupe_single_to_fp8", s_fp8, s_fp8_cuda},
     S_SEC("rotl32", "troupe__rotl32", s_rotl),
     S_SEC("threefry", "troupe__tf_mix troupe__threefry4x32", s_threefry),
     S_SEC("threefry_crypto", "troupe_threefry4x32_crypto", s_threefry_crypto),

@@ -388,10 +388,13 @@ static troupe_status_t s_put_zero(troupe__cgen_t *g, troupe_cgen_result_t *r,
 
 /* ---- block-level reductions ---------------------------------------------------------------- */
 
-/* A nest `for ... { O[idx] = O[idx] + term }` (or term + O[idx], or fma(x, y, O[idx])) whose
- * unmapped loops reduce into O: their symbols are absent from idx and the term neither reads
- * nor writes O nor writes anything else. */
+/* A nest `for ... { O[idx] = O[idx] + term }` (or term + O[idx], or fma(x, y, O[idx]), or
+ * max/min(O[idx], term) or max/min(term, O[idx])) whose unmapped loops reduce into O: their
+ * symbols are absent from idx and the term neither reads nor writes O nor writes anything
+ * else. */
 typedef struct s_reduce {
+    troupe_binop_t op;                      /* ADD (FMA: fx, fy set), MAX or MIN */
+    bool acc_first;                         /* MAX/MIN: O is the first operand */
     const troupe_ll_t *loops[S_MAX_MAPPED]; /* the whole nest, outermost first */
     bool mapped[S_MAX_MAPPED];
     int nloops;
@@ -450,17 +453,32 @@ static troupe_status_t s_plan_reduce(const troupe_ll_t *s, const s_map_t *map, s
     if (set == NULL)
         return TROUPE_OK;
     const troupe_tnode_t *o = set->u.set.tn;
-    if (o->prec != TROUPE_PREC_SINGLE && o->prec != TROUPE_PREC_DOUBLE)
+    const bool is_float = o->prec == TROUPE_PREC_SINGLE || o->prec == TROUPE_PREC_DOUBLE;
+    /* Integers whose compute type is their storage type: their sums are exact in any order. */
+    const bool is_int = o->prec == TROUPE_PREC_INT32 || o->prec == TROUPE_PREC_UINT32 ||
+                        o->prec == TROUPE_PREC_INT64 || o->prec == TROUPE_PREC_UINT64;
+    if (!is_float && !is_int)
         return TROUPE_OK;
     const troupe_sc_t *v = set->u.set.value;
-    if (v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_ADD) {
+    red->op = TROUPE_BINOP_ADD;
+    if (v->kind == TROUPE_SC_BINOP &&
+        (v->u.op.op == TROUPE_BINOP_MAX || v->u.op.op == TROUPE_BINOP_MIN)) {
+        red->op = v->u.op.op;
+        red->acc_first = s_same_get(v->u.op.args[0], set);
+        if (red->acc_first)
+            red->term = v->u.op.args[1];
+        else if (s_same_get(v->u.op.args[1], set))
+            red->term = v->u.op.args[0];
+        else
+            return TROUPE_OK;
+    } else if (v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_ADD) {
         if (s_same_get(v->u.op.args[0], set))
             red->term = v->u.op.args[1];
         else if (s_same_get(v->u.op.args[1], set))
             red->term = v->u.op.args[0];
         else
             return TROUPE_OK;
-    } else if (v->kind == TROUPE_SC_TERNOP && v->u.op.op == TROUPE_TERNOP_FMA &&
+    } else if (is_float && v->kind == TROUPE_SC_TERNOP && v->u.op.op == TROUPE_TERNOP_FMA &&
                s_same_get(v->u.op.args[2], set)) {
         red->fx = v->u.op.args[0];
         red->fy = v->u.op.args[1];
@@ -513,12 +531,32 @@ static void s_put_decompose(troupe__cgen_t *g, troupe__strbuf_t *b, const s_redu
     }
 }
 
+/* Writes the combination of the partial results l (earlier terms) and r (later ones) of a
+ * MAX/MIN reduction: the nest's operator with O's operand position taken by l. */
+static void s_put_select(troupe__strbuf_t *b, const s_reduce_t *red, const troupe_c_syntax_t *syn,
+                         const char *l, const char *r)
+{
+    const char *first = red->acc_first ? l : r, *second = red->acc_first ? r : l;
+    troupe__strbuf_printf(b, "%s%s%s%s%s", syn->piece[0], first, syn->piece[1], second,
+                          syn->piece[2]);
+}
+
 /* The kernel of a block-level reduction (cgen.h, "CUDA dialect": the order is documented
- * there). */
+ * there). A sum: thread t takes terms t, t+256, ... and the tree adds slot t+s into t. A
+ * max/min: thread t takes the contiguous terms [t*E/256, (t+1)*E/256) in order (E >= 256, so
+ * none is empty) and the tree combines adjacent slots, earlier on the left: the operator
+ * (ir/ops.h troupe_fmax*: NaN ignored, equal operands give the second) picks one operand by a
+ * total order on (value, position), so any grouping that keeps the order picks what the
+ * sequential loop picks, bit for bit, signed zeros and NaN payloads included. */
 static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
                                     const s_reduce_t *red, troupe__strbuf_t *b, size_t *out_kernel)
 {
     troupe_cgen_kernel_t *k = NULL;
+    const troupe_tnode_t *o = red->set->u.set.tn;
+    const bool select = red->op != TROUPE_BINOP_ADD;
+    troupe_c_syntax_t syn;
+    if (select)
+        TROUPE_RETURN_IF_ERROR(troupe_binop_c_syntax(o->prec, red->op, &syn));
     TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
     *out_kernel = r->nkernels - 1;
     k->extent[0] = red->extent;
@@ -528,33 +566,61 @@ static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
     k->grid[0] = s_grid(red->outputs, 1);
     k->grid[1] = 1;
     k->fixed_block = true;
-    k->reassociates = true;
-    const troupe_tnode_t *o = red->set->u.set.tn;
-    const char *ty = o->prec == TROUPE_PREC_SINGLE ? "float" : "double";
-    troupe__strbuf_printf(
-        b,
-        "    /* Block-level reduction over %" PRId64 " terms into each of %" PRId64
-        " outputs: one block of %d threads per output, thread t sums terms t,\n"
-        "     * t+%d, ... in order, then a tree in shared memory; the output "
-        "adds the total last. */\n"
-        "    __shared__ %s red_sh[%d];\n"
-        "    const unsigned red_t = threadIdx.x;\n",
-        red->extent, red->outputs, S_REDUCE_THREADS, S_REDUCE_THREADS, ty, S_REDUCE_THREADS);
+    k->reassociates = !select && troupe_prec_is_float(o->prec);
+    const char *ty = troupe_prec_c_type(o->prec);
+    troupe__strbuf_printf(b,
+                          "    /* Block-level reduction over %" PRId64
+                          " terms into each of %" PRId64
+                          " outputs: one block of %d threads per output, ",
+                          red->extent, red->outputs, S_REDUCE_THREADS);
+    if (select)
+        troupe__strbuf_printf(b,
+                              "thread t takes terms\n"
+                              "     * [t*%" PRId64 "/%d, (t+1)*%" PRId64
+                              "/%d) in order, then a tree of adjacent slots in shared memory;\n"
+                              "     * the output takes the total last. */\n",
+                              red->extent, S_REDUCE_THREADS, red->extent, S_REDUCE_THREADS);
+    else
+        troupe__strbuf_printf(b,
+                              "thread t sums terms t,\n"
+                              "     * t+%d, ... in order, then a tree in shared memory; the output "
+                              "adds the total last. */\n",
+                              S_REDUCE_THREADS);
+    troupe__strbuf_printf(b,
+                          "    __shared__ %s red_sh[%d];\n"
+                          "    const unsigned red_t = threadIdx.x;\n",
+                          ty, S_REDUCE_THREADS);
     troupe__strbuf_printf(b,
                           "    for (int64_t t_o = (int64_t)blockIdx.y * gridDim.x + blockIdx.x; "
                           "t_o < %" PRId64 "LL; t_o += (int64_t)gridDim.x * gridDim.y) {\n",
                           red->outputs);
     s_put_decompose(g, b, red, true, "t_o", 2);
-    troupe__strbuf_printf(b,
-                          "        %s red_acc = 0;\n"
-                          "        for (int64_t t_r = red_t; t_r < %" PRId64 "LL; t_r += %d) {\n",
-                          ty, red->extent, S_REDUCE_THREADS);
+    if (select)
+        troupe__strbuf_printf(
+            b,
+            "        %s red_acc = 0;\n"
+            "        const int64_t red_lo = (int64_t)red_t * %" PRId64 "LL / %d;\n"
+            "        const int64_t red_hi = ((int64_t)red_t + 1) * %" PRId64 "LL / %d;\n"
+            "        for (int64_t t_r = red_lo; t_r < red_hi; t_r++) {\n",
+            ty, red->extent, S_REDUCE_THREADS, red->extent, S_REDUCE_THREADS);
+    else
+        troupe__strbuf_printf(b,
+                              "        %s red_acc = 0;\n"
+                              "        for (int64_t t_r = red_t; t_r < %" PRId64
+                              "LL; t_r += %d) {\n",
+                              ty, red->extent, S_REDUCE_THREADS);
     s_put_decompose(g, b, red, false, "t_r", 3);
     troupe_status_t st;
     if (red->term != NULL) {
         troupe__strbuf_printf(b, "            %s red_x;\n", ty);
         st = troupe__cgen_emit_value(g, "red_x", red->term, o->prec, 3, b);
-        troupe__strbuf_puts(b, "            red_acc = red_acc + red_x;\n");
+        if (select) {
+            troupe__strbuf_puts(b, "            red_acc = t_r == red_lo ? red_x : ");
+            s_put_select(b, red, &syn, "red_acc", "red_x");
+            troupe__strbuf_puts(b, ";\n");
+        } else {
+            troupe__strbuf_puts(b, "            red_acc = red_acc + red_x;\n");
+        }
     } else {
         troupe__strbuf_printf(b, "            %s red_x, red_y;\n", ty);
         st = troupe__cgen_emit_value(g, "red_x", red->fx, o->prec, 3, b);
@@ -565,18 +631,28 @@ static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
     }
     for (int i = 0; i < red->nloops; i++)
         troupe__cgen_bind_sym(g, red->loops[i]->u.for_loop.sym, false, 0, 0);
-    troupe__strbuf_printf(b,
-                          "        }\n"
-                          "        red_sh[red_t] = red_acc;\n"
-                          "        __syncthreads();\n"
-                          "        for (unsigned red_s = %du; red_s > 0u; red_s >>= 1) {\n"
-                          "            if (red_t < red_s)\n"
-                          "                red_sh[red_t] = red_sh[red_t] + "
-                          "red_sh[red_t + red_s];\n"
-                          "            __syncthreads();\n"
-                          "        }\n"
-                          "        if (red_t == 0) {\n",
-                          S_REDUCE_THREADS / 2);
+    troupe__strbuf_puts(b, "        }\n"
+                           "        red_sh[red_t] = red_acc;\n"
+                           "        __syncthreads();\n");
+    if (select) {
+        troupe__strbuf_printf(b,
+                              "        for (unsigned red_s = 1u; red_s < %du; red_s <<= 1) {\n"
+                              "            if ((red_t & (2u * red_s - 1u)) == 0u)\n"
+                              "                red_sh[red_t] = ",
+                              S_REDUCE_THREADS);
+        s_put_select(b, red, &syn, "red_sh[red_t]", "red_sh[red_t + red_s]");
+        troupe__strbuf_puts(b, ";\n");
+    } else {
+        troupe__strbuf_printf(b,
+                              "        for (unsigned red_s = %du; red_s > 0u; red_s >>= 1) {\n"
+                              "            if (red_t < red_s)\n"
+                              "                red_sh[red_t] = red_sh[red_t] + "
+                              "red_sh[red_t + red_s];\n",
+                              S_REDUCE_THREADS / 2);
+    }
+    troupe__strbuf_puts(b, "            __syncthreads();\n"
+                           "        }\n"
+                           "        if (red_t == 0) {\n");
     /* The output's index uses only the mapped loops: bind them again for its access. */
     for (int i = 0; i < red->nloops; i++)
         if (red->mapped[i])
@@ -586,8 +662,13 @@ static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
     troupe__cgen_put_access(g, &acc, o, red->set->u.set.idcs);
     for (int i = 0; i < red->nloops; i++)
         troupe__cgen_bind_sym(g, red->loops[i]->u.for_loop.sym, false, 0, 0);
-    troupe__strbuf_printf(b, "            %.*s = %.*s + red_sh[0];\n", (int)acc.len,
-                          acc.data ? acc.data : "", (int)acc.len, acc.data ? acc.data : "");
+    const char *at = acc.data ? acc.data : "";
+    troupe__strbuf_printf(b, "            %.*s = ", (int)acc.len, at);
+    if (select)
+        s_put_select(b, red, &syn, at, "red_sh[0]");
+    else
+        troupe__strbuf_printf(b, "%.*s + red_sh[0]", (int)acc.len, at);
+    troupe__strbuf_puts(b, ";\n");
     if (acc.failed)
         b->failed = true;
     troupe__strbuf_reset(&acc);
@@ -654,7 +735,7 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r,
         return false; /* the init runs as a kernel; the product matches at at + 1 */
     bool pre = ep->beta_zero || ep->init != NULL;
     if (ep->post != NULL && (ep->d != gm->c.tn || (!ep->bias_in_init && ep->bias != NULL &&
-                                                    ep->bias_axis != TROUPE_GEMM_BIAS_N))) {
+                                                   ep->bias_axis != TROUPE_GEMM_BIAS_N))) {
         if (!ep->bias_in_init)
             ep->bias = NULL;
         ep->post = NULL;
@@ -870,8 +951,8 @@ static troupe_status_t s_put_gemm_tiled(troupe__cgen_t *g, troupe_cgen_result_t 
 }
 
 /* Kernels for one nest: its mapped loops on the grid, else one thread. */
-static troupe_status_t s_put_nest(troupe__cgen_t *g, troupe_cgen_result_t *r,
-                                  const troupe_ll_t *s, troupe__strbuf_t *b)
+static troupe_status_t s_put_nest(troupe__cgen_t *g, troupe_cgen_result_t *r, const troupe_ll_t *s,
+                                  troupe__strbuf_t *b)
 {
     s_map_t map;
     size_t kernel = 0;
@@ -891,14 +972,13 @@ static troupe_status_t s_put_gemm(troupe__cgen_t *g, troupe_cgen_result_t *r,
                                   troupe_cgen_step_t *step, troupe__strbuf_t *b)
 {
     static const char *const epi[] = {"", ", then + bias", ", then relu", ", then relu(+ bias)"};
-    troupe__strbuf_printf(b,
-                          "\n/* GEMM step: %s = %s%s x %s%s + %s (m %" PRId64 ", n %" PRId64
-                          ", k %" PRId64 ")%s; the kernels below are its fallback. */\n",
-                          troupe__cgen_node_ident(g, gm->c.tn),
-                          troupe__cgen_node_ident(g, gm->a.tn), gm->a.trans ? "^T" : "",
-                          troupe__cgen_node_ident(g, gm->b.tn), gm->b.trans ? "^T" : "",
-                          step->gemm.beta_zero ? "0" : "itself", gm->m, gm->n, gm->k,
-                          epi[step->gemm.epilogue]);
+    troupe__strbuf_printf(
+        b,
+        "\n/* GEMM step: %s = %s%s x %s%s + %s (m %" PRId64 ", n %" PRId64 ", k %" PRId64
+        ")%s; the kernels below are its fallback. */\n",
+        troupe__cgen_node_ident(g, gm->c.tn), troupe__cgen_node_ident(g, gm->a.tn),
+        gm->a.trans ? "^T" : "", troupe__cgen_node_ident(g, gm->b.tn), gm->b.trans ? "^T" : "",
+        step->gemm.beta_zero ? "0" : "itself", gm->m, gm->n, gm->k, epi[step->gemm.epilogue]);
     step->first_kernel = r->nkernels;
     size_t kernel = 0;
     troupe_cgen_gemm_call_t tiles = step->gemm;

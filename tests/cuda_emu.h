@@ -31,7 +31,9 @@
 
 #include "base/strbuf.h"
 #include "compiler/cgen.h"
+#include "compiler/cgen_impl.h"
 #include "ir/prec.h"
+#include "troupe_config.h"
 
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -58,9 +60,48 @@ typedef enum troupe_emu_shape {
                                * block), blocks and threads in reverse order */
 } troupe_emu_shape_t;
 
+/* Host stand-ins for what the unit uses of cuda_fp16.h, cuda_bf16.h and cuda_fp8.h, for a
+ * build without the CUDA toolkit (or when troupe_emu_standins is set): the conversions are
+ * troupe's software ones (the C texts of the prelude's sections, in a namespace), so they
+ * check the plumbing, not CUDA's rounding. With the toolkit the unit includes CUDA's own
+ * headers, whose host implementations are CUDA's conversions. */
+static const char s_emu_standins[] =
+    "struct __half_raw { unsigned short x; };\n"
+    "struct __half { unsigned short x; __half() : x(0) {}\n"
+    "  __half(__half_raw r) : x(r.x) {} };\n"
+    "static inline __half __ushort_as_half(unsigned short u) { __half_raw r; r.x = u; return "
+    "__half(r); }\n"
+    "static inline unsigned short __half_as_ushort(__half h) { return h.x; }\n"
+    "static inline float __half2float(__half h) { return "
+    "troupe_emu_soft::troupe_half_to_single(h.x); }\n"
+    "static inline __half __float2half_rn(float f) { return "
+    "__ushort_as_half(troupe_emu_soft::troupe_single_to_half(f)); }\n"
+    "struct __nv_bfloat16 { unsigned short x; };\n"
+    "static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { __nv_bfloat16 b; b.x "
+    "= u; return b; }\n"
+    "static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.x; }\n"
+    "static inline float __bfloat162float(__nv_bfloat16 b) { return "
+    "troupe_emu_soft::troupe_bfloat16_to_single(b.x); }\n"
+    "static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return "
+    "__ushort_as_bfloat16(troupe_emu_soft::troupe_single_to_bfloat16(f)); }\n"
+    "typedef unsigned char __nv_fp8_storage_t;\n"
+    "enum __nv_saturation_t { __NV_NOSAT, __NV_SATFINITE };\n"
+    "enum __nv_fp8_interpretation_t { __NV_E4M3, __NV_E5M2 };\n"
+    "static inline __half_raw __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t x, "
+    "__nv_fp8_interpretation_t) { __half_raw r; r.x = (unsigned short)(x << 8); return r; }\n"
+    "static inline __nv_fp8_storage_t __nv_cvt_float_to_fp8(float f, __nv_saturation_t, "
+    "__nv_fp8_interpretation_t) { return troupe_emu_soft::troupe_single_to_fp8(f); }\n";
+
+/* Set to run the unit on the stand-ins above even where the toolkit's headers are there. */
+static int troupe_emu_standins;
+
 static const char s_emu_header[] =
     "#include <math.h>\n"
     "#include <string.h>\n"
+    "#undef __global__\n"
+    "#undef __device__\n"
+    "#undef __forceinline__\n"
+    "#undef __shared__\n"
     "struct troupe_emu_dim3 { unsigned x, y, z; };\n"
     "static troupe_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;\n"
     "#define __global__\n"
@@ -187,6 +228,26 @@ static inline void troupe_emu_open(const troupe_cgen_result_t *res, troupe_emu_t
     cr_assert_eq(res->dialect, TROUPE_CGEN_CUDA);
     cr_assert_leq(res->nkernels, sizeof e->fns / sizeof e->fns[0]);
     troupe__strbuf_t b = TROUPE__STRBUF_INIT;
+    const bool standins = troupe_emu_standins || TROUPE_CUDA_INCLUDE_DIR[0] == '\0';
+    if (standins) {
+        /* The software conversions from the C prelude; the unit's #include lines then find
+         * the empty headers troupe_emu_open writes. */
+        size_t nsec = 0;
+        const troupe__cgen_section_t *secs = troupe__cgen_sections(&nsec);
+        troupe__strbuf_puts(&b, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n"
+                                "namespace troupe_emu_soft {\n#define TROUPE_FN static inline\n");
+        for (size_t i = 0; i < nsec; i++) {
+            char word[64];
+            snprintf(word, sizeof word, " %s ", secs[i].name);
+            if (strstr(" bits encode_small half bfloat16 fp8 ", word) != NULL)
+                troupe__strbuf_puts(&b, secs[i].text_c);
+        }
+        troupe__strbuf_puts(&b, "#undef TROUPE_FN\n} // namespace troupe_emu_soft\n");
+        troupe__strbuf_puts(&b, s_emu_standins);
+    } else {
+        troupe__strbuf_puts(&b, "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+                                "#include <cuda_fp8.h>\n");
+    }
     troupe__strbuf_puts(&b, s_emu_header);
     /* A namespace keeps the unit's own int64_t & co. apart from the C library's. */
     troupe__strbuf_puts(&b, "namespace troupe_emu {\n");
@@ -222,10 +283,20 @@ static inline void troupe_emu_open(const troupe_cgen_result_t *res, troupe_emu_t
     fwrite(b.data, 1, b.len, f);
     fclose(f);
     troupe__strbuf_reset(&b);
+    if (standins) {
+        const char *hdrs[] = {"cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s", e->dir, hdrs[i]);
+            FILE *h = fopen(path, "w");
+            cr_assert_not_null(h);
+            fclose(h);
+        }
+        snprintf(path, sizeof path, "%s/unit.cpp", e->dir);
+    }
     snprintf(cmd, sizeof cmd,
-             "c++ -std=c++14 -O1 -ffp-contract=off -fwrapv -shared -fPIC -o %s/unit.so %s "
+             "c++ -std=c++14 -O1 -ffp-contract=off -fwrapv -shared -fPIC -I%s -o %s/unit.so %s "
              "> %s/cxx.log 2>&1",
-             e->dir, path, e->dir);
+             standins ? e->dir : TROUPE_CUDA_INCLUDE_DIR, e->dir, path, e->dir);
     if (system(cmd) != 0) {
         snprintf(cmd, sizeof cmd, "cat %s/cxx.log >&2; head -c 20000 %s >&2", e->dir, path);
         (void)system(cmd);

@@ -916,6 +916,7 @@ Test(cgen, small_float_decoders_exhaustive)
         }
         free(codes16);
         free(got);
+        s_nvrtc_check(p);
         troupe_ll_proc_destroy(&p);
         troupe_tnode_release(&in);
         troupe_tnode_release(&out);
@@ -932,7 +933,14 @@ Test(cgen, small_float_encoders)
                               0x7f800001u, 0xffc12345u, 0x3f800000u, 0x3fc00000u, 0x3fe00000u,
                               0x477fe000u, 0x477ff000u, 0x47800000u, 0x33800000u, 0x33000000u,
                               0x33000001u, 0x37800000u, 0x37000000u, 0x3f808000u, 0x3f818000u,
-                              0x7f7fffffu, 0x00000001u, 0x387fc000u, 0x47600000u, 0x47700000u};
+                              0x7f7fffffu, 0x00000001u, 0x387fc000u, 0x47600000u, 0x47700000u,
+                              /* bfloat16: max finite, the tie above it, subnormals and ties */
+                              0x7f7f0000u, 0x7f7f8000u, 0xff7f7fffu, 0x00010000u, 0x00018000u,
+                              0x00008000u, 0x80028000u, 0x3f80c000u,
+                              /* half: subnormal ties, the smallest normal, -max */
+                              0x33c00000u, 0xb4400000u, 0x38800000u, 0xc77fe000u,
+                              /* fp8: subnormals 2^-16 * 1.5, 2.5; max finite -57344 */
+                              0x37c00000u, 0x38200000u, 0xc7600000u, 0x7fa00000u};
     for (int i = 0; i < N; i++)
         bits[i] = s_rnd32();
     memcpy(bits, edges, sizeof edges);
@@ -965,11 +973,87 @@ Test(cgen, small_float_encoders)
             cr_expect_eq(o8[8], 0x3e);
         free(o16);
         free(o8);
+        s_nvrtc_check(p);
         troupe_ll_proc_destroy(&p);
         troupe_tnode_release(&in);
         troupe_tnode_release(&out);
     }
     free(bits);
+}
+
+/* The CUDA dialect converts through CUDA's own types (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h)
+ * and not the software encoder; both directions give ir/prec.c's bits on edge values (NaN
+ * payloads, infinities, max finite, subnormals, ties) emulated with CUDA's host
+ * implementations (the tests above) and with the emulator's stand-ins (here). */
+static troupe_cgen_result_t *s_cuda(const troupe_ll_proc_t *p);
+
+Test(cgen, cuda_small_float_types)
+{
+    const troupe_prec_t precs[] = {TROUPE_PREC_HALF, TROUPE_PREC_BFLOAT16, TROUPE_PREC_FP8};
+    const char *enc[] = {"__float2half_rn(", "__float2bfloat16_rn(", "__nv_cvt_float_to_fp8("};
+    const char *dec[] = {"__half2float(", "__bfloat162float(", "__nv_cvt_fp8_to_halfraw("};
+    const char *inc[] = {"#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
+                         "#include <cuda_fp8.h>"};
+    const uint32_t fbits[] = {0x7fc00000u, 0xffc12345u, 0x7f800001u, 0x7f800000u,
+                              0xff800000u, 0x477fe000u, 0x477ff000u, 0x7f7f8000u,
+                              0x47700000u, 0x33000001u, 0x33000000u, 0x37000000u,
+                              0x00008000u, 0x3f808000u, 0x80000000u, 0x00000001u};
+    enum { NF = sizeof fbits / sizeof fbits[0] };
+    int runs0 = s_emu_runs;
+    troupe_emu_standins = 1;
+    for (size_t k = 0; k < 3; k++) {
+        troupe_tnode_t *in, *out, *cin, *cout;
+        troupe_ll_proc_t *pe = s_build_convert(TROUPE_PREC_SINGLE, precs[k], NF, &in, &out);
+        troupe_ll_proc_t *pd = s_build_convert(precs[k], TROUPE_PREC_SINGLE, 256, &cin, &cout);
+        troupe_cgen_result_t *re = s_cuda(pe), *rd = s_cuda(pd);
+        cr_expect_not_null(strstr(re->source, enc[k]), "%s", re->source);
+        cr_expect_not_null(strstr(rd->source, dec[k]), "%s", rd->source);
+        cr_expect_not_null(strstr(re->source, inc[k]));
+        cr_expect_null(strstr(re->source, "troupe__encode_small"), "%s", re->source);
+        troupe_cgen_result_destroy(&re);
+        troupe_cgen_result_destroy(&rd);
+        /* Encoders on the edge values; decoders on codes 0..255 of the low byte and with the
+         * exponent all ones (NaN payloads, infinities). */
+        uint32_t fin[NF];
+        memcpy(fin, fbits, sizeof fin);
+        uint16_t o16[NF], c16[256];
+        uint8_t o8[NF], c8[256];
+        float got[256];
+        s_run_t r = {0};
+        s_bind(&r, in, fin);
+        s_bind(&r, out, precs[k] == TROUPE_PREC_FP8 ? (void *)o8 : (void *)o16);
+        s_run(pe, &r);
+        for (int i = 0; i < NF; i++) {
+            float f;
+            memcpy(&f, &fbits[i], 4);
+            uint32_t want = precs[k] == TROUPE_PREC_HALF       ? troupe_single_to_half(f)
+                            : precs[k] == TROUPE_PREC_BFLOAT16 ? troupe_single_to_bfloat16(f)
+                                                               : troupe_single_to_fp8(f);
+            uint32_t have = precs[k] == TROUPE_PREC_FP8 ? o8[i] : o16[i];
+            cr_expect_eq(have, want, "%s(%08x) = %x, want %x", troupe_prec_name(precs[k]), fbits[i],
+                         have, want);
+        }
+        const uint16_t top = precs[k] == TROUPE_PREC_HALF ? 0x7C00 : 0x7F80;
+        for (int c = 0; c < 256; c++) {
+            c8[c] = (uint8_t)c;
+            c16[c] = (uint16_t)((c & 0x80 ? 0x8000 : 0) | top | (c & 0x7F));
+        }
+        s_run_t rr = {0};
+        s_bind(&rr, cin, precs[k] == TROUPE_PREC_FP8 ? (void *)c8 : (void *)c16);
+        s_bind(&rr, cout, got);
+        s_run(pd, &rr);
+        s_nvrtc_check(pe);
+        s_nvrtc_check(pd);
+        troupe_ll_proc_destroy(&pe);
+        troupe_ll_proc_destroy(&pd);
+        troupe_tnode_release(&in);
+        troupe_tnode_release(&out);
+        troupe_tnode_release(&cin);
+        troupe_tnode_release(&cout);
+    }
+    troupe_emu_standins = 0;
+    if (troupe_emu_available())
+        cr_expect_eq(s_emu_runs - runs0, 6, "every routine ran emulated");
 }
 
 static troupe_uint4x32_t s_key(int64_t k)
@@ -1716,9 +1800,9 @@ Test(cgen, cuda_thread_mapping)
     s_nvrtc_check(p);
     troupe_ll_proc_destroy(&p);
 
-    /* 5. A statement writing outside the inner loop keeps the outer loop sequential, and two
-     * top-level sets share one one-thread kernel: sum[0] = 0; x[0] = 1; for i { for j {...} }
-     * where the nest also writes sum[0] (not sliced by i). */
+    /* 5. Two top-level sets share one one-thread kernel: sum[0] = 0; x[0] = 1; then
+     * for i { for j { sum[0] = max(sum[0], a[i, j]) } } (sum[0] not sliced by i) is a max
+     * over 2100 terms: a block-level reduction, bit for bit (cuda_block_max_min). */
     p = s_proc("mixed");
     i = troupe_ll_proc_add_symbol(p, NULL);
     j = troupe_ll_proc_add_symbol(p, NULL);
@@ -1732,8 +1816,9 @@ Test(cgen, cuda_thread_mapping)
                                            s_get2(p, a, s_ix(i), s_ix(j))))))};
     s_finish(p, troupe_ll_seq(p, 3, items));
     res = s_cuda(p);
-    cr_assert_eq(res->nkernels, 1, "%s", res->source);
+    cr_assert_eq(res->nkernels, 2, "%s", res->source);
     cr_expect(res->kernels[0].one_thread);
+    cr_expect(res->kernels[1].fixed_block && !res->kernels[1].reassociates);
     troupe_cgen_result_destroy(&res);
     r = (s_run_t){0};
     s_bind(&r, a, av);
@@ -1953,6 +2038,140 @@ Test(cgen, cuda_gemm_step)
     troupe_tnode_release(&a);
     troupe_tnode_release(&bm);
     troupe_tnode_release(&c);
+}
+
+/* The value of category col for a max/min reduction's input (see cuda_block_max_min). */
+static double s_maxmin_value(int col, uint32_t rnd)
+{
+    const double nan_a = nan("0x123"), nan_b = -nan("0x4567");
+    const double zeros[2] = {0.0, -0.0};
+    switch (col) {
+    case 1: /* zeros of both signs only: the sign is decided by position */
+        return zeros[rnd & 1];
+    case 2: /* NaN only, two payloads and signs */
+        return (rnd & 1) ? nan_a : nan_b;
+    case 3: { /* mostly NaN, infinities, a few values */
+        const double v[5] = {nan_a, INFINITY, -INFINITY, nan_b, (double)(rnd % 7) - 3.0};
+        return v[rnd % 5];
+    }
+    case 4: { /* max is a zero: -0, +0, -1, NaN */
+        const double v[4] = {-0.0, 0.0, -1.0, nan_a};
+        return v[rnd % 4];
+    }
+    case 5: { /* min is a zero: -0, +0, 1, NaN */
+        const double v[4] = {-0.0, 0.0, 1.0, nan_b};
+        return v[rnd % 4];
+    }
+    default: /* ties: small integers of both signs */
+        return (double)(int)(rnd % 9) - 4.0;
+    }
+}
+
+/* o[j] = max/min(o[j], x[b, j]) (or with the operands swapped) over 1000 values of b into 7
+ * outputs runs on a block per output (fixed order, no reassociation flag) and gives the
+ * interpreter's bits exactly under the planned and a small reversed grid (s_emu_check): signed
+ * zeros, NaN payloads (all-NaN columns), infinities and ties included, in single, double and
+ * int32; integer sums (int32 wrapping past INT32_MAX, uint64) go onto a block bit for bit too. */
+Test(cgen, cuda_block_max_min)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    enum { NB = 1000, NJ = 7 };
+    const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE, TROUPE_PREC_DOUBLE, TROUPE_PREC_INT32};
+    const troupe_binop_t ops[] = {TROUPE_BINOP_MAX, TROUPE_BINOP_MIN, TROUPE_BINOP_ADD};
+    const double init[NJ] = {0.5, -0.0, nan("0x77"), -nan("0x1"), 0.0, -0.0, -INFINITY};
+    int runs0 = s_emu_runs, nruns = 0;
+    for (size_t pi = 0; pi < 3; pi++) {
+        for (size_t oi = 0; oi < 3; oi++) {
+            for (int acc_first = 0; acc_first < 2; acc_first++) {
+                const troupe_prec_t prec = precs[pi];
+                const troupe_binop_t op = ops[oi];
+                if (op == TROUPE_BINOP_ADD && (prec != TROUPE_PREC_INT32 || !acc_first))
+                    continue; /* float sums: cuda_block_reductions */
+                char name[64];
+                snprintf(name, sizeof name, "red_%s_%s_%d", troupe_prec_name(prec),
+                         troupe_binop_name(op), acc_first);
+                troupe_ll_proc_t *p = s_proc(name);
+                troupe_tnode_t *x = s_node("x", prec, 2, NB, NJ);
+                troupe_tnode_t *o = s_node("o", prec, 1, NJ, 0);
+                int32_t b = troupe_ll_proc_add_symbol(p, NULL);
+                int32_t j = troupe_ll_proc_add_symbol(p, NULL);
+                troupe_sc_t *acc = s_get1(p, o, s_ix(j)), *t = s_get2(p, x, s_ix(b), s_ix(j));
+                troupe_sc_t *v =
+                    acc_first ? troupe_sc_binop(p, op, acc, t) : troupe_sc_binop(p, op, t, acc);
+                s_finish(p, s_for(p, b, NB, s_for(p, j, NJ, s_set1(p, o, s_ix(j), v))));
+                troupe_cgen_result_t *res = s_cuda(p);
+                cr_assert_eq(res->nkernels, 1, "%s", res->source);
+                const troupe_cgen_kernel_t *k = &res->kernels[0];
+                cr_expect(k->fixed_block && !k->reassociates && k->block[0] == 256 &&
+                              k->grid[0] == NJ && k->extent[0] == NB,
+                          "%s", res->source);
+                troupe_cgen_result_destroy(&res);
+                size_t es = troupe_prec_size_bytes(prec);
+                char *xv = malloc(es * NB * NJ), ov[8 * NJ];
+                for (int i = 0; i < NB * NJ; i++) {
+                    uint32_t rnd = s_rnd32();
+                    double d = s_maxmin_value(i % NJ, rnd);
+                    if (prec == TROUPE_PREC_SINGLE) {
+                        float f = (float)d;
+                        memcpy(xv + (size_t)i * es, &f, es);
+                    } else if (prec == TROUPE_PREC_DOUBLE) {
+                        memcpy(xv + (size_t)i * es, &d, es);
+                    } else { /* int32: sums wrap past INT32_MAX, max/min ties */
+                        int32_t n = op == TROUPE_BINOP_ADD ? (int32_t)(rnd | 0x40000000u)
+                                                           : (int32_t)(rnd % 9) - 4;
+                        memcpy(xv + (size_t)i * es, &n, es);
+                    }
+                }
+                for (int i = 0; i < NJ; i++) {
+                    if (prec == TROUPE_PREC_SINGLE) {
+                        float f = (float)init[i];
+                        memcpy(ov + (size_t)i * es, &f, es);
+                    } else if (prec == TROUPE_PREC_DOUBLE) {
+                        memcpy(ov + (size_t)i * es, &init[i], es);
+                    } else {
+                        int32_t n = i - 3;
+                        memcpy(ov + (size_t)i * es, &n, es);
+                    }
+                }
+                s_run_t r = {0};
+                s_bind(&r, x, xv);
+                s_bind(&r, o, ov);
+                s_run(p, &r);
+                s_nvrtc_check(p);
+                nruns++;
+                free(xv);
+                troupe_ll_proc_destroy(&p);
+                troupe_tnode_release(&x);
+                troupe_tnode_release(&o);
+            }
+        }
+    }
+    /* uint64 sum into one output over 300 x 2 terms: one block. */
+    troupe_ll_proc_t *p = s_proc("red_uint64_sum");
+    troupe_tnode_t *x = s_node("x", TROUPE_PREC_UINT64, 2, 300, 2);
+    troupe_tnode_t *o = s_node("o", TROUPE_PREC_UINT64, 1, 1, 0);
+    int32_t b = troupe_ll_proc_add_symbol(p, NULL), c = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_sc_t *v = troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, x, s_ix(b), s_ix(c)),
+                                     s_get1(p, o, troupe_idx_fixed(0)));
+    s_finish(p, s_for(p, b, 300, s_for(p, c, 2, s_set1(p, o, troupe_idx_fixed(0), v))));
+    troupe_cgen_result_t *res = s_cuda(p);
+    cr_expect(res->nkernels == 1 && res->kernels[0].fixed_block && !res->kernels[0].reassociates,
+              "%s", res->source);
+    troupe_cgen_result_destroy(&res);
+    uint64_t xv[600], ov = 7;
+    for (int i = 0; i < 600; i++)
+        xv[i] = ((uint64_t)s_rnd32() << 32 | s_rnd32()) | (1ull << 63);
+    s_run_t r = {0};
+    s_bind(&r, x, xv);
+    s_bind(&r, o, &ov);
+    s_run(p, &r);
+    s_nvrtc_check(p);
+    nruns++;
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&o);
+    cr_expect_eq(s_emu_runs - runs0, nruns, "every routine ran emulated");
 }
 
 /* ---- the emulator itself (cuda_emu.h): barriers and shared memory ---------------------------- */
