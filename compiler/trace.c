@@ -323,7 +323,8 @@ static void s_choose_cells(troupe__opt_ctx_t *c)
         return;
     int64_t cap = c->sampled ? TROUPE__OPT_DENSE_SAMPLED_CELLS : TROUPE__OPT_DENSE_MAX_CELLS;
     for (size_t i = 0; i < c->nn; i++)
-        c->nd[i].dense_ok = troupe_tnode_num_elems(c->tns[i]) <= cap;
+        c->nd[i].dense_ok = troupe_tnode_num_elems(c->tns[i]) > 0 && /* else s_flat may be -1 */
+                            troupe_tnode_num_elems(c->tns[i]) <= cap;
 }
 
 static troupe_status_t s_tr_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e, s_self_t self);

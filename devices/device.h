@@ -135,7 +135,9 @@ typedef struct troupe_driver_vtable {
      * graph's work on q (the queue it was captured on) for a launch with `args`: it returns
      * TROUPE_UNAVAILABLE without enqueuing anything when the graph no longer matches them (an
      * argument resolves to another address, a setting the capture depended on changed), other
-     * errors as launch. graph_release frees a graph after the work of its launches finished. */
+     * errors as launch. graph_release may be called while launches of the graph are still in
+     * flight (the policy drops evicted, stale and refused graphs at once): the driver frees it
+     * once that work finished (CUDA's cudaGraphExecDestroy does so by itself). */
     troupe_status_t (*graph_capture)(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dcode_t *code,
                                      const troupe_karg_t *args, size_t nargs,
                                      troupe_dgraph_t **out);

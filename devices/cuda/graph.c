@@ -140,9 +140,15 @@ void troupe__cuda_graph_release(troupe_driver_t *drv, troupe_dgraph_t *g)
     (void)drv;
     if (g == NULL)
         return;
-    /* An executable graph still in flight is freed when it completes (cuGraphExecDestroy). */
+    /* An executable graph still in flight is freed when it completes (cuGraphExecDestroy).
+     * The calling thread's current device is put back: release runs on whatever thread drops
+     * the last reference (a stream actor, a host thread), which may be issuing to another GPU. */
+    int prev = -1;
+    bool have_prev = cudaGetDevice(&prev) == cudaSuccess;
     (void)cudaSetDevice(g->q->ordinal);
     (void)cudaGraphExecDestroy(g->exec);
+    if (have_prev && prev != g->q->ordinal)
+        (void)cudaSetDevice(prev);
     (void)cudaGetLastError();
     s_free(g);
 }
