@@ -10,7 +10,8 @@
 #   3. tests    the GPU-facing unit tests (test_cuda: the driver, copies, faults, the
 #               conformance suite on cuda; test_async, test_runtime, test_stream, test_merge,
 #               test_event, test_schedule_fuzz: FOR_EACH_DRIVER includes cuda when a device is
-#               there; test_cgen, test_gemm), with TROUPE_LOG=debug:devices (kernel attributes,
+#               there; test_cgen, test_gemm, test_epilogue; test_dp: the trainer's layouts
+#               on the GPU), with TROUPE_LOG=debug:devices (kernel attributes,
 #               the device's context), 4 at a time (each holds a CUDA context), 90 s each;
 #               --all-tests adds the rest of label unit (CPU only: CI runs them) -> tests.log,
 #               and ctest's LastTest.log (every test's output, passing ones too)
@@ -120,7 +121,7 @@ fi
 want facts && [ -x "$build/tools/troupe/troupe" ] && "$build/tools/troupe/troupe" info >> "$out/facts.log" 2>&1
 
 
-gpu_tests='^test_(cuda|async|runtime|stream|merge|event|schedule_fuzz|cgen|gemm)$'
+gpu_tests='^test_(cuda|async|runtime|stream|merge|event|schedule_fuzz|cgen|gemm|epilogue|dp)$'
 run_tests() {
   local rc=0
   # test_cuda directly, verbose: Criterion counts a skipped test as passing in its synthesis,

@@ -371,6 +371,28 @@ Test(dp, identical_runs_are_bitwise_identical)
     }
 }
 
+/* The same on a GPU (issue 16: "1 stream on the global batch vs 2 streams ... give the same
+ * parameters to within float rounding, SGD and AdamW; two identical runs are bitwise
+ * identical"): the cuda backend against the C reference, 2 streams against 1 on the doubled
+ * batch, and two identical runs bit for bit. Without a device it skips with the reason. */
+Test(dp, on_a_gpu_layouts_agree_and_runs_repeat_bitwise)
+{
+    char why[512];
+    if (!rtu_cuda_present(why, sizeof why))
+        cr_skip_test("%s", why);
+    troupe_optimizer_kind_t kinds[2] = {TROUPE_OPT_SGD, TROUPE_OPT_ADAMW};
+    for (int q = 0; q < 2; q++) {
+        const char *name = troupe_optimizer_name(kinds[q]);
+        s_against_reference("cuda", kinds[q]);
+        float one[NP], two[NP], again[NP];
+        s_train("cuda", 1, kinds[q], K, one, NULL);
+        s_train("cuda", 2, kinds[q], K, two, NULL);
+        s_train("cuda", 2, kinds[q], K, again, NULL);
+        s_close(two, one, NP, 1e-5, name);
+        cr_assert(memcmp(two, again, sizeof two) == 0, "cuda %s: two identical runs differ", name);
+    }
+}
+
 /* ---- checkpoints ---------------------------------------------------------------------------- */
 
 typedef struct run {
