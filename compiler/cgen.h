@@ -101,6 +101,16 @@
  *     blocks. Each element starts from 0 (beta = 0) or its C value and adds k = 0, 1, ... in
  *     order with the nest's own operation (fma, or c + a*b rounded twice), so the fallback is
  *     bit for bit the interpreter's (cuBLASLt, when it runs the step, is not);
+ *   - a product compiler/gemm.h refuses for its precisions alone (troupe_gemm_t.shape_ok:
+ *     half, bfloat16 or fp8 operands or output, or mixed precisions, all floats) of at least
+ *     TROUPE_GEMM_MIN_MACS multiply-adds, its bases as above: the same tiled kernel as a plain
+ *     kernel step (no GEMM step). Shared slices and accumulators hold the output's computation
+ *     type (single for a small-float output, else the output's), so the tile is single's
+ *     128x128 (8.25 KiB of shared memory) or double's 64x64 (17 KiB); each operand element is
+ *     converted into that type when staged, as the nest's GET converts it, and a small-float
+ *     output is rounded to its format after every k step and widened back (the value the nest
+ *     stores and reads at the next k; NaN by troupe's rule): bit for bit the interpreter's.
+ *     A zeroing before it stays a kernel of its own;
  *   - anything else (a top-level SET, a nest with no mappable loop): consecutive ones are
  *     grouped into one one-thread kernel (thread 0 of block 0 runs it; the others return).
  * A procedure with Local arrays is one one-thread kernel (a Local array lives in one thread).

@@ -15,6 +15,7 @@
 #include "base/alloc.h"
 #include "base/vec.h"
 #include "compiler/gemm.h"
+#include "ir/ops.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -774,12 +775,23 @@ typedef struct s_tile {
 
 #define S_GEMM_THREADS 256
 
-static s_tile_t s_gemm_tile(troupe_prec_t prec)
+/* The tile of a product whose output computes in `compute` (single or double: the shared slices
+ * and the accumulators hold that type, whatever the operands' storage precisions). */
+static s_tile_t s_gemm_tile(troupe_prec_t compute)
 {
-    /* single: 128x128 tiles of 8x8 per thread (64 accumulators); double: 64x64 of 4x4 (the
-     * same registers). Both 16x16 threads. */
-    return prec == TROUPE_PREC_SINGLE ? (s_tile_t){128, 128, 8, 8, 8}
-                                      : (s_tile_t){64, 64, 16, 4, 4};
+    /* single: 128x128 tiles of 8x8 per thread (64 accumulators), 2 x 8 x 132 floats = 8.25 KiB
+     * of shared memory; double: 64x64 of 4x4 (the same registers), 2 x 16 x 68 doubles =
+     * 17 KiB. Both 16x16 threads, well inside the 48 KiB a block gets without opting in. */
+    return compute == TROUPE_PREC_SINGLE ? (s_tile_t){128, 128, 8, 8, 8}
+                                         : (s_tile_t){64, 64, 16, 4, 4};
+}
+
+/* The precision a product into `out` computes in (compiler/cgen.h: small floats in single). */
+static troupe_prec_t s_gemm_compute(troupe_prec_t out)
+{
+    return (out == TROUPE_PREC_HALF || out == TROUPE_PREC_BFLOAT16 || out == TROUPE_PREC_FP8)
+               ? TROUPE_PREC_SINGLE
+               : out;
 }
 
 /* `(<ident> + <offset expression>)`: a GEMM operand's base pointer. */
@@ -795,9 +807,10 @@ static void s_put_gemm_base(const troupe_cgen_result_t *r, troupe__strbuf_t *b,
 
 /* Loads one bk-deep slice of A (a: true) or B into shared memory: element e of the tile
  * (consecutive threads, consecutive addresses of the operand) into gm_as[k][i] / gm_bs[k][j],
- * zero outside the matrix. */
+ * converted into the computation type by conv (the nest's GET conversion), zero outside the
+ * matrix. */
 static void s_put_gemm_load(troupe__strbuf_t *b, const s_tile_t *t, bool a, bool trans, int64_t ld,
-                            int64_t rows, int64_t k, const char *ty)
+                            int64_t rows, int64_t k, const char *ty, const troupe_c_syntax_t *conv)
 {
     int span = a ? t->bm : t->bn; /* the tile's extent along i (A) or j (B) */
     /* Contiguous along k: A untransposed (A[i*ld + k]), B transposed (B[j*ld + k]). */
@@ -817,19 +830,21 @@ static void s_put_gemm_load(troupe__strbuf_t *b, const s_tile_t *t, bool a, bool
     troupe__strbuf_printf(b,
                           "                const int64_t gm_gr = %s + gm_r, gm_gk = gm_k0 + gm_k;\n"
                           "                %s[gm_k][gm_r] = (gm_gr < %" PRId64
-                          "LL && gm_gk < %" PRId64 "LL) ? %s[",
-                          o0, arr, rows, k, ptr);
+                          "LL && gm_gk < %" PRId64 "LL) ? %s%s[",
+                          o0, arr, rows, k, conv->piece[0], ptr);
     /* A: op(A)[i,k] at A[i*ld + k] or A[k*ld + i]; B: op(B)[k,j] at B[k*ld + j] or B[j*ld + k]. */
     if (k_inner)
         troupe__strbuf_printf(b, "gm_gr * %" PRId64 "LL + gm_gk", ld);
     else
         troupe__strbuf_printf(b, "gm_gk * %" PRId64 "LL + gm_gr", ld);
-    troupe__strbuf_printf(b, "] : (%s)0;\n            }\n", ty);
+    troupe__strbuf_printf(b, "]%s : (%s)0;\n            }\n", conv->piece[1], ty);
 }
 
-/* The multiply-adds of `count` k steps of the staged slices (count: a literal or gm_kt). */
+/* The multiply-adds of `count` k steps of the staged slices (count: a literal or gm_kt), each
+ * result wrapped in rnd[0] .. rnd[1] (the round trip through a small-float output: the value
+ * the nest stores and reads back at the next k; empty otherwise). */
 static void s_put_gemm_steps(troupe__strbuf_t *b, const s_tile_t *t, bool fma, bool single,
-                             const char *count, const char *ty)
+                             const char *count, const char *ty, const char *const rnd[2])
 {
     troupe__strbuf_printf(b,
                           "                for (int gm_kk = 0; gm_kk < %s; gm_kk++) {\n"
@@ -844,27 +859,44 @@ static void s_put_gemm_steps(troupe__strbuf_t *b, const s_tile_t *t, bool fma, b
                           t->tm, t->tn);
     if (fma)
         troupe__strbuf_printf(b,
-                              "                            gm_acc[gm_x][gm_y] = %s(gm_ra[gm_x], "
-                              "gm_rb[gm_y], gm_acc[gm_x][gm_y]);\n",
-                              single ? "fmaf" : "fma");
+                              "                            gm_acc[gm_x][gm_y] = %s%s(gm_ra[gm_x], "
+                              "gm_rb[gm_y], gm_acc[gm_x][gm_y])%s;\n",
+                              rnd[0], single ? "fmaf" : "fma", rnd[1]);
     else
-        troupe__strbuf_puts(b,
-                            "                            gm_acc[gm_x][gm_y] = gm_acc[gm_x][gm_y] "
-                            "+ gm_ra[gm_x] * gm_rb[gm_y];\n");
+        troupe__strbuf_printf(b,
+                              "                            gm_acc[gm_x][gm_y] = %sgm_acc[gm_x][gm_y] "
+                              "+ gm_ra[gm_x] * gm_rb[gm_y]%s;\n",
+                              rnd[0], rnd[1]);
     troupe__strbuf_puts(b, "                }\n");
 }
 
-/* The GEMM step's fallback: one kernel of shared-memory tiles (cgen.h, "CUDA dialect"). */
-static troupe_status_t s_put_gemm_tiled(troupe__cgen_t *g, troupe_cgen_result_t *r,
-                                        const troupe_cgen_gemm_call_t *c, bool fma,
-                                        troupe__strbuf_t *b, size_t *out_kernel)
+/* The storage precisions of a tiled product's operands A, B and C. */
+typedef struct s_gemm_precs {
+    troupe_prec_t a, b, c;
+} s_gemm_precs_t;
+
+/* One kernel of shared-memory tiles (cgen.h, "CUDA dialect"): the GEMM step's fallback, or the
+ * kernel of a product the step refuses for its precisions. The operands are stored in p's
+ * precisions; everything computes in C's computation type (c->prec is not read). */
+static troupe_status_t s_put_gemm_tiled(troupe_cgen_result_t *r, const troupe_cgen_gemm_call_t *c,
+                                        const s_gemm_precs_t *p, bool fma, troupe__strbuf_t *b,
+                                        size_t *out_kernel)
 {
-    (void)g;
+    troupe_prec_t cp = s_gemm_compute(p->c);
+    troupe_c_syntax_t conv_a, conv_b, conv_c, conv_out;
+    TROUPE_RETURN_IF_ERROR(troupe_c_convert_precision(p->a, cp, &conv_a));
+    TROUPE_RETURN_IF_ERROR(troupe_c_convert_precision(p->b, cp, &conv_b));
+    TROUPE_RETURN_IF_ERROR(troupe_c_convert_precision(p->c, cp, &conv_c));
+    TROUPE_RETURN_IF_ERROR(troupe_c_convert_precision(cp, p->c, &conv_out));
+    char rnd_open[2 * TROUPE_C_SYNTAX_PIECE_SIZE], rnd_close[2 * TROUPE_C_SYNTAX_PIECE_SIZE];
+    snprintf(rnd_open, sizeof rnd_open, "%s%s", conv_c.piece[0], conv_out.piece[0]);
+    snprintf(rnd_close, sizeof rnd_close, "%s%s", conv_out.piece[1], conv_c.piece[1]);
+    const char *const rnd[2] = {rnd_open, rnd_close};
     troupe_cgen_kernel_t *k = NULL;
     TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
     *out_kernel = r->nkernels - 1;
-    s_tile_t t = s_gemm_tile(c->prec);
-    bool single = c->prec == TROUPE_PREC_SINGLE;
+    s_tile_t t = s_gemm_tile(cp);
+    bool single = cp == TROUPE_PREC_SINGLE;
     const char *ty = single ? "float" : "double";
     int64_t tiles_m = (c->m + t.bm - 1) / t.bm, tiles_n = (c->n + t.bn - 1) / t.bn;
     k->extent[0] = c->n;
@@ -883,11 +915,11 @@ static troupe_status_t s_put_gemm_tiled(troupe__cgen_t *g, troupe_cgen_result_t 
                           "    const %s *gm_a = ",
                           t.bm, t.bn, S_GEMM_THREADS, t.tm, t.tn, t.bk,
                           c->beta_zero ? "zero" : "C's value", ty, t.bk, t.bm + 4, ty, t.bk,
-                          t.bn + 4, ty);
+                          t.bn + 4, troupe_prec_c_type(p->a));
     s_put_gemm_base(r, b, &c->a);
-    troupe__strbuf_printf(b, ";\n    const %s *gm_b = ", ty);
+    troupe__strbuf_printf(b, ";\n    const %s *gm_b = ", troupe_prec_c_type(p->b));
     s_put_gemm_base(r, b, &c->b);
-    troupe__strbuf_printf(b, ";\n    %s *gm_c = ", ty);
+    troupe__strbuf_printf(b, ";\n    %s *gm_c = ", troupe_prec_c_type(p->c));
     s_put_gemm_base(r, b, &c->c);
     troupe__strbuf_printf(
         b,
@@ -910,15 +942,15 @@ static troupe_status_t s_put_gemm_tiled(troupe__cgen_t *g, troupe_cgen_result_t 
     else
         troupe__strbuf_printf(b,
                               "                gm_acc[gm_x][gm_y] = (gm_i < %" PRId64
-                              "LL && gm_j < %" PRId64 "LL) ? gm_c[gm_i * %" PRId64
-                              "LL + gm_j] : (%s)0;\n",
-                              c->m, c->n, c->c.ld, ty);
+                              "LL && gm_j < %" PRId64 "LL) ? %sgm_c[gm_i * %" PRId64
+                              "LL + gm_j]%s : (%s)0;\n",
+                              c->m, c->n, conv_c.piece[0], c->c.ld, conv_c.piece[1], ty);
     troupe__strbuf_printf(b,
                           "            }\n"
                           "        for (int64_t gm_k0 = 0; gm_k0 < %" PRId64 "LL; gm_k0 += %d) {\n",
                           c->k, t.bk);
-    s_put_gemm_load(b, &t, true, c->a.trans, c->a.ld, c->m, c->k, ty);
-    s_put_gemm_load(b, &t, false, c->b.trans, c->b.ld, c->n, c->k, ty);
+    s_put_gemm_load(b, &t, true, c->a.trans, c->a.ld, c->m, c->k, ty, &conv_a);
+    s_put_gemm_load(b, &t, false, c->b.trans, c->b.ld, c->n, c->k, ty, &conv_b);
     troupe__strbuf_printf(b,
                           "            __syncthreads();\n"
                           "            const int gm_kt = %" PRId64
@@ -928,10 +960,10 @@ static troupe_status_t s_put_gemm_tiled(troupe__cgen_t *g, troupe_cgen_result_t 
                           c->k, t.bk, c->k, t.bk, t.bk);
     char full[16];
     snprintf(full, sizeof full, "%d", t.bk);
-    s_put_gemm_steps(b, &t, fma, single, full, ty);
+    s_put_gemm_steps(b, &t, fma, single, full, ty, rnd);
     troupe__strbuf_puts(b,
                         "            } else { /* the last, partial slice: only its k steps */\n");
-    s_put_gemm_steps(b, &t, fma, single, "gm_kt", ty);
+    s_put_gemm_steps(b, &t, fma, single, "gm_kt", ty, rnd);
     troupe__strbuf_printf(b,
                           "            }\n"
                           "            __syncthreads();\n"
@@ -942,11 +974,12 @@ static troupe_status_t s_put_gemm_tiled(troupe__cgen_t *g, troupe_cgen_result_t 
                           "gm_j0 + gm_tx + %d * gm_y;\n"
                           "                if (gm_i < %" PRId64 "LL && gm_j < %" PRId64 "LL)\n"
                           "                    gm_c[gm_i * %" PRId64
-                          "LL + gm_j] = gm_acc[gm_x][gm_y];\n"
+                          "LL + gm_j] = %sgm_acc[gm_x][gm_y]%s;\n"
                           "            }\n"
                           "    }\n"
                           "}\n",
-                          t.tm, t.tn, t.bm / t.tm, t.bn / t.tn, c->m, c->n, c->c.ld);
+                          t.tm, t.tn, t.bm / t.tm, t.bn / t.tn, c->m, c->n, c->c.ld,
+                          conv_out.piece[0], conv_out.piece[1]);
     return TROUPE_OK;
 }
 
@@ -985,11 +1018,54 @@ static troupe_status_t s_put_gemm(troupe__cgen_t *g, troupe_cgen_result_t *r,
     tiles.beta_zero = ep->beta_zero && ep->init == NULL;
     if (ep->init != NULL)
         TROUPE_RETURN_IF_ERROR(s_put_nest(g, r, ep->init, b));
-    TROUPE_RETURN_IF_ERROR(s_put_gemm_tiled(g, r, &tiles, gm->fma, b, &kernel));
+    s_gemm_precs_t precs = {gm->prec, gm->prec, gm->prec};
+    TROUPE_RETURN_IF_ERROR(s_put_gemm_tiled(r, &tiles, &precs, gm->fma, b, &kernel));
     if (ep->post != NULL)
         TROUPE_RETURN_IF_ERROR(s_put_nest(g, r, ep->post, b));
     step->nkernels = r->nkernels - step->first_kernel;
     return s_add_step(r, step);
+}
+
+/* Whether nest s is a product compiler/gemm.h refuses for its precisions alone (shape_ok) of
+ * at least TROUPE_GEMM_MIN_MACS multiply-adds (below, one thread per output is as good) whose
+ * operands' base offsets depend only on static indices: then *gm, *c and *why describe it, for
+ * s_put_refused_tiles. */
+static bool s_refused_tiles(troupe__cgen_t *g, const troupe_cgen_result_t *r, const troupe_ll_t *s,
+                            troupe_gemm_t *gm, troupe_cgen_gemm_call_t *c, const char **why)
+{
+    if (troupe_gemm_match(s, gm, why) != TROUPE_GEMM_REFUSED || !gm->shape_ok ||
+        gm->m * gm->n * gm->k < TROUPE_GEMM_MIN_MACS)
+        return false;
+    memset(c, 0, sizeof *c);
+    const troupe_ll_proc_t *proc = troupe__cgen_proc(g);
+    if (!s_gemm_operand(r, proc, gm, &gm->a, &c->a) || !s_gemm_operand(r, proc, gm, &gm->b, &c->b) ||
+        !s_gemm_operand(r, proc, gm, &gm->c, &c->c))
+        return false;
+    c->prec = gm->prec;
+    c->m = gm->m;
+    c->n = gm->n;
+    c->k = gm->k;
+    return true;
+}
+
+/* The kernel of a product s_refused_tiles takes: its shared-memory tiles in the operands' own
+ * precisions, as a plain kernel (no GEMM step: no library takes these precisions). */
+static troupe_status_t s_put_refused_tiles(troupe__cgen_t *g, troupe_cgen_result_t *r,
+                                           const troupe_gemm_t *gm,
+                                           const troupe_cgen_gemm_call_t *c, const char *why,
+                                           troupe__strbuf_t *b, size_t *kernel)
+{
+    s_gemm_precs_t precs = {gm->a.tn->prec, gm->b.tn->prec, gm->c.tn->prec};
+    troupe__strbuf_printf(b, "\n/* Tiled product, no GEMM step (%s): %s (%s) = ", why,
+                          troupe__cgen_node_ident(g, gm->c.tn), troupe_prec_name(precs.c));
+    troupe__strbuf_printf(b, "%s%s (%s) x ", troupe__cgen_node_ident(g, gm->a.tn),
+                          gm->a.trans ? "^T" : "", troupe_prec_name(precs.a));
+    troupe__strbuf_printf(b,
+                          "%s%s (%s) + itself (m %" PRId64 ", n %" PRId64 ", k %" PRId64
+                          "). */\n",
+                          troupe__cgen_node_ident(g, gm->b.tn), gm->b.trans ? "^T" : "",
+                          troupe_prec_name(precs.b), gm->m, gm->n, gm->k);
+    return s_put_gemm_tiled(r, c, &precs, gm->fma, b, kernel);
 }
 
 /* ---- the routine -------------------------------------------------------------------------- */
@@ -1048,12 +1124,17 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
         }
         s_map_t map = {0, {NULL}};
         s_reduce_t red;
-        bool reduce = false;
-        if (s->kind == TROUPE_LL_FOR && (st = s_plan_nest(s, &map)) != TROUPE_OK)
+        bool reduce = false, tiled = false;
+        troupe_cgen_gemm_call_t tc;
+        const char *why = NULL;
+        if (s->kind == TROUPE_LL_FOR)
+            tiled = s_refused_tiles(g, r, s, &gm, &tc, &why);
+        if (!tiled && s->kind == TROUPE_LL_FOR && (st = s_plan_nest(s, &map)) != TROUPE_OK)
             break;
-        if (s->kind == TROUPE_LL_FOR && (st = s_plan_reduce(s, &map, &red, &reduce)) != TROUPE_OK)
+        if (!tiled && s->kind == TROUPE_LL_FOR &&
+            (st = s_plan_reduce(s, &map, &red, &reduce)) != TROUPE_OK)
             break;
-        if (s->kind != TROUPE_LL_ZERO_OUT && map.nmapped == 0 && !reduce) {
+        if (!tiled && s->kind != TROUPE_LL_ZERO_OUT && map.nmapped == 0 && !reduce) {
             if (seq_n++ == 0)
                 seq_from = i;
             continue;
@@ -1061,7 +1142,9 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
         st = s_put_one_thread(g, r, &items[seq_from], seq_n, false, b);
         seq_n = 0;
         size_t kernel = 0;
-        if (st == TROUPE_OK && reduce)
+        if (st == TROUPE_OK && tiled)
+            st = s_put_refused_tiles(g, r, &gm, &tc, why, b, &kernel);
+        else if (st == TROUPE_OK && reduce)
             st = s_put_reduce(g, r, &red, b, &kernel);
         else if (st == TROUPE_OK && s->kind == TROUPE_LL_FOR)
             st = s_put_mapped(g, r, &map, s, b, &kernel);

@@ -85,6 +85,12 @@ static bool s_fit(int64_t sr, int64_t sc, int64_t nr, int64_t nc, bool *trans, i
     return false;
 }
 
+static bool s_float_prec(troupe_prec_t p)
+{
+    return p == TROUPE_PREC_SINGLE || p == TROUPE_PREC_DOUBLE || p == TROUPE_PREC_HALF ||
+           p == TROUPE_PREC_BFLOAT16 || p == TROUPE_PREC_FP8;
+}
+
 troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *out,
                                         const char **why)
 {
@@ -102,6 +108,7 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
     if (s->kind != TROUPE_LL_SET)
         return TROUPE_GEMM_NO;
     out->c.tn = s->u.set.tn; /* named in the caller's log line, whatever the verdict */
+    out->shape_ok = false;
     const troupe_sc_t *x = NULL, *y = NULL;
     bool fma = false;
     troupe_gemm_verdict_t v = s_factors(s, &x, &y, &fma, why);
@@ -177,16 +184,26 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
         *why = "a factor has no unit-stride axis (or its rows overlap)";
         return TROUPE_GEMM_REFUSED;
     }
-    if (c->prec != g.a.tn->prec || c->prec != g.b.tn->prec) {
-        *why = "the factors and the output differ in precision";
-        return TROUPE_GEMM_REFUSED;
-    }
-    if (c->prec != TROUPE_PREC_SINGLE && c->prec != TROUPE_PREC_DOUBLE) {
-        *why = "the precision has no library GEMM (single and double only)";
-        return TROUPE_GEMM_REFUSED;
-    }
+    /* The precision rules come first (their reasons are the ones reported); a nest refused
+     * for them alone is still described (shape_ok), for targets that tile it themselves. */
+    const char *prec_why = NULL;
+    if (c->prec != g.a.tn->prec || c->prec != g.b.tn->prec)
+        prec_why = "the factors and the output differ in precision";
+    else if (c->prec != TROUPE_PREC_SINGLE && c->prec != TROUPE_PREC_DOUBLE)
+        prec_why = "the precision has no library GEMM (single and double only)";
     if (c == g.a.tn || c == g.b.tn) {
-        *why = "the output is also a factor";
+        *why = prec_why != NULL ? prec_why : "the output is also a factor";
+        return TROUPE_GEMM_REFUSED;
+    }
+    g.prec = c->prec;
+    g.fma = fma;
+    g.shape_ok = false;
+    if (prec_why != NULL) {
+        *why = prec_why;
+        if (s_float_prec(c->prec) && s_float_prec(g.a.tn->prec) && s_float_prec(g.b.tn->prec)) {
+            g.shape_ok = true;
+            *out = g;
+        }
         return TROUPE_GEMM_REFUSED;
     }
     if (g.m > INT32_MAX || g.n > INT32_MAX || g.k > INT32_MAX || g.a.ld > INT32_MAX ||
@@ -198,8 +215,6 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
         *why = "too small: a library call costs more than the loops";
         return TROUPE_GEMM_REFUSED;
     }
-    g.prec = c->prec;
-    g.fma = fma;
     *out = g;
     return TROUPE_GEMM_YES;
 }

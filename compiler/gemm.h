@@ -50,11 +50,18 @@ typedef struct troupe_gemm_operand {
 } troupe_gemm_operand_t;
 
 typedef struct troupe_gemm {
-    troupe_prec_t prec;   /* SINGLE or DOUBLE */
+    troupe_prec_t prec;   /* the output's: SINGLE or DOUBLE (YES); any float (shape_ok) */
     int64_t m, n, k;      /* extents of the row, column and reduction loops */
     int32_t sym_m, sym_n, sym_k;
     troupe_gemm_operand_t a, b, c;
     bool fma; /* each step is fma(a, b, c) (one rounding); else c + a*b (two) */
+    /* REFUSED for precision only (the factors and the output differ in precision, or the
+     * precision has no library GEMM), every operand a float (single, double, half, bfloat16,
+     * fp8) and the output no factor: *out is filled as for YES (operands' precisions in their
+     * tn->prec; the size and 32-bit limits are not applied), so a target may compute the
+     * product its own way with the nest's per-element arithmetic (compiler/cgen.h, "CUDA
+     * dialect"). False on every other verdict. */
+    bool shape_ok;
 } troupe_gemm_t;
 
 typedef enum troupe_gemm_verdict {
@@ -128,8 +135,9 @@ troupe_gemm_verdict_t troupe_gemm_match_window(const troupe_ll_t *const *items, 
                                                const char **why);
 
 /* Matches the loop nest opened by `loop` (a TROUPE_LL_FOR). On TROUPE_GEMM_REFUSED, *why is a
- * static string naming the reason (precision, a virtual operand, a stride, too small...) and
- * out->c.tn the node the nest writes. */
+ * static string naming the reason (precision, a virtual operand, a stride, too small...),
+ * out->c.tn the node the nest writes and out->shape_ok whether the rest of *out describes the
+ * product anyway (refused for precision alone, see troupe_gemm_t). */
 troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *out,
                                         const char **why);
 

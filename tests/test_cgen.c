@@ -2282,14 +2282,18 @@ Test(cuda_emu, divergent_barrier_is_reported)
     troupe_emu_close(&e);
 }
 
-/* One GEMM step's case: C (m x n, rows padded by `pad` when it accumulates) = op(A) op(B)
+/* One product's case: C (m x n, rows padded by `pad` when it accumulates) = op(A) op(B)
  * (+ C), A stored k-major when ta, B stored j-major when tb, each with `pad` extra columns
- * (leading dimensions beyond the extent), as fma(a, b, c) or c + a*b. */
+ * (leading dimensions beyond the extent), as fma(a, b, c) or c + a*b. C in prec, A in pa and
+ * B in pb (VOID: prec). All in single or all in double: a GEMM step (the zeroing fused);
+ * otherwise compiler/gemm.h refuses it for its precisions and it is one tiled kernel (after
+ * the zeroing's own kernel). */
 typedef struct s_gemm_case {
     troupe_prec_t prec;
     int64_t m, n, k;
     bool ta, tb, zero, fma;
     int64_t pad;
+    troupe_prec_t pa, pb;
 } s_gemm_case_t;
 
 static void s_gemm_case_run(const s_gemm_case_t *gc, int index)
@@ -2298,10 +2302,14 @@ static void s_gemm_case_run(const s_gemm_case_t *gc, int index)
     snprintf(name, sizeof name, "gemm_case%d", index);
     troupe_ll_proc_t *p = s_proc(name);
     int64_t pc = gc->zero ? 0 : gc->pad;
-    troupe_tnode_t *a = gc->ta ? s_node("a", gc->prec, 2, gc->k, gc->m + gc->pad)
-                               : s_node("a", gc->prec, 2, gc->m, gc->k + gc->pad);
-    troupe_tnode_t *bm = gc->tb ? s_node("b", gc->prec, 2, gc->n, gc->k + gc->pad)
-                                : s_node("b", gc->prec, 2, gc->k, gc->n + gc->pad);
+    troupe_prec_t pa = gc->pa != TROUPE_PREC_VOID ? gc->pa : gc->prec,
+                  pb = gc->pb != TROUPE_PREC_VOID ? gc->pb : gc->prec;
+    bool step = pa == gc->prec && pb == gc->prec &&
+                (gc->prec == TROUPE_PREC_SINGLE || gc->prec == TROUPE_PREC_DOUBLE);
+    troupe_tnode_t *a = gc->ta ? s_node("a", pa, 2, gc->k, gc->m + gc->pad)
+                               : s_node("a", pa, 2, gc->m, gc->k + gc->pad);
+    troupe_tnode_t *bm = gc->tb ? s_node("b", pb, 2, gc->n, gc->k + gc->pad)
+                                : s_node("b", pb, 2, gc->k, gc->n + gc->pad);
     troupe_tnode_t *c = s_node("c", gc->prec, 2, gc->m, gc->n + pc);
     int32_t i = troupe_ll_proc_add_symbol(p, NULL), k = troupe_ll_proc_add_symbol(p, NULL),
             j = troupe_ll_proc_add_symbol(p, NULL);
@@ -2315,21 +2323,30 @@ static void s_gemm_case_run(const s_gemm_case_t *gc, int index)
         p, i, gc->m, s_for(p, k, gc->k, s_for(p, j, gc->n, s_set2(p, c, s_ix(i), s_ix(j), v))));
     s_finish(p, gc->zero ? troupe_ll_seq2(p, troupe_ll_zero_out(p, c), nest) : nest);
     troupe_cgen_result_t *res = s_cuda(p);
-    cr_assert_eq(res->nsteps, 1, "case %d:\n%s", index, res->source);
-    const troupe_cgen_step_t *st = &res->steps[0];
-    cr_assert_eq(st->kind, TROUPE_CGEN_STEP_GEMM, "case %d", index);
-    cr_expect(st->gemm.m == gc->m && st->gemm.n == gc->n && st->gemm.k == gc->k, "case %d", index);
-    cr_expect(st->gemm.a.trans == gc->ta && st->gemm.b.trans == gc->tb, "case %d", index);
-    cr_expect_eq(st->gemm.beta_zero, gc->zero, "case %d", index);
+    size_t nsteps = step || !gc->zero ? 1 : 2; /* the zeroing: a kernel of its own */
+    cr_assert_eq(res->nsteps, nsteps, "case %d:\n%s", index, res->source);
+    const troupe_cgen_step_t *st = &res->steps[nsteps - 1];
+    if (step) {
+        cr_assert_eq(st->kind, TROUPE_CGEN_STEP_GEMM, "case %d", index);
+        cr_expect(st->gemm.m == gc->m && st->gemm.n == gc->n && st->gemm.k == gc->k, "case %d",
+                  index);
+        cr_expect(st->gemm.a.trans == gc->ta && st->gemm.b.trans == gc->tb, "case %d", index);
+        cr_expect_eq(st->gemm.beta_zero, gc->zero, "case %d", index);
+    } else {
+        cr_assert_eq(st->kind, TROUPE_CGEN_STEP_KERNEL, "case %d", index);
+        cr_expect_not_null(strstr(res->source, "Tiled product, no GEMM step"), "case %d:\n%s",
+                           index, res->source);
+    }
     cr_expect_eq(st->nkernels, 1, "case %d", index);
     const troupe_cgen_kernel_t *kn = &res->kernels[st->first_kernel];
     cr_expect(kn->fixed_block && !kn->reassociates && kn->block[0] == 256, "case %d", index);
     cr_expect_not_null(strstr(res->source, "__syncthreads();"));
     troupe_cgen_result_destroy(&res);
     void *av = s_buffer(a), *bv = s_buffer(bm), *cv = s_buffer(c);
-    s_fill_float(a, av, -1, 1);
-    s_fill_float(bm, bv, -1, 1);
-    s_fill_float(c, cv, -1, 1);
+    float range = gc->prec == TROUPE_PREC_FP8 ? 0.25f : 1.0f; /* fp8 sums stay finite */
+    s_fill_float(a, av, -range, range);
+    s_fill_float(bm, bv, -range, range);
+    s_fill_float(c, cv, -range, range);
     s_run_t r = {0};
     s_bind(&r, a, av);
     s_bind(&r, bm, bv);
@@ -2355,16 +2372,44 @@ Test(cgen, cuda_gemm_tiles)
     if (!troupe_emu_available())
         cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
     static const s_gemm_case_t cases[] = {
-        {TROUPE_PREC_SINGLE, 130, 129, 17, false, false, true, false, 0},
-        {TROUPE_PREC_SINGLE, 70, 200, 33, true, false, true, true, 0},
-        {TROUPE_PREC_SINGLE, 64, 64, 64, false, true, false, false, 3},
-        {TROUPE_PREC_SINGLE, 33, 260, 9, true, true, false, true, 5},
-        {TROUPE_PREC_SINGLE, 1, 300, 40, false, false, true, false, 1},
-        {TROUPE_PREC_DOUBLE, 65, 70, 31, true, false, false, true, 2},
-        {TROUPE_PREC_DOUBLE, 100, 17, 50, false, true, true, false, 0},
+        {TROUPE_PREC_SINGLE, 130, 129, 17, false, false, true, false, 0, 0, 0},
+        {TROUPE_PREC_SINGLE, 70, 200, 33, true, false, true, true, 0, 0, 0},
+        {TROUPE_PREC_SINGLE, 64, 64, 64, false, true, false, false, 3, 0, 0},
+        {TROUPE_PREC_SINGLE, 33, 260, 9, true, true, false, true, 5, 0, 0},
+        {TROUPE_PREC_SINGLE, 1, 300, 40, false, false, true, false, 1, 0, 0},
+        {TROUPE_PREC_DOUBLE, 65, 70, 31, true, false, false, true, 2, 0, 0},
+        {TROUPE_PREC_DOUBLE, 100, 17, 50, false, true, true, false, 0, 0, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         s_gemm_case_run(&cases[c], (int)c);
+}
+
+/* Products compiler/gemm.h refuses for their precisions alone (small floats, mixed precisions)
+ * are one kernel of the same tiles, loading each operand converted as the nest's GETs convert
+ * it and rounding a small-float output at every k step as the nest's stores do: bit for bit
+ * the interpreter's and the C dialect's under both emulated grids, on edge shapes, transposed
+ * operands, padded leading dimensions, fma and c + a*b, beta 1 and a zeroing before (beta 0);
+ * NVRTC compiles each. */
+Test(cgen, cuda_refused_gemm_tiles)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    const troupe_prec_t H = TROUPE_PREC_HALF, BF = TROUPE_PREC_BFLOAT16, F8 = TROUPE_PREC_FP8,
+                        S = TROUPE_PREC_SINGLE, D = TROUPE_PREC_DOUBLE;
+    const s_gemm_case_t cases[] = {
+        {H, 130, 129, 17, false, false, true, true, 0, H, H},   /* half x half -> half */
+        {H, 64, 70, 40, true, true, false, false, 3, H, H},     /* transposed, beta 1, c + a*b */
+        {S, 70, 131, 33, true, false, true, true, 0, BF, BF},   /* bf16 x bf16 into single */
+        {S, 129, 33, 20, false, true, false, false, 2, BF, BF}, /* beta 1, padded */
+        {BF, 40, 150, 12, false, false, false, true, 1, BF, BF},
+        {F8, 33, 140, 9, false, true, true, true, 0, F8, F8},   /* fp8 (e5m2) */
+        {S, 1, 300, 40, false, false, true, false, 0, H, H},    /* half into single, m = 1 */
+        {S, 50, 60, 25, true, false, false, true, 1, H, S},     /* mixed factors */
+        {D, 65, 70, 31, false, false, true, true, 0, H, BF},    /* into double: 64x64 tiles */
+        {H, 40, 40, 30, false, false, false, true, 0, S, S},    /* single factors, half output */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        s_gemm_case_run(&cases[c], (int)(100 + c));
 }
 
 /* ---- NVRTC ------------------------------------------------------------------------------ */

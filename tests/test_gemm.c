@@ -159,11 +159,24 @@ Test(gemm_match, refusals_name_the_rule)
     cr_assert_eq(s_find(h.proc->body, &g, &why), TROUPE_GEMM_REFUSED);
     cr_assert(strstr(why, "precision") != NULL, "%s", why);
     cr_assert_eq(g.c.tn, h.y);
+    /* refused for its precision alone: still described, for targets that tile it */
+    cr_assert(g.shape_ok);
+    cr_expect(g.m == 32 && g.n == 40 && g.k == 48 && g.a.tn == h.x && g.b.tn == h.w);
+    cr_expect(!g.a.trans && !g.b.trans && g.a.ld == 48 && g.b.ld == 40 && g.c.ld == 40);
+    cr_expect_eq(g.prec, TROUPE_PREC_HALF);
+    /* the CUDA dialect runs it as one tiled kernel, not as a GEMM step */
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(h.proc, TROUPE_CGEN_CUDA, &res), TROUPE_OK);
+    cr_expect_not_null(strstr(res->source, "Tiled product, no GEMM step"), "%s", res->source);
+    for (size_t i = 0; i < res->nsteps; i++)
+        cr_expect_eq(res->steps[i].kind, TROUPE_CGEN_STEP_KERNEL);
+    troupe_cgen_result_destroy(&res);
     s_free(&h);
     s_case_t t = s_lower("bi,ij=>bj", TROUPE_PREC_SINGLE, 2, (int64_t[]){4, 4}, 2,
                          (int64_t[]){4, 4}, 2, (int64_t[]){4, 4}, true);
     cr_assert_eq(s_find(t.proc->body, &g, &why), TROUPE_GEMM_REFUSED);
     cr_assert(strstr(why, "too small") != NULL, "%s", why);
+    cr_expect(!g.shape_ok);
     s_free(&t);
     /* a row-wise dot product is two loops: not a matrix product at all */
     s_case_t d = s_lower("bi,bi=>b", TROUPE_PREC_SINGLE, 2, (int64_t[]){64, 64}, 2,
