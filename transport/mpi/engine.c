@@ -1157,6 +1157,10 @@ static void s_pause(bool helping)
     } else if (s_a.waiting_on_peers) {
         struct timespec nap = {0, S_NAP_NS};
         nanosleep(&nap, NULL);
+    } else if (s_a.all_gated) {
+        /* every request waits for this rank's own events (the stream copies filling a gated
+         * request): give the core to those streams at every turn, not every S_YIELD_EVERY */
+        sched_yield();
     } else if (s_a.head != NULL && s_a.turn % S_YIELD_EVERY == 0) {
         sched_yield();
     }
