@@ -250,4 +250,17 @@ static inline troupe_code_t *rtu_merge_code(troupe_backend_t *b, troupe_tnode_t 
     return rtu_compile_root(b, &comp, t, name);
 }
 
+/* Whether the file at `path` (its first 64 KiB) contains `needle`: log files the tests wrote. */
+static inline bool rtu_file_has(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, needle) != NULL;
+}
+
 #endif

@@ -55,17 +55,6 @@ TestSuite(cuda, .init = s_init);
             cr_skip_test("%s", why_);                                                              \
     } while (0)
 
-static bool s_file_has(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return false;
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return strstr(buf, needle) != NULL;
-}
 
 /* y[i] = x[i] * 2 + s[0] over n elements, a static index `b` choosing x's row (x is 4 x n). */
 static troupe_ll_proc_t *s_axpb(const char *name, int64_t n, troupe_tnode_t **x,
@@ -144,14 +133,14 @@ Test(cuda, backend_opens_and_the_log_says_why_there_is_no_device)
     troupe__cuda_why_no_device(why, sizeof why);
     if (n == 0) {
         cr_assert(strncmp(why, "cudaGetDeviceCount: ", 20) == 0, "%s", why);
-        cr_assert(s_file_has(log, "cuda: 0 devices: cudaGetDeviceCount: "), "log %s", log);
+        cr_assert(rtu_file_has(log, "cuda: 0 devices: cudaGetDeviceCount: "), "log %s", log);
         if (e != cudaSuccess)
-            cr_assert(s_file_has(log, cudaGetErrorName(e)), "the log names %s",
+            cr_assert(rtu_file_has(log, cudaGetErrorName(e)), "the log names %s",
                       cudaGetErrorName(e));
     } else {
         cr_assert_str_eq(why, "");
-        cr_assert(s_file_has(log, "cuda: device 0: "), "log %s", log);
-        cr_assert(s_file_has(log, "compute mode ") && s_file_has(log, "context ready in "),
+        cr_assert(rtu_file_has(log, "cuda: device 0: "), "log %s", log);
+        cr_assert(rtu_file_has(log, "compute mode ") && rtu_file_has(log, "context ready in "),
                   "the device line gives the compute mode and the context's cost: log %s", log);
     }
     unlink(log);

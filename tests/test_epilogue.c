@@ -220,17 +220,6 @@ Test(epilogue_match, refusals_name_the_rule)
     s_expect_refused(&c, "differs from the product in precision");
 }
 
-static bool s_file_has(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return false;
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return strstr(buf, needle) != NULL;
-}
 
 Test(epilogue_match, the_debug_log_names_the_epilogue_and_the_refusal)
 {
@@ -251,14 +240,14 @@ Test(epilogue_match, the_debug_log_names_the_epilogue_and_the_refusal)
     troupe_cgen_result_destroy(&res);
     OK(troupe_log_configure("warn"));
     OK(troupe_log_set_file(NULL));
-    cr_expect(s_file_has(path, "cgen of ep_log_fused: ") &&
-                  s_file_has(path, "calls the GEMM library, with its epilogue: starts from "
+    cr_expect(rtu_file_has(path, "cgen of ep_log_fused: ") &&
+                  rtu_file_has(path, "calls the GEMM library, with its epilogue: starts from "
                                    "bias "),
               "no fused line in %s", path);
-    cr_expect(s_file_has(path, "relu into "), "no relu in %s", path);
-    cr_expect(s_file_has(path, "cgen of ep_log_refused: the statement beside the product into "),
+    cr_expect(rtu_file_has(path, "relu into "), "no relu in %s", path);
+    cr_expect(rtu_file_has(path, "cgen of ep_log_refused: the statement beside the product into "),
               "no refusal line in %s", path);
-    cr_expect(s_file_has(path, "is not fused with it: the epilogue writes a factor of the "
+    cr_expect(rtu_file_has(path, "is not fused with it: the epilogue writes a factor of the "
                                "product"));
     s_layer_free(&L);
     s_layer_free(&R);

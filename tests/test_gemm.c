@@ -476,18 +476,6 @@ Test(gemm_run, library_and_loops_agree_with_the_reference_on_random_shapes, .tim
     }
 }
 
-/* Whether the file at `path` contains `needle`. */
-static bool s_file_has(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return false;
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return strstr(buf, needle) != NULL;
-}
 
 Test(gemm_run, the_debug_log_says_which_contractions_call_the_library_and_why_not)
 {
@@ -518,16 +506,16 @@ Test(gemm_run, the_debug_log_says_which_contractions_call_the_library_and_why_no
     rtu_env_close(&e);
     OK(troupe_log_configure("warn"));
     OK(troupe_log_set_file(NULL));
-    cr_assert(s_file_has(path, "cgen of gemm_log_half: the contraction into"),
+    cr_assert(rtu_file_has(path, "cgen of gemm_log_half: the contraction into"),
               "no fallback line in %s", path);
-    cr_assert(s_file_has(path, "stays generated loops: the precision has no library GEMM"));
+    cr_assert(rtu_file_has(path, "stays generated loops: the precision has no library GEMM"));
     /* a fresh product overwrites its output (the zeroing becomes beta = 0); an accumulation
      * adds into it */
-    cr_assert(s_file_has(path, "cgen of gemm_log_single: "));
-    cr_assert(s_file_has(path, "_y = "), "no overwriting call");
-    cr_assert(s_file_has(path, "cgen of gemm_log_acc: "));
-    cr_assert(s_file_has(path, "_y += "), "no accumulating call");
-    cr_assert(s_file_has(path, "(m=32 n=40 k=48) calls the GEMM library"));
+    cr_assert(rtu_file_has(path, "cgen of gemm_log_single: "));
+    cr_assert(rtu_file_has(path, "_y = "), "no overwriting call");
+    cr_assert(rtu_file_has(path, "cgen of gemm_log_acc: "));
+    cr_assert(rtu_file_has(path, "_y += "), "no accumulating call");
+    cr_assert(rtu_file_has(path, "(m=32 n=40 k=48) calls the GEMM library"));
     unlink(path);
 }
 
