@@ -50,6 +50,11 @@ static const char *const s_names[] = {
     "HOME",
     "TROUPE_RESUME",
     "TROUPE_PROGRESS_FILE",
+    "TROUPE_JOB_ID",
+    "TROUPE_CPU_DEVICES",
+    "TROUPE_DEVICE",
+    "TROUPE_CUDA_AWARE",
+    "TROUPE_CUDA_GRAPHS",
 };
 #define S_NNAMES (sizeof s_names / sizeof s_names[0])
 #define S_MAX_VARS 24
@@ -113,5 +118,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     S_CHECK(g == TROUPE_GEMM_MODE_LIBRARY || g == TROUPE_GEMM_MODE_OPENBLAS ||
             g == TROUPE_GEMM_MODE_GENERATED);
     S_CHECK(troupe_log_get_level() <= TROUPE_LOG_TRACE);
+    S_CHECK(troupe_config_cpu_devices() >= 1 &&
+            troupe_config_cpu_devices() <= TROUPE_CONFIG_MAX_CPU_DEVICES);
+    int devs[TROUPE_CONFIG_MAX_DEVICE_LIST], ndevs = -1; /* a kept TROUPE_DEVICE parses */
+    S_CHECK(troupe_config_parse_device_list(troupe_config_device(), devs,
+                                            TROUPE_CONFIG_MAX_DEVICE_LIST, &ndevs) == TROUPE_OK);
+    S_CHECK(ndevs >= 0 && ndevs <= TROUPE_CONFIG_MAX_DEVICE_LIST);
+    for (int k = 0; k < ndevs; k++)
+        S_CHECK(devs[k] >= 0);
+    troupe_cuda_aware_t ca = troupe_config_cuda_aware();
+    S_CHECK(ca == TROUPE_CUDA_AWARE_AUTO || ca == TROUPE_CUDA_AWARE_ON ||
+            ca == TROUPE_CUDA_AWARE_OFF);
     return 0;
 }
