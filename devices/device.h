@@ -224,7 +224,8 @@ void troupe_driver_code_release(troupe_driver_t *drv, troupe_dcode_t *code);
  * launched plainly TROUPE_GRAPH_WARMUP_RUNS times, then captured once and replayed from then on;
  * up to TROUPE_GRAPH_SLOTS argument bindings keep a graph each per code and queue (least
  * recently used evicted). A capture, instantiation or graph launch that fails, or bindings that
- * keep changing (TROUPE_GRAPH_MAX_EVICTIONS evictions), turn graphs off for that code on that
+ * keep changing (TROUPE_GRAPH_MAX_EVICTIONS evictions with no replay between them: a replay
+ * starts the count again), turn graphs off for that code on that
  * queue: its launches are plain from then on, and one line at debug level (subsystem devices)
  * says why. Such a failure is never the caller's: the status is the plain launch's. The code
  * must stay alive during the call. Thread safety: as launch (one thread per queue). */
@@ -235,7 +236,8 @@ TROUPE_MUST_USE troupe_status_t troupe_driver_launch(troupe_driver_t *drv, troup
 /* ---- the graph policy (devices/graph.c) ----------------------------------------------------- */
 #define TROUPE_GRAPH_WARMUP_RUNS 2    /* plain launches of a binding before it is captured */
 #define TROUPE_GRAPH_SLOTS 8          /* bindings with a graph, per code and queue */
-#define TROUPE_GRAPH_MAX_EVICTIONS 64 /* evicted bindings after which a code stays plain */
+#define TROUPE_GRAPH_MAX_EVICTIONS 64 /* evictions in a row (no replay between) after which a code
+                                        stays plain */
 
 typedef enum troupe_graphs_mode {
     TROUPE_GRAPHS_AUTO = 0, /* capture and replay where the driver can (default) */

@@ -217,6 +217,7 @@ troupe_status_t troupe__graph_run(troupe_driver_t *drv, troupe_dqueue_t *q, trou
         if (sl->graph != NULL) {
             action = S_REPLAY;
             g = sl->graph;
+            r->evictions = 0; /* a binding came back: the churn so far was no steady state */
         } else if (sl->plain_runs >= TROUPE_GRAPH_WARMUP_RUNS) {
             action = S_CAPTURE;
         } else {

@@ -643,6 +643,37 @@ Test(async_graphs, bindings_that_keep_changing_stay_plain_and_right)
     s_env_close(&e);
 }
 
+/* Churn beside bindings that repeat (a few hot minibatches, a new one now and then) is no
+ * reason to give up: each replay starts the eviction count again, so more than
+ * TROUPE_GRAPH_MAX_EVICTIONS evictions spread over a long run keep the hot graphs. */
+Test(async_graphs, evictions_between_replays_do_not_turn_the_code_plain)
+{
+    troupe_driver_set_graphs(TROUPE_GRAPHS_AUTO);
+    s_env_t e;
+    s_env_open(&e);
+    troupe_dcode_t code = {0};
+    enum { HOT = 4, ROUNDS = TROUPE_GRAPH_MAX_EVICTIONS + 36, COLD = 15 };
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int b = 0; b < HOT; b++)
+            s_run(&e, e.s[0], &code, b, 0);
+        s_run(&e, e.s[0], &code, COLD, 64 * (r + 1)); /* a binding seen once */
+    }
+    s_drain(e.s[0]);
+    for (int b = 0; b < HOT; b++)
+        cr_assert_eq(atomic_load(&code.out[b]), ROUNDS, "index %d ran every round", b);
+    int cold = 0; /* the fake kernel adds 1 + the buffer's offset to out[index] */
+    for (int r = 0; r < ROUNDS; r++)
+        cold += 1 + 64 * (r + 1);
+    cr_assert_eq(atomic_load(&code.out[COLD]), cold, "every cold binding ran once");
+    troupe_graph_stats_t st;
+    troupe_driver_graph_stats(&st);
+    cr_assert_eq(st.refused, 0, "%d evictions between replays turned the code plain",
+                 ROUNDS - (TROUPE_GRAPH_SLOTS - HOT));
+    s_stats_are(HOT * TROUPE_GRAPH_WARMUP_RUNS + ROUNDS, HOT,
+                HOT * (ROUNDS - TROUPE_GRAPH_WARMUP_RUNS));
+    s_env_close(&e);
+}
+
 static char *s_read_file(const char *path)
 {
     FILE *f = fopen(path, "r");
