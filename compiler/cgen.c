@@ -300,14 +300,6 @@ static s_node_info_t *s_info(s_gen_t *g, const troupe_tnode_t *tn)
     return i < 0 ? NULL : &g->nodes[i];
 }
 
-/* The precision a value of precision p computes in: small floats compute in single. */
-static troupe_prec_t s_compute_prec(troupe_prec_t p)
-{
-    return (p == TROUPE_PREC_HALF || p == TROUPE_PREC_BFLOAT16 || p == TROUPE_PREC_FP8)
-               ? TROUPE_PREC_SINGLE
-               : p;
-}
-
 /* ---- access collection -------------------------------------------------------------------- */
 
 static troupe_status_t s_collect_ll(s_gen_t *g, const troupe_ll_t *s);
@@ -583,7 +575,7 @@ static void s_put_int_in(troupe__strbuf_t *b, int64_t v, bool is_u64, troupe_pre
 
 static void s_put_constant(troupe__strbuf_t *b, double c, troupe_prec_t prec)
 {
-    troupe_prec_t cp = s_compute_prec(prec);
+    troupe_prec_t cp = troupe_prec_compute(prec);
     if (cp == TROUPE_PREC_SINGLE || cp == TROUPE_PREC_DOUBLE) {
         s_put_float_literal(b, c, cp == TROUPE_PREC_SINGLE);
         return;
@@ -694,7 +686,7 @@ static troupe_status_t s_put_converted(s_gen_t *g, troupe_prec_t from, troupe_pr
                                        const troupe_axis_index_t *idcs, troupe__strbuf_t *out)
 {
     troupe_c_syntax_t conv;
-    TROUPE_RETURN_IF_ERROR(s_convert(g, from, s_compute_prec(ctx), &conv));
+    TROUPE_RETURN_IF_ERROR(s_convert(g, from, troupe_prec_compute(ctx), &conv));
     troupe__strbuf_puts(out, conv.piece[0]);
     troupe__strbuf_puts(out, value_prefix);
     if (tn != NULL) {
@@ -732,7 +724,7 @@ static troupe_status_t s_emit_local_scope(s_gen_t *g, const troupe_sc_t *e, int 
     else
         snprintf(sc->ident, sizeof sc->ident, "v%" PRId32 "_%s_%" PRId32, id, clean, uses);
 
-    troupe_prec_t cp = s_compute_prec(tn->prec);
+    troupe_prec_t cp = troupe_prec_compute(tn->prec);
     troupe__strbuf_repeat(pre, "    ", indent);
     if (cp == TROUPE_PREC_UINT4X32)
         troupe__strbuf_printf(pre, "uint4x32_t %s = {{0u, 0u, 0u, 0u}};\n", sc->ident);
@@ -762,7 +754,7 @@ static troupe_status_t s_emit_sc(s_gen_t *g, const troupe_sc_t *e, troupe_prec_t
         troupe_c_syntax_t conv;
         bool index_counter = e->kind == TROUPE_SC_EMBED_INDEX && prec == TROUPE_PREC_UINT4X32;
         TROUPE_RETURN_IF_ERROR(s_convert(g, index_counter ? TROUPE_PREC_UINT32 : TROUPE_PREC_INT64,
-                                         s_compute_prec(prec), &conv));
+                                         troupe_prec_compute(prec), &conv));
         troupe__strbuf_puts(out, conv.piece[0]);
         if (e->kind == TROUPE_SC_CONSTANT_BITS) {
             s_put_i64(out, e->u.constant_bits);
@@ -788,14 +780,15 @@ static troupe_status_t s_emit_sc(s_gen_t *g, const troupe_sc_t *e, troupe_prec_t
             return troupe__error(TROUPE_INVALID_ARGUMENT,
                                  "cgen of procedure %s: get_local of scope %d outside it",
                                  g->proc->name, e->u.get_local.id);
-        return s_put_converted(g, s_compute_prec(sc->tn->prec), prec, sc->ident, NULL, NULL, out);
+        return s_put_converted(g, troupe_prec_compute(sc->tn->prec), prec, sc->ident, NULL, NULL,
+                               out);
     }
     case TROUPE_SC_LOCAL_SCOPE: {
         const s_scope_t *sc = NULL;
         TROUPE_RETURN_IF_ERROR(s_emit_local_scope(g, e, indent, pre, &sc));
         char ident[S_IDENT_CAP];
         snprintf(ident, sizeof ident, "%s", sc->ident);
-        return s_put_converted(g, s_compute_prec(e->u.local_scope.tn->prec), prec, ident, NULL,
+        return s_put_converted(g, troupe_prec_compute(e->u.local_scope.tn->prec), prec, ident, NULL,
                                NULL, out);
     }
     case TROUPE_SC_UNOP: {
@@ -879,7 +872,7 @@ static troupe_status_t s_emit_assign(s_gen_t *g, const char *lhs, const troupe_s
     troupe_c_syntax_t conv;
     troupe_status_t st = s_emit_sc(g, value, value_prec, indent + 1, &expr, &pre);
     if (st == TROUPE_OK)
-        st = s_convert(g, s_compute_prec(value_prec), store_prec, &conv);
+        st = s_convert(g, troupe_prec_compute(value_prec), store_prec, &conv);
     if (st == TROUPE_OK) {
         troupe__strbuf_repeat(out, "    ", s_open_pre_block(out, indent, &pre));
         troupe__strbuf_printf(out, "%s = %s", lhs, conv.piece[0]);
@@ -1297,7 +1290,8 @@ static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
         char ident[S_IDENT_CAP];
         snprintf(ident, sizeof ident, "%s", sc->ident);
         troupe_prec_t p = sc->tn->prec; /* the variable has the compute type: no rounding */
-        return s_emit_assign(g, ident, s->u.set_local.value, p, s_compute_prec(p), indent, out);
+        return s_emit_assign(g, ident, s->u.set_local.value, p, troupe_prec_compute(p), indent,
+                             out);
     }
     case TROUPE_LL_SET_FROM_VEC: {
         const troupe_tnode_t *tn = s->u.set_from_vec.tn;

@@ -719,6 +719,23 @@ static bool s_gemm_operand(const troupe_cgen_result_t *r, const troupe_ll_proc_t
     return true;
 }
 
+/* The call of product gm over the routine's parameters (operands, precision, extents; the
+ * rest zero): false when an operand's base moves with a symbol other than a static index. */
+static bool s_gemm_call(troupe__cgen_t *g, const troupe_cgen_result_t *r, const troupe_gemm_t *gm,
+                        troupe_cgen_gemm_call_t *c)
+{
+    memset(c, 0, sizeof *c);
+    const troupe_ll_proc_t *proc = troupe__cgen_proc(g);
+    if (!s_gemm_operand(r, proc, gm, &gm->a, &c->a) ||
+        !s_gemm_operand(r, proc, gm, &gm->b, &c->b) || !s_gemm_operand(r, proc, gm, &gm->c, &c->c))
+        return false;
+    c->prec = gm->prec;
+    c->m = gm->m;
+    c->n = gm->n;
+    c->k = gm->k;
+    return true;
+}
+
 /* Whether the top-level statements from items[at] are a product the GEMM step takes, with the
  * parts of its epilogue (compiler/gemm.h) cuBLASLt takes: a zeroing (beta = 0), an initial bias
  * b[j] (beta = 0 and the bias epilogue) and a post pass in place (relu, bias b[j]). A bias b[i]
@@ -746,9 +763,7 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r,
     memset(step, 0, sizeof *step);
     step->kind = TROUPE_CGEN_STEP_GEMM;
     troupe_cgen_gemm_call_t *c = &step->gemm;
-    const troupe_ll_proc_t *proc = troupe__cgen_proc(g);
-    if (!s_gemm_operand(r, proc, gm, &gm->a, &c->a) ||
-        !s_gemm_operand(r, proc, gm, &gm->b, &c->b) || !s_gemm_operand(r, proc, gm, &gm->c, &c->c))
+    if (!s_gemm_call(g, r, gm, c))
         return false;
     if (ep->bias != NULL) { /* read at j from element 0: no other term (compiler/gemm.h) */
         ptrdiff_t p = troupe_cgen_find_node_param(r, ep->bias);
@@ -756,10 +771,6 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r,
             return false;
         c->bias.param = (size_t)p;
     }
-    c->prec = gm->prec;
-    c->m = gm->m;
-    c->n = gm->n;
-    c->k = gm->k;
     c->beta_zero = pre;
     c->epilogue = ep->relu ? (ep->bias ? TROUPE_CGEN_GEMM_EPI_RELU_BIAS : TROUPE_CGEN_GEMM_EPI_RELU)
                            : (ep->bias ? TROUPE_CGEN_GEMM_EPI_BIAS : TROUPE_CGEN_GEMM_EPI_NONE);
@@ -784,14 +795,6 @@ static s_tile_t s_gemm_tile(troupe_prec_t compute)
      * 17 KiB. Both 16x16 threads, well inside the 48 KiB a block gets without opting in. */
     return compute == TROUPE_PREC_SINGLE ? (s_tile_t){128, 128, 8, 8, 8}
                                          : (s_tile_t){64, 64, 16, 4, 4};
-}
-
-/* The precision a product into `out` computes in (compiler/cgen.h: small floats in single). */
-static troupe_prec_t s_gemm_compute(troupe_prec_t out)
-{
-    return (out == TROUPE_PREC_HALF || out == TROUPE_PREC_BFLOAT16 || out == TROUPE_PREC_FP8)
-               ? TROUPE_PREC_SINGLE
-               : out;
 }
 
 /* `(<ident> + <offset expression>)`: a GEMM operand's base pointer. */
@@ -864,8 +867,8 @@ static void s_put_gemm_steps(troupe__strbuf_t *b, const s_tile_t *t, bool fma, b
                               rnd[0], single ? "fmaf" : "fma", rnd[1]);
     else
         troupe__strbuf_printf(b,
-                              "                            gm_acc[gm_x][gm_y] = %sgm_acc[gm_x][gm_y] "
-                              "+ gm_ra[gm_x] * gm_rb[gm_y]%s;\n",
+                              "                            gm_acc[gm_x][gm_y] = "
+                              "%sgm_acc[gm_x][gm_y] + gm_ra[gm_x] * gm_rb[gm_y]%s;\n",
                               rnd[0], rnd[1]);
     troupe__strbuf_puts(b, "                }\n");
 }
@@ -882,7 +885,7 @@ static troupe_status_t s_put_gemm_tiled(troupe_cgen_result_t *r, const troupe_cg
                                         const s_gemm_precs_t *p, bool fma, troupe__strbuf_t *b,
                                         size_t *out_kernel)
 {
-    troupe_prec_t cp = s_gemm_compute(p->c);
+    troupe_prec_t cp = troupe_prec_compute(p->c);
     troupe_c_syntax_t conv_a, conv_b, conv_c, conv_out;
     TROUPE_RETURN_IF_ERROR(troupe_c_convert_precision(p->a, cp, &conv_a));
     TROUPE_RETURN_IF_ERROR(troupe_c_convert_precision(p->b, cp, &conv_b));
@@ -1036,16 +1039,7 @@ static bool s_refused_tiles(troupe__cgen_t *g, const troupe_cgen_result_t *r, co
     if (troupe_gemm_match(s, gm, why) != TROUPE_GEMM_REFUSED || !gm->shape_ok ||
         gm->m * gm->n * gm->k < TROUPE_GEMM_MIN_MACS)
         return false;
-    memset(c, 0, sizeof *c);
-    const troupe_ll_proc_t *proc = troupe__cgen_proc(g);
-    if (!s_gemm_operand(r, proc, gm, &gm->a, &c->a) || !s_gemm_operand(r, proc, gm, &gm->b, &c->b) ||
-        !s_gemm_operand(r, proc, gm, &gm->c, &c->c))
-        return false;
-    c->prec = gm->prec;
-    c->m = gm->m;
-    c->n = gm->n;
-    c->k = gm->k;
-    return true;
+    return s_gemm_call(g, r, gm, c);
 }
 
 /* The kernel of a product s_refused_tiles takes: its shared-memory tiles in the operands' own

@@ -49,14 +49,6 @@ typedef struct s_val {
     bool ci;
 } s_val_t;
 
-/* The precision a value of precision p computes in: small floats compute in single. */
-static troupe_prec_t s_compute_prec(troupe_prec_t p)
-{
-    return (p == TROUPE_PREC_HALF || p == TROUPE_PREC_BFLOAT16 || p == TROUPE_PREC_FP8)
-               ? TROUPE_PREC_SINGLE
-               : p;
-}
-
 static s_cp_t s_cp(troupe_prec_t p)
 {
     s_cp_t c = {p, S_K_F32, 0, false, false};
@@ -1041,7 +1033,7 @@ static troupe_status_t s_eval(s_interp_t *I, const troupe_sc_t *e, const s_cp_t 
         memset(sc, 0, sizeof *sc);
         sc->id = e->u.local_scope.id;
         sc->prec = e->u.local_scope.tn->prec;
-        sc->cprec = s_compute_prec(sc->prec);
+        sc->cprec = troupe_prec_compute(sc->prec);
         troupe_status_t st = s_exec(I, e->u.local_scope.body);
         sc = &I->scopes[--I->nscopes]; /* the array may have moved */
         if (st != TROUPE_OK)

@@ -105,6 +105,13 @@ bool troupe_prec_is_up_to_fp16(troupe_prec_t p)
     return troupe_prec_is_valid(p) && p != TROUPE_PREC_VOID && s_info[p].size_bytes <= 2;
 }
 
+troupe_prec_t troupe_prec_compute(troupe_prec_t p)
+{
+    return (p == TROUPE_PREC_HALF || p == TROUPE_PREC_BFLOAT16 || p == TROUPE_PREC_FP8)
+               ? TROUPE_PREC_SINGLE
+               : p;
+}
+
 bool troupe_exceeds_fp16_cutoff(double c)
 {
     return fabs(c) >= 16384.0; /* false for NaN */

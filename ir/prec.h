@@ -74,6 +74,11 @@ bool troupe_prec_is_float(troupe_prec_t p);
  * non-void). */
 bool troupe_prec_is_up_to_fp16(troupe_prec_t p);
 
+/* The precision a value of precision p computes in: single for the small floats (half,
+ * bfloat16, fp8), which troupe stores narrow and computes wide (the interpreter, generated C and
+ * CUDA alike); p itself for every other precision. */
+troupe_prec_t troupe_prec_compute(troupe_prec_t p);
+
 /* Seed `exceeds_fp16_cutoff`: |c| >= 2^14 (OCANNL's check_half_prec_constants_cutoff), the
  * point from which a half-precision constant forces single precision. */
 bool troupe_exceeds_fp16_cutoff(double c);
