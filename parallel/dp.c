@@ -543,11 +543,10 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     bool cuda_aware = troupe_config_cuda_aware() == TROUPE_CUDA_AWARE_ON ||
                       (troupe_config_cuda_aware() == TROUPE_CUDA_AWARE_AUTO &&
                        troupe_cluster_cuda_aware());
-    dp->exchange = troupe__dp_choose_exchange(dp->nranks, cfg->stage_through_host || !lendable,
-                                              lendable, cuda_aware);
-    dp->staged = cfg->stage_through_host || !lendable;
-    if (dp->exchange == TROUPE__DP_EXCHANGE_DIRECT)
-        dp->staged = false; /* the lent path, with device memory handed to MPI as it is */
+    bool device_memory = cfg->stage_through_host || !lendable;
+    dp->exchange = troupe__dp_choose_exchange(dp->nranks, device_memory, lendable, cuda_aware);
+    /* DIRECT: the lent path, with device memory handed to MPI as it is */
+    dp->staged = device_memory && dp->exchange != TROUPE__DP_EXCHANGE_DIRECT;
     if (dp->staged && dp->nranks > 1) {
         TROUPE_RETURN_IF_ERROR(s_check_stageable(dp));
         TROUPE_RETURN_IF_ERROR(s_plan_buckets(dp));
@@ -1020,9 +1019,10 @@ troupe_status_t troupe_dp_step(troupe_dp_t *dp)
     if (troupe__fault_armed(TROUPE__FAULT_STEP))
         troupe__fault_step(dp->steps);
     int64_t t0 = troupe__trace_on() ? troupe_now_ns() : 0;
-    int64_t h0 = troupe_now_ns();
+    int64_t h0 = 0; /* the host's scheduling time, for a logged step only */
     troupe__dp_steplog_t *rec = NULL;
     if (troupe__dp_steplog_wanted(dp->steps)) {
+        h0 = troupe_now_ns();
         size_t nbk = dp->exchange == TROUPE__DP_EXCHANGE_NONE ? 0 : dp->staged ? dp->nbk : 1;
         rec = troupe__dp_steplog_new(dp->steps, dp->n, nbk, (int)dp->exchange);
         troupe__dp_steplog_begin(rec, dp->rep[0].stream);
@@ -1032,7 +1032,8 @@ troupe_status_t troupe_dp_step(troupe_dp_t *dp)
     if (st == TROUPE_OK)
         st = s_schedule_step(dp, &mark, rec);
     s_mark_release(mark); /* the step failed before its end mark */
-    troupe__dp_steplog_set_host(rec, troupe_now_ns() - h0);
+    if (rec != NULL)
+        troupe__dp_steplog_set_host(rec, troupe_now_ns() - h0);
     troupe__dp_steplog_release(&rec);
     if (t0 != 0) {
         troupe__trace_arg_t a[] = {TROUPE__TRACE_NUM("step", dp->steps)};

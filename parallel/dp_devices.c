@@ -9,19 +9,7 @@
 #include "transport/mpi/cluster.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-/* A non-negative decimal integer from the environment (its leading digits: Slurm writes
- * SLURM_NTASKS_PER_NODE as "2(x3)" on uneven allocations), or -1. */
-static int s_env_int(const char *name)
-{
-    const char *v = getenv(name);
-    if (v == NULL || v[0] < '0' || v[0] > '9')
-        return -1;
-    long n = strtol(v, NULL, 10);
-    return n >= 0 && n < (1L << 30) ? (int)n : -1;
-}
 
 /* This rank's place on its node and where it was found. */
 static void s_local_rank(int *l, int *size, const char **src)
@@ -35,19 +23,7 @@ static void s_local_rank(int *l, int *size, const char **src)
         *src = "the cluster's node-local rank";
         return;
     }
-    static const char *const vars[2][2] = {
-        {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
-        {"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
-    };
-    for (int i = 0; i < 2; i++) {
-        int r = s_env_int(vars[i][0]), n = s_env_int(vars[i][1]);
-        if (r >= 0 && n > r) {
-            *l = r;
-            *size = n;
-            *src = vars[i][0];
-            return;
-        }
-    }
+    (void)troupe__cluster_env_local_rank(l, size, src); /* else one rank, as set above */
 }
 
 static void s_list(const troupe_dp_devices_t *d, char *buf, size_t cap)

@@ -311,6 +311,27 @@ static int s_env_int(const char *name, int dflt)
     return (int)x;
 }
 
+bool troupe__cluster_env_local_rank(int *rank, int *size, const char **var)
+{
+    static const char *const pairs[2][2] = {
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        {"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    };
+    for (int i = 0; i < 2; i++) {
+        if (!s_env_set(pairs[i][0]) || !s_env_set(pairs[i][1]))
+            continue;
+        int r = s_env_int(pairs[i][0], -1), n = s_env_int(pairs[i][1], -1);
+        if (r < 0 || n <= 0 || r >= n)
+            return false;
+        *rank = r;
+        *size = n;
+        if (var != NULL)
+            *var = pairs[i][0];
+        return true;
+    }
+    return false;
+}
+
 /* Open MPI's mpirun/prterun, PMIx launchers (srun --mpi=pmix, prun), or a multi-task Slurm
  * step. */
 static bool s_launcher_detected(void)
@@ -350,14 +371,7 @@ static troupe_status_t s_mpi_init(int *argc, char ***argv)
     if ((rc = MPI_Comm_size(MPI_COMM_WORLD, &size)) != MPI_SUCCESS)
         return troupe__mpi_error("cluster", "MPI_Comm_size", rc);
     int local_rank = -1, local_size = -1;
-    if (s_env_set("OMPI_COMM_WORLD_LOCAL_RANK") && s_env_set("OMPI_COMM_WORLD_LOCAL_SIZE")) {
-        local_rank = s_env_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
-        local_size = s_env_int("OMPI_COMM_WORLD_LOCAL_SIZE", -1);
-    } else if (s_env_set("SLURM_LOCALID") && s_env_set("SLURM_NTASKS_PER_NODE")) {
-        local_rank = s_env_int("SLURM_LOCALID", -1);
-        local_size = s_env_int("SLURM_NTASKS_PER_NODE", -1);
-    }
-    if (local_rank < 0 || local_size <= 0 || local_rank >= local_size) {
+    if (!troupe__cluster_env_local_rank(&local_rank, &local_size, NULL)) {
         MPI_Comm node;
         rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
         if (rc != MPI_SUCCESS)

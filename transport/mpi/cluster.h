@@ -69,6 +69,13 @@ int troupe_cluster_rank(void);            /* 0 when not initialized */
 int troupe_cluster_size(void);            /* 1 when not initialized */
 int troupe_cluster_local_rank(void);      /* rank among the processes of this node */
 int troupe_cluster_local_size(void);
+/* Internal: the node-local rank and size a launcher announces in the environment, readable
+ * before or without troupe_cluster_init: Open MPI's OMPI_COMM_WORLD_LOCAL_RANK and _SIZE, else
+ * Slurm's SLURM_LOCALID and SLURM_NTASKS_PER_NODE (its uneven form "2(x3)" reads as 2). The
+ * first pair whose two variables are set decides: true with 0 <= *rank < *size and *var the
+ * rank's variable name (static) when its values are consistent; false otherwise (no pair, or
+ * the deciding pair inconsistent), the outputs then untouched. */
+bool troupe__cluster_env_local_rank(int *rank, int *size, const char **var);
 /* Whether the MPI library says it takes CUDA device memory (Open MPI's mpi-ext.h:
  * MPIX_Query_cuda_support() where MPIX_CUDA_AWARE_SUPPORT is defined), asked once at
  * troupe_cluster_init; false before it, without MPI, or with an MPI that cannot say. */
