@@ -1186,15 +1186,14 @@ static troupe_status_t s_emit_gemm_or_for(s_gen_t *g, const troupe_ll_t *s, int 
     return s_emit_gemm(g, &gm, &none, indent, out);
 }
 
-/* The statements of a SEQ with nested SEQs spliced in and NOOPs dropped, appended to *v. */
-static bool s_flatten_seq(const troupe_ll_t *s, const troupe_ll_t ***v, size_t *n, size_t *cap)
+bool troupe__cgen_flatten(const troupe_ll_t *s, const troupe_ll_t ***v, size_t *n, size_t *cap)
 {
     if (s->kind == TROUPE_LL_NOOP)
         return true;
     if (s->kind != TROUPE_LL_SEQ)
         return TROUPE__VEC_PUSH(*v, *n, *cap, s);
     for (size_t i = 0; i < s->u.seq.count; i++)
-        if (!s_flatten_seq(s->u.seq.items[i], v, n, cap))
+        if (!troupe__cgen_flatten(s->u.seq.items[i], v, n, cap))
             return false;
     return true;
 }
@@ -1207,7 +1206,7 @@ static troupe_status_t s_emit_seq_gemm(s_gen_t *g, const troupe_ll_t *s, int ind
     const troupe_ll_t **items = NULL;
     size_t n = 0, cap = 0;
     troupe_status_t st = TROUPE_OK;
-    if (!s_flatten_seq(s, &items, &n, &cap))
+    if (!troupe__cgen_flatten(s, &items, &n, &cap))
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
     for (size_t i = 0; i < n && st == TROUPE_OK; i++) {
         const troupe_ll_t *it = items[i];

@@ -1064,31 +1064,14 @@ static troupe_status_t s_put_refused_tiles(troupe__cgen_t *g, troupe_cgen_result
 
 /* ---- the routine -------------------------------------------------------------------------- */
 
-/* Top-level statements: the body with its SEQs flattened, NOOPs dropped. */
-static void s_flatten(const troupe_ll_t *s, const troupe_ll_t ***v, size_t *n, size_t *cap,
-                      bool *oom)
-{
-    if (s->kind == TROUPE_LL_NOOP)
-        return;
-    if (s->kind == TROUPE_LL_SEQ) {
-        for (size_t i = 0; i < s->u.seq.count; i++)
-            s_flatten(s->u.seq.items[i], v, n, cap, oom);
-        return;
-    }
-    if (!TROUPE__VEC_PUSH(*v, *n, *cap, s))
-        *oom = true;
-}
-
 static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
                                      troupe__strbuf_t *b)
 {
     const troupe_ll_proc_t *proc = troupe__cgen_proc(g);
     const troupe_ll_t **items = NULL;
     size_t n = 0, cap = 0;
-    bool oom = false;
-    s_flatten(proc->body, &items, &n, &cap, &oom);
     troupe_status_t st = TROUPE_OK;
-    if (oom) {
+    if (!troupe__cgen_flatten(proc->body, &items, &n, &cap)) { /* the top-level statements */
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
         goto out;
     }
