@@ -169,6 +169,26 @@ Test(transport, invalid_arguments_are_named)
     FAILS(troupe_allreduce(&args, &ev), TROUPE_INVALID_ARGUMENT, "needs the device level");
     args.flags = 0x80u;
     FAILS(troupe_allreduce(&args, &ev), TROUPE_INVALID_ARGUMENT, "unknown flags 0x80");
+    /* troupe_allreduce_args_t.after: both or neither of after and n_after, no NULL event, the
+     * host level only (the device level follows its stream) */
+    troupe_event_t *gate_ev = NULL;
+    OK(troupe_event_new("gate", &gate_ev));
+    troupe_event_t *after[2] = {gate_ev, NULL};
+    args = (troupe_allreduce_args_t){.n = 1, .tensors = &good, .n_after = 2};
+    FAILS(troupe_allreduce(&args, &ev), TROUPE_INVALID_ARGUMENT, "after is NULL but n_after is 2");
+    args.after = after;
+    args.n_after = 0;
+    FAILS(troupe_allreduce(&args, &ev), TROUPE_INVALID_ARGUMENT, "after is given but n_after is 0");
+    args.n_after = 2;
+    FAILS(troupe_allreduce(&args, &ev), TROUPE_INVALID_ARGUMENT, "after[1] is NULL");
+    args = (troupe_allreduce_args_t){.n = 1,
+                                     .ctx = (troupe_context_t *)(void *)x, /* refused first */
+                                     .nodes = (troupe_tnode_t *const *)(void *)x,
+                                     .after = after,
+                                     .n_after = 1};
+    FAILS(troupe_allreduce(&args, &ev), TROUPE_INVALID_ARGUMENT, "after needs the host level");
+    cr_assert(troupe_event_complete(gate_ev, TROUPE_OK, NULL));
+    troupe_event_release(&gate_ev);
     FAILS(s_allreduce(&good, 0, TROUPE_REDUCE_SUM, &ev), TROUPE_INVALID_ARGUMENT, "n = 0");
     FAILS(s_allreduce(&good, 1, (troupe_reduce_op_t)7, &ev), TROUPE_INVALID_ARGUMENT, "op 7");
     FAILS(s_allreduce(&good, 1, TROUPE_REDUCE_SUM, NULL), TROUPE_INVALID_ARGUMENT, "out_ev");
