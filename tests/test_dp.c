@@ -904,6 +904,22 @@ Test(dp, invalid_configs_are_named)
     cfg = good;
     cfg.backend = "abacus";
     s_expect_invalid(&cfg, &m.model, TROUPE_NOT_FOUND, "abacus");
+    /* the devices a config names (the sync backend has one device: ordinal 0) */
+    int devs[2] = {0, 0};
+    cfg = good;
+    cfg.n_devices = 1;
+    s_expect_invalid(&cfg, &m.model, TROUPE_INVALID_ARGUMENT, "n_devices = 1 with devices NULL");
+    cfg.devices = devs;
+    cfg.n_devices = -1;
+    s_expect_invalid(&cfg, &m.model, TROUPE_INVALID_ARGUMENT, "n_devices = -1");
+    cfg.n_devices = TROUPE_DP_MAX_DEVICES + 1;
+    s_expect_invalid(&cfg, &m.model, TROUPE_INVALID_ARGUMENT, "expected 0 to");
+    cfg.n_devices = 2;
+    s_expect_invalid(&cfg, &m.model, TROUPE_INVALID_ARGUMENT,
+                     "device 0 is listed twice (devices[0] and devices[1])");
+    devs[1] = 3;
+    s_expect_invalid(&cfg, &m.model, TROUPE_NOT_FOUND,
+                     "devices[1] = 3: backend sync has no device 3 (it has 1)");
 
     troupe_optimizer_kind_t k;
     OK(troupe_optimizer_parse("adamw", &k));
