@@ -85,12 +85,6 @@ static bool s_fit(int64_t sr, int64_t sc, int64_t nr, int64_t nc, bool *trans, i
     return false;
 }
 
-static bool s_float_prec(troupe_prec_t p)
-{
-    return p == TROUPE_PREC_SINGLE || p == TROUPE_PREC_DOUBLE || p == TROUPE_PREC_HALF ||
-           p == TROUPE_PREC_BFLOAT16 || p == TROUPE_PREC_FP8;
-}
-
 troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *out,
                                         const char **why)
 {
@@ -200,7 +194,8 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
     g.shape_ok = false;
     if (prec_why != NULL) {
         *why = prec_why;
-        if (s_float_prec(c->prec) && s_float_prec(g.a.tn->prec) && s_float_prec(g.b.tn->prec)) {
+        if (troupe_prec_is_float(c->prec) && troupe_prec_is_float(g.a.tn->prec) &&
+            troupe_prec_is_float(g.b.tn->prec)) {
             g.shape_ok = true;
             *out = g;
         }
