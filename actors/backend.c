@@ -139,6 +139,16 @@ bool troupe_backend_host_addressable(const troupe_backend_t *b)
     return b != NULL && troupe_driver_require(b->drv, "host_ptr") == TROUPE_OK;
 }
 
+bool troupe_backend_has_graphs(const char *name)
+{
+    const troupe_driver_vtable_t *vt = NULL;
+    if (troupe_driver_lookup(name ? name : troupe_config_backend(), &vt) != TROUPE_OK) {
+        troupe_clear_error(); /* a question, not a failure */
+        return false;
+    }
+    return vt->graph_capture != NULL && vt->graph_launch != NULL && vt->graph_release != NULL;
+}
+
 troupe_status_t troupe_get_device(troupe_backend_t *b, int ordinal, troupe_device_t **out)
 {
     if (!b || !out)

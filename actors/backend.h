@@ -54,6 +54,15 @@ TROUPE_MUST_USE troupe_status_t troupe_num_devices(troupe_backend_t *b, int *out
  * transport/mpi/collective.h) needs. false for NULL. */
 bool troupe_backend_host_addressable(const troupe_backend_t *b);
 
+/* Whether the driver of backend `name` ("cpu", "sync", "cuda"; NULL: troupe_config_backend())
+ * has the graph entries (devices/device.h; of the built ones, "cuda"), without opening it: a
+ * routine launched again with exactly the same arguments (buffers, static-index values, merge
+ * buffer) is then captured once and replayed while graphs are on (troupe_driver_graphs,
+ * TROUPE_CUDA_GRAPHS; devices/device.h, troupe_driver_launch). For programs that shape their
+ * routines for replay (parallel/dp.h, troupe_dp_model_t.feed_comp). false for a driver that was
+ * not built (troupe_backend_open would refuse it). */
+bool troupe_backend_has_graphs(const char *name);
+
 /* Device `ordinal` (0..num_devices-1), borrowed from b. NOT_FOUND naming the ordinal. */
 TROUPE_MUST_USE troupe_status_t troupe_get_device(troupe_backend_t *b, int ordinal,
                                                   troupe_device_t **out);

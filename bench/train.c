@@ -19,8 +19,12 @@
  *               traced runs (tracing switched off and on between them), so the machine's
  *               drift falls on both alike
  *
+ * Every layout trains the model in the form --feed picks (examples/fmnist/mlp.h: auto, the
+ * default, is fed on a backend with graphs, cuda, and indexed on cpu and sync; fed or indexed
+ * force one), which children inherit.
+ *
  * A child job is this program re-launched as `mpiexec -n 2 <TROUPE_MPI_LAUNCHER_ARGS> <self>
- * --child --batch B [--bf16] ...` (posix_spawnp), or without mpiexec for 2x1-nocomm; each child
+ * --child --batch B --feed F [--bf16] ...` (posix_spawnp), or without mpiexec for 2x1-nocomm; each child
  * times its runs itself and reports the median on one line that this process reads.
  *
  * One timed run is S_STEPS synchronous steps (troupe_dp_step) and a troupe_dp_sync: S_STEPS x
@@ -153,6 +157,8 @@ static void s_synthetic(fmnist_dataset_t *ds, int64_t global_batch)
 
 static bool s_bf16;               /* a child of 2x1-bf16 (--bf16) */
 static const char *s_backend = "cpu"; /* --backend: every layout's and child's backend */
+/* --feed: the model's form (examples/fmnist/mlp.h): auto is fed on a backend with graphs */
+static fmnist_feed_t s_feed = FMNIST_FEED_AUTO;
 static int s_run(void *arg);
 static const char *s_trace_prefix; /* a traced child (--trace PREFIX) */
 static bool s_trace_failed;        /* a traced child could not switch tracing */
@@ -184,21 +190,12 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
     int64_t replicas = (int64_t)streams * troupe_cluster_size();
     int64_t B = global_batch / replicas;
     fmnist_mlp_config_t mc = fmnist_mlp_config_default(B, ds->count / B);
+    mc.fed = fmnist_feed_resolve(s_feed, s_backend);
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_new(&mc, &l->mlp));
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_init_params(l->mlp, 42));
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_load_train(l->mlp, ds));
-    troupe_tnode_t *inputs[2] = {l->mlp->x_all, l->mlp->y_all};
-    troupe_dp_model_t model = {
-        .grad_comp = l->mlp->grad_comp,
-        .batch_index = FMNIST_BATCH_SYMBOL,
-        .num_batches = mc.num_batches,
-        .params = l->mlp->params,
-        .grads = l->mlp->grads,
-        .n_params = FMNIST_MLP_NPARAMS,
-        .loss = l->mlp->loss,
-        .inputs = inputs,
-        .n_inputs = 2,
-    };
+    troupe_dp_model_t model;
+    fmnist_mlp_dp_model(l->mlp, &model);
     troupe_optimizer_t opt = troupe_optimizer_default(TROUPE_OPT_SGD);
     opt.lr = 0.05;
     troupe_dp_config_t dc = {
@@ -363,6 +360,8 @@ static troupe_status_t s_child_start(int mpi_ranks, int64_t batch, bool bf16, co
     argv[argc++] = warm_s;
     argv[argc++] = (char *)"--backend";
     argv[argc++] = (char *)s_backend;
+    argv[argc++] = (char *)"--feed";
+    argv[argc++] = (char *)fmnist_feed_name(s_feed);
     if (bf16)
         argv[argc++] = (char *)"--bf16";
     if (trace) {
@@ -985,6 +984,12 @@ int main(int argc, char **argv)
                 return 2;
             }
             i++;
+        } else if (i > 0 && strcmp(argv[i], "--feed") == 0) {
+            if (i + 1 >= argc || fmnist_feed_parse(argv[i + 1], &s_feed) != TROUPE_OK) {
+                fprintf(stderr, "%s: --feed needs auto, fed or indexed\n", S_PROG);
+                return 2;
+            }
+            i++;
         } else if (i > 0 && strcmp(argv[i], "--bf16") == 0) {
             s_bf16 = true;
         } else if (i > 0 && strcmp(argv[i], "--trace-overhead") == 0) {
@@ -1018,7 +1023,9 @@ int main(int argc, char **argv)
                                      "TROUPE_TRACE off and on; --scaling R1,R2,..: weak scaling "
                                      "(128 per rank) against as many independent processes; "
                                      "--backend cuda: batches 128, 1024, 8192 on GPU 0 against "
-                                     "PyTorch on it",
+                                     "PyTorch on it; --feed auto|fed|indexed: the model's "
+                                     "minibatch form (examples/fmnist/mlp.h; auto: fed on a "
+                                     "backend with graphs, cuda)",
                                      &opts);
     if (pr != 0)
         return pr > 0 ? 0 : 2;

@@ -2,11 +2,13 @@
  * stream pairing of the tree merge).
  *
  * Layout on each local stream k (a chain of contexts, each a child of the previous one):
- *   root -> init_from_host(params) -> init_from_host(inputs) -> link(grad) [-> link(merge_i)]
+ *   root -> init_from_host(params) -> init_from_host(inputs) [-> link(feed)] -> link(grad)
+ *   [-> link(merge_i)]
  * and on the owner stream 0, after those: -> init_from_host(state m, v) -> init_from_host(hyper)
  * -> for each staging node j: init_from_host(hyper stage j) -> link(hyper := stage j)
  * -> link(optimizer). Every routine is compiled once and linked once per stream in
- * troupe_dp_new; a step only binds the batch index, schedules runs and transfers.
+ * troupe_dp_new; a step only binds the batch index (on the feed routine in the fed form,
+ * which then runs just before the gradient routine), schedules runs and transfers.
  *
  * Merge routines read the gradient through the stream's merge buffer (`g =+ g.merge`); they
  * are linked against the untagged context (the static link check only rejects a context tagged
@@ -28,6 +30,7 @@
 #include "base/log.h"
 #include "base/trace_impl.h"
 #include "base/vec.h"
+#include "devices/device.h"
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
 
@@ -124,6 +127,38 @@ troupe_status_t troupe__dp_await(troupe_dp_t *dp, const char *what)
 
 /* ---- validation ----------------------------------------------------------------------------- */
 
+/* Whether comp mentions tn (its nodes are sorted by id). */
+static bool s_mentions(const troupe_asgn_comp_t *comp, const troupe_tnode_t *tn)
+{
+    for (size_t i = 0; i < comp->nnodes; i++)
+        if (comp->nodes[i] == tn)
+            return true;
+    return false;
+}
+
+/* A feed writes the minibatch's nodes only: never a parameter, a gradient or the loss (which
+ * it would overwrite on every replica behind the optimizer's back). */
+static troupe_status_t s_check_feed_nodes(const troupe_dp_model_t *m)
+{
+    if (!m->feed_comp)
+        return TROUPE_OK;
+    for (size_t i = 0; i < 2 * m->n_params + 1; i++) {
+        const char *what = i < m->n_params ? "parameter" : i < 2 * m->n_params ? "gradient" : "loss";
+        troupe_tnode_t *tn = i < m->n_params       ? m->params[i]
+                             : i < 2 * m->n_params ? m->grads[i - m->n_params]
+                                                   : m->loss;
+        if (tn && s_mentions(m->feed_comp, tn)) {
+            char nm[64];
+            s_name(tn, nm, sizeof nm);
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "dp_new: feed_comp mentions the %s %s: a feed only writes the "
+                                 "minibatch's nodes that grad_comp reads",
+                                 what, nm);
+        }
+    }
+    return TROUPE_OK;
+}
+
 static troupe_status_t s_check_model(const troupe_dp_config_t *cfg, const troupe_dp_model_t *m)
 {
     if (!cfg)
@@ -151,22 +186,37 @@ static troupe_status_t s_check_model(const troupe_dp_config_t *cfg, const troupe
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "dp_new: streams = %d exceeds the limit of %d local replicas",
                              cfg->streams, S_MAX_STREAMS);
-    int32_t sym = troupe_asgn_comp_find_static_symbol(m->grad_comp, m->batch_index);
+    /* the comp whose static index selects the minibatch: the feed's, else grad_comp's */
+    const troupe_asgn_comp_t *sel = m->feed_comp ? m->feed_comp : m->grad_comp;
+    const char *sel_name = m->feed_comp ? "feed_comp" : "grad_comp";
+    if (m->feed_comp == m->grad_comp)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: feed_comp is grad_comp: the feed is a computation of its "
+                             "own that writes the minibatch's nodes");
+    int32_t sym = troupe_asgn_comp_find_static_symbol(sel, m->batch_index);
     if (sym < 0) {
         char have[256] = "";
         size_t used = 0;
-        for (int32_t s = 0; s < m->grad_comp->nsyms && used < sizeof have; s++)
+        for (int32_t s = 0; s < sel->nsyms && used < sizeof have; s++)
             used += (size_t)snprintf(have + used, sizeof have - used, "%s%s", s ? ", " : "",
-                                     m->grad_comp->syms[s].name);
+                                     sel->syms[s].name);
         return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "dp_new: batch_index '%s' is not a static index of grad_comp "
+                             "dp_new: batch_index '%s' is not a static index of %s "
                              "(its static indices: %s)",
-                             m->batch_index, m->grad_comp->nsyms ? have : "none");
+                             m->batch_index, sel_name, sel->nsyms ? have : "none");
     }
+    if (m->feed_comp && troupe_asgn_comp_find_static_symbol(m->grad_comp, m->batch_index) >= 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: grad_comp has the static index batch_index '%s' although a "
+                             "feed_comp is given: with a feed, the feed selects the minibatch and "
+                             "grad_comp reads the fed nodes (drop the index from grad_comp, or "
+                             "give no feed_comp)",
+                             m->batch_index);
+    TROUPE_RETURN_IF_ERROR(s_check_feed_nodes(m));
     if (m->num_batches <= 0)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: num_batches = %lld must be > 0",
                              (long long)m->num_batches);
-    int64_t range = m->grad_comp->syms[sym].range;
+    int64_t range = sel->syms[sym].range;
     if (range > 0 && m->num_batches > range)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "dp_new: num_batches = %lld exceeds the range %lld of batch_index "
@@ -522,6 +572,73 @@ free_events:
     return st;
 }
 
+/* The fed form (troupe_dp_model_t.feed_comp): the feed routine, compiled once and linked on
+ * every replica before the gradient routine, so that the nodes it writes are in the context
+ * the gradient routine links on. Every node both comps mention (the fixed nodes; the inputs
+ * aside) must be an array of the feed routine's context: a virtual or local node would not
+ * outlive the feed, and grad_comp would read an array nobody writes. */
+static troupe_status_t s_build_feed(troupe_dp_t *dp, const troupe_dp_model_t *m)
+{
+    if (!m->feed_comp)
+        return TROUPE_OK;
+    troupe_status_t st = troupe_compile(dp->backend, m->feed_comp, "dp_feed", &dp->feed_code);
+    if (st != TROUPE_OK)
+        return s_wrap(st, "dp_new: compiling feed_comp");
+    for (int k = 0; k < dp->n; k++) {
+        troupe__dp_replica_t *r = &dp->rep[k];
+        st = s_link(r, dp->feed_code, &r->feed);
+        if (st != TROUPE_OK)
+            return s_wrap(st, "dp_new: linking feed_comp");
+        st = troupe_routine_set_index(r->feed, dp->batch_index, 0);
+        if (st != TROUPE_OK)
+            return s_wrap(st, "dp_new: binding batch_index on the feed");
+    }
+    size_t shared = 0;
+    for (size_t i = 0; i < m->feed_comp->nnodes; i++) {
+        troupe_tnode_t *tn = m->feed_comp->nodes[i];
+        bool input = false;
+        for (size_t j = 0; j < m->n_inputs && !input; j++)
+            input = m->inputs[j] == tn;
+        if (input || !s_mentions(m->grad_comp, tn))
+            continue;
+        shared++;
+        if (!troupe_context_has_node(s_tail(&dp->rep[0]), tn)) {
+            char nm[64];
+            s_name(tn, nm, sizeof nm);
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "dp_new: node %s, which feed_comp writes and grad_comp reads, is "
+                                 "not materialized by the feed routine (a virtual or local node "
+                                 "does not outlive its routine: make it materialized)",
+                                 nm);
+        }
+    }
+    if (shared == 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: grad_comp reads none of the nodes feed_comp writes (the "
+                             "inputs aside): the feed would feed nothing");
+    return TROUPE_OK;
+}
+
+/* The debug line naming the model's form and whether its routines are graph candidates. */
+static void s_log_form(const troupe_dp_t *dp)
+{
+    bool graphs = troupe_backend_has_graphs(troupe_backend_name(dp->backend));
+    bool on = graphs && troupe_driver_graphs() == TROUPE_GRAPHS_AUTO;
+    bool fed = dp->feed_code != NULL;
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL,
+               "dp: minibatches %s (batch_index '%s'); backend %s %s: %s",
+               fed ? "fed into fixed nodes by feed_comp" : "indexed in grad_comp",
+               dp->batch_index, troupe_backend_name(dp->backend),
+               !graphs ? "has no graph entries"
+               : on    ? "replays graphs (TROUPE_CUDA_GRAPHS=auto)"
+                       : "has graphs off (TROUPE_CUDA_GRAPHS=off)",
+               !on   ? "every routine launches plainly"
+               : fed ? "the gradient, merge and optimizer routines launch with one binding each "
+                       "and are graph candidates (the feed gets a new binding per minibatch)"
+                     : "the merge and optimizer routines are graph candidates, the gradient "
+                       "routine is not (a new binding per minibatch: give a feed_comp)");
+}
+
 static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
                                const troupe_dp_model_t *m)
 {
@@ -577,7 +694,8 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
         }
     }
 
-    /* the gradient routine, compiled once, linked on every replica */
+    /* the feed (fed form) and the gradient routine, compiled once, linked on every replica */
+    TROUPE_RETURN_IF_ERROR(s_build_feed(dp, m));
     troupe_status_t st = troupe_compile(dp->backend, m->grad_comp, "dp_grad", &dp->grad_code);
     if (st != TROUPE_OK)
         return s_wrap(st, "dp_new: compiling grad_comp");
@@ -585,7 +703,8 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
         st = s_link(&dp->rep[k], dp->grad_code, &dp->rep[k].grad);
         if (st != TROUPE_OK)
             return s_wrap(st, "dp_new: linking grad_comp");
-        st = troupe_routine_set_index(dp->rep[k].grad, dp->batch_index, 0);
+        if (!dp->rep[k].feed)
+            st = troupe_routine_set_index(dp->rep[k].grad, dp->batch_index, 0);
         if (st != TROUPE_OK)
             return s_wrap(st, "dp_new: binding batch_index");
         for (size_t i = 0; i < dp->n_params; i++) {
@@ -721,6 +840,7 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
                                                                NULL, NULL, NULL));
     }
     TROUPE_RETURN_IF_ERROR(troupe__dp_await(dp, "dp_new"));
+    s_log_form(dp);
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL,
                "dp: %d local replicas on %s (devices %d to %d), rank %d of %d, %zu parameters, "
                "optimizer %s, allreduce %s (%zu buckets), CUDA-aware MPI %s (TROUPE_CUDA_AWARE=%s)",
@@ -789,6 +909,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
     if (dp->rep) {
         for (int k = 0; k < dp->n; k++) {
             troupe__dp_replica_t *r = &dp->rep[k];
+            troupe_routine_release(&r->feed);
             troupe_routine_release(&r->grad);
             for (size_t i = 0; r->merge && i < dp->n_params; i++)
                 troupe_routine_release(&r->merge[i]);
@@ -809,6 +930,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
         troupe_free(dp->rep);
     }
     troupe_free(dp->dev_of);
+    troupe_code_release(&dp->feed_code);
     troupe_code_release(&dp->grad_code);
     troupe_code_release(&dp->opt_code);
     for (size_t i = 0; dp->merge_code && i < dp->n_params; i++)
@@ -912,6 +1034,17 @@ static troupe_status_t s_mark_step_end(troupe_dp_t *dp, s_step_mark_t **mark_p)
                                   s_mark_release);
 }
 
+/* Points replica r at minibatch b: the indexed form binds the gradient routine's batch
+ * index; the fed form binds the feed routine's and runs it (it copies the minibatch into the
+ * fixed nodes, so the gradient routine keeps one binding: parallel/dp.h, feed_comp). */
+static troupe_status_t s_select_batch(troupe__dp_replica_t *r, const troupe_dp_t *dp, int64_t b)
+{
+    if (!r->feed)
+        return troupe_routine_set_index(r->grad, dp->batch_index, b);
+    TROUPE_RETURN_IF_ERROR(troupe_routine_set_index(r->feed, dp->batch_index, b));
+    return troupe_routine_run(r->feed, NULL);
+}
+
 static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
                                        troupe__dp_steplog_t *rec)
 {
@@ -936,8 +1069,7 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
     /* 1. every replica on its minibatch, round-robin over the global list */
     int64_t base = dp->steps * dp->replicas + dp->replica_offset;
     for (int k = 0; k < n; k++) {
-        int64_t b = (base + k) % dp->num_batches;
-        TROUPE_RETURN_IF_ERROR(troupe_routine_set_index(dp->rep[k].grad, dp->batch_index, b));
+        TROUPE_RETURN_IF_ERROR(s_select_batch(&dp->rep[k], dp, (base + k) % dp->num_batches));
         troupe_event_t *ev = NULL;
         TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].grad, rec != NULL ? &ev : NULL));
         troupe__dp_steplog_grad(rec, k, ev);

@@ -5,7 +5,8 @@
  * SGD/AdamW steps:
  *   1. replica k (stream k) runs the gradient routine on minibatch
  *        b = step * (N*R) + rank * N + k          (round-robin over the global minibatch list;
- *      the routine's static index `batch_index` is bound to b mod num_batches; with ranks that
+ *      the routine's static index `batch_index` is bound to b mod num_batches — or, with a
+ *      feed_comp (troupe_dp_model_t), the feed routine's, run just before; with ranks that
  *      run different numbers of streams, N*R and rank * N are the replicas of all ranks and of
  *      the ranks before this one: Ranks that disagree, below);
  *   2. tree merge of the gradients across the local streams through merge buffers, in OCANNL
@@ -44,7 +45,8 @@
  * troupe_dp_last_loss in the same order.
  *
  * Ranks that disagree: troupe_dp_new fingerprints the configuration that decides the results —
- * the parameters' labels, shapes and precisions, the inputs' shapes, num_batches, the optimizer
+ * the parameters' labels, shapes and precisions, the inputs' shapes, num_batches, the form
+ * (a feed_comp or an indexed grad_comp, and batch_index), the optimizer
  * and each of its hyper-parameters, compress_bf16, and the program's own settings
  * (troupe_dp_config_t.settings: what the library cannot know, such as epochs, seed, global
  * batch, schedule) — and compares it across ranks before any work: on a difference every rank
@@ -114,6 +116,22 @@ typedef struct troupe_dp_model {
      * hosted; uploaded once per stream (init_from_host) before the first step. */
     troupe_tnode_t *const *inputs;
     size_t n_inputs;
+    /* Optional minibatch feed. NULL (the indexed form): grad_comp selects its minibatch itself
+     * through the static index batch_index. Non-NULL (the fed form): feed_comp has the static
+     * index batch_index and writes the minibatch into fixed nodes that grad_comp reads (e.g.
+     * x [B,in] := x_all[batch], y [B,out] := y_all[batch]); grad_comp has no static index of
+     * that name. dp compiles it once, links it on every replica before the gradient routine
+     * (same stream, same context chain) and, each step, runs it with batch_index bound to the
+     * replica's minibatch just before that replica's gradient routine. Why: the gradient
+     * routine then launches with the same arguments every step, so on a backend with graph
+     * entries (troupe_backend_has_graphs: cuda) it is captured once and replayed (one graph
+     * launch per step) like the merge and optimizer routines, where the indexed form has a new
+     * binding per minibatch and stays on plain launches; on a host backend the feed is one copy
+     * more per step and buys nothing. Both forms compute the same values when the feed is an
+     * exact copy. The fixed nodes must outlive the feed routine (materialized, not virtual or
+     * local) and belong to one replica (not shared across streams); feed_comp must not mention
+     * params, grads or loss; the data set it reads goes in inputs. Borrowed for the call. */
+    const troupe_asgn_comp_t *feed_comp;
 } troupe_dp_model_t;
 
 typedef struct troupe_dp_config {
@@ -230,8 +248,13 @@ TROUPE_MUST_USE troupe_status_t troupe_dp_suggested_streams(troupe_backend_t *b,
  * merge and optimizer routines, uploads params (from their host arrays) and inputs to every
  * stream. With the cluster distributed, parameters are broadcast from rank 0 first, so every
  * rank starts from the same values. Caller owns *out.
+ * Logs at debug level (subsystem parallel) which form the model uses (fed or indexed) and
+ * whether its gradient routine is a graph candidate on this backend.
  * Errors: INVALID_ARGUMENT (NULL, n_params == 0, grads whose dims/prec differ from params,
- * a batch_index the comp lacks, bad optimizer settings — each named), FAILED_PRECONDITION when
+ * a batch_index the comp lacks, bad optimizer settings — each named; with a feed_comp: a
+ * feed_comp without batch_index, a grad_comp that still has it, a feed_comp that is grad_comp
+ * or mentions a parameter, gradient or the loss, a fixed node grad_comp reads that the feed
+ * routine does not materialize, a grad_comp that reads none of the feed's nodes), FAILED_PRECONDITION when
  * the ranks disagree on the configuration (above, Ranks that disagree), the errors of
  * troupe_backend_open / troupe_compile / troupe_link / transfers, the cluster's status. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_new(const troupe_dp_config_t *cfg,

@@ -44,6 +44,7 @@ typedef struct troupe__dp_replica {
     troupe_stream_t *stream;
     troupe_context_t **ctxs;
     size_t nctxs, ctxs_cap;
+    troupe_routine_t *feed; /* the minibatch feed (troupe_dp_model_t.feed_comp), or NULL */
     troupe_routine_t *grad;
     troupe_routine_t **merge; /* n_params entries; NULL on a stream that never receives */
 } troupe__dp_replica_t;
@@ -110,6 +111,7 @@ struct troupe_dp {
     int64_t num_batches;
 
     troupe__dp_replica_t *rep; /* n */
+    troupe_code_t *feed_code; /* NULL in the indexed form */
     troupe_code_t *grad_code;
     troupe_code_t **merge_code; /* n_params, NULL when n == 1 */
     troupe_code_t *opt_code;

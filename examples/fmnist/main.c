@@ -91,6 +91,7 @@ typedef struct opts {
     int64_t checkpoint_every; /* steps between checkpoints, 0: at epoch ends only */
     bool cosine;        /* --schedule cosine */
     bool compress_bf16; /* --compress bf16 */
+    fmnist_feed_t feed; /* --feed */
     bool force;         /* --force: overwrite a checkpoint this run does not resume from */
 } opts_t;
 
@@ -140,6 +141,11 @@ static void s_help(void)
            "                       suggestion [0]\n"
            "  --compress NAME      gradients between ranks: none (exact single precision) or\n"
            "                       bf16 (half the bytes, bfloat16 rounding) [none]\n"
+           "  --feed NAME          how a step reaches its minibatch: fed (a feed routine copies\n"
+           "                       it into fixed nodes, so the gradient routine keeps one\n"
+           "                       binding and replays as a graph), indexed (the gradient\n"
+           "                       routine reads the data set at the minibatch's index), or\n"
+           "                       auto (fed on a backend with graphs: cuda) [auto]\n"
            "  --train-limit N      use the first N training images, 0 = all [0]\n"
            "  --test-limit N       evaluate the first N test images, 0 = all [0]\n"
            "  --curve FILE         CSV epoch,loss,test_accuracy,samples_per_s,seconds (seconds:\n"
@@ -236,7 +242,7 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             "--lr",       "--momentum",        "--weight-decay", "--seed",
             "--backend",  "--streams",         "--train-limit",  "--test-limit",
             "--curve",    "--checkpoint",      "--resume",       "--schedule",
-            "--compress", "--plot",            "--checkpoint-every"};
+            "--compress", "--plot",            "--checkpoint-every", "--feed"};
         bool ok = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             ok |= !strcmp(name, known[k]);
@@ -318,6 +324,9 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
                 o->compress_bf16 = val[0] == 'b';
             else
                 want = "none or bf16";
+        } else if (!strcmp(name, "--feed")) {
+            if (fmnist_feed_parse(val, &o->feed) != TROUPE_OK)
+                want = "auto, fed or indexed";
         } else if (!strcmp(name, "--curve")) {
             o->curve = val;
         } else if (!strcmp(name, "--checkpoint-every")) {
@@ -821,21 +830,15 @@ int main(int argc, char **argv)
 
     /* model and driver */
     fmnist_mlp_config_t mc = fmnist_mlp_config_default(B, num_batches);
+    mc.fed = fmnist_feed_resolve(o->feed, o->backend);
     CHECK(fmnist_mlp_new(&mc, &r.mlp), "building the model");
     CHECK(fmnist_mlp_init_params(r.mlp, o->seed), "initialising the parameters");
     CHECK(fmnist_mlp_load_train(r.mlp, &r.train), "placing the training set");
-    troupe_tnode_t *inputs[2] = {r.mlp->x_all, r.mlp->y_all};
-    troupe_dp_model_t model = {
-        .grad_comp = r.mlp->grad_comp,
-        .batch_index = FMNIST_BATCH_SYMBOL,
-        .num_batches = num_batches,
-        .params = r.mlp->params,
-        .grads = r.mlp->grads,
-        .n_params = FMNIST_MLP_NPARAMS,
-        .loss = r.mlp->loss,
-        .inputs = inputs,
-        .n_inputs = 2,
-    };
+    troupe_dp_model_t model;
+    fmnist_mlp_dp_model(r.mlp, &model);
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS, "fmnist: minibatches %s (--feed %s)",
+               mc.fed ? "fed into fixed nodes" : "indexed in the gradient routine",
+               fmnist_feed_name(o->feed));
     troupe_dp_config_t dc = {.backend = o->backend,
                              .streams = r.streams,
                              .optimizer = o->opt,

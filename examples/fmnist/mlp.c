@@ -1,6 +1,7 @@
 /* fmnist — the MLP as troupe assignments (see mlp.h). */
 #include "mlp.h"
 
+#include "actors/backend.h"
 #include "ir/ops.h"
 
 #include <math.h>
@@ -23,8 +24,47 @@ const char *fmnist_mlp_param_name(int i)
 fmnist_mlp_config_t fmnist_mlp_config_default(int64_t batch, int64_t num_batches)
 {
     fmnist_mlp_config_t c = {FMNIST_IMAGE_PIXELS, 256, 128, FMNIST_NUM_CLASSES, batch, num_batches,
-                             TROUPE_PREC_SINGLE};
+                             TROUPE_PREC_SINGLE, false};
     return c;
+}
+
+static const char *const k_feed_names[] = {"auto", "fed", "indexed"};
+
+troupe_status_t fmnist_feed_parse(const char *text, fmnist_feed_t *out)
+{
+    for (int i = 0; text && out && i < 3; i++)
+        if (strcmp(text, k_feed_names[i]) == 0) {
+            *out = (fmnist_feed_t)i;
+            return TROUPE_OK;
+        }
+    return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                            "feed '%s': expected auto, fed or indexed", text ? text : "(null)");
+}
+
+const char *fmnist_feed_name(fmnist_feed_t f)
+{
+    return f >= FMNIST_FEED_AUTO && f <= FMNIST_FEED_INDEXED ? k_feed_names[f] : "invalid";
+}
+
+bool fmnist_feed_resolve(fmnist_feed_t f, const char *backend)
+{
+    return f == FMNIST_FEED_FED || (f == FMNIST_FEED_AUTO && troupe_backend_has_graphs(backend));
+}
+
+void fmnist_mlp_dp_model(const fmnist_mlp_t *m, troupe_dp_model_t *out)
+{
+    *out = (troupe_dp_model_t){
+        .grad_comp = m->grad_comp,
+        .batch_index = FMNIST_BATCH_SYMBOL,
+        .num_batches = m->cfg.num_batches,
+        .params = m->params,
+        .grads = m->grads,
+        .n_params = FMNIST_MLP_NPARAMS,
+        .loss = m->loss,
+        .inputs = m->inputs,
+        .n_inputs = 2,
+        .feed_comp = m->feed_comp,
+    };
 }
 
 /* ---- node bookkeeping ---------------------------------------------------------------------- */
@@ -204,12 +244,17 @@ static troupe_status_t s_build_grad(fmnist_mlp_t *m)
     s_nodes_t ns = {&m->nodes, &m->nnodes, &m->nodes_cap};
     TROUPE_RETURN_IF_ERROR(troupe_asgn_comp_new(&m->grad_comp));
     troupe_asgn_comp_t *comp = m->grad_comp;
-    TROUPE_RETURN_IF_ERROR(
-        troupe_asgn_comp_add_static_symbol(comp, FMNIST_BATCH_SYMBOL, c->num_batches, NULL));
+    /* the minibatch: the fixed nodes (fed), or a slice of the data set at the static index */
+    bool fed = c->fed;
+    if (!fed)
+        TROUPE_RETURN_IF_ERROR(
+            troupe_asgn_comp_add_static_symbol(comp, FMNIST_BATCH_SYMBOL, c->num_batches, NULL));
+    troupe_tnode_t *x = fed ? m->x : m->x_all, *y = fed ? m->y : m->y_all;
+    const char *xspec = fed ? "bi" : "{" FMNIST_BATCH_SYMBOL "}bi";
+    const char *yspec = fed ? "bc" : "{" FMNIST_BATCH_SYMBOL "}bc";
     s_items_t it = {.comp = comp};
     s_fwd_t f;
-    TROUPE_RETURN_IF_ERROR(
-        s_forward(&it, ns, m, m->x_all, "{" FMNIST_BATCH_SYMBOL "}bi", B, NULL, &f));
+    TROUPE_RETURN_IF_ERROR(s_forward(&it, ns, m, x, xspec, B, NULL, &f));
 
     troupe_tnode_t *bsz, *mx, *d, *e, *s, *lse, *picked, *nll, *prob, *t3, *dz3;
     troupe_tnode_t *w3t, *da2, *dz2, *w2t, *da1, *dz1;
@@ -238,9 +283,8 @@ static troupe_status_t s_build_grad(fmnist_mlp_t *m)
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
         TROUPE_RETURN_IF_ERROR(s_set_mode(keep[i], TROUPE_MM_NEVER_VIRTUAL, 0));
 
-    const char *yspec = "{" FMNIST_BATCH_SYMBOL "}bc";
     char spec[64];
-    troupe_tnode_t *y = m->y_all, *z3 = f.z3;
+    troupe_tnode_t *z3 = f.z3;
     troupe_tnode_t *const *w = m->params, *const *g = m->grads;
 
     size_t from = it.n;
@@ -280,10 +324,29 @@ static troupe_status_t s_build_grad(fmnist_mlp_t *m)
     s_block(&it, from, "layer 2 backward");
 
     from = it.n;
-    snprintf(spec, sizeof spec, "{%s}bi,bj=>ij", FMNIST_BATCH_SYMBOL);
-    s_bin(&it, true, TROUPE_BINOP_ADD, g[0], TROUPE_BINOP_MUL, m->x_all, dz1, spec);
+    snprintf(spec, sizeof spec, "%s,bj=>ij", xspec);
+    s_bin(&it, true, TROUPE_BINOP_ADD, g[0], TROUPE_BINOP_MUL, x, dz1, spec);
     s_un(&it, true, TROUPE_BINOP_ADD, g[1], TROUPE_UNOP_IDENTITY, dz1, "bj=>j");
     s_block(&it, from, "layer 1 backward");
+    return s_finish(&it);
+}
+
+/* The fed form's feed: x := x_all[batch], y := y_all[batch] (exact copies). */
+static troupe_status_t s_build_feed(fmnist_mlp_t *m)
+{
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_comp_new(&m->feed_comp));
+    int32_t sym = -1;
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_comp_add_static_symbol(m->feed_comp, FMNIST_BATCH_SYMBOL,
+                                                              m->cfg.num_batches, &sym));
+    s_items_t it = {.comp = m->feed_comp};
+    troupe_asgn_t *t = NULL;
+    troupe_status_t st = troupe_asgn_fetch_slice(it.comp, m->x, sym, m->x_all, &t);
+    s_push(&it, st, t);
+    if (it.st == TROUPE_OK) {
+        st = troupe_asgn_fetch_slice(it.comp, m->y, sym, m->y_all, &t);
+        s_push(&it, st, t);
+    }
+    s_block(&it, 0, "the minibatch: x, y := x_all[batch], y_all[batch]");
     return s_finish(&it);
 }
 
@@ -339,6 +402,19 @@ troupe_status_t fmnist_mlp_new(const fmnist_mlp_config_t *cfg, fmnist_mlp_t **ou
         st = s_set_mode(m->x_all, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_CONSTANT);
     if (st == TROUPE_OK)
         st = s_set_mode(m->y_all, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_CONSTANT);
+    m->inputs[0] = m->x_all;
+    m->inputs[1] = m->y_all;
+    /* fed form: the minibatch's fixed nodes, one array per replica that outlives the feed */
+    if (st == TROUPE_OK && cfg->fed)
+        st = s_node(ns, "batch", "images", p, 2, (int64_t[]){cfg->batch, cfg->in}, &m->x);
+    if (st == TROUPE_OK && cfg->fed)
+        st = s_node(ns, "batch", "onehot", p, 2, (int64_t[]){cfg->batch, cfg->out}, &m->y);
+    if (st == TROUPE_OK && cfg->fed)
+        st = s_set_mode(m->x, TROUPE_MM_MATERIALIZED, TROUPE_MEMTYPE_UNSET_HOSTED);
+    if (st == TROUPE_OK && cfg->fed)
+        st = s_set_mode(m->y, TROUPE_MM_MATERIALIZED, TROUPE_MEMTYPE_UNSET_HOSTED);
+    if (st == TROUPE_OK && cfg->fed)
+        st = s_build_feed(m);
     if (st == TROUPE_OK)
         st = s_build_grad(m);
     if (st != TROUPE_OK) {
@@ -355,6 +431,7 @@ void fmnist_mlp_destroy(fmnist_mlp_t **m_p)
         return;
     fmnist_mlp_t *m = *m_p;
     *m_p = NULL;
+    troupe_asgn_comp_destroy(&m->feed_comp);
     troupe_asgn_comp_destroy(&m->grad_comp);
     s_release_nodes(m->nodes, m->nnodes);
     free(m);

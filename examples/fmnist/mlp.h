@@ -16,10 +16,18 @@
  *
  * The training set lives on the device as two hosted-constant nodes (one device-wide array,
  * uploaded once): x_all [num_batches, B, in] (pixels scaled to [0,1]) and the one-hot labels
- * y_all [num_batches, B, out]. The gradient computation reads minibatch `batch` (the static
- * index symbol FMNIST_BATCH_SYMBOL, range num_batches) directly with "{batch}bi"-projections:
- * rows batch*B .. batch*B+B-1 of the (shuffled) training set. It overwrites every gradient node
- * (never accumulates) and writes the scalar mean loss: the contract of parallel/dp.h.
+ * y_all [num_batches, B, out]. Minibatch `batch` (the static index symbol FMNIST_BATCH_SYMBOL,
+ * range num_batches) is rows batch*B .. batch*B+B-1 of the (shuffled) training set, reached in
+ * one of two forms (fmnist_mlp_config_t.fed; parallel/dp.h, troupe_dp_model_t.feed_comp):
+ *   indexed: the gradient computation has the symbol and reads x_all / y_all directly with
+ *            "{batch}bi"-projections (no feed_comp);
+ *   fed:     a feed computation feed_comp (with the symbol) copies the minibatch into two fixed
+ *            materialized nodes x [B,in] and y [B,out], which the gradient computation (without
+ *            a static index) reads: its launches then have the same arguments every step, so a
+ *            backend with graphs replays it (cuda), where the indexed form is a new binding per
+ *            minibatch. The copy is exact: both forms compute the same bits.
+ * The gradient computation overwrites every gradient node (never accumulates) and writes the
+ * scalar mean loss: the contract of parallel/dp.h.
  *
  * Initialisation (fmnist_mlp_init_params) is computed on the host from Threefry4x32 (crypto
  * variant, ir/ops.h) uniforms: w ~ U(-a, a) with a = sqrt(6 / fan_in) for the ReLU layers
@@ -38,6 +46,9 @@
 #include "idx.h"
 #include "ir/assign.h"
 #include "ir/tnode.h"
+#include "parallel/dp.h"
+
+#include <stdbool.h>
 
 #include <stdint.h>
 
@@ -53,10 +64,25 @@ typedef struct fmnist_mlp_config {
     int64_t batch;                     /* rows per minibatch (one replica's share) */
     int64_t num_batches;               /* minibatches held by x_all / y_all */
     troupe_prec_t prec;                /* SINGLE, or DOUBLE (gradient checks) */
+    bool fed; /* true: the fed form (feed_comp, x, y); false: the indexed form (header) */
 } fmnist_mlp_config_t;
 
-/* 784-256-128-10 in single precision with the given minibatch layout. */
+/* 784-256-128-10 in single precision with the given minibatch layout, indexed form. */
 fmnist_mlp_config_t fmnist_mlp_config_default(int64_t batch, int64_t num_batches);
+
+/* The trainer's choice of form (--feed): auto picks fed on a backend whose driver replays
+ * graphs (troupe_backend_has_graphs: cuda) and indexed elsewhere (cpu, sync: there the feed
+ * is one more copy of the minibatch per step and buys nothing). */
+typedef enum fmnist_feed {
+    FMNIST_FEED_AUTO = 0,
+    FMNIST_FEED_FED,
+    FMNIST_FEED_INDEXED,
+} fmnist_feed_t;
+/* "auto" / "fed" / "indexed" -> *out; INVALID_ARGUMENT naming the text and the choices. */
+TROUPE_MUST_USE troupe_status_t fmnist_feed_parse(const char *text, fmnist_feed_t *out);
+const char *fmnist_feed_name(fmnist_feed_t f); /* "auto", "fed", "indexed" */
+/* Whether f means the fed form on backend `backend` (NULL: troupe_config_backend()). */
+bool fmnist_feed_resolve(fmnist_feed_t f, const char *backend);
 
 typedef struct fmnist_mlp {
     fmnist_mlp_config_t cfg;
@@ -65,8 +91,13 @@ typedef struct fmnist_mlp {
     troupe_tnode_t *loss;                       /* scalar, hosted */
     troupe_tnode_t *x_all;                      /* [num_batches, batch, in], hosted constant */
     troupe_tnode_t *y_all;                      /* [num_batches, batch, out], hosted constant */
-    troupe_asgn_comp_t *grad_comp;              /* forward + backward of minibatch `batch` */
-    troupe_tnode_t **nodes;                     /* every node created, for release */
+    troupe_asgn_comp_t *grad_comp;              /* forward + backward of one minibatch */
+    /* fed form only (NULL when indexed): x [batch, in] and y [batch, out], materialized, and
+     * the feed x := x_all[batch], y := y_all[batch] */
+    troupe_tnode_t *x, *y;
+    troupe_asgn_comp_t *feed_comp;
+    troupe_tnode_t *inputs[2]; /* x_all, y_all: troupe_dp_model_t.inputs */
+    troupe_tnode_t **nodes;    /* every node created, for release */
     size_t nnodes, nodes_cap;
 } fmnist_mlp_t;
 
@@ -74,6 +105,10 @@ typedef struct fmnist_mlp {
  * other than single/double), RESOURCE_EXHAUSTED, the builders' errors. Caller owns *out. */
 TROUPE_MUST_USE troupe_status_t fmnist_mlp_new(const fmnist_mlp_config_t *cfg, fmnist_mlp_t **out);
 void fmnist_mlp_destroy(fmnist_mlp_t **m_p); /* NULL-safe, nulls *m_p */
+
+/* The data-parallel model of m (parallel/dp.h) for num_batches = cfg.num_batches, in m's form
+ * (feed_comp set when fed). *out points into m: valid while m lives. */
+void fmnist_mlp_dp_model(const fmnist_mlp_t *m, troupe_dp_model_t *out);
 
 /* Parameter labels: "w1" "b1" "w2" "b2" "w3" "b3". */
 const char *fmnist_mlp_param_name(int i);
