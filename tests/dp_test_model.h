@@ -8,6 +8,10 @@
  *   pred = xb W + b, diff = pred - yb, loss = sum(diff^2) / (bs*dout),
  *   W_grad = xb^T (2 diff / (bs*dout)), b_grad = sum over rows of 2 diff / (bs*dout).
  *
+ * In the fed form (dpt_lr_new_form; parallel/dp.h, troupe_dp_model_t.feed_comp) a feed comp
+ * with the static index `batch` copies the minibatch into the fixed nodes xb [bs, din] and
+ * yb [bs, dout], and the gradient comp, without a static index, reads them: the same values.
+ *
  * dpt_lr_new builds it, dpt_lr_params reads the trained parameters back, dpt_lr_destroy
  * releases it, and dpt_opt gives the optimizer settings both tests train with.
  *
@@ -30,7 +34,9 @@
 
 typedef struct dpt_lr {
     troupe_tnode_t *X, *Y, *W, *b, *gW, *gb, *loss;
+    troupe_tnode_t *xb, *yb;  /* the minibatch (fixed nodes in the fed form) */
     troupe_asgn_comp_t *comp;
+    troupe_asgn_comp_t *feed; /* the fed form's feed comp, else NULL */
     troupe_tnode_t *params[2], *grads[2], *inputs[2];
     troupe_dp_model_t model; /* points into this struct: do not copy it */
 } dpt_lr_t;
@@ -45,10 +51,13 @@ static inline troupe_tnode_t *dpt_node(const char *label, int ndims, const int64
 }
 
 /* Builds m with the shapes above; xv [nb*bs*din], yv [nb*bs*dout], wv [din*dout] and bv [dout]
- * (row-major, borrowed) become the host values of X, Y, W and b. Release with dpt_lr_destroy. */
-static inline void dpt_lr_new(dpt_lr_t *m, int64_t nb, int64_t bs, int64_t din, int64_t dout,
-                              const double *xv, const double *yv, const double *wv,
-                              const double *bv)
+ * (row-major, borrowed) become the host values of X, Y, W and b. `fixed` 0: the indexed form;
+ * else the fed form with xb and yb in that memory mode (TROUPE_MM_MATERIALIZED; another to
+ * test refusals). Release with dpt_lr_destroy. */
+static inline void dpt_lr_new_form(dpt_lr_t *m, int64_t nb, int64_t bs, int64_t din,
+                                   int64_t dout, const double *xv, const double *yv,
+                                   const double *wv, const double *bv,
+                                   troupe_memory_mode_kind_t fixed)
 {
     memset(m, 0, sizeof *m);
     m->X = dpt_node("X", 3, (int64_t[]){nb, bs, din});
@@ -63,22 +72,37 @@ static inline void dpt_lr_new(dpt_lr_t *m, int64_t nb, int64_t bs, int64_t din, 
     DPT_CHECK(troupe_tnode_set_values(m->W, wv, (size_t)(din * dout)));
     DPT_CHECK(troupe_tnode_set_values(m->b, bv, (size_t)dout));
 
-    troupe_tnode_t *xb = dpt_node("xb", 2, (int64_t[]){bs, din});
-    troupe_tnode_t *yb = dpt_node("yb", 2, (int64_t[]){bs, dout});
+    troupe_tnode_t *xb = m->xb = dpt_node("xb", 2, (int64_t[]){bs, din});
+    troupe_tnode_t *yb = m->yb = dpt_node("yb", 2, (int64_t[]){bs, dout});
     troupe_tnode_t *pred = dpt_node("pred", 2, (int64_t[]){bs, dout});
     troupe_tnode_t *diff = dpt_node("diff", 2, (int64_t[]){bs, dout});
     troupe_tnode_t *gp = dpt_node("gpred", 2, (int64_t[]){bs, dout});
     troupe_tnode_t *l2 = dpt_node("sq", 2, (int64_t[]){bs, dout});
     troupe_tnode_t *c2 = dpt_node("two_over_n", 0, NULL);
     troupe_tnode_t *cinv = dpt_node("one_over_n", 0, NULL);
-    troupe_asgn_comp_t *c = NULL;
+    troupe_asgn_comp_t *c = NULL, *slicer = NULL;
     DPT_CHECK(troupe_asgn_comp_new(&c));
-    int32_t sym = -1;
-    DPT_CHECK(troupe_asgn_comp_add_static_symbol(c, "batch", nb, &sym));
-    troupe_asgn_t *t[12];
+    troupe_asgn_t *t[12], *ft[2];
     int n = 0;
-    DPT_CHECK(troupe_asgn_fetch_slice(c, xb, sym, m->X, &t[n++]));
-    DPT_CHECK(troupe_asgn_fetch_slice(c, yb, sym, m->Y, &t[n++]));
+    if (fixed) { /* the feed: xb, yb := X[batch], Y[batch] */
+        troupe_memory_mode_t mode = {fixed, TROUPE_MEMTYPE_UNSET_HOSTED, TROUPE_SHARING_UNSET};
+        DPT_CHECK(troupe_tnode_update_memory_mode(xb, mode, 990));
+        DPT_CHECK(troupe_tnode_update_memory_mode(yb, mode, 990));
+        DPT_CHECK(troupe_asgn_comp_new(&m->feed));
+    }
+    slicer = fixed ? m->feed : c;
+    int32_t sym = -1;
+    DPT_CHECK(troupe_asgn_comp_add_static_symbol(slicer, "batch", nb, &sym));
+    DPT_CHECK(troupe_asgn_fetch_slice(slicer, xb, sym, m->X, &ft[0]));
+    DPT_CHECK(troupe_asgn_fetch_slice(slicer, yb, sym, m->Y, &ft[1]));
+    if (fixed) {
+        troupe_asgn_t *froot = NULL;
+        DPT_CHECK(troupe_asgn_seq(m->feed, 2, ft, &froot));
+        troupe_asgn_comp_set_root(m->feed, froot);
+    } else {
+        t[n++] = ft[0];
+        t[n++] = ft[1];
+    }
     DPT_CHECK(troupe_asgn_fetch_constant(c, c2, 2.0 / (double)(bs * dout), &t[n++]));
     DPT_CHECK(troupe_asgn_fetch_constant(c, cinv, 1.0 / (double)(bs * dout), &t[n++]));
     DPT_CHECK(troupe_asgn_comp_add_embedded(c, c2));
@@ -108,7 +132,7 @@ static inline void dpt_lr_new(dpt_lr_t *m, int64_t nb, int64_t bs, int64_t din, 
     DPT_CHECK(troupe_asgn_seq(c, (size_t)n, t, &root));
     troupe_asgn_comp_set_root(c, root);
     m->comp = c;
-    troupe_tnode_t **tmp[] = {&xb, &yb, &pred, &diff, &gp, &l2, &c2, &cinv};
+    troupe_tnode_t **tmp[] = {&pred, &diff, &gp, &l2, &c2, &cinv};
     for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
         troupe_tnode_release(tmp[i]);
 
@@ -127,12 +151,22 @@ static inline void dpt_lr_new(dpt_lr_t *m, int64_t nb, int64_t bs, int64_t din, 
     m->model.loss = m->loss;
     m->model.inputs = m->inputs;
     m->model.n_inputs = 2;
+    m->model.feed_comp = m->feed;
+}
+
+/* The indexed form (dpt_lr_new_form with fixed 0). */
+static inline void dpt_lr_new(dpt_lr_t *m, int64_t nb, int64_t bs, int64_t din, int64_t dout,
+                              const double *xv, const double *yv, const double *wv,
+                              const double *bv)
+{
+    dpt_lr_new_form(m, nb, bs, din, dout, xv, yv, wv, bv, (troupe_memory_mode_kind_t)0);
 }
 
 static inline void dpt_lr_destroy(dpt_lr_t *m)
 {
     troupe_asgn_comp_destroy(&m->comp);
-    troupe_tnode_t **all[] = {&m->X, &m->Y, &m->W, &m->b, &m->gW, &m->gb, &m->loss};
+    troupe_asgn_comp_destroy(&m->feed);
+    troupe_tnode_t **all[] = {&m->X, &m->Y, &m->W, &m->b, &m->gW, &m->gb, &m->loss, &m->xb, &m->yb};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         troupe_tnode_release(all[i]);
 }

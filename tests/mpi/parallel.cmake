@@ -9,8 +9,9 @@ target_link_libraries(test_dp_agree PRIVATE troupe::troupe m)
 target_include_directories(test_dp_agree PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR})
 # Ranks that disagree (parallel/dp.h): rank 1 differs in one setting per mode, and both ranks
 # must fail at once naming it (TROUPE_TIMEOUT_S=30: a hang would fail the 10 s check); different
-# streams per rank train like one process with as many streams, bit for bit.
-foreach(mode optimizer lr shape setting count agree streams)
+# streams per rank train like one process with as many streams, bit for bit; the fed form
+# (a feed_comp) trains like the indexed one, bit for bit.
+foreach(mode optimizer lr shape setting count agree form streams fed)
   add_test(NAME test_dp_agree_${mode}_np2
            COMMAND ${MPIEXEC_EXECUTABLE} -n 2 ${TROUPE_MPI_LAUNCHER_ARGS}
                    $<TARGET_FILE:test_dp_agree> ${mode})

@@ -3,6 +3,7 @@
  *   optimizer  AdamW instead of SGD          lr        another learning rate
  *   shape      a model with another shape    setting   another value of a program setting
  *   count      one program setting more      agree     troupe_dp_agree, another value
+ *   form       the fed form (a feed_comp: parallel/dp.h) instead of the indexed one
  * Each must make troupe_dp_new (troupe_dp_agree) fail on BOTH ranks, at once (well within
  * TROUPE_TIMEOUT_S), with FAILED_PRECONDITION and the same message naming the setting and each
  * rank's value; the ranks then finalize normally (the cluster is not broken by it).
@@ -10,7 +11,9 @@
  *              steps the parameters and the last loss equal, bit for bit, those of one process
  *              running 3 streams on the same minibatches (local_only): the same sums in the
  *              same order ((g0 + g1) + g2), the same 1/3 scale; and, to rounding, one replica
- *              on the whole global batch. */
+ *              on the whole global batch.
+ *   fed        both ranks in the fed form: the parameters and the last loss equal, bit for bit,
+ *              those of both ranks in the indexed form (the feed is an exact copy). */
 #include "test_dp_model.c"
 
 #include <time.h>
@@ -83,6 +86,25 @@ static void s_streams(const data_t *d)
             rank, (double)het[0], het_loss, (double)one[0]);
 }
 
+static void s_fed(const data_t *d)
+{
+    float fed[NP], idx[NP];
+    double fed_loss = 0, idx_loss = 0;
+    s_fixed = TROUPE_MM_MATERIALIZED;
+    s_train(d, 2, 1, false, TROUPE_OPT_ADAMW, 5, fed, &fed_loss);
+    s_fixed = (troupe_memory_mode_kind_t)0;
+    s_train(d, 2, 1, false, TROUPE_OPT_ADAMW, 5, idx, &idx_loss);
+    s_same_on_every_rank(fed, "the fed form");
+    for (int e = 0; e < NP; e++)
+        if (memcmp(&fed[e], &idx[e], sizeof(float)) != 0)
+            s_die("fed form: parameter %d is %.9g but the indexed form gives %.9g", e,
+                  (double)fed[e], (double)idx[e]);
+    if (memcmp(&fed_loss, &idx_loss, sizeof fed_loss) != 0)
+        s_die("fed form: last loss %.17g but the indexed form gives %.17g", fed_loss, idx_loss);
+    fprintf(stderr, "rank %d: the fed form equals the indexed one bit for bit (W[0] %.9g)\n",
+            troupe_cluster_rank(), (double)fed[0]);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "optimizer";
@@ -95,8 +117,11 @@ int main(int argc, char **argv)
     if (!d)
         s_die("out of memory");
     s_make_data(d, 6);
-    if (strcmp(mode, "streams") == 0) {
-        s_streams(d);
+    if (strcmp(mode, "streams") == 0 || strcmp(mode, "fed") == 0) {
+        if (mode[0] == 's')
+            s_streams(d);
+        else
+            s_fed(d);
         free(d);
         CHECK(troupe_cluster_finalize());
         return 0;
@@ -130,6 +155,10 @@ int main(int argc, char **argv)
             nsettings = 1;
         needles[0] = "settings: the names of the program's settings: 'epochs seed' on rank 0, "
                      "'epochs' on rank 1. Every rank";
+    } else if (strcmp(mode, "form") == 0) {
+        if (rank == 1)
+            s_fixed = TROUPE_MM_MATERIALIZED;
+        needles[0] = "minibatch form: 'indexed by 'batch'' on rank 0, 'fed by 'batch'' on rank 1";
     } else if (strcmp(mode, "agree") == 0) {
         if (rank == 1)
             settings[1].value = "7";

@@ -85,6 +85,10 @@ static void s_make_data(data_t *d, int gb)
         }
 }
 
+/* The form s_model builds: 0 the indexed form, TROUPE_MM_MATERIALIZED the fed form
+ * (dpt_lr_new_form). */
+static troupe_memory_mode_kind_t s_fixed;
+
 /* init_as_rank: the initial parameters are those of that rank (they differ per rank). */
 static void s_model(dpt_lr_t *m, const data_t *d, int split, int init_as_rank)
 {
@@ -104,7 +108,7 @@ static void s_model(dpt_lr_t *m, const data_t *d, int split, int init_as_rank)
         wv[i] = 0.05 * (i + 1) * (i % 2 ? -1 : 1) + 0.5 * init_as_rank;
     for (int o = 0; o < O; o++)
         bv[o] = 0.01 * o - 0.25 * init_as_rank;
-    dpt_lr_new(m, nb, bs, D, O, xv, yv, wv, bv);
+    dpt_lr_new_form(m, nb, bs, D, O, xv, yv, wv, bv, s_fixed);
 }
 
 /* true: s_train compresses the cross-rank gradients to bfloat16 (compress_bf16). */
