@@ -24,8 +24,8 @@
  * force one), which children inherit.
  *
  * A child job is this program re-launched as `mpiexec -n 2 <TROUPE_MPI_LAUNCHER_ARGS> <self>
- * --child --batch B --feed F [--bf16] ...` (posix_spawnp), or without mpiexec for 2x1-nocomm; each child
- * times its runs itself and reports the median on one line that this process reads.
+ * --child --batch B --feed F [--bf16] ...` (posix_spawnp), or without mpiexec for 2x1-nocomm; each
+ * child times its runs itself and reports the median on one line that this process reads.
  *
  * One timed run is S_STEPS synchronous steps (troupe_dp_step) and a troupe_dp_sync: S_STEPS x
  * the global minibatch samples. 1x1 and 1x2 are timed together (bench_util: interleaved
@@ -98,6 +98,7 @@
 #include "actors/troupe.h"
 #include "base/clock.h"
 #include "base/trace_impl.h"
+#include "devices/device.h"
 #include "parallel/dp.h"
 #include "transport/mpi/cluster.h"
 #include "troupe_config.h"
@@ -291,11 +292,17 @@ static int s_child(const troupe_bench_opts_t *opts, int64_t global_batch)
         troupe_bench_fail_status(S_PROG, "child: finishing", st);
         s_child_leave(1);
     }
+    /* the launches of the whole child (warm-up included): whether the graphs replay */
+    troupe_graph_stats_t gs;
+    troupe_driver_graph_stats(&gs);
     if (troupe_cluster_rank() == 0)
         printf("child ranks=%d median_us=%.3f min_us=%.3f max_us=%.3f runs=%d samples=%lld "
-               "traced_median_us=%.3f traced_min_us=%.3f\n",
+               "traced_median_us=%.3f traced_min_us=%.3f feed=%s graph_replays=%llu "
+               "plain_launches=%llu\n",
                troupe_cluster_size(), stats.median_us, stats.min_us, stats.max_us, stats.runs,
-               (long long)l.samples_per_run, traced.median_us, traced.min_us);
+               (long long)l.samples_per_run, traced.median_us, traced.min_us,
+               fmnist_feed_resolve(s_feed, s_backend) ? "fed" : "indexed",
+               (unsigned long long)gs.replays, (unsigned long long)gs.plain);
     fmnist_dataset_free(&ds);
     return 0;
 }
@@ -399,6 +406,8 @@ static troupe_status_t s_spawn(char **argv, s_child_proc_t *c)
 /* The median and the fastest of a traced child's traced runs, us (0: not traced), and the
  * fastest of its untraced runs. */
 static double s_traced_median_us, s_traced_min_us, s_child_min_us;
+/* The last child's form and launches: " feed=... graph_replays=... plain_launches=..." */
+static char s_child_launches[128];
 
 /* Reads the child's result line (median run time in us, samples per run, `ranks` ranks; a
  * traced child's traced median into s_traced_median_us) and waits for it. */
@@ -406,6 +415,7 @@ static troupe_status_t s_child_finish(s_child_proc_t *c, int ranks, double *medi
                                       int64_t *samples)
 {
     s_traced_median_us = 0;
+    s_child_launches[0] = '\0';
     char line[512];
     bool found = false;
     while (c->out && fgets(line, sizeof line, c->out)) {
@@ -424,6 +434,9 @@ static troupe_status_t s_child_finish(s_child_proc_t *c, int ranks, double *medi
                 s_traced_median_us = strtod(tr + 18, NULL);
             if (tm)
                 s_traced_min_us = strtod(tm + 15, NULL);
+            const char *fd = strstr(line, " feed=");
+            snprintf(s_child_launches, sizeof s_child_launches, "%.*s",
+                     fd ? (int)strcspn(fd, "\n") : 0, fd ? fd : "");
         } else {
             fputs(line, stderr); /* anything else the child printed */
         }
@@ -881,6 +894,9 @@ static int s_scaling(const troupe_bench_opts_t *opts, const int *ranks, int nran
  * data on the device); per step:
  *   bench=train case=<backend>-1x1-b<B> bytes=<bytes per step> troupe_us=<us per step>
  *     peer=torch-<v>-gpu peer_us=<us per step> ratio=... troupe_samples_s=... peer_samples_s=...
+ *     global_batch=<B> feed=<fed|indexed> graph_replays=<n> plain_launches=<n>
+ * (the child's form, --feed, and its launches through the graph policy, warm-up included: with
+ * the fed form nearly every launch but the feed's is a replay)
  * then `case=<backend>-2x1-shared`: two ranks at global 128 sharing device 0 (the cross-rank
  * merge of device buffers), correctness only (`note=` says so): its time is no scaling figure. */
 static int s_device_cases(const troupe_bench_opts_t *opts)
@@ -918,14 +934,14 @@ static int s_device_cases(const troupe_bench_opts_t *opts)
         snprintf(peer, sizeof peer, "torch-%s-gpu", s_torch_version);
         if (isnan(t)) { /* no torch with CUDA: troupe's figure alone */
             printf("bench=train case=%s bytes=%lld troupe_us=%.3f peer=none samples_per_s=%.0f "
-                   "global_batch=%lld\n",
-                   what, (long long)(S_BYTES_PER_SAMPLE * B), u * (double)B, 1e6 / u,
-                   (long long)B);
+                   "global_batch=%lld%s\n",
+                   what, (long long)(S_BYTES_PER_SAMPLE * B), u * (double)B, 1e6 / u, (long long)B,
+                   s_child_launches);
             continue;
         }
         troupe_bench_print_case("train", what, S_BYTES_PER_SAMPLE * B, u * (double)B, peer, t,
-                                "troupe_samples_s=%.0f peer_samples_s=%.0f global_batch=%lld",
-                                1e6 / u, 1e6 * (double)B / t, (long long)B);
+                                "troupe_samples_s=%.0f peer_samples_s=%.0f global_batch=%lld%s",
+                                1e6 / u, 1e6 * (double)B / t, (long long)B, s_child_launches);
         fflush(stdout);
     }
     if (S_HAVE_MPIEXEC) {

@@ -143,7 +143,9 @@ static troupe_status_t s_check_feed_nodes(const troupe_dp_model_t *m)
     if (!m->feed_comp)
         return TROUPE_OK;
     for (size_t i = 0; i < 2 * m->n_params + 1; i++) {
-        const char *what = i < m->n_params ? "parameter" : i < 2 * m->n_params ? "gradient" : "loss";
+        const char *what = i < m->n_params       ? "parameter"
+                           : i < 2 * m->n_params ? "gradient"
+                                                 : "loss";
         troupe_tnode_t *tn = i < m->n_params       ? m->params[i]
                              : i < 2 * m->n_params ? m->grads[i - m->n_params]
                                                    : m->loss;
@@ -627,8 +629,8 @@ static void s_log_form(const troupe_dp_t *dp)
     bool fed = dp->feed_code != NULL;
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL,
                "dp: minibatches %s (batch_index '%s'); backend %s %s: %s",
-               fed ? "fed into fixed nodes by feed_comp" : "indexed in grad_comp",
-               dp->batch_index, troupe_backend_name(dp->backend),
+               fed ? "fed into fixed nodes by feed_comp" : "indexed in grad_comp", dp->batch_index,
+               troupe_backend_name(dp->backend),
                !graphs ? "has no graph entries"
                : on    ? "replays graphs (TROUPE_CUDA_GRAPHS=auto)"
                        : "has graphs off (TROUPE_CUDA_GRAPHS=off)",

@@ -254,9 +254,10 @@ TROUPE_MUST_USE troupe_status_t troupe_dp_suggested_streams(troupe_backend_t *b,
  * a batch_index the comp lacks, bad optimizer settings — each named; with a feed_comp: a
  * feed_comp without batch_index, a grad_comp that still has it, a feed_comp that is grad_comp
  * or mentions a parameter, gradient or the loss, a fixed node grad_comp reads that the feed
- * routine does not materialize, a grad_comp that reads none of the feed's nodes), FAILED_PRECONDITION when
- * the ranks disagree on the configuration (above, Ranks that disagree), the errors of
- * troupe_backend_open / troupe_compile / troupe_link / transfers, the cluster's status. */
+ * routine does not materialize, a grad_comp that reads none of the feed's nodes),
+ * FAILED_PRECONDITION when the ranks disagree on the configuration (above, Ranks that disagree),
+ * the errors of troupe_backend_open / troupe_compile / troupe_link / transfers, the cluster's
+ * status. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_new(const troupe_dp_config_t *cfg,
                                               const troupe_dp_model_t *model, troupe_dp_t **out);
 

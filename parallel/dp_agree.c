@@ -279,7 +279,21 @@ troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp, const troupe_dp_config_
         dp->replica_offset = 0;
         return TROUPE_OK;
     }
-    enum { S_PARAMS, S_INPUTS, S_NB, S_FORM, S_KIND, S_LR, S_MOM, S_WD, S_B1, S_B2, S_EPS, S_BF16, S_N };
+    enum {
+        S_PARAMS,
+        S_INPUTS,
+        S_NB,
+        S_FORM,
+        S_KIND,
+        S_LR,
+        S_MOM,
+        S_WD,
+        S_B1,
+        S_B2,
+        S_EPS,
+        S_BF16,
+        S_N
+    };
     char num[S_N][40];
     troupe__strbuf_t params = TROUPE__STRBUF_INIT, inputs = TROUPE__STRBUF_INIT;
     s_nodes(&params, m->params, m->n_params);
@@ -289,8 +303,7 @@ troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp, const troupe_dp_config_
     snprintf(num[S_NB], sizeof num[S_NB], "%" PRId64, m->num_batches);
     /* the form: which comp's static index selects the minibatch (parallel/dp.h, feed_comp) */
     char form[160];
-    snprintf(form, sizeof form, "%s by '%.120s'", m->feed_comp ? "fed" : "indexed",
-             m->batch_index);
+    snprintf(form, sizeof form, "%s by '%.120s'", m->feed_comp ? "fed" : "indexed", m->batch_index);
     s_num(num[S_LR], sizeof num[S_LR], o->lr);
     s_num(num[S_MOM], sizeof num[S_MOM], o->momentum);
     s_num(num[S_WD], sizeof num[S_WD], o->weight_decay);

@@ -111,7 +111,7 @@ struct troupe_dp {
     int64_t num_batches;
 
     troupe__dp_replica_t *rep; /* n */
-    troupe_code_t *feed_code; /* NULL in the indexed form */
+    troupe_code_t *feed_code;  /* NULL in the indexed form */
     troupe_code_t *grad_code;
     troupe_code_t **merge_code; /* n_params, NULL when n == 1 */
     troupe_code_t *opt_code;

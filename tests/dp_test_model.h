@@ -34,7 +34,7 @@
 
 typedef struct dpt_lr {
     troupe_tnode_t *X, *Y, *W, *b, *gW, *gb, *loss;
-    troupe_tnode_t *xb, *yb;  /* the minibatch (fixed nodes in the fed form) */
+    troupe_tnode_t *xb, *yb; /* the minibatch (fixed nodes in the fed form) */
     troupe_asgn_comp_t *comp;
     troupe_asgn_comp_t *feed; /* the fed form's feed comp, else NULL */
     troupe_tnode_t *params[2], *grads[2], *inputs[2];
@@ -54,10 +54,9 @@ static inline troupe_tnode_t *dpt_node(const char *label, int ndims, const int64
  * (row-major, borrowed) become the host values of X, Y, W and b. `fixed` 0: the indexed form;
  * else the fed form with xb and yb in that memory mode (TROUPE_MM_MATERIALIZED; another to
  * test refusals). Release with dpt_lr_destroy. */
-static inline void dpt_lr_new_form(dpt_lr_t *m, int64_t nb, int64_t bs, int64_t din,
-                                   int64_t dout, const double *xv, const double *yv,
-                                   const double *wv, const double *bv,
-                                   troupe_memory_mode_kind_t fixed)
+static inline void dpt_lr_new_form(dpt_lr_t *m, int64_t nb, int64_t bs, int64_t din, int64_t dout,
+                                   const double *xv, const double *yv, const double *wv,
+                                   const double *bv, troupe_memory_mode_kind_t fixed)
 {
     memset(m, 0, sizeof *m);
     m->X = dpt_node("X", 3, (int64_t[]){nb, bs, din});

@@ -100,10 +100,8 @@ static s_result_t s_train(fmnist_mlp_t *m, const char *backend, troupe_optimizer
 {
     troupe_dp_model_t model;
     fmnist_mlp_dp_model(m, &model);
-    troupe_dp_config_t cfg = {.backend = backend,
-                              .streams = streams,
-                              .optimizer = dpt_opt(kind),
-                              .local_only = true};
+    troupe_dp_config_t cfg = {
+        .backend = backend, .streams = streams, .optimizer = dpt_opt(kind), .local_only = true};
     troupe_dp_t *dp = NULL;
     OK(troupe_dp_new(&cfg, &model, &dp));
     if (before_steps)
@@ -267,8 +265,8 @@ Test(dp_feed, the_fed_gradient_routine_replays_one_graph_the_indexed_one_never_d
         cr_assert_eq(atomic_load(&s_grad_plain), streams * steps_per_stream,
                      "%d stream(s): every indexed gradient launch is plain", streams);
 
-        s_expect_same(&a, &b, streams == 1 ? "replayed vs plain, 1 stream"
-                                           : "replayed vs plain, 2 streams");
+        s_expect_same(
+            &a, &b, streams == 1 ? "replayed vs plain, 1 stream" : "replayed vs plain, 2 streams");
         free(a.params);
         free(b.params);
         fmnist_mlp_destroy(&fed);
@@ -276,7 +274,8 @@ Test(dp_feed, the_fed_gradient_routine_replays_one_graph_the_indexed_one_never_d
     }
 }
 
-/* ---- refusals --------------------------------------------------------------------------------- */
+/* ---- refusals ---------------------------------------------------------------------------------
+ */
 
 static void s_expect_invalid(const troupe_dp_model_t *m, const char *needle)
 {
@@ -287,8 +286,7 @@ static void s_expect_invalid(const troupe_dp_model_t *m, const char *needle)
     cr_assert_eq(st, TROUPE_INVALID_ARGUMENT, "%s: got %s (%s)", needle, troupe_status_str(st),
                  troupe_last_error());
     cr_assert_null(dp);
-    cr_assert(strstr(troupe_last_error(), needle), "want '%s' in: %s", needle,
-              troupe_last_error());
+    cr_assert(strstr(troupe_last_error(), needle), "want '%s' in: %s", needle, troupe_last_error());
 }
 
 Test(dp_feed, bad_fed_models_are_refused_by_name)
@@ -357,7 +355,7 @@ Test(dp_feed, bad_fed_models_are_refused_by_name)
 Test(dp_feed, the_linear_model_fed_equals_indexed)
 {
     static double xv[4 * 3 * 3], yv[4 * 3 * 2], wv[3 * 2] = {0.1, -0.2, 0.3, 0.05, -0.1, 0.2},
-                                                bv[2] = {0.01, -0.02};
+                                                       bv[2] = {0.01, -0.02};
     uint64_t st = 11;
     for (size_t i = 0; i < sizeof xv / sizeof *xv; i++)
         xv[i] = s_rand(&st);
@@ -388,7 +386,8 @@ Test(dp_feed, the_linear_model_fed_equals_indexed)
     cr_assert(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0);
 }
 
-/* ---- the debug line ---------------------------------------------------------------------------- */
+/* ---- the debug line ----------------------------------------------------------------------------
+ */
 
 Test(dp_feed, dp_new_says_which_form_and_whether_the_gradient_routine_replays)
 {

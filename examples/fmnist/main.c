@@ -238,11 +238,10 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             continue;
         }
         static const char *const known[] = {
-            "--data",     "--epochs",          "--batch",        "--optimizer",
-            "--lr",       "--momentum",        "--weight-decay", "--seed",
-            "--backend",  "--streams",         "--train-limit",  "--test-limit",
-            "--curve",    "--checkpoint",      "--resume",       "--schedule",
-            "--compress", "--plot",            "--checkpoint-every", "--feed"};
+            "--data",        "--epochs",       "--batch", "--optimizer",        "--lr",
+            "--momentum",    "--weight-decay", "--seed",  "--backend",          "--streams",
+            "--train-limit", "--test-limit",   "--curve", "--checkpoint",       "--resume",
+            "--schedule",    "--compress",     "--plot",  "--checkpoint-every", "--feed"};
         bool ok = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             ok |= !strcmp(name, known[k]);

@@ -23,8 +23,13 @@ const char *fmnist_mlp_param_name(int i)
 
 fmnist_mlp_config_t fmnist_mlp_config_default(int64_t batch, int64_t num_batches)
 {
-    fmnist_mlp_config_t c = {FMNIST_IMAGE_PIXELS, 256, 128, FMNIST_NUM_CLASSES, batch, num_batches,
-                             TROUPE_PREC_SINGLE, false};
+    fmnist_mlp_config_t c = {.in = FMNIST_IMAGE_PIXELS,
+                             .hidden1 = 256,
+                             .hidden2 = 128,
+                             .out = FMNIST_NUM_CLASSES,
+                             .batch = batch,
+                             .num_batches = num_batches,
+                             .prec = TROUPE_PREC_SINGLE};
     return c;
 }
 
@@ -37,8 +42,8 @@ troupe_status_t fmnist_feed_parse(const char *text, fmnist_feed_t *out)
             *out = (fmnist_feed_t)i;
             return TROUPE_OK;
         }
-    return troupe_error_set(TROUPE_INVALID_ARGUMENT,
-                            "feed '%s': expected auto, fed or indexed", text ? text : "(null)");
+    return troupe_error_set(TROUPE_INVALID_ARGUMENT, "feed '%s': expected auto, fed or indexed",
+                            text ? text : "(null)");
 }
 
 const char *fmnist_feed_name(fmnist_feed_t f)
