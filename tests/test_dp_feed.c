@@ -104,6 +104,10 @@ static s_result_t s_train(fmnist_mlp_t *m, const char *backend, troupe_optimizer
         .backend = backend, .streams = streams, .optimizer = dpt_opt(kind), .local_only = true};
     troupe_dp_t *dp = NULL;
     OK(troupe_dp_new(&cfg, &model, &dp));
+    if (m->x) { /* each replica feeds its own fixed nodes */
+        cr_assert(!troupe_tnode_potentially_cross_stream(m->x), "x is one array per stream");
+        cr_assert(!troupe_tnode_potentially_cross_stream(m->y), "y is one array per stream");
+    }
     if (before_steps)
         before_steps(dp);
     for (int s = 0; s < steps; s++)
