@@ -11,7 +11,8 @@
 #               conformance suite on cuda; test_async, test_runtime, test_stream, test_merge,
 #               test_event, test_schedule_fuzz: FOR_EACH_DRIVER includes cuda when a device is
 #               there; test_cgen, test_gemm, test_epilogue; test_dp: the trainer's layouts
-#               on the GPU), with TROUPE_LOG=debug:devices (kernel attributes,
+#               on the GPU; test_dp_feed: the fed gradient routine replaying one CUDA graph
+#               a step, the indexed one never), with TROUPE_LOG=debug:devices (kernel attributes,
 #               the device's context), 4 at a time (each holds a CUDA context), 90 s each;
 #               --all-tests adds the rest of label unit (CPU only: CI runs them) -> tests.log,
 #               and ctest's LastTest.log (every test's output, passing ones too)
@@ -49,7 +50,7 @@ while [ $# -gt 0 ]; do
     --debs) debs=${2:?--debs needs a folder}; shift 2 ;;
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
     --phases) phases=${2:?--phases needs a list}; shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -121,7 +122,7 @@ fi
 want facts && [ -x "$build/tools/troupe/troupe" ] && "$build/tools/troupe/troupe" info >> "$out/facts.log" 2>&1
 
 
-gpu_tests='^test_(cuda|async|runtime|stream|merge|event|schedule_fuzz|cgen|gemm|epilogue|dp)$'
+gpu_tests='^test_(cuda|async|runtime|stream|merge|event|schedule_fuzz|cgen|gemm|epilogue|dp|dp_feed)$'
 run_tests() {
   local rc=0
   # test_cuda directly, verbose: Criterion counts a skipped test as passing in its synthesis,

@@ -20,6 +20,8 @@
 #include "parallel/dp_impl.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,8 +162,10 @@ Test(dp_feed, the_fed_and_the_indexed_form_train_to_the_same_bits)
  * (a replayed graph of the wrong binding would compute with the wrong buffers or index). The
  * driver of an opened sync backend is switched to it after troupe_dp_new (the sync backend runs
  * everything in the calling thread, so nothing is in flight) and keeps it until closed (the
- * policy releases its graphs at close). Counters per code: plain launches, captures, replays
- * of the gradient and feed routines' codes. */
+ * policy releases its graphs at close). On a driver with graph entries of its own (cuda) the
+ * same wrappers only count and pass through to its entries (switched after troupe_dp_new, whose
+ * streams are then idle). Counters per code: plain launches, captures, replays of the gradient
+ * and feed routines' codes. */
 
 struct troupe_dgraph {
     troupe_dcode_t *code;
@@ -173,6 +177,37 @@ static const troupe_driver_vtable_t *s_base;
 static troupe_driver_vtable_t s_graph_vt;
 static troupe_dcode_t *s_grad_code, *s_feed_code;
 static atomic_int s_grad_plain, s_grad_captures, s_grad_replays, s_feed_plain, s_feed_captures;
+/* a driver's own graphs (cuda): which code each was captured from */
+#define S_MAX_GRAPHS 64
+static pthread_mutex_t s_graphs_mu = PTHREAD_MUTEX_INITIALIZER;
+static troupe_dgraph_t *s_graphs[S_MAX_GRAPHS];
+static troupe_dcode_t *s_graph_codes[S_MAX_GRAPHS];
+
+/* The code graph g was captured from (a driver's own graph: looked up; NULL if unknown). */
+static troupe_dcode_t *s_code_of(troupe_dgraph_t *g)
+{
+    if (!s_base->graph_capture)
+        return g->code;
+    troupe_dcode_t *code = NULL;
+    pthread_mutex_lock(&s_graphs_mu);
+    for (int i = 0; i < S_MAX_GRAPHS && !code; i++)
+        code = s_graphs[i] == g ? s_graph_codes[i] : NULL;
+    pthread_mutex_unlock(&s_graphs_mu);
+    return code;
+}
+
+/* Notes (or, with code NULL, forgets) a driver's own graph g. */
+static void s_note_graph(troupe_dgraph_t *g, troupe_dcode_t *code)
+{
+    pthread_mutex_lock(&s_graphs_mu);
+    for (int i = 0; i < S_MAX_GRAPHS; i++)
+        if (s_graphs[i] == (code ? NULL : g)) {
+            s_graphs[i] = code ? g : NULL;
+            s_graph_codes[i] = code;
+            break;
+        }
+    pthread_mutex_unlock(&s_graphs_mu);
+}
 
 static troupe_status_t s_launch(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dcode_t *code,
                                 const troupe_karg_t *args, size_t nargs)
@@ -186,10 +221,14 @@ static troupe_status_t s_graph_capture(troupe_driver_t *drv, troupe_dqueue_t *q,
                                        troupe_dcode_t *code, const troupe_karg_t *args,
                                        size_t nargs, troupe_dgraph_t **out)
 {
-    (void)drv;
-    (void)q;
     atomic_fetch_add(code == s_grad_code ? &s_grad_captures : &s_feed_captures,
                      code == s_grad_code || code == s_feed_code);
+    if (s_base->graph_capture) {
+        troupe_status_t st = s_base->graph_capture(drv, q, code, args, nargs, out);
+        if (st == TROUPE_OK)
+            s_note_graph(*out, code);
+        return st;
+    }
     troupe_dgraph_t *g = malloc(sizeof *g + nargs * sizeof *args);
     cr_assert_not_null(g);
     g->code = code;
@@ -202,15 +241,21 @@ static troupe_status_t s_graph_capture(troupe_driver_t *drv, troupe_dqueue_t *q,
 static troupe_status_t s_graph_launch(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dgraph_t *g,
                                       const troupe_karg_t *args, size_t nargs)
 {
-    (void)args;
-    (void)nargs;
-    atomic_fetch_add(&s_grad_replays, g->code == s_grad_code);
-    return s_base->launch(drv, q, g->code, g->args, g->nargs); /* the baked arguments */
+    troupe_dcode_t *code = s_code_of(g);
+    troupe_status_t st = s_base->graph_launch
+                             ? s_base->graph_launch(drv, q, g, args, nargs)
+                             : s_base->launch(drv, q, g->code, g->args, g->nargs); /* baked */
+    atomic_fetch_add(&s_grad_replays, st == TROUPE_OK && code == s_grad_code);
+    return st;
 }
 
 static void s_graph_release(troupe_driver_t *drv, troupe_dgraph_t *g)
 {
-    (void)drv;
+    if (s_base->graph_release) {
+        s_note_graph(g, NULL);
+        s_base->graph_release(drv, g);
+        return;
+    }
     free(g);
 }
 
@@ -276,6 +321,36 @@ Test(dp_feed, the_fed_gradient_routine_replays_one_graph_the_indexed_one_never_d
         fmnist_mlp_destroy(&fed);
         fmnist_mlp_destroy(&idx);
     }
+}
+
+/* The same on a GPU: the fed gradient routine is captured as a CUDA graph once and replayed on
+ * every later step (cuBLASLt's operand addresses baked in), the indexed one never; both train
+ * alike to rounding (the GEMMs may take other cuBLASLt algorithms for other addresses). */
+Test(dp_feed, on_cuda_the_fed_gradient_routine_replays_a_cuda_graph)
+{
+    char why[512];
+    if (!rtu_cuda_present(why, sizeof why))
+        cr_skip_test("%s", why);
+    troupe_driver_set_graphs(TROUPE_GRAPHS_AUTO);
+    enum { B = 8, NB = 2 * (TROUPE_GRAPH_SLOTS + 4), STEPS = 3 * NB / 2 };
+    fmnist_mlp_t *fed = s_mlp(true, B, NB, 9), *idx = s_mlp(false, B, NB, 9);
+    s_result_t a = s_train(fed, "cuda", TROUPE_OPT_SGD, 1, STEPS, s_give_graphs);
+    cr_assert_eq(atomic_load(&s_grad_captures), 1, "captured once (%d)",
+                 atomic_load(&s_grad_captures));
+    cr_assert_eq(atomic_load(&s_grad_replays), STEPS - TROUPE_GRAPH_WARMUP_RUNS,
+                 "replayed on every later step (%d)", atomic_load(&s_grad_replays));
+    s_result_t b = s_train(idx, "cuda", TROUPE_OPT_SGD, 1, STEPS, s_give_graphs);
+    cr_assert_eq(atomic_load(&s_grad_replays), 0, "the indexed form never replays");
+    cr_assert_eq(atomic_load(&s_grad_plain), STEPS, "every indexed launch is plain");
+    const float *pa = (const float *)a.params, *pb = (const float *)b.params;
+    for (size_t i = 0; i < a.len / sizeof(float); i++)
+        cr_assert(fabsf(pa[i] - pb[i]) <= 1e-4f * (1.0f + fabsf(pb[i])),
+                  "parameter %zu: %.9g (fed, replayed) vs %.9g (indexed)", i, (double)pa[i],
+                  (double)pb[i]);
+    free(a.params);
+    free(b.params);
+    fmnist_mlp_destroy(&fed);
+    fmnist_mlp_destroy(&idx);
 }
 
 /* ---- refusals ---------------------------------------------------------------------------------
