@@ -255,7 +255,8 @@ TROUPE_MUST_USE troupe_status_t troupe_dp_suggested_streams(troupe_backend_t *b,
  * feed_comp without batch_index, a grad_comp that still has it, a feed_comp that is grad_comp
  * or mentions a parameter, gradient or the loss, a fixed node grad_comp reads that the feed
  * routine does not materialize, a grad_comp that reads none of the feed's nodes),
- * FAILED_PRECONDITION when the ranks disagree on the configuration (above, Ranks that disagree),
+ * FAILED_PRECONDITION when the ranks disagree on the configuration (above, Ranks that disagree)
+ * or a fixed node shared across streams is written by a second replica's feed (the link's check),
  * the errors of troupe_backend_open / troupe_compile / troupe_link / transfers, the cluster's
  * status. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_new(const troupe_dp_config_t *cfg,

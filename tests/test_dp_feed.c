@@ -428,6 +428,23 @@ Test(dp_feed, bad_fed_models_are_refused_by_name)
     s_expect_invalid(&lr.model, "_xb, which feed_comp writes and grad_comp reads, is not "
                                 "materialized by the feed routine");
     dpt_lr_destroy(&lr);
+
+    /* fixed nodes shared by the streams (each replica feeds its own minibatch): the link of
+     * the second replica's feed refuses to write a node another stream writes */
+    dpt_lr_new_form(&lr, 3, 2, 3, 2, xv, yv, wv, bv, TROUPE_MM_MATERIALIZED);
+    OK(troupe_tnode_update_memory_sharing(lr.xb, TROUPE_SHARING_SHARED_CROSS_STREAMS, 990));
+    troupe_dp_config_t two = {
+        .backend = "sync", .streams = 2, .optimizer = dpt_opt(TROUPE_OPT_SGD), .local_only = true};
+    troupe_dp_t *dp = NULL;
+    troupe_status_t st = troupe_dp_new(&two, &lr.model, &dp);
+    cr_assert_eq(st, TROUPE_FAILED_PRECONDITION, "%s: %s", troupe_status_str(st),
+                 troupe_last_error());
+    cr_assert_null(dp);
+    cr_assert(strstr(troupe_last_error(), "dp_new: linking feed_comp: link dp_feed: node ") &&
+                  strstr(troupe_last_error(), "_xb is shared across streams and written by stream "
+                                              "sync:0:0; stream sync:0:1 cannot write it too"),
+              "%s", troupe_last_error());
+    dpt_lr_destroy(&lr);
 }
 
 /* The linear model of the data-parallel tests in its fed form trains like its indexed form. */
