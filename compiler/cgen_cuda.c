@@ -13,6 +13,7 @@
 #include "compiler/cgen_impl.h"
 
 #include "base/alloc.h"
+#include "base/log.h"
 #include "base/vec.h"
 #include "compiler/gemm.h"
 #include "ir/ops.h"
@@ -1064,6 +1065,24 @@ static troupe_status_t s_put_refused_tiles(troupe__cgen_t *g, troupe_cgen_result
 
 /* ---- the routine -------------------------------------------------------------------------- */
 
+/* One line per routine at debug:ir: what one call launches (cgen.h, "CUDA dialect"). */
+static void s_log_launches(const troupe_cgen_result_t *r)
+{
+    size_t kernels = 0, gemms = 0, one_thread = 0;
+    for (size_t i = 0; i < r->nsteps; i++) {
+        if (r->steps[i].kind == TROUPE_CGEN_STEP_GEMM) {
+            gemms++;
+            continue;
+        }
+        kernels++;
+        one_thread += r->kernels[r->steps[i].first_kernel].one_thread ? 1 : 0;
+    }
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
+               "cgen cuda %s: %zu launches per call: %zu kernels (%zu one-thread), %zu GEMM "
+               "steps (a library call each, else their fallback kernels)",
+               r->name, kernels + gemms, kernels, one_thread, gemms);
+}
+
 static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
                                      troupe__strbuf_t *b)
 {
@@ -1138,6 +1157,8 @@ out:
     troupe_free(items);
     if (st == TROUPE_OK && b->failed)
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+    if (st == TROUPE_OK)
+        s_log_launches(r);
     return st;
 }
 

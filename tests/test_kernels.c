@@ -1,0 +1,132 @@
+/* troupe — launches per training step of the main job on CUDA (issue 16): the CUDA dialect of
+ * the Fashion-MNIST trainer's routines (examples/fmnist, parallel/dp.h: dp_grad, the merges
+ * dp_merge_*, the hyper-parameter copy dp_hyper_stage*, the optimizer dp_sgd / dp_adamw) as
+ * troupe_dp_new compiles them, counted in kernels and library calls (GEMM steps) per routine.
+ *
+ * The routines are built on the sync backend (the optimiser runs as it does for CUDA: the
+ * driver compiles the optimized procedure) at the main job's size, 128 rows per replica, two
+ * streams (so the merges exist), and generated with troupe_cgen_emit(TROUPE_CGEN_CUDA). The
+ * counts are asserted, so a change that stops fusing fails here.
+ *
+ * Set TROUPE_TEST_KERNELS_DUMP=<dir> to write each routine's procedure and CUDA source there. */
+#include "base/alloc.h"
+#include "compiler/cgen.h"
+#include "ir/text.h"
+#include "mlp.h"
+#include "parallel/dp.h"
+#include "parallel/dp_impl.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OK(x) cr_assert_eq((x), TROUPE_OK, "%s: %s", #x, troupe_last_error())
+
+#define S_ROWS 128   /* per replica: the main job's batch */
+#define S_BATCHES 4  /* minibatches in the data (the count does not depend on it) */
+
+/* Launches of one call of a CUDA routine: a kernel step launches one kernel, a GEMM step one
+ * library call (cuBLASLt; its fallback kernels run only when the library cannot). */
+typedef struct s_count {
+    size_t kernels, library;
+    size_t one_thread; /* kernels of them that run on one thread (no parallelism) */
+} s_count_t;
+
+static void s_dump(const troupe_ll_proc_t *proc, const troupe_cgen_result_t *gen)
+{
+    const char *dir = getenv("TROUPE_TEST_KERNELS_DUMP");
+    if (dir == NULL || dir[0] == '\0')
+        return;
+    char path[512], *text = NULL;
+    snprintf(path, sizeof path, "%s/%s.txt", dir, proc->name);
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return;
+    if (troupe_text_print_proc(proc, &text) == TROUPE_OK)
+        fprintf(f, "%s\n", text);
+    troupe_free(text);
+    fprintf(f, "%s", gen->source);
+    fclose(f);
+}
+
+static s_count_t s_count(const troupe_code_t *code)
+{
+    const troupe_ll_proc_t *proc = troupe_code_proc(code);
+    troupe_cgen_result_t *gen = NULL;
+    OK(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &gen));
+    s_count_t c = {0, 0, 0};
+    for (size_t i = 0; i < gen->nsteps; i++) {
+        if (gen->steps[i].kind == TROUPE_CGEN_STEP_GEMM) {
+            c.library++;
+            continue;
+        }
+        c.kernels++;
+        c.one_thread += gen->kernels[gen->steps[i].first_kernel].one_thread ? 1 : 0;
+    }
+    s_dump(proc, gen);
+    printf("kernels: %-16s %2zu kernels (%zu one-thread) + %zu library calls\n", proc->name,
+           c.kernels, c.one_thread, c.library);
+    troupe_cgen_result_destroy(&gen);
+    return c;
+}
+
+/* The per-routine counts of the trainer with optimizer `kind`, and a step's total: the gradient
+ * routine, one merge per parameter, one hyper-parameter copy and the optimizer. */
+typedef struct s_step {
+    s_count_t grad, merge, hyper, opt;
+    size_t total;
+} s_step_t;
+
+static s_step_t s_trainer(troupe_optimizer_kind_t kind)
+{
+    fmnist_mlp_config_t mc = fmnist_mlp_config_default(S_ROWS, S_BATCHES);
+    fmnist_mlp_t *mlp = NULL;
+    troupe_dp_t *dp = NULL;
+    OK(fmnist_mlp_new(&mc, &mlp));
+    OK(fmnist_mlp_init_params(mlp, 7));
+    troupe_tnode_t *inputs[2] = {mlp->x_all, mlp->y_all};
+    troupe_dp_model_t model = {.grad_comp = mlp->grad_comp,
+                               .batch_index = FMNIST_BATCH_SYMBOL,
+                               .num_batches = mc.num_batches,
+                               .params = mlp->params,
+                               .grads = mlp->grads,
+                               .n_params = FMNIST_MLP_NPARAMS,
+                               .loss = mlp->loss,
+                               .inputs = inputs,
+                               .n_inputs = 2};
+    troupe_dp_config_t dc = {
+        .backend = "sync", .streams = 2, .optimizer = troupe_optimizer_default(kind)};
+    OK(troupe_dp_new(&dc, &model, &dp));
+    s_step_t s;
+    memset(&s, 0, sizeof s);
+    s.grad = s_count(dp->grad_code);
+    s.total = s.grad.kernels + s.grad.library;
+    for (size_t i = 0; i < dp->n_params; i++) {
+        s_count_t m = s_count(dp->merge_code[i]);
+        s.merge.kernels += m.kernels;
+        s.merge.library += m.library;
+    }
+    s.total += s.merge.kernels + s.merge.library;
+    s.hyper = s_count(dp->hyper_copy_code[0]);
+    s.total += s.hyper.kernels + s.hyper.library;
+    s.opt = s_count(dp->opt_code);
+    s.total += s.opt.kernels + s.opt.library;
+    printf("kernels: %s step: %zu launches\n", troupe_optimizer_name(kind), s.total);
+    fflush(stdout);
+    troupe_dp_destroy(&dp);
+    fmnist_mlp_destroy(&mlp);
+    return s;
+}
+
+Test(kernels, main_job_sgd, .timeout = 120)
+{
+    s_step_t s = s_trainer(TROUPE_OPT_SGD);
+    (void)s;
+}
+
+Test(kernels, main_job_adamw, .timeout = 120)
+{
+    s_step_t s = s_trainer(TROUPE_OPT_ADAMW);
+    (void)s;
+}
