@@ -1600,6 +1600,12 @@ const char *troupe__cgen_node_ident(troupe__cgen_t *g, const troupe_tnode_t *tn)
     return info != NULL ? info->ident : "?";
 }
 
+bool troupe__cgen_node_is_local(troupe__cgen_t *g, const troupe_tnode_t *tn)
+{
+    const s_node_info_t *info = s_info(g, tn);
+    return info != NULL && info->is_local;
+}
+
 bool troupe__cgen_has_local_arrays(const troupe__cgen_t *g)
 {
     for (size_t i = 0; i < g->proc->nnodes; i++)

@@ -322,24 +322,10 @@ static void s_put_stride_loop(troupe__strbuf_t *b, char axis, int64_t extent, in
                           axis, axis, axis, axis, axis, extent, axis, axis, axis);
 }
 
-/* A kernel of nest `s` with its mapped loops on the grid; `label` names what it computes. */
-static troupe_status_t s_put_mapped(troupe__cgen_t *g, troupe_cgen_result_t *r, const s_map_t *m,
-                                    const troupe_ll_t *s, troupe__strbuf_t *b, size_t *out_kernel)
+/* Writes the mapped loops' values from t_x and t_y (x the innermost mapped loop, the others
+ * decomposed from t_y, innermost varying fastest) and binds their symbols. */
+static void s_put_map_vars(troupe__cgen_t *g, const s_map_t *m, troupe__strbuf_t *b, int in)
 {
-    troupe_cgen_kernel_t *k = NULL;
-    TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
-    *out_kernel = r->nkernels - 1;
-    const troupe_ll_t *xl = m->loops[m->nmapped - 1];
-    int64_t ex = s_extent(xl), ey = 1;
-    for (int i = 0; i < m->nmapped - 1; i++)
-        ey *= s_extent(m->loops[i]);
-    s_shape(k, ex, m->nmapped > 1 ? ey : 1);
-    /* Both loops always: threads outside the planned shape's y (any launch) find no work. */
-    int in = 1;
-    s_put_stride_loop(b, 'y', ey, in++);
-    s_put_stride_loop(b, 'x', ex, in++);
-    /* The mapped loops' values: x directly, the y loops decomposed from t_y (innermost
-     * varying fastest). */
     int64_t below = 1;
     for (int i = m->nmapped - 1; i >= 0; i--) {
         const troupe_ll_t *l = m->loops[i];
@@ -354,15 +340,106 @@ static troupe_status_t s_put_mapped(troupe__cgen_t *g, troupe_cgen_result_t *r, 
             below *= s_extent(l);
         troupe__cgen_bind_sym(g, l->u.for_loop.sym, true, l->u.for_loop.from, l->u.for_loop.to);
     }
+}
+
+/* Nest `s` with its mapped loops' values bound (s_put_map_vars), then unbound. */
+static troupe_status_t s_put_mapped_stmt(troupe__cgen_t *g, const s_map_t *m,
+                                         const troupe_ll_t *s, troupe__strbuf_t *b, int in)
+{
+    s_put_map_vars(g, m, b, in);
     troupe_status_t st = troupe__cgen_emit_stmt(g, s, in, b);
     for (int i = 0; i < m->nmapped; i++)
         troupe__cgen_bind_sym(g, m->loops[i]->u.for_loop.sym, false, 0, 0);
+    return st;
+}
+
+/* The extents of nest m's iterations along x (the innermost mapped loop) and y (the others). */
+static void s_map_extents(const s_map_t *m, int64_t *ex, int64_t *ey)
+{
+    *ex = s_extent(m->loops[m->nmapped - 1]);
+    *ey = 1;
+    for (int i = 0; i < m->nmapped - 1; i++)
+        *ey *= s_extent(m->loops[i]);
+}
+
+/* A kernel of nest `s` with its mapped loops on the grid. */
+static troupe_status_t s_put_mapped(troupe__cgen_t *g, troupe_cgen_result_t *r, const s_map_t *m,
+                                    const troupe_ll_t *s, troupe__strbuf_t *b, size_t *out_kernel)
+{
+    troupe_cgen_kernel_t *k = NULL;
+    TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
+    *out_kernel = r->nkernels - 1;
+    int64_t ex, ey;
+    s_map_extents(m, &ex, &ey);
+    s_shape(k, ex, m->nmapped > 1 ? ey : 1);
+    /* Both loops always: threads outside the planned shape's y (any launch) find no work. */
+    int in = 1;
+    s_put_stride_loop(b, 'y', ey, in++);
+    s_put_stride_loop(b, 'x', ex, in++);
+    troupe_status_t st = s_put_mapped_stmt(g, m, s, b, in);
     while (in-- > 1) {
         troupe__strbuf_repeat(b, "    ", in);
         troupe__strbuf_puts(b, "}\n");
     }
     troupe__strbuf_puts(b, "}\n");
     return st;
+}
+
+/* Opens `for (int64_t t_f = <start>; t_f < <count>; t_f += <stride>) {` at `in`: the work items
+ * of a part of a kernel that shares its grid (horizontal) or its block (s_put_block_part). */
+static void s_put_flat_loop(troupe__strbuf_t *b, int64_t count, const char *start,
+                            const char *stride, int in)
+{
+    troupe__strbuf_repeat(b, "    ", in);
+    troupe__strbuf_printf(b, "for (int64_t t_f = %s; t_f < %" PRId64 "LL; t_f += %s) {\n", start,
+                          count, stride);
+}
+
+/* Nest `s` as the flattened work items t_f of its mapped iterations (t_y = t_f / ex,
+ * t_x = t_f % ex), at `in`. */
+static troupe_status_t s_put_mapped_flat(troupe__cgen_t *g, const s_map_t *m,
+                                         const troupe_ll_t *s, troupe__strbuf_t *b, int in,
+                                         const char *start, const char *stride)
+{
+    int64_t ex, ey;
+    s_map_extents(m, &ex, &ey);
+    s_put_flat_loop(b, ex * ey, start, stride, in);
+    troupe__strbuf_repeat(b, "    ", in + 1);
+    if (m->nmapped > 1)
+        troupe__strbuf_printf(b,
+                              "const int64_t t_y = t_f / %" PRId64 "LL, t_x = t_f %% %" PRId64
+                              "LL;\n",
+                              ex, ex);
+    else
+        troupe__strbuf_puts(b, "const int64_t t_x = t_f;\n");
+    troupe_status_t st = s_put_mapped_stmt(g, m, s, b, in + 1);
+    troupe__strbuf_repeat(b, "    ", in);
+    troupe__strbuf_puts(b, "}\n");
+    return st;
+}
+
+/* `<id>[<at>] = 0;` (the four words of a uint4x32), at `in`. */
+static void s_put_zero_elem(troupe__strbuf_t *b, const char *id, troupe_prec_t prec,
+                            const char *at, int in)
+{
+    troupe__strbuf_repeat(b, "    ", in);
+    if (prec == TROUPE_PREC_UINT4X32)
+        troupe__strbuf_printf(b,
+                              "%s[%s].v[0] = 0u; %s[%s].v[1] = 0u; %s[%s].v[2] = 0u; %s[%s].v[3] "
+                              "= 0u;\n",
+                              id, at, id, at, id, at, id, at);
+    else
+        troupe__strbuf_printf(b, "%s[%s] = 0;\n", id, at);
+}
+
+/* Zeroes the elements t_f of array `id` (n elements of precision prec), at `in`. */
+static void s_put_zero_flat(troupe__strbuf_t *b, const char *id, troupe_prec_t prec, int64_t n,
+                            const char *start, const char *stride, int in)
+{
+    s_put_flat_loop(b, n, start, stride, in);
+    s_put_zero_elem(b, id, prec, "t_f", in + 1);
+    troupe__strbuf_repeat(b, "    ", in);
+    troupe__strbuf_puts(b, "}\n");
 }
 
 /* A kernel zeroing node tn (grid-stride over its elements). */
@@ -374,16 +451,9 @@ static troupe_status_t s_put_zero(troupe__cgen_t *g, troupe_cgen_result_t *r,
     *out_kernel = r->nkernels - 1;
     int64_t n = troupe_tnode_num_elems(tn);
     s_shape(k, n, 1);
-    const char *id = troupe__cgen_node_ident(g, tn);
     s_put_stride_loop(b, 'y', 1, 1);
     s_put_stride_loop(b, 'x', n, 2);
-    if (tn->prec == TROUPE_PREC_UINT4X32)
-        troupe__strbuf_printf(b,
-                              "            %s[t_x].v[0] = 0u; %s[t_x].v[1] = 0u; %s[t_x].v[2] = "
-                              "0u; %s[t_x].v[3] = 0u;\n",
-                              id, id, id, id);
-    else
-        troupe__strbuf_printf(b, "            %s[t_x] = 0;\n", id);
+    s_put_zero_elem(b, troupe__cgen_node_ident(g, tn), tn->prec, "t_x", 3);
     troupe__strbuf_puts(b, "        }\n    }\n}\n");
     return TROUPE_OK;
 }
@@ -550,15 +620,20 @@ static void s_put_select(troupe__strbuf_t *b, const s_reduce_t *red, const troup
  * (ir/ops.h troupe_fmax*: NaN ignored, equal operands give the second) picks one operand by a
  * total order on (value, position), so any grouping that keeps the order picks what the
  * sequential loop picks, bit for bit, signed zeros and NaN payloads included. */
+static troupe_status_t s_put_reduce_part(troupe__cgen_t *g, const s_reduce_t *red,
+                                         troupe__strbuf_t *b, const char *o_start,
+                                         const char *o_stride);
+
+/* Whether the block-level reduction red sums floats in another order than the interpreter. */
+static bool s_reduce_reassociates(const s_reduce_t *red)
+{
+    return red->op == TROUPE_BINOP_ADD && troupe_prec_is_float(red->set->u.set.tn->prec);
+}
+
 static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
                                     const s_reduce_t *red, troupe__strbuf_t *b, size_t *out_kernel)
 {
     troupe_cgen_kernel_t *k = NULL;
-    const troupe_tnode_t *o = red->set->u.set.tn;
-    const bool select = red->op != TROUPE_BINOP_ADD;
-    troupe_c_syntax_t syn;
-    if (select)
-        TROUPE_RETURN_IF_ERROR(troupe_binop_c_syntax(o->prec, red->op, &syn));
     TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
     *out_kernel = r->nkernels - 1;
     k->extent[0] = red->extent;
@@ -568,7 +643,24 @@ static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
     k->grid[0] = s_grid(red->outputs, 1);
     k->grid[1] = 1;
     k->fixed_block = true;
-    k->reassociates = !select && troupe_prec_is_float(o->prec);
+    k->reassociates = s_reduce_reassociates(red);
+    troupe_status_t st = s_put_reduce_part(g, red, b, "(int64_t)blockIdx.y * gridDim.x + blockIdx.x",
+                                           "(int64_t)gridDim.x * gridDim.y");
+    troupe__strbuf_puts(b, "}\n");
+    return st;
+}
+
+/* The code of reduction red for the outputs t_o = o_start, o_start + o_stride, ... (one
+ * 256-thread block each, threadIdx.x the thread). */
+static troupe_status_t s_put_reduce_part(troupe__cgen_t *g, const s_reduce_t *red,
+                                         troupe__strbuf_t *b, const char *o_start,
+                                         const char *o_stride)
+{
+    const troupe_tnode_t *o = red->set->u.set.tn;
+    const bool select = red->op != TROUPE_BINOP_ADD;
+    troupe_c_syntax_t syn;
+    if (select)
+        TROUPE_RETURN_IF_ERROR(troupe_binop_c_syntax(o->prec, red->op, &syn));
     const char *ty = troupe_prec_c_type(o->prec);
     troupe__strbuf_printf(b,
                           "    /* Block-level reduction over %" PRId64
@@ -592,10 +684,8 @@ static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
                           "    __shared__ %s red_sh[%d];\n"
                           "    const unsigned red_t = threadIdx.x;\n",
                           ty, S_REDUCE_THREADS);
-    troupe__strbuf_printf(b,
-                          "    for (int64_t t_o = (int64_t)blockIdx.y * gridDim.x + blockIdx.x; "
-                          "t_o < %" PRId64 "LL; t_o += (int64_t)gridDim.x * gridDim.y) {\n",
-                          red->outputs);
+    troupe__strbuf_printf(b, "    for (int64_t t_o = %s; t_o < %" PRId64 "LL; t_o += %s) {\n",
+                          o_start, red->outputs, o_stride);
     s_put_decompose(g, b, red, true, "t_o", 2);
     if (select)
         troupe__strbuf_printf(
@@ -676,8 +766,7 @@ static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
     troupe__strbuf_reset(&acc);
     troupe__strbuf_puts(b, "        }\n"
                            "        __syncthreads(); /* red_sh is reused by the next output */\n"
-                           "    }\n"
-                           "}\n");
+                           "    }\n");
     return st;
 }
 
@@ -1083,41 +1172,218 @@ static void s_log_launches(const troupe_cgen_result_t *r)
                r->name, kernels + gemms, kernels, one_thread, gemms);
 }
 
-static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
-                                     troupe__strbuf_t *b)
+/* ---- units and launches ----------------------------------------------------------------- */
+
+/* What one piece of the routine becomes (cgen.h, "CUDA dialect", the plan). */
+typedef enum s_unit_kind {
+    S_U_MAPPED, /* a nest with mapped loops */
+    S_U_ZERO,   /* a ZERO_OUT */
+    S_U_REDUCE, /* a block-level reduction */
+    S_U_SEQ,    /* consecutive statements run by one thread (with a segment's Local arrays) */
+    S_U_BLOCK,  /* a segment of statements run by one block, its Local arrays in shared memory */
+    S_U_GEMM,   /* a GEMM step (a launch of its own) */
+    S_U_TILES,  /* a refused product's tiles (a launch of its own) */
+} s_unit_kind_t;
+
+typedef struct s_unit {
+    s_unit_kind_t kind;
+    size_t first, count; /* its top-level statements: items[first .. first + count - 1] */
+    s_map_t map;         /* MAPPED */
+    s_reduce_t red;      /* REDUCE */
+    troupe_gemm_t gm;    /* GEMM, TILES */
+    troupe_gemm_epilogue_t ep;
+    troupe_cgen_step_t step;
+    troupe_cgen_gemm_call_t tc;
+    const char *why;
+    size_t seg; /* SEQ, BLOCK of a segment: its index in s_plan_t.segs; else SIZE_MAX */
+    int64_t vblocks;      /* blocks it takes in a horizontal kernel */
+    int64_t shared_bytes; /* shared memory it declares */
+    s_accesses_t acc;     /* what its statements read and write */
+} s_unit_t;
+
+/* A segment: the top-level statements from the first access of some Local arrays to the last
+ * (overlapping ranges merged), with those arrays. */
+typedef struct s_segment {
+    size_t first, last;
+    const troupe_tnode_t **locals;
+    size_t nlocals, cap;
+    int64_t bytes;
+} s_segment_t;
+
+/* A launch: units run by one kernel (horizontal when several), or one GEMM/TILES unit. */
+typedef struct s_group {
+    size_t *units;
+    size_t n, cap;
+    int64_t shared_bytes;
+} s_group_t;
+
+typedef struct s_plan {
+    const troupe_ll_t **items;
+    size_t nitems;
+    s_unit_t *units;
+    size_t nunits, ucap;
+    s_segment_t *segs;
+    size_t nsegs, scap;
+    s_group_t *groups;
+    size_t ngroups, gcap;
+    bool oom;
+} s_plan_t;
+
+/* Shared memory a kernel of several parts may declare (a block gets 48 KiB without opting in;
+ * the rest is left to the compiler). Local arrays beyond it run on one thread. */
+#define S_SHARED_MAX (44 * 1024)
+
+static void s_plan_free(s_plan_t *p)
+{
+    for (size_t i = 0; i < p->nunits; i++)
+        troupe_free(p->units[i].acc.v);
+    for (size_t i = 0; i < p->nsegs; i++)
+        troupe_free(p->segs[i].locals);
+    for (size_t i = 0; i < p->ngroups; i++)
+        troupe_free(p->groups[i].units);
+    troupe_free(p->units);
+    troupe_free(p->segs);
+    troupe_free(p->groups);
+    troupe_free(p->items);
+}
+
+static int64_t s_blocks_of(int64_t work)
+{
+    int64_t nb = (work + S_BLOCK_THREADS - 1) / S_BLOCK_THREADS;
+    return nb < 1 ? 1 : nb > S_GRID_MAX ? S_GRID_MAX : nb;
+}
+
+/* Appends a unit of `kind` over items[first .. first + count - 1], collecting its accesses. */
+static s_unit_t *s_new_unit(s_plan_t *p, s_unit_kind_t kind, size_t first, size_t count)
+{
+    s_unit_t u;
+    memset(&u, 0, sizeof u);
+    u.kind = kind;
+    u.first = first;
+    u.count = count;
+    u.seg = SIZE_MAX;
+    u.vblocks = 1;
+    for (size_t i = first; i < first + count; i++)
+        s_collect_ll(&u.acc, p->items[i]);
+    if (u.acc.oom || !TROUPE__VEC_PUSH(p->units, p->nunits, p->ucap, u)) {
+        troupe_free(u.acc.v);
+        p->oom = true;
+        return NULL;
+    }
+    return &p->units[p->nunits - 1];
+}
+
+/* The segments of the Local arrays (see s_segment_t), in order. */
+static troupe_status_t s_find_segments(troupe__cgen_t *g, s_plan_t *p)
 {
     const troupe_ll_proc_t *proc = troupe__cgen_proc(g);
-    const troupe_ll_t **items = NULL;
-    size_t n = 0, cap = 0;
+    size_t nn = proc->nnodes;
+    ptrdiff_t *first = troupe_calloc(nn ? nn : 1, sizeof *first);
+    ptrdiff_t *last = troupe_calloc(nn ? nn : 1, sizeof *last);
+    ptrdiff_t *reach = troupe_calloc(p->nitems ? p->nitems : 1, sizeof *reach);
     troupe_status_t st = TROUPE_OK;
-    if (!troupe__cgen_flatten(proc->body, &items, &n, &cap)) { /* the top-level statements */
-        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
-        goto out;
+    if (first == NULL || last == NULL || reach == NULL)
+        goto oom;
+    for (size_t k = 0; k < nn; k++)
+        first[k] = last[k] = -1;
+    for (size_t i = 0; i < p->nitems; i++) {
+        reach[i] = -1;
+        s_accesses_t a = {NULL, 0, 0, false};
+        s_collect_ll(&a, p->items[i]);
+        bool bad = a.oom;
+        for (size_t x = 0; x < a.n; x++) {
+            if (!troupe__cgen_node_is_local(g, a.v[x].tn))
+                continue;
+            for (size_t k = 0; k < nn; k++)
+                if (proc->nodes[k] == a.v[x].tn) {
+                    if (first[k] < 0)
+                        first[k] = (ptrdiff_t)i;
+                    last[k] = (ptrdiff_t)i;
+                }
+        }
+        troupe_free(a.v);
+        if (bad)
+            goto oom;
     }
-    if (troupe__cgen_has_local_arrays(g)) { /* one thread holds the Local arrays */
-        st = s_put_one_thread(g, r, items, n, true, b);
-        goto out;
+    for (size_t k = 0; k < nn; k++)
+        if (first[k] >= 0 && last[k] > reach[first[k]])
+            reach[first[k]] = last[k];
+    for (size_t i = 0; i < p->nitems;) {
+        if (reach[i] < 0) {
+            i++;
+            continue;
+        }
+        s_segment_t seg = {i, (size_t)reach[i], NULL, 0, 0, 0};
+        for (size_t j = i; j <= seg.last; j++)
+            if (reach[j] > (ptrdiff_t)seg.last)
+                seg.last = (size_t)reach[j];
+        for (size_t k = 0; k < nn; k++)
+            if (first[k] >= (ptrdiff_t)seg.first && first[k] <= (ptrdiff_t)seg.last) {
+                if (!TROUPE__VEC_PUSH(seg.locals, seg.nlocals, seg.cap, proc->nodes[k]))
+                    goto oom_seg;
+                seg.bytes += (int64_t)proc->nodes[k]->size_bytes;
+            }
+        if (!TROUPE__VEC_PUSH(p->segs, p->nsegs, p->scap, seg))
+            goto oom_seg;
+        i = seg.last + 1;
+        continue;
+    oom_seg:
+        troupe_free(seg.locals);
+        goto oom;
     }
-    size_t seq_from = 0, seq_n = 0; /* sequential statements not emitted yet */
-    for (size_t i = 0; i < n && st == TROUPE_OK; i++) {
-        const troupe_ll_t *s = items[i];
+    goto out;
+oom:
+    st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+out:
+    troupe_free(first);
+    troupe_free(last);
+    troupe_free(reach);
+    return st;
+}
+
+/* The units of the routine, in order: a segment is one unit (BLOCK when its Local arrays fit in
+ * shared memory, else SEQ); outside segments, each GEMM window, refused product, block-level
+ * reduction, mapped nest and ZERO_OUT is one, and consecutive sequential statements are one
+ * SEQ. Top-level comments outside segments are dropped. */
+static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_t *r, s_plan_t *p)
+{
+    size_t seg = 0;
+    s_unit_t *seq = NULL; /* the SEQ unit being extended */
+    for (size_t i = 0; i < p->nitems && !p->oom; i++) {
+        const troupe_ll_t *s = p->items[i];
+        size_t seg_from = seg < p->nsegs ? p->segs[seg].first : p->nitems;
+        if (i == seg_from) {
+            const s_segment_t *sg = &p->segs[seg];
+            bool block = sg->bytes <= S_SHARED_MAX;
+            s_unit_t *u = s_new_unit(p, block ? S_U_BLOCK : S_U_SEQ, sg->first,
+                                     sg->last - sg->first + 1);
+            if (u != NULL) {
+                u->seg = seg;
+                u->shared_bytes = block ? sg->bytes : 0;
+            }
+            seq = NULL;
+            i = sg->last;
+            seg++;
+            continue;
+        }
         troupe_gemm_t gm;
         troupe_gemm_epilogue_t ep;
         troupe_cgen_step_t step;
         size_t used = 0;
         if ((s->kind == TROUPE_LL_FOR || s->kind == TROUPE_LL_ZERO_OUT) &&
-            s_gemm_step(g, r, items, n, i, &gm, &ep, &used, &step)) {
-            st = s_put_one_thread(g, r, &items[seq_from], seq_n, false, b);
-            seq_n = 0;
-            if (st == TROUPE_OK)
-                st = s_put_gemm(g, r, &gm, &ep, &step, b);
+            s_gemm_step(g, r, p->items, seg_from, i, &gm, &ep, &used, &step)) {
+            s_unit_t *u = s_new_unit(p, S_U_GEMM, i, used);
+            if (u != NULL) {
+                u->gm = gm;
+                u->ep = ep;
+                u->step = step;
+            }
+            seq = NULL;
             i += used - 1;
             continue;
         }
-        if (s->kind == TROUPE_LL_COMMENT && seq_n == 0) {
-            st = troupe__cgen_emit_stmt(g, s, 0, b);
+        if (s->kind == TROUPE_LL_COMMENT)
             continue;
-        }
         s_map_t map = {0, {NULL}};
         s_reduce_t red;
         bool reduce = false, tiled = false;
@@ -1125,36 +1391,291 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
         const char *why = NULL;
         if (s->kind == TROUPE_LL_FOR)
             tiled = s_refused_tiles(g, r, s, &gm, &tc, &why);
-        if (!tiled && s->kind == TROUPE_LL_FOR && (st = s_plan_nest(s, &map)) != TROUPE_OK)
-            break;
-        if (!tiled && s->kind == TROUPE_LL_FOR &&
-            (st = s_plan_reduce(s, &map, &red, &reduce)) != TROUPE_OK)
-            break;
+        if (!tiled && s->kind == TROUPE_LL_FOR)
+            TROUPE_RETURN_IF_ERROR(s_plan_nest(s, &map));
+        if (!tiled && s->kind == TROUPE_LL_FOR)
+            TROUPE_RETURN_IF_ERROR(s_plan_reduce(s, &map, &red, &reduce));
         if (!tiled && s->kind != TROUPE_LL_ZERO_OUT && map.nmapped == 0 && !reduce) {
-            if (seq_n++ == 0)
-                seq_from = i;
+            if (seq != NULL) { /* extend the run (only comments lie between) */
+                seq->count = i - seq->first + 1;
+                s_collect_ll(&seq->acc, s);
+                p->oom = p->oom || seq->acc.oom;
+            } else {
+                seq = s_new_unit(p, S_U_SEQ, i, 1);
+            }
             continue;
         }
-        st = s_put_one_thread(g, r, &items[seq_from], seq_n, false, b);
-        seq_n = 0;
-        size_t kernel = 0;
-        if (st == TROUPE_OK && tiled)
-            st = s_put_refused_tiles(g, r, &gm, &tc, why, b, &kernel);
-        else if (st == TROUPE_OK && reduce)
-            st = s_put_reduce(g, r, &red, b, &kernel);
-        else if (st == TROUPE_OK && s->kind == TROUPE_LL_FOR)
-            st = s_put_mapped(g, r, &map, s, b, &kernel);
-        else if (st == TROUPE_OK)
-            st = s_put_zero(g, r, s->u.zero_out, b, &kernel);
-        if (st == TROUPE_OK) {
-            troupe_cgen_step_t ks = {TROUPE_CGEN_STEP_KERNEL, kernel, 1, {0}};
-            st = s_add_step(r, &ks);
+        seq = NULL;
+        s_unit_t *u = s_new_unit(p, tiled    ? S_U_TILES
+                                    : reduce ? S_U_REDUCE
+                                    : s->kind == TROUPE_LL_ZERO_OUT ? S_U_ZERO
+                                                                    : S_U_MAPPED,
+                                 i, 1);
+        if (u == NULL)
+            break;
+        u->map = map;
+        if (tiled) {
+            u->gm = gm;
+            u->tc = tc;
+            u->why = why;
+        } else if (reduce) {
+            u->red = red;
+            u->vblocks = red.outputs < S_GRID_MAX ? red.outputs : S_GRID_MAX;
+            u->shared_bytes = S_REDUCE_THREADS * (int64_t)troupe_prec_size_bytes(
+                                                     red.set->u.set.tn->prec);
+        } else if (s->kind == TROUPE_LL_ZERO_OUT) {
+            u->vblocks = s_blocks_of(troupe_tnode_num_elems(s->u.zero_out));
+        } else {
+            int64_t ex, ey;
+            s_map_extents(&map, &ex, &ey);
+            u->vblocks = s_blocks_of(ex * ey);
         }
     }
-    if (st == TROUPE_OK)
-        st = s_put_one_thread(g, r, &items[seq_from], seq_n, false, b);
+    return p->oom ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory") : TROUPE_OK;
+}
+
+/* Whether units a and b touch a node one of them writes (then their order matters). */
+static bool s_conflict(const s_unit_t *a, const s_unit_t *b)
+{
+    for (size_t i = 0; i < a->acc.n; i++)
+        for (size_t j = 0; j < b->acc.n; j++)
+            if (a->acc.v[i].tn == b->acc.v[j].tn && (a->acc.v[i].write || b->acc.v[j].write))
+                return true;
+    return false;
+}
+
+static bool s_launch_alone(const s_unit_t *u)
+{
+    return u->kind == S_U_GEMM || u->kind == S_U_TILES;
+}
+
+/* The launches: each unit joins the earliest kernel it may run in, i.e. one after the last
+ * launch holding a unit it conflicts with (so it still runs after everything it depends on
+ * and before everything that depends on it, which all come later), within the shared memory
+ * a block has; else it opens a launch of its own. Units in one kernel touch no common node
+ * that one of them writes, so they may run in any order or at once. */
+static void s_plan_groups(s_plan_t *p)
+{
+    for (size_t ui = 0; ui < p->nunits && !p->oom; ui++) {
+        const s_unit_t *u = &p->units[ui];
+        ptrdiff_t best = -1;
+        for (size_t gi = p->ngroups; gi-- > 0 && !s_launch_alone(u);) {
+            const s_group_t *gr = &p->groups[gi];
+            bool conflict = false;
+            for (size_t k = 0; k < gr->n && !conflict; k++)
+                conflict = s_conflict(u, &p->units[gr->units[k]]);
+            if (conflict)
+                break;
+            if (!s_launch_alone(&p->units[gr->units[0]]) &&
+                gr->shared_bytes + u->shared_bytes <= S_SHARED_MAX)
+                best = (ptrdiff_t)gi;
+        }
+        if (best < 0) {
+            s_group_t ng = {NULL, 0, 0, 0};
+            if (!TROUPE__VEC_PUSH(p->groups, p->ngroups, p->gcap, ng)) {
+                p->oom = true;
+                return;
+            }
+            best = (ptrdiff_t)p->ngroups - 1;
+        }
+        s_group_t *gr = &p->groups[best];
+        if (!TROUPE__VEC_PUSH(gr->units, gr->n, gr->cap, ui)) {
+            p->oom = true;
+            return;
+        }
+        gr->shared_bytes += u->shared_bytes;
+    }
+}
+
+/* Declarations of a segment's Local arrays at `in`: in shared memory (zeroed by the block's
+ * threads, then a barrier), else in the thread, zero-filled. */
+static void s_put_segment_locals(troupe__cgen_t *g, const s_segment_t *sg, bool shared,
+                                 troupe__strbuf_t *b, int in)
+{
+    for (size_t k = 0; k < sg->nlocals; k++) {
+        const troupe_tnode_t *tn = sg->locals[k];
+        troupe__strbuf_repeat(b, "    ", in);
+        troupe__strbuf_printf(b, "%s%s %s[%" PRId64 "]%s;\n", shared ? "__shared__ " : "",
+                              troupe_prec_c_type(tn->prec), troupe__cgen_node_ident(g, tn),
+                              troupe_tnode_num_elems(tn),
+                              shared                              ? ""
+                              : tn->prec == TROUPE_PREC_UINT4X32 ? " = {{{0u}}}"
+                                                                 : " = {0}");
+    }
+    if (!shared)
+        return;
+    for (size_t k = 0; k < sg->nlocals; k++)
+        s_put_zero_flat(b, troupe__cgen_node_ident(g, sg->locals[k]), sg->locals[k]->prec,
+                        troupe_tnode_num_elems(sg->locals[k]), "hz_t", "hz_nt", in);
+    troupe__strbuf_repeat(b, "    ", in);
+    troupe__strbuf_puts(b, "__syncthreads();\n");
+}
+
+/* A BLOCK unit's code: the block's threads run its statements in order, meeting at a barrier
+ * after each; a nest's mapped iterations are spread over the threads (the others stay in each
+ * thread, in order), a ZERO_OUT's elements too, any other statement runs on thread 0. */
+static troupe_status_t s_put_block_part(troupe__cgen_t *g, const s_plan_t *p, const s_unit_t *u,
+                                        troupe__strbuf_t *b, int in)
+{
+    troupe__strbuf_repeat(b, "    ", in);
+    troupe__strbuf_puts(b, "/* One block runs these statements, its Local arrays in shared "
+                           "memory, a barrier after each. */\n");
+    s_put_segment_locals(g, &p->segs[u->seg], true, b, in);
+    troupe_status_t st = TROUPE_OK;
+    for (size_t i = u->first; i < u->first + u->count && st == TROUPE_OK; i++) {
+        const troupe_ll_t *s = p->items[i];
+        if (s->kind == TROUPE_LL_COMMENT) {
+            st = troupe__cgen_emit_stmt(g, s, in, b);
+            continue;
+        }
+        s_map_t map = {0, {NULL}};
+        if (s->kind == TROUPE_LL_FOR && (st = s_plan_nest(s, &map)) != TROUPE_OK)
+            break;
+        if (s->kind == TROUPE_LL_ZERO_OUT) {
+            s_put_zero_flat(b, troupe__cgen_node_ident(g, s->u.zero_out), s->u.zero_out->prec,
+                            troupe_tnode_num_elems(s->u.zero_out), "hz_t", "hz_nt", in);
+        } else if (map.nmapped > 0) {
+            st = s_put_mapped_flat(g, &map, s, b, in, "hz_t", "hz_nt");
+        } else {
+            troupe__strbuf_repeat(b, "    ", in);
+            troupe__strbuf_puts(b, "if (hz_t == 0) {\n");
+            st = troupe__cgen_emit_stmt(g, s, in + 1, b);
+            troupe__strbuf_repeat(b, "    ", in);
+            troupe__strbuf_puts(b, "}\n");
+        }
+        troupe__strbuf_repeat(b, "    ", in);
+        troupe__strbuf_puts(b, "__syncthreads();\n");
+    }
+    return st;
+}
+
+/* A kernel of the units of group gr, each taking a range of virtual blocks: virtual block v
+ * (the real blocks grid-stride over them) runs part k when v lies in k's range, as its block
+ * hz_vb = v - (the range's start) of the part's own blocks, with the block's hz_nt threads. */
+static troupe_status_t s_put_horizontal(troupe__cgen_t *g, troupe_cgen_result_t *r,
+                                        const s_plan_t *p, const s_group_t *gr,
+                                        troupe__strbuf_t *b, size_t *out_kernel)
+{
+    troupe_cgen_kernel_t *k = NULL;
+    TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
+    *out_kernel = r->nkernels - 1;
+    int64_t v = 0;
+    bool fixed = false, all_seq = true;
+    for (size_t i = 0; i < gr->n; i++) {
+        const s_unit_t *u = &p->units[gr->units[i]];
+        v += u->vblocks;
+        fixed = fixed || u->kind == S_U_REDUCE || u->kind == S_U_BLOCK;
+        all_seq = all_seq && u->kind == S_U_SEQ;
+        if (u->kind == S_U_REDUCE && s_reduce_reassociates(&u->red))
+            k->reassociates = true;
+    }
+    k->extent[0] = v;
+    k->extent[1] = 1;
+    k->block[0] = all_seq ? 1 : S_BLOCK_THREADS;
+    k->block[1] = 1;
+    k->grid[0] = s_grid(v, 1);
+    k->grid[1] = 1;
+    k->fixed_block = fixed;
+    k->one_thread = all_seq && gr->n == 1;
+    troupe__strbuf_printf(b,
+                          "    /* %zu parts over %" PRId64
+                          " virtual blocks (grid-stride); each part runs in its range. */\n"
+                          "    const int64_t hz_nt = (int64_t)blockDim.x * blockDim.y;\n"
+                          "    const int64_t hz_t = (int64_t)threadIdx.y * blockDim.x + "
+                          "threadIdx.x;\n"
+                          "    for (int64_t hz_v = (int64_t)blockIdx.y * gridDim.x + blockIdx.x; "
+                          "hz_v < %" PRId64 "LL; hz_v += (int64_t)gridDim.x * gridDim.y) {\n",
+                          gr->n, v, v);
+    troupe_status_t st = TROUPE_OK;
+    int64_t v0 = 0;
+    for (size_t i = 0; i < gr->n && st == TROUPE_OK; i++) {
+        const s_unit_t *u = &p->units[gr->units[i]];
+        troupe__strbuf_printf(b, "        %sif (hz_v < %" PRId64 "LL) {\n", i ? "else " : "",
+                              v0 + u->vblocks);
+        char start[64], stride[64];
+        snprintf(start, sizeof start, "hz_vb * hz_nt + hz_t");
+        snprintf(stride, sizeof stride, "%" PRId64 "LL * hz_nt", u->vblocks);
+        if (u->kind == S_U_MAPPED || u->kind == S_U_ZERO || u->kind == S_U_REDUCE)
+            troupe__strbuf_printf(b, "            const int64_t hz_vb = hz_v - %" PRId64 "LL;\n",
+                                  v0);
+        if (u->kind == S_U_MAPPED) {
+            st = s_put_mapped_flat(g, &u->map, p->items[u->first], b, 3, start, stride);
+        } else if (u->kind == S_U_ZERO) {
+            const troupe_tnode_t *tn = p->items[u->first]->u.zero_out;
+            s_put_zero_flat(b, troupe__cgen_node_ident(g, tn), tn->prec,
+                            troupe_tnode_num_elems(tn), start, stride, 3);
+        } else if (u->kind == S_U_REDUCE) {
+            char ostride[32];
+            snprintf(ostride, sizeof ostride, "%" PRId64 "LL", u->vblocks);
+            st = s_put_reduce_part(g, &u->red, b, "hz_vb", ostride);
+        } else if (u->kind == S_U_BLOCK) {
+            st = s_put_block_part(g, p, u, b, 3);
+        } else { /* SEQ */
+            troupe__strbuf_puts(b, "            if (hz_t == 0) {\n");
+            if (u->seg != SIZE_MAX)
+                s_put_segment_locals(g, &p->segs[u->seg], false, b, 4);
+            for (size_t j = u->first; j < u->first + u->count && st == TROUPE_OK; j++)
+                st = troupe__cgen_emit_stmt(g, p->items[j], 4, b);
+            troupe__strbuf_puts(b, "            }\n");
+        }
+        troupe__strbuf_puts(b, "        }\n");
+        v0 += u->vblocks;
+    }
+    troupe__strbuf_puts(b, "    }\n}\n");
+    return st;
+}
+
+/* The launch of group gr: a unit alone keeps its own kernel (or GEMM step); several units, a
+ * segment or a SEQ with Local arrays, a horizontal kernel. */
+static troupe_status_t s_put_group(troupe__cgen_t *g, troupe_cgen_result_t *r, s_plan_t *p,
+                                   const s_group_t *gr, troupe__strbuf_t *b)
+{
+    s_unit_t *u = &p->units[gr->units[0]];
+    size_t kernel = 0;
+    troupe_status_t st = TROUPE_OK;
+    if (gr->n > 1 || u->kind == S_U_BLOCK || (u->kind == S_U_SEQ && u->seg != SIZE_MAX))
+        st = s_put_horizontal(g, r, p, gr, b, &kernel);
+    else if (u->kind == S_U_GEMM)
+        return s_put_gemm(g, r, &u->gm, &u->ep, &u->step, b);
+    else if (u->kind == S_U_SEQ)
+        return s_put_one_thread(g, r, &p->items[u->first], u->count, false, b);
+    else if (u->kind == S_U_TILES)
+        st = s_put_refused_tiles(g, r, &u->gm, &u->tc, u->why, b, &kernel);
+    else if (u->kind == S_U_REDUCE)
+        st = s_put_reduce(g, r, &u->red, b, &kernel);
+    else if (u->kind == S_U_MAPPED)
+        st = s_put_mapped(g, r, &u->map, p->items[u->first], b, &kernel);
+    else
+        st = s_put_zero(g, r, p->items[u->first]->u.zero_out, b, &kernel);
+    if (st != TROUPE_OK)
+        return st;
+    troupe_cgen_step_t ks = {TROUPE_CGEN_STEP_KERNEL, kernel, 1, {0}};
+    return s_add_step(r, &ks);
+}
+
+static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
+                                     troupe__strbuf_t *b)
+{
+    const troupe_ll_proc_t *proc = troupe__cgen_proc(g);
+    s_plan_t p;
+    memset(&p, 0, sizeof p);
+    size_t cap = 0;
+    troupe_status_t st = TROUPE_OK;
+    if (!troupe__cgen_flatten(proc->body, &p.items, &p.nitems, &cap)) { /* top-level statements */
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        goto out;
+    }
+    if ((st = s_find_segments(g, &p)) != TROUPE_OK || (st = s_plan_units(g, r, &p)) != TROUPE_OK)
+        goto out;
+    s_plan_groups(&p);
+    if (p.oom) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < p.ngroups && st == TROUPE_OK; i++)
+        st = s_put_group(g, r, &p, &p.groups[i], b);
 out:
-    troupe_free(items);
+    s_plan_free(&p);
     if (st == TROUPE_OK && b->failed)
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
     if (st == TROUPE_OK)

@@ -57,6 +57,8 @@ const char *troupe__cgen_node_ident(troupe__cgen_t *g, const troupe_tnode_t *tn)
 /* Appends the statements of s to *v (a TROUPE__VEC of *n, capacity *cap; the caller frees it):
  * nested SEQs spliced in, NOOPs dropped, the rest in order. false when memory ran out. */
 bool troupe__cgen_flatten(const troupe_ll_t *s, const troupe_ll_t ***v, size_t *n, size_t *cap);
+/* Whether `tn` is one of the routine's Local arrays (declared by the routine itself). */
+bool troupe__cgen_node_is_local(troupe__cgen_t *g, const troupe_tnode_t *tn);
 /* Whether the routine has Local arrays, and their declarations (zero-filled, indented once). */
 bool troupe__cgen_has_local_arrays(const troupe__cgen_t *g);
 void troupe__cgen_put_local_arrays(const troupe__cgen_t *g, troupe__strbuf_t *b);
