@@ -1454,12 +1454,19 @@ static bool s_launch_alone(const s_unit_t *u)
  * and before everything that depends on it, which all come later), within the shared memory
  * a block has; else it opens a launch of its own. Units in one kernel touch no common node
  * that one of them writes, so they may run in any order or at once. */
+static bool s_sharing = true; /* troupe__cgen_cuda_set_sharing */
+
+void troupe__cgen_cuda_set_sharing(bool on)
+{
+    s_sharing = on;
+}
+
 static void s_plan_groups(s_plan_t *p)
 {
     for (size_t ui = 0; ui < p->nunits && !p->oom; ui++) {
         const s_unit_t *u = &p->units[ui];
         ptrdiff_t best = -1;
-        for (size_t gi = p->ngroups; gi-- > 0 && !s_launch_alone(u);) {
+        for (size_t gi = p->ngroups; gi-- > 0 && s_sharing && !s_launch_alone(u);) {
             const s_group_t *gr = &p->groups[gi];
             bool conflict = false;
             for (size_t k = 0; k < gr->n && !conflict; k++)

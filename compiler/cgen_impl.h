@@ -78,6 +78,11 @@ void troupe__cgen_put_access(troupe__cgen_t *g, troupe__strbuf_t *b, const troup
 troupe_status_t troupe__cgen_emit_stmt(troupe__cgen_t *g, const troupe_ll_t *s, int indent,
                                        troupe__strbuf_t *out);
 
+/* Tests only: whether the CUDA target lets independent statements share a kernel (default
+ * true; compiler/cgen_cuda.c). Off, each statement keeps a launch of its own, so a test can
+ * count what the sharing saves. Not thread-safe against concurrent emission. */
+void troupe__cgen_cuda_set_sharing(bool on);
+
 /* ---- targets ------------------------------------------------------------------------------ */
 
 typedef struct troupe__cgen_target {

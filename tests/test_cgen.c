@@ -2496,3 +2496,141 @@ Test(nvrtc, include_path_resolves_cuda_headers)
     cr_skip_test("built without the CUDA toolkit");
 #endif
 }
+
+/* ---- launches shared by independent statements, Local arrays in segments --------------------- */
+
+/* Independent statements share one kernel (a 2-D map, a zeroing, a block-level max reduction, a
+ * sequential statement and a segment whose Local array one block holds in shared memory, read
+ * at another element after a barrier); a statement reading three of them opens the next launch;
+ * a segment whose Local array passes the shared memory runs on one thread. Each launch layout
+ * is checked bit for bit against C and the interpreter (s_run: planned grid, small reversed
+ * grid), and the count against the same routine with sharing off. */
+Test(cgen, cuda_shared_launches_and_segments)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    int runs0 = s_emu_runs;
+    troupe_ll_proc_t *p = s_proc("shared_launches");
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_SINGLE, 2, 300, 5);
+    troupe_tnode_t *x2 = s_node("x2", TROUPE_PREC_SINGLE, 2, 300, 5);
+    troupe_tnode_t *c = s_node("c", TROUPE_PREC_SINGLE, 1, 7, 0);
+    troupe_tnode_t *mx = s_node("mx", TROUPE_PREC_SINGLE, 1, 5, 0);
+    troupe_tnode_t *y = s_node("y", TROUPE_PREC_SINGLE, 1, 40, 0);
+    troupe_tnode_t *loc = s_node("loc", TROUPE_PREC_SINGLE, 1, 300, 0);
+    troupe_tnode_t *m = s_node("m", TROUPE_PREC_SINGLE, 1, 300, 0);
+    troupe_tnode_t *u = s_node("u", TROUPE_PREC_SINGLE, 1, 300, 0);
+    troupe_tnode_t *big = s_node("big", TROUPE_PREC_SINGLE, 2, 300, 41); /* 49200 bytes */
+    troupe_tnode_t *w = s_node("w", TROUPE_PREC_SINGLE, 1, 300, 0);
+    s_set_mode(loc, TROUPE_MM_LOCAL);
+    s_set_mode(big, TROUPE_MM_LOCAL);
+    int32_t sy[16];
+    for (int k = 0; k < 16; k++)
+        sy[k] = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *it[10];
+    /* 1. x2 = a * a (2-D map) */
+    it[0] = s_for(p, sy[0], 300,
+                  s_for(p, sy[1], 5,
+                        s_set2(p, x2, s_ix(sy[0]), s_ix(sy[1]),
+                               troupe_sc_binop(p, TROUPE_BINOP_MUL,
+                                               s_get2(p, a, s_ix(sy[0]), s_ix(sy[1])),
+                                               s_get2(p, a, s_ix(sy[0]), s_ix(sy[1]))))));
+    /* 2. zero c */
+    it[1] = troupe_ll_zero_out(p, c);
+    /* 3. mx[j] = max(mx[j], a[i, j]) over 300 i: a block-level reduction, bit for bit */
+    it[2] = s_for(p, sy[2], 300,
+                  s_for(p, sy[3], 5,
+                        s_set1(p, mx, s_ix(sy[3]),
+                               troupe_sc_binop(p, TROUPE_BINOP_MAX, s_get1(p, mx, s_ix(sy[3])),
+                                               s_get2(p, a, s_ix(sy[2]), s_ix(sy[3]))))));
+    /* 4. y[i] = y[i] + y[i + 1]: sequential */
+    it[3] = troupe_ll_for(p, sy[4], 0, 38,
+                          s_set1(p, y, s_ix(sy[4]),
+                                 troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, y, s_ix(sy[4])),
+                                                 s_get1(p, y, s_aff(1, sy[4], 1)))),
+                          false);
+    /* 5, 6. loc[i] = a[i, 0] + a[i, 1]; m[i] = loc[i] * loc[299 - i] (Local: one block) */
+    it[4] = s_for(p, sy[5], 300,
+                  s_set1(p, loc, s_ix(sy[5]),
+                         troupe_sc_binop(p, TROUPE_BINOP_ADD,
+                                         s_get2(p, a, s_ix(sy[5]), troupe_idx_fixed(0)),
+                                         s_get2(p, a, s_ix(sy[5]), troupe_idx_fixed(1)))));
+    it[5] = s_for(p, sy[6], 300,
+                  s_set1(p, m, s_ix(sy[6]),
+                         troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get1(p, loc, s_ix(sy[6])),
+                                         s_get1(p, loc, s_aff(-1, sy[6], 299)))));
+    /* 7. u[i] = x2[i, 0] + mx[2] + c[0]: after 1, 2 and 3 */
+    it[6] = s_for(p, sy[7], 300,
+                  s_set1(p, u, s_ix(sy[7]),
+                         troupe_sc_binop(
+                             p, TROUPE_BINOP_ADD,
+                             troupe_sc_binop(p, TROUPE_BINOP_ADD,
+                                             s_get2(p, x2, s_ix(sy[7]), troupe_idx_fixed(0)),
+                                             s_get1(p, mx, troupe_idx_fixed(2))),
+                             s_get1(p, c, troupe_idx_fixed(0)))));
+    /* 8, 9. big[i, j] = u[i] * 0.5; w[i] = big[i, 40] + big[299 - i, 0] (Local past the shared
+     * memory: one thread) */
+    it[7] = s_for(p, sy[8], 300,
+                  s_for(p, sy[9], 41,
+                        s_set2(p, big, s_ix(sy[8]), s_ix(sy[9]),
+                               troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get1(p, u, s_ix(sy[8])),
+                                               troupe_sc_constant(p, 0.5)))));
+    it[8] = s_for(p, sy[10], 300,
+                  s_set1(p, w, s_ix(sy[10]),
+                         troupe_sc_binop(p, TROUPE_BINOP_ADD,
+                                         s_get2(p, big, s_ix(sy[10]), troupe_idx_fixed(40)),
+                                         s_get2(p, big, s_aff(-1, sy[10], 299),
+                                                troupe_idx_fixed(0)))));
+    s_finish(p, troupe_ll_seq(p, 9, it));
+
+    troupe__cgen_cuda_set_sharing(false);
+    troupe_cgen_result_t *res = s_cuda(p);
+    troupe__cgen_cuda_set_sharing(true);
+    cr_expect_eq(res->nsteps, 7, "unshared: %zu launches", res->nsteps);
+    troupe_cgen_result_destroy(&res);
+    res = s_cuda(p);
+    cr_assert_eq(res->nsteps, 3, "%zu launches:\n%s", res->nsteps, res->source);
+    const troupe_cgen_kernel_t *k = res->kernels;
+    cr_expect(k[0].fixed_block && !k[0].one_thread && !k[0].reassociates);
+    cr_expect(k[0].block[0] == 256 && k[0].block[1] == 1);
+    /* 300x5 map: 6 blocks; zero: 1; reduction: 5 outputs; sequential: 1; segment: 1 */
+    cr_expect_eq(k[0].extent[0], 14);
+    cr_expect_eq(k[0].grid[0], 14);
+    cr_expect(!k[1].fixed_block && !k[1].one_thread && k[1].extent[0] == 300);
+    cr_expect(k[2].one_thread && k[2].block[0] == 1);
+    cr_expect_not_null(strstr(res->source, "__shared__ float n"), "%s", res->source);
+    cr_expect_null(strstr(res->source, "__shared__ float n10_big"));
+    troupe_cgen_result_destroy(&res);
+
+    float *av = malloc(sizeof(float) * 1500), x2v[1500], cv[7], mxv[5], yv[40], mv[300], uv[300],
+          wv[300];
+    s_fill(av, 1500);
+    for (int i = 0; i < 1500; i++)
+        av[i] -= 1.25f; /* mixed signs for the max */
+    s_fill(cv, 7);
+    s_fill(yv, 40);
+    for (int i = 0; i < 5; i++)
+        mxv[i] = -0.0f;
+    memset(x2v, 0, sizeof x2v);
+    memset(mv, 0, sizeof mv);
+    memset(uv, 0, sizeof uv);
+    memset(wv, 0, sizeof wv);
+    s_run_t r = {0};
+    s_bind(&r, a, av);
+    s_bind(&r, x2, x2v);
+    s_bind(&r, c, cv);
+    s_bind(&r, mx, mxv);
+    s_bind(&r, y, yv);
+    s_bind(&r, m, mv);
+    s_bind(&r, u, uv);
+    s_bind(&r, w, wv);
+    s_run(p, &r);
+    cr_expect_eq(cv[3], 0.0f);
+    cr_expect_eq(mv[0], (av[0] + av[1]) * (av[299 * 5] + av[299 * 5 + 1]));
+    s_nvrtc_check(p);
+    cr_expect_eq(s_emu_runs, runs0 + 1);
+    free(av);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_t *nodes[] = {a, x2, c, mx, y, loc, m, u, big, w};
+    for (size_t i = 0; i < sizeof nodes / sizeof nodes[0]; i++)
+        troupe_tnode_release(&nodes[i]);
+}

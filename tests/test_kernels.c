@@ -9,12 +9,20 @@
  * counts are asserted, so a change that stops fusing fails here.
  *
  * Set TROUPE_TEST_KERNELS_DUMP=<dir> to write each routine's procedure and CUDA source there. */
+#define _POSIX_C_SOURCE 200809L
 #include "base/alloc.h"
 #include "compiler/cgen.h"
+#include "compiler/cgen_impl.h"
+#include "compiler/interp.h"
+#include "cuda_emu.h"
 #include "ir/text.h"
 #include "mlp.h"
 #include "parallel/dp.h"
 #include "parallel/dp_impl.h"
+#include "troupe_config.h"
+#if TROUPE_HAVE_CUDA
+#include "devices/cuda/nvrtc.h"
+#endif
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -33,6 +41,11 @@ typedef struct s_count {
     size_t one_thread; /* kernels of them that run on one thread (no parallelism) */
 } s_count_t;
 
+static size_t s_launches(s_count_t c)
+{
+    return c.kernels + c.library;
+}
+
 static void s_dump(const troupe_ll_proc_t *proc, const troupe_cgen_result_t *gen)
 {
     const char *dir = getenv("TROUPE_TEST_KERNELS_DUMP");
@@ -50,11 +63,8 @@ static void s_dump(const troupe_ll_proc_t *proc, const troupe_cgen_result_t *gen
     fclose(f);
 }
 
-static s_count_t s_count(const troupe_code_t *code)
+static s_count_t s_count_gen(const troupe_cgen_result_t *gen)
 {
-    const troupe_ll_proc_t *proc = troupe_code_proc(code);
-    troupe_cgen_result_t *gen = NULL;
-    OK(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &gen));
     s_count_t c = {0, 0, 0};
     for (size_t i = 0; i < gen->nsteps; i++) {
         if (gen->steps[i].kind == TROUPE_CGEN_STEP_GEMM) {
@@ -64,9 +74,26 @@ static s_count_t s_count(const troupe_code_t *code)
         c.kernels++;
         c.one_thread += gen->kernels[gen->steps[i].first_kernel].one_thread ? 1 : 0;
     }
+    return c;
+}
+
+/* The routine's launches, and (*alone) those with sharing off (troupe__cgen_cuda_set_sharing:
+ * each statement a launch of its own). */
+static s_count_t s_count(const troupe_code_t *code, s_count_t *alone)
+{
+    const troupe_ll_proc_t *proc = troupe_code_proc(code);
+    troupe_cgen_result_t *gen = NULL;
+    troupe__cgen_cuda_set_sharing(false);
+    troupe_status_t st = troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &gen);
+    troupe__cgen_cuda_set_sharing(true);
+    OK(st);
+    *alone = s_count_gen(gen);
+    troupe_cgen_result_destroy(&gen);
+    OK(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &gen));
+    s_count_t c = s_count_gen(gen);
     s_dump(proc, gen);
-    printf("kernels: %-16s %2zu kernels (%zu one-thread) + %zu library calls\n", proc->name,
-           c.kernels, c.one_thread, c.library);
+    printf("kernels: %-16s %2zu kernels (%zu one-thread) + %zu library calls; unshared %zu + %zu\n",
+           proc->name, c.kernels, c.one_thread, c.library, alone->kernels, alone->library);
     troupe_cgen_result_destroy(&gen);
     return c;
 }
@@ -75,14 +102,25 @@ static s_count_t s_count(const troupe_code_t *code)
  * routine, one merge per parameter, one hyper-parameter copy and the optimizer. */
 typedef struct s_step {
     s_count_t grad, merge, hyper, opt;
-    size_t total;
+    size_t total, total_alone;
 } s_step_t;
 
-static s_step_t s_trainer(troupe_optimizer_kind_t kind)
+static void s_add_count(s_step_t *s, s_count_t *into, s_count_t c, s_count_t alone)
 {
-    fmnist_mlp_config_t mc = fmnist_mlp_config_default(S_ROWS, S_BATCHES);
+    into->kernels += c.kernels;
+    into->library += c.library;
+    into->one_thread += c.one_thread;
+    s->total += s_launches(c);
+    s->total_alone += s_launches(alone);
+}
+
+/* The trainer's routines as troupe_dp_new compiles them on two streams of the sync backend,
+ * `rows` rows per replica, with optimizer `kind`. */
+static void s_open(troupe_optimizer_kind_t kind, int64_t rows, fmnist_mlp_t **mlp_out,
+                   troupe_dp_t **dp_out)
+{
+    fmnist_mlp_config_t mc = fmnist_mlp_config_default(rows, S_BATCHES);
     fmnist_mlp_t *mlp = NULL;
-    troupe_dp_t *dp = NULL;
     OK(fmnist_mlp_new(&mc, &mlp));
     OK(fmnist_mlp_init_params(mlp, 7));
     troupe_tnode_t *inputs[2] = {mlp->x_all, mlp->y_all};
@@ -97,36 +135,65 @@ static s_step_t s_trainer(troupe_optimizer_kind_t kind)
                                .n_inputs = 2};
     troupe_dp_config_t dc = {
         .backend = "sync", .streams = 2, .optimizer = troupe_optimizer_default(kind)};
-    OK(troupe_dp_new(&dc, &model, &dp));
+    OK(troupe_dp_new(&dc, &model, dp_out));
+    *mlp_out = mlp;
+}
+
+static s_step_t s_trainer(troupe_optimizer_kind_t kind)
+{
+    fmnist_mlp_t *mlp = NULL;
+    troupe_dp_t *dp = NULL;
+    s_open(kind, S_ROWS, &mlp, &dp);
     s_step_t s;
     memset(&s, 0, sizeof s);
-    s.grad = s_count(dp->grad_code);
-    s.total = s.grad.kernels + s.grad.library;
+    s_count_t alone;
+    s_count_t c = s_count(dp->grad_code, &alone);
+    s_add_count(&s, &s.grad, c, alone);
     for (size_t i = 0; i < dp->n_params; i++) {
-        s_count_t m = s_count(dp->merge_code[i]);
-        s.merge.kernels += m.kernels;
-        s.merge.library += m.library;
+        c = s_count(dp->merge_code[i], &alone);
+        s_add_count(&s, &s.merge, c, alone);
     }
-    s.total += s.merge.kernels + s.merge.library;
-    s.hyper = s_count(dp->hyper_copy_code[0]);
-    s.total += s.hyper.kernels + s.hyper.library;
-    s.opt = s_count(dp->opt_code);
-    s.total += s.opt.kernels + s.opt.library;
-    printf("kernels: %s step: %zu launches\n", troupe_optimizer_name(kind), s.total);
+    c = s_count(dp->hyper_copy_code[0], &alone);
+    s_add_count(&s, &s.hyper, c, alone);
+    c = s_count(dp->opt_code, &alone);
+    s_add_count(&s, &s.opt, c, alone);
+    printf("kernels: %s step: %zu launches (%zu unshared)\n", troupe_optimizer_name(kind), s.total,
+           s.total_alone);
     fflush(stdout);
     troupe_dp_destroy(&dp);
     fmnist_mlp_destroy(&mlp);
     return s;
 }
 
+/* The gradient routine: 5 GEMM steps (the forward products and the backward products that are
+ * not in the loss segment) and 7 kernels, none on one thread: the layer-3 forward pass, the
+ * loss and the layer-3 backward pass share Local arrays and run as one block; the rest are
+ * elementwise passes and bias-gradient sums, each independent statement sharing the launch
+ * of an earlier one (the transposes and zeroings join earlier kernels). The optimizer is one
+ * kernel (its six per-parameter updates are independent), each merge one, the copy one. */
+static void s_assert_step(const s_step_t *s, size_t opt_alone)
+{
+    cr_expect_eq(s->grad.library, 5);
+    cr_expect_eq(s->grad.kernels, 7);
+    cr_expect_eq(s->grad.one_thread, 0);
+    cr_expect_eq(s->merge.kernels, 6);
+    cr_expect_eq(s->merge.library, 0);
+    cr_expect_eq(s->hyper.kernels, 1);
+    cr_expect_eq(s->opt.kernels, 1);
+    cr_expect_eq(s->opt.one_thread, 0);
+    cr_expect_eq(s->total, 20);
+    /* Unshared, the same plan launches every statement alone. */
+    cr_expect_eq(s->total_alone, 5 + 10 + 6 + 1 + opt_alone, "%zu", s->total_alone);
+}
+
 Test(kernels, main_job_sgd, .timeout = 120)
 {
     s_step_t s = s_trainer(TROUPE_OPT_SGD);
-    (void)s;
+    s_assert_step(&s, 6);
 }
 
 Test(kernels, main_job_adamw, .timeout = 120)
 {
     s_step_t s = s_trainer(TROUPE_OPT_ADAMW);
-    (void)s;
+    s_assert_step(&s, 6);
 }
