@@ -197,3 +197,141 @@ Test(kernels, main_job_adamw, .timeout = 120)
     s_step_t s = s_trainer(TROUPE_OPT_ADAMW);
     s_assert_step(&s, 6);
 }
+
+/* ---- the routines run: emulated CUDA against the interpreter ------------------------------- */
+
+#define S_EMU_ROWS 64 /* the Local arrays and segments of the main job's plan, a smaller batch */
+
+static uint64_t s_rng = 0x9E3779B97F4A7C15ull;
+
+/* Uniform in [0, 1): positive values keep the optimizer's square roots real. */
+static double s_unit(void)
+{
+    s_rng ^= s_rng >> 12;
+    s_rng ^= s_rng << 25;
+    s_rng ^= s_rng >> 27;
+    return (double)((s_rng * 2685821657736338717ull) >> 11) * 0x1p-53;
+}
+
+/* Runs the CUDA dialect of `proc` on the host (tests/cuda_emu.h: planned grid, then a small grid
+ * in reverse order) and the interpreter from the same random inputs, and checks every node the
+ * routine writes bit for bit; NVRTC compiles it where the toolkit is. */
+static void s_emulate(const troupe_ll_proc_t *proc, const char *must_have)
+{
+    troupe_cgen_result_t *res = NULL;
+    OK(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res));
+    if (must_have != NULL)
+        cr_assert_not_null(strstr(res->source, must_have), "%s lacks '%s'", proc->name, must_have);
+    for (size_t k = 0; k < res->nkernels; k++)
+        cr_assert(!res->kernels[k].reassociates, "%s: kernel %s reassociates", proc->name,
+                  res->kernels[k].name);
+    size_t np = res->nparams;
+    void **orig = calloc(np, sizeof(void *)), **ref = calloc(np, sizeof(void *)),
+         **got = calloc(np, sizeof(void *)), **ptrs = calloc(np, sizeof(void *)),
+         **args = calloc(np, sizeof(void *));
+    int64_t *statics = calloc(np, sizeof(int64_t));
+    troupe_interp_buffer_t *bufs = calloc(np, sizeof *bufs);
+    troupe_interp_static_t *sts = calloc(np, sizeof *sts);
+    cr_assert(orig && ref && got && ptrs && args && statics && bufs && sts);
+    size_t nbufs = 0, nsts = 0;
+    const void *merge = NULL;
+    for (size_t k = 0; k < np; k++) {
+        const troupe_cgen_param_t *p = &res->params[k];
+        if (p->kind == TROUPE_CGEN_PARAM_STATIC_IDX) {
+            statics[k] = p->static_range > 1 ? 1 : 0;
+            sts[nsts++] = (troupe_interp_static_t){p->sym, NULL, statics[k]};
+            args[k] = &statics[k];
+            continue;
+        }
+        size_t bytes = p->tn->size_bytes, es = troupe_prec_size_bytes(p->tn->prec);
+        orig[k] = malloc(bytes);
+        ref[k] = malloc(bytes);
+        got[k] = malloc(bytes);
+        cr_assert(orig[k] && ref[k] && got[k]);
+        for (size_t i = 0; i < bytes / es; i++)
+            troupe_prec_store_double(p->tn->prec, (char *)orig[k] + i * es, s_unit());
+        memcpy(ref[k], orig[k], bytes);
+        if (p->kind == TROUPE_CGEN_PARAM_MERGE_BUFFER)
+            merge = ref[k];
+        else
+            bufs[nbufs++] = (troupe_interp_buffer_t){p->tn, ref[k]};
+        ptrs[k] = got[k];
+        args[k] = &ptrs[k];
+    }
+    troupe_interp_args_t ia = {bufs, nbufs, sts, nsts, merge};
+    OK(troupe_interp_run(proc, &ia));
+    if (troupe_emu_available()) {
+        troupe_emu_t e;
+        troupe_emu_open(res, &e);
+        for (int shape = 0; shape < 2; shape++) {
+            for (size_t k = 0; k < np; k++)
+                if (got[k] != NULL)
+                    memcpy(got[k], orig[k], res->params[k].tn->size_bytes);
+            troupe_emu_run(&e, args, (troupe_emu_shape_t)shape, -1);
+            for (size_t k = 0; k < np; k++) {
+                const troupe_cgen_param_t *p = &res->params[k];
+                if (p->kind != TROUPE_CGEN_PARAM_NODE_PTR || !p->is_written)
+                    continue;
+                size_t es = troupe_prec_size_bytes(p->tn->prec);
+                for (size_t i = 0; i < p->tn->size_bytes / es; i++)
+                    cr_assert(memcmp((char *)got[k] + i * es, (char *)ref[k] + i * es, es) == 0,
+                              "%s (%s): %s element %zu: emulated CUDA %.9g, the interpreter %.9g",
+                              proc->name, shape ? "small grid, reverse" : "planned grid",
+                              p->ident, i,
+                              troupe_prec_load_double(p->tn->prec, (char *)got[k] + i * es),
+                              troupe_prec_load_double(p->tn->prec, (char *)ref[k] + i * es));
+            }
+        }
+        troupe_emu_close(&e);
+    }
+#if TROUPE_HAVE_CUDA
+    char *ptx = NULL, *log = NULL;
+    troupe_status_t st = troupe_nvrtc_compile(res->source, proc->name, "compute_80", &ptx, &log);
+    if (st != TROUPE_OK)
+        cr_log_error("%s", log ? log : "");
+    cr_expect_eq(st, TROUPE_OK, "%s: nvrtc: %s", proc->name, troupe_last_error());
+    troupe_free(ptx);
+    troupe_free(log);
+#endif
+    for (size_t k = 0; k < np; k++) {
+        free(orig[k]);
+        free(ref[k]);
+        free(got[k]);
+    }
+    free(orig);
+    free(ref);
+    free(got);
+    free(ptrs);
+    free(args);
+    free(statics);
+    free(bufs);
+    free(sts);
+    troupe_cgen_result_destroy(&res);
+}
+
+/* Every routine of a step, shared launches and one-block segments included. */
+static void s_emulate_step(troupe_optimizer_kind_t kind)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    fmnist_mlp_t *mlp = NULL;
+    troupe_dp_t *dp = NULL;
+    s_open(kind, S_EMU_ROWS, &mlp, &dp);
+    /* the loss segment in shared memory; the optimizer's parts in one kernel */
+    s_emulate(troupe_code_proc(dp->grad_code), "__shared__ float n");
+    s_emulate(troupe_code_proc(dp->merge_code[0]), NULL);
+    s_emulate(troupe_code_proc(dp->hyper_copy_code[0]), NULL);
+    s_emulate(troupe_code_proc(dp->opt_code), "6 parts over");
+    troupe_dp_destroy(&dp);
+    fmnist_mlp_destroy(&mlp);
+}
+
+Test(kernels, emulated_step_sgd, .timeout = 600)
+{
+    s_emulate_step(TROUPE_OPT_SGD);
+}
+
+Test(kernels, emulated_step_adamw, .timeout = 600)
+{
+    s_emulate_step(TROUPE_OPT_ADAMW);
+}
