@@ -1606,14 +1606,6 @@ bool troupe__cgen_node_is_local(troupe__cgen_t *g, const troupe_tnode_t *tn)
     return info != NULL && info->is_local;
 }
 
-bool troupe__cgen_has_local_arrays(const troupe__cgen_t *g)
-{
-    for (size_t i = 0; i < g->proc->nnodes; i++)
-        if (g->nodes[i].is_local)
-            return true;
-    return false;
-}
-
 void troupe__cgen_put_local_arrays(const troupe__cgen_t *g, troupe__strbuf_t *b)
 {
     const troupe_ll_proc_t *proc = g->proc;

@@ -112,8 +112,32 @@
  *     stores and reads at the next k; NaN by troupe's rule): bit for bit the interpreter's.
  *     A zeroing before it stays a kernel of its own;
  *   - anything else (a top-level SET, a nest with no mappable loop): consecutive ones are
- *     grouped into one one-thread kernel (thread 0 of block 0 runs it; the others return).
- * A procedure with Local arrays is one one-thread kernel (a Local array lives in one thread).
+ *     grouped into one one-thread kernel (thread 0 of block 0 runs it; the others return);
+ *   - Local arrays: the top-level statements from the first that touches some Local array to
+ *     the last (ranges that overlap merged) form a segment, planned before the rest (no GEMM
+ *     step inside it). One block of 256 threads runs a segment (fixed_block) with its Local
+ *     arrays in shared memory, zeroed first: its statements in order, a barrier after each; a
+ *     nest's mapped iterations (the rule above, flattened) spread over the threads with the
+ *     unmapped loops in each thread in order, a ZERO_OUT's elements likewise, any other
+ *     statement on thread 0: bit for bit the interpreter's. A segment whose Local arrays pass
+ *     44 KiB runs on one thread with them as arrays of that thread. Statements outside
+ *     segments never touch a Local array.
+ * Then launches are shared (horizontal fusion): each planned piece except a GEMM step and a
+ * refused product's tiles joins the earliest kernel that comes after the last launch holding a
+ * piece it conflicts with (one of the two writes a node the other reads or writes), within
+ * 44 KiB of shared memory per kernel; else it opens a launch. Pieces of one kernel touch no
+ * node in conflict, so they run in any order or at once, and each element is computed by the
+ * same operations as alone: sharing changes no result (the kernel reassociates exactly when a
+ * piece does). Such a kernel (several pieces, or a segment) is 1D with 256 threads per block
+ * (1 when all pieces are sequential: one_thread when there is one) and V virtual blocks, the
+ * sum of its pieces' (a map or ZERO_OUT ceil(iterations / 256), a block-level reduction its
+ * outputs, each at most 65535; a segment or sequential piece 1); its blocks grid-stride over
+ * the virtual blocks, and virtual block v runs the piece whose range holds v as that piece's
+ * block v - start: a map's iterations flattened and strided over the piece's blocks and the
+ * block's threads, a reduction's outputs over its blocks. grid x = V (at most 65535), extent
+ * {V, 1}; fixed_block when a piece is a reduction or a segment. A piece alone keeps its own
+ * kernel as above. The routine logs one line at debug:ir: its launches per call, kernels,
+ * one-thread kernels and GEMM steps.
  * Launch shape (kernels[i].grid, .block): one-thread: 1x1 blocks of 1x1 threads; 1D: block
  * x = the extent rounded up to a multiple of 32, at most 256; 2D: block x likewise at most 32,
  * block y = min(256 / block x, extent y); grid = ceil(extent / block) per axis, at most 65535

@@ -1,8 +1,10 @@
 /* troupe — the CUDA target of the code generator (compiler/cgen.h, "CUDA dialect"): the routine
- * becomes `extern "C" __global__` kernels, one per top-level statement (consecutive sequential
- * ones share a one-thread kernel), whose loops over independent iterations are mapped onto the
- * grid; top-level matrix products become GEMM steps with their kernels as the fallback. A
- * prelude section's CUDA text replaces its C text where it has one.
+ * becomes `extern "C" __global__` kernels, planned per top-level statement (consecutive
+ * sequential ones share a one-thread kernel; the statements that use Local arrays one block
+ * with the arrays in shared memory), whose loops over independent iterations are mapped onto
+ * the grid; top-level matrix products become GEMM steps with their kernels as the fallback.
+ * Independent pieces then share kernels (horizontal fusion over virtual blocks). A prelude
+ * section's CUDA text replaces its C text where it has one.
  *
  * The mapping rule (cgen.h) is checked on the statement's accesses alone: loop i is mapped
  * when every node the nest writes is only ever accessed at `c*i + o` (one c != 0, one o) on
@@ -278,11 +280,11 @@ static troupe_status_t s_add_step(troupe_cgen_result_t *r, const troupe_cgen_ste
     return TROUPE_OK;
 }
 
-/* A one-thread kernel running the `count` statements at `items`, with the Local arrays when
- * `locals`. */
+/* A one-thread kernel running the `count` statements at `items` (no Local arrays: a segment
+ * holds those). */
 static troupe_status_t s_put_one_thread_kernel(troupe__cgen_t *g, troupe_cgen_result_t *r,
                                                const troupe_ll_t *const *items, size_t count,
-                                               bool locals, troupe__strbuf_t *b)
+                                               troupe__strbuf_t *b)
 {
     troupe_cgen_kernel_t *k = NULL;
     TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
@@ -292,8 +294,6 @@ static troupe_status_t s_put_one_thread_kernel(troupe__cgen_t *g, troupe_cgen_re
     troupe__strbuf_puts(b, "    /* Sequential code: thread 0 of block 0 runs it. */\n"
                            "    if (threadIdx.x != 0 || threadIdx.y != 0 || blockIdx.x != 0 || "
                            "blockIdx.y != 0) return;\n");
-    if (locals)
-        troupe__cgen_put_local_arrays(g, b);
     for (size_t i = 0; i < count; i++)
         TROUPE_RETURN_IF_ERROR(troupe__cgen_emit_stmt(g, items[i], 1, b));
     troupe__strbuf_puts(b, "}\n");
@@ -302,12 +302,12 @@ static troupe_status_t s_put_one_thread_kernel(troupe__cgen_t *g, troupe_cgen_re
 
 /* The same as a step of its own. */
 static troupe_status_t s_put_one_thread(troupe__cgen_t *g, troupe_cgen_result_t *r,
-                                        const troupe_ll_t *const *items, size_t count, bool locals,
+                                        const troupe_ll_t *const *items, size_t count,
                                         troupe__strbuf_t *b)
 {
     if (count == 0)
         return TROUPE_OK;
-    TROUPE_RETURN_IF_ERROR(s_put_one_thread_kernel(g, r, items, count, locals, b));
+    TROUPE_RETURN_IF_ERROR(s_put_one_thread_kernel(g, r, items, count, b));
     troupe_cgen_step_t step = {TROUPE_CGEN_STEP_KERNEL, r->nkernels - 1, 1, {0}};
     return s_add_step(r, &step);
 }
@@ -1085,7 +1085,7 @@ static troupe_status_t s_put_nest(troupe__cgen_t *g, troupe_cgen_result_t *r, co
     TROUPE_RETURN_IF_ERROR(s_plan_nest(s, &map));
     if (map.nmapped > 0)
         return s_put_mapped(g, r, &map, s, b, &kernel);
-    return s_put_one_thread_kernel(g, r, &s, 1, false, b);
+    return s_put_one_thread_kernel(g, r, &s, 1, b);
 }
 
 /* Emits the GEMM step's fallback kernels and adds the step: the statements as written, the
@@ -1645,7 +1645,7 @@ static troupe_status_t s_put_group(troupe__cgen_t *g, troupe_cgen_result_t *r, s
     else if (u->kind == S_U_GEMM)
         return s_put_gemm(g, r, &u->gm, &u->ep, &u->step, b);
     else if (u->kind == S_U_SEQ)
-        return s_put_one_thread(g, r, &p->items[u->first], u->count, false, b);
+        return s_put_one_thread(g, r, &p->items[u->first], u->count, b);
     else if (u->kind == S_U_TILES)
         st = s_put_refused_tiles(g, r, &u->gm, &u->tc, u->why, b, &kernel);
     else if (u->kind == S_U_REDUCE)

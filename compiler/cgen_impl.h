@@ -59,8 +59,7 @@ const char *troupe__cgen_node_ident(troupe__cgen_t *g, const troupe_tnode_t *tn)
 bool troupe__cgen_flatten(const troupe_ll_t *s, const troupe_ll_t ***v, size_t *n, size_t *cap);
 /* Whether `tn` is one of the routine's Local arrays (declared by the routine itself). */
 bool troupe__cgen_node_is_local(troupe__cgen_t *g, const troupe_tnode_t *tn);
-/* Whether the routine has Local arrays, and their declarations (zero-filled, indented once). */
-bool troupe__cgen_has_local_arrays(const troupe__cgen_t *g);
+/* The declarations of the routine's Local arrays (zero-filled, indented once). */
 void troupe__cgen_put_local_arrays(const troupe__cgen_t *g, troupe__strbuf_t *b);
 /* Marks loop symbol `sym` as defined by the target with values lo..hi (a thread's index):
  * troupe__cgen_emit_stmt then emits a loop over it as its body alone. bound false undoes it. */

@@ -123,16 +123,8 @@ static void s_open(troupe_optimizer_kind_t kind, int64_t rows, fmnist_mlp_t **ml
     fmnist_mlp_t *mlp = NULL;
     OK(fmnist_mlp_new(&mc, &mlp));
     OK(fmnist_mlp_init_params(mlp, 7));
-    troupe_tnode_t *inputs[2] = {mlp->x_all, mlp->y_all};
-    troupe_dp_model_t model = {.grad_comp = mlp->grad_comp,
-                               .batch_index = FMNIST_BATCH_SYMBOL,
-                               .num_batches = mc.num_batches,
-                               .params = mlp->params,
-                               .grads = mlp->grads,
-                               .n_params = FMNIST_MLP_NPARAMS,
-                               .loss = mlp->loss,
-                               .inputs = inputs,
-                               .n_inputs = 2};
+    troupe_dp_model_t model;
+    fmnist_mlp_dp_model(mlp, &model);
     troupe_dp_config_t dc = {
         .backend = "sync", .streams = 2, .optimizer = troupe_optimizer_default(kind)};
     OK(troupe_dp_new(&dc, &model, dp_out));
