@@ -122,16 +122,22 @@
  *     statement on thread 0: bit for bit the interpreter's. A segment whose Local arrays pass
  *     44 KiB runs on one thread with them as arrays of that thread. Statements outside
  *     segments never touch a Local array.
- * Then launches are shared (horizontal fusion): each planned piece except a GEMM step and a
- * refused product's tiles joins the earliest kernel that comes after the last launch holding a
- * piece it conflicts with (one of the two writes a node the other reads or writes), within
- * 44 KiB of shared memory per kernel; else it opens a launch. Pieces of one kernel touch no
- * node in conflict, so they run in any order or at once, and each element is computed by the
- * same operations as alone: sharing changes no result (the kernel reassociates exactly when a
- * piece does). Such a kernel (several pieces, or a segment) is 1D with 256 threads per block
+ * Then launches are shared. Each planned piece except a GEMM step and a refused product's
+ * tiles, in order, looks back to the last launch holding a piece it conflicts with (one of the
+ * two writes a node the other reads or writes) and (horizontal fusion) joins the earliest
+ * kernel after that launch, within 44 KiB of shared memory per kernel; else, when it is small
+ * (a map of at most 64 x 256 iterations, a ZERO_OUT of as many elements, sequential code),
+ * it goes to the end of the earliest one-block launch (a segment) from that conflicting
+ * launch on, which then runs it after what it holds (a barrier between); else a segment takes
+ * the conflicting launch into its block when all of its pieces are small, running them
+ * first; else the piece opens a launch. Each piece still runs after all it depends on and
+ * before all that depends on it. Pieces of one kernel's parts touch no node in conflict, so
+ * they run in any order or at once, and each element is computed by the same operations as
+ * alone: sharing changes no result (the kernel reassociates exactly when a piece does). Such a
+ * kernel (several pieces, or a segment) is 1D with 256 threads per block
  * (1 when all pieces are sequential: one_thread when there is one) and V virtual blocks, the
- * sum of its pieces' (a map or ZERO_OUT ceil(iterations / 256), a block-level reduction its
- * outputs, each at most 65535; a segment or sequential piece 1); its blocks grid-stride over
+ * sum of its parts' (a map or ZERO_OUT ceil(iterations / 256), a block-level reduction its
+ * outputs, each at most 65535; a one-block launch or sequential piece 1); its blocks grid-stride over
  * the virtual blocks, and virtual block v runs the piece whose range holds v as that piece's
  * block v - start: a map's iterations flattened and strided over the piece's blocks and the
  * block's threads, a reduction's outputs over its blocks. grid x = V (at most 65535), extent

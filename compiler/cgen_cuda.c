@@ -386,7 +386,7 @@ static troupe_status_t s_put_mapped(troupe__cgen_t *g, troupe_cgen_result_t *r, 
 }
 
 /* Opens `for (int64_t t_f = <start>; t_f < <count>; t_f += <stride>) {` at `in`: the work items
- * of a part of a kernel that shares its grid (horizontal) or its block (s_put_block_part). */
+ * of a part of a kernel that shares its grid (horizontal) or its block (s_put_serial_part). */
 static void s_put_flat_loop(troupe__strbuf_t *b, int64_t count, const char *start,
                             const char *stride, int in)
 {
@@ -1197,6 +1197,7 @@ typedef struct s_unit {
     const char *why;
     size_t seg; /* SEQ, BLOCK of a segment: its index in s_plan_t.segs; else SIZE_MAX */
     int64_t vblocks;      /* blocks it takes in a horizontal kernel */
+    int64_t iters;        /* MAPPED: iterations of its nest's perfect head; ZERO: elements */
     int64_t shared_bytes; /* shared memory it declares */
     s_accesses_t acc;     /* what its statements read and write */
 } s_unit_t;
@@ -1210,11 +1211,13 @@ typedef struct s_segment {
     int64_t bytes;
 } s_segment_t;
 
-/* A launch: units run by one kernel (horizontal when several), or one GEMM/TILES unit. */
+/* A launch: units run by one kernel (horizontal when several), or one GEMM/TILES unit. A serial
+ * group is one block running its units in order, a barrier after each statement. */
 typedef struct s_group {
     size_t *units;
     size_t n, cap;
     int64_t shared_bytes;
+    bool serial;
 } s_group_t;
 
 typedef struct s_plan {
@@ -1232,6 +1235,9 @@ typedef struct s_plan {
 /* Shared memory a kernel of several parts may declare (a block gets 48 KiB without opting in;
  * the rest is left to the compiler). Local arrays beyond it run on one thread. */
 #define S_SHARED_MAX (44 * 1024)
+/* The most iterations of a map or elements of a zeroing that a segment's block takes over
+ * (64 per thread) to save their launch. */
+#define S_ABSORB_MAX_ITERS (64 * S_BLOCK_THREADS)
 
 static void s_plan_free(s_plan_t *p)
 {
@@ -1424,11 +1430,15 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
             u->shared_bytes = S_REDUCE_THREADS * (int64_t)troupe_prec_size_bytes(
                                                      red.set->u.set.tn->prec);
         } else if (s->kind == TROUPE_LL_ZERO_OUT) {
-            u->vblocks = s_blocks_of(troupe_tnode_num_elems(s->u.zero_out));
+            u->iters = troupe_tnode_num_elems(s->u.zero_out);
+            u->vblocks = s_blocks_of(u->iters);
         } else {
             int64_t ex, ey;
             s_map_extents(&map, &ex, &ey);
             u->vblocks = s_blocks_of(ex * ey);
+            u->iters = 1;
+            for (const troupe_ll_t *l = s; l != NULL; l = s_only_loop(l->u.for_loop.body))
+                u->iters *= s_extent(l);
         }
     }
     return p->oom ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory") : TROUPE_OK;
@@ -1449,11 +1459,28 @@ static bool s_launch_alone(const s_unit_t *u)
     return u->kind == S_U_GEMM || u->kind == S_U_TILES;
 }
 
-/* The launches: each unit joins the earliest kernel it may run in, i.e. one after the last
- * launch holding a unit it conflicts with (so it still runs after everything it depends on
- * and before everything that depends on it, which all come later), within the shared memory
- * a block has; else it opens a launch of its own. Units in one kernel touch no common node
- * that one of them writes, so they may run in any order or at once. */
+/* Whether a segment's block may take unit u over: a small map or zeroing, or sequential code. */
+static bool s_absorbable(const s_unit_t *u)
+{
+    return (u->kind == S_U_SEQ && u->seg == SIZE_MAX) ||
+           ((u->kind == S_U_MAPPED || u->kind == S_U_ZERO) && u->iters <= S_ABSORB_MAX_ITERS);
+}
+
+/* Whether group gr is one block (serial, or a segment alone) that may run u after its units. */
+static bool s_appendable(const s_plan_t *p, const s_group_t *gr, const s_unit_t *u)
+{
+    return s_absorbable(u) && (gr->serial || (gr->n == 1 && p->units[gr->units[0]].kind == S_U_BLOCK));
+}
+
+/* Whether every unit of group gr may run before a segment in its block. */
+static bool s_prependable(const s_plan_t *p, const s_group_t *gr)
+{
+    for (size_t k = 0; k < gr->n; k++)
+        if (!s_absorbable(&p->units[gr->units[k]]))
+            return false;
+    return !gr->serial;
+}
+
 static bool s_sharing = true; /* troupe__cgen_cuda_set_sharing */
 
 void troupe__cgen_cuda_set_sharing(bool on)
@@ -1461,36 +1488,60 @@ void troupe__cgen_cuda_set_sharing(bool on)
     s_sharing = on;
 }
 
+/* The launches (cgen.h, "CUDA dialect"). Each unit, in order, looking back to the last launch
+ * holding a unit it conflicts with (everything after that launch is independent of it):
+ *   - joins the earliest of the independent kernels that takes parts (not serial), when the
+ *     shared memory fits: it runs beside that kernel's parts, before the later launches;
+ *   - else, when small (s_absorbable), goes to the end of the earliest one-block launch (a
+ *     segment) from that last conflicting one on: the block runs it after what it holds;
+ *   - else a segment takes the last conflicting launch into its block when all of that
+ *     launch's parts are small: the block runs them first, then the segment;
+ *   - else it opens a launch of its own.
+ * Each unit thus still runs after all it depends on and before all that depends on it. */
 static void s_plan_groups(s_plan_t *p)
 {
     for (size_t ui = 0; ui < p->nunits && !p->oom; ui++) {
         const s_unit_t *u = &p->units[ui];
-        ptrdiff_t best = -1;
+        ptrdiff_t join = -1, append = -1, conflict = -1;
         for (size_t gi = p->ngroups; gi-- > 0 && s_sharing && !s_launch_alone(u);) {
             const s_group_t *gr = &p->groups[gi];
-            bool conflict = false;
-            for (size_t k = 0; k < gr->n && !conflict; k++)
-                conflict = s_conflict(u, &p->units[gr->units[k]]);
-            if (conflict)
+            bool dep = false;
+            for (size_t k = 0; k < gr->n && !dep; k++)
+                dep = s_conflict(u, &p->units[gr->units[k]]);
+            bool fits = gr->shared_bytes + u->shared_bytes <= S_SHARED_MAX;
+            if (fits && s_appendable(p, gr, u))
+                append = (ptrdiff_t)gi;
+            if (dep) {
+                conflict = (ptrdiff_t)gi;
                 break;
-            if (!s_launch_alone(&p->units[gr->units[0]]) &&
-                gr->shared_bytes + u->shared_bytes <= S_SHARED_MAX)
-                best = (ptrdiff_t)gi;
+            }
+            if (fits && !gr->serial && !s_launch_alone(&p->units[gr->units[0]]))
+                join = (ptrdiff_t)gi;
         }
-        if (best < 0) {
-            s_group_t ng = {NULL, 0, 0, 0};
+        ptrdiff_t to = join >= 0 ? join : append;
+        bool prepend = false;
+        if (to < 0 && u->kind == S_U_BLOCK && conflict >= 0 &&
+            s_prependable(p, &p->groups[conflict]) &&
+            p->groups[conflict].shared_bytes + u->shared_bytes <= S_SHARED_MAX) {
+            to = conflict;
+            prepend = true;
+        }
+        if (to < 0) {
+            s_group_t ng = {NULL, 0, 0, 0, false};
             if (!TROUPE__VEC_PUSH(p->groups, p->ngroups, p->gcap, ng)) {
                 p->oom = true;
                 return;
             }
-            best = (ptrdiff_t)p->ngroups - 1;
+            to = (ptrdiff_t)p->ngroups - 1;
         }
-        s_group_t *gr = &p->groups[best];
+        s_group_t *gr = &p->groups[to];
         if (!TROUPE__VEC_PUSH(gr->units, gr->n, gr->cap, ui)) {
             p->oom = true;
             return;
         }
         gr->shared_bytes += u->shared_bytes;
+        if ((join < 0 && to == append) || prepend)
+            gr->serial = gr->n > 1;
     }
 }
 
@@ -1518,40 +1569,47 @@ static void s_put_segment_locals(troupe__cgen_t *g, const s_segment_t *sg, bool 
     troupe__strbuf_puts(b, "__syncthreads();\n");
 }
 
-/* A BLOCK unit's code: the block's threads run its statements in order, meeting at a barrier
- * after each; a nest's mapped iterations are spread over the threads (the others stay in each
- * thread, in order), a ZERO_OUT's elements too, any other statement runs on thread 0. */
-static troupe_status_t s_put_block_part(troupe__cgen_t *g, const s_plan_t *p, const s_unit_t *u,
-                                        troupe__strbuf_t *b, int in)
+/* The code of one block running `n` units (units[0..n-1], indices into p->units) in order: the
+ * block's threads run each statement, meeting at a barrier after it; a segment's Local arrays
+ * are in shared memory, zeroed first. A nest's mapped iterations are spread over the threads
+ * (the others stay in each thread, in order), a ZERO_OUT's elements too, any other statement
+ * runs on thread 0. */
+static troupe_status_t s_put_serial_part(troupe__cgen_t *g, const s_plan_t *p,
+                                         const size_t *units, size_t n, troupe__strbuf_t *b,
+                                         int in)
 {
     troupe__strbuf_repeat(b, "    ", in);
-    troupe__strbuf_puts(b, "/* One block runs these statements, its Local arrays in shared "
-                           "memory, a barrier after each. */\n");
-    s_put_segment_locals(g, &p->segs[u->seg], true, b, in);
+    troupe__strbuf_puts(b, "/* One block runs these statements in order, a barrier after each. */\n");
     troupe_status_t st = TROUPE_OK;
-    for (size_t i = u->first; i < u->first + u->count && st == TROUPE_OK; i++) {
-        const troupe_ll_t *s = p->items[i];
-        if (s->kind == TROUPE_LL_COMMENT) {
-            st = troupe__cgen_emit_stmt(g, s, in, b);
-            continue;
-        }
-        s_map_t map = {0, {NULL}};
-        if (s->kind == TROUPE_LL_FOR && (st = s_plan_nest(s, &map)) != TROUPE_OK)
-            break;
-        if (s->kind == TROUPE_LL_ZERO_OUT) {
-            s_put_zero_flat(b, troupe__cgen_node_ident(g, s->u.zero_out), s->u.zero_out->prec,
-                            troupe_tnode_num_elems(s->u.zero_out), "hz_t", "hz_nt", in);
-        } else if (map.nmapped > 0) {
-            st = s_put_mapped_flat(g, &map, s, b, in, "hz_t", "hz_nt");
-        } else {
+    for (size_t k = 0; k < n && st == TROUPE_OK; k++) {
+        const s_unit_t *u = &p->units[units[k]];
+        if (u->kind == S_U_BLOCK)
+            s_put_segment_locals(g, &p->segs[u->seg], true, b, in);
+        for (size_t i = u->first; i < u->first + u->count && st == TROUPE_OK; i++) {
+            const troupe_ll_t *s = p->items[i];
+            if (s->kind == TROUPE_LL_COMMENT) {
+                st = troupe__cgen_emit_stmt(g, s, in, b);
+                continue;
+            }
+            s_map_t map = {0, {NULL}};
+            if (s->kind == TROUPE_LL_FOR && (st = s_plan_nest(s, &map)) != TROUPE_OK)
+                break;
+            if (s->kind == TROUPE_LL_ZERO_OUT) {
+                s_put_zero_flat(b, troupe__cgen_node_ident(g, s->u.zero_out),
+                                s->u.zero_out->prec, troupe_tnode_num_elems(s->u.zero_out),
+                                "hz_t", "hz_nt", in);
+            } else if (map.nmapped > 0) {
+                st = s_put_mapped_flat(g, &map, s, b, in, "hz_t", "hz_nt");
+            } else {
+                troupe__strbuf_repeat(b, "    ", in);
+                troupe__strbuf_puts(b, "if (hz_t == 0) {\n");
+                st = troupe__cgen_emit_stmt(g, s, in + 1, b);
+                troupe__strbuf_repeat(b, "    ", in);
+                troupe__strbuf_puts(b, "}\n");
+            }
             troupe__strbuf_repeat(b, "    ", in);
-            troupe__strbuf_puts(b, "if (hz_t == 0) {\n");
-            st = troupe__cgen_emit_stmt(g, s, in + 1, b);
-            troupe__strbuf_repeat(b, "    ", in);
-            troupe__strbuf_puts(b, "}\n");
+            troupe__strbuf_puts(b, "__syncthreads();\n");
         }
-        troupe__strbuf_repeat(b, "    ", in);
-        troupe__strbuf_puts(b, "__syncthreads();\n");
     }
     return st;
 }
@@ -1566,16 +1624,17 @@ static troupe_status_t s_put_horizontal(troupe__cgen_t *g, troupe_cgen_result_t 
     troupe_cgen_kernel_t *k = NULL;
     TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
     *out_kernel = r->nkernels - 1;
-    int64_t v = 0;
-    bool fixed = false, all_seq = true;
+    int64_t v = gr->serial ? 1 : 0;
+    bool fixed = gr->serial, all_seq = !gr->serial;
     for (size_t i = 0; i < gr->n; i++) {
         const s_unit_t *u = &p->units[gr->units[i]];
-        v += u->vblocks;
+        v += gr->serial ? 0 : u->vblocks;
         fixed = fixed || u->kind == S_U_REDUCE || u->kind == S_U_BLOCK;
         all_seq = all_seq && u->kind == S_U_SEQ;
         if (u->kind == S_U_REDUCE && s_reduce_reassociates(&u->red))
             k->reassociates = true;
     }
+    size_t nparts = gr->serial ? 1 : gr->n;
     k->extent[0] = v;
     k->extent[1] = 1;
     k->block[0] = all_seq ? 1 : S_BLOCK_THREADS;
@@ -1592,20 +1651,24 @@ static troupe_status_t s_put_horizontal(troupe__cgen_t *g, troupe_cgen_result_t 
                           "threadIdx.x;\n"
                           "    for (int64_t hz_v = (int64_t)blockIdx.y * gridDim.x + blockIdx.x; "
                           "hz_v < %" PRId64 "LL; hz_v += (int64_t)gridDim.x * gridDim.y) {\n",
-                          gr->n, v, v);
+                          nparts, v, v);
     troupe_status_t st = TROUPE_OK;
     int64_t v0 = 0;
-    for (size_t i = 0; i < gr->n && st == TROUPE_OK; i++) {
+    for (size_t i = 0; i < nparts && st == TROUPE_OK; i++) {
         const s_unit_t *u = &p->units[gr->units[i]];
+        int64_t nb = gr->serial ? 1 : u->vblocks;
         troupe__strbuf_printf(b, "        %sif (hz_v < %" PRId64 "LL) {\n", i ? "else " : "",
-                              v0 + u->vblocks);
+                              v0 + nb);
         char start[64], stride[64];
         snprintf(start, sizeof start, "hz_vb * hz_nt + hz_t");
         snprintf(stride, sizeof stride, "%" PRId64 "LL * hz_nt", u->vblocks);
-        if (u->kind == S_U_MAPPED || u->kind == S_U_ZERO || u->kind == S_U_REDUCE)
+        if (!gr->serial &&
+            (u->kind == S_U_MAPPED || u->kind == S_U_ZERO || u->kind == S_U_REDUCE))
             troupe__strbuf_printf(b, "            const int64_t hz_vb = hz_v - %" PRId64 "LL;\n",
                                   v0);
-        if (u->kind == S_U_MAPPED) {
+        if (gr->serial) {
+            st = s_put_serial_part(g, p, gr->units, gr->n, b, 3);
+        } else if (u->kind == S_U_MAPPED) {
             st = s_put_mapped_flat(g, &u->map, p->items[u->first], b, 3, start, stride);
         } else if (u->kind == S_U_ZERO) {
             const troupe_tnode_t *tn = p->items[u->first]->u.zero_out;
@@ -1616,7 +1679,7 @@ static troupe_status_t s_put_horizontal(troupe__cgen_t *g, troupe_cgen_result_t 
             snprintf(ostride, sizeof ostride, "%" PRId64 "LL", u->vblocks);
             st = s_put_reduce_part(g, &u->red, b, "hz_vb", ostride);
         } else if (u->kind == S_U_BLOCK) {
-            st = s_put_block_part(g, p, u, b, 3);
+            st = s_put_serial_part(g, p, &gr->units[i], 1, b, 3);
         } else { /* SEQ */
             troupe__strbuf_puts(b, "            if (hz_t == 0) {\n");
             if (u->seg != SIZE_MAX)
@@ -1626,7 +1689,7 @@ static troupe_status_t s_put_horizontal(troupe__cgen_t *g, troupe_cgen_result_t 
             troupe__strbuf_puts(b, "            }\n");
         }
         troupe__strbuf_puts(b, "        }\n");
-        v0 += u->vblocks;
+        v0 += nb;
     }
     troupe__strbuf_puts(b, "    }\n}\n");
     return st;
@@ -1640,7 +1703,8 @@ static troupe_status_t s_put_group(troupe__cgen_t *g, troupe_cgen_result_t *r, s
     s_unit_t *u = &p->units[gr->units[0]];
     size_t kernel = 0;
     troupe_status_t st = TROUPE_OK;
-    if (gr->n > 1 || u->kind == S_U_BLOCK || (u->kind == S_U_SEQ && u->seg != SIZE_MAX))
+    if (gr->n > 1 || gr->serial || u->kind == S_U_BLOCK ||
+        (u->kind == S_U_SEQ && u->seg != SIZE_MAX))
         st = s_put_horizontal(g, r, p, gr, b, &kernel);
     else if (u->kind == S_U_GEMM)
         return s_put_gemm(g, r, &u->gm, &u->ep, &u->step, b);

@@ -2634,3 +2634,64 @@ Test(cgen, cuda_shared_launches_and_segments)
     for (size_t i = 0; i < sizeof nodes / sizeof nodes[0]; i++)
         troupe_tnode_release(&nodes[i]);
 }
+
+/* A segment's block takes the small passes beside it: the map before it (whose output the
+ * segment reads at another element) and the one after it (reading the segment's output at
+ * another element), all in one launch with barriers between, bit for bit C and the
+ * interpreter; unshared, three launches. */
+Test(cgen, cuda_segment_takes_small_passes)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    troupe_ll_proc_t *p = s_proc("segment_passes");
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_SINGLE, 1, 300, 0);
+    troupe_tnode_t *pre = s_node("pre", TROUPE_PREC_SINGLE, 1, 300, 0);
+    troupe_tnode_t *loc = s_node("loc", TROUPE_PREC_SINGLE, 1, 300, 0);
+    troupe_tnode_t *q = s_node("q", TROUPE_PREC_SINGLE, 1, 300, 0);
+    troupe_tnode_t *out = s_node("out", TROUPE_PREC_SINGLE, 1, 300, 0);
+    s_set_mode(loc, TROUPE_MM_LOCAL);
+    int32_t i[4];
+    for (int k = 0; k < 4; k++)
+        i[k] = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *it[4];
+    it[0] = s_for(p, i[0], 300,
+                  s_set1(p, pre, s_ix(i[0]),
+                         troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get1(p, a, s_ix(i[0])),
+                                         troupe_sc_constant(p, 3.0))));
+    it[1] = s_for(p, i[1], 300,
+                  s_set1(p, loc, s_ix(i[1]),
+                         troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, pre, s_aff(-1, i[1], 299)),
+                                         troupe_sc_constant(p, 1.0))));
+    it[2] = s_for(p, i[2], 300,
+                  s_set1(p, q, s_ix(i[2]),
+                         troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get1(p, loc, s_ix(i[2])),
+                                         s_get1(p, loc, s_aff(-1, i[2], 299)))));
+    it[3] = s_for(p, i[3], 300,
+                  s_set1(p, out, s_ix(i[3]),
+                         troupe_sc_binop(p, TROUPE_BINOP_SUB, s_get1(p, q, s_aff(-1, i[3], 299)),
+                                         s_get1(p, a, s_ix(i[3])))));
+    s_finish(p, troupe_ll_seq(p, 4, it));
+    troupe__cgen_cuda_set_sharing(false);
+    troupe_cgen_result_t *res = s_cuda(p);
+    troupe__cgen_cuda_set_sharing(true);
+    cr_expect_eq(res->nsteps, 3);
+    troupe_cgen_result_destroy(&res);
+    res = s_cuda(p);
+    cr_assert_eq(res->nsteps, 1, "%s", res->source);
+    cr_expect(res->kernels[0].fixed_block && res->kernels[0].grid[0] == 1);
+    troupe_cgen_result_destroy(&res);
+    float av[300], prev[300] = {0}, qv[300] = {0}, ov[300] = {0};
+    s_fill(av, 300);
+    s_run_t r = {0};
+    s_bind(&r, a, av);
+    s_bind(&r, pre, prev);
+    s_bind(&r, q, qv);
+    s_bind(&r, out, ov);
+    s_run(p, &r);
+    cr_expect_eq(ov[0], qv[299] - av[0]);
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_t *nodes[] = {a, pre, loc, q, out};
+    for (size_t k = 0; k < sizeof nodes / sizeof nodes[0]; k++)
+        troupe_tnode_release(&nodes[k]);
+}
