@@ -101,7 +101,7 @@ static s_count_t s_count(const troupe_code_t *code, s_count_t *alone)
 /* The per-routine counts of the trainer with optimizer `kind`, and a step's total: the gradient
  * routine, one merge per parameter, one hyper-parameter copy and the optimizer. */
 typedef struct s_step {
-    s_count_t grad, merge, hyper, opt;
+    s_count_t feed, grad, merge, hyper, opt;
     size_t total, total_alone;
 } s_step_t;
 
@@ -115,11 +115,14 @@ static void s_add_count(s_step_t *s, s_count_t *into, s_count_t c, s_count_t alo
 }
 
 /* The trainer's routines as troupe_dp_new compiles them on two streams of the sync backend,
- * `rows` rows per replica, with optimizer `kind`. */
-static void s_open(troupe_optimizer_kind_t kind, int64_t rows, fmnist_mlp_t **mlp_out,
+ * `rows` rows per replica, with optimizer `kind`, in the fed form (what the trainer picks on
+ * cuda: a feed routine copies the minibatch, the gradient routine reads fixed nodes) or the
+ * indexed one. */
+static void s_open(troupe_optimizer_kind_t kind, int64_t rows, bool fed, fmnist_mlp_t **mlp_out,
                    troupe_dp_t **dp_out)
 {
     fmnist_mlp_config_t mc = fmnist_mlp_config_default(rows, S_BATCHES);
+    mc.fed = fed;
     fmnist_mlp_t *mlp = NULL;
     OK(fmnist_mlp_new(&mc, &mlp));
     OK(fmnist_mlp_init_params(mlp, 7));
@@ -131,15 +134,20 @@ static void s_open(troupe_optimizer_kind_t kind, int64_t rows, fmnist_mlp_t **ml
     *mlp_out = mlp;
 }
 
-static s_step_t s_trainer(troupe_optimizer_kind_t kind)
+static s_step_t s_trainer(troupe_optimizer_kind_t kind, bool fed)
 {
     fmnist_mlp_t *mlp = NULL;
     troupe_dp_t *dp = NULL;
-    s_open(kind, S_ROWS, &mlp, &dp);
+    s_open(kind, S_ROWS, fed, &mlp, &dp);
     s_step_t s;
     memset(&s, 0, sizeof s);
-    s_count_t alone;
-    s_count_t c = s_count(dp->grad_code, &alone);
+    s_count_t alone, c;
+    cr_assert_eq(dp->feed_code != NULL, fed);
+    if (fed) {
+        c = s_count(dp->feed_code, &alone);
+        s_add_count(&s, &s.feed, c, alone);
+    }
+    c = s_count(dp->grad_code, &alone);
     s_add_count(&s, &s.grad, c, alone);
     for (size_t i = 0; i < dp->n_params; i++) {
         c = s_count(dp->merge_code[i], &alone);
@@ -149,8 +157,8 @@ static s_step_t s_trainer(troupe_optimizer_kind_t kind)
     s_add_count(&s, &s.hyper, c, alone);
     c = s_count(dp->opt_code, &alone);
     s_add_count(&s, &s.opt, c, alone);
-    printf("kernels: %s step: %zu launches (%zu unshared)\n", troupe_optimizer_name(kind), s.total,
-           s.total_alone);
+    printf("kernels: %s %s step: %zu launches (%zu unshared)\n", troupe_optimizer_name(kind),
+           fed ? "fed" : "indexed", s.total, s.total_alone);
     fflush(stdout);
     troupe_dp_destroy(&dp);
     fmnist_mlp_destroy(&mlp);
@@ -163,9 +171,11 @@ static s_step_t s_trainer(troupe_optimizer_kind_t kind)
  * before; dz2 and the bias-2 gradient after); the other elementwise passes and bias sums share
  * launches with earlier independent ones (the transposes and zeroings join earlier kernels).
  * The optimizer is one kernel (its per-parameter updates are independent), each merge one, the
- * hyper-parameter copy one. Unshared: 10 kernels for the gradient, 6 for the optimizer. */
-static void s_assert_step(const s_step_t *s)
+ * hyper-parameter copy one, the feed (fed form) one. Unshared: 10 kernels for the gradient, 6
+ * for the optimizer, 2 for the feed. */
+static void s_assert_step(const s_step_t *s, bool fed)
 {
+    cr_expect_eq(s->feed.kernels, fed ? 1 : 0);
     cr_expect_eq(s->grad.library, 5);
     cr_expect_eq(s->grad.kernels, 4);
     cr_expect_eq(s->grad.one_thread, 0);
@@ -174,21 +184,24 @@ static void s_assert_step(const s_step_t *s)
     cr_expect_eq(s->hyper.kernels, 1);
     cr_expect_eq(s->opt.kernels, 1);
     cr_expect_eq(s->opt.one_thread, 0);
-    cr_expect_eq(s->total, 17);
-    cr_expect_eq(s->total_alone, 5 + 10 + 6 + 1 + 6, "%zu", s->total_alone);
+    cr_expect_eq(s->total, fed ? 18 : 17);
+    cr_expect_eq(s->total_alone, (fed ? 2 : 0) + 5 + 10 + 6 + 1 + 6, "%zu", s->total_alone);
 }
 
 Test(kernels, main_job_sgd, .timeout = 120)
 {
-    s_step_t s = s_trainer(TROUPE_OPT_SGD);
-    s_assert_step(&s);
+    s_step_t s = s_trainer(TROUPE_OPT_SGD, true);
+    s_assert_step(&s, true);
+    s = s_trainer(TROUPE_OPT_SGD, false);
+    s_assert_step(&s, false);
 }
 
 Test(kernels, main_job_adamw, .timeout = 120)
 {
-    s_step_t s = s_trainer(TROUPE_OPT_ADAMW);
-    s_assert_step(&s);
+    s_step_t s = s_trainer(TROUPE_OPT_ADAMW, true);
+    s_assert_step(&s, true);
 }
+
 /* ---- the routines run: emulated CUDA against the interpreter ------------------------------- */
 
 #define S_EMU_ROWS 64 /* the Local arrays and segments of the main job's plan, a smaller batch */
@@ -309,9 +322,10 @@ static void s_emulate_step(troupe_optimizer_kind_t kind)
         cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
     fmnist_mlp_t *mlp = NULL;
     troupe_dp_t *dp = NULL;
-    s_open(kind, S_EMU_ROWS, &mlp, &dp);
+    s_open(kind, S_EMU_ROWS, true, &mlp, &dp);
     /* the loss segment in shared memory with the passes it takes over (the plan of the main
      * job: 9 launches); the optimizer's parts in one kernel */
+    s_emulate(troupe_code_proc(dp->feed_code), "2 parts over");
     cr_expect_eq(s_emulate(troupe_code_proc(dp->grad_code), "__shared__ float n"), 9);
     s_emulate(troupe_code_proc(dp->merge_code[0]), NULL);
     s_emulate(troupe_code_proc(dp->hyper_copy_code[0]), NULL);
