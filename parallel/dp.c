@@ -543,7 +543,7 @@ static troupe_status_t s_exchange_out(troupe_dp_t *dp, s_exchange_t *x, size_t g
     troupe_context_t *c0 = s_tail(&dp->rep[0]);
     troupe_status_t st = TROUPE_OK;
     const char *phase = troupe_trace_set_phase("dp.gradients");
-    if (!dp->staged) {
+    if (!dp->staged && dp->seg_first[g + 1] > dp->seg_first[g]) { /* a bucket of 1 or more */
         bool last = g + 1 == dp->nseg;
         troupe_allreduce_args_t ar = {
             .op = TROUPE_REDUCE_SUM,
@@ -585,6 +585,8 @@ static troupe_status_t s_exchange_back(troupe_dp_t *dp, s_exchange_t *x, troupe_
     troupe_context_t *c0 = s_tail(&dp->rep[0]);
     troupe_status_t st = TROUPE_OK;
     for (size_t b = 0; b < x->ndone && st == TROUPE_OK; b++) {
+        if (x->done[b] == NULL)
+            continue; /* a segment without gradients issued nothing */
         st = troupe_will_wait_for(c0, x->done[b]);
         for (size_t i = dp->staged ? dp->bk_first[b] : 0;
              dp->staged && i < dp->bk_first[b + 1] && st == TROUPE_OK; i++) {
