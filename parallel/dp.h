@@ -78,7 +78,8 @@
  * unsplit). A comp that cannot be split (one top-level item, every gradient last used by its
  * last item, a crossing node already Virtual or Local) keeps one routine; so does auto where
  * overlap cannot pay: with one rank, and on a host backend whose node lacks a core per rank
- * for the transport engine beyond its compute streams (two ranks of one stream on two cores);
+ * for the transport engine beyond its compute streams (two ranks of one stream on two cores;
+ * on "cpu" with the suggested streams, one per core, there is none to spare);
  * a device backend (cuda) leaves the host free. The decision and its reason are logged at
  * debug level (subsystem parallel) by troupe_dp_new. Results: the local merges add in the same
  * order and each gradient element is reduced by the same rule whatever the request it travels
