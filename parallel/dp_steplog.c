@@ -132,7 +132,9 @@ static void s_log(const troupe__dp_steplog_t *r)
             xend = s_max(xend, red);
             continue;
         }
-        d2h += s_max(0, d - prev_d2h);
+        /* the copies out after the merges (with Overlap, an earlier bucket's copies ran
+         * between segments: compute time, not exchange time) */
+        d2h += s_max(0, d - s_max(prev_d2h, merge));
         int64_t start = s_max(d, prev_red);
         reduce += s_max(0, red - start);
         h2d += s_max(0, h - s_max(red, prev_h2d));
