@@ -286,12 +286,12 @@ static troupe_status_t s_copy(troupe_asgn_comp_t *to, const troupe_asgn_t *t, tr
                                           (troupe_unop_t)A.op, A.rhs[0], A.proj->spec, out);
         case TROUPE_ASGN_RHS_BINOP:
             return troupe_asgn_accum_binop(to, A.initialize_neutral, A.accum, A.lhs,
-                                           (troupe_binop_t)A.op, A.rhs[0], A.rhs[1],
-                                           A.proj->spec, out);
+                                           (troupe_binop_t)A.op, A.rhs[0], A.rhs[1], A.proj->spec,
+                                           out);
         case TROUPE_ASGN_RHS_TERNOP:
             return troupe_asgn_accum_ternop(to, A.initialize_neutral, A.accum, A.lhs,
-                                            (troupe_ternop_t)A.op, A.rhs[0], A.rhs[1],
-                                            A.rhs[2], A.proj->spec, out);
+                                            (troupe_ternop_t)A.op, A.rhs[0], A.rhs[1], A.rhs[2],
+                                            A.proj->spec, out);
         }
         break;
     }

@@ -137,8 +137,7 @@ Test(dp_split, comps_that_cannot_be_split_keep_one_segment_and_say_why)
     OK(troupe__dp_split_plan(m.comp, m.grads, 2, &sp));
     troupe_tnode_t *gpred = sp.crossing[0];
     troupe__dp_split_free(&sp);
-    troupe_memory_mode_t v = {TROUPE_MM_VIRTUAL, TROUPE_MEMTYPE_UNSET_HOSTED,
-                              TROUPE_SHARING_UNSET};
+    troupe_memory_mode_t v = {TROUPE_MM_VIRTUAL, TROUPE_MEMTYPE_UNSET_HOSTED, TROUPE_SHARING_UNSET};
     OK(troupe_tnode_update_memory_mode(gpred, v, 1));
     OK(troupe__dp_split_plan(m.comp, m.grads, 2, &sp));
     cr_assert_eq(sp.nseg, 1);
@@ -169,8 +168,7 @@ Test(dp_split, auto_overlaps_where_the_engine_has_a_core_or_the_compute_a_device
     cr_assert_not(
         troupe__dp_choose_overlap(TROUPE_DP_OVERLAP_AUTO, 2, false, 5, 2, 2, why, sizeof why));
     /* a device computes: the host is free */
-    cr_assert(
-        troupe__dp_choose_overlap(TROUPE_DP_OVERLAP_AUTO, 2, true, 2, 2, 1, why, sizeof why));
+    cr_assert(troupe__dp_choose_overlap(TROUPE_DP_OVERLAP_AUTO, 2, true, 2, 2, 1, why, sizeof why));
     cr_assert_not_null(strstr(why, "device"), "%s", why);
 }
 

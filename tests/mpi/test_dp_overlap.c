@@ -25,8 +25,8 @@
  * debug:parallel into a file whose breakdown lines go to l (their count to *nl) and whose
  * text is searched for `want` (the decision line). */
 static void s_run(const data_t *d, troupe_dp_overlap_t mode, bool staged,
-                  troupe_optimizer_kind_t kind, float *out, double *loss, dpb_line_t *l,
-                  int *nl, const char *want)
+                  troupe_optimizer_kind_t kind, float *out, double *loss, dpb_line_t *l, int *nl,
+                  const char *want)
 {
     char path[64];
     snprintf(path, sizeof path, "/tmp/troupe-dp-overlap-%d-%d.log", (int)getpid(),
@@ -84,8 +84,8 @@ int main(int argc, char **argv)
             if (bad != NULL)
                 s_die("%s: step %lld: %s", name, l[i].step, bad);
             if (strcmp(l[i].exchange_kind, "in-place") != 0 || l[i].buckets != 2)
-                s_die("%s: step %lld: exchange=%s buckets=%d, want in-place and 2", name,
-                      l[i].step, l[i].exchange_kind, l[i].buckets);
+                s_die("%s: step %lld: exchange=%s buckets=%d, want in-place and 2", name, l[i].step,
+                      l[i].exchange_kind, l[i].buckets);
             if (!(l[i].reduce > 0))
                 s_die("%s: step %lld: reduce_us %.1f, want > 0", name, l[i].step, l[i].reduce);
             cover += l[i].cover;
@@ -110,8 +110,8 @@ int main(int argc, char **argv)
                       (double)on_staged[e], (double)off[e]);
         }
         if (on_loss != off_loss || staged_loss != off_loss)
-            s_die("%s: last loss %.9g with overlap (%.9g staged) but %.9g without", name,
-                  on_loss, staged_loss, off_loss);
+            s_die("%s: last loss %.9g with overlap (%.9g staged) but %.9g without", name, on_loss,
+                  staged_loss, off_loss);
         fprintf(stderr,
                 "rank %d: %s: %d ranks x %d streams, 2 segments: bitwise the unsplit run's (in "
                 "place and staged); compute_overlap_us summed over %d steps: %.1f\n",
