@@ -37,6 +37,7 @@ static atomic_bool s_auto_host;
 static atomic_bool s_coll_shm;
 static atomic_int s_gemm_mode; /* troupe_gemm_mode_t */
 static atomic_int s_cuda_aware; /* troupe_cuda_aware_t */
+static atomic_int s_dp_overlap; /* troupe_dp_overlap_t */
 static atomic_bool s_flush_denormals;
 static atomic_size_t s_stack_threshold;
 static char s_resume[S_STR_MAX];        /* TROUPE_RESUME ("" when unset) */
@@ -106,6 +107,7 @@ static void s_load(void)
     atomic_store(&s_coll_shm, true);
     atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_LIBRARY);
     atomic_store(&s_cuda_aware, TROUPE_CUDA_AWARE_AUTO);
+    atomic_store(&s_dp_overlap, TROUPE_DP_OVERLAP_AUTO);
     atomic_store(&s_flush_denormals, true);
     atomic_store(&s_stack_threshold, (size_t)16384);
     s_resume[0] = s_progress_file[0] = '\0';
@@ -166,6 +168,16 @@ static void s_load(void)
             atomic_store(&s_cuda_aware, TROUPE_CUDA_AWARE_OFF);
         else
             s_bad("TROUPE_CUDA_AWARE", v, "expected auto, on or off");
+    }
+    if ((v = getenv("TROUPE_DP_OVERLAP")) != NULL) {
+        if (strcmp(v, "auto") == 0)
+            atomic_store(&s_dp_overlap, TROUPE_DP_OVERLAP_AUTO);
+        else if (strcmp(v, "on") == 0)
+            atomic_store(&s_dp_overlap, TROUPE_DP_OVERLAP_ON);
+        else if (strcmp(v, "off") == 0)
+            atomic_store(&s_dp_overlap, TROUPE_DP_OVERLAP_OFF);
+        else
+            s_bad("TROUPE_DP_OVERLAP", v, "expected auto, on or off");
     }
     /* read by devices/graph.c (the graph policy sits below base/); validated here so that
      * troupe_config_check() reports a malformed value like every other */
@@ -346,6 +358,22 @@ void troupe_config_set_cuda_aware(troupe_cuda_aware_t mode)
     if (mode == TROUPE_CUDA_AWARE_AUTO || mode == TROUPE_CUDA_AWARE_ON ||
         mode == TROUPE_CUDA_AWARE_OFF)
         atomic_store(&s_cuda_aware, mode);
+}
+troupe_dp_overlap_t troupe_config_dp_overlap(void)
+{
+    troupe__config_ensure_loaded();
+    return (troupe_dp_overlap_t)atomic_load(&s_dp_overlap);
+}
+const char *troupe_config_dp_overlap_name(troupe_dp_overlap_t mode)
+{
+    return mode == TROUPE_DP_OVERLAP_ON ? "on" : mode == TROUPE_DP_OVERLAP_OFF ? "off" : "auto";
+}
+void troupe_config_set_dp_overlap(troupe_dp_overlap_t mode)
+{
+    troupe__config_ensure_loaded();
+    if (mode == TROUPE_DP_OVERLAP_AUTO || mode == TROUPE_DP_OVERLAP_ON ||
+        mode == TROUPE_DP_OVERLAP_OFF)
+        atomic_store(&s_dp_overlap, mode);
 }
 bool troupe_config_gemm_library(void)
 {

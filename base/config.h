@@ -28,6 +28,7 @@
  * | TROUPE_DEVICE               | (the node-local rank's share)         | troupe_config_set_device        |
  * | TROUPE_CUDA_AWARE           | auto                                  | troupe_config_set_cuda_aware    |
  * | TROUPE_CUDA_GRAPHS          | auto (validated here; read by devices/graph.c) | troupe_driver_set_graphs |
+ * | TROUPE_DP_OVERLAP           | auto                                  | troupe_config_set_dp_overlap    |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -106,6 +107,18 @@ typedef enum troupe_cuda_aware {
 } troupe_cuda_aware_t;
 troupe_cuda_aware_t troupe_config_cuda_aware(void);
 const char *troupe_config_cuda_aware_name(troupe_cuda_aware_t mode); /* "auto", "on", "off" */
+/* Whether data-parallel training overlaps each gradient bucket's cross-rank allreduce with the
+ * rest of the backward pass (parallel/dp.h, Overlap; troupe_dp_config_t.overlap):
+ * TROUPE_DP_OVERLAP=auto (the default: where it can pay, decided in troupe_dp_new), on
+ * (whenever the gradient computation can be split), off (one gradient routine, one allreduce
+ * after it). */
+typedef enum troupe_dp_overlap {
+    TROUPE_DP_OVERLAP_AUTO = 0,
+    TROUPE_DP_OVERLAP_ON,
+    TROUPE_DP_OVERLAP_OFF,
+} troupe_dp_overlap_t;
+troupe_dp_overlap_t troupe_config_dp_overlap(void);
+const char *troupe_config_dp_overlap_name(troupe_dp_overlap_t mode); /* "auto", "on", "off" */
 /* mode != TROUPE_GEMM_MODE_GENERATED. */
 bool troupe_config_gemm_library(void);
 /* "library", "openblas" or "generated". */
@@ -160,6 +173,8 @@ void troupe_config_set_coll_shm(bool on);
 void troupe_config_set_gemm_mode(troupe_gemm_mode_t mode);
 /* An out-of-range mode is ignored. */
 void troupe_config_set_cuda_aware(troupe_cuda_aware_t mode);
+/* An out-of-range mode is ignored. */
+void troupe_config_set_dp_overlap(troupe_dp_overlap_t mode);
 /* on: TROUPE_GEMM_MODE_LIBRARY; off: TROUPE_GEMM_MODE_GENERATED. */
 void troupe_config_set_gemm_library(bool on);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes);

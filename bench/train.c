@@ -8,6 +8,11 @@
  *   2x1         two ranks of one stream, global minibatch 128         child job (below)
  *   2x1-weak    two ranks of one stream, 128 per rank (global 256)    child job
  *   2x1-bf16    2x1 with the gradients compressed to bfloat16 between the ranks
+ *   2x1-overlap 2x1 with each gradient bucket's allreduce overlapping the rest of the backward
+ *               pass (troupe_dp_config_t.overlap on: the MLP's gradient routine in 3 segments);
+ *               printed against 2x1, with the median compute_overlap_us of its rank 0's logged
+ *               steps after the warm-up (the step breakdown, parallel/dp.h: how long buckets
+ *               were reduced while later segments computed)
  *               (troupe_dp_config_t.compress_bf16, the trainer's --compress bf16)  child job
  *   2x1-nocomm  two independent single-rank processes of minibatch 64 started together: the
  *               2x1 layout's compute without any communication, so its efficiency is the
@@ -97,6 +102,7 @@
 
 #include "actors/troupe.h"
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/trace_impl.h"
 #include "devices/device.h"
 #include "parallel/dp.h"
@@ -157,6 +163,8 @@ static void s_synthetic(fmnist_dataset_t *ds, int64_t global_batch)
 }
 
 static bool s_bf16;               /* a child of 2x1-bf16 (--bf16) */
+static bool s_overlap;            /* a child of 2x1-overlap (--overlap); the next child started */
+static double s_child_cover_us;   /* the last child's median compute_overlap_us (NAN: none) */
 static const char *s_backend = "cpu"; /* --backend: every layout's and child's backend */
 /* --feed: the model's form (examples/fmnist/mlp.h): auto is fed on a backend with graphs */
 static fmnist_feed_t s_feed = FMNIST_FEED_AUTO;
@@ -199,8 +207,11 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
     fmnist_mlp_dp_model(l->mlp, &model);
     troupe_optimizer_t opt = troupe_optimizer_default(TROUPE_OPT_SGD);
     opt.lr = 0.05;
-    troupe_dp_config_t dc = {
-        .backend = s_backend, .streams = streams, .optimizer = opt, .compress_bf16 = s_bf16};
+    troupe_dp_config_t dc = {.backend = s_backend,
+                             .streams = streams,
+                             .optimizer = opt,
+                             .compress_bf16 = s_bf16,
+                             .overlap = s_overlap ? TROUPE_DP_OVERLAP_ON : TROUPE_DP_OVERLAP_OFF};
     TROUPE_RETURN_IF_ERROR(troupe_dp_new(&dc, &model, &l->dp));
     for (int s = 0; s < S_WARM_STEPS; s++)
         TROUPE_RETURN_IF_ERROR(troupe_dp_step(l->dp));
@@ -251,8 +262,40 @@ static void s_child_leave(int rc)
     (void)st; /* failing already: reported by the caller */
     exit(rc);
 }
+static double s_median(const double *v, int n);
+
+/* The median compute_overlap_us of the step breakdown lines in `path` for steps from
+ * S_WARM_STEPS on (all of them when none is), NAN when there is none. */
+static double s_cover_median(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    double v[64], w[64];
+    int n = 0, nw = 0;
+    char line[2048];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        const char *p = strstr(line, "dp step "), *c = strstr(line, " compute_overlap_us=");
+        if (p == NULL || c == NULL || strstr(p, " breakdown: ") == NULL)
+            continue;
+        double x = strtod(c + 20, NULL);
+        if (strtoll(p + 8, NULL, 10) >= S_WARM_STEPS && n < 64)
+            v[n++] = x;
+        if (nw < 64)
+            w[nw++] = x;
+    }
+    if (f != NULL)
+        fclose(f);
+    return n > 0 ? s_median(v, n) : nw > 0 ? s_median(w, nw) : NAN;
+}
+
 static int s_child(const troupe_bench_opts_t *opts, int64_t global_batch)
 {
+    char logpath[96] = "";
+    if (s_overlap) { /* the step breakdown (debug:parallel) of every logged step, to a file */
+        snprintf(logpath, sizeof logpath, "/tmp/bench_train-overlap-%d.log", (int)getpid());
+        if (troupe_log_set_file(logpath) != TROUPE_OK ||
+            troupe_log_configure("debug:parallel") != TROUPE_OK)
+            logpath[0] = '\0';
+    }
     fmnist_dataset_t ds;
     s_synthetic(&ds, global_batch);
     if (!ds.pixels || !ds.labels)
@@ -292,15 +335,23 @@ static int s_child(const troupe_bench_opts_t *opts, int64_t global_batch)
         troupe_bench_fail_status(S_PROG, "child: finishing", st);
         s_child_leave(1);
     }
+    double cover = NAN;
+    if (logpath[0] != '\0') {
+        troupe_status_t lst = troupe_log_configure("warn"); /* only the breakdown was wanted */
+        (void)lst;
+        if (troupe_log_set_file(NULL) == TROUPE_OK)
+            cover = s_cover_median(logpath);
+        unlink(logpath);
+    }
     /* the launches of the whole child (warm-up included): whether the graphs replay */
     troupe_graph_stats_t gs;
     troupe_driver_graph_stats(&gs);
     if (troupe_cluster_rank() == 0)
         printf("child ranks=%d median_us=%.3f min_us=%.3f max_us=%.3f runs=%d samples=%lld "
-               "traced_median_us=%.3f traced_min_us=%.3f feed=%s graph_replays=%llu "
-               "plain_launches=%llu\n",
+               "traced_median_us=%.3f traced_min_us=%.3f compute_overlap_us=%.3f feed=%s "
+               "graph_replays=%llu plain_launches=%llu\n",
                troupe_cluster_size(), stats.median_us, stats.min_us, stats.max_us, stats.runs,
-               (long long)l.samples_per_run, traced.median_us, traced.min_us,
+               (long long)l.samples_per_run, traced.median_us, traced.min_us, cover,
                fmnist_feed_resolve(s_feed, s_backend) ? "fed" : "indexed",
                (unsigned long long)gs.replays, (unsigned long long)gs.plain);
     fmnist_dataset_free(&ds);
@@ -371,6 +422,8 @@ static troupe_status_t s_child_start(int mpi_ranks, int64_t batch, bool bf16, co
     argv[argc++] = (char *)fmnist_feed_name(s_feed);
     if (bf16)
         argv[argc++] = (char *)"--bf16";
+    if (s_overlap)
+        argv[argc++] = (char *)"--overlap";
     if (trace) {
         argv[argc++] = (char *)"--trace";
         argv[argc++] = (char *)trace;
@@ -429,6 +482,8 @@ static troupe_status_t s_child_finish(s_child_proc_t *c, int ranks, double *medi
             found = rk == ranks && sm > 0 && med > 0;
             const char *tr = strstr(line, " traced_median_us=");
             const char *tm = strstr(line, " traced_min_us=");
+            const char *cv = strstr(line, " compute_overlap_us=");
+            s_child_cover_us = cv != NULL ? strtod(cv + 20, NULL) : NAN;
             s_child_min_us = mn;
             if (tr)
                 s_traced_median_us = strtod(tr + 18, NULL);
@@ -1008,6 +1063,8 @@ int main(int argc, char **argv)
             i++;
         } else if (i > 0 && strcmp(argv[i], "--bf16") == 0) {
             s_bf16 = true;
+        } else if (i > 0 && strcmp(argv[i], "--overlap") == 0) {
+            s_overlap = true;
         } else if (i > 0 && strcmp(argv[i], "--trace-overhead") == 0) {
             trace_only = true;
         } else if (i > 0 && strcmp(argv[i], "--trace") == 0) {
@@ -1034,7 +1091,8 @@ int main(int argc, char **argv)
     troupe_bench_opts_default(&opts);
     int pr = troupe_bench_parse_args(argc, argv,
                                      "data-parallel MLP training throughput: 1x1, 1x2, 2x1, "
-                                     "2x1-weak, 2x1-nocomm, 1x1-trace, 2x1-trace (ranks x "
+                                     "2x1-weak, 2x1-nocomm, 2x1-overlap, 1x1-trace, 2x1-trace "
+                                     "(ranks x "
                                      "streams); --trace-overhead: only 1x1-proc and 2x1 with "
                                      "TROUPE_TRACE off and on; --scaling R1,R2,..: weak scaling "
                                      "(128 per rank) against as many independent processes; "
@@ -1086,19 +1144,21 @@ int main(int argc, char **argv)
     o.warmup = 0; /* s_layout_new warmed up */
     if (troupe_bench_time_sides(sides, 2, &o, stats) != 0 || l11.failed || l12.failed)
         return troupe_bench_fail_status(S_PROG, "training", TROUPE_INTERNAL);
-    enum { C11, C12, C11P, C21, C21W, C21B, C21N, NCASES };
-    static const char *const names[NCASES] = {"1x1",      "1x2",      "1x1-proc",  "2x1",
-                                              "2x1-weak", "2x1-bf16", "2x1-nocomm"};
+    enum { C11, C12, C11P, C21, C21W, C21B, C21N, C21O, NCASES };
+    static const char *const names[NCASES] = {"1x1",      "1x2",      "1x1-proc",   "2x1",
+                                              "2x1-weak", "2x1-bf16", "2x1-nocomm", "2x1-overlap"};
     const int64_t batches[NCASES] = {S_GLOBAL_BATCH, S_GLOBAL_BATCH,     S_GLOBAL_BATCH,
                                      S_GLOBAL_BATCH, 2 * S_GLOBAL_BATCH, S_GLOBAL_BATCH,
-                                     S_GLOBAL_BATCH};
+                                     S_GLOBAL_BATCH, S_GLOBAL_BATCH};
     double us[NCASES] = {stats[0].median_us / (double)l11.samples_per_run,
                          stats[1].median_us / (double)l12.samples_per_run,
                          NAN,
                          NAN,
                          NAN,
                          NAN,
+                         NAN,
                          NAN};
+    double cover[S_ROUNDS]; /* 2x1-overlap's median compute_overlap_us per round */
     double eff_1x2 = us[C11] / (2.0 * us[C12]);
     if ((st = s_layout_done(&l12)) != TROUPE_OK)
         return troupe_bench_fail_status(S_PROG, "checking the training", st);
@@ -1132,8 +1192,12 @@ int main(int argc, char **argv)
         rus[C21W][k] =
             s_child_case(2, 2 * S_GLOBAL_BATCH, false, false, runs, opts.warmup, names[C21W]);
         rus[C21B][k] = s_child_case(2, S_GLOBAL_BATCH, true, false, runs, opts.warmup, names[C21B]);
+        s_overlap = true;
+        rus[C21O][k] = s_child_case(2, S_GLOBAL_BATCH, false, false, runs, opts.warmup, names[C21O]);
+        s_overlap = false;
+        cover[k] = isnan(rus[C21O][k]) ? NAN : s_child_cover_us;
 #else
-        rus[C21W][k] = rus[C21B][k] = NAN;
+        rus[C21W][k] = rus[C21B][k] = rus[C21O][k] = cover[k] = NAN;
 #endif
         /* each of the two processes trains on half the 2x1 global minibatch */
         rus[C21N][k] = s_nocomm_case(2, S_GLOBAL_BATCH / 2, runs, opts.warmup, names[C21N]);
@@ -1149,12 +1213,20 @@ int main(int argc, char **argv)
         return troupe_bench_fail_status(S_PROG, "checking the training", st);
 
     for (int c = 0; c < NCASES; c++) {
-        if (isnan(us[c]))
+        if (isnan(us[c]) || c == C21O)
             continue;
         troupe_bench_print_case("train", names[c], S_BYTES_PER_SAMPLE, us[c], "1x1", us[C11],
                                 "samples_per_s=%.0f global_batch=%lld", 1e6 / us[c],
                                 (long long)batches[c]);
     }
+    /* 2x1-overlap against 2x1 (the same rounds) */
+    if (!isnan(us[C21O]) && !isnan(us[C21]))
+        troupe_bench_print_case("train", names[C21O], S_BYTES_PER_SAMPLE, us[C21O], names[C21],
+                                us[C21],
+                                "samples_per_s=%.0f peer_samples_per_s=%.0f "
+                                "compute_overlap_us=%.1f global_batch=%d rounds=%d",
+                                1e6 / us[C21O], 1e6 / us[C21], s_median(cover, rounds),
+                                S_GLOBAL_BATCH, rounds);
     s_print_trace(T11T, (const double(*)[TCASES])tv, rounds);
     s_print_trace(T21T, (const double(*)[TCASES])tv, rounds);
     s_print_trace_cost((const double(*)[TCASES])tv, rounds, runs, opts.warmup);
@@ -1189,7 +1261,10 @@ int main(int argc, char **argv)
     fmnist_dataset_free(&ds);
 #if S_HAVE_MPIEXEC
     /* MPI was built: a 2x1 case that did not run is a failure */
-    return isnan(us[C21]) || isnan(us[C21W]) || isnan(us[C21B]) || isnan(us[C21N]) ? 1 : 0;
+    return isnan(us[C21]) || isnan(us[C21W]) || isnan(us[C21B]) || isnan(us[C21N]) ||
+                   isnan(us[C21O])
+               ? 1
+               : 0;
 #else
     return isnan(us[C21N]) ? 1 : 0;
 #endif

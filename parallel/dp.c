@@ -2,8 +2,8 @@
  * stream pairing of the tree merge).
  *
  * Layout on each local stream k (a chain of contexts, each a child of the previous one):
- *   root -> init_from_host(params) -> init_from_host(inputs) [-> link(feed)] -> link(grad)
- *   [-> link(merge_i)]
+ *   root -> init_from_host(params) -> init_from_host(inputs) [-> link(feed)]
+ *   -> link(grad segment 0) [-> link(grad segment 1) ...] [-> link(merge_i)]
  * and on the owner stream 0, after those: -> init_from_host(state m, v) -> init_from_host(hyper)
  * -> for each staging node j: init_from_host(hyper stage j) -> link(hyper := stage j)
  * -> link(optimizer). Every routine is compiled once and linked once per stream in
@@ -17,7 +17,9 @@
  *
  * Cross-rank fast path: with one rank (or local_only) the allreduce is skipped: the mean over
  * one rank is the identity. With several ranks a step issues one fused allreduce (sum) of all
- * gradients after the local merges; the optimizer scales by 1 / (N * R).
+ * gradients after the local merges, or with the gradient routine split into segments
+ * (parallel/dp.h, Overlap; dp_split.c) one per segment's bucket as soon as that segment and
+ * its merges are done; the optimizer waits for all and scales by 1 / (N * R).
  *
  * Host cost per step: hyper-parameters are uploaded only when they changed, through a ring of
  * staging nodes so that the host write never waits for the previous step's upload.
@@ -39,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Most local replicas accepted (a sanity bound on a config value). */
 #define S_MAX_STREAMS 4096
@@ -490,72 +493,154 @@ troupe__dp_exchange_t troupe__dp_choose_exchange(int nranks, bool device_memory,
     return TROUPE__DP_EXCHANGE_STAGED;
 }
 
-/* The staged exchange's buckets: the gradients in node-id order (the request order of the
- * in-place path), cut greedily so that a bucket holds at most troupe_config_fusion_bytes()
- * (a larger gradient alone). Every rank builds the same model, so the cut is the same on every
- * rank; each bucket's allreduce fingerprints its tensors and the fusion size, so ranks that
- * cut otherwise fail with FAILED_PRECONDITION instead of mixing values. */
+/* The staged exchange's buckets: the gradients in grads_by_id's order (the request order of
+ * the in-place path), cut greedily so that a bucket holds at most troupe_config_fusion_bytes()
+ * (a larger gradient alone), and at every segment's start (Overlap). Every rank builds the same
+ * model, so the cut is the same on every rank; each bucket's allreduce fingerprints its tensors
+ * and the fusion size, so ranks that cut otherwise fail with FAILED_PRECONDITION instead of
+ * mixing values. */
 static troupe_status_t s_plan_buckets(troupe_dp_t *dp)
 {
     size_t cap = troupe_config_fusion_bytes();
     dp->bk_first = troupe_calloc(dp->n_params + 1, sizeof *dp->bk_first);
-    if (dp->bk_first == NULL)
+    dp->seg_bk = troupe_calloc(dp->nseg + 1, sizeof *dp->seg_bk);
+    if (dp->bk_first == NULL || dp->seg_bk == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
-    size_t nb = 0, bytes = 0;
+    size_t nb = 0, bytes = 0, g = 0;
     for (size_t i = 0; i < dp->n_params; i++) {
-        const troupe_tnode_t *g = dp->grads_by_id[i];
-        size_t sz = (size_t)troupe_tnode_num_elems(g) * troupe_prec_size_bytes(g->prec);
-        if (i == 0 || bytes + sz > cap) {
+        const troupe_tnode_t *g_i = dp->grads_by_id[i];
+        size_t sz = (size_t)troupe_tnode_num_elems(g_i) * troupe_prec_size_bytes(g_i->prec);
+        bool seg_start = i == dp->seg_first[g];
+        if (seg_start || bytes + sz > cap) {
+            while (seg_start && g < dp->nseg && dp->seg_first[g] == i)
+                dp->seg_bk[g++] = nb;
             dp->bk_first[nb++] = i;
             bytes = 0;
         }
         bytes += sz;
     }
     dp->bk_first[nb] = dp->n_params;
+    for (; g <= dp->nseg; g++)
+        dp->seg_bk[g] = nb;
     dp->nbk = nb;
     return TROUPE_OK;
 }
 
-/* A step's exchange through host memory, pipelined and without host waits: per bucket, the
- * owner stream copies its gradients to their host arrays (to_host) and a host-level allreduce
- * of them is issued that the transport starts as soon as those copies completed
- * (troupe_allreduce_args_t.after), so bucket b is reduced while the stream copies bucket b+1;
- * then, per bucket, the stream waits for its allreduce and copies the sums back (from_host),
- * which overlaps the reduction of the later buckets. The sums are those of the in-place path
- * (the same tensors, summed alike: parallel/dp.h). */
-static troupe_status_t s_allreduce_staged(troupe_dp_t *dp, troupe__dp_steplog_t *rec)
+/* A step's cross-rank exchange, issued segment by segment (s_exchange_out) and waited for
+ * before the optimizer (s_exchange_back). `done`: one event per request (in place: per
+ * segment; staged: per bucket); staged: `t` the gradients' host tensors, `after` their to_host
+ * events (grads_by_id's order). */
+typedef struct s_exchange {
+    troupe_event_t **done;
+    size_t ndone;
+    troupe_coll_tensor_t *t;
+    troupe_event_t **after;
+} s_exchange_t;
+
+static void s_exchange_free(troupe_dp_t *dp, s_exchange_t *x)
 {
-    troupe_context_t *c0 = s_tail(&dp->rep[0]);
-    troupe_coll_tensor_t *t = NULL;
-    TROUPE_RETURN_IF_ERROR(s_host_tensors(dp->grads_by_id, dp->n_params, &t));
-    troupe_event_t **done = troupe_calloc(dp->nbk, sizeof *done);
-    troupe_event_t **after = troupe_calloc(dp->n_params, sizeof *after);
-    troupe_status_t st = TROUPE_OK;
-    if (done == NULL || after == NULL) {
-        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_step: out of memory");
-        goto free_events;
+    for (size_t i = 0; x->after != NULL && i < dp->n_params; i++)
+        troupe_event_release(&x->after[i]);
+    for (size_t b = 0; x->done != NULL && b < x->ndone; b++)
+        troupe_event_release(&x->done[b]);
+    troupe_free(x->after);
+    troupe_free(x->done);
+    troupe_free(x->t);
+    memset(x, 0, sizeof *x);
+}
+
+static troupe_status_t s_exchange_new(troupe_dp_t *dp, s_exchange_t *x)
+{
+    memset(x, 0, sizeof *x);
+    if (dp->nranks <= 1)
+        return TROUPE_OK;
+    x->ndone = dp->staged ? dp->nbk : dp->nseg;
+    x->done = troupe_calloc(x->ndone, sizeof *x->done);
+    if (dp->staged) {
+        x->after = troupe_calloc(dp->n_params, sizeof *x->after);
+        troupe_status_t st = s_host_tensors(dp->grads_by_id, dp->n_params, &x->t);
+        if (st != TROUPE_OK) {
+            s_exchange_free(dp, x);
+            return st;
+        }
     }
-    for (size_t b = 0; b < dp->nbk && st == TROUPE_OK; b++) {
+    if (x->done == NULL || (dp->staged && x->after == NULL)) {
+        s_exchange_free(dp, x);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_step: out of memory");
+    }
+    return TROUPE_OK;
+}
+
+/* Segment g's bucket(s), once the owner stream holds their sums over the local replicas
+ * (`ready`: the owner stream's last event before, for the breakdown). In place: one
+ * device-level allreduce (sum) of the segment's gradients, which form one span of the
+ * segment's pool when nothing else lies between them (node-id order, the order the linked
+ * routine packs its arrays in: actors/routine.h), so the transport reduces them in place, cut
+ * into fusion buckets of troupe_config_fusion_bytes() (Horovod's tensor fusion; collective.h).
+ * The owner stream goes on with the next segment while the transport reduces
+ * (TROUPE_COLL_DEFERRED); the last segment's allreduce starts lazily: the owner stream waits
+ * for it next and runs it itself (TROUPE_COLL_LAZY). Staged (through host memory, pipelined
+ * without host waits): per bucket, the owner stream copies its gradients to their host arrays
+ * (to_host) and a host-level allreduce of them is issued that the transport starts as soon as
+ * those copies completed (troupe_allreduce_args_t.after), so bucket b is reduced while the
+ * stream copies bucket b+1 or computes the next segment. The sums are those of the in-place
+ * path (the same tensors, summed alike: parallel/dp.h). The collective sums: the optimizer's
+ * 1 / (N * R) scale makes it the mean without a division pass in the transport. */
+static troupe_status_t s_exchange_out(troupe_dp_t *dp, s_exchange_t *x, size_t g,
+                                      troupe_event_t *ready, troupe__dp_steplog_t *rec)
+{
+    if (dp->nranks <= 1)
+        return TROUPE_OK;
+    troupe_context_t *c0 = s_tail(&dp->rep[0]);
+    troupe_status_t st = TROUPE_OK;
+    const char *phase = troupe_trace_set_phase("dp.gradients");
+    if (!dp->staged && dp->seg_first[g + 1] > dp->seg_first[g]) { /* a bucket of 1 or more */
+        bool last = g + 1 == dp->nseg;
+        troupe_allreduce_args_t ar = {
+            .op = TROUPE_REDUCE_SUM,
+            .flags = dp->coll_flags | TROUPE_COLL_DEFERRED | (last ? TROUPE_COLL_LAZY : 0u),
+            .n = dp->seg_first[g + 1] - dp->seg_first[g],
+            .ctx = c0,
+            .nodes = dp->grads_by_id + dp->seg_first[g],
+        };
+        st = troupe_allreduce(&ar, &x->done[g]);
+        troupe__dp_steplog_bucket(rec, g, 0, ready);
+        troupe__dp_steplog_bucket(rec, g, 1, x->done[g]); /* before the stream's wait subscribes */
+    }
+    for (size_t b = dp->staged ? dp->seg_bk[g] : 0; dp->staged && b < dp->seg_bk[g + 1] &&
+                                                    st == TROUPE_OK;
+         b++) {
         size_t first = dp->bk_first[b], cnt = dp->bk_first[b + 1] - first;
         for (size_t i = 0; i < cnt && st == TROUPE_OK; i++)
-            st = troupe_to_host(c0, dp->grads_by_id[first + i], &after[first + i]);
+            st = troupe_to_host(c0, dp->grads_by_id[first + i], &x->after[first + i]);
         if (st != TROUPE_OK)
             break;
-        troupe__dp_steplog_bucket(rec, b, 0, after[first + cnt - 1]);
+        troupe__dp_steplog_bucket(rec, b, 0, x->after[first + cnt - 1]);
         troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_SUM,
                                       .flags = dp->coll_flags,
                                       .n = cnt,
-                                      .tensors = t + first,
-                                      .after = after + first,
+                                      .tensors = x->t + first,
+                                      .after = x->after + first,
                                       .n_after = cnt};
-        const char *phase = troupe_trace_set_phase("dp.gradients");
-        st = troupe_allreduce(&ar, &done[b]);
-        troupe_trace_set_phase(phase);
-        troupe__dp_steplog_bucket(rec, b, 1, done[b]);
+        st = troupe_allreduce(&ar, &x->done[b]);
+        troupe__dp_steplog_bucket(rec, b, 1, x->done[b]);
     }
-    for (size_t b = 0; b < dp->nbk && st == TROUPE_OK; b++) {
-        st = troupe_will_wait_for(c0, done[b]);
-        for (size_t i = dp->bk_first[b]; i < dp->bk_first[b + 1] && st == TROUPE_OK; i++) {
+    troupe_trace_set_phase(phase);
+    return st;
+}
+
+/* The owner stream waits for every request, in order; staged: it copies each bucket's sums
+ * back (from_host) once its allreduce completed, which overlaps the later buckets' reductions. */
+static troupe_status_t s_exchange_back(troupe_dp_t *dp, s_exchange_t *x, troupe__dp_steplog_t *rec)
+{
+    troupe_context_t *c0 = s_tail(&dp->rep[0]);
+    troupe_status_t st = TROUPE_OK;
+    for (size_t b = 0; b < x->ndone && st == TROUPE_OK; b++) {
+        if (x->done[b] == NULL)
+            continue; /* a segment without gradients issued nothing */
+        st = troupe_will_wait_for(c0, x->done[b]);
+        for (size_t i = dp->staged ? dp->bk_first[b] : 0;
+             dp->staged && i < dp->bk_first[b + 1] && st == TROUPE_OK; i++) {
             troupe_event_t *ev = NULL;
             bool last = i + 1 == dp->bk_first[b + 1];
             st = troupe_from_host(c0, dp->grads_by_id[i], last && rec != NULL ? &ev : NULL);
@@ -563,14 +648,172 @@ static troupe_status_t s_allreduce_staged(troupe_dp_t *dp, troupe__dp_steplog_t 
             troupe_event_release(&ev);
         }
     }
-free_events:
-    for (size_t i = 0; after != NULL && i < dp->n_params; i++)
-        troupe_event_release(&after[i]);
-    for (size_t b = 0; done != NULL && b < dp->nbk; b++)
-        troupe_event_release(&done[b]);
-    troupe_free(after);
-    troupe_free(done);
-    troupe_free(t);
+    return st;
+}
+
+/* ---- the segmented gradient routine (parallel/dp.h, Overlap; dp_split.c) -------------------- */
+
+bool troupe__dp_choose_overlap(troupe_dp_overlap_t mode, int nranks, bool device_compute,
+                               long cores, int local_ranks, int streams, char *why, size_t cap)
+{
+    if (mode == TROUPE_DP_OVERLAP_ON) {
+        snprintf(why, cap, "asked for (on)");
+        return true;
+    }
+    if (mode == TROUPE_DP_OVERLAP_OFF) {
+        snprintf(why, cap, "turned off (off)");
+        return false;
+    }
+    if (nranks <= 1) {
+        snprintf(why, cap, "auto: one rank, no allreduce to overlap");
+        return false;
+    }
+    if (device_compute) {
+        snprintf(why, cap, "auto: the backend computes on a device, the host's cores are free "
+                           "for the transport engine");
+        return true;
+    }
+    long need = (long)(local_ranks > 0 ? local_ranks : 1) * ((long)streams + 1);
+    bool spare = cores >= need;
+    snprintf(why, cap,
+             "auto: %ld cores on the node for %d local ranks x (%d compute streams + 1 "
+             "transport engine) = %ld: %s",
+             cores, local_ranks, streams, need,
+             spare ? "a core per rank for the engine" : "no core left for the engine");
+    return spare;
+}
+
+/* qsort order of (segment, node) pairs: by segment, then node id. */
+typedef struct s_seg_node {
+    size_t seg;
+    troupe_tnode_t *tn;
+} s_seg_node_t;
+
+static int s_by_seg_id(const void *a, const void *b)
+{
+    const s_seg_node_t *x = a, *y = b;
+    if (x->seg != y->seg)
+        return (x->seg > y->seg) - (x->seg < y->seg);
+    return (x->tn->id > y->tn->id) - (x->tn->id < y->tn->id);
+}
+
+/* Every rank must issue the same requests: the smallest and the largest segment count over the
+ * ranks (one host-level allreduce of min(nseg) and min(-nseg)). */
+static troupe_status_t s_agree_segments(troupe_dp_t *dp, size_t nseg, size_t *out_min,
+                                        size_t *out_max)
+{
+    int32_t v[2] = {(int32_t)nseg, -(int32_t)nseg};
+    *out_min = *out_max = nseg;
+    if (dp->nranks <= 1)
+        return TROUPE_OK;
+    troupe_coll_tensor_t t;
+    memset(&t, 0, sizeof t);
+    t.data = v;
+    t.count = 2;
+    t.prec = TROUPE_PREC_INT32;
+    t.name = "dp_overlap_segments";
+    troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_MIN, .n = 1, .tensors = &t};
+    troupe_event_t *ev = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_allreduce(&ar, &ev));
+    TROUPE_RETURN_IF_ERROR(
+        troupe__dp_sync_event(&ev, "dp_new: agreeing on the gradient routine's segments"));
+    *out_min = (size_t)v[0];
+    *out_max = (size_t)-v[1];
+    return TROUPE_OK;
+}
+
+/* Decides whether this run overlaps (troupe__dp_choose_overlap), plans the split, checks that
+ * every rank splits alike, materializes the crossing nodes and orders grads_by_id by segment
+ * (dp->nseg, seg_first, seg_of_grad; one segment when not overlapping). */
+static troupe_status_t s_plan_segments(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
+                                       const troupe_dp_model_t *m)
+{
+    troupe_dp_overlap_t mode =
+        cfg->overlap != TROUPE_DP_OVERLAP_AUTO ? cfg->overlap : troupe_config_dp_overlap();
+    char why[256];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = dp->nranks > 1 ? troupe_cluster_local_size() : 1;
+    bool want = troupe__dp_choose_overlap(mode, dp->nranks,
+                                          !troupe_backend_host_addressable(dp->backend),
+                                          cores, local, dp->n, why, sizeof why);
+    troupe__dp_split_t sp;
+    memset(&sp, 0, sizeof sp);
+    TROUPE_RETURN_IF_ERROR(troupe__dp_split_plan(m->grad_comp, dp->grads, dp->n_params, &sp));
+    size_t nseg = want ? sp.nseg : 1, lo = 0, hi = 0;
+    troupe_status_t st = s_agree_segments(dp, nseg, &lo, &hi);
+    if (st == TROUPE_OK && nseg > 1 && lo != hi) {
+        snprintf(why, sizeof why, "the ranks split into %zu to %zu segments: every rank runs "
+                                  "unsplit", lo, hi);
+        nseg = 1;
+    }
+    if (st == TROUPE_OK && nseg > 1)
+        st = troupe__dp_split_materialize(&sp);
+    dp->nseg = st == TROUPE_OK ? nseg : 1;
+    dp->overlap = dp->nseg > 1;
+    dp->seg_first = troupe_calloc(dp->nseg + 1, sizeof *dp->seg_first);
+    dp->seg_of_grad = troupe_calloc(dp->n_params, sizeof *dp->seg_of_grad);
+    dp->seg_code = troupe_calloc(dp->nseg, sizeof *dp->seg_code);
+    s_seg_node_t *pairs = troupe_calloc(dp->n_params, sizeof *pairs);
+    if (st == TROUPE_OK && (!dp->seg_first || !dp->seg_of_grad || !dp->seg_code || !pairs))
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
+    for (int k = 0; k < dp->n && st == TROUPE_OK; k++) {
+        dp->rep[k].seg = troupe_calloc(dp->nseg, sizeof *dp->rep[k].seg);
+        if (dp->rep[k].seg == NULL)
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
+    }
+    if (st == TROUPE_OK) {
+        for (size_t i = 0; i < dp->n_params; i++) {
+            dp->seg_of_grad[i] = dp->overlap ? sp.seg_of_grad[i] : 0;
+            pairs[i] = (s_seg_node_t){dp->seg_of_grad[i], dp->grads[i]};
+        }
+        qsort(pairs, dp->n_params, sizeof *pairs, s_by_seg_id);
+        for (size_t i = 0; i < dp->n_params; i++) {
+            dp->grads_by_id[i] = pairs[i].tn;
+            dp->seg_first[pairs[i].seg + 1] = i + 1;
+        }
+        for (size_t g = 1; g <= dp->nseg; g++) /* a segment without gradients: none */
+            if (dp->seg_first[g] < dp->seg_first[g - 1])
+                dp->seg_first[g] = dp->seg_first[g - 1];
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL,
+                   "dp: overlap %s (%zu segments, %zu nodes materialized across them): %s%s%s",
+                   dp->overlap ? "on" : "off", dp->nseg, dp->overlap ? sp.ncrossing : 0, why,
+                   want && sp.nseg == 1 ? "; but grad_comp cannot be split: " : "",
+                   want && sp.nseg == 1 ? sp.why : "");
+    }
+    troupe_free(pairs);
+    troupe__dp_split_free(&sp);
+    return st;
+}
+
+/* Compiles the segments (the whole comp when there is one). */
+static troupe_status_t s_build_segments(troupe_dp_t *dp, const troupe_dp_model_t *m)
+{
+    if (!dp->overlap) {
+        troupe_status_t st = troupe_compile(dp->backend, m->grad_comp, "dp_grad", &dp->seg_code[0]);
+        return st == TROUPE_OK ? st : s_wrap(st, "dp_new: compiling grad_comp");
+    }
+    troupe__dp_split_t sp;
+    memset(&sp, 0, sizeof sp);
+    TROUPE_RETURN_IF_ERROR(troupe__dp_split_plan(m->grad_comp, dp->grads, dp->n_params, &sp));
+    troupe_status_t st = TROUPE_OK;
+    if (sp.nseg != dp->nseg)
+        st = troupe__error(TROUPE_INTERNAL, "dp_new: grad_comp split into %zu segments, then %zu",
+                           dp->nseg, sp.nseg);
+    for (size_t g = 0; g < dp->nseg && st == TROUPE_OK; g++) {
+        troupe_asgn_comp_t *c = NULL;
+        char name[32], prefix[96];
+        snprintf(name, sizeof name, "dp_grad_s%zu", g);
+        st = troupe__dp_split_comp(m->grad_comp, &sp, g, &c);
+        if (st == TROUPE_OK)
+            st = troupe_compile(dp->backend, c, name, &dp->seg_code[g]);
+        troupe_asgn_comp_destroy(&c);
+        if (st != TROUPE_OK) {
+            snprintf(prefix, sizeof prefix, "dp_new: compiling segment %zu of %zu of grad_comp",
+                     g, dp->nseg);
+            st = s_wrap(st, prefix);
+        }
+    }
+    troupe__dp_split_free(&sp);
     return st;
 }
 
@@ -666,6 +909,7 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     dp->exchange = troupe__dp_choose_exchange(dp->nranks, device_memory, lendable, cuda_aware);
     /* DIRECT: the lent path, with device memory handed to MPI as it is */
     dp->staged = device_memory && dp->exchange != TROUPE__DP_EXCHANGE_DIRECT;
+    TROUPE_RETURN_IF_ERROR(s_plan_segments(dp, cfg, m));
     if (dp->staged && dp->nranks > 1) {
         TROUPE_RETURN_IF_ERROR(s_check_stageable(dp));
         TROUPE_RETURN_IF_ERROR(s_plan_buckets(dp));
@@ -696,19 +940,20 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
         }
     }
 
-    /* the feed (fed form) and the gradient routine, compiled once, linked on every replica */
+    /* the feed (fed form) and the gradient routine, one routine per segment (Overlap), compiled once, linked on every
+     * replica in order */
     TROUPE_RETURN_IF_ERROR(s_build_feed(dp, m));
-    troupe_status_t st = troupe_compile(dp->backend, m->grad_comp, "dp_grad", &dp->grad_code);
-    if (st != TROUPE_OK)
-        return s_wrap(st, "dp_new: compiling grad_comp");
+    TROUPE_RETURN_IF_ERROR(s_build_segments(dp, m));
     for (int k = 0; k < dp->n; k++) {
-        st = s_link(&dp->rep[k], dp->grad_code, &dp->rep[k].grad);
-        if (st != TROUPE_OK)
-            return s_wrap(st, "dp_new: linking grad_comp");
-        if (!dp->rep[k].feed)
-            st = troupe_routine_set_index(dp->rep[k].grad, dp->batch_index, 0);
-        if (st != TROUPE_OK)
-            return s_wrap(st, "dp_new: binding batch_index");
+        for (size_t g = 0; g < dp->nseg; g++) {
+            troupe_status_t st = s_link(&dp->rep[k], dp->seg_code[g], &dp->rep[k].seg[g]);
+            if (st != TROUPE_OK)
+                return s_wrap(st, "dp_new: linking grad_comp");
+            if (!dp->rep[k].feed) /* the fed form's segments have no batch index */
+                st = troupe_routine_set_index(dp->rep[k].seg[g], dp->batch_index, 0);
+            if (st != TROUPE_OK)
+                return s_wrap(st, "dp_new: binding batch_index");
+        }
         for (size_t i = 0; i < dp->n_params; i++) {
             if (!troupe_context_has_node(s_tail(&dp->rep[k]), dp->grads[i])) {
                 s_name(dp->grads[i], nm, sizeof nm);
@@ -726,6 +971,7 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     }
 
     /* merge routines g =+ g.merge, on the replicas that receive (even k with a k+1) */
+    troupe_status_t st = TROUPE_OK;
     if (dp->n > 1) {
         dp->merge_code = troupe_calloc(dp->n_params, sizeof *dp->merge_code);
         if (!dp->merge_code)
@@ -852,7 +1098,7 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
                : dp->staged                               ? "pipelined through host memory"
                : dp->exchange == TROUPE__DP_EXCHANGE_DIRECT ? "direct on device memory"
                                                           : "in place on the devices",
-               dp->staged ? dp->nbk : (size_t)(dp->nranks > 1),
+               dp->staged ? dp->nbk : dp->nranks > 1 ? dp->nseg : 0,
                troupe_cluster_cuda_aware() ? "detected" : "not detected",
                troupe_config_cuda_aware_name(troupe_config_cuda_aware()));
     return TROUPE_OK;
@@ -912,7 +1158,9 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
         for (int k = 0; k < dp->n; k++) {
             troupe__dp_replica_t *r = &dp->rep[k];
             troupe_routine_release(&r->feed);
-            troupe_routine_release(&r->grad);
+            for (size_t g = 0; r->seg && g < dp->nseg; g++)
+                troupe_routine_release(&r->seg[g]);
+            troupe_free(r->seg);
             for (size_t i = 0; r->merge && i < dp->n_params; i++)
                 troupe_routine_release(&r->merge[i]);
             troupe_free(r->merge);
@@ -933,7 +1181,12 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
     }
     troupe_free(dp->dev_of);
     troupe_code_release(&dp->feed_code);
-    troupe_code_release(&dp->grad_code);
+    for (size_t g = 0; dp->seg_code && g < dp->nseg; g++)
+        troupe_code_release(&dp->seg_code[g]);
+    troupe_free(dp->seg_code);
+    troupe_free(dp->seg_first);
+    troupe_free(dp->seg_of_grad);
+    troupe_free(dp->seg_bk);
     troupe_code_release(&dp->opt_code);
     for (size_t i = 0; dp->merge_code && i < dp->n_params; i++)
         troupe_code_release(&dp->merge_code[i]);
@@ -1036,15 +1289,75 @@ static troupe_status_t s_mark_step_end(troupe_dp_t *dp, s_step_mark_t **mark_p)
                                   s_mark_release);
 }
 
-/* Points replica r at minibatch b: the indexed form binds the gradient routine's batch
- * index; the fed form binds the feed routine's and runs it (it copies the minibatch into the
- * fixed nodes, so the gradient routine keeps one binding: parallel/dp.h, feed_comp). */
-static troupe_status_t s_select_batch(troupe__dp_replica_t *r, const troupe_dp_t *dp, int64_t b)
+/* Points segment g of replica rep at minibatch b: the indexed form binds the segment's batch
+ * index; the fed form binds the feed routine's and runs it before segment 0 (it copies the
+ * minibatch into the fixed nodes, so the gradient routine keeps one binding: parallel/dp.h,
+ * feed_comp). */
+static troupe_status_t s_select_batch(troupe__dp_replica_t *rep, troupe_routine_t *seg, size_t g,
+                                      const troupe_dp_t *dp, int64_t b)
 {
-    if (!r->feed)
-        return troupe_routine_set_index(r->grad, dp->batch_index, b);
-    TROUPE_RETURN_IF_ERROR(troupe_routine_set_index(r->feed, dp->batch_index, b));
-    return troupe_routine_run(r->feed, NULL);
+    if (!rep->feed)
+        return troupe_routine_set_index(seg, dp->batch_index, b);
+    if (g != 0)
+        return TROUPE_OK;
+    TROUPE_RETURN_IF_ERROR(troupe_routine_set_index(rep->feed, dp->batch_index, b));
+    return troupe_routine_run(rep->feed, NULL);
+}
+
+/* 1. Segment g of the gradient routine on every replica, each on its minibatch (round-robin
+ * over the global list). *ready (replaced when the step is logged) gets the owner stream's
+ * event after it; the last segment's events are the replicas' gradient ends. */
+static troupe_status_t s_run_segment(troupe_dp_t *dp, size_t g, troupe__dp_steplog_t *rec,
+                                     troupe_event_t **ready)
+{
+    int64_t base = dp->steps * dp->replicas + dp->replica_offset;
+    bool last = g + 1 == dp->nseg;
+    for (int k = 0; k < dp->n; k++) {
+        int64_t b = (base + k) % dp->num_batches;
+        troupe_routine_t *r = dp->rep[k].seg[g];
+        TROUPE_RETURN_IF_ERROR(s_select_batch(&dp->rep[k], r, g, dp, b));
+        troupe_event_t *ev = NULL;
+        TROUPE_RETURN_IF_ERROR(
+            troupe_routine_run(r, rec != NULL && (last || k == 0) ? &ev : NULL));
+        if (last)
+            troupe__dp_steplog_grad(rec, k, ev);
+        if (k == 0 && ev != NULL) {
+            troupe_event_release(ready);
+            *ready = ev;
+        } else {
+            troupe_event_release(&ev);
+        }
+    }
+    return TROUPE_OK;
+}
+
+/* 2. The tree merge into replica 0 of segment g's gradients, last parameter first (the order
+ * backprop finishes them); with one segment, every gradient in that order. *ready as
+ * s_run_segment's (the owner stream's last merge). */
+static troupe_status_t s_merge_segment(troupe_dp_t *dp, size_t g, troupe__dp_steplog_t *rec,
+                                       troupe_event_t **ready)
+{
+    int n = dp->n;
+    for (size_t i = dp->n_params; i-- > 0;) {
+        if (dp->seg_of_grad[i] != g)
+            continue;
+        troupe_tnode_t *gr = dp->grads[i];
+        for (int stride = 1; stride < n; stride *= 2) {
+            for (int k = 0; k + stride < n; k += 2 * stride) {
+                TROUPE_RETURN_IF_ERROR(
+                    troupe_device_to_device(gr, TROUPE_MERGE_COPY, s_tail(&dp->rep[k]),
+                                            s_tail(&dp->rep[k + stride]), NULL, NULL, NULL));
+                troupe_event_t *ev = NULL;
+                TROUPE_RETURN_IF_ERROR(
+                    troupe_routine_run(dp->rep[k].merge[i], rec != NULL && k == 0 ? &ev : NULL));
+                if (ev != NULL) {
+                    troupe_event_release(ready);
+                    *ready = ev;
+                }
+            }
+        }
+    }
+    return TROUPE_OK;
 }
 
 static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
@@ -1068,61 +1381,27 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
         memcpy(dp->hyper_last, h, sizeof h);
         dp->hyper_uploaded = true;
     }
-    /* 1. every replica on its minibatch, round-robin over the global list */
-    int64_t base = dp->steps * dp->replicas + dp->replica_offset;
-    for (int k = 0; k < n; k++) {
-        TROUPE_RETURN_IF_ERROR(s_select_batch(&dp->rep[k], dp, (base + k) % dp->num_batches));
-        troupe_event_t *ev = NULL;
-        TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->rep[k].grad, rec != NULL ? &ev : NULL));
-        troupe__dp_steplog_grad(rec, k, ev);
-        troupe_event_release(&ev);
+    /* 1-3. per segment of the gradient routine (one without overlap): the segment on every
+     * replica, the tree merge of its gradients into replica 0, its bucket's allreduce across
+     * ranks; then the owner stream waits for every bucket */
+    s_exchange_t x;
+    TROUPE_RETURN_IF_ERROR(s_exchange_new(dp, &x));
+    troupe_status_t st = TROUPE_OK;
+    troupe_event_t *ready = NULL;
+    for (size_t g = 0; g < dp->nseg && st == TROUPE_OK; g++) {
+        st = s_run_segment(dp, g, rec, &ready);
+        if (st == TROUPE_OK)
+            st = s_merge_segment(dp, g, rec, &ready);
+        if (st == TROUPE_OK)
+            st = s_exchange_out(dp, &x, g, ready, rec);
     }
-    /* 2. per gradient, last parameter first (the order backprop finishes them): the tree
-     * merge into replica 0. */
-    for (size_t i = dp->n_params; i-- > 0;) {
-        troupe_tnode_t *g = dp->grads[i];
-        for (int stride = 1; stride < n; stride *= 2) {
-            for (int k = 0; k + stride < n; k += 2 * stride) {
-                TROUPE_RETURN_IF_ERROR(
-                    troupe_device_to_device(g, TROUPE_MERGE_COPY, s_tail(&dp->rep[k]),
-                                            s_tail(&dp->rep[k + stride]), NULL, NULL, NULL));
-                troupe_event_t *ev = NULL;
-                TROUPE_RETURN_IF_ERROR(
-                    troupe_routine_run(dp->rep[k].merge[i], rec != NULL && k == 0 ? &ev : NULL));
-                if (i == 0 && 2 * stride >= n) /* the owner stream's last merge */
-                    troupe__dp_steplog_merge(rec, ev);
-                troupe_event_release(&ev);
-            }
-        }
-    }
-    /* 3. one allreduce of every gradient across ranks, which the transport cuts into fusion
-     * buckets of troupe_config_fusion_bytes() (Horovod's tensor fusion; collective.h). The
-     * gradients go in node-id order, the order the linked gradient routine packs its arrays in
-     * their pool (actors/routine.h): they form one span in memory, which the transport reduces
-     * in place, cut in order. It starts lazily: the owner stream waits for it next and then
-     * runs it itself (TROUPE_COLL_LAZY). The collective sums: the optimizer's 1 / (N * R) scale
-     * makes it the mean without a division pass in the transport (exactly the same values
-     * when R is a power of two). */
-    if (dp->nranks > 1 && dp->staged) {
-        TROUPE_RETURN_IF_ERROR(s_allreduce_staged(dp, rec));
-    } else if (dp->nranks > 1) {
-        troupe_allreduce_args_t ar = {
-            .op = TROUPE_REDUCE_SUM,
-            .flags = dp->coll_flags | TROUPE_COLL_LAZY | TROUPE_COLL_DEFERRED,
-            .n = dp->n_params,
-            .ctx = s_tail(r0),
-            .nodes = dp->grads_by_id,
-        };
-        troupe_event_t *done = NULL;
-        const char *phase = troupe_trace_set_phase("dp.gradients");
-        troupe_status_t st = troupe_allreduce(&ar, &done);
-        troupe_trace_set_phase(phase);
-        TROUPE_RETURN_IF_ERROR(st);
-        troupe__dp_steplog_bucket(rec, 0, 1, done); /* before the stream's wait subscribes */
-        st = troupe_will_wait_for(s_tail(r0), done);
-        troupe_event_release(&done);
-        TROUPE_RETURN_IF_ERROR(st);
-    }
+    if (st == TROUPE_OK && n > 1) /* the owner stream's last merge */
+        troupe__dp_steplog_merge(rec, ready);
+    troupe_event_release(&ready);
+    if (st == TROUPE_OK)
+        st = s_exchange_back(dp, &x, rec);
+    s_exchange_free(dp, &x);
+    TROUPE_RETURN_IF_ERROR(st);
     /* 4. the optimizer on the owner stream */
     troupe_event_t *oev = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->opt_routine, rec != NULL ? &oev : NULL));
@@ -1157,7 +1436,9 @@ troupe_status_t troupe_dp_step(troupe_dp_t *dp)
     troupe__dp_steplog_t *rec = NULL;
     if (troupe__dp_steplog_wanted(dp->steps)) {
         h0 = troupe_now_ns();
-        size_t nbk = dp->exchange == TROUPE__DP_EXCHANGE_NONE ? 0 : dp->staged ? dp->nbk : 1;
+        size_t nbk = dp->exchange == TROUPE__DP_EXCHANGE_NONE ? 0
+                     : dp->staged                             ? dp->nbk
+                                                              : dp->nseg;
         rec = troupe__dp_steplog_new(dp->steps, dp->n, nbk, (int)dp->exchange);
         troupe__dp_steplog_begin(rec, dp->rep[0].stream);
     }

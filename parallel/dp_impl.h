@@ -39,13 +39,14 @@ enum {
 #define TROUPE__DP_HYPER_STAGES 2
 
 /* One local replica: a stream, the chain of contexts built on it (each retained, in creation
- * order; the last one holds every array), its gradient routine and its merge routines. */
+ * order; the last one holds every array), its gradient routine (one routine per segment:
+ * parallel/dp.h, Overlap) and its merge routines. */
 typedef struct troupe__dp_replica {
     troupe_stream_t *stream;
     troupe_context_t **ctxs;
     size_t nctxs, ctxs_cap;
-    troupe_routine_t *feed; /* the minibatch feed (troupe_dp_model_t.feed_comp), or NULL */
-    troupe_routine_t *grad;
+    troupe_routine_t *feed;   /* the minibatch feed (troupe_dp_model_t.feed_comp), or NULL */
+    troupe_routine_t **seg;   /* nseg: the gradient routine's segments, run in order */
     troupe_routine_t **merge; /* n_params entries; NULL on a stream that never receives */
 } troupe__dp_replica_t;
 
@@ -66,6 +67,52 @@ const char *troupe__dp_exchange_name(int exchange); /* "none", "in-place", "stag
 troupe__dp_exchange_t troupe__dp_choose_exchange(int nranks, bool device_memory, bool lendable,
                                                  bool cuda_aware);
 
+/* Whether a run splits its gradient routine to overlap the allreduce with the backward pass
+ * (parallel/dp.h, Overlap), before the split is tried: `mode` resolved (troupe_dp_config_t.
+ * overlap, else TROUPE_DP_OVERLAP); on: yes; off: no; auto: no with one rank (nothing to
+ * overlap), yes when the backend computes on a device (`device_compute`: the host threads are
+ * free), else yes when the node's `cores` hold every local rank's compute streams plus one for
+ * its transport engine (local_ranks * (streams + 1) <= cores). why[cap] says which rule
+ * decided. Pure, for the tests. */
+bool troupe__dp_choose_overlap(troupe_dp_overlap_t mode, int nranks, bool device_compute,
+                               long cores, int local_ranks, int streams, char *why, size_t cap);
+
+/* dp_split.c: the segmented gradient routine (parallel/dp.h, Overlap). A plan cuts the
+ * gradient comp's top-level items (the root SEQ's items; a root block comment around a SEQ is
+ * opened) into nseg >= 1 segments: segment s holds items [seg_end[s - 1], seg_end[s]) (from 0)
+ * and ends after the last item that reads or writes a gradient of its bucket (seg_of_grad[i]:
+ * the segment whose bucket holds grads[i]); the last one runs to the end. Each bucket's
+ * gradients are touched by no later segment, so its allreduce may run while they compute.
+ * crossing[0..ncrossing): the nodes the comp writes that more than one segment touches (they
+ * must stay in the context between the segments' routines). nseg == 1 (why says why): one
+ * top-level item, every gradient last used by the last item, or a crossing node already
+ * Virtual or Local. */
+typedef struct troupe__dp_split {
+    const troupe_asgn_t **items; /* nitems, borrowed from the comp */
+    size_t nitems;
+    size_t nseg;
+    size_t *seg_end;     /* nseg */
+    size_t *seg_of_grad; /* n_grads */
+    troupe_tnode_t **crossing; /* borrowed from the comp */
+    size_t ncrossing;
+    char why[160]; /* nseg == 1: the reason, "" otherwise */
+} troupe__dp_split_t;
+/* Plans the split of comp for grads[0..n_grads) (borrowed for the call; *out borrows comp's
+ * trees and nodes: use it while comp lives). Errors: RESOURCE_EXHAUSTED. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_split_plan(const troupe_asgn_comp_t *comp,
+                                                      troupe_tnode_t *const *grads,
+                                                      size_t n_grads, troupe__dp_split_t *out);
+void troupe__dp_split_free(troupe__dp_split_t *s);
+/* Refines every crossing node to Materialized (ir/memory_mode.h; the caller's nodes, for good).
+ * FAILED_PRECONDITION naming the node when its mode cannot be. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_split_materialize(const troupe__dp_split_t *s);
+/* Segment seg of comp as a comp of its own (caller owns *out): its items rebuilt with the
+ * builders of ir/assign.h, comp's static indices (same names, ranges and ids) and the embedded
+ * nodes it mentions. Errors: those of the builders (RESOURCE_EXHAUSTED). */
+TROUPE_MUST_USE troupe_status_t troupe__dp_split_comp(const troupe_asgn_comp_t *comp,
+                                                      const troupe__dp_split_t *s, size_t seg,
+                                                      troupe_asgn_comp_t **out);
+
 /* The per-step breakdown (dp_steplog.c; parallel/dp.h, Step breakdown). All calls accept a
  * NULL record (the step is not logged). */
 typedef struct troupe__dp_steplog troupe__dp_steplog_t;
@@ -75,7 +122,8 @@ troupe__dp_steplog_t *troupe__dp_steplog_new(int64_t step, int n, size_t nbk, in
 void troupe__dp_steplog_begin(troupe__dp_steplog_t *r, troupe_stream_t *owner);
 void troupe__dp_steplog_grad(troupe__dp_steplog_t *r, int k, troupe_event_t *ev);
 void troupe__dp_steplog_merge(troupe__dp_steplog_t *r, troupe_event_t *ev);
-/* which: 0 the bucket's last to_host, 1 its allreduce, 2 its last from_host. */
+/* which: 0 the bucket's last to_host (staged) or the owner stream's last work before its
+ * allreduce (in place: the bucket is ready), 1 its allreduce, 2 its last from_host. */
 void troupe__dp_steplog_bucket(troupe__dp_steplog_t *r, size_t b, int which, troupe_event_t *ev);
 void troupe__dp_steplog_optimizer(troupe__dp_steplog_t *r, troupe_event_t *ev);
 void troupe__dp_steplog_set_host(troupe__dp_steplog_t *r, int64_t host_ns);
@@ -94,9 +142,19 @@ struct troupe_dp {
     bool staged;
     troupe__dp_exchange_t exchange;
     /* staged: the buckets, gradients grads_by_id[bk_first[b] .. bk_first[b + 1]) for b < nbk,
-     * cut in node-id order at troupe_config_fusion_bytes() when the driver was built */
+     * cut in grads_by_id's order at troupe_config_fusion_bytes() and at every segment's start
+     * when the driver was built; segment s's buckets are [seg_bk[s], seg_bk[s + 1]) */
     size_t nbk;
     size_t *bk_first;
+    size_t *seg_bk; /* nseg + 1 */
+    /* The gradient routine's segments (parallel/dp.h, Overlap; dp_split.c): nseg >= 1 (1: the
+     * comp in one routine), segment s's gradients are grads_by_id[seg_first[s] ..
+     * seg_first[s + 1]), seg_of_grad[i] the segment of grads[i]. */
+    bool overlap;         /* the split is in use (nseg > 1) */
+    size_t nseg;
+    troupe_code_t **seg_code; /* nseg */
+    size_t *seg_first;        /* nseg + 1 */
+    size_t *seg_of_grad;      /* n_params */
     int rank;            /* this rank (0 when local_only) */
     int nranks;          /* ranks (1 when local_only) */
     int64_t replicas;       /* T: the replicas of every rank (n * nranks when they agree) */
@@ -105,14 +163,15 @@ struct troupe_dp {
     size_t n_params;
     troupe_tnode_t **params;      /* retained */
     troupe_tnode_t **grads;       /* retained */
-    troupe_tnode_t **grads_by_id; /* the grads in node-id order: a step's allreduce */
+    /* the grads in exchange order: by segment, in node-id order within one (the order a
+     * linked routine packs its arrays in its pool); with one segment, node-id order */
+    troupe_tnode_t **grads_by_id;
     troupe_tnode_t *loss;         /* retained, or NULL */
     char *batch_index;
     int64_t num_batches;
 
     troupe__dp_replica_t *rep; /* n */
     troupe_code_t *feed_code;  /* NULL in the indexed form */
-    troupe_code_t *grad_code;
     troupe_code_t **merge_code; /* n_params, NULL when n == 1 */
     troupe_code_t *opt_code;
     troupe_routine_t *opt_routine; /* on replica 0 */

@@ -23,7 +23,8 @@
 
 /* Slots: the step's begin (owner stream), the last merge on the owner stream, the optimizer's
  * end, then one per replica (its gradient routine's end), then three per bucket (its last
- * to_host, its allreduce, its last from_host; in place: the allreduce alone). */
+ * to_host, its allreduce, its last from_host; in place: the owner stream's last work before
+ * the bucket's allreduce, and the allreduce). */
 enum { S_BEGIN = 0, S_MERGE = 1, S_OPT = 2, S_GRAD0 = 3 };
 
 typedef struct s_tick {
@@ -102,10 +103,12 @@ static int64_t s_min(int64_t a, int64_t b)
 }
 
 /* The breakdown (parallel/dp.h, Step breakdown): phases end where the next begins, so they
- * add up to the wall time; the staged exchange's pipeline is reconstructed from its stamps
- * (the copies of a stream run one after another, the copies back after every copy out; a
- * bucket's reduction starts once its copies are done and the previous bucket's reduction
- * finished). */
+ * add up to the wall time; the exchange's pipeline is reconstructed from its stamps (staged:
+ * the copies of a stream run one after another, the copies back after every copy out; a
+ * bucket's reduction starts once it is ready — its copies done, or in place the owner
+ * stream's work before it — and the previous bucket's reduction finished). The compute
+ * overlap is the time buckets were reduced before the last replica's gradient routine ended:
+ * with the gradient routine split into segments (Overlap), while later segments computed. */
 static void s_log(const troupe__dp_steplog_t *r)
 {
     int64_t begin = s_get(r, S_BEGIN), grad = 0;
@@ -119,12 +122,19 @@ static void s_log(const troupe__dp_steplog_t *r)
     for (size_t b = 0; b < r->nbk; b++) {
         int64_t d = s_get(r, s_bucket_slot(r, b, 0)), red = s_get(r, s_bucket_slot(r, b, 1)),
                 h = s_get(r, s_bucket_slot(r, b, 2));
-        if (r->exchange != TROUPE__DP_EXCHANGE_STAGED) { /* one lent request */
-            reduce += s_max(0, red - merge);
+        if (r->exchange != TROUPE__DP_EXCHANGE_STAGED) { /* a lent request per bucket */
+            /* it starts once the owner stream handed it over (d: the stream's last work
+             * before it) and the transport finished the previous one */
+            int64_t start = s_max(d != 0 ? d : merge, prev_red);
+            reduce += s_max(0, red - start);
+            cover += s_max(0, s_min(red, grad) - s_max(start, begin));
+            prev_red = s_max(prev_red, red);
             xend = s_max(xend, red);
             continue;
         }
-        d2h += s_max(0, d - prev_d2h);
+        /* the copies out after the merges (with Overlap, an earlier bucket's copies ran
+         * between segments: compute time, not exchange time) */
+        d2h += s_max(0, d - s_max(prev_d2h, merge));
         int64_t start = s_max(d, prev_red);
         reduce += s_max(0, red - start);
         h2d += s_max(0, h - s_max(red, prev_h2d));

@@ -246,7 +246,7 @@ Test(cli, info_reports_the_environment_configuration)
 
     s_troupe(&r, (const char *[]){"info", NULL},
              (const char *[]){"TROUPE_CPU_DEVICES=3", "TROUPE_DEVICE=2,0", "TROUPE_CUDA_AWARE=off",
-                              NULL});
+                              "TROUPE_DP_OVERLAP=on", NULL});
     cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
     cr_assert(s_value(r.out, "config.cpu_devices", v, sizeof v));
     cr_assert_str_eq(v, "3");
@@ -254,7 +254,16 @@ Test(cli, info_reports_the_environment_configuration)
     cr_assert_str_eq(v, "2,0");
     cr_assert(s_value(r.out, "config.cuda_aware", v, sizeof v));
     cr_assert_str_eq(v, "off");
+    cr_assert(s_value(r.out, "config.dp_overlap", v, sizeof v));
+    cr_assert_str_eq(v, "on");
     cr_assert_str_empty(r.err, "stderr: %s", r.err);
+
+    /* a malformed TROUPE_DP_OVERLAP keeps the default and warns on stderr */
+    s_troupe(&r, (const char *[]){"info", NULL}, (const char *[]){"TROUPE_DP_OVERLAP=yes", NULL});
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert(s_value(r.out, "config.dp_overlap", v, sizeof v));
+    cr_assert_str_eq(v, "auto");
+    cr_assert_not_null(strstr(r.err, "TROUPE_DP_OVERLAP"), "stderr: %s", r.err);
 
     /* a malformed TROUPE_CUDA_AWARE keeps the default and warns on stderr */
     s_troupe(&r, (const char *[]){"info", NULL}, (const char *[]){"TROUPE_CUDA_AWARE=maybe", NULL});

@@ -270,7 +270,7 @@ static void s_give_graphs(troupe_dp_t *dp)
     s_graph_vt.graph_launch = s_graph_launch;
     s_graph_vt.graph_release = s_graph_release;
     drv->vt = &s_graph_vt;
-    s_grad_code = dp->grad_code->dcode;
+    s_grad_code = dp->seg_code[0]->dcode; /* one segment: overlap is off with one rank */
     s_feed_code = dp->feed_code ? dp->feed_code->dcode : NULL;
     atomic_store(&s_grad_plain, 0);
     atomic_store(&s_grad_captures, 0);

@@ -129,7 +129,10 @@ static void s_open(troupe_optimizer_kind_t kind, int64_t rows, bool fed, fmnist_
     troupe_dp_model_t model;
     fmnist_mlp_dp_model(mlp, &model);
     troupe_dp_config_t dc = {
-        .backend = "sync", .streams = 2, .optimizer = troupe_optimizer_default(kind)};
+        .backend = "sync",
+        .streams = 2,
+        .optimizer = troupe_optimizer_default(kind),
+        .overlap = TROUPE_DP_OVERLAP_OFF}; /* one gradient routine: what one rank compiles */
     OK(troupe_dp_new(&dc, &model, dp_out));
     *mlp_out = mlp;
 }
@@ -147,7 +150,8 @@ static s_step_t s_trainer(troupe_optimizer_kind_t kind, bool fed)
         c = s_count(dp->feed_code, &alone);
         s_add_count(&s, &s.feed, c, alone);
     }
-    c = s_count(dp->grad_code, &alone);
+    cr_assert_eq(dp->nseg, 1, "the gradient routine is one segment");
+    c = s_count(dp->seg_code[0], &alone);
     s_add_count(&s, &s.grad, c, alone);
     for (size_t i = 0; i < dp->n_params; i++) {
         c = s_count(dp->merge_code[i], &alone);
@@ -326,7 +330,7 @@ static void s_emulate_step(troupe_optimizer_kind_t kind)
     /* the loss segment in shared memory with the passes it takes over (the plan of the main
      * job: 9 launches); the optimizer's parts in one kernel */
     s_emulate(troupe_code_proc(dp->feed_code), "2 parts over");
-    cr_expect_eq(s_emulate(troupe_code_proc(dp->grad_code), "__shared__ float n"), 9);
+    cr_expect_eq(s_emulate(troupe_code_proc(dp->seg_code[0]), "__shared__ float n"), 9);
     s_emulate(troupe_code_proc(dp->merge_code[0]), NULL);
     s_emulate(troupe_code_proc(dp->hyper_copy_code[0]), NULL);
     s_emulate(troupe_code_proc(dp->opt_code), "6 parts over");

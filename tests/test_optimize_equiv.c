@@ -144,15 +144,18 @@ static troupe_status_t s_trainer(troupe__strbuf_t *out, troupe_optimizer_kind_t 
     troupe_dp_model_t model;
     fmnist_mlp_dp_model(mlp, &model);
     troupe_dp_config_t dc = {
-        .backend = "sync", .streams = 2, .optimizer = troupe_optimizer_default(kind)};
+        .backend = "sync",
+        .streams = 2,
+        .optimizer = troupe_optimizer_default(kind),
+        .overlap = TROUPE_DP_OVERLAP_OFF}; /* the golden text holds one gradient routine */
     if (st == TROUPE_OK)
         st = troupe_dp_new(&dc, &model, &dp);
     if (st == TROUPE_OK)
         st = fmnist_mlp_eval_new(mlp, 100, &eval);
     if (st == TROUPE_OK)
         st = troupe_compile(troupe_dp_backend(dp), eval->comp, "fmnist_eval", &eval_code);
-    if (st == TROUPE_OK)
-        st = s_print_proc(out, troupe_code_proc(dp->grad_code));
+    for (size_t g = 0; st == TROUPE_OK && g < dp->nseg; g++)
+        st = s_print_proc(out, troupe_code_proc(dp->seg_code[g]));
     for (size_t i = 0; st == TROUPE_OK && i < dp->n_params; i++)
         st = s_print_proc(out, troupe_code_proc(dp->merge_code[i]));
     for (int j = 0; st == TROUPE_OK && j < TROUPE__DP_HYPER_STAGES; j++)

@@ -55,6 +55,7 @@ static const char *const s_names[] = {
     "TROUPE_DEVICE",
     "TROUPE_CUDA_AWARE",
     "TROUPE_CUDA_GRAPHS",
+    "TROUPE_DP_OVERLAP",
 };
 #define S_NNAMES (sizeof s_names / sizeof s_names[0])
 #define S_MAX_VARS 24
@@ -129,5 +130,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     troupe_cuda_aware_t ca = troupe_config_cuda_aware();
     S_CHECK(ca == TROUPE_CUDA_AWARE_AUTO || ca == TROUPE_CUDA_AWARE_ON ||
             ca == TROUPE_CUDA_AWARE_OFF);
+    troupe_dp_overlap_t ov = troupe_config_dp_overlap();
+    S_CHECK(ov == TROUPE_DP_OVERLAP_AUTO || ov == TROUPE_DP_OVERLAP_ON ||
+            ov == TROUPE_DP_OVERLAP_OFF);
     return 0;
 }

@@ -26,3 +26,8 @@ troupe_add_mpi_test(test_dp_staged SOURCES test_dp_staged.c NP 2 TIMEOUT 300
 # per-step breakdown at debug:parallel, and TROUPE_CUDA_AWARE=on taking the direct path.
 troupe_add_mpi_test(test_dp_pipeline SOURCES test_dp_pipeline.c NP 2 TIMEOUT 300
                     ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
+# Each gradient bucket's allreduce overlapping the rest of the backward pass (parallel/dp.h,
+# Overlap): overlap on equals off bit for bit (in place and staged), its breakdown's buckets
+# follow the segments and its fields add up.
+troupe_add_mpi_test(test_dp_overlap SOURCES test_dp_overlap.c NP 2 TIMEOUT 300
+                    ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)

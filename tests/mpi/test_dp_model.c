@@ -115,6 +115,8 @@ static void s_model(dpt_lr_t *m, const data_t *d, int split, int init_as_rank)
 static bool s_compress;
 /* true: s_train stages the cross-rank allreduce through host memory (stage_through_host). */
 static bool s_stage;
+/* s_train's troupe_dp_config_t.overlap (parallel/dp.h, Overlap; AUTO: TROUPE_DP_OVERLAP). */
+static troupe_dp_overlap_t s_overlap;
 /* s_ndevices > 0: s_train replicates on these device ordinals (troupe_dp_config_t.devices). */
 static int s_devices[4];
 static int s_ndevices;
@@ -134,7 +136,8 @@ static void s_train(const data_t *d, int split, int streams, bool local_only,
                               .compress_bf16 = s_compress,
                               .devices = s_ndevices > 0 ? s_devices : NULL,
                               .n_devices = s_ndevices,
-                              .stage_through_host = s_stage};
+                              .stage_through_host = s_stage,
+                              .overlap = s_overlap};
     troupe_dp_t *dp = NULL;
     CHECK(troupe_dp_new(&cfg, &m.model, &dp));
     /* CUDA-aware MPI forced on makes a host backend standing for device memory lend it as

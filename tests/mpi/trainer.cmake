@@ -12,3 +12,12 @@ if(TROUPE_BUILD_EXAMPLES)
   set_tests_properties(fmnist_disagree_np3 PROPERTIES TIMEOUT 300 LABELS mpi PROCESSORS 3
     ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30;TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-trainer")
 endif()
+# The trainer with overlap on and off (tests/mpi/trainer_overlap.sh): the same checkpoint bytes.
+if(TROUPE_BUILD_EXAMPLES)
+  add_test(NAME fmnist_overlap_np2
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/trainer_overlap.sh $<TARGET_FILE:fmnist>
+                   ${_trainer_data} ${CMAKE_CURRENT_BINARY_DIR}/trainer-overlap
+                   ${MPIEXEC_EXECUTABLE} ${TROUPE_MPI_LAUNCHER_ARGS})
+  set_tests_properties(fmnist_overlap_np2 PROPERTIES TIMEOUT 300 LABELS mpi PROCESSORS 2
+    ENVIRONMENT "TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-trainer")
+endif()

@@ -43,7 +43,8 @@
  *   config.fault (the armed TROUPE_FAULT specification, empty when none),
  *   config.log (LEVEL[:SUBSYSTEM,...], as TROUPE_LOG),
  *   config.cpu_devices (TROUPE_CPU_DEVICES), config.device (TROUPE_DEVICE, empty when unset),
- *   config.cuda_aware (auto|on|off, as TROUPE_CUDA_AWARE)
+ *   config.cuda_aware (auto|on|off, as TROUPE_CUDA_AWARE),
+ *   config.dp_overlap (auto|on|off, as TROUPE_DP_OVERLAP)
  *   cluster.cuda_aware: no (MPIX_CUDA_AWARE_SUPPORT 0)   whether the MPI library takes CUDA
  *                                              device memory (transport/mpi/cluster.h
  *                                              troupe_mpi_cuda_support; the cross-rank exchange
@@ -260,6 +261,7 @@ static void s_config(void)
     const char *dev = troupe_config_device();
     printf("config.device: %s\n", dev != NULL ? dev : "");
     printf("config.cuda_aware: %s\n", troupe_config_cuda_aware_name(troupe_config_cuda_aware()));
+    printf("config.dp_overlap: %s\n", troupe_config_dp_overlap_name(troupe_config_dp_overlap()));
     printf("cluster.cuda_aware: %s\n", troupe_mpi_cuda_support());
 }
 
