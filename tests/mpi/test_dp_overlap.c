@@ -11,7 +11,9 @@
  *     with exchange=in-place, buckets=2 (a request per segment) and sane fields
  *     (tests/dp_breakdown.h: the phases add up to the wall time, compute_overlap_us within
  *     the compute);
- *   - overlap off logs one bucket. */
+ *   - overlap off logs one bucket;
+ *   - the fed form (troupe_dp_model_t.feed_comp: the feed runs before segment 0, the
+ *     segments bind no batch index) with overlap on, staged, gives the same bits too. */
 #include "test_dp_model.c"
 
 #include "../dp_breakdown.h"
@@ -100,6 +102,23 @@ int main(int argc, char **argv)
                 s_die("%s: staged: step %lld: %s, exchange=%s buckets=%d", name, ls[i].step,
                       bad != NULL ? bad : "sane", ls[i].exchange_kind, ls[i].buckets);
         }
+        float on_fed[NP];
+        double fed_loss = 0;
+        s_fixed = TROUPE_MM_MATERIALIZED;
+        s_run(d, TROUPE_DP_OVERLAP_ON, true, kinds[q], on_fed, &fed_loss, ls, &ns,
+              "overlap on (2 segments");
+        s_fixed = 0;
+        if (ns != STEPS || ls[0].buckets != 2)
+            s_die("%s: fed: %d breakdown lines, buckets=%d: want %d and 2", name, ns,
+                  ns > 0 ? ls[0].buckets : -1, STEPS);
+        for (int e = 0; e < NP; e++)
+            if (memcmp(&on_fed[e], &off[e], sizeof(float)) != 0)
+                s_die("%s: parameter %d is %.9g fed with overlap (staged) but %.9g indexed "
+                      "without",
+                      name, e, (double)on_fed[e], (double)off[e]);
+        if (fed_loss != off_loss)
+            s_die("%s: last loss %.9g fed with overlap but %.9g without", name, fed_loss,
+                  off_loss);
         s_same_on_every_rank(on, name);
         for (int e = 0; e < NP; e++) {
             if (memcmp(&on[e], &off[e], sizeof(float)) != 0)
@@ -114,7 +133,7 @@ int main(int argc, char **argv)
                   staged_loss, off_loss);
         fprintf(stderr,
                 "rank %d: %s: %d ranks x %d streams, 2 segments: bitwise the unsplit run's (in "
-                "place and staged); compute_overlap_us summed over %d steps: %.1f\n",
+                "place, staged, and fed); compute_overlap_us summed over %d steps: %.1f\n",
                 rank, name, R, STREAMS, n, cover);
     }
     free(d);
