@@ -138,6 +138,14 @@ void troupe__tnode_set_host_allocator(void *(*alloc)(size_t size_bytes), void (*
     pthread_mutex_unlock(&s_host_alloc_lock);
 }
 
+bool troupe__tnode_host_allocator_installed(void)
+{
+    pthread_mutex_lock(&s_host_alloc_lock);
+    bool on = s_host_alloc_cur.alloc != NULL;
+    pthread_mutex_unlock(&s_host_alloc_lock);
+    return on;
+}
+
 static s_host_alloc_t s_host_allocator(void)
 {
     pthread_mutex_lock(&s_host_alloc_lock);

@@ -10,6 +10,7 @@
 #ifndef TROUPE_IR_TNODE_IMPL_H
 #define TROUPE_IR_TNODE_IMPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Host arrays of min_bytes or more allocated from now on come from alloc (zero-filled by the
@@ -17,5 +18,7 @@
  * restores troupe_calloc for all. Arrays already allocated keep their allocator. */
 void troupe__tnode_set_host_allocator(void *(*alloc)(size_t size_bytes), void (*free_fn)(void *p),
                                       size_t min_bytes);
+/* Whether an allocator other than troupe_calloc is installed (tests). */
+bool troupe__tnode_host_allocator_installed(void);
 
 #endif

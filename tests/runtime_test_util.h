@@ -53,33 +53,27 @@
                      troupe_last_error());                                                         \
     } while (0)
 
-/* Whether the cuda backend is built and sees a device (asked once per process); when not and
- * `why` is not NULL, the reason (for skip messages) goes into it. */
+/* Whether the cuda driver is built and the CUDA runtime sees a device (asked once per process);
+ * when not and `why` is not NULL, the reason (for skip messages) goes into it. Side-effect free:
+ * it asks the runtime for the device count (troupe__cuda_device_count) instead of opening a
+ * backend, which would create a context on every GPU in every test process that asks. */
 static inline bool rtu_cuda_present(char *why, size_t cap)
 {
     static int present = -1;
     static char reason[512];
     if (present < 0) {
-        troupe_backend_t *b = NULL;
-        int n = 0;
-        troupe_status_t st = troupe_backend_open("cuda", TROUPE_ONLY_DEVICES_PARALLEL, &b);
-        if (st != TROUPE_OK) {
-            snprintf(reason, sizeof reason, "the cuda backend does not open: %s",
-                     troupe_last_error());
-        } else {
-            if (troupe_num_devices(b, &n) != TROUPE_OK)
-                n = 0;
-            troupe_backend_close(&b);
 #if TROUPE_HAVE_CUDA
-            char w[400];
-            troupe__cuda_why_no_device(w, sizeof w);
-            snprintf(reason, sizeof reason, "no CUDA device: %s", w);
+        present = troupe__cuda_device_count() > 0;
+        char w[400] = "";
+        troupe__cuda_why_no_device(w, sizeof w);
+        snprintf(reason, sizeof reason, "no CUDA device: %s", w);
+#else
+        present = 0;
+        snprintf(reason, sizeof reason, "the cuda driver is not built (TROUPE_WITH_CUDA)");
 #endif
-        }
-        present = n > 0;
     }
     if (why != NULL && cap > 0)
-        snprintf(why, cap, "%s", reason);
+        snprintf(why, cap, "%s", present == 1 ? "" : reason);
     return present == 1;
 }
 

@@ -4,12 +4,14 @@
  * (the cudaError_t of cudaGetDeviceCount); driver entries for a device that is not there are
  * NOT_FOUND, compile is FAILED_PRECONDITION naming the reason; NVRTC picks the architectures a
  * device would get; the cubin/PTX compile cache misses, hits, keys on the options and reports
- * NVRTC's log. The tests that need a device skip, counted, with the reason: the conformance
+ * NVRTC's log; the tests' device probe (rtu_cuda_present) installs no host allocator, and a
+ * closed backend leaves none. The tests that need a device skip, counted, with the reason: the conformance
  * suites' cuda runs (FOR_EACH_DRIVER in the other files, and this file's), the failure paths
  * (an allocation larger than the device, a kernel that faults, a launch with a bad static
  * index), copies through both staging and page-locked memory, device-side waits between streams,
  * a not-ready event query leaving no error behind, code_release waiting for queued launches,
- * page-locked host arrays, and whether a backend works again after a sticky fault and
+ * page-locked host arrays, the pinned host allocator kept while one of two backends is open, and
+ * whether a backend works again after a sticky fault and
  * cudaDeviceReset (CUDA documents a relaunch as the only way back; the failure message says so).
  * None of the GPU tests has run yet (no GPU was available where this was written).
  */
@@ -27,6 +29,7 @@
 #include "devices/cuda/cuda_impl.h"
 #include "devices/cuda/driver_impl.h"
 #include "devices/cuda/nvrtc.h"
+#include "ir/tnode_impl.h"
 
 #include <cuda_runtime_api.h>
 #endif
@@ -704,6 +707,57 @@ Test(cuda, large_host_arrays_are_page_locked)
     troupe_tnode_release(&big);
     troupe_tnode_release(&small);
     troupe_backend_close(&b);
+}
+
+/* The tests' device probe (rtu_cuda_present) asks the runtime for the device count and opens no
+ * backend: afterwards no pinned host allocator is installed, and without a device it says why.
+ * A backend installs the allocator while it sees a device, and closing it uninstalls it, so the
+ * cpu and sync tests that follow in the same process allocate as before. */
+Test(cuda, the_device_probe_installs_nothing_and_close_uninstalls)
+{
+    char why[512];
+    bool present = rtu_cuda_present(why, sizeof why);
+    cr_assert_not(troupe__tnode_host_allocator_installed(), "the probe installed an allocator");
+    cr_assert_eq(present, troupe__cuda_device_count() > 0);
+    if (!present)
+        cr_assert(strncmp(why, "no CUDA device: cudaGetDeviceCount: ", 36) == 0, "%s", why);
+    else
+        cr_assert_str_eq(why, "");
+    troupe_backend_t *b = NULL;
+    OK(troupe_backend_open("cuda", TROUPE_ONLY_DEVICES_PARALLEL, &b));
+    cr_assert_eq(troupe__tnode_host_allocator_installed(), present,
+                 "a backend installs the pinned allocator iff it sees a device");
+    troupe_backend_close(&b);
+    cr_assert_not(troupe__tnode_host_allocator_installed(), "closing it left the allocator");
+}
+
+/* With two cuda backends open, closing one keeps the pinned allocator for the other; closing
+ * the last uninstalls it; an array allocated while it was installed stays page-locked and is
+ * freed (unregistered) after both closed. */
+Test(cuda, the_pinned_allocator_lives_while_a_backend_is_open)
+{
+    S_NEED_DEVICE();
+    troupe_backend_t *b1 = NULL, *b2 = NULL;
+    OK(troupe_backend_open("cuda", TROUPE_ONLY_DEVICES_PARALLEL, &b1));
+    OK(troupe_backend_open("cuda", TROUPE_ONLY_DEVICES_PARALLEL, &b2));
+    troupe_backend_close(&b1);
+    cr_assert(troupe__tnode_host_allocator_installed(), "closing one of two uninstalled it");
+    troupe_tnode_t *pinned = rtu_vec("pinned", (int64_t)1 << 16);
+    void *hp = NULL;
+    OK(troupe_tnode_host_array(pinned, &hp));
+    struct cudaPointerAttributes a;
+    cr_assert_eq(cudaPointerGetAttributes(&a, hp), cudaSuccess);
+    cr_assert_eq(a.type, cudaMemoryTypeHost, "page-locked while b2 is open (type %d)", (int)a.type);
+    troupe_backend_close(&b2);
+    cr_assert_not(troupe__tnode_host_allocator_installed(), "closing the last left it");
+    troupe_tnode_t *plain = rtu_vec("plain", (int64_t)1 << 16);
+    void *hq = NULL;
+    OK(troupe_tnode_host_array(plain, &hq));
+    cr_assert_eq(cudaPointerGetAttributes(&a, hq), cudaSuccess);
+    cr_assert_eq(a.type, cudaMemoryTypeUnregistered, "allocated after close: pageable (type %d)",
+                 (int)a.type);
+    troupe_tnode_release(&pinned);
+    troupe_tnode_release(&plain);
 }
 
 #else /* !TROUPE_HAVE_CUDA */

@@ -226,6 +226,33 @@ static void s_pinned_free(void *p)
     free(p);
 }
 
+/* The pinned allocator is installed while some open driver sees a device, and uninstalled when
+ * the last such one closes: a process that opened and closed a cuda backend (a test that asked
+ * whether a GPU is there, `troupe doctor`) then allocates its later host arrays as before,
+ * unregistered (arrays allocated meanwhile keep s_pinned_free). */
+static pthread_mutex_t s_pin_lock = PTHREAD_MUTEX_INITIALIZER;
+static int s_pin_users;
+
+static void s_pin_acquire(troupe__cuda_driver_t *d)
+{
+    pthread_mutex_lock(&s_pin_lock);
+    if (s_pin_users++ == 0)
+        troupe__tnode_set_host_allocator(s_pinned_alloc, s_pinned_free, S_PIN_MIN_BYTES);
+    pthread_mutex_unlock(&s_pin_lock);
+    d->pins = true;
+}
+
+static void s_pin_release(troupe__cuda_driver_t *d)
+{
+    if (!d->pins)
+        return;
+    d->pins = false;
+    pthread_mutex_lock(&s_pin_lock);
+    if (--s_pin_users == 0)
+        troupe__tnode_set_host_allocator(NULL, NULL, 0);
+    pthread_mutex_unlock(&s_pin_lock);
+}
+
 static const char *s_compute_mode_name(int mode)
 {
     switch (mode) {
@@ -293,7 +320,7 @@ static troupe_status_t s_open(troupe_driver_t **out)
         goto out_fail;
     s_enable_peers(d);
     if (d->ndevices > 0)
-        troupe__tnode_set_host_allocator(s_pinned_alloc, s_pinned_free, S_PIN_MIN_BYTES);
+        s_pin_acquire(d);
     *out = &d->base;
     return TROUPE_OK;
 out_fail:
@@ -306,6 +333,7 @@ static void s_close(troupe_driver_t *drv)
     if (drv == NULL)
         return;
     troupe__cuda_driver_t *d = s_self(drv);
+    s_pin_release(d);
     for (int i = 0; i < d->ndevices; i++) {
         troupe__cuda_dev_t *dev = &d->devs[i];
         if (dev->pools.n > 0)

@@ -10,10 +10,11 @@
  *     DEVICE_ERROR naming the cudaError_t and the compute mode; the info line gives the
  *     context's cost. Every thread that issues work sets its device first (cudaSetDevice at
  *     each queue entry, allocation and load: the current device is per thread). Peer access
- *     is enabled between every pair of devices that supports it. Once a device is seen,
- *     tensor nodes' host arrays of 64 KiB or more are allocated in whole pages and registered
- *     with the runtime (cudaHostRegister; ir/tnode_impl.h), so their copies need no staging (a
- *     registration that fails leaves the array pageable, logged at debug).
+ *     is enabled between every pair of devices that supports it. While a backend that sees a
+ *     device is open, tensor nodes' host arrays of 64 KiB or more are allocated in whole pages
+ *     and registered with the runtime (cudaHostRegister; ir/tnode_impl.h), so their copies need
+ *     no staging (a registration that fails leaves the array pageable, logged at debug); when
+ *     the last such backend closes, troupe_calloc is back for later arrays.
  *   - pools: cudaMalloc'd device memory addressed {pool_id, offset} (devices/pools_impl.h);
  *     used bytes are counted exactly; an allocation the device cannot hold is
  *     RESOURCE_EXHAUSTED naming the bytes asked and the bytes free (cudaMemGetInfo).
@@ -114,7 +115,10 @@ TROUPE_MUST_USE troupe_status_t troupe__cuda_image(const char *name, const char 
  * detected)"). Asks the runtime (cudaGetDeviceCount) on each call; never fails. */
 void troupe__cuda_why_no_device(char *buf, size_t cap);
 
-/* The number of CUDA devices the runtime sees (0 when it sees none or fails). */
+/* The number of CUDA devices the runtime sees (0 when it sees none or fails). Like
+ * troupe__cuda_why_no_device, it creates no context and installs nothing (cudaGetDeviceCount
+ * only initialises the runtime): the cheap probe for tests and `troupe info`, where opening a
+ * backend would create a context on every device. */
 int troupe__cuda_device_count(void);
 
 /* "cuBLASLt <version>" (what runs GEMM steps), or "none (built without cuBLASLt)". */

@@ -46,6 +46,7 @@ typedef struct troupe__cuda_driver {
     troupe__cuda_dev_t *devs;
     int narchs;
     char (*archs)[TROUPE__CUDA_ARCH_MAX]; /* distinct architectures of the devices */
+    bool pins; /* holds a use of the pinned host allocator (cuda.c s_pin_acquire) */
 } troupe__cuda_driver_t;
 
 struct troupe_dqueue {
