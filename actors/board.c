@@ -403,8 +403,10 @@ bool troupe__board_extend_deadline(int64_t *deadline_ns)
     troupe__board_rec_t r;
     if (!s_read(s, &r) || r.kind != TROUPE__BOARD_TRANSPORT)
         return false;
+    /* waiting: a gated collective, failed at its gate's deadline (transport/mpi/engine.c) */
+    bool gated = r.state == TROUPE__BOARD_WAITING && r.verdict_due_ns > 0;
     if (r.state != TROUPE__BOARD_FINGERPRINT && r.state != TROUPE__BOARD_DATA &&
-        r.state != TROUPE__BOARD_PROBING)
+        r.state != TROUPE__BOARD_PROBING && !gated)
         return false;
     /* A verdict already due comes at the engine's next turn (a process resumed after a stop
      * finds every deadline past at once): a grace period lets it arrive. */

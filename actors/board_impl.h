@@ -142,7 +142,8 @@ void troupe__board_host_done(void);
 size_t troupe__board_snapshot(troupe__board_rec_t *out, size_t cap, uint64_t *missed);
 
 /* A host wait whose deadline passed asks this before it gives up: when the transport works on
- * a collective that waits for other ranks and will fail it (naming them) later than
+ * a collective that waits for other ranks, or for this rank's events at its gate (state
+ * waiting, with a verdict due), and will fail it (naming them) later than
  * *deadline_ns, or is about to, moves *deadline_ns to just after that point (plus a second's
  * grace) and returns true; otherwise returns false. The extensions of one wait (between
  * troupe__board_host_wait and _done, on this thread) end at most one timeout and 5 s after the

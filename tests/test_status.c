@@ -207,6 +207,21 @@ Test(status, a_host_deadline_waits_for_the_transports_verdict)
     troupe__board_set_transport(t, &w);
     deadline = now;
     cr_assert_not(troupe__board_extend_deadline(&deadline), "an idle transport blames no one");
+    /* a gated collective waits for this rank's events: its gate's deadline is the verdict */
+    w = (troupe__board_transport_t){.state = TROUPE__BOARD_WAITING,
+                                    .wait_on = "allreduce #4",
+                                    .wait_by = "this rank's events filling its tensors",
+                                    .wait_rank = -1,
+                                    .since_ns = now,
+                                    .verdict_due_ns = now + 3000 * MS};
+    troupe__board_set_transport(t, &w);
+    deadline = now;
+    cr_assert(troupe__board_extend_deadline(&deadline), "a gated wait's verdict is due later");
+    cr_assert_geq(deadline, now + 3000 * MS);
+    w.verdict_due_ns = 0;
+    troupe__board_set_transport(t, &w);
+    deadline = now;
+    cr_assert_not(troupe__board_extend_deadline(&deadline), "no verdict due: no extension");
     troupe__board_host_done();
     troupe__board_release(&t);
 }
@@ -556,6 +571,33 @@ Test(status, a_rank_stuck_in_a_collective_the_others_completed_is_behind)
                              "(probing since 6.00 s)") != NULL,
               "%s", v.text);
     for (int r = 0; r < 3; r++)
+        troupe__status_reply_clear(&res[r].reply);
+    troupe__status_job_clear(&job);
+}
+
+Test(status, a_rank_whose_collective_waits_for_its_own_events_is_behind_and_says_so)
+{
+    /* Rank 0 waits in allreduce #6 for rank 1's fingerprint; rank 1's transport has not started
+     * #6: it is gated on this rank's events (transport/mpi/collective.h `after`), which a stuck
+     * stream never completes. The verdict names rank 1 and what it waits for, not "it computes". */
+    troupe__status_job_t job = s_job(2);
+    troupe__status_result_t res[2];
+    int64_t s6 = 6000 * MS;
+    troupe__status_rec_t r0[1] = {s_transport(TROUPE__BOARD_FINGERPRINT, 6, 6, 1, s6)};
+    troupe__status_rec_t r1[1] = {s_transport(TROUPE__BOARD_WAITING, 6, 6, -1, s6)};
+    snprintf(r1[0].wait_by, sizeof r1[0].wait_by, "this rank's events filling its tensors");
+    s_answered(&res[0], 0, 2, r0, 1);
+    s_answered(&res[1], 1, 2, r1, 1);
+    troupe__status_verdict_t v;
+    troupe__status_verdict(&job, res, 2, &v);
+    cr_assert(v.stalled, "%s", v.text);
+    cr_assert_eq(v.nbehind, 1, "%s", v.text);
+    cr_assert_eq(v.behind[0], 1);
+    cr_assert(strstr(v.text,
+                     "rank 1 is behind in allreduce #6: it has not started allreduce #6: "
+                     "it waits for this rank's events filling its tensors since 6.00 s") != NULL,
+              "%s", v.text);
+    for (int r = 0; r < 2; r++)
         troupe__status_reply_clear(&res[r].reply);
     troupe__status_job_clear(&job);
 }

@@ -40,6 +40,12 @@ foreach(mode prec kind fusion)
                        PROCESSORS 2 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=20")
 endforeach()
 
+# A gated allreduce whose events never complete (a stuck stream's copy to the host): the gated
+# rank fails it at its 2 s deadline naming the tensor and the pending event, the other rank at
+# once through its notice naming rank 1; both sync with no deadline of their own, so a hang would
+# reach this TIMEOUT.
+troupe_add_mpi_test(test_transport_gate SOURCES test_transport_gate.c TIMEOUT 60 LIBS MPI::MPI_C)
+
 # Cross-rank device_to_device through the remote transport (COPY into the merge buffer, NO).
 troupe_add_mpi_test(test_transport_d2d SOURCES test_transport_d2d.c TIMEOUT 120
                     ENV TROUPE_TIMEOUT_S=30)

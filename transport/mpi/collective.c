@@ -14,6 +14,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "base/strbuf.h"
 #include "base/trace.h"
 
 #include <inttypes.h>
@@ -161,10 +162,26 @@ bool troupe__gate_closed(troupe__gate_t *g)
     return g != NULL && atomic_load(&g->left) > 0;
 }
 
+void troupe__gate_describe(troupe__gate_t *g, char *buf, size_t cap)
+{
+    troupe__strbuf_t sb;
+    troupe__strbuf_init_fixed(&sb, buf, cap);
+    size_t pending = 0;
+    for (size_t i = 0; g != NULL && i < g->n; i++) {
+        if (atomic_load(&g->item[i].done))
+            continue;
+        troupe__strbuf_printf(&sb, "%s'%s'", pending > 0 ? ", " : "", g->item[i].name);
+        pending++;
+    }
+    troupe__strbuf_printf(&sb, " (%zu of %zu pending)", pending, g != NULL ? g->n : 0);
+}
+
 /* One of the gate's events completed (or was released pending: CANCELLED). */
 static void s_gate_opened(void *user, troupe_event_t *ev, troupe_status_t status)
 {
-    troupe__gate_t *g = user;
+    troupe__gate_item_t *it = user;
+    troupe__gate_t *g = it->gate;
+    atomic_store(&it->done, true);
     int ok = TROUPE_OK;
     if (status != TROUPE_OK && atomic_compare_exchange_strong(&g->status, &ok, (int)status)) {
         char *m = ev != NULL ? troupe_event_copy_message(ev) : NULL;
@@ -182,16 +199,22 @@ troupe_status_t troupe__gate_new(troupe_event_t *const *after, size_t n, troupe_
     *out = NULL;
     if (n == 0)
         return TROUPE_OK;
-    troupe__gate_t *g = troupe_calloc(1, sizeof *g);
+    troupe__gate_t *g = troupe_calloc(1, sizeof *g + n * sizeof g->item[0]);
     if (g == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "allreduce: out of memory");
     atomic_init(&g->refs, 1);
     atomic_init(&g->left, n + 1);
     atomic_init(&g->status, TROUPE_OK);
+    g->n = n;
+    for (size_t i = 0; i < n; i++) {
+        g->item[i].gate = g;
+        atomic_init(&g->item[i].done, false);
+        snprintf(g->item[i].name, sizeof g->item[i].name, "%s", troupe_event_name(after[i]));
+    }
     troupe_status_t st = TROUPE_OK;
     for (size_t i = 0; i < n; i++) {
         atomic_fetch_add(&g->refs, 1);
-        st = troupe_event_subscribe(after[i], s_gate_opened, g);
+        st = troupe_event_subscribe(after[i], s_gate_opened, &g->item[i]);
         if (st != TROUPE_OK) { /* the callback never runs: undo its share */
             atomic_fetch_sub(&g->refs, 1);
             atomic_fetch_sub(&g->left, (size_t)(n - i));

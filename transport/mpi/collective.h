@@ -192,7 +192,15 @@ typedef struct troupe_allreduce_args {
      * overlaps whatever the caller scheduled after those events (the copies of the next
      * bucket). Requests issued after it wait for it, as for any collective. A failed event
      * does not hold the ranks up: the collective still runs (the other ranks get this rank's
-     * stale values) and its event then fails with that event's status and message. */
+     * stale values) and its event then fails with that event's status and message. An event
+     * that never completes (a stuck stream) does not hold them forever either: the gate has the
+     * deadline of every request (TROUPE_TIMEOUT_S), counted from when the request's turn came;
+     * past it the request fails with DEADLINE_EXCEEDED, "allreduce #3 of 'g1' (node 12): the
+     * events filling this rank's tensors did not complete within 120 s: 'cpu:0:0#41' (1 of 2
+     * pending); never started, so the other ranks fail it naming rank 1", and the cluster fails
+     * (a deadline). This rank tells the others, which wait for its fingerprint: they fail the
+     * request at once with DEADLINE_EXCEEDED, "allreduce #3: rank 1 failed it before sending a
+     * fingerprint: ...", instead of after their own deadline and a liveness probe. */
     troupe_event_t *const *after;
     size_t n_after;
 } troupe_allreduce_args_t;
@@ -204,8 +212,8 @@ typedef struct troupe_allreduce_args {
  * NULL nodes, a bad op or precision, count < 0, unknown flags, TROUPE_COLL_DEFERRED at the
  * host level, a missing out_ev), the cluster's failure status, RESOURCE_EXHAUSTED; device
  * level: those of troupe_lend_arrays. Errors later, through the event: FAILED_PRECONDITION
- * (fingerprint mismatch), DEADLINE_EXCEEDED (ranks named), TRANSPORT_ERROR (an MPI error
- * string). */
+ * (fingerprint mismatch), DEADLINE_EXCEEDED (ranks named; or, gated, the events that did not
+ * complete, see `after`), TRANSPORT_ERROR (an MPI error string). */
 TROUPE_MUST_USE troupe_status_t troupe_allreduce(const troupe_allreduce_args_t *args,
                                                  troupe_event_t **out_ev);
 

@@ -32,6 +32,9 @@
  *      the ranks involved, PONG back, 2 s) names the ranks that did not answer.
  *   3. the request's event completes, after this turn's MPI calls, so a host thread woken by
  *      it never calls MPI while the engine still does (bench/merge relies on it).
+ * A gated request (collective.h `after`) waits before 1. for this rank's own events, with the
+ * same deadline (s_gate_check); past it, it fails and tells the other ranks (S_GATE_EXPIRED on
+ * the probe tag), which fail it at once naming this rank (s_peer_gate_expired).
  * After a failure the cluster is failed: later requests fail at once. After a deadline or an
  * MPI error the engine makes no further MPI calls (a dead peer can make any of them hang).
  */
@@ -64,6 +67,7 @@
 
 #define S_PING 1
 #define S_PONG 2
+#define S_GATE_EXPIRED 3 /* {S_GATE_EXPIRED, seq}: this rank failed collective #seq at its gate */
 
 #define S_NS_PER_S (1000LL * 1000 * 1000)
 #define S_PROBE_WINDOW_NS (2LL * S_NS_PER_S) /* how long a liveness probe waits for PONGs */
@@ -89,6 +93,8 @@ typedef struct s_rs {
     char what[96];
     int64_t t_start_ns;
     int64_t t_submit_ns; /* when the engine took the request (a gated one waits from then) */
+    int64_t t_gate_ns;   /* gated: when it reached the head of its lane, its gate closed (its
+                            gate's deadline counts from then); 0 before */
     int64_t t_data_ns;   /* when the data phase began */
     int64_t deadline_ns; /* fingerprints: activation + timeout; data: last progress + timeout */
     troupe__fp_exchange_t fp;
@@ -154,6 +160,8 @@ static struct {
     s_send_t *sends;
     size_t nsends, sends_cap;
     int64_t *last_pong_ns; /* [size] */
+    uint64_t *gate_expired; /* [size]: 1 + the collective rank p failed at its gate, 0 none */
+    int64_t gate_due_ns;    /* the earliest deadline of a closed gate at the last turn, 0 none */
     unsigned char *lane_busy;
     bool broken;              /* MPI must not be called any more */
     troupe__board_slot_t *board; /* the transport's status-board slot (s_board_publish) */
@@ -317,6 +325,9 @@ static troupe_status_t s_service_probes(void)
                     troupe__engine_send_ctl(pong, sizeof pong, src, TROUPE__TAG_PROBE, "PONG"));
             } else if (msg[0] == S_PONG) {
                 s_a.last_pong_ns[src] = troupe_now_ns();
+            } else if (msg[0] == S_GATE_EXPIRED && msg[1] >= 0) {
+                s_a.gate_expired[src] = (uint64_t)msg[1] + 1;
+                s_a.last_pong_ns[src] = troupe_now_ns(); /* alive */
             }
         }
         TROUPE_RETURN_IF_ERROR(s_post_probe_recv());
@@ -337,6 +348,31 @@ static void s_rank_list(const bool *bad, char *buf, size_t cap)
     for (int r = 0; r < s_a.comm.size; r++)
         if (bad[r])
             troupe__strbuf_printf(&sb, "%s%d", seen++ ? ", " : "", r);
+}
+
+/* Writes r's tensors, "'w1' (node 12), 'b1' (node 13) and 3 more", into buf. */
+static void s_tensor_list(const troupe__req_t *r, char *buf, size_t cap)
+{
+    troupe__strbuf_t sb;
+    troupe__strbuf_init_fixed(&sb, buf, cap);
+    size_t shown = r->n < 4 ? r->n : 4;
+    for (size_t i = 0; i < shown; i++)
+        troupe__strbuf_printf(&sb, "%s'%s' (node %" PRId32 ")", i > 0 ? ", " : "",
+                              r->tensors[i].name, r->tensors[i].node_id);
+    if (r->n > shown)
+        troupe__strbuf_printf(&sb, " and %zu more", r->n - shown);
+}
+
+/* Waits on cv (mu held) for at most left_ns, and at most a second (a clock step bounds the
+ * error). */
+static void s_cond_wait_for(pthread_cond_t *cv, int64_t left_ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = (int64_t)ts.tv_nsec + (left_ns < S_NS_PER_S ? left_ns : S_NS_PER_S);
+    ts.tv_sec += (time_t)(ns / S_NS_PER_S);
+    ts.tv_nsec = (long)(ns % S_NS_PER_S);
+    pthread_cond_timedwait(cv, &s_a.mu, &ts);
 }
 
 /* ---- state of a request ------------------------------------------------------------------ */
@@ -821,6 +857,67 @@ static troupe_status_t s_shm_begin(troupe__req_t *r, s_rs_t *rs)
                                   troupe__cls_red_type(rs->span_cls), r->op);
 }
 
+/* r waits at the head of its lane for its gate (troupe_allreduce_args_t.after: this rank's own
+ * events filling its tensors). Its gate gets the deadline of any request (TROUPE_TIMEOUT_S),
+ * counted from then: past it r fails with DEADLINE_EXCEEDED naming r, its tensors, the events
+ * still pending and the time, as a hang must not be silent. The other ranks wait for r's
+ * fingerprint meanwhile; a notice (S_GATE_EXPIRED on the probe tag) tells them, so that they
+ * fail r at once naming this rank and why (s_peer_gate_expired), not after their own deadline
+ * and a liveness probe this rank no longer answers. Returns whether r failed; else notes its
+ * deadline in s_a.gate_due_ns (the engine thread sleeps until then at most). */
+static bool s_gate_check(troupe__req_t *r, s_rs_t *rs)
+{
+    int64_t now = troupe_now_ns();
+    if (rs->t_gate_ns == 0)
+        rs->t_gate_ns = now;
+    int64_t due = rs->t_gate_ns + s_timeout_ns();
+    if (now < due) {
+        if (s_a.gate_due_ns == 0 || due < s_a.gate_due_ns)
+            s_a.gate_due_ns = due;
+        return false;
+    }
+    if (!s_a.broken && !troupe__req_is_p2p(r)) {
+        int64_t note[2] = {S_GATE_EXPIRED, (int64_t)r->seq};
+        for (int p = 0; p < s_a.comm.size; p++) /* best effort: else their deadlines name us */
+            if (p != s_a.comm.rank &&
+                troupe__engine_send_ctl(note, sizeof note, p, TROUPE__TAG_PROBE, "gate notice") !=
+                    TROUPE_OK)
+                break;
+    }
+    char tensors[256], events[320];
+    s_tensor_list(r, tensors, sizeof tensors);
+    troupe__gate_describe(r->gate, events, sizeof events);
+    troupe__error(TROUPE_DEADLINE_EXCEEDED,
+                  "%s of %s: the events filling this rank's tensors did not complete within "
+                  "%" PRId64 " s: %s; never started, so the other ranks fail it naming rank %d",
+                  rs->what, tensors, troupe_config_timeout_s(), events, s_a.comm.rank);
+    s_fail(r, TROUPE_DEADLINE_EXCEEDED, true);
+    return true;
+}
+
+/* r's fingerprints are incomplete: a rank that has not sent its own told this one that it
+ * failed r at its gate (s_gate_check). Then r fails now, with DEADLINE_EXCEEDED naming that
+ * rank; else OK. */
+static troupe_status_t s_peer_gate_expired(const troupe__req_t *r, s_rs_t *rs)
+{
+    bool gone[s_a.comm.size];
+    int n = 0;
+    for (int p = 0; p < s_a.comm.size; p++) {
+        gone[p] = p != s_a.comm.rank && troupe__fp_exchange_pending(&rs->fp, p) &&
+                  s_a.gate_expired[p] == r->seq + 1;
+        n += gone[p];
+    }
+    if (n == 0)
+        return TROUPE_OK;
+    char ranks[256];
+    s_rank_list(gone, ranks, sizeof ranks);
+    return troupe__error(TROUPE_DEADLINE_EXCEEDED,
+                         "%s: %s failed it before sending a fingerprint: the events filling its "
+                         "tensors there did not complete within %" PRId64
+                         " s (that rank's message names them)",
+                         rs->what, ranks, troupe_config_timeout_s());
+}
+
 /* Advances r; on failure returns its status (the message recorded) and whether MPI broke. */
 static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
 {
@@ -839,8 +936,10 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
             *broken = st != TROUPE_FAILED_PRECONDITION;
             return st;
         }
-        if (!agreed && !troupe__req_is_p2p(r))
+        if (!agreed && !troupe__req_is_p2p(r)) {
+            TROUPE_RETURN_IF_ERROR(s_peer_gate_expired(r, rs));
             TROUPE_RETURN_IF_ERROR(s_prepack(r, rs));
+        }
         if (!agreed) {
             int64_t t = troupe_now_ns();
             if (t < rs->deadline_ns)
@@ -932,6 +1031,7 @@ static void s_board_publish(void)
         t.wait_by = "this rank's events filling its tensors";
         t.coll_active = troupe__req_is_p2p(r) ? 0 : (int64_t)r->seq;
         t.since_ns = rs->t_submit_ns;
+        t.verdict_due_ns = rs->t_gate_ns != 0 ? rs->t_gate_ns + s_timeout_ns() : 0;
     } else if (r != NULL) {
         s_rs_t *rs = r->engine_state;
         bool pending[size];
@@ -1030,6 +1130,7 @@ static void s_iteration(unsigned turn)
     bool finished = false, stepped = false;
     s_a.waiting_on_peers = s_a.head != NULL;
     s_a.waiting_since_ns = 0;
+    s_a.gate_due_ns = 0;
     int64_t patient = troupe_now_ns() - S_PATIENT_NS;
     for (troupe__req_t *r = s_a.head; r != NULL; r = r->next) {
         s_rs_t *rs = r->engine_state;
@@ -1043,8 +1144,11 @@ static void s_iteration(unsigned turn)
         if (s_a.lane_busy[lane])
             continue;
         s_a.lane_busy[lane] = 1;
-        if (rs->phase == S_PH_INIT && troupe__gate_closed(r->gate))
-            continue; /* its tensors are still being filled; those behind it in its lane wait */
+        if (rs->phase == S_PH_INIT && troupe__gate_closed(r->gate)) {
+            /* its tensors are still being filled; those behind it in its lane wait */
+            finished |= !troupe__cluster_is_failed() && s_gate_check(r, rs);
+            continue;
+        }
         stepped = true;
         if (troupe__cluster_is_failed()) {
             troupe_status_t cst = troupe__cluster_failure(cmsg, sizeof cmsg);
@@ -1185,6 +1289,9 @@ static void *s_engine_main(void *arg)
         troupe__req_t *in = s_take_inbox();
         bool abort_now = s_a.abort_now;
         bool gated = s_a.head != NULL && s_a.all_gated && s_a.gated_at == s_a.gate_wakes;
+        int64_t gate_left = s_a.gate_due_ns - troupe_now_ns(); /* the gates' deadline */
+        if (gated && s_a.gate_due_ns != 0 && gate_left <= 0)
+            gated = false; /* a turn fails the request whose gate stayed closed */
         if (in == NULL && (s_a.head == NULL || gated) && !abort_now) {
             s_a.busy = false;
             if (s_a.stop) {
@@ -1192,7 +1299,10 @@ static void *s_engine_main(void *arg)
                 break;
             }
             s_a.sleeping = true;
-            pthread_cond_wait(&s_a.cv, &s_a.mu);
+            if (gated && s_a.gate_due_ns != 0)
+                s_cond_wait_for(&s_a.cv, gate_left);
+            else
+                pthread_cond_wait(&s_a.cv, &s_a.mu);
             s_a.sleeping = false;
             pthread_mutex_unlock(&s_a.mu);
             continue;
@@ -1277,9 +1387,11 @@ static void s_free_peer_arrays(void)
     troupe_free(s_a.send_seq);
     troupe_free(s_a.recv_seq);
     troupe_free(s_a.last_pong_ns);
+    troupe_free(s_a.gate_expired);
     troupe_free(s_a.lane_busy);
     s_a.send_seq = s_a.recv_seq = NULL;
     s_a.last_pong_ns = NULL;
+    s_a.gate_expired = NULL;
     s_a.lane_busy = NULL;
 }
 
@@ -1300,9 +1412,10 @@ troupe_status_t troupe__engine_start(const void *data_comm, const void *ctl_comm
     s_a.send_seq = troupe_calloc((size_t)size, sizeof *s_a.send_seq);
     s_a.recv_seq = troupe_calloc((size_t)size, sizeof *s_a.recv_seq);
     s_a.last_pong_ns = troupe_calloc((size_t)size, sizeof *s_a.last_pong_ns);
+    s_a.gate_expired = troupe_calloc((size_t)size, sizeof *s_a.gate_expired);
     s_a.lane_busy = troupe_calloc(1 + 2 * (size_t)size, 1);
     if (s_a.send_seq == NULL || s_a.recv_seq == NULL || s_a.last_pong_ns == NULL ||
-        s_a.lane_busy == NULL) {
+        s_a.gate_expired == NULL || s_a.lane_busy == NULL) {
         troupe__error(TROUPE_RESOURCE_EXHAUSTED, "transport: out of memory");
         goto free_peers;
     }
@@ -1310,6 +1423,7 @@ troupe_status_t troupe__engine_start(const void *data_comm, const void *ctl_comm
         s_a.last_pong_ns[p] = INT64_MIN;
     s_a.coll_seq = 0;
     s_a.coll_done = 0;
+    s_a.gate_due_ns = 0;
     s_a.board_sig = 0;
     s_a.board = troupe__board_claim(TROUPE__BOARD_TRANSPORT, "transport", NULL, NULL);
     s_a.turn = 0;
@@ -1355,12 +1469,7 @@ bool troupe__engine_stop(bool drain, int64_t timeout_ns)
         int64_t left = troupe_deadline_remaining(deadline);
         if (left <= 0)
             break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = (int64_t)ts.tv_nsec + (left < S_NS_PER_S ? left : S_NS_PER_S);
-        ts.tv_sec += (time_t)(ns / S_NS_PER_S);
-        ts.tv_nsec = (long)(ns % S_NS_PER_S);
-        pthread_cond_timedwait(&s_a.exit_cv, &s_a.mu, &ts);
+        s_cond_wait_for(&s_a.exit_cv, left);
     }
     bool exited = s_a.exited;
     pthread_mutex_unlock(&s_a.mu);

@@ -78,12 +78,21 @@ typedef struct troupe__fp_header {
 /* The events a host-level request waits for before the engine starts it
  * (troupe_allreduce_args_t.after): refcounted by the request and by each subscription, since
  * a failed request can be freed before the events complete. */
-typedef struct troupe__gate {
+typedef struct troupe__gate troupe__gate_t;
+/* One event of a gate: its subscription's user pointer. */
+typedef struct troupe__gate_item {
+    troupe__gate_t *gate;
+    atomic_bool done; /* its callback ran */
+    char name[48];    /* the event's name (truncated), for the deadline's message */
+} troupe__gate_item_t;
+struct troupe__gate {
     atomic_int refs;           /* the request's, plus one per subscription not yet called */
     atomic_size_t left;        /* events not completed yet (+1 while subscribing) */
     atomic_int status;         /* the first failure among them (troupe_status_t), else OK */
     char message[256];         /* its message, written by the callback that set status */
-} troupe__gate_t;
+    size_t n;                  /* events */
+    troupe__gate_item_t item[]; /* n */
+};
 
 /* A gate over after[0..n) (each subscribed; the request's reference in *out). The engine is
  * woken (troupe__engine_wake) when the last one completes. NULL-safe for n == 0 (*out NULL).
@@ -92,6 +101,9 @@ TROUPE_MUST_USE troupe_status_t troupe__gate_new(troupe_event_t *const *after, s
                                                  troupe__gate_t **out);
 /* True while some event of g has not completed (false for NULL). */
 bool troupe__gate_closed(troupe__gate_t *g);
+/* Writes the names of g's events that have not completed into buf ("'a', 'b' (2 of 3)"),
+ * truncated to cap bytes. */
+void troupe__gate_describe(troupe__gate_t *g, char *buf, size_t cap);
 /* Drops a reference; NULL-safe; nulls *g_p. */
 void troupe__gate_release(troupe__gate_t **g_p);
 

@@ -623,9 +623,19 @@ static void s_say_behind(const s_graph_t *g, const unsigned char *end, troupe__s
             troupe__strbuf_printf(sb, " in %s", wr->wait_on);
         troupe__strbuf_puts(sb, ": ");
         int tq = s_find(g, q, "transport");
-        const troupe__status_rec_t *tr = tq >= 0 && end[tq] ? s_rec(g, tq) : NULL;
+        const troupe__status_rec_t *tx = tq >= 0 ? s_rec(g, tq) : NULL;
+        const troupe__status_rec_t *tr = tq >= 0 && end[tq] ? tx : NULL;
         if (!g->res[q].answered) {
             troupe__strbuf_printf(sb, "it does not answer (%s)", g->res[q].why);
+        } else if (tx != NULL && tx->state == TROUPE__BOARD_WAITING) {
+            /* a gated collective (transport/mpi/collective.h `after`): not started, its own
+             * events (copies to the host from a stream or device) have not completed */
+            char age[32];
+            s_dur(tx->age_ns, age, sizeof age);
+            troupe__strbuf_printf(sb,
+                                  "it has not started %s: it waits for %s since %s (a stuck "
+                                  "stream or device?)",
+                                  tx->wait_on, tx->wait_by, age);
         } else if (tr != NULL) {
             char age[32];
             s_dur(tr->age_ns, age, sizeof age);
