@@ -63,34 +63,34 @@
  * Overlap (Horovod's and PyTorch DDP's buckets, which start their allreduce as soon as the
  * backward pass produced them): with overlap on (troupe_dp_config_t.overlap, TROUPE_DP_OVERLAP)
  * troupe_dp_new cuts grad_comp's top-level sequence (its root SEQ's items; a root block comment
- * around a SEQ is opened) into segments: a segment ends after the last item that reads or
- * writes any gradient of its bucket, so the buckets follow the backward pass (a network's last
- * layer first) and no later segment touches a bucket's gradients. Each segment is compiled as a
- * routine of its own and linked on every replica after the previous one; the static index
- * batch_index is bound on every segment. Nodes the comp writes that two segments touch must
- * stay in the context between them: troupe_dp_new refines them to Materialized (memory modes,
- * ir/memory_mode.h) — on the caller's nodes, for good, so a later compile of the same nodes
- * keeps them materialized. A step then runs, per segment: the segment on every replica, the
- * tree merge of its bucket's gradients, and its bucket's allreduce, which the transport engine
- * runs while the owner stream computes the next segment (in place: one device-level request
- * per bucket, the last one run by the owner stream itself; staged: its to_host copies and
- * host-level allreduces gated on them); the optimizer waits for every bucket. Every rank issues
- * the buckets in the same order (every rank splits the same model alike; troupe_dp_new checks
- * across ranks that they all overlap with the same number of segments, else every rank runs
- * unsplit). A comp that cannot be split (one top-level item, every gradient last used by its
- * last item, a crossing node already Virtual or Local) keeps one routine; so does auto where
- * overlap cannot pay: with one rank, and on a host backend whose node lacks a core per rank
- * for the transport engine beyond its compute streams (two ranks of one stream on two cores;
- * on "cpu" with the suggested streams, one per core, there is none to spare);
- * a device backend (cuda) leaves the host free. The decision and its reason are logged at
- * debug level (subsystem parallel) by troupe_dp_new. Results: the local merges add in the same
- * order and each gradient element is reduced by the same rule whatever the request it travels
- * in, so with two ranks (a + b either way) or on the shared-memory path (ranks summed in rank
- * order per element) a split run equals the unsplit one bit for bit, provided the segments'
- * code computes the gradients to the same bits as the whole routine (tests/mpi/
- * test_dp_overlap.c checks both on the test models); with more ranks on the ring or MPI paths,
- * where a request's bucket cut decides where each chunk's ring sum starts, they agree to float
- * rounding.
+ * around a SEQ is opened) into segments: a segment ends after the last item that reads or writes
+ * any gradient of its bucket, so the buckets follow the backward pass (a network's last layer
+ * first) and no later segment touches a bucket's gradients. Each segment is compiled as a routine
+ * of its own (dp_grad_s0, dp_grad_s1, ...; unsplit: dp_grad) and linked on every replica after
+ * the previous one; in the indexed form the static index batch_index is bound on every segment
+ * (in the fed form only the feed has it). Nodes the comp writes that two segments touch must stay
+ * in the context between them: troupe_dp_new refines them to Materialized (memory modes,
+ * ir/memory_mode.h) — on the caller's nodes, for good, so a later compile of the same nodes keeps
+ * them materialized. A step then runs, per segment: the segment on every replica, the tree merge
+ * of its bucket's gradients, and its bucket's allreduce, which the transport engine runs while
+ * the owner stream computes the next segment (in place: one device-level request per bucket, the
+ * last one run by the owner stream itself; staged: its to_host copies and host-level allreduces
+ * gated on them); the optimizer waits for every bucket. Every rank issues the buckets in the same
+ * order (every rank splits the same model alike; troupe_dp_new checks across ranks that they all
+ * overlap with the same number of segments, else every rank runs unsplit). A comp that cannot be
+ * split (one top-level item, every gradient last used by its last item, a crossing node already
+ * Virtual or Local) keeps one routine; so does auto where overlap cannot pay: with one rank, and
+ * on a host backend whose node lacks a core per rank for the transport engine beyond its compute
+ * streams (two ranks of one stream on two cores; on "cpu" with the suggested streams, one per
+ * core, there is none to spare); a device backend (cuda) leaves the host free. The decision and
+ * its reason are logged at debug level (subsystem parallel) by troupe_dp_new. Results: the local
+ * merges add in the same order and each gradient element is reduced by the same rule whatever the
+ * request it travels in, so with two ranks (a + b either way) or on the shared-memory path (ranks
+ * summed in rank order per element) a split run equals the unsplit one bit for bit, provided the
+ * segments' code computes the gradients to the same bits as the whole routine
+ * (tests/mpi/test_dp_overlap.c checks both on the test models); with more ranks on the ring or
+ * MPI paths, where a request's bucket cut decides where each chunk's ring sum starts, they agree
+ * to float rounding.
  *
  * Thread safety: one thread drives a troupe_dp_t. Ownership: the caller keeps its references
  * to the comp and nodes (borrowed for troupe_dp_new, retained where needed); troupe_dp_new

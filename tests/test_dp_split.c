@@ -2,8 +2,9 @@
  * parallel/dp_split.c): the splitter on the small comp of tests/dp_test_model.h (a linear
  * regression whose weight gradient is last written by item 10 of 12 and whose bias gradient by
  * item 11), the comps it rebuilds per segment, the crossing node it materializes, the comps it
- * refuses to split and why, the auto policy's rule, and troupe_dp_new / troupe_dp_step with
- * overlap on against off on one process (the split changes no bit). */
+ * refuses to split and why, the auto policy's rule, troupe_dp_new / troupe_dp_step with
+ * overlap on against off on one process (the split changes no bit), and a segment that fails
+ * mid-step. */
 #include "actors/troupe.h"
 #include "base/config.h"
 #include "ir/memory_mode.h"
@@ -222,4 +223,46 @@ Test(dp_split, overlap_on_trains_bit_for_bit_like_off_and_one_item_stays_one_rou
                           troupe_optimizer_name(kinds[q]), e, (double)one[e], (double)off[e]);
             }
         }
+}
+
+/* A segment that fails mid-step (TROUPE_FAULT kernel:routine=dp_grad_s1:nth=3: the second
+ * segment's third run, one of step 2's two, after that step's segment 0 ran on both replicas):
+ * the step fails (at once on sync, at the next sync on cpu) with DEVICE_ERROR naming the
+ * segment's routine and the fault; later steps, the loss and a checkpoint are refused with the
+ * step's message instead of computing on a half-done step; teardown returns. */
+Test(dp_split, a_segment_that_fails_mid_step_fails_dp_with_its_name)
+{
+    const char *backends[2] = {"sync", "cpu"};
+    for (int b = 0; b < 2; b++) {
+        OK(troupe_config_set_fault("kernel:routine=dp_grad_s1:nth=3"));
+        dpt_lr_t m;
+        s_model(&m);
+        troupe_dp_config_t cfg = {.backend = backends[b],
+                                  .streams = 2,
+                                  .optimizer = dpt_opt(TROUPE_OPT_SGD),
+                                  .overlap = TROUPE_DP_OVERLAP_ON};
+        troupe_dp_t *dp = NULL;
+        OK(troupe_dp_new(&cfg, &m.model, &dp));
+        cr_assert_eq(dp->nseg, 2);
+        OK(troupe_dp_step(dp)); /* dp_grad_s1 runs 1, 2 */
+        OK(troupe_dp_sync(dp));
+        troupe_status_t st = troupe_dp_step(dp); /* run 3 fails */
+        if (st == TROUPE_OK)
+            st = troupe_dp_sync(dp);
+        cr_assert_eq(st, TROUPE_DEVICE_ERROR, "%s: %s: %s", backends[b], troupe_status_str(st),
+                     troupe_last_error());
+        cr_assert_not_null(strstr(troupe_last_error(), "routine dp_grad_s1: run 3 failed by "
+                                                       "TROUPE_FAULT"),
+                           "%s: %s", backends[b], troupe_last_error());
+        cr_assert_neq(troupe_dp_step(dp), TROUPE_OK, "%s: a step after the failure", backends[b]);
+        double loss = 0;
+        cr_assert_neq(troupe_dp_last_loss(dp, &loss), TROUPE_OK, "%s: the loss", backends[b]);
+        cr_assert_not_null(strstr(troupe_last_error(), "dp_grad_s1"), "%s: %s", backends[b],
+                           troupe_last_error());
+        cr_assert_neq(troupe_dp_save(dp, TROUPE_TEST_BUILD_DIR "/dp-split-failed.ck"), TROUPE_OK,
+                      "%s: a checkpoint of a failed run", backends[b]);
+        troupe_dp_destroy(&dp);
+        dpt_lr_destroy(&m);
+        OK(troupe_config_set_fault(NULL));
+    }
 }
