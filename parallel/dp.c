@@ -697,29 +697,49 @@ static int s_by_seg_id(const void *a, const void *b)
     return (x->tn->id > y->tn->id) - (x->tn->id < y->tn->id);
 }
 
-/* Every rank must issue the same requests: the smallest and the largest segment count over the
- * ranks (one host-level allreduce of min(nseg) and min(-nseg)). */
-static troupe_status_t s_agree_segments(troupe_dp_t *dp, size_t nseg, size_t *out_min,
-                                        size_t *out_max)
+/* Every rank must issue the same requests: the smallest and the largest segment count and
+ * exchange kind over the ranks (one host-level allreduce of min(v) and min(-v)). */
+static troupe_status_t s_agree_plan(troupe_dp_t *dp, size_t nseg, size_t *seg_lo, size_t *seg_hi,
+                                    int *exch_lo, int *exch_hi)
 {
-    int32_t v[2] = {(int32_t)nseg, -(int32_t)nseg};
-    *out_min = *out_max = nseg;
+    int32_t v[4] = {(int32_t)nseg, -(int32_t)nseg, (int32_t)dp->exchange, -(int32_t)dp->exchange};
+    *seg_lo = *seg_hi = nseg;
+    *exch_lo = *exch_hi = (int)dp->exchange;
     if (dp->nranks <= 1)
         return TROUPE_OK;
     troupe_coll_tensor_t t;
     memset(&t, 0, sizeof t);
     t.data = v;
-    t.count = 2;
+    t.count = 4;
     t.prec = TROUPE_PREC_INT32;
-    t.name = "dp_overlap_segments";
+    t.name = "dp_exchange_plan";
     troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_MIN, .n = 1, .tensors = &t};
     troupe_event_t *ev = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_allreduce(&ar, &ev));
-    TROUPE_RETURN_IF_ERROR(
-        troupe__dp_sync_event(&ev, "dp_new: agreeing on the gradient routine's segments"));
-    *out_min = (size_t)v[0];
-    *out_max = (size_t)-v[1];
+    TROUPE_RETURN_IF_ERROR(troupe__dp_sync_event(
+        &ev, "dp_new: agreeing on the exchange and the gradient routine's segments"));
+    *seg_lo = (size_t)v[0];
+    *seg_hi = (size_t)-v[1];
+    *exch_lo = v[2];
+    *exch_hi = -v[3];
     return TROUPE_OK;
+}
+
+/* Ranks that chose different exchanges (a cuda rank staging beside a cpu rank lending in
+ * place; CUDA-aware MPI detected on some ranks only) would issue different requests and meet
+ * only at the collective's deadline: they all stage through host memory instead, which every
+ * backend can (s_check_stageable names a gradient that cannot), and say so. */
+static void s_agree_exchange(troupe_dp_t *dp, int lo, int hi)
+{
+    if (lo == hi)
+        return;
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL,
+               "dp: the ranks chose different exchanges (%s on some, %s on others; this rank: "
+               "%s): every rank stages through host memory",
+               troupe__dp_exchange_name(lo), troupe__dp_exchange_name(hi),
+               troupe__dp_exchange_name((int)dp->exchange));
+    dp->exchange = TROUPE__DP_EXCHANGE_STAGED;
+    dp->staged = true;
 }
 
 /* Decides whether this run overlaps (troupe__dp_choose_overlap), plans the split, checks that
@@ -740,7 +760,10 @@ static troupe_status_t s_plan_segments(troupe_dp_t *dp, const troupe_dp_config_t
     memset(&sp, 0, sizeof sp);
     TROUPE_RETURN_IF_ERROR(troupe__dp_split_plan(m->grad_comp, dp->grads, dp->n_params, &sp));
     size_t nseg = want ? sp.nseg : 1, lo = 0, hi = 0;
-    troupe_status_t st = s_agree_segments(dp, nseg, &lo, &hi);
+    int exch_lo = 0, exch_hi = 0;
+    troupe_status_t st = s_agree_plan(dp, nseg, &lo, &hi, &exch_lo, &exch_hi);
+    if (st == TROUPE_OK)
+        s_agree_exchange(dp, exch_lo, exch_hi);
     if (st == TROUPE_OK && nseg > 1 && lo != hi) {
         snprintf(why, sizeof why, "the ranks split into %zu to %zu segments: every rank runs "
                                   "unsplit", lo, hi);

@@ -213,7 +213,10 @@ typedef struct troupe_dp_config {
      * transport) does whatever this says; set it to force that path on a host backend (tests,
      * or a transport that must not touch device pools). The sums are the same bits as the
      * device-level path's (same request, same reduction). The gradients must be hostable
-     * (not Virtual/Local/On_device): INVALID_ARGUMENT naming the node otherwise. */
+     * (not Virtual/Local/On_device): INVALID_ARGUMENT naming the node otherwise. Ranks whose
+     * exchanges differ (a cuda rank beside a cpu rank; CUDA-aware MPI detected on some ranks
+     * only) would issue different requests: troupe_dp_new compares them (with the segment
+     * count, one small allreduce) and then every rank stages, logged at info level. */
     bool stage_through_host;
     /* Whether each gradient bucket's allreduce overlaps the rest of the backward pass (above,
      * Overlap): TROUPE_DP_OVERLAP_AUTO (0, the default) follows troupe_config_dp_overlap()
@@ -347,7 +350,8 @@ int troupe_dp_num_streams(const troupe_dp_t *dp);    /* local replicas N */
 /* The device ordinal replica k (0 <= k < N) runs on; -1 for a bad k. */
 int troupe_dp_replica_device(const troupe_dp_t *dp, int k);
 /* Whether the cross-rank allreduce goes through host memory (troupe_dp_config_t.
- * stage_through_host, or a backend without host-addressable memory). */
+ * stage_through_host, a backend without host-addressable memory, or another rank's exchange
+ * differing from this one's). */
 bool troupe_dp_staged(const troupe_dp_t *dp);
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
 /* The owner stream's context holding the current parameters (borrowed): link evaluation

@@ -115,6 +115,9 @@ static void s_model(dpt_lr_t *m, const data_t *d, int split, int init_as_rank)
 static bool s_compress;
 /* true: s_train stages the cross-rank allreduce through host memory (stage_through_host). */
 static bool s_stage;
+/* true: some other rank stages while this one would not (the ranks' exchanges differ): every
+ * rank stages (parallel/dp.c, s_agree_exchange) */
+static bool s_stage_elsewhere;
 /* s_train's troupe_dp_config_t.overlap (parallel/dp.h, Overlap; AUTO: TROUPE_DP_OVERLAP). */
 static troupe_dp_overlap_t s_overlap;
 /* s_ndevices > 0: s_train replicates on these device ordinals (troupe_dp_config_t.devices). */
@@ -142,7 +145,8 @@ static void s_train(const data_t *d, int split, int streams, bool local_only,
     CHECK(troupe_dp_new(&cfg, &m.model, &dp));
     /* CUDA-aware MPI forced on makes a host backend standing for device memory lend it as
      * it is (parallel/dp.h): then nothing is staged */
-    bool want_staged = s_stage && troupe_config_cuda_aware() != TROUPE_CUDA_AWARE_ON;
+    bool want_staged =
+        (s_stage || s_stage_elsewhere) && troupe_config_cuda_aware() != TROUPE_CUDA_AWARE_ON;
     if (troupe_dp_staged(dp) != want_staged)
         s_die("stage_through_host is %d, TROUPE_CUDA_AWARE %s, but troupe_dp_staged says %d",
               s_stage, troupe_config_cuda_aware_name(troupe_config_cuda_aware()),

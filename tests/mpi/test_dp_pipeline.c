@@ -9,7 +9,11 @@
  *   - at debug:parallel each step logs a breakdown line with exchange=staged, buckets=2 and
  *     sane fields (tests/dp_breakdown.h), the exchange's copies and reductions included;
  *   - TROUPE_CUDA_AWARE=on (troupe_config_set_cuda_aware) with staging forced takes the direct
- *     path (nothing staged: the lent path on host memory) with the same bits. */
+ *     path (nothing staged: the lent path on host memory) with the same bits;
+ *   - ranks that choose different exchanges (rank 1 staging in two buckets, rank 0 lending in
+ *     place in one request, as a cuda rank beside a cpu rank would) all stage, say so at info
+ *     level, and give the lent run's bits (without the agreement the requests differ in
+ *     number and the ranks fail at the collective). */
 #define D 300
 #include "test_dp_model.c"
 
@@ -63,6 +67,37 @@ int main(int argc, char **argv)
         s_train(d, STREAMS * R, STREAMS, false, kinds[q], STEPS, direct, &direct_loss);
         troupe_config_set_cuda_aware(TROUPE_CUDA_AWARE_AUTO);
         s_stage = false;
+
+        static float mixed[NP];
+        double mixed_loss = 0;
+        CHECK(troupe_log_set_file(path));
+        CHECK(troupe_log_configure("info:parallel"));
+        s_stage = rank == 1; /* rank 0 would lend in place */
+        s_stage_elsewhere = R > 1 && rank != 1;
+        s_train(d, STREAMS * R, STREAMS, false, kinds[q], STEPS, mixed, &mixed_loss);
+        s_stage = s_stage_elsewhere = false;
+        CHECK(troupe_log_configure("warn"));
+        CHECK(troupe_log_set_file(NULL));
+        FILE *f = fopen(path, "r");
+        char line[2048];
+        bool said = false;
+        while (f != NULL && !said && fgets(line, sizeof line, f) != NULL)
+            said = strstr(line, "the ranks chose different exchanges (in-place on some, staged "
+                                "on others") != NULL &&
+                   strstr(line, "every rank stages through host memory") != NULL;
+        if (f != NULL)
+            fclose(f);
+        unlink(path);
+        if (R > 1 && !said)
+            s_die("%s: no info line says the ranks' exchanges differ and every rank stages",
+                  name);
+        for (int e = 0; e < NP; e++)
+            if (memcmp(&mixed[e], &lent[e], sizeof(float)) != 0)
+                s_die("%s: parameter %d is %.9g with one rank staging but %.9g lent", name, e,
+                      (double)mixed[e], (double)lent[e]);
+        if (mixed_loss != lent_loss)
+            s_die("%s: last loss %.9g with one rank staging but %.9g lent", name, mixed_loss,
+                  lent_loss);
 
         s_same_on_every_rank(staged, name);
         for (int e = 0; e < NP; e++) {
