@@ -63,7 +63,9 @@
  * Overlap (Horovod's and PyTorch DDP's buckets, which start their allreduce as soon as the
  * backward pass produced them): with overlap on (troupe_dp_config_t.overlap, TROUPE_DP_OVERLAP)
  * troupe_dp_new cuts grad_comp's top-level sequence (its root SEQ's items; a root block comment
- * around a SEQ is opened) into segments: a segment ends after the last item that reads or writes
+ * around a SEQ is opened, and while every gradient is last used by the last item and that item
+ * is itself a sequence — Seq(forward, backprop), a backward pass under block comments — it is
+ * opened too) into segments: a segment ends after the last item that reads or writes
  * any gradient of its bucket, so the buckets follow the backward pass (a network's last layer
  * first) and no later segment touches a bucket's gradients. Each segment is compiled as a routine
  * of its own (dp_grad_s0, dp_grad_s1, ...; unsplit: dp_grad) and linked on every replica after

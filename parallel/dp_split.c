@@ -4,7 +4,9 @@
  * buckets of Horovod and PyTorch DDP, which start as soon as backprop produced them).
  *
  * A segment ends after the last top-level item that reads or writes any gradient of its bucket;
- * the last segment runs to the end of the comp. Nodes the comp writes that two segments touch
+ * the last segment runs to the end of the comp. When every gradient is last used by the last
+ * item and that item is itself a sequence (a comp built as Seq(forward, backprop), or the
+ * backward pass under block comments), it is opened into its items and the cut is tried again. Nodes the comp writes that two segments touch
  * must live in the context between the segments' routines: they are refined to Materialized
  * before the segments are compiled (the caller's nodes: dp.h says so).
  */
@@ -48,6 +50,37 @@ static troupe_status_t s_items(const troupe_asgn_comp_t *comp, troupe__dp_split_
         s->items[j] = t != NULL && t->kind == TROUPE_ASGN_SEQ ? t->u.seq.items[j] : t;
     s->nitems = n;
     return TROUPE_OK;
+}
+
+/* The SEQ an item opens into: a SEQ of 2 or more items, or block comments around one (the
+ * comments are dropped from the segment comps: they only annotate generated code); else NULL. */
+static const troupe_asgn_t *s_openable(const troupe_asgn_t *t)
+{
+    while (t != NULL && t->kind == TROUPE_ASGN_BLOCK_COMMENT)
+        t = t->u.block_comment.body;
+    return t != NULL && t->kind == TROUPE_ASGN_SEQ && t->u.seq.count >= 2 ? t : NULL;
+}
+
+/* Replaces the last item by its own items when it opens (s_openable): a comp built as
+ * Seq(forward, backprop), or with the backward pass in a block, is cut inside it. False when
+ * it does not open (*st OK) or on an allocation failure (*st says so). */
+static bool s_open_last(troupe__dp_split_t *s, troupe_status_t *st)
+{
+    *st = TROUPE_OK;
+    const troupe_asgn_t *seq = s->nitems > 0 ? s_openable(s->items[s->nitems - 1]) : NULL;
+    if (seq == NULL)
+        return false;
+    size_t n = s->nitems - 1 + seq->u.seq.count;
+    const troupe_asgn_t **items = troupe_realloc(s->items, n * sizeof *items);
+    if (items == NULL) {
+        *st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
+        return false;
+    }
+    for (size_t j = 0; j < seq->u.seq.count; j++)
+        items[s->nitems - 1 + j] = seq->u.seq.items[j];
+    s->items = items;
+    s->nitems = n;
+    return true;
 }
 
 /* Per node of the comp (comp->nodes, by index): the first and last item touching it, and
@@ -162,41 +195,55 @@ troupe_status_t troupe__dp_split_plan(const troupe_asgn_comp_t *comp, troupe_tno
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
         goto fail;
     }
-    if (out->nitems < 2) {
-        st = s_whole(out, n_grads, "the gradient computation has one top-level item");
-        goto done;
-    }
-    for (size_t i = 0; i < comp->nnodes; i++)
-        use[i].first = use[i].last = SIZE_MAX;
-    for (size_t j = 0; j < out->nitems; j++)
-        s_walk(comp, use, out->items[j], j);
-    /* each gradient's last use ends its bucket's segment */
-    for (size_t i = 0; i < n_grads; i++) {
-        size_t k = s_node_index(comp, grads[i]);
-        if (k == SIZE_MAX || use[k].last == SIZE_MAX) {
-            st = s_whole(out, n_grads, "a gradient is not used by the gradient computation");
+    /* Cut the top-level items; while every gradient is last used by the last item and that
+     * item is a sequence of its own (Seq(forward, backprop), a block around the backward
+     * pass), open it and cut again. */
+    size_t nseg = 1;
+    for (;;) {
+        if (out->nitems >= 2) {
+            for (size_t i = 0; i < comp->nnodes; i++) {
+                use[i].first = use[i].last = SIZE_MAX;
+                use[i].written = false;
+            }
+            for (size_t j = 0; j < out->nitems; j++)
+                s_walk(comp, use, out->items[j], j);
+            /* each gradient's last use ends its bucket's segment */
+            for (size_t i = 0; i < n_grads; i++) {
+                size_t k = s_node_index(comp, grads[i]);
+                if (k == SIZE_MAX || use[k].last == SIZE_MAX) {
+                    st = s_whole(out, n_grads, "a gradient is not used by the gradient computation");
+                    goto done;
+                }
+                last[i] = use[k].last;
+            }
+            troupe_free(out->seg_end);
+            out->seg_end = troupe_calloc(out->nitems, sizeof *out->seg_end);
+            if (out->seg_end == NULL) {
+                st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
+                goto fail;
+            }
+            nseg = 0;
+            for (size_t j = 0; j + 1 < out->nitems; j++) {
+                bool cut = false;
+                for (size_t i = 0; i < n_grads && !cut; i++)
+                    cut = last[i] == j;
+                if (cut)
+                    out->seg_end[nseg++] = j + 1;
+            }
+            out->seg_end[nseg++] = out->nitems; /* the last segment runs to the end */
+            out->nseg = nseg;
+            if (nseg > 1)
+                break;
+        }
+        size_t before = out->nitems;
+        if (!s_open_last(out, &st)) {
+            if (st != TROUPE_OK)
+                goto fail;
+            st = s_whole(out, n_grads,
+                         before < 2 ? "the gradient computation has one top-level item"
+                                    : "every gradient is last used by the last top-level item");
             goto done;
         }
-        last[i] = use[k].last;
-    }
-    out->seg_end = troupe_calloc(out->nitems, sizeof *out->seg_end);
-    if (out->seg_end == NULL) {
-        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
-        goto fail;
-    }
-    size_t nseg = 0;
-    for (size_t j = 0; j + 1 < out->nitems; j++) {
-        bool cut = false;
-        for (size_t i = 0; i < n_grads && !cut; i++)
-            cut = last[i] == j;
-        if (cut)
-            out->seg_end[nseg++] = j + 1;
-    }
-    out->seg_end[nseg++] = out->nitems; /* the last segment runs to the end */
-    out->nseg = nseg;
-    if (nseg == 1) {
-        st = s_whole(out, n_grads, "every gradient is last used by the last top-level item");
-        goto done;
     }
     for (size_t i = 0; i < n_grads; i++)
         out->seg_of_grad[i] = s_seg_of_item(out, last[i]);

@@ -1,10 +1,10 @@
 /* troupe — the segmented gradient routine of the data-parallel driver (parallel/dp.h, Overlap;
  * parallel/dp_split.c): the splitter on the small comp of tests/dp_test_model.h (a linear
  * regression whose weight gradient is last written by item 10 of 12 and whose bias gradient by
- * item 11), the comps it rebuilds per segment, the crossing node it materializes, the comps it
- * refuses to split and why, the auto policy's rule, troupe_dp_new / troupe_dp_step with
- * overlap on against off on one process (the split changes no bit), and a segment that fails
- * mid-step. */
+ * item 11), the comps it rebuilds per segment, the crossing node it materializes, a comp
+ * nested as Seq(forward, backprop) opened and cut inside, the comps it refuses to split and
+ * why, the auto policy's rule, troupe_dp_new / troupe_dp_step with overlap on against off on
+ * one process, flat and nested (the split changes no bit), and a segment that fails mid-step. */
 #include "actors/troupe.h"
 #include "base/config.h"
 #include "ir/memory_mode.h"
@@ -108,20 +108,64 @@ Test(dp_split, each_segment_is_a_comp_with_the_static_index_and_its_embedded_nod
     dpt_lr_destroy(&m);
 }
 
+/* A comp built as Seq(forward, backprop) with each half under a block comment (as a user's
+ * model built in two halves would be): every gradient is last used by the last top-level item,
+ * so the splitter opens it and cuts inside; the segments hold the same assignments as the flat
+ * comp's, and training on them gives the flat comp's bits. */
+Test(dp_split, a_nested_backward_pass_is_opened_and_cut_inside)
+{
+    dpt_lr_t m;
+    s_model(&m);
+    troupe_asgn_t *flat = m.comp->root, *fwd = NULL, *bwd = NULL, *fb = NULL, *bb = NULL,
+                  *root = NULL;
+    cr_assert_eq(flat->u.seq.count, 12);
+    OK(troupe_asgn_seq(m.comp, 6, flat->u.seq.items, &fwd));
+    OK(troupe_asgn_seq(m.comp, 6, flat->u.seq.items + 6, &bwd));
+    OK(troupe_asgn_block_comment(m.comp, "forward", fwd, &fb));
+    OK(troupe_asgn_block_comment(m.comp, "backprop", bwd, &bb));
+    OK(troupe_asgn_seq2(m.comp, fb, bb, &root));
+    troupe_asgn_comp_set_root(m.comp, root);
+    troupe__dp_split_t sp;
+    OK(troupe__dp_split_plan(m.comp, m.grads, 2, &sp));
+    /* items: the forward block, then the backward pass's 6 assignments */
+    cr_assert_eq(sp.nitems, 7);
+    cr_assert_eq(sp.nseg, 2, "%zu segments (%s)", sp.nseg, sp.why);
+    cr_assert_eq(sp.seg_end[0], 6); /* up to W_grad's write, flat item 10 */
+    cr_assert_eq(sp.seg_end[1], 7);
+    cr_assert_eq(sp.ncrossing, 1);
+    troupe_asgn_comp_t *c0 = NULL, *c1 = NULL;
+    OK(troupe__dp_split_comp(m.comp, &sp, 0, &c0));
+    OK(troupe__dp_split_comp(m.comp, &sp, 1, &c1));
+    cr_assert(troupe_asgn_equal(c0->root->u.seq.items[0], fb));
+    for (size_t j = 1; j < 6; j++)
+        cr_assert(troupe_asgn_equal(c0->root->u.seq.items[j], flat->u.seq.items[5 + j]),
+                  "item %zu differs", j);
+    cr_assert(troupe_asgn_equal(c1->root, flat->u.seq.items[11]));
+    troupe_asgn_comp_destroy(&c0);
+    troupe_asgn_comp_destroy(&c1);
+    troupe__dp_split_free(&sp);
+    dpt_lr_destroy(&m);
+}
+
 Test(dp_split, comps_that_cannot_be_split_keep_one_segment_and_say_why)
 {
     dpt_lr_t m;
     s_model(&m);
     troupe__dp_split_t sp;
-    /* one top-level item: the whole sequence under two block comments */
+    /* one top-level item that is no sequence: the bias gradient's item alone */
     troupe_asgn_t *inner = NULL, *outer = NULL;
     troupe_asgn_t *seq = m.comp->root;
+    troupe_asgn_comp_set_root(m.comp, seq->u.seq.items[11]);
+    OK(troupe__dp_split_plan(m.comp, &m.gb, 1, &sp));
+    cr_assert_eq(sp.nseg, 1);
+    cr_assert_not_null(strstr(sp.why, "one top-level item"), "%s", sp.why);
+    troupe__dp_split_free(&sp);
+    /* the whole sequence under two block comments is opened */
     OK(troupe_asgn_block_comment(m.comp, "all", seq, &inner));
     OK(troupe_asgn_block_comment(m.comp, "wrapped", inner, &outer));
     troupe_asgn_comp_set_root(m.comp, outer);
     OK(troupe__dp_split_plan(m.comp, m.grads, 2, &sp));
-    cr_assert_eq(sp.nseg, 1);
-    cr_assert_not_null(strstr(sp.why, "one top-level item"), "%s", sp.why);
+    cr_assert_eq(sp.nseg, 2, "%s", sp.why);
     troupe__dp_split_free(&sp);
     /* a root block comment around the sequence is opened */
     troupe_asgn_comp_set_root(m.comp, inner);
@@ -175,16 +219,20 @@ Test(dp_split, auto_overlaps_where_the_engine_has_a_core_or_the_compute_a_device
 
 /* Trains K steps of `kind` with overlap `mode` on `backend` with 2 streams; the parameters
  * into out, the segments dp used into *nseg. */
-static void s_train(const char *backend, troupe_dp_overlap_t mode, bool one_item,
+static void s_train(const char *backend, troupe_dp_overlap_t mode, bool nested,
                     troupe_optimizer_kind_t kind, float *out, size_t *nseg)
 {
     dpt_lr_t m;
     s_model(&m);
-    if (one_item) {
-        troupe_asgn_t *a = NULL, *b = NULL;
-        OK(troupe_asgn_block_comment(m.comp, "all", m.comp->root, &a));
-        OK(troupe_asgn_block_comment(m.comp, "wrapped", a, &b));
-        troupe_asgn_comp_set_root(m.comp, b);
+    if (nested) { /* Seq(forward, backprop), each under a block comment */
+        troupe_asgn_t *flat = m.comp->root, *f = NULL, *b = NULL, *fb = NULL, *bb = NULL,
+                      *root = NULL;
+        OK(troupe_asgn_seq(m.comp, 6, flat->u.seq.items, &f));
+        OK(troupe_asgn_seq(m.comp, 6, flat->u.seq.items + 6, &b));
+        OK(troupe_asgn_block_comment(m.comp, "forward", f, &fb));
+        OK(troupe_asgn_block_comment(m.comp, "backprop", b, &bb));
+        OK(troupe_asgn_seq2(m.comp, fb, bb, &root));
+        troupe_asgn_comp_set_root(m.comp, root);
     }
     troupe_dp_config_t cfg = {
         .backend = backend, .streams = 2, .optimizer = dpt_opt(kind), .overlap = mode};
@@ -200,7 +248,7 @@ static void s_train(const char *backend, troupe_dp_overlap_t mode, bool one_item
     dpt_lr_destroy(&m);
 }
 
-Test(dp_split, overlap_on_trains_bit_for_bit_like_off_and_one_item_stays_one_routine)
+Test(dp_split, overlap_on_trains_bit_for_bit_like_off_flat_and_nested)
 {
     troupe_optimizer_kind_t kinds[2] = {TROUPE_OPT_SGD, TROUPE_OPT_ADAMW};
     const char *backends[2] = {"sync", "cpu"};
@@ -213,13 +261,13 @@ Test(dp_split, overlap_on_trains_bit_for_bit_like_off_and_one_item_stays_one_rou
             s_train(backends[b], TROUPE_DP_OVERLAP_ON, true, kinds[q], one, &n_one);
             cr_assert_eq(n_off, 1);
             cr_assert_eq(n_on, 2);
-            cr_assert_eq(n_one, 1);
+            cr_assert_eq(n_one, 2, "the nested comp is opened and cut");
             for (int e = 0; e < NP; e++) {
                 cr_assert(memcmp(&on[e], &off[e], sizeof(float)) == 0,
                           "%s %s: parameter %d: %.9g with overlap, %.9g without", backends[b],
                           troupe_optimizer_name(kinds[q]), e, (double)on[e], (double)off[e]);
                 cr_assert(memcmp(&one[e], &off[e], sizeof(float)) == 0,
-                          "%s %s: parameter %d: %.9g one item, %.9g", backends[b],
+                          "%s %s: parameter %d: %.9g nested, %.9g", backends[b],
                           troupe_optimizer_name(kinds[q]), e, (double)one[e], (double)off[e]);
             }
         }
