@@ -528,12 +528,11 @@ static troupe_status_t s_plan_buckets(troupe_dp_t *dp)
 
 /* A step's cross-rank exchange, issued segment by segment (s_exchange_out) and waited for
  * before the optimizer (s_exchange_back). `done`: one event per request (in place: per
- * segment; staged: per bucket); staged: `t` the gradients' host tensors, `after` their to_host
- * events (grads_by_id's order). */
+ * segment; staged: per bucket); staged: `after` the gradients' to_host events (grads_by_id's
+ * order; their host tensors are dp->host_t, built once by troupe_dp_new). */
 typedef struct s_exchange {
     troupe_event_t **done;
     size_t ndone;
-    troupe_coll_tensor_t *t;
     troupe_event_t **after;
 } s_exchange_t;
 
@@ -545,7 +544,6 @@ static void s_exchange_free(troupe_dp_t *dp, s_exchange_t *x)
         troupe_event_release(&x->done[b]);
     troupe_free(x->after);
     troupe_free(x->done);
-    troupe_free(x->t);
     memset(x, 0, sizeof *x);
 }
 
@@ -556,14 +554,8 @@ static troupe_status_t s_exchange_new(troupe_dp_t *dp, s_exchange_t *x)
         return TROUPE_OK;
     x->ndone = dp->staged ? dp->nbk : dp->nseg;
     x->done = troupe_calloc(x->ndone, sizeof *x->done);
-    if (dp->staged) {
+    if (dp->staged)
         x->after = troupe_calloc(dp->n_params, sizeof *x->after);
-        troupe_status_t st = s_host_tensors(dp->grads_by_id, dp->n_params, &x->t);
-        if (st != TROUPE_OK) {
-            s_exchange_free(dp, x);
-            return st;
-        }
-    }
     if (x->done == NULL || (dp->staged && x->after == NULL)) {
         s_exchange_free(dp, x);
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_step: out of memory");
@@ -619,7 +611,7 @@ static troupe_status_t s_exchange_out(troupe_dp_t *dp, s_exchange_t *x, size_t g
         troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_SUM,
                                       .flags = dp->coll_flags,
                                       .n = cnt,
-                                      .tensors = x->t + first,
+                                      .tensors = dp->host_t + first,
                                       .after = x->after + first,
                                       .n_after = cnt};
         st = troupe_allreduce(&ar, &x->done[b]);
@@ -935,6 +927,7 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     TROUPE_RETURN_IF_ERROR(s_plan_segments(dp, cfg, m));
     if (dp->staged && dp->nranks > 1) {
         TROUPE_RETURN_IF_ERROR(s_check_stageable(dp));
+        TROUPE_RETURN_IF_ERROR(s_host_tensors(dp->grads_by_id, dp->n_params, &dp->host_t));
         TROUPE_RETURN_IF_ERROR(s_plan_buckets(dp));
     }
 
@@ -1235,6 +1228,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
     troupe_free(dp->grads);
     troupe_free(dp->grads_by_id);
     troupe_free(dp->bk_first);
+    troupe_free(dp->host_t);
     troupe_tnode_release(&dp->loss);
     troupe_free(dp->batch_index);
     troupe_backend_close(&dp->backend);

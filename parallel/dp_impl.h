@@ -10,6 +10,7 @@
 
 #include "actors/troupe.h"
 #include "parallel/dp.h"
+#include "transport/mpi/collective.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -146,6 +147,7 @@ struct troupe_dp {
      * when the driver was built; segment s's buckets are [seg_bk[s], seg_bk[s + 1]) */
     size_t nbk;
     size_t *bk_first;
+    troupe_coll_tensor_t *host_t; /* staged: the gradients' host tensors, grads_by_id's order */
     size_t *seg_bk; /* nseg + 1 */
     /* The gradient routine's segments (parallel/dp.h, Overlap; dp_split.c): nseg >= 1 (1: the
      * comp in one routine), segment s's gradients are grads_by_id[seg_first[s] ..
