@@ -140,7 +140,8 @@ static troupe_status_t s_node_set_add(troupe_tnode_t ***arr, size_t *n, size_t *
     return TROUPE_OK;
 }
 
-static bool s_node_set_has(troupe_tnode_t *const *arr, size_t n, const troupe_tnode_t *tn)
+/* The index of tn in the id-sorted set arr[0..n), or n when it is not there. */
+static size_t s_node_set_find(troupe_tnode_t *const *arr, size_t n, const troupe_tnode_t *tn)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
@@ -150,7 +151,12 @@ static bool s_node_set_has(troupe_tnode_t *const *arr, size_t n, const troupe_tn
         else
             hi = mid;
     }
-    return lo < n && arr[lo] == tn;
+    return lo < n && arr[lo] == tn ? lo : n;
+}
+
+static bool s_node_set_has(troupe_tnode_t *const *arr, size_t n, const troupe_tnode_t *tn)
+{
+    return s_node_set_find(arr, n, tn) < n;
 }
 
 static troupe_status_t s_add_node(troupe_asgn_comp_t *comp, troupe_tnode_t *tn)
@@ -170,6 +176,14 @@ bool troupe_asgn_comp_is_embedded(const troupe_asgn_comp_t *comp, const troupe_t
     if (comp == NULL || tn == NULL)
         return false;
     return s_node_set_has(comp->embedded, comp->nembedded, tn);
+}
+
+size_t troupe_asgn_comp_node_index(const troupe_asgn_comp_t *comp, const troupe_tnode_t *tn)
+{
+    if (comp == NULL || tn == NULL)
+        return SIZE_MAX;
+    size_t i = s_node_set_find(comp->nodes, comp->nnodes, tn);
+    return i < comp->nnodes ? i : SIZE_MAX;
 }
 
 /* ---- builders ----------------------------------------------------------------------------- */

@@ -178,6 +178,9 @@ int32_t troupe_asgn_comp_find_static_symbol(const troupe_asgn_comp_t *comp, cons
 TROUPE_MUST_USE troupe_status_t troupe_asgn_comp_add_embedded(troupe_asgn_comp_t *comp,
                                                               troupe_tnode_t *tn);
 bool troupe_asgn_comp_is_embedded(const troupe_asgn_comp_t *comp, const troupe_tnode_t *tn);
+/* The index of tn in comp->nodes (the nodes the comp mentions, sorted by id; a binary search),
+ * or SIZE_MAX when the comp does not mention it (or either is NULL). */
+size_t troupe_asgn_comp_node_index(const troupe_asgn_comp_t *comp, const troupe_tnode_t *tn);
 
 /* ---- builders ----------------------------------------------------------------------------- */
 /* Every builder returns OK and the new tree in *out (borrowed from comp), or INVALID_ARGUMENT

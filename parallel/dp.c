@@ -130,15 +130,6 @@ troupe_status_t troupe__dp_await(troupe_dp_t *dp, const char *what)
 
 /* ---- validation ----------------------------------------------------------------------------- */
 
-/* Whether comp mentions tn (its nodes are sorted by id). */
-static bool s_mentions(const troupe_asgn_comp_t *comp, const troupe_tnode_t *tn)
-{
-    for (size_t i = 0; i < comp->nnodes; i++)
-        if (comp->nodes[i] == tn)
-            return true;
-    return false;
-}
-
 /* A feed writes the minibatch's nodes only: never a parameter, a gradient or the loss (which
  * it would overwrite on every replica behind the optimizer's back). */
 static troupe_status_t s_check_feed_nodes(const troupe_dp_model_t *m)
@@ -152,7 +143,7 @@ static troupe_status_t s_check_feed_nodes(const troupe_dp_model_t *m)
         troupe_tnode_t *tn = i < m->n_params       ? m->params[i]
                              : i < 2 * m->n_params ? m->grads[i - m->n_params]
                                                    : m->loss;
-        if (tn && s_mentions(m->feed_comp, tn)) {
+        if (tn && troupe_asgn_comp_node_index(m->feed_comp, tn) != SIZE_MAX) {
             char nm[64];
             s_name(tn, nm, sizeof nm);
             return troupe__error(TROUPE_INVALID_ARGUMENT,
@@ -859,7 +850,7 @@ static troupe_status_t s_build_feed(troupe_dp_t *dp, const troupe_dp_model_t *m)
         bool input = false;
         for (size_t j = 0; j < m->n_inputs && !input; j++)
             input = m->inputs[j] == tn;
-        if (input || !s_mentions(m->grad_comp, tn))
+        if (input || troupe_asgn_comp_node_index(m->grad_comp, tn) == SIZE_MAX)
             continue;
         shared++;
         if (!troupe_context_has_node(s_tail(&dp->rep[0]), tn)) {

@@ -93,19 +93,10 @@ typedef struct s_use {
 static void s_touch(const troupe_asgn_comp_t *comp, s_use_t *use, const troupe_tnode_t *tn,
                     size_t item, bool write)
 {
-    if (tn == NULL)
+    size_t k = troupe_asgn_comp_node_index(comp, tn);
+    if (k == SIZE_MAX)
         return;
-    size_t lo = 0, hi = comp->nnodes;
-    while (lo < hi) { /* comp->nodes is sorted by id */
-        size_t mid = (lo + hi) / 2;
-        if (comp->nodes[mid]->id < tn->id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo >= comp->nnodes || comp->nodes[lo] != tn)
-        return;
-    s_use_t *u = &use[lo];
+    s_use_t *u = &use[k];
     if (u->first == SIZE_MAX || item < u->first)
         u->first = item;
     if (u->last == SIZE_MAX || item > u->last)
@@ -144,14 +135,6 @@ static void s_walk(const troupe_asgn_comp_t *comp, s_use_t *use, const troupe_as
         s_touch(comp, use, t->u.fetch.sliced, item, false);
         break;
     }
-}
-
-static size_t s_node_index(const troupe_asgn_comp_t *comp, const troupe_tnode_t *tn)
-{
-    for (size_t i = 0; i < comp->nnodes; i++)
-        if (comp->nodes[i] == tn)
-            return i;
-    return SIZE_MAX;
 }
 
 /* The segment holding item j. */
@@ -209,7 +192,7 @@ troupe_status_t troupe__dp_split_plan(const troupe_asgn_comp_t *comp, troupe_tno
                 s_walk(comp, use, out->items[j], j);
             /* each gradient's last use ends its bucket's segment */
             for (size_t i = 0; i < n_grads; i++) {
-                size_t k = s_node_index(comp, grads[i]);
+                size_t k = troupe_asgn_comp_node_index(comp, grads[i]);
                 if (k == SIZE_MAX || use[k].last == SIZE_MAX) {
                     st = s_whole(out, n_grads, "a gradient is not used by the gradient computation");
                     goto done;

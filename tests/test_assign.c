@@ -819,6 +819,16 @@ Test(assign, embedded_nodes_and_equality)
     cr_assert_eq(troupe_asgn_accum_binop(other, true, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
                                          troupe_asgn_node(x), troupe_asgn_node(w), "bi,ij=>bj", &b),
                  TROUPE_OK);
+    /* the nodes a comp mentions, by index in comp->nodes (sorted by id); others SIZE_MAX */
+    troupe_tnode_t *z = MK("z", 2, 2);
+    size_t ix = troupe_asgn_comp_node_index(s_comp, x), iw = troupe_asgn_comp_node_index(s_comp, w),
+           iy = troupe_asgn_comp_node_index(s_comp, y);
+    cr_assert(ix < s_comp->nnodes && s_comp->nodes[ix] == x);
+    cr_assert(iw < s_comp->nnodes && s_comp->nodes[iw] == w);
+    cr_assert(iy < s_comp->nnodes && s_comp->nodes[iy] == y);
+    cr_assert_eq(troupe_asgn_comp_node_index(s_comp, z), SIZE_MAX);
+    cr_assert_eq(troupe_asgn_comp_node_index(NULL, x), SIZE_MAX);
+    cr_assert_eq(troupe_asgn_comp_node_index(s_comp, NULL), SIZE_MAX);
     cr_assert_eq(troupe_asgn_accum_binop(other, false, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
                                          troupe_asgn_node(x), troupe_asgn_node(w), "bi,ij=>bj", &c),
                  TROUPE_OK);
