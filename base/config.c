@@ -117,10 +117,10 @@ static void s_load(void)
     atomic_store(&s_cpu_devices, 1);
 
     const char *v;
-    if ((v = getenv("TROUPE_LOG")) != NULL && troupe_log_configure(v) != TROUPE_OK)
+    if ((v = getenv("TROUPE_LOG")) != NULL && troupe__log_configure(v) != TROUPE_OK)
         s_bad("TROUPE_LOG", v, troupe_last_error());
     if ((v = getenv("TROUPE_LOG_FILE")) != NULL && v[0] != '\0' &&
-        troupe_log_set_file(v) != TROUPE_OK)
+        troupe__log_set_file(v) != TROUPE_OK)
         s_bad("TROUPE_LOG_FILE", v, troupe_last_error());
     if ((v = getenv("TROUPE_BACKEND")) != NULL && v[0] != '\0') {
         if (strlen(v) >= sizeof s_backend)

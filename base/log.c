@@ -69,8 +69,12 @@ void troupe_log_write(troupe_log_level_t level, unsigned subsystem, const char *
     pthread_mutex_unlock(&s_lock);
 }
 
+/* The setters below load the configuration first, so that a program's own settings win over
+ * TROUPE_LOG and TROUPE_LOG_FILE whatever call happens to load it later; the loader itself uses
+ * the troupe__ forms, which do not (pthread_once cannot be re-entered). */
 void troupe_log_set_level(troupe_log_level_t level)
 {
+    troupe__config_ensure_loaded();
     atomic_store(&s_level, (int)level);
 }
 
@@ -81,6 +85,7 @@ troupe_log_level_t troupe_log_get_level(void)
 
 void troupe_log_set_mask(unsigned mask)
 {
+    troupe__config_ensure_loaded();
     atomic_store(&s_mask, mask & TROUPE_SUB_ALL);
 }
 
@@ -90,6 +95,12 @@ unsigned troupe_log_get_mask(void)
 }
 
 troupe_status_t troupe_log_set_file(const char *path)
+{
+    troupe__config_ensure_loaded();
+    return troupe__log_set_file(path);
+}
+
+troupe_status_t troupe__log_set_file(const char *path)
 {
     FILE *f = NULL;
     if (path != NULL && path[0] != '\0') {
@@ -106,6 +117,12 @@ troupe_status_t troupe_log_set_file(const char *path)
 }
 
 troupe_status_t troupe_log_configure(const char *spec)
+{
+    troupe__config_ensure_loaded();
+    return troupe__log_configure(spec);
+}
+
+troupe_status_t troupe__log_configure(const char *spec)
 {
     if (spec == NULL || spec[0] == '\0')
         return TROUPE_OK;
@@ -141,8 +158,8 @@ troupe_status_t troupe_log_configure(const char *spec)
             mask |= bit;
         }
     }
-    troupe_log_set_level((troupe_log_level_t)level);
-    troupe_log_set_mask(mask);
+    atomic_store(&s_level, level);
+    atomic_store(&s_mask, mask & TROUPE_SUB_ALL);
     return TROUPE_OK;
 }
 

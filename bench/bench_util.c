@@ -227,19 +227,25 @@ static void s_stats(double *samples, int n, troupe_bench_stats_t *out)
 int troupe_bench_time_sides(const troupe_bench_side_t *sides, int nsides,
                             const troupe_bench_opts_t *opts, troupe_bench_stats_t *out)
 {
-    if (!out || nsides < 1 || nsides > TROUPE_BENCH_MAX_SIDES)
+    /* a bad call says so: a benchmark that only returned -1 would end without a word */
+    if (!out || nsides < 1 || nsides > TROUPE_BENCH_MAX_SIDES || !sides || !opts ||
+        opts->warmup < 0 || opts->min_runs < 1 || opts->max_runs < opts->min_runs ||
+        opts->max_runs > TROUPE_BENCH_MAX_RUNS || !(opts->min_total_s >= 0.0)) {
+        fprintf(stderr, "troupe_bench_time_sides: bad arguments (%d sides; options not set by "
+                        "troupe_bench_opts_default?)\n", nsides);
         return -1;
+    }
     memset(out, 0, (size_t)nsides * sizeof *out);
-    if (!sides || !opts || opts->warmup < 0 || opts->min_runs < 1 ||
-        opts->max_runs < opts->min_runs || opts->max_runs > TROUPE_BENCH_MAX_RUNS ||
-        !(opts->min_total_s >= 0.0))
-        return -1;
     for (int s = 0; s < nsides; s++)
-        if (!sides[s].fn)
+        if (!sides[s].fn) {
+            fprintf(stderr, "troupe_bench_time_sides: side %d has no function\n", s);
             return -1;
+        }
     double *samples = malloc((size_t)nsides * (size_t)opts->max_runs * sizeof *samples);
-    if (!samples)
+    if (!samples) {
+        fprintf(stderr, "troupe_bench_time_sides: out of memory\n");
         return -1;
+    }
     int n[TROUPE_BENCH_MAX_SIDES] = {0};
     int64_t total_ns[TROUPE_BENCH_MAX_SIDES] = {0};
     const int64_t min_total_ns = (int64_t)(opts->min_total_s * 1e9);

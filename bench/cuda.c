@@ -352,6 +352,7 @@ static int s_matmul(cublasHandle_t h, int64_t n)
 int main(int argc, char **argv)
 {
     troupe_bench_opts_t opts;
+    troupe_bench_opts_default(&opts);
     int pa = troupe_bench_parse_args(argc, argv,
                                      "the cuda backend against bare CUDA: copies, a routine's "
                                      "round trip, matmul through cuBLASLt and generated kernels",

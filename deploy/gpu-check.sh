@@ -93,6 +93,10 @@ fi
 if [ -n "$debs" ]; then
   for d in "$debs"/*.deb; do dpkg -x "$d" / || echo "gpu-check: cannot unpack $d" >&2; done
   ldconfig
+  # dpkg -x runs no maintainer scripts, so Debian's alternatives links (openblas.pc among them)
+  # are missing: point pkg-config at the pthread build's own folder
+  p=/usr/lib/x86_64-linux-gnu/openblas-pthread/pkgconfig
+  [ -d "$p" ] && export PKG_CONFIG_PATH=$p${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 fi
 
 facts() {
@@ -107,10 +111,14 @@ export -f facts
 phase facts 30 facts.log facts
 
 jobs=$(nproc)
-export root build jobs
+export root build jobs out
 build_it() {
+  # warnings are fatal in CI (gcc 12 here); the GPU machine's compiler may be newer and warn
+  # where CI's does not, which must not cost a short loan its run: TROUPE_GPU_WERROR=ON to insist
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_WITH_CUDA=ON \
-    -DTROUPE_WERROR=ON -DTROUPE_BUILD_BENCH=ON && cmake --build "$build" -j "$jobs"
+    -DTROUPE_WERROR="${TROUPE_GPU_WERROR:-OFF}" -DTROUPE_BUILD_BENCH=ON &&
+    cmake --build "$build" -j "$jobs" && { grep -c 'warning:' "$out/build.log" |
+      sed 's/^/build warnings: /'; true; }
 }
 export -f build_it
 if ! phase build 180 build.log build_it && want build; then

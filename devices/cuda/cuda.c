@@ -49,6 +49,14 @@ static bool s_is_sticky(cudaError_t e)
     }
 }
 
+/* The first sticky error seen on each device ordinal in this process (0: none). The CUDA
+ * reference says a process must be relaunched to use CUDA after one, and a GPU showed it
+ * (an H200, driver 580: after a trap and cudaDeviceReset, cudaInitDevice answered
+ * cudaErrorDevicesUnavailable), so a later backend refuses the device by name instead of
+ * failing on a less telling error. Ordinals past the table are not remembered. */
+#define S_MAX_ORDINALS 64
+static _Atomic int s_sticky_seen[S_MAX_ORDINALS];
+
 troupe_status_t troupe__cuda_fail(troupe__cuda_dev_t *dev, cudaError_t e, const char *fmt, ...)
 {
     char what[512];
@@ -57,8 +65,12 @@ troupe_status_t troupe__cuda_fail(troupe__cuda_dev_t *dev, cudaError_t e, const 
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     (void)cudaGetLastError(); /* a non-sticky error must not surface in a later call */
-    if (dev != NULL && s_is_sticky(e))
+    if (dev != NULL && s_is_sticky(e)) {
         dev->sticky = true;
+        int none = 0;
+        if (dev->ordinal >= 0 && dev->ordinal < S_MAX_ORDINALS)
+            atomic_compare_exchange_strong(&s_sticky_seen[dev->ordinal], &none, (int)e);
+    }
     return troupe__error(e == cudaErrorMemoryAllocation ? TROUPE_RESOURCE_EXHAUSTED
                                                         : TROUPE_DEVICE_ERROR,
                          "cuda %s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
@@ -273,6 +285,16 @@ static const char *s_compute_mode_name(int mode)
  * the log says what the context cost. */
 static troupe_status_t s_init_device(troupe__cuda_dev_t *dev)
 {
+    int seen = dev->ordinal >= 0 && dev->ordinal < S_MAX_ORDINALS
+                   ? atomic_load(&s_sticky_seen[dev->ordinal])
+                   : 0;
+    if (seen != 0)
+        return troupe__error(TROUPE_DEVICE_ERROR,
+                             "cuda open: device %d (%s) had a sticky error earlier in this "
+                             "process (%s: %s); CUDA cannot use it again in this process: "
+                             "restart the process",
+                             dev->ordinal, dev->name, cudaGetErrorName((cudaError_t)seen),
+                             cudaGetErrorString((cudaError_t)seen));
     int64_t t0 = troupe_now_ns();
     cudaError_t e = cudaInitDevice(dev->ordinal, 0, 0);
     if (e != cudaSuccess)
