@@ -120,8 +120,18 @@
  *     nest's mapped iterations (the rule above, flattened) spread over the threads with the
  *     unmapped loops in each thread in order, a ZERO_OUT's elements likewise, any other
  *     statement on thread 0: bit for bit the interpreter's. A segment whose Local arrays pass
- *     44 KiB runs on one thread with them as arrays of that thread. Statements outside
- *     segments never touch a Local array.
+ *     44 KiB runs on one thread with them as arrays of that thread. A segment is wide when a
+ *     statement of it writing a non-Local array has more than 64 x 256 mapped iterations, the
+ *     statements writing only its Local arrays have at most 16 x 256 iterations in all, every
+ *     statement writing a non-Local array is a nest with mapped loops writing no Local array,
+ *     and no other statement of the segment touches what it writes (zeroings of non-Local
+ *     arrays move before the segment first when nothing before them in it touches the
+ *     array): a wide segment runs on min(1024, ceil(iterations / 256)) blocks of 256 threads
+ *     (fixed_block, a launch of its own), each block building the Local arrays in its shared
+ *     memory and running the Local statements, all blocks sharing the other statements'
+ *     iterations (grid-stride): still bit for bit the interpreter's (the main job's
+ *     da2 = dz3 x w3_t, w3_t Local, at large batches). Statements outside segments never
+ *     touch a Local array.
  * Then launches are shared. Each planned piece except a GEMM step and a refused product's
  * tiles, in order, looks back to the last launch holding a piece it conflicts with (one of the
  * two writes a node the other reads or writes) and (horizontal fusion) joins the earliest

@@ -1181,6 +1181,7 @@ typedef enum s_unit_kind {
     S_U_REDUCE, /* a block-level reduction */
     S_U_SEQ,    /* consecutive statements run by one thread (with a segment's Local arrays) */
     S_U_BLOCK,  /* a segment of statements run by one block, its Local arrays in shared memory */
+    S_U_WIDE,   /* a wide segment: every block builds the Local arrays, all share the rest */
     S_U_GEMM,   /* a GEMM step (a launch of its own) */
     S_U_TILES,  /* a refused product's tiles (a launch of its own) */
 } s_unit_kind_t;
@@ -1209,6 +1210,7 @@ typedef struct s_segment {
     const troupe_tnode_t **locals;
     size_t nlocals, cap;
     int64_t bytes;
+    int64_t wide_blocks; /* > 0: a wide segment (s_widen_segment) over this many blocks */
 } s_segment_t;
 
 /* A launch: units run by one kernel (horizontal when several), or one GEMM/TILES unit. A serial
@@ -1238,6 +1240,11 @@ typedef struct s_plan {
 /* The most iterations of a map or elements of a zeroing that a segment's block takes over
  * (64 per thread) to save their launch. */
 #define S_ABSORB_MAX_ITERS (64 * S_BLOCK_THREADS)
+/* A wide segment: its statements writing global arrays have more iterations than a block
+ * takes over, and the statements building its Local arrays, which every block repeats, at most
+ * this many iterations; its grid, at most S_WIDE_GRID_MAX blocks (they grid-stride). */
+#define S_WIDE_LOCAL_MAX_ITERS (16 * S_BLOCK_THREADS)
+#define S_WIDE_GRID_MAX 1024
 
 static void s_plan_free(s_plan_t *p)
 {
@@ -1319,7 +1326,7 @@ static troupe_status_t s_find_segments(troupe__cgen_t *g, s_plan_t *p)
             i++;
             continue;
         }
-        s_segment_t seg = {i, (size_t)reach[i], NULL, 0, 0, 0};
+        s_segment_t seg = {i, (size_t)reach[i], NULL, 0, 0, 0, 0};
         for (size_t j = i; j <= seg.last; j++)
             if (reach[j] > (ptrdiff_t)seg.last)
                 seg.last = (size_t)reach[j];
@@ -1347,6 +1354,150 @@ out:
     return st;
 }
 
+/* All iterations of the nest at s (its loops' extents multiplied, as far as each body is one
+ * loop), or a ZERO_OUT's elements; 1 for anything else. */
+static int64_t s_item_iters(const troupe_ll_t *s)
+{
+    if (s->kind == TROUPE_LL_ZERO_OUT)
+        return troupe_tnode_num_elems(s->u.zero_out);
+    int64_t n = 1;
+    for (const troupe_ll_t *l = s; l != NULL && l->kind == TROUPE_LL_FOR;
+         l = s_only_loop(l->u.for_loop.body))
+        n *= s_extent(l);
+    return n;
+}
+
+static bool s_seg_local(const s_segment_t *sg, const troupe_tnode_t *tn)
+{
+    for (size_t k = 0; k < sg->nlocals; k++)
+        if (sg->locals[k] == tn)
+            return true;
+    return false;
+}
+
+static bool s_accesses_node(const s_accesses_t *a, const troupe_tnode_t *tn)
+{
+    for (size_t x = 0; x < a->n; x++)
+        if (a->v[x].tn == tn)
+            return true;
+    return false;
+}
+
+/* Whether statement s of segment sg writes a node that is not one of its Local arrays (then,
+ * in a wide segment, the blocks share its iterations; else every block runs it). */
+static bool s_writes_global(const s_segment_t *sg, const s_accesses_t *a)
+{
+    for (size_t x = 0; x < a->n; x++)
+        if (a->v[x].write && !s_seg_local(sg, a->v[x].tn))
+            return true;
+    return false;
+}
+
+/* Makes segment sg wide when that spreads its work over the GPU: one block running a segment
+ * whose statement writing a global array has more iterations than a block takes over (the main
+ * job's da2 = dz3 x w3_t at batch 8192 read a Local transposed weight: 10M multiply-adds on
+ * 256 threads, 2.2 ms of a 2.4 ms step on an H200) wastes the rest of the device. A wide
+ * segment runs on many blocks: each block builds the Local arrays in its own shared memory
+ * (the statements writing only Local arrays, repeated by every block: at most
+ * S_WIDE_LOCAL_MAX_ITERS iterations in all), and the statements writing global arrays share
+ * their mapped iterations among all the blocks' threads (grid-stride), each output element
+ * computed by one thread with the operations the interpreter does, in its order. Allowed when
+ * every statement writing a global array is a nest with mapped loops that writes no Local
+ * array, and no other statement of the segment touches what it writes (a statement reads its
+ * own output only at the element it writes, the mapping's rule). Zeroings of global arrays in
+ * the segment move before it first when nothing before them in it touches the array (the
+ * zeroing of da2 is the case). Returns with the items and sg unchanged when the segment does
+ * not qualify. */
+static troupe_status_t s_widen_segment(troupe__cgen_t *g, s_plan_t *p, s_segment_t *sg)
+{
+    if (sg->bytes > S_SHARED_MAX || sg->last <= sg->first)
+        return TROUPE_OK;
+    size_t n = sg->last - sg->first + 1;
+    s_accesses_t *acc = troupe_calloc(n, sizeof *acc);
+    bool *hoist = troupe_calloc(n, sizeof *hoist), *global = troupe_calloc(n, sizeof *global);
+    troupe_status_t st = TROUPE_OK;
+    if (acc == NULL || hoist == NULL || global == NULL) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        goto out;
+    }
+    bool ok = true;
+    for (size_t k = 0; k < n && ok; k++) {
+        s_collect_ll(&acc[k], p->items[sg->first + k]);
+        if (acc[k].oom) {
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+            goto out;
+        }
+    }
+    int64_t local_iters = 0, global_iters = 0;
+    for (size_t k = 0; k < n && ok; k++) {
+        const troupe_ll_t *s = p->items[sg->first + k];
+        if (s->kind == TROUPE_LL_COMMENT)
+            continue;
+        if (s->kind == TROUPE_LL_ZERO_OUT && !s_seg_local(sg, s->u.zero_out)) {
+            hoist[k] = true;
+            for (size_t j = 0; j < k && hoist[k]; j++)
+                hoist[k] = !s_accesses_node(&acc[j], s->u.zero_out);
+            ok = hoist[k];
+            continue;
+        }
+        global[k] = s_writes_global(sg, &acc[k]);
+        if (!global[k]) {
+            local_iters += s_item_iters(s);
+            continue;
+        }
+        s_map_t map = {0, {NULL}};
+        if (s->kind != TROUPE_LL_FOR) {
+            ok = false;
+            continue;
+        }
+        if ((st = s_plan_nest(s, &map)) != TROUPE_OK)
+            goto out;
+        ok = map.nmapped > 0;
+        for (size_t x = 0; x < acc[k].n && ok; x++)
+            ok = !(acc[k].v[x].write && s_seg_local(sg, acc[k].v[x].tn));
+        if (!ok)
+            continue;
+        int64_t ex, ey;
+        s_map_extents(&map, &ex, &ey);
+        if (ex * ey > global_iters)
+            global_iters = ex * ey;
+    }
+    /* what a global statement writes, no other statement (hoisted zeroings aside) touches */
+    for (size_t k = 0; k < n && ok; k++) {
+        if (!global[k])
+            continue;
+        for (size_t x = 0; x < acc[k].n && ok; x++) {
+            if (!acc[k].v[x].write)
+                continue;
+            for (size_t j = 0; j < n && ok; j++)
+                ok = j == k || hoist[j] || !s_accesses_node(&acc[j], acc[k].v[x].tn);
+        }
+    }
+    if (!ok || global_iters <= S_ABSORB_MAX_ITERS || local_iters > S_WIDE_LOCAL_MAX_ITERS)
+        goto out;
+    /* the zeroings go before the segment, in their order */
+    size_t at = sg->first;
+    for (size_t k = 0; k < n; k++) {
+        if (!hoist[k])
+            continue;
+        size_t from = sg->first + k;
+        const troupe_ll_t *z = p->items[from];
+        memmove(&p->items[at + 1], &p->items[at], (from - at) * sizeof p->items[0]);
+        p->items[at++] = z;
+    }
+    sg->first = at;
+    int64_t nb = (global_iters + S_BLOCK_THREADS - 1) / S_BLOCK_THREADS;
+    sg->wide_blocks = nb > S_WIDE_GRID_MAX ? S_WIDE_GRID_MAX : nb;
+out:
+    if (acc != NULL)
+        for (size_t k = 0; k < n; k++)
+            troupe_free(acc[k].v);
+    troupe_free(acc);
+    troupe_free(hoist);
+    troupe_free(global);
+    return st;
+}
+
 /* The units of the routine, in order: a segment is one unit (BLOCK when its Local arrays fit in
  * shared memory, else SEQ); outside segments, each GEMM window, refused product, block-level
  * reduction, mapped nest and ZERO_OUT is one, and consecutive sequential statements are one
@@ -1361,11 +1512,14 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
         if (i == seg_from) {
             const s_segment_t *sg = &p->segs[seg];
             bool block = sg->bytes <= S_SHARED_MAX;
-            s_unit_t *u = s_new_unit(p, block ? S_U_BLOCK : S_U_SEQ, sg->first,
-                                     sg->last - sg->first + 1);
+            s_unit_t *u = s_new_unit(p, sg->wide_blocks > 0 ? S_U_WIDE
+                                        : block             ? S_U_BLOCK
+                                                            : S_U_SEQ,
+                                     sg->first, sg->last - sg->first + 1);
             if (u != NULL) {
                 u->seg = seg;
                 u->shared_bytes = block ? sg->bytes : 0;
+                u->vblocks = sg->wide_blocks > 0 ? sg->wide_blocks : 1;
             }
             seq = NULL;
             i = sg->last;
@@ -1456,7 +1610,7 @@ static bool s_conflict(const s_unit_t *a, const s_unit_t *b)
 
 static bool s_launch_alone(const s_unit_t *u)
 {
-    return u->kind == S_U_GEMM || u->kind == S_U_TILES;
+    return u->kind == S_U_GEMM || u->kind == S_U_TILES || u->kind == S_U_WIDE;
 }
 
 /* Whether a segment's block may take unit u over: a small map or zeroing, or sequential code. */
@@ -1579,11 +1733,16 @@ static troupe_status_t s_put_serial_part(troupe__cgen_t *g, const s_plan_t *p,
                                          int in)
 {
     troupe__strbuf_repeat(b, "    ", in);
-    troupe__strbuf_puts(b, "/* One block runs these statements in order, a barrier after each. */\n");
+    troupe__strbuf_puts(b, n == 1 && p->units[units[0]].kind == S_U_WIDE
+                               ? "/* Each block runs these statements in order, a barrier after "
+                                 "each. */\n"
+                               : "/* One block runs these statements in order, a barrier after "
+                                 "each. */\n");
     troupe_status_t st = TROUPE_OK;
     for (size_t k = 0; k < n && st == TROUPE_OK; k++) {
         const s_unit_t *u = &p->units[units[k]];
-        if (u->kind == S_U_BLOCK)
+        const s_segment_t *wide = u->kind == S_U_WIDE ? &p->segs[u->seg] : NULL;
+        if (u->kind == S_U_BLOCK || wide != NULL)
             s_put_segment_locals(g, &p->segs[u->seg], true, b, in);
         for (size_t i = u->first; i < u->first + u->count && st == TROUPE_OK; i++) {
             const troupe_ll_t *s = p->items[i];
@@ -1594,10 +1753,23 @@ static troupe_status_t s_put_serial_part(troupe__cgen_t *g, const s_plan_t *p,
             s_map_t map = {0, {NULL}};
             if (s->kind == TROUPE_LL_FOR && (st = s_plan_nest(s, &map)) != TROUPE_OK)
                 break;
+            bool shared_out = false; /* a wide segment's statement writing a global array */
+            if (wide != NULL) {
+                s_accesses_t a = {NULL, 0, 0, false};
+                s_collect_ll(&a, s);
+                shared_out = s_writes_global(wide, &a);
+                troupe_free(a.v);
+                if (a.oom) {
+                    st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+                    break;
+                }
+            }
             if (s->kind == TROUPE_LL_ZERO_OUT) {
                 s_put_zero_flat(b, troupe__cgen_node_ident(g, s->u.zero_out),
                                 s->u.zero_out->prec, troupe_tnode_num_elems(s->u.zero_out),
                                 "hz_t", "hz_nt", in);
+            } else if (shared_out) { /* s_widen_segment: a nest with mapped loops */
+                st = s_put_mapped_flat(g, &map, s, b, in, "hz_g", "hz_gn");
             } else if (map.nmapped > 0) {
                 st = s_put_mapped_flat(g, &map, s, b, in, "hz_t", "hz_nt");
             } else {
@@ -1695,6 +1867,40 @@ static troupe_status_t s_put_horizontal(troupe__cgen_t *g, troupe_cgen_result_t 
     return st;
 }
 
+/* The kernel of a wide segment (s_widen_segment): every block builds the Local arrays in its
+ * shared memory and runs the statements writing only them; the statements writing global
+ * arrays take their iterations t_f from hz_g, striding by hz_gn over all blocks' threads.
+ * Every thread of every block meets every barrier, so any grid is correct. */
+static troupe_status_t s_put_wide(troupe__cgen_t *g, troupe_cgen_result_t *r, const s_plan_t *p,
+                                  size_t unit, troupe__strbuf_t *b, size_t *out_kernel)
+{
+    const s_unit_t *u = &p->units[unit];
+    troupe_cgen_kernel_t *k = NULL;
+    TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
+    *out_kernel = r->nkernels - 1;
+    k->extent[0] = u->vblocks;
+    k->extent[1] = 1;
+    k->block[0] = S_BLOCK_THREADS;
+    k->block[1] = 1;
+    k->grid[0] = s_grid(u->vblocks, 1);
+    k->grid[1] = 1;
+    k->fixed_block = true;
+    troupe__strbuf_printf(
+        b,
+        "    /* A wide segment over %" PRId64
+        " blocks: each block builds the Local arrays in its shared memory, the statements "
+        "writing global arrays share their iterations among all blocks' threads. */\n"
+        "    const int64_t hz_nt = (int64_t)blockDim.x * blockDim.y;\n"
+        "    const int64_t hz_t = (int64_t)threadIdx.y * blockDim.x + threadIdx.x;\n"
+        "    const int64_t hz_g = ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * hz_nt + "
+        "hz_t;\n"
+        "    const int64_t hz_gn = (int64_t)gridDim.x * gridDim.y * hz_nt;\n",
+        u->vblocks);
+    troupe_status_t st = s_put_serial_part(g, p, &unit, 1, b, 1);
+    troupe__strbuf_puts(b, "}\n");
+    return st;
+}
+
 /* The launch of group gr: a unit alone keeps its own kernel (or GEMM step); several units, a
  * segment or a SEQ with Local arrays, a horizontal kernel. */
 static troupe_status_t s_put_group(troupe__cgen_t *g, troupe_cgen_result_t *r, s_plan_t *p,
@@ -1703,8 +1909,10 @@ static troupe_status_t s_put_group(troupe__cgen_t *g, troupe_cgen_result_t *r, s
     s_unit_t *u = &p->units[gr->units[0]];
     size_t kernel = 0;
     troupe_status_t st = TROUPE_OK;
-    if (gr->n > 1 || gr->serial || u->kind == S_U_BLOCK ||
-        (u->kind == S_U_SEQ && u->seg != SIZE_MAX))
+    if (u->kind == S_U_WIDE)
+        st = s_put_wide(g, r, p, gr->units[0], b, &kernel);
+    else if (gr->n > 1 || gr->serial || u->kind == S_U_BLOCK ||
+             (u->kind == S_U_SEQ && u->seg != SIZE_MAX))
         st = s_put_horizontal(g, r, p, gr, b, &kernel);
     else if (u->kind == S_U_GEMM)
         return s_put_gemm(g, r, &u->gm, &u->ep, &u->step, b);
@@ -1736,7 +1944,11 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
         goto out;
     }
-    if ((st = s_find_segments(g, &p)) != TROUPE_OK || (st = s_plan_units(g, r, &p)) != TROUPE_OK)
+    if ((st = s_find_segments(g, &p)) != TROUPE_OK)
+        goto out;
+    for (size_t i = 0; i < p.nsegs && st == TROUPE_OK; i++)
+        st = s_widen_segment(g, &p, &p.segs[i]);
+    if (st != TROUPE_OK || (st = s_plan_units(g, r, &p)) != TROUPE_OK)
         goto out;
     s_plan_groups(&p);
     if (p.oom) {

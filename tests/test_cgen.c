@@ -2695,3 +2695,142 @@ Test(cgen, cuda_segment_takes_small_passes)
     for (size_t k = 0; k < sizeof nodes / sizeof nodes[0]; k++)
         troupe_tnode_release(&nodes[k]);
 }
+
+/* ---- wide segments: a Local array read by a large statement ------------------------------- */
+
+/* Builds wt = w^T (10 x 128, Local), out = 0, out[b, i] += dz[b, j] * wt[j, i] over j (B x 128,
+ * the main job's da2 = dz3 x w3_t), and, when `reread`, last[b] = out[b, 0] * wt[0, 0]. */
+static troupe_ll_proc_t *s_wide_proc(const char *name, int64_t B, bool reread,
+                                     troupe_tnode_t **nodes)
+{
+    troupe_ll_proc_t *p = s_proc(name);
+    troupe_tnode_t *w = s_node("w", TROUPE_PREC_SINGLE, 2, 128, 10);
+    troupe_tnode_t *wt = s_node("wt", TROUPE_PREC_SINGLE, 2, 10, 128);
+    troupe_tnode_t *dz = s_node("dz", TROUPE_PREC_SINGLE, 2, B, 10);
+    troupe_tnode_t *out = s_node("out", TROUPE_PREC_SINGLE, 2, B, 128);
+    troupe_tnode_t *last = s_node("last", TROUPE_PREC_SINGLE, 1, B, 0);
+    s_set_mode(wt, TROUPE_MM_LOCAL);
+    int32_t sy[6];
+    for (int k = 0; k < 6; k++)
+        sy[k] = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *it[5];
+    it[0] = troupe_ll_zero_out(p, wt);
+    it[1] = s_for(p, sy[0], 10,
+                  s_for(p, sy[1], 128,
+                        s_set2(p, wt, s_ix(sy[0]), s_ix(sy[1]),
+                               s_get2(p, w, s_ix(sy[1]), s_ix(sy[0])))));
+    it[2] = troupe_ll_zero_out(p, out);
+    it[3] = s_for(
+        p, sy[2], B,
+        s_for(p, sy[3], 128,
+              troupe_ll_for(p, sy[4], 0, 9,
+                            s_set2(p, out, s_ix(sy[2]), s_ix(sy[3]),
+                                   troupe_sc_ternop(p, TROUPE_TERNOP_FMA,
+                                                    s_get2(p, dz, s_ix(sy[2]), s_ix(sy[4])),
+                                                    s_get2(p, wt, s_ix(sy[4]), s_ix(sy[3])),
+                                                    s_get2(p, out, s_ix(sy[2]), s_ix(sy[3])))),
+                            false)));
+    it[4] = s_for(p, sy[5], B,
+                  s_set1(p, last, s_ix(sy[5]),
+                         troupe_sc_binop(p, TROUPE_BINOP_MUL,
+                                         s_get2(p, out, s_ix(sy[5]), troupe_idx_fixed(0)),
+                                         s_get2(p, wt, troupe_idx_fixed(0), troupe_idx_fixed(0)))));
+    s_finish(p, troupe_ll_seq(p, reread ? 5 : 4, it));
+    nodes[0] = w;
+    nodes[1] = wt;
+    nodes[2] = dz;
+    nodes[3] = out;
+    nodes[4] = last;
+    return p;
+}
+
+/* Runs s_wide_proc's routine in C, the interpreter and emulated CUDA (planned grid, small grid
+ * in reverse), bit for bit (s_run). */
+static void s_wide_run(troupe_ll_proc_t *p, troupe_tnode_t **nodes, int64_t B)
+{
+    float *wv = malloc(sizeof(float) * 1280), *dzv = malloc(sizeof(float) * (size_t)B * 10),
+          *ov = calloc((size_t)B * 128, sizeof(float)), *lv = calloc((size_t)B, sizeof(float));
+    cr_assert(wv && dzv && ov && lv);
+    s_fill(wv, 1280);
+    s_fill(dzv, (int)B * 10);
+    for (int64_t i = 0; i < B * 128; i++)
+        ov[i] = 7.0f; /* the zeroing must reach every element */
+    s_run_t r = {0};
+    s_bind(&r, nodes[0], wv);
+    s_bind(&r, nodes[2], dzv);
+    s_bind(&r, nodes[3], ov);
+    s_bind(&r, nodes[4], lv);
+    s_run(p, &r);
+    float want = 0.0f;
+    for (int j = 0; j < 10; j++)
+        want = fmaf(dzv[(B - 1) * 10 + j], wv[127 * 10 + j], want);
+    cr_expect_eq(ov[(B - 1) * 128 + 127], want, "out[B-1, 127] = %g, want %g",
+                 (double)ov[(B - 1) * 128 + 127], (double)want);
+    free(wv);
+    free(dzv);
+    free(ov);
+    free(lv);
+}
+
+/* A segment whose Local array (a transposed weight) is read by a statement of B x 128
+ * iterations runs on many blocks: each builds the array in its shared memory, all share the
+ * product's iterations; the zeroing of the product's output moves before it (2 launches, with
+ * sharing on or off). Bit for bit C and the interpreter, on the planned grid and a small one in
+ * reverse. Below a block's worth of work (B = 64) it stays one block. */
+Test(cgen, cuda_wide_segment_spreads_a_large_statement_over_blocks)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    troupe_tnode_t *nodes[5];
+    const int64_t B = 512; /* 65536 iterations of the product: 256 blocks */
+    troupe_ll_proc_t *p = s_wide_proc("wide_seg", B, false, nodes);
+    for (int sharing = 0; sharing <= 1; sharing++) {
+        troupe__cgen_cuda_set_sharing(sharing == 1);
+        troupe_cgen_result_t *res = s_cuda(p);
+        troupe__cgen_cuda_set_sharing(true);
+        cr_assert_eq(res->nsteps, 2, "sharing %d: %zu launches:\n%s", sharing, res->nsteps,
+                     res->source);
+        const troupe_cgen_kernel_t *k = &res->kernels[res->steps[1].first_kernel];
+        cr_expect(k->fixed_block && !k->one_thread && k->block[0] == 256);
+        cr_expect_eq(k->grid[0], 256, "%u blocks", k->grid[0]);
+        cr_expect_not_null(strstr(res->source, "A wide segment over 256 blocks"), "%s",
+                           res->source);
+        cr_expect_not_null(strstr(res->source, "__shared__ float n"), "%s", res->source);
+        troupe_cgen_result_destroy(&res);
+    }
+    s_wide_run(p, nodes, B);
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+    for (int k = 0; k < 5; k++)
+        troupe_tnode_release(&nodes[k]);
+
+    p = s_wide_proc("narrow_seg", 64, false, nodes); /* 8192 iterations: one block */
+    troupe_cgen_result_t *res = s_cuda(p);
+    cr_expect_null(strstr(res->source, "A wide segment"), "%s", res->source);
+    cr_expect_eq(res->kernels[res->nkernels - 1].grid[0], 1);
+    troupe_cgen_result_destroy(&res);
+    s_wide_run(p, nodes, 64);
+    troupe_ll_proc_destroy(&p);
+    for (int k = 0; k < 5; k++)
+        troupe_tnode_release(&nodes[k]);
+}
+
+/* A segment whose later statement reads what its large statement wrote (at another element)
+ * stays one block: the blocks could not see each other's writes. Bit for bit as above. */
+Test(cgen, cuda_segment_rereading_a_global_output_stays_one_block)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    troupe_tnode_t *nodes[5];
+    troupe_ll_proc_t *p = s_wide_proc("reread_seg", 512, true, nodes);
+    troupe_cgen_result_t *res = s_cuda(p);
+    cr_expect_null(strstr(res->source, "A wide segment"), "%s", res->source);
+    for (size_t k = 0; k < res->nkernels; k++)
+        cr_expect(res->kernels[k].grid[0] == 1 || !res->kernels[k].fixed_block,
+                  "kernel %zu: %u blocks", k, res->kernels[k].grid[0]);
+    troupe_cgen_result_destroy(&res);
+    s_wide_run(p, nodes, 512);
+    troupe_ll_proc_destroy(&p);
+    for (int k = 0; k < 5; k++)
+        troupe_tnode_release(&nodes[k]);
+}

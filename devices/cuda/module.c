@@ -108,8 +108,9 @@ troupe_status_t troupe__cuda_image(const char *name, const char *source, const c
     }
     if (s_read(path, out_image, out_size)) {
         *out_hit = true;
-        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES, "cuda compile %s: cache hit (%s)", name,
-                   path);
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+                   "cuda compile %s: cache hit, subnormals %s (%s)", name,
+                   ftz ? "flushed" : "kept", path);
         goto out_path;
     }
     int64_t t0 = troupe_now_ns();
@@ -124,8 +125,10 @@ troupe_status_t troupe__cuda_image(const char *name, const char *source, const c
     } else {
         s_store(dir, path, *out_image, *out_size);
         TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
-                   "cuda compile %s: cache miss, NVRTC compiled it for %s in %.3f s (%s)", name,
-                   arch, (double)(troupe_now_ns() - t0) * 1e-9, path);
+                   "cuda compile %s: cache miss, NVRTC compiled it for %s, subnormals %s, in "
+                   "%.3f s (%s)",
+                   name, arch, ftz ? "flushed" : "kept", (double)(troupe_now_ns() - t0) * 1e-9,
+                   path);
     }
     troupe_free(log);
 out_path:
