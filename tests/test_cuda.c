@@ -253,6 +253,14 @@ Test(cuda, compiled_images_are_cached_by_hash)
     cr_assert_eq(s_count_files(dir, "axpb_img-", ".ptx"), 1);
     /* The subnormal mode reaches the code: single-precision arithmetic flushes (.ftz) only when
      * asked (TROUPE_DENORMALS=flush), and keeps IEEE gradual underflow otherwise. */
+    /* and into the cubin: NVRTC's own cubins ignored --ftz on a GPU machine (nvrtc.c) */
+    void *c0 = NULL, *c1 = NULL;
+    size_t n0 = 0, n1 = 0;
+    OK(troupe__cuda_image(gen->name, gen->source, "sm_80", false, &c0, &n0, &hit));
+    OK(troupe__cuda_image(gen->name, gen->source, "sm_80", true, &c1, &n1, &hit));
+    cr_assert(n0 != n1 || memcmp(c0, c1, n0) != 0, "the cubins with and without ftz are equal");
+    troupe_free(c0);
+    troupe_free(c1);
     for (int ftz = 0; ftz <= 1; ftz++) {
         OK(troupe__cuda_image(gen->name, gen->source, "compute_80", ftz, &img2, &n2, &hit));
         cr_assert(strstr(img2, ".f32") != NULL, "the kernel does single-precision arithmetic");

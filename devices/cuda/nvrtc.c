@@ -9,6 +9,9 @@
 
 #include <cuda_runtime_api.h>
 #include <nvrtc.h>
+#if TROUPE_HAVE_NVJITLINK
+#include <nvJitLink.h>
+#endif
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -57,8 +60,8 @@ static void s_log_excerpt(const char *log, char *buf, size_t cap)
         memcpy(buf + cap - 4, "...", 4);
 }
 
-/* The compilation behind both entry points: PTX, or a cubin when `cubin` (arch sm_XY). */
-static troupe_status_t s_compile(const char *source, const char *name, const char *arch,
+/* NVRTC's own output for `arch`: PTX, or a cubin when `cubin` (arch sm_XY). */
+static troupe_status_t s_nvrtc(const char *source, const char *name, const char *arch,
                                  bool cubin, bool ftz, char **out_code, size_t *out_size,
                                  char **out_log)
 {
@@ -166,6 +169,102 @@ out_program:
     else
         troupe_free(log);
     return st;
+}
+
+#if TROUPE_HAVE_NVJITLINK
+/* nvJitLink's log of h, excerpted into buf (cap bytes). */
+static void s_link_log(nvJitLinkHandle h, char *buf, size_t cap)
+{
+    size_t size = 0;
+    buf[0] = '\0';
+    if (nvJitLinkGetErrorLogSize(h, &size) != NVJITLINK_SUCCESS || size == 0)
+        return;
+    char *log = troupe_malloc(size + 1);
+    if (log == NULL)
+        return;
+    if (nvJitLinkGetErrorLog(h, log) == NVJITLINK_SUCCESS) {
+        log[size] = '\0';
+        s_log_excerpt(log, buf, cap);
+    }
+    troupe_free(log);
+}
+
+/* The cubin of `ptx` (NUL-terminated) for arch sm_XY, through nvJitLink. */
+static troupe_status_t s_ptx_to_cubin(const char *ptx, const char *name, const char *arch,
+                                      char **out_code, size_t *out_size)
+{
+    char arch_opt[96];
+    snprintf(arch_opt, sizeof arch_opt, "-arch=%s", arch);
+    const char *opts[1] = {arch_opt};
+    nvJitLinkHandle h = NULL;
+    char excerpt[S_LOG_IN_ERROR];
+    excerpt[0] = '\0';
+    const char *step = "nvJitLinkCreate";
+    nvJitLinkResult res = nvJitLinkCreate(&h, 1, opts);
+    if (res == NVJITLINK_SUCCESS) {
+        step = "nvJitLinkAddData";
+        res = nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, ptx, strlen(ptx) + 1, name);
+    }
+    if (res == NVJITLINK_SUCCESS) {
+        step = "nvJitLinkComplete";
+        res = nvJitLinkComplete(h);
+    }
+    size_t size = 0;
+    if (res == NVJITLINK_SUCCESS) {
+        step = "nvJitLinkGetLinkedCubinSize";
+        res = nvJitLinkGetLinkedCubinSize(h, &size);
+    }
+    char *code = NULL;
+    if (res == NVJITLINK_SUCCESS) {
+        code = troupe_malloc(size + 1);
+        if (code == NULL) {
+            nvJitLinkDestroy(&h);
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                                 "nvJitLink: out of memory for %zu bytes of cubin", size);
+        }
+        step = "nvJitLinkGetLinkedCubin";
+        res = nvJitLinkGetLinkedCubin(h, code);
+    }
+    if (res != NVJITLINK_SUCCESS) {
+        if (h != NULL)
+            s_link_log(h, excerpt, sizeof excerpt);
+        nvJitLinkDestroy(&h);
+        troupe_free(code);
+        return troupe__error(res == NVJITLINK_ERROR_INTERNAL ? TROUPE_INTERNAL : TROUPE_DEVICE_ERROR,
+                             "%s(%.100s, %s): nvJitLink error %d%s%s", step, name, arch, (int)res,
+                             excerpt[0] ? ": " : "", excerpt);
+    }
+    nvJitLinkDestroy(&h);
+    code[size] = '\0';
+    *out_code = code;
+    *out_size = size;
+    return TROUPE_OK;
+}
+#endif
+
+/* The compilation behind both entry points: PTX, or a cubin when `cubin` (arch sm_XY). A cubin
+ * is NVRTC's PTX for compute_XY assembled by nvJitLink where the build has it: NVRTC's own
+ * cubins ignored --ftz on a GPU machine (CUDA 13.0, driver 580: the first compile's setting held
+ * for every later one in the process, so TROUPE_DENORMALS=keep still flushed), while its PTX
+ * carries the setting in every instruction (.ftz or not), which the assembler keeps. */
+static troupe_status_t s_compile(const char *source, const char *name, const char *arch,
+                                 bool cubin, bool ftz, char **out_code, size_t *out_size,
+                                 char **out_log)
+{
+#if TROUPE_HAVE_NVJITLINK
+    if (cubin && arch != NULL && strncmp(arch, "sm_", 3) == 0 && strlen(arch) < 64) {
+        char virt[80];
+        snprintf(virt, sizeof virt, "compute_%s", arch + 3);
+        char *ptx = NULL;
+        size_t ptx_size = 0;
+        TROUPE_RETURN_IF_ERROR(s_nvrtc(source, name, virt, false, ftz, &ptx, &ptx_size, out_log));
+        troupe_status_t st = s_ptx_to_cubin(ptx, name ? name : "troupe.cu", arch, out_code,
+                                            out_size);
+        troupe_free(ptx);
+        return st;
+    }
+#endif
+    return s_nvrtc(source, name, arch, cubin, ftz, out_code, out_size, out_log);
 }
 
 troupe_status_t troupe_nvrtc_compile(const char *source, const char *name, const char *arch,
