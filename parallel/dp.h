@@ -283,8 +283,10 @@ TROUPE_MUST_USE troupe_status_t troupe_dp_pick_devices(troupe_backend_t *b,
  * backends ("cpu", "sync") ranks that share a device share its cores, so a device's suggestion
  * is divided by the local ranks that use it (at least 1 per device): two ranks on a 2-core
  * machine with one device get one stream each instead of four threads on two cores. With
- * TROUPE_DEVICE every local rank is assumed to use the devices it names. Errors: those of
- * troupe_dp_pick_devices. */
+ * TROUPE_DEVICE every local rank is assumed to use the devices it names. On a device backend
+ * ("cuda") each device takes one replica: its kernels fill the GPU, and the backend's suggestion
+ * (the seed's multiprocessor count) would split the minibatch into a replica per
+ * multiprocessor. Errors: those of troupe_dp_pick_devices. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_suggested_streams(troupe_backend_t *b, int *out);
 
 /* Builds the driver: opens the backend, makes the streams, compiles and links the gradient,

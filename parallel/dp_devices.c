@@ -89,6 +89,15 @@ troupe_status_t troupe_dp_pick_devices(troupe_backend_t *b, troupe_dp_devices_t 
     return s_pick(b, out, true);
 }
 
+int troupe__dp_device_streams(bool host, int suggested, int sharers)
+{
+    if (!host)
+        return 1;
+    int per = suggested > 0 ? suggested : 1;
+    per = sharers > 1 ? per / sharers : per;
+    return per > 0 ? per : 1;
+}
+
 troupe_status_t troupe__dp_suggested_streams_on(troupe_backend_t *b, const int *ordinals, int n,
                                                 bool from_env, int *out)
 {
@@ -106,16 +115,13 @@ troupe_status_t troupe__dp_suggested_streams_on(troupe_backend_t *b, const int *
         int per = 1;
         TROUPE_RETURN_IF_ERROR(troupe_get_device(b, ordinals[i], &d));
         TROUPE_RETURN_IF_ERROR(troupe_suggested_num_streams(d, &per));
-        per = per > 0 ? per : 1;
-        if (host && L > 1) {
-            /* the local ranks that use this device share its cores: every rank with
-             * TROUPE_DEVICE, else those whose share holds it (troupe_dp_pick_devices) */
-            int sharers = from_env || ndev == 0 ? L
-                          : L <= ndev       ? 1
-                                            : (L - 1 - ordinals[i]) / ndev + 1;
-            per = per / sharers > 0 ? per / sharers : 1;
-        }
-        total += per;
+        /* the local ranks that use this device share its cores: every rank with
+         * TROUPE_DEVICE, else those whose share holds it (troupe_dp_pick_devices) */
+        int sharers = L <= 1                     ? 1
+                      : from_env || ndev == 0 ? L
+                      : L <= ndev             ? 1
+                                              : (L - 1 - ordinals[i]) / ndev + 1;
+        total += troupe__dp_device_streams(host, per, sharers);
     }
     *out = total > INT32_MAX ? INT32_MAX : (int)(total > 0 ? total : 1);
     return TROUPE_OK;

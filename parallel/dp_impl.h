@@ -243,6 +243,13 @@ TROUPE_MUST_USE troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp,
 void troupe__dp_note_progress(troupe_dp_t *dp);
 void troupe__dp_close_progress(troupe_dp_t *dp);
 
+/* dp_devices.c: the replicas one device takes (troupe_dp_suggested_streams): on a host backend
+ * (`host`) the device's suggestion divided among the `sharers` local ranks that use it, at
+ * least 1; on a device backend 1 (a replica's kernels fill the GPU; the suggestion there is the
+ * seed's multiprocessor count, 132 on an H100, which would split the minibatch into a replica
+ * per multiprocessor). */
+int troupe__dp_device_streams(bool host, int suggested, int sharers);
+
 /* dp_devices.c: troupe_dp_suggested_streams over the given devices (n ordinals of b; from_env:
  * TROUPE_DEVICE chose them). */
 TROUPE_MUST_USE troupe_status_t troupe__dp_suggested_streams_on(troupe_backend_t *b,

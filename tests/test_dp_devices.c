@@ -10,6 +10,7 @@
 #include "actors/troupe.h"
 #include "base/config.h"
 #include "parallel/dp.h"
+#include "parallel/dp_impl.h"
 
 #include "runtime_test_util.h"
 
@@ -286,4 +287,17 @@ Test(dp_devices, suggested_streams_follow_the_devices_and_their_sharers)
     OK(troupe_dp_suggested_streams(b, &n));
     cr_assert_eq(n, per, "local rank 1 of 2 on two cpu devices: device 1's cores, unshared");
     troupe_backend_close(&b);
+}
+
+/* A device backend's device takes one replica whatever its suggestion (an H200 suggests its
+ * 132 multiprocessors), shared or not; a host device its cores divided among its sharers, at
+ * least one. */
+Test(dp_devices, a_gpu_takes_one_replica_and_host_devices_their_share_of_cores)
+{
+    cr_assert_eq(troupe__dp_device_streams(false, 132, 1), 1);
+    cr_assert_eq(troupe__dp_device_streams(false, 132, 4), 1);
+    cr_assert_eq(troupe__dp_device_streams(true, 16, 1), 16);
+    cr_assert_eq(troupe__dp_device_streams(true, 16, 4), 4);
+    cr_assert_eq(troupe__dp_device_streams(true, 2, 4), 1);
+    cr_assert_eq(troupe__dp_device_streams(true, 0, 1), 1);
 }
