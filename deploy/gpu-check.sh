@@ -19,7 +19,9 @@
 #   4. bench    build-gpu/bench/bench_cuda (copies, round trip, matmul against cuBLAS) -> bench.log
 #   5. train    build-gpu/bench/bench_train --backend cuda: the main job on the GPU against
 #               PyTorch on it                                                     -> train.log
-#   6. cpu      build-gpu/bench/bench_train --scaling 2,4,8,16 on the host's cores: weak
+#   6. job      the main job as the README runs it, on the GPU: fmnist --backend cuda, 10
+#               epochs (its test accuracy and samples/s)                  -> appended to train.log
+#   7. cpu      build-gpu/bench/bench_train --scaling 2,4,8,16 on the host's cores: weak
 #               scaling against independent processes, and PyTorch one thread   -> cpu.log
 # then summary.txt: one line per phase (ok/FAIL/skipped, seconds), the failed tests' names and
 # the bench ratios. Files go to $OUT when set (the device tool's folder), else
@@ -30,8 +32,8 @@
 #   --debs DIR      unpack every DIR/*.deb into / first (dpkg -x; for a machine without a package
 #                   registry: OpenBLAS and libxsmm for the cpu phase's GEMMs), then ldconfig
 #   --budget S      total seconds for the phases (default 540); each phase gets what is left,
-#                   capped: build 180, tests 180, bench 90, train 90, cpu 90
-#   --phases LIST   comma-separated subset of facts,build,tests,bench,train,cpu (default all)
+#                   capped: build 180, tests 180, bench 90, train 90, job 120, cpu 90
+#   --phases LIST   comma-separated subset of facts,build,tests,bench,train,job,cpu (default all)
 #   --all-tests     the tests phase also runs the CPU-only unit tests
 # Exit status: 0 when every phase that ran passed, 1 otherwise, 2 on a bad argument.
 set -uo pipefail
@@ -39,7 +41,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${TROUPE_BUILD_DIR:-$root/build-gpu}
 out=${OUT:-$build/gpu-check}
 budget=540
-phases=facts,build,tests,bench,train,cpu
+phases=facts,build,tests,bench,train,job,cpu
 setup=
 debs=
 all_tests=0
@@ -50,7 +52,7 @@ while [ $# -gt 0 ]; do
     --debs) debs=${2:?--debs needs a folder}; shift 2 ;;
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
     --phases) phases=${2:?--phases needs a list}; shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -157,6 +159,9 @@ grep '^bench=' "$out/bench.log" 2>/dev/null >> "$summary"
 
 phase train 90 train.log "$build/bench/bench_train" --backend cuda
 grep -E '^bench=|not measured' "$out/train.log" 2>/dev/null >> "$summary"
+# the main job end to end (README: fmnist --backend cuda), one process on the machine's GPUs
+phase job 120 train.log "$build/examples/fmnist/fmnist" --backend cuda --epochs 10
+grep -E '^final |^fmnist: [0-9]' "$out/train.log" 2>/dev/null | sed 's/^/job: /' >> "$summary"
 phase cpu 90 cpu.log "$build/bench/bench_train" --scaling 2,4,8,16
 grep -E '^bench=|^library|not measured' "$out/cpu.log" 2>/dev/null >> "$summary"
 
