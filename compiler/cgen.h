@@ -94,8 +94,8 @@
  *   - a matrix product compiler/gemm.h recognises at top level, whose operands' base offsets
  *     depend only on static indices (a ZERO_OUT of the output just before it fuses as
  *     beta = 0): a GEMM step whose fallback is one kernel (.fixed_block) of shared-memory tiles:
- *     a block of 256 threads computes a 128x128 tile of C (double: 64x64), each thread an 8x8
- *     (4x4) micro-tile of rows ty + 16*r and columns tx + 16*c in registers, with 8-deep
+ *     a block of 256 threads computes a 128x128 tile of C (double, and single with fewer
+ *     than 128 such tiles: 64x64), each thread an 8x8 (4x4) micro-tile of rows ty + 16*r and columns tx + 16*c in registers, with 8-deep
  *     (16-deep) slices of op(A) and op(B) staged in shared memory between barriers (zero
  *     outside the matrix; the last slice runs only its k steps); tiles grid-stride over the
  *     blocks. Each element starts from 0 (beta = 0) or its C value and adds k = 0, 1, ... in

@@ -878,13 +878,26 @@ typedef struct s_tile {
 
 /* The tile of a product whose output computes in `compute` (single or double: the shared slices
  * and the accumulators hold that type, whatever the operands' storage precisions). */
-static s_tile_t s_gemm_tile(troupe_prec_t compute)
+/* Single-precision products with fewer 128x128 tiles than this take 64x64 tiles (0: never;
+ * troupe__cgen_cuda_set_gemm_few_tiles): 512^3 was 16 blocks of 128x128 on an H200's 132
+ * multiprocessors, 0.25x cublasSgemm. */
+#define S_GEMM_FEW_TILES 128
+static int64_t s_gemm_few_tiles = S_GEMM_FEW_TILES;
+
+void troupe__cgen_cuda_set_gemm_few_tiles(int64_t tiles)
+{
+    s_gemm_few_tiles = tiles < 0 ? S_GEMM_FEW_TILES : tiles;
+}
+
+static s_tile_t s_gemm_tile(troupe_prec_t compute, int64_t m, int64_t n)
 {
     /* single: 128x128 tiles of 8x8 per thread (64 accumulators), 2 x 8 x 132 floats = 8.25 KiB
-     * of shared memory; double: 64x64 of 4x4 (the same registers), 2 x 16 x 68 doubles =
-     * 17 KiB. Both 16x16 threads, well inside the 48 KiB a block gets without opting in. */
-    return compute == TROUPE_PREC_SINGLE ? (s_tile_t){128, 128, 8, 8, 8}
-                                         : (s_tile_t){64, 64, 16, 4, 4};
+     * of shared memory; double, and single with few tiles: 64x64 of 4x4, 2 x 16 x 68 values =
+     * 17 KiB (double). Both 16x16 threads, well inside the 48 KiB a block gets without opting
+     * in. */
+    bool few = ((m + 127) / 128) * ((n + 127) / 128) < s_gemm_few_tiles;
+    return compute == TROUPE_PREC_SINGLE && !few ? (s_tile_t){128, 128, 8, 8, 8}
+                                                 : (s_tile_t){64, 64, 16, 4, 4};
 }
 
 /* `(<ident> + <offset expression>)`: a GEMM operand's base pointer. */
@@ -988,7 +1001,7 @@ static troupe_status_t s_put_gemm_tiled(troupe_cgen_result_t *r, const troupe_cg
     troupe_cgen_kernel_t *k = NULL;
     TROUPE_RETURN_IF_ERROR(s_open_kernel(r, b, &k));
     *out_kernel = r->nkernels - 1;
-    s_tile_t t = s_gemm_tile(cp);
+    s_tile_t t = s_gemm_tile(cp, c->m, c->n);
     bool single = cp == TROUPE_PREC_SINGLE;
     const char *ty = single ? "float" : "double";
     int64_t tiles_m = (c->m + t.bm - 1) / t.bm, tiles_n = (c->n + t.bn - 1) / t.bn;

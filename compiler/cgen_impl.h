@@ -82,6 +82,10 @@ troupe_status_t troupe__cgen_emit_stmt(troupe__cgen_t *g, const troupe_ll_t *s, 
  * count what the sharing saves. Not thread-safe against concurrent emission. */
 void troupe__cgen_cuda_set_sharing(bool on);
 
+/* Tests: single-precision GEMM fallback kernels with fewer 128x128 tiles than `tiles` use 64x64
+ * tiles (0: always 128x128; negative: the default, 128). Not thread-safe; process-wide. */
+void troupe__cgen_cuda_set_gemm_few_tiles(int64_t tiles);
+
 /* ---- targets ------------------------------------------------------------------------------ */
 
 typedef struct troupe__cgen_target {

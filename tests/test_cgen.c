@@ -2296,6 +2296,15 @@ typedef struct s_gemm_case {
     troupe_prec_t pa, pb;
 } s_gemm_case_t;
 
+/* Mirrors troupe__cgen_cuda_set_gemm_few_tiles for s_gemm_case_run's check of the tile. */
+static int64_t s_few_tiles = 128;
+
+static void s_set_few_tiles(int64_t tiles)
+{
+    troupe__cgen_cuda_set_gemm_few_tiles(tiles);
+    s_few_tiles = tiles < 0 ? 128 : tiles;
+}
+
 static void s_gemm_case_run(const s_gemm_case_t *gc, int index)
 {
     char name[32];
@@ -2341,6 +2350,10 @@ static void s_gemm_case_run(const s_gemm_case_t *gc, int index)
     const troupe_cgen_kernel_t *kn = &res->kernels[st->first_kernel];
     cr_expect(kn->fixed_block && !kn->reassociates && kn->block[0] == 256, "case %d", index);
     cr_expect_not_null(strstr(res->source, "__syncthreads();"));
+    bool big = troupe_prec_compute(gc->prec) == TROUPE_PREC_SINGLE &&
+               ((gc->m + 127) / 128) * ((gc->n + 127) / 128) >= s_few_tiles;
+    cr_expect_not_null(strstr(res->source, big ? "Tiles of 128x128" : "Tiles of 64x64"),
+                       "case %d: %s tiles expected", index, big ? "128x128" : "64x64");
     troupe_cgen_result_destroy(&res);
     void *av = s_buffer(a), *bv = s_buffer(bm), *cv = s_buffer(c);
     float range = gc->prec == TROUPE_PREC_FP8 ? 0.25f : 1.0f; /* fp8 sums stay finite */
@@ -2362,11 +2375,12 @@ static void s_gemm_case_run(const s_gemm_case_t *gc, int index)
     troupe_tnode_release(&c);
 }
 
-/* GEMM steps' fallback is one kernel of shared-memory tiles (128x128 single, 64x64 double) that
- * keeps every element's k order: bit for bit the interpreter's and the C dialect's, under the
- * planned grid and a small reversed one, on shapes that are not multiples of the tile (m, n, k
- * edges, m = 1), with transposed operands, leading dimensions beyond the extents, fma and
- * c + a*b, accumulating (beta = 1) and fused zeroing (beta = 0), single and double. */
+/* GEMM steps' fallback is one kernel of shared-memory tiles (128x128 single, 64x64 double and
+ * single with fewer than 128 tiles of 128x128) that keeps every element's k order: bit for bit
+ * the interpreter's and the C dialect's, under the planned grid and a small reversed one, on
+ * shapes that are not multiples of the tile (m, n, k edges, m = 1), with transposed operands,
+ * leading dimensions beyond the extents, fma and c + a*b, accumulating (beta = 1) and fused
+ * zeroing (beta = 0), single and double; the single cases once with each tile. */
 Test(cgen, cuda_gemm_tiles)
 {
     if (!troupe_emu_available())
@@ -2380,8 +2394,13 @@ Test(cgen, cuda_gemm_tiles)
         {TROUPE_PREC_DOUBLE, 65, 70, 31, true, false, false, true, 2, 0, 0},
         {TROUPE_PREC_DOUBLE, 100, 17, 50, false, true, true, false, 0, 0, 0},
     };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
-        s_gemm_case_run(&cases[c], (int)c);
+    for (int few = 0; few <= 1; few++) { /* these shapes are few tiles: 64x64 by default */
+        s_set_few_tiles(few ? -1 : 0);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            if (few || cases[c].prec == TROUPE_PREC_SINGLE)
+                s_gemm_case_run(&cases[c], (int)c + (few ? 0 : 50));
+    }
+    s_set_few_tiles(-1);
 }
 
 /* Products compiler/gemm.h refuses for their precisions alone (small floats, mixed precisions)
