@@ -6,13 +6,15 @@
 # next (a build failure does):
 #   1. facts    nvidia-smi, nvcc, the driver; `troupe info` once built           -> facts.log
 #   2. build    cmake -DTROUPE_WITH_CUDA=ON into $TROUPE_BUILD_DIR (default build-gpu), all
-#               cores, warnings fatal                                             -> build.log
+#               cores, warnings fatal only with TROUPE_GPU_WERROR=ON (the GPU machine's
+#               compiler may be newer than CI's)                                  -> build.log
 #   3. tests    the GPU-facing unit tests (test_cuda: the driver, copies, faults, the
 #               conformance suite on cuda; test_async, test_runtime, test_stream, test_merge,
 #               test_event, test_schedule_fuzz: FOR_EACH_DRIVER includes cuda when a device is
 #               there; test_cgen, test_gemm, test_epilogue; test_dp: the trainer's layouts
 #               on the GPU; test_dp_feed: the fed gradient routine replaying one CUDA graph
-#               a step, the indexed one never), with TROUPE_LOG=debug:devices (kernel attributes,
+#               a step, the indexed one never; test_dp_gpu_np2: two ranks training on the
+#               GPU, staged exchange), with TROUPE_LOG=debug:devices (kernel attributes,
 #               the device's context), 4 at a time (each holds a CUDA context), 90 s each;
 #               --all-tests adds the rest of label unit (CPU only: CI runs them) -> tests.log,
 #               and ctest's LastTest.log (every test's output, passing ones too)
@@ -52,7 +54,7 @@ while [ $# -gt 0 ]; do
     --debs) debs=${2:?--debs needs a folder}; shift 2 ;;
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
     --phases) phases=${2:?--phases needs a list}; shift 2 ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -141,6 +143,8 @@ run_tests() {
   TROUPE_LOG=debug:devices timeout 150 "$build/tests/test_cuda" --jobs 2 --verbose 2>&1 || rc=1
   (cd "$build" && TROUPE_LOG=debug:devices ctest -L unit -R "$gpu_tests" -E '^test_cuda$' -j 4 \
      --output-on-failure --timeout 90) || rc=1
+  # the multi-rank GPU test (label mpi): two ranks sharing the GPU, staged exchange
+  (cd "$build" && ctest -R '^test_dp_gpu_np2$' --output-on-failure --timeout 120) || rc=1
   cp "$build/Testing/Temporary/LastTest.log" "$out/LastTest.log" 2>/dev/null || true
   if [ "$all_tests" = 1 ]; then
     (cd "$build" && ctest -L unit -E "$gpu_tests" -j "$jobs" --output-on-failure --timeout 90) ||

@@ -118,6 +118,8 @@ static bool s_stage;
 /* true: some other rank stages while this one would not (the ranks' exchanges differ): every
  * rank stages (parallel/dp.c, s_agree_exchange) */
 static bool s_stage_elsewhere;
+/* s_train's backend ("cpu" unless an including program says otherwise: test_dp_gpu.c). */
+static const char *s_backend = "cpu";
 /* s_train's troupe_dp_config_t.overlap (parallel/dp.h, Overlap; AUTO: TROUPE_DP_OVERLAP). */
 static troupe_dp_overlap_t s_overlap;
 /* s_ndevices > 0: s_train replicates on these device ordinals (troupe_dp_config_t.devices). */
@@ -132,7 +134,7 @@ static void s_train(const data_t *d, int split, int streams, bool local_only,
 {
     dpt_lr_t m;
     s_model(&m, d, split, local_only ? 0 : troupe_cluster_rank());
-    troupe_dp_config_t cfg = {.backend = "cpu",
+    troupe_dp_config_t cfg = {.backend = s_backend,
                               .streams = streams,
                               .optimizer = dpt_opt(kind),
                               .local_only = local_only,
