@@ -268,6 +268,10 @@ struct troupe__cgen {
     const troupe_tnode_t *merge_node;
     bool uses_gemm; /* some contraction calls the GEMM library (compiler/gemm.h) */
     bool *bound;    /* per symbol: defined by the target (a thread index); loops over it elided */
+    /* s_emit_for's register accumulation: reads of acc_tn at acc_idcs print acc_name */
+    const troupe_tnode_t *acc_tn;
+    const troupe_axis_index_t *acc_idcs;
+    const char *acc_name;
 };
 typedef struct troupe__cgen s_gen_t;
 
@@ -768,6 +772,8 @@ static troupe_status_t s_emit_sc(s_gen_t *g, const troupe_sc_t *e, troupe_prec_t
     }
     case TROUPE_SC_GET: {
         const s_node_info_t *info = s_info(g, e->u.get.tn);
+        if (g->acc_tn != NULL && e->u.get.tn == g->acc_tn) /* s_accumulates: same element */
+            return s_put_converted(g, e->u.get.tn->prec, prec, g->acc_name, NULL, NULL, out);
         return s_put_converted(g, e->u.get.tn->prec, prec, info->ident, e->u.get.tn, e->u.get.idcs,
                                out);
     }
@@ -900,6 +906,75 @@ static void s_put_comment(troupe__strbuf_t *out, const char *text)
     troupe__strbuf_puts(out, " */\n");
 }
 
+static bool s_same_idcs(const troupe_tnode_t *tn, const troupe_axis_index_t *a,
+                        const troupe_axis_index_t *b)
+{
+    for (int ax = 0; ax < tn->ndims; ax++)
+        if (!troupe_axis_index_equal(&a[ax], &b[ax]))
+            return false;
+    return true;
+}
+
+/* Whether e reads tn only at idcs (never elsewhere) and holds no local scope. */
+static bool s_reads_only_at(const troupe_sc_t *e, const troupe_tnode_t *tn,
+                            const troupe_axis_index_t *idcs)
+{
+    switch (e->kind) {
+    case TROUPE_SC_GET:
+        return e->u.get.tn != tn || s_same_idcs(tn, e->u.get.idcs, idcs);
+    case TROUPE_SC_LOCAL_SCOPE:
+        return false;
+    case TROUPE_SC_TERNOP:
+    case TROUPE_SC_BINOP:
+    case TROUPE_SC_UNOP: {
+        int n = e->kind == TROUPE_SC_TERNOP ? 3 : e->kind == TROUPE_SC_BINOP ? 2 : 1;
+        for (int i = 0; i < n; i++)
+            if (!s_reads_only_at(e->u.op.args[i], tn, idcs))
+                return false;
+        return true;
+    }
+    default:
+        return true;
+    }
+}
+
+static bool s_idcs_use(const troupe_tnode_t *tn, const troupe_axis_index_t *idcs, int32_t sym)
+{
+    for (int ax = 0; ax < tn->ndims; ax++)
+        for (int t = 0; t < idcs[ax].nterms; t++)
+            if (idcs[ax].terms[t].sym == sym && idcs[ax].terms[t].coeff != 0)
+                return true;
+    return false;
+}
+
+/* The SET of loop s when, in the CUDA dialect, it accumulates into one element across the
+ * loop: the body is that one SET of a single- or double-precision node at indices that do not
+ * use the loop's symbol, reading the node only at that element. Such a loop keeps the element
+ * in a register (loaded before, stored after): the same operations in the same order as
+ * storing and reloading it at every step, so the same bits, without a memory round trip per
+ * step that the compiler cannot remove (the node's pointer may alias the loop's other reads):
+ * the main job's loss over the batch, a product's k loop in a thread. NULL otherwise. */
+static const troupe_ll_t *s_accumulates(const s_gen_t *g, const troupe_ll_t *s)
+{
+    if (g->target != &troupe__cgen_target_cuda || g->acc_tn != NULL)
+        return NULL;
+    /* through one-item sequences and the loops the target binds (a thread's index: their
+     * bodies are emitted alone, inside this loop) */
+    const troupe_ll_t *body = s->u.for_loop.body;
+    while (body != NULL && ((body->kind == TROUPE_LL_SEQ && body->u.seq.count == 1) ||
+                            (body->kind == TROUPE_LL_FOR && g->bound[body->u.for_loop.sym])))
+        body = body->kind == TROUPE_LL_SEQ ? body->u.seq.items[0] : body->u.for_loop.body;
+    if (body == NULL || body->kind != TROUPE_LL_SET)
+        return NULL;
+    const troupe_tnode_t *tn = body->u.set.tn;
+
+    if (tn->prec != TROUPE_PREC_SINGLE && tn->prec != TROUPE_PREC_DOUBLE)
+        return NULL;
+    if (s_idcs_use(tn, body->u.set.idcs, s->u.for_loop.sym))
+        return NULL;
+    return s_reads_only_at(body->u.set.value, tn, body->u.set.idcs) ? body : NULL;
+}
+
 static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
                                   troupe__strbuf_t *out)
 {
@@ -907,6 +982,49 @@ static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
     const char *name = g->syms[sym];
     if (g->bound[sym]) /* the target defines the symbol (a thread's index): just the body */
         return s_emit_ll(g, s->u.for_loop.body, indent, out);
+    const troupe_ll_t *acc = s_accumulates(g, s);
+    if (acc != NULL) {
+        const troupe_tnode_t *tn = acc->u.set.tn;
+        char acc_name[S_IDENT_CAP + 8];
+        snprintf(acc_name, sizeof acc_name, "acc_%s", name);
+        troupe__strbuf_t elem = TROUPE__STRBUF_INIT;
+        troupe__strbuf_puts(&elem, s_info(g, tn)->ident);
+        troupe__strbuf_puts(&elem, "[");
+        s_put_offset(g, &elem, tn, acc->u.set.idcs);
+        troupe__strbuf_puts(&elem, "]");
+        if (elem.failed) {
+            troupe__strbuf_reset(&elem);
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        }
+        troupe__strbuf_repeat(out, "    ", indent);
+        troupe__strbuf_printf(out, "{ /* %s accumulates in a register across %s */\n", elem.data,
+                              name);
+        troupe__strbuf_repeat(out, "    ", indent + 1);
+        troupe__strbuf_printf(out, "%s %s = %s;\n", troupe_prec_c_type(tn->prec), acc_name,
+                              elem.data);
+        troupe__strbuf_repeat(out, "    ", indent + 1);
+        troupe__strbuf_printf(out, "for (int64_t %s = %" PRId64 "; %s <= %" PRId64 "; ++%s) {\n",
+                              name, s->u.for_loop.from, name, s->u.for_loop.to, name);
+        s_range_t saved = g->ranges[sym];
+        g->ranges[sym] = (s_range_t){true, s->u.for_loop.from, s->u.for_loop.to};
+        g->acc_tn = tn;
+        g->acc_idcs = acc->u.set.idcs;
+        g->acc_name = acc_name;
+        troupe_status_t st =
+            s_emit_assign(g, acc_name, acc->u.set.value, tn->prec, tn->prec, indent + 2, out);
+        g->acc_tn = NULL;
+        g->acc_idcs = NULL;
+        g->acc_name = NULL;
+        g->ranges[sym] = saved;
+        troupe__strbuf_repeat(out, "    ", indent + 1);
+        troupe__strbuf_puts(out, "}\n");
+        troupe__strbuf_repeat(out, "    ", indent + 1);
+        troupe__strbuf_printf(out, "%s = %s;\n", elem.data, acc_name);
+        troupe__strbuf_repeat(out, "    ", indent);
+        troupe__strbuf_puts(out, "}\n");
+        troupe__strbuf_reset(&elem);
+        return st;
+    }
     troupe__strbuf_repeat(out, "    ", indent);
     troupe__strbuf_printf(out, "for (int64_t %s = %" PRId64 "; %s <= %" PRId64 "; ++%s) {\n", name,
                           s->u.for_loop.from, name, s->u.for_loop.to, name);

@@ -61,7 +61,10 @@
  *     into y; each is a grid-stride loop over its extent. Unmapped loops (reductions) stay in
  *     each thread in their original order, so every output element is computed by the same
  *     operations in the same order as the interpreter: results are bit for bit the C
- *     dialect's and the interpreter's, run to run;
+ *     dialect's and the interpreter's, run to run. A loop in a thread whose body is one SET of
+ *     a single or double node at indices that do not use the loop, reading that node only at
+ *     that element, keeps the element in a register (loaded before the loop, stored after:
+ *     the same bits; the node's pointer may alias the loop's reads, so the compiler cannot);
  *   - a block-level reduction (kernels[i].reassociates and .fixed_block): a perfect nest whose
  *     body is one SET `O[idx] = O[idx] + t` (or `t + O[idx]`, or `fma(x, y, O[idx])`), O single
  *     or double, where t (x, y) neither reads O nor writes any node, the unmapped loops'

@@ -2815,6 +2815,9 @@ Test(cgen, cuda_wide_segment_spreads_a_large_statement_over_blocks)
         cr_expect_not_null(strstr(res->source, "A wide segment over 256 blocks"), "%s",
                            res->source);
         cr_expect_not_null(strstr(res->source, "__shared__ float n"), "%s", res->source);
+        /* the product's k loop keeps out[b, i] in a register */
+        cr_expect_not_null(strstr(res->source, "accumulates in a register across"), "%s",
+                           res->source);
         troupe_cgen_result_destroy(&res);
     }
     s_wide_run(p, nodes, B);
@@ -2852,4 +2855,55 @@ Test(cgen, cuda_segment_rereading_a_global_output_stays_one_block)
     troupe_ll_proc_destroy(&p);
     for (int k = 0; k < 5; k++)
         troupe_tnode_release(&nodes[k]);
+}
+
+/* A loop accumulating into one element keeps it in a register in the CUDA dialect (loaded
+ * before, stored after: the same operations in the same order), and one that also reads
+ * another element of the node does not: s[0] += a[k] over k; t[0] = t[0] + t[1] * a[k]; both
+ * bit for bit C and the interpreter under both emulated grids. */
+Test(cgen, cuda_register_accumulation_only_for_one_element)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    troupe_ll_proc_t *p = s_proc("acc_reg");
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_SINGLE, 1, 40, 0);
+    troupe_tnode_t *sv = s_node("s", TROUPE_PREC_SINGLE, 1, 1, 0);
+    troupe_tnode_t *t = s_node("t", TROUPE_PREC_SINGLE, 1, 2, 0);
+    int32_t k0 = troupe_ll_proc_add_symbol(p, NULL), k1 = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *it[2];
+    it[0] = troupe_ll_for(p, k0, 0, 39,
+                          s_set1(p, sv, troupe_idx_fixed(0),
+                                 troupe_sc_binop(p, TROUPE_BINOP_ADD,
+                                                 s_get1(p, sv, troupe_idx_fixed(0)),
+                                                 s_get1(p, a, s_ix(k0)))),
+                          false);
+    it[1] = troupe_ll_for(
+        p, k1, 0, 39,
+        s_set1(p, t, troupe_idx_fixed(0),
+               troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, t, troupe_idx_fixed(0)),
+                               troupe_sc_binop(p, TROUPE_BINOP_MUL,
+                                               s_get1(p, t, troupe_idx_fixed(1)),
+                                               s_get1(p, a, s_ix(k1))))),
+        false);
+    s_finish(p, troupe_ll_seq(p, 2, it));
+    troupe_cgen_result_t *res = s_cuda(p);
+    const char *one = strstr(res->source, "accumulates in a register across");
+    cr_expect_not_null(one, "%s", res->source);
+    cr_expect(one == NULL || strstr(one + 1, "accumulates in a register across") == NULL,
+              "only the first loop: %s", res->source);
+    cr_expect_not_null(strstr(res->source, "n") && strstr(res->source, "_s[0] accumulates"), "%s",
+                       res->source);
+    troupe_cgen_result_destroy(&res);
+    float av[40], svv[1] = {0.25f}, tv[2] = {0.5f, 0.75f};
+    s_fill(av, 40);
+    s_run_t r = {0};
+    s_bind(&r, a, av);
+    s_bind(&r, sv, svv);
+    s_bind(&r, t, tv);
+    s_run(p, &r);
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&a);
+    troupe_tnode_release(&sv);
+    troupe_tnode_release(&t);
 }
