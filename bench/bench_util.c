@@ -227,6 +227,8 @@ static void s_stats(double *samples, int n, troupe_bench_stats_t *out)
 int troupe_bench_time_sides(const troupe_bench_side_t *sides, int nsides,
                             const troupe_bench_opts_t *opts, troupe_bench_stats_t *out)
 {
+    if (out && nsides >= 1 && nsides <= TROUPE_BENCH_MAX_SIDES)
+        memset(out, 0, (size_t)nsides * sizeof *out);
     /* a bad call says so: a benchmark that only returned -1 would end without a word */
     if (!out || nsides < 1 || nsides > TROUPE_BENCH_MAX_SIDES || !sides || !opts ||
         opts->warmup < 0 || opts->min_runs < 1 || opts->max_runs < opts->min_runs ||
@@ -235,7 +237,6 @@ int troupe_bench_time_sides(const troupe_bench_side_t *sides, int nsides,
                         "troupe_bench_opts_default?)\n", nsides);
         return -1;
     }
-    memset(out, 0, (size_t)nsides * sizeof *out);
     for (int s = 0; s < nsides; s++)
         if (!sides[s].fn) {
             fprintf(stderr, "troupe_bench_time_sides: side %d has no function\n", s);

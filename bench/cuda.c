@@ -159,6 +159,12 @@ static int s_copies(void)
                 return 1;
             char name[32];
             snprintf(name, sizeof name, "%s-%dMiB", dir ? "d2h" : "h2d", i == 0 ? 1 : 64);
+            /* the check: troupe's own copy last (the registered side also writes the host array
+             * on d2h), into a host array cleared first */
+            if (c.to_host)
+                memset(host, 0, c.bytes);
+            if (s_troupe_copy(&c) != 0)
+                return 1;
             bool same = memcmp(host, c.pinned, c.bytes) == 0;
             troupe_bench_print_case("cuda", name, sizes[i], st[0].median_us, "cudaMemcpyAsync",
                                     st[1].median_us,

@@ -70,18 +70,18 @@ troupe_status_t troupe__cuda_graph_capture(troupe_driver_t *drv, troupe_dqueue_t
      * during a capture; other streams' threads go on. */
     cudaError_t e = cudaStreamBeginCapture(q->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) {
-        st = troupe__cuda_fail(NULL, e, "graph_capture %s: cudaStreamBeginCapture", code->name);
+        st = troupe__cuda_fail(&q->drv->devs[q->ordinal], e, "graph_capture %s: cudaStreamBeginCapture", code->name);
         goto out_graph;
     }
     st = troupe__cuda_launch(drv, q, code, args, nargs);
     cudaGraph_t graph = NULL;
     e = cudaStreamEndCapture(q->stream, &graph); /* always: the stream leaves capture mode */
     if (st == TROUPE_OK && e != cudaSuccess)
-        st = troupe__cuda_fail(NULL, e, "graph_capture %s: cudaStreamEndCapture", code->name);
+        st = troupe__cuda_fail(&q->drv->devs[q->ordinal], e, "graph_capture %s: cudaStreamEndCapture", code->name);
     if (st == TROUPE_OK) {
         e = cudaGraphInstantiate(&g->exec, graph, 0);
         if (e != cudaSuccess)
-            st = troupe__cuda_fail(NULL, e, "graph_capture %s: cudaGraphInstantiate", code->name);
+            st = troupe__cuda_fail(&q->drv->devs[q->ordinal], e, "graph_capture %s: cudaGraphInstantiate", code->name);
     }
     if (graph != NULL)
         (void)cudaGraphDestroy(graph); /* the executable graph is independent of it */

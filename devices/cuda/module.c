@@ -95,7 +95,7 @@ troupe_status_t troupe__cuda_image(const char *name, const char *source, const c
     /* the assembler is in the key: NVRTC's own cubins may not honour ftz (devices/cuda/nvrtc.c) */
     snprintf(key, sizeof key, "troupe %s; nvrtc %d.%d; %s; fmad=false ftz=%s; %s",
              TROUPE_VERSION_STRING, major, minor, arch, ftz ? "true" : "false",
-             TROUPE_HAVE_NVJITLINK ? "ptx+nvjitlink" : "nvrtc");
+             troupe_nvrtc_assembler());
     uint64_t h = troupe__fnv1a64(TROUPE__FNV64_INIT, key, strlen(key) + 1);
     h = troupe__fnv1a64(h, source, strlen(source));
     bool cubin = strncmp(arch, "sm_", 3) == 0;

@@ -3,6 +3,7 @@
 
 #include "base/alloc.h"
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/strbuf.h"
 #include "base/trace_impl.h"
 #include "troupe_config.h"
@@ -12,6 +13,7 @@
 #if TROUPE_HAVE_NVJITLINK
 #include <nvJitLink.h>
 #endif
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -261,7 +263,17 @@ static troupe_status_t s_compile(const char *source, const char *name, const cha
         troupe_status_t st = s_ptx_to_cubin(ptx, name ? name : "troupe.cu", arch, out_code,
                                             out_size);
         troupe_free(ptx);
-        return st;
+        if (st == TROUPE_OK || st == TROUPE_RESOURCE_EXHAUSTED)
+            return st;
+        /* nvJitLink refused (older than NVRTC, say): NVRTC's own cubin, which may not honour
+         * --ftz; said once per compile */
+        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_DEVICES,
+                   "cuda compile %s for %s: %s; NVRTC's own cubin instead (its subnormal mode "
+                   "may be the process's first)",
+                   name ? name : "troupe.cu", arch, troupe_last_error());
+        troupe_free(out_log != NULL ? *out_log : NULL);
+        if (out_log != NULL)
+            *out_log = NULL;
     }
 #endif
     return s_nvrtc(source, name, arch, cubin, ftz, out_code, out_size, out_log);
@@ -324,6 +336,30 @@ troupe_status_t troupe_nvrtc_arch_for(int major, int minor, char *buf, size_t ca
                              major, minor);
     snprintf(buf, cap, "compute_%d", best);
     return TROUPE_OK;
+}
+
+#if TROUPE_HAVE_NVJITLINK
+static char s_assembler[48];
+static pthread_once_t s_assembler_once = PTHREAD_ONCE_INIT;
+
+static void s_assembler_name(void)
+{
+    unsigned major = 0, minor = 0;
+    if (nvJitLinkVersion(&major, &minor) == NVJITLINK_SUCCESS)
+        snprintf(s_assembler, sizeof s_assembler, "nvjitlink %u.%u", major, minor);
+    else
+        snprintf(s_assembler, sizeof s_assembler, "nvjitlink");
+}
+#endif
+
+const char *troupe_nvrtc_assembler(void)
+{
+#if TROUPE_HAVE_NVJITLINK
+    pthread_once(&s_assembler_once, s_assembler_name);
+    return s_assembler;
+#else
+    return "nvrtc";
+#endif
 }
 
 troupe_status_t troupe_nvrtc_version(int *major, int *minor)

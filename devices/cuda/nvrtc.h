@@ -41,7 +41,10 @@ TROUPE_MUST_USE troupe_status_t troupe_nvrtc_compile(const char *source, const c
                                                      char **out_log);
 
 /* Compiles `source` to a loadable image for one architecture (cudaLibraryLoadData):
- *   arch "sm_XY":      a cubin for that GPU (nvrtcGetCUBIN);
+ *   arch "sm_XY":      a cubin for that GPU: NVRTC's PTX for compute_XY assembled by nvJitLink
+ *                      where the build has it (NVRTC's own cubins ignored --ftz on a GPU
+ *                      machine), falling back to nvrtcGetCUBIN with a warning when nvJitLink
+ *                      fails (an nvJitLink older than NVRTC, say); else nvrtcGetCUBIN;
  *   arch "compute_XY": PTX (NUL included in *out_size), which the driver compiles at load;
  *   ftz:               --ftz=true (single-precision subnormal inputs and results flushed to
  *                      zero, as troupe's CPU routines under TROUPE_DENORMALS=flush), else false.
@@ -61,6 +64,10 @@ TROUPE_MUST_USE troupe_status_t troupe_nvrtc_arch_for(int major, int minor, char
 /* NVRTC's version (e.g. 13, 0). INVALID_ARGUMENT for NULL outputs; DEVICE_ERROR if NVRTC
  * reports an error. */
 TROUPE_MUST_USE troupe_status_t troupe_nvrtc_version(int *major, int *minor);
+
+/* The assembler of troupe_nvrtc_compile_image's cubins, for cache keys: "nvjitlink <major>.<minor>"
+ * or "nvrtc" (a build without nvJitLink); never fails. */
+const char *troupe_nvrtc_assembler(void);
 
 /* The CUDA versions this process sees, on one line in buf (capacity cap bytes, NUL-terminated):
  *   "nvrtc 13.0, runtime 13.0, driver 12.8"
