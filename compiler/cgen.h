@@ -122,8 +122,12 @@
  *     arrays in shared memory, zeroed first: its statements in order, a barrier after each; a
  *     nest's mapped iterations (the rule above, flattened) spread over the threads with the
  *     unmapped loops in each thread in order, a ZERO_OUT's elements likewise, any other
- *     statement on thread 0: bit for bit the interpreter's. A segment whose Local arrays pass
- *     44 KiB runs on one thread with them as arrays of that thread. A segment is wide when a
+ *     statement on thread 0: bit for bit the interpreter's. A segment alone in its launch may
+ *     hold 48 KiB; one whose Local arrays pass that side by side but share one precision packs
+ *     them in one pool by their uses (arrays whose first-to-last statements do not overlap share
+ *     elements; each zeroed just before its first statement), and runs on one thread, with its
+ *     arrays as arrays of that thread, only when even that passes 48 KiB (the main job's loss
+ *     segment from 256 to 396 rows per replica packs). A segment is wide when a
  *     statement of it writing a non-Local array has more than 64 x 256 mapped iterations, the
  *     statements writing only its Local arrays have at most 16 x 256 iterations in all, every
  *     statement writing a non-Local array is a nest with mapped loops writing no Local array,

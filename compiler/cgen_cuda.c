@@ -1224,6 +1224,12 @@ typedef struct s_segment {
     size_t nlocals, cap;
     int64_t bytes;
     int64_t wide_blocks; /* > 0: a wide segment (s_widen_segment) over this many blocks */
+    /* s_pack_segment: the Local arrays share one pool, each at off[k] elements, zeroed before
+     * item first_use[k] (arrays whose uses do not overlap share the same elements) */
+    bool packed;
+    int64_t pool_elems;
+    int64_t *off;
+    size_t *first_use;
 } s_segment_t;
 
 /* A launch: units run by one kernel (horizontal when several), or one GEMM/TILES unit. A serial
@@ -1250,6 +1256,9 @@ typedef struct s_plan {
 /* Shared memory a kernel of several parts may declare (a block gets 48 KiB without opting in;
  * the rest is left to the compiler). Local arrays beyond it run on one thread. */
 #define S_SHARED_MAX (44 * 1024)
+/* A segment alone in its kernel may take all the static shared memory a block gets (48 KiB):
+ * nothing joins a launch past S_SHARED_MAX. */
+#define S_SEGMENT_SHARED_MAX (48 * 1024)
 /* The most iterations of a map or elements of a zeroing that a segment's block takes over
  * (64 per thread) to save their launch. */
 #define S_ABSORB_MAX_ITERS (64 * S_BLOCK_THREADS)
@@ -1263,8 +1272,11 @@ static void s_plan_free(s_plan_t *p)
 {
     for (size_t i = 0; i < p->nunits; i++)
         troupe_free(p->units[i].acc.v);
-    for (size_t i = 0; i < p->nsegs; i++)
+    for (size_t i = 0; i < p->nsegs; i++) {
         troupe_free(p->segs[i].locals);
+        troupe_free(p->segs[i].off);
+        troupe_free(p->segs[i].first_use);
+    }
     for (size_t i = 0; i < p->ngroups; i++)
         troupe_free(p->groups[i].units);
     troupe_free(p->units);
@@ -1339,7 +1351,7 @@ static troupe_status_t s_find_segments(troupe__cgen_t *g, s_plan_t *p)
             i++;
             continue;
         }
-        s_segment_t seg = {i, (size_t)reach[i], NULL, 0, 0, 0, 0};
+        s_segment_t seg = {i, (size_t)reach[i], NULL, 0, 0, 0, 0, false, 0, NULL, NULL};
         for (size_t j = i; j <= seg.last; j++)
             if (reach[j] > (ptrdiff_t)seg.last)
                 seg.last = (size_t)reach[j];
@@ -1511,6 +1523,102 @@ out:
     return st;
 }
 
+/* Packs segment sg's Local arrays when, side by side, they pass the shared memory a block gets
+ * (S_SEGMENT_SHARED_MAX) and all share one precision: arrays whose uses (from their first statement to
+ * their last) do not overlap take the same elements of one pool (first fit, in order of first
+ * use, each at a multiple of 4 elements), each zeroed just before its first statement instead
+ * of all at the start. The main job's loss segment at 256 rows per replica held 48 KiB of
+ * Local arrays (the logits, their shifted and exponentiated copies, dz3, w3 transposed: 10 KiB
+ * each) and so ran on one GPU thread; no more than 31 KiB of them are in use at once. When
+ * the pool fits, sg->bytes becomes its size; else nothing changes. */
+static troupe_status_t s_pack_segment(troupe__cgen_t *g, s_plan_t *p, s_segment_t *sg)
+{
+    (void)g;
+    if (sg->bytes <= S_SEGMENT_SHARED_MAX || sg->nlocals < 2 || sg->wide_blocks > 0)
+        return TROUPE_OK;
+    for (size_t k = 1; k < sg->nlocals; k++)
+        if (sg->locals[k]->prec != sg->locals[0]->prec)
+            return TROUPE_OK;
+    size_t nl = sg->nlocals;
+    size_t *first = troupe_calloc(nl, sizeof *first), *last = troupe_calloc(nl, sizeof *last),
+           *order = troupe_calloc(nl, sizeof *order);
+    int64_t *off = troupe_calloc(nl, sizeof *off);
+    troupe_status_t st = TROUPE_OK;
+    if (first == NULL || last == NULL || order == NULL || off == NULL) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        goto out;
+    }
+    for (size_t k = 0; k < nl; k++)
+        first[k] = SIZE_MAX;
+    for (size_t i = sg->first; i <= sg->last; i++) {
+        s_accesses_t a = {NULL, 0, 0, false};
+        s_collect_ll(&a, p->items[i]);
+        if (a.oom) {
+            troupe_free(a.v);
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+            goto out;
+        }
+        for (size_t k = 0; k < nl; k++)
+            if (s_accesses_node(&a, sg->locals[k])) {
+                if (first[k] == SIZE_MAX)
+                    first[k] = i;
+                last[k] = i;
+            }
+        troupe_free(a.v);
+    }
+    for (size_t k = 0; k < nl; k++) {
+        if (first[k] == SIZE_MAX) /* declared by the segment but unused: keep the old layout */
+            goto out;
+        order[k] = k;
+    }
+    for (size_t a = 1; a < nl; a++) /* by first use (insertion sort: a handful of arrays) */
+        for (size_t b = a; b > 0 && first[order[b]] < first[order[b - 1]]; b--) {
+            size_t t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    int64_t pool = 0;
+    for (size_t a = 0; a < nl; a++) {
+        size_t k = order[a];
+        int64_t n = (troupe_tnode_num_elems(sg->locals[k]) + 3) / 4 * 4, at = 0;
+        for (bool moved = true; moved;) { /* the lowest offset clear of every live placed one */
+            moved = false;
+            for (size_t c = 0; c < a; c++) {
+                size_t j = order[c];
+                int64_t nj = (troupe_tnode_num_elems(sg->locals[j]) + 3) / 4 * 4;
+                bool live = !(last[j] < first[k] || last[k] < first[j]);
+                if (live && at < off[j] + nj && off[j] < at + n) {
+                    at = off[j] + nj;
+                    moved = true;
+                }
+            }
+        }
+        off[k] = at;
+        if (at + n > pool)
+            pool = at + n;
+    }
+    int64_t bytes = pool * (int64_t)troupe_prec_size_bytes(sg->locals[0]->prec);
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
+               "cgen cuda: a segment's %zu Local arrays (%" PRId64 " bytes side by side) %s in "
+               "%" PRId64 " bytes of shared memory when packed by their uses",
+               nl, sg->bytes, bytes <= S_SEGMENT_SHARED_MAX ? "fit" : "still do not fit", bytes);
+    if (bytes > S_SEGMENT_SHARED_MAX)
+        goto out;
+    sg->packed = true;
+    sg->pool_elems = pool;
+    sg->bytes = bytes;
+    sg->off = off;
+    sg->first_use = first;
+    off = NULL;
+    first = NULL;
+out:
+    troupe_free(first);
+    troupe_free(last);
+    troupe_free(order);
+    troupe_free(off);
+    return st;
+}
+
 /* The units of the routine, in order: a segment is one unit (BLOCK when its Local arrays fit in
  * shared memory, else SEQ); outside segments, each GEMM window, refused product, block-level
  * reduction, mapped nest and ZERO_OUT is one, and consecutive sequential statements are one
@@ -1524,7 +1632,7 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
         size_t seg_from = seg < p->nsegs ? p->segs[seg].first : p->nitems;
         if (i == seg_from) {
             const s_segment_t *sg = &p->segs[seg];
-            bool block = sg->bytes <= S_SHARED_MAX;
+            bool block = sg->bytes <= S_SEGMENT_SHARED_MAX;
             s_unit_t *u = s_new_unit(p, sg->wide_blocks > 0 ? S_U_WIDE
                                         : block             ? S_U_BLOCK
                                                             : S_U_SEQ,
@@ -1717,6 +1825,21 @@ static void s_plan_groups(s_plan_t *p)
 static void s_put_segment_locals(troupe__cgen_t *g, const s_segment_t *sg, bool shared,
                                  troupe__strbuf_t *b, int in)
 {
+    if (shared && sg->packed) { /* s_pack_segment: one pool, each array zeroed at first use */
+        const char *ty = troupe_prec_c_type(sg->locals[0]->prec);
+        troupe__strbuf_repeat(b, "    ", in);
+        troupe__strbuf_printf(b,
+                              "/* The Local arrays share one pool: those whose uses do not "
+                              "overlap share elements. */\n");
+        troupe__strbuf_repeat(b, "    ", in);
+        troupe__strbuf_printf(b, "__shared__ %s seg_pool[%" PRId64 "];\n", ty, sg->pool_elems);
+        for (size_t k = 0; k < sg->nlocals; k++) {
+            troupe__strbuf_repeat(b, "    ", in);
+            troupe__strbuf_printf(b, "%s *const %s = seg_pool + %" PRId64 ";\n", ty,
+                                  troupe__cgen_node_ident(g, sg->locals[k]), sg->off[k]);
+        }
+        return;
+    }
     for (size_t k = 0; k < sg->nlocals; k++) {
         const troupe_tnode_t *tn = sg->locals[k];
         troupe__strbuf_repeat(b, "    ", in);
@@ -1757,8 +1880,24 @@ static troupe_status_t s_put_serial_part(troupe__cgen_t *g, const s_plan_t *p,
         const s_segment_t *wide = u->kind == S_U_WIDE ? &p->segs[u->seg] : NULL;
         if (u->kind == S_U_BLOCK || wide != NULL)
             s_put_segment_locals(g, &p->segs[u->seg], true, b, in);
+        const s_segment_t *packed = (u->kind == S_U_BLOCK && p->segs[u->seg].packed)
+                                        ? &p->segs[u->seg]
+                                        : NULL;
         for (size_t i = u->first; i < u->first + u->count && st == TROUPE_OK; i++) {
             const troupe_ll_t *s = p->items[i];
+            bool zeroed = false;
+            for (size_t l = 0; packed != NULL && l < packed->nlocals; l++)
+                if (packed->first_use[l] == i) {
+                    s_put_zero_flat(b, troupe__cgen_node_ident(g, packed->locals[l]),
+                                    packed->locals[l]->prec,
+                                    troupe_tnode_num_elems(packed->locals[l]), "hz_t", "hz_nt",
+                                    in);
+                    zeroed = true;
+                }
+            if (zeroed) {
+                troupe__strbuf_repeat(b, "    ", in);
+                troupe__strbuf_puts(b, "__syncthreads();\n");
+            }
             if (s->kind == TROUPE_LL_COMMENT) {
                 st = troupe__cgen_emit_stmt(g, s, in, b);
                 continue;
@@ -1961,6 +2100,8 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
         goto out;
     for (size_t i = 0; i < p.nsegs && st == TROUPE_OK; i++)
         st = s_widen_segment(g, &p, &p.segs[i]);
+    for (size_t i = 0; i < p.nsegs && st == TROUPE_OK; i++)
+        st = s_pack_segment(g, &p, &p.segs[i]);
     if (st != TROUPE_OK || (st = s_plan_units(g, r, &p)) != TROUPE_OK)
         goto out;
     s_plan_groups(&p);

@@ -2906,3 +2906,67 @@ Test(cgen, cuda_register_accumulation_only_for_one_element)
     troupe_tnode_release(&sv);
     troupe_tnode_release(&t);
 }
+
+/* A segment whose Local arrays pass a block's shared memory side by side (3 x 20000 bytes) but
+ * whose uses overlap at most two at a time runs as one block with the arrays packed in one pool:
+ * loc3 takes loc1's elements once loc1 is dead, zeroed before its first statement (which reads
+ * it: loc3 += ...), not at the start. Bit for bit C and the interpreter under both emulated
+ * grids; without packing it ran on one thread. */
+Test(cgen, cuda_segment_packs_local_arrays_by_their_uses)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    const int64_t n = 5000;
+    troupe_ll_proc_t *p = s_proc("packed_seg");
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_SINGLE, 1, n, 0);
+    troupe_tnode_t *out = s_node("out", TROUPE_PREC_SINGLE, 1, n, 0);
+    troupe_tnode_t *l1 = s_node("loc1", TROUPE_PREC_SINGLE, 1, n, 0);
+    troupe_tnode_t *l2 = s_node("loc2", TROUPE_PREC_SINGLE, 1, n, 0);
+    troupe_tnode_t *l3 = s_node("loc3", TROUPE_PREC_SINGLE, 1, n, 0);
+    s_set_mode(l1, TROUPE_MM_LOCAL);
+    s_set_mode(l2, TROUPE_MM_LOCAL);
+    s_set_mode(l3, TROUPE_MM_LOCAL);
+    int32_t i[4];
+    for (int k = 0; k < 4; k++)
+        i[k] = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *it[4];
+    it[0] = s_for(p, i[0], n,
+                  s_set1(p, l1, s_ix(i[0]),
+                         troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get1(p, a, s_ix(i[0])),
+                                         troupe_sc_constant(p, 2.0))));
+    it[1] = s_for(p, i[1], n,
+                  s_set1(p, l2, s_ix(i[1]),
+                         troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, l1, s_aff(-1, i[1], n - 1)),
+                                         troupe_sc_constant(p, 1.0))));
+    it[2] = s_for(p, i[2], n,
+                  s_set1(p, l3, s_ix(i[2]),
+                         troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, l3, s_ix(i[2])),
+                                         s_get1(p, l2, s_aff(-1, i[2], n - 1)))));
+    it[3] = s_for(p, i[3], n,
+                  s_set1(p, out, s_ix(i[3]),
+                         troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get1(p, l3, s_aff(-1, i[3], n - 1)),
+                                         troupe_sc_constant(p, 3.0))));
+    s_finish(p, troupe_ll_seq(p, 4, it));
+    troupe_cgen_result_t *res = s_cuda(p);
+    cr_expect_not_null(strstr(res->source, "seg_pool[10000]"), "%s", res->source);
+    cr_expect_eq(res->nkernels, 1);
+    cr_expect(!res->kernels[0].one_thread && res->kernels[0].fixed_block &&
+                  res->kernels[0].block[0] == 256,
+              "one block of 256 threads");
+    troupe_cgen_result_destroy(&res);
+    float *av = malloc(sizeof(float) * (size_t)n), *ov = calloc((size_t)n, sizeof(float));
+    cr_assert(av && ov);
+    s_fill(av, (size_t)n);
+    s_run_t r = {0};
+    s_bind(&r, a, av);
+    s_bind(&r, out, ov);
+    s_run(p, &r);
+    cr_expect_eq(ov[0], (av[n - 1] * 2.0f + 1.0f) * 3.0f, "out[0] = %g", (double)ov[0]);
+    s_nvrtc_check(p);
+    free(av);
+    free(ov);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_t *nodes[] = {a, out, l1, l2, l3};
+    for (size_t k = 0; k < 5; k++)
+        troupe_tnode_release(&nodes[k]);
+}
