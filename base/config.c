@@ -38,6 +38,7 @@ static atomic_bool s_coll_shm;
 static atomic_int s_gemm_mode; /* troupe_gemm_mode_t */
 static atomic_int s_cuda_aware; /* troupe_cuda_aware_t */
 static atomic_int s_dp_overlap; /* troupe_dp_overlap_t */
+static atomic_bool s_cuda_graphs_off; /* TROUPE_CUDA_GRAPHS=off */
 static atomic_bool s_flush_denormals;
 static atomic_size_t s_stack_threshold;
 static char s_resume[S_STR_MAX];        /* TROUPE_RESUME ("" when unset) */
@@ -108,6 +109,7 @@ static void s_load(void)
     atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_LIBRARY);
     atomic_store(&s_cuda_aware, TROUPE_CUDA_AWARE_AUTO);
     atomic_store(&s_dp_overlap, TROUPE_DP_OVERLAP_AUTO);
+    atomic_store(&s_cuda_graphs_off, false);
     atomic_store(&s_flush_denormals, true);
     atomic_store(&s_stack_threshold, (size_t)16384);
     s_resume[0] = s_progress_file[0] = '\0';
@@ -179,11 +181,13 @@ static void s_load(void)
         else
             s_bad("TROUPE_DP_OVERLAP", v, "expected auto, on or off");
     }
-    /* read by devices/graph.c (the graph policy sits below base/); validated here so that
-     * troupe_config_check() reports a malformed value like every other */
-    if ((v = getenv("TROUPE_CUDA_GRAPHS")) != NULL && strcmp(v, "auto") != 0 &&
-        strcmp(v, "off") != 0)
-        s_bad("TROUPE_CUDA_GRAPHS", v, "expected auto or off");
+    /* the graph policy (devices/graph.c) asks troupe_config_cuda_graphs_off */
+    if ((v = getenv("TROUPE_CUDA_GRAPHS")) != NULL) {
+        if (strcmp(v, "off") == 0)
+            atomic_store(&s_cuda_graphs_off, true);
+        else if (strcmp(v, "auto") != 0)
+            s_bad("TROUPE_CUDA_GRAPHS", v, "expected auto or off");
+    }
     if ((v = getenv("TROUPE_GEMM")) != NULL) {
         if (strcmp(v, "library") == 0)
             atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_LIBRARY);
@@ -359,6 +363,12 @@ void troupe_config_set_cuda_aware(troupe_cuda_aware_t mode)
         mode == TROUPE_CUDA_AWARE_OFF)
         atomic_store(&s_cuda_aware, mode);
 }
+bool troupe_config_cuda_graphs_off(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_cuda_graphs_off);
+}
+
 troupe_dp_overlap_t troupe_config_dp_overlap(void)
 {
     troupe__config_ensure_loaded();

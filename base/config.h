@@ -27,7 +27,7 @@
  * | TROUPE_CPU_DEVICES          | 1                                     | troupe_config_set_cpu_devices   |
  * | TROUPE_DEVICE               | (the node-local rank's share)         | troupe_config_set_device        |
  * | TROUPE_CUDA_AWARE           | auto                                  | troupe_config_set_cuda_aware    |
- * | TROUPE_CUDA_GRAPHS          | auto (validated here; read by devices/graph.c) | troupe_driver_set_graphs |
+ * | TROUPE_CUDA_GRAPHS          | auto                                  | troupe_driver_set_graphs |
  * | TROUPE_DP_OVERLAP           | auto                                  | troupe_config_set_dp_overlap    |
  *
  * A malformed value keeps the default, logs a warning and is reported by
@@ -118,6 +118,9 @@ typedef enum troupe_dp_overlap {
     TROUPE_DP_OVERLAP_OFF,
 } troupe_dp_overlap_t;
 troupe_dp_overlap_t troupe_config_dp_overlap(void);
+/* TROUPE_CUDA_GRAPHS=off (default auto): the graph policy's starting mode, which
+ * troupe_driver_set_graphs (devices/device.h) overrides. */
+bool troupe_config_cuda_graphs_off(void);
 const char *troupe_config_dp_overlap_name(troupe_dp_overlap_t mode); /* "auto", "on", "off" */
 /* mode != TROUPE_GEMM_MODE_GENERATED. */
 bool troupe_config_gemm_library(void);

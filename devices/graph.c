@@ -4,6 +4,7 @@
 #include "devices/graph_impl.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "base/log.h"
 #include "base/status.h"
 
@@ -46,13 +47,8 @@ troupe_graphs_mode_t troupe_driver_graphs(void)
     int m = atomic_load(&s_mode);
     if (m >= 0)
         return (troupe_graphs_mode_t)m;
-    const char *v = getenv("TROUPE_CUDA_GRAPHS");
-    int from_env = TROUPE_GRAPHS_AUTO;
-    if (v != NULL && strcmp(v, "off") == 0)
-        from_env = TROUPE_GRAPHS_OFF;
-    else if (v != NULL && v[0] != '\0' && strcmp(v, "auto") != 0)
-        TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_DEVICES,
-                   "TROUPE_CUDA_GRAPHS='%s' ignored: expected auto or off (using auto)", v);
+    /* base/config.c read TROUPE_CUDA_GRAPHS (and warned of a malformed value, kept auto) */
+    int from_env = troupe_config_cuda_graphs_off() ? TROUPE_GRAPHS_OFF : TROUPE_GRAPHS_AUTO;
     int expected = -1; /* a concurrent troupe_driver_set_graphs wins */
     atomic_compare_exchange_strong(&s_mode, &expected, from_env);
     return (troupe_graphs_mode_t)atomic_load(&s_mode);
