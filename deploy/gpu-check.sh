@@ -22,7 +22,8 @@
 #   5. train    build-gpu/bench/bench_train --backend cuda: the main job on the GPU against
 #               PyTorch on it                                                     -> train.log
 #   6. job      the main job as the README runs it, on the GPU: fmnist --backend cuda, 10
-#               epochs (its test accuracy and samples/s)                  -> appended to train.log
+#               epochs (its test accuracy and samples/s), then the per-step breakdown of a
+#               short run on 1 rank and on 2 ranks sharing the GPU    -> appended to train.log
 #   7. cpu      build-gpu/bench/bench_train --scaling 2,4,8,16 on the host's cores: weak
 #               scaling against independent processes, and PyTorch one thread   -> cpu.log
 # then summary.txt: one line per phase (ok/FAIL/skipped, seconds), the failed tests' names and
@@ -54,7 +55,7 @@ while [ $# -gt 0 ]; do
     --debs) debs=${2:?--debs needs a folder}; shift 2 ;;
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
     --phases) phases=${2:?--phases needs a list}; shift 2 ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -165,8 +166,21 @@ grep '^bench=' "$out/bench.log" 2>/dev/null >> "$summary"
 phase train 90 train.log "$build/bench/bench_train" --backend cuda
 grep -E '^bench=|not measured' "$out/train.log" 2>/dev/null >> "$summary"
 # the main job end to end (README: fmnist --backend cuda), one process on the machine's GPUs
+# then the per-step breakdown (compute, merge, exchange, optimizer: parallel/dp_steplog.c) of a
+# short run on the GPU, one rank and two ranks sharing it (the staged exchange)
+job_breakdown() {
+  local f="$build/examples/fmnist/fmnist" a="--backend cuda --epochs 1 --train-limit 25600 --test-limit 1000"
+  echo "== breakdown, 1 rank"
+  TROUPE_LOG=debug:parallel "$f" $a 2>&1 | grep -E 'breakdown|^final' | tail -4
+  echo "== breakdown, 2 ranks sharing the GPU"
+  (cd "$build" && TROUPE_LOG=debug:parallel mpiexec -n 2 --mca btl self,vader \
+     --mca oob_tcp_if_include lo --oversubscribe --allow-run-as-root "$f" $a 2>&1 |
+     grep -E 'breakdown|^final' | tail -6)
+}
+export -f job_breakdown
 if [ -d /usr/share/datasets/fashion-mnist ] || ! want job; then
-  phase job 120 train.log "$build/examples/fmnist/fmnist" --backend cuda --epochs 10
+  phase job 120 train.log "$build/examples/fmnist/fmnist" --backend cuda --epochs 10 &&
+    phase job 60 train.log job_breakdown
 else
   echo "phase=job result=skipped reason=no-data-set-in-/usr/share/datasets/fashion-mnist" >> "$summary"
 fi
