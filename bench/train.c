@@ -87,7 +87,7 @@
  *   --scaling R1,R2,...  weak scaling at 128 per rank over R ranks (child jobs of R ranks under
  *                        mpiexec) against R independent processes (the node's ceiling), for the
  *                        16-core machine (s_scaling below: what each line carries)
- *   --backend cuda       the main job on GPU 0 at global minibatches 128, 1024 and 8192 against
+ *   --backend cuda       the main job on GPU 0 at global minibatches 128, 256, 1024, 8192 against
  *                        PyTorch on the same GPU, and two ranks sharing it (s_device_cases)
  * `--backend NAME` also names the backend of every layout and child (default cpu).
  *
@@ -944,9 +944,9 @@ static int s_scaling(const troupe_bench_opts_t *opts, const int *ranks, int nran
 
 /* ---- --backend cuda: the main job on a GPU against PyTorch on it (issue 16) --------------- */
 
-/* One rank, one stream on the backend's device 0, at global minibatches 128, 1024 and 8192, each
- * a fresh child process, against bench/peers/torch_mlp.py --mode gpu (the same MLP, TF32 off,
- * data on the device); per step:
+/* One rank, one stream on the backend's device 0, at global minibatches 128, 256 (where the loss
+ * segment packs its Local arrays), 1024 and 8192, each a fresh child process, against
+ * bench/peers/torch_mlp.py --mode gpu (the same MLP, TF32 off, data on the device); per step:
  *   bench=train case=<backend>-1x1-b<B> bytes=<bytes per step> troupe_us=<us per step>
  *     peer=torch-<v>-gpu peer_us=<us per step> ratio=... troupe_samples_s=... peer_samples_s=...
  *     global_batch=<B> feed=<fed|indexed> graph_replays=<n> plain_launches=<n>
@@ -956,7 +956,7 @@ static int s_scaling(const troupe_bench_opts_t *opts, const int *ranks, int nran
  * merge of device buffers), correctness only (`note=` says so): its time is no scaling figure. */
 static int s_device_cases(const troupe_bench_opts_t *opts)
 {
-    static const int64_t batches[] = {128, 1024, 8192};
+    static const int64_t batches[] = {128, 256, 1024, 8192};
     /* a machine without the device: one line, as bench_cuda (the children would each fail) */
     troupe_backend_t *be = NULL;
     int ndev = 0;
@@ -1096,7 +1096,7 @@ int main(int argc, char **argv)
                                      "streams); --trace-overhead: only 1x1-proc and 2x1 with "
                                      "TROUPE_TRACE off and on; --scaling R1,R2,..: weak scaling "
                                      "(128 per rank) against as many independent processes; "
-                                     "--backend cuda: batches 128, 1024, 8192 on GPU 0 against "
+                                     "--backend cuda: batches 128, 256, 1024, 8192 on GPU 0 against "
                                      "PyTorch on it; --feed auto|fed|indexed: the model's "
                                      "minibatch form (examples/fmnist/mlp.h; auto: fed on a "
                                      "backend with graphs, cuda)",
