@@ -31,6 +31,7 @@
  *   cuda.devices: 0 (cudaGetDeviceCount: ...)   CUDA builds: the GPUs, or why there are none;
  *   cuda.device.0: <name>, compute 9.0, 132 SMs, 81079 MiB, arch sm_90   one line per GPU;
  *   cuda.gemm: cuBLASLt 13.0.0               what runs GEMM steps (devices/cuda/cuda_impl.h)
+ *   cuda.assembler: nvjitlink 13.0           what turns NVRTC's PTX into cubins (nvrtc.h)
  *   gemm: OpenBLAS 0.3.21 (...; core SkylakeX, chosen by troupe; 1 thread per stream)
  *                                            devices/host/gemm_library.h, or "none (...)"
  *   libzmq: 4.3.4                            the loaded libraries' versions
@@ -185,6 +186,7 @@ static void s_cuda_devices(void)
             printf("cuda.device.%d: error: %s\n", i, troupe_last_error());
     }
     printf("cuda.gemm: %s\n", troupe__cuda_gemm_name());
+    printf("cuda.assembler: %s\n", troupe_nvrtc_assembler());
 }
 #endif
 
