@@ -113,25 +113,28 @@ static int s_troupe_copy(void *arg)
     return st == TROUPE_OK ? 0 : troupe_bench_fail_status(S_PROG, "copy", st);
 }
 
-/* The bare copy from or into the node's own host array: tells the cost of the memory kind
- * (registered pages against cudaHostAlloc's) from that of troupe's path. */
-static int s_peer_copy_registered(void *arg)
+/* The bare copy between host memory `host` and c->dev, synchronized. */
+static int s_bare_copy(const s_copy_t *c, void *host)
 {
-    s_copy_t *c = arg;
-    S_CUDA(cudaMemcpyAsync(c->to_host ? c->host : c->dev, c->to_host ? c->dev : c->host, c->bytes,
+    S_CUDA(cudaMemcpyAsync(c->to_host ? host : c->dev, c->to_host ? c->dev : host, c->bytes,
                            c->to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, s_raw));
     S_CUDA(cudaStreamSynchronize(s_raw));
     return 0;
 }
 
+/* The peer: cudaHostAlloc'd memory. */
 static int s_peer_copy(void *arg)
 {
-    s_copy_t *c = arg;
-    S_CUDA(cudaMemcpyAsync(c->to_host ? c->pinned : c->dev, c->to_host ? c->dev : c->pinned,
-                           c->bytes, c->to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
-                           s_raw));
-    S_CUDA(cudaStreamSynchronize(s_raw));
-    return 0;
+    const s_copy_t *c = arg;
+    return s_bare_copy(c, c->pinned);
+}
+
+/* The bare copy from or into the node's own host array: tells the cost of the memory kind
+ * (registered pages against cudaHostAlloc's) from that of troupe's path. */
+static int s_peer_copy_registered(void *arg)
+{
+    const s_copy_t *c = arg;
+    return s_bare_copy(c, c->host);
 }
 
 static int s_copies(void)

@@ -906,22 +906,13 @@ static void s_put_comment(troupe__strbuf_t *out, const char *text)
     troupe__strbuf_puts(out, " */\n");
 }
 
-static bool s_same_idcs(const troupe_tnode_t *tn, const troupe_axis_index_t *a,
-                        const troupe_axis_index_t *b)
-{
-    for (int ax = 0; ax < tn->ndims; ax++)
-        if (!troupe_axis_index_equal(&a[ax], &b[ax]))
-            return false;
-    return true;
-}
-
 /* Whether e reads tn only at idcs (never elsewhere) and holds no local scope. */
 static bool s_reads_only_at(const troupe_sc_t *e, const troupe_tnode_t *tn,
                             const troupe_axis_index_t *idcs)
 {
     switch (e->kind) {
     case TROUPE_SC_GET:
-        return e->u.get.tn != tn || s_same_idcs(tn, e->u.get.idcs, idcs);
+        return e->u.get.tn != tn || troupe_axis_indices_equal(e->u.get.idcs, idcs, tn->ndims);
     case TROUPE_SC_LOCAL_SCOPE:
         return false;
     case TROUPE_SC_TERNOP:

@@ -478,12 +478,8 @@ typedef struct s_reduce {
 
 static bool s_same_get(const troupe_sc_t *e, const troupe_ll_t *set)
 {
-    if (e->kind != TROUPE_SC_GET || e->u.get.tn != set->u.set.tn)
-        return false;
-    for (int ax = 0; ax < set->u.set.tn->ndims; ax++)
-        if (!troupe_axis_index_equal(&e->u.get.idcs[ax], &set->u.set.idcs[ax]))
-            return false;
-    return true;
+    return e->kind == TROUPE_SC_GET && e->u.get.tn == set->u.set.tn &&
+           troupe_axis_indices_equal(e->u.get.idcs, set->u.set.idcs, set->u.set.tn->ndims);
 }
 
 /* Whether expression e touches node tn or writes any node. */
@@ -1392,14 +1388,6 @@ static int64_t s_item_iters(const troupe_ll_t *s)
     return n;
 }
 
-static bool s_seg_local(const s_segment_t *sg, const troupe_tnode_t *tn)
-{
-    for (size_t k = 0; k < sg->nlocals; k++)
-        if (sg->locals[k] == tn)
-            return true;
-    return false;
-}
-
 static bool s_accesses_node(const s_accesses_t *a, const troupe_tnode_t *tn)
 {
     for (size_t x = 0; x < a->n; x++)
@@ -1408,12 +1396,13 @@ static bool s_accesses_node(const s_accesses_t *a, const troupe_tnode_t *tn)
     return false;
 }
 
-/* Whether statement s of segment sg writes a node that is not one of its Local arrays (then,
- * in a wide segment, the blocks share its iterations; else every block runs it). */
-static bool s_writes_global(const s_segment_t *sg, const s_accesses_t *a)
+/* Whether a statement (its accesses a) writes a node that is not Local (then, in a wide segment,
+ * the blocks share its iterations; else every block runs it). Every Local node a segment's
+ * statement touches is one of that segment's arrays (segments span their arrays' uses). */
+static bool s_writes_global(troupe__cgen_t *g, const s_accesses_t *a)
 {
     for (size_t x = 0; x < a->n; x++)
-        if (a->v[x].write && !s_seg_local(sg, a->v[x].tn))
+        if (a->v[x].write && !troupe__cgen_node_is_local(g, a->v[x].tn))
             return true;
     return false;
 }
@@ -1458,14 +1447,14 @@ static troupe_status_t s_widen_segment(troupe__cgen_t *g, s_plan_t *p, s_segment
         const troupe_ll_t *s = p->items[sg->first + k];
         if (s->kind == TROUPE_LL_COMMENT)
             continue;
-        if (s->kind == TROUPE_LL_ZERO_OUT && !s_seg_local(sg, s->u.zero_out)) {
+        if (s->kind == TROUPE_LL_ZERO_OUT && !troupe__cgen_node_is_local(g, s->u.zero_out)) {
             hoist[k] = true;
             for (size_t j = 0; j < k && hoist[k]; j++)
                 hoist[k] = !s_accesses_node(&acc[j], s->u.zero_out);
             ok = hoist[k];
             continue;
         }
-        global[k] = s_writes_global(sg, &acc[k]);
+        global[k] = s_writes_global(g, &acc[k]);
         if (!global[k]) {
             local_iters += s_item_iters(s);
             continue;
@@ -1479,7 +1468,7 @@ static troupe_status_t s_widen_segment(troupe__cgen_t *g, s_plan_t *p, s_segment
             goto out;
         ok = map.nmapped > 0;
         for (size_t x = 0; x < acc[k].n && ok; x++)
-            ok = !(acc[k].v[x].write && s_seg_local(sg, acc[k].v[x].tn));
+            ok = !(acc[k].v[x].write && troupe__cgen_node_is_local(g, acc[k].v[x].tn));
         if (!ok)
             continue;
         int64_t ex, ey;
@@ -1531,9 +1520,8 @@ out:
  * Local arrays (the logits, their shifted and exponentiated copies, dz3, w3 transposed: 10 KiB
  * each) and so ran on one GPU thread; no more than 31 KiB of them are in use at once. When
  * the pool fits, sg->bytes becomes its size; else nothing changes. */
-static troupe_status_t s_pack_segment(troupe__cgen_t *g, s_plan_t *p, s_segment_t *sg)
+static troupe_status_t s_pack_segment(s_plan_t *p, s_segment_t *sg)
 {
-    (void)g;
     if (sg->bytes <= S_SEGMENT_SHARED_MAX || sg->nlocals < 2 || sg->wide_blocks > 0)
         return TROUPE_OK;
     for (size_t k = 1; k < sg->nlocals; k++)
@@ -1877,8 +1865,8 @@ static troupe_status_t s_put_serial_part(troupe__cgen_t *g, const s_plan_t *p,
     troupe_status_t st = TROUPE_OK;
     for (size_t k = 0; k < n && st == TROUPE_OK; k++) {
         const s_unit_t *u = &p->units[units[k]];
-        const s_segment_t *wide = u->kind == S_U_WIDE ? &p->segs[u->seg] : NULL;
-        if (u->kind == S_U_BLOCK || wide != NULL)
+        bool wide = u->kind == S_U_WIDE;
+        if (u->kind == S_U_BLOCK || wide)
             s_put_segment_locals(g, &p->segs[u->seg], true, b, in);
         const s_segment_t *packed = (u->kind == S_U_BLOCK && p->segs[u->seg].packed)
                                         ? &p->segs[u->seg]
@@ -1906,10 +1894,10 @@ static troupe_status_t s_put_serial_part(troupe__cgen_t *g, const s_plan_t *p,
             if (s->kind == TROUPE_LL_FOR && (st = s_plan_nest(s, &map)) != TROUPE_OK)
                 break;
             bool shared_out = false; /* a wide segment's statement writing a global array */
-            if (wide != NULL) {
+            if (wide) {
                 s_accesses_t a = {NULL, 0, 0, false};
                 s_collect_ll(&a, s);
-                shared_out = s_writes_global(wide, &a);
+                shared_out = s_writes_global(g, &a);
                 troupe_free(a.v);
                 if (a.oom) {
                     st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
@@ -2101,7 +2089,7 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
     for (size_t i = 0; i < p.nsegs && st == TROUPE_OK; i++)
         st = s_widen_segment(g, &p, &p.segs[i]);
     for (size_t i = 0; i < p.nsegs && st == TROUPE_OK; i++)
-        st = s_pack_segment(g, &p, &p.segs[i]);
+        st = s_pack_segment(&p, &p.segs[i]);
     if (st != TROUPE_OK || (st = s_plan_units(g, r, &p)) != TROUPE_OK)
         goto out;
     s_plan_groups(&p);

@@ -182,15 +182,6 @@ static void s_collect(s_accesses_t *a, const s_rename_t *r, const troupe_ll_t *b
 
 /* ---- B's statements with A's iterators ---------------------------------------------------- */
 
-static bool s_same_idcs(const troupe_tnode_t *tn, const troupe_axis_index_t *a,
-                        const troupe_axis_index_t *b)
-{
-    for (int ax = 0; ax < tn->ndims; ax++)
-        if (!troupe_axis_index_equal(&a[ax], &b[ax]))
-            return false;
-    return true;
-}
-
 static troupe_sc_t *s_ren_sc(troupe_ll_proc_t *p, const s_rename_t *r, const troupe_sc_t *v)
 {
     troupe_axis_index_t idcs[TROUPE_MAX_DIMS];
@@ -254,10 +245,10 @@ static bool s_respects(const s_accesses_t *writer, const s_accesses_t *other)
             continue;
         for (size_t j = 0; j < writer->count; j++) /* one element per node in the writer */
             if (writer->items[j].write && writer->items[j].tn == w->tn &&
-                !s_same_idcs(w->tn, writer->items[j].idcs, w->idcs))
+                !troupe_axis_indices_equal(writer->items[j].idcs, w->idcs, w->tn->ndims))
                 return false;
         for (size_t j = 0; j < other->count; j++)
-            if (other->items[j].tn == w->tn && !s_same_idcs(w->tn, other->items[j].idcs, w->idcs))
+            if (other->items[j].tn == w->tn && !troupe_axis_indices_equal(other->items[j].idcs, w->idcs, w->tn->ndims))
                 return false;
     }
     return true;

@@ -21,12 +21,8 @@ int64_t troupe_gemm_sym_stride(const troupe_tnode_t *tn, const troupe_axis_index
 static bool s_same_access(const troupe_sc_t *get, const troupe_tnode_t *tn,
                           const troupe_axis_index_t *idcs)
 {
-    if (get->kind != TROUPE_SC_GET || get->u.get.tn != tn)
-        return false;
-    for (int ax = 0; ax < tn->ndims; ax++)
-        if (!troupe_axis_index_equal(&get->u.get.idcs[ax], &idcs[ax]))
-            return false;
-    return true;
+    return get->kind == TROUPE_SC_GET && get->u.get.tn == tn &&
+           troupe_axis_indices_equal(get->u.get.idcs, idcs, tn->ndims);
 }
 
 /* Splits the value of C[idcs] = value into the two factors x*y accumulated into C.

@@ -63,14 +63,6 @@ ptrdiff_t troupe__opt_node_of(const troupe__opt_ctx_t *c, const troupe_tnode_t *
     return lo < c->nn && c->tns[lo] == tn ? (ptrdiff_t)lo : -1;
 }
 
-bool troupe__opt_idcs_eq(const troupe_axis_index_t *a, const troupe_axis_index_t *b, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (!troupe_axis_index_equal(&a[i], &b[i]))
-            return false;
-    return true;
-}
-
 troupe_memory_mode_t troupe__opt_mode(troupe_memory_mode_kind_t kind, troupe_memory_type_t memtype)
 {
     troupe_memory_mode_t m = {kind, memtype, TROUPE_SHARING_UNSET};

@@ -142,8 +142,6 @@ troupe_status_t troupe__opt_oom(void);
 troupe_status_t troupe__opt_proc_oom(const troupe_ll_proc_t *proc);
 /* Index of tn in c->tns, or -1 (the direct table when there is one, else a binary search). */
 ptrdiff_t troupe__opt_node_of(const troupe__opt_ctx_t *c, const troupe_tnode_t *tn);
-/* The n axis indices at a and b are equal. */
-bool troupe__opt_idcs_eq(const troupe_axis_index_t *a, const troupe_axis_index_t *b, int n);
 /* A memory mode without sharing. */
 troupe_memory_mode_t troupe__opt_mode(troupe_memory_mode_kind_t kind, troupe_memory_type_t memtype);
 /* Refines tn's mode; an inconsistency is re-recorded with the procedure and `why`. */

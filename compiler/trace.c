@@ -77,7 +77,7 @@ typedef struct s_self {
 
 static bool s_is_self(s_self_t self, const troupe_tnode_t *tn, const troupe_axis_index_t *idcs)
 {
-    return self.tn == tn && troupe__opt_idcs_eq(self.idcs, idcs, tn->ndims);
+    return self.tn == tn && troupe_axis_indices_equal(self.idcs, idcs, tn->ndims);
 }
 
 static troupe_status_t s_note_write(troupe__opt_ctx_t *c, size_t item, const troupe_tnode_t *tn)

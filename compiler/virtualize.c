@@ -116,7 +116,7 @@ static void s_us_sc(s_us_t *u, const troupe_sc_t *e)
         return;
     case TROUPE_SC_GET:
         if (e->u.get.tn == u->tn &&
-            (u->I == NULL || !troupe__opt_idcs_eq(e->u.get.idcs, u->I, u->tn->ndims)))
+            (u->I == NULL || !troupe_axis_indices_equal(e->u.get.idcs, u->I, u->tn->ndims)))
             u->reason = TROUPE_PROV_NV_CROSS_ELEMENT;
         return;
     case TROUPE_SC_TERNOP:
@@ -175,7 +175,7 @@ static void s_us_ll(s_us_t *u, const troupe_ll_t *s)
             u->I = s->u.set.idcs;
             if ((u->reason = s_check_I(u->c, tn, u->I)) != 0)
                 return;
-        } else if (!troupe__opt_idcs_eq(u->I, s->u.set.idcs, tn->ndims)) {
+        } else if (!troupe_axis_indices_equal(u->I, s->u.set.idcs, tn->ndims)) {
             u->reason = TROUPE_PROV_NV_INDICES_DIFFER;
             return;
         }

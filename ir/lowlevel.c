@@ -691,7 +691,7 @@ bool troupe_axis_index_equal(const troupe_axis_index_t *a, const troupe_axis_ind
     return true;
 }
 
-static bool s_idcs_equal(const troupe_axis_index_t *a, const troupe_axis_index_t *b, int n)
+bool troupe_axis_indices_equal(const troupe_axis_index_t *a, const troupe_axis_index_t *b, int n)
 {
     for (int i = 0; i < n; i++)
         if (!troupe_axis_index_equal(&a[i], &b[i]))
@@ -706,7 +706,7 @@ bool troupe_sc_equal(const troupe_sc_t *a, const troupe_sc_t *b)
     case TROUPE_SC_LOCAL_SCOPE:
         return a->u.local_scope.id == b->u.local_scope.id &&
                troupe__ir_same_node(a->u.local_scope.tn, b->u.local_scope.tn) &&
-               s_idcs_equal(a->u.local_scope.orig_indices, b->u.local_scope.orig_indices,
+               troupe_axis_indices_equal(a->u.local_scope.orig_indices, b->u.local_scope.orig_indices,
                             a->u.local_scope.tn->ndims) &&
                troupe_ll_equal(a->u.local_scope.body, b->u.local_scope.body);
     case TROUPE_SC_GET_LOCAL:
@@ -714,7 +714,7 @@ bool troupe_sc_equal(const troupe_sc_t *a, const troupe_sc_t *b)
     case TROUPE_SC_GET:
     case TROUPE_SC_GET_MERGE_BUFFER:
         return troupe__ir_same_node(a->u.get.tn, b->u.get.tn) &&
-               s_idcs_equal(a->u.get.idcs, b->u.get.idcs, a->u.get.tn->ndims);
+               troupe_axis_indices_equal(a->u.get.idcs, b->u.get.idcs, a->u.get.tn->ndims);
     case TROUPE_SC_TERNOP:
     case TROUPE_SC_BINOP:
     case TROUPE_SC_UNOP: {
@@ -762,13 +762,13 @@ bool troupe_ll_equal(const troupe_ll_t *a, const troupe_ll_t *b)
         return troupe__ir_same_node(a->u.zero_out, b->u.zero_out);
     case TROUPE_LL_SET:
         return troupe__ir_same_node(a->u.set.tn, b->u.set.tn) &&
-               s_idcs_equal(a->u.set.idcs, b->u.set.idcs, a->u.set.tn->ndims) &&
+               troupe_axis_indices_equal(a->u.set.idcs, b->u.set.idcs, a->u.set.tn->ndims) &&
                troupe_sc_equal(a->u.set.value, b->u.set.value);
     case TROUPE_LL_SET_FROM_VEC:
         return troupe__ir_same_node(a->u.set_from_vec.tn, b->u.set_from_vec.tn) &&
                a->u.set_from_vec.length == b->u.set_from_vec.length &&
                a->u.set_from_vec.op == b->u.set_from_vec.op &&
-               s_idcs_equal(a->u.set_from_vec.idcs, b->u.set_from_vec.idcs,
+               troupe_axis_indices_equal(a->u.set_from_vec.idcs, b->u.set_from_vec.idcs,
                             a->u.set_from_vec.tn->ndims) &&
                troupe_sc_equal(a->u.set_from_vec.arg, b->u.set_from_vec.arg);
     case TROUPE_LL_SET_LOCAL:

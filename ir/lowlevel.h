@@ -268,6 +268,9 @@ troupe_sc_t *troupe_sc_embed_index(troupe_ll_proc_t *proc, troupe_axis_index_t i
 bool troupe_ll_equal(const troupe_ll_t *a, const troupe_ll_t *b);
 bool troupe_sc_equal(const troupe_sc_t *a, const troupe_sc_t *b);
 bool troupe_axis_index_equal(const troupe_axis_index_t *a, const troupe_axis_index_t *b);
+/* Whether the n indices a[0..n-1] and b[0..n-1] (an access's, one per axis) are equal, each as
+ * troupe_axis_index_equal. */
+bool troupe_axis_indices_equal(const troupe_axis_index_t *a, const troupe_axis_index_t *b, int n);
 /* Deep copy of a subtree into `dst` (nodes are added to dst->nodes; symbol ids kept, so the
  * caller must ensure dst has them). NULL on failure. */
 troupe_ll_t *troupe_ll_copy(troupe_ll_proc_t *dst, const troupe_ll_t *src);
