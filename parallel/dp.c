@@ -913,8 +913,9 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
                        troupe_cluster_cuda_aware());
     bool device_memory = cfg->stage_through_host || !lendable;
     dp->exchange = troupe__dp_choose_exchange(dp->nranks, device_memory, lendable, cuda_aware);
-    /* DIRECT: the lent path, with device memory handed to MPI as it is */
-    dp->staged = device_memory && dp->exchange != TROUPE__DP_EXCHANGE_DIRECT;
+    /* DIRECT: the lent path, with device memory handed to MPI as it is; NONE (one rank,
+     * local_only): nothing crosses ranks, so nothing is staged whatever the memory */
+    dp->staged = dp->exchange == TROUPE__DP_EXCHANGE_STAGED;
     TROUPE_RETURN_IF_ERROR(s_plan_segments(dp, cfg, m));
     if (dp->staged && dp->nranks > 1) {
         TROUPE_RETURN_IF_ERROR(s_check_stageable(dp));

@@ -355,7 +355,7 @@ int troupe_dp_num_streams(const troupe_dp_t *dp);    /* local replicas N */
 int troupe_dp_replica_device(const troupe_dp_t *dp, int k);
 /* Whether the cross-rank allreduce goes through host memory (troupe_dp_config_t.
  * stage_through_host, a backend without host-addressable memory, or another rank's exchange
- * differing from this one's). */
+ * differing from this one's); false with one rank or local_only, where nothing crosses ranks. */
 bool troupe_dp_staged(const troupe_dp_t *dp);
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
 /* The owner stream's context holding the current parameters (borrowed): link evaluation

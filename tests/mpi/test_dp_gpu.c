@@ -43,9 +43,7 @@ int main(int argc, char **argv)
         double dist_loss = 0, again_loss = 0, ref_loss = 0;
         s_train(d, R, 1, false, kinds[q], STEPS, dist, &dist_loss);
         s_train(d, R, 1, false, kinds[q], STEPS, again, &again_loss);
-        s_stage_elsewhere = false; /* the rank-local reference exchanges nothing */
-        s_train(d, 1, 1, true, kinds[q], STEPS, ref, &ref_loss);
-        s_stage_elsewhere = true;
+        s_train(d, 1, 1, true, kinds[q], STEPS, ref, &ref_loss); /* exchanges nothing */
         s_same_on_every_rank(dist, name);
         if (memcmp(dist, again, sizeof dist) != 0 || dist_loss != again_loss)
             s_die("%s: two identical runs on the GPU differ", name);

@@ -147,8 +147,8 @@ static void s_train(const data_t *d, int split, int streams, bool local_only,
     CHECK(troupe_dp_new(&cfg, &m.model, &dp));
     /* CUDA-aware MPI forced on makes a host backend standing for device memory lend it as
      * it is (parallel/dp.h): then nothing is staged */
-    bool want_staged =
-        (s_stage || s_stage_elsewhere) && troupe_config_cuda_aware() != TROUPE_CUDA_AWARE_ON;
+    bool want_staged = (s_stage || s_stage_elsewhere) && !local_only && troupe_cluster_size() > 1 &&
+                       troupe_config_cuda_aware() != TROUPE_CUDA_AWARE_ON;
     if (troupe_dp_staged(dp) != want_staged)
         s_die("stage_through_host is %d, TROUPE_CUDA_AWARE %s, but troupe_dp_staged says %d",
               s_stage, troupe_config_cuda_aware_name(troupe_config_cuda_aware()),
