@@ -272,6 +272,7 @@ struct troupe__cgen {
     const troupe_tnode_t *acc_tn;
     const troupe_axis_index_t *acc_idcs;
     const char *acc_name;
+    troupe_cgen_options_t opts; /* troupe_cgen_emit_with's, zeroes when none */
 };
 typedef struct troupe__cgen s_gen_t;
 
@@ -1776,6 +1777,19 @@ static void s_put_function(const s_gen_t *g, const troupe_cgen_result_t *r,
 troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_dialect_t dialect,
                                  troupe_cgen_result_t **out)
 {
+    return troupe_cgen_emit_with(proc, dialect, NULL, out);
+}
+
+int64_t troupe__cgen_cuda_shared_max(const troupe__cgen_t *g)
+{
+    return g->opts.cuda_shared_max_bytes > TROUPE__CGEN_STATIC_SHARED_MAX
+               ? g->opts.cuda_shared_max_bytes
+               : TROUPE__CGEN_STATIC_SHARED_MAX;
+}
+
+troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_dialect_t dialect,
+                                      const troupe_cgen_options_t *opts, troupe_cgen_result_t **out)
+{
     troupe_status_t st = TROUPE_OK;
     s_gen_t g;
     troupe__strbuf_t body = TROUPE__STRBUF_INIT, fn = TROUPE__STRBUF_INIT,
@@ -1784,6 +1798,8 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
     troupe_cgen_result_t *r = NULL;
     memset(&g, 0, sizeof g);
     memset(&pre, 0, sizeof pre);
+    if (opts != NULL)
+        g.opts = *opts;
 
     if (out == NULL || proc == NULL) {
         st = troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_cgen_emit: NULL %s",

@@ -125,9 +125,13 @@
  *     statement on thread 0: bit for bit the interpreter's. A segment alone in its launch may
  *     hold 48 KiB; one whose Local arrays pass that side by side but share one precision packs
  *     them in one pool by their uses (arrays whose first-to-last statements do not overlap share
- *     elements; each zeroed just before its first statement), and runs on one thread, with its
- *     arrays as arrays of that thread, only when even that passes 48 KiB (the main job's loss
- *     segment from 256 to 396 rows per replica packs). A segment is wide when a
+ *     elements; each zeroed just before its first statement). Past 48 KiB even so (packed, or
+ *     side by side at multiples of 16 bytes when the precisions differ) the arrays go to the
+ *     launch's dynamic shared memory when the target's blocks may opt into that much
+ *     (troupe_cgen_options_t.cuda_shared_max_bytes; troupe_cgen_kernel_t.dynamic_shared_bytes:
+ *     the main job's loss segment from 397 to 409 rows per replica). A segment runs on one
+ *     thread, with its arrays as arrays of that thread, only when that too is too little (the
+ *     main job's loss segment from 256 to 396 rows per replica packs). A segment is wide when a
  *     statement of it writing a non-Local array has more than 64 x 256 mapped iterations, the
  *     statements writing only its Local arrays have at most 16 x 256 iterations in all, every
  *     statement writing a non-Local array is a nest with mapped loops writing no Local array,
@@ -287,6 +291,12 @@ typedef struct troupe_cgen_kernel {
      * it writes agrees with the interpreter within rounding, not bit for bit (it is bitwise
      * the same run to run and for any grid). */
     bool reassociates;
+    /* Bytes of dynamic shared memory every launch must give it (cudaLaunchKernel's sharedMem),
+     * 0 for none: a segment whose Local arrays need more than the 48 KiB of static shared
+     * memory any block gets, and at most troupe_cgen_options_t.cuda_shared_max_bytes, holds
+     * them there (TROUPE_DYN_SHARED in the prelude). Over 48 KiB the kernel's
+     * cudaFuncAttributeMaxDynamicSharedMemorySize must be raised to it first. */
+    uint32_t dynamic_shared_bytes;
 } troupe_cgen_kernel_t;
 
 typedef enum troupe_cgen_step_kind {
@@ -385,6 +395,25 @@ typedef struct troupe_cgen_result {
 TROUPE_MUST_USE troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc,
                                                  troupe_cgen_dialect_t dialect,
                                                  troupe_cgen_result_t **out);
+
+/* What a target can take beyond what every target of a dialect can (troupe_cgen_emit_with).
+ * Zero-initialise, then set what is known; zero fields mean the portable default. */
+typedef struct troupe_cgen_options {
+    /* CUDA: bytes of shared memory one block may use on every device the code will run on
+     * (the least cudaDevAttrMaxSharedMemoryPerBlockOptin of them, devices/cuda/module.c takes
+     * off what the code declares statically besides); 0 or anything below 48 KiB means
+     * 48 KiB, what every block gets without opting in. A segment whose Local arrays need
+     * more than 48 KiB and at most this runs on one block with them in dynamic shared memory
+     * (troupe_cgen_kernel_t.dynamic_shared_bytes); past it, on one thread. */
+    int64_t cuda_shared_max_bytes;
+} troupe_cgen_options_t;
+
+/* troupe_cgen_emit for a known target: `opts` (NULL: all defaults, as troupe_cgen_emit)
+ * is part of what the result depends on; the same errors. */
+TROUPE_MUST_USE troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc,
+                                                      troupe_cgen_dialect_t dialect,
+                                                      const troupe_cgen_options_t *opts,
+                                                      troupe_cgen_result_t **out);
 
 /* Frees a result and releases its node references. Accepts NULL; sets *result_p to NULL. */
 void troupe_cgen_result_destroy(troupe_cgen_result_t **result_p);

@@ -59,7 +59,10 @@ static const char s_core_cuda[] =
     "#define TROUPE_INF_F __int_as_float(0x7f800000)\n"
     "#define TROUPE_NAN_F __int_as_float(0x7fc00000)\n"
     "#define TROUPE_INF_D __longlong_as_double(0x7ff0000000000000LL)\n"
-    "#define TROUPE_NAN_D __longlong_as_double(0x7ff8000000000000LL)\n";
+    "#define TROUPE_NAN_D __longlong_as_double(0x7ff8000000000000LL)\n"
+    "#ifndef TROUPE_DYN_SHARED\n"
+    "#define TROUPE_DYN_SHARED(name) extern __shared__ __align__(16) unsigned char name[]\n"
+    "#endif\n";
 
 const char *troupe__cgen_core(troupe_cgen_dialect_t dialect)
 {

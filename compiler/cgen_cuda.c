@@ -1250,11 +1250,13 @@ typedef struct s_plan {
 } s_plan_t;
 
 /* Shared memory a kernel of several parts may declare (a block gets 48 KiB without opting in;
- * the rest is left to the compiler). Local arrays beyond it run on one thread. */
+ * the rest is left to the compiler). */
 #define S_SHARED_MAX (44 * 1024)
-/* A segment alone in its kernel may take all the static shared memory a block gets (48 KiB):
- * nothing joins a launch past S_SHARED_MAX. */
-#define S_SEGMENT_SHARED_MAX (48 * 1024)
+/* A segment alone in its kernel may take all the static shared memory a block gets
+ * (TROUPE__CGEN_STATIC_SHARED_MAX, 48 KiB), and past it, as dynamic shared memory, what the
+ * target allows (troupe__cgen_cuda_shared_max: troupe_cgen_options_t); nothing joins a launch
+ * past S_SHARED_MAX. Local arrays beyond that run on one thread. */
+#define S_DYN_ALIGN 16 /* byte alignment of each array in dynamic shared memory */
 /* The most iterations of a map or elements of a zeroing that a segment's block takes over
  * (64 per thread) to save their launch. */
 #define S_ABSORB_MAX_ITERS (64 * S_BLOCK_THREADS)
@@ -1512,17 +1514,18 @@ out:
     return st;
 }
 
-/* Packs segment sg's Local arrays when, side by side, they pass the shared memory a block gets
- * (S_SEGMENT_SHARED_MAX) and all share one precision: arrays whose uses (from their first statement to
- * their last) do not overlap take the same elements of one pool (first fit, in order of first
- * use, each at a multiple of 4 elements), each zeroed just before its first statement instead
- * of all at the start. The main job's loss segment at 256 rows per replica held 48 KiB of
- * Local arrays (the logits, their shifted and exponentiated copies, dz3, w3 transposed: 10 KiB
- * each) and so ran on one GPU thread; no more than 31 KiB of them are in use at once. When
- * the pool fits, sg->bytes becomes its size; else nothing changes. */
-static troupe_status_t s_pack_segment(s_plan_t *p, s_segment_t *sg)
+/* Packs segment sg's Local arrays when, side by side, they pass the static shared memory a
+ * block gets (TROUPE__CGEN_STATIC_SHARED_MAX) and all share one precision: arrays whose uses (from
+ * their first statement to their last) do not overlap take the same elements of one pool (first
+ * fit, in order of first use, each at a multiple of 4 elements), each zeroed just before its first
+ * statement instead of all at the start. The main job's loss segment at 256 rows per replica held
+ * 48 KiB of Local arrays (the logits, their shifted and exponentiated copies, dz3, w3 transposed:
+ * 10 KiB each) and so ran on one GPU thread; no more than 31 KiB of them are in use at once. When
+ * the pool fits in what a block may have (troupe__cgen_cuda_shared_max), sg->bytes becomes its
+ * size; else nothing changes. */
+static troupe_status_t s_pack_segment(troupe__cgen_t *g, s_plan_t *p, s_segment_t *sg)
 {
-    if (sg->bytes <= S_SEGMENT_SHARED_MAX || sg->nlocals < 2 || sg->wide_blocks > 0)
+    if (sg->bytes <= TROUPE__CGEN_STATIC_SHARED_MAX || sg->nlocals < 2 || sg->wide_blocks > 0)
         return TROUPE_OK;
     for (size_t k = 1; k < sg->nlocals; k++)
         if (sg->locals[k]->prec != sg->locals[0]->prec)
@@ -1589,8 +1592,12 @@ static troupe_status_t s_pack_segment(s_plan_t *p, s_segment_t *sg)
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
                "cgen cuda: a segment's %zu Local arrays (%" PRId64 " bytes side by side) %s in "
                "%" PRId64 " bytes of shared memory when packed by their uses",
-               nl, sg->bytes, bytes <= S_SEGMENT_SHARED_MAX ? "fit" : "still do not fit", bytes);
-    if (bytes > S_SEGMENT_SHARED_MAX)
+               nl, sg->bytes,
+               bytes <= TROUPE__CGEN_STATIC_SHARED_MAX    ? "fit"
+               : bytes <= troupe__cgen_cuda_shared_max(g) ? "fit (dynamic shared memory)"
+                                                          : "still do not fit",
+               bytes);
+    if (bytes > troupe__cgen_cuda_shared_max(g))
         goto out;
     sg->packed = true;
     sg->pool_elems = pool;
@@ -1607,6 +1614,34 @@ out:
     return st;
 }
 
+/* Byte offset of Local array k of a segment that is not packed, in dynamic shared memory (k =
+ * nlocals: the bytes of them all): side by side in order, each at a multiple of S_DYN_ALIGN. */
+static int64_t s_dyn_offset(const s_segment_t *sg, size_t k)
+{
+    int64_t at = 0;
+    for (size_t i = 0; i < k; i++) {
+        at += troupe_tnode_num_elems(sg->locals[i]) *
+              (int64_t)troupe_prec_size_bytes(sg->locals[i]->prec);
+        at = (at + S_DYN_ALIGN - 1) / S_DYN_ALIGN * S_DYN_ALIGN;
+    }
+    return at;
+}
+
+/* Shared memory segment sg's Local arrays take in a block: their bytes (its pool when packed)
+ * when that fits in static shared memory, else their layout in dynamic shared memory. */
+static int64_t s_segment_shared_bytes(const s_segment_t *sg)
+{
+    if (sg->bytes <= TROUPE__CGEN_STATIC_SHARED_MAX || sg->packed)
+        return sg->bytes;
+    return s_dyn_offset(sg, sg->nlocals);
+}
+
+/* Whether a block holds segment sg's Local arrays in dynamic shared memory (beyond 48 KiB). */
+static bool s_segment_dynamic(const s_segment_t *sg)
+{
+    return s_segment_shared_bytes(sg) > TROUPE__CGEN_STATIC_SHARED_MAX;
+}
+
 /* The units of the routine, in order: a segment is one unit (BLOCK when its Local arrays fit in
  * shared memory, else SEQ); outside segments, each GEMM window, refused product, block-level
  * reduction, mapped nest and ZERO_OUT is one, and consecutive sequential statements are one
@@ -1620,14 +1655,15 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
         size_t seg_from = seg < p->nsegs ? p->segs[seg].first : p->nitems;
         if (i == seg_from) {
             const s_segment_t *sg = &p->segs[seg];
-            bool block = sg->bytes <= S_SEGMENT_SHARED_MAX;
-            s_unit_t *u = s_new_unit(p, sg->wide_blocks > 0 ? S_U_WIDE
-                                        : block             ? S_U_BLOCK
-                                                            : S_U_SEQ,
+            bool block = s_segment_shared_bytes(sg) <= troupe__cgen_cuda_shared_max(g);
+            s_unit_t *u = s_new_unit(p,
+                                     sg->wide_blocks > 0 ? S_U_WIDE
+                                     : block             ? S_U_BLOCK
+                                                         : S_U_SEQ,
                                      sg->first, sg->last - sg->first + 1);
             if (u != NULL) {
                 u->seg = seg;
-                u->shared_bytes = block ? sg->bytes : 0;
+                u->shared_bytes = block ? s_segment_shared_bytes(sg) : 0;
                 u->vblocks = sg->wide_blocks > 0 ? sg->wide_blocks : 1;
             }
             seq = NULL;
@@ -1809,10 +1845,21 @@ static void s_plan_groups(s_plan_t *p)
 }
 
 /* Declarations of a segment's Local arrays at `in`: in shared memory (zeroed by the block's
- * threads, then a barrier), else in the thread, zero-filled. */
+ * threads, then a barrier; past 48 KiB in the launch's dynamic shared memory, hz_dyn), else in
+ * the thread, zero-filled. */
 static void s_put_segment_locals(troupe__cgen_t *g, const s_segment_t *sg, bool shared,
                                  troupe__strbuf_t *b, int in)
 {
+    bool dyn = shared && s_segment_dynamic(sg);
+    if (dyn) {
+        troupe__strbuf_repeat(b, "    ", in);
+        troupe__strbuf_printf(b,
+                              "/* %" PRId64 " bytes of Local arrays: in the launch's dynamic "
+                              "shared memory. */\n",
+                              s_segment_shared_bytes(sg));
+        troupe__strbuf_repeat(b, "    ", in);
+        troupe__strbuf_puts(b, "TROUPE_DYN_SHARED(hz_dyn);\n");
+    }
     if (shared && sg->packed) { /* s_pack_segment: one pool, each array zeroed at first use */
         const char *ty = troupe_prec_c_type(sg->locals[0]->prec);
         troupe__strbuf_repeat(b, "    ", in);
@@ -1820,7 +1867,10 @@ static void s_put_segment_locals(troupe__cgen_t *g, const s_segment_t *sg, bool 
                               "/* The Local arrays share one pool: those whose uses do not "
                               "overlap share elements. */\n");
         troupe__strbuf_repeat(b, "    ", in);
-        troupe__strbuf_printf(b, "__shared__ %s seg_pool[%" PRId64 "];\n", ty, sg->pool_elems);
+        if (dyn)
+            troupe__strbuf_printf(b, "%s *const seg_pool = (%s *)hz_dyn;\n", ty, ty);
+        else
+            troupe__strbuf_printf(b, "__shared__ %s seg_pool[%" PRId64 "];\n", ty, sg->pool_elems);
         for (size_t k = 0; k < sg->nlocals; k++) {
             troupe__strbuf_repeat(b, "    ", in);
             troupe__strbuf_printf(b, "%s *const %s = seg_pool + %" PRId64 ";\n", ty,
@@ -1831,6 +1881,12 @@ static void s_put_segment_locals(troupe__cgen_t *g, const s_segment_t *sg, bool 
     for (size_t k = 0; k < sg->nlocals; k++) {
         const troupe_tnode_t *tn = sg->locals[k];
         troupe__strbuf_repeat(b, "    ", in);
+        if (dyn) {
+            const char *ty = troupe_prec_c_type(tn->prec);
+            troupe__strbuf_printf(b, "%s *const %s = (%s *)(hz_dyn + %" PRId64 ");\n", ty,
+                                  troupe__cgen_node_ident(g, tn), ty, s_dyn_offset(sg, k));
+            continue;
+        }
         troupe__strbuf_printf(b, "%s%s %s[%" PRId64 "]%s;\n", shared ? "__shared__ " : "",
                               troupe_prec_c_type(tn->prec), troupe__cgen_node_ident(g, tn),
                               troupe_tnode_num_elems(tn),
@@ -1945,6 +2001,9 @@ static troupe_status_t s_put_horizontal(troupe__cgen_t *g, troupe_cgen_result_t 
         all_seq = all_seq && u->kind == S_U_SEQ;
         if (u->kind == S_U_REDUCE && s_reduce_reassociates(&u->red))
             k->reassociates = true;
+        if (u->kind == S_U_BLOCK && s_segment_dynamic(&p->segs[u->seg]) &&
+            s_segment_shared_bytes(&p->segs[u->seg]) > (int64_t)k->dynamic_shared_bytes)
+            k->dynamic_shared_bytes = (uint32_t)s_segment_shared_bytes(&p->segs[u->seg]);
     }
     size_t nparts = gr->serial ? 1 : gr->n;
     k->extent[0] = v;
@@ -2089,7 +2148,7 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
     for (size_t i = 0; i < p.nsegs && st == TROUPE_OK; i++)
         st = s_widen_segment(g, &p, &p.segs[i]);
     for (size_t i = 0; i < p.nsegs && st == TROUPE_OK; i++)
-        st = s_pack_segment(&p, &p.segs[i]);
+        st = s_pack_segment(g, &p, &p.segs[i]);
     if (st != TROUPE_OK || (st = s_plan_units(g, r, &p)) != TROUPE_OK)
         goto out;
     s_plan_groups(&p);

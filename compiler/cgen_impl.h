@@ -77,6 +77,12 @@ void troupe__cgen_put_access(troupe__cgen_t *g, troupe__strbuf_t *b, const troup
 troupe_status_t troupe__cgen_emit_stmt(troupe__cgen_t *g, const troupe_ll_t *s, int indent,
                                        troupe__strbuf_t *out);
 
+/* The static shared memory every CUDA block may declare without opting in (48 KiB). */
+#define TROUPE__CGEN_STATIC_SHARED_MAX (48 * 1024)
+/* The shared memory one block of this emission may use: troupe_cgen_options_t.
+ * cuda_shared_max_bytes, at least TROUPE__CGEN_STATIC_SHARED_MAX. */
+int64_t troupe__cgen_cuda_shared_max(const troupe__cgen_t *g);
+
 /* Tests only: whether the CUDA target lets independent statements share a kernel (default
  * true; compiler/cgen_cuda.c). Off, each statement keeps a launch of its own, so a test can
  * count what the sharing saves. Not thread-safe against concurrent emission. */

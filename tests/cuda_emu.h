@@ -11,7 +11,8 @@
  * (ucontext: makecontext/swapcontext on small stacks): a thread runs until it reaches the
  * barrier or ends, then the next thread of the block runs (in thread order, or reversed), and
  * no thread passes a barrier before every thread of its block has reached it. __shared__
- * arrays are `static` in the emulated unit: one copy, which the blocks (run one at a time)
+ * arrays (and the dynamic shared memory of TROUPE_DYN_SHARED, 256 KiB) are `static` in the
+ * emulated unit: one copy, which the blocks (run one at a time)
  * share like a block's shared memory; nothing resets it between blocks, as nothing
  * initialises shared memory on a GPU. A barrier some threads of a block reach while others
  * have ended (divergent __syncthreads, undefined in CUDA) makes emu_<kernel> return nonzero.
@@ -118,6 +119,8 @@ static const char s_emu_header[] =
     "#include <stdlib.h>\n"
     "#include <ucontext.h>\n"
     "#define __shared__ static\n"
+    "#define TROUPE_DYN_SHARED(name) static __attribute__((aligned(16))) unsigned char "
+    "name[256 * 1024]\n"
     "#define __syncthreads() troupe_emu_sync()\n"
     "enum { TROUPE_EMU_READY, TROUPE_EMU_AT_BARRIER, TROUPE_EMU_DONE };\n"
     "struct troupe_emu_fiber { ucontext_t uc; char *stack; int state; unsigned tx, ty; };\n"

@@ -322,6 +322,10 @@ static void s_emu_args(const troupe_cgen_result_t *res, const s_run_t *r, void *
     }
 }
 
+/* The options every CUDA emission of this file uses (NULL: the defaults); a test that sets it
+ * puts NULL back before it ends. */
+static const troupe_cgen_options_t *s_cuda_opts;
+
 /* Runs the CUDA dialect of proc emulated on the host, from the inputs `orig`, under both
  * emulation shapes, and checks it gives bit for bit what the C dialect gave (r->data, equal to
  * the interpreter); each GEMM step is also computed from its call description and checked
@@ -331,8 +335,8 @@ static void s_emu_check(const troupe_ll_proc_t *proc, const s_run_t *r, void *co
     if (!troupe_emu_available())
         return;
     troupe_cgen_result_t *res = NULL;
-    cr_assert_eq(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res), TROUPE_OK, "emit: %s",
-                 troupe_last_error());
+    cr_assert_eq(troupe_cgen_emit_with(proc, TROUPE_CGEN_CUDA, s_cuda_opts, &res), TROUPE_OK,
+                 "emit: %s", troupe_last_error());
     troupe_emu_t e;
     troupe_emu_open(res, &e);
     void *data[S_MAX_BINDS], *first[S_MAX_BINDS], *ptrs[32], *args[32];
@@ -441,8 +445,8 @@ static void s_nvrtc_check(const troupe_ll_proc_t *proc)
 #if TROUPE_HAVE_CUDA
     troupe_cgen_result_t *res = NULL;
     char *ptx = NULL, *log = NULL, entry[256];
-    cr_assert_eq(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res), TROUPE_OK, "emit: %s",
-                 troupe_last_error());
+    cr_assert_eq(troupe_cgen_emit_with(proc, TROUPE_CGEN_CUDA, s_cuda_opts, &res), TROUPE_OK,
+                 "emit: %s", troupe_last_error());
     cr_assert_null(res->entry_name);
     troupe_status_t st = troupe_nvrtc_compile(res->source, proc->name, "compute_80", &ptx, &log);
     if (st != TROUPE_OK)
@@ -1686,7 +1690,8 @@ Test(cgen, assign_lowered_and_optimized)
 static troupe_cgen_result_t *s_cuda(const troupe_ll_proc_t *p)
 {
     troupe_cgen_result_t *res = NULL;
-    cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_CUDA, &res), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(troupe_cgen_emit_with(p, TROUPE_CGEN_CUDA, s_cuda_opts, &res), TROUPE_OK, "%s",
+                 troupe_last_error());
     return res;
 }
 
@@ -2969,4 +2974,99 @@ Test(cgen, cuda_segment_packs_local_arrays_by_their_uses)
     troupe_tnode_t *nodes[] = {a, out, l1, l2, l3};
     for (size_t k = 0; k < 5; k++)
         troupe_tnode_release(&nodes[k]);
+}
+
+/* A segment whose Local arrays are all in use at once and pass a block's 48 KiB of static
+ * shared memory (loc1, loc2 single and loc3 in `prec3`, 5000 elements each: packing cannot
+ * help) runs on one thread by default; given a target whose blocks may opt into more
+ * (troupe_cgen_options_t.cuda_shared_max_bytes, 96 KiB), it runs on one block of 256 threads
+ * with the arrays in the launch's dynamic shared memory (troupe_cgen_kernel_t.
+ * dynamic_shared_bytes): one pool when they share a precision (packed, 60000 bytes), else side
+ * by side at multiples of 16 bytes (80000 with loc3 double). Bit for bit C and the interpreter
+ * under both emulated grids, and NVRTC compiles it. A limit below what the arrays need leaves
+ * the one thread. */
+static void s_dyn_segment(troupe_prec_t prec3)
+{
+    const int64_t n = 5000;
+    bool dbl = prec3 == TROUPE_PREC_DOUBLE;
+    uint32_t need = dbl ? 80000u : 60000u;
+    troupe_ll_proc_t *p = s_proc("dyn_seg");
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_SINGLE, 1, n, 0);
+    troupe_tnode_t *out = s_node("out", TROUPE_PREC_SINGLE, 1, n, 0);
+    troupe_tnode_t *l[3];
+    for (int k = 0; k < 3; k++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "loc%d", k + 1);
+        l[k] = s_node(nm, k == 2 ? prec3 : TROUPE_PREC_SINGLE, 1, n, 0);
+        s_set_mode(l[k], TROUPE_MM_LOCAL);
+    }
+    int32_t i[4];
+    for (int k = 0; k < 4; k++)
+        i[k] = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *it[4];
+    /* loc_k[i] = a[i] * (k + 2); out[i] = loc1[n-1-i] + loc2[n-1-i] * loc3[n-1-i] */
+    for (int k = 0; k < 3; k++)
+        it[k] = s_for(p, i[k], n,
+                      s_set1(p, l[k], s_ix(i[k]),
+                             troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get1(p, a, s_ix(i[k])),
+                                             troupe_sc_constant(p, (double)(k + 2)))));
+    troupe_sc_t *prod =
+        troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get1(p, l[1], s_aff(-1, i[3], n - 1)),
+                        s_get1(p, l[2], s_aff(-1, i[3], n - 1)));
+    it[3] = s_for(p, i[3], n,
+                  s_set1(p, out, s_ix(i[3]),
+                         troupe_sc_binop(p, TROUPE_BINOP_ADD,
+                                         s_get1(p, l[0], s_aff(-1, i[3], n - 1)), prod)));
+    s_finish(p, troupe_ll_seq(p, 4, it));
+
+    troupe_cgen_result_t *res = s_cuda(p); /* the defaults: 48 KiB */
+    cr_expect_eq(res->nkernels, 1);
+    cr_expect(res->kernels[0].one_thread && res->kernels[0].dynamic_shared_bytes == 0,
+              "by default the segment runs on one thread");
+    troupe_cgen_result_destroy(&res);
+
+    troupe_cgen_options_t small = {.cuda_shared_max_bytes = need - 1};
+    s_cuda_opts = &small;
+    res = s_cuda(p);
+    cr_expect(res->kernels[0].one_thread && res->kernels[0].dynamic_shared_bytes == 0,
+              "a limit below %u bytes leaves it on one thread", need);
+    troupe_cgen_result_destroy(&res);
+
+    troupe_cgen_options_t big = {.cuda_shared_max_bytes = 96 * 1024};
+    s_cuda_opts = &big;
+    res = s_cuda(p);
+    cr_expect_eq(res->nkernels, 1);
+    cr_expect(!res->kernels[0].one_thread && res->kernels[0].fixed_block &&
+                  res->kernels[0].block[0] == 256,
+              "one block of 256 threads");
+    cr_expect_eq(res->kernels[0].dynamic_shared_bytes, need);
+    cr_expect_not_null(strstr(res->source, "TROUPE_DYN_SHARED(hz_dyn);"), "%s", res->source);
+    cr_expect_not_null(strstr(res->source, dbl ? "= (double *)(hz_dyn + 40000);"
+                                               : "seg_pool = (float *)hz_dyn;"),
+                       "%s", res->source);
+    troupe_cgen_result_destroy(&res);
+    float *av = malloc(sizeof(float) * (size_t)n), *ov = calloc((size_t)n, sizeof(float));
+    cr_assert(av && ov);
+    s_fill(av, (size_t)n);
+    s_run_t r = {0};
+    s_bind(&r, a, av);
+    s_bind(&r, out, ov);
+    s_run(p, &r); /* the interpreter, C, and the CUDA dialect emulated with these options */
+    cr_expect_gt(ov[0], 0.0f, "out[0] = %g", (double)ov[0]);
+    s_nvrtc_check(p);
+    s_cuda_opts = NULL;
+    free(av);
+    free(ov);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_t *nodes[] = {a, out, l[0], l[1], l[2]};
+    for (size_t k = 0; k < 5; k++)
+        troupe_tnode_release(&nodes[k]);
+}
+
+Test(cgen, cuda_segment_past_static_shared_memory_uses_dynamic_shared_memory)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    s_dyn_segment(TROUPE_PREC_SINGLE);
+    s_dyn_segment(TROUPE_PREC_DOUBLE);
 }

@@ -32,14 +32,6 @@ static void s_tmpdir(char *dir, size_t cap)
     cr_assert_not_null(mkdtemp(dir), "mkdtemp %s", dir);
 }
 
-static void s_write(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "cannot write %s", path);
-    fputs(text, f);
-    cr_assert_eq(fclose(f), 0);
-}
-
 Test(trace, off_records_and_writes_nothing)
 {
     char dir[512], path[600];
@@ -66,6 +58,14 @@ Test(trace, bad_prefix_is_an_error)
 }
 
 #if TROUPE_TEST_HAVE_JANSSON
+
+static void s_write(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0);
+}
 
 static json_t *s_load(const char *path)
 {

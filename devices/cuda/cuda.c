@@ -141,6 +141,9 @@ static troupe_status_t s_probe(troupe__cuda_dev_t *dev, int ordinal)
         e = cudaDeviceGetAttribute(&dev->async_engines, cudaDevAttrAsyncEngineCount, ordinal);
     if (e == cudaSuccess)
         e = cudaDeviceGetAttribute(&dev->compute_mode, cudaDevAttrComputeMode, ordinal);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&dev->shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                   ordinal);
     if (e != cudaSuccess)
         return troupe__cuda_fail(NULL, e, "open: properties of device %d", ordinal);
     snprintf(dev->name, sizeof dev->name, "%s", p.name);
@@ -750,11 +753,13 @@ static troupe_status_t s_launch_kernel(troupe_dqueue_t *q, troupe_dcode_t *code,
     int a = q->drv->devs[q->ordinal].arch_index;
     dim3 grid = {kn->grid[0], kn->grid[1], 1}, block = {kn->block[0], kn->block[1], 1};
     const void *fn = (const void *)code->kernels[(size_t)a * code->gen->nkernels + k];
-    cudaError_t e = cudaLaunchKernel(fn, grid, block, kargs, 0, q->stream);
+    cudaError_t e = cudaLaunchKernel(fn, grid, block, kargs, kn->dynamic_shared_bytes, q->stream);
     if (e != cudaSuccess)
-        return troupe__cuda_fail(s_qdev(q), e, "launch %s: kernel %s (grid %ux%u, block %ux%u)",
+        return troupe__cuda_fail(s_qdev(q), e,
+                                 "launch %s: kernel %s (grid %ux%u, block %ux%u, %u bytes of "
+                                 "dynamic shared memory)",
                                  code->name, kn->name, kn->grid[0], kn->grid[1], kn->block[0],
-                                 kn->block[1]);
+                                 kn->block[1], kn->dynamic_shared_bytes);
     return TROUPE_OK;
 }
 

@@ -31,6 +31,7 @@ typedef struct troupe__cuda_dev {
     int cc_major, cc_minor;
     int sm_count, async_engines;
     int compute_mode; /* cudaComputeMode */
+    int shared_optin; /* cudaDevAttrMaxSharedMemoryPerBlockOptin: bytes a block may opt into */
     size_t total_bytes;
     char arch[TROUPE__CUDA_ARCH_MAX]; /* what code is compiled for (troupe_nvrtc_arch_for) */
     int arch_index;                   /* index of arch in the driver's list of distinct ones */

@@ -216,7 +216,44 @@ static troupe_status_t s_check_kernel(troupe__cuda_driver_t *d, int ordinal,
                              "device %d (%d registers each), the plan has %llu",
                              gen->name, kn->name, fa.maxThreadsPerBlock, ordinal, fa.numRegs,
                              (unsigned long long)threads);
+    if (kn->dynamic_shared_bytes == 0)
+        return TROUPE_OK;
+    /* Its Local arrays in dynamic shared memory (compiler/cgen.h): every device of this
+     * architecture lets its blocks opt into that much, beside what the kernel declares. */
+    for (int i = 0; i < d->ndevices; i++) {
+        const troupe__cuda_dev_t *dev = &d->devs[i];
+        if (dev->arch_index != d->devs[ordinal].arch_index)
+            continue;
+        uint64_t need = (uint64_t)kn->dynamic_shared_bytes + fa.sharedSizeBytes;
+        if (need > (uint64_t)dev->shared_optin)
+            return troupe__error(TROUPE_DEVICE_ERROR,
+                                 "cuda compile %s: kernel %s needs %llu bytes of shared memory "
+                                 "per block (%u dynamic, %zu static), device %d allows %d",
+                                 gen->name, kn->name, (unsigned long long)need,
+                                 kn->dynamic_shared_bytes, fa.sharedSizeBytes, i,
+                                 dev->shared_optin);
+        e = cudaKernelSetAttributeForDevice(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)kn->dynamic_shared_bytes, i);
+        if (e != cudaSuccess)
+            return troupe__cuda_fail(&d->devs[i], e,
+                                     "compile %s: kernel %s: raising its dynamic shared memory "
+                                     "to %u bytes on device %d",
+                                     gen->name, kn->name, kn->dynamic_shared_bytes, i);
+    }
     return TROUPE_OK;
+}
+
+/* Shared memory one block of a generated kernel may use on every device of the driver: the
+ * least opt-in limit, less S_SHARED_RESERVE for what a kernel declares statically beside its
+ * dynamic shared memory (a segment's kernel declares none today; s_check_kernel checks). */
+#define S_SHARED_RESERVE 1024
+static int64_t s_shared_max(const troupe__cuda_driver_t *d)
+{
+    int64_t least = INT64_MAX;
+    for (int i = 0; i < d->ndevices; i++)
+        if (d->devs[i].shared_optin < least)
+            least = d->devs[i].shared_optin;
+    return least == INT64_MAX || least < S_SHARED_RESERVE ? 0 : least - S_SHARED_RESERVE;
 }
 
 /* Loads the image for architecture a and finds the code's kernels in it. */
@@ -268,7 +305,8 @@ troupe_status_t troupe__cuda_compile(troupe_driver_t *drv, const troupe_ll_proc_
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda compile: out of memory");
     pthread_mutex_init(&code->lock, NULL);
     code->ftz = troupe_config_flush_denormals();
-    troupe_status_t st = troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &code->gen);
+    troupe_cgen_options_t opts = {.cuda_shared_max_bytes = s_shared_max(d)};
+    troupe_status_t st = troupe_cgen_emit_with(proc, TROUPE_CGEN_CUDA, &opts, &code->gen);
     if (st != TROUPE_OK)
         goto out_code;
     const troupe_cgen_result_t *gen = code->gen;
