@@ -44,7 +44,11 @@ static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
     code->proc = proc;
     proc = NULL;
     if (!code->proc->optimized) {
-        st = troupe_ll_optimize(code->proc, NULL);
+        troupe_optimize_opts_t o;
+        troupe_optimize_opts_default(&o);
+        if (b->drv->vt->no_local_arrays)
+            o.local_max_bytes = 0;
+        st = troupe_ll_optimize(code->proc, &o);
         if (st != TROUPE_OK)
             goto out_release_code;
     }

@@ -194,6 +194,7 @@ void troupe_optimize_opts_default(troupe_optimize_opts_t *opts)
     opts->fuse_fma = true;
     opts->expand_integer_pow = true;
     opts->fold_mul_by_zero = false;
+    opts->local_max_bytes = -1;
 }
 
 const troupe_ll_traced_t *troupe_optimize_traced(const troupe_ll_proc_t *proc,
@@ -255,7 +256,7 @@ static bool s_index_nodes(troupe__opt_ctx_t *c)
 
 /* Resolves placeholders, chaining the provenance so the reason that chose the placeholder
  * stays visible (e.g. 1703: Never_virtual for repeated reads, then Local). */
-static void s_resolve(troupe_tnode_t *tn)
+static void s_resolve(troupe_tnode_t *tn, int64_t local_max_bytes)
 {
     troupe_memory_mode_t m;
     int32_t prov = 0;
@@ -266,7 +267,7 @@ static void s_resolve(troupe_tnode_t *tn)
     int64_t chained = has ? (int64_t)prov * 1000 + TROUPE_PROV_RESOLVED : TROUPE_PROV_RESOLVED;
     if (chained > INT32_MAX || chained < INT32_MIN)
         chained = TROUPE_PROV_RESOLVED;
-    troupe_tnode_default_to_most_local(tn, (int32_t)chained);
+    troupe_tnode_default_to_most_local_within(tn, (int32_t)chained, local_max_bytes);
 }
 
 static troupe_status_t s_finish(troupe__opt_ctx_t *c)
@@ -288,7 +289,7 @@ static troupe_status_t s_finish(troupe__opt_ctx_t *c)
         if (i >= 0)
             traced[k] = c->traced[i];
         traced[k].tn = tn;
-        s_resolve(tn);
+        s_resolve(tn, c->o.local_max_bytes);
         if (!troupe_tnode_is_materialized_force(tn, TROUPE_PROV_RESOLVED))
             continue;
         const troupe_ll_traced_t *tr = &traced[k];
@@ -322,7 +323,7 @@ troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc, const troupe_optimize
     else
         troupe_optimize_opts_default(&c.o);
     if (c.o.virtualize_max_visits < 0 || c.o.virtualize_max_tracing_dim < 0 ||
-        c.o.max_trace_steps < 0)
+        c.o.max_trace_steps < 0 || c.o.local_max_bytes < -1)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "troupe_ll_optimize: negative limit in the options");
     memset(&s_times, 0, sizeof s_times);

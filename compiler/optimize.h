@@ -146,6 +146,11 @@ typedef struct troupe_optimize_opts {
                                            infinite; true: always (OCANNL) */
     bool fuse_loops;                    /* true: adjacent pointwise nests over the same space
                                            become one (compiler/fuse.h; bit-exact) */
+    int64_t local_max_bytes;            /* -1: the routine's temporaries (Never_virtual nodes)
+                                           of at most TROUPE_STACK_THRESHOLD bytes become Local
+                                           (ir/memory_mode.h); otherwise this many bytes (0:
+                                           none: On_device). The backend's choice
+                                           (devices/device.h, no_local_arrays) */
 } troupe_optimize_opts_t;
 
 /* Fills *opts with the defaults listed above. */
@@ -153,7 +158,7 @@ void troupe_optimize_opts_default(troupe_optimize_opts_t *opts);
 
 /* Optimises `proc` in place (steps 1-5 above). `opts` NULL = defaults; it is copied.
  * Errors: INVALID_ARGUMENT for a NULL proc, a procedure that does not validate (the
- * validator's message), bad options (negative limits), or two distinct merge-buffer nodes
+ * validator's message), bad options (negative limits; local_max_bytes below -1), or two distinct merge-buffer nodes
  * ("at most one merge buffer per routine"); FAILED_PRECONDITION when a node's memory mode
  * contradicts what the procedure does with it (the tnode message names the node, its mode and
  * the requested one, e.g. a node set Virtual that cannot be inlined, or a Local/Virtual node

@@ -78,6 +78,13 @@ typedef struct troupe_driver_vtable {
      * completes later; only event_query tells when, and event_wait orders one queue after
      * another's event without the host (actors/async_impl.h drives such drivers). */
     bool async_queues;
+    /* true: the routines compiled for it get no Local arrays (compiler/optimize.h,
+     * local_max_bytes 0: their temporaries are device arrays). cuda: a Local array lives in one
+     * block's shared memory, so every statement from its first use to its last runs on that one
+     * block (compiler/cgen.h, segments), while a device array lets each statement take the
+     * grid; the main job's loss segment took 82 of the 117 us of a step at 128 rows per replica
+     * on an H200, 381 us at 384 rows. false (host drivers): TROUPE_STACK_THRESHOLD decides. */
+    bool no_local_arrays;
 
     /* ---- driver and devices ---- */
     troupe_status_t (*open)(troupe_driver_t **out);

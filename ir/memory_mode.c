@@ -386,8 +386,11 @@ bool troupe_tnode_get_memory_mode(troupe_tnode_t *tn, troupe_memory_mode_t *mode
 
 /* ---- placeholders and predicates --------------------------------------------------------- */
 
-static void s_default_to_most_local_locked(troupe_tnode_t *tn, int32_t provenance)
+static void s_default_to_most_local_locked(troupe_tnode_t *tn, int32_t provenance,
+                                           int64_t local_max_bytes)
 {
+    if (local_max_bytes < 0)
+        local_max_bytes = (int64_t)troupe_config_stack_threshold_bytes();
     troupe_memory_mode_kind_t k =
         tn->has_memory_mode ? tn->memory_mode.kind : TROUPE_MM_EFFECTIVELY_CONSTANT;
     troupe_memory_mode_t m;
@@ -397,9 +400,8 @@ static void s_default_to_most_local_locked(troupe_tnode_t *tn, int32_t provenanc
         break;
     case TROUPE_MM_NEVER_VIRTUAL:
     case TROUPE_MM_DEVICE_ONLY:
-        m = troupe__mm(tn->size_bytes <= troupe_config_stack_threshold_bytes()
-                           ? TROUPE_MM_LOCAL
-                           : TROUPE_MM_ON_DEVICE,
+        m = troupe__mm((int64_t)tn->size_bytes <= local_max_bytes ? TROUPE_MM_LOCAL
+                                                                 : TROUPE_MM_ON_DEVICE,
                        TROUPE_MEMTYPE_UNSET_HOSTED, TROUPE_SHARING_UNSET);
         break;
     case TROUPE_MM_MATERIALIZED:
@@ -415,8 +417,14 @@ static void s_default_to_most_local_locked(troupe_tnode_t *tn, int32_t provenanc
 
 void troupe_tnode_default_to_most_local(troupe_tnode_t *tn, int32_t provenance)
 {
+    troupe_tnode_default_to_most_local_within(tn, provenance, -1);
+}
+
+void troupe_tnode_default_to_most_local_within(troupe_tnode_t *tn, int32_t provenance,
+                                               int64_t local_max_bytes)
+{
     pthread_mutex_lock(&tn->lock);
-    s_default_to_most_local_locked(tn, provenance);
+    s_default_to_most_local_locked(tn, provenance, local_max_bytes);
     pthread_mutex_unlock(&tn->lock);
 }
 
@@ -427,7 +435,7 @@ static troupe_memory_mode_t s_snapshot(troupe_tnode_t *tn, bool force, int32_t p
                               TROUPE_SHARING_UNSET};
     pthread_mutex_lock(&tn->lock);
     if (force)
-        s_default_to_most_local_locked(tn, provenance);
+        s_default_to_most_local_locked(tn, provenance, -1);
     if (tn->has_memory_mode)
         m = tn->memory_mode;
     pthread_mutex_unlock(&tn->lock);

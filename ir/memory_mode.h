@@ -94,6 +94,10 @@ bool troupe_tnode_get_memory_mode(troupe_tnode_t *tn, troupe_memory_mode_t *mode
  * (troupe_config_stack_threshold_bytes) else On_device(Unset); Materialized ->
  * On_device(Unset). Sharing stays unset. */
 void troupe_tnode_default_to_most_local(troupe_tnode_t *tn, int32_t provenance);
+/* The same with `local_max_bytes` for the stack threshold (negative: the configured one; 0: no
+ * node becomes Local). The optimizer's, per backend (compiler/optimize.h, local_max_bytes). */
+void troupe_tnode_default_to_most_local_within(troupe_tnode_t *tn, int32_t provenance,
+                                               int64_t local_max_bytes);
 
 /* Seed predicates on the current mode, no refinement. */
 bool troupe_tnode_known_not_materialized(troupe_tnode_t *tn); /* Virtual or Local */

@@ -597,6 +597,56 @@ Test(optimize, read_twice_stays_materialized)
     troupe_ll_proc_destroy(&p);
 }
 
+/* t[i] = a[i]*2; out[i] = t[i]*t[i] again, t resolving from Never_virtual: Local under the
+ * default (TROUPE_STACK_THRESHOLD, 32 bytes pass), On_device with local_max_bytes 0 (what the
+ * cuda backend asks, devices/device.h no_local_arrays), Local again with a limit of its 32 bytes
+ * and On_device with 31; the results stay the same; a limit below -1 is refused. */
+static troupe_memory_mode_kind_t s_twice_mode(int64_t local_max_bytes)
+{
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *t = s_node("t", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *out = s_node("out", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_ll_proc_t *p = s_proc("twice_lim");
+    int32_t i = troupe_ll_proc_add_symbol(p, "i"), j = troupe_ll_proc_add_symbol(p, "j");
+    troupe_ll_t *items[2] = {
+        s_for(p, i, 4,
+              s_set1(p, t, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, a, s_i(i)), s_c(p, 2.0)))),
+        s_for(p, j, 4,
+              s_set1(p, out, s_i(j),
+                     s_bin(p, TROUPE_BINOP_MUL, s_get1(p, t, s_i(j)), s_get1(p, t, s_i(j))))),
+    };
+    s_body(p, 2, items);
+    double *before = s_run(p, &a, 1, out);
+    troupe_optimize_opts_t o;
+    troupe_optimize_opts_default(&o);
+    cr_assert_eq(o.local_max_bytes, -1, "the default follows TROUPE_STACK_THRESHOLD");
+    o.local_max_bytes = local_max_bytes;
+    s_optimize_ok(p, &o);
+    troupe_memory_mode_kind_t k = s_mode_kind(t, NULL);
+    double *after = s_run(p, &a, 1, out);
+    s_assert_same(before, after, 4);
+    free(before);
+    free(after);
+    troupe_ll_proc_destroy(&p);
+    return k;
+}
+
+Test(optimize, local_max_bytes_decides_local_arrays)
+{
+    cr_assert_eq(s_twice_mode(-1), TROUPE_MM_LOCAL);
+    cr_assert_eq(s_twice_mode(0), TROUPE_MM_ON_DEVICE);
+    cr_assert_eq(s_twice_mode(32), TROUPE_MM_LOCAL);
+    cr_assert_eq(s_twice_mode(31), TROUPE_MM_ON_DEVICE);
+    troupe_ll_proc_t *p = s_proc("bad_lim");
+    troupe_ll_t *items[1] = {troupe_ll_noop(p)};
+    s_body(p, 1, items);
+    troupe_optimize_opts_t o;
+    troupe_optimize_opts_default(&o);
+    o.local_max_bytes = -2;
+    cr_assert_eq(troupe_ll_optimize(p, &o), TROUPE_INVALID_ARGUMENT);
+    troupe_ll_proc_destroy(&p);
+}
+
 Test(optimize, simple_copy_read_twice_is_inlined)
 {
     /* t[i] = a[i] (a copy: not complex) read twice -> still inlined (inline_simple). */

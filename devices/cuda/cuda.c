@@ -930,6 +930,7 @@ static void s_event_release(troupe_driver_t *drv, troupe_devent_t *ev)
 const troupe_driver_vtable_t troupe__driver_cuda = {
     .name = S_NAME,
     .async_queues = true,
+    .no_local_arrays = true,
     .open = s_open,
     .close = s_close,
     .num_devices = s_num_devices,
