@@ -129,9 +129,11 @@
  *     side by side at multiples of 16 bytes when the precisions differ) the arrays go to the
  *     launch's dynamic shared memory when the target's blocks may opt into that much
  *     (troupe_cgen_options_t.cuda_shared_max_bytes; troupe_cgen_kernel_t.dynamic_shared_bytes:
- *     the main job's loss segment from 397 to 409 rows per replica). A segment runs on one
- *     thread, with its arrays as arrays of that thread, only when that too is too little (the
- *     main job's loss segment from 256 to 396 rows per replica packs). A segment is wide when a
+ *     the main job's loss segment from 397 to 409 rows per replica, when its temporaries are
+ *     Local: the cuda backend asks the optimizer for none, devices/device.h no_local_arrays).
+ *     A segment runs on one thread, with its arrays as arrays of that thread, only when that
+ *     too is too little (the same segment from 256 to 396 rows per replica packs). A segment
+ *     is wide when a
  *     statement of it writing a non-Local array has more than 64 x 256 mapped iterations, the
  *     statements writing only its Local arrays have at most 16 x 256 iterations in all, every
  *     statement writing a non-Local array is a nest with mapped loops writing no Local array,
