@@ -27,6 +27,13 @@ static size_t s_name_of(const troupe_tnode_t *tn, char *buf, size_t cap)
 
 /* ---- code ---------------------------------------------------------------------------------- */
 
+void troupe__routine_optimize_opts(const troupe_driver_vtable_t *vt, troupe_optimize_opts_t *o)
+{
+    troupe_optimize_opts_default(o);
+    if (vt != NULL && vt->no_local_arrays)
+        o->local_max_bytes = 0;
+}
+
 static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
                                  const troupe_asgn_comp_t *comp, troupe_code_t **out)
 {
@@ -45,9 +52,7 @@ static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
     proc = NULL;
     if (!code->proc->optimized) {
         troupe_optimize_opts_t o;
-        troupe_optimize_opts_default(&o);
-        if (b->drv->vt->no_local_arrays)
-            o.local_max_bytes = 0;
+        troupe__routine_optimize_opts(b->drv->vt, &o);
         st = troupe_ll_optimize(code->proc, &o);
         if (st != TROUPE_OK)
             goto out_release_code;

@@ -33,6 +33,7 @@
 #include "base/refcount.h"
 #include "devices/device.h"
 #include "compiler/cgen.h"
+#include "compiler/optimize.h"
 #include "ir/lowlevel.h"
 
 #include <pthread.h>
@@ -185,6 +186,10 @@ TROUPE_MUST_USE troupe_status_t troupe__context_derive(troupe_context_t *parent,
                                                        troupe_context_t **out);
 
 /* ---- routine.c ------------------------------------------------------------------------------ */
+
+/* The optimizer's options for a routine compiled for driver `vt`: the defaults, with no Local
+ * arrays for a driver that asks for none (devices/device.h, no_local_arrays: cuda). */
+void troupe__routine_optimize_opts(const troupe_driver_vtable_t *vt, troupe_optimize_opts_t *o);
 
 /* troupe_routine_run with the device lock held (STREAMING runs its consumer so). */
 TROUPE_MUST_USE troupe_status_t troupe__routine_run_locked(troupe_routine_t *r,

@@ -1782,9 +1782,10 @@ troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc, troupe_cgen_diale
 
 int64_t troupe__cgen_cuda_shared_max(const troupe__cgen_t *g)
 {
-    return g->opts.cuda_shared_max_bytes > TROUPE__CGEN_STATIC_SHARED_MAX
-               ? g->opts.cuda_shared_max_bytes
-               : TROUPE__CGEN_STATIC_SHARED_MAX;
+    int64_t v = g->opts.cuda_shared_max_bytes;
+    if (v > INT32_MAX) /* a kernel's dynamic shared bytes are a uint32_t, the attribute an int */
+        v = INT32_MAX;
+    return v > TROUPE__CGEN_STATIC_SHARED_MAX ? v : TROUPE__CGEN_STATIC_SHARED_MAX;
 }
 
 troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_dialect_t dialect,

@@ -128,11 +128,11 @@
  *     elements; each zeroed just before its first statement). Past 48 KiB even so (packed, or
  *     side by side at multiples of 16 bytes when the precisions differ) the arrays go to the
  *     launch's dynamic shared memory when the target's blocks may opt into that much
- *     (troupe_cgen_options_t.cuda_shared_max_bytes; troupe_cgen_kernel_t.dynamic_shared_bytes:
- *     the main job's loss segment from 397 to 409 rows per replica, when its temporaries are
- *     Local: the cuda backend asks the optimizer for none, devices/device.h no_local_arrays).
- *     A segment runs on one thread, with its arrays as arrays of that thread, only when that
- *     too is too little (the same segment from 256 to 396 rows per replica packs). A segment
+ *     (troupe_cgen_options_t.cuda_shared_max_bytes; troupe_cgen_kernel_t.dynamic_shared_bytes).
+ *     The main job's loss segment, when its temporaries are Local (the cuda backend asks the
+ *     optimizer for none: devices/device.h no_local_arrays), packs from 256 to 396 rows per
+ *     replica and takes dynamic shared memory from 397 to 409. A segment runs on one thread,
+ *     with its arrays as arrays of that thread, only when that too is too little. A segment
  *     is wide when a
  *     statement of it writing a non-Local array has more than 64 x 256 mapped iterations, the
  *     statements writing only its Local arrays have at most 16 x 256 iterations in all, every
@@ -402,11 +402,12 @@ TROUPE_MUST_USE troupe_status_t troupe_cgen_emit(const troupe_ll_proc_t *proc,
  * Zero-initialise, then set what is known; zero fields mean the portable default. */
 typedef struct troupe_cgen_options {
     /* CUDA: bytes of shared memory one block may use on every device the code will run on
-     * (the least cudaDevAttrMaxSharedMemoryPerBlockOptin of them, devices/cuda/module.c takes
-     * off what the code declares statically besides); 0 or anything below 48 KiB means
-     * 48 KiB, what every block gets without opting in. A segment whose Local arrays need
-     * more than 48 KiB and at most this runs on one block with them in dynamic shared memory
-     * (troupe_cgen_kernel_t.dynamic_shared_bytes); past it, on one thread. */
+     * (devices/cuda/module.c: the least cudaDevAttrMaxSharedMemoryPerBlockOptin of them, less
+     * 1 KiB kept for what a kernel declares statically besides); 0 or anything below 48 KiB
+     * means 48 KiB, what every block gets without opting in; above INT32_MAX, INT32_MAX. A
+     * segment whose Local arrays need more than 48 KiB and at most this runs on one block with
+     * them in dynamic shared memory (troupe_cgen_kernel_t.dynamic_shared_bytes); past it, on
+     * one thread. */
     int64_t cuda_shared_max_bytes;
 } troupe_cgen_options_t;
 

@@ -71,9 +71,10 @@
  *         the context's (otherwise the rounding to the scope's precision would be lost).
  *  4b. Loop fusion (fuse_loops, default true; troupe's): adjacent pointwise nests over the same
  *     iteration space become one nest (compiler/fuse.h), bit for bit the same results.
- *  5. Every node's placeholder mode is resolved (troupe_tnode_default_to_most_local, provenance
- *     old*1000+703); proc->inputs (materialized, not constant, read-only or read-before-write),
- *     proc->outputs (materialized and written), proc->merge_node are filled, sorted by id;
+ *  5. Every node's placeholder mode is resolved (troupe_tnode_default_to_most_local_within with
+ *     opts->local_max_bytes, provenance old*1000+703); proc->inputs (materialized, not
+ *     constant, read-only or read-before-write), proc->outputs (materialized and written),
+ *     proc->merge_node are filled, sorted by id;
  *     proc->optimized = true; troupe_ll_proc_validate runs last, so an optimiser bug surfaces as
  *     an error rather than as wrong code.
  *
@@ -146,8 +147,9 @@ typedef struct troupe_optimize_opts {
                                            infinite; true: always (OCANNL) */
     bool fuse_loops;                    /* true: adjacent pointwise nests over the same space
                                            become one (compiler/fuse.h; bit-exact) */
-    int64_t local_max_bytes;            /* -1: the routine's temporaries (Never_virtual nodes)
-                                           of at most TROUPE_STACK_THRESHOLD bytes become Local
+    int64_t local_max_bytes;            /* -1: the routine's temporaries (Never_virtual and
+                                           Device_only nodes, resolved here) of at most
+                                           TROUPE_STACK_THRESHOLD bytes become Local
                                            (ir/memory_mode.h); otherwise this many bytes (0:
                                            none: On_device). The backend's choice
                                            (devices/device.h, no_local_arrays) */
@@ -158,14 +160,14 @@ void troupe_optimize_opts_default(troupe_optimize_opts_t *opts);
 
 /* Optimises `proc` in place (steps 1-5 above). `opts` NULL = defaults; it is copied.
  * Errors: INVALID_ARGUMENT for a NULL proc, a procedure that does not validate (the
- * validator's message), bad options (negative limits; local_max_bytes below -1), or two distinct merge-buffer nodes
- * ("at most one merge buffer per routine"); FAILED_PRECONDITION when a node's memory mode
- * contradicts what the procedure does with it (the tnode message names the node, its mode and
- * the requested one, e.g. a node set Virtual that cannot be inlined, or a Local/Virtual node
- * read but not computed here); RESOURCE_EXHAUSTED; INTERNAL if the result fails validation
- * (an optimiser bug). On error the procedure may be partly rewritten and memory modes partly
- * refined; proc->optimized stays false. A procedure may be optimised again (its local scopes
- * are traced and kept). */
+ * validator's message), bad options (negative limits; local_max_bytes below -1), or two
+ * distinct merge-buffer nodes ("at most one merge buffer per routine"); FAILED_PRECONDITION when a
+ * node's memory mode contradicts what the procedure does with it (the tnode message names the
+ * node, its mode and the requested one, e.g. a node set Virtual that cannot be inlined, or a
+ * Local/Virtual node read but not computed here); RESOURCE_EXHAUSTED; INTERNAL if the result fails
+ * validation (an optimiser bug). On error the procedure may be partly rewritten and memory modes
+ * partly refined; proc->optimized stays false. A procedure may be optimised again (its local
+ * scopes are traced and kept). */
 TROUPE_MUST_USE troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc,
                                                    const troupe_optimize_opts_t *opts);
 

@@ -184,6 +184,12 @@ if [ -d /usr/share/datasets/fashion-mnist ] || ! want job; then
   # install here (the set-up unpacked the libraries), the build is the one above
   phase job 120 train.log env TROUPE_SKIP_INSTALL=1 TROUPE_BUILD_DIR="$build" \
     TROUPE_QUICKSTART_EPOCHS=10 "$root/deploy/quickstart.sh" &&
+    if want job && ! grep -q '^troupe quickstart: backend cuda' "$out/train.log"; then
+      # a quickstart that fell back to the CPU did not run the job on the GPU
+      echo "phase=job result=FAIL reason=quickstart-did-not-choose-cuda" >> "$summary"
+      status=1
+      false
+    fi &&
     phase job 60 train.log job_breakdown
 else
   echo "phase=job result=skipped reason=no-data-set-in-/usr/share/datasets/fashion-mnist" >> "$summary"

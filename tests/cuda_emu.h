@@ -43,6 +43,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Bytes of the emulated dynamic shared memory (TROUPE_DYN_SHARED): one static pool. */
+#define TROUPE_EMU_DYN_SHARED_BYTES (256u * 1024u)
+
 /* Runs one kernel; 0, or nonzero after a divergent barrier. */
 typedef int (*troupe_emu_fn)(void **args, unsigned gx, unsigned gy, unsigned bx, unsigned by,
                              int reverse);
@@ -120,7 +123,7 @@ static const char s_emu_header[] =
     "#include <ucontext.h>\n"
     "#define __shared__ static\n"
     "#define TROUPE_DYN_SHARED(name) static __attribute__((aligned(16))) unsigned char "
-    "name[256 * 1024]\n"
+    "name[256 * 1024]\n" /* TROUPE_EMU_DYN_SHARED_BYTES */
     "#define __syncthreads() troupe_emu_sync()\n"
     "enum { TROUPE_EMU_READY, TROUPE_EMU_AT_BARRIER, TROUPE_EMU_DONE };\n"
     "struct troupe_emu_fiber { ucontext_t uc; char *stack; int state; unsigned tx, ty; };\n"
@@ -230,6 +233,10 @@ static inline void troupe_emu_open(const troupe_cgen_result_t *res, troupe_emu_t
     e->res = res;
     cr_assert_eq(res->dialect, TROUPE_CGEN_CUDA);
     cr_assert_leq(res->nkernels, sizeof e->fns / sizeof e->fns[0]);
+    for (size_t k = 0; k < res->nkernels; k++) /* the emulated TROUPE_DYN_SHARED pool */
+        cr_assert_leq(res->kernels[k].dynamic_shared_bytes, TROUPE_EMU_DYN_SHARED_BYTES,
+                      "kernel %s wants more dynamic shared memory than the emulator has",
+                      res->kernels[k].name);
     troupe__strbuf_t b = TROUPE__STRBUF_INIT;
     const bool standins = troupe_emu_standins || TROUPE_CUDA_INCLUDE_DIR[0] == '\0';
     if (standins) {

@@ -16,6 +16,7 @@
  * None of the GPU tests has run yet (no GPU was available where this was written).
  */
 #define _POSIX_C_SOURCE 200809L
+#include "actors/runtime_impl.h"
 #include "actors/troupe.h"
 #include "base/alloc.h"
 #include "base/config.h"
@@ -477,6 +478,113 @@ Test(cuda, a_bad_static_index_is_refused_and_the_next_launch_works)
     free(xv);
     free(yv);
     s_axpb_close(&f);
+}
+
+/* The cuda driver asks for no Local arrays (devices/device.h no_local_arrays) and a routine
+ * compiled for it is optimized with local_max_bytes 0 (actors/routine.c), while the host
+ * drivers keep TROUPE_STACK_THRESHOLD's rule (-1); no device needed. */
+Test(cuda, routines_for_cuda_are_optimized_without_local_arrays)
+{
+    const troupe_driver_vtable_t *cuda = NULL, *cpu = NULL;
+    OK(troupe_driver_lookup("cuda", &cuda));
+    OK(troupe_driver_lookup("cpu", &cpu));
+    cr_assert(cuda->no_local_arrays && !cpu->no_local_arrays);
+    troupe_optimize_opts_t o;
+    troupe__routine_optimize_opts(cuda, &o);
+    cr_assert_eq(o.local_max_bytes, 0);
+    troupe__routine_optimize_opts(cpu, &o);
+    cr_assert_eq(o.local_max_bytes, -1);
+}
+
+/* A segment of explicitly Local arrays past the 48 KiB of static shared memory (three of 5000
+ * floats, all in use at once: 60000 bytes) runs through the driver on one block with them in
+ * dynamic shared memory (compiler/cgen.h: the driver passes every device's opt-in limit, raises
+ * the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize at load and gives the bytes at each
+ * launch): out[i] = l1[n-1-i] + l2[n-1-i] * l3[n-1-i] with l_k = a * (k + 1), bit for bit what
+ * the same float operations give on the host (no contraction: NVRTC --fmad=false). */
+Test(cuda, local_arrays_past_48_kib_run_in_dynamic_shared_memory)
+{
+    S_NEED_DEVICE();
+    const int64_t n = 5000;
+    troupe_ll_proc_t *p = NULL;
+    OK(troupe_ll_proc_new("dyn_local", &p));
+    troupe_tnode_t *a = rtu_vec("a", n), *out = rtu_vec("out", n), *l[3];
+    for (int k = 0; k < 3; k++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "loc%d", k + 1);
+        l[k] = rtu_vec(nm, n);
+        troupe_memory_mode_t m = {TROUPE_MM_LOCAL, TROUPE_MEMTYPE_UNSET_HOSTED,
+                                  TROUPE_SHARING_UNSET};
+        OK(troupe_tnode_update_memory_mode(l[k], m, 1));
+    }
+    troupe_ll_t *it[4];
+    for (int k = 0; k < 3; k++) {
+        int32_t i = troupe_ll_proc_add_symbol(p, NULL);
+        troupe_axis_index_t ix = troupe_idx_sym(i);
+        it[k] = troupe_ll_for(p, i, 0, n - 1,
+                              troupe_ll_set(p, l[k], &ix,
+                                            troupe_sc_binop(p, TROUPE_BINOP_MUL,
+                                                            troupe_sc_get(p, a, &ix),
+                                                            troupe_sc_constant(p, k + 1.0))),
+                              false);
+    }
+    int32_t j = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t jx = troupe_idx_sym(j), rx = troupe_idx_sym(j);
+    rx.terms[0].coeff = -1; /* n-1-j */
+    rx.offset = n - 1;
+    troupe_sc_t *v = troupe_sc_binop(
+        p, TROUPE_BINOP_ADD, troupe_sc_get(p, l[0], &rx),
+        troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, l[1], &rx),
+                        troupe_sc_get(p, l[2], &rx)));
+    it[3] = troupe_ll_for(p, j, 0, n - 1, troupe_ll_set(p, out, &jx, v), false);
+    p->body = troupe_ll_seq(p, 4, it);
+    OK(troupe_ll_proc_status(p));
+    OK(troupe_ll_proc_validate(p));
+
+    const troupe_driver_vtable_t *vt = NULL;
+    troupe_driver_t *drv = NULL;
+    OK(troupe_driver_lookup("cuda", &vt));
+    OK(troupe_driver_open(vt, &drv));
+    troupe_dcode_t *code = NULL;
+    OK(troupe_driver_compile(drv, p, &code));
+    cr_assert_eq(code->gen->nkernels, 1);
+    const troupe_cgen_kernel_t *kn = &code->gen->kernels[0];
+    cr_expect(!kn->one_thread && kn->block[0] == 256, "one block of 256 threads");
+    cr_expect_eq(kn->dynamic_shared_bytes, 60000u);
+    int64_t bytes = n * 4;
+    OK(troupe_driver_alloc_pool(drv, 0, 1, bytes, true));
+    OK(troupe_driver_alloc_pool(drv, 0, 2, bytes, true));
+    troupe_dqueue_t *q = NULL;
+    OK(troupe_driver_queue_create(drv, 0, &q));
+    float *av = malloc((size_t)bytes), *ov = malloc((size_t)bytes);
+    cr_assert(av && ov);
+    for (int64_t i = 0; i < n; i++)
+        av[i] = 0.5f + (float)(i % 97) / 64.0f;
+    OK(troupe_driver_h2d(drv, q, (troupe_buffer_loc_t){1, 0, bytes}, av, bytes));
+    troupe_karg_t args[2];
+    cr_assert_eq(code->gen->nparams, 2);
+    for (size_t k = 0; k < 2; k++)
+        args[k] = (troupe_karg_t){TROUPE_KARG_BUFFER, 0,
+                                  {code->gen->params[k].tn == a ? 1 : 2, 0, bytes}, 0};
+    OK(troupe_driver_launch(drv, q, code, args, 2));
+    OK(troupe_driver_d2h(drv, q, ov, (troupe_buffer_loc_t){2, 0, bytes}, bytes));
+    for (int64_t i = 0; i < n; i++) {
+        volatile float x = av[n - 1 - i], l2 = x * 2.0f, l3 = x * 3.0f, prod = l2 * l3;
+        float want = x * 1.0f + prod;
+        cr_assert_eq(ov[i], want, "out[%lld] = %.9g, want %.9g", (long long)i, (double)ov[i],
+                     (double)want);
+    }
+    free(av);
+    free(ov);
+    troupe_driver_queue_destroy(drv, q);
+    troupe_driver_code_release(drv, code);
+    OK(troupe_driver_free_pool(drv, 0, 1));
+    OK(troupe_driver_free_pool(drv, 0, 2));
+    troupe_driver_close(drv);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_t *nodes[] = {a, out, l[0], l[1], l[2]};
+    for (size_t k = 0; k < 5; k++)
+        troupe_tnode_release(&nodes[k]);
 }
 
 /* A kernel that faults (a trap, launched beside troupe's work) poisons the device: troupe's

@@ -3,10 +3,11 @@
  * dp_merge_*, the hyper-parameter copy dp_hyper_stage*, the optimizer dp_sgd / dp_adamw) as
  * troupe_dp_new compiles them, counted in kernels and library calls (GEMM steps) per routine.
  *
- * The routines are built on the sync backend (the optimiser runs as it does for CUDA: the
- * driver compiles the optimized procedure) at the main job's size, 128 rows per replica, two
- * streams (so the merges exist), and generated with troupe_cgen_emit(TROUPE_CGEN_CUDA). The
- * counts are asserted, so a change that stops fusing fails here.
+ * The routines are built on the sync backend with TROUPE_STACK_THRESHOLD 0, so that the
+ * optimiser makes no Local arrays, as it does for the cuda backend (devices/device.h,
+ * no_local_arrays), at the main job's size, 128 rows per replica, two streams (so the merges
+ * exist), and generated with troupe_cgen_emit(TROUPE_CGEN_CUDA). The counts are asserted, so a
+ * change that stops fusing fails here.
  *
  * Set TROUPE_TEST_KERNELS_DUMP=<dir> to write each routine's procedure and CUDA source there. */
 #define _POSIX_C_SOURCE 200809L
@@ -128,6 +129,7 @@ static void s_open(troupe_optimizer_kind_t kind, int64_t rows, bool fed, fmnist_
     OK(fmnist_mlp_init_params(mlp, 7));
     troupe_dp_model_t model;
     fmnist_mlp_dp_model(mlp, &model);
+    OK(troupe_config_set_stack_threshold_bytes(0)); /* no Local arrays, as on cuda */
     troupe_dp_config_t dc = {
         .backend = "sync",
         .streams = 2,
@@ -180,16 +182,16 @@ static s_step_t s_trainer(troupe_optimizer_kind_t kind, bool fed)
 static void s_assert_step(const s_step_t *s, bool fed)
 {
     cr_expect_eq(s->feed.kernels, fed ? 1 : 0);
-    cr_expect_eq(s->grad.library, 5);
-    cr_expect_eq(s->grad.kernels, 4);
+    cr_expect_eq(s->grad.library, 8);
+    cr_expect_eq(s->grad.kernels, 11);
     cr_expect_eq(s->grad.one_thread, 0);
     cr_expect_eq(s->merge.kernels, 6);
     cr_expect_eq(s->merge.library, 0);
     cr_expect_eq(s->hyper.kernels, 1);
     cr_expect_eq(s->opt.kernels, 1);
     cr_expect_eq(s->opt.one_thread, 0);
-    cr_expect_eq(s->total, fed ? 18 : 17);
-    cr_expect_eq(s->total_alone, (fed ? 2 : 0) + 5 + 10 + 6 + 1 + 6, "%zu", s->total_alone);
+    cr_expect_eq(s->total, fed ? 28 : 27);
+    cr_expect_eq(s->total_alone, (fed ? 2 : 0) + 8 + 22 + 6 + 1 + 6, "%zu", s->total_alone);
 }
 
 /* Every test of this file has the same .timeout: with tests of different timeouts running at
@@ -211,7 +213,7 @@ Test(kernels, main_job_adamw, .timeout = 600)
 
 /* ---- the routines run: emulated CUDA against the interpreter ------------------------------- */
 
-#define S_EMU_ROWS 64 /* the Local arrays and segments of the main job's plan, a smaller batch */
+#define S_EMU_ROWS 64 /* the main job's plan on a smaller batch */
 
 static uint64_t s_rng = 0x9E3779B97F4A7C15ull;
 
@@ -322,7 +324,7 @@ static size_t s_emulate(const troupe_ll_proc_t *proc, const char *must_have)
     return launches;
 }
 
-/* Every routine of a step, shared launches and one-block segments included. */
+/* Every routine of a step, shared launches included. */
 static void s_emulate_step(troupe_optimizer_kind_t kind)
 {
     if (!troupe_emu_available())
@@ -330,10 +332,10 @@ static void s_emulate_step(troupe_optimizer_kind_t kind)
     fmnist_mlp_t *mlp = NULL;
     troupe_dp_t *dp = NULL;
     s_open(kind, S_EMU_ROWS, true, &mlp, &dp);
-    /* the loss segment in shared memory with the passes it takes over (the plan of the main
-     * job: 9 launches); the optimizer's parts in one kernel */
+    /* the gradient routine without Local arrays (no one-block segment: 11 kernels and 8 GEMM
+     * steps at 128 rows, 19 launches at 64); the optimizer's parts in one kernel */
     s_emulate(troupe_code_proc(dp->feed_code), "2 parts over");
-    cr_expect_eq(s_emulate(troupe_code_proc(dp->seg_code[0]), "__shared__ float n"), 9);
+    cr_expect_eq(s_emulate(troupe_code_proc(dp->seg_code[0]), NULL), 19);
     s_emulate(troupe_code_proc(dp->merge_code[0]), NULL);
     s_emulate(troupe_code_proc(dp->hyper_copy_code[0]), NULL);
     s_emulate(troupe_code_proc(dp->opt_code), "6 parts over");
