@@ -930,15 +930,6 @@ static bool s_reads_only_at(const troupe_sc_t *e, const troupe_tnode_t *tn,
     }
 }
 
-static bool s_idcs_use(const troupe_tnode_t *tn, const troupe_axis_index_t *idcs, int32_t sym)
-{
-    for (int ax = 0; ax < tn->ndims; ax++)
-        for (int t = 0; t < idcs[ax].nterms; t++)
-            if (idcs[ax].terms[t].sym == sym && idcs[ax].terms[t].coeff != 0)
-                return true;
-    return false;
-}
-
 /* The SET of loop s when, in the CUDA dialect, it accumulates into one element across the
  * loop: the body is that one SET of a single- or double-precision node at indices that do not
  * use the loop's symbol, reading the node only at that element. Such a loop keeps the element
@@ -962,7 +953,7 @@ static const troupe_ll_t *s_accumulates(const s_gen_t *g, const troupe_ll_t *s)
 
     if (tn->prec != TROUPE_PREC_SINGLE && tn->prec != TROUPE_PREC_DOUBLE)
         return NULL;
-    if (s_idcs_use(tn, body->u.set.idcs, s->u.for_loop.sym))
+    if (troupe_axis_indices_use(body->u.set.idcs, tn->ndims, s->u.for_loop.sym))
         return NULL;
     return s_reads_only_at(body->u.set.value, tn, body->u.set.idcs) ? body : NULL;
 }

@@ -495,15 +495,6 @@ static troupe_status_t s_term_clean(const troupe_sc_t *e, const troupe_tnode_t *
     return a.oom ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory") : TROUPE_OK;
 }
 
-static bool s_idx_uses(const troupe_axis_index_t *idcs, int ndims, int32_t sym)
-{
-    for (int ax = 0; ax < ndims; ax++)
-        for (int t = 0; t < idcs[ax].nterms; t++)
-            if (idcs[ax].terms[t].sym == sym && idcs[ax].terms[t].coeff != 0)
-                return true;
-    return false;
-}
-
 /* Whether nest s (its mapped loops in map) is a reduction cgen.h's rule puts on a block. */
 static troupe_status_t s_plan_reduce(const troupe_ll_t *s, const s_map_t *map, s_reduce_t *red,
                                      bool *yes)
@@ -569,7 +560,7 @@ static troupe_status_t s_plan_reduce(const troupe_ll_t *s, const s_map_t *map, s
         if (red->mapped[i]) {
             red->outputs *= s_extent(red->loops[i]);
         } else {
-            if (s_idx_uses(set->u.set.idcs, o->ndims, red->loops[i]->u.for_loop.sym))
+            if (troupe_axis_indices_use(set->u.set.idcs, o->ndims, red->loops[i]->u.for_loop.sym))
                 return TROUPE_OK; /* not a reduction into O: a dependence between iterations */
             red->extent *= s_extent(red->loops[i]);
         }

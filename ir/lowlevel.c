@@ -699,6 +699,15 @@ bool troupe_axis_indices_equal(const troupe_axis_index_t *a, const troupe_axis_i
     return true;
 }
 
+bool troupe_axis_indices_use(const troupe_axis_index_t *idcs, int n, int32_t sym)
+{
+    for (int ax = 0; ax < n; ax++)
+        for (int t = 0; t < idcs[ax].nterms; t++)
+            if (idcs[ax].terms[t].sym == sym && idcs[ax].terms[t].coeff != 0)
+                return true;
+    return false;
+}
+
 bool troupe_sc_equal(const troupe_sc_t *a, const troupe_sc_t *b)
 {
     TROUPE__IR_EQUAL_START(a, b);

@@ -271,6 +271,8 @@ bool troupe_axis_index_equal(const troupe_axis_index_t *a, const troupe_axis_ind
 /* Whether the n indices a[0..n-1] and b[0..n-1] (an access's, one per axis) are equal, each as
  * troupe_axis_index_equal. */
 bool troupe_axis_indices_equal(const troupe_axis_index_t *a, const troupe_axis_index_t *b, int n);
+/* Whether any of the n indices idcs[0..n-1] has a term in `sym` with a nonzero coefficient. */
+bool troupe_axis_indices_use(const troupe_axis_index_t *idcs, int n, int32_t sym);
 /* Deep copy of a subtree into `dst` (nodes are added to dst->nodes; symbol ids kept, so the
  * caller must ensure dst has them). NULL on failure. */
 troupe_ll_t *troupe_ll_copy(troupe_ll_proc_t *dst, const troupe_ll_t *src);

@@ -563,23 +563,34 @@ Test(optimize, chain_of_virtual_nodes)
     troupe_ll_proc_destroy(&p);
 }
 
+/* t[i] = a[i]*2; out[i] = t[i]*t[i] over 4 doubles: each cell of t is read twice by a complex
+ * computation. */
+static troupe_ll_proc_t *s_twice(const char *name, troupe_tnode_t **a, troupe_tnode_t **t,
+                                 troupe_tnode_t **out)
+{
+    *a = s_node("a", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    *t = s_node("t", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    *out = s_node("out", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_ll_proc_t *p = s_proc(name);
+    int32_t i = troupe_ll_proc_add_symbol(p, "i"), j = troupe_ll_proc_add_symbol(p, "j");
+    troupe_ll_t *items[2] = {
+        s_for(p, i, 4,
+              s_set1(p, *t, s_i(i),
+                     s_bin(p, TROUPE_BINOP_MUL, s_get1(p, *a, s_i(i)), s_c(p, 2.0)))),
+        s_for(p, j, 4,
+              s_set1(p, *out, s_i(j),
+                     s_bin(p, TROUPE_BINOP_MUL, s_get1(p, *t, s_i(j)), s_get1(p, *t, s_i(j))))),
+    };
+    s_body(p, 2, items);
+    return p;
+}
+
 Test(optimize, read_twice_stays_materialized)
 {
     /* t[i] = a[i]*2; out[i] = t[i]*t[i]: each cell of t is read twice by a complex
      * computation -> Never_virtual (1), resolved to Local (small) with chained provenance. */
-    troupe_tnode_t *a = s_node("a", TROUPE_PREC_DOUBLE, 1, 4, 0);
-    troupe_tnode_t *t = s_node("t", TROUPE_PREC_DOUBLE, 1, 4, 0);
-    troupe_tnode_t *out = s_node("out", TROUPE_PREC_DOUBLE, 1, 4, 0);
-    troupe_ll_proc_t *p = s_proc("twice");
-    int32_t i = troupe_ll_proc_add_symbol(p, "i"), j = troupe_ll_proc_add_symbol(p, "j");
-    troupe_ll_t *items[2] = {
-        s_for(p, i, 4,
-              s_set1(p, t, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, a, s_i(i)), s_c(p, 2.0)))),
-        s_for(p, j, 4,
-              s_set1(p, out, s_i(j),
-                     s_bin(p, TROUPE_BINOP_MUL, s_get1(p, t, s_i(j)), s_get1(p, t, s_i(j))))),
-    };
-    s_body(p, 2, items);
+    troupe_tnode_t *a, *t, *out;
+    troupe_ll_proc_t *p = s_twice("twice", &a, &t, &out);
     double *before = s_run(p, &a, 1, out);
     s_optimize_ok(p, NULL);
     const troupe_ll_traced_t *tr = troupe_optimize_traced(p, t);
@@ -603,19 +614,8 @@ Test(optimize, read_twice_stays_materialized)
  * and On_device with 31; the results stay the same; a limit below -1 is refused. */
 static troupe_memory_mode_kind_t s_twice_mode(int64_t local_max_bytes)
 {
-    troupe_tnode_t *a = s_node("a", TROUPE_PREC_DOUBLE, 1, 4, 0);
-    troupe_tnode_t *t = s_node("t", TROUPE_PREC_DOUBLE, 1, 4, 0);
-    troupe_tnode_t *out = s_node("out", TROUPE_PREC_DOUBLE, 1, 4, 0);
-    troupe_ll_proc_t *p = s_proc("twice_lim");
-    int32_t i = troupe_ll_proc_add_symbol(p, "i"), j = troupe_ll_proc_add_symbol(p, "j");
-    troupe_ll_t *items[2] = {
-        s_for(p, i, 4,
-              s_set1(p, t, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, a, s_i(i)), s_c(p, 2.0)))),
-        s_for(p, j, 4,
-              s_set1(p, out, s_i(j),
-                     s_bin(p, TROUPE_BINOP_MUL, s_get1(p, t, s_i(j)), s_get1(p, t, s_i(j))))),
-    };
-    s_body(p, 2, items);
+    troupe_tnode_t *a, *t, *out;
+    troupe_ll_proc_t *p = s_twice("twice_lim", &a, &t, &out);
     double *before = s_run(p, &a, 1, out);
     troupe_optimize_opts_t o;
     troupe_optimize_opts_default(&o);

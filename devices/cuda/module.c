@@ -192,7 +192,9 @@ void troupe__cuda_code_release(troupe_driver_t *drv, troupe_dcode_t *code)
  * into the device's context, so an image the device cannot run (cudaErrorNoKernelImageForDevice,
  * cudaErrorUnsupportedPtxVersion: PTX newer than the driver) fails the compile, not the first
  * launch; a planned block larger than the kernel allows (its registers) fails it too, rather
- * than the launch with cudaErrorLaunchOutOfResources. The attributes are logged at debug. */
+ * than the launch with cudaErrorLaunchOutOfResources. The attributes are logged at debug. A
+ * kernel with dynamic shared memory also gets its limit raised on every device of its
+ * architecture, after checking that each allows that much beside its static shared memory. */
 static troupe_status_t s_check_kernel(troupe__cuda_driver_t *d, int ordinal,
                                       const troupe_cgen_result_t *gen, size_t k, cudaKernel_t kern)
 {
