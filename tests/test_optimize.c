@@ -644,6 +644,8 @@ Test(optimize, local_max_bytes_decides_local_arrays)
     troupe_optimize_opts_default(&o);
     o.local_max_bytes = -2;
     cr_assert_eq(troupe_ll_optimize(p, &o), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "negative limit in the options") != NULL, "%s",
+              troupe_last_error());
     troupe_ll_proc_destroy(&p);
 }
 
