@@ -472,3 +472,81 @@ out_unlock:
     *out_ctx = child;
     return TROUPE_OK;
 }
+
+troupe_status_t troupe_init_from_host_packed(troupe_context_t *ctx, size_t n,
+                                             troupe_tnode_t *const *tns, troupe_context_t **out_ctx)
+{
+    if (!ctx || !tns || !out_ctx || n == 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "init_from_host_packed: %s",
+                             n == 0 ? "no nodes" : "NULL argument");
+    *out_ctx = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe__context_check_local(ctx, "init_from_host_packed"));
+    for (size_t i = 0; i < n; i++) {
+        if (!tns[i])
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "init_from_host_packed: node %zu is NULL",
+                                 i);
+        char name[64];
+        troupe_tnode_debug_name(tns[i], name, sizeof name);
+        for (size_t j = 0; j < i; j++)
+            if (tns[j] == tns[i])
+                return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                     "init_from_host_packed: node %s given twice", name);
+        if (troupe__context_find(ctx, tns[i]))
+            return troupe__error(TROUPE_ALREADY_EXISTS,
+                                 "init_from_host_packed: the context already has node %s", name);
+        void *host = NULL;
+        if (troupe_tnode_host_array(tns[i], &host) != TROUPE_OK ||
+            !troupe_tnode_known_hosted(tns[i]))
+            return s_not_hosted(tns[i], "init_from_host_packed");
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!troupe_tnode_known_shared_cross_streams(tns[i]) &&
+            !troupe_tnode_known_non_cross_stream(tns[i]))
+            TROUPE_RETURN_IF_ERROR(troupe_tnode_update_memory_sharing(
+                tns[i], TROUPE_SHARING_PER_STREAM, S_PROV_PER_STREAM));
+    troupe__carray_t *a = troupe_calloc(n, sizeof *a);
+    if (!a)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "init_from_host_packed: out of memory");
+    troupe_device_t *dev = ctx->dev;
+    troupe_context_t *child = NULL;
+    int32_t pool = -1;
+    int64_t off = 0;
+    troupe_status_t st = TROUPE_OK;
+    pthread_mutex_lock(&dev->lock);
+    for (size_t i = 0; i < n && st == TROUPE_OK; i++) {
+        bool shared = troupe_tnode_known_shared_cross_streams(tns[i]);
+        a[i] = (troupe__carray_t){tns[i], {0, 0, (int64_t)tns[i]->size_bytes}, shared};
+        if (shared) {
+            st = troupe__shared_array(dev, tns[i], &a[i].loc);
+            continue;
+        }
+        off = (off + 63) / 64 * 64;
+        a[i].loc.offset = off;
+        off += (int64_t)tns[i]->size_bytes;
+    }
+    if (st == TROUPE_OK && off > 0)
+        st = troupe__pool_alloc(dev, off, &pool);
+    for (size_t i = 0; i < n && st == TROUPE_OK; i++) {
+        if (a[i].shared)
+            continue;
+        troupe__entry_t *e = NULL;
+        a[i].loc.pool_id = pool;
+        st = troupe__ledger_add(&dev->ledger, tns[i], a[i].loc, false, &e);
+    }
+    if (st == TROUPE_OK)
+        st = troupe__context_derive(ctx, a, n, pool, ctx->merge_node, &child);
+    if (st != TROUPE_OK && pool >= 0)
+        troupe__pool_free(dev, pool); /* and its ledger entries */
+    for (size_t i = 0; i < n && st == TROUPE_OK; i++)
+        st = troupe__from_host_locked(child, tns[i], true, NULL);
+    pthread_mutex_unlock(&dev->lock);
+    troupe_free(a);
+    if (st != TROUPE_OK) {
+        troupe_context_release(&child);
+        return st;
+    }
+    for (size_t i = 0; i < n; i++)
+        troupe__host_array_install_hooks(tns[i]);
+    *out_ctx = child;
+    return TROUPE_OK;
+}

@@ -57,6 +57,18 @@ TROUPE_MUST_USE troupe_status_t troupe_init_from_host(troupe_context_t *ctx, tro
                                                       troupe_context_t **out_ctx,
                                                       troupe_event_t **out_ev);
 
+/* troupe_init_from_host for tns[0..n) at once: the per-stream nodes' arrays packed in one
+ * zero-filled pool, in the order given, each at the next multiple of 64 bytes (the packing a
+ * linked routine gives its arrays, actors/routine.h, so nodes passed in node-id order lie as a
+ * routine's arrays of the same sizes do: parallel/ lays its parameters out like their
+ * gradients so); nodes known shared across streams get their device-wide arrays. One child
+ * context holds them all (*out_ctx). The uploads are scheduled in order on ctx's stream.
+ * Errors: INVALID_ARGUMENT (NULL, n == 0, a node given twice), and those of
+ * troupe_init_from_host, naming the node; on an error nothing is allocated. */
+TROUPE_MUST_USE troupe_status_t troupe_init_from_host_packed(troupe_context_t *ctx, size_t n,
+                                                             troupe_tnode_t *const *tns,
+                                                             troupe_context_t **out_ctx);
+
 #ifdef __cplusplus
 }
 #endif

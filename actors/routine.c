@@ -35,7 +35,7 @@ void troupe__routine_optimize_opts(const troupe_driver_vtable_t *vt, troupe_opti
 }
 
 static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
-                                 const troupe_asgn_comp_t *comp, troupe_code_t **out)
+                                 const troupe_asgn_comp_t *comp, bool fuse_fma, troupe_code_t **out)
 {
     troupe_ll_proc_t *proc = *proc_p;
     *proc_p = NULL;
@@ -53,6 +53,7 @@ static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
     if (!code->proc->optimized) {
         troupe_optimize_opts_t o;
         troupe__routine_optimize_opts(b->drv->vt, &o);
+        o.fuse_fma = o.fuse_fma && fuse_fma;
         st = troupe_ll_optimize(code->proc, &o);
         if (st != TROUPE_OK)
             goto out_release_code;
@@ -99,7 +100,18 @@ troupe_status_t troupe_compile(troupe_backend_t *b, const troupe_asgn_comp_t *co
     *out = NULL;
     troupe_ll_proc_t *proc = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_asgn_lower(comp, name, &proc));
-    return s_compile(b, &proc, comp, out);
+    return s_compile(b, &proc, comp, true, out);
+}
+
+troupe_status_t troupe_compile_unfused(troupe_backend_t *b, const troupe_asgn_comp_t *comp,
+                                       const char *name, troupe_code_t **out)
+{
+    if (!b || !comp || !name || !out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "compile_unfused: NULL argument");
+    *out = NULL;
+    troupe_ll_proc_t *proc = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_lower(comp, name, &proc));
+    return s_compile(b, &proc, comp, false, out);
 }
 
 troupe_status_t troupe_compile_proc(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
@@ -112,7 +124,7 @@ troupe_status_t troupe_compile_proc(troupe_backend_t *b, troupe_ll_proc_t **proc
         return troupe__error(TROUPE_INVALID_ARGUMENT, "compile_proc: NULL argument");
     }
     *out = NULL;
-    return s_compile(b, proc_p, NULL, out);
+    return s_compile(b, proc_p, NULL, true, out);
 }
 
 void troupe_code_retain(troupe_code_t *code)

@@ -63,6 +63,13 @@ typedef struct troupe_routine troupe_routine_t;
  * memory modes), DEVICE_ERROR (the C compiler's message), RESOURCE_EXHAUSTED. */
 TROUPE_MUST_USE troupe_status_t troupe_compile(troupe_backend_t *b, const troupe_asgn_comp_t *comp,
                                                const char *name, troupe_code_t **out);
+/* As troupe_compile, without fusing a product and a sum into one fma (compiler/optimize.h,
+ * fuse_fma): every operation of the comp rounds on its own, as C code doing the same operations
+ * in the same order does, bit for bit (parallel/'s optimizer routine and its fused update in the
+ * allreduce, parallel/dp.h). Same errors. */
+TROUPE_MUST_USE troupe_status_t troupe_compile_unfused(troupe_backend_t *b,
+                                                       const troupe_asgn_comp_t *comp,
+                                                       const char *name, troupe_code_t **out);
 /* Same from a low-level procedure, which is consumed (*proc_p nulled, also on error); it is
  * optimized unless already optimized. No node counts as embedded. */
 TROUPE_MUST_USE troupe_status_t troupe_compile_proc(troupe_backend_t *b, troupe_ll_proc_t **proc_p,

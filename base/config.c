@@ -38,6 +38,7 @@ static atomic_bool s_coll_shm;
 static atomic_int s_gemm_mode; /* troupe_gemm_mode_t */
 static atomic_int s_cuda_aware; /* troupe_cuda_aware_t */
 static atomic_int s_dp_overlap; /* troupe_dp_overlap_t */
+static atomic_bool s_dp_fused_update;
 static atomic_bool s_cuda_graphs_off; /* TROUPE_CUDA_GRAPHS=off */
 static atomic_bool s_flush_denormals;
 static atomic_size_t s_stack_threshold;
@@ -109,6 +110,7 @@ static void s_load(void)
     atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_LIBRARY);
     atomic_store(&s_cuda_aware, TROUPE_CUDA_AWARE_AUTO);
     atomic_store(&s_dp_overlap, TROUPE_DP_OVERLAP_AUTO);
+    atomic_store(&s_dp_fused_update, true);
     atomic_store(&s_cuda_graphs_off, false);
     atomic_store(&s_flush_denormals, true);
     atomic_store(&s_stack_threshold, (size_t)16384);
@@ -180,6 +182,14 @@ static void s_load(void)
             atomic_store(&s_dp_overlap, TROUPE_DP_OVERLAP_OFF);
         else
             s_bad("TROUPE_DP_OVERLAP", v, "expected auto, on or off");
+    }
+    if ((v = getenv("TROUPE_DP_FUSED_UPDATE")) != NULL) {
+        if (strcmp(v, "auto") == 0)
+            atomic_store(&s_dp_fused_update, true);
+        else if (strcmp(v, "off") == 0)
+            atomic_store(&s_dp_fused_update, false);
+        else
+            s_bad("TROUPE_DP_FUSED_UPDATE", v, "expected auto or off");
     }
     /* the graph policy (devices/graph.c) asks troupe_config_cuda_graphs_off */
     if ((v = getenv("TROUPE_CUDA_GRAPHS")) != NULL) {
@@ -384,6 +394,16 @@ void troupe_config_set_dp_overlap(troupe_dp_overlap_t mode)
     if (mode == TROUPE_DP_OVERLAP_AUTO || mode == TROUPE_DP_OVERLAP_ON ||
         mode == TROUPE_DP_OVERLAP_OFF)
         atomic_store(&s_dp_overlap, mode);
+}
+bool troupe_config_dp_fused_update(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_dp_fused_update);
+}
+void troupe_config_set_dp_fused_update(bool on)
+{
+    troupe__config_ensure_loaded();
+    atomic_store(&s_dp_fused_update, on);
 }
 bool troupe_config_gemm_library(void)
 {

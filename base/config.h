@@ -29,6 +29,7 @@
  * | TROUPE_CUDA_AWARE           | auto                                  | troupe_config_set_cuda_aware    |
  * | TROUPE_CUDA_GRAPHS          | auto                                  | troupe_driver_set_graphs |
  * | TROUPE_DP_OVERLAP           | auto                                  | troupe_config_set_dp_overlap    |
+ * | TROUPE_DP_FUSED_UPDATE      | auto                                  | troupe_config_set_dp_fused_update |
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -118,6 +119,11 @@ typedef enum troupe_dp_overlap {
     TROUPE_DP_OVERLAP_OFF,
 } troupe_dp_overlap_t;
 troupe_dp_overlap_t troupe_config_dp_overlap(void);
+/* Whether data-parallel training may fuse the optimizer step into the cross-rank allreduce
+ * (parallel/dp.h, Fused update): TROUPE_DP_FUSED_UPDATE=auto (the default: where the exchange
+ * allows it, decided in troupe_dp_new) or off (the optimizer routine after the allreduce, on
+ * every rank). */
+bool troupe_config_dp_fused_update(void);
 /* TROUPE_CUDA_GRAPHS=off (default auto): the graph policy's starting mode, which
  * troupe_driver_set_graphs (devices/device.h) overrides. */
 bool troupe_config_cuda_graphs_off(void);
@@ -178,6 +184,8 @@ void troupe_config_set_gemm_mode(troupe_gemm_mode_t mode);
 void troupe_config_set_cuda_aware(troupe_cuda_aware_t mode);
 /* An out-of-range mode is ignored. */
 void troupe_config_set_dp_overlap(troupe_dp_overlap_t mode);
+/* false: TROUPE_DP_FUSED_UPDATE=off; true: auto. */
+void troupe_config_set_dp_fused_update(bool on);
 /* on: TROUPE_GEMM_MODE_LIBRARY; off: TROUPE_GEMM_MODE_GENERATED. */
 void troupe_config_set_gemm_library(bool on);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes);

@@ -48,6 +48,8 @@
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
+static troupe_status_t s_plan_fused(troupe_dp_t *dp);
+
 static void s_name(const troupe_tnode_t *tn, char *buf, size_t cap)
 {
     troupe_tnode_debug_name(tn, buf, cap);
@@ -112,6 +114,29 @@ static troupe_status_t s_upload(troupe__dp_replica_t *r, troupe_tnode_t *tn)
     troupe_context_t *c = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_init_from_host(s_tail(r), tn, &c, NULL));
     return s_push(r, c);
+}
+
+/* Uploads, into one pool on r (troupe_init_from_host_packed), the node of each parameter
+ * (per_param[i * stride + at] for parameter i) in the order of the gradients (grads_by_id):
+ * each the size of its gradient, they lie as the gradients do in the gradient routine's pool,
+ * which the fused update needs (Fused update). `what` prefixes an error. */
+static troupe_status_t s_upload_by_grad(troupe_dp_t *dp, troupe__dp_replica_t *r,
+                                        troupe_tnode_t *const *per_param, size_t stride,
+                                        size_t at, const char *what)
+{
+    troupe_tnode_t **by_grad = troupe_calloc(dp->n_params, sizeof *by_grad);
+    if (by_grad == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+    for (size_t j = 0; j < dp->n_params; j++)
+        for (size_t i = 0; i < dp->n_params; i++)
+            if (dp->grads[i] == dp->grads_by_id[j])
+                by_grad[j] = per_param[i * stride + at];
+    troupe_context_t *c = NULL;
+    troupe_status_t st = troupe_init_from_host_packed(s_tail(r), dp->n_params, by_grad, &c);
+    troupe_free(by_grad);
+    if (st == TROUPE_OK)
+        st = s_push(r, c);
+    return st == TROUPE_OK ? TROUPE_OK : s_wrap(st, what);
 }
 
 troupe_status_t troupe__dp_await(troupe_dp_t *dp, const char *what)
@@ -586,6 +611,26 @@ static troupe_status_t s_exchange_out(troupe_dp_t *dp, s_exchange_t *x, size_t g
             .ctx = c0,
             .nodes = dp->grads_by_id + dp->seg_first[g],
         };
+        /* the optimizer step of this step fused into it (one segment: every gradient) */
+        troupe__dp_apply_arg_t arg;
+        troupe_coll_apply_t apply;
+        if (dp->fused) {
+            memset(&arg, 0, sizeof arg);
+            double h[TROUPE__DP_HYPER_COUNT];
+            troupe__dp_hyper_values(dp, dp->steps + 1, h);
+            arg.kind = (int32_t)dp->opt.kind;
+            arg.nstate = dp->nstate;
+            arg.decay = dp->opt.weight_decay != 0.0;
+            for (int k = 0; k < TROUPE__DP_HYPER_COUNT; k++)
+                arg.h[k] = (float)h[k];
+            apply = (troupe_coll_apply_t){.fn = troupe__dp_apply,
+                                          .arg = &arg,
+                                          .arg_bytes = sizeof arg,
+                                          .id = troupe__dp_apply_id(dp),
+                                          .n_side = 1 + (size_t)dp->nstate,
+                                          .side = dp->fused_side};
+            ar.apply = &apply;
+        }
         st = troupe_allreduce(&ar, &x->done[g]);
         troupe__dp_steplog_bucket(rec, g, 0, ready);
         troupe__dp_steplog_bucket(rec, g, 1, x->done[g]); /* before the stream's wait subscribes */
@@ -923,22 +968,18 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
         TROUPE_RETURN_IF_ERROR(s_plan_buckets(dp));
     }
 
-    /* parameters and inputs on every replica */
+    /* parameters and inputs on every replica; the parameters packed in one pool in the order
+     * of their gradients (grads_by_id), so that they lie as the gradients do (each the size of
+     * its gradient): the fused update then reaches them through shared memory (Fused update) */
     for (int k = 0; k < dp->n; k++) {
         troupe__dp_replica_t *r = &dp->rep[k];
-        for (size_t i = 0; i < dp->n_params; i++) {
-            troupe_status_t st = s_upload(r, dp->params[i]);
-            if (st != TROUPE_OK) {
-                s_name(dp->params[i], nm, sizeof nm);
-                char prefix[128];
-                snprintf(prefix, sizeof prefix, "dp_new: uploading parameter %s", nm);
-                return s_wrap(st, prefix);
-            }
-        }
+        TROUPE_RETURN_IF_ERROR(
+            s_upload_by_grad(dp, r, dp->params, 1, 0, "dp_new: uploading the parameters"));
+        troupe_status_t st = TROUPE_OK;
         for (size_t i = 0; i < m->n_inputs; i++) {
             if (troupe_context_has_node(s_tail(r), m->inputs[i]))
                 continue;
-            troupe_status_t st = s_upload(r, m->inputs[i]);
+            st = s_upload(r, m->inputs[i]);
             if (st != TROUPE_OK) {
                 s_name(m->inputs[i], nm, sizeof nm);
                 char prefix[128];
@@ -1030,9 +1071,14 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
                 troupe_tnode_t **slot = &dp->state[i * (size_t)dp->nstate + (size_t)s];
                 TROUPE_RETURN_IF_ERROR(s_new_hosted(
                     label, s_suffix[s], troupe__dp_state_prec(p->prec), p->ndims, p->dims, slot));
-                TROUPE_RETURN_IF_ERROR(s_upload(r0, *slot));
             }
         }
+        /* each state array in one pool per kind (m, v), in the gradients' order, laid out as
+         * the gradients are (as the parameters: Fused update) */
+        for (int s = 0; s < dp->nstate; s++)
+            TROUPE_RETURN_IF_ERROR(s_upload_by_grad(dp, r0, dp->state, (size_t)dp->nstate,
+                                                    (size_t)s, "dp_new: uploading the optimizer "
+                                                               "state"));
     }
     int64_t hdim = TROUPE__DP_HYPER_COUNT;
     TROUPE_RETURN_IF_ERROR(
@@ -1065,14 +1111,18 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     }
     troupe_asgn_comp_t *ocomp = NULL;
     TROUPE_RETURN_IF_ERROR(troupe__dp_optimizer_comp(dp, &ocomp));
-    st = troupe_compile(dp->backend, ocomp,
-                        dp->opt.kind == TROUPE_OPT_ADAMW ? "dp_adamw" : "dp_sgd", &dp->opt_code);
+    /* without fma fusion: the fused update (troupe__dp_apply) does the same operations in the
+     * same order, so both give the same bits (parallel/dp.h, Fused update) */
+    st = troupe_compile_unfused(dp->backend, ocomp,
+                                dp->opt.kind == TROUPE_OPT_ADAMW ? "dp_adamw" : "dp_sgd",
+                                &dp->opt_code);
     troupe_asgn_comp_destroy(&ocomp);
     if (st != TROUPE_OK)
         return s_wrap(st, "dp_new: compiling the optimizer");
     st = s_link(r0, dp->opt_code, &dp->opt_routine);
     if (st != TROUPE_OK)
         return s_wrap(st, "dp_new: linking the optimizer");
+    TROUPE_RETURN_IF_ERROR(s_plan_fused(dp));
 
     /* every rank starts from rank 0's parameters */
     if (dp->nranks > 1 && dp->staged) {
@@ -1099,9 +1149,11 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     s_log_form(dp);
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL,
                "dp: %d local replicas on %s (devices %d to %d), rank %d of %d, %zu parameters, "
-               "optimizer %s, allreduce %s (%zu buckets), CUDA-aware MPI %s (TROUPE_CUDA_AWARE=%s)",
+               "optimizer %s%s, allreduce %s (%zu buckets), CUDA-aware MPI %s "
+               "(TROUPE_CUDA_AWARE=%s)",
                dp->n, troupe_backend_name(dp->backend), dp->dev_of[0], dp->dev_of[dp->n - 1],
                dp->rank, dp->nranks, dp->n_params, troupe_optimizer_name(dp->opt.kind),
+               dp->fused ? " (fused into the allreduce)" : "",
                dp->nranks == 1                            ? "none (one rank)"
                : dp->staged                               ? "pipelined through host memory"
                : dp->exchange == TROUPE__DP_EXCHANGE_DIRECT ? "direct on device memory"
@@ -1196,6 +1248,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
     troupe_free(dp->seg_of_grad);
     troupe_free(dp->seg_bk);
     troupe_code_release(&dp->opt_code);
+    troupe_free(dp->fused_side);
     for (size_t i = 0; dp->merge_code && i < dp->n_params; i++)
         troupe_code_release(&dp->merge_code[i]);
     troupe_free(dp->merge_code);
@@ -1225,6 +1278,54 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
     troupe_free(dp->batch_index);
     troupe_backend_close(&dp->backend);
     troupe_free(dp);
+}
+
+/* ---- the fused update (parallel/dp.h, Fused update) ------------------------------------------ */
+
+bool troupe__dp_choose_fused(bool config_on, int nranks, troupe__dp_exchange_t exchange,
+                             size_t nseg, bool all_single, char *why, size_t cap)
+{
+    const char *no = !config_on                               ? "TROUPE_DP_FUSED_UPDATE=off"
+                     : nranks <= 1                            ? "one rank, no allreduce"
+                     : exchange != TROUPE__DP_EXCHANGE_INPLACE ? "the exchange is not in place"
+                     : nseg > 1    ? "overlap: one allreduce per segment"
+                     : !all_single ? "a parameter is not single precision"
+                                   : NULL;
+    snprintf(why, cap, "%s", no != NULL ? no : "in place, one allreduce, single precision");
+    return no == NULL;
+}
+
+/* Decides whether dp fuses its optimizer step into the allreduce, and lists the side arrays
+ * (the parameter and its states in grads_by_id's order). The same on every rank: its inputs
+ * are agreed (the exchange and the segments, s_agree_plan; the model and optimizer, dp_agree),
+ * and the fingerprint checks the rest. */
+static troupe_status_t s_plan_fused(troupe_dp_t *dp)
+{
+    bool all_single = true;
+    for (size_t i = 0; i < dp->n_params; i++)
+        all_single = all_single && dp->params[i]->prec == TROUPE_PREC_SINGLE;
+    char why[96];
+    dp->fused = troupe__dp_choose_fused(troupe_config_dp_fused_update(), dp->nranks, dp->exchange,
+                                        dp->nseg, all_single, why, sizeof why);
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL, "dp: optimizer step %s: %s",
+               dp->fused ? "fused into the allreduce" : "as a routine after the allreduce", why);
+    if (!dp->fused)
+        return TROUPE_OK;
+    size_t n = dp->n_params, nside = 1 + (size_t)dp->nstate;
+    dp->fused_side = troupe_calloc(n * nside, sizeof *dp->fused_side);
+    if (dp->fused_side == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
+    for (size_t j = 0; j < n; j++) {
+        size_t i = 0;
+        while (i < n && dp->grads[i] != dp->grads_by_id[j])
+            i++;
+        if (i == n)
+            return troupe__error(TROUPE_INTERNAL, "dp_new: gradient %zu has no parameter", j);
+        dp->fused_side[j] = dp->params[i];
+        for (int k = 0; k < dp->nstate; k++)
+            dp->fused_side[(size_t)(k + 1) * n + j] = dp->state[i * (size_t)dp->nstate + (size_t)k];
+    }
+    return TROUPE_OK;
 }
 
 /* ---- a step --------------------------------------------------------------------------------- */
@@ -1377,7 +1478,7 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
     /* 0. this step's hyper-parameters, ahead of everything else on the owner stream */
     double h[TROUPE__DP_HYPER_COUNT];
     troupe__dp_hyper_values(dp, dp->steps + 1, h);
-    if (!dp->hyper_uploaded || memcmp(h, dp->hyper_last, sizeof h) != 0) {
+    if (!dp->fused && (!dp->hyper_uploaded || memcmp(h, dp->hyper_last, sizeof h) != 0)) {
         /* only the driver writes the hyper array, so equal values mean the owner stream's
          * array will already hold them; new values go through the next staging node */
         int j = dp->hyper_next;
@@ -1409,13 +1510,17 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
     troupe_event_release(&ready);
     if (st == TROUPE_OK)
         st = s_exchange_back(dp, &x, rec);
+    if (st == TROUPE_OK && dp->fused && x.ndone > 0) /* the update ends with the allreduce */
+        troupe__dp_steplog_optimizer(rec, x.done[x.ndone - 1]);
     s_exchange_free(dp, &x);
     TROUPE_RETURN_IF_ERROR(st);
-    /* 4. the optimizer on the owner stream */
-    troupe_event_t *oev = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->opt_routine, rec != NULL ? &oev : NULL));
-    troupe__dp_steplog_optimizer(rec, oev);
-    troupe_event_release(&oev);
+    /* 4. the optimizer on the owner stream, unless the allreduce ran it */
+    if (!dp->fused) {
+        troupe_event_t *oev = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_routine_run(dp->opt_routine, rec != NULL ? &oev : NULL));
+        troupe__dp_steplog_optimizer(rec, oev);
+        troupe_event_release(&oev);
+    }
     TROUPE_RETURN_IF_ERROR(s_mark_step_end(dp, mark));
     /* 5. the new parameters to the other replicas */
     for (int k = 1; k < n; k++)
@@ -1580,6 +1685,11 @@ int troupe_dp_replica_device(const troupe_dp_t *dp, int k)
 bool troupe_dp_staged(const troupe_dp_t *dp)
 {
     return dp && dp->staged;
+}
+
+bool troupe_dp_fused_update(const troupe_dp_t *dp)
+{
+    return dp && dp->fused;
 }
 
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp)

@@ -357,6 +357,9 @@ int troupe_dp_replica_device(const troupe_dp_t *dp, int k);
  * stage_through_host, a backend without host-addressable memory, or another rank's exchange
  * differing from this one's); false with one rank or local_only, where nothing crosses ranks. */
 bool troupe_dp_staged(const troupe_dp_t *dp);
+/* Whether each step's optimizer update is fused into the cross-rank allreduce (above, Fused
+ * update): decided in troupe_dp_new, the same on every rank; false with one rank. */
+bool troupe_dp_fused_update(const troupe_dp_t *dp);
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
 /* The owner stream's context holding the current parameters (borrowed): link evaluation
  * routines to it (after troupe_dp_sync). */

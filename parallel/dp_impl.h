@@ -177,6 +177,11 @@ struct troupe_dp {
     troupe_code_t **merge_code; /* n_params, NULL when n == 1 */
     troupe_code_t *opt_code;
     troupe_routine_t *opt_routine; /* on replica 0 */
+    /* the optimizer step fused into the allreduce (troupe__dp_choose_fused): the routine is
+     * linked (it allocates the state) but not run; fused_side[s * n_params + j] is side array s
+     * (the parameter, then its states) of grads_by_id[j] */
+    bool fused;
+    troupe_tnode_t **fused_side;
 
     troupe_tnode_t *hyper; /* hosted, TROUPE__DP_HYPER_COUNT doubles */
     /* Staging ring for new hyper values: a step whose values changed writes stage j's host
@@ -207,6 +212,31 @@ struct troupe_dp {
     troupe_status_t failed; /* sticky failure of a partially scheduled step */
     char failed_msg[512];
 };
+
+/* Whether a run fuses its optimizer step into the cross-rank allreduce (parallel/dp.h, Fused
+ * update; troupe_coll_apply_t): `config_on` (TROUPE_DP_FUSED_UPDATE not off), more than one
+ * rank, the in-place exchange (the transport holds the sums where the parameters lie), one
+ * gradient routine (no overlap segments), every parameter single precision. why[cap] says
+ * which rule decided. Pure, for the tests. */
+bool troupe__dp_choose_fused(bool config_on, int nranks, troupe__dp_exchange_t exchange,
+                             size_t nseg, bool all_single, char *why, size_t cap);
+
+/* The fused update's argument (dp_optim.c): the optimizer kind and state count, whether weight
+ * decay is on, and the step's hyper-parameters (troupe__dp_hyper_values) rounded to single, as
+ * the optimizer routine uses them. */
+typedef struct troupe__dp_apply_arg {
+    int32_t kind; /* troupe_optimizer_kind_t */
+    int32_t nstate;
+    int32_t decay; /* weight_decay != 0 */
+    float h[TROUPE__DP_HYPER_COUNT];
+} troupe__dp_apply_arg_t;
+/* The fused update (troupe_coll_apply_fn): side[0] the parameter, side[1..nstate] its state
+ * (SGD: m; AdamW: m, v), sum the gradient summed over every replica; the optimizer routine's
+ * statements (dp_optim.c) element by element, in single precision, without contractions: the
+ * same values within rounding (the routine's code may fuse a product and a sum). */
+void troupe__dp_apply(const void *arg, int64_t n, const float *sum, float *const *side);
+/* Its id in the fingerprint: the optimizer kind and the state count. */
+uint64_t troupe__dp_apply_id(const troupe_dp_t *dp);
 
 /* The owner stream's last context (holds the parameters, gradients and optimizer state). */
 troupe_context_t *troupe__dp_tail(troupe_dp_t *dp, int k);

@@ -11,6 +11,7 @@
 #include "base/vec.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -298,4 +299,93 @@ troupe_status_t troupe__dp_optimizer_comp(troupe_dp_t *dp, troupe_asgn_comp_t **
     troupe_asgn_comp_set_root(b.comp, root);
     *out = b.comp;
     return TROUPE_OK;
+}
+
+/* ---- the fused update (troupe_coll_apply_t) -------------------------------------------------- */
+
+uint64_t troupe__dp_apply_id(const troupe_dp_t *dp)
+{
+    /* "dpupd" in the high bytes, then the kind and the state count */
+    return UINT64_C(0x6470757064000000) | (uint64_t)dp->opt.kind << 8 | (uint64_t)dp->nstate;
+}
+
+/* The update's loops are cloned for AVX2 and AVX-512 where GCC can (ifunc, chosen when the
+ * library loads): the build targets the baseline x86-64, whose SSE2 loop took 2.5 times the
+ * generated optimizer routine's time (-march=native) on the main job's 235,146 parameters. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define S_CLONED __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define S_CLONED
+#endif
+
+/* One loop per form, each statement of s_sgd / s_adamw per element, each operation rounded to
+ * single (the build's ISO C mode keeps GCC from contracting products and sums). `decay` and
+ * `momentum` are constants at each call, so every form compiles to its own vector loop. */
+static inline void s_apply_sgd_form(const troupe__dp_apply_arg_t *a, int64_t n,
+                                    const float *restrict g, float *restrict p,
+                                    float *restrict m, bool decay, bool momentum)
+{
+    const float inv_n = a->h[TROUPE__DP_H_INV_N], wd = a->h[TROUPE__DP_H_SGD_WD],
+                mu = a->h[TROUPE__DP_H_SGD_MOMENTUM], lr = a->h[TROUPE__DP_H_SGD_LR];
+    for (int64_t e = 0; e < n; e++) {
+        float t = g[e] * inv_n;
+        if (decay)
+            t = t + p[e] * wd;
+        if (momentum) {
+            float v = m[e] * mu;
+            v = v + t;
+            m[e] = v;
+            t = v;
+        }
+        p[e] = p[e] - t * lr;
+    }
+}
+
+S_CLONED static void s_apply_sgd(const troupe__dp_apply_arg_t *a, int64_t n, const float *g,
+                                 float *p, float *m)
+{
+    if (m != NULL && a->decay)
+        s_apply_sgd_form(a, n, g, p, m, true, true);
+    else if (m != NULL)
+        s_apply_sgd_form(a, n, g, p, m, false, true);
+    else if (a->decay)
+        s_apply_sgd_form(a, n, g, p, NULL, true, false);
+    else
+        s_apply_sgd_form(a, n, g, p, NULL, false, false);
+}
+
+S_CLONED static void s_apply_adamw(const troupe__dp_apply_arg_t *a, int64_t n, const float *restrict g,
+                          float *restrict p, float *restrict m, float *restrict v)
+{
+    const float *h = a->h;
+    const float inv_n = h[TROUPE__DP_H_INV_N], decay = h[TROUPE__DP_H_ADAM_DECAY],
+                b1 = h[TROUPE__DP_H_ADAM_B1], omb1 = h[TROUPE__DP_H_ADAM_1MB1],
+                b2 = h[TROUPE__DP_H_ADAM_B2], omb2 = h[TROUPE__DP_H_ADAM_1MB2],
+                ibc2 = h[TROUPE__DP_H_ADAM_IBC2], eps = h[TROUPE__DP_H_ADAM_EPS],
+                lr_bc1 = h[TROUPE__DP_H_ADAM_LR_BC1];
+    for (int64_t e = 0; e < n; e++) {
+        float pe = p[e] * decay; /* without weight decay, 1 - lr * 0: exactly p */
+        float t = g[e] * inv_n;
+        float me = m[e] * b1;
+        me = me + t * omb1;
+        float u = t * omb2;
+        float ve = v[e] * b2;
+        ve = ve + t * u;
+        float d = ve * ibc2;
+        d = sqrtf(d);
+        d = d + eps;
+        float r = me / d;
+        m[e] = me;
+        v[e] = ve;
+        p[e] = pe - r * lr_bc1;
+    }
+}
+
+void troupe__dp_apply(const void *arg, int64_t n, const float *sum, float *const *side)
+{
+    const troupe__dp_apply_arg_t *a = arg;
+    if (a->kind == TROUPE_OPT_ADAMW)
+        s_apply_adamw(a, n, sum, side[0], side[1], side[2]);
+    else
+        s_apply_sgd(a, n, sum, side[0], a->nstate > 0 ? side[1] : NULL);
 }

@@ -56,6 +56,7 @@ static const char *const s_names[] = {
     "TROUPE_CUDA_AWARE",
     "TROUPE_CUDA_GRAPHS",
     "TROUPE_DP_OVERLAP",
+    "TROUPE_DP_FUSED_UPDATE",
 };
 #define S_NNAMES (sizeof s_names / sizeof s_names[0])
 #define S_MAX_VARS 24

@@ -4,6 +4,10 @@ troupe_add_mpi_test(test_dp_equivalence SOURCES test_dp_equivalence.c NP 2 TIMEO
                     ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
 troupe_add_mpi_test(test_dp_repro SOURCES test_dp_repro.c NP 2 TIMEOUT 300
                     ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
+# The optimizer step fused into the allreduce (parallel/dp.h, Fused update): fused equals the
+# optimizer routine bit for bit, for SGD and AdamW with and without state and weight decay.
+troupe_add_mpi_test(test_dp_fused SOURCES test_dp_fused.c NP 2 TIMEOUT 300
+                    ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
 add_executable(test_dp_agree test_dp_agree.c)
 target_link_libraries(test_dp_agree PRIVATE troupe::troupe m)
 target_include_directories(test_dp_agree PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR})

@@ -126,6 +126,11 @@ static troupe_dp_overlap_t s_overlap;
 static int s_devices[4];
 static int s_ndevices;
 
+/* Non-NULL: s_train's optimizer settings instead of dpt_opt(kind). */
+static const troupe_optimizer_t *s_opt;
+/* What troupe_dp_fused_update said in s_train's last run. */
+static bool s_last_fused;
+
 /* Trains `steps` steps; W then b into out, the last loss into *loss. The initial parameters
  * are this rank's own (different on every rank: a distributed troupe_dp_new must broadcast
  * rank 0's), or rank 0's for a local_only run (the reference). */
@@ -136,7 +141,7 @@ static void s_train(const data_t *d, int split, int streams, bool local_only,
     s_model(&m, d, split, local_only ? 0 : troupe_cluster_rank());
     troupe_dp_config_t cfg = {.backend = s_backend,
                               .streams = streams,
-                              .optimizer = dpt_opt(kind),
+                              .optimizer = s_opt != NULL ? *s_opt : dpt_opt(kind),
                               .local_only = local_only,
                               .compress_bf16 = s_compress,
                               .devices = s_ndevices > 0 ? s_devices : NULL,
@@ -145,6 +150,7 @@ static void s_train(const data_t *d, int split, int streams, bool local_only,
                               .overlap = s_overlap};
     troupe_dp_t *dp = NULL;
     CHECK(troupe_dp_new(&cfg, &m.model, &dp));
+    s_last_fused = troupe_dp_fused_update(dp);
     /* CUDA-aware MPI forced on makes a host backend standing for device memory lend it as
      * it is (parallel/dp.h): then nothing is staged */
     bool want_staged = (s_stage || s_stage_elsewhere) && !local_only && troupe_cluster_size() > 1 &&

@@ -73,3 +73,21 @@ foreach(mode kill stuck kill-data kill-shm)
   set_tests_properties(test_transport_death_${mode}_np2 PROPERTIES TIMEOUT 60 LABELS mpi
                        PROCESSORS 2 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=5")
 endforeach()
+
+# An update fused into a device-level allreduce (troupe_coll_apply_t) on 2 and 3 ranks: through
+# shared memory when the side arrays lie as the gradients, through the MPI paths otherwise and
+# with TROUPE_COLL_SHM=0 (`off`), exact results on every rank, the refused arguments; and
+# (`mismatch`) a rank without the update: every rank fails naming it.
+troupe_add_mpi_test(test_transport_apply SOURCES test_transport_apply.c TIMEOUT 120
+                    ENV TROUPE_TIMEOUT_S=30)
+troupe_add_mpi_test(test_transport_apply SOURCES test_transport_apply.c NP 3 TIMEOUT 120
+                    ENV TROUPE_TIMEOUT_S=30)
+foreach(mode off mismatch)
+  add_test(NAME test_transport_apply_${mode}_np2
+           COMMAND ${MPIEXEC_EXECUTABLE} -n 2 ${TROUPE_MPI_LAUNCHER_ARGS}
+                   $<TARGET_FILE:test_transport_apply> ${mode})
+  set_tests_properties(test_transport_apply_${mode}_np2 PROPERTIES TIMEOUT 120 LABELS mpi
+                       PROCESSORS 2 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30")
+endforeach()
+set_tests_properties(test_transport_apply_off_np2 PROPERTIES
+                     ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30;TROUPE_COLL_SHM=0")

@@ -585,6 +585,8 @@ static const struct {
     {"TROUPE_DENORMALS", "whether routines flush subnormals: it changes results"},
     {"TROUPE_RESUME", "the checkpoint a relaunched job resumes from"},
     {"TROUPE_TIMEOUT_S", "the deadline of every wait on another rank"},
+    {"TROUPE_DP_FUSED_UPDATE", "whether the optimizer step is fused into the allreduce: it "
+                               "changes results in the last bits"},
 };
 #define S_AGREED (sizeof s_agreed / sizeof s_agreed[0])
 
@@ -620,6 +622,8 @@ static void s_agreed_value(size_t k, char *out, size_t cap)
         snprintf(out, cap, "%s", troupe_config_resume());
     else if (!strcmp(key, "TROUPE_DENORMALS"))
         snprintf(out, cap, "%s", troupe_config_flush_denormals() ? "flush" : "keep");
+    else if (!strcmp(key, "TROUPE_DP_FUSED_UPDATE"))
+        snprintf(out, cap, "%s", troupe_config_dp_fused_update() ? "auto" : "off");
     else if (!strcmp(key, "TROUPE_STACK_THRESHOLD"))
         snprintf(out, cap, "%zu", troupe_config_stack_threshold_bytes());
     else

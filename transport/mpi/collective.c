@@ -124,8 +124,22 @@ void troupe__req_free(troupe__req_t **r_p)
     troupe_event_release(&r->ev);
     troupe_free(r->tensors);
     troupe_free(r->fp);
+    troupe_free(r->apply_arg);
+    troupe_free(r->side);
     troupe_free(r);
     *r_p = NULL;
+}
+
+void troupe__req_apply_all(const troupe__req_t *r)
+{
+    if (r->apply_fn == NULL)
+        return;
+    float *side[TROUPE_COLL_APPLY_MAX_SIDE];
+    for (size_t i = 0; i < r->n; i++) {
+        for (size_t s = 0; s < r->n_side; s++)
+            side[s] = r->side[s * r->n + i];
+        r->apply_fn(r->apply_arg, r->tensors[i].count, r->tensors[i].data, side);
+    }
 }
 
 void troupe__req_finish(troupe__req_t **r_p, troupe_status_t status, const char *message)
@@ -389,8 +403,10 @@ static void s_dispatch(troupe__req_t **r_p)
     }
     troupe__req_t *r = *r_p;
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT,
-               "%s (single rank): %zu tensors, %" PRId64 " bytes, nothing to move",
-               troupe__req_kind_name(r->kind), r->n, r->bytes);
+               "%s (single rank): %zu tensors, %" PRId64 " bytes, nothing to move%s",
+               troupe__req_kind_name(r->kind), r->n, r->bytes,
+               r->apply_fn != NULL ? "; the fused update runs here" : "");
+    troupe__req_apply_all(r);
     troupe__req_finish(r_p, TROUPE_OK, NULL);
 }
 
@@ -486,9 +502,10 @@ static troupe_status_t s_lend_start(void *user, void *const *ptrs, const int64_t
     s_lend_t *l = user;
     troupe__req_t *r = l->req;
     const char *what = troupe__req_kind_name(r->kind);
-    if (n != r->n)
-        return troupe__error(TROUPE_INTERNAL, "%s: lent %zu arrays for %zu tensors", what, n, r->n);
-    for (size_t i = 0; i < n; i++) {
+    if (n != r->n * (1 + r->n_side))
+        return troupe__error(TROUPE_INTERNAL, "%s: lent %zu arrays for %zu tensors", what, n,
+                             r->n * (1 + r->n_side));
+    for (size_t i = 0; i < r->n; i++) {
         int64_t want = r->tensors[i].count * (int64_t)troupe_prec_size_bytes(r->tensors[i].prec);
         if (bytes[i] < want || (ptrs[i] == NULL && want > 0))
             return troupe__error(TROUPE_INTERNAL,
@@ -497,6 +514,17 @@ static troupe_status_t s_lend_start(void *user, void *const *ptrs, const int64_t
                                  what, i, r->tensors[i].node_id, r->tensors[i].name, bytes[i],
                                  want);
         r->tensors[i].data = ptrs[i];
+    }
+    for (size_t k = 0; k < r->n * r->n_side; k++) {
+        const troupe_coll_tensor_t *t = &r->tensors[k % r->n];
+        int64_t want = t->count * (int64_t)sizeof(float);
+        if (bytes[r->n + k] < want || (ptrs[r->n + k] == NULL && want > 0))
+            return troupe__error(TROUPE_INTERNAL,
+                                 "%s: side array %zu of tensor %zu (node %" PRId32
+                                 " '%s'): lent array of %" PRId64 " bytes, need %" PRId64,
+                                 what, k / r->n, k % r->n, t->node_id, t->name, bytes[r->n + k],
+                                 want);
+        r->side[k] = ptrs[r->n + k];
     }
     l->req = NULL;
     s_dispatch(&r);
@@ -511,9 +539,60 @@ static void s_lend_dtor(void *user)
     troupe_free(l);
 }
 
+static troupe_status_t s_lend_collective(troupe__req_kind_t kind, troupe_context_t *ctx, size_t n,
+                                         size_t nlend, troupe_tnode_t *const *tns,
+                                         troupe_reduce_op_t op, int root, unsigned flags,
+                                         const troupe_coll_apply_t *apply, troupe_event_t **out_ev);
+
+/* INVALID_ARGUMENT unless `a` (for the n nodes tns, op) meets troupe_coll_apply_t's
+ * requirements. */
+static troupe_status_t s_check_apply(const troupe_coll_apply_t *a, size_t n,
+                                     troupe_tnode_t *const *tns, troupe_reduce_op_t op)
+{
+    if (a->fn == NULL || a->id == 0 || a->side == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce: fused update without %s",
+                             a->fn == NULL ? "a function" : a->id == 0 ? "an id" : "side arrays");
+    if (a->n_side < 1 || a->n_side > TROUPE_COLL_APPLY_MAX_SIDE)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce: fused update with %zu side arrays per tensor (1..%d)",
+                             a->n_side, TROUPE_COLL_APPLY_MAX_SIDE);
+    if (a->arg_bytes > TROUPE_COLL_APPLY_MAX_ARG || (a->arg == NULL && a->arg_bytes > 0))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce: fused update argument of %zu bytes (at most %d, not NULL)",
+                             a->arg_bytes, TROUPE_COLL_APPLY_MAX_ARG);
+    if (op != TROUPE_REDUCE_SUM)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce: a fused update needs op sum, not %s",
+                             troupe_reduce_op_name(op));
+    for (size_t i = 0; i < n; i++) {
+        char label[TROUPE__FP_NAME_MAX + 1];
+        troupe_tnode_label_string(tns[i], label, sizeof label);
+        if (tns[i]->prec != TROUPE_PREC_SINGLE)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "allreduce: fused update: tensor %zu (node %" PRId32
+                                 " '%s') is %s, not single",
+                                 i, tns[i]->id, label, troupe_prec_name(tns[i]->prec));
+        for (size_t s = 0; s < a->n_side; s++) {
+            const troupe_tnode_t *sd = a->side[s * n + i];
+            if (sd == NULL || sd->prec != TROUPE_PREC_SINGLE ||
+                troupe_tnode_num_elems(sd) != troupe_tnode_num_elems(tns[i]))
+                return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                     "allreduce: fused update: side array %zu of tensor %zu (node "
+                                     "%" PRId32 " '%s') is %s",
+                                     s, i, tns[i]->id, label,
+                                     sd == NULL                          ? "NULL"
+                                     : sd->prec != TROUPE_PREC_SINGLE ? "not single"
+                                                                       : "of another size");
+        }
+    }
+    return TROUPE_OK;
+}
+
 static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_context_t *ctx, size_t n,
                                           troupe_tnode_t *const *tns, troupe_reduce_op_t op,
-                                          int root, unsigned flags, troupe_event_t **out_ev)
+                                          int root, unsigned flags,
+                                          const troupe_coll_apply_t *apply, troupe_event_t **out_ev)
 {
     const char *what = troupe__req_kind_name(kind);
     if (out_ev != NULL)
@@ -525,7 +604,28 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
     for (size_t i = 0; i < n; i++)
         if (tns[i] == NULL)
             return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: node %zu is NULL", what, i);
+    if (apply != NULL)
+        TROUPE_RETURN_IF_ERROR(s_check_apply(apply, n, tns, op));
     TROUPE_RETURN_IF_ERROR(s_check_cluster(what));
+    /* the lent arrays: the tensors, then the fused update's side arrays */
+    size_t nlend = n * (1 + (apply != NULL ? apply->n_side : 0));
+    troupe_tnode_t **lend = troupe_calloc(nlend, sizeof *lend);
+    if (lend == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+    for (size_t k = 0; k < nlend; k++)
+        lend[k] = k < n ? tns[k] : apply->side[k - n];
+    troupe_status_t st = s_lend_collective(kind, ctx, n, nlend, lend, op, root, flags, apply,
+                                           out_ev);
+    troupe_free(lend);
+    return st;
+}
+
+static troupe_status_t s_lend_collective(troupe__req_kind_t kind, troupe_context_t *ctx, size_t n,
+                                         size_t nlend, troupe_tnode_t *const *tns,
+                                         troupe_reduce_op_t op, int root, unsigned flags,
+                                         const troupe_coll_apply_t *apply, troupe_event_t **out_ev)
+{
+    const char *what = troupe__req_kind_name(kind);
 
     troupe__req_t *r = troupe__req_new(kind, n);
     if (r == NULL)
@@ -535,6 +635,19 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
     r->bf16_wire = (flags & TROUPE_COLL_BF16) != 0;
     bool lazy = (flags & TROUPE_COLL_LAZY) != 0;
     troupe_status_t st = TROUPE_OK;
+    if (apply != NULL) {
+        r->apply_fn = apply->fn;
+        r->apply_id = apply->id;
+        r->n_side = apply->n_side;
+        r->side = troupe_calloc(n * apply->n_side, sizeof *r->side);
+        r->apply_arg = troupe_calloc(1, apply->arg_bytes > 0 ? apply->arg_bytes : 1);
+        if (r->side == NULL || r->apply_arg == NULL) {
+            troupe__req_free(&r);
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+        }
+        if (apply->arg_bytes > 0)
+            memcpy(r->apply_arg, apply->arg, apply->arg_bytes);
+    }
     for (size_t i = 0; i < n; i++) {
         char label[TROUPE__FP_NAME_MAX + 1];
         troupe_tnode_label_string(tns[i], label, sizeof label);
@@ -570,14 +683,14 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
     l->req = r;
     /* On an error return the lend ran s_lend_dtor (freeing r) and did not touch `done`. */
     if ((flags & TROUPE_COLL_DEFERRED) != 0) {
-        st = troupe_lend_arrays_deferred(ctx, n, tns, s_lend_start, l, s_lend_dtor, done);
+        st = troupe_lend_arrays_deferred(ctx, nlend, tns, s_lend_start, l, s_lend_dtor, done);
         if (st == TROUPE_OK && out_ev != NULL)
             *out_ev = done; /* our reference */
         else
             troupe_event_release(&done);
         return st;
     }
-    st = troupe_lend_arrays(ctx, n, tns, s_lend_start, l, s_lend_dtor, done, out_ev);
+    st = troupe_lend_arrays(ctx, nlend, tns, s_lend_start, l, s_lend_dtor, done, out_ev);
     troupe_event_release(&done);
     return st;
 }
@@ -596,9 +709,9 @@ troupe_status_t troupe_allreduce(const troupe_allreduce_args_t *args, troupe_eve
                              args->tensors != NULL ? "both" : "neither");
     bool deferred = (args->flags & TROUPE_COLL_DEFERRED) != 0;
     if (args->tensors != NULL) {
-        if (deferred)
-            return troupe__error(TROUPE_INVALID_ARGUMENT,
-                                 "allreduce: TROUPE_COLL_DEFERRED needs the device level (ctx)");
+        if (deferred || args->apply != NULL)
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "allreduce: %s needs the device level (ctx)",
+                                 deferred ? "TROUPE_COLL_DEFERRED" : "a fused update");
         return s_host_collective(TROUPE__REQ_ALLREDUCE, args->tensors, args->n, args->op, 0,
                                  args->flags, args->after, args->n_after, out_ev);
     }
@@ -611,12 +724,12 @@ troupe_status_t troupe_allreduce(const troupe_allreduce_args_t *args, troupe_eve
                              "allreduce: out_ev is NULL with TROUPE_COLL_DEFERRED (the caller "
                              "must wait for it)");
     return s_nodes_collective(TROUPE__REQ_ALLREDUCE, args->ctx, args->n, args->nodes, args->op, 0,
-                              args->flags, out_ev);
+                              args->flags, args->apply, out_ev);
 }
 
 troupe_status_t troupe_broadcast_nodes(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
                                        int root, troupe_event_t **out_ev)
 {
     return s_nodes_collective(TROUPE__REQ_BROADCAST, ctx, n, tns, TROUPE_REDUCE_SUM, root, 0u,
-                              out_ev);
+                              NULL, out_ev);
 }

@@ -166,6 +166,46 @@ enum {
     TROUPE_COLL_DEFERRED = 1u << 2,
 };
 
+/* An elementwise update fused into a device-level allreduce (parallel/ fuses its optimizer
+ * step so: each rank updates 1/p of the parameters where the reduction leaves the sums, instead
+ * of every rank updating all of them after it; ZeRO stage 1's sharded update, Rajbhandari et al.
+ * 2020, with the state kept whole on every rank).
+ *
+ * fn(arg, n, sum, side) is called on elements [0, n) of some run of one tensor: sum[e] is the
+ * element's allreduced value (single precision, summed in the transport's order, the same bits
+ * on every rank) and side[s] (s < n_side) points at the same element of side array s of that
+ * tensor; fn reads and writes side[s][0..n) and nothing else (it may not keep the pointers).
+ * The transport calls it exactly once per element of every tensor, on runs of any length and
+ * in any order, on its engine thread or on a waiting stream's thread, and delivers the result
+ * to every rank's side arrays: through shared memory (collective.h, Algorithms) rank c runs fn
+ * on its own chunk and writes the side values it computed into every rank's copies; on the MPI
+ * paths every rank runs fn on every element after the reduction. So fn must be a pure function
+ * of (arg, sum[e], side[s][e]) per element, the same on every rank (the same build): then every
+ * rank holds the same bits, whatever the path. The tensors' own arrays hold unspecified values
+ * afterwards (this rank's, or the sums).
+ *
+ * Requirements (INVALID_ARGUMENT otherwise, naming the tensor): device level, op SUM, every
+ * tensor single precision, 1 <= n_side <= TROUPE_COLL_APPLY_MAX_SIDE, side[s * n + i] a node of
+ * ctx of single precision with tensor i's element count. The side arrays are lent with the
+ * tensors (written by the transport). `arg` (arg_bytes, at most TROUPE_COLL_APPLY_MAX_ARG) is
+ * copied into the request; `id` names the update and travels in the fingerprint: ranks that
+ * pass another id or none fail with FAILED_PRECONDITION ("fused update 0x.. on rank 0 but none
+ * on rank 1"). With shared memory, every rank's side arrays of one side index must lie as its
+ * tensors do (side s of tensor i at the same offset from side s of tensor 0 as tensor i from
+ * tensor 0) in shareable memory; otherwise the request takes the MPI path (every rank alike). */
+#define TROUPE_COLL_APPLY_MAX_SIDE 4
+#define TROUPE_COLL_APPLY_MAX_ARG 256
+typedef void (*troupe_coll_apply_fn)(const void *arg, int64_t n, const float *sum,
+                                     float *const *side);
+typedef struct troupe_coll_apply {
+    troupe_coll_apply_fn fn;
+    const void *arg;
+    size_t arg_bytes;
+    uint64_t id;                /* nonzero */
+    size_t n_side;              /* side arrays per tensor */
+    troupe_tnode_t *const *side; /* n * n_side nodes of ctx, side[s * n + i]; borrowed */
+} troupe_coll_apply_t;
+
 /* What troupe_allreduce reduces, and how. Zero-initialise, then set `n` and either the host
  * level (`tensors`) or the device level (`ctx` and `nodes`):
  *   - host level: tensors[0..n), reduced in place in the caller's buffers;
@@ -203,6 +243,9 @@ typedef struct troupe_allreduce_args {
      * fingerprint: ...", instead of after their own deadline and a liveness probe. */
     troupe_event_t *const *after;
     size_t n_after;
+    /* Device level only: an update fused into the reduction (troupe_coll_apply_t above;
+     * borrowed for the call), or NULL. */
+    const troupe_coll_apply_t *apply;
 } troupe_allreduce_args_t;
 
 /* Allreduce in place, fused (see above), the one entry point for host buffers and device

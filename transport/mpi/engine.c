@@ -819,14 +819,43 @@ static void s_log_done(troupe__req_t *r, s_rs_t *rs)
 /* Starts the fingerprint exchange with this rank's layout: whether its tensors form one span
  * (the flat plan) and, for an allreduce while shared memory is on, where that span lies in
  * shareable memory (id 0: it does not). */
+/* With r's fused update and a flat span in shareable memory: side_shm[s] locates side span s
+ * when side array s of every tensor lies as the tensors do from the first (else it stays
+ * zeroed, and the request takes the MPI path on every rank). */
+static void s_side_spans(const troupe__req_t *r, const s_rs_t *rs, troupe__shm_ref_t *side_shm)
+{
+    const char *t0 = r->tensors[0].data;
+    for (size_t s = 0; s < r->n_side; s++) {
+        const char *s0 = r->side[s * r->n];
+        bool laid = s0 != NULL;
+        for (size_t i = 1; i < r->n && laid; i++)
+            laid = (const char *)r->side[s * r->n + i] - s0 == (const char *)r->tensors[i].data - t0;
+        if (!laid || !troupe__shm_find(s0, (size_t)rs->span_bytes, &side_shm[s])) {
+            memset(side_shm, 0, TROUPE_COLL_APPLY_MAX_SIDE * sizeof *side_shm);
+            return;
+        }
+    }
+}
+
 static troupe_status_t s_fp_begin(troupe__req_t *r, s_rs_t *rs)
 {
-    troupe__shm_ref_t shm = {0};
+    troupe__shm_ref_t shm = {0}, side_shm[TROUPE_COLL_APPLY_MAX_SIDE] = {{0}};
     rs->flat = troupe__bucket_flat(r, &rs->span, &rs->span_bytes, &rs->span_cls);
     if (rs->flat && r->kind == TROUPE__REQ_ALLREDUCE && troupe__shm_coll_on() &&
         !troupe__shm_find(rs->span, (size_t)rs->span_bytes, &shm))
         memset(&shm, 0, sizeof shm);
-    return troupe__fp_exchange_start(&rs->fp, &s_a.comm, r, rs->what, rs->flat, &shm);
+    if (shm.id != 0 && r->apply_fn != NULL && rs->span == r->tensors[0].data)
+        s_side_spans(r, rs, side_shm);
+    return troupe__fp_exchange_start(&rs->fp, &s_a.comm, r, rs->what, rs->flat, &shm, side_shm);
+}
+
+/* Whether digest d located every side span of r's fused update (true without one). */
+static bool s_sides_shared(const troupe__req_t *r, const troupe__fp_digest_t *d)
+{
+    for (size_t s = 0; s < r->n_side && r->apply_fn != NULL; s++)
+        if (d->side_shm[s].id == 0)
+            return false;
+    return true;
 }
 
 /* The fingerprints agree: decides from every rank's layout (the digests) how the data moves,
@@ -835,12 +864,14 @@ static troupe_status_t s_fp_begin(troupe__req_t *r, s_rs_t *rs)
 static void s_fp_agreed(const troupe__req_t *r, s_rs_t *rs)
 {
     rs->all_flat = rs->fp.mine.flat != 0;
-    rs->use_shm = rs->all_flat && rs->fp.mine.shm.id != 0 && troupe__shm_coll_on();
+    rs->use_shm = rs->all_flat && rs->fp.mine.shm.id != 0 && troupe__shm_coll_on() &&
+                  s_sides_shared(r, &rs->fp.mine);
     for (int p = 0; p < s_a.comm.size; p++) {
         if (!troupe__req_involves(r, p, s_a.comm.rank))
             continue;
         rs->all_flat = rs->all_flat && rs->fp.peer[p].flat != 0;
-        rs->use_shm = rs->use_shm && rs->fp.peer[p].shm.id != 0;
+        rs->use_shm =
+            rs->use_shm && rs->fp.peer[p].shm.id != 0 && s_sides_shared(r, &rs->fp.peer[p]);
     }
     rs->use_shm = rs->use_shm && rs->all_flat;
 }
@@ -852,6 +883,21 @@ static troupe_status_t s_shm_begin(troupe__req_t *r, s_rs_t *rs)
     for (int p = 0; p < s_a.comm.size; p++)
         refs[p] = p == s_a.comm.rank ? rs->fp.mine.shm : rs->fp.peer[p].shm;
     size_t ub = troupe__cls_size(rs->span_cls);
+    if (r->apply_fn != NULL) { /* single precision (collective.c checked) */
+        int size = s_a.comm.size;
+        troupe__shm_ref_t side_refs[TROUPE_COLL_APPLY_MAX_SIDE * size];
+        void *side_mine[TROUPE_COLL_APPLY_MAX_SIDE];
+        for (size_t k = 0; k < r->n_side; k++) {
+            side_mine[k] = r->side[k * r->n];
+            for (int p = 0; p < size; p++)
+                side_refs[k * (size_t)size + (size_t)p] =
+                    p == s_a.comm.rank ? rs->fp.mine.side_shm[k] : rs->fp.peer[p].side_shm[k];
+        }
+        return troupe__shm_coll_begin_apply(&rs->shm, rs->what, r->seq + 1, refs,
+                                            (void *)rs->span, rs->span_bytes / (int64_t)ub,
+                                            r->apply_fn, r->apply_arg, r->n_side, side_refs,
+                                            side_mine);
+    }
     return troupe__shm_coll_begin(&rs->shm, rs->what, r->seq + 1, refs, (void *)rs->span,
                                   rs->span_bytes / (int64_t)ub, ub,
                                   troupe__cls_red_type(rs->span_cls), r->op);
@@ -986,6 +1032,8 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
     }
     now = troupe_now_ns();
     if (all) {
+        if (!rs->use_shm) /* the MPI paths: every rank updates every element (same bits) */
+            troupe__req_apply_all(r);
         s_log_done(r, rs);
         s_finish(r, TROUPE_OK, NULL);
         return TROUPE_OK;

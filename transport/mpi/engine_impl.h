@@ -92,12 +92,14 @@ typedef struct troupe__fp_exchange {
     unsigned char *state; /* [size]: 0 not yet matched, 1 receiving, 2 received/not involved */
 } troupe__fp_exchange_t;
 
-/* Starts the exchange of r's fingerprint (x zeroed): `flat`/`shm`, this rank's layout, travel
- * in the digest. Errors: RESOURCE_EXHAUSTED, TRANSPORT_ERROR naming `what`. */
+/* Starts the exchange of r's fingerprint (x zeroed): `flat`/`shm`, this rank's layout, and
+ * side_shm[0..r->n_side) (its fused update's side spans; NULL: none) travel in the digest.
+ * Errors: RESOURCE_EXHAUSTED, TRANSPORT_ERROR naming `what`. */
 TROUPE_MUST_USE troupe_status_t troupe__fp_exchange_start(troupe__fp_exchange_t *x,
                                                           const troupe__engine_comm_t *c,
                                                           const troupe__req_t *r, const char *what,
-                                                          bool flat, const troupe__shm_ref_t *shm);
+                                                          bool flat, const troupe__shm_ref_t *shm,
+                                                          const troupe__shm_ref_t *side_shm);
 
 /* Receives what arrived; *agreed once the fingerprints are known to agree. Errors:
  * FAILED_PRECONDITION (they differ: the message names the field), TRANSPORT_ERROR (MPI, bad

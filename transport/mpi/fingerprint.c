@@ -49,6 +49,8 @@ void troupe__fp_encode(const troupe__req_t *r, void *buf)
     h.root = r->kind == TROUPE__REQ_BROADCAST ? r->root : 0;
     h.fusion = r->fusion_bytes;
     h.bf16 = r->bf16_wire ? 1 : 0;
+    h.apply = r->apply_fn != NULL ? (int64_t)r->apply_id : 0;
+    h.n_side = r->apply_fn != NULL ? (int64_t)r->n_side : 0;
     h.n = (int64_t)r->n;
     memcpy(buf, &h, sizeof h);
     if (r->n > 0)
@@ -89,6 +91,8 @@ void troupe__fp_digest(const troupe__req_t *r, troupe__fp_digest_t *out)
         h = s_mix(h, r->kind == TROUPE__REQ_BROADCAST ? r->root : 0);
         h = s_mix(h, r->fusion_bytes);
         h = s_mix(h, r->bf16_wire ? 1 : 0);
+        h = s_mix(h, r->apply_fn != NULL ? (int64_t)r->apply_id : 0);
+        h = s_mix(h, r->apply_fn != NULL ? (int64_t)r->n_side : 0);
     }
     h = s_mix(h, (int64_t)r->n);
     for (size_t i = 0; i < r->n; i++) {
@@ -192,6 +196,19 @@ troupe_status_t troupe__fp_compare(const char *what, const void *a, int ra, cons
                                  "%s: fingerprint mismatch: bfloat16 compression "
                                  "(TROUPE_COLL_BF16) on rank %d but not on rank %d",
                                  what, ha.bf16 ? ra : rb, ha.bf16 ? rb : ra);
+        if (ha.apply != hb.apply || ha.n_side != hb.n_side) {
+            char va[48] = "none", vb[48] = "none";
+            if (ha.apply != 0)
+                snprintf(va, sizeof va, "0x%" PRIx64 " (%" PRId64 " side arrays)",
+                         (uint64_t)ha.apply, ha.n_side);
+            if (hb.apply != 0)
+                snprintf(vb, sizeof vb, "0x%" PRIx64 " (%" PRId64 " side arrays)",
+                         (uint64_t)hb.apply, hb.n_side);
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "%s: fingerprint mismatch: fused update %s on rank %d but %s on "
+                                 "rank %d",
+                                 what, va, ra, vb, rb);
+        }
     }
     if (ha.n != hb.n)
         return troupe__error(TROUPE_FAILED_PRECONDITION,
@@ -262,7 +279,8 @@ static void s_tags(const troupe__req_t *r, int *send_tag, int *recv_tag)
 
 troupe_status_t troupe__fp_exchange_start(troupe__fp_exchange_t *x, const troupe__engine_comm_t *c,
                                           const troupe__req_t *r, const char *what, bool flat,
-                                          const troupe__shm_ref_t *shm)
+                                          const troupe__shm_ref_t *shm,
+                                          const troupe__shm_ref_t *side_shm)
 {
     size_t size = (size_t)c->size;
     x->peer = troupe_calloc(size, sizeof *x->peer);
@@ -277,6 +295,8 @@ troupe_status_t troupe__fp_exchange_start(troupe__fp_exchange_t *x, const troupe
     x->mine.flat = flat ? 1 : 0;
     if (shm != NULL)
         x->mine.shm = *shm;
+    for (size_t k = 0; side_shm != NULL && k < r->n_side && k < TROUPE_COLL_APPLY_MAX_SIDE; k++)
+        x->mine.side_shm[k] = side_shm[k];
     x->stage = 1;
     int send_tag, recv_tag;
     s_tags(r, &send_tag, &recv_tag);

@@ -242,35 +242,42 @@ static int64_t s_chunk_lo(const troupe__shm_coll_t *c, int k)
     return c->units * k / s_m.size / a * a;
 }
 
-troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, const char *what, uint64_t seq,
-                                       const troupe__shm_ref_t *refs, void *mine, int64_t units,
-                                       size_t unit_bytes, troupe__red_type_t type,
-                                       troupe_reduce_op_t op)
+/* Rank p's span at `ref` (an offset into one of its regions) of `bytes`, mapped here into *out;
+ * false (message recorded) when it lies outside the region or cannot be mapped. */
+static bool s_map_span(int p, const troupe__shm_ref_t *ref, int64_t bytes, char **out)
 {
-    memset(c, 0, sizeof *c);
-    c->seq = seq;
-    c->units = units;
-    c->unit_bytes = unit_bytes;
-    c->type = type;
-    c->op = op;
+    char *base = NULL;
+    if (ref->off < 0 || ref->off > ref->len || bytes > ref->len - ref->off) {
+        troupe__error(TROUPE_INVALID_ARGUMENT, "rank %d's span lies outside its region", p);
+        return false;
+    }
+    if (s_peer_base(p, ref, &base) != TROUPE_OK)
+        return false;
+    *out = base + ref->off;
+    return true;
+}
+
+/* Maps every rank's span (and side spans, c->n_side of them) and posts this rank's arrival. */
+static troupe_status_t s_begin(troupe__shm_coll_t *c, const char *what, const troupe__shm_ref_t *refs,
+                               void *mine, const troupe__shm_ref_t *side_refs,
+                               void *const *side_mine)
+{
+    int64_t bytes = c->units * (int64_t)c->unit_bytes;
     c->buf = troupe_calloc((size_t)s_m.size, sizeof *c->buf);
-    bool failed = c->buf == NULL; /* posted like a mapping failure: every rank falls back */
-    if (failed)
+    if (c->n_side > 0)
+        c->side = troupe_calloc(c->n_side * (size_t)s_m.size, sizeof *c->side);
+    bool failed = c->buf == NULL || (c->n_side > 0 && c->side == NULL);
+    if (failed) /* posted like a mapping failure: every rank falls back */
         troupe__error(TROUPE_RESOURCE_EXHAUSTED, "out of memory");
     for (int p = 0; p < s_m.size && !failed; p++) {
-        if (p == s_m.rank) {
-            c->buf[p] = mine;
-            continue;
-        }
-        char *base = NULL;
-        if (refs[p].off < 0 || refs[p].off > refs[p].len ||
-            units * (int64_t)unit_bytes > refs[p].len - refs[p].off) {
-            troupe__error(TROUPE_INVALID_ARGUMENT, "rank %d's span lies outside its region", p);
-            failed = true;
-        } else if (s_peer_base(p, &refs[p], &base) != TROUPE_OK) {
-            failed = true;
-        } else {
-            c->buf[p] = base + refs[p].off;
+        for (size_t k = 0; k <= c->n_side && !failed; k++) { /* k == 0: the span itself */
+            char **dst = k == 0 ? &c->buf[p] : &c->side[(k - 1) * (size_t)s_m.size + (size_t)p];
+            if (p == s_m.rank)
+                *dst = k == 0 ? mine : side_mine[k - 1];
+            else
+                failed = !s_map_span(p, k == 0 ? &refs[p]
+                                                : &side_refs[(k - 1) * (size_t)s_m.size + (size_t)p],
+                                     bytes, dst);
         }
     }
     if (failed)
@@ -282,10 +289,68 @@ troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, const char *what, 
     c->next = c->lo;
     /* release: this rank's gradients (written before the request reached the engine) are
      * visible to whoever sees the arrival */
-    atomic_store_explicit(&s_m.mine->arrive, seq << 1 | (failed ? 1u : 0u), memory_order_release);
+    atomic_store_explicit(&s_m.mine->arrive, c->seq << 1 | (failed ? 1u : 0u),
+                          memory_order_release);
     c->state = TROUPE__SHM_ARRIVED;
     c->t_begin_ns = troupe_now_ns();
     return TROUPE_OK;
+}
+
+troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, const char *what, uint64_t seq,
+                                       const troupe__shm_ref_t *refs, void *mine, int64_t units,
+                                       size_t unit_bytes, troupe__red_type_t type,
+                                       troupe_reduce_op_t op)
+{
+    memset(c, 0, sizeof *c);
+    c->seq = seq;
+    c->units = units;
+    c->unit_bytes = unit_bytes;
+    c->type = type;
+    c->op = op;
+    return s_begin(c, what, refs, mine, NULL, NULL);
+}
+
+troupe_status_t troupe__shm_coll_begin_apply(troupe__shm_coll_t *c, const char *what, uint64_t seq,
+                                             const troupe__shm_ref_t *refs, void *mine,
+                                             int64_t units, troupe_coll_apply_fn fn,
+                                             const void *arg, size_t n_side,
+                                             const troupe__shm_ref_t *side_refs,
+                                             void *const *side_mine)
+{
+    memset(c, 0, sizeof *c);
+    c->seq = seq;
+    c->units = units;
+    c->unit_bytes = sizeof(float);
+    c->type = TROUPE__RED_F32;
+    c->op = TROUPE_REDUCE_SUM;
+    c->apply_fn = fn;
+    c->apply_arg = arg;
+    c->n_side = n_side;
+    return s_begin(c, what, refs, mine, side_refs, side_mine);
+}
+
+/* The fused update of [from, to) of this rank's chunk (single precision): block by block, the
+ * ranks' values summed in rank order 0, 1, ..., p-1 (as s_reduce_range sums), the update run
+ * on this rank's side arrays, and the side values it wrote copied into every other rank's. */
+static void s_apply_range(troupe__shm_coll_t *c, int64_t from, int64_t to)
+{
+    int64_t per = S_BLOCK_BYTES / (int64_t)sizeof(float);
+    size_t size = (size_t)s_m.size;
+    float *side[TROUPE_COLL_APPLY_MAX_SIDE];
+    for (int64_t i = from; i < to; i += per) {
+        int64_t n = to - i < per ? to - i : per;
+        size_t off = (size_t)i * sizeof(float), bytes = (size_t)n * sizeof(float);
+        memcpy(s_m.tmp, c->buf[0] + off, bytes);
+        for (int p = 1; p < s_m.size; p++)
+            troupe__reduce_into(TROUPE__RED_F32, TROUPE_REDUCE_SUM, s_m.tmp, c->buf[p] + off, n);
+        for (size_t k = 0; k < c->n_side; k++)
+            side[k] = (float *)(c->side[k * size + (size_t)s_m.rank] + off);
+        c->apply_fn(c->apply_arg, n, (const float *)s_m.tmp, side);
+        for (size_t k = 0; k < c->n_side; k++)
+            for (size_t p = 0; p < size; p++)
+                if (p != (size_t)s_m.rank)
+                    memcpy(c->side[k * size + p] + off, side[k], bytes);
+    }
 }
 
 /* Reduces [from, to) of this rank's chunk into every rank's copy. */
@@ -338,7 +403,10 @@ troupe_status_t troupe__shm_coll_test(troupe__shm_coll_t *c, bool *progress)
     if (c->state == TROUPE__SHM_REDUCING) {
         int64_t slice = S_SLICE_BYTES / (int64_t)c->unit_bytes;
         int64_t to = c->hi - c->next < slice ? c->hi : c->next + slice;
-        s_reduce_range(c, c->next, to);
+        if (c->apply_fn != NULL)
+            s_apply_range(c, c->next, to);
+        else
+            s_reduce_range(c, c->next, to);
         c->next = to;
         *progress = true;
         if (c->next < c->hi)
@@ -362,7 +430,9 @@ troupe_status_t troupe__shm_coll_test(troupe__shm_coll_t *c, bool *progress)
 void troupe__shm_coll_free(troupe__shm_coll_t *c)
 {
     troupe_free(c->buf);
+    troupe_free(c->side);
     c->buf = NULL;
+    c->side = NULL;
 }
 
 #endif /* TROUPE_HAVE_MPI */

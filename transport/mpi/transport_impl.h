@@ -70,6 +70,8 @@ typedef struct troupe__fp_header {
     int64_t root;   /* broadcast root, else 0 */
     int64_t fusion; /* collectives: the bucket size their plan uses (TROUPE_FUSION_BYTES) */
     int64_t bf16;   /* allreduce: 1 when single tensors travel as bfloat16 (TROUPE_COLL_BF16) */
+    int64_t apply;  /* allreduce: the fused update's id (troupe_coll_apply_t.id), 0: none */
+    int64_t n_side; /* allreduce: its side arrays per tensor, 0: none */
     int64_t n;
 } troupe__fp_header_t;
 
@@ -130,7 +132,19 @@ struct troupe__req {
     int64_t submitted_ns;
     const char *phase;  /* the issuing thread's step phase (base/trace.h), a literal, or NULL */
     void *engine_state; /* the engine's per-request state (engine.c) */
+    /* allreduce: the update fused into it (troupe_allreduce_args_t.apply), else apply_fn NULL:
+     * apply_arg is the request's copy, side[s * n + i] side array s of tensor i (set with the
+     * tensors' data when the arrays are lent) */
+    troupe_coll_apply_fn apply_fn;
+    void *apply_arg;
+    uint64_t apply_id;
+    size_t n_side;
+    void **side;
 };
+
+/* Runs r's fused update locally on every element of its tensors (the tensors hold the sums):
+ * the MPI paths' and a single rank's delivery of it (collective.h, troupe_coll_apply_t). */
+void troupe__req_apply_all(const troupe__req_t *r);
 
 /* A request of `kind` with room for n tensors (zeroed), no event yet. NULL when out of memory
  * (message recorded). */
@@ -202,6 +216,9 @@ typedef struct troupe__fp_digest {
     int64_t flat;          /* not compared: 1 when the sender's tensors form one span
                               (troupe__bucket_flat) */
     troupe__shm_ref_t shm; /* not compared: that span in shareable memory (id 0: it is not) */
+    /* not compared: with a fused update and a flat span, side array s's span in shareable
+     * memory, laid out as the tensors' span (id 0: it is not, or no such side) */
+    troupe__shm_ref_t side_shm[TROUPE_COLL_APPLY_MAX_SIDE];
 } troupe__fp_digest_t;
 
 void troupe__fp_digest(const troupe__req_t *r, troupe__fp_digest_t *out);
@@ -259,6 +276,12 @@ typedef struct troupe__shm_coll {
     troupe__red_type_t type;
     troupe_reduce_op_t op;
     int64_t lo, hi, next; /* this rank's chunk and how far it is reduced */
+    /* a fused update (troupe_coll_apply_t): run on this rank's chunk, its side values copied
+     * into every rank's side arrays: side[s * size + p] is rank p's side span s as mapped here */
+    troupe_coll_apply_fn apply_fn;
+    const void *apply_arg;
+    size_t n_side;
+    char **side;
     int64_t t_begin_ns, t_arrived_ns, t_reduced_ns, t_done_ns; /* when each state began */
 } troupe__shm_coll_t;
 
@@ -272,6 +295,13 @@ TROUPE_MUST_USE troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, co
                                                        void *mine, int64_t units, size_t unit_bytes,
                                                        troupe__red_type_t type,
                                                        troupe_reduce_op_t op);
+/* As troupe__shm_coll_begin, with r's fused update (single precision sums): side_refs[s * size
+ * + p] locates rank p's side span s (side_refs[s * size + rank] unused), side_mine[s] this
+ * rank's. A side mapping failure is posted like the span's (every rank falls back). */
+TROUPE_MUST_USE troupe_status_t troupe__shm_coll_begin_apply(
+    troupe__shm_coll_t *c, const char *what, uint64_t seq, const troupe__shm_ref_t *refs,
+    void *mine, int64_t units, troupe_coll_apply_fn fn, const void *arg, size_t n_side,
+    const troupe__shm_ref_t *side_refs, void *const *side_mine);
 
 /* Advances c without blocking (*progress when its state or data moved); c->state tells where
  * it is. Never fails (a rank that never comes is the caller's deadline). */

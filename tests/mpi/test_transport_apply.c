@@ -1,0 +1,343 @@
+/* troupe — multi-rank test of an update fused into a device-level allreduce
+ * (troupe_coll_apply_t, transport/mpi/collective.h), run by CTest under `mpiexec -n 2` and
+ * `-n 3` on this one machine. The update is p := p * a + sum, m := m + sum * b (a, b from its
+ * argument), on values whose sums and updates are exact in single precision, so every result is
+ * checked for equality with the value computed here:
+ *   - gradients and side arrays packed alike (troupe_init_from_host_packed, in the same order):
+ *     with shared memory on (mode `on`) the request goes through it (stats.shm +1, each rank
+ *     updating its chunk and writing every rank's side arrays), three times in a row with
+ *     another argument each time, the first with TROUPE_COLL_DEFERRED | TROUPE_COLL_LAZY as
+ *     parallel/ issues it; with TROUPE_COLL_SHM=0 (mode `off`) the same through the MPI paths
+ *     (every rank updating every element);
+ *   - side arrays that do not lie as the gradients (one array each), on every rank or on rank 0
+ *     only: the MPI path on every rank, results right;
+ *   - gradients that form no span (one array each): the per-tensor MPI path, results right;
+ *   - arguments that break the rules: INVALID_ARGUMENT naming the problem, nothing issued;
+ *   - mode `mismatch`: rank 0 passes an update, the others do not: every rank fails the
+ *     collective with FAILED_PRECONDITION naming the fused update.
+ * Prints one FAIL line per failed check; exits 0 only if every check passed on this rank. */
+#include "actors/troupe.h"
+#include "base/config.h"
+#include "transport/mpi/cluster.h"
+#include "transport/mpi/collective.h"
+
+#include "mpi_test_util.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NT 3                           /* tensors */
+static const int64_t s_counts[NT] = {20000, 48, 4099}; /* 96 KiB (shareable pools), back to back */
+#define SYNC_NS (60LL * 1000 * 1000 * 1000)
+
+typedef struct s_arg {
+    float a, b;
+} s_arg_t;
+
+static void s_update(const void *arg, int64_t n, const float *sum, float *const *side)
+{
+    const s_arg_t *x = arg;
+    for (int64_t e = 0; e < n; e++) {
+        side[0][e] = side[0][e] * x->a + sum[e];
+        side[1][e] = side[1][e] + sum[e] * x->b;
+    }
+}
+
+/* One stream's context holding gradients g[NT], parameters p[NT] and states m[NT], uploaded
+ * packed (one pool per kind, in tensor order) or one array each. */
+typedef struct s_setup {
+    troupe_backend_t *b;
+    troupe_stream_t *s;
+    troupe_context_t *ctx;
+    troupe_tnode_t *g[NT], *p[NT], *m[NT];
+    double pv[NT][20000], mv[NT][20000]; /* the expected side values */
+} s_setup_t;
+
+static s_setup_t s_set;
+
+static troupe_status_t s_new_node(const char *kind, int t, troupe_tnode_t **out)
+{
+    char label[32];
+    snprintf(label, sizeof label, "%s%d", kind, t);
+    const char *l[1] = {label};
+    return troupe_tnode_new(l, 1, TROUPE_PREC_SINGLE, 1, &s_counts[t], NULL, 0.0, out);
+}
+
+/* Uploads the nodes of one kind into s_set.ctx, packed or one by one. */
+static troupe_status_t s_upload(troupe_tnode_t **tns, bool packed)
+{
+    troupe_context_t *c = NULL;
+    if (packed) {
+        TROUPE_RETURN_IF_ERROR(troupe_init_from_host_packed(s_set.ctx, NT, tns, &c));
+        troupe_context_release(&s_set.ctx);
+        s_set.ctx = c;
+        return TROUPE_OK;
+    }
+    for (int t = 0; t < NT; t++) {
+        TROUPE_RETURN_IF_ERROR(troupe_init_from_host(s_set.ctx, tns[t], &c, NULL));
+        troupe_context_release(&s_set.ctx);
+        s_set.ctx = c;
+    }
+    return TROUPE_OK;
+}
+
+static void s_teardown(void)
+{
+    troupe_context_release(&s_set.ctx);
+    for (int t = 0; t < NT; t++) {
+        troupe_tnode_release(&s_set.g[t]);
+        troupe_tnode_release(&s_set.p[t]);
+        troupe_tnode_release(&s_set.m[t]);
+    }
+    troupe_stream_release(&s_set.s);
+    troupe_backend_close(&s_set.b);
+}
+
+/* Fresh nodes with this rank's gradients (s_gen) and the starting side values, uploaded. */
+static bool s_setup(bool packed_grads, bool packed_sides)
+{
+    s_teardown();
+    troupe_device_t *d = NULL;
+    static double v[20000];
+    CHECK_OK(troupe_backend_open("cpu", TROUPE_FOR_PARALLEL_COPYING, &s_set.b));
+    CHECK_OK(troupe_get_device(s_set.b, 0, &d));
+    CHECK_OK(troupe_new_stream(d, &s_set.s));
+    CHECK_OK(troupe_context_new(s_set.s, &s_set.ctx));
+    for (int t = 0; t < NT; t++) {
+        CHECK_OK(s_new_node("g", t, &s_set.g[t]));
+        CHECK_OK(s_new_node("p", t, &s_set.p[t]));
+        CHECK_OK(s_new_node("m", t, &s_set.m[t]));
+        for (int64_t i = 0; i < s_counts[t]; i++)
+            v[i] = s_gen(TROUPE_PREC_SINGLE, s_rank, i + 10000 * t);
+        CHECK_OK(troupe_tnode_set_values(s_set.g[t], v, s_counts[t]));
+        for (int64_t i = 0; i < s_counts[t]; i++) { /* the same on every rank, as parameters */
+            s_set.pv[t][i] = (double)(i % 9) - 4.0;
+            s_set.mv[t][i] = 1.0;
+        }
+        CHECK_OK(troupe_tnode_set_values(s_set.p[t], s_set.pv[t], s_counts[t]));
+        CHECK_OK(troupe_tnode_set_values(s_set.m[t], s_set.mv[t], s_counts[t]));
+    }
+    CHECK_OK(s_upload(s_set.g, packed_grads));
+    CHECK_OK(s_upload(s_set.p, packed_sides));
+    CHECK_OK(s_upload(s_set.m, packed_sides));
+    return true;
+out:
+    return false;
+}
+
+/* Issues the fused allreduce with (a, b) and `flags`, waits, checks p and m on this rank
+ * against the update of the expected values and stats.shm's change against want_shm. */
+static void s_round(const char *what, s_arg_t arg, unsigned flags, bool want_shm)
+{
+    troupe_tnode_t *side[2 * NT];
+    for (int t = 0; t < NT; t++) {
+        side[t] = s_set.p[t];
+        side[NT + t] = s_set.m[t];
+    }
+    troupe_coll_apply_t ap = {.fn = s_update,
+                              .arg = &arg,
+                              .arg_bytes = sizeof arg,
+                              .id = 0x7465737400000001u,
+                              .n_side = 2,
+                              .side = side};
+    troupe_allreduce_args_t a = {
+        .op = TROUPE_REDUCE_SUM, .flags = flags, .n = NT, .ctx = s_set.ctx, .nodes = s_set.g};
+    a.apply = &ap;
+    troupe_transport_stats_t before, after;
+    troupe_event_t *ev = NULL;
+    /* this rank's gradients again: the MPI paths leave the sums in the arrays */
+    for (int t = 0; t < NT; t++)
+        CHECK_OK(troupe_from_host(s_set.ctx, s_set.g[t], NULL));
+    troupe_transport_get_stats(&before);
+    CHECK_OK(troupe_allreduce(&a, &ev));
+    if ((flags & TROUPE_COLL_DEFERRED) != 0)
+        CHECK_OK(troupe_will_wait_for(s_set.ctx, ev));
+    static double got[20000];
+    for (int t = 0; t < NT; t++) {
+        troupe_event_t *e = NULL;
+        CHECK_OK(troupe_to_host(s_set.ctx, s_set.p[t], NULL));
+        CHECK_OK(troupe_to_host(s_set.ctx, s_set.m[t], &e));
+        CHECK_OK(troupe_event_sync(e, SYNC_NS));
+        troupe_event_release(&e);
+    }
+    CHECK_OK(troupe_event_sync(ev, SYNC_NS));
+    troupe_transport_get_stats(&after);
+    uint64_t shm = after.shm - before.shm;
+    if (shm != (want_shm ? 1u : 0u))
+        s_fail("%s: stats.shm moved by %llu, expected %d", what, (unsigned long long)shm,
+               want_shm ? 1 : 0);
+    for (int t = 0; t < NT; t++) {
+        for (int64_t i = 0; i < s_counts[t]; i++) {
+            double sum = s_expect(TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, i + 10000 * t);
+            s_set.pv[t][i] = (double)((float)s_set.pv[t][i] * arg.a + (float)sum);
+            s_set.mv[t][i] = (double)((float)s_set.mv[t][i] + (float)sum * arg.b);
+        }
+        bool ok = true;
+        CHECK_OK(troupe_tnode_get_values(s_set.p[t], got, s_counts[t]));
+        for (int64_t i = 0; i < s_counts[t] && ok; i++)
+            if (got[i] != s_set.pv[t][i]) {
+                s_fail("%s: p%d[%lld] = %.9g, expected %.9g", what, t, (long long)i, got[i],
+                       s_set.pv[t][i]);
+                ok = false;
+            }
+        CHECK_OK(troupe_tnode_get_values(s_set.m[t], got, s_counts[t]));
+        for (int64_t i = 0; i < s_counts[t] && ok; i++)
+            if (got[i] != s_set.mv[t][i]) {
+                s_fail("%s: m%d[%lld] = %.9g, expected %.9g", what, t, (long long)i, got[i],
+                       s_set.mv[t][i]);
+                ok = false;
+            }
+    }
+out:
+    troupe_event_release(&ev);
+}
+
+static void s_test_layouts(bool shm_on)
+{
+    if (s_setup(true, true)) {
+        s_round("packed, deferred and lazy", (s_arg_t){0.5f, 2.0f},
+                TROUPE_COLL_DEFERRED | TROUPE_COLL_LAZY, shm_on);
+        s_round("packed, second", (s_arg_t){0.25f, -1.0f}, 0u, shm_on);
+        s_round("packed, third", (s_arg_t){1.0f, 0.5f}, 0u, shm_on);
+    }
+    if (s_setup(true, false))
+        s_round("side arrays one by one", (s_arg_t){0.5f, 2.0f}, 0u, false);
+    if (s_setup(true, s_rank != 0))
+        s_round("side arrays one by one on rank 0 only", (s_arg_t){0.5f, 2.0f}, 0u, false);
+    if (s_setup(false, true))
+        s_round("gradients one by one", (s_arg_t){0.5f, 2.0f}, 0u, false);
+}
+
+/* One bad argument set: INVALID_ARGUMENT whose message holds `needle`. */
+static void s_bad(const char *what, const troupe_allreduce_args_t *a, const char *needle)
+{
+    troupe_event_t *ev = NULL;
+    troupe_status_t st = troupe_allreduce(a, &ev);
+    troupe_event_release(&ev);
+    if (st != TROUPE_INVALID_ARGUMENT || strstr(troupe_last_error(), needle) == NULL)
+        s_fail("%s: got %s: %s; expected INVALID_ARGUMENT naming '%s'", what,
+               troupe_status_str(st), troupe_last_error(), needle);
+}
+
+static void s_test_refused(void)
+{
+    if (!s_setup(true, true))
+        return;
+    troupe_tnode_t *side[2 * NT], *dbl = NULL, *shortp = NULL;
+    for (int t = 0; t < NT; t++) {
+        side[t] = s_set.p[t];
+        side[NT + t] = s_set.m[t];
+    }
+    s_arg_t arg = {1.0f, 1.0f};
+    troupe_coll_apply_t ap = {.fn = s_update,
+                              .arg = &arg,
+                              .arg_bytes = sizeof arg,
+                              .id = 1,
+                              .n_side = 2,
+                              .side = side};
+    troupe_allreduce_args_t a = {.op = TROUPE_REDUCE_MEAN, .n = NT, .ctx = s_set.ctx,
+                                 .nodes = s_set.g, .apply = &ap};
+    s_bad("mean", &a, "needs op sum");
+    a.op = TROUPE_REDUCE_SUM;
+    troupe_coll_apply_t bad = ap;
+    bad.fn = NULL;
+    a.apply = &bad;
+    s_bad("no function", &a, "without a function");
+    bad = ap;
+    bad.id = 0;
+    s_bad("no id", &a, "without an id");
+    bad = ap;
+    bad.n_side = TROUPE_COLL_APPLY_MAX_SIDE + 1;
+    s_bad("too many side arrays", &a, "side arrays per tensor");
+    bad = ap;
+    bad.arg_bytes = TROUPE_COLL_APPLY_MAX_ARG + 1;
+    s_bad("argument too large", &a, "argument of");
+    const int64_t two = 2;
+    const char *ld[1] = {"wide"}, *ls[1] = {"short"};
+    CHECK_OK(troupe_tnode_new(ld, 1, TROUPE_PREC_DOUBLE, 1, &two, NULL, 0.0, &dbl));
+    CHECK_OK(troupe_tnode_new(ls, 1, TROUPE_PREC_SINGLE, 1, &two, NULL, 0.0, &shortp));
+    troupe_tnode_t *g_dbl[NT] = {dbl, s_set.g[1], s_set.g[2]};
+    a.apply = &ap;
+    a.nodes = g_dbl;
+    s_bad("a double tensor", &a, "is double, not single");
+    a.nodes = s_set.g;
+    troupe_tnode_t *side_short[2 * NT];
+    memcpy(side_short, side, sizeof side);
+    side_short[1] = shortp;
+    bad = ap;
+    bad.side = side_short;
+    a.apply = &bad;
+    s_bad("a side array of another size", &a, "of another size");
+    float host[4] = {0};
+    troupe_coll_tensor_t ht = {.data = host, .count = 4, .prec = TROUPE_PREC_SINGLE};
+    troupe_allreduce_args_t h = {.n = 1, .tensors = &ht, .apply = &ap};
+    s_bad("host level", &h, "needs the device level");
+out:
+    troupe_tnode_release(&dbl);
+    troupe_tnode_release(&shortp);
+}
+
+/* Rank 0 fuses an update, the others do not: every rank fails naming it. */
+static void s_test_mismatch(void)
+{
+    if (!s_setup(true, true))
+        return;
+    troupe_tnode_t *side[2 * NT];
+    for (int t = 0; t < NT; t++) {
+        side[t] = s_set.p[t];
+        side[NT + t] = s_set.m[t];
+    }
+    s_arg_t arg = {0.5f, 2.0f};
+    troupe_coll_apply_t ap = {.fn = s_update,
+                              .arg = &arg,
+                              .arg_bytes = sizeof arg,
+                              .id = 0x7465737400000001u,
+                              .n_side = 2,
+                              .side = side};
+    troupe_allreduce_args_t a = {.op = TROUPE_REDUCE_SUM, .n = NT, .ctx = s_set.ctx,
+                                 .nodes = s_set.g, .apply = s_rank == 0 ? &ap : NULL};
+    troupe_event_t *ev = NULL;
+    CHECK_OK(troupe_allreduce(&a, &ev));
+    troupe_status_t st = troupe_event_sync(ev, SYNC_NS);
+    const char *msg = troupe_last_error();
+    printf("rank %d: %s: %s\n", s_rank, troupe_status_str(st), msg);
+    if (st != TROUPE_FAILED_PRECONDITION || strstr(msg, "fused update 0x7465737400000001") == NULL ||
+        strstr(msg, "but none on rank") == NULL)
+        s_fail("expected FAILED_PRECONDITION naming the fused update, got %s: %s",
+               troupe_status_str(st), msg);
+    troupe_event_release(&ev);
+out:
+    troupe_event_release(&ev);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "on";
+    if (strcmp(mode, "on") != 0 && strcmp(mode, "off") != 0 && strcmp(mode, "mismatch") != 0) {
+        printf("FAIL: unknown mode '%s' (on, off, mismatch)\n", mode);
+        return 2;
+    }
+    troupe_status_t st = s_init(&argc, &argv);
+    if (st != TROUPE_OK)
+        return 1;
+    troupe_config_set_auto_host_transfers(false);
+    bool shm_on = strcmp(mode, "off") != 0;
+    if (troupe_config_coll_shm() != shm_on)
+        s_fail("TROUPE_COLL_SHM is %d in mode %s", troupe_config_coll_shm() ? 1 : 0, mode);
+    if (s_fails == 0 && strcmp(mode, "mismatch") == 0) {
+        s_test_mismatch();
+    } else if (s_fails == 0) {
+        s_test_refused();
+        s_test_layouts(shm_on);
+    }
+    s_teardown();
+    st = troupe_cluster_finalize();
+    bool failed_cluster = strcmp(mode, "mismatch") == 0;
+    if (st != (failed_cluster ? TROUPE_FAILED_PRECONDITION : TROUPE_OK))
+        s_fail("troupe_cluster_finalize: %s: %s", troupe_status_str(st), troupe_last_error());
+    if (s_fails == 0)
+        printf("PASS rank %d/%d: fused update (%s)\n", s_rank, s_size, mode);
+    return s_fails == 0 ? 0 : 1;
+}
