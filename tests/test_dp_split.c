@@ -217,6 +217,28 @@ Test(dp_split, auto_overlaps_where_the_engine_has_a_core_or_the_compute_a_device
     cr_assert_not_null(strstr(why, "device"), "%s", why);
 }
 
+Test(dp_split, the_optimizer_step_fuses_into_one_in_place_allreduce_of_single_gradients)
+{
+    char why[128];
+    cr_assert(troupe__dp_choose_fused(true, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, true, why,
+                                      sizeof why));
+    cr_assert_not(troupe__dp_choose_fused(false, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, true, why,
+                                          sizeof why));
+    cr_assert_not_null(strstr(why, "TROUPE_DP_FUSED_UPDATE=off"), "%s", why);
+    cr_assert_not(troupe__dp_choose_fused(true, 1, TROUPE__DP_EXCHANGE_NONE, 1, true, why,
+                                          sizeof why));
+    cr_assert_not_null(strstr(why, "one rank"), "%s", why);
+    cr_assert_not(troupe__dp_choose_fused(true, 2, TROUPE__DP_EXCHANGE_STAGED, 1, true, why,
+                                          sizeof why));
+    cr_assert_not_null(strstr(why, "not in place"), "%s", why);
+    cr_assert_not(troupe__dp_choose_fused(true, 2, TROUPE__DP_EXCHANGE_INPLACE, 3, true, why,
+                                          sizeof why));
+    cr_assert_not_null(strstr(why, "one allreduce per segment"), "%s", why);
+    cr_assert_not(troupe__dp_choose_fused(true, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, false, why,
+                                          sizeof why));
+    cr_assert_not_null(strstr(why, "not single"), "%s", why);
+}
+
 /* Trains K steps of `kind` with overlap `mode` on `backend` with 2 streams; the parameters
  * into out, the segments dp used into *nseg. */
 static void s_train(const char *backend, troupe_dp_overlap_t mode, bool nested,

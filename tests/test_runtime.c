@@ -81,6 +81,60 @@ Test(runtime, transfers_round_trip)
     }
 }
 
+Test(runtime, packed_uploads_lie_in_one_pool_in_order_at_64_byte_steps)
+{
+    FOR_EACH_DRIVER(drv)
+    {
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 1);
+        /* 10 floats (40 bytes: the next starts 64 bytes on), 16 (64), 3 */
+        troupe_tnode_t *a = rtu_vec("a", 10), *b = rtu_vec("b", 16), *c = rtu_vec("c", 3);
+        double va[10], vb[16], vc[3];
+        for (int i = 0; i < 16; i++)
+            vb[i] = 100 + i;
+        for (int i = 0; i < 10; i++)
+            va[i] = i;
+        for (int i = 0; i < 3; i++)
+            vc[i] = -i;
+        rtu_set(a, va);
+        rtu_set(b, vb);
+        rtu_set(c, vc);
+        troupe_tnode_t *order[3] = {b, a, c}; /* not node-id order: the order given counts */
+        troupe_context_t *ctx = NULL;
+        OK(troupe_init_from_host_packed(e.ctx[0], 3, order, &ctx));
+        troupe_buffer_loc_t lb, la, lc;
+        OK(troupe_context_buffer(ctx, b, &lb));
+        OK(troupe_context_buffer(ctx, a, &la));
+        OK(troupe_context_buffer(ctx, c, &lc));
+        cr_assert(lb.pool_id == la.pool_id && la.pool_id == lc.pool_id, "one pool: %d %d %d",
+                  lb.pool_id, la.pool_id, lc.pool_id);
+        cr_assert(lb.offset == 0 && la.offset == 64 && lc.offset == 128,
+                  "offsets %lld %lld %lld", (long long)lb.offset, (long long)la.offset,
+                  (long long)lc.offset);
+        rtu_set(a, (double[10]){0});
+        troupe_event_t *ev = NULL;
+        OK(troupe_to_host(ctx, a, &ev));
+        OK(troupe_event_sync(ev, 10000 * MS));
+        troupe_event_release(&ev);
+        s_expect(a, va);
+        /* errors name the node; nothing is allocated */
+        troupe_context_t *none = NULL;
+        troupe_tnode_t *twice[2] = {c, c};
+        cr_assert_eq(troupe_init_from_host_packed(e.ctx[0], 2, twice, &none),
+                     TROUPE_INVALID_ARGUMENT);
+        cr_assert_not_null(strstr(troupe_last_error(), "given twice"), "%s", troupe_last_error());
+        cr_assert_eq(troupe_init_from_host_packed(ctx, 1, &a, &none), TROUPE_ALREADY_EXISTS);
+        cr_assert_eq(troupe_init_from_host_packed(e.ctx[0], 0, order, &none),
+                     TROUPE_INVALID_ARGUMENT);
+        cr_assert_null(none);
+        troupe_context_release(&ctx);
+        troupe_tnode_release(&a);
+        troupe_tnode_release(&b);
+        troupe_tnode_release(&c);
+        rtu_env_close(&e);
+    }
+}
+
 /* y = relu(x * w + b): x 2x3, w 3x4, b 4, y 2x4 */
 static troupe_asgn_comp_t *s_mlp_comp(troupe_tnode_t *x, troupe_tnode_t *w, troupe_tnode_t *b,
                                       troupe_tnode_t *h, troupe_tnode_t *t, troupe_tnode_t *y)

@@ -333,6 +333,62 @@ Test(transport, single_rank_allreduce_nodes_keeps_values)
     OK(troupe_cluster_finalize());
 }
 
+/* p := p * 2 + sum (the fused update of the test below). */
+static void s_double_and_add(const void *arg, int64_t n, const float *sum, float *const *side)
+{
+    (void)arg;
+    for (int64_t e = 0; e < n; e++)
+        side[0][e] = side[0][e] * 2.0f + sum[e];
+}
+
+Test(transport, single_rank_fused_update_runs_in_place)
+{
+    OK(troupe_cluster_init(NULL, NULL));
+    troupe_config_set_auto_host_transfers(false);
+    troupe_backend_t *b = NULL;
+    troupe_device_t *d = NULL;
+    troupe_stream_t *s = NULL;
+    troupe_context_t *ctx = NULL, *c = NULL;
+    troupe_tnode_t *g = NULL, *p = NULL;
+    OK(troupe_backend_open("cpu", TROUPE_FOR_PARALLEL_COPYING, &b));
+    OK(troupe_get_device(b, 0, &d));
+    OK(troupe_new_stream(d, &s));
+    OK(troupe_context_new(s, &ctx));
+    OK(troupe_tnode_new(NULL, 0, TROUPE_PREC_SINGLE, 1, (int64_t[]){3}, NULL, 0, &g));
+    OK(troupe_tnode_new(NULL, 0, TROUPE_PREC_SINGLE, 1, (int64_t[]){3}, NULL, 0, &p));
+    OK(troupe_tnode_set_values(g, (double[]){1, -2, 0.5}, 3));
+    OK(troupe_tnode_set_values(p, (double[]){10, 20, 30}, 3));
+    troupe_tnode_t *both[2] = {g, p};
+    OK(troupe_init_from_host_packed(ctx, 2, both, &c));
+    troupe_context_release(&ctx);
+    ctx = c;
+    troupe_coll_apply_t ap = {
+        .fn = s_double_and_add, .id = 7, .n_side = 1, .side = (troupe_tnode_t *const[]){p}};
+    troupe_allreduce_args_t a = {
+        .op = TROUPE_REDUCE_SUM, .n = 1, .ctx = ctx, .nodes = (troupe_tnode_t *const[]){g}};
+    a.apply = &ap;
+    troupe_event_t *ev = NULL;
+    OK(troupe_allreduce(&a, &ev)); /* one rank: the sum is g itself, applied here */
+    OK(troupe_event_sync(ev, 5000 * MS));
+    troupe_event_release(&ev);
+    OK(troupe_to_host(ctx, p, &ev));
+    OK(troupe_event_sync(ev, 5000 * MS));
+    troupe_event_release(&ev);
+    double v[3];
+    OK(troupe_tnode_get_values(p, v, 3));
+    cr_assert(v[0] == 21 && v[1] == 38 && v[2] == 60.5, "%g %g %g", v[0], v[1], v[2]);
+    /* the rules: op sum only, the device level only */
+    a.op = TROUPE_REDUCE_MAX;
+    FAILS(troupe_allreduce(&a, &ev), TROUPE_INVALID_ARGUMENT, "needs op sum, not max");
+    OK(troupe_stream_await(s, 5000 * MS));
+    troupe_context_release(&ctx);
+    troupe_tnode_release(&g);
+    troupe_tnode_release(&p);
+    troupe_stream_release(&s);
+    troupe_backend_close(&b);
+    OK(troupe_cluster_finalize());
+}
+
 Test(transport, remote_contexts_need_another_rank)
 {
     troupe_context_t *r = NULL;
