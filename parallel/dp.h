@@ -19,7 +19,8 @@
  *      flight); stream 0 waits for it and runs it itself (TROUPE_COLL_LAZY) before the
  *      optimizer, which scales the sum by 1 / (N * R) (the mean over all replicas; no division
  *      pass in the transport); with one rank (or local_only) no collective is issued;
- *   4. the optimizer on stream 0 (the owner stream), per parameter;
+ *   4. the optimizer on stream 0 (the owner stream), per parameter — or, fused into step 3's
+ *      allreduce, where the reduction leaves the sums (Fused update, below);
  *   5. broadcast of the parameters from stream 0 to the other local streams (device_to_device
  *      NO); every rank computes the same update from the same reduced gradient, so parameters
  *      stay identical across ranks without moving them.
@@ -93,6 +94,26 @@
  * (tests/mpi/test_dp_overlap.c checks both on the test models); with more ranks on the ring or
  * MPI paths, where a request's bucket cut decides where each chunk's ring sum starts, they agree
  * to float rounding.
+ *
+ * Fused update (ZeRO stage 1's sharded update, Rajbhandari et al. 2020, with the optimizer state
+ * kept whole on every rank): with more than one rank, the in-place exchange (a host backend),
+ * one gradient routine (no Overlap segments) and single-precision parameters, and unless
+ * TROUPE_DP_FUSED_UPDATE=off, troupe_dp_new fuses the optimizer step into step 3's allreduce
+ * (troupe_coll_apply_t, transport/mpi/collective.h): the request carries the parameters and
+ * their state as side arrays, and the optimizer's statements run element by element where the
+ * transport holds the sums (troupe__dp_apply, parallel/dp_optim.c) instead of the optimizer
+ * routine after it. Through shared memory (all ranks on one node) rank c updates chunk c of
+ * every parameter and state array and writes the new values into every rank's copies, so the
+ * update's work is divided by R and its pass over the parameters shares the reduction's pass
+ * over the gradients; on the MPI paths (several nodes) every rank updates every element after
+ * the reduction, as the routine would. The optimizer routine is compiled without fma fusion
+ * (troupe_compile_unfused) and the fused update does the same operations in the same order, so
+ * fused and unfused runs give the same bits, as do all ranks (tests/mpi/test_dp_fused.c). For
+ * the shared-memory path the parameters and each state array are uploaded into one pool each,
+ * in the gradients' order (troupe_init_from_host_packed), so they lie as the gradients do; a
+ * model whose gradients form no span there takes the MPI path, fused all the same. The decision
+ * and its reason are logged at debug level (subsystem parallel); troupe_dp_fused_update tells
+ * it. The step breakdown (Step breakdown) then counts the update in exchange_us, optimizer_us 0.
  *
  * Thread safety: one thread drives a troupe_dp_t. Ownership: the caller keeps its references
  * to the comp and nodes (borrowed for troupe_dp_new, retained where needed); troupe_dp_new

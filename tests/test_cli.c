@@ -265,6 +265,17 @@ Test(cli, info_reports_the_environment_configuration)
     cr_assert_str_eq(v, "auto");
     cr_assert_not_null(strstr(r.err, "TROUPE_DP_OVERLAP"), "stderr: %s", r.err);
 
+    /* TROUPE_DP_FUSED_UPDATE: auto by default, off when set so; a malformed value warns */
+    s_troupe(&r, (const char *[]){"info", NULL}, (const char *[]){"TROUPE_DP_FUSED_UPDATE=off", NULL});
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert(s_value(r.out, "config.dp_fused_update", v, sizeof v));
+    cr_assert_str_eq(v, "off");
+    s_troupe(&r, (const char *[]){"info", NULL}, (const char *[]){"TROUPE_DP_FUSED_UPDATE=on", NULL});
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert(s_value(r.out, "config.dp_fused_update", v, sizeof v));
+    cr_assert_str_eq(v, "auto");
+    cr_assert_not_null(strstr(r.err, "TROUPE_DP_FUSED_UPDATE"), "stderr: %s", r.err);
+
     /* a malformed TROUPE_CUDA_AWARE keeps the default and warns on stderr */
     s_troupe(&r, (const char *[]){"info", NULL}, (const char *[]){"TROUPE_CUDA_AWARE=maybe", NULL});
     cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);

@@ -45,7 +45,8 @@
  *   config.log (LEVEL[:SUBSYSTEM,...], as TROUPE_LOG),
  *   config.cpu_devices (TROUPE_CPU_DEVICES), config.device (TROUPE_DEVICE, empty when unset),
  *   config.cuda_aware (auto|on|off, as TROUPE_CUDA_AWARE),
- *   config.dp_overlap (auto|on|off, as TROUPE_DP_OVERLAP)
+ *   config.dp_overlap (auto|on|off, as TROUPE_DP_OVERLAP),
+ *   config.dp_fused_update (auto|off, as TROUPE_DP_FUSED_UPDATE)
  *   cluster.cuda_aware: no (MPIX_CUDA_AWARE_SUPPORT 0)   whether the MPI library takes CUDA
  *                                              device memory (transport/mpi/cluster.h
  *                                              troupe_mpi_cuda_support; the cross-rank exchange
@@ -264,6 +265,7 @@ static void s_config(void)
     printf("config.device: %s\n", dev != NULL ? dev : "");
     printf("config.cuda_aware: %s\n", troupe_config_cuda_aware_name(troupe_config_cuda_aware()));
     printf("config.dp_overlap: %s\n", troupe_config_dp_overlap_name(troupe_config_dp_overlap()));
+    printf("config.dp_fused_update: %s\n", troupe_config_dp_fused_update() ? "auto" : "off");
     printf("cluster.cuda_aware: %s\n", troupe_mpi_cuda_support());
 }
 

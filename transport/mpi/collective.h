@@ -70,7 +70,10 @@
  * bits (another summation order) but are the same on every rank and reproducible. A rank that
  * cannot map another's memory at a request says so in its arrival; every rank then takes the MPI
  * path for it, and shared memory stays off from then on (logged). stats.shm counts these
- * collectives. Ranks on several nodes use the plan above (the ring from 64 KiB; a hierarchical
+ * collectives. An allreduce with a fused update (troupe_coll_apply_t) goes this way when its
+ * side arrays lie as its tensors do, in shareable memory, on every rank: rank c then sums chunk
+ * c block by block (8 KiB, in L1), runs the update on its own side arrays and copies the side
+ * values into every other rank's; the tensors' arrays are left as they were. Ranks on several nodes use the plan above (the ring from 64 KiB; a hierarchical
  * allreduce is future work).
  *
  * Precisions. single and double reduce in their own precision (MPI_FLOAT, MPI_DOUBLE); half,

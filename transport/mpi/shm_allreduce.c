@@ -18,6 +18,9 @@
  *               the ranks' copies in rank order 0, 1, ..., p-1 (then divides, for a mean) and
  *               writes the result into every rank's copy: each rank reads and writes 1/p of
  *               every buffer, all ranks in parallel, and every rank ends with the same bits;
+ *      with a fused update (troupe_coll_apply_t), the block's sums go to the update, which
+ *      writes this rank's side arrays, and the block of each side array is copied into every
+ *      other rank's copy (the tensors' own copies are not written);
  *   3. depart:  each rank stores the sequence number again in its depart word and waits until
  *               every rank departed: until then others may still write into its buffer.
  *
