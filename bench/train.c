@@ -14,6 +14,10 @@
  *               steps after the warm-up (the step breakdown, parallel/dp.h: how long buckets
  *               were reduced while later segments computed)
  *               (troupe_dp_config_t.compress_bf16, the trainer's --compress bf16)  child job
+ *   2x1-unfused 2x1 with the optimizer step as its own routine after the allreduce on every rank
+ *               (TROUPE_DP_FUSED_UPDATE=off; 2x1 fuses it into the allreduce: parallel/dp.h,
+ *               Fused update), printed against 2x1 (peer_fused=1 fused=0; each child checks
+ *               troupe_dp_fused_update says so) as a child job (--unfused)
  *   2x1-nocomm  two independent single-rank processes of minibatch 64 started together: the
  *               2x1 layout's compute without any communication, so its efficiency is the
  *               ceiling this machine puts on 2x1 (shared memory bandwidth and caches, the
@@ -66,7 +70,7 @@
  *   efficiency=<samples_per_s(2x1) / (2 x samples_per_s(1x1))> efficiency_1x2=<the same for
  *   1x2> efficiency_weak=<the same for 2x1-weak> efficiency_nocomm=<the same for 2x1-nocomm>
  *   rounds=<n> efficiency_min=<lowest round> efficiency_max=<highest round>
- *   efficiency_bf16=<the same for 2x1-bf16>
+ *   efficiency_bf16=<the same for 2x1-bf16> efficiency_unfused=<the same for 2x1-unfused>
  * efficiency is strong scaling (the global minibatch of the trainer's default, 128, split over
  * the ranks); efficiency_weak keeps each rank's minibatch at 128, as Horovod and PyTorch DDP
  * report scaling. Without an MPI build (or an mpiexec that fails) the 2x1 cases are reported
@@ -164,6 +168,7 @@ static void s_synthetic(fmnist_dataset_t *ds, int64_t global_batch)
 
 static bool s_bf16;               /* a child of 2x1-bf16 (--bf16) */
 static bool s_overlap;            /* a child of 2x1-overlap (--overlap); the next child started */
+static bool s_unfused;            /* a child of 2x1-unfused (--unfused); the next child started */
 static double s_child_cover_us;   /* the last child's median compute_overlap_us (NAN: none) */
 static const char *s_backend = "cpu"; /* --backend: every layout's and child's backend */
 /* --feed: the model's form (examples/fmnist/mlp.h): auto is fed on a backend with graphs */
@@ -213,6 +218,13 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
                              .compress_bf16 = s_bf16,
                              .overlap = s_overlap ? TROUPE_DP_OVERLAP_ON : TROUPE_DP_OVERLAP_OFF};
     TROUPE_RETURN_IF_ERROR(troupe_dp_new(&dc, &model, &l->dp));
+    /* 2x1-unfused must run the routine; 2x1 on a host backend must fuse (parallel/dp.h) */
+    bool want_fused = !s_unfused && !s_overlap && troupe_cluster_size() > 1 &&
+                      troupe_backend_host_addressable(troupe_dp_backend(l->dp));
+    if (troupe_dp_fused_update(l->dp) != want_fused)
+        return troupe_error_set(TROUPE_INTERNAL, "the optimizer step is %sfused, expected %s",
+                                troupe_dp_fused_update(l->dp) ? "" : "not ",
+                                want_fused ? "fused" : "not fused");
     for (int s = 0; s < S_WARM_STEPS; s++)
         TROUPE_RETURN_IF_ERROR(troupe_dp_step(l->dp));
     TROUPE_RETURN_IF_ERROR(troupe_dp_sync(l->dp));
@@ -424,6 +436,8 @@ static troupe_status_t s_child_start(int mpi_ranks, int64_t batch, bool bf16, co
         argv[argc++] = (char *)"--bf16";
     if (s_overlap)
         argv[argc++] = (char *)"--overlap";
+    if (s_unfused)
+        argv[argc++] = (char *)"--unfused";
     if (trace) {
         argv[argc++] = (char *)"--trace";
         argv[argc++] = (char *)trace;
@@ -1065,6 +1079,9 @@ int main(int argc, char **argv)
             s_bf16 = true;
         } else if (i > 0 && strcmp(argv[i], "--overlap") == 0) {
             s_overlap = true;
+        } else if (i > 0 && strcmp(argv[i], "--unfused") == 0) {
+            s_unfused = true;
+            troupe_config_set_dp_fused_update(false);
         } else if (i > 0 && strcmp(argv[i], "--trace-overhead") == 0) {
             trace_only = true;
         } else if (i > 0 && strcmp(argv[i], "--trace") == 0) {
@@ -1091,8 +1108,8 @@ int main(int argc, char **argv)
     troupe_bench_opts_default(&opts);
     int pr = troupe_bench_parse_args(argc, argv,
                                      "data-parallel MLP training throughput: 1x1, 1x2, 2x1, "
-                                     "2x1-weak, 2x1-nocomm, 2x1-overlap, 1x1-trace, 2x1-trace "
-                                     "(ranks x "
+                                     "2x1-weak, 2x1-nocomm, 2x1-overlap, 2x1-unfused, "
+                                     "1x1-trace, 2x1-trace (ranks x "
                                      "streams); --trace-overhead: only 1x1-proc and 2x1 with "
                                      "TROUPE_TRACE off and on; --scaling R1,R2,..: weak scaling "
                                      "(128 per rank) against as many independent processes; "
@@ -1144,14 +1161,16 @@ int main(int argc, char **argv)
     o.warmup = 0; /* s_layout_new warmed up */
     if (troupe_bench_time_sides(sides, 2, &o, stats) != 0 || l11.failed || l12.failed)
         return troupe_bench_fail_status(S_PROG, "training", TROUPE_INTERNAL);
-    enum { C11, C12, C11P, C21, C21W, C21B, C21N, C21O, NCASES };
-    static const char *const names[NCASES] = {"1x1",      "1x2",      "1x1-proc",   "2x1",
-                                              "2x1-weak", "2x1-bf16", "2x1-nocomm", "2x1-overlap"};
+    enum { C11, C12, C11P, C21, C21W, C21B, C21N, C21O, C21U, NCASES };
+    static const char *const names[NCASES] = {
+        "1x1",      "1x2",        "1x1-proc",    "2x1",        "2x1-weak",
+        "2x1-bf16", "2x1-nocomm", "2x1-overlap", "2x1-unfused"};
     const int64_t batches[NCASES] = {S_GLOBAL_BATCH, S_GLOBAL_BATCH,     S_GLOBAL_BATCH,
                                      S_GLOBAL_BATCH, 2 * S_GLOBAL_BATCH, S_GLOBAL_BATCH,
-                                     S_GLOBAL_BATCH, S_GLOBAL_BATCH};
+                                     S_GLOBAL_BATCH, S_GLOBAL_BATCH,     S_GLOBAL_BATCH};
     double us[NCASES] = {stats[0].median_us / (double)l11.samples_per_run,
                          stats[1].median_us / (double)l12.samples_per_run,
+                         NAN,
                          NAN,
                          NAN,
                          NAN,
@@ -1196,8 +1215,11 @@ int main(int argc, char **argv)
         rus[C21O][k] = s_child_case(2, S_GLOBAL_BATCH, false, false, runs, opts.warmup, names[C21O]);
         s_overlap = false;
         cover[k] = isnan(rus[C21O][k]) ? NAN : s_child_cover_us;
+        s_unfused = true;
+        rus[C21U][k] = s_child_case(2, S_GLOBAL_BATCH, false, false, runs, opts.warmup, names[C21U]);
+        s_unfused = false;
 #else
-        rus[C21W][k] = rus[C21B][k] = rus[C21O][k] = cover[k] = NAN;
+        rus[C21W][k] = rus[C21B][k] = rus[C21O][k] = rus[C21U][k] = cover[k] = NAN;
 #endif
         /* each of the two processes trains on half the 2x1 global minibatch */
         rus[C21N][k] = s_nocomm_case(2, S_GLOBAL_BATCH / 2, runs, opts.warmup, names[C21N]);
@@ -1213,7 +1235,7 @@ int main(int argc, char **argv)
         return troupe_bench_fail_status(S_PROG, "checking the training", st);
 
     for (int c = 0; c < NCASES; c++) {
-        if (isnan(us[c]) || c == C21O)
+        if (isnan(us[c]) || c == C21O || c == C21U)
             continue;
         troupe_bench_print_case("train", names[c], S_BYTES_PER_SAMPLE, us[c], "1x1", us[C11],
                                 "samples_per_s=%.0f global_batch=%lld", 1e6 / us[c],
@@ -1227,6 +1249,13 @@ int main(int argc, char **argv)
                                 "compute_overlap_us=%.1f global_batch=%d rounds=%d",
                                 1e6 / us[C21O], 1e6 / us[C21], s_median(cover, rounds),
                                 S_GLOBAL_BATCH, rounds);
+    /* 2x1-unfused against 2x1: the fused update's gain (ratio above 1: fused is faster) */
+    if (!isnan(us[C21U]) && !isnan(us[C21]))
+        troupe_bench_print_case("train", names[C21U], S_BYTES_PER_SAMPLE, us[C21U], names[C21],
+                                us[C21],
+                                "samples_per_s=%.0f peer_samples_per_s=%.0f peer_fused=1 "
+                                "fused=0 global_batch=%d rounds=%d",
+                                1e6 / us[C21U], 1e6 / us[C21], S_GLOBAL_BATCH, rounds);
     s_print_trace(T11T, (const double(*)[TCASES])tv, rounds);
     s_print_trace(T21T, (const double(*)[TCASES])tv, rounds);
     s_print_trace_cost((const double(*)[TCASES])tv, rounds, runs, opts.warmup);
@@ -1255,14 +1284,16 @@ int main(int argc, char **argv)
         hi = eff[C21][k] > hi ? eff[C21][k] : hi;
     }
     printf("efficiency=%.3f efficiency_1x2=%.3f efficiency_weak=%.3f efficiency_nocomm=%.3f "
-           "rounds=%d efficiency_min=%.3f efficiency_max=%.3f efficiency_bf16=%.3f\n",
+           "rounds=%d efficiency_min=%.3f efficiency_max=%.3f efficiency_bf16=%.3f "
+           "efficiency_unfused=%.3f\n",
            s_median(eff[C21], rounds), eff_1x2, s_median(eff[C21W], rounds),
-           s_median(eff[C21N], rounds), rounds, lo, hi, s_median(eff[C21B], rounds));
+           s_median(eff[C21N], rounds), rounds, lo, hi, s_median(eff[C21B], rounds),
+           s_median(eff[C21U], rounds));
     fmnist_dataset_free(&ds);
 #if S_HAVE_MPIEXEC
     /* MPI was built: a 2x1 case that did not run is a failure */
     return isnan(us[C21]) || isnan(us[C21W]) || isnan(us[C21B]) || isnan(us[C21N]) ||
-                   isnan(us[C21O])
+                   isnan(us[C21O]) || isnan(us[C21U])
                ? 1
                : 0;
 #else
