@@ -910,6 +910,7 @@ static int s_trace_overhead(const troupe_bench_opts_t *opts)
  * and cores allow), and a fresh 1x1-proc before them (the machine drifts). One line per R:
  *   bench=train case=weak-<R>x1 ... peer=1x1-proc ... efficiency_weak=<thr(R) / (R thr(1))>
  *     efficiency_nocomm=<thr(nocomm R) / (R thr(1))> comm_share=<1 - us(nocomm) / us(R)>
+ *     efficiency_weak_unfused=<the same job with TROUPE_DP_FUSED_UPDATE=off, a child of its own>
  * efficiency_nocomm well below 1 says the node limits scaling (memory bandwidth, shared caches,
  * turbo); comm_share says what the merge and the synchronous step add on top (the allreduce and
  * waiting for the slowest rank). Then the torch peer with one thread against 1x1-proc. */
@@ -932,15 +933,24 @@ static int s_scaling(const troupe_bench_opts_t *opts, const int *ranks, int nran
                                                   runs, opts->warmup, what)
                                    : NAN;
         double uN = s_nocomm_case(R, S_GLOBAL_BATCH, runs, opts->warmup, what_nc);
-        if (isnan(u1) || isnan(uR) || isnan(uN))
+        /* the same job with the optimizer step after the allreduce on every rank */
+        char what_u[64];
+        snprintf(what_u, sizeof what_u, "weak-%dx1-unfused", R);
+        s_unfused = true;
+        double uU = S_HAVE_MPIEXEC ? s_child_case(R, (int64_t)R * S_GLOBAL_BATCH, false, false,
+                                                  runs, opts->warmup, what_u)
+                                   : NAN;
+        s_unfused = false;
+        if (isnan(u1) || isnan(uR) || isnan(uN) || isnan(uU))
             rc = 1;
         if (isnan(u1) || isnan(uR))
             continue;
         troupe_bench_print_case("train", what, S_BYTES_PER_SAMPLE, uR, "1x1-proc", u1,
                                 "samples_per_s=%.0f global_batch=%lld ranks=%d "
-                                "efficiency_weak=%.3f efficiency_nocomm=%.3f comm_share=%.3f",
+                                "efficiency_weak=%.3f efficiency_nocomm=%.3f comm_share=%.3f "
+                                "efficiency_weak_unfused=%.3f",
                                 1e6 / uR, (long long)R * S_GLOBAL_BATCH, R, u1 / (R * uR),
-                                u1 / (R * uN), 1.0 - uN / uR);
+                                u1 / (R * uN), 1.0 - uN / uR, u1 / (R * uU));
         fflush(stdout);
     }
     double t1 = s_torch_case("1thread", S_GLOBAL_BATCH, runs, true);
