@@ -64,7 +64,8 @@ TROUPE_MUST_USE troupe_status_t troupe_init_from_host(troupe_context_t *ctx, tro
  * gradients so); nodes known shared across streams get their device-wide arrays. One child
  * context holds them all (*out_ctx). The uploads are scheduled in order on ctx's stream.
  * Errors: INVALID_ARGUMENT (NULL, n == 0, a node given twice), and those of
- * troupe_init_from_host, naming the node; on an error nothing is allocated. */
+ * troupe_init_from_host, naming the node; the argument errors come before anything is
+ * allocated (an upload that fails later leaves the stream failed, as troupe_init_from_host). */
 TROUPE_MUST_USE troupe_status_t troupe_init_from_host_packed(troupe_context_t *ctx, size_t n,
                                                              troupe_tnode_t *const *tns,
                                                              troupe_context_t **out_ctx);

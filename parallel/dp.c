@@ -2,9 +2,10 @@
  * stream pairing of the tree merge).
  *
  * Layout on each local stream k (a chain of contexts, each a child of the previous one):
- *   root -> init_from_host(params) -> init_from_host(inputs) [-> link(feed)]
- *   -> link(grad segment 0) [-> link(grad segment 1) ...] [-> link(merge_i)]
- * and on the owner stream 0, after those: -> init_from_host(state m, v) -> init_from_host(hyper)
+ *   root -> init_from_host_packed(params, one pool in the gradients' order) -> init_from_host(inputs)
+ *   [-> link(feed)] -> link(grad segment 0) [-> link(grad segment 1) ...] [-> link(merge_i)]
+ * and on the owner stream 0, after those: -> init_from_host_packed(state m) [->
+ * init_from_host_packed(state v)] -> init_from_host(hyper)
  * -> for each staging node j: init_from_host(hyper stage j) -> link(hyper := stage j)
  * -> link(optimizer). Every routine is compiled once and linked once per stream in
  * troupe_dp_new; a step only binds the batch index (on the feed routine in the fed form,

@@ -111,7 +111,10 @@
  * fused and unfused runs give the same bits, as do all ranks (tests/mpi/test_dp_fused.c). For
  * the shared-memory path the parameters and each state array are uploaded into one pool each,
  * in the gradients' order (troupe_init_from_host_packed), so they lie as the gradients do; a
- * model whose gradients form no span there takes the MPI path, fused all the same. The decision
+ * model whose gradients form no span there takes the MPI path, fused all the same, and one whose
+ * parameters or state do not lie so in shareable memory (a pool under 64 KiB, a parameter known
+ * shared across streams) reduces through shared memory and then updates every element on every
+ * rank: the same bits whichever way. The decision
  * and its reason are logged at debug level (subsystem parallel); troupe_dp_fused_update tells
  * it. The step breakdown (Step breakdown) then counts the update in exchange_us, optimizer_us 0.
  *
@@ -379,7 +382,9 @@ int troupe_dp_replica_device(const troupe_dp_t *dp, int k);
  * differing from this one's); false with one rank or local_only, where nothing crosses ranks. */
 bool troupe_dp_staged(const troupe_dp_t *dp);
 /* Whether each step's optimizer update is fused into the cross-rank allreduce (above, Fused
- * update): decided in troupe_dp_new, the same on every rank; false with one rank. */
+ * update): decided in troupe_dp_new from this rank's settings (TROUPE_DP_FUSED_UPDATE must be
+ * alike on every rank: a rank that differs fails the first step's allreduce naming the fused
+ * update); false with one rank. */
 bool troupe_dp_fused_update(const troupe_dp_t *dp);
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
 /* The owner stream's context holding the current parameters (borrowed): link evaluation

@@ -8,6 +8,8 @@
 #include "parallel/dp_impl.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
+#include "base/fpmode_impl.h"
 #include "base/vec.h"
 
 #include <math.h>
@@ -318,8 +320,15 @@ uint64_t troupe__dp_apply_id(const troupe_dp_t *dp)
 #define S_CLONED
 #endif
 
+/* No contraction of a product and a sum into an fma: the optimizer routine has none
+ * (troupe_compile_unfused), and the build's ISO C mode keeps GCC from making any; Clang needs
+ * the pragma, as the generated code has it. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 /* One loop per form, each statement of s_sgd / s_adamw per element, each operation rounded to
- * single (the build's ISO C mode keeps GCC from contracting products and sums). `decay` and
+ * single. `decay` and
  * `momentum` are constants at each call, so every form compiles to its own vector loop. */
 static inline void s_apply_sgd_form(const troupe__dp_apply_arg_t *a, int64_t n,
                                     const float *restrict g, float *restrict p,
@@ -384,8 +393,14 @@ S_CLONED static void s_apply_adamw(const troupe__dp_apply_arg_t *a, int64_t n, c
 void troupe__dp_apply(const void *arg, int64_t n, const float *sum, float *const *side)
 {
     const troupe__dp_apply_arg_t *a = arg;
+    /* the routine's floating-point mode: subnormals flushed unless TROUPE_DENORMALS=keep
+     * (devices/host runs every routine so); the transport's thread runs this */
+    bool flush = troupe_config_flush_denormals();
+    troupe__fp_mode_t prev = flush ? troupe__fp_flush_enter() : (troupe__fp_mode_t)0;
     if (a->kind == TROUPE_OPT_ADAMW)
         s_apply_adamw(a, n, sum, side[0], side[1], side[2]);
     else
         s_apply_sgd(a, n, sum, side[0], a->nstate > 0 ? side[1] : NULL);
+    if (flush)
+        troupe__fp_restore(prev);
 }

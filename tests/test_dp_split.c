@@ -16,6 +16,7 @@
 #include "dp_test_model.h"
 
 #include <criterion/criterion.h>
+#include <float.h>
 #include <string.h>
 
 static void s_setup(void)
@@ -237,6 +238,31 @@ Test(dp_split, the_optimizer_step_fuses_into_one_in_place_allreduce_of_single_gr
     cr_assert_not(troupe__dp_choose_fused(true, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, false, why,
                                           sizeof why));
     cr_assert_not_null(strstr(why, "not single"), "%s", why);
+}
+
+Test(dp_split, the_fused_update_flushes_subnormals_as_the_routines_do)
+{
+    /* SGD with momentum 0.5, lr 0: m := 0.5 m + g / N on a subnormal m and a zero gradient */
+    troupe__dp_apply_arg_t a;
+    memset(&a, 0, sizeof a);
+    a.kind = TROUPE_OPT_SGD;
+    a.nstate = 1;
+    a.h[TROUPE__DP_H_INV_N] = 1.0f;
+    a.h[TROUPE__DP_H_SGD_MOMENTUM] = 0.5f;
+    a.h[TROUPE__DP_H_SGD_LR] = 0.0f;
+    const float tiny = 4 * FLT_TRUE_MIN, g[1] = {0.0f};
+    float p[1] = {1.0f}, m[1] = {tiny};
+    float *side[2] = {p, m};
+    bool was = troupe_config_flush_denormals();
+    troupe_config_set_flush_denormals(false); /* TROUPE_DENORMALS=keep: gradual underflow */
+    troupe__dp_apply(&a, 1, g, side);
+    cr_assert(m[0] == 2 * FLT_TRUE_MIN, "keep: m = %g", (double)m[0]);
+    troupe_config_set_flush_denormals(true); /* the default: flushed, as every routine runs */
+    m[0] = tiny;
+    troupe__dp_apply(&a, 1, g, side);
+    cr_assert(m[0] == 0.0f, "flush: m = %g", (double)m[0]);
+    cr_assert(p[0] == 1.0f);
+    troupe_config_set_flush_denormals(was);
 }
 
 /* Trains K steps of `kind` with overlap `mode` on `backend` with 2 streams; the parameters

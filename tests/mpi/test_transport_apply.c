@@ -10,8 +10,12 @@
  *     parallel/ issues it; with TROUPE_COLL_SHM=0 (mode `off`) the same through the MPI paths
  *     (every rank updating every element);
  *   - side arrays that do not lie as the gradients (one array each), on every rank or on rank 0
- *     only: the MPI path on every rank, results right;
+ *     only: the sums through shared memory all the same (stats.shm +1 in mode `on`), then the
+ *     update on every rank, results right;
  *   - gradients that form no span (one array each): the per-tensor MPI path, results right;
+ *   - mode `on`, last: rank 1 fails to map another rank's memory (troupe__shm_coll_fail_maps):
+ *     every rank takes the MPI path for that request and the next, the update runs once;
+ *   - a tensor or a side array given twice: refused (the transport would write what others sum);
  *   - arguments that break the rules: INVALID_ARGUMENT naming the problem, nothing issued;
  *   - mode `mismatch`: rank 0 passes an update, the others do not: every rank fails the
  *     collective with FAILED_PRECONDITION naming the fused update.
@@ -20,6 +24,7 @@
 #include "base/config.h"
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
+#include "transport/mpi/transport_impl.h"
 
 #include "mpi_test_util.h"
 
@@ -202,12 +207,22 @@ static void s_test_layouts(bool shm_on)
         s_round("packed, second", (s_arg_t){0.25f, -1.0f}, 0u, shm_on);
         s_round("packed, third", (s_arg_t){1.0f, 0.5f}, 0u, shm_on);
     }
+    /* side arrays that do not lie as the gradients: the sums through shared memory all the
+     * same, then the update on every rank */
     if (s_setup(true, false))
-        s_round("side arrays one by one", (s_arg_t){0.5f, 2.0f}, 0u, false);
+        s_round("side arrays one by one", (s_arg_t){0.5f, 2.0f}, 0u, shm_on);
     if (s_setup(true, s_rank != 0))
-        s_round("side arrays one by one on rank 0 only", (s_arg_t){0.5f, 2.0f}, 0u, false);
+        s_round("side arrays one by one on rank 0 only", (s_arg_t){0.5f, 2.0f}, 0u, shm_on);
     if (s_setup(false, true))
         s_round("gradients one by one", (s_arg_t){0.5f, 2.0f}, 0u, false);
+    /* last (shared memory stays off after it): rank 1 fails to map another rank's memory: every
+     * rank takes the MPI path, the update runs once on each */
+    if (shm_on && s_setup(true, true)) {
+        if (s_rank == 1)
+            troupe__shm_coll_fail_maps(1);
+        s_round("a failed mapping", (s_arg_t){0.5f, 2.0f}, 0u, false);
+        s_round("after a failed mapping", (s_arg_t){0.25f, 1.0f}, 0u, false);
+    }
 }
 
 /* One bad argument set: INVALID_ARGUMENT whose message holds `needle`. */
@@ -270,6 +285,14 @@ static void s_test_refused(void)
     bad.side = side_short;
     a.apply = &bad;
     s_bad("a side array of another size", &a, "of another size");
+    troupe_tnode_t *side_dup[2 * NT];
+    memcpy(side_dup, side, sizeof side);
+    side_dup[NT + 2] = s_set.g[2]; /* a gradient as a side array: written while others sum it */
+    bad = ap;
+    bad.side = side_dup;
+    s_bad("a tensor as a side array", &a, "stands twice");
+    side_dup[NT + 2] = s_set.p[0]; /* a side array given twice */
+    s_bad("a side array twice", &a, "stands twice");
     float host[4] = {0};
     troupe_coll_tensor_t ht = {.data = host, .count = 4, .prec = TROUPE_PREC_SINGLE};
     troupe_allreduce_args_t h = {.n = 1, .tensors = &ht, .apply = &ap};

@@ -544,6 +544,38 @@ static troupe_status_t s_lend_collective(troupe__req_kind_t kind, troupe_context
                                          troupe_reduce_op_t op, int root, unsigned flags,
                                          const troupe_coll_apply_t *apply, troupe_event_t **out_ev);
 
+static int s_cmp_node(const void *x, const void *y)
+{
+    const troupe_tnode_t *a = *(troupe_tnode_t *const *)x, *b = *(troupe_tnode_t *const *)y;
+    return (a > b) - (a < b);
+}
+
+/* INVALID_ARGUMENT naming the node when a node stands twice among the tensors tns[0..n) and the
+ * side arrays of `a` (non-NULL): the transport would write what other ranks still sum. */
+static troupe_status_t s_check_distinct(const troupe_coll_apply_t *a, size_t n,
+                                        troupe_tnode_t *const *tns)
+{
+    size_t all = n * (1 + a->n_side);
+    troupe_tnode_t **v = troupe_calloc(all, sizeof *v);
+    if (v == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "allreduce: out of memory");
+    for (size_t k = 0; k < all; k++)
+        v[k] = k < n ? tns[k] : a->side[k - n];
+    qsort(v, all, sizeof *v, s_cmp_node);
+    troupe_status_t st = TROUPE_OK;
+    for (size_t k = 1; k < all && st == TROUPE_OK; k++)
+        if (v[k] != NULL && v[k] == v[k - 1]) {
+            char label[TROUPE__FP_NAME_MAX + 1];
+            troupe_tnode_label_string(v[k], label, sizeof label);
+            st = troupe__error(TROUPE_INVALID_ARGUMENT,
+                               "allreduce: fused update: node %" PRId32
+                               " '%s' stands twice among the tensors and side arrays",
+                               v[k]->id, label);
+        }
+    troupe_free(v);
+    return st;
+}
+
 /* INVALID_ARGUMENT unless `a` (for the n nodes tns, op) meets troupe_coll_apply_t's
  * requirements. */
 static troupe_status_t s_check_apply(const troupe_coll_apply_t *a, size_t n,
@@ -565,6 +597,7 @@ static troupe_status_t s_check_apply(const troupe_coll_apply_t *a, size_t n,
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "allreduce: a fused update needs op sum, not %s",
                              troupe_reduce_op_name(op));
+    TROUPE_RETURN_IF_ERROR(s_check_distinct(a, n, tns));
     for (size_t i = 0; i < n; i++) {
         char label[TROUPE__FP_NAME_MAX + 1];
         troupe_tnode_label_string(tns[i], label, sizeof label);

@@ -174,10 +174,12 @@ enum {
  * of every rank updating all of them after it; ZeRO stage 1's sharded update, Rajbhandari et al.
  * 2020, with the state kept whole on every rank).
  *
- * fn(arg, n, sum, side) is called on elements [0, n) of some run of one tensor: sum[e] is the
- * element's allreduced value (single precision, summed in the transport's order, the same bits
- * on every rank) and side[s] (s < n_side) points at the same element of side array s of that
- * tensor; fn reads and writes side[s][0..n) and nothing else (it may not keep the pointers).
+ * fn(arg, n, sum, side) is called on a run of n consecutive elements: sum[e] is the element's
+ * allreduced value (single precision, summed in the transport's order, the same bits on every
+ * rank) and side[s] (s < n_side) points at the same element of side array s of that tensor (a
+ * run lies in one tensor, or, on the shared-memory path, where tensors and side arrays lie back
+ * to back alike, may go on into the next); fn reads and writes side[s][0..n) and nothing else
+ * (it may not keep the pointers).
  * The transport calls it exactly once per element of every tensor, on runs of any length and
  * in any order, on its engine thread or on a waiting stream's thread, and delivers the result
  * to every rank's side arrays: through shared memory (collective.h, Algorithms) rank c runs fn
@@ -189,13 +191,15 @@ enum {
  *
  * Requirements (INVALID_ARGUMENT otherwise, naming the tensor): device level, op SUM, every
  * tensor single precision, 1 <= n_side <= TROUPE_COLL_APPLY_MAX_SIDE, side[s * n + i] a node of
- * ctx of single precision with tensor i's element count. The side arrays are lent with the
+ * ctx of single precision with tensor i's element count, no node twice among the tensors and
+ * side arrays. The side arrays are lent with the
  * tensors (written by the transport). `arg` (arg_bytes, at most TROUPE_COLL_APPLY_MAX_ARG) is
  * copied into the request; `id` names the update and travels in the fingerprint: ranks that
  * pass another id or none fail with FAILED_PRECONDITION ("fused update 0x.. on rank 0 but none
  * on rank 1"). With shared memory, every rank's side arrays of one side index must lie as its
  * tensors do (side s of tensor i at the same offset from side s of tensor 0 as tensor i from
- * tensor 0) in shareable memory; otherwise the request takes the MPI path (every rank alike). */
+ * tensor 0) in shareable memory; otherwise the sums go through shared memory (or MPI) as
+ * without the update, and every rank then updates every element (every rank alike, same bits). */
 #define TROUPE_COLL_APPLY_MAX_SIDE 4
 #define TROUPE_COLL_APPLY_MAX_ARG 256
 typedef void (*troupe_coll_apply_fn)(const void *arg, int64_t n, const float *sum,

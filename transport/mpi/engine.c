@@ -101,6 +101,8 @@ typedef struct s_rs {
     bool flat;        /* this rank's tensors form one span (troupe__bucket_flat) */
     bool all_flat;    /* ...every rank's: buckets in order (the flat plan) */
     bool use_shm;     /* ...and each lies in shareable memory: reduced through it */
+    bool shm_apply;   /* ...and so do the fused update's side spans: each rank updates its
+                         chunk there (else the update runs on every rank after the sums) */
     const char *span; /* this rank's span when flat */
     int64_t span_bytes;
     troupe__cls_t span_cls;
@@ -816,9 +818,6 @@ static void s_log_done(troupe__req_t *r, s_rs_t *rs)
                (double)(rs->t_start_ns - r->submitted_ns) / 1e3, shm);
 }
 
-/* Starts the fingerprint exchange with this rank's layout: whether its tensors form one span
- * (the flat plan) and, for an allreduce while shared memory is on, where that span lies in
- * shareable memory (id 0: it does not). */
 /* With r's fused update and a flat span in shareable memory: side_shm[s] locates side span s
  * when side array s of every tensor lies as the tensors do from the first (else it stays
  * zeroed, and the request takes the MPI path on every rank). */
@@ -837,6 +836,9 @@ static void s_side_spans(const troupe__req_t *r, const s_rs_t *rs, troupe__shm_r
     }
 }
 
+/* Starts the fingerprint exchange with this rank's layout: whether its tensors form one span
+ * (the flat plan) and, for an allreduce while shared memory is on, where that span lies in
+ * shareable memory (id 0: it does not), and its fused update's side spans (s_side_spans). */
 static troupe_status_t s_fp_begin(troupe__req_t *r, s_rs_t *rs)
 {
     troupe__shm_ref_t shm = {0}, side_shm[TROUPE_COLL_APPLY_MAX_SIDE] = {{0}};
@@ -864,16 +866,17 @@ static bool s_sides_shared(const troupe__req_t *r, const troupe__fp_digest_t *d)
 static void s_fp_agreed(const troupe__req_t *r, s_rs_t *rs)
 {
     rs->all_flat = rs->fp.mine.flat != 0;
-    rs->use_shm = rs->all_flat && rs->fp.mine.shm.id != 0 && troupe__shm_coll_on() &&
-                  s_sides_shared(r, &rs->fp.mine);
+    rs->use_shm = rs->all_flat && rs->fp.mine.shm.id != 0 && troupe__shm_coll_on();
+    rs->shm_apply = r->apply_fn != NULL && s_sides_shared(r, &rs->fp.mine);
     for (int p = 0; p < s_a.comm.size; p++) {
         if (!troupe__req_involves(r, p, s_a.comm.rank))
             continue;
         rs->all_flat = rs->all_flat && rs->fp.peer[p].flat != 0;
-        rs->use_shm =
-            rs->use_shm && rs->fp.peer[p].shm.id != 0 && s_sides_shared(r, &rs->fp.peer[p]);
+        rs->use_shm = rs->use_shm && rs->fp.peer[p].shm.id != 0;
+        rs->shm_apply = rs->shm_apply && s_sides_shared(r, &rs->fp.peer[p]);
     }
     rs->use_shm = rs->use_shm && rs->all_flat;
+    rs->shm_apply = rs->shm_apply && rs->use_shm;
 }
 
 /* Begins reducing r's span through shared memory (every rank's digest located its span). */
@@ -883,7 +886,7 @@ static troupe_status_t s_shm_begin(troupe__req_t *r, s_rs_t *rs)
     for (int p = 0; p < s_a.comm.size; p++)
         refs[p] = p == s_a.comm.rank ? rs->fp.mine.shm : rs->fp.peer[p].shm;
     size_t ub = troupe__cls_size(rs->span_cls);
-    if (r->apply_fn != NULL) { /* single precision (collective.c checked) */
+    if (rs->shm_apply) { /* single precision (collective.c checked) */
         int size = s_a.comm.size;
         troupe__shm_ref_t side_refs[TROUPE_COLL_APPLY_MAX_SIDE * size];
         void *side_mine[TROUPE_COLL_APPLY_MAX_SIDE];
@@ -1014,7 +1017,7 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
         TROUPE_RETURN_IF_ERROR(troupe__shm_coll_test(&rs->shm, &progress));
         all = rs->shm.state == TROUPE__SHM_DONE;
         if (rs->shm.state == TROUPE__SHM_FALLBACK) { /* on every rank alike: the MPI path */
-            rs->use_shm = false;
+            rs->use_shm = rs->shm_apply = false;
             TROUPE_RETURN_IF_ERROR(troupe__bucket_plan(&rs->plan, r, rs->all_flat, rs->what));
         }
     }
@@ -1032,7 +1035,9 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
     }
     now = troupe_now_ns();
     if (all) {
-        if (!rs->use_shm) /* the MPI paths: every rank updates every element (same bits) */
+        /* the MPI paths, or shared memory without the side spans: every rank updates every
+         * element after the sums (the same bits everywhere) */
+        if (!rs->shm_apply)
             troupe__req_apply_all(r);
         s_log_done(r, rs);
         s_finish(r, TROUPE_OK, NULL);
