@@ -1554,7 +1554,7 @@ troupe_status_t troupe_dp_step(troupe_dp_t *dp)
         size_t nbk = dp->exchange == TROUPE__DP_EXCHANGE_NONE ? 0
                      : dp->staged                             ? dp->nbk
                                                               : dp->nseg;
-        rec = troupe__dp_steplog_new(dp->steps, dp->n, nbk, (int)dp->exchange);
+        rec = troupe__dp_steplog_new(dp->steps, dp->n, nbk, (int)dp->exchange, dp->fused);
         troupe__dp_steplog_begin(rec, dp->rep[0].stream);
     }
     s_step_mark_t *mark = NULL;

@@ -116,7 +116,8 @@
  * shared across streams) reduces through shared memory and then updates every element on every
  * rank: the same bits whichever way. The decision
  * and its reason are logged at debug level (subsystem parallel); troupe_dp_fused_update tells
- * it. The step breakdown (Step breakdown) then counts the update in exchange_us, optimizer_us 0.
+ * it. The step breakdown (Step breakdown) then says update=fused and counts the update in
+ * exchange_us (optimizer_us next to 0).
  *
  * Thread safety: one thread drives a troupe_dp_t. Ownership: the caller keeps its references
  * to the comp and nodes (borrowed for troupe_dp_new, retained where needed); troupe_dp_new
@@ -340,7 +341,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p);
  * Step breakdown: at TROUPE_LOG=debug:parallel, steps 0-9 and every 100th log one line, when
  * the step completed: "dp step S breakdown: wall_us= compute_us= merge_us= exchange_us=
  * optimizer_us= host_us= exchange=none|in-place|staged|direct buckets= d2h_us= reduce_us=
- * h2d_us= overlap_us= compute_overlap_us=" (microseconds, from the completion times of the
+ * h2d_us= overlap_us= compute_overlap_us= update=routine|fused" (microseconds, from the completion times of the
  * step's events on troupe_now_ns, the trace recorder's clock): compute from the step's start
  * on the owner stream to the last replica's gradient routine, merge to the owner stream's
  * last merge, exchange to the last copy back (staged) or the allreduce (in place), optimizer
@@ -351,7 +352,9 @@ void troupe_dp_destroy(troupe_dp_t **dp_p);
  * gradients were still computed (buckets = segments in place, with Overlap: the time each
  * bucket's allreduce ran before the last replica's gradient routine ended; 0 with one
  * gradient routine, where no bucket is ready before it ends); host_us the time this
- * call took. On a backend whose events complete asynchronously (cuda) the times are when the
+ * call took; update=fused when the optimizer step ran inside the allreduce (Fused update: its
+ * time is then in exchange_us and reduce_us, and optimizer_us is next to 0: the allreduce's
+ * end stamped a second time). On a backend whose events complete asynchronously (cuda) the times are when the
  * host learned of the completions. Errors: a stream's or the transport's failure (the message names the
  * stream or ranks), RESOURCE_EXHAUSTED. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_step(troupe_dp_t *dp);

@@ -118,8 +118,10 @@ TROUPE_MUST_USE troupe_status_t troupe__dp_split_comp(const troupe_asgn_comp_t *
  * NULL record (the step is not logged). */
 typedef struct troupe__dp_steplog troupe__dp_steplog_t;
 bool troupe__dp_steplog_wanted(int64_t step); /* debug:parallel on, and a logged step */
-/* A record for `step` with n replicas and nbk buckets; NULL without memory. */
-troupe__dp_steplog_t *troupe__dp_steplog_new(int64_t step, int n, size_t nbk, int exchange);
+/* A record for `step` with n replicas and nbk buckets, the update fused into the allreduce or
+ * not; NULL without memory. */
+troupe__dp_steplog_t *troupe__dp_steplog_new(int64_t step, int n, size_t nbk, int exchange,
+                                             bool fused);
 void troupe__dp_steplog_begin(troupe__dp_steplog_t *r, troupe_stream_t *owner);
 void troupe__dp_steplog_grad(troupe__dp_steplog_t *r, int k, troupe_event_t *ev);
 void troupe__dp_steplog_merge(troupe__dp_steplog_t *r, troupe_event_t *ev);

@@ -38,6 +38,7 @@ struct troupe__dp_steplog {
     int n;          /* replicas */
     size_t nbk;     /* buckets */
     int exchange;   /* troupe__dp_exchange_t */
+    bool fused;     /* the optimizer step ran in the allreduce (parallel/dp.h, Fused update) */
     int64_t host_ns; /* time troupe_dp_step took on the host (set before the driver lets go) */
     size_t nslots;
     _Atomic int64_t *t; /* nslots stamps, 0 until stamped */
@@ -55,7 +56,8 @@ bool troupe__dp_steplog_wanted(int64_t step)
            troupe_log_enabled(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL);
 }
 
-troupe__dp_steplog_t *troupe__dp_steplog_new(int64_t step, int n, size_t nbk, int exchange)
+troupe__dp_steplog_t *troupe__dp_steplog_new(int64_t step, int n, size_t nbk, int exchange,
+                                             bool fused)
 {
     troupe__dp_steplog_t *r = troupe_calloc(1, sizeof *r);
     if (r == NULL)
@@ -73,6 +75,7 @@ troupe__dp_steplog_t *troupe__dp_steplog_new(int64_t step, int n, size_t nbk, in
     r->step = step;
     r->n = n;
     r->nbk = nbk;
+    r->fused = fused;
     r->exchange = exchange;
     for (size_t i = 0; i < r->nslots; i++) {
         atomic_init(&r->t[i], 0);
@@ -152,11 +155,12 @@ static void s_log(const troupe__dp_steplog_t *r)
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL,
                "dp step %lld breakdown: wall_us=%.1f compute_us=%.1f merge_us=%.1f "
                "exchange_us=%.1f optimizer_us=%.1f host_us=%.1f exchange=%s buckets=%zu "
-               "d2h_us=%.1f reduce_us=%.1f h2d_us=%.1f overlap_us=%.1f compute_overlap_us=%.1f",
+               "d2h_us=%.1f reduce_us=%.1f h2d_us=%.1f overlap_us=%.1f compute_overlap_us=%.1f "
+               "update=%s",
                (long long)r->step, s_us(opt - begin), s_us(grad - begin), s_us(merge - grad),
                s_us(exchange), s_us(opt - xend), s_us(r->host_ns),
                troupe__dp_exchange_name(r->exchange), r->nbk, s_us(d2h), s_us(reduce), s_us(h2d),
-               s_us(overlap), s_us(cover));
+               s_us(overlap), s_us(cover), r->fused ? "fused" : "routine");
 }
 
 void troupe__dp_steplog_release(troupe__dp_steplog_t **r_p)

@@ -13,6 +13,7 @@ typedef struct dpb_line {
     long long step;
     double wall, compute, merge, exchange, optimizer, host, d2h, reduce, h2d, overlap, cover;
     char exchange_kind[16];
+    char update[16]; /* "routine" or "fused" */
     int buckets;
 } dpb_line_t;
 
@@ -55,6 +56,9 @@ static int dpb_read(const char *path, dpb_line_t *out, int cap)
         const char *x = strstr(p, " exchange=");
         if (x != NULL)
             sscanf(x + 10, "%15s", l->exchange_kind);
+        const char *u = strstr(p, " update=");
+        if (u != NULL)
+            sscanf(u + 8, "%15s", l->update);
     }
     fclose(f);
     return n;

@@ -269,6 +269,7 @@ Test(dp, debug_log_breaks_each_step_down)
         const char *bad = dpb_insane(&l[i]);
         cr_assert_null(bad, "step %lld: %s", l[i].step, bad);
         cr_assert_str_eq(l[i].exchange_kind, "none");
+        cr_assert_str_eq(l[i].update, "routine"); /* one rank: nothing to fuse into */
         cr_assert_eq(l[i].buckets, 0);
         cr_assert_eq(l[i].exchange, 0.0);
         cr_assert_gt(l[i].compute, 0.0, "step %lld: no compute time", l[i].step);

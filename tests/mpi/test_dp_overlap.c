@@ -72,10 +72,12 @@ int main(int argc, char **argv)
         s_run(d, TROUPE_DP_OVERLAP_OFF, false, kinds[q], off, &off_loss, l, &n,
               "overlap off (1 segments");
         for (int i = 0; i < n; i++)
-            if (l[i].buckets != 1 || l[i].cover != 0)
-                s_die("%s: overlap off: step %lld: buckets=%d compute_overlap_us=%.1f, want 1 "
-                      "and 0",
-                      name, l[i].step, l[i].buckets, l[i].cover);
+            if (l[i].buckets != 1 || l[i].cover != 0 || strcmp(l[i].update, "fused") != 0 ||
+                !(l[i].optimizer < 5.0))
+                s_die("%s: overlap off: step %lld: buckets=%d compute_overlap_us=%.1f update=%s "
+                      "optimizer_us=%.1f, want 1, 0, fused (one in-place allreduce) and under 5 "
+                      "(the allreduce's end, stamped twice)",
+                      name, l[i].step, l[i].buckets, l[i].cover, l[i].update, l[i].optimizer);
         s_run(d, TROUPE_DP_OVERLAP_ON, false, kinds[q], on, &on_loss, l, &n,
               "overlap on (2 segments, 1 nodes materialized");
         if (n != STEPS)
@@ -85,9 +87,11 @@ int main(int argc, char **argv)
             const char *bad = dpb_insane(&l[i]);
             if (bad != NULL)
                 s_die("%s: step %lld: %s", name, l[i].step, bad);
-            if (strcmp(l[i].exchange_kind, "in-place") != 0 || l[i].buckets != 2)
-                s_die("%s: step %lld: exchange=%s buckets=%d, want in-place and 2", name, l[i].step,
-                      l[i].exchange_kind, l[i].buckets);
+            if (strcmp(l[i].exchange_kind, "in-place") != 0 || l[i].buckets != 2 ||
+                strcmp(l[i].update, "routine") != 0)
+                s_die("%s: step %lld: exchange=%s buckets=%d update=%s, want in-place, 2 and "
+                      "routine (one allreduce per segment)",
+                      name, l[i].step, l[i].exchange_kind, l[i].buckets, l[i].update);
             if (!(l[i].reduce > 0))
                 s_die("%s: step %lld: reduce_us %.1f, want > 0", name, l[i].step, l[i].reduce);
             cover += l[i].cover;

@@ -54,9 +54,11 @@ int main(int argc, char **argv)
             const char *bad = dpb_insane(&l[i]);
             if (bad != NULL)
                 s_die("%s: step %lld: %s", name, l[i].step, bad);
-            if (R > 1 && (strcmp(l[i].exchange_kind, "staged") != 0 || l[i].buckets != 2))
-                s_die("%s: step %lld: exchange=%s buckets=%d, want staged and 2", name,
-                      l[i].step, l[i].exchange_kind, l[i].buckets);
+            if (R > 1 && (strcmp(l[i].exchange_kind, "staged") != 0 || l[i].buckets != 2 ||
+                          strcmp(l[i].update, "routine") != 0))
+                s_die("%s: step %lld: exchange=%s buckets=%d update=%s, want staged, 2 and "
+                      "routine",
+                      name, l[i].step, l[i].exchange_kind, l[i].buckets, l[i].update);
             if (R > 1 && !(l[i].exchange > 0 && l[i].reduce > 0 && l[i].d2h > 0 && l[i].h2d > 0))
                 s_die("%s: step %lld: exchange %.1f us, d2h %.1f, reduce %.1f, h2d %.1f: want "
                       "each > 0",
