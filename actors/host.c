@@ -406,98 +406,30 @@ troupe_status_t troupe_to_host(troupe_context_t *ctx, troupe_tnode_t *tn, troupe
     return st;
 }
 
-/* Device lock held: the array init_from_host gives tn in a child of ctx: the device-wide one
- * of a shared node, else a fresh pool of its own (*out_pool, -1 for a shared one). */
-static troupe_status_t s_init_array(troupe_device_t *dev, troupe_tnode_t *tn, bool shared,
-                                    troupe__carray_t *out, int32_t *out_pool)
+/* init_from_host of tns[0..n) (non-NULL, checked by the caller) into one child of ctx: the
+ * device-wide array of a node known shared across streams, else the next multiple of 64 bytes
+ * of one fresh zero-filled pool, in order; then the uploads in order (*out_ev, may be NULL: the
+ * last one's event). `what` names the call in errors. */
+static troupe_status_t s_init_from_host(troupe_context_t *ctx, size_t n, troupe_tnode_t *const *tns,
+                                        troupe_context_t **out_ctx, troupe_event_t **out_ev,
+                                        const char *what)
 {
-    *out = (troupe__carray_t){tn, {0, 0, (int64_t)tn->size_bytes}, shared};
-    *out_pool = -1;
-    if (shared)
-        return troupe__shared_array(dev, tn, &out->loc);
-    TROUPE_RETURN_IF_ERROR(troupe__pool_alloc(dev, (int64_t)tn->size_bytes, &out->loc.pool_id));
-    troupe__entry_t *e = NULL;
-    troupe_status_t st = troupe__ledger_add(&dev->ledger, tn, out->loc, false, &e);
-    if (st != TROUPE_OK) {
-        troupe__pool_free(dev, out->loc.pool_id);
-        return st;
-    }
-    *out_pool = out->loc.pool_id;
-    return TROUPE_OK;
-}
-
-troupe_status_t troupe_init_from_host(troupe_context_t *ctx, troupe_tnode_t *tn,
-                                      troupe_context_t **out_ctx, troupe_event_t **out_ev)
-{
-    if (out_ev)
-        *out_ev = NULL;
-    if (!ctx || !tn || !out_ctx)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "init_from_host: NULL argument");
     *out_ctx = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe__context_check_local(ctx, "init_from_host"));
-    char name[64];
-    troupe_tnode_debug_name(tn, name, sizeof name);
-    if (troupe__context_find(ctx, tn))
-        return troupe__error(TROUPE_ALREADY_EXISTS,
-                             "init_from_host: the context already has node %s", name);
-    void *host = NULL;
-    if (troupe_tnode_host_array(tn, &host) != TROUPE_OK || !troupe_tnode_known_hosted(tn))
-        return s_not_hosted(tn, "init_from_host");
-    bool shared = troupe_tnode_known_shared_cross_streams(tn);
-    if (!shared && !troupe_tnode_known_non_cross_stream(tn))
-        TROUPE_RETURN_IF_ERROR(
-            troupe_tnode_update_memory_sharing(tn, TROUPE_SHARING_PER_STREAM, S_PROV_PER_STREAM));
-    troupe_device_t *dev = ctx->dev;
-    troupe__carray_t a;
-    int32_t pool = -1;
-    troupe_context_t *child = NULL;
-    pthread_mutex_lock(&dev->lock);
-    troupe_status_t st = s_init_array(dev, tn, shared, &a, &pool);
-    if (st != TROUPE_OK)
-        goto out_unlock;
-    st = troupe__context_derive(ctx, &a, 1, pool, ctx->merge_node, &child);
-    if (st != TROUPE_OK) {
-        if (pool >= 0)
-            troupe__pool_free(dev, pool);
-        goto out_unlock;
-    }
-    st = troupe__from_host_locked(child, tn, true, out_ev);
-out_unlock:
-    pthread_mutex_unlock(&dev->lock);
-    if (st != TROUPE_OK) {
-        troupe_context_release(&child);
-        return st;
-    }
-    troupe__host_array_install_hooks(tn);
-    *out_ctx = child;
-    return TROUPE_OK;
-}
-
-troupe_status_t troupe_init_from_host_packed(troupe_context_t *ctx, size_t n,
-                                             troupe_tnode_t *const *tns, troupe_context_t **out_ctx)
-{
-    if (!ctx || !tns || !out_ctx || n == 0)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "init_from_host_packed: %s",
-                             n == 0 ? "no nodes" : "NULL argument");
-    *out_ctx = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe__context_check_local(ctx, "init_from_host_packed"));
+    TROUPE_RETURN_IF_ERROR(troupe__context_check_local(ctx, what));
     for (size_t i = 0; i < n; i++) {
-        if (!tns[i])
-            return troupe__error(TROUPE_INVALID_ARGUMENT, "init_from_host_packed: node %zu is NULL",
-                                 i);
         char name[64];
         troupe_tnode_debug_name(tns[i], name, sizeof name);
         for (size_t j = 0; j < i; j++)
             if (tns[j] == tns[i])
-                return troupe__error(TROUPE_INVALID_ARGUMENT,
-                                     "init_from_host_packed: node %s given twice", name);
+                return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: node %s given twice", what,
+                                     name);
         if (troupe__context_find(ctx, tns[i]))
-            return troupe__error(TROUPE_ALREADY_EXISTS,
-                                 "init_from_host_packed: the context already has node %s", name);
+            return troupe__error(TROUPE_ALREADY_EXISTS, "%s: the context already has node %s",
+                                 what, name);
         void *host = NULL;
         if (troupe_tnode_host_array(tns[i], &host) != TROUPE_OK ||
             !troupe_tnode_known_hosted(tns[i]))
-            return s_not_hosted(tns[i], "init_from_host_packed");
+            return s_not_hosted(tns[i], what);
     }
     for (size_t i = 0; i < n; i++)
         if (!troupe_tnode_known_shared_cross_streams(tns[i]) &&
@@ -506,11 +438,12 @@ troupe_status_t troupe_init_from_host_packed(troupe_context_t *ctx, size_t n,
                 tns[i], TROUPE_SHARING_PER_STREAM, S_PROV_PER_STREAM));
     troupe__carray_t *a = troupe_calloc(n, sizeof *a);
     if (!a)
-        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "init_from_host_packed: out of memory");
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
     troupe_device_t *dev = ctx->dev;
     troupe_context_t *child = NULL;
     int32_t pool = -1;
     int64_t off = 0;
+    size_t nfresh = 0; /* the nodes in the pool */
     troupe_status_t st = TROUPE_OK;
     pthread_mutex_lock(&dev->lock);
     for (size_t i = 0; i < n && st == TROUPE_OK; i++) {
@@ -523,8 +456,9 @@ troupe_status_t troupe_init_from_host_packed(troupe_context_t *ctx, size_t n,
         off = (off + 63) / 64 * 64;
         a[i].loc.offset = off;
         off += (int64_t)tns[i]->size_bytes;
+        nfresh++;
     }
-    if (st == TROUPE_OK && off > 0)
+    if (st == TROUPE_OK && nfresh > 0)
         st = troupe__pool_alloc(dev, off, &pool);
     for (size_t i = 0; i < n && st == TROUPE_OK; i++) {
         if (a[i].shared)
@@ -538,7 +472,7 @@ troupe_status_t troupe_init_from_host_packed(troupe_context_t *ctx, size_t n,
     if (st != TROUPE_OK && pool >= 0)
         troupe__pool_free(dev, pool); /* and its ledger entries */
     for (size_t i = 0; i < n && st == TROUPE_OK; i++)
-        st = troupe__from_host_locked(child, tns[i], true, NULL);
+        st = troupe__from_host_locked(child, tns[i], true, i + 1 == n ? out_ev : NULL);
     pthread_mutex_unlock(&dev->lock);
     troupe_free(a);
     if (st != TROUPE_OK) {
@@ -549,4 +483,28 @@ troupe_status_t troupe_init_from_host_packed(troupe_context_t *ctx, size_t n,
         troupe__host_array_install_hooks(tns[i]);
     *out_ctx = child;
     return TROUPE_OK;
+}
+
+troupe_status_t troupe_init_from_host(troupe_context_t *ctx, troupe_tnode_t *tn,
+                                      troupe_context_t **out_ctx, troupe_event_t **out_ev)
+{
+    if (out_ev)
+        *out_ev = NULL;
+    if (!ctx || !tn || !out_ctx)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "init_from_host: NULL argument");
+    return s_init_from_host(ctx, 1, &tn, out_ctx, out_ev, "init_from_host");
+}
+
+troupe_status_t troupe_init_from_host_packed(troupe_context_t *ctx, size_t n,
+                                             troupe_tnode_t *const *tns, troupe_context_t **out_ctx)
+{
+    if (!ctx || !tns || !out_ctx || n == 0)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "init_from_host_packed: %s",
+                             n == 0 ? "no nodes" : "NULL argument");
+    *out_ctx = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!tns[i])
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "init_from_host_packed: node %zu is NULL",
+                                 i);
+    return s_init_from_host(ctx, n, tns, out_ctx, NULL, "init_from_host_packed");
 }

@@ -92,26 +92,29 @@ out_destroy_proc:
     return st;
 }
 
-troupe_status_t troupe_compile(troupe_backend_t *b, const troupe_asgn_comp_t *comp,
-                               const char *name, troupe_code_t **out)
+/* troupe_compile and troupe_compile_unfused (`what` names the call in errors). */
+static troupe_status_t s_compile_comp(troupe_backend_t *b, const troupe_asgn_comp_t *comp,
+                                      const char *name, bool fuse_fma, troupe_code_t **out,
+                                      const char *what)
 {
     if (!b || !comp || !name || !out)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "compile: NULL argument");
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: NULL argument", what);
     *out = NULL;
     troupe_ll_proc_t *proc = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_asgn_lower(comp, name, &proc));
-    return s_compile(b, &proc, comp, true, out);
+    return s_compile(b, &proc, comp, fuse_fma, out);
+}
+
+troupe_status_t troupe_compile(troupe_backend_t *b, const troupe_asgn_comp_t *comp,
+                               const char *name, troupe_code_t **out)
+{
+    return s_compile_comp(b, comp, name, true, out, "compile");
 }
 
 troupe_status_t troupe_compile_unfused(troupe_backend_t *b, const troupe_asgn_comp_t *comp,
                                        const char *name, troupe_code_t **out)
 {
-    if (!b || !comp || !name || !out)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "compile_unfused: NULL argument");
-    *out = NULL;
-    troupe_ll_proc_t *proc = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe_asgn_lower(comp, name, &proc));
-    return s_compile(b, &proc, comp, false, out);
+    return s_compile_comp(b, comp, name, false, out, "compile_unfused");
 }
 
 troupe_status_t troupe_compile_proc(troupe_backend_t *b, troupe_ll_proc_t **proc_p,

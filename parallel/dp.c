@@ -117,6 +117,15 @@ static troupe_status_t s_upload(troupe__dp_replica_t *r, troupe_tnode_t *tn)
     return s_push(r, c);
 }
 
+/* The parameter index of grads_by_id[j] (a permutation of grads: always found). */
+static size_t s_param_of(const troupe_dp_t *dp, size_t j)
+{
+    size_t i = 0;
+    while (i + 1 < dp->n_params && dp->grads[i] != dp->grads_by_id[j])
+        i++;
+    return i;
+}
+
 /* Uploads, into one pool on r (troupe_init_from_host_packed), the node of each parameter
  * (per_param[i * stride + at] for parameter i) in the order of the gradients (grads_by_id):
  * each the size of its gradient, they lie as the gradients do in the gradient routine's pool,
@@ -129,9 +138,7 @@ static troupe_status_t s_upload_by_grad(troupe_dp_t *dp, troupe__dp_replica_t *r
     if (by_grad == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
     for (size_t j = 0; j < dp->n_params; j++)
-        for (size_t i = 0; i < dp->n_params; i++)
-            if (dp->grads[i] == dp->grads_by_id[j])
-                by_grad[j] = per_param[i * stride + at];
+        by_grad[j] = per_param[s_param_of(dp, j) * stride + at];
     troupe_context_t *c = NULL;
     troupe_status_t st = troupe_init_from_host_packed(s_tail(r), dp->n_params, by_grad, &c);
     troupe_free(by_grad);
@@ -546,11 +553,13 @@ static troupe_status_t s_plan_buckets(troupe_dp_t *dp)
 /* A step's cross-rank exchange, issued segment by segment (s_exchange_out) and waited for
  * before the optimizer (s_exchange_back). `done`: one event per request (in place: per
  * segment; staged: per bucket); staged: `after` the gradients' to_host events (grads_by_id's
- * order; their host tensors are dp->host_t, built once by troupe_dp_new). */
+ * order; their host tensors are dp->host_t, built once by troupe_dp_new); `arg` the step's
+ * fused update (parallel/dp.h, Fused update). */
 typedef struct s_exchange {
     troupe_event_t **done;
     size_t ndone;
     troupe_event_t **after;
+    troupe__dp_apply_arg_t arg; /* dp->fused: the step's update (copied into its request) */
 } s_exchange_t;
 
 static void s_exchange_free(troupe_dp_t *dp, s_exchange_t *x)
@@ -613,20 +622,11 @@ static troupe_status_t s_exchange_out(troupe_dp_t *dp, s_exchange_t *x, size_t g
             .nodes = dp->grads_by_id + dp->seg_first[g],
         };
         /* the optimizer step of this step fused into it (one segment: every gradient) */
-        troupe__dp_apply_arg_t arg;
         troupe_coll_apply_t apply;
         if (dp->fused) {
-            memset(&arg, 0, sizeof arg);
-            double h[TROUPE__DP_HYPER_COUNT];
-            troupe__dp_hyper_values(dp, dp->steps + 1, h);
-            arg.kind = (int32_t)dp->opt.kind;
-            arg.nstate = dp->nstate;
-            arg.decay = dp->opt.weight_decay != 0.0;
-            for (int k = 0; k < TROUPE__DP_HYPER_COUNT; k++)
-                arg.h[k] = (float)h[k];
             apply = (troupe_coll_apply_t){.fn = troupe__dp_apply,
-                                          .arg = &arg,
-                                          .arg_bytes = sizeof arg,
+                                          .arg = &x->arg,
+                                          .arg_bytes = sizeof x->arg,
                                           .id = troupe__dp_apply_id(dp),
                                           .n_side = 1 + (size_t)dp->nstate,
                                           .side = dp->fused_side};
@@ -1317,11 +1317,7 @@ static troupe_status_t s_plan_fused(troupe_dp_t *dp)
     if (dp->fused_side == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
     for (size_t j = 0; j < n; j++) {
-        size_t i = 0;
-        while (i < n && dp->grads[i] != dp->grads_by_id[j])
-            i++;
-        if (i == n)
-            return troupe__error(TROUPE_INTERNAL, "dp_new: gradient %zu has no parameter", j);
+        size_t i = s_param_of(dp, j);
         dp->fused_side[j] = dp->params[i];
         for (int k = 0; k < dp->nstate; k++)
             dp->fused_side[(size_t)(k + 1) * n + j] = dp->state[i * (size_t)dp->nstate + (size_t)k];
@@ -1497,6 +1493,13 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
      * ranks; then the owner stream waits for every bucket */
     s_exchange_t x;
     TROUPE_RETURN_IF_ERROR(s_exchange_new(dp, &x));
+    if (dp->fused) { /* the step's values (h above) for the allreduce that runs the update */
+        x.arg.kind = (int32_t)dp->opt.kind;
+        x.arg.nstate = dp->nstate;
+        x.arg.decay = dp->opt.weight_decay != 0.0;
+        for (int k = 0; k < TROUPE__DP_HYPER_COUNT; k++)
+            x.arg.h[k] = (float)h[k];
+    }
     troupe_status_t st = TROUPE_OK;
     troupe_event_t *ready = NULL;
     for (size_t g = 0; g < dp->nseg && st == TROUPE_OK; g++) {

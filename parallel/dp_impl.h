@@ -180,8 +180,9 @@ struct troupe_dp {
     troupe_code_t *opt_code;
     troupe_routine_t *opt_routine; /* on replica 0 */
     /* the optimizer step fused into the allreduce (troupe__dp_choose_fused): the routine is
-     * linked (it allocates the state) but not run; fused_side[s * n_params + j] is side array s
-     * (the parameter, then its states) of grads_by_id[j] */
+     * compiled and linked but not run (nor are the hyper-parameter uploads);
+     * fused_side[s * n_params + j] is side array s (the parameter, then its states) of
+     * grads_by_id[j] */
     bool fused;
     troupe_tnode_t **fused_side;
 

@@ -220,24 +220,29 @@ Test(dp_split, auto_overlaps_where_the_engine_has_a_core_or_the_compute_a_device
 
 Test(dp_split, the_optimizer_step_fuses_into_one_in_place_allreduce_of_single_gradients)
 {
-    char why[128];
-    cr_assert(troupe__dp_choose_fused(true, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, true, why,
-                                      sizeof why));
-    cr_assert_not(troupe__dp_choose_fused(false, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, true, why,
-                                          sizeof why));
-    cr_assert_not_null(strstr(why, "TROUPE_DP_FUSED_UPDATE=off"), "%s", why);
-    cr_assert_not(troupe__dp_choose_fused(true, 1, TROUPE__DP_EXCHANGE_NONE, 1, true, why,
-                                          sizeof why));
-    cr_assert_not_null(strstr(why, "one rank"), "%s", why);
-    cr_assert_not(troupe__dp_choose_fused(true, 2, TROUPE__DP_EXCHANGE_STAGED, 1, true, why,
-                                          sizeof why));
-    cr_assert_not_null(strstr(why, "not in place"), "%s", why);
-    cr_assert_not(troupe__dp_choose_fused(true, 2, TROUPE__DP_EXCHANGE_INPLACE, 3, true, why,
-                                          sizeof why));
-    cr_assert_not_null(strstr(why, "one allreduce per segment"), "%s", why);
-    cr_assert_not(troupe__dp_choose_fused(true, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, false, why,
-                                          sizeof why));
-    cr_assert_not_null(strstr(why, "not single"), "%s", why);
+    /* config on, ranks, exchange, segments, all single -> fused, and the reason's words */
+    static const struct {
+        bool on;
+        int ranks;
+        troupe__dp_exchange_t exchange;
+        size_t nseg;
+        bool single, want;
+        const char *why;
+    } cases[] = {
+        {true, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, true, true, "in place"},
+        {false, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, true, false, "TROUPE_DP_FUSED_UPDATE=off"},
+        {true, 1, TROUPE__DP_EXCHANGE_NONE, 1, true, false, "one rank"},
+        {true, 2, TROUPE__DP_EXCHANGE_STAGED, 1, true, false, "not in place"},
+        {true, 2, TROUPE__DP_EXCHANGE_INPLACE, 3, true, false, "one allreduce per segment"},
+        {true, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, false, false, "not single"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char why[128];
+        bool got = troupe__dp_choose_fused(cases[k].on, cases[k].ranks, cases[k].exchange,
+                                           cases[k].nseg, cases[k].single, why, sizeof why);
+        cr_assert_eq(got, cases[k].want, "case %zu: %s", k, why);
+        cr_assert_not_null(strstr(why, cases[k].why), "case %zu: %s", k, why);
+    }
 }
 
 Test(dp_split, the_fused_update_flushes_subnormals_as_the_routines_do)

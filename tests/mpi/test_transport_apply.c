@@ -132,21 +132,28 @@ out:
     return false;
 }
 
+/* The update with argument *arg over s_set's side arrays, listed into side[2 * NT]: p[t] at t,
+ * m[t] at NT + t. */
+static troupe_coll_apply_t s_apply_of(troupe_tnode_t **side, const s_arg_t *arg)
+{
+    for (int t = 0; t < NT; t++) {
+        side[t] = s_set.p[t];
+        side[NT + t] = s_set.m[t];
+    }
+    return (troupe_coll_apply_t){.fn = s_update,
+                                 .arg = arg,
+                                 .arg_bytes = sizeof *arg,
+                                 .id = 0x7465737400000001u,
+                                 .n_side = 2,
+                                 .side = side};
+}
+
 /* Issues the fused allreduce with (a, b) and `flags`, waits, checks p and m on this rank
  * against the update of the expected values and stats.shm's change against want_shm. */
 static void s_round(const char *what, s_arg_t arg, unsigned flags, bool want_shm)
 {
     troupe_tnode_t *side[2 * NT];
-    for (int t = 0; t < NT; t++) {
-        side[t] = s_set.p[t];
-        side[NT + t] = s_set.m[t];
-    }
-    troupe_coll_apply_t ap = {.fn = s_update,
-                              .arg = &arg,
-                              .arg_bytes = sizeof arg,
-                              .id = 0x7465737400000001u,
-                              .n_side = 2,
-                              .side = side};
+    troupe_coll_apply_t ap = s_apply_of(side, &arg);
     troupe_allreduce_args_t a = {
         .op = TROUPE_REDUCE_SUM, .flags = flags, .n = NT, .ctx = s_set.ctx, .nodes = s_set.g};
     a.apply = &ap;
@@ -241,17 +248,8 @@ static void s_test_refused(void)
     if (!s_setup(true, true))
         return;
     troupe_tnode_t *side[2 * NT], *dbl = NULL, *shortp = NULL;
-    for (int t = 0; t < NT; t++) {
-        side[t] = s_set.p[t];
-        side[NT + t] = s_set.m[t];
-    }
     s_arg_t arg = {1.0f, 1.0f};
-    troupe_coll_apply_t ap = {.fn = s_update,
-                              .arg = &arg,
-                              .arg_bytes = sizeof arg,
-                              .id = 1,
-                              .n_side = 2,
-                              .side = side};
+    troupe_coll_apply_t ap = s_apply_of(side, &arg);
     troupe_allreduce_args_t a = {.op = TROUPE_REDUCE_MEAN, .n = NT, .ctx = s_set.ctx,
                                  .nodes = s_set.g, .apply = &ap};
     s_bad("mean", &a, "needs op sum");
@@ -308,17 +306,8 @@ static void s_test_mismatch(void)
     if (!s_setup(true, true))
         return;
     troupe_tnode_t *side[2 * NT];
-    for (int t = 0; t < NT; t++) {
-        side[t] = s_set.p[t];
-        side[NT + t] = s_set.m[t];
-    }
     s_arg_t arg = {0.5f, 2.0f};
-    troupe_coll_apply_t ap = {.fn = s_update,
-                              .arg = &arg,
-                              .arg_bytes = sizeof arg,
-                              .id = 0x7465737400000001u,
-                              .n_side = 2,
-                              .side = side};
+    troupe_coll_apply_t ap = s_apply_of(side, &arg);
     troupe_allreduce_args_t a = {.op = TROUPE_REDUCE_SUM, .n = NT, .ctx = s_set.ctx,
                                  .nodes = s_set.g, .apply = s_rank == 0 ? &ap : NULL};
     troupe_event_t *ev = NULL;

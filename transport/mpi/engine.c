@@ -820,7 +820,7 @@ static void s_log_done(troupe__req_t *r, s_rs_t *rs)
 
 /* With r's fused update and a flat span in shareable memory: side_shm[s] locates side span s
  * when side array s of every tensor lies as the tensors do from the first (else it stays
- * zeroed, and the request takes the MPI path on every rank). */
+ * zeroed, and every rank runs the update on every element after the sums: s_fp_agreed). */
 static void s_side_spans(const troupe__req_t *r, const s_rs_t *rs, troupe__shm_ref_t *side_shm)
 {
     const char *t0 = r->tensors[0].data;

@@ -299,10 +299,9 @@ static troupe_status_t s_begin(troupe__shm_coll_t *c, const char *what, const tr
     return TROUPE_OK;
 }
 
-troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, const char *what, uint64_t seq,
-                                       const troupe__shm_ref_t *refs, void *mine, int64_t units,
-                                       size_t unit_bytes, troupe__red_type_t type,
-                                       troupe_reduce_op_t op)
+/* c zeroed and set for an allreduce (`seq`, `units` of `unit_bytes`, type, op). */
+static void s_init(troupe__shm_coll_t *c, uint64_t seq, int64_t units, size_t unit_bytes,
+                   troupe__red_type_t type, troupe_reduce_op_t op)
 {
     memset(c, 0, sizeof *c);
     c->seq = seq;
@@ -310,6 +309,14 @@ troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, const char *what, 
     c->unit_bytes = unit_bytes;
     c->type = type;
     c->op = op;
+}
+
+troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, const char *what, uint64_t seq,
+                                       const troupe__shm_ref_t *refs, void *mine, int64_t units,
+                                       size_t unit_bytes, troupe__red_type_t type,
+                                       troupe_reduce_op_t op)
+{
+    s_init(c, seq, units, unit_bytes, type, op);
     return s_begin(c, what, refs, mine, NULL, NULL);
 }
 
@@ -320,16 +327,20 @@ troupe_status_t troupe__shm_coll_begin_apply(troupe__shm_coll_t *c, const char *
                                              const troupe__shm_ref_t *side_refs,
                                              void *const *side_mine)
 {
-    memset(c, 0, sizeof *c);
-    c->seq = seq;
-    c->units = units;
-    c->unit_bytes = sizeof(float);
-    c->type = TROUPE__RED_F32;
-    c->op = TROUPE_REDUCE_SUM;
+    s_init(c, seq, units, sizeof(float), TROUPE__RED_F32, TROUPE_REDUCE_SUM);
     c->apply_fn = fn;
     c->apply_arg = arg;
     c->n_side = n_side;
     return s_begin(c, what, refs, mine, side_refs, side_mine);
+}
+
+/* The ranks' values of the n units at byte offset `off` summed (reduced with c's op) in rank
+ * order 0, 1, ..., p-1 into s_m.tmp. */
+static void s_sum_block(const troupe__shm_coll_t *c, size_t off, int64_t n)
+{
+    memcpy(s_m.tmp, c->buf[0] + off, (size_t)n * c->unit_bytes);
+    for (int p = 1; p < s_m.size; p++)
+        troupe__reduce_into(c->type, c->op, s_m.tmp, c->buf[p] + off, n);
 }
 
 /* The fused update of [from, to) of this rank's chunk (single precision): block by block, the
@@ -343,9 +354,7 @@ static void s_apply_range(troupe__shm_coll_t *c, int64_t from, int64_t to)
     for (int64_t i = from; i < to; i += per) {
         int64_t n = to - i < per ? to - i : per;
         size_t off = (size_t)i * sizeof(float), bytes = (size_t)n * sizeof(float);
-        memcpy(s_m.tmp, c->buf[0] + off, bytes);
-        for (int p = 1; p < s_m.size; p++)
-            troupe__reduce_into(TROUPE__RED_F32, TROUPE_REDUCE_SUM, s_m.tmp, c->buf[p] + off, n);
+        s_sum_block(c, off, n);
         for (size_t k = 0; k < c->n_side; k++)
             side[k] = (float *)(c->side[k * size + (size_t)s_m.rank] + off);
         c->apply_fn(c->apply_arg, n, (const float *)s_m.tmp, side);
@@ -369,9 +378,7 @@ static void s_reduce_range(troupe__shm_coll_t *c, int64_t from, int64_t to)
     for (int64_t i = from; i < to; i += per) {
         int64_t n = to - i < per ? to - i : per;
         size_t off = (size_t)i * ub, bytes = (size_t)n * ub;
-        memcpy(s_m.tmp, c->buf[0] + off, bytes);
-        for (int p = 1; p < s_m.size; p++)
-            troupe__reduce_into(c->type, c->op, s_m.tmp, c->buf[p] + off, n);
+        s_sum_block(c, off, n);
         if (c->op == TROUPE_REDUCE_MEAN)
             troupe__divide_by(c->type, s_m.tmp, n, s_m.size);
         for (int p = 0; p < s_m.size; p++)
