@@ -126,6 +126,12 @@ Test(runtime, packed_uploads_lie_in_one_pool_in_order_at_64_byte_steps)
         cr_assert_eq(troupe_init_from_host_packed(ctx, 1, &a, &none), TROUPE_ALREADY_EXISTS);
         cr_assert_eq(troupe_init_from_host_packed(e.ctx[0], 0, order, &none),
                      TROUPE_INVALID_ARGUMENT);
+        cr_assert_not_null(strstr(troupe_last_error(), "no nodes"), "%s", troupe_last_error());
+        troupe_tnode_t *with_null[2] = {c, NULL};
+        cr_assert_eq(troupe_init_from_host_packed(e.ctx[0], 2, with_null, &none),
+                     TROUPE_INVALID_ARGUMENT);
+        cr_assert_not_null(strstr(troupe_last_error(), "node 1 is NULL"), "%s",
+                           troupe_last_error());
         cr_assert_null(none);
         troupe_context_release(&ctx);
         troupe_tnode_release(&a);

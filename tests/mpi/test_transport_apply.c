@@ -267,6 +267,12 @@ static void s_test_refused(void)
     bad = ap;
     bad.arg_bytes = TROUPE_COLL_APPLY_MAX_ARG + 1;
     s_bad("argument too large", &a, "argument of");
+    bad = ap;
+    bad.arg = NULL;
+    s_bad("an argument's bytes without the argument", &a, "argument of");
+    bad = ap;
+    bad.side = NULL;
+    s_bad("no side arrays", &a, "without side arrays");
     const int64_t two = 2;
     const char *ld[1] = {"wide"}, *ls[1] = {"short"};
     CHECK_OK(troupe_tnode_new(ld, 1, TROUPE_PREC_DOUBLE, 1, &two, NULL, 0.0, &dbl));
@@ -283,6 +289,10 @@ static void s_test_refused(void)
     bad.side = side_short;
     a.apply = &bad;
     s_bad("a side array of another size", &a, "of another size");
+    side_short[1] = NULL;
+    s_bad("a NULL side array", &a, "is NULL");
+    side_short[1] = dbl;
+    s_bad("a double side array", &a, "is not single");
     troupe_tnode_t *side_dup[2 * NT];
     memcpy(side_dup, side, sizeof side);
     side_dup[NT + 2] = s_set.g[2]; /* a gradient as a side array: written while others sum it */
