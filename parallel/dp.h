@@ -117,7 +117,7 @@
  * rank: the same bits whichever way. The decision
  * and its reason are logged at debug level (subsystem parallel); troupe_dp_fused_update tells
  * it. The step breakdown (Step breakdown) then says update=fused and counts the update in
- * exchange_us (optimizer_us next to 0).
+ * exchange_us (optimizer_us 0).
  *
  * Thread safety: one thread drives a troupe_dp_t. Ownership: the caller keeps its references
  * to the comp and nodes (borrowed for troupe_dp_new, retained where needed); troupe_dp_new
@@ -353,8 +353,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p);
  * bucket's allreduce ran before the last replica's gradient routine ended; 0 with one
  * gradient routine, where no bucket is ready before it ends); host_us the time this
  * call took; update=fused when the optimizer step ran inside the allreduce (Fused update: its
- * time is then in exchange_us and reduce_us, and optimizer_us is next to 0: the allreduce's
- * end stamped a second time). On a backend whose events complete asynchronously (cuda) the times are when the
+ * time is then in exchange_us and reduce_us, and optimizer_us is 0). On a backend whose events complete asynchronously (cuda) the times are when the
  * host learned of the completions. Errors: a stream's or the transport's failure (the message names the
  * stream or ranks), RESOURCE_EXHAUSTED. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_step(troupe_dp_t *dp);

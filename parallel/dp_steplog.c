@@ -147,7 +147,9 @@ static void s_log(const troupe__dp_steplog_t *r)
         prev_h2d = h;
         xend = s_max(xend, h);
     }
-    int64_t opt = s_max(s_get(r, S_OPT), xend);
+    /* fused: the update is part of the exchange, which the allreduce's end closes (its second
+     * stamp, by another subscriber of the same event, only says when that one ran) */
+    int64_t opt = r->fused ? xend : s_max(s_get(r, S_OPT), xend);
     int64_t exchange = xend - merge;
     int64_t overlap = r->exchange == TROUPE__DP_EXCHANGE_STAGED
                           ? s_max(0, d2h + reduce + h2d - exchange)
