@@ -139,6 +139,11 @@ bool troupe_backend_host_addressable(const troupe_backend_t *b)
     return b != NULL && troupe_driver_require(b->drv, "host_ptr") == TROUPE_OK;
 }
 
+bool troupe_backend_threaded(const troupe_backend_t *b)
+{
+    return b != NULL && !b->inline_mode;
+}
+
 bool troupe_backend_has_graphs(const char *name)
 {
     const troupe_driver_vtable_t *vt = NULL;

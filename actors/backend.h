@@ -54,6 +54,12 @@ TROUPE_MUST_USE troupe_status_t troupe_num_devices(troupe_backend_t *b, int *out
  * transport/mpi/collective.h) needs. false for NULL. */
 bool troupe_backend_host_addressable(const troupe_backend_t *b);
 
+/* Whether b's streams run their work on threads of their own (actors/stream.h, threaded mode:
+ * "cpu", "cuda"), not in the threads that schedule or complete it (inline: "sync"): what work
+ * items that wait for one another across streams need (parallel/dp.h, Fused update across
+ * streams). false for NULL. */
+bool troupe_backend_threaded(const troupe_backend_t *b);
+
 /* Whether the driver of backend `name` ("cpu", "sync", "cuda"; NULL: troupe_config_backend())
  * has the graph entries (devices/device.h; of the built ones, "cuda"), without opening it: a
  * routine launched again with exactly the same arguments (buffers, static-index values, merge

@@ -169,6 +169,7 @@ static void s_synthetic(fmnist_dataset_t *ds, int64_t global_batch)
 static bool s_bf16;               /* a child of 2x1-bf16 (--bf16) */
 static bool s_overlap;            /* a child of 2x1-overlap (--overlap); the next child started */
 static bool s_unfused;            /* a child of 2x1-unfused (--unfused); the next child started */
+static int s_child_streams = 1;   /* a child's streams per rank (--streams, for manual A/B runs) */
 static double s_child_cover_us;   /* the last child's median compute_overlap_us (NAN: none) */
 static const char *s_backend = "cpu"; /* --backend: every layout's and child's backend */
 /* --feed: the model's form (examples/fmnist/mlp.h): auto is fed on a backend with graphs */
@@ -315,7 +316,7 @@ static int s_child(const troupe_bench_opts_t *opts, int64_t global_batch)
             S_PROG, "child: synthetic data",
             troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
     layout_t l;
-    troupe_status_t st = s_layout_new(1, global_batch, &ds, &l);
+    troupe_status_t st = s_layout_new(s_child_streams, global_batch, &ds, &l);
     if (st != TROUPE_OK) {
         int rc = troupe_bench_fail_status(S_PROG, "child: building the layout", st);
         s_child_leave(rc);
@@ -1092,6 +1093,15 @@ int main(int argc, char **argv)
         } else if (i > 0 && strcmp(argv[i], "--unfused") == 0) {
             s_unfused = true;
             troupe_config_set_dp_fused_update(false);
+        } else if (i > 0 && strcmp(argv[i], "--streams") == 0) {
+            char *end = NULL;
+            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (end == NULL || *end != '\0' || v < 1 || v > 64) {
+                fprintf(stderr, "%s: --streams needs a stream count from 1 to 64\n", S_PROG);
+                return 2;
+            }
+            s_child_streams = (int)v;
+            i++;
         } else if (i > 0 && strcmp(argv[i], "--trace-overhead") == 0) {
             trace_only = true;
         } else if (i > 0 && strcmp(argv[i], "--trace") == 0) {

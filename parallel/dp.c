@@ -152,6 +152,21 @@ troupe_status_t troupe__dp_await(troupe_dp_t *dp, const char *what)
     for (int k = 0; k < dp->n; k++) {
         troupe_status_t st = troupe_stream_await(dp->rep[k].stream, troupe_config_timeout_ns());
         if (st != TROUPE_OK) {
+            /* a stream cancelled because another failed first (the pass across the streams
+             * gives up when a stream drops its part): name the one that failed first */
+            for (int j = 0; st == TROUPE_CANCELLED && j < dp->n; j++) {
+                if (j == k)
+                    continue;
+                char mine[1024];
+                snprintf(mine, sizeof mine, "%s", troupe_last_error());
+                troupe_status_t sj = troupe_stream_status(dp->rep[j].stream);
+                if (sj != TROUPE_OK && sj != TROUPE_CANCELLED) { /* its message is now set */
+                    st = sj;
+                    k = j;
+                } else {
+                    troupe__error(st, "%s", mine);
+                }
+            }
             char prefix[160];
             snprintf(prefix, sizeof prefix, "%s: replica %d (stream %s)", what, k,
                      troupe_stream_name(dp->rep[k].stream));
@@ -1250,6 +1265,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
     troupe_free(dp->seg_bk);
     troupe_code_release(&dp->opt_code);
     troupe_free(dp->fused_side);
+    troupe__dp_local_free(&dp->local);
     for (size_t i = 0; dp->merge_code && i < dp->n_params; i++)
         troupe_code_release(&dp->merge_code[i]);
     troupe_free(dp->merge_code);
@@ -1310,8 +1326,20 @@ static troupe_status_t s_plan_fused(troupe_dp_t *dp)
                                         dp->nseg, all_single, why, sizeof why);
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL, "dp: optimizer step %s: %s",
                dp->fused ? "fused into the allreduce" : "as a routine after the allreduce", why);
-    if (!dp->fused)
-        return TROUPE_OK;
+    if (!dp->fused) {
+        bool per_stream = true;
+        for (size_t i = 0; i < dp->n_params; i++)
+            per_stream = per_stream && !troupe_tnode_known_shared_cross_streams(dp->params[i]);
+        bool host_threads = troupe_backend_threaded(dp->backend) &&
+                            troupe_backend_host_addressable(dp->backend);
+        bool local = troupe__dp_choose_local(troupe_config_dp_fused_update(), dp->n,
+                                             dp->exchange, host_threads, dp->nseg, all_single,
+                                             per_stream, why, sizeof why);
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL,
+                   "dp: merge and optimizer step %s: %s",
+                   local ? "fused into one pass across the streams" : "as routines", why);
+        return local ? troupe__dp_local_new(dp, &dp->local) : TROUPE_OK;
+    }
     size_t n = dp->n_params, nside = 1 + (size_t)dp->nstate;
     dp->fused_side = troupe_calloc(n * nside, sizeof *dp->fused_side);
     if (dp->fused_side == NULL)
@@ -1475,7 +1503,8 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
     /* 0. this step's hyper-parameters, ahead of everything else on the owner stream */
     double h[TROUPE__DP_HYPER_COUNT];
     troupe__dp_hyper_values(dp, dp->steps + 1, h);
-    if (!dp->fused && (!dp->hyper_uploaded || memcmp(h, dp->hyper_last, sizeof h) != 0)) {
+    bool fused_any = dp->fused || dp->local != NULL;
+    if (!fused_any && (!dp->hyper_uploaded || memcmp(h, dp->hyper_last, sizeof h) != 0)) {
         /* only the driver writes the hyper array, so equal values mean the owner stream's
          * array will already hold them; new values go through the next staging node */
         int j = dp->hyper_next;
@@ -1493,7 +1522,7 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
      * ranks; then the owner stream waits for every bucket */
     s_exchange_t x;
     TROUPE_RETURN_IF_ERROR(s_exchange_new(dp, &x));
-    if (dp->fused) { /* the step's values (h above) for the allreduce that runs the update */
+    if (fused_any) { /* the step's values (h above) for the pass that runs the update */
         x.arg.kind = (int32_t)dp->opt.kind;
         x.arg.nstate = dp->nstate;
         x.arg.decay = dp->opt.weight_decay != 0.0;
@@ -1504,20 +1533,30 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
     troupe_event_t *ready = NULL;
     for (size_t g = 0; g < dp->nseg && st == TROUPE_OK; g++) {
         st = s_run_segment(dp, g, rec, &ready);
-        if (st == TROUPE_OK)
+        if (st == TROUPE_OK && dp->local == NULL)
             st = s_merge_segment(dp, g, rec, &ready);
         if (st == TROUPE_OK)
             st = s_exchange_out(dp, &x, g, ready, rec);
     }
-    if (st == TROUPE_OK && n > 1) /* the owner stream's last merge */
+    if (st == TROUPE_OK && n > 1 && dp->local == NULL) /* the owner stream's last merge */
         troupe__dp_steplog_merge(rec, ready);
     troupe_event_release(&ready);
     if (st == TROUPE_OK)
         st = s_exchange_back(dp, &x, rec);
     if (st == TROUPE_OK && dp->fused && x.ndone > 0) /* the update ends with the allreduce */
         troupe__dp_steplog_optimizer(rec, x.done[x.ndone - 1]);
+    troupe__dp_apply_arg_t arg = x.arg;
     s_exchange_free(dp, &x);
     TROUPE_RETURN_IF_ERROR(st);
+    /* 2 and 4 as one pass on every stream (parallel/dp.h, Fused update across streams),
+     * which also leaves the new parameters on every replica (5) */
+    if (dp->local != NULL) {
+        troupe_event_t *oev = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe__dp_local_step(dp, &arg, rec != NULL ? &oev : NULL));
+        troupe__dp_steplog_optimizer(rec, oev);
+        troupe_event_release(&oev);
+        return s_mark_step_end(dp, mark);
+    }
     /* 4. the optimizer on the owner stream, unless the allreduce ran it */
     if (!dp->fused) {
         troupe_event_t *oev = NULL;
@@ -1557,7 +1596,8 @@ troupe_status_t troupe_dp_step(troupe_dp_t *dp)
         size_t nbk = dp->exchange == TROUPE__DP_EXCHANGE_NONE ? 0
                      : dp->staged                             ? dp->nbk
                                                               : dp->nseg;
-        rec = troupe__dp_steplog_new(dp->steps, dp->n, nbk, (int)dp->exchange, dp->fused);
+        rec = troupe__dp_steplog_new(dp->steps, dp->n, nbk, (int)dp->exchange, dp->fused,
+                                     dp->local != NULL);
         troupe__dp_steplog_begin(rec, dp->rep[0].stream);
     }
     s_step_mark_t *mark = NULL;
@@ -1689,6 +1729,11 @@ int troupe_dp_replica_device(const troupe_dp_t *dp, int k)
 bool troupe_dp_staged(const troupe_dp_t *dp)
 {
     return dp && dp->staged;
+}
+
+bool troupe_dp_fused_streams(const troupe_dp_t *dp)
+{
+    return dp != NULL && dp->local != NULL;
 }
 
 bool troupe_dp_fused_update(const troupe_dp_t *dp)

@@ -20,7 +20,9 @@
  *      optimizer, which scales the sum by 1 / (N * R) (the mean over all replicas; no division
  *      pass in the transport); with one rank (or local_only) no collective is issued;
  *   4. the optimizer on stream 0 (the owner stream), per parameter — or, fused into step 3's
- *      allreduce, where the reduction leaves the sums (Fused update, below);
+ *      allreduce, where the reduction leaves the sums (Fused update, below), or with one rank
+ *      fused with steps 2 and 5 into one pass across the streams (Fused update across
+ *      streams, below);
  *   5. broadcast of the parameters from stream 0 to the other local streams (device_to_device
  *      NO); every rank computes the same update from the same reduced gradient, so parameters
  *      stay identical across ranks without moving them.
@@ -118,6 +120,24 @@
  * and its reason are logged at debug level (subsystem parallel); troupe_dp_fused_update tells
  * it. The step breakdown (Step breakdown) then says update=fused and counts the update in
  * exchange_us (optimizer_us 0).
+ *
+ * Fused update across streams: with one rank (or local_only), several streams on a backend
+ * whose streams are threads on host memory (cpu), one gradient routine, single-precision
+ * parameters none of which is shared across streams, and unless TROUPE_DP_FUSED_UPDATE=off,
+ * steps 2, 4 and 5 run as one pass divided among the streams (parallel/dp_local.c): every
+ * replica lends its gradients and parameters (replica 0 its optimizer state too) to the step,
+ * and when every stream reached its lend, stream k, on its own thread, takes chunk k of the
+ * parameters (laid end to end, cut at cache lines): it sums the n gradients block by block in
+ * the tree merge's order, runs the update on replica 0's parameter and state (the fused
+ * update's statements: troupe__dp_apply) and copies the new values into every other replica's
+ * parameter; each stream goes on once every stream finished. The merge buffers' copies and
+ * the separate passes go, the update's work is divided by n, and no core writes lines the
+ * others hold for reading (the separate form's copies made stream 0's next update wait on
+ * every line of its parameters). Same bits as the separate merge, optimizer routine and copies
+ * (tests/test_dp.c); troupe_dp_fused_streams tells it, the decision and its reason are logged
+ * at debug level. A stream that fails before the pass, or that every other stream waited for
+ * TROUPE_TIMEOUT_S, fails the step on every stream with the reason and the streams that did
+ * not arrive, instead of hanging.
  *
  * Thread safety: one thread drives a troupe_dp_t. Ownership: the caller keeps its references
  * to the comp and nodes (borrowed for troupe_dp_new, retained where needed); troupe_dp_new
@@ -341,7 +361,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p);
  * Step breakdown: at TROUPE_LOG=debug:parallel, steps 0-9 and every 100th log one line, when
  * the step completed: "dp step S breakdown: wall_us= compute_us= merge_us= exchange_us=
  * optimizer_us= host_us= exchange=none|in-place|staged|direct buckets= d2h_us= reduce_us=
- * h2d_us= overlap_us= compute_overlap_us= update=routine|fused" (microseconds, from the completion times of the
+ * h2d_us= overlap_us= compute_overlap_us= update=routine|fused|streams" (microseconds, from the completion times of the
  * step's events on troupe_now_ns, the trace recorder's clock): compute from the step's start
  * on the owner stream to the last replica's gradient routine, merge to the owner stream's
  * last merge, exchange to the last copy back (staged) or the allreduce (in place), optimizer
@@ -353,7 +373,10 @@ void troupe_dp_destroy(troupe_dp_t **dp_p);
  * bucket's allreduce ran before the last replica's gradient routine ended; 0 with one
  * gradient routine, where no bucket is ready before it ends); host_us the time this
  * call took; update=fused when the optimizer step ran inside the allreduce (Fused update: its
- * time is then in exchange_us and reduce_us, and optimizer_us is 0). On a backend whose events complete asynchronously (cuda) the times are when the
+ * time is then in exchange_us and reduce_us, and optimizer_us is 0), update=streams when the
+ * merge and the optimizer step ran as one pass across the streams (Fused update across streams:
+ * merge_us is then 0 and optimizer_us that pass, from the last gradient routine's end, waits
+ * included). On a backend whose events complete asynchronously (cuda) the times are when the
  * host learned of the completions. Errors: a stream's or the transport's failure (the message names the
  * stream or ranks), RESOURCE_EXHAUSTED. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_step(troupe_dp_t *dp);
@@ -388,6 +411,11 @@ bool troupe_dp_staged(const troupe_dp_t *dp);
  * alike on every rank: a rank that differs fails the first step's allreduce naming the fused
  * update); false with one rank. */
 bool troupe_dp_fused_update(const troupe_dp_t *dp);
+/* Whether each step's merge across this rank's streams and its optimizer update run as one pass
+ * divided among the streams (above, Fused update across streams): decided in troupe_dp_new;
+ * false with one stream, with several ranks (the allreduce carries the update, or it follows
+ * the allreduce), or with TROUPE_DP_FUSED_UPDATE=off. */
+bool troupe_dp_fused_streams(const troupe_dp_t *dp);
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
 /* The owner stream's context holding the current parameters (borrowed): link evaluation
  * routines to it (after troupe_dp_sync). */

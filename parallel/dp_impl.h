@@ -118,10 +118,11 @@ TROUPE_MUST_USE troupe_status_t troupe__dp_split_comp(const troupe_asgn_comp_t *
  * NULL record (the step is not logged). */
 typedef struct troupe__dp_steplog troupe__dp_steplog_t;
 bool troupe__dp_steplog_wanted(int64_t step); /* debug:parallel on, and a logged step */
-/* A record for `step` with n replicas and nbk buckets, the update fused into the allreduce or
- * not; NULL without memory. */
+/* A record for `step` with n replicas and nbk buckets, the update fused into the allreduce
+ * (fused), into one pass across the streams with the merge (local), or neither; NULL without
+ * memory. */
 troupe__dp_steplog_t *troupe__dp_steplog_new(int64_t step, int n, size_t nbk, int exchange,
-                                             bool fused);
+                                             bool fused, bool local);
 void troupe__dp_steplog_begin(troupe__dp_steplog_t *r, troupe_stream_t *owner);
 void troupe__dp_steplog_grad(troupe__dp_steplog_t *r, int k, troupe_event_t *ev);
 void troupe__dp_steplog_merge(troupe__dp_steplog_t *r, troupe_event_t *ev);
@@ -185,6 +186,10 @@ struct troupe_dp {
      * grads_by_id[j] */
     bool fused;
     troupe_tnode_t **fused_side;
+    /* the tree merge, the optimizer step and the copies to the other replicas as one pass on
+     * every stream (troupe__dp_choose_local; NULL when not): the merge and optimizer routines
+     * are compiled and linked but not run */
+    struct troupe__dp_local *local;
 
     troupe_tnode_t *hyper; /* hosted, TROUPE__DP_HYPER_COUNT doubles */
     /* Staging ring for new hyper values: a step whose values changed writes stage j's host
@@ -233,6 +238,15 @@ typedef struct troupe__dp_apply_arg {
     int32_t decay; /* weight_decay != 0 */
     float h[TROUPE__DP_HYPER_COUNT];
 } troupe__dp_apply_arg_t;
+/* The update's loops are cloned for AVX2 and AVX-512 where GCC can (ifunc, chosen when the
+ * library loads): the build targets the baseline x86-64, whose SSE2 loop took 2.5 times the
+ * generated optimizer routine's time (-march=native) on the main job's 235,146 parameters. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define TROUPE__DP_CLONED __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define TROUPE__DP_CLONED
+#endif
+
 /* The fused update (troupe_coll_apply_fn): side[0] the parameter, side[1..nstate] its state
  * (SGD: m; AdamW: m, v), sum the gradient summed over every replica; the optimizer routine's
  * statements (dp_optim.c) element by element, in single precision, without contractions: the
@@ -240,6 +254,27 @@ typedef struct troupe__dp_apply_arg {
 void troupe__dp_apply(const void *arg, int64_t n, const float *sum, float *const *side);
 /* Its id in the fingerprint: the optimizer kind and the state count. */
 uint64_t troupe__dp_apply_id(const troupe_dp_t *dp);
+
+/* The update fused across a rank's streams (dp_local.c; parallel/dp.h, Fused update across
+ * streams). Whether a run takes it: `config_on` (TROUPE_DP_FUSED_UPDATE not off), more than
+ * one stream, no cross-rank exchange (one rank, or local_only), `host_threads` (the backend's
+ * streams are threads and its arrays host memory: cpu), one gradient routine, every parameter
+ * single precision, `per_stream` (no parameter known shared across streams). why[cap] says which
+ * rule decided. Pure, for the tests. */
+bool troupe__dp_choose_local(bool config_on, int streams, troupe__dp_exchange_t exchange,
+                             bool host_threads, size_t nseg, bool all_single, bool per_stream,
+                             char *why, size_t cap);
+typedef struct troupe__dp_local troupe__dp_local_t;
+/* The plan for dp's replicas, parameters and state (dp borrowed: its nodes must outlive the
+ * plan's use in troupe__dp_local_step). Errors: RESOURCE_EXHAUSTED. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_local_new(troupe_dp_t *dp, troupe__dp_local_t **out);
+void troupe__dp_local_free(troupe__dp_local_t **l_p); /* rounds in flight keep what they use */
+/* Schedules a step's merge and update (dp->local) with the step's argument: a lend on every
+ * replica's last context; *out_ev0 (may be NULL) gets replica 0's lend's event. On an error
+ * the parts already scheduled fail instead of waiting. Errors: those of troupe_lend_arrays. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_local_step(troupe_dp_t *dp,
+                                                      const troupe__dp_apply_arg_t *arg,
+                                                      troupe_event_t **out_ev0);
 
 /* The owner stream's last context (holds the parameters, gradients and optimizer state). */
 troupe_context_t *troupe__dp_tail(troupe_dp_t *dp, int k);

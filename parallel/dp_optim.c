@@ -311,15 +311,6 @@ uint64_t troupe__dp_apply_id(const troupe_dp_t *dp)
     return UINT64_C(0x6470757064000000) | (uint64_t)dp->opt.kind << 8 | (uint64_t)dp->nstate;
 }
 
-/* The update's loops are cloned for AVX2 and AVX-512 where GCC can (ifunc, chosen when the
- * library loads): the build targets the baseline x86-64, whose SSE2 loop took 2.5 times the
- * generated optimizer routine's time (-march=native) on the main job's 235,146 parameters. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define S_CLONED __attribute__((target_clones("default", "avx2", "avx512f")))
-#else
-#define S_CLONED
-#endif
-
 /* No contraction of a product and a sum into an fma: the optimizer routine has none
  * (troupe_compile_unfused), and the build's ISO C mode keeps GCC from making any; Clang needs
  * the pragma, as the generated code has it. */
@@ -350,7 +341,7 @@ static inline void s_apply_sgd_form(const troupe__dp_apply_arg_t *a, int64_t n,
     }
 }
 
-S_CLONED static void s_apply_sgd(const troupe__dp_apply_arg_t *a, int64_t n, const float *g,
+TROUPE__DP_CLONED static void s_apply_sgd(const troupe__dp_apply_arg_t *a, int64_t n, const float *g,
                                  float *p, float *m)
 {
     if (m != NULL && a->decay)
@@ -363,7 +354,7 @@ S_CLONED static void s_apply_sgd(const troupe__dp_apply_arg_t *a, int64_t n, con
         s_apply_sgd_form(a, n, g, p, NULL, false, false);
 }
 
-S_CLONED static void s_apply_adamw(const troupe__dp_apply_arg_t *a, int64_t n, const float *restrict g,
+TROUPE__DP_CLONED static void s_apply_adamw(const troupe__dp_apply_arg_t *a, int64_t n, const float *restrict g,
                           float *restrict p, float *restrict m, float *restrict v)
 {
     const float *h = a->h;

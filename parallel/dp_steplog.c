@@ -39,6 +39,7 @@ struct troupe__dp_steplog {
     size_t nbk;     /* buckets */
     int exchange;   /* troupe__dp_exchange_t */
     bool fused;     /* the optimizer step ran in the allreduce (parallel/dp.h, Fused update) */
+    bool local;     /* the merge and the optimizer step ran as one pass across the streams */
     int64_t host_ns; /* time troupe_dp_step took on the host (set before the driver lets go) */
     size_t nslots;
     _Atomic int64_t *t; /* nslots stamps, 0 until stamped */
@@ -57,7 +58,7 @@ bool troupe__dp_steplog_wanted(int64_t step)
 }
 
 troupe__dp_steplog_t *troupe__dp_steplog_new(int64_t step, int n, size_t nbk, int exchange,
-                                             bool fused)
+                                             bool fused, bool local)
 {
     troupe__dp_steplog_t *r = troupe_calloc(1, sizeof *r);
     if (r == NULL)
@@ -76,6 +77,7 @@ troupe__dp_steplog_t *troupe__dp_steplog_new(int64_t step, int n, size_t nbk, in
     r->n = n;
     r->nbk = nbk;
     r->fused = fused;
+    r->local = local;
     r->exchange = exchange;
     for (size_t i = 0; i < r->nslots; i++) {
         atomic_init(&r->t[i], 0);
@@ -162,7 +164,8 @@ static void s_log(const troupe__dp_steplog_t *r)
                (long long)r->step, s_us(opt - begin), s_us(grad - begin), s_us(merge - grad),
                s_us(exchange), s_us(opt - xend), s_us(r->host_ns),
                troupe__dp_exchange_name(r->exchange), r->nbk, s_us(d2h), s_us(reduce), s_us(h2d),
-               s_us(overlap), s_us(cover), r->fused ? "fused" : "routine");
+               s_us(overlap), s_us(cover),
+               r->fused ? "fused" : r->local ? "streams" : "routine");
 }
 
 void troupe__dp_steplog_release(troupe__dp_steplog_t **r_p)

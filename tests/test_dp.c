@@ -248,7 +248,8 @@ Test(dp, the_exchange_follows_memory_and_cuda_aware_mpi)
 }
 
 /* At debug:parallel each of the first steps logs its breakdown (parallel/dp.h, Step
- * breakdown) once, with sane fields; one rank exchanges nothing. */
+ * breakdown) once, with sane fields; one rank exchanges nothing, and its two streams merge and
+ * update in one pass (update=streams). */
 Test(dp, debug_log_breaks_each_step_down)
 {
     char path[] = "/tmp/troupe-dp-breakdown-XXXXXX";
@@ -269,7 +270,11 @@ Test(dp, debug_log_breaks_each_step_down)
         const char *bad = dpb_insane(&l[i]);
         cr_assert_null(bad, "step %lld: %s", l[i].step, bad);
         cr_assert_str_eq(l[i].exchange_kind, "none");
-        cr_assert_str_eq(l[i].update, "routine"); /* one rank: nothing to fuse into */
+        /* one rank of two streams on cpu: merge and update as one pass across the streams */
+        cr_assert_str_eq(l[i].update, "streams");
+        cr_assert_eq(l[i].merge, 0.0, "step %lld: merge_us %.1f with no merge routine",
+                     l[i].step, l[i].merge);
+        cr_assert_gt(l[i].optimizer, 0.0, "step %lld: the pass took no time", l[i].step);
         cr_assert_eq(l[i].buckets, 0);
         cr_assert_eq(l[i].exchange, 0.0);
         cr_assert_gt(l[i].compute, 0.0, "step %lld: no compute time", l[i].step);
