@@ -5,6 +5,12 @@
  *   1x1         one rank, one stream, minibatch 128 (the peer)        in this process
  *   1x1-proc    the same in a fresh process of its own                child (one process)
  *   1x2         one rank, two streams, global minibatch 128           in this process
+ *               (the merge and the optimizer step as one pass across the streams:
+ *               parallel/dp.h, Fused update across streams; checked with
+ *               troupe_dp_fused_streams)
+ *   1x2-unfused 1x2 with the tree merge, the optimizer routine and the copies to stream 1 as
+ *               separate work (TROUPE_DP_FUSED_UPDATE=off), printed against 1x2
+ *               (peer_fused_streams=1 fused_streams=0)                in this process
  *   2x1         two ranks of one stream, global minibatch 128         child job (below)
  *   2x1-weak    two ranks of one stream, 128 per rank (global 256)    child job
  *   2x1-bf16    2x1 with the gradients compressed to bfloat16 between the ranks
@@ -35,9 +41,11 @@
  * A child job is this program re-launched as `mpiexec -n 2 <TROUPE_MPI_LAUNCHER_ARGS> <self>
  * --child --batch B --feed F [--bf16] ...` (posix_spawnp), or without mpiexec for 2x1-nocomm; each
  * child times its runs itself and reports the median on one line that this process reads.
+ * (`--child --streams N` runs N streams per rank in a child: for A/B runs by hand, such as
+ * `bench_train --child --batch 128 --runs 9 --streams 2 [--unfused]`.)
  *
  * One timed run is S_STEPS synchronous steps (troupe_dp_step) and a troupe_dp_sync: S_STEPS x
- * the global minibatch samples. 1x1 and 1x2 are timed together (bench_util: interleaved
+ * the global minibatch samples. 1x1, 1x2 and 1x2-unfused are timed together (bench_util: interleaved
  * rounds); a child runs a fixed number of runs on every rank (a time-based stop could differ
  * between ranks and leave one waiting in an allreduce). The machine's speed drifts by several
  * percent over a minute (shared hosts), so the child cases are measured in S_ROUNDS paired
@@ -71,6 +79,7 @@
  *   1x2> efficiency_weak=<the same for 2x1-weak> efficiency_nocomm=<the same for 2x1-nocomm>
  *   rounds=<n> efficiency_min=<lowest round> efficiency_max=<highest round>
  *   efficiency_bf16=<the same for 2x1-bf16> efficiency_unfused=<the same for 2x1-unfused>
+ *   efficiency_1x2_unfused=<the same for 1x2-unfused>
  * efficiency is strong scaling (the global minibatch of the trainer's default, 128, split over
  * the ranks); efficiency_weak keeps each rank's minibatch at 128, as Horovod and PyTorch DDP
  * report scaling. Without an MPI build (or an mpiexec that fails) the 2x1 cases are reported
@@ -169,7 +178,8 @@ static void s_synthetic(fmnist_dataset_t *ds, int64_t global_batch)
 static bool s_bf16;               /* a child of 2x1-bf16 (--bf16) */
 static bool s_overlap;            /* a child of 2x1-overlap (--overlap); the next child started */
 static bool s_unfused;            /* a child of 2x1-unfused (--unfused); the next child started */
-static int s_child_streams = 1;   /* a child's streams per rank (--streams, for manual A/B runs) */
+static int s_child_streams = 1;   /* a child's streams per rank (--streams) */
+static int s_spawn_streams = 1;   /* --streams for the next child started (1: none) */
 static double s_child_cover_us;   /* the last child's median compute_overlap_us (NAN: none) */
 static const char *s_backend = "cpu"; /* --backend: every layout's and child's backend */
 /* --feed: the model's form (examples/fmnist/mlp.h): auto is fed on a backend with graphs */
@@ -219,13 +229,22 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
                              .compress_bf16 = s_bf16,
                              .overlap = s_overlap ? TROUPE_DP_OVERLAP_ON : TROUPE_DP_OVERLAP_OFF};
     TROUPE_RETURN_IF_ERROR(troupe_dp_new(&dc, &model, &l->dp));
-    /* 2x1-unfused must run the routine; 2x1 on a host backend must fuse (parallel/dp.h) */
+    /* 2x1-unfused must run the routine; 2x1 on a host backend must fuse (parallel/dp.h);
+     * likewise 1x2-unfused and 1x2 on cpu's threaded streams, across the streams */
+    troupe_backend_t *be = troupe_dp_backend(l->dp);
     bool want_fused = !s_unfused && !s_overlap && troupe_cluster_size() > 1 &&
-                      troupe_backend_host_addressable(troupe_dp_backend(l->dp));
-    if (troupe_dp_fused_update(l->dp) != want_fused)
-        return troupe_error_set(TROUPE_INTERNAL, "the optimizer step is %sfused, expected %s",
+                      troupe_backend_host_addressable(be);
+    bool want_streams = !s_unfused && !s_overlap && troupe_cluster_size() == 1 && streams > 1 &&
+                        troupe_backend_host_addressable(be) && troupe_backend_threaded(be);
+    if (troupe_dp_fused_update(l->dp) != want_fused ||
+        troupe_dp_fused_streams(l->dp) != want_streams)
+        return troupe_error_set(TROUPE_INTERNAL,
+                                "the optimizer step is %sfused into the allreduce and %sfused "
+                                "across the streams, expected %s and %s",
                                 troupe_dp_fused_update(l->dp) ? "" : "not ",
-                                want_fused ? "fused" : "not fused");
+                                troupe_dp_fused_streams(l->dp) ? "" : "not ",
+                                want_fused ? "fused" : "not fused",
+                                want_streams ? "fused" : "not fused");
     for (int s = 0; s < S_WARM_STEPS; s++)
         TROUPE_RETURN_IF_ERROR(troupe_dp_step(l->dp));
     TROUPE_RETURN_IF_ERROR(troupe_dp_sync(l->dp));
@@ -439,6 +458,12 @@ static troupe_status_t s_child_start(int mpi_ranks, int64_t batch, bool bf16, co
         argv[argc++] = (char *)"--overlap";
     if (s_unfused)
         argv[argc++] = (char *)"--unfused";
+    char streams_s[16];
+    if (s_spawn_streams > 1) {
+        snprintf(streams_s, sizeof streams_s, "%d", s_spawn_streams);
+        argv[argc++] = (char *)"--streams";
+        argv[argc++] = streams_s;
+    }
     if (trace) {
         argv[argc++] = (char *)"--trace";
         argv[argc++] = (char *)trace;
@@ -912,6 +937,8 @@ static int s_trace_overhead(const troupe_bench_opts_t *opts)
  *   bench=train case=weak-<R>x1 ... peer=1x1-proc ... efficiency_weak=<thr(R) / (R thr(1))>
  *     efficiency_nocomm=<thr(nocomm R) / (R thr(1))> comm_share=<1 - us(nocomm) / us(R)>
  *     efficiency_weak_unfused=<the same job with TROUPE_DP_FUSED_UPDATE=off, a child of its own>
+ *     efficiency_weak_streams=<the same for one process of R streams, 128 each (weak-1x<R>:
+ *     the merge and the update as one pass across the streams), a child of its own>
  * efficiency_nocomm well below 1 says the node limits scaling (memory bandwidth, shared caches,
  * turbo); comm_share says what the merge and the synchronous step add on top (the allreduce and
  * waiting for the slowest rank). Then the torch peer with one thread against 1x1-proc. */
@@ -942,16 +969,23 @@ static int s_scaling(const troupe_bench_opts_t *opts, const int *ranks, int nran
                                                   runs, opts->warmup, what_u)
                                    : NAN;
         s_unfused = false;
-        if (isnan(u1) || isnan(uR) || isnan(uN) || isnan(uU))
+        /* one process of R streams (the merge and update as one pass across them) */
+        char what_s[64];
+        snprintf(what_s, sizeof what_s, "weak-1x%d", R);
+        s_spawn_streams = R;
+        double uS = s_child_case(1, (int64_t)R * S_GLOBAL_BATCH, false, false, runs,
+                                 opts->warmup, what_s);
+        s_spawn_streams = 1;
+        if (isnan(u1) || isnan(uR) || isnan(uN) || isnan(uU) || isnan(uS))
             rc = 1;
         if (isnan(u1) || isnan(uR))
             continue;
         troupe_bench_print_case("train", what, S_BYTES_PER_SAMPLE, uR, "1x1-proc", u1,
                                 "samples_per_s=%.0f global_batch=%lld ranks=%d "
                                 "efficiency_weak=%.3f efficiency_nocomm=%.3f comm_share=%.3f "
-                                "efficiency_weak_unfused=%.3f",
+                                "efficiency_weak_unfused=%.3f efficiency_weak_streams=%.3f",
                                 1e6 / uR, (long long)R * S_GLOBAL_BATCH, R, u1 / (R * uR),
-                                u1 / (R * uN), 1.0 - uN / uR, u1 / (R * uU));
+                                u1 / (R * uN), 1.0 - uN / uR, u1 / (R * uU), u1 / (R * uS));
         fflush(stdout);
     }
     double t1 = s_torch_case("1thread", S_GLOBAL_BATCH, runs, true);
@@ -1167,20 +1201,29 @@ int main(int argc, char **argv)
         return troupe_bench_fail_status(
             S_PROG, "synthetic data", troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "out of memory"));
 
-    /* 1x1 and 1x2, timed together */
-    layout_t l11, l12;
+    /* 1x1, 1x2 and 1x2-unfused, timed together */
+    layout_t l11, l12, l12u;
     troupe_status_t st = s_layout_new(1, S_GLOBAL_BATCH, &ds, &l11);
     if (st != TROUPE_OK)
         return troupe_bench_fail_status(S_PROG, "building the 1x1 layout", st);
     st = s_layout_new(2, S_GLOBAL_BATCH, &ds, &l12);
     if (st != TROUPE_OK)
         return troupe_bench_fail_status(S_PROG, "building the 1x2 layout", st);
-    troupe_bench_side_t sides[2] = {{s_run, &l11}, {s_run, &l12}};
-    troupe_bench_stats_t stats[2];
+    s_unfused = true;
+    troupe_config_set_dp_fused_update(false);
+    st = s_layout_new(2, S_GLOBAL_BATCH, &ds, &l12u);
+    troupe_config_set_dp_fused_update(true);
+    s_unfused = false;
+    if (st != TROUPE_OK)
+        return troupe_bench_fail_status(S_PROG, "building the 1x2-unfused layout", st);
+    troupe_bench_side_t sides[3] = {{s_run, &l11}, {s_run, &l12}, {s_run, &l12u}};
+    troupe_bench_stats_t stats[3];
     troupe_bench_opts_t o = opts;
     o.warmup = 0; /* s_layout_new warmed up */
-    if (troupe_bench_time_sides(sides, 2, &o, stats) != 0 || l11.failed || l12.failed)
+    if (troupe_bench_time_sides(sides, 3, &o, stats) != 0 || l11.failed || l12.failed ||
+        l12u.failed)
         return troupe_bench_fail_status(S_PROG, "training", TROUPE_INTERNAL);
+    const double us12u = stats[2].median_us / (double)l12u.samples_per_run;
     enum { C11, C12, C11P, C21, C21W, C21B, C21N, C21O, C21U, NCASES };
     static const char *const names[NCASES] = {
         "1x1",      "1x2",        "1x1-proc",    "2x1",        "2x1-weak",
@@ -1198,8 +1241,8 @@ int main(int argc, char **argv)
                          NAN,
                          NAN};
     double cover[S_ROUNDS]; /* 2x1-overlap's median compute_overlap_us per round */
-    double eff_1x2 = us[C11] / (2.0 * us[C12]);
-    if ((st = s_layout_done(&l12)) != TROUPE_OK)
+    double eff_1x2 = us[C11] / (2.0 * us[C12]), eff_1x2u = us[C11] / (2.0 * us12u);
+    if ((st = s_layout_done(&l12)) != TROUPE_OK || (st = s_layout_done(&l12u)) != TROUPE_OK)
         return troupe_bench_fail_status(S_PROG, "checking the training", st);
 
     /* paired rounds: 1x1 again, then the child jobs one after the other */
@@ -1261,6 +1304,12 @@ int main(int argc, char **argv)
                                 "samples_per_s=%.0f global_batch=%lld", 1e6 / us[c],
                                 (long long)batches[c]);
     }
+    /* 1x2-unfused against 1x2 (timed together): the pass across the streams' gain */
+    troupe_bench_print_case("train", "1x2-unfused", S_BYTES_PER_SAMPLE, us12u, names[C12],
+                            us[C12],
+                            "samples_per_s=%.0f peer_samples_per_s=%.0f peer_fused_streams=1 "
+                            "fused_streams=0 global_batch=%d",
+                            1e6 / us12u, 1e6 / us[C12], S_GLOBAL_BATCH);
     /* 2x1-overlap against 2x1 (the same rounds) */
     if (!isnan(us[C21O]) && !isnan(us[C21]))
         troupe_bench_print_case("train", names[C21O], S_BYTES_PER_SAMPLE, us[C21O], names[C21],
@@ -1305,10 +1354,10 @@ int main(int argc, char **argv)
     }
     printf("efficiency=%.3f efficiency_1x2=%.3f efficiency_weak=%.3f efficiency_nocomm=%.3f "
            "rounds=%d efficiency_min=%.3f efficiency_max=%.3f efficiency_bf16=%.3f "
-           "efficiency_unfused=%.3f\n",
+           "efficiency_unfused=%.3f efficiency_1x2_unfused=%.3f\n",
            s_median(eff[C21], rounds), eff_1x2, s_median(eff[C21W], rounds),
            s_median(eff[C21N], rounds), rounds, lo, hi, s_median(eff[C21B], rounds),
-           s_median(eff[C21U], rounds));
+           s_median(eff[C21U], rounds), eff_1x2u);
     fmnist_dataset_free(&ds);
 #if S_HAVE_MPIEXEC
     /* MPI was built: a 2x1 case that did not run is a failure */

@@ -26,8 +26,8 @@
 #               accuracy and samples/s), then the per-step breakdown of a
 #               short run on 1 rank and on 2 ranks sharing the GPU    -> appended to train.log
 #   7. cpu      build-gpu/bench/bench_train --scaling 2,4,8,16 on the host's cores: weak
-#               scaling against independent processes and with the optimizer step unfused,
-#               and PyTorch one thread                                         -> cpu.log
+#               scaling against independent processes, with the optimizer step unfused,
+#               and as one process of as many streams; PyTorch one thread      -> cpu.log
 # then summary.txt: one line per phase (ok/FAIL/skipped, seconds), the failed tests' names and
 # the bench ratios. Files go to $OUT when set (the device tool's folder), else
 # $TROUPE_BUILD_DIR/gpu-check/.
@@ -37,7 +37,7 @@
 #   --debs DIR      unpack every DIR/*.deb into / first (dpkg -x; for a machine without a package
 #                   registry: OpenBLAS and libxsmm for the cpu phase's GEMMs), then ldconfig
 #   --budget S      total seconds for the phases (default 540); each phase gets what is left,
-#                   capped: build 180, tests 180, bench 90, train 90, job 120, cpu 150
+#                   capped: build 180, tests 180, bench 90, train 90, job 120, cpu 180
 #   --phases LIST   comma-separated subset of facts,build,tests,bench,train,job,cpu (default all)
 #   --all-tests     the tests phase also runs the CPU-only unit tests
 # Exit status: 0 when every phase that ran passed, 1 otherwise, 2 on a bad argument.
@@ -196,7 +196,7 @@ else
   echo "phase=job result=skipped reason=no-data-set-in-/usr/share/datasets/fashion-mnist" >> "$summary"
 fi
 grep -E '^final |^fmnist: [0-9]|^troupe quickstart: ' "$out/train.log" 2>/dev/null | sed 's/^/job: /' >> "$summary"
-phase cpu 150 cpu.log "$build/bench/bench_train" --scaling 2,4,8,16
+phase cpu 180 cpu.log "$build/bench/bench_train" --scaling 2,4,8,16
 grep -E '^bench=|^library|not measured' "$out/cpu.log" 2>/dev/null >> "$summary"
 
 echo "total_seconds=$(( $(date +%s) - start )) status=$status" >> "$summary"
