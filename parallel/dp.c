@@ -742,19 +742,26 @@ static int s_by_seg_id(const void *a, const void *b)
 }
 
 /* Every rank must issue the same requests: the smallest and the largest segment count and
- * exchange kind over the ranks (one host-level allreduce of min(v) and min(-v)). */
+ * exchange kind over the ranks, and (for the pass across the streams, s_plan_fused) the most
+ * streams of a rank and whether every rank's streams are threads on host memory (one
+ * host-level allreduce of min(v) and min(-v)). */
 static troupe_status_t s_agree_plan(troupe_dp_t *dp, size_t nseg, size_t *seg_lo, size_t *seg_hi,
                                     int *exch_lo, int *exch_hi)
 {
-    int32_t v[4] = {(int32_t)nseg, -(int32_t)nseg, (int32_t)dp->exchange, -(int32_t)dp->exchange};
+    bool host_threads =
+        troupe_backend_threaded(dp->backend) && troupe_backend_host_addressable(dp->backend);
+    int32_t v[6] = {(int32_t)nseg,          -(int32_t)nseg, (int32_t)dp->exchange,
+                    -(int32_t)dp->exchange, -(int32_t)dp->n, host_threads ? 1 : 0};
     *seg_lo = *seg_hi = nseg;
     *exch_lo = *exch_hi = (int)dp->exchange;
+    dp->max_streams = dp->n;
+    dp->all_host_threads = host_threads;
     if (dp->nranks <= 1)
         return TROUPE_OK;
     troupe_coll_tensor_t t;
     memset(&t, 0, sizeof t);
     t.data = v;
-    t.count = 4;
+    t.count = 6;
     t.prec = TROUPE_PREC_INT32;
     t.name = "dp_exchange_plan";
     troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_MIN, .n = 1, .tensors = &t};
@@ -766,6 +773,8 @@ static troupe_status_t s_agree_plan(troupe_dp_t *dp, size_t nseg, size_t *seg_lo
     *seg_hi = (size_t)-v[1];
     *exch_lo = v[2];
     *exch_hi = -v[3];
+    dp->max_streams = (int)-v[4];
+    dp->all_host_threads = v[5] != 0;
     return TROUPE_OK;
 }
 
@@ -1318,28 +1327,29 @@ bool troupe__dp_choose_fused(bool config_on, int nranks, troupe__dp_exchange_t e
  * and the fingerprint checks the rest. */
 static troupe_status_t s_plan_fused(troupe_dp_t *dp)
 {
-    bool all_single = true;
-    for (size_t i = 0; i < dp->n_params; i++)
+    bool all_single = true, per_stream = true;
+    for (size_t i = 0; i < dp->n_params; i++) {
         all_single = all_single && dp->params[i]->prec == TROUPE_PREC_SINGLE;
+        per_stream = per_stream && !troupe_tnode_known_shared_cross_streams(dp->params[i]);
+    }
     char why[96];
+    /* several streams on some rank: the passes across the streams (on every rank, so that
+     * every rank's allreduce carries no update), else the update in the allreduce */
+    if (troupe__dp_choose_local(troupe_config_dp_fused_update(), dp->max_streams, dp->exchange,
+                                dp->all_host_threads, dp->nseg, all_single, per_stream, why,
+                                sizeof why)) {
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL,
+                   "dp: merge and optimizer step fused into passes across the streams: %s", why);
+        return troupe__dp_local_new(dp, &dp->local);
+    }
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL,
+               "dp: merge and optimizer step not fused across the streams: %s", why);
     dp->fused = troupe__dp_choose_fused(troupe_config_dp_fused_update(), dp->nranks, dp->exchange,
                                         dp->nseg, all_single, why, sizeof why);
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL, "dp: optimizer step %s: %s",
                dp->fused ? "fused into the allreduce" : "as a routine after the allreduce", why);
-    if (!dp->fused) {
-        bool per_stream = true;
-        for (size_t i = 0; i < dp->n_params; i++)
-            per_stream = per_stream && !troupe_tnode_known_shared_cross_streams(dp->params[i]);
-        bool host_threads = troupe_backend_threaded(dp->backend) &&
-                            troupe_backend_host_addressable(dp->backend);
-        bool local = troupe__dp_choose_local(troupe_config_dp_fused_update(), dp->n,
-                                             dp->exchange, host_threads, dp->nseg, all_single,
-                                             per_stream, why, sizeof why);
-        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL,
-                   "dp: merge and optimizer step %s: %s",
-                   local ? "fused into one pass across the streams" : "as routines", why);
-        return local ? troupe__dp_local_new(dp, &dp->local) : TROUPE_OK;
-    }
+    if (!dp->fused)
+        return TROUPE_OK;
     size_t n = dp->n_params, nside = 1 + (size_t)dp->nstate;
     dp->fused_side = troupe_calloc(n * nside, sizeof *dp->fused_side);
     if (dp->fused_side == NULL)
@@ -1533,13 +1543,19 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
     troupe_event_t *ready = NULL;
     for (size_t g = 0; g < dp->nseg && st == TROUPE_OK; g++) {
         st = s_run_segment(dp, g, rec, &ready);
-        if (st == TROUPE_OK && dp->local == NULL)
+        if (st == TROUPE_OK && dp->local == NULL) {
             st = s_merge_segment(dp, g, rec, &ready);
+        } else if (st == TROUPE_OK && n > 1 && dp->nranks > 1) {
+            /* the merge as a pass across the streams into replica 0's gradients */
+            troupe_event_release(&ready);
+            st = troupe__dp_local_step(dp, TROUPE__DP_LOCAL_SUM, &x.arg,
+                                       rec != NULL ? &ready : NULL);
+        }
         if (st == TROUPE_OK)
             st = s_exchange_out(dp, &x, g, ready, rec);
     }
-    if (st == TROUPE_OK && n > 1 && dp->local == NULL) /* the owner stream's last merge */
-        troupe__dp_steplog_merge(rec, ready);
+    if (st == TROUPE_OK && n > 1 && (dp->local == NULL || dp->nranks > 1))
+        troupe__dp_steplog_merge(rec, ready); /* the owner stream's last merge */
     troupe_event_release(&ready);
     if (st == TROUPE_OK)
         st = s_exchange_back(dp, &x, rec);
@@ -1552,7 +1568,9 @@ static troupe_status_t s_schedule_step(troupe_dp_t *dp, s_step_mark_t **mark,
      * which also leaves the new parameters on every replica (5) */
     if (dp->local != NULL) {
         troupe_event_t *oev = NULL;
-        TROUPE_RETURN_IF_ERROR(troupe__dp_local_step(dp, &arg, rec != NULL ? &oev : NULL));
+        TROUPE_RETURN_IF_ERROR(troupe__dp_local_step(
+            dp, dp->nranks > 1 ? TROUPE__DP_LOCAL_APPLY : TROUPE__DP_LOCAL_FULL, &arg,
+            rec != NULL ? &oev : NULL));
         troupe__dp_steplog_optimizer(rec, oev);
         troupe_event_release(&oev);
         return s_mark_step_end(dp, mark);

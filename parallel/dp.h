@@ -20,8 +20,8 @@
  *      optimizer, which scales the sum by 1 / (N * R) (the mean over all replicas; no division
  *      pass in the transport); with one rank (or local_only) no collective is issued;
  *   4. the optimizer on stream 0 (the owner stream), per parameter — or, fused into step 3's
- *      allreduce, where the reduction leaves the sums (Fused update, below), or with one rank
- *      fused with steps 2 and 5 into one pass across the streams (Fused update across
+ *      allreduce, where the reduction leaves the sums (Fused update, below), or with several
+ *      streams fused with steps 2 and 5 into passes across the streams (Fused update across
  *      streams, below);
  *   5. broadcast of the parameters from stream 0 to the other local streams (device_to_device
  *      NO); every rank computes the same update from the same reduced gradient, so parameters
@@ -99,7 +99,9 @@
  *
  * Fused update (ZeRO stage 1's sharded update, Rajbhandari et al. 2020, with the optimizer state
  * kept whole on every rank): with more than one rank, the in-place exchange (a host backend),
- * one gradient routine (no Overlap segments) and single-precision parameters, and unless
+ * one gradient routine (no Overlap segments) and single-precision parameters, unless the
+ * passes across the streams take the update (several streams on some rank: Fused update
+ * across streams, below), and unless
  * TROUPE_DP_FUSED_UPDATE=off, troupe_dp_new fuses the optimizer step into step 3's allreduce
  * (troupe_coll_apply_t, transport/mpi/collective.h): the request carries the parameters and
  * their state as side arrays, and the optimizer's statements run element by element where the
@@ -121,16 +123,22 @@
  * it. The step breakdown (Step breakdown) then says update=fused and counts the update in
  * exchange_us (optimizer_us 0).
  *
- * Fused update across streams: with one rank (or local_only), several streams on a backend
- * whose streams are threads on host memory (cpu), one gradient routine, single-precision
- * parameters none of which is shared across streams, and unless TROUPE_DP_FUSED_UPDATE=off,
- * steps 2, 4 and 5 run as one pass divided among the streams (parallel/dp_local.c): every
+ * Fused update across streams: with several streams (on some rank: the ranks agree) on
+ * backends whose streams are threads on host memory (cpu), no exchange or the in-place one,
+ * one gradient routine, single-precision parameters none of which is shared across streams,
+ * and unless TROUPE_DP_FUSED_UPDATE=off, steps 2, 4 and 5 run as passes divided among the
+ * streams (parallel/dp_local.c), and the update is not fused into the allreduce (every rank's
+ * request then carries none). With one rank (or local_only) it is one pass: every
  * replica lends its gradients and parameters (replica 0 its optimizer state too) to the step,
  * and when every stream reached its lend, stream k, on its own thread, takes chunk k of the
  * parameters (laid end to end, cut at cache lines): it sums the n gradients block by block in
  * the tree merge's order, runs the update on replica 0's parameter and state (the fused
  * update's statements: troupe__dp_apply) and copies the new values into every other replica's
- * parameter; each stream goes on once every stream finished. The merge buffers' copies and
+ * parameter; each stream goes on once every stream finished. With several ranks a first pass
+ * leaves the tree merge's sums in replica 0's gradients, the in-place allreduce sums those
+ * across the ranks (step 3, as without the passes), and a second pass updates from them and
+ * copies: every rank updates every element, each of its streams 1/n of them (a rank of one
+ * stream runs the second pass alone). The merge buffers' copies and
  * the separate passes go, the update's work is divided by n, and no core writes lines the
  * others hold for reading (the separate form's copies made stream 0's next update wait on
  * every line of its parameters). Same bits as the separate merge, optimizer routine and copies
@@ -409,12 +417,14 @@ bool troupe_dp_staged(const troupe_dp_t *dp);
 /* Whether each step's optimizer update is fused into the cross-rank allreduce (above, Fused
  * update): decided in troupe_dp_new from this rank's settings (TROUPE_DP_FUSED_UPDATE must be
  * alike on every rank: a rank that differs fails the first step's allreduce naming the fused
- * update); false with one rank. */
+ * update); false with one rank, and when some rank runs several streams (the passes across
+ * the streams take the update: troupe_dp_fused_streams). */
 bool troupe_dp_fused_update(const troupe_dp_t *dp);
-/* Whether each step's merge across this rank's streams and its optimizer update run as one pass
+/* Whether each step's merge across this rank's streams and its optimizer update run as passes
  * divided among the streams (above, Fused update across streams): decided in troupe_dp_new;
- * false with one stream, with several ranks (the allreduce carries the update, or it follows
- * the allreduce), or with TROUPE_DP_FUSED_UPDATE=off. */
+ * false when every rank runs one stream (with several ranks the allreduce then carries the
+ * update: troupe_dp_fused_update), on backends whose streams are not threads on host memory,
+ * or with TROUPE_DP_FUSED_UPDATE=off. */
 bool troupe_dp_fused_streams(const troupe_dp_t *dp);
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
 /* The owner stream's context holding the current parameters (borrowed): link evaluation

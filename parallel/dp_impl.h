@@ -160,6 +160,8 @@ struct troupe_dp {
     troupe_code_t **seg_code; /* nseg */
     size_t *seg_first;        /* nseg + 1 */
     size_t *seg_of_grad;      /* n_params */
+    int max_streams;       /* the most local replicas of any rank (agreed: s_agree_plan) */
+    bool all_host_threads; /* every rank's backend has threaded streams on host memory */
     int rank;            /* this rank (0 when local_only) */
     int nranks;          /* ranks (1 when local_only) */
     int64_t replicas;       /* T: the replicas of every rank (n * nranks when they agree) */
@@ -257,22 +259,32 @@ uint64_t troupe__dp_apply_id(const troupe_dp_t *dp);
 
 /* The update fused across a rank's streams (dp_local.c; parallel/dp.h, Fused update across
  * streams). Whether a run takes it: `config_on` (TROUPE_DP_FUSED_UPDATE not off), more than
- * one stream, no cross-rank exchange (one rank, or local_only), `host_threads` (the backend's
- * streams are threads and its arrays host memory: cpu), one gradient routine, every parameter
- * single precision, `per_stream` (no parameter known shared across streams). why[cap] says which
- * rule decided. Pure, for the tests. */
-bool troupe__dp_choose_local(bool config_on, int streams, troupe__dp_exchange_t exchange,
+ * one stream on some rank (`max_streams`, agreed across ranks), no exchange or the in-place
+ * one, `host_threads` (every rank's backend has threaded streams on host memory: cpu), one
+ * gradient routine, every parameter single precision, `per_stream` (no parameter known shared
+ * across streams). why[cap] says which rule decided. Pure, for the tests. */
+bool troupe__dp_choose_local(bool config_on, int max_streams, troupe__dp_exchange_t exchange,
                              bool host_threads, size_t nseg, bool all_single, bool per_stream,
                              char *why, size_t cap);
 typedef struct troupe__dp_local troupe__dp_local_t;
+/* What a pass does: FULL (one rank) sums the replicas' gradients, updates replica 0's
+ * parameter and state and copies the parameter to the other replicas; with several ranks SUM
+ * leaves the sums in replica 0's gradient (before the allreduce) and APPLY updates from it and
+ * copies (after). */
+typedef enum troupe__dp_local_mode {
+    TROUPE__DP_LOCAL_FULL = 0,
+    TROUPE__DP_LOCAL_SUM,
+    TROUPE__DP_LOCAL_APPLY,
+} troupe__dp_local_mode_t;
 /* The plan for dp's replicas, parameters and state (dp borrowed: its nodes must outlive the
  * plan's use in troupe__dp_local_step). Errors: RESOURCE_EXHAUSTED. */
 TROUPE_MUST_USE troupe_status_t troupe__dp_local_new(troupe_dp_t *dp, troupe__dp_local_t **out);
 void troupe__dp_local_free(troupe__dp_local_t **l_p); /* rounds in flight keep what they use */
-/* Schedules a step's merge and update (dp->local) with the step's argument: a lend on every
- * replica's last context; *out_ev0 (may be NULL) gets replica 0's lend's event. On an error
- * the parts already scheduled fail instead of waiting. Errors: those of troupe_lend_arrays. */
+/* Schedules a pass (dp->local) with the step's argument: a lend on every replica's last
+ * context; *out_ev0 (may be NULL) gets replica 0's lend's event. On an error the parts already
+ * scheduled fail instead of waiting. Errors: those of troupe_lend_arrays. */
 TROUPE_MUST_USE troupe_status_t troupe__dp_local_step(troupe_dp_t *dp,
+                                                      troupe__dp_local_mode_t mode,
                                                       const troupe__dp_apply_arg_t *arg,
                                                       troupe_event_t **out_ev0);
 

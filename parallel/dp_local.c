@@ -12,7 +12,10 @@
  * optimizer's update on replica 0's parameter and state (troupe__dp_apply, the same operations
  * as the optimizer routine) and copies the new values into every other replica's parameter.
  * It then waits until every stream finished (until then others may still write into its
- * arrays) and completes its lend. Every write into replica j's arrays happens while stream j's
+ * arrays) and completes its lend. That is the one-rank pass (FULL); with several ranks a SUM
+ * pass writes the block's sums into replica 0's gradient instead, the in-place allreduce runs
+ * on stream 0 between the passes, and an APPLY pass reads replica 0's gradient as the sums,
+ * updates and copies. Every write into replica j's arrays happens while stream j's
  * lend holds them, so the ledger rules (a lend is a write of what it lends) stay true.
  *
  * Compared with the tree merge, the optimizer routine on stream 0 and the copies to the other
@@ -80,6 +83,7 @@ typedef struct s_part {
 struct s_round {
     atomic_int refs; /* the driver while scheduling, and one per lend */
     troupe__dp_local_t *l;
+    troupe__dp_local_mode_t mode;
     troupe__dp_apply_arg_t arg;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -130,7 +134,7 @@ troupe_status_t troupe__dp_local_new(troupe_dp_t *dp, troupe__dp_local_t **out)
     size_t n = (size_t)l->n;
     l->len = troupe_calloc(l->np, sizeof *l->len);
     l->lent = troupe_calloc(l->nlent0, sizeof *l->lent);
-    l->scratch = troupe_calloc(n * (n / 2) * S_BLOCK, sizeof *l->scratch);
+    l->scratch = troupe_calloc(n > 1 ? n * (n / 2) * S_BLOCK : 1, sizeof *l->scratch);
     l->src = troupe_calloc(n * n, sizeof *l->src);
     l->names = troupe_calloc(n, sizeof *l->names);
     if (!l->len || !l->lent || !l->scratch || !l->src || !l->names) {
@@ -169,8 +173,8 @@ static void s_round_release(s_round_t *r)
     troupe_free(r);
 }
 
-static troupe_status_t s_round_new(troupe__dp_local_t *l, const troupe__dp_apply_arg_t *arg,
-                                   s_round_t **out)
+static troupe_status_t s_round_new(troupe__dp_local_t *l, troupe__dp_local_mode_t mode,
+                                   const troupe__dp_apply_arg_t *arg, s_round_t **out)
 {
     *out = NULL;
     s_round_t *r = troupe_calloc(1, sizeof *r);
@@ -203,6 +207,7 @@ static troupe_status_t s_round_new(troupe__dp_local_t *l, const troupe__dp_apply
     atomic_init(&r->refs, 1);
     atomic_fetch_add(&l->refs, 1);
     r->l = l;
+    r->mode = mode;
     r->arg = *arg;
     atomic_init(&r->go, false);
     atomic_init(&r->gone, false);
@@ -310,7 +315,8 @@ static const float *s_tree(const float **src, int n, float *acc, int64_t len)
     return src[0];
 }
 
-/* Stream k's chunk of every parameter: the sums, the update, the copies. */
+/* Stream k's chunk of every parameter: the sums, the update, the copies (FULL); the sums into
+ * replica 0's gradient (SUM); the update from replica 0's gradient, the copies (APPLY). */
 static void s_work(s_round_t *r, int k)
 {
     const troupe__dp_local_t *l = r->l;
@@ -326,9 +332,18 @@ static void s_work(s_round_t *r, int k)
         int64_t a = s_snap(lo - base, l->len[i]), b = s_snap(hi - base, l->len[i]);
         for (int64_t o = a; o < b; o += S_BLOCK) {
             int64_t len = b - o < S_BLOCK ? b - o : S_BLOCK;
-            for (int j = 0; j < n; j++)
-                src[j] = r->ptr[(size_t)j * l->nlent0 + i] + o;
-            const float *sum = s_tree(src, n, acc, len);
+            float *g0 = r->ptr[i] + o;
+            const float *sum = g0;
+            if (r->mode != TROUPE__DP_LOCAL_APPLY) {
+                for (int j = 0; j < n; j++)
+                    src[j] = r->ptr[(size_t)j * l->nlent0 + i] + o;
+                sum = s_tree(src, n, acc, len);
+            }
+            if (r->mode == TROUPE__DP_LOCAL_SUM) {
+                if (sum != g0)
+                    memcpy(g0, sum, (size_t)len * sizeof(float));
+                continue;
+            }
             float *side[3] = {r->ptr[np + i] + o, NULL, NULL};
             for (int s = 0; s < l->nstate; s++)
                 side[1 + s] = r->ptr[2 * np + (size_t)s * np + i] + o;
@@ -400,12 +415,12 @@ static void s_part_dtor(void *user)
     s_round_release(r);
 }
 
-troupe_status_t troupe__dp_local_step(troupe_dp_t *dp, const troupe__dp_apply_arg_t *arg,
-                                      troupe_event_t **out_ev0)
+troupe_status_t troupe__dp_local_step(troupe_dp_t *dp, troupe__dp_local_mode_t mode,
+                                      const troupe__dp_apply_arg_t *arg, troupe_event_t **out_ev0)
 {
     troupe__dp_local_t *l = dp->local;
     s_round_t *r = NULL;
-    TROUPE_RETURN_IF_ERROR(s_round_new(l, arg, &r));
+    TROUPE_RETURN_IF_ERROR(s_round_new(l, mode, arg, &r));
     troupe_status_t st = TROUPE_OK;
     for (int k = 0; k < l->n && st == TROUPE_OK; k++) {
         st = troupe_event_new("dp_update_streams", &r->done[k]);
@@ -425,20 +440,24 @@ troupe_status_t troupe__dp_local_step(troupe_dp_t *dp, const troupe__dp_apply_ar
     return st;
 }
 
-bool troupe__dp_choose_local(bool config_on, int streams, troupe__dp_exchange_t exchange,
+bool troupe__dp_choose_local(bool config_on, int max_streams, troupe__dp_exchange_t exchange,
                              bool host_threads, size_t nseg, bool all_single, bool per_stream,
                              char *why, size_t cap)
 {
-    const char *no = !config_on      ? "TROUPE_DP_FUSED_UPDATE=off"
-                     : streams <= 1  ? "one stream, nothing to merge"
-                     : exchange != TROUPE__DP_EXCHANGE_NONE
-                         ? "several ranks: the update goes with the allreduce, or after it"
+    const char *no = !config_on       ? "TROUPE_DP_FUSED_UPDATE=off"
+                     : max_streams <= 1 ? "one stream on every rank, nothing to merge"
+                     : exchange != TROUPE__DP_EXCHANGE_NONE &&
+                             exchange != TROUPE__DP_EXCHANGE_INPLACE
+                         ? "the exchange goes through other memory"
                      : !host_threads ? "the backend's streams are not threads on host memory"
                      : nseg > 1      ? "overlap: the gradient routine is split"
                      : !all_single   ? "a parameter is not single precision"
                      : !per_stream   ? "a parameter is shared across streams"
                                      : NULL;
     snprintf(why, cap, "%s",
-             no != NULL ? no : "one rank, streams on host memory, single precision");
+             no != NULL ? no
+             : exchange == TROUPE__DP_EXCHANGE_NONE
+                 ? "one rank, streams on host memory, single precision"
+                 : "several streams on a rank, in-place allreduce between the passes");
     return no == NULL;
 }

@@ -197,10 +197,12 @@ Test(dp_streams, the_chooser_takes_the_pass_only_where_it_applies)
         const char *why;
     } rows[] = {
         {true, 2, TROUPE__DP_EXCHANGE_NONE, true, 1, true, true, true, "one rank"},
+        {true, 2, TROUPE__DP_EXCHANGE_INPLACE, true, 1, true, true, true, "in-place allreduce"},
         {false, 2, TROUPE__DP_EXCHANGE_NONE, true, 1, true, true, false, "=off"},
         {true, 1, TROUPE__DP_EXCHANGE_NONE, true, 1, true, true, false, "one stream"},
-        {true, 2, TROUPE__DP_EXCHANGE_INPLACE, true, 1, true, true, false, "several ranks"},
-        {true, 2, TROUPE__DP_EXCHANGE_STAGED, true, 1, true, true, false, "several ranks"},
+        {true, 1, TROUPE__DP_EXCHANGE_INPLACE, true, 1, true, true, false, "one stream"},
+        {true, 2, TROUPE__DP_EXCHANGE_STAGED, true, 1, true, true, false, "other memory"},
+        {true, 2, TROUPE__DP_EXCHANGE_DIRECT, true, 1, true, true, false, "other memory"},
         {true, 2, TROUPE__DP_EXCHANGE_NONE, false, 1, true, true, false, "not threads"},
         {true, 2, TROUPE__DP_EXCHANGE_NONE, true, 3, true, true, false, "overlap"},
         {true, 2, TROUPE__DP_EXCHANGE_NONE, true, 1, false, true, false, "single precision"},

@@ -1,8 +1,11 @@
 /* troupe — the optimizer step fused into the cross-rank allreduce (parallel/dp.h, Fused update;
- * troupe_coll_apply_t): on R ranks of 1 and of 2 streams, for SGD with momentum and weight
- * decay, SGD with neither (no state array), AdamW with weight decay and AdamW without:
- *   - troupe_dp_fused_update says fused by default and not with TROUPE_DP_FUSED_UPDATE=off
- *     (troupe_config_set_dp_fused_update), nor on a rank-local run;
+ * troupe_coll_apply_t) with one stream per rank, and with two the merge and the update as
+ * passes across the streams around a plain allreduce (Fused update across streams): on R ranks
+ * of 1 and of 2 streams, for SGD with momentum and weight decay, SGD with neither (no state
+ * array), AdamW with weight decay and AdamW without:
+ *   - troupe_dp_fused_update says fused by default with one stream per rank, and
+ *     troupe_dp_fused_streams with two; neither with TROUPE_DP_FUSED_UPDATE=off
+ *     (troupe_config_set_dp_fused_update), nor on a rank-local run of one stream;
  *   - the fused run's parameters and last loss equal the unfused run's (the optimizer routine
  *     after the allreduce) bit for bit: the routine is compiled without fma fusion and the
  *     fused update does its operations in the same order;
@@ -31,21 +34,27 @@ int main(int argc, char **argv)
             snprintf(what, sizeof what, "%s, %d x %d", names[q], R, streams);
             float fused[NP], unfused[NP], ref[NP];
             double fused_loss = 0, unfused_loss = 0, ref_loss = 0;
-            bool on = false, off = true, local = true;
+            bool on = false, off = true, local = true, on_s = false, off_s = true;
             s_opt = &opts[q];
             troupe_config_set_dp_fused_update(true);
             s_train(d, streams * R, streams, false, opts[q].kind, STEPS, fused, &fused_loss);
             on = s_last_fused;
+            on_s = s_last_fused_streams;
             troupe_config_set_dp_fused_update(false);
             s_train(d, streams * R, streams, false, opts[q].kind, STEPS, unfused, &unfused_loss);
             off = s_last_fused;
+            off_s = s_last_fused_streams;
             troupe_config_set_dp_fused_update(true);
             s_train(d, 1, 1, true, opts[q].kind, STEPS, ref, &ref_loss);
             local = s_last_fused;
-            if (on != (R > 1) || off || local)
+            /* one stream per rank: the update in the allreduce; two: the passes across the
+             * streams around a plain allreduce (parallel/dp.h) */
+            bool want_on = R > 1 && streams == 1, want_s = streams > 1;
+            if (on != want_on || off || local || on_s != want_s || off_s)
                 s_die("%s: troupe_dp_fused_update says %d by default, %d when off, %d for a "
-                      "rank-local run; expected %d, 0, 0",
-                      what, on, off, local, R > 1);
+                      "rank-local run, troupe_dp_fused_streams %d by default and %d when off; "
+                      "expected %d, 0, 0, %d, 0",
+                      what, on, off, local, on_s, off_s, want_on, want_s);
             for (int e = 0; e < NP; e++)
                 if (memcmp(&fused[e], &unfused[e], sizeof(float)) != 0)
                     s_die("%s: parameter %d is %.9g fused but %.9g unfused", what, e,

@@ -128,8 +128,8 @@ static int s_ndevices;
 
 /* Non-NULL: s_train's optimizer settings instead of dpt_opt(kind). */
 static const troupe_optimizer_t *s_opt;
-/* What troupe_dp_fused_update said in s_train's last run. */
-static bool s_last_fused;
+/* What troupe_dp_fused_update and troupe_dp_fused_streams said in s_train's last run. */
+static bool s_last_fused, s_last_fused_streams;
 
 /* Trains `steps` steps; W then b into out, the last loss into *loss. The initial parameters
  * are this rank's own (different on every rank: a distributed troupe_dp_new must broadcast
@@ -151,6 +151,7 @@ static void s_train(const data_t *d, int split, int streams, bool local_only,
     troupe_dp_t *dp = NULL;
     CHECK(troupe_dp_new(&cfg, &m.model, &dp));
     s_last_fused = troupe_dp_fused_update(dp);
+    s_last_fused_streams = troupe_dp_fused_streams(dp);
     /* CUDA-aware MPI forced on makes a host backend standing for device memory lend it as
      * it is (parallel/dp.h): then nothing is staged */
     bool want_staged = (s_stage || s_stage_elsewhere) && !local_only && troupe_cluster_size() > 1 &&

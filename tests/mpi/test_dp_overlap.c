@@ -72,11 +72,11 @@ int main(int argc, char **argv)
         s_run(d, TROUPE_DP_OVERLAP_OFF, false, kinds[q], off, &off_loss, l, &n,
               "overlap off (1 segments");
         for (int i = 0; i < n; i++)
-            if (l[i].buckets != 1 || l[i].cover != 0 || strcmp(l[i].update, "fused") != 0 ||
-                l[i].optimizer != 0)
+            if (l[i].buckets != 1 || l[i].cover != 0 || strcmp(l[i].update, "streams") != 0 ||
+                !(l[i].optimizer > 0))
                 s_die("%s: overlap off: step %lld: buckets=%d compute_overlap_us=%.1f update=%s "
-                      "optimizer_us=%.1f, want 1, 0, fused (one in-place allreduce) and 0 (the "
-                      "update is in the exchange)",
+                      "optimizer_us=%.1f, want 1, 0, streams (one in-place allreduce between the "
+                      "passes across the streams) and > 0 (the pass after it)",
                       name, l[i].step, l[i].buckets, l[i].cover, l[i].update, l[i].optimizer);
         s_run(d, TROUPE_DP_OVERLAP_ON, false, kinds[q], on, &on_loss, l, &n,
               "overlap on (2 segments, 1 nodes materialized");
