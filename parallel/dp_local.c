@@ -43,6 +43,7 @@
 #include "base/config.h"
 #include "base/fpmode_impl.h"
 #include "base/log.h"
+#include "base/trace_impl.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -379,7 +380,7 @@ static troupe_status_t s_start(void *user, void *const *ptrs, const int64_t *byt
     }
     for (size_t i = 0; i < nlent; i++)
         r->ptr[(size_t)p->k * l->nlent0 + i] = ptrs[i];
-    int64_t deadline = troupe_now_ns() + troupe_config_timeout_ns();
+    int64_t t_arrive = troupe_now_ns(), deadline = t_arrive + troupe_config_timeout_ns();
     if (!s_meet(r, p->k, true, deadline)) {
         pthread_mutex_lock(&r->mu);
         troupe_status_t st = troupe__error(r->why_status,
@@ -388,7 +389,15 @@ static troupe_status_t s_start(void *user, void *const *ptrs, const int64_t *byt
         pthread_mutex_unlock(&r->mu);
         return st;
     }
+    int64_t t_work = troupe__trace_on() ? troupe_now_ns() : 0;
     s_work(r, p->k);
+    if (t_work != 0) { /* the stream's part on its timeline, with how long it waited first */
+        static const char *const names[] = {"merge+update pass", "merge pass", "update pass"};
+        troupe__trace_arg_t a[] = {TROUPE__TRACE_NUM("streams", l->n),
+                                   TROUPE__TRACE_NUM("waited_ns", t_work - t_arrive)};
+        troupe__trace_emit(TROUPE__TRACK_THREAD, "dp", names[r->mode], t_work, troupe_now_ns(),
+                           a, 2);
+    }
     if (!s_meet(r, p->k, false, troupe_now_ns() + troupe_config_timeout_ns()))
         return troupe__error(TROUPE_INTERNAL,
                              "dp_step: stream %s finished its part of the update across streams "
