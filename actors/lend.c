@@ -113,7 +113,7 @@ static troupe_status_t s_lend_work(void *arg, troupe_dqueue_t *q)
             total += bytes[i];
         troupe__trace_arg_t a[] = {TROUPE__TRACE_NUM("arrays", n), TROUPE__TRACE_NUM("bytes", total),
                                    TROUPE__TRACE_STR("status", troupe_status_str(st))};
-        troupe__trace_emit(TROUPE__TRACK_THREAD, "transfer", "lend to transport", t0,
+        troupe__trace_emit(TROUPE__TRACK_THREAD, "transfer", "lend", t0,
                            troupe_now_ns(), a, 3);
     }
     if (ptrs != (void **)ptrs_small)
