@@ -743,25 +743,31 @@ static int s_by_seg_id(const void *a, const void *b)
 
 /* Every rank must issue the same requests: the smallest and the largest segment count and
  * exchange kind over the ranks, and (for the pass across the streams, s_plan_fused) the most
- * streams of a rank and whether every rank's streams are threads on host memory (one
- * host-level allreduce of min(v) and min(-v)). */
+ * streams of a rank, whether every rank's streams are threads on host memory and whether no
+ * rank knows a parameter shared across streams (one host-level allreduce of min(v) and
+ * min(-v)). */
 static troupe_status_t s_agree_plan(troupe_dp_t *dp, size_t nseg, size_t *seg_lo, size_t *seg_hi,
                                     int *exch_lo, int *exch_hi)
 {
     bool host_threads =
         troupe_backend_threaded(dp->backend) && troupe_backend_host_addressable(dp->backend);
-    int32_t v[6] = {(int32_t)nseg,          -(int32_t)nseg, (int32_t)dp->exchange,
-                    -(int32_t)dp->exchange, -(int32_t)dp->n, host_threads ? 1 : 0};
+    bool per_stream = true; /* no parameter known shared across streams */
+    for (size_t i = 0; i < dp->n_params; i++)
+        per_stream = per_stream && !troupe_tnode_known_shared_cross_streams(dp->params[i]);
+    int32_t v[7] = {(int32_t)nseg,          -(int32_t)nseg,  (int32_t)dp->exchange,
+                    -(int32_t)dp->exchange, -(int32_t)dp->n, host_threads ? 1 : 0,
+                    per_stream ? 1 : 0};
     *seg_lo = *seg_hi = nseg;
     *exch_lo = *exch_hi = (int)dp->exchange;
     dp->max_streams = dp->n;
     dp->all_host_threads = host_threads;
+    dp->all_per_stream = per_stream;
     if (dp->nranks <= 1)
         return TROUPE_OK;
     troupe_coll_tensor_t t;
     memset(&t, 0, sizeof t);
     t.data = v;
-    t.count = 6;
+    t.count = 7;
     t.prec = TROUPE_PREC_INT32;
     t.name = "dp_exchange_plan";
     troupe_allreduce_args_t ar = {.op = TROUPE_REDUCE_MIN, .n = 1, .tensors = &t};
@@ -775,6 +781,7 @@ static troupe_status_t s_agree_plan(troupe_dp_t *dp, size_t nseg, size_t *seg_lo
     *exch_hi = -v[3];
     dp->max_streams = (int)-v[4];
     dp->all_host_threads = v[5] != 0;
+    dp->all_per_stream = v[6] != 0;
     return TROUPE_OK;
 }
 
@@ -1327,17 +1334,15 @@ bool troupe__dp_choose_fused(bool config_on, int nranks, troupe__dp_exchange_t e
  * and the fingerprint checks the rest. */
 static troupe_status_t s_plan_fused(troupe_dp_t *dp)
 {
-    bool all_single = true, per_stream = true;
-    for (size_t i = 0; i < dp->n_params; i++) {
+    bool all_single = true; /* the model's precisions are the same on every rank (dp_agree) */
+    for (size_t i = 0; i < dp->n_params; i++)
         all_single = all_single && dp->params[i]->prec == TROUPE_PREC_SINGLE;
-        per_stream = per_stream && !troupe_tnode_known_shared_cross_streams(dp->params[i]);
-    }
     char why[96];
     /* several streams on some rank: the passes across the streams (on every rank, so that
      * every rank's allreduce carries no update), else the update in the allreduce */
     if (troupe__dp_choose_local(troupe_config_dp_fused_update(), dp->max_streams, dp->exchange,
-                                dp->all_host_threads, dp->nseg, all_single, per_stream, why,
-                                sizeof why)) {
+                                dp->all_host_threads, dp->nseg, all_single,
+                                dp->all_per_stream, why, sizeof why)) {
         TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL,
                    "dp: merge and optimizer step fused into passes across the streams: %s", why);
         return troupe__dp_local_new(dp, &dp->local);

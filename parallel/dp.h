@@ -142,10 +142,11 @@
  * the separate passes go, the update's work is divided by n, and no core writes lines the
  * others hold for reading (the separate form's copies made stream 0's next update wait on
  * every line of its parameters). Same bits as the separate merge, optimizer routine and copies
- * (tests/test_dp.c); troupe_dp_fused_streams tells it, the decision and its reason are logged
- * at debug level. A stream that fails before the pass, or that every other stream waited for
- * TROUPE_TIMEOUT_S, fails the step on every stream with the reason and the streams that did
- * not arrive, instead of hanging.
+ * (tests/test_dp_streams.c, tests/mpi/test_dp_fused.c); troupe_dp_fused_streams tells it, the decision and its reason are logged
+ * at debug level. A stream that fails before the pass, or that the others waited for
+ * TROUPE_TIMEOUT_S to reach a merge pass, fails the step on every stream with the reason and
+ * the streams that did not arrive, instead of hanging (before the update pass the streams wait
+ * for stream 0, which waits for the allreduce and its deadlines, warning each TROUPE_TIMEOUT_S).
  *
  * Thread safety: one thread drives a troupe_dp_t. Ownership: the caller keeps its references
  * to the comp and nodes (borrowed for troupe_dp_new, retained where needed); troupe_dp_new
@@ -382,9 +383,10 @@ void troupe_dp_destroy(troupe_dp_t **dp_p);
  * gradient routine, where no bucket is ready before it ends); host_us the time this
  * call took; update=fused when the optimizer step ran inside the allreduce (Fused update: its
  * time is then in exchange_us and reduce_us, and optimizer_us is 0), update=streams when the
- * merge and the optimizer step ran as one pass across the streams (Fused update across streams:
- * merge_us is then 0 and optimizer_us that pass, from the last gradient routine's end, waits
- * included). On a backend whose events complete asynchronously (cuda) the times are when the
+ * merge and the optimizer step ran as passes across the streams (Fused update across streams:
+ * with one rank merge_us is then 0 and optimizer_us the pass, from the last gradient routine's
+ * end, waits included; with several ranks merge_us is the merge pass and optimizer_us the
+ * update pass, from the allreduce's end). On a backend whose events complete asynchronously (cuda) the times are when the
  * host learned of the completions. Errors: a stream's or the transport's failure (the message names the
  * stream or ranks), RESOURCE_EXHAUSTED. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_step(troupe_dp_t *dp);
@@ -417,8 +419,8 @@ bool troupe_dp_staged(const troupe_dp_t *dp);
 /* Whether each step's optimizer update is fused into the cross-rank allreduce (above, Fused
  * update): decided in troupe_dp_new from this rank's settings (TROUPE_DP_FUSED_UPDATE must be
  * alike on every rank: a rank that differs fails the first step's allreduce naming the fused
- * update); false with one rank, and when some rank runs several streams (the passes across
- * the streams take the update: troupe_dp_fused_streams). */
+ * update); false with one rank, and when the passes across the streams take the update
+ * (troupe_dp_fused_streams: several streams on some rank). */
 bool troupe_dp_fused_update(const troupe_dp_t *dp);
 /* Whether each step's merge across this rank's streams and its optimizer update run as passes
  * divided among the streams (above, Fused update across streams): decided in troupe_dp_new;

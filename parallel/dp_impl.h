@@ -162,6 +162,7 @@ struct troupe_dp {
     size_t *seg_of_grad;      /* n_params */
     int max_streams;       /* the most local replicas of any rank (agreed: s_agree_plan) */
     bool all_host_threads; /* every rank's backend has threaded streams on host memory */
+    bool all_per_stream;   /* no rank knows a parameter shared across streams */
     int rank;            /* this rank (0 when local_only) */
     int nranks;          /* ranks (1 when local_only) */
     int64_t replicas;       /* T: the replicas of every rank (n * nranks when they agree) */
