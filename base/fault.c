@@ -43,7 +43,7 @@ static const struct {
     [S_STALL] = {"stall", K_RANK | K_COLLECTIVE | K_STEP | K_MS, "rank, collective, step, ms"},
     [S_SLOW] = {"slow", K_RANK | K_COLLECTIVE | K_STEP | K_MS, "rank, collective, step, ms"},
     [S_ALLOC] = {"alloc", K_RANK | K_NTH, "rank, nth"},
-    [S_KERNEL] = {"kernel", K_RANK | K_NTH | K_ROUTINE, "rank, routine, nth"},
+    [S_KERNEL] = {"kernel", K_RANK | K_NTH | K_ROUTINE | K_MS, "rank, routine, nth, ms"},
     [S_CKPT] = {"ckpt", K_RANK | K_NTH | K_HALF | K_KILL, "rank, half, nth, kill"},
     [S_CTRL] = {"ctrl", K_RANK | K_NTH | K_DROP | K_DELAY, "rank, drop, delay, nth"},
 };
@@ -429,6 +429,15 @@ troupe_status_t troupe__fault_kernel(const char *routine)
         if (f->place != TROUPE__FAULT_KERNEL || !s_on_this_rank(f) || !routine ||
             strcmp(routine, f->routine) != 0 || !s_count(f))
             continue;
+        if (f->ms > 0) { /* a stuck kernel: the run stalls, then goes on */
+            S_SAY(TROUPE_LOG_WARN,
+                  "TROUPE_FAULT '%s': stalling run %" PRId64 " of routine %s for %" PRId64 " ms",
+                  f->text, f->nth, routine, f->ms);
+            troupe_sleep_ns(f->ms * 1000000LL);
+            S_SAY(TROUPE_LOG_WARN, "TROUPE_FAULT '%s': stall of routine %s over", f->text,
+                  routine);
+            return TROUPE_OK;
+        }
         S_SAY(TROUPE_LOG_WARN, "TROUPE_FAULT '%s': failing run %" PRId64 " of routine %s", f->text,
               f->nth, routine);
         return troupe__error(TROUPE_DEVICE_ERROR,

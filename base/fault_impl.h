@@ -17,6 +17,8 @@
  *                                 fails with RESOURCE_EXHAUSTED
  *   kernel:routine=NAME[:nth=N][:rank=R]   the Nth run (default 1) of the routine compiled as
  *                                 NAME fails its event with DEVICE_ERROR
+ *   kernel:routine=NAME:ms=M[:nth=N][:rank=R]   that run stalls M ms on its stream's thread
+ *                                 before it launches (a stuck kernel), then runs
  *   ckpt:half[:nth=N][:kill][:rank=R]   the Nth checkpoint write (default 1) stops half-way
  *                                 as a crash would: the temporary file keeps half the bytes and
  *                                 is neither renamed nor removed; the save fails with

@@ -12,7 +12,9 @@
  *   - a model smaller than one chunk per stream (8 parameters over 4 streams);
  *   - the chooser's rules;
  *   - a stream whose gradient routine fails before the pass fails the step, named, and the
- *     other streams do not wait for it (the driver is destroyed without hanging).
+ *     other streams do not wait for it (the driver is destroyed without hanging);
+ *   - a stream stuck before the pass (an injected stall) fails the step after TROUPE_TIMEOUT_S
+ *     with DEADLINE_EXCEEDED naming it.
  */
 #include "actors/troupe.h"
 #include "parallel/dp.h"
@@ -29,6 +31,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static void s_setup(void)
 {
@@ -217,6 +220,47 @@ Test(dp_streams, the_chooser_takes_the_pass_only_where_it_applies)
         cr_assert(strstr(why, rows[i].why) != NULL, "row %zu: reason '%s' lacks '%s'", i, why,
                   rows[i].why);
     }
+}
+
+/* A stream stuck in its gradient routine (kernel:routine=dp_grad:nth=5:ms=2500, a run of step
+ * 1) with TROUPE_TIMEOUT_S at 1 s: the others wait that long at the pass, then the step fails
+ * on every stream with DEADLINE_EXCEEDED naming the stream that did not arrive; the stuck one,
+ * arriving later, does not start the pass; later steps are refused and the driver goes away. */
+Test(dp_streams, a_stream_stuck_before_the_pass_fails_the_step_after_the_timeout, .timeout = 60)
+{
+    s_make_opts();
+    int64_t din = 301, nb = 3 * NBF, bs = FB / 3;
+    size_t nx = (size_t)(NBF * FB * din), ny = (size_t)(NBF * FB * DOUT);
+    double *xv = troupe_calloc(nx, sizeof *xv), *yv = troupe_calloc(ny, sizeof *yv);
+    double *wv = troupe_calloc((size_t)(din * DOUT), sizeof *wv), bv[DOUT] = {0};
+    cr_assert(xv && yv && wv);
+    dpt_lr_t m;
+    dpt_lr_new(&m, nb, bs, din, DOUT, xv, yv, wv, bv);
+    troupe_free(xv);
+    troupe_free(yv);
+    troupe_free(wv);
+    OK(troupe_config_set_fault("kernel:routine=dp_grad:nth=5:ms=2500"));
+    troupe_dp_config_t cfg = {.backend = "cpu", .streams = 3, .optimizer = s_opts[0]};
+    troupe_dp_t *dp = NULL;
+    OK(troupe_dp_new(&cfg, &m.model, &dp));
+    cr_assert(troupe_dp_fused_streams(dp));
+    OK(troupe_dp_step(dp)); /* runs 1-3 */
+    OK(troupe_dp_sync(dp));
+    int64_t timeout_s = troupe_config_timeout_s();
+    OK(troupe_config_set_timeout_s(1));
+    OK(troupe_dp_step(dp)); /* run 5 stalls 2.5 s */
+    usleep(3500 * 1000);    /* every stream has given up or arrived late by now */
+    troupe_status_t st = troupe_dp_sync(dp);
+    const char *msg = troupe_last_error();
+    cr_assert_eq(st, TROUPE_DEADLINE_EXCEEDED, "%s: %s", troupe_status_str(st), msg);
+    cr_assert(strstr(msg, "waited 1 s (TROUPE_TIMEOUT_S) for stream(s) cpu:0:") != NULL &&
+                  strstr(msg, "to reach the step's update") != NULL,
+              "%s", msg);
+    cr_assert_neq(troupe_dp_step(dp), TROUPE_OK, "a step after the failure was accepted");
+    troupe_dp_destroy(&dp);
+    OK(troupe_config_set_timeout_s(timeout_s));
+    dpt_lr_destroy(&m);
+    OK(troupe_config_set_fault(NULL));
 }
 
 /* The gradient routine of one stream fails in step 1 (kernel:routine=dp_grad:nth=4 with 3

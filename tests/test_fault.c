@@ -44,6 +44,7 @@ Test(fault, good_specifications_arm_and_empty_disarms)
         "alloc",
         "kernel:routine=dp_grad",
         "kernel:routine=dp_grad:nth=4:rank=0",
+        "kernel:routine=dp_grad:ms=50:nth=2",
         "ckpt:half",
         "ckpt:half:nth=2:kill",
         "ctrl:drop",
