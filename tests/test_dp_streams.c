@@ -222,11 +222,9 @@ Test(dp_streams, the_chooser_takes_the_pass_only_where_it_applies)
     }
 }
 
-/* A stream stuck in its gradient routine (kernel:routine=dp_grad:nth=5:ms=2500, a run of step
- * 1) with TROUPE_TIMEOUT_S at 1 s: the others wait that long at the pass, then the step fails
- * on every stream with DEADLINE_EXCEEDED naming the stream that did not arrive; the stuck one,
- * arriving later, does not start the pass; later steps are refused and the driver goes away. */
-Test(dp_streams, a_stream_stuck_before_the_pass_fails_the_step_after_the_timeout, .timeout = 60)
+/* The 301 x 37 model split over 3 streams, for the failure tests (inputs i % 7 / 10, the rest
+ * zero: the values do not matter there). */
+static void s_model_of_3(dpt_lr_t *m)
 {
     s_make_opts();
     int64_t din = 301, nb = 3 * NBF, bs = FB / 3;
@@ -234,11 +232,22 @@ Test(dp_streams, a_stream_stuck_before_the_pass_fails_the_step_after_the_timeout
     double *xv = troupe_calloc(nx, sizeof *xv), *yv = troupe_calloc(ny, sizeof *yv);
     double *wv = troupe_calloc((size_t)(din * DOUT), sizeof *wv), bv[DOUT] = {0};
     cr_assert(xv && yv && wv);
-    dpt_lr_t m;
-    dpt_lr_new(&m, nb, bs, din, DOUT, xv, yv, wv, bv);
+    for (size_t i = 0; i < nx; i++)
+        xv[i] = (double)(i % 7) * 0.1;
+    dpt_lr_new(m, nb, bs, din, DOUT, xv, yv, wv, bv);
     troupe_free(xv);
     troupe_free(yv);
     troupe_free(wv);
+}
+
+/* A stream stuck in its gradient routine (kernel:routine=dp_grad:nth=5:ms=2500, a run of step
+ * 1) with TROUPE_TIMEOUT_S at 1 s: the others wait that long at the pass, then the step fails
+ * on every stream with DEADLINE_EXCEEDED naming the stream that did not arrive; the stuck one,
+ * arriving later, does not start the pass; later steps are refused and the driver goes away. */
+Test(dp_streams, a_stream_stuck_before_the_pass_fails_the_step_after_the_timeout, .timeout = 60)
+{
+    dpt_lr_t m;
+    s_model_of_3(&m);
     OK(troupe_config_set_fault("kernel:routine=dp_grad:nth=5:ms=2500"));
     troupe_dp_config_t cfg = {.backend = "cpu", .streams = 3, .optimizer = s_opts[0]};
     troupe_dp_t *dp = NULL;
@@ -268,19 +277,8 @@ Test(dp_streams, a_stream_stuck_before_the_pass_fails_the_step_after_the_timeout
  * step fails with the routine's error, later steps are refused, and the driver goes away. */
 Test(dp_streams, a_stream_failing_before_the_pass_fails_the_step_without_a_hang)
 {
-    s_make_opts();
-    int64_t din = 301, nb = 3 * NBF, bs = FB / 3;
-    size_t nx = (size_t)(NBF * FB * din), ny = (size_t)(NBF * FB * DOUT);
-    double *xv = troupe_calloc(nx, sizeof *xv), *yv = troupe_calloc(ny, sizeof *yv);
-    double *wv = troupe_calloc((size_t)(din * DOUT), sizeof *wv), bv[DOUT] = {0};
-    cr_assert(xv && yv && wv);
-    for (size_t i = 0; i < nx; i++)
-        xv[i] = (double)(i % 7) * 0.1;
     dpt_lr_t m;
-    dpt_lr_new(&m, nb, bs, din, DOUT, xv, yv, wv, bv);
-    troupe_free(xv);
-    troupe_free(yv);
-    troupe_free(wv);
+    s_model_of_3(&m);
     OK(troupe_config_set_fault("kernel:routine=dp_grad:nth=4"));
     troupe_dp_config_t cfg = {.backend = "cpu", .streams = 3, .optimizer = s_opts[0]};
     troupe_dp_t *dp = NULL;
