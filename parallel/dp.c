@@ -154,18 +154,22 @@ troupe_status_t troupe__dp_await(troupe_dp_t *dp, const char *what)
         if (st != TROUPE_OK) {
             /* a stream cancelled because another failed first (the pass across the streams
              * gives up when a stream drops its part): name the one that failed first */
-            for (int j = 0; st == TROUPE_CANCELLED && j < dp->n; j++) {
-                if (j == k)
-                    continue;
+            if (st == TROUPE_CANCELLED) {
                 char mine[1024];
                 snprintf(mine, sizeof mine, "%s", troupe_last_error());
-                troupe_status_t sj = troupe_stream_status(dp->rep[j].stream);
-                if (sj != TROUPE_OK && sj != TROUPE_CANCELLED) { /* its message is now set */
-                    st = sj;
-                    k = j;
-                } else {
-                    troupe__error(st, "%s", mine);
+                int root = -1;
+                for (int j = 0; j < dp->n && root < 0; j++) {
+                    troupe_status_t sj = j != k ? troupe_stream_status(dp->rep[j].stream)
+                                                : TROUPE_OK;
+                    if (sj != TROUPE_OK && sj != TROUPE_CANCELLED) { /* its message is set */
+                        st = sj;
+                        root = j;
+                    }
                 }
+                if (root >= 0)
+                    k = root;
+                else /* another stream's status replaced this one's message */
+                    st = troupe__error(st, "%s", mine);
             }
             char prefix[160];
             snprintf(prefix, sizeof prefix, "%s: replica %d (stream %s)", what, k,

@@ -240,6 +240,21 @@ static void s_model_of_3(dpt_lr_t *m)
     troupe_free(wv);
 }
 
+/* With TROUPE_FAULT `fault`: the model of 3 streams, its driver (which takes the pass), and one
+ * step done (the gradient routine's runs 1-3). */
+static troupe_dp_t *s_start_with_fault(dpt_lr_t *m, const char *fault)
+{
+    s_model_of_3(m);
+    OK(troupe_config_set_fault(fault));
+    troupe_dp_config_t cfg = {.backend = "cpu", .streams = 3, .optimizer = s_opts[0]};
+    troupe_dp_t *dp = NULL;
+    OK(troupe_dp_new(&cfg, &m->model, &dp));
+    cr_assert(troupe_dp_fused_streams(dp));
+    OK(troupe_dp_step(dp));
+    OK(troupe_dp_sync(dp));
+    return dp;
+}
+
 /* A stream stuck in its gradient routine (kernel:routine=dp_grad:nth=5:ms=2500, a run of step
  * 1) with TROUPE_TIMEOUT_S at 1 s: the others wait that long at the pass, then the step fails
  * on every stream with DEADLINE_EXCEEDED naming the stream that did not arrive; the stuck one,
@@ -247,14 +262,7 @@ static void s_model_of_3(dpt_lr_t *m)
 Test(dp_streams, a_stream_stuck_before_the_pass_fails_the_step_after_the_timeout, .timeout = 60)
 {
     dpt_lr_t m;
-    s_model_of_3(&m);
-    OK(troupe_config_set_fault("kernel:routine=dp_grad:nth=5:ms=2500"));
-    troupe_dp_config_t cfg = {.backend = "cpu", .streams = 3, .optimizer = s_opts[0]};
-    troupe_dp_t *dp = NULL;
-    OK(troupe_dp_new(&cfg, &m.model, &dp));
-    cr_assert(troupe_dp_fused_streams(dp));
-    OK(troupe_dp_step(dp)); /* runs 1-3 */
-    OK(troupe_dp_sync(dp));
+    troupe_dp_t *dp = s_start_with_fault(&m, "kernel:routine=dp_grad:nth=5:ms=2500");
     int64_t timeout_s = troupe_config_timeout_s();
     OK(troupe_config_set_timeout_s(1));
     OK(troupe_dp_step(dp)); /* run 5 stalls 2.5 s */
@@ -278,14 +286,7 @@ Test(dp_streams, a_stream_stuck_before_the_pass_fails_the_step_after_the_timeout
 Test(dp_streams, a_stream_failing_before_the_pass_fails_the_step_without_a_hang)
 {
     dpt_lr_t m;
-    s_model_of_3(&m);
-    OK(troupe_config_set_fault("kernel:routine=dp_grad:nth=4"));
-    troupe_dp_config_t cfg = {.backend = "cpu", .streams = 3, .optimizer = s_opts[0]};
-    troupe_dp_t *dp = NULL;
-    OK(troupe_dp_new(&cfg, &m.model, &dp));
-    cr_assert(troupe_dp_fused_streams(dp));
-    OK(troupe_dp_step(dp)); /* runs 1-3 */
-    OK(troupe_dp_sync(dp));
+    troupe_dp_t *dp = s_start_with_fault(&m, "kernel:routine=dp_grad:nth=4");
     troupe_status_t st = troupe_dp_step(dp); /* run 4 fails */
     if (st == TROUPE_OK)
         st = troupe_dp_sync(dp);
