@@ -426,7 +426,7 @@ bool troupe_dp_fused_update(const troupe_dp_t *dp);
  * divided among the streams (above, Fused update across streams): decided in troupe_dp_new;
  * false when every rank runs one stream (with several ranks the allreduce then carries the
  * update: troupe_dp_fused_update), on backends whose streams are not threads on host memory,
- * or with TROUPE_DP_FUSED_UPDATE=off. */
+ * or with TROUPE_DP_FUSED_UPDATE=off; false for NULL. Borrows dp; no status to handle. */
 bool troupe_dp_fused_streams(const troupe_dp_t *dp);
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
 /* The owner stream's context holding the current parameters (borrowed): link evaluation
