@@ -608,6 +608,32 @@ static troupe_status_t s_exchange_new(troupe_dp_t *dp, s_exchange_t *x)
     return TROUPE_OK;
 }
 
+troupe_status_t troupe__dp_unshard(troupe_dp_t *dp)
+{
+    if (!dp->fused || dp->nranks <= 1 || dp->nstate == 0)
+        return TROUPE_OK;
+    troupe__dp_apply_arg_t arg;
+    memset(&arg, 0, sizeof arg); /* not run: the request only gathers */
+    troupe_coll_apply_t apply = {.fn = troupe__dp_apply,
+                                 .arg = &arg,
+                                 .arg_bytes = sizeof arg,
+                                 .id = troupe__dp_apply_id(dp),
+                                 .n_side = 1 + (size_t)dp->nstate,
+                                 .n_private = (size_t)dp->nstate,
+                                 .side = dp->fused_side};
+    troupe_allreduce_args_t ar = {
+        .op = TROUPE_REDUCE_SUM,
+        .flags = dp->coll_flags | TROUPE_COLL_UNSHARD,
+        .n = dp->seg_first[1] - dp->seg_first[0], /* fused: one segment, every gradient */
+        .ctx = s_tail(&dp->rep[0]),
+        .nodes = dp->grads_by_id + dp->seg_first[0],
+        .apply = &apply,
+    };
+    troupe_event_t *ev = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_allreduce(&ar, &ev));
+    return troupe__dp_sync_event(&ev, "dp_save: gathering the sharded optimizer state");
+}
+
 /* Segment g's bucket(s), once the owner stream holds their sums over the local replicas
  * (`ready`: the owner stream's last event before, for the breakdown). In place: one
  * device-level allreduce (sum) of the segment's gradients, which form one span of the
@@ -648,6 +674,7 @@ static troupe_status_t s_exchange_out(troupe_dp_t *dp, s_exchange_t *x, size_t g
                                           .arg_bytes = sizeof x->arg,
                                           .id = troupe__dp_apply_id(dp),
                                           .n_side = 1 + (size_t)dp->nstate,
+                                          .n_private = (size_t)dp->nstate,
                                           .side = dp->fused_side};
             ar.apply = &apply;
         }

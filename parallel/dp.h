@@ -97,8 +97,8 @@
  * MPI paths, where a request's bucket cut decides where each chunk's ring sum starts, they agree
  * to float rounding.
  *
- * Fused update (ZeRO stage 1's sharded update, Rajbhandari et al. 2020, with the optimizer state
- * kept whole on every rank): with more than one rank, the in-place exchange (a host backend),
+ * Fused update (ZeRO stage 1's sharded update and optimizer state, Rajbhandari et al. 2020):
+ * with more than one rank, the in-place exchange (a host backend),
  * one gradient routine (no Overlap segments) and single-precision parameters, unless the
  * passes across the streams take the update (several streams on some rank: Fused update
  * across streams, below), and unless
@@ -107,9 +107,14 @@
  * their state as side arrays, and the optimizer's statements run element by element where the
  * transport holds the sums (troupe__dp_apply, parallel/dp_optim.c) instead of the optimizer
  * routine after it. Through shared memory (all ranks on one node) rank c updates chunk c of
- * every parameter and state array and writes the new values into every rank's copies, so the
- * update's work is divided by R and its pass over the parameters shares the reduction's pass
- * over the gradients; on the MPI paths (several nodes) every rank updates every element after
+ * every parameter and state array and writes the new parameters into every rank's copies, so
+ * the update's work is divided by R and its pass over the parameters shares the reduction's
+ * pass over the gradients. The state is private (troupe_coll_apply_t n_private): rank c keeps
+ * chunk c of it to itself, current on rank c only, which saves a copy of each state array to
+ * every other rank each step (with AdamW, two of the three arrays the update writes).
+ * troupe_dp_save gathers it first (TROUPE_COLL_UNSHARD), and a request that leaves shared
+ * memory (a failed mapping turns it off) gathers it through MPI before updating every element;
+ * on the MPI paths (several nodes) every rank updates every element after
  * the reduction, as the routine would. The optimizer routine is compiled without fma fusion
  * (troupe_compile_unfused) and the fused update does the same operations in the same order, so
  * fused and unfused runs give the same bits, as do all ranks (tests/mpi/test_dp_fused.c). For
@@ -442,8 +447,12 @@ troupe_backend_t *troupe_dp_backend(troupe_dp_t *dp); /* borrowed */
  * rate in effect; the plan set with troupe_dp_set_plan and the data position derived from it)
  * and, per parameter in order, its label, precision, dims, values and optimizer state (SGD's
  * momentum; AdamW's first and second moments), and a CRC-32 (zlib) of everything before it.
- * Only rank 0 writes (every rank with local_only; the others sync and return OK); every rank
- * may load.
+ * Every rank calls it at the same step (it is collective when the fused update shards the
+ * optimizer state: several ranks, SGD with momentum or AdamW). Only rank 0 writes (every rank with
+ * local_only; the others sync and return OK), after the ranks gather the optimizer state that
+ * the fused update keeps sharded (Fused update); a rank that steps on while another saves fails
+ * both with FAILED_PRECONDITION ("rank 0 gathers the sharded state ... every rank must save
+ * the checkpoint"). Every rank may load.
  *
  * Resuming: a load restores the parameters, the optimizer state, the step count, the learning
  * rate, the note and the plan. The minibatch of replica k at step s is a function of s and the

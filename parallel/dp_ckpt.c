@@ -333,6 +333,8 @@ troupe_status_t troupe_dp_save(troupe_dp_t *dp, const char *path)
     if (!dp || !path || !*path)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_save: NULL dp or empty path");
     TROUPE_RETURN_IF_ERROR(troupe_dp_sync(dp));
+    /* the optimizer state whole on every rank first (sharded by the fused update) */
+    TROUPE_RETURN_IF_ERROR(troupe__dp_unshard(dp));
     if (dp->rank != 0)
         return TROUPE_OK; /* only rank 0 writes (every rank holds the same parameters) */
     troupe__strbuf_t b = TROUPE__STRBUF_INIT;

@@ -292,6 +292,13 @@ TROUPE_MUST_USE troupe_status_t troupe__dp_local_step(troupe_dp_t *dp,
 /* The owner stream's last context (holds the parameters, gradients and optimizer state). */
 troupe_context_t *troupe__dp_tail(troupe_dp_t *dp, int k);
 
+/* With the update fused into the allreduce and optimizer state (dp->fused, nstate > 0, several
+ * ranks), the state arrays are private side arrays (transport/mpi/collective.h): through shared
+ * memory each rank keeps only its chunk current. This gathers them (TROUPE_COLL_UNSHARD) so
+ * every rank holds them whole, and waits. Collective: every rank calls it at the same point
+ * (troupe_dp_save). No-op otherwise. Errors: the collective's (a failed cluster's status). */
+TROUPE_MUST_USE troupe_status_t troupe__dp_unshard(troupe_dp_t *dp);
+
 /* dp_optim.c: the precision of the optimizer state for a parameter of precision p (single,
  * or p when wider). */
 troupe_prec_t troupe__dp_state_prec(troupe_prec_t p);

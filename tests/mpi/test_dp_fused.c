@@ -10,7 +10,10 @@
  *     after the allreduce) bit for bit: the routine is compiled without fma fusion and the
  *     fused update does its operations in the same order;
  *   - the parameters are bitwise identical on every rank;
- *   - both stay within rounding of one replica training on the global batch.
+ *   - both stay within rounding of one replica training on the global batch;
+ *   - mode `save-one` (its own run: it fails the cluster): with the state sharded by the fused
+ *     update (SGD with momentum), troupe_dp_save is collective: rank 0 saves while rank 1 steps
+ *     on, and both fail with FAILED_PRECONDITION saying every rank must save the checkpoint.
  * The test model's gradients form no span in shareable memory, so the update runs on every
  * rank after the MPI reduction here; tests/mpi/test_transport_apply.c covers the shared-memory
  * path, and the trainer's jobs (tests/mpi/trainer.cmake) run the main job's MLP through it. */
@@ -18,9 +21,47 @@
 
 #define STEPS 5
 
+/* Mode save-one: only rank 0 saves; both ranks must fail naming the gather. */
+static int s_save_one(data_t *d)
+{
+    dpt_lr_t m;
+    s_model(&m, d, troupe_cluster_size(), troupe_cluster_rank());
+    troupe_dp_config_t cfg = {.backend = "cpu", .streams = 1, .optimizer = dpt_opt(TROUPE_OPT_SGD)};
+    troupe_dp_t *dp = NULL;
+    CHECK(troupe_dp_new(&cfg, &m.model, &dp));
+    if (!troupe_dp_fused_update(dp))
+        s_die("save-one: the update is not fused");
+    for (int s = 0; s < 2; s++)
+        CHECK(troupe_dp_step(dp));
+    troupe_status_t st;
+    if (troupe_cluster_rank() == 0) {
+        st = troupe_dp_save(dp, "dp-fused-save-one.ck");
+    } else {
+        st = troupe_dp_step(dp);
+        if (st == TROUPE_OK)
+            st = troupe_dp_sync(dp);
+    }
+    const char *msg = troupe_last_error();
+    fprintf(stderr, "rank %d: %s: %s\n", troupe_cluster_rank(), troupe_status_str(st), msg);
+    if (st != TROUPE_FAILED_PRECONDITION || strstr(msg, "every rank must save the checkpoint") == NULL)
+        s_die("save-one: expected FAILED_PRECONDITION saying every rank must save, got %s: %s",
+              troupe_status_str(st), msg);
+    troupe_dp_destroy(&dp);
+    dpt_lr_destroy(&m);
+    free(d);
+    int rank = troupe_cluster_rank();
+    st = troupe_cluster_finalize();
+    if (st != TROUPE_FAILED_PRECONDITION)
+        s_die("save-one: troupe_cluster_finalize: %s, expected the failure", troupe_status_str(st));
+    fprintf(stderr, "PASS rank %d: a save on one rank fails both, naming it\n", rank);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     data_t *d = s_init(&argc, &argv, 2);
+    if (argc > 1 && strcmp(argv[1], "save-one") == 0)
+        return s_save_one(d);
     int R = troupe_cluster_size();
     troupe_optimizer_t opts[4] = {dpt_opt(TROUPE_OPT_SGD), dpt_opt(TROUPE_OPT_SGD),
                                   dpt_opt(TROUPE_OPT_ADAMW), dpt_opt(TROUPE_OPT_ADAMW)};

@@ -18,7 +18,15 @@
  *   - a tensor or a side array given twice: refused (the transport would write what others sum);
  *   - arguments that break the rules: INVALID_ARGUMENT naming the problem, nothing issued;
  *   - mode `mismatch`: rank 0 passes an update, the others do not: every rank fails the
- *     collective with FAILED_PRECONDITION naming the fused update.
+ *     collective with FAILED_PRECONDITION naming the fused update;
+ *   - mode `private` (and in mode `off`): the state m private (troupe_coll_apply_t n_private,
+ *     ZeRO stage 1): through shared memory p is right everywhere while each rank's m is
+ *     current in its own chunk only (the rest still holds its starting value: the copies were
+ *     skipped); TROUPE_COLL_UNSHARD makes m whole and right on every rank, and the next update
+ *     starts from it; side arrays that do not lie as the gradients are never sharded; a failed
+ *     mapping after sharded rounds: the MPI path gathers m first and every rank's p and m are
+ *     right; with TROUPE_COLL_SHM=0 nothing is sharded and the gather does nothing;
+ *   - refused: every side array private, TROUPE_COLL_UNSHARD without private side arrays.
  * Prints one FAIL line per failed check; exits 0 only if every check passed on this rank. */
 #include "actors/troupe.h"
 #include "base/config.h"
@@ -61,6 +69,9 @@ typedef struct s_setup {
 } s_setup_t;
 
 static s_setup_t s_set;
+static size_t s_private; /* the updates' private side arrays (m when 1) */
+static bool s_laid;      /* the side arrays lie as the gradients (shared memory can shard m) */
+static double s_mb[NT][20000]; /* m when it was last whole on every rank (sharded: the rest) */
 
 static troupe_status_t s_new_node(const char *kind, int t, troupe_tnode_t **out)
 {
@@ -122,6 +133,7 @@ static bool s_setup(bool packed_grads, bool packed_sides)
             s_set.mv[t][i] = 1.0;
         }
         CHECK_OK(troupe_tnode_set_values(s_set.p[t], s_set.pv[t], s_counts[t]));
+        memcpy(s_mb[t], s_set.mv[t], sizeof s_mb[t]);
         CHECK_OK(troupe_tnode_set_values(s_set.m[t], s_set.mv[t], s_counts[t]));
     }
     CHECK_OK(s_upload(s_set.g, packed_grads));
@@ -145,13 +157,48 @@ static troupe_coll_apply_t s_apply_of(troupe_tnode_t **side, const s_arg_t *arg)
                                  .arg_bytes = sizeof *arg,
                                  .id = 0x7465737400000001u,
                                  .n_side = 2,
+                                 .n_private = s_private,
                                  .side = side};
 }
 
+/* Checks m on this rank against s_set.mv. `sharded`: through shared memory with m private,
+ * where this rank's copy is current only in its own chunk: every other element must still
+ * hold its value when m was last whole (s_mb), and both kinds must occur (the copies to this
+ * rank were skipped, its own chunk was updated). Then, unless sharded, m is whole: s_mb. */
+static void s_check_m(const char *what, bool sharded)
+{
+    static double got[20000];
+    int64_t stale = 0, current = 0;
+    for (int t = 0; t < NT; t++) {
+        CHECK_OK(troupe_tnode_get_values(s_set.m[t], got, s_counts[t]));
+        for (int64_t i = 0; i < s_counts[t]; i++) {
+            if (got[i] == s_set.mv[t][i] && s_set.mv[t][i] != s_mb[t][i]) {
+                current++;
+            } else if (sharded && got[i] == s_mb[t][i]) {
+                stale++;
+            } else if (got[i] != s_set.mv[t][i]) {
+                s_fail("%s: m%d[%lld] = %.9g, expected %.9g%s", what, t, (long long)i, got[i],
+                       s_set.mv[t][i], sharded ? " or the stale value" : "");
+                return;
+            }
+        }
+    }
+    for (int t = 0; t < NT && !sharded; t++)
+        memcpy(s_mb[t], s_set.mv[t], sizeof s_mb[t]);
+    if (sharded && (stale == 0 || current == 0))
+        s_fail("%s: %lld elements of m stale and %lld current here: expected both (sharded)",
+               what, (long long)stale, (long long)current);
+out:
+    return;
+}
+
 /* Issues the fused allreduce with (a, b) and `flags`, waits, checks p and m on this rank
- * against the update of the expected values and stats.shm's change against want_shm. */
+ * against the update of the expected values and stats.shm's change against want_shm (m
+ * private and through shared memory: current in this rank's chunk only, s_check_m). With
+ * TROUPE_COLL_UNSHARD nothing is updated and m must be whole. */
 static void s_round(const char *what, s_arg_t arg, unsigned flags, bool want_shm)
 {
+    bool unshard = (flags & TROUPE_COLL_UNSHARD) != 0;
     troupe_tnode_t *side[2 * NT];
     troupe_coll_apply_t ap = s_apply_of(side, &arg);
     troupe_allreduce_args_t a = {
@@ -181,7 +228,7 @@ static void s_round(const char *what, s_arg_t arg, unsigned flags, bool want_shm
         s_fail("%s: stats.shm moved by %llu, expected %d", what, (unsigned long long)shm,
                want_shm ? 1 : 0);
     for (int t = 0; t < NT; t++) {
-        for (int64_t i = 0; i < s_counts[t]; i++) {
+        for (int64_t i = 0; i < s_counts[t] && !unshard; i++) {
             double sum = s_expect(TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, i + 10000 * t);
             s_set.pv[t][i] = (double)((float)s_set.pv[t][i] * arg.a + (float)sum);
             s_set.mv[t][i] = (double)((float)s_set.mv[t][i] + (float)sum * arg.b);
@@ -194,14 +241,8 @@ static void s_round(const char *what, s_arg_t arg, unsigned flags, bool want_shm
                        s_set.pv[t][i]);
                 ok = false;
             }
-        CHECK_OK(troupe_tnode_get_values(s_set.m[t], got, s_counts[t]));
-        for (int64_t i = 0; i < s_counts[t] && ok; i++)
-            if (got[i] != s_set.mv[t][i]) {
-                s_fail("%s: m%d[%lld] = %.9g, expected %.9g", what, t, (long long)i, got[i],
-                       s_set.mv[t][i]);
-                ok = false;
-            }
     }
+    s_check_m(what, s_private > 0 && s_laid && want_shm && !unshard);
 out:
     troupe_event_release(&ev);
 }
@@ -230,6 +271,42 @@ static void s_test_layouts(bool shm_on)
         s_round("a failed mapping", (s_arg_t){0.5f, 2.0f}, 0u, false);
         s_round("after a failed mapping", (s_arg_t){0.25f, 1.0f}, 0u, false);
     }
+}
+
+/* m private (ZeRO stage 1): through shared memory each rank keeps its chunk of m, p is
+ * copied everywhere; TROUPE_COLL_UNSHARD makes m whole on every rank; a failed mapping after
+ * rounds that left m sharded: the MPI path gathers m first, so every rank updates every
+ * element from whole state, and a gather then has nothing to do. */
+static void s_test_private(bool shm_on)
+{
+    s_private = 1;
+    s_laid = true;
+    if (s_setup(true, true)) {
+        s_round("private, first", (s_arg_t){0.5f, 2.0f}, TROUPE_COLL_DEFERRED | TROUPE_COLL_LAZY,
+                shm_on);
+        s_round("private, second", (s_arg_t){0.25f, -1.0f}, 0u, shm_on);
+        s_round("private, gathered", (s_arg_t){0.0f, 0.0f}, TROUPE_COLL_UNSHARD, shm_on);
+        s_round("private, after the gather", (s_arg_t){1.0f, 0.5f}, 0u, shm_on);
+        s_round("private, gathered again", (s_arg_t){0.0f, 0.0f}, TROUPE_COLL_UNSHARD, shm_on);
+    }
+    /* side arrays that do not lie as the gradients: never sharded, the gather does nothing */
+    s_laid = false;
+    if (s_setup(true, false)) { /* the sums through shared memory, the update everywhere */
+        s_round("private, side arrays one by one", (s_arg_t){0.5f, 2.0f}, 0u, shm_on);
+        s_round("private, side arrays one by one, gathered", (s_arg_t){0.0f, 0.0f},
+                TROUPE_COLL_UNSHARD, false);
+    }
+    s_laid = true;
+    if (shm_on && s_setup(true, true)) { /* last: shared memory stays off after it */
+        s_round("private before a failed mapping", (s_arg_t){0.5f, 2.0f}, 0u, true);
+        if (s_rank == 1)
+            troupe__shm_coll_fail_maps(1);
+        s_round("private, a failed mapping", (s_arg_t){0.25f, 1.0f}, 0u, false);
+        s_round("private, after a failed mapping", (s_arg_t){0.5f, -2.0f}, 0u, false);
+        s_round("private, gathered after a failed mapping", (s_arg_t){0.0f, 0.0f},
+                TROUPE_COLL_UNSHARD, false);
+    }
+    s_private = 0;
 }
 
 /* One bad argument set: INVALID_ARGUMENT whose message holds `needle`. */
@@ -273,6 +350,15 @@ static void s_test_refused(void)
     bad = ap;
     bad.side = NULL;
     s_bad("no side arrays", &a, "without side arrays");
+    bad = ap;
+    bad.n_private = bad.n_side;
+    s_bad("every side array private", &a, "private side arrays of");
+    a.flags = TROUPE_COLL_UNSHARD;
+    a.apply = &ap;
+    s_bad("a gather without private side arrays", &a, "TROUPE_COLL_UNSHARD needs");
+    a.apply = NULL;
+    s_bad("a gather without an update", &a, "TROUPE_COLL_UNSHARD needs");
+    a.flags = 0;
     const int64_t two = 2;
     const char *ld[1] = {"wide"}, *ls[1] = {"short"};
     CHECK_OK(troupe_tnode_new(ld, 1, TROUPE_PREC_DOUBLE, 1, &two, NULL, 0.0, &dbl));
@@ -337,8 +423,9 @@ out:
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "on";
-    if (strcmp(mode, "on") != 0 && strcmp(mode, "off") != 0 && strcmp(mode, "mismatch") != 0) {
-        printf("FAIL: unknown mode '%s' (on, off, mismatch)\n", mode);
+    if (strcmp(mode, "on") != 0 && strcmp(mode, "off") != 0 && strcmp(mode, "mismatch") != 0 &&
+        strcmp(mode, "private") != 0) {
+        printf("FAIL: unknown mode '%s' (on, off, mismatch, private)\n", mode);
         return 2;
     }
     troupe_status_t st = s_init(&argc, &argv);
@@ -350,8 +437,12 @@ int main(int argc, char **argv)
         s_fail("TROUPE_COLL_SHM is %d in mode %s", troupe_config_coll_shm() ? 1 : 0, mode);
     if (s_fails == 0 && strcmp(mode, "mismatch") == 0) {
         s_test_mismatch();
+    } else if (s_fails == 0 && strcmp(mode, "private") == 0) {
+        s_test_private(true);
     } else if (s_fails == 0) {
         s_test_refused();
+        if (!shm_on)
+            s_test_private(false);
         s_test_layouts(shm_on);
     }
     s_teardown();

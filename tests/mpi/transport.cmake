@@ -77,17 +77,25 @@ endforeach()
 # An update fused into a device-level allreduce (troupe_coll_apply_t) on 2 and 3 ranks: through
 # shared memory when the side arrays lie as the gradients, through the MPI paths otherwise and
 # with TROUPE_COLL_SHM=0 (`off`), exact results on every rank, the refused arguments; and
-# (`mismatch`) a rank without the update: every rank fails naming it.
+# (`mismatch`) a rank without the update: every rank fails naming it; (`private`) the state
+# private to the rank that updates its chunk, gathered (TROUPE_COLL_UNSHARD), and after a failed
+# mapping.
 troupe_add_mpi_test(test_transport_apply SOURCES test_transport_apply.c TIMEOUT 120
                     ENV TROUPE_TIMEOUT_S=30)
 troupe_add_mpi_test(test_transport_apply SOURCES test_transport_apply.c NP 3 TIMEOUT 120
                     ENV TROUPE_TIMEOUT_S=30)
-foreach(mode off mismatch)
+foreach(mode off mismatch private)
   add_test(NAME test_transport_apply_${mode}_np2
            COMMAND ${MPIEXEC_EXECUTABLE} -n 2 ${TROUPE_MPI_LAUNCHER_ARGS}
                    $<TARGET_FILE:test_transport_apply> ${mode})
   set_tests_properties(test_transport_apply_${mode}_np2 PROPERTIES TIMEOUT 120 LABELS mpi
                        PROCESSORS 2 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30")
 endforeach()
+# private side arrays (ZeRO stage 1's sharded state) on 3 ranks too: three chunks
+add_test(NAME test_transport_apply_private_np3
+         COMMAND ${MPIEXEC_EXECUTABLE} -n 3 ${TROUPE_MPI_LAUNCHER_ARGS}
+                 $<TARGET_FILE:test_transport_apply> private)
+set_tests_properties(test_transport_apply_private_np3 PROPERTIES TIMEOUT 120 LABELS mpi
+                     PROCESSORS 3 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30")
 set_tests_properties(test_transport_apply_off_np2 PROPERTIES
                      ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30;TROUPE_COLL_SHM=0")

@@ -414,7 +414,8 @@ static void s_dispatch(troupe__req_t **r_p)
 static troupe_status_t s_check_flags(const char *what, unsigned flags)
 {
     unsigned unknown =
-        flags & ~(unsigned)(TROUPE_COLL_LAZY | TROUPE_COLL_BF16 | TROUPE_COLL_DEFERRED);
+        flags & ~(unsigned)(TROUPE_COLL_LAZY | TROUPE_COLL_BF16 | TROUPE_COLL_DEFERRED |
+                            TROUPE_COLL_UNSHARD);
     if (unknown != 0)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "%s: unknown flags 0x%x", what, unknown);
     return TROUPE_OK;
@@ -589,6 +590,11 @@ static troupe_status_t s_check_apply(const troupe_coll_apply_t *a, size_t n,
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "allreduce: fused update with %zu side arrays per tensor (1..%d)",
                              a->n_side, TROUPE_COLL_APPLY_MAX_SIDE);
+    if (a->n_private >= a->n_side)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce: fused update with %zu private side arrays of %zu (at "
+                             "least one must be shared: the parameters)",
+                             a->n_private, a->n_side);
     if (a->arg_bytes > TROUPE_COLL_APPLY_MAX_ARG || (a->arg == NULL && a->arg_bytes > 0))
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "allreduce: fused update argument of %zu bytes (at most %d, not NULL)",
@@ -672,6 +678,8 @@ static troupe_status_t s_lend_collective(troupe__req_kind_t kind, troupe_context
         r->apply_fn = apply->fn;
         r->apply_id = apply->id;
         r->n_side = apply->n_side;
+        r->n_private = apply->n_private;
+        r->unshard = (flags & TROUPE_COLL_UNSHARD) != 0;
         r->side = troupe_calloc(n * apply->n_side, sizeof *r->side);
         r->apply_arg = troupe_calloc(1, apply->arg_bytes > 0 ? apply->arg_bytes : 1);
         if (r->side == NULL || r->apply_arg == NULL) {
@@ -742,9 +750,12 @@ troupe_status_t troupe_allreduce(const troupe_allreduce_args_t *args, troupe_eve
                              args->tensors != NULL ? "both" : "neither");
     bool deferred = (args->flags & TROUPE_COLL_DEFERRED) != 0;
     if (args->tensors != NULL) {
-        if (deferred || args->apply != NULL)
+        bool unshard = (args->flags & TROUPE_COLL_UNSHARD) != 0;
+        if (deferred || unshard || args->apply != NULL)
             return troupe__error(TROUPE_INVALID_ARGUMENT, "allreduce: %s needs the device level (ctx)",
-                                 deferred ? "TROUPE_COLL_DEFERRED" : "a fused update");
+                                 deferred  ? "TROUPE_COLL_DEFERRED"
+                                 : unshard ? "TROUPE_COLL_UNSHARD"
+                                           : "a fused update");
         return s_host_collective(TROUPE__REQ_ALLREDUCE, args->tensors, args->n, args->op, 0,
                                  args->flags, args->after, args->n_after, out_ev);
     }
@@ -752,6 +763,11 @@ troupe_status_t troupe_allreduce(const troupe_allreduce_args_t *args, troupe_eve
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "allreduce: after needs the host level (tensors): a device-level "
                              "allreduce follows its stream");
+    if ((args->flags & TROUPE_COLL_UNSHARD) != 0 &&
+        (args->apply == NULL || args->apply->n_private == 0))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "allreduce: TROUPE_COLL_UNSHARD needs a fused update with private "
+                             "side arrays");
     if (deferred && out_ev == NULL)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "allreduce: out_ev is NULL with TROUPE_COLL_DEFERRED (the caller "

@@ -167,12 +167,32 @@ enum {
      * the arrays; the caller must call troupe_will_wait_for(ctx, event) before any later work
      * of ctx's stream reads or writes them. Other streams wait for it by themselves (ledger). */
     TROUPE_COLL_DEFERRED = 1u << 2,
+    /* Device level, with a fused update that has private side arrays (troupe_coll_apply_t
+     * n_private) only: no reduction and no update. Each rank's chunk of the private side
+     * arrays, which the shared-memory path keeps current only on the rank that owns the chunk,
+     * is copied to every rank, so every rank then holds them whole (the same bits). Pass the
+     * tensors and the update as the requests that sharded them did (the fingerprint compares
+     * them and this flag: a rank that reduces while another gathers fails both with
+     * FAILED_PRECONDITION). Where nothing is sharded (the MPI paths) it completes at once
+     * after the fingerprints. parallel/ issues it before a checkpoint reads the state. */
+    TROUPE_COLL_UNSHARD = 1u << 3,
 };
 
 /* An elementwise update fused into a device-level allreduce (parallel/ fuses its optimizer
  * step so: each rank updates 1/p of the parameters where the reduction leaves the sums, instead
  * of every rank updating all of them after it; ZeRO stage 1's sharded update, Rajbhandari et al.
- * 2020, with the state kept whole on every rank).
+ * 2020).
+ *
+ * Private side arrays (ZeRO stage 1's sharded optimizer state): the last n_private of the
+ * n_side side arrays are state that only fn reads. Through shared memory the rank that updates
+ * a chunk keeps their values of that chunk to itself: they are not copied to the other ranks
+ * (the copies of the others, n_side - n_private, still are), so each rank's private arrays are
+ * current only in its own chunk of the span. The chunks are the same for every request whose
+ * tensors lie alike, so the next such request finds them where it left them. Before the values
+ * are read whole (a checkpoint), gather them with TROUPE_COLL_UNSHARD. When a request whose
+ * private arrays were left sharded next goes another way (shared memory turned off after a
+ * failed mapping, below), the transport first gathers them through MPI (MPI_Iallgatherv of
+ * each rank's chunk), so that every rank updates every element from whole state.
  *
  * fn(arg, n, sum, side) is called on a run of n consecutive elements: sum[e] is the element's
  * allreduced value (single precision, summed in the transport's order, the same bits on every
@@ -190,7 +210,8 @@ enum {
  * afterwards (this rank's, or the sums).
  *
  * Requirements (INVALID_ARGUMENT otherwise, naming the tensor): device level, op SUM, every
- * tensor single precision, 1 <= n_side <= TROUPE_COLL_APPLY_MAX_SIDE, side[s * n + i] a node of
+ * tensor single precision, 1 <= n_side <= TROUPE_COLL_APPLY_MAX_SIDE, n_private < n_side,
+ * TROUPE_COLL_UNSHARD only with n_private > 0 (and then fn is not called), side[s * n + i] a node of
  * ctx of single precision with tensor i's element count, no node twice among the tensors and
  * side arrays. The side arrays are lent with the
  * tensors (written by the transport). `arg` (arg_bytes, at most TROUPE_COLL_APPLY_MAX_ARG) is
@@ -210,6 +231,7 @@ typedef struct troupe_coll_apply {
     size_t arg_bytes;
     uint64_t id;                /* nonzero */
     size_t n_side;              /* side arrays per tensor */
+    size_t n_private;           /* the last n_private of them are private (above); < n_side */
     troupe_tnode_t *const *side; /* n * n_side nodes of ctx, side[s * n + i]; borrowed */
 } troupe_coll_apply_t;
 
@@ -226,7 +248,8 @@ typedef struct troupe_coll_apply {
  * routine's arrays) so they form one span. */
 typedef struct troupe_allreduce_args {
     troupe_reduce_op_t op; /* TROUPE_REDUCE_SUM (0) unless set */
-    unsigned flags;        /* TROUPE_COLL_LAZY | TROUPE_COLL_BF16 | TROUPE_COLL_DEFERRED */
+    unsigned flags; /* TROUPE_COLL_LAZY | TROUPE_COLL_BF16 | TROUPE_COLL_DEFERRED |
+                       TROUPE_COLL_UNSHARD */
     size_t n;              /* tensors (host level) or nodes (device level), >= 1 */
     const troupe_coll_tensor_t *tensors; /* host level; borrowed for the call */
     troupe_context_t *ctx;               /* device level; borrowed */

@@ -57,6 +57,7 @@
 #include "base/vec.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -103,6 +104,10 @@ typedef struct s_rs {
     bool use_shm;     /* ...and each lies in shareable memory: reduced through it */
     bool shm_apply;   /* ...and so do the fused update's side spans: each rank updates its
                          chunk there (else the update runs on every rank after the sums) */
+    uint64_t shard_key; /* a fused update with private side arrays: s_shard_key, else 0 */
+    MPI_Request gather[TROUPE_COLL_APPLY_MAX_SIDE]; /* s_gather_post's, in flight */
+    int ngather;
+    int *gather_counts; /* [2 * size]: each rank's chunk (units), then its first unit */
     const char *span; /* this rank's span when flat */
     int64_t span_bytes;
     troupe__cls_t span_cls;
@@ -176,6 +181,10 @@ static struct {
     uint64_t gate_wakes; /* under mu: troupe__engine_wake calls */
     bool waiting_on_peers;    /* every active request waits for slower ranks (s_iteration) */
     int64_t waiting_since_ns; /* then: when the newest of them started */
+    /* the requests (s_shard_key) whose private side arrays shared memory left sharded: every
+     * rank holds the same set, since every rank adds and removes at the same requests */
+    uint64_t *sharded;
+    size_t nsharded, sharded_cap;
 } s_a = {
     .mu = PTHREAD_MUTEX_INITIALIZER,
     .cv = PTHREAD_COND_INITIALIZER,
@@ -415,6 +424,7 @@ static void s_rs_free(s_rs_t *rs)
     s_release_slots(rs);
     troupe__shm_coll_free(&rs->shm);
     troupe__bucket_plan_free(&rs->plan);
+    troupe_free(rs->gather_counts); /* gathers in flight: only on failures, as buckets above */
     troupe_free(rs->p2p);
     troupe_free(rs->fin_msg);
     troupe_free(rs);
@@ -811,9 +821,10 @@ static void s_log_done(troupe__req_t *r, s_rs_t *rs)
                  (double)(c->t_done_ns - c->t_reduced_ns) / 1e3);
     }
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT,
-               "%s: %zu tensors, %" PRId64 " bytes, %zu buckets, %.1f us (fingerprints %.1f us, "
+               "%s%s: %zu tensors, %" PRId64 " bytes, %zu buckets, %.1f us (fingerprints %.1f us, "
                "queued %.1f us before)%s",
-               rs->what, r->n, r->bytes, rs->plan.nbks, (double)(now - rs->t_start_ns) / 1e3,
+               rs->what, r->unshard ? " (a gather of the sharded state, TROUPE_COLL_UNSHARD)" : "",
+               r->n, r->bytes, rs->plan.nbks, (double)(now - rs->t_start_ns) / 1e3,
                (double)(rs->t_data_ns - rs->t_start_ns) / 1e3,
                (double)(rs->t_start_ns - r->submitted_ns) / 1e3, shm);
 }
@@ -879,6 +890,116 @@ static void s_fp_agreed(const troupe__req_t *r, s_rs_t *rs)
     rs->shm_apply = rs->shm_apply && rs->use_shm;
 }
 
+/* ---- sharded private side arrays (collective.h, troupe_coll_apply_t n_private) ------------- */
+
+/* A request's identity for the set of sharded requests, the same on every rank (made of what
+ * the fingerprints compared): its update, its side arrays, its first and last tensor's nodes
+ * and its span's length. 0 when it has no private side arrays. */
+static uint64_t s_shard_key(const troupe__req_t *r, const s_rs_t *rs)
+{
+    if (r->apply_fn == NULL || r->n_private == 0 || r->n == 0)
+        return 0;
+    uint64_t v[6] = {r->apply_id, r->n_side, r->n_private, (uint64_t)r->fp[0].node_id,
+                     (uint64_t)r->fp[r->n - 1].node_id, (uint64_t)rs->span_bytes};
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (int i = 0; i < 6; i++) {
+        h ^= v[i];
+        h *= UINT64_C(0x100000001b3);
+        h ^= h >> 29;
+    }
+    return h | 1; /* never 0 */
+}
+
+static size_t s_sharded_find(uint64_t key)
+{
+    for (size_t i = 0; i < s_a.nsharded; i++)
+        if (s_a.sharded[i] == key)
+            return i;
+    return SIZE_MAX;
+}
+
+/* Notes that rs's private side arrays are left sharded (no-op when noted already). */
+static troupe_status_t s_sharded_add(const s_rs_t *rs)
+{
+    if (s_sharded_find(rs->shard_key) != SIZE_MAX)
+        return TROUPE_OK;
+    if (s_a.nsharded == s_a.sharded_cap) {
+        size_t cap = s_a.sharded_cap ? 2 * s_a.sharded_cap : 8;
+        uint64_t *v = troupe_realloc(s_a.sharded, cap * sizeof *v);
+        if (v == NULL)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", rs->what);
+        s_a.sharded = v;
+        s_a.sharded_cap = cap;
+    }
+    s_a.sharded[s_a.nsharded++] = rs->shard_key;
+    return TROUPE_OK;
+}
+
+static void s_sharded_remove(uint64_t key)
+{
+    size_t i = s_sharded_find(key);
+    if (i != SIZE_MAX)
+        s_a.sharded[i] = s_a.sharded[--s_a.nsharded];
+}
+
+/* r goes through MPI (or shared memory is off) while its private side arrays were left sharded
+ * by earlier requests through shared memory: posts an MPI_Iallgatherv of each in place, every
+ * rank giving its chunk (troupe__shm_chunk_lo, as shared memory cut them), so that the update
+ * after the sums finds them whole. Every rank holds the same sharded set, so either every rank
+ * posts or none does. No-op when nothing is sharded. */
+static troupe_status_t s_gather_post(troupe__req_t *r, s_rs_t *rs)
+{
+    if (rs->shard_key == 0 || s_sharded_find(rs->shard_key) == SIZE_MAX)
+        return TROUPE_OK;
+    int size = s_a.comm.size;
+    int64_t units = rs->span_bytes / (int64_t)sizeof(float);
+    if (units > INT_MAX)
+        return troupe__error(TROUPE_UNIMPLEMENTED,
+                             "%s: cannot gather %" PRId64 " sharded elements in one MPI call",
+                             rs->what, units);
+    rs->gather_counts = troupe_calloc(2 * (size_t)size, sizeof *rs->gather_counts);
+    if (rs->gather_counts == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", rs->what);
+    for (int p = 0; p < size; p++) {
+        int64_t lo = troupe__shm_chunk_lo(units, sizeof(float), p, size);
+        int64_t hi = troupe__shm_chunk_lo(units, sizeof(float), p + 1, size);
+        rs->gather_counts[p] = (int)(hi - lo);
+        rs->gather_counts[size + p] = (int)lo;
+    }
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT,
+               "%s: gathering %zu private side array(s) left sharded by shared memory through "
+               "MPI_Iallgatherv first",
+               rs->what, r->n_private);
+    for (size_t k = r->n_side - r->n_private; k < r->n_side; k++) {
+        MPI_Request *q = &rs->gather[rs->ngather];
+        int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r->side[k * r->n],
+                                 rs->gather_counts, rs->gather_counts + size, MPI_FLOAT,
+                                 s_a.comm.data, q);
+        if (rc != MPI_SUCCESS)
+            return troupe__mpi_error(rs->what, "MPI_Iallgatherv", rc);
+        rs->ngather++;
+    }
+    s_sharded_remove(rs->shard_key);
+    return TROUPE_OK;
+}
+
+/* Tests s_gather_post's requests; *done when none is in flight (*progress when they ended). */
+static troupe_status_t s_gather_test(s_rs_t *rs, bool *progress, bool *done)
+{
+    *done = rs->ngather == 0;
+    if (*done)
+        return TROUPE_OK;
+    int flag = 0;
+    int rc = MPI_Testall(rs->ngather, rs->gather, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS)
+        return troupe__mpi_error(rs->what, "MPI_Testall", rc);
+    if (flag) {
+        rs->ngather = 0;
+        *progress = *done = true;
+    }
+    return TROUPE_OK;
+}
+
 /* Begins reducing r's span through shared memory (every rank's digest located its span). */
 static troupe_status_t s_shm_begin(troupe__req_t *r, s_rs_t *rs)
 {
@@ -896,14 +1017,28 @@ static troupe_status_t s_shm_begin(troupe__req_t *r, s_rs_t *rs)
                 side_refs[k * (size_t)size + (size_t)p] =
                     p == s_a.comm.rank ? rs->fp.mine.side_shm[k] : rs->fp.peer[p].side_shm[k];
         }
+        /* private side arrays updated here stay sharded until gathered: noted first, so that
+         * a later request that goes another way gathers them (s_gather_post) */
+        if (r->n_private > 0 && !r->unshard)
+            TROUPE_RETURN_IF_ERROR(s_sharded_add(rs));
         return troupe__shm_coll_begin_apply(&rs->shm, rs->what, r->seq + 1, refs,
                                             (void *)rs->span, rs->span_bytes / (int64_t)ub,
-                                            r->apply_fn, r->apply_arg, r->n_side, side_refs,
-                                            side_mine);
+                                            r->apply_fn, r->apply_arg, r->n_side, r->n_private,
+                                            r->unshard, side_refs, side_mine);
     }
     return troupe__shm_coll_begin(&rs->shm, rs->what, r->seq + 1, refs, (void *)rs->span,
                                   rs->span_bytes / (int64_t)ub, ub,
                                   troupe__cls_red_type(rs->span_cls), r->op);
+}
+
+/* Begins r's data through MPI: first a gather of private side arrays left sharded
+ * (s_gather_post), then, unless r is only that gather, its buckets (planned once). */
+static troupe_status_t s_mpi_begin(troupe__req_t *r, s_rs_t *rs)
+{
+    TROUPE_RETURN_IF_ERROR(s_gather_post(r, rs));
+    if (r->unshard || rs->plan.planned)
+        return TROUPE_OK;
+    return troupe__bucket_plan(&rs->plan, r, rs->all_flat, rs->what);
 }
 
 /* r waits at the head of its lane for its gate (troupe_allreduce_args_t.after: this rank's own
@@ -987,7 +1122,8 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
         }
         if (!agreed && !troupe__req_is_p2p(r)) {
             TROUPE_RETURN_IF_ERROR(s_peer_gate_expired(r, rs));
-            TROUPE_RETURN_IF_ERROR(s_prepack(r, rs));
+            if (!r->unshard) /* a gather reduces nothing */
+                TROUPE_RETURN_IF_ERROR(s_prepack(r, rs));
         }
         if (!agreed) {
             int64_t t = troupe_now_ns();
@@ -1002,6 +1138,9 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
         }
         rs->probing = false;
         s_fp_agreed(r, rs);
+        rs->shard_key = s_shard_key(r, rs);
+        if (r->unshard && !rs->shm_apply) /* sums through shared memory without the sides */
+            rs->use_shm = false;
         rs->phase = S_PH_DATA;
         rs->t_data_ns = troupe_now_ns();
         rs->deadline_ns = rs->t_data_ns + s_timeout_ns();
@@ -1009,24 +1148,32 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
             TROUPE_RETURN_IF_ERROR(s_p2p_post(r, rs));
         else if (rs->use_shm)
             TROUPE_RETURN_IF_ERROR(s_shm_begin(r, rs));
-        else if (!rs->plan.planned)
-            TROUPE_RETURN_IF_ERROR(troupe__bucket_plan(&rs->plan, r, rs->all_flat, rs->what));
+        else
+            TROUPE_RETURN_IF_ERROR(s_mpi_begin(r, rs));
     }
     bool progress = false, all = false;
     if (rs->use_shm) {
         TROUPE_RETURN_IF_ERROR(troupe__shm_coll_test(&rs->shm, &progress));
         all = rs->shm.state == TROUPE__SHM_DONE;
+        if (all && r->unshard)
+            s_sharded_remove(rs->shard_key);
         if (rs->shm.state == TROUPE__SHM_FALLBACK) { /* on every rank alike: the MPI path */
             rs->use_shm = rs->shm_apply = false;
-            TROUPE_RETURN_IF_ERROR(troupe__bucket_plan(&rs->plan, r, rs->all_flat, rs->what));
+            TROUPE_RETURN_IF_ERROR(s_mpi_begin(r, rs));
         }
     }
     if (troupe__req_is_p2p(r)) {
         TROUPE_RETURN_IF_ERROR(s_p2p_test(rs, &progress, &all));
     } else if (!rs->use_shm) {
-        TROUPE_RETURN_IF_ERROR(s_coll_test(r, rs, &progress));
-        TROUPE_RETURN_IF_ERROR(s_coll_post(r, rs));
-        all = rs->done_bks == rs->plan.nbks;
+        bool gathered = false;
+        TROUPE_RETURN_IF_ERROR(s_gather_test(rs, &progress, &gathered));
+        if (gathered && r->unshard) {
+            all = true;
+        } else if (gathered) {
+            TROUPE_RETURN_IF_ERROR(s_coll_test(r, rs, &progress));
+            TROUPE_RETURN_IF_ERROR(s_coll_post(r, rs));
+            all = rs->done_bks == rs->plan.nbks;
+        }
     }
     if (!rs->fault_seen && !troupe__req_is_p2p(r) &&
         troupe__fault_armed(TROUPE__FAULT_COLLECTIVE)) {
@@ -1037,7 +1184,7 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
     if (all) {
         /* the MPI paths, or shared memory without the side spans: every rank updates every
          * element after the sums (the same bits everywhere) */
-        if (!rs->shm_apply)
+        if (!rs->shm_apply && !r->unshard)
             troupe__req_apply_all(r);
         s_log_done(r, rs);
         s_finish(r, TROUPE_OK, NULL);
@@ -1442,6 +1589,9 @@ static void s_free_peer_arrays(void)
     troupe_free(s_a.last_pong_ns);
     troupe_free(s_a.gate_expired);
     troupe_free(s_a.lane_busy);
+    troupe_free(s_a.sharded);
+    s_a.sharded = NULL;
+    s_a.nsharded = s_a.sharded_cap = 0;
     s_a.send_seq = s_a.recv_seq = NULL;
     s_a.last_pong_ns = NULL;
     s_a.gate_expired = NULL;

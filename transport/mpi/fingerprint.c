@@ -51,6 +51,8 @@ void troupe__fp_encode(const troupe__req_t *r, void *buf)
     h.bf16 = r->bf16_wire ? 1 : 0;
     h.apply = r->apply_fn != NULL ? (int64_t)r->apply_id : 0;
     h.n_side = r->apply_fn != NULL ? (int64_t)r->n_side : 0;
+    h.n_private = r->apply_fn != NULL ? (int64_t)r->n_private : 0;
+    h.unshard = r->apply_fn != NULL && r->unshard ? 1 : 0;
     h.n = (int64_t)r->n;
     memcpy(buf, &h, sizeof h);
     if (r->n > 0)
@@ -93,6 +95,8 @@ void troupe__fp_digest(const troupe__req_t *r, troupe__fp_digest_t *out)
         h = s_mix(h, r->bf16_wire ? 1 : 0);
         h = s_mix(h, r->apply_fn != NULL ? (int64_t)r->apply_id : 0);
         h = s_mix(h, r->apply_fn != NULL ? (int64_t)r->n_side : 0);
+        h = s_mix(h, r->apply_fn != NULL ? (int64_t)r->n_private : 0);
+        h = s_mix(h, r->apply_fn != NULL && r->unshard ? 1 : 0);
     }
     h = s_mix(h, (int64_t)r->n);
     for (size_t i = 0; i < r->n; i++) {
@@ -209,6 +213,17 @@ troupe_status_t troupe__fp_compare(const char *what, const void *a, int ra, cons
                                  "rank %d",
                                  what, va, ra, vb, rb);
         }
+        if (ha.n_private != hb.n_private)
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "%s: fingerprint mismatch: fused update with %" PRId64
+                                 " private side arrays on rank %d but %" PRId64 " on rank %d",
+                                 what, ha.n_private, ra, hb.n_private, rb);
+        if (ha.unshard != hb.unshard)
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "%s: fingerprint mismatch: rank %d gathers the sharded state "
+                                 "(TROUPE_COLL_UNSHARD: a checkpoint) while rank %d reduces: "
+                                 "every rank must save the checkpoint",
+                                 what, ha.unshard ? ra : rb, ha.unshard ? rb : ra);
     }
     if (ha.n != hb.n)
         return troupe__error(TROUPE_FAILED_PRECONDITION,

@@ -19,8 +19,11 @@
  *               writes the result into every rank's copy: each rank reads and writes 1/p of
  *               every buffer, all ranks in parallel, and every rank ends with the same bits;
  *      with a fused update (troupe_coll_apply_t), the block's sums go to the update, which
- *      writes this rank's side arrays, and the block of each side array is copied into every
- *      other rank's copy (the tensors' own copies are not written);
+ *      writes this rank's side arrays, and the block of each shared side array is copied into
+ *      every other rank's copy (the tensors' own copies are not written; the private side
+ *      arrays, the optimizer state, stay with this rank: ZeRO stage 1); a gather
+ *      (TROUPE_COLL_UNSHARD) instead copies this rank's chunk of each private side array into
+ *      every other rank's copy;
  *   3. depart:  each rank stores the sequence number again in its depart word and waits until
  *               every rank departed: until then others may still write into its buffer.
  *
@@ -235,14 +238,19 @@ static troupe_status_t s_peer_base(int p, const troupe__shm_ref_t *ref, char **o
     return TROUPE_OK;
 }
 
-/* First unit of chunk c (whole cache lines; the last chunk ends at `units`). */
+int64_t troupe__shm_chunk_lo(int64_t units, size_t unit_bytes, int k, int size)
+{
+    if (k >= size)
+        return units;
+    int64_t a = S_ALIGN_BYTES / (int64_t)unit_bytes;
+    a = a < 1 ? 1 : a;
+    return units * k / size / a * a;
+}
+
+/* First unit of chunk k of c. */
 static int64_t s_chunk_lo(const troupe__shm_coll_t *c, int k)
 {
-    if (k >= s_m.size)
-        return c->units;
-    int64_t a = S_ALIGN_BYTES / (int64_t)c->unit_bytes;
-    a = a < 1 ? 1 : a;
-    return c->units * k / s_m.size / a * a;
+    return troupe__shm_chunk_lo(c->units, c->unit_bytes, k, s_m.size);
 }
 
 /* Rank p's span at `ref` (an offset into one of its regions) of `bytes`, mapped here into *out;
@@ -324,6 +332,7 @@ troupe_status_t troupe__shm_coll_begin_apply(troupe__shm_coll_t *c, const char *
                                              const troupe__shm_ref_t *refs, void *mine,
                                              int64_t units, troupe_coll_apply_fn fn,
                                              const void *arg, size_t n_side,
+                                             size_t n_private, bool gather,
                                              const troupe__shm_ref_t *side_refs,
                                              void *const *side_mine)
 {
@@ -331,6 +340,8 @@ troupe_status_t troupe__shm_coll_begin_apply(troupe__shm_coll_t *c, const char *
     c->apply_fn = fn;
     c->apply_arg = arg;
     c->n_side = n_side;
+    c->n_private = n_private;
+    c->gather = gather;
     return s_begin(c, what, refs, mine, side_refs, side_mine);
 }
 
@@ -358,11 +369,24 @@ static void s_apply_range(troupe__shm_coll_t *c, int64_t from, int64_t to)
         for (size_t k = 0; k < c->n_side; k++)
             side[k] = (float *)(c->side[k * size + (size_t)s_m.rank] + off);
         c->apply_fn(c->apply_arg, n, (const float *)s_m.tmp, side);
-        for (size_t k = 0; k < c->n_side; k++)
+        for (size_t k = 0; k < c->n_side - c->n_private; k++) /* the shared ones */
             for (size_t p = 0; p < size; p++)
                 if (p != (size_t)s_m.rank)
                     memcpy(c->side[k * size + p] + off, side[k], bytes);
     }
+}
+
+/* A gather: [from, to) of this rank's chunk of each private side array copied into every
+ * other rank's copy. */
+static void s_gather_range(troupe__shm_coll_t *c, int64_t from, int64_t to)
+{
+    size_t size = (size_t)s_m.size, off = (size_t)from * sizeof(float);
+    size_t bytes = (size_t)(to - from) * sizeof(float);
+    for (size_t k = c->n_side - c->n_private; k < c->n_side; k++)
+        for (size_t p = 0; p < size; p++)
+            if (p != (size_t)s_m.rank)
+                memcpy(c->side[k * size + p] + off, c->side[k * size + (size_t)s_m.rank] + off,
+                       bytes);
 }
 
 /* Reduces [from, to) of this rank's chunk into every rank's copy. */
@@ -413,7 +437,9 @@ troupe_status_t troupe__shm_coll_test(troupe__shm_coll_t *c, bool *progress)
     if (c->state == TROUPE__SHM_REDUCING) {
         int64_t slice = S_SLICE_BYTES / (int64_t)c->unit_bytes;
         int64_t to = c->hi - c->next < slice ? c->hi : c->next + slice;
-        if (c->apply_fn != NULL)
+        if (c->gather)
+            s_gather_range(c, c->next, to);
+        else if (c->apply_fn != NULL)
             s_apply_range(c, c->next, to);
         else
             s_reduce_range(c, c->next, to);

@@ -72,6 +72,8 @@ typedef struct troupe__fp_header {
     int64_t bf16;   /* allreduce: 1 when single tensors travel as bfloat16 (TROUPE_COLL_BF16) */
     int64_t apply;  /* allreduce: the fused update's id (troupe_coll_apply_t.id), 0: none */
     int64_t n_side; /* allreduce: its side arrays per tensor, 0: none */
+    int64_t n_private; /* allreduce: how many of them are private (troupe_coll_apply_t) */
+    int64_t unshard;   /* allreduce: 1 for a TROUPE_COLL_UNSHARD gather */
     int64_t n;
 } troupe__fp_header_t;
 
@@ -139,6 +141,8 @@ struct troupe__req {
     void *apply_arg;
     uint64_t apply_id;
     size_t n_side;
+    size_t n_private; /* the last n_private side arrays are private (sharded through shm) */
+    bool unshard;     /* TROUPE_COLL_UNSHARD: gather the private side arrays, nothing else */
     void **side;
 };
 
@@ -281,6 +285,8 @@ typedef struct troupe__shm_coll {
     troupe_coll_apply_fn apply_fn;
     const void *apply_arg;
     size_t n_side;
+    size_t n_private; /* the last n_private side arrays: not copied (each rank keeps its chunk) */
+    bool gather;      /* TROUPE_COLL_UNSHARD: only copy this rank's chunk of the private ones */
     char **side;
     int64_t t_begin_ns, t_arrived_ns, t_reduced_ns, t_done_ns; /* when each state began */
 } troupe__shm_coll_t;
@@ -297,11 +303,19 @@ TROUPE_MUST_USE troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, co
                                                        troupe_reduce_op_t op);
 /* As troupe__shm_coll_begin, with r's fused update (single precision sums): side_refs[s * size
  * + p] locates rank p's side span s (side_refs[s * size + rank] unused), side_mine[s] this
- * rank's. A side mapping failure is posted like the span's (every rank falls back). */
+ * rank's; the last n_private side arrays are not copied to the other ranks. With `gather`
+ * (TROUPE_COLL_UNSHARD) nothing is reduced or updated: this rank's chunk of each private side
+ * array is copied into every other rank's. A side mapping failure is posted like the span's
+ * (every rank falls back). */
 TROUPE_MUST_USE troupe_status_t troupe__shm_coll_begin_apply(
     troupe__shm_coll_t *c, const char *what, uint64_t seq, const troupe__shm_ref_t *refs,
     void *mine, int64_t units, troupe_coll_apply_fn fn, const void *arg, size_t n_side,
-    const troupe__shm_ref_t *side_refs, void *const *side_mine);
+    size_t n_private, bool gather, const troupe__shm_ref_t *side_refs, void *const *side_mine);
+
+/* First unit of rank k's chunk of a span of `units` elements of unit_bytes on `size` ranks
+ * (whole cache lines from the span's start; k == size: `units`): the chunk each rank reduces,
+ * updates and, for private side arrays, keeps. */
+int64_t troupe__shm_chunk_lo(int64_t units, size_t unit_bytes, int k, int size);
 
 /* Advances c without blocking (*progress when its state or data moved); c->state tells where
  * it is. Never fails (a rank that never comes is the caller's deadline). */
