@@ -1139,7 +1139,12 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
         rs->probing = false;
         s_fp_agreed(r, rs);
         rs->shard_key = s_shard_key(r, rs);
-        if (r->unshard && !rs->shm_apply) /* sums through shared memory without the sides */
+        /* sums through shared memory without the side spans: a gather has nothing to do there,
+         * and an update on every rank needs whole state, which only MPI gathers (every rank
+         * decides alike: the same agreement and the same sharded set) */
+        if (rs->use_shm && !rs->shm_apply &&
+            (r->unshard ||
+             (rs->shard_key != 0 && s_sharded_find(rs->shard_key) != SIZE_MAX)))
             rs->use_shm = false;
         rs->phase = S_PH_DATA;
         rs->t_data_ns = troupe_now_ns();
