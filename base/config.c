@@ -102,7 +102,7 @@ static void s_load(void)
     s_copy(s_backend, sizeof s_backend, "cpu");
     s_default_cache_dir();
     s_copy(s_cc, sizeof s_cc, "cc");
-    s_copy(s_cc_flags, sizeof s_cc_flags, "-O3 -march=native -shared -fPIC");
+    s_copy(s_cc_flags, sizeof s_cc_flags, "-O3 -march=native -fno-math-errno -shared -fPIC");
     atomic_store(&s_timeout_s, 120);
     atomic_store(&s_fusion_bytes, (size_t)64 << 20);
     atomic_store(&s_auto_host, true);

@@ -10,7 +10,7 @@
  * | TROUPE_BACKEND              | cpu                                   | troupe_config_set_backend       |
  * | TROUPE_CACHE_DIR            | $XDG_CACHE_HOME/troupe, ~/.cache/troupe, else /tmp/troupe-cache-$UID | troupe_config_set_cache_dir |
  * | CC                          | cc                                    | troupe_config_set_cc            |
- * | TROUPE_CC_FLAGS             | -O3 -march=native -shared -fPIC       | troupe_config_set_cc_flags      |
+ * | TROUPE_CC_FLAGS             | -O3 -march=native -fno-math-errno ... | troupe_config_set_cc_flags      |
  * | TROUPE_TIMEOUT_S            | 120                                   | troupe_config_set_timeout_s     |
  * | TROUPE_FUSION_BYTES         | 67108864 (64 MiB)                     | troupe_config_set_fusion_bytes  |
  * | TROUPE_AUTO_HOST_TRANSFERS  | 1                                     | troupe_config_set_auto_host_transfers |

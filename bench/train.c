@@ -182,6 +182,9 @@ static int s_child_streams = 1;   /* a child's streams per rank (--streams) */
 static int s_spawn_streams = 1;   /* --streams for the next child started (1: none) */
 static double s_child_cover_us;   /* the last child's median compute_overlap_us (NAN: none) */
 static const char *s_backend = "cpu"; /* --backend: every layout's and child's backend */
+/* --optimizer: every layout's, child's and the torch peer's (SGD: lr 0.05, momentum 0.9;
+ * AdamW: troupe_optimizer_default's, torch.optim.AdamW's defaults) */
+static troupe_optimizer_kind_t s_opt_kind = TROUPE_OPT_SGD;
 /* --feed: the model's form (examples/fmnist/mlp.h): auto is fed on a backend with graphs */
 static fmnist_feed_t s_feed = FMNIST_FEED_AUTO;
 static int s_run(void *arg);
@@ -221,8 +224,9 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_load_train(l->mlp, ds));
     troupe_dp_model_t model;
     fmnist_mlp_dp_model(l->mlp, &model);
-    troupe_optimizer_t opt = troupe_optimizer_default(TROUPE_OPT_SGD);
-    opt.lr = 0.05;
+    troupe_optimizer_t opt = troupe_optimizer_default(s_opt_kind);
+    if (s_opt_kind == TROUPE_OPT_SGD)
+        opt.lr = 0.05;
     troupe_dp_config_t dc = {.backend = s_backend,
                              .streams = streams,
                              .optimizer = opt,
@@ -450,6 +454,8 @@ static troupe_status_t s_child_start(int mpi_ranks, int64_t batch, bool bf16, co
     argv[argc++] = warm_s;
     argv[argc++] = (char *)"--backend";
     argv[argc++] = (char *)s_backend;
+    argv[argc++] = (char *)"--optimizer";
+    argv[argc++] = (char *)troupe_optimizer_name(s_opt_kind);
     argv[argc++] = (char *)"--feed";
     argv[argc++] = (char *)fmnist_feed_name(s_feed);
     if (bf16)
@@ -695,6 +701,8 @@ static int s_torch_run(const char *python, const char *mode, int64_t batch, int 
                     steps_s,
                     (char *)"--batch",
                     batch_s,
+                    (char *)"--optimizer",
+                    (char *)troupe_optimizer_name(s_opt_kind),
                     NULL};
     s_child_proc_t c = {.what = "torch peer"};
     if (s_spawn(argv, &c) != TROUPE_OK) {
@@ -1106,6 +1114,12 @@ int main(int argc, char **argv)
                 return 2;
             }
             s_backend = argv[++i];
+        } else if (i > 0 && strcmp(argv[i], "--optimizer") == 0) {
+            if (i + 1 >= argc || troupe_optimizer_parse(argv[i + 1], &s_opt_kind) != TROUPE_OK) {
+                fprintf(stderr, "%s: --optimizer needs sgd or adamw\n", S_PROG);
+                return 2;
+            }
+            i++;
         } else if (i > 0 && strcmp(argv[i], "--scaling") == 0) {
             if (i + 1 >= argc || !s_parse_ranks(argv[i + 1], scaling, &nscaling)) {
                 fprintf(stderr, "%s: --scaling needs a list of rank counts from 1 to %d, such as "
@@ -1170,7 +1184,9 @@ int main(int argc, char **argv)
                                      "--backend cuda: batches 128, 256, 1024, 8192 on GPU 0 against "
                                      "PyTorch on it; --feed auto|fed|indexed: the model's "
                                      "minibatch form (examples/fmnist/mlp.h; auto: fed on a "
-                                     "backend with graphs, cuda)",
+                                     "backend with graphs, cuda); --optimizer sgd|adamw: every "
+                                     "case's and the torch peer's (sgd: lr 0.05, momentum 0.9; "
+                                     "adamw: torch.optim.AdamW's defaults)",
                                      &opts);
     if (pr != 0)
         return pr > 0 ? 0 : 2;
@@ -1189,6 +1205,7 @@ int main(int argc, char **argv)
     }
 
     troupe_bench_print_machine(TROUPE_BENCH_C_FLAGS);
+    printf("job model=mlp-784-256-128-10 optimizer=%s\n", troupe_optimizer_name(s_opt_kind));
     if (trace_only)
         return s_trace_overhead(&opts);
     if (nscaling > 0)

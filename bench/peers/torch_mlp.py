@@ -4,7 +4,9 @@ PyTorch on the CPU, timed per step.
 
 The same job as examples/fmnist: the MLP 784-256-128-10 (Linear, ReLU, Linear, ReLU, Linear),
 mean softmax cross-entropy on the logits, SGD with momentum 0.9 (dampening 0, no Nesterov, no
-weight decay; troupe's dp.h rule) at lr 0.05, single precision, global minibatch 128, on a
+weight decay; troupe's dp.h rule) at lr 0.05, or with --optimizer adamw torch.optim.AdamW at its
+defaults (lr 1e-3, betas 0.9 and 0.999, eps 1e-8, weight decay 0.01: troupe's
+troupe_optimizer_default(TROUPE_OPT_ADAMW)), single precision, global minibatch 128, on a
 synthetic data set of 5120 rows (deterministic pseudo-random pixels scaled by 1/255 and labels;
 throughput does not depend on the values). The minibatches are cut before timing: a step is
 forward, loss, backward and the optimizer update only, as in bench_train.
@@ -133,7 +135,10 @@ def _model(torch):
 def _train(torch, model, batches, args, barrier=None, sync=None):
     """Warm-up steps, then `runs` timed runs of `steps` steps; per-step times in us."""
     F = torch.nn.functional
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    if args.optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters())
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     n = len(batches)
     i = 0
 
@@ -253,6 +258,7 @@ def main():
     ap.add_argument("--steps", type=int, default=40, help="steps per timed run")
     ap.add_argument("--runs", type=int, default=7, help="timed runs")
     ap.add_argument("--warmup-steps", type=int, default=10)
+    ap.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
     args = ap.parse_args()
     if args.batch % (args.ranks if args.mode == "ddp" else 1) or args.batch < 2 or \
             args.steps < 1 or args.runs < 1 or (args.batch > ROWS and args.mode != "gpu"):
