@@ -424,7 +424,10 @@ static void s_rs_free(s_rs_t *rs)
     s_release_slots(rs);
     troupe__shm_coll_free(&rs->shm);
     troupe__bucket_plan_free(&rs->plan);
-    troupe_free(rs->gather_counts); /* gathers in flight: only on failures, as buckets above */
+    /* a gather still in flight (only on failures) may read its counts if MPI ever progresses
+     * again: left to MPI, as the buckets' buffers above */
+    if (rs->ngather == 0)
+        troupe_free(rs->gather_counts);
     troupe_free(rs->p2p);
     troupe_free(rs->fin_msg);
     troupe_free(rs);
