@@ -435,7 +435,7 @@ static troupe_status_t s_child_start(int mpi_ranks, int64_t batch, bool bf16, co
         argv[argc++] = (char *)FMNIST_BENCH_MPIEXEC;
         argv[argc++] = (char *)"-n";
         argv[argc++] = ranks_s;
-        for (char *save = NULL, *t = strtok_r(launcher, " ", &save); t && argc < 50;
+        for (char *save = NULL, *t = strtok_r(launcher, " ", &save); t && argc < 40;
              t = strtok_r(NULL, " ", &save))
             argv[argc++] = t;
     }

@@ -117,7 +117,8 @@
  * on the MPI paths (several nodes) every rank updates every element after
  * the reduction, as the routine would. The optimizer routine is compiled without fma fusion
  * (troupe_compile_unfused) and the fused update does the same operations in the same order, so
- * fused and unfused runs give the same bits, as do all ranks (tests/mpi/test_dp_fused.c). For
+ * fused and unfused runs give the same bits, as do all ranks' parameters, and their state once
+ * gathered (tests/mpi/test_dp_fused.c, tests/mpi/trainer_shard.sh). For
  * the shared-memory path the parameters and each state array are uploaded into one pool each,
  * in the gradients' order (troupe_init_from_host_packed), so they lie as the gradients do; a
  * model whose gradients form no span there takes the MPI path, fused all the same, and one whose
@@ -447,8 +448,9 @@ troupe_backend_t *troupe_dp_backend(troupe_dp_t *dp); /* borrowed */
  * rate in effect; the plan set with troupe_dp_set_plan and the data position derived from it)
  * and, per parameter in order, its label, precision, dims, values and optimizer state (SGD's
  * momentum; AdamW's first and second moments), and a CRC-32 (zlib) of everything before it.
- * Every rank calls it at the same step (it is collective when the fused update shards the
- * optimizer state: several ranks, SGD with momentum or AdamW). Only rank 0 writes (every rank with
+ * Every rank calls it at the same step (it is collective whenever the update is fused into the
+ * allreduce and has optimizer state: several ranks, SGD with momentum or AdamW; the gather
+ * moves data only where shared memory sharded the state). Only rank 0 writes (every rank with
  * local_only; the others sync and return OK), after the ranks gather the optimizer state that
  * the fused update keeps sharded (Fused update); a rank that steps on while another saves fails
  * both with FAILED_PRECONDITION ("rank 0 gathers the sharded state ... every rank must save

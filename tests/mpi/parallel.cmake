@@ -8,7 +8,7 @@ troupe_add_mpi_test(test_dp_repro SOURCES test_dp_repro.c NP 2 TIMEOUT 300
 # optimizer routine bit for bit, for SGD and AdamW with and without state and weight decay.
 troupe_add_mpi_test(test_dp_fused SOURCES test_dp_fused.c NP 2 TIMEOUT 300
                     ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
-# A save on rank 0 alone while the fused update shards the optimizer state: both ranks fail.
+# A save on rank 0 alone while the update is fused and has state to gather: both ranks fail.
 add_test(NAME test_dp_fused_save_one_np2
          COMMAND ${MPIEXEC_EXECUTABLE} -n 2 ${TROUPE_MPI_LAUNCHER_ARGS}
                  $<TARGET_FILE:test_dp_fused> save-one)

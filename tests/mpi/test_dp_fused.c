@@ -11,9 +11,10 @@
  *     fused update does its operations in the same order;
  *   - the parameters are bitwise identical on every rank;
  *   - both stay within rounding of one replica training on the global batch;
- *   - mode `save-one` (its own run: it fails the cluster): with the state sharded by the fused
- *     update (SGD with momentum), troupe_dp_save is collective: rank 0 saves while rank 1 steps
- *     on, and both fail with FAILED_PRECONDITION saying every rank must save the checkpoint.
+ *   - mode `save-one` (its own run: it fails the cluster): with the update fused and state to
+ *     gather (SGD with momentum; this model's state takes the MPI path, so the gather moves
+ *     nothing, but it is collective all the same), rank 0 saves while rank 1 steps on, and both
+ *     fail with FAILED_PRECONDITION saying every rank must save the checkpoint.
  * The test model's gradients form no span in shareable memory, so the update runs on every
  * rank after the MPI reduction here; tests/mpi/test_transport_apply.c covers the shared-memory
  * path, and the trainer's jobs (tests/mpi/trainer.cmake) run the main job's MLP through it. */

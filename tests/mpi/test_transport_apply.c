@@ -26,6 +26,8 @@
  *     starts from it; side arrays that do not lie as the gradients are never sharded; a failed
  *     mapping after sharded rounds: the MPI path gathers m first and every rank's p and m are
  *     right; with TROUPE_COLL_SHM=0 nothing is sharded and the gather does nothing;
+ *   - on one rank (mode `private`, np1): the update runs once, a gather changes nothing (its
+ *     update is not run);
  *   - refused: every side array private, TROUPE_COLL_UNSHARD without private side arrays.
  * Prints one FAIL line per failed check; exits 0 only if every check passed on this rank. */
 #include "actors/troupe.h"
@@ -438,7 +440,7 @@ int main(int argc, char **argv)
     if (s_fails == 0 && strcmp(mode, "mismatch") == 0) {
         s_test_mismatch();
     } else if (s_fails == 0 && strcmp(mode, "private") == 0) {
-        s_test_private(true);
+        s_test_private(s_size > 1); /* one rank: no shared memory, a gather does nothing */
     } else if (s_fails == 0) {
         s_test_refused();
         if (!shm_on)

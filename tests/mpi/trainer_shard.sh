@@ -18,13 +18,15 @@ for opt in sgd adamw; do
   for mode in on off; do
     rm -f "ck_$mode"
     # shellcheck disable=SC2086 # word lists
-    TROUPE_DP_FUSED_UPDATE=$mode TROUPE_LOG=info:transport timeout -k 5 240 "$@" -n 2 "$fmnist" \
+    TROUPE_DP_FUSED_UPDATE=$mode TROUPE_LOG=debug:transport timeout -k 5 240 "$@" -n 2 "$fmnist" \
       $small --optimizer $opt --checkpoint "ck_$mode" --checkpoint-every 7 >out 2>err ||
       fail "$opt, fused update $mode: exit status $?"
     grep -q "^final test_accuracy=" out || fail "$opt, fused update $mode: no final line"
     [ -s "ck_$mode" ] || fail "$opt, fused update $mode: no checkpoint"
-    [ "$mode" = off ] || grep -q "shared-memory allreduce on" err ||
-      fail "$opt: the fused run did not use shared memory"
+    [ "$mode" = off ] || grep -q "the update on each rank's chunk, its state private" err ||
+      fail "$opt: the fused run did not update with private state through shared memory"
+    [ "$mode" = off ] || grep -q "the private side arrays gathered" err ||
+      fail "$opt: the fused run's saves did not gather the state through shared memory"
   done
   cmp -s ck_on ck_off || fail "$opt: the sharded run's checkpoint differs from the unfused run's"
   echo "$opt: the sharded run wrote the unfused run's checkpoint byte for byte"

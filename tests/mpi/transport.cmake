@@ -91,11 +91,13 @@ foreach(mode off mismatch private)
   set_tests_properties(test_transport_apply_${mode}_np2 PROPERTIES TIMEOUT 120 LABELS mpi
                        PROCESSORS 2 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30")
 endforeach()
-# private side arrays (ZeRO stage 1's sharded state) on 3 ranks too: three chunks
-add_test(NAME test_transport_apply_private_np3
-         COMMAND ${MPIEXEC_EXECUTABLE} -n 3 ${TROUPE_MPI_LAUNCHER_ARGS}
-                 $<TARGET_FILE:test_transport_apply> private)
-set_tests_properties(test_transport_apply_private_np3 PROPERTIES TIMEOUT 120 LABELS mpi
-                     PROCESSORS 3 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30")
+# private side arrays (ZeRO stage 1's sharded state) on 3 ranks too (three chunks), and on one
+foreach(np 1 3)
+  add_test(NAME test_transport_apply_private_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} -n ${np} ${TROUPE_MPI_LAUNCHER_ARGS}
+                   $<TARGET_FILE:test_transport_apply> private)
+  set_tests_properties(test_transport_apply_private_np${np} PROPERTIES TIMEOUT 120 LABELS mpi
+                       PROCESSORS ${np} ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30")
+endforeach()
 set_tests_properties(test_transport_apply_off_np2 PROPERTIES
                      ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30;TROUPE_COLL_SHM=0")

@@ -405,8 +405,11 @@ static void s_dispatch(troupe__req_t **r_p)
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT,
                "%s (single rank): %zu tensors, %" PRId64 " bytes, nothing to move%s",
                troupe__req_kind_name(r->kind), r->n, r->bytes,
-               r->apply_fn != NULL ? "; the fused update runs here" : "");
-    troupe__req_apply_all(r);
+               r->apply_fn == NULL ? ""
+               : r->unshard        ? "; a gather of unsharded state: nothing to do"
+                                   : "; the fused update runs here");
+    if (!r->unshard)
+        troupe__req_apply_all(r);
     troupe__req_finish(r_p, TROUPE_OK, NULL);
 }
 
@@ -680,6 +683,8 @@ static troupe_status_t s_lend_collective(troupe__req_kind_t kind, troupe_context
         r->n_side = apply->n_side;
         r->n_private = apply->n_private;
         r->unshard = (flags & TROUPE_COLL_UNSHARD) != 0;
+        if (apply->n_private > 0) /* the first private side array of tensor 0 */
+            r->private_node = apply->side[(apply->n_side - apply->n_private) * n]->id;
         r->side = troupe_calloc(n * apply->n_side, sizeof *r->side);
         r->apply_arg = troupe_calloc(1, apply->arg_bytes > 0 ? apply->arg_bytes : 1);
         if (r->side == NULL || r->apply_arg == NULL) {

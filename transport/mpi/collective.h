@@ -72,9 +72,10 @@
  * path for it, and shared memory stays off from then on (logged). stats.shm counts these
  * collectives. An allreduce with a fused update (troupe_coll_apply_t) goes this way when its
  * side arrays lie as its tensors do, in shareable memory, on every rank: rank c then sums chunk
- * c block by block (8 KiB, in L1), runs the update on its own side arrays and copies the side
- * values into every other rank's; the tensors' arrays are left as they were. Ranks on several nodes use the plan above (the ring from 64 KiB; a hierarchical
- * allreduce is future work).
+ * c block by block (8 KiB, in L1), runs the update on its own side arrays and copies the shared
+ * side values into every other rank's (the private ones, the optimizer state, stay with it);
+ * the tensors' arrays are left as they were. Ranks on several nodes use the plan above (the ring
+ * from 64 KiB; a hierarchical allreduce is future work).
  *
  * Precisions. single and double reduce in their own precision (MPI_FLOAT, MPI_DOUBLE); half,
  * bfloat16 and fp8 are widened to single, reduced in single, and rounded back to nearest-even
@@ -203,15 +204,17 @@ enum {
  * The transport calls it exactly once per element of every tensor, on runs of any length and
  * in any order, on its engine thread or on a waiting stream's thread, and delivers the result
  * to every rank's side arrays: through shared memory (collective.h, Algorithms) rank c runs fn
- * on its own chunk and writes the side values it computed into every rank's copies; on the MPI
- * paths every rank runs fn on every element after the reduction. So fn must be a pure function
- * of (arg, sum[e], side[s][e]) per element, the same on every rank (the same build): then every
- * rank holds the same bits, whatever the path. The tensors' own arrays hold unspecified values
+ * on its own chunk and writes the shared side values it computed into every rank's copies (the
+ * private ones into its own only, above); on the MPI paths every rank runs fn on every element
+ * after the reduction. So fn must be a pure function of (arg, sum[e], side[s][e]) per element,
+ * the same on every rank (the same build): then every rank holds the same bits in the shared
+ * side arrays whatever the path, and in the private ones once gathered. The tensors' own arrays hold unspecified values
  * afterwards (this rank's, or the sums).
  *
  * Requirements (INVALID_ARGUMENT otherwise, naming the tensor): device level, op SUM, every
  * tensor single precision, 1 <= n_side <= TROUPE_COLL_APPLY_MAX_SIDE, n_private < n_side,
- * TROUPE_COLL_UNSHARD only with n_private > 0 (and then fn is not called), side[s * n + i] a node of
+ * TROUPE_COLL_UNSHARD only with n_private > 0 (then fn is not called, on any number of ranks),
+ * side[s * n + i] a node of
  * ctx of single precision with tensor i's element count, no node twice among the tensors and
  * side arrays. The side arrays are lent with the
  * tensors (written by the transport). `arg` (arg_bytes, at most TROUPE_COLL_APPLY_MAX_ARG) is

@@ -814,11 +814,15 @@ static troupe_status_t s_fp_verdict(s_rs_t *rs)
 static void s_log_done(troupe__req_t *r, s_rs_t *rs)
 {
     int64_t now = troupe_now_ns();
-    char shm[128] = "";
+    char shm[192] = "";
     if (rs->use_shm) {
         const troupe__shm_coll_t *c = &rs->shm;
         snprintf(shm, sizeof shm,
-                 " (shared memory: arrivals %.1f us, reduce %.1f us, departures %.1f us)",
+                 " (shared memory%s: arrivals %.1f us, reduce %.1f us, departures %.1f us)",
+                 !rs->shm_apply     ? ""
+                 : r->unshard       ? ", the private side arrays gathered"
+                 : r->n_private > 0 ? ", the update on each rank's chunk, its state private"
+                                    : ", the update on each rank's chunk",
                  (double)(c->t_arrived_ns - c->t_begin_ns) / 1e3,
                  (double)(c->t_reduced_ns - c->t_arrived_ns) / 1e3,
                  (double)(c->t_done_ns - c->t_reduced_ns) / 1e3);
@@ -896,16 +900,18 @@ static void s_fp_agreed(const troupe__req_t *r, s_rs_t *rs)
 /* ---- sharded private side arrays (collective.h, troupe_coll_apply_t n_private) ------------- */
 
 /* A request's identity for the set of sharded requests, the same on every rank (made of what
- * the fingerprints compared): its update, its side arrays, its first and last tensor's nodes
- * and its span's length. 0 when it has no private side arrays. */
-static uint64_t s_shard_key(const troupe__req_t *r, const s_rs_t *rs)
+ * the fingerprints compared): its update, its private side arrays (tensor 0's first one's
+ * node: a dp's state nodes are its own, so two dp instances on one model differ), its first
+ * and last tensor's nodes and its bytes. 0 when it has no private side arrays. */
+static uint64_t s_shard_key(const troupe__req_t *r)
 {
     if (r->apply_fn == NULL || r->n_private == 0 || r->n == 0)
         return 0;
-    uint64_t v[6] = {r->apply_id, r->n_side, r->n_private, (uint64_t)r->fp[0].node_id,
-                     (uint64_t)r->fp[r->n - 1].node_id, (uint64_t)rs->span_bytes};
+    uint64_t v[7] = {r->apply_id, r->n_side, r->n_private, (uint64_t)r->private_node,
+                     (uint64_t)r->fp[0].node_id, (uint64_t)r->fp[r->n - 1].node_id,
+                     (uint64_t)r->bytes};
     uint64_t h = UINT64_C(0xcbf29ce484222325);
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         h ^= v[i];
         h *= UINT64_C(0x100000001b3);
         h ^= h >> 29;
@@ -956,6 +962,18 @@ static troupe_status_t s_gather_post(troupe__req_t *r, s_rs_t *rs)
         return TROUPE_OK;
     int size = s_a.comm.size;
     int64_t units = rs->span_bytes / (int64_t)sizeof(float);
+    /* sharded through shared memory, so its tensors and side arrays lay as one span there; the
+     * same nodes (the key) lie the same way now, unless re-uploaded elsewhere */
+    bool laid = rs->flat && rs->span == r->tensors[0].data;
+    for (size_t k = r->n_side - r->n_private; k < r->n_side && laid; k++)
+        for (size_t i = 1; i < r->n && laid; i++)
+            laid = (const char *)r->side[k * r->n + i] - (const char *)r->side[k * r->n] ==
+                   (const char *)r->tensors[i].data - (const char *)r->tensors[0].data;
+    if (!laid)
+        return troupe__error(TROUPE_FAILED_PRECONDITION,
+                             "%s: cannot gather the optimizer state that shared memory left "
+                             "sharded: its arrays no longer lie as the tensors",
+                             rs->what);
     if (units > INT_MAX)
         return troupe__error(TROUPE_UNIMPLEMENTED,
                              "%s: cannot gather %" PRId64 " sharded elements in one MPI call",
@@ -1141,7 +1159,7 @@ static troupe_status_t s_step(troupe__req_t *r, s_rs_t *rs, bool *broken)
         }
         rs->probing = false;
         s_fp_agreed(r, rs);
-        rs->shard_key = s_shard_key(r, rs);
+        rs->shard_key = s_shard_key(r);
         /* sums through shared memory without the side spans: a gather has nothing to do there,
          * and an update on every rank needs whole state, which only MPI gathers (every rank
          * decides alike: the same agreement and the same sharded set) */
@@ -1625,8 +1643,13 @@ troupe_status_t troupe__engine_start(const void *data_comm, const void *ctl_comm
     s_a.last_pong_ns = troupe_calloc((size_t)size, sizeof *s_a.last_pong_ns);
     s_a.gate_expired = troupe_calloc((size_t)size, sizeof *s_a.gate_expired);
     s_a.lane_busy = troupe_calloc(1 + 2 * (size_t)size, 1);
+    /* room for the sharded set up front: growing it can fail on one rank alone, which fails
+     * that rank's request while the others wait for their deadline */
+    s_a.sharded_cap = 16;
+    s_a.nsharded = 0;
+    s_a.sharded = troupe_calloc(s_a.sharded_cap, sizeof *s_a.sharded);
     if (s_a.send_seq == NULL || s_a.recv_seq == NULL || s_a.last_pong_ns == NULL ||
-        s_a.gate_expired == NULL || s_a.lane_busy == NULL) {
+        s_a.gate_expired == NULL || s_a.lane_busy == NULL || s_a.sharded == NULL) {
         troupe__error(TROUPE_RESOURCE_EXHAUSTED, "transport: out of memory");
         goto free_peers;
     }

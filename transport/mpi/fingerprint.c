@@ -52,6 +52,7 @@ void troupe__fp_encode(const troupe__req_t *r, void *buf)
     h.apply = r->apply_fn != NULL ? (int64_t)r->apply_id : 0;
     h.n_side = r->apply_fn != NULL ? (int64_t)r->n_side : 0;
     h.n_private = r->apply_fn != NULL ? (int64_t)r->n_private : 0;
+    h.private_node = r->apply_fn != NULL && r->n_private > 0 ? r->private_node : 0;
     h.unshard = r->apply_fn != NULL && r->unshard ? 1 : 0;
     h.n = (int64_t)r->n;
     memcpy(buf, &h, sizeof h);
@@ -96,6 +97,7 @@ void troupe__fp_digest(const troupe__req_t *r, troupe__fp_digest_t *out)
         h = s_mix(h, r->apply_fn != NULL ? (int64_t)r->apply_id : 0);
         h = s_mix(h, r->apply_fn != NULL ? (int64_t)r->n_side : 0);
         h = s_mix(h, r->apply_fn != NULL ? (int64_t)r->n_private : 0);
+        h = s_mix(h, r->apply_fn != NULL && r->n_private > 0 ? r->private_node : 0);
         h = s_mix(h, r->apply_fn != NULL && r->unshard ? 1 : 0);
     }
     h = s_mix(h, (int64_t)r->n);
@@ -213,11 +215,13 @@ troupe_status_t troupe__fp_compare(const char *what, const void *a, int ra, cons
                                  "rank %d",
                                  what, va, ra, vb, rb);
         }
-        if (ha.n_private != hb.n_private)
+        if (ha.n_private != hb.n_private || ha.private_node != hb.private_node)
             return troupe__error(TROUPE_FAILED_PRECONDITION,
                                  "%s: fingerprint mismatch: fused update with %" PRId64
-                                 " private side arrays on rank %d but %" PRId64 " on rank %d",
-                                 what, ha.n_private, ra, hb.n_private, rb);
+                                 " private side arrays (from node %" PRId64 ") on rank %d but %"
+                                 PRId64 " (from node %" PRId64 ") on rank %d",
+                                 what, ha.n_private, ha.private_node, ra, hb.n_private,
+                                 hb.private_node, rb);
         if (ha.unshard != hb.unshard)
             return troupe__error(TROUPE_FAILED_PRECONDITION,
                                  "%s: fingerprint mismatch: rank %d gathers the sharded state "

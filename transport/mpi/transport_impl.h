@@ -73,6 +73,7 @@ typedef struct troupe__fp_header {
     int64_t apply;  /* allreduce: the fused update's id (troupe_coll_apply_t.id), 0: none */
     int64_t n_side; /* allreduce: its side arrays per tensor, 0: none */
     int64_t n_private; /* allreduce: how many of them are private (troupe_coll_apply_t) */
+    int64_t private_node; /* ...and the node id of tensor 0's first private side array */
     int64_t unshard;   /* allreduce: 1 for a TROUPE_COLL_UNSHARD gather */
     int64_t n;
 } troupe__fp_header_t;
@@ -143,6 +144,7 @@ struct troupe__req {
     size_t n_side;
     size_t n_private; /* the last n_private side arrays are private (sharded through shm) */
     bool unshard;     /* TROUPE_COLL_UNSHARD: gather the private side arrays, nothing else */
+    int64_t private_node; /* n_private > 0: the node id of tensor 0's first private side array */
     void **side;
 };
 
@@ -280,8 +282,9 @@ typedef struct troupe__shm_coll {
     troupe__red_type_t type;
     troupe_reduce_op_t op;
     int64_t lo, hi, next; /* this rank's chunk and how far it is reduced */
-    /* a fused update (troupe_coll_apply_t): run on this rank's chunk, its side values copied
-     * into every rank's side arrays: side[s * size + p] is rank p's side span s as mapped here */
+    /* a fused update (troupe_coll_apply_t): run on this rank's chunk, its shared side values
+     * copied into every rank's side arrays (the private ones stay here): side[s * size + p] is
+     * rank p's side span s as mapped here */
     troupe_coll_apply_fn apply_fn;
     const void *apply_arg;
     size_t n_side;
