@@ -608,19 +608,26 @@ static troupe_status_t s_exchange_new(troupe_dp_t *dp, s_exchange_t *x)
     return TROUPE_OK;
 }
 
+/* dp->fused's update with argument *arg: the parameters and, private to each rank's chunk,
+ * their optimizer state as side arrays (dp->fused_side). */
+static troupe_coll_apply_t s_fused_apply(const troupe_dp_t *dp, const troupe__dp_apply_arg_t *arg)
+{
+    return (troupe_coll_apply_t){.fn = troupe__dp_apply,
+                                 .arg = arg,
+                                 .arg_bytes = sizeof *arg,
+                                 .id = troupe__dp_apply_id(dp),
+                                 .n_side = 1 + (size_t)dp->nstate,
+                                 .n_private = (size_t)dp->nstate,
+                                 .side = dp->fused_side};
+}
+
 troupe_status_t troupe__dp_unshard(troupe_dp_t *dp)
 {
     if (!dp->fused || dp->nranks <= 1 || dp->nstate == 0)
         return TROUPE_OK;
     troupe__dp_apply_arg_t arg;
     memset(&arg, 0, sizeof arg); /* not run: the request only gathers */
-    troupe_coll_apply_t apply = {.fn = troupe__dp_apply,
-                                 .arg = &arg,
-                                 .arg_bytes = sizeof arg,
-                                 .id = troupe__dp_apply_id(dp),
-                                 .n_side = 1 + (size_t)dp->nstate,
-                                 .n_private = (size_t)dp->nstate,
-                                 .side = dp->fused_side};
+    troupe_coll_apply_t apply = s_fused_apply(dp, &arg);
     troupe_allreduce_args_t ar = {
         .op = TROUPE_REDUCE_SUM,
         .flags = dp->coll_flags | TROUPE_COLL_UNSHARD,
@@ -669,13 +676,7 @@ static troupe_status_t s_exchange_out(troupe_dp_t *dp, s_exchange_t *x, size_t g
         /* the optimizer step of this step fused into it (one segment: every gradient) */
         troupe_coll_apply_t apply;
         if (dp->fused) {
-            apply = (troupe_coll_apply_t){.fn = troupe__dp_apply,
-                                          .arg = &x->arg,
-                                          .arg_bytes = sizeof x->arg,
-                                          .id = troupe__dp_apply_id(dp),
-                                          .n_side = 1 + (size_t)dp->nstate,
-                                          .n_private = (size_t)dp->nstate,
-                                          .side = dp->fused_side};
+            apply = s_fused_apply(dp, &x->arg);
             ar.apply = &apply;
         }
         st = troupe_allreduce(&ar, &x->done[g]);

@@ -839,15 +839,21 @@ static void s_log_done(troupe__req_t *r, s_rs_t *rs)
 /* With r's fused update and a flat span in shareable memory: side_shm[s] locates side span s
  * when side array s of every tensor lies as the tensors do from the first (else it stays
  * zeroed, and every rank runs the update on every element after the sums: s_fp_agreed). */
+/* Whether side array s of every tensor of r lies as the tensors do from the first. */
+static bool s_side_laid(const troupe__req_t *r, size_t s)
+{
+    const char *t0 = r->tensors[0].data, *s0 = r->side[s * r->n];
+    bool laid = s0 != NULL;
+    for (size_t i = 1; i < r->n && laid; i++)
+        laid = (const char *)r->side[s * r->n + i] - s0 == (const char *)r->tensors[i].data - t0;
+    return laid;
+}
+
 static void s_side_spans(const troupe__req_t *r, const s_rs_t *rs, troupe__shm_ref_t *side_shm)
 {
-    const char *t0 = r->tensors[0].data;
     for (size_t s = 0; s < r->n_side; s++) {
-        const char *s0 = r->side[s * r->n];
-        bool laid = s0 != NULL;
-        for (size_t i = 1; i < r->n && laid; i++)
-            laid = (const char *)r->side[s * r->n + i] - s0 == (const char *)r->tensors[i].data - t0;
-        if (!laid || !troupe__shm_find(s0, (size_t)rs->span_bytes, &side_shm[s])) {
+        if (!s_side_laid(r, s) ||
+            !troupe__shm_find(r->side[s * r->n], (size_t)rs->span_bytes, &side_shm[s])) {
             memset(side_shm, 0, TROUPE_COLL_APPLY_MAX_SIDE * sizeof *side_shm);
             return;
         }
@@ -966,9 +972,7 @@ static troupe_status_t s_gather_post(troupe__req_t *r, s_rs_t *rs)
      * same nodes (the key) lie the same way now, unless re-uploaded elsewhere */
     bool laid = rs->flat && rs->span == r->tensors[0].data;
     for (size_t k = r->n_side - r->n_private; k < r->n_side && laid; k++)
-        for (size_t i = 1; i < r->n && laid; i++)
-            laid = (const char *)r->side[k * r->n + i] - (const char *)r->side[k * r->n] ==
-                   (const char *)r->tensors[i].data - (const char *)r->tensors[0].data;
+        laid = s_side_laid(r, k);
     if (!laid)
         return troupe__error(TROUPE_FAILED_PRECONDITION,
                              "%s: cannot gather the optimizer state that shared memory left "

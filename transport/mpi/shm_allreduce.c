@@ -354,6 +354,16 @@ static void s_sum_block(const troupe__shm_coll_t *c, size_t off, int64_t n)
         troupe__reduce_into(c->type, c->op, s_m.tmp, c->buf[p] + off, n);
 }
 
+/* This rank's `bytes` at byte offset `off` of side array k copied into every other rank's. */
+static void s_push_side(troupe__shm_coll_t *c, size_t k, size_t off, size_t bytes)
+{
+    size_t size = (size_t)s_m.size;
+    const char *mine = c->side[k * size + (size_t)s_m.rank] + off;
+    for (size_t p = 0; p < size; p++)
+        if (p != (size_t)s_m.rank)
+            memcpy(c->side[k * size + p] + off, mine, bytes);
+}
+
 /* The fused update of [from, to) of this rank's chunk (single precision): block by block, the
  * ranks' values summed in rank order 0, 1, ..., p-1 (as s_reduce_range sums), the update run
  * on this rank's side arrays, and the side values it wrote copied into every other rank's. */
@@ -370,9 +380,7 @@ static void s_apply_range(troupe__shm_coll_t *c, int64_t from, int64_t to)
             side[k] = (float *)(c->side[k * size + (size_t)s_m.rank] + off);
         c->apply_fn(c->apply_arg, n, (const float *)s_m.tmp, side);
         for (size_t k = 0; k < c->n_side - c->n_private; k++) /* the shared ones */
-            for (size_t p = 0; p < size; p++)
-                if (p != (size_t)s_m.rank)
-                    memcpy(c->side[k * size + p] + off, side[k], bytes);
+            s_push_side(c, k, off, bytes);
     }
 }
 
@@ -380,13 +388,9 @@ static void s_apply_range(troupe__shm_coll_t *c, int64_t from, int64_t to)
  * other rank's copy. */
 static void s_gather_range(troupe__shm_coll_t *c, int64_t from, int64_t to)
 {
-    size_t size = (size_t)s_m.size, off = (size_t)from * sizeof(float);
-    size_t bytes = (size_t)(to - from) * sizeof(float);
+    size_t off = (size_t)from * sizeof(float), bytes = (size_t)(to - from) * sizeof(float);
     for (size_t k = c->n_side - c->n_private; k < c->n_side; k++)
-        for (size_t p = 0; p < size; p++)
-            if (p != (size_t)s_m.rank)
-                memcpy(c->side[k * size + p] + off, c->side[k * size + (size_t)s_m.rank] + off,
-                       bytes);
+        s_push_side(c, k, off, bytes);
 }
 
 /* Reduces [from, to) of this rank's chunk into every rank's copy. */
