@@ -393,6 +393,8 @@ static void s_test_refused(void)
     troupe_coll_tensor_t ht = {.data = host, .count = 4, .prec = TROUPE_PREC_SINGLE};
     troupe_allreduce_args_t h = {.n = 1, .tensors = &ht, .apply = &ap};
     s_bad("host level", &h, "needs the device level");
+    troupe_allreduce_args_t hu = {.n = 1, .tensors = &ht, .flags = TROUPE_COLL_UNSHARD};
+    s_bad("a gather at the host level", &hu, "TROUPE_COLL_UNSHARD needs the device level");
 out:
     troupe_tnode_release(&dbl);
     troupe_tnode_release(&shortp);
