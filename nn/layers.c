@@ -1,0 +1,110 @@
+/* troupe — layers as forward assignments (see layers.h). */
+#include "nn/layers.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define S_MAX_LEAD 4
+
+/* Terms of the leading axes: "ABC" for ndims-1 = 3. */
+static void s_lead(int n, char *buf)
+{
+    for (int a = 0; a < n; a++)
+        buf[a] = (char)('A' + a);
+    buf[n] = '\0';
+}
+
+static troupe_status_t s_check(troupe_nn_t *nn)
+{
+    return troupe_nn_status(nn);
+}
+
+troupe_status_t troupe_nn_linear(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
+                                 troupe_tnode_t *b, troupe_tnode_t **out)
+{
+    TROUPE_RETURN_IF_ERROR(s_check(nn));
+    if (!x || !w || !out)
+        return troupe_nn_add(nn, troupe__error(TROUPE_INVALID_ARGUMENT, "linear: NULL argument"),
+                             NULL);
+    int lead = x->ndims - 1;
+    if (lead < 0 || lead > S_MAX_LEAD || w->ndims != 2 || x->dims[lead] != w->dims[0] ||
+        (b && (b->ndims != 1 || b->dims[0] != w->dims[1])))
+        return troupe_nn_add(nn,
+                             troupe__error(TROUPE_INVALID_ARGUMENT,
+                                           "linear: x #%d (%d axes, last %lld) does not match w "
+                                           "#%d (in, out) = (%lld, %lld)%s",
+                                           x->id, x->ndims,
+                                           (long long)(x->ndims ? x->dims[x->ndims - 1] : 0),
+                                           w->id, (long long)w->dims[0],
+                                           (long long)(w->ndims > 1 ? w->dims[1] : 0),
+                                           b ? " or its bias (out)" : ""),
+                             NULL);
+    int64_t dims[TROUPE_MAX_DIMS];
+    memcpy(dims, x->dims, sizeof dims);
+    dims[lead] = w->dims[1];
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "linear", x->ndims, dims, out));
+    char L[S_MAX_LEAD + 1], spec[64];
+    s_lead(lead, L);
+    if (b) {
+        snprintf(spec, sizeof spec, "j=>%sj", L);
+        TROUPE_RETURN_IF_ERROR(troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out,
+                                            TROUPE_UNOP_IDENTITY, b, spec));
+    }
+    snprintf(spec, sizeof spec, "%si,ij=>%sj", L, L);
+    return troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, x, w, spec);
+}
+
+/* "ABCD" for a pointwise map over all of x's axes. */
+static void s_all(const troupe_tnode_t *x, char *buf)
+{
+    s_lead(x->ndims, buf);
+}
+
+troupe_status_t troupe_nn_relu(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t **out)
+{
+    TROUPE_RETURN_IF_ERROR(s_check(nn));
+    if (!x || !out)
+        return troupe_nn_add(nn, troupe__error(TROUPE_INVALID_ARGUMENT, "relu: NULL argument"),
+                             NULL);
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "relu", x->ndims, x->dims, out));
+    char T[TROUPE_MAX_DIMS + 1], spec[64];
+    s_all(x, T);
+    snprintf(spec, sizeof spec, "%s=>%s", T, T);
+    return troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_RELU, x, spec);
+}
+
+troupe_status_t troupe_nn_softmax_xent(troupe_nn_t *nn, troupe_tnode_t *z, troupe_tnode_t *y,
+                                       troupe_tnode_t **out)
+{
+    TROUPE_RETURN_IF_ERROR(s_check(nn));
+    if (!z || !y || !out)
+        return troupe_nn_add(
+            nn, troupe__error(TROUPE_INVALID_ARGUMENT, "softmax_xent: NULL argument"), NULL);
+    if (z->ndims != 2 || y->ndims != 2 || z->dims[0] != y->dims[0] || z->dims[1] != y->dims[1])
+        return troupe_nn_add(nn,
+                             troupe__error(TROUPE_INVALID_ARGUMENT,
+                                           "softmax_xent: logits #%d and targets #%d must both "
+                                           "be (rows, classes) of the same size",
+                                           z->id, y->id),
+                             NULL);
+    const int64_t rows[1] = {z->dims[0]};
+    troupe_tnode_t *mx, *d, *e, *s, *lse, *picked, *nll, *n;
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "max", 1, rows, &mx));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "shifted", 2, z->dims, &d));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "exp", 2, z->dims, &e));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "sumexp", 1, rows, &s));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "lse", 1, rows, &lse));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "picked", 1, rows, &picked));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "nll", 1, rows, &nll));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "loss", 0, NULL, out));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, (double)z->dims[0], &n));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, mx));
+    troupe_nn_un(nn, true, TROUPE_BINOP_MAX, mx, TROUPE_UNOP_IDENTITY, z, "bc=>b");
+    troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, d, TROUPE_BINOP_SUB, z, mx, "bc,b=>bc");
+    troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, e, TROUPE_UNOP_EXP, d, "bc=>bc");
+    troupe_nn_un(nn, true, TROUPE_BINOP_ADD, s, TROUPE_UNOP_IDENTITY, e, "bc=>b");
+    troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, lse, TROUPE_UNOP_LOG, s, "b=>b");
+    troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, picked, TROUPE_BINOP_MUL, y, d, "bc,bc=>b");
+    troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, nll, TROUPE_BINOP_SUB, lse, picked, "b,b=>b");
+    return troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_DIV, nll, n, "b,=>");
+}
