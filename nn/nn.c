@@ -133,11 +133,6 @@ troupe_status_t troupe_nn_begin(troupe_nn_t *nn, const char *name)
         return nn->st;
     if (!name)
         return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_begin: NULL name"));
-    if (nn->layer)
-        return s_fail(nn, troupe__error(TROUPE_FAILED_PRECONDITION,
-                                        "troupe_nn_begin '%s': layer '%s' is still open (layers "
-                                        "do not nest)",
-                                        name, nn->layer));
     TROUPE_RETURN_IF_ERROR(s_close(nn));
     size_t len = strlen(name);
     nn->layer = malloc(len + 1);
@@ -201,6 +196,20 @@ troupe_status_t troupe_nn_param(troupe_nn_t *nn, const char *label, int ndims,
     TROUPE_RETURN_IF_ERROR(s_append(nn, &nn->grads, g));
     *out = p;
     return TROUPE_OK;
+}
+
+troupe_status_t troupe_nn_param_use(troupe_nn_t *nn, troupe_tnode_t *param, troupe_tnode_t *grad)
+{
+    if (!nn || !param || !grad)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_param_use: NULL argument");
+    if (nn->st != TROUPE_OK)
+        return nn->st;
+    troupe_tnode_retain(param);
+    TROUPE_RETURN_IF_ERROR(s_append(nn, &nn->nodes, param));
+    troupe_tnode_retain(grad);
+    TROUPE_RETURN_IF_ERROR(s_append(nn, &nn->nodes, grad));
+    TROUPE_RETURN_IF_ERROR(s_append(nn, &nn->params, param));
+    return s_append(nn, &nn->grads, grad);
 }
 
 troupe_status_t troupe_nn_add(troupe_nn_t *nn, troupe_status_t built, troupe_asgn_t *const *t)
@@ -290,6 +299,22 @@ troupe_status_t troupe_nn_stop_gradient(troupe_nn_t *nn, troupe_tnode_t *tn)
     return s_append(nn, &nn->stops, tn);
 }
 
+troupe_status_t troupe_nn_forward_root(troupe_nn_t *nn)
+{
+    if (!nn)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_forward_root: NULL nn");
+    if (nn->st != TROUPE_OK)
+        return nn->st;
+    TROUPE_RETURN_IF_ERROR(s_close(nn));
+    troupe_asgn_t *root = NULL;
+    troupe_status_t st =
+        troupe_asgn_seq(nn->comp, nn->layers.n, (troupe_asgn_t *const *)nn->layers.v, &root);
+    if (st != TROUPE_OK)
+        return s_fail(nn, st);
+    troupe_asgn_comp_set_root(nn->comp, root);
+    return TROUPE_OK;
+}
+
 troupe_status_t troupe_nn_finish(troupe_nn_t *nn, troupe_tnode_t *loss)
 {
     if (!nn)
@@ -298,13 +323,8 @@ troupe_status_t troupe_nn_finish(troupe_nn_t *nn, troupe_tnode_t *loss)
         return nn->st;
     if (!loss)
         return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_finish: NULL loss"));
-    TROUPE_RETURN_IF_ERROR(s_close(nn));
-    troupe_asgn_t *root = NULL;
-    troupe_status_t st =
-        troupe_asgn_seq(nn->comp, nn->layers.n, (troupe_asgn_t *const *)nn->layers.v, &root);
-    if (st != TROUPE_OK)
-        return s_fail(nn, st);
-    troupe_asgn_comp_set_root(nn->comp, root);
+    TROUPE_RETURN_IF_ERROR(troupe_nn_forward_root(nn));
+    troupe_status_t st;
     troupe_nn_grad_opts_t o = {(troupe_tnode_t *const *)nn->stops.v, nn->stops.n};
     st = troupe_nn_grad(nn->comp, loss, nn->params.n, (troupe_tnode_t *const *)nn->params.v,
                         (troupe_tnode_t *const *)nn->grads.v, &o);

@@ -46,8 +46,8 @@ troupe_status_t troupe_nn_status(const troupe_nn_t *nn);
 troupe_asgn_comp_t *troupe_nn_comp(const troupe_nn_t *nn);
 troupe_prec_t troupe_nn_prec(const troupe_nn_t *nn);
 
-/* Opens a layer named `name` (copied; shown in the generated code and traces); layers do not
- * nest. troupe_nn_end closes it. */
+/* Opens a layer named `name` (copied; shown in the generated code and traces), closing the
+ * open one: layers do not nest. troupe_nn_end closes it. */
 troupe_status_t troupe_nn_begin(troupe_nn_t *nn, const char *name);
 troupe_status_t troupe_nn_end(troupe_nn_t *nn);
 
@@ -58,6 +58,9 @@ troupe_status_t troupe_nn_node(troupe_nn_t *nn, const char *label, int ndims,
                                const int64_t *dims, troupe_tnode_t **out);
 troupe_status_t troupe_nn_param(troupe_nn_t *nn, const char *label, int ndims,
                                 const int64_t *dims, troupe_tnode_t **out);
+/* Registers caller-made nodes as a parameter and its gradient (same dims; both retained by the
+ * nn), e.g. nodes whose memory modes and labels a trainer chose. */
+troupe_status_t troupe_nn_param_use(troupe_nn_t *nn, troupe_tnode_t *param, troupe_tnode_t *grad);
 /* Like troupe_nn_node with another precision (integer targets, token ids). */
 troupe_status_t troupe_nn_node_prec(troupe_nn_t *nn, const char *label, troupe_prec_t prec,
                                     int ndims, const int64_t *dims, troupe_tnode_t **out);
@@ -83,6 +86,10 @@ troupe_status_t troupe_nn_stop_gradient(troupe_nn_t *nn, troupe_tnode_t *tn);
  * of the scalar `loss` with respect to every parameter (troupe_nn_grad, nn/grad.h): the
  * root becomes forward then backward. Returns the first error of the whole build. */
 TROUPE_MUST_USE troupe_status_t troupe_nn_finish(troupe_nn_t *nn, troupe_tnode_t *loss);
+
+/* Closes any open layer and sets the comp's root to the forward pass, without a backward
+ * (an evaluation). Returns the first error of the whole build. */
+TROUPE_MUST_USE troupe_status_t troupe_nn_forward_root(troupe_nn_t *nn);
 
 /* The parameters and their gradients in creation order (borrowed arrays of n nodes). */
 size_t troupe_nn_params(const troupe_nn_t *nn, troupe_tnode_t *const **params,

@@ -3,6 +3,8 @@
 
 #include "actors/backend.h"
 #include "ir/ops.h"
+#include "nn/layers.h"
+#include "nn/nn.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -96,6 +98,22 @@ static troupe_status_t s_node(s_nodes_t ns, const char *l1, const char *l2, trou
     TROUPE_RETURN_IF_ERROR(troupe_tnode_new(labels, l2 ? 2 : 1, prec, ndims, dims, NULL, 0.0, &tn));
     (*ns.v)[(*ns.n)++] = tn;
     *out = tn;
+    return TROUPE_OK;
+}
+
+/* Keeps a reference to tn (made elsewhere) in the node list. */
+static troupe_status_t s_adopt(s_nodes_t ns, troupe_tnode_t *tn)
+{
+    if (*ns.n == *ns.cap) {
+        size_t cap = *ns.cap ? 2 * *ns.cap : 32;
+        troupe_tnode_t **v = realloc(*ns.v, cap * sizeof *v);
+        if (!v)
+            return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "fmnist: out of memory");
+        *ns.v = v;
+        *ns.cap = cap;
+    }
+    troupe_tnode_retain(tn);
+    (*ns.v)[(*ns.n)++] = tn;
     return TROUPE_OK;
 }
 
@@ -241,7 +259,9 @@ static troupe_status_t s_forward(s_items_t *it, s_nodes_t ns, const fmnist_mlp_t
 
 /* ---- the gradient computation ---------------------------------------------------------------- */
 
-static troupe_status_t s_build_grad(fmnist_mlp_t *m)
+/* The hand-written backward pass: kept only as the reference the derived one is tested
+ * against (cfg.hand_grad; tests/test_mlp.c). */
+static troupe_status_t s_build_grad_by_hand(fmnist_mlp_t *m)
 {
     const fmnist_mlp_config_t *c = &m->cfg;
     troupe_prec_t p = c->prec;
@@ -334,6 +354,73 @@ static troupe_status_t s_build_grad(fmnist_mlp_t *m)
     s_un(&it, true, TROUPE_BINOP_ADD, g[1], TROUPE_UNOP_IDENTITY, dz1, "bj=>j");
     s_block(&it, from, "layer 1 backward");
     return s_finish(&it);
+}
+
+/* The model as a list of layers (nn/): 784-256-128-10 with ReLUs. x is (rows, in); *z3 gets
+ * the logits (rows, out). */
+static troupe_status_t s_nn_forward(troupe_nn_t *nn, const fmnist_mlp_t *m, troupe_tnode_t *x,
+                                    troupe_tnode_t **z3)
+{
+    troupe_tnode_t *const *w = m->params;
+    troupe_tnode_t *z1, *a1, *z2, *a2;
+    troupe_nn_begin(nn, "layer 1: a1 = relu(x w1 + b1)");
+    troupe_nn_linear(nn, x, w[0], w[1], &z1);
+    troupe_nn_relu(nn, z1, &a1);
+    troupe_nn_begin(nn, "layer 2: a2 = relu(a1 w2 + b2)");
+    troupe_nn_linear(nn, a1, w[2], w[3], &z2);
+    troupe_nn_relu(nn, z2, &a2);
+    troupe_nn_begin(nn, "layer 3: logits z3 = a2 w3 + b3");
+    troupe_nn_linear(nn, a2, w[4], w[5], z3);
+    return troupe_nn_end(nn);
+}
+
+/* The gradient computation from the forward pass: the layers, the mean softmax
+ * cross-entropy, and the backward derived by nn/grad.h. In the indexed form the minibatch
+ * is a slice of the data set at the static index (x := x_all[batch], y := y_all[batch]),
+ * which the optimizer inlines into the reads. */
+static troupe_status_t s_build_grad(fmnist_mlp_t *m)
+{
+    const fmnist_mlp_config_t *c = &m->cfg;
+    if (c->hand_grad)
+        return s_build_grad_by_hand(m);
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_comp_new(&m->grad_comp));
+    troupe_asgn_comp_t *comp = m->grad_comp;
+    troupe_nn_t *nn = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_nn_new(comp, c->prec, &nn));
+    troupe_tnode_t *x = m->x, *y = m->y;
+    troupe_status_t st = TROUPE_OK;
+    if (!c->fed) {
+        int32_t sym = -1;
+        st = troupe_asgn_comp_add_static_symbol(comp, FMNIST_BATCH_SYMBOL, c->num_batches, &sym);
+        troupe_nn_begin(nn, "the minibatch: x, y := x_all[batch], y_all[batch]");
+        troupe_nn_node(nn, "x", 2, (int64_t[]){c->batch, c->in}, &x);
+        troupe_nn_node(nn, "y", 2, (int64_t[]){c->batch, c->out}, &y);
+        troupe_asgn_t *t = NULL;
+        if (st == TROUPE_OK && troupe_nn_status(nn) == TROUPE_OK)
+            st = troupe_nn_add(nn, troupe_asgn_fetch_slice(comp, x, sym, m->x_all, &t), &t);
+        if (st == TROUPE_OK && troupe_nn_status(nn) == TROUPE_OK)
+            st = troupe_nn_add(nn, troupe_asgn_fetch_slice(comp, y, sym, m->y_all, &t), &t);
+    }
+    for (int i = 0; i < FMNIST_MLP_NPARAMS && st == TROUPE_OK; i++)
+        st = troupe_nn_param_use(nn, m->params[i], m->grads[i]);
+    troupe_tnode_t *z3 = NULL, *loss = NULL;
+    if (st == TROUPE_OK)
+        st = s_nn_forward(nn, m, x, &z3);
+    troupe_nn_begin(nn, "mean softmax cross-entropy (max-shifted log-sum-exp)");
+    troupe_nn_softmax_xent(nn, z3, y, &loss);
+    if (st == TROUPE_OK)
+        st = troupe_nn_finish(nn, loss);
+    /* the trainer reads the loss on the host */
+    if (st == TROUPE_OK) {
+        s_nodes_t ns = {&m->nodes, &m->nnodes, &m->nodes_cap};
+        st = s_adopt(ns, loss);
+    }
+    if (st == TROUPE_OK) {
+        m->loss = loss; /* the placeholder made by fmnist_mlp_new stays unused */
+        st = s_set_mode(m->loss, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
+    }
+    troupe_nn_destroy(&nn);
+    return st;
 }
 
 /* The fed form's feed: x := x_all[batch], y := y_all[batch] (exact copies). */
@@ -599,13 +686,24 @@ troupe_status_t fmnist_mlp_eval_new(const fmnist_mlp_t *m, int64_t n, fmnist_mlp
         st = s_set_mode(e->logits, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
     if (st == TROUPE_OK)
         st = troupe_asgn_comp_new(&e->comp);
+    troupe_nn_t *nn = NULL;
+    if (st == TROUPE_OK)
+        st = troupe_nn_new(e->comp, c->prec, &nn);
     if (st == TROUPE_OK) {
-        s_items_t it = {.comp = e->comp};
-        s_fwd_t f;
-        st = s_forward(&it, ns, m, e->x, "bi", n, e->logits, &f);
+        troupe_tnode_t *z3 = NULL;
+        st = s_nn_forward(nn, m, e->x, &z3);
+        troupe_nn_begin(nn, "the logits to the host");
+        troupe_asgn_t *t = NULL;
+        if (st == TROUPE_OK && troupe_nn_status(nn) == TROUPE_OK)
+            troupe_nn_add(nn, troupe_asgn_copy(e->comp, e->logits, troupe_asgn_node(z3), &t), &t);
+        troupe_nn_end(nn);
         if (st == TROUPE_OK)
-            st = s_finish(&it);
+            st = troupe_nn_status(nn);
+        /* the forward pass only: no loss, no gradient */
+        if (st == TROUPE_OK)
+            st = troupe_nn_forward_root(nn);
     }
+    troupe_nn_destroy(&nn);
     if (st != TROUPE_OK) {
         fmnist_mlp_eval_destroy(&e);
         return st;

@@ -65,6 +65,9 @@ typedef struct fmnist_mlp_config {
     int64_t num_batches;               /* minibatches held by x_all / y_all */
     troupe_prec_t prec;                /* SINGLE, or DOUBLE (gradient checks) */
     bool fed; /* true: the fed form (feed_comp, x, y); false: the indexed form (header) */
+    /* The gradient: derived from the forward pass by nn/ (false, the default), or the
+     * hand-written backward kept as the tests' reference (true). */
+    bool hand_grad;
 } fmnist_mlp_config_t;
 
 /* 784-256-128-10 in single precision with the given minibatch layout, indexed form. */
