@@ -186,6 +186,8 @@ static void g_check(g_model_t *m, double tol)
     g_build(m, 0.3, 1.2);
     g_run(m);
     for (int p = 0; p < m->nparams; p++) {
+        if (troupe_asgn_comp_node_index(m->comp, m->params[p]) == SIZE_MAX)
+            continue; /* never read: its gradient is the zero fill */
         int64_t n = troupe_tnode_num_elems(m->params[p]);
         g_run(m); /* at the unperturbed point */
         double *g = malloc((size_t)n * sizeof *g);
@@ -546,4 +548,97 @@ Test(grad, comparisons_are_constants)
     for (int k = 0; k < 3; k++)
         cr_expect_eq(g_data(&m, m.grads[0])[k], want[k], "w[%d]", k);
     g_free(&m);
+}
+
+/* ---- fuzz: random forward DAGs --------------------------------------------------------------- */
+
+/* Shapes of the fuzzed nodes: (2,3) "ab", (3,2) "ba", (2) "a", (3) "b", scalar "". */
+enum { F_A, F_AT, F_R, F_C, F_S, F_NSHAPES };
+static const char *const k_fterm[F_NSHAPES] = {"ab", "ba", "a", "b", ""};
+static const int k_fndims[F_NSHAPES] = {2, 2, 1, 1, 0};
+static const int64_t k_fdims[F_NSHAPES][2] = {{2, 3}, {3, 2}, {2, 0}, {3, 0}, {0, 0}};
+
+typedef struct f_val {
+    troupe_tnode_t *tn;
+    int shape;
+} f_val_t;
+
+static uint32_t f_pick(g_model_t *m, uint32_t n)
+{
+    return (uint32_t)(g_rnd(m, 0, 1) * n) % n;
+}
+
+/* One random statement reading earlier values, writing a new node. */
+static f_val_t f_statement(g_model_t *m, const f_val_t *vals, int nvals)
+{
+    static const troupe_unop_t unops[] = {TROUPE_UNOP_IDENTITY, TROUPE_UNOP_NEG,
+                                          TROUPE_UNOP_TANH_APPROX, TROUPE_UNOP_SIN,
+                                          TROUPE_UNOP_COS, TROUPE_UNOP_EXP};
+    static const troupe_binop_t binops[] = {TROUPE_BINOP_ADD, TROUPE_BINOP_SUB, TROUPE_BINOP_MUL,
+                                            TROUPE_BINOP_MAX, TROUPE_BINOP_MIN};
+    f_val_t a = vals[f_pick(m, (uint32_t)nvals)], b = vals[f_pick(m, (uint32_t)nvals)];
+    char spec[64];
+    f_val_t out = {NULL, F_A};
+    if (f_pick(m, 2) == 0) {
+        /* unop: same shape, transpose, reduction (add or max) or broadcast */
+        troupe_unop_t op = unops[f_pick(m, sizeof unops / sizeof unops[0])];
+        int to;
+        troupe_binop_t acc = TROUPE_BINOP_ARG2;
+        switch (f_pick(m, 4)) {
+        case 0:
+            to = a.shape;
+            break;
+        case 1:
+            to = a.shape == F_A ? F_AT : a.shape == F_AT ? F_A : a.shape;
+            break;
+        case 2: /* reduce to a vector or scalar */
+            to = a.shape == F_A ? (f_pick(m, 2) ? F_R : F_C) : F_S;
+            acc = f_pick(m, 3) == 0 ? TROUPE_BINOP_MAX : TROUPE_BINOP_ADD;
+            break;
+        default: /* broadcast a vector or scalar up to (2,3) */
+            to = F_A;
+            acc = a.shape == F_A || a.shape == F_AT ? TROUPE_BINOP_ADD : TROUPE_BINOP_ARG2;
+            break;
+        }
+        out.shape = to;
+        out.tn = g_node(m, "f", k_fndims[to], k_fdims[to]);
+        snprintf(spec, sizeof spec, "%s=>%s", k_fterm[a.shape], k_fterm[to]);
+        g_un(m, true, acc, out.tn, op, a.tn, spec);
+        return out;
+    }
+    /* binop: pointwise over the union of the operands' axes, written into (2,3), or a
+     * contraction into (2) */
+    troupe_binop_t op = binops[f_pick(m, sizeof binops / sizeof binops[0])];
+    if (f_pick(m, 3) == 0) {
+        out.shape = F_R;
+        out.tn = g_node(m, "f", 1, k_fdims[F_R]);
+        snprintf(spec, sizeof spec, "%s,%s=>a", k_fterm[a.shape], k_fterm[b.shape]);
+        g_bin(m, true, TROUPE_BINOP_ADD, out.tn, op, a.tn, b.tn, spec);
+        return out;
+    }
+    out.tn = g_node(m, "f", 2, k_fdims[F_A]);
+    snprintf(spec, sizeof spec, "%s,%s=>ab", k_fterm[a.shape], k_fterm[b.shape]);
+    g_bin(m, true, TROUPE_BINOP_ARG2, out.tn, op, a.tn, b.tn, spec); /* injective */
+    return out;
+}
+
+Test(grad, fuzz_random_dags_against_finite_differences)
+{
+    int seeds = getenv("GRAD_FUZZ_SEEDS") ? atoi(getenv("GRAD_FUZZ_SEEDS")) : 150;
+    for (int seed = 1; seed <= seeds; seed++) {
+        g_model_t m;
+        g_init(&m, 1000 + (uint64_t)seed);
+        f_val_t vals[12];
+        int nv = 0;
+        vals[nv++] = (f_val_t){g_param(&m, "p", 2, k_fdims[F_A]), F_A};
+        vals[nv++] = (f_val_t){g_param(&m, "q", 1, k_fdims[F_C]), F_C};
+        int nst = 2 + (int)f_pick(&m, 5);
+        for (int s = 0; s < nst && m.n < G_MAX_NODES - 2; s++) {
+            f_val_t v = f_statement(&m, vals, nv);
+            vals[nv++] = v;
+        }
+        g_loss_of(&m, vals[nv - 1].tn);
+        cr_log_info("seed %d: %d statements", seed, nst);
+        g_check(&m, 1e-6);
+    }
 }
