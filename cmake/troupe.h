@@ -2,8 +2,9 @@
  * <prefix>/include on the include path (docs/install.md). It brings the runtime API
  * (actors/troupe.h: backends, devices, streams, contexts, compile/link/run, transfers, merge
  * buffers, events, and the IR to write routines), models from their forward pass (nn/:
- * layers, differentiation), data-parallel training (parallel/dp.h) and the cluster (transport/mpi/cluster.h: ranks; no MPI header). Each piece can also be included
- * alone, e.g. <troupe/parallel/dp.h>. No CZMQ, MPI or CUDA header is included.
+ * layers, differentiation), data-parallel training (parallel/dp.h) and the cluster
+ * (transport/mpi/cluster.h: ranks; no MPI header). Each piece can also be included alone, e.g.
+ * <troupe/parallel/dp.h>. No CZMQ, MPI or CUDA header is included.
  *
  * Thread safety and ownership: see each header.
  */
