@@ -18,10 +18,10 @@
 #ifndef TROUPE_ACTORS_BACKEND_H
 #define TROUPE_ACTORS_BACKEND_H
 
-#include "actors/device.h"
-#include "actors/stream.h"
-#include "base/status.h"
-#include "devices/device.h"
+#include "troupe/actors/device.h"
+#include "troupe/actors/stream.h"
+#include "troupe/base/status.h"
+#include "troupe/devices/device.h"
 
 #include <stdbool.h>
 #include <stdint.h>

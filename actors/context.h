@@ -17,11 +17,11 @@
 #ifndef TROUPE_ACTORS_CONTEXT_H
 #define TROUPE_ACTORS_CONTEXT_H
 
-#include "actors/event.h"
-#include "actors/stream.h"
-#include "base/status.h"
-#include "devices/device.h"
-#include "ir/tnode.h"
+#include "troupe/actors/event.h"
+#include "troupe/actors/stream.h"
+#include "troupe/base/status.h"
+#include "troupe/devices/device.h"
+#include "troupe/ir/tnode.h"
 
 #include <stdbool.h>
 

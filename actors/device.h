@@ -11,8 +11,8 @@
 #ifndef TROUPE_ACTORS_DEVICE_H
 #define TROUPE_ACTORS_DEVICE_H
 
-#include "actors/stream.h"
-#include "base/status.h"
+#include "troupe/actors/stream.h"
+#include "troupe/base/status.h"
 
 #include <stdint.h>
 

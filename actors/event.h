@@ -26,7 +26,7 @@
 #ifndef TROUPE_ACTORS_EVENT_H
 #define TROUPE_ACTORS_EVENT_H
 
-#include "base/status.h"
+#include "troupe/base/status.h"
 
 #include <stdbool.h>
 #include <stddef.h>

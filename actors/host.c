@@ -12,6 +12,7 @@
 #include "base/vec.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #define S_PROV_PER_STREAM 410

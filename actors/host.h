@@ -31,10 +31,10 @@
 #ifndef TROUPE_ACTORS_HOST_H
 #define TROUPE_ACTORS_HOST_H
 
-#include "actors/context.h"
-#include "actors/event.h"
-#include "base/status.h"
-#include "ir/tnode.h"
+#include "troupe/actors/context.h"
+#include "troupe/actors/event.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/tnode.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,10 +12,10 @@
 #ifndef TROUPE_ACTORS_LEND_H
 #define TROUPE_ACTORS_LEND_H
 
-#include "actors/context.h"
-#include "actors/event.h"
-#include "base/status.h"
-#include "ir/tnode.h"
+#include "troupe/actors/context.h"
+#include "troupe/actors/event.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/tnode.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -41,12 +41,12 @@
 #ifndef TROUPE_ACTORS_ROUTINE_H
 #define TROUPE_ACTORS_ROUTINE_H
 
-#include "actors/backend.h"
-#include "actors/context.h"
-#include "actors/event.h"
-#include "base/status.h"
-#include "ir/assign.h"
-#include "ir/lowlevel.h"
+#include "troupe/actors/backend.h"
+#include "troupe/actors/context.h"
+#include "troupe/actors/event.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/assign.h"
+#include "troupe/ir/lowlevel.h"
 
 #include <stdint.h>
 

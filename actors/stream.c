@@ -522,7 +522,7 @@ static void s_dtor_from_ptr(void *p, troupe_stream_dtor_fn *fn)
 }
 
 /* Handles one request of the verb table and returns its reply (NULL when out of memory, or for
- * $TERM which has none). Used by the actor for pipe messages and by troupe_stream_request for
+ * $TERM which has none). Used by the actor for pipe messages and by troupe__stream_request for
  * inline streams; *terminate is set for $TERM. */
 static zmsg_t *s_dispatch(troupe_stream_t *s, zmsg_t *msg, bool *terminate)
 {
@@ -1124,7 +1124,7 @@ static troupe_status_t s_debug_sexp(troupe_stream_t *s, char **out)
     return troupe__strbuf_finish(&b, "stream debug info", out, NULL);
 }
 
-uint64_t troupe_stream_next_request_id(troupe_stream_t *s)
+uint64_t troupe__stream_next_request_id(troupe_stream_t *s)
 {
     static atomic_uint_fast64_t inline_ids = 1;
     if (s->actor)
@@ -1132,7 +1132,7 @@ uint64_t troupe_stream_next_request_id(troupe_stream_t *s)
     return atomic_fetch_add_explicit(&inline_ids, 1, memory_order_relaxed);
 }
 
-troupe_status_t troupe_stream_request(troupe_stream_t *s, zmsg_t **req_p, int64_t timeout_ns,
+troupe_status_t troupe__stream_request(troupe_stream_t *s, zmsg_t **req_p, int64_t timeout_ns,
                                       zmsg_t **reply_p)
 {
     if (reply_p)
@@ -1140,7 +1140,7 @@ troupe_status_t troupe_stream_request(troupe_stream_t *s, zmsg_t **req_p, int64_
     if (!s || !req_p || !*req_p || !reply_p) {
         if (req_p)
             zmsg_destroy(req_p);
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_stream_request: NULL argument");
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe__stream_request: NULL argument");
     }
     zframe_t *f0 = zmsg_first(*req_p);
     if (f0 && zframe_streq(f0, TROUPE_VERB_TERM)) {

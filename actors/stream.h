@@ -52,15 +52,15 @@
  *     arrives as an [EV_DONE]/[EV_FAIL] message, from whatever thread completed the event.
  *     Meanwhile new work keeps accumulating and pipe requests (DEBUG, ...) are answered.
  *   - the actor's pipe carries the control plane with the message schema below; host calls use
- *     it for troupe_stream_debug_info and troupe_stream_request, and troupe_stream_release for
+ *     it for troupe_stream_debug_info and troupe__stream_request, and troupe_stream_release for
  *     $TERM. Requests from several host threads are serialised (troupe_actor_request).
  *   - troupe_stream_await waits on a condition variable for the pending-item count to drop to
  *     zero (the actor publishes its finished count once per batch and signals only when a
  *     thread awaits and the stream went idle).
  *
  * Pipe verb table (threaded; inline streams answer the same messages from
- * troupe_stream_request in the caller's thread). Frames: s string, 8 uint64, p pointer,
- * S status (4 bytes). Every request gets exactly one reply [id][status]..., except $TERM:
+ * troupe__stream_request, actors/stream_impl.h, in the caller's thread). Frames: s string,
+ * 8 uint64, p pointer, S status (4 bytes). Every request gets exactly one reply [id][status]..., except $TERM:
  *
  * | verb    | request frames                               | reply frames               |
  * |---------|----------------------------------------------|----------------------------|
@@ -92,10 +92,9 @@
 #ifndef TROUPE_ACTORS_STREAM_H
 #define TROUPE_ACTORS_STREAM_H
 
-#include "actors/actor.h"
-#include "actors/event.h"
-#include "base/status.h"
-#include "devices/device.h"
+#include "troupe/actors/event.h"
+#include "troupe/base/status.h"
+#include "troupe/devices/device.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -175,19 +174,6 @@ troupe_status_t troupe_stream_status(troupe_stream_t *s);
  * timeout if shorter). Returns TROUPE_RESOURCE_EXHAUSTED, TROUPE_DEADLINE_EXCEEDED,
  * TROUPE_TRANSPORT_ERROR. */
 TROUPE_MUST_USE troupe_status_t troupe_stream_debug_info(troupe_stream_t *s, char **out);
-
-/* Sends one raw request of the verb table to the stream and returns its reply in *reply_p
- * (caller owns it; zmsg_destroy). `*req_p` is consumed. Threaded: through the actor's pipe
- * with a deadline; inline: answered in this thread. $TERM is refused (INVALID_ARGUMENT: use
- * troupe_stream_release). Returns the transport status (DEADLINE_EXCEEDED, TRANSPORT_ERROR,
- * INVALID_ARGUMENT for NULL); the request's own outcome is in the reply. Not from the stream's
- * own work items (a threaded actor cannot answer while it runs one: DEADLINE_EXCEEDED). A RECORD
- * reply that arrives after its request timed out is discarded, leaking its event reference. */
-TROUPE_MUST_USE troupe_status_t troupe_stream_request(troupe_stream_t *s, zmsg_t **req_p,
-                                                      int64_t timeout_ns, zmsg_t **reply_p);
-
-/* A fresh request id for troupe_stream_request (never 0). */
-uint64_t troupe_stream_next_request_id(troupe_stream_t *s);
 
 /* Immutable properties. */
 const char *troupe_stream_name(const troupe_stream_t *s); /* "<backend>:<ordinal>:<id>" */

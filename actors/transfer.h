@@ -14,14 +14,14 @@
 #ifndef TROUPE_ACTORS_TRANSFER_H
 #define TROUPE_ACTORS_TRANSFER_H
 
-#include "actors/context.h"
-#include "actors/event.h"
-#include "actors/host.h"
-#include "actors/lend.h"
-#include "actors/merge.h"
-#include "actors/routine.h"
-#include "base/status.h"
-#include "ir/tnode.h"
+#include "troupe/actors/context.h"
+#include "troupe/actors/event.h"
+#include "troupe/actors/host.h"
+#include "troupe/actors/lend.h"
+#include "troupe/actors/merge.h"
+#include "troupe/actors/routine.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/tnode.h"
 
 #ifdef __cplusplus
 extern "C" {

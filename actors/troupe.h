@@ -23,17 +23,17 @@
 #ifndef TROUPE_ACTORS_TROUPE_H
 #define TROUPE_ACTORS_TROUPE_H
 
-#include "actors/backend.h"
-#include "actors/context.h"
-#include "actors/event.h"
-#include "actors/routine.h"
-#include "actors/stream.h"
-#include "actors/transfer.h"
-#include "base/clock.h"
-#include "base/config.h"
-#include "base/status.h"
-#include "ir/assign.h"
-#include "ir/lowlevel.h"
-#include "ir/tnode.h"
+#include "troupe/actors/backend.h"
+#include "troupe/actors/context.h"
+#include "troupe/actors/event.h"
+#include "troupe/actors/routine.h"
+#include "troupe/actors/stream.h"
+#include "troupe/actors/transfer.h"
+#include "troupe/base/clock.h"
+#include "troupe/base/config.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/assign.h"
+#include "troupe/ir/lowlevel.h"
+#include "troupe/ir/tnode.h"
 
 #endif

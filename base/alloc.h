@@ -11,7 +11,7 @@
 #ifndef TROUPE_BASE_ALLOC_H
 #define TROUPE_BASE_ALLOC_H
 
-#include "base/status.h"
+#include "troupe/base/status.h"
 
 #include <stddef.h>
 

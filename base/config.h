@@ -43,7 +43,7 @@
 #ifndef TROUPE_BASE_CONFIG_H
 #define TROUPE_BASE_CONFIG_H
 
-#include "base/status.h"
+#include "troupe/base/status.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -19,7 +19,7 @@
 #ifndef TROUPE_BASE_LOG_H
 #define TROUPE_BASE_LOG_H
 
-#include "base/status.h"
+#include "troupe/base/status.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -29,7 +29,7 @@
 #ifndef TROUPE_BASE_TRACE_H
 #define TROUPE_BASE_TRACE_H
 
-#include "base/status.h"
+#include "troupe/base/status.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -230,9 +230,9 @@
 #ifndef TROUPE_COMPILER_CGEN_H
 #define TROUPE_COMPILER_CGEN_H
 
-#include "base/status.h"
-#include "ir/lowlevel.h"
-#include "ir/tnode.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/lowlevel.h"
+#include "troupe/ir/tnode.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -25,8 +25,8 @@
 #ifndef TROUPE_COMPILER_FUSE_H
 #define TROUPE_COMPILER_FUSE_H
 
-#include "base/status.h"
-#include "ir/lowlevel.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/lowlevel.h"
 
 #include <stddef.h>
 

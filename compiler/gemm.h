@@ -29,7 +29,7 @@
 #ifndef TROUPE_COMPILER_GEMM_H
 #define TROUPE_COMPILER_GEMM_H
 
-#include "ir/lowlevel.h"
+#include "troupe/ir/lowlevel.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -64,8 +64,8 @@
 #ifndef TROUPE_COMPILER_INTERP_H
 #define TROUPE_COMPILER_INTERP_H
 
-#include "base/status.h"
-#include "ir/lowlevel.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/lowlevel.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -30,9 +30,9 @@
 #ifndef TROUPE_COMPILER_LOWER_H
 #define TROUPE_COMPILER_LOWER_H
 
-#include "base/status.h"
-#include "ir/assign.h"
-#include "ir/lowlevel.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/assign.h"
+#include "troupe/ir/lowlevel.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -86,8 +86,8 @@
 #ifndef TROUPE_COMPILER_OPTIMIZE_H
 #define TROUPE_COMPILER_OPTIMIZE_H
 
-#include "base/status.h"
-#include "ir/lowlevel.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/lowlevel.h"
 
 #include <stdbool.h>
 #include <stdint.h>

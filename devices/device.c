@@ -5,6 +5,7 @@
 #include "base/status.h"
 #include "devices/cpu/cpu_impl.h"
 #include "devices/graph_impl.h"
+#include "devices/plugin_impl.h"
 #include "devices/sync/sync_impl.h"
 #include "troupe_config.h"
 
@@ -12,43 +13,40 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The CUDA driver joins the table once it is built and its private header declares
- * `troupe__driver_cuda`. */
-#if TROUPE_HAVE_CUDA && defined(__has_include)
-#if __has_include("devices/cuda/cuda_impl.h")
-#include "devices/cuda/cuda_impl.h"
-#define S_WITH_CUDA 1
-#endif
-#endif
-#ifndef S_WITH_CUDA
-#define S_WITH_CUDA 0
-#endif
-
+/* The drivers in this library. The cuda driver is a plugin (devices/plugin_impl.h): it is in
+ * the built list when this troupe was built with CUDA, and its vtable is the plugin's. */
 static const troupe_driver_vtable_t *const s_drivers[] = {
     &troupe__driver_cpu,
     &troupe__driver_sync,
-#if S_WITH_CUDA
-    &troupe__driver_cuda,
-#endif
 };
 
-#define S_NDRIVERS (sizeof s_drivers / sizeof s_drivers[0])
+#define S_NLINKED (sizeof s_drivers / sizeof s_drivers[0])
+#define S_NDRIVERS (S_NLINKED + (TROUPE_HAVE_CUDA ? 1 : 0))
 
 troupe_status_t troupe_driver_lookup(const char *name, const troupe_driver_vtable_t **out)
 {
     if (!name || !out)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "driver lookup: NULL name or output");
     *out = NULL;
-    for (size_t i = 0; i < S_NDRIVERS; i++) {
+    for (size_t i = 0; i < S_NLINKED; i++) {
         if (strcmp(s_drivers[i]->name, name) == 0) {
             *out = s_drivers[i];
             return TROUPE_OK;
         }
     }
+#if TROUPE_HAVE_CUDA
+    if (strcmp(name, "cuda") == 0) {
+        const troupe__cuda_plugin_t *plugin = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe__cuda_plugin_load(&plugin));
+        *out = plugin->driver;
+        return TROUPE_OK;
+    }
+#endif
     char built[128] = "";
     size_t n = 0;
     for (size_t i = 0; i < S_NDRIVERS && n < sizeof built; i++) {
-        int w = snprintf(built + n, sizeof built - n, "%s%s", i ? ", " : "", s_drivers[i]->name);
+        int w = snprintf(built + n, sizeof built - n, "%s%s", i ? ", " : "",
+                         troupe_driver_built_name(i));
         if (w < 0)
             break;
         n += (size_t)w;
@@ -63,7 +61,9 @@ size_t troupe_driver_built_count(void)
 
 const char *troupe_driver_built_name(size_t i)
 {
-    return i < S_NDRIVERS ? s_drivers[i]->name : NULL;
+    if (i < S_NLINKED)
+        return s_drivers[i]->name;
+    return i < S_NDRIVERS ? "cuda" : NULL;
 }
 
 /* ---- calling a driver ----------------------------------------------------------------------- */

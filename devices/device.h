@@ -25,8 +25,8 @@
 #ifndef TROUPE_DEVICES_DEVICE_H
 #define TROUPE_DEVICES_DEVICE_H
 
-#include "base/status.h"
-#include "ir/lowlevel.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/lowlevel.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -158,14 +158,17 @@ struct troupe_driver {
     const troupe_driver_vtable_t *vt;
 };
 
-/* The built-in drivers. troupe_driver_lookup("cpu") etc.; NOT_FOUND naming the backend and
- * listing the built ones. */
+/* The built drivers. troupe_driver_lookup("cpu") etc.; NOT_FOUND naming the backend and
+ * listing the built ones. "cuda" loads the cuda driver's plugin, libtroupe_cuda.so, the first
+ * time (devices/plugin_impl.h): NOT_FOUND naming the plugin and the loader's reason when it or a
+ * CUDA library it needs is missing. */
 TROUPE_MUST_USE troupe_status_t troupe_driver_lookup(const char *name,
                                                      const troupe_driver_vtable_t **out);
 
 /* The built drivers, in table order ("cpu", "sync", then "cuda" when built): their number, and
  * the name of driver i (0..count-1; NULL outside). A driver is built when this troupe was
- * compiled with it; whether it opens on this machine is troupe_backend_open's answer. */
+ * compiled with it (for cuda: its plugin was built; listing it loads nothing); whether it
+ * opens on this machine is troupe_backend_open's answer. */
 size_t troupe_driver_built_count(void);
 const char *troupe_driver_built_name(size_t i);
 

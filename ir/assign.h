@@ -32,12 +32,12 @@
 #ifndef TROUPE_IR_ASSIGN_H
 #define TROUPE_IR_ASSIGN_H
 
-#include "base/status.h"
-#include "ir/lowlevel.h"
-#include "ir/ops.h"
-#include "ir/prec.h"
-#include "ir/projection.h"
-#include "ir/tnode.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/lowlevel.h"
+#include "troupe/ir/ops.h"
+#include "troupe/ir/prec.h"
+#include "troupe/ir/projection.h"
+#include "troupe/ir/tnode.h"
 
 #include <stdbool.h>
 #include <stddef.h>

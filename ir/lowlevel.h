@@ -25,10 +25,10 @@
 #ifndef TROUPE_IR_LOWLEVEL_H
 #define TROUPE_IR_LOWLEVEL_H
 
-#include "base/status.h"
-#include "ir/ops.h"
-#include "ir/prec.h"
-#include "ir/tnode.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/ops.h"
+#include "troupe/ir/prec.h"
+#include "troupe/ir/tnode.h"
 
 #include <stdbool.h>
 #include <stddef.h>

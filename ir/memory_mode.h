@@ -22,7 +22,7 @@
 #ifndef TROUPE_IR_MEMORY_MODE_H
 #define TROUPE_IR_MEMORY_MODE_H
 
-#include "base/status.h"
+#include "troupe/base/status.h"
 
 #include <stdbool.h>
 #include <stddef.h>

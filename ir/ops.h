@@ -36,8 +36,8 @@
 #ifndef TROUPE_IR_OPS_H
 #define TROUPE_IR_OPS_H
 
-#include "base/status.h"
-#include "ir/prec.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/prec.h"
 
 #include <stdbool.h>
 #include <stddef.h>

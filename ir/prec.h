@@ -19,7 +19,7 @@
 #ifndef TROUPE_IR_PREC_H
 #define TROUPE_IR_PREC_H
 
-#include "base/status.h"
+#include "troupe/base/status.h"
 
 #include <stdbool.h>
 #include <stddef.h>

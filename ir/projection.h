@@ -61,9 +61,9 @@
 #ifndef TROUPE_IR_PROJECTION_H
 #define TROUPE_IR_PROJECTION_H
 
-#include "base/status.h"
-#include "ir/lowlevel.h"
-#include "ir/tnode.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/lowlevel.h"
+#include "troupe/ir/tnode.h"
 
 #include <stdbool.h>
 #include <stdint.h>

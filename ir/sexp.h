@@ -28,7 +28,7 @@
 #ifndef TROUPE_IR_SEXP_H
 #define TROUPE_IR_SEXP_H
 
-#include "base/status.h"
+#include "troupe/base/status.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -88,10 +88,10 @@
 #ifndef TROUPE_IR_TEXT_H
 #define TROUPE_IR_TEXT_H
 
-#include "base/status.h"
-#include "ir/assign.h"
-#include "ir/lowlevel.h"
-#include "ir/sexp.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/assign.h"
+#include "troupe/ir/lowlevel.h"
+#include "troupe/ir/sexp.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -26,10 +26,10 @@
 #ifndef TROUPE_IR_TNODE_H
 #define TROUPE_IR_TNODE_H
 
-#include "base/refcount.h"
-#include "base/status.h"
-#include "ir/memory_mode.h"
-#include "ir/prec.h"
+#include "troupe/base/refcount.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/memory_mode.h"
+#include "troupe/ir/prec.h"
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -20,9 +20,9 @@
 #ifndef TROUPE_NN_NN_H
 #define TROUPE_NN_NN_H
 
-#include "base/status.h"
-#include "ir/assign.h"
-#include "ir/tnode.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/assign.h"
+#include "troupe/ir/tnode.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -161,13 +161,13 @@
 #ifndef TROUPE_PARALLEL_DP_H
 #define TROUPE_PARALLEL_DP_H
 
-#include "actors/backend.h"
-#include "actors/context.h"
-#include "actors/event.h"
-#include "base/config.h"
-#include "base/status.h"
-#include "ir/assign.h"
-#include "ir/tnode.h"
+#include "troupe/actors/backend.h"
+#include "troupe/actors/context.h"
+#include "troupe/actors/event.h"
+#include "troupe/base/config.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/assign.h"
+#include "troupe/ir/tnode.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -35,6 +35,7 @@
 #include "compiler/cgen_impl.h"
 #include "ir/prec.h"
 #include "troupe_config.h"
+#include "troupe_paths_impl.h"
 
 #include <criterion/criterion.h>
 #include <dlfcn.h>

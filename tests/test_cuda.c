@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "compiler/cgen.h"
 #include "devices/device.h"
+#include "devices/plugin_impl.h"
 #include "runtime_test_util.h"
 #include "troupe_config.h"
 
@@ -148,6 +149,25 @@ Test(cuda, backend_opens_and_the_log_says_why_there_is_no_device)
                   "the device line gives the compute mode and the context's cost: log %s", log);
     }
     unlink(log);
+}
+
+/* The library reaches the driver through the plugin, and loading the plugin this test links
+ * gives the same object: one copy of the driver and its state. */
+Test(cuda, the_cuda_backend_comes_from_the_plugin)
+{
+    const troupe_driver_vtable_t *vt = NULL;
+    const troupe__cuda_plugin_t *plugin = NULL;
+    OK(troupe__cuda_plugin_load(&plugin));
+    cr_assert_eq(plugin->abi, TROUPE__CUDA_PLUGIN_ABI);
+    cr_assert_str_eq(plugin->version, TROUPE_VERSION_STRING);
+    OK(troupe_driver_lookup("cuda", &vt));
+    cr_assert_eq(vt, plugin->driver);
+    cr_assert_eq(vt, &troupe__driver_cuda, "the plugin was loaded a second time");
+    cr_assert_eq(plugin->device_count(), troupe__cuda_device_count());
+    bool listed = false;
+    for (size_t i = 0; i < troupe_driver_built_count(); i++)
+        listed |= strcmp(troupe_driver_built_name(i), "cuda") == 0;
+    cr_assert(listed, "cuda is not among the built backends");
 }
 
 Test(cuda, entries_for_a_missing_device_are_refused_by_name)

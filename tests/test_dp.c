@@ -4,6 +4,7 @@
  * optimizers on the same batches; N streams on 1/N batches against 1 stream on full batches;
  * bitwise reproducibility; checkpoints (round trip, corruption, atomicity); invalid configs.
  * Runs on "sync" and "cpu". */
+#define _POSIX_C_SOURCE 200809L /* mkstemp */
 #include "actors/troupe.h"
 #include "parallel/dp.h"
 #include "parallel/dp_impl.h"

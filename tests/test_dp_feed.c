@@ -9,6 +9,7 @@
  *     new binding every step and never replays (the problem of issue 16 and its fix); the
  *     replayed run still equals the plain indexed one bit for bit;
  *   - bad models refused by name, and the debug line naming the form at troupe_dp_new. */
+#define _POSIX_C_SOURCE 200809L /* mkstemp */
 #include "runtime_test_util.h"
 #define DPT_CHECK(expr) OK(expr)
 #include "dp_test_model.h"

@@ -16,6 +16,7 @@
  *   - a stream stuck before the pass (an injected stall) fails the step after TROUPE_TIMEOUT_S
  *     with DEADLINE_EXCEEDED naming it.
  */
+#define _DEFAULT_SOURCE /* usleep */
 #include "actors/troupe.h"
 #include "parallel/dp.h"
 #include "parallel/dp_impl.h"

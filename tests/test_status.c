@@ -8,6 +8,7 @@
  * report. Multi-rank behaviour (a stalled, stopped and killed rank; the trainer's deadline):
  * tests/mpi/status.cmake. */
 #define _GNU_SOURCE
+#include "actors/actor.h"
 #include "actors/board_impl.h"
 #include "actors/troupe.h"
 #include "base/alloc.h"

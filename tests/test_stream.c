@@ -509,7 +509,7 @@ Test(stream_threaded, destroy_while_busy_does_not_hang)
 static troupe_status_t s_request_status(troupe_stream_t *s, zmsg_t **req, uint64_t expect_id)
 {
     zmsg_t *reply = NULL;
-    cr_assert_eq(troupe_stream_request(s, req, 5000 * MS, &reply), TROUPE_OK, "%s",
+    cr_assert_eq(troupe__stream_request(s, req, 5000 * MS, &reply), TROUPE_OK, "%s",
                  troupe_last_error());
     uint64_t id = 1;
     troupe_status_t st = TROUPE_OK;
@@ -529,21 +529,21 @@ static troupe_status_t s_request_status(troupe_stream_t *s, zmsg_t **req, uint64
 static void s_malformed(bool inline_mode)
 {
     troupe_stream_t *s = s_new(inline_mode, 8);
-    uint64_t id = troupe_stream_next_request_id(s);
+    uint64_t id = troupe__stream_next_request_id(s);
     zmsg_t *req = NULL;
 
     cr_assert_eq(troupe_msg_build(&req, "s8", "BOGUS", id), TROUPE_OK);
     cr_assert_eq(s_request_status(s, &req, id), TROUPE_INVALID_ARGUMENT);
 
-    id = troupe_stream_next_request_id(s);
+    id = troupe__stream_next_request_id(s);
     cr_assert_eq(troupe_msg_build(&req, "s8p", "RUN", id, (void *)s), TROUPE_OK); /* frames */
     cr_assert_eq(s_request_status(s, &req, id), TROUPE_INVALID_ARGUMENT);
 
-    id = troupe_stream_next_request_id(s);
+    id = troupe__stream_next_request_id(s);
     cr_assert_eq(troupe_msg_build(&req, "s84", "WAIT", id, (uint32_t)3), TROUPE_OK); /* sizes */
     cr_assert_eq(s_request_status(s, &req, id), TROUPE_INVALID_ARGUMENT);
 
-    id = troupe_stream_next_request_id(s);
+    id = troupe__stream_next_request_id(s);
     cr_assert_eq(troupe_msg_build(&req, "s8p", "WAIT", id, NULL), TROUPE_OK); /* NULL event */
     cr_assert_eq(s_request_status(s, &req, id), TROUPE_INVALID_ARGUMENT);
 
@@ -558,7 +558,7 @@ static void s_malformed(bool inline_mode)
     /* $TERM is refused from the request path. */
     cr_assert_eq(troupe_msg_build(&req, "s", "$TERM"), TROUPE_OK);
     zmsg_t *reply = NULL;
-    cr_assert_eq(troupe_stream_request(s, &req, 5000 * MS, &reply), TROUPE_INVALID_ARGUMENT);
+    cr_assert_eq(troupe__stream_request(s, &req, 5000 * MS, &reply), TROUPE_INVALID_ARGUMENT);
     cr_assert_null(req);
 
     /* The stream still works, and well-formed requests are honoured. */
@@ -571,13 +571,13 @@ static void s_malformed(bool inline_mode)
     void *fnp, *dtorp;
     memcpy(&fnp, &fn, sizeof fnp);
     memcpy(&dtorp, &dtor, sizeof dtorp);
-    id = troupe_stream_next_request_id(s);
+    id = troupe__stream_next_request_id(s);
     cr_assert_eq(troupe_msg_build(&req, "s8ppp", "RUN", id, fnp, (void *)it, dtorp), TROUPE_OK);
     cr_assert_eq(s_request_status(s, &req, id), TROUPE_OK);
 
-    id = troupe_stream_next_request_id(s);
+    id = troupe__stream_next_request_id(s);
     cr_assert_eq(troupe_msg_build(&req, "s8", "RECORD", id), TROUPE_OK);
-    cr_assert_eq(troupe_stream_request(s, &req, 5000 * MS, &reply), TROUPE_OK);
+    cr_assert_eq(troupe__stream_request(s, &req, 5000 * MS, &reply), TROUPE_OK);
     troupe_status_t st;
     void *evp = NULL;
     cr_assert_eq(troupe_msg_decode(reply, "8Sp", NULL, &st, &evp), TROUPE_OK);
@@ -587,7 +587,7 @@ static void s_malformed(bool inline_mode)
     cr_assert_eq(troupe_event_sync(ev, LONG_WAIT), TROUPE_OK);
     cr_assert_eq(atomic_load(&f.runs), 1);
 
-    id = troupe_stream_next_request_id(s);
+    id = troupe__stream_next_request_id(s);
     troupe_event_retain(ev); /* the message's reference */
     cr_assert_eq(troupe_msg_build(&req, "s8p", "WAIT", id, (void *)ev), TROUPE_OK);
     cr_assert_eq(s_request_status(s, &req, id), TROUPE_OK);

@@ -5,6 +5,7 @@
  * requests produce the messages the ranks report (compared here without MPI); the fusion-bucket
  * planner cuts flat and scattered requests as collective.h says, and its staging round-trips;
  * remote contexts accept no rank of a single-rank cluster. Multi-rank behaviour: tests/mpi/. */
+#define _POSIX_C_SOURCE 200809L /* unsetenv */
 #include "actors/troupe.h"
 #include "base/alloc.h"
 #include "troupe_config.h"

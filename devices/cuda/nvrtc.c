@@ -7,6 +7,7 @@
 #include "base/strbuf.h"
 #include "base/trace_impl.h"
 #include "troupe_config.h"
+#include "troupe_paths_impl.h"
 
 #include <cuda_runtime_api.h>
 #include <nvrtc.h>

@@ -11,6 +11,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "troupe_config.h"
+#include "troupe_paths_impl.h"
 
 #if TROUPE_HAVE_LIBXSMM
 #include <libxsmm.h>

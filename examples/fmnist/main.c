@@ -51,9 +51,7 @@
 #include "transport/mpi/collective.h"
 #include "troupe_config.h"
 
-#if TROUPE_HAVE_CUDA
-#include "devices/cuda/cuda_impl.h" /* why the cuda backend sees no GPU */
-#endif
+#include "devices/plugin_impl.h" /* why the cuda backend sees no GPU */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -493,10 +491,9 @@ static double s_now(void)
 static troupe_status_t s_no_device(const char *backend)
 {
     char why[320] = "";
-#if TROUPE_HAVE_CUDA
-    if (strcmp(backend, "cuda") == 0)
-        troupe__cuda_why_no_device(why, sizeof why);
-#endif
+    const troupe__cuda_plugin_t *cuda = NULL;
+    if (strcmp(backend, "cuda") == 0 && troupe__cuda_plugin_load(&cuda) == TROUPE_OK)
+        cuda->why_no_device(why, sizeof why);
     return troupe_error_set(TROUPE_FAILED_PRECONDITION, "backend %s has no device%s%s%s", backend,
                             why[0] ? " (" : "", why, why[0] ? ")" : "");
 }

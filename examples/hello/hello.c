@@ -1,7 +1,7 @@
 /* hello — the smallest troupe program: one routine y = x · w (einsum "i,ij=>j") on the default
  * backend, uploaded, run and read back. Prints "y = 4 5" and exits 0; on a failure it prints
  * the call and troupe's one-line message and exits 1. Walkthrough: docs/api.md. */
-#include "actors/troupe.h"
+#include <troupe/troupe.h>
 
 #include <stdio.h>
 

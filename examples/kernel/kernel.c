@@ -17,6 +17,7 @@
  * must equal the plain C result exactly. Exit status 0 when every available backend matched,
  * 1 otherwise (a failure prints troupe's one-line message).
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "actors/troupe.h"
 #include "devices/device.h"
 

@@ -14,6 +14,7 @@
  * 1 otherwise (or on a failure, with troupe's one-line message). The backend is
  * $TROUPE_BACKEND, else "cpu".
  */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "actors/troupe.h"
 
 #include <stdio.h>

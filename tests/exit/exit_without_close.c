@@ -9,6 +9,7 @@
  *   pending  as return, with work still queued behind an event that never completes
  *   thread   exit(0) from another thread while main waits in troupe_event_sync
  */
+#define _DEFAULT_SOURCE /* usleep */
 #include "actors/troupe.h"
 
 #include <pthread.h>

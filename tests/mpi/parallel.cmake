@@ -45,5 +45,6 @@ troupe_add_mpi_test(test_dp_overlap SOURCES test_dp_overlap.c NP 2 TIMEOUT 300
 # through pinned host memory: equal to one replica within rounding, bitwise on every rank and
 # run to run. Without a GPU it prints one SKIP line: skipped.
 troupe_add_mpi_test(test_dp_gpu SOURCES test_dp_gpu.c NP 2 TIMEOUT 300
+                    LIBS $<$<BOOL:${TROUPE_HAVE_CUDA}>:troupe_cuda>
                     ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
 set_tests_properties(test_dp_gpu_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "SKIP: ")

@@ -14,6 +14,7 @@
  *              on the whole global batch.
  *   fed        both ranks in the fed form: the parameters and the last loss equal, bit for bit,
  *              those of both ranks in the indexed form (the feed is an exact copy). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "test_dp_model.c"
 
 #include <time.h>

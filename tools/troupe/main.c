@@ -26,8 +26,10 @@
  *   backend.cpu.device.0.suggested_streams: 2  backend.<name>.error: <STATUS>: <message>
  *                                              when it does not open (not fatal)
  *   mpi: Open MPI v4.1.4, ...                transport/mpi troupe_mpi_version(), or "none"
- *   cuda: nvrtc 13.0, runtime 13.0, driver none   devices/cuda troupe_cuda_versions(), or
- *                                                  "none (built without CUDA)"
+ *   cuda: nvrtc 13.0, runtime 13.0, driver none   devices/cuda troupe_cuda_versions() through
+ *                                                  the plugin, "none (built without CUDA)",
+ *                                                  or "error: NOT_FOUND: ..." when the plugin
+ *                                                  or a CUDA library is missing
  *   cuda.devices: 0 (cudaGetDeviceCount: ...)   CUDA builds: the GPUs, or why there are none;
  *   cuda.device.0: <name>, compute 9.0, 132 SMs, 81079 MiB, arch sm_90   one line per GPU;
  *   cuda.gemm: cuBLASLt 13.0.0               what runs GEMM steps (devices/cuda/cuda_impl.h)
@@ -59,8 +61,9 @@
  * Exit status: 0 on success (a backend that fails to open is reported, not fatal), 2 on a
  * usage error (one line on stderr), 1 when the output cannot be written.
  *
- * This file includes no CUDA or MPI header: the versions come through devices/cuda/nvrtc.h
- * and transport/mpi/cluster.h.
+ * This file includes no CUDA or MPI header and links no CUDA library: the cuda lines come
+ * through the cuda driver's plugin (devices/plugin_impl.h), loaded only by `info` (and by
+ * whatever opens the cuda backend), and MPI's through transport/mpi/cluster.h.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "cmd_impl.h"
@@ -75,10 +78,7 @@
 #include "transport/mpi/cluster.h"
 #include "troupe_config.h"
 
-#if TROUPE_HAVE_CUDA
-#include "devices/cuda/cuda_impl.h"
-#include "devices/cuda/nvrtc.h"
-#endif
+#include "devices/plugin_impl.h"
 
 #include <sched.h>
 #include <stdbool.h>
@@ -170,24 +170,24 @@ static bool s_is_built(const char *name)
 
 #if TROUPE_HAVE_CUDA
 /* The GPUs the cuda driver sees (or why none), one line each, and what runs GEMM steps. */
-static void s_cuda_devices(void)
+static void s_cuda_devices(const troupe__cuda_plugin_t *cuda)
 {
     char line[512];
-    int n = troupe__cuda_device_count();
+    int n = cuda->device_count();
     if (n == 0) {
-        troupe__cuda_why_no_device(line, sizeof line);
+        cuda->why_no_device(line, sizeof line);
         printf("cuda.devices: 0 (%s)\n", line);
     } else {
         printf("cuda.devices: %d\n", n);
     }
     for (int i = 0; i < n; i++) {
-        if (troupe__cuda_describe(i, line, sizeof line) == TROUPE_OK)
+        if (cuda->describe(i, line, sizeof line) == TROUPE_OK)
             printf("cuda.device.%d: %s\n", i, line);
         else
             printf("cuda.device.%d: error: %s\n", i, troupe_last_error());
     }
-    printf("cuda.gemm: %s\n", troupe__cuda_gemm_name());
-    printf("cuda.assembler: %s\n", troupe_nvrtc_assembler());
+    printf("cuda.gemm: %s\n", cuda->gemm_name());
+    printf("cuda.assembler: %s\n", cuda->assembler());
 }
 #endif
 
@@ -196,13 +196,18 @@ static void s_versions(void)
     printf("gemm: %s\n", troupe_gemm_library_name());
     printf("mpi: %s\n", troupe_mpi_version());
 #if TROUPE_HAVE_CUDA
+    /* Loads the cuda driver's plugin (and the CUDA libraries), as opening `cuda` does. */
+    const troupe__cuda_plugin_t *plugin = NULL;
     char cuda[256];
-    troupe_status_t st = troupe_cuda_versions(cuda, sizeof cuda);
+    troupe_status_t st = troupe__cuda_plugin_load(&plugin);
+    if (st == TROUPE_OK)
+        st = plugin->versions(cuda, sizeof cuda);
     if (st == TROUPE_OK)
         printf("cuda: %s\n", cuda);
     else
         printf("cuda: error: %s: %s\n", troupe_status_str(st), troupe_last_error());
-    s_cuda_devices();
+    if (plugin != NULL)
+        s_cuda_devices(plugin);
 #else
     printf("cuda: none (built without CUDA)\n");
 #endif

@@ -29,7 +29,7 @@
 #ifndef TROUPE_TRANSPORT_MPI_CLUSTER_H
 #define TROUPE_TRANSPORT_MPI_CLUSTER_H
 
-#include "base/status.h"
+#include "troupe/base/status.h"
 
 #include <stdbool.h>
 

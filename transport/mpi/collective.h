@@ -99,11 +99,11 @@
 #ifndef TROUPE_TRANSPORT_MPI_COLLECTIVE_H
 #define TROUPE_TRANSPORT_MPI_COLLECTIVE_H
 
-#include "actors/context.h"
-#include "actors/event.h"
-#include "base/status.h"
-#include "ir/prec.h"
-#include "ir/tnode.h"
+#include "troupe/actors/context.h"
+#include "troupe/actors/event.h"
+#include "troupe/base/status.h"
+#include "troupe/ir/prec.h"
+#include "troupe/ir/tnode.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -52,6 +52,7 @@
 
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
