@@ -560,3 +560,149 @@ Test(nn_layers, initialisers_follow_the_documented_stream)
     free(a);
     free(b);
 }
+
+/* ---- one composed GPT-2 block ---------------------------------------------------------------- */
+
+enum { K_B = 2, K_T = 3, K_C = 4, K_NH = 2 };
+
+/* Closes the open layer and opens `name`. */
+static void s_layer(troupe_nn_t *nn, const char *name)
+{
+    troupe_nn_end(nn);
+    troupe_nn_begin(nn, name);
+}
+
+/* ln1 -> attention -> residual -> ln2 -> linear -> gelu -> linear -> residual -> softmax
+ * cross-entropy of the rows against one-hot targets, as layers of m's nn. */
+static void s_block(m_model_t *m, troupe_tnode_t **x_out, troupe_tnode_t **tgt_out)
+{
+    const int64_t B = K_B, T = K_T, C = K_C;
+    troupe_nn_t *nn = m->nn;
+    troupe_tnode_t *x = m_node(m, "x", 3, (int64_t[]){B, T, C});
+    troupe_tnode_t *tgt = m_node(m, "targets", 2, (int64_t[]){B * T, C});
+    troupe_tnode_t *ln1w = m_param(m, "ln1_w", 1, (int64_t[]){C});
+    troupe_tnode_t *ln1b = m_param(m, "ln1_b", 1, (int64_t[]){C});
+    troupe_tnode_t *wqkv = m_param(m, "w_qkv", 2, (int64_t[]){C, 3 * C});
+    troupe_tnode_t *bqkv = m_param(m, "b_qkv", 1, (int64_t[]){3 * C});
+    troupe_tnode_t *wp = m_param(m, "w_proj", 2, (int64_t[]){C, C});
+    troupe_tnode_t *bp = m_param(m, "b_proj", 1, (int64_t[]){C});
+    troupe_tnode_t *ln2w = m_param(m, "ln2_w", 1, (int64_t[]){C});
+    troupe_tnode_t *ln2b = m_param(m, "ln2_b", 1, (int64_t[]){C});
+    troupe_tnode_t *wfc = m_param(m, "w_fc", 2, (int64_t[]){C, 4 * C});
+    troupe_tnode_t *bfc = m_param(m, "b_fc", 1, (int64_t[]){4 * C});
+    troupe_tnode_t *wfp = m_param(m, "w_fcproj", 2, (int64_t[]){4 * C, C});
+    troupe_tnode_t *bfp = m_param(m, "b_fcproj", 1, (int64_t[]){C});
+    troupe_tnode_t *l1, *a, *r1, *l2, *h, *g, *f, *r2, *flat;
+    r1 = m_node(m, "residual1", 3, x->dims);
+    r2 = m_node(m, "residual2", 3, x->dims);
+    flat = m_node(m, "rows", 2, tgt->dims);
+    s_layer(nn, "ln1");
+    troupe_nn_layernorm(nn, x, ln1w, ln1b, 1e-5, &l1);
+    s_layer(nn, "attention");
+    troupe_nn_attention(nn, l1, wqkv, bqkv, wp, bp, K_NH, TROUPE_NN_IN_OUT, &a);
+    s_layer(nn, "residual1");
+    troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, r1, TROUPE_BINOP_ADD, x, a, "btc,btc=>btc");
+    s_layer(nn, "ln2");
+    troupe_nn_layernorm(nn, r1, ln2w, ln2b, 1e-5, &l2);
+    s_layer(nn, "mlp");
+    troupe_nn_linear(nn, l2, wfc, bfc, &h);
+    troupe_nn_gelu(nn, h, &g);
+    troupe_nn_linear(nn, g, wfp, bfp, &f);
+    s_layer(nn, "residual2");
+    troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, r2, TROUPE_BINOP_ADD, r1, f, "btc,btc=>btc");
+    s_layer(nn, "loss");
+    troupe_nn_un(nn, true, TROUPE_BINOP_ADD, flat, TROUPE_UNOP_IDENTITY, r2, "btc=>(3b+t)c");
+    troupe_nn_softmax_xent(nn, flat, tgt, &m->loss);
+    OK(troupe_nn_finish(nn, m->loss));
+    *x_out = x;
+    *tgt_out = tgt;
+}
+
+static void s_one_hot(m_model_t *m, troupe_tnode_t *tgt)
+{
+    for (int r = 0; r < K_B * K_T; r++)
+        for (int c = 0; c < K_C; c++)
+            m_set(m, tgt, r * K_C + c, c == (r * 7 + 3) % K_C ? 1.0 : 0.0);
+}
+
+Test(nn_layers, block_gradient_matches_finite_differences)
+{
+    m_model_t m;
+    m_init(&m, TROUPE_PREC_DOUBLE, 11);
+    troupe_tnode_t *x, *tgt;
+    s_block(&m, &x, &tgt);
+    m_build(&m, -1.0, 1.0);
+    s_one_hot(&m, tgt);
+    cr_assert_eq(m_check_grads(&m, 1e-6), 2 * 4 + 48 + 12 + 16 + 4 + 2 * 4 + 64 + 16 + 64 + 4);
+    m_free(&m);
+}
+
+Test(nn_layers, block_on_the_drivers_matches_the_interpreter, .timeout = 240)
+{
+    m_model_t m;
+    m_init(&m, TROUPE_PREC_SINGLE, 12);
+    troupe_tnode_t *x, *tgt;
+    s_block(&m, &x, &tgt);
+    troupe_tnode_t *const *params, *const *grads;
+    size_t np = troupe_nn_params(m.nn, &params, &grads);
+    m_build(&m, -1.0, 1.0);
+    s_one_hot(&m, tgt);
+    double want_loss = m_run(&m);
+    /* the same inputs as host values, for the drivers */
+    troupe_tnode_t *inputs[16];
+    size_t ni = 0;
+    inputs[ni++] = x;
+    inputs[ni++] = tgt;
+    for (size_t p = 0; p < np; p++)
+        inputs[ni++] = params[p];
+    for (size_t i = 0; i < ni; i++) {
+        size_t n = (size_t)troupe_tnode_num_elems(inputs[i]);
+        double *v = malloc(n * sizeof *v);
+        for (size_t k = 0; k < n; k++)
+            v[k] = m_get(&m, inputs[i], (int64_t)k);
+        rtu_set(inputs[i], v);
+        free(v);
+    }
+    for (size_t p = 0; p < np; p++)
+        rtu_set_hosted(grads[p], 999);
+    rtu_set_hosted(m.loss, 999);
+    FOR_EACH_HOST_DRIVER(drv)
+    {
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 1);
+        for (size_t i = 0; i < ni; i++)
+            rtu_init(&e.ctx[0], inputs[i]);
+        troupe_code_t *code = NULL;
+        troupe_routine_t *r = NULL;
+        OK(troupe_compile(e.b, m.comp, "nn_layers_block", &code));
+        OK(troupe_link(e.ctx[0], code, &r));
+        troupe_event_t *ev = NULL;
+        OK(troupe_routine_run(r, &ev));
+        OK(troupe_event_sync(ev, TIMEOUT_NS));
+        troupe_event_release(&ev);
+        double loss = 0;
+        OK(troupe_tnode_get_values(m.loss, &loss, 1));
+        cr_expect(fabs(loss - want_loss) <= 1e-5 * fabs(want_loss), "%s: loss %.9g, interpreter %.9g",
+                  *drv, loss, want_loss);
+        for (size_t p = 0; p < np; p++) {
+            size_t n = (size_t)troupe_tnode_num_elems(grads[p]);
+            double *got = malloc(n * sizeof *got), gmax = 0, dmax = 0;
+            OK(troupe_tnode_get_values(grads[p], got, n));
+            for (size_t k = 0; k < n; k++)
+                gmax = fmax(gmax, fabs(m_get(&m, grads[p], (int64_t)k)));
+            for (size_t k = 0; k < n; k++)
+                dmax = fmax(dmax, fabs(got[k] - m_get(&m, grads[p], (int64_t)k)));
+            cr_assert_gt(gmax, 1e-4, "%s: the loss depends on %s", *drv, params[p]->label[0]);
+            cr_expect_leq(dmax, 1e-5 * gmax, "%s: %s's gradient differs from the interpreter's by %g (max |g| %g)",
+                          *drv, params[p]->label[0], dmax, gmax);
+            if (getenv("NN_LAYERS_PRINT"))
+                fprintf(stderr, "%s %s: max |diff| %.3g, max |g| %.3g\n", *drv,
+                        params[p]->label[0], dmax, gmax);
+            free(got);
+        }
+        troupe_routine_release(&r);
+        troupe_code_release(&code);
+        rtu_env_close(&e);
+    }
+    m_free(&m);
+}
