@@ -4,6 +4,8 @@
  * interpreter; the dropout stream, reproducibility and gradient mask; the initialisers'
  * stream and statistics; one composed GPT-2 block compiled and run on the "sync" and "cpu"
  * drivers with its gradients compared to the interpreter's. */
+#define _POSIX_C_SOURCE 200809L
+#include "base/log.h"
 #include "compiler/interp.h"
 #include "compiler/lower.h"
 #include "ir/ops.h"
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TIMEOUT_NS (60LL * 1000000000LL)
 
@@ -704,5 +707,58 @@ Test(nn_layers, block_on_the_drivers_matches_the_interpreter, .timeout = 240)
         troupe_code_release(&code);
         rtu_env_close(&e);
     }
+    m_free(&m);
+}
+
+/* Whether a line of the file at `path` holds all of a, b and c. */
+static bool s_log_has(const char *path, const char *a, const char *b, const char *c)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f))
+        found = strstr(line, a) && strstr(line, b) && strstr(line, c);
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* Which contractions of attention's forward and backward the GEMM matcher (compiler/gemm.h)
+ * hands to the library, from cgen's debug:ir log (one line per contraction it takes): the
+ * per-head products Q K^T and P V and their four gradient products, batched over (b, h). */
+Test(nn_layers, gemm_matcher_takes_the_attention_products, .timeout = 240)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/nn-layers-gemm-%d.txt", TROUPE_TEST_BUILD_DIR, (int)getpid());
+    unlink(path);
+    OK(troupe_log_set_file(path));
+    OK(troupe_log_configure("debug:ir"));
+    const int64_t B = 2, T = 64, C = 64;
+    m_model_t m;
+    m_init(&m, TROUPE_PREC_SINGLE, 13);
+    troupe_tnode_t *x = m_node(&m, "x", 3, (int64_t[]){B, T, C}), *y = NULL;
+    troupe_tnode_t *wqkv = m_param(&m, "w_qkv", 2, (int64_t[]){C, 3 * C});
+    troupe_tnode_t *wp = m_param(&m, "w_proj", 2, (int64_t[]){C, C});
+    OK(troupe_nn_attention(m.nn, x, wqkv, NULL, wp, NULL, 4, TROUPE_NN_IN_OUT, &y));
+    m_finish(&m, y);
+    rtu_env_t e;
+    rtu_env_open(&e, "cpu", 1);
+    troupe_code_t *code = NULL;
+    OK(troupe_compile(e.b, m.comp, "nn_attention_gemm", &code));
+    troupe_code_release(&code);
+    rtu_env_close(&e);
+    OK(troupe_log_configure("warn"));
+    OK(troupe_log_set_file(NULL));
+    const char *lib = "calls the GEMM library";
+    cr_expect(s_log_has(path, "_preatt += ", "_q x n", "_k^T (m=64 n=64 k=16) calls"), "Q K^T");
+    cr_expect(s_log_has(path, "_attn_heads += ", "_softmax x n", "_v (m=64 n=16 k=64) calls"),
+              "P V");
+    cr_expect(s_log_has(path, "_softmax_grad += ", "_v^T", lib), "dP = dY V^T");
+    cr_expect(s_log_has(path, "_v_grad += ", "_softmax^T x ", lib), "dV = P^T dY");
+    cr_expect(s_log_has(path, "_q_grad += ", "_preatt_grad x ", lib), "dQ = dS K");
+    cr_expect(s_log_has(path, "_k_grad += ", "_preatt_grad^T x ", lib), "dK = dS^T Q");
+    cr_expect(s_log_has(path, "_qkv += ", "_w_qkv (m=64 n=192 k=64)", lib), "x W_qkv");
+    cr_expect(s_log_has(path, "_attn_concat_grad += ", "_w_proj^T", lib), "dY W_proj^T");
+    unlink(path);
     m_free(&m);
 }
