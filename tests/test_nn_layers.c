@@ -762,3 +762,53 @@ Test(nn_layers, gemm_matcher_takes_the_attention_products, .timeout = 240)
     unlink(path);
     m_free(&m);
 }
+
+/* ---- PyTorch reference (bench/peers/nn_reference.py writes tests/data/nn_block.bin) ------- */
+
+/* The next array of the reference file: `count` float64 values into v. */
+static void s_read_array(FILE *f, size_t count, double *v)
+{
+    uint32_t n = 0;
+    cr_assert_eq(fread(&n, sizeof n, 1, f), 1, "nn_block.bin is truncated");
+    cr_assert_eq(n, count, "nn_block.bin: an array of %u values where %zu are expected", n, count);
+    cr_assert_eq(fread(v, sizeof *v, count, f), count, "nn_block.bin is truncated");
+}
+
+Test(nn_layers, block_matches_pytorch)
+{
+    FILE *f = fopen(TROUPE_TEST_DATA_DIR "/nn_block.bin", "rb");
+    cr_assert_not_null(f, "tests/data/nn_block.bin (bench/peers/nn_reference.py writes it)");
+    char magic[8];
+    uint32_t narrays = 0;
+    cr_assert_eq(fread(magic, 1, 8, f), 8);
+    cr_assert(memcmp(magic, "troupenn", 8) == 0);
+    cr_assert_eq(fread(&narrays, sizeof narrays, 1, f), 1);
+    m_model_t m;
+    m_init(&m, TROUPE_PREC_DOUBLE, 14);
+    troupe_tnode_t *x, *tgt;
+    s_block(&m, &x, &tgt);
+    troupe_tnode_t *const *params, *const *grads;
+    size_t np = troupe_nn_params(m.nn, &params, &grads);
+    cr_assert_eq(narrays, 2 + 2 * np + 1);
+    m_build(&m, -1.0, 1.0);
+    s_read_array(f, (size_t)troupe_tnode_num_elems(x), m_data(&m, x));
+    s_read_array(f, (size_t)troupe_tnode_num_elems(tgt), m_data(&m, tgt));
+    for (size_t p = 0; p < np; p++)
+        s_read_array(f, (size_t)troupe_tnode_num_elems(params[p]), m_data(&m, params[p]));
+    double want_loss = 0, want[64];
+    s_read_array(f, 1, &want_loss);
+    double loss = m_run(&m);
+    cr_expect(fabs(loss - want_loss) < 1e-12 * fabs(want_loss), "loss %.17g, PyTorch %.17g", loss,
+              want_loss);
+    for (size_t p = 0; p < np; p++) {
+        size_t n = (size_t)troupe_tnode_num_elems(grads[p]);
+        cr_assert_leq(n, 64);
+        s_read_array(f, n, want);
+        for (size_t k = 0; k < n; k++)
+            cr_expect(fabs(m_get(&m, grads[p], (int64_t)k) - want[k]) < 1e-12,
+                      "%s[%zu]: %.17g, PyTorch %.17g", params[p]->label[0], k,
+                      m_get(&m, grads[p], (int64_t)k), want[k]);
+    }
+    fclose(f);
+    m_free(&m);
+}
