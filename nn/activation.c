@@ -49,8 +49,8 @@ troupe_status_t troupe_nn_softmax(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
         return TROUPE__NN_BAD(nn, "softmax: NULL argument");
     int lead = x->ndims - 1;
     if (lead < 0 || lead > TROUPE__NN_MAX_LEAD)
-        return TROUPE__NN_BAD(nn, "softmax: x #%d has %d axes (expected 1 to %d)", x->id,
-                              x->ndims, TROUPE__NN_MAX_LEAD + 1);
+        return TROUPE__NN_BAD(nn, "softmax: x #%d has %d axes (expected 1 to %d)", x->id, x->ndims,
+                              TROUPE__NN_MAX_LEAD + 1);
     troupe_tnode_t *mx, *d, *e, *s;
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "softmax_max", lead, x->dims, &mx));
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "softmax_shifted", x->ndims, x->dims, &d));

@@ -23,10 +23,11 @@ static troupe_status_t s_project(troupe_nn_t *nn, const char *label, troupe_tnod
 }
 
 /* Whether w is (in, out) in the layout and b is NULL or (out). */
-static bool s_weight_ok(const troupe_tnode_t *w, const troupe_tnode_t *b,
-                        troupe_nn_layout_t layout, int64_t in, int64_t n_out)
+static bool s_weight_ok(const troupe_tnode_t *w, const troupe_tnode_t *b, troupe_nn_layout_t layout,
+                        int64_t in, int64_t n_out)
 {
-    int64_t r = layout == TROUPE_NN_IN_OUT ? in : n_out, c = layout == TROUPE_NN_IN_OUT ? n_out : in;
+    int64_t r = layout == TROUPE_NN_IN_OUT ? in : n_out,
+            c = layout == TROUPE_NN_IN_OUT ? n_out : in;
     return w->ndims == 2 && w->dims[0] == r && w->dims[1] == c &&
            (!b || (b->ndims == 1 && b->dims[0] == n_out));
 }
@@ -67,8 +68,8 @@ out_free:
 
 troupe_status_t troupe_nn_attention(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w_qkv,
                                     troupe_tnode_t *b_qkv, troupe_tnode_t *w_proj,
-                                    troupe_tnode_t *b_proj, int n_head,
-                                    troupe_nn_layout_t layout, troupe_tnode_t **out)
+                                    troupe_tnode_t *b_proj, int n_head, troupe_nn_layout_t layout,
+                                    troupe_tnode_t **out)
 {
     TROUPE_RETURN_IF_ERROR(troupe_nn_status(nn));
     if (!x || !w_qkv || !w_proj || !out)

@@ -36,8 +36,8 @@ typedef enum troupe_nn_layout {
  * when C is not a multiple of n_head or a weight's dims do not match the layout. */
 troupe_status_t troupe_nn_attention(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w_qkv,
                                     troupe_tnode_t *b_qkv, troupe_tnode_t *w_proj,
-                                    troupe_tnode_t *b_proj, int n_head,
-                                    troupe_nn_layout_t layout, troupe_tnode_t **out);
+                                    troupe_tnode_t *b_proj, int n_head, troupe_nn_layout_t layout,
+                                    troupe_tnode_t **out);
 
 #ifdef __cplusplus
 }

@@ -12,8 +12,8 @@ troupe_status_t troupe_nn_dropout(troupe_nn_t *nn, troupe_tnode_t *x, double dro
     if (!x || !step || !out)
         return TROUPE__NN_BAD(nn, "dropout: NULL argument");
     if (x->ndims < 1 || x->ndims > TROUPE__NN_MAX_LEAD + 1)
-        return TROUPE__NN_BAD(nn, "dropout: x #%d has %d axes (expected 1 to %d)", x->id,
-                              x->ndims, TROUPE__NN_MAX_LEAD + 1);
+        return TROUPE__NN_BAD(nn, "dropout: x #%d has %d axes (expected 1 to %d)", x->id, x->ndims,
+                              TROUPE__NN_MAX_LEAD + 1);
     if (!(drop >= 0 && drop < 1))
         return TROUPE__NN_BAD(nn, "dropout: drop probability %g is outside [0, 1)", drop);
     if (troupe_tnode_num_elems(step) != 1 ||
@@ -44,8 +44,8 @@ troupe_status_t troupe_nn_dropout(troupe_nn_t *nn, troupe_tnode_t *x, double dro
     troupe_asgn_t *f = NULL;
     /* key = threefry(seed, step); bits[i] = threefry(key, i) */
     troupe_nn_add(nn, troupe_asgn_fetch_constant_bits(comp, seed_n, (int64_t)seed, &f), &f);
-    troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, key, TROUPE_BINOP_THREEFRY4X32_CRYPTO, seed_n,
-                  step, ",=>");
+    troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, key, TROUPE_BINOP_THREEFRY4X32_CRYPTO, seed_n, step,
+                  ",=>");
     troupe_nn_add(nn, troupe_asgn_fetch_range_over_offsets(comp, offs, &f), &f);
     snprintf(spec, sizeof spec, ",%s=>%s", X, X);
     troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, bits, TROUPE_BINOP_THREEFRY4X32_CRYPTO, key, offs,

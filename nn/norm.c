@@ -36,11 +36,11 @@ troupe_status_t troupe_nn_layernorm(troupe_nn_t *nn, troupe_tnode_t *x, troupe_t
     TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, eps, &eps_c));
     char A[TROUPE__NN_MAX_LEAD + 1], s[5][64];
     troupe__nn_lead(lead, A);
-    snprintf(s[0], sizeof s[0], "%sc,=>%s", A, A);          /* row sum times a scalar */
-    snprintf(s[1], sizeof s[1], "%sc,%s=>%sc", A, A, A);    /* row-wise broadcast */
-    snprintf(s[2], sizeof s[2], "%sc,%sc=>%s", A, A, A);    /* row dot product */
-    snprintf(s[3], sizeof s[3], "%s,,=>%s", A, A);          /* per row, two scalars */
-    snprintf(s[4], sizeof s[4], "%sc,c,c=>%sc", A, A);      /* per column w, b */
+    snprintf(s[0], sizeof s[0], "%sc,=>%s", A, A);       /* row sum times a scalar */
+    snprintf(s[1], sizeof s[1], "%sc,%s=>%sc", A, A, A); /* row-wise broadcast */
+    snprintf(s[2], sizeof s[2], "%sc,%sc=>%s", A, A, A); /* row dot product */
+    snprintf(s[3], sizeof s[3], "%s,,=>%s", A, A);       /* per row, two scalars */
+    snprintf(s[4], sizeof s[4], "%sc,c,c=>%sc", A, A);   /* per column w, b */
     /* mean = sum_c x / C */
     troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, mean, TROUPE_BINOP_MUL, x, inv_c, s[0]);
     /* xc = x - mean; var = sum_c xc^2 (divided by C below) */

@@ -205,9 +205,10 @@ Test(nn_layers, layernorm_forward_and_gradient)
         var /= C;
         double rstd = 1.0 / sqrt(var + 1e-5);
         for (int c = 0; c < C; c++) {
-            double want = (m_get(&m, x, r * C + c) - mean) * rstd * m_get(&m, w, c) + m_get(&m, b, c);
-            cr_expect(fabs(m_get(&m, y, r * C + c) - want) < 1e-12, "y[%d,%d] %.17g, want %.17g",
-                      r, c, m_get(&m, y, r * C + c), want);
+            double want =
+                (m_get(&m, x, r * C + c) - mean) * rstd * m_get(&m, w, c) + m_get(&m, b, c);
+            cr_expect(fabs(m_get(&m, y, r * C + c) - want) < 1e-12, "y[%d,%d] %.17g, want %.17g", r,
+                      c, m_get(&m, y, r * C + c), want);
         }
     }
     cr_assert_eq(m_check_grads(&m, 1e-6), B * T * C + 2 * C);
@@ -235,8 +236,8 @@ Test(nn_layers, gelu_forward_and_gradient)
         m_set(&m, x, i, fixed[i]);
     m_run(&m);
     for (int i = 0; i < 12; i++)
-        cr_expect(fabs(m_get(&m, y, i) - s_gelu_ref(fixed[i])) < 1e-14, "gelu(%g) = %.17g, want %.17g",
-                  fixed[i], m_get(&m, y, i), s_gelu_ref(fixed[i]));
+        cr_expect(fabs(m_get(&m, y, i) - s_gelu_ref(fixed[i])) < 1e-14,
+                  "gelu(%g) = %.17g, want %.17g", fixed[i], m_get(&m, y, i), s_gelu_ref(fixed[i]));
     /* known values of the tanh approximation */
     cr_expect(fabs(m_get(&m, y, 8) - 0.8411919906082768) < 1e-15, "gelu(1) %.17g", m_get(&m, y, 8));
     cr_expect(fabs(m_get(&m, y, 2) + 0.15880800939172324) < 1e-15, "gelu(-1) %.17g",
@@ -265,8 +266,8 @@ Test(nn_layers, softmax_forward_and_gradient)
             sum += exp(m_get(&m, x, r * N + c) - mx);
         for (int c = 0; c < N; c++) {
             double want = exp(m_get(&m, x, r * N + c) - mx) / sum;
-            cr_expect(fabs(m_get(&m, y, r * N + c) - want) < 1e-15, "softmax[%d,%d] %.17g, want %.17g",
-                      r, c, m_get(&m, y, r * N + c), want);
+            cr_expect(fabs(m_get(&m, y, r * N + c) - want) < 1e-15,
+                      "softmax[%d,%d] %.17g, want %.17g", r, c, m_get(&m, y, r * N + c), want);
             total += m_get(&m, y, r * N + c);
         }
         cr_expect(fabs(total - 1.0) < 1e-14);
@@ -353,7 +354,8 @@ static void s_attention_case(troupe_nn_layout_t layout)
     m_init(&m, TROUPE_PREC_DOUBLE, layout == TROUPE_NN_IN_OUT ? 4 : 5);
     bool io = layout == TROUPE_NN_IN_OUT;
     troupe_tnode_t *x = m_param(&m, "x", 3, (int64_t[]){B, T, C});
-    troupe_tnode_t *wqkv = m_param(&m, "w_qkv", 2, io ? (int64_t[]){C, 3 * C} : (int64_t[]){3 * C, C});
+    troupe_tnode_t *wqkv =
+        m_param(&m, "w_qkv", 2, io ? (int64_t[]){C, 3 * C} : (int64_t[]){3 * C, C});
     troupe_tnode_t *bqkv = m_param(&m, "b_qkv", 1, (int64_t[]){3 * C});
     troupe_tnode_t *wp = m_param(&m, "w_proj", 2, (int64_t[]){C, C});
     troupe_tnode_t *bp = m_param(&m, "b_proj", 1, (int64_t[]){C});
@@ -685,8 +687,8 @@ Test(nn_layers, block_on_the_drivers_matches_the_interpreter, .timeout = 240)
         troupe_event_release(&ev);
         double loss = 0;
         OK(troupe_tnode_get_values(m.loss, &loss, 1));
-        cr_expect(fabs(loss - want_loss) <= 1e-5 * fabs(want_loss), "%s: loss %.9g, interpreter %.9g",
-                  *drv, loss, want_loss);
+        cr_expect(fabs(loss - want_loss) <= 1e-5 * fabs(want_loss),
+                  "%s: loss %.9g, interpreter %.9g", *drv, loss, want_loss);
         for (size_t p = 0; p < np; p++) {
             size_t n = (size_t)troupe_tnode_num_elems(grads[p]);
             double *got = malloc(n * sizeof *got), gmax = 0, dmax = 0;
@@ -696,11 +698,12 @@ Test(nn_layers, block_on_the_drivers_matches_the_interpreter, .timeout = 240)
             for (size_t k = 0; k < n; k++)
                 dmax = fmax(dmax, fabs(got[k] - m_get(&m, grads[p], (int64_t)k)));
             cr_assert_gt(gmax, 1e-4, "%s: the loss depends on %s", *drv, params[p]->label[0]);
-            cr_expect_leq(dmax, 1e-5 * gmax, "%s: %s's gradient differs from the interpreter's by %g (max |g| %g)",
+            cr_expect_leq(dmax, 1e-5 * gmax,
+                          "%s: %s's gradient differs from the interpreter's by %g (max |g| %g)",
                           *drv, params[p]->label[0], dmax, gmax);
             if (getenv("NN_LAYERS_PRINT"))
-                fprintf(stderr, "%s %s: max |diff| %.3g, max |g| %.3g\n", *drv,
-                        params[p]->label[0], dmax, gmax);
+                fprintf(stderr, "%s %s: max |diff| %.3g, max |g| %.3g\n", *drv, params[p]->label[0],
+                        dmax, gmax);
             free(got);
         }
         troupe_routine_release(&r);
