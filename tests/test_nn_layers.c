@@ -38,7 +38,7 @@ TestSuite(nn_layers, .init = s_setup);
 typedef struct m_model {
     troupe_asgn_comp_t *comp;
     troupe_nn_t *nn;
-    troupe_tnode_t *loss;
+    troupe_tnode_t *loss, *r; /* r: the weights of m_finish's loss */
     troupe_ll_proc_t *proc;
     troupe_interp_buffer_t *bufs;
     size_t nbufs;
@@ -76,7 +76,7 @@ static troupe_tnode_t *m_node(m_model_t *m, const char *label, int ndims, const 
 /* loss = sum(y * r), r a random weight node: every cell of y matters. Then the backward. */
 static void m_finish(m_model_t *m, troupe_tnode_t *y)
 {
-    troupe_tnode_t *r = m_node(m, "r", y->ndims, y->dims);
+    troupe_tnode_t *r = m->r = m_node(m, "r", y->ndims, y->dims);
     OK(troupe_nn_node(m->nn, "loss", 0, NULL, &m->loss));
     char term[16] = {0}, spec[40];
     for (int a = 0; a < y->ndims; a++)
@@ -415,17 +415,25 @@ Test(nn_layers, attention_refuses_mismatched_shapes)
 /* ---- dropout -------------------------------------------------------------------------------- */
 
 /* The documented stream: keep cell i iff drop < uniform1(double, bits). */
-static bool s_dropout_keeps(uint64_t seed, uint32_t step, uint32_t i, double drop)
+static bool s_dropout_keeps_prec(troupe_prec_t prec, uint64_t seed, uint32_t step, uint32_t i,
+                                 double drop)
 {
     troupe_uint4x32_t sk = {{(uint32_t)seed, (uint32_t)(seed >> 32), 0, 0}}, sc, ic;
     cr_assert_eq(troupe_prec_bits_to_uint4x32(TROUPE_PREC_UINT32, &step, &sc), TROUPE_OK);
     cr_assert_eq(troupe_prec_bits_to_uint4x32(TROUPE_PREC_UINT32, &i, &ic), TROUPE_OK);
     troupe_uint4x32_t key = troupe_threefry4x32_crypto(sk, sc);
     double u = 0;
-    cr_assert_eq(troupe_uint4x32_to_prec_uniform1(TROUPE_PREC_DOUBLE,
-                                                  troupe_threefry4x32_crypto(key, ic), &u),
-                 TROUPE_OK);
-    return drop < u;
+    float uf = 0;
+    cr_assert_eq(
+        troupe_uint4x32_to_prec_uniform1(prec, troupe_threefry4x32_crypto(key, ic),
+                                         prec == TROUPE_PREC_DOUBLE ? (void *)&u : (void *)&uf),
+        TROUPE_OK);
+    return prec == TROUPE_PREC_DOUBLE ? drop < u : (float)drop < uf;
+}
+
+static bool s_dropout_keeps(uint64_t seed, uint32_t step, uint32_t i, double drop)
+{
+    return s_dropout_keeps_prec(TROUPE_PREC_DOUBLE, seed, step, i, drop);
 }
 
 Test(nn_layers, dropout_mask_stream_reproducibility_and_gradient)
@@ -813,5 +821,62 @@ Test(nn_layers, block_matches_pytorch)
                       m_get(&m, grads[p], (int64_t)k), want[k]);
     }
     fclose(f);
+    m_free(&m);
+}
+
+/* Dropout compiled for the drivers (single precision): the generated Threefry stream gives
+ * the documented mask, like the interpreter's. */
+Test(nn_layers, dropout_on_the_drivers_follows_the_stream, .timeout = 240)
+{
+    enum { R = 8, N = 16 };
+    const double drop = 0.3;
+    m_model_t m;
+    m_init(&m, TROUPE_PREC_SINGLE, 15);
+    troupe_tnode_t *x = m_node(&m, "x", 2, (int64_t[]){R, N});
+    troupe_tnode_t *w = m_param(&m, "w", 1, (int64_t[]){N}), *step = NULL, *xw, *y = NULL;
+    xw = m_node(&m, "xw", 2, x->dims);
+    OK(troupe_nn_node_prec(m.nn, "step", TROUPE_PREC_UINT32, 0, NULL, &step));
+    OK(troupe_nn_bin(m.nn, true, TROUPE_BINOP_ARG2, xw, TROUPE_BINOP_MUL, x, w, "rn,n=>rn"));
+    OK(troupe_nn_dropout(m.nn, xw, drop, 99, step, &y));
+    m_finish(&m, y);
+    double xv[R * N], wv[N], stepv = 5, yv[R * N], rv[R * N];
+    for (int i = 0; i < R * N; i++)
+        xv[i] = 1.0 + (i % 7), rv[i] = 1.0;
+    rtu_set(m.r, rv);
+    for (int i = 0; i < N; i++)
+        wv[i] = 0.5;
+    rtu_set(x, xv);
+    rtu_set(w, wv);
+    rtu_set(step, &stepv);
+    rtu_set_hosted(y, 999);
+    FOR_EACH_HOST_DRIVER(drv)
+    {
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 1);
+        rtu_init(&e.ctx[0], x);
+        rtu_init(&e.ctx[0], w);
+        rtu_init(&e.ctx[0], step);
+        rtu_init(&e.ctx[0], m.r);
+        troupe_code_t *code = NULL;
+        troupe_routine_t *r = NULL;
+        OK(troupe_compile(e.b, m.comp, "nn_layers_dropout", &code));
+        OK(troupe_link(e.ctx[0], code, &r));
+        troupe_event_t *ev = NULL;
+        OK(troupe_routine_run(r, &ev));
+        OK(troupe_event_sync(ev, TIMEOUT_NS));
+        troupe_event_release(&ev);
+        OK(troupe_tnode_get_values(y, yv, R * N));
+        int kept = 0;
+        for (int i = 0; i < R * N; i++) {
+            bool keep = s_dropout_keeps_prec(TROUPE_PREC_SINGLE, 99, 5, (uint32_t)i, drop);
+            float want = keep ? (float)(xv[i] * 0.5) * (float)(1.0 / (1.0 - drop)) : 0.0f;
+            cr_expect_eq((float)yv[i], want, "%s: y[%d] %g, want %g", *drv, i, yv[i], want);
+            kept += keep;
+        }
+        cr_expect(kept > 0 && kept < R * N);
+        troupe_routine_release(&r);
+        troupe_code_release(&code);
+        rtu_env_close(&e);
+    }
     m_free(&m);
 }
