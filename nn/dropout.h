@@ -4,7 +4,8 @@
  * The stream, for x of precision p (the nn's) and the caller's scalar step node (uint32 or
  * int32) holding s at run time:
  *   key  = threefry4x32_crypto({lo(seed), hi(seed), 0, 0}, spread(s))
- *   bits = threefry4x32_crypto(key, spread(i))     i the cell's row-major flat offset (uint32)
+ *   bits = threefry4x32_crypto(key, spread(i))     i the cell's row-major flat offset (uint32:
+ *                                                  past 2^32 cells the mask repeats)
  *   u    = uint4x32_to_prec_uniform1(p, bits)      (single: (bits.v0 >> 8) 2^-24)
  *   y[i] = x[i] / (1 - drop) when drop < u, else 0
  * where spread is the uint32 counter construction of troupe_prec_bits_to_uint4x32. The mask
