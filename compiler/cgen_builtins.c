@@ -448,9 +448,20 @@ static const char s_gate_d[] = "TROUPE_FN double troupe_satur01_gate_d(double a,
                                "  return (a > 0.0 && a < 1.0) ? b : 0.0;\n"
                                "}\n";
 
+/* relu_gate and where as calls, so both arms are evaluated (ir/ops.c: a GCC 12 masked-load
+ * miscompilation of `c ? x[i] : y` in vectorised loop nests). */
+static const char s_select_f[] =
+    "TROUPE_FN float troupe_relu_gate_f(float a, float b) { return a > 0.0f ? b : 0.0f; }\n"
+    "TROUPE_FN float troupe_where_f(int c, float a, float b) { return c ? a : b; }\n";
+static const char s_select_d[] =
+    "TROUPE_FN double troupe_relu_gate_d(double a, double b) { return a > 0.0 ? b : 0.0; }\n"
+    "TROUPE_FN double troupe_where_d(int c, double a, double b) { return c ? a : b; }\n";
+
 #define S_MAXMIN(P, T)                                                                             \
     "TROUPE_FN " T " troupe_max_" P "(" T " a, " T " b) { return a > b ? a : b; }\n"               \
-    "TROUPE_FN " T " troupe_min_" P "(" T " a, " T " b) { return a < b ? a : b; }\n"
+    "TROUPE_FN " T " troupe_min_" P "(" T " a, " T " b) { return a < b ? a : b; }\n"               \
+    "TROUPE_FN " T " troupe_relu_gate_" P "(" T " a, " T " b) { return a > 0 ? b : 0; }\n"         \
+    "TROUPE_FN " T " troupe_where_" P "(int c, " T " a, " T " b) { return c ? a : b; }\n"
 
 /* The GEMM library's entries, set by the loader through <routine>_gemm_hooks (compiler/gemm.h,
  * devices/host/gemm_library.h); NULL runs the generated loops. C dialect only. */
@@ -533,12 +544,14 @@ static const troupe__cgen_section_t s_sections[] = {
     S_SEC("fmax", "troupe_fmaxf troupe_fminf troupe_fmax troupe_fmin", s_fmax),
     S_SEC("satur01_gate_f", "troupe_satur01_gate_f", s_gate_f),
     S_SEC("satur01_gate_d", "troupe_satur01_gate_d", s_gate_d),
-    S_SEC("maxmin_byte", "troupe_max_byte troupe_min_byte", S_MAXMIN("byte", "uint8_t")),
-    S_SEC("maxmin_uint16", "troupe_max_uint16 troupe_min_uint16", S_MAXMIN("uint16", "uint16_t")),
-    S_SEC("maxmin_int32", "troupe_max_int32 troupe_min_int32", S_MAXMIN("int32", "int32_t")),
-    S_SEC("maxmin_uint32", "troupe_max_uint32 troupe_min_uint32", S_MAXMIN("uint32", "uint32_t")),
-    S_SEC("maxmin_int64", "troupe_max_int64 troupe_min_int64", S_MAXMIN("int64", "int64_t")),
-    S_SEC("maxmin_uint64", "troupe_max_uint64 troupe_min_uint64", S_MAXMIN("uint64", "uint64_t")),
+    S_SEC("select_f", "troupe_relu_gate_f troupe_where_f", s_select_f),
+    S_SEC("select_d", "troupe_relu_gate_d troupe_where_d", s_select_d),
+    S_SEC("maxmin_byte", "troupe_max_byte troupe_min_byte troupe_relu_gate_byte troupe_where_byte", S_MAXMIN("byte", "uint8_t")),
+    S_SEC("maxmin_uint16", "troupe_max_uint16 troupe_min_uint16 troupe_relu_gate_uint16 troupe_where_uint16", S_MAXMIN("uint16", "uint16_t")),
+    S_SEC("maxmin_int32", "troupe_max_int32 troupe_min_int32 troupe_relu_gate_int32 troupe_where_int32", S_MAXMIN("int32", "int32_t")),
+    S_SEC("maxmin_uint32", "troupe_max_uint32 troupe_min_uint32 troupe_relu_gate_uint32 troupe_where_uint32", S_MAXMIN("uint32", "uint32_t")),
+    S_SEC("maxmin_int64", "troupe_max_int64 troupe_min_int64 troupe_relu_gate_int64 troupe_where_int64", S_MAXMIN("int64", "int64_t")),
+    S_SEC("maxmin_uint64", "troupe_max_uint64 troupe_min_uint64 troupe_relu_gate_uint64 troupe_where_uint64", S_MAXMIN("uint64", "uint64_t")),
     S_SEC("gemm", "troupe_sgemm_fn troupe_dgemm_fn troupe_sgemm troupe_dgemm", s_gemm),
 };
 

@@ -457,7 +457,12 @@ static const s_tmpl_t s_binop_c[TROUPE_BINOP_COUNT][S_CLS_COUNT] = {
     [TROUPE_BINOP_DIV] = S_BIN_INFIX("/"),
     [TROUPE_BINOP_TO_POW_OF] =
         S_BIN_CALL("powf", "pow", "(($T)pow((double)(", "), (double)(", ")))"),
-    [TROUPE_BINOP_RELU_GATE] = S_NUM(S_T3("((", ") > 0 ? (", ") : 0)")),
+    /* relu_gate and where go through helpers, never `c ? x : y` with loads in the arms: GCC
+     * 12 at -O3 -march=native (AVX-512) vectorises such a select in a loop nest with masked
+     * loads and gets it wrong for some trip counts (e.g. 2x4x10x10: 125 of 800 cells); a
+     * call evaluates both arms, so the loads are plain. */
+    [TROUPE_BINOP_RELU_GATE] = S_BIN_CALL("troupe_relu_gate_f", "troupe_relu_gate_d",
+                                          "troupe_relu_gate_$P((", "), (", "))"),
     [TROUPE_BINOP_SATUR01_GATE] = S_BIN_CALL("troupe_satur01_gate_f", "troupe_satur01_gate_d",
                                              "((void)(", "), (void)(", "), ($T)0)"),
     [TROUPE_BINOP_MAX] = S_BIN_CALL("troupe_fmaxf", "troupe_fmax", "troupe_max_$P((", "), (", "))"),
@@ -500,7 +505,11 @@ static const s_tmpl_t s_unop_c[TROUPE_UNOP_COUNT][S_CLS_COUNT] = {
 };
 
 static const s_tmpl_t s_ternop_c[TROUPE_TERNOP_COUNT][S_CLS_COUNT] = {
-    [TROUPE_TERNOP_WHERE] = S_ALL(S_T4("((", ") != 0 ? (", ") : (", "))")),
+    [TROUPE_TERNOP_WHERE] = {S_T4("troupe_where_f(((", ") != 0), (", "), (", "))"),
+                             S_T4("troupe_where_d(((", ") != 0), (", "), (", "))"),
+                             S_T4("troupe_where_$P(((", ") != 0), (", "), (", "))"),
+                             S_T4("troupe_where_$P(((", ") != 0), (", "), (", "))"),
+                             S_T4("((", ") != 0 ? (", ") : (", "))")},
     [TROUPE_TERNOP_FMA] =
         S_FFI(S_T4("fmaf((", "), (", "), (", "))"), S_T4("fma((", "), (", "), (", "))"),
               S_T4("((", ") * (", ") + (", "))")),

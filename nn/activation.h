@@ -10,7 +10,7 @@
 #ifndef TROUPE_NN_ACTIVATION_H
 #define TROUPE_NN_ACTIVATION_H
 
-#include "nn/nn.h"
+#include "troupe/nn/nn.h"
 
 #ifdef __cplusplus
 extern "C" {

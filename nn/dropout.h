@@ -16,7 +16,7 @@
 #ifndef TROUPE_NN_DROPOUT_H
 #define TROUPE_NN_DROPOUT_H
 
-#include "nn/nn.h"
+#include "troupe/nn/nn.h"
 
 #include <stdint.h>
 

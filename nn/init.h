@@ -18,7 +18,7 @@
 #ifndef TROUPE_NN_INIT_H
 #define TROUPE_NN_INIT_H
 
-#include "base/status.h"
+#include "troupe/base/status.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -11,7 +11,7 @@
 #ifndef TROUPE_NN_NORM_H
 #define TROUPE_NN_NORM_H
 
-#include "nn/nn.h"
+#include "troupe/nn/nn.h"
 
 #ifdef __cplusplus
 extern "C" {
