@@ -588,6 +588,25 @@ bool troupe_ll_writes(const troupe_ll_t *s, const troupe_tnode_t *tn)
     }
 }
 
+troupe_status_t troupe_ll_gather_failure(const char *index_name, int ndims, const int64_t *cell,
+                                        double value, int64_t range, const char *table_name,
+                                        int axis)
+{
+    char at[TROUPE_MAX_DIMS * 24 + 2];
+    size_t n = 0;
+    at[0] = '\0';
+    for (int a = 0; a < ndims && a < TROUPE_MAX_DIMS; a++)
+        n += (size_t)snprintf(at + n, sizeof at - n, "%s%" PRId64, a ? "," : "", cell[a]);
+    char where[160];
+    if (table_name != NULL)
+        snprintf(where, sizeof where, "%s's axis %d", table_name, axis);
+    else
+        snprintf(where, sizeof where, "the gathered axis");
+    return troupe__error(TROUPE_INVALID_ARGUMENT,
+                         "gather: %s[%s] = %.17g is outside 0..%" PRId64 " of %s",
+                         index_name ? index_name : "?", at, value, range - 1, where);
+}
+
 /* ---- validation --------------------------------------------------------------------------- */
 
 typedef struct s_range {

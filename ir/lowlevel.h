@@ -268,6 +268,13 @@ troupe_ll_t *troupe_ll_bind_index(troupe_ll_proc_t *proc, int32_t sym, troupe_tn
                                   troupe_tnode_t *table, int axis, troupe_ll_t *body);
 /* Whether the tree (local-scope bodies included) holds a BIND_INDEX. */
 bool troupe_ll_has_bind_index(const troupe_ll_t *s);
+/* The failure of a gather index out of range (or fractional): INVALID_ARGUMENT with
+ * "gather: <index>[<cell>] = <value> is outside 0..<range-1> of <table>'s axis <axis>"
+ * (`table` NULL: "of the gathered axis"). `cell` holds ndims indices. */
+TROUPE_MUST_USE troupe_status_t troupe_ll_gather_failure(const char *index_name, int ndims,
+                                                         const int64_t *cell, double value,
+                                                         int64_t range, const char *table_name,
+                                                         int axis);
 /* Whether the tree (local-scope bodies included) writes tn (SET, SET_FROM_VEC, ZERO_OUT). */
 bool troupe_ll_writes(const troupe_ll_t *s, const troupe_tnode_t *tn);
 
