@@ -1643,8 +1643,9 @@ static troupe_status_t s_scan(s_prelude_t *p, const char *text)
             while (s_is_ident_char(*s))
                 s++;
             size_t n = (size_t)(s - start);
-            bool ours = (n > 7 && memcmp(start, "troupe_", 7) == 0) ||
-                        (n == 10 && memcmp(start, "uint4x32_t", 10) == 0);
+            bool ours = ((n > 7 && memcmp(start, "troupe_", 7) == 0) ||
+                         (n == 10 && memcmp(start, "uint4x32_t", 10) == 0)) &&
+                        !(n == 10 && memcmp(start, "troupe_err", 10) == 0); /* a parameter */
             if (!ours)
                 continue;
             ptrdiff_t i = s_provider(p, start, n);
