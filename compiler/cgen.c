@@ -267,6 +267,8 @@ struct troupe__cgen {
     int32_t nscope_ids;
     const troupe_tnode_t *merge_node;
     bool uses_gemm; /* some contraction calls the GEMM library (compiler/gemm.h) */
+    const troupe_ll_t **binds; /* the BIND_INDEX statements: gather i+1 */
+    size_t nbinds, binds_cap;
     bool *bound;    /* per symbol: defined by the target (a thread index); loops over it elided */
     /* s_emit_for's register accumulation: reads of acc_tn at acc_idcs print acc_name */
     const troupe_tnode_t *acc_tn;
@@ -328,6 +330,12 @@ static troupe_status_t s_collect_sc(s_gen_t *g, const troupe_sc_t *e)
 {
     switch (e->kind) {
     case TROUPE_SC_LOCAL_SCOPE:
+        if (troupe_ll_has_bind_index(e->u.local_scope.body))
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "cgen of procedure %s: a gather index (bind_index) inside a "
+                                 "local scope is not supported (it could not be checked before "
+                                 "the routine's first write)",
+                                 g->proc->name);
         return s_collect_ll(g, e->u.local_scope.body);
     case TROUPE_SC_GET:
         return s_mark(g, e->u.get.tn, true, false, false);
@@ -367,9 +375,23 @@ static troupe_status_t s_collect_ll(s_gen_t *g, const troupe_ll_t *s)
         return s_collect_sc(g, s->u.set_from_vec.arg);
     case TROUPE_LL_SET_LOCAL:
         return s_collect_sc(g, s->u.set_local.value);
+    case TROUPE_LL_BIND_INDEX:
+        TROUPE_RETURN_IF_ERROR(s_mark(g, s->u.bind_index.tn, true, false, false));
+        if (!TROUPE__VEC_PUSH(g->binds, g->nbinds, g->binds_cap, s))
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        return s_collect_ll(g, s->u.bind_index.body);
     default:
         return TROUPE_OK;
     }
+}
+
+/* The 1-based gather number of BIND_INDEX s. */
+static size_t s_gather_no(const s_gen_t *g, const troupe_ll_t *s)
+{
+    for (size_t i = 0; i < g->nbinds; i++)
+        if (g->binds[i] == s)
+            return i + 1;
+    return 0;
 }
 
 /* Parameters or local arrays, from the memory modes. */
@@ -637,6 +659,7 @@ static void s_put_constant(troupe__strbuf_t *b, double c, troupe_prec_t prec)
 
 static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
                                  troupe__strbuf_t *out);
+static void s_put_index(const s_gen_t *g, troupe__strbuf_t *b, const troupe_axis_index_t *idx);
 
 static const s_scope_t *s_find_scope(const s_gen_t *g, int32_t id)
 {
@@ -1332,10 +1355,143 @@ static troupe_status_t s_emit_seq_gemm(s_gen_t *g, const troupe_ll_t *s, int ind
     return st;
 }
 
+/* The index node's element of BIND_INDEX s: "<ident>[<offset>]". */
+static void s_put_bind_read(s_gen_t *g, troupe__strbuf_t *out, const troupe_ll_t *s)
+{
+    const troupe_tnode_t *tn = s->u.bind_index.tn;
+    troupe__strbuf_puts(out, s_info(g, tn)->ident);
+    troupe__strbuf_puts(out, "[");
+    s_put_offset(g, out, tn, s->u.bind_index.idcs);
+    troupe__strbuf_puts(out, "]");
+}
+
+/* BIND_INDEX in the body: the symbol's value, already checked by the check pass. */
+static troupe_status_t s_emit_bind(s_gen_t *g, const troupe_ll_t *s, int indent,
+                                   troupe__strbuf_t *out)
+{
+    int32_t sym = s->u.bind_index.sym;
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_puts(out, "{ /* gather index */\n");
+    troupe__strbuf_repeat(out, "    ", indent + 1);
+    troupe__strbuf_printf(out, "const int64_t %s = (int64_t)", g->syms[sym]);
+    s_put_bind_read(g, out, s);
+    troupe__strbuf_puts(out, ";\n");
+    s_range_t saved = g->ranges[sym];
+    g->ranges[sym] = (s_range_t){true, 0, s->u.bind_index.range - 1};
+    troupe_status_t st = s_emit_ll(g, s->u.bind_index.body, indent + 1, out);
+    g->ranges[sym] = saved;
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_puts(out, "}\n");
+    return st;
+}
+
+/* The check pass: the loops and binds leading to every BIND_INDEX, each bind's value checked
+ * against its range; on a failure the error words are filled and the routine returns before
+ * any write. */
+static troupe_status_t s_emit_checks(s_gen_t *g, const troupe_ll_t *s, int indent,
+                                     troupe__strbuf_t *out)
+{
+    switch (s->kind) {
+    case TROUPE_LL_SEQ:
+        for (size_t i = 0; i < s->u.seq.count; i++)
+            TROUPE_RETURN_IF_ERROR(s_emit_checks(g, s->u.seq.items[i], indent, out));
+        return TROUPE_OK;
+    case TROUPE_LL_FOR: {
+        if (!troupe_ll_has_bind_index(s->u.for_loop.body))
+            return TROUPE_OK;
+        int32_t sym = s->u.for_loop.sym;
+        const char *name = g->syms[sym];
+        if (g->bound[sym]) /* the target defines it (a thread's index) */
+            return s_emit_checks(g, s->u.for_loop.body, indent, out);
+        troupe__strbuf_repeat(out, "    ", indent);
+        troupe__strbuf_printf(out, "for (int64_t %s = %" PRId64 "; %s <= %" PRId64 "; ++%s) {\n",
+                              name, s->u.for_loop.from, name, s->u.for_loop.to, name);
+        s_range_t saved = g->ranges[sym];
+        g->ranges[sym] = (s_range_t){true, s->u.for_loop.from, s->u.for_loop.to};
+        troupe_status_t st = s_emit_checks(g, s->u.for_loop.body, indent + 1, out);
+        g->ranges[sym] = saved;
+        troupe__strbuf_repeat(out, "    ", indent);
+        troupe__strbuf_puts(out, "}\n");
+        return st;
+    }
+    case TROUPE_LL_BIND_INDEX: {
+        const troupe_tnode_t *tn = s->u.bind_index.tn;
+        int32_t sym = s->u.bind_index.sym;
+        size_t no = s_gather_no(g, s);
+        bool is_float = tn->prec == TROUPE_PREC_SINGLE || tn->prec == TROUPE_PREC_DOUBLE;
+        int64_t range = s->u.bind_index.range;
+        troupe__strbuf_repeat(out, "    ", indent);
+        troupe__strbuf_printf(out, "{ /* check gather %zu */\n", no);
+        troupe__strbuf_repeat(out, "    ", indent + 1);
+        if (is_float) {
+            troupe__strbuf_puts(out, "const double gv = (double)");
+            s_put_bind_read(g, out, s);
+            troupe__strbuf_puts(out, ";\n");
+            troupe__strbuf_repeat(out, "    ", indent + 1);
+            troupe__strbuf_printf(out,
+                                  "if (!(gv >= 0.0 && gv < %" PRId64
+                                  ".0) || gv != (double)(int64_t)gv) {\n",
+                                  range);
+        } else {
+            troupe__strbuf_printf(out, "const %s graw = ", troupe_prec_c_type(tn->prec));
+            s_put_bind_read(g, out, s);
+            troupe__strbuf_puts(out, ";\n");
+            troupe__strbuf_repeat(out, "    ", indent + 1);
+            troupe__strbuf_puts(out, "const double gv = (double)graw;\n");
+            troupe__strbuf_repeat(out, "    ", indent + 1);
+            /* unsigned 64-bit values past INT64_MAX turn negative: out of range too */
+            troupe__strbuf_printf(out, "if ((int64_t)graw < 0 || (int64_t)graw >= %" PRId64 ") {\n",
+                                  range);
+        }
+        troupe__strbuf_repeat(out, "    ", indent + 2);
+        troupe__strbuf_printf(out, "troupe_err[0] = %zu;\n", no);
+        troupe__strbuf_repeat(out, "    ", indent + 2);
+        troupe__strbuf_puts(out, "troupe_err[1] = (int64_t)troupe__f64_bits(gv);\n");
+        for (int a = 0; a < tn->ndims; a++) {
+            troupe__strbuf_repeat(out, "    ", indent + 2);
+            troupe__strbuf_printf(out, "troupe_err[%d] = ", 2 + a);
+            s_put_index(g, out, &s->u.bind_index.idcs[a]);
+            troupe__strbuf_puts(out, ";\n");
+        }
+        troupe__strbuf_repeat(out, "    ", indent + 2);
+        troupe__strbuf_puts(out, "return;\n");
+        troupe__strbuf_repeat(out, "    ", indent + 1);
+        troupe__strbuf_puts(out, "}\n");
+        troupe_status_t st = TROUPE_OK;
+        if (troupe_ll_has_bind_index(s->u.bind_index.body)) {
+            troupe__strbuf_repeat(out, "    ", indent + 1);
+            troupe__strbuf_printf(out, "const int64_t %s = (int64_t)gv;\n", g->syms[sym]);
+            s_range_t saved = g->ranges[sym];
+            g->ranges[sym] = (s_range_t){true, 0, range - 1};
+            st = s_emit_checks(g, s->u.bind_index.body, indent + 1, out);
+            g->ranges[sym] = saved;
+        }
+        troupe__strbuf_repeat(out, "    ", indent);
+        troupe__strbuf_puts(out, "}\n");
+        return st;
+    }
+    default:
+        return TROUPE_OK;
+    }
+}
+
+troupe_status_t troupe__cgen_emit_checks(troupe__cgen_t *g, const troupe_ll_t *s, int indent,
+                                         troupe__strbuf_t *out)
+{
+    return s_emit_checks(g, s, indent, out);
+}
+
+size_t troupe__cgen_ngathers(const troupe__cgen_t *g)
+{
+    return g->nbinds;
+}
+
 static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
                                  troupe__strbuf_t *out)
 {
     switch (s->kind) {
+    case TROUPE_LL_BIND_INDEX:
+        return s_emit_bind(g, s, indent, out);
     case TROUPE_LL_NOOP:
         return TROUPE_OK;
     case TROUPE_LL_COMMENT:
@@ -1487,8 +1643,9 @@ static troupe_status_t s_scan(s_prelude_t *p, const char *text)
             while (s_is_ident_char(*s))
                 s++;
             size_t n = (size_t)(s - start);
-            bool ours = (n > 7 && memcmp(start, "troupe_", 7) == 0) ||
-                        (n == 10 && memcmp(start, "uint4x32_t", 10) == 0);
+            bool ours = ((n > 7 && memcmp(start, "troupe_", 7) == 0) ||
+                         (n == 10 && memcmp(start, "uint4x32_t", 10) == 0)) &&
+                        !(n == 10 && memcmp(start, "troupe_err", 10) == 0); /* a parameter */
             if (!ours)
                 continue;
             ptrdiff_t i = s_provider(p, start, n);
@@ -1547,6 +1704,11 @@ void troupe_cgen_result_destroy(troupe_cgen_result_t **result_p)
         troupe_free(r->kernels[i].name);
     troupe_free(r->kernels);
     troupe_free(r->steps);
+    for (size_t i = 0; i < r->ngathers; i++) {
+        troupe_free(r->gathers[i].index_name);
+        troupe_free(r->gathers[i].table_name);
+    }
+    troupe_free(r->gathers);
     troupe_free(r);
     *result_p = NULL;
 }
@@ -1680,6 +1842,8 @@ void troupe__cgen_put_signature(troupe__strbuf_t *b, const char *prefix,
         troupe__strbuf_puts(b, no_params);
     for (size_t i = 0; i < r->nparams; i++)
         troupe__strbuf_printf(b, "%s%s", i ? ", " : "", r->params[i].decl);
+    if (r->ngathers > 0)
+        troupe__strbuf_printf(b, "%sint64_t *troupe_err", r->nparams ? ", " : "");
     troupe__strbuf_puts(b, ")\n{\n");
 }
 
@@ -1841,6 +2005,11 @@ troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_
         goto done;
     /* A target with its own routine layout (CUDA's kernels) emits the body after the
      * parameters are known; the others get it here. */
+    if (target->put_routine == NULL && g.nbinds > 0) {
+        troupe__strbuf_puts(&body, "    /* Gather indices, checked before any write. */\n");
+        if ((st = s_emit_checks(&g, proc->body, 1, &body)) != TROUPE_OK)
+            goto done;
+    }
     if (target->put_routine == NULL && (st = s_emit_ll(&g, proc->body, 1, &body)) != TROUPE_OK)
         goto done;
 
@@ -1858,6 +2027,32 @@ troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_
     }
     if ((st = s_build_params(&g, r)) != TROUPE_OK)
         goto done;
+    if (g.nbinds > 0) {
+        r->gathers = troupe_calloc(g.nbinds, sizeof *r->gathers);
+        if (r->gathers == NULL) {
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+            goto done;
+        }
+        r->ngathers = g.nbinds;
+        for (size_t i = 0; i < g.nbinds; i++) {
+            const troupe_ll_t *b = g.binds[i];
+            troupe_cgen_gather_t *x = &r->gathers[i];
+            char name[128];
+            troupe_tnode_debug_name(b->u.bind_index.tn, name, sizeof name);
+            x->index_name = troupe_strdup(name);
+            if (b->u.bind_index.table != NULL) {
+                troupe_tnode_debug_name(b->u.bind_index.table, name, sizeof name);
+                x->table_name = troupe_strdup(name);
+            }
+            x->ndims = b->u.bind_index.tn->ndims;
+            x->axis = b->u.bind_index.axis;
+            x->range = b->u.bind_index.range;
+            if (x->index_name == NULL || (b->u.bind_index.table != NULL && x->table_name == NULL)) {
+                st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+                goto done;
+            }
+        }
+    }
 
     if (g.uses_gemm) {
         r->gemm_hooks_name = troupe_strdup_printf("%s_gemm_hooks", proc->name);
@@ -1917,7 +2112,23 @@ done:
     troupe_free(g.scopes);
     troupe_free(g.scope_uses);
     troupe_free(g.bound);
+    troupe_free(g.binds);
     return st;
+}
+
+troupe_status_t troupe_cgen_gather_failure(const troupe_cgen_result_t *result, const int64_t *err)
+{
+    if (result == NULL || err == NULL || err[0] == 0)
+        return TROUPE_OK;
+    if (err[0] < 0 || (size_t)err[0] > result->ngathers)
+        return troupe__error(TROUPE_INTERNAL, "routine %s reported gather %" PRId64 " of %zu",
+                             result->name, err[0], result->ngathers);
+    const troupe_cgen_gather_t *x = &result->gathers[err[0] - 1];
+    uint64_t bits = (uint64_t)err[1];
+    double v;
+    memcpy(&v, &bits, sizeof v);
+    return troupe_ll_gather_failure(x->index_name, x->ndims, err + 2, v, x->range, x->table_name,
+                                    x->axis);
 }
 
 /* ---- lookups ------------------------------------------------------------------------------ */

@@ -358,6 +358,19 @@ typedef struct troupe_cgen_step {
 } troupe_cgen_step_t;
 
 /* A generated translation unit. */
+/* One gather index of the routine (a BIND_INDEX of the procedure), for its failure message. */
+typedef struct troupe_cgen_gather {
+    char *index_name; /* the index node's debug name ("n3_tokens") */
+    char *table_name; /* the node it selects in, or NULL */
+    int ndims;        /* the index node's */
+    int axis;
+    int64_t range; /* valid values 0..range-1 */
+} troupe_cgen_gather_t;
+
+/* int64 words of a routine's gather error block: [0] 0 = no failure, else the 1-based gather
+ * (troupe_cgen_result_t.gathers); [1] the value as double bits; [2..] the index node's cell. */
+#define TROUPE_CGEN_GATHER_ERR_WORDS (2 + TROUPE_MAX_DIMS)
+
 typedef struct troupe_cgen_result {
     troupe_cgen_dialect_t dialect;
     char *source;      /* NUL-terminated source text */
@@ -377,7 +390,19 @@ typedef struct troupe_cgen_result {
     size_t nkernels;
     troupe_cgen_step_t *steps;
     size_t nsteps;
+    /* Gather indices (ngathers > 0): the routine (every CUDA kernel) takes one more parameter
+     * after the others, `int64_t *troupe_err`, TROUPE_CGEN_GATHER_ERR_WORDS zeroed words; C's
+     * entry reads it from args[nparams]. Before its first write the routine checks every
+     * gather index and, on one out of range, fills the words and writes nothing. */
+    troupe_cgen_gather_t *gathers;
+    size_t ngathers;
 } troupe_cgen_result_t;
+
+/* The failure that a routine's filled gather error block `err` reports (INVALID_ARGUMENT
+ * naming the index node, its cell, the value and the range, troupe_ll_gather_failure), or OK
+ * when err[0] is 0. */
+TROUPE_MUST_USE troupe_status_t troupe_cgen_gather_failure(const troupe_cgen_result_t *result,
+                                                           const int64_t *err);
 
 /* Generates `dialect` source for `proc` (see the header comment for the calling convention
  * and semantics) into a new result *out (NULL on failure).

@@ -12,6 +12,11 @@ static void s_put_calling(troupe__strbuf_t *b, const troupe_cgen_result_t *r)
                           " * Entry: void %s(void **args), args[k] = the k-th parameter's pointer "
                           "(static index: pointer to int64_t).\n",
                           r->entry_name);
+    if (r->ngathers > 0)
+        troupe__strbuf_printf(b,
+                              " * args[%zu]: int64_t[%d] gather error words, zeroed by the caller "
+                              "(troupe_cgen_gather_failure).\n",
+                              r->nparams, TROUPE_CGEN_GATHER_ERR_WORDS);
 }
 
 static void s_put_open(troupe__strbuf_t *b, const troupe_cgen_result_t *r)
@@ -38,6 +43,9 @@ static void s_put_entry(troupe__strbuf_t *b, const troupe_cgen_result_t *r)
             troupe__strbuf_printf(b, "(%s%s *)args[%zu]", is_const ? "const " : "", type, i);
         }
     }
+    if (r->ngathers > 0) /* the gather error block follows the parameters */
+        troupe__strbuf_printf(b, "%s(int64_t *)args[%zu]", r->nparams ? ",\n        " : "\n        ",
+                              r->nparams);
     troupe__strbuf_puts(b, ");\n}\n");
 }
 

@@ -108,6 +108,12 @@ static void s_collect_ll(s_accesses_t *a, const troupe_ll_t *s)
     case TROUPE_LL_SET_LOCAL: /* a thread's own variable */
         s_collect_sc(a, s->u.set_local.value);
         break;
+    case TROUPE_LL_BIND_INDEX:
+        /* The bound symbol is data, not a loop: a write indexed by it lies on no slice of a
+         * mapped loop, so a scatter's loops over the duplicates stay sequential (no atomics). */
+        s_add(a, s->u.bind_index.tn, s->u.bind_index.idcs, false, 1);
+        s_collect_ll(a, s->u.bind_index.body);
+        break;
     default:
         break;
     }
@@ -265,7 +271,12 @@ static troupe_status_t s_open_kernel(troupe_cgen_result_t *r, troupe__strbuf_t *
     troupe__strbuf_puts(b, "(");
     for (size_t i = 0; i < r->nparams; i++)
         troupe__strbuf_printf(b, "%s%s", i ? ", " : "", r->params[i].decl);
-    troupe__strbuf_puts(b, ")\n{\n");
+    if (r->ngathers > 0) {
+        troupe__strbuf_printf(b, "%sint64_t *troupe_err)\n{\n", r->nparams ? ", " : "");
+        troupe__strbuf_puts(b, "    if (troupe_err[0] != 0) return; /* a gather index failed */\n");
+    } else {
+        troupe__strbuf_puts(b, ")\n{\n");
+    }
     *out = k;
     return TROUPE_OK;
 }
@@ -2146,6 +2157,24 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
     if (p.oom) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
         goto out;
+    }
+    if (r->ngathers > 0) {
+        /* First step: one thread checks every gather index before any kernel writes; the
+         * kernels after it return at once when it filled the error words. */
+        troupe_cgen_kernel_t *k = NULL;
+        if ((st = s_open_kernel(r, b, &k)) != TROUPE_OK)
+            goto out;
+        s_shape(k, 1, 1);
+        k->block[0] = 1;
+        k->one_thread = true;
+        troupe__strbuf_puts(b, "    if (threadIdx.x != 0 || threadIdx.y != 0 || blockIdx.x != 0 || "
+                               "blockIdx.y != 0) return;\n");
+        if ((st = troupe__cgen_emit_checks(g, proc->body, 1, b)) != TROUPE_OK)
+            goto out;
+        troupe__strbuf_puts(b, "}\n");
+        troupe_cgen_step_t ks = {TROUPE_CGEN_STEP_KERNEL, r->nkernels - 1, 1, {0}};
+        if ((st = s_add_step(r, &ks)) != TROUPE_OK)
+            goto out;
     }
     for (size_t i = 0; i < p.ngroups && st == TROUPE_OK; i++)
         st = s_put_group(g, r, &p, &p.groups[i], b);

@@ -73,6 +73,12 @@ troupe_status_t troupe__cgen_emit_value(troupe__cgen_t *g, const char *lhs,
 /* Writes the element access `<node ident>[<row-major offset of idcs>]`. */
 void troupe__cgen_put_access(troupe__cgen_t *g, troupe__strbuf_t *b, const troupe_tnode_t *tn,
                              const troupe_axis_index_t *idcs);
+/* Emits the gather check pass of `s` (compiler/cgen.c: loops to every BIND_INDEX, each value
+ * checked, `troupe_err` filled and `return;` on a failure) at `indent` levels. */
+troupe_status_t troupe__cgen_emit_checks(troupe__cgen_t *g, const troupe_ll_t *s, int indent,
+                                         troupe__strbuf_t *out);
+/* The number of gather indices (BIND_INDEX statements) of the emission. */
+size_t troupe__cgen_ngathers(const troupe__cgen_t *g);
 /* Emits statement `s` at `indent` levels (4 spaces each). */
 troupe_status_t troupe__cgen_emit_stmt(troupe__cgen_t *g, const troupe_ll_t *s, int indent,
                                        troupe__strbuf_t *out);

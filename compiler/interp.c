@@ -1109,6 +1109,96 @@ static troupe_status_t s_eval(s_interp_t *I, const troupe_sc_t *e, const s_cp_t 
     return troupe__error(TROUPE_INVALID_ARGUMENT, "unknown scalar kind %d", (int)e->kind);
 }
 
+/* BIND_INDEX: the value of tn[idcs] in 0..range-1 into *out, else the gather failure. */
+static troupe_status_t s_bind_value(s_interp_t *I, const troupe_ll_t *s, int64_t *out)
+{
+    const troupe_tnode_t *tn = s->u.bind_index.tn;
+    unsigned char *p;
+    TROUPE_RETURN_IF_ERROR(s_elem(I, tn, s->u.bind_index.idcs, false, "gather index read", &p));
+    double d = 0;
+    int64_t v = 0;
+    bool ok;
+    switch (tn->prec) {
+    case TROUPE_PREC_BYTE: v = *(const uint8_t *)p; d = (double)v; break;
+    case TROUPE_PREC_UINT16: { uint16_t x; memcpy(&x, p, 2); v = x; d = (double)v; break; }
+    case TROUPE_PREC_INT32: { int32_t x; memcpy(&x, p, 4); v = x; d = (double)v; break; }
+    case TROUPE_PREC_UINT32: { uint32_t x; memcpy(&x, p, 4); v = x; d = (double)v; break; }
+    case TROUPE_PREC_INT64: { memcpy(&v, p, 8); d = (double)v; break; }
+    case TROUPE_PREC_UINT64: {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        v = x > (uint64_t)INT64_MAX ? -1 : (int64_t)x;
+        d = (double)x;
+        break;
+    }
+    case TROUPE_PREC_SINGLE: { float x; memcpy(&x, p, 4); d = x; break; }
+    case TROUPE_PREC_DOUBLE: memcpy(&d, p, 8); break;
+    default:
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "gather index node #%" PRId32 " has precision %s, not an integer one",
+                             tn->id, troupe_prec_name(tn->prec));
+    }
+    if (tn->prec == TROUPE_PREC_SINGLE || tn->prec == TROUPE_PREC_DOUBLE) {
+        ok = d >= 0 && d < (double)s->u.bind_index.range && d == (double)(int64_t)d;
+        v = ok ? (int64_t)d : -1;
+    } else {
+        ok = v >= 0 && v < s->u.bind_index.range;
+    }
+    if (!ok) {
+        int64_t cell[TROUPE_MAX_DIMS];
+        for (int a = 0; a < tn->ndims; a++) {
+            const troupe_axis_index_t *ix = &s->u.bind_index.idcs[a];
+            cell[a] = ix->offset;
+            for (int k = 0; k < ix->nterms; k++)
+                cell[a] += ix->terms[k].coeff * I->vals[ix->terms[k].sym];
+        }
+        char iname[96], tname[96];
+        troupe_tnode_debug_name(tn, iname, sizeof iname);
+        if (s->u.bind_index.table != NULL)
+            troupe_tnode_debug_name(s->u.bind_index.table, tname, sizeof tname);
+        return troupe_ll_gather_failure(iname, tn->ndims, cell, d, s->u.bind_index.range,
+                                        s->u.bind_index.table != NULL ? tname : NULL,
+                                        s->u.bind_index.axis);
+    }
+    *out = v;
+    return TROUPE_OK;
+}
+
+/* The check pass before a run: every BIND_INDEX reached through loops and sequences (not
+ * through local scopes, which the optimizer never builds around a gather) is checked, with no
+ * write, so a failing run writes nothing. */
+static troupe_status_t s_check_binds(s_interp_t *I, const troupe_ll_t *s)
+{
+    switch (s->kind) {
+    case TROUPE_LL_SEQ:
+        for (size_t i = 0; i < s->u.seq.count; i++)
+            TROUPE_RETURN_IF_ERROR(s_check_binds(I, s->u.seq.items[i]));
+        return TROUPE_OK;
+    case TROUPE_LL_FOR: {
+        if (!troupe_ll_has_bind_index(s->u.for_loop.body))
+            return TROUPE_OK;
+        int32_t sym = s->u.for_loop.sym;
+        if (s->u.for_loop.from > s->u.for_loop.to)
+            return TROUPE_OK;
+        for (int64_t v = s->u.for_loop.from;; v++) {
+            I->vals[sym] = v;
+            TROUPE_RETURN_IF_ERROR(s_check_binds(I, s->u.for_loop.body));
+            if (v == s->u.for_loop.to)
+                break;
+        }
+        return TROUPE_OK;
+    }
+    case TROUPE_LL_BIND_INDEX: {
+        int64_t v;
+        TROUPE_RETURN_IF_ERROR(s_bind_value(I, s, &v));
+        I->vals[s->u.bind_index.sym] = v;
+        return s_check_binds(I, s->u.bind_index.body);
+    }
+    default:
+        return TROUPE_OK;
+    }
+}
+
 static troupe_status_t s_exec(s_interp_t *I, const troupe_ll_t *s)
 {
     switch (s->kind) {
@@ -1187,6 +1277,12 @@ static troupe_status_t s_exec(s_interp_t *I, const troupe_ll_t *s)
         s_store(sc->cprec, sc->storage, s_to_ctx(&c, v)); /* no small-float rounding */
         return TROUPE_OK;
     }
+    case TROUPE_LL_BIND_INDEX: {
+        int64_t v;
+        TROUPE_RETURN_IF_ERROR(s_bind_value(I, s, &v));
+        I->vals[s->u.bind_index.sym] = v;
+        return s_exec(I, s->u.bind_index.body);
+    }
     }
     return troupe__error(TROUPE_INVALID_ARGUMENT, "unknown statement kind %d", (int)s->kind);
 }
@@ -1253,6 +1349,10 @@ static void s_mark_ll(const troupe_ll_proc_t *proc, const troupe_ll_t *s, bool *
         return;
     case TROUPE_LL_SET_LOCAL:
         s_mark_sc(proc, s->u.set_local.value, need, merge);
+        return;
+    case TROUPE_LL_BIND_INDEX:
+        s_mark_node(proc, s->u.bind_index.tn, need);
+        s_mark_ll(proc, s->u.bind_index.body, need, merge);
         return;
     default:
         return;
@@ -1402,6 +1502,8 @@ troupe_status_t troupe_interp_run(const troupe_ll_proc_t *proc, const troupe_int
     if ((st = s_bind_statics(&I, args)) != TROUPE_OK)
         goto done;
     if ((st = s_bind_buffers(&I, args)) != TROUPE_OK)
+        goto done;
+    if (troupe_ll_has_bind_index(proc->body) && (st = s_check_binds(&I, proc->body)) != TROUPE_OK)
         goto done;
     st = s_exec(&I, proc->body);
 done:

@@ -14,12 +14,59 @@ typedef struct s_lower {
     int32_t *static_map; /* comp static symbol id -> proc symbol id */
 } s_lower_t;
 
+/* One data-dependent index of an assignment: a BIND_INDEX of `sym` around the body. */
+typedef struct s_bind {
+    int32_t sym;
+    troupe_tnode_t *tn;
+    const troupe_proj_index_t *pi; /* its "@N[...]" */
+    int64_t range;
+    troupe_tnode_t *table;
+    int axis;
+    int deepest; /* innermost product-space iterator its term uses, -1 for none */
+} s_bind_t;
+
+#define S_MAX_BINDS (4 * TROUPE_MAX_DIMS)
+
 static troupe_status_t s_proc_status(const s_lower_t *L)
 {
     troupe_status_t st = troupe_ll_proc_status(L->proc);
     if (st == TROUPE_OK)
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "lowering assignments: a builder failed");
     return st;
+}
+
+/* The symbol bound to gather index pi (axis `axis` of `table`, of dim `range`), adding a bind
+ * to binds (shared by equal gather indices over the same range); -1 on failure. */
+static int32_t s_gather_sym(s_lower_t *L, const troupe_asgn_t *t, const troupe_proj_index_t *pi,
+                            troupe_tnode_t *table, int axis, s_bind_t *binds, int *nbinds)
+{
+    troupe_tnode_t *tn = t->u.accum_op.gather[pi->gather - 1];
+    int64_t range = table->dims[axis];
+    for (int b = 0; b < *nbinds; b++) {
+        const s_bind_t *x = &binds[b];
+        if (x->tn != tn || x->range != range || x->pi->gather_n != pi->gather_n)
+            continue;
+        bool same = true;
+        for (int k = 0; k < pi->gather_n && same; k++)
+            same = x->pi->gather_iter[k] == pi->gather_iter[k] &&
+                   x->pi->gather_fixed[k] == pi->gather_fixed[k];
+        if (same)
+            return x->sym;
+    }
+    if (*nbinds == S_MAX_BINDS)
+        return -1;
+    s_bind_t *nb = &binds[(*nbinds)++];
+    nb->sym = troupe_ll_proc_add_symbol(L->proc, NULL);
+    nb->tn = tn;
+    nb->pi = pi;
+    nb->range = range;
+    nb->table = table;
+    nb->axis = axis;
+    nb->deepest = -1;
+    for (int k = 0; k < pi->gather_n; k++)
+        if (pi->gather_iter[k] > nb->deepest)
+            nb->deepest = pi->gather_iter[k];
+    return nb->sym;
 }
 
 static troupe_axis_index_t s_axis(const s_lower_t *L, const troupe_proj_index_t *pi,
@@ -39,14 +86,37 @@ static troupe_axis_index_t s_axis(const s_lower_t *L, const troupe_proj_index_t 
     return x;
 }
 
+/* Wraps `body` in the bind of binds[b] (inside the loops its term uses). */
+static troupe_ll_t *s_wrap_bind(s_lower_t *L, const s_bind_t *b, const int32_t *loop_syms,
+                                troupe_ll_t *body)
+{
+    troupe_axis_index_t idcs[TROUPE_MAX_DIMS];
+    for (int k = 0; k < b->pi->gather_n; k++)
+        idcs[k] = b->pi->gather_iter[k] >= 0 ? troupe_idx_sym(loop_syms[b->pi->gather_iter[k]])
+                                             : troupe_idx_fixed(b->pi->gather_fixed[k]);
+    return troupe_ll_bind_index(L->proc, b->sym, b->tn, idcs, b->range, b->table, b->axis, body);
+}
+
 /* Wraps `body` in loops over the product space (loop_syms[k] from 0 to iter_dim[k]-1,
- * iterator 0 outermost). */
+ * iterator 0 outermost), each bind just inside the innermost loop its term uses. */
+static troupe_ll_t *s_wrap_loops_binds(s_lower_t *L, const troupe_projections_t *pr,
+                                       const int32_t *loop_syms, const s_bind_t *binds,
+                                       int nbinds, troupe_ll_t *body)
+{
+    for (int k = pr->niters - 1; k >= -1 && body != NULL; k--) {
+        for (int b = nbinds - 1; b >= 0 && body != NULL; b--)
+            if (binds[b].deepest == k)
+                body = s_wrap_bind(L, &binds[b], loop_syms, body);
+        if (k >= 0 && body != NULL)
+            body = troupe_ll_for(L->proc, loop_syms[k], 0, pr->iter_dim[k] - 1, body, true);
+    }
+    return body;
+}
+
 static troupe_ll_t *s_wrap_loops(s_lower_t *L, const troupe_projections_t *pr,
                                  const int32_t *loop_syms, troupe_ll_t *body)
 {
-    for (int k = pr->niters - 1; k >= 0 && body != NULL; k--)
-        body = troupe_ll_for(L->proc, loop_syms[k], 0, pr->iter_dim[k] - 1, body, true);
-    return body;
+    return s_wrap_loops_binds(L, pr, loop_syms, NULL, 0, body);
 }
 
 static troupe_status_t s_new_loop_syms(s_lower_t *L, int n, int32_t *syms)
@@ -179,13 +249,30 @@ static troupe_status_t s_lower_accum(s_lower_t *L, const troupe_asgn_t *t, troup
     int32_t syms[TROUPE_PROJ_MAX_ITERS];
     TROUPE_RETURN_IF_ERROR(s_new_loop_syms(L, pr->niters, syms));
 
+    s_bind_t binds[S_MAX_BINDS];
+    int nbinds = 0;
     troupe_axis_index_t lidx[TROUPE_MAX_DIMS], ridx[3][TROUPE_MAX_DIMS];
-    for (int a = 0; a < pr->lhs_ndims; a++)
+    for (int a = 0; a < pr->lhs_ndims; a++) {
         lidx[a] = s_axis(L, &pr->lhs[a], syms, 1);
+        if (pr->lhs[a].gather > 0) {
+            int32_t g = s_gather_sym(L, t, &pr->lhs[a], lhs, a, binds, &nbinds);
+            if (g < 0)
+                return s_proc_status(L);
+            lidx[a] = troupe_idx_sym(g);
+        }
+    }
     troupe_sc_t *args[3] = {NULL, NULL, NULL};
     for (int i = 0; i < pr->nrhs; i++) {
-        for (int a = 0; a < pr->rhs_ndims[i]; a++)
+        for (int a = 0; a < pr->rhs_ndims[i]; a++) {
             ridx[i][a] = s_axis(L, &pr->rhs[i][a], syms, 1);
+            if (pr->rhs[i][a].gather > 0) {
+                int32_t g = s_gather_sym(L, t, &pr->rhs[i][a], t->u.accum_op.rhs[i].tn, a, binds,
+                                         &nbinds);
+                if (g < 0)
+                    return s_proc_status(L);
+                ridx[i][a] = troupe_idx_sym(g);
+            }
+        }
         args[i] = s_read(L, &t->u.accum_op.rhs[i], ridx[i]);
     }
     troupe_sc_t *v;
@@ -204,7 +291,8 @@ static troupe_status_t s_lower_accum(s_lower_t *L, const troupe_asgn_t *t, troup
     if (!(init && pr->injective))
         v = troupe_sc_binop(L->proc, t->u.accum_op.accum, troupe_sc_get(L->proc, lhs, lidx), v);
     troupe_ll_t *body = v != NULL ? troupe_ll_set(L->proc, lhs, lidx, v) : NULL;
-    troupe_ll_t *loops = body != NULL ? s_wrap_loops(L, pr, syms, body) : NULL;
+    troupe_ll_t *loops =
+        body != NULL ? s_wrap_loops_binds(L, pr, syms, binds, nbinds, body) : NULL;
     if (loops == NULL)
         return s_proc_status(L);
     if (init && !(pr->injective && pr->surjective)) {

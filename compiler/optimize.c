@@ -92,6 +92,15 @@ troupe_ll_t *troupe__opt_with_body(troupe_ll_proc_t *proc, troupe_ll_t *s, troup
                          s->u.for_loop.trace_it);
 }
 
+troupe_ll_t *troupe__opt_with_bind_body(troupe_ll_proc_t *proc, troupe_ll_t *s, troupe_ll_t *b)
+{
+    if (b == NULL || b == s->u.bind_index.body)
+        return b == NULL ? NULL : s;
+    return troupe_ll_bind_index(proc, s->u.bind_index.sym, s->u.bind_index.tn,
+                                s->u.bind_index.idcs, s->u.bind_index.range,
+                                s->u.bind_index.table, s->u.bind_index.axis, b);
+}
+
 troupe_ll_t *troupe__opt_with_value(troupe_ll_proc_t *proc, troupe_ll_t *s, troupe_sc_t *v)
 {
     if (v == NULL)

@@ -121,6 +121,7 @@ enum {
     TROUPE_PROV_NV_VECTOR_WRITE = 719,       /* written by SET_FROM_VEC */
     TROUPE_PROV_NV_DISABLED = 720,           /* opts->virtualize is false */
     TROUPE_PROV_NV_NARROW_PRECISION = 721,   /* half/bfloat16/fp8, inline_narrow_precisions off */
+    TROUPE_PROV_NV_GATHER = 722,             /* accessed under a gather index (BIND_INDEX) */
 };
 
 /* Settings (OCANNL's virtualize_settings global arguments, §6.3, plus troupe's). */

@@ -74,6 +74,7 @@ typedef struct troupe__opt_node {
     troupe__opt_pos_t wpos; /* items writing the node */
     troupe__opt_pos_t rpos; /* items reading it with GET */
     bool external_read, merge_read, vec_write;
+    bool gather_access; /* read or written under a BIND_INDEX, or its index node */
     /* tracing (trace.c): the cells in `dense` (allocated at the first access) when
      * dense_ok, else in `elems` */
     troupe__opt_emap_t elems;
@@ -115,6 +116,7 @@ typedef struct troupe__opt_ctx {
     int64_t *env;        /* symbol values while tracing */
     int32_t env_syms;
     bool sampled;
+    int in_bind; /* static scan: BIND_INDEX statements around the current one */
     troupe_tnode_t *merge;
 } troupe__opt_ctx_t;
 
@@ -153,6 +155,8 @@ TROUPE_MUST_USE troupe_status_t troupe__opt_update(const troupe__opt_ctx_t *c, t
  * failure). */
 troupe_ll_t *troupe__opt_with_body(troupe_ll_proc_t *proc, troupe_ll_t *s, troupe_ll_t *b);
 troupe_ll_t *troupe__opt_with_value(troupe_ll_proc_t *proc, troupe_ll_t *s, troupe_sc_t *v);
+/* The same for the BIND_INDEX s with body b. */
+troupe_ll_t *troupe__opt_with_bind_body(troupe_ll_proc_t *proc, troupe_ll_t *s, troupe_ll_t *b);
 
 /* ---- the passes --------------------------------------------------------------------------- */
 

@@ -140,6 +140,8 @@ static bool s_ll_uses_local(const troupe_ll_t *s, int32_t id)
         return false;
     case TROUPE_LL_FOR:
         return s_ll_uses_local(s->u.for_loop.body, id);
+    case TROUPE_LL_BIND_INDEX:
+        return s_ll_uses_local(s->u.bind_index.body, id);
     case TROUPE_LL_SET:
         return s_uses_local(s->u.set.value, id);
     case TROUPE_LL_SET_FROM_VEC:
@@ -437,6 +439,8 @@ static troupe_ll_t *s_simp_ll(s_simp_t *m, troupe_ll_t *s)
         }
         return troupe__opt_with_value(proc, s, s_simp_sc(m, s->u.set_local.value, x));
     }
+    case TROUPE_LL_BIND_INDEX: /* kept even around a NOOP: the index is still checked */
+        return troupe__opt_with_bind_body(proc, s, s_simp_ll(m, s->u.bind_index.body));
     default:
         return s;
     }

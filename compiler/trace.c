@@ -86,6 +86,8 @@ static troupe_status_t s_note_write(troupe__opt_ctx_t *c, size_t item, const tro
     if (i < 0)
         return s_unknown_node(c, tn);
     c->traced[i].assignments++;
+    if (c->in_bind > 0)
+        c->nd[i].gather_access = true;
     troupe__opt_pos_t *w = &c->nd[i].wpos;
     if (w->n == 0 || w->at[w->n - 1] != item) {
         if (!TROUPE__OPT_PUSH(*w, item))
@@ -127,6 +129,20 @@ static troupe_status_t s_scan_ll(troupe__opt_ctx_t *c, size_t item, const troupe
     }
     case TROUPE_LL_SET_LOCAL:
         return s_scan_sc(c, item, s->u.set_local.value, self);
+    case TROUPE_LL_BIND_INDEX: {
+        /* the index node is read like a GET; everything under it stays materialized */
+        troupe_sc_t get;
+        memset(&get, 0, sizeof get);
+        get.kind = TROUPE_SC_GET;
+        get.u.get.tn = s->u.bind_index.tn;
+        get.u.get.idcs = s->u.bind_index.idcs;
+        c->in_bind++;
+        troupe_status_t st = s_scan_sc(c, item, &get, self);
+        if (st == TROUPE_OK)
+            st = s_scan_ll(c, item, s->u.bind_index.body, self);
+        c->in_bind--;
+        return st;
+    }
     }
     return troupe__error(TROUPE_INTERNAL, "unknown statement kind %d", (int)s->kind);
 }
@@ -142,6 +158,8 @@ static troupe_status_t s_scan_sc(troupe__opt_ctx_t *c, size_t item, const troupe
         if (i < 0)
             return s_unknown_node(c, e->u.get.tn);
         c->traced[i].is_accessing = true;
+        if (c->in_bind > 0)
+            c->nd[i].gather_access = true;
         if (!s_push_pos(&c->nd[i].rpos, item))
             return troupe__opt_oom();
         if (!s_is_self(self, e->u.get.tn, e->u.get.idcs))
@@ -218,6 +236,8 @@ static uint64_t s_count_ll(const troupe_ll_t *s)
         return s_sat_add(1, s_count_sc(s->u.set_from_vec.arg));
     case TROUPE_LL_SET_LOCAL:
         return s_sat_add(1, s_count_sc(s->u.set_local.value));
+    case TROUPE_LL_BIND_INDEX:
+        return s_sat_add(1, s_count_ll(s->u.bind_index.body));
     default:
         return 1;
     }
@@ -403,6 +423,18 @@ static troupe_status_t s_tr_ll(troupe__opt_ctx_t *c, const troupe_ll_t *s, s_sel
     }
     case TROUPE_LL_SET_LOCAL:
         return s_tr_sc(c, s->u.set_local.value, self);
+    case TROUPE_LL_BIND_INDEX: {
+        /* The bound value is data: trace the index read, then the body once with the value 0
+         * as a representative (the nodes under a bind are kept materialized). */
+        troupe_sc_t get;
+        memset(&get, 0, sizeof get);
+        get.kind = TROUPE_SC_GET;
+        get.u.get.tn = s->u.bind_index.tn;
+        get.u.get.idcs = s->u.bind_index.idcs;
+        TROUPE_RETURN_IF_ERROR(s_tr_sc(c, &get, self));
+        c->env[s->u.bind_index.sym] = 0;
+        return s_tr_ll(c, s->u.bind_index.body, self);
+    }
     }
     return troupe__error(TROUPE_INTERNAL, "unknown statement kind %d", (int)s->kind);
 }
@@ -542,6 +574,9 @@ static void s_complexity_ll(troupe__opt_ctx_t *c, const troupe_ll_t *s)
         return;
     case TROUPE_LL_FOR:
         s_complexity_ll(c, s->u.for_loop.body);
+        return;
+    case TROUPE_LL_BIND_INDEX:
+        s_complexity_ll(c, s->u.bind_index.body);
         return;
     case TROUPE_LL_SET:
         if (s_complex_sc(c, s->u.set.value))

@@ -53,6 +53,8 @@ static const char *s_reason_text(int32_t r)
         return "it is written by a vector operation";
     case TROUPE_PROV_NV_DISABLED:
         return "virtualisation is disabled";
+    case TROUPE_PROV_NV_GATHER:
+        return "it is read or written under a gather index";
     case TROUPE_PROV_NV_NARROW_PRECISION:
         return "its precision is narrower than its compute type (inline_narrow_precisions off)";
     default:
@@ -194,6 +196,9 @@ static void s_us_ll(s_us_t *u, const troupe_ll_t *s)
     case TROUPE_LL_SET_LOCAL:
         s_us_sc(u, s->u.set_local.value);
         return;
+    case TROUPE_LL_BIND_INDEX:
+        u->reason = TROUPE_PROV_NV_GATHER;
+        return;
     }
 }
 
@@ -202,6 +207,10 @@ static troupe_status_t s_analyse_units(troupe__opt_ctx_t *c, size_t i)
     troupe__opt_node_t *nd = &c->nd[i];
     const troupe_tnode_t *tn = c->tns[i];
     nd->struct_ok = false;
+    if (nd->gather_access) {
+        nd->reason = TROUPE_PROV_NV_GATHER;
+        return TROUPE_OK;
+    }
     if (nd->vec_write) {
         nd->reason = TROUPE_PROV_NV_VECTOR_WRITE;
         return TROUPE_OK;
@@ -504,6 +513,7 @@ static troupe_ll_t *s_cp_ll(s_cp_t *p, const troupe_ll_t *s)
                                    s_cp_sc(p, s->u.set_local.value));
     }
     case TROUPE_LL_SET_FROM_VEC: /* unreachable: units have no vector writes */
+    case TROUPE_LL_BIND_INDEX:   /* unreachable: units have no gathers */
         break;
     }
     p->oom = true;
@@ -634,6 +644,8 @@ static troupe_ll_t *s_rw_ll(s_rw_t *w, troupe_ll_t *s)
         return troupe__opt_with_value(proc, s, s_rw_sc(w, s->u.set_from_vec.arg));
     case TROUPE_LL_SET_LOCAL:
         return troupe__opt_with_value(proc, s, s_rw_sc(w, s->u.set_local.value));
+    case TROUPE_LL_BIND_INDEX:
+        return troupe__opt_with_bind_body(proc, s, s_rw_ll(w, s->u.bind_index.body));
     default:
         return s;
     }

@@ -291,14 +291,16 @@ troupe_status_t troupe_asgn_block_comment(troupe_asgn_comp_t *comp, const char *
 
 /* Parses spec into an arena copy and records the nodes. */
 static troupe_status_t s_make_proj(troupe_asgn_comp_t *comp, const char *spec, troupe_tnode_t *lhs,
-                                   int nrhs, const troupe_asgn_buffer_t *rhs, int vec_length,
+                                   int nrhs, const troupe_asgn_buffer_t *rhs, int ngather,
+                                   troupe_tnode_t *const *gather, int vec_length,
                                    troupe_projections_t **out)
 {
     troupe_tnode_t *rn[3] = {NULL, NULL, NULL};
     for (int i = 0; i < nrhs; i++)
         rn[i] = rhs[i].tn;
     troupe_projections_t tmp;
-    TROUPE_RETURN_IF_ERROR(troupe_projections_parse(comp, spec, lhs, nrhs, rn, vec_length, &tmp));
+    TROUPE_RETURN_IF_ERROR(troupe_projections_parse_gather(comp, spec, lhs, nrhs, rn, ngather,
+                                                           gather, vec_length, &tmp));
     troupe_projections_t *pr = s_alloc(comp, sizeof *pr);
     char *copy = s_strdup(comp, spec);
     if (pr == NULL || copy == NULL)
@@ -308,6 +310,8 @@ static troupe_status_t s_make_proj(troupe_asgn_comp_t *comp, const char *spec, t
     TROUPE_RETURN_IF_ERROR(s_add_node(comp, lhs));
     for (int i = 0; i < nrhs; i++)
         TROUPE_RETURN_IF_ERROR(s_add_node(comp, rn[i]));
+    for (int g = 0; g < ngather; g++)
+        TROUPE_RETURN_IF_ERROR(s_add_node(comp, gather[g]));
     *out = pr;
     return TROUPE_OK;
 }
@@ -315,10 +319,35 @@ static troupe_status_t s_make_proj(troupe_asgn_comp_t *comp, const char *spec, t
 static troupe_status_t s_accum(troupe_asgn_comp_t *comp, bool initialize_neutral,
                                troupe_binop_t accum, troupe_tnode_t *lhs,
                                troupe_asgn_rhs_kind_t kind, int op, int nrhs,
-                               const troupe_asgn_buffer_t *rhs, const char *spec,
+                               const troupe_asgn_buffer_t *rhs, int ngather,
+                               troupe_tnode_t *const *gather, const char *spec,
                                troupe_asgn_t **out)
 {
     TROUPE_RETURN_IF_ERROR(s_check_out(comp, out, "accumulating assignment"));
+    if (ngather < 0 || ngather > TROUPE_ASGN_MAX_GATHER || (ngather > 0 && gather == NULL))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "accumulating assignment '%s': %d gather nodes (at most %d)",
+                             spec ? spec : "", ngather, TROUPE_ASGN_MAX_GATHER);
+    for (int g = 0; g < ngather; g++) {
+        if (gather[g] == NULL)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "accumulating assignment '%s': gather node @%d is NULL",
+                                 spec ? spec : "", g + 1);
+        troupe_prec_t gp = gather[g]->prec;
+        bool ok = gp == TROUPE_PREC_BYTE || gp == TROUPE_PREC_UINT16 || gp == TROUPE_PREC_INT32 ||
+                  gp == TROUPE_PREC_UINT32 || gp == TROUPE_PREC_INT64 ||
+                  gp == TROUPE_PREC_UINT64 || gp == TROUPE_PREC_SINGLE ||
+                  gp == TROUPE_PREC_DOUBLE;
+        if (!ok) {
+            char name[128];
+            troupe__ir_node_name(gather[g], name, sizeof name);
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "accumulating assignment '%s': gather node @%d (node %s) has "
+                                 "precision %s; a gather index needs an integer precision (or "
+                                 "single/double holding integers)",
+                                 spec ? spec : "", g + 1, name, troupe_prec_name(gp));
+        }
+    }
     if (lhs == NULL || spec == NULL)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "accumulating assignment: lhs or spec is NULL");
@@ -344,7 +373,7 @@ static troupe_status_t s_accum(troupe_asgn_comp_t *comp, bool initialize_neutral
                                  spec, troupe_binop_name(accum));
     }
     troupe_projections_t *pr;
-    TROUPE_RETURN_IF_ERROR(s_make_proj(comp, spec, lhs, nrhs, rhs, 0, &pr));
+    TROUPE_RETURN_IF_ERROR(s_make_proj(comp, spec, lhs, nrhs, rhs, ngather, gather, 0, &pr));
     troupe_asgn_t *t = s_node(comp, TROUPE_ASGN_ACCUM_OP);
     if (t == NULL)
         return s_oom("building an assignment");
@@ -356,6 +385,9 @@ static troupe_status_t s_accum(troupe_asgn_comp_t *comp, bool initialize_neutral
     for (int i = 0; i < nrhs; i++)
         t->u.accum_op.rhs[i] = rhs[i];
     t->u.accum_op.proj = pr;
+    for (int g = 0; g < ngather; g++)
+        t->u.accum_op.gather[g] = gather[g];
+    t->u.accum_op.ngather = ngather;
     *out = t;
     return TROUPE_OK;
 }
@@ -366,7 +398,7 @@ troupe_status_t troupe_asgn_accum_unop(troupe_asgn_comp_t *comp, bool initialize
                                        troupe_asgn_t **out)
 {
     return s_accum(comp, initialize_neutral, accum, lhs, TROUPE_ASGN_RHS_UNOP, (int)op, 1, &rhs,
-                   spec, out);
+                   0, NULL, spec, out);
 }
 
 troupe_status_t troupe_asgn_accum_binop(troupe_asgn_comp_t *comp, bool initialize_neutral,
@@ -377,7 +409,7 @@ troupe_status_t troupe_asgn_accum_binop(troupe_asgn_comp_t *comp, bool initializ
 {
     troupe_asgn_buffer_t rhs[2] = {rhs1, rhs2};
     return s_accum(comp, initialize_neutral, accum, lhs, TROUPE_ASGN_RHS_BINOP, (int)op, 2, rhs,
-                   spec, out);
+                   0, NULL, spec, out);
 }
 
 troupe_status_t troupe_asgn_accum_ternop(troupe_asgn_comp_t *comp, bool initialize_neutral,
@@ -388,6 +420,27 @@ troupe_status_t troupe_asgn_accum_ternop(troupe_asgn_comp_t *comp, bool initiali
 {
     troupe_asgn_buffer_t rhs[3] = {rhs1, rhs2, rhs3};
     return s_accum(comp, initialize_neutral, accum, lhs, TROUPE_ASGN_RHS_TERNOP, (int)op, 3, rhs,
+                   0, NULL, spec, out);
+}
+
+troupe_status_t troupe_asgn_accum_gather(troupe_asgn_comp_t *comp, bool initialize_neutral,
+                                         troupe_binop_t accum, troupe_tnode_t *lhs,
+                                         troupe_asgn_rhs_kind_t rhs_kind, int op,
+                                         const troupe_asgn_buffer_t *rhs, int ngather,
+                                         troupe_tnode_t *const *gather, const char *spec,
+                                         troupe_asgn_t **out)
+{
+    int nrhs = rhs_kind == TROUPE_ASGN_RHS_UNOP     ? 1
+               : rhs_kind == TROUPE_ASGN_RHS_BINOP  ? 2
+               : rhs_kind == TROUPE_ASGN_RHS_TERNOP ? 3
+                                                    : 0;
+    if (out != NULL)
+        *out = NULL;
+    if (nrhs == 0 || rhs == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "accumulating assignment '%s': bad rhs kind %d or NULL operands",
+                             spec ? spec : "", (int)rhs_kind);
+    return s_accum(comp, initialize_neutral, accum, lhs, rhs_kind, op, nrhs, rhs, ngather, gather,
                    spec, out);
 }
 
@@ -407,7 +460,7 @@ troupe_status_t troupe_asgn_set_vec_unop(troupe_asgn_comp_t *comp, troupe_vec_un
                              "vector assignment '%s': %s has no vector form in precision %s", spec,
                              troupe_vec_unop_name(op), troupe_prec_name(lhs->prec));
     troupe_projections_t *pr;
-    TROUPE_RETURN_IF_ERROR(s_make_proj(comp, spec, lhs, 1, &rhs, (int)length, &pr));
+    TROUPE_RETURN_IF_ERROR(s_make_proj(comp, spec, lhs, 1, &rhs, 0, NULL, (int)length, &pr));
     troupe_asgn_t *t = s_node(comp, TROUPE_ASGN_SET_VEC_UNOP);
     if (t == NULL)
         return s_oom("building an assignment");
@@ -651,8 +704,12 @@ bool troupe_asgn_equal(const troupe_asgn_t *a, const troupe_asgn_t *b)
             !troupe__ir_same_node(a->u.accum_op.lhs, b->u.accum_op.lhs) ||
             a->u.accum_op.rhs_kind != b->u.accum_op.rhs_kind ||
             a->u.accum_op.op != b->u.accum_op.op ||
-            !s_proj_equal(a->u.accum_op.proj, b->u.accum_op.proj))
+            !s_proj_equal(a->u.accum_op.proj, b->u.accum_op.proj) ||
+            a->u.accum_op.ngather != b->u.accum_op.ngather)
             return false;
+        for (int g = 0; g < a->u.accum_op.ngather; g++)
+            if (!troupe__ir_same_node(a->u.accum_op.gather[g], b->u.accum_op.gather[g]))
+                return false;
         for (int i = 0; i < (int)a->u.accum_op.rhs_kind; i++)
             if (!s_buf_equal(&a->u.accum_op.rhs[i], &b->u.accum_op.rhs[i]))
                 return false;

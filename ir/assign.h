@@ -94,6 +94,9 @@ static inline troupe_asgn_buffer_t troupe_asgn_merge(troupe_tnode_t *tn)
 
 typedef struct troupe_asgn troupe_asgn_t;
 
+/* Most gather nodes of one assignment (ir/projection.h "@N[...]"). */
+#define TROUPE_ASGN_MAX_GATHER TROUPE_PROJ_MAX_GATHER
+
 struct troupe_asgn {
     troupe_asgn_kind_t kind;
     union {
@@ -113,6 +116,8 @@ struct troupe_asgn {
             int op;                      /* troupe_unop_t / troupe_binop_t / troupe_ternop_t */
             troupe_asgn_buffer_t rhs[3]; /* 1 / 2 / 3 used by rhs_kind */
             troupe_projections_t *proj;
+            troupe_tnode_t *gather[TROUPE_ASGN_MAX_GATHER]; /* "@1", "@2" of the spec */
+            int ngather;
         } accum_op;
         struct {
             troupe_vec_unop_t op;
@@ -216,6 +221,20 @@ TROUPE_MUST_USE troupe_status_t troupe_asgn_accum_ternop(
     troupe_asgn_comp_t *comp, bool initialize_neutral, troupe_binop_t accum, troupe_tnode_t *lhs,
     troupe_ternop_t op, troupe_asgn_buffer_t rhs1, troupe_asgn_buffer_t rhs2,
     troupe_asgn_buffer_t rhs3, const char *spec, troupe_asgn_t **out);
+
+/* The general accumulating assignment: lhs =accum op(rhs[0..arity-1]) over `spec`, with rhs_kind
+ * giving the arity (1..3) and op's family, and `ngather` (0..TROUPE_ASGN_MAX_GATHER) gather
+ * nodes that the spec's "@N[...]" indices read (gather[N-1]); ngather 0 is exactly
+ * troupe_asgn_accum_unop/binop/ternop. A gather node has an integer precision (byte, uint16,
+ * int32, uint32, int64, uint64) or single/double holding integral values (a fractional value
+ * fails the run like an out-of-range one); it must not be written by the routine that gathers.
+ * With a gather in the lhs and accum ADD this is a scatter-add; duplicates are summed in the
+ * product space's loop order on every backend. INVALID_ARGUMENT names the gather node for a
+ * bad precision. */
+TROUPE_MUST_USE troupe_status_t troupe_asgn_accum_gather(
+    troupe_asgn_comp_t *comp, bool initialize_neutral, troupe_binop_t accum, troupe_tnode_t *lhs,
+    troupe_asgn_rhs_kind_t rhs_kind, int op, const troupe_asgn_buffer_t *rhs, int ngather,
+    troupe_tnode_t *const *gather, const char *spec, troupe_asgn_t **out);
 
 /* lhs = op(rhs) with one rhs cell giving troupe_vec_unop_output_count(op, lhs->prec) lhs cells
  * along the lhs's last axis (see troupe_projections_parse's vec_length). INVALID_ARGUMENT

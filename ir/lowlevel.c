@@ -368,6 +368,27 @@ troupe_ll_t *troupe_ll_set_local(troupe_ll_proc_t *proc, int32_t scope_id, troup
     return s;
 }
 
+troupe_ll_t *troupe_ll_bind_index(troupe_ll_proc_t *proc, int32_t sym, troupe_tnode_t *tn,
+                                  const troupe_axis_index_t *idcs, int64_t range,
+                                  troupe_tnode_t *table, int axis, troupe_ll_t *body)
+{
+    if (body == NULL || troupe_ll_proc_add_node(proc, tn) < 0 ||
+        (table != NULL && troupe_ll_proc_add_node(proc, table) < 0))
+        return NULL;
+    troupe_ll_t *s = s_ll(proc, TROUPE_LL_BIND_INDEX);
+    if (s == NULL)
+        return NULL;
+    s->u.bind_index.sym = sym;
+    s->u.bind_index.tn = tn;
+    s->u.bind_index.range = range;
+    s->u.bind_index.table = table;
+    s->u.bind_index.axis = axis;
+    s->u.bind_index.body = body;
+    if ((s->u.bind_index.idcs = s_copy_idcs(proc, idcs, tn->ndims)) == NULL)
+        return NULL;
+    return s;
+}
+
 troupe_sc_t *troupe_sc_local_scope(troupe_ll_proc_t *proc, int32_t scope_id, troupe_tnode_t *tn,
                                    troupe_ll_t *body, const troupe_axis_index_t *orig_indices)
 {
@@ -475,6 +496,115 @@ troupe_sc_t *troupe_sc_embed_index(troupe_ll_proc_t *proc, troupe_axis_index_t i
     if (s != NULL)
         s->u.embed_index = idx;
     return s;
+}
+
+static bool s_sc_has_bind(const troupe_sc_t *e)
+{
+    if (e == NULL)
+        return false;
+    switch (e->kind) {
+    case TROUPE_SC_LOCAL_SCOPE:
+        return troupe_ll_has_bind_index(e->u.local_scope.body);
+    case TROUPE_SC_TERNOP:
+    case TROUPE_SC_BINOP:
+    case TROUPE_SC_UNOP:
+        for (int i = 0; i < 3; i++)
+            if (s_sc_has_bind(e->u.op.args[i]))
+                return true;
+        return false;
+    default:
+        return false;
+    }
+}
+
+bool troupe_ll_has_bind_index(const troupe_ll_t *s)
+{
+    if (s == NULL)
+        return false;
+    switch (s->kind) {
+    case TROUPE_LL_SEQ:
+        for (size_t i = 0; i < s->u.seq.count; i++)
+            if (troupe_ll_has_bind_index(s->u.seq.items[i]))
+                return true;
+        return false;
+    case TROUPE_LL_FOR:
+        return troupe_ll_has_bind_index(s->u.for_loop.body);
+    case TROUPE_LL_SET:
+        return s_sc_has_bind(s->u.set.value);
+    case TROUPE_LL_SET_FROM_VEC:
+        return s_sc_has_bind(s->u.set_from_vec.arg);
+    case TROUPE_LL_SET_LOCAL:
+        return s_sc_has_bind(s->u.set_local.value);
+    case TROUPE_LL_BIND_INDEX:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool s_sc_writes(const troupe_sc_t *e, const troupe_tnode_t *tn)
+{
+    if (e == NULL)
+        return false;
+    switch (e->kind) {
+    case TROUPE_SC_LOCAL_SCOPE:
+        return troupe_ll_writes(e->u.local_scope.body, tn);
+    case TROUPE_SC_TERNOP:
+    case TROUPE_SC_BINOP:
+    case TROUPE_SC_UNOP:
+        for (int i = 0; i < 3; i++)
+            if (s_sc_writes(e->u.op.args[i], tn))
+                return true;
+        return false;
+    default:
+        return false;
+    }
+}
+
+bool troupe_ll_writes(const troupe_ll_t *s, const troupe_tnode_t *tn)
+{
+    if (s == NULL)
+        return false;
+    switch (s->kind) {
+    case TROUPE_LL_SEQ:
+        for (size_t i = 0; i < s->u.seq.count; i++)
+            if (troupe_ll_writes(s->u.seq.items[i], tn))
+                return true;
+        return false;
+    case TROUPE_LL_FOR:
+        return troupe_ll_writes(s->u.for_loop.body, tn);
+    case TROUPE_LL_ZERO_OUT:
+        return s->u.zero_out == tn;
+    case TROUPE_LL_SET:
+        return s->u.set.tn == tn || s_sc_writes(s->u.set.value, tn);
+    case TROUPE_LL_SET_FROM_VEC:
+        return s->u.set_from_vec.tn == tn || s_sc_writes(s->u.set_from_vec.arg, tn);
+    case TROUPE_LL_SET_LOCAL:
+        return s_sc_writes(s->u.set_local.value, tn);
+    case TROUPE_LL_BIND_INDEX:
+        return troupe_ll_writes(s->u.bind_index.body, tn);
+    default:
+        return false;
+    }
+}
+
+troupe_status_t troupe_ll_gather_failure(const char *index_name, int ndims, const int64_t *cell,
+                                        double value, int64_t range, const char *table_name,
+                                        int axis)
+{
+    char at[TROUPE_MAX_DIMS * 24 + 2];
+    size_t n = 0;
+    at[0] = '\0';
+    for (int a = 0; a < ndims && a < TROUPE_MAX_DIMS; a++)
+        n += (size_t)snprintf(at + n, sizeof at - n, "%s%" PRId64, a ? "," : "", cell[a]);
+    char where[160];
+    if (table_name != NULL)
+        snprintf(where, sizeof where, "%s's axis %d", table_name, axis);
+    else
+        snprintf(where, sizeof where, "the gathered axis");
+    return troupe__error(TROUPE_INVALID_ARGUMENT,
+                         "gather: %s[%s] = %.17g is outside 0..%" PRId64 " of %s",
+                         index_name ? index_name : "?", at, value, range - 1, where);
 }
 
 /* ---- validation --------------------------------------------------------------------------- */
@@ -660,6 +790,37 @@ static troupe_status_t s_validate_ll(s_vctx_t *v, const troupe_ll_t *s)
             return troupe__error(TROUPE_INVALID_ARGUMENT, "set_local of scope %d outside it",
                                  s->u.set_local.id);
         return s_validate_sc(v, s->u.set_local.value);
+    case TROUPE_LL_BIND_INDEX: {
+        int32_t sym = s->u.bind_index.sym;
+        const troupe_tnode_t *tn = s->u.bind_index.tn;
+        if (sym < 0 || sym >= v->proc->nsyms || v->proc->syms[sym].is_static)
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "bind_index of invalid symbol %d", sym);
+        if (v->ranges[sym].bound)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "bind_index symbol %s is already bound by an enclosing statement",
+                                 v->proc->syms[sym].name);
+        if (tn == NULL || s->u.bind_index.range < 1)
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "bind_index of %s: %s",
+                                 v->proc->syms[sym].name,
+                                 tn == NULL ? "no index node" : "range below 1");
+        if (s->u.bind_index.table != NULL &&
+            (s->u.bind_index.axis < 0 || s->u.bind_index.axis >= s->u.bind_index.table->ndims))
+            return troupe__error(TROUPE_INVALID_ARGUMENT, "bind_index of %s: bad axis %d",
+                                 v->proc->syms[sym].name, s->u.bind_index.axis);
+        if (troupe_ll_writes(v->proc->body, tn)) {
+            char name[64];
+            troupe_tnode_debug_name(tn, name, sizeof name);
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "gather index node %s is written by procedure %s: index nodes "
+                                 "must be inputs of the routine that gathers with them",
+                                 name, v->proc->name);
+        }
+        TROUPE_RETURN_IF_ERROR(s_check_access(v, tn, s->u.bind_index.idcs, "gather index read"));
+        v->ranges[sym] = (s_range_t){true, 0, s->u.bind_index.range - 1};
+        troupe_status_t st = s_validate_ll(v, s->u.bind_index.body);
+        v->ranges[sym].bound = false;
+        return st;
+    }
     }
     return troupe__error(TROUPE_INVALID_ARGUMENT, "unknown statement kind %d", (int)s->kind);
 }
@@ -783,6 +944,17 @@ bool troupe_ll_equal(const troupe_ll_t *a, const troupe_ll_t *b)
     case TROUPE_LL_SET_LOCAL:
         return a->u.set_local.id == b->u.set_local.id &&
                troupe_sc_equal(a->u.set_local.value, b->u.set_local.value);
+    case TROUPE_LL_BIND_INDEX:
+        return a->u.bind_index.sym == b->u.bind_index.sym &&
+               troupe__ir_same_node(a->u.bind_index.tn, b->u.bind_index.tn) &&
+               troupe_axis_indices_equal(a->u.bind_index.idcs, b->u.bind_index.idcs,
+                                         a->u.bind_index.tn->ndims) &&
+               a->u.bind_index.range == b->u.bind_index.range &&
+               (a->u.bind_index.table == NULL) == (b->u.bind_index.table == NULL) &&
+               (a->u.bind_index.table == NULL ||
+                troupe__ir_same_node(a->u.bind_index.table, b->u.bind_index.table)) &&
+               a->u.bind_index.axis == b->u.bind_index.axis &&
+               troupe_ll_equal(a->u.bind_index.body, b->u.bind_index.body);
     }
     return false;
 }
@@ -854,6 +1026,11 @@ troupe_ll_t *troupe_ll_copy(troupe_ll_proc_t *dst, const troupe_ll_t *s)
     case TROUPE_LL_SET_LOCAL:
         return troupe_ll_set_local(dst, s->u.set_local.id,
                                    troupe_sc_copy(dst, s->u.set_local.value));
+    case TROUPE_LL_BIND_INDEX:
+        return troupe_ll_bind_index(dst, s->u.bind_index.sym, s->u.bind_index.tn,
+                                    s->u.bind_index.idcs, s->u.bind_index.range,
+                                    s->u.bind_index.table, s->u.bind_index.axis,
+                                    troupe_ll_copy(dst, s->u.bind_index.body));
     }
     return NULL;
 }

@@ -78,6 +78,7 @@ typedef enum troupe_ll_kind {
     TROUPE_LL_SET,
     TROUPE_LL_SET_FROM_VEC,
     TROUPE_LL_SET_LOCAL,
+    TROUPE_LL_BIND_INDEX,
 } troupe_ll_kind_t;
 
 typedef enum troupe_sc_kind {
@@ -157,6 +158,21 @@ struct troupe_ll {
             int32_t id;
             troupe_sc_t *value;
         } set_local;
+        /* A data-dependent index (a gather, ir/projection.h): runs body with loop symbol `sym`
+         * bound to tn[idcs] read as int64. The value must lie in 0..range-1 (range is the dim
+         * of axis `axis` of `table`, the node the index selects in): the interpreter and the
+         * generated code check every bind of a procedure before its first write, and fail the
+         * run naming tn, the cell and the value. tn is an integer node (or a float one holding
+         * integers) and is not written by the procedure. */
+        struct {
+            int32_t sym;
+            troupe_tnode_t *tn;
+            troupe_axis_index_t *idcs; /* tn->ndims entries, over enclosing loop symbols */
+            int64_t range;
+            troupe_tnode_t *table; /* for messages; may be NULL */
+            int axis;
+            troupe_ll_t *body;
+        } bind_index;
     } u;
 };
 
@@ -245,6 +261,22 @@ troupe_ll_t *troupe_ll_set_from_vec(troupe_ll_proc_t *proc, troupe_tnode_t *tn,
                                     const troupe_axis_index_t *idcs, int length,
                                     troupe_vec_unop_t op, troupe_sc_t *arg);
 troupe_ll_t *troupe_ll_set_local(troupe_ll_proc_t *proc, int32_t scope_id, troupe_sc_t *value);
+/* BIND_INDEX: body with loop symbol `sym` = tn[idcs], checked within 0..range-1 (range >= 1);
+ * `table` and `axis` name where the index selects, for messages (table may be NULL). */
+troupe_ll_t *troupe_ll_bind_index(troupe_ll_proc_t *proc, int32_t sym, troupe_tnode_t *tn,
+                                  const troupe_axis_index_t *idcs, int64_t range,
+                                  troupe_tnode_t *table, int axis, troupe_ll_t *body);
+/* Whether the tree (local-scope bodies included) holds a BIND_INDEX. */
+bool troupe_ll_has_bind_index(const troupe_ll_t *s);
+/* The failure of a gather index out of range (or fractional): INVALID_ARGUMENT with
+ * "gather: <index>[<cell>] = <value> is outside 0..<range-1> of <table>'s axis <axis>"
+ * (`table` NULL: "of the gathered axis"). `cell` holds ndims indices. */
+TROUPE_MUST_USE troupe_status_t troupe_ll_gather_failure(const char *index_name, int ndims,
+                                                         const int64_t *cell, double value,
+                                                         int64_t range, const char *table_name,
+                                                         int axis);
+/* Whether the tree (local-scope bodies included) writes tn (SET, SET_FROM_VEC, ZERO_OUT). */
+bool troupe_ll_writes(const troupe_ll_t *s, const troupe_tnode_t *tn);
 
 /* ---- scalar builders (NULL on failure) ----------------------------------------------------- */
 troupe_sc_t *troupe_sc_local_scope(troupe_ll_proc_t *proc, int32_t scope_id, troupe_tnode_t *tn,

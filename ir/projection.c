@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { S_RI_ITER, S_RI_FIXED, S_RI_STATIC, S_RI_AFFINE };
+enum { S_RI_ITER, S_RI_FIXED, S_RI_STATIC, S_RI_AFFINE, S_RI_GATHER };
 
 typedef struct s_ridx {
     int kind;
@@ -21,6 +21,11 @@ typedef struct s_ridx {
     int nterms;     /* AFFINE */
     char letters[TROUPE_MAX_INDEX_TERMS];
     int64_t coeffs[TROUPE_MAX_INDEX_TERMS];
+    int gnode;                         /* GATHER: 1-based gather node */
+    int gn;                            /* GATHER: indices of the inner term */
+    int gstart, gend;                  /* GATHER: the inner term's text, "[...]" */
+    char gletters[TROUPE_MAX_DIMS];    /* GATHER: an iterator, or 0 for a fixed index */
+    int64_t gfixed[TROUPE_MAX_DIMS];   /* GATHER: the fixed index where gletters is 0 */
 } s_ridx_t;
 
 typedef struct s_rterm {
@@ -33,6 +38,7 @@ typedef struct s_parser {
     const char *spec;
     const troupe_asgn_comp_t *comp;
     size_t pos;
+    int ngather;
 } s_parser_t;
 
 #define S_MAX_NUMBER 1000000000000000LL
@@ -199,6 +205,60 @@ static troupe_status_t s_parse_index(s_parser_t *p, s_ridx_t *ri)
     } else if (c == '(') {
         p->pos++;
         TROUPE_RETURN_IF_ERROR(s_parse_affine(p, ri));
+    } else if (c == '@') {
+        size_t at = p->pos;
+        p->pos++;
+        if (!s_is_digit(p->spec[p->pos]))
+            return s_unexpected(p, p->pos);
+        int64_t n;
+        TROUPE_RETURN_IF_ERROR(s_number(p, &n));
+        if (n < 1 || n > p->ngather)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "projection '%s' col %zu: gather index @%" PRId64
+                                 " but the assignment has %d gather node%s",
+                                 p->spec, at + 1, n, p->ngather, p->ngather == 1 ? "" : "s");
+        ri->kind = S_RI_GATHER;
+        ri->gnode = (int)n;
+        s_skip_blanks(p);
+        if (p->spec[p->pos] != '[')
+            return s_unexpected(p, p->pos);
+        ri->gstart = (int)p->pos;
+        p->pos++;
+        for (;;) {
+            s_skip_blanks(p);
+            char g = p->spec[p->pos];
+            if (g == ']') {
+                p->pos++;
+                break;
+            }
+            if (ri->gn == TROUPE_MAX_DIMS)
+                return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                     "projection '%s' col %zu: a gather term has more than %d "
+                                     "axes",
+                                     p->spec, p->pos + 1, TROUPE_MAX_DIMS);
+            if (s_is_letter(g)) {
+                ri->gletters[ri->gn++] = g;
+                p->pos++;
+            } else if (g == '[') {
+                p->pos++;
+                s_skip_blanks(p);
+                if (!s_is_digit(p->spec[p->pos]))
+                    return s_unexpected(p, p->pos);
+                ri->gletters[ri->gn] = 0;
+                TROUPE_RETURN_IF_ERROR(s_number(p, &ri->gfixed[ri->gn]));
+                ri->gn++;
+                s_skip_blanks(p);
+                if (p->spec[p->pos] != ']')
+                    return s_unexpected(p, p->pos);
+                p->pos++;
+            } else {
+                return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                     "projection '%s' col %zu: a gather term holds only "
+                                     "iterators and fixed indices, not '%c'",
+                                     p->spec, p->pos + 1, g ? g : ' ');
+            }
+        }
+        ri->gend = (int)p->pos;
     } else {
         return s_unexpected(p, p->pos);
     }
@@ -208,7 +268,7 @@ static troupe_status_t s_parse_index(s_parser_t *p, s_ridx_t *ri)
 
 static bool s_starts_index(char c)
 {
-    return s_is_letter(c) || c == '[' || c == '{' || c == '(';
+    return s_is_letter(c) || c == '[' || c == '{' || c == '(' || c == '@';
 }
 
 static troupe_status_t s_parse_term(s_parser_t *p, s_rterm_t *t)
@@ -267,7 +327,9 @@ static troupe_status_t s_parse_spec(s_parser_t *p, s_rterm_t *rhs, int *nrhs, s_
 /* "operand 2" / "the lhs" */
 static void s_operand_name(int t, int nrhs, char *buf, size_t cap)
 {
-    if (t == nrhs)
+    if (t >= 4)
+        snprintf(buf, cap, "gather node @%d", t - 3);
+    else if (t == nrhs)
         snprintf(buf, cap, "the lhs");
     else
         snprintf(buf, cap, "operand %d", t + 1);
@@ -285,11 +347,54 @@ typedef struct s_letter_info {
     int pos;        /* position in the product space */
 } s_letter_info_t;
 
+/* Records dim d of (t, axis) for iterator `letter`; INVALID_ARGUMENT when it differs. */
+static troupe_status_t s_size_letter(const char *spec, s_letter_info_t *li, char letter, int64_t d,
+                                     int t, int axis, const troupe_tnode_t *const *nodes, int nrhs)
+{
+    s_letter_info_t *L = &li[s_letter_slot(letter)];
+    if (!L->has_dim) {
+        L->has_dim = true;
+        L->dim = d;
+        L->dim_t = t;
+        L->dim_axis = axis;
+        return TROUPE_OK;
+    }
+    if (L->dim == d)
+        return TROUPE_OK;
+    char who[32], nname[128], who1[32], n1[128];
+    s_operand_name(L->dim_t, nrhs, who1, sizeof who1);
+    troupe__ir_node_name(nodes[L->dim_t], n1, sizeof n1);
+    s_operand_name(t, nrhs, who, sizeof who);
+    troupe__ir_node_name(nodes[t], nname, sizeof nname);
+    return troupe__error(TROUPE_INVALID_ARGUMENT,
+                         "projection '%s': axis '%c' is %" PRId64
+                         " in %s (node %s, axis %d) but %" PRId64 " in %s (node %s, axis %d)",
+                         spec, letter, L->dim, who1, n1, L->dim_axis, d, who, nname, axis);
+}
+
 troupe_status_t troupe_projections_parse(const troupe_asgn_comp_t *comp, const char *spec,
                                          const troupe_tnode_t *lhs, int nrhs,
                                          troupe_tnode_t *const *rhs, int vec_length,
                                          troupe_projections_t *out)
 {
+    return troupe_projections_parse_gather(comp, spec, lhs, nrhs, rhs, 0, NULL, vec_length, out);
+}
+
+troupe_status_t troupe_projections_parse_gather(const troupe_asgn_comp_t *comp, const char *spec,
+                                                const troupe_tnode_t *lhs, int nrhs,
+                                                troupe_tnode_t *const *rhs, int ngather,
+                                                troupe_tnode_t *const *gather, int vec_length,
+                                                troupe_projections_t *out)
+{
+    if (ngather < 0 || ngather > TROUPE_PROJ_MAX_GATHER || (ngather > 0 && gather == NULL))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "troupe_projections_parse: bad gather node count %d (at most %d)",
+                             ngather, TROUPE_PROJ_MAX_GATHER);
+    for (int g = 0; g < ngather; g++)
+        if (gather[g] == NULL)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "projection '%s': gather node @%d is NULL", spec ? spec : "",
+                                 g + 1);
     if (spec == NULL || lhs == NULL || out == NULL || nrhs < 1 || nrhs > 3 || rhs == NULL ||
         vec_length < 0)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
@@ -300,7 +405,7 @@ troupe_status_t troupe_projections_parse(const troupe_asgn_comp_t *comp, const c
             return troupe__error(TROUPE_INVALID_ARGUMENT, "projection '%s': operand %d is NULL",
                                  spec, i + 1);
 
-    s_parser_t p = {spec, comp, 0};
+    s_parser_t p = {spec, comp, 0, ngather};
     s_rterm_t terms[4];
     int nterms_rhs = 0;
     TROUPE_RETURN_IF_ERROR(s_parse_spec(&p, terms, &nterms_rhs, &terms[3]));
@@ -311,10 +416,12 @@ troupe_status_t troupe_projections_parse(const troupe_asgn_comp_t *comp, const c
     if (nrhs < 3)
         terms[nrhs] = terms[3];
 
-    const troupe_tnode_t *nodes[4];
+    const troupe_tnode_t *nodes[4 + TROUPE_PROJ_MAX_GATHER];
     for (int t = 0; t < nrhs; t++)
         nodes[t] = rhs[t];
     nodes[nrhs] = lhs;
+    for (int g = 0; g < ngather; g++)
+        nodes[4 + g] = gather[g];
     const int nt = nrhs + 1; /* terms 0..nrhs-1 are the operands, nrhs the lhs */
 
     char who[32], nname[128];
@@ -339,6 +446,35 @@ troupe_status_t troupe_projections_parse(const troupe_asgn_comp_t *comp, const c
                              terms[t].end - terms[t].start, spec + terms[t].start, terms[t].n);
     }
 
+    /* Gather terms: one index per axis of their gather node. */
+    for (int t = 0; t < nt; t++) {
+        for (int a = 0; a < terms[t].n; a++) {
+            const s_ridx_t *ri = &terms[t].idx[a];
+            if (ri->kind != S_RI_GATHER)
+                continue;
+            const troupe_tnode_t *gn = gather[ri->gnode - 1];
+            if (ri->gn != gn->ndims) {
+                troupe__ir_node_name(gn, nname, sizeof nname);
+                return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                     "projection '%s' col %d: gather node @%d (node %s) has %d "
+                                     "ax%s but its term '%.*s' has %d",
+                                     spec, ri->start + 1, ri->gnode, nname, gn->ndims,
+                                     gn->ndims == 1 ? "is" : "es", ri->gend - ri->gstart,
+                                     spec + ri->gstart, ri->gn);
+            }
+            for (int k = 0; k < ri->gn; k++)
+                if (ri->gletters[k] == 0 && ri->gfixed[k] >= gn->dims[k]) {
+                    troupe__ir_node_name(gn, nname, sizeof nname);
+                    return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                         "projection '%s' col %d: fixed index %" PRId64
+                                         " is outside gather node @%d (node %s, axis %d) of dim "
+                                         "%" PRId64,
+                                         spec, ri->start + 1, ri->gfixed[k], ri->gnode, nname, k,
+                                         gn->dims[k]);
+                }
+        }
+    }
+
     /* Iterators: sizes from plain positions; first appearance order. */
     s_letter_info_t li[TROUPE_PROJ_MAX_ITERS];
     memset(li, 0, sizeof li);
@@ -356,13 +492,21 @@ troupe_status_t troupe_projections_parse(const troupe_asgn_comp_t *comp, const c
         const s_rterm_t *term = &terms[t];
         for (int a = 0; a < term->n; a++) {
             const s_ridx_t *ri = &term->idx[a];
-            char letters[TROUPE_MAX_INDEX_TERMS];
+            char letters[TROUPE_MAX_DIMS];
             int nl = 0;
             if (ri->kind == S_RI_ITER)
                 letters[nl++] = ri->letter;
             else if (ri->kind == S_RI_AFFINE)
                 for (int k = 0; k < ri->nterms; k++)
                     letters[nl++] = ri->letters[k];
+            else if (ri->kind == S_RI_GATHER)
+                for (int k = 0; k < ri->gn; k++)
+                    if (ri->gletters[k] != 0) {
+                        letters[nl++] = ri->gletters[k];
+                        TROUPE_RETURN_IF_ERROR(s_size_letter(spec, li, ri->gletters[k],
+                                                             gather[ri->gnode - 1]->dims[k],
+                                                             3 + ri->gnode, k, nodes, nrhs));
+                    }
             for (int k = 0; k < nl; k++) {
                 s_letter_info_t *L = &li[s_letter_slot(letters[k])];
                 if (!L->seen) {
@@ -381,25 +525,8 @@ troupe_status_t troupe_projections_parse(const troupe_asgn_comp_t *comp, const c
                 continue;
             if (vec && t == nrhs && a == term->n - 1)
                 continue; /* its size is length * the rhs's size */
-            s_letter_info_t *L = &li[s_letter_slot(ri->letter)];
-            int64_t d = nodes[t]->dims[a];
-            if (!L->has_dim) {
-                L->has_dim = true;
-                L->dim = d;
-                L->dim_t = t;
-                L->dim_axis = a;
-            } else if (L->dim != d) {
-                char who1[32], n1[128];
-                s_operand_name(L->dim_t, nrhs, who1, sizeof who1);
-                troupe__ir_node_name(nodes[L->dim_t], n1, sizeof n1);
-                s_operand_name(t, nrhs, who, sizeof who);
-                troupe__ir_node_name(nodes[t], nname, sizeof nname);
-                return troupe__error(
-                    TROUPE_INVALID_ARGUMENT,
-                    "projection '%s': axis '%c' is %" PRId64
-                    " in %s (node %s, axis %d) but %" PRId64 " in %s (node %s, axis %d)",
-                    spec, ri->letter, L->dim, who1, n1, L->dim_axis, d, who, nname, a);
-            }
+            TROUPE_RETURN_IF_ERROR(
+                s_size_letter(spec, li, ri->letter, nodes[t]->dims[a], t, a, nodes, nrhs));
         }
     }
     for (int s = 0; s < TROUPE_PROJ_MAX_ITERS; s++) {
@@ -436,6 +563,9 @@ troupe_status_t troupe_projections_parse(const troupe_asgn_comp_t *comp, const c
     memset(out, 0, sizeof *out);
     out->spec = spec;
     out->nrhs = nrhs;
+    out->ngather = ngather;
+    for (int g = 0; g < ngather; g++)
+        out->gather_ndims[g] = gather[g]->ndims;
     out->vec_length = vec_length;
     int npos = 0;
     const s_rterm_t *lt = &terms[nrhs];
@@ -472,6 +602,7 @@ troupe_status_t troupe_projections_parse(const troupe_asgn_comp_t *comp, const c
     }
 
     /* Indices, with bound checks. */
+    bool lhs_gather = false;
     for (int t = 0; t < nt; t++) {
         const troupe_tnode_t *tn = nodes[t];
         troupe_proj_index_t *dst = t == nrhs ? out->lhs : out->rhs[t];
@@ -481,13 +612,13 @@ troupe_status_t troupe_projections_parse(const troupe_asgn_comp_t *comp, const c
             out->rhs_ndims[t] = tn->ndims;
         if (all_fixed_zero[t]) {
             for (int a = 0; a < tn->ndims; a++)
-                dst[a] = (troupe_proj_index_t){0, {{0, 0}}, -1, 0, false};
+                dst[a] = (troupe_proj_index_t){.static_sym = -1};
             continue;
         }
         for (int a = 0; a < terms[t].n; a++) {
             const s_ridx_t *ri = &terms[t].idx[a];
             troupe_proj_index_t *pi = &dst[a];
-            *pi = (troupe_proj_index_t){0, {{0, 0}}, -1, 0, false};
+            *pi = (troupe_proj_index_t){.static_sym = -1};
             int64_t d = tn->dims[a];
             switch (ri->kind) {
             case S_RI_ITER:
@@ -520,6 +651,17 @@ troupe_status_t troupe_projections_parse(const troupe_asgn_comp_t *comp, const c
                 }
                 break;
             }
+            case S_RI_GATHER:
+                pi->gather = ri->gnode;
+                pi->gather_n = ri->gn;
+                for (int k = 0; k < ri->gn; k++) {
+                    pi->gather_iter[k] =
+                        ri->gletters[k] != 0 ? li[s_letter_slot(ri->gletters[k])].pos - 1 : -1;
+                    pi->gather_fixed[k] = ri->gletters[k] != 0 ? 0 : ri->gfixed[k];
+                }
+                if (t == nrhs)
+                    lhs_gather = true;
+                break;
             case S_RI_AFFINE: {
                 pi->is_affine = true;
                 pi->offset = ri->value;
@@ -569,6 +711,13 @@ troupe_status_t troupe_projections_parse(const troupe_asgn_comp_t *comp, const c
         } else if (lhs->dims[a] != 1) {
             sur = false;
         }
+    }
+    if (lhs_gather && lhs->ndims > 0) {
+        /* conservatively: two points may gather the same cell, and some cells none */
+        inj = false;
+        for (int a = 0; a < lhs->ndims; a++)
+            if (out->lhs[a].gather > 0 && lhs->dims[a] != 1)
+                sur = false;
     }
     out->injective = inj;
     out->surjective = sur;

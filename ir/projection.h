@@ -14,6 +14,10 @@
  *          | "(" affine ")"                      an affine index, e.g. "(2i+k)", "(i+1)",
  *                                                "(2i+k-1)": terms [DIGITS]LETTER or DIGITS
  *                                                joined by + or -, at most 4 iterator terms
+ *          | "@" DIGIT "[" gindex* "]"           a gather index, e.g. "@1[bt]": the value of
+ *                                                the assignment's gather node 1 (ir/assign.h)
+ *                                                at [b,t]; gindex := LETTER | "[" DIGITS "]",
+ *                                                one per axis of the gather node
  * Blanks (space, tab) between tokens are ignored. Examples:
  *   "bi,ij=>bj"    matmul: product space b,i,j; lhs b,j; rhs1 b,i; rhs2 i,j (i is reduced)
  *   "bi=>b"        row sum (with accum add) / row max (accum max)
@@ -23,6 +27,9 @@
  *   "{batch_n}i=>i"  read row batch_n of a matrix
  *   "b[0]=>b"      take column 0
  *   "o(2i+k),k=>oi"  1-d convolution with stride 2
+ *   "@1[bt]c=>btc"   embedding: out[b,t,c] = wte[tokens[b,t], c] (gather node 1: tokens)
+ *   "b@1[b]=>b"      picked log-probability: picked[b] = logp[b, target[b]]
+ *   "btc=>@1[bt]c"   scatter-add (accum add): g_wte[tokens[b,t], c] += g_out[b,t,c]
  * Rules:
  *  - The number of rhs terms must equal the op's arity (1, 2 or 3; SET_VEC_UNOP: 1) and each
  *    term's index count must equal its node's ndims (the empty term also accepts all-1 dims).
@@ -46,6 +53,17 @@
  *    projection non-injective, an affine lhs index makes it non-surjective; either only adds
  *    a neutral-element fill and accumulation, never changes results.
  *  - Padding is not treated specially: indices range over the stored (padded) dims.
+ *  - Gather indices: N counts from 1 up to the assignment's gather node count (at most
+ *    TROUPE_PROJ_MAX_GATHER). Iterators inside "@N[...]" are sized by the gather node's dims
+ *    (and must agree with their plain uses); they are iterators of the product space like any
+ *    other. The gathered value must lie in 0..dim-1 of the axis it indexes: that is checked
+ *    when the routine runs (an out-of-range value fails it with INVALID_ARGUMENT naming the
+ *    gather node, the cell and the value; nothing is written). A gather index in the lhs
+ *    makes the projection non-injective and (unless the axis has dim 1) non-surjective.
+ *  - S-expression form (ir/text.h): the spec string is kept as it is, and the gather nodes
+ *    follow the operands as `(gather <node> [<node>])`, e.g.
+ *    (accum_binop ... "b@1[b]=>b" (gather target)); lowered, each gather index is a
+ *    (bind_index <sym> <node>[<idcs>] <range> <table> <axis> <body>) statement.
  *
  * Errors are INVALID_ARGUMENT with the spec quoted and either the 1-based column, e.g.
  *   "projection 'b?,ij=>bj' col 2: unexpected '?'"
@@ -77,6 +95,8 @@ typedef struct troupe_asgn_comp troupe_asgn_comp_t;
 
 /* Most iterators of one projection (letters are the only iterator names). */
 #define TROUPE_PROJ_MAX_ITERS 52
+/* Most gather nodes of one projection ("@1", "@2"). */
+#define TROUPE_PROJ_MAX_GATHER 2
 
 /* ---- projections -------------------------------------------------------------------------- */
 
@@ -87,14 +107,20 @@ typedef struct troupe_proj_term {
 
 /* One axis index of a projected node:
  * sum(terms[k].coeff * iter_k) + (static_sym >= 0 ? value(static_sym) : 0) + offset.
- * Kinds by form: fixed (nterms 0, static_sym -1), plain iterator (nterms 1, coeff 1, offset 0,
- * is_affine false), static (nterms 0, static_sym >= 0), affine (is_affine true). */
+ * Kinds by form: fixed (nterms 0, static_sym -1, gather 0), plain iterator (nterms 1, coeff 1,
+ * offset 0, is_affine false), static (nterms 0, static_sym >= 0), affine (is_affine true),
+ * gather (gather > 0: the value of gather node `gather` at gather_iter/gather_fixed, one per
+ * axis of that node; nterms 0, offset 0). */
 typedef struct troupe_proj_index {
     int nterms;
     troupe_proj_term_t terms[TROUPE_MAX_INDEX_TERMS];
     int32_t static_sym; /* a comp static symbol id, or -1 */
     int64_t offset;
     bool is_affine; /* written "(...)" */
+    int gather;     /* 1-based gather node, 0 for none; written "@N[...]" */
+    int gather_n;   /* the gather node's ndims */
+    int32_t gather_iter[TROUPE_MAX_DIMS]; /* product-space iterator, or -1: gather_fixed */
+    int64_t gather_fixed[TROUPE_MAX_DIMS];
 } troupe_proj_index_t;
 
 /* A parsed and checked projection. `spec` is the text it was parsed from (arena copy inside a
@@ -113,6 +139,8 @@ typedef struct troupe_projections {
     int vec_length; /* SET_VEC_UNOP: lhs last-axis factor; else 0 */
     bool injective;
     bool surjective;
+    int ngather; /* gather nodes the spec may name, 0..TROUPE_PROJ_MAX_GATHER */
+    int gather_ndims[TROUPE_PROJ_MAX_GATHER];
 } troupe_projections_t;
 
 /* Parses and checks `spec` (notation in the header comment) against the lhs node and `nrhs`
@@ -126,6 +154,12 @@ TROUPE_MUST_USE troupe_status_t troupe_projections_parse(const troupe_asgn_comp_
                                                          const troupe_tnode_t *lhs, int nrhs,
                                                          troupe_tnode_t *const *rhs, int vec_length,
                                                          troupe_projections_t *out);
+/* As troupe_projections_parse with `ngather` (0..TROUPE_PROJ_MAX_GATHER) gather nodes the
+ * spec's "@N[...]" indices name (gather[N-1]). With ngather 0 any "@" is an error naming it. */
+TROUPE_MUST_USE troupe_status_t troupe_projections_parse_gather(
+    const troupe_asgn_comp_t *comp, const char *spec, const troupe_tnode_t *lhs, int nrhs,
+    troupe_tnode_t *const *rhs, int ngather, troupe_tnode_t *const *gather, int vec_length,
+    troupe_projections_t *out);
 
 #ifdef __cplusplus
 }

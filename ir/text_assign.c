@@ -79,6 +79,15 @@ static void s_print_asgn(troupe__text_printer_t *c, const troupe_asgn_t *a, int 
         }
         troupe__strbuf_puts(sb, ") ");
         troupe__sexp_put_quoted(sb, a->u.accum_op.proj->spec);
+        if (a->u.accum_op.ngather > 0) {
+            troupe__strbuf_puts(sb, " (gather");
+            for (int g = 0; g < a->u.accum_op.ngather; g++) {
+                if (a->u.accum_op.gather[g] == NULL)
+                    return troupe__text_bad(c, "accum_op with a NULL gather node");
+                troupe__strbuf_printf(sb, " %" PRId32, a->u.accum_op.gather[g]->id);
+            }
+            troupe__strbuf_puts(sb, ")");
+        }
         if (a->u.accum_op.initialize_neutral)
             troupe__strbuf_puts(sb, " initialize_neutral");
         troupe__strbuf_puts(sb, ")");
@@ -303,6 +312,33 @@ static troupe_status_t s_parse_accum_op(troupe__text_parser_t *p, int line, int 
                                    n, n > 1 ? "s" : "", opname);
     char *spec = NULL;
     TROUPE_RETURN_IF_ERROR(s_string_copy(p, "a projection spec string", &spec));
+    troupe_tnode_t *gather[TROUPE_ASGN_MAX_GATHER] = {NULL, NULL};
+    int ngather = 0;
+    if (p->r.tk == TROUPE__SEXP_LP) {
+        /* (gather ID [ID]) */
+        st = troupe__sexp_lp(&p->r, "'(gather'");
+        if (st == TROUPE_OK && !troupe__sexp_is(&p->r, "gather"))
+            st = troupe__sexp_expected(&p->r, "'gather' (the gather nodes of the spec's @N)");
+        if (st == TROUPE_OK)
+            st = troupe__sexp_next(&p->r);
+        while (st == TROUPE_OK && p->r.tk != TROUPE__SEXP_RP) {
+            if (ngather == TROUPE_ASGN_MAX_GATHER) {
+                st = troupe__sexp_expected(&p->r, "')' (at most 2 gather nodes)");
+                break;
+            }
+            st = troupe__text_node_ref(p, &gather[ngather]);
+            if (st == TROUPE_OK)
+                ngather++;
+        }
+        if (st == TROUPE_OK && ngather == 0)
+            st = troupe__sexp_expected(&p->r, "a gather node id");
+        if (st == TROUPE_OK)
+            st = troupe__sexp_rp(&p->r, "gather");
+        if (st != TROUPE_OK) {
+            troupe_free(spec);
+            return st;
+        }
+    }
     bool init = false;
     if (troupe__sexp_is(&p->r, "initialize_neutral")) {
         init = true;
@@ -311,7 +347,10 @@ static troupe_status_t s_parse_accum_op(troupe__text_parser_t *p, int line, int 
             return st;
         }
     }
-    if (n == 1)
+    if (ngather > 0)
+        st = troupe_asgn_accum_gather(p->comp, init, accum, lhs, (troupe_asgn_rhs_kind_t)n, op, rhs,
+                                      ngather, gather, spec, out);
+    else if (n == 1)
         st =
             troupe_asgn_accum_unop(p->comp, init, accum, lhs, (troupe_unop_t)op, rhs[0], spec, out);
     else if (n == 2)

@@ -315,6 +315,27 @@ static void s_print_stmt(troupe__text_printer_t *c, const troupe_ll_t *s, int in
         s_print_sc(c, s->u.set_local.value, depth + 1);
         troupe__strbuf_puts(sb, ")");
         return;
+    case TROUPE_LL_BIND_INDEX:
+        if (s->u.bind_index.sym < 0 || s->u.bind_index.sym >= c->nsyms ||
+            s->u.bind_index.tn == NULL ||
+            !s_check_idcs(c, s->u.bind_index.idcs, s->u.bind_index.tn->ndims))
+            return troupe__text_bad(c, "malformed bind_index");
+        troupe__strbuf_printf(sb, "(bind_index %s %" PRId32 " ", c->names[s->u.bind_index.sym],
+                              s->u.bind_index.tn->id);
+        s_print_idcs(sb, s->u.bind_index.idcs, s->u.bind_index.tn->ndims, c->names);
+        troupe__strbuf_printf(sb, " %" PRId64 " ", s->u.bind_index.range);
+        if (s->u.bind_index.table != NULL)
+            troupe__strbuf_printf(sb, "%" PRId32, s->u.bind_index.table->id);
+        else
+            troupe__strbuf_puts(sb, "none");
+        troupe__strbuf_printf(sb, " %d", s->u.bind_index.axis);
+        if (inner < 0)
+            troupe__strbuf_puts(sb, " ");
+        else
+            troupe__text_newline(c, inner);
+        s_print_stmt(c, s->u.bind_index.body, inner, depth + 1);
+        troupe__strbuf_puts(sb, ")");
+        return;
     }
     troupe__text_bad(c, "unknown statement kind");
 }
@@ -609,10 +630,35 @@ static troupe_status_t s_parse_stmt(troupe__text_parser_t *p, troupe_ll_t **out)
         TROUPE_RETURN_IF_ERROR(s_scope_id(p, true, &id));
         TROUPE_RETURN_IF_ERROR(s_parse_sc(p, &v));
         *out = troupe_ll_set_local(proc, id, v);
+    } else if (strcmp(head, "bind_index") == 0) {
+        TROUPE_RETURN_IF_ERROR(troupe__sexp_next(&p->r));
+        int32_t sym = 0;
+        int line = p->r.tline, col = p->r.tcol;
+        TROUPE_RETURN_IF_ERROR(troupe__text_sym_ref(p, "a loop symbol", &sym));
+        if (proc->syms[sym].is_static)
+            return troupe__sexp_err_at(line, col,
+                                       "expected a loop symbol, found static symbol '%s'",
+                                       proc->syms[sym].name);
+        troupe_tnode_t *tn, *table = NULL;
+        troupe_axis_index_t idcs[TROUPE_MAX_DIMS];
+        TROUPE_RETURN_IF_ERROR(troupe__text_node_ref(p, &tn));
+        TROUPE_RETURN_IF_ERROR(s_parse_idcs(p, tn, idcs));
+        int64_t range = 0, axis = 0;
+        TROUPE_RETURN_IF_ERROR(
+            troupe__sexp_int(&p->r, "the index range (an integer >= 1)", 1, INT64_MAX, &range));
+        if (troupe__sexp_is(&p->r, "none"))
+            TROUPE_RETURN_IF_ERROR(troupe__sexp_next(&p->r));
+        else
+            TROUPE_RETURN_IF_ERROR(troupe__text_node_ref(p, &table));
+        TROUPE_RETURN_IF_ERROR(
+            troupe__sexp_int(&p->r, "the table's axis (an int)", 0, TROUPE_MAX_DIMS - 1, &axis));
+        troupe_ll_t *body;
+        TROUPE_RETURN_IF_ERROR(s_parse_stmt(p, &body));
+        *out = troupe_ll_bind_index(proc, sym, tn, idcs, range, table, (int)axis, body);
     } else {
         return troupe__sexp_expected(&p->r,
                                      "a statement (noop comment seq for zero_out set set_from_vec "
-                                     "set_local)");
+                                     "set_local bind_index)");
     }
     TROUPE_RETURN_IF_ERROR(s_ll_status(p, *out));
     return troupe__sexp_rp(&p->r, head);

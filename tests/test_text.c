@@ -390,7 +390,7 @@ Test(text, error_messages)
                   "1:116: expected ')' closing neg (it takes 1 argument), found '2'");
     s_parse_fails(HDR "(body (teleport)))",
                   "1:94: expected a statement (noop comment seq for zero_out set set_from_vec "
-                  "set_local), found 'teleport'");
+                  "set_local bind_index), found 'teleport'");
     s_parse_fails(HDR "(body (set 7001 (0 0) 1.2.3)))",
                   "1:109: expected a scalar (number, #x bits or a form), found '1.2.3'");
     s_parse_fails(HDR "(body (set 7001 (0 0) 1e999)))",
@@ -440,7 +440,7 @@ Test(text, error_messages)
                   "1:44: expected a printable byte in a string, found byte 0x0a");
     s_parse_fails("; a comment\n(proc p\n  (nodes)\n  (symbols)\n  (body (zap)))",
                   "5:10: expected a statement (noop comment seq for zero_out set set_from_vec "
-                  "set_local), found 'zap'");
+                  "set_local bind_index), found 'zap'");
 }
 
 Test(text, error_limits_depth_length_atoms)

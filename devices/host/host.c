@@ -47,6 +47,8 @@ struct troupe_dcode {
     s_entry_fn entry;
     size_t nparams;
     troupe__kparam_t *params;
+    troupe_cgen_gather_t *gathers; /* copies, for a failing gather's message */
+    size_t ngathers;
 };
 
 static s_host_driver_t *s_self(troupe_driver_t *drv)
@@ -297,6 +299,11 @@ static void s_code_free(troupe_dcode_t *code)
     if (!code)
         return;
     troupe__kparams_free(code->params, code->nparams);
+    for (size_t i = 0; i < code->ngathers; i++) {
+        troupe_free(code->gathers[i].index_name);
+        troupe_free(code->gathers[i].table_name);
+    }
+    troupe_free(code->gathers);
     troupe_free(code->name);
     troupe__cc_unload(code->lib);
     troupe_free(code);
@@ -368,6 +375,27 @@ troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_
     if ((st = troupe__kparams_new(gen, &code->params)) != TROUPE_OK)
         goto out_code;
     code->nparams = gen->nparams;
+    if (gen->ngathers > 0) {
+        code->gathers = troupe_calloc(gen->ngathers, sizeof *code->gathers);
+        if (!code->gathers) {
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s compile %s: out of memory",
+                               s_name(drv), gen->name);
+            goto out_code;
+        }
+        code->ngathers = gen->ngathers;
+        for (size_t i = 0; i < gen->ngathers; i++) {
+            code->gathers[i] = gen->gathers[i];
+            code->gathers[i].index_name = troupe_strdup(gen->gathers[i].index_name);
+            code->gathers[i].table_name =
+                gen->gathers[i].table_name ? troupe_strdup(gen->gathers[i].table_name) : NULL;
+            if (!code->gathers[i].index_name ||
+                (gen->gathers[i].table_name && !code->gathers[i].table_name)) {
+                st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s compile %s: out of memory",
+                                   s_name(drv), gen->name);
+                goto out_code;
+            }
+        }
+    }
     void *entry = NULL;
     st = troupe__cc_load(gen->name, gen->source, gen->entry_name, &code->lib, &entry);
     if (st != TROUPE_OK)
@@ -414,13 +442,14 @@ troupe_status_t troupe__hdrv_launch(troupe_driver_t *drv, troupe_dqueue_t *q, tr
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "%s launch %s: got %zu arguments, the code has %zu parameters",
                              s_name(drv), code->name, nargs, code->nparams);
-    void *slots_stack[S_STACK_ARGS];
+    void *slots_stack[S_STACK_ARGS + 1];
     int64_t values_stack[S_STACK_ARGS];
+    int64_t err[TROUPE_CGEN_GATHER_ERR_WORDS] = {0};
     void **slots = slots_stack;
     int64_t *values = values_stack;
     troupe_status_t st = TROUPE_OK;
     if (nargs > S_STACK_ARGS) {
-        slots = troupe_malloc(nargs * sizeof *slots);
+        slots = troupe_malloc((nargs + 1) * sizeof *slots);
         values = troupe_malloc(nargs * sizeof *values);
         if (!slots || !values) {
             st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s launch %s: out of memory",
@@ -433,12 +462,21 @@ troupe_status_t troupe__hdrv_launch(troupe_driver_t *drv, troupe_dqueue_t *q, tr
         if (st != TROUPE_OK)
             goto out_arrays;
     }
+    slots[nargs] = err; /* read only by code with gather indices */
     if (troupe_config_flush_denormals()) {
         troupe__fp_mode_t prev = troupe__fp_flush_enter();
         code->entry(slots);
         troupe__fp_restore(prev);
     } else {
         code->entry(slots);
+    }
+    if (err[0] != 0) {
+        troupe_cgen_result_t view;
+        memset(&view, 0, sizeof view);
+        view.name = code->name;
+        view.gathers = code->gathers;
+        view.ngathers = code->ngathers;
+        st = troupe_cgen_gather_failure(&view, err);
     }
 out_arrays:
     if (slots != slots_stack)

@@ -1,0 +1,402 @@
+/* Data-dependent gather (ir/projection.h "@N[...]", troupe_asgn_accum_gather): the embedding
+ * lookup and the picked log-probability on the sync and cpu backends against hand-computed
+ * values, the scatter-add gradient with duplicate indices (bitwise the sequential sum, run to
+ * run and backend to backend), out-of-range indices (the event fails naming the node and the
+ * value; generated code and the interpreter write nothing), the text forms and their parse
+ * errors, and the CUDA dialect through NVRTC (skipped without NVRTC). */
+#define _POSIX_C_SOURCE 200809L
+#include "ir_test_util.h"
+#include "runtime_test_util.h"
+
+#include "compiler/optimize.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+enum { B = 2, T = 3, V = 5, C = 4 };
+
+/* tokens (B,T) int32, wte (V,C) single, out (B,T,C) single: out = wte[tokens[b,t], c]. */
+static troupe_asgn_comp_t *s_embed_comp(troupe_tnode_t *out, troupe_tnode_t *wte,
+                                        troupe_tnode_t *tokens)
+{
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *t = NULL;
+    OK(troupe_asgn_comp_new(&comp));
+    troupe_asgn_buffer_t rhs[1] = {troupe_asgn_node(wte)};
+    OK(troupe_asgn_accum_gather(comp, true, TROUPE_BINOP_ARG2, out, TROUPE_ASGN_RHS_UNOP,
+                                TROUPE_UNOP_IDENTITY, rhs, 1, &tokens, "@1[bt]c=>btc", &t));
+    troupe_asgn_comp_set_root(comp, t);
+    return comp;
+}
+
+/* g_wte (V,C) = sum over (b,t) with tokens[b,t] = v of g_out[b,t,c]. */
+static troupe_asgn_comp_t *s_scatter_comp(troupe_tnode_t *g_wte, troupe_tnode_t *g_out,
+                                          troupe_tnode_t *tokens)
+{
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *t = NULL;
+    OK(troupe_asgn_comp_new(&comp));
+    troupe_asgn_buffer_t rhs[1] = {troupe_asgn_node(g_out)};
+    OK(troupe_asgn_accum_gather(comp, true, TROUPE_BINOP_ADD, g_wte, TROUPE_ASGN_RHS_UNOP,
+                                TROUPE_UNOP_IDENTITY, rhs, 1, &tokens, "btc=>@1[bt]c", &t));
+    troupe_asgn_comp_set_root(comp, t);
+    return comp;
+}
+
+static const double k_tokens[B * T] = {3, 0, 3, 4, 3, 1};
+
+static void s_wte_values(double *w)
+{
+    for (int i = 0; i < V * C; i++)
+        w[i] = 0.25 * i - 1.5;
+}
+
+/* Compiles comp on env e, links it with `inputs` uploaded, runs it; returns the event status. */
+static troupe_status_t s_run(rtu_env_t *e, troupe_asgn_comp_t *comp, const char *name,
+                             troupe_tnode_t *const *inputs, int ninputs, troupe_context_t **ctx_out)
+{
+    troupe_code_t *code = NULL;
+    OK(troupe_compile(e->b, comp, name, &code));
+    troupe_context_t *ctx = e->ctx[0];
+    troupe_context_retain(ctx);
+    for (int i = 0; i < ninputs; i++)
+        rtu_init(&ctx, inputs[i]);
+    troupe_routine_t *r = NULL;
+    OK(troupe_link(ctx, code, &r));
+    troupe_event_t *ev = NULL;
+    /* inline (sync) streams run the routine inside the call */
+    troupe_status_t st = troupe_routine_run(r, &ev);
+    if (st == TROUPE_OK)
+        st = troupe_event_sync(ev, 20000 * MS);
+    troupe_event_release(&ev);
+    troupe_routine_release(&r);
+    troupe_code_release(&code);
+    *ctx_out = ctx;
+    return st;
+}
+
+Test(gather, embedding_forward_on_host_backends)
+{
+    FOR_EACH_HOST_DRIVER(drv)
+    {
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 1);
+        troupe_tnode_t *tokens = rtu_node("tokens", TROUPE_PREC_INT32, 2, (int64_t[]){B, T});
+        troupe_tnode_t *wte = rtu_node("wte", TROUPE_PREC_SINGLE, 2, (int64_t[]){V, C});
+        troupe_tnode_t *out = rtu_node("out", TROUPE_PREC_SINGLE, 3, (int64_t[]){B, T, C});
+        double w[V * C];
+        s_wte_values(w);
+        rtu_set(tokens, k_tokens);
+        rtu_set(wte, w);
+        rtu_set_hosted(out, 411);
+        troupe_asgn_comp_t *comp = s_embed_comp(out, wte, tokens);
+        troupe_context_t *ctx = NULL;
+        troupe_tnode_t *in[2] = {tokens, wte};
+        OK(s_run(&e, comp, "embed", in, 2, &ctx));
+        troupe_asgn_comp_destroy(&comp);
+        double got[B * T * C];
+        OK(troupe_tnode_get_values(out, got, B * T * C)); /* fetched by the hosted hook */
+        for (int bt = 0; bt < B * T; bt++)
+            for (int c = 0; c < C; c++)
+                cr_assert_eq(got[bt * C + c], (double)(float)w[(int)k_tokens[bt] * C + c],
+                             "%s: out[%d,%d,%d] = %g", *drv, bt / T, bt % T, c,
+                             (double)got[bt * C + c]);
+        troupe_context_release(&ctx);
+        troupe_tnode_release(&out);
+        troupe_tnode_release(&wte);
+        troupe_tnode_release(&tokens);
+        rtu_env_close(&e);
+    }
+}
+
+Test(gather, picked_logprob_on_host_backends)
+{
+    FOR_EACH_HOST_DRIVER(drv)
+    {
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 1);
+        troupe_tnode_t *logp = rtu_node("logp", TROUPE_PREC_SINGLE, 2, (int64_t[]){3, V});
+        troupe_tnode_t *target = rtu_node("target", TROUPE_PREC_UINT16, 1, (int64_t[]){3});
+        troupe_tnode_t *picked = rtu_node("picked", TROUPE_PREC_SINGLE, 1, (int64_t[]){3});
+        double lp[3 * V];
+        for (int i = 0; i < 3 * V; i++)
+            lp[i] = -0.5 * i;
+        rtu_set(logp, lp);
+        rtu_set(target, (double[]){4, 0, 2});
+        rtu_set_hosted(picked, 411);
+        troupe_asgn_comp_t *comp = NULL;
+        troupe_asgn_t *t = NULL;
+        OK(troupe_asgn_comp_new(&comp));
+        troupe_asgn_buffer_t rhs[1] = {troupe_asgn_node(logp)};
+        OK(troupe_asgn_accum_gather(comp, true, TROUPE_BINOP_ARG2, picked, TROUPE_ASGN_RHS_UNOP,
+                                    TROUPE_UNOP_IDENTITY, rhs, 1, &target, "b@1[b]=>b", &t));
+        troupe_asgn_comp_set_root(comp, t);
+        troupe_context_t *ctx = NULL;
+        troupe_tnode_t *in[2] = {logp, target};
+        OK(s_run(&e, comp, "picked", in, 2, &ctx));
+        troupe_asgn_comp_destroy(&comp);
+        double got[3];
+        OK(troupe_tnode_get_values(picked, got, 3));
+        cr_assert_eq(got[0], -2.0, "%s: %g", *drv, got[0]); /* logp[0,4] = -0.5*4 */
+        cr_assert_eq(got[1], -2.5, "%s: %g", *drv, got[1]); /* logp[1,0] = -0.5*5 */
+        cr_assert_eq(got[2], -6.0, "%s: %g", *drv, got[2]); /* logp[2,2] = -0.5*12 */
+        troupe_context_release(&ctx);
+        troupe_tnode_release(&picked);
+        troupe_tnode_release(&target);
+        troupe_tnode_release(&logp);
+        rtu_env_close(&e);
+    }
+}
+
+Test(gather, scatter_add_duplicates_is_the_sequential_sum_everywhere)
+{
+    /* Values whose float sum depends on the order: 1e8 + 1 + (-1e8) ... */
+    double g[B * T * C];
+    for (int i = 0; i < B * T * C; i++)
+        g[i] = (i % 3 == 0) ? 1e8 : (i % 3 == 1) ? 1.0 + 0.125 * i : -1e8 + 3.0 * i;
+    float want[V * C];
+    memset(want, 0, sizeof want);
+    for (int bt = 0; bt < B * T; bt++) /* the product space's order: b, t, then c */
+        for (int c = 0; c < C; c++)
+            want[(int)k_tokens[bt] * C + c] += (float)g[bt * C + c];
+    float first[V * C];
+    bool have_first = false;
+    FOR_EACH_HOST_DRIVER(drv)
+    {
+        for (int run = 0; run < 2; run++) {
+            rtu_env_t e;
+            rtu_env_open(&e, *drv, 1);
+            troupe_tnode_t *tokens = rtu_node("tokens", TROUPE_PREC_INT64, 2, (int64_t[]){B, T});
+            troupe_tnode_t *g_out = rtu_node("g_out", TROUPE_PREC_SINGLE, 3, (int64_t[]){B, T, C});
+            troupe_tnode_t *g_wte = rtu_node("g_wte", TROUPE_PREC_SINGLE, 2, (int64_t[]){V, C});
+            rtu_set(tokens, k_tokens);
+            rtu_set(g_out, g);
+            rtu_set_hosted(g_wte, 411);
+            troupe_asgn_comp_t *comp = s_scatter_comp(g_wte, g_out, tokens);
+            troupe_context_t *ctx = NULL;
+            troupe_tnode_t *in[2] = {tokens, g_out};
+            OK(s_run(&e, comp, "scatter", in, 2, &ctx));
+            troupe_asgn_comp_destroy(&comp);
+            double gd[V * C];
+            OK(troupe_tnode_get_values(g_wte, gd, V * C));
+            float got[V * C];
+            for (int i = 0; i < V * C; i++)
+                got[i] = (float)gd[i];
+            cr_assert(memcmp(got, want, sizeof got) == 0, "%s run %d: not the sequential sum",
+                      *drv, run);
+            if (have_first)
+                cr_assert(memcmp(got, first, sizeof got) == 0, "%s run %d differs", *drv, run);
+            memcpy(first, got, sizeof got);
+            have_first = true;
+            troupe_context_release(&ctx);
+            troupe_tnode_release(&g_wte);
+            troupe_tnode_release(&g_out);
+            troupe_tnode_release(&tokens);
+            rtu_env_close(&e);
+        }
+    }
+    /* the rows no token names stay 0 */
+    for (int c = 0; c < C; c++)
+        cr_assert_eq(first[2 * C + c], 0.0f);
+}
+
+Test(gather, out_of_range_fails_the_event_naming_node_and_value)
+{
+    const double bad[2][B * T] = {{3, 0, 3, 4, 70000, 1}, {3, 0, -1, 4, 3, 1}};
+    const char *want[2] = {"70000", "= -1 "};
+    FOR_EACH_HOST_DRIVER(drv)
+    {
+        for (int k = 0; k < 2; k++) {
+            rtu_env_t e;
+            rtu_env_open(&e, *drv, 1);
+            troupe_tnode_t *tokens = rtu_node("tokens", TROUPE_PREC_INT32, 2, (int64_t[]){B, T});
+            troupe_tnode_t *wte = rtu_node("wte", TROUPE_PREC_SINGLE, 2, (int64_t[]){V, C});
+            troupe_tnode_t *out = rtu_node("out", TROUPE_PREC_SINGLE, 3, (int64_t[]){B, T, C});
+            double w[V * C];
+            s_wte_values(w);
+            rtu_set(tokens, bad[k]);
+            rtu_set(wte, w);
+            rtu_set_hosted(out, 411);
+            troupe_asgn_comp_t *comp = s_embed_comp(out, wte, tokens);
+            troupe_context_t *ctx = NULL;
+            troupe_tnode_t *in[2] = {tokens, wte};
+            troupe_status_t st = s_run(&e, comp, "embed_bad", in, 2, &ctx);
+            troupe_asgn_comp_destroy(&comp);
+            cr_assert_eq(st, TROUPE_INVALID_ARGUMENT, "%s: %s", *drv, troupe_status_str(st));
+            const char *msg = troupe_last_error();
+            cr_assert(strstr(msg, "tokens") && strstr(msg, want[k]) && strstr(msg, "wte") &&
+                          strstr(msg, "0..4"),
+                      "%s: message '%s'", *drv, msg);
+            troupe_context_release(&ctx);
+            troupe_tnode_release(&out);
+            troupe_tnode_release(&wte);
+            troupe_tnode_release(&tokens);
+            rtu_env_close(&e);
+        }
+    }
+}
+
+/* The lowered, optimized scatter-add procedure of fresh nodes with fixed ids. */
+static troupe_ll_proc_t *s_scatter_proc(troupe_tnode_t **tokens, troupe_tnode_t **g_out,
+                                        troupe_tnode_t **g_wte, troupe_prec_t tok_prec)
+{
+    *tokens = irt_node(0, "tokens", tok_prec, 2, (int64_t[]){B, T});
+    *g_out = irt_node(0, "g_out", TROUPE_PREC_SINGLE, 3, (int64_t[]){B, T, C});
+    *g_wte = irt_node(0, "g_wte", TROUPE_PREC_SINGLE, 2, (int64_t[]){V, C});
+    troupe_asgn_comp_t *comp = s_scatter_comp(*g_wte, *g_out, *tokens);
+    troupe_ll_proc_t *proc = NULL;
+    OK(troupe_asgn_lower(comp, "scatter", &proc));
+    troupe_asgn_comp_destroy(&comp);
+    OK(troupe_ll_optimize(proc, NULL));
+    return proc;
+}
+
+Test(gather, generated_c_and_interpreter_write_nothing_on_a_bad_index)
+{
+    troupe_tnode_t *tokens, *g_out, *g_wte;
+    troupe_ll_proc_t *proc = s_scatter_proc(&tokens, &g_out, &g_wte, TROUPE_PREC_DOUBLE);
+    irt_binds_t b;
+    memset(&b, 0, sizeof b);
+    double *tok = irt_binds_ensure(&b, tokens);
+    float *go = irt_binds_ensure(&b, g_out);
+    float *gw = irt_binds_ensure(&b, g_wte);
+    for (int i = 0; i < B * T; i++)
+        tok[i] = k_tokens[i];
+    tok[5] = 2.5; /* a fractional index in a double node */
+    for (int i = 0; i < B * T * C; i++)
+        go[i] = (float)i;
+    for (int i = 0; i < V * C; i++)
+        gw[i] = 7.0f + (float)i; /* sentinel */
+    float before[V * C];
+    memcpy(before, gw, sizeof before);
+
+    troupe_interp_buffer_t bufs[3] = {{tokens, tok}, {g_out, go}, {g_wte, gw}};
+    troupe_interp_args_t args = {bufs, 3, NULL, 0, NULL};
+    cr_assert_eq(troupe_interp_run(proc, &args), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "tokens[1,2] = 2.5"), "%s", troupe_last_error());
+    cr_assert(memcmp(gw, before, sizeof before) == 0, "the interpreter wrote g_wte");
+
+    irt_lib_t lib;
+    irt_lib_open(proc, NULL, &lib);
+    cr_assert_eq(lib.res->ngathers, 1);
+    void *slots[IRT_MAX_BINDS + 1];
+    for (size_t k = 0; k < lib.res->nparams; k++)
+        slots[k] = irt_binds_get(&b, lib.res->params[k].tn);
+    int64_t err[TROUPE_CGEN_GATHER_ERR_WORDS] = {0};
+    slots[lib.res->nparams] = err;
+    lib.entry(slots);
+    cr_assert_eq(err[0], 1);
+    cr_assert(memcmp(gw, before, sizeof before) == 0, "the generated code wrote g_wte");
+    cr_assert_eq(troupe_cgen_gather_failure(lib.res, err), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "tokens[1,2] = 2.5") &&
+                  strstr(troupe_last_error(), "g_wte's axis 0"),
+              "%s", troupe_last_error());
+
+    /* fixed: the generated code and the interpreter agree bit for bit */
+    tok[5] = 1;
+    memset(err, 0, sizeof err);
+    lib.entry(slots);
+    cr_assert_eq(err[0], 0);
+    float c_out[V * C];
+    memcpy(c_out, gw, sizeof c_out);
+    memcpy(gw, before, sizeof before);
+    OK(troupe_interp_run(proc, &args));
+    cr_assert(memcmp(c_out, gw, sizeof c_out) == 0, "C and the interpreter differ");
+    irt_lib_close(&lib);
+    irt_binds_free(&b);
+    troupe_ll_proc_destroy(&proc);
+    troupe_tnode_release(&tokens);
+    troupe_tnode_release(&g_out);
+    troupe_tnode_release(&g_wte);
+}
+
+Test(gather, text_round_trips)
+{
+    troupe_tnode_t *tokens = irt_node(0, "tokens", TROUPE_PREC_INT32, 2, (int64_t[]){B, T});
+    troupe_tnode_t *wte = irt_node(0, "wte", TROUPE_PREC_SINGLE, 2, (int64_t[]){V, C});
+    troupe_tnode_t *out = irt_node(0, "out", TROUPE_PREC_SINGLE, 3, (int64_t[]){B, T, C});
+    troupe_asgn_comp_t *comp = s_embed_comp(out, wte, tokens);
+    char *text = irt_roundtrip_comp(comp, true);
+    cr_assert(strstr(text, "\"@1[bt]c=>btc\" (gather "), "%s", text);
+    troupe_free(text);
+    troupe_ll_proc_t *proc = NULL;
+    OK(troupe_asgn_lower(comp, "embed", &proc));
+    text = irt_roundtrip_proc(proc, true);
+    cr_assert(strstr(text, "(bind_index "), "%s", text);
+    troupe_free(text);
+    troupe_ll_proc_destroy(&proc);
+    troupe_asgn_comp_destroy(&comp);
+    troupe_tnode_release(&out);
+    troupe_tnode_release(&wte);
+    troupe_tnode_release(&tokens);
+}
+
+Test(gather, bad_specs_are_refused_with_clear_messages)
+{
+    troupe_tnode_t *tokens = irt_node(0, "tokens", TROUPE_PREC_INT32, 2, (int64_t[]){B, T});
+    troupe_tnode_t *ftok = irt_node(0, "halftok", TROUPE_PREC_HALF, 2, (int64_t[]){B, T});
+    troupe_tnode_t *wte = irt_node(0, "wte", TROUPE_PREC_SINGLE, 2, (int64_t[]){V, C});
+    troupe_tnode_t *out = irt_node(0, "out", TROUPE_PREC_SINGLE, 3, (int64_t[]){B, T, C});
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *t = NULL;
+    OK(troupe_asgn_comp_new(&comp));
+    troupe_asgn_buffer_t rhs[1] = {troupe_asgn_node(wte)};
+    cr_assert_eq(troupe_asgn_accum_gather(comp, true, TROUPE_BINOP_ARG2, out, TROUPE_ASGN_RHS_UNOP,
+                                          TROUPE_UNOP_IDENTITY, rhs, 1, &tokens, "@3[bt]c=>btc",
+                                          &t),
+                 TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "gather index @3 but the assignment has 1 gather node"),
+              "%s", troupe_last_error());
+    cr_assert_eq(troupe_asgn_accum_gather(comp, true, TROUPE_BINOP_ARG2, out, TROUPE_ASGN_RHS_UNOP,
+                                          TROUPE_UNOP_IDENTITY, rhs, 1, &tokens, "@1[b]c=>btc", &t),
+                 TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "gather node @1 (node") &&
+                  strstr(troupe_last_error(), "has 2 axes but its term '[b]' has 1"),
+              "%s", troupe_last_error());
+    cr_assert_eq(troupe_asgn_accum_unop(comp, true, TROUPE_BINOP_ARG2, out, TROUPE_UNOP_IDENTITY,
+                                        rhs[0], "@1[bt]c=>btc", &t),
+                 TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "has 0 gather nodes"), "%s", troupe_last_error());
+    cr_assert_eq(troupe_asgn_accum_gather(comp, true, TROUPE_BINOP_ARG2, out, TROUPE_ASGN_RHS_UNOP,
+                                          TROUPE_UNOP_IDENTITY, rhs, 1, &ftok, "@1[bt]c=>btc", &t),
+                 TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "halftok") && strstr(troupe_last_error(), "half"), "%s",
+              troupe_last_error());
+    /* the text form's parse errors carry the same message */
+    troupe_asgn_comp_t *good = s_embed_comp(out, wte, tokens);
+    char *src = NULL;
+    OK(troupe_text_print_comp(good, &src));
+    char *at = strstr(src, "\"@1[bt]");
+    cr_assert_not_null(at, "%s", src);
+    at[2] = '2';
+    troupe_asgn_comp_t *q = NULL;
+    cr_assert_neq(troupe_text_parse_comp(src, &q), TROUPE_OK);
+    troupe_free(src);
+    troupe_asgn_comp_destroy(&good);
+    cr_assert(strstr(troupe_last_error(), "@2 but the assignment has 1 gather node"), "%s",
+              troupe_last_error());
+    troupe_asgn_comp_destroy(&comp);
+    troupe_tnode_release(&out);
+    troupe_tnode_release(&wte);
+    troupe_tnode_release(&ftok);
+    troupe_tnode_release(&tokens);
+}
+
+Test(gather, cuda_dialect_compiles_under_nvrtc)
+{
+    troupe_tnode_t *tokens, *g_out, *g_wte;
+    troupe_ll_proc_t *proc = s_scatter_proc(&tokens, &g_out, &g_wte, TROUPE_PREC_INT32);
+    troupe_cgen_result_t *res = NULL;
+    OK(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res));
+    cr_assert_eq(res->ngathers, 1);
+    cr_assert_not_null(strstr(res->source, "int64_t *troupe_err"));
+    troupe_cgen_result_destroy(&res);
+    bool ran = irt_nvrtc_check(proc);
+    troupe_ll_proc_destroy(&proc);
+    troupe_tnode_release(&tokens);
+    troupe_tnode_release(&g_out);
+    troupe_tnode_release(&g_wte);
+    if (!ran)
+        cr_skip_test("NVRTC unavailable");
+}
