@@ -21,7 +21,7 @@
  * Checkpoints commit every --checkpoint-every steps and at every epoch's end; they carry the
  * run's --batch and training-set size (the checkpoint note) and its plan (parallel/dp.h: global
  * batch, steps per epoch, --seed, the schedule's length), so a --resume continues at the exact
- * step and sample, on any ranks x streams that divide --batch (README "Failures and
+ * step and sample, on any ranks x streams that divide --batch (docs/cluster.md "Failures and
  * restarts"); another --batch, --train-limit or --seed is refused, naming the setting. The
  * data order: step g of an epoch takes rows g*batch .. g*batch+batch-1 of the shuffled set,
  * whatever the layout (the set's tail that fills no whole step is left out).
