@@ -12,14 +12,15 @@
 #                              are written there: fmnist-curve.csv, fmnist-curve.png, fmnist.ckpt
 #   TROUPE_BACKEND             cpu, sync or cuda instead of the choice above
 #   TROUPE_QUICKSTART_RANKS    ranks (default: the GPU count on cuda, else 2)
-# Every TROUPE_* variable reaches every rank (see deploy/mpirun.sh and README.md).
+# It prints one line per build phase (the build's output goes to $TROUPE_BUILD_DIR/build.log, named
+# on failure). Every TROUPE_* variable reaches every rank (see deploy/mpirun.sh and docs/cluster.md).
 # Exit status: the training job's (0 on success).
 set -euo pipefail
 TROUPE_DEPLOY_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=setup.sh
 source "$TROUPE_DEPLOY_DIR/setup.sh"
 troupe_install_packages
-troupe_build
+troupe_build_quiet
 info=$("$TROUPE_BUILD_DIR/tools/troupe/troupe" info)
 printf '%s\n' "$info"
 gpus=$(printf '%s\n' "$info" | sed -n 's/^backend\.cuda\.devices: \([0-9][0-9]*\)$/\1/p')

@@ -41,6 +41,28 @@ troupe_build() {
   cmake --build "$TROUPE_BUILD_DIR" -j "$jobs"
 }
 
+# troupe_build_quiet [CMAKE ARGS...]: troupe_build with one line per phase on stderr (configure,
+# build) and CMake's output in $TROUPE_BUILD_DIR/build.log, named with its last lines on failure.
+troupe_build_quiet() {
+  local log="$TROUPE_BUILD_DIR/build.log" jobs
+  jobs=$(nproc 2>/dev/null || echo 2)
+  mkdir -p "$TROUPE_BUILD_DIR"
+  : >"$log"
+  echo "troupe: configuring into $TROUPE_BUILD_DIR" >&2
+  if ! cmake -S "$TROUPE_ROOT" -B "$TROUPE_BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >>"$log" 2>&1; then
+    echo "troupe: configuring failed; the log is $log. Its last lines:" >&2
+    tail -n 20 "$log" >&2
+    return 1
+  fi
+  echo "troupe: building ($jobs jobs)" >&2
+  if ! cmake --build "$TROUPE_BUILD_DIR" -j "$jobs" >>"$log" 2>&1; then
+    echo "troupe: the build failed; the log is $log. Its last lines:" >&2
+    tail -n 20 "$log" >&2
+    return 1
+  fi
+  echo "troupe: built (log: $log)" >&2
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   troupe_install_packages
   troupe_build "$@"

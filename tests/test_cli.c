@@ -348,6 +348,18 @@ Test(cli, extra_arguments_are_a_usage_error)
     cr_assert_eq(s_count_lines(r.err), 1, "stderr: %s", r.err);
 }
 
+Test(cli, info_help_is_usage_and_exit_0)
+{
+    const char *help[] = {"--help", "-h"};
+    for (size_t i = 0; i < sizeof help / sizeof help[0]; i++) {
+        s_run_t r;
+        s_troupe(&r, (const char *[]){"info", help[i], NULL}, NULL);
+        cr_assert_eq(r.status, 0, "info %s: exit %d, stderr: %s", help[i], r.status, r.err);
+        cr_assert(strstr(r.out, "usage: troupe info") != NULL, "info %s: %s", help[i], r.out);
+        cr_assert_str_empty(r.err);
+    }
+}
+
 Test(cli, no_command_prints_usage_to_stderr_and_exits_2)
 {
     s_run_t r;

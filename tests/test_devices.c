@@ -13,13 +13,16 @@
 #include "ir/tnode.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <ftw.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *const s_names[] = {"sync", "cpu"};
@@ -700,6 +703,56 @@ Test(compile, bogus_flag_is_device_error, .fini = s_remove_tmpdir)
         s_axpb_destroy(&x);
         drv->vt->close(drv);
     }
+}
+
+/* A compiler that hangs (and leaves a child of its own sleeping) is killed with its process
+ * group at TROUPE_CC_TIMEOUT_S; the error names the command and the time. */
+Test(compile, hung_compiler_is_killed_at_the_deadline, .fini = s_remove_tmpdir)
+{
+    s_fresh_cache();
+    char pid_file[400], body[1024];
+    snprintf(pid_file, sizeof pid_file, "%s/grandchild.pid", s_tmpdir);
+    snprintf(body, sizeof body, "sleep 300 &\necho $! > '%s'\nsleep 300\n", pid_file);
+    cr_assert_eq(troupe_config_set_cc(s_script("hanging-cc", body)), TROUPE_OK);
+    cr_assert_eq(setenv("TROUPE_CC_TIMEOUT_S", "1", 1), 0);
+    troupe_driver_t *drv = s_open("cpu");
+    s_axpb_t x = s_axpb_new("axpb_hanging");
+    troupe_dcode_t *code = NULL;
+    troupe_status_t st = drv->vt->compile(drv, x.proc, &code);
+    const char *msg = troupe_last_error();
+    cr_assert_eq(st, TROUPE_DEVICE_ERROR, "%s", msg);
+    cr_assert_null(code);
+    cr_assert(s_has(msg, "did not finish within 1 s") && s_has(msg, "hanging-cc") &&
+                  s_has(msg, "axpb_hanging") && s_has(msg, "TROUPE_CC_TIMEOUT_S"),
+              "%s", msg);
+    /* the compiler's own child went with it (killed; reaped by init, so wait for that) */
+    FILE *f = fopen(pid_file, "r");
+    cr_assert_not_null(f);
+    int gc = 0;
+    cr_assert_eq(fscanf(f, "%d", &gc), 1);
+    fclose(f);
+    bool gone = false;
+    for (int i = 0; i < 500 && !gone; i++) {
+        char stat_path[64], state = 0;
+        snprintf(stat_path, sizeof stat_path, "/proc/%d/stat", gc);
+        FILE *sf = fopen(stat_path, "r");
+        gone = !sf || (fscanf(sf, "%*d %*s %c", &state) == 1 && state == 'Z');
+        if (sf)
+            fclose(sf);
+        if (!gone)
+            nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+    }
+    if (!gone)
+        kill(gc, SIGKILL);
+    cr_assert(gone, "the hung compiler's child %d still runs", gc);
+
+    /* a malformed deadline is refused by name */
+    cr_assert_eq(setenv("TROUPE_CC_TIMEOUT_S", "soon", 1), 0);
+    cr_assert_eq(drv->vt->compile(drv, x.proc, &code), TROUPE_INVALID_ARGUMENT);
+    cr_assert(s_has(troupe_last_error(), "TROUPE_CC_TIMEOUT_S='soon'"), "%s", troupe_last_error());
+    unsetenv("TROUPE_CC_TIMEOUT_S");
+    s_axpb_destroy(&x);
+    drv->vt->close(drv);
 }
 
 Test(compile, missing_compiler_is_device_error_naming_it, .fini = s_remove_tmpdir)

@@ -16,11 +16,15 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -34,6 +38,8 @@
 /* Lines and bytes of compiler output quoted in troupe_last_error(). */
 #define S_MSG_LINES 8
 #define S_MSG_BYTES 640
+/* TROUPE_CC_TIMEOUT_S's default: generous, a generated routine compiles in seconds. */
+#define S_CC_TIMEOUT_DEFAULT_S 600.0
 
 static atomic_uint_fast64_t s_tmp_seq;
 
@@ -221,33 +227,77 @@ static void s_first_lines(const char *out, char *buf, size_t cap)
         troupe__strbuf_puts(&sb, "(no output)");
 }
 
-/* Runs argv (argv[0] looked up in PATH) with stdin from /dev/null and stdout+stderr captured
- * into out (S_OUTPUT_MAX bytes kept). *exit_code: exit status, or 128+signal. */
-static troupe_status_t s_run_capture(char *const *argv, char *out, int *exit_code)
+/* The compile deadline in seconds from TROUPE_CC_TIMEOUT_S (a positive number, at most a day;
+ * unset or empty: S_CC_TIMEOUT_DEFAULT_S). Read at each compile. */
+static troupe_status_t s_cc_timeout_s(double *out_s)
+{
+    const char *v = getenv("TROUPE_CC_TIMEOUT_S");
+    *out_s = S_CC_TIMEOUT_DEFAULT_S;
+    if (!v || !*v)
+        return TROUPE_OK;
+    char *end = NULL;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (errno != 0 || end == v || *end != '\0' || !isfinite(d) || d <= 0 || d > 86400)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "TROUPE_CC_TIMEOUT_S='%.40s' is not a number of seconds in (0, 86400]",
+                             v);
+    *out_s = d;
+    return TROUPE_OK;
+}
+
+/* Kills the compiler's process group (the compiler driver and what it started: cc1, as, ld). */
+static void s_kill_group(pid_t pid)
+{
+    (void)kill(-pid, SIGKILL);
+    (void)kill(pid, SIGKILL);
+}
+
+/* Runs argv (argv[0] looked up in PATH) in a process group of its own, with stdin from
+ * /dev/null and stdout+stderr captured into out (S_OUTPUT_MAX bytes kept). *exit_code: exit
+ * status, or 128+signal. When it has not exited by deadline_ns (troupe_now_ns() clock), its
+ * process group is killed and *timed_out set (not an error here: the caller names the command). */
+static troupe_status_t s_run_capture(char *const *argv, char *out, int *exit_code,
+                                     int64_t deadline_ns, bool *timed_out)
 {
     char eb[160];
     troupe_status_t st = TROUPE_OK;
     int fds[2];
     out[0] = '\0';
+    *timed_out = false;
     if (pipe2(fds, O_CLOEXEC) != 0)
         return troupe__error(TROUPE_DEVICE_ERROR, "cannot run C compiler '%s': pipe (%s)", argv[0],
                              s_errstr(errno, eb, sizeof eb));
     posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
     int e = posix_spawn_file_actions_init(&fa);
     if (e != 0) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cannot run C compiler '%s': %s", argv[0],
                            s_errstr(e, eb, sizeof eb));
         goto out_pipe;
     }
-    e = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    e = posix_spawnattr_init(&attr);
+    if (e != 0) {
+        posix_spawn_file_actions_destroy(&fa);
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cannot run C compiler '%s': %s", argv[0],
+                           s_errstr(e, eb, sizeof eb));
+        goto out_pipe;
+    }
+    /* its own process group, so that a deadline kills what the compiler driver started too */
+    e = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    if (e == 0)
+        e = posix_spawnattr_setpgroup(&attr, 0);
+    if (e == 0)
+        e = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     if (e == 0)
         e = posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     if (e == 0)
         e = posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
     pid_t pid = -1;
     if (e == 0)
-        e = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+        e = posix_spawnp(&pid, argv[0], &fa, &attr, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
     if (e != 0) {
         if (e == ENOENT)
             st = troupe__error(TROUPE_DEVICE_ERROR,
@@ -264,6 +314,20 @@ static troupe_status_t s_run_capture(char *const *argv, char *out, int *exit_cod
     size_t kept = 0;
     char chunk[4096];
     for (;;) {
+        int64_t left_ns = troupe_deadline_remaining(deadline_ns);
+        if (left_ns <= 0) {
+            *timed_out = true;
+            break;
+        }
+        int ms = left_ns / 1000000 > 1000 ? 1000 : (int)(left_ns / 1000000) + 1;
+        struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+        int pr = poll(&pfd, 1, ms);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr == 0)
+            continue;
+        if (pr < 0)
+            break;
         ssize_t r = read(fds[0], chunk, sizeof chunk);
         if (r < 0 && errno == EINTR)
             continue;
@@ -278,14 +342,27 @@ static troupe_status_t s_run_capture(char *const *argv, char *out, int *exit_cod
     }
     int wstatus = 0;
     pid_t w;
-    do {
-        w = waitpid(pid, &wstatus, 0);
-    } while (w < 0 && errno == EINTR);
+    for (;;) {
+        if (*timed_out)
+            s_kill_group(pid);
+        w = waitpid(pid, &wstatus, *timed_out ? 0 : WNOHANG);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w != 0)
+            break;
+        /* output closed but the compiler still runs: wait for it, up to the deadline */
+        if (troupe_deadline_remaining(deadline_ns) <= 0)
+            *timed_out = true;
+        else
+            (void)poll(NULL, 0, 10);
+    }
     if (w < 0) {
         st = troupe__error(TROUPE_DEVICE_ERROR, "waiting for C compiler '%s' failed (%s)", argv[0],
                            s_errstr(errno, eb, sizeof eb));
         goto out_pipe;
     }
+    if (*timed_out)
+        s_kill_group(pid); /* what the compiler left running in its group */
     if (WIFEXITED(wstatus))
         *exit_code = WEXITSTATUS(wstatus);
     else if (WIFSIGNALED(wstatus))
@@ -323,10 +400,24 @@ static troupe_status_t s_compile(const char *name, const char *cc, const char *f
     }
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES, "compiling %s: %s %s -o %s %s -lm", name, cc,
                flags, so_path, src_path);
-    int code = -1;
-    st = s_run_capture(a.v, out, &code);
+    double timeout_s = 0;
+    st = s_cc_timeout_s(&timeout_s);
     if (st != TROUPE_OK)
         goto out_buf;
+    int code = -1;
+    bool timed_out = false;
+    int64_t t0 = troupe_now_ns();
+    st = s_run_capture(a.v, out, &code, t0 + (int64_t)(timeout_s * 1e9), &timed_out);
+    if (st != TROUPE_OK)
+        goto out_buf;
+    if (timed_out) {
+        st = troupe__error(TROUPE_DEVICE_ERROR,
+                           "C compiler did not finish within %g s compiling %s and was killed (its "
+                           "process group); check the compiler or raise TROUPE_CC_TIMEOUT_S; "
+                           "command: %s %s -o %s %s -lm",
+                           timeout_s, name, cc, flags, so_path, src_path);
+        goto out_buf;
+    }
     if (code != 0) {
         char first[S_MSG_BYTES];
         s_first_lines(out, first, sizeof first);

@@ -29,7 +29,9 @@
  * `name` is a C identifier used in the file names.
  * Errors: INVALID_ARGUMENT (NULL/empty name or source); DEVICE_ERROR when the cache
  * directory cannot be created or written, the compiler is missing (message names it) or fails
- * (message carries the first lines of its output), or dlopen/dlsym fail;
+ * (message carries the first lines of its output) or does not finish within TROUPE_CC_TIMEOUT_S
+ * seconds (default 600; its process group is killed, the message names the command and the
+ * time), or dlopen/dlsym fail; INVALID_ARGUMENT for a malformed TROUPE_CC_TIMEOUT_S;
  * RESOURCE_EXHAUSTED. */
 troupe_status_t troupe__cc_load(const char *name, const char *source, const char *entry_symbol,
                                 void **out_lib, void **out_entry);

@@ -21,7 +21,7 @@
  * Checkpoints commit every --checkpoint-every steps and at every epoch's end; they carry the
  * run's --batch and training-set size (the checkpoint note) and its plan (parallel/dp.h: global
  * batch, steps per epoch, --seed, the schedule's length), so a --resume continues at the exact
- * step and sample, on any ranks x streams that divide --batch (README "Failures and
+ * step and sample, on any ranks x streams that divide --batch (docs/cluster.md "Failures and
  * restarts"); another --batch, --train-limit or --seed is refused, naming the setting. The
  * data order: step g of an epoch takes rows g*batch .. g*batch+batch-1 of the shuffled set,
  * whatever the layout (the set's tail that fills no whole step is left out).
@@ -35,6 +35,7 @@
  * succeed (what `troupe run` restarts). `--help` lists every option with its default.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 
 #include "idx.h"
 #include "mlp.h"
@@ -55,6 +56,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -404,6 +406,7 @@ typedef struct run {
     FILE *curve;
     fmnist_progress_t progress; /* the bar within an epoch (r.tty) */
     fmnist_plot_t plot;         /* --plot */
+    int64_t saved_step;         /* the step of this run's last checkpoint, -1 before one */
 } run_t;
 
 static void s_settings(const opts_t *o, run_settings_t *s)
@@ -479,6 +482,70 @@ static void s_die(troupe_status_t failed, const char *what)
             s_die(check_st_, what);                                                                \
     } while (0)
 
+/* Stops the run because it diverged: `what` ("the loss is NaN", ...) at `step` (epoch, step s
+ * of the epoch's); one line with what to do and what became of the checkpoint, exit status 1.
+ * Nothing is written after it: the curve keeps its finite rows and the checkpoint, if any, the
+ * last state saved, whose parameters were checked finite. */
+static void s_diverged(const run_t *r, const char *what, int64_t step, int epoch, int64_t s,
+                       int64_t steps_per_epoch)
+{
+    char kept[600];
+    if (!r->o.checkpoint)
+        snprintf(kept, sizeof kept, "no checkpoint was asked for (--checkpoint)");
+    else if (r->saved_step >= 0)
+        snprintf(kept, sizeof kept, "%.400s keeps the last state with finite parameters, step %lld",
+                 r->o.checkpoint, (long long)r->saved_step);
+    else
+        snprintf(kept, sizeof kept, "%.400s was not written%s", r->o.checkpoint,
+                 r->o.resume ? " by this run (it holds the state it resumed from)" : "");
+    (void)troupe_error_set(TROUPE_FAILED_PRECONDITION,
+                           "%s at step %lld (epoch %d, step %lld of %lld): the training diverged; "
+                           "lower --lr (%g); %s",
+                           what, (long long)step, epoch + 1, (long long)s,
+                           (long long)steps_per_epoch, r->o.opt.lr, kept);
+    s_die(TROUPE_FAILED_PRECONDITION, "stopped");
+}
+
+static void s_check_loss(const run_t *r, double loss, int64_t step, int epoch, int64_t s,
+                         int64_t steps_per_epoch)
+{
+    if (!isfinite(loss))
+        s_diverged(r, isnan(loss) ? "the loss is NaN" : "the loss is infinite", step, epoch, s,
+                   steps_per_epoch);
+}
+
+static troupe_status_t s_params_finite(run_t *r, bool *out)
+{
+    *out = true;
+    troupe_status_t st = troupe_dp_params_to_host(r->dp);
+    for (int i = 0; st == TROUPE_OK && i < FMNIST_MLP_NPARAMS && *out; i++) {
+        size_t n = (size_t)troupe_tnode_num_elems(r->mlp->params[i]);
+        double *v = malloc(n * sizeof *v);
+        if (!v)
+            return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "out of memory");
+        st = troupe_tnode_get_values(r->mlp->params[i], v, n);
+        for (size_t k = 0; st == TROUPE_OK && k < n; k++)
+            if (!isfinite(v[k])) {
+                *out = false;
+                break;
+            }
+        free(v);
+    }
+    return st;
+}
+
+/* Saves the checkpoint after `step`, unless the parameters are not finite (then stops). Every
+ * rank holds the same parameters, so every rank decides alike (the save is collective). */
+static void s_save(run_t *r, int64_t step, int epoch, int64_t s, int64_t steps_per_epoch)
+{
+    bool finite = true;
+    CHECK(s_params_finite(r, &finite), "checking the parameters");
+    if (!finite)
+        s_diverged(r, "the parameters are not finite", step, epoch, s, steps_per_epoch);
+    CHECK(troupe_dp_save(r->dp, r->o.checkpoint), "writing the checkpoint");
+    r->saved_step = step;
+}
+
 static double s_now(void)
 {
     struct timespec t;
@@ -542,11 +609,83 @@ static bool s_same_file(const char *a, const char *b)
            sa.st_ino == sb.st_ino;
 }
 
+/* Whether paths a and b name one file, existing or not: the same file, or the same name in the
+ * same directory (the directories compared through realpath). */
+static bool s_same_path(const char *a, const char *b)
+{
+    if (strcmp(a, b) == 0 || s_same_file(a, b))
+        return true;
+    char da[4096], db[4096], ra[PATH_MAX], rb[PATH_MAX];
+    snprintf(da, sizeof da, "%s", a);
+    snprintf(db, sizeof db, "%s", b);
+    const char *ba = strrchr(a, '/') ? strrchr(a, '/') + 1 : a;
+    const char *bb = strrchr(b, '/') ? strrchr(b, '/') + 1 : b;
+    if (strcmp(ba, bb) != 0)
+        return false;
+    char *sa = strrchr(da, '/'), *sb = strrchr(db, '/');
+    const char *pa = sa ? (sa == da ? "/" : (*sa = '\0', da)) : ".";
+    const char *pb = sb ? (sb == db ? "/" : (*sb = '\0', db)) : ".";
+    return realpath(pa, ra) && realpath(pb, rb) && strcmp(ra, rb) == 0;
+}
+
+/* Whether an existing, non-empty `path` starts with `magic` (a missing or empty file: yes). */
+static bool s_starts_with(const char *path, const char *magic, size_t len)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+        return true;
+    char head[32] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return true; /* the open for writing names the problem */
+    size_t got = fread(head, 1, len, f);
+    fclose(f);
+    return got == len && memcmp(head, magic, len) == 0;
+}
+
+/* Two outputs (or an output and --resume, other than --checkpoint's own) on one path, and
+ * --curve/--plot onto a file that is not a curve or a picture. */
+static bool s_check_paths(const opts_t *o, char *err, size_t cap)
+{
+    const struct {
+        const char *opt, *path;
+    } p[] = {{"--checkpoint", o->checkpoint}, {"--curve", o->curve}, {"--plot", o->plot},
+             {"--resume", o->resume}};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        for (size_t j = i + 1; j < sizeof p / sizeof p[0]; j++) {
+            if (!p[i].path || !p[j].path || (i == 0 && j == 3))
+                continue;
+            if (s_same_path(p[i].path, p[j].path)) {
+                snprintf(err, cap, "options %s and %s name one file, '%.300s'; give each its own",
+                         p[i].opt, p[j].opt, p[j].path);
+                return false;
+            }
+        }
+    static const char curve_head[] = "epoch,loss,test_accuracy";
+    if (o->curve && !s_starts_with(o->curve, curve_head, sizeof curve_head - 1)) {
+        snprintf(err, cap,
+                 "option --curve: '%.300s' exists and is not a learning curve (its first line is "
+                 "not '%s,...'); remove it or choose another file",
+                 o->curve, curve_head);
+        return false;
+    }
+    if (o->plot && !s_starts_with(o->plot, "\x89PNG\r\n\x1a\n", 8)) {
+        snprintf(err, cap,
+                 "option --plot: '%.300s' exists and is not a PNG picture; remove it or choose "
+                 "another file",
+                 o->plot);
+        return false;
+    }
+    return true;
+}
+
 /* Rank 0: can the checkpoint be written, and may it be? Opens the curve file (r->curve).
  * Returns false with one line in err (a bad option). */
 static bool s_check_outputs(run_t *r, char *err, size_t cap)
 {
     const opts_t *o = &r->o;
+    if (!s_check_paths(o, err, cap))
+        return false;
     if (o->checkpoint) {
         struct stat st;
         if (stat(o->checkpoint, &st) == 0) {
@@ -756,6 +895,7 @@ int main(int argc, char **argv)
     }
     run_t r;
     memset(&r, 0, sizeof r);
+    r.saved_step = -1;
     r.rank = troupe_cluster_rank();
     r.ranks = troupe_cluster_size();
     bool help = false;
@@ -935,6 +1075,8 @@ int main(int argc, char **argv)
                 double l = 0;
                 int64_t tl_ns = troupe_now_ns();
                 CHECK(troupe_dp_last_loss(r.dp, &l), "reading the loss");
+                s_check_loss(&r, l, (int64_t)epoch * steps_per_epoch + s + 1, epoch, s + 1,
+                             steps_per_epoch);
                 troupe_trace_span("trainer", "loss sample", tl_ns, troupe_now_ns());
                 t_loss += s_now() - tl;
                 loss_sum += l;
@@ -944,7 +1086,7 @@ int main(int argc, char **argv)
             if (o->checkpoint_every > 0 && g % o->checkpoint_every == 0 &&
                 s + 1 < steps_per_epoch) {
                 double tc = s_now();
-                CHECK(troupe_dp_save(r.dp, o->checkpoint), "writing the checkpoint");
+                s_save(&r, g, epoch, s + 1, steps_per_epoch);
                 t_mid += s_now() - tc;
             }
             fmnist_progress_update(&r.progress, epoch + 1, o->epochs, s + 1, steps_per_epoch,
@@ -987,7 +1129,8 @@ int main(int argc, char **argv)
         double t_ckpt = s_now();
         int64_t tc_ns = troupe_now_ns();
         if (o->checkpoint)
-            CHECK(troupe_dp_save(r.dp, o->checkpoint), "writing the checkpoint");
+            s_save(&r, (int64_t)(epoch + 1) * steps_per_epoch, epoch, steps_per_epoch,
+                   steps_per_epoch);
         if (o->checkpoint)
             troupe_trace_span("trainer", "checkpoint", tc_ns, troupe_now_ns());
         t_ckpt = s_now() - t_ckpt;

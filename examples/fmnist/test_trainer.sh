@@ -61,6 +61,38 @@ no_overwrite)
   run 0 --epochs 2 --resume ck --checkpoint ck # the same file: continues it
   has out "resumed from ck at step"
   ;;
+two_outputs)
+  # two outputs on one path (spelled alike or not, --resume too) and --curve/--plot onto a file of
+  # another kind are bad options, refused before anything is written
+  run 2 --epochs 1 --checkpoint x --curve x
+  lines err 1; has err "options --checkpoint and --curve name one file, 'x'"
+  [ ! -e x ] || fail "x was written"
+  run 2 --epochs 1 --checkpoint x --plot ./x
+  has err "options --checkpoint and --plot name one file"
+  run 2 --epochs 1 --curve x --plot "../$case/x"
+  has err "options --curve and --plot name one file"
+  run 0 --epochs 1 --checkpoint ck --curve c.csv
+  cp ck ck.orig
+  run 2 --epochs 2 --resume ck --checkpoint ck2 --curve ck
+  has err "options --curve and --resume name one file, 'ck'"
+  cmp -s ck ck.orig || fail "ck was changed"
+  run 2 --epochs 1 --curve ck
+  lines err 1; has err "option --curve: 'ck' exists and is not a learning curve"
+  run 2 --epochs 1 --plot ck
+  lines err 1; has err "option --plot: 'ck' exists and is not a PNG picture"
+  cmp -s ck ck.orig || fail "ck was changed"
+  run 0 --epochs 1 --curve c.csv # a curve onto a curve is fine
+  ;;
+diverge)
+  # a diverging run stops at the first non-finite loss: exit 1, the step, a hint; the curve has
+  # no non-finite row and the checkpoint keeps the last state with finite parameters
+  run 1 --epochs 2 --lr 100 --checkpoint ck --checkpoint-every 2 --curve c.csv
+  lines err 1; has err "at step [0-9]* (epoch 1, step [0-9]* of 7): the training diverged"
+  has err "lower --lr (100)"; has err "ck keeps the last state with finite parameters, step"
+  lacks out "final"
+  ! grep -qi nan c.csv || fail "c.csv has a non-finite row"
+  [ "$(head -c 8 ck)" = TROUPECK ] || fail "ck is not a checkpoint"
+  ;;
 resume_settings)
   # a resume must repeat --batch and --train-limit; the refusal names the setting
   run 0 --epochs 1 --batch 100 --checkpoint ck

@@ -1,4 +1,4 @@
-# Elastic runs (README "Failures and restarts"), label `mpi`: `troupe run` launching the
+# Elastic runs (docs/cluster.md "Failures and restarts"), label `mpi`: `troupe run` launching the
 # Fashion-MNIST trainer on 2 ranks of this machine, one CTest test per case of elastic.sh (each
 # a few seconds: 2000 training images, 2 epochs of 20 steps).
 if(TROUPE_BUILD_EXAMPLES AND TARGET troupe_cli)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # troupe — elastic runs: `troupe run` with the Fashion-MNIST trainer (tests/mpi/elastic.cmake runs
-# one case per CTest test; README "Failures and restarts").
+# one case per CTest test; docs/cluster.md "Failures and restarts").
 # usage: elastic.sh TROUPE FMNIST DATA_DIR WORK_DIR CASE
 #   bitwise     2 ranks, rank 1 SIGKILLed in the middle of step 25's merge (TROUPE_FAULT), between
 #               the checkpoints of steps 21 and 28; troupe run restarts from step 21 and the final

@@ -1,5 +1,5 @@
 /* troupe run — elastic runs: launch a job, watch it, relaunch it from its last committed
- * checkpoint when a rank dies or the cluster fails (README "Failures and restarts").
+ * checkpoint when a rank dies or the cluster fails (docs/cluster.md "Failures and restarts").
  *
  *   troupe run -np N [--min-np M] [--max-restarts K] [--hostfile F] [--checkpoint FILE]
  *              [--timeout S] [--launcher auto|mpiexec|srun] [--resume-flag FLAG|none]

@@ -504,6 +504,14 @@ static bool s_is_file(const char *path)
 /* Adds `arg` (a file, or a PREFIX standing for PREFIX.<rank>.json) to the inputs. */
 static int s_add_input(const char *arg)
 {
+    struct stat sb;
+    if (stat(arg, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return s_bad(arg, "%s, not a regular file: expected a trace (PREFIX.<rank>.json)",
+                     S_ISDIR(sb.st_mode)    ? "a directory"
+                     : S_ISCHR(sb.st_mode)  ? "a character device"
+                     : S_ISBLK(sb.st_mode)  ? "a block device"
+                     : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                                            : "a special file");
     if (s_is_file(arg)) {
         s_input_t in = {.path = troupe_strdup(arg)};
         if (in.path == NULL || !TROUPE__VEC_PUSH(s_m.in, s_m.nin, s_m.in_cap, in))

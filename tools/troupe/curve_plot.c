@@ -1,15 +1,17 @@
 /* troupe — the learning curve: CSV reader and PNG drawing (curve_plot.h). */
-#define _POSIX_C_SOURCE 200809L /* getline */
+#define _POSIX_C_SOURCE 200809L /* fileno */
 #include "curve_plot.h"
 
 #include "base/alloc.h"
 #include "base/vec.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #if TROUPE_CURVE_HAVE_CAIRO
@@ -108,29 +110,84 @@ static bool s_parse_row(char *line, troupe_curve_row_t *row, char *err, size_t c
     return true;
 }
 
+/* What a non-regular file is, for an error message. */
+static const char *s_file_kind(const struct stat *sb)
+{
+    if (S_ISDIR(sb->st_mode))
+        return "a directory";
+    if (S_ISCHR(sb->st_mode))
+        return "a character device";
+    if (S_ISBLK(sb->st_mode))
+        return "a block device";
+    if (S_ISFIFO(sb->st_mode))
+        return "a FIFO";
+    if (S_ISSOCK(sb->st_mode))
+        return "a socket";
+    return "not a regular file";
+}
+
+/* One line of f into buf (at most cap - 1 bytes, NUL-terminated, the newline dropped), its
+ * length in *len. Returns 1 for a line, 0 at the end of the file, -1 for a line longer than
+ * cap - 1 bytes, -2 for a NUL byte in it. */
+static int s_read_line(FILE *f, char *buf, size_t cap, size_t *len)
+{
+    size_t n = 0;
+    int c;
+    while ((c = getc(f)) != EOF && c != '\n') {
+        if (c == '\0')
+            return -2;
+        if (n + 1 >= cap)
+            return -1;
+        buf[n++] = (char)c;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return c == EOF && n == 0 ? 0 : 1;
+}
+
 troupe_status_t troupe_curve_read(const char *path, troupe_curve_t *out)
 {
     memset(out, 0, sizeof *out);
     if (!path)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT, "curve: NULL path");
-    FILE *f = fopen(path, "r");
-    if (!f)
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return troupe_error_set(TROUPE_NOT_FOUND, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "%s: cannot open: %s", path,
+                                strerror(errno));
+    }
     troupe_status_t st = TROUPE_OK;
-    char *line = NULL, err[160];
-    size_t line_cap = 0;
+    char line[TROUPE_CURVE_LINE_MAX + 1], err[160];
     long lineno = 0;
     bool header = false;
-    ssize_t len;
-    while ((len = getline(&line, &line_cap, f)) >= 0) {
+    size_t len = 0;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                              "%s: %s, not a regular file: expected a learning-curve CSV", path,
+                              s_file_kind(&sb));
+        goto out_file;
+    }
+    int got;
+    while ((got = s_read_line(f, line, sizeof line, &len)) != 0) {
         lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-            line[--len] = '\0';
-        if ((size_t)len != strlen(line)) {
+        if (got == -1) {
+            st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                  "%s:%ld: a line longer than %d bytes: not a learning-curve CSV",
+                                  path, lineno, TROUPE_CURVE_LINE_MAX);
+            goto out_file;
+        }
+        if (got == -2) {
             st = troupe_error_set(TROUPE_INVALID_ARGUMENT, "%s:%ld: a NUL byte: not a CSV text",
                                   path, lineno);
             goto out_file;
         }
+        while (len > 0 && line[len - 1] == '\r')
+            line[--len] = '\0';
         if (!header) {
             if (strcmp(line, TROUPE_CURVE_HEADER) != 0) {
                 st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
@@ -162,7 +219,6 @@ troupe_status_t troupe_curve_read(const char *path, troupe_curve_t *out)
         st = troupe_error_set(TROUPE_INVALID_ARGUMENT, "%s:%ld: no data row after the header", path,
                               lineno);
 out_file:
-    free(line);
     fclose(f);
     return st;
 }

@@ -33,6 +33,8 @@ extern "C" {
 
 /* The CSV header, without its newline. */
 #define TROUPE_CURVE_HEADER "epoch,loss,test_accuracy,samples_per_s,seconds"
+/* The longest line troupe_curve_read accepts (a row is five numbers). */
+#define TROUPE_CURVE_LINE_MAX 1024
 
 /* One epoch of the curve: the fields of one CSV row. */
 typedef struct troupe_curve_row {
@@ -50,7 +52,8 @@ typedef struct troupe_curve {
  * failure). Errors, message "<path>:<line>: <problem>" (line counted from 1):
  * NOT_FOUND (cannot open: the OS's reason), INVALID_ARGUMENT (a header other than
  * TROUPE_CURVE_HEADER, a row with another number of fields, a field that is not a number or
- * out of its range, no data row), RESOURCE_EXHAUSTED. */
+ * out of its range, no data row, a line over TROUPE_CURVE_LINE_MAX bytes or with a NUL byte, a
+ * path that is not a regular file: a device, a FIFO, a directory), RESOURCE_EXHAUSTED. */
 TROUPE_MUST_USE troupe_status_t troupe_curve_read(const char *path, troupe_curve_t *out);
 
 /* Appends a row, or replaces the rows from row->epoch on when it is not after the last one

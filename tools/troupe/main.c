@@ -350,8 +350,15 @@ int main(int argc, char **argv)
     snprintf(s_trace_prefix, sizeof s_trace_prefix, "%s", troupe_config_trace_prefix());
     troupe_status_t tst = troupe_config_set_trace_prefix(NULL);
     (void)tst; /* turning tracing off cannot fail */
-    if (strcmp(cmd, "info") == 0)
+    if (strcmp(cmd, "info") == 0) {
+        if (argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+            printf("usage: troupe info\n"
+                   "  prints what was built and what this machine has, one 'key: value' line per\n"
+                   "  fact (docs/cluster.md, troupe info); exit status 0\n");
+            return fflush(stdout) == 0 ? 0 : 1;
+        }
         return s_simple(s_info, argc, argv);
+    }
     if (strcmp(cmd, "doctor") == 0)
         return troupe__cmd_doctor(argc, argv);
     if (strcmp(cmd, "plot") == 0)

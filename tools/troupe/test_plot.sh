@@ -28,6 +28,23 @@ cairo=1
 "$troupe" plot --help | grep -q "has no cairo" && cairo=0
 
 case $case in
+not_regular)
+  # a device, a FIFO or a directory is refused at once (no read without bound), as is a line
+  # without end; the same for `troupe trace merge`
+  run 1 "$troupe" plot /dev/zero
+  has err "/dev/zero: a character device, not a regular file"
+  mkfifo fifo && run 1 "$troupe" plot fifo
+  has err "fifo: a FIFO, not a regular file"
+  run 1 "$troupe" plot .
+  has err "a directory, not a regular file"
+  head -c 5000 /dev/zero | tr '\0' 1 >long.csv
+  run 1 "$troupe" plot long.csv
+  has err "long.csv:1: a line longer than 1024 bytes"
+  if "$troupe" trace --help 2>&1 | grep -q merge; then
+    run 1 "$troupe" trace merge /dev/zero
+    has err "/dev/zero: a character device, not a regular file"
+  fi
+  ;;
 png)
   printf '%s\n1,0.61,0.78,20512.3,2.9\n2,0.42,0.83,21000,5.8\n3,0.37,0.85,20800,8.7\n' $header >curve.csv
   if [ $cairo = 0 ]; then

@@ -29,7 +29,7 @@ if(TROUPE_HAVE_MPI)
   endforeach()
 endif()
 
-foreach(case png malformed usage)
+foreach(case png malformed usage not_regular)
   add_test(NAME troupe_plot_${case}
            COMMAND ${_troupe_tools_src}/test_plot.sh $<TARGET_FILE:troupe_cli>
                    ${_troupe_tools_bin}/test-plot ${case})
