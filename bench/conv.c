@@ -124,8 +124,8 @@ static double s_troupe(const s_conv_t *c, int reps)
 /* im2col + GEMM with `lib`: seconds per forward + backward, GEMMs only (*gemm) and with the
  * copies (*total). A product the library cannot take (libxsmm 1.17 has no JIT kernel for a
  * transposed operand here) goes to OpenBLAS; *fallbacks counts them. */
-static void s_im2col(const s_conv_t *c, const troupe_bench_gemm_lib_t *lib0, int reps,
-                     double *gemm, double *total, int *fallbacks)
+static void s_im2col(const s_conv_t *c, const troupe_bench_gemm_lib_t *lib0, int reps, double *gemm,
+                     double *total, int *fallbacks)
 {
     const troupe_bench_gemm_lib_t *lib[3] = {lib0, lib0, lib0};
     *fallbacks = 0;
@@ -135,7 +135,8 @@ static void s_im2col(const s_conv_t *c, const troupe_bench_gemm_lib_t *lib0, int
     float *w = malloc(sizeof(float) * (size_t)Co * K), *dw = malloc(sizeof(float) * (size_t)Co * K);
     float *y = malloc(sizeof(float) * (size_t)S_B * Co * P);
     float *dy = malloc(sizeof(float) * (size_t)S_B * Co * P);
-    float *cols = malloc(sizeof(float) * (size_t)K * P), *dcols = malloc(sizeof(float) * (size_t)K * P);
+    float *cols = malloc(sizeof(float) * (size_t)K * P),
+          *dcols = malloc(sizeof(float) * (size_t)K * P);
     uint64_t seed = 3;
     for (size_t i = 0; i < (size_t)S_B * c->cin * H * H; i++)
         x[i] = (float)s_rand(&seed);
@@ -187,7 +188,8 @@ static void s_im2col(const s_conv_t *c, const troupe_bench_gemm_lib_t *lib0, int
                     for (int kh = 0; kh < 3; kh++)
                         for (int kw = 0; kw < 3; kw++)
                             for (int oh = 0; oh < OH; oh++) {
-                                const float *src = dcols + (size_t)(i * 9 + kh * 3 + kw) * P + oh * OH;
+                                const float *src =
+                                    dcols + (size_t)(i * 9 + kh * 3 + kw) * P + oh * OH;
                                 float *dst = dxb + ((size_t)i * H + oh + kh) * H + kw;
                                 for (int ow = 0; ow < OH; ow++)
                                     dst[ow] += src[ow];
@@ -227,8 +229,8 @@ int main(int argc, char **argv)
            "oblas_all", "xsmm_gemm", "xsmm_all", "all/troupe");
     for (size_t i = 0; i < sizeof s_convs / sizeof s_convs[0]; i++) {
         const s_conv_t *c = &s_convs[i];
-        double flop = 2.0 * S_B * c->cout * (c->h - 2) * (c->h - 2) * c->cin * 9 *
-                      (c->input_grad ? 3 : 2);
+        double flop =
+            2.0 * S_B * c->cout * (c->h - 2) * (c->h - 2) * c->cin * 9 * (c->input_grad ? 3 : 2);
         double t = s_troupe(c, reps), g[2] = {0.0 / 0.0, 0.0 / 0.0}, a[2] = {0.0 / 0.0, 0.0 / 0.0};
         int fb[2] = {0, 0};
         for (int l = 0; l < 2; l++)

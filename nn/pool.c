@@ -28,11 +28,11 @@ static troupe_status_t s_pool(troupe_nn_t *nn, const char *what, troupe_tnode_t 
     troupe_tnode_t *win = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, max ? "window" : "window_mean", 2, k, &win));
     troupe_asgn_t *t = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe_nn_add(
-        nn,
-        troupe_asgn_fetch_constant(troupe_nn_comp(nn), win,
-                                   max ? 0.0 : 1.0 / (double)(k[0] * k[1]), &t),
-        &t));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_add(nn,
+                      troupe_asgn_fetch_constant(troupe_nn_comp(nn), win,
+                                                 max ? 0.0 : 1.0 / (double)(k[0] * k[1]), &t),
+                      &t));
     TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, win));
     const int64_t dims[4] = {x->dims[0], x->dims[1], (x->dims[2] - k[0]) / s[0] + 1,
                              (x->dims[3] - k[1]) / s[1] + 1};

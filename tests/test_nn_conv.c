@@ -152,7 +152,8 @@ static void c_check_grads(c_model_t *m, int64_t most)
     }
 }
 
-/* ---- conv2d ----------------------------------------------------------------------------------- */
+/* ---- conv2d -----------------------------------------------------------------------------------
+ */
 
 /* Direct convolution in C (PyTorch's definition), double. */
 static void c_conv_ref(const double *x, const double *w, const double *b, int64_t B, int64_t Ci,
@@ -167,8 +168,10 @@ static void c_conv_ref(const double *x, const double *w, const double *b, int64_
                     for (int64_t ci = 0; ci < Ci; ci++)
                         for (int64_t kh = 0; kh < KH; kh++)
                             for (int64_t kw = 0; kw < KW; kw++) {
-                                int64_t ih = oh * o->stride[0] - o->padding[0] + kh * o->dilation[0];
-                                int64_t iw = ow * o->stride[1] - o->padding[1] + kw * o->dilation[1];
+                                int64_t ih =
+                                    oh * o->stride[0] - o->padding[0] + kh * o->dilation[0];
+                                int64_t iw =
+                                    ow * o->stride[1] - o->padding[1] + kw * o->dilation[1];
                                 if (ih < 0 || ih >= H || iw < 0 || iw >= W)
                                     continue;
                                 acc += x[((n * Ci + ci) * H + ih) * W + iw] *
@@ -208,8 +211,8 @@ static void c_conv_case(uint64_t seed, int64_t B, int64_t Ci, int64_t H, int64_t
     c_run(&m);
     int64_t ny = troupe_tnode_num_elems(m.y);
     double *want = malloc((size_t)ny * sizeof *want);
-    c_conv_ref(c_data(&m, m.x), c_data(&m, m.w), c_data(&m, m.b), B, Ci, H, W, Co, K, K, &o, OH,
-               OW, want);
+    c_conv_ref(c_data(&m, m.x), c_data(&m, m.w), c_data(&m, m.b), B, Ci, H, W, Co, K, K, &o, OH, OW,
+               want);
     const double *got = c_data(&m, m.y);
     for (int64_t i = 0; i < ny; i++)
         cr_assert(fabs(got[i] - want[i]) <= 1e-12 * (1 + fabs(want[i])),
@@ -282,7 +285,8 @@ Test(nn_conv, refuses_shapes_that_do_not_fit)
     c_free(&m);
 }
 
-/* ---- pooling ---------------------------------------------------------------------------------- */
+/* ---- pooling ----------------------------------------------------------------------------------
+ */
 
 static void c_pool_model(c_model_t *m, bool max, uint64_t seed, const int64_t xd[4],
                          troupe_nn_pool2d_opts_t o)
@@ -361,7 +365,7 @@ Test(nn_conv, maxpool_ties_split_the_gradient_evenly)
     memcpy(x, v, sizeof v);
     c_run(&m);
     const double *r = c_data(&m, m.r), *g = c_data(&m, c_grad(&m, m.x));
-    const double want[12] = {r[0] / 4, r[0] / 4, r[1] / 2, 0, 0, 0,
+    const double want[12] = {r[0] / 4, r[0] / 4, r[1] / 2, 0,        0,    0,
                              r[0] / 4, r[0] / 4, 0,        r[1] / 2, r[2], 0};
     for (int i = 0; i < 12; i++)
         cr_assert(fabs(g[i] - want[i]) <= 1e-15, "dx[%d] = %.17g, want %.17g", i, g[i], want[i]);
@@ -382,7 +386,8 @@ Test(nn_conv, pool_refuses_a_window_larger_than_its_input)
     c_free(&m);
 }
 
-/* ---- the drivers ------------------------------------------------------------------------------ */
+/* ---- the drivers ------------------------------------------------------------------------------
+ */
 
 /* conv2d (padding 1) -> maxpool 2 in single precision: forward and the three gradients on
  * each driver against the interpreter, within float rounding. (No ReLU between them: GCC 12.2
