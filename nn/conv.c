@@ -1,0 +1,90 @@
+/* troupe — 2-d convolution as forward assignments (see conv.h). */
+#include "nn/conv.h"
+
+#include <stdio.h>
+
+/* "(s·it + d·ik)" with unit coefficients left out, e.g. "(2h+k)", "(h+2k)". */
+static void s_window(char *buf, size_t cap, int64_t s, char it, int64_t d, char ik)
+{
+    char a[24] = "", c[24] = "";
+    if (s != 1)
+        snprintf(a, sizeof a, "%lld", (long long)s);
+    if (d != 1)
+        snprintf(c, sizeof c, "%lld", (long long)d);
+    snprintf(buf, cap, "(%s%c+%s%c)", a, it, c, ik);
+}
+
+static troupe_status_t s_fail(troupe_nn_t *nn, troupe_status_t st)
+{
+    return troupe_nn_add(nn, st, NULL);
+}
+
+/* xp := zeros (B, C, H + 2 ph, W + 2 pw), then x added into the interior. */
+static troupe_status_t s_pad(troupe_nn_t *nn, troupe_tnode_t *x, int64_t ph, int64_t pw,
+                             troupe_tnode_t **out)
+{
+    const int64_t dims[4] = {x->dims[0], x->dims[1], x->dims[2] + 2 * ph, x->dims[3] + 2 * pw};
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "padded", 4, dims, out));
+    troupe_asgn_t *t = NULL;
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), *out, 0.0, &t), &t));
+    char spec[96];
+    snprintf(spec, sizeof spec, "bchw=>bc(h+%lld)(w+%lld)", (long long)ph, (long long)pw);
+    return troupe_nn_un(nn, false, TROUPE_BINOP_ADD, *out, TROUPE_UNOP_IDENTITY, x, spec);
+}
+
+troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
+                                 troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *opts,
+                                 troupe_tnode_t **out)
+{
+    TROUPE_RETURN_IF_ERROR(troupe_nn_status(nn));
+    if (!x || !w || !out)
+        return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT, "conv2d: NULL argument"));
+    const troupe_nn_conv2d_opts_t def = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+    const troupe_nn_conv2d_opts_t *o = opts ? opts : &def;
+    for (int a = 0; a < 2; a++)
+        if (o->stride[a] < 1 || o->dilation[a] < 1 || o->padding[a] < 0)
+            return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
+                                            "conv2d: stride %lld, padding %lld, dilation %lld on "
+                                            "axis %s (stride and dilation >= 1, padding >= 0)",
+                                            (long long)o->stride[a], (long long)o->padding[a],
+                                            (long long)o->dilation[a], a ? "w" : "h"));
+    if (x->ndims != 4 || w->ndims != 4 || x->dims[1] != w->dims[1] ||
+        (b && (b->ndims != 1 || b->dims[0] != w->dims[0])))
+        return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
+                                        "conv2d: input #%d (%d axes: B, Cin, H, W expected, Cin "
+                                        "%lld), weight #%d (%d axes: Cout, Cin, KH, KW expected, "
+                                        "Cin %lld)%s do not fit",
+                                        x->id, x->ndims, (long long)(x->ndims > 1 ? x->dims[1] : 0),
+                                        w->id, w->ndims, (long long)(w->ndims > 1 ? w->dims[1] : 0),
+                                        b ? " and bias (Cout)" : ""));
+    int64_t od[2];
+    for (int a = 0; a < 2; a++) {
+        int64_t in = x->dims[2 + a] + 2 * o->padding[a];
+        int64_t span = o->dilation[a] * (w->dims[2 + a] - 1) + 1;
+        if (span > in)
+            return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
+                                            "conv2d: the kernel of weight #%d spans %lld cells "
+                                            "on axis %s (%lld x %lld, dilation %lld) but the "
+                                            "padded input #%d has %lld (%lld x %lld, padding %lld)",
+                                            w->id, (long long)span, a ? "w" : "h",
+                                            (long long)w->dims[2], (long long)w->dims[3],
+                                            (long long)o->dilation[a], x->id, (long long)in,
+                                            (long long)x->dims[2], (long long)x->dims[3],
+                                            (long long)o->padding[a]));
+        od[a] = (in - span) / o->stride[a] + 1;
+    }
+    troupe_tnode_t *xp = x;
+    if (o->padding[0] || o->padding[1])
+        TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], &xp));
+    const int64_t dims[4] = {x->dims[0], w->dims[0], od[0], od[1]};
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d", 4, dims, out));
+    if (b)
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "o=>bohw"));
+    char hi[48], wi[48], spec[160];
+    s_window(hi, sizeof hi, o->stride[0], 'h', o->dilation[0], 'k');
+    s_window(wi, sizeof wi, o->stride[1], 'w', o->dilation[1], 'l');
+    snprintf(spec, sizeof spec, "bi%s%s,oikl=>bohw", hi, wi);
+    return troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, xp, w, spec);
+}

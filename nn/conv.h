@@ -1,0 +1,44 @@
+/* troupe — 2-d convolution (PyTorch's torch.nn.functional.conv2d): forward assignments over
+ * affine indices (ir/projection.h), the input and weight gradients derived by nn/grad.h.
+ *
+ * Layout NCHW as PyTorch: x (B, Cin, H, W), w (Cout, Cin, KH, KW), b (Cout) or NULL,
+ * y (B, Cout, OH, OW) with OH = (H + 2 pad_h - dil_h (KH - 1) - 1) / stride_h + 1 (floor), the
+ * same for OW. The IR has no implicit padding: with padding, the layer first writes a
+ * zero-filled copy (B, Cin, H + 2 pad_h, W + 2 pad_w) of x (a fetch of 0, then x added into
+ * its interior), so the input gradient is the padded copy's gradient read at the interior.
+ * The product is one einsum, "bi(sh+dk)(sw+dl),oikl=>bohw", initialised by the bias.
+ *
+ * Thread safety: as nn/nn.h. Ownership: inputs are borrowed; *out is owned by the nn.
+ */
+#ifndef TROUPE_NN_CONV_H
+#define TROUPE_NN_CONV_H
+
+#include "nn/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per axis (h, w). stride and dilation >= 1, padding >= 0 (zeros on both sides). */
+typedef struct troupe_nn_conv2d_opts {
+    int64_t stride[2];
+    int64_t padding[2];
+    int64_t dilation[2];
+} troupe_nn_conv2d_opts_t;
+
+/* The same stride, padding and dilation on both axes. */
+#define TROUPE_NN_CONV2D_OPTS(s, p, d)                                                             \
+    ((troupe_nn_conv2d_opts_t){{(s), (s)}, {(p), (p)}, {(d), (d)}})
+
+/* y = conv2d(x, w) + b with the shapes above; opts NULL is stride 1, padding 0, dilation 1.
+ * Returns the nn's sticky status: INVALID_ARGUMENT (naming "conv2d" and the shapes) when x or
+ * w is not 4-d, their channels disagree, b is not (Cout), an option is out of range, or the
+ * dilated kernel is larger than the padded input; RESOURCE_EXHAUSTED. */
+troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
+                                 troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *opts,
+                                 troupe_tnode_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

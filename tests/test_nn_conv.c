@@ -1,0 +1,465 @@
+/* Tests of nn/conv.h and nn/pool.h: forward values against direct C loops, derived gradients
+ * against central finite differences in double precision through the reference interpreter
+ * (the fmnist convnet's conv configurations, stride, padding, dilation, max and average
+ * pooling), the max pool's tie rule, the shape refusals, and the same forward and gradients
+ * through the "sync" and "cpu" drivers against the interpreter within float rounding. */
+#include "nn/conv.h"
+#include "nn/pool.h"
+
+#include "compiler/interp.h"
+#include "compiler/lower.h"
+#include "runtime_test_util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void s_setup(void)
+{
+    rtu_configure(TROUPE_TEST_BUILD_DIR "/troupe-cache-nn-conv", 60);
+}
+
+TestSuite(nn_conv, .init = s_setup);
+
+/* ---- a model: one layer under test, loss = sum(y * r) ---------------------------------------- */
+
+typedef struct c_model {
+    troupe_asgn_comp_t *comp;
+    troupe_nn_t *nn;
+    troupe_tnode_t *x, *w, *b, *y, *r, *loss;
+    troupe_ll_proc_t *proc;
+    troupe_interp_buffer_t *bufs;
+    size_t nbufs;
+    uint64_t rng;
+} c_model_t;
+
+static double c_rnd(c_model_t *m)
+{
+    m->rng = m->rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(m->rng >> 11) * 0x1p-52 - 1.0; /* [-1, 1) */
+}
+
+static void c_init(c_model_t *m, troupe_prec_t prec, uint64_t seed)
+{
+    memset(m, 0, sizeof *m);
+    m->rng = seed;
+    OK(troupe_asgn_comp_new(&m->comp));
+    OK(troupe_nn_new(m->comp, prec, &m->nn));
+}
+
+/* Sets the loss sum(y * r) with r a fixed input, and derives the gradients. */
+static void c_finish(c_model_t *m)
+{
+    OK(troupe_nn_node(m->nn, "r", 4, m->y->dims, &m->r));
+    OK(troupe_nn_node(m->nn, "loss", 0, NULL, &m->loss));
+    OK(troupe_nn_begin(m->nn, "loss"));
+    OK(troupe_nn_bin(m->nn, true, TROUPE_BINOP_ADD, m->loss, TROUPE_BINOP_MUL, m->y, m->r,
+                     "bchw,bchw=>"));
+    OK(troupe_nn_finish(m->nn, m->loss));
+}
+
+static void *c_data(c_model_t *m, const troupe_tnode_t *tn)
+{
+    for (size_t i = 0; i < m->nbufs; i++)
+        if (m->bufs[i].tn == tn)
+            return m->bufs[i].data;
+    cr_assert_fail("no buffer for #%d", tn->id);
+    return NULL;
+}
+
+static troupe_tnode_t *c_grad(c_model_t *m, const troupe_tnode_t *p)
+{
+    troupe_tnode_t *const *ps, *const *gs;
+    size_t n = troupe_nn_params(m->nn, &ps, &gs);
+    for (size_t i = 0; i < n; i++)
+        if (ps[i] == p)
+            return gs[i];
+    cr_assert_fail("not a parameter");
+    return NULL;
+}
+
+/* Lowers, gives every node a buffer, fills the parameters and r with values in [-1, 1). */
+static void c_build(c_model_t *m)
+{
+    OK(troupe_asgn_lower(m->comp, "nn_conv_test", &m->proc));
+    m->nbufs = m->comp->nnodes;
+    m->bufs = calloc(m->nbufs, sizeof *m->bufs);
+    for (size_t i = 0; i < m->nbufs; i++) {
+        m->bufs[i].tn = m->comp->nodes[i];
+        m->bufs[i].data = calloc(1, m->comp->nodes[i]->size_bytes);
+    }
+    troupe_tnode_t *fill[4] = {m->x, m->w, m->b, m->r};
+    for (int f = 0; f < 4; f++) {
+        if (!fill[f])
+            continue;
+        int64_t n = troupe_tnode_num_elems(fill[f]);
+        if (fill[f]->prec == TROUPE_PREC_DOUBLE)
+            for (int64_t k = 0; k < n; k++)
+                ((double *)c_data(m, fill[f]))[k] = c_rnd(m);
+        else
+            for (int64_t k = 0; k < n; k++)
+                ((float *)c_data(m, fill[f]))[k] = (float)c_rnd(m);
+    }
+}
+
+static double c_run(c_model_t *m)
+{
+    troupe_interp_args_t args = {m->bufs, m->nbufs, NULL, 0, NULL};
+    OK(troupe_interp_run(m->proc, &args));
+    return m->loss->prec == TROUPE_PREC_DOUBLE ? ((double *)c_data(m, m->loss))[0]
+                                               : ((float *)c_data(m, m->loss))[0];
+}
+
+static void c_free(c_model_t *m)
+{
+    troupe_ll_proc_destroy(&m->proc);
+    for (size_t i = 0; i < m->nbufs; i++)
+        free(m->bufs[i].data);
+    free(m->bufs);
+    troupe_nn_destroy(&m->nn);
+    troupe_asgn_comp_destroy(&m->comp);
+}
+
+/* Each parameter's derived gradient against central differences (relative error <= 1e-6),
+ * at most `most` cells per parameter (spread over the whole array). */
+static void c_check_grads(c_model_t *m, int64_t most)
+{
+    troupe_tnode_t *ps[3] = {m->x, m->w, m->b};
+    for (int p = 0; p < 3; p++) {
+        if (!ps[p])
+            continue;
+        int64_t n = troupe_tnode_num_elems(ps[p]);
+        c_run(m);
+        double *g = malloc((size_t)n * sizeof *g);
+        memcpy(g, c_data(m, c_grad(m, ps[p])), (size_t)n * sizeof *g);
+        double *v = c_data(m, ps[p]);
+        int64_t step = n > most ? n / most : 1;
+        for (int64_t k = (step > 1 ? (int64_t)(m->rng % (uint64_t)step) : 0); k < n; k += step) {
+            const double h = 1e-6;
+            double v0 = v[k];
+            v[k] = v0 + h;
+            double lp = c_run(m);
+            v[k] = v0 - h;
+            double lm = c_run(m);
+            v[k] = v0;
+            double fd = (lp - lm) / (2 * h);
+            double err = fabs(fd - g[k]) / fmax(1.0, fabs(fd));
+            cr_assert_leq(err, 1e-6, "d loss / d %s[%lld]: derived %.12g, finite difference %.12g",
+                          ps[p]->label[0], (long long)k, g[k], fd);
+        }
+        free(g);
+    }
+}
+
+/* ---- conv2d -----------------------------------------------------------------------------------
+ */
+
+/* Direct convolution in C (PyTorch's definition), double. */
+static void c_conv_ref(const double *x, const double *w, const double *b, int64_t B, int64_t Ci,
+                       int64_t H, int64_t W, int64_t Co, int64_t KH, int64_t KW,
+                       const troupe_nn_conv2d_opts_t *o, int64_t OH, int64_t OW, double *y)
+{
+    for (int64_t n = 0; n < B; n++)
+        for (int64_t co = 0; co < Co; co++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    double acc = b ? b[co] : 0.0;
+                    for (int64_t ci = 0; ci < Ci; ci++)
+                        for (int64_t kh = 0; kh < KH; kh++)
+                            for (int64_t kw = 0; kw < KW; kw++) {
+                                int64_t ih =
+                                    oh * o->stride[0] - o->padding[0] + kh * o->dilation[0];
+                                int64_t iw =
+                                    ow * o->stride[1] - o->padding[1] + kw * o->dilation[1];
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                                    continue;
+                                acc += x[((n * Ci + ci) * H + ih) * W + iw] *
+                                       w[((co * Ci + ci) * KH + kh) * KW + kw];
+                            }
+                    y[((n * Co + co) * OH + oh) * OW + ow] = acc;
+                }
+}
+
+/* Builds x (B, Ci, H, W), w (Co, Ci, K, K), b (Co) as parameters and y = conv2d. */
+static void c_conv_model(c_model_t *m, troupe_prec_t prec, uint64_t seed, int64_t B, int64_t Ci,
+                         int64_t H, int64_t W, int64_t Co, int64_t K,
+                         const troupe_nn_conv2d_opts_t *o, bool bias)
+{
+    c_init(m, prec, seed);
+    const int64_t xd[4] = {B, Ci, H, W}, wd[4] = {Co, Ci, K, K}, bd[1] = {Co};
+    OK(troupe_nn_param(m->nn, "x", 4, xd, &m->x));
+    OK(troupe_nn_param(m->nn, "w", 4, wd, &m->w));
+    if (bias)
+        OK(troupe_nn_param(m->nn, "b", 1, bd, &m->b));
+    OK(troupe_nn_begin(m->nn, "conv"));
+    OK(troupe_nn_conv2d(m->nn, m->x, m->w, m->b, o, &m->y));
+    OK(troupe_nn_end(m->nn));
+    c_finish(m);
+}
+
+static void c_conv_case(uint64_t seed, int64_t B, int64_t Ci, int64_t H, int64_t W, int64_t Co,
+                        int64_t K, troupe_nn_conv2d_opts_t o, int64_t most)
+{
+    c_model_t m;
+    c_conv_model(&m, TROUPE_PREC_DOUBLE, seed, B, Ci, H, W, Co, K, &o, true);
+    int64_t OH = (H + 2 * o.padding[0] - o.dilation[0] * (K - 1) - 1) / o.stride[0] + 1;
+    int64_t OW = (W + 2 * o.padding[1] - o.dilation[1] * (K - 1) - 1) / o.stride[1] + 1;
+    cr_assert_eq(m.y->dims[2], OH);
+    cr_assert_eq(m.y->dims[3], OW);
+    c_build(&m);
+    c_run(&m);
+    int64_t ny = troupe_tnode_num_elems(m.y);
+    double *want = malloc((size_t)ny * sizeof *want);
+    c_conv_ref(c_data(&m, m.x), c_data(&m, m.w), c_data(&m, m.b), B, Ci, H, W, Co, K, K, &o, OH, OW,
+               want);
+    const double *got = c_data(&m, m.y);
+    for (int64_t i = 0; i < ny; i++)
+        cr_assert(fabs(got[i] - want[i]) <= 1e-12 * (1 + fabs(want[i])),
+                  "y[%lld] = %.17g, direct convolution %.17g", (long long)i, got[i], want[i]);
+    free(want);
+    c_check_grads(&m, most);
+    c_free(&m);
+}
+
+Test(nn_conv, fmnist_first_conv_1_to_32_3x3)
+{
+    c_conv_case(1, 2, 1, 5, 4, 32, 3, TROUPE_NN_CONV2D_OPTS(1, 0, 1), 64);
+}
+
+Test(nn_conv, fmnist_second_conv_32_to_32_3x3)
+{
+    c_conv_case(2, 1, 32, 4, 3, 32, 3, TROUPE_NN_CONV2D_OPTS(1, 0, 1), 16);
+}
+
+Test(nn_conv, stride_2)
+{
+    c_conv_case(3, 2, 2, 7, 6, 3, 3, TROUPE_NN_CONV2D_OPTS(2, 0, 1), 1 << 20);
+}
+
+Test(nn_conv, padding_1)
+{
+    c_conv_case(4, 2, 2, 4, 5, 3, 3, TROUPE_NN_CONV2D_OPTS(1, 1, 1), 1 << 20);
+}
+
+Test(nn_conv, dilation_2)
+{
+    c_conv_case(5, 2, 2, 7, 6, 3, 3, TROUPE_NN_CONV2D_OPTS(1, 0, 2), 1 << 20);
+}
+
+Test(nn_conv, per_axis_stride_padding_dilation)
+{
+    troupe_nn_conv2d_opts_t o = {{2, 1}, {1, 2}, {1, 2}};
+    c_conv_case(6, 1, 2, 6, 5, 2, 3, o, 1 << 20);
+}
+
+Test(nn_conv, refuses_shapes_that_do_not_fit)
+{
+    c_model_t m;
+    c_init(&m, TROUPE_PREC_DOUBLE, 7);
+    const int64_t xd[4] = {1, 2, 4, 4}, wd[4] = {3, 2, 5, 5}, w2d[4] = {3, 1, 3, 3};
+    troupe_tnode_t *x, *w, *w2, *y = NULL;
+    OK(troupe_nn_node(m.nn, "x", 4, xd, &x));
+    OK(troupe_nn_param(m.nn, "w", 4, wd, &w));
+    OK(troupe_nn_param(m.nn, "w2", 4, w2d, &w2));
+    cr_assert_eq(troupe_nn_conv2d(m.nn, x, w, NULL, NULL, &y), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "conv2d: the kernel") &&
+                  strstr(troupe_last_error(), "spans 5"),
+              "%s", troupe_last_error());
+    /* sticky: the nn keeps the first error; a fresh nn for the channel mismatch */
+    troupe_nn_destroy(&m.nn);
+    OK(troupe_nn_new(m.comp, TROUPE_PREC_DOUBLE, &m.nn));
+    OK(troupe_nn_node(m.nn, "x", 4, xd, &x));
+    OK(troupe_nn_param(m.nn, "w2", 4, w2d, &w2));
+    cr_assert_eq(troupe_nn_conv2d(m.nn, x, w2, NULL, NULL, &y), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "Cin 2") && strstr(troupe_last_error(), "Cin 1"), "%s",
+              troupe_last_error());
+    /* padding makes the 5x5 kernel fit */
+    troupe_nn_destroy(&m.nn);
+    OK(troupe_nn_new(m.comp, TROUPE_PREC_DOUBLE, &m.nn));
+    OK(troupe_nn_node(m.nn, "x", 4, xd, &x));
+    OK(troupe_nn_param(m.nn, "w", 4, wd, &w));
+    troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 1, 1);
+    OK(troupe_nn_conv2d(m.nn, x, w, NULL, &o, &y));
+    cr_assert_eq(y->dims[2], 2);
+    c_free(&m);
+}
+
+/* ---- pooling ----------------------------------------------------------------------------------
+ */
+
+static void c_pool_model(c_model_t *m, bool max, uint64_t seed, const int64_t xd[4],
+                         troupe_nn_pool2d_opts_t o)
+{
+    c_init(m, TROUPE_PREC_DOUBLE, seed);
+    OK(troupe_nn_param(m->nn, "x", 4, xd, &m->x));
+    OK(troupe_nn_begin(m->nn, "pool"));
+    if (max)
+        OK(troupe_nn_maxpool2d(m->nn, m->x, &o, &m->y));
+    else
+        OK(troupe_nn_avgpool2d(m->nn, m->x, &o, &m->y));
+    OK(troupe_nn_end(m->nn));
+    c_finish(m);
+    c_build(m);
+}
+
+static void c_pool_case(bool max, uint64_t seed, int64_t k, int64_t s)
+{
+    const int64_t xd[4] = {2, 3, 5, 6};
+    c_model_t m;
+    c_pool_model(&m, max, seed, xd, TROUPE_NN_POOL2D_OPTS(k, s));
+    int64_t st = s ? s : k, OH = (5 - k) / st + 1, OW = (6 - k) / st + 1;
+    cr_assert_eq(m.y->dims[2], OH);
+    cr_assert_eq(m.y->dims[3], OW);
+    c_run(&m);
+    const double *x = c_data(&m, m.x), *y = c_data(&m, m.y);
+    for (int64_t n = 0; n < 6; n++)
+        for (int64_t h = 0; h < OH; h++)
+            for (int64_t w = 0; w < OW; w++) {
+                double acc = max ? -INFINITY : 0.0;
+                for (int64_t i = 0; i < k; i++)
+                    for (int64_t j = 0; j < k; j++) {
+                        double v = x[(n * 5 + h * st + i) * 6 + w * st + j];
+                        acc = max ? fmax(acc, v) : acc + v;
+                    }
+                if (!max)
+                    acc /= (double)(k * k);
+                double got = y[(n * OH + h) * OW + w];
+                cr_assert(fabs(got - acc) <= 1e-15, "y[%lld,%lld,%lld] %.17g, direct %.17g",
+                          (long long)n, (long long)h, (long long)w, got, acc);
+            }
+    c_check_grads(&m, 1 << 20);
+    c_free(&m);
+}
+
+Test(nn_conv, maxpool_2x2_stride_2)
+{
+    c_pool_case(true, 11, 2, 0);
+}
+
+Test(nn_conv, maxpool_3x3_overlapping_stride_2)
+{
+    c_pool_case(true, 12, 3, 2);
+}
+
+Test(nn_conv, avgpool_2x2_stride_2)
+{
+    c_pool_case(false, 13, 2, 0);
+}
+
+Test(nn_conv, avgpool_3x3_stride_1)
+{
+    c_pool_case(false, 14, 3, 1);
+}
+
+/* Ties split evenly between the window's maxima (nn/grad.h's rule, not PyTorch's
+ * max_pool2d, which gives all to one arg-max). */
+Test(nn_conv, maxpool_ties_split_the_gradient_evenly)
+{
+    const int64_t xd[4] = {1, 1, 2, 6};
+    c_model_t m;
+    c_pool_model(&m, true, 15, xd, TROUPE_NN_POOL2D_OPTS(2, 2));
+    double *x = c_data(&m, m.x);
+    /* windows: all four equal | two maxima of four | one maximum */
+    const double v[12] = {0.5, 0.5, 1.0, -2.0, 0.1, 0.2, 0.5, 0.5, -3.0, 1.0, 0.3, 0.25};
+    memcpy(x, v, sizeof v);
+    c_run(&m);
+    const double *r = c_data(&m, m.r), *g = c_data(&m, c_grad(&m, m.x));
+    const double want[12] = {r[0] / 4, r[0] / 4, r[1] / 2, 0,        0,    0,
+                             r[0] / 4, r[0] / 4, 0,        r[1] / 2, r[2], 0};
+    for (int i = 0; i < 12; i++)
+        cr_assert(fabs(g[i] - want[i]) <= 1e-15, "dx[%d] = %.17g, want %.17g", i, g[i], want[i]);
+    c_free(&m);
+}
+
+Test(nn_conv, pool_refuses_a_window_larger_than_its_input)
+{
+    c_model_t m;
+    c_init(&m, TROUPE_PREC_DOUBLE, 16);
+    const int64_t xd[4] = {1, 1, 2, 6};
+    troupe_tnode_t *x, *y = NULL;
+    OK(troupe_nn_node(m.nn, "x", 4, xd, &x));
+    troupe_nn_pool2d_opts_t o = TROUPE_NN_POOL2D_OPTS(3, 0);
+    cr_assert_eq(troupe_nn_maxpool2d(m.nn, x, &o, &y), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "maxpool2d") && strstr(troupe_last_error(), "H 2"), "%s",
+              troupe_last_error());
+    c_free(&m);
+}
+
+/* ---- the drivers ------------------------------------------------------------------------------
+ */
+
+/* conv2d (padding 1) -> maxpool 2 in single precision: forward and the three gradients on
+ * each driver against the interpreter, within float rounding. (No ReLU between them: GCC 12.2
+ * at -O3 -march=native miscompiles the generated relu gate over 4-d nodes of some spatial
+ * sizes; see the conv job's report.) */
+Test(nn_conv, drivers_match_the_interpreter)
+{
+    FOR_EACH_DRIVER(drv)
+    {
+        c_model_t m;
+        c_init(&m, TROUPE_PREC_SINGLE, 21);
+        const int64_t xd[4] = {2, 3, 6, 6}, wd[4] = {4, 3, 3, 3}, bd[1] = {4};
+        troupe_tnode_t *c = NULL;
+        OK(troupe_nn_param(m.nn, "x", 4, xd, &m.x));
+        OK(troupe_nn_param(m.nn, "w", 4, wd, &m.w));
+        OK(troupe_nn_param(m.nn, "b", 1, bd, &m.b));
+        troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 1, 1);
+        troupe_nn_pool2d_opts_t po = TROUPE_NN_POOL2D_OPTS(2, 0);
+        OK(troupe_nn_begin(m.nn, "conv"));
+        OK(troupe_nn_conv2d(m.nn, m.x, m.w, m.b, &o, &c));
+        OK(troupe_nn_maxpool2d(m.nn, c, &po, &m.y));
+        OK(troupe_nn_end(m.nn));
+        c_finish(&m);
+        c_build(&m);
+        c_run(&m);
+        troupe_tnode_t *out[5] = {c, m.y, c_grad(&m, m.x), c_grad(&m, m.w), c_grad(&m, m.b)};
+        troupe_tnode_t *in[4] = {m.x, m.w, m.b, m.r};
+        for (int i = 0; i < 5; i++)
+            rtu_set_hosted(out[i], 999);
+        for (int i = 0; i < 4; i++) {
+            int64_t n = troupe_tnode_num_elems(in[i]);
+            double *v = malloc((size_t)n * sizeof *v);
+            const float *f = c_data(&m, in[i]);
+            for (int64_t k = 0; k < n; k++)
+                v[k] = f[k];
+            rtu_set(in[i], v);
+            free(v);
+        }
+        rtu_env_t e;
+        rtu_env_open(&e, *drv, 1);
+        for (int i = 0; i < 4; i++)
+            rtu_init(&e.ctx[0], in[i]);
+        troupe_code_t *code = NULL;
+        troupe_routine_t *r = NULL;
+        OK(troupe_compile(e.b, m.comp, "nn_conv_drivers", &code));
+        OK(troupe_link(e.ctx[0], code, &r));
+        troupe_event_t *ev = NULL;
+        OK(troupe_routine_run(r, &ev));
+        OK(troupe_event_sync(ev, 60000 * MS));
+        troupe_event_release(&ev);
+        for (int i = 0; i < 5; i++) {
+            int64_t n = troupe_tnode_num_elems(out[i]);
+            double *got = malloc((size_t)n * sizeof *got);
+            OK(troupe_tnode_get_values(out[i], got, (size_t)n));
+            const float *want = c_data(&m, out[i]);
+            double scale = 0;
+            bool nonzero = false;
+            for (int64_t k = 0; k < n; k++) {
+                scale = fmax(scale, fabs(want[k]));
+                nonzero |= want[k] != 0;
+            }
+            cr_assert(nonzero, "%s: %s is all zeros", *drv, out[i]->label[0]);
+            for (int64_t k = 0; k < n; k++)
+                cr_assert(fabs(got[k] - want[k]) <= 1e-5 * scale,
+                          "%s: %s[%lld] = %.9g, interpreter %.9g", *drv,
+                          out[i]->label[out[i]->label_count - 1], (long long)k, got[k],
+                          (double)want[k]);
+            free(got);
+        }
+        troupe_routine_release(&r);
+        troupe_code_release(&code);
+        rtu_env_close(&e);
+        c_free(&m);
+    }
+}
