@@ -13,7 +13,7 @@
 #ifndef TROUPE_NN_CONV_H
 #define TROUPE_NN_CONV_H
 
-#include "nn/nn.h"
+#include "troupe/nn/nn.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -116,6 +116,34 @@ typedef struct s_ctx {
     const troupe_asgn_t *current; /* the statement whose rule is being applied */
 } s_ctx_t;
 
+/* The gather nodes a derived spec refers to (its "@N[...]" indices, ir/projection.h): those of
+ * the statement being differentiated, when the spec mentions any. */
+static int s_gathers(const s_ctx_t *x, const char *spec, troupe_tnode_t *const **out)
+{
+    *out = NULL;
+    if (!x->current || x->current->kind != TROUPE_ASGN_ACCUM_OP || !strchr(spec, '@'))
+        return 0;
+    *out = x->current->u.accum_op.gather;
+    return x->current->u.accum_op.ngather;
+}
+
+static troupe_status_t s_emit(s_ctx_t *x, troupe_status_t st, troupe_asgn_t *const *t);
+
+/* lhs =accum op(rhs...) over spec, with the statement's gather nodes when spec names them. */
+static troupe_status_t s_accum(s_ctx_t *x, bool init, troupe_binop_t accum, troupe_tnode_t *lhs,
+                               troupe_asgn_rhs_kind_t kind, int op, troupe_tnode_t *a,
+                               troupe_tnode_t *b, troupe_tnode_t *c, const char *spec)
+{
+    troupe_asgn_buffer_t rhs[3] = {troupe_asgn_node(a), troupe_asgn_node(b), troupe_asgn_node(c)};
+    troupe_tnode_t *const *g = NULL;
+    int ng = s_gathers(x, spec, &g);
+    troupe_asgn_t *t = NULL;
+    return s_emit(x,
+                  troupe_asgn_accum_gather(x->comp, init, accum, lhs, kind, op, rhs, ng, g, spec,
+                                           &t),
+                  &t);
+}
+
 static troupe_status_t s_oom(void)
 {
     return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "grad: out of memory");
@@ -275,33 +303,21 @@ static troupe_status_t s_emit(s_ctx_t *x, troupe_status_t st, troupe_asgn_t *con
 static troupe_status_t s_un(s_ctx_t *x, bool init, troupe_binop_t accum, troupe_tnode_t *lhs,
                             troupe_unop_t op, troupe_tnode_t *a, const char *spec)
 {
-    troupe_asgn_t *t = NULL;
-    return s_emit(x,
-                  troupe_asgn_accum_unop(x->comp, init, accum, lhs, op, troupe_asgn_node(a), spec,
-                                         &t),
-                  &t);
+    return s_accum(x, init, accum, lhs, TROUPE_ASGN_RHS_UNOP, (int)op, a, NULL, NULL, spec);
 }
 
 static troupe_status_t s_bin(s_ctx_t *x, bool init, troupe_binop_t accum, troupe_tnode_t *lhs,
                              troupe_binop_t op, troupe_tnode_t *a, troupe_tnode_t *b,
                              const char *spec)
 {
-    troupe_asgn_t *t = NULL;
-    return s_emit(x,
-                  troupe_asgn_accum_binop(x->comp, init, accum, lhs, op, troupe_asgn_node(a),
-                                          troupe_asgn_node(b), spec, &t),
-                  &t);
+    return s_accum(x, init, accum, lhs, TROUPE_ASGN_RHS_BINOP, (int)op, a, b, NULL, spec);
 }
 
 static troupe_status_t s_ter(s_ctx_t *x, bool init, troupe_binop_t accum, troupe_tnode_t *lhs,
                              troupe_ternop_t op, troupe_tnode_t *a, troupe_tnode_t *b,
                              troupe_tnode_t *c, const char *spec)
 {
-    troupe_asgn_t *t = NULL;
-    return s_emit(x,
-                  troupe_asgn_accum_ternop(x->comp, init, accum, lhs, op, troupe_asgn_node(a),
-                                           troupe_asgn_node(b), troupe_asgn_node(c), spec, &t),
-                  &t);
+    return s_accum(x, init, accum, lhs, TROUPE_ASGN_RHS_TERNOP, (int)op, a, b, c, spec);
 }
 
 /* A scalar constant node holding v (fetched at the start of the backward pass). Borrowed: the

@@ -21,7 +21,7 @@
 #ifndef TROUPE_NN_POOL_H
 #define TROUPE_NN_POOL_H
 
-#include "nn/nn.h"
+#include "troupe/nn/nn.h"
 
 #ifdef __cplusplus
 extern "C" {
