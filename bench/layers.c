@@ -8,19 +8,29 @@
  * event_sync. The peer is bench/peers/torch_layers.py (torch.set_num_threads(1)), which runs
  * the same cases; it is found as bench_train finds torch_mlp.py ($TROUPE_BENCH_PYTHON, python3,
  * /usr/bin/python3). Shapes: GPT small (B*T = 8*128 rows, C = 384, 4C = 1536; a byte vocabulary
- * of 256) and the main job's MLP (784-256-128-10, batch 128).
+ * of 256), the fmnist convnet's convolutions and pool at batch 128 (NCHW, 3x3 kernels: 1->32 on
+ * 28x28 without the images' gradient, 32->32 on 26x26, 32->64 on 12x12; max pool 2 on 24x24)
+ * and the main job's MLP (784-256-128-10, batch 128). Attention is GPT-2's causal
+ * self-attention with the fused QKV and output projections (B=8, T=128, C=384, 6 heads).
  *
  * Output: the machine facts, torch's library line, then
  *   bench=layers case=<name> troupe_us=<median> peer=torch-<v>-1thread peer_us=<median>
  *     ratio=<troupe/peer> speedup=<peer/troupe>
- * or `peer torch absent: <why>` and peer_us=nan. Options: see --help (bench/bench_util.h).
+ * or `peer torch absent: <why>` and peer_us=nan. Options: see --help (bench/bench_util.h), and
+ * `--case NAME[,NAME...]` to run only those cases.
  * Exit status: 0, 1 on a failure, 2 on a usage error.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench/bench_util.h"
 
 #include "actors/troupe.h"
+#include "nn/activation.h"
+#include "nn/attention.h"
+#include "nn/conv.h"
+#include "nn/embedding.h"
 #include "nn/layers.h"
+#include "nn/norm.h"
+#include "nn/pool.h"
 #include "nn/nn.h"
 
 #include <math.h>
@@ -152,14 +162,125 @@ static troupe_tnode_t *c_mlp(s_build_t *b)
     return loss;
 }
 
+static troupe_tnode_t *c_gelu(s_build_t *b)
+{
+    troupe_tnode_t *x = s_input(b, "x", true, 2, (int64_t[]){1024, 1536}), *y = NULL;
+    troupe_nn_gelu(b->nn, x, &y);
+    return y;
+}
+
+static troupe_tnode_t *c_layernorm(s_build_t *b)
+{
+    troupe_tnode_t *x = s_input(b, "x", true, 3, (int64_t[]){8, 128, 384}), *y = NULL;
+    troupe_tnode_t *w = s_input(b, "ln_w", true, 1, (int64_t[]){384});
+    troupe_tnode_t *bias = s_input(b, "ln_b", true, 1, (int64_t[]){384});
+    troupe_nn_layernorm(b->nn, x, w, bias, 1e-5, &y);
+    return y;
+}
+
+static troupe_tnode_t *c_softmax(s_build_t *b)
+{
+    troupe_tnode_t *x = s_input(b, "x", true, 2, (int64_t[]){8 * 6 * 128, 128}), *y = NULL;
+    troupe_nn_softmax(b->nn, x, &y);
+    return y;
+}
+
+static troupe_tnode_t *c_attention(s_build_t *b)
+{
+    troupe_tnode_t *x = s_input(b, "x", true, 3, (int64_t[]){8, 128, 384}), *y = NULL;
+    troupe_tnode_t *wq = s_input(b, "w_qkv", true, 2, (int64_t[]){384, 1152});
+    troupe_tnode_t *bq = s_input(b, "b_qkv", true, 1, (int64_t[]){1152});
+    troupe_tnode_t *wp = s_input(b, "w_proj", true, 2, (int64_t[]){384, 384});
+    troupe_tnode_t *bp = s_input(b, "b_proj", true, 1, (int64_t[]){384});
+    troupe_nn_attention(b->nn, x, wq, bq, wp, bp, 6, TROUPE_NN_IN_OUT, &y);
+    return y;
+}
+
+/* Integer ids in 0..n-1 (as int32), uploaded. */
+static troupe_tnode_t *s_ids(s_build_t *b, const char *label, int ndims, const int64_t *dims,
+                             int64_t n)
+{
+    troupe_tnode_t *tn = NULL;
+    troupe_nn_node_prec(b->nn, label, TROUPE_PREC_INT32, ndims, dims, &tn);
+    if (!tn || b->nhosted == S_MAX_HOSTED)
+        return NULL;
+    int64_t count = troupe_tnode_num_elems(tn);
+    double *v = malloc((size_t)count * sizeof *v);
+    uint64_t s = 99;
+    for (int64_t i = 0; v && i < count; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        v[i] = (double)((s >> 33) % (uint64_t)n);
+    }
+    troupe_memory_mode_t m = {TROUPE_MM_HOSTED, TROUPE_MEMTYPE_CONSTANT, 0};
+    troupe_status_t st = v ? troupe_tnode_update_memory_mode(tn, m, 950) : TROUPE_RESOURCE_EXHAUSTED;
+    if (st == TROUPE_OK)
+        st = troupe_tnode_set_values(tn, v, (size_t)count);
+    free(v);
+    if (st != TROUPE_OK)
+        return NULL;
+    b->hosted[b->nhosted++] = tn;
+    return tn;
+}
+
+static troupe_tnode_t *c_embedding(s_build_t *b)
+{
+    troupe_tnode_t *ids = s_ids(b, "tokens", 2, (int64_t[]){8, 128}, 256), *y = NULL;
+    troupe_tnode_t *wte = s_input(b, "wte", true, 2, (int64_t[]){256, 384});
+    troupe_nn_embedding(b->nn, ids, wte, &y);
+    return y;
+}
+
+static troupe_tnode_t *c_xent_targets(s_build_t *b)
+{
+    troupe_tnode_t *z = s_input(b, "logits", true, 3, (int64_t[]){8, 128, 256}), *loss = NULL;
+    troupe_tnode_t *t = s_ids(b, "targets", 2, (int64_t[]){8, 128}, 256);
+    troupe_nn_softmax_xent_targets(b->nn, z, t, 0, &loss);
+    return loss;
+}
+
+static troupe_tnode_t *s_conv(s_build_t *b, int64_t cin, int64_t cout, int64_t hw, bool dx)
+{
+    troupe_tnode_t *x = s_input(b, "x", dx, 4, (int64_t[]){128, cin, hw, hw}), *y = NULL;
+    troupe_tnode_t *w = s_input(b, "w", true, 4, (int64_t[]){cout, cin, 3, 3});
+    troupe_tnode_t *bias = s_input(b, "b", true, 1, (int64_t[]){cout});
+    troupe_nn_conv2d(b->nn, x, w, bias, NULL, &y);
+    return y;
+}
+
+static troupe_tnode_t *c_conv1(s_build_t *b)
+{
+    return s_conv(b, 1, 32, 28, false); /* the images need no gradient */
+}
+
+static troupe_tnode_t *c_conv2(s_build_t *b)
+{
+    return s_conv(b, 32, 32, 26, true);
+}
+
+static troupe_tnode_t *c_conv3(s_build_t *b)
+{
+    return s_conv(b, 32, 64, 12, true);
+}
+
+static troupe_tnode_t *c_maxpool(s_build_t *b)
+{
+    troupe_tnode_t *x = s_input(b, "x", true, 4, (int64_t[]){128, 32, 24, 24}), *y = NULL;
+    troupe_nn_pool2d_opts_t o = TROUPE_NN_POOL2D_OPTS(2, 2);
+    troupe_nn_maxpool2d(b->nn, x, &o, &y);
+    return y;
+}
+
 typedef struct s_case {
     const char *name;
     troupe_tnode_t *(*build)(s_build_t *b);
 } s_case_t;
 
 static const s_case_t k_cases[] = {
-    {"linear-fc", c_linear_fc}, {"linear-proj", c_linear_proj}, {"relu", c_relu},
-    {"softmax-xent", c_xent},   {"mlp-fmnist", c_mlp},
+    {"linear-fc", c_linear_fc},     {"linear-proj", c_linear_proj}, {"relu", c_relu},
+    {"gelu", c_gelu},               {"layernorm", c_layernorm},     {"softmax", c_softmax},
+    {"attention", c_attention},     {"embedding", c_embedding},     {"softmax-xent", c_xent},
+    {"xent-targets", c_xent_targets}, {"conv1-1x32", c_conv1},      {"conv2-32x32", c_conv2},
+    {"conv3-32x64", c_conv3},       {"maxpool", c_maxpool},         {"mlp-fmnist", c_mlp},
 };
 #define S_NCASES ((int)(sizeof k_cases / sizeof k_cases[0]))
 
@@ -296,6 +417,16 @@ done:
 
 int main(int argc, char **argv)
 {
+    /* --case NAME[,NAME...] runs only those cases (taken out before the common options) */
+    const char *only = NULL;
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--case") == 0) {
+            only = argv[i + 1];
+            for (int j = i; j + 2 <= argc; j++)
+                argv[j] = argv[j + 2];
+            argc -= 2;
+            break;
+        }
     troupe_bench_opts_t opts;
     troupe_bench_opts_default(&opts);
     int a = troupe_bench_parse_args(argc, argv,
@@ -320,8 +451,15 @@ int main(int argc, char **argv)
         goto done;
     }
     rc = 0;
-    for (int i = 0; i < S_NCASES; i++)
+    for (int i = 0; i < S_NCASES; i++) {
+        if (only) {
+            const char *p = strstr(only, k_cases[i].name);
+            size_t n = strlen(k_cases[i].name);
+            if (!p || (p != only && p[-1] != ',') || (p[n] != '\0' && p[n] != ','))
+                continue;
+        }
         rc |= s_case(be, s, &opts, i);
+    }
 done:
     troupe_stream_release(&s);
     troupe_backend_close(&be);

@@ -452,7 +452,11 @@ static troupe_status_t s_tr_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e, s_sel
         s_cell_t cell;
         if (!s_cell(c, (size_t)i, s_flat(c, tn, e->u.get.idcs), &cell))
             return troupe__opt_oom();
-        if (!(tr->zeroed_out || s_cell_assigned(&cell)))
+        /* Sampled, a loop writes only its first values, so a read through an affine or
+         * transposed index (attention's "bt(64h+d)=>bhtd") can land on a cell the sampled
+         * writes skipped: once the node has been written, such a read is taken as reading
+         * what was written, not as a recurrent read (the full walk decides cell by cell). */
+        if (!(tr->zeroed_out || s_cell_assigned(&cell)) && !(c->sampled && nd->n_assign_exec > 0))
             tr->read_before_write = true;
         if (nd->n_assign_exec == 0)
             nd->read_before_first_assign = true;

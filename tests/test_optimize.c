@@ -1605,3 +1605,34 @@ Test(optimize, vector_written_node_is_not_inlined)
     cr_assert(s_in_list(p->inputs, p->ninputs, key));
     troupe_ll_proc_destroy(&p);
 }
+
+/* Sampled tracing (a procedure longer than max_trace_steps) walks each loop's first values
+ * only: t[j] = a[j] for j < 64 writes t[0..5]; out[h, d] = t[8h + d] then reads t[8], t[9],
+ * ... which the sampled writes skipped. t is written before it is read: not recurrent, not an
+ * input (attention's head split "bt(64h+d)=>bhtd" hit this). */
+Test(optimize, sampled_trace_affine_read_after_write_is_not_recurrent)
+{
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_DOUBLE, 1, 64, 0);
+    troupe_tnode_t *t = s_node("t", TROUPE_PREC_DOUBLE, 1, 64, 0);
+    troupe_tnode_t *out = s_node("out", TROUPE_PREC_DOUBLE, 2, 8, 8);
+    troupe_ll_proc_t *p = s_proc("sampled");
+    int32_t j = troupe_ll_proc_add_symbol(p, "j"), h = troupe_ll_proc_add_symbol(p, "h"),
+            d = troupe_ll_proc_add_symbol(p, "d");
+    troupe_axis_index_t hd8 = {2, {{8, h}, {1, d}}, 0};
+    troupe_axis_index_t hd[2] = {s_i(h), s_i(d)};
+    troupe_ll_t *items[2] = {
+        s_for(p, j, 64, s_set1(p, t, s_i(j), s_get1(p, a, s_i(j)))),
+        s_for(p, h, 8, s_for(p, d, 8, troupe_ll_set(p, out, hd, s_get1(p, t, hd8)))),
+    };
+    s_body(p, 2, items);
+    troupe_optimize_opts_t o;
+    troupe_optimize_opts_default(&o);
+    o.max_trace_steps = 10; /* force sampling */
+    s_optimize_ok(p, &o);
+    const troupe_ll_traced_t *tr = troupe_optimize_traced(p, t);
+    cr_assert_not_null(tr);
+    cr_assert(!tr->read_before_write, "t taken as recurrent");
+    cr_assert(!s_in_list(p->inputs, p->ninputs, t), "t taken as an input");
+    cr_assert(s_in_list(p->inputs, p->ninputs, a));
+    troupe_ll_proc_destroy(&p);
+}

@@ -10,7 +10,17 @@ Cases (names and shapes shared with bench/layers.c):
   linear-fc     x (1024, 384)  -> Linear(384, 1536)             GPT small: B*T = 8*128, C = 384
   linear-proj   x (1024, 1536) -> Linear(1536, 384)
   relu          x (1024, 1536)
-  softmax-xent  logits (1024, 256), integer targets as one-hot    the byte vocabulary
+  gelu          x (1024, 1536), tanh approximation
+  layernorm     x (8, 128, 384), eps 1e-5
+  softmax       x (6144, 128)                                   the attention scores' shape
+  attention     x (8, 128, 384), 6 heads, causal, fused QKV + output projection
+  embedding     ids (8, 128) into a (256, 384) table
+  softmax-xent  logits (1024, 256), integer targets (troupe: one-hot)
+  xent-targets  logits (8, 128, 256), integer targets (8, 128)
+  conv1-1x32    x (128, 1, 28, 28) -> Conv2d(1, 32, 3), x needs no gradient
+  conv2-32x32   x (128, 32, 26, 26) -> Conv2d(32, 32, 3)
+  conv3-32x64   x (128, 32, 12, 12) -> Conv2d(32, 64, 3)
+  maxpool       x (128, 32, 24, 24) -> max_pool2d(2)
   mlp-fmnist    784-256-128-10 with ReLUs, batch 128             the main job's forward+backward
 
 Output (stdout): the library line of torch_mlp.py, then one line per case:
@@ -58,13 +68,73 @@ def _cases(torch):
         t = torch.randint(0, 10, (128,), generator=g)
         return (lambda: nn.functional.cross_entropy(m(x), t).reshape(1)), (1,)
 
+    def gelu():
+        x = rnd(1024, 1536)
+        return (lambda: nn.functional.gelu(x, approximate="tanh")), (1024, 1536)
+
+    def layernorm():
+        layer = nn.LayerNorm(384, eps=1e-5)
+        x = rnd(8, 128, 384)
+        return (lambda: layer(x)), (8, 128, 384)
+
+    def softmax():
+        x = rnd(8 * 6 * 128, 128)
+        return (lambda: torch.softmax(x, -1)), (8 * 6 * 128, 128)
+
+    def attention():
+        B, T, C, NH = 8, 128, 384, 6
+        qkv, proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        x = rnd(B, T, C)
+        mask = torch.tril(torch.ones(T, T)).view(1, 1, T, T)
+
+        def f():  # GPT-2's attention as llm.c's PyTorch reference writes it
+            q, k, v = qkv(x).split(C, dim=2)
+            q = q.view(B, T, NH, C // NH).transpose(1, 2)
+            k = k.view(B, T, NH, C // NH).transpose(1, 2)
+            v = v.view(B, T, NH, C // NH).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / (C // NH) ** 0.5)
+            att = torch.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1)
+            y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+            return proj(y)
+        return f, (B, T, C)
+
+    def embedding():
+        wte = nn.Embedding(256, 384)
+        ids = torch.randint(0, 256, (8, 128), generator=g)
+        return (lambda: wte(ids)), (8, 128, 384)
+
+    def xent_targets():
+        z = rnd(8, 128, 256)
+        t = torch.randint(0, 256, (8, 128), generator=g)
+        return (lambda: nn.functional.cross_entropy(z.view(-1, 256), t.view(-1)).reshape(1)), (1,)
+
+    def conv(cin, cout, hw, dx):
+        layer = nn.Conv2d(cin, cout, 3)
+        x = torch.rand(128, cin, hw, hw, generator=g) * 2 - 1
+        x.requires_grad_(dx)
+        return (lambda: layer(x)), (128, cout, hw - 2, hw - 2)
+
+    def maxpool():
+        x = rnd(128, 32, 24, 24)
+        return (lambda: nn.functional.max_pool2d(x, 2)), (128, 32, 12, 12)
+
     return {
         "linear-fc": lambda: linear(1024, 384, 1536),
         "linear-proj": lambda: linear(1024, 1536, 384),
         "relu": lambda: relu(1024, 1536),
+        "gelu": gelu,
+        "layernorm": layernorm,
+        "softmax": softmax,
+        "attention": attention,
+        "embedding": embedding,
         "softmax-xent": lambda: xent(1024, 256),
+        "xent-targets": xent_targets,
+        "conv1-1x32": lambda: conv(1, 32, 28, False),
+        "conv2-32x32": lambda: conv(32, 32, 26, True),
+        "conv3-32x64": lambda: conv(32, 64, 12, True),
+        "maxpool": maxpool,
         "mlp-fmnist": mlp,
-    }
+    }, g
 
 
 def main():
@@ -75,14 +145,14 @@ def main():
     torch = torch_mlp._import_torch()
     torch.set_num_threads(1)
     torch_mlp._print_identity(torch)
-    cases = _cases(torch)
+    cases, g = _cases(torch)
     names = list(cases) if args.cases == "all" else args.cases.split(",")
     for name in names:
         if name not in cases:
             print("torch_layers: unknown case %s" % name, file=sys.stderr)
             return 1
         fwd, shape = cases[name]()
-        r = torch.rand(*shape)
+        r = torch.rand(*shape, generator=g)
         times = []
         for i in range(args.runs + 2):
             t0 = time.perf_counter()
