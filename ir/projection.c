@@ -595,6 +595,34 @@ troupe_status_t troupe_projections_parse_gather(const troupe_asgn_comp_t *comp, 
         out->iter_letter[npos - 1] = last;
     }
     out->niters = npos;
+    /* A row reduction ("bc=>b", "bc,bc=>b"): the lhs's last iterator is the last axis of no
+     * operand while the reduced iterator just before it is some operand's last (contiguous)
+     * axis. Then the lhs's last iterator goes before the reduced ones, so the innermost loop
+     * walks the operands' contiguous axis (not a stride of a whole row). Each lhs cell fixes
+     * the lhs's last iterator, so every cell still accumulates in the same order. */
+    if (last != 0 && npos >= 2) {
+        bool last_is_rhs_last = false, prev_is_rhs_last = false;
+        char prev = out->iter_letter[npos - 2];
+        for (int t = 0; t < nrhs; t++) {
+            const s_rterm_t *rt = &terms[t];
+            if (rt->n == 0 || rt->idx[rt->n - 1].kind != S_RI_ITER)
+                continue;
+            last_is_rhs_last |= rt->idx[rt->n - 1].letter == last;
+            prev_is_rhs_last |= rt->idx[rt->n - 1].letter == prev;
+        }
+        const s_letter_info_t *P = &li[s_letter_slot(prev)];
+        if (!last_is_rhs_last && prev_is_rhs_last && !P->in_lhs_any && vec_length == 0) {
+            int first_other = 0; /* the lhs's plain iterators come first */
+            while (first_other < npos - 1 && li[s_letter_slot(out->iter_letter[first_other])]
+                                                 .in_lhs_any)
+                first_other++;
+            for (int k = npos - 1; k > first_other; k--)
+                out->iter_letter[k] = out->iter_letter[k - 1];
+            out->iter_letter[first_other] = last;
+            for (int k = 0; k < npos; k++)
+                li[s_letter_slot(out->iter_letter[k])].pos = k + 1;
+        }
+    }
     for (int k = 0; k < npos; k++) {
         const s_letter_info_t *L = &li[s_letter_slot(out->iter_letter[k])];
         out->iter_dim[k] = L->dim;

@@ -44,7 +44,11 @@
  *    the lhs's plain iterators in lhs axis order except the lhs's last axis, then the reduced
  *    iterators in order of first appearance in the rhs terms, then the iterator of the lhs's
  *    last axis when that axis is a plain iterator. So the innermost loop walks the lhs's last
- *    (contiguous) axis, e.g. matmul "bi,ij=>bj" nests b, i, j.
+ *    (contiguous) axis, e.g. matmul "bi,ij=>bj" nests b, i, j. Except for row reductions: when
+ *    the lhs's last iterator is the last axis of no operand and the reduced iterator before it
+ *    is some operand's last axis, the lhs's last iterator moves before the reduced ones, so
+ *    "bi=>b" nests b, i and reads x's rows contiguously. Either way each lhs cell accumulates
+ *    over the reduced iterators in the same order.
  *  - Injective (distinct points of the product space write distinct lhs cells): every
  *    iterator of size > 1 appears as a plain lhs index. Surjective (every lhs cell is
  *    written): every lhs axis holds a plain iterator that appears only once in the lhs, or

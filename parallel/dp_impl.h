@@ -244,7 +244,10 @@ typedef struct troupe__dp_apply_arg {
 /* The update's loops are cloned for AVX2 and AVX-512 where GCC can (ifunc, chosen when the
  * library loads): the build targets the baseline x86-64, whose SSE2 loop took 2.5 times the
  * generated optimizer routine's time (-march=native) on the main job's 235,146 parameters. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* Not under the sanitizers: in the shared library an instrumented ifunc resolver runs while
+ * the dynamic loader relocates it, before the sanitizer's runtime is set up (a crash at load). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) &&      \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #define TROUPE__DP_CLONED __attribute__((target_clones("default", "avx2", "avx512f")))
 #else
 #define TROUPE__DP_CLONED

@@ -120,8 +120,9 @@ Test(assign, parse_row_sum)
     troupe_projections_t pr;
     cr_assert_eq(s_parse("bi=>b", y, 1, x, NULL, NULL, &pr), TROUPE_OK, "%s", troupe_last_error());
     cr_assert_eq(pr.niters, 2);
-    cr_assert_eq(memcmp(pr.iter_letter, "ib", 2), 0, "the lhs's last-axis iterator innermost");
-    cr_assert(pr.iter_reduced[0] && !pr.iter_reduced[1]);
+    /* a row reduction: the reduced i, x's contiguous axis, innermost (b fixes each cell) */
+    cr_assert_eq(memcmp(pr.iter_letter, "bi", 2), 0, "the reduced row iterator innermost");
+    cr_assert(!pr.iter_reduced[0] && pr.iter_reduced[1]);
     cr_assert(!pr.injective && pr.surjective);
 }
 
@@ -197,7 +198,8 @@ Test(assign, parse_affine_convolution)
     troupe_projections_t pr;
     cr_assert_eq(s_parse("o(2i+k),k=>oi", y, 2, x, k, NULL, &pr), TROUPE_OK, "%s",
                  troupe_last_error());
-    cr_assert_eq(memcmp(pr.iter_letter, "oki", 3), 0);
+    /* k is the kernel's contiguous axis and i is no operand's last: k innermost */
+    cr_assert_eq(memcmp(pr.iter_letter, "oik", 3), 0);
     const troupe_proj_index_t *a = &pr.rhs[0][1];
     cr_assert(a->is_affine);
     cr_assert_eq(a->nterms, 2);
@@ -440,11 +442,11 @@ Test(assign, lower_row_sum)
     cr_assert_eq(b->kind, TROUPE_LL_SEQ);
     cr_assert_eq(b->u.seq.items[0]->kind, TROUPE_LL_ZERO_OUT);
     const troupe_ll_t *li = b->u.seq.items[1], *lb = li->u.for_loop.body;
-    cr_assert_eq(li->u.for_loop.to, 6, "outer loop over the reduced i");
-    cr_assert_eq(lb->u.for_loop.to, 4, "inner loop over b, the lhs's axis");
+    cr_assert_eq(li->u.for_loop.to, 4, "outer loop over b, the lhs's axis");
+    cr_assert_eq(lb->u.for_loop.to, 6, "inner loop over the reduced i, x's contiguous axis");
     const troupe_ll_t *set = lb->u.for_loop.body;
     cr_assert_eq(set->kind, TROUPE_LL_SET);
-    cr_assert(s_idx_is_sym(&set->u.set.idcs[0], lb->u.for_loop.sym));
+    cr_assert(s_idx_is_sym(&set->u.set.idcs[0], li->u.for_loop.sym));
     cr_assert_eq(set->u.set.value->u.op.op, TROUPE_BINOP_ADD);
     cr_assert_eq(set->u.set.value->u.op.args[1]->kind, TROUPE_SC_UNOP);
     troupe_ll_proc_destroy(&proc);

@@ -8,6 +8,6 @@
   (body
     (seq
       (zero_out 9022)
-      (for i0 0 6
-        (for i1 0 3
-          (set 9022 (i1) (add (get 9022 (i1)) (identity (get 9021 (i1 i0))))))))))
+      (for i0 0 3
+        (for i1 0 6
+          (set 9022 (i0) (add (get 9022 (i0)) (identity (get 9021 (i0 i1))))))))))

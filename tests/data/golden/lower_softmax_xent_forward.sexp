@@ -32,9 +32,9 @@
       (set 9033 () 4)
       (for i2 0 3
         (set 9034 (i2) -inf))
-      (for i0 0 4
-        (for i1 0 3
-          (set 9034 (i1) (max (get 9034 (i1)) (identity (get 9031 (i1 i0)))))))
+      (for i0 0 3
+        (for i1 0 4
+          (set 9034 (i0) (max (get 9034 (i0)) (identity (get 9031 (i0 i1)))))))
       (for i3 0 3
         (for i4 0 4
           (set 9035 (i3 i4) (sub (get 9031 (i3 i4)) (get 9034 (i3))))))
@@ -42,15 +42,15 @@
         (for i6 0 4
           (set 9036 (i5 i6) (exp (get 9035 (i5 i6))))))
       (zero_out 9037)
-      (for i7 0 4
-        (for i8 0 3
-          (set 9037 (i8) (add (get 9037 (i8)) (identity (get 9036 (i8 i7)))))))
+      (for i7 0 3
+        (for i8 0 4
+          (set 9037 (i7) (add (get 9037 (i7)) (identity (get 9036 (i7 i8)))))))
       (for i9 0 3
         (set 9038 (i9) (log (get 9037 (i9)))))
       (zero_out 9039)
-      (for i10 0 4
-        (for i11 0 3
-          (set 9039 (i11) (add (get 9039 (i11)) (mul (get 9032 (i11 i10)) (get 9035 (i11 i10)))))))
+      (for i10 0 3
+        (for i11 0 4
+          (set 9039 (i10) (add (get 9039 (i10)) (mul (get 9032 (i10 i11)) (get 9035 (i10 i11)))))))
       (for i12 0 3
         (set 9040 (i12) (sub (get 9038 (i12)) (get 9039 (i12)))))
       (zero_out 9041)
