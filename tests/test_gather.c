@@ -383,6 +383,163 @@ Test(gather, bad_specs_are_refused_with_clear_messages)
     troupe_tnode_release(&tokens);
 }
 
+/* tokens (R) int32, wte (VW, CW), emb (R, CW) = wte[tokens[r], c], w (CW, DW), y = emb . w:
+ * an embedding then a product the CUDA dialect runs as a GEMM step. n[]: tokens, wte, emb, w,
+ * y. */
+enum { R = 32, VW = 50, CW = 48, DW = 40 };
+static troupe_ll_proc_t *s_embed_mm_proc(troupe_tnode_t *n[5])
+{
+    n[0] = irt_node(0, "tokens", TROUPE_PREC_INT32, 1, (int64_t[]){R});
+    n[1] = irt_node(0, "wte", TROUPE_PREC_SINGLE, 2, (int64_t[]){VW, CW});
+    n[2] = irt_node(0, "emb", TROUPE_PREC_SINGLE, 2, (int64_t[]){R, CW});
+    n[3] = irt_node(0, "w", TROUPE_PREC_SINGLE, 2, (int64_t[]){CW, DW});
+    n[4] = irt_node(0, "y", TROUPE_PREC_SINGLE, 2, (int64_t[]){R, DW});
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *t1 = NULL, *t2 = NULL, *t = NULL;
+    OK(troupe_asgn_comp_new(&comp));
+    troupe_asgn_buffer_t rhs[1] = {troupe_asgn_node(n[1])};
+    OK(troupe_asgn_accum_gather(comp, true, TROUPE_BINOP_ARG2, n[2], TROUPE_ASGN_RHS_UNOP,
+                                TROUPE_UNOP_IDENTITY, rhs, 1, &n[0], "@1[r]c=>rc", &t1));
+    OK(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ADD, n[4], TROUPE_BINOP_MUL,
+                               troupe_asgn_node(n[2]), troupe_asgn_node(n[3]), "rc,cd=>rd", &t2));
+    OK(troupe_asgn_seq2(comp, t1, t2, &t));
+    troupe_asgn_comp_set_root(comp, t);
+    troupe_ll_proc_t *proc = NULL;
+    OK(troupe_asgn_lower(comp, "embed_mm", &proc));
+    troupe_asgn_comp_destroy(&comp);
+    troupe_optimize_opts_t o;
+    troupe_optimize_opts_default(&o);
+    o.local_max_bytes = 0; /* as routines for the cuda driver: emb stays a parameter */
+    OK(troupe_ll_optimize(proc, &o));
+    return proc;
+}
+
+/* Inputs of s_embed_mm_proc: tokens in range, wte and w small exact values, emb and y sentinels. */
+static void s_embed_mm_fill(troupe_tnode_t *n[5], irt_binds_t *b)
+{
+    int32_t *tok = irt_binds_ensure(b, n[0]);
+    float *wte = irt_binds_ensure(b, n[1]), *emb = irt_binds_ensure(b, n[2]);
+    float *w = irt_binds_ensure(b, n[3]), *y = irt_binds_ensure(b, n[4]);
+    for (int r = 0; r < R; r++)
+        tok[r] = (7 * r + 3) % VW;
+    for (int i = 0; i < VW * CW; i++)
+        wte[i] = (float)(i % 13) * 0.25f - 1.0f;
+    for (int i = 0; i < CW * DW; i++)
+        w[i] = (float)(i % 7) * 0.5f - 1.5f;
+    for (int i = 0; i < R * CW; i++)
+        emb[i] = 1234.5f;
+    for (int i = 0; i < R * DW; i++)
+        y[i] = -777.0f;
+}
+
+static void s_free_nodes(troupe_tnode_t **n, int count)
+{
+    for (int i = 0; i < count; i++)
+        troupe_tnode_release(&n[i]);
+}
+
+/* The CUDA dialect of a routine with a gather: its first step is the one-thread index check, a
+ * GEMM step follows, and with indices in range the kernels (run on the host, tests/cuda_emu.h,
+ * the GEMM step through its kernels) give bit for bit what the compiled C and the interpreter
+ * give; so does the scatter-add (its fixed order under a reversed small grid). */
+Test(gather, cuda_kernels_on_the_emulator_match_c)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler for the CUDA emulation (tests/cuda_emu.h)");
+    troupe_tnode_t *n[5];
+    troupe_ll_proc_t *proc = s_embed_mm_proc(n);
+    troupe_cgen_result_t *res = NULL;
+    OK(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res));
+    cr_assert_eq(res->ngathers, 1);
+    cr_assert(res->nsteps >= 2 && res->steps[0].kind == TROUPE_CGEN_STEP_KERNEL &&
+                  res->kernels[res->steps[0].first_kernel].one_thread,
+              "the first step is not the one-thread index check");
+    bool gemm = false;
+    for (size_t s = 1; s < res->nsteps; s++)
+        gemm = gemm || res->steps[s].kind == TROUPE_CGEN_STEP_GEMM;
+    cr_assert(gemm, "no GEMM step in %s", res->name);
+    troupe_cgen_result_destroy(&res);
+    irt_binds_t b;
+    memset(&b, 0, sizeof b);
+    s_embed_mm_fill(n, &b);
+    irt_lib_t lib;
+    irt_lib_open(proc, NULL, &lib);
+    irt_run_and_compare(proc, &lib, &b); /* C vs interpreter, then emulated CUDA vs C */
+    irt_lib_close(&lib);
+    irt_binds_free(&b);
+    troupe_ll_proc_destroy(&proc);
+    s_free_nodes(n, 5);
+
+    troupe_tnode_t *tokens, *g_out, *g_wte;
+    proc = s_scatter_proc(&tokens, &g_out, &g_wte, TROUPE_PREC_INT32);
+    memset(&b, 0, sizeof b);
+    int32_t *tok = irt_binds_ensure(&b, tokens);
+    float *go = irt_binds_ensure(&b, g_out);
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (int32_t)k_tokens[i];
+    for (int i = 0; i < B * T * C; i++) /* sums that depend on the order */
+        go[i] = (i % 3 == 0) ? 1e8f : (i % 3 == 1) ? 1.0f + 0.125f * i : -1e8f + 3.0f * i;
+    irt_lib_open(proc, NULL, &lib);
+    irt_run_and_compare(proc, &lib, &b);
+    irt_lib_close(&lib);
+    irt_binds_free(&b);
+    troupe_ll_proc_destroy(&proc);
+    troupe_tnode_release(&tokens);
+    troupe_tnode_release(&g_out);
+    troupe_tnode_release(&g_wte);
+}
+
+/* An index out of range, on the host-emulated CUDA kernels: the check fills the error words
+ * (gather 1, the value, the cell) and no kernel writes, the GEMM step's kernels included (the
+ * cuda driver runs those, not cuBLASLt, for such a routine); the words give the message the
+ * cuda driver fails the event with. */
+Test(gather, cuda_kernels_on_the_emulator_write_nothing_on_a_bad_index)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler for the CUDA emulation (tests/cuda_emu.h)");
+    troupe_tnode_t *n[5];
+    troupe_ll_proc_t *proc = s_embed_mm_proc(n);
+    troupe_cgen_result_t *res = NULL;
+    OK(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res));
+    troupe_emu_t e;
+    troupe_emu_open(res, &e);
+    const int32_t bad[2] = {VW, -3};
+    for (int shape = 0; shape < 2; shape++) {
+        irt_binds_t b;
+        memset(&b, 0, sizeof b);
+        s_embed_mm_fill(n, &b);
+        int32_t *tok = irt_binds_get(&b, n[0]);
+        tok[29] = bad[shape];
+        float emb0[R * CW], y0[R * DW];
+        memcpy(emb0, irt_binds_get(&b, n[2]), sizeof emb0);
+        memcpy(y0, irt_binds_get(&b, n[4]), sizeof y0);
+        void *ptrs[8], *args[9];
+        int64_t err[TROUPE_CGEN_GATHER_ERR_WORDS] = {0}, *errp = err;
+        cr_assert_leq(res->nparams, 8);
+        for (size_t k = 0; k < res->nparams; k++) {
+            ptrs[k] = irt_binds_get(&b, res->params[k].tn);
+            cr_assert_not_null(ptrs[k]);
+            args[k] = &ptrs[k];
+        }
+        args[res->nparams] = &errp;
+        troupe_emu_run(&e, args, (troupe_emu_shape_t)shape, -1);
+        cr_assert_eq(err[0], 1, "shape %d: error words not set", shape);
+        cr_assert_eq(err[2], 29, "the cell");
+        cr_assert(memcmp(emb0, irt_binds_get(&b, n[2]), sizeof emb0) == 0, "emb was written");
+        cr_assert(memcmp(y0, irt_binds_get(&b, n[4]), sizeof y0) == 0, "y was written");
+        cr_assert_eq(troupe_cgen_gather_failure(res, err), TROUPE_INVALID_ARGUMENT);
+        char want[64];
+        snprintf(want, sizeof want, "tokens[29] = %d", bad[shape]);
+        cr_assert(strstr(troupe_last_error(), want) && strstr(troupe_last_error(), "0..49"),
+                  "%s", troupe_last_error());
+        irt_binds_free(&b);
+    }
+    troupe_emu_close(&e);
+    troupe_cgen_result_destroy(&res);
+    troupe_ll_proc_destroy(&proc);
+    s_free_nodes(n, 5);
+}
+
 Test(gather, cuda_dialect_compiles_under_nvrtc)
 {
     troupe_tnode_t *tokens, *g_out, *g_wte;
@@ -397,6 +554,22 @@ Test(gather, cuda_dialect_compiles_under_nvrtc)
     troupe_tnode_release(&tokens);
     troupe_tnode_release(&g_out);
     troupe_tnode_release(&g_wte);
+    /* The embedding then a GEMM step: PTX with every kernel, the index check's among them
+     * (irt_nvrtc_check), and the cubin the cuda driver loads (sm_90, through nvJitLink). */
+    troupe_tnode_t *n[5];
+    proc = s_embed_mm_proc(n);
+    ran = irt_nvrtc_check(proc) && ran;
+#if TROUPE_HAVE_CUDA
+    OK(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res));
+    void *img = NULL;
+    size_t size = 0;
+    OK(troupe_nvrtc_compile_image(res->source, res->name, "sm_90", false, &img, &size, NULL));
+    cr_assert_gt(size, 0);
+    troupe_free(img);
+    troupe_cgen_result_destroy(&res);
+#endif
+    troupe_ll_proc_destroy(&proc);
+    s_free_nodes(n, 5);
     if (!ran)
         cr_skip_test("NVRTC unavailable");
 }
