@@ -851,11 +851,12 @@ troupe_status_t troupe__cuda_launch_steps(troupe_driver_t *drv, troupe_dqueue_t 
             goto out_arrays;
         kargs[i] = &ptrs[i];
     }
+    /* A gather failure latched on this queue refuses its later launches (as a failed stream
+     * drops its later work on the CPU drivers). */
+    if ((st = troupe__cuda_gather_refused(q)) != TROUPE_OK)
+        goto out_arrays;
     if (code->gen->ngathers > 0) {
-        /* A failure latched on this queue refuses its later launches (as a failed stream
-         * drops its later work on the CPU drivers). */
-        if ((st = troupe__cuda_gather_refused(q)) != TROUPE_OK ||
-            (st = troupe__cuda_gather_prepare(q, code, &gslot)) != TROUPE_OK ||
+        if ((st = troupe__cuda_gather_prepare(q, code, &gslot)) != TROUPE_OK ||
             (st = troupe__cuda_gather_begin(q, gslot)) != TROUPE_OK)
             goto out_arrays;
         kargs[nargs] = &q->gerr_dev;
@@ -897,7 +898,13 @@ static troupe_status_t s_event_record(troupe_driver_t *drv, troupe_dqueue_t *q,
         troupe_free(ev);
         return troupe__cuda_fail(s_qdev(q), e, "event_record: cudaEventRecord");
     }
-    troupe__cuda_gather_event_mark(q, ev);
+    troupe_status_t st = troupe__cuda_gather_event_mark(q, ev);
+    if (st != TROUPE_OK) {
+        troupe__cuda_gather_event_release(ev);
+        (void)cudaEventDestroy(ev->ev);
+        troupe_free(ev);
+        return st;
+    }
     *out = ev;
     return TROUPE_OK;
 }
@@ -936,6 +943,8 @@ static troupe_status_t s_event_wait(troupe_driver_t *drv, troupe_dqueue_t *q, tr
     TROUPE_RETURN_IF_ERROR(s_check_queue("event_wait", q));
     if (ev == NULL)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "cuda event_wait: NULL event");
+    /* q's later events and launches follow the gather launches before ev (gather.c). */
+    TROUPE_RETURN_IF_ERROR(troupe__cuda_gather_event_wait(q, ev));
     cudaError_t e = cudaStreamWaitEvent(q->stream, ev->ev, 0);
     if (e != cudaSuccess)
         return troupe__cuda_fail(s_qdev(q), e, "event_wait: cudaStreamWaitEvent");

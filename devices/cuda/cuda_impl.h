@@ -72,8 +72,10 @@
  *     failure (troupe_cgen_gather_failure's INVALID_ARGUMENT naming the index node, cell, value
  *     and range). A captured graph holds the same memset, copy and host nodes, so each replay
  *     zeroes and checks. Every event recorded on the queue after the failed launch then fails
- *     with that message once the device reaches it (event_query), and later launches of gather
- *     routines on the queue are refused with it (as a failed stream drops work on the CPU).
+ *     with that message once the device reaches it (event_query), and the queue's later launches
+ *     are refused with it (as a failed stream drops its work on the CPU). A queue ordered
+ *     after such an event by event_wait inherits the failure the same way (on the CPU, a WAIT
+ *     on a failed event fails the stream).
  *     Work enqueued before the failure was latched still runs: only the failing routine is
  *     sure to write nothing. NOT YET RUN ON A GPU: compiled, the kernels emulated on the host.
  *   - suggested_num_streams (seed CUDA config): ONLY_DEVICES_PARALLEL 1,

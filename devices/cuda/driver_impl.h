@@ -55,6 +55,12 @@ typedef struct troupe__cuda_driver {
  * function's argument, one per code launched on the queue. */
 typedef struct troupe__cuda_glatch troupe__cuda_glatch_t;
 typedef struct troupe__cuda_gslot troupe__cuda_gslot_t;
+/* Another queue's latch and the count of its gather launches that a queue or an event follows
+ * (an event_wait ordered it after them). */
+typedef struct troupe__cuda_gdep {
+    troupe__cuda_glatch_t *latch; /* one reference */
+    uint64_t mark;
+} troupe__cuda_gdep_t;
 
 struct troupe_dqueue {
     troupe__cuda_driver_t *drv;
@@ -71,6 +77,8 @@ struct troupe_dqueue {
     uint64_t gather_seq; /* such launches enqueued, plain or replayed */
     troupe__cuda_gslot_t **gslots;
     size_t ngslots;
+    troupe__cuda_gdep_t *gups; /* other queues' gather launches this one waited for */
+    size_t ngups;
 };
 
 struct troupe_devent {
@@ -78,6 +86,8 @@ struct troupe_devent {
     int ordinal;
     troupe__cuda_glatch_t *glatch; /* its queue's, when a gather launch came before it */
     uint64_t gmark;                /* the queue's gather_seq when it was recorded */
+    troupe__cuda_gdep_t *gups;     /* its queue's gups when it was recorded (a copy) */
+    size_t ngups;
 };
 
 /* One GEMM step's cuBLASLt plan (gemm_lt.c), per device architecture and alignment class of
@@ -142,10 +152,14 @@ troupe_status_t troupe__cuda_gather_refused(troupe_dqueue_t *q);
 troupe_status_t troupe__cuda_gather_begin(troupe_dqueue_t *q, troupe__cuda_gslot_t *slot);
 troupe_status_t troupe__cuda_gather_end(troupe_dqueue_t *q, troupe__cuda_gslot_t *slot,
                                         bool counted);
-/* An event recorded on q shares its latch and the count of gather launches before it;
- * event_check (once the CUDA event is done) fails with the latched failure of one of them. */
-void troupe__cuda_gather_event_mark(troupe_dqueue_t *q, troupe_devent_t *ev);
+/* An event recorded on q shares its latch and the count of gather launches before it, and
+ * those q waited for on other queues (event_mark; RESOURCE_EXHAUSTED); event_check (once the
+ * CUDA event is done) fails with the latched failure of one of them; event_wait makes q follow
+ * ev's (RESOURCE_EXHAUSTED), so a failure crosses device-side waits as a failed WAIT does on
+ * the CPU. */
+troupe_status_t troupe__cuda_gather_event_mark(troupe_dqueue_t *q, troupe_devent_t *ev);
 troupe_status_t troupe__cuda_gather_event_check(const troupe_devent_t *ev);
+troupe_status_t troupe__cuda_gather_event_wait(troupe_dqueue_t *q, const troupe_devent_t *ev);
 void troupe__cuda_gather_event_release(troupe_devent_t *ev);
 /* Frees q's words, slots and its reference to the latch (after the stream was synchronized). */
 void troupe__cuda_gather_queue_free(troupe_dqueue_t *q);

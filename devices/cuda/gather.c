@@ -1,7 +1,8 @@
 /* troupe — the cuda driver's gather error words (cuda_impl.h "gathers"): a routine with gather
  * indices (compiler/cgen.h troupe_cgen_result_t.gathers) runs between a zeroing of its queue's
  * error words and their copy back to the host, and a host function in stream order latches the
- * first failure; the queue's later events fail with it and its later launches are refused. */
+ * first failure; the queue's later events fail with it and its later launches are refused, and
+ * so do those of queues ordered after it by event_wait. */
 #include "devices/cuda/driver_impl.h"
 
 #include "base/alloc.h"
@@ -118,11 +119,26 @@ troupe_status_t troupe__cuda_gather_prepare(troupe_dqueue_t *q, troupe_dcode_t *
     return TROUPE_OK;
 }
 
+/* The first latched failure among deps (n of them), or OK. */
+static troupe_status_t s_deps_latched(const troupe__cuda_gdep_t *deps, size_t n)
+{
+    troupe_status_t st = TROUPE_OK;
+    for (size_t i = 0; i < n && st == TROUPE_OK; i++)
+        st = s_latched(deps[i].latch, deps[i].mark);
+    return st;
+}
+
+static void s_deps_release(troupe__cuda_gdep_t *deps, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        s_latch_release(deps[i].latch);
+    troupe_free(deps);
+}
+
 troupe_status_t troupe__cuda_gather_refused(troupe_dqueue_t *q)
 {
-    if (q->glatch == NULL)
-        return TROUPE_OK;
-    return s_latched(q->glatch, UINT64_MAX);
+    troupe_status_t st = q->glatch != NULL ? s_latched(q->glatch, UINT64_MAX) : TROUPE_OK;
+    return st != TROUPE_OK ? st : s_deps_latched(q->gups, q->ngups);
 }
 
 troupe_status_t troupe__cuda_gather_begin(troupe_dqueue_t *q, troupe__cuda_gslot_t *slot)
@@ -152,24 +168,68 @@ troupe_status_t troupe__cuda_gather_end(troupe_dqueue_t *q, troupe__cuda_gslot_t
     return TROUPE_OK;
 }
 
-void troupe__cuda_gather_event_mark(troupe_dqueue_t *q, troupe_devent_t *ev)
+troupe_status_t troupe__cuda_gather_event_mark(troupe_dqueue_t *q, troupe_devent_t *ev)
 {
-    if (q->glatch == NULL)
-        return; /* no gather launch before this event */
-    atomic_fetch_add(&q->glatch->refs, 1);
-    ev->glatch = q->glatch;
-    ev->gmark = q->gather_seq;
+    if (q->ngups > 0) {
+        ev->gups = troupe_calloc(q->ngups, sizeof *ev->gups);
+        if (ev->gups == NULL)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda event_record: out of memory");
+        for (size_t i = 0; i < q->ngups; i++) {
+            atomic_fetch_add(&q->gups[i].latch->refs, 1);
+            ev->gups[i] = q->gups[i];
+        }
+        ev->ngups = q->ngups;
+    }
+    if (q->glatch != NULL) { /* else no gather launch came before this event */
+        atomic_fetch_add(&q->glatch->refs, 1);
+        ev->glatch = q->glatch;
+        ev->gmark = q->gather_seq;
+    }
+    return TROUPE_OK;
 }
 
 troupe_status_t troupe__cuda_gather_event_check(const troupe_devent_t *ev)
 {
-    return ev->glatch == NULL ? TROUPE_OK : s_latched(ev->glatch, ev->gmark);
+    troupe_status_t st = ev->glatch == NULL ? TROUPE_OK : s_latched(ev->glatch, ev->gmark);
+    return st != TROUPE_OK ? st : s_deps_latched(ev->gups, ev->ngups);
+}
+
+/* q follows `latch` up to `mark` (its own latch needs no entry: q orders its own launches). */
+static troupe_status_t s_follow(troupe_dqueue_t *q, troupe__cuda_glatch_t *latch, uint64_t mark)
+{
+    if (latch == NULL || latch == q->glatch)
+        return TROUPE_OK;
+    for (size_t i = 0; i < q->ngups; i++) {
+        if (q->gups[i].latch == latch) {
+            if (mark > q->gups[i].mark)
+                q->gups[i].mark = mark;
+            return TROUPE_OK;
+        }
+    }
+    troupe__cuda_gdep_t *v = troupe_realloc(q->gups, (q->ngups + 1) * sizeof *v);
+    if (v == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda event_wait: out of memory");
+    q->gups = v;
+    atomic_fetch_add(&latch->refs, 1);
+    q->gups[q->ngups++] = (troupe__cuda_gdep_t){latch, mark};
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe__cuda_gather_event_wait(troupe_dqueue_t *q, const troupe_devent_t *ev)
+{
+    TROUPE_RETURN_IF_ERROR(s_follow(q, ev->glatch, ev->gmark));
+    for (size_t i = 0; i < ev->ngups; i++)
+        TROUPE_RETURN_IF_ERROR(s_follow(q, ev->gups[i].latch, ev->gups[i].mark));
+    return TROUPE_OK;
 }
 
 void troupe__cuda_gather_event_release(troupe_devent_t *ev)
 {
     s_latch_release(ev->glatch);
     ev->glatch = NULL;
+    s_deps_release(ev->gups, ev->ngups);
+    ev->gups = NULL;
+    ev->ngups = 0;
 }
 
 void troupe__cuda_gather_queue_free(troupe_dqueue_t *q)
@@ -183,6 +243,9 @@ void troupe__cuda_gather_queue_free(troupe_dqueue_t *q)
         troupe_free(q->gslots[i]);
     troupe_free(q->gslots);
     s_latch_release(q->glatch);
+    s_deps_release(q->gups, q->ngups);
+    q->gups = NULL;
+    q->ngups = 0;
     q->gerr_dev = q->gerr_host = NULL;
     q->gslots = NULL;
     q->ngslots = 0;

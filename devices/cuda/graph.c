@@ -72,8 +72,7 @@ troupe_status_t troupe__cuda_graph_capture(troupe_driver_t *drv, troupe_dqueue_t
         /* The error words and the host function's slot exist before the capture (nothing is
          * allocated during one); a queue whose gather check failed captures nothing. */
         troupe__cuda_gslot_t *slot = NULL;
-        if ((st = troupe__cuda_gather_refused(q)) != TROUPE_OK ||
-            (st = troupe__cuda_gather_prepare(q, code, &slot)) != TROUPE_OK)
+        if ((st = troupe__cuda_gather_prepare(q, code, &slot)) != TROUPE_OK)
             goto out_graph;
     }
     /* Thread-local mode: only this thread (the queue's) is barred from calls that are unsafe
@@ -123,8 +122,7 @@ troupe_status_t troupe__cuda_graph_launch(troupe_driver_t *drv, troupe_dqueue_t 
         return troupe__error(TROUPE_UNAVAILABLE,
                              "cuda graph_launch: the GEMM mode changed since the capture");
     TROUPE_RETURN_IF_ERROR(troupe__cuda_use(q->drv, q->ordinal));
-    if (g->gathers)
-        TROUPE_RETURN_IF_ERROR(troupe__cuda_gather_refused(q));
+    TROUPE_RETURN_IF_ERROR(troupe__cuda_gather_refused(q));
     for (size_t i = 0; i < nargs; i++) {
         const troupe_karg_t *a = &args[i];
         if (a->kind == TROUPE_KARG_STATIC_IDX) {
