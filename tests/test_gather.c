@@ -536,8 +536,8 @@ Test(gather, cuda_kernels_on_the_emulator_write_nothing_on_a_bad_index)
         cr_assert_eq(troupe_cgen_gather_failure(res, err), TROUPE_INVALID_ARGUMENT);
         char want[64];
         snprintf(want, sizeof want, "tokens[29] = %d", bad[shape]);
-        cr_assert(strstr(troupe_last_error(), want) && strstr(troupe_last_error(), "0..49"),
-                  "%s", troupe_last_error());
+        cr_assert(strstr(troupe_last_error(), want) && strstr(troupe_last_error(), "0..49"), "%s",
+                  troupe_last_error());
         irt_binds_free(&b);
     }
     troupe_emu_close(&e);
@@ -637,7 +637,8 @@ Test(gather, on_a_cuda_device_a_bad_index_fails_the_event_and_writes_nothing)
         OK(troupe_driver_h2d(drv, q, loc, irt_binds_get(&host, tn), loc.size_bytes));
         args[k] = (troupe_karg_t){TROUPE_KARG_BUFFER, 0, loc, 0};
     }
-    ptrdiff_t pt = troupe_cgen_find_node_param(gen, n[0]), pe = troupe_cgen_find_node_param(gen, n[2]),
+    ptrdiff_t pt = troupe_cgen_find_node_param(gen, n[0]),
+              pe = troupe_cgen_find_node_param(gen, n[2]),
               py = troupe_cgen_find_node_param(gen, n[4]);
     cr_assert(pt >= 0 && pe >= 0 && py >= 0);
     float emb[R * CW], y[R * DW];
@@ -645,9 +646,9 @@ Test(gather, on_a_cuda_device_a_bad_index_fails_the_event_and_writes_nothing)
     troupe_driver_graph_stats_reset();
     for (int run = 0; run < TROUPE_GRAPH_WARMUP_RUNS + 3; run++) {
         if (run == TROUPE_GRAPH_WARMUP_RUNS + 2) /* a replay must zero these itself */
-            cr_assert_eq(cudaMemsetAsync(q->gerr_dev, 0x7f, TROUPE_CGEN_GATHER_ERR_WORDS * 8,
-                                         q->stream),
-                         cudaSuccess);
+            cr_assert_eq(
+                cudaMemsetAsync(q->gerr_dev, 0x7f, TROUPE_CGEN_GATHER_ERR_WORDS * 8, q->stream),
+                cudaSuccess);
         OK(troupe_driver_launch(drv, q, code, args, gen->nparams));
         OK(s_cuda_sync(drv, q));
         OK(troupe_driver_d2h(drv, q, emb, args[pe].buf, (int64_t)sizeof emb));

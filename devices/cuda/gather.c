@@ -83,14 +83,14 @@ troupe_status_t troupe__cuda_gather_prepare(troupe_dqueue_t *q, troupe_dcode_t *
         pthread_mutex_init(&l->mu, NULL);
         q->glatch = l;
     }
-    if (q->gerr_dev == NULL && (e = cudaMalloc((void **)&q->gerr_dev, S_WORDS_BYTES)) != cudaSuccess) {
+    if (q->gerr_dev == NULL &&
+        (e = cudaMalloc((void **)&q->gerr_dev, S_WORDS_BYTES)) != cudaSuccess) {
         q->gerr_dev = NULL;
         return troupe__cuda_fail(dev, e, "launch %s: cudaMalloc of the gather error words",
                                  code->name);
     }
-    if (q->gerr_host == NULL &&
-        (e = cudaHostAlloc((void **)&q->gerr_host, S_WORDS_BYTES, cudaHostAllocDefault)) !=
-            cudaSuccess) {
+    if (q->gerr_host == NULL && (e = cudaHostAlloc((void **)&q->gerr_host, S_WORDS_BYTES,
+                                                   cudaHostAllocDefault)) != cudaSuccess) {
         q->gerr_host = NULL;
         return troupe__cuda_fail(dev, e, "launch %s: cudaHostAlloc of the gather error words",
                                  code->name);
