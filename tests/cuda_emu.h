@@ -22,6 +22,10 @@
  * two threads writing one element leave the other's value. A kernel whose block shape is part
  * of its code (troupe_cgen_kernel_t.fixed_block) keeps its block under the small grid.
  *
+ * A routine with gather indices (troupe_cgen_result_t.gathers) takes the gather error words
+ * after its parameters: args[nparams] points to an `int64_t *` to TROUPE_CGEN_GATHER_ERR_WORDS
+ * words, which the caller zeroes before the call (the cuda driver's memset).
+ *
  * troupe_emu_run runs one call of the routine: its steps in order, a GEMM step through its
  * fallback kernels (cuBLASLt itself needs a GPU); troupe_emu_gemm_ref computes a GEMM step from
  * its call description alone (its epilogue included), so the description can be checked
@@ -274,6 +278,9 @@ static inline void troupe_emu_open(const troupe_cgen_result_t *res, troupe_emu_t
             s_emu_param_type(&res->params[i], type, sizeof type);
             troupe__strbuf_printf(&b, "%s*(%s*)emu_args_%zu[%zu]", i ? ", " : "", type, k, i);
         }
+        if (res->ngathers > 0) /* the gather error words, after the parameters */
+            troupe__strbuf_printf(&b, "%s*(int64_t **)emu_args_%zu[%zu]", res->nparams ? ", " : "",
+                                  k, res->nparams);
         troupe__strbuf_printf(&b,
                               ");\n}\n"
                               "extern \"C\" int emu_%s(void **args, unsigned gx, unsigned gy, "

@@ -275,7 +275,8 @@ static inline void irt_lib_open(const troupe_ll_proc_t *proc, const char *flags,
  * static indices and merge buffers are not used by these tests and fail the test). */
 static inline void irt_call(const irt_lib_t *lib, const irt_binds_t *b)
 {
-    void *args[IRT_MAX_BINDS];
+    void *args[IRT_MAX_BINDS + 1];
+    int64_t err[TROUPE_CGEN_GATHER_ERR_WORDS] = {0};
     const troupe_cgen_result_t *res = lib->res;
     cr_assert_leq(res->nparams, IRT_MAX_BINDS);
     for (size_t k = 0; k < res->nparams; k++) {
@@ -285,7 +286,9 @@ static inline void irt_call(const irt_lib_t *lib, const irt_binds_t *b)
         args[k] = irt_binds_get(b, p->tn);
         cr_assert_not_null(args[k], "no buffer for parameter %s", p->decl);
     }
+    args[res->nparams] = err; /* read only by code with gather indices */
     lib->entry(args);
+    cr_assert_eq(err[0], 0, "%s: a gather index was out of range", res->name);
 }
 
 /* ---- interpreter ----------------------------------------------------------------------------- */
@@ -346,9 +349,12 @@ static inline void irt_emu_check(const troupe_ll_proc_t *proc, const irt_binds_t
                  proc->name, troupe_last_error());
     troupe_emu_t e;
     troupe_emu_open(res, &e);
-    void *ptrs[IRT_MAX_BINDS], *args[IRT_MAX_BINDS];
+    void *ptrs[IRT_MAX_BINDS], *args[IRT_MAX_BINDS + 1];
+    int64_t err[TROUPE_CGEN_GATHER_ERR_WORDS], *errp = err;
+    args[res->nparams] = &errp; /* the gather error words (read only by code with gathers) */
     cr_assert_leq(res->nparams, IRT_MAX_BINDS);
     for (int shape = 0; shape < 2; shape++) {
+        memset(err, 0, sizeof err);
         irt_binds_t got;
         irt_binds_copy(&got, orig, irt_is_param_node, res);
         for (size_t k = 0; k < res->nparams; k++) {
@@ -358,6 +364,7 @@ static inline void irt_emu_check(const troupe_ll_proc_t *proc, const irt_binds_t
             args[k] = &ptrs[k];
         }
         troupe_emu_run(&e, args, (troupe_emu_shape_t)shape, -1);
+        cr_assert_eq(err[0], 0, "%s: the emulated index check failed", proc->name);
         char what[160];
         snprintf(what, sizeof what, "%s: CUDA dialect emulated (%s) vs compiled C", proc->name,
                  shape ? "small grid, reverse" : "planned grid");

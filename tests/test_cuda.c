@@ -312,9 +312,9 @@ Test(cuda, compiled_images_are_cached_by_hash)
     cr_assert_eq(system(cmd), 0);
 }
 
-/* The conformance suites (FOR_EACH_DRIVER in test_runtime, test_merge, test_mlp, test_gemm and
- * the schedule fuzzer) include cuda exactly when a device is present; this test says so, or
- * skips with the reason. */
+/* The conformance suites (FOR_EACH_DRIVER in test_runtime, test_merge, test_mlp, test_gemm,
+ * test_gather, test_nn_embedding and the schedule fuzzer) include cuda exactly when a device is
+ * present; this test says so, or skips with the reason. */
 Test(cuda, conformance_suites_run_on_cuda_when_a_device_is_present)
 {
     bool listed = false;

@@ -1,14 +1,20 @@
 /* Data-dependent gather (ir/projection.h "@N[...]", troupe_asgn_accum_gather): the embedding
- * lookup and the picked log-probability on the sync and cpu backends against hand-computed
- * values, the scatter-add gradient with duplicate indices (bitwise the sequential sum, run to
- * run and backend to backend), out-of-range indices (the event fails naming the node and the
- * value; generated code and the interpreter write nothing), the text forms and their parse
- * errors, and the CUDA dialect through NVRTC (skipped without NVRTC). */
+ * lookup and the picked log-probability on every driver (sync, cpu, cuda when a device is
+ * present) against hand-computed values, the scatter-add gradient with duplicate indices
+ * (bitwise the sequential sum, run to run and driver to driver), out-of-range indices (the
+ * event fails naming the node and the value; generated code and the interpreter write nothing),
+ * the text forms and their parse errors, the CUDA dialect through NVRTC (skipped without NVRTC)
+ * and on the host emulator (tests/cuda_emu.h: a bad index fills the error words and no kernel
+ * writes), and, on a GPU only, the cuda driver's event failure and its graph replays. */
 #define _POSIX_C_SOURCE 200809L
 #include "ir_test_util.h"
 #include "runtime_test_util.h"
 
 #include "compiler/optimize.h"
+#include "devices/device.h"
+#if TROUPE_HAVE_CUDA
+#include "devices/cuda/driver_impl.h" /* the queue's gather error words */
+#endif
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -76,9 +82,9 @@ static troupe_status_t s_run(rtu_env_t *e, troupe_asgn_comp_t *comp, const char 
     return st;
 }
 
-Test(gather, embedding_forward_on_host_backends)
+Test(gather, embedding_forward_on_every_driver)
 {
-    FOR_EACH_HOST_DRIVER(drv)
+    FOR_EACH_DRIVER(drv)
     {
         rtu_env_t e;
         rtu_env_open(&e, *drv, 1);
@@ -110,9 +116,9 @@ Test(gather, embedding_forward_on_host_backends)
     }
 }
 
-Test(gather, picked_logprob_on_host_backends)
+Test(gather, picked_logprob_on_every_driver)
 {
-    FOR_EACH_HOST_DRIVER(drv)
+    FOR_EACH_DRIVER(drv)
     {
         rtu_env_t e;
         rtu_env_open(&e, *drv, 1);
@@ -162,7 +168,7 @@ Test(gather, scatter_add_duplicates_is_the_sequential_sum_everywhere)
             want[(int)k_tokens[bt] * C + c] += (float)g[bt * C + c];
     float first[V * C];
     bool have_first = false;
-    FOR_EACH_HOST_DRIVER(drv)
+    FOR_EACH_DRIVER(drv)
     {
         for (int run = 0; run < 2; run++) {
             rtu_env_t e;
@@ -205,7 +211,7 @@ Test(gather, out_of_range_fails_the_event_naming_node_and_value)
 {
     const double bad[2][B * T] = {{3, 0, 3, 4, 70000, 1}, {3, 0, -1, 4, 3, 1}};
     const char *want[2] = {"70000", "= -1 "};
-    FOR_EACH_HOST_DRIVER(drv)
+    FOR_EACH_DRIVER(drv)
     {
         for (int k = 0; k < 2; k++) {
             rtu_env_t e;
@@ -383,6 +389,163 @@ Test(gather, bad_specs_are_refused_with_clear_messages)
     troupe_tnode_release(&tokens);
 }
 
+/* tokens (R) int32, wte (VW, CW), emb (R, CW) = wte[tokens[r], c], w (CW, DW), y = emb . w:
+ * an embedding then a product the CUDA dialect runs as a GEMM step. n[]: tokens, wte, emb, w,
+ * y. */
+enum { R = 32, VW = 50, CW = 48, DW = 40 };
+static troupe_ll_proc_t *s_embed_mm_proc(troupe_tnode_t *n[5])
+{
+    n[0] = irt_node(0, "tokens", TROUPE_PREC_INT32, 1, (int64_t[]){R});
+    n[1] = irt_node(0, "wte", TROUPE_PREC_SINGLE, 2, (int64_t[]){VW, CW});
+    n[2] = irt_node(0, "emb", TROUPE_PREC_SINGLE, 2, (int64_t[]){R, CW});
+    n[3] = irt_node(0, "w", TROUPE_PREC_SINGLE, 2, (int64_t[]){CW, DW});
+    n[4] = irt_node(0, "y", TROUPE_PREC_SINGLE, 2, (int64_t[]){R, DW});
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *t1 = NULL, *t2 = NULL, *t = NULL;
+    OK(troupe_asgn_comp_new(&comp));
+    troupe_asgn_buffer_t rhs[1] = {troupe_asgn_node(n[1])};
+    OK(troupe_asgn_accum_gather(comp, true, TROUPE_BINOP_ARG2, n[2], TROUPE_ASGN_RHS_UNOP,
+                                TROUPE_UNOP_IDENTITY, rhs, 1, &n[0], "@1[r]c=>rc", &t1));
+    OK(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ADD, n[4], TROUPE_BINOP_MUL,
+                               troupe_asgn_node(n[2]), troupe_asgn_node(n[3]), "rc,cd=>rd", &t2));
+    OK(troupe_asgn_seq2(comp, t1, t2, &t));
+    troupe_asgn_comp_set_root(comp, t);
+    troupe_ll_proc_t *proc = NULL;
+    OK(troupe_asgn_lower(comp, "embed_mm", &proc));
+    troupe_asgn_comp_destroy(&comp);
+    troupe_optimize_opts_t o;
+    troupe_optimize_opts_default(&o);
+    o.local_max_bytes = 0; /* as routines for the cuda driver: emb stays a parameter */
+    OK(troupe_ll_optimize(proc, &o));
+    return proc;
+}
+
+/* Inputs of s_embed_mm_proc: tokens in range, wte and w small exact values, emb and y sentinels. */
+static void s_embed_mm_fill(troupe_tnode_t *n[5], irt_binds_t *b)
+{
+    int32_t *tok = irt_binds_ensure(b, n[0]);
+    float *wte = irt_binds_ensure(b, n[1]), *emb = irt_binds_ensure(b, n[2]);
+    float *w = irt_binds_ensure(b, n[3]), *y = irt_binds_ensure(b, n[4]);
+    for (int r = 0; r < R; r++)
+        tok[r] = (7 * r + 3) % VW;
+    for (int i = 0; i < VW * CW; i++)
+        wte[i] = (float)(i % 13) * 0.25f - 1.0f;
+    for (int i = 0; i < CW * DW; i++)
+        w[i] = (float)(i % 7) * 0.5f - 1.5f;
+    for (int i = 0; i < R * CW; i++)
+        emb[i] = 1234.5f;
+    for (int i = 0; i < R * DW; i++)
+        y[i] = -777.0f;
+}
+
+static void s_free_nodes(troupe_tnode_t **n, int count)
+{
+    for (int i = 0; i < count; i++)
+        troupe_tnode_release(&n[i]);
+}
+
+/* The CUDA dialect of a routine with a gather: its first step is the one-thread index check, a
+ * GEMM step follows, and with indices in range the kernels (run on the host, tests/cuda_emu.h,
+ * the GEMM step through its kernels) give bit for bit what the compiled C and the interpreter
+ * give; so does the scatter-add (its fixed order under a reversed small grid). */
+Test(gather, cuda_kernels_on_the_emulator_match_c)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler for the CUDA emulation (tests/cuda_emu.h)");
+    troupe_tnode_t *n[5];
+    troupe_ll_proc_t *proc = s_embed_mm_proc(n);
+    troupe_cgen_result_t *res = NULL;
+    OK(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res));
+    cr_assert_eq(res->ngathers, 1);
+    cr_assert(res->nsteps >= 2 && res->steps[0].kind == TROUPE_CGEN_STEP_KERNEL &&
+                  res->kernels[res->steps[0].first_kernel].one_thread,
+              "the first step is not the one-thread index check");
+    bool gemm = false;
+    for (size_t s = 1; s < res->nsteps; s++)
+        gemm = gemm || res->steps[s].kind == TROUPE_CGEN_STEP_GEMM;
+    cr_assert(gemm, "no GEMM step in %s", res->name);
+    troupe_cgen_result_destroy(&res);
+    irt_binds_t b;
+    memset(&b, 0, sizeof b);
+    s_embed_mm_fill(n, &b);
+    irt_lib_t lib;
+    irt_lib_open(proc, NULL, &lib);
+    irt_run_and_compare(proc, &lib, &b); /* C vs interpreter, then emulated CUDA vs C */
+    irt_lib_close(&lib);
+    irt_binds_free(&b);
+    troupe_ll_proc_destroy(&proc);
+    s_free_nodes(n, 5);
+
+    troupe_tnode_t *tokens, *g_out, *g_wte;
+    proc = s_scatter_proc(&tokens, &g_out, &g_wte, TROUPE_PREC_INT32);
+    memset(&b, 0, sizeof b);
+    int32_t *tok = irt_binds_ensure(&b, tokens);
+    float *go = irt_binds_ensure(&b, g_out);
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (int32_t)k_tokens[i];
+    for (int i = 0; i < B * T * C; i++) /* sums that depend on the order */
+        go[i] = (i % 3 == 0) ? 1e8f : (i % 3 == 1) ? 1.0f + 0.125f * i : -1e8f + 3.0f * i;
+    irt_lib_open(proc, NULL, &lib);
+    irt_run_and_compare(proc, &lib, &b);
+    irt_lib_close(&lib);
+    irt_binds_free(&b);
+    troupe_ll_proc_destroy(&proc);
+    troupe_tnode_release(&tokens);
+    troupe_tnode_release(&g_out);
+    troupe_tnode_release(&g_wte);
+}
+
+/* An index out of range, on the host-emulated CUDA kernels: the check fills the error words
+ * (gather 1, the value, the cell) and no kernel writes, the GEMM step's kernels included (the
+ * cuda driver runs those, not cuBLASLt, for such a routine); the words give the message the
+ * cuda driver fails the event with. */
+Test(gather, cuda_kernels_on_the_emulator_write_nothing_on_a_bad_index)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler for the CUDA emulation (tests/cuda_emu.h)");
+    troupe_tnode_t *n[5];
+    troupe_ll_proc_t *proc = s_embed_mm_proc(n);
+    troupe_cgen_result_t *res = NULL;
+    OK(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res));
+    troupe_emu_t e;
+    troupe_emu_open(res, &e);
+    const int32_t bad[2] = {VW, -3};
+    for (int shape = 0; shape < 2; shape++) {
+        irt_binds_t b;
+        memset(&b, 0, sizeof b);
+        s_embed_mm_fill(n, &b);
+        int32_t *tok = irt_binds_get(&b, n[0]);
+        tok[29] = bad[shape];
+        float emb0[R * CW], y0[R * DW];
+        memcpy(emb0, irt_binds_get(&b, n[2]), sizeof emb0);
+        memcpy(y0, irt_binds_get(&b, n[4]), sizeof y0);
+        void *ptrs[8], *args[9];
+        int64_t err[TROUPE_CGEN_GATHER_ERR_WORDS] = {0}, *errp = err;
+        cr_assert_leq(res->nparams, 8);
+        for (size_t k = 0; k < res->nparams; k++) {
+            ptrs[k] = irt_binds_get(&b, res->params[k].tn);
+            cr_assert_not_null(ptrs[k]);
+            args[k] = &ptrs[k];
+        }
+        args[res->nparams] = &errp;
+        troupe_emu_run(&e, args, (troupe_emu_shape_t)shape, -1);
+        cr_assert_eq(err[0], 1, "shape %d: error words not set", shape);
+        cr_assert_eq(err[2], 29, "the cell");
+        cr_assert(memcmp(emb0, irt_binds_get(&b, n[2]), sizeof emb0) == 0, "emb was written");
+        cr_assert(memcmp(y0, irt_binds_get(&b, n[4]), sizeof y0) == 0, "y was written");
+        cr_assert_eq(troupe_cgen_gather_failure(res, err), TROUPE_INVALID_ARGUMENT);
+        char want[64];
+        snprintf(want, sizeof want, "tokens[29] = %d", bad[shape]);
+        cr_assert(strstr(troupe_last_error(), want) && strstr(troupe_last_error(), "0..49"), "%s",
+                  troupe_last_error());
+        irt_binds_free(&b);
+    }
+    troupe_emu_close(&e);
+    troupe_cgen_result_destroy(&res);
+    troupe_ll_proc_destroy(&proc);
+    s_free_nodes(n, 5);
+}
+
 Test(gather, cuda_dialect_compiles_under_nvrtc)
 {
     troupe_tnode_t *tokens, *g_out, *g_wte;
@@ -397,6 +560,149 @@ Test(gather, cuda_dialect_compiles_under_nvrtc)
     troupe_tnode_release(&tokens);
     troupe_tnode_release(&g_out);
     troupe_tnode_release(&g_wte);
+    /* The embedding then a GEMM step: PTX with every kernel, the index check's among them
+     * (irt_nvrtc_check), and the cubin the cuda driver loads (sm_90, through nvJitLink). */
+    troupe_tnode_t *n[5];
+    proc = s_embed_mm_proc(n);
+    ran = irt_nvrtc_check(proc) && ran;
+#if TROUPE_HAVE_CUDA
+    OK(troupe_cgen_emit(proc, TROUPE_CGEN_CUDA, &res));
+    void *img = NULL;
+    size_t size = 0;
+    OK(troupe_nvrtc_compile_image(res->source, res->name, "sm_90", false, &img, &size, NULL));
+    cr_assert_gt(size, 0);
+    troupe_free(img);
+    troupe_cgen_result_destroy(&res);
+#endif
+    troupe_ll_proc_destroy(&proc);
+    s_free_nodes(n, 5);
     if (!ran)
         cr_skip_test("NVRTC unavailable");
+}
+
+#if TROUPE_HAVE_CUDA
+/* Records an event on q and queries it until it is done; its status. */
+static troupe_status_t s_cuda_sync(troupe_driver_t *drv, troupe_dqueue_t *q)
+{
+    troupe_devent_t *ev = NULL;
+    OK(troupe_driver_event_record(drv, q, &ev));
+    bool done = false;
+    troupe_status_t st = TROUPE_OK;
+    while (!done && st == TROUPE_OK)
+        st = troupe_driver_event_query(drv, ev, &done);
+    troupe_driver_event_release(drv, ev);
+    return st;
+}
+#endif
+
+/* On a GPU, the embedding + GEMM routine through the cuda driver and its graph policy: runs in
+ * range give what the compiled C gives (plain, captured, replayed); a replay zeroes the error
+ * words (set behind its back); an index out of range fails the event with INVALID_ARGUMENT
+ * naming the index node, cell and value, emb and y keep what they held, the queue refuses the
+ * next launch, and a queue that waits for it on the device fails its events too. Skipped, with
+ * the reason, without a device. */
+Test(gather, on_a_cuda_device_a_bad_index_fails_the_event_and_writes_nothing)
+{
+#if !TROUPE_HAVE_CUDA
+    cr_skip_test("the cuda driver is not built (TROUPE_WITH_CUDA)");
+#else
+    char why[512];
+    if (!rtu_cuda_present(why, sizeof why))
+        cr_skip_test("%s", why);
+    troupe_tnode_t *n[5];
+    troupe_ll_proc_t *proc = s_embed_mm_proc(n);
+    irt_binds_t host, ref;
+    memset(&host, 0, sizeof host);
+    s_embed_mm_fill(n, &host);
+    irt_lib_t lib;
+    irt_lib_open(proc, NULL, &lib);
+    irt_binds_copy(&ref, &host, irt_is_param_node, lib.res);
+    irt_call(&lib, &ref); /* the values the good runs must give */
+
+    const troupe_driver_vtable_t *vt = NULL;
+    troupe_driver_t *drv = NULL;
+    OK(troupe_driver_lookup("cuda", &vt));
+    OK(troupe_driver_open(vt, &drv));
+    troupe_dcode_t *code = NULL;
+    OK(troupe_driver_compile(drv, proc, &code));
+    troupe_dqueue_t *q = NULL;
+    OK(troupe_driver_queue_create(drv, 0, &q));
+    const troupe_cgen_result_t *gen = lib.res; /* the same parameters, in the same order */
+    troupe_karg_t args[8];
+    cr_assert_leq(gen->nparams, 8);
+    for (size_t k = 0; k < gen->nparams; k++) {
+        const troupe_tnode_t *tn = gen->params[k].tn;
+        troupe_buffer_loc_t loc = {(int32_t)k + 1, 0, (int64_t)tn->size_bytes};
+        OK(troupe_driver_alloc_pool(drv, 0, loc.pool_id, loc.size_bytes, true));
+        OK(troupe_driver_h2d(drv, q, loc, irt_binds_get(&host, tn), loc.size_bytes));
+        args[k] = (troupe_karg_t){TROUPE_KARG_BUFFER, 0, loc, 0};
+    }
+    ptrdiff_t pt = troupe_cgen_find_node_param(gen, n[0]),
+              pe = troupe_cgen_find_node_param(gen, n[2]),
+              py = troupe_cgen_find_node_param(gen, n[4]);
+    cr_assert(pt >= 0 && pe >= 0 && py >= 0);
+    float emb[R * CW], y[R * DW];
+    troupe_driver_set_graphs(TROUPE_GRAPHS_AUTO);
+    troupe_driver_graph_stats_reset();
+    for (int run = 0; run < TROUPE_GRAPH_WARMUP_RUNS + 3; run++) {
+        if (run == TROUPE_GRAPH_WARMUP_RUNS + 2) /* a replay must zero these itself */
+            cr_assert_eq(
+                cudaMemsetAsync(q->gerr_dev, 0x7f, TROUPE_CGEN_GATHER_ERR_WORDS * 8, q->stream),
+                cudaSuccess);
+        OK(troupe_driver_launch(drv, q, code, args, gen->nparams));
+        OK(s_cuda_sync(drv, q));
+        OK(troupe_driver_d2h(drv, q, emb, args[pe].buf, (int64_t)sizeof emb));
+        OK(troupe_driver_d2h(drv, q, y, args[py].buf, (int64_t)sizeof y));
+        cr_assert(memcmp(emb, irt_binds_get(&ref, n[2]), sizeof emb) == 0, "run %d: emb", run);
+        cr_assert(memcmp(y, irt_binds_get(&ref, n[4]), sizeof y) == 0, "run %d: y", run);
+    }
+    troupe_graph_stats_t gs;
+    troupe_driver_graph_stats(&gs);
+    cr_assert_eq(gs.capture_failures, 0, "the capture failed (TROUPE_LOG=debug:devices says why)");
+    cr_assert_eq(gs.replays, 3); /* the captured run and two more */
+
+    /* Out of range, replayed from the graph: sentinels in emb and y stay. */
+    int32_t *tok = irt_binds_get(&host, n[0]);
+    tok[29] = VW;
+    OK(troupe_driver_h2d(drv, q, args[pt].buf, tok, args[pt].buf.size_bytes));
+    float *emb0 = irt_binds_get(&host, n[2]), *y0 = irt_binds_get(&host, n[4]);
+    OK(troupe_driver_h2d(drv, q, args[pe].buf, emb0, args[pe].buf.size_bytes));
+    OK(troupe_driver_h2d(drv, q, args[py].buf, y0, args[py].buf.size_bytes));
+    OK(troupe_driver_launch(drv, q, code, args, gen->nparams));
+    cr_assert_eq(s_cuda_sync(drv, q), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "tokens[29] = 50") &&
+                  strstr(troupe_last_error(), "0..49"),
+              "%s", troupe_last_error());
+    OK(troupe_driver_d2h(drv, q, emb, args[pe].buf, (int64_t)sizeof emb));
+    OK(troupe_driver_d2h(drv, q, y, args[py].buf, (int64_t)sizeof y));
+    cr_assert(memcmp(emb, emb0, sizeof emb) == 0, "emb was written");
+    cr_assert(memcmp(y, y0, sizeof y) == 0, "y was written (a GEMM ran after the check)");
+    troupe_driver_graph_stats(&gs);
+    cr_assert_eq(gs.replays, 4, "the failing run was not a replay");
+    /* the queue keeps the failure: its next launch is refused with it */
+    cr_assert_eq(troupe_driver_launch(drv, q, code, args, gen->nparams), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "tokens[29] = 50"), "%s", troupe_last_error());
+    /* a queue ordered after it on the device (event_wait) inherits it */
+    troupe_dqueue_t *q2 = NULL;
+    OK(troupe_driver_queue_create(drv, 0, &q2));
+    OK(s_cuda_sync(drv, q2));
+    troupe_devent_t *ev = NULL;
+    OK(troupe_driver_event_record(drv, q, &ev));
+    OK(troupe_driver_event_wait(drv, q2, ev));
+    troupe_driver_event_release(drv, ev);
+    cr_assert_eq(s_cuda_sync(drv, q2), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "tokens[29] = 50"), "%s", troupe_last_error());
+    troupe_driver_queue_destroy(drv, q2);
+
+    troupe_driver_queue_destroy(drv, q);
+    troupe_driver_code_release(drv, code);
+    for (size_t k = 0; k < gen->nparams; k++)
+        OK(troupe_driver_free_pool(drv, 0, (int32_t)k + 1));
+    troupe_driver_close(drv);
+    irt_lib_close(&lib);
+    irt_binds_free(&ref);
+    irt_binds_free(&host);
+    troupe_ll_proc_destroy(&proc);
+    s_free_nodes(n, 5);
+#endif
 }

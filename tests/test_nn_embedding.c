@@ -1,7 +1,8 @@
 /* Tests of nn/embedding.h: the embedding lookup and the cross-entropy against integer targets
  * (the IR's gather), their derived gradients (scatter-adds) against central differences in
- * double precision through the interpreter, on the sync and cpu drivers bit for bit across two
- * runs and two drivers, the padded vocabulary, and an out-of-range token. */
+ * double precision through the interpreter, on the sync and cpu drivers (and cuda when a device
+ * is present) bit for bit across two runs and the drivers, the padded vocabulary, and an
+ * out-of-range token. */
 #include "nn/embedding.h"
 
 #include "compiler/interp.h"
@@ -206,8 +207,6 @@ Test(nn_embedding, scatter_add_is_bitwise_reproducible_across_runs_and_drivers)
     bool have = false;
     FOR_EACH_DRIVER(drv)
     {
-        if (strcmp(*drv, "cuda") == 0)
-            continue; /* the cuda driver refuses gather routines (not yet implemented) */
         s_model_t m;
         s_build(&m, TROUPE_PREC_SINGLE, VP);
         s_env_t e;
@@ -241,8 +240,6 @@ Test(nn_embedding, out_of_range_token_fails_the_run_naming_it)
 {
     FOR_EACH_DRIVER(drv)
     {
-        if (strcmp(*drv, "cuda") == 0)
-            continue;
         s_model_t m;
         s_build(&m, TROUPE_PREC_SINGLE, VP);
         const int32_t bad[B * T] = {1, 4, 1, 0, 7, 3};

@@ -537,6 +537,7 @@ static void s_queue_destroy(troupe_driver_t *drv, troupe_dqueue_t *q)
     (void)cudaSetDevice(q->ordinal);
     (void)cudaStreamSynchronize(q->stream);
     troupe__cuda_gemm_queue_free(q);
+    troupe__cuda_gather_queue_free(q);
     for (int i = 0; i < 2; i++) {
         if (q->stage[i] != NULL) {
             (void)cudaEventDestroy(q->stage_ev[i]);
@@ -771,7 +772,9 @@ static troupe_status_t s_run_steps(troupe_dqueue_t *q, troupe_dcode_t *code, voi
     const troupe_cgen_result_t *gen = code->gen;
     for (size_t s = 0; s < gen->nsteps; s++) {
         const troupe_cgen_step_t *st = &gen->steps[s];
-        if (st->kind == TROUPE_CGEN_STEP_GEMM) {
+        /* With gather indices, a GEMM step runs its kernels: they return at once after a failed
+         * index check, while cuBLASLt would still write its output. */
+        if (st->kind == TROUPE_CGEN_STEP_GEMM && gen->ngathers == 0) {
             const troupe_cgen_gemm_call_t *g = &st->gemm;
             size_t es = g->prec == TROUPE_PREC_DOUBLE ? 8 : 4;
             bool has_bias = g->epilogue == TROUPE_CGEN_GEMM_EPI_BIAS ||
@@ -794,6 +797,14 @@ static troupe_status_t s_run_steps(troupe_dqueue_t *q, troupe_dcode_t *code, voi
 troupe_status_t troupe__cuda_launch(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dcode_t *code,
                                     const troupe_karg_t *args, size_t nargs)
 {
+    return troupe__cuda_launch_steps(drv, q, code, args, nargs, true);
+}
+
+troupe_status_t troupe__cuda_launch_steps(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                          troupe_dcode_t *code, const troupe_karg_t *args,
+                                          size_t nargs, bool counted)
+{
+    (void)drv;
     TROUPE_RETURN_IF_ERROR(s_check_queue("launch", q));
     if (code == NULL || (nargs > 0 && args == NULL))
         return troupe__error(TROUPE_INVALID_ARGUMENT, "cuda launch: NULL code or arguments");
@@ -801,14 +812,16 @@ troupe_status_t troupe__cuda_launch(troupe_driver_t *drv, troupe_dqueue_t *q, tr
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "cuda launch %s: got %zu arguments, the code has %zu parameters",
                              code->name, nargs, code->nparams);
-    void *ptrs_stack[S_STACK_ARGS], *kargs_stack[S_STACK_ARGS];
+    /* kargs has one more entry: the gather error words of a code with gather indices. */
+    void *ptrs_stack[S_STACK_ARGS], *kargs_stack[S_STACK_ARGS + 1];
     int64_t values_stack[S_STACK_ARGS];
     void **ptrs = ptrs_stack, **kargs = kargs_stack;
     int64_t *values = values_stack;
+    troupe__cuda_gslot_t *gslot = NULL;
     troupe_status_t st = TROUPE_OK;
     if (nargs > S_STACK_ARGS) {
         ptrs = troupe_calloc(nargs, sizeof *ptrs);
-        kargs = troupe_calloc(nargs, sizeof *kargs);
+        kargs = troupe_calloc(nargs + 1, sizeof *kargs);
         values = troupe_calloc(nargs, sizeof *values);
         if (ptrs == NULL || kargs == NULL || values == NULL) {
             st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda launch %s: out of memory",
@@ -838,7 +851,19 @@ troupe_status_t troupe__cuda_launch(troupe_driver_t *drv, troupe_dqueue_t *q, tr
             goto out_arrays;
         kargs[i] = &ptrs[i];
     }
+    /* A gather failure latched on this queue refuses its later launches (as a failed stream
+     * drops its later work on the CPU drivers). */
+    if ((st = troupe__cuda_gather_refused(q)) != TROUPE_OK)
+        goto out_arrays;
+    if (code->gen->ngathers > 0) {
+        if ((st = troupe__cuda_gather_prepare(q, code, &gslot)) != TROUPE_OK ||
+            (st = troupe__cuda_gather_begin(q, gslot)) != TROUPE_OK)
+            goto out_arrays;
+        kargs[nargs] = &q->gerr_dev;
+    }
     st = s_run_steps(q, code, ptrs, values, kargs);
+    if (st == TROUPE_OK && gslot != NULL)
+        st = troupe__cuda_gather_end(q, gslot, counted);
 out_arrays:
     if (ptrs != ptrs_stack)
         troupe_free(ptrs);
@@ -873,6 +898,13 @@ static troupe_status_t s_event_record(troupe_driver_t *drv, troupe_dqueue_t *q,
         troupe_free(ev);
         return troupe__cuda_fail(s_qdev(q), e, "event_record: cudaEventRecord");
     }
+    troupe_status_t st = troupe__cuda_gather_event_mark(q, ev);
+    if (st != TROUPE_OK) {
+        troupe__cuda_gather_event_release(ev);
+        (void)cudaEventDestroy(ev->ev);
+        troupe_free(ev);
+        return st;
+    }
     *out = ev;
     return TROUPE_OK;
 }
@@ -896,7 +928,8 @@ static troupe_status_t s_event_query(troupe_driver_t *drv, troupe_devent_t *ev, 
                            "cuda: cudaEventQuery's cudaErrorNotReady was recorded as the "
                            "thread's last error (cleared)");
         }
-        return TROUPE_OK;
+        /* Done: a gather index of a routine before it that failed fails it (gather.c). */
+        return e == cudaSuccess ? troupe__cuda_gather_event_check(ev) : TROUPE_OK;
     }
     troupe__cuda_dev_t *dev = NULL;
     if (drv != NULL && s_dev(s_self(drv), "event_query", ev->ordinal, &dev) != TROUPE_OK)
@@ -910,6 +943,8 @@ static troupe_status_t s_event_wait(troupe_driver_t *drv, troupe_dqueue_t *q, tr
     TROUPE_RETURN_IF_ERROR(s_check_queue("event_wait", q));
     if (ev == NULL)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "cuda event_wait: NULL event");
+    /* q's later events and launches follow the gather launches before ev (gather.c). */
+    TROUPE_RETURN_IF_ERROR(troupe__cuda_gather_event_wait(q, ev));
     cudaError_t e = cudaStreamWaitEvent(q->stream, ev->ev, 0);
     if (e != cudaSuccess)
         return troupe__cuda_fail(s_qdev(q), e, "event_wait: cudaStreamWaitEvent");
@@ -924,6 +959,7 @@ static void s_event_release(troupe_driver_t *drv, troupe_devent_t *ev)
         return;
     (void)cudaEventDestroy(ev->ev);
     (void)cudaGetLastError();
+    troupe__cuda_gather_event_release(ev);
     troupe_free(ev);
 }
 

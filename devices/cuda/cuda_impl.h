@@ -63,6 +63,21 @@
  *     plain launches of the binding) build the cuBLASLt plans and the queue's workspace (one
  *     per queue, never reallocated: capture needs a stable workspace), so nothing is allocated
  *     during a capture. NOT YET RUN ON A GPU: only compiled.
+ *   - gathers (gather.c; issue 30): a routine with gather indices (compiler/cgen.h) gets its
+ *     queue's TROUPE_CGEN_GATHER_ERR_WORDS device words as the kernels' last argument. Each
+ *     launch enqueues cudaMemsetAsync of the words, the steps (the first a one-thread index
+ *     check; every kernel returns at once once the words are set; GEMM steps run their kernels,
+ *     never cuBLASLt, which would still write), cudaMemcpyAsync of the words to pinned host
+ *     words, and cudaLaunchHostFunc: in stream order, that function latches the queue's first
+ *     failure (troupe_cgen_gather_failure's INVALID_ARGUMENT naming the index node, cell, value
+ *     and range). A captured graph holds the same memset, copy and host nodes, so each replay
+ *     zeroes and checks. Every event recorded on the queue after the failed launch then fails
+ *     with that message once the device reaches it (event_query), and the queue's later launches
+ *     are refused with it (as a failed stream drops its work on the CPU). A queue ordered
+ *     after such an event by event_wait inherits the failure the same way (on the CPU, a WAIT
+ *     on a failed event fails the stream).
+ *     Work enqueued before the failure was latched still runs: only the failing routine is
+ *     sure to write nothing. NOT YET RUN ON A GPU: compiled, the kernels emulated on the host.
  *   - suggested_num_streams (seed CUDA config): ONLY_DEVICES_PARALLEL 1,
  *     FOR_PARALLEL_COPYING 1 + the async engine count, MOST_PARALLEL_STREAMS the number of
  *     multiprocessors.

@@ -3,6 +3,7 @@
  *   module.c   compile: the CUDA dialect, NVRTC images through the compile cache, libraries
  *   gemm_lt.c  GEMM steps through cuBLASLt (when the toolkit has it)
  *   graph.c    a launch captured as a CUDA graph and replayed (the graph entries)
+ *   gather.c   the gather error words of routines with gather indices, their read-back
  * Only devices/cuda/ *.c include this header (it includes the CUDA runtime's).
  *
  * Thread safety: a device's pool table is guarded by its mutex; a queue is used by one thread
@@ -50,6 +51,17 @@ typedef struct troupe__cuda_driver {
     bool pins; /* holds a use of the pinned host allocator (cuda.c s_pin_acquire) */
 } troupe__cuda_driver_t;
 
+/* gather.c: a queue's first gather failure (refcounted: events share it) and the host
+ * function's argument, one per code launched on the queue. */
+typedef struct troupe__cuda_glatch troupe__cuda_glatch_t;
+typedef struct troupe__cuda_gslot troupe__cuda_gslot_t;
+/* Another queue's latch and the count of its gather launches that a queue or an event follows
+ * (an event_wait ordered it after them). */
+typedef struct troupe__cuda_gdep {
+    troupe__cuda_glatch_t *latch; /* one reference */
+    uint64_t mark;
+} troupe__cuda_gdep_t;
+
 struct troupe_dqueue {
     troupe__cuda_driver_t *drv;
     int ordinal;
@@ -58,11 +70,24 @@ struct troupe_dqueue {
     cudaEvent_t stage_ev[2]; /* the last copy that used each */
     bool stage_busy[2];
     void *lt; /* the queue's cuBLASLt state (gemm_lt.c), lazily */
+    /* Routines with gather indices (gather.c), lazily at the first one: */
+    int64_t *gerr_dev;  /* TROUPE_CGEN_GATHER_ERR_WORDS device words, zeroed at each launch */
+    int64_t *gerr_host; /* pinned: their copy after each launch */
+    troupe__cuda_glatch_t *glatch;
+    uint64_t gather_seq; /* such launches enqueued, plain or replayed */
+    troupe__cuda_gslot_t **gslots;
+    size_t ngslots;
+    troupe__cuda_gdep_t *gups; /* other queues' gather launches this one waited for */
+    size_t ngups;
 };
 
 struct troupe_devent {
     cudaEvent_t ev;
     int ordinal;
+    troupe__cuda_glatch_t *glatch; /* its queue's, when a gather launch came before it */
+    uint64_t gmark;                /* the queue's gather_seq when it was recorded */
+    troupe__cuda_gdep_t *gups;     /* its queue's gups when it was recorded (a copy) */
+    size_t ngups;
 };
 
 /* One GEMM step's cuBLASLt plan (gemm_lt.c), per device architecture and alignment class of
@@ -108,6 +133,36 @@ troupe_status_t troupe__cuda_graph_launch(troupe_driver_t *drv, troupe_dqueue_t 
                                           troupe_dgraph_t *g, const troupe_karg_t *args,
                                           size_t nargs);
 void troupe__cuda_graph_release(troupe_driver_t *drv, troupe_dgraph_t *g);
+
+/* The launch entry's body; `counted` false while a graph captures it (its replays count). */
+troupe_status_t troupe__cuda_launch_steps(troupe_driver_t *drv, troupe_dqueue_t *q,
+                                          troupe_dcode_t *code, const troupe_karg_t *args,
+                                          size_t nargs, bool counted);
+
+/* gather.c (rules in cuda_impl.h "gathers"). A launch of a code with gather indices runs
+ * gather_begin (zeroes q's error words), its steps (kernels get the words as their last
+ * argument, GEMM steps run their kernels), then gather_end (copies the words back and enqueues
+ * the host function that latches a failure; `counted`: the launch is enqueued now, not
+ * captured). gather_prepare allocates q's words, latch and the code's slot (before a capture:
+ * nothing is allocated during one); gather_refused is the latched failure (INVALID_ARGUMENT
+ * naming the index) or OK. Queue thread only, except event_check (any thread). */
+troupe_status_t troupe__cuda_gather_prepare(troupe_dqueue_t *q, troupe_dcode_t *code,
+                                            troupe__cuda_gslot_t **out);
+troupe_status_t troupe__cuda_gather_refused(troupe_dqueue_t *q);
+troupe_status_t troupe__cuda_gather_begin(troupe_dqueue_t *q, troupe__cuda_gslot_t *slot);
+troupe_status_t troupe__cuda_gather_end(troupe_dqueue_t *q, troupe__cuda_gslot_t *slot,
+                                        bool counted);
+/* An event recorded on q shares its latch and the count of gather launches before it, and
+ * those q waited for on other queues (event_mark; RESOURCE_EXHAUSTED); event_check (once the
+ * CUDA event is done) fails with the latched failure of one of them; event_wait makes q follow
+ * ev's (RESOURCE_EXHAUSTED), so a failure crosses device-side waits as a failed WAIT does on
+ * the CPU. */
+troupe_status_t troupe__cuda_gather_event_mark(troupe_dqueue_t *q, troupe_devent_t *ev);
+troupe_status_t troupe__cuda_gather_event_check(const troupe_devent_t *ev);
+troupe_status_t troupe__cuda_gather_event_wait(troupe_dqueue_t *q, const troupe_devent_t *ev);
+void troupe__cuda_gather_event_release(troupe_devent_t *ev);
+/* Frees q's words, slots and its reference to the latch (after the stream was synchronized). */
+void troupe__cuda_gather_queue_free(troupe_dqueue_t *q);
 
 /* module.c: the compile and code_release entries. */
 troupe_status_t troupe__cuda_compile(troupe_driver_t *drv, const troupe_ll_proc_t *proc,

@@ -17,6 +17,7 @@ struct troupe_dgraph {
     void **ptrs;       /* each buffer argument's device address at capture (NULL: an index) */
     int64_t *values;   /* each static index's value at capture */
     bool gemm_library; /* troupe_config_gemm_library() at capture (read at each plain launch) */
+    bool gathers;      /* the code has gather indices: each replay is a gather launch */
 };
 
 static void s_free(troupe_dgraph_t *g)
@@ -63,9 +64,17 @@ troupe_status_t troupe__cuda_graph_capture(troupe_driver_t *drv, troupe_dqueue_t
     g->q = q;
     g->nargs = nargs;
     g->gemm_library = troupe_config_gemm_library();
+    g->gathers = code->gen->ngathers > 0;
     troupe_status_t st = s_bind(q, "graph_capture", args, nargs, g->ptrs, g->values);
     if (st != TROUPE_OK)
         goto out_graph;
+    if (g->gathers) {
+        /* The error words and the host function's slot exist before the capture (nothing is
+         * allocated during one); a queue whose gather check failed captures nothing. */
+        troupe__cuda_gslot_t *slot = NULL;
+        if ((st = troupe__cuda_gather_prepare(q, code, &slot)) != TROUPE_OK)
+            goto out_graph;
+    }
     /* Thread-local mode: only this thread (the queue's) is barred from calls that are unsafe
      * during a capture; other streams' threads go on. */
     cudaError_t e = cudaStreamBeginCapture(q->stream, cudaStreamCaptureModeThreadLocal);
@@ -73,7 +82,9 @@ troupe_status_t troupe__cuda_graph_capture(troupe_driver_t *drv, troupe_dqueue_t
         st = troupe__cuda_fail(&q->drv->devs[q->ordinal], e, "graph_capture %s: cudaStreamBeginCapture", code->name);
         goto out_graph;
     }
-    st = troupe__cuda_launch(drv, q, code, args, nargs);
+    /* Captured: the zeroing of the gather error words (a memset node), the steps, the copy
+     * back and the host function are replayed each time; the replay is counted, not this. */
+    st = troupe__cuda_launch_steps(drv, q, code, args, nargs, false);
     cudaGraph_t graph = NULL;
     e = cudaStreamEndCapture(q->stream, &graph); /* always: the stream leaves capture mode */
     if (st == TROUPE_OK && e != cudaSuccess)
@@ -111,6 +122,7 @@ troupe_status_t troupe__cuda_graph_launch(troupe_driver_t *drv, troupe_dqueue_t 
         return troupe__error(TROUPE_UNAVAILABLE,
                              "cuda graph_launch: the GEMM mode changed since the capture");
     TROUPE_RETURN_IF_ERROR(troupe__cuda_use(q->drv, q->ordinal));
+    TROUPE_RETURN_IF_ERROR(troupe__cuda_gather_refused(q));
     for (size_t i = 0; i < nargs; i++) {
         const troupe_karg_t *a = &args[i];
         if (a->kind == TROUPE_KARG_STATIC_IDX) {
@@ -132,6 +144,8 @@ troupe_status_t troupe__cuda_graph_launch(troupe_driver_t *drv, troupe_dqueue_t 
     cudaError_t e = cudaGraphLaunch(g->exec, q->stream);
     if (e != cudaSuccess)
         return troupe__cuda_fail(&q->drv->devs[q->ordinal], e, "graph_launch: cudaGraphLaunch");
+    if (g->gathers)
+        q->gather_seq++; /* its host function runs once per replay */
     return TROUPE_OK;
 }
 

@@ -312,15 +312,6 @@ troupe_status_t troupe__cuda_compile(troupe_driver_t *drv, const troupe_ll_proc_
     if (st != TROUPE_OK)
         goto out_code;
     const troupe_cgen_result_t *gen = code->gen;
-    if (gen->ngathers > 0) {
-        /* The kernels take a gather error block (compiler/cgen.h) that this driver does not
-         * allocate, pass or read back yet: refuse rather than launch them without it. */
-        st = troupe__error(TROUPE_UNIMPLEMENTED,
-                           "cuda compile %s: gather indices are not supported by the cuda driver "
-                           "yet (the generated kernels need its error block)",
-                           gen->name);
-        goto out_code;
-    }
     code->name = troupe_strdup(gen->name);
     code->narchs = d->narchs;
     code->libs = troupe_calloc((size_t)d->narchs, sizeof *code->libs);
