@@ -1043,7 +1043,7 @@ static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
     return st;
 }
 
-/* &ident[offset of the access with the product's three iterators at 0]: the operand's base. */
+/* &ident[offset of the access with the product's loops at 0]: the operand's base. */
 static void s_put_gemm_base(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t *gm,
                             const troupe_gemm_operand_t *o)
 {
@@ -1053,7 +1053,7 @@ static void s_put_gemm_base(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t
         base[ax].nterms = 0;
         for (int t = 0; t < o->idcs[ax].nterms; t++) {
             int32_t sym = o->idcs[ax].terms[t].sym;
-            if (sym != gm->sym_m && sym != gm->sym_n && sym != gm->sym_k)
+            if (!troupe_gemm_has_sym(gm, sym))
                 base[ax].terms[base[ax].nterms++] = o->idcs[ax].terms[t];
         }
     }

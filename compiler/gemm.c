@@ -81,21 +81,66 @@ static bool s_fit(int64_t sr, int64_t sc, int64_t nr, int64_t nc, bool *trans, i
     return false;
 }
 
+bool troupe_gemm_has_sym(const troupe_gemm_t *g, int32_t sym)
+{
+    for (int d = 0; d < g->nsyms; d++)
+        if (g->syms[d] == sym)
+            return true;
+    return false;
+}
+
+/* Folds the loops ds[0..n-1] (extents ext, strides st[o][d] in the three operands) into one
+ * dimension: ordered by stride, each loop of extent > 1 steps every operand by the previous
+ * one's stride times its extent. Fills the dimension's extent, strides (those of its fastest
+ * loop) and symbol; false when the loops are not one dense dimension. */
+static bool s_merge(const int *ds, int n, const int64_t *ext, const int64_t *const st[3],
+                    const int32_t *sym, int64_t *oext, int64_t ost[3], int32_t *osym)
+{
+    int order[TROUPE_GEMM_MAX_LOOPS], no = 0;
+    int64_t e = 1;
+    for (int i = 0; i < n; i++) {
+        e *= ext[ds[i]];
+        if (ext[ds[i]] > 1)
+            order[no++] = ds[i];
+    }
+    /* the operand to order by: the first one the group moves */
+    int key = 0;
+    while (key < 2 && st[key][ds[0]] == 0)
+        key++;
+    for (int i = 1; i < no; i++) /* insertion sort by the key operand's stride */
+        for (int j = i; j > 0 && st[key][order[j]] < st[key][order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    for (int i = 1; i < no; i++)
+        for (int o = 0; o < 3; o++)
+            if (st[o][order[i]] != st[o][order[i - 1]] * ext[order[i - 1]])
+                return false;
+    int first = no > 0 ? order[0] : ds[0];
+    *oext = e;
+    for (int o = 0; o < 3; o++)
+        ost[o] = no > 0 ? st[o][first] : 0;
+    *osym = sym[first];
+    return true;
+}
+
 troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *out,
                                         const char **why)
 {
     static const char *none = "";
     *why = none;
-    const troupe_ll_t *loops[3];
+    const troupe_ll_t *loops[TROUPE_GEMM_MAX_LOOPS];
     const troupe_ll_t *s = loop;
-    for (int d = 0; d < 3; d++) {
-        if (s->kind != TROUPE_LL_FOR || s->u.for_loop.from != 0 ||
+    int depth = 0;
+    while (s->kind == TROUPE_LL_FOR) {
+        if (depth == TROUPE_GEMM_MAX_LOOPS || s->u.for_loop.from != 0 ||
             s->u.for_loop.to < s->u.for_loop.from)
             return TROUPE_GEMM_NO;
-        loops[d] = s;
+        loops[depth++] = s;
         s = s->u.for_loop.body;
     }
-    if (s->kind != TROUPE_LL_SET)
+    if (depth < 3 || s->kind != TROUPE_LL_SET)
         return TROUPE_GEMM_NO;
     out->c.tn = s->u.set.tn; /* named in the caller's log line, whatever the verdict */
     out->shape_ok = false;
@@ -106,39 +151,73 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
         return v;
 
     const troupe_tnode_t *c = s->u.set.tn, *xa = x->u.get.tn, *ya = y->u.get.tn;
+    int32_t lsym[TROUPE_GEMM_MAX_LOOPS];
+    int64_t lext[TROUPE_GEMM_MAX_LOOPS], lcs[TROUPE_GEMM_MAX_LOOPS], lxs[TROUPE_GEMM_MAX_LOOPS],
+        lys[TROUPE_GEMM_MAX_LOOPS];
+    int zeros = 0;
+    for (int d = 0; d < depth; d++) {
+        lsym[d] = loops[d]->u.for_loop.sym;
+        lext[d] = loops[d]->u.for_loop.to + 1;
+        lcs[d] = troupe_gemm_sym_stride(c, s->u.set.idcs, lsym[d]);
+        lxs[d] = troupe_gemm_sym_stride(xa, x->u.get.idcs, lsym[d]);
+        lys[d] = troupe_gemm_sym_stride(ya, y->u.get.idcs, lsym[d]);
+        zeros += lcs[d] == 0;
+    }
+    /* The reduction loops are those the output does not move with; each other loop moves
+     * exactly one factor (x's side or y's). A deeper nest that does not split so (a batch
+     * loop moving all three) is NO: the level below may be a product. */
+    const bool deep = depth > 3;
+    if (zeros == 0 || (!deep && zeros != 1))
+        return TROUPE_GEMM_NO;
+    int grp[3][TROUPE_GEMM_MAX_LOOPS], ng[3] = {0, 0, 0}; /* K, x's side, y's side */
+    for (int d = 0; d < depth; d++) {
+        if (lcs[d] == 0) {
+            if (lxs[d] == 0 || lys[d] == 0) {
+                *why = "a factor does not move with the reduction iterator";
+                return deep ? TROUPE_GEMM_NO : TROUPE_GEMM_REFUSED;
+            }
+            grp[0][ng[0]++] = d;
+        } else if ((lxs[d] != 0) == (lys[d] != 0)) {
+            *why = "the factors do not split the output's iterators one each (not a matrix "
+                   "product)";
+            return deep ? TROUPE_GEMM_NO : TROUPE_GEMM_REFUSED;
+        } else {
+            grp[lxs[d] != 0 ? 1 : 2][ng[lxs[d] != 0 ? 1 : 2]++] = d;
+        }
+    }
+    if (ng[1] == 0 || ng[2] == 0) {
+        *why = "the factors do not split the output's iterators one each (not a matrix product)";
+        return deep ? TROUPE_GEMM_NO : TROUPE_GEMM_REFUSED;
+    }
+    for (int d = 0; d < depth; d++)
+        if (lcs[d] < 0 || lxs[d] < 0 || lys[d] < 0) {
+            *why = "an access runs backwards (negative stride)";
+            return deep ? TROUPE_GEMM_NO : TROUPE_GEMM_REFUSED;
+        }
+    /* The three dimensions, reduction first: in a nest of three, the output's two in loop
+     * order after the reduction's (cyclically); merged, x's side then y's. */
     int32_t sym[3];
     int64_t ext[3], cs[3], xs[3], ys[3];
-    for (int d = 0; d < 3; d++) {
-        sym[d] = loops[d]->u.for_loop.sym;
-        ext[d] = loops[d]->u.for_loop.to + 1;
-        cs[d] = troupe_gemm_sym_stride(c, s->u.set.idcs, sym[d]);
-        xs[d] = troupe_gemm_sym_stride(xa, x->u.get.idcs, sym[d]);
-        ys[d] = troupe_gemm_sym_stride(ya, y->u.get.idcs, sym[d]);
-    }
-    /* The reduction symbol is the one the output does not move with. */
-    int kd = -1, zeros = 0;
-    for (int d = 0; d < 3; d++)
-        if (cs[d] == 0) {
-            kd = d;
-            zeros++;
+    const int kd = 0, p = 1, q = 2;
+    if (!deep) {
+        int l[3] = {grp[0][0], (grp[0][0] + 1) % 3, (grp[0][0] + 2) % 3};
+        for (int d = 0; d < 3; d++) {
+            sym[d] = lsym[l[d]];
+            ext[d] = lext[l[d]];
+            cs[d] = lcs[l[d]];
+            xs[d] = lxs[l[d]];
+            ys[d] = lys[l[d]];
         }
-    if (zeros != 1)
-        return TROUPE_GEMM_NO;
-    int p = (kd + 1) % 3, q = (kd + 2) % 3; /* the output's two symbols */
-    if (xs[kd] == 0 || ys[kd] == 0) {
-        *why = "a factor does not move with the reduction iterator";
-        return TROUPE_GEMM_REFUSED;
-    }
-    /* Each factor moves with exactly one of the output's symbols. */
-    bool x_has_p = xs[p] != 0, x_has_q = xs[q] != 0, y_has_p = ys[p] != 0, y_has_q = ys[q] != 0;
-    if (x_has_p == x_has_q || y_has_p == y_has_q || x_has_p == y_has_p) {
-        *why = "the factors do not split the output's iterators one each (not a matrix product)";
-        return TROUPE_GEMM_REFUSED;
-    }
-    if (cs[p] < 0 || cs[q] < 0 || xs[p] < 0 || xs[q] < 0 || xs[kd] < 0 || ys[p] < 0 ||
-        ys[q] < 0 || ys[kd] < 0) {
-        *why = "an access runs backwards (negative stride)";
-        return TROUPE_GEMM_REFUSED;
+    } else {
+        const int64_t *st[3] = {lcs, lxs, lys};
+        for (int d = 0; d < 3; d++) {
+            int64_t o[3];
+            if (!s_merge(grp[d], ng[d], lext, st, lsym, &ext[d], o, &sym[d]))
+                return TROUPE_GEMM_NO; /* not one dense dimension: the loops stay */
+            cs[d] = o[0];
+            xs[d] = o[1];
+            ys[d] = o[2];
+        }
     }
     /* Column j: the output symbol with unit stride; row i: the other. */
     int jd, id;
@@ -156,6 +235,9 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
     g.sym_m = sym[id];
     g.sym_n = sym[jd];
     g.sym_k = sym[kd];
+    g.nsyms = depth;
+    for (int d = 0; d < depth; d++)
+        g.syms[d] = lsym[d];
     const troupe_sc_t *a = (xs[id] != 0) ? x : y;
     const troupe_sc_t *b = (a == x) ? y : x;
     const int64_t *as = (a == x) ? xs : ys, *bs = (a == x) ? ys : xs;
@@ -218,7 +300,7 @@ bool troupe_gemm_covers_output(const troupe_gemm_t *g)
         if (x->offset != 0)
             return false;
         for (int t = 0; t < x->nterms; t++)
-            if (x->terms[t].sym != g->sym_m && x->terms[t].sym != g->sym_n)
+            if (!troupe_gemm_has_sym(g, x->terms[t].sym))
                 return false;
     }
     return g->c.ld == g->n && g->m * g->n == troupe_tnode_num_elems(c);
