@@ -89,39 +89,100 @@ bool troupe_gemm_has_sym(const troupe_gemm_t *g, int32_t sym)
     return false;
 }
 
-/* Folds the loops ds[0..n-1] (extents ext, strides st[o][d] in the three operands) into one
- * dimension: ordered by stride, each loop of extent > 1 steps every operand by the previous
- * one's stride times its extent. Fills the dimension's extent, strides (those of its fastest
- * loop) and symbol; false when the loops are not one dense dimension. */
-static bool s_merge(const int *ds, int n, const int64_t *ext, const int64_t *const st[3],
-                    const int32_t *sym, int64_t *oext, int64_t ost[3], int32_t *osym)
+/* Whether loop b continues loop a's dense chain: b steps every operand by a's stride times a's
+ * extent. */
+static bool s_continues(int a, int b, const int64_t *ext, const int64_t *const st[3])
 {
-    int order[TROUPE_GEMM_MAX_LOOPS], no = 0;
-    int64_t e = 1;
-    for (int i = 0; i < n; i++) {
-        e *= ext[ds[i]];
-        if (ext[ds[i]] > 1)
-            order[no++] = ds[i];
-    }
-    /* the operand to order by: the first one the group moves */
-    int key = 0;
-    while (key < 2 && st[key][ds[0]] == 0)
-        key++;
-    for (int i = 1; i < no; i++) /* insertion sort by the key operand's stride */
-        for (int j = i; j > 0 && st[key][order[j]] < st[key][order[j - 1]]; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-    for (int i = 1; i < no; i++)
-        for (int o = 0; o < 3; o++)
-            if (st[o][order[i]] != st[o][order[i - 1]] * ext[order[i - 1]])
-                return false;
-    int first = no > 0 ? order[0] : ds[0];
-    *oext = e;
     for (int o = 0; o < 3; o++)
-        ost[o] = no > 0 ? st[o][first] : 0;
-    *osym = sym[first];
+        if (st[o][b] != st[o][a] * ext[a])
+            return false;
+    return true;
+}
+
+/* One way to fold a group of loops into one dimension: a dense chain of its loops. */
+typedef struct s_dim {
+    int64_t ext, st[3]; /* the chain's extent; its fastest loop's strides in C, x and y */
+    int32_t sym;        /* its fastest loop */
+    uint32_t loops;     /* the loops (bits over the nest) it takes, with the group's extent-1 ones */
+} s_dim_t;
+
+/* The candidate dimensions of the loops ds[0..n-1] (extents ext, strides st[o][d] in the
+ * three operands): from each loop of extent > 1, the dense chain that grows from it (each next
+ * loop stepping every operand by the previous one's stride times its extent); one of extent 1
+ * when every loop has extent 1. Returns how many (at most n). */
+static int s_dims(const int *ds, int n, const int64_t *ext, const int64_t *const st[3],
+                  const int32_t *sym, s_dim_t *out)
+{
+    uint32_t ones = 0;
+    for (int i = 0; i < n; i++)
+        if (ext[ds[i]] <= 1)
+            ones |= 1u << ds[i];
+    int nc = 0;
+    for (int i = 0; i < n; i++) {
+        if (ext[ds[i]] <= 1)
+            continue;
+        s_dim_t d = {ext[ds[i]], {st[0][ds[i]], st[1][ds[i]], st[2][ds[i]]}, sym[ds[i]],
+                     ones | 1u << ds[i]};
+        int last = ds[i];
+        for (bool grew = true; grew;) {
+            grew = false;
+            for (int j = 0; j < n && !grew; j++)
+                if (!(d.loops >> ds[j] & 1u) && s_continues(last, ds[j], ext, st)) {
+                    d.loops |= 1u << ds[j];
+                    d.ext *= ext[ds[j]];
+                    last = ds[j];
+                    grew = true;
+                }
+        }
+        out[nc++] = d;
+    }
+    if (nc == 0)
+        out[nc++] = (s_dim_t){1, {0, 0, 0}, sym[ds[0]], ones};
+    return nc;
+}
+
+/* The product's call from its three dimensions (0 the reduction; 1 and 2 the output's, row
+ * and column decided here): fills g's extents, symbols and operands. False, with *why, when
+ * an operand has no unit-stride axis. */
+static bool s_shape(const int32_t sym[3], const int64_t ext[3], const int64_t cs[3],
+                    const int64_t xs[3], const int64_t ys[3], const troupe_ll_t *set,
+                    const troupe_sc_t *x, const troupe_sc_t *y, troupe_gemm_t *g,
+                    const char **why)
+{
+    const int kd = 0, p = 1, q = 2;
+    /* Column j: the output symbol with unit stride; row i: the other. */
+    int jd, id;
+    if (cs[q] == 1 || (cs[p] != 1 && ext[q] == 1)) {
+        jd = q;
+        id = p;
+    } else {
+        jd = p;
+        id = q;
+    }
+    g->m = ext[id];
+    g->n = ext[jd];
+    g->k = ext[kd];
+    g->sym_m = sym[id];
+    g->sym_n = sym[jd];
+    g->sym_k = sym[kd];
+    const troupe_sc_t *a = (xs[id] != 0) ? x : y;
+    const troupe_sc_t *b = (a == x) ? y : x;
+    const int64_t *as = (a == x) ? xs : ys, *bs = (a == x) ? ys : xs;
+    g->c.tn = set->u.set.tn;
+    g->c.idcs = set->u.set.idcs;
+    g->a.tn = a->u.get.tn;
+    g->a.idcs = a->u.get.idcs;
+    g->b.tn = b->u.get.tn;
+    g->b.idcs = b->u.get.idcs;
+    if (!s_fit(cs[id], cs[jd], g->m, g->n, &g->c.trans, &g->c.ld) || g->c.trans) {
+        *why = "the output has no unit-stride axis (or its rows overlap)";
+        return false;
+    }
+    if (!s_fit(as[id], as[kd], g->m, g->k, &g->a.trans, &g->a.ld) ||
+        !s_fit(bs[kd], bs[jd], g->k, g->n, &g->b.trans, &g->b.ld)) {
+        *why = "a factor has no unit-stride axis (or its rows overlap)";
+        return false;
+    }
     return true;
 }
 
@@ -195,11 +256,15 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
             return deep ? TROUPE_GEMM_NO : TROUPE_GEMM_REFUSED;
         }
     /* The three dimensions, reduction first: in a nest of three, the output's two in loop
-     * order after the reduction's (cyclically); merged, x's side then y's. */
-    int32_t sym[3];
-    int64_t ext[3], cs[3], xs[3], ys[3];
-    const int kd = 0, p = 1, q = 2;
+     * order after the reduction's (cyclically). Merged, x's side then y's, each one dense
+     * chain of its group's loops: of the candidates, the call that fits with the most
+     * multiply-adds; the group's other loops run around it. */
+    troupe_gemm_t g;
+    memset(&g, 0, sizeof g);
+    uint32_t taken = (1u << depth) - 1;
     if (!deep) {
+        int32_t sym[3];
+        int64_t ext[3], cs[3], xs[3], ys[3];
         int l[3] = {grp[0][0], (grp[0][0] + 1) % 3, (grp[0][0] + 2) % 3};
         for (int d = 0; d < 3; d++) {
             sym[d] = lsym[l[d]];
@@ -208,53 +273,49 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
             xs[d] = lxs[l[d]];
             ys[d] = lys[l[d]];
         }
+        if (!s_shape(sym, ext, cs, xs, ys, s, x, y, &g, why))
+            return TROUPE_GEMM_REFUSED;
     } else {
         const int64_t *st[3] = {lcs, lxs, lys};
-        for (int d = 0; d < 3; d++) {
-            int64_t o[3];
-            if (!s_merge(grp[d], ng[d], lext, st, lsym, &ext[d], o, &sym[d]))
-                return TROUPE_GEMM_NO; /* not one dense dimension: the loops stay */
-            cs[d] = o[0];
-            xs[d] = o[1];
-            ys[d] = o[2];
+        s_dim_t cand[3][TROUPE_GEMM_MAX_LOOPS];
+        int nc[3];
+        for (int d = 0; d < 3; d++)
+            nc[d] = s_dims(grp[d], ng[d], lext, st, lsym, cand[d]);
+        int64_t best = -1;
+        for (int i0 = 0; i0 < nc[0]; i0++)
+            for (int i1 = 0; i1 < nc[1]; i1++)
+                for (int i2 = 0; i2 < nc[2]; i2++) {
+                    const s_dim_t *dd[3] = {&cand[0][i0], &cand[1][i1], &cand[2][i2]};
+                    int32_t sym[3];
+                    int64_t ext[3], cs[3], xs[3], ys[3];
+                    for (int d = 0; d < 3; d++) {
+                        sym[d] = dd[d]->sym;
+                        ext[d] = dd[d]->ext;
+                        cs[d] = dd[d]->st[0];
+                        xs[d] = dd[d]->st[1];
+                        ys[d] = dd[d]->st[2];
+                    }
+                    troupe_gemm_t t;
+                    const char *tw = NULL;
+                    if (s_shape(sym, ext, cs, xs, ys, s, x, y, &t, &tw) &&
+                        t.m * t.n * t.k > best) {
+                        best = t.m * t.n * t.k;
+                        g = t;
+                        taken = dd[0]->loops | dd[1]->loops | dd[2]->loops;
+                    }
+                }
+        if (best < 0)
+            return TROUPE_GEMM_NO; /* no fold fits a call: the level below may */
+    }
+    g.nsyms = 0;
+    g.nouter = 0;
+    for (int d = 0; d < depth; d++) {
+        if (taken >> d & 1u) {
+            g.syms[g.nsyms++] = lsym[d];
+        } else {
+            g.outer_syms[g.nouter] = lsym[d];
+            g.outer_ext[g.nouter++] = lext[d];
         }
-    }
-    /* Column j: the output symbol with unit stride; row i: the other. */
-    int jd, id;
-    if (cs[q] == 1 || (cs[p] != 1 && ext[q] == 1)) {
-        jd = q;
-        id = p;
-    } else {
-        jd = p;
-        id = q;
-    }
-    troupe_gemm_t g;
-    g.m = ext[id];
-    g.n = ext[jd];
-    g.k = ext[kd];
-    g.sym_m = sym[id];
-    g.sym_n = sym[jd];
-    g.sym_k = sym[kd];
-    g.nsyms = depth;
-    for (int d = 0; d < depth; d++)
-        g.syms[d] = lsym[d];
-    const troupe_sc_t *a = (xs[id] != 0) ? x : y;
-    const troupe_sc_t *b = (a == x) ? y : x;
-    const int64_t *as = (a == x) ? xs : ys, *bs = (a == x) ? ys : xs;
-    g.c.tn = c;
-    g.c.idcs = s->u.set.idcs;
-    g.a.tn = a->u.get.tn;
-    g.a.idcs = a->u.get.idcs;
-    g.b.tn = b->u.get.tn;
-    g.b.idcs = b->u.get.idcs;
-    if (!s_fit(cs[id], cs[jd], g.m, g.n, &g.c.trans, &g.c.ld) || g.c.trans) {
-        *why = "the output has no unit-stride axis (or its rows overlap)";
-        return TROUPE_GEMM_REFUSED;
-    }
-    if (!s_fit(as[id], as[kd], g.m, g.k, &g.a.trans, &g.a.ld) ||
-        !s_fit(bs[kd], bs[jd], g.k, g.n, &g.b.trans, &g.b.ld)) {
-        *why = "a factor has no unit-stride axis (or its rows overlap)";
-        return TROUPE_GEMM_REFUSED;
     }
     /* The precision rules come first (their reasons are the ones reported); a nest refused
      * for them alone is still described (shape_ok), for targets that tile it themselves. */
@@ -303,7 +364,7 @@ bool troupe_gemm_covers_output(const troupe_gemm_t *g)
             if (!troupe_gemm_has_sym(g, x->terms[t].sym))
                 return false;
     }
-    return g->c.ld == g->n && g->m * g->n == troupe_tnode_num_elems(c);
+    return g->nouter == 0 && g->c.ld == g->n && g->m * g->n == troupe_tnode_num_elems(c);
 }
 
 /* ---- epilogues ------------------------------------------------------------------------- */
