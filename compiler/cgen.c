@@ -1297,10 +1297,15 @@ static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
                               "for (int64_t zi = g_p * %" PRId64 "; zi < (g_p + g_pm) * %" PRId64
                               "; ++zi) %s[zi] = 0;\n",
                               gm->n, gm->n, s_info(g, gm->c.tn)->ident);
-    } else if (ep->beta_zero) {
+    } else if (ep->beta_zero) { /* the call's m x n block (the whole output, or one of the
+                                   blocks the outer loops tile it with) */
         troupe__strbuf_repeat(out, "    ", in + 1);
-        troupe__strbuf_printf(out, "for (int64_t zi = 0; zi < %" PRId64 "; ++zi) %s[zi] = 0;\n",
-                              troupe_tnode_num_elems(gm->c.tn), s_info(g, gm->c.tn)->ident);
+        troupe__strbuf_printf(out, "%s *g_z = ", single ? "float" : "double");
+        s_put_gemm_base(g, out, gm, &gm->c);
+        troupe__strbuf_printf(out, ";\n");
+        troupe__strbuf_repeat(out, "    ", in + 1);
+        troupe__strbuf_printf(out, "for (int64_t zi = 0; zi < %" PRId64 "; ++zi) g_z[zi] = 0;\n",
+                              gm->m * gm->n);
     }
     char row1[32];
     snprintf(row1, sizeof row1, "%" PRId64, gm->m);

@@ -356,15 +356,40 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
 bool troupe_gemm_covers_output(const troupe_gemm_t *g)
 {
     const troupe_tnode_t *c = g->c.tn;
+    bool outer[TROUPE_GEMM_MAX_LOOPS] = {false};
     for (int ax = 0; ax < c->ndims; ax++) {
         const troupe_axis_index_t *x = &g->c.idcs[ax];
         if (x->offset != 0)
             return false;
-        for (int t = 0; t < x->nterms; t++)
-            if (!troupe_gemm_has_sym(g, x->terms[t].sym))
+        for (int t = 0; t < x->nterms; t++) {
+            bool found = troupe_gemm_has_sym(g, x->terms[t].sym);
+            for (int o = 0; o < g->nouter && !found; o++)
+                found = outer[o] = g->outer_syms[o] == x->terms[t].sym;
+            if (!found)
                 return false;
+        }
     }
-    return g->nouter == 0 && g->c.ld == g->n && g->m * g->n == troupe_tnode_num_elems(c);
+    if (g->c.ld != g->n)
+        return false;
+    /* the outer loops each move C, and in some order each steps it by the block before it:
+     * the calls' m x n blocks tile C */
+    int64_t block = g->m * g->n;
+    bool used[TROUPE_GEMM_MAX_LOOPS] = {false};
+    for (int placed = 0; placed < g->nouter; placed++) {
+        int next = -1;
+        for (int o = 0; o < g->nouter && next < 0; o++)
+            if (!used[o] && outer[o] && g->outer_ext[o] > 1 &&
+                troupe_gemm_sym_stride(c, g->c.idcs, g->outer_syms[o]) == block)
+                next = o;
+        for (int o = 0; o < g->nouter && next < 0; o++)
+            if (!used[o] && g->outer_ext[o] == 1 && outer[o])
+                next = o;
+        if (next < 0)
+            return false; /* a loop accumulates into the same block, or leaves gaps */
+        used[next] = true;
+        block *= g->outer_ext[next];
+    }
+    return block == troupe_tnode_num_elems(c);
 }
 
 /* ---- epilogues ------------------------------------------------------------------------- */

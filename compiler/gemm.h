@@ -165,8 +165,9 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
                                         const char **why);
 
 /* Whether the product writes every element of its output exactly once (the output is the
- * m-by-n matrix itself: no other iterator or offset in its access, ldc = n, no outer loops):
- * then a zeroing of the output just before it can become beta = 0. */
+ * m-by-n matrix itself, ldc = n, or with outer loops their calls' m-by-n blocks tile it: no
+ * other iterator or offset in its access): then a zeroing of the output just before it can
+ * become beta = 0 (for each call, over its own block). */
 bool troupe_gemm_covers_output(const troupe_gemm_t *g);
 
 /* Whether `sym` is one of the product's loops (g->syms): the call replaces it. */
