@@ -1043,7 +1043,7 @@ static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
     return st;
 }
 
-/* &ident[offset of the access with the product's three iterators at 0]: the operand's base. */
+/* &ident[offset of the access with the product's loops at 0]: the operand's base. */
 static void s_put_gemm_base(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t *gm,
                             const troupe_gemm_operand_t *o)
 {
@@ -1053,7 +1053,7 @@ static void s_put_gemm_base(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t
         base[ax].nterms = 0;
         for (int t = 0; t < o->idcs[ax].nterms; t++) {
             int32_t sym = o->idcs[ax].terms[t].sym;
-            if (sym != gm->sym_m && sym != gm->sym_n && sym != gm->sym_k)
+            if (!troupe_gemm_has_sym(gm, sym))
                 base[ax].terms[base[ax].nterms++] = o->idcs[ax].terms[t];
         }
     }
@@ -1219,9 +1219,38 @@ static void s_emit_gemm_call(s_gen_t *g, const troupe_gemm_t *gm, bool beta_zero
  * only on the loops' side. With an epilogue (ep->init, ep->post) the product runs in row
  * panels (s_gemm_panel_rows), each panel's initial values, product and post pass one after
  * the other on either side: issue 14's fused epilogue. */
+static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
+                                        const troupe_gemm_epilogue_t *ep, int indent,
+                                        troupe__strbuf_t *out);
+
+/* The product inside its outer loops (compiler/gemm.h, merged loops: a loop of calls, each
+ * writing its own block of the output or accumulating into the same one), then the body. */
 static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
                                    const troupe_gemm_epilogue_t *ep, int indent,
                                    troupe__strbuf_t *out)
+{
+    s_range_t saved[TROUPE_GEMM_MAX_LOOPS];
+    for (int o = 0; o < gm->nouter; o++) {
+        int32_t sym = gm->outer_syms[o];
+        troupe__strbuf_repeat(out, "    ", indent + o);
+        troupe__strbuf_printf(out,
+                              "for (int64_t %s = 0; %s < %" PRId64 "; ++%s) { /* a call each */\n",
+                              g->syms[sym], g->syms[sym], gm->outer_ext[o], g->syms[sym]);
+        saved[o] = g->ranges[sym];
+        g->ranges[sym] = (s_range_t){true, 0, gm->outer_ext[o] - 1};
+    }
+    troupe_status_t st = s_emit_gemm_body(g, gm, ep, indent + gm->nouter, out);
+    for (int o = gm->nouter - 1; o >= 0; o--) {
+        g->ranges[gm->outer_syms[o]] = saved[o];
+        troupe__strbuf_repeat(out, "    ", indent + o);
+        troupe__strbuf_puts(out, "}\n");
+    }
+    return st;
+}
+
+static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
+                                        const troupe_gemm_epilogue_t *ep, int indent,
+                                        troupe__strbuf_t *out)
 {
     bool single = gm->prec == TROUPE_PREC_SINGLE;
     bool panel = ep->init != NULL || ep->post != NULL;
@@ -1229,7 +1258,7 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
     g->uses_gemm = true;
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
                "cgen of %s: %s %s %s%s x %s%s (m=%" PRId64 " n=%" PRId64 " k=%" PRId64
-               ") calls the GEMM library%s%s%s%s%s%s%s",
+               ") calls the GEMM library%s%s%s%s%s%s%s%s",
                g->proc->name, s_info(g, gm->c.tn)->ident, ep->beta_zero ? "=" : "+=",
                s_info(g, gm->a.tn)->ident, gm->a.trans ? "^T" : "", s_info(g, gm->b.tn)->ident,
                gm->b.trans ? "^T" : "", gm->m, gm->n, gm->k, panel ? ", with its epilogue:" : "",
@@ -1238,7 +1267,8 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
                ep->bias != NULL ? (ep->bias_axis == TROUPE_GEMM_BIAS_N ? "[j]" : "[i]") : "",
                ep->relu ? " relu into " : (ep->post != NULL ? " into " : ""),
                ep->post != NULL ? s_info(g, ep->d)->ident : "",
-               panel ? (rows < gm->m ? ", in row panels" : ", one panel") : "");
+               panel ? (rows < gm->m ? ", in row panels" : ", one panel") : "",
+               gm->nouter > 0 ? ", once per iteration of the loops around it" : "");
     int in = indent;
     if (panel) {
         troupe__strbuf_repeat(out, "    ", in);
@@ -1267,10 +1297,15 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
                               "for (int64_t zi = g_p * %" PRId64 "; zi < (g_p + g_pm) * %" PRId64
                               "; ++zi) %s[zi] = 0;\n",
                               gm->n, gm->n, s_info(g, gm->c.tn)->ident);
-    } else if (ep->beta_zero) {
+    } else if (ep->beta_zero) { /* the call's m x n block (the whole output, or one of the
+                                   blocks the outer loops tile it with) */
         troupe__strbuf_repeat(out, "    ", in + 1);
-        troupe__strbuf_printf(out, "for (int64_t zi = 0; zi < %" PRId64 "; ++zi) %s[zi] = 0;\n",
-                              troupe_tnode_num_elems(gm->c.tn), s_info(g, gm->c.tn)->ident);
+        troupe__strbuf_printf(out, "%s *g_z = ", single ? "float" : "double");
+        s_put_gemm_base(g, out, gm, &gm->c);
+        troupe__strbuf_printf(out, ";\n");
+        troupe__strbuf_repeat(out, "    ", in + 1);
+        troupe__strbuf_printf(out, "for (int64_t zi = 0; zi < %" PRId64 "; ++zi) g_z[zi] = 0;\n",
+                              gm->m * gm->n);
     }
     char row1[32];
     snprintf(row1, sizeof row1, "%" PRId64, gm->m);

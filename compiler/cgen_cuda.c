@@ -789,7 +789,7 @@ static bool s_gemm_operand(const troupe_cgen_result_t *r, const troupe_ll_proc_t
         out->offset += idx->offset * stride;
         for (int t = 0; t < idx->nterms; t++) {
             int32_t sym = idx->terms[t].sym;
-            if (sym == gm->sym_m || sym == gm->sym_n || sym == gm->sym_k)
+            if (troupe_gemm_has_sym(gm, sym))
                 continue;
             if (!proc->syms[sym].is_static)
                 return false;

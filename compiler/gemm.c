@@ -81,21 +81,127 @@ static bool s_fit(int64_t sr, int64_t sc, int64_t nr, int64_t nc, bool *trans, i
     return false;
 }
 
+bool troupe_gemm_has_sym(const troupe_gemm_t *g, int32_t sym)
+{
+    for (int d = 0; d < g->nsyms; d++)
+        if (g->syms[d] == sym)
+            return true;
+    return false;
+}
+
+/* Whether loop b continues loop a's dense chain: b steps every operand by a's stride times a's
+ * extent. */
+static bool s_continues(int a, int b, const int64_t *ext, const int64_t *const st[3])
+{
+    for (int o = 0; o < 3; o++)
+        if (st[o][b] != st[o][a] * ext[a])
+            return false;
+    return true;
+}
+
+/* One way to fold a group of loops into one dimension: a dense chain of its loops. */
+typedef struct s_dim {
+    int64_t ext, st[3]; /* the chain's extent; its fastest loop's strides in C, x and y */
+    int32_t sym;        /* its fastest loop */
+    uint32_t loops;     /* the loops (bits over the nest) it takes, with the group's extent-1 ones */
+} s_dim_t;
+
+/* The candidate dimensions of the loops ds[0..n-1] (extents ext, strides st[o][d] in the
+ * three operands): from each loop of extent > 1, the dense chain that grows from it (each next
+ * loop stepping every operand by the previous one's stride times its extent); one of extent 1
+ * when every loop has extent 1. Returns how many (at most n). */
+static int s_dims(const int *ds, int n, const int64_t *ext, const int64_t *const st[3],
+                  const int32_t *sym, s_dim_t *out)
+{
+    uint32_t ones = 0;
+    for (int i = 0; i < n; i++)
+        if (ext[ds[i]] <= 1)
+            ones |= 1u << ds[i];
+    int nc = 0;
+    for (int i = 0; i < n; i++) {
+        if (ext[ds[i]] <= 1)
+            continue;
+        s_dim_t d = {ext[ds[i]], {st[0][ds[i]], st[1][ds[i]], st[2][ds[i]]}, sym[ds[i]],
+                     ones | 1u << ds[i]};
+        int last = ds[i];
+        for (bool grew = true; grew;) {
+            grew = false;
+            for (int j = 0; j < n && !grew; j++)
+                if (!(d.loops >> ds[j] & 1u) && s_continues(last, ds[j], ext, st)) {
+                    d.loops |= 1u << ds[j];
+                    d.ext *= ext[ds[j]];
+                    last = ds[j];
+                    grew = true;
+                }
+        }
+        out[nc++] = d;
+    }
+    if (nc == 0)
+        out[nc++] = (s_dim_t){1, {0, 0, 0}, sym[ds[0]], ones};
+    return nc;
+}
+
+/* The product's call from its three dimensions (0 the reduction; 1 and 2 the output's, row
+ * and column decided here): fills g's extents, symbols and operands. False, with *why, when
+ * an operand has no unit-stride axis. */
+static bool s_shape(const int32_t sym[3], const int64_t ext[3], const int64_t cs[3],
+                    const int64_t xs[3], const int64_t ys[3], const troupe_ll_t *set,
+                    const troupe_sc_t *x, const troupe_sc_t *y, troupe_gemm_t *g,
+                    const char **why)
+{
+    const int kd = 0, p = 1, q = 2;
+    /* Column j: the output symbol with unit stride; row i: the other. */
+    int jd, id;
+    if (cs[q] == 1 || (cs[p] != 1 && ext[q] == 1)) {
+        jd = q;
+        id = p;
+    } else {
+        jd = p;
+        id = q;
+    }
+    g->m = ext[id];
+    g->n = ext[jd];
+    g->k = ext[kd];
+    g->sym_m = sym[id];
+    g->sym_n = sym[jd];
+    g->sym_k = sym[kd];
+    const troupe_sc_t *a = (xs[id] != 0) ? x : y;
+    const troupe_sc_t *b = (a == x) ? y : x;
+    const int64_t *as = (a == x) ? xs : ys, *bs = (a == x) ? ys : xs;
+    g->c.tn = set->u.set.tn;
+    g->c.idcs = set->u.set.idcs;
+    g->a.tn = a->u.get.tn;
+    g->a.idcs = a->u.get.idcs;
+    g->b.tn = b->u.get.tn;
+    g->b.idcs = b->u.get.idcs;
+    if (!s_fit(cs[id], cs[jd], g->m, g->n, &g->c.trans, &g->c.ld) || g->c.trans) {
+        *why = "the output has no unit-stride axis (or its rows overlap)";
+        return false;
+    }
+    if (!s_fit(as[id], as[kd], g->m, g->k, &g->a.trans, &g->a.ld) ||
+        !s_fit(bs[kd], bs[jd], g->k, g->n, &g->b.trans, &g->b.ld)) {
+        *why = "a factor has no unit-stride axis (or its rows overlap)";
+        return false;
+    }
+    return true;
+}
+
 troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *out,
                                         const char **why)
 {
     static const char *none = "";
     *why = none;
-    const troupe_ll_t *loops[3];
+    const troupe_ll_t *loops[TROUPE_GEMM_MAX_LOOPS];
     const troupe_ll_t *s = loop;
-    for (int d = 0; d < 3; d++) {
-        if (s->kind != TROUPE_LL_FOR || s->u.for_loop.from != 0 ||
+    int depth = 0;
+    while (s->kind == TROUPE_LL_FOR) {
+        if (depth == TROUPE_GEMM_MAX_LOOPS || s->u.for_loop.from != 0 ||
             s->u.for_loop.to < s->u.for_loop.from)
             return TROUPE_GEMM_NO;
-        loops[d] = s;
+        loops[depth++] = s;
         s = s->u.for_loop.body;
     }
-    if (s->kind != TROUPE_LL_SET)
+    if (depth < 3 || s->kind != TROUPE_LL_SET)
         return TROUPE_GEMM_NO;
     out->c.tn = s->u.set.tn; /* named in the caller's log line, whatever the verdict */
     out->shape_ok = false;
@@ -106,73 +212,110 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
         return v;
 
     const troupe_tnode_t *c = s->u.set.tn, *xa = x->u.get.tn, *ya = y->u.get.tn;
-    int32_t sym[3];
-    int64_t ext[3], cs[3], xs[3], ys[3];
-    for (int d = 0; d < 3; d++) {
-        sym[d] = loops[d]->u.for_loop.sym;
-        ext[d] = loops[d]->u.for_loop.to + 1;
-        cs[d] = troupe_gemm_sym_stride(c, s->u.set.idcs, sym[d]);
-        xs[d] = troupe_gemm_sym_stride(xa, x->u.get.idcs, sym[d]);
-        ys[d] = troupe_gemm_sym_stride(ya, y->u.get.idcs, sym[d]);
+    int32_t lsym[TROUPE_GEMM_MAX_LOOPS];
+    int64_t lext[TROUPE_GEMM_MAX_LOOPS], lcs[TROUPE_GEMM_MAX_LOOPS], lxs[TROUPE_GEMM_MAX_LOOPS],
+        lys[TROUPE_GEMM_MAX_LOOPS];
+    int zeros = 0;
+    for (int d = 0; d < depth; d++) {
+        lsym[d] = loops[d]->u.for_loop.sym;
+        lext[d] = loops[d]->u.for_loop.to + 1;
+        lcs[d] = troupe_gemm_sym_stride(c, s->u.set.idcs, lsym[d]);
+        lxs[d] = troupe_gemm_sym_stride(xa, x->u.get.idcs, lsym[d]);
+        lys[d] = troupe_gemm_sym_stride(ya, y->u.get.idcs, lsym[d]);
+        zeros += lcs[d] == 0;
     }
-    /* The reduction symbol is the one the output does not move with. */
-    int kd = -1, zeros = 0;
-    for (int d = 0; d < 3; d++)
-        if (cs[d] == 0) {
-            kd = d;
-            zeros++;
-        }
-    if (zeros != 1)
+    /* The reduction loops are those the output does not move with; each other loop moves
+     * exactly one factor (x's side or y's). A deeper nest that does not split so (a batch
+     * loop moving all three) is NO: the level below may be a product. */
+    const bool deep = depth > 3;
+    if (zeros == 0 || (!deep && zeros != 1))
         return TROUPE_GEMM_NO;
-    int p = (kd + 1) % 3, q = (kd + 2) % 3; /* the output's two symbols */
-    if (xs[kd] == 0 || ys[kd] == 0) {
-        *why = "a factor does not move with the reduction iterator";
-        return TROUPE_GEMM_REFUSED;
+    int grp[3][TROUPE_GEMM_MAX_LOOPS], ng[3] = {0, 0, 0}; /* K, x's side, y's side */
+    for (int d = 0; d < depth; d++) {
+        if (lcs[d] == 0) {
+            if (lxs[d] == 0 || lys[d] == 0) {
+                *why = "a factor does not move with the reduction iterator";
+                return deep ? TROUPE_GEMM_NO : TROUPE_GEMM_REFUSED;
+            }
+            grp[0][ng[0]++] = d;
+        } else if ((lxs[d] != 0) == (lys[d] != 0)) {
+            *why = "the factors do not split the output's iterators one each (not a matrix "
+                   "product)";
+            return deep ? TROUPE_GEMM_NO : TROUPE_GEMM_REFUSED;
+        } else {
+            grp[lxs[d] != 0 ? 1 : 2][ng[lxs[d] != 0 ? 1 : 2]++] = d;
+        }
     }
-    /* Each factor moves with exactly one of the output's symbols. */
-    bool x_has_p = xs[p] != 0, x_has_q = xs[q] != 0, y_has_p = ys[p] != 0, y_has_q = ys[q] != 0;
-    if (x_has_p == x_has_q || y_has_p == y_has_q || x_has_p == y_has_p) {
+    if (ng[1] == 0 || ng[2] == 0) {
         *why = "the factors do not split the output's iterators one each (not a matrix product)";
-        return TROUPE_GEMM_REFUSED;
+        return deep ? TROUPE_GEMM_NO : TROUPE_GEMM_REFUSED;
     }
-    if (cs[p] < 0 || cs[q] < 0 || xs[p] < 0 || xs[q] < 0 || xs[kd] < 0 || ys[p] < 0 ||
-        ys[q] < 0 || ys[kd] < 0) {
-        *why = "an access runs backwards (negative stride)";
-        return TROUPE_GEMM_REFUSED;
-    }
-    /* Column j: the output symbol with unit stride; row i: the other. */
-    int jd, id;
-    if (cs[q] == 1 || (cs[p] != 1 && ext[q] == 1)) {
-        jd = q;
-        id = p;
-    } else {
-        jd = p;
-        id = q;
-    }
+    for (int d = 0; d < depth; d++)
+        if (lcs[d] < 0 || lxs[d] < 0 || lys[d] < 0) {
+            *why = "an access runs backwards (negative stride)";
+            return deep ? TROUPE_GEMM_NO : TROUPE_GEMM_REFUSED;
+        }
+    /* The three dimensions, reduction first: in a nest of three, the output's two in loop
+     * order after the reduction's (cyclically). Merged, x's side then y's, each one dense
+     * chain of its group's loops: of the candidates, the call that fits with the most
+     * multiply-adds; the group's other loops run around it. */
     troupe_gemm_t g;
-    g.m = ext[id];
-    g.n = ext[jd];
-    g.k = ext[kd];
-    g.sym_m = sym[id];
-    g.sym_n = sym[jd];
-    g.sym_k = sym[kd];
-    const troupe_sc_t *a = (xs[id] != 0) ? x : y;
-    const troupe_sc_t *b = (a == x) ? y : x;
-    const int64_t *as = (a == x) ? xs : ys, *bs = (a == x) ? ys : xs;
-    g.c.tn = c;
-    g.c.idcs = s->u.set.idcs;
-    g.a.tn = a->u.get.tn;
-    g.a.idcs = a->u.get.idcs;
-    g.b.tn = b->u.get.tn;
-    g.b.idcs = b->u.get.idcs;
-    if (!s_fit(cs[id], cs[jd], g.m, g.n, &g.c.trans, &g.c.ld) || g.c.trans) {
-        *why = "the output has no unit-stride axis (or its rows overlap)";
-        return TROUPE_GEMM_REFUSED;
+    memset(&g, 0, sizeof g);
+    uint32_t taken = (1u << depth) - 1;
+    if (!deep) {
+        int32_t sym[3];
+        int64_t ext[3], cs[3], xs[3], ys[3];
+        int l[3] = {grp[0][0], (grp[0][0] + 1) % 3, (grp[0][0] + 2) % 3};
+        for (int d = 0; d < 3; d++) {
+            sym[d] = lsym[l[d]];
+            ext[d] = lext[l[d]];
+            cs[d] = lcs[l[d]];
+            xs[d] = lxs[l[d]];
+            ys[d] = lys[l[d]];
+        }
+        if (!s_shape(sym, ext, cs, xs, ys, s, x, y, &g, why))
+            return TROUPE_GEMM_REFUSED;
+    } else {
+        const int64_t *st[3] = {lcs, lxs, lys};
+        s_dim_t cand[3][TROUPE_GEMM_MAX_LOOPS];
+        int nc[3];
+        for (int d = 0; d < 3; d++)
+            nc[d] = s_dims(grp[d], ng[d], lext, st, lsym, cand[d]);
+        int64_t best = -1;
+        for (int i0 = 0; i0 < nc[0]; i0++)
+            for (int i1 = 0; i1 < nc[1]; i1++)
+                for (int i2 = 0; i2 < nc[2]; i2++) {
+                    const s_dim_t *dd[3] = {&cand[0][i0], &cand[1][i1], &cand[2][i2]};
+                    int32_t sym[3];
+                    int64_t ext[3], cs[3], xs[3], ys[3];
+                    for (int d = 0; d < 3; d++) {
+                        sym[d] = dd[d]->sym;
+                        ext[d] = dd[d]->ext;
+                        cs[d] = dd[d]->st[0];
+                        xs[d] = dd[d]->st[1];
+                        ys[d] = dd[d]->st[2];
+                    }
+                    troupe_gemm_t t;
+                    const char *tw = NULL;
+                    if (s_shape(sym, ext, cs, xs, ys, s, x, y, &t, &tw) &&
+                        t.m * t.n * t.k > best) {
+                        best = t.m * t.n * t.k;
+                        g = t;
+                        taken = dd[0]->loops | dd[1]->loops | dd[2]->loops;
+                    }
+                }
+        if (best < 0)
+            return TROUPE_GEMM_NO; /* no fold fits a call: the level below may */
     }
-    if (!s_fit(as[id], as[kd], g.m, g.k, &g.a.trans, &g.a.ld) ||
-        !s_fit(bs[kd], bs[jd], g.k, g.n, &g.b.trans, &g.b.ld)) {
-        *why = "a factor has no unit-stride axis (or its rows overlap)";
-        return TROUPE_GEMM_REFUSED;
+    g.nsyms = 0;
+    g.nouter = 0;
+    for (int d = 0; d < depth; d++) {
+        if (taken >> d & 1u) {
+            g.syms[g.nsyms++] = lsym[d];
+        } else {
+            g.outer_syms[g.nouter] = lsym[d];
+            g.outer_ext[g.nouter++] = lext[d];
+        }
     }
     /* The precision rules come first (their reasons are the ones reported); a nest refused
      * for them alone is still described (shape_ok), for targets that tile it themselves. */
@@ -213,15 +356,40 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
 bool troupe_gemm_covers_output(const troupe_gemm_t *g)
 {
     const troupe_tnode_t *c = g->c.tn;
+    bool outer[TROUPE_GEMM_MAX_LOOPS] = {false};
     for (int ax = 0; ax < c->ndims; ax++) {
         const troupe_axis_index_t *x = &g->c.idcs[ax];
         if (x->offset != 0)
             return false;
-        for (int t = 0; t < x->nterms; t++)
-            if (x->terms[t].sym != g->sym_m && x->terms[t].sym != g->sym_n)
+        for (int t = 0; t < x->nterms; t++) {
+            bool found = troupe_gemm_has_sym(g, x->terms[t].sym);
+            for (int o = 0; o < g->nouter && !found; o++)
+                found = outer[o] = g->outer_syms[o] == x->terms[t].sym;
+            if (!found)
                 return false;
+        }
     }
-    return g->c.ld == g->n && g->m * g->n == troupe_tnode_num_elems(c);
+    if (g->c.ld != g->n)
+        return false;
+    /* the outer loops each move C, and in some order each steps it by the block before it:
+     * the calls' m x n blocks tile C */
+    int64_t block = g->m * g->n;
+    bool used[TROUPE_GEMM_MAX_LOOPS] = {false};
+    for (int placed = 0; placed < g->nouter; placed++) {
+        int next = -1;
+        for (int o = 0; o < g->nouter && next < 0; o++)
+            if (!used[o] && outer[o] && g->outer_ext[o] > 1 &&
+                troupe_gemm_sym_stride(c, g->c.idcs, g->outer_syms[o]) == block)
+                next = o;
+        for (int o = 0; o < g->nouter && next < 0; o++)
+            if (!used[o] && g->outer_ext[o] == 1 && outer[o])
+                next = o;
+        if (next < 0)
+            return false; /* a loop accumulates into the same block, or leaves gaps */
+        used[next] = true;
+        block *= g->outer_ext[next];
+    }
+    return block == troupe_tnode_num_elems(c);
 }
 
 /* ---- epilogues ------------------------------------------------------------------------- */

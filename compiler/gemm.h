@@ -17,6 +17,19 @@
  * unit-stride symbol is the row rather than the column, the product is computed transposed
  * (C^T = B^T A^T), which is the same arithmetic.
  *
+ * Merged loops: a deeper perfect nest (up to TROUPE_GEMM_MAX_LOOPS loops) is one product when
+ * its loops fall into three groups (moving C and A, moving C and B, moving A and B: M, N and K)
+ * and each group's loops step every operand they move as one dense dimension: ordered by
+ * stride, each loop's stride is the previous loop's times its extent, in every operand (e.g. b
+ * and t over contiguous (B, T, ...) arrays, "bti,btj=>ij": K = B*T). The group's extent is the
+ * product of its loops' extents. Loops of extent 1 join any group. A group whose loops are not
+ * one dense dimension keeps its longest dense chain (the largest extent) in the call; the
+ * others become outer loops around it (troupe_gemm_t.outer): a loop of calls, each over its own
+ * block of C (an M or N loop) or accumulating into the same C (a K loop: a batch-reduce GEMM,
+ * e.g. a convolution's weight gradient summed over the batch). A nest whose loops do not all
+ * fall into the three groups is NO (a deeper level is tried: a loop that moves all three
+ * operands is a batch loop, left outside).
+ *
  * The result is normalised to a row-major call: C[i*ldc + j] += sum_k op(A)[i,k] * op(B)[k,j],
  * with op(A)[i,k] at A[i*lda + k] (trans_a false) or A[k*lda + i] (trans_a true), likewise B.
  * Code generators emit a call with the generated loops kept as the fallback; the reference
@@ -42,6 +55,9 @@ extern "C" {
  * bench_matmul on the development machine); such products stay generated. */
 #define TROUPE_GEMM_MIN_MACS 4096
 
+/* The deepest perfect nest the matcher folds into one product (merged loops). */
+#define TROUPE_GEMM_MAX_LOOPS 8
+
 typedef struct troupe_gemm_operand {
     const troupe_tnode_t *tn;
     const troupe_axis_index_t *idcs; /* the access, tn->ndims indices (borrowed) */
@@ -52,7 +68,14 @@ typedef struct troupe_gemm_operand {
 typedef struct troupe_gemm {
     troupe_prec_t prec;   /* the output's: SINGLE or DOUBLE (YES); any float (shape_ok) */
     int64_t m, n, k;      /* extents of the row, column and reduction loops */
-    int32_t sym_m, sym_n, sym_k;
+    int32_t sym_m, sym_n, sym_k; /* each dimension's fastest loop (merged: one of several) */
+    int nsyms;                   /* the nest's loops: 3, or more when some are merged */
+    int32_t syms[TROUPE_GEMM_MAX_LOOPS]; /* their symbols, outermost first; an operand's base
+                                            is its access with all of them at 0 */
+    int nouter; /* loops of the nest the call runs inside (merged nests only), outermost first:
+                   their symbols stay in the operands' base offsets */
+    int32_t outer_syms[TROUPE_GEMM_MAX_LOOPS];
+    int64_t outer_ext[TROUPE_GEMM_MAX_LOOPS]; /* each from 0 to outer_ext - 1 */
     troupe_gemm_operand_t a, b, c;
     bool fma; /* each step is fma(a, b, c) (one rounding); else c + a*b (two) */
     /* REFUSED for precision only (the factors and the output differ in precision, or the
@@ -142,9 +165,13 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
                                         const char **why);
 
 /* Whether the product writes every element of its output exactly once (the output is the
- * m-by-n matrix itself: no other iterator or offset in its access, ldc = n): then a zeroing of
- * the output just before it can become beta = 0. */
+ * m-by-n matrix itself, ldc = n, or with outer loops their calls' m-by-n blocks tile it: no
+ * other iterator or offset in its access): then a zeroing of the output just before it can
+ * become beta = 0 (for each call, over its own block). */
 bool troupe_gemm_covers_output(const troupe_gemm_t *g);
+
+/* Whether `sym` is one of the product's loops (g->syms): the call replaces it. */
+bool troupe_gemm_has_sym(const troupe_gemm_t *g, int32_t sym);
 
 /* The linear coefficient of `sym` in the row-major offset of `idcs` into `tn`. */
 int64_t troupe_gemm_sym_stride(const troupe_tnode_t *tn, const troupe_axis_index_t *idcs,

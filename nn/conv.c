@@ -1,7 +1,11 @@
 /* troupe — 2-d convolution as forward assignments (see conv.h). */
 #include "nn/conv.h"
 
+#include "troupe/ir/memory_mode.h"
+
 #include <stdio.h>
+
+#define S_PROV 3201 /* provenance of the memory modes set here */
 
 /* "(s·it + d·ik)" with unit coefficients left out, e.g. "(2h+k)", "(h+2k)". */
 static void s_window(char *buf, size_t cap, int64_t s, char it, int64_t d, char ik)
@@ -85,6 +89,23 @@ troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
     char hi[48], wi[48], spec[160];
     s_window(hi, sizeof hi, o->stride[0], 'h', o->dilation[0], 'k');
     s_window(wi, sizeof wi, o->stride[1], 'w', o->dilation[1], 'l');
-    snprintf(spec, sizeof spec, "bi%s%s,oikl=>bohw", hi, wi);
-    return troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, xp, w, spec);
+    /* im2col: the windows copied out once, so that the convolution is one matrix product per
+     * sample, y[b] (Cout x OH*OW) += w (Cout x Cin*KH*KW) cols[b] (Cin*KH*KW x OH*OW), that
+     * the GEMM matcher hands to the library (compiler/gemm.h, merged loops); so are both
+     * derived gradients (dw summed over the samples as a loop of accumulating calls, dcols per
+     * sample), and the copy's own gradient is the col2im scatter-add into the input's gradient.
+     * cols stays materialised: inlined into the product, it would make the product a nest of
+     * loops again. */
+    const int64_t cdims[6] = {x->dims[0], w->dims[1], w->dims[2], w->dims[3], od[0], od[1]};
+    troupe_tnode_t *cols = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "im2col", 6, cdims, &cols));
+    const troupe_memory_mode_t mat = {TROUPE_MM_MATERIALIZED, 0, 0};
+    troupe_status_t st = troupe_tnode_update_memory_mode(cols, mat, S_PROV);
+    if (st != TROUPE_OK)
+        return s_fail(nn, st);
+    snprintf(spec, sizeof spec, "bi%s%s=>biklhw", hi, wi);
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, cols, TROUPE_UNOP_IDENTITY, xp, spec));
+    return troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, w, cols,
+                         "oikl,biklhw=>bohw");
 }

@@ -4,12 +4,15 @@
  * (precision, size) and their debug-log line; on every host driver, the library path against a
  * double-precision host reference and against the generated loops (within float rounding), with
  * and without accumulation into existing values, on random shapes; bitwise reproducibility of
- * the library path run to run. */
+ * the library path run to run; loops merged into one dimension (b and t over (B, T, C) arrays)
+ * matched and, in a layout where they are not one dense dimension, not merged, both against
+ * the interpreter, the other loop then outside the calls. */
 #define _POSIX_C_SOURCE 200809L
 #include "actors/troupe.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "compiler/gemm.h"
+#include "compiler/interp.h"
 #include "devices/host/gemm_library.h"
 #include "compiler/lower.h"
 #include "compiler/optimize.h"
@@ -188,6 +191,55 @@ Test(gemm_match, refusals_name_the_rule)
                          2, (int64_t[]){64, 64}, true);
     cr_assert_eq(s_find(o.proc->body, &g, &why), TROUPE_GEMM_NO);
     s_free(&o);
+}
+
+Test(gemm_match, loops_over_one_dense_dimension_merge)
+{
+    /* a linear layer's weight gradient on (B, T, C) input sums over b and t: K = B*T */
+    s_case_t w = s_lower("bti,btj=>ij", TROUPE_PREC_SINGLE, 3, (int64_t[]){4, 24, 40}, 3,
+                         (int64_t[]){4, 24, 32}, 2, (int64_t[]){40, 32}, true);
+    s_expect(&w, 40, 32, 96, w.x, true, 40, w.w, false, 32, 32);
+    s_free(&w);
+    /* its forward product and input gradient: M = B*T (no batch loop left outside) */
+    s_case_t f = s_lower("bti,ij=>btj", TROUPE_PREC_SINGLE, 3, (int64_t[]){4, 24, 40}, 2,
+                         (int64_t[]){40, 32}, 3, (int64_t[]){4, 24, 32}, false);
+    s_expect(&f, 96, 32, 40, f.x, false, 40, f.w, false, 32, 32);
+    s_free(&f);
+    s_case_t d = s_lower("btj,ij=>bti", TROUPE_PREC_DOUBLE, 3, (int64_t[]){4, 24, 32}, 2,
+                         (int64_t[]){40, 32}, 3, (int64_t[]){4, 24, 40}, true);
+    s_expect(&d, 96, 40, 32, d.x, false, 32, d.w, true, 32, 40);
+    s_free(&d);
+    /* a reduction over two axes of each factor: K = 6*8 */
+    s_case_t k = s_lower("ikl,klj=>ij", TROUPE_PREC_SINGLE, 3, (int64_t[]){20, 6, 8}, 3,
+                         (int64_t[]){6, 8, 24}, 2, (int64_t[]){20, 24}, true);
+    s_expect(&k, 20, 24, 48, k.x, false, 48, k.w, false, 24, 24);
+    s_free(&k);
+}
+
+Test(gemm_match, loops_that_are_not_one_dense_dimension_do_not_merge)
+{
+    /* x laid out (T, B, C), the gradient (B, T, C): b and t step them in different orders, so
+     * the call's reduction is the longer, t, and b loops around the calls (each accumulating) */
+    s_case_t c = s_lower("tbi,btj=>ij", TROUPE_PREC_SINGLE, 3, (int64_t[]){24, 4, 40}, 3,
+                         (int64_t[]){4, 24, 32}, 2, (int64_t[]){40, 32}, true);
+    troupe_gemm_t g;
+    const char *why = NULL;
+    cr_assert_eq(s_find(c.proc->body, &g, &why), TROUPE_GEMM_YES, "%s", why);
+    cr_assert(g.m == 40 && g.n == 32 && g.k == 24, "m %lld n %lld k %lld", (long long)g.m,
+              (long long)g.n, (long long)g.k);
+    cr_assert(g.a.trans && g.a.ld == 160 && !g.b.trans && g.b.ld == 32);
+    cr_assert(g.nouter == 1 && g.outer_ext[0] == 4 && !troupe_gemm_has_sym(&g, g.outer_syms[0]));
+    /* accumulating calls: the zeroing before them cannot become beta = 0 */
+    cr_assert(!troupe_gemm_covers_output(&g));
+    s_free(&c);
+    /* x laid out (T, B, C) in the forward product: the rows are t, b loops around the calls,
+     * each writing its own block of y, which the blocks tile (beta = 0 per block) */
+    s_case_t f = s_lower("tbi,ij=>btj", TROUPE_PREC_SINGLE, 3, (int64_t[]){24, 4, 40}, 2,
+                         (int64_t[]){40, 32}, 3, (int64_t[]){4, 24, 32}, true);
+    cr_assert_eq(s_find(f.proc->body, &g, &why), TROUPE_GEMM_YES, "%s", why);
+    cr_assert(g.m == 24 && g.n == 32 && g.k == 40 && g.a.ld == 160 && g.nouter == 1);
+    cr_assert(troupe_gemm_covers_output(&g));
+    s_free(&f);
 }
 
 /* ---- running it ---------------------------------------------------------------------------- */
@@ -531,4 +583,115 @@ Test(gemm_run, troupe_names_the_library)
     cr_assert(strncmp(name, "none", 4) == 0, "%s", name);
     cr_assert_null(troupe_gemm_library_sgemm());
 #endif
+}
+
+/* y (=+ when fresh, else +=) x * w over `spec` on the cpu driver, the library on or off:
+ * y's values (from y0 when accumulating) into out. */
+static void s_run_spec(const char *spec, const int64_t *dx, int nw, const int64_t *dw, int ny,
+                       const int64_t *dy, bool fresh, const double *xv, const double *wv,
+                       const double *y0, bool library, double *out)
+{
+    troupe_config_set_gemm_library(library);
+    rtu_env_t e;
+    rtu_env_open(&e, "cpu", 1);
+    troupe_tnode_t *x = rtu_node("x", TROUPE_PREC_SINGLE, 3, dx);
+    troupe_tnode_t *w = rtu_node("w", TROUPE_PREC_SINGLE, nw, dw);
+    troupe_tnode_t *y = rtu_node("y", TROUPE_PREC_SINGLE, ny, dy);
+    rtu_set(x, xv);
+    rtu_set(w, wv);
+    rtu_set_hosted(y, 412);
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *t = NULL;
+    OK(troupe_asgn_comp_new(&comp));
+    OK(troupe_asgn_accum_binop(comp, fresh, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
+                               troupe_asgn_node(x), troupe_asgn_node(w), spec, &t));
+    troupe_code_t *code = rtu_compile_root(e.b, &comp, t, "gemm_merged");
+    troupe_context_t *ctx = e.ctx[0];
+    troupe_context_retain(ctx);
+    rtu_init(&ctx, x);
+    rtu_init(&ctx, w);
+    if (!fresh)
+        rtu_put(&ctx, y, y0);
+    troupe_routine_t *r = NULL;
+    OK(troupe_link(ctx, code, &r));
+    troupe_event_t *ev = NULL;
+    OK(troupe_routine_run(r, &ev));
+    OK(troupe_event_sync(ev, 20000 * MS));
+    troupe_event_release(&ev);
+    OK(troupe_tnode_get_values(y, out, (size_t)troupe_tnode_num_elems(y)));
+    troupe_routine_release(&r);
+    troupe_code_release(&code);
+    troupe_context_release(&ctx);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&w);
+    troupe_tnode_release(&y);
+    rtu_env_close(&e);
+    troupe_config_set_gemm_library(true);
+}
+
+Test(gemm_run, merged_loops_agree_with_the_interpreter, .timeout = 240)
+{
+    /* weight gradient, forward and input gradient over (B, T, C); a layout that does not
+     * merge; each fresh and accumulating. B*T = 60, C = 36 and 28. */
+    static const char *const specs[] = {"bti,btj=>ij", "bti,ij=>btj", "btj,ij=>bti",
+                                        "tbi,btj=>ij", "tbi,ij=>btj"};
+    static const int64_t dims[][3][3] = {{{3, 20, 36}, {3, 20, 28}, {36, 28}},
+                                         {{3, 20, 36}, {36, 28}, {3, 20, 28}},
+                                         {{3, 20, 28}, {36, 28}, {3, 20, 36}},
+                                         {{20, 3, 36}, {3, 20, 28}, {36, 28}},
+                                         {{20, 3, 36}, {36, 28}, {3, 20, 28}}};
+    static const int nws[] = {3, 2, 2, 3, 2}, nys[] = {2, 3, 3, 2, 3};
+    static const int64_t ks[] = {60, 36, 28, 60, 36};
+    for (int f = 0; f < 5; f++)
+        for (int fresh = 0; fresh < 2; fresh++) {
+            s_case_t c = s_lower(specs[f], TROUPE_PREC_SINGLE, 3, dims[f][0], nws[f], dims[f][1],
+                                 nys[f], dims[f][2], fresh != 0);
+            troupe_gemm_t g;
+            const char *why = NULL;
+            troupe_gemm_verdict_t v = s_find(c.proc->body, &g, &why);
+            if (f < 3)
+                cr_assert(v == TROUPE_GEMM_YES && g.m * g.n * g.k == 60 * 36 * 28,
+                          "%s: not one merged product (verdict %d: %s)", specs[f], (int)v, why);
+            else
+                cr_assert(v == TROUPE_GEMM_YES && (g.k == 20 || g.m == 20) && g.nouter == 1,
+                          "%s", specs[f]);
+            const troupe_tnode_t *nodes[3] = {c.x, c.w, c.y};
+            double *vals[3];
+            float *fv[3];
+            int64_t cnt[3];
+            for (int n = 0; n < 3; n++) {
+                cnt[n] = troupe_tnode_num_elems(nodes[n]);
+                vals[n] = malloc(sizeof(double) * (size_t)cnt[n]);
+                fv[n] = malloc(sizeof(float) * (size_t)cnt[n]);
+                cr_assert(vals[n] && fv[n]);
+                for (int64_t i = 0; i < cnt[n]; i++) {
+                    vals[n][i] = (double)(float)s_uniform();
+                    fv[n][i] = (float)vals[n][i];
+                }
+            }
+            troupe_interp_buffer_t ib[3];
+            for (int n = 0; n < 3; n++)
+                ib[n] = (troupe_interp_buffer_t){nodes[n], fv[n]};
+            troupe_interp_args_t args = {ib, 3, NULL, 0, NULL};
+            cr_assert_eq(troupe_interp_run(c.proc, &args), TROUPE_OK, "%s", troupe_last_error());
+            double *lib = malloc(sizeof(double) * (size_t)cnt[2]);
+            double *gen = malloc(sizeof(double) * (size_t)cnt[2]);
+            cr_assert(lib && gen);
+            for (int lib_on = 0; lib_on < 2; lib_on++)
+                s_run_spec(specs[f], dims[f][0], nws[f], dims[f][1], nys[f], dims[f][2],
+                           fresh != 0, vals[0], vals[1], vals[2], lib_on != 0, lib_on ? lib : gen);
+            double tol = 4.0 * (double)ks[f] * 6e-8 + 1e-6;
+            for (int64_t i = 0; i < cnt[2]; i++) {
+                cr_assert(fabs(lib[i] - fv[2][i]) <= tol,
+                          "%s fresh=%d: library y[%lld] = %.9g, interpreter %.9g", specs[f],
+                          fresh, (long long)i, lib[i], (double)fv[2][i]);
+                cr_assert(fabs(gen[i] - fv[2][i]) <= tol,
+                          "%s fresh=%d: loops y[%lld] = %.9g, interpreter %.9g", specs[f], fresh,
+                          (long long)i, gen[i], (double)fv[2][i]);
+            }
+            for (int n = 0; n < 3; n++)
+                free(vals[n]), free(fv[n]);
+            free(lib), free(gen);
+            s_free(&c);
+        }
 }

@@ -736,7 +736,8 @@ static bool s_log_has(const char *path, const char *a, const char *b, const char
 
 /* Which contractions of attention's forward and backward the GEMM matcher (compiler/gemm.h)
  * hands to the library, from cgen's debug:ir log (one line per contraction it takes): the
- * per-head products Q K^T and P V and their four gradient products, batched over (b, h). */
+ * per-head products Q K^T and P V and their four gradient products, batched over (b, h); the
+ * projections and their weight gradients over (b, t) merged. */
 Test(nn_layers, gemm_matcher_takes_the_attention_products, .timeout = 240)
 {
     char path[256];
@@ -768,8 +769,12 @@ Test(nn_layers, gemm_matcher_takes_the_attention_products, .timeout = 240)
     cr_expect(s_log_has(path, "_v_grad += ", "_softmax^T x ", lib), "dV = P^T dY");
     cr_expect(s_log_has(path, "_q_grad += ", "_preatt_grad x ", lib), "dQ = dS K");
     cr_expect(s_log_has(path, "_k_grad += ", "_preatt_grad^T x ", lib), "dK = dS^T Q");
-    cr_expect(s_log_has(path, "_qkv += ", "_w_qkv (m=64 n=192 k=64)", lib), "x W_qkv");
-    cr_expect(s_log_has(path, "_attn_concat_grad += ", "_w_proj^T", lib), "dY W_proj^T");
+    /* the projections over (b, t) as one dimension (compiler/gemm.h, merged loops): B*T rows,
+     * and the weight gradients' reductions over B*T */
+    cr_expect(s_log_has(path, "_qkv = ", "_w_qkv (m=128 n=192 k=64)", lib), "x W_qkv");
+    cr_expect(s_log_has(path, "_w_qkv_grad ", "(m=64 n=192 k=128)", lib), "dW_qkv = x^T dY");
+    cr_expect(s_log_has(path, "_w_proj_grad ", "(m=64 n=64 k=128)", lib), "dW_proj");
+    cr_expect(s_log_has(path, "_attn_concat_grad = ", "_w_proj^T", lib), "dY W_proj^T");
     unlink(path);
     m_free(&m);
 }
