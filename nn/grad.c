@@ -582,6 +582,21 @@ static bool s_lhs_holds_value(s_ctx_t *x, const troupe_asgn_t *t)
     return t->u.accum_op.accum == TROUPE_BINOP_ADD && t->u.accum_op.initialize_neutral;
 }
 
+/* The unop's value op(r[tr]) at each product-space point: the lhs itself when it holds it
+ * (*y = L read at tl), else a temporary over the product space (*y read at P). */
+static troupe_status_t s_unop_value(s_ctx_t *x, const s_space_t *sp, bool holds, troupe_unop_t op,
+                                    troupe_tnode_t *L, const char *tl, troupe_tnode_t *r,
+                                    const char *tr, troupe_tnode_t **y, const char **ty)
+{
+    if (holds) {
+        *y = L;
+        *ty = tl;
+        return TROUPE_OK;
+    }
+    *ty = sp->term;
+    return s_tmp_op(x, sp, TROUPE_ASGN_RHS_UNOP, (int)op, r, tr, NULL, NULL, NULL, NULL, y);
+}
+
 /* Applies the op's rule: contributions of upstream G[tg] (times sign) to each operand. */
 static troupe_status_t s_op_rule(s_ctx_t *x, const troupe_asgn_t *t, const s_terms_t *T,
                                  troupe_tnode_t *G, const char *tg, int sign, bool holds)
@@ -621,28 +636,28 @@ static troupe_status_t s_op_rule(s_ctx_t *x, const troupe_asgn_t *t, const s_ter
             S_GIVE(0, sign, f);
             break;
         }
-        case TROUPE_UNOP_EXP:
-            if (holds)
-                S_GIVE(0, sign, s_f(F_MUL, L, tl));
-            else {
-                TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_UNOP, TROUPE_UNOP_EXP,
-                                                r[0], tr[0], NULL, NULL, NULL, NULL, &d));
-                S_GIVE(0, sign, s_f(F_TEMP, d, NULL));
-            }
+        case TROUPE_UNOP_EXP: { /* exp x */
+            troupe_tnode_t *y = NULL;
+            const char *ty = NULL;
+            TROUPE_RETURN_IF_ERROR(s_unop_value(x, &sp, holds, TROUPE_UNOP_EXP, L, tl, r[0], tr[0],
+                                                &y, &ty));
+            S_GIVE(0, sign, s_f(F_MUL, y, ty));
             break;
+        }
         case TROUPE_UNOP_LOG:
             S_GIVE(0, sign, s_f(F_DIV, r[0], tr[0]));
             break;
-        case TROUPE_UNOP_EXP2: /* 2^x ln 2 */
+        case TROUPE_UNOP_EXP2: { /* 2^x ln 2 */
+            troupe_tnode_t *y = NULL;
+            const char *ty = NULL;
             TROUPE_RETURN_IF_ERROR(s_const(x, 0.69314718055994530942, &c));
-            if (!holds)
-                TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_UNOP, TROUPE_UNOP_EXP2,
-                                                r[0], tr[0], NULL, NULL, NULL, NULL, &d2));
-            TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_MUL,
-                                            holds ? L : d2, holds ? tl : P, c, "", NULL, NULL,
-                                            &d));
+            TROUPE_RETURN_IF_ERROR(s_unop_value(x, &sp, holds, TROUPE_UNOP_EXP2, L, tl, r[0], tr[0],
+                                                &y, &ty));
+            TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_MUL, y, ty,
+                                            c, "", NULL, NULL, &d));
             S_GIVE(0, sign, s_f(F_TEMP, d, NULL));
             break;
+        }
         case TROUPE_UNOP_LOG2: /* 1 / (x ln 2) */
             TROUPE_RETURN_IF_ERROR(s_const(x, 0.69314718055994530942, &c));
             TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_MUL, r[0],
@@ -650,77 +665,46 @@ static troupe_status_t s_op_rule(s_ctx_t *x, const troupe_asgn_t *t, const s_ter
             S_GIVE(0, sign, s_f(F_DIV, d, P));
             break;
         case TROUPE_UNOP_SIN:
-            TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_UNOP, TROUPE_UNOP_COS, r[0],
-                                            tr[0], NULL, NULL, NULL, NULL, &d));
-            S_GIVE(0, sign, s_f(F_TEMP, d, NULL));
+        case TROUPE_UNOP_COS: /* cos x, -sin x */
+            TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_UNOP,
+                                            op == TROUPE_UNOP_SIN ? TROUPE_UNOP_COS
+                                                                  : TROUPE_UNOP_SIN,
+                                            r[0], tr[0], NULL, NULL, NULL, NULL, &d));
+            S_GIVE(0, op == TROUPE_UNOP_SIN ? sign : -sign, s_f(F_TEMP, d, NULL));
             break;
-        case TROUPE_UNOP_COS:
-            TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_UNOP, TROUPE_UNOP_SIN, r[0],
-                                            tr[0], NULL, NULL, NULL, NULL, &d));
-            S_GIVE(0, -sign, s_f(F_TEMP, d, NULL));
-            break;
-        case TROUPE_UNOP_SQRT: { /* 1 / (2 sqrt x) */
-            troupe_tnode_t *two = NULL;
-            TROUPE_RETURN_IF_ERROR(s_const(x, 2.0, &two));
-            if (!holds)
-                TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_UNOP, TROUPE_UNOP_SQRT,
-                                                r[0], tr[0], NULL, NULL, NULL, NULL, &d2));
-            TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_MUL,
-                                            holds ? L : d2, holds ? tl : P, two, "", NULL, NULL,
-                                            &d));
-            S_GIVE(0, sign, s_f(F_DIV, d, P));
-            break;
-        }
-        case TROUPE_UNOP_RECIP: /* -1/x^2 = -(1/x)^2 */
-            if (!holds)
-                TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_UNOP, TROUPE_UNOP_RECIP,
-                                                r[0], tr[0], NULL, NULL, NULL, NULL, &d2));
-            TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_MUL,
-                                            holds ? L : d2, holds ? tl : P, holds ? L : d2,
-                                            holds ? tl : P, NULL, NULL, &d));
-            S_GIVE(0, -sign, s_f(F_TEMP, d, NULL));
-            break;
-        case TROUPE_UNOP_RECIP_SQRT: { /* -x^(-3/2) / 2 = -(y^3) / 2 with y = 1/sqrt x */
-            troupe_tnode_t *half = NULL;
-            TROUPE_RETURN_IF_ERROR(s_const(x, 0.5, &half));
-            troupe_tnode_t *y = L;
-            const char *ty = tl;
-            if (!holds) {
-                TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_UNOP,
-                                                TROUPE_UNOP_RECIP_SQRT, r[0], tr[0], NULL, NULL,
-                                                NULL, NULL, &d2));
-                y = d2;
-                ty = P;
+        case TROUPE_UNOP_SQRT:         /* 1 / (2 y) */
+        case TROUPE_UNOP_RECIP:        /* -y^2 */
+        case TROUPE_UNOP_RECIP_SQRT:   /* -y^3 / 2 */
+        case TROUPE_UNOP_TANH_APPROX: { /* 1 - y^2 */
+            troupe_tnode_t *y = NULL, *k = NULL, *y2 = NULL;
+            const char *ty = NULL;
+            TROUPE_RETURN_IF_ERROR(
+                s_unop_value(x, &sp, holds, (troupe_unop_t)op, L, tl, r[0], tr[0], &y, &ty));
+            if (op == TROUPE_UNOP_SQRT) {
+                TROUPE_RETURN_IF_ERROR(s_const(x, 2.0, &k));
+                TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_MUL, y,
+                                                ty, k, "", NULL, NULL, &d));
+                S_GIVE(0, sign, s_f(F_DIV, d, P));
+                break;
             }
-            troupe_tnode_t *y2 = NULL;
             TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_MUL, y, ty,
                                             y, ty, NULL, NULL, &y2));
-            troupe_tnode_t *y3 = NULL;
-            TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_MUL, y2, P,
-                                            y, ty, NULL, NULL, &y3));
-            TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_MUL, y3, P,
-                                            half, "", NULL, NULL, &d));
-            S_GIVE(0, -sign, s_f(F_TEMP, d, NULL));
-            break;
-        }
-        case TROUPE_UNOP_TANH_APPROX: { /* 1 - tanh^2 */
-            troupe_tnode_t *one = NULL;
-            TROUPE_RETURN_IF_ERROR(s_const(x, 1.0, &one));
-            troupe_tnode_t *y = L;
-            const char *ty = tl;
-            if (!holds) {
-                TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_UNOP,
-                                                TROUPE_UNOP_TANH_APPROX, r[0], tr[0], NULL, NULL,
-                                                NULL, NULL, &d2));
-                y = d2;
-                ty = P;
+            if (op == TROUPE_UNOP_RECIP) {
+                S_GIVE(0, -sign, s_f(F_TEMP, y2, NULL));
+            } else if (op == TROUPE_UNOP_TANH_APPROX) {
+                TROUPE_RETURN_IF_ERROR(s_const(x, 1.0, &k));
+                TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_SUB, k,
+                                                "", y2, P, NULL, NULL, &d));
+                S_GIVE(0, sign, s_f(F_TEMP, d, NULL));
+            } else {
+                troupe_tnode_t *y3 = NULL;
+                TROUPE_RETURN_IF_ERROR(s_const(x, 0.5, &k));
+                TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_MUL, y2,
+                                                P, y, ty, NULL, NULL, &y3));
+                TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_MUL, y3,
+                                                P, k, "", NULL, NULL, &d));
+                S_GIVE(0, -sign, s_f(F_TEMP, d, NULL));
             }
-            troupe_tnode_t *y2 = NULL;
-            TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_MUL, y, ty,
-                                            y, ty, NULL, NULL, &y2));
-            TROUPE_RETURN_IF_ERROR(s_tmp_op(x, &sp, TROUPE_ASGN_RHS_BINOP, TROUPE_BINOP_SUB, one,
-                                            "", y2, P, NULL, NULL, &d));
-            S_GIVE(0, sign, s_f(F_TEMP, d, NULL));
             break;
         }
         default:
