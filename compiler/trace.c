@@ -452,7 +452,12 @@ static troupe_status_t s_tr_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e, s_sel
         s_cell_t cell;
         if (!s_cell(c, (size_t)i, s_flat(c, tn, e->u.get.idcs), &cell))
             return troupe__opt_oom();
-        if (!(tr->zeroed_out || s_cell_assigned(&cell)))
+        /* A sampled walk runs only the first iterations of each loop, so a write over one
+         * loop order and a read over another (a (B,T,3C) projection read back as q, k, v at
+         * columns C.. and 2C..) meet cells the sampled write never reached: there a read of a
+         * node some assignment already wrote is not taken as a read before the write. */
+        if (!(tr->zeroed_out || s_cell_assigned(&cell) ||
+              (c->sampled && nd->n_assign_exec > 0)))
             tr->read_before_write = true;
         if (nd->n_assign_exec == 0)
             nd->read_before_first_assign = true;
