@@ -500,11 +500,12 @@ troupe_status_t gpt_runner_new(const char *backend_name, troupe_backend_t *backe
         /* the nodes the routine reads without writing: the parameters, positions, batch */
         for (size_t k = 0; k < p->n && st == TROUPE_OK; k++)
             st = s_upload(&r->ctx, p->params[k]);
-        troupe_tnode_t *in[3] = {m->pos, m->x_all ? NULL : m->x, m->x_all ? NULL : m->y};
-        for (int k = 0; k < 3 && st == TROUPE_OK; k++)
-            if (in[k])
-                st = s_upload(&r->ctx, in[k]);
     }
+    /* and the model's own inputs (in a child of ctx when linking in a given context) */
+    troupe_tnode_t *in[3] = {m->pos, m->x_all ? NULL : m->x, m->x_all ? NULL : m->y};
+    for (int k = 0; k < 3 && st == TROUPE_OK; k++)
+        if (in[k])
+            st = s_upload(&r->ctx, in[k]);
     if (st == TROUPE_OK)
         st = troupe_compile(r->backend, m->comp, name, &r->code);
     if (st == TROUPE_OK)
