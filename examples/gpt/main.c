@@ -681,6 +681,31 @@ static int s_cmd_train(int argc, char **argv)
                               .weight_decay = t.wd, .beta1 = t.beta1, .beta2 = t.beta2,
                               .eps = t.eps};
     troupe_dp_config_t dc = {.backend = t.backend, .streams = streams, .optimizer = opt};
+    /* rank 0's validation and sampler, built and compiled on every rank before training
+     * starts: a compile on rank 0 alone, mid-run, would leave the others waiting in the
+     * allreduce (the code cache makes the later compile on rank 0 a lookup) */
+    gpt_model_t *vm = NULL, *sm = NULL;
+    if (t.val) {
+        gpt_model_config_t vc = {.batch = t.B, .seq = t.T, .targets = true};
+        CHECK(gpt_model_new(p, &vc, &vm), "building the validation");
+    }
+    if (t.sample_every) {
+        gpt_model_config_t sc = {.batch = 1, .seq = t.T};
+        CHECK(gpt_model_new(p, &sc, &sm), "building the sampler");
+    }
+    if (vm || sm) {
+        troupe_backend_t *cb = NULL;
+        troupe_code_t *code = NULL;
+        CHECK(troupe_backend_open(t.backend, TROUPE_FOR_PARALLEL_COPYING, &cb),
+              "opening the backend");
+        if (vm)
+            CHECK(troupe_compile(cb, vm->comp, "gpt_val", &code), "compiling the validation");
+        troupe_code_release(&code);
+        if (sm)
+            CHECK(troupe_compile(cb, sm->comp, "gpt_sample", &code), "compiling the sampler");
+        troupe_code_release(&code);
+        troupe_backend_close(&cb);
+    }
     troupe_dp_t *dp = NULL;
     CHECK(troupe_dp_new(&dc, &model, &dp), "starting data-parallel training");
     if (t.resume)
@@ -694,19 +719,16 @@ static int s_cmd_train(int argc, char **argv)
                streams);
 
     /* rank 0's evaluation (validation) and sampling, linked on the owner stream */
-    gpt_model_t *vm = NULL, *sm = NULL;
     gpt_runner_t *vr = NULL, *sr = NULL;
     int64_t vnb = 0;
-    if (rank == 0 && vtokens) {
+    if (rank != 0) {
+        gpt_model_destroy(&vm);
+        gpt_model_destroy(&sm);
+    }
+    if (vm) {
         vnb = (int64_t)((nvtokens - 1) / (size_t)(t.B * t.T));
         if (vnb > t.val_batches)
             vnb = t.val_batches;
-        gpt_model_config_t vc = {.batch = t.B, .seq = t.T, .targets = true};
-        CHECK(gpt_model_new(p, &vc, &vm), "building the validation");
-    }
-    if (rank == 0 && t.sample_every) {
-        gpt_model_config_t sc = {.batch = 1, .seq = t.T};
-        CHECK(gpt_model_new(p, &sc, &sm), "building the sampler");
     }
     int32_t *vx = NULL, *vy = NULL;
     if (vm) {
