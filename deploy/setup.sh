@@ -10,7 +10,7 @@ TROUPE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TROUPE_BUILD_DIR=${TROUPE_BUILD_DIR:-$TROUPE_ROOT/build}
 TROUPE_PACKAGES=(libzmq3-dev libczmq-dev libopenmpi-dev openmpi-bin libcriterion-dev zlib1g-dev
                  libopenblas-dev libopenblas0-pthread libxsmm-dev libcairo2-dev pkg-config
-                 dataset-fashion-mnist libjansson-dev iproute2)
+                 dataset-fashion-mnist fortunes libjansson-dev iproute2)
 
 troupe_install_packages() {
   local missing=()

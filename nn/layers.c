@@ -19,30 +19,34 @@ static troupe_status_t s_check(troupe_nn_t *nn)
     return troupe_nn_status(nn);
 }
 
-troupe_status_t troupe_nn_linear(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
-                                 troupe_tnode_t *b, troupe_tnode_t **out)
+/* The linear layer in either weight layout: w (in, out) when !out_in, else (out, in). */
+static troupe_status_t s_linear(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
+                                troupe_tnode_t *b, bool out_in, troupe_tnode_t **out)
 {
     TROUPE_RETURN_IF_ERROR(s_check(nn));
+    const char *fn = out_in ? "linear_oi" : "linear";
     if (!x || !w || !out)
-        return troupe_nn_add(nn, troupe__error(TROUPE_INVALID_ARGUMENT, "linear: NULL argument"),
+        return troupe_nn_add(nn, troupe__error(TROUPE_INVALID_ARGUMENT, "%s: NULL argument", fn),
                              NULL);
     int lead = x->ndims - 1;
-    if (lead < 0 || lead > S_MAX_LEAD || w->ndims != 2 || x->dims[lead] != w->dims[0] ||
-        (b && (b->ndims != 1 || b->dims[0] != w->dims[1])))
+    int ain = out_in ? 1 : 0, aout = 1 - ain;
+    if (lead < 0 || lead > S_MAX_LEAD || w->ndims != 2 || x->dims[lead] != w->dims[ain] ||
+        (b && (b->ndims != 1 || b->dims[0] != w->dims[aout])))
         return troupe_nn_add(nn,
                              troupe__error(TROUPE_INVALID_ARGUMENT,
-                                           "linear: x #%d (%d axes, last %lld) does not match w "
-                                           "#%d (in, out) = (%lld, %lld)%s",
-                                           x->id, x->ndims,
+                                           "%s: x #%d (%d axes, last %lld) does not match w "
+                                           "#%d %s = (%lld, %lld)%s",
+                                           fn, x->id, x->ndims,
                                            (long long)(x->ndims ? x->dims[x->ndims - 1] : 0),
-                                           w->id, (long long)w->dims[0],
+                                           w->id, out_in ? "(out, in)" : "(in, out)",
+                                           (long long)w->dims[0],
                                            (long long)(w->ndims > 1 ? w->dims[1] : 0),
                                            b ? " or its bias (out)" : ""),
                              NULL);
     int64_t dims[TROUPE_MAX_DIMS];
     memcpy(dims, x->dims, sizeof dims);
-    dims[lead] = w->dims[1];
-    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "linear", x->ndims, dims, out));
+    dims[lead] = w->dims[aout];
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, fn, x->ndims, dims, out));
     char L[S_MAX_LEAD + 1], spec[64];
     s_lead(lead, L);
     if (b) {
@@ -50,8 +54,20 @@ troupe_status_t troupe_nn_linear(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
         TROUPE_RETURN_IF_ERROR(troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out,
                                             TROUPE_UNOP_IDENTITY, b, spec));
     }
-    snprintf(spec, sizeof spec, "%si,ij=>%sj", L, L);
+    snprintf(spec, sizeof spec, out_in ? "%si,ji=>%sj" : "%si,ij=>%sj", L, L);
     return troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, x, w, spec);
+}
+
+troupe_status_t troupe_nn_linear(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
+                                 troupe_tnode_t *b, troupe_tnode_t **out)
+{
+    return s_linear(nn, x, w, b, false, out);
+}
+
+troupe_status_t troupe_nn_linear_oi(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
+                                    troupe_tnode_t *b, troupe_tnode_t **out)
+{
+    return s_linear(nn, x, w, b, true, out);
 }
 
 /* "ABCD" for a pointwise map over all of x's axes. */

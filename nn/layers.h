@@ -22,6 +22,11 @@ extern "C" {
 troupe_status_t troupe_nn_linear(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
                                  troupe_tnode_t *b, troupe_tnode_t **out);
 
+/* y[..., j] = sum_i x[..., i] w[j, i] + b[j]: the (out, in) layout of llm.c and PyTorch's
+ * nn.Linear, read as stored ("Ai,ji=>Aj", no transposed copy): x (..., in), w (out, in),
+ * b (out) or NULL, y (..., out). Otherwise as troupe_nn_linear. */
+troupe_status_t troupe_nn_linear_oi(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
+                                    troupe_tnode_t *b, troupe_tnode_t **out);
 /* y = max(x, 0), any shape. The gradient at 0 is 0 (PyTorch's). */
 troupe_status_t troupe_nn_relu(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t **out);
 

@@ -180,6 +180,46 @@ static int m_check_grads(m_model_t *m, double tol)
     return checked;
 }
 
+/* ---- the linear layer, (out, in) weights --------------------------------------------------- */
+
+Test(nn_layers, linear_out_in_forward_and_gradient)
+{
+    enum { B = 2, T = 3, IN = 4, OUT = 5 };
+    m_model_t m;
+    m_init(&m, TROUPE_PREC_DOUBLE, 7);
+    troupe_tnode_t *x = m_param(&m, "x", 3, (int64_t[]){B, T, IN});
+    troupe_tnode_t *w = m_param(&m, "w", 2, (int64_t[]){OUT, IN});
+    troupe_tnode_t *b = m_param(&m, "b", 1, (int64_t[]){OUT});
+    troupe_tnode_t *y = NULL;
+    OK(troupe_nn_linear_oi(m.nn, x, w, b, &y));
+    cr_assert_eq(y->dims[2], OUT);
+    m_finish(&m, y);
+    m_build(&m, -1.0, 1.0);
+    m_run(&m);
+    for (int r = 0; r < B * T; r++) /* y = x w^T + b, w read as (out, in) */
+        for (int j = 0; j < OUT; j++) {
+            double want = m_get(&m, b, j);
+            for (int i = 0; i < IN; i++)
+                want += m_get(&m, x, r * IN + i) * m_get(&m, w, j * IN + i);
+            cr_expect(fabs(m_get(&m, y, r * OUT + j) - want) < 1e-12, "y[%d,%d] %.17g, want %.17g",
+                      r, j, m_get(&m, y, r * OUT + j), want);
+        }
+    cr_assert_eq(m_check_grads(&m, 1e-6), B * T * IN + OUT * IN + OUT);
+    m_free(&m);
+}
+
+Test(nn_layers, linear_out_in_refuses_the_in_out_shape)
+{
+    m_model_t m;
+    m_init(&m, TROUPE_PREC_DOUBLE, 7);
+    troupe_tnode_t *x = m_param(&m, "x", 2, (int64_t[]){2, 4});
+    troupe_tnode_t *w = m_param(&m, "w", 2, (int64_t[]){4, 5}); /* (in, out): wrong here */
+    troupe_tnode_t *y = NULL;
+    cr_assert_eq(troupe_nn_linear_oi(m.nn, x, w, NULL, &y), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "(out, in)"), "%s", troupe_last_error());
+    m_free(&m);
+}
+
 /* ---- layer normalisation -------------------------------------------------------------------- */
 
 Test(nn_layers, layernorm_forward_and_gradient)

@@ -1,0 +1,857 @@
+/* gpt — GPT-2 on llm.c's file formats, trained data-parallel with parallel/dp.h.
+ *
+ *   gpt init   --layers L --heads NH --channels C --max-seq maxT --vocab V [--padded-vocab Vp]
+ *              --seed S --out FILE
+ *   gpt data   [--text FILE]... --out-dir DIR [--name NAME] [--val-fraction F]
+ *   gpt train  --model FILE --data GLOB [--val GLOB] --batch B --seq T --steps N [...]
+ *   gpt sample --model FILE --tokens N --seed S [--temperature X] [--prompt TEXT]
+ *              [--tokenizer FILE]
+ *
+ * train: batch k holds the B sequences of T+1 tokens starting at tokens kBT, kBT+T, ... of the
+ * concatenated shards (llm.c's loader without shuffling; back to token 0 when fewer than BT+1
+ * remain); replica r of R takes sequences [rB/R, (r+1)B/R), so every layout trains on the same
+ * batches. Rank 0 prints `step=K loss=X` per step, `val_loss=X` at each validation and last
+ * `final loss=X val_loss=X tokens_per_s=X ranks=R streams=S steps=N`. docs/gpt.md has the rest.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "llmc.h"
+#include "model.h"
+
+#include "base/config.h"
+#include "base/log.h"
+#include "parallel/dp.h"
+#include "transport/mpi/cluster.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define S_FORTUNES "/usr/share/games/fortunes"
+
+static double s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A failure: one line on stderr, exit status 1 (75 when the cluster failed). */
+static void s_die(troupe_status_t failed, const char *what)
+{
+    char line[1400];
+    snprintf(line, sizeof line, "gpt: %s%s%s", what, *troupe_last_error() ? ": " : "",
+             troupe_last_error());
+    fprintf(stderr, "%s\n", line);
+    fflush(stdout);
+    troupe_status_t st = TROUPE_OK;
+    if (troupe_cluster_is_distributed())
+        st = troupe_cluster_leave(line);
+    if (st == TROUPE_OK)
+        st = troupe_cluster_finalize();
+    (void)st;
+    exit(failed == TROUPE_TRANSPORT_ERROR || failed == TROUPE_DEADLINE_EXCEEDED ? 75 : 1);
+}
+
+#define CHECK(expr, what)                                                                          \
+    do {                                                                                           \
+        troupe_status_t check_st_ = (expr);                                                        \
+        if (check_st_ != TROUPE_OK)                                                                \
+            s_die(check_st_, what);                                                                \
+    } while (0)
+
+/* ---- options -------------------------------------------------------------------------------- */
+
+typedef struct opt {
+    const char *name;
+    const char *value;
+} opt_t;
+
+#define S_MAX_OPTS 48
+typedef struct opts {
+    opt_t v[S_MAX_OPTS];
+    int n;
+    const char *texts[64]; /* gpt data --text, repeated */
+    int ntexts;
+} opts_t;
+
+static int s_usage(const char *msg)
+{
+    if (troupe_cluster_rank() == 0)
+        fprintf(stderr, "gpt: %s\n(gpt --help lists the commands and options)\n", msg);
+    troupe_status_t st = troupe_cluster_finalize();
+    (void)st;
+    return 2;
+}
+
+static void s_help(void)
+{
+    printf(
+        "usage: gpt COMMAND [options]      (train: under mpiexec, one process per rank)\n"
+        "  init   --layers L --heads NH --channels C --max-seq maxT --vocab V [--padded-vocab Vp]\n"
+        "         --seed S --out FILE          a GPT-2 random init in llm.c's model format\n"
+        "  data   [--text FILE]... --out-dir DIR [--name NAME] [--val-fraction F]\n"
+        "         bytes (V = 256) into NAME_train.bin and NAME_val.bin [fortunes, 0.1];\n"
+        "         default text: Debian's fortunes (" S_FORTUNES ")\n"
+        "  train  --model FILE --data GLOB [--val GLOB] --batch B --seq T --steps N\n"
+        "         [--lr 1e-4] [--weight-decay 0] [--beta1 0.9 --beta2 0.999 --eps 1e-8]\n"
+        "         [--schedule constant|cosine --warmup K] [--save FILE --save-every K]\n"
+        "         [--resume FILE.state] [--backend NAME] [--streams S] [--val-every K\n"
+        "         --val-batches M] [--sample-every K --sample-tokens N] [--seed S]\n"
+        "         --batch is global: split over every replica of every rank\n"
+        "  sample --model FILE --tokens N --seed S [--temperature 1] [--prompt TEXT]\n"
+        "         [--tokenizer FILE] [--backend NAME]\n");
+}
+
+static bool s_parse(int argc, char **argv, const char *const *known, size_t nknown, opts_t *o,
+                    char *err, size_t cap)
+{
+    memset(o, 0, sizeof *o);
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        bool ok = false;
+        for (size_t k = 0; k < nknown && !ok; k++)
+            ok = strcmp(a, known[k]) == 0;
+        if (!ok) {
+            snprintf(err, cap, "unknown option '%.200s' for %s", a, argv[1]);
+            return false;
+        }
+        if (i + 1 >= argc) {
+            snprintf(err, cap, "option %s needs a value", a);
+            return false;
+        }
+        if (strcmp(a, "--text") == 0) {
+            if (o->ntexts == 64) {
+                snprintf(err, cap, "at most 64 --text files");
+                return false;
+            }
+            o->texts[o->ntexts++] = argv[++i];
+            continue;
+        }
+        if (o->n == S_MAX_OPTS) {
+            snprintf(err, cap, "too many options");
+            return false;
+        }
+        o->v[o->n].name = a;
+        o->v[o->n++].value = argv[++i];
+    }
+    return true;
+}
+
+static const char *s_get(const opts_t *o, const char *name)
+{
+    const char *v = NULL;
+    for (int i = 0; i < o->n; i++)
+        if (strcmp(o->v[i].name, name) == 0)
+            v = o->v[i].value;
+    return v;
+}
+
+/* An integer option in [lo, hi] (def when absent, or -1 required). */
+static bool s_int(const opts_t *o, const char *name, long long def, long long lo, long long hi,
+                  long long *out, char *err, size_t cap)
+{
+    const char *v = s_get(o, name);
+    if (!v) {
+        if (def == LLONG_MIN) {
+            snprintf(err, cap, "option %s is required", name);
+            return false;
+        }
+        *out = def;
+        return true;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        snprintf(err, cap, "option %s: '%.100s' is not an integer from %lld to %lld", name, v, lo,
+                 hi);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static bool s_real(const opts_t *o, const char *name, double def, double lo, double hi,
+                   double *out, char *err, size_t cap)
+{
+    const char *v = s_get(o, name);
+    if (!v) {
+        *out = def;
+        return true;
+    }
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
+        snprintf(err, cap, "option %s: '%.100s' is not a number from %g to %g", name, v, lo, hi);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+#define REQ LLONG_MIN
+
+/* ---- gpt init ------------------------------------------------------------------------------- */
+
+static int s_cmd_init(int argc, char **argv)
+{
+    static const char *const known[] = {"--layers", "--heads", "--channels", "--max-seq",
+                                        "--vocab",  "--padded-vocab", "--seed", "--out"};
+    opts_t o;
+    char err[512];
+    long long L, NH, C, T, V, Vp, seed;
+    if (!s_parse(argc, argv, known, sizeof known / sizeof *known, &o, err, sizeof err) ||
+        !s_int(&o, "--layers", REQ, 1, 1024, &L, err, sizeof err) ||
+        !s_int(&o, "--heads", REQ, 1, 1024, &NH, err, sizeof err) ||
+        !s_int(&o, "--channels", REQ, 1, 65536, &C, err, sizeof err) ||
+        !s_int(&o, "--max-seq", REQ, 1, 1 << 20, &T, err, sizeof err) ||
+        !s_int(&o, "--vocab", REQ, 1, 65536, &V, err, sizeof err) ||
+        !s_int(&o, "--padded-vocab", (V + 127) / 128 * 128, V, 1 << 20, &Vp, err, sizeof err) ||
+        !s_int(&o, "--seed", 0, 0, LLONG_MAX, &seed, err, sizeof err))
+        return s_usage(err);
+    const char *out = s_get(&o, "--out");
+    if (!out)
+        return s_usage("option --out is required");
+    gpt_llmc_config_t cfg = {(int32_t)T, (int32_t)V, (int32_t)L, (int32_t)NH, (int32_t)C,
+                             (int32_t)Vp};
+    CHECK(gpt_llmc_config_check(&cfg, "gpt init"), "checking the sizes");
+    size_t n = gpt_llmc_num_params(&cfg);
+    float *p = malloc(n * sizeof *p);
+    if (!p)
+        CHECK(troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "%zu parameters", n), "out of memory");
+    CHECK(gpt_init_params(&cfg, (uint64_t)seed, p), "initialising");
+    CHECK(gpt_llmc_model_write(out, &cfg, p), "writing the model");
+    printf("wrote %s: L=%lld NH=%lld C=%lld maxT=%lld V=%lld Vp=%lld, %zu parameters\n", out, L,
+           NH, C, T, V, Vp, n);
+    free(p);
+    CHECK(troupe_cluster_finalize(), "stopping the cluster");
+    return 0;
+}
+
+/* ---- gpt data ------------------------------------------------------------------------------- */
+
+static int s_cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Appends the bytes of file path to *buf. */
+static bool s_append_file(const char *path, unsigned char **buf, size_t *len, size_t *cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "gpt data: %s: cannot open: %s\n", path, strerror(errno));
+        return false;
+    }
+    unsigned char chunk[65536];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (*len + got > *cap) {
+            size_t nc = (*cap ? 2 * *cap : 1 << 20) + got;
+            unsigned char *g = realloc(*buf, nc);
+            if (!g) {
+                fclose(f);
+                fprintf(stderr, "gpt data: out of memory\n");
+                return false;
+            }
+            *buf = g;
+            *cap = nc;
+        }
+        memcpy(*buf + *len, chunk, got);
+        *len += got;
+    }
+    bool ok = !ferror(f);
+    fclose(f);
+    if (!ok)
+        fprintf(stderr, "gpt data: %s: read error\n", path);
+    return ok;
+}
+
+static int s_cmd_data(int argc, char **argv)
+{
+    static const char *const known[] = {"--text", "--out-dir", "--name", "--val-fraction"};
+    opts_t o;
+    char err[512];
+    double frac;
+    if (!s_parse(argc, argv, known, sizeof known / sizeof *known, &o, err, sizeof err) ||
+        !s_real(&o, "--val-fraction", 0.1, 0.0, 0.9, &frac, err, sizeof err))
+        return s_usage(err);
+    const char *dir = s_get(&o, "--out-dir"), *name = s_get(&o, "--name");
+    if (!dir)
+        return s_usage("option --out-dir is required");
+    if (!name)
+        name = o.ntexts ? "text" : "fortunes";
+    /* the text: --text files in order, else every fortune file (sorted; not .dat, .u8) */
+    char *files[1024];
+    int nfiles = 0;
+    if (o.ntexts) {
+        for (int i = 0; i < o.ntexts; i++)
+            files[nfiles++] = strdup(o.texts[i]);
+    } else {
+        DIR *d = opendir(S_FORTUNES);
+        if (!d) {
+            fprintf(stderr,
+                    "gpt data: %s: %s (install Debian's fortunes package, or give --text)\n",
+                    S_FORTUNES, strerror(errno));
+            return 1;
+        }
+        struct dirent *e;
+        while ((e = readdir(d)) && nfiles < 1024) {
+            size_t l = strlen(e->d_name);
+            if (e->d_name[0] == '.' || (l > 4 && !strcmp(e->d_name + l - 4, ".dat")) ||
+                (l > 3 && !strcmp(e->d_name + l - 3, ".u8")))
+                continue;
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", S_FORTUNES, e->d_name);
+            struct stat sb;
+            if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+                files[nfiles++] = strdup(path);
+        }
+        closedir(d);
+        qsort(files, (size_t)nfiles, sizeof *files, s_cmp_str);
+    }
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
+    bool ok = nfiles > 0;
+    for (int i = 0; i < nfiles && ok; i++)
+        ok = s_append_file(files[i], &buf, &len, &cap);
+    for (int i = 0; i < nfiles; i++)
+        free(files[i]);
+    if (!ok || len < 2) {
+        if (ok)
+            fprintf(stderr, "gpt data: no text to tokenise\n");
+        free(buf);
+        return 1;
+    }
+    size_t nval = (size_t)((double)len * frac), ntrain = len - nval;
+    uint16_t *tok = malloc(len * sizeof *tok);
+    if (!tok) {
+        free(buf);
+        fprintf(stderr, "gpt data: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < len; i++)
+        tok[i] = buf[i];
+    free(buf);
+    char tp[4096], vp[4096];
+    snprintf(tp, sizeof tp, "%s/%s_train.bin", dir, name);
+    snprintf(vp, sizeof vp, "%s/%s_val.bin", dir, name);
+    CHECK(gpt_llmc_shard_write(tp, tok, ntrain), "writing the training shard");
+    if (nval > 0)
+        CHECK(gpt_llmc_shard_write(vp, tok + ntrain, nval), "writing the validation shard");
+    printf("wrote %s (%zu tokens) and %s (%zu tokens) from %d file(s); V = 256 (bytes)\n", tp,
+           ntrain, vp, nval, nfiles);
+    free(tok);
+    CHECK(troupe_cluster_finalize(), "stopping the cluster");
+    return 0;
+}
+
+/* ---- sampling ------------------------------------------------------------------------------- */
+
+/* xorshift* as llm.c's random_u32 / random_f32: a uniform in [0, 1). */
+static float s_random_f32(uint64_t *state)
+{
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    return (float)((uint32_t)((*state * 0x2545F4914F6CDD1Dull) >> 32) >> 8) / 16777216.0f;
+}
+
+/* Writes token t as text: a byte (V <= 256) or the tokenizer's string. */
+static void s_emit(FILE *f, int32_t t, const gpt_llmc_tokenizer_t *tk)
+{
+    if (tk && tk->offsets && t >= 0 && t < tk->vocab)
+        fwrite(tk->bytes + tk->offsets[t], 1, tk->offsets[t + 1] - tk->offsets[t], f);
+    else if (t >= 0 && t < 256)
+        fputc(t, f);
+}
+
+/* Generates n tokens after the prompt with the model of runner r (B = 1, T = its seq) and
+ * prints them. */
+static troupe_status_t s_generate(gpt_runner_t *r, gpt_model_t *m, const gpt_llmc_config_t *cfg,
+                                  const int32_t *prompt, int nprompt, int n, double temp,
+                                  uint64_t seed, const gpt_llmc_tokenizer_t *tk, FILE *out)
+{
+    int64_t T = m->cfg.seq, Vp = cfg->padded_vocab, V = cfg->vocab;
+    int32_t *ctx = calloc((size_t)T, sizeof *ctx);
+    double *logits = malloc((size_t)(T * Vp) * sizeof *logits);
+    double *prob = malloc((size_t)V * sizeof *prob);
+    troupe_status_t st = TROUPE_OK;
+    if (!ctx || !logits || !prob) {
+        st = troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "sampling: out of memory");
+        goto done;
+    }
+    int len = 0;
+    for (int i = 0; i < nprompt && len < T; i++) {
+        ctx[len++] = prompt[i];
+        s_emit(out, prompt[i], tk);
+    }
+    uint64_t rng = seed ? seed : 1337;
+    for (int k = 0; k < n && st == TROUPE_OK; k++) {
+        if (len == T) { /* slide the window by half */
+            memmove(ctx, ctx + T / 2, (size_t)(T - T / 2) * sizeof *ctx);
+            len = (int)(T - T / 2);
+        }
+        st = gpt_model_set_batch(m, ctx, NULL);
+        if (st == TROUPE_OK)
+            st = gpt_runner_run(r);
+        if (st == TROUPE_OK)
+            st = troupe_tnode_get_values(m->logits, logits, (size_t)(T * Vp));
+        if (st != TROUPE_OK)
+            break;
+        const double *row = logits + (size_t)(len - 1) * (size_t)Vp;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t v = 0; v < V; v++)
+            mx = fmax(mx, row[v] / temp);
+        for (int64_t v = 0; v < V; v++)
+            sum += prob[v] = exp(row[v] / temp - mx);
+        double u = s_random_f32(&rng) * sum, acc = 0;
+        int32_t next = (int32_t)(V - 1);
+        for (int64_t v = 0; v < V; v++) {
+            acc += prob[v];
+            if (u < acc) {
+                next = (int32_t)v;
+                break;
+            }
+        }
+        ctx[len++] = next;
+        s_emit(out, next, tk);
+    }
+    fputc('\n', out);
+    fflush(out);
+done:
+    free(ctx);
+    free(logits);
+    free(prob);
+    return st;
+}
+
+/* The first token when there is no prompt: GPT-2's end of text, else a newline. */
+static int32_t s_start_token(const gpt_llmc_config_t *cfg, const gpt_llmc_tokenizer_t *tk)
+{
+    if (tk && tk->offsets)
+        return tk->eot;
+    return cfg->vocab == 50257 ? 50256 : (cfg->vocab > 10 ? 10 : 0);
+}
+
+static int s_cmd_sample(int argc, char **argv)
+{
+    static const char *const known[] = {"--model",  "--tokens",    "--seed",   "--temperature",
+                                        "--prompt", "--tokenizer", "--backend"};
+    opts_t o;
+    char err[512];
+    long long ntok, seed;
+    double temp;
+    if (!s_parse(argc, argv, known, sizeof known / sizeof *known, &o, err, sizeof err) ||
+        !s_int(&o, "--tokens", REQ, 1, 1 << 20, &ntok, err, sizeof err) ||
+        !s_int(&o, "--seed", 1337, 0, LLONG_MAX, &seed, err, sizeof err) ||
+        !s_real(&o, "--temperature", 1.0, 1e-3, 100.0, &temp, err, sizeof err))
+        return s_usage(err);
+    const char *path = s_get(&o, "--model");
+    if (!path)
+        return s_usage("option --model is required");
+    gpt_llmc_config_t cfg;
+    float *flat = NULL;
+    CHECK(gpt_llmc_model_read(path, &cfg, &flat), "reading the model");
+    gpt_llmc_tokenizer_t tk = {0};
+    if (s_get(&o, "--tokenizer"))
+        CHECK(gpt_llmc_tokenizer_read(s_get(&o, "--tokenizer"), &tk), "reading the tokenizer");
+    const char *prompt = s_get(&o, "--prompt");
+    int32_t *pt = NULL;
+    int np = 0;
+    if (prompt && *prompt) {
+        if (cfg.vocab < 256) {
+            fprintf(stderr, "gpt sample: --prompt needs a byte-level model (V >= 256), V = %d\n",
+                    cfg.vocab);
+            return 2;
+        }
+        if (tk.offsets) {
+            fprintf(stderr, "gpt sample: --prompt with --tokenizer: BPE encoding is not "
+                            "implemented; give the prompt to a byte-level model\n");
+            return 2;
+        }
+        np = (int)strlen(prompt);
+        pt = malloc((size_t)np * sizeof *pt);
+        for (int i = 0; pt && i < np; i++)
+            pt[i] = (unsigned char)prompt[i];
+    } else {
+        pt = malloc(sizeof *pt);
+        if (pt)
+            pt[0] = s_start_token(&cfg, &tk);
+        np = 1;
+    }
+    gpt_params_t *p = NULL;
+    gpt_model_t *m = NULL;
+    gpt_runner_t *r = NULL;
+    int64_t T = cfg.max_seq < 1024 ? cfg.max_seq : 1024;
+    gpt_model_config_t mc = {.batch = 1, .seq = T};
+    CHECK(gpt_params_new(&cfg, &p), "building the parameters");
+    CHECK(gpt_params_set(p, flat), "placing the parameters");
+    CHECK(gpt_model_new(p, &mc, &m), "building the model");
+    CHECK(gpt_runner_new(s_get(&o, "--backend"), NULL, NULL, p, m, "gpt_sample", &r),
+          "compiling the model");
+    CHECK(s_generate(r, m, &cfg, pt, np, (int)ntok, temp, (uint64_t)seed, &tk, stdout),
+          "sampling");
+    gpt_runner_destroy(&r);
+    gpt_model_destroy(&m);
+    gpt_params_destroy(&p);
+    gpt_llmc_tokenizer_free(&tk);
+    free(pt);
+    free(flat);
+    CHECK(troupe_cluster_finalize(), "stopping the cluster");
+    return 0;
+}
+
+/* ---- gpt train ------------------------------------------------------------------------------ */
+
+typedef struct train {
+    long long B, T, steps, warmup, save_every, streams, val_every, val_batches, sample_every,
+        sample_tokens, seed;
+    double lr, wd, beta1, beta2, eps;
+    bool cosine;
+    const char *model, *data, *val, *save, *resume, *backend;
+} train_t;
+
+static double s_lr_at(const train_t *t, long long step)
+{
+    if (step < t->warmup)
+        return t->lr * (double)(step + 1) / (double)t->warmup;
+    if (!t->cosine)
+        return t->lr;
+    double span = (double)(t->steps - t->warmup);
+    double ratio = span > 0 ? (double)(step - t->warmup) / span : 1.0;
+    return t->lr * 0.5 * (1.0 + cos(3.14159265358979323846 * ratio));
+}
+
+/* Writes the model file (rank 0) and, every rank, dp's checkpoint beside it (FILE.state). */
+static void s_save(troupe_dp_t *dp, gpt_params_t *p, const char *path, int rank)
+{
+    char state[4200];
+    snprintf(state, sizeof state, "%s.state", path);
+    CHECK(troupe_dp_save(dp, state), "saving the training state");
+    if (rank != 0)
+        return;
+    float *flat = malloc(gpt_llmc_num_params(&p->cfg) * sizeof *flat);
+    if (!flat)
+        CHECK(troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "saving"), "out of memory");
+    CHECK(troupe_dp_params_to_host(dp), "reading the parameters");
+    CHECK(gpt_params_get(p, flat), "reading the parameters");
+    CHECK(gpt_llmc_model_write(path, &p->cfg, flat), "saving the model");
+    free(flat);
+}
+
+static int s_cmd_train(int argc, char **argv)
+{
+    static const char *const known[] = {
+        "--model",       "--data",        "--val",          "--batch",        "--seq",
+        "--steps",       "--lr",          "--weight-decay", "--beta1",        "--beta2",
+        "--eps",         "--schedule",    "--warmup",       "--grad-clip",    "--save",
+        "--save-every",  "--resume",      "--backend",      "--streams",      "--val-every",
+        "--val-batches", "--sample-every", "--sample-tokens", "--seed"};
+    opts_t o;
+    char err[512];
+    train_t t = {0};
+    int rank = troupe_cluster_rank(), ranks = troupe_cluster_size();
+    if (!s_parse(argc, argv, known, sizeof known / sizeof *known, &o, err, sizeof err) ||
+        !s_int(&o, "--batch", REQ, 1, 1 << 20, &t.B, err, sizeof err) ||
+        !s_int(&o, "--seq", REQ, 1, 1 << 20, &t.T, err, sizeof err) ||
+        !s_int(&o, "--steps", REQ, 0, LLONG_MAX, &t.steps, err, sizeof err) ||
+        !s_int(&o, "--warmup", 0, 0, LLONG_MAX, &t.warmup, err, sizeof err) ||
+        !s_int(&o, "--save-every", 0, 0, LLONG_MAX, &t.save_every, err, sizeof err) ||
+        !s_int(&o, "--streams", 0, 0, 1024, &t.streams, err, sizeof err) ||
+        !s_int(&o, "--val-every", 0, 0, LLONG_MAX, &t.val_every, err, sizeof err) ||
+        !s_int(&o, "--val-batches", 5, 1, 1 << 20, &t.val_batches, err, sizeof err) ||
+        !s_int(&o, "--sample-every", 0, 0, LLONG_MAX, &t.sample_every, err, sizeof err) ||
+        !s_int(&o, "--sample-tokens", 64, 1, 1 << 20, &t.sample_tokens, err, sizeof err) ||
+        !s_int(&o, "--seed", 0, 0, LLONG_MAX, &t.seed, err, sizeof err) ||
+        !s_real(&o, "--lr", 1e-4, 1e-12, 10.0, &t.lr, err, sizeof err) ||
+        !s_real(&o, "--weight-decay", 0.0, 0.0, 10.0, &t.wd, err, sizeof err) ||
+        !s_real(&o, "--beta1", 0.9, 0.0, 0.999999, &t.beta1, err, sizeof err) ||
+        !s_real(&o, "--beta2", 0.999, 0.0, 0.999999999, &t.beta2, err, sizeof err) ||
+        !s_real(&o, "--eps", 1e-8, 1e-30, 1.0, &t.eps, err, sizeof err))
+        return s_usage(err);
+    t.model = s_get(&o, "--model");
+    t.data = s_get(&o, "--data");
+    t.val = s_get(&o, "--val");
+    t.save = s_get(&o, "--save");
+    t.resume = s_get(&o, "--resume");
+    t.backend = s_get(&o, "--backend");
+    const char *sched = s_get(&o, "--schedule");
+    if (!t.model || !t.data)
+        return s_usage("options --model and --data are required");
+    if (sched && strcmp(sched, "constant") && strcmp(sched, "cosine"))
+        return s_usage("option --schedule: 'constant' or 'cosine'");
+    t.cosine = sched && !strcmp(sched, "cosine");
+    if (s_get(&o, "--grad-clip"))
+        return s_usage("option --grad-clip: gradient clipping is not implemented yet "
+                       "(parallel/dp.h has no global-norm clip)");
+    if (t.save_every && !t.save)
+        return s_usage("option --save-every needs --save");
+
+    /* every rank runs with the same settings (those that decide the results) */
+    char sv[12][64];
+    const char *sn[12] = {"--batch", "--seq",    "--steps",  "--lr",    "--weight-decay",
+                          "--beta1", "--beta2",  "--eps",    "--schedule", "--warmup",
+                          "--seed",  "--model"};
+    snprintf(sv[0], 64, "%lld", t.B);
+    snprintf(sv[1], 64, "%lld", t.T);
+    snprintf(sv[2], 64, "%lld", t.steps);
+    snprintf(sv[3], 64, "%.17g", t.lr);
+    snprintf(sv[4], 64, "%.17g", t.wd);
+    snprintf(sv[5], 64, "%.17g", t.beta1);
+    snprintf(sv[6], 64, "%.17g", t.beta2);
+    snprintf(sv[7], 64, "%.17g", t.eps);
+    snprintf(sv[8], 64, "%s", t.cosine ? "cosine" : "constant");
+    snprintf(sv[9], 64, "%lld", t.warmup);
+    snprintf(sv[10], 64, "%lld", t.seed);
+    snprintf(sv[11], 64, "%.60s", t.model);
+    troupe_dp_setting_t settings[12];
+    for (int i = 0; i < 12; i++)
+        settings[i] = (troupe_dp_setting_t){sn[i], sv[i]};
+    CHECK(troupe_dp_agree(settings, 12), "checking the options across ranks");
+
+    /* the model file and the data, checked before any work */
+    gpt_llmc_config_t cfg;
+    float *flat = NULL;
+    CHECK(gpt_llmc_model_read(t.model, &cfg, &flat), "reading the model");
+    if (cfg.max_seq < t.T) {
+        troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                         "%s: the checkpoint's maxT = %d is below --seq %lld", t.model,
+                         cfg.max_seq, t.T);
+        s_die(TROUPE_INVALID_ARGUMENT, "checking the model");
+    }
+    uint16_t *tokens = NULL, *vtokens = NULL;
+    size_t ntokens = 0, nvtokens = 0;
+    int nshards = 0, nvshards = 0;
+    size_t need = (size_t)(t.B * t.T + 1);
+    CHECK(gpt_llmc_shards_read(t.data, cfg.vocab, need, &tokens, &ntokens, &nshards),
+          "reading the training data");
+    if (t.val && rank == 0)
+        CHECK(gpt_llmc_shards_read(t.val, cfg.vocab, need, &vtokens, &nvtokens, &nvshards),
+              "reading the validation data");
+
+    /* replicas, and this one's share of each batch */
+    int streams = (int)t.streams;
+    if (streams <= 0) {
+        troupe_backend_t *b = NULL;
+        CHECK(troupe_backend_open(t.backend, TROUPE_MOST_PARALLEL_STREAMS, &b),
+              "opening the backend");
+        troupe_status_t st = troupe_dp_suggested_streams(b, &streams);
+        troupe_backend_close(&b);
+        CHECK(st, "choosing the streams");
+    }
+    int64_t replicas = 0, offset = 0;
+    CHECK(troupe_dp_replicas(streams, &replicas, &offset), "counting the replicas");
+    if (t.B % replicas != 0) {
+        snprintf(err, sizeof err,
+                 "option --batch: %lld sequences do not split evenly over %lld replicas", t.B,
+                 (long long)replicas);
+        return s_usage(err);
+    }
+    int64_t b = t.B / replicas;
+    int64_t nb = (int64_t)((ntokens - 1) / (size_t)(t.B * t.T)); /* batches before the wrap */
+    gpt_params_t *p = NULL;
+    gpt_model_t *m = NULL;
+    gpt_model_config_t mc = {.batch = b, .seq = t.T, .num_batches = nb * replicas,
+                             .train = true, .targets = true};
+    CHECK(gpt_params_new(&cfg, &p), "building the parameters");
+    CHECK(gpt_params_set(p, flat), "placing the parameters");
+    CHECK(gpt_model_new(p, &mc, &m), "building the model");
+    CHECK(gpt_model_set_data(m, tokens, ntokens), "placing the training data");
+    troupe_tnode_t *inputs[3] = {m->x_all, m->y_all, m->pos};
+    troupe_dp_model_t model = {.grad_comp = m->comp,
+                               .batch_index = GPT_BATCH_SYMBOL,
+                               .num_batches = mc.num_batches,
+                               .params = p->params,
+                               .grads = p->grads,
+                               .n_params = p->n,
+                               .loss = m->loss,
+                               .inputs = inputs,
+                               .n_inputs = 3,
+                               .feed_comp = m->feed_comp};
+    troupe_optimizer_t opt = {.kind = TROUPE_OPT_ADAMW, .lr = s_lr_at(&t, 0),
+                              .weight_decay = t.wd, .beta1 = t.beta1, .beta2 = t.beta2,
+                              .eps = t.eps};
+    troupe_dp_config_t dc = {.backend = t.backend, .streams = streams, .optimizer = opt};
+    /* rank 0's validation and sampler, built and compiled on every rank before training
+     * starts: a compile on rank 0 alone, mid-run, would leave the others waiting in the
+     * allreduce (the code cache makes the later compile on rank 0 a lookup) */
+    gpt_model_t *vm = NULL, *sm = NULL;
+    if (t.val) {
+        gpt_model_config_t vc = {.batch = t.B, .seq = t.T, .targets = true};
+        CHECK(gpt_model_new(p, &vc, &vm), "building the validation");
+    }
+    if (t.sample_every) {
+        gpt_model_config_t sc = {.batch = 1, .seq = t.T};
+        CHECK(gpt_model_new(p, &sc, &sm), "building the sampler");
+    }
+    if (vm || sm) {
+        troupe_backend_t *cb = NULL;
+        troupe_code_t *code = NULL;
+        CHECK(troupe_backend_open(t.backend, TROUPE_FOR_PARALLEL_COPYING, &cb),
+              "opening the backend");
+        if (vm)
+            CHECK(troupe_compile(cb, vm->comp, "gpt_val", &code), "compiling the validation");
+        troupe_code_release(&code);
+        if (sm)
+            CHECK(troupe_compile(cb, sm->comp, "gpt_sample", &code), "compiling the sampler");
+        troupe_code_release(&code);
+        troupe_backend_close(&cb);
+    }
+    troupe_dp_t *dp = NULL;
+    CHECK(troupe_dp_new(&dc, &model, &dp), "starting data-parallel training");
+    if (t.resume)
+        CHECK(troupe_dp_load(dp, t.resume), "resuming");
+    long long first = troupe_dp_steps_done(dp);
+    if (rank == 0)
+        printf("gpt: L=%d NH=%d C=%d V=%d Vp=%d, %zu parameters; %zu training tokens in %d "
+               "shard(s), %lld batches of %lld x %lld; %d rank(s) x %d stream(s)\n",
+               cfg.layers, cfg.heads, cfg.channels, cfg.vocab, cfg.padded_vocab,
+               gpt_llmc_num_params(&cfg), ntokens, nshards, (long long)nb, t.B, t.T, ranks,
+               streams);
+
+    /* rank 0's evaluation (validation) and sampling, linked on the owner stream */
+    gpt_runner_t *vr = NULL, *sr = NULL;
+    int64_t vnb = 0;
+    if (rank != 0) {
+        gpt_model_destroy(&vm);
+        gpt_model_destroy(&sm);
+    }
+    if (vm) {
+        vnb = (int64_t)((nvtokens - 1) / (size_t)(t.B * t.T));
+        if (vnb > t.val_batches)
+            vnb = t.val_batches;
+    }
+    int32_t *vx = NULL, *vy = NULL;
+    if (vm) {
+        vx = malloc((size_t)(t.B * t.T) * sizeof *vx);
+        vy = malloc((size_t)(t.B * t.T) * sizeof *vy);
+        if (!vx || !vy)
+            CHECK(troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "validation"), "out of memory");
+    }
+    double val_loss = NAN, loss = NAN, t_train = 0;
+    bool tty = rank == 0 && isatty(STDOUT_FILENO) && !troupe_cluster_is_distributed();
+    for (long long step = first; step <= t.steps; step++) {
+        bool last = step == t.steps;
+        if (vm && ((t.val_every && step % t.val_every == 0) || last)) {
+            CHECK(troupe_dp_sync(dp), "training");
+            if (!vr)
+                CHECK(gpt_runner_new(NULL, troupe_dp_backend(dp), troupe_dp_owner_context(dp),
+                                     p, vm, "gpt_val", &vr),
+                      "linking the validation");
+            double sum = 0;
+            for (int64_t k = 0; k < vnb; k++) {
+                size_t at = (size_t)(k * t.B * t.T);
+                for (size_t i = 0; i < (size_t)(t.B * t.T); i++) {
+                    vx[i] = vtokens[at + i];
+                    vy[i] = vtokens[at + i + 1];
+                }
+                double l = 0;
+                CHECK(gpt_model_set_batch(vm, vx, vy), "validation");
+                CHECK(gpt_runner_run(vr), "validation");
+                CHECK(troupe_tnode_get_values(vm->loss, &l, 1), "validation");
+                sum += l;
+            }
+            val_loss = sum / (double)vnb;
+            if (tty)
+                printf("\r\033[K");
+            printf("val_loss=%.6f\n", val_loss);
+        }
+        if (sm && step > first && (step % t.sample_every == 0 || last)) {
+            CHECK(troupe_dp_sync(dp), "training");
+            if (!sr)
+                CHECK(gpt_runner_new(NULL, troupe_dp_backend(dp), troupe_dp_owner_context(dp),
+                                     p, sm, "gpt_sample", &sr),
+                      "linking the sampler");
+            int32_t start = s_start_token(&cfg, NULL);
+            if (tty)
+                printf("\r\033[K");
+            printf("sample:\n");
+            CHECK(s_generate(sr, sm, &cfg, &start, 1, (int)t.sample_tokens, 1.0,
+                             (uint64_t)t.seed + 1337, NULL, stdout),
+                  "sampling");
+        }
+        if (t.save && step > first && ((t.save_every && step % t.save_every == 0) || last))
+            s_save(dp, p, t.save, rank);
+        if (last)
+            break;
+        double t0 = s_now();
+        if (t.warmup || t.cosine)
+            CHECK(troupe_dp_set_lr(dp, s_lr_at(&t, step)), "setting the learning rate");
+        CHECK(troupe_dp_step(dp), "training");
+        CHECK(troupe_dp_last_loss(dp, &loss), "training");
+        t_train += s_now() - t0;
+        if (rank == 0) {
+            if (tty) {
+                int w = 30, done = (int)(w * (step + 1) / (t.steps ? t.steps : 1));
+                printf("\r\033[K");
+                printf("step=%lld loss=%.6f\n", step, loss);
+                printf("[%.*s%*s] %lld/%lld steps  %.0f tokens/s  loss %.4f", done,
+                       "==============================", w - done, "", step + 1, t.steps,
+                       (double)(step + 1 - first) * (double)(t.B * t.T) / t_train, loss);
+                fflush(stdout);
+            } else {
+                printf("step=%lld loss=%.6f\n", step, loss);
+            }
+        }
+        if (!isfinite(loss)) {
+            troupe_error_set(TROUPE_FAILED_PRECONDITION, "the loss is %g at step %lld", loss,
+                             step);
+            s_die(TROUPE_FAILED_PRECONDITION, "training diverged");
+        }
+    }
+    CHECK(troupe_dp_sync(dp), "training");
+    if (rank == 0) {
+        double tps = t_train > 0 ? (double)(t.steps - first) * (double)(t.B * t.T) / t_train : 0;
+        if (tty)
+            printf("\r\033[K");
+        printf("final loss=%.6f val_loss=%.6f tokens_per_s=%.1f ranks=%d streams=%d steps=%lld\n",
+               loss, val_loss, tps, ranks, streams, t.steps);
+    }
+    gpt_runner_destroy(&vr);
+    gpt_runner_destroy(&sr);
+    troupe_dp_destroy(&dp);
+    gpt_model_destroy(&vm);
+    gpt_model_destroy(&sm);
+    gpt_model_destroy(&m);
+    gpt_params_destroy(&p);
+    free(vx);
+    free(vy);
+    free(tokens);
+    free(vtokens);
+    free(flat);
+    CHECK(troupe_cluster_finalize(), "stopping the cluster");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (troupe_cluster_init(&argc, &argv) != TROUPE_OK) {
+        fprintf(stderr, "gpt: starting the cluster: %s\n", troupe_last_error());
+        return 1;
+    }
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        if (troupe_cluster_rank() == 0)
+            s_help();
+        troupe_status_t st = troupe_cluster_finalize();
+        (void)st;
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "init"))
+        return s_cmd_init(argc, argv);
+    if (!strcmp(argv[1], "data"))
+        return s_cmd_data(argc, argv);
+    if (!strcmp(argv[1], "train"))
+        return s_cmd_train(argc, argv);
+    if (!strcmp(argv[1], "sample"))
+        return s_cmd_sample(argc, argv);
+    return s_usage("unknown command (init, data, train, sample)");
+}
