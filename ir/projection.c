@@ -16,6 +16,7 @@ typedef struct s_ridx {
     int kind;
     int start, end; /* byte offsets of the index text, [start, end) */
     char letter;    /* ITER */
+    bool mark;      /* ITER: written "^x", a broadcast the caller asked for */
     int64_t value;  /* FIXED value; AFFINE constant offset */
     int32_t sym;    /* STATIC */
     int nterms;     /* AFFINE */
@@ -25,6 +26,7 @@ typedef struct s_ridx {
     int gn;                            /* GATHER: indices of the inner term */
     int gstart, gend;                  /* GATHER: the inner term's text, "[...]" */
     char gletters[TROUPE_MAX_DIMS];    /* GATHER: an iterator, or 0 for a fixed index */
+    bool gmarks[TROUPE_MAX_DIMS];      /* GATHER: the iterator was written "^x" */
     int64_t gfixed[TROUPE_MAX_DIMS];   /* GATHER: the fixed index where gletters is 0 */
 } s_ridx_t;
 
@@ -39,6 +41,7 @@ typedef struct s_parser {
     const troupe_asgn_comp_t *comp;
     size_t pos;
     int ngather;
+    bool in_lhs; /* parsing the lhs term: broadcast marks are allowed */
 } s_parser_t;
 
 #define S_MAX_NUMBER 1000000000000000LL
@@ -156,12 +159,33 @@ static troupe_status_t s_parse_affine(s_parser_t *p, s_ridx_t *ri)
     }
 }
 
+/* A broadcast mark "^" before an iterator: only in the lhs term, only before a letter. On
+ * return p->pos is at the letter. */
+static troupe_status_t s_parse_mark(s_parser_t *p)
+{
+    size_t at = p->pos;
+    p->pos++;
+    if (!p->in_lhs)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "projection '%s' col %zu: a broadcast mark '^' belongs in the lhs "
+                             "term (after '=>')",
+                             p->spec, at + 1);
+    if (!s_is_letter(p->spec[p->pos]))
+        return s_unexpected(p, p->pos);
+    return TROUPE_OK;
+}
+
 static troupe_status_t s_parse_index(s_parser_t *p, s_ridx_t *ri)
 {
     memset(ri, 0, sizeof *ri);
     ri->start = (int)p->pos;
     char c = p->spec[p->pos];
-    if (s_is_letter(c)) {
+    if (c == '^') {
+        TROUPE_RETURN_IF_ERROR(s_parse_mark(p));
+        ri->kind = S_RI_ITER;
+        ri->mark = true;
+        ri->letter = p->spec[p->pos++];
+    } else if (s_is_letter(c)) {
         ri->kind = S_RI_ITER;
         ri->letter = c;
         p->pos++;
@@ -236,7 +260,11 @@ static troupe_status_t s_parse_index(s_parser_t *p, s_ridx_t *ri)
                                      "projection '%s' col %zu: a gather term has more than %d "
                                      "axes",
                                      p->spec, p->pos + 1, TROUPE_MAX_DIMS);
-            if (s_is_letter(g)) {
+            if (g == '^') {
+                TROUPE_RETURN_IF_ERROR(s_parse_mark(p));
+                ri->gmarks[ri->gn] = true;
+                ri->gletters[ri->gn++] = p->spec[p->pos++];
+            } else if (s_is_letter(g)) {
                 ri->gletters[ri->gn++] = g;
                 p->pos++;
             } else if (g == '[') {
@@ -268,7 +296,7 @@ static troupe_status_t s_parse_index(s_parser_t *p, s_ridx_t *ri)
 
 static bool s_starts_index(char c)
 {
-    return s_is_letter(c) || c == '[' || c == '{' || c == '(' || c == '@';
+    return s_is_letter(c) || c == '[' || c == '{' || c == '(' || c == '@' || c == '^';
 }
 
 static troupe_status_t s_parse_term(s_parser_t *p, s_rterm_t *t)
@@ -309,6 +337,7 @@ static troupe_status_t s_parse_spec(s_parser_t *p, s_rterm_t *rhs, int *nrhs, s_
         }
         if (c == '=' && p->spec[p->pos + 1] == '>') {
             p->pos += 2;
+            p->in_lhs = true;
             break;
         }
         if (c == '\0')
@@ -342,10 +371,57 @@ typedef struct s_letter_info {
     int dim_t, dim_axis; /* where the dim was first fixed */
     bool in_lhs_plain;
     bool in_lhs_any;
+    bool in_rhs;    /* indexes an operand (plainly, in an affine index or a gather term) */
+    bool marked;    /* written "^x" in the lhs */
+    int mark_col;   /* 1-based column of the first mark */
+    int lhs_col;    /* 1-based column of the first lhs occurrence */
     int lhs_plain_count;
     int first_seen; /* order of first appearance (rhs terms, then lhs) */
     int pos;        /* position in the product space */
 } s_letter_info_t;
+
+/* Whether iterator `l` of a gather term was written "^l". */
+static bool s_gather_marked(const s_ridx_t *ri, char l)
+{
+    for (int k = 0; k < ri->gn; k++)
+        if (ri->gletters[k] == l && ri->gmarks[k])
+            return true;
+    return false;
+}
+
+/* Broadcasts must be asked for: an lhs iterator that indexes no operand writes the same value
+ * along its axis, which is what a typo in the lhs ("ik,kj=>iq") also does, silently. Such an
+ * iterator must be written "^x"; a mark on an iterator that indexes an operand is refused
+ * too, so that marks stay true. */
+static troupe_status_t s_check_broadcasts(const char *spec, const s_letter_info_t *li)
+{
+    for (int s = 0; s < TROUPE_PROJ_MAX_ITERS; s++) {
+        const s_letter_info_t *L = &li[s];
+        char c = (char)(s < 26 ? 'a' + s : 'A' + s - 26);
+        if (!L->seen)
+            continue;
+        if (L->marked && L->in_rhs)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "projection '%s' col %d: '^%c' marks a broadcast but '%c' "
+                                 "indexes an operand; drop the '^'",
+                                 spec, L->mark_col, c, c);
+        if (!L->in_lhs_any || L->in_rhs || L->marked)
+            continue;
+        char summed[TROUPE_PROJ_MAX_ITERS + 1];
+        int ns = 0;
+        for (int r = 0; r < TROUPE_PROJ_MAX_ITERS; r++)
+            if (li[r].seen && li[r].in_rhs && !li[r].in_lhs_any)
+                summed[ns++] = (char)(r < 26 ? 'a' + r : 'A' + r - 26);
+        summed[ns] = '\0';
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "projection '%s' col %d: lhs index '%c' appears in no operand term, "
+                             "so the result would be broadcast along it%s%s%s; if that is "
+                             "meant, write '^%c'",
+                             spec, L->lhs_col, c, ns ? " (and summed over '" : "", summed,
+                             ns ? "')" : "", c);
+    }
+    return TROUPE_OK;
+}
 
 /* Records dim d of (t, axis) for iterator `letter`; INVALID_ARGUMENT when it differs. */
 static troupe_status_t s_size_letter(const char *spec, s_letter_info_t *li, char letter, int64_t d,
@@ -405,7 +481,7 @@ troupe_status_t troupe_projections_parse_gather(const troupe_asgn_comp_t *comp, 
             return troupe__error(TROUPE_INVALID_ARGUMENT, "projection '%s': operand %d is NULL",
                                  spec, i + 1);
 
-    s_parser_t p = {spec, comp, 0, ngather};
+    s_parser_t p = {spec, comp, 0, ngather, false};
     s_rterm_t terms[4];
     int nterms_rhs = 0;
     TROUPE_RETURN_IF_ERROR(s_parse_spec(&p, terms, &nterms_rhs, &terms[3]));
@@ -513,7 +589,18 @@ troupe_status_t troupe_projections_parse_gather(const troupe_asgn_comp_t *comp, 
                     L->seen = true;
                     L->first_seen = order++;
                 }
+                bool marked = ri->kind == S_RI_ITER ? ri->mark
+                              : ri->kind == S_RI_GATHER ? s_gather_marked(ri, letters[k])
+                                                        : false;
+                if (marked && !L->marked) {
+                    L->marked = true;
+                    L->mark_col = ri->start + 1;
+                }
+                if (t != nrhs)
+                    L->in_rhs = true;
                 if (t == nrhs) {
+                    if (!L->in_lhs_any)
+                        L->lhs_col = ri->start + 1;
                     L->in_lhs_any = true;
                     if (ri->kind == S_RI_ITER) {
                         L->in_lhs_plain = true;
@@ -544,6 +631,7 @@ troupe_status_t troupe_projections_parse_gather(const troupe_asgn_comp_t *comp, 
                                  spec, c);
         }
     }
+    TROUPE_RETURN_IF_ERROR(s_check_broadcasts(spec, li));
     if (vec) {
         const s_ridx_t *ri = &terms[nrhs].idx[terms[nrhs].n - 1];
         const s_letter_info_t *L = &li[s_letter_slot(ri->letter)];

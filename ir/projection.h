@@ -8,6 +8,8 @@
  *                                                the empty term is a scalar operand: a node
  *                                                with 0 dims, or with all dims equal to 1
  *   index := LETTER                              an iterator ('a'-'z', 'A'-'Z'; one character)
+ *          | "^" LETTER                          lhs only: an iterator that indexes no operand,
+ *                                                a broadcast asked for, e.g. "j=>^bj"
  *          | "[" DIGITS "]"                      a fixed index, e.g. "[0]"
  *          | "{" NAME "}"                        a static index symbol of the comp, e.g.
  *                                                "{batch_n}" ([A-Za-z_][A-Za-z0-9_]*)
@@ -17,10 +19,13 @@
  *          | "@" DIGIT "[" gindex* "]"           a gather index, e.g. "@1[bt]": the value of
  *                                                the assignment's gather node 1 (ir/assign.h)
  *                                                at [b,t]; gindex := LETTER | "[" DIGITS "]",
- *                                                one per axis of the gather node
+ *                                                one per axis of the gather node (an lhs
+ *                                                gather term may mark "^x" too)
  * Blanks (space, tab) between tokens are ignored. Examples:
  *   "bi,ij=>bj"    matmul: product space b,i,j; lhs b,j; rhs1 b,i; rhs2 i,j (i is reduced)
  *   "bi=>b"        row sum (with accum add) / row max (accum max)
+ *   "j=>^bj"       bias over rows: b indexes no operand, so each row gets the same copy
+ *   "b=>b^i"       the gradient of "bi=>b" (nn/grad.c marks the broadcasts it derives)
  *   "b,=>b"        b-vector times a scalar operand
  *   "ij=>ji"       transpose (unary)
  *   "a,a,a=>a"     pointwise ternary (where, fma)
@@ -40,6 +45,13 @@
  *    not exceed its axis's dim; affine indices must stay within their axis over the whole
  *    iterator space.
  *  - Iterators absent from the lhs are reduced: their products are accumulated with `accum`.
+ *  - Broadcasts are marked: an lhs iterator that indexes no operand (plainly, in an affine
+ *    index or in a gather term) must be written "^x" at one of its lhs places, and a marked
+ *    iterator must index no operand. Unmarked, "ik,kj=>iq" (a typo for "ik,kj=>ij") would
+ *    copy each row's total along q and sum j away; it is refused naming 'q'. OCANNL gives an
+ *    lhs-only index this broadcast meaning silently; here "ik,kj=>i^q" asks for it. Rejected
+ *    alternatives: refusing only specs that both broadcast and reduce misses "i=>iq" for a
+ *    diagonal "i=>ii", and "j=>^i[0]" (sum into every row) does both legitimately.
  *  - The product space is every iterator, ordered as the lowered loops nest (outermost first):
  *    the lhs's plain iterators in lhs axis order except the lhs's last axis, then the reduced
  *    iterators in order of first appearance in the rhs terms, then the iterator of the lhs's
@@ -75,6 +87,8 @@
  *   "projection 'bi,ij=>bj': axis 'i' is 784 in operand 1 (node #3 x, axis 1) but 512 in
  *    operand 2 (node #4 w, axis 0)"
  *   "projection 'bij,ij=>bj': operand 1 (node #3 x) has 2 axes but its term 'bij' has 3"
+ *   "projection 'ik,kj=>iq' col 9: lhs index 'q' appears in no operand term, so the result
+ *    would be broadcast along it (and summed over 'jk'); if that is meant, write '^q'"
  * Operands are numbered from 1; the lhs is called "the lhs".
  *
  * Thread safety: troupe_projections_parse only reads its arguments.

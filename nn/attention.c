@@ -17,7 +17,7 @@ static troupe_status_t s_project(troupe_nn_t *nn, const char *label, troupe_tnod
     const int64_t dims[3] = {x->dims[0], x->dims[1], n_out};
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, label, 3, dims, out));
     if (b)
-        troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "j=>btj");
+        troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "j=>^b^tj");
     const char *spec = layout == TROUPE_NN_IN_OUT ? "bti,ij=>btj" : "bti,ji=>btj";
     return troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, x, w, spec);
 }

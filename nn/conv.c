@@ -85,7 +85,7 @@ troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d", 4, dims, out));
     if (b)
         TROUPE_RETURN_IF_ERROR(
-            troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "o=>bohw"));
+            troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "o=>^bo^h^w"));
     char hi[48], wi[48], spec[160];
     s_window(hi, sizeof hi, o->stride[0], 'h', o->dilation[0], 'k');
     s_window(wi, sizeof wi, o->stride[1], 'w', o->dilation[1], 'l');

@@ -23,7 +23,9 @@ typedef struct s_terms {
     char term[4][S_TERM_MAX];
 } s_terms_t;
 
-/* Splits "t1,t2=>tl" at depth 0 (outside [], (), {}). Blanks are dropped. */
+/* Splits "t1,t2=>tl" at depth 0 (outside [], (), {}). Blanks and broadcast marks ("^",
+ * ir/projection.h) are dropped: a rule moves terms between the lhs and the operands, and
+ * s_accum marks the broadcasts of each spec it emits. */
 static troupe_status_t s_split(const char *spec, s_terms_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -32,7 +34,7 @@ static troupe_status_t s_split(const char *spec, s_terms_t *out)
     bool seen_arrow = false;
     for (const char *p = spec; *p; p++) {
         char c = *p;
-        if (c == ' ' || c == '\t')
+        if (c == ' ' || c == '\t' || c == '^')
             continue;
         if (c == '[' || c == '(' || c == '{')
             depth++;
@@ -129,6 +131,53 @@ static int s_gathers(const s_ctx_t *x, const char *spec, troupe_tnode_t *const *
 
 static troupe_status_t s_emit(s_ctx_t *x, troupe_status_t st, troupe_asgn_t *const *t);
 
+/* Copies the derived spec `in` ("t1,t2=>tl", no marks) to `out`, writing "^x" for each lhs
+ * iterator that indexes no operand: the rules exchange terms, so the gradient of a reduction
+ * "bi=>b" is the broadcast "b=>^bi". Letters inside "{...}" are static symbol names, not
+ * iterators; lhs letters inside "(...)" are left alone (an affine index takes no mark). */
+static troupe_status_t s_mark_broadcasts(const char *in, char *out, size_t cap)
+{
+    const char *arrow = strstr(in, "=>");
+    if (!arrow)
+        return troupe__error(TROUPE_INTERNAL, "grad: derived projection '%s' has no '=>'", in);
+    bool rhs_letter[128] = {false};
+    int brace = 0;
+    for (const char *p = in; p < arrow; p++) {
+        if (*p == '{')
+            brace++;
+        else if (*p == '}')
+            brace--;
+        else if (brace == 0 && ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+            rhs_letter[(unsigned char)*p] = true;
+    }
+    size_t len = (size_t)(arrow - in) + 2;
+    if (len >= cap)
+        return troupe__error(TROUPE_INTERNAL, "grad: derived projection '%s' is too long", in);
+    memcpy(out, in, len);
+    int paren = 0;
+    brace = 0;
+    for (const char *p = arrow + 2; *p; p++) {
+        char c = *p;
+        if (c == '{')
+            brace++;
+        else if (c == '}')
+            brace--;
+        else if (c == '(')
+            paren++;
+        else if (c == ')')
+            paren--;
+        bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        if (len + 3 > cap)
+            return troupe__error(TROUPE_INTERNAL, "grad: derived projection '%s' is too long",
+                                 in);
+        if (letter && brace == 0 && paren == 0 && !rhs_letter[(unsigned char)c])
+            out[len++] = '^';
+        out[len++] = c;
+    }
+    out[len] = '\0';
+    return TROUPE_OK;
+}
+
 /* lhs =accum op(rhs...) over spec, with the statement's gather nodes when spec names them. */
 static troupe_status_t s_accum(s_ctx_t *x, bool init, troupe_binop_t accum, troupe_tnode_t *lhs,
                                troupe_asgn_rhs_kind_t kind, int op, troupe_tnode_t *a,
@@ -137,10 +186,12 @@ static troupe_status_t s_accum(s_ctx_t *x, bool init, troupe_binop_t accum, trou
     troupe_asgn_buffer_t rhs[3] = {troupe_asgn_node(a), troupe_asgn_node(b), troupe_asgn_node(c)};
     troupe_tnode_t *const *g = NULL;
     int ng = s_gathers(x, spec, &g);
+    char marked[S_SPEC_MAX + TROUPE_MAX_DIMS + 1];
+    TROUPE_RETURN_IF_ERROR(s_mark_broadcasts(spec, marked, sizeof marked));
     troupe_asgn_t *t = NULL;
     return s_emit(x,
-                  troupe_asgn_accum_gather(x->comp, init, accum, lhs, kind, op, rhs, ng, g, spec,
-                                           &t),
+                  troupe_asgn_accum_gather(x->comp, init, accum, lhs, kind, op, rhs, ng, g,
+                                           marked, &t),
                   &t);
 }
 

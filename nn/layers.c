@@ -14,6 +14,16 @@ static void s_lead(int n, char *buf)
     buf[n] = '\0';
 }
 
+/* The same, each marked as a broadcast ("^A^B^C", ir/projection.h). */
+static void s_lead_marked(int n, char *buf)
+{
+    for (int a = 0; a < n; a++) {
+        buf[2 * a] = '^';
+        buf[2 * a + 1] = (char)('A' + a);
+    }
+    buf[2 * n] = '\0';
+}
+
 static troupe_status_t s_check(troupe_nn_t *nn)
 {
     return troupe_nn_status(nn);
@@ -47,10 +57,11 @@ static troupe_status_t s_linear(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode
     memcpy(dims, x->dims, sizeof dims);
     dims[lead] = w->dims[aout];
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, fn, x->ndims, dims, out));
-    char L[S_MAX_LEAD + 1], spec[64];
+    char L[S_MAX_LEAD + 1], M[2 * S_MAX_LEAD + 1], spec[64];
     s_lead(lead, L);
+    s_lead_marked(lead, M);
     if (b) {
-        snprintf(spec, sizeof spec, "j=>%sj", L);
+        snprintf(spec, sizeof spec, "j=>%sj", M);
         TROUPE_RETURN_IF_ERROR(troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out,
                                             TROUPE_UNOP_IDENTITY, b, spec));
     }

@@ -171,12 +171,20 @@ static troupe_status_t s_new_like(s_builder_t *b, troupe_tnode_t *like, troupe_p
 }
 
 /* Projection specs over the current parameter's axes L: "L=>L", "L,L=>L", "L,[k]=>L",
- * "[k]=>L". */
+ * "[k]=>^L" (a hyperparameter broadcast over every axis, marked per ir/projection.h). */
 static void s_spec(const s_builder_t *b, char *buf, size_t cap, int nnodes, int hyper_slot)
 {
     const char *L = b->letters;
-    if (nnodes == 0)
-        snprintf(buf, cap, "[%d]=>%s", hyper_slot, L);
+    if (nnodes == 0) {
+        char M[2 * TROUPE_MAX_DIMS + 1];
+        size_t n = 0;
+        for (const char *l = L; *l; l++) {
+            M[n++] = '^';
+            M[n++] = *l;
+        }
+        M[n] = '\0';
+        snprintf(buf, cap, "[%d]=>%s", hyper_slot, M);
+    }
     else if (nnodes == 1 && hyper_slot < 0)
         snprintf(buf, cap, "%s=>%s", L, L);
     else if (nnodes == 1)

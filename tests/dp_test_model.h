@@ -110,7 +110,7 @@ static inline void dpt_lr_new_form(dpt_lr_t *m, int64_t nb, int64_t bs, int64_t 
                                       troupe_asgn_node(xb), troupe_asgn_node(m->W), "bi,io=>bo",
                                       &t[n++]));
     DPT_CHECK(troupe_asgn_accum_unop(c, false, TROUPE_BINOP_ADD, pred, TROUPE_UNOP_IDENTITY,
-                                     troupe_asgn_node(m->b), "o=>bo", &t[n++]));
+                                     troupe_asgn_node(m->b), "o=>^bo", &t[n++]));
     DPT_CHECK(troupe_asgn_pointwise_binop(c, diff, TROUPE_BINOP_SUB, troupe_asgn_node(pred),
                                           troupe_asgn_node(yb), &t[n++]));
     DPT_CHECK(troupe_asgn_accum_binop(c, false, TROUPE_BINOP_ARG2, gp, TROUPE_BINOP_MUL,

@@ -233,9 +233,46 @@ Test(assign, parse_broadcast_lhs_only_iterator)
 {
     troupe_tnode_t *x = MK("x", 4), *y = MK("y", 4, 3);
     troupe_projections_t pr;
-    cr_assert_eq(s_parse("b=>bj", y, 1, x, NULL, NULL, &pr), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(s_parse("b=>b^j", y, 1, x, NULL, NULL, &pr), TROUPE_OK, "%s",
+                 troupe_last_error());
     cr_assert_eq(pr.iter_dim[1], 3, "j's size comes from the lhs");
+    cr_assert(!pr.iter_reduced[1], "a marked broadcast is not a reduction");
     cr_assert(pr.injective && pr.surjective);
+}
+
+/* An lhs index that no operand has ("ik,kj=>iq", a typo for "ik,kj=>ij") would broadcast
+ * along q and sum j away: refused naming q, unless the broadcast is marked "^q". */
+Test(assign, error_unmarked_broadcast_names_the_index)
+{
+    troupe_tnode_t *x = MK("x", 2, 3), *w = MK("w", 3, 4), *y = MK("y", 2, 4);
+    troupe_tnode_t *v = MK("v", 4);
+    troupe_projections_t pr;
+    s_expect_error(s_parse("ik,kj=>iq", y, 2, x, w, NULL, &pr), TROUPE_INVALID_ARGUMENT,
+                   "projection 'ik,kj=>iq' col 9: lhs index 'q' appears in no operand term, so "
+                   "the result would be broadcast along it (and summed over 'jk'); if that is "
+                   "meant, write '^q'");
+    s_expect_error(s_parse("j=>bj", y, 1, v, NULL, NULL, &pr), TROUPE_INVALID_ARGUMENT,
+                   "lhs index 'b' appears in no operand term, so the result would be broadcast "
+                   "along it; if that is meant, write '^b'");
+    /* OCANNL's meaning, asked for */
+    cr_assert_eq(s_parse("ik,kj=>i^q", y, 2, x, w, NULL, &pr), TROUPE_OK, "%s",
+                 troupe_last_error());
+    cr_assert_eq(pr.niters, 4);
+    cr_assert_eq(s_parse("j=>^bj", y, 1, v, NULL, NULL, &pr), TROUPE_OK, "%s",
+                 troupe_last_error());
+    cr_assert(pr.surjective);
+}
+
+Test(assign, error_broadcast_mark_misplaced)
+{
+    troupe_tnode_t *x = MK("x", 2, 3), *w = MK("w", 3, 4), *y = MK("y", 2, 4);
+    troupe_projections_t pr;
+    s_expect_error(s_parse("^bi,ij=>bj", y, 2, x, w, NULL, &pr), TROUPE_INVALID_ARGUMENT,
+                   "projection '^bi,ij=>bj' col 1: a broadcast mark '^' belongs in the lhs term");
+    s_expect_error(s_parse("bi,ij=>b^j", y, 2, x, w, NULL, &pr), TROUPE_INVALID_ARGUMENT,
+                   "col 9: '^j' marks a broadcast but 'j' indexes an operand; drop the '^'");
+    s_expect_error(s_parse("bi,ij=>b^[0]", y, 2, x, w, NULL, &pr), TROUPE_INVALID_ARGUMENT,
+                   "col 10: unexpected '['");
 }
 
 /* ---- parsing: errors ---------------------------------------------------------------------- */

@@ -73,7 +73,7 @@ static void s_build(s_layer_t *L, const char *name)
     if (L->init == S_INIT_BIAS || L->init == S_INIT_BIAS_ROWS)
         OK(troupe_asgn_accum_unop(comp, true, TROUPE_BINOP_ARG2, L->z, TROUPE_UNOP_IDENTITY,
                                   troupe_asgn_node(L->init == S_INIT_BIAS ? L->b : L->bm),
-                                  L->init == S_INIT_BIAS ? "j=>bj" : "b=>bj", &t[nt++]));
+                                  L->init == S_INIT_BIAS ? "j=>^bj" : "b=>b^j", &t[nt++]));
     OK(troupe_asgn_accum_binop(comp, L->init == S_INIT_ZERO, TROUPE_BINOP_ADD, L->z,
                                TROUPE_BINOP_MUL, troupe_asgn_node(L->x), troupe_asgn_node(L->w),
                                s_mm_spec[L->form], &t[nt++]));

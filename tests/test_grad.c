@@ -224,7 +224,7 @@ Test(grad, linear_bias_then_matmul)
     troupe_tnode_t *w = g_param(&m, "w", 2, D3x4);
     troupe_tnode_t *b = g_param(&m, "b", 1, D4);
     troupe_tnode_t *z = g_node(&m, "z", 2, D2x4);
-    g_un(&m, true, TROUPE_BINOP_ARG2, z, TROUPE_UNOP_IDENTITY, b, "j=>bj");
+    g_un(&m, true, TROUPE_BINOP_ARG2, z, TROUPE_UNOP_IDENTITY, b, "j=>^bj");
     g_bin(&m, false, TROUPE_BINOP_ADD, z, TROUPE_BINOP_MUL, x, w, "bi,ij=>bj");
     g_loss_of(&m, z);
     g_check(&m, 1e-6);
@@ -568,6 +568,19 @@ static uint32_t f_pick(g_model_t *m, uint32_t n)
     return (uint32_t)(g_rnd(m, 0, 1) * n) % n;
 }
 
+/* "r1,r2=>lhs" with each lhs letter that no operand term has marked "^" (a broadcast asked
+ * for, ir/projection.h). */
+static void f_spec(char *spec, size_t cap, const char *r1, const char *r2, const char *lhs)
+{
+    int n = snprintf(spec, cap, r2 ? "%s,%s=>" : "%s=>", r1, r2);
+    for (const char *l = lhs; *l && (size_t)n + 3 < cap; l++) {
+        if (!strchr(r1, *l) && !(r2 && strchr(r2, *l)))
+            spec[n++] = '^';
+        spec[n++] = *l;
+    }
+    spec[n] = '\0';
+}
+
 /* One random statement reading earlier values, writing a new node. */
 static f_val_t f_statement(g_model_t *m, const f_val_t *vals, int nvals)
 {
@@ -602,7 +615,7 @@ static f_val_t f_statement(g_model_t *m, const f_val_t *vals, int nvals)
         }
         out.shape = to;
         out.tn = g_node(m, "f", k_fndims[to], k_fdims[to]);
-        snprintf(spec, sizeof spec, "%s=>%s", k_fterm[a.shape], k_fterm[to]);
+        f_spec(spec, sizeof spec, k_fterm[a.shape], NULL, k_fterm[to]);
         g_un(m, true, acc, out.tn, op, a.tn, spec);
         return out;
     }
@@ -612,12 +625,12 @@ static f_val_t f_statement(g_model_t *m, const f_val_t *vals, int nvals)
     if (f_pick(m, 3) == 0) {
         out.shape = F_R;
         out.tn = g_node(m, "f", 1, k_fdims[F_R]);
-        snprintf(spec, sizeof spec, "%s,%s=>a", k_fterm[a.shape], k_fterm[b.shape]);
+        f_spec(spec, sizeof spec, k_fterm[a.shape], k_fterm[b.shape], "a");
         g_bin(m, true, TROUPE_BINOP_ADD, out.tn, op, a.tn, b.tn, spec);
         return out;
     }
     out.tn = g_node(m, "f", 2, k_fdims[F_A]);
-    snprintf(spec, sizeof spec, "%s,%s=>ab", k_fterm[a.shape], k_fterm[b.shape]);
+    f_spec(spec, sizeof spec, k_fterm[a.shape], k_fterm[b.shape], "ab");
     g_bin(m, true, TROUPE_BINOP_ARG2, out.tn, op, a.tn, b.tn, spec); /* injective */
     return out;
 }

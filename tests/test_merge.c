@@ -191,7 +191,7 @@ static void s_overwrite_after_merge(const char *drv, troupe_merge_use_t use, boo
     rtu_put(&e.ctx[0], g, gv);
     rtu_put(&e.ctx[1], g, gv);
     rtu_put(&e.ctx[0], out, zeros);
-    troupe_code_t *consumer = rtu_merge_code(e.b, out, g, "j=>i[0]", "sum_into_out");
+    troupe_code_t *consumer = rtu_merge_code(e.b, out, g, "j=>^i[0]", "sum_into_out");
     troupe_code_t *doubler = rtu_add_code(e.b, g, NULL, "double_g");
     troupe_routine_t *rc = NULL, *rd = NULL;
     OK(troupe_link(e.ctx[1], doubler, &rd));

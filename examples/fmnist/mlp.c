@@ -241,17 +241,17 @@ static troupe_status_t s_forward(s_items_t *it, s_nodes_t ns, const fmnist_mlp_t
 
     size_t from = it->n;
     /* z = bias broadcast over rows, then z += in * w (a reduction over i) */
-    s_un(it, true, TROUPE_BINOP_ARG2, f->z1, TROUPE_UNOP_IDENTITY, w[1], "j=>bj");
+    s_un(it, true, TROUPE_BINOP_ARG2, f->z1, TROUPE_UNOP_IDENTITY, w[1], "j=>^bj");
     s_bin(it, false, TROUPE_BINOP_ADD, f->z1, TROUPE_BINOP_MUL, x, w[0], mm1);
     s_un(it, true, TROUPE_BINOP_ARG2, f->a1, TROUPE_UNOP_RELU, f->z1, "bj=>bj");
     s_block(it, from, "layer 1: a1 = relu(x w1 + b1)");
     from = it->n;
-    s_un(it, true, TROUPE_BINOP_ARG2, f->z2, TROUPE_UNOP_IDENTITY, w[3], "j=>bj");
+    s_un(it, true, TROUPE_BINOP_ARG2, f->z2, TROUPE_UNOP_IDENTITY, w[3], "j=>^bj");
     s_bin(it, false, TROUPE_BINOP_ADD, f->z2, TROUPE_BINOP_MUL, f->a1, w[2], "bi,ij=>bj");
     s_un(it, true, TROUPE_BINOP_ARG2, f->a2, TROUPE_UNOP_RELU, f->z2, "bj=>bj");
     s_block(it, from, "layer 2: a2 = relu(a1 w2 + b2)");
     from = it->n;
-    s_un(it, true, TROUPE_BINOP_ARG2, z3, TROUPE_UNOP_IDENTITY, w[5], "j=>bj");
+    s_un(it, true, TROUPE_BINOP_ARG2, z3, TROUPE_UNOP_IDENTITY, w[5], "j=>^bj");
     s_bin(it, false, TROUPE_BINOP_ADD, z3, TROUPE_BINOP_MUL, f->a2, w[4], "bi,ij=>bj");
     s_block(it, from, "layer 3: logits z3 = a2 w3 + b3");
     return it->st;
