@@ -43,6 +43,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -93,12 +94,22 @@ typedef struct s_rd {
     const unsigned char *p;
     size_t len, pos;
     bool short_read;
+    uint64_t need; /* at the first short read: the length the read needed */
+    bool in_data;  /* the short read was a parameter's values and state */
 } s_rd_t;
+
+/* Records a short read of n bytes at r->pos (the first one only). */
+static void s_short(s_rd_t *r, uint64_t n)
+{
+    if (!r->short_read)
+        r->need = n > UINT64_MAX - r->pos ? UINT64_MAX : (uint64_t)r->pos + n;
+    r->short_read = true;
+}
 
 static const unsigned char *s_take(s_rd_t *r, size_t n)
 {
     if (r->short_read || n > r->len - r->pos) {
-        r->short_read = true;
+        s_short(r, n);
         return NULL;
     }
     const unsigned char *q = r->p + r->pos;
@@ -445,13 +456,14 @@ out_close:
 /* Bytes a parameter entry takes at least (label length, precision, ndims, state precision):
  * bounds the parameter count a file may claim before anything is allocated for it. */
 #define S_MIN_PARAM_BYTES 16u
+/* Most elements one parameter may claim (2^56: its bytes, times 8 for state, fit in 64 bits). */
+#define S_MAX_COUNT (UINT64_C(1) << 56)
 
 /* Reads one parameter's entry (index i) into *e. A short read sets r->short_read and returns
  * OK; an invalid field is INVALID_ARGUMENT. */
 static troupe_status_t s_parse_param(const char *what, const char *name, s_rd_t *r, uint32_t i,
                                      uint32_t nstate, s_param_t *e)
 {
-    size_t len = r->len;
     uint32_t ll = s_get_u32(r);
     if (!r->short_read && ll > S_MAX_LABEL)
         return s_bad(what, name, "parameter %u: label length %u exceeds %u (corrupt file)", i, ll,
@@ -466,12 +478,14 @@ static troupe_status_t s_parse_param(const char *what, const char *name, s_rd_t 
         e->ndims > TROUPE_MAX_DIMS)
         return s_bad(what, name, "parameter %u: invalid precision %u or ndims %u (corrupt file)", i,
                      e->prec, e->ndims);
+    /* A parameter larger than the file is a truncated file, not a corrupt one; only a count
+     * no file could hold is refused as corrupt. */
     uint64_t count = 1;
     bool overflow = false;
     for (uint32_t a = 0; a < e->ndims; a++) {
         int64_t d = s_get_i64(r);
         e->dims[a] = d;
-        if (d <= 0 || (uint64_t)d > (uint64_t)len || count > (uint64_t)len / (uint64_t)d)
+        if (d <= 0 || (uint64_t)d > S_MAX_COUNT || count > S_MAX_COUNT / (uint64_t)d)
             overflow = true;
         else
             count *= (uint64_t)d;
@@ -483,8 +497,9 @@ static troupe_status_t s_parse_param(const char *what, const char *name, s_rd_t 
         return s_bad(what, name, "parameter %u: invalid dims or state precision (corrupt file)", i);
     uint64_t vbytes = count * troupe_prec_size_bytes((troupe_prec_t)e->prec);
     uint64_t sbytes = count * troupe_prec_size_bytes((troupe_prec_t)e->sprec) * nstate;
-    if (vbytes > len || sbytes > len) {
-        r->short_read = true;
+    if (vbytes + sbytes > r->len - r->pos) {
+        s_short(r, vbytes + sbytes);
+        r->in_data = true;
         return TROUPE_OK;
     }
     e->values = s_take(r, (size_t)vbytes);
@@ -547,7 +562,9 @@ static troupe_status_t s_parse(const char *what, const char *name, const unsigne
     if (memcmp(img, S_MAGIC, m) != 0)
         return s_bad(what, name, "bad magic (not a troupe checkpoint: it must start with \"%s\")",
                      S_MAGIC);
-    s_rd_t r = {img, len, 0, false};
+    s_rd_t r = {img, len, 0, false, 0, false};
+    uint32_t at_param = 0; /* the parameter being read at a short read */
+    enum { S_AT_HEADER, S_AT_PARAMS, S_AT_CRC } stage = S_AT_HEADER;
     (void)s_take(&r, 8);
     uint32_t version = s_get_u32(&r);
     if (!r.short_read && (version < 1 || version > S_VERSION))
@@ -578,16 +595,24 @@ static troupe_status_t s_parse(const char *what, const char *name, const unsigne
         return s_bad(what, name, "invalid optimizer kind %u (corrupt file)", kind);
     if (steps < 0)
         return s_bad(what, name, "negative step count %lld (corrupt file)", (long long)steps);
-    if (np > (len - r.pos) / S_MIN_PARAM_BYTES)
-        goto truncated; /* not even the parameters' headers fit */
+    stage = S_AT_PARAMS;
+    if (np > (len - r.pos) / S_MIN_PARAM_BYTES) {
+        /* not even the parameters' headers fit */
+        s_short(&r, (uint64_t)np * S_MIN_PARAM_BYTES);
+        goto truncated;
+    }
     im->params = troupe_calloc(np ? np : 1, sizeof *im->params);
     if (!im->params)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
-    for (uint32_t i = 0; i < np && st == TROUPE_OK && !r.short_read; i++)
+    for (uint32_t i = 0; i < np && st == TROUPE_OK && !r.short_read; i++) {
+        at_param = i;
         st = s_parse_param(what, name, &r, i, nstate, &im->params[i]);
+    }
     if (st != TROUPE_OK)
         goto out_free;
     size_t body = r.pos;
+    if (!r.short_read)
+        stage = S_AT_CRC;
     uint32_t stored = s_get_u32(&r);
     if (r.short_read)
         goto truncated;
@@ -615,9 +640,19 @@ static troupe_status_t s_parse(const char *what, const char *name, const unsigne
     memcpy(info->note, im->note ? (const char *)im->note : "", im->note_len);
     info->note[im->note_len] = '\0';
     return TROUPE_OK;
-truncated:
-    st = s_bad(what, name, "truncated: %zu bytes end inside the %s", len,
-               r.pos < 32 ? "header" : "parameter data");
+truncated: {
+    /* The length the file needed: exact when the cut is in the CRC or in the last parameter's
+     * data, else a lower bound (the sizes of later parameters are in the missing part). */
+    uint64_t expected = r.need;
+    bool exact = stage == S_AT_CRC || (r.in_data && at_param + 1 == np);
+    if (stage != S_AT_CRC) {
+        uint32_t later = stage == S_AT_HEADER ? np : np - at_param - 1;
+        expected += (uint64_t)later * S_MIN_PARAM_BYTES + 4;
+    }
+    static const char *const where[] = {"header", "parameters", "CRC"};
+    st = s_bad(what, name, "truncated: %zu bytes, expected %s%" PRIu64 " (it ends in the %s)", len,
+               exact ? "" : "at least ", expected, where[stage]);
+}
 out_free:
     troupe_free(im->params);
     im->params = NULL;

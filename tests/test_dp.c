@@ -87,7 +87,7 @@ static void s_model(dpt_lr_t *m, const data_t *d, int split, int din)
 {
     int64_t nb = (int64_t)NB * split, bs = FB / split;
     double *xv = troupe_calloc((size_t)(nb * bs * din), sizeof *xv);
-    double yv[NB * FB * O], wv[8 * O], bv[O];
+    double yv[NB * FB * O], wv[128 * O], bv[O]; /* din <= 128 */
     for (int j = 0; j < NB; j++)
         for (int r = 0; r < FB; r++) {
             for (int i = 0; i < din; i++)
@@ -827,6 +827,46 @@ Test(dp, every_truncation_and_flipped_bit_is_refused)
         cr_assert_eq(st, TROUPE_INVALID_ARGUMENT, "a flipped bit in byte %zu was accepted", i);
     }
     cr_assert_eq(troupe_dp_checkpoint_read("/nonexistent-dir/ck", &info), TROUPE_NOT_FOUND);
+    free(img);
+    unlink(path);
+    troupe_free(path);
+}
+
+/* A cut file says so with its length and the length it needed ("truncated: N bytes,
+ * expected M"): M is exact for a cut in the CRC or the last parameter's data, else a lower
+ * bound, never more than the whole file. A parameter larger than the cut file is still a
+ * truncation (it read as "invalid dims or state precision (corrupt file)"). */
+Test(dp, truncated_checkpoint_names_its_length_and_the_expected_one)
+{
+    char *path = s_tmp_path("cut");
+    run_t r;
+    s_run_new(&r, "sync", 1, TROUPE_OPT_ADAMW, 120); /* W: 240 elements, more than a header */
+    s_run_steps(&r, 1);
+    OK(troupe_dp_save(r.dp, path));
+    s_run_done(&r);
+    size_t n = 0;
+    unsigned char *img = s_slurp(path, &n);
+    troupe_dp_checkpoint_info_t info;
+    size_t exact = 0;
+    for (size_t len = 8; len < n; len++) {
+        cr_assert_eq(troupe_dp_checkpoint_parse(img, len, "cut", &info), TROUPE_INVALID_ARGUMENT);
+        const char *msg = troupe_last_error();
+        char want[64];
+        snprintf(want, sizeof want, "truncated: %zu bytes, expected ", len);
+        const char *at = strstr(msg, want);
+        cr_assert(at, "prefix %zu of %zu: %s", len, n, msg);
+        at += strlen(want);
+        bool lower = strncmp(at, "at least ", 9) == 0;
+        unsigned long long m = strtoull(lower ? at + 9 : at, NULL, 10);
+        cr_assert(m > len && m <= n, "prefix %zu of %zu: expected %llu: %s", len, n, m, msg);
+        if (!lower) {
+            cr_assert_eq(m, n, "prefix %zu: an exact length must be the file's: %s", len, msg);
+            exact++;
+        }
+        if (len >= n - 5)
+            cr_assert(!lower, "a cut in the CRC or the last data is exact: %s", msg);
+    }
+    cr_assert_geq(exact, 5u);
     free(img);
     unlink(path);
     troupe_free(path);
