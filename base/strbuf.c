@@ -109,6 +109,73 @@ void troupe__strbuf_repeat(troupe__strbuf_t *sb, const char *s, int n)
         troupe__strbuf_puts(sb, s);
 }
 
+/* The escape of byte c into out[5] (NUL-terminated); returns its length. */
+static size_t s_escape_byte(unsigned char c, char *out)
+{
+    if (c == '\\')
+        return (size_t)snprintf(out, 5, "\\\\");
+    if (c >= 0x20 && c < 0x7f) {
+        out[0] = (char)c;
+        out[1] = '\0';
+        return 1;
+    }
+    if (c == '\n')
+        return (size_t)snprintf(out, 5, "\\n");
+    if (c == '\t')
+        return (size_t)snprintf(out, 5, "\\t");
+    if (c == '\r')
+        return (size_t)snprintf(out, 5, "\\r");
+    return (size_t)snprintf(out, 5, "\\x%02x", c);
+}
+
+void troupe__strbuf_put_escaped(troupe__strbuf_t *sb, const char *s, size_t n)
+{
+    char e[5];
+    for (size_t i = 0; i < n; i++) {
+        size_t k = s_escape_byte((unsigned char)s[i], e);
+        troupe__strbuf_putn(sb, e, k);
+    }
+}
+
+const char *troupe__escaped(const char *s, size_t n, char *buf, size_t cap)
+{
+    if (cap == 0)
+        return buf;
+    char e[5];
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += s_escape_byte((unsigned char)s[i], e);
+    troupe__strbuf_t sb;
+    troupe__strbuf_init_fixed(&sb, buf, cap);
+    if (total < cap || cap < 16) {
+        troupe__strbuf_put_escaped(&sb, s, n);
+        return buf;
+    }
+    /* head ... tail, each escape whole */
+    size_t room = cap - 1 - 3, head_room = room / 2, tail_room = room - head_room;
+    size_t head = 0, used = 0;
+    while (head < n) {
+        size_t k = s_escape_byte((unsigned char)s[head], e);
+        if (used + k > head_room)
+            break;
+        used += k;
+        head++;
+    }
+    size_t tail = n;
+    used = 0;
+    while (tail > head) {
+        size_t k = s_escape_byte((unsigned char)s[tail - 1], e);
+        if (used + k > tail_room)
+            break;
+        used += k;
+        tail--;
+    }
+    troupe__strbuf_put_escaped(&sb, s, head);
+    troupe__strbuf_puts(&sb, "...");
+    troupe__strbuf_put_escaped(&sb, s + tail, n - tail);
+    return buf;
+}
+
 const char *troupe__strbuf_cstr(const troupe__strbuf_t *sb)
 {
     return sb->data && sb->cap > 0 ? sb->data : "";

@@ -49,6 +49,16 @@ void troupe__strbuf_vprintf(troupe__strbuf_t *sb, const char *fmt, va_list ap);
 /* `n` copies of `s` (indentation). */
 void troupe__strbuf_repeat(troupe__strbuf_t *sb, const char *s, int n);
 
+/* Appends s[n] with every byte outside printable ASCII written as an escape ("\\n", "\\t",
+ * "\\r", "\\xNN"; a backslash as "\\\\"): file contents and labels quoted in messages reach
+ * the terminal without control bytes. */
+void troupe__strbuf_put_escaped(troupe__strbuf_t *sb, const char *s, size_t n);
+
+/* s[n] escaped as troupe__strbuf_put_escaped does, into buf[cap] (cap >= 16): when it does not
+ * fit, its start and end are kept around "..." so that a long path keeps its file name and the
+ * message after it keeps its reason. Returns buf. */
+const char *troupe__escaped(const char *s, size_t n, char *buf, size_t cap);
+
 /* The text so far ("" when nothing was appended). Borrowed: valid until the next append. */
 const char *troupe__strbuf_cstr(const troupe__strbuf_t *sb);
 

@@ -710,11 +710,16 @@ static troupe_status_t s_match(troupe_dp_t *dp, const char *path, const s_image_
         char label[S_MAX_LABEL], name[64];
         size_t ll = troupe_tnode_label_string(p, label, sizeof label);
         troupe_tnode_debug_name(p, name, sizeof name);
-        if (ll != e->label_len || memcmp(label, e->label, ll) != 0)
+        if (ll != e->label_len || memcmp(label, e->label, ll) != 0) {
+            char flabel[128];
             return s_bad(w, path,
-                         "parameter %zu is labelled '%.*s' in the file but '%s' (%s) in the "
+                         "parameter %zu is labelled '%s' in the file but '%s' (%s) in the "
                          "model",
-                         i, (int)e->label_len, (const char *)e->label, label, name);
+                         i,
+                         troupe__escaped((const char *)e->label, e->label_len, flabel,
+                                         sizeof flabel),
+                         label, name);
+        }
         if (e->prec != (uint32_t)p->prec)
             return s_bad(w, path,
                          "parameter %zu (%s) has precision %s in the file but %s in the "

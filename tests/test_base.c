@@ -348,6 +348,28 @@ Test(strbuf, grows_formats_and_hands_over_the_text)
     troupe_free(out);
 }
 
+Test(strbuf, escaped_quotes_control_bytes_and_keeps_both_ends)
+{
+    char buf[32];
+    const char raw[] = "a\x1b[31m\tb\\\n\x7f\xff";
+    cr_assert_str_eq(troupe__escaped(raw, sizeof raw - 1, buf, sizeof buf),
+                     "a\\x1b[31m\\tb\\\\\\n\\x7f\\xff");
+    char path[5000];
+    memset(path, 'd', sizeof path);
+    memcpy(path, "/tmp/", 5);
+    memcpy(path + sizeof path - 8, "/ck.bin", 8);
+    const char *e = troupe__escaped(path, strlen(path), buf, sizeof buf);
+    cr_assert_eq(strlen(e), sizeof buf - 1, "%s", e);
+    cr_assert(strncmp(e, "/tmp/", 5) == 0 && strstr(e, "...") &&
+                  strcmp(e + strlen(e) - 7, "/ck.bin") == 0,
+              "%s", e);
+    /* an escape is never cut in half */
+    char ctl[40];
+    memset(ctl, 0x01, sizeof ctl);
+    e = troupe__escaped(ctl, sizeof ctl, buf, sizeof buf);
+    cr_assert(strlen(e) < sizeof buf && strstr(e, "\\x01...\\x01"), "%s", e);
+}
+
 Test(strbuf, fixed_builder_truncates_and_counts_like_snprintf)
 {
     char buf[8];

@@ -110,6 +110,31 @@ Test(curve_plot, malformed_names_the_line)
     }
 }
 
+/* Control bytes of a bad CSV are quoted escaped ("\\x1b", "\\t"): none reaches the terminal raw. */
+Test(curve_plot, control_bytes_are_escaped)
+{
+    static const struct {
+        const char *text;
+        const char *shown;
+    } cases[] = {
+        {"\x1b[2J\x1b[31mepoch\tloss\n", "got '\\x1b[2J\\x1b[31mepoch\\tloss'"},
+        {TROUPE_CURVE_HEADER "\n1,\x1b]0;owned\x07,0.7,100,1\n",
+         "field loss: expected a finite number >= 0, got '\\x1b]0;owned\\x07'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        troupe_curve_t c;
+        const char *p = s_file(1, cases[i].text);
+        cr_assert_eq(troupe_curve_read(p, &c), TROUPE_INVALID_ARGUMENT, "case %zu", i);
+        const char *msg = troupe_last_error();
+        cr_assert(strstr(msg, cases[i].shown), "case %zu: '%s' lacks '%s'", i, msg,
+                  cases[i].shown);
+        for (const char *q = msg; *q; q++)
+            cr_assert((unsigned char)*q >= 0x20 && (unsigned char)*q != 0x7f,
+                      "case %zu: a raw control byte 0x%02x", i, (unsigned char)*q);
+        troupe_curve_free(&c);
+    }
+}
+
 Test(curve_plot, missing_file)
 {
     troupe_curve_t c;

@@ -872,6 +872,52 @@ Test(dp, truncated_checkpoint_names_its_length_and_the_expected_one)
     troupe_free(path);
 }
 
+/* CRC-32 (the polynomial zlib's crc32 uses), to re-seal an edited checkpoint. */
+static uint32_t s_crc32(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = c & 1u ? (c >> 1) ^ 0xedb88320u : c >> 1;
+    }
+    return c ^ 0xffffffffu;
+}
+
+/* A label from the file with control bytes (an ESC sequence) is quoted escaped: none of its
+ * bytes reach the terminal raw. */
+Test(dp, checkpoint_label_control_bytes_are_escaped)
+{
+    char *path = s_tmp_path("label");
+    run_t r;
+    s_run_new(&r, "sync", 1, TROUPE_OPT_ADAMW, D);
+    s_run_steps(&r, 1);
+    OK(troupe_dp_save(r.dp, path));
+    size_t n = 0;
+    unsigned char *img = s_slurp(path, &n);
+    static const unsigned char w_entry[] = {1, 0, 0, 0, 'W'}; /* u32 length 1, "W" */
+    unsigned char *at = NULL;
+    for (size_t i = 0; !at && i + sizeof w_entry < n; i++)
+        if (memcmp(img + i, w_entry, sizeof w_entry) == 0)
+            at = img + i;
+    cr_assert_not_null(at, "W's label entry not found");
+    at[4] = 0x1b; /* ESC */
+    uint32_t crc = s_crc32(img, n - 4);
+    for (int i = 0; i < 4; i++)
+        img[n - 4 + (size_t)i] = (unsigned char)(crc >> (8 * i));
+    s_spit(path, img, n);
+    cr_assert_eq(troupe_dp_load(r.dp, path), TROUPE_INVALID_ARGUMENT);
+    const char *msg = troupe_last_error();
+    cr_assert(strstr(msg, "labelled '\\x1b' in the file but 'W'"), "%s", msg);
+    for (const char *c = msg; *c; c++)
+        cr_assert((unsigned char)*c >= 0x20 && (unsigned char)*c != 0x7f,
+                  "a raw control byte 0x%02x in: %s", (unsigned char)*c, msg);
+    s_run_done(&r);
+    free(img);
+    unlink(path);
+    troupe_free(path);
+}
+
 /* ---- errors --------------------------------------------------------------------------------- */
 
 static void s_expect_invalid(const troupe_dp_config_t *cfg, const troupe_dp_model_t *m,

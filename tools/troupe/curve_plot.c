@@ -3,6 +3,7 @@
 #include "curve_plot.h"
 
 #include "base/alloc.h"
+#include "base/strbuf.h"
 #include "base/vec.h"
 
 #include <errno.h>
@@ -88,8 +89,9 @@ static bool s_parse_row(char *line, troupe_curve_row_t *row, char *err, size_t c
             while (end && *end == ' ')
                 end++;
             if (end == p || errno == ERANGE || *end != '\0' || !s_field_ok(n, v[n])) {
-                snprintf(err, cap, "field %s: expected %s, got '%.40s'", s_field_names[n],
-                         s_field_want(n), p);
+                char got[48];
+                snprintf(err, cap, "field %s: expected %s, got '%s'", s_field_names[n],
+                         s_field_want(n), troupe__escaped(p, strlen(p), got, sizeof got));
                 return false;
             }
         }
@@ -190,9 +192,11 @@ troupe_status_t troupe_curve_read(const char *path, troupe_curve_t *out)
             line[--len] = '\0';
         if (!header) {
             if (strcmp(line, TROUPE_CURVE_HEADER) != 0) {
+                char head[72];
                 st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
-                                      "%s:%ld: expected the header '%s', got '%.60s'", path, lineno,
-                                      TROUPE_CURVE_HEADER, line);
+                                      "%s:%ld: expected the header '%s', got '%s'", path, lineno,
+                                      TROUPE_CURVE_HEADER,
+                                      troupe__escaped(line, len, head, sizeof head));
                 goto out_file;
             }
             header = true;
