@@ -13,6 +13,7 @@
 #define TROUPE_BASE_STATUS_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -62,12 +63,18 @@ void troupe_clear_error(void);
  * hands to troupe) reports a failure in troupe's terms: the message is what
  * troupe_last_error() returns on this thread until the next call that records or clears one.
  * `fmt` and its arguments are borrowed and formatted at once; the message is copied into
- * thread-local storage and truncated to 1023 bytes. Never fails; `status` may be any code,
+ * thread-local storage; a message over 1023 bytes keeps its start and its end (the reason)
+ * around " ... ", so a long path cannot push the reason out. Never fails; `status` may be any code,
  * TROUPE_OK included (it then records the message without signalling a failure). */
 troupe_status_t troupe_error_set(troupe_status_t status, const char *fmt, ...) TROUPE_PRINTF(2, 3);
 
 /* The same with a va_list (consumed as by vsnprintf). */
 troupe_status_t troupe_error_vset(troupe_status_t status, const char *fmt, va_list ap);
+
+/* snprintf(dst, cap, ...) except that a text that does not fit keeps its start and its end
+ * around " ... " (as troupe_error_set does); internal, for programs' own message buffers. */
+void troupe__format_fit(char *dst, size_t cap, const char *fmt, ...) TROUPE_PRINTF(3, 4);
+void troupe__vformat_fit(char *dst, size_t cap, const char *fmt, va_list ap);
 
 /* The library's internal spelling of troupe_error_set (STYLE.md "Errors"); code outside the
  * library uses the public name. */

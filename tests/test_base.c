@@ -67,6 +67,27 @@ Test(status, long_messages_are_truncated_not_overflowed)
     cr_assert_eq(strlen(troupe_last_error()), 1023);
 }
 
+/* A message over the buffer keeps its start and its end: a 5,000-character path in the
+ * middle cannot push the reason out. */
+Test(status, long_messages_keep_their_reason)
+{
+    char path[5001];
+    memset(path, 'p', sizeof path - 1);
+    path[sizeof path - 1] = '\0';
+    troupe__error(TROUPE_NOT_FOUND, "dp_load: cannot open '/x/%s/ck': No such file or directory",
+                  path);
+    const char *m = troupe_last_error();
+    cr_assert_eq(strlen(m), 1023);
+    cr_assert(strncmp(m, "dp_load: cannot open '/x/ppp", 28) == 0, "%s", m);
+    cr_assert(strstr(m, "ppp ... ppp"), "%s", m);
+    const char *end = "ppp/ck': No such file or directory";
+    cr_assert_str_eq(m + strlen(m) - strlen(end), end);
+    char small[64];
+    troupe__format_fit(small, sizeof small, "open '%s': gone", path);
+    cr_assert_eq(strlen(small), 63);
+    cr_assert(strstr(small, " ... ") && strcmp(small + 63 - 7, "': gone") == 0, "%s", small);
+}
+
 Test(log, configure_accepts_levels_and_subsystems)
 {
     cr_assert_eq(troupe_log_configure("debug:ir,actors"), TROUPE_OK);

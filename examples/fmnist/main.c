@@ -216,7 +216,7 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             return true;
         }
         if (strncmp(a, "--", 2) != 0) {
-            snprintf(err, cap, "unexpected argument '%s' (see --help)", a);
+            troupe__format_fit(err, cap, "unexpected argument '%s' (see --help)", a);
             return false;
         }
         /* --name value or --name=value */
@@ -224,14 +224,14 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
         const char *val = NULL, *eq = strchr(a, '=');
         size_t len = eq ? (size_t)(eq - a) : strlen(a);
         if (len >= sizeof name) {
-            snprintf(err, cap, "unknown option '%s' (see --help)", a);
+            troupe__format_fit(err, cap, "unknown option '%s' (see --help)", a);
             return false;
         }
         memcpy(name, a, len);
         name[len] = '\0';
         if (!strcmp(name, "--force")) {
             if (eq) {
-                snprintf(err, cap, "option --force takes no value (got '%s')", eq + 1);
+                troupe__format_fit(err, cap, "option --force takes no value (got '%s')", eq + 1);
                 return false;
             }
             o->force = true;
@@ -246,7 +246,7 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             ok |= !strcmp(name, known[k]);
         if (!ok) {
-            snprintf(err, cap, "unknown option '%s' (see --help)", name);
+            troupe__format_fit(err, cap, "unknown option '%s' (see --help)", name);
             return false;
         }
         if (eq)
@@ -254,7 +254,7 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
         else if (i + 1 < argc)
             val = argv[++i];
         else {
-            snprintf(err, cap, "option %s needs a value (see --help)", name);
+            troupe__format_fit(err, cap, "option %s needs a value (see --help)", name);
             return false;
         }
         int64_t n = 0;
@@ -339,11 +339,11 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             o->plot = val;
         }
         if (want) {
-            snprintf(err, cap, "option %s: expected %s, got '%s'", name, want, val);
+            troupe__format_fit(err, cap, "option %s: expected %s, got '%s'", name, want, val);
             return false;
         }
         if (!*val) {
-            snprintf(err, cap, "option %s: empty value", name);
+            troupe__format_fit(err, cap, "option %s: empty value", name);
             return false;
         }
     }
@@ -355,11 +355,11 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
     o->opt.beta2 = d.beta2;
     o->opt.eps = d.eps;
     if (o->checkpoint_every > 0 && !o->checkpoint) {
-        snprintf(err, cap, "option --checkpoint-every needs --checkpoint FILE");
+        troupe__format_fit(err, cap, "option --checkpoint-every needs --checkpoint FILE");
         return false;
     }
     if (o->momentum_set && o->opt.kind != TROUPE_OPT_SGD) {
-        snprintf(err, cap, "option --momentum applies to --optimizer sgd only");
+        troupe__format_fit(err, cap, "option --momentum applies to --optimizer sgd only");
         return false;
     }
     return true;
@@ -656,24 +656,27 @@ static bool s_check_paths(const opts_t *o, char *err, size_t cap)
             if (!p[i].path || !p[j].path || (i == 0 && j == 3))
                 continue;
             if (s_same_path(p[i].path, p[j].path)) {
-                snprintf(err, cap, "options %s and %s name one file, '%.300s'; give each its own",
-                         p[i].opt, p[j].opt, p[j].path);
+                troupe__format_fit(err, cap,
+                                   "options %s and %s name one file, '%.300s'; give each its own",
+                                   p[i].opt, p[j].opt, p[j].path);
                 return false;
             }
         }
     static const char curve_head[] = "epoch,loss,test_accuracy";
     if (o->curve && !s_starts_with(o->curve, curve_head, sizeof curve_head - 1)) {
-        snprintf(err, cap,
-                 "option --curve: '%.300s' exists and is not a learning curve (its first line is "
-                 "not '%s,...'); remove it or choose another file",
-                 o->curve, curve_head);
+        troupe__format_fit(
+            err, cap,
+            "option --curve: '%.300s' exists and is not a learning curve (its first line is "
+            "not '%s,...'); remove it or choose another file",
+            o->curve, curve_head);
         return false;
     }
     if (o->plot && !s_starts_with(o->plot, "\x89PNG\r\n\x1a\n", 8)) {
-        snprintf(err, cap,
-                 "option --plot: '%.300s' exists and is not a PNG picture; remove it or choose "
-                 "another file",
-                 o->plot);
+        troupe__format_fit(
+            err, cap,
+            "option --plot: '%.300s' exists and is not a PNG picture; remove it or choose "
+            "another file",
+            o->plot);
         return false;
     }
     return true;
@@ -690,14 +693,16 @@ static bool s_check_outputs(run_t *r, char *err, size_t cap)
         struct stat st;
         if (stat(o->checkpoint, &st) == 0) {
             if (S_ISDIR(st.st_mode)) {
-                snprintf(err, cap, "option --checkpoint: '%s' is a directory", o->checkpoint);
+                troupe__format_fit(err, cap, "option --checkpoint: '%s' is a directory",
+                                   o->checkpoint);
                 return false;
             }
             if (!o->force && !(o->resume && s_same_file(o->checkpoint, o->resume))) {
-                snprintf(err, cap,
-                         "option --checkpoint: '%s' exists and this run does not resume from "
-                         "it; add --resume %s to continue that run, or --force to overwrite it",
-                         o->checkpoint, o->checkpoint);
+                troupe__format_fit(
+                    err, cap,
+                    "option --checkpoint: '%s' exists and this run does not resume from "
+                    "it; add --resume %s to continue that run, or --force to overwrite it",
+                    o->checkpoint, o->checkpoint);
                 return false;
             }
         }
@@ -706,8 +711,8 @@ static bool s_check_outputs(run_t *r, char *err, size_t cap)
         snprintf(probe, sizeof probe, "%s.tmp.%ld", o->checkpoint, (long)getpid());
         int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0 && errno != EEXIST) {
-            snprintf(err, cap, "option --checkpoint: cannot write '%s': %s", o->checkpoint,
-                     strerror(errno));
+            troupe__format_fit(err, cap, "option --checkpoint: cannot write '%s': %s",
+                               o->checkpoint, strerror(errno));
             return false;
         }
         if (fd >= 0) {
@@ -720,8 +725,8 @@ static bool s_check_outputs(run_t *r, char *err, size_t cap)
     if (o->curve) {
         r->curve = fopen(o->curve, o->resume ? "a" : "w");
         if (!r->curve) {
-            snprintf(err, cap, "option --curve: cannot write '%s': %s", o->curve,
-                     strerror(errno));
+            troupe__format_fit(err, cap, "option --curve: cannot write '%s': %s", o->curve,
+                               strerror(errno));
             return false;
         }
         if (ftell(r->curve) == 0)
@@ -766,43 +771,48 @@ static bool s_check_resume(const run_t *r, int64_t steps_per_epoch, char *err, s
     if (note && sscanf(note, "fmnist batch=%lld train_images=%lld train_limit=%lld", &batch,
                        &images, &limit) == 3) {
         if (batch != o->batch) {
-            snprintf(err, cap,
-                     "option --batch: checkpoint '%s' was written with --batch %lld, not %lld; "
-                     "resume with --batch %lld",
-                     o->resume, batch, (long long)o->batch, batch);
+            troupe__format_fit(
+                err, cap,
+                "option --batch: checkpoint '%s' was written with --batch %lld, not %lld; "
+                "resume with --batch %lld",
+                o->resume, batch, (long long)o->batch, batch);
             return false;
         }
         if (images != r->train.count) {
-            snprintf(err, cap,
-                     "option --train-limit: checkpoint '%s' was trained on %lld images "
-                     "(--train-limit %lld), this run has %lld; resume with --train-limit %lld",
-                     o->resume, images, limit, (long long)r->train.count, limit);
+            troupe__format_fit(
+                err, cap,
+                "option --train-limit: checkpoint '%s' was trained on %lld images "
+                "(--train-limit %lld), this run has %lld; resume with --train-limit %lld",
+                o->resume, images, limit, (long long)r->train.count, limit);
             return false;
         }
     }
     troupe_dp_plan_t plan = troupe_dp_plan(r->dp);
     if (plan.global_batch > 0 && plan.data_seed != o->seed) {
-        snprintf(err, cap,
-                 "option --seed: checkpoint '%s' was written with --seed %llu, not %llu (another "
-                 "data order); resume with --seed %llu",
-                 o->resume, (unsigned long long)plan.data_seed, (unsigned long long)o->seed,
-                 (unsigned long long)plan.data_seed);
+        troupe__format_fit(
+            err, cap,
+            "option --seed: checkpoint '%s' was written with --seed %llu, not %llu (another "
+            "data order); resume with --seed %llu",
+            o->resume, (unsigned long long)plan.data_seed, (unsigned long long)o->seed,
+            (unsigned long long)plan.data_seed);
         return false;
     }
     if (plan.global_batch > 0 && plan.steps_per_epoch != steps_per_epoch) {
-        snprintf(err, cap,
-                 "option --resume: checkpoint '%s' has %lld steps per epoch, this run %lld; "
-                 "resume with the --batch and --train-limit it was written with",
-                 o->resume, (long long)plan.steps_per_epoch, (long long)steps_per_epoch);
+        troupe__format_fit(
+            err, cap,
+            "option --resume: checkpoint '%s' has %lld steps per epoch, this run %lld; "
+            "resume with the --batch and --train-limit it was written with",
+            o->resume, (long long)plan.steps_per_epoch, (long long)steps_per_epoch);
         return false;
     }
     if (plan.global_batch == 0 && done % steps_per_epoch != 0) {
-        snprintf(err, cap,
-                 "option --resume: checkpoint '%s' holds %lld steps, not a whole number of "
-                 "epochs of %lld steps (--batch %lld over %lld images); resume with the --batch "
-                 "and --train-limit it was written with",
-                 o->resume, (long long)done, (long long)steps_per_epoch, (long long)o->batch,
-                 (long long)r->train.count);
+        troupe__format_fit(
+            err, cap,
+            "option --resume: checkpoint '%s' holds %lld steps, not a whole number of "
+            "epochs of %lld steps (--batch %lld over %lld images); resume with the --batch "
+            "and --train-limit it was written with",
+            o->resume, (long long)done, (long long)steps_per_epoch, (long long)o->batch,
+            (long long)r->train.count);
         return false;
     }
     return true;

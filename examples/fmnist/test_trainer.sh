@@ -36,6 +36,11 @@ unwritable_outputs)
   mkdir ckdir
   run 2 --epochs 1 --checkpoint ckdir
   lines err 1; has err "'ckdir' is a directory"
+  # a 5,000-character path is shortened in the middle: the reason stays
+  long=/nonexistent-dir/$(printf '%05000d' 0)/ck
+  run 2 --epochs 1 --checkpoint "$long"
+  lines err 1; has err "option --checkpoint: cannot write '/nonexistent-dir/000"
+  has err " \.\.\. 000*/ck': No such file or directory"
   ;;
 stale_temporaries)
   # a temporary left by a process that no longer runs goes at the next save; a live one stays
