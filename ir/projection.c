@@ -371,10 +371,10 @@ typedef struct s_letter_info {
     int dim_t, dim_axis; /* where the dim was first fixed */
     bool in_lhs_plain;
     bool in_lhs_any;
-    bool in_rhs;    /* indexes an operand (plainly, in an affine index or a gather term) */
-    bool marked;    /* written "^x" in the lhs */
-    int mark_col;   /* 1-based column of the first mark */
-    int lhs_col;    /* 1-based column of the first lhs occurrence */
+    bool in_rhs;  /* indexes an operand (plainly, in an affine index or a gather term) */
+    bool marked;  /* written "^x" in the lhs */
+    int mark_col; /* 1-based column of the first mark */
+    int lhs_col;  /* 1-based column of the first lhs occurrence */
     int lhs_plain_count;
     int first_seen; /* order of first appearance (rhs terms, then lhs) */
     int pos;        /* position in the product space */
@@ -589,7 +589,7 @@ troupe_status_t troupe_projections_parse_gather(const troupe_asgn_comp_t *comp, 
                     L->seen = true;
                     L->first_seen = order++;
                 }
-                bool marked = ri->kind == S_RI_ITER ? ri->mark
+                bool marked = ri->kind == S_RI_ITER     ? ri->mark
                               : ri->kind == S_RI_GATHER ? s_gather_marked(ri, letters[k])
                                                         : false;
                 if (marked && !L->marked) {

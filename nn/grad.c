@@ -168,8 +168,7 @@ static troupe_status_t s_mark_broadcasts(const char *in, char *out, size_t cap)
             paren--;
         bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
         if (len + 3 > cap)
-            return troupe__error(TROUPE_INTERNAL, "grad: derived projection '%s' is too long",
-                                 in);
+            return troupe__error(TROUPE_INTERNAL, "grad: derived projection '%s' is too long", in);
         if (letter && brace == 0 && paren == 0 && !rhs_letter[(unsigned char)c])
             out[len++] = '^';
         out[len++] = c;
@@ -189,10 +188,9 @@ static troupe_status_t s_accum(s_ctx_t *x, bool init, troupe_binop_t accum, trou
     char marked[S_SPEC_MAX + TROUPE_MAX_DIMS + 1];
     TROUPE_RETURN_IF_ERROR(s_mark_broadcasts(spec, marked, sizeof marked));
     troupe_asgn_t *t = NULL;
-    return s_emit(x,
-                  troupe_asgn_accum_gather(x->comp, init, accum, lhs, kind, op, rhs, ng, g,
-                                           marked, &t),
-                  &t);
+    return s_emit(
+        x, troupe_asgn_accum_gather(x->comp, init, accum, lhs, kind, op, rhs, ng, g, marked, &t),
+        &t);
 }
 
 static troupe_status_t s_oom(void)

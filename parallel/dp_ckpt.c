@@ -548,6 +548,25 @@ static troupe_status_t s_parse_run(const char *what, const char *name, s_rd_t *r
     return TROUPE_OK;
 }
 
+typedef enum s_stage { S_AT_HEADER, S_AT_PARAMS, S_AT_CRC } s_stage_t;
+
+/* "truncated: N bytes, expected M": M is exact when the cut is in the CRC or in the last
+ * parameter's data, else a lower bound (the sizes of later parameters are in the missing
+ * part). r is the reader after its first short read, at parameter at_param of np. */
+static troupe_status_t s_truncated(const char *what, const char *name, size_t len, const s_rd_t *r,
+                                   s_stage_t stage, uint32_t at_param, uint32_t np)
+{
+    uint64_t expected = r->need;
+    bool exact = stage == S_AT_CRC || (r->in_data && at_param + 1 == np);
+    if (stage != S_AT_CRC) {
+        uint32_t later = stage == S_AT_HEADER ? np : np - at_param - 1;
+        expected += (uint64_t)later * S_MIN_PARAM_BYTES + 4;
+    }
+    static const char *const where[] = {"header", "parameters", "CRC"};
+    return s_bad(what, name, "truncated: %zu bytes, expected %s%" PRIu64 " (it ends in the %s)",
+                 len, exact ? "" : "at least ", expected, where[stage]);
+}
+
 /* Parses img[len] (structure, sizes, CRC; no model) into *im (im->info zeroed first; on
  * success the caller frees im->params). */
 static troupe_status_t s_parse(const char *what, const char *name, const unsigned char *img,
@@ -564,7 +583,7 @@ static troupe_status_t s_parse(const char *what, const char *name, const unsigne
                      S_MAGIC);
     s_rd_t r = {img, len, 0, false, 0, false};
     uint32_t at_param = 0; /* the parameter being read at a short read */
-    enum { S_AT_HEADER, S_AT_PARAMS, S_AT_CRC } stage = S_AT_HEADER;
+    s_stage_t stage = S_AT_HEADER;
     (void)s_take(&r, 8);
     uint32_t version = s_get_u32(&r);
     if (!r.short_read && (version < 1 || version > S_VERSION))
@@ -640,19 +659,8 @@ static troupe_status_t s_parse(const char *what, const char *name, const unsigne
     memcpy(info->note, im->note ? (const char *)im->note : "", im->note_len);
     info->note[im->note_len] = '\0';
     return TROUPE_OK;
-truncated: {
-    /* The length the file needed: exact when the cut is in the CRC or in the last parameter's
-     * data, else a lower bound (the sizes of later parameters are in the missing part). */
-    uint64_t expected = r.need;
-    bool exact = stage == S_AT_CRC || (r.in_data && at_param + 1 == np);
-    if (stage != S_AT_CRC) {
-        uint32_t later = stage == S_AT_HEADER ? np : np - at_param - 1;
-        expected += (uint64_t)later * S_MIN_PARAM_BYTES + 4;
-    }
-    static const char *const where[] = {"header", "parameters", "CRC"};
-    st = s_bad(what, name, "truncated: %zu bytes, expected %s%" PRIu64 " (it ends in the %s)", len,
-               exact ? "" : "at least ", expected, where[stage]);
-}
+truncated:
+    st = s_truncated(what, name, len, &r, stage, at_param, np);
 out_free:
     troupe_free(im->params);
     im->params = NULL;
@@ -712,13 +720,12 @@ static troupe_status_t s_match(troupe_dp_t *dp, const char *path, const s_image_
         troupe_tnode_debug_name(p, name, sizeof name);
         if (ll != e->label_len || memcmp(label, e->label, ll) != 0) {
             char flabel[128];
-            return s_bad(w, path,
-                         "parameter %zu is labelled '%s' in the file but '%s' (%s) in the "
-                         "model",
-                         i,
-                         troupe__escaped((const char *)e->label, e->label_len, flabel,
-                                         sizeof flabel),
-                         label, name);
+            return s_bad(
+                w, path,
+                "parameter %zu is labelled '%s' in the file but '%s' (%s) in the "
+                "model",
+                i, troupe__escaped((const char *)e->label, e->label_len, flabel, sizeof flabel),
+                label, name);
         }
         if (e->prec != (uint32_t)p->prec)
             return s_bad(w, path,

@@ -184,8 +184,7 @@ static void s_spec(const s_builder_t *b, char *buf, size_t cap, int nnodes, int 
         }
         M[n] = '\0';
         snprintf(buf, cap, "[%d]=>%s", hyper_slot, M);
-    }
-    else if (nnodes == 1 && hyper_slot < 0)
+    } else if (nnodes == 1 && hyper_slot < 0)
         snprintf(buf, cap, "%s=>%s", L, L);
     else if (nnodes == 1)
         snprintf(buf, cap, "%s,[%d]=>%s", L, hyper_slot, L);

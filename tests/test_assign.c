@@ -233,8 +233,7 @@ Test(assign, parse_broadcast_lhs_only_iterator)
 {
     troupe_tnode_t *x = MK("x", 4), *y = MK("y", 4, 3);
     troupe_projections_t pr;
-    cr_assert_eq(s_parse("b=>b^j", y, 1, x, NULL, NULL, &pr), TROUPE_OK, "%s",
-                 troupe_last_error());
+    cr_assert_eq(s_parse("b=>b^j", y, 1, x, NULL, NULL, &pr), TROUPE_OK, "%s", troupe_last_error());
     cr_assert_eq(pr.iter_dim[1], 3, "j's size comes from the lhs");
     cr_assert(!pr.iter_reduced[1], "a marked broadcast is not a reduction");
     cr_assert(pr.injective && pr.surjective);
@@ -258,8 +257,7 @@ Test(assign, error_unmarked_broadcast_names_the_index)
     cr_assert_eq(s_parse("ik,kj=>i^q", y, 2, x, w, NULL, &pr), TROUPE_OK, "%s",
                  troupe_last_error());
     cr_assert_eq(pr.niters, 4);
-    cr_assert_eq(s_parse("j=>^bj", y, 1, v, NULL, NULL, &pr), TROUPE_OK, "%s",
-                 troupe_last_error());
+    cr_assert_eq(s_parse("j=>^bj", y, 1, v, NULL, NULL, &pr), TROUPE_OK, "%s", troupe_last_error());
     cr_assert(pr.surjective);
 }
 

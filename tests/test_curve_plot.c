@@ -126,8 +126,7 @@ Test(curve_plot, control_bytes_are_escaped)
         const char *p = s_file(1, cases[i].text);
         cr_assert_eq(troupe_curve_read(p, &c), TROUPE_INVALID_ARGUMENT, "case %zu", i);
         const char *msg = troupe_last_error();
-        cr_assert(strstr(msg, cases[i].shown), "case %zu: '%s' lacks '%s'", i, msg,
-                  cases[i].shown);
+        cr_assert(strstr(msg, cases[i].shown), "case %zu: '%s' lacks '%s'", i, msg, cases[i].shown);
         for (const char *q = msg; *q; q++)
             cr_assert((unsigned char)*q >= 0x20 && (unsigned char)*q != 0x7f,
                       "case %zu: a raw control byte 0x%02x", i, (unsigned char)*q);

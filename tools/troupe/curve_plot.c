@@ -193,10 +193,9 @@ troupe_status_t troupe_curve_read(const char *path, troupe_curve_t *out)
         if (!header) {
             if (strcmp(line, TROUPE_CURVE_HEADER) != 0) {
                 char head[72];
-                st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
-                                      "%s:%ld: expected the header '%s', got '%s'", path, lineno,
-                                      TROUPE_CURVE_HEADER,
-                                      troupe__escaped(line, len, head, sizeof head));
+                st = troupe_error_set(
+                    TROUPE_INVALID_ARGUMENT, "%s:%ld: expected the header '%s', got '%s'", path,
+                    lineno, TROUPE_CURVE_HEADER, troupe__escaped(line, len, head, sizeof head));
                 goto out_file;
             }
             header = true;
