@@ -1035,9 +1035,20 @@ int main(int argc, char **argv)
         else /* ranks with different numbers of streams */
             snprintf(layout, sizeof layout, "%d rank(s), %lld replicas (%d stream(s) on rank 0)",
                      r.ranks, (long long)r.replicas, r.streams);
-        printf("fmnist: %lld train / %lld test images, %s on %s, batch "
+        /* a limit above a set's size was reduced to it: say so */
+        char reduced[160] = "";
+        if (o->train_limit > r.train.count && o->test_limit > r.test.count)
+            snprintf(reduced, sizeof reduced,
+                     " (--train-limit %lld and --test-limit %lld reduced to the sets' sizes)",
+                     (long long)o->train_limit, (long long)o->test_limit);
+        else if (o->train_limit > r.train.count || o->test_limit > r.test.count)
+            snprintf(reduced, sizeof reduced, " (--%s-limit %lld reduced to the set's %lld)",
+                     o->train_limit > r.train.count ? "train" : "test",
+                     (long long)(o->train_limit > r.train.count ? o->train_limit : o->test_limit),
+                     (long long)(o->train_limit > r.train.count ? r.train.count : r.test.count));
+        printf("fmnist: %lld train / %lld test images%s, %s on %s, batch "
                "%lld (%lld per replica), %lld steps/epoch, %s lr %g",
-               (long long)r.train.count, (long long)r.test.count, layout,
+               (long long)r.train.count, (long long)r.test.count, reduced, layout,
                troupe_backend_name(troupe_dp_backend(r.dp)), (long long)o->batch, (long long)B,
                (long long)steps_per_epoch, troupe_optimizer_name(o->opt.kind), o->opt.lr);
         snprintf(r.plot.title, sizeof r.plot.title, "fmnist: %d rank(s) x %d stream(s) on %s, "

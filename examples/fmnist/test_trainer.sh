@@ -98,6 +98,22 @@ diverge)
   ! grep -qi nan c.csv || fail "c.csv has a non-finite row"
   [ "$(head -c 8 ck)" = TROUPECK ] || fail "ck is not a checkpoint"
   ;;
+limits_reduced)
+  # a limit above the set's size is reduced to it, and the setup line says so: a set of 100
+  # training images cut from the real test set
+  mkdir tiny
+  { printf '\000\000\010\003\000\000\000\144\000\000\000\034\000\000\000\034'
+    gzip -dc "$data/t10k-images-idx3-ubyte.gz" | tail -c +17 | head -c 78400; } |
+    gzip >tiny/train-images-idx3-ubyte.gz
+  { printf '\000\000\010\001\000\000\000\144'
+    gzip -dc "$data/t10k-labels-idx1-ubyte.gz" | tail -c +9 | head -c 100; } |
+    gzip >tiny/train-labels-idx1-ubyte.gz
+  ln -s "$data/t10k-images-idx3-ubyte.gz" "$data/t10k-labels-idx1-ubyte.gz" tiny/
+  run 0 --epochs 1 --batch 50 --data tiny --train-limit 150
+  has out "^fmnist: 100 train / 200 test images (--train-limit 150 reduced to the set's 100), "
+  run 0 --epochs 1 --batch 50 --data tiny --train-limit 150 --test-limit 20000
+  has out "(--train-limit 150 and --test-limit 20000 reduced to the sets' sizes)"
+  ;;
 resume_settings)
   # a resume must repeat --batch and --train-limit; the refusal names the setting
   run 0 --epochs 1 --batch 100 --checkpoint ck
