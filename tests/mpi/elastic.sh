@@ -203,7 +203,21 @@ launch)
   done
   "$troupe" run --help >out 2>err || fail "--help failed"
   has out "usage: troupe run -np N"
-  echo "PASS: launch commands and usage errors"
+  # a program that is not there, or not executable: 127 and one line naming it, before any
+  # launch; through a hostfile (not checked here), the launcher's words map to 127 too
+  for bad in ./no-such-prog no-such-prog-on-path /etc/passwd; do
+    "$troupe" run -np 1 -- "$bad" >out 2>err
+    st=$?
+    [ $st = 127 ] || fail "troupe run of '$bad' exited $st, not 127"
+    [ "$(wc -l <err)" = 1 ] || fail "troupe run of '$bad': not one line on stderr"
+    has err "troupe run: cannot run '$bad': "
+  done
+  echo "localhost slots=1" >hf
+  "$troupe" run -np 1 --hostfile hf -- ./no-such-prog >out 2>err
+  st=$?
+  [ $st = 127 ] || fail "troupe run --hostfile of a missing program exited $st, not 127"
+  has err "the ranks could not start the program './no-such-prog' (not found or not executable"
+  echo "PASS: launch commands, usage errors, a missing program"
   ;;
 *)
   fail "unknown case"

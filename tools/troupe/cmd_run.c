@@ -36,7 +36,9 @@
  * step 30 (ck) on 2 rank(s)"), and after any failure a summary: each attempt, what ended it,
  * the work redone. Exit status: the job's (0 when the last attempt succeeded; else its exit
  * status, 128 + signal for a launcher killed by a signal, 124 after the watchdog); 2 for a
- * usage error of troupe run itself, 127 when the launcher cannot be started.
+ * usage error of troupe run itself, 127 when the launcher or the program cannot be started (a
+ * program that is not an executable file here is refused before any launch; through a
+ * hostfile or srun, the launcher's own words say so).
  */
 #define _GNU_SOURCE /* environ, mkdtemp, strsignal */
 #include "cmd_impl.h"
@@ -103,6 +105,7 @@ typedef struct s_seen {
     char task_msg[128]; /* srun: "task R: <msg>" */
     int task_rank;
     char transport[160]; /* an MPI transport failure's words */
+    bool no_program;     /* the launcher could not find or execute the program */
 } s_seen_t;
 
 static volatile sig_atomic_t s_interrupted; /* the signal that asked us to stop, or 0 */
@@ -140,7 +143,8 @@ static void s_usage(FILE *f)
                "  --resume-flag FLAG   the program's resume option, or none (only TROUPE_RESUME)\n"
                "                       [--resume]\n"
                "  --dry-run            print the first launch command and exit\n"
-               "exit status: the job's; 124 after the watchdog; 2 usage error; 127 no launcher\n");
+               "exit status: the job's; 124 after the watchdog; 2 usage error; 127 no launcher or\n"
+               "no program\n");
 }
 
 /* ---- options ----------------------------------------------------------------------------- */
@@ -447,6 +451,15 @@ static void s_scan_line(const char *line, s_seen_t *seen)
         seen->task_msg[strcspn(seen->task_msg, "\r\n")] = '\0';
         return;
     }
+    static const char *const no_program[] = {
+        "unable to find the specified executable",    /* mpiexec: not on PATH */
+        "unable to launch the specified application", /* mpiexec: cannot access or execute */
+        "execve(): ",                                 /* slurmstepd: "execve(): prog: No such..." */
+        "Unable to exec",                             /* srun */
+    };
+    for (size_t i = 0; i < sizeof no_program / sizeof no_program[0]; i++)
+        if (strstr(line, no_program[i]))
+            seen->no_program = true;
     static const char *const transport[] = {
         "lost communication with a remote daemon",
         "communication peer process has unexpectedly disconnected",
@@ -625,6 +638,13 @@ static void s_watch(const s_opts_t *o, pid_t pid, int err_fd, double t0, s_attem
     } else if (at->status == 0) {
         at->restartable = false;
         snprintf(at->what, sizeof at->what, "completed");
+    } else if (seen.no_program) {
+        at->restartable = false;
+        at->status = S_EX_NOLAUNCH;
+        snprintf(at->what, sizeof at->what,
+                 "the ranks could not start the program '%.100s' (not found or not executable; "
+                 "the launcher's message is above)",
+                 o->prog[0]);
     } else if (seen.signal >= 0) {
         snprintf(at->what, sizeof at->what, "rank %d died (signal %d, %s)", seen.signal_rank,
                  seen.signal, s_signame(seen.signal));
@@ -716,6 +736,42 @@ static char *s_progress_path(const s_opts_t *o)
                                 (long)getpid());
 }
 
+/* Whether `prog` names an executable file here (a path, or a name on PATH); else one line on
+ * stderr saying why. Checked before a launch on this machine (no --hostfile, not srun): the
+ * launcher's own failure reads like a program's (mpiexec exits 132 or 134). */
+static bool s_program_found(const char *prog)
+{
+    struct stat sb;
+    if (strchr(prog, '/')) {
+        const char *why = NULL;
+        if (stat(prog, &sb) != 0)
+            why = strerror(errno);
+        else if (!S_ISREG(sb.st_mode))
+            why = "not a regular file";
+        else if (access(prog, X_OK) != 0)
+            why = "not executable";
+        if (why)
+            fprintf(stderr, "troupe run: cannot run '%s': %s\n", prog, why);
+        return why == NULL;
+    }
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    for (const char *d = path; *d;) {
+        size_t n = strcspn(d, ":");
+        char full[4096];
+        int len = snprintf(full, sizeof full, "%.*s%s%s", (int)n, d, n ? "/" : "", prog);
+        if (len > 0 && (size_t)len < sizeof full && stat(full, &sb) == 0 && S_ISREG(sb.st_mode) &&
+            access(full, X_OK) == 0)
+            return true;
+        d += n;
+        if (*d == ':')
+            d++;
+    }
+    fprintf(stderr, "troupe run: cannot run '%s': no such program on PATH\n", prog);
+    return false;
+}
+
 int troupe__cmd_run(int argc, char **argv)
 {
     s_opts_t o;
@@ -734,6 +790,8 @@ int troupe__cmd_run(int argc, char **argv)
         s_argv_free(&a);
         return ok && fflush(stdout) == 0 ? 0 : 1;
     }
+    if (!o.hostfile && o.launcher == S_MPIEXEC && !s_program_found(o.prog[0]))
+        return S_EX_NOLAUNCH;
     if (!o.checkpoint)
         fprintf(stderr, "troupe run: warning: no checkpoint (--checkpoint, or --checkpoint in "
                         "the program's arguments): a restart starts over\n");
