@@ -8,6 +8,7 @@
 #include "base/alloc.h"
 #include "base/config.h"
 #include "base/fault_impl.h"
+#include "base/trace_impl.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/strbuf.h"
@@ -21,6 +22,7 @@ troupe_status_t troupe_backend_open(const char *name, troupe_stream_config_t con
         return troupe__error(TROUPE_INVALID_ARGUMENT, "backend_open: NULL output");
     *out = NULL;
     TROUPE_RETURN_IF_ERROR(troupe__fault_check()); /* a malformed TROUPE_FAULT: refuse to start */
+    TROUPE_RETURN_IF_ERROR(troupe__trace_check()); /* timelines that could not be written */
     if (!name)
         name = troupe_config_backend();
     const troupe_driver_vtable_t *vt = NULL;

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define S_CHUNK_EVENTS 1024
@@ -101,6 +102,39 @@ void troupe__trace_configure(const char *prefix)
     atomic_store(&troupe__trace_state, on ? 2 : 1);
     if (hook)
         atexit(s_atexit);
+}
+
+troupe_status_t troupe__trace_check(void)
+{
+    if (!troupe__trace_on())
+        return TROUPE_OK;
+    char prefix[S_PREFIX_MAX];
+    pthread_mutex_lock(&s_mu);
+    snprintf(prefix, sizeof prefix, "%s", s_prefix);
+    pthread_mutex_unlock(&s_mu);
+    /* the files are PREFIX.<rank>.json, written through a temporary beside them */
+    char dir[S_PREFIX_MAX];
+    const char *slash = strrchr(prefix, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == prefix)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - prefix), prefix);
+    struct stat sb;
+    const char *why = NULL;
+    if (stat(dir, &sb) != 0)
+        why = strerror(errno);
+    else if (!S_ISDIR(sb.st_mode))
+        why = "not a directory";
+    else if (access(dir, W_OK | X_OK) != 0)
+        why = strerror(errno);
+    if (why == NULL)
+        return TROUPE_OK;
+    return troupe__error(TROUPE_FAILED_PRECONDITION,
+                         "TROUPE_TRACE '%s': its timelines (%s.<rank>.json) cannot be written: "
+                         "directory '%s': %s; create it, or set TROUPE_TRACE to a writable prefix",
+                         prefix, prefix, dir, why);
 }
 
 int troupe__trace_on_slow(void)

@@ -77,6 +77,11 @@ void troupe__trace_emit(troupe__trace_track_t track, const char *cat, const char
                         int64_t t0_ns, int64_t t1_ns, const troupe__trace_arg_t *args,
                         size_t nargs);
 
+/* Start-up check (troupe_backend_open, troupe_cluster_init): with tracing on, the directory of
+ * the prefix must exist and be writable, or the timelines would be lost at exit.
+ * FAILED_PRECONDITION naming TROUPE_TRACE, the directory and why. */
+troupe_status_t troupe__trace_check(void);
+
 /* base/config: TROUPE_TRACE was read or set (NULL or "": off). */
 void troupe__trace_configure(const char *prefix);
 

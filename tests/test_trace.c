@@ -5,6 +5,7 @@
  * late rank, and refuses malformed inputs with a line naming the file and the problem.
  * Criterion runs each test in a process of its own, so the recorder starts fresh in each. */
 #define _GNU_SOURCE
+#include "actors/troupe.h"
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
@@ -18,6 +19,31 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* An unwritable prefix is found at start-up (troupe_backend_open), not at the end of the run
+ * when the timelines are lost. */
+Test(trace, unwritable_prefix_is_refused_at_startup)
+{
+    cr_assert_eq(troupe_config_set_trace_prefix("/nonexistent-dir-for-troupe/t"), TROUPE_OK);
+    troupe_backend_t *b = NULL;
+    cr_assert_eq(troupe_backend_open("sync", TROUPE_ONLY_DEVICES_PARALLEL, &b),
+                 TROUPE_FAILED_PRECONDITION);
+    cr_assert_null(b);
+    cr_assert(strstr(troupe_last_error(),
+                     "TROUPE_TRACE '/nonexistent-dir-for-troupe/t': its timelines "
+                     "(/nonexistent-dir-for-troupe/t.<rank>.json) cannot be written: directory "
+                     "'/nonexistent-dir-for-troupe': No such file or directory"),
+              "%s", troupe_last_error());
+    cr_assert_eq(troupe_config_set_trace_prefix("/etc/passwd/t"), TROUPE_OK);
+    cr_assert_eq(troupe_backend_open("sync", TROUPE_ONLY_DEVICES_PARALLEL, &b),
+                 TROUPE_FAILED_PRECONDITION);
+    cr_assert(strstr(troupe_last_error(), "directory '/etc/passwd': not a directory"), "%s",
+              troupe_last_error());
+    cr_assert_eq(troupe_config_set_trace_prefix(""), TROUPE_OK);
+    cr_assert_eq(troupe_backend_open("sync", TROUPE_ONLY_DEVICES_PARALLEL, &b), TROUPE_OK, "%s",
+                 troupe_last_error());
+    troupe_backend_close(&b);
+}
 
 #if TROUPE_TEST_HAVE_JANSSON
 #include <jansson.h>

@@ -41,6 +41,9 @@ unwritable_outputs)
   run 2 --epochs 1 --checkpoint "$long"
   lines err 1; has err "option --checkpoint: cannot write '/nonexistent-dir/000"
   has err " \.\.\. 000*/ck': No such file or directory"
+  # timelines that could not be written are refused at start-up, not lost at exit
+  TROUPE_TRACE=/nonexistent-dir/t run 1 --epochs 1
+  has err "TROUPE_TRACE '/nonexistent-dir/t': its timelines .* cannot be written"; lacks out "epoch"
   ;;
 stale_temporaries)
   # a temporary left by a process that no longer runs goes at the next save; a live one stays

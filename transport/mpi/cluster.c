@@ -413,6 +413,7 @@ troupe_status_t troupe_cluster_init(int *argc, char ***argv)
     if (atomic_load(&s_cl.initialized))
         return TROUPE_OK;
     TROUPE_RETURN_IF_ERROR(troupe__fault_check()); /* a malformed TROUPE_FAULT: refuse to start */
+    TROUPE_RETURN_IF_ERROR(troupe__trace_check()); /* timelines that could not be written */
     bool launcher = s_launcher_detected();
     atomic_store(&s_cl.rank, 0);
     atomic_store(&s_cl.size, 1);
