@@ -521,6 +521,17 @@ static troupe_status_t s_host_locked(troupe_tnode_t *tn, bool write, void **out)
         st = troupe__tnode_update_mode_locked(tn, constant ? unset_hosted : nonconstant,
                                               s_prov_host_write);
     }
+    if (st == TROUPE_FAILED_PRECONDITION) {
+        /* the node lives only on the devices (or nowhere): say what would make it readable */
+        char why[768];
+        snprintf(why, sizeof why, "%s", troupe_last_error());
+        return troupe__error(st,
+                             "%s; the host %s only hosted nodes: make it hosted before compiling "
+                             "the code that writes it (troupe_tnode_update_memory_mode with "
+                             "TROUPE_MM_HOSTED), or copy it into a hosted node (troupe_asgn_copy) "
+                             "and read that one after troupe_to_host",
+                             why, write ? "writes" : "reads");
+    }
     if (st != TROUPE_OK)
         return st;
     if (!tn->host) {

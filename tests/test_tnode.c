@@ -567,6 +567,24 @@ Test(tnode_mode, message_has_the_documented_shape)
     troupe_tnode_release(&tn);
 }
 
+/* Reading a node that lives only on the devices says what to do about it. */
+Test(tnode_mode, host_read_of_a_device_node_says_what_to_do)
+{
+    troupe_tnode_t *tn = s_new23(TROUPE_PREC_SINGLE);
+    s_set_mode(tn, M_ONDEV(PER_STREAM), 410);
+    double v[6];
+    cr_assert_eq(troupe_tnode_get_values(tn, v, 6), TROUPE_FAILED_PRECONDITION);
+    const char *m = troupe_last_error();
+    cr_assert(strstr(m, "On_device(Per_stream)/410 cannot become Hosted(Unset_hosted)/30"), "%s",
+              m);
+    cr_assert(strstr(m, "; the host reads only hosted nodes: make it hosted before compiling the "
+                        "code that writes it (troupe_tnode_update_memory_mode with "
+                        "TROUPE_MM_HOSTED), or copy it into a hosted node (troupe_asgn_copy) and "
+                        "read that one after troupe_to_host"),
+              "%s", m);
+    troupe_tnode_release(&tn);
+}
+
 Test(tnode_mode, invalid_mode_is_invalid_argument)
 {
     troupe_tnode_t *tn = s_new23(TROUPE_PREC_SINGLE);
