@@ -36,6 +36,7 @@
 #include "base/alloc.h"
 #include "base/config.h"
 #include "base/fault_impl.h"
+#include "base/file_impl.h"
 #include "base/log.h"
 #include "base/strbuf.h"
 #include "transport/mpi/cluster.h"
@@ -403,26 +404,17 @@ static troupe_status_t s_read_file(const char *what, const char *path, unsigned 
 {
     *out = NULL;
     *out_len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
     char es[128];
-    if (fd < 0) {
-        int err = errno;
-        return troupe__error(err == ENOENT || err == ENOTDIR ? TROUPE_NOT_FOUND
-                                                             : TROUPE_FAILED_PRECONDITION,
-                             "%s: cannot open '%s': %s", what, path, S_ERRSTR(err, es));
-    }
-    troupe_status_t st = TROUPE_OK;
+    int fd = -1;
     struct stat sb;
+    /* a device, FIFO or directory is refused by its kind (a FIFO is not waited on) */
+    troupe_status_t st = troupe__file_open_regular(path, "a troupe checkpoint", 0, 0, &fd, &sb);
+    if (st != TROUPE_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", troupe_last_error());
+        return troupe__error(st, "%s: %s", what, msg);
+    }
     unsigned char *p = NULL;
-    if (fstat(fd, &sb) != 0) {
-        st = troupe__error(TROUPE_FAILED_PRECONDITION, "%s: cannot stat '%s': %s", what, path,
-                           S_ERRSTR(errno, es));
-        goto out_close;
-    }
-    if (S_ISDIR(sb.st_mode)) {
-        st = troupe__error(TROUPE_FAILED_PRECONDITION, "%s: '%s' is a directory", what, path);
-        goto out_close;
-    }
     size_t n = (size_t)sb.st_size;
     p = troupe_malloc(n ? n : 1);
     if (!p) {

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -872,16 +873,25 @@ Test(dp, truncated_checkpoint_names_its_length_and_the_expected_one)
     troupe_free(path);
 }
 
-/* CRC-32 (the polynomial zlib's crc32 uses), to re-seal an edited checkpoint. */
-static uint32_t s_crc32(const unsigned char *p, size_t n)
+/* A checkpoint path that is a device, a FIFO or a directory is refused by its kind (a FIFO is
+ * not waited on). */
+Test(dp, checkpoint_that_is_not_a_regular_file_is_refused)
 {
-    uint32_t c = 0xffffffffu;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int k = 0; k < 8; k++)
-            c = c & 1u ? (c >> 1) ^ 0xedb88320u : c >> 1;
+    char *fifo = s_tmp_path("fifo");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    troupe_dp_checkpoint_info_t info;
+    const char *paths[] = {"/dev/zero", fifo, "/tmp"};
+    const char *kinds[] = {"a character device", "a FIFO", "a directory"};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(troupe_dp_checkpoint_read(paths[i], &info), TROUPE_INVALID_ARGUMENT, "%s",
+                     paths[i]);
+        char want[600];
+        snprintf(want, sizeof want, "%s: %s, not a regular file: expected a troupe checkpoint",
+                 paths[i], kinds[i]);
+        cr_assert(strstr(troupe_last_error(), want), "%s", troupe_last_error());
     }
-    return c ^ 0xffffffffu;
+    unlink(fifo);
+    troupe_free(fifo);
 }
 
 /* A label from the file with control bytes (an ESC sequence) is quoted escaped: none of its
@@ -902,7 +912,7 @@ Test(dp, checkpoint_label_control_bytes_are_escaped)
             at = img + i;
     cr_assert_not_null(at, "W's label entry not found");
     at[4] = 0x1b; /* ESC */
-    uint32_t crc = s_crc32(img, n - 4);
+    uint32_t crc = (uint32_t)crc32(0L, img, (uInt)(n - 4)); /* re-sealed */
     for (int i = 0; i < 4; i++)
         img[n - 4 + (size_t)i] = (unsigned char)(crc >> (8 * i));
     s_spit(path, img, n);

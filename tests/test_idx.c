@@ -172,6 +172,31 @@ Test(idx, missing_file)
              "no-such-dir/train-images-idx3-ubyte.gz", "cannot open", NULL);
 }
 
+/* A device, a FIFO or a directory is refused by its kind, and a FIFO is not waited on. */
+Test(idx, not_a_regular_file)
+{
+    const char *fifo = s_path("fifo"), *dir = s_path("dir");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    static const struct {
+        const char *kind;
+    } k[] = {{"a character device"}, {"a FIFO"}, {"a directory"}};
+    const char *paths[] = {"/dev/zero", fifo, dir};
+    for (int i = 0; i < 3; i++) {
+        uint8_t *px = NULL;
+        int64_t n, r, c;
+        cr_assert_eq(fmnist_idx_read_images(paths[i], &px, &n, &r, &c), TROUPE_INVALID_ARGUMENT,
+                     "%s", paths[i]);
+        char want[600];
+        snprintf(want, sizeof want, "%s: %s, not a regular file: expected an IDX file", paths[i],
+                 k[i].kind);
+        cr_assert(strstr(troupe_last_error(), want), "%s", troupe_last_error());
+        uint8_t *lb = NULL;
+        cr_assert_eq(fmnist_idx_read_labels(paths[i], 10, &lb, &n), TROUPE_INVALID_ARGUMENT);
+        cr_assert(strstr(troupe_last_error(), want), "%s", troupe_last_error());
+    }
+}
+
 /* Writes a valid gzip image file, then keeps only the first `keep` bytes of it. */
 static void s_truncate_file(const char *path, long keep)
 {

@@ -399,6 +399,27 @@ Test(status, a_job_file_round_trips_and_malformed_ones_are_named)
     }
 }
 
+/* A job file that is a FIFO or a directory is refused by its kind (a FIFO is not waited on). */
+Test(status, a_job_file_that_is_not_a_regular_file_is_refused)
+{
+    char dir[] = "/tmp/troupe-test-jobkind-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[600];
+    snprintf(path, sizeof path, "%s/job", dir);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    troupe__status_job_t j;
+    cr_assert_eq(troupe__status_job_load(dir, &j), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "job: a FIFO, not a regular file"), "%s",
+              troupe_last_error());
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    cr_assert_eq(troupe__status_job_load(dir, &j), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "job: a directory, not a regular file"), "%s",
+              troupe_last_error());
+    cr_assert_eq(rmdir(path), 0);
+    cr_assert_eq(rmdir(dir), 0);
+}
+
 Test(status, a_status_directory_others_may_enter_is_refused)
 {
     char dir[400];

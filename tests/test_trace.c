@@ -436,6 +436,26 @@ Test(trace, merge_refuses_malformed_inputs)
     cr_assert_eq(r.status, 2, "%s", r.err);
 }
 
+/* An input larger than a trace may be is refused before it is parsed (a sparse file: no disk). */
+Test(trace, merge_refuses_an_oversized_input)
+{
+    char dir[512], path[600];
+    s_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/big.0.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    cr_assert_eq(truncate(path, (off_t)(UINT64_C(2) << 30) + 1), 0);
+    s_run_t r;
+    const char *args[] = {path, NULL};
+    s_merge(&r, args);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "big.0.json: 2147483649 bytes, more than the 2147483648 bytes a trace "
+                            "(PREFIX.<rank>.json) may have"),
+              "%s", r.err);
+    unlink(path);
+}
+
 #else
 
 Test(trace, json_checks)

@@ -1,6 +1,7 @@
 /* fmnist — IDX reader (see idx.h). */
 #include "idx.h"
 
+#include "base/file_impl.h"
 #include "ir/ops.h"
 
 #include <errno.h>
@@ -9,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 /* Largest item count accepted in a header (the real files hold 60000 and 10000). */
@@ -69,12 +72,16 @@ static troupe_status_t s_open_header(const char *path, uint32_t magic, const cha
                                      int ndims_after, gzFile *out_gz, uint32_t *dims)
 {
     *out_gz = NULL;
-    errno = 0;
-    gzFile gz = gzopen(path, "rb");
+    /* a device, FIFO or directory is refused by its kind (a FIFO is not waited on) */
+    int fd = -1;
+    struct stat sb;
+    troupe_status_t ost = troupe__file_open_regular(path, "an IDX file", 0, 0, &fd, &sb);
+    if (ost != TROUPE_OK)
+        return ost == TROUPE_FAILED_PRECONDITION ? TROUPE_INVALID_ARGUMENT : ost;
+    gzFile gz = gzdopen(fd, "rb");
     if (!gz) {
-        int e = errno;
-        return troupe_error_set(e == ENOENT ? TROUPE_NOT_FOUND : TROUPE_INVALID_ARGUMENT,
-                                "%s: cannot open: %s", path, e ? strerror(e) : "out of memory");
+        close(fd);
+        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "%s: cannot open: out of memory", path);
     }
     unsigned char hdr[16];
     size_t need = 4 + 4 * (size_t)ndims_after, got = 0;

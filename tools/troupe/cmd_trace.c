@@ -27,6 +27,8 @@
 #include "tools/troupe/cmd_impl.h"
 
 #include "base/alloc.h"
+#include "base/file_impl.h"
+#include "base/trace.h"
 #include "base/vec.h"
 
 #include <errno.h>
@@ -46,6 +48,9 @@
 
 #define S_TOP_COLLECTIVES 20 /* per-collective lines printed without --all */
 #define S_NAME_MAX 48
+/* Largest trace file merged: a rank writes at most TROUPE_TRACE_MAX_EVENTS_PER_THREAD events per
+ * thread, about 200 bytes each; the JSON tree takes several times the file in memory. */
+#define S_MAX_TRACE_BYTES (UINT64_C(2) << 30)
 
 static void s_usage(FILE *f)
 {
@@ -219,7 +224,15 @@ static int s_merge_one(size_t k, FILE *out, bool *first, bool *skipped)
 {
     s_input_t *in = &s_m.in[k];
     json_error_t err;
-    json_t *root = json_load_file(in->path, JSON_REJECT_DUPLICATES, &err);
+    int fd = -1;
+    struct stat sb;
+    if (troupe__file_open_regular(in->path, "a trace (PREFIX.<rank>.json)", S_MAX_TRACE_BYTES, 0,
+                                  &fd, &sb) != TROUPE_OK) {
+        fprintf(stderr, "troupe trace merge: %s\n", troupe_last_error());
+        return 1;
+    }
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &err);
+    close(fd);
     if (root == NULL) {
         if (err.line < 0)
             return s_bad(in->path, "%s", err.text);

@@ -3,6 +3,7 @@
 #include "transport/zmq/job_impl.h"
 
 #include "base/alloc.h"
+#include "base/file_impl.h"
 #include "base/strbuf.h"
 
 #include <dirent.h>
@@ -259,16 +260,16 @@ troupe_status_t troupe__status_job_parse(const char *text, size_t len, troupe__s
 static troupe_status_t s_read_file(const char *path, char **out, size_t *len, struct stat *st)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return troupe__error(errno == ENOENT ? TROUPE_NOT_FOUND : TROUPE_UNAVAILABLE,
-                             "status: %s: %s", path, strerror(errno));
-    troupe_status_t rc = TROUPE_OK;
-    char *buf = NULL;
-    if (fstat(fd, st) != 0 || st->st_size < 0 || (size_t)st->st_size > S_MAX_FILE_BYTES) {
-        rc = troupe__error(TROUPE_INVALID_ARGUMENT, "status: %s: unreadable or too large", path);
-        goto close_fd;
+    int fd = -1;
+    troupe_status_t rc = troupe__file_open_regular(path, "a troupe status file", S_MAX_FILE_BYTES,
+                                                   O_NOFOLLOW, &fd, st);
+    if (rc != TROUPE_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", troupe_last_error());
+        return troupe__error(rc == TROUPE_FAILED_PRECONDITION ? TROUPE_UNAVAILABLE : rc,
+                             "status: %s", msg);
     }
+    char *buf = NULL;
     buf = troupe_malloc((size_t)st->st_size + 1);
     if (buf == NULL) {
         rc = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "status: out of memory");
