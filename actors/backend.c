@@ -15,6 +15,13 @@
 
 #include <string.h>
 
+/* The environment variables this layer reads (base/config.h registry; docs/configuration.md). */
+static const troupe_config_var_t s_env_vars[] = {
+    {"TROUPE_AUTO_HOST_TRANSFERS", "actors", "0|1", "1", "0|1",
+     "troupe_config_set_auto_host_transfers", "automatic host to device transfers of hosted nodes"},
+};
+TROUPE_CONFIG_VARS(actors, s_env_vars)
+
 troupe_status_t troupe_backend_open(const char *name, troupe_stream_config_t config,
                                     troupe_backend_t **out)
 {

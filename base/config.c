@@ -16,6 +16,27 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The environment variables this layer reads (base/config.h registry; docs/configuration.md). */
+static const troupe_config_var_t s_env_vars[] = {
+    {"TROUPE_LOG", "base", "level[:subsystems]", "warn",
+     "error|warn|info|debug|trace[:SUBSYSTEM,...]", "troupe_log_configure",
+     "what the library logs, and from which subsystems"},
+    {"TROUPE_LOG_FILE", "base", "path", "stderr", "-", "troupe_log_set_file",
+     "append the log lines to this file (never stdout)"},
+    {"TROUPE_BACKEND", "base", "choice", "cpu", "cpu|sync|cuda (those built)",
+     "troupe_config_set_backend", "the backend a program opens by default"},
+    {"TROUPE_TIMEOUT_S", "base", "seconds", "120", "1..", "troupe_config_set_timeout_s",
+     "deadline of every wait on another actor or rank"},
+    {"TROUPE_FAULT", "base", "spec", "none", "docs/cluster.md, fault injection",
+     "troupe_config_set_fault", "inject faults on purpose, to test recovery"},
+    {"TROUPE_TRACE", "base", "prefix", "off", "<= 1000 bytes, a writable directory",
+     "troupe_config_set_trace_prefix", "every rank writes its timeline to PREFIX.<rank>.json"},
+    {"TROUPE_DENORMALS", "base", "choice", "flush", "flush|keep",
+     "troupe_config_set_flush_denormals",
+     "host routines flush subnormal floats to zero, or keep them"},
+};
+TROUPE_CONFIG_VARS(base, s_env_vars)
+
 void troupe__log_init_clock(void);
 
 #define S_STR_MAX 1024

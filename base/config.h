@@ -1,35 +1,12 @@
 /* clang-format off */
 /* troupe — process configuration, read once from the environment, with API setters.
  *
- * Every environment variable troupe reads is here (and in the README's table):
- *
- * | variable                    | default                               | setter                          |
- * |-----------------------------|---------------------------------------|---------------------------------|
- * | TROUPE_LOG                  | warn                                  | troupe_log_configure            |
- * | TROUPE_LOG_FILE             | (stderr)                              | troupe_log_set_file             |
- * | TROUPE_BACKEND              | cpu                                   | troupe_config_set_backend       |
- * | TROUPE_CACHE_DIR            | $XDG_CACHE_HOME/troupe, ~/.cache/troupe, else /tmp/troupe-cache-$UID | troupe_config_set_cache_dir |
- * | CC                          | cc                                    | troupe_config_set_cc            |
- * | TROUPE_CC_FLAGS             | -O3 -march=native -fno-math-errno ... | troupe_config_set_cc_flags      |
- * | TROUPE_TIMEOUT_S            | 120                                   | troupe_config_set_timeout_s     |
- * | TROUPE_FUSION_BYTES         | 67108864 (64 MiB)                     | troupe_config_set_fusion_bytes  |
- * | TROUPE_AUTO_HOST_TRANSFERS  | 1                                     | troupe_config_set_auto_host_transfers |
- * | TROUPE_STACK_THRESHOLD      | 16384 (bytes)                         | troupe_config_set_stack_threshold_bytes |
- * | TROUPE_COLL_SHM             | 1                                     | troupe_config_set_coll_shm      |
- * | TROUPE_GEMM                 | library                               | troupe_config_set_gemm_mode     |
- * | TROUPE_DENORMALS            | flush                                 | troupe_config_set_flush_denormals |
- * | TROUPE_FAULT                | (none)                                | troupe_config_set_fault         |
- * | TROUPE_TRACE                | (off)                                 | troupe_config_set_trace_prefix  |
- * | TROUPE_RESUME               | (none)                                | troupe_config_set_resume        |
- * | TROUPE_PROGRESS_FILE        | (none)                                | troupe_config_set_progress_file |
- * | TROUPE_STATUS               | ipc                                   | troupe_config_set_status        |
- * | TROUPE_JOB_ID               | (the launcher's job id, else the pid) | troupe_config_set_job_id        |
- * | TROUPE_CPU_DEVICES          | 1                                     | troupe_config_set_cpu_devices   |
- * | TROUPE_DEVICE               | (the node-local rank's share)         | troupe_config_set_device        |
- * | TROUPE_CUDA_AWARE           | auto                                  | troupe_config_set_cuda_aware    |
- * | TROUPE_CUDA_GRAPHS          | auto                                  | troupe_driver_set_graphs |
- * | TROUPE_DP_OVERLAP           | auto                                  | troupe_config_set_dp_overlap    |
- * | TROUPE_DP_FUSED_UPDATE      | auto                                  | troupe_config_set_dp_fused_update |
+ * Every environment variable troupe reads is registered by the module that reads it (the
+ * registry below: name, type, default, accepted values, API equivalent, one line of help);
+ * `troupe info --env` prints the table and docs/configuration.md lists them (tests/config_docs.sh
+ * checks that the two agree and that the library reads no unregistered TROUPE_* variable).
+ * The values are read here, once, with the getters and setters below (TROUPE_CC_TIMEOUT_S is
+ * read by devices/host/cc_cache.c at each compile).
  *
  * A malformed value keeps the default, logs a warning and is reported by
  * troupe_config_check(), which programs call once at start to fail loudly.
@@ -52,6 +29,38 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- the registry of environment variables ------------------------------------------------
+ * Each layer registers the variables it reads (a static table, at library load): `troupe info
+ * --env` prints them, and docs/configuration.md is checked against them (tests/config_docs.sh).
+ * Fields are one-line texts; none holds two blanks in a row (the table is aligned by them). */
+typedef struct troupe_config_var {
+    const char *name;  /* "TROUPE_CC_TIMEOUT_S" */
+    const char *layer; /* the module that reads it: "base", "devices", "transport", ... */
+    const char *type;  /* "seconds", "bytes", "count", "0|1", "choice", "path", "text", ... */
+    const char *def;   /* its default, as docs/configuration.md writes it */
+    const char *range; /* the values accepted ("(0, 86400]", "auto|on|off"), or "-" */
+    const char *api;   /* its API equivalent, or "-" */
+    const char *help;  /* one line */
+} troupe_config_var_t;
+
+/* Adds `count` variables (the table is borrowed: static storage). INVALID_ARGUMENT for a name
+ * already registered or a field NULL; RESOURCE_EXHAUSTED past TROUPE_CONFIG_MAX_TABLES tables. */
+#define TROUPE_CONFIG_MAX_TABLES 32
+TROUPE_MUST_USE troupe_status_t troupe_config_register(const troupe_config_var_t *vars,
+                                                       size_t count);
+/* The registered variables, sorted by name: their count, and the i-th (NULL past the end). */
+size_t troupe_config_var_count(void);
+const troupe_config_var_t *troupe_config_var_at(size_t i);
+/* The variable called `name`, or NULL. */
+const troupe_config_var_t *troupe_config_var_find(const char *name);
+
+/* Registers a layer's table when the library loads (file scope; `tag` makes the name unique). */
+#define TROUPE_CONFIG_VARS(tag, table)                                                             \
+    __attribute__((constructor)) static void troupe__config_vars_##tag(void)                       \
+    {                                                                                              \
+        (void)!troupe_config_register(table, sizeof table / sizeof table[0]);                      \
+    }
 
 /* Returns the status of reading the environment: TROUPE_OK, or TROUPE_INVALID_ARGUMENT with
  * troupe_last_error() naming the first bad variable and its value. */

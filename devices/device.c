@@ -1,6 +1,7 @@
 /* troupe — the table of built-in drivers (devices/device.h). */
 #include "devices/device.h"
 
+#include "base/config.h"
 #include "base/fault_impl.h"
 #include "base/status.h"
 #include "devices/cpu/cpu_impl.h"
@@ -12,6 +13,23 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+
+/* The environment variables this layer reads (base/config.h registry; docs/configuration.md). */
+static const troupe_config_var_t s_env_vars[] = {
+    {"TROUPE_CPU_DEVICES", "devices", "count", "1", "1..64", "troupe_config_set_cpu_devices",
+     "how many devices the cpu and sync backends expose"},
+    {"TROUPE_DEVICE", "devices", "ordinals", "the node-local rank's share",
+     "one ordinal or a list, 0,2", "troupe_config_set_device",
+     "the device ordinals this rank uses"},
+    {"TROUPE_CUDA_GRAPHS", "devices", "choice", "auto", "auto|off", "troupe_driver_set_graphs",
+     "replay a routine run twice alike as a CUDA graph"},
+    {"TROUPE_GEMM", "devices", "choice", "library", "library|openblas|generated",
+     "troupe_config_set_gemm_mode", "what contractions that are matrix products call"},
+    {"TROUPE_STACK_THRESHOLD", "devices", "bytes", "16384", "0..",
+     "troupe_config_set_stack_threshold_bytes",
+     "bytes up to which a device-only node may live on a host routine's stack"},
+};
+TROUPE_CONFIG_VARS(devices, s_env_vars)
 
 /* The drivers in this library. The cuda driver is a plugin (devices/plugin_impl.h): it is in
  * the built list when this troupe was built with CUDA, and its vtable is the plugin's. */

@@ -27,6 +27,7 @@
  */
 #include "parallel/dp_impl.h"
 
+#include "base/config.h"
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/fault_impl.h"
@@ -43,6 +44,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* The environment variables this layer reads (base/config.h registry; docs/configuration.md). */
+static const troupe_config_var_t s_env_vars[] = {
+    {"TROUPE_DP_OVERLAP", "parallel", "choice", "auto", "auto|on|off",
+     "troupe_config_set_dp_overlap",
+     "overlap each gradient bucket's allreduce with the backward pass"},
+    {"TROUPE_DP_FUSED_UPDATE", "parallel", "choice", "auto", "auto|off",
+     "troupe_config_set_dp_fused_update",
+     "reduce-scatter, update a share, allgather the parameters"},
+    {"TROUPE_RESUME", "parallel", "path", "none", "-", "troupe_config_set_resume",
+     "set by troupe run: the checkpoint to resume from"},
+    {"TROUPE_PROGRESS_FILE", "parallel", "path", "none", "-", "troupe_config_set_progress_file",
+     "set by troupe run: where rank 0 keeps its step count"},
+};
+TROUPE_CONFIG_VARS(parallel, s_env_vars)
 
 /* Most local replicas accepted (a sanity bound on a config value). */
 #define S_MAX_STREAMS 4096

@@ -88,6 +88,33 @@ Test(status, long_messages_keep_their_reason)
     cr_assert(strstr(small, " ... ") && strcmp(small + 63 - 7, "': gone") == 0, "%s", small);
 }
 
+/* The registry: the layers' tables are there at start (TROUPE_CC_TIMEOUT_S among them), sorted
+ * by name; a name registered twice or a NULL field is refused. */
+Test(config, registry_lists_the_layers_variables_sorted)
+{
+    size_t n = troupe_config_var_count();
+    cr_assert_geq(n, 20u);
+    for (size_t i = 1; i < n; i++)
+        cr_assert_lt(strcmp(troupe_config_var_at(i - 1)->name, troupe_config_var_at(i)->name), 0);
+    cr_assert_null(troupe_config_var_at(n));
+    const troupe_config_var_t *v = troupe_config_var_find("TROUPE_CC_TIMEOUT_S");
+    cr_assert_not_null(v);
+    cr_assert_str_eq(v->layer, "devices");
+    cr_assert_str_eq(v->def, "600");
+    static const troupe_config_var_t twice[] = {
+        {"TROUPE_TIMEOUT_S", "x", "seconds", "1", "-", "-", "again"}};
+    cr_assert_eq(troupe_config_register(twice, 1), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "TROUPE_TIMEOUT_S is registered twice"));
+    static const troupe_config_var_t null_help[] = {
+        {"TROUPE_X_TEST", "x", "seconds", "1", "-", "-", NULL}};
+    cr_assert_eq(troupe_config_register(null_help, 1), TROUPE_INVALID_ARGUMENT);
+    static const troupe_config_var_t fresh[] = {
+        {"TROUPE_ZZ_TEST", "tests", "0|1", "0", "0|1", "-", "a test's own"}};
+    cr_assert_eq(troupe_config_register(fresh, 1), TROUPE_OK);
+    cr_assert_eq(troupe_config_var_count(), n + 1);
+    cr_assert_str_eq(troupe_config_var_at(n)->name, "TROUPE_ZZ_TEST");
+}
+
 Test(log, configure_accepts_levels_and_subsystems)
 {
     cr_assert_eq(troupe_log_configure("debug:ir,actors"), TROUPE_OK);

@@ -31,6 +31,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* The environment variables this layer reads (base/config.h registry; docs/configuration.md). */
+static const troupe_config_var_t s_env_vars[] = {
+    {"CC", "devices", "command", "cc", "-", "troupe_config_set_cc",
+     "the C compiler for generated code"},
+    {"TROUPE_CC_FLAGS", "devices", "flags", "-O3 -march=native -fno-math-errno -shared -fPIC", "-",
+     "troupe_config_set_cc_flags", "the flags generated code is compiled with"},
+    {"TROUPE_CC_TIMEOUT_S", "devices", "seconds", "600", "(0, 86400]", "-",
+     "a compile's deadline: past it the compiler's process group is killed"},
+    {"TROUPE_CACHE_DIR", "devices", "path",
+     "$XDG_CACHE_HOME/troupe, ~/.cache/troupe, else /tmp/troupe-cache-$UID", "-",
+     "troupe_config_set_cache_dir", "the compiled-routine cache (shared objects, cubins, PTX)"},
+};
+TROUPE_CONFIG_VARS(cc, s_env_vars)
+
 /* Longest name part of a cache file name (the hash tells files apart). */
 #define S_NAME_MAX 96
 /* Compiler output kept for the error message and the log. */

@@ -339,6 +339,31 @@ static int s_help(void)
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
+/* troupe info --env: the registry (base/config.h), aligned; "set: VALUE" when the variable
+ * is set here. */
+static int s_info_env(void)
+{
+    size_t n = troupe_config_var_count();
+    int w[6] = {4, 6, 4, 7, 6, 3};
+    for (size_t i = 0; i < n; i++) {
+        const troupe_config_var_t *v = troupe_config_var_at(i);
+        const char *f[6] = {v->name, v->layer, v->type, v->def, v->range, v->api};
+        for (int k = 0; k < 6; k++)
+            if ((int)strlen(f[k]) > w[k])
+                w[k] = (int)strlen(f[k]);
+    }
+    printf("%-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %s\n", w[0], "name", w[1], "module", w[2], "type",
+           w[3], "default", w[4], "values", w[5], "api", "help");
+    for (size_t i = 0; i < n; i++) {
+        const troupe_config_var_t *v = troupe_config_var_at(i);
+        const char *set = getenv(v->name);
+        printf("%-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %s%s%s\n", w[0], v->name, w[1], v->layer, w[2],
+               v->type, w[3], v->def, w[4], v->range, w[5], v->api, v->help, set ? "  set: " : "",
+               set ? set : "");
+    }
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -352,11 +377,16 @@ int main(int argc, char **argv)
     (void)tst; /* turning tracing off cannot fail */
     if (strcmp(cmd, "info") == 0) {
         if (argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
-            printf("usage: troupe info\n"
+            printf("usage: troupe info [--env]\n"
                    "  prints what was built and what this machine has, one 'key: value' line per\n"
-                   "  fact (docs/cluster.md, troupe info); exit status 0\n");
+                   "  fact (docs/cluster.md, troupe info); exit status 0\n"
+                   "  --env: the environment variables troupe reads, one a line: name, module,\n"
+                   "  type, default, accepted values, API equivalent, help, and the value set\n"
+                   "  here (columns apart by two blanks or more; docs/configuration.md)\n");
             return fflush(stdout) == 0 ? 0 : 1;
         }
+        if (argc == 3 && strcmp(argv[2], "--env") == 0)
+            return s_info_env();
         return s_simple(s_info, argc, argv);
     }
     if (strcmp(cmd, "doctor") == 0)

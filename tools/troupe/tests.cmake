@@ -37,6 +37,12 @@ foreach(case png malformed usage not_regular)
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_troupe_tools_env}")
 endforeach()
 
+# docs/configuration.md against the registry of environment variables (troupe info --env).
+add_test(NAME config_docs
+         COMMAND sh ${PROJECT_SOURCE_DIR}/tests/config_docs.sh ${PROJECT_SOURCE_DIR}
+                 $<TARGET_FILE:troupe_cli>)
+set_tests_properties(config_docs PROPERTIES TIMEOUT 60 LABELS unit)
+
 # test_curve_plot tests the learning-curve library (and reads its PNGs back with cairo when the
 # build draws them).
 if(TARGET test_curve_plot)

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* setenv */
 #include "troupe_config.h"
 
+#include "base/config.h"
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/engine_impl.h"
 #include "transport/mpi/transport_impl.h"
@@ -31,6 +32,21 @@
 #endif
 #endif
 #endif
+
+/* The environment variables this layer reads (base/config.h registry; docs/configuration.md). */
+static const troupe_config_var_t s_env_vars[] = {
+    {"TROUPE_FUSION_BYTES", "transport", "bytes", "67108864", "1024..",
+     "troupe_config_set_fusion_bytes", "the size of a gradient fusion bucket"},
+    {"TROUPE_COLL_SHM", "transport", "0|1", "1", "0|1", "troupe_config_set_coll_shm",
+     "reduce through shared memory when every rank runs on this node"},
+    {"TROUPE_CUDA_AWARE", "transport", "choice", "auto", "auto|on|off",
+     "troupe_config_set_cuda_aware", "hand device arrays to a CUDA-aware MPI"},
+    {"TROUPE_STATUS", "transport", "endpoint", "ipc", "ipc|off|tcp:<interface>",
+     "troupe_config_set_status", "the control plane's status endpoint"},
+    {"TROUPE_JOB_ID", "transport", "name", "the launcher's job id", "at most 63 bytes",
+     "troupe_config_set_job_id", "names the job's status directory"},
+};
+TROUPE_CONFIG_VARS(transport, s_env_vars)
 
 /* How long troupe_cluster_leave waits for the engine to get out of MPI. */
 #define S_LEAVE_JOIN_NS (2LL * 1000 * 1000 * 1000)
