@@ -133,7 +133,7 @@ static troupe_status_t s_emit(s_ctx_t *x, troupe_status_t st, troupe_asgn_t *con
 
 /* Copies the derived spec `in` ("t1,t2=>tl", no marks) to `out`, writing "^x" for each lhs
  * iterator that indexes no operand: the rules exchange terms, so the gradient of a reduction
- * "bi=>b" is the broadcast "b=>^bi". Letters inside "{...}" are static symbol names, not
+ * "bi=>b" is the broadcast "b=>b^i". Letters inside "{...}" are static symbol names, not
  * iterators; lhs letters inside "(...)" are left alone (an affine index takes no mark). */
 static troupe_status_t s_mark_broadcasts(const char *in, char *out, size_t cap)
 {
