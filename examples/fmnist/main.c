@@ -1,9 +1,10 @@
-/* fmnist — data-parallel Fashion-MNIST MLP trainer (docs/architecture.md §5, §10: the main job).
+/* fmnist — data-parallel Fashion-MNIST trainer (docs/architecture.md §5, §10: the main job).
  *
  *   fmnist [options]                      one process, every stream of the backend
  *   mpiexec -n R fmnist [options]         R ranks, each with --streams replicas
  *
- * Trains the 784-256-128-10 MLP of mlp.h with parallel/dp.h over N streams on every rank: one
+ * Trains the 784-256-128-10 MLP of mlp.h, or with --model cnn its convnet (conv 32-32-64,
+ * fc 128), with parallel/dp.h over N streams on every rank: one
  * step takes a global minibatch of --batch rows, split into N*R replica minibatches of
  * batch/(N*R) rows; gradients are averaged over all of them, so the result does not depend on
  * the layout (to rounding). The training set is read once (idx.h), reordered once with a seeded
@@ -19,10 +20,11 @@
  * Before any work, rank 0 checks that it can write --checkpoint and --curve, and refuses to
  * overwrite an existing checkpoint that this run does not --resume from (--force allows it).
  * Checkpoints commit every --checkpoint-every steps and at every epoch's end; they carry the
- * run's --batch and training-set size (the checkpoint note) and its plan (parallel/dp.h: global
+ * run's --model, --batch and training-set size (the checkpoint note) and its plan (parallel/dp.h: global
  * batch, steps per epoch, --seed, the schedule's length), so a --resume continues at the exact
  * step and sample, on any ranks x streams that divide --batch (docs/cluster.md "Failures and
- * restarts"); another --batch, --train-limit or --seed is refused, naming the setting. The
+ * restarts"); another --model, --batch, --train-limit or --seed is refused, naming the
+ * setting (the model before the file's parameters are compared with the run's). The
  * data order: step g of an epoch takes rows g*batch .. g*batch+batch-1 of the shuffled set,
  * whatever the layout (the set's tail that fills no whole step is left out).
  * TROUPE_LOG=info also logs (subsystem tools) the streams chosen and why, the time spent
@@ -93,6 +95,7 @@ typedef struct opts {
     bool compress_bf16; /* --compress bf16 */
     fmnist_feed_t feed; /* --feed */
     bool force;         /* --force: overwrite a checkpoint this run does not resume from */
+    fmnist_model_kind_t model; /* --model */
 } opts_t;
 
 /* The built backends, "cpu, sync" (devices/device.h). */
@@ -122,6 +125,8 @@ static void s_help(void)
     printf("usage: fmnist [options]            (under mpiexec: one process per rank)\n"
            "Trains a 784-256-128-10 MLP on Fashion-MNIST, data-parallel over streams and ranks.\n"
            "options (default in brackets):\n"
+           "  --model NAME         mlp (784-256-128-10) or cnn (conv3x3 32, conv3x3 32, maxpool\n"
+           "                       2, conv3x3 64, maxpool 2, linear 128, linear 10) [mlp]\n"
            "  --data DIR           IDX files {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz\n"
            "                       [%s]\n"
            "  --epochs N           passes over the training set [%d]\n"
@@ -241,7 +246,8 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             "--data",        "--epochs",       "--batch", "--optimizer",        "--lr",
             "--momentum",    "--weight-decay", "--seed",  "--backend",          "--streams",
             "--train-limit", "--test-limit",   "--curve", "--checkpoint",       "--resume",
-            "--schedule",    "--compress",     "--plot",  "--checkpoint-every", "--feed"};
+            "--schedule",    "--compress",     "--plot",  "--checkpoint-every", "--feed",
+            "--model"};
         bool ok = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             ok |= !strcmp(name, known[k]);
@@ -323,6 +329,9 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
                 o->compress_bf16 = val[0] == 'b';
             else
                 want = "none or bf16";
+        } else if (!strcmp(name, "--model")) {
+            if (fmnist_model_parse(val, &o->model) != TROUPE_OK)
+                want = "mlp or cnn";
         } else if (!strcmp(name, "--feed")) {
             if (fmnist_feed_parse(val, &o->feed) != TROUPE_OK)
                 want = "auto, fed or indexed";
@@ -382,6 +391,7 @@ enum {
     S_SET_SEED,
     S_SET_COMPRESS,
     S_SET_TRAIN_LIMIT,
+    S_SET_MODEL,
     S_NSETTINGS
 };
 
@@ -416,7 +426,8 @@ static void s_settings(const opts_t *o, run_settings_t *s)
         [S_SET_OPT] = "--optimizer",     [S_SET_LR] = "--lr",
         [S_SET_MOM] = "--momentum",      [S_SET_WD] = "--weight-decay",
         [S_SET_SCHEDULE] = "--schedule", [S_SET_SEED] = "--seed",
-        [S_SET_COMPRESS] = "--compress", [S_SET_TRAIN_LIMIT] = "--train-limit"};
+        [S_SET_COMPRESS] = "--compress", [S_SET_TRAIN_LIMIT] = "--train-limit",
+        [S_SET_MODEL] = "--model"};
     char(*v)[32] = s->values;
     snprintf(v[S_SET_EPOCHS], sizeof v[0], "%d", o->epochs);
     snprintf(v[S_SET_BATCH], sizeof v[0], "%lld", (long long)o->batch);
@@ -428,6 +439,7 @@ static void s_settings(const opts_t *o, run_settings_t *s)
     snprintf(v[S_SET_SEED], sizeof v[0], "%llu", (unsigned long long)o->seed);
     snprintf(v[S_SET_COMPRESS], sizeof v[0], "%s", o->compress_bf16 ? "bf16" : "none");
     snprintf(v[S_SET_TRAIN_LIMIT], sizeof v[0], "%lld", (long long)o->train_limit);
+    snprintf(v[S_SET_MODEL], sizeof v[0], "%s", fmnist_model_name(o->model));
     for (int i = 0; i < S_NSETTINGS; i++)
         s->list[i] = (troupe_dp_setting_t){names[i], v[i]};
 }
@@ -518,7 +530,7 @@ static troupe_status_t s_params_finite(run_t *r, bool *out)
 {
     *out = true;
     troupe_status_t st = troupe_dp_params_to_host(r->dp);
-    for (int i = 0; st == TROUPE_OK && i < FMNIST_MLP_NPARAMS && *out; i++) {
+    for (int i = 0; st == TROUPE_OK && i < r->mlp->nparams && *out; i++) {
         size_t n = (size_t)troupe_tnode_num_elems(r->mlp->params[i]);
         double *v = malloc(n * sizeof *v);
         if (!v)
@@ -752,11 +764,37 @@ static int32_t s_agree(int32_t verdict)
 
 /* ---- resuming ------------------------------------------------------------------------------ */
 
-/* The checkpoint note of this run: what a resumed run must repeat. */
+/* The checkpoint note of this run: what a resumed run must repeat. The model comes last, so
+ * that notes written before --model existed (an MLP's) still parse. */
 static void s_note(const run_t *r, char *note, size_t cap)
 {
-    snprintf(note, cap, "fmnist batch=%lld train_images=%lld train_limit=%lld",
-             (long long)r->o.batch, (long long)r->train.count, (long long)r->o.train_limit);
+    snprintf(note, cap, "fmnist batch=%lld train_images=%lld train_limit=%lld model=%s",
+             (long long)r->o.batch, (long long)r->train.count, (long long)r->o.train_limit,
+             fmnist_model_name(r->o.model));
+}
+
+/* Before troupe_dp_load compares the file's parameters with the model's: was the checkpoint
+ * written for this run's --model (a note without one: the MLP)? A file that cannot be read
+ * passes here, for troupe_dp_load to name its problem. Returns false with one line in err. */
+static bool s_check_resume_model(const run_t *r, char *err, size_t cap)
+{
+    troupe_dp_checkpoint_info_t *info = calloc(1, sizeof *info);
+    if (!info || troupe_dp_checkpoint_read(r->o.resume, info) != TROUPE_OK) {
+        free(info);
+        return true;
+    }
+    const char *at = strstr(info->note, " model=");
+    char model[16] = "mlp";
+    if (strncmp(info->note, "fmnist ", 7) == 0 && at)
+        sscanf(at, " model=%15s", model);
+    bool ok = strcmp(model, fmnist_model_name(r->o.model)) == 0;
+    if (!ok)
+        snprintf(err, cap,
+                 "option --model: checkpoint '%s' holds the parameters of a %s model, this run "
+                 "trains a %s; resume with --model %s",
+                 r->o.resume, model, fmnist_model_name(r->o.model), model);
+    free(info);
+    return ok;
 }
 
 /* After troupe_dp_load: does the checkpoint continue this run (its --batch, training set and,
@@ -881,9 +919,8 @@ static double s_evaluate(run_t *r)
         CHECK(troupe_link(troupe_dp_owner_context(r->dp), r->eval_code, &r->eval_routine),
               "linking the evaluation");
     }
-    CHECK(troupe_routine_run(r->eval_routine, NULL), "evaluating");
     double acc = 0;
-    CHECK(fmnist_mlp_eval_accuracy(r->eval, r->test.labels, &acc), "reading the predictions");
+    CHECK(fmnist_mlp_eval_run(r->eval, r->eval_routine, r->test.labels, &acc), "evaluating");
     return acc;
 }
 
@@ -974,8 +1011,23 @@ int main(int argc, char **argv)
         CHECK(fmnist_dataset_load_split(o->data, "t10k", o->test_limit, &r.test),
               "loading the test set");
 
+    /* a checkpoint of the other model: refused before anything is built */
+    if (o->resume && !s_check_resume_model(&r, err, sizeof err)) {
+        if (r.rank == 0)
+            fprintf(stderr, "fmnist: %s\n", err);
+        s_teardown(&r);
+        return s_leave(2);
+    }
+
     /* model and driver */
-    fmnist_mlp_config_t mc = fmnist_mlp_config_default(B, num_batches);
+    fmnist_mlp_config_t mc = o->model == FMNIST_MODEL_CNN
+                                 ? fmnist_cnn_config_default(B, num_batches)
+                                 : fmnist_mlp_config_default(B, num_batches);
+    if (o->model == FMNIST_MODEL_CNN && r.train.rows == r.train.cols) {
+        /* the data set's images: one of another size reaches the layers, which name it */
+        mc.side = r.train.rows;
+        mc.in = r.train.rows * r.train.cols;
+    }
     mc.fed = fmnist_feed_resolve(o->feed, o->backend);
     CHECK(fmnist_mlp_new(&mc, &r.mlp), "building the model");
     CHECK(fmnist_mlp_init_params(r.mlp, o->seed), "initialising the parameters");
@@ -1059,6 +1111,11 @@ int main(int argc, char **argv)
             printf(" momentum %g", o->opt.momentum);
         printf(" weight_decay %g, %s schedule\n", o->opt.weight_decay,
                o->cosine ? "cosine" : "constant");
+        if (o->model == FMNIST_MODEL_CNN) /* the MLP's lines stay as README.md shows them */
+            printf("fmnist: model cnn: conv3x3 1->%lld, conv3x3 ->%lld, maxpool 2, conv3x3 "
+                   "->%lld, maxpool 2, linear ->%lld, linear ->%lld\n",
+                   (long long)mc.conv[0], (long long)mc.conv[1], (long long)mc.conv[2],
+                   (long long)mc.hidden1, (long long)mc.out);
         if (o->resume)
             s_print_resumed(&r, done, steps_per_epoch);
         if (first_epoch >= o->epochs)

@@ -1,7 +1,11 @@
-/* fmnist — the MLP as troupe assignments (see mlp.h). */
+/* fmnist — the MLP as troupe assignments, and what both models share (see mlp.h). */
 #include "mlp.h"
 
+#include "cnn_impl.h"
+
 #include "actors/backend.h"
+#include "actors/event.h"
+#include "base/clock.h"
 #include "ir/ops.h"
 #include "nn/layers.h"
 #include "nn/nn.h"
@@ -21,6 +25,61 @@ static const char *const k_param_names[FMNIST_MLP_NPARAMS] = {"w1", "b1", "w2", 
 const char *fmnist_mlp_param_name(int i)
 {
     return i >= 0 && i < FMNIST_MLP_NPARAMS ? k_param_names[i] : "invalid";
+}
+
+const char *fmnist_mlp_param_label(const fmnist_mlp_t *m, int i)
+{
+    return m && m->cfg.kind == FMNIST_MODEL_CNN ? fmnist__cnn_param_name(i)
+                                                : fmnist_mlp_param_name(i);
+}
+
+static const char *const k_model_names[] = {"mlp", "cnn"};
+
+troupe_status_t fmnist_model_parse(const char *text, fmnist_model_kind_t *out)
+{
+    for (int i = 0; text && out && i < 2; i++)
+        if (strcmp(text, k_model_names[i]) == 0) {
+            *out = (fmnist_model_kind_t)i;
+            return TROUPE_OK;
+        }
+    return troupe_error_set(TROUPE_INVALID_ARGUMENT, "model '%s': expected mlp or cnn",
+                            text ? text : "(null)");
+}
+
+const char *fmnist_model_name(fmnist_model_kind_t k)
+{
+    return k == FMNIST_MODEL_MLP || k == FMNIST_MODEL_CNN ? k_model_names[k] : "invalid";
+}
+
+fmnist_mlp_config_t fmnist_cnn_config_default(int64_t batch, int64_t num_batches)
+{
+    fmnist_mlp_config_t c = fmnist_mlp_config_default(batch, num_batches);
+    c.kind = FMNIST_MODEL_CNN;
+    c.side = 28;
+    c.conv[0] = 32;
+    c.conv[1] = 32;
+    c.conv[2] = 64;
+    c.hidden1 = 128;
+    c.hidden2 = 0;
+    return c;
+}
+
+/* The dims of one image row: (in), or the CNN's (1, side, side). Returns the axes. */
+static int s_image_dims(const fmnist_mlp_config_t *c, int64_t *dims)
+{
+    if (c->kind != FMNIST_MODEL_CNN)
+        return dims[0] = c->in, 1;
+    dims[0] = 1;
+    dims[1] = dims[2] = c->side;
+    return 3;
+}
+
+/* (lead..., image dims): n0 leading axes lead[0..n0). */
+static int s_rows_dims(const fmnist_mlp_config_t *c, int n0, const int64_t *lead, int64_t *dims)
+{
+    for (int a = 0; a < n0; a++)
+        dims[a] = lead[a];
+    return n0 + s_image_dims(c, dims + n0);
 }
 
 fmnist_mlp_config_t fmnist_mlp_config_default(int64_t batch, int64_t num_batches)
@@ -66,7 +125,7 @@ void fmnist_mlp_dp_model(const fmnist_mlp_t *m, troupe_dp_model_t *out)
         .num_batches = m->cfg.num_batches,
         .params = m->params,
         .grads = m->grads,
-        .n_params = FMNIST_MLP_NPARAMS,
+        .n_params = (size_t)m->nparams,
         .loss = m->loss,
         .inputs = m->inputs,
         .n_inputs = 2,
@@ -356,11 +415,13 @@ static troupe_status_t s_build_grad_by_hand(fmnist_mlp_t *m)
     return s_finish(&it);
 }
 
-/* The model as a list of layers (nn/): 784-256-128-10 with ReLUs. x is (rows, in); *z3 gets
- * the logits (rows, out). */
+/* The model as a list of layers (nn/): 784-256-128-10 with ReLUs, or the convnet (cnn.c). x
+ * is (rows, in) (CNN (rows, 1, side, side)); *z3 gets the logits (rows, out). */
 static troupe_status_t s_nn_forward(troupe_nn_t *nn, const fmnist_mlp_t *m, troupe_tnode_t *x,
                                     troupe_tnode_t **z3)
 {
+    if (m->cfg.kind == FMNIST_MODEL_CNN)
+        return fmnist__cnn_forward(nn, m, x, z3);
     troupe_tnode_t *const *w = m->params;
     troupe_tnode_t *z1, *a1, *z2, *a2;
     troupe_nn_begin(nn, "layer 1: a1 = relu(x w1 + b1)");
@@ -393,7 +454,9 @@ static troupe_status_t s_build_grad(fmnist_mlp_t *m)
         int32_t sym = -1;
         st = troupe_asgn_comp_add_static_symbol(comp, FMNIST_BATCH_SYMBOL, c->num_batches, &sym);
         troupe_nn_begin(nn, "the minibatch: x, y := x_all[batch], y_all[batch]");
-        troupe_nn_node(nn, "x", 2, (int64_t[]){c->batch, c->in}, &x);
+        int64_t xd[TROUPE_MAX_DIMS];
+        int xn = s_rows_dims(c, 1, (int64_t[]){c->batch}, xd);
+        troupe_nn_node(nn, "x", xn, xd, &x);
         troupe_nn_node(nn, "y", 2, (int64_t[]){c->batch, c->out}, &y);
         troupe_asgn_t *t = NULL;
         if (st == TROUPE_OK && troupe_nn_status(nn) == TROUPE_OK)
@@ -401,7 +464,7 @@ static troupe_status_t s_build_grad(fmnist_mlp_t *m)
         if (st == TROUPE_OK && troupe_nn_status(nn) == TROUPE_OK)
             st = troupe_nn_add(nn, troupe_asgn_fetch_slice(comp, y, sym, m->y_all, &t), &t);
     }
-    for (int i = 0; i < FMNIST_MLP_NPARAMS && st == TROUPE_OK; i++)
+    for (int i = 0; i < m->nparams && st == TROUPE_OK; i++)
         st = troupe_nn_param_use(nn, m->params[i], m->grads[i]);
     troupe_tnode_t *z3 = NULL, *loss = NULL;
     if (st == TROUPE_OK)
@@ -447,8 +510,21 @@ troupe_status_t fmnist_mlp_new(const fmnist_mlp_config_t *cfg, fmnist_mlp_t **ou
     if (!cfg || !out)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_new: NULL argument");
     *out = NULL;
-    if (cfg->in < 1 || cfg->hidden1 < 1 || cfg->hidden2 < 1 || cfg->out < 2 || cfg->batch < 1 ||
-        cfg->num_batches < 1)
+    bool cnn = cfg->kind == FMNIST_MODEL_CNN;
+    if (cfg->kind != FMNIST_MODEL_MLP && !cnn)
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_new: model kind %d",
+                                (int)cfg->kind);
+    if (cnn && (cfg->side < 1 || cfg->in != cfg->side * cfg->side || cfg->conv[0] < 1 ||
+                cfg->conv[1] < 1 || cfg->conv[2] < 1 || cfg->hand_grad || cfg->eval_chunk < 0))
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                "fmnist_mlp_new: cnn: image side %lld for %lld pixels, channels "
+                                "%lld-%lld-%lld, evaluation chunk %lld%s",
+                                (long long)cfg->side, (long long)cfg->in, (long long)cfg->conv[0],
+                                (long long)cfg->conv[1], (long long)cfg->conv[2],
+                                (long long)cfg->eval_chunk,
+                                cfg->hand_grad ? ", hand_grad (the MLP's only)" : "");
+    if (cfg->in < 1 || cfg->hidden1 < 1 || (!cnn && cfg->hidden2 < 1) || cfg->out < 2 ||
+        cfg->batch < 1 || cfg->num_batches < 1)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT,
                                 "fmnist_mlp_new: bad sizes %lld-%lld-%lld-%lld, batch %lld x %lld",
                                 (long long)cfg->in, (long long)cfg->hidden1,
@@ -462,11 +538,20 @@ troupe_status_t fmnist_mlp_new(const fmnist_mlp_config_t *cfg, fmnist_mlp_t **ou
     if (!m)
         return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_new: out of memory");
     m->cfg = *cfg;
+    m->nparams = cnn ? FMNIST_CNN_NPARAMS : FMNIST_MLP_NPARAMS;
     s_nodes_t ns = {&m->nodes, &m->nnodes, &m->nodes_cap};
     troupe_prec_t p = cfg->prec;
     const int64_t sizes[4] = {cfg->in, cfg->hidden1, cfg->hidden2, cfg->out};
     troupe_status_t st = TROUPE_OK;
-    for (int l = 0; l < 3 && st == TROUPE_OK; l++) {
+    for (int i = 0; cnn && i < FMNIST_CNN_NPARAMS && st == TROUPE_OK; i++) {
+        int64_t d[4];
+        int nd = fmnist__cnn_param_dims(cfg, i, d);
+        const char *name = fmnist__cnn_param_name(i);
+        st = s_node(ns, name, NULL, p, nd, d, &m->params[i]);
+        if (st == TROUPE_OK)
+            st = s_node(ns, name, "grad", p, nd, d, &m->grads[i]);
+    }
+    for (int l = 0; !cnn && l < 3 && st == TROUPE_OK; l++) {
         const int64_t wd[2] = {sizes[l], sizes[l + 1]}, bd[1] = {sizes[l + 1]};
         st = s_node(ns, k_param_names[2 * l], NULL, p, 2, wd, &m->params[2 * l]);
         if (st == TROUPE_OK)
@@ -478,15 +563,16 @@ troupe_status_t fmnist_mlp_new(const fmnist_mlp_config_t *cfg, fmnist_mlp_t **ou
     }
     if (st == TROUPE_OK)
         st = s_node(ns, "loss", NULL, p, 0, NULL, &m->loss);
+    int64_t xd[TROUPE_MAX_DIMS];
+    int xn = s_rows_dims(cfg, 2, (int64_t[]){cfg->num_batches, cfg->batch}, xd);
     if (st == TROUPE_OK)
-        st = s_node(ns, "train", "images", p, 3, (int64_t[]){cfg->num_batches, cfg->batch, cfg->in},
-                    &m->x_all);
+        st = s_node(ns, "train", "images", p, xn, xd, &m->x_all);
     if (st == TROUPE_OK)
         st = s_node(ns, "train", "onehot", p, 3,
                     (int64_t[]){cfg->num_batches, cfg->batch, cfg->out}, &m->y_all);
     /* params: hosted, set by init_params; data: one device-wide constant copy; loss: hosted so
      * the host can read it */
-    for (int i = 0; i < FMNIST_MLP_NPARAMS && st == TROUPE_OK; i++)
+    for (int i = 0; i < m->nparams && st == TROUPE_OK; i++)
         st = s_set_mode(m->params[i], TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
     if (st == TROUPE_OK)
         st = s_set_mode(m->loss, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
@@ -498,7 +584,7 @@ troupe_status_t fmnist_mlp_new(const fmnist_mlp_config_t *cfg, fmnist_mlp_t **ou
     m->inputs[1] = m->y_all;
     /* fed form: the minibatch's fixed nodes, one array per replica that outlives the feed */
     if (st == TROUPE_OK && cfg->fed)
-        st = s_node(ns, "batch", "images", p, 2, (int64_t[]){cfg->batch, cfg->in}, &m->x);
+        st = s_node(ns, "batch", "images", p, xn - 1, xd + 1, &m->x);
     if (st == TROUPE_OK && cfg->fed)
         st = s_node(ns, "batch", "onehot", p, 2, (int64_t[]){cfg->batch, cfg->out}, &m->y);
     if (st == TROUPE_OK && cfg->fed)
@@ -536,6 +622,8 @@ troupe_status_t fmnist_mlp_init_params(fmnist_mlp_t *m, uint64_t seed)
 {
     if (!m)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_init_params: NULL argument");
+    if (m->cfg.kind == FMNIST_MODEL_CNN)
+        return fmnist__cnn_init_params(m, seed);
     const fmnist_mlp_config_t *c = &m->cfg;
     const int64_t sizes[4] = {c->in, c->hidden1, c->hidden2, c->out};
     size_t maxn = 0;
@@ -651,7 +739,7 @@ troupe_status_t fmnist_mlp_sgd_comp(const fmnist_mlp_t *m, double lr, troupe_asg
     s_items_t it = {.comp = comp, .st = st};
     s_const(&it, lrn, lr);
     char spec[32];
-    for (int i = 0; i < FMNIST_MLP_NPARAMS; i++)
+    for (int i = 0; i < m->nparams; i++)
         s_bin(&it, false, TROUPE_BINOP_SUB, m->params[i], TROUPE_BINOP_MUL, m->grads[i], lrn,
               s_axes_spec(m->params[i]->ndims, true, spec, sizeof spec));
     st = s_finish(&it);
@@ -674,12 +762,21 @@ troupe_status_t fmnist_mlp_eval_new(const fmnist_mlp_t *m, int64_t n, fmnist_mlp
     fmnist_mlp_eval_t *e = calloc(1, sizeof *e);
     if (!e)
         return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_eval_new: out of memory");
-    e->n = n;
-    s_nodes_t ns = {&e->nodes, &e->nnodes, &e->nodes_cap};
     const fmnist_mlp_config_t *c = &m->cfg;
-    troupe_status_t st = s_node(ns, "test", "images", c->prec, 2, (int64_t[]){n, c->in}, &e->x);
+    e->n = n;
+    e->chunk = n;
+    if (c->kind == FMNIST_MODEL_CNN) {
+        int64_t k = c->eval_chunk > 0 ? c->eval_chunk : 500;
+        e->chunk = n < k ? n : k;
+    }
+    e->nchunks = (n + e->chunk - 1) / e->chunk;
+    s_nodes_t ns = {&e->nodes, &e->nnodes, &e->nodes_cap};
+    int64_t xd[TROUPE_MAX_DIMS];
+    int xn = e->nchunks > 1 ? s_rows_dims(c, 2, (int64_t[]){e->nchunks, e->chunk}, xd)
+                            : s_rows_dims(c, 1, (int64_t[]){n}, xd);
+    troupe_status_t st = s_node(ns, "test", "images", c->prec, xn, xd, &e->x);
     if (st == TROUPE_OK)
-        st = s_node(ns, "test", "logits", c->prec, 2, (int64_t[]){n, c->out}, &e->logits);
+        st = s_node(ns, "test", "logits", c->prec, 2, (int64_t[]){e->chunk, c->out}, &e->logits);
     if (st == TROUPE_OK)
         st = s_set_mode(e->x, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_CONSTANT);
     if (st == TROUPE_OK)
@@ -689,9 +786,20 @@ troupe_status_t fmnist_mlp_eval_new(const fmnist_mlp_t *m, int64_t n, fmnist_mlp
     troupe_nn_t *nn = NULL;
     if (st == TROUPE_OK)
         st = troupe_nn_new(e->comp, c->prec, &nn);
+    troupe_tnode_t *x = e->x;
+    if (st == TROUPE_OK && e->nchunks > 1) {
+        /* run k reads chunk k: x := test_images[chunk] */
+        int32_t sym = -1;
+        st = troupe_asgn_comp_add_static_symbol(e->comp, FMNIST_EVAL_SYMBOL, e->nchunks, &sym);
+        troupe_nn_begin(nn, "the chunk: x := test images[chunk]");
+        troupe_nn_node(nn, "x", xn - 1, xd + 1, &x);
+        troupe_asgn_t *t = NULL;
+        if (st == TROUPE_OK && troupe_nn_status(nn) == TROUPE_OK)
+            st = troupe_nn_add(nn, troupe_asgn_fetch_slice(e->comp, x, sym, e->x, &t), &t);
+    }
     if (st == TROUPE_OK) {
         troupe_tnode_t *z3 = NULL;
-        st = s_nn_forward(nn, m, e->x, &z3);
+        st = s_nn_forward(nn, m, x, &z3);
         troupe_nn_begin(nn, "the logits to the host");
         troupe_asgn_t *t = NULL;
         if (st == TROUPE_OK && troupe_nn_status(nn) == TROUPE_OK)
@@ -727,7 +835,8 @@ troupe_status_t fmnist_mlp_eval_load(fmnist_mlp_eval_t *e, const fmnist_dataset_
 {
     if (!e || !ds)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_eval_load: NULL argument");
-    int64_t in = e->x->dims[1];
+    size_t total = (size_t)troupe_tnode_num_elems(e->x);
+    int64_t in = (int64_t)(total / (size_t)(e->nchunks * e->chunk));
     if (ds->count < e->n || ds->rows * ds->cols != in)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT,
                                 "fmnist_mlp_eval_load: the evaluation needs %lld images of %lld "
@@ -737,34 +846,67 @@ troupe_status_t fmnist_mlp_eval_load(fmnist_mlp_eval_t *e, const fmnist_dataset_
     void *hx = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_tnode_host_array(e->x, &hx));
     size_t nx = (size_t)(e->n * in);
-    for (size_t i = 0; i < nx; i++)
-        s_store(hx, e->x->prec, i, ds->pixels[i] * (1.0 / 255.0));
+    for (size_t i = 0; i < total; i++) /* the last chunk's padding: zero images */
+        s_store(hx, e->x->prec, i, i < nx ? ds->pixels[i] * (1.0 / 255.0) : 0.0);
     return TROUPE_OK;
+}
+
+/* Adds to *right the rows among the first `rows` of the current logits whose largest logit
+ * (first on ties) is their label. */
+static troupe_status_t s_count_right(fmnist_mlp_eval_t *e, const uint8_t *labels, int64_t rows,
+                                     int64_t *right)
+{
+    int64_t k = e->logits->dims[1];
+    size_t n = (size_t)(e->chunk * k);
+    double *v = malloc(n * sizeof *v);
+    if (!v)
+        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED,
+                                "fmnist_mlp_eval_accuracy: out of memory");
+    troupe_status_t st = troupe_tnode_get_values(e->logits, v, n);
+    for (int64_t r = 0; st == TROUPE_OK && r < rows; r++) {
+        const double *row = v + r * k;
+        int64_t best = 0;
+        for (int64_t c = 1; c < k; c++)
+            if (row[c] > row[best])
+                best = c;
+        *right += best == labels[r];
+    }
+    free(v);
+    return st;
 }
 
 troupe_status_t fmnist_mlp_eval_accuracy(fmnist_mlp_eval_t *e, const uint8_t *labels, double *out)
 {
     if (!e || !labels || !out)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_eval_accuracy: NULL argument");
-    int64_t k = e->logits->dims[1];
-    size_t n = (size_t)(e->n * k);
-    double *v = malloc(n * sizeof *v);
-    if (!v)
-        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED,
-                                "fmnist_mlp_eval_accuracy: out of memory");
-    troupe_status_t st = troupe_tnode_get_values(e->logits, v, n);
-    if (st == TROUPE_OK) {
-        int64_t right = 0;
-        for (int64_t r = 0; r < e->n; r++) {
-            const double *row = v + r * k;
-            int64_t best = 0;
-            for (int64_t c = 1; c < k; c++)
-                if (row[c] > row[best])
-                    best = c;
-            right += best == labels[r];
-        }
-        *out = (double)right / (double)e->n;
+    if (e->nchunks != 1)
+        return troupe_error_set(TROUPE_FAILED_PRECONDITION,
+                                "fmnist_mlp_eval_accuracy: the evaluation runs in %lld chunks; "
+                                "use fmnist_mlp_eval_run",
+                                (long long)e->nchunks);
+    int64_t right = 0;
+    TROUPE_RETURN_IF_ERROR(s_count_right(e, labels, e->n, &right));
+    *out = (double)right / (double)e->n;
+    return TROUPE_OK;
+}
+
+troupe_status_t fmnist_mlp_eval_run(fmnist_mlp_eval_t *e, troupe_routine_t *routine,
+                                    const uint8_t *labels, double *out)
+{
+    if (!e || !routine || !labels || !out)
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_mlp_eval_run: NULL argument");
+    int64_t right = 0;
+    for (int64_t k = 0; k < e->nchunks; k++) {
+        if (e->nchunks > 1)
+            TROUPE_RETURN_IF_ERROR(troupe_routine_set_index(routine, FMNIST_EVAL_SYMBOL, k));
+        troupe_event_t *ev = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_routine_run(routine, &ev));
+        troupe_status_t st = troupe_event_sync(ev, TROUPE_TIMEOUT_INFINITE);
+        troupe_event_release(&ev);
+        TROUPE_RETURN_IF_ERROR(st);
+        int64_t rows = k + 1 < e->nchunks ? e->chunk : e->n - k * e->chunk;
+        TROUPE_RETURN_IF_ERROR(s_count_right(e, labels + k * e->chunk, rows, &right));
     }
-    free(v);
-    return st;
+    *out = (double)right / (double)e->n;
+    return TROUPE_OK;
 }

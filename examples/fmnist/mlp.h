@@ -1,5 +1,8 @@
-/* fmnist — a three-layer perceptron (in-h1-h2-out, ReLU, softmax cross-entropy) written as
- * troupe assignments (ir/assign.h), for data-parallel training with parallel/dp.h.
+/* fmnist — the trainer's models written as troupe assignments (ir/assign.h), for data-parallel
+ * training with parallel/dp.h: a three-layer perceptron (in-h1-h2-out, ReLU, softmax
+ * cross-entropy; kind FMNIST_MODEL_MLP, the default) or a convnet (FMNIST_MODEL_CNN, below).
+ * Both share the node bookkeeping, the memory modes, the indexed and fed forms, the data
+ * placement and the evaluation; only the layers and the initialisation differ.
  *
  * Model (row-major, minibatch rows b, Fashion-MNIST sizes 784-256-128-10):
  *   z1 = x w1 + b1,  a1 = relu z1          x [B,in], w1 [in,h1], b1 [h1]
@@ -35,6 +38,20 @@
  * (Glorot & Bengio 2010); biases 0. The key is (seed, parameter index), the counter the flat
  * element index, so the values do not depend on the number of streams or ranks.
  *
+ * The convnet (cfg.kind FMNIST_MODEL_CNN; nn/conv.h, nn/pool.h), NCHW, an image row of
+ * side*side pixels viewed as (1, side, side), side 28:
+ *   conv3x3(1 -> c1) ReLU, conv3x3(c1 -> c2) ReLU, maxpool 2, conv3x3(c2 -> c3) ReLU, maxpool 2
+ *   (28 -> 26 -> 24 -> 12 -> 10 -> 5), then fc1 (c3*5*5 -> hidden1) ReLU, fc2 (hidden1 -> out).
+ * Stride 1, no padding; c1 c2 c3 = 32 32 64, hidden1 = 128. fc1 reads the 4-d pool output
+ * directly ("bchw,chwj=>bj", weight (c3, 5, 5, hidden1)): no flatten copy, and its gradients
+ * are plain einsum transposes (a flattening "bchw=>b(25c+5h+w)" would be an affine lhs index).
+ * Parameters: conv1_w (c1, 1, 3, 3), conv1_b, conv2_w, conv2_b, conv3_w, conv3_b, fc1_w, fc1_b,
+ * fc2_w (hidden1, out), fc2_b. Initialisation (fmnist_mlp_init_params): Kaiming normal
+ * (nn/init.h) with gain sqrt(2) before a ReLU and 1 for fc2, fan_in = Cin*9 or the rows of
+ * the weight, one seed per tensor (seed, index); biases 0. A conv or pool that does not fit
+ * its input (an image side below 14) is refused when the model is built, naming the layer
+ * and the shapes.
+ *
  * Thread safety: build and fill from one thread. Ownership: fmnist_mlp_new/_eval_new return
  * objects the caller frees with _destroy; they own their tnodes and comps (each node one
  * reference), which callers borrow.
@@ -42,6 +59,7 @@
 #ifndef FMNIST_MLP_H
 #define FMNIST_MLP_H
 
+#include "actors/routine.h"
 #include "base/status.h"
 #include "idx.h"
 #include "ir/assign.h"
@@ -58,9 +76,24 @@ extern "C" {
 
 #define FMNIST_BATCH_SYMBOL "batch"
 #define FMNIST_MLP_NPARAMS 6 /* w1 b1 w2 b2 w3 b3 */
+#define FMNIST_CNN_NPARAMS 10
+#define FMNIST_MAX_PARAMS 10
+#define FMNIST_EVAL_SYMBOL "chunk" /* the evaluation's static index (fmnist_mlp_eval_t) */
+
+typedef enum fmnist_model_kind {
+    FMNIST_MODEL_MLP = 0,
+    FMNIST_MODEL_CNN,
+} fmnist_model_kind_t;
+/* "mlp" / "cnn" -> *out; INVALID_ARGUMENT naming the text and the choices. */
+TROUPE_MUST_USE troupe_status_t fmnist_model_parse(const char *text, fmnist_model_kind_t *out);
+const char *fmnist_model_name(fmnist_model_kind_t k); /* "mlp", "cnn" */
 
 typedef struct fmnist_mlp_config {
-    int64_t in, hidden1, hidden2, out; /* 784, 256, 128, 10 */
+    fmnist_model_kind_t kind;          /* MLP (default) or CNN */
+    int64_t in, hidden1, hidden2, out; /* 784, 256, 128, 10; CNN: in = side^2, hidden2 unused */
+    int64_t side;                      /* CNN: the image side (28) */
+    int64_t conv[3];                   /* CNN: the convolutions' output channels (32, 32, 64) */
+    int64_t eval_chunk;                /* CNN: images per evaluation run, 0: 500 (memory) */
     int64_t batch;                     /* rows per minibatch (one replica's share) */
     int64_t num_batches;               /* minibatches held by x_all / y_all */
     troupe_prec_t prec;                /* SINGLE, or DOUBLE (gradient checks) */
@@ -72,6 +105,8 @@ typedef struct fmnist_mlp_config {
 
 /* 784-256-128-10 in single precision with the given minibatch layout, indexed form. */
 fmnist_mlp_config_t fmnist_mlp_config_default(int64_t batch, int64_t num_batches);
+/* The convnet of the header (28x28 images, 32-32-64 channels, fc 128) likewise. */
+fmnist_mlp_config_t fmnist_cnn_config_default(int64_t batch, int64_t num_batches);
 
 /* The trainer's choice of form (--feed): auto picks fed on a backend whose driver replays
  * graphs (troupe_backend_has_graphs: cuda) and indexed elsewhere (cpu, sync: there the feed
@@ -89,13 +124,16 @@ bool fmnist_feed_resolve(fmnist_feed_t f, const char *backend);
 
 typedef struct fmnist_mlp {
     fmnist_mlp_config_t cfg;
-    troupe_tnode_t *params[FMNIST_MLP_NPARAMS]; /* hosted: initial values set on the host */
-    troupe_tnode_t *grads[FMNIST_MLP_NPARAMS];  /* same dims, labels "<param>_grad" */
-    troupe_tnode_t *loss;                       /* scalar, hosted */
-    troupe_tnode_t *x_all;                      /* [num_batches, batch, in], hosted constant */
+    int nparams;                               /* FMNIST_MLP_NPARAMS or FMNIST_CNN_NPARAMS */
+    troupe_tnode_t *params[FMNIST_MAX_PARAMS]; /* hosted: initial values set on the host */
+    troupe_tnode_t *grads[FMNIST_MAX_PARAMS];  /* same dims, labels "<param>_grad" */
+    troupe_tnode_t *loss;                      /* scalar, hosted */
+    /* [num_batches, batch, in], hosted constant; CNN: [num_batches, batch, 1, side, side] */
+    troupe_tnode_t *x_all;
     troupe_tnode_t *y_all;                      /* [num_batches, batch, out], hosted constant */
     troupe_asgn_comp_t *grad_comp;              /* forward + backward of one minibatch */
-    /* fed form only (NULL when indexed): x [batch, in] and y [batch, out], materialized, and
+    /* fed form only (NULL when indexed): x [batch, in] (CNN [batch, 1, side, side]) and
+     * y [batch, out], materialized, and
      * the feed x := x_all[batch], y := y_all[batch] */
     troupe_tnode_t *x, *y;
     troupe_asgn_comp_t *feed_comp;
@@ -113,8 +151,10 @@ void fmnist_mlp_destroy(fmnist_mlp_t **m_p); /* NULL-safe, nulls *m_p */
  * (feed_comp set when fed). *out points into m: valid while m lives. */
 void fmnist_mlp_dp_model(const fmnist_mlp_t *m, troupe_dp_model_t *out);
 
-/* Parameter labels: "w1" "b1" "w2" "b2" "w3" "b3". */
+/* The MLP's parameter labels: "w1" "b1" "w2" "b2" "w3" "b3". */
 const char *fmnist_mlp_param_name(int i);
+/* Parameter i's label in m's kind ("conv1_w", ...; the MLP's as above). */
+const char *fmnist_mlp_param_label(const fmnist_mlp_t *m, int i);
 
 /* Sets every parameter's host values from `seed` (see the header comment). Errors of
  * troupe_tnode_set_values, RESOURCE_EXHAUSTED. */
@@ -135,12 +175,18 @@ TROUPE_MUST_USE troupe_status_t fmnist_mlp_set_train(fmnist_mlp_t *m, const doub
 TROUPE_MUST_USE troupe_status_t fmnist_mlp_sgd_comp(const fmnist_mlp_t *m, double lr,
                                                     troupe_asgn_comp_t **out);
 
-/* Forward pass over `n` images at once, for evaluation: reads the params, writes logits.
- * Link it where the params live (troupe_dp_owner_context after troupe_dp_sync). */
+/* Forward pass over `n` images for evaluation: reads the params, writes logits. Link it where
+ * the params live (troupe_dp_owner_context after troupe_dp_sync). The MLP takes the n images
+ * in one run (chunk = n, nchunks = 1). The CNN runs chunks of cfg.eval_chunk images (its
+ * activations for all 10000 test images would take gigabytes): x holds nchunks chunks (the
+ * last padded with zero images) and run k (static index FMNIST_EVAL_SYMBOL = k) writes
+ * chunk k's logits; fmnist_mlp_eval_run drives them. */
 typedef struct fmnist_mlp_eval {
-    int64_t n;
-    troupe_tnode_t *x;      /* [n, in], hosted constant */
-    troupe_tnode_t *logits; /* [n, out], hosted */
+    int64_t n, chunk, nchunks;
+    /* [n, in] (CNN [n, 1, side, side]) when nchunks = 1, else [nchunks, chunk, ...]; hosted
+     * constant */
+    troupe_tnode_t *x;
+    troupe_tnode_t *logits; /* [chunk, out], hosted */
     troupe_asgn_comp_t *comp;
     troupe_tnode_t **nodes;
     size_t nnodes, nodes_cap;
@@ -153,10 +199,15 @@ void fmnist_mlp_eval_destroy(fmnist_mlp_eval_t **e_p);
  * differ. Before the first upload only (x is constant). */
 TROUPE_MUST_USE troupe_status_t fmnist_mlp_eval_load(fmnist_mlp_eval_t *e,
                                                      const fmnist_dataset_t *ds);
-/* After a run: the fraction of the n rows whose largest logit (first on ties) is labels[row].
- * Reads the logits from the device (troupe_tnode_get_values). */
+/* After a run of a one-chunk evaluation: the fraction of the n rows whose largest logit
+ * (first on ties) is labels[row]. Reads the logits from the device (troupe_tnode_get_values).
+ * FAILED_PRECONDITION when e has several chunks (use fmnist_mlp_eval_run). */
 TROUPE_MUST_USE troupe_status_t fmnist_mlp_eval_accuracy(fmnist_mlp_eval_t *e,
                                                          const uint8_t *labels, double *out);
+/* Runs `routine` (e->comp linked) once per chunk, waiting for each, and returns the accuracy
+ * over the n images as fmnist_mlp_eval_accuracy. The routine's and the runtime's errors. */
+TROUPE_MUST_USE troupe_status_t fmnist_mlp_eval_run(fmnist_mlp_eval_t *e, troupe_routine_t *routine,
+                                                    const uint8_t *labels, double *out);
 
 #ifdef __cplusplus
 }
