@@ -790,8 +790,8 @@ static bool s_check_resume_model(const run_t *r, char *err, size_t cap)
     bool ok = strcmp(model, fmnist_model_name(r->o.model)) == 0;
     if (!ok)
         snprintf(err, cap,
-                 "option --model: checkpoint '%s' holds the parameters of a %s model, this run "
-                 "trains a %s; resume with --model %s",
+                 "option --model: checkpoint '%s' was written by --model %s, this run has "
+                 "--model %s; resume with --model %s",
                  r->o.resume, model, fmnist_model_name(r->o.model), model);
     free(info);
     return ok;
@@ -1023,11 +1023,6 @@ int main(int argc, char **argv)
     fmnist_mlp_config_t mc = o->model == FMNIST_MODEL_CNN
                                  ? fmnist_cnn_config_default(B, num_batches)
                                  : fmnist_mlp_config_default(B, num_batches);
-    if (o->model == FMNIST_MODEL_CNN && r.train.rows == r.train.cols) {
-        /* the data set's images: one of another size reaches the layers, which name it */
-        mc.side = r.train.rows;
-        mc.in = r.train.rows * r.train.cols;
-    }
     mc.fed = fmnist_feed_resolve(o->feed, o->backend);
     CHECK(fmnist_mlp_new(&mc, &r.mlp), "building the model");
     CHECK(fmnist_mlp_init_params(r.mlp, o->seed), "initialising the parameters");

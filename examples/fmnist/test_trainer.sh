@@ -160,6 +160,28 @@ help_backends)
   run 2 --force=yes
   has err "option --force takes no value"
   ;;
+cnn_resume_model)
+  # a checkpoint records its --model: resuming it as the other model is refused before
+  # anything is built, naming both; the convnet resumes as itself
+  run 0 --epochs 1 --train-limit 256 --checkpoint mlp.ck
+  run 2 --epochs 2 --train-limit 256 --model cnn --resume mlp.ck
+  lines err 1
+  has err "option --model: checkpoint 'mlp.ck' was written by --model mlp, this run has --model cnn; resume with --model mlp"
+  lacks out "epoch"
+  run 0 --epochs 1 --train-limit 256 --model cnn --checkpoint cnn.ck
+  has out "model cnn: conv3x3 1->32"
+  run 2 --epochs 2 --train-limit 256 --resume cnn.ck
+  has err "checkpoint 'cnn.ck' was written by --model cnn, this run has --model mlp"
+  run 0 --epochs 2 --train-limit 256 --model cnn --resume cnn.ck --checkpoint cnn.ck
+  has out "resumed from cnn.ck at step 2"; has out "epoch 2/2"
+  ;;
+cnn_repeat)
+  # the convnet over 2 streams of the cpu backend: bitwise the same checkpoint twice
+  for i in 1 2; do
+    run 0 --epochs 1 --train-limit 640 --model cnn --backend cpu --streams 2 --checkpoint "ck$i"
+  done
+  cmp -s ck1 ck2 || fail "two runs of one layout wrote different checkpoints"
+  ;;
 *) echo "unknown case $case"; exit 1 ;;
 esac
 echo "ok ($case)"
