@@ -24,4 +24,6 @@ if(TROUPE_BUILD_EXAMPLES)
   # The optimizer state sharded through shared memory: the unfused run's checkpoint bytes, for
   # SGD with momentum and for AdamW.
   troupe_add_trainer_test(shard 2 400 "TROUPE_TIMEOUT_S=60")
+  # The convnet (--model cnn): 2 ranks equal 1 rank within float rounding, and repeat bitwise.
+  troupe_add_trainer_test(cnn 2 400 "TROUPE_LOG=warn")
 endif()
