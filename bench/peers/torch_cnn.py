@@ -15,16 +15,16 @@ following a cosine from 0.05 down to 0 over the run, set before every step (the 
 with the seed and the tail that fills no whole step left out, as the trainer does (its
 shuffle is its own: another order).
 
-Modes:
+Modes (--mode):
   accuracy  trains --epochs passes over the Fashion-MNIST IDX files in --data with --threads
             threads and prints one line per epoch, then the last line
               torch_cnn accuracy epochs=<n> test_accuracy=<0..1> seconds=<training s>
               threads=<n> torch=<version>
-  1thread   one thread, synthetic data (5120 rows), warm-up then timed runs of --steps steps:
-              torch_peer mode=1thread ranks=1 threads_per_rank=1 global_batch=<n> steps=<n>
-                  runs=<n> median_step_us=<us> min_step_us=<us> max_step_us=<us>
-                  samples_per_s=<n>
-            (bench/peers/torch_mlp.py's line; its library identity line is not repeated here)
+  1thread   bench_train --model cnn's peer: one thread, synthetic data (5120 rows, as
+  ddp       bench/peers/torch_mlp.py's), warm-up then timed runs of --steps steps; ddp: two
+            processes on loopback (gloo, DistributedDataParallel), one thread and half the
+            global minibatch each. The output is torch_mlp.py's (its `library` identity line,
+            then `torch_peer mode=...`), made by its functions.
 Run with /usr/bin/python3 (Debian's torch 1.13). Exit status 0; 3 when torch cannot be
 imported (one line `torch_peer absent reason="..."`); 1 on another failure.
 """
@@ -37,7 +37,10 @@ import struct
 import sys
 import time
 
-LR, MOMENTUM = 0.05, 0.9
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_mlp as peer  # noqa: E402  the timing machinery bench_train parses
+
+LR, MOMENTUM = peer.LR, peer.MOMENTUM
 
 
 def _import_torch(threads):
@@ -132,60 +135,73 @@ def _run_accuracy(args):
           % (args.epochs, acc, seconds, args.threads, torch.__version__))
 
 
+def _synthetic(torch, rows):
+    x, y = peer._data(torch, rows)  # torch_mlp.py's pixels and labels, as (1, 28, 28) images
+    return x.reshape(rows, 1, 28, 28), y
+
+
 def _run_1thread(args):
     torch = _import_torch(1)
-    F = torch.nn.functional
-    g = torch.Generator().manual_seed(0x9E3779B9)
-    rows = 5120
-    x = torch.randint(0, 256, (rows, 1, 28, 28), generator=g, dtype=torch.uint8)
-    x = x.to(torch.float32).div_(255.0)
-    y = torch.randint(0, 10, (rows,), generator=g, dtype=torch.int64)
+    peer._print_identity(torch)
+    x, y = _synthetic(torch, peer.ROWS)
     B = args.batch
-    batches = [(x[i:i + B].contiguous(), y[i:i + B]) for i in range(0, rows - B + 1, B)]
-    model = _model(torch, args.seed)
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    i = 0
+    batches = [(x[i:i + B].contiguous(), y[i:i + B].contiguous())
+               for i in range(0, peer.ROWS - B + 1, B)]
+    peer._report("1thread", 1, args, peer._train(torch, _model(torch, args.seed), batches, args))
 
-    def step():
-        nonlocal i
-        xb, yb = batches[i % len(batches)]
-        i += 1
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(xb), yb)
-        loss.backward()
-        opt.step()
 
-    for _ in range(args.warmup_steps):
-        step()
-    per_step = []
-    for _ in range(args.runs):
-        t0 = time.perf_counter_ns()
-        for _ in range(args.steps):
-            step()
-        per_step.append((time.perf_counter_ns() - t0) / 1e3 / args.steps)
-    s = sorted(per_step)
-    med = s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
-    print("torch_peer mode=1thread ranks=1 threads_per_rank=1 global_batch=%d steps=%d runs=%d "
-          "median_step_us=%.3f min_step_us=%.3f max_step_us=%.3f samples_per_s=%.0f"
-          % (B, args.steps, args.runs, med, s[0], s[-1], B / med * 1e6))
+def _ddp_rank(rank, world, port, args):
+    torch = _import_torch(1)
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                            world_size=world)
+    try:
+        x, y = _synthetic(torch, peer.ROWS)
+        B = args.batch
+        b = B // world
+        batches = [(x[i + rank * b:i + (rank + 1) * b].contiguous(),
+                    y[i + rank * b:i + (rank + 1) * b].contiguous())
+                   for i in range(0, peer.ROWS - B + 1, B)]
+        model = DistributedDataParallel(_model(torch, args.seed))
+        per_step = peer._train(torch, model, batches, args, barrier=dist.barrier)
+        t = torch.tensor(per_step, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slower rank's time is the step time
+        if rank == 0:
+            peer._report("ddp", world, args, t.tolist())
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_ddp(args):
+    _import_torch(1)
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_rank, args=(args.ranks, port, args), nprocs=args.ranks, join=True)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("mode", choices=["accuracy", "1thread"])
+    p.add_argument("--mode", choices=["accuracy", "1thread", "ddp"], default="accuracy")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--batch", type=int, default=128, help="global minibatch")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--warmup-steps", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1, help="accuracy mode's threads")
+    p.add_argument("--ranks", type=int, default=2, help="processes in ddp mode")
+    p.add_argument("--steps", type=int, default=40, help="steps per timed run")
+    p.add_argument("--runs", type=int, default=7, help="timed runs")
+    p.add_argument("--warmup-steps", type=int, default=10)
+    p.add_argument("--optimizer", choices=["sgd"], default="sgd")
     args = p.parse_args()
-    if args.mode == "accuracy":
-        _run_accuracy(args)
-    else:
-        _run_1thread(args)
+    if args.batch < 2 or args.batch % (args.ranks if args.mode == "ddp" else 1) or \
+            args.steps < 1 or args.runs < 1 or args.epochs < 1:
+        p.error("bad sizes")
+    {"accuracy": _run_accuracy, "1thread": _run_1thread, "ddp": _run_ddp}[args.mode](args)
 
 
 if __name__ == "__main__":
