@@ -96,6 +96,16 @@
  * `--trace-overhead` runs only them, in S_TRACE_ROUNDS rounds of S_TRACE_RUNS runs per side,
  * and prints those lines.
  *
+ * `--model cnn` trains the trainer's convnet instead (examples/fmnist/mlp.h: conv 32-32-64, two
+ * max pools, fc 128; SGD with momentum) on the same synthetic images, in fewer cases (a CNN
+ * step costs ~30x an MLP step), against bench/peers/torch_cnn.py (the same model, optimizer
+ * and data; PyTorch's convolutions through oneDNN, its CPU default):
+ *   bench=train case=2x1 ... peer=1x1-proc (us per sample; efficiency as above)
+ *   bench=train case=1x1-proc ... peer=torch-<v>-1thread   (per step of the global batch 128)
+ *   bench=train case=2x1 ... peer=torch-<v>-ddp-gloo-2x64
+ *   efficiency=<...> rounds=<n> efficiency_min=<...> efficiency_max=<...>
+ * with 1x1-proc and 2x1 child jobs and the two torch modes measured in each paired round.
+ *
  * Two other modes replace the cases above:
  *   --scaling R1,R2,...  weak scaling at 128 per rank over R ranks (child jobs of R ranks under
  *                        mpiexec) against R independent processes (the node's ceiling), for the
@@ -187,6 +197,8 @@ static const char *s_backend = "cpu"; /* --backend: every layout's and child's b
 static troupe_optimizer_kind_t s_opt_kind = TROUPE_OPT_SGD;
 /* --feed: the model's form (examples/fmnist/mlp.h): auto is fed on a backend with graphs */
 static fmnist_feed_t s_feed = FMNIST_FEED_AUTO;
+/* --model: the MLP or the convnet (examples/fmnist/mlp.h), every layout's and child's */
+static fmnist_model_kind_t s_model = FMNIST_MODEL_MLP;
 static int s_run(void *arg);
 static const char *s_trace_prefix; /* a traced child (--trace PREFIX) */
 static bool s_trace_failed;        /* a traced child could not switch tracing */
@@ -217,7 +229,8 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
     memset(l, 0, sizeof *l);
     int64_t replicas = (int64_t)streams * troupe_cluster_size();
     int64_t B = global_batch / replicas;
-    fmnist_mlp_config_t mc = fmnist_mlp_config_default(B, ds->count / B);
+    fmnist_mlp_config_t mc = s_model == FMNIST_MODEL_CNN ? fmnist_cnn_config_default(B, ds->count / B)
+                                                         : fmnist_mlp_config_default(B, ds->count / B);
     mc.fed = fmnist_feed_resolve(s_feed, s_backend);
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_new(&mc, &l->mlp));
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_init_params(l->mlp, 42));
@@ -458,6 +471,8 @@ static troupe_status_t s_child_start(int mpi_ranks, int64_t batch, bool bf16, co
     argv[argc++] = (char *)troupe_optimizer_name(s_opt_kind);
     argv[argc++] = (char *)"--feed";
     argv[argc++] = (char *)fmnist_feed_name(s_feed);
+    argv[argc++] = (char *)"--model";
+    argv[argc++] = (char *)fmnist_model_name(s_model);
     if (bf16)
         argv[argc++] = (char *)"--bf16";
     if (s_overlap)
@@ -673,6 +688,9 @@ static double s_nocomm_case(int procs, int64_t batch, int runs, int warmup, cons
 #ifndef TROUPE_BENCH_TORCH_SCRIPT
 #define TROUPE_BENCH_TORCH_SCRIPT "bench/peers/torch_mlp.py"
 #endif
+#ifndef TROUPE_BENCH_TORCH_CNN_SCRIPT
+#define TROUPE_BENCH_TORCH_CNN_SCRIPT "bench/peers/torch_cnn.py"
+#endif
 
 /* The interpreter that imported torch (NULL until one did), torch's major.minor version, and
  * why no interpreter could (set once every candidate failed). */
@@ -692,7 +710,8 @@ static int s_torch_run(const char *python, const char *mode, int64_t batch, int 
     snprintf(runs_s, sizeof runs_s, "%d", runs);
     snprintf(steps_s, sizeof steps_s, "%d", S_STEPS);
     char *argv[] = {(char *)python,
-                    (char *)TROUPE_BENCH_TORCH_SCRIPT,
+                    (char *)(s_model == FMNIST_MODEL_CNN ? TROUPE_BENCH_TORCH_CNN_SCRIPT
+                                                         : TROUPE_BENCH_TORCH_SCRIPT),
                     (char *)"--mode",
                     (char *)mode,
                     (char *)"--runs",
@@ -1098,6 +1117,54 @@ static bool s_parse_ranks(const char *text, int *ranks, int *n)
     return *n > 0;
 }
 
+/* --model cnn: 1x1-proc and 2x1 child jobs and the torch peer's two modes, in paired rounds
+ * (the header's output). */
+static int s_cnn_cases(const troupe_bench_opts_t *opts)
+{
+    bool quick = opts->max_runs == opts->min_runs;
+    int runs = quick ? opts->min_runs : S_CHILD_RUNS, rounds = quick ? 1 : S_ROUNDS;
+    double u1[S_ROUNDS], u2[S_ROUNDS], eff[S_ROUNDS], t1[S_ROUNDS], td[S_ROUNDS];
+    for (int k = 0; k < rounds; k++) {
+        u1[k] = s_child_case(1, S_GLOBAL_BATCH, false, false, runs, opts->warmup, "1x1-proc");
+        u2[k] = S_HAVE_MPIEXEC
+                    ? s_child_case(2, S_GLOBAL_BATCH, false, false, runs, opts->warmup, "2x1")
+                    : NAN;
+        eff[k] = u1[k] / (2.0 * u2[k]);
+        t1[k] = s_torch_case("1thread", S_GLOBAL_BATCH, runs, k == 0);
+        td[k] = s_torch_case("ddp", S_GLOBAL_BATCH, runs, false);
+    }
+    const double us1 = s_median(u1, rounds), us2 = s_median(u2, rounds);
+    if (isnan(us1))
+        return troupe_bench_fail_status(S_PROG, "the 1x1-proc child", TROUPE_INTERNAL);
+    if (!isnan(us2))
+        troupe_bench_print_case("train", "2x1", S_BYTES_PER_SAMPLE, us2, "1x1-proc", us1,
+                                "samples_per_s=%.0f global_batch=%d rounds=%d", 1e6 / us2,
+                                S_GLOBAL_BATCH, rounds);
+    const double tus[2] = {us1, us2}, peer_us[2] = {s_median(t1, rounds), s_median(td, rounds)};
+    for (int i = 0; i < 2; i++) {
+        if (isnan(tus[i]) || isnan(peer_us[i]))
+            continue;
+        char peer[64];
+        snprintf(peer, sizeof peer, i == 0 ? "torch-%s-1thread" : "torch-%s-ddp-gloo-2x64",
+                 s_torch_version);
+        troupe_bench_print_case("train", i == 0 ? "1x1-proc" : "2x1",
+                                S_BYTES_PER_SAMPLE * S_GLOBAL_BATCH, tus[i] * S_GLOBAL_BATCH, peer,
+                                peer_us[i],
+                                "troupe_samples_s=%.0f peer_samples_s=%.0f global_batch=%d "
+                                "rounds=%d",
+                                1e6 / tus[i], 1e6 * S_GLOBAL_BATCH / peer_us[i], S_GLOBAL_BATCH,
+                                rounds);
+    }
+    double lo = eff[0], hi = eff[0];
+    for (int k = 1; k < rounds; k++) {
+        lo = eff[k] < lo ? eff[k] : lo;
+        hi = eff[k] > hi ? eff[k] : hi;
+    }
+    printf("efficiency=%.3f rounds=%d efficiency_min=%.3f efficiency_max=%.3f\n",
+           s_median(eff, rounds), rounds, lo, hi);
+    return S_HAVE_MPIEXEC && isnan(us2) ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     /* --child and --batch B are ours; the rest are bench_util's options */
@@ -1125,6 +1192,12 @@ int main(int argc, char **argv)
                 fprintf(stderr, "%s: --scaling needs a list of rank counts from 1 to %d, such as "
                                 "2,4,8,16\n",
                         S_PROG, S_MAX_RANKS);
+                return 2;
+            }
+            i++;
+        } else if (i > 0 && strcmp(argv[i], "--model") == 0) {
+            if (i + 1 >= argc || fmnist_model_parse(argv[i + 1], &s_model) != TROUPE_OK) {
+                fprintf(stderr, "%s: --model needs mlp or cnn\n", S_PROG);
                 return 2;
             }
             i++;
@@ -1186,7 +1259,9 @@ int main(int argc, char **argv)
                                      "minibatch form (examples/fmnist/mlp.h; auto: fed on a "
                                      "backend with graphs, cuda); --optimizer sgd|adamw: every "
                                      "case's and the torch peer's (sgd: lr 0.05, momentum 0.9; "
-                                     "adamw: torch.optim.AdamW's defaults)",
+                                     "adamw: torch.optim.AdamW's defaults); --model mlp|cnn: the "
+                                     "trainer's MLP or its convnet (cnn: 1x1-proc and 2x1 against "
+                                     "PyTorch only, SGD)",
                                      &opts);
     if (pr != 0)
         return pr > 0 ? 0 : 2;
@@ -1205,6 +1280,18 @@ int main(int argc, char **argv)
     }
 
     troupe_bench_print_machine(TROUPE_BENCH_C_FLAGS);
+    if (s_model == FMNIST_MODEL_CNN) {
+        printf("job model=cnn-c32-c32-p2-c64-p2-fc128-10 optimizer=%s\n",
+               troupe_optimizer_name(s_opt_kind));
+        if (trace_only || nscaling > 0 || s_opt_kind != TROUPE_OPT_SGD ||
+            (strcmp(s_backend, "cpu") != 0 && strcmp(s_backend, "sync") != 0)) {
+            fprintf(stderr, "%s: --model cnn runs its cases on cpu or sync with sgd only (not "
+                            "--trace-overhead, --scaling, a device backend or adamw)\n",
+                    S_PROG);
+            return 2;
+        }
+        return s_cnn_cases(&opts);
+    }
     printf("job model=mlp-784-256-128-10 optimizer=%s\n", troupe_optimizer_name(s_opt_kind));
     if (trace_only)
         return s_trace_overhead(&opts);
