@@ -229,8 +229,9 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
     memset(l, 0, sizeof *l);
     int64_t replicas = (int64_t)streams * troupe_cluster_size();
     int64_t B = global_batch / replicas;
-    fmnist_mlp_config_t mc = s_model == FMNIST_MODEL_CNN ? fmnist_cnn_config_default(B, ds->count / B)
-                                                         : fmnist_mlp_config_default(B, ds->count / B);
+    int64_t nb = ds->count / B;
+    fmnist_mlp_config_t mc = s_model == FMNIST_MODEL_CNN ? fmnist_cnn_config_default(B, nb)
+                                                         : fmnist_mlp_config_default(B, nb);
     mc.fed = fmnist_feed_resolve(s_feed, s_backend);
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_new(&mc, &l->mlp));
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_init_params(l->mlp, 42));

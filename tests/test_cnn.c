@@ -193,8 +193,8 @@ Test(cnn, chunked_evaluation_matches_one_chunk)
         double got[2 * K];
         OK(troupe_tnode_get_values(chunked->logits, got, 2 * K));
         for (int k = 0; k < K; k++)
-            cr_assert(fabs(got[k] - want[4 * K + k]) < 1e-12, "%s: logit [4,%d] %.17g, one run %.17g",
-                      *drv, k, got[k], want[4 * K + k]);
+            cr_assert(fabs(got[k] - want[4 * K + k]) < 1e-12,
+                      "%s: logit [4,%d] %.17g, one run %.17g", *drv, k, got[k], want[4 * K + k]);
         troupe_routine_release(&r1);
         troupe_routine_release(&r2);
         troupe_code_release(&c1);

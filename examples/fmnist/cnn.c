@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_names[FMNIST_CNN_NPARAMS] = {
-    "conv1_w", "conv1_b", "conv2_w", "conv2_b", "conv3_w",
-    "conv3_b", "fc1_w",   "fc1_b",   "fc2_w",   "fc2_b"};
+static const char *const k_names[FMNIST_CNN_NPARAMS] = {"conv1_w", "conv1_b", "conv2_w", "conv2_b",
+                                                        "conv3_w", "conv3_b", "fc1_w",   "fc1_b",
+                                                        "fc2_w",   "fc2_b"};
 
 const char *fmnist__cnn_param_name(int i)
 {

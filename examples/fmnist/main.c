@@ -20,9 +20,9 @@
  * Before any work, rank 0 checks that it can write --checkpoint and --curve, and refuses to
  * overwrite an existing checkpoint that this run does not --resume from (--force allows it).
  * Checkpoints commit every --checkpoint-every steps and at every epoch's end; they carry the
- * run's --model, --batch and training-set size (the checkpoint note) and its plan (parallel/dp.h: global
- * batch, steps per epoch, --seed, the schedule's length), so a --resume continues at the exact
- * step and sample, on any ranks x streams that divide --batch (docs/cluster.md "Failures and
+ * run's --model, --batch and training-set size (the checkpoint note) and its plan (parallel/dp.h:
+ * global batch, steps per epoch, --seed, the schedule's length), so a --resume continues at the
+ * exact step and sample, on any ranks x streams that divide --batch (docs/cluster.md "Failures and
  * restarts"); another --model, --batch, --train-limit or --seed is refused, naming the
  * setting (the model before the file's parameters are compared with the run's). The
  * data order: step g of an epoch takes rows g*batch .. g*batch+batch-1 of the shuffled set,
@@ -95,6 +95,7 @@ typedef struct opts {
     bool compress_bf16; /* --compress bf16 */
     fmnist_feed_t feed; /* --feed */
     bool force;         /* --force: overwrite a checkpoint this run does not resume from */
+
     fmnist_model_kind_t model; /* --model */
 } opts_t;
 

@@ -130,8 +130,8 @@ typedef struct fmnist_mlp {
     troupe_tnode_t *loss;                      /* scalar, hosted */
     /* [num_batches, batch, in], hosted constant; CNN: [num_batches, batch, 1, side, side] */
     troupe_tnode_t *x_all;
-    troupe_tnode_t *y_all;                      /* [num_batches, batch, out], hosted constant */
-    troupe_asgn_comp_t *grad_comp;              /* forward + backward of one minibatch */
+    troupe_tnode_t *y_all;         /* [num_batches, batch, out], hosted constant */
+    troupe_asgn_comp_t *grad_comp; /* forward + backward of one minibatch */
     /* fed form only (NULL when indexed): x [batch, in] (CNN [batch, 1, side, side]) and
      * y [batch, out], materialized, and
      * the feed x := x_all[batch], y := y_all[batch] */

@@ -178,7 +178,7 @@ cnn_resume_model)
 cnn_repeat)
   # the convnet over 2 streams of the cpu backend: bitwise the same checkpoint twice
   for i in 1 2; do
-    run 0 --epochs 1 --train-limit 640 --model cnn --backend cpu --streams 2 --checkpoint "ck$i"
+    run 0 --epochs 1 --train-limit 384 --model cnn --backend cpu --streams 2 --checkpoint "ck$i"
   done
   cmp -s ck1 ck2 || fail "two runs of one layout wrote different checkpoints"
   ;;
