@@ -123,7 +123,7 @@ troupe_status_t fmnist__cnn_forward(troupe_nn_t *nn, const fmnist_mlp_t *m, trou
             NULL);
     }
     troupe_nn_node(nn, "fc1", 2, (int64_t[]){x->dims[0], w[6]->dims[3]}, &h);
-    troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, h, TROUPE_UNOP_IDENTITY, w[7], "j=>bj");
+    troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, h, TROUPE_UNOP_IDENTITY, w[7], "j=>^bj");
     troupe_nn_bin(nn, false, TROUPE_BINOP_ADD, h, TROUPE_BINOP_MUL, p2, w[6], "bchw,chwj=>bj");
     troupe_nn_relu(nn, h, &ah);
     troupe_nn_begin(nn, "fc2: logits = a fc2_w + b");
