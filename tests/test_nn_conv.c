@@ -465,3 +465,82 @@ Test(nn_conv, drivers_match_the_interpreter)
         c_free(&m);
     }
 }
+
+/* ---- PyTorch reference (bench/peers/conv_reference.py writes tests/data/nn_conv_ref.bin) ---- */
+
+static void c_read(FILE *f, size_t count, double *v)
+{
+    uint32_t n = 0;
+    cr_assert_eq(fread(&n, sizeof n, 1, f), 1, "nn_conv_ref.bin is truncated");
+    cr_assert_eq(n, count, "nn_conv_ref.bin: an array of %u values where %zu are expected", n,
+                 count);
+    cr_assert_eq(fread(v, sizeof *v, count, f), count, "nn_conv_ref.bin is truncated");
+}
+
+/* The stored array against ours: |a - b| <= 1e-12 * (1 + |b|). */
+static void c_expect_ref(FILE *f, const char *what, const char *name, const double *got,
+                         size_t count)
+{
+    double *want = malloc(count * sizeof *want);
+    c_read(f, count, want);
+    for (size_t k = 0; k < count; k++)
+        cr_expect(fabs(got[k] - want[k]) <= 1e-12 * (1 + fabs(want[k])),
+                  "%s: %s[%zu] = %.17g, PyTorch %.17g", name, what, k, got[k], want[k]);
+    free(want);
+}
+
+/* conv2d (stride 2, padding 1, dilation 2 and the convnet's shapes, small), max pool and average
+ * pool: forward values and every gradient equal PyTorch's within 1e-12 (double precision). */
+Test(nn_conv, layers_match_pytorch)
+{
+    static const char *const names[] = {"job1",      "job2",     "stride2", "pad1",
+                                        "dilation2", "maxpool2", "avgpool3"};
+    FILE *f = fopen(TROUPE_TEST_DATA_DIR "/nn_conv_ref.bin", "rb");
+    cr_assert_not_null(f, "tests/data/nn_conv_ref.bin (bench/peers/conv_reference.py writes it)");
+    char magic[8];
+    uint32_t ncases = 0;
+    cr_assert_eq(fread(magic, 1, 8, f), 8);
+    cr_assert(memcmp(magic, "troupecv", 8) == 0);
+    cr_assert_eq(fread(&ncases, sizeof ncases, 1, f), 1);
+    cr_assert_eq(ncases, 7);
+    for (uint32_t c = 0; c < ncases; c++) {
+        uint32_t kind = 0;
+        int32_t s[9];
+        cr_assert_eq(fread(&kind, sizeof kind, 1, f), 1);
+        cr_assert_eq(fread(s, sizeof s[0], 9, f), 9);
+        c_model_t m;
+        c_init(&m, TROUPE_PREC_DOUBLE, 3);
+        const int64_t xd[4] = {s[0], s[1], s[2], s[3]};
+        OK(troupe_nn_param(m.nn, "x", 4, xd, &m.x));
+        OK(troupe_nn_begin(m.nn, names[c]));
+        if (kind == 0) {
+            const int64_t wd[4] = {s[4], s[1], s[5], s[5]}, bd[1] = {s[4]};
+            OK(troupe_nn_param(m.nn, "w", 4, wd, &m.w));
+            OK(troupe_nn_param(m.nn, "b", 1, bd, &m.b));
+            troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(s[6], s[7], s[8]);
+            OK(troupe_nn_conv2d(m.nn, m.x, m.w, m.b, &o, &m.y));
+        } else {
+            troupe_nn_pool2d_opts_t o = TROUPE_NN_POOL2D_OPTS(s[5], s[6]);
+            if (kind == 1)
+                OK(troupe_nn_maxpool2d(m.nn, m.x, &o, &m.y));
+            else
+                OK(troupe_nn_avgpool2d(m.nn, m.x, &o, &m.y));
+        }
+        c_finish(&m);
+        c_build(&m);
+        troupe_tnode_t *in[4] = {m.x, m.w, m.b, m.r};
+        for (int i = 0; i < 4; i++)
+            if (in[i])
+                c_read(f, (size_t)troupe_tnode_num_elems(in[i]), c_data(&m, in[i]));
+        c_run(&m);
+        c_expect_ref(f, "y", names[c], c_data(&m, m.y), (size_t)troupe_tnode_num_elems(m.y));
+        troupe_tnode_t *gp[3] = {m.x, m.w, m.b};
+        const char *gn[3] = {"x_grad", "w_grad", "b_grad"};
+        for (int i = 0; i < 3; i++)
+            if (gp[i])
+                c_expect_ref(f, gn[i], names[c], c_data(&m, c_grad(&m, gp[i])),
+                             (size_t)troupe_tnode_num_elems(gp[i]));
+        c_free(&m);
+    }
+    fclose(f);
+}
