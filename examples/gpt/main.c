@@ -90,9 +90,10 @@ static int s_usage(const char *msg)
     return 2;
 }
 
-static void s_help(void)
+/* The commands and options: on stdout for --help, on stderr for a bare `gpt` (a usage error). */
+static void s_help(FILE *f)
 {
-    printf(
+    fprintf(f,
         "usage: gpt COMMAND [options]      (train: under mpiexec, one process per rank)\n"
         "  init   --layers L --heads NH --channels C --max-seq maxT --vocab V [--padded-vocab Vp]\n"
         "         --seed S --out FILE          a GPT-2 random init in llm.c's model format\n"
@@ -840,7 +841,7 @@ int main(int argc, char **argv)
     }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         if (troupe_cluster_rank() == 0)
-            s_help();
+            s_help(argc < 2 ? stderr : stdout);
         troupe_status_t st = troupe_cluster_finalize();
         (void)st;
         return argc < 2 ? 2 : 0;

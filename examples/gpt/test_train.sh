@@ -1,0 +1,140 @@
+#!/bin/sh
+# troupe — tests of `gpt train` and the gpt command line (examples/gpt/CMakeLists.txt runs one
+# case per CTest test), on a tiny model (L=2 NH=2 C=32, byte vocabulary, T=16, B=4) and a small
+# shard made here:
+#   streams  1 rank x 2 streams equals 1 x 1 within relative 1e-5 on every loss over 20 steps,
+#            and each layout trains bitwise the same from run to run
+#   ranks    the same for LAUNCHER (mpiexec -n 2 ...) x 1 stream
+#   resume   a run saved at step 8 and resumed to 20 gives the uninterrupted run's losses and
+#            final model file bit for bit
+#   cli      bad options and bad files: one clear error line and a non-zero exit status
+# "Bitwise the same" is checked on the final model file (cmp: every parameter after the last
+# step) and on the printed `step=K loss=X` lines.
+# usage: test_train.sh GPT WORK_DIR CASE [LAUNCHER...]
+# Share one TROUPE_CACHE_DIR across the runs: compiling the gradient routine is the slow part.
+set -u
+gpt=$1 work=$2 case=$3
+shift 3
+dir=$work/$case
+rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
+
+fail() { echo "FAIL ($case): $*"; echo "--- stdout"; cat out 2>/dev/null; echo "--- stderr"; cat err 2>/dev/null; exit 1; }
+has() { grep -q -- "$2" "$1" || fail "$1 lacks '$2'"; }
+# run EXPECTED_STATUS ARGS...: runs gpt, output in ./out and ./err.
+run() {
+  want=$1; shift
+  "$@" >out 2>err
+  got=$?
+  [ "$got" = "$want" ] || fail "exit status $got, expected $want for: $*"
+}
+
+# the tiny model and a shard of ~13 kB of text (64 tokens a step: 20 steps stay in the first pass)
+setup() {
+  awk 'BEGIN { for (i = 0; i < 400; i++) printf "line %d: the quick brown fox %d jumps.\n", i, (i * i) % 97 }' >text.txt
+  run 0 "$gpt" data --text text.txt --out-dir . --name t --val-fraction 0.1
+  run 0 "$gpt" init --layers 2 --heads 2 --channels 32 --max-seq 16 --vocab 256 --seed 5 --out m.bin
+}
+# train NAME STREAMS [LAUNCHER...] [-- EXTRA...]: 20 steps into NAME.out, model NAME.bin
+train() {
+  name=$1 streams=$2; shift 2
+  run 0 "$@" "$gpt" train --model m.bin --data t_train.bin --batch 4 --seq 16 --steps 20 \
+    --lr 1e-3 --weight-decay 0.01 --streams "$streams" --backend cpu --save "$name.bin"
+  grep '^step=' out >"$name.out"
+  [ "$(wc -l <"$name.out")" = 20 ] || fail "$name: $(wc -l <"$name.out") step lines, expected 20"
+  has out "^final loss=.* streams=$streams steps=20"
+}
+# same A B: the two runs printed the same losses and wrote the same model, bit for bit
+same() {
+  cmp -s "$1.out" "$2.out" || fail "the losses of $1 and $2 differ: $(diff "$1.out" "$2.out" | head -4)"
+  cmp -s "$1.bin" "$2.bin" || fail "the final models $1.bin and $2.bin differ"
+}
+# close A B: every loss of B within relative 1e-5 of A's, step by step
+close() {
+  awk -v a="$1.out" -v b="$2.out" 'BEGIN {
+      while ((getline la <a) > 0) {
+        if ((getline lb <b) <= 0) { print "fewer lines in " b; exit 1 }
+        split(la, pa, /[= ]/); split(lb, pb, /[= ]/)
+        if (pa[2] != pb[2]) { print "step " pa[2] " against " pb[2]; exit 1 }
+        d = pa[4] - pb[4]; if (d < 0) d = -d
+        if (!(d <= 1e-5 * pa[4])) { print "step " pa[2] ": loss " pa[4] " against " pb[4]; exit 1 }
+        if (d > worst) worst = d
+        n++
+      }
+      if (n != 20) { print n " steps compared"; exit 1 }
+      printf "largest loss difference %g over %d steps\n", worst, n
+    }' || fail "$2 is not within relative 1e-5 of $1"
+}
+
+case $case in
+streams)
+  setup
+  train a1x1 1; train b1x1 1; same a1x1 b1x1
+  train a1x2 2; train b1x2 2; same a1x2 b1x2
+  close a1x1 a1x2
+  # the loss falls: the test would pass on a model that does not train otherwise
+  awk 'NR == 1 { f = $2 } END { exit !($2 < f) }' FS='loss=' a1x1.out || fail "the loss did not fall"
+  ;;
+ranks)
+  [ $# -gt 0 ] || fail "the ranks case needs a LAUNCHER"
+  setup
+  train a1x1 1
+  train a2x1 1 "$@"; has out "ranks=2"; train b2x1 1 "$@"; same a2x1 b2x1
+  close a1x1 a2x1
+  ;;
+resume)
+  setup
+  train full 1
+  # 8 steps saved, then resumed from the state to 20: same lines and model as the full run
+  run 0 "$gpt" train --model m.bin --data t_train.bin --batch 4 --seq 16 --steps 8 \
+    --lr 1e-3 --weight-decay 0.01 --streams 1 --backend cpu --save part.bin
+  grep '^step=' out >part.out
+  [ -s part.bin.state ] || fail "no part.bin.state"
+  run 0 "$gpt" train --model m.bin --data t_train.bin --batch 4 --seq 16 --steps 20 \
+    --lr 1e-3 --weight-decay 0.01 --streams 1 --backend cpu --resume part.bin.state --save res.bin
+  grep '^step=' out >>part.out
+  grep -q '^step=0 ' out && fail "the resumed run started again at step 0"
+  cp part.out res.out
+  same full res
+  cmp -s full.bin.state res.bin.state || fail "the final training states (moments, step) differ"
+  ;;
+cli)
+  setup
+  tr='--batch 4 --seq 16 --steps 1 --backend cpu --streams 1'
+  # shellcheck disable=SC2086 # $tr is words
+  {
+  run 2 "$gpt"; has err "usage"
+  run 2 "$gpt" frobnicate; has err "unknown command"
+  run 2 "$gpt" train --model m.bin --data t_train.bin $tr --bogus 1; has err "unknown option '--bogus'"
+  run 2 "$gpt" train --model m.bin --data t_train.bin $tr --lr; has err "option --lr needs a value"
+  run 2 "$gpt" train --model m.bin --data t_train.bin $tr --lr fast; has err "option --lr: 'fast' is not a number"
+  run 2 "$gpt" train --data t_train.bin $tr; has err "options --model and --data are required"
+  run 2 "$gpt" train --model m.bin --data t_train.bin --seq 16 --steps 1; has err "option --batch is required"
+  run 2 "$gpt" train --model m.bin --data t_train.bin $tr --schedule wavy; has err "option --schedule"
+  run 2 "$gpt" train --model m.bin --data t_train.bin $tr --save-every 2; has err "needs --save"
+  run 2 "$gpt" train --model m.bin --data t_train.bin $tr --grad-clip 1; has err "not implemented"
+  run 2 "$gpt" train --model m.bin --data t_train.bin --batch 3 --seq 16 --steps 1 --streams 2 --backend cpu
+  has err "do not split evenly"
+  run 1 "$gpt" train --model m.bin --data t_train.bin --batch 4 --seq 32 --steps 1 --backend cpu
+  has err "maxT = 16 is below --seq 32"
+  run 1 "$gpt" train --model missing.bin --data t_train.bin $tr; has err "missing.bin"
+  run 1 "$gpt" train --model m.bin --data 'nothing*.bin' $tr; has err "nothing\*.bin: no token shard matches"
+  # a model cut short, a shard with a wrong magic, a token id >= V, a shard below one batch
+  head -c 5000 m.bin >short.bin
+  run 1 "$gpt" train --model short.bin --data t_train.bin $tr; has err "short.bin"
+  cp t_train.bin bad.bin && printf 'XXXX' | dd of=bad.bin conv=notrunc 2>/dev/null
+  run 1 "$gpt" train --model m.bin --data bad.bin $tr; has err "bad.bin"; has err "magic"
+  run 0 "$gpt" init --layers 1 --heads 2 --channels 32 --max-seq 16 --vocab 60 --seed 1 --out v60.bin
+  run 1 "$gpt" train --model v60.bin --data t_train.bin $tr; has err "t_train.bin: token .* is not below the vocabulary size V = 60"
+  run 1 "$gpt" train --model m.bin --data t_val.bin --batch 128 --seq 16 --steps 1 --backend cpu --streams 1
+  has err "t_val.bin: the shard holds 1582 tokens, fewer than one batch needs"
+  run 2 "$gpt" init --layers 2 --heads 3 --channels 32 --max-seq 16 --vocab 256 --seed 1; has err "option --out is required"
+  run 1 "$gpt" sample --model short.bin --tokens 4 --seed 1; has err "short.bin"
+  run 2 "$gpt" sample --model m.bin --tokens 0; has err "option --tokens"
+  run 1 "$gpt" data --text missing.txt --out-dir .; has err "missing.txt"
+  }
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
+echo "PASS ($case)"
