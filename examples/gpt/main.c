@@ -14,8 +14,11 @@
  * `final loss=X val_loss=X tokens_per_s=X ranks=R streams=S steps=N`. docs/gpt.md has the rest.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "curve.h"
 #include "llmc.h"
 #include "model.h"
+
+#include "curve_plot.h"
 
 #include "base/config.h"
 #include "base/log.h"
@@ -105,9 +108,11 @@ static void s_help(FILE *f)
         "         [--schedule constant|cosine --warmup K] [--save FILE --save-every K]\n"
         "         [--resume FILE.state] [--backend NAME] [--streams S] [--val-every K\n"
         "         --val-batches M] [--sample-every K --sample-tokens N] [--seed S]\n"
+        "         [--curve FILE.csv] [--plot FILE.png%s]\n"
         "         --batch is global: split over every replica of every rank\n"
         "  sample --model FILE --tokens N --seed S [--temperature 1] [--prompt TEXT]\n"
-        "         [--tokenizer FILE] [--backend NAME]\n");
+        "         [--tokenizer FILE] [--backend NAME]\n",
+        troupe_curve_plot_available() ? "" : " (not built: this gpt has no cairo)");
 }
 
 static bool s_parse(int argc, char **argv, const char *const *known, size_t nknown, opts_t *o,
@@ -518,7 +523,7 @@ typedef struct train {
         sample_tokens, seed;
     double lr, wd, beta1, beta2, eps;
     bool cosine;
-    const char *model, *data, *val, *save, *resume, *backend;
+    const char *model, *data, *val, *save, *resume, *backend, *curve, *plot;
 } train_t;
 
 static double s_lr_at(const train_t *t, long long step)
@@ -556,7 +561,8 @@ static int s_cmd_train(int argc, char **argv)
         "--steps",       "--lr",          "--weight-decay", "--beta1",        "--beta2",
         "--eps",         "--schedule",    "--warmup",       "--grad-clip",    "--save",
         "--save-every",  "--resume",      "--backend",      "--streams",      "--val-every",
-        "--val-batches", "--sample-every", "--sample-tokens", "--seed"};
+        "--val-batches", "--sample-every", "--sample-tokens", "--seed",
+        "--curve",       "--plot"};
     opts_t o;
     char err[512];
     train_t t = {0};
@@ -585,6 +591,8 @@ static int s_cmd_train(int argc, char **argv)
     t.save = s_get(&o, "--save");
     t.resume = s_get(&o, "--resume");
     t.backend = s_get(&o, "--backend");
+    t.curve = s_get(&o, "--curve");
+    t.plot = s_get(&o, "--plot");
     const char *sched = s_get(&o, "--schedule");
     if (!t.model || !t.data)
         return s_usage("options --model and --data are required");
@@ -596,6 +604,11 @@ static int s_cmd_train(int argc, char **argv)
                        "(parallel/dp.h has no global-norm clip)");
     if (t.save_every && !t.save)
         return s_usage("option --save-every needs --save");
+    if (t.plot && !troupe_curve_plot_available())
+        return s_usage("option --plot: this gpt was built without cairo (libcairo2-dev): it "
+                       "cannot draw");
+    if (gpt_curve_check(t.curve, t.plot) != TROUPE_OK)
+        return s_usage(troupe_last_error());
 
     /* every rank runs with the same settings (those that decide the results) */
     char sv[12][64];
@@ -712,6 +725,15 @@ static int s_cmd_train(int argc, char **argv)
     if (t.resume)
         CHECK(troupe_dp_load(dp, t.resume), "resuming");
     long long first = troupe_dp_steps_done(dp);
+    gpt_curve_t curve = {0};
+    if (rank == 0 && (t.curve || t.plot)) {
+        char title[200];
+        snprintf(title, sizeof title,
+                 "gpt: L=%d NH=%d C=%d, batch %lld x %lld, %d rank(s) x %d stream(s)",
+                 cfg.layers, cfg.heads, cfg.channels, t.B, t.T, ranks, streams);
+        CHECK(gpt_curve_open(&curve, t.curve, t.plot, first, title), "the learning curve");
+    }
+    double pending_val = NAN; /* the validation before the next step, for the curve */
     if (rank == 0)
         printf("gpt: L=%d NH=%d C=%d V=%d Vp=%d, %zu parameters; %zu training tokens in %d "
                "shard(s), %lld batches of %lld x %lld; %d rank(s) x %d stream(s)\n",
@@ -765,6 +787,7 @@ static int s_cmd_train(int argc, char **argv)
             if (tty)
                 printf("\r\033[K");
             printf("val_loss=%.6f\n", val_loss);
+            pending_val = val_loss;
         }
         if (sm && step > first && (step % t.sample_every == 0 || last)) {
             CHECK(troupe_dp_sync(dp), "training");
@@ -782,8 +805,13 @@ static int s_cmd_train(int argc, char **argv)
         }
         if (t.save && step > first && ((t.save_every && step % t.save_every == 0) || last))
             s_save(dp, p, t.save, rank);
-        if (last)
+        if (last) {
+            if (rank == 0 && !isnan(pending_val))
+                CHECK(gpt_curve_add(&curve, step, NAN, pending_val, t_train),
+                      "the learning curve");
+            gpt_curve_draw(&curve);
             break;
+        }
         double t0 = s_now();
         if (t.warmup || t.cosine)
             CHECK(troupe_dp_set_lr(dp, s_lr_at(&t, step)), "setting the learning rate");
@@ -791,6 +819,10 @@ static int s_cmd_train(int argc, char **argv)
         CHECK(troupe_dp_last_loss(dp, &loss), "training");
         t_train += s_now() - t0;
         if (rank == 0) {
+            CHECK(gpt_curve_add(&curve, step, loss, pending_val, t_train), "the learning curve");
+            if (!isnan(pending_val))
+                gpt_curve_draw(&curve);
+            pending_val = NAN;
             if (tty) {
                 int w = 30, done = (int)(w * (step + 1) / (t.steps ? t.steps : 1));
                 printf("\r\033[K");
@@ -817,6 +849,7 @@ static int s_cmd_train(int argc, char **argv)
         printf("final loss=%.6f val_loss=%.6f tokens_per_s=%.1f ranks=%d streams=%d steps=%lld\n",
                loss, val_loss, tps, ranks, streams, t.steps);
     }
+    gpt_curve_close(&curve);
     gpt_runner_destroy(&vr);
     gpt_runner_destroy(&sr);
     troupe_dp_destroy(&dp);

@@ -6,13 +6,18 @@
 #            and each layout trains bitwise the same from run to run
 #   ranks    the same for LAUNCHER (mpiexec -n 2 ...) x 1 stream
 #   resume   a run saved at step 8 and resumed to 20 gives the uninterrupted run's losses and
-#            final model file bit for bit
+#            final model file bit for bit (with validation, --curve and --plot on, which must
+#            not change them); the curve holds every step once and the validations
 #   cli      bad options and bad files: one clear error line and a non-zero exit status
+#   quickstart  deploy/quickstart.sh's job argument, as a dry run (TROUPE_QUICKSTART_DRY_RUN=1:
+#            its commands printed, nothing built or run): `gpt` and its options, `fmnist`, an
+#            unknown job, --help
 # "Bitwise the same" is checked on the final model file (cmp: every parameter after the last
 # step) and on the printed `step=K loss=X` lines.
 # usage: test_train.sh GPT WORK_DIR CASE [LAUNCHER...]
 # Share one TROUPE_CACHE_DIR across the runs: compiling the gradient routine is the slow part.
 set -u
+here=$(cd "$(dirname "$0")" && pwd)
 gpt=$1 work=$2 case=$3
 shift 3
 dir=$work/$case
@@ -85,17 +90,32 @@ resume)
   setup
   train full 1
   # 8 steps saved, then resumed from the state to 20: same lines and model as the full run
+  view="--val t_val.bin --val-every 5 --val-batches 2 --curve c.csv --plot c.png"
+  # shellcheck disable=SC2086 # $view is words
   run 0 "$gpt" train --model m.bin --data t_train.bin --batch 4 --seq 16 --steps 8 \
-    --lr 1e-3 --weight-decay 0.01 --streams 1 --backend cpu --save part.bin
+    --lr 1e-3 --weight-decay 0.01 --streams 1 --backend cpu --save part.bin $view
   grep '^step=' out >part.out
   [ -s part.bin.state ] || fail "no part.bin.state"
+  # shellcheck disable=SC2086 # $view is words
   run 0 "$gpt" train --model m.bin --data t_train.bin --batch 4 --seq 16 --steps 20 \
-    --lr 1e-3 --weight-decay 0.01 --streams 1 --backend cpu --resume part.bin.state --save res.bin
+    --lr 1e-3 --weight-decay 0.01 --streams 1 --backend cpu --resume part.bin.state --save res.bin $view
   grep '^step=' out >>part.out
   grep -q '^step=0 ' out && fail "the resumed run started again at step 0"
   cp part.out res.out
   same full res
   cmp -s full.bin.state res.bin.state || fail "the final training states (moments, step) differ"
+  # the curve: the header, steps 0..19 once each with the printed losses, validations before
+  # steps 0, 5, 10, 15 and after the last (20)
+  [ "$(head -n 1 c.csv)" = "step,loss,val_loss,seconds" ] || fail "c.csv's header: $(head -n 1 c.csv)"
+  awk -F, 'NR > 1 && $2 != "" { printf "step=%s loss=%s\n", $1, $2 }' c.csv >curve.out
+  cmp -s curve.out full.out || fail "c.csv's losses are not the printed ones: $(diff curve.out full.out | head -4)"
+  [ "$(awk -F, 'NR > 1 && $3 != "" { printf "%s ", $1 }' c.csv)" = "0 5 10 15 20 " ] ||
+    fail "c.csv's validations are at steps $(awk -F, 'NR > 1 && $3 != "" { printf "%s ", $1 }' c.csv)"
+  if "$gpt" --help | grep -q "this gpt has no cairo"; then
+    echo "no cairo: the picture is not checked"
+  else
+    [ "$(head -c 4 c.png | tail -c 3)" = PNG ] || fail "c.png is not a PNG"
+  fi
   ;;
 cli)
   setup
@@ -132,6 +152,34 @@ cli)
   run 2 "$gpt" sample --model m.bin --tokens 0; has err "option --tokens"
   run 1 "$gpt" data --text missing.txt --out-dir .; has err "missing.txt"
   }
+  ;;
+quickstart)
+  qs=$here/../../deploy/quickstart.sh
+  export TROUPE_QUICKSTART_DRY_RUN=1 TROUPE_BUILD_DIR="$dir/b"
+  unset TROUPE_BACKEND TROUPE_QUICKSTART_RANKS TROUPE_QUICKSTART_STEPS
+  run 0 "$qs" gpt
+  has out "gpt data --out-dir $dir/b/gpt-data"
+  has out "gpt init --layers 4 --heads 4 --channels 128 --max-seq 64 --vocab 256 "
+  has out "mpirun.sh -np 2 -- $dir/b/examples/gpt/gpt train --backend cpu "
+  has out " --batch 16 --seq 64 --steps 300 "
+  has out " --curve $dir/b/gpt-curve.csv --plot $dir/b/gpt-curve.png --save $dir/b/gpt.bin$"
+  has err "backend cpu"
+  grep -q fmnist out && fail "the gpt job runs fmnist"
+  # the shards are made once; the settings and extra options reach the trainer
+  mkdir -p b/gpt-data && echo x >b/gpt-data/fortunes_train.bin && echo x >b/gpt-data/fortunes_val.bin
+  TROUPE_QUICKSTART_STEPS=7 TROUPE_QUICKSTART_RANKS=3 TROUPE_BACKEND=sync run 0 "$qs" gpt --lr 3e-4
+  grep -q "gpt data" out && fail "the shards were made again"
+  has out "mpirun.sh -np 3 -- .* train --backend sync .* --steps 7 .* --lr 3e-4$"
+  has err "backend sync (TROUPE_BACKEND is set)"
+  run 0 "$qs" fmnist --epochs 1
+  has out "examples/fmnist/fmnist --backend cpu --epochs 3 .* --epochs 1$"
+  run 0 "$qs" --epochs 1 # the default job
+  has out "examples/fmnist/fmnist .* --epochs 1$"
+  run 2 "$qs" gtp
+  has err "unknown job 'gtp' (fmnist, gpt"
+  [ -s out ] && fail "an unknown job printed commands"
+  run 0 "$qs" --help
+  has out "deploy/quickstart.sh gpt"; has out "TROUPE_QUICKSTART_STEPS"
   ;;
 *)
   fail "unknown case"

@@ -286,20 +286,18 @@ static void s_text(cairo_t *cr, double x, double y, double ax, double ay, const 
     cairo_show_text(cr, s);
 }
 
-/* One panel: frame, grid, ticks, the series and its name; y values picked by `field`. */
-static void s_panel(cairo_t *cr, const troupe_curve_t *c, double top, double height,
-                    const s_axis_t *xa, int field, const char *name, const double rgb[3],
-                    bool x_labels)
+/* One panel: frame, grid, ticks, the series and its name. */
+static void s_panel(cairo_t *cr, const troupe_plot_panel_t *p, double top, double height,
+                    const s_axis_t *xa, const double rgb[3], bool x_labels)
 {
     double left = S_LEFT, width = S_W - S_LEFT - S_RIGHT;
     double lo = INFINITY, hi = -INFINITY;
-    for (size_t i = 0; i < c->n; i++) {
-        double v = field == 1 ? c->rows[i].loss : c->rows[i].test_accuracy;
-        lo = fmin(lo, v);
-        hi = fmax(hi, v);
+    for (size_t i = 0; i < p->n; i++) {
+        lo = fmin(lo, p->y[i]);
+        hi = fmax(hi, p->y[i]);
     }
     s_axis_t ya = s_axis(lo, hi, 5, false);
-    if (field == 2) { /* accuracy: keep the axis within [0, 1] */
+    if (p->unit) { /* an accuracy: keep the axis within [0, 1] */
         ya.lo = fmax(ya.lo, 0);
         ya.hi = fmin(ya.hi, 1);
         if (ya.hi <= ya.lo)
@@ -339,19 +337,17 @@ static void s_panel(cairo_t *cr, const troupe_curve_t *c, double top, double hei
     cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
     cairo_set_line_width(cr, 2.2);
     cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
-    for (size_t i = 0; i < c->n; i++) {
-        double v = field == 1 ? c->rows[i].loss : c->rows[i].test_accuracy;
+    for (size_t i = 0; i < p->n; i++) {
         if (i == 0)
-            cairo_move_to(cr, S_X(c->rows[i].epoch), S_Y(v));
+            cairo_move_to(cr, S_X(p->x[i]), S_Y(p->y[i]));
         else
-            cairo_line_to(cr, S_X(c->rows[i].epoch), S_Y(v));
+            cairo_line_to(cr, S_X(p->x[i]), S_Y(p->y[i]));
     }
     cairo_stroke(cr);
-    if (c->n <= S_MAX_MARKERS) {
-        for (size_t i = 0; i < c->n; i++) {
-            double v = field == 1 ? c->rows[i].loss : c->rows[i].test_accuracy;
+    if (p->n <= S_MAX_MARKERS) {
+        for (size_t i = 0; i < p->n; i++) {
             cairo_new_sub_path(cr);
-            cairo_arc(cr, S_X(c->rows[i].epoch), S_Y(v), 3.5, 0, 2 * M_PI);
+            cairo_arc(cr, S_X(p->x[i]), S_Y(p->y[i]), 3.5, 0, 2 * M_PI);
         }
         cairo_fill(cr);
     }
@@ -365,11 +361,13 @@ static void s_panel(cairo_t *cr, const troupe_curve_t *c, double top, double hei
     cairo_set_font_size(cr, 13);
     cairo_translate(cr, 22, top + height / 2);
     cairo_rotate(cr, -M_PI / 2);
-    s_text(cr, 0, 0, 0.5, 0.5, name);
+    s_text(cr, 0, 0, 0.5, 0.5, p->name ? p->name : "");
     cairo_restore(cr);
 }
 
-static troupe_status_t s_draw(const troupe_curve_t *c, const char *title, const char *png_path)
+static troupe_status_t s_draw(const troupe_plot_panel_t *top_panel,
+                              const troupe_plot_panel_t *bottom_panel, const char *x_name,
+                              const char *title, const char *caption, const char *png_path)
 {
     troupe_status_t st = TROUPE_OK;
     cairo_surface_t *surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, S_W, S_H);
@@ -378,22 +376,29 @@ static troupe_status_t s_draw(const troupe_curve_t *c, const char *title, const 
     cairo_paint(cr);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
 
-    s_axis_t xa = s_axis(c->rows[0].epoch, c->rows[c->n - 1].epoch, 10, true);
-    double height = (S_H - S_TOP - S_BOTTOM - S_GAP) / 2;
+    double x_lo = top_panel->x[0], x_hi = top_panel->x[top_panel->n - 1];
+    if (bottom_panel && bottom_panel->n > 0) {
+        x_lo = fmin(x_lo, bottom_panel->x[0]);
+        x_hi = fmax(x_hi, bottom_panel->x[bottom_panel->n - 1]);
+    }
+    s_axis_t xa = s_axis(x_lo, x_hi, 10, true);
     static const double blue[3] = {0.12, 0.40, 0.70}, orange[3] = {0.85, 0.37, 0.01};
-    s_panel(cr, c, S_TOP, height, &xa, 1, "training loss", blue, false);
-    s_panel(cr, c, S_TOP + height + S_GAP, height, &xa, 2, "test accuracy", orange, true);
+    if (bottom_panel && bottom_panel->n > 0) {
+        double height = (S_H - S_TOP - S_BOTTOM - S_GAP) / 2;
+        s_panel(cr, top_panel, S_TOP, height, &xa, blue, false);
+        s_panel(cr, bottom_panel, S_TOP + height + S_GAP, height, &xa, orange, true);
+    } else {
+        s_panel(cr, top_panel, S_TOP, S_H - S_TOP - S_BOTTOM, &xa, blue, true);
+    }
 
     cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
     cairo_set_font_size(cr, 13);
-    s_text(cr, S_LEFT + (S_W - S_LEFT - S_RIGHT) / 2, S_H - 12, 0.5, 1, "epoch");
-    char last[128];
-    const troupe_curve_row_t *z = &c->rows[c->n - 1];
-    snprintf(last, sizeof last, "epoch %d: loss %.4f, test accuracy %.4f", z->epoch, z->loss,
-             z->test_accuracy);
-    cairo_set_source_rgb(cr, 0.3, 0.3, 0.3);
-    cairo_set_font_size(cr, 12);
-    s_text(cr, S_LEFT, 36, 0, 0, last);
+    s_text(cr, S_LEFT + (S_W - S_LEFT - S_RIGHT) / 2, S_H - 12, 0.5, 1, x_name);
+    if (caption) {
+        cairo_set_source_rgb(cr, 0.3, 0.3, 0.3);
+        cairo_set_font_size(cr, 12);
+        s_text(cr, S_LEFT, 36, 0, 0, caption);
+    }
     cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
     cairo_set_font_size(cr, 15);
@@ -437,16 +442,70 @@ bool troupe_curve_plot_available(void)
 
 #endif
 
+/* A panel's points: at least one (none when may_be_empty), finite, x not decreasing. */
+static troupe_status_t s_panel_check(const troupe_plot_panel_t *p, const char *which,
+                                     bool may_be_empty)
+{
+    if (p->n == 0 && may_be_empty)
+        return TROUPE_OK;
+    if (p->n == 0 || !p->x || !p->y)
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "plot: the %s panel has no points",
+                                which);
+    for (size_t i = 0; i < p->n; i++) {
+        if (!isfinite(p->x[i]) || !isfinite(p->y[i]))
+            return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                    "plot: the %s panel's point %zu (%g, %g) is not finite", which,
+                                    i, p->x[i], p->y[i]);
+        if (i > 0 && p->x[i] < p->x[i - 1])
+            return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                    "plot: the %s panel's x values decrease at point %zu", which,
+                                    i);
+    }
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_curve_plot_panels_png(const troupe_plot_panel_t *top,
+                                             const troupe_plot_panel_t *bottom,
+                                             const char *x_name, const char *title,
+                                             const char *caption, const char *png_path)
+{
+    if (!top || !png_path || !x_name)
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "plot: no top panel, x name or path");
+    TROUPE_RETURN_IF_ERROR(s_panel_check(top, "top", false));
+    if (bottom)
+        TROUPE_RETURN_IF_ERROR(s_panel_check(bottom, "bottom", true));
+#if TROUPE_CURVE_HAVE_CAIRO
+    return s_draw(top, bottom, x_name, title, caption, png_path);
+#else
+    (void)title;
+    (void)caption;
+    return troupe_error_set(TROUPE_UNIMPLEMENTED,
+                            "this troupe was built without cairo (libcairo2-dev): no PNG plots");
+#endif
+}
+
 troupe_status_t troupe_curve_plot_png(const troupe_curve_t *c, const char *title,
                                       const char *png_path)
 {
     if (!c || c->n == 0 || !png_path)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT, "plot: no rows to draw, or no path");
-#if TROUPE_CURVE_HAVE_CAIRO
-    return s_draw(c, title, png_path);
-#else
-    (void)title;
-    return troupe_error_set(TROUPE_UNIMPLEMENTED,
-                            "this troupe was built without cairo (libcairo2-dev): no PNG plots");
-#endif
+    troupe_status_t st = TROUPE_OK;
+    double *v = troupe_malloc(3 * c->n * sizeof *v);
+    if (!v)
+        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "plot: out of memory");
+    double *x = v, *loss = v + c->n, *acc = v + 2 * c->n;
+    for (size_t i = 0; i < c->n; i++) {
+        x[i] = c->rows[i].epoch;
+        loss[i] = c->rows[i].loss;
+        acc[i] = c->rows[i].test_accuracy;
+    }
+    troupe_plot_panel_t top = {x, loss, c->n, "training loss", false};
+    troupe_plot_panel_t bottom = {x, acc, c->n, "test accuracy", true};
+    const troupe_curve_row_t *z = &c->rows[c->n - 1];
+    char caption[128];
+    snprintf(caption, sizeof caption, "epoch %d: loss %.4f, test accuracy %.4f", z->epoch,
+             z->loss, z->test_accuracy);
+    st = troupe_curve_plot_panels_png(&top, &bottom, "epoch", title, caption, png_path);
+    troupe_free(v);
+    return st;
 }

@@ -75,6 +75,30 @@ bool troupe_curve_plot_available(void);
 TROUPE_MUST_USE troupe_status_t troupe_curve_plot_png(const troupe_curve_t *c, const char *title,
                                                       const char *png_path);
 
+/* One panel of a picture: n points (x[i], y[i]), finite, x not decreasing, drawn as a line
+ * (with markers up to 60 points); `name` labels its value axis; `unit` keeps that axis within
+ * [0, 1] (an accuracy). The arrays are the caller's. */
+typedef struct troupe_plot_panel {
+    const double *x, *y;
+    size_t n;
+    const char *name;
+    bool unit;
+} troupe_plot_panel_t;
+
+/* Draws `top` and, below it on the same x axis, `bottom` (NULL or no points: `top` alone,
+ * full height) as a PNG of 900x640 pixels: `title` (NULL: "learning curve") and `caption`
+ * (NULL: none) above, `x_name` below, written as troupe_curve_plot_png writes. The picture
+ * of any run's curve, not only the CSV above (examples/gpt: loss per step, validation loss).
+ * Errors: INVALID_ARGUMENT (NULL top, x_name or path; a top panel without points; a point not
+ * finite or x decreasing, naming the panel and point), UNIMPLEMENTED (built without cairo),
+ * UNAVAILABLE (cairo could not draw or write). */
+TROUPE_MUST_USE troupe_status_t troupe_curve_plot_panels_png(const troupe_plot_panel_t *top,
+                                                             const troupe_plot_panel_t *bottom,
+                                                             const char *x_name,
+                                                             const char *title,
+                                                             const char *caption,
+                                                             const char *png_path);
+
 #ifdef __cplusplus
 }
 #endif
