@@ -6,6 +6,7 @@
 #include "curve_plot.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,4 +252,56 @@ Test(curve_plot, unwritable_png)
     cr_assert(strstr(troupe_last_error(), "/nonexistent/dir/x.png") != NULL, "%s",
               troupe_last_error());
     troupe_curve_free(&c);
+}
+
+/* The panels API (any run's curve, examples/gpt's): the points are checked, naming the panel
+ * and point, before anything is drawn; one panel alone draws the whole page in its colour. */
+Test(curve_plot, panels_checked)
+{
+    const double x[3] = {0, 1, 2}, y[3] = {5.5, 5.1, 4.9}, back[3] = {0, 2, 1};
+    const double bad[3] = {5.5, NAN, 4.9};
+    troupe_plot_panel_t top = {x, y, 3, "training loss", false};
+    troupe_plot_panel_t empty = {NULL, NULL, 0, "training loss", false};
+    troupe_plot_panel_t nan_y = {x, bad, 3, "validation loss", false};
+    troupe_plot_panel_t decreasing = {back, y, 3, "validation loss", false};
+    const char *png = "/nonexistent/dir/never.png";
+    cr_assert_eq(troupe_curve_plot_panels_png(&empty, NULL, "step", NULL, NULL, png),
+                 TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "top panel has no points") != NULL, "%s",
+              troupe_last_error());
+    cr_assert_eq(troupe_curve_plot_panels_png(&top, &nan_y, "step", NULL, NULL, png),
+                 TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "bottom panel's point 1") != NULL, "%s",
+              troupe_last_error());
+    cr_assert_eq(troupe_curve_plot_panels_png(&top, &decreasing, "step", NULL, NULL, png),
+                 TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "decrease at point 2") != NULL, "%s",
+              troupe_last_error());
+    cr_assert_eq(troupe_curve_plot_panels_png(&top, NULL, NULL, NULL, NULL, png),
+                 TROUPE_INVALID_ARGUMENT);
+}
+
+Test(curve_plot, one_panel)
+{
+    if (!troupe_curve_plot_available())
+        cr_skip_test("built without cairo");
+    const double x[4] = {0, 1, 2, 3}, y[4] = {5.5, 5.1, 4.9, 4.6};
+    troupe_plot_panel_t top = {x, y, 4, "training loss", false};
+    troupe_plot_panel_t none = {NULL, NULL, 0, "validation loss", false};
+    char png[512];
+    snprintf(png, sizeof png, "%s/curve_plot_panel_%ld.png", TROUPE_TEST_BUILD_DIR,
+             (long)getpid());
+    cr_assert_eq(troupe_curve_plot_panels_png(&top, &none, "step", "gpt", "step 3: loss 4.6", png),
+                 TROUPE_OK, "%s", troupe_last_error());
+#if TROUPE_TEST_HAVE_CAIRO
+    cairo_surface_t *s = cairo_image_surface_create_from_png(png);
+    cr_assert_eq(cairo_surface_status(s), CAIRO_STATUS_SUCCESS);
+    long blue = s_pixels_near(s, 31, 102, 178, 12), orange = s_pixels_near(s, 217, 94, 3, 12);
+    cr_assert_gt(blue, 500, "the loss series is missing (%ld blue pixels)", blue);
+    cr_assert_eq(orange, 0, "an empty bottom panel was drawn (%ld orange pixels)", orange);
+    cairo_surface_destroy(s);
+#else
+    cr_assert_eq(access(png, R_OK), 0);
+#endif
+    unlink(png);
 }
