@@ -1,0 +1,253 @@
+/* bench_gpt — GPT-2 training (examples/gpt, `gpt train`, 1 rank x 1 stream, cpu backend)
+ * against PyTorch (bench/peers/torch_gpt.py, one thread) on the same llm.c model file, token
+ * shard, batches and AdamW, interleaved in rounds:
+ *
+ *   bench=gpt case=<case> bytes=<parameter bytes> troupe_us=<us per step> peer=torch-<v>-1thread
+ *     peer_us=<us per step> ratio=<troupe_us/peer_us> troupe_tokens_per_s=<n>
+ *     peer_tokens_per_s=<n> troupe_gflops=<n> peer_gflops=<n> params=<N> loss_rel_diff=<max>
+ *
+ * Cases (issue 31): "default" L=4 NH=4 C=128 T=64 B=4, "small" L=6 NH=6 C=384 T=128 B=8. A
+ * side's step time is the mean over the steps of one run (what `gpt train` reports as
+ * tokens_per_s; the peer likewise), the line the median over the rounds. GFLOP/s by llm.c's
+ * accounting: 6 N + 6 L C T FLOPs per token, N the parameters (padded vocabulary included).
+ * The losses of both sides are compared step by step: beyond relative 1e-4 the bench says so
+ * on stderr and exits 1. `gpt train` compiles its routines before the first step (not timed;
+ * the code cache, TROUPE_CACHE_DIR, keeps them for the later rounds).
+ *
+ * usage: bench_gpt [--case default|small|all] [--steps N] [--rounds R]
+ * The text: Debian's fortunes (`gpt data`), else generated words. The peer's interpreter:
+ * $TROUPE_BENCH_PYTHON, else /usr/bin/python3 (Debian's torch); OPENBLAS_CORETYPE is unset for
+ * it. Without torch the lines say peer=none.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "bench_util.h"
+#include "llmc.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef GPT_BENCH_GPT
+#define GPT_BENCH_GPT "gpt"
+#endif
+#ifndef GPT_BENCH_TORCH_SCRIPT
+#define GPT_BENCH_TORCH_SCRIPT "bench/peers/torch_gpt.py"
+#endif
+
+#define S_MAX_STEPS 1000
+#define S_MAX_ROUNDS 15
+
+typedef struct gcase {
+    const char *name;
+    int L, NH, C, T, B;
+} gcase_t;
+
+static const gcase_t s_cases[] = {{"default", 4, 4, 128, 64, 4}, {"small", 6, 6, 384, 128, 8}};
+
+/* Runs `cmd` (sh -c), reading its `step=K loss=X` lines into losses[0..steps) and the number
+ * after `key` on its last line that has one into *value. 0 on success; 1 when the command
+ * failed or printed too few steps (its output goes to stderr). */
+static int s_run(const char *cmd, int steps, double *losses, const char *key, double *value,
+                 char *peer, size_t peer_cap)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        fprintf(stderr, "bench_gpt: cannot run: %s\n", cmd);
+        return 1;
+    }
+    char line[1024];
+    int got = 0;
+    *value = NAN;
+    while (fgets(line, sizeof line, p)) {
+        long long k = 0;
+        double l = 0;
+        if (sscanf(line, "step=%lld loss=%lf", &k, &l) == 2 && k >= 0 && k < steps) {
+            losses[k] = l;
+            got++;
+        }
+        const char *at = strstr(line, key);
+        if (at)
+            *value = strtod(at + strlen(key), NULL);
+        at = strstr(line, "peer=");
+        if (peer && at && sscanf(at, "peer=%63s", peer) != 1)
+            snprintf(peer, peer_cap, "torch");
+    }
+    int rc = pclose(p);
+    if (rc != 0 || got != steps || !isfinite(*value)) {
+        fprintf(stderr, "bench_gpt: '%s' failed (status %d, %d of %d steps)\n", cmd, rc, got,
+                steps);
+        return 1;
+    }
+    return 0;
+}
+
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double s_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, s_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* A text file of pseudo-random words (when the fortunes are not installed). */
+static int s_write_words(const char *path)
+{
+    static const char *const words[] = {"the", "of", "a", "troupe", "plays", "in", "town",
+                                        "tonight", "and", "every", "night", "after", "rain"};
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return 1;
+    uint64_t s = 12345;
+    for (int i = 0; i < 200000; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        fprintf(f, "%s%c", words[(s >> 33) % 13], (s >> 20) % 11 == 0 ? '\n' : ' ');
+    }
+    return fclose(f) != 0;
+}
+
+static int s_case(const gcase_t *c, const char *dir, int steps, int rounds, const char *python)
+{
+    char cmd[4096], model[1024], data[1024];
+    snprintf(model, sizeof model, "%s/%s.bin", dir, c->name);
+    snprintf(data, sizeof data, "%s/fortunes_train.bin", dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' init --layers %d --heads %d --channels %d --max-seq %d --vocab 256 --seed 1 "
+             "--out '%s' >/dev/null",
+             GPT_BENCH_GPT, c->L, c->NH, c->C, c->T, model);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "bench_gpt: %s failed\n", cmd);
+        return 1;
+    }
+    gpt_llmc_config_t cfg = {.max_seq = c->T, .vocab = 256, .layers = c->L, .heads = c->NH,
+                             .channels = c->C, .padded_vocab = 256};
+    double n = (double)gpt_llmc_num_params(&cfg);
+    double flops_per_token = 6 * n + 6.0 * c->L * c->C * c->T;
+    double tokens = (double)c->B * c->T;
+    double t_us[S_MAX_ROUNDS], p_us[S_MAX_ROUNDS], worst = 0;
+    double *tl = calloc((size_t)steps, sizeof *tl), *pl = calloc((size_t)steps, sizeof *pl);
+    char peer[64] = "none";
+    int st = tl && pl ? 0 : 1, np = 0;
+    for (int r = 0; r < rounds && st == 0; r++) {
+        double tps = NAN;
+        snprintf(cmd, sizeof cmd,
+                 "TROUPE_LOG=warn '%s' train --model '%s' --data '%s' --batch %d --seq %d "
+                 "--steps %d --lr 1e-4 --streams 1 --backend cpu",
+                 GPT_BENCH_GPT, model, data, c->B, c->T, steps);
+        st = s_run(cmd, steps, tl, "tokens_per_s=", &tps, NULL, 0);
+        if (st != 0)
+            break;
+        t_us[r] = tokens / tps * 1e6;
+        if (!python)
+            continue;
+        snprintf(cmd, sizeof cmd,
+                 "env -u OPENBLAS_CORETYPE '%s' '%s' --model '%s' --data '%s' --batch %d "
+                 "--seq %d --steps %d --lr 1e-4 --threads 1",
+                 python, GPT_BENCH_TORCH_SCRIPT, model, data, c->B, c->T, steps);
+        double us = NAN;
+        if (s_run(cmd, steps, pl, "peer_us=", &us, peer, sizeof peer) != 0) {
+            st = 1;
+            break;
+        }
+        p_us[np++] = us;
+        for (int k = 0; k < steps; k++) {
+            double d = fabs(tl[k] - pl[k]) / fabs(pl[k]);
+            worst = d > worst ? d : worst;
+        }
+    }
+    if (st == 0 && worst > 1e-4) {
+        fprintf(stderr, "bench_gpt: case %s: troupe's losses differ from PyTorch's by up to %g "
+                        "relative (limit 1e-4)\n",
+                c->name, worst);
+        st = 1;
+    }
+    if (st == 0) {
+        double tu = s_median(t_us, rounds), pu = np ? s_median(p_us, np) : NAN;
+        double ttps = tokens / tu * 1e6, ptps = tokens / pu * 1e6;
+        troupe_bench_print_case("gpt", c->name, (int64_t)(4 * n), tu, np ? peer : "none", pu,
+                                "troupe_tokens_per_s=%.0f peer_tokens_per_s=%.0f "
+                                "troupe_gflops=%.2f peer_gflops=%.2f params=%.0f "
+                                "loss_rel_diff=%.2g steps=%d rounds=%d",
+                                ttps, ptps, ttps * flops_per_token / 1e9,
+                                ptps * flops_per_token / 1e9, n, worst, steps, rounds);
+    }
+    unlink(model);
+    free(tl);
+    free(pl);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    const char *which = "default";
+    int steps = 10, rounds = 3;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: bench_gpt [--case default|small|all] [--steps N] [--rounds R]\n"
+                   "GPT-2 training steps, gpt train (1 rank x 1 stream) against PyTorch "
+                   "(1 thread)\n");
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "bench_gpt: option %s needs a value\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--case") && (!strcmp(v, "default") || !strcmp(v, "small") ||
+                                     !strcmp(v, "all"))) {
+            which = v;
+        } else if (!strcmp(a, "--steps") && atoi(v) >= 2 && atoi(v) <= S_MAX_STEPS) {
+            steps = atoi(v);
+        } else if (!strcmp(a, "--rounds") && atoi(v) >= 1 && atoi(v) <= S_MAX_ROUNDS) {
+            rounds = atoi(v);
+        } else {
+            fprintf(stderr,
+                    "bench_gpt: bad option %s %s (--case default|small|all, --steps 2..%d, "
+                    "--rounds 1..%d)\n",
+                    a, v, S_MAX_STEPS, S_MAX_ROUNDS);
+            return 2;
+        }
+    }
+    troupe_bench_print_machine(TROUPE_BENCH_C_FLAGS);
+    char dir[] = "/tmp/bench_gpt.XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("bench_gpt: mkdtemp");
+        return 1;
+    }
+    char cmd[4096], text[1100];
+    snprintf(text, sizeof text, "%s/words.txt", dir);
+    snprintf(cmd, sizeof cmd, "'%s' data --out-dir '%s' >/dev/null 2>&1", GPT_BENCH_GPT, dir);
+    int st = 0;
+    if (system(cmd) != 0) {
+        snprintf(cmd, sizeof cmd, "'%s' data --text '%s' --out-dir '%s' --name fortunes >/dev/null",
+                 GPT_BENCH_GPT, text, dir);
+        st = s_write_words(text) != 0 || system(cmd) != 0;
+        if (st)
+            fprintf(stderr, "bench_gpt: cannot make the token shard in %s\n", dir);
+    }
+    /* the peer's interpreter: one that imports torch */
+    const char *env = getenv("TROUPE_BENCH_PYTHON");
+    const char *python = env && env[0] ? env : "/usr/bin/python3";
+    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", python);
+    if (system(cmd) != 0) {
+        printf("peer torch absent: %s cannot import torch\n", python);
+        python = NULL;
+    }
+    fflush(stdout);
+    for (size_t i = 0; i < sizeof s_cases / sizeof *s_cases && st == 0; i++)
+        if (!strcmp(which, "all") || !strcmp(which, s_cases[i].name))
+            st = s_case(&s_cases[i], dir, steps, rounds, python);
+    const char *files[] = {"fortunes_train.bin", "fortunes_val.bin", "words.txt"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "%s/%s", dir, files[i]);
+        unlink(cmd);
+    }
+    rmdir(dir);
+    return st;
+}

@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""The PyTorch peer of bench/gpt.c: GPT-2 as examples/gpt trains it, from the same llm.c model
+file and token shard, the same batches (sequential: batch k holds the B sequences of T+1 tokens
+starting at tokens kBT, kBT+T, ...) and the same AdamW, timed per step.
+
+usage: torch_gpt.py --model FILE --data SHARD --batch B --seq T --steps N [--lr 1e-4]
+                    [--weight-decay 0] [--threads 1]
+Prints `step=K loss=X` per step, then
+`peer=torch-<version>-<threads>thread peer_us=<mean us per step> tokens_per_s=<from it>`
+(the mean over every step of the run, as `gpt train` reports its tokens/s).
+Run with Debian's torch (/usr/bin/python3). The model follows llm.c's train_gpt2.py (pre-LN
+blocks, fused QKV, causal attention, GELU tanh, tied classifier over Vp; only the first V logits
+count), written from the equations as bench/peers/torch_gpt_reference.py has it."""
+import argparse
+import math
+import statistics
+import struct
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+ORDER = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
+         "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+
+
+def read_model(path):
+    with open(path, "rb") as f:
+        head = struct.unpack("<256i", f.read(1024))
+        if head[0] != 20240326 or head[1] != 3:
+            sys.exit("%s: not an llm.c fp32 model file (magic %d, version %d)" % (path, head[0], head[1]))
+        maxt, v, l, nh, c, vp = head[2:8]
+        shapes = {"wte": (vp, c), "wpe": (maxt, c), "ln1w": (l, c), "ln1b": (l, c),
+                  "qkvw": (l, 3 * c, c), "qkvb": (l, 3 * c), "attprojw": (l, c, c),
+                  "attprojb": (l, c), "ln2w": (l, c), "ln2b": (l, c), "fcw": (l, 4 * c, c),
+                  "fcb": (l, 4 * c), "fcprojw": (l, c, 4 * c), "fcprojb": (l, c), "lnfw": (c,),
+                  "lnfb": (c,)}
+        p = {}
+        for k in ORDER:
+            n = math.prod(shapes[k])
+            data = f.read(4 * n)
+            if len(data) != 4 * n:
+                sys.exit("%s: truncated at %s" % (path, k))
+            p[k] = torch.frombuffer(bytearray(data), dtype=torch.float32).view(shapes[k]).clone()
+            p[k].requires_grad_(True)
+    return (l, nh, c, v), p
+
+
+def read_shard(path):
+    with open(path, "rb") as f:
+        head = struct.unpack("<256i", f.read(1024))
+        if head[0] != 20240520 or head[1] != 1:
+            sys.exit("%s: not an llm.c token shard" % path)
+        data = f.read(2 * head[2])
+    return torch.frombuffer(bytearray(data), dtype=torch.int16).to(torch.int64) & 0xFFFF
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def forward(cfg, p, x, y):
+    L, NH, C, V = cfg
+    b, t = x.shape
+    h = p["wte"][x] + p["wpe"][:t]
+    hd = C // NH
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+    for l in range(L):
+        a = F.layer_norm(h, (C,), p["ln1w"][l], p["ln1b"][l], 1e-5)
+        qkv = F.linear(a, p["qkvw"][l], p["qkvb"][l])
+        q, k, v = qkv.split(C, dim=2)
+        q = q.view(b, t, NH, hd).transpose(1, 2)
+        k = k.view(b, t, NH, hd).transpose(1, 2)
+        v = v.view(b, t, NH, hd).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        o = (att @ v).transpose(1, 2).reshape(b, t, C)
+        h = h + F.linear(o, p["attprojw"][l], p["attprojb"][l])
+        a = F.layer_norm(h, (C,), p["ln2w"][l], p["ln2b"][l], 1e-5)
+        f = gelu(F.linear(a, p["fcw"][l], p["fcb"][l]))
+        h = h + F.linear(f, p["fcprojw"][l], p["fcprojb"][l])
+    h = F.layer_norm(h, (C,), p["lnfw"], p["lnfb"], 1e-5)
+    logits = (h @ p["wte"].T)[:, :, :V]
+    return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--seq", type=int, required=True)
+    ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    cfg, p = read_model(a.model)
+    tokens = read_shard(a.data)
+    B, T = a.batch, a.seq
+    nb = (len(tokens) - 1) // (B * T)
+    if nb < 1:
+        sys.exit("%s: fewer than B*T+1 tokens" % a.data)
+    opt = torch.optim.AdamW(list(p.values()), lr=a.lr, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=a.weight_decay)
+    times = []
+    for step in range(a.steps):
+        at = (step % nb) * B * T
+        x = torch.stack([tokens[at + i * T: at + i * T + T] for i in range(B)])
+        y = torch.stack([tokens[at + i * T + 1: at + i * T + T + 1] for i in range(B)])
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = forward(cfg, p, x, y)
+        loss.backward()
+        opt.step()
+        value = loss.item()
+        times.append(time.perf_counter() - t0)
+        print("step=%d loss=%.6f" % (step, value))
+    us = statistics.mean(times) * 1e6  # as gpt train reports: every step of the run
+    version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    print("peer=torch-%s-%dthread peer_us=%.1f tokens_per_s=%.1f" % (
+        version, a.threads, us, B * T / (us * 1e-6)))
+
+
+if __name__ == "__main__":
+    main()
