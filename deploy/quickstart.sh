@@ -102,6 +102,9 @@ if [ "$job" = gpt ]; then
     plot_args=() # a build without cairo cannot draw
   fi
   steps=${TROUPE_QUICKSTART_STEPS:-300}
+  # the first run compiles the model's routines (gradient, validation, sampling: tens of
+  # thousands of lines of C each); on a busy machine one compile can outlast the default 600 s
+  export TROUPE_CC_TIMEOUT_S=${TROUPE_CC_TIMEOUT_S:-3600}
   echo "troupe quickstart: backend $backend ($why)" >&2
   echo "troupe quickstart: GPT-2 L=4 NH=4 C=128 on Debian's fortunes as bytes, $steps steps of 16 x 64 tokens on $ranks ranks" >&2
   if [ ! -s "$data/fortunes_train.bin" ] || [ ! -s "$data/fortunes_val.bin" ]; then
