@@ -132,6 +132,11 @@ cli)
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --schedule wavy; has err "option --schedule"
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --save-every 2; has err "needs --save"
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --grad-clip 1; has err "not implemented"
+  # --curve and --plot do not overwrite another kind of file
+  run 2 "$gpt" train --model m.bin --data t_train.bin $tr --curve text.txt
+  has err "option --curve: 'text.txt' exists and is not a gpt learning curve"
+  run 2 "$gpt" train --model m.bin --data t_train.bin $tr --plot text.txt
+  has err "option --plot: 'text.txt' exists and is not a PNG picture"
   run 2 "$gpt" train --model m.bin --data t_train.bin --batch 3 --seq 16 --steps 1 --streams 2 --backend cpu
   has err "do not split evenly"
   run 1 "$gpt" train --model m.bin --data t_train.bin --batch 4 --seq 32 --steps 1 --backend cpu
