@@ -53,6 +53,14 @@ run() {
   fi
   "$@"
 }
+# run_quiet COMMAND...: run, with the command's standard output dropped
+run_quiet() {
+  if [ "$dry_run" = 1 ]; then
+    run "$@"
+    return 0
+  fi
+  "$@" >/dev/null
+}
 if [ "$dry_run" = 1 ]; then
   TROUPE_BUILD_DIR=${TROUPE_BUILD_DIR:-$(cd "$TROUPE_DEPLOY_DIR/.." && pwd)/build}
   info="(dry run: troupe info not run)"
@@ -115,11 +123,22 @@ if [ "$job" = gpt ]; then
   # a fresh run: the curve and picture of an earlier one go
   run rm -f "$curve" "$plot" "$model.state"
   status=0
-  run "$TROUPE_DEPLOY_DIR/mpirun.sh" -np "$ranks" -- "$gpt" train --backend "$backend" --streams 1 \
-    --model "$init" --data "$data/fortunes_train.bin" --val "$data/fortunes_val.bin" \
-    --batch 16 --seq 64 --steps "$steps" --lr 1e-3 --val-every 50 --val-batches 4 \
-    --sample-every "$steps" --sample-tokens 240 --seed 1 \
-    --curve "$curve" "${plot_args[@]}" --save "$model" "$@" || status=$?
+  if [ "$backend" = cpu ] && [ "$ranks" -gt 1 ]; then
+    # one process compiles the routines first (1 rank x $ranks streams has the same per-replica
+    # batch, so the same code): the ranks then find them in the code cache instead of each
+    # compiling them at once (the gradient's compiler takes about 8 GB of memory)
+    echo "troupe quickstart: compiling the model's routines once (the first run takes minutes)" >&2
+    run_quiet "$gpt" train --backend "$backend" --streams "$ranks" --model "$init" \
+      --data "$data/fortunes_train.bin" --val "$data/fortunes_val.bin" --batch 16 --seq 64 \
+      --steps 0 --val-batches 1 --sample-every 1 --seed 1 || status=$?
+  fi
+  if [ "$status" -eq 0 ]; then
+    run "$TROUPE_DEPLOY_DIR/mpirun.sh" -np "$ranks" -- "$gpt" train --backend "$backend" --streams 1 \
+      --model "$init" --data "$data/fortunes_train.bin" --val "$data/fortunes_val.bin" \
+      --batch 16 --seq 64 --steps "$steps" --lr 1e-3 --val-every 50 --val-batches 4 \
+      --sample-every "$steps" --sample-tokens 240 --seed 1 \
+      --curve "$curve" "${plot_args[@]}" --save "$model" "$@" || status=$?
+  fi
   if [ "$status" -ne 0 ]; then
     echo "troupe quickstart: training failed (exit status $status)" >&2
     exit "$status"

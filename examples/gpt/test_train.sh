@@ -166,6 +166,8 @@ quickstart)
   has out "gpt data --out-dir $dir/b/gpt-data"
   has out "gpt init --layers 4 --heads 4 --channels 128 --max-seq 64 --vocab 256 "
   has out "mpirun.sh -np 2 -- $dir/b/examples/gpt/gpt train --backend cpu "
+  # the routines compiled once by one process (1 rank x 2 streams: the same code) first
+  has out "^$dir/b/examples/gpt/gpt train --backend cpu --streams 2 .* --batch 16 --seq 64 --steps 0 "
   has out " --batch 16 --seq 64 --steps 300 "
   has out " --curve $dir/b/gpt-curve.csv --plot $dir/b/gpt-curve.png --save $dir/b/gpt.bin$"
   has err "backend cpu"
