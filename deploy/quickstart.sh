@@ -11,7 +11,7 @@
 #        deploy/quickstart.sh gpt [GPT TRAIN ARGS...]
 #        deploy/quickstart.sh --help
 #   TROUPE_QUICKSTART_EPOCHS   fmnist: epochs (default 3: a few minutes on 2 cores)
-#   TROUPE_QUICKSTART_STEPS    gpt: steps (default 300) of 16 sequences of 64 bytes; the model
+#   TROUPE_QUICKSTART_STEPS    gpt: steps (default 3000) of 16 sequences of 64 bytes; the model
 #                              L=4 NH=4 C=128 (0.83 M parameters), Debian's fortunes as bytes
 #   TROUPE_BUILD_DIR           build directory (default build/); the curve and the checkpoint
 #                              are written there: fmnist-curve.csv, fmnist-curve.png, fmnist.ckpt;
@@ -109,7 +109,7 @@ if [ "$job" = gpt ]; then
   if [ "$dry_run" != 1 ] && "$gpt" --help | grep -q "not built: this gpt has no cairo"; then
     plot_args=() # a build without cairo cannot draw
   fi
-  steps=${TROUPE_QUICKSTART_STEPS:-300}
+  steps=${TROUPE_QUICKSTART_STEPS:-3000}
   # the first run compiles the model's routines (gradient, validation, sampling: tens of
   # thousands of lines of C each); on a busy machine one compile can outlast the default 600 s
   export TROUPE_CC_TIMEOUT_S=${TROUPE_CC_TIMEOUT_S:-3600}
@@ -135,7 +135,7 @@ if [ "$job" = gpt ]; then
   if [ "$status" -eq 0 ]; then
     run "$TROUPE_DEPLOY_DIR/mpirun.sh" -np "$ranks" -- "$gpt" train --backend "$backend" --streams 1 \
       --model "$init" --data "$data/fortunes_train.bin" --val "$data/fortunes_val.bin" \
-      --batch 16 --seq 64 --steps "$steps" --lr 1e-3 --val-every 50 --val-batches 4 \
+      --batch 16 --seq 64 --steps "$steps" --lr 1e-3 --val-every 250 --val-batches 4 \
       --sample-every "$steps" --sample-tokens 240 --seed 1 \
       --curve "$curve" "${plot_args[@]}" --save "$model" "$@" || status=$?
   fi

@@ -168,7 +168,7 @@ quickstart)
   has out "mpirun.sh -np 2 -- $dir/b/examples/gpt/gpt train --backend cpu "
   # the routines compiled once by one process (1 rank x 2 streams: the same code) first
   has out "^$dir/b/examples/gpt/gpt train --backend cpu --streams 2 .* --batch 16 --seq 64 --steps 0 "
-  has out " --batch 16 --seq 64 --steps 300 "
+  has out " --batch 16 --seq 64 --steps 3000 "
   has out " --curve $dir/b/gpt-curve.csv --plot $dir/b/gpt-curve.png --save $dir/b/gpt.bin$"
   has err "backend cpu"
   grep -q fmnist out && fail "the gpt job runs fmnist"
