@@ -94,6 +94,29 @@ if [ "$backend" = cuda ] && [ -z "${TROUPE_QUICKSTART_RANKS:-}" ] && [ "$gpus" -
   ranks=$gpus # one rank per GPU
 fi
 
+# After a training run: exit with its status when it failed, or 0 after a dry run; check that
+# the curve ($2) and the checkpoint or model ($3) were written, and say where they and the plot
+# ($plot, when plot_args is set) went.
+finish_training() {
+  if [ "$1" -ne 0 ]; then
+    echo "troupe quickstart: training failed (exit status $1)" >&2
+    exit "$1"
+  fi
+  if [ "$dry_run" = 1 ]; then
+    exit 0
+  fi
+  for f in "$2" "$3"; do
+    if [ ! -s "$f" ]; then
+      echo "troupe quickstart: the trainer exited 0 but did not write $f" >&2
+      exit 1
+    fi
+  done
+  echo "learning curve: $2"
+  if [ ${#plot_args[@]} -gt 0 ]; then
+    echo "learning curve plot: $plot"
+  fi
+}
+
 if [ "$job" = gpt ]; then
   gpt="$TROUPE_BUILD_DIR/examples/gpt/gpt"
   if [ "$dry_run" != 1 ] && [ ! -x "$gpt" ]; then
@@ -139,23 +162,7 @@ if [ "$job" = gpt ]; then
       --sample-every "$steps" --sample-tokens 240 --seed 1 \
       --curve "$curve" "${plot_args[@]}" --save "$model" "$@" || status=$?
   fi
-  if [ "$status" -ne 0 ]; then
-    echo "troupe quickstart: training failed (exit status $status)" >&2
-    exit "$status"
-  fi
-  if [ "$dry_run" = 1 ]; then
-    exit 0
-  fi
-  for f in "$curve" "$model"; do
-    if [ ! -s "$f" ]; then
-      echo "troupe quickstart: the trainer exited 0 but did not write $f" >&2
-      exit 1
-    fi
-  done
-  echo "learning curve: $curve"
-  if [ ${#plot_args[@]} -gt 0 ]; then
-    echo "learning curve plot: $plot"
-  fi
+  finish_training "$status" "$curve" "$model"
   echo "model: $model (llm.c's format; sample with: $gpt sample --model $model --tokens 400 --seed 2)"
   exit 0
 fi
@@ -178,21 +185,5 @@ echo "troupe quickstart: training $epochs epoch(s) on $ranks ranks" >&2
 status=0
 run "$TROUPE_DEPLOY_DIR/mpirun.sh" -np "$ranks" -- "$trainer" --backend "$backend" --epochs "$epochs" \
   --curve "$curve" --checkpoint "$checkpoint" --force "${plot_args[@]}" "$@" || status=$?
-if [ "$status" -ne 0 ]; then
-  echo "troupe quickstart: training failed (exit status $status)" >&2
-  exit "$status"
-fi
-if [ "$dry_run" = 1 ]; then
-  exit 0
-fi
-for f in "$curve" "$checkpoint"; do
-  if [ ! -s "$f" ]; then
-    echo "troupe quickstart: the trainer exited 0 but did not write $f" >&2
-    exit 1
-  fi
-done
-echo "learning curve: $curve"
-if [ ${#plot_args[@]} -gt 0 ]; then
-  echo "learning curve plot: $plot"
-fi
+finish_training "$status" "$curve" "$checkpoint"
 echo "checkpoint: $checkpoint (train on: deploy/mpirun.sh -np $ranks -- --backend $backend --resume $checkpoint --epochs $((epochs + 2)))"
