@@ -668,6 +668,9 @@ static int s_cmd_train(int argc, char **argv)
         snprintf(err, sizeof err,
                  "option --batch: %lld sequences do not split evenly over %lld replicas", t.B,
                  (long long)replicas);
+        free(flat);
+        free(tokens);
+        free(vtokens);
         return s_usage(err);
     }
     int64_t b = t.B / replicas;
