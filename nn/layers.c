@@ -1,20 +1,13 @@
 /* troupe — layers as forward assignments (see layers.h). */
 #include "nn/layers.h"
 
+#include "nn/layers_impl.h"
+
 #include <stdio.h>
 #include <string.h>
 
-#define S_MAX_LEAD 4
-
-/* Terms of the leading axes: "ABC" for ndims-1 = 3. */
-static void s_lead(int n, char *buf)
-{
-    for (int a = 0; a < n; a++)
-        buf[a] = (char)('A' + a);
-    buf[n] = '\0';
-}
-
-/* The same, each marked as a broadcast ("^A^B^C", ir/projection.h). */
+/* troupe__nn_lead's letters, each marked as a broadcast ("^A^B^C", ir/projection.h). buf holds
+ * 2n + 1 chars. */
 static void s_lead_marked(int n, char *buf)
 {
     for (int a = 0; a < n; a++) {
@@ -24,23 +17,18 @@ static void s_lead_marked(int n, char *buf)
     buf[2 * n] = '\0';
 }
 
-static troupe_status_t s_check(troupe_nn_t *nn)
-{
-    return troupe_nn_status(nn);
-}
-
 /* The linear layer in either weight layout: w (in, out) when !out_in, else (out, in). */
 static troupe_status_t s_linear(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
                                 troupe_tnode_t *b, bool out_in, troupe_tnode_t **out)
 {
-    TROUPE_RETURN_IF_ERROR(s_check(nn));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_status(nn));
     const char *fn = out_in ? "linear_oi" : "linear";
     if (!x || !w || !out)
         return troupe_nn_add(nn, troupe__error(TROUPE_INVALID_ARGUMENT, "%s: NULL argument", fn),
                              NULL);
     int lead = x->ndims - 1;
     int ain = out_in ? 1 : 0, aout = 1 - ain;
-    if (lead < 0 || lead > S_MAX_LEAD || w->ndims != 2 || x->dims[lead] != w->dims[ain] ||
+    if (lead < 0 || lead > TROUPE__NN_MAX_LEAD || w->ndims != 2 || x->dims[lead] != w->dims[ain] ||
         (b && (b->ndims != 1 || b->dims[0] != w->dims[aout])))
         return troupe_nn_add(nn,
                              troupe__error(TROUPE_INVALID_ARGUMENT,
@@ -57,8 +45,8 @@ static troupe_status_t s_linear(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode
     memcpy(dims, x->dims, sizeof dims);
     dims[lead] = w->dims[aout];
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, fn, x->ndims, dims, out));
-    char L[S_MAX_LEAD + 1], M[2 * S_MAX_LEAD + 1], spec[64];
-    s_lead(lead, L);
+    char L[TROUPE__NN_MAX_LEAD + 1], M[2 * TROUPE__NN_MAX_LEAD + 1], spec[64];
+    troupe__nn_lead(lead, L);
     s_lead_marked(lead, M);
     if (b) {
         snprintf(spec, sizeof spec, "j=>%sj", M);
@@ -81,21 +69,15 @@ troupe_status_t troupe_nn_linear_oi(troupe_nn_t *nn, troupe_tnode_t *x, troupe_t
     return s_linear(nn, x, w, b, true, out);
 }
 
-/* "ABCD" for a pointwise map over all of x's axes. */
-static void s_all(const troupe_tnode_t *x, char *buf)
-{
-    s_lead(x->ndims, buf);
-}
-
 troupe_status_t troupe_nn_relu(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t **out)
 {
-    TROUPE_RETURN_IF_ERROR(s_check(nn));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_status(nn));
     if (!x || !out)
         return troupe_nn_add(nn, troupe__error(TROUPE_INVALID_ARGUMENT, "relu: NULL argument"),
                              NULL);
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "relu", x->ndims, x->dims, out));
     char T[TROUPE_MAX_DIMS + 1], spec[64];
-    s_all(x, T);
+    troupe__nn_lead(x->ndims, T);
     snprintf(spec, sizeof spec, "%s=>%s", T, T);
     return troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_RELU, x, spec);
 }
@@ -103,7 +85,7 @@ troupe_status_t troupe_nn_relu(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_
 troupe_status_t troupe_nn_softmax_xent(troupe_nn_t *nn, troupe_tnode_t *z, troupe_tnode_t *y,
                                        troupe_tnode_t **out)
 {
-    TROUPE_RETURN_IF_ERROR(s_check(nn));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_status(nn));
     if (!z || !y || !out)
         return troupe_nn_add(
             nn, troupe__error(TROUPE_INVALID_ARGUMENT, "softmax_xent: NULL argument"), NULL);
