@@ -254,3 +254,43 @@ Test(nn_embedding, out_of_range_token_fails_the_run_naming_it)
         s_free(&m);
     }
 }
+
+/* ---- refusals -------------------------------------------------------------------------------- */
+
+Test(nn_embedding, bad_shapes_and_precisions_are_refused_naming_them)
+{
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_nn_t *nn = NULL;
+    troupe_tnode_t *fids = NULL, *ids = NULL, *table = NULL, *out = NULL, *z = NULL, *t = NULL;
+    /* ids of a float precision */
+    OK(troupe_asgn_comp_new(&comp));
+    OK(troupe_nn_new(comp, TROUPE_PREC_SINGLE, &nn));
+    OK(troupe_nn_node(nn, "fids", 1, (int64_t[]){4}, &fids));
+    OK(troupe_nn_param(nn, "wte", 2, (int64_t[]){V, C}, &table));
+    cr_assert_eq(troupe_nn_embedding(nn, fids, table, &out), TROUPE_INVALID_ARGUMENT);
+    cr_expect(strstr(troupe_last_error(), "integer tensor") && strstr(troupe_last_error(), "single"),
+              "%s", troupe_last_error());
+    cr_assert_eq(troupe_nn_status(nn), TROUPE_INVALID_ARGUMENT, "the error sticks");
+    troupe_nn_destroy(&nn);
+    troupe_asgn_comp_destroy(&comp);
+    /* targets whose leading dims differ from the logits' */
+    OK(troupe_asgn_comp_new(&comp));
+    OK(troupe_nn_new(comp, TROUPE_PREC_SINGLE, &nn));
+    OK(troupe_nn_node(nn, "z", 3, (int64_t[]){B, T, VP}, &z));
+    OK(troupe_nn_node_prec(nn, "t", TROUPE_PREC_INT32, 2, (int64_t[]){B, T + 1}, &t));
+    cr_assert_eq(troupe_nn_softmax_xent_targets(nn, z, t, V, &out), TROUPE_INVALID_ARGUMENT);
+    cr_expect(strstr(troupe_last_error(), "softmax_xent_targets") &&
+                  strstr(troupe_last_error(), "same leading dims"),
+              "%s", troupe_last_error());
+    troupe_nn_destroy(&nn);
+    troupe_asgn_comp_destroy(&comp);
+    /* n_valid beyond the padded vocabulary */
+    OK(troupe_asgn_comp_new(&comp));
+    OK(troupe_nn_new(comp, TROUPE_PREC_SINGLE, &nn));
+    OK(troupe_nn_node(nn, "z", 3, (int64_t[]){B, T, VP}, &z));
+    OK(troupe_nn_node_prec(nn, "ids", TROUPE_PREC_INT32, 2, (int64_t[]){B, T}, &ids));
+    cr_assert_eq(troupe_nn_softmax_xent_targets(nn, z, ids, VP + 1, &out), TROUPE_INVALID_ARGUMENT);
+    cr_expect(strstr(troupe_last_error(), "n_valid 9 outside 0..8"), "%s", troupe_last_error());
+    troupe_nn_destroy(&nn);
+    troupe_asgn_comp_destroy(&comp);
+}
