@@ -640,9 +640,16 @@ static void *s_compile_worker(void *arg)
     return NULL;
 }
 
+/* Four threads compile one procedure at once: the key's compile lock lets one of them run the
+ * compiler (slowed so that the others arrive while it runs) and the others load its object.
+ * The lock is a file lock, so processes (the ranks of a run) share it the same way. */
 Test(compile, concurrent_compiles_of_one_procedure, .fini = s_remove_tmpdir)
 {
     s_fresh_cache();
+    snprintf(s_count_file, sizeof s_count_file, "%s/cc-runs", s_tmpdir);
+    char body[1024];
+    snprintf(body, sizeof body, "echo run >> '%s'\nsleep 0.5\nexec cc \"$@\"\n", s_count_file);
+    cr_assert_eq(troupe_config_set_cc(s_script("slow-counting-cc", body)), TROUPE_OK);
     troupe_driver_t *drv = s_open("cpu");
     s_axpb_t x = s_axpb_new("axpb_racing");
     pthread_t t[4];
@@ -660,6 +667,7 @@ Test(compile, concurrent_compiles_of_one_procedure, .fini = s_remove_tmpdir)
     }
     cr_assert_eq(s_count_cache_files(".so"), 1);
     cr_assert_eq(s_count_cache_files("tmp.*"), 0, "no temporary files are left");
+    cr_assert_eq(s_count_lines(s_count_file), 1, "one compiler run for four concurrent compiles");
     s_axpb_destroy(&x);
     drv->vt->close(drv);
 }

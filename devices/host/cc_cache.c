@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -54,6 +55,12 @@ TROUPE_CONFIG_VARS(cc, s_env_vars)
 #define S_MSG_BYTES 640
 /* TROUPE_CC_TIMEOUT_S's default: generous, a generated routine compiles in seconds. */
 #define S_CC_TIMEOUT_DEFAULT_S 600.0
+
+/* How often a process waiting for another's compile of the same key looks at the lock. */
+#define S_LOCK_POLL_NS 20000000L
+/* How long past the compile deadline a waiter waits before compiling itself (the holder's
+ * compile is killed at its deadline, so the lock is free by then unless the holder is stuck). */
+#define S_LOCK_GRACE_S 30.0
 
 static atomic_uint_fast64_t s_tmp_seq;
 
@@ -521,6 +528,46 @@ static bool s_is_ident(const char *s)
     return true;
 }
 
+/* Takes the key's compile lock, `lock_path` (flock, exclusive), so that processes and threads
+ * loading the same routine at once compile it once: the others wait, then find it cached.
+ * Every rank of a run compiles the same routines, and a large one can take a compiler several
+ * GB, so compiling it R times at once can exhaust the node.
+ * Returns the locked descriptor, or -1 when there is no lock to take (the file cannot be
+ * opened: the compile goes ahead unlocked) or the wait passed the compile deadline plus
+ * S_LOCK_GRACE_S (the holder is stuck: logged, and the compile goes ahead unlocked). The lock
+ * is the kernel's: a holder that dies releases it. */
+static int s_lock_key(const char *name, const char *lock_path)
+{
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
+                   "compile %s: no compile lock (%s: errno %d); compiling unlocked", name,
+                   lock_path, errno);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return fd;
+    double timeout_s = S_CC_TIMEOUT_DEFAULT_S;
+    if (s_cc_timeout_s(&timeout_s) != TROUPE_OK)
+        timeout_s = S_CC_TIMEOUT_DEFAULT_S; /* the compile itself reports the bad value */
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+               "compile %s: waiting for another process compiling the same routine (%s)", name,
+               lock_path);
+    int64_t deadline = troupe_now_ns() + (int64_t)((timeout_s + S_LOCK_GRACE_S) * 1e9);
+    while (troupe_now_ns() < deadline) {
+        nanosleep(&(struct timespec){.tv_nsec = S_LOCK_POLL_NS}, NULL);
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return fd;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            break;
+    }
+    TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_DEVICES,
+               "compile %s: the compile lock %s is still held after %.0f s; compiling unlocked",
+               name, lock_path, timeout_s + S_LOCK_GRACE_S);
+    close(fd);
+    return -1;
+}
+
 troupe_status_t troupe__cc_load(const char *name, const char *source, const char *entry_symbol,
                                 void **out_lib, void **out_entry)
 {
@@ -540,7 +587,8 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
     char *cc = troupe_strdup(troupe_config_cc());
     char *flags = troupe_strdup(troupe_config_cc_flags());
     char *dir = troupe_strdup(troupe_config_cache_dir());
-    char *so_path = NULL, *c_path = NULL, *tmp_c = NULL, *tmp_so = NULL;
+    char *so_path = NULL, *c_path = NULL, *tmp_c = NULL, *tmp_so = NULL, *lock_path = NULL;
+    int lock_fd = -1;
     if (!cc || !flags || !dir) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compile %s: out of memory", name);
         goto out_strings;
@@ -583,6 +631,21 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
     st = troupe__cache_mkdir_p(dir);
     if (st != TROUPE_OK)
         goto out_strings;
+    lock_path =
+        troupe_strdup_printf("%s/%.*s-%016llx.lock", dir, name_len, name, (unsigned long long)h);
+    if (!lock_path) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "compile %s: out of memory", name);
+        goto out_strings;
+    }
+    lock_fd = s_lock_key(name, lock_path);
+    /* Another process or thread may have compiled it while this one waited. */
+    if (access(so_path, R_OK) == 0 &&
+        s_open(so_path, entry_symbol, out_lib, out_entry) == TROUPE_OK) {
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+                   "compile %s: compiled meanwhile by another process (%s)", name, so_path);
+        how = "hit";
+        goto out_strings;
+    }
     unsigned long long seq = (unsigned long long)atomic_fetch_add(&s_tmp_seq, 1);
     tmp_c = troupe_strdup_printf("%s/%.*s-%016llx.tmp%ld-%llu.c", dir, name_len, name,
                                  (unsigned long long)h, (long)getpid(), seq);
@@ -622,11 +685,14 @@ troupe_status_t troupe__cc_load(const char *name, const char *source, const char
                    (double)(troupe_now_ns() - t0) * 1e-9, so_path);
 
 out_strings:
+    if (lock_fd >= 0)
+        close(lock_fd); /* releases the lock */
     if (t_trace != 0) {
         troupe__trace_arg_t a[] = {TROUPE__TRACE_STR("cache", how),
                                    TROUPE__TRACE_STR("status", troupe_status_str(st))};
         troupe__trace_emit(TROUPE__TRACK_THREAD, "compile", name, t_trace, troupe_now_ns(), a, 2);
     }
+    troupe_free(lock_path);
     troupe_free(tmp_so);
     troupe_free(tmp_c);
     troupe_free(c_path);

@@ -27,6 +27,10 @@
 /* Compiles (or finds in the cache) `source` and loads it; returns the dlopen handle in
  * *out_lib and the address of `entry_symbol` in *out_entry.
  * `name` is a C identifier used in the file names.
+ * Callers loading the same source at once (threads, or the ranks of a run sharing the cache
+ * directory) compile it once: the first takes the key's file lock (`<name>-<hash>.lock`, flock)
+ * and compiles; the others wait for it, logging that they wait, then load its object. A waiter
+ * whose holder is still busy past the compile deadline plus 30 s compiles on its own (logged).
  * Errors: INVALID_ARGUMENT (NULL/empty name or source); DEVICE_ERROR when the cache
  * directory cannot be created or written, the compiler is missing (message names it) or fails
  * (message carries the first lines of its output) or does not finish within TROUPE_CC_TIMEOUT_S
