@@ -124,6 +124,8 @@ static void s_walk(const troupe_asgn_comp_t *comp, s_use_t *use, const troupe_as
         s_touch(comp, use, t->u.accum_op.lhs, item, true);
         for (int r = 0; r < nrhs && r < 3; r++)
             s_touch(comp, use, t->u.accum_op.rhs[r].tn, item, false);
+        for (int g = 0; g < t->u.accum_op.ngather; g++)
+            s_touch(comp, use, t->u.accum_op.gather[g], item, false);
         break;
     }
     case TROUPE_ASGN_SET_VEC_UNOP:
@@ -310,6 +312,9 @@ static troupe_status_t s_copy(troupe_asgn_comp_t *to, const troupe_asgn_t *t, tr
         return troupe_asgn_block_comment(to, t->u.block_comment.text, body, out);
     }
     case TROUPE_ASGN_ACCUM_OP: {
+        if (A.ngather > 0) /* the gather nodes go with it (ir/assign.h) */
+            return troupe_asgn_accum_gather(to, A.initialize_neutral, A.accum, A.lhs, A.rhs_kind,
+                                            A.op, A.rhs, A.ngather, A.gather, A.proj->spec, out);
         switch (A.rhs_kind) {
         case TROUPE_ASGN_RHS_UNOP:
             return troupe_asgn_accum_unop(to, A.initialize_neutral, A.accum, A.lhs,

@@ -3,7 +3,8 @@
 # case per CTest test), on a tiny model (L=2 NH=2 C=32, byte vocabulary, T=16, B=4) and a small
 # shard made here:
 #   streams  1 rank x 2 streams equals 1 x 1 within relative 1e-5 on every loss over 20 steps,
-#            and each layout trains bitwise the same from run to run
+#            and each layout trains bitwise the same from run to run; with TROUPE_DP_OVERLAP=on
+#            (the gradient routine in segments, its gathers included) bitwise as without
 #   ranks    the same for LAUNCHER (mpiexec -n 2 ...) x 1 stream
 #   resume   a run saved at step 8 and resumed to 20 gives the uninterrupted run's losses and
 #            final model file bit for bit (with validation, --curve and --plot on, which must
@@ -76,6 +77,8 @@ streams)
   train a1x1 1; train b1x1 1; same a1x1 b1x1
   train a1x2 2; train b1x2 2; same a1x2 b1x2
   close a1x1 a1x2
+  # the gradient routine cut into overlap segments (as across nodes) computes the same bits
+  train o1x1 1 env TROUPE_DP_OVERLAP=on; same a1x1 o1x1
   # the loss falls: the test would pass on a model that does not train otherwise
   awk 'NR == 1 { f = $2 } END { exit !($2 < f) }' FS='loss=' a1x1.out || fail "the loss did not fall"
   ;;

@@ -12,6 +12,13 @@
 #                                       (+0..2 ms) of delay and 0.5 % loss each way: both reach
 #                                       test accuracy >= 0.6, the wire did drop frames, and the
 #                                       two checkpoints are the same bytes (merges unchanged)
+#   run.sh gpt NP GPT                   `gpt train` (examples/gpt: L=2 NH=2 C=32, T=16, global
+#                                       batch 4, 20 steps) on one rank outside the cluster, then
+#                                       on NP ranks across it on a clean wire and on the
+#                                       impaired one: every loss of the cluster runs within
+#                                       relative 1e-5 of the one rank's, and the clean and
+#                                       impaired runs print the same losses and write the same
+#                                       model bytes
 #   run.sh partition NP MODE PARTITION  tests/cluster/partition.c in MODE gate or stream: the
 #                                       wire is cut once every rank is connected (gate) or
 #                                       streams allreduces (stream); every rank
@@ -118,6 +125,62 @@ case_train() {
   else
     s_fail "a run wrote no checkpoint"
   fi
+}
+
+# s_gpt LABEL GPT ARGS...: `gpt train` on the tiny model in $CL_DIR (its losses into
+# $CL_DIR/LABEL.loss, its model into $CL_DIR/LABEL.bin), run by ARGS (a launcher, or nothing).
+s_gpt() {
+  local label=$1 gpt=$2 out rc t0
+  shift 2
+  out=$CL_DIR/gpt-$label.out
+  t0=$(s_now)
+  "$@" "$gpt" train --model "$CL_DIR/m.bin" --data "$CL_DIR/t_train.bin" --batch 4 --seq 16 \
+    --steps 20 --lr 1e-3 --weight-decay 0.01 --streams 1 --backend cpu \
+    --save "$CL_DIR/$label.bin" >"$out" 2>&1
+  rc=$?
+  grep -v '^step=' "$out"
+  echo "run.sh: gpt $label run: exited $rc after $(s_since "$t0") s"
+  [ "$rc" -eq 0 ] || { cat "$out"; s_fail "gpt $label run: exited $rc, expected 0"; }
+  grep '^step=' "$out" >"$CL_DIR/$label.loss"
+  [ "$(wc -l <"$CL_DIR/$label.loss")" -eq 20 ] ||
+    s_fail "gpt $label run: $(wc -l <"$CL_DIR/$label.loss") step lines, expected 20"
+}
+
+case_gpt() {
+  local np=$1 gpt=$2 lost
+  cl_up wire
+  # a shard of ~13 kB of text and the tiny model, as examples/gpt/test_train.sh makes them
+  awk 'BEGIN { for (i = 0; i < 400; i++) printf "line %d: the quick brown fox %d jumps.\n", i, (i * i) % 97 }' \
+    >"$CL_DIR/text.txt"
+  "$gpt" data --text "$CL_DIR/text.txt" --out-dir "$CL_DIR" --name t --val-fraction 0.1 >/dev/null &&
+    "$gpt" init --layers 2 --heads 2 --channels 32 --max-seq 16 --vocab 256 --seed 5 \
+      --out "$CL_DIR/m.bin" >/dev/null || { s_fail "gpt data/init failed"; return; }
+  s_gpt one "$gpt" timeout --kill-after=5 200
+  cl_wire_start || exit 1
+  s_gpt clean "$gpt" cl_mpirun "$np" 200
+  cl_wire_stop
+  cl_wire_start --delay-ms 2 --jitter-ms 2 --loss-pct 0.5 --seed 3 || exit 1
+  s_gpt impaired "$gpt" cl_mpirun "$np" 200
+  cl_wire_stop
+  lost=$(cl_wire_count lost)
+  [ "$lost" -gt 0 ] || s_fail "the impaired wire dropped no frame: the test proved nothing"
+  grep -q "ranks=$np " "$CL_DIR/gpt-clean.out" || s_fail "the clean run's final line lacks ranks=$np"
+  awk -v a="$CL_DIR/one.loss" -v b="$CL_DIR/clean.loss" 'BEGIN {
+      while ((getline la <a) > 0) {
+        if ((getline lb <b) <= 0) { print "fewer lines in " b; exit 1 }
+        split(la, pa, /[= ]/); split(lb, pb, /[= ]/)
+        d = pa[4] - pb[4]; if (d < 0) d = -d
+        if (pa[2] != pb[2] || !(d <= 1e-5 * pa[4])) { print "step " pa[2] ": " pa[4] " against " pb[4]; exit 1 }
+        if (d > worst) worst = d
+        n++
+      }
+      if (n != 20) { print n " steps compared"; exit 1 }
+      printf "run.sh: largest loss difference, 1 rank against the cluster: %g over %d steps\n", worst, n
+    }' || s_fail "the cluster's losses are not within relative 1e-5 of one rank's"
+  cmp -s "$CL_DIR/clean.loss" "$CL_DIR/impaired.loss" ||
+    s_fail "the losses after delay and loss differ from the clean run's"
+  cmp -s "$CL_DIR/clean.bin" "$CL_DIR/impaired.bin" ||
+    s_fail "the model after delay and loss differs from the clean run's"
 }
 
 case_partition() {
@@ -250,10 +313,10 @@ case_hold() {
 what=${1:-}
 [ $# -gt 0 ] && shift
 case "$what" in
-  mpi | train | partition | teardown) ;;
+  mpi | train | gpt | partition | teardown) ;;
   hold) case_hold "$@"; exit 0 ;;
   *)
-    echo "usage: run.sh mpi NP PROGRAM [ARGS...] | train NP FMNIST DATA_DIR |"
+    echo "usage: run.sh mpi NP PROGRAM [ARGS...] | train NP FMNIST DATA_DIR | gpt NP GPT |"
     echo "       partition NP gate|stream PARTITION | teardown"
     exit 2
     ;;
@@ -269,6 +332,10 @@ case "$what" in
   train)
     [ -x "${CLUSTER_WIRE:-}" ] || { echo "FAIL: CLUSTER_WIRE is not the wire program"; exit 1; }
     case_train "$@"
+    ;;
+  gpt)
+    [ -x "${CLUSTER_WIRE:-}" ] || { echo "FAIL: CLUSTER_WIRE is not the wire program"; exit 1; }
+    case_gpt "$@"
     ;;
   partition)
     [ -x "${CLUSTER_WIRE:-}" ] || { echo "FAIL: CLUSTER_WIRE is not the wire program"; exit 1; }
