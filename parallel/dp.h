@@ -284,7 +284,15 @@ typedef struct troupe_dp_config {
      * Overlap): TROUPE_DP_OVERLAP_AUTO (0, the default) follows troupe_config_dp_overlap()
      * (TROUPE_DP_OVERLAP); ON or OFF decide for this run. */
     troupe_dp_overlap_t overlap;
+    /* Gradient accumulation: K micro-steps per optimizer step (0 means 1; at most
+     * TROUPE_DP_MAX_GRAD_ACCUM). Micro-step j of step s gives replica k of rank r the minibatch
+     * of round s * K + j (step 1 above); each replica sums its K gradients, the merge and the
+     * exchange run once, the update scales by 1 / (K * T), and troupe_dp_last_loss is the mean
+     * over the micro-steps too. Equals one step on a K times larger batch within float rounding
+     * (docs/parallel.md, Accumulation). Every rank must give the same K (fingerprinted). */
+    int grad_accum;
 } troupe_dp_config_t;
+#define TROUPE_DP_MAX_GRAD_ACCUM 65536
 
 /* One setting of a run, as its user knows it (examples/fmnist: {"--epochs", "10"}): name 1 or
  * more bytes, value any text (the message shows its first 127 bytes; all of it is compared). */

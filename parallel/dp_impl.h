@@ -10,6 +10,7 @@
 
 #include "actors/troupe.h"
 #include "parallel/dp.h"
+#include "parallel/dp_strategy_impl.h"
 #include "transport/mpi/collective.h"
 
 #include <stdbool.h>
@@ -50,33 +51,6 @@ typedef struct troupe__dp_replica {
     troupe_routine_t **seg;   /* nseg: the gradient routine's segments, run in order */
     troupe_routine_t **merge; /* n_params entries; NULL on a stream that never receives */
 } troupe__dp_replica_t;
-
-/* How a step's gradients cross ranks (troupe_dp_exchange_name). */
-typedef enum troupe__dp_exchange {
-    TROUPE__DP_EXCHANGE_NONE = 0, /* one rank, or local_only */
-    TROUPE__DP_EXCHANGE_INPLACE,  /* the owner stream's arrays lent to the transport */
-    TROUPE__DP_EXCHANGE_STAGED,   /* pipelined through the gradients' host arrays */
-    TROUPE__DP_EXCHANGE_DIRECT,   /* device memory handed to CUDA-aware MPI as it is */
-} troupe__dp_exchange_t;
-const char *troupe__dp_exchange_name(int exchange); /* "none", "in-place", "staged", "direct" */
-
-/* The exchange a run uses (parallel/dp.h, troupe_dp_config_t.stage_through_host and CUDA-aware
- * MPI): `device_memory` (the backend's arrays are not host-addressable, or stage_through_host
- * makes a host backend stand for one), `lendable` (the backend can lend its arrays to the
- * transport: host-addressable), `cuda_aware` (troupe_config_cuda_aware() resolved against the
- * cluster's MPI). One rank: NONE. Pure, for the tests. */
-troupe__dp_exchange_t troupe__dp_choose_exchange(int nranks, bool device_memory, bool lendable,
-                                                 bool cuda_aware);
-
-/* Whether a run splits its gradient routine to overlap the allreduce with the backward pass
- * (parallel/dp.h, Overlap), before the split is tried: `mode` resolved (troupe_dp_config_t.
- * overlap, else TROUPE_DP_OVERLAP); on: yes; off: no; auto: no with one rank (nothing to
- * overlap), yes when the backend computes on a device (`device_compute`: the host threads are
- * free), else yes when the node's `cores` hold every local rank's compute streams plus one for
- * its transport engine (local_ranks * (streams + 1) <= cores). why[cap] says which rule
- * decided. Pure, for the tests. */
-bool troupe__dp_choose_overlap(troupe_dp_overlap_t mode, int nranks, bool device_compute,
-                               long cores, int local_ranks, int streams, char *why, size_t cap);
 
 /* dp_split.c: the segmented gradient routine (parallel/dp.h, Overlap). A plan cuts the
  * gradient comp's top-level items (the root SEQ's items; a root block comment around a SEQ is
@@ -141,28 +115,26 @@ struct troupe_dp {
     unsigned coll_flags; /* TROUPE_COLL_BF16 when the config compresses, else 0 */
     int n;               /* local replicas */
     int *dev_of;         /* n: the device ordinal replica k runs on */
-    /* the cross-rank allreduce (and dp_new's broadcast) go through the nodes' host arrays
-     * (troupe_dp_config_t.stage_through_host, or a backend without host-addressable memory) */
-    bool staged;
-    troupe__dp_exchange_t exchange;
-    /* staged: the buckets, gradients grads_by_id[bk_first[b] .. bk_first[b + 1]) for b < nbk,
-     * cut in grads_by_id's order at troupe_config_fusion_bytes() and at every segment's start
-     * when the driver was built; segment s's buckets are [seg_bk[s], seg_bk[s + 1]) */
+    /* how a step exchanges, overlaps, updates and accumulates (dp_strategy_impl.h) */
+    troupe__dp_strategy_t strat;
+    /* staged exchange (dp_exchange.c): the buckets, gradients grads_by_id[bk_first[b] ..
+     * bk_first[b + 1]) for b < nbk, cut in grads_by_id's order at troupe_config_fusion_bytes()
+     * and at every segment's start; segment s's buckets are [seg_bk[s], seg_bk[s + 1]) */
     size_t nbk;
     size_t *bk_first;
     troupe_coll_tensor_t *host_t; /* staged: the gradients' host tensors, grads_by_id's order */
     size_t *seg_bk; /* nseg + 1 */
-    /* The gradient routine's segments (parallel/dp.h, Overlap; dp_split.c): nseg >= 1 (1: the
-     * comp in one routine), segment s's gradients are grads_by_id[seg_first[s] ..
-     * seg_first[s + 1]), seg_of_grad[i] the segment of grads[i]. */
-    bool overlap;         /* the split is in use (nseg > 1) */
-    size_t nseg;
+    /* overlap (dp_split.c): the gradient routine's nseg segments (1: the comp in one
+     * routine), segment s's gradients are grads_by_id[seg_first[s] .. seg_first[s + 1]),
+     * seg_of_grad[i] the segment of grads[i]. */
+    bool overlap; /* the split is in use (nseg > 1) */
+    size_t nseg;  /* agreed across ranks */
     troupe_code_t **seg_code; /* nseg */
     size_t *seg_first;        /* nseg + 1 */
     size_t *seg_of_grad;      /* n_params */
-    int max_streams;       /* the most local replicas of any rank (agreed: s_agree_plan) */
-    bool all_host_threads; /* every rank's backend has threaded streams on host memory */
-    bool all_per_stream;   /* no rank knows a parameter shared across streams */
+    /* accumulation (dp_accum.c; NULL with strat.accum 1): per replica, the gradients' (and the
+     * loss's) running sums over a step's micro-steps */
+    struct troupe__dp_accum *accum;
     int rank;            /* this rank (0 when local_only) */
     int nranks;          /* ranks (1 when local_only) */
     int64_t replicas;       /* T: the replicas of every rank (n * nranks when they agree) */
@@ -183,14 +155,13 @@ struct troupe_dp {
     troupe_code_t **merge_code; /* n_params, NULL when n == 1 */
     troupe_code_t *opt_code;
     troupe_routine_t *opt_routine; /* on replica 0 */
-    /* the optimizer step fused into the allreduce (troupe__dp_choose_fused): the routine is
-     * compiled and linked but not run (nor are the hyper-parameter uploads);
+    /* strat.update FUSED (into the allreduce): the routine is compiled and linked but not run
+     * (nor are the hyper-parameter uploads);
      * fused_side[s * n_params + j] is side array s (the parameter, then its states) of
      * grads_by_id[j] */
-    bool fused;
     troupe_tnode_t **fused_side;
-    /* the tree merge, the optimizer step and the copies to the other replicas as one pass on
-     * every stream (troupe__dp_choose_local; NULL when not): the merge and optimizer routines
+    /* strat.update STREAMS: the tree merge, the optimizer step and the copies to the other
+     * replicas as one pass on every stream (NULL when not): the merge and optimizer routines
      * are compiled and linked but not run */
     struct troupe__dp_local *local;
 
@@ -224,14 +195,6 @@ struct troupe_dp {
     char failed_msg[512];
 };
 
-/* Whether a run fuses its optimizer step into the cross-rank allreduce (parallel/dp.h, Fused
- * update; troupe_coll_apply_t): `config_on` (TROUPE_DP_FUSED_UPDATE not off), more than one
- * rank, the in-place exchange (the transport holds the sums where the parameters lie), one
- * gradient routine (no overlap segments), every parameter single precision. why[cap] says
- * which rule decided. Pure, for the tests. */
-bool troupe__dp_choose_fused(bool config_on, int nranks, troupe__dp_exchange_t exchange,
-                             size_t nseg, bool all_single, char *why, size_t cap);
-
 /* The fused update's argument (dp_optim.c): the optimizer kind and state count, whether weight
  * decay is on, and the step's hyper-parameters (troupe__dp_hyper_values) rounded to single, as
  * the optimizer routine uses them. */
@@ -261,15 +224,6 @@ void troupe__dp_apply(const void *arg, int64_t n, const float *sum, float *const
 /* Its id in the fingerprint: the optimizer kind and the state count. */
 uint64_t troupe__dp_apply_id(const troupe_dp_t *dp);
 
-/* The update fused across a rank's streams (dp_local.c; parallel/dp.h, Fused update across
- * streams). Whether a run takes it: `config_on` (TROUPE_DP_FUSED_UPDATE not off), more than
- * one stream on some rank (`max_streams`, agreed across ranks), no exchange or the in-place
- * one, `host_threads` (every rank's backend has threaded streams on host memory: cpu), one
- * gradient routine, every parameter single precision, `per_stream` (no parameter known shared
- * across streams). why[cap] says which rule decided. Pure, for the tests. */
-bool troupe__dp_choose_local(bool config_on, int max_streams, troupe__dp_exchange_t exchange,
-                             bool host_threads, size_t nseg, bool all_single, bool per_stream,
-                             char *why, size_t cap);
 typedef struct troupe__dp_local troupe__dp_local_t;
 /* What a pass does: FULL (one rank) sums the replicas' gradients, updates replica 0's
  * parameter and state and copies the parameter to the other replicas; with several ranks SUM
@@ -351,5 +305,117 @@ TROUPE_MUST_USE troupe_status_t troupe__dp_suggested_streams_on(troupe_backend_t
 TROUPE_MUST_USE troupe_status_t troupe__dp_await(troupe_dp_t *dp, const char *what);
 /* Syncs an event (configured timeout), releasing it. */
 TROUPE_MUST_USE troupe_status_t troupe__dp_sync_event(troupe_event_t **ev_p, const char *what);
+
+
+/* ---- shared helpers (dp.c) ------------------------------------------------------------------ */
+
+/* Re-records `st` with "<prefix>: <the current last error>". */
+TROUPE_MUST_USE troupe_status_t troupe__dp_wrap(troupe_status_t st, const char *prefix);
+void troupe__dp_node_name(const troupe_tnode_t *tn, char *buf, size_t cap);
+/* Links code on replica r's last context; the routine's context becomes the last one. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_link(troupe__dp_replica_t *r, troupe_code_t *code,
+                                                troupe_routine_t **out);
+/* init_from_host of tn on replica r's last context, which becomes the last one. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_upload(troupe__dp_replica_t *r, troupe_tnode_t *tn);
+/* The parameter index of grads_by_id[j]. */
+size_t troupe__dp_param_of(const troupe_dp_t *dp, size_t j);
+/* Uploads into one pool on r the node of each parameter (per_param[i * stride + at]) in the
+ * order of the gradients (grads_by_id), so they lie as the gradients do. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_upload_by_grad(troupe_dp_t *dp,
+                                                          troupe__dp_replica_t *r,
+                                                          troupe_tnode_t *const *per_param,
+                                                          size_t stride, size_t at,
+                                                          const char *what);
+/* A new hosted node "<label>[_<suffix>]" of zeros (caller owns *out). */
+TROUPE_MUST_USE troupe_status_t troupe__dp_new_hosted(const char *label, const char *suffix,
+                                                      troupe_prec_t prec, int ndims,
+                                                      const int64_t *dims, troupe_tnode_t **out);
+
+/* dp_schedule.c: the sticky failure of a step that failed while being scheduled, named with
+ * `what`; OK when none. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_refuse_if_failed(const troupe_dp_t *dp,
+                                                            const char *what);
+
+static inline bool troupe__dp_staged(const troupe_dp_t *dp)
+{
+    return dp->strat.exchange == TROUPE__DP_EXCHANGE_STAGED;
+}
+
+/* ---- the strategy (dp_strategy.c) ----------------------------------------------------------- */
+
+/* Resolves dp->strat before anything is compiled: the exchange, what the ranks agree on
+ * (exchange, segments, streams), the overlap segments (materializing the nodes that cross
+ * them and ordering grads_by_id by segment), the update and the accumulation; each decision
+ * and its reason are logged at debug level (subsystem parallel). Errors: those of the
+ * agreement's collective, RESOURCE_EXHAUSTED. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_strategy_resolve(troupe_dp_t *dp,
+                                                            const troupe_dp_config_t *cfg,
+                                                            const troupe_dp_model_t *m);
+
+/* ---- the exchange (dp_exchange.c) ----------------------------------------------------------- */
+
+/* Staged: checks every gradient can be staged (INVALID_ARGUMENT naming it), builds the host
+ * tensors and cuts the buckets. No-op otherwise. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_exchange_setup(troupe_dp_t *dp);
+/* Every replica of every rank takes rank 0's parameters (several ranks; else no-op). */
+TROUPE_MUST_USE troupe_status_t troupe__dp_exchange_broadcast(troupe_dp_t *dp);
+/* A step's exchange, issued segment by segment (_out) and waited for before the update
+ * (_back). `done`: one event per request (in place: per segment; staged: per bucket); staged:
+ * `after` the gradients' to_host events (grads_by_id's order); `arg` the step's update, which
+ * a FUSED request carries. */
+typedef struct troupe__dp_xstep {
+    troupe_event_t **done;
+    size_t ndone;
+    troupe_event_t **after;
+    troupe__dp_apply_arg_t arg;
+} troupe__dp_xstep_t;
+TROUPE_MUST_USE troupe_status_t troupe__dp_xstep_new(troupe_dp_t *dp, troupe__dp_xstep_t *x);
+void troupe__dp_xstep_free(troupe_dp_t *dp, troupe__dp_xstep_t *x);
+/* Segment g's request(s), once the owner stream holds their local sums (`ready`: the owner
+ * stream's last event before, for the breakdown). */
+TROUPE_MUST_USE troupe_status_t troupe__dp_xstep_out(troupe_dp_t *dp, troupe__dp_xstep_t *x,
+                                                     size_t g, troupe_event_t *ready,
+                                                     troupe__dp_steplog_t *rec);
+/* The owner stream waits for every request in order (staged: and copies each bucket back). */
+TROUPE_MUST_USE troupe_status_t troupe__dp_xstep_back(troupe_dp_t *dp, troupe__dp_xstep_t *x,
+                                                      troupe__dp_steplog_t *rec);
+
+/* ---- overlap (dp_split.c) ------------------------------------------------------------------- */
+
+/* Compiles the nseg segments of m's grad_comp into dp->seg_code (the whole comp when
+ * there is one). Errors: the compiler's, named with the segment. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_split_build(troupe_dp_t *dp,
+                                                       const troupe_dp_model_t *m);
+
+/* ---- the update (dp_update.c) --------------------------------------------------------------- */
+
+/* Builds what strat.update needs on the owner stream: the optimizer state, the hyper-parameter
+ * node and its staging ring, the optimizer routine (always compiled: the reference the fused
+ * forms match bit for bit), and the side arrays (FUSED) or the passes (STREAMS). */
+TROUPE_MUST_USE troupe_status_t troupe__dp_update_build(troupe_dp_t *dp);
+/* Step 0: this step's hyper-parameters; for the routine, uploaded ahead of the step on the
+ * owner stream when they changed; for the fused forms, written into *arg. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_update_begin(troupe_dp_t *dp,
+                                                        troupe__dp_apply_arg_t *arg);
+/* Step 4 after the exchange: the optimizer routine (ROUTINE) or the pass across the streams
+ * (STREAMS, which also leaves the parameters on every replica); FUSED ran in the exchange. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_update_apply(troupe_dp_t *dp,
+                                                        const troupe__dp_apply_arg_t *arg,
+                                                        troupe__dp_steplog_t *rec);
+
+/* ---- accumulation (dp_accum.c) -------------------------------------------------------------- */
+
+typedef struct troupe__dp_accum troupe__dp_accum_t;
+/* With strat.accum > 1: per replica, sums of the gradients and the loss, and the routines
+ * that keep them (set, add, and one fold per segment). Errors: the compiler's and linker's,
+ * RESOURCE_EXHAUSTED. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_accum_build(troupe_dp_t *dp);
+void troupe__dp_accum_free(troupe__dp_accum_t **a_p);
+/* After micro-step j (< accum - 1) on every replica: sum := grads (j = 0) or sum += grads. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_accum_keep(troupe_dp_t *dp, int j);
+/* After segment g of the last micro-step on every replica: its gradients += their sums (the
+ * last segment: the loss too). *ready (may be NULL) gets replica 0's event. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_accum_fold(troupe_dp_t *dp, size_t g,
+                                                      troupe_event_t **ready);
 
 #endif /* TROUPE_PARALLEL_DP_IMPL_H */

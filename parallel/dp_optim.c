@@ -116,7 +116,8 @@ void troupe__dp_hyper_values(const troupe_dp_t *dp, int64_t t, double *h)
         h[i] = 0.0;
     /* the gradient reaching the optimizer is the sum over the N local replicas of the R ranks
      * (the allreduce sums: dividing there would cost a pass over every gradient) */
-    h[TROUPE__DP_H_INV_N] = 1.0 / (double)dp->replicas; /* 1 / (N * R) when the ranks agree */
+    /* 1 / (K * N * R): K micro-steps (grad_accum) of N * R replicas when the ranks agree */
+    h[TROUPE__DP_H_INV_N] = 1.0 / ((double)dp->replicas * (double)dp->strat.accum);
     if (o->kind == TROUPE_OPT_SGD) {
         h[TROUPE__DP_H_SGD_WD] = o->weight_decay;
         h[TROUPE__DP_H_SGD_MOMENTUM] = o->momentum;

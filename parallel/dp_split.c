@@ -394,3 +394,42 @@ troupe_status_t troupe__dp_split_comp(const troupe_asgn_comp_t *comp, const trou
     *out = c;
     return st;
 }
+
+/* The segments compiled, one routine each (dp_impl.h). */
+troupe_status_t troupe__dp_split_build(troupe_dp_t *dp, const troupe_dp_model_t *m)
+{
+    if (dp->nseg <= 1) {
+        troupe_status_t st =
+            troupe_compile(dp->backend, m->grad_comp, "dp_grad", &dp->seg_code[0]);
+        return st == TROUPE_OK ? st : troupe__dp_wrap(st, "dp_new: compiling grad_comp");
+    }
+    troupe__dp_split_t sp;
+    memset(&sp, 0, sizeof sp);
+    TROUPE_RETURN_IF_ERROR(troupe__dp_split_plan(m->grad_comp, dp->grads, dp->n_params, &sp));
+    troupe_status_t st = TROUPE_OK;
+    if (sp.nseg != dp->nseg)
+        st = troupe__error(TROUPE_INTERNAL, "dp_new: grad_comp split into %zu segments, then %zu",
+                           dp->nseg, sp.nseg);
+    for (size_t g = 0; g < dp->nseg && st == TROUPE_OK; g++) {
+        troupe_asgn_comp_t *c = NULL;
+        char name[32], prefix[96];
+        snprintf(name, sizeof name, "dp_grad_s%zu", g);
+        st = troupe__dp_split_comp(m->grad_comp, &sp, g, &c);
+        if (st == TROUPE_OK)
+            st = troupe_compile(dp->backend, c, name, &dp->seg_code[g]);
+        troupe_asgn_comp_destroy(&c);
+        if (st != TROUPE_OK) {
+            snprintf(prefix, sizeof prefix, "dp_new: compiling segment %zu of %zu of grad_comp",
+                     g, dp->nseg);
+            st = troupe__dp_wrap(st, prefix);
+        }
+    }
+    troupe__dp_split_free(&sp);
+    return st;
+}
+
+/* The fed form (troupe_dp_model_t.feed_comp): the feed routine, compiled once and linked on
+ * every replica before the gradient routine, so that the nodes it writes are in the context
+ * the gradient routine links on. Every node both comps mention (the fixed nodes; the inputs
+ * aside) must be an array of the feed routine's context: a virtual or local node would not
+ * outlive the feed, and grad_comp would read an array nobody writes. */
