@@ -28,6 +28,11 @@ foreach(mode optimizer lr shape setting count agree form streams fed)
   set_tests_properties(test_dp_agree_${mode}_np2 PROPERTIES TIMEOUT 120 LABELS mpi PROCESSORS 2
     ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30;TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp")
 endforeach()
+# Gradient accumulation across ranks (troupe_dp_config_t.grad_accum): K micro-steps equal one
+# replica on the global batch within rounding, bitwise on every rank and run to run; a K that
+# differs on one rank fails every rank naming it.
+troupe_add_mpi_test(test_dp_accum_ranks SOURCES test_dp_accum_ranks.c NP 2 TIMEOUT 300
+                    ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
 # Devices x streams x ranks with the allreduce staged through host memory (two cpu devices per
 # rank; the staged run equals the lent one bit for bit).
 troupe_add_mpi_test(test_dp_staged SOURCES test_dp_staged.c NP 2 TIMEOUT 300

@@ -122,6 +122,8 @@ static bool s_stage_elsewhere;
 static const char *s_backend = "cpu";
 /* s_train's troupe_dp_config_t.overlap (parallel/dp.h, Overlap; AUTO: TROUPE_DP_OVERLAP). */
 static troupe_dp_overlap_t s_overlap;
+/* s_train's troupe_dp_config_t.grad_accum (0: one micro-step per step). */
+static int s_accum;
 /* s_ndevices > 0: s_train replicates on these device ordinals (troupe_dp_config_t.devices). */
 static int s_devices[4];
 static int s_ndevices;
@@ -147,7 +149,8 @@ static void s_train(const data_t *d, int split, int streams, bool local_only,
                               .devices = s_ndevices > 0 ? s_devices : NULL,
                               .n_devices = s_ndevices,
                               .stage_through_host = s_stage,
-                              .overlap = s_overlap};
+                              .overlap = s_overlap,
+                              .grad_accum = s_accum};
     troupe_dp_t *dp = NULL;
     CHECK(troupe_dp_new(&cfg, &m.model, &dp));
     s_last_fused = troupe_dp_fused_update(dp);
