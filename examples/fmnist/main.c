@@ -88,6 +88,7 @@ typedef struct opts {
     uint64_t seed;
     const char *backend;
     int streams;
+    int grad_accum; /* --grad-accum: micro-steps per optimizer step */
     int64_t train_limit, test_limit;
     const char *curve, *checkpoint, *resume, *plot;
     int64_t checkpoint_every; /* steps between checkpoints, 0: at epoch ends only */
@@ -145,6 +146,9 @@ static void s_help(void)
            "                       TROUPE_DEVICE names, else its node-local rank's share\n"
            "  --streams N          replicas per rank over its devices, 0 = the backend's\n"
            "                       suggestion [0]\n"
+           "  --grad-accum K       micro-steps per optimizer step: each replica sums the\n"
+           "                       gradients of K minibatches, --batch is divided over\n"
+           "                       ranks x streams x K [1]\n"
            "  --compress NAME      gradients between ranks: none (exact single precision) or\n"
            "                       bf16 (half the bytes, bfloat16 rounding) [none]\n"
            "  --feed NAME          how a step reaches its minibatch: fed (a feed routine copies\n"
@@ -211,6 +215,7 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
     o->data = FMNIST_DEFAULT_DIR;
     o->epochs = S_DEFAULT_EPOCHS;
     o->batch = S_DEFAULT_BATCH;
+    o->grad_accum = 1;
     o->opt.kind = TROUPE_OPT_SGD;
     o->seed = S_DEFAULT_SEED;
     o->cosine = true;
@@ -248,7 +253,7 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             "--momentum",    "--weight-decay", "--seed",  "--backend",          "--streams",
             "--train-limit", "--test-limit",   "--curve", "--checkpoint",       "--resume",
             "--schedule",    "--compress",     "--plot",  "--checkpoint-every", "--feed",
-            "--model"};
+            "--model",       "--grad-accum"};
         bool ok = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             ok |= !strcmp(name, known[k]);
@@ -313,6 +318,11 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
                 o->streams = (int)n;
             else
                 want = "an integer in 0..64";
+        } else if (!strcmp(name, "--grad-accum")) {
+            if (s_int(val, 1, 1024, &n))
+                o->grad_accum = (int)n;
+            else
+                want = "an integer in 1..1024";
         } else if (!strcmp(name, "--train-limit") || !strcmp(name, "--test-limit")) {
             if (!s_int(val, 0, INT64_MAX, &n))
                 want = "a non-negative integer";
@@ -393,6 +403,7 @@ enum {
     S_SET_COMPRESS,
     S_SET_TRAIN_LIMIT,
     S_SET_MODEL,
+    S_SET_GRAD_ACCUM,
     S_NSETTINGS
 };
 
@@ -428,7 +439,7 @@ static void s_settings(const opts_t *o, run_settings_t *s)
         [S_SET_MOM] = "--momentum",      [S_SET_WD] = "--weight-decay",
         [S_SET_SCHEDULE] = "--schedule", [S_SET_SEED] = "--seed",
         [S_SET_COMPRESS] = "--compress", [S_SET_TRAIN_LIMIT] = "--train-limit",
-        [S_SET_MODEL] = "--model"};
+        [S_SET_MODEL] = "--model",       [S_SET_GRAD_ACCUM] = "--grad-accum"};
     char(*v)[32] = s->values;
     snprintf(v[S_SET_EPOCHS], sizeof v[0], "%d", o->epochs);
     snprintf(v[S_SET_BATCH], sizeof v[0], "%lld", (long long)o->batch);
@@ -441,6 +452,7 @@ static void s_settings(const opts_t *o, run_settings_t *s)
     snprintf(v[S_SET_COMPRESS], sizeof v[0], "%s", o->compress_bf16 ? "bf16" : "none");
     snprintf(v[S_SET_TRAIN_LIMIT], sizeof v[0], "%lld", (long long)o->train_limit);
     snprintf(v[S_SET_MODEL], sizeof v[0], "%s", fmnist_model_name(o->model));
+    snprintf(v[S_SET_GRAD_ACCUM], sizeof v[0], "%d", o->grad_accum);
     for (int i = 0; i < S_NSETTINGS; i++)
         s->list[i] = (troupe_dp_setting_t){names[i], v[i]};
 }
@@ -981,15 +993,18 @@ int main(int argc, char **argv)
     int64_t offset = 0;
     CHECK(troupe_dp_replicas(r.streams, &r.replicas, &offset), "counting the replicas");
     int64_t replicas = r.replicas;
-    if (o->batch % replicas != 0) {
+    /* --batch rows per optimizer step: --grad-accum micro-steps on every replica */
+    int64_t parts = replicas * o->grad_accum;
+    if (o->batch % parts != 0) {
         if (r.rank == 0)
             fprintf(stderr,
                     "fmnist: option --batch: %lld rows do not split evenly over %lld replicas "
-                    "(%d rank(s), %d stream(s) on rank 0)\n",
-                    (long long)o->batch, (long long)replicas, r.ranks, r.streams);
+                    "(%d rank(s), %d stream(s) on rank 0) x %d micro-step(s) (--grad-accum)\n",
+                    (long long)o->batch, (long long)replicas, r.ranks, r.streams,
+                    o->grad_accum);
         return s_leave(2);
     }
-    int64_t B = o->batch / replicas;
+    int64_t B = o->batch / parts;
 
     /* data: every rank holds the whole (identically shuffled) training set; rank 0 the test
      * set */
@@ -998,7 +1013,7 @@ int main(int argc, char **argv)
     fmnist_dataset_shuffle(&r.train, o->seed);
     /* step g of an epoch takes rows g*batch.. of the set whatever the layout (parallel/dp.h) */
     int64_t steps_per_epoch = r.train.count / o->batch;
-    int64_t num_batches = steps_per_epoch * replicas;
+    int64_t num_batches = steps_per_epoch * parts;
     if (steps_per_epoch < 1) {
         if (r.rank == 0)
             fprintf(stderr,
@@ -1040,7 +1055,8 @@ int main(int argc, char **argv)
                              .settings = r.settings.list,
                              .n_settings = S_NSETTINGS,
                              .devices = r.devices.ordinals,
-                             .n_devices = r.devices.n};
+                             .n_devices = r.devices.n,
+                             .grad_accum = o->grad_accum};
     double t_build = s_now();
     CHECK(troupe_dp_new(&dc, &model, &r.dp), "starting data-parallel training");
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,

@@ -108,8 +108,9 @@ static void s_help(FILE *f)
         "         [--schedule constant|cosine --warmup K] [--save FILE --save-every K]\n"
         "         [--resume FILE.state] [--backend NAME] [--streams S] [--val-every K\n"
         "         --val-batches M] [--sample-every K --sample-tokens N] [--seed S]\n"
-        "         [--curve FILE.csv] [--plot FILE.png%s]\n"
-        "         --batch is global: split over every replica of every rank\n"
+        "         [--curve FILE.csv] [--plot FILE.png%s] [--grad-accum K]\n"
+        "         --batch is global: split over every replica of every rank and over\n"
+        "         --grad-accum K micro-steps per optimizer step [1]\n"
         "  sample --model FILE --tokens N --seed S [--temperature 1] [--prompt TEXT]\n"
         "         [--tokenizer FILE] [--backend NAME]\n",
         troupe_curve_plot_available() ? "" : " (not built: this gpt has no cairo)");
@@ -520,7 +521,7 @@ static int s_cmd_sample(int argc, char **argv)
 
 typedef struct train {
     long long B, T, steps, warmup, save_every, streams, val_every, val_batches, sample_every,
-        sample_tokens, seed;
+        sample_tokens, seed, grad_accum;
     double lr, wd, beta1, beta2, eps;
     bool cosine;
     const char *model, *data, *val, *save, *resume, *backend, *curve, *plot;
@@ -562,7 +563,7 @@ static int s_cmd_train(int argc, char **argv)
         "--eps",         "--schedule",    "--warmup",       "--grad-clip",    "--save",
         "--save-every",  "--resume",      "--backend",      "--streams",      "--val-every",
         "--val-batches", "--sample-every", "--sample-tokens", "--seed",
-        "--curve",       "--plot"};
+        "--curve",       "--plot",        "--grad-accum"};
     opts_t o;
     char err[512];
     train_t t = {0};
@@ -574,6 +575,7 @@ static int s_cmd_train(int argc, char **argv)
         !s_int(&o, "--warmup", 0, 0, LLONG_MAX, &t.warmup, err, sizeof err) ||
         !s_int(&o, "--save-every", 0, 0, LLONG_MAX, &t.save_every, err, sizeof err) ||
         !s_int(&o, "--streams", 0, 0, 1024, &t.streams, err, sizeof err) ||
+        !s_int(&o, "--grad-accum", 1, 1, 1024, &t.grad_accum, err, sizeof err) ||
         !s_int(&o, "--val-every", 0, 0, LLONG_MAX, &t.val_every, err, sizeof err) ||
         !s_int(&o, "--val-batches", 5, 1, 1 << 20, &t.val_batches, err, sizeof err) ||
         !s_int(&o, "--sample-every", 0, 0, LLONG_MAX, &t.sample_every, err, sizeof err) ||
@@ -611,10 +613,10 @@ static int s_cmd_train(int argc, char **argv)
         return s_usage(troupe_last_error());
 
     /* every rank runs with the same settings (those that decide the results) */
-    char sv[12][64];
-    const char *sn[12] = {"--batch", "--seq",    "--steps",  "--lr",    "--weight-decay",
+    char sv[13][64];
+    const char *sn[13] = {"--batch", "--seq",    "--steps",  "--lr",    "--weight-decay",
                           "--beta1", "--beta2",  "--eps",    "--schedule", "--warmup",
-                          "--seed",  "--model"};
+                          "--seed",  "--model",  "--grad-accum"};
     snprintf(sv[0], 64, "%lld", t.B);
     snprintf(sv[1], 64, "%lld", t.T);
     snprintf(sv[2], 64, "%lld", t.steps);
@@ -627,10 +629,11 @@ static int s_cmd_train(int argc, char **argv)
     snprintf(sv[9], 64, "%lld", t.warmup);
     snprintf(sv[10], 64, "%lld", t.seed);
     snprintf(sv[11], 64, "%.60s", t.model);
-    troupe_dp_setting_t settings[12];
-    for (int i = 0; i < 12; i++)
+    snprintf(sv[12], 64, "%lld", t.grad_accum);
+    troupe_dp_setting_t settings[13];
+    for (int i = 0; i < 13; i++)
         settings[i] = (troupe_dp_setting_t){sn[i], sv[i]};
-    CHECK(troupe_dp_agree(settings, 12), "checking the options across ranks");
+    CHECK(troupe_dp_agree(settings, 13), "checking the options across ranks");
 
     /* the model file and the data, checked before any work */
     gpt_llmc_config_t cfg;
@@ -664,20 +667,22 @@ static int s_cmd_train(int argc, char **argv)
     }
     int64_t replicas = 0, offset = 0;
     CHECK(troupe_dp_replicas(streams, &replicas, &offset), "counting the replicas");
-    if (t.B % replicas != 0) {
+    int64_t parts = replicas * t.grad_accum; /* --grad-accum micro-steps on every replica */
+    if (t.B % parts != 0) {
         snprintf(err, sizeof err,
-                 "option --batch: %lld sequences do not split evenly over %lld replicas", t.B,
-                 (long long)replicas);
+                 "option --batch: %lld sequences do not split evenly over %lld replicas x %lld "
+                 "micro-steps (--grad-accum)",
+                 t.B, (long long)replicas, t.grad_accum);
         free(flat);
         free(tokens);
         free(vtokens);
         return s_usage(err);
     }
-    int64_t b = t.B / replicas;
+    int64_t b = t.B / parts;
     int64_t nb = (int64_t)((ntokens - 1) / (size_t)(t.B * t.T)); /* batches before the wrap */
     gpt_params_t *p = NULL;
     gpt_model_t *m = NULL;
-    gpt_model_config_t mc = {.batch = b, .seq = t.T, .num_batches = nb * replicas,
+    gpt_model_config_t mc = {.batch = b, .seq = t.T, .num_batches = nb * parts,
                              .train = true, .targets = true};
     CHECK(gpt_params_new(&cfg, &p), "building the parameters");
     CHECK(gpt_params_set(p, flat), "placing the parameters");
@@ -697,7 +702,8 @@ static int s_cmd_train(int argc, char **argv)
     troupe_optimizer_t opt = {.kind = TROUPE_OPT_ADAMW, .lr = s_lr_at(&t, 0),
                               .weight_decay = t.wd, .beta1 = t.beta1, .beta2 = t.beta2,
                               .eps = t.eps};
-    troupe_dp_config_t dc = {.backend = t.backend, .streams = streams, .optimizer = opt};
+    troupe_dp_config_t dc = {.backend = t.backend, .streams = streams, .optimizer = opt,
+                             .grad_accum = (int)t.grad_accum};
     /* rank 0's validation and sampler, built and compiled on every rank before training
      * starts: a compile on rank 0 alone, mid-run, would leave the others waiting in the
      * allreduce (the code cache makes the later compile on rank 0 a lookup) */
