@@ -56,7 +56,7 @@ bool troupe_backend_host_addressable(const troupe_backend_t *b);
 
 /* Whether b's streams run their work on threads of their own (actors/stream.h, threaded mode:
  * "cpu", "cuda"), not in the threads that schedule or complete it (inline: "sync"): what work
- * items that wait for one another across streams need (parallel/dp.h, Fused update across
+ * items that wait for one another across streams need (docs/parallel.md, Fused update across
  * streams). false for NULL. */
 bool troupe_backend_threaded(const troupe_backend_t *b);
 

@@ -118,7 +118,7 @@ typedef enum troupe_cuda_aware {
 troupe_cuda_aware_t troupe_config_cuda_aware(void);
 const char *troupe_config_cuda_aware_name(troupe_cuda_aware_t mode); /* "auto", "on", "off" */
 /* Whether data-parallel training overlaps each gradient bucket's cross-rank allreduce with the
- * rest of the backward pass (parallel/dp.h, Overlap; troupe_dp_config_t.overlap):
+ * rest of the backward pass (docs/parallel.md, Overlap; troupe_dp_config_t.overlap):
  * TROUPE_DP_OVERLAP=auto (the default: where it can pay, decided in troupe_dp_new), on
  * (whenever the gradient computation can be split), off (one gradient routine, one allreduce
  * after it). */
@@ -129,7 +129,7 @@ typedef enum troupe_dp_overlap {
 } troupe_dp_overlap_t;
 troupe_dp_overlap_t troupe_config_dp_overlap(void);
 /* Whether data-parallel training may fuse the optimizer step into the cross-rank allreduce
- * (parallel/dp.h, Fused update): TROUPE_DP_FUSED_UPDATE=auto (the default: where the exchange
+ * (docs/parallel.md, Fused update): TROUPE_DP_FUSED_UPDATE=auto (the default: where the exchange
  * allows it, decided in troupe_dp_new) or off (the optimizer routine after the allreduce, on
  * every rank). */
 bool troupe_config_dp_fused_update(void);

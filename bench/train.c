@@ -6,7 +6,7 @@
  *   1x1-proc    the same in a fresh process of its own                child (one process)
  *   1x2         one rank, two streams, global minibatch 128           in this process
  *               (the merge and the optimizer step as one pass across the streams:
- *               parallel/dp.h, Fused update across streams; checked with
+ *               docs/parallel.md, Fused update across streams; checked with
  *               troupe_dp_fused_streams)
  *   1x2-unfused 1x2 with the tree merge, the optimizer routine and the copies to stream 1 as
  *               separate work (TROUPE_DP_FUSED_UPDATE=off), printed against 1x2

@@ -19,7 +19,7 @@
  * Cross-rank fast path: with one rank (or local_only) the allreduce is skipped: the mean over
  * one rank is the identity. With several ranks a step issues one fused allreduce (sum) of all
  * gradients after the local merges, or with the gradient routine split into segments
- * (parallel/dp.h, Overlap; dp_split.c) one per segment's bucket as soon as that segment and
+ * (docs/parallel.md, Overlap; dp_split.c) one per segment's bucket as soon as that segment and
  * its merges are done; the optimizer waits for all and scales by 1 / (N * R).
  *
  * Host cost per step: hyper-parameters are uploaded only when they changed, through a ring of

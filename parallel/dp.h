@@ -1,162 +1,30 @@
-/* troupe — data-parallel training (docs/architecture.md §5; OCANNL_NOTES §7.1 for the stream pairing).
+/* troupe — data-parallel training (docs/parallel.md; docs/architecture.md §5).
  *
- * A troupe_dp_t replicates a gradient computation on every stream of every device of this
- * rank (N local replicas; R ranks; N*R replicas in all) and runs synchronous data-parallel
- * SGD/AdamW steps:
- *   1. replica k (stream k) runs the gradient routine on minibatch
- *        b = step * (N*R) + rank * N + k          (round-robin over the global minibatch list;
- *      the routine's static index `batch_index` is bound to b mod num_batches — or, with a
- *      feed_comp (troupe_dp_model_t), the feed routine's, run just before; with ranks that
- *      run different numbers of streams, N*R and rank * N are the replicas of all ranks and of
- *      the ranks before this one: Ranks that disagree, below);
- *   2. tree merge of the gradients across the local streams through merge buffers, in OCANNL
- *      0.6.0's pairing: for stride 1, 2, 4, ...: stream k (k % (2*stride) == 0) receives
- *      stream k+stride's gradient with a COPY device_to_device and adds it (`g =+ g.merge`),
- *      so stream 0 ends with the sum, in a fixed order;
- *   3. one allreduce (SUM) across ranks of all of stream 0's gradients, in node-id order (one
- *      span of the routine's pool, reduced in place), which the transport cuts into fusion
- *      buckets of at most troupe_config_fusion_bytes() (Horovod's tensor fusion; two in
- *      flight); stream 0 waits for it and runs it itself (TROUPE_COLL_LAZY) before the
- *      optimizer, which scales the sum by 1 / (N * R) (the mean over all replicas; no division
- *      pass in the transport); with one rank (or local_only) no collective is issued;
- *   4. the optimizer on stream 0 (the owner stream), per parameter — or, fused into step 3's
- *      allreduce, where the reduction leaves the sums (Fused update, below), or with several
- *      streams fused with steps 2 and 5 into passes across the streams (Fused update across
- *      streams, below);
- *   5. broadcast of the parameters from stream 0 to the other local streams (device_to_device
- *      NO); every rank computes the same update from the same reduced gradient, so parameters
- *      stay identical across ranks without moving them.
- * The reduction order is fixed by (N, R), so a run is bitwise reproducible for a given layout,
- * and equals one replica training on the global batch up to float rounding.
+ * A troupe_dp_t replicates a gradient computation on N streams (replicas) of each of R ranks
+ * and runs synchronous SGD/AdamW steps: each replica computes the gradient of its minibatch
+ * (round-robin over the global list: replica k of rank r at step s takes minibatch
+ * s * T + (replicas of the ranks before r) + k, T = the replicas of all ranks; with
+ * grad_accum K, K such rounds per step), the gradients are summed over the replicas in a fixed
+ * order (a tree over the streams, then the ranks), the optimizer applies their mean and every
+ * replica gets the new parameters. A run is bitwise reproducible for its layout and equals one
+ * replica on the global batch up to float rounding. How a step exchanges, overlaps, updates
+ * and accumulates is resolved once in troupe_dp_new; docs/parallel.md describes each strategy,
+ * how they combine, and the optimizers' formulas.
  *
- * Gradient convention: the gradient computation must write, for its minibatch, the gradient of
- * the MEAN loss over the minibatch into each grads[i] (overwriting it, not accumulating), and
- * may write a scalar `loss` (the minibatch's mean loss).
+ * Gradient convention: grad_comp writes, for its minibatch, the gradient of the MEAN loss over
+ * the minibatch into each grads[i] (overwriting it), and may write a scalar `loss` (the
+ * minibatch's mean loss).
  *
- * Optimizers (per element, t = step + 1, g = averaged gradient):
- *   SGD:   g' = g + weight_decay * p;  m = momentum * m + g';  p -= lr * (momentum ? m : g')
- *          (PyTorch's SGD with dampening 0, nesterov off)
- *   AdamW: p -= lr * weight_decay * p;  m = b1*m + (1-b1) g;  v = b2*v + (1-b2) g^2;
- *          p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
- *          (Loshchilov & Hutter, decoupled weight decay; PyTorch's AdamW)
- * Optimizer state lives on stream 0 only, in single precision or the parameter's precision if
- * wider. The learning rate may change between steps (troupe_dp_set_lr).
- *
- * Across ranks, collectives are matched by order and fingerprinted with node ids, dims and
- * precisions (transport/mpi/collective.h): every rank must build the same model (creating its
- * nodes in the same order, so ids agree) and call troupe_dp_new / troupe_dp_step /
- * troupe_dp_last_loss in the same order.
- *
- * Ranks that disagree: troupe_dp_new fingerprints the configuration that decides the results —
- * the parameters' labels, shapes and precisions, the inputs' shapes, num_batches, the form
- * (a feed_comp or an indexed grad_comp, and batch_index), the optimizer
- * and each of its hyper-parameters, compress_bf16, and the program's own settings
- * (troupe_dp_config_t.settings: what the library cannot know, such as epochs, seed, global
- * batch, schedule) — and compares it across ranks before any work: on a difference every rank
- * fails with FAILED_PRECONDITION naming the setting and each rank's value. Streams per rank are
- * allowed to differ (nodes with different core counts get different suggestions): with
- * N_r replicas on rank r and T = sum of N_r, replica k of rank r takes minibatch
- * step * T + (N_0 + ... + N_{r-1}) + k and the optimizer scales the sum by 1 / T, so a step
- * trains on the same T minibatches and takes their mean whatever the layout; only the order of
- * the sums changes (the tree over each rank's streams, then the ranks), so such a run equals a
- * run with the same T replicas laid out otherwise up to float rounding, and is bitwise
- * reproducible for its own layout — as for any two layouts. (T is what the trainer splits its
- * global batch over: troupe_dp_replicas.)
- *
- * Overlap (Horovod's and PyTorch DDP's buckets, which start their allreduce as soon as the
- * backward pass produced them): with overlap on (troupe_dp_config_t.overlap, TROUPE_DP_OVERLAP)
- * troupe_dp_new cuts grad_comp's top-level sequence (its root SEQ's items; a root block comment
- * around a SEQ is opened, and while every gradient is last used by the last item and that item
- * is itself a sequence — Seq(forward, backprop), a backward pass under block comments — it is
- * opened too) into segments: a segment ends after the last item that reads or writes
- * any gradient of its bucket, so the buckets follow the backward pass (a network's last layer
- * first) and no later segment touches a bucket's gradients. Each segment is compiled as a routine
- * of its own (dp_grad_s0, dp_grad_s1, ...; unsplit: dp_grad) and linked on every replica after
- * the previous one; in the indexed form the static index batch_index is bound on every segment
- * (in the fed form only the feed has it). Nodes the comp writes that two segments touch must stay
- * in the context between them: troupe_dp_new refines them to Materialized (memory modes,
- * ir/memory_mode.h) — on the caller's nodes, for good, so a later compile of the same nodes keeps
- * them materialized. A step then runs, per segment: the segment on every replica, the tree merge
- * of its bucket's gradients, and its bucket's allreduce, which the transport engine runs while
- * the owner stream computes the next segment (in place: one device-level request per bucket, the
- * last one run by the owner stream itself; staged: its to_host copies and host-level allreduces
- * gated on them); the optimizer waits for every bucket. Every rank issues the buckets in the same
- * order (every rank splits the same model alike; troupe_dp_new checks across ranks that they all
- * overlap with the same number of segments, else every rank runs unsplit). A comp that cannot be
- * split (one top-level item, every gradient last used by its last item, a crossing node already
- * Virtual or Local) keeps one routine; so does auto where overlap cannot pay: with one rank, and
- * on a host backend whose node lacks a core per rank for the transport engine beyond its compute
- * streams (two ranks of one stream on two cores; on "cpu" with the suggested streams, one per
- * core, there is none to spare); a device backend (cuda) leaves the host free. The decision and
- * its reason are logged at debug level (subsystem parallel) by troupe_dp_new. Results: the local
- * merges add in the same order and each gradient element is reduced by the same rule whatever the
- * request it travels in, so with two ranks (a + b either way) or on the shared-memory path (ranks
- * summed in rank order per element) a split run equals the unsplit one bit for bit, provided the
- * segments' code computes the gradients to the same bits as the whole routine
- * (tests/mpi/test_dp_overlap.c checks both on the test models); with more ranks on the ring or
- * MPI paths, where a request's bucket cut decides where each chunk's ring sum starts, they agree
- * to float rounding.
- *
- * Fused update (ZeRO stage 1's sharded update and optimizer state, Rajbhandari et al. 2020):
- * with more than one rank, the in-place exchange (a host backend),
- * one gradient routine (no Overlap segments) and single-precision parameters, unless the
- * passes across the streams take the update (several streams on some rank: Fused update
- * across streams, below), and unless
- * TROUPE_DP_FUSED_UPDATE=off, troupe_dp_new fuses the optimizer step into step 3's allreduce
- * (troupe_coll_apply_t, transport/mpi/collective.h): the request carries the parameters and
- * their state as side arrays, and the optimizer's statements run element by element where the
- * transport holds the sums (troupe__dp_apply, parallel/dp_optim.c) instead of the optimizer
- * routine after it. Through shared memory (all ranks on one node) rank c updates chunk c of
- * every parameter and state array and writes the new parameters into every rank's copies, so
- * the update's work is divided by R and its pass over the parameters shares the reduction's
- * pass over the gradients. The state is private (troupe_coll_apply_t n_private): rank c keeps
- * chunk c of it to itself, current on rank c only, which saves a copy of each state array to
- * every other rank each step (with AdamW, two of the three arrays the update writes).
- * troupe_dp_save gathers it first (TROUPE_COLL_UNSHARD), and a request that leaves shared
- * memory (a failed mapping turns it off) gathers it through MPI before updating every element;
- * on the MPI paths (several nodes) every rank updates every element after
- * the reduction, as the routine would. The optimizer routine is compiled without fma fusion
- * (troupe_compile_unfused) and the fused update does the same operations in the same order, so
- * fused and unfused runs give the same bits, as do all ranks' parameters, and their state once
- * gathered (tests/mpi/test_dp_fused.c, tests/mpi/trainer_shard.sh). For
- * the shared-memory path the parameters and each state array are uploaded into one pool each,
- * in the gradients' order (troupe_init_from_host_packed), so they lie as the gradients do; a
- * model whose gradients form no span there takes the MPI path, fused all the same, and one whose
- * parameters or state do not lie so in shareable memory (a pool under 64 KiB, a parameter known
- * shared across streams) reduces through shared memory and then updates every element on every
- * rank: the same bits whichever way. The decision
- * and its reason are logged at debug level (subsystem parallel); troupe_dp_fused_update tells
- * it. The step breakdown (Step breakdown) then says update=fused and counts the update in
- * exchange_us (optimizer_us 0).
- *
- * Fused update across streams: with several streams (on some rank: the ranks agree) on
- * backends whose streams are threads on host memory (cpu), no exchange or the in-place one,
- * one gradient routine, single-precision parameters none of which is shared across streams,
- * and unless TROUPE_DP_FUSED_UPDATE=off, steps 2, 4 and 5 run as passes divided among the
- * streams (parallel/dp_local.c), and the update is not fused into the allreduce (every rank's
- * request then carries none). With one rank (or local_only) it is one pass: every
- * replica lends its gradients and parameters (replica 0 its optimizer state too) to the step,
- * and when every stream reached its lend, stream k, on its own thread, takes chunk k of the
- * parameters (laid end to end, cut at cache lines): it sums the n gradients block by block in
- * the tree merge's order, runs the update on replica 0's parameter and state (the fused
- * update's statements: troupe__dp_apply) and copies the new values into every other replica's
- * parameter; each stream goes on once every stream finished. With several ranks a first pass
- * leaves the tree merge's sums in replica 0's gradients, the in-place allreduce sums those
- * across the ranks (step 3, as without the passes), and a second pass updates from them and
- * copies: every rank updates every element, each of its streams 1/n of them (a rank of one
- * stream runs the second pass alone). The merge buffers' copies and
- * the separate passes go, the update's work is divided by n, and no core writes lines the
- * others hold for reading (the separate form's copies made stream 0's next update wait on
- * every line of its parameters). Same bits as the separate merge, optimizer routine and copies
- * (tests/test_dp_streams.c, tests/mpi/test_dp_fused.c); troupe_dp_fused_streams tells it, the decision and its reason are logged
- * at debug level. A stream that fails before the pass, or that the others waited for
- * TROUPE_TIMEOUT_S to reach a merge pass, fails the step on every stream with the reason and
- * the streams that did not arrive, instead of hanging (before the update pass the streams wait
- * for stream 0, which waits for the allreduce and its deadlines, warning each TROUPE_TIMEOUT_S).
+ * Across ranks: every rank builds the same model (nodes created in the same order) and calls
+ * troupe_dp_new / troupe_dp_step / troupe_dp_last_loss / troupe_dp_save in the same order;
+ * troupe_dp_new fingerprints the settings that decide the results and fails every rank with
+ * FAILED_PRECONDITION naming a setting the ranks disagree on (docs/parallel.md, Ranks that
+ * disagree). Ranks may run different numbers of streams.
  *
  * Thread safety: one thread drives a troupe_dp_t. Ownership: the caller keeps its references
  * to the comp and nodes (borrowed for troupe_dp_new, retained where needed); troupe_dp_new
- * refines the memory modes of grad_comp's nodes as the compiler does (see Overlap).
+ * refines the memory modes of grad_comp's nodes as the compiler does (docs/parallel.md,
+ * Overlap).
  */
 #ifndef TROUPE_PARALLEL_DP_H
 #define TROUPE_PARALLEL_DP_H
@@ -245,7 +113,7 @@ typedef struct troupe_dp_config {
      * bits; PyTorch DDP's bf16_compress_hook, Horovod's Compression.fp16). Every rank must
      * set it alike (fingerprinted). false (default): exact single-precision sums. */
     bool compress_bf16;
-    /* The program's settings that every rank must give alike (above, Ranks that disagree):
+    /* The program's settings that every rank must give alike (docs/parallel.md, Ranks that disagree):
      * n_settings (at most TROUPE_DP_MAX_SETTINGS) named values, borrowed for the call. NULL/0:
      * none. */
     const struct troupe_dp_setting *settings;
@@ -280,13 +148,13 @@ typedef struct troupe_dp_config {
      * only) would issue different requests: troupe_dp_new compares them (with the segment
      * count, one small allreduce) and then every rank stages, logged at info level. */
     bool stage_through_host;
-    /* Whether each gradient bucket's allreduce overlaps the rest of the backward pass (above,
+    /* Whether each gradient bucket's allreduce overlaps the rest of the backward pass (docs/parallel.md,
      * Overlap): TROUPE_DP_OVERLAP_AUTO (0, the default) follows troupe_config_dp_overlap()
      * (TROUPE_DP_OVERLAP); ON or OFF decide for this run. */
     troupe_dp_overlap_t overlap;
     /* Gradient accumulation: K micro-steps per optimizer step (0 means 1; at most
      * TROUPE_DP_MAX_GRAD_ACCUM). Micro-step j of step s gives replica k of rank r the minibatch
-     * of round s * K + j (step 1 above); each replica sums its K gradients, the merge and the
+     * of round s * K + j (the round-robin rule above); each replica sums its K gradients, the merge and the
      * exchange run once, the update scales by 1 / (K * T), and troupe_dp_last_loss is the mean
      * over the micro-steps too. Equals one step on a K times larger batch within float rounding
      * (docs/parallel.md, Accumulation). Every rank must give the same K (fingerprinted). */
@@ -368,7 +236,7 @@ TROUPE_MUST_USE troupe_status_t troupe_dp_suggested_streams(troupe_backend_t *b,
  * feed_comp without batch_index, a grad_comp that still has it, a feed_comp that is grad_comp
  * or mentions a parameter, gradient or the loss, a fixed node grad_comp reads that the feed
  * routine does not materialize, a grad_comp that reads none of the feed's nodes),
- * FAILED_PRECONDITION when the ranks disagree on the configuration (above, Ranks that disagree)
+ * FAILED_PRECONDITION when the ranks disagree on the configuration (docs/parallel.md, Ranks that disagree)
  * or a fixed node shared across streams is written by a second replica's feed (the link's check),
  * the errors of troupe_backend_open / troupe_compile / troupe_link / transfers, the cluster's
  * status. */
@@ -379,30 +247,11 @@ TROUPE_MUST_USE troupe_status_t troupe_dp_new(const troupe_dp_config_t *cfg,
  * NULL-safe; nulls *dp_p. */
 void troupe_dp_destroy(troupe_dp_t **dp_p);
 
-/* Schedules one synchronous step (1-5 above) and returns without waiting; the next call's
+/* Schedules one synchronous step (docs/parallel.md, The step) and returns without waiting; the next call's
  * work queues behind it.
- * Step breakdown: at TROUPE_LOG=debug:parallel, steps 0-9 and every 100th log one line, when
- * the step completed: "dp step S breakdown: wall_us= compute_us= merge_us= exchange_us=
- * optimizer_us= host_us= exchange=none|in-place|staged|direct buckets= d2h_us= reduce_us=
- * h2d_us= overlap_us= compute_overlap_us= update=routine|fused|streams" (microseconds, from the completion times of the
- * step's events on troupe_now_ns, the trace recorder's clock): compute from the step's start
- * on the owner stream to the last replica's gradient routine, merge to the owner stream's
- * last merge, exchange to the last copy back (staged) or the allreduce (in place), optimizer
- * to its end — the four add up to wall; d2h/reduce/h2d the staged exchange's copies and
- * reductions (reduce: in place too, each bucket from when the owner stream handed it over
- * and the previous one finished), overlap_us how much of the staged ones ran at once
- * (d2h + reduce + h2d - exchange), compute_overlap_us how much of the reductions ran while
- * gradients were still computed (buckets = segments in place, with Overlap: the time each
- * bucket's allreduce ran before the last replica's gradient routine ended; 0 with one
- * gradient routine, where no bucket is ready before it ends); host_us the time this
- * call took; update=fused when the optimizer step ran inside the allreduce (Fused update: its
- * time is then in exchange_us and reduce_us, and optimizer_us is 0), update=streams when the
- * merge and the optimizer step ran as passes across the streams (Fused update across streams:
- * with one rank merge_us is then 0 and optimizer_us the pass, from the last gradient routine's
- * end, waits included; with several ranks merge_us is the merge pass and optimizer_us the
- * update pass, from the allreduce's end). On a backend whose events complete asynchronously (cuda) the times are when the
- * host learned of the completions. Errors: a stream's or the transport's failure (the message names the
- * stream or ranks), RESOURCE_EXHAUSTED. */
+ * At TROUPE_LOG=debug:parallel, steps 0-9 and every 100th log their breakdown when they
+ * complete (docs/parallel.md, Step breakdown). Errors: a stream's or the transport's failure
+ * (the message names the stream or ranks), RESOURCE_EXHAUSTED. */
 TROUPE_MUST_USE troupe_status_t troupe_dp_step(troupe_dp_t *dp);
 
 /* Waits (configured timeout) for every scheduled step. Errors: the first failure, named;
@@ -430,14 +279,14 @@ int troupe_dp_replica_device(const troupe_dp_t *dp, int k);
  * stage_through_host, a backend without host-addressable memory, or another rank's exchange
  * differing from this one's); false with one rank or local_only, where nothing crosses ranks. */
 bool troupe_dp_staged(const troupe_dp_t *dp);
-/* Whether each step's optimizer update is fused into the cross-rank allreduce (above, Fused
+/* Whether each step's optimizer update is fused into the cross-rank allreduce (docs/parallel.md, Fused
  * update): decided in troupe_dp_new from this rank's settings (TROUPE_DP_FUSED_UPDATE must be
  * alike on every rank: a rank that differs fails the first step's allreduce naming the fused
  * update); false with one rank, and when the passes across the streams take the update
  * (troupe_dp_fused_streams: several streams on some rank). */
 bool troupe_dp_fused_update(const troupe_dp_t *dp);
 /* Whether each step's merge across this rank's streams and its optimizer update run as passes
- * divided among the streams (above, Fused update across streams): decided in troupe_dp_new;
+ * divided among the streams (docs/parallel.md, Fused update across streams): decided in troupe_dp_new;
  * false when every rank runs one stream (with several ranks the allreduce then carries the
  * update: troupe_dp_fused_update), on backends whose streams are not threads on host memory,
  * or with TROUPE_DP_FUSED_UPDATE=off; false for NULL. Borrows dp; no status to handle. */

@@ -42,7 +42,7 @@ enum {
 
 /* One local replica: a stream, the chain of contexts built on it (each retained, in creation
  * order; the last one holds every array), its gradient routine (one routine per segment:
- * parallel/dp.h, Overlap) and its merge routines. */
+ * docs/parallel.md, Overlap) and its merge routines. */
 typedef struct troupe__dp_replica {
     troupe_stream_t *stream;
     troupe_context_t **ctxs;
@@ -52,7 +52,7 @@ typedef struct troupe__dp_replica {
     troupe_routine_t **merge; /* n_params entries; NULL on a stream that never receives */
 } troupe__dp_replica_t;
 
-/* dp_split.c: the segmented gradient routine (parallel/dp.h, Overlap). A plan cuts the
+/* dp_split.c: the segmented gradient routine (docs/parallel.md, Overlap). A plan cuts the
  * gradient comp's top-level items (the root SEQ's items; a root block comment around a SEQ is
  * opened) into nseg >= 1 segments: segment s holds items [seg_end[s - 1], seg_end[s]) (from 0)
  * and ends after the last item that reads or writes a gradient of its bucket (seg_of_grad[i]:
@@ -88,7 +88,7 @@ TROUPE_MUST_USE troupe_status_t troupe__dp_split_comp(const troupe_asgn_comp_t *
                                                       const troupe__dp_split_t *s, size_t seg,
                                                       troupe_asgn_comp_t **out);
 
-/* The per-step breakdown (dp_steplog.c; parallel/dp.h, Step breakdown). All calls accept a
+/* The per-step breakdown (dp_steplog.c; docs/parallel.md, Step breakdown). All calls accept a
  * NULL record (the step is not logged). */
 typedef struct troupe__dp_steplog troupe__dp_steplog_t;
 bool troupe__dp_steplog_wanted(int64_t step); /* debug:parallel on, and a logged step */
@@ -278,7 +278,7 @@ TROUPE_MUST_USE troupe_status_t troupe__dp_agree(const troupe_dp_setting_t *lib,
                                                  const troupe_dp_setting_t *prog, size_t nprog,
                                                  int replicas, const char *what,
                                                  int64_t *out_total, int64_t *out_offset);
-/* dp_agree.c: troupe_dp_new's check (parallel/dp.h, Ranks that disagree); sets dp->replicas
+/* dp_agree.c: troupe_dp_new's check (docs/parallel.md, Ranks that disagree); sets dp->replicas
  * and dp->replica_offset (dp->n and 0 with local_only, which checks nothing). */
 TROUPE_MUST_USE troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp,
                                                         const troupe_dp_config_t *cfg,

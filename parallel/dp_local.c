@@ -1,4 +1,4 @@
-/* troupe — the update fused across a rank's streams (parallel/dp.h, Fused update across
+/* troupe — the update fused across a rank's streams (docs/parallel.md, Fused update across
  * streams): the tree merge of the replicas' gradients, the optimizer step and the copies of the
  * new parameters to the other replicas as one pass, divided among the streams.
  *

@@ -1,4 +1,4 @@
-/* troupe — the segmented gradient routine of the data-parallel driver (parallel/dp.h, Overlap;
+/* troupe — the segmented gradient routine of the data-parallel driver (docs/parallel.md, Overlap;
  * parallel/dp_impl.h): cuts a gradient comp's top-level sequence where groups of gradients are
  * last used, so that each group's allreduce can start while the later segments compute (the
  * buckets of Horovod and PyTorch DDP, which start as soon as backprop produced them).

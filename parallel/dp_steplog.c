@@ -38,7 +38,7 @@ struct troupe__dp_steplog {
     int n;          /* replicas */
     size_t nbk;     /* buckets */
     int exchange;   /* troupe__dp_exchange_t */
-    bool fused;     /* the optimizer step ran in the allreduce (parallel/dp.h, Fused update) */
+    bool fused;     /* the optimizer step ran in the allreduce (docs/parallel.md, Fused update) */
     bool local;     /* the merge and the optimizer step ran as one pass across the streams */
     int64_t host_ns; /* time troupe_dp_step took on the host (set before the driver lets go) */
     size_t nslots;
@@ -107,7 +107,7 @@ static int64_t s_min(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-/* The breakdown (parallel/dp.h, Step breakdown): phases end where the next begins, so they
+/* The breakdown (docs/parallel.md, Step breakdown): phases end where the next begins, so they
  * add up to the wall time; the exchange's pipeline is reconstructed from its stamps (staged:
  * the copies of a stream run one after another, the copies back after every copy out; a
  * bucket's reduction starts once it is ready — its copies done, or in place the owner

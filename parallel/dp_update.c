@@ -96,7 +96,7 @@ troupe_status_t troupe__dp_update_build(troupe_dp_t *dp)
     troupe_asgn_comp_t *ocomp = NULL;
     TROUPE_RETURN_IF_ERROR(troupe__dp_optimizer_comp(dp, &ocomp));
     /* without fma fusion: the fused update (troupe__dp_apply) does the same operations in the
-     * same order, so both give the same bits (parallel/dp.h, Fused update) */
+     * same order, so both give the same bits (docs/parallel.md, Fused update) */
     st = troupe_compile_unfused(dp->backend, ocomp,
                                 dp->opt.kind == TROUPE_OPT_ADAMW ? "dp_adamw" : "dp_sgd",
                                 &dp->opt_code);
