@@ -1,7 +1,10 @@
 /* troupe — what the transport engine's files share in MPI builds (not installed): the
- * communicators, the message tags, control sends, and the two protocols the engine runs for a
+ * communicators, the message tags, control sends, the two protocols the engine runs for a
  * request besides moving buckets: the fingerprint exchange (fingerprint.c) and the ring
- * allreduce of one bucket (ring.c). engine.c drives them (transport_impl.h, The engine).
+ * allreduce of one bucket (ring.c), and what the engine's own files share: a request's state
+ * and the calls between the loop (engine.c), a collective's data (engine_coll.c), a send or
+ * receive (engine_p2p.c), liveness (engine_probe.c) and the fused update's sharded state
+ * (apply.c). engine.c drives them (transport_impl.h, The engine).
  *
  * Thread safety: the engine's owner only (one thread at a time, engine.c).
  * Ownership: see each type.
@@ -33,8 +36,9 @@ extern "C" {
 #define TROUPE__TAG_FULL 10     /* added to a digest's tag: the full fingerprint */
 #define TROUPE__TAG_DATA_P2P 201
 #define TROUPE__TAG_CLOCK 110 /* clock offsets at init (clock_sync.c), before the engine */
-#define TROUPE__TAG_RING 301 /* + bucket index % TROUPE__RING_TAGS: a ring bucket's steps */
-#define TROUPE__RING_TAGS 64 /* buckets in flight are fewer than this many apart (engine.c) */
+#define TROUPE__TAG_RING 301  /* + bucket index % TROUPE__RING_TAGS: a ring bucket's steps */
+#define TROUPE__RING_TAGS 64  /* buckets in flight are fewer than this many apart (engine_coll.c)  \
+                               */
 
 /* Where the engine runs: its communicators (data; fingerprints and probes), rank and size. */
 typedef struct troupe__engine_comm {
@@ -154,6 +158,186 @@ TROUPE_MUST_USE troupe_status_t troupe__ring_start(troupe__ring_t *g,
  * Errors: TRANSPORT_ERROR naming `what`. */
 TROUPE_MUST_USE troupe_status_t troupe__ring_test(troupe__ring_t *g, const troupe__engine_comm_t *c,
                                                   const char *what, bool *done, bool *progress);
+
+/* ---- the engine's own files ---------------------------------------------------------------
+ * engine.c runs the loop and a request's life; it calls into engine_coll.c (a collective's
+ * data: fusion buckets, the ring, shared memory), engine_p2p.c (a send's or a receive's
+ * slices), engine_probe.c (control sends, liveness probes, gates and the deadline verdicts) and
+ * apply.c (the fused update's side spans and the private optimizer state that shared memory
+ * leaves sharded). Everything below is touched by the engine's owner only. */
+
+#define TROUPE__NS_PER_S (1000LL * 1000 * 1000)
+#define TROUPE__PROBE_WINDOW_NS (2LL * TROUPE__NS_PER_S) /* a liveness probe waits for PONGs */
+
+/* A bucket in flight. */
+typedef struct troupe__flight {
+    MPI_Request req;     /* the MPI_Iallreduce or MPI_Ibcast (when !on_ring) */
+    troupe__ring_t ring; /* troupe's ring (ring.c) */
+    bool on_ring;
+    size_t bucket;
+    int slot; /* staging slot, -1 in place */
+    int tmp;  /* the ring's receive buffer (engine_coll.c), -1 none */
+    int64_t t_post_ns;
+    int track; /* TROUPE__TRACK_BUCKET0 or 1: not the other flight's (trace) */
+} troupe__flight_t;
+
+typedef enum troupe__phase { TROUPE__PH_INIT = 0, TROUPE__PH_FP, TROUPE__PH_DATA } troupe__phase_t;
+
+/* The engine's state of one request (troupe__req_t.engine_state). */
+typedef struct troupe__rs {
+    troupe__phase_t phase;
+    char what[96];
+    int64_t t_start_ns;
+    int64_t t_submit_ns; /* when the engine took the request (a gated one waits from then) */
+    int64_t t_gate_ns;   /* gated: when it reached the head of its lane, its gate closed (its
+                            gate's deadline counts from then); 0 before */
+    int64_t t_data_ns;   /* when the data phase began */
+    int64_t deadline_ns; /* fingerprints: activation + timeout; data: last progress + timeout */
+    troupe__fp_exchange_t fp;
+    bool flat;          /* this rank's tensors form one span (troupe__bucket_flat) */
+    bool all_flat;      /* ...every rank's: buckets in order (the flat plan) */
+    bool use_shm;       /* ...and each lies in shareable memory: reduced through it */
+    bool shm_apply;     /* ...and so do the fused update's side spans: each rank updates its
+                           chunk there (else the update runs on every rank after the sums) */
+    uint64_t shard_key; /* a fused update with private side arrays: apply.c's key, else 0 */
+    MPI_Request gather[TROUPE_COLL_APPLY_MAX_SIDE]; /* troupe__apply_gather_post's, in flight */
+    int ngather;
+    int *gather_counts; /* [2 * size]: each rank's chunk (units), then its first unit */
+    const char *span;   /* this rank's span when flat */
+    int64_t span_bytes;
+    troupe__cls_t span_cls;
+    troupe__shm_coll_t shm;
+    /* collective data */
+    troupe__bucket_plan_t plan;
+    size_t next_bk, done_bks;
+    troupe__flight_t fl[2];
+    int nfl;
+    /* point-to-point data */
+    MPI_Request *p2p;
+    int np2p;
+    /* liveness probe */
+    bool probing;
+    int64_t probe_t0, probe_end;
+    bool fault_seen; /* TROUPE_FAULT's collective hook ran for it */
+    /* outcome */
+    bool finished;
+    troupe_status_t fin;
+    char *fin_msg;
+} troupe__rs_t;
+
+/* What the engine's files share (engine.c defines it; the owner only). */
+typedef struct troupe__engine_shared {
+    troupe__engine_comm_t comm;
+    bool broken;         /* MPI must not be called any more */
+    int64_t gate_due_ns; /* the earliest deadline of a closed gate at the last turn, 0 none */
+} troupe__engine_shared_t;
+extern troupe__engine_shared_t troupe__eng;
+
+/* TROUPE_TIMEOUT_S in nanoseconds: a request's deadline without progress. */
+int64_t troupe__engine_timeout_ns(void);
+
+/* Records r's outcome (the first one only; msg copied, NULL: the status's name). engine.c. */
+void troupe__engine_finish(troupe__req_t *r, troupe_status_t st, const char *msg);
+
+/* Fails r with the status and message troupe__error just recorded and fails the cluster;
+ * comm_broken: MPI must not be called any more. engine.c. */
+void troupe__engine_fail(troupe__req_t *r, troupe_status_t st, bool comm_broken);
+
+/* engine_coll.c: a collective's data. */
+/* While the fingerprints travel: plans the buckets and packs the first ones (the caller's memory
+ * is only read). Errors: RESOURCE_EXHAUSTED and the planner's. */
+TROUPE_MUST_USE troupe_status_t troupe__engine_coll_prepack(troupe__req_t *r, troupe__rs_t *rs);
+/* Begins r's data through MPI: first a gather of private side arrays left sharded, then,
+ * unless r is only that gather, its buckets (planned once). */
+TROUPE_MUST_USE troupe_status_t troupe__engine_coll_mpi_begin(troupe__req_t *r, troupe__rs_t *rs);
+/* Begins reducing r's span through shared memory (every rank's digest located its span). */
+TROUPE_MUST_USE troupe_status_t troupe__engine_coll_shm_begin(troupe__req_t *r, troupe__rs_t *rs);
+/* Posts buckets while fewer than two are in flight. Errors: RESOURCE_EXHAUSTED,
+ * TRANSPORT_ERROR. */
+TROUPE_MUST_USE troupe_status_t troupe__engine_coll_post(troupe__req_t *r, troupe__rs_t *rs);
+/* Tests the buckets in flight; unpacks the finished ones. *progress when one finished. */
+TROUPE_MUST_USE troupe_status_t troupe__engine_coll_test(troupe__req_t *r, troupe__rs_t *rs,
+                                                         bool *progress);
+/* The buffers of rs's buckets that will not complete: the slots and ring buffers still in
+ * flight are left to MPI (only after a failure), the others given back. */
+void troupe__engine_coll_release(troupe__rs_t *rs);
+/* At stop: frees the staging slots and ring buffers. */
+void troupe__engine_coll_stop(void);
+/* The bucket path r's data took, for the trace: "shm", "ring" or "mpi". */
+const char *troupe__engine_coll_path(const troupe__req_t *r, const troupe__rs_t *rs);
+
+/* engine_p2p.c: a send's or a receive's slices (Isend/Irecv of TROUPE__MAX_MSG_BYTES each). */
+TROUPE_MUST_USE troupe_status_t troupe__engine_p2p_post(troupe__req_t *r, troupe__rs_t *rs);
+/* *all when every slice completed; *progress when one did at this call. */
+TROUPE_MUST_USE troupe_status_t troupe__engine_p2p_test(troupe__rs_t *rs, bool *progress,
+                                                        bool *all);
+
+/* engine_probe.c: control sends, liveness probes, gates. */
+/* Allocates the per-peer records of `size` ranks; false when out of memory. */
+bool troupe__engine_probe_init(int size);
+/* Posts the probe receive (the engine thread, first). Errors: TRANSPORT_ERROR. */
+TROUPE_MUST_USE troupe_status_t troupe__engine_probe_open(void);
+/* Answers PINGs, records PONGs and gate notices, frees finished control sends. */
+TROUPE_MUST_USE troupe_status_t troupe__engine_probe_service(void);
+/* Sends PING to the ranks r involves; the window closes TROUPE__PROBE_WINDOW_NS after now. */
+TROUPE_MUST_USE troupe_status_t troupe__engine_probe_start(troupe__req_t *r, troupe__rs_t *rs,
+                                                           int64_t now);
+/* The data phase's probe window closed: DEADLINE_EXCEEDED naming the silent ranks. */
+TROUPE_MUST_USE troupe_status_t troupe__engine_probe_verdict(troupe__req_t *r, troupe__rs_t *rs);
+/* The fingerprint phase's probe window closed: DEADLINE_EXCEEDED naming the silent ranks
+ * first, then those alive but behind. */
+TROUPE_MUST_USE troupe_status_t troupe__engine_probe_fp_verdict(troupe__rs_t *rs);
+/* r waits at the head of its lane for its gate; returns whether r failed (its gate's deadline
+ * passed: the other ranks are told); else notes the deadline in troupe__eng.gate_due_ns. */
+bool troupe__engine_gate_check(troupe__req_t *r, troupe__rs_t *rs);
+/* DEADLINE_EXCEEDED when a rank whose fingerprint is missing told this one that it failed r at
+ * its gate; else OK. */
+TROUPE_MUST_USE troupe_status_t troupe__engine_peer_gate_expired(const troupe__req_t *r,
+                                                                 troupe__rs_t *rs);
+/* Writes "rank 1" / "ranks 1, 3" for the ranks p < size with bad[p] into buf. */
+void troupe__engine_rank_list(const bool *bad, int size, char *buf, size_t cap);
+/* At stop on a healthy cluster: withdraws the probe receive, lets small sends finish. */
+void troupe__engine_probe_drain(void);
+/* At stop: frees the control sends and the per-peer records. */
+void troupe__engine_probe_stop(void);
+
+/* ---- the fused update's state across ranks (apply.c) ---------------------------------------
+ * A fused update (collective.h, troupe_coll_apply_t) reads side spans beside the tensors.
+ * Through shared memory each rank updates its chunk of every side span; private side arrays
+ * (n_private: the optimizer state) then stay sharded, each rank's chunk current only there,
+ * until a request that goes through MPI gathers them (MPI_Iallgatherv) or TROUPE_COLL_UNSHARD
+ * asks for it. Every rank keeps the same set of sharded requests. */
+
+/* Allocates the sharded set (room up front: growing it can fail on one rank alone); false when
+ * out of memory. */
+bool troupe__apply_init(void);
+/* Frees the sharded set. */
+void troupe__apply_stop(void);
+/* Fills side_shm[s] (zeroed by the caller) with where side span s of r's fused update lies in
+ * shareable memory, when every side array s lies as the tensors do; else leaves all zeroed. */
+void troupe__apply_side_spans(const troupe__req_t *r, const troupe__rs_t *rs,
+                              troupe__shm_ref_t *side_shm);
+/* Whether digest d located every side span of r's fused update (true without one). */
+bool troupe__apply_sides_shared(const troupe__req_t *r, const troupe__fp_digest_t *d);
+/* The fingerprints agree (rs->use_shm, rs->shm_apply decided): keys r's private state and sends
+ * r through MPI when shared memory would reduce it without the side spans while its state is
+ * sharded (or r is only the gather): alike on every rank. */
+void troupe__apply_agreed(const troupe__req_t *r, troupe__rs_t *rs);
+/* Begins r's reduction and fused update through shared memory, each rank on its chunk (refs:
+ * every rank's span). Notes r's private state sharded. */
+TROUPE_MUST_USE troupe_status_t troupe__apply_shm_begin(troupe__req_t *r, troupe__rs_t *rs,
+                                                        const troupe__shm_ref_t *refs);
+/* Shared memory finished r: a gather (TROUPE_COLL_UNSHARD) leaves its state whole. */
+void troupe__apply_shm_done(const troupe__req_t *r, const troupe__rs_t *rs);
+/* r goes through MPI while its private state is sharded: posts its gather. No-op when nothing
+ * is sharded. Errors: FAILED_PRECONDITION (the arrays moved), UNIMPLEMENTED (over INT_MAX
+ * elements), RESOURCE_EXHAUSTED, TRANSPORT_ERROR. */
+TROUPE_MUST_USE troupe_status_t troupe__apply_gather_post(troupe__req_t *r, troupe__rs_t *rs);
+/* Tests the gather; *done when none is in flight (*progress when it ended). */
+TROUPE_MUST_USE troupe_status_t troupe__apply_gather_test(troupe__rs_t *rs, bool *progress,
+                                                          bool *done);
+/* Frees rs's gather counts unless a gather is still in flight (failures: left to MPI). */
+void troupe__apply_free(troupe__rs_t *rs);
 
 #ifdef __cplusplus
 }

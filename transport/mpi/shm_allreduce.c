@@ -30,7 +30,7 @@
  * Two waits per allreduce on shared flags (sub-microsecond) replace the ring's 2(p-1) message
  * rounds through Open MPI's shared-memory transport, whose large messages go through the
  * kernel's process_vm_readv (CMA) with page pinning per message. Waiting polls: after the
- * engine's deadline without progress a liveness probe (engine.c) names the ranks that do not
+ * engine's deadline without progress a liveness probe (engine_probe.c) names the ranks that do not
  * answer (a dead rank); if all answer, the error says so (a rank whose request failed
  * part-way, leaving the others waiting: their deadline ends it).
  * Known limit: a rank that gives up part-way (its deadline, a cluster failure) hands its

@@ -3,9 +3,10 @@
  * The files: collective.c (argument checks, requests built at call time, the single-rank
  * path, the device level through lends), cluster.c (MPI's life, the cross-rank
  * device_to_device), engine.c (the transport engine: the one thread of control that calls
- * MPI), fingerprint.c (what ranks exchange before data moves), bucket.c (the fusion-bucket
- * planner), ring.c (troupe's ring allreduce), shm_allreduce.c (the intra-node shared-memory
- * allreduce), reduce.c (the element-wise reductions). engine_impl.h holds what the engine's
+ * MPI; its concerns in engine_coll.c, engine_p2p.c, engine_probe.c and apply.c), fingerprint.c
+ * (what ranks exchange before data moves), bucket.c (the fusion-bucket planner), ring.c
+ * (troupe's ring allreduce), shm_allreduce.c (the intra-node shared-memory allreduce), reduce.c
+ * (the element-wise reductions). engine_impl.h holds what the engine's
  * files share in MPI builds, bucket_impl.h the planner's types.
  *
  * A request (troupe__req_t) is one collective or one point-to-point move, built by the caller
@@ -134,7 +135,7 @@ struct troupe__req {
                              engine leaves the request unstarted while closed); NULL: none */
     int64_t submitted_ns;
     const char *phase;  /* the issuing thread's step phase (base/trace.h), a literal, or NULL */
-    void *engine_state; /* the engine's per-request state (engine.c) */
+    void *engine_state; /* the engine's per-request state (troupe__rs_t, engine_impl.h) */
     /* allreduce: the update fused into it (troupe_allreduce_args_t.apply), else apply_fn NULL:
      * apply_arg is the request's copy, side[s * n + i] side array s of tensor i (set with the
      * tensors' data when the arrays are lent) */
