@@ -4,8 +4,10 @@
 # shard made here:
 #   streams  1 rank x 2 streams equals 1 x 1 within relative 1e-5 on every loss over 20 steps,
 #            and each layout trains bitwise the same from run to run; with TROUPE_DP_OVERLAP=on
-#            (the gradient routine in segments, its gathers included) bitwise as without
-#   ranks    the same for LAUNCHER (mpiexec -n 2 ...) x 1 stream
+#            (the gradient routine in segments, its gathers included) bitwise as without; with
+#            --shuffle too, on batches other than the sequential ones
+#   ranks    the same for LAUNCHER (mpiexec -n 2 ...) x 1 stream; each rank holds less training
+#            data than the one rank of 1 x 1 (the `data ... resident_bytes=N` lines)
 #   resume   a run saved at step 8 and resumed to 20 gives the uninterrupted run's losses and
 #            final model file bit for bit (with validation, --curve and --plot on, which must
 #            not change them); the curve holds every step once and the validations
@@ -40,11 +42,15 @@ setup() {
   run 0 "$gpt" data --text text.txt --out-dir . --name t --val-fraction 0.1
   run 0 "$gpt" init --layers 2 --heads 2 --channels 32 --max-seq 16 --vocab 256 --seed 5 --out m.bin
 }
-# train NAME STREAMS [LAUNCHER...] [-- EXTRA...]: 20 steps into NAME.out, model NAME.bin
+# train NAME STREAMS [LAUNCHER...]: 20 steps into NAME.out (all its output in NAME.log), model
+# NAME.bin; $extra holds more options
+extra=
 train() {
   name=$1 streams=$2; shift 2
+  # shellcheck disable=SC2086 # $extra is words
   run 0 "$@" "$gpt" train --model m.bin --data t_train.bin --batch 4 --seq 16 --steps 20 \
-    --lr 1e-3 --weight-decay 0.01 --streams "$streams" --backend cpu --save "$name.bin"
+    --lr 1e-3 --weight-decay 0.01 --streams "$streams" --backend cpu --save "$name.bin" $extra
+  cp out "$name.log"
   grep '^step=' out >"$name.out"
   [ "$(wc -l <"$name.out")" = 20 ] || fail "$name: $(wc -l <"$name.out") step lines, expected 20"
   has out "^final loss=.* streams=$streams steps=20"
@@ -79,6 +85,10 @@ streams)
   close a1x1 a1x2
   # the gradient routine cut into overlap segments (as across nodes) computes the same bits
   train o1x1 1 env TROUPE_DP_OVERLAP=on; same a1x1 o1x1
+  extra=--shuffle
+  train s1x1 1; train s1x2 2; close s1x1 s1x2
+  extra=
+  cmp -s a1x1.out s1x1.out && fail "--shuffle trained on the sequential batches"
   # the loss falls: the test would pass on a model that does not train otherwise
   awk 'NR == 1 { f = $2 } END { exit !($2 < f) }' FS='loss=' a1x1.out || fail "the loss did not fall"
   ;;
@@ -88,6 +98,14 @@ ranks)
   train a1x1 1
   train a2x1 1 "$@"; has out "ranks=2"; train b2x1 1 "$@"; same a2x1 b2x1
   close a1x1 a2x1
+  # the training data each rank holds falls with the ranks
+  one=$(sed -n 's/^data rank=0 .* resident_bytes=\([0-9]*\)$/\1/p' a1x1.log)
+  [ -n "$one" ] || fail "no 'data rank=0 ... resident_bytes=' line with 1 rank"
+  for r in 0 1; do
+    two=$(sed -n "s/^data rank=$r .* resident_bytes=\\([0-9]*\\)\$/\\1/p" a2x1.log)
+    [ -n "$two" ] || fail "no 'data rank=$r ... resident_bytes=' line with 2 ranks"
+    [ "$two" -lt "$one" ] || fail "rank $r of 2 holds $two bytes of data, 1 rank $one"
+  done
   ;;
 resume)
   setup
