@@ -114,8 +114,10 @@ static void s_help(FILE *f)
         "         --grad-accum K micro-steps per optimizer step [1]; each rank reads only\n"
         "         its share of each batch; --shuffle: an order of its own (seeded by\n"
         "         --seed, the same batches for every layout)\n"
-        "  sample --model FILE --tokens N --seed S [--temperature 1] [--prompt TEXT]\n"
-        "         [--tokenizer FILE] [--backend NAME]\n",
+        "  sample --model FILE --tokens N --seed S [--temperature 1] [--prompt TEXT |\n"
+        "         --prompt-tokens ID,ID,...] [--tokenizer FILE] [--backend NAME]\n"
+        "         a text --prompt needs a byte-level model (V >= 256): GPT-2 BPE prompts go\n"
+        "         as --prompt-tokens (llm.c's tokenizer file cannot encode)\n",
         troupe_curve_plot_available() ? "" : " (not built: this gpt has no cairo)");
 }
 
@@ -294,6 +296,34 @@ static bool s_append_file(const char *path, unsigned char **buf, size_t *len, si
     return ok;
 }
 
+/* mkdir -p path (mode 0777 before the umask): 0, or -1 with errno. */
+static int s_mkdirs(const char *path)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/')
+            continue;
+        *c = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            return -1;
+        *c = '/';
+    }
+    struct stat sb;
+    if (mkdir(p, 0777) != 0 && errno != EEXIST)
+        return -1;
+    if (stat(p, &sb) != 0)
+        return -1;
+    if (!S_ISDIR(sb.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
 static int s_cmd_data(int argc, char **argv)
 {
     static const char *const known[] = {"--text", "--out-dir", "--name", "--val-fraction"};
@@ -306,6 +336,10 @@ static int s_cmd_data(int argc, char **argv)
     const char *dir = s_get(&o, "--out-dir"), *name = s_get(&o, "--name");
     if (!dir)
         return s_usage("option --out-dir is required");
+    if (s_mkdirs(dir) != 0) {
+        fprintf(stderr, "gpt data: %s: cannot create the directory: %s\n", dir, strerror(errno));
+        return 1;
+    }
     if (!name)
         name = o.ntexts ? "text" : "fortunes";
     /* the text: --text files in order, else every fortune file (sorted; not .dat, .u8) */
@@ -463,8 +497,9 @@ static int32_t s_start_token(const gpt_llmc_config_t *cfg, const gpt_llmc_tokeni
 
 static int s_cmd_sample(int argc, char **argv)
 {
-    static const char *const known[] = {"--model",  "--tokens",    "--seed",   "--temperature",
-                                        "--prompt", "--tokenizer", "--backend"};
+    static const char *const known[] = {"--model",       "--tokens",    "--seed",
+                                        "--temperature", "--prompt",    "--tokenizer",
+                                        "--backend",     "--prompt-tokens"};
     opts_t o;
     char err[512];
     long long ntok, seed;
@@ -483,18 +518,52 @@ static int s_cmd_sample(int argc, char **argv)
     gpt_llmc_tokenizer_t tk = {0};
     if (s_get(&o, "--tokenizer"))
         CHECK(gpt_llmc_tokenizer_read(s_get(&o, "--tokenizer"), &tk), "reading the tokenizer");
-    const char *prompt = s_get(&o, "--prompt");
+    const char *prompt = s_get(&o, "--prompt"), *ptoks = s_get(&o, "--prompt-tokens");
     int32_t *pt = NULL;
     int np = 0;
-    if (prompt && *prompt) {
+    if (prompt && ptoks)
+        return s_usage("options --prompt and --prompt-tokens exclude each other");
+    if (ptoks) {
+        /* token ids, comma-separated, each below V */
+        pt = malloc((strlen(ptoks) / 2 + 1) * sizeof *pt);
+        if (!pt)
+            CHECK(troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "prompt"), "out of memory");
+        const char *c = ptoks;
+        for (;;) {
+            char *end = NULL;
+            errno = 0;
+            long v = strtol(c, &end, 10);
+            if (errno || end == c || v < 0 || v >= cfg.vocab || (*end && *end != ',')) {
+                snprintf(err, sizeof err,
+                         "option --prompt-tokens: '%.100s' is not a list of token ids from 0 to "
+                         "%d separated by commas",
+                         ptoks, cfg.vocab - 1);
+                free(pt);
+                free(flat);
+                gpt_llmc_tokenizer_free(&tk);
+                return s_usage(err);
+            }
+            pt[np++] = (int32_t)v;
+            if (!*end)
+                break;
+            c = end + 1;
+        }
+    } else if (prompt && *prompt) {
         if (cfg.vocab < 256) {
             fprintf(stderr, "gpt sample: --prompt needs a byte-level model (V >= 256), V = %d\n",
                     cfg.vocab);
             return 2;
         }
         if (tk.offsets) {
-            fprintf(stderr, "gpt sample: --prompt with --tokenizer: BPE encoding is not "
-                            "implemented; give the prompt to a byte-level model\n");
+            fprintf(stderr,
+                    "gpt sample: --prompt with --tokenizer: a text prompt cannot be encoded: "
+                    "llm.c's tokenizer file holds GPT-2's decoding table only, not the merge "
+                    "ranks BPE encoding needs (an encoding from it alone would not be GPT-2's); "
+                    "give the prompt's token ids instead, e.g. --prompt-tokens 15496,11,995 "
+                    "(GPT-2's encoding of \"Hello, world\", from tiktoken or llm.c's "
+                    "scripts)\n");
+            free(flat);
+            gpt_llmc_tokenizer_free(&tk);
             return 2;
         }
         np = (int)strlen(prompt);

@@ -11,6 +11,10 @@
 #   resume   a run saved at step 8 and resumed to 20 gives the uninterrupted run's losses and
 #            final model file bit for bit (with validation, --curve and --plot on, which must
 #            not change them); the curve holds every step once and the validations
+#   restart  `troupe run -np 2 --max-restarts 2` (TROUPE, the 4th argument) with rank 1 SIGKILLed
+#            when step 12 starts (TROUPE_FAULT, first launch only), between the checkpoints of
+#            steps 10 and 15: the run restarts from step 10 and its final model and training
+#            state equal an uninterrupted run's, byte for byte, as do the losses it printed
 #   cli      bad options and bad files: one clear error line and a non-zero exit status
 #   quickstart  deploy/quickstart.sh's job argument, as a dry run (TROUPE_QUICKSTART_DRY_RUN=1:
 #            its commands printed, nothing built or run): `gpt` and its options, `fmnist`, an
@@ -138,6 +142,31 @@ resume)
     [ "$(head -c 4 c.png | tail -c 3)" = PNG ] || fail "c.png is not a PNG"
   fi
   ;;
+restart)
+  [ $# -gt 0 ] || fail "the restart case needs the troupe command"
+  troupe=$1
+  setup
+  args="--model m.bin --data t_train.bin --batch 4 --seq 16 --steps 20 --lr 1e-3
+    --weight-decay 0.01 --streams 1 --backend cpu --save-every 5"
+  # shellcheck disable=SC2086 # $args is words
+  run 0 "$troupe" run -np 2 -- "$gpt" train $args --save ref.bin
+  grep '^step=' out >ref.out
+  grep -q summary err && fail "the uninterrupted run restarted"
+  printf '#!/bin/sh\n[ -z "${TROUPE_RESUME:-}" ] && export TROUPE_FAULT=kill:rank=1:step=12\nexec "$@"\n' >first.sh
+  chmod +x first.sh
+  # shellcheck disable=SC2086 # $args is words
+  run 0 "$troupe" run -np 2 --max-restarts 2 --checkpoint ck.bin.state -- ./first.sh "$gpt" \
+    train $args --save ck.bin
+  has err "restart 1/2: rank 1 died (signal 9"
+  has err "resuming from step 10 (ck.bin.state) on 2 rank(s)"
+  has err "attempt 2: 2 rank(s) from step 10.*completed"
+  cmp -s ref.bin ck.bin || fail "the restarted run's final model differs from the uninterrupted run's"
+  cmp -s ref.bin.state ck.bin.state || fail "the restarted run's final training state differs"
+  # the second attempt's losses (steps 10..19) are the uninterrupted run's
+  awk '/^step=10 /{ n++ } n == 2' out | grep '^step=' >second.out
+  [ "$(wc -l <second.out)" = 10 ] || fail "the second attempt printed $(wc -l <second.out) steps, expected 10"
+  tail -n 10 ref.out | cmp -s - second.out || fail "the resumed losses differ: $(tail -n 10 ref.out | diff - second.out | head -4)"
+  ;;
 cli)
   setup
   tr='--batch 4 --seq 16 --steps 1 --backend cpu --streams 1'
@@ -177,6 +206,12 @@ cli)
   run 1 "$gpt" sample --model short.bin --tokens 4 --seed 1; has err "short.bin"
   run 2 "$gpt" sample --model m.bin --tokens 0; has err "option --tokens"
   run 1 "$gpt" data --text missing.txt --out-dir .; has err "missing.txt"
+  # --out-dir is created; a file in its way is refused
+  run 0 "$gpt" data --text text.txt --out-dir new/sub --name n; [ -s new/sub/n_train.bin ] || fail "no new/sub/n_train.bin"
+  run 1 "$gpt" data --text text.txt --out-dir text.txt/x; has err "text.txt/x: cannot create the directory"
+  run 2 "$gpt" sample --model m.bin --tokens 4 --prompt-tokens 1,x; has err "option --prompt-tokens: '1,x' is not a list of token ids from 0 to 255"
+  run 2 "$gpt" sample --model m.bin --tokens 4 --prompt-tokens 256; has err "from 0 to 255"
+  run 2 "$gpt" sample --model m.bin --tokens 4 --prompt a --prompt-tokens 1; has err "exclude each other"
   }
   ;;
 quickstart)
