@@ -11,7 +11,8 @@
  * concatenated shards (llm.c's loader without shuffling; back to token 0 when fewer than BT+1
  * remain; --shuffle: a seeded order of its own, loader.h); replica r of R takes sequences
  * [rB/R, (r+1)B/R), so every layout trains on the same batches, and each rank reads only its
- * replicas' sequences (loader.h), printing `data rank=R ... resident_bytes=N` first. Rank 0 prints `step=K loss=X` per step, `val_loss=X` at each validation and last
+ * replicas' sequences (loader.h), printing `data rank=R ... resident_bytes=N` first. Rank 0
+ * prints `step=K loss=X` per step, `val_loss=X` at each validation and last
  * `final loss=X val_loss=X tokens_per_s=X ranks=R streams=S steps=N`. docs/gpt.md has the rest.
  */
 #define _POSIX_C_SOURCE 200809L
