@@ -42,8 +42,9 @@ static troupe_status_t s_pread(const s_shard_t *sh, void *buf, size_t len, off_t
         if (got < 0 && errno == EINTR)
             continue;
         if (got <= 0)
-            return troupe_error_set(TROUPE_FAILED_PRECONDITION, "%s: cannot read the token shard: %s",
-                                    sh->path, got < 0 ? strerror(errno) : "the file shrank");
+            return troupe_error_set(TROUPE_FAILED_PRECONDITION,
+                                    "%s: cannot read the token shard: %s", sh->path,
+                                    got < 0 ? strerror(errno) : "the file shrank");
         p += got;
         len -= (size_t)got;
         off += got;

@@ -53,10 +53,10 @@ TROUPE_MUST_USE troupe_status_t gpt_shards_read(gpt_shards_t *s, size_t at, size
                                                 uint16_t *out);
 
 typedef struct gpt_order {
-    int64_t batch;    /* B, sequences a batch (over every replica) */
-    int64_t seq;      /* T */
-    size_t count;     /* tokens of the stream */
-    bool shuffle;     /* the shuffled order, keyed by seed */
+    int64_t batch; /* B, sequences a batch (over every replica) */
+    int64_t seq;   /* T */
+    size_t count;  /* tokens of the stream */
+    bool shuffle;  /* the shuffled order, keyed by seed */
     uint64_t seed;
 } gpt_order_t;
 
@@ -70,9 +70,8 @@ typedef struct gpt_loader gpt_loader_t;
 /* A loader of sequences [first, first + n) of each batch of order o from shards s, starting
  * with batch `step` (prefetched at once). INVALID_ARGUMENT (a range outside [0, B), a stream
  * without one batch), RESOURCE_EXHAUSTED, FAILED_PRECONDITION (the thread did not start). */
-TROUPE_MUST_USE troupe_status_t gpt_loader_new(gpt_shards_t *s, const gpt_order_t *o,
-                                               int64_t first, int64_t n, int64_t step,
-                                               gpt_loader_t **out);
+TROUPE_MUST_USE troupe_status_t gpt_loader_new(gpt_shards_t *s, const gpt_order_t *o, int64_t first,
+                                               int64_t n, int64_t step, gpt_loader_t **out);
 /* The next batch's share: x and y (n T int32 each), then the one after starts loading. The
  * read's error (named as gpt_shards_read's) when it failed. */
 TROUPE_MUST_USE troupe_status_t gpt_loader_next(gpt_loader_t *l, int32_t *x, int32_t *y);
