@@ -114,21 +114,23 @@ Test(gpt_loader, shuffled_pass_is_a_permutation_of_the_slots_keyed_by_seed_and_p
     free(seen);
 }
 
-/* R loaders (ranks) of B / R sequences each, from step `from`: for `steps` steps, their shares
- * side by side are the batch the order names, read across the shard boundaries. */
-static void s_check_shares(gpt_shards_t *sh, const gpt_order_t *o, int R, int64_t from,
+/* R loaders (ranks) of B / R sequences each, in K runs (micro-steps: run j of rank r holds
+ * sequences (j R + r) b + [0, b), b = B / (R K)), from step `from`: for `steps` steps, their
+ * shares together are the batch the order names, read across the shard boundaries. */
+static void s_check_shares(gpt_shards_t *sh, const gpt_order_t *o, int R, int K, int64_t from,
                            int64_t steps)
 {
-    int64_t b = o->batch / R, T = o->seq;
+    int64_t b = o->batch / (R * K), T = o->seq;
     gpt_loader_t *l[4] = {0};
     for (int r = 0; r < R; r++)
-        OK(gpt_loader_new(sh, o, r * b, b, from, &l[r]));
-    int32_t *x = malloc((size_t)(b * T) * sizeof *x), *y = malloc((size_t)(b * T) * sizeof *y);
+        OK(gpt_loader_new(sh, o, r * b, b, K, R * b, from, &l[r]));
+    size_t nt = (size_t)(K * b * T);
+    int32_t *x = malloc(nt * sizeof *x), *y = malloc(nt * sizeof *y);
     for (int64_t s = from; s < from + steps; s++)
         for (int r = 0; r < R; r++) {
             OK(gpt_loader_next(l[r], x, y));
-            for (int64_t i = 0; i < b; i++) {
-                size_t at = gpt_order_start(o, s, r * b + i);
+            for (int64_t i = 0; i < K * b; i++) {
+                size_t at = gpt_order_start(o, s, (i / b * R + r) * b + i % b);
                 for (int64_t t = 0; t < T; t++) {
                     cr_assert_eq(x[i * T + t], s_tok(at + (size_t)t),
                                  "R=%d rank %d step %lld sequence %lld input %lld", R, r,
@@ -158,12 +160,13 @@ Test(gpt_loader, rank_shares_make_each_batch_across_shards_and_passes)
     cr_assert_eq(gpt_order_batches(&o), 6);
     for (int R = 1; R <= 4; R *= 2) {
         o.shuffle = false;
-        s_check_shares(sh, &o, R, 0, 14); /* past two wraps */
+        s_check_shares(sh, &o, R, 1, 0, 14); /* past two wraps */
         o.shuffle = true;
-        s_check_shares(sh, &o, R, 0, 14);
+        s_check_shares(sh, &o, R, 1, 0, 14);
     }
     o.shuffle = false;
-    s_check_shares(sh, &o, 2, 5, 3); /* a resumed run starts at its step */
+    s_check_shares(sh, &o, 2, 2, 0, 14); /* 2 micro-steps (--grad-accum) */
+    s_check_shares(sh, &o, 2, 1, 5, 3);  /* a resumed run starts at its step */
     gpt_shards_close(&sh);
 }
 
@@ -208,7 +211,7 @@ Test(gpt_loader, a_shard_spoiled_under_a_running_loader_fails_its_batch_by_name)
     gpt_order_t o = {.batch = 2, .seq = 8, .count = gpt_shards_count(sh)};
     gpt_loader_t *l = NULL;
     int32_t x[16], y[16];
-    OK(gpt_loader_new(sh, &o, 0, 2, 0, &l));
+    OK(gpt_loader_new(sh, &o, 0, 2, 1, 2, 0, &l));
     OK(gpt_loader_next(l, x, y)); /* batch 0; batch 1 (tokens 16..32) loads now */
     OK(gpt_loader_next(l, x, y)); /* batch 1; batch 2 (tokens 32..48) loads now */
     gpt_loader_destroy(&l);
@@ -219,7 +222,7 @@ Test(gpt_loader, a_shard_spoiled_under_a_running_loader_fails_its_batch_by_name)
     fputc(0xff, f);
     fputc(0xff, f);
     fclose(f);
-    OK(gpt_loader_new(sh, &o, 0, 2, 2, &l));
+    OK(gpt_loader_new(sh, &o, 0, 2, 1, 2, 2, &l));
     cr_assert_eq(gpt_loader_next(l, x, y), TROUPE_INVALID_ARGUMENT);
     cr_expect(strstr(troupe_last_error(), "c_000.bin: token 65535 at position 40"), "%s",
               troupe_last_error());

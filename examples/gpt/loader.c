@@ -252,9 +252,9 @@ size_t gpt_order_start(const gpt_order_t *o, int64_t step, int64_t i)
 struct gpt_loader {
     gpt_shards_t *shards;
     gpt_order_t order;
-    int64_t first, n;
-    uint16_t *tok;  /* one sequence's T + 1 tokens */
-    int32_t *x, *y; /* the prefetched share (n, T) */
+    int64_t first, n, runs, stride; /* sequences first + j stride + [0, n), j < runs */
+    uint16_t *tok;                  /* one sequence's T + 1 tokens */
+    int32_t *x, *y;                 /* the prefetched share (n, T) */
     pthread_t thread;
     bool started;
     pthread_mutex_t mu;
@@ -270,8 +270,8 @@ struct gpt_loader {
 static troupe_status_t s_load(gpt_loader_t *l, int64_t step)
 {
     size_t T = (size_t)l->order.seq;
-    for (int64_t i = 0; i < l->n; i++) {
-        size_t at = gpt_order_start(&l->order, step, l->first + i);
+    for (int64_t i = 0; i < l->runs * l->n; i++) {
+        size_t at = gpt_order_start(&l->order, step, l->first + i / l->n * l->stride + i % l->n);
         TROUPE_RETURN_IF_ERROR(gpt_shards_read(l->shards, at, T + 1, l->tok));
         for (size_t t = 0; t < T; t++) {
             l->x[(size_t)i * T + t] = l->tok[t];
@@ -308,15 +308,17 @@ static void *s_thread(void *arg)
 }
 
 troupe_status_t gpt_loader_new(gpt_shards_t *s, const gpt_order_t *o, int64_t first, int64_t n,
-                               int64_t step, gpt_loader_t **out)
+                               int64_t runs, int64_t stride, int64_t step, gpt_loader_t **out)
 {
     if (!s || !o || !out || step < 0)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT, "gpt_loader_new: bad argument");
     *out = NULL;
-    if (first < 0 || n < 1 || first + n > o->batch)
+    if (first < 0 || n < 1 || runs < 1 || stride < n || first + (runs - 1) * stride + n > o->batch)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT,
-                                "gpt_loader_new: sequences [%lld, %lld) outside a batch of %lld",
-                                (long long)first, (long long)(first + n), (long long)o->batch);
+                                "gpt_loader_new: %lld runs of sequences [%lld, %lld) every %lld "
+                                "outside a batch of %lld",
+                                (long long)runs, (long long)first, (long long)(first + n),
+                                (long long)stride, (long long)o->batch);
     if (gpt_order_batches(o) < 1)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT,
                                 "gpt_loader_new: %zu tokens hold no batch of %lld x %lld", o->count,
@@ -324,11 +326,13 @@ troupe_status_t gpt_loader_new(gpt_shards_t *s, const gpt_order_t *o, int64_t fi
     gpt_loader_t *l = calloc(1, sizeof *l);
     if (!l)
         return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "gpt_loader_new: out of memory");
-    size_t nt = (size_t)n * (size_t)o->seq;
+    size_t nt = (size_t)(runs * n) * (size_t)o->seq;
     l->shards = s;
     l->order = *o;
     l->first = first;
     l->n = n;
+    l->runs = runs;
+    l->stride = stride;
     l->tok = malloc(((size_t)o->seq + 1) * sizeof *l->tok);
     l->x = malloc(nt * sizeof *l->x);
     l->y = malloc(nt * sizeof *l->y);
@@ -369,7 +373,7 @@ troupe_status_t gpt_loader_next(gpt_loader_t *l, int32_t *x, int32_t *y)
         pthread_cond_wait(&l->cv, &l->mu);
     troupe_status_t st = l->st;
     if (st == TROUPE_OK) {
-        size_t nt = (size_t)l->n * (size_t)l->order.seq;
+        size_t nt = (size_t)(l->runs * l->n) * (size_t)l->order.seq;
         memcpy(x, l->x, nt * sizeof *x);
         memcpy(y, l->y, nt * sizeof *y);
         l->want = l->ready + 1; /* the next one, while the caller trains on this one */
@@ -386,7 +390,7 @@ size_t gpt_loader_bytes(const gpt_loader_t *l)
 {
     if (!l)
         return 0;
-    return 2 * (size_t)l->n * (size_t)l->order.seq * sizeof(int32_t) +
+    return 2 * (size_t)(l->runs * l->n) * (size_t)l->order.seq * sizeof(int32_t) +
            ((size_t)l->order.seq + 1) * sizeof(uint16_t);
 }
 

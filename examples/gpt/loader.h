@@ -15,9 +15,9 @@
  * Feistel network, cycle-walked), so no table is held. Both orders depend on s, B, T, the
  * tokens and the seed only: every layout trains on the same batches.
  *
- * gpt_loader_t: sequences [first, first + n) of every batch (a rank's replicas' share) as int32
- * inputs x and targets y (n, T), each step's read on a thread of its own while the caller trains
- * on the previous one.
+ * gpt_loader_t: runs of sequences first + j stride + [0, n), j < runs, of every batch (a rank's
+ * replicas' share of each micro-step) as int32 inputs x and targets y (runs n, T), each step's
+ * read on a thread of its own while the caller trains on the previous one.
  *
  * Errors: INVALID_ARGUMENT naming the file and the problem, NOT_FOUND (a missing file or a glob
  * matching nothing), FAILED_PRECONDITION (read failures, with strerror), RESOURCE_EXHAUSTED.
@@ -67,13 +67,15 @@ size_t gpt_order_start(const gpt_order_t *o, int64_t step, int64_t i);
 
 typedef struct gpt_loader gpt_loader_t;
 
-/* A loader of sequences [first, first + n) of each batch of order o from shards s, starting
- * with batch `step` (prefetched at once). INVALID_ARGUMENT (a range outside [0, B), a stream
- * without one batch), RESOURCE_EXHAUSTED, FAILED_PRECONDITION (the thread did not start). */
+/* A loader of the runs of sequences first + j stride + [0, n), j < runs (stride >= n), of each
+ * batch of order o from shards s, starting with batch `step` (prefetched at once).
+ * INVALID_ARGUMENT (a range outside [0, B), a stream without one batch), RESOURCE_EXHAUSTED,
+ * FAILED_PRECONDITION (the thread did not start). */
 TROUPE_MUST_USE troupe_status_t gpt_loader_new(gpt_shards_t *s, const gpt_order_t *o, int64_t first,
-                                               int64_t n, int64_t step, gpt_loader_t **out);
-/* The next batch's share: x and y (n T int32 each), then the one after starts loading. The
- * read's error (named as gpt_shards_read's) when it failed. */
+                                               int64_t n, int64_t runs, int64_t stride,
+                                               int64_t step, gpt_loader_t **out);
+/* The next batch's share: x and y (runs n T int32 each, run by run), then the one after starts
+ * loading. The read's error (named as gpt_shards_read's) when it failed. */
 TROUPE_MUST_USE troupe_status_t gpt_loader_next(gpt_loader_t *l, int32_t *x, int32_t *y);
 /* Bytes of token data the loader holds (its prefetch buffers). */
 size_t gpt_loader_bytes(const gpt_loader_t *l);

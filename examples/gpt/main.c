@@ -766,16 +766,25 @@ static int s_cmd_train(int argc, char **argv)
     gpt_order_t order = {.batch = t.B, .seq = t.T, .count = ntokens, .shuffle = t.shuffle,
                          .seed = (uint64_t)t.seed};
     int64_t nb = gpt_order_batches(&order); /* batches before the wrap */
-    /* This rank's share of each batch: sequences [offset b, (offset + streams) b), replica k
-     * of this rank taking minibatch offset + k (parallel/dp.h's round-robin, modulo
-     * num_batches). When every rank runs the same streams (the sum of the squares says so:
-     * sum N_r^2 = (sum N_r)^2 / R only for equal N_r), x_all holds just this rank's streams
-     * minibatches and replica k reads row (step replicas + offset + k) mod streams = k;
-     * otherwise it has a row per replica of the run, of which this rank fills its own. */
-    int64_t sq = 0, sq_offset = 0;
+    /* This rank's share of each batch: in micro-step j (of K, --grad-accum) replica k takes
+     * minibatch j replicas + offset + k of the batch, sequences [that b, + b) (parallel/dp.h's
+     * round-robin: micro-step j of step s is round s K + j), and reads it from row
+     * (j replicas + offset + k) mod rows of x_all, as dp binds the feed's index (the step's
+     * part, s K replicas, is a multiple of rows). When every rank runs the same streams N (the
+     * sum of the squares says so: sum N_r^2 = (sum N_r)^2 / R only for equal N_r) and
+     * gcd(K, R) = 1 (K = 1 always), x_all holds just this rank's K N minibatches: the row is
+     * N ((j R + r) mod K) + k, distinct for every j and k. Otherwise it has a row per replica
+     * and micro-step of the run, of which this rank fills its own. */
+    int64_t sq = 0, sq_offset = 0, K = t.grad_accum;
     CHECK(troupe_dp_replicas(streams * streams, &sq, &sq_offset), "counting the replicas");
-    bool uniform = sq * ranks == replicas * replicas;
-    int64_t rows = uniform ? streams : replicas, row0 = uniform ? 0 : offset;
+    int64_t g = K, h = ranks;
+    while (h) {
+        int64_t r_ = g % h;
+        g = h;
+        h = r_;
+    }
+    bool compact = sq * ranks == replicas * replicas && g == 1;
+    int64_t rows = K * (compact ? streams : replicas);
     gpt_params_t *p = NULL;
     gpt_model_t *m = NULL;
     gpt_model_config_t mc = {.batch = b, .seq = t.T, .num_batches = rows, .train = true,
@@ -783,9 +792,10 @@ static int s_cmd_train(int argc, char **argv)
     CHECK(gpt_params_new(&cfg, &p), "building the parameters");
     CHECK(gpt_params_set(p, flat), "placing the parameters");
     CHECK(gpt_model_new(p, &mc, &m), "building the model");
-    size_t share = (size_t)(rows * b * t.T);
+    size_t share = (size_t)(rows * b * t.T), mine = (size_t)(K * streams * b * t.T);
     int32_t *hx = calloc(share, sizeof *hx), *hy = calloc(share, sizeof *hy);
-    if (!hx || !hy)
+    int32_t *lx = malloc(mine * sizeof *lx), *ly = malloc(mine * sizeof *ly);
+    if (!hx || !hy || !lx || !ly)
         CHECK(troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "%zu tokens a step", share),
               "out of memory");
     /* each step's minibatches reach the streams' copies of x_all and y_all as automatic
@@ -838,14 +848,15 @@ static int s_cmd_train(int argc, char **argv)
         CHECK(troupe_dp_load(dp, t.resume), "resuming");
     long long first = troupe_dp_steps_done(dp);
     gpt_loader_t *loader = NULL;
-    CHECK(gpt_loader_new(shards, &order, offset * b, streams * b, first, &loader),
+    CHECK(gpt_loader_new(shards, &order, offset * b, streams * b, K, replicas * b, first,
+                         &loader),
           "starting the data loader");
     {
-        /* the training data this rank holds: the loader's prefetched share, the host arrays
-         * of x_all and y_all, their copy on each stream, and the conversion buffer of the
-         * host write */
+        /* the training data this rank holds: the loader's prefetched share and its copy
+         * here, the host arrays of x_all and y_all, their copy on each stream, and the
+         * conversion buffer of the host write */
         size_t arrays = 2 * share * sizeof(int32_t);
-        size_t resident = gpt_loader_bytes(loader) + arrays * (1 + (size_t)streams) +
+        size_t resident = 2 * gpt_loader_bytes(loader) + arrays * (1 + (size_t)streams) +
                           share * sizeof(double);
         printf("data rank=%d tokens=%zu shards=%d sequences=%lld..%lld of %lld order=%s "
                "resident_bytes=%zu\n",
@@ -947,8 +958,14 @@ static int s_cmd_train(int argc, char **argv)
         if (t.warmup || t.cosine)
             CHECK(troupe_dp_set_lr(dp, s_lr_at(&t, step)), "setting the learning rate");
         /* the step's minibatches (the loader then reads the next step's) */
-        CHECK(gpt_loader_next(loader, hx + row0 * b * t.T, hy + row0 * b * t.T),
-              "reading the training data");
+        CHECK(gpt_loader_next(loader, lx, ly), "reading the training data");
+        for (int64_t j = 0; j < K; j++)
+            for (int64_t k = 0; k < streams; k++) {
+                size_t row = (size_t)((j * replicas + offset + k) % rows);
+                size_t from = (size_t)((j * streams + k) * b * t.T), n = (size_t)(b * t.T);
+                memcpy(hx + row * n, lx + from, n * sizeof *hx);
+                memcpy(hy + row * n, ly + from, n * sizeof *hy);
+            }
         CHECK(gpt_model_set_minibatches(m, hx, hy), "placing the training data");
         CHECK(troupe_dp_step(dp), "training");
         CHECK(troupe_dp_last_loss(dp, &loss), "training");
@@ -997,6 +1014,8 @@ static int s_cmd_train(int argc, char **argv)
     gpt_shards_close(&vshards);
     free(hx);
     free(hy);
+    free(lx);
+    free(ly);
     free(vx);
     free(vy);
     free(vtok);

@@ -5,9 +5,11 @@
 #   streams  1 rank x 2 streams equals 1 x 1 within relative 1e-5 on every loss over 20 steps,
 #            and each layout trains bitwise the same from run to run; with TROUPE_DP_OVERLAP=on
 #            (the gradient routine in segments, its gathers included) bitwise as without; with
-#            --shuffle too, on batches other than the sequential ones
+#            --shuffle too, on batches other than the sequential ones; with --grad-accum 2 within
+#            1e-5 of 1 x 1 (each rank's micro-steps read their own sequences of the batch)
 #   ranks    the same for LAUNCHER (mpiexec -n 2 ...) x 1 stream; each rank holds less training
-#            data than the one rank of 1 x 1 (the `data ... resident_bytes=N` lines)
+#            data than the one rank of 1 x 1 (the `data ... resident_bytes=N` lines); with
+#            --grad-accum 2 too
 #   resume   a run saved at step 8 and resumed to 20 gives the uninterrupted run's losses and
 #            final model file bit for bit (with validation, --curve and --plot on, which must
 #            not change them); the curve holds every step once and the validations
@@ -93,6 +95,8 @@ streams)
   train s1x1 1; train s1x2 2; close s1x1 s1x2
   extra=
   cmp -s a1x1.out s1x1.out && fail "--shuffle trained on the sequential batches"
+  # --grad-accum 2 on 2 streams: each step's minibatches in 4 rows of x_all, the same batches
+  extra="--grad-accum 2"; train g1x2 2; close a1x1 g1x2; extra=
   # the loss falls: the test would pass on a model that does not train otherwise
   awk 'NR == 1 { f = $2 } END { exit !($2 < f) }' FS='loss=' a1x1.out || fail "the loss did not fall"
   ;;
@@ -102,6 +106,8 @@ ranks)
   train a1x1 1
   train a2x1 1 "$@"; has out "ranks=2"; train b2x1 1 "$@"; same a2x1 b2x1
   close a1x1 a2x1
+  # --grad-accum 2 on 2 ranks (a row per replica and micro-step), the same batches
+  extra="--grad-accum 2"; train g2x1 1 "$@"; close a1x1 g2x1; extra=
   # the training data each rank holds falls with the ranks
   one=$(sed -n 's/^data rank=0 .* resident_bytes=\([0-9]*\)$/\1/p' a1x1.log)
   [ -n "$one" ] || fail "no 'data rank=0 ... resident_bytes=' line with 1 rank"
