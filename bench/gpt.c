@@ -6,15 +6,23 @@
  *     peer_us=<us per step> ratio=<troupe_us/peer_us> troupe_tokens_per_s=<n>
  *     peer_tokens_per_s=<n> troupe_gflops=<n> peer_gflops=<n> params=<N> loss_rel_diff=<max>
  *
- * Cases (issue 31): "default" L=4 NH=4 C=128 T=64 B=4, "small" L=6 NH=6 C=384 T=128 B=8. A
- * side's step time is the mean over the steps of one run (what `gpt train` reports as
+ * Cases (issue 31): "default" L=4 NH=4 C=128 T=64 B=4, "small" L=6 NH=6 C=384 T=128 B=8, one
+ * rank of one stream against PyTorch with one thread; and on two ranks of one stream each
+ * (mpiexec), every rank keeping the case's batch B (the global batch 2B), so they run the code
+ * the one-rank case compiled:
+ *   "default-2ranks": against PyTorch DDP over gloo, 2 processes x 1 thread, the same global
+ *     batch and split (peer=torch-<v>-ddp-gloo-2x1; the losses compared as above);
+ *   "small-e2": against troupe itself on one rank at batch B (peer=troupe-1x1), and
+ *     e2=<peer_us/troupe_us>, the weak-scaling efficiency E(2) (two ranks' tokens per second over
+ *     twice one rank's).
+ * A side's step time is the mean over the steps of one run (what `gpt train` reports as
  * tokens_per_s; the peer likewise), the line the median over the rounds. GFLOP/s by llm.c's
  * accounting: 6 N + 6 L C T FLOPs per token, N the parameters (padded vocabulary included).
  * The losses of both sides are compared step by step: beyond relative 1e-4 the bench says so
  * on stderr and exits 1. `gpt train` compiles its routines before the first step (not timed;
  * the code cache, TROUPE_CACHE_DIR, keeps them for the later rounds).
  *
- * usage: bench_gpt [--case default|small|all] [--steps N] [--rounds R]
+ * usage: bench_gpt [--case default|small|default-2ranks|small-e2|all] [--steps N] [--rounds R]
  * The text: Debian's fortunes (`gpt data`), else generated words. The peer's interpreter:
  * $TROUPE_BENCH_PYTHON, else /usr/bin/python3 (Debian's torch); OPENBLAS_CORETYPE is unset for
  * it. Without torch the lines say peer=none.
@@ -36,15 +44,32 @@
 #define GPT_BENCH_TORCH_SCRIPT "bench/peers/torch_gpt.py"
 #endif
 
+#ifndef GPT_BENCH_MPIEXEC
+#define GPT_BENCH_MPIEXEC ""
+#endif
+#ifndef GPT_BENCH_MPI_ARGS
+#define GPT_BENCH_MPI_ARGS ""
+#endif
+
 #define S_MAX_STEPS 1000
 #define S_MAX_ROUNDS 15
 
+typedef enum gmode {
+    S_VS_TORCH = 0, /* 1 rank against PyTorch, 1 thread */
+    S_VS_DDP,       /* 2 ranks against PyTorch DDP over gloo, 2 x 1 */
+    S_E2            /* 2 ranks against 1 rank */
+} gmode_t;
+
 typedef struct gcase {
     const char *name;
-    int L, NH, C, T, B;
+    int L, NH, C, T, B; /* B: per rank */
+    gmode_t mode;
 } gcase_t;
 
-static const gcase_t s_cases[] = {{"default", 4, 4, 128, 64, 4}, {"small", 6, 6, 384, 128, 8}};
+static const gcase_t s_cases[] = {{"default", 4, 4, 128, 64, 4, S_VS_TORCH},
+                                  {"small", 6, 6, 384, 128, 8, S_VS_TORCH},
+                                  {"default-2ranks", 4, 4, 128, 64, 4, S_VS_DDP},
+                                  {"small-e2", 6, 6, 384, 128, 8, S_E2}};
 
 /* Runs `cmd` (sh -c), reading its `step=K loss=X` lines into losses[0..steps) and the number
  * after `key` on its last line that has one into *value. 0 on success; 1 when the command
@@ -128,7 +153,28 @@ static int s_case(const gcase_t *c, const char *dir, int steps, int rounds, cons
                              .channels = c->C, .padded_vocab = 256};
     double n = (double)gpt_llmc_num_params(&cfg);
     double flops_per_token = 6 * n + 6.0 * c->L * c->C * c->T;
-    double tokens = (double)c->B * c->T;
+    int ranks = c->mode == S_VS_TORCH ? 1 : 2;
+    double tokens = (double)ranks * c->B * c->T; /* a step's, over every rank */
+    char launch[1024] = "";
+    if (ranks > 1) {
+        if (!GPT_BENCH_MPIEXEC[0]) {
+            printf("bench=gpt case=%s skipped: this build has no mpiexec\n", c->name);
+            unlink(model);
+            return 0;
+        }
+        snprintf(launch, sizeof launch, "'%s' -n 2 %s ", GPT_BENCH_MPIEXEC, GPT_BENCH_MPI_ARGS);
+        /* compile once, in one process (each rank runs one rank's code at batch B): two ranks
+         * compiling the gradient routine at once would take twice cc's memory */
+        snprintf(cmd, sizeof cmd,
+                 "TROUPE_LOG=warn '%s' train --model '%s' --data '%s' --batch %d --seq %d "
+                 "--steps 0 --streams 1 --backend cpu >/dev/null",
+                 GPT_BENCH_GPT, model, data, c->B, c->T);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "bench_gpt: %s failed\n", cmd);
+            unlink(model);
+            return 1;
+        }
+    }
     double t_us[S_MAX_ROUNDS], p_us[S_MAX_ROUNDS], worst = 0;
     double *tl = calloc((size_t)steps, sizeof *tl), *pl = calloc((size_t)steps, sizeof *pl);
     char peer[64] = "none";
@@ -136,20 +182,33 @@ static int s_case(const gcase_t *c, const char *dir, int steps, int rounds, cons
     for (int r = 0; r < rounds && st == 0; r++) {
         double tps = NAN;
         snprintf(cmd, sizeof cmd,
-                 "TROUPE_LOG=warn '%s' train --model '%s' --data '%s' --batch %d --seq %d "
+                 "TROUPE_LOG=warn %s'%s' train --model '%s' --data '%s' --batch %d --seq %d "
                  "--steps %d --lr 1e-4 --streams 1 --backend cpu",
-                 GPT_BENCH_GPT, model, data, c->B, c->T, steps);
+                 launch, GPT_BENCH_GPT, model, data, ranks * c->B, c->T, steps);
         st = s_run(cmd, steps, tl, "tokens_per_s=", &tps, NULL, 0);
         if (st != 0)
             break;
         t_us[r] = tokens / tps * 1e6;
+        double us = NAN;
+        if (c->mode == S_E2) { /* the peer: troupe on one rank, batch B */
+            snprintf(cmd, sizeof cmd,
+                     "TROUPE_LOG=warn '%s' train --model '%s' --data '%s' --batch %d --seq %d "
+                     "--steps %d --lr 1e-4 --streams 1 --backend cpu",
+                     GPT_BENCH_GPT, model, data, c->B, c->T, steps);
+            if (s_run(cmd, steps, pl, "tokens_per_s=", &tps, NULL, 0) != 0) {
+                st = 1;
+                break;
+            }
+            p_us[np++] = (double)c->B * c->T / tps * 1e6;
+            snprintf(peer, sizeof peer, "troupe-1x1");
+            continue; /* other batches: no losses to compare */
+        }
         if (!python)
             continue;
         snprintf(cmd, sizeof cmd,
                  "env -u OPENBLAS_CORETYPE '%s' '%s' --model '%s' --data '%s' --batch %d "
-                 "--seq %d --steps %d --lr 1e-4 --threads 1",
-                 python, GPT_BENCH_TORCH_SCRIPT, model, data, c->B, c->T, steps);
-        double us = NAN;
+                 "--seq %d --steps %d --lr 1e-4 --threads 1 --ranks %d",
+                 python, GPT_BENCH_TORCH_SCRIPT, model, data, ranks * c->B, c->T, steps, ranks);
         if (s_run(cmd, steps, pl, "peer_us=", &us, peer, sizeof peer) != 0) {
             st = 1;
             break;
@@ -169,12 +228,18 @@ static int s_case(const gcase_t *c, const char *dir, int steps, int rounds, cons
     if (st == 0) {
         double tu = s_median(t_us, rounds), pu = np ? s_median(p_us, np) : NAN;
         double ttps = tokens / tu * 1e6, ptps = tokens / pu * 1e6;
+        if (c->mode == S_E2) /* the peer ran one rank's tokens */
+            ptps = (double)c->B * c->T / pu * 1e6;
+        char e2[64] = "";
+        if (c->mode == S_E2)
+            snprintf(e2, sizeof e2, " e2=%.3f", ttps / (2 * ptps));
         troupe_bench_print_case("gpt", c->name, (int64_t)(4 * n), tu, np ? peer : "none", pu,
                                 "troupe_tokens_per_s=%.0f peer_tokens_per_s=%.0f "
                                 "troupe_gflops=%.2f peer_gflops=%.2f params=%.0f "
-                                "loss_rel_diff=%.2g steps=%d rounds=%d",
+                                "loss_rel_diff=%.2g ranks=%d steps=%d rounds=%d%s",
                                 ttps, ptps, ttps * flops_per_token / 1e9,
-                                ptps * flops_per_token / 1e9, n, worst, steps, rounds);
+                                ptps * flops_per_token / 1e9, n, worst, ranks, steps, rounds,
+                                e2);
     }
     unlink(model);
     free(tl);
@@ -189,9 +254,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: bench_gpt [--case default|small|all] [--steps N] [--rounds R]\n"
+            printf("usage: bench_gpt [--case default|small|default-2ranks|small-e2|all] "
+                   "[--steps N] [--rounds R]\n"
                    "GPT-2 training steps, gpt train (1 rank x 1 stream) against PyTorch "
-                   "(1 thread)\n");
+                   "(1 thread); 2 ranks against PyTorch DDP (gloo) and against 1 rank\n");
             return 0;
         }
         if (i + 1 >= argc) {
@@ -199,8 +265,10 @@ int main(int argc, char **argv)
             return 2;
         }
         const char *v = argv[++i];
-        if (!strcmp(a, "--case") && (!strcmp(v, "default") || !strcmp(v, "small") ||
-                                     !strcmp(v, "all"))) {
+        bool known = !strcmp(v, "all");
+        for (size_t k = 0; k < sizeof s_cases / sizeof *s_cases; k++)
+            known = known || !strcmp(v, s_cases[k].name);
+        if (!strcmp(a, "--case") && known) {
             which = v;
         } else if (!strcmp(a, "--steps") && atoi(v) >= 2 && atoi(v) <= S_MAX_STEPS) {
             steps = atoi(v);
@@ -208,7 +276,8 @@ int main(int argc, char **argv)
             rounds = atoi(v);
         } else {
             fprintf(stderr,
-                    "bench_gpt: bad option %s %s (--case default|small|all, --steps 2..%d, "
+                    "bench_gpt: bad option %s %s (--case default|small|default-2ranks|small-e2|"
+                    "all, --steps 2..%d, "
                     "--rounds 1..%d)\n",
                     a, v, S_MAX_STEPS, S_MAX_ROUNDS);
             return 2;

@@ -4,15 +4,19 @@ file and token shard, the same batches (sequential: batch k holds the B sequence
 starting at tokens kBT, kBT+T, ...) and the same AdamW, timed per step.
 
 usage: torch_gpt.py --model FILE --data SHARD --batch B --seq T --steps N [--lr 1e-4]
-                    [--weight-decay 0] [--threads 1]
+                    [--weight-decay 0] [--threads 1] [--ranks R]
 Prints `step=K loss=X` per step, then
 `peer=torch-<version>-<threads>thread peer_us=<mean us per step> tokens_per_s=<from it>`
-(the mean over every step of the run, as `gpt train` reports its tokens/s).
+(the mean over every step of the run, as `gpt train` reports its tokens/s). With --ranks R > 1:
+DistributedDataParallel over gloo on loopback, R processes of --threads threads each, the batch
+global as in `gpt train` (rank r takes sequences [rB/R, (r+1)B/R)); the loss printed is the mean
+over the ranks, a step's time the slowest rank's, and the peer `torch-<version>-ddp-gloo-<R>x<threads>`.
 Run with Debian's torch (/usr/bin/python3). The model follows llm.c's train_gpt2.py (pre-LN
 blocks, fused QKV, causal attention, GELU tanh, tied classifier over Vp; only the first V logits
 count), written from the equations as bench/peers/torch_gpt_reference.py has it."""
 import argparse
 import math
+import os
 import statistics
 import struct
 import sys
@@ -85,6 +89,81 @@ def forward(cfg, p, x, y):
     return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
 
 
+class _Model(torch.nn.Module):
+    """The parameters as a module, for DistributedDataParallel."""
+
+    def __init__(self, cfg, p):
+        super().__init__()
+        self.cfg = cfg
+        self.p = torch.nn.ParameterDict({k: torch.nn.Parameter(v.detach()) for k, v in p.items()})
+
+    def forward(self, x, y):
+        return forward(self.cfg, self.p, x, y)
+
+
+def train(a, rank=0, world=1, dist=None):
+    torch.set_num_threads(a.threads)
+    cfg, p = read_model(a.model)
+    tokens = read_shard(a.data)
+    B, T = a.batch, a.seq
+    nb = (len(tokens) - 1) // (B * T)
+    if nb < 1:
+        sys.exit("%s: fewer than B*T+1 tokens" % a.data)
+    b = B // world
+    model = None
+    if dist is not None:
+        from torch.nn.parallel import DistributedDataParallel
+        model = DistributedDataParallel(_Model(cfg, p))
+        params = list(model.parameters())
+    else:
+        params = list(p.values())
+    opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=a.weight_decay)
+    times = []
+    for step in range(a.steps):
+        at = (step % nb) * B * T
+        seqs = range(rank * b, (rank + 1) * b)
+        x = torch.stack([tokens[at + i * T: at + i * T + T] for i in seqs])
+        y = torch.stack([tokens[at + i * T + 1: at + i * T + T + 1] for i in seqs])
+        if dist is not None:
+            dist.barrier()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, y) if model is not None else forward(cfg, p, x, y)
+        loss.backward()
+        opt.step()
+        value = loss.item()
+        times.append(time.perf_counter() - t0)
+        if dist is not None:  # the mean loss over the ranks, outside the timed step
+            lt = torch.tensor([value], dtype=torch.float64)
+            dist.all_reduce(lt)
+            value = lt.item() / world
+        if rank == 0:
+            print("step=%d loss=%.6f" % (step, value), flush=True)
+    if dist is not None:  # a step lasts as long as its slowest rank
+        tt = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(tt, op=dist.ReduceOp.MAX)
+        times = tt.tolist()
+    us = statistics.mean(times) * 1e6  # as gpt train reports: every step of the run
+    version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    name = ("torch-%s-ddp-gloo-%dx%d" % (version, world, a.threads) if dist is not None
+            else "torch-%s-%dthread" % (version, a.threads))
+    if rank == 0:
+        print("peer=%s peer_us=%.1f tokens_per_s=%.1f" % (name, us, B * T / (us * 1e-6)),
+              flush=True)
+
+
+def _ddp_rank(rank, world, port, a):
+    import torch.distributed as dist
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                            world_size=world)
+    try:
+        train(a, rank, world, dist)
+    finally:
+        dist.destroy_process_group()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
@@ -95,33 +174,19 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ranks", type=int, default=1)
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    cfg, p = read_model(a.model)
-    tokens = read_shard(a.data)
-    B, T = a.batch, a.seq
-    nb = (len(tokens) - 1) // (B * T)
-    if nb < 1:
-        sys.exit("%s: fewer than B*T+1 tokens" % a.data)
-    opt = torch.optim.AdamW(list(p.values()), lr=a.lr, betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=a.weight_decay)
-    times = []
-    for step in range(a.steps):
-        at = (step % nb) * B * T
-        x = torch.stack([tokens[at + i * T: at + i * T + T] for i in range(B)])
-        y = torch.stack([tokens[at + i * T + 1: at + i * T + T + 1] for i in range(B)])
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = forward(cfg, p, x, y)
-        loss.backward()
-        opt.step()
-        value = loss.item()
-        times.append(time.perf_counter() - t0)
-        print("step=%d loss=%.6f" % (step, value))
-    us = statistics.mean(times) * 1e6  # as gpt train reports: every step of the run
-    version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
-    print("peer=torch-%s-%dthread peer_us=%.1f tokens_per_s=%.1f" % (
-        version, a.threads, us, B * T / (us * 1e-6)))
+    if a.ranks < 1 or a.batch % a.ranks:
+        sys.exit("--batch %d does not split over --ranks %d" % (a.batch, a.ranks))
+    if a.ranks > 1:
+        import socket
+        import torch.multiprocessing as mp
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        mp.spawn(_ddp_rank, args=(a.ranks, port, a), nprocs=a.ranks, join=True)
+        return
+    train(a)
 
 
 if __name__ == "__main__":

@@ -301,12 +301,16 @@ troupe_status_t gpt_llmc_model_write(const char *path, const gpt_llmc_config_t *
 /* ---- token shards --------------------------------------------------------------------------- */
 
 /* Checks one shard image; *count its tokens. */
-static troupe_status_t s_shard_check(const char *path, const unsigned char *buf, size_t len,
-                                     int32_t vocab, size_t min_tokens, size_t *count)
+troupe_status_t gpt_llmc_shard_header(const char *path, const unsigned char *head,
+                                      size_t file_bytes, size_t min_tokens, size_t *out_count)
 {
+    if (!path || !head || !out_count)
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "gpt_llmc_shard_header: bad argument");
     const char *what = "token shard";
     int32_t hdr[GPT_LLMC_HEADER_INTS];
-    TROUPE_RETURN_IF_ERROR(s_header(path, what, buf, len, GPT_LLMC_SHARD_MAGIC, hdr));
+    TROUPE_RETURN_IF_ERROR(
+        s_header(path, what, head, file_bytes < S_HEADER_BYTES ? file_bytes : S_HEADER_BYTES,
+                 GPT_LLMC_SHARD_MAGIC, hdr));
     if (hdr[1] != 1)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT,
                                 "%s: unsupported token shard version %d (1 is read: uint16 "
@@ -316,20 +320,37 @@ static troupe_status_t s_shard_check(const char *path, const unsigned char *buf,
         return troupe_error_set(TROUPE_INVALID_ARGUMENT, "%s: bad token count %d in the header",
                                 path, hdr[2]);
     size_t n = (size_t)hdr[2];
-    TROUPE_RETURN_IF_ERROR(s_size(path, what, len, S_HEADER_BYTES + 2 * n));
+    TROUPE_RETURN_IF_ERROR(s_size(path, what, file_bytes, S_HEADER_BYTES + 2 * n));
     if (n < min_tokens)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT,
                                 "%s: the shard holds %zu tokens, fewer than one batch needs "
                                 "(B*T+1 = %zu)",
                                 path, n, min_tokens);
-    const unsigned char *d = buf + S_HEADER_BYTES;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t t = (uint32_t)d[2 * i] | ((uint32_t)d[2 * i + 1] << 8);
-        if (t >= (uint32_t)vocab)
+    *out_count = n;
+    return TROUPE_OK;
+}
+
+troupe_status_t gpt_llmc_tokens_check(const char *path, const uint16_t *tokens, size_t n,
+                                      size_t first, int32_t vocab)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] >= (uint32_t)vocab)
             return troupe_error_set(TROUPE_INVALID_ARGUMENT,
                                     "%s: token %u at position %zu is not below the vocabulary "
                                     "size V = %d",
-                                    path, t, i, vocab);
+                                    path, (unsigned)tokens[i], first + i, vocab);
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_shard_check(const char *path, const unsigned char *buf, size_t len,
+                                     int32_t vocab, size_t min_tokens, size_t *count)
+{
+    size_t n = 0;
+    TROUPE_RETURN_IF_ERROR(gpt_llmc_shard_header(path, buf, len, min_tokens, &n));
+    const unsigned char *d = buf + S_HEADER_BYTES;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t t = (uint16_t)(d[2 * i] | (d[2 * i + 1] << 8));
+        TROUPE_RETURN_IF_ERROR(gpt_llmc_tokens_check(path, &t, 1, i, vocab));
     }
     *count = n;
     return TROUPE_OK;

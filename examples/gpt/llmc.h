@@ -77,6 +77,16 @@ TROUPE_MUST_USE troupe_status_t gpt_llmc_model_write(const char *path,
 TROUPE_MUST_USE troupe_status_t gpt_llmc_shards_read(const char *pattern, int32_t vocab,
                                                      size_t min_tokens, uint16_t **out_tokens,
                                                      size_t *out_count, int *out_shards);
+/* Checks a shard's header (head: its first min(file_bytes, 1024) bytes) against the file's
+ * size: magic, version 1, the count, file_bytes = 1024 + 2 count, count >= min_tokens.
+ * *out_count its tokens. INVALID_ARGUMENT naming path and the problem. */
+TROUPE_MUST_USE troupe_status_t gpt_llmc_shard_header(const char *path, const unsigned char *head,
+                                                      size_t file_bytes, size_t min_tokens,
+                                                      size_t *out_count);
+/* Checks that tokens[0..n) (positions first.. of the shard at path) are below vocab:
+ * INVALID_ARGUMENT naming the file, the token and its position. */
+TROUPE_MUST_USE troupe_status_t gpt_llmc_tokens_check(const char *path, const uint16_t *tokens,
+                                                      size_t n, size_t first, int32_t vocab);
 /* Writes one shard (count tokens, at most INT32_MAX) atomically. */
 TROUPE_MUST_USE troupe_status_t gpt_llmc_shard_write(const char *path, const uint16_t *tokens,
                                                      size_t count);

@@ -4,18 +4,21 @@
  *              --seed S --out FILE
  *   gpt data   [--text FILE]... --out-dir DIR [--name NAME] [--val-fraction F]
  *   gpt train  --model FILE --data GLOB [--val GLOB] --batch B --seq T --steps N [...]
- *   gpt sample --model FILE --tokens N --seed S [--temperature X] [--prompt TEXT]
- *              [--tokenizer FILE]
+ *   gpt sample --model FILE --tokens N --seed S [--temperature X] [--prompt TEXT |
+ *              --prompt-tokens ID,...] [--tokenizer FILE]
  *
  * train: batch k holds the B sequences of T+1 tokens starting at tokens kBT, kBT+T, ... of the
  * concatenated shards (llm.c's loader without shuffling; back to token 0 when fewer than BT+1
- * remain); replica r of R takes sequences [rB/R, (r+1)B/R), so every layout trains on the same
- * batches. Rank 0 prints `step=K loss=X` per step, `val_loss=X` at each validation and last
+ * remain; --shuffle: a seeded order of its own, loader.h); replica r of R takes sequences
+ * [rB/R, (r+1)B/R), so every layout trains on the same batches, and each rank reads only its
+ * replicas' sequences (loader.h), printing `data rank=R ... resident_bytes=N` first. Rank 0
+ * prints `step=K loss=X` per step, `val_loss=X` at each validation and last
  * `final loss=X val_loss=X tokens_per_s=X ranks=R streams=S steps=N`. docs/gpt.md has the rest.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "curve.h"
 #include "llmc.h"
+#include "loader.h"
 #include "model.h"
 
 #include "curve_plot.h"
@@ -108,11 +111,15 @@ static void s_help(FILE *f)
         "         [--schedule constant|cosine --warmup K] [--save FILE --save-every K]\n"
         "         [--resume FILE.state] [--backend NAME] [--streams S] [--val-every K\n"
         "         --val-batches M] [--sample-every K --sample-tokens N] [--seed S]\n"
-        "         [--curve FILE.csv] [--plot FILE.png%s] [--grad-accum K]\n"
+        "         [--curve FILE.csv] [--plot FILE.png%s] [--grad-accum K] [--shuffle]\n"
         "         --batch is global: split over every replica of every rank and over\n"
-        "         --grad-accum K micro-steps per optimizer step [1]\n"
-        "  sample --model FILE --tokens N --seed S [--temperature 1] [--prompt TEXT]\n"
-        "         [--tokenizer FILE] [--backend NAME]\n",
+        "         --grad-accum K micro-steps per optimizer step [1]; each rank reads only\n"
+        "         its share of each batch; --shuffle: an order of its own (seeded by\n"
+        "         --seed, the same batches for every layout)\n"
+        "  sample --model FILE --tokens N --seed S [--temperature 1] [--prompt TEXT |\n"
+        "         --prompt-tokens ID,ID,...] [--tokenizer FILE] [--backend NAME]\n"
+        "         a text --prompt needs a byte-level model (V >= 256): GPT-2 BPE prompts go\n"
+        "         as --prompt-tokens (llm.c's tokenizer file cannot encode)\n",
         troupe_curve_plot_available() ? "" : " (not built: this gpt has no cairo)");
 }
 
@@ -128,6 +135,15 @@ static bool s_parse(int argc, char **argv, const char *const *known, size_t nkno
         if (!ok) {
             snprintf(err, cap, "unknown option '%.200s' for %s", a, argv[1]);
             return false;
+        }
+        if (strcmp(a, "--shuffle") == 0) { /* a flag: no value */
+            if (o->n == S_MAX_OPTS) {
+                snprintf(err, cap, "too many options");
+                return false;
+            }
+            o->v[o->n].name = a;
+            o->v[o->n++].value = "1";
+            continue;
         }
         if (i + 1 >= argc) {
             snprintf(err, cap, "option %s needs a value", a);
@@ -282,6 +298,34 @@ static bool s_append_file(const char *path, unsigned char **buf, size_t *len, si
     return ok;
 }
 
+/* mkdir -p path (mode 0777 before the umask): 0, or -1 with errno. */
+static int s_mkdirs(const char *path)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/')
+            continue;
+        *c = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            return -1;
+        *c = '/';
+    }
+    struct stat sb;
+    if (mkdir(p, 0777) != 0 && errno != EEXIST)
+        return -1;
+    if (stat(p, &sb) != 0)
+        return -1;
+    if (!S_ISDIR(sb.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
 static int s_cmd_data(int argc, char **argv)
 {
     static const char *const known[] = {"--text", "--out-dir", "--name", "--val-fraction"};
@@ -294,6 +338,10 @@ static int s_cmd_data(int argc, char **argv)
     const char *dir = s_get(&o, "--out-dir"), *name = s_get(&o, "--name");
     if (!dir)
         return s_usage("option --out-dir is required");
+    if (s_mkdirs(dir) != 0) {
+        fprintf(stderr, "gpt data: %s: cannot create the directory: %s\n", dir, strerror(errno));
+        return 1;
+    }
     if (!name)
         name = o.ntexts ? "text" : "fortunes";
     /* the text: --text files in order, else every fortune file (sorted; not .dat, .u8) */
@@ -451,8 +499,9 @@ static int32_t s_start_token(const gpt_llmc_config_t *cfg, const gpt_llmc_tokeni
 
 static int s_cmd_sample(int argc, char **argv)
 {
-    static const char *const known[] = {"--model",  "--tokens",    "--seed",   "--temperature",
-                                        "--prompt", "--tokenizer", "--backend"};
+    static const char *const known[] = {"--model",       "--tokens",    "--seed",
+                                        "--temperature", "--prompt",    "--tokenizer",
+                                        "--backend",     "--prompt-tokens"};
     opts_t o;
     char err[512];
     long long ntok, seed;
@@ -471,18 +520,52 @@ static int s_cmd_sample(int argc, char **argv)
     gpt_llmc_tokenizer_t tk = {0};
     if (s_get(&o, "--tokenizer"))
         CHECK(gpt_llmc_tokenizer_read(s_get(&o, "--tokenizer"), &tk), "reading the tokenizer");
-    const char *prompt = s_get(&o, "--prompt");
+    const char *prompt = s_get(&o, "--prompt"), *ptoks = s_get(&o, "--prompt-tokens");
     int32_t *pt = NULL;
     int np = 0;
-    if (prompt && *prompt) {
+    if (prompt && ptoks)
+        return s_usage("options --prompt and --prompt-tokens exclude each other");
+    if (ptoks) {
+        /* token ids, comma-separated, each below V */
+        pt = malloc((strlen(ptoks) / 2 + 1) * sizeof *pt);
+        if (!pt)
+            CHECK(troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "prompt"), "out of memory");
+        const char *c = ptoks;
+        for (;;) {
+            char *end = NULL;
+            errno = 0;
+            long v = strtol(c, &end, 10);
+            if (errno || end == c || v < 0 || v >= cfg.vocab || (*end && *end != ',')) {
+                snprintf(err, sizeof err,
+                         "option --prompt-tokens: '%.100s' is not a list of token ids from 0 to "
+                         "%d separated by commas",
+                         ptoks, cfg.vocab - 1);
+                free(pt);
+                free(flat);
+                gpt_llmc_tokenizer_free(&tk);
+                return s_usage(err);
+            }
+            pt[np++] = (int32_t)v;
+            if (!*end)
+                break;
+            c = end + 1;
+        }
+    } else if (prompt && *prompt) {
         if (cfg.vocab < 256) {
             fprintf(stderr, "gpt sample: --prompt needs a byte-level model (V >= 256), V = %d\n",
                     cfg.vocab);
             return 2;
         }
         if (tk.offsets) {
-            fprintf(stderr, "gpt sample: --prompt with --tokenizer: BPE encoding is not "
-                            "implemented; give the prompt to a byte-level model\n");
+            fprintf(stderr,
+                    "gpt sample: --prompt with --tokenizer: a text prompt cannot be encoded: "
+                    "llm.c's tokenizer file holds GPT-2's decoding table only, not the merge "
+                    "ranks BPE encoding needs (an encoding from it alone would not be GPT-2's); "
+                    "give the prompt's token ids instead, e.g. --prompt-tokens 15496,11,995 "
+                    "(GPT-2's encoding of \"Hello, world\", from tiktoken or llm.c's "
+                    "scripts)\n");
+            free(flat);
+            gpt_llmc_tokenizer_free(&tk);
             return 2;
         }
         np = (int)strlen(prompt);
@@ -523,7 +606,7 @@ typedef struct train {
     long long B, T, steps, warmup, save_every, streams, val_every, val_batches, sample_every,
         sample_tokens, seed, grad_accum;
     double lr, wd, beta1, beta2, eps;
-    bool cosine;
+    bool cosine, shuffle;
     const char *model, *data, *val, *save, *resume, *backend, *curve, *plot;
 } train_t;
 
@@ -563,7 +646,7 @@ static int s_cmd_train(int argc, char **argv)
         "--eps",         "--schedule",    "--warmup",       "--grad-clip",    "--save",
         "--save-every",  "--resume",      "--backend",      "--streams",      "--val-every",
         "--val-batches", "--sample-every", "--sample-tokens", "--seed",
-        "--curve",       "--plot",        "--grad-accum"};
+        "--curve",       "--plot",        "--grad-accum",   "--shuffle"};
     opts_t o;
     char err[512];
     train_t t = {0};
@@ -601,6 +684,7 @@ static int s_cmd_train(int argc, char **argv)
     if (sched && strcmp(sched, "constant") && strcmp(sched, "cosine"))
         return s_usage("option --schedule: 'constant' or 'cosine'");
     t.cosine = sched && !strcmp(sched, "cosine");
+    t.shuffle = s_get(&o, "--shuffle") != NULL;
     if (s_get(&o, "--grad-clip"))
         return s_usage("option --grad-clip: gradient clipping is not implemented yet "
                        "(parallel/dp.h has no global-norm clip)");
@@ -613,10 +697,10 @@ static int s_cmd_train(int argc, char **argv)
         return s_usage(troupe_last_error());
 
     /* every rank runs with the same settings (those that decide the results) */
-    char sv[13][64];
-    const char *sn[13] = {"--batch", "--seq",    "--steps",  "--lr",    "--weight-decay",
+    char sv[14][64];
+    const char *sn[14] = {"--batch", "--seq",    "--steps",  "--lr",    "--weight-decay",
                           "--beta1", "--beta2",  "--eps",    "--schedule", "--warmup",
-                          "--seed",  "--model",  "--grad-accum"};
+                          "--seed",  "--model",  "--grad-accum", "--shuffle"};
     snprintf(sv[0], 64, "%lld", t.B);
     snprintf(sv[1], 64, "%lld", t.T);
     snprintf(sv[2], 64, "%lld", t.steps);
@@ -630,10 +714,11 @@ static int s_cmd_train(int argc, char **argv)
     snprintf(sv[10], 64, "%lld", t.seed);
     snprintf(sv[11], 64, "%.60s", t.model);
     snprintf(sv[12], 64, "%lld", t.grad_accum);
-    troupe_dp_setting_t settings[13];
-    for (int i = 0; i < 13; i++)
+    snprintf(sv[13], 64, "%s", t.shuffle ? "on" : "off");
+    troupe_dp_setting_t settings[14];
+    for (int i = 0; i < 14; i++)
         settings[i] = (troupe_dp_setting_t){sn[i], sv[i]};
-    CHECK(troupe_dp_agree(settings, 13), "checking the options across ranks");
+    CHECK(troupe_dp_agree(settings, 14), "checking the options across ranks");
 
     /* the model file and the data, checked before any work */
     gpt_llmc_config_t cfg;
@@ -645,15 +730,14 @@ static int s_cmd_train(int argc, char **argv)
                          cfg.max_seq, t.T);
         s_die(TROUPE_INVALID_ARGUMENT, "checking the model");
     }
-    uint16_t *tokens = NULL, *vtokens = NULL;
-    size_t ntokens = 0, nvtokens = 0;
-    int nshards = 0, nvshards = 0;
+    /* the shards, checked whole, then read a batch at a time (loader.h) */
+    gpt_shards_t *shards = NULL, *vshards = NULL;
     size_t need = (size_t)(t.B * t.T + 1);
-    CHECK(gpt_llmc_shards_read(t.data, cfg.vocab, need, &tokens, &ntokens, &nshards),
-          "reading the training data");
+    CHECK(gpt_shards_open(t.data, cfg.vocab, need, &shards), "reading the training data");
     if (t.val && rank == 0)
-        CHECK(gpt_llmc_shards_read(t.val, cfg.vocab, need, &vtokens, &nvtokens, &nvshards),
-              "reading the validation data");
+        CHECK(gpt_shards_open(t.val, cfg.vocab, need, &vshards), "reading the validation data");
+    size_t ntokens = gpt_shards_count(shards), nvtokens = gpt_shards_count(vshards);
+    int nshards = gpt_shards_files(shards);
 
     /* replicas, and this one's share of each batch */
     int streams = (int)t.streams;
@@ -674,20 +758,49 @@ static int s_cmd_train(int argc, char **argv)
                  "micro-steps (--grad-accum)",
                  t.B, (long long)replicas, t.grad_accum);
         free(flat);
-        free(tokens);
-        free(vtokens);
+        gpt_shards_close(&shards);
+        gpt_shards_close(&vshards);
         return s_usage(err);
     }
     int64_t b = t.B / parts;
-    int64_t nb = (int64_t)((ntokens - 1) / (size_t)(t.B * t.T)); /* batches before the wrap */
+    gpt_order_t order = {.batch = t.B, .seq = t.T, .count = ntokens, .shuffle = t.shuffle,
+                         .seed = (uint64_t)t.seed};
+    int64_t nb = gpt_order_batches(&order); /* batches before the wrap */
+    /* This rank's share of each batch: in micro-step j (of K, --grad-accum) replica k takes
+     * minibatch j replicas + offset + k of the batch, sequences [that b, + b) (parallel/dp.h's
+     * round-robin: micro-step j of step s is round s K + j), and reads it from row
+     * (j replicas + offset + k) mod rows of x_all, as dp binds the feed's index (the step's
+     * part, s K replicas, is a multiple of rows). When every rank runs the same streams N (the
+     * sum of the squares says so: sum N_r^2 = (sum N_r)^2 / R only for equal N_r) and
+     * gcd(K, R) = 1 (K = 1 always), x_all holds just this rank's K N minibatches: the row is
+     * N ((j R + r) mod K) + k, distinct for every j and k. Otherwise it has a row per replica
+     * and micro-step of the run, of which this rank fills its own. */
+    int64_t sq = 0, sq_offset = 0, K = t.grad_accum;
+    CHECK(troupe_dp_replicas(streams * streams, &sq, &sq_offset), "counting the replicas");
+    int64_t g = K, h = ranks;
+    while (h) {
+        int64_t r_ = g % h;
+        g = h;
+        h = r_;
+    }
+    bool compact = sq * ranks == replicas * replicas && g == 1;
+    int64_t rows = K * (compact ? streams : replicas);
     gpt_params_t *p = NULL;
     gpt_model_t *m = NULL;
-    gpt_model_config_t mc = {.batch = b, .seq = t.T, .num_batches = nb * parts,
-                             .train = true, .targets = true};
+    gpt_model_config_t mc = {.batch = b, .seq = t.T, .num_batches = rows, .train = true,
+                             .targets = true};
     CHECK(gpt_params_new(&cfg, &p), "building the parameters");
     CHECK(gpt_params_set(p, flat), "placing the parameters");
     CHECK(gpt_model_new(p, &mc, &m), "building the model");
-    CHECK(gpt_model_set_data(m, tokens, ntokens), "placing the training data");
+    size_t share = (size_t)(rows * b * t.T), mine = (size_t)(K * streams * b * t.T);
+    int32_t *hx = calloc(share, sizeof *hx), *hy = calloc(share, sizeof *hy);
+    int32_t *lx = malloc(mine * sizeof *lx), *ly = malloc(mine * sizeof *ly);
+    if (!hx || !hy || !lx || !ly)
+        CHECK(troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "%zu tokens a step", share),
+              "out of memory");
+    /* each step's minibatches reach the streams' copies of x_all and y_all as automatic
+     * transfers after the host write (gpt_model_set_minibatches): they must be on */
+    troupe_config_set_auto_host_transfers(true);
     troupe_tnode_t *inputs[3] = {m->x_all, m->y_all, m->pos};
     troupe_dp_model_t model = {.grad_comp = m->comp,
                                .batch_index = GPT_BATCH_SYMBOL,
@@ -734,6 +847,23 @@ static int s_cmd_train(int argc, char **argv)
     if (t.resume)
         CHECK(troupe_dp_load(dp, t.resume), "resuming");
     long long first = troupe_dp_steps_done(dp);
+    gpt_loader_t *loader = NULL;
+    CHECK(gpt_loader_new(shards, &order, offset * b, streams * b, K, replicas * b, first,
+                         &loader),
+          "starting the data loader");
+    {
+        /* the training data this rank holds: the loader's prefetched share and its copy
+         * here, the host arrays of x_all and y_all, their copy on each stream, and the
+         * conversion buffer of the host write */
+        size_t arrays = 2 * share * sizeof(int32_t);
+        size_t resident = 2 * gpt_loader_bytes(loader) + arrays * (1 + (size_t)streams) +
+                          share * sizeof(double);
+        printf("data rank=%d tokens=%zu shards=%d sequences=%lld..%lld of %lld order=%s "
+               "resident_bytes=%zu\n",
+               rank, ntokens, nshards, (long long)(offset * b),
+               (long long)((offset + streams) * b), t.B, t.shuffle ? "shuffled" : "sequential",
+               resident);
+    }
     gpt_curve_t curve = {0};
     if (rank == 0 && (t.curve || t.plot)) {
         char title[200];
@@ -763,10 +893,12 @@ static int s_cmd_train(int argc, char **argv)
             vnb = t.val_batches;
     }
     int32_t *vx = NULL, *vy = NULL;
+    uint16_t *vtok = NULL;
     if (vm) {
         vx = malloc((size_t)(t.B * t.T) * sizeof *vx);
         vy = malloc((size_t)(t.B * t.T) * sizeof *vy);
-        if (!vx || !vy)
+        vtok = malloc((size_t)(t.B * t.T + 1) * sizeof *vtok);
+        if (!vx || !vy || !vtok)
             CHECK(troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "validation"), "out of memory");
     }
     double val_loss = NAN, loss = NAN, t_train = 0;
@@ -782,9 +914,10 @@ static int s_cmd_train(int argc, char **argv)
             double sum = 0;
             for (int64_t k = 0; k < vnb; k++) {
                 size_t at = (size_t)(k * t.B * t.T);
+                CHECK(gpt_shards_read(vshards, at, (size_t)(t.B * t.T) + 1, vtok), "validation");
                 for (size_t i = 0; i < (size_t)(t.B * t.T); i++) {
-                    vx[i] = vtokens[at + i];
-                    vy[i] = vtokens[at + i + 1];
+                    vx[i] = vtok[i];
+                    vy[i] = vtok[i + 1];
                 }
                 double l = 0;
                 CHECK(gpt_model_set_batch(vm, vx, vy), "validation");
@@ -824,6 +957,16 @@ static int s_cmd_train(int argc, char **argv)
         double t0 = s_now();
         if (t.warmup || t.cosine)
             CHECK(troupe_dp_set_lr(dp, s_lr_at(&t, step)), "setting the learning rate");
+        /* the step's minibatches (the loader then reads the next step's) */
+        CHECK(gpt_loader_next(loader, lx, ly), "reading the training data");
+        for (int64_t j = 0; j < K; j++)
+            for (int64_t k = 0; k < streams; k++) {
+                size_t row = (size_t)((j * replicas + offset + k) % rows);
+                size_t from = (size_t)((j * streams + k) * b * t.T), n = (size_t)(b * t.T);
+                memcpy(hx + row * n, lx + from, n * sizeof *hx);
+                memcpy(hy + row * n, ly + from, n * sizeof *hy);
+            }
+        CHECK(gpt_model_set_minibatches(m, hx, hy), "placing the training data");
         CHECK(troupe_dp_step(dp), "training");
         CHECK(troupe_dp_last_loss(dp, &loss), "training");
         t_train += s_now() - t0;
@@ -866,10 +1009,16 @@ static int s_cmd_train(int argc, char **argv)
     gpt_model_destroy(&sm);
     gpt_model_destroy(&m);
     gpt_params_destroy(&p);
+    gpt_loader_destroy(&loader);
+    gpt_shards_close(&shards);
+    gpt_shards_close(&vshards);
+    free(hx);
+    free(hy);
+    free(lx);
+    free(ly);
     free(vx);
     free(vy);
-    free(tokens);
-    free(vtokens);
+    free(vtok);
     free(flat);
     CHECK(troupe_cluster_finalize(), "stopping the cluster");
     return 0;

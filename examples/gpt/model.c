@@ -365,10 +365,11 @@ troupe_status_t gpt_model_new(gpt_params_t *p, const gpt_model_config_t *cfg, gp
             st = s_keep(m, keep[i]);
     if (st == TROUPE_OK)
         st = s_set_mode(m->pos, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_CONSTANT);
+    /* the minibatches change between steps (gpt_model_set_minibatches): not constant */
     if (st == TROUPE_OK && m->x_all)
-        st = s_set_mode(m->x_all, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_CONSTANT);
+        st = s_set_mode(m->x_all, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
     if (st == TROUPE_OK && m->y_all)
-        st = s_set_mode(m->y_all, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_CONSTANT);
+        st = s_set_mode(m->y_all, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
     if (st == TROUPE_OK && m->x_all) {
         st = s_set_mode(m->x, TROUPE_MM_MATERIALIZED, TROUPE_MEMTYPE_UNSET_HOSTED);
         if (st == TROUPE_OK)
@@ -457,6 +458,27 @@ troupe_status_t gpt_model_set_data(gpt_model_t *m, const uint16_t *tokens, size_
         y[i] = tokens[i + 1];
     }
     return TROUPE_OK;
+}
+
+troupe_status_t gpt_model_set_minibatches(gpt_model_t *m, const int32_t *x, const int32_t *y)
+{
+    if (!m || !x || !y || !m->x_all)
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                "gpt_model_set_minibatches: bad argument");
+    size_t n = (size_t)(m->cfg.num_batches * m->cfg.batch * m->cfg.seq);
+    double *v = calloc(n ? n : 1, sizeof *v);
+    if (!v)
+        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED,
+                                "gpt_model_set_minibatches: out of memory");
+    for (size_t i = 0; i < n; i++)
+        v[i] = x[i];
+    troupe_status_t st = troupe_tnode_set_values(m->x_all, v, n);
+    for (size_t i = 0; i < n && st == TROUPE_OK; i++)
+        v[i] = y[i];
+    if (st == TROUPE_OK)
+        st = troupe_tnode_set_values(m->y_all, v, n);
+    free(v);
+    return st;
 }
 
 /* ---- runner --------------------------------------------------------------------------------- */

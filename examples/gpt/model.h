@@ -9,10 +9,12 @@
  * in llm.c's file order, so node k covers a contiguous range of the flat parameter array of
  * llmc.h. gpt_model_t: a computation over those nodes for B sequences of T tokens, in one of
  * two forms:
- *   indexed (num_batches > 0): the data set x_all, y_all (num_batches, B, T) int32 lives on
- *     the device; a feed comp with the static index GPT_BATCH_SYMBOL copies the minibatch
- *     into x, y, which the comp reads (parallel/dp.h's fed form: a gather's index node must be
- *     an input of its routine);
+ *   indexed (num_batches > 0): minibatches x_all, y_all (num_batches, B, T) int32, hosted
+ *     and copied to each device; a feed comp with the static index GPT_BATCH_SYMBOL copies
+ *     one into x, y, which the comp reads (parallel/dp.h's fed form: a gather's index node
+ *     must be an input of its routine). The trainer refills them before each step
+ *     (gpt_model_set_minibatches: a host write, which each stream's copy follows before its
+ *     next read, troupe_config_auto_host_transfers);
  *   fixed (num_batches == 0): x, y (B, T) hosted nodes set before each run (evaluation,
  *     sampling, tests).
  * With train, the comp is forward + derived backward (every gradient overwritten); else the
@@ -79,7 +81,7 @@ typedef struct gpt_model {
     gpt_model_config_t cfg;
     troupe_asgn_comp_t *comp;
     troupe_asgn_comp_t *feed_comp; /* indexed form: x, y := x_all[batch], y_all[batch] */
-    troupe_tnode_t *x_all, *y_all; /* indexed form, hosted constant */
+    troupe_tnode_t *x_all, *y_all; /* indexed form, hosted */
     troupe_tnode_t *x, *y;         /* fixed form: hosted; indexed: the slices */
     troupe_tnode_t *pos;           /* positions 0..T-1, hosted constant */
     troupe_tnode_t *logits;        /* (B, T, Vp) */
@@ -94,6 +96,10 @@ void gpt_model_destroy(gpt_model_t **m_p);
 /* Fixed form: sets x (and y when targets) from B*T tokens each. */
 TROUPE_MUST_USE troupe_status_t gpt_model_set_batch(gpt_model_t *m, const int32_t *x,
                                                     const int32_t *y);
+/* Indexed form: x_all and y_all, num_batches B T values each (a host write: each stream's copy
+ * is refreshed before the feed next reads it, when automatic host transfers are on). */
+TROUPE_MUST_USE troupe_status_t gpt_model_set_minibatches(gpt_model_t *m, const int32_t *x,
+                                                          const int32_t *y);
 /* Indexed form: x_all, y_all from the token stream per the trainer's batch order: minibatch k
  * holds sequences i = 0..B-1 starting at token (k B + i) T, targets shifted by one. The
  * stream must hold num_batches B T + 1 tokens. */

@@ -4,11 +4,19 @@
 # shard made here:
 #   streams  1 rank x 2 streams equals 1 x 1 within relative 1e-5 on every loss over 20 steps,
 #            and each layout trains bitwise the same from run to run; with TROUPE_DP_OVERLAP=on
-#            (the gradient routine in segments, its gathers included) bitwise as without
-#   ranks    the same for LAUNCHER (mpiexec -n 2 ...) x 1 stream
+#            (the gradient routine in segments, its gathers included) bitwise as without; with
+#            --shuffle too, on batches other than the sequential ones; with --grad-accum 2 within
+#            1e-5 of 1 x 1 (each rank's micro-steps read their own sequences of the batch)
+#   ranks    the same for LAUNCHER (mpiexec -n 2 ...) x 1 stream; each rank holds less training
+#            data than the one rank of 1 x 1 (the `data ... resident_bytes=N` lines); with
+#            --grad-accum 2 too
 #   resume   a run saved at step 8 and resumed to 20 gives the uninterrupted run's losses and
 #            final model file bit for bit (with validation, --curve and --plot on, which must
 #            not change them); the curve holds every step once and the validations
+#   restart  `troupe run -np 2 --max-restarts 2` (TROUPE, the 4th argument) with rank 1 SIGKILLed
+#            when step 12 starts (TROUPE_FAULT, first launch only), between the checkpoints of
+#            steps 10 and 15: the run restarts from step 10 and its final model and training
+#            state equal an uninterrupted run's, byte for byte, as do the losses it printed
 #   cli      bad options and bad files: one clear error line and a non-zero exit status
 #   quickstart  deploy/quickstart.sh's job argument, as a dry run (TROUPE_QUICKSTART_DRY_RUN=1:
 #            its commands printed, nothing built or run): `gpt` and its options, `fmnist`, an
@@ -40,11 +48,15 @@ setup() {
   run 0 "$gpt" data --text text.txt --out-dir . --name t --val-fraction 0.1
   run 0 "$gpt" init --layers 2 --heads 2 --channels 32 --max-seq 16 --vocab 256 --seed 5 --out m.bin
 }
-# train NAME STREAMS [LAUNCHER...] [-- EXTRA...]: 20 steps into NAME.out, model NAME.bin
+# train NAME STREAMS [LAUNCHER...]: 20 steps into NAME.out (all its output in NAME.log), model
+# NAME.bin; $extra holds more options
+extra=
 train() {
   name=$1 streams=$2; shift 2
+  # shellcheck disable=SC2086 # $extra is words
   run 0 "$@" "$gpt" train --model m.bin --data t_train.bin --batch 4 --seq 16 --steps 20 \
-    --lr 1e-3 --weight-decay 0.01 --streams "$streams" --backend cpu --save "$name.bin"
+    --lr 1e-3 --weight-decay 0.01 --streams "$streams" --backend cpu --save "$name.bin" $extra
+  cp out "$name.log"
   grep '^step=' out >"$name.out"
   [ "$(wc -l <"$name.out")" = 20 ] || fail "$name: $(wc -l <"$name.out") step lines, expected 20"
   has out "^final loss=.* streams=$streams steps=20"
@@ -79,6 +91,12 @@ streams)
   close a1x1 a1x2
   # the gradient routine cut into overlap segments (as across nodes) computes the same bits
   train o1x1 1 env TROUPE_DP_OVERLAP=on; same a1x1 o1x1
+  extra=--shuffle
+  train s1x1 1; train s1x2 2; close s1x1 s1x2
+  extra=
+  cmp -s a1x1.out s1x1.out && fail "--shuffle trained on the sequential batches"
+  # --grad-accum 2 on 2 streams: each step's minibatches in 4 rows of x_all, the same batches
+  extra="--grad-accum 2"; train g1x2 2; close a1x1 g1x2; extra=
   # the loss falls: the test would pass on a model that does not train otherwise
   awk 'NR == 1 { f = $2 } END { exit !($2 < f) }' FS='loss=' a1x1.out || fail "the loss did not fall"
   ;;
@@ -88,6 +106,16 @@ ranks)
   train a1x1 1
   train a2x1 1 "$@"; has out "ranks=2"; train b2x1 1 "$@"; same a2x1 b2x1
   close a1x1 a2x1
+  # --grad-accum 2 on 2 ranks (a row per replica and micro-step), the same batches
+  extra="--grad-accum 2"; train g2x1 1 "$@"; close a1x1 g2x1; extra=
+  # the training data each rank holds falls with the ranks
+  one=$(sed -n 's/^data rank=0 .* resident_bytes=\([0-9]*\)$/\1/p' a1x1.log)
+  [ -n "$one" ] || fail "no 'data rank=0 ... resident_bytes=' line with 1 rank"
+  for r in 0 1; do
+    two=$(sed -n "s/^data rank=$r .* resident_bytes=\\([0-9]*\\)\$/\\1/p" a2x1.log)
+    [ -n "$two" ] || fail "no 'data rank=$r ... resident_bytes=' line with 2 ranks"
+    [ "$two" -lt "$one" ] || fail "rank $r of 2 holds $two bytes of data, 1 rank $one"
+  done
   ;;
 resume)
   setup
@@ -119,6 +147,31 @@ resume)
   else
     [ "$(head -c 4 c.png | tail -c 3)" = PNG ] || fail "c.png is not a PNG"
   fi
+  ;;
+restart)
+  [ $# -gt 0 ] || fail "the restart case needs the troupe command"
+  troupe=$1
+  setup
+  args="--model m.bin --data t_train.bin --batch 4 --seq 16 --steps 20 --lr 1e-3
+    --weight-decay 0.01 --streams 1 --backend cpu --save-every 5"
+  # shellcheck disable=SC2086 # $args is words
+  run 0 "$troupe" run -np 2 -- "$gpt" train $args --save ref.bin
+  grep '^step=' out >ref.out
+  grep -q summary err && fail "the uninterrupted run restarted"
+  printf '#!/bin/sh\n[ -z "${TROUPE_RESUME:-}" ] && export TROUPE_FAULT=kill:rank=1:step=12\nexec "$@"\n' >first.sh
+  chmod +x first.sh
+  # shellcheck disable=SC2086 # $args is words
+  run 0 "$troupe" run -np 2 --max-restarts 2 --checkpoint ck.bin.state -- ./first.sh "$gpt" \
+    train $args --save ck.bin
+  has err "restart 1/2: rank 1 died (signal 9"
+  has err "resuming from step 10 (ck.bin.state) on 2 rank(s)"
+  has err "attempt 2: 2 rank(s) from step 10.*completed"
+  cmp -s ref.bin ck.bin || fail "the restarted run's final model differs from the uninterrupted run's"
+  cmp -s ref.bin.state ck.bin.state || fail "the restarted run's final training state differs"
+  # the second attempt's losses (steps 10..19) are the uninterrupted run's
+  awk '/^step=10 /{ n++ } n == 2' out | grep '^step=' >second.out
+  [ "$(wc -l <second.out)" = 10 ] || fail "the second attempt printed $(wc -l <second.out) steps, expected 10"
+  tail -n 10 ref.out | cmp -s - second.out || fail "the resumed losses differ: $(tail -n 10 ref.out | diff - second.out | head -4)"
   ;;
 cli)
   setup
@@ -159,6 +212,12 @@ cli)
   run 1 "$gpt" sample --model short.bin --tokens 4 --seed 1; has err "short.bin"
   run 2 "$gpt" sample --model m.bin --tokens 0; has err "option --tokens"
   run 1 "$gpt" data --text missing.txt --out-dir .; has err "missing.txt"
+  # --out-dir is created; a file in its way is refused
+  run 0 "$gpt" data --text text.txt --out-dir new/sub --name n; [ -s new/sub/n_train.bin ] || fail "no new/sub/n_train.bin"
+  run 1 "$gpt" data --text text.txt --out-dir text.txt/x; has err "text.txt/x: cannot create the directory"
+  run 2 "$gpt" sample --model m.bin --tokens 4 --prompt-tokens 1,x; has err "option --prompt-tokens: '1,x' is not a list of token ids from 0 to 255"
+  run 2 "$gpt" sample --model m.bin --tokens 4 --prompt-tokens 256; has err "from 0 to 255"
+  run 2 "$gpt" sample --model m.bin --tokens 4 --prompt a --prompt-tokens 1; has err "exclude each other"
   }
   ;;
 quickstart)
