@@ -336,6 +336,11 @@ static troupe_status_t s_check_model(const troupe_dp_config_t *cfg, const troupe
             return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_new: inputs[%zu] is NULL", i);
     int accum = 1;
     TROUPE_RETURN_IF_ERROR(troupe__dp_strategy_accum(cfg, &accum));
+    if (!(cfg->grad_clip >= 0.0) || !isfinite(cfg->grad_clip))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: grad_clip = %g: the largest gradient norm must be finite "
+                             "and > 0 (0: no clipping)",
+                             cfg->grad_clip);
     return troupe__dp_check_optimizer(&cfg->optimizer);
 }
 
@@ -526,6 +531,7 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
 {
     char nm[64];
     dp->opt = cfg->optimizer;
+    dp->grad_clip = cfg->grad_clip;
     dp->local_only = cfg->local_only;
     dp->coll_flags = cfg->compress_bf16 ? TROUPE_COLL_BF16 : 0u;
     dp->rank = 0;

@@ -98,6 +98,15 @@ typedef struct troupe_dp_model {
     const troupe_asgn_comp_t *feed_comp;
 } troupe_dp_model_t;
 
+/* Where a step's optimizer update runs (docs/parallel.md, The code, by strategy). */
+typedef enum troupe_dp_update {
+    TROUPE_DP_UPDATE_AUTO = 0, /* the rules of docs/parallel.md (and TROUPE_DP_FUSED_UPDATE) */
+    TROUPE_DP_UPDATE_ROUTINE,  /* the optimizer routine on the owner stream, after the exchange */
+    TROUPE_DP_UPDATE_FUSED,    /* fused into the in-place allreduce (Fused update) */
+    TROUPE_DP_UPDATE_STREAMS,  /* passes across the streams (Fused update across streams) */
+} troupe_dp_update_t;
+const char *troupe_dp_update_name(troupe_dp_update_t u); /* "auto", "routine", "fused", ... */
+
 typedef struct troupe_dp_config {
     const char *backend; /* "cpu", "sync"; NULL: troupe_config_backend() */
     int streams;         /* local replicas; <= 0: the device's suggested_num_streams */
@@ -159,6 +168,17 @@ typedef struct troupe_dp_config {
      * over the micro-steps too. Equals one step on a K times larger batch within float rounding
      * (docs/parallel.md, Accumulation). Every rank must give the same K (fingerprinted). */
     int grad_accum;
+    /* The update's form: AUTO (0) lets troupe_dp_new choose; ROUTINE always runs the routine;
+     * FUSED or STREAMS asked for where the strategy cannot take it (one rank, a staged
+     * exchange, overlap segments, one stream, grad_clip, ...) is INVALID_ARGUMENT naming the
+     * conflict. Every rank must give the same (fingerprinted). */
+    troupe_dp_update_t update;
+    /* Global-norm gradient clipping (PyTorch's torch.nn.utils.clip_grad_norm_): C > 0 scales
+     * the averaged gradient by min(1, C / (||g||_2 + 1e-6)) before the optimizer, the norm
+     * taken over every parameter's gradient; 0: off. Finite and >= 0, else INVALID_ARGUMENT
+     * naming grad_clip. With AUTO the update then runs as the routine (docs/parallel.md,
+     * Gradient clipping). Fingerprinted. */
+    double grad_clip;
 } troupe_dp_config_t;
 #define TROUPE_DP_MAX_GRAD_ACCUM 65536
 

@@ -293,6 +293,8 @@ troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp, const troupe_dp_config_
         S_EPS,
         S_BF16,
         S_ACCUM,
+        S_UPDATE,
+        S_CLIP,
         S_N
     };
     char num[S_N][40];
@@ -312,6 +314,7 @@ troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp, const troupe_dp_config_
     s_num(num[S_B2], sizeof num[S_B2], o->beta2);
     s_num(num[S_EPS], sizeof num[S_EPS], o->eps);
     snprintf(num[S_ACCUM], sizeof num[S_ACCUM], "%d", cfg->grad_accum > 0 ? cfg->grad_accum : 1);
+    s_num(num[S_CLIP], sizeof num[S_CLIP], cfg->grad_clip);
     /* the fields of troupe_dp_model_t and troupe_dp_config_t that decide the results; an
      * optimizer's field the other optimizer ignores reads "-". Streams per rank are not among
      * them: ranks may run different numbers of replicas (dp.h, Ranks that disagree). */
@@ -329,6 +332,8 @@ troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp, const troupe_dp_config_
         [S_EPS] = {"optimizer.eps", sgd ? "-" : num[S_EPS]},
         [S_BF16] = {"compress_bf16", cfg->compress_bf16 ? "true" : "false"},
         [S_ACCUM] = {"grad_accum", num[S_ACCUM]},
+        [S_UPDATE] = {"update", troupe_dp_update_name(cfg->update)},
+        [S_CLIP] = {"grad_clip", num[S_CLIP]},
     };
     troupe_status_t st = TROUPE_OK;
     if (params.failed || inputs.failed)

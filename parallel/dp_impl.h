@@ -34,7 +34,11 @@ enum {
     TROUPE__DP_H_ADAM_IBC2 = 6, /* 1 / (1 - b2^t) */
     TROUPE__DP_H_ADAM_EPS = 7,
     TROUPE__DP_H_ADAM_LR_BC1 = 8, /* lr / (1 - b1^t) */
-    TROUPE__DP_HYPER_COUNT = 9,
+    /* gradient clipping (grad_clip > 0), either optimizer */
+    TROUPE__DP_H_CLIP = 9,      /* C, the largest global norm */
+    TROUPE__DP_H_CLIP_EPS = 10, /* 1e-6, added to the norm (PyTorch's clip_grad_norm_) */
+    TROUPE__DP_H_ONE = 11,      /* 1, the clip factor's bound */
+    TROUPE__DP_HYPER_COUNT = 12,
 };
 
 /* Host staging nodes for the hyper values (see struct troupe_dp). */
@@ -111,6 +115,7 @@ void troupe__dp_steplog_release(troupe__dp_steplog_t **r_p);
 struct troupe_dp {
     troupe_backend_t *backend;
     troupe_optimizer_t opt;
+    double grad_clip; /* troupe_dp_config_t.grad_clip: 0 off */
     bool local_only;
     unsigned coll_flags; /* TROUPE_COLL_BF16 when the config compresses, else 0 */
     int n;               /* local replicas */

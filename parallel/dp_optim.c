@@ -118,6 +118,9 @@ void troupe__dp_hyper_values(const troupe_dp_t *dp, int64_t t, double *h)
      * (the allreduce sums: dividing there would cost a pass over every gradient) */
     /* 1 / (K * N * R): K micro-steps (grad_accum) of N * R replicas when the ranks agree */
     h[TROUPE__DP_H_INV_N] = 1.0 / ((double)dp->replicas * (double)dp->strat.accum);
+    h[TROUPE__DP_H_CLIP] = dp->grad_clip;
+    h[TROUPE__DP_H_CLIP_EPS] = 1e-6;
+    h[TROUPE__DP_H_ONE] = 1.0;
     if (o->kind == TROUPE_OPT_SGD) {
         h[TROUPE__DP_H_SGD_WD] = o->weight_decay;
         h[TROUPE__DP_H_SGD_MOMENTUM] = o->momentum;
@@ -142,6 +145,7 @@ typedef struct s_builder {
     troupe_asgn_t **items;
     size_t nitems, cap;
     char letters[TROUPE_MAX_DIMS + 1]; /* the current parameter's axes, "ab.." */
+    troupe_tnode_t *clip; /* the clip factor (a double scalar), NULL without grad_clip */
 } s_builder_t;
 
 static troupe_status_t s_push(s_builder_t *b, troupe_asgn_t *t)
@@ -218,6 +222,96 @@ static troupe_status_t s_pointwise(s_builder_t *b, troupe_binop_t accum, troupe_
     return s_push(b, t);
 }
 
+/* Sets b->letters to parameter i's axes. */
+static void s_letters(s_builder_t *b, size_t i)
+{
+    int nd = b->dp->params[i]->ndims;
+    for (int a = 0; a < nd; a++)
+        b->letters[a] = (char)('a' + a);
+    b->letters[nd] = '\0';
+}
+
+/* A double scalar temporary labelled `label`, kept in dp->temps. */
+static troupe_status_t s_new_scalar(s_builder_t *b, const char *label, troupe_tnode_t **out)
+{
+    troupe_dp_t *dp = b->dp;
+    const char *l[1] = {label};
+    TROUPE_RETURN_IF_ERROR(
+        troupe_tnode_new(l, 1, TROUPE_PREC_DOUBLE, 0, NULL, NULL, 0.0, out));
+    if (!TROUPE__VEC_PUSH(dp->temps, dp->ntemps, dp->temps_cap, *out)) {
+        troupe_tnode_release(out);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+    }
+    return TROUPE_OK;
+}
+
+/* Global-norm clipping (PyTorch's torch.nn.utils.clip_grad_norm_ with norm_type 2), ahead of
+ * every parameter's update: with s the summed gradients (the optimizer scales them by 1/N),
+ *   sq := sum over every gradient, in the params' order, of s^2     (double)
+ *   norm := sqrt(sq) / N + 1e-6;  clip := min(C / norm, 1)          (double)
+ * and each update below takes g = clip * s / N. The routine runs the same code on the same
+ * sums on every rank, in one order, so the factor is the same bits everywhere and run to run. */
+static troupe_status_t s_clip(s_builder_t *b)
+{
+    troupe_dp_t *dp = b->dp;
+    troupe_tnode_t *sq = NULL, *norm = NULL, *clip = NULL;
+    TROUPE_RETURN_IF_ERROR(s_new_scalar(b, "dp_grad_sqnorm", &sq));
+    TROUPE_RETURN_IF_ERROR(s_new_scalar(b, "dp_grad_norm", &norm));
+    TROUPE_RETURN_IF_ERROR(s_new_scalar(b, "dp_grad_clip", &clip));
+    troupe_asgn_t *a = NULL;
+    char spec[64];
+    for (size_t i = 0; i < dp->n_params; i++) {
+        s_letters(b, i);
+        snprintf(spec, sizeof spec, "%s,%s=>", b->letters, b->letters);
+        TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_binop(
+            b->comp, i == 0, TROUPE_BINOP_ADD, sq, TROUPE_BINOP_MUL,
+            troupe_asgn_node(dp->grads[i]), troupe_asgn_node(dp->grads[i]), spec, &a));
+        TROUPE_RETURN_IF_ERROR(s_push(b, a));
+    }
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_unop(b->comp, false, TROUPE_BINOP_ARG2, norm,
+                                                  TROUPE_UNOP_SQRT, troupe_asgn_node(sq), "=>",
+                                                  &a));
+    TROUPE_RETURN_IF_ERROR(s_push(b, a));
+    /* norm := norm * hyper[INV_N];  norm := norm + hyper[CLIP_EPS] */
+    static const struct {
+        troupe_binop_t op;
+        int slot;
+    } s_ops[2] = {{TROUPE_BINOP_MUL, TROUPE__DP_H_INV_N}, {TROUPE_BINOP_ADD, TROUPE__DP_H_CLIP_EPS}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(spec, sizeof spec, ",[%d]=>", s_ops[k].slot);
+        TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_binop(b->comp, false, TROUPE_BINOP_ARG2, norm,
+                                                       s_ops[k].op, troupe_asgn_node(norm),
+                                                       troupe_asgn_node(dp->hyper), spec, &a));
+        TROUPE_RETURN_IF_ERROR(s_push(b, a));
+    }
+    snprintf(spec, sizeof spec, "[%d],=>", TROUPE__DP_H_CLIP);
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_binop(b->comp, false, TROUPE_BINOP_ARG2, clip,
+                                                   TROUPE_BINOP_DIV, troupe_asgn_node(dp->hyper),
+                                                   troupe_asgn_node(norm), spec, &a));
+    TROUPE_RETURN_IF_ERROR(s_push(b, a));
+    snprintf(spec, sizeof spec, ",[%d]=>", TROUPE__DP_H_ONE);
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_binop(b->comp, false, TROUPE_BINOP_ARG2, clip,
+                                                   TROUPE_BINOP_MIN, troupe_asgn_node(clip),
+                                                   troupe_asgn_node(dp->hyper), spec, &a));
+    TROUPE_RETURN_IF_ERROR(s_push(b, a));
+    b->clip = clip;
+    return TROUPE_OK;
+}
+
+/* t := t * clip (the current parameter's axes; nothing without grad_clip). */
+static troupe_status_t s_apply_clip(s_builder_t *b, troupe_tnode_t *t)
+{
+    if (b->clip == NULL)
+        return TROUPE_OK;
+    char spec[64];
+    snprintf(spec, sizeof spec, "%s,=>%s", b->letters, b->letters);
+    troupe_asgn_t *a = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_binop(b->comp, false, TROUPE_BINOP_ARG2, t,
+                                                   TROUPE_BINOP_MUL, troupe_asgn_node(t),
+                                                   troupe_asgn_node(b->clip), spec, &a));
+    return s_push(b, a);
+}
+
 /* SGD for parameter i:  t := g / N;  t += wd p;  m := momentum m;  m += t;  p -= lr (m | t). */
 static troupe_status_t s_sgd(s_builder_t *b, size_t i)
 {
@@ -227,6 +321,7 @@ static troupe_status_t s_sgd(s_builder_t *b, size_t i)
     troupe_tnode_t *t = NULL;
     TROUPE_RETURN_IF_ERROR(s_new_like(b, p, sp, "sgd_g", true, &t));
     TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, t, g, TROUPE__DP_H_INV_N));
+    TROUPE_RETURN_IF_ERROR(s_apply_clip(b, t));
     if (dp->opt.weight_decay != 0.0)
         TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ADD, t, p, TROUPE__DP_H_SGD_WD));
     troupe_tnode_t *step = t;
@@ -263,6 +358,7 @@ static troupe_status_t s_adamw(s_builder_t *b, size_t i)
     if (dp->opt.weight_decay != 0.0)
         TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, p, p, TROUPE__DP_H_ADAM_DECAY));
     TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, t, g, TROUPE__DP_H_INV_N));
+    TROUPE_RETURN_IF_ERROR(s_apply_clip(b, t));
     TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, m, m, TROUPE__DP_H_ADAM_B1));
     TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ADD, m, t, TROUPE__DP_H_ADAM_1MB1));
     TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, u, t, TROUPE__DP_H_ADAM_1MB2));
@@ -291,11 +387,10 @@ troupe_status_t troupe__dp_optimizer_comp(troupe_dp_t *dp, troupe_asgn_comp_t **
     memset(&b, 0, sizeof b);
     b.dp = dp;
     troupe_status_t st = troupe_asgn_comp_new(&b.comp);
+    if (st == TROUPE_OK && dp->grad_clip > 0.0)
+        st = s_clip(&b);
     for (size_t i = 0; i < dp->n_params && st == TROUPE_OK; i++) {
-        int nd = dp->params[i]->ndims;
-        for (int a = 0; a < nd; a++)
-            b.letters[a] = (char)('a' + a);
-        b.letters[nd] = '\0';
+        s_letters(&b, i);
         st = dp->opt.kind == TROUPE_OPT_ADAMW ? s_adamw(&b, i) : s_sgd(&b, i);
     }
     troupe_asgn_t *root = NULL;

@@ -269,6 +269,72 @@ const char *troupe__dp_update_name(int update)
     }
 }
 
+const char *troupe_dp_update_name(troupe_dp_update_t u)
+{
+    switch (u) {
+    case TROUPE_DP_UPDATE_AUTO:
+        return "auto";
+    case TROUPE_DP_UPDATE_ROUTINE:
+        return "routine";
+    case TROUPE_DP_UPDATE_FUSED:
+        return "fused";
+    case TROUPE_DP_UPDATE_STREAMS:
+        return "streams";
+    }
+    return "invalid";
+}
+
+/* The update a config asks for (troupe_dp_config_t.update, grad_clip) against what the
+ * strategy can take: AUTO follows troupe__dp_choose_update (the routine with grad_clip: the
+ * norm needs every gradient's final sum before any element is updated, which the fused forms
+ * update as they go); FUSED or STREAMS that the rules refuse are INVALID_ARGUMENT naming the
+ * conflict. Every input is agreed across ranks, so every rank decides alike. */
+static troupe_status_t s_resolve_update(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
+                                        bool all_single, char *why, size_t cap)
+{
+    troupe_dp_update_t want = cfg->update;
+    bool clip = cfg->grad_clip > 0.0;
+    if (want == TROUPE_DP_UPDATE_ROUTINE || (want == TROUPE_DP_UPDATE_AUTO && clip)) {
+        snprintf(why, cap, "%s", clip ? "grad_clip: the norm needs the whole gradient first"
+                                      : "asked for (update routine)");
+        dp->strat.update = TROUPE__DP_UPDATE_ROUTINE;
+        return TROUPE_OK;
+    }
+    if (want == TROUPE_DP_UPDATE_AUTO) {
+        dp->strat.update = troupe__dp_choose_update(troupe_config_dp_fused_update(), dp->nranks,
+                                                    &dp->strat, dp->nseg, all_single, why, cap);
+        return TROUPE_OK;
+    }
+    const char *name = troupe_dp_update_name(want);
+    if (want != TROUPE_DP_UPDATE_FUSED && want != TROUPE_DP_UPDATE_STREAMS)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: update = %d is none of auto, routine, fused, streams",
+                             (int)want);
+    if (clip)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: update %s conflicts with grad_clip = %g: the global norm "
+                             "needs every gradient reduced before any parameter is updated "
+                             "(use update routine or auto)",
+                             name, cfg->grad_clip);
+    bool ok = want == TROUPE_DP_UPDATE_FUSED
+                  ? troupe__dp_choose_fused(true, dp->nranks, dp->strat.exchange, dp->nseg,
+                                            all_single, why, cap)
+                  : troupe__dp_choose_local(true, dp->strat.max_streams, dp->strat.exchange,
+                                            dp->strat.all_host_threads, dp->nseg, all_single,
+                                            dp->strat.all_per_stream, why, cap);
+    if (!ok)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: update %s conflicts with this run (exchange %s, overlap "
+                             "%s, %d stream%s on the widest rank, %d rank%s): %s",
+                             name, troupe__dp_exchange_name((int)dp->strat.exchange),
+                             dp->overlap ? "on" : "off", dp->strat.max_streams,
+                             dp->strat.max_streams == 1 ? "" : "s", dp->nranks,
+                             dp->nranks == 1 ? "" : "s", why);
+    dp->strat.update =
+        want == TROUPE_DP_UPDATE_FUSED ? TROUPE__DP_UPDATE_FUSED : TROUPE__DP_UPDATE_STREAMS;
+    return TROUPE_OK;
+}
+
 /* ---- accumulation -------------------------------------------------------------------------- */
 
 troupe_status_t troupe__dp_strategy_accum(const troupe_dp_config_t *cfg, int *out)
@@ -303,9 +369,7 @@ troupe_status_t troupe__dp_strategy_resolve(troupe_dp_t *dp, const troupe_dp_con
     for (size_t i = 0; i < dp->n_params; i++)
         all_single = all_single && dp->params[i]->prec == TROUPE_PREC_SINGLE;
     char why[256];
-    dp->strat.update = troupe__dp_choose_update(troupe_config_dp_fused_update(), dp->nranks,
-                                                &dp->strat, dp->nseg, all_single, why,
-                                                sizeof why);
+    TROUPE_RETURN_IF_ERROR(s_resolve_update(dp, cfg, all_single, why, sizeof why));
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL, "dp: update %s (%s); %d micro-step%s per step",
                troupe__dp_update_name((int)dp->strat.update), why, dp->strat.accum,
                dp->strat.accum == 1 ? "" : "s");
