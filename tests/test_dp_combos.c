@@ -9,7 +9,7 @@
  *   - clipping: one SGD step against a host reference built from the unclipped run's step
  *     (its gradient, its norm, PyTorch's factor), a C larger than any norm a no-op bit for bit,
  *     a bad C refused naming grad_clip.
- * The 2-rank table (exchange in place, staged; the fused update) is tests/mpi/test_dp_combos.c. */
+ * The 2-rank table (exchange in place, staged; the fused update) is tests/mpi/test_dp_combos_ranks.c. */
 #include "actors/troupe.h"
 #include "parallel/dp.h"
 

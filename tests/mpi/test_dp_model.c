@@ -124,6 +124,9 @@ static const char *s_backend = "cpu";
 static troupe_dp_overlap_t s_overlap;
 /* s_train's troupe_dp_config_t.grad_accum (0: one micro-step per step). */
 static int s_accum;
+/* s_train's troupe_dp_config_t.update and .grad_clip (0: AUTO, no clipping). */
+static troupe_dp_update_t s_update;
+static double s_grad_clip;
 /* s_ndevices > 0: s_train replicates on these device ordinals (troupe_dp_config_t.devices). */
 static int s_devices[4];
 static int s_ndevices;
@@ -150,7 +153,9 @@ static void s_train(const data_t *d, int split, int streams, bool local_only,
                               .n_devices = s_ndevices,
                               .stage_through_host = s_stage,
                               .overlap = s_overlap,
-                              .grad_accum = s_accum};
+                              .grad_accum = s_accum,
+                              .update = s_update,
+                              .grad_clip = s_grad_clip};
     troupe_dp_t *dp = NULL;
     CHECK(troupe_dp_new(&cfg, &m.model, &dp));
     s_last_fused = troupe_dp_fused_update(dp);
