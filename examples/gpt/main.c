@@ -606,6 +606,7 @@ typedef struct train {
     long long B, T, steps, warmup, save_every, streams, val_every, val_batches, sample_every,
         sample_tokens, seed, grad_accum;
     double lr, wd, beta1, beta2, eps;
+    double grad_clip; /* --grad-clip C: the largest global gradient norm, 0 off */
     bool cosine, shuffle;
     const char *model, *data, *val, *save, *resume, *backend, *curve, *plot;
 } train_t;
@@ -668,7 +669,8 @@ static int s_cmd_train(int argc, char **argv)
         !s_real(&o, "--weight-decay", 0.0, 0.0, 10.0, &t.wd, err, sizeof err) ||
         !s_real(&o, "--beta1", 0.9, 0.0, 0.999999, &t.beta1, err, sizeof err) ||
         !s_real(&o, "--beta2", 0.999, 0.0, 0.999999999, &t.beta2, err, sizeof err) ||
-        !s_real(&o, "--eps", 1e-8, 1e-30, 1.0, &t.eps, err, sizeof err))
+        !s_real(&o, "--eps", 1e-8, 1e-30, 1.0, &t.eps, err, sizeof err) ||
+        !s_real(&o, "--grad-clip", 0.0, 0.0, 1e30, &t.grad_clip, err, sizeof err))
         return s_usage(err);
     t.model = s_get(&o, "--model");
     t.data = s_get(&o, "--data");
@@ -685,9 +687,6 @@ static int s_cmd_train(int argc, char **argv)
         return s_usage("option --schedule: 'constant' or 'cosine'");
     t.cosine = sched && !strcmp(sched, "cosine");
     t.shuffle = s_get(&o, "--shuffle") != NULL;
-    if (s_get(&o, "--grad-clip"))
-        return s_usage("option --grad-clip: gradient clipping is not implemented yet "
-                       "(parallel/dp.h has no global-norm clip)");
     if (t.save_every && !t.save)
         return s_usage("option --save-every needs --save");
     if (t.plot && !troupe_curve_plot_available())
@@ -816,7 +815,7 @@ static int s_cmd_train(int argc, char **argv)
                               .weight_decay = t.wd, .beta1 = t.beta1, .beta2 = t.beta2,
                               .eps = t.eps};
     troupe_dp_config_t dc = {.backend = t.backend, .streams = streams, .optimizer = opt,
-                             .grad_accum = (int)t.grad_accum};
+                             .grad_accum = (int)t.grad_accum, .grad_clip = t.grad_clip};
     /* rank 0's validation and sampler, built and compiled on every rank before training
      * starts: a compile on rank 0 alone, mid-run, would leave the others waiting in the
      * allreduce (the code cache makes the later compile on rank 0 a lookup) */

@@ -6,7 +6,8 @@
 #            and each layout trains bitwise the same from run to run; with TROUPE_DP_OVERLAP=on
 #            (the gradient routine in segments, its gathers included) bitwise as without; with
 #            --shuffle too, on batches other than the sequential ones; with --grad-accum 2 within
-#            1e-5 of 1 x 1 (each rank's micro-steps read their own sequences of the batch)
+#            1e-5 of 1 x 1 (each rank's micro-steps read their own sequences of the batch); with
+#            --grad-clip above any norm bitwise as without, with a small one not
 #   ranks    the same for LAUNCHER (mpiexec -n 2 ...) x 1 stream; each rank holds less training
 #            data than the one rank of 1 x 1 (the `data ... resident_bytes=N` lines); with
 #            --grad-accum 2 too
@@ -97,6 +98,10 @@ streams)
   cmp -s a1x1.out s1x1.out && fail "--shuffle trained on the sequential batches"
   # --grad-accum 2 on 2 streams: each step's minibatches in 4 rows of x_all, the same batches
   extra="--grad-accum 2"; train g1x2 2; close a1x1 g1x2; extra=
+  # --grad-clip: a C above any gradient norm trains bitwise as without; a small one clips
+  extra="--grad-clip 1e30"; train c1x1 1; same a1x1 c1x1
+  extra="--grad-clip 0.05"; train k1x1 1; extra=
+  cmp -s a1x1.out k1x1.out && fail "--grad-clip 0.05 left every loss as it was"
   # the loss falls: the test would pass on a model that does not train otherwise
   awk 'NR == 1 { f = $2 } END { exit !($2 < f) }' FS='loss=' a1x1.out || fail "the loss did not fall"
   ;;
@@ -187,7 +192,7 @@ cli)
   run 2 "$gpt" train --model m.bin --data t_train.bin --seq 16 --steps 1; has err "option --batch is required"
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --schedule wavy; has err "option --schedule"
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --save-every 2; has err "needs --save"
-  run 2 "$gpt" train --model m.bin --data t_train.bin $tr --grad-clip 1; has err "not implemented"
+  run 2 "$gpt" train --model m.bin --data t_train.bin $tr --grad-clip -1; has err "option --grad-clip: '-1' is not a number"
   # --curve and --plot do not overwrite another kind of file
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --curve text.txt
   has err "option --curve: 'text.txt' exists and is not a gpt learning curve"
