@@ -311,6 +311,11 @@ bool troupe_dp_fused_update(const troupe_dp_t *dp);
  * update: troupe_dp_fused_update), on backends whose streams are not threads on host memory,
  * or with TROUPE_DP_FUSED_UPDATE=off; false for NULL. Borrows dp; no status to handle. */
 bool troupe_dp_fused_streams(const troupe_dp_t *dp);
+/* Bytes of optimizer state this rank holds for the update (the state arrays on the owner
+ * stream, not their host copies; with the update fused into the allreduce on several ranks,
+ * only this rank's shard: ZeRO stage 1, docs/parallel.md, Sharded optimizer state). 0 for
+ * NULL or an optimizer without state. */
+int64_t troupe_dp_optimizer_state_bytes(const troupe_dp_t *dp);
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
 /* The owner stream's context holding the current parameters (borrowed): link evaluation
  * routines to it (after troupe_dp_sync). */

@@ -1121,8 +1121,9 @@ int main(int argc, char **argv)
                  troupe_optimizer_name(o->opt.kind), o->opt.lr);
         if (o->opt.kind == TROUPE_OPT_SGD)
             printf(" momentum %g", o->opt.momentum);
-        printf(" weight_decay %g, %s schedule\n", o->opt.weight_decay,
-               o->cosine ? "cosine" : "constant");
+        printf(" weight_decay %g, %s schedule, optimizer_state_bytes=%lld\n", o->opt.weight_decay,
+               o->cosine ? "cosine" : "constant",
+               (long long)troupe_dp_optimizer_state_bytes(r.dp));
         if (o->model == FMNIST_MODEL_CNN) /* the MLP's lines stay as README.md shows them */
             printf("fmnist: model cnn: conv3x3 1->%lld, conv3x3 ->%lld, maxpool 2, conv3x3 "
                    "->%lld, maxpool 2, linear ->%lld, linear ->%lld\n",
