@@ -44,6 +44,7 @@ for opt in sgd adamw; do
 done
 # Without shared memory (TROUPE_COLL_SHM=0, as across nodes): the sums through MPI, each rank
 # updates its shard and gathers the parameters with MPI_Iallgatherv: the same checkpoint again.
+rm -f ck_mpi
 # shellcheck disable=SC2086 # word lists
 TROUPE_COLL_SHM=0 TROUPE_LOG=debug:parallel timeout -k 5 240 "$@" -n 2 "$fmnist" $small \
   --optimizer adamw --checkpoint ck_mpi --checkpoint-every 7 >out 2>err ||
