@@ -1062,6 +1062,9 @@ int main(int argc, char **argv)
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
                "fmnist: training routines compiled and linked on %d stream(s) of %s in %.3f s",
                r.streams, troupe_backend_name(troupe_dp_backend(r.dp)), s_now() - t_build);
+    /* this rank's optimizer state (ZeRO-1 shards it: docs/parallel.md) */
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS, "fmnist: optimizer_state_bytes=%lld",
+               (long long)troupe_dp_optimizer_state_bytes(r.dp));
     if (troupe_dp_num_streams(r.dp) != r.streams) {
         troupe_error_set(TROUPE_INTERNAL, "dp made %d streams, expected %d",
                          troupe_dp_num_streams(r.dp), r.streams);
@@ -1121,9 +1124,8 @@ int main(int argc, char **argv)
                  troupe_optimizer_name(o->opt.kind), o->opt.lr);
         if (o->opt.kind == TROUPE_OPT_SGD)
             printf(" momentum %g", o->opt.momentum);
-        printf(" weight_decay %g, %s schedule, optimizer_state_bytes=%lld\n", o->opt.weight_decay,
-               o->cosine ? "cosine" : "constant",
-               (long long)troupe_dp_optimizer_state_bytes(r.dp));
+        printf(" weight_decay %g, %s schedule\n", o->opt.weight_decay,
+               o->cosine ? "cosine" : "constant");
         if (o->model == FMNIST_MODEL_CNN) /* the MLP's lines stay as README.md shows them */
             printf("fmnist: model cnn: conv3x3 1->%lld, conv3x3 ->%lld, maxpool 2, conv3x3 "
                    "->%lld, maxpool 2, linear ->%lld, linear ->%lld\n",

@@ -113,6 +113,7 @@ case_train() {
   fi
   cl_up wire
   cl_wire_start || exit 1
+  export TROUPE_LOG=info:tools # the trainer's optimizer_state_bytes= line
   s_train "$np" clean "$CL_DIR/clean.ckpt" "$fmnist" "$data"
   cl_wire_stop
   cl_wire_start --delay-ms 2 --jitter-ms 2 --loss-pct 0.5 --seed 3 || exit 1

@@ -7,8 +7,8 @@
 # LAUNCHER_ARGS...
 # For each optimizer, the sharded run must update through shared memory, hold at most 0.55x the
 # optimizer-state bytes of the unsharded run (TROUPE_DP_FUSED_UPDATE=off: the optimizer routine
-# on every rank, the state whole everywhere; the trainer's start line says
-# optimizer_state_bytes=), and write the same checkpoint, byte for byte (parameters, optimizer
+# on every rank, the state whole everywhere; the trainer logs optimizer_state_bytes= at
+# info:tools), and write the same checkpoint, byte for byte (parameters, optimizer
 # state, CRC). A mid-run save (--checkpoint-every) gathers too, and training goes on sharded
 # after it. AdamW once more without shared memory (the path across nodes): the same bytes. Then
 # the sharded checkpoint resumes sharded and unsharded: the same bytes after.
@@ -22,7 +22,7 @@ for opt in sgd adamw; do
   for mode in on off; do
     rm -f "ck_$mode"
     # shellcheck disable=SC2086 # word lists
-    TROUPE_DP_FUSED_UPDATE=$mode TROUPE_LOG=debug:transport,parallel timeout -k 5 240 "$@" -n 2 \
+    TROUPE_DP_FUSED_UPDATE=$mode TROUPE_LOG=debug:transport,parallel,tools timeout -k 5 240 "$@" -n 2 \
       "$fmnist" $small --optimizer $opt --checkpoint "ck_$mode" --checkpoint-every 7 >out 2>err ||
       fail "$opt, fused update $mode: exit status $?"
     grep -q "^final test_accuracy=" out || fail "$opt, fused update $mode: no final line"
@@ -31,7 +31,7 @@ for opt in sgd adamw; do
       fail "$opt: the fused run did not update with private state through shared memory"
     [ "$mode" = off ] || grep -q "optimizer state sharded (ZeRO-1)" err ||
       fail "$opt: the fused run did not shard its optimizer state"
-    bytes=$(sed -n 's/.*optimizer_state_bytes=\([0-9]*\).*/\1/p' out | head -n 1)
+    bytes=$(sed -n 's/.*optimizer_state_bytes=\([0-9]*\).*/\1/p' err | head -n 1)
     [ -n "$bytes" ] && [ "$bytes" -gt 0 ] || fail "$opt, fused update $mode: no optimizer_state_bytes"
     eval "bytes_$mode=$bytes"
   done
