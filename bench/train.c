@@ -85,6 +85,12 @@
  * report scaling. Without an MPI build (or an mpiexec that fails) the 2x1 cases are reported
  * on stderr as not measured and their efficiencies print nan.
  *
+ * Each child layout's rank 0 also reports, once per distinct line, the optimizer state it holds:
+ *   bench=train memory ranks=<R> streams=<N> update=fused-sharded|unfused
+ *     optimizer_state_bytes=<bytes> (troupe_dp_optimizer_state_bytes: with the update fused
+ *     into the allreduce on several ranks only the rank's ZeRO-1 shard), so 2x1 against
+ *     2x1-unfused gives the sharded state's bytes and step time against the unsharded's.
+ *
  * The traced cases print `bench=train case=1x1-trace ... peer=1x1-proc ... ratio=<traced /
  * untraced> overhead_pct=<the median over the rounds of each round's (traced / untraced - 1),
  * in percent, of the runs' medians> overhead_best_pct=<the same of each side's fastest run, the
@@ -380,6 +386,9 @@ static int s_child(const troupe_bench_opts_t *opts, int64_t global_batch)
         troupe_bench_fail_status(S_PROG, "child: training", troupe_cluster_status());
         s_child_leave(1);
     }
+    /* rank 0's optimizer state (ZeRO-1 shards it when the update is fused) */
+    long long state_bytes = (long long)troupe_dp_optimizer_state_bytes(l.dp);
+    bool fused = troupe_dp_fused_update(l.dp);
     st = s_layout_done(&l);
     if (st != TROUPE_OK) {
         troupe_bench_fail_status(S_PROG, "child: finishing", st);
@@ -396,6 +405,10 @@ static int s_child(const troupe_bench_opts_t *opts, int64_t global_batch)
     /* the launches of the whole child (warm-up included): whether the graphs replay */
     troupe_graph_stats_t gs;
     troupe_driver_graph_stats(&gs);
+    if (troupe_cluster_rank() == 0)
+        printf("bench=train memory ranks=%d streams=%d update=%s optimizer_state_bytes=%lld\n",
+               troupe_cluster_size(), s_child_streams, fused ? "fused-sharded" : "unfused",
+               state_bytes);
     if (troupe_cluster_rank() == 0)
         printf("child ranks=%d median_us=%.3f min_us=%.3f max_us=%.3f runs=%d samples=%lld "
                "traced_median_us=%.3f traced_min_us=%.3f compute_overlap_us=%.3f feed=%s "
@@ -524,6 +537,20 @@ static double s_traced_median_us, s_traced_min_us, s_child_min_us;
 /* The last child's form and launches: " feed=... graph_replays=... plain_launches=..." */
 static char s_child_launches[128];
 
+/* Prints a child's "bench=train memory ..." line unless an equal one was printed. */
+static void s_memory_line(const char *line)
+{
+    static char seen[8][160];
+    static int nseen;
+    for (int i = 0; i < nseen; i++)
+        if (strncmp(seen[i], line, sizeof seen[i] - 1) == 0)
+            return;
+    if (nseen < 8)
+        snprintf(seen[nseen++], sizeof seen[0], "%.*s", (int)sizeof seen[0] - 1, line);
+    fputs(line, stdout);
+    fflush(stdout);
+}
+
 /* Reads the child's result line (median run time in us, samples per run, `ranks` ranks; a
  * traced child's traced median into s_traced_median_us) and waits for it. */
 static troupe_status_t s_child_finish(s_child_proc_t *c, int ranks, double *median_us,
@@ -554,6 +581,8 @@ static troupe_status_t s_child_finish(s_child_proc_t *c, int ranks, double *medi
             const char *fd = strstr(line, " feed=");
             snprintf(s_child_launches, sizeof s_child_launches, "%.*s",
                      fd ? (int)strcspn(fd, "\n") : 0, fd ? fd : "");
+        } else if (strncmp(line, "bench=train memory ", 19) == 0) {
+            s_memory_line(line); /* the optimizer state's bytes: once per layout */
         } else {
             fputs(line, stderr); /* anything else the child printed */
         }

@@ -751,6 +751,7 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
     for (size_t i = 0; dp->state && i < dp->n_params * (size_t)dp->nstate; i++)
         troupe_tnode_release(&dp->state[i]);
     troupe_free(dp->state);
+    troupe__dp_zero_free(&dp->zero);
     for (size_t i = 0; i < dp->ntemps; i++)
         troupe_tnode_release(&dp->temps[i]);
     troupe_free(dp->temps);

@@ -311,6 +311,11 @@ bool troupe_dp_fused_update(const troupe_dp_t *dp);
  * update: troupe_dp_fused_update), on backends whose streams are not threads on host memory,
  * or with TROUPE_DP_FUSED_UPDATE=off; false for NULL. Borrows dp; no status to handle. */
 bool troupe_dp_fused_streams(const troupe_dp_t *dp);
+/* Bytes of optimizer state this rank holds for the update (the state arrays on the owner
+ * stream, not their host copies; with the update fused into the allreduce on several ranks,
+ * only this rank's shard: ZeRO stage 1, docs/parallel.md, Sharded optimizer state). 0 for
+ * NULL or an optimizer without state. */
+int64_t troupe_dp_optimizer_state_bytes(const troupe_dp_t *dp);
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
 /* The owner stream's context holding the current parameters (borrowed): link evaluation
  * routines to it (after troupe_dp_sync). */
@@ -326,8 +331,9 @@ troupe_backend_t *troupe_dp_backend(troupe_dp_t *dp); /* borrowed */
  * and, per parameter in order, its label, precision, dims, values and optimizer state (SGD's
  * momentum; AdamW's first and second moments), and a CRC-32 (zlib) of everything before it.
  * Every rank calls it at the same step (it is collective whenever the update is fused into the
- * allreduce and has optimizer state: several ranks, SGD with momentum or AdamW; the gather
- * moves data only where shared memory sharded the state). Only rank 0 writes (every rank with
+ * allreduce and has optimizer state: several ranks, SGD with momentum or AdamW; each rank then
+ * holds only its shard of the state, ZeRO-1, which the save gathers in gradient order and a
+ * load slices for this rank: docs/parallel.md, Sharded optimizer state). Only rank 0 writes (every rank with
  * local_only; the others sync and return OK), after the ranks gather the optimizer state that
  * the fused update keeps sharded (Fused update); a rank that steps on while another saves fails
  * both with FAILED_PRECONDITION ("rank 0 gathers the sharded state ... every rank must save

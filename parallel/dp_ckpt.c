@@ -176,7 +176,8 @@ static troupe_status_t s_fetch(troupe_dp_t *dp, troupe_tnode_t *tn, void **out)
     return troupe_tnode_host_array(tn, out);
 }
 
-static troupe_status_t s_serialize(troupe_dp_t *dp, troupe__strbuf_t *b)
+/* full[s]: state array s gathered from the shards (dp->zero), unused otherwise. */
+static troupe_status_t s_serialize(troupe_dp_t *dp, troupe__strbuf_t *b, float *const *full)
 {
     s_put(b, S_MAGIC, 8);
     s_put_u32(b, S_VERSION);
@@ -219,6 +220,11 @@ static troupe_status_t s_serialize(troupe_dp_t *dp, troupe__strbuf_t *b)
         TROUPE_RETURN_IF_ERROR(s_fetch(dp, p, &host));
         s_put(b, host, p->size_bytes);
         for (int s = 0; s < dp->nstate; s++) {
+            if (dp->zero != NULL) { /* single precision, as the fused update needs */
+                s_put(b, full[s] + dp->zero->at[i],
+                      (size_t)troupe_tnode_num_elems(p) * sizeof(float));
+                continue;
+            }
             troupe_tnode_t *st = dp->state[i * (size_t)dp->nstate + (size_t)s];
             TROUPE_RETURN_IF_ERROR(s_fetch(dp, st, &host));
             s_put(b, host, st->size_bytes);
@@ -347,12 +353,21 @@ troupe_status_t troupe_dp_save(troupe_dp_t *dp, const char *path)
     TROUPE_RETURN_IF_ERROR(troupe_dp_sync(dp));
     /* the optimizer state whole on every rank first (sharded by the fused update) */
     TROUPE_RETURN_IF_ERROR(troupe__dp_unshard(dp));
-    if (dp->rank != 0)
-        return TROUPE_OK; /* only rank 0 writes (every rank holds the same parameters) */
+    /* ZeRO-1's shards gathered in gradient order (collective: every rank) */
+    float *full[2] = {NULL, NULL};
     troupe__strbuf_t b = TROUPE__STRBUF_INIT;
     char *bytes = NULL;
     size_t n = 0;
-    troupe_status_t st = s_serialize(dp, &b);
+    troupe_status_t st = TROUPE_OK;
+    for (int s = 0; dp->zero != NULL && s < dp->nstate && st == TROUPE_OK; s++) {
+        full[s] = troupe_malloc((dp->zero->count > 0 ? (size_t)dp->zero->count : 1) * sizeof(float));
+        st = full[s] == NULL ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_save: out of memory")
+                             : troupe__dp_zero_gather(dp, s, full[s]);
+    }
+    if (st != TROUPE_OK || dp->rank != 0) /* only rank 0 writes (every rank holds the same
+                                              parameters) */
+        goto out_full;
+    st = s_serialize(dp, &b, full);
     if (st == TROUPE_OK)
         st = troupe__strbuf_finish(&b, "dp_save", &bytes, &n);
     troupe__strbuf_reset(&b);
@@ -362,6 +377,9 @@ troupe_status_t troupe_dp_save(troupe_dp_t *dp, const char *path)
     if (st == TROUPE_OK)
         TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL, "dp: saved step %lld to %s",
                    (long long)dp->steps, path);
+out_full:
+    troupe_free(full[0]);
+    troupe_free(full[1]);
     return st;
 }
 
@@ -777,7 +795,21 @@ static troupe_status_t s_restore(troupe_dp_t *dp, const s_image_t *im)
         for (int k = 0; k < dp->n && st == TROUPE_OK; k++)
             st = troupe_from_host(troupe__dp_tail(dp, k), p, NULL);
         const unsigned char *src = im->params[i].state;
-        for (int s = 0; s < dp->nstate && st == TROUPE_OK; s++) {
+        for (int s = 0; s < dp->nstate && st == TROUPE_OK && dp->zero != NULL; s++) {
+            /* ZeRO-1: this rank's slice (single precision, as the fused update needs); the
+             * image is unaligned, so through a copy */
+            size_t count = (size_t)troupe_tnode_num_elems(p);
+            float *v = troupe_malloc((count > 0 ? count : 1) * sizeof *v);
+            if (v == NULL) {
+                st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_load: out of memory");
+                break;
+            }
+            memcpy(v, src, count * sizeof *v);
+            troupe__dp_zero_load(dp, i, s, v);
+            troupe_free(v);
+            src += count * sizeof *v;
+        }
+        for (int s = 0; s < dp->nstate && st == TROUPE_OK && dp->zero == NULL; s++) {
             troupe_tnode_t *sn = dp->state[i * (size_t)dp->nstate + (size_t)s];
             st = s_set_raw(sn, src, tmp);
             src += sn->size_bytes;

@@ -186,13 +186,15 @@ static troupe_coll_apply_t s_fused_apply(const troupe_dp_t *dp, const troupe__dp
                                  .id = troupe__dp_apply_id(dp),
                                  .n_side = 1 + (size_t)dp->nstate,
                                  .n_private = (size_t)dp->nstate,
-                                 .side = dp->fused_side};
+                                 .side = dp->fused_side,
+                                 .shard = dp->zero != NULL ? dp->zero->shard : NULL};
 }
 
 troupe_status_t troupe__dp_unshard(troupe_dp_t *dp)
 {
     if (!(dp->strat.update == TROUPE__DP_UPDATE_FUSED) || dp->nranks <= 1 || dp->nstate == 0)
-        return TROUPE_OK;
+        return TROUPE_OK; /* sharded (dp->zero): only the check that every rank saves; the
+                             checkpoint gathers the shards itself */
     troupe__dp_apply_arg_t arg;
     memset(&arg, 0, sizeof arg); /* not run: the request only gathers */
     troupe_coll_apply_t apply = s_fused_apply(dp, &arg);

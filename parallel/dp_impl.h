@@ -187,7 +187,9 @@ struct troupe_dp {
     double hyper_last[TROUPE__DP_HYPER_COUNT];
     bool hyper_uploaded;
     int nstate;             /* optimizer state arrays per parameter: 0, 1 (m) or 2 (m, v) */
-    troupe_tnode_t **state; /* n_params * nstate, hosted: state[i * nstate + s] */
+    troupe_tnode_t **state; /* n_params * nstate, hosted: state[i * nstate + s]; NULL when
+                               sharded (zero) */
+    struct troupe__dp_zero *zero; /* the sharded state (dp_zero.c), NULL when not sharded */
     troupe_tnode_t **temps; /* optimizer temporaries, retained */
     size_t ntemps, temps_cap;
 
@@ -260,6 +262,29 @@ troupe_context_t *troupe__dp_tail(troupe_dp_t *dp, int k);
  * every rank holds them whole, and waits. Collective: every rank calls it at the same point
  * (troupe_dp_save). No-op otherwise. Errors: the collective's (a failed cluster's status). */
 TROUPE_MUST_USE troupe_status_t troupe__dp_unshard(troupe_dp_t *dp);
+
+/* dp_zero.c: ZeRO stage 1's sharded optimizer state. count elements of the gradients end to
+ * end (grads_by_id's order), this rank's shard [lo, hi) of each of the nstate arrays, at[i] the
+ * first element of parameter i. */
+typedef struct troupe__dp_zero {
+    int64_t count, lo, hi;
+    float *shard[2];
+    int64_t *at;
+} troupe__dp_zero_t;
+/* Whether dp shards its optimizer state (the fused update, several ranks, state to keep;
+ * dp->strat and dp->nstate set). */
+bool troupe__dp_zero_wanted(const troupe_dp_t *dp);
+/* Allocates this rank's zeroed shard into dp->zero. Errors: RESOURCE_EXHAUSTED. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_zero_new(troupe_dp_t *dp);
+void troupe__dp_zero_free(troupe__dp_zero_t **z_p);
+/* Bytes of optimizer state this rank holds in its shard (0 when not sharded). */
+int64_t troupe__dp_zero_bytes(const troupe_dp_t *dp);
+/* Collective: fills full[0 .. count) with state array s, every rank's shard broadcast from it.
+ * Errors: the broadcasts'. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_zero_gather(troupe_dp_t *dp, int s, float *full);
+/* Copies the part of parameter i's state array s (values: all its elements) that falls in this
+ * rank's shard into it. */
+void troupe__dp_zero_load(troupe_dp_t *dp, size_t i, int s, const float *values);
 
 /* dp_optim.c: the precision of the optimizer state for a parameter of precision p (single,
  * or p when wider). */

@@ -30,7 +30,7 @@ static troupe_status_t s_fused_sides(troupe_dp_t *dp)
     for (size_t j = 0; j < n; j++) {
         size_t i = troupe__dp_param_of(dp, j);
         dp->fused_side[j] = dp->params[i];
-        for (int k = 0; k < dp->nstate; k++)
+        for (int k = 0; k < dp->nstate && dp->zero == NULL; k++) /* sharded: no nodes */
             dp->fused_side[(size_t)(k + 1) * n + j] =
                 dp->state[i * (size_t)dp->nstate + (size_t)k];
     }
@@ -42,7 +42,9 @@ troupe_status_t troupe__dp_update_build(troupe_dp_t *dp)
     troupe__dp_replica_t *r0 = &dp->rep[0];
     troupe_status_t st = TROUPE_OK;
     dp->nstate = troupe__dp_nstate(&dp->opt);
-    if (dp->nstate > 0) {
+    if (troupe__dp_zero_wanted(dp)) /* ZeRO-1: only this rank's shard of the state (dp_zero.c) */
+        TROUPE_RETURN_IF_ERROR(troupe__dp_zero_new(dp));
+    else if (dp->nstate > 0) {
         dp->state = troupe_calloc(dp->n_params * (size_t)dp->nstate, sizeof *dp->state);
         if (!dp->state)
             return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
@@ -93,6 +95,8 @@ troupe_status_t troupe__dp_update_build(troupe_dp_t *dp)
         if (st != TROUPE_OK)
             return troupe__dp_wrap(st, "dp_new: linking a hyper-parameter copy");
     }
+    if (dp->zero != NULL) /* the fused update runs on the shard; no routine reads the state */
+        return s_fused_sides(dp);
     troupe_asgn_comp_t *ocomp = NULL;
     TROUPE_RETURN_IF_ERROR(troupe__dp_optimizer_comp(dp, &ocomp));
     /* without fma fusion: the fused update (troupe__dp_apply) does the same operations in the

@@ -1062,6 +1062,9 @@ int main(int argc, char **argv)
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
                "fmnist: training routines compiled and linked on %d stream(s) of %s in %.3f s",
                r.streams, troupe_backend_name(troupe_dp_backend(r.dp)), s_now() - t_build);
+    /* this rank's optimizer state (ZeRO-1 shards it: docs/parallel.md) */
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS, "fmnist: optimizer_state_bytes=%lld",
+               (long long)troupe_dp_optimizer_state_bytes(r.dp));
     if (troupe_dp_num_streams(r.dp) != r.streams) {
         troupe_error_set(TROUPE_INTERNAL, "dp made %d streams, expected %d",
                          troupe_dp_num_streams(r.dp), r.streams);

@@ -874,10 +874,11 @@ static int s_cmd_train(int argc, char **argv)
     double pending_val = NAN; /* the validation before the next step, for the curve */
     if (rank == 0)
         printf("gpt: L=%d NH=%d C=%d V=%d Vp=%d, %zu parameters; %zu training tokens in %d "
-               "shard(s), %lld batches of %lld x %lld; %d rank(s) x %d stream(s)\n",
+               "shard(s), %lld batches of %lld x %lld; %d rank(s) x %d stream(s), "
+               "optimizer_state_bytes=%lld\n",
                cfg.layers, cfg.heads, cfg.channels, cfg.vocab, cfg.padded_vocab,
                gpt_llmc_num_params(&cfg), ntokens, nshards, (long long)nb, t.B, t.T, ranks,
-               streams);
+               streams, (long long)troupe_dp_optimizer_state_bytes(dp));
 
     /* rank 0's evaluation (validation) and sampling, linked on the owner stream */
     gpt_runner_t *vr = NULL, *sr = NULL;

@@ -135,10 +135,21 @@ void troupe__req_apply_all(const troupe__req_t *r)
     if (r->apply_fn == NULL)
         return;
     float *side[TROUPE_COLL_APPLY_MAX_SIDE];
+    size_t nshared = r->n_side - r->nshard;
+    int64_t at = 0; /* tensor i's first element over the tensors end to end */
     for (size_t i = 0; i < r->n; i++) {
-        for (size_t s = 0; s < r->n_side; s++)
-            side[s] = r->side[s * r->n + i];
-        r->apply_fn(r->apply_arg, r->tensors[i].count, r->tensors[i].data, side);
+        int64_t count = r->tensors[i].count, lo = 0, hi = count;
+        if (r->nshard > 0) { /* this rank's shard only */
+            lo = r->shard_lo > at ? r->shard_lo - at : 0;
+            hi = r->shard_hi - at < count ? r->shard_hi - at : count;
+        }
+        for (size_t s = 0; s < nshared; s++)
+            side[s] = (float *)r->side[s * r->n + i] + lo;
+        for (size_t s = 0; s < r->nshard; s++)
+            side[nshared + s] = r->shard[s] + (at + lo - r->shard_lo);
+        if (hi > lo)
+            r->apply_fn(r->apply_arg, hi - lo, (const float *)r->tensors[i].data + lo, side);
+        at += count;
     }
 }
 
@@ -506,9 +517,10 @@ static troupe_status_t s_lend_start(void *user, void *const *ptrs, const int64_t
     s_lend_t *l = user;
     troupe__req_t *r = l->req;
     const char *what = troupe__req_kind_name(r->kind);
-    if (n != r->n * (1 + r->n_side))
+    size_t nlent_side = r->n_side - r->nshard; /* sharded state is not lent */
+    if (n != r->n * (1 + nlent_side))
         return troupe__error(TROUPE_INTERNAL, "%s: lent %zu arrays for %zu tensors", what, n,
-                             r->n * (1 + r->n_side));
+                             r->n * (1 + nlent_side));
     for (size_t i = 0; i < r->n; i++) {
         int64_t want = r->tensors[i].count * (int64_t)troupe_prec_size_bytes(r->tensors[i].prec);
         if (bytes[i] < want || (ptrs[i] == NULL && want > 0))
@@ -519,7 +531,7 @@ static troupe_status_t s_lend_start(void *user, void *const *ptrs, const int64_t
                                  want);
         r->tensors[i].data = ptrs[i];
     }
-    for (size_t k = 0; k < r->n * r->n_side; k++) {
+    for (size_t k = 0; k < r->n * nlent_side; k++) {
         const troupe_coll_tensor_t *t = &r->tensors[k % r->n];
         int64_t want = t->count * (int64_t)sizeof(float);
         if (bytes[r->n + k] < want || (ptrs[r->n + k] == NULL && want > 0))
@@ -606,6 +618,18 @@ static troupe_status_t s_check_apply(const troupe_coll_apply_t *a, size_t n,
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "allreduce: a fused update needs op sum, not %s",
                              troupe_reduce_op_name(op));
+    if (a->shard != NULL) {
+        if (a->n_private == 0)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "allreduce: fused update with sharded state but no private side "
+                                 "arrays");
+        for (size_t k = 0; k < a->n_private; k++)
+            if (a->shard[k] == NULL)
+                return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                     "allreduce: fused update: shard %zu of the private side "
+                                     "arrays is NULL",
+                                     k);
+    }
     TROUPE_RETURN_IF_ERROR(s_check_distinct(a, n, tns));
     for (size_t i = 0; i < n; i++) {
         char label[TROUPE__FP_NAME_MAX + 1];
@@ -615,7 +639,8 @@ static troupe_status_t s_check_apply(const troupe_coll_apply_t *a, size_t n,
                                  "allreduce: fused update: tensor %zu (node %" PRId32
                                  " '%s') is %s, not single",
                                  i, tns[i]->id, label, troupe_prec_name(tns[i]->prec));
-        for (size_t s = 0; s < a->n_side; s++) {
+        size_t nlent = a->n_side - (a->shard != NULL ? a->n_private : 0);
+        for (size_t s = 0; s < nlent; s++) {
             const troupe_tnode_t *sd = a->side[s * n + i];
             if (sd == NULL || sd->prec != TROUPE_PREC_SINGLE ||
                 troupe_tnode_num_elems(sd) != troupe_tnode_num_elems(tns[i]))
@@ -649,8 +674,11 @@ static troupe_status_t s_nodes_collective(troupe__req_kind_t kind, troupe_contex
     if (apply != NULL)
         TROUPE_RETURN_IF_ERROR(s_check_apply(apply, n, tns, op));
     TROUPE_RETURN_IF_ERROR(s_check_cluster(what));
-    /* the lent arrays: the tensors, then the fused update's side arrays */
-    size_t nlend = n * (1 + (apply != NULL ? apply->n_side : 0));
+    /* the lent arrays: the tensors, then the fused update's side arrays (the shared ones first:
+     * sharded state is not lent) */
+    size_t nlend =
+        n * (1 + (apply != NULL ? apply->n_side - (apply->shard != NULL ? apply->n_private : 0)
+                                : 0));
     troupe_tnode_t **lend = troupe_calloc(nlend, sizeof *lend);
     if (lend == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", what);
@@ -683,8 +711,14 @@ static troupe_status_t s_lend_collective(troupe__req_kind_t kind, troupe_context
         r->n_side = apply->n_side;
         r->n_private = apply->n_private;
         r->unshard = (flags & TROUPE_COLL_UNSHARD) != 0;
-        if (apply->n_private > 0) /* the first private side array of tensor 0 */
+        if (apply->shard != NULL) { /* sharded state: no node; -1 in the fingerprint */
+            r->private_node = -1;
+            r->nshard = apply->n_private;
+            for (size_t k = 0; k < r->nshard; k++)
+                r->shard[k] = apply->shard[k];
+        } else if (apply->n_private > 0) { /* the first private side array of tensor 0 */
             r->private_node = apply->side[(apply->n_side - apply->n_private) * n]->id;
+        }
         r->side = troupe_calloc(n * apply->n_side, sizeof *r->side);
         r->apply_arg = troupe_calloc(1, apply->arg_bytes > 0 ? apply->arg_bytes : 1);
         if (r->side == NULL || r->apply_arg == NULL) {
@@ -706,6 +740,9 @@ static troupe_status_t s_lend_collective(troupe__req_kind_t kind, troupe_context
         }
         troupe__req_set_tensor(r, i, &t);
     }
+    if (r->nshard > 0)
+        troupe_coll_shard_range(r->bytes / (int64_t)sizeof(float), troupe_cluster_rank(),
+                                troupe_cluster_size(), &r->shard_lo, &r->shard_hi);
     char name[64];
     snprintf(name, sizeof name, "transport:%s_nodes", what);
     troupe_event_t *done = NULL;

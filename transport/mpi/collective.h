@@ -236,7 +236,24 @@ typedef struct troupe_coll_apply {
     size_t n_side;              /* side arrays per tensor */
     size_t n_private;           /* the last n_private of them are private (above); < n_side */
     troupe_tnode_t *const *side; /* n * n_side nodes of ctx, side[s * n + i]; borrowed */
+    /* Sharded state (ZeRO stage 1's memory saving), or NULL: shard[k] (k < n_private) is this
+     * rank's only copy of private side array k, a host buffer of hi - lo floats holding its
+     * elements [lo, hi) (troupe_coll_shard_range over the tensors' elements end to end); the
+     * private entries of `side` are then unused (NULL). Every path then updates each element
+     * on the rank that holds its shard and copies the parameters (the shared side arrays) to
+     * the others: through shared memory directly, else after the reduction through
+     * MPI_Iallgatherv (in place where the tensors and each shared side array lie in one span,
+     * else through a flat copy). With TROUPE_COLL_UNSHARD nothing moves (the caller holds the
+     * shards and gathers them itself); the request only checks that every rank issued it at
+     * the same point. Every rank must pass it alike (fingerprinted). Borrowed for the call;
+     * written by the transport until the event completes. */
+    float *const *shard;
 } troupe_coll_apply_t;
+
+/* Rank `rank`'s shard [*lo, *hi) of `count` single-precision elements on `size` ranks: whole
+ * cache lines from the start, as the shared-memory path cuts its chunks (troupe_coll_apply_t
+ * shard). */
+void troupe_coll_shard_range(int64_t count, int rank, int size, int64_t *lo, int64_t *hi);
 
 /* What troupe_allreduce reduces, and how. Zero-initialise, then set `n` and either the host
  * level (`tensors`) or the device level (`ctx` and `nodes`):

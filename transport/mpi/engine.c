@@ -362,7 +362,11 @@ static troupe_status_t s_step(troupe__req_t *r, troupe__rs_t *rs, bool *broken)
             TROUPE_RETURN_IF_ERROR(troupe__engine_coll_mpi_begin(r, rs));
     }
     bool progress = false, all = false;
-    if (rs->use_shm) {
+    if (rs->shard_posted) { /* sharded state: the updated parameters' gather */
+        TROUPE_RETURN_IF_ERROR(troupe__apply_gather_test(rs, &progress, &all));
+        if (all)
+            troupe__apply_shard_done(r, rs);
+    } else if (rs->use_shm) {
         TROUPE_RETURN_IF_ERROR(troupe__shm_coll_test(&rs->shm, &progress));
         all = rs->shm.state == TROUPE__SHM_DONE;
         if (all)
@@ -374,7 +378,7 @@ static troupe_status_t s_step(troupe__req_t *r, troupe__rs_t *rs, bool *broken)
     }
     if (troupe__req_is_p2p(r)) {
         TROUPE_RETURN_IF_ERROR(troupe__engine_p2p_test(rs, &progress, &all));
-    } else if (!rs->use_shm) {
+    } else if (!rs->use_shm && !rs->shard_posted) {
         bool gathered = false;
         TROUPE_RETURN_IF_ERROR(troupe__apply_gather_test(rs, &progress, &gathered));
         if (gathered && r->unshard) {
@@ -391,10 +395,18 @@ static troupe_status_t s_step(troupe__req_t *r, troupe__rs_t *rs, bool *broken)
         troupe__fault_collective(r->seq, rs->what);
     }
     now = troupe_now_ns();
+    if (all && r->nshard > 0 && !rs->shm_apply && !rs->shard_posted && !r->unshard) {
+        /* sharded state off the shared-memory update: this rank updates its shard from the
+         * sums, then gathers everyone's updated parameters */
+        troupe__req_apply_all(r);
+        TROUPE_RETURN_IF_ERROR(troupe__apply_shard_post(r, rs));
+        all = false;
+        progress = true;
+    }
     if (all) {
         /* the MPI paths, or shared memory without the side spans: every rank updates every
          * element after the sums (the same bits everywhere) */
-        if (!rs->shm_apply && !r->unshard)
+        if (!rs->shm_apply && !r->unshard && r->nshard == 0)
             troupe__req_apply_all(r);
         s_log_done(r, rs);
         troupe__engine_finish(r, TROUPE_OK, NULL);

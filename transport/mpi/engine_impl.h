@@ -202,6 +202,8 @@ typedef struct troupe__rs {
     uint64_t shard_key; /* a fused update with private side arrays: apply.c's key, else 0 */
     MPI_Request gather[TROUPE_COLL_APPLY_MAX_SIDE]; /* troupe__apply_gather_post's, in flight */
     int ngather;
+    bool shard_posted;  /* sharded state: the updated shared side arrays' gather is posted */
+    float *shard_flat;  /* ...through this flat copy when they lie in no span, else NULL */
     int *gather_counts; /* [2 * size]: each rank's chunk (units), then its first unit */
     const char *span;   /* this rank's span when flat */
     int64_t span_bytes;
@@ -334,6 +336,12 @@ void troupe__apply_shm_done(const troupe__req_t *r, const troupe__rs_t *rs);
  * elements), RESOURCE_EXHAUSTED, TRANSPORT_ERROR. */
 TROUPE_MUST_USE troupe_status_t troupe__apply_gather_post(troupe__req_t *r, troupe__rs_t *rs);
 /* Tests the gather; *done when none is in flight (*progress when it ended). */
+/* r has sharded state and did not update through shared memory: after this rank updated its
+ * shard, posts the gather of the shared side arrays (rs->shard_posted; the same requests as
+ * troupe__apply_gather_test tests). Errors: UNIMPLEMENTED (over INT_MAX elements), RESOURCE_EXHAUSTED, TRANSPORT_ERROR. */
+TROUPE_MUST_USE troupe_status_t troupe__apply_shard_post(troupe__req_t *r, troupe__rs_t *rs);
+/* The gather troupe__apply_shard_post posted completed: unpacks its flat copy (if any). */
+void troupe__apply_shard_done(const troupe__req_t *r, troupe__rs_t *rs);
 TROUPE_MUST_USE troupe_status_t troupe__apply_gather_test(troupe__rs_t *rs, bool *progress,
                                                           bool *done);
 /* Frees rs's gather counts unless a gather is still in flight (failures: left to MPI). */

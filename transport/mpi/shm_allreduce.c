@@ -286,6 +286,8 @@ static troupe_status_t s_begin(troupe__shm_coll_t *c, const char *what, const tr
             char **dst = k == 0 ? &c->buf[p] : &c->side[(k - 1) * (size_t)s_m.size + (size_t)p];
             if (p == s_m.rank)
                 *dst = k == 0 ? mine : side_mine[k - 1];
+            else if (k > 0 && c->sharded && k - 1 >= c->n_side - c->n_private)
+                *dst = NULL; /* another rank's shard: never read here */
             else
                 failed = !s_map_span(p, k == 0 ? &refs[p]
                                                 : &side_refs[(k - 1) * (size_t)s_m.size + (size_t)p],
@@ -333,7 +335,7 @@ troupe_status_t troupe__shm_coll_begin_apply(troupe__shm_coll_t *c, const char *
                                              const troupe__shm_ref_t *refs, void *mine,
                                              int64_t units, troupe_coll_apply_fn fn,
                                              const void *arg, size_t n_side,
-                                             size_t n_private, bool gather,
+                                             size_t n_private, bool gather, bool sharded,
                                              const troupe__shm_ref_t *side_refs,
                                              void *const *side_mine)
 {
@@ -343,6 +345,7 @@ troupe_status_t troupe__shm_coll_begin_apply(troupe__shm_coll_t *c, const char *
     c->n_side = n_side;
     c->n_private = n_private;
     c->gather = gather;
+    c->sharded = sharded;
     return s_begin(c, what, refs, mine, side_refs, side_mine);
 }
 
@@ -377,8 +380,11 @@ static void s_apply_range(troupe__shm_coll_t *c, int64_t from, int64_t to)
         int64_t n = to - i < per ? to - i : per;
         size_t off = (size_t)i * sizeof(float), bytes = (size_t)n * sizeof(float);
         s_sum_block(c, off, n);
-        for (size_t k = 0; k < c->n_side; k++)
-            side[k] = (float *)(c->side[k * size + (size_t)s_m.rank] + off);
+        for (size_t k = 0; k < c->n_side; k++) {
+            bool shard = c->sharded && k >= c->n_side - c->n_private;
+            side[k] = (float *)(c->side[k * size + (size_t)s_m.rank] +
+                                (shard ? off - (size_t)c->lo * sizeof(float) : off));
+        }
         c->apply_fn(c->apply_arg, n, (const float *)s_m.tmp, side);
         for (size_t k = 0; k < c->n_side - c->n_private; k++) /* the shared ones */
             s_push_side(c, k, off, bytes);

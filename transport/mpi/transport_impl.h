@@ -145,12 +145,19 @@ struct troupe__req {
     size_t n_side;
     size_t n_private; /* the last n_private side arrays are private (sharded through shm) */
     bool unshard;     /* TROUPE_COLL_UNSHARD: gather the private side arrays, nothing else */
-    int64_t private_node; /* n_private > 0: the node id of tensor 0's first private side array */
-    void **side;
+    int64_t private_node; /* n_private > 0: the node id of tensor 0's first private side array
+                             (-1 with sharded state) */
+    void **side;          /* private entries NULL with sharded state */
+    /* sharded state (troupe_coll_apply_t shard): shard[k] holds elements [shard_lo, shard_hi)
+     * of private side array k over the tensors end to end; nshard = n_private, else 0 */
+    size_t nshard;
+    float *shard[TROUPE_COLL_APPLY_MAX_SIDE];
+    int64_t shard_lo, shard_hi;
 };
 
 /* Runs r's fused update locally on every element of its tensors (the tensors hold the sums):
- * the MPI paths' and a single rank's delivery of it (collective.h, troupe_coll_apply_t). */
+ * the MPI paths' and a single rank's delivery of it (collective.h, troupe_coll_apply_t). With
+ * sharded state only on this rank's shard [shard_lo, shard_hi). */
 void troupe__req_apply_all(const troupe__req_t *r);
 
 /* A request of `kind` with room for n tensors (zeroed), no event yet. NULL when out of memory
@@ -291,6 +298,8 @@ typedef struct troupe__shm_coll {
     size_t n_side;
     size_t n_private; /* the last n_private side arrays: not copied (each rank keeps its chunk) */
     bool gather;      /* TROUPE_COLL_UNSHARD: only copy this rank's chunk of the private ones */
+    bool sharded;     /* the private side arrays are this rank's shard only, from unit lo (the
+                         others' are not mapped: side[s * size + p] NULL for p != rank) */
     char **side;
     int64_t t_begin_ns, t_arrived_ns, t_reduced_ns, t_done_ns; /* when each state began */
 } troupe__shm_coll_t;
@@ -307,14 +316,16 @@ TROUPE_MUST_USE troupe_status_t troupe__shm_coll_begin(troupe__shm_coll_t *c, co
                                                        troupe_reduce_op_t op);
 /* As troupe__shm_coll_begin, with r's fused update (single precision sums): side_refs[s * size
  * + p] locates rank p's side span s (side_refs[s * size + rank] unused), side_mine[s] this
- * rank's; the last n_private side arrays are not copied to the other ranks. With `gather`
+ * rank's; the last n_private side arrays are not copied to the other ranks (`sharded`: they
+ * are this rank's shard, side_mine[s] its first element at unit lo). With `gather`
  * (TROUPE_COLL_UNSHARD) nothing is reduced or updated: this rank's chunk of each private side
  * array is copied into every other rank's. A side mapping failure is posted like the span's
  * (every rank falls back). */
 TROUPE_MUST_USE troupe_status_t troupe__shm_coll_begin_apply(
     troupe__shm_coll_t *c, const char *what, uint64_t seq, const troupe__shm_ref_t *refs,
     void *mine, int64_t units, troupe_coll_apply_fn fn, const void *arg, size_t n_side,
-    size_t n_private, bool gather, const troupe__shm_ref_t *side_refs, void *const *side_mine);
+    size_t n_private, bool gather, bool sharded, const troupe__shm_ref_t *side_refs,
+    void *const *side_mine);
 
 /* First unit of rank k's chunk of a span of `units` elements of unit_bytes on `size` ranks
  * (whole cache lines from the span's start; k == size: `units`): the chunk each rank reduces,

@@ -1,0 +1,115 @@
+/* troupe — ZeRO stage 1's memory saving (docs/parallel.md, Sharded optimizer state): with the
+ * update fused into the allreduce and optimizer state to keep, rank r allocates only its shard
+ * of that state, elements [lo, hi) of the gradients laid end to end in grads_by_id's order, cut
+ * as the transport cuts its chunks (troupe_coll_shard_range). The fused update's request carries
+ * the shard buffers (troupe_coll_apply_t shard); no state node exists, and the optimizer routine
+ * is neither compiled nor linked. Checkpoints gather the shards in gradient order (every rank's
+ * shard broadcast from it) and slice a loaded state into this rank's shard, so a checkpoint
+ * written by R ranks restores onto any number of ranks, and the bytes equal an unsharded run's.
+ *
+ * Thread safety: the thread that drives the troupe_dp_t.
+ * Ownership: dp->zero and its buffers belong to dp (troupe__dp_zero_free).
+ */
+#include "parallel/dp_impl.h"
+
+#include "base/alloc.h"
+#include "base/log.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+bool troupe__dp_zero_wanted(const troupe_dp_t *dp)
+{
+    return dp->strat.update == TROUPE__DP_UPDATE_FUSED && dp->nranks > 1 && dp->nstate > 0;
+}
+
+troupe_status_t troupe__dp_zero_new(troupe_dp_t *dp)
+{
+    troupe__dp_zero_t *z = troupe_calloc(1, sizeof *z);
+    if (z == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
+    dp->zero = z;
+    z->at = troupe_calloc(dp->n_params > 0 ? dp->n_params : 1, sizeof *z->at);
+    if (z->at == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
+    for (size_t j = 0; j < dp->n_params; j++) {
+        z->at[troupe__dp_param_of(dp, j)] = z->count;
+        z->count += troupe_tnode_num_elems(dp->grads_by_id[j]);
+    }
+    troupe_coll_shard_range(z->count, dp->rank, dp->nranks, &z->lo, &z->hi);
+    for (int s = 0; s < dp->nstate; s++) {
+        /* zeroed as the unsharded state starts; one element at least, so never NULL */
+        z->shard[s] = troupe_calloc(z->hi > z->lo ? (size_t)(z->hi - z->lo) : 1, sizeof(float));
+        if (z->shard[s] == NULL)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                                 "dp_new: out of memory for the optimizer state's shard");
+    }
+    TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL,
+               "dp: optimizer state sharded (ZeRO-1): rank %d holds elements [%" PRId64
+               ", %" PRId64 ") of %" PRId64 ", %d array(s), %" PRId64 " bytes",
+               dp->rank, z->lo, z->hi, z->count, dp->nstate, troupe__dp_zero_bytes(dp));
+    return TROUPE_OK;
+}
+
+void troupe__dp_zero_free(troupe__dp_zero_t **z_p)
+{
+    if (z_p == NULL || *z_p == NULL)
+        return;
+    troupe__dp_zero_t *z = *z_p;
+    for (int s = 0; s < 2; s++)
+        troupe_free(z->shard[s]);
+    troupe_free(z->at);
+    troupe_free(z);
+    *z_p = NULL;
+}
+
+int64_t troupe__dp_zero_bytes(const troupe_dp_t *dp)
+{
+    const troupe__dp_zero_t *z = dp->zero;
+    return z == NULL ? 0 : (z->hi - z->lo) * (int64_t)sizeof(float) * dp->nstate;
+}
+
+troupe_status_t troupe__dp_zero_gather(troupe_dp_t *dp, int s, float *full)
+{
+    const troupe__dp_zero_t *z = dp->zero;
+    memcpy(full + z->lo, z->shard[s], (size_t)(z->hi - z->lo) * sizeof(float));
+    for (int p = 0; p < dp->nranks; p++) {
+        int64_t lo = 0, hi = 0;
+        troupe_coll_shard_range(z->count, p, dp->nranks, &lo, &hi);
+        if (hi == lo)
+            continue; /* every rank skips it alike */
+        troupe_coll_tensor_t t = {.data = full + lo,
+                                  .count = hi - lo,
+                                  .prec = TROUPE_PREC_SINGLE,
+                                  .node_id = -1,
+                                  .ndims = 1,
+                                  .dims = {hi - lo},
+                                  .name = "dp_zero_shard"};
+        troupe_event_t *ev = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_broadcast(&t, 1, p, &ev));
+        TROUPE_RETURN_IF_ERROR(
+            troupe__dp_sync_event(&ev, "dp_save: gathering the optimizer state's shards"));
+    }
+    return TROUPE_OK;
+}
+
+void troupe__dp_zero_load(troupe_dp_t *dp, size_t i, int s, const float *values)
+{
+    troupe__dp_zero_t *z = dp->zero;
+    int64_t at = z->at[i], count = troupe_tnode_num_elems(dp->params[i]);
+    int64_t lo = at > z->lo ? at : z->lo, hi = at + count < z->hi ? at + count : z->hi;
+    if (hi > lo)
+        memcpy(z->shard[s] + (lo - z->lo), values + (lo - at), (size_t)(hi - lo) * sizeof(float));
+}
+
+int64_t troupe_dp_optimizer_state_bytes(const troupe_dp_t *dp)
+{
+    if (dp == NULL)
+        return 0;
+    if (dp->zero != NULL)
+        return troupe__dp_zero_bytes(dp);
+    int64_t bytes = 0;
+    for (size_t k = 0; dp->state != NULL && k < dp->n_params * (size_t)dp->nstate; k++)
+        bytes += (int64_t)dp->state[k]->size_bytes;
+    return bytes;
+}
