@@ -258,9 +258,25 @@ troupe_status_t fmnist_dataset_load(const char *images_path, const char *labels_
         fmnist_dataset_free(&ds);
         return st;
     }
-    if (limit > 0 && limit < ds.count)
-        ds.count = limit; /* the arrays keep their size; only the first `limit` are used */
+    if (limit > 0 && limit < ds.count) { /* only the first `limit` are kept */
+        uint8_t *px = realloc(ds.pixels, (size_t)(limit * ds.rows * ds.cols));
+        uint8_t *lb = realloc(ds.labels, (size_t)limit);
+        ds.pixels = px ? px : ds.pixels; /* a failed shrink keeps the larger block */
+        ds.labels = lb ? lb : ds.labels;
+        ds.count = limit;
+    }
     *out = ds;
+    return TROUPE_OK;
+}
+
+/* The two files of `dir`/<split>. */
+static troupe_status_t s_split_paths(const char *dir, const char *split, char *images,
+                                     char *labels, size_t cap)
+{
+    int a = snprintf(images, cap, "%s/%s-images-idx3-ubyte.gz", dir, split);
+    int b = snprintf(labels, cap, "%s/%s-labels-idx1-ubyte.gz", dir, split);
+    if (a < 0 || b < 0 || (size_t)a >= cap || (size_t)b >= cap)
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "%s: data directory path too long", dir);
     return TROUPE_OK;
 }
 
@@ -271,11 +287,201 @@ troupe_status_t fmnist_dataset_load_split(const char *dir, const char *split, in
         return troupe_error_set(TROUPE_INVALID_ARGUMENT,
                                 "fmnist_dataset_load_split: NULL argument");
     char images[4096], labels[4096];
-    int a = snprintf(images, sizeof images, "%s/%s-images-idx3-ubyte.gz", dir, split);
-    int b = snprintf(labels, sizeof labels, "%s/%s-labels-idx1-ubyte.gz", dir, split);
-    if (a < 0 || b < 0 || (size_t)a >= sizeof images || (size_t)b >= sizeof labels)
-        return troupe_error_set(TROUPE_INVALID_ARGUMENT, "%s: data directory path too long", dir);
+    TROUPE_RETURN_IF_ERROR(s_split_paths(dir, split, images, labels, sizeof images));
     return fmnist_dataset_load(images, labels, limit, out);
+}
+
+/* Opens an image file (magic, count, 28x28) or a label file (magic, count): *out_gz positioned
+ * at the data, *out_count the header's count. */
+static troupe_status_t s_open_images(const char *path, gzFile *out_gz, int64_t *out_count)
+{
+    uint32_t dims[3];
+    TROUPE_RETURN_IF_ERROR(
+        s_open_header(path, FMNIST_IDX_MAGIC_IMAGES, "ubyte images", 3, out_gz, dims));
+    troupe_status_t st = s_check_count(path, dims[0], "images");
+    if (st == TROUPE_OK && (dims[1] != FMNIST_IMAGE_ROWS || dims[2] != FMNIST_IMAGE_COLS))
+        st = troupe_error_set(
+            TROUPE_INVALID_ARGUMENT, "%s: bad image size %ux%u in the header (expected %dx%d)",
+            path, (unsigned)dims[1], (unsigned)dims[2], FMNIST_IMAGE_ROWS, FMNIST_IMAGE_COLS);
+    if (st != TROUPE_OK) {
+        gzclose(*out_gz);
+        *out_gz = NULL;
+        return st;
+    }
+    *out_count = dims[0];
+    return TROUPE_OK;
+}
+
+static troupe_status_t s_open_labels(const char *path, gzFile *out_gz, int64_t *out_count)
+{
+    uint32_t count = 0;
+    TROUPE_RETURN_IF_ERROR(
+        s_open_header(path, FMNIST_IDX_MAGIC_LABELS, "ubyte labels", 1, out_gz, &count));
+    troupe_status_t st = s_check_count(path, count, "labels");
+    if (st != TROUPE_OK) {
+        gzclose(*out_gz);
+        *out_gz = NULL;
+        return st;
+    }
+    *out_count = count;
+    return TROUPE_OK;
+}
+
+troupe_status_t fmnist_dataset_peek_split(const char *dir, const char *split, int64_t limit,
+                                          int64_t *out_count)
+{
+    if (!dir || !split || !out_count)
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                "fmnist_dataset_peek_split: NULL argument");
+    char images[4096], labels[4096];
+    TROUPE_RETURN_IF_ERROR(s_split_paths(dir, split, images, labels, sizeof images));
+    gzFile gz = NULL;
+    int64_t count = 0, nlabels = 0;
+    TROUPE_RETURN_IF_ERROR(s_open_images(images, &gz, &count));
+    gzclose(gz);
+    TROUPE_RETURN_IF_ERROR(s_open_labels(labels, &gz, &nlabels));
+    gzclose(gz);
+    if (nlabels != count)
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                "%s: count mismatch: %lld labels but %s holds %lld images", labels,
+                                (long long)nlabels, images, (long long)count);
+    *out_count = limit > 0 && limit < count ? limit : count;
+    return TROUPE_OK;
+}
+
+/* Reads the `count` items of `item_bytes` each that follow the header, in chunks, copying item
+ * i to out + slot[i] * item_bytes when i < nslots and slot[i] >= 0, and checks what
+ * s_read_body checks (truncated, trailing data) with its messages. classes > 0: every item is
+ * a label below classes (the first bad one is named, after the size checks, as
+ * fmnist_idx_read_labels does). */
+static troupe_status_t s_stream_items(gzFile gz, const char *path, int64_t count,
+                                      size_t item_bytes, const char *desc, const int64_t *slot,
+                                      int64_t nslots, int classes, uint8_t *out)
+{
+    size_t per = S_CHUNK / 4 / item_bytes; /* items a chunk: about 1 MiB */
+    if (per < 1)
+        per = 1;
+    uint8_t *buf = malloc(per * item_bytes);
+    if (!buf)
+        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory", path);
+    size_t total = (size_t)count * item_bytes, got = 0;
+    int64_t bad = -1; /* the first label out of range, and its value */
+    unsigned bad_value = 0;
+    bool cut = false;
+    troupe_status_t st = TROUPE_OK;
+    for (int64_t i = 0; i < count;) {
+        size_t items = (size_t)(count - i) < per ? (size_t)(count - i) : per, n = 0;
+        st = s_read(gz, path, buf, items * item_bytes, &n, &cut);
+        if (st != TROUPE_OK)
+            goto free_buf;
+        got += n;
+        size_t whole = n / item_bytes;
+        for (size_t k = 0; k < whole; k++, i++) {
+            const uint8_t *it = buf + k * item_bytes;
+            if (classes > 0 && bad < 0 && it[0] >= classes) {
+                bad = i;
+                bad_value = it[0];
+            }
+            if (i < nslots && slot[i] >= 0)
+                memcpy(out + (size_t)slot[i] * item_bytes, it, item_bytes);
+        }
+        if (n < items * item_bytes)
+            break; /* end of data */
+    }
+    if (got < total) {
+        st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                              "%s: truncated: the header declares %s (%zu bytes) but the data ends "
+                              "after %zu bytes%s",
+                              path, desc, total, got, s_cut_note(cut));
+        goto free_buf;
+    }
+    size_t n = 0;
+    st = s_read(gz, path, buf, 1, &n, &cut);
+    if (st != TROUPE_OK)
+        goto free_buf;
+    if (n > 0) {
+        st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                              "%s: wrong count: the header declares %s (%zu bytes) but more data "
+                              "follows",
+                              path, desc, total);
+        goto free_buf;
+    }
+    if (bad >= 0)
+        st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                              "%s: label %u at index %lld is out of range 0..%d", path, bad_value,
+                              (long long)bad, classes - 1);
+free_buf:
+    free(buf);
+    return st;
+}
+
+troupe_status_t fmnist_dataset_load_items_split(const char *dir, const char *split, int64_t limit,
+                                                const int64_t *items, int64_t n,
+                                                fmnist_dataset_t *out)
+{
+    if (!dir || !split || !out || (n > 0 && !items) || n < 0)
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                "fmnist_dataset_load_items_split: bad argument");
+    memset(out, 0, sizeof *out);
+    char images[4096], labels[4096];
+    TROUPE_RETURN_IF_ERROR(s_split_paths(dir, split, images, labels, sizeof images));
+    gzFile gz = NULL;
+    int64_t count = 0, nlabels = 0;
+    TROUPE_RETURN_IF_ERROR(s_open_images(images, &gz, &count));
+    int64_t usable = limit > 0 && limit < count ? limit : count;
+    fmnist_dataset_t ds = {.count = n, .rows = FMNIST_IMAGE_ROWS, .cols = FMNIST_IMAGE_COLS};
+    int64_t *slot = malloc((size_t)usable * sizeof *slot);
+    ds.pixels = malloc((size_t)(n ? n : 1) * FMNIST_IMAGE_PIXELS);
+    ds.labels = malloc((size_t)(n ? n : 1));
+    troupe_status_t st = TROUPE_OK;
+    if (!slot || !ds.pixels || !ds.labels) {
+        st = troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory for %lld items",
+                              images, (long long)n);
+        goto close_gz;
+    }
+    for (int64_t i = 0; i < usable; i++)
+        slot[i] = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (items[i] < 0 || items[i] >= usable || slot[items[i]] >= 0) {
+            st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                  "fmnist_dataset_load_items_split: item %lld (entry %lld) %s",
+                                  (long long)items[i], (long long)i,
+                                  items[i] < 0 || items[i] >= usable ? "is out of range"
+                                                                     : "is given twice");
+            goto close_gz;
+        }
+        slot[items[i]] = i;
+    }
+    char desc[96];
+    snprintf(desc, sizeof desc, "%lld images of %dx%d", (long long)count, FMNIST_IMAGE_ROWS,
+             FMNIST_IMAGE_COLS);
+    st = s_stream_items(gz, images, count, FMNIST_IMAGE_PIXELS, desc, slot, usable, 0,
+                        ds.pixels);
+    if (st != TROUPE_OK)
+        goto close_gz;
+    gzclose(gz);
+    gz = NULL;
+    st = s_open_labels(labels, &gz, &nlabels);
+    if (st != TROUPE_OK)
+        goto free_all;
+    snprintf(desc, sizeof desc, "%lld labels", (long long)nlabels);
+    st = s_stream_items(gz, labels, nlabels, 1, desc, slot, usable < nlabels ? usable : nlabels,
+                        FMNIST_NUM_CLASSES, ds.labels);
+    if (st == TROUPE_OK && nlabels != count)
+        st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                              "%s: count mismatch: %lld labels but %s holds %lld images", labels,
+                              (long long)nlabels, images, (long long)count);
+close_gz:
+    if (gz)
+        gzclose(gz);
+free_all:
+    free(slot);
+    if (st != TROUPE_OK) {
+        fmnist_dataset_free(&ds);
+        return st;
+    }
+    *out = ds;
+    return TROUPE_OK;
 }
 
 void fmnist_dataset_free(fmnist_dataset_t *ds)
@@ -338,5 +544,24 @@ void fmnist_dataset_shuffle(fmnist_dataset_t *ds, uint64_t seed)
                 b[k] = v;
             }
         }
+    }
+}
+
+void fmnist_shuffle_order(int64_t count, uint64_t seed, int64_t *out)
+{
+    if (!out)
+        return;
+    for (int64_t i = 0; i < count; i++)
+        out[i] = i;
+    if (count < 2)
+        return;
+    /* the draws of fmnist_dataset_shuffle, applied to the indices */
+    troupe_uint4x32_t key = s_key(seed, 0x5348u);
+    uint64_t ctr = 0;
+    for (int64_t i = count - 1; i > 0; i--) {
+        int64_t j = s_uniform_below(key, &ctr, (uint32_t)(i + 1));
+        int64_t t = out[i];
+        out[i] = out[j];
+        out[j] = t;
     }
 }

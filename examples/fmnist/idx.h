@@ -75,6 +75,26 @@ TROUPE_MUST_USE troupe_status_t fmnist_dataset_load(const char *images_path,
 TROUPE_MUST_USE troupe_status_t fmnist_dataset_load_split(const char *dir, const char *split,
                                                           int64_t limit, fmnist_dataset_t *out);
 
+/* The item count of `dir`/<split> (as fmnist_dataset_load_split names its files) from the two
+ * headers alone, reduced to `limit` when 0 < limit < count: checks each file's magic, its
+ * count (and the images' size) and that the two counts agree, naming the file. The data is
+ * not read: a truncated or corrupt body is found by fmnist_dataset_load_items_split. */
+TROUPE_MUST_USE troupe_status_t fmnist_dataset_peek_split(const char *dir, const char *split,
+                                                          int64_t limit, int64_t *out_count);
+
+/* Only the items items[0..n) (indices below the count that `limit` leaves, each at most once)
+ * of `dir`/<split>: out->count = n, item i of *out is item items[i] of the files. Both files
+ * are read through once, in chunks of about 1 MiB, and checked as fmnist_dataset_load checks
+ * them (same errors, same messages); nothing else of them is kept, so *out holds n images.
+ * INVALID_ARGUMENT also for an index out of range or given twice. *out is owned by the caller. */
+TROUPE_MUST_USE troupe_status_t fmnist_dataset_load_items_split(const char *dir, const char *split,
+                                                                int64_t limit, const int64_t *items,
+                                                                int64_t n, fmnist_dataset_t *out);
+
+/* The order fmnist_dataset_shuffle gives `count` items with `seed`, as indices: out[p] (count
+ * entries) is the item that lands at position p. */
+void fmnist_shuffle_order(int64_t count, uint64_t seed, int64_t *out);
+
 /* Frees the arrays and zeroes *ds (NULL-safe). */
 void fmnist_dataset_free(fmnist_dataset_t *ds);
 

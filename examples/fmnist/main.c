@@ -40,6 +40,7 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 
 #include "idx.h"
+#include "loader.h"
 #include "mlp.h"
 #include "plot.h"
 #include "progress.h"
@@ -95,6 +96,7 @@ typedef struct opts {
     bool cosine;        /* --schedule cosine */
     bool compress_bf16; /* --compress bf16 */
     fmnist_feed_t feed; /* --feed */
+    bool whole_data;    /* --data-layout whole: every rank keeps the whole training set */
     bool force;         /* --force: overwrite a checkpoint this run does not resume from */
 
     fmnist_model_kind_t model; /* --model */
@@ -156,6 +158,11 @@ static void s_help(void)
            "                       binding and replays as a graph), indexed (the gradient\n"
            "                       routine reads the data set at the minibatch's index), or\n"
            "                       auto (fed on a backend with graphs: cuda) [auto]\n"
+           "  --data-layout NAME   share: each rank keeps only the training images its\n"
+           "                       replicas take and writes each step's minibatches, which\n"
+           "                       a loader thread prepares a step ahead; whole: every rank\n"
+           "                       keeps the whole shuffled set on its devices (the same\n"
+           "                       batches, the same bits) [share]\n"
            "  --train-limit N      use the first N training images, 0 = all [0]\n"
            "  --test-limit N       evaluate the first N test images, 0 = all [0]\n"
            "  --curve FILE         CSV epoch,loss,test_accuracy,samples_per_s,seconds (seconds:\n"
@@ -253,7 +260,7 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             "--momentum",    "--weight-decay", "--seed",  "--backend",          "--streams",
             "--train-limit", "--test-limit",   "--curve", "--checkpoint",       "--resume",
             "--schedule",    "--compress",     "--plot",  "--checkpoint-every", "--feed",
-            "--model",       "--grad-accum"};
+            "--model",       "--grad-accum",   "--data-layout"};
         bool ok = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             ok |= !strcmp(name, known[k]);
@@ -346,6 +353,11 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
         } else if (!strcmp(name, "--feed")) {
             if (fmnist_feed_parse(val, &o->feed) != TROUPE_OK)
                 want = "auto, fed or indexed";
+        } else if (!strcmp(name, "--data-layout")) {
+            if (!strcmp(val, "share") || !strcmp(val, "whole"))
+                o->whole_data = val[0] == 'w';
+            else
+                want = "share or whole";
         } else if (!strcmp(name, "--curve")) {
             o->curve = val;
         } else if (!strcmp(name, "--checkpoint-every")) {
@@ -404,6 +416,7 @@ enum {
     S_SET_TRAIN_LIMIT,
     S_SET_MODEL,
     S_SET_GRAD_ACCUM,
+    S_SET_DATA_LAYOUT,
     S_NSETTINGS
 };
 
@@ -419,7 +432,12 @@ typedef struct run {
     troupe_dp_devices_t devices; /* this rank's (troupe_dp_pick_devices) */
     int64_t replicas; /* over all ranks: --batch is split over them (troupe_dp_replicas) */
     bool tty;         /* progress lines update in place (rank 0, stdout a terminal, one process) */
+    /* the training set: whole (--data-layout whole) or this rank's share (loader.h), and the
+     * images a pass has in all (--train-limit applied) */
     fmnist_dataset_t train, test;
+    int64_t train_count;
+    fmnist_share_t share;    /* --data-layout share */
+    fmnist_loader_t *loader; /* --data-layout share: each step's minibatches */
     fmnist_mlp_t *mlp;
     fmnist_mlp_eval_t *eval;
     troupe_dp_t *dp;
@@ -439,7 +457,8 @@ static void s_settings(const opts_t *o, run_settings_t *s)
         [S_SET_MOM] = "--momentum",      [S_SET_WD] = "--weight-decay",
         [S_SET_SCHEDULE] = "--schedule", [S_SET_SEED] = "--seed",
         [S_SET_COMPRESS] = "--compress", [S_SET_TRAIN_LIMIT] = "--train-limit",
-        [S_SET_MODEL] = "--model",       [S_SET_GRAD_ACCUM] = "--grad-accum"};
+        [S_SET_MODEL] = "--model",       [S_SET_GRAD_ACCUM] = "--grad-accum",
+        [S_SET_DATA_LAYOUT] = "--data-layout"};
     char(*v)[32] = s->values;
     snprintf(v[S_SET_EPOCHS], sizeof v[0], "%d", o->epochs);
     snprintf(v[S_SET_BATCH], sizeof v[0], "%lld", (long long)o->batch);
@@ -453,6 +472,7 @@ static void s_settings(const opts_t *o, run_settings_t *s)
     snprintf(v[S_SET_TRAIN_LIMIT], sizeof v[0], "%lld", (long long)o->train_limit);
     snprintf(v[S_SET_MODEL], sizeof v[0], "%s", fmnist_model_name(o->model));
     snprintf(v[S_SET_GRAD_ACCUM], sizeof v[0], "%d", o->grad_accum);
+    snprintf(v[S_SET_DATA_LAYOUT], sizeof v[0], "%s", o->whole_data ? "whole" : "share");
     for (int i = 0; i < S_NSETTINGS; i++)
         s->list[i] = (troupe_dp_setting_t){names[i], v[i]};
 }
@@ -471,6 +491,7 @@ static void s_teardown(run_t *r)
     troupe_routine_release(&r->eval_routine);
     troupe_code_release(&r->eval_code);
     troupe_dp_destroy(&r->dp);
+    fmnist_loader_destroy(&r->loader);
     fmnist_mlp_eval_destroy(&r->eval);
     fmnist_mlp_destroy(&r->mlp);
     fmnist_dataset_free(&r->train);
@@ -782,7 +803,7 @@ static int32_t s_agree(int32_t verdict)
 static void s_note(const run_t *r, char *note, size_t cap)
 {
     snprintf(note, cap, "fmnist batch=%lld train_images=%lld train_limit=%lld model=%s",
-             (long long)r->o.batch, (long long)r->train.count, (long long)r->o.train_limit,
+             (long long)r->o.batch, (long long)r->train_count, (long long)r->o.train_limit,
              fmnist_model_name(r->o.model));
 }
 
@@ -829,12 +850,12 @@ static bool s_check_resume(const run_t *r, int64_t steps_per_epoch, char *err, s
                 o->resume, batch, (long long)o->batch, batch);
             return false;
         }
-        if (images != r->train.count) {
+        if (images != r->train_count) {
             troupe__format_fit(
                 err, cap,
                 "option --train-limit: checkpoint '%s' was trained on %lld images "
                 "(--train-limit %lld), this run has %lld; resume with --train-limit %lld",
-                o->resume, images, limit, (long long)r->train.count, limit);
+                o->resume, images, limit, (long long)r->train_count, limit);
             return false;
         }
     }
@@ -863,7 +884,7 @@ static bool s_check_resume(const run_t *r, int64_t steps_per_epoch, char *err, s
             "epochs of %lld steps (--batch %lld over %lld images); resume with the --batch "
             "and --train-limit it was written with",
             o->resume, (long long)done, (long long)steps_per_epoch, (long long)o->batch,
-            (long long)r->train.count);
+            (long long)r->train_count);
         return false;
     }
     return true;
@@ -938,6 +959,67 @@ static double s_evaluate(run_t *r)
 }
 
 
+/* ---- the training data --------------------------------------------------------------------- */
+
+/* --data-layout share: the layout of this rank's share (r->share) and its images (r->train),
+ * read once from the IDX files (loader.h). B: rows per replica minibatch, offset: replicas of
+ * the ranks before this one. A collective (the ranks compare their streams). */
+static troupe_status_t s_load_share(run_t *r, int64_t B, int64_t steps_per_epoch, int64_t offset)
+{
+    /* every rank runs the same streams when sum N^2 = (sum N)^2 / R */
+    int64_t sq = 0, sq_offset = 0;
+    TROUPE_RETURN_IF_ERROR(troupe_dp_replicas(r->streams * r->streams, &sq, &sq_offset));
+    bool compact = sq * r->ranks == r->replicas * r->replicas;
+    TROUPE_RETURN_IF_ERROR(fmnist_share_init(B, steps_per_epoch, r->o.grad_accum, r->replicas,
+                                             offset, r->streams, r->ranks, compact, &r->share));
+    int64_t n = fmnist_share_count(&r->share);
+    int64_t *order = malloc((size_t)r->train_count * sizeof *order);
+    int64_t *items = malloc((size_t)(n ? n : 1) * sizeof *items);
+    troupe_status_t st = TROUPE_OK;
+    if (!order || !items) {
+        st = troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "out of memory for %lld items",
+                              (long long)r->train_count);
+        goto free_lists;
+    }
+    fmnist_shuffle_order(r->train_count, r->o.seed, order);
+    fmnist_share_items(&r->share, order, items);
+    st = fmnist_dataset_load_items_split(r->o.data, "train", r->o.train_limit, items, n,
+                                         &r->train);
+free_lists:
+    free(order);
+    free(items);
+    return st;
+}
+
+/* Every rank, on stderr: the training data it holds (docs/trainer.md, Sharded data). */
+static void s_print_data(const run_t *r, const fmnist_mlp_config_t *mc)
+{
+    size_t row = (size_t)(mc->in + mc->out) * sizeof(float); /* a row of x_all and y_all */
+    size_t item = (size_t)(r->train.rows * r->train.cols) + 1; /* an image and its label */
+    size_t images = (size_t)r->train.count * item, arrays = (size_t)(mc->num_batches * mc->batch) * row;
+    size_t resident = 0;
+    if (r->loader) /* the share, the loader's buffers, x_all and y_all on the host and each stream */
+        resident = images + fmnist_loader_bytes(r->loader) + arrays * (1 + (size_t)r->streams);
+    else /* the set, x_all and y_all on the host and once on each device (constant) */
+        resident = images + arrays * (1 + (size_t)r->devices.n);
+    fprintf(stderr,
+            "data rank=%d layout=%s images=%lld of %lld minibatch_rows=%lld resident_bytes=%zu\n",
+            r->rank, r->loader ? "share" : "whole", (long long)r->train.count,
+            (long long)r->train_count, (long long)mc->num_batches, resident);
+}
+
+/* --data-layout share, before each step: the step's minibatches, which the loader thread
+ * prepared, into x_all and y_all (each stream's arrays follow before its routine reads them). */
+static troupe_status_t s_place_step(run_t *r)
+{
+    const double *x = NULL, *y = NULL;
+    const fmnist_mlp_config_t *c = &r->mlp->cfg;
+    size_t rows = (size_t)(c->num_batches * c->batch);
+    TROUPE_RETURN_IF_ERROR(fmnist_loader_next(r->loader, &x, &y));
+    TROUPE_RETURN_IF_ERROR(troupe_tnode_set_values(r->mlp->x_all, x, rows * (size_t)c->in));
+    return troupe_tnode_set_values(r->mlp->y_all, y, rows * (size_t)c->out);
+}
+
 /* Ends the cluster before the run started (usage errors, --help) and returns `code`. */
 static int s_leave(int code)
 {
@@ -1006,23 +1088,31 @@ int main(int argc, char **argv)
     }
     int64_t B = o->batch / parts;
 
-    /* data: every rank holds the whole (identically shuffled) training set; rank 0 the test
-     * set */
-    CHECK(fmnist_dataset_load_split(o->data, "train", o->train_limit, &r.train),
-          "loading the training set");
-    fmnist_dataset_shuffle(&r.train, o->seed);
+    /* data: each rank holds its replicas' share of the training set (loader.h), or with
+     * --data-layout whole all of it, identically shuffled; rank 0 the whole test set */
+    if (o->whole_data) {
+        CHECK(fmnist_dataset_load_split(o->data, "train", o->train_limit, &r.train),
+              "loading the training set");
+        fmnist_dataset_shuffle(&r.train, o->seed);
+        r.train_count = r.train.count;
+    } else {
+        CHECK(fmnist_dataset_peek_split(o->data, "train", o->train_limit, &r.train_count),
+              "loading the training set");
+    }
     /* step g of an epoch takes rows g*batch.. of the set whatever the layout (parallel/dp.h) */
-    int64_t steps_per_epoch = r.train.count / o->batch;
+    int64_t steps_per_epoch = r.train_count / o->batch;
     int64_t num_batches = steps_per_epoch * parts;
     if (steps_per_epoch < 1) {
         if (r.rank == 0)
             fprintf(stderr,
                     "fmnist: option --batch: %lld rows per step need more than the %lld "
                     "training images\n",
-                    (long long)o->batch, (long long)r.train.count);
+                    (long long)o->batch, (long long)r.train_count);
         s_teardown(&r);
         return s_leave(2);
     }
+    if (!o->whole_data)
+        CHECK(s_load_share(&r, B, steps_per_epoch, offset), "loading the training set");
     if (r.rank == 0)
         CHECK(fmnist_dataset_load_split(o->data, "t10k", o->test_limit, &r.test),
               "loading the test set");
@@ -1036,13 +1126,19 @@ int main(int argc, char **argv)
     }
 
     /* model and driver */
+    if (!o->whole_data)
+        num_batches = r.share.rows; /* the rows dp binds (loader.h) */
     fmnist_mlp_config_t mc = o->model == FMNIST_MODEL_CNN
                                  ? fmnist_cnn_config_default(B, num_batches)
                                  : fmnist_mlp_config_default(B, num_batches);
     mc.fed = fmnist_feed_resolve(o->feed, o->backend);
+    mc.changing = !o->whole_data;
     CHECK(fmnist_mlp_new(&mc, &r.mlp), "building the model");
     CHECK(fmnist_mlp_init_params(r.mlp, o->seed), "initialising the parameters");
-    CHECK(fmnist_mlp_load_train(r.mlp, &r.train), "placing the training set");
+    if (o->whole_data)
+        CHECK(fmnist_mlp_load_train(r.mlp, &r.train), "placing the training set");
+    else /* each step's minibatches reach the streams' arrays after the host write */
+        troupe_config_set_auto_host_transfers(true);
     troupe_dp_model_t model;
     fmnist_mlp_dp_model(r.mlp, &model);
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS, "fmnist: minibatches %s (--feed %s)",
@@ -1091,6 +1187,10 @@ int main(int argc, char **argv)
     CHECK(troupe_dp_set_plan(r.dp, &plan), "recording the run's plan");
     int64_t done = troupe_dp_steps_done(r.dp);
     int first_epoch = (int)(done / steps_per_epoch);
+    if (!o->whole_data)
+        CHECK(fmnist_loader_new(&r.share, &r.train, mc.in, mc.out, done, &r.loader),
+              "starting the data loader");
+    s_print_data(&r, &mc);
     if (r.rank == 0) {
         CHECK(fmnist_mlp_eval_new(r.mlp, r.test.count, &r.eval), "building the evaluation");
         CHECK(fmnist_mlp_eval_load(r.eval, &r.test), "placing the test set");
@@ -1104,18 +1204,18 @@ int main(int argc, char **argv)
                      r.ranks, (long long)r.replicas, r.streams);
         /* a limit above a set's size was reduced to it: say so */
         char reduced[160] = "";
-        if (o->train_limit > r.train.count && o->test_limit > r.test.count)
+        if (o->train_limit > r.train_count && o->test_limit > r.test.count)
             snprintf(reduced, sizeof reduced,
                      " (--train-limit %lld and --test-limit %lld reduced to the sets' sizes)",
                      (long long)o->train_limit, (long long)o->test_limit);
-        else if (o->train_limit > r.train.count || o->test_limit > r.test.count)
+        else if (o->train_limit > r.train_count || o->test_limit > r.test.count)
             snprintf(reduced, sizeof reduced, " (--%s-limit %lld reduced to the set's %lld)",
-                     o->train_limit > r.train.count ? "train" : "test",
-                     (long long)(o->train_limit > r.train.count ? o->train_limit : o->test_limit),
-                     (long long)(o->train_limit > r.train.count ? r.train.count : r.test.count));
+                     o->train_limit > r.train_count ? "train" : "test",
+                     (long long)(o->train_limit > r.train_count ? o->train_limit : o->test_limit),
+                     (long long)(o->train_limit > r.train_count ? r.train_count : r.test.count));
         printf("fmnist: %lld train / %lld test images%s, %s on %s, batch "
                "%lld (%lld per replica), %lld steps/epoch, %s lr %g",
-               (long long)r.train.count, (long long)r.test.count, reduced, layout,
+               (long long)r.train_count, (long long)r.test.count, reduced, layout,
                troupe_backend_name(troupe_dp_backend(r.dp)), (long long)o->batch, (long long)B,
                (long long)steps_per_epoch, troupe_optimizer_name(o->opt.kind), o->opt.lr);
         snprintf(r.plot.title, sizeof r.plot.title, "fmnist: %d rank(s) x %d stream(s) on %s, "
@@ -1161,6 +1261,8 @@ int main(int argc, char **argv)
                 double lr = o->opt.lr * 0.5 * (1.0 + cos(M_PI * t));
                 CHECK(troupe_dp_set_lr(r.dp, lr > 0 ? lr : 1e-12), "setting the learning rate");
             }
+            if (r.loader)
+                CHECK(s_place_step(&r), "placing the training data");
             CHECK(troupe_dp_step(r.dp), "training");
             double tl = s_now();
             t_issue += tl - ti;

@@ -570,16 +570,17 @@ troupe_status_t fmnist_mlp_new(const fmnist_mlp_config_t *cfg, fmnist_mlp_t **ou
     if (st == TROUPE_OK)
         st = s_node(ns, "train", "onehot", p, 3,
                     (int64_t[]){cfg->num_batches, cfg->batch, cfg->out}, &m->y_all);
-    /* params: hosted, set by init_params; data: one device-wide constant copy; loss: hosted so
-     * the host can read it */
+    /* params: hosted, set by init_params; data: one device-wide constant copy, or rewritten
+     * between steps (cfg->changing); loss: hosted so the host can read it */
+    troupe_memory_type_t data = cfg->changing ? TROUPE_MEMTYPE_NONCONSTANT : TROUPE_MEMTYPE_CONSTANT;
     for (int i = 0; i < m->nparams && st == TROUPE_OK; i++)
         st = s_set_mode(m->params[i], TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
     if (st == TROUPE_OK)
         st = s_set_mode(m->loss, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
     if (st == TROUPE_OK)
-        st = s_set_mode(m->x_all, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_CONSTANT);
+        st = s_set_mode(m->x_all, TROUPE_MM_HOSTED, data);
     if (st == TROUPE_OK)
-        st = s_set_mode(m->y_all, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_CONSTANT);
+        st = s_set_mode(m->y_all, TROUPE_MM_HOSTED, data);
     m->inputs[0] = m->x_all;
     m->inputs[1] = m->y_all;
     /* fed form: the minibatch's fixed nodes, one array per replica that outlives the feed */

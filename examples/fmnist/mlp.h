@@ -98,6 +98,10 @@ typedef struct fmnist_mlp_config {
     int64_t num_batches;               /* minibatches held by x_all / y_all */
     troupe_prec_t prec;                /* SINGLE, or DOUBLE (gradient checks) */
     bool fed; /* true: the fed form (feed_comp, x, y); false: the indexed form (header) */
+    /* true: x_all / y_all change between steps (the trainer's sharded data writes each step's
+     * minibatches with troupe_tnode_set_values; loader.h): hosted non-constant, one array per
+     * stream; false: hosted constant, filled once (fmnist_mlp_load_train). */
+    bool changing;
     /* The gradient: derived from the forward pass by nn/ (false, the default), or the
      * hand-written backward kept as the tests' reference (true). */
     bool hand_grad;
