@@ -358,6 +358,76 @@ Test(idx, shuffle_is_a_seeded_permutation)
     fmnist_dataset_free(&b);
 }
 
+Test(idx, shuffle_order_is_the_shuffle_as_indices)
+{
+    enum { N = 200 };
+    fmnist_dataset_t a = {N, 28, 28, malloc(N * PX), malloc(N)};
+    for (int i = 0; i < N; i++) {
+        a.labels[i] = (uint8_t)(i % 10);
+        memset(a.pixels + (size_t)i * PX, i, PX);
+    }
+    fmnist_dataset_shuffle(&a, 7);
+    int64_t order[N];
+    fmnist_shuffle_order(N, 7, order);
+    for (int p = 0; p < N; p++)
+        cr_assert_eq(order[p], a.pixels[(size_t)p * PX], "position %d", p);
+    fmnist_dataset_free(&a);
+}
+
+/* A split "train" of 6 items in the test directory: images as s_images, labels i mod 10. */
+static void s_train_split(size_t ndata, long bad_at, unsigned char bad)
+{
+    s_images(s_path("train-images-idx3-ubyte.gz"), FMNIST_IDX_MAGIC_IMAGES, 6, 28, 28, ndata);
+    s_labels(s_path("train-labels-idx1-ubyte.gz"), FMNIST_IDX_MAGIC_LABELS, 6, 6, bad_at, bad);
+}
+
+Test(idx, load_items_keeps_only_the_items_asked_for)
+{
+    s_train_split(6 * PX, -1, 0);
+    int64_t count = 0;
+    cr_assert_eq(fmnist_dataset_peek_split(s_dir, "train", 5, &count), TROUPE_OK, "%s",
+                 troupe_last_error());
+    cr_assert_eq(count, 5, "--train-limit 5 of 6");
+    const int64_t items[3] = {4, 0, 2};
+    fmnist_dataset_t ds;
+    cr_assert_eq(fmnist_dataset_load_items_split(s_dir, "train", 5, items, 3, &ds), TROUPE_OK,
+                 "%s", troupe_last_error());
+    cr_assert_eq(ds.count, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(ds.labels[i], items[i] % 10, "label of entry %d", i);
+        for (size_t k = 0; k < PX; k++)
+            cr_assert_eq(ds.pixels[(size_t)i * PX + k],
+                         (unsigned char)(((size_t)items[i] * PX + k) * 7), "entry %d pixel %zu",
+                         i, k);
+    }
+    fmnist_dataset_free(&ds);
+    /* an item beyond the limit, or twice */
+    const int64_t beyond[2] = {1, 5}, twice[3] = {1, 3, 1};
+    s_expect(fmnist_dataset_load_items_split(s_dir, "train", 5, beyond, 2, &ds),
+             TROUPE_INVALID_ARGUMENT, "item 5", "out of range", NULL);
+    s_expect(fmnist_dataset_load_items_split(s_dir, "train", 0, twice, 3, &ds),
+             TROUPE_INVALID_ARGUMENT, "item 1", "given twice", NULL);
+}
+
+Test(idx, load_items_checks_the_whole_files)
+{
+    const char *im = s_path("train-images-idx3-ubyte.gz"), *lb = s_path("train-labels-idx1-ubyte.gz");
+    const int64_t first[1] = {0};
+    fmnist_dataset_t ds;
+    s_train_split(5 * PX + 10, -1, 0); /* an item kept lies before the cut */
+    s_expect(fmnist_dataset_load_items_split(s_dir, "train", 2, first, 1, &ds),
+             TROUPE_INVALID_ARGUMENT, im, "truncated: the header declares 6 images of 28x28",
+             "ends after 3930 bytes");
+    s_train_split(6 * PX, 4, 11);
+    s_expect(fmnist_dataset_load_items_split(s_dir, "train", 2, first, 1, &ds),
+             TROUPE_INVALID_ARGUMENT, lb, "label 11 at index 4 is out of range 0..9", NULL);
+    s_labels(lb, FMNIST_IDX_MAGIC_LABELS, 5, 5, -1, 0);
+    s_expect(fmnist_dataset_load_items_split(s_dir, "train", 2, first, 1, &ds),
+             TROUPE_INVALID_ARGUMENT, lb, "count mismatch: 5 labels", "holds 6 images");
+    s_expect(fmnist_dataset_peek_split(s_dir, "train", 0, &(int64_t){0}),
+             TROUPE_INVALID_ARGUMENT, lb, "count mismatch: 5 labels", "holds 6 images");
+}
+
 /* The data set deploy/setup.sh installs (dataset-fashion-mnist). */
 Test(idx, installed_data_set_loads)
 {

@@ -65,7 +65,7 @@ struct fmnist_loader {
     fmnist_share_t s;
     const fmnist_dataset_t *share;
     int64_t in, classes;
-    double *x[2], *y[2]; /* step s fills buffer s % 2 */
+    float *x[2], *y[2]; /* step s fills buffer s % 2 */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -79,7 +79,7 @@ struct fmnist_loader {
 static void s_fill(fmnist_loader_t *l, int64_t step)
 {
     const fmnist_share_t *s = &l->s;
-    double *x = l->x[step % 2], *y = l->y[step % 2];
+    float *x = l->x[step % 2], *y = l->y[step % 2];
     int64_t rounds = s->steps_per_epoch * s->accum, B = s->batch;
     size_t in = (size_t)l->in, classes = (size_t)l->classes;
     for (int64_t j = 0; j < s->accum; j++)
@@ -89,11 +89,11 @@ static void s_fill(fmnist_loader_t *l, int64_t step)
             for (int64_t i = 0; i < B; i++) {
                 size_t from = (size_t)(local * B + i), to = (size_t)(row * B + i);
                 const uint8_t *px = l->share->pixels + from * in;
-                double *xr = x + to * in, *yr = y + to * classes;
-                for (size_t p = 0; p < in; p++)
-                    xr[p] = px[p] * (1.0 / 255.0); /* as fmnist_mlp_load_train scales */
+                float *xr = x + to * in, *yr = y + to * classes;
+                for (size_t p = 0; p < in; p++) /* as fmnist_mlp_load_train scales and rounds */
+                    xr[p] = (float)(px[p] * (1.0 / 255.0));
                 for (size_t c = 0; c < classes; c++)
-                    yr[c] = l->share->labels[from] == c ? 1.0 : 0.0;
+                    yr[c] = l->share->labels[from] == c ? 1.0f : 0.0f;
             }
         }
 }
@@ -152,8 +152,8 @@ troupe_status_t fmnist_loader_new(const fmnist_share_t *s, const fmnist_dataset_
     size_t rows = (size_t)(s->rows * s->batch);
     for (int b = 0; b < 2; b++) {
         /* zeros in the rows of other ranks (M = K T), which stay as they are */
-        l->x[b] = calloc(rows * (size_t)in, sizeof(double));
-        l->y[b] = calloc(rows * (size_t)classes, sizeof(double));
+        l->x[b] = calloc(rows * (size_t)in, sizeof(float));
+        l->y[b] = calloc(rows * (size_t)classes, sizeof(float));
         if (!l->x[b] || !l->y[b]) {
             st = troupe_error_set(TROUPE_RESOURCE_EXHAUSTED,
                                   "fmnist_loader_new: out of memory for %zu rows", rows);
@@ -182,7 +182,7 @@ free_loader:
     return st;
 }
 
-troupe_status_t fmnist_loader_next(fmnist_loader_t *l, const double **x, const double **y)
+troupe_status_t fmnist_loader_next(fmnist_loader_t *l, const float **x, const float **y)
 {
     if (!l || !x || !y)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT, "fmnist_loader_next: bad argument");
@@ -203,7 +203,7 @@ size_t fmnist_loader_bytes(const fmnist_loader_t *l)
 {
     if (!l)
         return 0;
-    return 2 * (size_t)(l->s.rows * l->s.batch) * (size_t)(l->in + l->classes) * sizeof(double);
+    return 2 * (size_t)(l->s.rows * l->s.batch) * (size_t)(l->in + l->classes) * sizeof(float);
 }
 
 void fmnist_loader_destroy(fmnist_loader_t **l_p)

@@ -16,8 +16,8 @@
  * M on every rank (dp fingerprints it).
  *
  * fmnist_loader_t: fills, for step s, the share's minibatches into those rows as x (pixels /
- * 255, M B in values) and y (one-hot, M B out values), the doubles troupe_tnode_set_values
- * takes, on a thread of its own, one step ahead; two buffers take turns.
+ * 255, M B in values) and y (one-hot, M B out values) in single precision, rounded as
+ * fmnist_mlp_load_train rounds, on a thread of its own, one step ahead; two buffers take turns.
  *
  * Errors: INVALID_ARGUMENT (a layout that does not fit), RESOURCE_EXHAUSTED,
  * FAILED_PRECONDITION (the thread did not start). Thread safety: a loader is driven from one
@@ -71,10 +71,10 @@ TROUPE_MUST_USE troupe_status_t fmnist_loader_new(const fmnist_share_t *s,
                                                   int64_t classes, int64_t step,
                                                   fmnist_loader_t **out);
 
-/* The next step's x (M B in values) and y (M B classes values), valid until the next call;
- * the step after it then starts loading. */
-TROUPE_MUST_USE troupe_status_t fmnist_loader_next(fmnist_loader_t *l, const double **x,
-                                                   const double **y);
+/* The next step's x (M B in values) and y (M B classes values) in single precision, valid
+ * until the next call; the step after it then starts loading. */
+TROUPE_MUST_USE troupe_status_t fmnist_loader_next(fmnist_loader_t *l, const float **x,
+                                                   const float **y);
 
 /* Bytes the loader holds (its two buffers). */
 size_t fmnist_loader_bytes(const fmnist_loader_t *l);

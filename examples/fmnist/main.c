@@ -1009,15 +1009,32 @@ static void s_print_data(const run_t *r, const fmnist_mlp_config_t *mc)
 }
 
 /* --data-layout share, before each step: the step's minibatches, which the loader thread
- * prepared, into x_all and y_all (each stream's arrays follow before its routine reads them). */
+ * prepared in single precision, into the host arrays of x_all and y_all; each stream's arrays
+ * follow before its routine reads them (automatic host transfers). A one-element host write
+ * (troupe_tnode_set_value) waits for the uploads still reading the array and starts its new
+ * generation (actors/host.h); the rest is copied into the host array as it is, which saves the
+ * conversion through doubles that troupe_tnode_set_values makes (docs/trainer.md, Sharded
+ * data). */
+static troupe_status_t s_place(troupe_tnode_t *tn, const float *v, size_t count)
+{
+    int64_t at[TROUPE_MAX_DIMS] = {0};
+    void *host = NULL;
+    if (tn->prec != TROUPE_PREC_SINGLE)
+        return troupe_error_set(TROUPE_INTERNAL, "fmnist: the training data is not single precision");
+    TROUPE_RETURN_IF_ERROR(troupe_tnode_set_value(tn, at, v[0]));
+    TROUPE_RETURN_IF_ERROR(troupe_tnode_host_array(tn, &host));
+    memcpy(host, v, count * sizeof *v);
+    return TROUPE_OK;
+}
+
 static troupe_status_t s_place_step(run_t *r)
 {
-    const double *x = NULL, *y = NULL;
+    const float *x = NULL, *y = NULL;
     const fmnist_mlp_config_t *c = &r->mlp->cfg;
     size_t rows = (size_t)(c->num_batches * c->batch);
     TROUPE_RETURN_IF_ERROR(fmnist_loader_next(r->loader, &x, &y));
-    TROUPE_RETURN_IF_ERROR(troupe_tnode_set_values(r->mlp->x_all, x, rows * (size_t)c->in));
-    return troupe_tnode_set_values(r->mlp->y_all, y, rows * (size_t)c->out);
+    TROUPE_RETURN_IF_ERROR(s_place(r->mlp->x_all, x, rows * (size_t)c->in));
+    return s_place(r->mlp->y_all, y, rows * (size_t)c->out);
 }
 
 /* Ends the cluster before the run started (usage errors, --help) and returns `code`. */
