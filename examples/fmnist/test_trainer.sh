@@ -95,7 +95,8 @@ diverge)
   # a diverging run stops at the first non-finite loss: exit 1, the step, a hint; the curve has
   # no non-finite row and the checkpoint keeps the last state with finite parameters
   run 1 --epochs 2 --lr 100 --checkpoint ck --checkpoint-every 2 --curve c.csv
-  lines err 1; has err "at step [0-9]* (epoch 1, step [0-9]* of 7): the training diverged"
+  grep -v '^data rank=' err >err.1 # the training data line comes first (docs/trainer.md)
+  lines err.1 1; has err "at step [0-9]* (epoch 1, step [0-9]* of 7): the training diverged"
   has err "lower --lr (100)"; has err "ck keeps the last state with finite parameters, step"
   lacks out "final"
   ! grep -qi nan c.csv || fail "c.csv has a non-finite row"
@@ -181,6 +182,43 @@ cnn_repeat)
     run 0 --epochs 1 --train-limit 384 --model cnn --backend cpu --streams 2 --checkpoint "ck$i"
   done
   cmp -s ck1 ck2 || fail "two runs of one layout wrote different checkpoints"
+  ;;
+data_layout)
+  # each rank's share of the training set (the default) trains on the same batches as the whole
+  # set: the same losses and checkpoint bytes, from a stderr line saying what the rank holds;
+  # with a LAUNCHER, 2 ranks (and --grad-accum 2: a row per replica) against the whole set, and
+  # each rank of 2 holds less than 1 rank
+  # shellcheck disable=SC2086 # $small is words
+  pair() { # pair NAME LAUNCH... : the whole set, then the share
+    name=$1; shift
+    for l in whole share; do
+      "$@" "$fmnist" $small --epochs 2 --batch 100 --data-layout $l --checkpoint "$name.$l" \
+        >"$name.$l.out" 2>"$name.$l.err" || { cp "$name.$l.out" out; cp "$name.$l.err" err; fail "$name $l: exit status $?"; }
+      grep "^epoch" "$name.$l.out" | awk '{ print $6, $8 }' >"$name.$l.loss"
+    done
+    [ "$(wc -l <"$name.share.loss")" = 2 ] || fail "$name: not 2 epoch lines"
+    cmp -s "$name.whole.loss" "$name.share.loss" || fail "$name: the share's losses differ from the whole set's"
+    cmp -s "$name.whole" "$name.share" || fail "$name: the share's checkpoint differs from the whole set's"
+  }
+  resident() { sed -n "s/^data rank=$2 layout=$3 images=.* resident_bytes=\([0-9]*\)\$/\1/p" "$1"; }
+  pair r1
+  has r1.share.err "^data rank=0 layout=share images=1000 of 1000 minibatch_rows=1 resident_bytes=[0-9]*$"
+  has r1.whole.err "^data rank=0 layout=whole images=1000 of 1000 minibatch_rows=10 resident_bytes="
+  [ "$(resident r1.share.err 0 share)" -lt "$(resident r1.whole.err 0 whole)" ] ||
+    fail "the share holds no less than the whole set"
+  run 2 --data-layout half
+  lines err 1; has err "option --data-layout: expected share or whole, got 'half'"
+  if [ $# -gt 0 ]; then
+    pair r2 "$@"
+    for r in 0 1; do
+      has r2.share.err "^data rank=$r layout=share images=500 of 1000 minibatch_rows=1 "
+      [ "$(resident r2.share.err $r share)" -lt "$(resident r1.share.err 0 share)" ] ||
+        fail "rank $r of 2 holds no less than 1 rank"
+    done
+    small="$small --grad-accum 2"
+    pair a2 "$@"
+    has a2.share.err "^data rank=1 layout=share images=500 of 1000 minibatch_rows=4 "
+  fi
   ;;
 *) echo "unknown case $case"; exit 1 ;;
 esac
