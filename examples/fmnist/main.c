@@ -7,8 +7,11 @@
  * fc 128), with parallel/dp.h over N streams on every rank: one
  * step takes a global minibatch of --batch rows, split into N*R replica minibatches of
  * batch/(N*R) rows; gradients are averaged over all of them, so the result does not depend on
- * the layout (to rounding). The training set is read once (idx.h), reordered once with a seeded
- * Fisher-Yates shuffle, and kept on the device; minibatch b is rows b*B..b*B+B-1 of it.
+ * the layout (to rounding). The training set is reordered once with a seeded Fisher-Yates
+ * shuffle; minibatch b is rows b*B..b*B+B-1 of it. Each rank reads only the rows its replicas
+ * take (loader.h), once, and writes each step's minibatches, laid out a step ahead on a loader
+ * thread; --data-layout whole keeps the whole set on the devices instead (the same bits).
+ * Every rank prints its `data rank=R ...` line on stderr (docs/trainer.md, Sharded data).
  * After each epoch rank 0 evaluates the test set with a forward routine linked on the owner
  * stream's context and prints one line; while the epoch runs a progress bar takes its place
  * when stdout is a terminal and the run is not under a launcher, whose ranks always see a
