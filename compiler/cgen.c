@@ -267,6 +267,7 @@ struct troupe__cgen {
     int32_t nscope_ids;
     const troupe_tnode_t *merge_node;
     bool uses_gemm; /* some contraction calls the GEMM library (compiler/gemm.h) */
+    bool uses_bgemm; /* some with bfloat16 factors (troupe_bgemm) */
     const troupe_ll_t **binds; /* the BIND_INDEX statements: gather i+1 */
     size_t nbinds, binds_cap;
     bool *bound;    /* per symbol: defined by the target (a thread index); loops over it elided */
@@ -1095,25 +1096,32 @@ static void s_emit_gemm_loops(s_gen_t *g, const troupe_gemm_t *gm, const char *r
 {
     const char *t = gm->prec == TROUPE_PREC_SINGLE ? "float" : "double";
     const char *f = gm->prec == TROUPE_PREC_SINGLE ? "fmaf" : "fma";
-    char a_at[S_GEMM_UNROLL][96], b_at[S_GEMM_UNROLL][96];
+    /* bfloat16 factors: read widened to single, exactly (the interpreter's conversion) */
+    bool bf16 = gm->factor_prec == TROUPE_PREC_BFLOAT16;
+    const char *ft = bf16 ? "uint16_t" : t, *cv = bf16 ? "troupe_bfloat16_to_single(" : "(";
+    char a_at[S_GEMM_UNROLL][128], b_at[S_GEMM_UNROLL][128];
     for (int u = 0; u < S_GEMM_UNROLL; u++) {
         /* op(A)[g_i, g_k + u] and op(B)[g_k + u, g_j] */
         if (gm->a.trans)
-            snprintf(a_at[u], sizeof a_at[u], "g_a[(g_k + %d) * %" PRId64 " + g_i]", u, gm->a.ld);
+            snprintf(a_at[u], sizeof a_at[u], "%sg_a[(g_k + %d) * %" PRId64 " + g_i])", cv, u,
+                     gm->a.ld);
         else
-            snprintf(a_at[u], sizeof a_at[u], "g_a[g_i * %" PRId64 " + g_k + %d]", gm->a.ld, u);
+            snprintf(a_at[u], sizeof a_at[u], "%sg_a[g_i * %" PRId64 " + g_k + %d])", cv,
+                     gm->a.ld, u);
         if (gm->b.trans)
-            snprintf(b_at[u], sizeof b_at[u], "g_b[g_j * %" PRId64 " + g_k + %d]", gm->b.ld, u);
+            snprintf(b_at[u], sizeof b_at[u], "%sg_b[g_j * %" PRId64 " + g_k + %d])", cv,
+                     gm->b.ld, u);
         else
-            snprintf(b_at[u], sizeof b_at[u], "g_b[(g_k + %d) * %" PRId64 " + g_j]", u, gm->b.ld);
+            snprintf(b_at[u], sizeof b_at[u], "%sg_b[(g_k + %d) * %" PRId64 " + g_j])", cv, u,
+                     gm->b.ld);
     }
     int in = indent;
     troupe__strbuf_repeat(out, "    ", in);
-    troupe__strbuf_printf(out, "const %s *g_a = ", t);
+    troupe__strbuf_printf(out, "const %s *g_a = ", ft);
     s_put_gemm_base(g, out, gm, &gm->a);
     troupe__strbuf_printf(out, ";\n");
     troupe__strbuf_repeat(out, "    ", in);
-    troupe__strbuf_printf(out, "const %s *g_b = ", t);
+    troupe__strbuf_printf(out, "const %s *g_b = ", ft);
     s_put_gemm_base(g, out, gm, &gm->b);
     troupe__strbuf_printf(out, ";\n");
     troupe__strbuf_repeat(out, "    ", in);
@@ -1191,15 +1199,18 @@ static void s_emit_gemm_call(s_gen_t *g, const troupe_gemm_t *gm, bool beta_zero
                              int indent, troupe__strbuf_t *out)
 {
     bool single = gm->prec == TROUPE_PREC_SINGLE;
+    bool bf16 = gm->factor_prec == TROUPE_PREC_BFLOAT16; /* troupe_bgemm: no alpha */
     const char *one = single ? "1.0f" : "1.0", *beta = beta_zero ? (single ? "0.0f" : "0.0") : one;
     troupe__strbuf_repeat(out, "    ", indent);
-    troupe__strbuf_printf(out, "troupe_%cgemm(%d, %d, ", single ? 's' : 'd', gm->a.trans ? 1 : 0,
-                          gm->b.trans ? 1 : 0);
+    troupe__strbuf_printf(out, "troupe_%cgemm(%d, %d, ", bf16 ? 'b' : single ? 's' : 'd',
+                          gm->a.trans ? 1 : 0, gm->b.trans ? 1 : 0);
     if (panel)
         troupe__strbuf_puts(out, "g_pm");
     else
         troupe__strbuf_printf(out, "%" PRId64, gm->m);
-    troupe__strbuf_printf(out, ", %" PRId64 ", %" PRId64 ", %s, ", gm->n, gm->k, one);
+    troupe__strbuf_printf(out, ", %" PRId64 ", %" PRId64 ", ", gm->n, gm->k);
+    if (!bf16)
+        troupe__strbuf_printf(out, "%s, ", one);
     s_put_gemm_base(g, out, gm, &gm->a);
     if (panel) /* row g_p of op(A) */
         troupe__strbuf_printf(out, " + g_p * %" PRId64, gm->a.trans ? (int64_t)1 : gm->a.ld);
@@ -1255,7 +1266,9 @@ static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
     bool single = gm->prec == TROUPE_PREC_SINGLE;
     bool panel = ep->init != NULL || ep->post != NULL;
     int64_t rows = panel ? s_gemm_panel_rows(gm) : gm->m;
+    bool bf16 = gm->factor_prec == TROUPE_PREC_BFLOAT16;
     g->uses_gemm = true;
+    g->uses_bgemm = g->uses_bgemm || bf16;
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
                "cgen of %s: %s %s %s%s x %s%s (m=%" PRId64 " n=%" PRId64 " k=%" PRId64
                ") calls the GEMM library%s%s%s%s%s%s%s%s",
@@ -1287,7 +1300,7 @@ static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
     if (ep->init != NULL)
         st = s_emit_panel_nest(g, gm, ep->init, ep->init_sym_m, ep->init_sym_n, in, out);
     troupe__strbuf_repeat(out, "    ", in);
-    troupe__strbuf_printf(out, "if (troupe_%cgemm != 0) {\n", single ? 's' : 'd');
+    troupe__strbuf_printf(out, "if (troupe_%cgemm != 0) {\n", bf16 ? 'b' : single ? 's' : 'd');
     s_emit_gemm_call(g, gm, ep->beta_zero, panel, in + 1, out);
     troupe__strbuf_repeat(out, "    ", in);
     troupe__strbuf_puts(out, "} else {\n");
@@ -1735,6 +1748,7 @@ void troupe_cgen_result_destroy(troupe_cgen_result_t **result_p)
     troupe_free(r->name);
     troupe_free(r->entry_name);
     troupe_free(r->gemm_hooks_name);
+    troupe_free(r->gemm_bf16_hooks_name);
     for (size_t i = 0; i < r->nkernels; i++)
         troupe_free(r->kernels[i].name);
     troupe_free(r->kernels);
@@ -2091,7 +2105,9 @@ troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_
 
     if (g.uses_gemm) {
         r->gemm_hooks_name = troupe_strdup_printf("%s_gemm_hooks", proc->name);
-        if (r->gemm_hooks_name == NULL) {
+        if (g.uses_bgemm)
+            r->gemm_bf16_hooks_name = troupe_strdup_printf("%s_gemm_bf16_hooks", proc->name);
+        if (r->gemm_hooks_name == NULL || (g.uses_bgemm && r->gemm_bf16_hooks_name == NULL)) {
             st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
             goto done;
         }

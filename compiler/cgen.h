@@ -382,6 +382,9 @@ typedef struct troupe_cgen_result {
      * (devices/host/gemm_library.h): void <name>_gemm_hooks(troupe_sgemm_fn, troupe_dgemm_fn);
      * until then, or given NULLs, the code runs its own loops. */
     char *gemm_hooks_name;
+    /* C: "<name>_gemm_bf16_hooks" when some contraction has bfloat16 factors, else NULL:
+     * void <name>_gemm_bf16_hooks(troupe_bgemm_fn) (devices/host/gemm_library.h). */
+    char *gemm_bf16_hooks_name;
     troupe_cgen_param_t *params; /* nparams entries, in call order */
     size_t nparams;
     /* CUDA: the unit's kernels, and the steps one call of the routine runs, in order, on one

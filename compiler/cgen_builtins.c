@@ -479,6 +479,18 @@ static const char s_gemm[] =
     "TROUPE_GEMM_HOOK troupe_sgemm_fn troupe_sgemm;\n"
     "TROUPE_GEMM_HOOK troupe_dgemm_fn troupe_dgemm;\n";
 
+/* The bfloat16 GEMM entry (bfloat16 factors, single output), set by the loader through
+ * <routine>_gemm_bf16_hooks; NULL runs the generated loops. C dialect only. */
+static const char s_gemm_bf16[] =
+    "typedef void (*troupe_bgemm_fn)(int, int, int64_t, int64_t, int64_t, const uint16_t *,\n"
+    "                                int64_t, const uint16_t *, int64_t, float, float *, "
+    "int64_t);\n"
+    "#if defined(__GNUC__)\n"
+    "static __attribute__((unused)) troupe_bgemm_fn troupe_bgemm;\n"
+    "#else\n"
+    "static troupe_bgemm_fn troupe_bgemm;\n"
+    "#endif\n";
+
 #define S_SEC(name, provides, text)                                                                \
     {                                                                                              \
         name, provides, text, NULL                                                                 \
@@ -553,6 +565,7 @@ static const troupe__cgen_section_t s_sections[] = {
     S_SEC("maxmin_int64", "troupe_max_int64 troupe_min_int64 troupe_relu_gate_int64 troupe_where_int64", S_MAXMIN("int64", "int64_t")),
     S_SEC("maxmin_uint64", "troupe_max_uint64 troupe_min_uint64 troupe_relu_gate_uint64 troupe_where_uint64", S_MAXMIN("uint64", "uint64_t")),
     S_SEC("gemm", "troupe_sgemm_fn troupe_dgemm_fn troupe_sgemm troupe_dgemm", s_gemm),
+    S_SEC("gemm_bf16", "troupe_bgemm_fn troupe_bgemm", s_gemm_bf16),
 };
 
 const troupe__cgen_section_t *troupe__cgen_sections(size_t *count)

@@ -835,7 +835,8 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r,
                         troupe_gemm_epilogue_t *ep, size_t *used, troupe_cgen_step_t *step)
 {
     const char *why = NULL;
-    if (troupe_gemm_match_window(items, n, at, gm, ep, used, &why) != TROUPE_GEMM_YES)
+    if (troupe_gemm_match_window(items, n, at, gm, ep, used, &why) != TROUPE_GEMM_YES ||
+        gm->factor_prec != gm->prec) /* bfloat16 factors: no cuBLAS step yet (tiles instead) */
         return false;
     if (ep->init != NULL && ep->bias_axis != TROUPE_GEMM_BIAS_N)
         return false; /* the init runs as a kernel; the product matches at at + 1 */
@@ -1137,8 +1138,12 @@ static troupe_status_t s_put_gemm(troupe__cgen_t *g, troupe_cgen_result_t *r,
 static bool s_refused_tiles(troupe__cgen_t *g, const troupe_cgen_result_t *r, const troupe_ll_t *s,
                             troupe_gemm_t *gm, troupe_cgen_gemm_call_t *c, const char **why)
 {
-    if (troupe_gemm_match(s, gm, why) != TROUPE_GEMM_REFUSED || !gm->shape_ok ||
-        gm->m * gm->n * gm->k < TROUPE_GEMM_MIN_MACS)
+    troupe_gemm_verdict_t v = troupe_gemm_match(s, gm, why);
+    if (v == TROUPE_GEMM_YES && gm->factor_prec != gm->prec)
+        *why = "bfloat16 factors: the C target's library form, no cuBLAS step here";
+    else if (v != TROUPE_GEMM_REFUSED || !gm->shape_ok)
+        return false;
+    if (gm->m * gm->n * gm->k < TROUPE_GEMM_MIN_MACS)
         return false;
     return s_gemm_call(g, r, gm, c);
 }

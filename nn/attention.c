@@ -19,7 +19,10 @@ static troupe_status_t s_project(troupe_nn_t *nn, const char *label, troupe_tnod
     if (b)
         troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "j=>^b^tj");
     const char *spec = layout == TROUPE_NN_IN_OUT ? "bti,ij=>btj" : "bti,ji=>btj";
-    return troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, x, w, spec);
+    troupe_tnode_t *xc = NULL, *wc = NULL; /* the factors in the compute precision */
+    TROUPE_RETURN_IF_ERROR(troupe_nn_compute_copy(nn, x, &xc));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_compute_copy(nn, w, &wc));
+    return troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, xc, wc, spec);
 }
 
 /* Whether w is (in, out) in the layout and b is NULL or (out). */
@@ -97,10 +100,13 @@ troupe_status_t troupe_nn_attention(troupe_nn_t *nn, troupe_tnode_t *x, troupe_t
     troupe_tnode_t *qkv, *q, *k, *v, *preatt, *att, *prob, *yh, *y, *scale, *bias;
     /* qkv = x w_qkv + b_qkv (B, T, 3C) */
     TROUPE_RETURN_IF_ERROR(s_project(nn, "qkv", x, w_qkv, b_qkv, layout, 3 * C, &qkv));
-    /* q, k, v (B, NH, T, hd): head h of each, read at columns (0, C, 2C) + h hd + d */
-    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "q", 4, d_heads, &q));
-    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "k", 4, d_heads, &k));
-    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "v", 4, d_heads, &v));
+    /* q, k, v (B, NH, T, hd): head h of each, read at columns (0, C, 2C) + h hd + d; they are
+     * only factors of products, so the copies are in the compute precision (a cast when it is
+     * not the model's) */
+    const troupe_prec_t cp = troupe_nn_compute_prec(nn);
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node_prec(nn, "q", cp, 4, d_heads, &q));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node_prec(nn, "k", cp, 4, d_heads, &k));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node_prec(nn, "v", cp, 4, d_heads, &v));
     troupe_tnode_t *qkv_out[3] = {q, k, v};
     char spec[96];
     for (int i = 0; i < 3; i++) {
@@ -118,7 +124,9 @@ troupe_status_t troupe_nn_attention(troupe_nn_t *nn, troupe_tnode_t *x, troupe_t
     /* yh = prob v (B, NH, T, hd), then the heads side by side: y (B, T, C) */
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "attn_heads", 4, d_heads, &yh));
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "attn_concat", 3, x->dims, &y));
-    troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, yh, TROUPE_BINOP_MUL, prob, v, "bhts,bhsd=>bhtd");
+    troupe_tnode_t *prob_c = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_nn_compute_copy(nn, prob, &prob_c));
+    troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, yh, TROUPE_BINOP_MUL, prob_c, v, "bhts,bhsd=>bhtd");
     snprintf(spec, sizeof spec, "bhtd=>bt(%lldh+d)", (long long)hd);
     troupe_nn_un(nn, true, TROUPE_BINOP_ADD, y, TROUPE_UNOP_IDENTITY, yh, spec);
     /* out = y w_proj + b_proj */

@@ -3,6 +3,7 @@
 
 #include "base/log.h"
 #include "ir/ops.h"
+#include "ir/prec.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -431,13 +432,50 @@ static troupe_status_t s_tmp(s_ctx_t *x, const s_space_t *sp, const char *what,
 
 /* ---- gradient nodes ------------------------------------------------------------------------ */
 
+/* A narrow float (half, bfloat16, fp8): a mixed-precision copy (nn/nn.h, compute precision). */
+static bool s_narrow(troupe_prec_t p)
+{
+    return p == TROUPE_PREC_HALF || p == TROUPE_PREC_BFLOAT16 || p == TROUPE_PREC_FP8;
+}
+
+/* Gradients accumulate in the node's precision, or in the loss's when the node is a narrow
+ * float copy (mixed precision: the sums of its gradient stay fp32, as autocast's). */
 static troupe_status_t s_grad_of(s_ctx_t *x, s_info_t *in)
 {
     if (in->g)
         return TROUPE_OK;
     const char *labels[2] = {s_label(in->tn), "grad"};
-    return troupe_tnode_new(labels, 2, in->tn->prec, in->tn->ndims, in->tn->dims, NULL, 0.0,
-                            &in->g);
+    troupe_prec_t p = s_narrow(in->tn->prec) && troupe_prec_is_float(x->prec) ? x->prec
+                                                                              : in->tn->prec;
+    return troupe_tnode_new(labels, 2, p, in->tn->ndims, in->tn->dims, NULL, 0.0, &in->g);
+}
+
+/* G for the backward products of a product of two factors of one narrow float precision: G
+ * itself when it has their precision, else a copy of G rounded to it (autocast: the backward
+ * products run in the forward product's precision, accumulating in the gradients' wider one).
+ * *out is borrowed (the comp holds it). */
+static troupe_status_t s_product_grad(s_ctx_t *x, troupe_tnode_t *const r[3], troupe_tnode_t *G,
+                                      troupe_tnode_t **out)
+{
+    *out = G;
+    if (r[0] == NULL || r[1] == NULL || r[0]->prec != r[1]->prec || !s_narrow(r[0]->prec) ||
+        G->prec == r[0]->prec)
+        return TROUPE_OK;
+    troupe_tnode_t *c = NULL;
+    TROUPE_RETURN_IF_ERROR(s_new_node("grad_tmp", "cast", r[0]->prec, G->ndims, G->dims, &c));
+    char spec[2 * TROUPE_MAX_DIMS + 3];
+    int n = 0;
+    for (int a = 0; a < G->ndims; a++)
+        spec[n++] = (char)('a' + a);
+    spec[n++] = '=';
+    spec[n++] = '>';
+    for (int a = 0; a < G->ndims; a++)
+        spec[n++] = (char)('a' + a);
+    spec[n] = '\0';
+    troupe_status_t st = s_un(x, true, TROUPE_BINOP_ARG2, c, TROUPE_UNOP_IDENTITY, G, spec);
+    *out = c;
+    troupe_tnode_release(&c);
+    return st;
 }
 
 /* Factor kinds of one contribution: g_r =(+|-) G[tg] * factor over the remaining terms. */
@@ -776,15 +814,20 @@ static troupe_status_t s_op_rule(s_ctx_t *x, const troupe_asgn_t *t, const s_ter
                 S_GIVE(k, sg, f);
             }
             break;
-        case TROUPE_BINOP_MUL:
+        case TROUPE_BINOP_MUL: {
+            troupe_tnode_t *Gp = G; /* G in the factors' precision (mixed precision) */
+            if (S_ACTIVE(0) || S_ACTIVE(1))
+                TROUPE_RETURN_IF_ERROR(s_product_grad(x, r, G, &Gp));
             if (S_ACTIVE(0))
-                S_GIVE(0, sign, s_f(F_MUL, r[1], tr[1]));
+                TROUPE_RETURN_IF_ERROR(
+                    s_contribute(x, pr, r[0], tr[0], Gp, tg, sign, s_f(F_MUL, r[1], tr[1])));
             if (S_ACTIVE(1)) {
                 s_factor_t f = s_f(F_MUL, r[0], tr[0]);
                 f.g_first = false;
-                S_GIVE(1, sign, f);
+                TROUPE_RETURN_IF_ERROR(s_contribute(x, pr, r[1], tr[1], Gp, tg, sign, f));
             }
             break;
+        }
         case TROUPE_BINOP_DIV:
             if (S_ACTIVE(0))
                 S_GIVE(0, sign, s_f(F_DIV, r[1], tr[1]));

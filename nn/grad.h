@@ -24,6 +24,10 @@
  * only added to (ADD or SUB without initialize_neutral), e.g. a bias broadcast then
  * `=+ x * w`. Other write patterns on that path are refused, naming the assignment.
  *
+ * Mixed precision: the gradient of a narrow float node (half, bfloat16, fp8) is kept in the
+ * loss's precision, and a product of two factors of one narrow precision reads its gradient
+ * rounded once to that precision (autocast: the backward products run in the forward's).
+ *
  * Each gradient is zeroed once (its first contribution initialises it) and a node read
  * several times accumulates its gradient. The backward is emitted layer by layer in reverse,
  * each forward block comment `L` giving a backward block comment "backward: L". Temporaries

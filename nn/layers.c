@@ -54,7 +54,10 @@ static troupe_status_t s_linear(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode
                                             TROUPE_UNOP_IDENTITY, b, spec));
     }
     snprintf(spec, sizeof spec, out_in ? "%si,ji=>%sj" : "%si,ij=>%sj", L, L);
-    return troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, x, w, spec);
+    troupe_tnode_t *xc = NULL, *wc = NULL; /* the factors in the compute precision */
+    TROUPE_RETURN_IF_ERROR(troupe_nn_compute_copy(nn, x, &xc));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_compute_copy(nn, w, &wc));
+    return troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, xc, wc, spec);
 }
 
 troupe_status_t troupe_nn_linear(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,

@@ -3,6 +3,8 @@
 
 #include "nn/grad.h"
 
+#include "ir/prec.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@ typedef struct s_ptrs {
 struct troupe_nn {
     troupe_asgn_comp_t *comp;
     troupe_prec_t prec;
+    troupe_prec_t compute_prec; /* of the matrix products' factors (troupe_nn_compute_copy) */
     troupe_status_t st;
     s_ptrs_t nodes;  /* owned references */
     s_ptrs_t params; /* borrowed from nodes */
@@ -65,6 +68,7 @@ troupe_status_t troupe_nn_new(troupe_asgn_comp_t *comp, troupe_prec_t prec, trou
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "troupe_nn_new: out of memory");
     nn->comp = comp;
     nn->prec = prec;
+    nn->compute_prec = prec;
     *out = nn;
     return TROUPE_OK;
 }
@@ -339,4 +343,50 @@ size_t troupe_nn_params(const troupe_nn_t *nn, troupe_tnode_t *const **params,
     if (grads)
         *grads = nn ? (troupe_tnode_t *const *)nn->grads.v : NULL;
     return nn ? nn->params.n : 0;
+}
+
+troupe_status_t troupe_nn_set_compute_prec(troupe_nn_t *nn, troupe_prec_t prec)
+{
+    if (!nn)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_set_compute_prec: NULL argument");
+    if (nn->st != TROUPE_OK)
+        return nn->st;
+    if (prec != nn->prec && !(prec == TROUPE_PREC_BFLOAT16 && nn->prec == TROUPE_PREC_SINGLE))
+        return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
+                                        "troupe_nn_set_compute_prec: %s products in a %s model "
+                                        "(expected the model's precision, or bfloat16 in a "
+                                        "single-precision model)",
+                                        troupe_prec_name(prec), troupe_prec_name(nn->prec)));
+    nn->compute_prec = prec;
+    return TROUPE_OK;
+}
+
+troupe_prec_t troupe_nn_compute_prec(const troupe_nn_t *nn)
+{
+    return nn->compute_prec;
+}
+
+troupe_status_t troupe_nn_compute_copy(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t **out)
+{
+    if (!nn || !x || !out)
+        return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
+                                        "troupe_nn_compute_copy: NULL argument"));
+    if (nn->st != TROUPE_OK)
+        return nn->st;
+    if (x->prec == nn->compute_prec || !troupe_prec_is_float(x->prec)) {
+        *out = x;
+        return TROUPE_OK;
+    }
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node_prec(nn, troupe_prec_name(nn->compute_prec),
+                                               nn->compute_prec, x->ndims, x->dims, out));
+    char spec[2 * TROUPE_MAX_DIMS + 3];
+    int n = 0;
+    for (int a = 0; a < x->ndims; a++)
+        spec[n++] = (char)('a' + a);
+    spec[n++] = '=';
+    spec[n++] = '>';
+    for (int a = 0; a < x->ndims; a++)
+        spec[n++] = (char)('a' + a);
+    spec[n] = '\0';
+    return troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, x, spec);
 }

@@ -46,6 +46,20 @@ troupe_status_t troupe_nn_status(const troupe_nn_t *nn);
 troupe_asgn_comp_t *troupe_nn_comp(const troupe_nn_t *nn);
 troupe_prec_t troupe_nn_prec(const troupe_nn_t *nn);
 
+/* Mixed precision (autocast): the precision the layers' matrix products read their factors in
+ * (linear, linear_oi, attention). Default the model's own; BFLOAT16 in a single-precision model
+ * makes each product read bfloat16 copies of its operands (troupe_nn_compute_copy) and
+ * accumulate into single. Parameters, gradients, every other layer and the loss stay in the
+ * model's precision. Set it before the layers it should apply to. INVALID_ARGUMENT for another
+ * combination. */
+TROUPE_MUST_USE troupe_status_t troupe_nn_set_compute_prec(troupe_nn_t *nn, troupe_prec_t prec);
+troupe_prec_t troupe_nn_compute_prec(const troupe_nn_t *nn);
+
+/* x itself when it already has the compute precision (or is not a float), else a new node of
+ * the compute precision holding x rounded to it (a cast: out = identity x, round to nearest
+ * even; its gradient, like every other, is derived: nn/grad.h). *out is borrowed. */
+troupe_status_t troupe_nn_compute_copy(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t **out);
+
 /* Opens a layer named `name` (copied; shown in the generated code and traces), closing the
  * open one: layers do not nest. troupe_nn_end closes it. */
 troupe_status_t troupe_nn_begin(troupe_nn_t *nn, const char *name);

@@ -6,7 +6,9 @@
  * and without accumulation into existing values, on random shapes; bitwise reproducibility of
  * the library path run to run; loops merged into one dimension (b and t over (B, T, C) arrays)
  * matched and, in a layout where they are not one dense dimension, not merged, both against
- * the interpreter, the other loop then outside the calls. */
+ * the interpreter, the other loop then outside the calls; bfloat16 factors into a single output
+ * (mixed precision): matched, called through troupe_bgemm, against the interpreter within the
+ * fp32 sum-order bound and against the unrounded product within the bf16 rounding bound. */
 #define _POSIX_C_SOURCE 200809L
 #include "actors/troupe.h"
 #include "base/config.h"
@@ -17,6 +19,7 @@
 #include "compiler/lower.h"
 #include "compiler/optimize.h"
 #include "cuda_emu.h"
+#include "ir/prec.h"
 #include "runtime_test_util.h"
 #include "troupe_config.h"
 
@@ -325,6 +328,7 @@ typedef struct s_problem {
     bool fresh;
     double *xv, *wv, *y0;
     int64_t nx, nw, ny;
+    bool bf16; /* x and w are bfloat16 nodes (y stays single) */
 } s_problem_t;
 
 static void s_dims(const s_problem_t *p, int *nd, int64_t dx[3], int64_t dw[3], int64_t dy[3])
@@ -428,8 +432,9 @@ static void s_run(const char *driver, const s_problem_t *p, bool library, double
     int nd;
     int64_t dx[3], dw[3], dy[3];
     s_dims(p, &nd, dx, dw, dy);
-    troupe_tnode_t *x = rtu_node("x", TROUPE_PREC_SINGLE, nd, dx);
-    troupe_tnode_t *w = rtu_node("w", TROUPE_PREC_SINGLE, nd, dw);
+    troupe_prec_t fp = p->bf16 ? TROUPE_PREC_BFLOAT16 : TROUPE_PREC_SINGLE;
+    troupe_tnode_t *x = rtu_node("x", fp, nd, dx);
+    troupe_tnode_t *w = rtu_node("w", fp, nd, dw);
     troupe_tnode_t *y = rtu_node("y", TROUPE_PREC_SINGLE, nd, dy);
     rtu_set(x, p->xv);
     rtu_set(w, p->wv);
@@ -479,7 +484,7 @@ Test(gemm_run, library_and_loops_agree_with_the_reference_on_random_shapes, .tim
         for (int form = 0; form < S_NFORMS; form++)
             for (int fresh = 0; fresh < 2; fresh++) {
                 s_problem_t p = {(s_form_t)form, s_pick(17, 70), s_pick(17, 70), s_pick(17, 70),
-                                 fresh != 0, NULL, NULL, NULL, 0, 0, 0};
+                                 fresh != 0, NULL, NULL, NULL, 0, 0, 0, false};
                 int nb = form == S_BATCHED ? 2 : 1;
                 p.nx = nb * p.m * p.k, p.nw = nb * p.k * p.n, p.ny = nb * p.m * p.n;
                 p.xv = malloc(sizeof(double) * (size_t)p.nx);
@@ -528,6 +533,147 @@ Test(gemm_run, library_and_loops_agree_with_the_reference_on_random_shapes, .tim
     }
 }
 
+
+/* A float value rounded to bfloat16 as ir/prec.c does (RNE), back in double. */
+static double s_bf16(double v)
+{
+    return (double)troupe_bfloat16_to_single(troupe_single_to_bfloat16((float)v));
+}
+
+Test(gemm_match, bfloat16_factors_into_a_single_output_call_the_bf16_library_entry)
+{
+    troupe_gemm_t g;
+    const char *why = NULL;
+    s_case_t c = s_lower("bi,ij=>bj", TROUPE_PREC_BFLOAT16, 2, (int64_t[]){32, 48}, 2,
+                         (int64_t[]){48, 40}, 2, (int64_t[]){32, 40}, true);
+    /* all bfloat16 (the output too): refused, as half is */
+    cr_assert_eq(s_find(c.proc->body, &g, &why), TROUPE_GEMM_REFUSED);
+    cr_assert(strstr(why, "precision") != NULL, "%s", why);
+    s_free(&c);
+    /* bfloat16 factors, single output */
+    troupe_tnode_t *x = rtu_node("x", TROUPE_PREC_BFLOAT16, 2, (int64_t[]){32, 48});
+    troupe_tnode_t *w = rtu_node("w", TROUPE_PREC_BFLOAT16, 2, (int64_t[]){48, 40});
+    troupe_tnode_t *ws = rtu_node("ws", TROUPE_PREC_SINGLE, 2, (int64_t[]){48, 40});
+    troupe_tnode_t *y = rtu_node("y", TROUPE_PREC_SINGLE, 2, (int64_t[]){32, 40});
+    for (int mixed = 0; mixed < 2; mixed++) {
+        troupe_asgn_comp_t *comp = NULL;
+        troupe_asgn_t *t = NULL;
+        troupe_ll_proc_t *proc = NULL;
+        OK(troupe_asgn_comp_new(&comp));
+        OK(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
+                                   troupe_asgn_node(x), troupe_asgn_node(mixed ? ws : w),
+                                   "bi,ij=>bj", &t));
+        troupe_asgn_comp_set_root(comp, t);
+        OK(troupe_asgn_lower(comp, "mm_bf16", &proc));
+        OK(troupe_ll_optimize(proc, NULL));
+        troupe_asgn_comp_destroy(&comp);
+        troupe_gemm_verdict_t v = s_find(proc->body, &g, &why);
+        troupe_cgen_result_t *res = NULL;
+        OK(troupe_cgen_emit(proc, TROUPE_CGEN_C, &res));
+        if (mixed) { /* one bfloat16 and one single factor: no library form */
+            cr_assert_eq(v, TROUPE_GEMM_REFUSED);
+            cr_assert(strstr(why, "differ in precision") != NULL, "%s", why);
+            cr_expect_null(strstr(res->source, "troupe_bgemm("));
+        } else {
+            cr_assert_eq(v, TROUPE_GEMM_YES, "refused: %s", why);
+            cr_expect_eq(g.prec, TROUPE_PREC_SINGLE);
+            cr_expect_eq(g.factor_prec, TROUPE_PREC_BFLOAT16);
+            cr_expect(g.m == 32 && g.n == 40 && g.k == 48);
+            cr_expect_not_null(strstr(res->source, "troupe_bgemm("), "%s", res->source);
+            cr_expect_not_null(res->gemm_bf16_hooks_name);
+        }
+        troupe_cgen_result_destroy(&res);
+        troupe_ll_proc_destroy(&proc);
+    }
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&w);
+    troupe_tnode_release(&ws);
+    troupe_tnode_release(&y);
+}
+
+/* bfloat16 x bfloat16 -> single, every form, fresh and accumulating, odd and even k, on the
+ * cpu driver. Bounds, per output element with S = |y0| + sum_l |a_l b_l| over the bf16 factors:
+ *  - generated loops: bit for bit the interpreter's order (the factors widened exactly, one fma
+ *    per term in ascending l);
+ *  - library (libxsmm's VDPBF16PS kernel or the widened sgemm): each product of two bfloat16
+ *    values is exact in fp32 (8 + 8 significant bits), so it differs from the loops only by
+ *    the order of k + 1 fp32 additions: |lib - loops| <= 2 (k + 1) 2^-24 S;
+ *  - against the product of the unrounded float inputs (double reference): rounding each
+ *    factor to bfloat16 (unit roundoff 2^-8) changes a product by at most (2^-7 + 2^-16) |ab|,
+ *    plus the fp32 sums: |lib - ref| <= (2^-7 + 2^-16) sum |ab| + 2 (k + 1) 2^-24 S. */
+Test(gemm_run, bfloat16_factors_agree_with_the_interpreter_within_their_bounds, .timeout = 240)
+{
+    for (int form = 0; form < S_NFORMS; form++)
+        for (int fresh = 0; fresh < 2; fresh++) {
+            s_problem_t p = {(s_form_t)form, s_pick(17, 70), s_pick(17, 70),
+                             s_pick(17, 70) | (fresh ? 1 : 0), /* an odd k pads a VNNI pair */
+                             fresh != 0, NULL, NULL, NULL, 0, 0, 0, true};
+            int nb = form == S_BATCHED ? 2 : 1;
+            p.nx = nb * p.m * p.k, p.nw = nb * p.k * p.n, p.ny = nb * p.m * p.n;
+            size_t ny = (size_t)p.ny;
+            p.xv = malloc(sizeof(double) * (size_t)p.nx);
+            p.wv = malloc(sizeof(double) * (size_t)p.nw);
+            p.y0 = malloc(sizeof(double) * ny);
+            double *ref = malloc(sizeof(double) * ny), *exact = malloc(sizeof(double) * ny);
+            double *lib = malloc(sizeof(double) * ny), *lib2 = malloc(sizeof(double) * ny);
+            double *gen = malloc(sizeof(double) * ny), *sab = malloc(sizeof(double) * ny);
+            cr_assert(p.xv && p.wv && p.y0 && ref && exact && lib && lib2 && gen && sab);
+            /* float inputs (the host sets them through single precision exactly) */
+            for (int64_t i = 0; i < p.nx; i++)
+                p.xv[i] = (double)(float)s_uniform();
+            for (int64_t i = 0; i < p.nw; i++)
+                p.wv[i] = (double)(float)s_uniform();
+            for (int64_t i = 0; i < p.ny; i++)
+                p.y0[i] = (double)(float)s_uniform();
+            s_reference(&p, ref); /* unrounded float factors, double sums */
+            double *xr = p.xv, *wr = p.wv;
+            double *xb = malloc(sizeof(double) * (size_t)p.nx);
+            double *wb = malloc(sizeof(double) * (size_t)p.nw);
+            cr_assert(xb && wb);
+            for (int64_t i = 0; i < p.nx; i++)
+                xb[i] = s_bf16(xr[i]);
+            for (int64_t i = 0; i < p.nw; i++)
+                wb[i] = s_bf16(wr[i]);
+            p.xv = xb, p.wv = wb;
+            s_reference_fma(&p, exact); /* the interpreter's order over the bf16 factors */
+            /* S per element: |y0| + sum |a b| over the bf16 factors (s_reference over |.|) */
+            for (int64_t i = 0; i < p.nx; i++)
+                xb[i] = fabs(xb[i]);
+            for (int64_t i = 0; i < p.nw; i++)
+                wb[i] = fabs(wb[i]);
+            double *y0 = p.y0, *ya = malloc(sizeof(double) * ny);
+            cr_assert(ya);
+            for (int64_t i = 0; i < p.ny; i++)
+                ya[i] = fabs(y0[i]);
+            p.y0 = ya;
+            s_reference(&p, sab);
+            p.y0 = y0, p.xv = xr, p.wv = wr; /* the nodes round the float inputs themselves */
+            free(xb), free(wb), free(ya);
+            s_run("cpu", &p, false, gen);
+            s_run("cpu", &p, true, lib);
+            s_run("cpu", &p, true, lib2);
+            double order = 2.0 * (double)(p.k + 1) * ldexp(1.0, -24);
+            double round = ldexp(1.0, -7) + ldexp(1.0, -16);
+            for (int64_t i = 0; i < p.ny; i++) {
+                cr_assert(memcmp(&gen[i], &exact[i], sizeof(double)) == 0,
+                          "%s fresh=%d: generated y[%lld] = %.9g, the interpreter's order %.9g",
+                          s_spec[form], fresh, (long long)i, gen[i], exact[i]);
+                cr_assert(fabs(lib[i] - exact[i]) <= order * sab[i],
+                          "%s fresh=%d m=%lld n=%lld k=%lld: library y[%lld] = %.9g, loops "
+                          "%.9g, sum-order bound %.3g",
+                          s_spec[form], fresh, (long long)p.m, (long long)p.n, (long long)p.k,
+                          (long long)i, lib[i], exact[i], order * sab[i]);
+                cr_assert(fabs(lib[i] - ref[i]) <= round * sab[i] * 1.01 + order * sab[i],
+                          "%s fresh=%d: library y[%lld] = %.9g, unrounded product %.9g",
+                          s_spec[form], fresh, (long long)i, lib[i], ref[i]);
+            }
+            cr_assert(memcmp(lib, lib2, sizeof(double) * ny) == 0,
+                      "%s: the bf16 library path is not bitwise reproducible run to run",
+                      s_spec[form]);
+            free(p.xv), free(p.wv), free(p.y0), free(ref), free(exact), free(lib), free(lib2);
+            free(gen), free(sab);
+        }
+}
 
 Test(gemm_run, the_debug_log_says_which_contractions_call_the_library_and_why_not)
 {

@@ -32,6 +32,13 @@ typedef void (*s_cblas_dgemm_t)(int, int, int, int, int, int, double, const doub
                                 const double *, int, double, double *, int);
 
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+/* Each thread's scratch for repacked bfloat16 factors (s_bgemm), freed when the thread ends. */
+typedef struct s_scratch {
+    void *buf[2];
+    size_t cap[2]; /* bytes */
+} s_scratch_t;
+static pthread_key_t s_scratch_key;
+static bool s_scratch_ok;
 static char s_name[320] = "none (generated loops)";
 static s_cblas_sgemm_t s_cblas_sgemm;
 static s_cblas_dgemm_t s_cblas_dgemm;
@@ -78,8 +85,40 @@ static void *s_open(const char *path, const char *core, bool *core_set)
 
 #endif
 
+static void s_scratch_free(void *p)
+{
+    s_scratch_t *sc = p;
+    free(sc->buf[0]);
+    free(sc->buf[1]);
+    free(sc);
+}
+
+/* The calling thread's scratch buffer `which` of at least size_bytes, or NULL. */
+static void *s_scratch(int which, size_t size_bytes)
+{
+    if (!s_scratch_ok)
+        return NULL;
+    s_scratch_t *sc = pthread_getspecific(s_scratch_key);
+    if (sc == NULL) {
+        sc = calloc(1, sizeof *sc);
+        if (sc == NULL || pthread_setspecific(s_scratch_key, sc) != 0) {
+            free(sc);
+            return NULL;
+        }
+    }
+    if (sc->cap[which] < size_bytes) {
+        void *p = realloc(sc->buf[which], size_bytes);
+        if (p == NULL)
+            return NULL;
+        sc->buf[which] = p;
+        sc->cap[which] = size_bytes;
+    }
+    return sc->buf[which];
+}
+
 static void s_init(void)
 {
+    s_scratch_ok = pthread_key_create(&s_scratch_key, s_scratch_free) == 0;
 #if TROUPE_HAVE_OPENBLAS
     /* The threaded build first: it is safe to call from several stream threads at once. */
     static const char *const paths[] = {
@@ -210,6 +249,115 @@ static void s_dgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, d
         pthread_mutex_unlock(&s_call_lock);
 }
 
+/* bfloat16 bits to single: exact (ir/prec.c; a NaN stays a NaN). */
+static inline float s_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* op(X)[r][c] of a row-major operand with leading dimension ld, transposed or not. */
+#define S_OP(x, trans, ld, r, c) ((trans) ? (x)[(c) * (ld) + (r)] : (x)[(r) * (ld) + (c)])
+
+/* The bfloat16 product with the factors widened to single (exact) and the sgemm: for what
+ * libxsmm has no kernel for. False when scratch memory cannot be had. */
+static bool s_bgemm_widened(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                            const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                            float beta, float *c, int64_t ldc)
+{
+    float *wa = s_scratch(0, (size_t)(m * k) * sizeof(float));
+    float *wb = s_scratch(1, (size_t)(k * n) * sizeof(float));
+    if (wa == NULL || wb == NULL)
+        return false;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t kk = 0; kk < k; kk++)
+            wa[i * k + kk] = s_bf16_to_f32(S_OP(a, trans_a, lda, i, kk));
+    for (int64_t kk = 0; kk < k; kk++)
+        for (int64_t j = 0; j < n; j++)
+            wb[kk * n + j] = s_bf16_to_f32(S_OP(b, trans_b, ldb, kk, j));
+    s_sgemm(0, 0, m, n, k, 1.0f, wa, k, wb, n, beta, c, ldc);
+    return true;
+}
+
+#if TROUPE_HAVE_LIBXSMM
+/* libxsmm's bf16 kernel (column-major, A in VNNI pairs along k, k even): row-major
+ * C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. Its A is op(B)^T (n x k) packed as
+ * [k/2][n][2]; its B is op(A)^T (k x m, k contiguous): A itself when untransposed with k even,
+ * else a packed copy. An odd k is padded with a zero pair member (adds exact zeros). False
+ * when libxsmm has no kernel for the shape or no scratch memory. */
+static bool s_bgemm_xsmm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                         const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                         float beta, float *c, int64_t ldc)
+{
+    if (beta != 0.0f && beta != 1.0f)
+        return false;
+    const int64_t kp = k + (k & 1);
+    const bool a_direct = !trans_a && (k & 1) == 0;
+    const libxsmm_blasint xm = (libxsmm_blasint)n, xn = (libxsmm_blasint)m,
+                          xk = (libxsmm_blasint)kp, xlda = (libxsmm_blasint)n,
+                          xldb = (libxsmm_blasint)(a_direct ? lda : kp),
+                          xldc = (libxsmm_blasint)ldc;
+    const float alpha = 1.0f;
+    const int flags = LIBXSMM_GEMM_FLAG_VNNI_A, prefetch = LIBXSMM_PREFETCH_NONE;
+    libxsmm_bsmmfunction f = libxsmm_bsmmdispatch(xm, xn, xk, &xlda, &xldb, &xldc, &alpha,
+                                                  &beta, &flags, &prefetch);
+    if (f == NULL)
+        return false;
+    uint16_t *va = s_scratch(0, (size_t)(kp * n) * sizeof(uint16_t));
+    uint16_t *vb = a_direct ? NULL : s_scratch(1, (size_t)(kp * m) * sizeof(uint16_t));
+    if (va == NULL || (!a_direct && vb == NULL))
+        return false;
+    for (int64_t kk = 0; kk < kp; kk += 2) {
+        uint16_t *row = va + kk * n; /* the pair (kk, kk + 1): [j][2] */
+        const bool two = kk + 1 < k;
+        if (!trans_b) {
+            const uint16_t *b0 = b + kk * ldb, *b1 = two ? b0 + ldb : NULL;
+            for (int64_t j = 0; j < n; j++) {
+                row[2 * j] = b0[j];
+                row[2 * j + 1] = two ? b1[j] : 0;
+            }
+        } else {
+            for (int64_t j = 0; j < n; j++) {
+                row[2 * j] = b[j * ldb + kk];
+                row[2 * j + 1] = two ? b[j * ldb + kk + 1] : 0;
+            }
+        }
+    }
+    if (!a_direct)
+        for (int64_t i = 0; i < m; i++) {
+            for (int64_t kk = 0; kk < k; kk++)
+                vb[i * kp + kk] = S_OP(a, trans_a, lda, i, kk);
+            if (kp != k)
+                vb[i * kp + k] = 0;
+        }
+    f(va, a_direct ? a : vb, c);
+    return true;
+}
+#endif
+
+static void s_bgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                    const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+                    float *c, int64_t ldc)
+{
+#if TROUPE_HAVE_LIBXSMM
+    if (s_use_xsmm && s_bgemm_xsmm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc))
+        return;
+#endif
+    if (s_bgemm_widened(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc))
+        return;
+    /* no scratch memory: the product element by element, each term exact, sums in order */
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float v = beta == 0.0f ? 0.0f : c[i * ldc + j];
+            for (int64_t kk = 0; kk < k; kk++)
+                v += s_bf16_to_f32(S_OP(a, trans_a, lda, i, kk)) *
+                     s_bf16_to_f32(S_OP(b, trans_b, ldb, kk, j));
+            c[i * ldc + j] = v;
+        }
+}
+
 bool troupe_gemm_library_available(void)
 {
     pthread_once(&s_once, s_init);
@@ -232,4 +380,10 @@ troupe_dgemm_fn troupe_gemm_library_dgemm(void)
 {
     pthread_once(&s_once, s_init);
     return s_cblas_dgemm ? s_dgemm : NULL;
+}
+
+troupe_bgemm_fn troupe_gemm_library_bgemm(void)
+{
+    pthread_once(&s_once, s_init);
+    return s_cblas_sgemm ? s_bgemm : NULL;
 }

@@ -40,6 +40,15 @@ typedef void (*troupe_dgemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, 
                                 double alpha, const double *a, int64_t lda, const double *b,
                                 int64_t ldb, double beta, double *c, int64_t ldc);
 
+/* bfloat16 factors (uint16_t bits, ir/prec.h) into a single-precision C, alpha 1, beta 0 or 1:
+ * each product of two bfloat16 values is exact in single precision and the sums are single
+ * (fp32 accumulation), so only their order differs from the generated loops. libxsmm's bf16
+ * kernels (AVX512_BF16 VDPBF16PS, or its emulation) on operands repacked to its VNNI layout;
+ * where libxsmm has none, the factors widened to single and the sgemm above. */
+typedef void (*troupe_bgemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                                float beta, float *c, int64_t ldc);
+
 /* Whether troupe was built with a GEMM library. */
 bool troupe_gemm_library_available(void);
 
@@ -50,6 +59,7 @@ const char *troupe_gemm_library_name(void);
  * the library single-threaded. */
 troupe_sgemm_fn troupe_gemm_library_sgemm(void);
 troupe_dgemm_fn troupe_gemm_library_dgemm(void);
+troupe_bgemm_fn troupe_gemm_library_bgemm(void);
 
 #ifdef __cplusplus
 }

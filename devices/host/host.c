@@ -330,6 +330,15 @@ static troupe_status_t s_connect_gemm(const troupe_cgen_result_t *gen, void *lib
                    troupe_config_gemm_library() ? troupe_gemm_library_name()
                                                 : "TROUPE_GEMM=generated");
     hooks(use ? troupe_gemm_library_sgemm() : NULL, use ? troupe_gemm_library_dgemm() : NULL);
+    if (gen->gemm_bf16_hooks_name != NULL) {
+        sym = dlsym(lib, gen->gemm_bf16_hooks_name);
+        if (sym == NULL)
+            return troupe__error(TROUPE_INTERNAL, "routine %s: generated code lacks %s",
+                                 gen->name, gen->gemm_bf16_hooks_name);
+        void (*bhooks)(troupe_bgemm_fn);
+        memcpy(&bhooks, &sym, sizeof bhooks);
+        bhooks(use ? troupe_gemm_library_bgemm() : NULL);
+    }
     return TROUPE_OK;
 }
 

@@ -98,6 +98,7 @@ typedef struct opts {
     int64_t checkpoint_every; /* steps between checkpoints, 0: at epoch ends only */
     bool cosine;        /* --schedule cosine */
     bool compress_bf16; /* --compress bf16 */
+    bool bf16;          /* --precision bf16: the linear layers' products (mixed precision) */
     fmnist_feed_t feed; /* --feed */
     bool whole_data;    /* --data-layout whole: every rank keeps the whole training set */
     bool force;         /* --force: overwrite a checkpoint this run does not resume from */
@@ -154,6 +155,9 @@ static void s_help(void)
            "  --grad-accum K       micro-steps per optimizer step: each replica sums the\n"
            "                       gradients of K minibatches, --batch is divided over\n"
            "                       ranks x streams x K [1]\n"
+           "  --precision NAME     the matrix products: fp32, or bf16 (bfloat16 copies of\n"
+           "                       their factors, fp32 sums; parameters, gradients and the\n"
+           "                       optimizer stay fp32) [fp32]\n"
            "  --compress NAME      gradients between ranks: none (exact single precision) or\n"
            "                       bf16 (half the bytes, bfloat16 rounding) [none]\n"
            "  --feed NAME          how a step reaches its minibatch: fed (a feed routine copies\n"
@@ -263,7 +267,8 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             "--momentum",    "--weight-decay", "--seed",  "--backend",          "--streams",
             "--train-limit", "--test-limit",   "--curve", "--checkpoint",       "--resume",
             "--schedule",    "--compress",     "--plot",  "--checkpoint-every", "--feed",
-            "--model",       "--grad-accum",   "--data-layout"};
+            "--model",       "--grad-accum",   "--data-layout",
+            "--precision"};
         bool ok = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             ok |= !strcmp(name, known[k]);
@@ -350,6 +355,11 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
                 o->compress_bf16 = val[0] == 'b';
             else
                 want = "none or bf16";
+        } else if (!strcmp(name, "--precision")) {
+            if (!strcmp(val, "fp32") || !strcmp(val, "bf16"))
+                o->bf16 = val[0] == 'b';
+            else
+                want = "fp32 or bf16";
         } else if (!strcmp(name, "--model")) {
             if (fmnist_model_parse(val, &o->model) != TROUPE_OK)
                 want = "mlp or cnn";
@@ -420,6 +430,7 @@ enum {
     S_SET_MODEL,
     S_SET_GRAD_ACCUM,
     S_SET_DATA_LAYOUT,
+    S_SET_PRECISION,
     S_NSETTINGS
 };
 
@@ -461,7 +472,8 @@ static void s_settings(const opts_t *o, run_settings_t *s)
         [S_SET_SCHEDULE] = "--schedule", [S_SET_SEED] = "--seed",
         [S_SET_COMPRESS] = "--compress", [S_SET_TRAIN_LIMIT] = "--train-limit",
         [S_SET_MODEL] = "--model",       [S_SET_GRAD_ACCUM] = "--grad-accum",
-        [S_SET_DATA_LAYOUT] = "--data-layout"};
+        [S_SET_DATA_LAYOUT] = "--data-layout",
+        [S_SET_PRECISION] = "--precision"};
     char(*v)[32] = s->values;
     snprintf(v[S_SET_EPOCHS], sizeof v[0], "%d", o->epochs);
     snprintf(v[S_SET_BATCH], sizeof v[0], "%lld", (long long)o->batch);
@@ -476,6 +488,7 @@ static void s_settings(const opts_t *o, run_settings_t *s)
     snprintf(v[S_SET_MODEL], sizeof v[0], "%s", fmnist_model_name(o->model));
     snprintf(v[S_SET_GRAD_ACCUM], sizeof v[0], "%d", o->grad_accum);
     snprintf(v[S_SET_DATA_LAYOUT], sizeof v[0], "%s", o->whole_data ? "whole" : "share");
+    snprintf(v[S_SET_PRECISION], sizeof v[0], "%s", o->bf16 ? "bf16" : "fp32");
     for (int i = 0; i < S_NSETTINGS; i++)
         s->list[i] = (troupe_dp_setting_t){names[i], v[i]};
 }
@@ -805,9 +818,10 @@ static int32_t s_agree(int32_t verdict)
  * that notes written before --model existed (an MLP's) still parse. */
 static void s_note(const run_t *r, char *note, size_t cap)
 {
-    snprintf(note, cap, "fmnist batch=%lld train_images=%lld train_limit=%lld model=%s",
+    snprintf(note, cap,
+             "fmnist batch=%lld train_images=%lld train_limit=%lld model=%s precision=%s",
              (long long)r->o.batch, (long long)r->train_count, (long long)r->o.train_limit,
-             fmnist_model_name(r->o.model));
+             fmnist_model_name(r->o.model), r->o.bf16 ? "bf16" : "fp32");
 }
 
 /* Before troupe_dp_load compares the file's parameters with the model's: was the checkpoint
@@ -1153,6 +1167,8 @@ int main(int argc, char **argv)
                                  : fmnist_mlp_config_default(B, num_batches);
     mc.fed = fmnist_feed_resolve(o->feed, o->backend);
     mc.changing = !o->whole_data;
+    if (o->bf16)
+        mc.compute_prec = TROUPE_PREC_BFLOAT16;
     CHECK(fmnist_mlp_new(&mc, &r.mlp), "building the model");
     CHECK(fmnist_mlp_init_params(r.mlp, o->seed), "initialising the parameters");
     if (o->whole_data)
@@ -1244,8 +1260,8 @@ int main(int argc, char **argv)
                  troupe_optimizer_name(o->opt.kind), o->opt.lr);
         if (o->opt.kind == TROUPE_OPT_SGD)
             printf(" momentum %g", o->opt.momentum);
-        printf(" weight_decay %g, %s schedule\n", o->opt.weight_decay,
-               o->cosine ? "cosine" : "constant");
+        printf(" weight_decay %g, %s schedule, precision %s\n", o->opt.weight_decay,
+               o->cosine ? "cosine" : "constant", o->bf16 ? "bf16" : "fp32");
         if (o->model == FMNIST_MODEL_CNN) /* the MLP's lines stay as README.md shows them */
             printf("fmnist: model cnn: conv3x3 1->%lld, conv3x3 ->%lld, maxpool 2, conv3x3 "
                    "->%lld, maxpool 2, linear ->%lld, linear ->%lld\n",

@@ -450,6 +450,8 @@ static troupe_status_t s_build_grad(fmnist_mlp_t *m)
     TROUPE_RETURN_IF_ERROR(troupe_nn_new(comp, c->prec, &nn));
     troupe_tnode_t *x = m->x, *y = m->y;
     troupe_status_t st = TROUPE_OK;
+    if (c->compute_prec != TROUPE_PREC_VOID)
+        st = troupe_nn_set_compute_prec(nn, c->compute_prec);
     if (!c->fed) {
         int32_t sym = -1;
         st = troupe_asgn_comp_add_static_symbol(comp, FMNIST_BATCH_SYMBOL, c->num_batches, &sym);
@@ -534,6 +536,14 @@ troupe_status_t fmnist_mlp_new(const fmnist_mlp_config_t *cfg, fmnist_mlp_t **ou
         return troupe_error_set(TROUPE_INVALID_ARGUMENT,
                                 "fmnist_mlp_new: precision %s (expected single or double)",
                                 troupe_prec_name(cfg->prec));
+    if (cfg->compute_prec != TROUPE_PREC_VOID && cfg->compute_prec != cfg->prec &&
+        (cfg->hand_grad || cfg->compute_prec != TROUPE_PREC_BFLOAT16 ||
+         cfg->prec != TROUPE_PREC_SINGLE))
+        return troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                                "fmnist_mlp_new: products in %s in a %s model%s (expected "
+                                "bfloat16 in a single-precision model with a derived gradient)",
+                                troupe_prec_name(cfg->compute_prec), troupe_prec_name(cfg->prec),
+                                cfg->hand_grad ? " with the hand-written gradient" : "");
     fmnist_mlp_t *m = calloc(1, sizeof *m);
     if (!m)
         return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "fmnist_mlp_new: out of memory");
@@ -787,6 +797,8 @@ troupe_status_t fmnist_mlp_eval_new(const fmnist_mlp_t *m, int64_t n, fmnist_mlp
     troupe_nn_t *nn = NULL;
     if (st == TROUPE_OK)
         st = troupe_nn_new(e->comp, c->prec, &nn);
+    if (st == TROUPE_OK && c->compute_prec != TROUPE_PREC_VOID)
+        st = troupe_nn_set_compute_prec(nn, c->compute_prec);
     troupe_tnode_t *x = e->x;
     if (st == TROUPE_OK && e->nchunks > 1) {
         /* run k reads chunk k: x := test_images[chunk] */

@@ -97,6 +97,9 @@ typedef struct fmnist_mlp_config {
     int64_t batch;                     /* rows per minibatch (one replica's share) */
     int64_t num_batches;               /* minibatches held by x_all / y_all */
     troupe_prec_t prec;                /* SINGLE, or DOUBLE (gradient checks) */
+    /* The linear layers' products: VOID (0) or prec in prec; BFLOAT16 (prec SINGLE): mixed
+     * precision, bfloat16 copies of the factors, fp32 sums (troupe_nn_set_compute_prec). */
+    troupe_prec_t compute_prec;
     bool fed; /* true: the fed form (feed_comp, x, y); false: the indexed form (header) */
     /* true: x_all / y_all change between steps (the trainer's sharded data writes each step's
      * minibatches with troupe_tnode_set_values; loader.h): hosted non-constant, one array per

@@ -116,6 +116,9 @@ static void s_help(FILE *f)
         "         --grad-accum K micro-steps per optimizer step [1]; each rank reads only\n"
         "         its share of each batch; --shuffle: an order of its own (seeded by\n"
         "         --seed, the same batches for every layout)\n"
+        "         [--precision fp32|bf16]: bf16 runs the matrix products on bfloat16\n"
+        "         copies of their factors with fp32 sums; parameters, gradients and the\n"
+        "         optimizer stay fp32 [fp32]\n"
         "  sample --model FILE --tokens N --seed S [--temperature 1] [--prompt TEXT |\n"
         "         --prompt-tokens ID,ID,...] [--tokenizer FILE] [--backend NAME]\n"
         "         a text --prompt needs a byte-level model (V >= 256): GPT-2 BPE prompts go\n"
@@ -608,6 +611,7 @@ typedef struct train {
     double lr, wd, beta1, beta2, eps;
     double grad_clip; /* --grad-clip C: the largest global gradient norm, 0 off */
     bool cosine, shuffle;
+    bool bf16; /* --precision bf16: the products in bfloat16, fp32 sums (mixed precision) */
     const char *model, *data, *val, *save, *resume, *backend, *curve, *plot;
 } train_t;
 
@@ -647,7 +651,7 @@ static int s_cmd_train(int argc, char **argv)
         "--eps",         "--schedule",    "--warmup",       "--grad-clip",    "--save",
         "--save-every",  "--resume",      "--backend",      "--streams",      "--val-every",
         "--val-batches", "--sample-every", "--sample-tokens", "--seed",
-        "--curve",       "--plot",        "--grad-accum",   "--shuffle"};
+        "--curve",       "--plot",        "--grad-accum",   "--shuffle",      "--precision"};
     opts_t o;
     char err[512];
     train_t t = {0};
@@ -687,6 +691,10 @@ static int s_cmd_train(int argc, char **argv)
         return s_usage("option --schedule: 'constant' or 'cosine'");
     t.cosine = sched && !strcmp(sched, "cosine");
     t.shuffle = s_get(&o, "--shuffle") != NULL;
+    const char *precision = s_get(&o, "--precision");
+    if (precision && strcmp(precision, "fp32") && strcmp(precision, "bf16"))
+        return s_usage("option --precision: 'fp32' or 'bf16'");
+    t.bf16 = precision && !strcmp(precision, "bf16");
     if (t.save_every && !t.save)
         return s_usage("option --save-every needs --save");
     if (t.plot && !troupe_curve_plot_available())
@@ -696,10 +704,10 @@ static int s_cmd_train(int argc, char **argv)
         return s_usage(troupe_last_error());
 
     /* every rank runs with the same settings (those that decide the results) */
-    char sv[14][64];
-    const char *sn[14] = {"--batch", "--seq",    "--steps",  "--lr",    "--weight-decay",
+    char sv[15][64];
+    const char *sn[15] = {"--batch", "--seq",    "--steps",  "--lr",    "--weight-decay",
                           "--beta1", "--beta2",  "--eps",    "--schedule", "--warmup",
-                          "--seed",  "--model",  "--grad-accum", "--shuffle"};
+                          "--seed",  "--model",  "--grad-accum", "--shuffle", "--precision"};
     snprintf(sv[0], 64, "%lld", t.B);
     snprintf(sv[1], 64, "%lld", t.T);
     snprintf(sv[2], 64, "%lld", t.steps);
@@ -714,10 +722,11 @@ static int s_cmd_train(int argc, char **argv)
     snprintf(sv[11], 64, "%.60s", t.model);
     snprintf(sv[12], 64, "%lld", t.grad_accum);
     snprintf(sv[13], 64, "%s", t.shuffle ? "on" : "off");
-    troupe_dp_setting_t settings[14];
-    for (int i = 0; i < 14; i++)
+    snprintf(sv[14], 64, "%s", t.bf16 ? "bf16" : "fp32");
+    troupe_dp_setting_t settings[15];
+    for (int i = 0; i < 15; i++)
         settings[i] = (troupe_dp_setting_t){sn[i], sv[i]};
-    CHECK(troupe_dp_agree(settings, 14), "checking the options across ranks");
+    CHECK(troupe_dp_agree(settings, 15), "checking the options across ranks");
 
     /* the model file and the data, checked before any work */
     gpt_llmc_config_t cfg;
@@ -786,8 +795,9 @@ static int s_cmd_train(int argc, char **argv)
     int64_t rows = K * (compact ? streams : replicas);
     gpt_params_t *p = NULL;
     gpt_model_t *m = NULL;
+    const troupe_prec_t cp = t.bf16 ? TROUPE_PREC_BFLOAT16 : TROUPE_PREC_SINGLE;
     gpt_model_config_t mc = {.batch = b, .seq = t.T, .num_batches = rows, .train = true,
-                             .targets = true};
+                             .targets = true, .compute_prec = cp};
     CHECK(gpt_params_new(&cfg, &p), "building the parameters");
     CHECK(gpt_params_set(p, flat), "placing the parameters");
     CHECK(gpt_model_new(p, &mc, &m), "building the model");
@@ -821,11 +831,11 @@ static int s_cmd_train(int argc, char **argv)
      * allreduce (the code cache makes the later compile on rank 0 a lookup) */
     gpt_model_t *vm = NULL, *sm = NULL;
     if (t.val) {
-        gpt_model_config_t vc = {.batch = t.B, .seq = t.T, .targets = true};
+        gpt_model_config_t vc = {.batch = t.B, .seq = t.T, .targets = true, .compute_prec = cp};
         CHECK(gpt_model_new(p, &vc, &vm), "building the validation");
     }
     if (t.sample_every) {
-        gpt_model_config_t sc = {.batch = 1, .seq = t.T};
+        gpt_model_config_t sc = {.batch = 1, .seq = t.T, .compute_prec = cp};
         CHECK(gpt_model_new(p, &sc, &sm), "building the sampler");
     }
     if (vm || sm) {
@@ -875,10 +885,10 @@ static int s_cmd_train(int argc, char **argv)
     if (rank == 0)
         printf("gpt: L=%d NH=%d C=%d V=%d Vp=%d, %zu parameters; %zu training tokens in %d "
                "shard(s), %lld batches of %lld x %lld; %d rank(s) x %d stream(s), "
-               "optimizer_state_bytes=%lld\n",
+               "optimizer_state_bytes=%lld; precision %s\n",
                cfg.layers, cfg.heads, cfg.channels, cfg.vocab, cfg.padded_vocab,
                gpt_llmc_num_params(&cfg), ntokens, nshards, (long long)nb, t.B, t.T, ranks,
-               streams, (long long)troupe_dp_optimizer_state_bytes(dp));
+               streams, (long long)troupe_dp_optimizer_state_bytes(dp), t.bf16 ? "bf16" : "fp32");
 
     /* rank 0's evaluation (validation) and sampling, linked on the owner stream */
     gpt_runner_t *vr = NULL, *sr = NULL;

@@ -286,8 +286,11 @@ static troupe_status_t s_forward(troupe_nn_t *nn, gpt_params_t *p, gpt_model_t *
     troupe_nn_layernorm(nn, res, gpt_params_node(p, GPT_LNFW, 0), gpt_params_node(p, GPT_LNFB, 0),
                         GPT_LN_EPS, &lnf);
     troupe_nn_node(nn, "logits", 3, (int64_t[]){B, T, c->padded_vocab}, &m->logits);
-    troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, m->logits, TROUPE_BINOP_MUL, lnf,
-                  gpt_params_node(p, GPT_WTE, 0), "btc,vc=>btv");
+    troupe_tnode_t *lnf_c = NULL, *wte_c = NULL; /* the factors in the compute precision */
+    troupe_nn_compute_copy(nn, lnf, &lnf_c);
+    troupe_nn_compute_copy(nn, gpt_params_node(p, GPT_WTE, 0), &wte_c);
+    troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, m->logits, TROUPE_BINOP_MUL, lnf_c, wte_c,
+                  "btc,vc=>btv");
     return troupe_nn_status(nn);
 }
 
@@ -314,6 +317,8 @@ troupe_status_t gpt_model_new(gpt_params_t *p, const gpt_model_config_t *cfg, gp
     troupe_status_t st = troupe_asgn_comp_new(&m->comp);
     if (st == TROUPE_OK)
         st = troupe_nn_new(m->comp, TROUPE_PREC_SINGLE, &nn);
+    if (st == TROUPE_OK && cfg->compute_prec != TROUPE_PREC_VOID)
+        st = troupe_nn_set_compute_prec(nn, cfg->compute_prec);
     if (st != TROUPE_OK)
         goto fail;
     int64_t B = cfg->batch, T = cfg->seq;

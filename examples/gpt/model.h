@@ -75,6 +75,9 @@ typedef struct gpt_model_config {
     int64_t num_batches; /* > 0: indexed form; 0: fixed x, y */
     bool train;          /* derive the backward */
     bool targets;        /* y and the loss (required with train) */
+    /* The matrix products' factors: VOID (0) or SINGLE: single; BFLOAT16: mixed precision
+     * (bfloat16 copies, fp32 sums; troupe_nn_set_compute_prec). */
+    troupe_prec_t compute_prec;
 } gpt_model_config_t;
 
 typedef struct gpt_model {
