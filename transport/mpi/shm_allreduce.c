@@ -113,7 +113,10 @@ static void s_release(void)
             if (p != s_m.rank)
                 troupe__shm_unmap(s_m.ctl[p], s_m.ctl_len);
     troupe_free(s_m.ctl);
-    troupe__shm_free(s_m.mine);
+    /* Kept, not zeroed: a slower peer may still be polling this rank's depart word of the
+     * last collective (it completes once it reads it), and zeros would read as "not departed"
+     * until its deadline failed a collective that every rank completed. */
+    troupe__shm_free_keep(s_m.mine);
     s_m.maps = NULL;
     s_m.ctl = NULL;
     s_m.mine = NULL;
