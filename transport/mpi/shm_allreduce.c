@@ -25,7 +25,10 @@
  *      (TROUPE_COLL_UNSHARD) instead copies this rank's chunk of each private side array into
  *      every other rank's copy;
  *   3. depart:  each rank stores the sequence number again in its depart word and waits until
- *               every rank departed: until then others may still write into its buffer.
+ *               every rank departed: until then others may still write into its buffer. The
+ *               first rank to see every departure may finish its program and stop while a
+ *               slower one has yet to read its depart word: its control page is released
+ *               with its words intact (troupe__shm_free_keep), not zeroed.
  *
  * Two waits per allreduce on shared flags (sub-microsecond) replace the ring's 2(p-1) message
  * rounds through Open MPI's shared-memory transport, whose large messages go through the
