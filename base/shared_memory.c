@@ -133,7 +133,8 @@ void *troupe__shm_alloc(size_t size_bytes)
     return base;
 }
 
-bool troupe__shm_free(void *base)
+/* troupe__shm_free (punch: its pages go back at once) and troupe__shm_free_keep. */
+static bool s_free(void *base, bool punch)
 {
     if (base == NULL)
         return false;
@@ -148,11 +149,23 @@ bool troupe__shm_free(void *base)
     s_shm.n--;
     pthread_mutex_unlock(&s_shm.mu);
     /* Give the pages back now, though peers may still map the file (their cached mappings):
-     * the file keeps its size, so a stale access reads zeros instead of faulting. */
-    (void)fallocate(g.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)g.len);
+     * the file keeps its size, so a stale access reads zeros instead of faulting. Kept: the
+     * peers' mappings hold the pages, with what was last written, until they unmap them. */
+    if (punch)
+        (void)fallocate(g.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)g.len);
     munmap(g.base, g.len);
     close(g.fd);
     return true;
+}
+
+bool troupe__shm_free(void *base)
+{
+    return s_free(base, true);
+}
+
+bool troupe__shm_free_keep(void *base)
+{
+    return s_free(base, false);
 }
 
 bool troupe__shm_find(const void *p, size_t size_bytes, troupe__shm_ref_t *ref)
@@ -229,6 +242,12 @@ void *troupe__shm_alloc(size_t size_bytes)
 }
 
 bool troupe__shm_free(void *base)
+{
+    (void)base;
+    return false;
+}
+
+bool troupe__shm_free_keep(void *base)
 {
     (void)base;
     return false;

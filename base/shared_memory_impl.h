@@ -17,8 +17,8 @@
  * once, and at most a quarter of the descriptor limit (RLIMIT_NOFILE: each region holds a
  * descriptor); beyond that, or off Linux, allocation returns NULL and callers use ordinary
  * memory. A freed region's pages go back to the system at once, even while peers still map
- * it (they then read zeros). Regions are MAP_SHARED: a child made by fork() shares them with
- * its parent instead of getting a copy.
+ * it (they then read zeros), unless freed with troupe__shm_free_keep. Regions are MAP_SHARED:
+ * a child made by fork() shares them with its parent instead of getting a copy.
  *
  * Thread safety: every function is thread-safe (one mutex over the region table).
  * Ownership: a region belongs to the caller of troupe__shm_alloc until troupe__shm_free; a
@@ -67,6 +67,11 @@ void *troupe__shm_alloc(size_t size_bytes);
 /* Frees the region at `base` and returns true, or returns false when `base` is not the start
  * of a region (then it is ordinary memory, untouched). NULL-safe (false). */
 bool troupe__shm_free(void *base);
+
+/* As troupe__shm_free, except that the pages keep their contents for the peers that still map
+ * the region (freed when the last of them unmaps it): for words peers poll after this process
+ * let go of them (the shared-memory allreduce's control page, transport/mpi/shm_allreduce.c). */
+bool troupe__shm_free_keep(void *base);
 
 /* True when [p, p + size_bytes) lies inside one region; then fills *ref. */
 bool troupe__shm_find(const void *p, size_t size_bytes, troupe__shm_ref_t *ref);

@@ -222,6 +222,29 @@ Test(shm, own_region_maps_through_its_ref_and_shares_pages)
     troupe__shm_unmap(NULL, ref.len); /* NULL-safe */
 }
 
+/* troupe__shm_free_keep: the owner lets go of the region (it is no longer found, and its start
+ * no longer frees), but a peer's mapping still reads what was last written there (a control
+ * word a slower peer polls after its owner stopped) */
+Test(shm, free_keep_leaves_the_last_contents_to_peers)
+{
+    char *a = troupe__shm_alloc(1);
+    cr_assert_not_null(a);
+    troupe__shm_ref_t ref;
+    cr_assert(troupe__shm_find(a, 1, &ref));
+    void *peer = NULL;
+    troupe_status_t st = troupe__shm_map(&ref, &peer);
+    cr_assert_eq(st, TROUPE_OK, "troupe__shm_map: %s: %s", troupe_status_str(st),
+                 troupe_last_error());
+    strcpy(a + 64, "departed 7");
+    cr_expect(troupe__shm_free_keep(a));
+    cr_expect_str_eq((char *)peer + 64, "departed 7");
+    troupe__shm_ref_t again;
+    cr_expect_not(troupe__shm_find(a, 1, &again), "found after free_keep");
+    cr_expect_not(troupe__shm_free_keep(a), "freed twice");
+    cr_expect_not(troupe__shm_free_keep(NULL));
+    troupe__shm_unmap(peer, ref.len);
+}
+
 Test(shm, map_refuses_another_inode_naming_the_process)
 {
     char *a = troupe__shm_alloc(1);

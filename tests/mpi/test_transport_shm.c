@@ -22,7 +22,14 @@
  * MPI paths: stats.shm never moves, troupe_coll_alloc gives ordinary memory, results right;
  * with `mixed` (CTest sets TROUPE_COLL_SHM=0 on the last rank only) too: one rank's veto turns
  * shared memory off on every rank.
+ * With `teardown` (2 ranks): the last collective before the ranks stop, where the rank that
+ * completes it first stops while the other still polls its depart word: TROUPE_FAULT stalls
+ * rank 0 (late to issue it, so first to arrive) 300 ms after it arrived and rank 1 2 s after
+ * it departed, so rank 0 completes it and stops (troupe_cluster_finalize) before rank 1 looks
+ * again; rank 1 must still complete it, with the right sums, within its deadline (the control
+ * page a stopped rank leaves behind keeps its last words).
  * Prints one FAIL line per failed check; exits 0 only if every check passed on this rank. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "actors/troupe.h"
 #include "base/alloc.h"
 #include "base/config.h"
@@ -40,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static bool s_on; /* shared memory expected (mode `on`, the default) */
 
@@ -496,15 +504,45 @@ static void s_test_fallback(void)
     troupe_coll_free(data);
 }
 
+/* Mode `teardown` (see the top): the run's last collective, then main stops the cluster. */
+static void s_test_teardown(void)
+{
+    enum { COUNT = 40000 }; /* 160 KiB: shareable */
+    float *data = s_shared(COUNT * sizeof *data);
+    if (data == NULL) {
+        s_fail("teardown: out of memory");
+        return;
+    }
+    s_fill(TROUPE_PREC_SINGLE, data, COUNT, 3);
+    troupe_coll_tensor_t t = s_tensor(data, TROUPE_PREC_SINGLE, COUNT, 60);
+    troupe_transport_stats_t d;
+    /* #1 maps the ranks' spans, so that in #2 rank 0 arrives within microseconds of getting
+     * rank 1's fingerprint, while rank 1, waiting for rank 0's, polls every 50 us */
+    CHECK_OK(s_allreduce(&t, 1, TROUPE_REDUCE_SUM, 0u, &d));
+    s_fill(TROUPE_PREC_SINGLE, data, COUNT, 3);
+    CHECK_OK(troupe_config_set_fault(
+        "stall:rank=0:collective=2:ms=300,stall:rank=1:collective=2:ms=2000"));
+    if (s_rank == 0) { /* rank 1 waits for its fingerprint: rank 0 arrives first */
+        struct timespec late = {0, 200 * 1000 * 1000};
+        nanosleep(&late, NULL);
+    }
+    CHECK_OK(s_allreduce(&t, 1, TROUPE_REDUCE_SUM, 0u, &d));
+    s_check_delta("teardown", &d, true);
+    s_verify("teardown", TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, data, COUNT, 3);
+out:
+    troupe_coll_free(data);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "on";
     bool mixed = strcmp(mode, "mixed") == 0;
-    if (strcmp(mode, "on") != 0 && strcmp(mode, "off") != 0 && !mixed) {
-        printf("FAIL: unknown mode '%s' (on, off, mixed)\n", mode);
+    bool teardown = strcmp(mode, "teardown") == 0;
+    if (strcmp(mode, "on") != 0 && strcmp(mode, "off") != 0 && !mixed && !teardown) {
+        printf("FAIL: unknown mode '%s' (on, off, mixed, teardown)\n", mode);
         return 2;
     }
-    s_on = strcmp(mode, "on") == 0;
+    s_on = strcmp(mode, "on") == 0 || teardown;
     troupe_status_t st = s_init(&argc, &argv);
     if (st != TROUPE_OK)
         return 1;
@@ -513,7 +551,12 @@ int main(int argc, char **argv)
     bool want_env = mixed ? s_rank != s_size - 1 : s_on;
     if (troupe_config_coll_shm() != want_env)
         s_fail("TROUPE_COLL_SHM is %d in mode %s", troupe_config_coll_shm() ? 1 : 0, mode);
-    if (s_fails == 0) {
+    if (s_fails == 0 && teardown) {
+        if (s_size != 2)
+            s_fail("teardown: expected 2 ranks, got %d", s_size);
+        else
+            s_test_teardown();
+    } else if (s_fails == 0) {
         s_test_alloc();
         s_test_ops();
         s_test_flat();

@@ -27,6 +27,14 @@ add_test(NAME test_transport_shm_mixed_np2
                  : -n 1 -x TROUPE_COLL_SHM=0 $<TARGET_FILE:test_transport_shm> mixed)
 set_tests_properties(test_transport_shm_mixed_np2 PROPERTIES TIMEOUT 60 LABELS mpi PROCESSORS 2
                      ENVIRONMENT "TROUPE_LOG=warn")
+# The last collective before the ranks stop: the rank that completes it first stops while the
+# other still has to read its depart word (TROUPE_FAULT stalls set the order): the other must
+# complete it too, not wait for its deadline (TROUPE_TIMEOUT_S=10 here).
+add_test(NAME test_transport_shm_teardown_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} -n 2 ${TROUPE_MPI_LAUNCHER_ARGS}
+                 $<TARGET_FILE:test_transport_shm> teardown)
+set_tests_properties(test_transport_shm_teardown_np2 PROPERTIES TIMEOUT 60 LABELS mpi
+                     PROCESSORS 2 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=10")
 
 # Fingerprint mismatches (dims, precision, kind, fusion bucket size): both ranks fail with FAILED_PRECONDITION naming
 # both ranks and the field. TROUPE_TIMEOUT_S=20 turns a hang into a failed check.
@@ -71,7 +79,7 @@ foreach(mode kill stuck kill-data kill-shm)
                    ${MPIEXEC_EXECUTABLE} -n 2 ${TROUPE_MPI_LAUNCHER_ARGS} ${_death_mca}
                    $<TARGET_FILE:test_transport_death> ${mode})
   set_tests_properties(test_transport_death_${mode}_np2 PROPERTIES TIMEOUT 60 LABELS mpi
-                       PROCESSORS 2 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=5")
+                       PROCESSORS 2 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=10")
 endforeach()
 
 # An update fused into a device-level allreduce (troupe_coll_apply_t) on 2 and 3 ranks: through

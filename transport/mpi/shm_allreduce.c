@@ -25,7 +25,10 @@
  *      (TROUPE_COLL_UNSHARD) instead copies this rank's chunk of each private side array into
  *      every other rank's copy;
  *   3. depart:  each rank stores the sequence number again in its depart word and waits until
- *               every rank departed: until then others may still write into its buffer.
+ *               every rank departed: until then others may still write into its buffer. The
+ *               first rank to see every departure may finish its program and stop while a
+ *               slower one has yet to read its depart word: its control page is released
+ *               with its words intact (troupe__shm_free_keep), not zeroed.
  *
  * Two waits per allreduce on shared flags (sub-microsecond) replace the ring's 2(p-1) message
  * rounds through Open MPI's shared-memory transport, whose large messages go through the
@@ -113,7 +116,10 @@ static void s_release(void)
             if (p != s_m.rank)
                 troupe__shm_unmap(s_m.ctl[p], s_m.ctl_len);
     troupe_free(s_m.ctl);
-    troupe__shm_free(s_m.mine);
+    /* Kept, not zeroed: a slower peer may still be polling this rank's depart word of the
+     * last collective (it completes once it reads it), and zeros would read as "not departed"
+     * until its deadline failed a collective that every rank completed. */
+    troupe__shm_free_keep(s_m.mine);
     s_m.maps = NULL;
     s_m.ctl = NULL;
     s_m.mine = NULL;
