@@ -163,8 +163,15 @@ static const char s_bf16[] = "TROUPE_FN float troupe_bfloat16_to_single(uint16_t
                              "    return troupe__bits_f32(u | 0x00400000u);\n"
                              "  return troupe__bits_f32(u);\n"
                              "}\n"
+                             /* RNE on the bits: bfloat16 is single's top half, so this is
+                              * troupe__encode_small((double)f, 8, 7) bit for bit (overflow
+                              * carries into infinity; NaN keeps its top payload, made quiet),
+                              * in straight-line code GCC vectorises. */
                              "TROUPE_FN uint16_t troupe_single_to_bfloat16(float f) {\n"
-                             "  return (uint16_t)troupe__encode_small((double)f, 8, 7);\n"
+                             "  const uint32_t u = troupe__f32_bits(f);\n"
+                             "  if ((u & 0x7FFFFFFFu) > 0x7F800000u)\n"
+                             "    return (uint16_t)((u >> 16) | 0x0040u);\n"
+                             "  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);\n"
                              "}\n";
 
 static const char s_fp8[] =
