@@ -275,6 +275,7 @@ struct troupe__cgen {
     const troupe_tnode_t *acc_tn;
     const troupe_axis_index_t *acc_idcs;
     const char *acc_name;
+    bool reassociates; /* some loop became a lane sum (s_emit_lanes) */
     troupe_cgen_options_t opts; /* troupe_cgen_emit_with's, zeroes when none */
 };
 typedef struct troupe__cgen s_gen_t;
@@ -982,6 +983,152 @@ static const troupe_ll_t *s_accumulates(const s_gen_t *g, const troupe_ll_t *s)
     return s_reads_only_at(body->u.set.value, tn, body->u.set.idcs) ? body : NULL;
 }
 
+/* Whether e reads tn nowhere and holds no local scope. */
+static bool s_reads_none(const troupe_sc_t *e, const troupe_tnode_t *tn)
+{
+    switch (e->kind) {
+    case TROUPE_SC_GET:
+        return e->u.get.tn != tn;
+    case TROUPE_SC_LOCAL_SCOPE:
+        return false;
+    case TROUPE_SC_TERNOP:
+    case TROUPE_SC_BINOP:
+    case TROUPE_SC_UNOP: {
+        int n = e->kind == TROUPE_SC_TERNOP ? 3 : e->kind == TROUPE_SC_BINOP ? 2 : 1;
+        for (int i = 0; i < n; i++)
+            if (!s_reads_none(e->u.op.args[i], tn))
+                return false;
+        return true;
+    }
+    default:
+        return true;
+    }
+}
+
+/* Whether e is a GET of tn at idcs. */
+static bool s_is_elem(const troupe_sc_t *e, const troupe_tnode_t *tn, const troupe_axis_index_t *idcs)
+{
+    return e->kind == TROUPE_SC_GET && e->u.get.tn == tn &&
+           troupe_axis_indices_equal(e->u.get.idcs, idcs, tn->ndims);
+}
+
+/* The SET of loop s when the C dialect sums it in TROUPE_CGEN_LANES lanes (cgen.h, "Lane
+ * sums"): at least TROUPE_CGEN_LANES_MIN_TRIP iterations whose body is one SET of a single or
+ * double node O at indices without the loop's symbol, of value O + t, t + O, O - t or
+ * fma(x, y, O), where t (x, y) reads O nowhere and holds no local scope. NULL otherwise. */
+static const troupe_ll_t *s_lane_sum(const s_gen_t *g, const troupe_ll_t *s)
+{
+    if (g->target != &troupe__cgen_target_c || g->acc_tn != NULL)
+        return NULL;
+    if (s->u.for_loop.to - s->u.for_loop.from + 1 < TROUPE_CGEN_LANES_MIN_TRIP)
+        return NULL;
+    const troupe_ll_t *body = s->u.for_loop.body;
+    while (body != NULL && body->kind == TROUPE_LL_SEQ && body->u.seq.count == 1)
+        body = body->u.seq.items[0];
+    if (body == NULL || body->kind != TROUPE_LL_SET)
+        return NULL;
+    const troupe_tnode_t *tn = body->u.set.tn;
+    const troupe_axis_index_t *idcs = body->u.set.idcs;
+    if (tn->prec != TROUPE_PREC_SINGLE && tn->prec != TROUPE_PREC_DOUBLE)
+        return NULL;
+    if (troupe_axis_indices_use(idcs, tn->ndims, s->u.for_loop.sym))
+        return NULL;
+    const troupe_sc_t *v = body->u.set.value;
+    troupe_sc_t *const *a = v->u.op.args;
+    if (v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_ADD) {
+        if (s_is_elem(a[0], tn, idcs) && s_reads_none(a[1], tn))
+            return body;
+        return s_is_elem(a[1], tn, idcs) && s_reads_none(a[0], tn) ? body : NULL;
+    }
+    if (v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_SUB)
+        return s_is_elem(a[0], tn, idcs) && s_reads_none(a[1], tn) ? body : NULL;
+    if (v->kind == TROUPE_SC_TERNOP && v->u.op.op == TROUPE_TERNOP_FMA)
+        return s_is_elem(a[2], tn, idcs) && s_reads_none(a[0], tn) && s_reads_none(a[1], tn)
+                   ? body
+                   : NULL;
+    return NULL;
+}
+
+/* Emits loop s, whose SET `set` s_lane_sum accepted, as a lane sum (cgen.h, "Lane sums"). */
+static troupe_status_t s_emit_lanes(s_gen_t *g, const troupe_ll_t *s, const troupe_ll_t *set,
+                                    int indent, troupe__strbuf_t *out)
+{
+    int32_t sym = s->u.for_loop.sym;
+    const char *name = g->syms[sym];
+    const troupe_tnode_t *tn = set->u.set.tn;
+    int64_t from = s->u.for_loop.from, to = s->u.for_loop.to;
+    int64_t end = from + (to - from + 1) / TROUPE_CGEN_LANES * TROUPE_CGEN_LANES; /* exclusive */
+    const char *type = troupe_prec_c_type(tn->prec);
+    char lane[S_IDENT_CAP + 8], acc[2 * S_IDENT_CAP + 48];
+    snprintf(lane, sizeof lane, "lane_%s", name);
+    troupe__strbuf_t elem = TROUPE__STRBUF_INIT;
+    troupe__strbuf_puts(&elem, s_info(g, tn)->ident);
+    troupe__strbuf_puts(&elem, "[");
+    s_put_offset(g, &elem, tn, set->u.set.idcs);
+    troupe__strbuf_puts(&elem, "]");
+    if (elem.failed) {
+        troupe__strbuf_reset(&elem);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+    }
+    g->reassociates = true;
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_printf(out, "{ /* %s sums across %s in %d lanes */\n", elem.data, name,
+                          TROUPE_CGEN_LANES);
+    troupe__strbuf_repeat(out, "    ", indent + 1);
+    troupe__strbuf_printf(out, "%s %s[%d] = {0};\n", type, lane, TROUPE_CGEN_LANES);
+    troupe__strbuf_repeat(out, "    ", indent + 1);
+    troupe__strbuf_printf(out,
+                          "for (int64_t blk_%s = %" PRId64 "; blk_%s < %" PRId64
+                          "; blk_%s += %d) {\n",
+                          name, from, name, end, name, TROUPE_CGEN_LANES);
+    /* one vector of lanes per block: GCC would otherwise unroll the lanes into scalars and
+     * leave an in-order reduction per lane it does not vectorise */
+    troupe__strbuf_repeat(out, "    ", indent + 2);
+    troupe__strbuf_puts(out, "TROUPE_LANE_LOOP\n");
+    troupe__strbuf_repeat(out, "    ", indent + 2);
+    troupe__strbuf_printf(out, "for (int64_t k_%s = 0; k_%s < %d; ++k_%s) {\n", name, name,
+                          TROUPE_CGEN_LANES, name);
+    troupe__strbuf_repeat(out, "    ", indent + 3);
+    troupe__strbuf_printf(out, "const int64_t %s = blk_%s + k_%s;\n", name, name, name);
+    s_range_t saved = g->ranges[sym];
+    g->ranges[sym] = (s_range_t){true, from, to};
+    g->acc_tn = tn;
+    g->acc_idcs = set->u.set.idcs;
+    g->acc_name = acc;
+    snprintf(acc, sizeof acc, "%s[k_%s]", lane, name);
+    troupe_status_t st = s_emit_assign(g, acc, set->u.set.value, tn->prec, tn->prec, indent + 3, out);
+    troupe__strbuf_repeat(out, "    ", indent + 2);
+    troupe__strbuf_puts(out, "}\n");
+    troupe__strbuf_repeat(out, "    ", indent + 1);
+    troupe__strbuf_puts(out, "}\n");
+    if (st == TROUPE_OK && end <= to) {
+        troupe__strbuf_repeat(out, "    ", indent + 1);
+        troupe__strbuf_printf(out,
+                              "for (int64_t %s = %" PRId64 "; %s <= %" PRId64 "; ++%s) {\n",
+                              name, end, name, to, name);
+        snprintf(acc, sizeof acc, "%s[%s - %" PRId64 "]", lane, name, end);
+        st = s_emit_assign(g, acc, set->u.set.value, tn->prec, tn->prec, indent + 2, out);
+        troupe__strbuf_repeat(out, "    ", indent + 1);
+        troupe__strbuf_puts(out, "}\n");
+    }
+    g->acc_tn = NULL;
+    g->acc_idcs = NULL;
+    g->acc_name = NULL;
+    g->ranges[sym] = saved;
+    for (int w = TROUPE_CGEN_LANES / 2; w >= 1; w /= 2) {
+        troupe__strbuf_repeat(out, "    ", indent + 1);
+        troupe__strbuf_printf(out,
+                              "for (int k = 0; k < %d; ++k) %s[k] = %s[k] + %s[k + %d];\n", w,
+                              lane, lane, lane, w);
+    }
+    troupe__strbuf_repeat(out, "    ", indent + 1);
+    troupe__strbuf_printf(out, "%s = %s + %s[0];\n", elem.data, elem.data, lane);
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_puts(out, "}\n");
+    troupe__strbuf_reset(&elem);
+    return st;
+}
+
 static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
                                   troupe__strbuf_t *out)
 {
@@ -989,6 +1136,9 @@ static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
     const char *name = g->syms[sym];
     if (g->bound[sym]) /* the target defines the symbol (a thread's index): just the body */
         return s_emit_ll(g, s->u.for_loop.body, indent, out);
+    const troupe_ll_t *lanes = s_lane_sum(g, s);
+    if (lanes != NULL)
+        return s_emit_lanes(g, s, lanes, indent, out);
     const troupe_ll_t *acc = s_accumulates(g, s);
     if (acc != NULL) {
         const troupe_tnode_t *tn = acc->u.set.tn;
@@ -2103,6 +2253,7 @@ troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_
         }
     }
 
+    r->reassociates = g.reassociates;
     if (g.uses_gemm) {
         r->gemm_hooks_name = troupe_strdup_printf("%s_gemm_hooks", proc->name);
         if (g.uses_bgemm)

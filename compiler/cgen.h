@@ -191,11 +191,27 @@
  * transcendental functions (expf, tanhf, ...) are CUDA's and may differ from glibc's by an
  * ulp or two.
  *
+ * ---- Lane sums (C dialect) --------------------------------------------------------------
+ *
+ * A loop of N >= TROUPE_CGEN_LANES_MIN_TRIP iterations whose body is one SET of a single or
+ * double node O at indices that do not use the loop, of value O + t, t + O, O - t or
+ * fma(x, y, O), where t (x, y) reads O nowhere and holds no local scope, is a lane sum: L =
+ * TROUPE_CGEN_LANES lanes start at 0 and iteration j (0-based) updates lane j mod L by the
+ * SET's own expression with the lane in O's place (lane + t, t + lane, lane - t,
+ * fma(x, y, lane)), in increasing j; then for w = L/2, ..., 2, 1, lane k = lane k + lane k+w
+ * (k < w); then O = O + lane 0. GCC vectorises the lanes (one vector loop), so the sums of a
+ * softmax, a layer norm or a loss run at vector speed. The order depends only on N and L:
+ * bitwise the same run to run and on every machine, but NOT bit for bit the interpreter's
+ * (which adds t(0), t(1), ... to O in turn): the two differ by reassociation only, within
+ * about 2 N u sum|t| (u the precision's unit roundoff). troupe_cgen_result_t.reassociates
+ * flags a unit holding one. Integer sums, max/min and shorter loops keep the sequential order.
+ *
  * ---- Semantics of the generated code ----------------------------------------------------
  *
  * The generated code follows the evaluation rules of the reference interpreter
  * (compiler/interp.c), so that the two agree bit for bit (up to libm for transcendental functions;
- * except the CUDA dialect's block-level reductions, which reassociate sums, see above):
+ * except the CUDA dialect's block-level reductions and the C dialect's lane sums, which
+ * reassociate sums, see above):
  * every scalar expression computes in the precision of the node it is stored into (SET), of
  * its local scope's node (SET_LOCAL), or uint4x32 (the argument of SET_FROM_VEC and of
  * uint4x32_to_prec_uniform1); operands of binops, unops and fma compute in that same
@@ -229,6 +245,10 @@
  */
 #ifndef TROUPE_COMPILER_CGEN_H
 #define TROUPE_COMPILER_CGEN_H
+
+/* Lanes of a C-dialect lane sum, and the fewest iterations a loop needs to become one. */
+#define TROUPE_CGEN_LANES 16
+#define TROUPE_CGEN_LANES_MIN_TRIP 32
 
 #include "troupe/base/status.h"
 #include "troupe/ir/lowlevel.h"
@@ -399,6 +419,10 @@ typedef struct troupe_cgen_result {
      * gather index and, on one out of range, fills the words and writes nothing. */
     troupe_cgen_gather_t *gathers;
     size_t ngathers;
+    /* C: some loop is a lane sum ("Lane sums" above): what it writes agrees with the
+     * interpreter within rounding, not bit for bit (it is bitwise the same run to run and on
+     * every machine). CUDA: false (see troupe_cgen_kernel_t.reassociates). */
+    bool reassociates;
 } troupe_cgen_result_t;
 
 /* The failure that a routine's filled gather error block `err` reports (INVALID_ARGUMENT
