@@ -267,10 +267,13 @@ static void s_call(const s_lib_t *lib, const s_run_t *r)
 }
 
 /* Runs the interpreter on copies of the bound buffers (made before the compiled call) and
- * compares every bound node bytewise with what the compiled routine produced. */
-static void s_compare_with_interp(const troupe_ll_proc_t *proc, const s_run_t *r,
-                                  void *const *before)
+ * compares every bound node bytewise with what the compiled routine produced; within
+ * r->reassoc_tol instead when the C unit holds a lane sum (res->reassociates, cgen.h). */
+static void s_compare_with_interp(const troupe_ll_proc_t *proc, const troupe_cgen_result_t *res,
+                                  const s_run_t *r, void *const *before)
 {
+    cr_assert(!res->reassociates || r->reassoc_tol > 0,
+              "%s: the C unit holds a lane sum but the test gives no bound", proc->name);
     troupe_interp_buffer_t bufs[S_MAX_BINDS];
     troupe_interp_static_t st = {-1, r->static_name, r->static_value};
     for (size_t b = 0; b < r->nbinds; b++) {
@@ -286,7 +289,13 @@ static void s_compare_with_interp(const troupe_ll_proc_t *proc, const s_run_t *r
         for (int64_t i = 0; i < n; i++) {
             const char *x = (const char *)r->data[b] + (size_t)i * es;
             const char *y = (const char *)before[b] + (size_t)i * es;
-            if (memcmp(x, y, es) != 0) {
+            if (res->reassociates) {
+                double xv = troupe_prec_load_double(tn->prec, x);
+                double yv = troupe_prec_load_double(tn->prec, y);
+                cr_assert(fabs(xv - yv) <= r->reassoc_tol,
+                          "%s: node #%d element %lld: generated %.9g, interpreter %.9g (bound %g)",
+                          proc->name, tn->id, (long long)i, xv, yv, r->reassoc_tol);
+            } else if (memcmp(x, y, es) != 0) {
                 cr_assert_fail("%s: node #%d element %lld differs from the interpreter: "
                                "generated %.9g, interpreter %.9g",
                                proc->name, tn->id, (long long)i,
@@ -421,7 +430,12 @@ static void s_run_flags(const troupe_ll_proc_t *proc, s_run_t *r, const char *fl
     s_lib_t lib;
     s_lib_open(proc, flags, &lib);
     s_call(&lib, r);
-    s_compare_with_interp(proc, r, before);
+    s_compare_with_interp(proc, lib.res, r, before);
+    /* A lane sum leaves C within a bound of the interpreter: the CUDA emulation (whose
+     * in-thread sums are the interpreter's) is then checked against the interpreter. */
+    if (lib.res->reassociates)
+        for (size_t b = 0; b < r->nbinds; b++)
+            memcpy(r->data[b], before[b], r->tn[b]->size_bytes);
     s_lib_close(&lib);
     s_emu_check(proc, r, orig);
     for (size_t b = 0; b < r->nbinds; b++) {
@@ -1702,6 +1716,16 @@ static void s_fill(float *v, size_t n)
         v[i] = s_rndf(0.5f, 2.0f);
 }
 
+/* The C dialect's bound for a lane sum (cgen.h) of n single terms v[0..n-1] (scaled by
+ * `scale`) into `init`: s_red_bound's. */
+static double s_lane_bound(const float *v, size_t n, double scale, double init)
+{
+    double abs_sum = fabs(init);
+    for (size_t i = 0; i < n; i++)
+        abs_sum += fabs(scale * v[i]);
+    return 2.0 * (double)n * 0x1p-24 * abs_sum;
+}
+
 /* Which loops go on the grid, case by case (cgen.h's rule), each checked against C and the
  * interpreter through the host emulation of the kernels (s_run -> s_emu_check), under the
  * planned launch and under a small grid run in reverse thread order. */
@@ -1730,6 +1754,7 @@ Test(cgen, cuda_thread_mapping)
     s_run_t r = {0};
     s_bind(&r, x, xv);
     s_bind(&r, sum, sv);
+    r.reassoc_tol = s_lane_bound(xv, 40, 1.0, sv[0]); /* C: a lane sum */
     s_run(p, &r);
     s_nvrtc_check(p);
     troupe_ll_proc_destroy(&p);
@@ -1970,7 +1995,9 @@ Test(cgen, cuda_block_reductions)
     r = (s_run_t){0};
     s_bind(&r, x255, xv);
     s_bind(&r, sum, sv);
-    s_run(p, &r); /* bit for bit (reassoc_tol 0) */
+    /* CUDA bit for bit; C: a lane sum, within its bound */
+    r.reassoc_tol = s_lane_bound(xv, 255, 1.0, sv[0]);
+    s_run(p, &r);
     troupe_ll_proc_destroy(&p);
 
     cr_expect_eq(s_emu_runs - runs0, 4, "every routine ran emulated");
@@ -2904,6 +2931,8 @@ Test(cgen, cuda_register_accumulation_only_for_one_element)
     s_bind(&r, a, av);
     s_bind(&r, sv, svv);
     s_bind(&r, t, tv);
+    /* C: both loops are lane sums */
+    r.reassoc_tol = fmax(s_lane_bound(av, 40, 1.0, svv[0]), s_lane_bound(av, 40, tv[1], tv[0]));
     s_run(p, &r);
     s_nvrtc_check(p);
     troupe_ll_proc_destroy(&p);
