@@ -188,7 +188,9 @@
  * CUDA's choice per architecture (cvt.rn.f16.f32 everywhere, bf16 cvt from sm_80, fp8 cvt
  * from sm_89; the headers' software paths below). Compile without
  * --use_fast_math and with --fmad=false (troupe_nvrtc_compile does) for IEEE results;
- * transcendental functions (expf, tanhf, ...) are CUDA's and may differ from glibc's by an
+ * single exp and tanh_approx are the prelude's troupe_expf and troupe_tanhf in both dialects
+ * (ir/ops.h's code, which the interpreter runs: the same bits everywhere); the other
+ * transcendental functions (logf, sinf, ...) are CUDA's and may differ from glibc's by an
  * ulp or two.
  *
  * ---- Lane sums (C dialect) --------------------------------------------------------------
@@ -492,7 +494,8 @@ size_t troupe_cgen_node_ident(const troupe_tnode_t *tn, char *buf, size_t cap);
  * functions, every helper the C syntax of ir/ops.h references besides libm: `uint4x32_t`
  * (guarded by TROUPE_UINT4X32_T_DEFINED), troupe_threefry4x32_crypto/_light,
  * troupe_<prec>_to_uint4x32, troupe_uint4x32_to_<prec>_uniform and _uniform_vec,
- * troupe_satur01_gate_f/_d, troupe_max_<int prec>/troupe_min_<int prec>, and prec.h's
+ * troupe_satur01_gate_f/_d, troupe_max_<int prec>/troupe_min_<int prec>, troupe_expf and
+ * troupe_tanhf (ir/ops.h's, so a unit using it must not include ir/ops.h), and prec.h's
  * conversions troupe_<fmt>_to_single/troupe_single_to_<fmt> with prec.h's semantics (so a unit
  * using it must not also declare prec.h's). troupe_cgen_emit writes only the parts a routine
  * uses; this is all of them, in order, each after the comment line naming it. It includes

@@ -735,6 +735,11 @@ static s_val_t s_common(const s_cp_t *c, s_val_t chosen, const troupe_sc_t *othe
 /* The binops and unops that generated code computes in one floating type, as a libm call or
  * an expression of x (and y): one list, instantiated for float (SUF f: powf, expf, fmaxf, ...)
  * and double (no suffix), each calling its own type's functions as the generated code does. */
+/* Single exp and tanh are ir/ops.h's, as in the C dialect's prelude; double's are libm's. */
+#define S_EXPf troupe_expf
+#define S_EXP exp
+#define S_TANHf troupe_tanhf
+#define S_TANH tanh
 #define S_FLOAT_BINOPS(CASE, T, SUF)                                                               \
     CASE(TROUPE_BINOP_TO_POW_OF, pow##SUF(x, y))                                                   \
     CASE(TROUPE_BINOP_SATUR01_GATE, (x > (T)0 && x < (T)1) ? y : (T)0)                             \
@@ -744,7 +749,7 @@ static s_val_t s_common(const s_cp_t *c, s_val_t chosen, const troupe_sc_t *othe
 #define S_FLOAT_UNOPS(CASE, T, SUF)                                                                \
     CASE(TROUPE_UNOP_RELU, troupe_fmax##SUF((T)0, x))                                              \
     CASE(TROUPE_UNOP_SATUR01, troupe_fmin##SUF((T)1, troupe_fmax##SUF((T)0, x)))                   \
-    CASE(TROUPE_UNOP_EXP, exp##SUF(x))                                                             \
+    CASE(TROUPE_UNOP_EXP, S_EXP##SUF(x))                                                             \
     CASE(TROUPE_UNOP_LOG, log##SUF(x))                                                             \
     CASE(TROUPE_UNOP_EXP2, exp2##SUF(x))                                                           \
     CASE(TROUPE_UNOP_LOG2, log2##SUF(x))                                                           \
@@ -754,7 +759,7 @@ static s_val_t s_common(const s_cp_t *c, s_val_t chosen, const troupe_sc_t *othe
     CASE(TROUPE_UNOP_RECIP, (T)1 / x)                                                              \
     CASE(TROUPE_UNOP_RECIP_SQRT, (T)1 / sqrt##SUF(x))                                              \
     CASE(TROUPE_UNOP_NEG, -x)                                                                      \
-    CASE(TROUPE_UNOP_TANH_APPROX, tanh##SUF(x))
+    CASE(TROUPE_UNOP_TANH_APPROX, S_TANH##SUF(x))
 #define S_CASE(op, value)                                                                          \
     case op:                                                                                       \
         *r = value;                                                                                \

@@ -488,7 +488,7 @@ static const s_tmpl_t s_unop_c[TROUPE_UNOP_COUNT][S_CLS_COUNT] = {
                              S_T2("troupe_fmin(1.0, troupe_fmax(0.0, (", ")))"),
                              S_T2("troupe_min_$P(1, troupe_max_$P(0, (", ")))"),
                              S_T2("troupe_min_$P(1, (", "))"), S_NONE},
-    [TROUPE_UNOP_EXP] = S_UN_MATH("expf", "exp"),
+    [TROUPE_UNOP_EXP] = S_UN_MATH("troupe_expf", "exp"),
     [TROUPE_UNOP_LOG] = S_UN_MATH("logf", "log"),
     [TROUPE_UNOP_EXP2] = S_UN_MATH("exp2f", "exp2"),
     [TROUPE_UNOP_LOG2] = S_UN_MATH("log2f", "log2"),
@@ -500,7 +500,7 @@ static const s_tmpl_t s_unop_c[TROUPE_UNOP_COUNT][S_CLS_COUNT] = {
     [TROUPE_UNOP_RECIP_SQRT] = S_FFI(S_T2("(1.0f / sqrtf(", "))"), S_T2("(1.0 / sqrt(", "))"),
                                      S_T2("(($T)(1.0 / sqrt((double)(", "))))")),
     [TROUPE_UNOP_NEG] = S_NUM(S_T2("(-(", "))")),
-    [TROUPE_UNOP_TANH_APPROX] = S_UN_MATH("tanhf", "tanh"),
+    [TROUPE_UNOP_TANH_APPROX] = S_UN_MATH("troupe_tanhf", "tanh"),
     [TROUPE_UNOP_NOT] = S_NUM(S_T2("((", ") == 0)")),
 };
 

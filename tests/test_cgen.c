@@ -3097,3 +3097,193 @@ Test(cgen, cuda_segment_past_static_shared_memory_uses_dynamic_shared_memory)
     s_dyn_segment(TROUPE_PREC_SINGLE);
     s_dyn_segment(TROUPE_PREC_DOUBLE);
 }
+
+/* ---- lane sums and the vectorised exp and tanh (cgen.h) ------------------------------------- */
+
+/* A lane sum in cgen.h's documented order, as a scalar reference: lane j mod 16 takes term j
+ * (form 0: lane + x, 1: lane - x, 2: fma(x, w, lane)), then the tree, then o + lane 0. */
+static float s_lanes_ref_f(int form, const float *x, int n, float o)
+{
+    float l[TROUPE_CGEN_LANES] = {0};
+    for (int j = 0; j < n; j++) {
+        float *a = &l[j % TROUPE_CGEN_LANES];
+        *a = form == 0 ? *a + x[j] : *a - x[j];
+    }
+    for (int w = TROUPE_CGEN_LANES / 2; w >= 1; w /= 2)
+        for (int k = 0; k < w; k++)
+            l[k] = l[k] + l[k + w];
+    return o + l[0];
+}
+
+static double s_lanes_ref_fma_d(const double *x, const double *y, int n, double o)
+{
+    double l[TROUPE_CGEN_LANES] = {0};
+    for (int j = 0; j < n; j++)
+        l[j % TROUPE_CGEN_LANES] = fma(x[j], y[j], l[j % TROUPE_CGEN_LANES]);
+    for (int w = TROUPE_CGEN_LANES / 2; w >= 1; w /= 2)
+        for (int k = 0; k < w; k++)
+            l[k] = l[k] + l[k + w];
+    return o + l[0];
+}
+
+/* Sums of 37 single terms (a tail of 5), 64 subtracted single terms and an fma over 50 double
+ * terms become lane sums that give, bit for bit, the scalar reference of cgen.h's order (built
+ * with -O3 -march=native, so vectorised); 31 terms stay a sequential sum, bit for bit the
+ * interpreter's. The unit is flagged. */
+Test(cgen, lane_sums_follow_the_documented_order)
+{
+    troupe_ll_proc_t *p = s_proc("lanes");
+    troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 1, 64, 0);
+    troupe_tnode_t *xd = s_node("xd", TROUPE_PREC_DOUBLE, 1, 50, 0);
+    troupe_tnode_t *yd = s_node("yd", TROUPE_PREC_DOUBLE, 1, 50, 0);
+    troupe_tnode_t *o = s_node("o", TROUPE_PREC_SINGLE, 1, 3, 0);
+    troupe_tnode_t *od = s_node("od", TROUPE_PREC_DOUBLE, 1, 1, 0);
+    int32_t i[4];
+    for (int k = 0; k < 4; k++)
+        i[k] = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *it[4] = {
+        s_for(p, i[0], 37,
+              s_set1(p, o, troupe_idx_fixed(0),
+                     troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, x, s_ix(i[0])),
+                                     s_get1(p, o, troupe_idx_fixed(0))))),
+        s_for(p, i[1], 64,
+              s_set1(p, o, troupe_idx_fixed(1),
+                     troupe_sc_binop(p, TROUPE_BINOP_SUB, s_get1(p, o, troupe_idx_fixed(1)),
+                                     s_get1(p, x, s_ix(i[1]))))),
+        s_for(p, i[2], 50,
+              s_set1(p, od, troupe_idx_fixed(0),
+                     troupe_sc_ternop(p, TROUPE_TERNOP_FMA, s_get1(p, xd, s_ix(i[2])),
+                                      s_get1(p, yd, s_ix(i[2])),
+                                      s_get1(p, od, troupe_idx_fixed(0))))),
+        s_for(p, i[3], 31,
+              s_set1(p, o, troupe_idx_fixed(2),
+                     troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, o, troupe_idx_fixed(2)),
+                                     s_get1(p, x, s_ix(i[3]))))),
+    };
+    s_finish(p, troupe_ll_seq(p, 4, it));
+    float xv[64], ov[3] = {0.25f, -3.0f, 1.5f};
+    double xdv[50], ydv[50], odv[1] = {0.125};
+    for (int k = 0; k < 64; k++) /* magnitudes 1e-3 .. 1e3: the order shows in the bits */
+        xv[k] = s_rndf(-1.0f, 1.0f) * powf(10.0f, (float)(k % 7) - 3.0f);
+    for (int k = 0; k < 50; k++) {
+        xdv[k] = s_rndf(-1.0f, 1.0f) * pow(10.0, (double)(k % 5) - 2.0);
+        ydv[k] = s_rndf(-1.0f, 1.0f);
+    }
+    float want[3] = {s_lanes_ref_f(0, xv, 37, ov[0]), s_lanes_ref_f(1, xv, 64, ov[1]), ov[2]};
+    for (int k = 0; k < 31; k++)
+        want[2] = want[2] + xv[k];
+    double want_d = s_lanes_ref_fma_d(xdv, ydv, 50, odv[0]);
+    s_lib_t lib;
+    s_lib_open(p, "-O3 -march=native -fno-math-errno", &lib);
+    cr_expect(lib.res->reassociates);
+    const char *src = lib.res->source;
+    int nlanes = 0;
+    for (const char *q = strstr(src, "sums across"); q != NULL; q = strstr(q + 1, "sums across"))
+        nlanes++;
+    cr_expect_eq(nlanes, 3, "three lane sums (not the 31-term one):\n%s", src);
+    s_run_t r = {0};
+    s_bind(&r, x, xv);
+    s_bind(&r, xd, xdv);
+    s_bind(&r, yd, ydv);
+    s_bind(&r, o, ov);
+    s_bind(&r, od, odv);
+    s_call(&lib, &r);
+    s_lib_close(&lib);
+    for (int k = 0; k < 3; k++)
+        cr_expect(memcmp(&ov[k], &want[k], sizeof(float)) == 0, "o[%d] = %.9g, reference %.9g", k,
+                  ov[k], want[k]);
+    cr_expect(memcmp(&odv[0], &want_d, sizeof(double)) == 0, "od = %.17g, reference %.17g", odv[0],
+              want_d);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&xd);
+    troupe_tnode_release(&yd);
+    troupe_tnode_release(&o);
+    troupe_tnode_release(&od);
+}
+
+/* |got - want| in units of the spacing of floats just above |round(want)| (the smallest
+ * subnormal below the normal range). */
+static double s_ulps(float got, double want)
+{
+    if (isnan(want))
+        return isnan(got) ? 0.0 : INFINITY;
+    float w = (float)want;
+    if (isinf(w))
+        return got == w ? 0.0 : INFINITY;
+    double u = (double)nextafterf(fabsf(w), INFINITY) - fabsf(w);
+    return fabs((double)got - want) / u;
+}
+
+/* The prelude's troupe_expf and troupe_tanhf, compiled vectorised (-O3 -march=native), give
+ * bit for bit ir/ops.h's (what the interpreter runs) over a sweep of every 4099th float bit
+ * pattern, and stay within 1 ulp (exp) and 2 ulp (tanh) of the exact value (double libm);
+ * specials as the C library's. */
+Test(cgen, vectorised_exp_and_tanh)
+{
+    char dir[] = "/tmp/troupe-mathf-XXXXXX", path[256], cmd[768];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/m.c", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(troupe_cgen_c_prelude(), f);
+    fputs("void ve(const float *x, float *y, long n);\n"
+          "void ve(const float *x, float *y, long n) { for (long i = 0; i < n; i++) y[i] = "
+          "troupe_expf(x[i]); }\n"
+          "void vt(const float *x, float *y, long n);\n"
+          "void vt(const float *x, float *y, long n) { for (long i = 0; i < n; i++) y[i] = "
+          "troupe_tanhf(x[i]); }\n",
+          f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "cc -O3 -march=native -fno-math-errno -shared -fPIC -o %s/m.so %s -lm 2> %s/cc.log",
+             dir, path, dir);
+    cr_assert_eq(system(cmd), 0, "cc failed");
+    snprintf(path, sizeof path, "%s/m.so", dir);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(h, "dlopen: %s", dlerror());
+    void (*fn[2])(const float *, float *, long);
+    void *sym[2] = {dlsym(h, "ve"), dlsym(h, "vt")};
+    cr_assert(sym[0] != NULL && sym[1] != NULL);
+    memcpy(&fn[0], &sym[0], sizeof sym[0]);
+    memcpy(&fn[1], &sym[1], sizeof sym[1]);
+    const long n = (long)(0x100000000ull / 4099) + 1;
+    float *xs = malloc((size_t)n * sizeof *xs), *ys = malloc((size_t)n * sizeof *ys);
+    cr_assert(xs != NULL && ys != NULL);
+    for (long k = 0; k < n; k++) {
+        uint32_t b = (uint32_t)((uint64_t)k * 4099u);
+        memcpy(&xs[k], &b, sizeof b);
+    }
+    for (int which = 0; which < 2; which++) {
+        fn[which](xs, ys, n);
+        double worst = 0.0;
+        float worst_x = 0.0f;
+        for (long k = 0; k < n; k++) {
+            float x = xs[k];
+            float host = which == 0 ? troupe_expf(x) : troupe_tanhf(x);
+            cr_assert(memcmp(&host, &ys[k], sizeof host) == 0 || (isnan(host) && isnan(ys[k])),
+                      "%s(%a): generated %a, ir/ops.h %a", which ? "tanh" : "exp", (double)x,
+                      (double)ys[k], (double)host);
+            double e = s_ulps(ys[k], which == 0 ? exp((double)x) : tanh((double)x));
+            if (e > worst) {
+                worst = e;
+                worst_x = x;
+            }
+        }
+        cr_expect_leq(worst, which == 0 ? 1.0 : 2.0, "%s: %.3f ulp at %a", which ? "tanh" : "exp",
+                      worst, (double)worst_x);
+    }
+    static const float sx[] = {0.0f, -0.0f, 88.72f, 88.73f, -103.0f, -104.0f, -87.5f};
+    for (size_t k = 0; k < sizeof sx / sizeof sx[0]; k++)
+        cr_expect(s_ulps(troupe_expf(sx[k]), exp((double)sx[k])) <= 1.0, "exp(%a) = %a",
+                  (double)sx[k], (double)troupe_expf(sx[k]));
+    cr_expect(isinf(troupe_expf(INFINITY)) && troupe_expf(-INFINITY) == 0.0f);
+    cr_expect(isnan(troupe_expf(NAN)) && isnan(troupe_tanhf(NAN)));
+    cr_expect(troupe_tanhf(INFINITY) == 1.0f && troupe_tanhf(-INFINITY) == -1.0f);
+    cr_expect(signbit(troupe_tanhf(-0.0f)) && troupe_tanhf(-0.0f) == 0.0f);
+    free(xs);
+    free(ys);
+    dlclose(h);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}

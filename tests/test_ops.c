@@ -1018,7 +1018,7 @@ Test(c_syntax, unop_vec_unop_ternop_pieces)
     cr_assert_eq(troupe_unop_c_syntax(TROUPE_PREC_DOUBLE, TROUPE_UNOP_EXP, &s), TROUPE_OK);
     assert_pieces(&s, 2, "exp(", ")", NULL, NULL);
     cr_assert_eq(troupe_unop_c_syntax(TROUPE_PREC_SINGLE, TROUPE_UNOP_EXP, &s), TROUPE_OK);
-    assert_pieces(&s, 2, "expf(", ")", NULL, NULL);
+    assert_pieces(&s, 2, "troupe_expf(", ")", NULL, NULL);
     cr_assert_eq(troupe_unop_c_syntax(TROUPE_PREC_BYTE, TROUPE_UNOP_SQRT, &s), TROUPE_OK);
     assert_pieces(&s, 2, "((uint8_t)sqrt((double)(", ")))", NULL, NULL);
     cr_assert_eq(troupe_unop_c_syntax(TROUPE_PREC_UINT32, TROUPE_UNOP_RELU, &s), TROUPE_OK);
