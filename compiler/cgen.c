@@ -1012,10 +1012,11 @@ static bool s_is_elem(const troupe_sc_t *e, const troupe_tnode_t *tn, const trou
            troupe_axis_indices_equal(e->u.get.idcs, idcs, tn->ndims);
 }
 
-/* The SET of loop s when the C dialect sums it in TROUPE_CGEN_LANES lanes (cgen.h, "Lane
+/* The SET of loop s when the C dialect runs it in TROUPE_CGEN_LANES lanes (cgen.h, "Lane
  * sums"): at least TROUPE_CGEN_LANES_MIN_TRIP iterations whose body is one SET of a single or
- * double node O at indices without the loop's symbol, of value O + t, t + O, O - t or
- * fma(x, y, O), where t (x, y) reads O nowhere and holds no local scope. NULL otherwise. */
+ * double node O at indices without the loop's symbol, of value O + t, t + O, O - t,
+ * fma(x, y, O), max(O, t), max(t, O) or min alike, where t (x, y) reads O nowhere and holds no
+ * local scope. NULL otherwise. */
 static const troupe_ll_t *s_lane_sum(const s_gen_t *g, const troupe_ll_t *s)
 {
     if (g->target != &troupe__cgen_target_c || g->acc_tn != NULL)
@@ -1046,6 +1047,12 @@ static const troupe_ll_t *s_lane_sum(const s_gen_t *g, const troupe_ll_t *s)
         return s_is_elem(a[2], tn, idcs) && s_reads_none(a[0], tn) && s_reads_none(a[1], tn)
                    ? body
                    : NULL;
+    if (v->kind == TROUPE_SC_BINOP &&
+        (v->u.op.op == TROUPE_BINOP_MAX || v->u.op.op == TROUPE_BINOP_MIN)) {
+        if (s_is_elem(a[0], tn, idcs) && s_reads_none(a[1], tn))
+            return body;
+        return s_is_elem(a[1], tn, idcs) && s_reads_none(a[0], tn) ? body : NULL;
+    }
     return NULL;
 }
 
@@ -1070,12 +1077,30 @@ static troupe_status_t s_emit_lanes(s_gen_t *g, const troupe_ll_t *s, const trou
         troupe__strbuf_reset(&elem);
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
     }
-    g->reassociates = true;
+    const troupe_sc_t *v = set->u.set.value;
+    bool is_max = v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_MAX;
+    bool is_maxmin = is_max || (v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_MIN);
+    bool dbl = tn->prec == TROUPE_PREC_DOUBLE;
+    /* max: lanes start at -inf (min: +inf); a sum's at 0 */
+    const char *init = !is_maxmin ? "0"
+                       : is_max   ? (dbl ? "(-TROUPE_INF_D)" : "(-TROUPE_INF_F)")
+                                  : (dbl ? "TROUPE_INF_D" : "TROUPE_INF_F");
+    troupe_c_syntax_t comb; /* how two lanes combine: + for a sum, the op for max/min */
+    troupe_status_t st = troupe_binop_c_syntax(
+        tn->prec, is_maxmin ? (troupe_binop_t)v->u.op.op : TROUPE_BINOP_ADD, &comb);
+    if (st != TROUPE_OK) {
+        troupe__strbuf_reset(&elem);
+        return s_wrap_error(g, st);
+    }
+    g->reassociates = g->reassociates || !is_maxmin;
     troupe__strbuf_repeat(out, "    ", indent);
-    troupe__strbuf_printf(out, "{ /* %s sums across %s in %d lanes */\n", elem.data, name,
-                          TROUPE_CGEN_LANES);
+    troupe__strbuf_printf(out, "{ /* %s %s across %s in %d lanes */\n", elem.data,
+                          is_maxmin ? (is_max ? "max" : "min") : "sums", name, TROUPE_CGEN_LANES);
     troupe__strbuf_repeat(out, "    ", indent + 1);
-    troupe__strbuf_printf(out, "%s %s[%d] = {0};\n", type, lane, TROUPE_CGEN_LANES);
+    troupe__strbuf_printf(out, "%s %s[%d];\n", type, lane, TROUPE_CGEN_LANES);
+    troupe__strbuf_repeat(out, "    ", indent + 1);
+    troupe__strbuf_printf(out, "for (int k = 0; k < %d; ++k) %s[k] = %s;\n", TROUPE_CGEN_LANES,
+                          lane, init);
     troupe__strbuf_repeat(out, "    ", indent + 1);
     troupe__strbuf_printf(out,
                           "for (int64_t blk_%s = %" PRId64 "; blk_%s < %" PRId64
@@ -1096,7 +1121,7 @@ static troupe_status_t s_emit_lanes(s_gen_t *g, const troupe_ll_t *s, const trou
     g->acc_idcs = set->u.set.idcs;
     g->acc_name = acc;
     snprintf(acc, sizeof acc, "%s[k_%s]", lane, name);
-    troupe_status_t st = s_emit_assign(g, acc, set->u.set.value, tn->prec, tn->prec, indent + 3, out);
+    st = s_emit_assign(g, acc, set->u.set.value, tn->prec, tn->prec, indent + 3, out);
     troupe__strbuf_repeat(out, "    ", indent + 2);
     troupe__strbuf_puts(out, "}\n");
     troupe__strbuf_repeat(out, "    ", indent + 1);
@@ -1114,15 +1139,39 @@ static troupe_status_t s_emit_lanes(s_gen_t *g, const troupe_ll_t *s, const trou
     g->acc_tn = NULL;
     g->acc_idcs = NULL;
     g->acc_name = NULL;
-    g->ranges[sym] = saved;
     for (int w = TROUPE_CGEN_LANES / 2; w >= 1; w /= 2) {
         troupe__strbuf_repeat(out, "    ", indent + 1);
-        troupe__strbuf_printf(out,
-                              "for (int k = 0; k < %d; ++k) %s[k] = %s[k] + %s[k + %d];\n", w,
-                              lane, lane, lane, w);
+        troupe__strbuf_printf(out, "for (int k = 0; k < %d; ++k) %s[k] = %s%s[k]%s%s[k + %d]%s;\n",
+                              w, lane, comb.piece[0], lane, comb.piece[1], lane, w,
+                              comb.piece[2]);
     }
     troupe__strbuf_repeat(out, "    ", indent + 1);
-    troupe__strbuf_printf(out, "%s = %s + %s[0];\n", elem.data, elem.data, lane);
+    if (!is_maxmin) {
+        troupe__strbuf_printf(out, "%s = %s + %s[0];\n", elem.data, elem.data, lane);
+    } else {
+        /* a result other than 0 and the start value is the same bits in any order */
+        bool o_first = s_is_elem(v->u.op.args[0], tn, set->u.set.idcs);
+        troupe__strbuf_printf(out, "if (%s[0] != 0 && %s[0] != %s) {\n", lane, lane, init);
+        troupe__strbuf_repeat(out, "    ", indent + 2);
+        char lane0[S_IDENT_CAP + 16];
+        snprintf(lane0, sizeof lane0, "%s[0]", lane);
+        troupe__strbuf_printf(out, "%s = %s%s%s%s%s;\n", elem.data, comb.piece[0],
+                              o_first ? elem.data : lane0, comb.piece[1],
+                              o_first ? lane0 : elem.data, comb.piece[2]);
+        troupe__strbuf_repeat(out, "    ", indent + 1);
+        troupe__strbuf_puts(out, "} else {\n");
+        troupe__strbuf_repeat(out, "    ", indent + 2);
+        troupe__strbuf_printf(out,
+                              "for (int64_t %s = %" PRId64 "; %s <= %" PRId64 "; ++%s) {\n",
+                              name, from, name, to, name);
+        if (st == TROUPE_OK)
+            st = s_emit_assign(g, elem.data, v, tn->prec, tn->prec, indent + 3, out);
+        troupe__strbuf_repeat(out, "    ", indent + 2);
+        troupe__strbuf_puts(out, "}\n");
+        troupe__strbuf_repeat(out, "    ", indent + 1);
+        troupe__strbuf_puts(out, "}\n");
+    }
+    g->ranges[sym] = saved;
     troupe__strbuf_repeat(out, "    ", indent);
     troupe__strbuf_puts(out, "}\n");
     troupe__strbuf_reset(&elem);

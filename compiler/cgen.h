@@ -193,7 +193,7 @@
  * transcendental functions (logf, sinf, ...) are CUDA's and may differ from glibc's by an
  * ulp or two.
  *
- * ---- Lane sums (C dialect) --------------------------------------------------------------
+ * ---- Lane sums and lane max/min (C dialect) ----------------------------------------------
  *
  * A loop of N >= TROUPE_CGEN_LANES_MIN_TRIP iterations whose body is one SET of a single or
  * double node O at indices that do not use the loop, of value O + t, t + O, O - t or
@@ -206,7 +206,13 @@
  * bitwise the same run to run and on every machine, but NOT bit for bit the interpreter's
  * (which adds t(0), t(1), ... to O in turn): the two differ by reassociation only, within
  * about 2 N u sum|t| (u the precision's unit roundoff). troupe_cgen_result_t.reassociates
- * flags a unit holding one. Integer sums, max/min and shorter loops keep the sequential order.
+ * flags a unit holding one. A loop of the same shape with value max(O, t), max(t, O) or min
+ * alike (troupe_fmax(f), troupe_fmin(f)) runs in lanes too, each starting at -inf (min: +inf),
+ * combined by the same tree with the op, then O = op(O, lane 0) in the nest's operand order:
+ * a NaN term is ignored and a result other than 0 and the start value is the same bits in any
+ * order, so that is bit for bit the sequential loop's; when lane 0 is 0 or the start value
+ * (signed zeros, all terms NaN or infinite) the loop reruns in order. Not flagged. Integer
+ * sums and shorter loops keep the sequential order.
  *
  * ---- Semantics of the generated code ----------------------------------------------------
  *
