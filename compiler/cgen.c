@@ -2010,7 +2010,9 @@ static troupe_status_t s_build_params(s_gen_t *g, troupe_cgen_result_t *r)
         p->sym = -1;
         p->is_read = info->read;
         p->is_written = info->written;
-        if (info->read && info->written)
+        /* read and written: restrict too (nodes never share an array), unless a merge buffer
+         * may be that node's array (a streaming merge on one device) */
+        if (info->read && info->written && g->merge_node != NULL)
             p->decl = troupe_strdup_printf("%s *%s", type, info->ident);
         else
             p->decl = troupe_strdup_printf("%s%s *%s %s", info->written ? "" : "const ", type,

@@ -15,7 +15,9 @@
  *   NODE_PTR      one per node the code reads or writes directly whose memory mode is not
  *                 known Local or Virtual (for an unoptimized procedure: every such node).
  *                 Declared `const T *restrict n<id>_<label>` when the routine only reads the
- *                 node, `T *restrict ...` when it only writes it, `T *...` when it does both
+ *                 node, `T *restrict ...` when it writes it (`T *...` when it reads and
+ *                 writes it and the routine takes a merge buffer, which may be that node's
+ *                 array); distinct nodes never share an array
  *                 (CUDA: `__restrict__`). T is the storage type of the node's precision
  *                 (troupe_prec_c_type: half and bfloat16 are uint16_t bits, fp8 uint8_t bits,
  *                 uint4x32 a struct of four uint32_t). The array is dense row-major over the

@@ -1245,7 +1245,7 @@ Test(cgen, deterministic_sorted_parameters)
                      r1->params[k - 1].decl, r1->params[k].decl);
     char want_a[64], want_c[64];
     snprintf(want_a, sizeof want_a, "const float *restrict n%d_a", m.a->id);
-    snprintf(want_c, sizeof want_c, "float *n%d_c", m.c->id); /* read and written */
+    snprintf(want_c, sizeof want_c, "float *restrict n%d_c", m.c->id); /* read and written */
     ptrdiff_t ka = troupe_cgen_find_node_param(r1, m.a), kc = troupe_cgen_find_node_param(r1, m.c);
     cr_assert(ka >= 0 && kc >= 0 && troupe_cgen_find_node_param(r1, m.b) >= 0);
     cr_expect_str_eq(r1->params[ka].decl, want_a);
