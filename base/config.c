@@ -54,6 +54,7 @@ static char s_device[256]; /* TROUPE_DEVICE ("" when unset) */
 static atomic_int s_cpu_devices;
 static atomic_int_fast64_t s_timeout_s;
 static atomic_size_t s_fusion_bytes;
+static atomic_size_t s_dp_bucket_bytes; /* TROUPE_DP_BUCKET_BYTES */
 static atomic_bool s_auto_host;
 static atomic_bool s_coll_shm;
 static atomic_int s_gemm_mode; /* troupe_gemm_mode_t */
@@ -126,6 +127,7 @@ static void s_load(void)
     s_copy(s_cc_flags, sizeof s_cc_flags, "-O3 -march=native -fno-math-errno -shared -fPIC");
     atomic_store(&s_timeout_s, 120);
     atomic_store(&s_fusion_bytes, (size_t)64 << 20);
+    atomic_store(&s_dp_bucket_bytes, (size_t)TROUPE_DP_BUCKET_BYTES_DEFAULT);
     atomic_store(&s_auto_host, true);
     atomic_store(&s_coll_shm, true);
     atomic_store(&s_gemm_mode, TROUPE_GEMM_MODE_LIBRARY);
@@ -171,6 +173,12 @@ static void s_load(void)
             atomic_store(&s_fusion_bytes, (size_t)n);
         else
             s_bad("TROUPE_FUSION_BYTES", v, "expected a byte count >= 1024");
+    }
+    if ((v = getenv("TROUPE_DP_BUCKET_BYTES")) != NULL) {
+        if (s_parse_int(v, 1, &n))
+            atomic_store(&s_dp_bucket_bytes, (size_t)n);
+        else
+            s_bad("TROUPE_DP_BUCKET_BYTES", v, "expected a byte count >= 1");
     }
     if ((v = getenv("TROUPE_AUTO_HOST_TRANSFERS")) != NULL) {
         if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
@@ -357,6 +365,11 @@ size_t troupe_config_fusion_bytes(void)
     troupe__config_ensure_loaded();
     return atomic_load(&s_fusion_bytes);
 }
+size_t troupe_config_dp_bucket_bytes(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_dp_bucket_bytes);
+}
 bool troupe_config_auto_host_transfers(void)
 {
     troupe__config_ensure_loaded();
@@ -497,6 +510,14 @@ troupe_status_t troupe_config_set_fusion_bytes(size_t size_bytes)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "fusion buffer of %zu bytes < 1024",
                              size_bytes);
     atomic_store(&s_fusion_bytes, size_bytes);
+    return TROUPE_OK;
+}
+troupe_status_t troupe_config_set_dp_bucket_bytes(size_t size_bytes)
+{
+    troupe__config_ensure_loaded();
+    if (size_bytes < 1)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "overlap bucket of 0 bytes: at least 1");
+    atomic_store(&s_dp_bucket_bytes, size_bytes);
     return TROUPE_OK;
 }
 void troupe_config_set_auto_host_transfers(bool on)

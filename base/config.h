@@ -76,6 +76,13 @@ const char *troupe_config_cc_flags(void);
 int64_t troupe_config_timeout_s(void);
 int64_t troupe_config_timeout_ns(void); /* timeout_s in nanoseconds */
 size_t troupe_config_fusion_bytes(void);
+/* TROUPE_DP_BUCKET_BYTES (default TROUPE_DP_BUCKET_BYTES_DEFAULT, PyTorch DDP's 25 MiB): the
+ * gradient bytes after which an overlap segment closes its bucket (docs/parallel.md, Overlap);
+ * the first bucket closes after min(this, TROUPE_DP_FIRST_BUCKET_BYTES), DDP's 1 MiB. 1: a
+ * bucket at every place a gradient is last used. */
+#define TROUPE_DP_BUCKET_BYTES_DEFAULT ((size_t)25 << 20)
+#define TROUPE_DP_FIRST_BUCKET_BYTES ((size_t)1 << 20)
+size_t troupe_config_dp_bucket_bytes(void);
 bool troupe_config_auto_host_transfers(void);
 size_t troupe_config_stack_threshold_bytes(void);
 /* Whether host routines (the cpu and sync backends) run with subnormal floats flushed to zero:
@@ -185,6 +192,8 @@ TROUPE_MUST_USE troupe_status_t troupe_config_set_cc(const char *command);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_cc_flags(const char *flags);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_timeout_s(int64_t seconds);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_fusion_bytes(size_t size_bytes);
+/* INVALID_ARGUMENT for 0. */
+TROUPE_MUST_USE troupe_status_t troupe_config_set_dp_bucket_bytes(size_t size_bytes);
 void troupe_config_set_auto_host_transfers(bool on);
 void troupe_config_set_coll_shm(bool on);
 /* An unknown mode is ignored. */

@@ -251,7 +251,9 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
                              .streams = streams,
                              .optimizer = opt,
                              .compress_bf16 = s_bf16,
-                             .overlap = s_overlap ? TROUPE_DP_OVERLAP_ON : TROUPE_DP_OVERLAP_OFF};
+                             .overlap = s_overlap ? TROUPE_DP_OVERLAP_ON : TROUPE_DP_OVERLAP_OFF,
+                             /* the MLP's 0.94 MB fit in DDP's first bucket: a bucket per layer */
+                             .bucket_bytes = 1};
     TROUPE_RETURN_IF_ERROR(troupe_dp_new(&dc, &model, &l->dp));
     /* 2x1-unfused must run the routine; 2x1 on a host backend must fuse (parallel/dp.h);
      * likewise 1x2-unfused and 1x2 on cpu's threaded streams, across the streams */

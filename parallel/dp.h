@@ -161,6 +161,11 @@ typedef struct troupe_dp_config {
      * Overlap): TROUPE_DP_OVERLAP_AUTO (0, the default) follows troupe_config_dp_overlap()
      * (TROUPE_DP_OVERLAP); ON or OFF decide for this run. */
     troupe_dp_overlap_t overlap;
+    /* With overlap: the gradient bytes after which a segment closes its bucket (PyTorch DDP's
+     * bucket_cap_mb; the first bucket closes after at most TROUPE_DP_FIRST_BUCKET_BYTES).
+     * 0 follows troupe_config_dp_bucket_bytes() (TROUPE_DP_BUCKET_BYTES, 25 MiB); 1: a bucket
+     * at every place a gradient is last used. Every rank must give the same value. */
+    size_t bucket_bytes;
     /* Gradient accumulation: K micro-steps per optimizer step (0 means 1; at most
      * TROUPE_DP_MAX_GRAD_ACCUM). Micro-step j of step s gives replica k of rank r the minibatch
      * of round s * K + j (the round-robin rule above); each replica sums its K gradients, the merge and the

@@ -176,18 +176,39 @@ troupe_status_t troupe__dp_xstep_new(troupe_dp_t *dp, troupe__dp_xstep_t *x)
     return TROUPE_OK;
 }
 
-/* (dp->strat.update == TROUPE__DP_UPDATE_FUSED)'s update with argument *arg: the parameters and, private to each rank's chunk,
- * their optimizer state as side arrays (dp->fused_side). */
-static troupe_coll_apply_t s_fused_apply(const troupe_dp_t *dp, const troupe__dp_apply_arg_t *arg)
+/* (dp->strat.update == TROUPE__DP_UPDATE_FUSED)'s update of segment g's bucket with argument
+ * *arg: its parameters and, private to each rank's chunk, their optimizer state as side arrays
+ * (dp->fused_side's rows of the bucket's gradients), or the bucket's part of this rank's shard
+ * of the state (dp->zero: dp_zero.c). Release out->side with troupe_free. */
+typedef struct s_seg_apply {
+    troupe_coll_apply_t apply;
+    troupe_tnode_t **side;
+    float *shard[2];
+} s_seg_apply_t;
+
+static troupe_status_t s_fused_apply(const troupe_dp_t *dp, size_t g,
+                                     const troupe__dp_apply_arg_t *arg, s_seg_apply_t *out)
 {
-    return (troupe_coll_apply_t){.fn = troupe__dp_apply,
-                                 .arg = arg,
-                                 .arg_bytes = sizeof *arg,
-                                 .id = troupe__dp_apply_id(dp),
-                                 .n_side = 1 + (size_t)dp->nstate,
-                                 .n_private = (size_t)dp->nstate,
-                                 .side = dp->fused_side,
-                                 .shard = dp->zero != NULL ? dp->zero->shard : NULL};
+    size_t first = dp->seg_first[g], cnt = dp->seg_first[g + 1] - first;
+    size_t nside = 1 + (size_t)dp->nstate;
+    memset(out, 0, sizeof *out);
+    out->side = troupe_calloc(cnt * nside, sizeof *out->side);
+    if (out->side == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+    for (size_t k = 0; k < nside; k++)
+        for (size_t i = 0; i < cnt; i++)
+            out->side[k * cnt + i] = dp->fused_side[k * dp->n_params + first + i];
+    for (int k = 0; dp->zero != NULL && k < dp->nstate; k++)
+        out->shard[k] = troupe__dp_zero_seg_shard(dp, g, k);
+    out->apply = (troupe_coll_apply_t){.fn = troupe__dp_apply,
+                                       .arg = arg,
+                                       .arg_bytes = sizeof *arg,
+                                       .id = troupe__dp_apply_id(dp),
+                                       .n_side = nside,
+                                       .n_private = (size_t)dp->nstate,
+                                       .side = out->side,
+                                       .shard = dp->zero != NULL ? out->shard : NULL};
+    return TROUPE_OK;
 }
 
 troupe_status_t troupe__dp_unshard(troupe_dp_t *dp)
@@ -196,19 +217,29 @@ troupe_status_t troupe__dp_unshard(troupe_dp_t *dp)
         return TROUPE_OK; /* sharded (dp->zero): only the check that every rank saves; the
                              checkpoint gathers the shards itself */
     troupe__dp_apply_arg_t arg;
-    memset(&arg, 0, sizeof arg); /* not run: the request only gathers */
-    troupe_coll_apply_t apply = s_fused_apply(dp, &arg);
-    troupe_allreduce_args_t ar = {
-        .op = TROUPE_REDUCE_SUM,
-        .flags = dp->coll_flags | TROUPE_COLL_UNSHARD,
-        .n = dp->seg_first[1] - dp->seg_first[0], /* fused: one segment, every gradient */
-        .ctx = troupe__dp_tail(dp, 0),
-        .nodes = dp->grads_by_id + dp->seg_first[0],
-        .apply = &apply,
-    };
-    troupe_event_t *ev = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe_allreduce(&ar, &ev));
-    return troupe__dp_sync_event(&ev, "dp_save: gathering the sharded optimizer state");
+    memset(&arg, 0, sizeof arg); /* not run: the requests only gather */
+    /* as the step's requests sharded it: one per overlap segment with gradients */
+    for (size_t g = 0; g < dp->nseg; g++) {
+        if (dp->seg_first[g + 1] == dp->seg_first[g])
+            continue;
+        s_seg_apply_t sa;
+        TROUPE_RETURN_IF_ERROR(s_fused_apply(dp, g, &arg, &sa));
+        troupe_allreduce_args_t ar = {
+            .op = TROUPE_REDUCE_SUM,
+            .flags = dp->coll_flags | TROUPE_COLL_UNSHARD,
+            .n = dp->seg_first[g + 1] - dp->seg_first[g],
+            .ctx = troupe__dp_tail(dp, 0),
+            .nodes = dp->grads_by_id + dp->seg_first[g],
+            .apply = &sa.apply,
+        };
+        troupe_event_t *ev = NULL;
+        troupe_status_t st = troupe_allreduce(&ar, &ev);
+        troupe_free(sa.side);
+        TROUPE_RETURN_IF_ERROR(st);
+        TROUPE_RETURN_IF_ERROR(
+            troupe__dp_sync_event(&ev, "dp_save: gathering the sharded optimizer state"));
+    }
+    return TROUPE_OK;
 }
 
 /* Segment g's bucket(s), once the owner stream holds their sums over the local replicas
@@ -243,13 +274,16 @@ troupe_status_t troupe__dp_xstep_out(troupe_dp_t *dp, troupe__dp_xstep_t *x, siz
             .ctx = c0,
             .nodes = dp->grads_by_id + dp->seg_first[g],
         };
-        /* the optimizer step of this step fused into it (one segment: every gradient) */
-        troupe_coll_apply_t apply;
-        if ((dp->strat.update == TROUPE__DP_UPDATE_FUSED)) {
-            apply = s_fused_apply(dp, &x->arg);
-            ar.apply = &apply;
+        /* the optimizer step of this step fused into it, for the bucket's parameters */
+        s_seg_apply_t sa;
+        memset(&sa, 0, sizeof sa);
+        if (dp->strat.update == TROUPE__DP_UPDATE_FUSED) {
+            st = s_fused_apply(dp, g, &x->arg, &sa);
+            ar.apply = &sa.apply;
         }
-        st = troupe_allreduce(&ar, &x->done[g]);
+        if (st == TROUPE_OK)
+            st = troupe_allreduce(&ar, &x->done[g]);
+        troupe_free(sa.side);
         troupe__dp_steplog_bucket(rec, g, 0, ready);
         troupe__dp_steplog_bucket(rec, g, 1, x->done[g]); /* before the stream's wait subscribes */
     }

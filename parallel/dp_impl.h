@@ -77,11 +77,25 @@ typedef struct troupe__dp_split {
     char why[160]; /* nseg == 1: the reason, "" otherwise */
 } troupe__dp_split_t;
 /* Plans the split of comp for grads[0..n_grads) (borrowed for the call; *out borrows comp's
- * trees and nodes: use it while comp lives). Errors: RESOURCE_EXHAUSTED. */
+ * trees and nodes: use it while comp lives), a segment at every place a gradient is last
+ * used. Errors: RESOURCE_EXHAUSTED. */
 TROUPE_MUST_USE troupe_status_t troupe__dp_split_plan(const troupe_asgn_comp_t *comp,
                                                       troupe_tnode_t *const *grads,
                                                       size_t n_grads, troupe__dp_split_t *out);
+/* The same, with buckets of gradients (PyTorch DDP's): a segment ends at such a place only
+ * once the gradients last used since the previous cut hold first_bytes (the first segment) or
+ * bucket_bytes (the later ones) or more; 0 for both: at every place. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_split_plan_buckets(
+    const troupe_asgn_comp_t *comp, troupe_tnode_t *const *grads, size_t n_grads,
+    size_t first_bytes, size_t bucket_bytes, troupe__dp_split_t *out);
 void troupe__dp_split_free(troupe__dp_split_t *s);
+/* With the fused update each bucket's request writes its parameters while later segments
+ * compute: *out_late is the index of the first params[i] that a segment after grads[i]'s
+ * reads (params[i] and grads[i] of one parameter), else SIZE_MAX. Errors: RESOURCE_EXHAUSTED. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_split_late_param(const troupe_asgn_comp_t *comp,
+                                                            const troupe__dp_split_t *s,
+                                                            troupe_tnode_t *const *params,
+                                                            size_t n_params, size_t *out_late);
 /* Refines every crossing node to Materialized (ir/memory_mode.h; the caller's nodes, for good).
  * FAILED_PRECONDITION naming the node when its mode cannot be. */
 TROUPE_MUST_USE troupe_status_t troupe__dp_split_materialize(const troupe__dp_split_t *s);
@@ -133,6 +147,7 @@ struct troupe_dp {
      * routine), segment s's gradients are grads_by_id[seg_first[s] .. seg_first[s + 1]),
      * seg_of_grad[i] the segment of grads[i]. */
     bool overlap; /* the split is in use (nseg > 1) */
+    size_t bucket_first, bucket_bytes; /* the split's bucket caps (troupe__dp_split_plan_buckets) */
     size_t nseg;  /* agreed across ranks */
     troupe_code_t **seg_code; /* nseg */
     size_t *seg_first;        /* nseg + 1 */
@@ -264,10 +279,14 @@ troupe_context_t *troupe__dp_tail(troupe_dp_t *dp, int k);
 TROUPE_MUST_USE troupe_status_t troupe__dp_unshard(troupe_dp_t *dp);
 
 /* dp_zero.c: ZeRO stage 1's sharded optimizer state. count elements of the gradients end to
- * end (grads_by_id's order), this rank's shard [lo, hi) of each of the nstate arrays, at[i] the
- * first element of parameter i. */
+ * end (grads_by_id's order), at[i] the first element of parameter i. Each overlap segment's
+ * request shards its own span (one segment without overlap): segment g's elements
+ * [base[g], base[g] + seg count) hold this rank's shard [base[g] + lo[g], base[g] + hi[g]),
+ * kept at shard[s] + off[g] for each of the nstate arrays (len elements in all). */
 typedef struct troupe__dp_zero {
-    int64_t count, lo, hi;
+    int64_t count, len;
+    size_t nseg;
+    int64_t *base, *lo, *hi, *off; /* nseg each */
     float *shard[2];
     int64_t *at;
 } troupe__dp_zero_t;
@@ -285,6 +304,8 @@ TROUPE_MUST_USE troupe_status_t troupe__dp_zero_gather(troupe_dp_t *dp, int s, f
 /* Copies the part of parameter i's state array s (values: all its elements) that falls in this
  * rank's shard into it. */
 void troupe__dp_zero_load(troupe_dp_t *dp, size_t i, int s, const float *values);
+/* Segment g's part of this rank's shard of state array s (the fused request's shard). */
+float *troupe__dp_zero_seg_shard(const troupe_dp_t *dp, size_t g, int s);
 
 /* dp_optim.c: the precision of the optimizer state for a parameter of precision p (single,
  * or p when wider). */

@@ -167,6 +167,14 @@ static troupe_status_t s_whole(troupe__dp_split_t *s, size_t n_grads, const char
 troupe_status_t troupe__dp_split_plan(const troupe_asgn_comp_t *comp, troupe_tnode_t *const *grads,
                                       size_t n_grads, troupe__dp_split_t *out)
 {
+    return troupe__dp_split_plan_buckets(comp, grads, n_grads, 0, 0, out);
+}
+
+troupe_status_t troupe__dp_split_plan_buckets(const troupe_asgn_comp_t *comp,
+                                              troupe_tnode_t *const *grads, size_t n_grads,
+                                              size_t first_bytes, size_t bucket_bytes,
+                                              troupe__dp_split_t *out)
+{
     memset(out, 0, sizeof *out);
     troupe_status_t st = s_items(comp, out);
     s_use_t *use = NULL;
@@ -207,18 +215,38 @@ troupe_status_t troupe__dp_split_plan(const troupe_asgn_comp_t *comp, troupe_tno
                 st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
                 goto fail;
             }
+            /* a place to cut: after an item (not the last) where a gradient is last used; a
+             * bucket closes there once it holds its cap (DDP's buckets: the first smaller) */
             nseg = 0;
+            size_t places = 0, bytes = 0;
             for (size_t j = 0; j + 1 < out->nitems; j++) {
-                bool cut = false;
-                for (size_t i = 0; i < n_grads && !cut; i++)
-                    cut = last[i] == j;
-                if (cut)
+                bool place = false;
+                for (size_t i = 0; i < n_grads; i++) {
+                    if (last[i] != j)
+                        continue;
+                    place = true;
+                    bytes += (size_t)troupe_tnode_num_elems(grads[i]) *
+                             troupe_prec_size_bytes(grads[i]->prec);
+                }
+                places += place;
+                if (place && bytes >= (nseg == 0 ? first_bytes : bucket_bytes)) {
                     out->seg_end[nseg++] = j + 1;
+                    bytes = 0;
+                }
             }
             out->seg_end[nseg++] = out->nitems; /* the last segment runs to the end */
             out->nseg = nseg;
             if (nseg > 1)
                 break;
+            if (places > 0) { /* places to cut, but no bucket filled before the last item */
+                char why[sizeof out->why];
+                snprintf(why, sizeof why,
+                         "the gradients finished before the last item hold %zu bytes, under the "
+                         "first bucket's %zu",
+                         bytes, first_bytes);
+                st = s_whole(out, n_grads, why);
+                goto done;
+            }
         }
         size_t before = out->nitems;
         if (!s_open_last(out, &st)) {
@@ -265,6 +293,33 @@ fail:
     troupe_free(last);
     troupe__dp_split_free(out);
     return st;
+}
+
+troupe_status_t troupe__dp_split_late_param(const troupe_asgn_comp_t *comp,
+                                            const troupe__dp_split_t *s,
+                                            troupe_tnode_t *const *params, size_t n_params,
+                                            size_t *out_late)
+{
+    *out_late = SIZE_MAX;
+    if (s->nseg <= 1)
+        return TROUPE_OK;
+    s_use_t *use = troupe_calloc(comp->nnodes ? comp->nnodes : 1, sizeof *use);
+    if (use == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp_new: out of memory");
+    for (size_t i = 0; i < comp->nnodes; i++) {
+        use[i].first = use[i].last = SIZE_MAX;
+        use[i].written = false;
+    }
+    for (size_t j = 0; j < s->nitems; j++)
+        s_walk(comp, use, s->items[j], j);
+    for (size_t i = 0; i < n_params && *out_late == SIZE_MAX; i++) {
+        size_t k = troupe_asgn_comp_node_index(comp, params[i]);
+        if (k != SIZE_MAX && use[k].last != SIZE_MAX &&
+            s_seg_of_item(s, use[k].last) > s->seg_of_grad[i])
+            *out_late = i;
+    }
+    troupe_free(use);
+    return TROUPE_OK;
 }
 
 troupe_status_t troupe__dp_split_materialize(const troupe__dp_split_t *s)
@@ -405,7 +460,9 @@ troupe_status_t troupe__dp_split_build(troupe_dp_t *dp, const troupe_dp_model_t 
     }
     troupe__dp_split_t sp;
     memset(&sp, 0, sizeof sp);
-    TROUPE_RETURN_IF_ERROR(troupe__dp_split_plan(m->grad_comp, dp->grads, dp->n_params, &sp));
+    TROUPE_RETURN_IF_ERROR(troupe__dp_split_plan_buckets(m->grad_comp, dp->grads, dp->n_params,
+                                                         dp->bucket_first, dp->bucket_bytes,
+                                                         &sp));
     troupe_status_t st = TROUPE_OK;
     if (sp.nseg != dp->nseg)
         st = troupe__error(TROUPE_INTERNAL, "dp_new: grad_comp split into %zu segments, then %zu",

@@ -167,9 +167,15 @@ static troupe_status_t s_plan_segments(troupe_dp_t *dp, const troupe_dp_config_t
     bool want = troupe__dp_choose_overlap(mode, dp->nranks,
                                           !troupe_backend_host_addressable(dp->backend),
                                           cores, local, dp->n, why, sizeof why);
+    /* DDP's buckets: a segment closes once its gradients hold bucket_bytes, the first at 1 MiB */
+    dp->bucket_bytes = cfg->bucket_bytes != 0 ? cfg->bucket_bytes : troupe_config_dp_bucket_bytes();
+    dp->bucket_first = dp->bucket_bytes < TROUPE_DP_FIRST_BUCKET_BYTES ? dp->bucket_bytes
+                                                                        : TROUPE_DP_FIRST_BUCKET_BYTES;
     troupe__dp_split_t sp;
     memset(&sp, 0, sizeof sp);
-    TROUPE_RETURN_IF_ERROR(troupe__dp_split_plan(m->grad_comp, dp->grads, dp->n_params, &sp));
+    TROUPE_RETURN_IF_ERROR(troupe__dp_split_plan_buckets(m->grad_comp, dp->grads, dp->n_params,
+                                                         dp->bucket_first, dp->bucket_bytes,
+                                                         &sp));
     size_t nseg = want ? sp.nseg : 1, lo = 0, hi = 0;
     int exch_lo = 0, exch_hi = 0;
     troupe_status_t st = s_agree_plan(dp, nseg, &lo, &hi, &exch_lo, &exch_hi);
@@ -182,6 +188,18 @@ static troupe_status_t s_plan_segments(troupe_dp_t *dp, const troupe_dp_config_t
     }
     if (st == TROUPE_OK && nseg > 1)
         st = troupe__dp_split_materialize(&sp);
+    size_t late = SIZE_MAX;
+    if (st == TROUPE_OK && nseg > 1)
+        st = troupe__dp_split_late_param(m->grad_comp, &sp, dp->params, dp->n_params, &late);
+    dp->strat.late_param = late != SIZE_MAX;
+    if (dp->strat.late_param) {
+        char nm[64];
+        troupe__dp_node_name(dp->params[late], nm, sizeof nm);
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL,
+                   "dp: overlap: parameter %s is read after its bucket's segment: the optimizer "
+                   "step cannot be fused into the buckets' allreduces",
+                   nm);
+    }
     dp->nseg = st == TROUPE_OK ? nseg : 1;
     dp->overlap = dp->nseg > 1;
     dp->seg_first = troupe_calloc(dp->nseg + 1, sizeof *dp->seg_first);
@@ -209,9 +227,10 @@ static troupe_status_t s_plan_segments(troupe_dp_t *dp, const troupe_dp_config_t
             if (dp->seg_first[g] < dp->seg_first[g - 1])
                 dp->seg_first[g] = dp->seg_first[g - 1];
         TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_PARALLEL,
-                   "dp: overlap %s (%zu segments, %zu nodes materialized across them): %s%s%s",
-                   dp->overlap ? "on" : "off", dp->nseg, 
-                   dp->overlap ? sp.ncrossing : 0, why,
+                   "dp: overlap %s (%zu segments, %zu nodes materialized across them; buckets of "
+                   "%zu bytes, the first %zu): %s%s%s",
+                   dp->overlap ? "on" : "off", dp->nseg, dp->overlap ? sp.ncrossing : 0,
+                   dp->bucket_bytes, dp->bucket_first, why,
                    want && sp.nseg == 1 ? "; but grad_comp cannot be split: " : "",
                    want && sp.nseg == 1 ? sp.why : "");
     }
@@ -223,15 +242,21 @@ static troupe_status_t s_plan_segments(troupe_dp_t *dp, const troupe_dp_config_t
 /* ---- update -------------------------------------------------------------------------------- */
 
 bool troupe__dp_choose_fused(bool config_on, int nranks, troupe__dp_exchange_t exchange,
-                             size_t nseg, bool all_single, char *why, size_t cap)
+                             size_t nseg, bool late_param, bool all_single, char *why,
+                             size_t cap)
 {
     const char *no = !config_on                               ? "TROUPE_DP_FUSED_UPDATE=off"
                      : nranks <= 1                            ? "one rank, no allreduce"
                      : exchange != TROUPE__DP_EXCHANGE_INPLACE ? "the exchange is not in place"
-                     : nseg > 1    ? "overlap: one allreduce per segment"
+                     : nseg > 1 && late_param
+                         ? "overlap: a segment reads a parameter of an earlier bucket"
                      : !all_single ? "a parameter is not single precision"
                                    : NULL;
-    snprintf(why, cap, "%s", no != NULL ? no : "in place, one allreduce, single precision");
+    snprintf(why, cap, "%s",
+             no != NULL  ? no
+             : nseg > 1 ? "in place, one allreduce per overlap bucket, each updating its "
+                          "parameters, single precision"
+                        : "in place, one allreduce, single precision");
     return no == NULL;
 }
 
@@ -249,8 +274,8 @@ troupe__dp_update_t troupe__dp_choose_update(bool config_on, int nranks,
                  local);
         return TROUPE__DP_UPDATE_STREAMS;
     }
-    bool f = troupe__dp_choose_fused(config_on, nranks, s->exchange, nseg, all_single, fused,
-                                     sizeof fused);
+    bool f = troupe__dp_choose_fused(config_on, nranks, s->exchange, nseg, s->late_param,
+                                     all_single, fused, sizeof fused);
     snprintf(why, cap,
              "merge and optimizer step not fused across the streams: %s; optimizer step %s: %s",
              local, f ? "fused into the allreduce" : "as a routine after the allreduce", fused);
@@ -318,7 +343,7 @@ static troupe_status_t s_resolve_update(troupe_dp_t *dp, const troupe_dp_config_
                              name, cfg->grad_clip);
     bool ok = want == TROUPE_DP_UPDATE_FUSED
                   ? troupe__dp_choose_fused(true, dp->nranks, dp->strat.exchange, dp->nseg,
-                                            all_single, why, cap)
+                                            dp->strat.late_param, all_single, why, cap)
                   : troupe__dp_choose_local(true, dp->strat.max_streams, dp->strat.exchange,
                                             dp->strat.all_host_threads, dp->nseg, all_single,
                                             dp->strat.all_per_stream, why, cap);

@@ -44,6 +44,7 @@ typedef struct troupe__dp_strategy {
     int max_streams;       /* the most local replicas of any rank (agreed) */
     bool all_host_threads; /* every rank's backend has threaded streams on host memory */
     bool all_per_stream;   /* no rank knows a parameter shared across streams */
+    bool late_param;       /* overlap: a segment reads a parameter of an earlier bucket */
 } troupe__dp_strategy_t;
 
 /* The micro-steps a config asks for: grad_accum, 0 meaning 1. INVALID_ARGUMENT naming the
@@ -69,11 +70,13 @@ bool troupe__dp_choose_overlap(troupe_dp_overlap_t mode, int nranks, bool device
                                long cores, int local_ranks, int streams, char *why, size_t cap);
 
 /* Whether a run fuses its optimizer step into the cross-rank allreduce: `config_on`
- * (TROUPE_DP_FUSED_UPDATE not off), more than one rank, the in-place exchange, one gradient
- * routine (no overlap segments), every parameter single precision. why[cap] says which rule
- * decided. */
+ * (TROUPE_DP_FUSED_UPDATE not off), more than one rank, the in-place exchange, with overlap
+ * segments (nseg > 1) no `late_param` (each bucket's request updates its parameters while the
+ * later segments compute: none of them may read one), every parameter single precision.
+ * why[cap] says which rule decided. */
 bool troupe__dp_choose_fused(bool config_on, int nranks, troupe__dp_exchange_t exchange,
-                             size_t nseg, bool all_single, char *why, size_t cap);
+                             size_t nseg, bool late_param, bool all_single, char *why,
+                             size_t cap);
 
 /* Whether a run fuses the merge and update into passes across a rank's streams (dp_local.c):
  * `config_on`, more than one stream on some rank (`max_streams`), no exchange or the in-place

@@ -68,6 +68,7 @@ static void s_train(const run_t *r, float *out, double *loss)
                               .streams = r->streams,
                               .optimizer = dpt_opt(r->kind),
                               .overlap = r->overlap,
+                              .bucket_bytes = 1, /* a segment per gradient's last use */
                               .grad_accum = r->accum};
     troupe_dp_t *dp = NULL;
     OK(troupe_dp_new(&cfg, &m.model, &dp));

@@ -78,6 +78,26 @@ Test(dp_split, a_segment_ends_where_a_bucket_of_gradients_is_last_used)
     dpt_lr_destroy(&m);
 }
 
+/* DDP's buckets: the one place to cut (after W_grad's last write: 6 floats, 24 bytes) is taken
+ * only once the first bucket holds its cap; under it the comp keeps one segment and says why. */
+Test(dp_split, a_bucket_closes_only_once_its_gradients_hold_the_cap)
+{
+    dpt_lr_t m;
+    s_model(&m);
+    troupe__dp_split_t sp;
+    OK(troupe__dp_split_plan_buckets(m.comp, m.grads, 2, 24, 1 << 20, &sp));
+    cr_assert_eq(sp.nseg, 2, "%zu segments (%s)", sp.nseg, sp.why);
+    cr_assert_eq(sp.seg_end[0], 11);
+    troupe__dp_split_free(&sp);
+    OK(troupe__dp_split_plan_buckets(m.comp, m.grads, 2, 25, 1 << 20, &sp));
+    cr_assert_eq(sp.nseg, 1);
+    cr_assert_eq(sp.ncrossing, 0);
+    cr_assert(strstr(sp.why, "hold 24 bytes, under the first bucket's 25") != NULL, "why: %s",
+              sp.why);
+    troupe__dp_split_free(&sp);
+    dpt_lr_destroy(&m);
+}
+
 Test(dp_split, each_segment_is_a_comp_with_the_static_index_and_its_embedded_nodes)
 {
     dpt_lr_t m;
@@ -220,26 +240,29 @@ Test(dp_split, auto_overlaps_where_the_engine_has_a_core_or_the_compute_a_device
 
 Test(dp_split, the_optimizer_step_fuses_into_one_in_place_allreduce_of_single_gradients)
 {
-    /* config on, ranks, exchange, segments, all single -> fused, and the reason's words */
+    /* config on, ranks, exchange, segments, a late parameter, all single -> fused, and the
+     * reason's words */
     static const struct {
         bool on;
         int ranks;
         troupe__dp_exchange_t exchange;
         size_t nseg;
-        bool single, want;
+        bool late, single, want;
         const char *why;
     } cases[] = {
-        {true, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, true, true, "in place"},
-        {false, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, true, false, "TROUPE_DP_FUSED_UPDATE=off"},
-        {true, 1, TROUPE__DP_EXCHANGE_NONE, 1, true, false, "one rank"},
-        {true, 2, TROUPE__DP_EXCHANGE_STAGED, 1, true, false, "not in place"},
-        {true, 2, TROUPE__DP_EXCHANGE_INPLACE, 3, true, false, "one allreduce per segment"},
-        {true, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, false, false, "not single"},
+        {true, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, false, true, true, "in place, one allreduce"},
+        {false, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, false, true, false, "TROUPE_DP_FUSED_UPDATE=off"},
+        {true, 1, TROUPE__DP_EXCHANGE_NONE, 1, false, true, false, "one rank"},
+        {true, 2, TROUPE__DP_EXCHANGE_STAGED, 1, false, true, false, "not in place"},
+        {true, 2, TROUPE__DP_EXCHANGE_INPLACE, 3, false, true, true, "one allreduce per overlap"},
+        {true, 2, TROUPE__DP_EXCHANGE_INPLACE, 3, true, true, false, "reads a parameter"},
+        {true, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, false, false, false, "not single"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char why[128];
         bool got = troupe__dp_choose_fused(cases[k].on, cases[k].ranks, cases[k].exchange,
-                                           cases[k].nseg, cases[k].single, why, sizeof why);
+                                           cases[k].nseg, cases[k].late, cases[k].single, why,
+                                           sizeof why);
         cr_assert_eq(got, cases[k].want, "case %zu: %s", k, why);
         cr_assert_not_null(strstr(why, cases[k].why), "case %zu: %s", k, why);
     }
@@ -288,7 +311,8 @@ static void s_train(const char *backend, troupe_dp_overlap_t mode, bool nested,
         troupe_asgn_comp_set_root(m.comp, root);
     }
     troupe_dp_config_t cfg = {
-        .backend = backend, .streams = 2, .optimizer = dpt_opt(kind), .overlap = mode};
+        .backend = backend, .streams = 2, .optimizer = dpt_opt(kind), .overlap = mode,
+        .bucket_bytes = 1}; /* a segment per gradient's last use */
     troupe_dp_t *dp = NULL;
     OK(troupe_dp_new(&cfg, &m.model, &dp));
     *nseg = dp->nseg;
@@ -341,7 +365,8 @@ Test(dp_split, a_segment_that_fails_mid_step_fails_dp_with_its_name)
         troupe_dp_config_t cfg = {.backend = backends[b],
                                   .streams = 2,
                                   .optimizer = dpt_opt(TROUPE_OPT_SGD),
-                                  .overlap = TROUPE_DP_OVERLAP_ON};
+                                  .overlap = TROUPE_DP_OVERLAP_ON,
+                                  .bucket_bytes = 1};
         troupe_dp_t *dp = NULL;
         OK(troupe_dp_new(&cfg, &m.model, &dp));
         cr_assert_eq(dp->nseg, 2);

@@ -91,7 +91,7 @@ streams)
   train a1x2 2; train b1x2 2; same a1x2 b1x2
   close a1x1 a1x2
   # the gradient routine cut into overlap segments (as across nodes) computes the same bits
-  train o1x1 1 env TROUPE_DP_OVERLAP=on; same a1x1 o1x1
+  train o1x1 1 env TROUPE_DP_OVERLAP=on TROUPE_DP_BUCKET_BYTES=1; same a1x1 o1x1
   extra=--shuffle
   train s1x1 1; train s1x2 2; close s1x1 s1x2
   extra=

@@ -51,6 +51,12 @@ troupe_add_mpi_test(test_dp_pipeline SOURCES test_dp_pipeline.c NP 2 TIMEOUT 300
 # follow the segments and its fields add up.
 troupe_add_mpi_test(test_dp_overlap SOURCES test_dp_overlap.c NP 2 TIMEOUT 300
                     ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
+# The overlap shown by the trace: per step, bucket 0's allreduce starts after its segment and
+# before the next one (the earlier layer's backward pass), with the update fused into each
+# bucket's allreduce; the same parameters and checkpoint as overlap off.
+troupe_add_mpi_test(test_dp_overlap_trace SOURCES test_dp_overlap_trace.c NP 2 TIMEOUT 300
+                    ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp
+                        TROUPE_TRACE=${CMAKE_CURRENT_BINARY_DIR}/dp_overlap_trace)
 # Data-parallel training on the GPU across ranks (two ranks share a machine's one GPU), staged
 # through pinned host memory: equal to one replica within rounding, bitwise on every rank and
 # run to run. Without a GPU it prints one SKIP line: skipped.

@@ -3,7 +3,8 @@
  *   - every combination of exchange (in place, staged through host memory), overlap segments
  *     (off, on) and update (routine, fused into the allreduce, passes across the streams),
  *     with 1 and 2 streams per rank, grad_accum 1 and 2, SGD and AdamW: a valid one equals the
- *     plain one of its layout (in place, no overlap, the routine) bit for bit, its parameters
+ *     plain one of its layout (in place, no overlap, the routine) bit for bit (overlap with the
+ *     fused update: one fused request per bucket), its parameters
  *     are the same bits on every rank, and each layout's plain run equals one replica on the
  *     global batch (local_only) within relative 1e-5 (another order of the sums); one that
  *     cannot run is refused on every rank with INVALID_ARGUMENT naming its conflict;
@@ -28,7 +29,7 @@ static const char *s_conflict(const combo_t *c, int streams)
 {
     bool on = c->overlap == TROUPE_DP_OVERLAP_ON;
     if (c->update == TROUPE_DP_UPDATE_FUSED)
-        return c->stage ? "the exchange is not in place" : on ? "overlap" : NULL;
+        return c->stage ? "the exchange is not in place" : NULL; /* a request per bucket */
     if (c->update == TROUPE_DP_UPDATE_STREAMS)
         return streams == 1  ? "one stream on every rank"
                : c->stage    ? "the exchange goes through other memory"

@@ -139,7 +139,7 @@ static bool s_last_fused, s_last_fused_streams;
 /* Trains `steps` steps; W then b into out, the last loss into *loss. The initial parameters
  * are this rank's own (different on every rank: a distributed troupe_dp_new must broadcast
  * rank 0's), or rank 0's for a local_only run (the reference). */
-static void s_train(const data_t *d, int split, int streams, bool local_only,
+__attribute__((unused)) static void s_train(const data_t *d, int split, int streams, bool local_only,
                     troupe_optimizer_kind_t kind, int steps, float *out, double *loss)
 {
     dpt_lr_t m;
@@ -153,6 +153,7 @@ static void s_train(const data_t *d, int split, int streams, bool local_only,
                               .n_devices = s_ndevices,
                               .stage_through_host = s_stage,
                               .overlap = s_overlap,
+                              .bucket_bytes = 1, /* a segment per gradient's last use */
                               .grad_accum = s_accum,
                               .update = s_update,
                               .grad_clip = s_grad_clip};

@@ -88,9 +88,9 @@ int main(int argc, char **argv)
             if (bad != NULL)
                 s_die("%s: step %lld: %s", name, l[i].step, bad);
             if (strcmp(l[i].exchange_kind, "in-place") != 0 || l[i].buckets != 2 ||
-                strcmp(l[i].update, "routine") != 0)
+                strcmp(l[i].update, "fused") != 0)
                 s_die("%s: step %lld: exchange=%s buckets=%d update=%s, want in-place, 2 and "
-                      "routine (one allreduce per segment)",
+                      "fused (one allreduce per segment, each updating its parameters)",
                       name, l[i].step, l[i].exchange_kind, l[i].buckets, l[i].update);
             if (!(l[i].reduce > 0))
                 s_die("%s: step %lld: reduce_us %.1f, want > 0", name, l[i].step, l[i].reduce);

@@ -15,7 +15,7 @@ fail() { echo "FAIL: $*"; echo "--- stdout"; cat out; echo "--- stderr"; cat err
 for mode in off on; do
   rm -f "ck_$mode"
   # shellcheck disable=SC2086 # word lists
-  TROUPE_DP_OVERLAP=$mode TROUPE_LOG=debug:parallel timeout -k 5 240 "$@" -n 2 "$fmnist" $small \
+  TROUPE_DP_OVERLAP=$mode TROUPE_DP_BUCKET_BYTES=1 TROUPE_LOG=debug:parallel timeout -k 5 240 "$@" -n 2 "$fmnist" $small \
     --checkpoint "ck_$mode" >out 2>err || fail "overlap $mode: exit status $?"
   grep -q "^final test_accuracy=" out || fail "overlap $mode: no final line"
   [ -s "ck_$mode" ] || fail "overlap $mode: no checkpoint"
