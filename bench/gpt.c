@@ -22,7 +22,19 @@
  * on stderr and exits 1. `gpt train` compiles its routines before the first step (not timed;
  * the code cache, TROUPE_CACHE_DIR, keeps them for the later rounds).
  *
+ * With --overlap, instead of the peer: the case on 2 ranks x 1 stream (mpiexec; B rows per
+ * rank), gradient overlap off and on (TROUPE_DP_OVERLAP, DDP's buckets: TROUPE_DP_BUCKET_BYTES
+ * as set) in alternating order each round, so both sides see the machine's drift alike:
+ *
+ *   bench=gpt_overlap case=<case> bytes=<parameter bytes> troupe_us=<us per step, on>
+ *     peer=overlap-off peer_us=<us per step, off> ratio=<on/off> segments=<n> update=<kind>
+ *     compute_overlap_us=<median over rank 0's logged steps>
+ *
+ * The losses of the two sides must agree within relative 1e-5 (they differ only in the order
+ * of sums beyond two ranks; with two they are equal).
+ *
  * usage: bench_gpt [--case default|small|default-2ranks|small-e2|all] [--steps N] [--rounds R]
+ *                  [--overlap]
  * The text: Debian's fortunes (`gpt data`), else generated words. The peer's interpreter:
  * $TROUPE_BENCH_PYTHON, else /usr/bin/python3 (Debian's torch); OPENBLAS_CORETYPE is unset for
  * it. Without torch the lines say peer=none.
@@ -134,6 +146,106 @@ static int s_write_words(const char *path)
         fprintf(f, "%s%c", words[(s >> 33) % 13], (s >> 20) % 11 == 0 ? '\n' : ' ');
     }
     return fclose(f) != 0;
+}
+
+/* The value after `key` on the first line of `path` that has it and a step number >= `from`
+ * after "dp step " (the step breakdown), as a median over those lines; or the text after
+ * `key` up to a space into text[cap] (text != NULL). NAN when none. */
+static double s_log_median(const char *path, const char *key, long long from, char *text,
+                           size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    double v[S_MAX_STEPS];
+    int n = 0;
+    char line[4096];
+    while (f && fgets(line, sizeof line, f) && n < S_MAX_STEPS) {
+        const char *at = strstr(line, key), *st = strstr(line, "dp step ");
+        if (!at)
+            continue;
+        if (text) {
+            sscanf(at + strlen(key), "%63[^ ,;)\n]", text);
+            (void)cap;
+            break;
+        }
+        if (st && strtoll(st + 8, NULL, 10) >= from)
+            v[n++] = strtod(at + strlen(key), NULL);
+    }
+    if (f)
+        fclose(f);
+    return text || n == 0 ? NAN : s_median(v, n);
+}
+
+/* --overlap: the case on 2 ranks x 1 stream with overlap off and on, alternating. */
+static int s_case_overlap(const gcase_t *c, const char *dir, int steps, int rounds)
+{
+    if (!GPT_BENCH_MPIEXEC[0]) {
+        fprintf(stderr, "bench_gpt: --overlap needs MPI (built without it)\n");
+        return 1;
+    }
+    char cmd[4096], model[1024], data[1024], log[1100];
+    snprintf(model, sizeof model, "%s/%s.bin", dir, c->name);
+    snprintf(data, sizeof data, "%s/fortunes_train.bin", dir);
+    snprintf(log, sizeof log, "%s/overlap.log", dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' init --layers %d --heads %d --channels %d --max-seq %d --vocab 256 --seed 1 "
+             "--out '%s' >/dev/null",
+             GPT_BENCH_GPT, c->L, c->NH, c->C, c->T, model);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "bench_gpt: %s failed\n", cmd);
+        return 1;
+    }
+    gpt_llmc_config_t cfg = {.max_seq = c->T, .vocab = 256, .layers = c->L, .heads = c->NH,
+                             .channels = c->C, .padded_vocab = 256};
+    double n = (double)gpt_llmc_num_params(&cfg);
+    double tokens = 2.0 * c->B * c->T; /* the global batch: B rows per rank */
+    double us[2][S_MAX_ROUNDS], worst = 0, cover = NAN;
+    double *l[2] = {calloc((size_t)steps, sizeof(double)), calloc((size_t)steps, sizeof(double))};
+    char segs[64] = "?", update[64] = "?";
+    int st = l[0] && l[1] ? 0 : 1;
+    for (int r = 0; r < rounds && st == 0; r++) {
+        for (int k = 0; k < 2 && st == 0; k++) {
+            int on = (r + k) % 2; /* alternate which side goes first */
+            double tps = NAN;
+            snprintf(cmd, sizeof cmd,
+                     "TROUPE_DP_OVERLAP=%s TROUPE_LOG=debug:parallel TROUPE_LOG_FILE='%s' "
+                     "'%s' -n 2 %s '%s' train --model '%s' --data '%s' --batch %d --seq %d "
+                     "--steps %d --lr 1e-4 --streams 1 --backend cpu",
+                     on ? "on" : "off", log, GPT_BENCH_MPIEXEC, GPT_BENCH_MPI_ARGS, GPT_BENCH_GPT,
+                     model, data, 2 * c->B, c->T, steps);
+            st = s_run(cmd, steps, l[on], "tokens_per_s=", &tps, NULL, 0);
+            if (st != 0)
+                break;
+            us[on][r] = tokens / tps * 1e6;
+            if (on) {
+                s_log_median(log, "dp: overlap on (", 0, segs, sizeof segs);
+                s_log_median(log, "dp: update ", 0, update, sizeof update);
+                cover = s_log_median(log, " compute_overlap_us=", 2, NULL, 0);
+            }
+            unlink(log);
+        }
+        for (int k = 0; k < steps && st == 0; k++) {
+            double d = fabs(l[1][k] - l[0][k]) / fabs(l[0][k]);
+            worst = d > worst ? d : worst;
+        }
+    }
+    if (st == 0 && worst > 1e-5) {
+        fprintf(stderr, "bench_gpt: case %s: the losses with and without overlap differ by up "
+                        "to %g relative (limit 1e-5)\n",
+                c->name, worst);
+        st = 1;
+    }
+    if (st == 0) {
+        double on_us = s_median(us[1], rounds), off_us = s_median(us[0], rounds);
+        troupe_bench_print_case("gpt_overlap", c->name, (int64_t)(4 * n), on_us, "overlap-off",
+                                off_us,
+                                "segments=%s update=%s compute_overlap_us=%.0f params=%.0f "
+                                "ranks=2 streams=1 loss_rel_diff=%.2g steps=%d rounds=%d",
+                                segs, update, cover, n, worst, steps, rounds);
+    }
+    unlink(model);
+    free(l[0]);
+    free(l[1]);
+    return st;
 }
 
 static int s_case(const gcase_t *c, const char *dir, int steps, int rounds, const char *python)
@@ -251,13 +363,19 @@ int main(int argc, char **argv)
 {
     const char *which = "default";
     int steps = 10, rounds = 3;
+    bool overlap = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--overlap")) {
+            overlap = true;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_gpt [--case default|small|default-2ranks|small-e2|all] "
-                   "[--steps N] [--rounds R]\n"
+                   "[--steps N] [--rounds R] [--overlap]\n"
                    "GPT-2 training steps, gpt train (1 rank x 1 stream) against PyTorch "
-                   "(1 thread); 2 ranks against PyTorch DDP (gloo) and against 1 rank\n");
+                   "(1 thread); 2 ranks against PyTorch DDP (gloo) and against 1 rank; "
+                   "--overlap: 2 ranks x 1 stream, gradient overlap on against off\n");
             return 0;
         }
         if (i + 1 >= argc) {
@@ -304,14 +422,15 @@ int main(int argc, char **argv)
     const char *env = getenv("TROUPE_BENCH_PYTHON");
     const char *python = env && env[0] ? env : "/usr/bin/python3";
     snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", python);
-    if (system(cmd) != 0) {
+    if (!overlap && system(cmd) != 0) {
         printf("peer torch absent: %s cannot import torch\n", python);
         python = NULL;
     }
     fflush(stdout);
     for (size_t i = 0; i < sizeof s_cases / sizeof *s_cases && st == 0; i++)
         if (!strcmp(which, "all") || !strcmp(which, s_cases[i].name))
-            st = s_case(&s_cases[i], dir, steps, rounds, python);
+            st = overlap ? s_case_overlap(&s_cases[i], dir, steps, rounds)
+                         : s_case(&s_cases[i], dir, steps, rounds, python);
     const char *files[] = {"fortunes_train.bin", "fortunes_val.bin", "words.txt"};
     for (size_t i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd, "%s/%s", dir, files[i]);
