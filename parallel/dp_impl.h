@@ -85,9 +85,11 @@ TROUPE_MUST_USE troupe_status_t troupe__dp_split_plan(const troupe_asgn_comp_t *
 /* The same, with buckets of gradients (PyTorch DDP's): a segment ends at such a place only
  * once the gradients last used since the previous cut hold first_bytes (the first segment) or
  * bucket_bytes (the later ones) or more; 0 for both: at every place. */
-TROUPE_MUST_USE troupe_status_t troupe__dp_split_plan_buckets(
-    const troupe_asgn_comp_t *comp, troupe_tnode_t *const *grads, size_t n_grads,
-    size_t first_bytes, size_t bucket_bytes, troupe__dp_split_t *out);
+TROUPE_MUST_USE troupe_status_t troupe__dp_split_plan_buckets(const troupe_asgn_comp_t *comp,
+                                                              troupe_tnode_t *const *grads,
+                                                              size_t n_grads, size_t first_bytes,
+                                                              size_t bucket_bytes,
+                                                              troupe__dp_split_t *out);
 void troupe__dp_split_free(troupe__dp_split_t *s);
 /* With the fused update each bucket's request writes its parameters while later segments
  * compute: *out_late is the index of the first params[i] that a segment after grads[i]'s

@@ -169,8 +169,9 @@ static troupe_status_t s_plan_segments(troupe_dp_t *dp, const troupe_dp_config_t
                                           cores, local, dp->n, why, sizeof why);
     /* DDP's buckets: a segment closes once its gradients hold bucket_bytes, the first at 1 MiB */
     dp->bucket_bytes = cfg->bucket_bytes != 0 ? cfg->bucket_bytes : troupe_config_dp_bucket_bytes();
-    dp->bucket_first = dp->bucket_bytes < TROUPE_DP_FIRST_BUCKET_BYTES ? dp->bucket_bytes
-                                                                        : TROUPE_DP_FIRST_BUCKET_BYTES;
+    dp->bucket_first = dp->bucket_bytes < TROUPE_DP_FIRST_BUCKET_BYTES
+                           ? dp->bucket_bytes
+                           : TROUPE_DP_FIRST_BUCKET_BYTES;
     troupe__dp_split_t sp;
     memset(&sp, 0, sizeof sp);
     TROUPE_RETURN_IF_ERROR(troupe__dp_split_plan_buckets(m->grad_comp, dp->grads, dp->n_params,
@@ -242,8 +243,7 @@ static troupe_status_t s_plan_segments(troupe_dp_t *dp, const troupe_dp_config_t
 /* ---- update -------------------------------------------------------------------------------- */
 
 bool troupe__dp_choose_fused(bool config_on, int nranks, troupe__dp_exchange_t exchange,
-                             size_t nseg, bool late_param, bool all_single, char *why,
-                             size_t cap)
+                             size_t nseg, bool late_param, bool all_single, char *why, size_t cap)
 {
     const char *no = !config_on                               ? "TROUPE_DP_FUSED_UPDATE=off"
                      : nranks <= 1                            ? "one rank, no allreduce"

@@ -75,8 +75,7 @@ bool troupe__dp_choose_overlap(troupe_dp_overlap_t mode, int nranks, bool device
  * later segments compute: none of them may read one), every parameter single precision.
  * why[cap] says which rule decided. */
 bool troupe__dp_choose_fused(bool config_on, int nranks, troupe__dp_exchange_t exchange,
-                             size_t nseg, bool late_param, bool all_single, char *why,
-                             size_t cap);
+                             size_t nseg, bool late_param, bool all_single, char *why, size_t cap);
 
 /* Whether a run fuses the merge and update into passes across a rank's streams (dp_local.c):
  * `config_on`, more than one stream on some rank (`max_streams`), no exchange or the in-place

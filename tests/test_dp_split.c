@@ -251,7 +251,8 @@ Test(dp_split, the_optimizer_step_fuses_into_one_in_place_allreduce_of_single_gr
         const char *why;
     } cases[] = {
         {true, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, false, true, true, "in place, one allreduce"},
-        {false, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, false, true, false, "TROUPE_DP_FUSED_UPDATE=off"},
+        {false, 2, TROUPE__DP_EXCHANGE_INPLACE, 1, false, true, false,
+         "TROUPE_DP_FUSED_UPDATE=off"},
         {true, 1, TROUPE__DP_EXCHANGE_NONE, 1, false, true, false, "one rank"},
         {true, 2, TROUPE__DP_EXCHANGE_STAGED, 1, false, true, false, "not in place"},
         {true, 2, TROUPE__DP_EXCHANGE_INPLACE, 3, false, true, true, "one allreduce per overlap"},
@@ -260,9 +261,9 @@ Test(dp_split, the_optimizer_step_fuses_into_one_in_place_allreduce_of_single_gr
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char why[128];
-        bool got = troupe__dp_choose_fused(cases[k].on, cases[k].ranks, cases[k].exchange,
-                                           cases[k].nseg, cases[k].late, cases[k].single, why,
-                                           sizeof why);
+        bool got =
+            troupe__dp_choose_fused(cases[k].on, cases[k].ranks, cases[k].exchange, cases[k].nseg,
+                                    cases[k].late, cases[k].single, why, sizeof why);
         cr_assert_eq(got, cases[k].want, "case %zu: %s", k, why);
         cr_assert_not_null(strstr(why, cases[k].why), "case %zu: %s", k, why);
     }
@@ -310,9 +311,11 @@ static void s_train(const char *backend, troupe_dp_overlap_t mode, bool nested,
         OK(troupe_asgn_seq2(m.comp, fb, bb, &root));
         troupe_asgn_comp_set_root(m.comp, root);
     }
-    troupe_dp_config_t cfg = {
-        .backend = backend, .streams = 2, .optimizer = dpt_opt(kind), .overlap = mode,
-        .bucket_bytes = 1}; /* a segment per gradient's last use */
+    troupe_dp_config_t cfg = {.backend = backend,
+                              .streams = 2,
+                              .optimizer = dpt_opt(kind),
+                              .overlap = mode,
+                              .bucket_bytes = 1}; /* a segment per gradient's last use */
     troupe_dp_t *dp = NULL;
     OK(troupe_dp_new(&cfg, &m.model, &dp));
     *nseg = dp->nseg;
