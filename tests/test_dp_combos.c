@@ -76,6 +76,7 @@ static troupe_status_t s_train(const combo_t *c, int steps, float *out, double *
                               .streams = c->streams,
                               .optimizer = c->opt,
                               .overlap = c->overlap,
+                              .bucket_bytes = 1, /* a segment per gradient's last use */
                               .grad_accum = c->accum,
                               .update = c->update,
                               .grad_clip = c->clip};

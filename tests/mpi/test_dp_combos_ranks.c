@@ -58,6 +58,7 @@ static void s_refused(const data_t *d, const combo_t *c, troupe_optimizer_kind_t
                               .optimizer = dpt_opt(kind),
                               .stage_through_host = c->stage,
                               .overlap = c->overlap,
+                              .bucket_bytes = 1, /* a segment per gradient's last use */
                               .grad_accum = accum,
                               .update = c->update,
                               .grad_clip = clip};
