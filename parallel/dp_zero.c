@@ -2,11 +2,12 @@
  * update fused into the allreduce and optimizer state to keep, rank r allocates only its shard
  * of that state, elements [lo, hi) of the gradients laid end to end in grads_by_id's order, cut
  * as the transport cuts its chunks (troupe_coll_shard_range); with overlap segments, each
- * segment's request cuts its own span, so the shard is one such range per segment. The fused update's request carries
- * the shard buffers (troupe_coll_apply_t shard); no state node exists, and the optimizer routine
- * is neither compiled nor linked. Checkpoints gather the shards in gradient order (every rank's
- * shard broadcast from it) and slice a loaded state into this rank's shard, so a checkpoint
- * written by R ranks restores onto any number of ranks, and the bytes equal an unsharded run's.
+ * segment's request cuts its own span, so the shard is one such range per segment. The fused
+ * update's request carries the shard buffers (troupe_coll_apply_t shard); no state node exists, and
+ * the optimizer routine is neither compiled nor linked. Checkpoints gather the shards in gradient
+ * order (every rank's shard broadcast from it) and slice a loaded state into this rank's shard, so
+ * a checkpoint written by R ranks restores onto any number of ranks, and the bytes equal an
+ * unsharded run's.
  *
  * Thread safety: the thread that drives the troupe_dp_t.
  * Ownership: dp->zero and its buffers belong to dp (troupe__dp_zero_free).
@@ -47,8 +48,7 @@ troupe_status_t troupe__dp_zero_new(troupe_dp_t *dp)
             z->at[troupe__dp_param_of(dp, j)] = z->count;
             z->count += troupe_tnode_num_elems(dp->grads_by_id[j]);
         }
-        troupe_coll_shard_range(z->count - z->base[g], dp->rank, dp->nranks, &z->lo[g],
-                                &z->hi[g]);
+        troupe_coll_shard_range(z->count - z->base[g], dp->rank, dp->nranks, &z->lo[g], &z->hi[g]);
         z->off[g] = z->len;
         z->len += z->hi[g] - z->lo[g];
     }
