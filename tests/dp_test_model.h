@@ -161,6 +161,29 @@ static inline void dpt_lr_new(dpt_lr_t *m, int64_t nb, int64_t bs, int64_t din, 
     dpt_lr_new_form(m, nb, bs, din, dout, xv, yv, wv, bv, (troupe_memory_mode_kind_t)0);
 }
 
+/* A synthetic 3-feature, 2-output regression over nb full batches of fb rows (the inputs from
+ * an LCG keyed by `seed`, the targets a fixed linear map of them), each full batch cut in
+ * `split` minibatches: minibatch j * split + h holds rows [h * fb / split, (h + 1) * fb / split)
+ * of full batch j. So a run on `split` replicas (or micro-steps) covers the full batches of a
+ * run on one. fb * nb <= 64 and split divides fb. */
+static inline void dpt_lr_synthetic(dpt_lr_t *m, uint32_t seed, int nb, int fb, int split)
+{
+    enum { SD = 3, SO = 2, SROWS = 64 };
+    double xv[SROWS * SD], yv[SROWS * SO], wv[SD * SO], bv[SO];
+    for (int e = 0; e < nb * fb * SD; e++) {
+        seed = seed * 1664525u + 1013904223u;
+        xv[e] = (double)(seed >> 8) / (double)(1u << 24) * 2.0 - 1.0;
+    }
+    for (int r = 0; r < nb * fb; r++)
+        for (int o = 0; o < SO; o++)
+            yv[r * SO + o] = 0.5 * xv[r * SD] - (o + 1) * xv[r * SD + 1] + 0.25 * xv[r * SD + 2] + 0.1 * o;
+    for (int e = 0; e < SD * SO; e++)
+        wv[e] = 0.05 * (e + 1) * (e % 2 ? -1 : 1);
+    for (int o = 0; o < SO; o++)
+        bv[o] = 0.01 * o;
+    dpt_lr_new(m, (int64_t)nb * split, fb / split, SD, SO, xv, yv, wv, bv);
+}
+
 static inline void dpt_lr_destroy(dpt_lr_t *m)
 {
     troupe_asgn_comp_destroy(&m->comp);

@@ -31,24 +31,11 @@ TestSuite(dp_accum, .init = s_setup);
 #define NP (D * O + O)
 #define STEPS 4
 
-/* The model over NB full batches of FB rows, each cut in `split` minibatches: minibatch
- * j * split + h holds rows [h * FB / split, (h + 1) * FB / split) of full batch j. */
+/* The model over NB full batches of FB rows, each cut in `split` minibatches
+ * (dp_test_model.h, dpt_lr_synthetic). */
 static void s_model(dpt_lr_t *m, int split)
 {
-    uint32_t seed = 4242;
-    double xv[NB * FB * D], yv[NB * FB * O], wv[D * O], bv[O];
-    for (int e = 0; e < NB * FB * D; e++) {
-        seed = seed * 1664525u + 1013904223u;
-        xv[e] = (double)(seed >> 8) / (double)(1u << 24) * 2.0 - 1.0;
-    }
-    for (int r = 0; r < NB * FB; r++)
-        for (int o = 0; o < O; o++)
-            yv[r * O + o] = 0.5 * xv[r * D] - (o + 1) * xv[r * D + 1] + 0.25 * xv[r * D + 2] + 0.1 * o;
-    for (int e = 0; e < D * O; e++)
-        wv[e] = 0.05 * (e + 1) * (e % 2 ? -1 : 1);
-    for (int o = 0; o < O; o++)
-        bv[o] = 0.01 * o;
-    dpt_lr_new(m, (int64_t)NB * split, FB / split, D, O, xv, yv, wv, bv);
+    dpt_lr_synthetic(m, 4242u, NB, FB, split);
 }
 
 typedef struct run {
