@@ -517,17 +517,17 @@ static int s_cmd_sample(int argc, char **argv)
     const char *path = s_get(&o, "--model");
     if (!path)
         return s_usage("option --model is required");
+    const char *prompt = s_get(&o, "--prompt"), *ptoks = s_get(&o, "--prompt-tokens");
+    if (prompt && ptoks)
+        return s_usage("options --prompt and --prompt-tokens exclude each other");
     gpt_llmc_config_t cfg;
     float *flat = NULL;
     CHECK(gpt_llmc_model_read(path, &cfg, &flat), "reading the model");
     gpt_llmc_tokenizer_t tk = {0};
     if (s_get(&o, "--tokenizer"))
         CHECK(gpt_llmc_tokenizer_read(s_get(&o, "--tokenizer"), &tk), "reading the tokenizer");
-    const char *prompt = s_get(&o, "--prompt"), *ptoks = s_get(&o, "--prompt-tokens");
     int32_t *pt = NULL;
     int np = 0;
-    if (prompt && ptoks)
-        return s_usage("options --prompt and --prompt-tokens exclude each other");
     if (ptoks) {
         /* token ids, comma-separated, each below V */
         pt = malloc((strlen(ptoks) / 2 + 1) * sizeof *pt);
@@ -557,6 +557,8 @@ static int s_cmd_sample(int argc, char **argv)
         if (cfg.vocab < 256) {
             fprintf(stderr, "gpt sample: --prompt needs a byte-level model (V >= 256), V = %d\n",
                     cfg.vocab);
+            free(flat);
+            gpt_llmc_tokenizer_free(&tk);
             return 2;
         }
         if (tk.offsets) {
