@@ -356,23 +356,29 @@ static troupe_status_t s_shard_check(const char *path, const unsigned char *buf,
     return TROUPE_OK;
 }
 
+troupe_status_t gpt_llmc_shards_glob(const char *pattern, glob_t *g)
+{
+    memset(g, 0, sizeof *g);
+    int gr = glob(pattern, 0, NULL, g);
+    if (gr == GLOB_NOMATCH || (gr == 0 && g->gl_pathc == 0)) {
+        globfree(g);
+        return troupe_error_set(TROUPE_NOT_FOUND, "%s: no token shard matches", pattern);
+    }
+    if (gr != 0) {
+        globfree(g);
+        return troupe_error_set(TROUPE_FAILED_PRECONDITION, "%s: cannot expand the pattern",
+                                pattern);
+    }
+    return TROUPE_OK;
+}
+
 troupe_status_t gpt_llmc_shards_read(const char *pattern, int32_t vocab, size_t min_tokens,
                                      uint16_t **out_tokens, size_t *out_count, int *out_shards)
 {
     if (!pattern || !out_tokens || !out_count || vocab < 1)
         return troupe_error_set(TROUPE_INVALID_ARGUMENT, "gpt_llmc_shards_read: bad argument");
     glob_t g;
-    memset(&g, 0, sizeof g);
-    int gr = glob(pattern, 0, NULL, &g);
-    if (gr == GLOB_NOMATCH || (gr == 0 && g.gl_pathc == 0)) {
-        globfree(&g);
-        return troupe_error_set(TROUPE_NOT_FOUND, "%s: no token shard matches", pattern);
-    }
-    if (gr != 0) {
-        globfree(&g);
-        return troupe_error_set(TROUPE_FAILED_PRECONDITION, "%s: cannot expand the pattern",
-                                pattern);
-    }
+    TROUPE_RETURN_IF_ERROR(gpt_llmc_shards_glob(pattern, &g));
     troupe_status_t st = TROUPE_OK;
     uint16_t *all = NULL;
     size_t total = 0;

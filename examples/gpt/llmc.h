@@ -18,6 +18,7 @@
 #include "base/status.h"
 
 #include <stddef.h>
+#include <glob.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -70,6 +71,11 @@ TROUPE_MUST_USE troupe_status_t gpt_llmc_model_read(const char *path, gpt_llmc_c
 TROUPE_MUST_USE troupe_status_t gpt_llmc_model_write(const char *path,
                                                      const gpt_llmc_config_t *cfg,
                                                      const float *params);
+
+/* Expands a shard glob (sorted, as glob(3) sorts) into *g, which the caller frees with
+ * globfree on success. Errors: NOT_FOUND when nothing matches, FAILED_PRECONDITION when the
+ * pattern cannot be expanded (nothing to free then); both name the pattern. */
+TROUPE_MUST_USE troupe_status_t gpt_llmc_shards_glob(const char *pattern, glob_t *g);
 
 /* Reads the shards a glob pattern names (sorted by name) and concatenates their tokens.
  * Each shard must hold at least min_tokens tokens (B*T+1 for a trainer) and every token must

@@ -99,17 +99,7 @@ troupe_status_t gpt_shards_open(const char *pattern, int32_t vocab, size_t min_t
         return troupe_error_set(TROUPE_INVALID_ARGUMENT, "gpt_shards_open: bad argument");
     *out = NULL;
     glob_t g;
-    memset(&g, 0, sizeof g);
-    int gr = glob(pattern, 0, NULL, &g);
-    if (gr == GLOB_NOMATCH || (gr == 0 && g.gl_pathc == 0)) {
-        globfree(&g);
-        return troupe_error_set(TROUPE_NOT_FOUND, "%s: no token shard matches", pattern);
-    }
-    if (gr != 0) {
-        globfree(&g);
-        return troupe_error_set(TROUPE_FAILED_PRECONDITION, "%s: cannot expand the pattern",
-                                pattern);
-    }
+    TROUPE_RETURN_IF_ERROR(gpt_llmc_shards_glob(pattern, &g));
     troupe_status_t st = TROUPE_OK;
     gpt_shards_t *s = calloc(1, sizeof *s);
     uint16_t *chunk = malloc(S_CHUNK_TOKENS * sizeof *chunk);
