@@ -1,6 +1,7 @@
 # troupe_add_mpi_test(<name> SOURCES <files...> [NP <n>] [TIMEOUT <s>] [ARGS <args...>]
-#                     [LIBS <libs...>] [ENV <VAR=value...>] [WILL_FAIL])
-# builds <name> (unless the target exists) and registers a CTest test (label `mpi`) running
+#                     [LIBS <libs...>] [ENV <VAR=value...>] [WILL_FAIL] [REUSE])
+# builds <name> (once: calls for several NP with the same SOURCES share it; REUSE runs a target
+# of that name made elsewhere, such as an example's) and registers a CTest test (label `mpi`) running
 # `mpiexec -n <NP> ${TROUPE_MPI_LAUNCHER_ARGS} <name> <ARGS>`: on one machine MPI stays on
 # shared memory and loopback (developers' guide). Scripts use ${TROUPE_MPI_LAUNCHER_ARGS}.
 set(TROUPE_MPI_LAUNCHER_ARGS --mca btl self,vader --mca oob_tcp_if_include lo --oversubscribe
@@ -11,7 +12,7 @@ if(_troupe_uid STREQUAL "0")
 endif()
 
 function(troupe_add_mpi_test name)
-  cmake_parse_arguments(T "WILL_FAIL" "NP;TIMEOUT" "SOURCES;ARGS;LIBS;ENV" ${ARGN})
+  cmake_parse_arguments(T "WILL_FAIL;REUSE" "NP;TIMEOUT" "SOURCES;ARGS;LIBS;ENV" ${ARGN})
   if(NOT T_NP)
     set(T_NP 2)
   endif()
@@ -22,6 +23,16 @@ function(troupe_add_mpi_test name)
     add_executable(${name} ${T_SOURCES})
     target_link_libraries(${name} PRIVATE troupe::troupe m ${T_LIBS})
     target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+    set_property(TARGET ${name} PROPERTY TROUPE_MPI_SOURCES "${T_SOURCES}")
+  elseif(NOT T_REUSE)
+    # A target of the same name made elsewhere (a unit test's) would silently run instead of
+    # these sources: refuse it.
+    get_property(_made TARGET ${name} PROPERTY TROUPE_MPI_SOURCES)
+    if(NOT _made STREQUAL "${T_SOURCES}")
+      message(FATAL_ERROR "troupe_add_mpi_test(${name}): a target named '${name}' already "
+              "exists with other sources ('${_made}' against '${T_SOURCES}'); give the mpi "
+              "test a name of its own, or say REUSE to run that target")
+    endif()
   endif()
   add_test(NAME ${name}_np${T_NP}
            COMMAND ${MPIEXEC_EXECUTABLE} -n ${T_NP} ${TROUPE_MPI_LAUNCHER_ARGS}
