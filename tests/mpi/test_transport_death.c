@@ -12,6 +12,9 @@
  *              checked to have gone that way): rank 1 dies while reducing its half, before it
  *              departs (its half of 256 MiB takes far longer than 5 ms), so rank 0 waits on
  *              its departure flag forever and the deadline and liveness probe must name it.
+ *   finished   ends its run normally after 3 allreduces (troupe_cluster_finalize): rank 0 must
+ *              name it as finished, from the notice its transport sends as it stops, not as
+ *              dead (a stopped rank sits in MPI_Finalize and cannot answer a probe);
  *   fault      does nothing itself: TROUPE_FAULT (tests/mpi/fault.cmake) kills or stalls rank 1
  *   fault-shm  at a collective's data phase (a 256 MiB tensor; fault-shm: in troupe_coll_alloc
  *              memory, through shared memory).
@@ -45,12 +48,14 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "kill";
     bool kill = strcmp(mode, "kill") == 0, stuck = strcmp(mode, "stuck") == 0;
+    bool finished = strcmp(mode, "finished") == 0;
     bool fault_shm = strcmp(mode, "fault-shm") == 0;
     bool fault = strcmp(mode, "fault") == 0 || fault_shm; /* TROUPE_FAULT acts */
     bool kill_shm = strcmp(mode, "kill-shm") == 0 || fault_shm;
     bool kill_data = strcmp(mode, "kill-data") == 0 || kill_shm || fault;
-    if (!kill && !stuck && !kill_data) {
-        printf("FAIL: unknown mode '%s' (kill, stuck, kill-data, kill-shm, fault, fault-shm)\n",
+    if (!kill && !stuck && !finished && !kill_data) {
+        printf("FAIL: unknown mode '%s' (kill, stuck, finished, kill-data, kill-shm, fault, "
+               "fault-shm)\n",
                mode);
         return 2;
     }
@@ -75,6 +80,16 @@ int main(int argc, char **argv)
                 printf("FAIL rank %d: %llu of 3 allreduces went through shared memory\n", rank,
                        (unsigned long long)stats.shm);
             fflush(stdout);
+        }
+        if (rank == 1 && k == 3 && finished) {
+            printf("rank 1: finishing its run before allreduce %d\n", k);
+            fflush(stdout);
+            free(buf);
+            st = troupe_cluster_finalize();
+            if (st != TROUPE_OK)
+                printf("FAIL rank 1: troupe_cluster_finalize: %s: %s\n", troupe_status_str(st),
+                       troupe_last_error());
+            return st == TROUPE_OK ? 0 : 1;
         }
         if (rank == 1 && k == 3 && !kill_data) {
             printf("rank 1: %s before allreduce %d\n", kill ? "dying" : "stuck", k);
@@ -106,6 +121,9 @@ int main(int argc, char **argv)
             printf("rank %d: %s\n", rank, msg);
             if (st != TROUPE_DEADLINE_EXCEEDED || strstr(msg, "rank 1") == NULL)
                 printf("FAIL rank %d: expected DEADLINE_EXCEEDED naming rank 1\n", rank);
+            if ((strstr(msg, "finished its run") != NULL) != finished)
+                printf("FAIL rank %d: the report %s say that rank 1 finished its run\n", rank,
+                       finished ? "does not" : "must not");
             fflush(stdout);
             troupe_status_t lst = troupe_cluster_leave(msg);
             if (lst != TROUPE_OK)

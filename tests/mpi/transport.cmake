@@ -69,7 +69,7 @@ troupe_add_mpi_test(test_transport_d2d SOURCES test_transport_d2d.c TIMEOUT 120
 # transport_death.sh checks status, message and time.
 add_executable(test_transport_death test_transport_death.c)
 target_link_libraries(test_transport_death PRIVATE troupe::troupe MPI::MPI_C m)
-foreach(mode kill stuck kill-data kill-shm)
+foreach(mode kill stuck finished kill-data kill-shm)
   set(_death_mca --mca orte_abort_on_non_zero_status 0)
   if(mode STREQUAL "stuck")
     set(_death_mca)

@@ -630,7 +630,7 @@ static void s_cleanup_mpi(void)
     if (troupe__eng.broken || troupe__cluster_failure(NULL, 0) == TROUPE_DEADLINE_EXCEEDED ||
         troupe__cluster_failure(NULL, 0) == TROUPE_TRANSPORT_ERROR)
         return;
-    troupe__engine_probe_drain();
+    troupe__engine_probe_drain(s_a.coll_seq);
 }
 
 /* Takes the mailbox's requests (mu held). */

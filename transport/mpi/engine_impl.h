@@ -298,8 +298,10 @@ TROUPE_MUST_USE troupe_status_t troupe__engine_peer_gate_expired(const troupe__r
                                                                  troupe__rs_t *rs);
 /* Writes "rank 1" / "ranks 1, 3" for the ranks p < size with bad[p] into buf. */
 void troupe__engine_rank_list(const bool *bad, int size, char *buf, size_t cap);
-/* At stop on a healthy cluster: withdraws the probe receive, lets small sends finish. */
-void troupe__engine_probe_drain(void);
+/* At stop on a healthy cluster: tells every peer that this rank stopped after issuing ncoll
+ * collectives (so that a peer still waiting for it names it as finished, not as dead or stuck),
+ * withdraws the probe receive, lets small sends finish. */
+void troupe__engine_probe_drain(uint64_t ncoll);
 /* At stop: frees the control sends and the per-peer records. */
 void troupe__engine_probe_stop(void);
 

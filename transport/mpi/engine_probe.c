@@ -36,6 +36,7 @@
 #define S_PING 1
 #define S_PONG 2
 #define S_GATE_EXPIRED 3 /* {S_GATE_EXPIRED, seq}: this rank failed collective #seq at its gate */
+#define S_BYE 4          /* {S_BYE, n}: this rank stopped its transport after n collectives */
 
 #define S_DRAIN_NS (2LL * TROUPE__NS_PER_S) /* at stop: how long to wait for small sends */
 
@@ -53,6 +54,7 @@ static struct {
     size_t nsends, sends_cap;
     int64_t *last_pong_ns;  /* [size] */
     uint64_t *gate_expired; /* [size]: 1 + the collective rank p failed at its gate, 0 none */
+    uint64_t *departed;     /* [size]: 1 + the collectives rank p issued before it stopped, 0 */
 } s_p;
 
 bool troupe__engine_probe_init(int size)
@@ -60,7 +62,8 @@ bool troupe__engine_probe_init(int size)
     s_p.probe_posted = false;
     s_p.last_pong_ns = troupe_calloc((size_t)size, sizeof *s_p.last_pong_ns);
     s_p.gate_expired = troupe_calloc((size_t)size, sizeof *s_p.gate_expired);
-    if (s_p.last_pong_ns == NULL || s_p.gate_expired == NULL)
+    s_p.departed = troupe_calloc((size_t)size, sizeof *s_p.departed);
+    if (s_p.last_pong_ns == NULL || s_p.gate_expired == NULL || s_p.departed == NULL)
         return false;
     for (int p = 0; p < size; p++)
         s_p.last_pong_ns[p] = INT64_MIN;
@@ -76,8 +79,10 @@ void troupe__engine_probe_stop(void)
     s_p.nsends = s_p.sends_cap = 0;
     troupe_free(s_p.last_pong_ns);
     troupe_free(s_p.gate_expired);
+    troupe_free(s_p.departed);
     s_p.last_pong_ns = NULL;
     s_p.gate_expired = NULL;
+    s_p.departed = NULL;
 }
 
 troupe_status_t troupe__engine_send_ctl(const void *data, size_t size, int dest, int tag,
@@ -153,6 +158,11 @@ static troupe_status_t s_service_probes(void)
             } else if (msg[0] == S_GATE_EXPIRED && msg[1] >= 0) {
                 s_p.gate_expired[src] = (uint64_t)msg[1] + 1;
                 s_p.last_pong_ns[src] = troupe_now_ns(); /* alive */
+            } else if (msg[0] == S_BYE && msg[1] >= 0) {
+                s_p.departed[src] = (uint64_t)msg[1] + 1;
+                TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT,
+                           "rank %d stopped its transport after %" PRId64 " collectives", src,
+                           msg[1]);
             }
         }
         TROUPE_RETURN_IF_ERROR(troupe__engine_probe_open());
@@ -213,6 +223,26 @@ troupe_status_t troupe__engine_probe_start(troupe__req_t *r, troupe__rs_t *rs, i
     return TROUPE_OK;
 }
 
+/* "; rank 1 finished its run: ..." for the ranks with bad[p] that said they stopped (S_BYE), so
+ * that a rank which ended its run early (fewer steps, a skipped collective) is not called dead;
+ * "" when none did. A stopped rank sits in MPI_Finalize and cannot answer a probe. */
+static void s_departed_note(const bool *bad, int size, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    size_t used = 0;
+    for (int p = 0; p < size && used + 1 < cap; p++) {
+        if (!bad[p] || s_p.departed[p] == 0)
+            continue;
+        int n = snprintf(buf + used, cap - used,
+                         "; rank %d finished its run: it stopped its transport after %" PRIu64
+                         " collectives, so it will not issue this one",
+                         p, s_p.departed[p] - 1);
+        if (n < 0)
+            break;
+        used += (size_t)n < cap - used ? (size_t)n : cap - used - 1;
+    }
+}
+
 troupe_status_t troupe__engine_probe_verdict(troupe__req_t *r, troupe__rs_t *rs)
 {
     int size = troupe__eng.comm.size;
@@ -228,13 +258,15 @@ troupe_status_t troupe__engine_probe_verdict(troupe__req_t *r, troupe__rs_t *rs)
                              "%s: data made no progress within %" PRId64
                              " s although every rank answered a liveness probe (stuck in MPI?)",
                              rs->what, troupe_config_timeout_s());
-    char ranks[256];
+    char ranks[256], gone[512];
     troupe__engine_rank_list(bad, size, ranks, sizeof ranks);
+    s_departed_note(bad, size, gone, sizeof gone);
     return troupe__error(TROUPE_DEADLINE_EXCEEDED,
                          "%s: %s did not answer within %" PRId64
-                         " s (dead or stuck): data made no progress and a liveness probe got no "
-                         "answer",
-                         rs->what, ranks, troupe_config_timeout_s());
+                         " s (%s): data made no progress and a liveness probe got no "
+                         "answer%s",
+                         rs->what, ranks, troupe_config_timeout_s(),
+                         gone[0] ? "finished, dead or stuck" : "dead or stuck", gone);
 }
 
 /* Names the ranks whose fingerprints are missing, those that did not answer the probe either
@@ -254,7 +286,7 @@ troupe_status_t troupe__engine_probe_fp_verdict(troupe__rs_t *rs)
         nsilent += silent[p];
         nbehind += behind[p];
     }
-    char quiet[256], late[256], also[320] = "";
+    char quiet[256], late[256], also[320] = "", gone[512];
     troupe__engine_rank_list(silent, size, quiet, sizeof quiet);
     troupe__engine_rank_list(behind, size, late, sizeof late);
     if (nsilent == 0)
@@ -265,10 +297,12 @@ troupe_status_t troupe__engine_probe_fp_verdict(troupe__rs_t *rs)
                              rs->what, late, troupe_config_timeout_s());
     if (nbehind > 0)
         snprintf(also, sizeof also, "; %s answered but did not reach this collective", late);
+    s_departed_note(silent, size, gone, sizeof gone);
     return troupe__error(TROUPE_DEADLINE_EXCEEDED,
                          "%s: %s did not answer within %" PRId64
-                         " s (dead or stuck): no fingerprint and no answer to a liveness probe%s",
-                         rs->what, quiet, troupe_config_timeout_s(), also);
+                         " s (%s): no fingerprint and no answer to a liveness probe%s%s",
+                         rs->what, quiet, troupe_config_timeout_s(),
+                         gone[0] ? "finished, dead or stuck" : "dead or stuck", also, gone);
 }
 
 /* r waits at the head of its lane for its gate (troupe_allreduce_args_t.after: this rank's own
@@ -328,9 +362,14 @@ troupe_status_t troupe__engine_peer_gate_expired(const troupe__req_t *r, troupe_
                          rs->what, ranks, troupe_config_timeout_s());
 }
 
-void troupe__engine_probe_drain(void)
+void troupe__engine_probe_drain(uint64_t ncoll)
 {
     int64_t end = troupe_now_ns() + S_DRAIN_NS;
+    int64_t bye[2] = {S_BYE, (int64_t)ncoll};
+    for (int p = 0; p < troupe__eng.comm.size; p++)
+        if (p != troupe__eng.comm.rank &&
+            troupe__engine_send_ctl(bye, sizeof bye, p, TROUPE__TAG_PROBE, "BYE") != TROUPE_OK)
+            break; /* out of memory: the peers will call this rank dead or stuck instead */
     if (s_p.probe_posted) {
         MPI_Cancel(&s_p.probe_req);
         int flag = 0;
