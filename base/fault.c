@@ -18,7 +18,16 @@
 #define S_ROUTINE_MAX 128
 #define S_TEXT_MAX 160
 
-typedef enum s_kind { S_KILL = 0, S_STALL, S_SLOW, S_ALLOC, S_KERNEL, S_CKPT, S_CTRL } s_kind_t;
+typedef enum s_kind {
+    S_KILL = 0,
+    S_STALL,
+    S_SLOW,
+    S_ALLOC,
+    S_KERNEL,
+    S_CKPT,
+    S_CTRL,
+    S_OVERFLOW
+} s_kind_t;
 
 /* The keys of a fault's fields (bits), and which each kind accepts. */
 enum {
@@ -46,6 +55,7 @@ static const struct {
     [S_KERNEL] = {"kernel", K_RANK | K_NTH | K_ROUTINE | K_MS, "rank, routine, nth, ms"},
     [S_CKPT] = {"ckpt", K_RANK | K_NTH | K_HALF | K_KILL, "rank, half, nth, kill"},
     [S_CTRL] = {"ctrl", K_RANK | K_NTH | K_DROP | K_DELAY, "rank, drop, delay, nth"},
+    [S_OVERFLOW] = {"overflow", K_RANK | K_STEP, "rank, step"},
 };
 #define S_NKINDS (sizeof s_kinds / sizeof s_kinds[0])
 
@@ -144,7 +154,7 @@ static troupe_status_t s_parse_part(const char *part, size_t len, int index, s_f
     if (k == S_NKINDS)
         return s_part_error(index, part, len,
                             "unknown fault '%.*s' (expected kill, stall, slow, alloc, kernel, "
-                            "ckpt or ctrl)",
+                            "ckpt, ctrl or overflow)",
                             (int)klen, p);
     f->kind = (s_kind_t)k;
     unsigned seen = 0;
@@ -272,6 +282,12 @@ static troupe_status_t s_parse_part(const char *part, size_t len, int index, s_f
                                 "nth goes with drop only (a delay applies to "
                                 "every message)");
         f->place = TROUPE__FAULT_CTRL;
+        break;
+    case S_OVERFLOW:
+        if (!(seen & K_STEP))
+            return s_part_error(index, part, len, "overflow needs step=N (the step whose "
+                                                  "gradient overflows)");
+        f->place = TROUPE__FAULT_OVERFLOW;
         break;
     }
     if (f->kind != S_CTRL && f->kind != S_SLOW && f->nth == 0)
@@ -405,6 +421,21 @@ void troupe__fault_step(int64_t step)
     char where[64];
     snprintf(where, sizeof where, "training step %" PRId64, step);
     s_at(TROUPE__FAULT_STEP, step, where);
+}
+
+bool troupe__fault_overflow(int64_t step)
+{
+    for (int i = 0; i < s_nfaults; i++) {
+        s_fault_t *f = &s_faults[i];
+        if (f->place != TROUPE__FAULT_OVERFLOW || !s_on_this_rank(f) || f->step != step)
+            continue;
+        S_SAY(TROUPE_LOG_WARN,
+              "TROUPE_FAULT '%s': the gradient of training step %" PRId64 " overflows (its "
+              "loss scale is +inf)",
+              f->text, step);
+        return true;
+    }
+    return false;
 }
 
 troupe_status_t troupe__fault_alloc(const char *what)

@@ -28,6 +28,11 @@
  *                                 actor, transport/zmq/status.c, asks before it answers a
  *                                 request)
  *
+ *   overflow:step=N[:rank=R]      the gradient of training step N (0-based) overflows: with
+ *                                 loss scaling on (parallel/dp.h), the step's backward pass
+ *                                 starts from +inf instead of the scale, so the step must be
+ *                                 skipped; without loss scaling nothing happens
+ *
  * `rank=R` limits a fault to the process whose rank is R (troupe_cluster_init sets it; 0
  * before and in a single process); without it every rank has the fault. A malformed
  * specification is an error naming the bad part (troupe__fault_check): the library refuses
@@ -63,6 +68,7 @@ enum {
     TROUPE__FAULT_KERNEL = 1u << 3,
     TROUPE__FAULT_CKPT = 1u << 4,
     TROUPE__FAULT_CTRL = 1u << 5,
+    TROUPE__FAULT_OVERFLOW = 1u << 6,
 };
 
 /* The places some fault of this process is armed at (0: TROUPE_FAULT unset). */
@@ -97,6 +103,9 @@ void troupe__fault_collective(uint64_t seq, const char *what);
 
 /* The data-parallel driver schedules step `step` (0-based: steps done so far). As above. */
 void troupe__fault_step(int64_t step);
+
+/* True when step `step`'s gradient is to overflow (overflow:step=N), logged at warn level. */
+bool troupe__fault_overflow(int64_t step);
 
 /* A device pool allocation (`what` names the pool, device and size). RESOURCE_EXHAUSTED
  * naming the fault when it is the one armed, else TROUPE_OK. */

@@ -268,6 +268,7 @@ struct troupe__cgen {
     const troupe_tnode_t *merge_node;
     bool uses_gemm; /* some contraction calls the GEMM library (compiler/gemm.h) */
     bool uses_bgemm; /* some with bfloat16 factors (troupe_bgemm) */
+    bool uses_hgemm; /* some with half factors (troupe_hgemm) */
     const troupe_ll_t **binds; /* the BIND_INDEX statements: gather i+1 */
     size_t nbinds, binds_cap;
     bool *bound;    /* per symbol: defined by the target (a thread index); loops over it elided */
@@ -1282,6 +1283,16 @@ static int64_t s_gemm_panel_rows(const troupe_gemm_t *gm)
     return r < gm->m ? r : gm->m;
 }
 
+/* The library entry's letter: s, d, b (bfloat16 factors), h (half factors). */
+static char s_gemm_letter(const troupe_gemm_t *gm)
+{
+    if (gm->factor_prec == TROUPE_PREC_BFLOAT16)
+        return 'b';
+    if (gm->factor_prec == TROUPE_PREC_HALF)
+        return 'h';
+    return gm->prec == TROUPE_PREC_SINGLE ? 's' : 'd';
+}
+
 /* The loops of a recognised product when no library runs it, over rows row0 <= g_i < row1 (C
  * expressions): rows outermost, the reduction
  * S_GEMM_UNROLL steps at a time around the unit-stride column loop, so that each output element
@@ -1295,9 +1306,11 @@ static void s_emit_gemm_loops(s_gen_t *g, const troupe_gemm_t *gm, const char *r
 {
     const char *t = gm->prec == TROUPE_PREC_SINGLE ? "float" : "double";
     const char *f = gm->prec == TROUPE_PREC_SINGLE ? "fmaf" : "fma";
-    /* bfloat16 factors: read widened to single, exactly (the interpreter's conversion) */
-    bool bf16 = gm->factor_prec == TROUPE_PREC_BFLOAT16;
-    const char *ft = bf16 ? "uint16_t" : t, *cv = bf16 ? "troupe_bfloat16_to_single(" : "(";
+    /* bfloat16 or half factors: read widened to single, exactly (the interpreter's
+     * conversion) */
+    bool bf16 = gm->factor_prec == TROUPE_PREC_BFLOAT16, half = gm->factor_prec == TROUPE_PREC_HALF;
+    const char *ft = bf16 || half ? "uint16_t" : t;
+    const char *cv = bf16 ? "troupe_bfloat16_to_single(" : half ? "troupe_half_to_single(" : "(";
     char a_at[S_GEMM_UNROLL][128], b_at[S_GEMM_UNROLL][128];
     for (int u = 0; u < S_GEMM_UNROLL; u++) {
         /* op(A)[g_i, g_k + u] and op(B)[g_k + u, g_j] */
@@ -1398,17 +1411,18 @@ static void s_emit_gemm_call(s_gen_t *g, const troupe_gemm_t *gm, bool beta_zero
                              int indent, troupe__strbuf_t *out)
 {
     bool single = gm->prec == TROUPE_PREC_SINGLE;
-    bool bf16 = gm->factor_prec == TROUPE_PREC_BFLOAT16; /* troupe_bgemm: no alpha */
+    /* troupe_bgemm, troupe_hgemm: no alpha */
+    bool bf16 = gm->factor_prec == TROUPE_PREC_BFLOAT16, half = gm->factor_prec == TROUPE_PREC_HALF;
     const char *one = single ? "1.0f" : "1.0", *beta = beta_zero ? (single ? "0.0f" : "0.0") : one;
     troupe__strbuf_repeat(out, "    ", indent);
-    troupe__strbuf_printf(out, "troupe_%cgemm(%d, %d, ", bf16 ? 'b' : single ? 's' : 'd',
-                          gm->a.trans ? 1 : 0, gm->b.trans ? 1 : 0);
+    troupe__strbuf_printf(out, "troupe_%cgemm(%d, %d, ", s_gemm_letter(gm), gm->a.trans ? 1 : 0,
+                          gm->b.trans ? 1 : 0);
     if (panel)
         troupe__strbuf_puts(out, "g_pm");
     else
         troupe__strbuf_printf(out, "%" PRId64, gm->m);
     troupe__strbuf_printf(out, ", %" PRId64 ", %" PRId64 ", ", gm->n, gm->k);
-    if (!bf16)
+    if (!bf16 && !half)
         troupe__strbuf_printf(out, "%s, ", one);
     s_put_gemm_base(g, out, gm, &gm->a);
     if (panel) /* row g_p of op(A) */
@@ -1465,9 +1479,9 @@ static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
     bool single = gm->prec == TROUPE_PREC_SINGLE;
     bool panel = ep->init != NULL || ep->post != NULL;
     int64_t rows = panel ? s_gemm_panel_rows(gm) : gm->m;
-    bool bf16 = gm->factor_prec == TROUPE_PREC_BFLOAT16;
     g->uses_gemm = true;
-    g->uses_bgemm = g->uses_bgemm || bf16;
+    g->uses_bgemm = g->uses_bgemm || gm->factor_prec == TROUPE_PREC_BFLOAT16;
+    g->uses_hgemm = g->uses_hgemm || gm->factor_prec == TROUPE_PREC_HALF;
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
                "cgen of %s: %s %s %s%s x %s%s (m=%" PRId64 " n=%" PRId64 " k=%" PRId64
                ") calls the GEMM library%s%s%s%s%s%s%s%s",
@@ -1499,7 +1513,7 @@ static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
     if (ep->init != NULL)
         st = s_emit_panel_nest(g, gm, ep->init, ep->init_sym_m, ep->init_sym_n, in, out);
     troupe__strbuf_repeat(out, "    ", in);
-    troupe__strbuf_printf(out, "if (troupe_%cgemm != 0) {\n", bf16 ? 'b' : single ? 's' : 'd');
+    troupe__strbuf_printf(out, "if (troupe_%cgemm != 0) {\n", s_gemm_letter(gm));
     s_emit_gemm_call(g, gm, ep->beta_zero, panel, in + 1, out);
     troupe__strbuf_repeat(out, "    ", in);
     troupe__strbuf_puts(out, "} else {\n");
@@ -1948,6 +1962,7 @@ void troupe_cgen_result_destroy(troupe_cgen_result_t **result_p)
     troupe_free(r->entry_name);
     troupe_free(r->gemm_hooks_name);
     troupe_free(r->gemm_bf16_hooks_name);
+    troupe_free(r->gemm_half_hooks_name);
     for (size_t i = 0; i < r->nkernels; i++)
         troupe_free(r->kernels[i].name);
     troupe_free(r->kernels);
@@ -2309,7 +2324,10 @@ troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_
         r->gemm_hooks_name = troupe_strdup_printf("%s_gemm_hooks", proc->name);
         if (g.uses_bgemm)
             r->gemm_bf16_hooks_name = troupe_strdup_printf("%s_gemm_bf16_hooks", proc->name);
-        if (r->gemm_hooks_name == NULL || (g.uses_bgemm && r->gemm_bf16_hooks_name == NULL)) {
+        if (g.uses_hgemm)
+            r->gemm_half_hooks_name = troupe_strdup_printf("%s_gemm_half_hooks", proc->name);
+        if (r->gemm_hooks_name == NULL || (g.uses_bgemm && r->gemm_bf16_hooks_name == NULL) ||
+            (g.uses_hgemm && r->gemm_half_hooks_name == NULL)) {
             st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
             goto done;
         }

@@ -415,6 +415,9 @@ typedef struct troupe_cgen_result {
     /* C: "<name>_gemm_bf16_hooks" when some contraction has bfloat16 factors, else NULL:
      * void <name>_gemm_bf16_hooks(troupe_bgemm_fn) (devices/host/gemm_library.h). */
     char *gemm_bf16_hooks_name;
+    /* C: "<name>_gemm_half_hooks" when some contraction has half factors, else NULL:
+     * void <name>_gemm_half_hooks(troupe_hgemm_fn) (devices/host/gemm_library.h). */
+    char *gemm_half_hooks_name;
     troupe_cgen_param_t *params; /* nparams entries, in call order */
     size_t nparams;
     /* CUDA: the unit's kernels, and the steps one call of the routine runs, in order, on one

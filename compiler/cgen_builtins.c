@@ -504,6 +504,18 @@ static const char s_gemm_bf16[] =
     "static troupe_bgemm_fn troupe_bgemm;\n"
     "#endif\n";
 
+/* The half GEMM entry (IEEE binary16 factors, single output), set by the loader through
+ * <routine>_gemm_half_hooks; NULL runs the generated loops. C dialect only. */
+static const char s_gemm_half[] =
+    "typedef void (*troupe_hgemm_fn)(int, int, int64_t, int64_t, int64_t, const uint16_t *,\n"
+    "                                int64_t, const uint16_t *, int64_t, float, float *, "
+    "int64_t);\n"
+    "#if defined(__GNUC__)\n"
+    "static __attribute__((unused)) troupe_hgemm_fn troupe_hgemm;\n"
+    "#else\n"
+    "static troupe_hgemm_fn troupe_hgemm;\n"
+    "#endif\n";
+
 #define S_SEC(name, provides, text)                                                                \
     {                                                                                              \
         name, provides, text, NULL                                                                 \
@@ -623,6 +635,7 @@ static const troupe__cgen_section_t s_sections[] = {
     S_SEC("maxmin_uint64", "troupe_max_uint64 troupe_min_uint64 troupe_relu_gate_uint64 troupe_where_uint64", S_MAXMIN("uint64", "uint64_t")),
     S_SEC("gemm", "troupe_sgemm_fn troupe_dgemm_fn troupe_sgemm troupe_dgemm", s_gemm),
     S_SEC("gemm_bf16", "troupe_bgemm_fn troupe_bgemm", s_gemm_bf16),
+    S_SEC("gemm_half", "troupe_hgemm_fn troupe_hgemm", s_gemm_half),
 };
 
 const troupe__cgen_section_t *troupe__cgen_sections(size_t *count)

@@ -57,11 +57,16 @@ static void s_put_gemm_hooks(troupe__strbuf_t *b, const troupe_cgen_result_t *r)
     troupe__strbuf_printf(b, "void %s(troupe_sgemm_fn s, troupe_dgemm_fn d)\n{\n",
                           r->gemm_hooks_name);
     troupe__strbuf_puts(b, "    troupe_sgemm = s;\n    troupe_dgemm = d;\n}\n");
-    if (r->gemm_bf16_hooks_name == NULL)
-        return;
-    troupe__strbuf_printf(b, "\nvoid %s(troupe_bgemm_fn f);\n", r->gemm_bf16_hooks_name);
-    troupe__strbuf_printf(b, "void %s(troupe_bgemm_fn f)\n{\n    troupe_bgemm = f;\n}\n",
-                          r->gemm_bf16_hooks_name);
+    if (r->gemm_bf16_hooks_name != NULL) {
+        troupe__strbuf_printf(b, "\nvoid %s(troupe_bgemm_fn f);\n", r->gemm_bf16_hooks_name);
+        troupe__strbuf_printf(b, "void %s(troupe_bgemm_fn f)\n{\n    troupe_bgemm = f;\n}\n",
+                              r->gemm_bf16_hooks_name);
+    }
+    if (r->gemm_half_hooks_name != NULL) {
+        troupe__strbuf_printf(b, "\nvoid %s(troupe_hgemm_fn f);\n", r->gemm_half_hooks_name);
+        troupe__strbuf_printf(b, "void %s(troupe_hgemm_fn f)\n{\n    troupe_hgemm = f;\n}\n",
+                              r->gemm_half_hooks_name);
+    }
 }
 
 static void s_put_after(troupe__strbuf_t *b, const troupe_cgen_result_t *r)

@@ -836,7 +836,7 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r,
 {
     const char *why = NULL;
     if (troupe_gemm_match_window(items, n, at, gm, ep, used, &why) != TROUPE_GEMM_YES ||
-        gm->factor_prec != gm->prec) /* bfloat16 factors: no cuBLAS step yet (tiles instead) */
+        gm->factor_prec != gm->prec) /* bfloat16/half factors: no cuBLAS step yet (tiles) */
         return false;
     if (ep->init != NULL && ep->bias_axis != TROUPE_GEMM_BIAS_N)
         return false; /* the init runs as a kernel; the product matches at at + 1 */
@@ -1140,7 +1140,7 @@ static bool s_refused_tiles(troupe__cgen_t *g, const troupe_cgen_result_t *r, co
 {
     troupe_gemm_verdict_t v = troupe_gemm_match(s, gm, why);
     if (v == TROUPE_GEMM_YES && gm->factor_prec != gm->prec)
-        *why = "bfloat16 factors: the C target's library form, no cuBLAS step here";
+        *why = "bfloat16 or half factors: the C target's library form, no cuBLAS step here";
     else if (v != TROUPE_GEMM_REFUSED || !gm->shape_ok)
         return false;
     if (gm->m * gm->n * gm->k < TROUPE_GEMM_MIN_MACS)

@@ -320,11 +320,12 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
     /* The precision rules come first (their reasons are the ones reported); a nest refused
      * for them alone is still described (shape_ok), for targets that tile it themselves. */
     const char *prec_why = NULL;
-    bool bf16 = c->prec == TROUPE_PREC_SINGLE && g.a.tn->prec == TROUPE_PREC_BFLOAT16 &&
-                g.b.tn->prec == TROUPE_PREC_BFLOAT16;
-    if (!bf16 && (c->prec != g.a.tn->prec || c->prec != g.b.tn->prec))
-        prec_why = "the factors and the output differ in precision (bfloat16 factors into a "
-                   "single output excepted)";
+    /* mixed precision: two bfloat16 or two half factors into a single output */
+    bool narrow = c->prec == TROUPE_PREC_SINGLE && g.a.tn->prec == g.b.tn->prec &&
+                  (g.a.tn->prec == TROUPE_PREC_BFLOAT16 || g.a.tn->prec == TROUPE_PREC_HALF);
+    if (!narrow && (c->prec != g.a.tn->prec || c->prec != g.b.tn->prec))
+        prec_why = "the factors and the output differ in precision (two bfloat16 or two half "
+                   "factors into a single output excepted)";
     else if (c->prec != TROUPE_PREC_SINGLE && c->prec != TROUPE_PREC_DOUBLE)
         prec_why = "the precision has no library GEMM (single and double only)";
     if (c == g.a.tn || c == g.b.tn) {
@@ -332,7 +333,7 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
         return TROUPE_GEMM_REFUSED;
     }
     g.prec = c->prec;
-    g.factor_prec = bf16 ? TROUPE_PREC_BFLOAT16 : c->prec;
+    g.factor_prec = narrow ? g.a.tn->prec : c->prec;
     g.fma = fma;
     g.shape_ok = false;
     if (prec_why != NULL) {

@@ -30,10 +30,10 @@
  * fall into the three groups is NO (a deeper level is tried: a loop that moves all three
  * operands is a batch loop, left outside).
  *
- * Precisions (YES): the factors and the output all single or all double, or bfloat16 factors
- * into a single output (troupe_gemm_t.factor_prec; mixed precision: the products of two
- * bfloat16 values are exact in single precision, so this differs from the loops only by the
- * order of the fp32 sums).
+ * Precisions (YES): the factors and the output all single or all double, or two bfloat16 or two
+ * half factors into a single output (troupe_gemm_t.factor_prec; mixed precision: the products
+ * of two bfloat16 or two half values are exact in single precision, so this differs from the
+ * loops only by the order of the fp32 sums).
  *
  * The result is normalised to a row-major call: C[i*ldc + j] += sum_k op(A)[i,k] * op(B)[k,j],
  * with op(A)[i,k] at A[i*lda + k] (trans_a false) or A[k*lda + i] (trans_a true), likewise B.
@@ -72,7 +72,7 @@ typedef struct troupe_gemm_operand {
 
 typedef struct troupe_gemm {
     troupe_prec_t prec;   /* the output's: SINGLE or DOUBLE (YES); any float (shape_ok) */
-    troupe_prec_t factor_prec; /* the factors' (YES): prec, or BFLOAT16 into a SINGLE output */
+    troupe_prec_t factor_prec; /* the factors' (YES): prec, or BFLOAT16/HALF into SINGLE */
     int64_t m, n, k;      /* extents of the row, column and reduction loops */
     int32_t sym_m, sym_n, sym_k; /* each dimension's fastest loop (merged: one of several) */
     int nsyms;                   /* the nest's loops: 3, or more when some are merged */

@@ -55,6 +55,10 @@ typedef struct troupe_nn_grad_opts {
      * max that shifts a softmax). May be NULL with n_constants 0. */
     troupe_tnode_t *const *constants;
     size_t n_constants;
+    /* Loss scaling (mixed precision, fp16): a scalar node whose value seeds the backward pass
+     * instead of 1, so every gradient comes out multiplied by it (parallel/dp.h,
+     * troupe_dp_model_t.loss_scale keeps it current). NULL: the seed is 1. */
+    troupe_tnode_t *loss_scale;
 } troupe_nn_grad_opts_t;
 
 /* Appends to `comp` (whose root is the forward pass) the backward pass of the scalar `loss`

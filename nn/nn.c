@@ -23,6 +23,7 @@ struct troupe_nn {
     s_ptrs_t params; /* borrowed from nodes */
     s_ptrs_t grads;
     s_ptrs_t stops;
+    troupe_tnode_t *loss_scale; /* troupe_nn_loss_scale: borrowed from nodes, or NULL */
     s_ptrs_t layers; /* finished top-level trees: block comments and loose statements */
     s_ptrs_t items;  /* the open layer's statements */
     char *layer;     /* the open layer's name, or NULL */
@@ -329,7 +330,8 @@ troupe_status_t troupe_nn_finish(troupe_nn_t *nn, troupe_tnode_t *loss)
         return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_finish: NULL loss"));
     TROUPE_RETURN_IF_ERROR(troupe_nn_forward_root(nn));
     troupe_status_t st;
-    troupe_nn_grad_opts_t o = {(troupe_tnode_t *const *)nn->stops.v, nn->stops.n};
+    troupe_nn_grad_opts_t o = {(troupe_tnode_t *const *)nn->stops.v, nn->stops.n,
+                               nn->loss_scale};
     st = troupe_nn_grad(nn->comp, loss, nn->params.n, (troupe_tnode_t *const *)nn->params.v,
                         (troupe_tnode_t *const *)nn->grads.v, &o);
     return st != TROUPE_OK ? s_fail(nn, st) : TROUPE_OK;
@@ -345,17 +347,36 @@ size_t troupe_nn_params(const troupe_nn_t *nn, troupe_tnode_t *const **params,
     return nn ? nn->params.n : 0;
 }
 
+troupe_status_t troupe_nn_loss_scale(troupe_nn_t *nn, troupe_tnode_t **out)
+{
+    if (!nn || !out)
+        return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
+                                        "troupe_nn_loss_scale: NULL argument"));
+    if (nn->st != TROUPE_OK)
+        return nn->st;
+    if (nn->loss_scale == NULL) {
+        TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "loss_scale", 0, NULL, &nn->loss_scale));
+        const double one = 1.0;
+        troupe_status_t st = troupe_tnode_set_values(nn->loss_scale, &one, 1);
+        if (st != TROUPE_OK)
+            return s_fail(nn, st);
+    }
+    *out = nn->loss_scale;
+    return TROUPE_OK;
+}
+
 troupe_status_t troupe_nn_set_compute_prec(troupe_nn_t *nn, troupe_prec_t prec)
 {
     if (!nn)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_set_compute_prec: NULL argument");
     if (nn->st != TROUPE_OK)
         return nn->st;
-    if (prec != nn->prec && !(prec == TROUPE_PREC_BFLOAT16 && nn->prec == TROUPE_PREC_SINGLE))
+    bool narrow = prec == TROUPE_PREC_BFLOAT16 || prec == TROUPE_PREC_HALF;
+    if (prec != nn->prec && !(narrow && nn->prec == TROUPE_PREC_SINGLE))
         return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
                                         "troupe_nn_set_compute_prec: %s products in a %s model "
-                                        "(expected the model's precision, or bfloat16 in a "
-                                        "single-precision model)",
+                                        "(expected the model's precision, or bfloat16 or half "
+                                        "in a single-precision model)",
                                         troupe_prec_name(prec), troupe_prec_name(nn->prec)));
     nn->compute_prec = prec;
     return TROUPE_OK;

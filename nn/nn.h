@@ -47,13 +47,20 @@ troupe_asgn_comp_t *troupe_nn_comp(const troupe_nn_t *nn);
 troupe_prec_t troupe_nn_prec(const troupe_nn_t *nn);
 
 /* Mixed precision (autocast): the precision the layers' matrix products read their factors in
- * (linear, linear_oi, attention). Default the model's own; BFLOAT16 in a single-precision model
- * makes each product read bfloat16 copies of its operands (troupe_nn_compute_copy) and
- * accumulate into single. Parameters, gradients, every other layer and the loss stay in the
+ * (linear, linear_oi, attention). Default the model's own; BFLOAT16 or HALF (fp16) in a
+ * single-precision model makes each product read copies of its operands rounded to it
+ * (troupe_nn_compute_copy, round to nearest even) and accumulate into single. fp16's narrow
+ * range wants loss scaling (parallel/dp.h, troupe_dp_config_t.loss_scale). Parameters, gradients, every other layer and the loss stay in the
  * model's precision. Set it before the layers it should apply to. INVALID_ARGUMENT for another
  * combination. */
 TROUPE_MUST_USE troupe_status_t troupe_nn_set_compute_prec(troupe_nn_t *nn, troupe_prec_t prec);
 troupe_prec_t troupe_nn_compute_prec(const troupe_nn_t *nn);
+
+/* Loss scaling (fp16): a hosted scalar node of the model's precision, value 1, that
+ * troupe_nn_finish's backward pass starts from instead of 1 (nn/grad.h, loss_scale); the
+ * data-parallel driver keeps it at the current scale (parallel/dp.h, troupe_dp_model_t.
+ * loss_scale). Created on the first call; call before troupe_nn_finish. *out is borrowed. */
+TROUPE_MUST_USE troupe_status_t troupe_nn_loss_scale(troupe_nn_t *nn, troupe_tnode_t **out);
 
 /* x itself when it already has the compute precision (or is not a float), else a new node of
  * the compute precision holding x rounded to it (a cast: out = identity x, round to nearest

@@ -547,6 +547,7 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     TROUPE_RETURN_IF_ERROR(s_copy_model(dp, m));
     TROUPE_RETURN_IF_ERROR(s_open(dp, cfg));
     TROUPE_RETURN_IF_ERROR(troupe__dp_agree_config(dp, cfg, m)); /* before any long work */
+    TROUPE_RETURN_IF_ERROR(troupe__dp_loss_scale_config(dp, cfg, m));
     TROUPE_RETURN_IF_ERROR(troupe__dp_strategy_resolve(dp, cfg, m));
     TROUPE_RETURN_IF_ERROR(troupe__dp_exchange_setup(dp));
 
@@ -558,6 +559,9 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
         TROUPE_RETURN_IF_ERROR(
             troupe__dp_upload_by_grad(dp, r, dp->params, 1, 0, "dp_new: uploading the parameters"));
         troupe_status_t st = TROUPE_OK;
+        if (dp->ls_node != NULL && !troupe_context_has_node(s_tail(r), dp->ls_node) &&
+            (st = troupe__dp_upload(r, dp->ls_node)) != TROUPE_OK)
+            return troupe__dp_wrap(st, "dp_new: uploading the loss scale");
         for (size_t i = 0; i < m->n_inputs; i++) {
             if (troupe_context_has_node(s_tail(r), m->inputs[i]))
                 continue;
@@ -707,6 +711,8 @@ void troupe_dp_destroy(troupe_dp_t **dp_p)
             }
     }
     troupe_free(dp->ckpt_note);
+    troupe_tnode_release(&dp->ls_node);
+    troupe_tnode_release(&dp->ls_finite);
     troupe__dp_close_progress(dp);
     troupe_routine_release(&dp->opt_routine);
     for (int j = 0; j < TROUPE__DP_HYPER_STAGES; j++)

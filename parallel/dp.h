@@ -96,7 +96,39 @@ typedef struct troupe_dp_model {
      * local) and belong to one replica (not shared across streams); feed_comp must not mention
      * params, grads or loss; the data set it reads goes in inputs. Borrowed for the call. */
     const troupe_asgn_comp_t *feed_comp;
+    /* Loss scaling (troupe_dp_config_t.loss_scaling): a hosted scalar (single or double) that
+     * grad_comp's backward pass starts from instead of 1 (nn/grad.h, troupe_nn_grad_opts_t.
+     * loss_scale), so that every gradient comes out multiplied by it. The driver writes the
+     * current scale into it on every replica before a step that needs a new value. Required
+     * when loss scaling is on, else NULL or ignored. Retained. */
+    troupe_tnode_t *loss_scale;
 } troupe_dp_model_t;
+
+/* The precision a model computes its matrix products in (mixed precision, docs/trainer.md):
+ * parameters, gradients and optimizer state stay single (master weights); the program builds
+ * grad_comp so (nn/nn.h, troupe_nn_set_compute_prec). The driver agrees it across ranks and
+ * turns loss scaling on for FP16 by default. */
+typedef enum troupe_dp_precision {
+    TROUPE_DP_PRECISION_FP32 = 0,
+    TROUPE_DP_PRECISION_BF16,
+    TROUPE_DP_PRECISION_FP16,
+} troupe_dp_precision_t;
+const char *troupe_dp_precision_name(troupe_dp_precision_t p); /* "fp32", "bf16", "fp16" */
+/* "fp32" / "bf16" / "fp16" -> *out; INVALID_ARGUMENT naming the text and the choices. */
+TROUPE_MUST_USE troupe_status_t troupe_dp_precision_parse(const char *text,
+                                                          troupe_dp_precision_t *out);
+
+/* Whether dynamic loss scaling runs (troupe_dp_config_t.loss_scaling). */
+typedef enum troupe_dp_loss_scaling {
+    TROUPE_DP_LOSS_SCALING_AUTO = 0, /* on for precision FP16 only */
+    TROUPE_DP_LOSS_SCALING_ON,
+    TROUPE_DP_LOSS_SCALING_OFF,
+} troupe_dp_loss_scaling_t;
+/* Dynamic loss scaling's defaults (torch.cuda.amp.GradScaler's). */
+#define TROUPE_DP_LOSS_SCALE_INIT 65536.0
+#define TROUPE_DP_LOSS_SCALE_GROWTH 2.0
+#define TROUPE_DP_LOSS_SCALE_BACKOFF 0.5
+#define TROUPE_DP_LOSS_SCALE_INTERVAL 2000
 
 /* Where a step's optimizer update runs (docs/parallel.md, The code, by strategy). */
 typedef enum troupe_dp_update {
@@ -184,7 +216,40 @@ typedef struct troupe_dp_config {
      * naming grad_clip. With AUTO the update then runs as the routine (docs/parallel.md,
      * Gradient clipping). Fingerprinted. */
     double grad_clip;
+    /* The model's compute precision (troupe_dp_precision_t; FP32, the zero value, by
+     * default). Fingerprinted. */
+    troupe_dp_precision_t precision;
+    /* Dynamic loss scaling (GradScaler; docs/parallel.md, Loss scaling): AUTO (0) is on for
+     * FP16 only. When on, the backward pass starts from the scale S (troupe_dp_model_t.
+     * loss_scale), the averaged gradient is multiplied by 1/S before clipping and the update,
+     * and a step whose averaged gradient holds an inf or nan changes nothing (parameters and
+     * optimizer state stay; AdamW's t does not advance) on every rank, counts as skipped and
+     * multiplies S by loss_scale_backoff; loss_scale_interval good steps in a row multiply it
+     * by loss_scale_growth. The verdict is read back before the next step: one host wait per
+     * step. The update then runs as the routine (FUSED or STREAMS: INVALID_ARGUMENT). 0 in the
+     * numbers means the default: TROUPE_DP_LOSS_SCALE_INIT (65536), _GROWTH (2), _BACKOFF
+     * (0.5), _INTERVAL (2000). Bad values (init not finite > 0, growth <= 1, backoff not in
+     * (0, 1), interval < 0) are INVALID_ARGUMENT naming the field. Fingerprinted. */
+    troupe_dp_loss_scaling_t loss_scaling;
+    double loss_scale_init;
+    double loss_scale_growth;
+    double loss_scale_backoff;
+    int64_t loss_scale_interval;
 } troupe_dp_config_t;
+
+/* Loss scaling's state (troupe_dp_loss_scale): whether it runs, the scale the next step uses,
+ * the good steps in a row since the scale last changed, and the steps skipped so far (a
+ * checkpoint keeps all three). */
+typedef struct troupe_dp_loss_scale_state {
+    bool on;
+    double scale;
+    int64_t good_steps;
+    int64_t skipped_steps;
+} troupe_dp_loss_scale_state_t;
+/* Reads it after every scheduled step (syncs). Errors: INVALID_ARGUMENT (NULL), a step's
+ * failure, the transfer's. */
+TROUPE_MUST_USE troupe_status_t troupe_dp_loss_scale(troupe_dp_t *dp,
+                                                     troupe_dp_loss_scale_state_t *out);
 #define TROUPE_DP_MAX_GRAD_ACCUM 65536
 
 /* One setting of a run, as its user knows it (examples/fmnist: {"--epochs", "10"}): name 1 or
@@ -329,7 +394,8 @@ troupe_backend_t *troupe_dp_backend(troupe_dp_t *dp); /* borrowed */
 
 /* Checkpoints (atomic: written to "<path>.tmp.<pid>", fsynced, renamed over path; a save first
  * removes the "<path>.tmp.<pid>" files that processes of this machine which no longer run left
- * behind, as a crash does). The file (format version 3; the layout is in parallel/dp_ckpt.c)
+ * behind, as a crash does). The file (format version 3, or 4 with loss scaling on, whose run
+ * record adds the loss scale's state; the layout is in parallel/dp_ckpt.c)
  * holds a magic "TROUPECK", the step count (which is also AdamW's step t), the optimizer kind,
  * the checkpoint note, the run's record (the layout that saved: ranks x streams; the learning
  * rate in effect; the plan set with troupe_dp_set_plan and the data position derived from it)
@@ -352,6 +418,8 @@ troupe_backend_t *troupe_dp_backend(troupe_dp_t *dp); /* borrowed */
  * minibatch when the program keeps global_batch and gives num_batches = steps_per_epoch * N * R
  * (as examples/fmnist does), and the results equal the first layout's to float rounding (the
  * gradient sums are added in another order), not bitwise.
+ * A load restores the loss scale's state from a version 4 file (bitwise resume holds with loss
+ * scaling too); other files leave it at its initial value.
  * Older files: versions 1 (no note) and 2 (no run record) still load; their record reads as
  * zeros (unknown).
  * Errors: save: NOT_FOUND / FAILED_PRECONDITION / RESOURCE_EXHAUSTED with the path and
@@ -385,7 +453,7 @@ troupe_dp_plan_t troupe_dp_plan(const troupe_dp_t *dp);
  * that check a file before building their model. Fields a file's version lacks are 0. */
 #define TROUPE_DP_NOTE_MAX 4096
 typedef struct troupe_dp_checkpoint_info {
-    uint32_t version;                  /* format version, 1 to 3 */
+    uint32_t version;                  /* format version, 1 to 4 */
     int64_t steps;                     /* steps done (the next step's index) */
     troupe_optimizer_kind_t optimizer; /* the optimizer whose state the file holds */
     int nstate;                        /* optimizer state arrays per parameter (0, 1, 2) */
@@ -398,6 +466,9 @@ typedef struct troupe_dp_checkpoint_info {
     troupe_dp_plan_t plan;   /* v3: the plan (zeros when none was set) */
     int64_t epoch;           /* v3 with a plan: the next step's epoch (from 0) */
     int64_t sample_in_epoch; /* v3 with a plan: its first sample's index in the epoch */
+    /* v4 (written when loss scaling is on): its state; 0 in older files */
+    double loss_scale;
+    int64_t loss_scale_good, skipped_steps;
     char note[TROUPE_DP_NOTE_MAX + 1]; /* the checkpoint note ("" when none) */
 } troupe_dp_checkpoint_info_t;
 

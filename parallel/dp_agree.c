@@ -295,6 +295,8 @@ troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp, const troupe_dp_config_
         S_ACCUM,
         S_UPDATE,
         S_CLIP,
+        S_PREC,
+        S_LS,
         S_N
     };
     char num[S_N][40];
@@ -315,6 +317,11 @@ troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp, const troupe_dp_config_
     s_num(num[S_EPS], sizeof num[S_EPS], o->eps);
     snprintf(num[S_ACCUM], sizeof num[S_ACCUM], "%d", cfg->grad_accum > 0 ? cfg->grad_accum : 1);
     s_num(num[S_CLIP], sizeof num[S_CLIP], cfg->grad_clip);
+    /* loss scaling as given (0 is the default; troupe__dp_loss_scale_config checks them) */
+    char ls[160];
+    snprintf(ls, sizeof ls, "%d init=%.17g growth=%.17g backoff=%.17g interval=%lld",
+             (int)cfg->loss_scaling, cfg->loss_scale_init, cfg->loss_scale_growth,
+             cfg->loss_scale_backoff, (long long)cfg->loss_scale_interval);
     /* the fields of troupe_dp_model_t and troupe_dp_config_t that decide the results; an
      * optimizer's field the other optimizer ignores reads "-". Streams per rank are not among
      * them: ranks may run different numbers of replicas (dp.h, Ranks that disagree). */
@@ -334,6 +341,8 @@ troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp, const troupe_dp_config_
         [S_ACCUM] = {"grad_accum", num[S_ACCUM]},
         [S_UPDATE] = {"update", troupe_dp_update_name(cfg->update)},
         [S_CLIP] = {"grad_clip", num[S_CLIP]},
+        [S_PREC] = {"precision", troupe_dp_precision_name(cfg->precision)},
+        [S_LS] = {"loss_scaling", ls},
     };
     troupe_status_t st = TROUPE_OK;
     if (params.failed || inputs.failed)

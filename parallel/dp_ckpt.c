@@ -4,7 +4,8 @@
  * in the host's layout of the precision, which troupe's hosts — x86-64, aarch64 — store
  * little-endian):
  *   "TROUPECK"                       8 bytes of magic
- *   u32 version                      3 (1: no note, no run record; 2: no run record; all load)
+ *   u32 version                      3, or 4 with loss scaling (1: no note, no run record;
+ *                                    2: no run record; all load)
  *   i64 steps                        steps done when saved (AdamW's step count t - 1)
  *   u32 optimizer kind               troupe_optimizer_kind_t
  *   u32 nstate                       optimizer state arrays per parameter (0, 1 or 2)
@@ -16,6 +17,8 @@
  *     f64 lr                         the learning rate in effect
  *     i64 global_batch, i64 steps_per_epoch, u64 data_seed, i64 schedule_steps   the plan
  *     i64 epoch, i64 sample_in_epoch the next step's data position (0 without a plan)
+ *     version 4 (S_RUN_BYTES_V4, written when loss scaling is on) continues:
+ *     f64 loss_scale, i64 good_steps, i64 skipped_steps   loss scaling's state
  *   per parameter, in the model's order:
  *     u32 label length, label bytes  (troupe_tnode_label_string, no terminator)
  *     u32 precision                  troupe_prec_t
@@ -56,8 +59,9 @@
 #include <zlib.h>
 
 #define S_MAGIC "TROUPECK"
-#define S_VERSION 3u
-#define S_RUN_BYTES 72u /* the run record of version 3 */
+#define S_VERSION 4u
+#define S_RUN_BYTES 72u    /* the run record of version 3 */
+#define S_RUN_BYTES_V4 96u /* version 4's: loss scaling's state added */
 #define S_MAX_LABEL 4096u
 
 /* The text of errno value `err` in char buf[] (strerror_r: the library's threads share
@@ -180,7 +184,7 @@ static troupe_status_t s_fetch(troupe_dp_t *dp, troupe_tnode_t *tn, void **out)
 static troupe_status_t s_serialize(troupe_dp_t *dp, troupe__strbuf_t *b, float *const *full)
 {
     s_put(b, S_MAGIC, 8);
-    s_put_u32(b, S_VERSION);
+    s_put_u32(b, dp->ls_on ? 4u : 3u); /* version 4 only where it carries something */
     s_put_i64(b, dp->steps);
     s_put_u32(b, (uint32_t)dp->opt.kind);
     s_put_u32(b, (uint32_t)dp->nstate);
@@ -191,7 +195,7 @@ static troupe_status_t s_serialize(troupe_dp_t *dp, troupe__strbuf_t *b, float *
     const troupe_dp_plan_t *pl = &dp->plan;
     uint64_t lr_bits = 0;
     memcpy(&lr_bits, &dp->opt.lr, sizeof lr_bits);
-    s_put_u32(b, S_RUN_BYTES);
+    s_put_u32(b, dp->ls_on ? S_RUN_BYTES_V4 : S_RUN_BYTES);
     s_put_u32(b, (uint32_t)dp->nranks);
     s_put_u32(b, (uint32_t)dp->n);
     s_put_i64(b, dp->replicas);
@@ -203,6 +207,13 @@ static troupe_status_t s_serialize(troupe_dp_t *dp, troupe__strbuf_t *b, float *
     bool planned = pl->global_batch > 0 && pl->steps_per_epoch > 0;
     s_put_i64(b, planned ? dp->steps / pl->steps_per_epoch : 0);
     s_put_i64(b, planned ? dp->steps % pl->steps_per_epoch * pl->global_batch : 0);
+    if (dp->ls_on) {
+        uint64_t scale_bits = 0;
+        memcpy(&scale_bits, &dp->ls_scale, sizeof scale_bits);
+        s_put_i64(b, (int64_t)scale_bits);
+        s_put_i64(b, dp->ls_good);
+        s_put_i64(b, dp->ls_skipped);
+    }
     for (size_t i = 0; i < dp->n_params; i++) {
         troupe_tnode_t *p = dp->params[i];
         char label[S_MAX_LABEL];
@@ -351,6 +362,7 @@ troupe_status_t troupe_dp_save(troupe_dp_t *dp, const char *path)
     if (!dp || !path || !*path)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_save: NULL dp or empty path");
     TROUPE_RETURN_IF_ERROR(troupe_dp_sync(dp));
+    TROUPE_RETURN_IF_ERROR(troupe__dp_loss_scale_settle(dp)); /* the state after the last step */
     /* the optimizer state whole on every rank first (sharded by the fused update) */
     TROUPE_RETURN_IF_ERROR(troupe__dp_unshard(dp));
     /* ZeRO-1's shards gathered in gradient order (collective: every rank) */
@@ -518,16 +530,17 @@ static troupe_status_t s_parse_param(const char *what, const char *name, s_rd_t 
     return TROUPE_OK;
 }
 
-/* Reads the version 3 run record into info. */
+/* Reads the version 3 or 4 run record into info. */
 static troupe_status_t s_parse_run(const char *what, const char *name, s_rd_t *r,
-                                   troupe_dp_checkpoint_info_t *info)
+                                   uint32_t version, troupe_dp_checkpoint_info_t *info)
 {
     uint32_t run_len = s_get_u32(r);
     if (r->short_read)
         return TROUPE_OK;
-    if (run_len != S_RUN_BYTES)
+    uint32_t want = version >= 4 ? S_RUN_BYTES_V4 : S_RUN_BYTES;
+    if (run_len != want)
         return s_bad(what, name, "run record of %u bytes, expected %u (corrupt file)", run_len,
-                     S_RUN_BYTES);
+                     want);
     uint32_t ranks = s_get_u32(r), streams = s_get_u32(r);
     info->replicas = s_get_i64(r);
     uint64_t lr_bits = (uint64_t)s_get_i64(r);
@@ -538,8 +551,18 @@ static troupe_status_t s_parse_run(const char *what, const char *name, s_rd_t *r
     pl->schedule_steps = s_get_i64(r);
     info->epoch = s_get_i64(r);
     info->sample_in_epoch = s_get_i64(r);
+    uint64_t scale_bits = 0;
+    if (version >= 4) {
+        scale_bits = (uint64_t)s_get_i64(r);
+        info->loss_scale_good = s_get_i64(r);
+        info->skipped_steps = s_get_i64(r);
+    }
     if (r->short_read)
         return TROUPE_OK;
+    memcpy(&info->loss_scale, &scale_bits, sizeof info->loss_scale);
+    if (version >= 4 && (!(info->loss_scale > 0.0) || !isfinite(info->loss_scale) ||
+                         info->loss_scale_good < 0 || info->skipped_steps < 0))
+        return s_bad(what, name, "invalid loss scaling state (corrupt file)");
     memcpy(&info->lr, &lr_bits, sizeof info->lr);
     if (ranks < 1 || ranks > (uint32_t)INT_MAX || streams < 1 || streams > (uint32_t)INT_MAX)
         return s_bad(what, name, "invalid layout %u rank(s) x %u stream(s) (corrupt file)", ranks,
@@ -613,7 +636,7 @@ static troupe_status_t s_parse(const char *what, const char *name, const unsigne
     }
     troupe_status_t st = TROUPE_OK;
     if (version >= 3 && !r.short_read)
-        st = s_parse_run(what, name, &r, info);
+        st = s_parse_run(what, name, &r, version, info);
     if (st != TROUPE_OK)
         return st;
     if (r.short_read)
@@ -855,6 +878,12 @@ troupe_status_t troupe_dp_load(troupe_dp_t *dp, const char *path)
         if (info->version >= 3 && info->lr > 0.0)
             dp->opt.lr = info->lr;
         dp->plan = info->plan;
+        if (dp->ls_on && info->version >= 4) { /* loss scaling continues where it stopped */
+            dp->ls_scale = info->loss_scale;
+            dp->ls_good = info->loss_scale_good;
+            dp->ls_skipped = info->skipped_steps;
+        }
+        dp->ls_pending = false;
         troupe_free(dp->ckpt_note);
         dp->ckpt_note = note_copy;
         note_copy = NULL;

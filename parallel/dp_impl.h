@@ -38,7 +38,8 @@ enum {
     TROUPE__DP_H_CLIP = 9,      /* C, the largest global norm */
     TROUPE__DP_H_CLIP_EPS = 10, /* 1e-6, added to the norm (PyTorch's clip_grad_norm_) */
     TROUPE__DP_H_ONE = 11,      /* 1, the clip factor's bound */
-    TROUPE__DP_HYPER_COUNT = 12,
+    TROUPE__DP_H_ZERO = 12,     /* 0: loss scaling's finiteness check (g * 0 is nan for inf) */
+    TROUPE__DP_HYPER_COUNT = 13,
 };
 
 /* Host staging nodes for the hyper values (see struct troupe_dp). */
@@ -211,6 +212,16 @@ struct troupe_dp {
     size_t ntemps, temps_cap;
 
     int64_t steps;
+    /* dynamic loss scaling (troupe_dp_config_t.loss_scaling; dp_optim.c) */
+    troupe_dp_precision_t precision;
+    bool ls_on;
+    double ls_scale, ls_growth, ls_backoff; /* the scale the next step's gradient uses */
+    int64_t ls_interval, ls_good, ls_skipped;
+    bool ls_pending;           /* the last step's verdict is not read yet */
+    double ls_seed_last;       /* the seed the replicas' loss_scale nodes hold */
+    bool ls_seed_uploaded;
+    troupe_tnode_t *ls_node;   /* troupe_dp_model_t.loss_scale, retained */
+    troupe_tnode_t *ls_finite; /* hosted double scalar the optimizer routine writes: 0 or nan */
     char *ckpt_note;        /* troupe_dp_checkpoint_note: NULL for none (troupe_free) */
     troupe_dp_plan_t plan;  /* troupe_dp_set_plan: recorded in checkpoints */
     bool progress_tried;    /* TROUPE_PROGRESS_FILE looked at (progress_fd valid) */
@@ -318,6 +329,17 @@ int troupe__dp_nstate(const troupe_optimizer_t *opt);
  * the temporaries it creates to dp->temps. Caller owns *out. */
 TROUPE_MUST_USE troupe_status_t troupe__dp_optimizer_comp(troupe_dp_t *dp,
                                                           troupe_asgn_comp_t **out);
+/* Loss scaling before step dp->steps is scheduled: reads the previous step's verdict (waits
+ * for it), updates the scale, and writes this step's seed into every replica's loss_scale node
+ * when it changed (TROUPE_FAULT overflow:step=N makes step N's seed +inf). No-op when off. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_loss_scale_begin(troupe_dp_t *dp);
+/* Reads a pending verdict (waits). No-op when off or none is pending. */
+TROUPE_MUST_USE troupe_status_t troupe__dp_loss_scale_settle(troupe_dp_t *dp);
+/* Checks and takes cfg's precision and loss scaling into dp (INVALID_ARGUMENT naming the
+ * field). */
+TROUPE_MUST_USE troupe_status_t troupe__dp_loss_scale_config(troupe_dp_t *dp,
+                                                             const troupe_dp_config_t *cfg,
+                                                             const troupe_dp_model_t *m);
 /* Fills h[TROUPE__DP_HYPER_COUNT] for step index `t` (1-based) with dp's optimizer. */
 void troupe__dp_hyper_values(const troupe_dp_t *dp, int64_t t, double *h);
 /* Validates an optimizer (INVALID_ARGUMENT naming the field and its value). */

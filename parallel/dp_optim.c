@@ -9,7 +9,9 @@
 
 #include "base/alloc.h"
 #include "base/config.h"
+#include "base/fault_impl.h"
 #include "base/fpmode_impl.h"
+#include "base/log.h"
 #include "base/vec.h"
 
 #include <math.h>
@@ -118,6 +120,8 @@ void troupe__dp_hyper_values(const troupe_dp_t *dp, int64_t t, double *h)
      * (the allreduce sums: dividing there would cost a pass over every gradient) */
     /* 1 / (K * N * R): K micro-steps (grad_accum) of N * R replicas when the ranks agree */
     h[TROUPE__DP_H_INV_N] = 1.0 / ((double)dp->replicas * (double)dp->strat.accum);
+    if (dp->ls_on) /* the gradients arrive multiplied by the loss scale */
+        h[TROUPE__DP_H_INV_N] /= dp->ls_scale;
     h[TROUPE__DP_H_CLIP] = dp->grad_clip;
     h[TROUPE__DP_H_CLIP_EPS] = 1e-6;
     h[TROUPE__DP_H_ONE] = 1.0;
@@ -146,6 +150,9 @@ typedef struct s_builder {
     size_t nitems, cap;
     char letters[TROUPE_MAX_DIMS + 1]; /* the current parameter's axes, "ab.." */
     troupe_tnode_t *clip; /* the clip factor (a double scalar), NULL without grad_clip */
+    /* loss scaling: the current parameter's targets (p, m, v: the real nodes, or with loss
+     * scaling their shadows, committed by s_commit) */
+    troupe_tnode_t *p, *m, *v;
 } s_builder_t;
 
 static troupe_status_t s_push(s_builder_t *b, troupe_asgn_t *t)
@@ -316,7 +323,7 @@ static troupe_status_t s_apply_clip(s_builder_t *b, troupe_tnode_t *t)
 static troupe_status_t s_sgd(s_builder_t *b, size_t i)
 {
     troupe_dp_t *dp = b->dp;
-    troupe_tnode_t *p = dp->params[i], *g = dp->grads[i];
+    troupe_tnode_t *p = b->p, *g = dp->grads[i];
     troupe_prec_t sp = troupe__dp_state_prec(p->prec);
     troupe_tnode_t *t = NULL;
     TROUPE_RETURN_IF_ERROR(s_new_like(b, p, sp, "sgd_g", true, &t));
@@ -326,7 +333,7 @@ static troupe_status_t s_sgd(s_builder_t *b, size_t i)
         TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ADD, t, p, TROUPE__DP_H_SGD_WD));
     troupe_tnode_t *step = t;
     if (dp->nstate == 1) {
-        troupe_tnode_t *m = dp->state[i];
+        troupe_tnode_t *m = b->m;
         TROUPE_RETURN_IF_ERROR(s_scale(b, TROUPE_BINOP_ARG2, m, m, TROUPE__DP_H_SGD_MOMENTUM));
         char spec[64];
         s_spec(b, spec, sizeof spec, 1, -1);
@@ -347,8 +354,8 @@ static troupe_status_t s_sgd(s_builder_t *b, size_t i)
 static troupe_status_t s_adamw(s_builder_t *b, size_t i)
 {
     troupe_dp_t *dp = b->dp;
-    troupe_tnode_t *p = dp->params[i], *g = dp->grads[i];
-    troupe_tnode_t *m = dp->state[2 * i], *v = dp->state[2 * i + 1];
+    troupe_tnode_t *p = b->p, *g = dp->grads[i];
+    troupe_tnode_t *m = b->m, *v = b->v;
     troupe_prec_t sp = troupe__dp_state_prec(p->prec);
     troupe_tnode_t *t = NULL, *u = NULL, *d = NULL, *r = NULL;
     TROUPE_RETURN_IF_ERROR(s_new_like(b, p, sp, "adamw_g", true, &t));
@@ -380,6 +387,80 @@ static troupe_status_t s_adamw(s_builder_t *b, size_t i)
     return s_scale(b, TROUPE_BINOP_SUB, p, r, TROUPE__DP_H_ADAM_LR_BC1);
 }
 
+/* Loss scaling's verdict, ahead of everything else (docs/parallel.md, Loss scaling):
+ *   finite := sum over every gradient, in the params' order, of g * 0     (double)
+ * which is 0 when every element is finite and nan when one is inf or nan. The routine runs the
+ * same code on the same sums on every rank, so the verdict agrees everywhere. */
+static troupe_status_t s_finite(s_builder_t *b)
+{
+    troupe_dp_t *dp = b->dp;
+    char spec[64];
+    for (size_t i = 0; i < dp->n_params; i++) {
+        s_letters(b, i);
+        snprintf(spec, sizeof spec, "%s,[%d]=>", b->letters, TROUPE__DP_H_ZERO);
+        troupe_asgn_t *a = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_binop(
+            b->comp, i == 0, TROUPE_BINOP_ADD, dp->ls_finite, TROUPE_BINOP_MUL,
+            troupe_asgn_node(dp->grads[i]), troupe_asgn_node(dp->hyper), spec, &a));
+        TROUPE_RETURN_IF_ERROR(s_push(b, a));
+    }
+    return TROUPE_OK;
+}
+
+/* *shadow := a copy of x (the update writes the copy; s_commit keeps it only for a finite
+ * gradient); x itself without loss scaling. */
+static troupe_status_t s_shadow(s_builder_t *b, troupe_tnode_t *x, troupe_tnode_t **shadow)
+{
+    *shadow = x;
+    if (x == NULL || !b->dp->ls_on)
+        return TROUPE_OK;
+    troupe_tnode_t *c = NULL;
+    TROUPE_RETURN_IF_ERROR(s_new_like(b, x, x->prec, "ls_new", true, &c));
+    char spec[64];
+    s_spec(b, spec, sizeof spec, 1, -1);
+    troupe_asgn_t *a = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_unop(b->comp, false, TROUPE_BINOP_ARG2, c,
+                                                  TROUPE_UNOP_IDENTITY, troupe_asgn_node(x), spec,
+                                                  &a));
+    TROUPE_RETURN_IF_ERROR(s_push(b, a));
+    *shadow = c;
+    return TROUPE_OK;
+}
+
+/* x := finite != 0 ? x : shadow (a nan verdict keeps the old value; nothing when they are one
+ * node). */
+static troupe_status_t s_commit(s_builder_t *b, troupe_tnode_t *x, troupe_tnode_t *shadow)
+{
+    if (x == NULL || x == shadow)
+        return TROUPE_OK;
+    char spec[64];
+    snprintf(spec, sizeof spec, ",%s,%s=>%s", b->letters, b->letters, b->letters);
+    troupe_asgn_t *a = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_ternop(
+        b->comp, false, TROUPE_BINOP_ARG2, x, TROUPE_TERNOP_WHERE,
+        troupe_asgn_node(b->dp->ls_finite), troupe_asgn_node(x), troupe_asgn_node(shadow), spec,
+        &a));
+    return s_push(b, a);
+}
+
+/* Parameter i's update: on the nodes themselves, or with loss scaling on shadows committed
+ * after it. */
+static troupe_status_t s_param_update(s_builder_t *b, size_t i)
+{
+    troupe_dp_t *dp = b->dp;
+    s_letters(b, i);
+    troupe_tnode_t *p = dp->params[i];
+    troupe_tnode_t *m = dp->nstate >= 1 ? dp->state[i * (size_t)dp->nstate] : NULL;
+    troupe_tnode_t *v = dp->nstate == 2 ? dp->state[i * (size_t)dp->nstate + 1] : NULL;
+    TROUPE_RETURN_IF_ERROR(s_shadow(b, p, &b->p));
+    TROUPE_RETURN_IF_ERROR(s_shadow(b, m, &b->m));
+    TROUPE_RETURN_IF_ERROR(s_shadow(b, v, &b->v));
+    TROUPE_RETURN_IF_ERROR(dp->opt.kind == TROUPE_OPT_ADAMW ? s_adamw(b, i) : s_sgd(b, i));
+    TROUPE_RETURN_IF_ERROR(s_commit(b, p, b->p));
+    TROUPE_RETURN_IF_ERROR(s_commit(b, m, b->m));
+    return s_commit(b, v, b->v);
+}
+
 troupe_status_t troupe__dp_optimizer_comp(troupe_dp_t *dp, troupe_asgn_comp_t **out)
 {
     *out = NULL;
@@ -387,12 +468,12 @@ troupe_status_t troupe__dp_optimizer_comp(troupe_dp_t *dp, troupe_asgn_comp_t **
     memset(&b, 0, sizeof b);
     b.dp = dp;
     troupe_status_t st = troupe_asgn_comp_new(&b.comp);
+    if (st == TROUPE_OK && dp->ls_on)
+        st = s_finite(&b);
     if (st == TROUPE_OK && dp->grad_clip > 0.0)
         st = s_clip(&b);
-    for (size_t i = 0; i < dp->n_params && st == TROUPE_OK; i++) {
-        s_letters(&b, i);
-        st = dp->opt.kind == TROUPE_OPT_ADAMW ? s_adamw(&b, i) : s_sgd(&b, i);
-    }
+    for (size_t i = 0; i < dp->n_params && st == TROUPE_OK; i++)
+        st = s_param_update(&b, i);
     troupe_asgn_t *root = NULL;
     if (st == TROUPE_OK)
         st = troupe_asgn_seq(b.comp, b.nitems, b.items, &root);
@@ -497,4 +578,166 @@ void troupe__dp_apply(const void *arg, int64_t n, const float *sum, float *const
         s_apply_sgd(a, n, sum, side[0], a->nstate > 0 ? side[1] : NULL);
     if (flush)
         troupe__fp_restore(prev);
+}
+
+/* ---- precision and dynamic loss scaling (docs/parallel.md, Loss scaling) ---------------------- */
+
+const char *troupe_dp_precision_name(troupe_dp_precision_t p)
+{
+    switch (p) {
+    case TROUPE_DP_PRECISION_FP32:
+        return "fp32";
+    case TROUPE_DP_PRECISION_BF16:
+        return "bf16";
+    case TROUPE_DP_PRECISION_FP16:
+        return "fp16";
+    }
+    return "invalid";
+}
+
+troupe_status_t troupe_dp_precision_parse(const char *text, troupe_dp_precision_t *out)
+{
+    if (!out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_precision_parse: NULL out");
+    for (int p = TROUPE_DP_PRECISION_FP32; p <= TROUPE_DP_PRECISION_FP16; p++)
+        if (text && strcmp(text, troupe_dp_precision_name((troupe_dp_precision_t)p)) == 0) {
+            *out = (troupe_dp_precision_t)p;
+            return TROUPE_OK;
+        }
+    return troupe__error(TROUPE_INVALID_ARGUMENT,
+                         "unknown precision '%s': the choices are fp32, bf16, fp16",
+                         text ? text : "(null)");
+}
+
+troupe_status_t troupe__dp_loss_scale_config(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
+                                             const troupe_dp_model_t *m)
+{
+    if ((unsigned)cfg->precision > (unsigned)TROUPE_DP_PRECISION_FP16)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: precision %d is none of fp32 (0), bf16 (1), fp16 (2)",
+                             (int)cfg->precision);
+    if ((unsigned)cfg->loss_scaling > (unsigned)TROUPE_DP_LOSS_SCALING_OFF)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: loss_scaling %d is none of auto (0), on (1), off (2)",
+                             (int)cfg->loss_scaling);
+    dp->precision = cfg->precision;
+    dp->ls_on = cfg->loss_scaling == TROUPE_DP_LOSS_SCALING_ON ||
+                (cfg->loss_scaling == TROUPE_DP_LOSS_SCALING_AUTO &&
+                 cfg->precision == TROUPE_DP_PRECISION_FP16);
+    double init = cfg->loss_scale_init != 0.0 ? cfg->loss_scale_init : TROUPE_DP_LOSS_SCALE_INIT;
+    double growth =
+        cfg->loss_scale_growth != 0.0 ? cfg->loss_scale_growth : TROUPE_DP_LOSS_SCALE_GROWTH;
+    double backoff =
+        cfg->loss_scale_backoff != 0.0 ? cfg->loss_scale_backoff : TROUPE_DP_LOSS_SCALE_BACKOFF;
+    int64_t interval = cfg->loss_scale_interval != 0 ? cfg->loss_scale_interval
+                                                      : (int64_t)TROUPE_DP_LOSS_SCALE_INTERVAL;
+    if (!(init > 0.0) || !isfinite(init))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: loss_scale_init = %g must be finite and > 0", init);
+    if (!(growth > 1.0) || !isfinite(growth))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: loss_scale_growth = %g must be finite and > 1", growth);
+    if (!(backoff > 0.0 && backoff < 1.0))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: loss_scale_backoff = %g must be in (0, 1)", backoff);
+    if (interval < 1)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: loss_scale_interval = %lld must be >= 1",
+                             (long long)interval);
+    if (m->loss_scale != NULL && (m->loss_scale->ndims != 0 ||
+                                  (m->loss_scale->prec != TROUPE_PREC_SINGLE &&
+                                   m->loss_scale->prec != TROUPE_PREC_DOUBLE)))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: loss_scale must be a single or double scalar node");
+    if (dp->ls_on && m->loss_scale == NULL)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: loss scaling is on (precision %s, loss_scaling %s) but the "
+                             "model has no loss_scale node for grad_comp to start from",
+                             troupe_dp_precision_name(cfg->precision),
+                             cfg->loss_scaling == TROUPE_DP_LOSS_SCALING_ON ? "on" : "auto");
+    dp->ls_scale = init;
+    dp->ls_growth = growth;
+    dp->ls_backoff = backoff;
+    dp->ls_interval = interval;
+    if (m->loss_scale != NULL) {
+        dp->ls_node = m->loss_scale;
+        troupe_tnode_retain(dp->ls_node);
+        /* the value every replica starts from (1 without loss scaling) */
+        double seed = dp->ls_on ? init : 1.0;
+        TROUPE_RETURN_IF_ERROR(troupe_tnode_set_values(dp->ls_node, &seed, 1));
+        dp->ls_seed_last = seed;
+        dp->ls_seed_uploaded = true;
+    }
+    if (dp->ls_on)
+        TROUPE_RETURN_IF_ERROR(
+            troupe__dp_new_hosted("dp_grad_finite", NULL, TROUPE_PREC_DOUBLE, 0, NULL,
+                                  &dp->ls_finite));
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe__dp_loss_scale_settle(troupe_dp_t *dp)
+{
+    if (!dp->ls_on || !dp->ls_pending)
+        return TROUPE_OK;
+    troupe_event_t *ev = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_to_host(troupe__dp_tail(dp, 0), dp->ls_finite, &ev));
+    TROUPE_RETURN_IF_ERROR(troupe__dp_sync_event(&ev, "dp: reading the loss scaling verdict"));
+    void *host = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_tnode_host_array(dp->ls_finite, &host));
+    double finite = troupe_prec_load_double(TROUPE_PREC_DOUBLE, host);
+    dp->ls_pending = false;
+    int64_t step = dp->steps - 1;
+    if (finite == 0.0) {
+        if (++dp->ls_good >= dp->ls_interval) {
+            dp->ls_scale *= dp->ls_growth;
+            dp->ls_good = 0;
+            TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL,
+                       "dp: %lld good steps in a row after step %lld: loss scale %g -> %g",
+                       (long long)dp->ls_interval, (long long)step,
+                       dp->ls_scale / dp->ls_growth, dp->ls_scale);
+        }
+        return TROUPE_OK;
+    }
+    double was = dp->ls_scale;
+    dp->ls_scale *= dp->ls_backoff;
+    dp->ls_good = 0;
+    dp->ls_skipped++;
+    TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL,
+               "dp: step %lld skipped: the averaged gradient holds an inf or nan; loss scale "
+               "%g -> %g (%lld skipped)",
+               (long long)step, was, dp->ls_scale, (long long)dp->ls_skipped);
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe__dp_loss_scale_begin(troupe_dp_t *dp)
+{
+    if (!dp->ls_on)
+        return TROUPE_OK;
+    TROUPE_RETURN_IF_ERROR(troupe__dp_loss_scale_settle(dp));
+    double seed = dp->ls_scale;
+    if (troupe__fault_armed(TROUPE__FAULT_OVERFLOW) && troupe__fault_overflow(dp->steps))
+        seed = INFINITY;
+    dp->ls_pending = true; /* this step's verdict */
+    if (dp->ls_seed_uploaded && memcmp(&seed, &dp->ls_seed_last, sizeof seed) == 0)
+        return TROUPE_OK;
+    dp->ls_seed_uploaded = false;
+    TROUPE_RETURN_IF_ERROR(troupe_tnode_set_values(dp->ls_node, &seed, 1));
+    for (int k = 0; k < dp->n; k++)
+        TROUPE_RETURN_IF_ERROR(troupe_from_host(troupe__dp_tail(dp, k), dp->ls_node, NULL));
+    dp->ls_seed_last = seed;
+    dp->ls_seed_uploaded = true;
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_dp_loss_scale(troupe_dp_t *dp, troupe_dp_loss_scale_state_t *out)
+{
+    if (!dp || !out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "dp_loss_scale: NULL argument");
+    TROUPE_RETURN_IF_ERROR(troupe__dp_refuse_if_failed(dp, "dp_loss_scale"));
+    TROUPE_RETURN_IF_ERROR(troupe__dp_loss_scale_settle(dp));
+    out->on = dp->ls_on;
+    out->scale = dp->ls_on ? dp->ls_scale : 1.0;
+    out->good_steps = dp->ls_good;
+    out->skipped_steps = dp->ls_skipped;
+    return TROUPE_OK;
 }

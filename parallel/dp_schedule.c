@@ -260,7 +260,10 @@ troupe_status_t troupe_dp_step(troupe_dp_t *dp)
         troupe__dp_steplog_begin(rec, dp->rep[0].stream);
     }
     s_step_mark_t *mark = NULL;
-    troupe_status_t st = s_mark_step_begin(dp, &mark);
+    /* loss scaling: the last step's verdict and this step's seed, ahead of the step */
+    troupe_status_t st = troupe__dp_loss_scale_begin(dp);
+    if (st == TROUPE_OK)
+        st = s_mark_step_begin(dp, &mark);
     if (st == TROUPE_OK)
         st = s_schedule_step(dp, &mark, rec);
     s_mark_release(mark); /* the step failed before its end mark */

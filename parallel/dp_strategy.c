@@ -318,10 +318,12 @@ static troupe_status_t s_resolve_update(troupe_dp_t *dp, const troupe_dp_config_
                                         bool all_single, char *why, size_t cap)
 {
     troupe_dp_update_t want = cfg->update;
-    bool clip = cfg->grad_clip > 0.0;
-    if (want == TROUPE_DP_UPDATE_ROUTINE || (want == TROUPE_DP_UPDATE_AUTO && clip)) {
-        snprintf(why, cap, "%s", clip ? "grad_clip: the norm needs the whole gradient first"
-                                      : "asked for (update routine)");
+    bool clip = cfg->grad_clip > 0.0, ls = dp->ls_on;
+    if (want == TROUPE_DP_UPDATE_ROUTINE || (want == TROUPE_DP_UPDATE_AUTO && (clip || ls))) {
+        snprintf(why, cap, "%s",
+                 clip ? "grad_clip: the norm needs the whole gradient first"
+                 : ls ? "loss scaling: the finiteness check needs the whole gradient first"
+                      : "asked for (update routine)");
         dp->strat.update = TROUPE__DP_UPDATE_ROUTINE;
         return TROUPE_OK;
     }
@@ -341,6 +343,13 @@ static troupe_status_t s_resolve_update(troupe_dp_t *dp, const troupe_dp_config_
                              "needs every gradient reduced before any parameter is updated "
                              "(use update routine or auto)",
                              name, cfg->grad_clip);
+    if (ls)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "dp_new: update %s conflicts with loss scaling: a step is skipped "
+                             "when any averaged gradient is not finite, which needs every "
+                             "gradient reduced before any parameter is updated (use update "
+                             "routine or auto)",
+                             name);
     bool ok = want == TROUPE_DP_UPDATE_FUSED
                   ? troupe__dp_choose_fused(true, dp->nranks, dp->strat.exchange, dp->nseg,
                                             dp->strat.late_param, all_single, why, cap)

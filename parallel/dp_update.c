@@ -97,6 +97,8 @@ troupe_status_t troupe__dp_update_build(troupe_dp_t *dp)
     }
     if (dp->zero != NULL) /* the fused update runs on the shard; no routine reads the state */
         return s_fused_sides(dp);
+    if (dp->ls_finite != NULL) /* loss scaling's verdict, read back after each step */
+        TROUPE_RETURN_IF_ERROR(troupe__dp_upload(r0, dp->ls_finite));
     troupe_asgn_comp_t *ocomp = NULL;
     TROUPE_RETURN_IF_ERROR(troupe__dp_optimizer_comp(dp, &ocomp));
     /* without fma fusion: the fused update (troupe__dp_apply) does the same operations in the
@@ -120,7 +122,8 @@ troupe_status_t troupe__dp_update_build(troupe_dp_t *dp)
 troupe_status_t troupe__dp_update_begin(troupe_dp_t *dp, troupe__dp_apply_arg_t *arg)
 {
     double h[TROUPE__DP_HYPER_COUNT];
-    troupe__dp_hyper_values(dp, dp->steps + 1, h);
+    /* AdamW's t counts the steps that updated (loss scaling skips some) */
+    troupe__dp_hyper_values(dp, dp->steps - dp->ls_skipped + 1, h);
     memset(arg, 0, sizeof *arg);
     if (dp->strat.update != TROUPE__DP_UPDATE_ROUTINE) { /* the pass that runs the update */
         arg->kind = (int32_t)dp->opt.kind;

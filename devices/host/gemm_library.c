@@ -10,6 +10,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "ir/prec.h"
 #include "troupe_config.h"
 #include "troupe_paths_impl.h"
 
@@ -386,4 +387,39 @@ troupe_bgemm_fn troupe_gemm_library_bgemm(void)
 {
     pthread_once(&s_once, s_init);
     return s_cblas_sgemm ? s_bgemm : NULL;
+}
+
+/* Half factors (troupe_hgemm_fn): widened to single exactly and handed to the sgemm; without
+ * scratch memory, element by element (each term exact, the sums in order). libxsmm has no CPU
+ * fp16 kernel worth using here: this CPU has no fp16 dot product, so it would convert too. */
+static void s_hgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                    const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+                    float *c, int64_t ldc)
+{
+    float *wa = s_scratch(0, (size_t)(m * k) * sizeof(float));
+    float *wb = s_scratch(1, (size_t)(k * n) * sizeof(float));
+    if (wa != NULL && wb != NULL) {
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t kk = 0; kk < k; kk++)
+                wa[i * k + kk] = troupe_half_to_single(S_OP(a, trans_a, lda, i, kk));
+        for (int64_t kk = 0; kk < k; kk++)
+            for (int64_t j = 0; j < n; j++)
+                wb[kk * n + j] = troupe_half_to_single(S_OP(b, trans_b, ldb, kk, j));
+        s_sgemm(0, 0, m, n, k, 1.0f, wa, k, wb, n, beta, c, ldc);
+        return;
+    }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float v = beta == 0.0f ? 0.0f : c[i * ldc + j];
+            for (int64_t kk = 0; kk < k; kk++)
+                v += troupe_half_to_single(S_OP(a, trans_a, lda, i, kk)) *
+                     troupe_half_to_single(S_OP(b, trans_b, ldb, kk, j));
+            c[i * ldc + j] = v;
+        }
+}
+
+troupe_hgemm_fn troupe_gemm_library_hgemm(void)
+{
+    pthread_once(&s_once, s_init);
+    return s_cblas_sgemm ? s_hgemm : NULL;
 }

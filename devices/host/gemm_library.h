@@ -49,6 +49,14 @@ typedef void (*troupe_bgemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, 
                                 const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
                                 float beta, float *c, int64_t ldc);
 
+/* IEEE binary16 factors (uint16_t bits, ir/prec.h) into a single-precision C, alpha 1, beta 0 or
+ * 1: as troupe_bgemm_fn (each product of two halves is exact in single, fp32 sums). The factors
+ * widened to single and the sgemm: libxsmm has no CPU fp16 kernel worth using (no native fp16
+ * dot product on this CPU; its fp16 path converts as this does). */
+typedef void (*troupe_hgemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                                float beta, float *c, int64_t ldc);
+
 /* Whether troupe was built with a GEMM library. */
 bool troupe_gemm_library_available(void);
 
@@ -60,6 +68,7 @@ const char *troupe_gemm_library_name(void);
 troupe_sgemm_fn troupe_gemm_library_sgemm(void);
 troupe_dgemm_fn troupe_gemm_library_dgemm(void);
 troupe_bgemm_fn troupe_gemm_library_bgemm(void);
+troupe_hgemm_fn troupe_gemm_library_hgemm(void);
 
 #ifdef __cplusplus
 }

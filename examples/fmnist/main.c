@@ -98,7 +98,8 @@ typedef struct opts {
     int64_t checkpoint_every; /* steps between checkpoints, 0: at epoch ends only */
     bool cosine;        /* --schedule cosine */
     bool compress_bf16; /* --compress bf16 */
-    bool bf16;          /* --precision bf16: the linear layers' products (mixed precision) */
+    /* --precision: the linear layers' products (mixed precision; fp16 with loss scaling) */
+    troupe_dp_precision_t precision;
     fmnist_feed_t feed; /* --feed */
     bool whole_data;    /* --data-layout whole: every rank keeps the whole training set */
     bool force;         /* --force: overwrite a checkpoint this run does not resume from */
@@ -155,9 +156,10 @@ static void s_help(void)
            "  --grad-accum K       micro-steps per optimizer step: each replica sums the\n"
            "                       gradients of K minibatches, --batch is divided over\n"
            "                       ranks x streams x K [1]\n"
-           "  --precision NAME     the matrix products: fp32, or bf16 (bfloat16 copies of\n"
-           "                       their factors, fp32 sums; parameters, gradients and the\n"
-           "                       optimizer stay fp32) [fp32]\n"
+           "  --precision NAME     the matrix products: fp32, bf16 or fp16 (bfloat16 or half\n"
+           "                       copies of their factors, fp32 sums; parameters, gradients\n"
+           "                       and the optimizer stay fp32; fp16 adds dynamic loss\n"
+           "                       scaling, skipped steps in the last line) [fp32]\n"
            "  --compress NAME      gradients between ranks: none (exact single precision) or\n"
            "                       bf16 (half the bytes, bfloat16 rounding) [none]\n"
            "  --feed NAME          how a step reaches its minibatch: fed (a feed routine copies\n"
@@ -356,10 +358,8 @@ static bool s_parse(int argc, char **argv, opts_t *o, bool *help, char *err, siz
             else
                 want = "none or bf16";
         } else if (!strcmp(name, "--precision")) {
-            if (!strcmp(val, "fp32") || !strcmp(val, "bf16"))
-                o->bf16 = val[0] == 'b';
-            else
-                want = "fp32 or bf16";
+            if (troupe_dp_precision_parse(val, &o->precision) != TROUPE_OK)
+                want = "fp32, bf16 or fp16";
         } else if (!strcmp(name, "--model")) {
             if (fmnist_model_parse(val, &o->model) != TROUPE_OK)
                 want = "mlp or cnn";
@@ -488,7 +488,7 @@ static void s_settings(const opts_t *o, run_settings_t *s)
     snprintf(v[S_SET_MODEL], sizeof v[0], "%s", fmnist_model_name(o->model));
     snprintf(v[S_SET_GRAD_ACCUM], sizeof v[0], "%d", o->grad_accum);
     snprintf(v[S_SET_DATA_LAYOUT], sizeof v[0], "%s", o->whole_data ? "whole" : "share");
-    snprintf(v[S_SET_PRECISION], sizeof v[0], "%s", o->bf16 ? "bf16" : "fp32");
+    snprintf(v[S_SET_PRECISION], sizeof v[0], "%s", troupe_dp_precision_name(o->precision));
     for (int i = 0; i < S_NSETTINGS; i++)
         s->list[i] = (troupe_dp_setting_t){names[i], v[i]};
 }
@@ -821,7 +821,7 @@ static void s_note(const run_t *r, char *note, size_t cap)
     snprintf(note, cap,
              "fmnist batch=%lld train_images=%lld train_limit=%lld model=%s precision=%s",
              (long long)r->o.batch, (long long)r->train_count, (long long)r->o.train_limit,
-             fmnist_model_name(r->o.model), r->o.bf16 ? "bf16" : "fp32");
+             fmnist_model_name(r->o.model), troupe_dp_precision_name(r->o.precision));
 }
 
 /* Before troupe_dp_load compares the file's parameters with the model's: was the checkpoint
@@ -1167,8 +1167,9 @@ int main(int argc, char **argv)
                                  : fmnist_mlp_config_default(B, num_batches);
     mc.fed = fmnist_feed_resolve(o->feed, o->backend);
     mc.changing = !o->whole_data;
-    if (o->bf16)
-        mc.compute_prec = TROUPE_PREC_BFLOAT16;
+    if (o->precision != TROUPE_DP_PRECISION_FP32)
+        mc.compute_prec = o->precision == TROUPE_DP_PRECISION_BF16 ? TROUPE_PREC_BFLOAT16
+                                                                   : TROUPE_PREC_HALF;
     CHECK(fmnist_mlp_new(&mc, &r.mlp), "building the model");
     CHECK(fmnist_mlp_init_params(r.mlp, o->seed), "initialising the parameters");
     if (o->whole_data)
@@ -1188,7 +1189,8 @@ int main(int argc, char **argv)
                              .n_settings = S_NSETTINGS,
                              .devices = r.devices.ordinals,
                              .n_devices = r.devices.n,
-                             .grad_accum = o->grad_accum};
+                             .grad_accum = o->grad_accum,
+                             .precision = o->precision};
     double t_build = s_now();
     CHECK(troupe_dp_new(&dc, &model, &r.dp), "starting data-parallel training");
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
@@ -1261,7 +1263,7 @@ int main(int argc, char **argv)
         if (o->opt.kind == TROUPE_OPT_SGD)
             printf(" momentum %g", o->opt.momentum);
         printf(" weight_decay %g, %s schedule, precision %s\n", o->opt.weight_decay,
-               o->cosine ? "cosine" : "constant", o->bf16 ? "bf16" : "fp32");
+               o->cosine ? "cosine" : "constant", troupe_dp_precision_name(o->precision));
         if (o->model == FMNIST_MODEL_CNN) /* the MLP's lines stay as README.md shows them */
             printf("fmnist: model cnn: conv3x3 1->%lld, conv3x3 ->%lld, maxpool 2, conv3x3 "
                    "->%lld, maxpool 2, linear ->%lld, linear ->%lld\n",
@@ -1375,9 +1377,14 @@ int main(int argc, char **argv)
     if (r.rank == 0) {
         if (acc < 0) /* no epoch ran (resumed at or past --epochs) */
             acc = s_evaluate(&r);
-        printf("final test_accuracy=%.4f samples_per_s=%.0f ranks=%d streams=%d epochs=%d\n", acc,
+        printf("final test_accuracy=%.4f samples_per_s=%.0f ranks=%d streams=%d epochs=%d", acc,
                train_seconds > 0 ? (double)samples / train_seconds : 0.0, r.ranks, r.streams,
                o->epochs);
+        /* loss scaling (fp16): the steps it skipped and its scale, appended */
+        troupe_dp_loss_scale_state_t ls;
+        if (troupe_dp_loss_scale(r.dp, &ls) == TROUPE_OK && ls.on)
+            printf(" skipped_steps=%lld loss_scale=%g", (long long)ls.skipped_steps, ls.scale);
+        printf("\n");
         fflush(stdout);
     }
 

@@ -130,6 +130,7 @@ void fmnist_mlp_dp_model(const fmnist_mlp_t *m, troupe_dp_model_t *out)
         .inputs = m->inputs,
         .n_inputs = 2,
         .feed_comp = m->feed_comp,
+        .loss_scale = m->loss_scale,
     };
 }
 
@@ -473,6 +474,14 @@ static troupe_status_t s_build_grad(fmnist_mlp_t *m)
         st = s_nn_forward(nn, m, x, &z3);
     troupe_nn_begin(nn, "mean softmax cross-entropy (max-shifted log-sum-exp)");
     troupe_nn_softmax_xent(nn, z3, y, &loss);
+    /* half products: the backward pass starts from the loss scale (the driver's) */
+    if (st == TROUPE_OK && c->compute_prec == TROUPE_PREC_HALF) {
+        st = troupe_nn_loss_scale(nn, &m->loss_scale);
+        if (st == TROUPE_OK)
+            st = s_adopt((s_nodes_t){&m->nodes, &m->nnodes, &m->nodes_cap}, m->loss_scale);
+        if (st == TROUPE_OK)
+            st = s_set_mode(m->loss_scale, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
+    }
     if (st == TROUPE_OK)
         st = troupe_nn_finish(nn, loss);
     /* the trainer reads the loss on the host */
@@ -537,11 +546,13 @@ troupe_status_t fmnist_mlp_new(const fmnist_mlp_config_t *cfg, fmnist_mlp_t **ou
                                 "fmnist_mlp_new: precision %s (expected single or double)",
                                 troupe_prec_name(cfg->prec));
     if (cfg->compute_prec != TROUPE_PREC_VOID && cfg->compute_prec != cfg->prec &&
-        (cfg->hand_grad || cfg->compute_prec != TROUPE_PREC_BFLOAT16 ||
+        (cfg->hand_grad ||
+         (cfg->compute_prec != TROUPE_PREC_BFLOAT16 && cfg->compute_prec != TROUPE_PREC_HALF) ||
          cfg->prec != TROUPE_PREC_SINGLE))
         return troupe_error_set(TROUPE_INVALID_ARGUMENT,
                                 "fmnist_mlp_new: products in %s in a %s model%s (expected "
-                                "bfloat16 in a single-precision model with a derived gradient)",
+                                "bfloat16 or half in a single-precision model with a derived "
+                                "gradient)",
                                 troupe_prec_name(cfg->compute_prec), troupe_prec_name(cfg->prec),
                                 cfg->hand_grad ? " with the hand-written gradient" : "");
     fmnist_mlp_t *m = calloc(1, sizeof *m);

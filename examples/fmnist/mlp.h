@@ -97,8 +97,9 @@ typedef struct fmnist_mlp_config {
     int64_t batch;                     /* rows per minibatch (one replica's share) */
     int64_t num_batches;               /* minibatches held by x_all / y_all */
     troupe_prec_t prec;                /* SINGLE, or DOUBLE (gradient checks) */
-    /* The linear layers' products: VOID (0) or prec in prec; BFLOAT16 (prec SINGLE): mixed
-     * precision, bfloat16 copies of the factors, fp32 sums (troupe_nn_set_compute_prec). */
+    /* The linear layers' products: VOID (0) or prec in prec; BFLOAT16 or HALF (prec SINGLE):
+     * mixed precision, bfloat16 or half copies of the factors, fp32 sums
+     * (troupe_nn_set_compute_prec); HALF adds the loss scale node (loss_scale). */
     troupe_prec_t compute_prec;
     bool fed; /* true: the fed form (feed_comp, x, y); false: the indexed form (header) */
     /* true: x_all / y_all change between steps (the trainer's sharded data writes each step's
@@ -145,6 +146,7 @@ typedef struct fmnist_mlp {
     troupe_tnode_t *x, *y;
     troupe_asgn_comp_t *feed_comp;
     troupe_tnode_t *inputs[2]; /* x_all, y_all: troupe_dp_model_t.inputs */
+    troupe_tnode_t *loss_scale; /* compute_prec HALF: troupe_dp_model_t.loss_scale, else NULL */
     troupe_tnode_t **nodes;    /* every node created, for release */
     size_t nnodes, nodes_cap;
 } fmnist_mlp_t;

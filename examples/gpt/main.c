@@ -116,9 +116,10 @@ static void s_help(FILE *f)
         "         --grad-accum K micro-steps per optimizer step [1]; each rank reads only\n"
         "         its share of each batch; --shuffle: an order of its own (seeded by\n"
         "         --seed, the same batches for every layout)\n"
-        "         [--precision fp32|bf16]: bf16 runs the matrix products on bfloat16\n"
-        "         copies of their factors with fp32 sums; parameters, gradients and the\n"
-        "         optimizer stay fp32 [fp32]\n"
+        "         [--precision fp32|bf16|fp16]: bf16 and fp16 run the matrix products on\n"
+        "         bfloat16 or half copies of their factors with fp32 sums; parameters,\n"
+        "         gradients and the optimizer stay fp32; fp16 adds dynamic loss scaling\n"
+        "         (skipped steps appended to the last line) [fp32]\n"
         "  sample --model FILE --tokens N --seed S [--temperature 1] [--prompt TEXT |\n"
         "         --prompt-tokens ID,ID,...] [--tokenizer FILE] [--backend NAME]\n"
         "         a text --prompt needs a byte-level model (V >= 256): GPT-2 BPE prompts go\n"
@@ -613,7 +614,7 @@ typedef struct train {
     double lr, wd, beta1, beta2, eps;
     double grad_clip; /* --grad-clip C: the largest global gradient norm, 0 off */
     bool cosine, shuffle;
-    bool bf16; /* --precision bf16: the products in bfloat16, fp32 sums (mixed precision) */
+    troupe_dp_precision_t precision; /* --precision: the products' (mixed precision) */
     const char *model, *data, *val, *save, *resume, *backend, *curve, *plot;
 } train_t;
 
@@ -694,9 +695,8 @@ static int s_cmd_train(int argc, char **argv)
     t.cosine = sched && !strcmp(sched, "cosine");
     t.shuffle = s_get(&o, "--shuffle") != NULL;
     const char *precision = s_get(&o, "--precision");
-    if (precision && strcmp(precision, "fp32") && strcmp(precision, "bf16"))
-        return s_usage("option --precision: 'fp32' or 'bf16'");
-    t.bf16 = precision && !strcmp(precision, "bf16");
+    if (precision && troupe_dp_precision_parse(precision, &t.precision) != TROUPE_OK)
+        return s_usage("option --precision: 'fp32', 'bf16' or 'fp16'");
     if (t.save_every && !t.save)
         return s_usage("option --save-every needs --save");
     if (t.plot && !troupe_curve_plot_available())
@@ -724,7 +724,7 @@ static int s_cmd_train(int argc, char **argv)
     snprintf(sv[11], 64, "%.60s", t.model);
     snprintf(sv[12], 64, "%lld", t.grad_accum);
     snprintf(sv[13], 64, "%s", t.shuffle ? "on" : "off");
-    snprintf(sv[14], 64, "%s", t.bf16 ? "bf16" : "fp32");
+    snprintf(sv[14], 64, "%s", troupe_dp_precision_name(t.precision));
     troupe_dp_setting_t settings[15];
     for (int i = 0; i < 15; i++)
         settings[i] = (troupe_dp_setting_t){sn[i], sv[i]};
@@ -797,7 +797,9 @@ static int s_cmd_train(int argc, char **argv)
     int64_t rows = K * (compact ? streams : replicas);
     gpt_params_t *p = NULL;
     gpt_model_t *m = NULL;
-    const troupe_prec_t cp = t.bf16 ? TROUPE_PREC_BFLOAT16 : TROUPE_PREC_SINGLE;
+    const troupe_prec_t cp = t.precision == TROUPE_DP_PRECISION_BF16   ? TROUPE_PREC_BFLOAT16
+                             : t.precision == TROUPE_DP_PRECISION_FP16 ? TROUPE_PREC_HALF
+                                                                       : TROUPE_PREC_SINGLE;
     gpt_model_config_t mc = {.batch = b, .seq = t.T, .num_batches = rows, .train = true,
                              .targets = true, .compute_prec = cp};
     CHECK(gpt_params_new(&cfg, &p), "building the parameters");
@@ -822,12 +824,14 @@ static int s_cmd_train(int argc, char **argv)
                                .loss = m->loss,
                                .inputs = inputs,
                                .n_inputs = 3,
-                               .feed_comp = m->feed_comp};
+                               .feed_comp = m->feed_comp,
+                               .loss_scale = m->loss_scale};
     troupe_optimizer_t opt = {.kind = TROUPE_OPT_ADAMW, .lr = s_lr_at(&t, 0),
                               .weight_decay = t.wd, .beta1 = t.beta1, .beta2 = t.beta2,
                               .eps = t.eps};
     troupe_dp_config_t dc = {.backend = t.backend, .streams = streams, .optimizer = opt,
-                             .grad_accum = (int)t.grad_accum, .grad_clip = t.grad_clip};
+                             .grad_accum = (int)t.grad_accum, .grad_clip = t.grad_clip,
+                             .precision = t.precision};
     /* rank 0's validation and sampler, built and compiled on every rank before training
      * starts: a compile on rank 0 alone, mid-run, would leave the others waiting in the
      * allreduce (the code cache makes the later compile on rank 0 a lookup) */
@@ -890,7 +894,8 @@ static int s_cmd_train(int argc, char **argv)
                "optimizer_state_bytes=%lld; precision %s\n",
                cfg.layers, cfg.heads, cfg.channels, cfg.vocab, cfg.padded_vocab,
                gpt_llmc_num_params(&cfg), ntokens, nshards, (long long)nb, t.B, t.T, ranks,
-               streams, (long long)troupe_dp_optimizer_state_bytes(dp), t.bf16 ? "bf16" : "fp32");
+               streams, (long long)troupe_dp_optimizer_state_bytes(dp),
+               troupe_dp_precision_name(t.precision));
 
     /* rank 0's evaluation (validation) and sampling, linked on the owner stream */
     gpt_runner_t *vr = NULL, *sr = NULL;
@@ -1010,8 +1015,14 @@ static int s_cmd_train(int argc, char **argv)
         double tps = t_train > 0 ? (double)(t.steps - first) * (double)(t.B * t.T) / t_train : 0;
         if (tty)
             printf("\r\033[K");
-        printf("final loss=%.6f val_loss=%.6f tokens_per_s=%.1f ranks=%d streams=%d steps=%lld\n",
+        printf("final loss=%.6f val_loss=%.6f tokens_per_s=%.1f ranks=%d streams=%d steps=%lld",
                loss, val_loss, tps, ranks, streams, t.steps);
+        /* loss scaling (fp16): the steps it skipped and its scale, appended */
+        troupe_dp_loss_scale_state_t ls;
+        CHECK(troupe_dp_loss_scale(dp, &ls), "reading the loss scale");
+        if (ls.on)
+            printf(" skipped_steps=%lld loss_scale=%g", (long long)ls.skipped_steps, ls.scale);
+        printf("\n");
     }
     gpt_curve_close(&curve);
     gpt_runner_destroy(&vr);

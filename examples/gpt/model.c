@@ -361,11 +361,15 @@ troupe_status_t gpt_model_new(gpt_params_t *p, const gpt_model_config_t *cfg, gp
         troupe_nn_softmax_xent_targets(nn, m->logits, m->y, p->cfg.vocab, &m->loss);
         st = troupe_nn_status(nn);
     }
+    /* half products: the backward pass starts from the loss scale (the driver keeps it) */
+    if (st == TROUPE_OK && cfg->train && cfg->compute_prec == TROUPE_PREC_HALF)
+        st = troupe_nn_loss_scale(nn, &m->loss_scale);
     if (st == TROUPE_OK)
         st = cfg->train ? troupe_nn_finish(nn, m->loss) : troupe_nn_forward_root(nn);
     /* the nodes the program reads or fills stay with the model */
-    troupe_tnode_t *keep[7] = {m->pos, m->x_all, m->y_all, m->x, m->y, m->logits, m->loss};
-    for (int i = 0; i < 7 && st == TROUPE_OK; i++)
+    troupe_tnode_t *keep[8] = {m->pos, m->x_all,  m->y_all, m->x,
+                               m->y,   m->logits, m->loss,  m->loss_scale};
+    for (int i = 0; i < 8 && st == TROUPE_OK; i++)
         if (keep[i])
             st = s_keep(m, keep[i]);
     if (st == TROUPE_OK)
@@ -389,6 +393,8 @@ troupe_status_t gpt_model_new(gpt_params_t *p, const gpt_model_config_t *cfg, gp
     }
     if (st == TROUPE_OK && m->loss)
         st = s_set_mode(m->loss, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
+    if (st == TROUPE_OK && m->loss_scale)
+        st = s_set_mode(m->loss_scale, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
     if (st == TROUPE_OK) {
         double *pv = malloc((size_t)T * sizeof *pv);
         if (!pv) {

@@ -75,8 +75,9 @@ typedef struct gpt_model_config {
     int64_t num_batches; /* > 0: indexed form; 0: fixed x, y */
     bool train;          /* derive the backward */
     bool targets;        /* y and the loss (required with train) */
-    /* The matrix products' factors: VOID (0) or SINGLE: single; BFLOAT16: mixed precision
-     * (bfloat16 copies, fp32 sums; troupe_nn_set_compute_prec). */
+    /* The matrix products' factors: VOID (0) or SINGLE: single; BFLOAT16 or HALF: mixed
+     * precision (bfloat16 or half copies, fp32 sums; troupe_nn_set_compute_prec); HALF with
+     * train adds loss_scale. */
     troupe_prec_t compute_prec;
 } gpt_model_config_t;
 
@@ -89,7 +90,8 @@ typedef struct gpt_model {
     troupe_tnode_t *pos;           /* positions 0..T-1, hosted constant */
     troupe_tnode_t *logits;        /* (B, T, Vp) */
     troupe_tnode_t *loss;          /* scalar, hosted (NULL without targets) */
-    troupe_tnode_t *own[8];        /* references this model holds */
+    troupe_tnode_t *loss_scale;    /* HALF training: troupe_dp_model_t.loss_scale, else NULL */
+    troupe_tnode_t *own[9];        /* references this model holds */
     int nown;
 } gpt_model_t;
 
