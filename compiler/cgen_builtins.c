@@ -159,8 +159,23 @@ static const char s_half[] =
     "  }\n"
     "  return troupe__bits_f32((neg << 31) | ((e + 112u) << 23) | (m << 13));\n"
     "}\n"
+    /* RNE on the bits, troupe__encode_small((double)f, 5, 10) bit for bit (checked for all
+     * 2^32 inputs against ir/prec.c): NaN quiet with its top payload; from 65520 up the carry
+     * reaches infinity; below 2^-14 the significand shifted to units of 2^-24 (subnormals) */
     "TROUPE_FN uint16_t troupe_single_to_half(float f) {\n"
-    "  return (uint16_t)troupe__encode_small((double)f, 5, 10);\n"
+    "  const uint32_t u = troupe__f32_bits(f), sign = (u >> 16) & 0x8000u;\n"
+    "  const uint32_t a = u & 0x7FFFFFFFu;\n"
+    "  if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu));\n"
+    "  if (a >= 0x47800000u) return (uint16_t)(sign | 0x7C00u);\n"
+    "  if (a >= 0x38800000u) {\n"
+    "    const uint32_t r = a - 0x38000000u;\n"
+    "    return (uint16_t)(sign | ((r + 0x0FFFu + ((r >> 13) & 1u)) >> 13));\n"
+    "  }\n"
+    "  const uint32_t e = a >> 23;\n"
+    "  if (e < 102u) return (uint16_t)sign;\n"
+    "  const uint32_t sig = (a & 0x7FFFFFu) | 0x800000u, sh = 126u - e;\n"
+    "  const uint32_t q = sig >> sh, rem = sig & ((1u << sh) - 1u), hw = 1u << (sh - 1u);\n"
+    "  return (uint16_t)(sign | (q + (rem > hw || (rem == hw && (q & 1u)))));\n"
     "}\n";
 
 static const char s_bf16[] = "TROUPE_FN float troupe_bfloat16_to_single(uint16_t b) {\n"

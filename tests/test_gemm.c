@@ -6,9 +6,10 @@
  * and without accumulation into existing values, on random shapes; bitwise reproducibility of
  * the library path run to run; loops merged into one dimension (b and t over (B, T, C) arrays)
  * matched and, in a layout where they are not one dense dimension, not merged, both against
- * the interpreter, the other loop then outside the calls; bfloat16 factors into a single output
- * (mixed precision): matched, called through troupe_bgemm, against the interpreter within the
- * fp32 sum-order bound and against the unrounded product within the bf16 rounding bound. */
+ * the interpreter, the other loop then outside the calls; bfloat16 or half factors into a
+ * single output (mixed precision): matched, called through troupe_bgemm / troupe_hgemm, against
+ * the interpreter within the fp32 sum-order bound and against the unrounded product within the
+ * bf16 or fp16 rounding bound. */
 #define _POSIX_C_SOURCE 200809L
 #include "actors/troupe.h"
 #include "base/config.h"
@@ -329,6 +330,7 @@ typedef struct s_problem {
     double *xv, *wv, *y0;
     int64_t nx, nw, ny;
     bool bf16; /* x and w are bfloat16 nodes (y stays single) */
+    bool half; /* x and w are half nodes (y stays single) */
 } s_problem_t;
 
 static void s_dims(const s_problem_t *p, int *nd, int64_t dx[3], int64_t dw[3], int64_t dy[3])
@@ -432,7 +434,9 @@ static void s_run(const char *driver, const s_problem_t *p, bool library, double
     int nd;
     int64_t dx[3], dw[3], dy[3];
     s_dims(p, &nd, dx, dw, dy);
-    troupe_prec_t fp = p->bf16 ? TROUPE_PREC_BFLOAT16 : TROUPE_PREC_SINGLE;
+    troupe_prec_t fp = p->bf16   ? TROUPE_PREC_BFLOAT16
+                       : p->half ? TROUPE_PREC_HALF
+                                 : TROUPE_PREC_SINGLE;
     troupe_tnode_t *x = rtu_node("x", fp, nd, dx);
     troupe_tnode_t *w = rtu_node("w", fp, nd, dw);
     troupe_tnode_t *y = rtu_node("y", TROUPE_PREC_SINGLE, nd, dy);
@@ -484,7 +488,7 @@ Test(gemm_run, library_and_loops_agree_with_the_reference_on_random_shapes, .tim
         for (int form = 0; form < S_NFORMS; form++)
             for (int fresh = 0; fresh < 2; fresh++) {
                 s_problem_t p = {(s_form_t)form, s_pick(17, 70), s_pick(17, 70), s_pick(17, 70),
-                                 fresh != 0, NULL, NULL, NULL, 0, 0, 0, false};
+                                 fresh != 0, NULL, NULL, NULL, 0, 0, 0, false, false};
                 int nb = form == S_BATCHED ? 2 : 1;
                 p.nx = nb * p.m * p.k, p.nw = nb * p.k * p.n, p.ny = nb * p.m * p.n;
                 p.xv = malloc(sizeof(double) * (size_t)p.nx);
@@ -540,6 +544,12 @@ static double s_bf16(double v)
     return (double)troupe_bfloat16_to_single(troupe_single_to_bfloat16((float)v));
 }
 
+/* The same for half (IEEE binary16, RNE). */
+static double s_half(double v)
+{
+    return (double)troupe_half_to_single(troupe_single_to_half((float)v));
+}
+
 Test(gemm_match, bfloat16_factors_into_a_single_output_call_the_bf16_library_entry)
 {
     troupe_gemm_t g;
@@ -591,6 +601,52 @@ Test(gemm_match, bfloat16_factors_into_a_single_output_call_the_bf16_library_ent
     troupe_tnode_release(&y);
 }
 
+/* The same for half factors: matched, troupe_hgemm, <routine>_gemm_half_hooks. */
+Test(gemm_match, half_factors_into_a_single_output_call_the_half_library_entry)
+{
+    troupe_gemm_t g;
+    const char *why = NULL;
+    /* half factors, single output */
+    troupe_tnode_t *x = rtu_node("x", TROUPE_PREC_HALF, 2, (int64_t[]){32, 48});
+    troupe_tnode_t *w = rtu_node("w", TROUPE_PREC_HALF, 2, (int64_t[]){48, 40});
+    troupe_tnode_t *ws = rtu_node("ws", TROUPE_PREC_SINGLE, 2, (int64_t[]){48, 40});
+    troupe_tnode_t *y = rtu_node("y", TROUPE_PREC_SINGLE, 2, (int64_t[]){32, 40});
+    for (int mixed = 0; mixed < 2; mixed++) {
+        troupe_asgn_comp_t *comp = NULL;
+        troupe_asgn_t *t = NULL;
+        troupe_ll_proc_t *proc = NULL;
+        OK(troupe_asgn_comp_new(&comp));
+        OK(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
+                                   troupe_asgn_node(x), troupe_asgn_node(mixed ? ws : w),
+                                   "bi,ij=>bj", &t));
+        troupe_asgn_comp_set_root(comp, t);
+        OK(troupe_asgn_lower(comp, "mm_half", &proc));
+        OK(troupe_ll_optimize(proc, NULL));
+        troupe_asgn_comp_destroy(&comp);
+        troupe_gemm_verdict_t v = s_find(proc->body, &g, &why);
+        troupe_cgen_result_t *res = NULL;
+        OK(troupe_cgen_emit(proc, TROUPE_CGEN_C, &res));
+        if (mixed) { /* one half and one single factor: no library form */
+            cr_assert_eq(v, TROUPE_GEMM_REFUSED);
+            cr_assert(strstr(why, "differ in precision") != NULL, "%s", why);
+            cr_expect_null(strstr(res->source, "troupe_hgemm("));
+        } else {
+            cr_assert_eq(v, TROUPE_GEMM_YES, "refused: %s", why);
+            cr_expect_eq(g.prec, TROUPE_PREC_SINGLE);
+            cr_expect_eq(g.factor_prec, TROUPE_PREC_HALF);
+            cr_expect(g.m == 32 && g.n == 40 && g.k == 48);
+            cr_expect_not_null(strstr(res->source, "troupe_hgemm("), "%s", res->source);
+            cr_expect_not_null(res->gemm_half_hooks_name);
+        }
+        troupe_cgen_result_destroy(&res);
+        troupe_ll_proc_destroy(&proc);
+    }
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&w);
+    troupe_tnode_release(&ws);
+    troupe_tnode_release(&y);
+}
+
 /* bfloat16 x bfloat16 -> single, every form, fresh and accumulating, odd and even k, on the
  * cpu driver. Bounds, per output element with S = |y0| + sum_l |a_l b_l| over the bf16 factors:
  *  - generated loops: bit for bit the interpreter's order (the factors widened exactly, one fma
@@ -601,13 +657,16 @@ Test(gemm_match, bfloat16_factors_into_a_single_output_call_the_bf16_library_ent
  *  - against the product of the unrounded float inputs (double reference): rounding each
  *    factor to bfloat16 (unit roundoff 2^-8) changes a product by at most (2^-7 + 2^-16) |ab|,
  *    plus the fp32 sums: |lib - ref| <= (2^-7 + 2^-16) sum |ab| + 2 (k + 1) 2^-24 S. */
-Test(gemm_run, bfloat16_factors_agree_with_the_interpreter_within_their_bounds, .timeout = 240)
+static void s_narrow_factors(troupe_prec_t fp)
 {
+    bool half = fp == TROUPE_PREC_HALF;
+    /* each factor's rounding: unit roundoff 2^-8 (bfloat16) or 2^-11 (half) */
+    double round = half ? ldexp(1.0, -10) + ldexp(1.0, -22) : ldexp(1.0, -7) + ldexp(1.0, -16);
     for (int form = 0; form < S_NFORMS; form++)
         for (int fresh = 0; fresh < 2; fresh++) {
             s_problem_t p = {(s_form_t)form, s_pick(17, 70), s_pick(17, 70),
                              s_pick(17, 70) | (fresh ? 1 : 0), /* an odd k pads a VNNI pair */
-                             fresh != 0, NULL, NULL, NULL, 0, 0, 0, true};
+                             fresh != 0, NULL, NULL, NULL, 0, 0, 0, !half, half};
             int nb = form == S_BATCHED ? 2 : 1;
             p.nx = nb * p.m * p.k, p.nw = nb * p.k * p.n, p.ny = nb * p.m * p.n;
             size_t ny = (size_t)p.ny;
@@ -631,9 +690,9 @@ Test(gemm_run, bfloat16_factors_agree_with_the_interpreter_within_their_bounds, 
             double *wb = malloc(sizeof(double) * (size_t)p.nw);
             cr_assert(xb && wb);
             for (int64_t i = 0; i < p.nx; i++)
-                xb[i] = s_bf16(xr[i]);
+                xb[i] = half ? s_half(xr[i]) : s_bf16(xr[i]);
             for (int64_t i = 0; i < p.nw; i++)
-                wb[i] = s_bf16(wr[i]);
+                wb[i] = half ? s_half(wr[i]) : s_bf16(wr[i]);
             p.xv = xb, p.wv = wb;
             s_reference_fma(&p, exact); /* the interpreter's order over the bf16 factors */
             /* S per element: |y0| + sum |a b| over the bf16 factors (s_reference over |.|) */
@@ -653,7 +712,6 @@ Test(gemm_run, bfloat16_factors_agree_with_the_interpreter_within_their_bounds, 
             s_run("cpu", &p, true, lib);
             s_run("cpu", &p, true, lib2);
             double order = 2.0 * (double)(p.k + 1) * ldexp(1.0, -24);
-            double round = ldexp(1.0, -7) + ldexp(1.0, -16);
             for (int64_t i = 0; i < p.ny; i++) {
                 cr_assert(memcmp(&gen[i], &exact[i], sizeof(double)) == 0,
                           "%s fresh=%d: generated y[%lld] = %.9g, the interpreter's order %.9g",
@@ -668,11 +726,24 @@ Test(gemm_run, bfloat16_factors_agree_with_the_interpreter_within_their_bounds, 
                           s_spec[form], fresh, (long long)i, lib[i], ref[i]);
             }
             cr_assert(memcmp(lib, lib2, sizeof(double) * ny) == 0,
-                      "%s: the bf16 library path is not bitwise reproducible run to run",
-                      s_spec[form]);
+                      "%s: the %s library path is not bitwise reproducible run to run",
+                      s_spec[form], troupe_prec_name(fp));
             free(p.xv), free(p.wv), free(p.y0), free(ref), free(exact), free(lib), free(lib2);
             free(gen), free(sab);
         }
+}
+
+Test(gemm_run, bfloat16_factors_agree_with_the_interpreter_within_their_bounds, .timeout = 240)
+{
+    s_narrow_factors(TROUPE_PREC_BFLOAT16);
+}
+
+/* half x half -> single: as bfloat16 with half's rounding (11 significant bits: each product of
+ * two halves, 22 bits, is exact in fp32; |lib - ref| <= (2^-10 + 2^-22) sum |ab| + the order
+ * term); the library widens the factors and calls the sgemm (libxsmm has no CPU fp16 kernel). */
+Test(gemm_run, half_factors_agree_with_the_interpreter_within_their_bounds, .timeout = 240)
+{
+    s_narrow_factors(TROUPE_PREC_HALF);
 }
 
 Test(gemm_run, the_debug_log_says_which_contractions_call_the_library_and_why_not)

@@ -389,6 +389,26 @@ troupe_bgemm_fn troupe_gemm_library_bgemm(void)
     return s_cblas_sgemm ? s_bgemm : NULL;
 }
 
+/* Every half's single value (ir/prec.c's exact decoder), built once: one load per widened
+ * element instead of the decoder's branches (the widening is most of a half GEMM's cost). */
+static float *s_half_table;
+static pthread_once_t s_half_once = PTHREAD_ONCE_INIT;
+
+static void s_half_table_init(void)
+{
+    float *t = malloc(65536 * sizeof *t);
+    if (t == NULL)
+        return;
+    for (uint32_t h = 0; h < 65536; h++)
+        t[h] = troupe_half_to_single((uint16_t)h);
+    s_half_table = t;
+}
+
+static inline float s_h2f(const float *table, uint16_t h)
+{
+    return table != NULL ? table[h] : troupe_half_to_single(h);
+}
+
 /* Half factors (troupe_hgemm_fn): widened to single exactly and handed to the sgemm; without
  * scratch memory, element by element (each term exact, the sums in order). libxsmm has no CPU
  * fp16 kernel worth using here: this CPU has no fp16 dot product, so it would convert too. */
@@ -396,15 +416,17 @@ static void s_hgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                     const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
                     float *c, int64_t ldc)
 {
+    pthread_once(&s_half_once, s_half_table_init);
+    const float *tab = s_half_table;
     float *wa = s_scratch(0, (size_t)(m * k) * sizeof(float));
     float *wb = s_scratch(1, (size_t)(k * n) * sizeof(float));
     if (wa != NULL && wb != NULL) {
         for (int64_t i = 0; i < m; i++)
             for (int64_t kk = 0; kk < k; kk++)
-                wa[i * k + kk] = troupe_half_to_single(S_OP(a, trans_a, lda, i, kk));
+                wa[i * k + kk] = s_h2f(tab, S_OP(a, trans_a, lda, i, kk));
         for (int64_t kk = 0; kk < k; kk++)
             for (int64_t j = 0; j < n; j++)
-                wb[kk * n + j] = troupe_half_to_single(S_OP(b, trans_b, ldb, kk, j));
+                wb[kk * n + j] = s_h2f(tab, S_OP(b, trans_b, ldb, kk, j));
         s_sgemm(0, 0, m, n, k, 1.0f, wa, k, wb, n, beta, c, ldc);
         return;
     }
@@ -412,8 +434,8 @@ static void s_hgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
         for (int64_t j = 0; j < n; j++) {
             float v = beta == 0.0f ? 0.0f : c[i * ldc + j];
             for (int64_t kk = 0; kk < k; kk++)
-                v += troupe_half_to_single(S_OP(a, trans_a, lda, i, kk)) *
-                     troupe_half_to_single(S_OP(b, trans_b, ldb, kk, j));
+                v += s_h2f(tab, S_OP(a, trans_a, lda, i, kk)) *
+                     s_h2f(tab, S_OP(b, trans_b, ldb, kk, j));
             c[i * ldc + j] = v;
         }
 }

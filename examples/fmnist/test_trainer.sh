@@ -221,11 +221,13 @@ data_layout)
   fi
   ;;
 precision)
-  # --precision bf16 (the linear layers' products on bfloat16 copies, fp32 sums) on the cpu
-  # backend: 200 steps (12800 images, batch 64) end within 2 % of fp32's loss, bitwise the same
-  # run to run; the start line and the checkpoint's note name it; a bad name is refused
+  # --precision bf16 and fp16 (the linear layers' products on bfloat16 or half copies, fp32
+  # sums; fp16 with dynamic loss scaling) on the cpu backend: 200 steps (12800 images, batch 64)
+  # end within 2 % of fp32's loss, bitwise the same run to run; the start line and the
+  # checkpoint's note name it; fp16's last line counts the skipped steps, and an overflow
+  # injected at step 5 (TROUPE_FAULT) is one skipped step; a bad name is refused
   p200='--epochs 1 --train-limit 12800 --batch 64 --backend cpu'
-  for r in fp32 bf16 bf16b; do
+  for r in fp32 bf16 bf16b fp16 fp16b; do
     # shellcheck disable=SC2086 # $p200 is words
     run 0 $p200 --precision "${r%b}" --checkpoint "ck_$r"
     cp out "$r.log"
@@ -235,10 +237,20 @@ precision)
   cmp -s ck_fp32 ck_bf16 && fail "bf16 and fp32 wrote the same checkpoint"
   grep -q "precision=bf16" ck_bf16 || fail "the checkpoint's note lacks precision=bf16"
   f=$(sed -n 's/.*epoch 1\/1 .* loss \([0-9.]*\) .*/\1/p' fp32.log)
-  b=$(sed -n 's/.*epoch 1\/1 .* loss \([0-9.]*\) .*/\1/p' bf16.log)
-  awk -v f="$f" -v b="$b" 'BEGIN { d = b - f; if (d < 0) d = -d; exit !(f > 0 && d <= 0.02 * f) }' ||
-    fail "bf16's loss '$b' is not within 2 % of fp32's '$f'"
-  run 2 --precision fp16; has err "fp32 or bf16"
+  for r in bf16 fp16; do
+    b=$(sed -n 's/.*epoch 1\/1 .* loss \([0-9.]*\) .*/\1/p' "$r.log")
+    awk -v f="$f" -v b="$b" 'BEGIN { d = b - f; if (d < 0) d = -d; exit !(f > 0 && d <= 0.02 * f) }' ||
+      fail "$r's loss '$b' is not within 2 % of fp32's '$f'"
+  done
+  has fp16.log "precision fp16"
+  cmp -s ck_fp16 ck_fp16b || fail "two fp16 runs wrote different checkpoints"
+  cmp -s ck_bf16 ck_fp16 && fail "bf16 and fp16 wrote the same checkpoint"
+  grep -q "precision=fp16" ck_fp16 || fail "the checkpoint's note lacks precision=fp16"
+  grep -q "^final .* skipped_steps=[0-9]* loss_scale=" fp16.log || fail "fp16's last line lacks skipped_steps"
+  grep -q "skipped_steps" fp32.log && fail "fp32's last line has skipped_steps"
+  TROUPE_FAULT=overflow:step=5 run 0 --epochs 1 --train-limit 640 --batch 64 --backend cpu --precision fp16
+  has out "skipped_steps=1 loss_scale=32768"
+  run 2 --precision fp8; has err "fp32, bf16 or fp16"
   ;;
 *) echo "unknown case $case"; exit 1 ;;
 esac

@@ -4,6 +4,7 @@
  *   shape      a model with another shape    setting   another value of a program setting
  *   count      one program setting more      agree     troupe_dp_agree, another value
  *   form       the fed form (a feed_comp: parallel/dp.h) instead of the indexed one
+ *   precision  troupe_dp_config_t.precision bf16 instead of fp32
  * Each must make troupe_dp_new (troupe_dp_agree) fail on BOTH ranks, at once (well within
  * TROUPE_TIMEOUT_S), with FAILED_PRECONDITION and the same message naming the setting and each
  * rank's value; the ranks then finalize normally (the cluster is not broken by it).
@@ -132,6 +133,7 @@ int main(int argc, char **argv)
     troupe_optimizer_t opt = dpt_opt(TROUPE_OPT_SGD);
     int split = 2, din = D;
     const char *needles[5] = {NULL};
+    troupe_dp_precision_t precision = TROUPE_DP_PRECISION_FP32;
     if (strcmp(mode, "optimizer") == 0) {
         if (rank == 1)
             opt = dpt_opt(TROUPE_OPT_ADAMW);
@@ -160,6 +162,10 @@ int main(int argc, char **argv)
         if (rank == 1)
             s_fixed = TROUPE_MM_MATERIALIZED;
         needles[0] = "minibatch form: 'indexed by 'batch'' on rank 0, 'fed by 'batch'' on rank 1";
+    } else if (strcmp(mode, "precision") == 0) {
+        if (rank == 1)
+            precision = TROUPE_DP_PRECISION_BF16;
+        needles[0] = "precision: 'fp32' on rank 0, 'bf16' on rank 1";
     } else if (strcmp(mode, "agree") == 0) {
         if (rank == 1)
             settings[1].value = "7";
@@ -186,7 +192,8 @@ int main(int argc, char **argv)
                               .streams = 1,
                               .optimizer = opt,
                               .settings = settings,
-                              .n_settings = nsettings};
+                              .n_settings = nsettings,
+                              .precision = precision};
     troupe_dp_t *dp = NULL;
     double t0 = s_now();
     troupe_status_t st = troupe_dp_new(&cfg, &m.model, &dp);
