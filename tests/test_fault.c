@@ -50,6 +50,8 @@ Test(fault, good_specifications_arm_and_empty_disarms)
         "ctrl:drop",
         "ctrl:drop:nth=3",
         "ctrl:delay=250",
+        "overflow:step=4",
+        "overflow:step=0:rank=1",
         "kill:rank=1:collective=3,alloc:nth=2,ctrl:delay=5",
     };
     for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
@@ -88,6 +90,8 @@ Test(fault, bad_specifications_name_the_bad_part)
         {"ctrl", "fault 1", "ctrl needs one of drop or delay=MS"},
         {"ctrl:drop:delay=5", "fault 1", "ctrl needs one of drop or delay=MS"},
         {"ctrl:delay=5:nth=2", "fault 1", "nth goes with drop only"},
+        {"overflow", "fault 1 'overflow'", "overflow needs step=N"},
+        {"overflow:collective=2", "fault 1", "'collective' is not a setting of overflow"},
         {"kill:step=1:step=2", "fault 1", "'step' given twice"},
         {"kill:step", "fault 1", "'step' needs a value"},
         {"alloc,,alloc", "fault 2 ''", "empty"},

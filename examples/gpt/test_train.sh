@@ -226,11 +226,12 @@ cli)
   }
   ;;
 precision)
-  # --precision bf16 (the products on bfloat16 copies, fp32 sums): 200 steps end within 2 % of
-  # fp32's loss; the bf16 run is bitwise the same run to run; the start line names it
+  # --precision bf16 and fp16 (the products on bfloat16 or half copies, fp32 sums; fp16 with
+  # dynamic loss scaling): 200 steps end within 2 % of fp32's loss; the bf16 run is bitwise the
+  # same run to run; the start line names it; fp16's last line appends skipped_steps
   setup
   p200='--batch 4 --seq 16 --steps 200 --lr 1e-3 --backend cpu --streams 1'
-  for r in fp32 bf16 bf16b; do
+  for r in fp32 bf16 bf16b fp16; do
     # shellcheck disable=SC2086 # $p200 is words
     run 0 "$gpt" train --model m.bin --data t_train.bin $p200 --precision "${r%b}" --save "$r.bin"
     grep '^step=' out >"$r.out"; cp out "$r.log"
@@ -238,13 +239,20 @@ precision)
   has fp32.log "precision fp32"; has bf16.log "precision bf16"
   same bf16 bf16b
   cmp -s fp32.bin bf16.bin && fail "bf16 and fp32 trained the same model bit for bit"
-  f=$(sed -n 's/^final loss=\([^ ]*\).*/\1/p' fp32.log) b=$(sed -n 's/^final loss=\([^ ]*\).*/\1/p' bf16.log)
-  awk -v f="$f" -v b="$b" 'BEGIN { d = b - f; if (d < 0) d = -d; exit !(f > 0 && d <= 0.02 * f) }' ||
-    fail "bf16's final loss $b is not within 2 % of fp32's $f"
-  awk 'NR == 1 { f = $2 } END { exit !($2 < 0.8 * f) }' FS='loss=' bf16.out || fail "bf16 did not train"
+  f=$(sed -n 's/^final loss=\([^ ]*\).*/\1/p' fp32.log)
+  for r in bf16 fp16; do
+    b=$(sed -n 's/^final loss=\([^ ]*\).*/\1/p' "$r.log")
+    awk -v f="$f" -v b="$b" 'BEGIN { d = b - f; if (d < 0) d = -d; exit !(f > 0 && d <= 0.02 * f) }' ||
+      fail "$r's final loss $b is not within 2 % of fp32's $f"
+    awk 'NR == 1 { f = $2 } END { exit !($2 < 0.8 * f) }' FS='loss=' "$r.out" || fail "$r did not train"
+  done
+  has fp16.log "precision fp16"
+  grep -q '^final loss=.* steps=200 skipped_steps=[0-9]* loss_scale=' fp16.log ||
+    fail "fp16's last line lacks skipped_steps"
+  grep -q 'skipped_steps' fp32.log && fail "fp32's last line has skipped_steps"
   # shellcheck disable=SC2086 # $p200 is words
-  run 2 "$gpt" train --model m.bin --data t_train.bin $p200 --precision fp16
-  has err "option --precision: 'fp32' or 'bf16'"
+  run 2 "$gpt" train --model m.bin --data t_train.bin $p200 --precision fp8
+  has err "option --precision: 'fp32', 'bf16' or 'fp16'"
   ;;
 quickstart)
   qs=$here/../../deploy/quickstart.sh
