@@ -6,9 +6,6 @@
  * carrying the scale and the count; bad loss scaling settings are refused by name. */
 #include "actors/troupe.h"
 #include "base/config.h"
-#include "ir/assign.h"
-#include "nn/layers.h"
-#include "nn/nn.h"
 #include "parallel/dp.h"
 
 #include <criterion/criterion.h>
@@ -23,108 +20,8 @@
         cr_assert_eq(st_, TROUPE_OK, "%s: %s", #expr, troupe_last_error());                        \
     } while (0)
 
-enum { NB = 8, BS = 4, DIN = 4, DOUT = 3, NP = DIN * DOUT + DOUT };
-
-typedef struct model {
-    troupe_asgn_comp_t *comp;
-    troupe_nn_t *nn;
-    troupe_tnode_t *X, *Y, *W, *b, *loss, *scale;
-    troupe_tnode_t *params[2], *grads[2], *inputs[2];
-    troupe_dp_model_t dp;
-} model_t;
-
-static troupe_tnode_t *s_node(const char *label, int nd, const int64_t *dims)
-{
-    troupe_tnode_t *tn = NULL;
-    const char *l[1] = {label};
-    OK(troupe_tnode_new(l, 1, TROUPE_PREC_SINGLE, nd, dims, NULL, 0.0, &tn));
-    return tn;
-}
-
-/* The initial parameters (W then b). */
-static void s_init_params(model_t *m)
-{
-    double w[DIN * DOUT], b[DOUT];
-    for (int e = 0; e < DIN * DOUT; e++)
-        w[e] = 0.1 * (e % 5) - 0.2;
-    for (int o = 0; o < DOUT; o++)
-        b[o] = 0.0;
-    OK(troupe_tnode_set_values(m->W, w, DIN * DOUT));
-    OK(troupe_tnode_set_values(m->b, b, DOUT));
-}
-
-/* z = x W + b with half products, loss = softmax cross-entropy, backward from the loss scale. */
-static void s_model_new(model_t *m)
-{
-    memset(m, 0, sizeof *m);
-    m->X = s_node("X", 3, (int64_t[]){NB, BS, DIN});
-    m->Y = s_node("Y", 3, (int64_t[]){NB, BS, DOUT});
-    double xv[NB * BS * DIN], yv[NB * BS * DOUT];
-    uint32_t seed = 7;
-    for (int e = 0; e < NB * BS * DIN; e++) {
-        seed = seed * 1664525u + 1013904223u;
-        xv[e] = (double)(seed >> 8) / (double)(1u << 24) * 2.0 - 1.0;
-    }
-    for (int r = 0; r < NB * BS; r++)
-        for (int o = 0; o < DOUT; o++)
-            yv[r * DOUT + o] = o == (int)((xv[r * DIN] + 1.0) * 1.5) % DOUT;
-    OK(troupe_tnode_set_values(m->X, xv, NB * BS * DIN));
-    OK(troupe_tnode_set_values(m->Y, yv, NB * BS * DOUT));
-    OK(troupe_asgn_comp_new(&m->comp));
-    OK(troupe_nn_new(m->comp, TROUPE_PREC_SINGLE, &m->nn));
-    troupe_nn_t *nn = m->nn;
-    OK(troupe_nn_set_compute_prec(nn, TROUPE_PREC_HALF));
-    int32_t sym = -1;
-    OK(troupe_asgn_comp_add_static_symbol(m->comp, "batch", NB, &sym));
-    troupe_tnode_t *x = NULL, *y = NULL, *z = NULL;
-    troupe_nn_begin(nn, "minibatch");
-    OK(troupe_nn_node(nn, "x", 2, (int64_t[]){BS, DIN}, &x));
-    OK(troupe_nn_node(nn, "y", 2, (int64_t[]){BS, DOUT}, &y));
-    troupe_asgn_t *t = NULL;
-    OK(troupe_nn_add(nn, troupe_asgn_fetch_slice(m->comp, x, sym, m->X, &t), &t));
-    OK(troupe_nn_add(nn, troupe_asgn_fetch_slice(m->comp, y, sym, m->Y, &t), &t));
-    OK(troupe_nn_param(nn, "W", 2, (int64_t[]){DIN, DOUT}, &m->W));
-    OK(troupe_nn_param(nn, "b", 1, (int64_t[]){DOUT}, &m->b));
-    s_init_params(m);
-    troupe_nn_begin(nn, "linear");
-    OK(troupe_nn_linear(nn, x, m->W, m->b, &z));
-    troupe_nn_begin(nn, "loss");
-    OK(troupe_nn_softmax_xent(nn, z, y, &m->loss));
-    OK(troupe_nn_loss_scale(nn, &m->scale));
-    OK(troupe_nn_finish(nn, m->loss));
-    size_t n = troupe_nn_params(nn, NULL, NULL);
-    cr_assert_eq(n, 2);
-    troupe_tnode_t *const *ps = NULL, *const *gs = NULL;
-    (void)troupe_nn_params(nn, &ps, &gs);
-    for (int i = 0; i < 2; i++) {
-        m->params[i] = ps[i];
-        m->grads[i] = gs[i];
-    }
-    troupe_memory_mode_t hosted = {TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT,
-                                   TROUPE_SHARING_UNSET};
-    OK(troupe_tnode_update_memory_mode(m->loss, hosted, 990));
-    OK(troupe_tnode_update_memory_mode(m->scale, hosted, 990));
-    m->inputs[0] = m->X;
-    m->inputs[1] = m->Y;
-    m->dp = (troupe_dp_model_t){.grad_comp = m->comp,
-                                .batch_index = "batch",
-                                .num_batches = NB,
-                                .params = m->params,
-                                .grads = m->grads,
-                                .n_params = 2,
-                                .loss = m->loss,
-                                .inputs = m->inputs,
-                                .n_inputs = 2,
-                                .loss_scale = m->scale};
-}
-
-static void s_model_destroy(model_t *m)
-{
-    troupe_nn_destroy(&m->nn);
-    troupe_asgn_comp_destroy(&m->comp);
-    troupe_tnode_release(&m->X);
-    troupe_tnode_release(&m->Y);
-}
+#define DHM_CHECK(expr) OK(expr)
+#include "dp_half_model.h"
 
 static troupe_dp_config_t s_config(void)
 {
@@ -139,32 +36,21 @@ static troupe_dp_config_t s_config(void)
     return c;
 }
 
-/* W then b as floats (after troupe_dp_params_to_host). */
-static void s_params(troupe_dp_t *dp, const model_t *m, float *out)
-{
-    OK(troupe_dp_params_to_host(dp));
-    void *h = NULL;
-    OK(troupe_tnode_host_array(m->W, &h));
-    memcpy(out, h, DIN * DOUT * sizeof(float));
-    OK(troupe_tnode_host_array(m->b, &h));
-    memcpy(out + DIN * DOUT, h, DOUT * sizeof(float));
-}
-
 Test(dp_loss_scale, an_injected_overflow_skips_exactly_that_step)
 {
     OK(troupe_config_set_fault("overflow:step=2"));
-    model_t m;
-    s_model_new(&m);
+    dhm_model_t m;
+    dhm_model_new(&m);
     troupe_dp_config_t cfg = s_config();
     troupe_dp_t *dp = NULL;
     OK(troupe_dp_new(&cfg, &m.dp, &dp));
-    float p[5][NP];
+    float p[5][DHM_NP];
     troupe_dp_loss_scale_state_t ls[5];
     for (int s = 0; s < 5; s++) {
         OK(troupe_dp_step(dp));
-        s_params(dp, &m, p[s]);
+        dhm_params(dp, &m, p[s]);
         OK(troupe_dp_loss_scale(dp, &ls[s]));
-        for (int e = 0; e < NP; e++)
+        for (int e = 0; e < DHM_NP; e++)
             cr_assert(isfinite(p[s][e]), "step %d: parameter %d is %g", s, e, p[s][e]);
     }
     cr_assert(ls[0].on);
@@ -183,15 +69,15 @@ Test(dp_loss_scale, an_injected_overflow_skips_exactly_that_step)
     cr_assert_eq(ls[4].skipped_steps, 1);
     cr_assert_eq(ls[4].good_steps, 2);
     troupe_dp_destroy(&dp);
-    s_model_destroy(&m);
+    dhm_model_destroy(&m);
     OK(troupe_config_set_fault(""));
 }
 
 /* The scale grows by growth after `interval` good steps in a row. */
 Test(dp_loss_scale, the_scale_grows_after_interval_good_steps)
 {
-    model_t m;
-    s_model_new(&m);
+    dhm_model_t m;
+    dhm_model_new(&m);
     troupe_dp_config_t cfg = s_config();
     cfg.loss_scale_init = 1024.0;
     cfg.loss_scale_interval = 3;
@@ -205,7 +91,7 @@ Test(dp_loss_scale, the_scale_grows_after_interval_good_steps)
     cr_assert_eq(ls.good_steps, 1);
     cr_assert_eq(ls.skipped_steps, 0);
     troupe_dp_destroy(&dp);
-    s_model_destroy(&m);
+    dhm_model_destroy(&m);
 }
 
 Test(dp_loss_scale, a_resumed_run_continues_bit_for_bit_with_its_scale)
@@ -213,18 +99,18 @@ Test(dp_loss_scale, a_resumed_run_continues_bit_for_bit_with_its_scale)
     char path[64];
     snprintf(path, sizeof path, "/tmp/troupe_test_ls_%d.ck", (int)getpid());
     OK(troupe_config_set_fault("overflow:step=1"));
-    model_t m;
-    s_model_new(&m);
+    dhm_model_t m;
+    dhm_model_new(&m);
     troupe_dp_config_t cfg = s_config();
     troupe_dp_t *dp = NULL;
     OK(troupe_dp_new(&cfg, &m.dp, &dp));
-    float a[NP], b[NP];
+    float a[DHM_NP], b[DHM_NP];
     for (int s = 0; s < 6; s++) {
         if (s == 3)
             OK(troupe_dp_save(dp, path));
         OK(troupe_dp_step(dp));
     }
-    s_params(dp, &m, a);
+    dhm_params(dp, &m, a);
     troupe_dp_loss_scale_state_t la, lb;
     OK(troupe_dp_loss_scale(dp, &la));
     troupe_dp_destroy(&dp);
@@ -236,28 +122,28 @@ Test(dp_loss_scale, a_resumed_run_continues_bit_for_bit_with_its_scale)
     cr_assert_eq(info.skipped_steps, 1);
     cr_assert_eq(info.loss_scale_good, 1);
 
-    s_init_params(&m); /* a fresh start, then the checkpoint */
+    dhm_init_params(&m); /* a fresh start, then the checkpoint */
     OK(troupe_dp_new(&cfg, &m.dp, &dp));
     OK(troupe_dp_load(dp, path));
     cr_assert_eq(troupe_dp_steps_done(dp), 3);
     for (int s = 3; s < 6; s++)
         OK(troupe_dp_step(dp));
-    s_params(dp, &m, b);
+    dhm_params(dp, &m, b);
     OK(troupe_dp_loss_scale(dp, &lb));
     cr_assert_eq(memcmp(a, b, sizeof a), 0, "the resumed run differs");
     cr_assert_eq(la.scale, lb.scale);
     cr_assert_eq(la.skipped_steps, lb.skipped_steps);
     cr_assert_eq(la.good_steps, lb.good_steps);
     troupe_dp_destroy(&dp);
-    s_model_destroy(&m);
+    dhm_model_destroy(&m);
     unlink(path);
     OK(troupe_config_set_fault(""));
 }
 
 Test(dp_loss_scale, bad_settings_are_refused_by_name)
 {
-    model_t m;
-    s_model_new(&m);
+    dhm_model_t m;
+    dhm_model_new(&m);
     static const struct {
         double init, growth, backoff;
         int64_t interval;
@@ -291,5 +177,5 @@ Test(dp_loss_scale, bad_settings_are_refused_by_name)
     cfg.update = TROUPE_DP_UPDATE_FUSED;
     cr_assert_eq(troupe_dp_new(&cfg, &m.dp, &dp), TROUPE_INVALID_ARGUMENT);
     cr_assert_not_null(strstr(troupe_last_error(), "loss scaling"), "%s", troupe_last_error());
-    s_model_destroy(&m);
+    dhm_model_destroy(&m);
 }

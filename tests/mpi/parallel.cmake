@@ -33,6 +33,10 @@ endforeach()
 # differs on one rank fails every rank naming it.
 troupe_add_mpi_test(test_dp_accum_ranks SOURCES test_dp_accum_ranks.c NP 2 TIMEOUT 300
                     ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
+# Loss scaling across ranks: an overflow injected on rank 1 only skips the step on every rank,
+# the scale and the parameters the same bits everywhere.
+troupe_add_mpi_test(test_dp_loss_scale_ranks SOURCES test_dp_loss_scale_ranks.c NP 2 TIMEOUT 300
+                    ENV TROUPE_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/troupe-cache-dp)
 # The strategies in combination (exchange x overlap x update x streams x grad_accum x
 # optimizer): each valid one equals the plain one bit for bit, each invalid one is refused
 # naming its conflict; grad_clip on 2 ranks equals 1 replica within rounding.
