@@ -1,12 +1,14 @@
 /* libFuzzer target for the checkpoint reader (parallel/dp_ckpt.c, troupe_dp_checkpoint_parse:
  * the reader troupe_dp_load and `troupe run` use before anything else). Whatever the bytes,
  * it must either accept them with a description that is true to the format (a version from 1
- * to 3, 0 to 2 optimizer state arrays, a note no longer than TROUPE_DP_NOTE_MAX and terminated,
- * a v3 layout of at least one rank and stream) or refuse them with INVALID_ARGUMENT naming the
+ * to 4, 0 to 2 optimizer state arrays, a note no longer than TROUPE_DP_NOTE_MAX and terminated,
+ * a v3 layout of at least one rank and stream, a v4 loss scale finite and > 0 with counts
+ * >= 0) or refuse them with INVALID_ARGUMENT naming the
  * image; a broken rule traps. Crashes, leaks and undefined behaviour in the reader (compiled
  * with the fuzzer's instrumentation and sanitizers) are caught by the sanitizers. The seed
  * corpus (tests/data/ckpt_corpus: checkpoints of the dp tests' model, SGD with and without
- * momentum, AdamW, with and without a plan and note, and damaged copies) also runs as a plain
+ * momentum, AdamW, with and without a plan and note, with loss scaling (v4), and damaged
+ * copies) also runs as a plain
  * test (corpus_ckpt, tests/fuzz/CMakeLists.txt). Each input is parsed as it is, then with its
  * last 4 bytes replaced by the right CRC, which random mutations almost never produce.
  *
@@ -37,7 +39,7 @@ static void s_parse(const uint8_t *img, size_t size)
     memset(info, 0xa5, sizeof *info);
     troupe_status_t st = troupe_dp_checkpoint_parse(img, size, "fuzz image", info);
     if (st == TROUPE_OK) {
-        S_CHECK(info->version >= 1 && info->version <= 3);
+        S_CHECK(info->version >= 1 && info->version <= 4);
         S_CHECK(info->nstate >= 0 && info->nstate <= 2);
         S_CHECK(info->optimizer == TROUPE_OPT_SGD || info->optimizer == TROUPE_OPT_ADAMW);
         S_CHECK(info->steps >= 0);
@@ -45,6 +47,9 @@ static void s_parse(const uint8_t *img, size_t size)
         S_CHECK(memchr(info->note, '\0', sizeof info->note) != NULL);
         if (info->version >= 3)
             S_CHECK(info->ranks >= 1 && info->streams >= 1);
+        if (info->version >= 4)
+            S_CHECK(info->loss_scale > 0.0 && info->loss_scale <= 1.7976931348623157e308 &&
+                    info->loss_scale_good >= 0 && info->skipped_steps >= 0);
     } else {
         S_CHECK(st == TROUPE_INVALID_ARGUMENT || st == TROUPE_RESOURCE_EXHAUSTED);
         S_CHECK(strstr(troupe_last_error(), "fuzz image") != NULL);
