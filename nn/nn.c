@@ -358,6 +358,11 @@ troupe_status_t troupe_nn_loss_scale(troupe_nn_t *nn, troupe_tnode_t **out)
         TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "loss_scale", 0, NULL, &nn->loss_scale));
         const double one = 1.0;
         troupe_status_t st = troupe_tnode_set_values(nn->loss_scale, &one, 1);
+        /* hosted, and rewritten between runs (the driver uploads each new scale) */
+        troupe_memory_mode_t hosted = {TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT,
+                                       TROUPE_SHARING_UNSET};
+        if (st == TROUPE_OK)
+            st = troupe_tnode_update_memory_mode(nn->loss_scale, hosted, 3202);
         if (st != TROUPE_OK)
             return s_fail(nn, st);
     }

@@ -56,8 +56,8 @@ troupe_prec_t troupe_nn_prec(const troupe_nn_t *nn);
 TROUPE_MUST_USE troupe_status_t troupe_nn_set_compute_prec(troupe_nn_t *nn, troupe_prec_t prec);
 troupe_prec_t troupe_nn_compute_prec(const troupe_nn_t *nn);
 
-/* Loss scaling (fp16): a hosted scalar node of the model's precision, value 1, that
- * troupe_nn_finish's backward pass starts from instead of 1 (nn/grad.h, loss_scale); the
+/* Loss scaling (fp16): a hosted non-constant scalar node of the model's precision, value 1,
+ * that troupe_nn_finish's backward pass starts from instead of 1 (nn/grad.h, loss_scale); the
  * data-parallel driver keeps it at the current scale (parallel/dp.h, troupe_dp_model_t.
  * loss_scale). Created on the first call; call before troupe_nn_finish. *out is borrowed. */
 TROUPE_MUST_USE troupe_status_t troupe_nn_loss_scale(troupe_nn_t *nn, troupe_tnode_t **out);

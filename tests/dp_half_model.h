@@ -104,7 +104,6 @@ static inline void dhm_model_new(dhm_model_t *m)
     troupe_memory_mode_t hosted = {TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT,
                                    TROUPE_SHARING_UNSET};
     DHM_CHECK(troupe_tnode_update_memory_mode(m->loss, hosted, 990));
-    DHM_CHECK(troupe_tnode_update_memory_mode(m->scale, hosted, 990));
     m->inputs[0] = m->X;
     m->inputs[1] = m->Y;
     m->dp = (troupe_dp_model_t){.grad_comp = m->comp,

@@ -55,8 +55,8 @@ Test(dp_loss_scale, an_injected_overflow_skips_exactly_that_step)
     }
     cr_assert(ls[0].on);
     cr_expect_neq(memcmp(p[0], p[1], sizeof p[0]), 0, "step 1 changed nothing");
-    cr_assert_eq(memcmp(p[1], p[2], sizeof p[0]), 0, "the overflowed step 2 changed the "
-                                                     "parameters");
+    cr_assert_eq(memcmp(p[1], p[2], sizeof p[0]), 0,
+                 "the overflowed step 2 changed the parameters");
     cr_assert_neq(memcmp(p[2], p[3], sizeof p[0]), 0, "training stopped after the skip");
     cr_assert_neq(memcmp(p[3], p[4], sizeof p[0]), 0, "training stopped after the skip");
     cr_assert_eq(ls[1].scale, 65536.0);
@@ -162,8 +162,7 @@ Test(dp_loss_scale, bad_settings_are_refused_by_name)
         troupe_dp_t *dp = NULL;
         cr_assert_eq(troupe_dp_new(&cfg, &m.dp, &dp), TROUPE_INVALID_ARGUMENT, "case %zu", i);
         cr_assert_null(dp);
-        cr_assert_not_null(strstr(troupe_last_error(), bad[i].name), "%s",
-                           troupe_last_error());
+        cr_assert_not_null(strstr(troupe_last_error(), bad[i].name), "%s", troupe_last_error());
     }
     /* on without a loss_scale node */
     troupe_dp_config_t cfg = s_config();

@@ -479,8 +479,6 @@ static troupe_status_t s_build_grad(fmnist_mlp_t *m)
         st = troupe_nn_loss_scale(nn, &m->loss_scale);
         if (st == TROUPE_OK)
             st = s_adopt((s_nodes_t){&m->nodes, &m->nnodes, &m->nodes_cap}, m->loss_scale);
-        if (st == TROUPE_OK)
-            st = s_set_mode(m->loss_scale, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
     }
     if (st == TROUPE_OK)
         st = troupe_nn_finish(nn, loss);

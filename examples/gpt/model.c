@@ -393,8 +393,6 @@ troupe_status_t gpt_model_new(gpt_params_t *p, const gpt_model_config_t *cfg, gp
     }
     if (st == TROUPE_OK && m->loss)
         st = s_set_mode(m->loss, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
-    if (st == TROUPE_OK && m->loss_scale)
-        st = s_set_mode(m->loss_scale, TROUPE_MM_HOSTED, TROUPE_MEMTYPE_NONCONSTANT);
     if (st == TROUPE_OK) {
         double *pv = malloc((size_t)T * sizeof *pv);
         if (!pv) {
