@@ -285,8 +285,8 @@ static troupe_status_t s_parse_part(const char *part, size_t len, int index, s_f
         break;
     case S_OVERFLOW:
         if (!(seen & K_STEP))
-            return s_part_error(index, part, len, "overflow needs step=N (the step whose "
-                                                  "gradient overflows)");
+            return s_part_error(index, part, len,
+                                "overflow needs step=N (the step whose gradient overflows)");
         f->place = TROUPE__FAULT_OVERFLOW;
         break;
     }

@@ -1231,13 +1231,13 @@ troupe_status_t troupe_nn_grad(troupe_asgn_comp_t *comp, troupe_tnode_t *loss, s
         st = s_grad_of(&x, li);
         if (st == TROUPE_OK && scale != NULL && scale->ndims != 0)
             st = troupe__error(TROUPE_INVALID_ARGUMENT,
-                               "troupe_nn_grad: the loss scale #%d %s is not a scalar",
-                               scale->id, s_label(scale));
+                               "troupe_nn_grad: the loss scale #%d %s is not a scalar", scale->id,
+                               s_label(scale));
         if (st == TROUPE_OK && scale == NULL)
             st = troupe_asgn_fetch_constant(comp, li->g, 1.0, &t);
         else if (st == TROUPE_OK)
-            st = troupe_asgn_accum_unop(comp, true, TROUPE_BINOP_ARG2, li->g,
-                                        TROUPE_UNOP_IDENTITY, troupe_asgn_node(scale), "=>", &t);
+            st = troupe_asgn_accum_unop(comp, true, TROUPE_BINOP_ARG2, li->g, TROUPE_UNOP_IDENTITY,
+                                        troupe_asgn_node(scale), "=>", &t);
         if (st == TROUPE_OK)
             st = s_push(&x.items, &x.nitems, &x.items_cap, t);
         li->g_init = true;

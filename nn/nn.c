@@ -330,8 +330,7 @@ troupe_status_t troupe_nn_finish(troupe_nn_t *nn, troupe_tnode_t *loss)
         return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_finish: NULL loss"));
     TROUPE_RETURN_IF_ERROR(troupe_nn_forward_root(nn));
     troupe_status_t st;
-    troupe_nn_grad_opts_t o = {(troupe_tnode_t *const *)nn->stops.v, nn->stops.n,
-                               nn->loss_scale};
+    troupe_nn_grad_opts_t o = {(troupe_tnode_t *const *)nn->stops.v, nn->stops.n, nn->loss_scale};
     st = troupe_nn_grad(nn->comp, loss, nn->params.n, (troupe_tnode_t *const *)nn->params.v,
                         (troupe_tnode_t *const *)nn->grads.v, &o);
     return st != TROUPE_OK ? s_fail(nn, st) : TROUPE_OK;
@@ -350,8 +349,8 @@ size_t troupe_nn_params(const troupe_nn_t *nn, troupe_tnode_t *const **params,
 troupe_status_t troupe_nn_loss_scale(troupe_nn_t *nn, troupe_tnode_t **out)
 {
     if (!nn || !out)
-        return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
-                                        "troupe_nn_loss_scale: NULL argument"));
+        return s_fail(
+            nn, troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_loss_scale: NULL argument"));
     if (nn->st != TROUPE_OK)
         return nn->st;
     if (nn->loss_scale == NULL) {

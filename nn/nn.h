@@ -50,9 +50,9 @@ troupe_prec_t troupe_nn_prec(const troupe_nn_t *nn);
  * (linear, linear_oi, attention). Default the model's own; BFLOAT16 or HALF (fp16) in a
  * single-precision model makes each product read copies of its operands rounded to it
  * (troupe_nn_compute_copy, round to nearest even) and accumulate into single. fp16's narrow
- * range wants loss scaling (parallel/dp.h, troupe_dp_config_t.loss_scale). Parameters, gradients, every other layer and the loss stay in the
- * model's precision. Set it before the layers it should apply to. INVALID_ARGUMENT for another
- * combination. */
+ * range wants loss scaling (troupe_nn_loss_scale; parallel/dp.h, loss_scaling). Parameters,
+ * gradients, every other layer and the loss stay in the model's precision. Set it before the
+ * layers it should apply to. INVALID_ARGUMENT for another combination. */
 TROUPE_MUST_USE troupe_status_t troupe_nn_set_compute_prec(troupe_nn_t *nn, troupe_prec_t prec);
 troupe_prec_t troupe_nn_compute_prec(const troupe_nn_t *nn);
 

@@ -531,8 +531,8 @@ static troupe_status_t s_parse_param(const char *what, const char *name, s_rd_t 
 }
 
 /* Reads the version 3 or 4 run record into info. */
-static troupe_status_t s_parse_run(const char *what, const char *name, s_rd_t *r,
-                                   uint32_t version, troupe_dp_checkpoint_info_t *info)
+static troupe_status_t s_parse_run(const char *what, const char *name, s_rd_t *r, uint32_t version,
+                                   troupe_dp_checkpoint_info_t *info)
 {
     uint32_t run_len = s_get_u32(r);
     if (r->short_read)

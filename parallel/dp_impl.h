@@ -217,8 +217,8 @@ struct troupe_dp {
     bool ls_on;
     double ls_scale, ls_growth, ls_backoff; /* the scale the next step's gradient uses */
     int64_t ls_interval, ls_good, ls_skipped;
-    bool ls_pending;           /* the last step's verdict is not read yet */
-    double ls_seed_last;       /* the seed the replicas' loss_scale nodes hold */
+    bool ls_pending;     /* the last step's verdict is not read yet */
+    double ls_seed_last; /* the seed the replicas' loss_scale nodes hold */
     bool ls_seed_uploaded;
     troupe_tnode_t *ls_node;   /* troupe_dp_model_t.loss_scale, retained */
     troupe_tnode_t *ls_finite; /* hosted double scalar the optimizer routine writes: 0 or nan */

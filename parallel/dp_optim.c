@@ -419,9 +419,8 @@ static troupe_status_t s_shadow(s_builder_t *b, troupe_tnode_t *x, troupe_tnode_
     char spec[64];
     s_spec(b, spec, sizeof spec, 1, -1);
     troupe_asgn_t *a = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_unop(b->comp, false, TROUPE_BINOP_ARG2, c,
-                                                  TROUPE_UNOP_IDENTITY, troupe_asgn_node(x), spec,
-                                                  &a));
+    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_unop(
+        b->comp, false, TROUPE_BINOP_ARG2, c, TROUPE_UNOP_IDENTITY, troupe_asgn_node(x), spec, &a));
     TROUPE_RETURN_IF_ERROR(s_push(b, a));
     *shadow = c;
     return TROUPE_OK;
@@ -436,10 +435,10 @@ static troupe_status_t s_commit(s_builder_t *b, troupe_tnode_t *x, troupe_tnode_
     char spec[64];
     snprintf(spec, sizeof spec, ",%s,%s=>%s", b->letters, b->letters, b->letters);
     troupe_asgn_t *a = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe_asgn_accum_ternop(
-        b->comp, false, TROUPE_BINOP_ARG2, x, TROUPE_TERNOP_WHERE,
-        troupe_asgn_node(b->dp->ls_finite), troupe_asgn_node(x), troupe_asgn_node(shadow), spec,
-        &a));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_asgn_accum_ternop(b->comp, false, TROUPE_BINOP_ARG2, x, TROUPE_TERNOP_WHERE,
+                                 troupe_asgn_node(b->dp->ls_finite), troupe_asgn_node(x),
+                                 troupe_asgn_node(shadow), spec, &a));
     return s_push(b, a);
 }
 
@@ -580,7 +579,8 @@ void troupe__dp_apply(const void *arg, int64_t n, const float *sum, float *const
         troupe__fp_restore(prev);
 }
 
-/* ---- precision and dynamic loss scaling (docs/parallel.md, Loss scaling) ---------------------- */
+/* ---- precision and dynamic loss scaling (docs/parallel.md, Loss scaling) ----------------------
+ */
 
 const char *troupe_dp_precision_name(troupe_dp_precision_t p)
 {
@@ -630,7 +630,7 @@ troupe_status_t troupe__dp_loss_scale_config(troupe_dp_t *dp, const troupe_dp_co
     double backoff =
         cfg->loss_scale_backoff != 0.0 ? cfg->loss_scale_backoff : TROUPE_DP_LOSS_SCALE_BACKOFF;
     int64_t interval = cfg->loss_scale_interval != 0 ? cfg->loss_scale_interval
-                                                      : (int64_t)TROUPE_DP_LOSS_SCALE_INTERVAL;
+                                                     : (int64_t)TROUPE_DP_LOSS_SCALE_INTERVAL;
     if (!(init > 0.0) || !isfinite(init))
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "dp_new: loss_scale_init = %g must be finite and > 0", init);
@@ -644,9 +644,9 @@ troupe_status_t troupe__dp_loss_scale_config(troupe_dp_t *dp, const troupe_dp_co
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "dp_new: loss_scale_interval = %lld must be >= 1",
                              (long long)interval);
-    if (m->loss_scale != NULL && (m->loss_scale->ndims != 0 ||
-                                  (m->loss_scale->prec != TROUPE_PREC_SINGLE &&
-                                   m->loss_scale->prec != TROUPE_PREC_DOUBLE)))
+    if (m->loss_scale != NULL &&
+        (m->loss_scale->ndims != 0 ||
+         (m->loss_scale->prec != TROUPE_PREC_SINGLE && m->loss_scale->prec != TROUPE_PREC_DOUBLE)))
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "dp_new: loss_scale must be a single or double scalar node");
     if (dp->ls_on && m->loss_scale == NULL)
@@ -669,9 +669,8 @@ troupe_status_t troupe__dp_loss_scale_config(troupe_dp_t *dp, const troupe_dp_co
         dp->ls_seed_uploaded = true;
     }
     if (dp->ls_on)
-        TROUPE_RETURN_IF_ERROR(
-            troupe__dp_new_hosted("dp_grad_finite", NULL, TROUPE_PREC_DOUBLE, 0, NULL,
-                                  &dp->ls_finite));
+        TROUPE_RETURN_IF_ERROR(troupe__dp_new_hosted("dp_grad_finite", NULL, TROUPE_PREC_DOUBLE, 0,
+                                                     NULL, &dp->ls_finite));
     return TROUPE_OK;
 }
 
@@ -693,8 +692,8 @@ troupe_status_t troupe__dp_loss_scale_settle(troupe_dp_t *dp)
             dp->ls_good = 0;
             TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_PARALLEL,
                        "dp: %lld good steps in a row after step %lld: loss scale %g -> %g",
-                       (long long)dp->ls_interval, (long long)step,
-                       dp->ls_scale / dp->ls_growth, dp->ls_scale);
+                       (long long)dp->ls_interval, (long long)step, dp->ls_scale / dp->ls_growth,
+                       dp->ls_scale);
         }
         return TROUPE_OK;
     }

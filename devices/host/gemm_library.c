@@ -412,9 +412,8 @@ static inline float s_h2f(const float *table, uint16_t h)
 /* Half factors (troupe_hgemm_fn): widened to single exactly and handed to the sgemm; without
  * scratch memory, element by element (each term exact, the sums in order). libxsmm has no CPU
  * fp16 kernel worth using here: this CPU has no fp16 dot product, so it would convert too. */
-static void s_hgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
-                    const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
-                    float *c, int64_t ldc)
+static void s_hgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                    int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     pthread_once(&s_half_once, s_half_table_init);
     const float *tab = s_half_table;

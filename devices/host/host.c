@@ -342,8 +342,8 @@ static troupe_status_t s_connect_gemm(const troupe_cgen_result_t *gen, void *lib
     if (gen->gemm_half_hooks_name != NULL) {
         sym = dlsym(lib, gen->gemm_half_hooks_name);
         if (sym == NULL)
-            return troupe__error(TROUPE_INTERNAL, "routine %s: generated code lacks %s",
-                                 gen->name, gen->gemm_half_hooks_name);
+            return troupe__error(TROUPE_INTERNAL, "routine %s: generated code lacks %s", gen->name,
+                                 gen->gemm_half_hooks_name);
         void (*hhooks)(troupe_hgemm_fn);
         memcpy(&hhooks, &sym, sizeof hhooks);
         hhooks(use ? troupe_gemm_library_hgemm() : NULL);

@@ -1168,8 +1168,8 @@ int main(int argc, char **argv)
     mc.fed = fmnist_feed_resolve(o->feed, o->backend);
     mc.changing = !o->whole_data;
     if (o->precision != TROUPE_DP_PRECISION_FP32)
-        mc.compute_prec = o->precision == TROUPE_DP_PRECISION_BF16 ? TROUPE_PREC_BFLOAT16
-                                                                   : TROUPE_PREC_HALF;
+        mc.compute_prec =
+            o->precision == TROUPE_DP_PRECISION_BF16 ? TROUPE_PREC_BFLOAT16 : TROUPE_PREC_HALF;
     CHECK(fmnist_mlp_new(&mc, &r.mlp), "building the model");
     CHECK(fmnist_mlp_init_params(r.mlp, o->seed), "initialising the parameters");
     if (o->whole_data)
