@@ -17,6 +17,7 @@
 #include "parallel/dp_impl.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "base/strbuf.h"
 #include "transport/mpi/cluster.h"
 #include "transport/mpi/collective.h"
@@ -297,6 +298,7 @@ troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp, const troupe_dp_config_
         S_CLIP,
         S_PREC,
         S_LS,
+        S_FUSED_ENV,
         S_N
     };
     char num[S_N][40];
@@ -343,6 +345,9 @@ troupe_status_t troupe__dp_agree_config(troupe_dp_t *dp, const troupe_dp_config_
         [S_CLIP] = {"grad_clip", num[S_CLIP]},
         [S_PREC] = {"precision", troupe_dp_precision_name(cfg->precision)},
         [S_LS] = {"loss_scaling", ls},
+        /* read per process from the environment, but it decides the update's form (and so
+         * the sharded state's layout): every rank must have the same */
+        [S_FUSED_ENV] = {"TROUPE_DP_FUSED_UPDATE", troupe_config_dp_fused_update() ? "auto" : "off"},
     };
     troupe_status_t st = TROUPE_OK;
     if (params.failed || inputs.failed)

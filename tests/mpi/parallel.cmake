@@ -21,7 +21,7 @@ target_include_directories(test_dp_agree PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${P
 # must fail at once naming it (TROUPE_TIMEOUT_S=30: a hang would fail the 10 s check); different
 # streams per rank train like one process with as many streams, bit for bit; the fed form
 # (a feed_comp) trains like the indexed one, bit for bit.
-foreach(mode optimizer lr shape setting count agree form streams fed precision)
+foreach(mode optimizer lr shape setting count agree form streams fed precision fusedenv)
   add_test(NAME test_dp_agree_${mode}_np2
            COMMAND ${MPIEXEC_EXECUTABLE} -n 2 ${TROUPE_MPI_LAUNCHER_ARGS}
                    $<TARGET_FILE:test_dp_agree> ${mode})

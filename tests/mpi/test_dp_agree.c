@@ -5,6 +5,9 @@
  *   count      one program setting more      agree     troupe_dp_agree, another value
  *   form       the fed form (a feed_comp: parallel/dp.h) instead of the indexed one
  *   precision  troupe_dp_config_t.precision bf16 instead of fp32
+ *   fusedenv   TROUPE_DP_FUSED_UPDATE=off (troupe_config_set_dp_fused_update, as the
+ *              environment sets it) instead of auto: a knob read per process that decides the
+ *              update's form
  * Each must make troupe_dp_new (troupe_dp_agree) fail on BOTH ranks, at once (well within
  * TROUPE_TIMEOUT_S), with FAILED_PRECONDITION and the same message naming the setting and each
  * rank's value; the ranks then finalize normally (the cluster is not broken by it).
@@ -166,6 +169,10 @@ int main(int argc, char **argv)
         if (rank == 1)
             precision = TROUPE_DP_PRECISION_BF16;
         needles[0] = "precision: 'fp32' on rank 0, 'bf16' on rank 1";
+    } else if (strcmp(mode, "fusedenv") == 0) {
+        if (rank == 1)
+            troupe_config_set_dp_fused_update(false);
+        needles[0] = "TROUPE_DP_FUSED_UPDATE: 'auto' on rank 0, 'off' on rank 1";
     } else if (strcmp(mode, "agree") == 0) {
         if (rank == 1)
             settings[1].value = "7";
