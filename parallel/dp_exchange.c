@@ -176,7 +176,7 @@ troupe_status_t troupe__dp_xstep_new(troupe_dp_t *dp, troupe__dp_xstep_t *x)
     return TROUPE_OK;
 }
 
-/* (dp->strat.update == TROUPE__DP_UPDATE_FUSED)'s update of segment g's bucket with argument
+/* (troupe__dp_update_in_allreduce)'s update of segment g's bucket with argument
  * *arg: its parameters and, private to each rank's chunk, their optimizer state as side arrays
  * (dp->fused_side's rows of the bucket's gradients), or the bucket's part of this rank's shard
  * of the state (dp->zero: dp_zero.c). Release out->side with troupe_free. */
@@ -213,7 +213,7 @@ static troupe_status_t s_fused_apply(const troupe_dp_t *dp, size_t g,
 
 troupe_status_t troupe__dp_unshard(troupe_dp_t *dp)
 {
-    if (!(dp->strat.update == TROUPE__DP_UPDATE_FUSED) || dp->nranks <= 1 || dp->nstate == 0)
+    if (!troupe__dp_update_in_allreduce(dp) || dp->nranks <= 1 || dp->nstate == 0)
         return TROUPE_OK; /* sharded (dp->zero): only the check that every rank saves; the
                              checkpoint gathers the shards itself */
     troupe__dp_apply_arg_t arg;
@@ -277,7 +277,7 @@ troupe_status_t troupe__dp_xstep_out(troupe_dp_t *dp, troupe__dp_xstep_t *x, siz
         /* the optimizer step of this step fused into it, for the bucket's parameters */
         s_seg_apply_t sa;
         memset(&sa, 0, sizeof sa);
-        if (dp->strat.update == TROUPE__DP_UPDATE_FUSED) {
+        if (troupe__dp_update_in_allreduce(dp)) {
             st = s_fused_apply(dp, g, &x->arg, &sa);
             ar.apply = &sa.apply;
         }

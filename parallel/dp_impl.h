@@ -268,6 +268,7 @@ typedef enum troupe__dp_local_mode {
     TROUPE__DP_LOCAL_FULL = 0,
     TROUPE__DP_LOCAL_SUM,
     TROUPE__DP_LOCAL_APPLY,
+    TROUPE__DP_LOCAL_COPY, /* ZeRO-1: the allreduce updated replica 0; copies to the others */
 } troupe__dp_local_mode_t;
 /* The plan for dp's replicas, parameters and state (dp borrowed: its nodes must outlive the
  * plan's use in troupe__dp_local_step). Errors: RESOURCE_EXHAUSTED. */
@@ -303,9 +304,12 @@ typedef struct troupe__dp_zero {
     float *shard[2];
     int64_t *at;
 } troupe__dp_zero_t;
-/* Whether dp shards its optimizer state (the fused update, several ranks, state to keep;
- * dp->strat and dp->nstate set). */
+/* Whether dp shards its optimizer state (the fused update or the passes across the streams,
+ * several ranks, state to keep; dp->strat and dp->nstate set). */
 bool troupe__dp_zero_wanted(const troupe_dp_t *dp);
+/* Whether the step's allreduce carries the optimizer step: the fused update, or the passes
+ * across the streams with sharded state (the passes then only merge and copy). */
+bool troupe__dp_update_in_allreduce(const troupe_dp_t *dp);
 /* Allocates this rank's zeroed shard into dp->zero. Errors: RESOURCE_EXHAUSTED. */
 TROUPE_MUST_USE troupe_status_t troupe__dp_zero_new(troupe_dp_t *dp);
 void troupe__dp_zero_free(troupe__dp_zero_t **z_p);

@@ -15,7 +15,9 @@
  * arrays) and completes its lend. That is the one-rank pass (FULL); with several ranks a SUM
  * pass writes the block's sums into replica 0's gradient instead, the in-place allreduce runs
  * on stream 0 between the passes, and an APPLY pass reads replica 0's gradient as the sums,
- * updates and copies. Every write into replica j's arrays happens while stream j's
+ * updates and copies; with the state sharded across ranks (ZeRO-1, dp_zero.c) the allreduce
+ * itself updates this rank's shard and gathers the parameters into replica 0, and a COPY pass
+ * only copies them to the other replicas. Every write into replica j's arrays happens while stream j's
  * lend holds them, so the ledger rules (a lend is a write of what it lends) stay true.
  *
  * Compared with the tree merge, the optimizer routine on stream 0 and the copies to the other
@@ -133,7 +135,7 @@ troupe_status_t troupe__dp_local_new(troupe_dp_t *dp, troupe__dp_local_t **out)
     atomic_init(&l->refs, 1);
     l->n = dp->n;
     l->np = dp->n_params;
-    l->nstate = dp->nstate;
+    l->nstate = dp->zero != NULL ? 0 : dp->nstate; /* sharded: the allreduce updates */
     l->nlent = 2 * l->np;
     l->nlent0 = l->nlent + (size_t)l->nstate * l->np;
     size_t n = (size_t)l->n;
@@ -277,13 +279,14 @@ static bool s_meet(s_round_t *r, int k, bool arrival, int64_t deadline_ns)
              * write into this stream's arrays: wait on, saying so. Before the update pass the
              * other streams wait for stream 0, which waits for the allreduce (whose own
              * deadlines fail it, and a failed stream 0 turns the round off): the same. */
-            if (!arrival || r->mode == TROUPE__DP_LOCAL_APPLY) {
+            bool behind0 = r->mode == TROUPE__DP_LOCAL_APPLY || r->mode == TROUPE__DP_LOCAL_COPY;
+            if (!arrival || behind0) {
                 TROUPE_LOG(TROUPE_LOG_WARN, TROUPE_SUB_PARALLEL,
                            "dp: stream %s has waited %lld s (TROUPE_TIMEOUT_S) for the other "
                            "streams to %s the step's %s pass; waiting on",
                            r->l->names[k], (long long)troupe_config_timeout_s(),
                            arrival ? "reach" : "finish their parts of",
-                           r->mode == TROUPE__DP_LOCAL_APPLY ? "update" : "merge");
+                           behind0 ? "update" : "merge");
                 int64_t next = troupe_now_ns() + troupe_config_timeout_ns();
                 ts = (struct timespec){(time_t)(next / 1000000000), (long)(next % 1000000000)};
                 continue;
@@ -348,6 +351,12 @@ static void s_work(s_round_t *r, int k)
     int64_t lo = l->total * k / n, hi = l->total * (k + 1) / n, base = 0;
     for (size_t i = 0; i < np; base += l->len[i], i++) {
         int64_t a = s_snap(lo - base, l->len[i]), b = s_snap(hi - base, l->len[i]);
+        if (r->mode == TROUPE__DP_LOCAL_COPY) { /* replica 0's new parameters, already updated */
+            for (int j = 1; j < n && b > a; j++)
+                memcpy(r->ptr[(size_t)j * l->nlent0 + np + i] + a, r->ptr[np + i] + a,
+                       (size_t)(b - a) * sizeof(float));
+            continue;
+        }
         for (int64_t o = a; o < b; o += S_BLOCK) {
             int64_t len = b - o < S_BLOCK ? b - o : S_BLOCK;
             float *g0 = r->ptr[i] + o;
@@ -409,7 +418,8 @@ static troupe_status_t s_start(void *user, void *const *ptrs, const int64_t *byt
     int64_t t_work = troupe__trace_on() ? troupe_now_ns() : 0;
     s_work(r, p->k);
     if (t_work != 0) { /* the stream's part on its timeline, with how long it waited first */
-        static const char *const names[] = {"merge+update pass", "merge pass", "update pass"};
+        static const char *const names[] = {"merge+update pass", "merge pass", "update pass",
+                                            "copy pass"};
         troupe__trace_arg_t a[] = {TROUPE__TRACE_NUM("streams", l->n),
                                    TROUPE__TRACE_NUM("waited_ns", t_work - t_arrive)};
         troupe__trace_emit(TROUPE__TRACK_THREAD, "dp", names[r->mode], t_work, troupe_now_ns(),

@@ -95,8 +95,12 @@ troupe_status_t troupe__dp_update_build(troupe_dp_t *dp)
         if (st != TROUPE_OK)
             return troupe__dp_wrap(st, "dp_new: linking a hyper-parameter copy");
     }
-    if (dp->zero != NULL) /* the fused update runs on the shard; no routine reads the state */
+    if (dp->zero != NULL) { /* the fused update runs on the shard; no routine reads the state */
+        /* several streams: their passes merge and copy, the allreduce updates (dp_zero.c) */
+        if (dp->strat.update == TROUPE__DP_UPDATE_STREAMS)
+            TROUPE_RETURN_IF_ERROR(troupe__dp_local_new(dp, &dp->local));
         return s_fused_sides(dp);
+    }
     if (dp->ls_finite != NULL) /* loss scaling's verdict, read back after each step */
         TROUPE_RETURN_IF_ERROR(troupe__dp_upload(r0, dp->ls_finite));
     troupe_asgn_comp_t *ocomp = NULL;
@@ -155,7 +159,9 @@ troupe_status_t troupe__dp_update_apply(troupe_dp_t *dp, const troupe__dp_apply_
     troupe_status_t st = TROUPE_OK;
     if (dp->strat.update == TROUPE__DP_UPDATE_STREAMS)
         st = troupe__dp_local_step(dp,
-                                   dp->nranks > 1 ? TROUPE__DP_LOCAL_APPLY : TROUPE__DP_LOCAL_FULL,
+                                   dp->nranks == 1    ? TROUPE__DP_LOCAL_FULL
+                                   : dp->zero != NULL ? TROUPE__DP_LOCAL_COPY
+                                                      : TROUPE__DP_LOCAL_APPLY,
                                    arg, rec != NULL ? &oev : NULL);
     else if (dp->strat.update == TROUPE__DP_UPDATE_ROUTINE)
         st = troupe_routine_run(dp->opt_routine, rec != NULL ? &oev : NULL);

@@ -4,7 +4,10 @@
  * as the transport cuts its chunks (troupe_coll_shard_range); with overlap segments, each
  * segment's request cuts its own span, so the shard is one such range per segment. The fused
  * update's request carries the shard buffers (troupe_coll_apply_t shard); no state node exists, and
- * the optimizer routine is neither compiled nor linked. Checkpoints gather the shards in gradient
+ * the optimizer routine is neither compiled nor linked. With several streams per rank (the
+ * passes across the streams) the passes merge into replica 0, its allreduce carries the update
+ * of the shard as with one stream, and a last pass copies the new parameters to the other
+ * replicas (dp_local.c, TROUPE__DP_LOCAL_COPY). Checkpoints gather the shards in gradient
  * order (every rank's shard broadcast from it) and slice a loaded state into this rank's shard, so
  * a checkpoint written by R ranks restores onto any number of ranks, and the bytes equal an
  * unsharded run's.
@@ -22,7 +25,17 @@
 
 bool troupe__dp_zero_wanted(const troupe_dp_t *dp)
 {
-    return dp->strat.update == TROUPE__DP_UPDATE_FUSED && dp->nranks > 1 && dp->nstate > 0;
+    /* the passes across the streams need the in-place exchange with several ranks, one
+     * gradient routine and single precision: what the allreduce's fused update needs */
+    return (dp->strat.update == TROUPE__DP_UPDATE_FUSED ||
+            dp->strat.update == TROUPE__DP_UPDATE_STREAMS) &&
+           dp->nranks > 1 && dp->nstate > 0;
+}
+
+bool troupe__dp_update_in_allreduce(const troupe_dp_t *dp)
+{
+    return dp->strat.update == TROUPE__DP_UPDATE_FUSED ||
+           (dp->strat.update == TROUPE__DP_UPDATE_STREAMS && dp->zero != NULL);
 }
 
 troupe_status_t troupe__dp_zero_new(troupe_dp_t *dp)

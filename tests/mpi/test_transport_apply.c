@@ -28,6 +28,12 @@
  *     right; with TROUPE_COLL_SHM=0 nothing is sharded and the gather does nothing;
  *   - on one rank (mode `private`, np1): the update runs once, a gather changes nothing (its
  *     update is not run);
+ *   - m sharded (troupe_coll_apply_t shard, ZeRO stage 1's memory saving; modes `private` on
+ *     2 and 3 ranks, `off` and `shard`, the last on 3 ranks without shared memory): each rank
+ *     holds only its shard [lo, hi) of m, and p is right on every rank while each shard is
+ *     right on its rank, three rounds in a row; through shared memory stats.shm +1; without it,
+ *     packed gradients (one span) take the reduce-scatter (stats.reduce_scatters +1, no fusion
+ *     bucket) and gradients one by one the buckets' allreduce (reduce_scatters +0);
  *   - refused: every side array private, TROUPE_COLL_UNSHARD without private side arrays.
  * Prints one FAIL line per failed check; exits 0 only if every check passed on this rank. */
 #include "actors/troupe.h"
@@ -311,6 +317,91 @@ static void s_test_private(bool shm_on)
     s_private = 0;
 }
 
+/* A round of the update with m sharded: this rank's shard of m over the tensors end to end
+ * (troupe_coll_shard_range) in shard[], no m nodes; p checked as s_round does, the shard
+ * against the update of its expected values, and the path by the stats: through shared memory
+ * (want_shm), else by the reduce-scatter (want_scatter) or the buckets. */
+static float s_shard[20000 + 48 + 4099];
+static void s_shard_round(const char *what, s_arg_t arg, bool want_shm, bool want_scatter)
+{
+    int64_t total = 0, lo = 0, hi = 0;
+    for (int t = 0; t < NT; t++)
+        total += s_counts[t];
+    troupe_coll_shard_range(total, s_rank, s_size, &lo, &hi);
+    troupe_tnode_t *side[2 * NT];
+    troupe_coll_apply_t ap = s_apply_of(side, &arg);
+    float *shard[1] = {s_shard};
+    for (int t = 0; t < NT; t++)
+        side[NT + t] = NULL; /* sharded: unused */
+    ap.n_private = 1;
+    ap.shard = shard;
+    troupe_allreduce_args_t a = {
+        .op = TROUPE_REDUCE_SUM, .n = NT, .ctx = s_set.ctx, .nodes = s_set.g, .apply = &ap};
+    troupe_transport_stats_t before, after;
+    troupe_event_t *ev = NULL;
+    for (int t = 0; t < NT; t++)
+        CHECK_OK(troupe_from_host(s_set.ctx, s_set.g[t], NULL));
+    troupe_transport_get_stats(&before);
+    CHECK_OK(troupe_allreduce(&a, &ev));
+    CHECK_OK(troupe_event_sync(ev, SYNC_NS));
+    for (int t = 0; t < NT; t++) {
+        troupe_event_t *e = NULL;
+        CHECK_OK(troupe_to_host(s_set.ctx, s_set.p[t], &e));
+        CHECK_OK(troupe_event_sync(e, SYNC_NS));
+        troupe_event_release(&e);
+    }
+    troupe_transport_get_stats(&after);
+    uint64_t shm = after.shm - before.shm, rsc = after.reduce_scatters - before.reduce_scatters;
+    uint64_t bks = after.buckets - before.buckets;
+    if (shm != (want_shm ? 1u : 0u) || rsc != (want_scatter ? 1u : 0u) ||
+        (want_scatter && bks != 0))
+        s_fail("%s: stats.shm +%llu, reduce_scatters +%llu, buckets +%llu; expected shm +%d, "
+               "reduce_scatters +%d%s",
+               what, (unsigned long long)shm, (unsigned long long)rsc, (unsigned long long)bks,
+               want_shm ? 1 : 0, want_scatter ? 1 : 0, want_scatter ? ", buckets +0" : "");
+    static double got[20000];
+    int64_t at = 0;
+    for (int t = 0; t < NT; t++) {
+        CHECK_OK(troupe_tnode_get_values(s_set.p[t], got, s_counts[t]));
+        bool ok = true;
+        for (int64_t i = 0; i < s_counts[t]; i++, at++) {
+            double sum = s_expect(TROUPE_PREC_SINGLE, TROUPE_REDUCE_SUM, i + 10000 * t);
+            s_set.pv[t][i] = (double)((float)s_set.pv[t][i] * arg.a + (float)sum);
+            s_set.mv[t][i] = (double)((float)s_set.mv[t][i] + (float)sum * arg.b);
+            if (ok && got[i] != s_set.pv[t][i]) {
+                s_fail("%s: p%d[%lld] = %.9g, expected %.9g", what, t, (long long)i, got[i],
+                       s_set.pv[t][i]);
+                ok = false;
+            }
+            if (ok && at >= lo && at < hi && (double)s_shard[at - lo] != s_set.mv[t][i]) {
+                s_fail("%s: m%d[%lld] (shard element %lld) = %.9g, expected %.9g", what, t,
+                       (long long)i, (long long)(at - lo), (double)s_shard[at - lo],
+                       s_set.mv[t][i]);
+                ok = false;
+            }
+        }
+    }
+out:
+    troupe_event_release(&ev);
+}
+
+static void s_test_shard(bool shm_on)
+{
+    for (int layout = 0; layout < 2; layout++) {
+        bool packed = layout == 0; /* gradients in one span, or one array each */
+        if (!s_setup(packed, true))
+            return;
+        for (size_t e = 0; e < sizeof s_shard / sizeof s_shard[0]; e++)
+            s_shard[e] = 1.0f; /* m's starting value (s_setup) */
+        const char *name[3] = {packed ? "sharded, packed, first" : "sharded, one by one, first",
+                               packed ? "sharded, packed, second" : "sharded, one by one, second",
+                               packed ? "sharded, packed, third" : "sharded, one by one, third"};
+        s_arg_t args[3] = {{0.5f, 2.0f}, {0.25f, -1.0f}, {1.0f, 0.5f}};
+        for (int k = 0; k < 3; k++)
+            s_shard_round(name[k], args[k], shm_on && packed, !shm_on && packed);
+    }
+}
+
 /* One bad argument set: INVALID_ARGUMENT whose message holds `needle`. */
 static void s_bad(const char *what, const troupe_allreduce_args_t *a, const char *needle)
 {
@@ -428,25 +519,31 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "on";
     if (strcmp(mode, "on") != 0 && strcmp(mode, "off") != 0 && strcmp(mode, "mismatch") != 0 &&
-        strcmp(mode, "private") != 0) {
-        printf("FAIL: unknown mode '%s' (on, off, mismatch, private)\n", mode);
+        strcmp(mode, "private") != 0 && strcmp(mode, "shard") != 0) {
+        printf("FAIL: unknown mode '%s' (on, off, mismatch, private, shard)\n", mode);
         return 2;
     }
     troupe_status_t st = s_init(&argc, &argv);
     if (st != TROUPE_OK)
         return 1;
     troupe_config_set_auto_host_transfers(false);
-    bool shm_on = strcmp(mode, "off") != 0;
+    bool shm_on = strcmp(mode, "off") != 0 && strcmp(mode, "shard") != 0;
     if (troupe_config_coll_shm() != shm_on)
         s_fail("TROUPE_COLL_SHM is %d in mode %s", troupe_config_coll_shm() ? 1 : 0, mode);
     if (s_fails == 0 && strcmp(mode, "mismatch") == 0) {
         s_test_mismatch();
     } else if (s_fails == 0 && strcmp(mode, "private") == 0) {
+        if (s_size > 1) /* first: the private test's last failed mapping turns shm off */
+            s_test_shard(true);
         s_test_private(s_size > 1); /* one rank: no shared memory, a gather does nothing */
+    } else if (s_fails == 0 && strcmp(mode, "shard") == 0) {
+        s_test_shard(false);
     } else if (s_fails == 0) {
         s_test_refused();
-        if (!shm_on)
+        if (!shm_on) {
             s_test_private(false);
+            s_test_shard(false);
+        }
         s_test_layouts(shm_on);
     }
     s_teardown();

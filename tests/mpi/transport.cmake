@@ -109,3 +109,10 @@ foreach(np 1 3)
 endforeach()
 set_tests_properties(test_transport_apply_off_np2 PROPERTIES
                      ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30;TROUPE_COLL_SHM=0")
+# the optimizer state sharded (troupe_coll_apply_t shard) on 3 ranks without shared memory: the
+# reduce-scatter cut at the shards (ring.c) turns the chunks by one place; each shard right
+add_test(NAME test_transport_apply_shard_np3
+         COMMAND ${MPIEXEC_EXECUTABLE} -n 3 ${TROUPE_MPI_LAUNCHER_ARGS}
+                 $<TARGET_FILE:test_transport_apply> shard)
+set_tests_properties(test_transport_apply_shard_np3 PROPERTIES TIMEOUT 120 LABELS mpi
+                     PROCESSORS 3 ENVIRONMENT "TROUPE_LOG=warn;TROUPE_TIMEOUT_S=30;TROUPE_COLL_SHM=0")

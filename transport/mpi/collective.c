@@ -26,7 +26,7 @@
 /* ---- stats ------------------------------------------------------------------------------- */
 
 static _Atomic uint64_t s_collectives, s_completed, s_buckets, s_ring_buckets, s_bytes, s_staged,
-    s_failures, s_shm;
+    s_failures, s_shm, s_scatters;
 
 void troupe__stats_add(uint64_t collectives, uint64_t completed, uint64_t buckets, uint64_t bytes,
                        uint64_t failures)
@@ -53,6 +53,11 @@ void troupe__stats_add_ring(void)
     atomic_fetch_add(&s_ring_buckets, 1);
 }
 
+void troupe__stats_add_scatter(void)
+{
+    atomic_fetch_add(&s_scatters, 1);
+}
+
 void troupe__stats_add_shm(void)
 {
     atomic_fetch_add(&s_shm, 1);
@@ -70,6 +75,7 @@ void troupe_transport_get_stats(troupe_transport_stats_t *out)
     out->staged = atomic_load(&s_staged);
     out->failures = atomic_load(&s_failures);
     out->shm = atomic_load(&s_shm);
+    out->reduce_scatters = atomic_load(&s_scatters);
 }
 
 /* ---- requests ---------------------------------------------------------------------------- */

@@ -243,7 +243,11 @@ typedef struct troupe_coll_apply {
      * on the rank that holds its shard and copies the parameters (the shared side arrays) to
      * the others: through shared memory directly, else after the reduction through
      * MPI_Iallgatherv (in place where the tensors and each shared side array lie in one span,
-     * else through a flat copy). With TROUPE_COLL_UNSHARD nothing moves (the caller holds the
+     * else through a flat copy). Off shared memory, where every rank's tensors lie in one span,
+     * the reduction is a reduce-scatter cut at the shards (troupe's ring, its first half):
+     * each rank receives only its shard's sums, so the bytes sent per rank fall from the
+     * allreduce's 2(p-1)/p of the tensors to (p-1)/p (plus the gather's (p-1)/p); otherwise
+     * the buckets' allreduce. With TROUPE_COLL_UNSHARD nothing moves (the caller holds the
      * shards and gathers them itself); the request only checks that every rank issued it at
      * the same point. Every rank must pass it alike (fingerprinted). Borrowed for the call;
      * written by the transport until the event completes. */
@@ -344,6 +348,8 @@ typedef struct troupe_transport_stats {
     uint64_t staged;       /* bytes of buckets copied through a staging buffer (not in place) */
     uint64_t ring_buckets; /* buckets reduced by troupe's ring (see Algorithms above) */
     uint64_t shm;          /* collectives reduced through shared memory (Algorithms above) */
+    uint64_t reduce_scatters; /* fused updates with sharded state reduced by a reduce-scatter
+                                 (troupe_coll_apply_t shard) */
 } troupe_transport_stats_t;
 void troupe_transport_get_stats(troupe_transport_stats_t *out);
 

@@ -269,10 +269,11 @@ static void s_log_done(troupe__req_t *r, troupe__rs_t *rs)
                  (double)(c->t_done_ns - c->t_reduced_ns) / 1e3);
     }
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_TRANSPORT,
-               "%s%s: %zu tensors, %" PRId64 " bytes, %zu buckets, %.1f us (fingerprints %.1f us, "
-               "queued %.1f us before)%s",
+               "%s%s: %zu tensors, %" PRId64 " bytes, %zu buckets%s, %.1f us (fingerprints %.1f "
+               "us, queued %.1f us before)%s",
                rs->what, r->unshard ? " (a gather of the sharded state, TROUPE_COLL_UNSHARD)" : "",
-               r->n, r->bytes, rs->plan.nbks, (double)(now - rs->t_start_ns) / 1e3,
+               r->n, r->bytes, rs->plan.nbks,
+               rs->scatter ? " (a reduce-scatter of the shards, then the parameters' gather)" : "", (double)(now - rs->t_start_ns) / 1e3,
                (double)(rs->t_data_ns - rs->t_start_ns) / 1e3,
                (double)(rs->t_start_ns - r->submitted_ns) / 1e3, shm);
 }
@@ -383,6 +384,8 @@ static troupe_status_t s_step(troupe__req_t *r, troupe__rs_t *rs, bool *broken)
         TROUPE_RETURN_IF_ERROR(troupe__apply_gather_test(rs, &progress, &gathered));
         if (gathered && r->unshard) {
             all = true;
+        } else if (gathered && rs->scatter) { /* sharded state: this rank's shard's sums */
+            TROUPE_RETURN_IF_ERROR(troupe__engine_coll_scatter_test(r, rs, &progress, &all));
         } else if (gathered) {
             TROUPE_RETURN_IF_ERROR(troupe__engine_coll_test(r, rs, &progress));
             TROUPE_RETURN_IF_ERROR(troupe__engine_coll_post(r, rs));
@@ -397,7 +400,8 @@ static troupe_status_t s_step(troupe__req_t *r, troupe__rs_t *rs, bool *broken)
     now = troupe_now_ns();
     if (all && r->nshard > 0 && !rs->shm_apply && !rs->shard_posted && !r->unshard) {
         /* sharded state off the shared-memory update: this rank updates its shard from the
-         * sums, then gathers everyone's updated parameters */
+         * sums (the reduce-scatter's, or the buckets' allreduce where the span is not flat),
+         * then gathers everyone's updated parameters */
         troupe__req_apply_all(r);
         TROUPE_RETURN_IF_ERROR(troupe__apply_shard_post(r, rs));
         all = false;

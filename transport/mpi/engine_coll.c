@@ -20,6 +20,8 @@
 #include "base/status.h"
 #include "base/trace_impl.h"
 
+#include <limits.h>
+
 #if TROUPE_HAVE_MPI
 
 static struct {
@@ -264,6 +266,12 @@ static void s_release_slots(troupe__rs_t *rs)
 
 void troupe__engine_coll_release(troupe__rs_t *rs)
 {
+    if (rs->scatter && rs->sc_tmp >= 0) { /* a reduce-scatter still in flight: left to MPI */
+        s_c.rtmp[rs->sc_tmp] = NULL;
+        s_c.rtmp_cap[rs->sc_tmp] = 0;
+        s_c.rtmp_busy[rs->sc_tmp] = false;
+        rs->sc_tmp = -1;
+    }
     /* Buckets still in flight belong to a failed request: MPI may still write into their
      * buffers if it is ever progressed again, so those buffers are left to MPI (leaked: only
      * on failures, which fail the cluster) rather than reused or freed. */
@@ -302,6 +310,8 @@ const char *troupe__engine_coll_path(const troupe__req_t *r, const troupe__rs_t 
 {
     if (rs->use_shm)
         return "shm";
+    if (rs->scatter)
+        return "reduce-scatter";
     if (rs->plan.nbks > 0 && troupe__ring_wanted(r->kind, &rs->plan.bks[0], troupe__eng.comm.size))
         return "ring";
     return "mpi";
@@ -320,11 +330,75 @@ troupe_status_t troupe__engine_coll_shm_begin(troupe__req_t *r, troupe__rs_t *rs
                                   troupe__cls_red_type(rs->span_cls), r->op);
 }
 
+/* Whether r reduces by the reduce-scatter (ZeRO stage 1 across nodes): a fused update with
+ * sharded state needs the sums of this rank's shard only, and the parameters' gather
+ * (troupe__apply_shard_post) brings the rest. Needs every rank's tensors in one span starting
+ * at tensor 0 (the shard's bounds count elements from there), single precision, a sum, and
+ * each shard within an MPI count. The same on every rank: it reads what the ranks agreed. */
+static bool s_scatter_wanted(const troupe__req_t *r, const troupe__rs_t *rs)
+{
+    int size = troupe__eng.comm.size;
+    if (r->kind != TROUPE__REQ_ALLREDUCE || r->apply_fn == NULL || r->nshard == 0 ||
+        r->unshard || r->op != TROUPE_REDUCE_SUM || size < 2 || !rs->all_flat ||
+        rs->span != r->tensors[0].data || rs->span_cls != TROUPE__CLS_F32 ||
+        rs->span_bytes != r->bytes)
+        return false;
+    return troupe__ring_scatter_tmp_bytes(rs->span_bytes / (int64_t)sizeof(float),
+                                          TROUPE__CLS_F32, size) /
+               sizeof(float) <=
+           (size_t)INT_MAX;
+}
+
+static troupe_status_t s_scatter_begin(troupe__rs_t *rs)
+{
+    int64_t units = rs->span_bytes / (int64_t)sizeof(float);
+    size_t tmp_bytes = troupe__ring_scatter_tmp_bytes(units, TROUPE__CLS_F32, troupe__eng.comm.size);
+    int tmp = s_take_buf(s_c.rtmp, s_c.rtmp_cap, s_c.rtmp_busy, tmp_bytes);
+    if (tmp == -1) /* no bucket of this request is in flight, and requests go one at a time */
+        return troupe__error(TROUPE_INTERNAL, "%s: no free ring buffer for the reduce-scatter",
+                             rs->what);
+    if (tmp == -2)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                             "%s: out of memory for a reduce-scatter buffer of %zu bytes",
+                             rs->what, tmp_bytes);
+    rs->scatter = true;
+    rs->scatter_done = false;
+    rs->sc_tmp = tmp;
+    troupe__stats_add_scatter();
+    return troupe__ring_scatter_start(&rs->sc, &troupe__eng.comm, units, TROUPE__CLS_F32,
+                                      TROUPE_REDUCE_SUM, (char *)rs->span, s_c.rtmp[tmp],
+                                      rs->what);
+}
+
+troupe_status_t troupe__engine_coll_scatter_test(troupe__req_t *r, troupe__rs_t *rs,
+                                                 bool *progress, bool *done)
+{
+    *done = rs->scatter_done;
+    if (*done)
+        return TROUPE_OK;
+    TROUPE_RETURN_IF_ERROR(
+        troupe__ring_test(&rs->sc, &troupe__eng.comm, rs->what, &rs->scatter_done, progress));
+    if (!rs->scatter_done)
+        return TROUPE_OK;
+    s_c.rtmp_busy[rs->sc_tmp] = false;
+    rs->sc_tmp = -1;
+    *done = true;
+    if (troupe__trace_on()) {
+        troupe__trace_arg_t a[] = {TROUPE__TRACE_NUM("seq", r->seq),
+                                   TROUPE__TRACE_NUM("bytes", rs->span_bytes)};
+        troupe__trace_emit(TROUPE__TRACK_BUCKET0, "allreduce", "reduce-scatter (sharded state)",
+                           rs->sc.t_start_ns, troupe_now_ns(), a, 2);
+    }
+    return TROUPE_OK;
+}
+
 troupe_status_t troupe__engine_coll_mpi_begin(troupe__req_t *r, troupe__rs_t *rs)
 {
     TROUPE_RETURN_IF_ERROR(troupe__apply_gather_post(r, rs));
-    if (r->unshard || rs->plan.planned)
+    if (r->unshard || rs->plan.planned || rs->scatter)
         return TROUPE_OK;
+    if (s_scatter_wanted(r, rs))
+        return s_scatter_begin(rs);
     return troupe__bucket_plan(&rs->plan, r, rs->all_flat, rs->what);
 }
 

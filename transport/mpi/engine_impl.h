@@ -136,6 +136,7 @@ typedef struct troupe__ring {
     int64_t units;
     troupe__cls_t cls;
     troupe_reduce_op_t op;
+    bool scatter; /* the reduce-scatter half only, cut at the shards (troupe__ring_scatter_start) */
     int64_t t_start_ns, t_scattered_ns; /* posted; reduce-scatter done (allgather began) */
 } troupe__ring_t;
 
@@ -152,6 +153,19 @@ TROUPE_MUST_USE troupe_status_t troupe__ring_start(troupe__ring_t *g,
                                                    const troupe__bucket_t *b, size_t bucket,
                                                    troupe_reduce_op_t op, char *base, void *tmp,
                                                    const char *what);
+
+/* Posts the first step of a reduce-scatter of `units` units of class `cls` at `base` over the
+ * ranks, cut at troupe_coll_shard_range's bounds, so that rank r ends with the reduced units of
+ * its own shard (the rest of base holds partial sums); receives into `tmp`
+ * (troupe__ring_scatter_tmp_bytes). One at a time: its tag is bucket 0's. Errors:
+ * TRANSPORT_ERROR naming `what`. */
+TROUPE_MUST_USE troupe_status_t troupe__ring_scatter_start(troupe__ring_t *g,
+                                                           const troupe__engine_comm_t *c,
+                                                           int64_t units, troupe__cls_t cls,
+                                                           troupe_reduce_op_t op, char *base,
+                                                           void *tmp, const char *what);
+/* Bytes of the receive buffer troupe__ring_scatter_start needs: the largest shard. */
+size_t troupe__ring_scatter_tmp_bytes(int64_t units, troupe__cls_t cls, int size);
 
 /* Completes the steps that finished (reducing what a reduce-scatter step received) and posts
  * the next; *progress when a step finished, *done after the last one (tmp is free again).
@@ -214,6 +228,11 @@ typedef struct troupe__rs {
     size_t next_bk, done_bks;
     troupe__flight_t fl[2];
     int nfl;
+    /* sharded state off shared memory: the span's reduce-scatter instead of buckets */
+    bool scatter;        /* taken (engine_coll.c, troupe__engine_coll_mpi_begin) */
+    bool scatter_done;   /* ...and complete: this rank's shard holds the sums */
+    troupe__ring_t sc;   /* its ring */
+    int sc_tmp;          /* its receive buffer (engine_coll.c's ring buffers), -1 none */
     /* point-to-point data */
     MPI_Request *p2p;
     int np2p;
@@ -250,7 +269,8 @@ void troupe__engine_fail(troupe__req_t *r, troupe_status_t st, bool comm_broken)
  * is only read). Errors: RESOURCE_EXHAUSTED and the planner's. */
 TROUPE_MUST_USE troupe_status_t troupe__engine_coll_prepack(troupe__req_t *r, troupe__rs_t *rs);
 /* Begins r's data through MPI: first a gather of private side arrays left sharded, then,
- * unless r is only that gather, its buckets (planned once). */
+ * unless r is only that gather, its buckets (planned once), or, for a fused update with
+ * sharded state whose span is flat on every rank, the span's reduce-scatter (rs->scatter). */
 TROUPE_MUST_USE troupe_status_t troupe__engine_coll_mpi_begin(troupe__req_t *r, troupe__rs_t *rs);
 /* Begins reducing r's span through shared memory (every rank's digest located its span). */
 TROUPE_MUST_USE troupe_status_t troupe__engine_coll_shm_begin(troupe__req_t *r, troupe__rs_t *rs);
@@ -260,12 +280,17 @@ TROUPE_MUST_USE troupe_status_t troupe__engine_coll_post(troupe__req_t *r, troup
 /* Tests the buckets in flight; unpacks the finished ones. *progress when one finished. */
 TROUPE_MUST_USE troupe_status_t troupe__engine_coll_test(troupe__req_t *r, troupe__rs_t *rs,
                                                          bool *progress);
+/* Advances rs's reduce-scatter (rs->scatter); *done when this rank's shard holds the sums.
+ * Errors: TRANSPORT_ERROR. */
+TROUPE_MUST_USE troupe_status_t troupe__engine_coll_scatter_test(troupe__req_t *r,
+                                                                 troupe__rs_t *rs,
+                                                                 bool *progress, bool *done);
 /* The buffers of rs's buckets that will not complete: the slots and ring buffers still in
  * flight are left to MPI (only after a failure), the others given back. */
 void troupe__engine_coll_release(troupe__rs_t *rs);
 /* At stop: frees the staging slots and ring buffers. */
 void troupe__engine_coll_stop(void);
-/* The bucket path r's data took, for the trace: "shm", "ring" or "mpi". */
+/* The bucket path r's data took, for the trace: "shm", "reduce-scatter", "ring" or "mpi". */
 const char *troupe__engine_coll_path(const troupe__req_t *r, const troupe__rs_t *rs);
 
 /* engine_p2p.c: a send's or a receive's slices (Isend/Irecv of TROUPE__MAX_MSG_BYTES each). */

@@ -11,8 +11,16 @@
  * along the ring in a fixed order and copied to the others, so all ranks hold the same bits
  * and a run is reproducible for a given number of ranks. bfloat16-compressed buckets always
  * take the ring: MPI has no bfloat16 sum.
+ *
+ * The reduce-scatter half alone (troupe__ring_scatter_start) serves ZeRO stage 1 across nodes:
+ * a fused update with sharded state needs only its own shard's sums, so the request's whole
+ * span is cut at the shards' bounds (troupe_coll_shard_range) and the chunks are turned by one
+ * place, so that rank r ends holding the sums of its own shard; p-1 steps, (p-1)/p of the span
+ * sent and received instead of the allreduce's 2(p-1)/p. Chunk c is summed from rank c+1 round
+ * to rank c (the allreduce's ring starts chunk c at rank c): with two ranks a + b either way.
  */
 #include "transport/mpi/engine_impl.h"
+#include "transport/mpi/transport_impl.h"
 #include "base/clock.h"
 
 #if TROUPE_HAVE_MPI
@@ -31,6 +39,14 @@ static int64_t s_chunk_lo(int64_t units, int k, int size)
     return units * k / size;
 }
 
+/* First unit of chunk k of g: the allreduce's even cut, or the shards' (scatter). */
+static int64_t s_lo(const troupe__ring_t *g, int k, int size)
+{
+    if (g->scatter)
+        return troupe__shm_chunk_lo(g->units, troupe__cls_size(g->cls), k, size);
+    return s_chunk_lo(g->units, k, size);
+}
+
 static int s_mod(int a, int p)
 {
     return ((a % p) + p) % p;
@@ -47,26 +63,27 @@ size_t troupe__ring_tmp_bytes(const troupe__bucket_t *b, int size)
 static troupe_status_t s_post(troupe__ring_t *g, const troupe__engine_comm_t *c, const char *what)
 {
     int p = c->size, me = c->rank, st = g->step;
+    int turn = g->scatter ? 1 : 0; /* scatter: rank me ends with chunk me, not me + 1 */
     int send_c, recv_c;
     if (st < p - 1) {
-        send_c = s_mod(me - st, p);
-        recv_c = s_mod(me - st - 1, p);
+        send_c = s_mod(me - st - turn, p);
+        recv_c = s_mod(me - st - 1 - turn, p);
     } else {
         send_c = s_mod(me + 1 - (st - (p - 1)), p);
         recv_c = s_mod(me - (st - (p - 1)), p);
     }
     int64_t cs = (int64_t)troupe__cls_size(g->cls);
-    int64_t s_lo = s_chunk_lo(g->units, send_c, p);
-    int64_t s_n = s_chunk_lo(g->units, send_c + 1, p) - s_lo;
-    int64_t r_lo = s_chunk_lo(g->units, recv_c, p);
-    int64_t r_n = s_chunk_lo(g->units, recv_c + 1, p) - r_lo;
+    int64_t s_at = s_lo(g, send_c, p);
+    int64_t s_n = s_lo(g, send_c + 1, p) - s_at;
+    int64_t r_lo = s_lo(g, recv_c, p);
+    int64_t r_n = s_lo(g, recv_c + 1, p) - r_lo;
     void *rbuf = st < p - 1 ? g->tmp : g->base + r_lo * cs;
     MPI_Datatype type = troupe__cls_mpi_type(g->cls);
     int rc = MPI_Irecv(rbuf, (int)r_n, type, s_mod(me - 1, p), g->tag, c->data, &g->rreq);
     if (rc != MPI_SUCCESS)
         return troupe__mpi_error(what, "MPI_Irecv (ring)", rc);
     rc =
-        MPI_Isend(g->base + s_lo * cs, (int)s_n, type, s_mod(me + 1, p), g->tag, c->data, &g->sreq);
+        MPI_Isend(g->base + s_at * cs, (int)s_n, type, s_mod(me + 1, p), g->tag, c->data, &g->sreq);
     if (rc != MPI_SUCCESS)
         return troupe__mpi_error(what, "MPI_Isend (ring)", rc);
     return TROUPE_OK;
@@ -89,6 +106,36 @@ troupe_status_t troupe__ring_start(troupe__ring_t *g, const troupe__engine_comm_
     return s_post(g, c, what);
 }
 
+size_t troupe__ring_scatter_tmp_bytes(int64_t units, troupe__cls_t cls, int size)
+{
+    int64_t most = 0;
+    for (int k = 0; k < size; k++) {
+        int64_t n = troupe__shm_chunk_lo(units, troupe__cls_size(cls), k + 1, size) -
+                    troupe__shm_chunk_lo(units, troupe__cls_size(cls), k, size);
+        most = n > most ? n : most;
+    }
+    return (size_t)(most > 0 ? most : 1) * troupe__cls_size(cls);
+}
+
+troupe_status_t troupe__ring_scatter_start(troupe__ring_t *g, const troupe__engine_comm_t *c,
+                                           int64_t units, troupe__cls_t cls,
+                                           troupe_reduce_op_t op, char *base, void *tmp,
+                                           const char *what)
+{
+    *g = (troupe__ring_t){.rreq = MPI_REQUEST_NULL,
+                          .sreq = MPI_REQUEST_NULL,
+                          .step = 0,
+                          .tag = TROUPE__TAG_RING,
+                          .base = base,
+                          .tmp = tmp,
+                          .units = units,
+                          .cls = cls,
+                          .op = op,
+                          .scatter = true,
+                          .t_start_ns = troupe_now_ns()};
+    return s_post(g, c, what);
+}
+
 troupe_status_t troupe__ring_test(troupe__ring_t *g, const troupe__engine_comm_t *c,
                                   const char *what, bool *done, bool *progress)
 {
@@ -104,14 +151,14 @@ troupe_status_t troupe__ring_test(troupe__ring_t *g, const troupe__engine_comm_t
             return TROUPE_OK;
         *progress = true;
         if (g->step < p - 1) { /* reduce what arrived into this rank's copy (reduce.c) */
-            int k = s_mod(c->rank - g->step - 1, p);
-            int64_t lo = s_chunk_lo(g->units, k, p), n = s_chunk_lo(g->units, k + 1, p) - lo;
+            int k = s_mod(c->rank - g->step - 1 - (g->scatter ? 1 : 0), p);
+            int64_t lo = s_lo(g, k, p), n = s_lo(g, k + 1, p) - lo;
             troupe__reduce_into(troupe__cls_red_type(g->cls), g->op,
                                 g->base + lo * (int64_t)troupe__cls_size(g->cls), g->tmp, n);
         }
         if (++g->step == p - 1)
             g->t_scattered_ns = troupe_now_ns();
-        if (g->step == 2 * (p - 1)) {
+        if (g->step == (g->scatter ? p - 1 : 2 * (p - 1))) {
             *done = true;
             return TROUPE_OK;
         }

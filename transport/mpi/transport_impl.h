@@ -360,6 +360,7 @@ void troupe__stats_add_staged(uint64_t bytes);
 
 /* Counts a bucket reduced by troupe's ring (also counted in buckets). */
 void troupe__stats_add_ring(void);
+void troupe__stats_add_scatter(void);
 
 /* Counts a collective reduced through shared memory (shm_allreduce.c). */
 void troupe__stats_add_shm(void);
