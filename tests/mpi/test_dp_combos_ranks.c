@@ -8,6 +8,10 @@
  *     are the same bits on every rank, and each layout's plain run equals one replica on the
  *     global batch (local_only) within relative 1e-5 (another order of the sums); one that
  *     cannot run is refused on every rank with INVALID_ARGUMENT naming its conflict;
+ *   - the optimizer state: whole on every rank with the routine; with the fused update or the
+ *     passes across the streams (several ranks), sharded (ZeRO-1): each rank holds exactly its
+ *     shard's bytes (troupe_coll_shard_range over the gradients end to end), and the checkpoint
+ *     of 2 streams per rank with the passes equals the plain one's byte for byte;
  *   - grad_clip on R ranks equals grad_clip on one replica within rounding, the same bits on
  *     every rank, and differs from the unclipped run.
  * The reduction goes through shared memory where the transport offers it (ranks on one node,
@@ -77,6 +81,47 @@ static void s_loss_close(double got, double want, const char *what)
         s_die("%s: last loss %.9g, the reference's %.9g", what, got, want);
 }
 
+/* The state bytes the last run must hold: its shard's (fused, or the passes on several ranks)
+ * or `whole` (the routine). Without overlap: with it each segment's request cuts its own span
+ * (dp_zero.c), which this check does not model. */
+static void s_state_bytes(const combo_t *c, int64_t whole, const char *what)
+{
+    if (c->overlap == TROUPE_DP_OVERLAP_ON)
+        return;
+    int64_t want = whole;
+    if (c->update != TROUPE_DP_UPDATE_ROUTINE && troupe_cluster_size() > 1) {
+        int64_t lo = 0, hi = 0;
+        troupe_coll_shard_range(NP, troupe_cluster_rank(), troupe_cluster_size(), &lo, &hi);
+        want = whole / NP * (hi - lo);
+    }
+    if (s_last_state_bytes != want)
+        s_die("%s: %lld bytes of optimizer state on rank %d, expected %lld (whole: %lld)", what,
+              (long long)s_last_state_bytes, troupe_cluster_rank(), (long long)want,
+              (long long)whole);
+}
+
+/* Rank 0 compares the checkpoints at paths a and b byte for byte. */
+static void s_same_file(const char *a, const char *b, const char *what)
+{
+    if (troupe_cluster_rank() != 0)
+        return;
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    if (fa == NULL || fb == NULL)
+        s_die("%s: cannot open the checkpoints %s and %s", what, a, b);
+    long at = 0;
+    for (;; at++) {
+        int x = fgetc(fa), y = fgetc(fb);
+        if (x != y)
+            s_die("%s: the checkpoint differs from the plain one's at byte %ld", what, at);
+        if (x == EOF)
+            break;
+    }
+    fclose(fa);
+    fclose(fb);
+    if (at == 0)
+        s_die("%s: empty checkpoints", what);
+}
+
 static void s_set(const combo_t *c)
 {
     s_stage = c->stage;
@@ -102,7 +147,12 @@ static void s_table(const data_t *d, troupe_optimizer_kind_t kind, int *ran, int
             s_accum = accum;
             s_set(&plain);
             s_describe(&plain, kind, streams, accum, what, sizeof what);
+            bool ck = streams == 2 && accum == 1; /* the checkpoints compared */
+            s_ck_path = ck ? "dp-combos-plain.ck" : NULL;
             s_train(d, streams * accum * R, streams, false, kind, STEPS, want, &wl);
+            s_ck_path = NULL;
+            int64_t whole = s_last_state_bytes;
+            s_state_bytes(&plain, whole, what);
             s_same_on_every_rank(want, what);
             s_close(want, ref, 1e-5, what);
             s_loss_close(wl, ref_loss, what);
@@ -120,7 +170,13 @@ static void s_table(const data_t *d, troupe_optimizer_kind_t kind, int *ran, int
                     continue;
                 }
                 s_set(&c);
+                bool ck_this = ck && c.update == TROUPE_DP_UPDATE_STREAMS;
+                s_ck_path = ck_this ? "dp-combos-streams.ck" : NULL;
                 s_train(d, streams * accum * R, streams, false, kind, STEPS, got, &gl);
+                s_ck_path = NULL;
+                s_state_bytes(&c, whole, what);
+                if (ck_this)
+                    s_same_file("dp-combos-streams.ck", "dp-combos-plain.ck", what);
                 if (s_last_fused != (c.update == TROUPE_DP_UPDATE_FUSED) ||
                     s_last_fused_streams != (c.update == TROUPE_DP_UPDATE_STREAMS))
                     s_die("%s: troupe_dp_fused_update says %d, troupe_dp_fused_streams %d", what,
@@ -136,6 +192,10 @@ static void s_table(const data_t *d, troupe_optimizer_kind_t kind, int *ran, int
             }
         }
     s_accum = 0;
+    if (troupe_cluster_rank() == 0) {
+        remove("dp-combos-plain.ck");
+        remove("dp-combos-streams.ck");
+    }
 }
 
 /* grad_clip on R ranks against one replica with grad_clip, and against no clipping. */

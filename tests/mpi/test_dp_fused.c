@@ -1,6 +1,7 @@
 /* troupe — the optimizer step fused into the cross-rank allreduce (parallel/dp.h, Fused update;
  * troupe_coll_apply_t) with one stream per rank, and with two the merge and the update as
- * passes across the streams around a plain allreduce (Fused update across streams): on R ranks
+ * passes across the streams around the allreduce (Fused update across streams; with state to
+ * keep, the allreduce updates each rank's shard of it: Sharded optimizer state): on R ranks
  * of 1 and of 2 streams, for SGD with momentum and weight decay, SGD with neither (no state
  * array), AdamW with weight decay and AdamW without:
  *   - troupe_dp_fused_update says fused by default with one stream per rank, and

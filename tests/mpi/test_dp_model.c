@@ -135,6 +135,10 @@ static int s_ndevices;
 static const troupe_optimizer_t *s_opt;
 /* What troupe_dp_fused_update and troupe_dp_fused_streams said in s_train's last run. */
 static bool s_last_fused, s_last_fused_streams;
+/* troupe_dp_optimizer_state_bytes in s_train's last run. */
+static int64_t s_last_state_bytes;
+/* Non-NULL: s_train saves a checkpoint there after its steps (troupe_dp_save). */
+static const char *s_ck_path;
 
 /* Trains `steps` steps; W then b into out, the last loss into *loss. The initial parameters
  * are this rank's own (different on every rank: a distributed troupe_dp_new must broadcast
@@ -161,6 +165,7 @@ __attribute__((unused)) static void s_train(const data_t *d, int split, int stre
     CHECK(troupe_dp_new(&cfg, &m.model, &dp));
     s_last_fused = troupe_dp_fused_update(dp);
     s_last_fused_streams = troupe_dp_fused_streams(dp);
+    s_last_state_bytes = troupe_dp_optimizer_state_bytes(dp);
     /* CUDA-aware MPI forced on makes a host backend standing for device memory lend it as
      * it is (parallel/dp.h): then nothing is staged */
     bool want_staged = (s_stage || s_stage_elsewhere) && !local_only && troupe_cluster_size() > 1 &&
@@ -173,6 +178,8 @@ __attribute__((unused)) static void s_train(const data_t *d, int split, int stre
         CHECK(troupe_dp_step(dp));
     CHECK(troupe_dp_sync(dp));
     CHECK(troupe_dp_last_loss(dp, loss));
+    if (s_ck_path != NULL)
+        CHECK(troupe_dp_save(dp, s_ck_path));
     CHECK(troupe_dp_params_to_host(dp));
     dpt_lr_params(&m, out);
     troupe_dp_destroy(&dp);

@@ -22,7 +22,8 @@ if(TROUPE_BUILD_EXAMPLES)
   # Overlap on and off: the same checkpoint bytes.
   troupe_add_trainer_test(overlap 2 300 "")
   # The optimizer state sharded through shared memory: the unfused run's checkpoint bytes, for
-  # SGD with momentum and for AdamW.
+  # SGD with momentum and for AdamW; AdamW also without shared memory (the reduce-scatter) and on
+  # two streams per rank.
   troupe_add_trainer_test(shard 2 400 "TROUPE_TIMEOUT_S=60")
   # The convnet (--model cnn): 2 ranks equal 1 rank within float rounding, and repeat bitwise.
   troupe_add_trainer_test(cnn 2 400 "TROUPE_LOG=warn")
