@@ -33,8 +33,21 @@
  * The losses of the two sides must agree within relative 1e-5 (they differ only in the order
  * of sums beyond two ranks; with two they are equal).
  *
- * usage: bench_gpt [--case default|small|default-2ranks|small-e2|all] [--steps N] [--rounds R]
- *                  [--overlap]
+ * Case "small-zero" (issue 33, ZeRO-1 vs unsharded): "small" on 2 ranks x 1 stream, the update
+ * fused into the allreduce with the optimizer state sharded (TROUPE_DP_FUSED_UPDATE=auto:
+ * parallel/dp_zero.c) against the optimizer routine after the allreduce on every rank, the state
+ * whole (TROUPE_DP_FUSED_UPDATE=off), alternating which goes first each round:
+ *
+ *   bench=gpt_zero case=small-zero bytes=<parameter bytes> troupe_us=<us per step, sharded>
+ *     peer=unsharded peer_us=<us per step, unsharded> ratio=<sharded/unsharded> update=<kind>
+ *     state_bytes=<per rank, sharded> peer_state_bytes=<per rank, unsharded> path=<shm|mpi>
+ *
+ * The losses must be equal (the fused update does the routine's operations in the same order:
+ * docs/parallel.md); TROUPE_COLL_SHM=0 in the environment measures the path across nodes (the
+ * reduce-scatter).
+ *
+ * usage: bench_gpt [--case default|small|default-2ranks|small-e2|small-zero|all] [--steps N]
+ *                  [--rounds R] [--overlap]
  * The text: Debian's fortunes (`gpt data`), else generated words. The peer's interpreter:
  * $TROUPE_BENCH_PYTHON, else /usr/bin/python3 (Debian's torch); OPENBLAS_CORETYPE is unset for
  * it. Without torch the lines say peer=none.
@@ -69,7 +82,8 @@
 typedef enum gmode {
     S_VS_TORCH = 0, /* 1 rank against PyTorch, 1 thread */
     S_VS_DDP,       /* 2 ranks against PyTorch DDP over gloo, 2 x 1 */
-    S_E2            /* 2 ranks against 1 rank */
+    S_E2,           /* 2 ranks against 1 rank */
+    S_ZERO          /* 2 ranks, ZeRO-1 (sharded state) against the unsharded update */
 } gmode_t;
 
 typedef struct gcase {
@@ -81,7 +95,11 @@ typedef struct gcase {
 static const gcase_t s_cases[] = {{"default", 4, 4, 128, 64, 4, S_VS_TORCH},
                                   {"small", 6, 6, 384, 128, 8, S_VS_TORCH},
                                   {"default-2ranks", 4, 4, 128, 64, 4, S_VS_DDP},
-                                  {"small-e2", 6, 6, 384, 128, 8, S_E2}};
+                                  {"small-e2", 6, 6, 384, 128, 8, S_E2},
+                                  {"small-zero", 6, 6, 384, 128, 8, S_ZERO}};
+
+/* The optimizer_state_bytes= of the last s_run that printed it (gpt train's start line). */
+static double s_state_bytes = NAN;
 
 /* Runs `cmd` (sh -c), reading its `step=K loss=X` lines into losses[0..steps) and the number
  * after `key` on its last line that has one into *value. 0 on success; 1 when the command
@@ -107,6 +125,9 @@ static int s_run(const char *cmd, int steps, double *losses, const char *key, do
         const char *at = strstr(line, key);
         if (at)
             *value = strtod(at + strlen(key), NULL);
+        at = strstr(line, "optimizer_state_bytes=");
+        if (at)
+            s_state_bytes = strtod(at + strlen("optimizer_state_bytes="), NULL);
         at = strstr(line, "peer=");
         if (peer && at && sscanf(at, "peer=%63s", peer) != 1)
             snprintf(peer, peer_cap, "torch");
@@ -175,11 +196,14 @@ static double s_log_median(const char *path, const char *key, long long from, ch
     return text || n == 0 ? NAN : s_median(v, n);
 }
 
-/* --overlap: the case on 2 ranks x 1 stream with overlap off and on, alternating. */
+/* --overlap: the case on 2 ranks x 1 stream with overlap off and on, alternating; case
+ * small-zero (zero): the update sharded (ZeRO-1) and not, alternating. */
 static int s_case_overlap(const gcase_t *c, const char *dir, int steps, int rounds)
 {
+    bool zero = c->mode == S_ZERO;
+    const char *what = zero ? "case small-zero" : "--overlap";
     if (!GPT_BENCH_MPIEXEC[0]) {
-        fprintf(stderr, "bench_gpt: --overlap needs MPI (built without it)\n");
+        fprintf(stderr, "bench_gpt: %s needs MPI (built without it)\n", what);
         return 1;
     }
     char cmd[4096], model[1024], data[1024], log[1100];
@@ -198,25 +222,45 @@ static int s_case_overlap(const gcase_t *c, const char *dir, int steps, int roun
                              .channels = c->C, .padded_vocab = 256};
     double n = (double)gpt_llmc_num_params(&cfg);
     double tokens = 2.0 * c->B * c->T; /* the global batch: B rows per rank */
-    double us[2][S_MAX_ROUNDS], worst = 0, cover = NAN;
+    double us[2][S_MAX_ROUNDS], worst = 0, cover = NAN, bytes[2] = {NAN, NAN};
     double *l[2] = {calloc((size_t)steps, sizeof(double)), calloc((size_t)steps, sizeof(double))};
-    char segs[64] = "?", update[64] = "?";
+    char segs[64] = "?", update[64] = "?", path[64] = "?";
     int st = l[0] && l[1] ? 0 : 1;
     for (int r = 0; r < rounds && st == 0; r++) {
         for (int k = 0; k < 2 && st == 0; k++) {
             int on = (r + k) % 2; /* alternate which side goes first */
             double tps = NAN;
+            /* zero: "on" is the sharded side (the fused update's default), "off" the routine */
             snprintf(cmd, sizeof cmd,
-                     "TROUPE_DP_OVERLAP=%s TROUPE_LOG=debug:parallel TROUPE_LOG_FILE='%s' "
+                     "%s=%s TROUPE_LOG=debug:parallel%s TROUPE_LOG_FILE='%s' "
                      "'%s' -n 2 %s '%s' train --model '%s' --data '%s' --batch %d --seq %d "
                      "--steps %d --lr 1e-4 --streams 1 --backend cpu",
-                     on ? "on" : "off", log, GPT_BENCH_MPIEXEC, GPT_BENCH_MPI_ARGS, GPT_BENCH_GPT,
-                     model, data, 2 * c->B, c->T, steps);
+                     zero ? "TROUPE_DP_FUSED_UPDATE" : "TROUPE_DP_OVERLAP",
+                     on ? (zero ? "auto" : "on") : "off", zero ? ",transport" : "", log,
+                     GPT_BENCH_MPIEXEC, GPT_BENCH_MPI_ARGS, GPT_BENCH_GPT, model, data, 2 * c->B,
+                     c->T, steps);
+            s_state_bytes = NAN;
             st = s_run(cmd, steps, l[on], "tokens_per_s=", &tps, NULL, 0);
             if (st != 0)
                 break;
             us[on][r] = tokens / tps * 1e6;
-            if (on) {
+            bytes[on] = s_state_bytes;
+            if (on && zero) {
+                s_log_median(log, "dp: update ", 0, update, sizeof update);
+                FILE *f = fopen(log, "r");
+                char line[4096];
+                snprintf(path, sizeof path, "mpi");
+                while (f && fgets(line, sizeof line, f))
+                    if (strstr(line, "its state private") != NULL) {
+                        snprintf(path, sizeof path, "shm");
+                        break;
+                    } else if (strstr(line, "a reduce-scatter of the shards") != NULL) {
+                        snprintf(path, sizeof path, "reduce-scatter");
+                        break;
+                    }
+                if (f)
+                    fclose(f);
+            } else if (on) {
                 s_log_median(log, "dp: overlap on (", 0, segs, sizeof segs);
                 s_log_median(log, "dp: update ", 0, update, sizeof update);
                 cover = s_log_median(log, " compute_overlap_us=", 2, NULL, 0);
@@ -228,13 +272,26 @@ static int s_case_overlap(const gcase_t *c, const char *dir, int steps, int roun
             worst = d > worst ? d : worst;
         }
     }
-    if (st == 0 && worst > 1e-5) {
-        fprintf(stderr, "bench_gpt: case %s: the losses with and without overlap differ by up "
-                        "to %g relative (limit 1e-5)\n",
-                c->name, worst);
+    if (st == 0 && (zero ? worst != 0.0 : worst > 1e-5)) {
+        fprintf(stderr, "bench_gpt: case %s: the losses %s differ by up to %g relative (limit "
+                        "%s)\n",
+                c->name, zero ? "sharded and unsharded" : "with and without overlap", worst,
+                zero ? "0: the same bits" : "1e-5");
         st = 1;
     }
-    if (st == 0) {
+    if (st == 0 && zero && strcmp(update, "fused") != 0) {
+        fprintf(stderr, "bench_gpt: case %s: the sharded side's update is %s, not fused\n",
+                c->name, update);
+        st = 1;
+    }
+    if (st == 0 && zero) {
+        double z_us = s_median(us[1], rounds), u_us = s_median(us[0], rounds);
+        troupe_bench_print_case("gpt_zero", c->name, (int64_t)(4 * n), z_us, "unsharded", u_us,
+                                "update=%s state_bytes=%.0f peer_state_bytes=%.0f path=%s "
+                                "params=%.0f ranks=2 streams=1 loss_rel_diff=%.2g steps=%d "
+                                "rounds=%d",
+                                update, bytes[1], bytes[0], path, n, worst, steps, rounds);
+    } else if (st == 0) {
         double on_us = s_median(us[1], rounds), off_us = s_median(us[0], rounds);
         troupe_bench_print_case("gpt_overlap", c->name, (int64_t)(4 * n), on_us, "overlap-off",
                                 off_us,
@@ -371,10 +428,11 @@ int main(int argc, char **argv)
             continue;
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: bench_gpt [--case default|small|default-2ranks|small-e2|all] "
-                   "[--steps N] [--rounds R] [--overlap]\n"
+            printf("usage: bench_gpt [--case default|small|default-2ranks|small-e2|small-zero|"
+                   "all] [--steps N] [--rounds R] [--overlap]\n"
                    "GPT-2 training steps, gpt train (1 rank x 1 stream) against PyTorch "
                    "(1 thread); 2 ranks against PyTorch DDP (gloo) and against 1 rank; "
+                   "small-zero: 2 ranks, the optimizer state sharded (ZeRO-1) against not; "
                    "--overlap: 2 ranks x 1 stream, gradient overlap on against off\n");
             return 0;
         }
@@ -395,7 +453,7 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "bench_gpt: bad option %s %s (--case default|small|default-2ranks|small-e2|"
-                    "all, --steps 2..%d, "
+                    "small-zero|all, --steps 2..%d, "
                     "--rounds 1..%d)\n",
                     a, v, S_MAX_STEPS, S_MAX_ROUNDS);
             return 2;
@@ -429,8 +487,9 @@ int main(int argc, char **argv)
     fflush(stdout);
     for (size_t i = 0; i < sizeof s_cases / sizeof *s_cases && st == 0; i++)
         if (!strcmp(which, "all") || !strcmp(which, s_cases[i].name))
-            st = overlap ? s_case_overlap(&s_cases[i], dir, steps, rounds)
-                         : s_case(&s_cases[i], dir, steps, rounds, python);
+            st = overlap || s_cases[i].mode == S_ZERO
+                     ? s_case_overlap(&s_cases[i], dir, steps, rounds)
+                     : s_case(&s_cases[i], dir, steps, rounds, python);
     const char *files[] = {"fortunes_train.bin", "fortunes_val.bin", "words.txt"};
     for (size_t i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd, "%s/%s", dir, files[i]);
