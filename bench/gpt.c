@@ -40,7 +40,13 @@
  *
  *   bench=gpt_zero case=small-zero bytes=<parameter bytes> troupe_us=<us per step, sharded>
  *     peer=unsharded peer_us=<us per step, unsharded> ratio=<sharded/unsharded> update=<kind>
- *     state_bytes=<per rank, sharded> peer_state_bytes=<per rank, unsharded> path=<shm|mpi>
+ *     state_bytes=<per rank, sharded> peer_state_bytes=<per rank, unsharded>
+ *     path=<shm|reduce-scatter|mpi> exchange_us=<n> optimizer_us=<n> peer_exchange_us=<n>
+ *     peer_optimizer_us=<n>
+ *
+ * exchange_us and optimizer_us: medians of the step breakdown's (docs/parallel.md, Step
+ * breakdown; the sharded side's update is inside its exchange) over the logged steps from 2 of
+ * the side's last round: the part of the step that ZeRO-1 changes, less noisy than the step.
  *
  * The losses must be equal (the fused update does the routine's operations in the same order:
  * docs/parallel.md); TROUPE_COLL_SHM=0 in the environment measures the path across nodes (the
@@ -223,6 +229,7 @@ static int s_case_overlap(const gcase_t *c, const char *dir, int steps, int roun
     double n = (double)gpt_llmc_num_params(&cfg);
     double tokens = 2.0 * c->B * c->T; /* the global batch: B rows per rank */
     double us[2][S_MAX_ROUNDS], worst = 0, cover = NAN, bytes[2] = {NAN, NAN};
+    double xu[2] = {NAN, NAN}, ou[2] = {NAN, NAN}; /* zero: exchange_us, optimizer_us */
     double *l[2] = {calloc((size_t)steps, sizeof(double)), calloc((size_t)steps, sizeof(double))};
     char segs[64] = "?", update[64] = "?", path[64] = "?";
     int st = l[0] && l[1] ? 0 : 1;
@@ -245,6 +252,10 @@ static int s_case_overlap(const gcase_t *c, const char *dir, int steps, int roun
                 break;
             us[on][r] = tokens / tps * 1e6;
             bytes[on] = s_state_bytes;
+            if (zero) {
+                xu[on] = s_log_median(log, " exchange_us=", 2, NULL, 0);
+                ou[on] = s_log_median(log, " optimizer_us=", 2, NULL, 0);
+            }
             if (on && zero) {
                 s_log_median(log, "dp: update ", 0, update, sizeof update);
                 FILE *f = fopen(log, "r");
@@ -288,9 +299,11 @@ static int s_case_overlap(const gcase_t *c, const char *dir, int steps, int roun
         double z_us = s_median(us[1], rounds), u_us = s_median(us[0], rounds);
         troupe_bench_print_case("gpt_zero", c->name, (int64_t)(4 * n), z_us, "unsharded", u_us,
                                 "update=%s state_bytes=%.0f peer_state_bytes=%.0f path=%s "
-                                "params=%.0f ranks=2 streams=1 loss_rel_diff=%.2g steps=%d "
-                                "rounds=%d",
-                                update, bytes[1], bytes[0], path, n, worst, steps, rounds);
+                                "exchange_us=%.0f optimizer_us=%.0f peer_exchange_us=%.0f "
+                                "peer_optimizer_us=%.0f params=%.0f ranks=2 streams=1 "
+                                "loss_rel_diff=%.2g steps=%d rounds=%d",
+                                update, bytes[1], bytes[0], path, xu[1], ou[1], xu[0], ou[0], n,
+                                worst, steps, rounds);
     } else if (st == 0) {
         double on_us = s_median(us[1], rounds), off_us = s_median(us[0], rounds);
         troupe_bench_print_case("gpt_overlap", c->name, (int64_t)(4 * n), on_us, "overlap-off",
