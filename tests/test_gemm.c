@@ -802,6 +802,46 @@ Test(gemm_run, troupe_names_the_library)
 #endif
 }
 
+/* The library's A B^T entry (libxsmm runs it through a transposed copy of B): padded leading
+ * dimensions, beta 0 and 1, against a double-precision reference within float rounding; twice
+ * the same call gives the same bits. */
+Test(gemm_run, library_a_times_b_transposed_with_padded_leading_dimensions)
+{
+    troupe_sgemm_fn f = troupe_gemm_library_sgemm();
+    if (f == NULL)
+        cr_skip_test("no GEMM library in this build");
+    enum { M = 37, N = 45, K = 29, LDA = 33, LDB = 31, LDC = 50 };
+    static float a[M * LDA], b[N * LDB], c[M * LDC], c2[M * LDC];
+    for (int i = 0; i < M * LDA; i++)
+        a[i] = (float)((i * 7919 % 201) - 100) / 64.0f;
+    for (int i = 0; i < N * LDB; i++)
+        b[i] = (float)((i * 104729 % 193) - 96) / 32.0f;
+    for (int beta = 0; beta <= 1; beta++) {
+        for (int i = 0; i < M * LDC; i++)
+            c[i] = c2[i] = (float)(i % 13) - 6.0f;
+        f(0, 1, M, N, K, 1.0f, a, LDA, b, LDB, (float)beta, c, LDC);
+        f(0, 1, M, N, K, 1.0f, a, LDA, b, LDB, (float)beta, c2, LDC);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < LDC; j++) {
+                const float c0 = (float)((i * LDC + j) % 13) - 6.0f;
+                if (j >= N) {
+                    cr_assert_eq(c[i * LDC + j], c0, "beta %d: padding (%d, %d) written", beta,
+                                 i, j);
+                    continue;
+                }
+                double want = beta ? c0 : 0.0, mag = fabs(want);
+                for (int kk = 0; kk < K; kk++) {
+                    want += (double)a[i * LDA + kk] * b[j * LDB + kk];
+                    mag += fabs((double)a[i * LDA + kk] * b[j * LDB + kk]);
+                }
+                cr_assert(fabs(c[i * LDC + j] - want) <= 1e-5 * mag + 1e-6,
+                          "beta %d: c[%d][%d] = %.9g, want %.9g", beta, i, j, c[i * LDC + j],
+                          want);
+            }
+        cr_assert(memcmp(c, c2, sizeof c) == 0, "beta %d: two calls differ", beta);
+    }
+}
+
 /* y (=+ when fresh, else +=) x * w over `spec` on the cpu driver, the library on or off:
  * y's values (from y0 when accumulating) into out. */
 static void s_run_spec(const char *spec, const int64_t *dx, int nw, const int64_t *dw, int ny,

@@ -33,10 +33,11 @@ typedef void (*s_cblas_dgemm_t)(int, int, int, int, int, int, double, const doub
                                 const double *, int, double, double *, int);
 
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
-/* Each thread's scratch for repacked bfloat16 factors (s_bgemm), freed when the thread ends. */
+/* Each thread's scratch, freed when the thread ends: buffers 0 and 1 for repacked bfloat16
+ * factors (s_bgemm), buffer 2 for a transposed single factor (s_sgemm_xsmm_bt). */
 typedef struct s_scratch {
-    void *buf[2];
-    size_t cap[2]; /* bytes */
+    void *buf[3];
+    size_t cap[3]; /* bytes */
 } s_scratch_t;
 static pthread_key_t s_scratch_key;
 static bool s_scratch_ok;
@@ -91,6 +92,7 @@ static void s_scratch_free(void *p)
     s_scratch_t *sc = p;
     free(sc->buf[0]);
     free(sc->buf[1]);
+    free(sc->buf[2]);
     free(sc);
 }
 
@@ -216,6 +218,40 @@ static libxsmm_smmfunction s_xsmm_kernel(int trans_a, int trans_b, int64_t m, in
 }
 #endif
 
+#if TROUPE_HAVE_LIBXSMM
+/* Most bytes of B^T s_sgemm_xsmm_bt copies: the linear layers' weights and attention's keys of
+ * the GPT configurations troupe trains on one core are far below it; beyond it the copy would
+ * leave the caches and OpenBLAS's own packing is the better deal. */
+#define S_XSMM_BT_MAX_BYTES ((size_t)8 << 20)
+
+/* Row-major C = A B^T (the forward pass of a linear layer, attention's q k^T), which libxsmm
+ * 1.17 has no kernel for: B^T copied once into the thread's scratch by libxsmm's transposition
+ * kernel, then libxsmm's A B kernel. The copy is exact, so the result is what that kernel gives
+ * for the shape: bitwise the same run to run. Faster than OpenBLAS's A B^T on the GPT job's
+ * shapes, the copy included (docs/gpt.md, "Speed"). False when libxsmm
+ * has no A B kernel for the shape, B^T exceeds S_XSMM_BT_MAX_BYTES or no scratch memory. */
+static bool s_sgemm_xsmm_bt(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                            int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                            int64_t ldc)
+{
+    const size_t bytes = (size_t)n * (size_t)k * sizeof(float);
+    if (bytes == 0 || bytes > S_XSMM_BT_MAX_BYTES)
+        return false;
+    libxsmm_smmfunction f = s_xsmm_kernel(0, 0, m, n, k, alpha, lda, n, beta, ldc);
+    if (f == NULL)
+        return false;
+    float *bt = s_scratch(2, bytes);
+    if (bt == NULL)
+        return false;
+    /* B (n x k, row-major) is libxsmm's column-major k x n with leading dimension ldb; its
+     * transpose, column-major n x k with leading dimension n, is row-major B^T (k x n). */
+    libxsmm_otrans(bt, b, (unsigned int)sizeof(float), (libxsmm_blasint)k, (libxsmm_blasint)n,
+                   (libxsmm_blasint)ldb, (libxsmm_blasint)n);
+    f(bt, a, c);
+    return true;
+}
+#endif
+
 static void s_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                     int64_t ldc)
@@ -228,6 +264,9 @@ static void s_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, f
             f(b, a, c);
             return;
         }
+        if (trans_b && !trans_a &&
+            s_sgemm_xsmm_bt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+            return;
     }
 #endif
     if (s_serialize)
