@@ -1583,6 +1583,89 @@ bool troupe__cgen_flatten(const troupe_ll_t *s, const troupe_ll_t ***v, size_t *
     return true;
 }
 
+/* Fewest statements of a constant run (s_const_run) emitted as a table. */
+#define S_CONST_RUN_MIN 64
+
+/* The flat offset of SET s into its node when every index is a constant, else -1. */
+static int64_t s_const_offset(const troupe_ll_t *s)
+{
+    const troupe_tnode_t *tn = s->u.set.tn;
+    int64_t off = 0, stride = 1;
+    for (int ax = tn->ndims - 1; ax >= 0; ax--) {
+        const troupe_axis_index_t *x = &s->u.set.idcs[ax];
+        if (x->nterms != 0 || x->offset < 0 || x->offset >= tn->dims[ax])
+            return -1;
+        off += x->offset * stride;
+        stride *= tn->dims[ax];
+    }
+    return off;
+}
+
+/* The length of the run of statements items[at..] (C dialect) that set consecutive cells of
+ * one single or double node to constants, each cell once, in ascending order (a constant
+ * fill: OCANNL's Fetch constant_fill lowers to one SET per cell, T*T of them for a causal
+ * mask); 0 when shorter than S_CONST_RUN_MIN. */
+static size_t s_const_run(const s_gen_t *g, const troupe_ll_t *const *items, size_t n,
+                          size_t at)
+{
+    if (g->target != &troupe__cgen_target_c)
+        return 0;
+    const troupe_ll_t *first = items[at];
+    if (first->kind != TROUPE_LL_SET || first->u.set.value->kind != TROUPE_SC_CONSTANT)
+        return 0;
+    const troupe_tnode_t *tn = first->u.set.tn;
+    if (tn->prec != TROUPE_PREC_SINGLE && tn->prec != TROUPE_PREC_DOUBLE)
+        return 0;
+    int64_t off0 = s_const_offset(first);
+    if (off0 < 0)
+        return 0;
+    size_t len = 1;
+    while (at + len < n) {
+        const troupe_ll_t *s = items[at + len];
+        if (s->kind != TROUPE_LL_SET || s->u.set.tn != tn ||
+            s->u.set.value->kind != TROUPE_SC_CONSTANT ||
+            s_const_offset(s) != off0 + (int64_t)len)
+            break;
+        len++;
+    }
+    return len >= S_CONST_RUN_MIN ? len : 0;
+}
+
+/* A run s_const_run found, as a static table copied into the node: the same values stored in
+ * the same cells (each constant printed as its SET would print it), in a few lines of C
+ * instead of one statement per cell, which GCC compiles in far less time and memory. */
+static void s_emit_const_run(s_gen_t *g, const troupe_ll_t *const *items, size_t len,
+                             int indent, troupe__strbuf_t *out)
+{
+    const troupe_tnode_t *tn = items[0]->u.set.tn;
+    const char *type = tn->prec == TROUPE_PREC_SINGLE ? "float" : "double";
+    const char *ident = s_info(g, tn)->ident;
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_printf(out, "{ /* %zu constants into %s */\n", len, ident);
+    troupe__strbuf_repeat(out, "    ", indent + 1);
+    troupe__strbuf_printf(out, "static const %s k_%s[%zu] = {", type, ident, len);
+    for (size_t i = 0; i < len; i++) {
+        if (i % 8 == 0) {
+            troupe__strbuf_puts(out, "\n");
+            troupe__strbuf_repeat(out, "    ", indent + 2);
+        } else {
+            troupe__strbuf_puts(out, " ");
+        }
+        s_put_constant(out, items[i]->u.set.value->u.constant, tn->prec);
+        troupe__strbuf_puts(out, ",");
+    }
+    troupe__strbuf_puts(out, "\n");
+    troupe__strbuf_repeat(out, "    ", indent + 1);
+    troupe__strbuf_puts(out, "};\n");
+    troupe__strbuf_repeat(out, "    ", indent + 1);
+    troupe__strbuf_printf(out,
+                          "for (int64_t ci = 0; ci < %zu; ++ci) %s[%" PRId64
+                          " + ci] = k_%s[ci];\n",
+                          len, ident, s_const_offset(items[0]), ident);
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_puts(out, "}\n");
+}
+
 /* A SEQ on a target with the GEMM library: each product with what compiler/gemm.h's window
  * takes around it (zeroing or initial bias before, pointwise epilogue after) as one emission. */
 static troupe_status_t s_emit_seq_gemm(s_gen_t *g, const troupe_ll_t *s, int indent,
@@ -1595,6 +1678,12 @@ static troupe_status_t s_emit_seq_gemm(s_gen_t *g, const troupe_ll_t *s, int ind
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
     for (size_t i = 0; i < n && st == TROUPE_OK; i++) {
         const troupe_ll_t *it = items[i];
+        size_t run = s_const_run(g, items, n, i);
+        if (run > 0) {
+            s_emit_const_run(g, items + i, run, indent, out);
+            i += run - 1;
+            continue;
+        }
         if (it->kind == TROUPE_LL_FOR || it->kind == TROUPE_LL_ZERO_OUT) {
             troupe_gemm_t gm;
             troupe_gemm_epilogue_t ep;
@@ -1762,8 +1851,16 @@ static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
     case TROUPE_LL_SEQ:
         if (g->target->gemm_library)
             return s_emit_seq_gemm(g, s, indent, out);
-        for (size_t i = 0; i < s->u.seq.count; i++)
+        for (size_t i = 0; i < s->u.seq.count; i++) {
+            const troupe_ll_t *const *items = (const troupe_ll_t *const *)s->u.seq.items;
+            size_t run = s_const_run(g, items, s->u.seq.count, i);
+            if (run > 0) {
+                s_emit_const_run(g, items + i, run, indent, out);
+                i += run - 1;
+                continue;
+            }
             TROUPE_RETURN_IF_ERROR(s_emit_ll(g, s->u.seq.items[i], indent, out));
+        }
         return TROUPE_OK;
     case TROUPE_LL_FOR:
         if (g->target->gemm_library)

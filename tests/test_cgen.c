@@ -1435,6 +1435,58 @@ Test(cgen, local_array_and_local_scope)
     troupe_tnode_release(&y);
 }
 
+/* A constant fill (one SET per cell, as Fetch constant_fill lowers) is emitted in the C dialect
+ * as a static table copied into the node, not one statement per cell; the cells get the SETs'
+ * values (-inf and a value rounded to single included) and the cells outside the run keep
+ * theirs, against the interpreter and bit for bit. A run broken by an out-of-order cell that
+ * leaves fewer than 64 in order stays statements. */
+Test(cgen, constant_fill_is_a_table)
+{
+    troupe_ll_proc_t *p = s_proc("fill");
+    troupe_tnode_t *m = s_node("mask", TROUPE_PREC_SINGLE, 2, 10, 10);
+    enum { RUN = 90 };
+    troupe_ll_t *items[RUN];
+    float want[100];
+    for (int c = 0; c < 100; c++)
+        want[c] = 5.0f; /* untouched cells */
+    for (int c = 0; c < RUN; c++) {
+        int t = c / 10, u = c % 10;
+        double v = u <= t ? 1.0 / sqrt(32.0) : -INFINITY;
+        want[c] = (float)v;
+        items[c] = s_set2(p, m, troupe_idx_fixed(t), troupe_idx_fixed(u), troupe_sc_constant(p, v));
+    }
+    s_finish(p, troupe_ll_seq(p, RUN, items));
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_OK, "%s", troupe_last_error());
+    char decl[64];
+    snprintf(decl, sizeof decl, "static const float k_n%d_mask[90] = {", m->id);
+    cr_expect_not_null(strstr(res->source, decl), "%s", res->source);
+    cr_expect_null(strstr(res->source, "_mask[45] = "), "a cell still set on its own");
+    troupe_cgen_result_destroy(&res);
+    float mv[100];
+    for (int c = 0; c < 100; c++)
+        mv[c] = 5.0f;
+    s_run_t r = {0};
+    s_bind(&r, m, mv);
+    s_run(p, &r);
+    cr_expect(memcmp(mv, want, sizeof mv) == 0, "the cells differ from the SETs' values");
+    troupe_ll_proc_destroy(&p);
+
+    /* cells 0..39 in order, then 41, 40, 42..89: two runs shorter than 64 */
+    p = s_proc("fill_short");
+    for (int c = 0; c < RUN; c++) {
+        int cell = c == 40 ? 41 : c == 41 ? 40 : c;
+        items[c] = s_set2(p, m, troupe_idx_fixed(cell / 10), troupe_idx_fixed(cell % 10),
+                          troupe_sc_constant(p, (double)cell));
+    }
+    s_finish(p, troupe_ll_seq(p, RUN, items));
+    cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_OK, "%s", troupe_last_error());
+    cr_expect_null(strstr(res->source, "static const float k_"), "%s", res->source);
+    troupe_cgen_result_destroy(&res);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&m);
+}
+
 /* where, fma, integer gates and comparisons in several precisions, against the interpreter. */
 Test(cgen, mixed_ops_against_interpreter)
 {
