@@ -12,8 +12,11 @@
  * The libraries, chosen by measurement (bench_gemm_libs, issue 14): libxsmm's JIT kernels
  * (linked when found, TROUPE_HAVE_LIBXSMM) for the forms it has, 1.1-1.7x faster than OpenBLAS
  * on the main job's shapes on an AVX-512 core; OpenBLAS (found at build time by pkg-config,
- * loaded at run time with dlopen, the threaded build first) for the rest (libxsmm 1.17 has no
- * row-major A B^T kernel; double precision; TROUPE_GEMM=openblas). Without OpenBLAS troupe builds
+ * loaded at run time with dlopen, the threaded build first) for the rest (double precision;
+ * TROUPE_GEMM=openblas). libxsmm 1.17 has no single row-major A B^T kernel: that form copies
+ * B^T (up to 8 MiB) into a per-thread scratch with libxsmm's transposition and runs its A B
+ * kernel, faster than OpenBLAS's A B^T on the GPT job's shapes (docs/gpt.md); larger B^T go to
+ * OpenBLAS. Without OpenBLAS troupe builds
  * and generated code keeps its loops. A stream is one core (docs/architecture.md §1 (devices)): OpenBLAS is made
  * single-threaded when first used (openblas_set_num_threads(1), process-wide), libxsmm kernels
  * run in the calling thread, and concurrent calls from several stream threads are safe (both
