@@ -516,6 +516,22 @@ size_t troupe_cgen_node_ident(const troupe_tnode_t *tn, char *buf, size_t cap);
  * compile them and compare). Thread-safe; built on the first call. */
 const char *troupe_cgen_c_prelude(void);
 
+/* A C-dialect result's unit split into several that compile separately (in parallel) and link
+ * into one shared object with the same entry points and, statement for statement, the same
+ * code: unit 0 holds the routine (its Local arrays, the gather checks), the entry and the GEMM
+ * hooks, and calls units 1..count-1 in order, each a hidden function over a run of the body's
+ * top-level statements (about `unit_bytes` of source each, at most 64 of them) taking the
+ * routine's parameters and its Local arrays as restrict pointers (devices/host's compile
+ * cache, docs/configuration.md TROUPE_CC_SPLIT_BYTES). *out_count is 0 and *out_units NULL when
+ * the unit stays whole (fewer than two runs, or a body whose top level declares something).
+ * The caller frees the units with troupe_cgen_c_units_free. Errors: INVALID_ARGUMENT (no C
+ * result, NULL outputs), RESOURCE_EXHAUSTED. */
+TROUPE_MUST_USE troupe_status_t troupe_cgen_c_split(const troupe_cgen_result_t *result,
+                                                    size_t unit_bytes, char ***out_units,
+                                                    size_t *out_count);
+/* Frees `count` units from troupe_cgen_c_split and NULLs *units_p (NULL accepted). */
+void troupe_cgen_c_units_free(char ***units_p, size_t count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -759,6 +760,81 @@ Test(compile, hung_compiler_is_killed_at_the_deadline, .fini = s_remove_tmpdir)
     cr_assert_eq(drv->vt->compile(drv, x.proc, &code), TROUPE_INVALID_ARGUMENT);
     cr_assert(s_has(troupe_last_error(), "TROUPE_CC_TIMEOUT_S='soon'"), "%s", troupe_last_error());
     unsetenv("TROUPE_CC_TIMEOUT_S");
+    s_axpb_destroy(&x);
+    drv->vt->close(drv);
+}
+
+/* Whether process `pid` has ended (no such process, or a zombie nobody reaped yet), polled
+ * every 10 ms for up to `ms` milliseconds. */
+static bool s_process_gone(int pid, int ms)
+{
+    for (int waited = 0;; waited += 10) {
+        char stat_path[64], state = 0;
+        snprintf(stat_path, sizeof stat_path, "/proc/%d/stat", pid);
+        FILE *sf = fopen(stat_path, "r");
+        bool gone = !sf || (fscanf(sf, "%*d %*s %c", &state) == 1 && state == 'Z');
+        if (sf)
+            fclose(sf);
+        if (gone)
+            return true;
+        if (waited >= ms)
+            return false;
+        nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+    }
+}
+
+static int s_read_pid(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    return pid;
+}
+
+/* A process killed with SIGKILL while it compiles takes its compiler with it: the compiler
+ * (here a script that sleeps, and a child of its own standing for cc1) is gone soon after. */
+Test(compile, a_killed_process_leaves_no_compiler_running, .fini = s_remove_tmpdir)
+{
+    s_fresh_cache();
+    char cc_pid[400], gc_pid[400], body[2048];
+    snprintf(cc_pid, sizeof cc_pid, "%s/cc.pid", s_tmpdir);
+    snprintf(gc_pid, sizeof gc_pid, "%s/grandchild.pid", s_tmpdir);
+    snprintf(body, sizeof body,
+             "sleep 300 &\necho $! > '%s'\necho $$ > '%s.tmp' && mv '%s.tmp' '%s'\nwait\n",
+             gc_pid, cc_pid, cc_pid, cc_pid);
+    cr_assert_eq(troupe_config_set_cc(s_script("sleeping-cc", body)), TROUPE_OK);
+    troupe_driver_t *drv = s_open("sync");
+    s_axpb_t x = s_axpb_new("axpb_orphaned");
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) { /* the "trainer": compiles until it is killed */
+        troupe_dcode_t *code = NULL;
+        (void)drv->vt->compile(drv, x.proc, &code);
+        _exit(0);
+    }
+    int cc = 0, gc = 0;
+    for (int i = 0; i < 6000 && cc == 0; i++) { /* up to a minute for the compiler to start */
+        cc = s_read_pid(cc_pid);
+        if (cc == 0)
+            nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+    }
+    gc = s_read_pid(gc_pid);
+    kill(child, SIGKILL);
+    int ws = 0;
+    cr_assert_eq(waitpid(child, &ws, 0), child);
+    cr_assert(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL, "the compiling process ended first");
+    cr_assert(cc > 0 && gc > 0, "the compiler never started (%d, %d)", cc, gc);
+    bool cc_gone = s_process_gone(cc, 60000), gc_gone = s_process_gone(gc, 60000);
+    if (!cc_gone)
+        kill(cc, SIGKILL);
+    if (!gc_gone)
+        kill(gc, SIGKILL);
+    cr_assert(cc_gone, "the compiler %d outlived the process that ran it", cc);
+    cr_assert(gc_gone, "the compiler's child %d outlived the process that ran it", gc);
     s_axpb_destroy(&x);
     drv->vt->close(drv);
 }

@@ -1,19 +1,24 @@
 /* Tests of nn/embedding.h: the embedding lookup and the cross-entropy against integer targets
  * (the IR's gather), their derived gradients (scatter-adds) against central differences in
  * double precision through the interpreter, on the sync and cpu drivers (and cuda when a device
- * is present) bit for bit across two runs and the drivers, the padded vocabulary, and an
- * out-of-range token. */
+ * is present) bit for bit across two runs and the drivers, the padded vocabulary, an
+ * out-of-range token, and the routine compiled as several units (TROUPE_CC_SPLIT_BYTES). */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, setenv */
 #include "nn/embedding.h"
 
+#include "base/config.h"
 #include "compiler/interp.h"
 #include "compiler/lower.h"
 #include "nn/layers.h"
 #include "runtime_test_util.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define TIMEOUT_NS (60LL * 1000000000LL)
 
@@ -253,6 +258,124 @@ Test(nn_embedding, out_of_range_token_fails_the_run_naming_it)
         s_env_done(&e);
         s_free(&m);
     }
+}
+
+/* ---- one routine compiled as several units ---------------------------------------------------- */
+
+enum { S_NOUT = V * C + C * VP + 1 };
+
+/* Files in dir ending in `suffix`; the largest one's size into *bytes. */
+static int s_files(const char *dir, const char *suffix, long *bytes)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    *bytes = 0;
+    for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+        size_t len = strlen(de->d_name), sl = strlen(suffix);
+        if (len < sl || strcmp(de->d_name + len - sl, suffix) != 0)
+            continue;
+        char path[600];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (stat(path, &sb) == 0 && sb.st_size > *bytes)
+            *bytes = (long)sb.st_size;
+        n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static int s_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    for (int ch; f && (ch = fgetc(f)) != EOF;)
+        n += ch == '\n';
+    if (f)
+        fclose(f);
+    return n;
+}
+
+static void s_rm_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (de->d_name[0] != '.')
+            unlink(path);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+}
+
+/* One step on the cpu driver, compiled with TROUPE_CC_SPLIT_BYTES=split_bytes into a fresh
+ * cache by a compiler that counts its runs, then compiled again (a cache hit): the gradients'
+ * and the loss's values into out, the compiler's runs and the generated source's size. */
+static void s_split_step(const char *split_bytes, double *out, int *runs, long *source_bytes)
+{
+    char dir[] = "/tmp/troupe-split-XXXXXX", cache[300], cc[300], count[300];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    snprintf(cc, sizeof cc, "%s/counting-cc", dir);
+    snprintf(count, sizeof count, "%s/runs", dir);
+    FILE *f = fopen(cc, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\necho run >> '%s'\nexec cc \"$@\"\n", count);
+    fclose(f);
+    cr_assert_eq(chmod(cc, 0700), 0);
+    OK(troupe_config_set_cache_dir(cache));
+    OK(troupe_config_set_cc(cc));
+    cr_assert_eq(setenv("TROUPE_CC_SPLIT_BYTES", split_bytes, 1), 0);
+
+    s_model_t m;
+    s_build(&m, TROUPE_PREC_SINGLE, VP);
+    s_env_t e;
+    s_env(&e, "cpu", &m, k_tokens);
+    OK(s_step(&e));
+    troupe_tnode_t *const *params, *const *grads;
+    troupe_nn_params(m.nn, &params, &grads);
+    OK(troupe_tnode_get_values(grads[0], out, V * C));
+    OK(troupe_tnode_get_values(grads[1], out + V * C, C * VP));
+    OK(troupe_tnode_get_values(m.loss, out + V * C + C * VP, 1));
+    long ignored = 0;
+    int before = s_lines(count);
+    troupe_code_t *again = NULL;
+    OK(troupe_compile(e.rt.b, m.comp, "embedding_test", &again));
+    troupe_code_release(&again);
+    int after = s_lines(count);
+    cr_assert_eq(after, before, "split=%s: a cache hit ran the compiler", split_bytes);
+    *runs = before;
+    cr_assert_eq(s_files(cache, ".c", source_bytes), 1, "only the whole source is kept");
+    cr_assert_eq(s_files(cache, ".o", &ignored), 0, "no object is left");
+    s_env_done(&e);
+    s_free(&m);
+    unsetenv("TROUPE_CC_SPLIT_BYTES");
+    s_rm_dir(cache);
+    unlink(cc);
+    unlink(count);
+    rmdir(dir);
+}
+
+/* TROUPE_CC_SPLIT_BYTES below the source's size compiles the routine as several units (more
+ * compiler runs: the units and the link) that compute the same bits as the whole unit. */
+Test(nn_embedding, a_routine_split_into_units_computes_the_same_bits)
+{
+    double whole[S_NOUT], split[S_NOUT];
+    int whole_runs = 0, split_runs = 0;
+    long bytes = 0, split_source = 0; /* another model's node ids: another source, as long */
+    s_split_step("0", whole, &whole_runs, &bytes);
+    cr_assert_eq(whole_runs, 1, "TROUPE_CC_SPLIT_BYTES=0 compiles the routine whole");
+    char sb[32];
+    snprintf(sb, sizeof sb, "%ld", bytes / 8);
+    s_split_step(sb, split, &split_runs, &split_source);
+    cr_assert_geq(split_runs, 4, "split at %s of %ld bytes: %d compiler runs", sb, bytes,
+                  split_runs);
+    for (int i = 0; i < S_NOUT; i++)
+        cr_assert_eq(memcmp(&whole[i], &split[i], sizeof whole[i]), 0,
+                     "value %d: %.9g whole, %.9g split", i, whole[i], split[i]);
 }
 
 /* ---- refusals -------------------------------------------------------------------------------- */

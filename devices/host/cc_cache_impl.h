@@ -10,7 +10,13 @@
  * compiler messages name it), compiled with `$CC <flags> -o <tmp>.so <name>-<hash>.c -lm`
  * (argv built by splitting CC and the flags on whitespace; no shell; stdout and stderr
  * captured), and the object is renamed into place, so processes and threads compiling the
- * same code at once never see a partial object.
+ * same code at once never see a partial object. A source longer than TROUPE_CC_SPLIT_BYTES
+ * that the caller can split is compiled as units instead (`<name>-<hash>.u<k>.c`, removed
+ * once built), each `$CC <flags> -c`, TROUPE_CC_JOBS at once, then linked with
+ * `$CC <flags> -o <tmp>.so <objects> -lm`; the key stays the whole source's.
+ * Each compiler run has a watcher process of its own (forked, leading the run's process
+ * group) that kills the group when the calling process ends, even by SIGKILL: no compiler
+ * outlives it.
  *
  * Thread safety: thread-safe (the configuration strings are copied on entry).
  * Ownership: the caller owns the returned library handle and closes it with
@@ -24,9 +30,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Splits a source into units (compiler/cgen.h troupe_cgen_c_split's contract: `unit_bytes`
+ * a unit, 0 units for "keep it whole"; the array and strings from troupe_malloc). */
+typedef troupe_status_t (*troupe__cc_split_fn)(void *ctx, size_t unit_bytes, char ***out_units,
+                                               size_t *out_count);
+
 /* Compiles (or finds in the cache) `source` and loads it; returns the dlopen handle in
  * *out_lib and the address of `entry_symbol` in *out_entry.
- * `name` is a C identifier used in the file names.
+ * `name` is a C identifier used in the file names. `split` (NULL: never) is called on a miss
+ * when the source is longer than TROUPE_CC_SPLIT_BYTES.
  * Callers loading the same source at once (threads, or the ranks of a run sharing the cache
  * directory) compile it once: the first takes the key's file lock (`<name>-<hash>.lock`, flock)
  * and compiles; the others wait for it, logging that they wait, then load its object. A waiter
@@ -35,10 +47,12 @@
  * directory cannot be created or written, the compiler is missing (message names it) or fails
  * (message carries the first lines of its output) or does not finish within TROUPE_CC_TIMEOUT_S
  * seconds (default 600; its process group is killed, the message names the command and the
- * time), or dlopen/dlsym fail; INVALID_ARGUMENT for a malformed TROUPE_CC_TIMEOUT_S;
- * RESOURCE_EXHAUSTED. */
+ * time; all units and the link share the deadline), or dlopen/dlsym fail; INVALID_ARGUMENT
+ * for a malformed TROUPE_CC_TIMEOUT_S, TROUPE_CC_SPLIT_BYTES or TROUPE_CC_JOBS;
+ * RESOURCE_EXHAUSTED; what `split` returns. */
 troupe_status_t troupe__cc_load(const char *name, const char *source, const char *entry_symbol,
-                                void **out_lib, void **out_entry);
+                                troupe__cc_split_fn split, void *split_ctx, void **out_lib,
+                                void **out_entry);
 
 /* Closes a handle from troupe__cc_load (NULL is ignored). */
 void troupe__cc_unload(void *lib);

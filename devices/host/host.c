@@ -362,6 +362,12 @@ void troupe__hdrv_offer_gen(const troupe_ll_proc_t *proc, const troupe_cgen_resu
     s_offer.gen = gen;
 }
 
+/* The compile cache's splitter (cc_cache_impl.h): the generated unit's own (compiler/cgen.h). */
+static troupe_status_t s_split(void *ctx, size_t unit_bytes, char ***out_units, size_t *out_count)
+{
+    return troupe_cgen_c_split(ctx, unit_bytes, out_units, out_count);
+}
+
 troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_t *proc,
                                      troupe_dcode_t **out)
 {
@@ -415,7 +421,8 @@ troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_
         }
     }
     void *entry = NULL;
-    st = troupe__cc_load(gen->name, gen->source, gen->entry_name, &code->lib, &entry);
+    st = troupe__cc_load(gen->name, gen->source, gen->entry_name, s_split, (void *)gen,
+                         &code->lib, &entry);
     if (st != TROUPE_OK)
         goto out_code;
     /* POSIX guarantees an object pointer from dlsym converts to a function pointer. */
