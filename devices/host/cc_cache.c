@@ -355,7 +355,8 @@ static void s_close_from(int lowest)
  * only (the library's process may have threads). */
 static void s_watcher(const char *path, char *const *argv, int out_w, int life_r)
 {
-    (void)setpgid(0, 0);
+    if (setpgid(0, 0) != 0)
+        _exit(127); /* without a group of its own, killing "its group" would hit the caller's */
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
@@ -389,7 +390,7 @@ static void s_watcher(const char *path, char *const *argv, int out_w, int life_r
         struct pollfd f[2] = {{.fd = 3, .events = POLLIN}, {.fd = pfd, .events = POLLIN}};
         int r = poll(f, pfd >= 0 ? 2 : 1, pfd >= 0 ? -1 : 20);
         if (r > 0 && f[0].revents != 0)
-            (void)kill(0, SIGKILL); /* the library's process is gone: so is the group */
+            (void)kill(-getpid(), SIGKILL); /* the library's process is gone: so is the group */
         int ws = 0;
         pid_t w = waitpid(c, &ws, WNOHANG);
         if (w == c)
