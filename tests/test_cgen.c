@@ -660,6 +660,65 @@ Test(cgen, bias_relu)
     troupe_tnode_release(&y);
 }
 
+/* troupe_cgen_c_split: a body of one statement stays whole; two statements at a unit size of
+ * 1 byte make the routine's unit and two parts, the routine calling them in order; a result
+ * that is not C is refused by name. (The split's bits: tests/test_nn_embedding.c.) */
+Test(cgen, c_split_cuts_between_top_level_statements)
+{
+    troupe_tnode_t *x, *bias, *y;
+    troupe_ll_proc_t *p = s_build_bias_relu(&x, &bias, &y);
+    troupe_cgen_result_t *res = NULL;
+    char **units = (char **)1;
+    size_t n = 7;
+    cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(troupe_cgen_c_split(res, 1, &units, &n), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert(n == 0 && units == NULL, "one statement stays whole (%zu units)", n);
+    troupe_cgen_result_destroy(&res);
+
+    /* y = x + bias, then y = relu(y): two loop nests */
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL), j = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *second = s_for(
+        p, i, 2,
+        s_for(p, j, 3,
+              s_set2(p, y, s_ix(i), s_ix(j),
+                     troupe_sc_unop(p, TROUPE_UNOP_RELU, s_get2(p, y, s_ix(i), s_ix(j))))));
+    s_finish(p, troupe_ll_seq2(p, p->body, second));
+    cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(troupe_cgen_c_split(res, 1, &units, &n), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(n, 3, "the routine's unit and one part per statement");
+    const char *call1 = strstr(units[0], "    bias_relu__p1(");
+    const char *call2 = strstr(units[0], "    bias_relu__p2(");
+    cr_assert(call1 && call2 && call1 < call2, "the routine calls the parts in order:\n%s",
+              units[0]);
+    cr_assert_not_null(strstr(units[0], "void bias_relu_entry(void **args)"));
+    cr_assert_not_null(strstr(units[1], "TROUPE_PART void bias_relu__p1("));
+    cr_assert_null(strstr(units[1], "bias_relu_entry(void **args)\n{"),
+                   "the entry is unit 0's alone");
+    char xid[64], yid[64], ref[128];
+    troupe_cgen_node_ident(x, xid, sizeof xid);
+    troupe_cgen_node_ident(y, yid, sizeof yid);
+    const char *body1 = strstr(strstr(units[1], "#define TROUPE_PART\n#endif\n"), "\n{\n");
+    const char *body2 = strstr(strstr(units[2], "#define TROUPE_PART\n#endif\n"), "\n{\n");
+    cr_assert(body1 && body2);
+    snprintf(ref, sizeof ref, "(%s[", xid);
+    cr_assert_not_null(strstr(body1, ref), "part 1 holds the first statement:\n%s", body1);
+    cr_assert_null(strstr(body2, ref), "part 2 holds only the second:\n%s", body2);
+    snprintf(ref, sizeof ref, "troupe_fmaxf(0.0f, (%s[", yid);
+    cr_assert_not_null(strstr(body2, ref), "part 2 holds the second statement:\n%s", body2);
+    troupe_cgen_c_units_free(&units, n);
+    cr_assert_null(units);
+
+    cr_assert_eq(troupe_cgen_c_split(NULL, 1, &units, &n), TROUPE_INVALID_ARGUMENT);
+    cr_assert_not_null(strstr(troupe_last_error(), "no C-dialect result"), "%s",
+                       troupe_last_error());
+    cr_assert_eq(troupe_cgen_c_split(res, 1, NULL, &n), TROUPE_INVALID_ARGUMENT);
+    troupe_cgen_result_destroy(&res);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&bias);
+    troupe_tnode_release(&y);
+}
+
 static float s_apply_f(troupe_binop_t op, float a, float b)
 {
     switch (op) {
