@@ -839,6 +839,29 @@ Test(compile, a_killed_process_leaves_no_compiler_running, .fini = s_remove_tmpd
     drv->vt->close(drv);
 }
 
+/* A malformed split size or job count is refused by name (the compile cache's knobs are read at
+ * each compile). */
+Test(compile, malformed_split_knobs_are_refused_by_name, .fini = s_remove_tmpdir)
+{
+    s_fresh_cache();
+    troupe_driver_t *drv = s_open("sync");
+    s_axpb_t x = s_axpb_new("axpb_knobs");
+    troupe_dcode_t *code = NULL;
+    cr_assert_eq(setenv("TROUPE_CC_SPLIT_BYTES", "lots", 1), 0);
+    cr_assert_eq(drv->vt->compile(drv, x.proc, &code), TROUPE_INVALID_ARGUMENT);
+    cr_assert(s_has(troupe_last_error(), "TROUPE_CC_SPLIT_BYTES='lots'"), "%s",
+              troupe_last_error());
+    unsetenv("TROUPE_CC_SPLIT_BYTES");
+    cr_assert_eq(setenv("TROUPE_CC_JOBS", "0", 1), 0);
+    cr_assert_eq(drv->vt->compile(drv, x.proc, &code), TROUPE_INVALID_ARGUMENT);
+    cr_assert(s_has(troupe_last_error(), "TROUPE_CC_JOBS='0'"), "%s", troupe_last_error());
+    unsetenv("TROUPE_CC_JOBS");
+    cr_assert_eq(drv->vt->compile(drv, x.proc, &code), TROUPE_OK, "%s", troupe_last_error());
+    drv->vt->code_release(drv, code);
+    s_axpb_destroy(&x);
+    drv->vt->close(drv);
+}
+
 Test(compile, missing_compiler_is_device_error_naming_it, .fini = s_remove_tmpdir)
 {
     s_fresh_cache();
