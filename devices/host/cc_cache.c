@@ -314,11 +314,24 @@ static void s_kill_group(pid_t pid)
     (void)kill(pid, SIGKILL);
 }
 
+/* Sanitizer runtimes take their own locks around fork() (their interceptor); _Fork bypasses
+ * it. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define S_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define S_SANITIZED 1
+#endif
+#endif
+#ifndef S_SANITIZED
+#define S_SANITIZED 0
+#endif
+
 /* fork without the atfork handlers of the libraries loaded (OpenBLAS's stop its threads, MPI's
  * warn): the child only calls async-signal-safe functions. */
 static pid_t s_fork(void)
 {
-#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if !S_SANITIZED && defined(__GLIBC__) && defined(__GLIBC_PREREQ)
 #if __GLIBC_PREREQ(2, 34)
     return _Fork();
 #else
