@@ -123,8 +123,8 @@ static bool s_is_ident_char(char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
-/* Whether text[0..len) holds `word` as a whole token (outside nothing: comments count too,
- * which only makes the caller more careful). */
+/* Whether text[0..len) holds `word` as a whole token (in comments too, which only makes the
+ * caller more careful). */
 static bool s_has_token(const char *text, size_t len, const char *word)
 {
     size_t wl = strlen(word);
