@@ -31,7 +31,8 @@
  *     compute_overlap_us=<median over rank 0's logged steps>
  *
  * The losses of the two sides must agree within relative 1e-5 (they differ only in the order
- * of sums beyond two ranks; with two they are equal).
+ * of sums beyond two ranks; with two they are equal). Case "30m" (L=10 NH=8 C=512 T=128 B=4,
+ * 31.6 M parameters: issue 33's 30M-parameter config for the overlap) runs only with --overlap.
  *
  * Case "small-zero" (issue 33, ZeRO-1 vs unsharded): "small" on 2 ranks x 1 stream, the update
  * fused into the allreduce with the optimizer state sharded (TROUPE_DP_FUSED_UPDATE=auto:
@@ -52,7 +53,7 @@
  * docs/parallel.md); TROUPE_COLL_SHM=0 in the environment measures the path across nodes (the
  * reduce-scatter).
  *
- * usage: bench_gpt [--case default|small|default-2ranks|small-e2|small-zero|all] [--steps N]
+ * usage: bench_gpt [--case default|small|default-2ranks|small-e2|small-zero|30m|all] [--steps N]
  *                  [--rounds R] [--overlap]
  * The text: Debian's fortunes (`gpt data`), else generated words. The peer's interpreter:
  * $TROUPE_BENCH_PYTHON, else /usr/bin/python3 (Debian's torch); OPENBLAS_CORETYPE is unset for
@@ -89,7 +90,8 @@ typedef enum gmode {
     S_VS_TORCH = 0, /* 1 rank against PyTorch, 1 thread */
     S_VS_DDP,       /* 2 ranks against PyTorch DDP over gloo, 2 x 1 */
     S_E2,           /* 2 ranks against 1 rank */
-    S_ZERO          /* 2 ranks, ZeRO-1 (sharded state) against the unsharded update */
+    S_ZERO,         /* 2 ranks, ZeRO-1 (sharded state) against the unsharded update */
+    S_OVERLAP       /* only with --overlap (a size for the overlap measurement) */
 } gmode_t;
 
 typedef struct gcase {
@@ -102,7 +104,8 @@ static const gcase_t s_cases[] = {{"default", 4, 4, 128, 64, 4, S_VS_TORCH},
                                   {"small", 6, 6, 384, 128, 8, S_VS_TORCH},
                                   {"default-2ranks", 4, 4, 128, 64, 4, S_VS_DDP},
                                   {"small-e2", 6, 6, 384, 128, 8, S_E2},
-                                  {"small-zero", 6, 6, 384, 128, 8, S_ZERO}};
+                                  {"small-zero", 6, 6, 384, 128, 8, S_ZERO},
+                                  {"30m", 10, 8, 512, 128, 4, S_OVERLAP}};
 
 /* The optimizer_state_bytes= of the last s_run that printed it (gpt train's start line). */
 static double s_state_bytes = NAN;
@@ -442,7 +445,7 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_gpt [--case default|small|default-2ranks|small-e2|small-zero|"
-                   "all] [--steps N] [--rounds R] [--overlap]\n"
+                   "30m|all] [--steps N] [--rounds R] [--overlap]\n"
                    "GPT-2 training steps, gpt train (1 rank x 1 stream) against PyTorch "
                    "(1 thread); 2 ranks against PyTorch DDP (gloo) and against 1 rank; "
                    "small-zero: 2 ranks, the optimizer state sharded (ZeRO-1) against not; "
@@ -466,12 +469,17 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "bench_gpt: bad option %s %s (--case default|small|default-2ranks|small-e2|"
-                    "small-zero|all, --steps 2..%d, "
+                    "small-zero|30m|all, --steps 2..%d, "
                     "--rounds 1..%d)\n",
                     a, v, S_MAX_STEPS, S_MAX_ROUNDS);
             return 2;
         }
     }
+    for (size_t k = 0; k < sizeof s_cases / sizeof *s_cases; k++)
+        if (!overlap && s_cases[k].mode == S_OVERLAP && !strcmp(which, s_cases[k].name)) {
+            fprintf(stderr, "bench_gpt: case %s runs only with --overlap\n", which);
+            return 2;
+        }
     troupe_bench_print_machine(TROUPE_BENCH_C_FLAGS);
     char dir[] = "/tmp/bench_gpt.XXXXXX";
     if (!mkdtemp(dir)) {
@@ -499,7 +507,8 @@ int main(int argc, char **argv)
     }
     fflush(stdout);
     for (size_t i = 0; i < sizeof s_cases / sizeof *s_cases && st == 0; i++)
-        if (!strcmp(which, "all") || !strcmp(which, s_cases[i].name))
+        if ((!strcmp(which, "all") || !strcmp(which, s_cases[i].name)) &&
+            (overlap || s_cases[i].mode != S_OVERLAP))
             st = overlap || s_cases[i].mode == S_ZERO
                      ? s_case_overlap(&s_cases[i], dir, steps, rounds)
                      : s_case(&s_cases[i], dir, steps, rounds, python);
