@@ -952,3 +952,61 @@ Test(gemm_run, merged_loops_agree_with_the_interpreter, .timeout = 240)
             s_free(&c);
         }
 }
+
+/* troupe_bgemm called directly, every transposition, odd and even k, leading dimensions past
+ * the extents, fresh and accumulating, with shapes past the repacking's 8 x 8 register blocks
+ * and 64 x 64 cache blocks and their edges: against the double-precision product of the same
+ * bfloat16 values within the fp32 sum-order bound 2 (k + 1) 2^-24 S per element,
+ * S = |c0| + sum |a b| (each product of two bfloat16 values is exact in fp32). */
+Test(gemm_library, bf16_entry_agrees_with_the_exact_product_for_every_transposition)
+{
+    troupe_bgemm_fn bgemm = troupe_gemm_library_bgemm();
+    if (bgemm == NULL) {
+        cr_skip_test("no GEMM library in this build");
+        return;
+    }
+    const int64_t m = 75, n = 133, ld_pad = 3; /* odd leading dimensions */
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int64_t k = 136; k <= 137; k++) {
+                const int64_t lda = (ta ? m : k) + ld_pad, ldb = (tb ? k : n) + ld_pad;
+                const int64_t ldc = n + ld_pad, na = (ta ? k : m) * lda, nb = (tb ? n : k) * ldb;
+                uint16_t *a = malloc(sizeof *a * (size_t)na), *b = malloc(sizeof *b * (size_t)nb);
+                float *c = malloc(sizeof *c * (size_t)(m * ldc));
+                float *c0 = malloc(sizeof *c0 * (size_t)(m * ldc));
+                cr_assert(a && b && c && c0);
+                for (int64_t i = 0; i < na; i++)
+                    a[i] = troupe_single_to_bfloat16((float)s_uniform());
+                for (int64_t i = 0; i < nb; i++)
+                    b[i] = troupe_single_to_bfloat16((float)s_uniform());
+                for (int64_t i = 0; i < m * ldc; i++)
+                    c0[i] = (float)s_uniform();
+                for (int beta = 0; beta < 2; beta++) {
+                    memcpy(c, c0, sizeof *c * (size_t)(m * ldc));
+                    bgemm(ta, tb, m, n, k, a, lda, b, ldb, (float)beta, c, ldc);
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < n; j++) {
+                            double v = beta ? c0[i * ldc + j] : 0.0, s = fabs(v);
+                            for (int64_t l = 0; l < k; l++) {
+                                double x = troupe_bfloat16_to_single(
+                                    ta ? a[l * lda + i] : a[i * lda + l]);
+                                double y = troupe_bfloat16_to_single(
+                                    tb ? b[j * ldb + l] : b[l * ldb + j]);
+                                v += x * y;
+                                s += fabs(x * y);
+                            }
+                            double bound = 2.0 * (double)(k + 1) * ldexp(1.0, -24) * s;
+                            cr_assert(fabs(c[i * ldc + j] - v) <= bound,
+                                      "ta=%d tb=%d k=%lld beta=%d: c[%lld][%lld] = %.9g, "
+                                      "exact %.9g, bound %.3g",
+                                      ta, tb, (long long)k, beta, (long long)i, (long long)j,
+                                      c[i * ldc + j], v, bound);
+                        }
+                    for (int64_t i = 0; i < m; i++) /* the padding between rows untouched */
+                        for (int64_t j = n; j < ldc; j++)
+                            cr_assert(memcmp(&c[i * ldc + j], &c0[i * ldc + j],
+                                             sizeof(float)) == 0);
+                }
+                free(a), free(b), free(c), free(c0);
+            }
+}

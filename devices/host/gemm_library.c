@@ -464,7 +464,8 @@ static bool s_bgemm_xsmm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t
     if (beta != 0.0f && beta != 1.0f)
         return false;
     const int64_t kp = k + (k & 1);
-    const bool a_direct = !trans_a && (k & 1) == 0;
+    /* the kernel reads B in pairs along k: a row must start on a pair (lda even) */
+    const bool a_direct = !trans_a && (k & 1) == 0 && (lda & 1) == 0;
     const libxsmm_blasint xm = (libxsmm_blasint)n, xn = (libxsmm_blasint)m,
                           xk = (libxsmm_blasint)kp, xlda = (libxsmm_blasint)n,
                           xldb = (libxsmm_blasint)(a_direct ? lda : kp),
@@ -490,7 +491,7 @@ static bool s_bgemm_xsmm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t
         for (int64_t i = 0; i < m; i++)
             memcpy(vb + i * kp, a + i * lda, (size_t)k * sizeof(uint16_t));
     }
-    if (!trans_a && !a_direct) /* the pad after an odd k */
+    if (!trans_a && !a_direct && kp != k) /* the pad after an odd k */
         for (int64_t i = 0; i < m; i++)
             vb[i * kp + k] = 0;
     f((const libxsmm_bfloat16 *)va, (const libxsmm_bfloat16 *)(a_direct ? a : vb), c);
