@@ -15,6 +15,10 @@
  *   "small-e2": against troupe itself on one rank at batch B (peer=troupe-1x1), and
  *     e2=<peer_us/troupe_us>, the weak-scaling efficiency E(2) (two ranks' tokens per second over
  *     twice one rank's).
+ * And "small-bf16" (issue 34): the small case on one rank with `--precision bf16` (bfloat16
+ * matrix products, fp32 sums and state) against troupe itself in fp32 on the same batches
+ * (peer=troupe-fp32), and bf16_speedup=<peer_us/troupe_us> (tokens per second, bf16 over
+ * fp32); the losses may differ by up to relative 0.02 (gpt_train_precision's bound).
  * A side's step time is the mean over the steps of one run (what `gpt train` reports as
  * tokens_per_s; the peer likewise), the line the median over the rounds. GFLOP/s by llm.c's
  * accounting: 6 N + 6 L C T FLOPs per token, N the parameters (padded vocabulary included).
@@ -53,8 +57,8 @@
  * docs/parallel.md); TROUPE_COLL_SHM=0 in the environment measures the path across nodes (the
  * reduce-scatter).
  *
- * usage: bench_gpt [--case default|small|default-2ranks|small-e2|small-zero|30m|all] [--steps N]
- *                  [--rounds R] [--overlap]
+ * usage: bench_gpt [--case default|small|default-2ranks|small-e2|small-zero|30m|small-bf16|
+ *                  all] [--steps N] [--rounds R] [--overlap]
  * The text: Debian's fortunes (`gpt data`), else generated words. The peer's interpreter:
  * $TROUPE_BENCH_PYTHON, else /usr/bin/python3 (Debian's torch); OPENBLAS_CORETYPE is unset for
  * it. Without torch the lines say peer=none.
@@ -91,7 +95,8 @@ typedef enum gmode {
     S_VS_DDP,       /* 2 ranks against PyTorch DDP over gloo, 2 x 1 */
     S_E2,           /* 2 ranks against 1 rank */
     S_ZERO,         /* 2 ranks, ZeRO-1 (sharded state) against the unsharded update */
-    S_OVERLAP       /* only with --overlap (a size for the overlap measurement) */
+    S_OVERLAP,      /* only with --overlap (a size for the overlap measurement) */
+    S_BF16          /* 1 rank, --precision bf16 against fp32 */
 } gmode_t;
 
 typedef struct gcase {
@@ -105,7 +110,8 @@ static const gcase_t s_cases[] = {{"default", 4, 4, 128, 64, 4, S_VS_TORCH},
                                   {"default-2ranks", 4, 4, 128, 64, 4, S_VS_DDP},
                                   {"small-e2", 6, 6, 384, 128, 8, S_E2},
                                   {"small-zero", 6, 6, 384, 128, 8, S_ZERO},
-                                  {"30m", 10, 8, 512, 128, 4, S_OVERLAP}};
+                                  {"30m", 10, 8, 512, 128, 4, S_OVERLAP},
+                                  {"small-bf16", 6, 6, 384, 128, 8, S_BF16}};
 
 /* The optimizer_state_bytes= of the last s_run that printed it (gpt train's start line). */
 static double s_state_bytes = NAN;
@@ -338,7 +344,7 @@ static int s_case(const gcase_t *c, const char *dir, int steps, int rounds, cons
                              .channels = c->C, .padded_vocab = 256};
     double n = (double)gpt_llmc_num_params(&cfg);
     double flops_per_token = 6 * n + 6.0 * c->L * c->C * c->T;
-    int ranks = c->mode == S_VS_TORCH ? 1 : 2;
+    int ranks = c->mode == S_VS_TORCH || c->mode == S_BF16 ? 1 : 2;
     double tokens = (double)ranks * c->B * c->T; /* a step's, over every rank */
     char launch[1024] = "";
     if (ranks > 1) {
@@ -368,8 +374,9 @@ static int s_case(const gcase_t *c, const char *dir, int steps, int rounds, cons
         double tps = NAN;
         snprintf(cmd, sizeof cmd,
                  "TROUPE_LOG=warn %s'%s' train --model '%s' --data '%s' --batch %d --seq %d "
-                 "--steps %d --lr 1e-4 --streams 1 --backend cpu",
-                 launch, GPT_BENCH_GPT, model, data, ranks * c->B, c->T, steps);
+                 "--steps %d --lr 1e-4 --streams 1 --backend cpu%s",
+                 launch, GPT_BENCH_GPT, model, data, ranks * c->B, c->T, steps,
+                 c->mode == S_BF16 ? " --precision bf16" : "");
         st = s_run(cmd, steps, tl, "tokens_per_s=", &tps, NULL, 0);
         if (st != 0)
             break;
@@ -388,6 +395,23 @@ static int s_case(const gcase_t *c, const char *dir, int steps, int rounds, cons
             snprintf(peer, sizeof peer, "troupe-1x1");
             continue; /* other batches: no losses to compare */
         }
+        if (c->mode == S_BF16) { /* the peer: troupe in fp32, the same batches */
+            snprintf(cmd, sizeof cmd,
+                     "TROUPE_LOG=warn '%s' train --model '%s' --data '%s' --batch %d --seq %d "
+                     "--steps %d --lr 1e-4 --streams 1 --backend cpu --precision fp32",
+                     GPT_BENCH_GPT, model, data, c->B, c->T, steps);
+            if (s_run(cmd, steps, pl, "tokens_per_s=", &tps, NULL, 0) != 0) {
+                st = 1;
+                break;
+            }
+            p_us[np++] = tokens / tps * 1e6;
+            snprintf(peer, sizeof peer, "troupe-fp32");
+            for (int k = 0; k < steps; k++) {
+                double d = fabs(tl[k] - pl[k]) / fabs(pl[k]);
+                worst = d > worst ? d : worst;
+            }
+            continue;
+        }
         if (!python)
             continue;
         snprintf(cmd, sizeof cmd,
@@ -404,10 +428,11 @@ static int s_case(const gcase_t *c, const char *dir, int steps, int rounds, cons
             worst = d > worst ? d : worst;
         }
     }
-    if (st == 0 && worst > 1e-4) {
-        fprintf(stderr, "bench_gpt: case %s: troupe's losses differ from PyTorch's by up to %g "
-                        "relative (limit 1e-4)\n",
-                c->name, worst);
+    const double limit = c->mode == S_BF16 ? 0.02 : 1e-4; /* bf16: gpt_train_precision's */
+    if (st == 0 && worst > limit) {
+        fprintf(stderr, "bench_gpt: case %s: troupe's losses differ from %s's by up to %g "
+                        "relative (limit %g)\n",
+                c->name, c->mode == S_BF16 ? "fp32" : "PyTorch", worst, limit);
         st = 1;
     }
     if (st == 0) {
@@ -418,6 +443,8 @@ static int s_case(const gcase_t *c, const char *dir, int steps, int rounds, cons
         char e2[64] = "";
         if (c->mode == S_E2)
             snprintf(e2, sizeof e2, " e2=%.3f", ttps / (2 * ptps));
+        if (c->mode == S_BF16)
+            snprintf(e2, sizeof e2, " bf16_speedup=%.3f", ttps / ptps);
         troupe_bench_print_case("gpt", c->name, (int64_t)(4 * n), tu, np ? peer : "none", pu,
                                 "troupe_tokens_per_s=%.0f peer_tokens_per_s=%.0f "
                                 "troupe_gflops=%.2f peer_gflops=%.2f params=%.0f "
@@ -445,10 +472,11 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_gpt [--case default|small|default-2ranks|small-e2|small-zero|"
-                   "30m|all] [--steps N] [--rounds R] [--overlap]\n"
+                   "30m|small-bf16|all] [--steps N] [--rounds R] [--overlap]\n"
                    "GPT-2 training steps, gpt train (1 rank x 1 stream) against PyTorch "
                    "(1 thread); 2 ranks against PyTorch DDP (gloo) and against 1 rank; "
                    "small-zero: 2 ranks, the optimizer state sharded (ZeRO-1) against not; "
+                   "small-bf16: bf16 against fp32; "
                    "--overlap: 2 ranks x 1 stream, gradient overlap on against off\n");
             return 0;
         }
@@ -469,7 +497,7 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "bench_gpt: bad option %s %s (--case default|small|default-2ranks|small-e2|"
-                    "small-zero|30m|all, --steps 2..%d, "
+                    "small-zero|30m|small-bf16|all, --steps 2..%d, "
                     "--rounds 1..%d)\n",
                     a, v, S_MAX_STEPS, S_MAX_ROUNDS);
             return 2;
