@@ -353,7 +353,7 @@ static void s_transpose_words_scalar(bool rows_paired, int64_t r0, int64_t r1, i
 #include <immintrin.h>
 
 /* Rows r0..r0+7, words c0..c0+7 through registers; rows of the result are 8 words apart. */
-__attribute__((target("avx2"))) static inline void
+__attribute__((target("avx2"), always_inline)) static inline void
 s_block8(bool rows_paired, int64_t r0, int64_t c0, const uint16_t *src, int64_t sld,
          uint32_t *dst, int64_t dld)
 {
@@ -388,7 +388,7 @@ s_block8(bool rows_paired, int64_t r0, int64_t c0, const uint16_t *src, int64_t 
     }
 }
 
-__attribute__((target("avx2"))) static void
+__attribute__((target("avx2"), always_inline)) static inline void
 s_transpose_words_avx2(bool rows_paired, int64_t rows, int64_t cols, const uint16_t *src,
                        int64_t sld, uint32_t *dst, int64_t dld)
 {
@@ -404,6 +404,23 @@ s_transpose_words_avx2(bool rows_paired, int64_t rows, int64_t cols, const uint1
     s_transpose_words_scalar(rows_paired, r8, rows, 0, cols, src, sld, dst, dld);
     s_transpose_words_scalar(rows_paired, 0, r8, c8, cols, src, sld, dst, dld);
 }
+
+/* The two kinds of source, each compiled with its own branch folded away. */
+__attribute__((target("avx2"))) static void s_transpose_pairs_avx2(int64_t rows, int64_t cols,
+                                                                   const uint16_t *src,
+                                                                   int64_t sld, uint32_t *dst,
+                                                                   int64_t dld)
+{
+    s_transpose_words_avx2(true, rows, cols, src, sld, dst, dld);
+}
+
+__attribute__((target("avx2"))) static void s_transpose_rows_avx2(int64_t rows, int64_t cols,
+                                                                  const uint16_t *src,
+                                                                  int64_t sld, uint32_t *dst,
+                                                                  int64_t dld)
+{
+    s_transpose_words_avx2(false, rows, cols, src, sld, dst, dld);
+}
 #endif
 
 static void s_transpose_words(bool rows_paired, int64_t rows, int64_t cols,
@@ -411,7 +428,10 @@ static void s_transpose_words(bool rows_paired, int64_t rows, int64_t cols,
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (__builtin_cpu_supports("avx2")) {
-        s_transpose_words_avx2(rows_paired, rows, cols, src, sld, dst, dld);
+        if (rows_paired)
+            s_transpose_pairs_avx2(rows, cols, src, sld, dst, dld);
+        else
+            s_transpose_rows_avx2(rows, cols, src, sld, dst, dld);
         return;
     }
 #endif
