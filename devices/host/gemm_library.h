@@ -46,8 +46,9 @@ typedef void (*troupe_dgemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, 
 /* bfloat16 factors (uint16_t bits, ir/prec.h) into a single-precision C, alpha 1, beta 0 or 1:
  * each product of two bfloat16 values is exact in single precision and the sums are single
  * (fp32 accumulation), so only their order differs from the generated loops. libxsmm's bf16
- * kernels (AVX512_BF16 VDPBF16PS, or its emulation) on operands repacked to its VNNI layout;
- * where libxsmm has none, the factors widened to single and the sgemm above. */
+ * kernels (AVX512_BF16 VDPBF16PS, or its emulation) on operands repacked to its VNNI layout
+ * once per call (AVX2 transposes of 8 x 8 pairs; A read in place when untransposed with k and
+ * lda even); where libxsmm has none, the factors widened to single and the sgemm above. */
 typedef void (*troupe_bgemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                 const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
                                 float beta, float *c, int64_t ldc);
