@@ -156,6 +156,106 @@ static void s_cc_version(const char *cc, char *buf, size_t cap)
     pclose(p);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#include <math.h>
+#include <time.h>
+
+static double s_thread_cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+#define S_CHAINS 12
+#define S_FMA_ITERS 2000000L
+
+/* GFLOP/s of S_FMA_ITERS rounds of S_CHAINS independent FMAs on 16 lanes (the best of 3). */
+__attribute__((target("avx512f"))) static double s_peak_avx512(void)
+{
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        __m512 a[S_CHAINS];
+        const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+        for (int i = 0; i < S_CHAINS; i++)
+            a[i] = _mm512_set1_ps((float)i);
+        double t0 = s_thread_cpu_s();
+        for (long k = 0; k < S_FMA_ITERS; k++) {
+#pragma GCC unroll 12 /* the chains in registers, not in memory */
+            for (int i = 0; i < S_CHAINS; i++)
+                a[i] = _mm512_fmadd_ps(a[i], b, c);
+        }
+        double t = s_thread_cpu_s() - t0;
+        volatile float sink = 0;
+        for (int i = 0; i < S_CHAINS; i++)
+            sink += _mm512_reduce_add_ps(a[i]);
+        (void)sink;
+        double g = (double)S_FMA_ITERS * S_CHAINS * 16 * 2 / t * 1e-9;
+        best = t > 0 && g > best ? g : best;
+    }
+    return best;
+}
+
+/* The same on 8 lanes (AVX2 + FMA). */
+__attribute__((target("avx2,fma"))) static double s_peak_avx2(void)
+{
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        __m256 a[S_CHAINS];
+        const __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+        for (int i = 0; i < S_CHAINS; i++)
+            a[i] = _mm256_set1_ps((float)i);
+        double t0 = s_thread_cpu_s();
+        for (long k = 0; k < S_FMA_ITERS; k++) {
+#pragma GCC unroll 12
+            for (int i = 0; i < S_CHAINS; i++)
+                a[i] = _mm256_fmadd_ps(a[i], b, c);
+        }
+        double t = s_thread_cpu_s() - t0;
+        float lanes[8], sum = 0;
+        for (int i = 0; i < S_CHAINS; i++) {
+            _mm256_storeu_ps(lanes, a[i]);
+            for (int l = 0; l < 8; l++)
+                sum += lanes[l];
+        }
+        volatile float sink = sum;
+        (void)sink;
+        double g = (double)S_FMA_ITERS * S_CHAINS * 8 * 2 / t * 1e-9;
+        best = t > 0 && g > best ? g : best;
+    }
+    return best;
+}
+
+double troupe_bench_fp32_peak_gflops(const char **isa)
+{
+    static double peak = -1;
+    static const char *which = "none";
+    if (peak < 0) {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f")) {
+            peak = s_peak_avx512();
+            which = "avx512";
+        } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+            peak = s_peak_avx2();
+            which = "avx2";
+        } else {
+            peak = NAN;
+        }
+    }
+    if (isa)
+        *isa = which;
+    return peak;
+}
+#else
+double troupe_bench_fp32_peak_gflops(const char **isa)
+{
+    if (isa)
+        *isa = "none";
+    return NAN;
+}
+#endif
+
 void troupe_bench_print_machine(const char *bench_flags)
 {
     if (troupe_config_check() != TROUPE_OK)
@@ -195,6 +295,10 @@ void troupe_bench_print_machine(const char *bench_flags)
            TROUPE_VERSION_STRING, troupe_config_cc(), ccv, troupe_config_cc_flags(),
            troupe_config_cache_dir(), troupe_config_gemm_mode_name(troupe_config_gemm_mode()),
            troupe_gemm_library_name());
+    const char *isa = "none";
+    double peak = troupe_bench_fp32_peak_gflops(&isa);
+    printf("peak fp32_gflops=%.1f isa=%s (one core: vector FMAs timed by the thread's CPU clock)\n",
+           peak, isa);
     fflush(stdout);
 }
 

@@ -70,8 +70,18 @@ int troupe_bench_parse_args(int argc, char **argv, const char *about, troupe_ben
  *   troupe version=<v> cc="<$CC>" cc_version="<first line of $CC --version>" cc_flags="<flags>"
  *          cache_dir=<dir> gemm=<library|generated: TROUPE_GEMM> gemm_library="<the library
  *          contractions call, troupe_gemm_library_name()>"
+ *   peak fp32_gflops=<one core's single-precision FMA rate> isa=<avx512|avx2|none>
  * `bench_flags` is how the benchmark (and so its naive peers) was compiled. */
 void troupe_bench_print_machine(const char *bench_flags);
+
+/* One core's single-precision peak in GFLOP/s, measured: 12 independent chains of vector FMAs
+ * (enough to cover the FMA latency on every pipe), timed by this thread's CPU clock so that
+ * other processes' load does not lower it, best of 3 runs of about 0.1 s; the widest ISA the
+ * CPU has (AVX-512, else AVX2+FMA). Measured once per process and cached. NAN on a CPU with
+ * neither. It is the peak the issue's "fraction of one core's fp32 peak" divides by: vendors'
+ * figures differ by core (two 512-bit FMA pipes on Intel server cores, 512-bit operations on
+ * two 256-bit pipes on AMD Zen 4). `isa` (may be NULL) gets "avx512", "avx2" or "none". */
+double troupe_bench_fp32_peak_gflops(const char **isa);
 
 /* Prints `library name=<name> version="<version>"` (and ` <extra>` when extra is not NULL). */
 void troupe_bench_print_library(const char *name, const char *version, const char *extra);

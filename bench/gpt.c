@@ -21,7 +21,9 @@
  * fp32); the losses may differ by up to relative 0.02 (gpt_train_precision's bound).
  * A side's step time is the mean over the steps of one run (what `gpt train` reports as
  * tokens_per_s; the peer likewise), the line the median over the rounds. GFLOP/s by llm.c's
- * accounting: 6 N + 6 L C T FLOPs per token, N the parameters (padded vocabulary included).
+ * accounting: 6 N + 6 L C T FLOPs per token, N the parameters (padded vocabulary included);
+ * troupe_peak_frac= is troupe's GFLOP/s over the ranks' cores' fp32 peak as the machine lines'
+ * `peak fp32_gflops=` measured it (bench_util.h, troupe_bench_fp32_peak_gflops).
  * The losses of both sides are compared step by step: beyond relative 1e-4 the bench says so
  * on stderr and exits 1. `gpt train` compiles its routines before the first step (not timed;
  * the code cache, TROUPE_CACHE_DIR, keeps them for the later rounds).
@@ -448,10 +450,13 @@ static int s_case(const gcase_t *c, const char *dir, int steps, int rounds, cons
         troupe_bench_print_case("gpt", c->name, (int64_t)(4 * n), tu, np ? peer : "none", pu,
                                 "troupe_tokens_per_s=%.0f peer_tokens_per_s=%.0f "
                                 "troupe_gflops=%.2f peer_gflops=%.2f params=%.0f "
-                                "loss_rel_diff=%.2g ranks=%d steps=%d rounds=%d%s",
+                                "loss_rel_diff=%.2g ranks=%d steps=%d rounds=%d%s "
+                                "troupe_peak_frac=%.2f",
                                 ttps, ptps, ttps * flops_per_token / 1e9,
                                 ptps * flops_per_token / 1e9, n, worst, ranks, steps, rounds,
-                                e2);
+                                e2,
+                                ttps * flops_per_token / 1e9 /
+                                    (ranks * troupe_bench_fp32_peak_gflops(NULL)));
     }
     unlink(model);
     free(tl);
