@@ -22,8 +22,23 @@ import struct
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+
+def _blas_threads():
+    """--threads, read before torch loads: Debian's torch calls the system BLAS (OpenBLAS's
+    pthread build, BLAS_INFO=generic), which torch.set_num_threads does not reach; it sizes its
+    pool from these variables when it loads, else it takes every core (a second GEMM thread on a
+    2-core machine: the '1 thread' peer then ran its products on two cores)."""
+    n = "1"
+    for i, v in enumerate(sys.argv[:-1]):
+        if v == "--threads":
+            n = sys.argv[i + 1]
+    for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[v] = n
+
+
+_blas_threads()
+import torch  # noqa: E402  after the BLAS threads are pinned
+import torch.nn.functional as F  # noqa: E402
 
 ORDER = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
          "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
