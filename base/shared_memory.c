@@ -105,7 +105,9 @@ void *troupe__shm_alloc(size_t size_bytes)
     struct stat sb;
     void *base = MAP_FAILED;
     if (ftruncate(fd, (off_t)len) == 0 && fstat(fd, &sb) == 0)
-        base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        /* populated now: faulting the pages in one by one on first touch cost the first
+         * training step of a 2-rank GPT "small" run 0.55 s more than the others */
+        base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (base == MAP_FAILED) {
         close(fd);
         return NULL;
@@ -216,7 +218,9 @@ troupe_status_t troupe__shm_map(const troupe__shm_ref_t *ref, void **base_out)
                              "size differ)",
                              path, (unsigned long long)ref->id, (long long)ref->pid);
     }
-    void *base = mmap(NULL, (size_t)ref->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* the page tables made now, not by faults in the first reduction */
+    void *base =
+        mmap(NULL, (size_t)ref->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     int err = errno;
     close(fd);
     if (base == MAP_FAILED)
