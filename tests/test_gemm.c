@@ -544,6 +544,54 @@ static double s_bf16(double v)
     return (double)troupe_bfloat16_to_single(troupe_single_to_bfloat16((float)v));
 }
 
+/* y (32 x 40, single) := x (32 x 48) w (48 x 40) with x and w in `prec` (bfloat16 or half):
+ * matched, calling `entry` with the routine's hooks setter for that precision; with w in
+ * single instead, refused (the factors differ in precision) and no `entry` call. */
+static void s_small_factors_match(troupe_prec_t prec, const char *routine, const char *entry)
+{
+    troupe_gemm_t g;
+    const char *why = NULL;
+    troupe_tnode_t *x = rtu_node("x", prec, 2, (int64_t[]){32, 48});
+    troupe_tnode_t *w = rtu_node("w", prec, 2, (int64_t[]){48, 40});
+    troupe_tnode_t *ws = rtu_node("ws", TROUPE_PREC_SINGLE, 2, (int64_t[]){48, 40});
+    troupe_tnode_t *y = rtu_node("y", TROUPE_PREC_SINGLE, 2, (int64_t[]){32, 40});
+    for (int mixed = 0; mixed < 2; mixed++) {
+        troupe_asgn_comp_t *comp = NULL;
+        troupe_asgn_t *t = NULL;
+        troupe_ll_proc_t *proc = NULL;
+        OK(troupe_asgn_comp_new(&comp));
+        OK(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
+                                   troupe_asgn_node(x), troupe_asgn_node(mixed ? ws : w),
+                                   "bi,ij=>bj", &t));
+        troupe_asgn_comp_set_root(comp, t);
+        OK(troupe_asgn_lower(comp, routine, &proc));
+        OK(troupe_ll_optimize(proc, NULL));
+        troupe_asgn_comp_destroy(&comp);
+        troupe_gemm_verdict_t v = s_find(proc->body, &g, &why);
+        troupe_cgen_result_t *res = NULL;
+        OK(troupe_cgen_emit(proc, TROUPE_CGEN_C, &res));
+        if (mixed) { /* one small-float and one single factor: no library form */
+            cr_assert_eq(v, TROUPE_GEMM_REFUSED);
+            cr_assert(strstr(why, "differ in precision") != NULL, "%s", why);
+            cr_expect_null(strstr(res->source, entry));
+        } else {
+            cr_assert_eq(v, TROUPE_GEMM_YES, "refused: %s", why);
+            cr_expect_eq(g.prec, TROUPE_PREC_SINGLE);
+            cr_expect_eq(g.factor_prec, prec);
+            cr_expect(g.m == 32 && g.n == 40 && g.k == 48);
+            cr_expect_not_null(strstr(res->source, entry), "%s", res->source);
+            cr_expect_not_null(prec == TROUPE_PREC_HALF ? res->gemm_half_hooks_name
+                                                        : res->gemm_bf16_hooks_name);
+        }
+        troupe_cgen_result_destroy(&res);
+        troupe_ll_proc_destroy(&proc);
+    }
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&w);
+    troupe_tnode_release(&ws);
+    troupe_tnode_release(&y);
+}
+
 /* The same for half (IEEE binary16, RNE). */
 static double s_half(double v)
 {
@@ -560,91 +608,13 @@ Test(gemm_match, bfloat16_factors_into_a_single_output_call_the_bf16_library_ent
     cr_assert_eq(s_find(c.proc->body, &g, &why), TROUPE_GEMM_REFUSED);
     cr_assert(strstr(why, "precision") != NULL, "%s", why);
     s_free(&c);
-    /* bfloat16 factors, single output */
-    troupe_tnode_t *x = rtu_node("x", TROUPE_PREC_BFLOAT16, 2, (int64_t[]){32, 48});
-    troupe_tnode_t *w = rtu_node("w", TROUPE_PREC_BFLOAT16, 2, (int64_t[]){48, 40});
-    troupe_tnode_t *ws = rtu_node("ws", TROUPE_PREC_SINGLE, 2, (int64_t[]){48, 40});
-    troupe_tnode_t *y = rtu_node("y", TROUPE_PREC_SINGLE, 2, (int64_t[]){32, 40});
-    for (int mixed = 0; mixed < 2; mixed++) {
-        troupe_asgn_comp_t *comp = NULL;
-        troupe_asgn_t *t = NULL;
-        troupe_ll_proc_t *proc = NULL;
-        OK(troupe_asgn_comp_new(&comp));
-        OK(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
-                                   troupe_asgn_node(x), troupe_asgn_node(mixed ? ws : w),
-                                   "bi,ij=>bj", &t));
-        troupe_asgn_comp_set_root(comp, t);
-        OK(troupe_asgn_lower(comp, "mm_bf16", &proc));
-        OK(troupe_ll_optimize(proc, NULL));
-        troupe_asgn_comp_destroy(&comp);
-        troupe_gemm_verdict_t v = s_find(proc->body, &g, &why);
-        troupe_cgen_result_t *res = NULL;
-        OK(troupe_cgen_emit(proc, TROUPE_CGEN_C, &res));
-        if (mixed) { /* one bfloat16 and one single factor: no library form */
-            cr_assert_eq(v, TROUPE_GEMM_REFUSED);
-            cr_assert(strstr(why, "differ in precision") != NULL, "%s", why);
-            cr_expect_null(strstr(res->source, "troupe_bgemm("));
-        } else {
-            cr_assert_eq(v, TROUPE_GEMM_YES, "refused: %s", why);
-            cr_expect_eq(g.prec, TROUPE_PREC_SINGLE);
-            cr_expect_eq(g.factor_prec, TROUPE_PREC_BFLOAT16);
-            cr_expect(g.m == 32 && g.n == 40 && g.k == 48);
-            cr_expect_not_null(strstr(res->source, "troupe_bgemm("), "%s", res->source);
-            cr_expect_not_null(res->gemm_bf16_hooks_name);
-        }
-        troupe_cgen_result_destroy(&res);
-        troupe_ll_proc_destroy(&proc);
-    }
-    troupe_tnode_release(&x);
-    troupe_tnode_release(&w);
-    troupe_tnode_release(&ws);
-    troupe_tnode_release(&y);
+    s_small_factors_match(TROUPE_PREC_BFLOAT16, "mm_bf16", "troupe_bgemm(");
 }
 
 /* The same for half factors: matched, troupe_hgemm, <routine>_gemm_half_hooks. */
 Test(gemm_match, half_factors_into_a_single_output_call_the_half_library_entry)
 {
-    troupe_gemm_t g;
-    const char *why = NULL;
-    /* half factors, single output */
-    troupe_tnode_t *x = rtu_node("x", TROUPE_PREC_HALF, 2, (int64_t[]){32, 48});
-    troupe_tnode_t *w = rtu_node("w", TROUPE_PREC_HALF, 2, (int64_t[]){48, 40});
-    troupe_tnode_t *ws = rtu_node("ws", TROUPE_PREC_SINGLE, 2, (int64_t[]){48, 40});
-    troupe_tnode_t *y = rtu_node("y", TROUPE_PREC_SINGLE, 2, (int64_t[]){32, 40});
-    for (int mixed = 0; mixed < 2; mixed++) {
-        troupe_asgn_comp_t *comp = NULL;
-        troupe_asgn_t *t = NULL;
-        troupe_ll_proc_t *proc = NULL;
-        OK(troupe_asgn_comp_new(&comp));
-        OK(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ADD, y, TROUPE_BINOP_MUL,
-                                   troupe_asgn_node(x), troupe_asgn_node(mixed ? ws : w),
-                                   "bi,ij=>bj", &t));
-        troupe_asgn_comp_set_root(comp, t);
-        OK(troupe_asgn_lower(comp, "mm_half", &proc));
-        OK(troupe_ll_optimize(proc, NULL));
-        troupe_asgn_comp_destroy(&comp);
-        troupe_gemm_verdict_t v = s_find(proc->body, &g, &why);
-        troupe_cgen_result_t *res = NULL;
-        OK(troupe_cgen_emit(proc, TROUPE_CGEN_C, &res));
-        if (mixed) { /* one half and one single factor: no library form */
-            cr_assert_eq(v, TROUPE_GEMM_REFUSED);
-            cr_assert(strstr(why, "differ in precision") != NULL, "%s", why);
-            cr_expect_null(strstr(res->source, "troupe_hgemm("));
-        } else {
-            cr_assert_eq(v, TROUPE_GEMM_YES, "refused: %s", why);
-            cr_expect_eq(g.prec, TROUPE_PREC_SINGLE);
-            cr_expect_eq(g.factor_prec, TROUPE_PREC_HALF);
-            cr_expect(g.m == 32 && g.n == 40 && g.k == 48);
-            cr_expect_not_null(strstr(res->source, "troupe_hgemm("), "%s", res->source);
-            cr_expect_not_null(res->gemm_half_hooks_name);
-        }
-        troupe_cgen_result_destroy(&res);
-        troupe_ll_proc_destroy(&proc);
-    }
-    troupe_tnode_release(&x);
-    troupe_tnode_release(&w);
-    troupe_tnode_release(&ws);
-    troupe_tnode_release(&y);
+    s_small_factors_match(TROUPE_PREC_HALF, "mm_half", "troupe_hgemm(");
 }
 
 /* bfloat16 x bfloat16 -> single, every form, fresh and accumulating, odd and even k, on the
