@@ -384,31 +384,22 @@ static int s_case(const gcase_t *c, const char *dir, int steps, int rounds, cons
             break;
         t_us[r] = tokens / tps * 1e6;
         double us = NAN;
-        if (c->mode == S_E2) { /* the peer: troupe on one rank, batch B */
+        if (c->mode == S_E2 || c->mode == S_BF16) {
+            /* the peer is troupe on one rank at batch B: for E(2) the same rank alone (other
+             * batches: no losses to compare), for bf16 the same batches in fp32 */
+            bool e2 = c->mode == S_E2;
             snprintf(cmd, sizeof cmd,
                      "TROUPE_LOG=warn '%s' train --model '%s' --data '%s' --batch %d --seq %d "
-                     "--steps %d --lr 1e-4 --streams 1 --backend cpu",
-                     GPT_BENCH_GPT, model, data, c->B, c->T, steps);
+                     "--steps %d --lr 1e-4 --streams 1 --backend cpu%s",
+                     GPT_BENCH_GPT, model, data, c->B, c->T, steps,
+                     e2 ? "" : " --precision fp32");
             if (s_run(cmd, steps, pl, "tokens_per_s=", &tps, NULL, 0) != 0) {
                 st = 1;
                 break;
             }
             p_us[np++] = (double)c->B * c->T / tps * 1e6;
-            snprintf(peer, sizeof peer, "troupe-1x1");
-            continue; /* other batches: no losses to compare */
-        }
-        if (c->mode == S_BF16) { /* the peer: troupe in fp32, the same batches */
-            snprintf(cmd, sizeof cmd,
-                     "TROUPE_LOG=warn '%s' train --model '%s' --data '%s' --batch %d --seq %d "
-                     "--steps %d --lr 1e-4 --streams 1 --backend cpu --precision fp32",
-                     GPT_BENCH_GPT, model, data, c->B, c->T, steps);
-            if (s_run(cmd, steps, pl, "tokens_per_s=", &tps, NULL, 0) != 0) {
-                st = 1;
-                break;
-            }
-            p_us[np++] = tokens / tps * 1e6;
-            snprintf(peer, sizeof peer, "troupe-fp32");
-            for (int k = 0; k < steps; k++) {
+            snprintf(peer, sizeof peer, e2 ? "troupe-1x1" : "troupe-fp32");
+            for (int k = 0; k < steps && !e2; k++) {
                 double d = fabs(tl[k] - pl[k]) / fabs(pl[k]);
                 worst = d > worst ? d : worst;
             }
