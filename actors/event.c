@@ -32,6 +32,7 @@ struct troupe_event {
      * stored (release), so a reader that loads a final state (acquire) may read them unlocked:
      * they never change again. */
     atomic_int state;
+    _Atomic int64_t done_ns; /* troupe_now_ns() at completion; 0 while pending */
     troupe_status_t status;
     char *message;
     pthread_mutex_t mu;
@@ -67,6 +68,7 @@ troupe_status_t troupe_event_new(const char *name, troupe_event_t **out)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "troupe_event_new: out of memory");
     atomic_init(&ev->refs, 1);
     atomic_init(&ev->state, TROUPE_EVENT_PENDING);
+    atomic_init(&ev->done_ns, 0);
     ev->status = TROUPE_OK;
     ev->message = NULL;
     if (pthread_mutex_init(&ev->mu, NULL) != 0) {
@@ -167,6 +169,7 @@ bool troupe_event_complete(troupe_event_t *ev, troupe_status_t status, const cha
     }
     ev->status = status;
     ev->message = copy; /* NULL on out of memory: readers fall back to the status name */
+    atomic_store_explicit(&ev->done_ns, troupe_now_ns(), memory_order_relaxed);
     atomic_store_explicit(&ev->state, status == TROUPE_OK ? TROUPE_EVENT_DONE : TROUPE_EVENT_FAILED,
                           memory_order_release);
     s_sub_t local[S_INLINE_SUBS];
@@ -198,6 +201,13 @@ static troupe_event_state_t s_state_raw(const troupe_event_t *ev)
 {
     return (troupe_event_state_t)atomic_load_explicit(&((troupe_event_t *)ev)->state,
                                                       memory_order_acquire);
+}
+
+int64_t troupe__event_completed_ns(const troupe_event_t *ev)
+{
+    if (ev == NULL || s_state_raw(ev) == TROUPE_EVENT_PENDING)
+        return 0;
+    return atomic_load_explicit(&((troupe_event_t *)ev)->done_ns, memory_order_relaxed);
 }
 
 /* The first consumer of a pending event with a progress hook tells its producer to start

@@ -44,6 +44,12 @@ void *troupe__event_attachment(const troupe_event_t *ev);
  * events (the coherence ledger), which must not start lazy work. */
 troupe_event_state_t troupe__event_state_quiet(const troupe_event_t *ev);
 
+/* When `ev` completed, on troupe_now_ns()'s clock (base/clock.h): stamped by the completing
+ * thread before it wakes waiters or calls subscribers. 0 while pending (or NULL). A subscriber
+ * that times work reads this rather than the clock: it may run much later than the completion
+ * (inside troupe_event_subscribe when the event was done already, or on a descheduled thread). */
+int64_t troupe__event_completed_ns(const troupe_event_t *ev);
+
 /* True once `ev` was consumed in a way that kicks its progress hook (see above): a producer
  * that submits lazy work after that must start it at once. */
 bool troupe__event_was_kicked(const troupe_event_t *ev);

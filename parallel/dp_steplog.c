@@ -10,6 +10,7 @@
  */
 #include "parallel/dp_impl.h"
 
+#include "actors/event_impl.h"
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -189,13 +190,17 @@ void troupe__dp_steplog_set_host(troupe__dp_steplog_t *r, int64_t host_ns)
         r->host_ns = host_ns;
 }
 
+/* The slot gets the event's completion time, not this call's: a subscriber runs late when the
+ * event was done before the driver subscribed, or on a descheduled thread under load, and its
+ * own clock would clamp the phases around it to 0. */
 static void s_stamp(void *user, troupe_event_t *ev, troupe_status_t status)
 {
-    (void)ev;
     s_tick_t *tk = user;
     troupe__dp_steplog_t *r = tk->rec;
-    if (status == TROUPE_OK)
-        atomic_store(&r->t[tk->slot], troupe_now_ns());
+    if (status == TROUPE_OK) {
+        int64_t t = troupe__event_completed_ns(ev);
+        atomic_store(&r->t[tk->slot], t != 0 ? t : troupe_now_ns());
+    }
     troupe__dp_steplog_release(&r);
 }
 

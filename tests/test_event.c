@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "actors/actor.h"
 #include "actors/event.h"
+#include "actors/event_impl.h"
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/status.h"
@@ -157,6 +158,36 @@ Test(event, subscribers_called_once_in_order_of_completion)
     cr_assert_eq(troupe_event_subscribe(ev, s_count_cb, &d), TROUPE_OK);
     cr_assert_eq(atomic_load(&d.calls), 1);
     cr_assert_eq(atomic_load(&d.last_status), TROUPE_INTERNAL);
+    troupe_event_release(&ev);
+}
+
+/* A subscriber reads the completion's time, not its own: dp_steplog's breakdown depends on it
+ * (a late subscriber would otherwise clamp a phase to 0). */
+static void s_completed_at_cb(void *user, troupe_event_t *ev, troupe_status_t status)
+{
+    (void)status;
+    *(int64_t *)user = troupe__event_completed_ns(ev);
+}
+
+Test(event, completion_time_is_stamped_once_by_the_completer)
+{
+    troupe_event_t *ev = NULL;
+    cr_assert_eq(troupe_event_new("stamped", &ev), TROUPE_OK);
+    cr_assert_eq(troupe__event_completed_ns(ev), 0, "a pending event has no completion time");
+    int64_t early = 0, late = 0;
+    cr_assert_eq(troupe_event_subscribe(ev, s_completed_at_cb, &early), TROUPE_OK);
+    int64_t t0 = troupe_now_ns();
+    troupe_event_complete(ev, TROUPE_OK, NULL);
+    int64_t t1 = troupe_now_ns(), done = troupe__event_completed_ns(ev);
+    cr_assert(done >= t0 && done <= t1, "completed at %lld, outside [%lld, %lld]",
+              (long long)done, (long long)t0, (long long)t1);
+    cr_assert_eq(early, done, "a subscriber before completion reads the completion's time");
+    while (troupe_now_ns() == t1) /* the clock moves on before the late subscriber */
+        ;
+    troupe_event_complete(ev, TROUPE_INTERNAL, "later"); /* ignored: neither state nor time */
+    cr_assert_eq(troupe_event_subscribe(ev, s_completed_at_cb, &late), TROUPE_OK);
+    cr_assert_eq(late, done, "a subscriber after completion reads the completion's time");
+    cr_assert_eq(troupe__event_completed_ns(NULL), 0);
     troupe_event_release(&ev);
 }
 
