@@ -1,7 +1,7 @@
 /* troupe — the per-step time breakdown of the data-parallel driver (parallel/dp.h, Step
  * breakdown): a record per logged step whose slots the completions of the step's events fill
- * (each event's subscriber stamps troupe_now_ns(), the clock base/trace.h times routine runs
- * and collectives with), logged at debug level (subsystem parallel) by whoever lets go of the
+ * (each event's subscriber copies the event's completion time, taken on troupe_now_ns()'s
+ * clock, the one base/trace.h times routine runs and collectives with), logged at debug level (subsystem parallel) by whoever lets go of the
  * record last, so the line is written once every slot it reads was stamped.
  *
  * Thread safety: slots are stamped from any thread (atomics); the record is refcounted.
