@@ -1053,7 +1053,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpt: starting the cluster: %s\n", troupe_last_error());
         return 1;
     }
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    bool help = false; /* `gpt --help`, and `gpt COMMAND ... --help` as users type it */
+    for (int i = 1; i < argc && !help; i++)
+        help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+    if (argc < 2 || help) {
         if (troupe_cluster_rank() == 0)
             s_help(argc < 2 ? stderr : stdout);
         troupe_status_t st = troupe_cluster_finalize();

@@ -18,7 +18,8 @@
 #            when step 12 starts (TROUPE_FAULT, first launch only), between the checkpoints of
 #            steps 10 and 15: the run restarts from step 10 and its final model and training
 #            state equal an uninterrupted run's, byte for byte, as do the losses it printed
-#   cli      bad options and bad files: one clear error line and a non-zero exit status
+#   cli      bad options and bad files: one clear error line and a non-zero exit status;
+#            --help after a command prints the usage
 #   quickstart  deploy/quickstart.sh's job argument, as a dry run (TROUPE_QUICKSTART_DRY_RUN=1:
 #            its commands printed, nothing built or run): `gpt` and its options, `fmnist`, an
 #            unknown job, --help
@@ -185,6 +186,7 @@ cli)
   {
   run 2 "$gpt"; has err "usage"
   run 2 "$gpt" frobnicate; has err "unknown command"
+  run 0 "$gpt" train --model m.bin --help; has out "usage: gpt COMMAND"
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --bogus 1; has err "unknown option '--bogus'"
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --lr; has err "option --lr needs a value"
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --lr fast; has err "option --lr: 'fast' is not a number"
