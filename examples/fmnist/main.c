@@ -132,7 +132,7 @@ static void s_help(void)
     troupe_optimizer_t sgd = troupe_optimizer_default(TROUPE_OPT_SGD);
     troupe_optimizer_t adamw = troupe_optimizer_default(TROUPE_OPT_ADAMW);
     printf("usage: fmnist [options]            (under mpiexec: one process per rank)\n"
-           "Trains a 784-256-128-10 MLP on Fashion-MNIST, data-parallel over streams and ranks.\n"
+           "Trains an MLP or a convnet on Fashion-MNIST, data-parallel over streams and ranks.\n"
            "options (default in brackets):\n"
            "  --model NAME         mlp (784-256-128-10) or cnn (conv3x3 32, conv3x3 32, maxpool\n"
            "                       2, conv3x3 64, maxpool 2, linear 128, linear 10) [mlp]\n"
