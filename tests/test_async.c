@@ -364,6 +364,34 @@ static void s_env_close(s_env_t *e)
     troupe_driver_close(e->drv);
 }
 
+/* Whether the device's poller is on the status board, waiting for `ev` (its one event in
+ * flight). */
+static bool s_polled(troupe_event_t *ev)
+{
+    troupe__board_rec_t recs[TROUPE__BOARD_SLOTS];
+    size_t nrec = troupe__board_snapshot(recs, TROUPE__BOARD_SLOTS, NULL);
+    bool polled = false;
+    for (size_t i = 0; i < nrec; i++)
+        polled |= recs[i].kind == TROUPE__BOARD_DEVICE && recs[i].state == TROUPE__BOARD_WAITING &&
+                  strcmp(recs[i].wait_on, troupe_event_name(ev)) == 0 && recs[i].queue == 1;
+    return polled;
+}
+
+/* Polls `cond` every millisecond until it holds or LONG_WAIT passed (the caller asserts it):
+ * what an actor does in its own thread is waited for, not slept for, so a loaded machine only
+ * makes the test slower. */
+#define S_UNTIL(cond)                                                                              \
+    for (int64_t until__ = troupe_deadline_after(LONG_WAIT);                                       \
+         !(cond) && troupe_deadline_remaining(until__) > 0;)                                       \
+    rtu_sleep_ms(1)
+
+/* Holds stream s's device queue (S_OP_BLOCK) until s_unblock is set: what is scheduled after it
+ * stays pending on the device however slowly the test's own thread runs. */
+static void s_hold_device(troupe_stream_t *s)
+{
+    OK(troupe_stream_schedule(s, s_op_work, (void *)(intptr_t)S_OP_BLOCK, NULL));
+}
+
 /* ---- tests ------------------------------------------------------------------------------ */
 
 Test(async, a_record_completes_when_the_device_gets_there)
@@ -371,20 +399,18 @@ Test(async, a_record_completes_when_the_device_gets_there)
     s_env_t e;
     s_env_open(&e);
     atomic_int x = 0;
-    s_write(e.s[0], &x, 7, 100);
+    s_hold_device(e.s[0]);
+    s_write(e.s[0], &x, 7, 0);
     troupe_event_t *ev = NULL;
     OK(troupe_stream_record(e.s[0], &ev));
-    /* The actor enqueued both at once; the device is still sleeping. */
-    rtu_sleep_ms(30);
-    cr_assert(!troupe_event_is_done(ev), "the event waits for the device, not for the actor");
+    /* The actor hands everything to the device queue and is done; the device is held. */
+    S_UNTIL(troupe_stream_is_idle(e.s[0]) && s_polled(ev));
     cr_assert(troupe_stream_is_idle(e.s[0]), "the actor itself is idle");
-    troupe__board_rec_t recs[TROUPE__BOARD_SLOTS]; /* the status board shows the poller's wait */
-    size_t nrec = troupe__board_snapshot(recs, TROUPE__BOARD_SLOTS, NULL);
-    bool polled = false;
-    for (size_t i = 0; i < nrec; i++)
-        polled |= recs[i].kind == TROUPE__BOARD_DEVICE && recs[i].state == TROUPE__BOARD_WAITING &&
-                  strcmp(recs[i].wait_on, troupe_event_name(ev)) == 0 && recs[i].queue == 1;
-    cr_assert(polled, "the device's poller is on the status board, waiting for the event");
+    /* the status board shows the poller's wait */
+    cr_assert(s_polled(ev), "the device's poller is on the status board, waiting for the event");
+    cr_assert(!troupe_event_is_done(ev), "the event waits for the device, not for the actor");
+    cr_assert_eq(atomic_load(&x), 0);
+    atomic_store(&s_unblock, true);
     OK(troupe_event_sync(ev, LONG_WAIT));
     cr_assert_eq(atomic_load(&x), 7, "what comes before the event is done when it is");
     troupe_event_release(&ev);
@@ -423,19 +449,22 @@ Test(async, a_wait_on_the_same_device_is_ordered_on_the_device)
     s_env_t e;
     s_env_open(&e);
     atomic_int x = 0, y = 0;
-    s_write(e.s[0], &x, 1, 150);
+    s_hold_device(e.s[0]);
+    s_write(e.s[0], &x, 1, 0);
     troupe_event_t *ev = NULL;
     OK(troupe_stream_record(e.s[0], &ev));
-    rtu_sleep_ms(20); /* stream 0's actor has recorded the device event */
+    S_UNTIL(troupe_stream_is_idle(e.s[0]));
+    cr_assert(troupe_stream_is_idle(e.s[0]), "stream 0's actor has recorded the device event");
     OK(troupe_stream_wait_for(e.s[1], ev));
     s_write(e.s[1], &y, 2, 0);
     troupe_event_t *after = NULL;
     OK(troupe_stream_record(e.s[1], &after));
-    rtu_sleep_ms(40);
-    /* Stream 1's actor did not park: the wait went to its device queue. */
+    /* Stream 1's actor does not park: the wait goes to its device queue. */
+    S_UNTIL(troupe_stream_is_idle(e.s[1]));
     cr_assert(troupe_stream_is_idle(e.s[1]), "the actor went past the WAIT");
     cr_assert_eq(atomic_load(&s_event_waits), 1, "one device-side wait");
     cr_assert_eq(atomic_load(&y), 0, "but the device did not");
+    atomic_store(&s_unblock, true);
     OK(troupe_event_sync(after, LONG_WAIT));
     cr_assert(atomic_load(&x) == 1 && atomic_load(&y) == 2);
     troupe_event_release(&after);
@@ -448,17 +477,21 @@ Test(async, a_wait_on_another_device_parks_the_queue)
     s_env_t e;
     s_env_open(&e);
     atomic_int x = 0, y = 0;
-    s_write(e.s[0], &x, 1, 120);
+    s_hold_device(e.s[0]);
+    s_write(e.s[0], &x, 1, 0);
     troupe_event_t *ev = NULL;
     OK(troupe_stream_record(e.s[0], &ev));
-    rtu_sleep_ms(20);
+    S_UNTIL(troupe_stream_is_idle(e.s[0]));
+    cr_assert(troupe_stream_is_idle(e.s[0]), "stream 0's actor has recorded the device event");
     OK(troupe_stream_wait_for(e.s[2], ev)); /* device 1 waits for device 0 */
     s_write(e.s[2], &y, 2, 0);
     troupe_event_t *after = NULL;
     OK(troupe_stream_record(e.s[2], &after));
-    rtu_sleep_ms(30);
+    rtu_sleep_ms(30); /* time for a wrong device-side wait to show */
     cr_assert(!troupe_stream_is_idle(e.s[2]), "stream 2 is parked on the host");
     cr_assert_eq(atomic_load(&s_event_waits), 0);
+    cr_assert_eq(atomic_load(&y), 0);
+    atomic_store(&s_unblock, true);
     OK(troupe_event_sync(after, LONG_WAIT));
     cr_assert(atomic_load(&x) == 1 && atomic_load(&y) == 2);
     troupe_event_release(&after);
@@ -498,12 +531,14 @@ Test(async, await_and_all_work_cover_the_device)
     s_env_t e;
     s_env_open(&e);
     atomic_int x = 0;
+    s_hold_device(e.s[0]);
     s_write(e.s[0], &x, 5, 80);
-    rtu_sleep_ms(10);
+    S_UNTIL(troupe_stream_is_idle(e.s[0]));
     cr_assert(troupe_stream_is_idle(e.s[0]));
     troupe_event_t *all = NULL;
     OK(troupe_stream_all_work(e.s[0], &all));
     cr_assert(!troupe_event_is_done(all), "all_work is not done while the device works");
+    atomic_store(&s_unblock, true); /* the write still takes 80 ms on the device */
     OK(troupe_stream_await(e.s[0], LONG_WAIT));
     cr_assert_eq(atomic_load(&x), 5, "await returned after the device's work");
     OK(troupe_event_sync(all, LONG_WAIT));
@@ -515,10 +550,11 @@ Test(async, stopping_the_pollers_fails_what_never_completed)
 {
     s_env_t e;
     s_env_open(&e);
-    OK(troupe_stream_schedule(e.s[0], s_op_work, (void *)(intptr_t)S_OP_BLOCK, NULL));
+    s_hold_device(e.s[0]);
     troupe_event_t *ev = NULL;
     OK(troupe_stream_record(e.s[0], &ev));
-    rtu_sleep_ms(20); /* recorded and handed to the poller; the device is blocked */
+    S_UNTIL(s_polled(ev));
+    cr_assert(s_polled(ev), "recorded and handed to the poller; the device is blocked");
     troupe__async_driver_closing(e.drv);
     cr_assert_eq(troupe_event_sync(ev, LONG_WAIT), TROUPE_CANCELLED);
     cr_assert(strstr(troupe_last_error(), "fake:0:poller stopped"), "%s", troupe_last_error());
