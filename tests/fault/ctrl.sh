@@ -9,7 +9,7 @@
 #                          itself is unaffected (it ends with status 0: control-plane messages
 #                          never carry training data);
 #   ctrl:delay=1500:rank=1 with --timeout 1000 rank 1 does not answer in time; with --timeout
-#                          5000 it answers late (the command takes >= 1.5 s) and the verdict
+#                          15000 it answers late (the command takes >= 1.5 s) and the verdict
 #                          names it behind in allreduce #3; the job ends with status 0.
 # Rank 1 logs the fault's first drop or delay.
 set -u
@@ -80,7 +80,9 @@ status --timeout 1000
 expect "drop" "NOT ANSWERING: no answer within 1000 ms"
 expect "drop" "rank 1 (pid $pid1"
 [ -n "$(awk '{print $3}' "/proc/$pid1/stat" 2>/dev/null)" ] || fail "drop: rank 1 is not alive"
-[ "$ms" -lt 4000 ] || fail "drop: troupe status took $ms ms"
+# in time: its 1 s, not the job's deadline (60 s); loose, start-up alone can take seconds on a
+# loaded machine
+[ "$ms" -lt 15000 ] || fail "drop: troupe status took $ms ms"
 status --timeout 3000 # still nothing, however long one waits
 expect "drop, 3 s" "NOT ANSWERING: no answer within 3000 ms"
 finish ctrl:drop:rank=1
@@ -89,10 +91,10 @@ finish ctrl:drop:rank=1
 run ctrl:delay=1500:rank=1
 status --timeout 1000
 expect "delay, 1 s" "NOT ANSWERING: no answer within 1000 ms"
-status --timeout 5000 --json
+status --timeout 15000 --json # ends once both answered: about 1.5 s, more on a loaded machine
 [ "$rc" -eq 3 ] || fail "delay: exit status $rc, expected 3 (rank 1 is behind)"
-expect "delay, 5 s" '"answered": 2'
-expect "delay, 5 s" '"behind": [1]'
+expect "delay, 15 s" '"answered": 2'
+expect "delay, 15 s" '"behind": [1]'
 [ "$ms" -ge 1500 ] || fail "delay: the answer took $ms ms, less than the 1500 ms delay"
 finish ctrl:delay=1500:rank=1
 [ "$fail" -eq 0 ] && echo "PASS: ctrl.sh"
