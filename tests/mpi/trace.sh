@@ -5,7 +5,7 @@
 # parse as JSON and hold routine runs, collectives and allreduce phases of their own rank, that
 # `troupe trace merge` writes one file holding both ranks, and that its straggler report names
 # rank 1 as last, by at least 200 ms, at a collective of the phase test.sleepy (rank 1 slept
-# 300 ms before it).
+# 1000 ms before it: the margin is for a loaded machine, where rank 0 can be held up too).
 set -u
 dir=$1 check=$2 troupe=$3
 shift 3
