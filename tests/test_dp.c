@@ -286,8 +286,8 @@ Test(dp, debug_log_breaks_each_step_down)
         /* replica 0's gradient routine runs on the owner stream after the step's begin mark */
         cr_assert_gt(l[i].compute, 0.0, "step %lld: no compute time", l[i].step);
     }
-    cr_assert_gt(pass, 0.0, "optimizer_us sums to %.1f over %d steps: the pass took no time",
-                 pass, n);
+    cr_assert_gt(pass, 0.0, "optimizer_us sums to %.1f over %d steps: the pass took no time", pass,
+                 n);
     bool seen[4] = {false};
     for (int i = 0; i < n; i++)
         if (l[i].step >= 0 && l[i].step < 4)
