@@ -92,8 +92,8 @@ Test(event, sync_wakes_on_completion_from_another_thread)
     pthread_t t;
     pthread_create(&t, NULL, s_complete_later, ev);
     int64_t t0 = troupe_now_ns();
-    cr_assert_eq(troupe_event_sync(ev, 10000 * MS), TROUPE_OK);
-    cr_assert_lt(troupe_now_ns() - t0, 5000 * MS);
+    cr_assert_eq(troupe_event_sync(ev, 60000 * MS), TROUPE_OK);
+    cr_assert_lt(troupe_now_ns() - t0, 30000 * MS);
     pthread_join(t, NULL);
     troupe_event_release(&ev);
 }
@@ -499,7 +499,7 @@ Test(actor, request_reply_and_timeout)
     cr_assert_neq(id, 0);
     zmsg_t *req = NULL, *reply = NULL;
     cr_assert_eq(troupe_msg_build(&req, "s8s", "ECHO", id, "hello"), TROUPE_OK);
-    cr_assert_eq(troupe_actor_request(a, &req, 5000 * MS, &reply), TROUPE_OK);
+    cr_assert_eq(troupe_actor_request(a, &req, 60000 * MS, &reply), TROUPE_OK);
     cr_assert_null(req);
     uint64_t rid;
     troupe_status_t st;
@@ -518,7 +518,7 @@ Test(actor, request_reply_and_timeout)
     cr_assert_null(reply);
     id = troupe_actor_next_id(a);
     cr_assert_eq(troupe_msg_build(&req, "s8", "NOPE", id), TROUPE_OK);
-    cr_assert_eq(troupe_actor_request(a, &req, 5000 * MS, &reply), TROUPE_OK);
+    cr_assert_eq(troupe_actor_request(a, &req, 60000 * MS, &reply), TROUPE_OK);
     cr_assert_eq(troupe_msg_decode(reply, "8S", &rid, &st), TROUPE_OK);
     cr_assert_eq(rid, id);
     cr_assert_eq(st, TROUPE_INVALID_ARGUMENT);

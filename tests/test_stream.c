@@ -160,13 +160,13 @@ static void s_deadline(bool inline_mode)
     cr_assert_eq(troupe_event_sync(ev, 50 * MS), TROUPE_DEADLINE_EXCEEDED);
     int64_t dt = troupe_now_ns() - t0;
     cr_assert_geq(dt, 50 * MS);
-    cr_assert_lt(dt, 3000 * MS, "overshot: %lld ns", (long long)dt);
+    cr_assert_lt(dt, 10000 * MS, "overshot: %lld ns", (long long)dt);
     cr_assert_not_null(strstr(troupe_last_error(), troupe_event_name(ev)), "%s",
                        troupe_last_error());
 
     t0 = troupe_now_ns();
     cr_assert_eq(troupe_stream_await(s, 50 * MS), TROUPE_DEADLINE_EXCEEDED);
-    cr_assert_lt(troupe_now_ns() - t0, 3000 * MS);
+    cr_assert_lt(troupe_now_ns() - t0, 10000 * MS);
     cr_assert_not_null(strstr(troupe_last_error(), "parked on event never"), "%s",
                        troupe_last_error());
     cr_assert_not(troupe_stream_is_idle(s));
@@ -466,7 +466,7 @@ static void s_destroy_cancels(bool inline_mode)
     cr_assert_eq(troupe_stream_record(s, &ev2), TROUPE_OK);
     int64_t t0 = troupe_now_ns();
     troupe_stream_release(&s);
-    cr_assert_lt(troupe_now_ns() - t0, 5000 * MS);
+    cr_assert_lt(troupe_now_ns() - t0, 30000 * MS);
     cr_assert_eq(troupe_event_sync(ev, 0), TROUPE_CANCELLED);
     cr_assert_not_null(strstr(troupe_last_error(), "destroyed"), "%s", troupe_last_error());
     cr_assert_eq(troupe_event_sync(ev2, 0), TROUPE_CANCELLED);
@@ -509,7 +509,7 @@ Test(stream_threaded, destroy_while_busy_does_not_hang)
 static troupe_status_t s_request_status(troupe_stream_t *s, zmsg_t **req, uint64_t expect_id)
 {
     zmsg_t *reply = NULL;
-    cr_assert_eq(troupe__stream_request(s, req, 5000 * MS, &reply), TROUPE_OK, "%s",
+    cr_assert_eq(troupe__stream_request(s, req, LONG_WAIT, &reply), TROUPE_OK, "%s",
                  troupe_last_error());
     uint64_t id = 1;
     troupe_status_t st = TROUPE_OK;
@@ -558,7 +558,7 @@ static void s_malformed(bool inline_mode)
     /* $TERM is refused from the request path. */
     cr_assert_eq(troupe_msg_build(&req, "s", "$TERM"), TROUPE_OK);
     zmsg_t *reply = NULL;
-    cr_assert_eq(troupe__stream_request(s, &req, 5000 * MS, &reply), TROUPE_INVALID_ARGUMENT);
+    cr_assert_eq(troupe__stream_request(s, &req, LONG_WAIT, &reply), TROUPE_INVALID_ARGUMENT);
     cr_assert_null(req);
 
     /* The stream still works, and well-formed requests are honoured. */
@@ -577,7 +577,7 @@ static void s_malformed(bool inline_mode)
 
     id = troupe__stream_next_request_id(s);
     cr_assert_eq(troupe_msg_build(&req, "s8", "RECORD", id), TROUPE_OK);
-    cr_assert_eq(troupe__stream_request(s, &req, 5000 * MS, &reply), TROUPE_OK);
+    cr_assert_eq(troupe__stream_request(s, &req, LONG_WAIT, &reply), TROUPE_OK);
     troupe_status_t st;
     void *evp = NULL;
     cr_assert_eq(troupe_msg_decode(reply, "8Sp", NULL, &st, &evp), TROUPE_OK);
@@ -625,7 +625,7 @@ static void s_debug(bool inline_mode)
     cr_assert_eq(troupe_stream_wait_for(s, gate), TROUPE_OK);
     cr_assert_eq(troupe_stream_schedule(s, s_sleep_work, (void *)(intptr_t)0, NULL), TROUPE_OK);
     /* Threaded: the actor parks asynchronously; poll the debug info until it shows. */
-    int64_t deadline = troupe_deadline_after(5000 * MS);
+    int64_t deadline = troupe_deadline_after(LONG_WAIT);
     bool parked = false;
     while (!parked && troupe_deadline_remaining(deadline) > 0) {
         cr_assert_eq(troupe_stream_debug_info(s, &d), TROUPE_OK);

@@ -20,6 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A deadline for waits that must succeed: generous, since a loaded machine (or ASan) only makes
+ * them slower, and a passing wait ends as soon as its event completes. */
+#define LONG_WAIT (60000 * MS)
+
 /* Asserts `expr` fails with `code` and a message containing `needle`. */
 #define FAILS(expr, code, needle)                                                                  \
     do {                                                                                           \
@@ -117,7 +121,7 @@ Test(transport, single_rank_collectives_are_exact)
                                       .name = "t"};
             troupe_event_t *ev = NULL;
             OK(s_allreduce(&t, 1, (troupe_reduce_op_t)op, &ev));
-            OK(troupe_event_sync(ev, 1000 * MS));
+            OK(troupe_event_sync(ev, LONG_WAIT));
             troupe_event_release(&ev);
             cr_assert(memcmp(data, orig, bytes) == 0, "%s %s changed the data on one rank",
                       troupe_prec_name(p), troupe_reduce_op_name((troupe_reduce_op_t)op));
@@ -125,7 +129,7 @@ Test(transport, single_rank_collectives_are_exact)
         troupe_coll_tensor_t t = {.data = data, .count = count, .prec = p};
         troupe_event_t *ev = NULL;
         OK(troupe_broadcast(&t, 1, 0, &ev));
-        OK(troupe_event_sync(ev, 1000 * MS));
+        OK(troupe_event_sync(ev, LONG_WAIT));
         troupe_event_release(&ev);
         cr_assert(memcmp(data, orig, bytes) == 0);
         troupe_free(data);
@@ -145,7 +149,7 @@ Test(transport, collectives_work_without_init_as_one_rank)
     troupe_coll_tensor_t t = {.data = x, .count = 2, .prec = TROUPE_PREC_SINGLE};
     troupe_event_t *ev = NULL;
     OK(s_allreduce(&t, 1, TROUPE_REDUCE_MEAN, &ev));
-    OK(troupe_event_sync(ev, 1000 * MS));
+    OK(troupe_event_sync(ev, LONG_WAIT));
     troupe_event_release(&ev);
     cr_assert(x[0] == 1.5f && x[1] == -2);
 }
@@ -230,7 +234,7 @@ Test(transport, invalid_arguments_are_named)
     two[1].prec = TROUPE_PREC_UINT4X32;
     two[1].count = 1;
     OK(troupe_broadcast(two, 2, 0, &ev));
-    OK(troupe_event_sync(ev, 1000 * MS));
+    OK(troupe_event_sync(ev, LONG_WAIT));
     troupe_event_release(&ev);
     FAILS(s_allreduce_nodes(NULL, 1, NULL, TROUPE_REDUCE_SUM, 0u, &ev), TROUPE_INVALID_ARGUMENT,
           "not neither");
@@ -297,7 +301,7 @@ Test(transport, single_rank_allreduce_nodes_keeps_values)
         }
         troupe_event_t *ev = NULL;
         OK(s_allreduce_nodes(ctx, 2, tn, TROUPE_REDUCE_MEAN, 0u, &ev));
-        OK(troupe_event_sync(ev, 5000 * MS));
+        OK(troupe_event_sync(ev, LONG_WAIT));
         troupe_event_release(&ev);
         OK(troupe_broadcast_nodes(ctx, 1, tn, 0, NULL));
         FAILS(troupe_broadcast_nodes(ctx, 1, tn, 1, NULL), TROUPE_INVALID_ARGUMENT, "root 1");
@@ -314,7 +318,7 @@ Test(transport, single_rank_allreduce_nodes_keeps_values)
         troupe_event_release(&ev);
         for (int k = 0; k < 2; k++) {
             OK(troupe_to_host(ctx, tn[k], &ev));
-            OK(troupe_event_sync(ev, 5000 * MS));
+            OK(troupe_event_sync(ev, LONG_WAIT));
             troupe_event_release(&ev);
         }
         double v0[3], v1[2];
@@ -323,7 +327,7 @@ Test(transport, single_rank_allreduce_nodes_keeps_values)
         cr_assert(v0[0] == 1.5 && v0[1] == -2 && v0[2] == 3, "%s: %g %g %g", drivers[di], v0[0],
                   v0[1], v0[2]);
         cr_assert(v1[0] == 7 && v1[1] == -9);
-        OK(troupe_stream_await(s, 5000 * MS));
+        OK(troupe_stream_await(s, LONG_WAIT));
         troupe_tnode_release(&absent);
         troupe_context_release(&ctx);
         troupe_tnode_release(&tn[0]);
@@ -370,10 +374,10 @@ Test(transport, single_rank_fused_update_runs_in_place)
     a.apply = &ap;
     troupe_event_t *ev = NULL;
     OK(troupe_allreduce(&a, &ev)); /* one rank: the sum is g itself, applied here */
-    OK(troupe_event_sync(ev, 5000 * MS));
+    OK(troupe_event_sync(ev, LONG_WAIT));
     troupe_event_release(&ev);
     OK(troupe_to_host(ctx, p, &ev));
-    OK(troupe_event_sync(ev, 5000 * MS));
+    OK(troupe_event_sync(ev, LONG_WAIT));
     troupe_event_release(&ev);
     double v[3];
     OK(troupe_tnode_get_values(p, v, 3));
@@ -381,7 +385,7 @@ Test(transport, single_rank_fused_update_runs_in_place)
     /* the rules: op sum only, the device level only */
     a.op = TROUPE_REDUCE_MAX;
     FAILS(troupe_allreduce(&a, &ev), TROUPE_INVALID_ARGUMENT, "needs op sum, not max");
-    OK(troupe_stream_await(s, 5000 * MS));
+    OK(troupe_stream_await(s, LONG_WAIT));
     troupe_context_release(&ctx);
     troupe_tnode_release(&g);
     troupe_tnode_release(&p);
