@@ -268,10 +268,6 @@ Test(dp, debug_log_breaks_each_step_down)
     int n = dpb_read(path, l, 16);
     unlink(path);
     cr_assert_eq(n, 4, "%d breakdown lines for 4 steps", n);
-    /* the pass's time is its end's stamp less the last gradient's, which the other stream's
-     * thread takes after it woke the pass: on a loaded machine it can come after the pass's
-     * and clamp one step's optimizer_us to 0, so the pass is asserted over the steps */
-    double pass = 0;
     for (int i = 0; i < n; i++) {
         const char *bad = dpb_insane(&l[i]);
         cr_assert_null(bad, "step %lld: %s", l[i].step, bad);
@@ -280,14 +276,11 @@ Test(dp, debug_log_breaks_each_step_down)
         cr_assert_str_eq(l[i].update, "streams");
         cr_assert_eq(l[i].merge, 0.0, "step %lld: merge_us %.1f with no merge routine",
                      l[i].step, l[i].merge);
-        pass += l[i].optimizer;
+        cr_assert_gt(l[i].optimizer, 0.0, "step %lld: the pass took no time", l[i].step);
         cr_assert_eq(l[i].buckets, 0);
         cr_assert_eq(l[i].exchange, 0.0);
-        /* replica 0's gradient routine runs on the owner stream after the step's begin mark */
         cr_assert_gt(l[i].compute, 0.0, "step %lld: no compute time", l[i].step);
     }
-    cr_assert_gt(pass, 0.0, "optimizer_us sums to %.1f over %d steps: the pass took no time", pass,
-                 n);
     bool seen[4] = {false};
     for (int i = 0; i < n; i++)
         if (l[i].step >= 0 && l[i].step < 4)
