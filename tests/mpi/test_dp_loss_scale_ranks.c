@@ -9,32 +9,12 @@
 #include "parallel/dp.h"
 #include "transport/mpi/cluster.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void s_die(const char *fmt, ...) TROUPE_PRINTF(1, 2);
-static void s_die(const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "rank %d: FAIL: %s\n", troupe_cluster_rank(), msg);
-    fflush(stderr);
-    troupe_status_t st = troupe_cluster_leave(msg);
-    (void)st; /* failing already */
-    exit(1);
-}
+#include "mpi_die.h"
 
-#define CHECK(expr)                                                                                \
-    do {                                                                                           \
-        troupe_status_t st_ = (expr);                                                              \
-        if (st_ != TROUPE_OK)                                                                      \
-            s_die("%s: %s", #expr, troupe_last_error());                                           \
-    } while (0)
 #define DHM_CHECK(expr) CHECK(expr)
 #include "tests/dp_half_model.h"
 

@@ -26,28 +26,7 @@
 #define MAX_GB 64
 #define NP (D * O + O)
 
-static void s_die(const char *fmt, ...) TROUPE_PRINTF(1, 2);
-static void s_die(const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "rank %d: FAIL: %s\n", troupe_cluster_rank(), msg);
-    fflush(stderr);
-    troupe_status_t st = troupe_cluster_leave(msg);
-    (void)st; /* failing already: its message repeats msg */
-    exit(1);
-}
-
-#define CHECK(expr)                                                                                \
-    do {                                                                                           \
-        troupe_status_t s__ = (expr);                                                              \
-        if (s__ != TROUPE_OK)                                                                      \
-            s_die("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #expr, troupe_status_str(s__),        \
-                  troupe_last_error());                                                            \
-    } while (0)
+#include "mpi_die.h"
 
 #define DPT_CHECK(expr) CHECK(expr)
 #include "tests/dp_test_model.h"
