@@ -16,6 +16,7 @@
 #include "nn/nn.h"
 #include "parallel/dp.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -135,6 +136,33 @@ static inline void dhm_params(troupe_dp_t *dp, const dhm_model_t *m, float *out)
     memcpy(out, h, DHM_DIN * DHM_DOUT * sizeof(float));
     DHM_CHECK(troupe_tnode_host_array(m->b, &h));
     memcpy(out + DHM_DIN * DHM_DOUT, h, DHM_DOUT * sizeof(float));
+}
+
+/* The loss scaling tests' configuration: fp16 (loss scaling on by default), AdamW at lr 0.05 on
+ * the cpu backend with `streams` streams; local_only for one process. */
+static inline troupe_dp_config_t dhm_config(int streams, bool local_only)
+{
+    troupe_dp_config_t c;
+    memset(&c, 0, sizeof c);
+    c.backend = "cpu";
+    c.streams = streams;
+    c.optimizer = troupe_optimizer_default(TROUPE_OPT_ADAMW);
+    c.optimizer.lr = 0.05;
+    c.local_only = local_only;
+    c.precision = TROUPE_DP_PRECISION_FP16;
+    return c;
+}
+
+/* Runs `steps` steps; after step s the parameters go to p[s] and the loss scaling state to
+ * ls[s]. */
+static inline void dhm_steps(troupe_dp_t *dp, const dhm_model_t *m, int steps,
+                             float (*p)[DHM_NP], troupe_dp_loss_scale_state_t *ls)
+{
+    for (int s = 0; s < steps; s++) {
+        DHM_CHECK(troupe_dp_step(dp));
+        dhm_params(dp, m, p[s]);
+        DHM_CHECK(troupe_dp_loss_scale(dp, &ls[s]));
+    }
 }
 
 #endif

@@ -25,15 +25,7 @@
 
 static troupe_dp_config_t s_config(void)
 {
-    troupe_dp_config_t c;
-    memset(&c, 0, sizeof c);
-    c.backend = "cpu";
-    c.streams = 2;
-    c.optimizer = troupe_optimizer_default(TROUPE_OPT_ADAMW);
-    c.optimizer.lr = 0.05;
-    c.local_only = true;
-    c.precision = TROUPE_DP_PRECISION_FP16; /* loss scaling on by default */
-    return c;
+    return dhm_config(2, true);
 }
 
 Test(dp_loss_scale, an_injected_overflow_skips_exactly_that_step)
@@ -46,13 +38,10 @@ Test(dp_loss_scale, an_injected_overflow_skips_exactly_that_step)
     OK(troupe_dp_new(&cfg, &m.dp, &dp));
     float p[5][DHM_NP];
     troupe_dp_loss_scale_state_t ls[5];
-    for (int s = 0; s < 5; s++) {
-        OK(troupe_dp_step(dp));
-        dhm_params(dp, &m, p[s]);
-        OK(troupe_dp_loss_scale(dp, &ls[s]));
+    dhm_steps(dp, &m, 5, p, ls);
+    for (int s = 0; s < 5; s++)
         for (int e = 0; e < DHM_NP; e++)
             cr_assert(isfinite(p[s][e]), "step %d: parameter %d is %g", s, e, p[s][e]);
-    }
     cr_assert(ls[0].on);
     cr_expect_neq(memcmp(p[0], p[1], sizeof p[0]), 0, "step 1 changed nothing");
     cr_assert_eq(memcmp(p[1], p[2], sizeof p[0]), 0,

@@ -29,22 +29,12 @@ int main(int argc, char **argv)
     CHECK(troupe_config_set_fault("overflow:step=2:rank=1"));
     dhm_model_t m;
     dhm_model_new(&m);
-    troupe_dp_config_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.backend = "cpu";
-    cfg.streams = 1;
-    cfg.optimizer = troupe_optimizer_default(TROUPE_OPT_ADAMW);
-    cfg.optimizer.lr = 0.05;
-    cfg.precision = TROUPE_DP_PRECISION_FP16;
+    troupe_dp_config_t cfg = dhm_config(1, false);
     troupe_dp_t *dp = NULL;
     CHECK(troupe_dp_new(&cfg, &m.dp, &dp));
     float p[STEPS][DHM_NP];
     troupe_dp_loss_scale_state_t ls[STEPS];
-    for (int s = 0; s < STEPS; s++) {
-        CHECK(troupe_dp_step(dp));
-        dhm_params(dp, &m, p[s]);
-        CHECK(troupe_dp_loss_scale(dp, &ls[s]));
-    }
+    dhm_steps(dp, &m, STEPS, p, ls);
     if (memcmp(p[1], p[2], sizeof p[0]) != 0)
         s_die("step 2 overflowed on rank 1 but changed this rank's parameters");
     if (memcmp(p[0], p[1], sizeof p[0]) == 0 || memcmp(p[2], p[3], sizeof p[0]) == 0 ||
