@@ -130,7 +130,13 @@ static troupe_status_t s_infer_modes(troupe__opt_ctx_t *c)
         troupe__opt_node_t *nd = &c->nd[i];
         if (!tr->is_accessing && tr->assignments == 0)
             continue; /* mentioned only as a local scope's node */
-        bool too_many = tr->max_visits > c->o.virtualize_max_visits || tr->read_before_write;
+        /* troupe addition: a cheap definition read a few times is recomputed at each read
+         * rather than stored and loaded (the loads and stores cost more than the operations,
+         * which the C compiler shares where the reads sit in one loop after fusion) */
+        bool cheap = nd->cost <= TROUPE__OPT_CHEAP_OPS &&
+                     tr->max_visits <= c->o.virtualize_max_cheap_visits;
+        bool too_many =
+            (tr->max_visits > c->o.virtualize_max_visits && !cheap) || tr->read_before_write;
         nd->constexpr_wanted = c->o.inline_scalar_constexprs && c->o.virtualize &&
                                tr->is_scalar_constexpr && nd->external_read &&
                                !troupe_tnode_known_non_virtual(tn);
@@ -191,6 +197,7 @@ static troupe_status_t s_infer_modes(troupe__opt_ctx_t *c)
 void troupe_optimize_opts_default(troupe_optimize_opts_t *opts)
 {
     opts->virtualize_max_visits = 1;
+    opts->virtualize_max_cheap_visits = 3;
     opts->virtualize_max_tracing_dim = 5;
     opts->max_trace_steps = (int64_t)1 << 20;
     opts->inline_scalar_constexprs = true;
@@ -331,7 +338,8 @@ troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc, const troupe_optimize
         c.o = *opts;
     else
         troupe_optimize_opts_default(&c.o);
-    if (c.o.virtualize_max_visits < 0 || c.o.virtualize_max_tracing_dim < 0 ||
+    if (c.o.virtualize_max_visits < 0 || c.o.virtualize_max_cheap_visits < 0 ||
+        c.o.virtualize_max_tracing_dim < 0 ||
         c.o.max_trace_steps < 0 || c.o.local_max_bytes < -1)
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "troupe_ll_optimize: negative limit in the options");

@@ -15,7 +15,9 @@
  *  2. Memory-mode inference [visit_llc's epilogue], with OCANNL's provenance codes:
  *     scalar constant expression -> Virtual (40, applied in step 3 once inlining succeeded);
  *     a cell read more than virtualize_max_visits times, or recurrent, for a complex computation
- *     with no mode yet -> Never_virtual (1); read-only and unspecified -> Hosted(Unset_hosted)
+ *     with no mode yet -> Never_virtual (1), unless the computation is cheap (troupe's: its
+ *     SETs hold at most 8 operations, none transcendental, and a cell is read at most
+ *     virtualize_max_cheap_visits times: recomputing beats a store and loads); read-only and unspecified -> Hosted(Unset_hosted)
  *     (37), read-only and already non-virtual -> Materialized (35), read-only yet Virtual/Local
  *     -> FAILED_PRECONDITION; read before write -> Materialized (36).
  *     troupe addition: a node written here and read nowhere here (reads of a cell inside the
@@ -128,6 +130,10 @@ enum {
 typedef struct troupe_optimize_opts {
     int64_t virtualize_max_visits;      /* 1: reads of one cell beyond which complex
                                            computations are not inlined */
+    int64_t virtualize_max_cheap_visits; /* 3: reads of one cell up to which a cheap
+                                            computation (at most 8 operations, none of them a
+                                            transcendental, a power or random bits) is inlined
+                                            even when complex (troupe's; 0: OCANNL's rule) */
     int64_t virtualize_max_tracing_dim; /* 5: loop values traced when sampling */
     int64_t max_trace_steps;            /* 1 << 20: statement executions of a full tracing
                                            walk; beyond it tracing samples (see step 1) */

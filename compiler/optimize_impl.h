@@ -69,6 +69,10 @@ typedef struct troupe__opt_read {
     size_t start;
 } troupe__opt_read_t;
 
+/* The cost at which a node's definition stops being cheap (compiler/optimize.h, step 2). */
+#define TROUPE__OPT_CHEAP_OPS 8
+#define TROUPE__OPT_COST_MAX 1000000
+
 typedef struct troupe__opt_node {
     /* static scan (trace.c) */
     troupe__opt_pos_t wpos; /* items writing the node */
@@ -85,6 +89,8 @@ typedef struct troupe__opt_node {
     const troupe_sc_t *first_value;
     bool first_is_zero, first_is_vec;
     int constexpr_state; /* 0 unknown, 1 in progress, 2 yes, 3 no */
+    int64_t cost;        /* operations of the SETs writing it (TROUPE__OPT_COST_MAX: too costly
+                            to recompute at each read: transcendental, local scope, vector) */
     /* definition units (virtualize.c) */
     TROUPE__OPT_VEC(const troupe_axis_index_t *) unit_I; /* per wpos entry, NULL for ZERO_OUT */
     bool struct_ok, has_reduction;

@@ -569,6 +569,60 @@ static bool s_complex_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e)
     }
 }
 
+/* Operations of e, TROUPE__OPT_COST_MAX when recomputing it at each read would cost more
+ * than a load: transcendentals, powers, random bits, local scopes, merge-buffer reads. */
+static int64_t s_cost_sc(const troupe_sc_t *e)
+{
+    int64_t n = 0;
+    switch (e->kind) {
+    case TROUPE_SC_GET:
+    case TROUPE_SC_CONSTANT:
+    case TROUPE_SC_CONSTANT_BITS:
+    case TROUPE_SC_EMBED_INDEX:
+        return 0;
+    case TROUPE_SC_TERNOP:
+        n = 1 + s_cost_sc(e->u.op.args[0]) + s_cost_sc(e->u.op.args[1]) +
+            s_cost_sc(e->u.op.args[2]);
+        break;
+    case TROUPE_SC_BINOP:
+        switch (e->u.op.op) {
+        case TROUPE_BINOP_TO_POW_OF:
+        case TROUPE_BINOP_MOD:
+        case TROUPE_BINOP_THREEFRY4X32_CRYPTO:
+        case TROUPE_BINOP_THREEFRY4X32_LIGHT:
+            return TROUPE__OPT_COST_MAX;
+        default:
+            break;
+        }
+        n = 1 + s_cost_sc(e->u.op.args[0]) + s_cost_sc(e->u.op.args[1]);
+        break;
+    case TROUPE_SC_UNOP:
+        switch (e->u.op.op) {
+        case TROUPE_UNOP_EXP:
+        case TROUPE_UNOP_LOG:
+        case TROUPE_UNOP_EXP2:
+        case TROUPE_UNOP_LOG2:
+        case TROUPE_UNOP_SIN:
+        case TROUPE_UNOP_COS:
+        case TROUPE_UNOP_TANH_APPROX:
+        case TROUPE_UNOP_UINT4X32_TO_PREC_UNIFORM1:
+            return TROUPE__OPT_COST_MAX;
+        default:
+            break;
+        }
+        n = 1 + s_cost_sc(e->u.op.args[0]);
+        break;
+    default: /* local scopes and their locals, merge-buffer reads */
+        return TROUPE__OPT_COST_MAX;
+    }
+    return n < TROUPE__OPT_COST_MAX ? n : TROUPE__OPT_COST_MAX;
+}
+
+static void s_add_cost(troupe__opt_node_t *nd, int64_t cost)
+{
+    nd->cost = nd->cost + cost < TROUPE__OPT_COST_MAX ? nd->cost + cost : TROUPE__OPT_COST_MAX;
+}
+
 static void s_complexity_ll(troupe__opt_ctx_t *c, const troupe_ll_t *s)
 {
     switch (s->kind) {
@@ -582,14 +636,20 @@ static void s_complexity_ll(troupe__opt_ctx_t *c, const troupe_ll_t *s)
     case TROUPE_LL_BIND_INDEX:
         s_complexity_ll(c, s->u.bind_index.body);
         return;
-    case TROUPE_LL_SET:
+    case TROUPE_LL_SET: {
+        ptrdiff_t i = troupe__opt_node_of(c, s->u.set.tn);
         if (s_complex_sc(c, s->u.set.value))
-            c->traced[troupe__opt_node_of(c, s->u.set.tn)].is_complex = true;
+            c->traced[i].is_complex = true;
+        s_add_cost(&c->nd[i], s_cost_sc(s->u.set.value));
         return;
-    case TROUPE_LL_SET_FROM_VEC:
+    }
+    case TROUPE_LL_SET_FROM_VEC: {
+        ptrdiff_t i = troupe__opt_node_of(c, s->u.set_from_vec.tn);
         if (!s_constexpr_sc(c, s->u.set_from_vec.arg))
-            c->traced[troupe__opt_node_of(c, s->u.set_from_vec.tn)].is_complex = true;
+            c->traced[i].is_complex = true;
+        c->nd[i].cost = TROUPE__OPT_COST_MAX;
         return;
+    }
     default:
         return;
     }

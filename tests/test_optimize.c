@@ -588,11 +588,15 @@ static troupe_ll_proc_t *s_twice(const char *name, troupe_tnode_t **a, troupe_tn
 Test(optimize, read_twice_stays_materialized)
 {
     /* t[i] = a[i]*2; out[i] = t[i]*t[i]: each cell of t is read twice by a complex
-     * computation -> Never_virtual (1), resolved to Local (small) with chained provenance. */
+     * computation -> Never_virtual (1), resolved to Local (small) with chained provenance,
+     * under OCANNL's rule (virtualize_max_cheap_visits 0). */
     troupe_tnode_t *a, *t, *out;
     troupe_ll_proc_t *p = s_twice("twice", &a, &t, &out);
     double *before = s_run(p, &a, 1, out);
-    s_optimize_ok(p, NULL);
+    troupe_optimize_opts_t o;
+    troupe_optimize_opts_default(&o);
+    o.virtualize_max_cheap_visits = 0;
+    s_optimize_ok(p, &o);
     const troupe_ll_traced_t *tr = troupe_optimize_traced(p, t);
     cr_assert_eq(tr->max_visits, 2);
     int32_t prov = 0;
@@ -608,6 +612,66 @@ Test(optimize, read_twice_stays_materialized)
     troupe_ll_proc_destroy(&p);
 }
 
+/* t[i] = a[i]*2 (exp(a[i]) when `costly`); out[i] = t[i]*...*t[i], `reads` factors. */
+static troupe_ll_proc_t *s_reads(const char *name, int reads, bool costly, troupe_tnode_t **a,
+                                 troupe_tnode_t **t, troupe_tnode_t **out)
+{
+    *a = s_node("a", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    *t = s_node("t", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    *out = s_node("out", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_ll_proc_t *p = s_proc(name);
+    int32_t i = troupe_ll_proc_add_symbol(p, "i"), j = troupe_ll_proc_add_symbol(p, "j");
+    troupe_sc_t *def = costly ? troupe_sc_unop(p, TROUPE_UNOP_EXP, s_get1(p, *a, s_i(i)))
+                              : s_bin(p, TROUPE_BINOP_MUL, s_get1(p, *a, s_i(i)), s_c(p, 2.0));
+    troupe_sc_t *prod = s_get1(p, *t, s_i(j));
+    for (int k = 1; k < reads; k++)
+        prod = s_bin(p, TROUPE_BINOP_MUL, prod, s_get1(p, *t, s_i(j)));
+    troupe_ll_t *items[2] = {s_for(p, i, 4, s_set1(p, *t, s_i(i), def)),
+                             s_for(p, j, 4, s_set1(p, *out, s_i(j), prod))};
+    s_body(p, 2, items);
+    return p;
+}
+
+/* The mode kind and provenance t gets under the default options; the results stay the same. */
+static troupe_memory_mode_kind_t s_reads_mode(int reads, bool costly, int32_t *prov,
+                                              int64_t *sets)
+{
+    troupe_tnode_t *a, *t, *out;
+    troupe_ll_proc_t *p = s_reads("reads", reads, costly, &a, &t, &out);
+    double *before = s_run(p, &a, 1, out);
+    s_optimize_ok(p, NULL);
+    cr_assert_eq(troupe_optimize_traced(p, t)->max_visits, reads);
+    troupe_memory_mode_kind_t k = s_mode_kind(t, prov);
+    *sets = s_counts(p, t).sets;
+    double *after = s_run(p, &a, 1, out);
+    s_assert_same(before, after, 4);
+    free(before);
+    free(after);
+    troupe_ll_proc_destroy(&p);
+    return k;
+}
+
+Test(optimize, cheap_read_a_few_times_is_inlined)
+{
+    /* a cheap definition (a[i]*2) read up to virtualize_max_cheap_visits (3) times is
+     * recomputed at each read (troupe's rule); read 4 times, or costly (exp) read twice, it
+     * stays an array as under OCANNL's rule. */
+    int32_t prov = 0;
+    int64_t sets = -1;
+    cr_assert_eq(s_reads_mode(2, false, &prov, &sets), TROUPE_MM_VIRTUAL);
+    cr_assert_eq(prov, TROUPE_PROV_VIRTUALIZED);
+    cr_assert_eq(sets, 0, "its loop is gone");
+    cr_assert_eq(s_reads_mode(3, false, &prov, &sets), TROUPE_MM_VIRTUAL);
+    troupe_memory_mode_kind_t k = s_reads_mode(4, false, &prov, &sets);
+    cr_assert(k == TROUPE_MM_LOCAL || k == TROUPE_MM_ON_DEVICE, "mode %d", (int)k);
+    cr_assert_eq(prov, TROUPE_PROV_TOO_MANY_VISITS * 1000 + TROUPE_PROV_RESOLVED);
+    cr_assert_eq(sets, 1);
+    k = s_reads_mode(2, true, &prov, &sets);
+    cr_assert(k == TROUPE_MM_LOCAL || k == TROUPE_MM_ON_DEVICE, "mode %d", (int)k);
+    cr_assert_eq(prov, TROUPE_PROV_TOO_MANY_VISITS * 1000 + TROUPE_PROV_RESOLVED);
+    cr_assert_eq(sets, 1);
+}
+
 /* t[i] = a[i]*2; out[i] = t[i]*t[i] again, t resolving from Never_virtual: Local under the
  * default (TROUPE_STACK_THRESHOLD, 32 bytes pass), On_device with local_max_bytes 0 (what the
  * cuda backend asks, devices/device.h no_local_arrays), Local again with a limit of its 32 bytes
@@ -621,6 +685,7 @@ static troupe_memory_mode_kind_t s_twice_mode(int64_t local_max_bytes)
     troupe_optimize_opts_default(&o);
     cr_assert_eq(o.local_max_bytes, -1, "the default follows TROUPE_STACK_THRESHOLD");
     o.local_max_bytes = local_max_bytes;
+    o.virtualize_max_cheap_visits = 0; /* t stays an array */
     s_optimize_ok(p, &o);
     troupe_memory_mode_kind_t k = s_mode_kind(t, NULL);
     double *after = s_run(p, &a, 1, out);
