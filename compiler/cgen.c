@@ -277,6 +277,9 @@ struct troupe__cgen {
     const troupe_axis_index_t *acc_idcs;
     const char *acc_name;
     bool reassociates; /* some loop became a lane sum (s_emit_lanes) */
+    /* the output of the batched product being emitted whose zeroing was dropped: each call
+     * overwrites its block (s_batched_zero) */
+    const troupe_tnode_t *beta_zero_c;
     troupe_cgen_options_t opts; /* troupe_cgen_emit_with's, zeroes when none */
 };
 typedef struct troupe__cgen s_gen_t;
@@ -1568,7 +1571,64 @@ static troupe_status_t s_emit_gemm_or_for(s_gen_t *g, const troupe_ll_t *s, int 
         return s_emit_for(g, s, indent, out);
     troupe_gemm_epilogue_t none;
     memset(&none, 0, sizeof none);
+    none.beta_zero = g->beta_zero_c == gm.c.tn;
     return s_emit_gemm(g, &gm, &none, indent, out);
+}
+
+/* Whether ZERO_OUT z is followed by s, a perfect nest of batch loops (from 0, each moving all
+ * three operands) around one product into z's node that has no outer loops of its own, whose
+ * m x n blocks (ldc = n) the batch loops step so that they tile the node: the attention's
+ * products per (batch, head). Then each call overwrites its block (beta = 0) and the zeroing
+ * goes, as troupe_gemm_covers_output allows for a product's own loops. */
+static bool s_batched_zero(const troupe_ll_t *z, const troupe_ll_t *s)
+{
+    const troupe_tnode_t *c = z->u.zero_out;
+    int32_t bsym[TROUPE_GEMM_MAX_LOOPS];
+    int64_t bext[TROUPE_GEMM_MAX_LOOPS];
+    int nb = 0;
+    troupe_gemm_t gm;
+    for (;;) {
+        const char *why = NULL;
+        if (s->kind != TROUPE_LL_FOR || s->u.for_loop.from != 0 || s->u.for_loop.to < 0)
+            return false;
+        if (troupe_gemm_match(s, &gm, &why) == TROUPE_GEMM_YES)
+            break;
+        if (nb == TROUPE_GEMM_MAX_LOOPS || s->u.for_loop.body->kind != TROUPE_LL_FOR)
+            return false;
+        bsym[nb] = s->u.for_loop.sym;
+        bext[nb++] = s->u.for_loop.to + 1;
+        s = s->u.for_loop.body;
+    }
+    if (nb == 0 || gm.c.tn != c || gm.nouter != 0 || gm.c.ld != gm.n)
+        return false;
+    for (int ax = 0; ax < c->ndims; ax++) { /* only the product's and the batch's iterators */
+        const troupe_axis_index_t *x = &gm.c.idcs[ax];
+        if (x->offset != 0)
+            return false;
+        for (int t = 0; t < x->nterms; t++) {
+            bool found = troupe_gemm_has_sym(&gm, x->terms[t].sym);
+            for (int o = 0; o < nb && !found; o++)
+                found = bsym[o] == x->terms[t].sym;
+            if (!found)
+                return false;
+        }
+    }
+    int64_t block = gm.m * gm.n;
+    bool used[TROUPE_GEMM_MAX_LOOPS] = {false};
+    for (int placed = 0; placed < nb; placed++) { /* each batch loop steps by the block so far */
+        int next = -1;
+        for (int o = 0; o < nb && next < 0; o++)
+            if (!used[o] && bext[o] > 1 && troupe_gemm_sym_stride(c, gm.c.idcs, bsym[o]) == block)
+                next = o;
+        for (int o = 0; o < nb && next < 0; o++)
+            if (!used[o] && bext[o] == 1)
+                next = o;
+        if (next < 0)
+            return false; /* a batch loop revisits a block, or leaves gaps */
+        used[next] = true;
+        block *= bext[next];
+    }
+    return block == troupe_tnode_num_elems(c);
 }
 
 bool troupe__cgen_flatten(const troupe_ll_t *s, const troupe_ll_t ***v, size_t *n, size_t *cap)
@@ -1696,6 +1756,13 @@ static troupe_status_t s_emit_seq_gemm(s_gen_t *g, const troupe_ll_t *s, int ind
             if (v == TROUPE_GEMM_YES) {
                 st = s_emit_gemm(g, &gm, &ep, indent, out);
                 i += used - 1;
+                continue;
+            }
+            if (it->kind == TROUPE_LL_ZERO_OUT && i + 1 < n && s_batched_zero(it, items[i + 1])) {
+                g->beta_zero_c = it->u.zero_out;
+                st = s_emit_ll(g, items[i + 1], indent, out);
+                g->beta_zero_c = NULL;
+                i++;
                 continue;
             }
         }

@@ -14,6 +14,7 @@
 #include "actors/troupe.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "compiler/cgen.h"
 #include "compiler/gemm.h"
 #include "compiler/interp.h"
 #include "devices/host/gemm_library.h"
@@ -155,6 +156,35 @@ Test(gemm_match, batched_product_matches_inside_the_batch_loop)
                          (int64_t[]){3, 48, 40}, 3, (int64_t[]){3, 32, 40}, false);
     s_expect(&c, 32, 40, 48, c.x, false, 48, c.w, false, 40, 40);
     s_free(&c);
+}
+
+/* The C source of c's procedure; the caller frees it. */
+static char *s_c_source(const s_case_t *c)
+{
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(c->proc, TROUPE_CGEN_C, &res), TROUPE_OK, "%s",
+                 troupe_last_error());
+    char *src = strdup(res->source);
+    troupe_cgen_result_destroy(&res);
+    cr_assert_not_null(src);
+    return src;
+}
+
+Test(gemm_match, a_zeroing_before_batched_products_that_tile_the_output_becomes_beta_zero)
+{
+    /* y = x w per batch x (fresh): the batch loop's calls each overwrite their own block of
+     * y, so y is not zeroed first on the library's side (only the fallback loops zero each
+     * block); accumulating into y, the calls add (beta = 1) and nothing is zeroed */
+    for (int fresh = 0; fresh < 2; fresh++) {
+        s_case_t c = s_lower("xbi,xij=>xbj", TROUPE_PREC_SINGLE, 3, (int64_t[]){3, 32, 48}, 3,
+                             (int64_t[]){3, 48, 40}, 3, (int64_t[]){3, 32, 40}, fresh);
+        char *src = s_c_source(&c);
+        cr_assert_null(strstr(src, "_y[zi] = 0"), "fresh %d: y zeroed whole:\n%s", fresh, src);
+        cr_assert_eq(strstr(src, "0.0f, &n") != NULL, fresh, "fresh %d: beta:\n%s", fresh, src);
+        cr_assert_eq(strstr(src, "g_z[zi] = 0") != NULL, fresh, "fresh %d:\n%s", fresh, src);
+        free(src);
+        s_free(&c);
+    }
 }
 
 Test(gemm_match, refusals_name_the_rule)
