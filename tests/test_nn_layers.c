@@ -776,7 +776,8 @@ static bool s_log_has(const char *path, const char *a, const char *b, const char
 
 /* Which contractions of attention's forward and backward the GEMM matcher (compiler/gemm.h)
  * hands to the library, from cgen's debug:ir log (one line per contraction it takes): the
- * per-head products Q K^T and P V and their four gradient products, batched over (b, h); the
+ * per-head products Q K^T and P V and their four gradient products, batched over (b, h), each
+ * call overwriting its block (the zeroing before the batch loop dropped: beta = 0); the
  * projections and their weight gradients over (b, t) merged. */
 Test(nn_layers, gemm_matcher_takes_the_attention_products, .timeout = 240)
 {
@@ -802,13 +803,13 @@ Test(nn_layers, gemm_matcher_takes_the_attention_products, .timeout = 240)
     OK(troupe_log_configure("warn"));
     OK(troupe_log_set_file(NULL));
     const char *lib = "calls the GEMM library";
-    cr_expect(s_log_has(path, "_preatt += ", "_q x n", "_k^T (m=64 n=64 k=16) calls"), "Q K^T");
-    cr_expect(s_log_has(path, "_attn_heads += ", "_softmax x n", "_v (m=64 n=16 k=64) calls"),
+    cr_expect(s_log_has(path, "_preatt = ", "_q x n", "_k^T (m=64 n=64 k=16) calls"), "Q K^T");
+    cr_expect(s_log_has(path, "_attn_heads = ", "_softmax x n", "_v (m=64 n=16 k=64) calls"),
               "P V");
-    cr_expect(s_log_has(path, "_softmax_grad += ", "_v^T", lib), "dP = dY V^T");
-    cr_expect(s_log_has(path, "_v_grad += ", "_softmax^T x ", lib), "dV = P^T dY");
-    cr_expect(s_log_has(path, "_q_grad += ", "_preatt_grad x ", lib), "dQ = dS K");
-    cr_expect(s_log_has(path, "_k_grad += ", "_preatt_grad^T x ", lib), "dK = dS^T Q");
+    cr_expect(s_log_has(path, "_softmax_grad = ", "_v^T", lib), "dP = dY V^T");
+    cr_expect(s_log_has(path, "_v_grad = ", "_softmax^T x ", lib), "dV = P^T dY");
+    cr_expect(s_log_has(path, "_q_grad = ", "_preatt_grad x ", lib), "dQ = dS K");
+    cr_expect(s_log_has(path, "_k_grad = ", "_preatt_grad^T x ", lib), "dK = dS^T Q");
     /* the projections over (b, t) as one dimension (compiler/gemm.h, merged loops): B*T rows,
      * and the weight gradients' reductions over B*T */
     cr_expect(s_log_has(path, "_qkv = ", "_w_qkv (m=128 n=192 k=64)", lib), "x W_qkv");
