@@ -60,12 +60,28 @@ typedef struct s_fuser {
 
 /* ---- recognising nests ------------------------------------------------------------------- */
 
+static bool s_scalar_ok(const troupe_sc_t *v);
+
+/* A local scope's body that is SET_LOCALs only (an inlined pointwise definition, no loops). */
+static bool s_scope_body_ok(const troupe_ll_t *b)
+{
+    if (b->kind == TROUPE_LL_SET_LOCAL)
+        return s_scalar_ok(b->u.set_local.value);
+    if (b->kind != TROUPE_LL_SEQ)
+        return false;
+    for (size_t i = 0; i < b->u.seq.count; i++)
+        if (!s_scope_body_ok(b->u.seq.items[i]))
+            return false;
+    return true;
+}
+
 static bool s_scalar_ok(const troupe_sc_t *v)
 {
     switch (v->kind) {
     case TROUPE_SC_LOCAL_SCOPE:
+        return s_scope_body_ok(v->u.local_scope.body);
     case TROUPE_SC_GET_LOCAL:
-        return false;
+        return true; /* inside its scope's body */
     case TROUPE_SC_TERNOP:
         return s_scalar_ok(v->u.op.args[0]) && s_scalar_ok(v->u.op.args[1]) &&
                s_scalar_ok(v->u.op.args[2]);
@@ -148,9 +164,25 @@ static void s_add(s_accesses_t *a, const s_rename_t *r, const troupe_tnode_t *tn
         a->oom = true;
 }
 
+static void s_reads(s_accesses_t *a, const s_rename_t *r, const troupe_sc_t *v);
+
+/* The reads of a local scope's body (SET_LOCALs only: s_scope_body_ok). */
+static void s_scope_reads(s_accesses_t *a, const s_rename_t *r, const troupe_ll_t *b)
+{
+    if (b->kind == TROUPE_LL_SET_LOCAL) {
+        s_reads(a, r, b->u.set_local.value);
+        return;
+    }
+    for (size_t i = 0; i < b->u.seq.count; i++)
+        s_scope_reads(a, r, b->u.seq.items[i]);
+}
+
 static void s_reads(s_accesses_t *a, const s_rename_t *r, const troupe_sc_t *v)
 {
     switch (v->kind) {
+    case TROUPE_SC_LOCAL_SCOPE:
+        s_scope_reads(a, r, v->u.local_scope.body);
+        break;
     case TROUPE_SC_GET:
     case TROUPE_SC_GET_MERGE_BUFFER:
         s_add(a, r, v->u.get.tn, v->u.get.idcs, false);
@@ -182,10 +214,44 @@ static void s_collect(s_accesses_t *a, const s_rename_t *r, const troupe_ll_t *b
 
 /* ---- B's statements with A's iterators ---------------------------------------------------- */
 
+static troupe_sc_t *s_ren_sc(troupe_ll_proc_t *p, const s_rename_t *r, const troupe_sc_t *v);
+
+/* A local scope's body (SET_LOCALs only) with A's iterators. */
+static troupe_ll_t *s_ren_scope_body(troupe_ll_proc_t *p, const s_rename_t *r, const troupe_ll_t *b)
+{
+    if (b->kind == TROUPE_LL_SET_LOCAL) {
+        troupe_sc_t *v = s_ren_sc(p, r, b->u.set_local.value);
+        return v ? troupe_ll_set_local(p, b->u.set_local.id, v) : NULL;
+    }
+    size_t n = b->u.seq.count;
+    troupe_ll_t **items = troupe_calloc(n ? n : 1, sizeof *items);
+    if (items == NULL)
+        return NULL;
+    troupe_ll_t *out = NULL;
+    size_t i = 0;
+    for (; i < n; i++)
+        if ((items[i] = s_ren_scope_body(p, r, b->u.seq.items[i])) == NULL)
+            break;
+    if (i == n)
+        out = troupe_ll_seq(p, n, items);
+    troupe_free(items);
+    return out;
+}
+
 static troupe_sc_t *s_ren_sc(troupe_ll_proc_t *p, const s_rename_t *r, const troupe_sc_t *v)
 {
     troupe_axis_index_t idcs[TROUPE_MAX_DIMS];
     switch (v->kind) {
+    case TROUPE_SC_LOCAL_SCOPE: {
+        const troupe_tnode_t *tn = v->u.local_scope.tn;
+        troupe_ll_t *body = s_ren_scope_body(p, r, v->u.local_scope.body);
+        s_ren_idcs(r, tn, v->u.local_scope.orig_indices, idcs);
+        return body ? troupe_sc_local_scope(p, v->u.local_scope.id, v->u.local_scope.tn, body,
+                                            idcs)
+                    : NULL;
+    }
+    case TROUPE_SC_GET_LOCAL:
+        return troupe_sc_get_local(p, v->u.get_local.id);
     case TROUPE_SC_GET:
     case TROUPE_SC_GET_MERGE_BUFFER:
         s_ren_idcs(r, v->u.get.tn, v->u.get.idcs, idcs);
@@ -211,7 +277,7 @@ static troupe_sc_t *s_ren_sc(troupe_ll_proc_t *p, const s_rename_t *r, const tro
     case TROUPE_SC_CONSTANT_BITS:
         return troupe_sc_constant_bits(p, v->u.constant_bits);
     default:
-        return NULL; /* local scopes were excluded by s_body_ok */
+        return NULL; /* other forms were excluded by s_body_ok */
     }
 }
 

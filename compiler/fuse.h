@@ -7,8 +7,8 @@
  * is in registers, instead of once per pass.
  *
  * Two statements A then B of a sequence are fused when both are perfect loop nests of the same
- * depth, with the same bounds level by level, whose innermost bodies are plain SETs (no local
- * scopes), every SET writes its node injectively (each axis a fixed index, or exactly one loop
+ * depth, with the same bounds level by level, whose innermost bodies are plain SETs (their
+ * local scopes, if any, SET_LOCALs without loops: an inlined pointwise definition), every SET writes its node injectively (each axis a fixed index, or exactly one loop
  * iterator of the nest with coefficient 1, every iterator used once), and every node one of them
  * writes is accessed by the other only at the element the writer writes at the same iteration.
  * Then each element sees A's statements before B's, exactly as before, so results are bit for bit

@@ -1,7 +1,7 @@
 /* Tests of compiler/fuse (loop fusion of pointwise nests): an optimizer-style chain becomes one
  * nest with bit-identical results under the interpreter; nests that read another's output at
  * another element, reductions, different bounds and non-injective writes stay apart; fusion
- * happens inside loop bodies; troupe_ll_optimize runs it (fuse_loops) and can be told not to. */
+ * happens inside loop bodies and over inlined pointwise definitions (local scopes); troupe_ll_optimize runs it (fuse_loops) and can be told not to. */
 #include "compiler/fuse.h"
 #include "compiler/interp.h"
 #include "compiler/optimize.h"
@@ -122,6 +122,52 @@ Test(fuse, an_update_chain_becomes_one_nest_with_identical_results)
     cr_assert(memcmp(&a, &b, sizeof a) == 0, "fused results differ from the unfused ones");
     troupe_ll_proc_destroy(&plain);
     troupe_ll_proc_destroy(&fused);
+    s_free_vars(&v);
+}
+
+Test(fuse, a_nest_with_an_inlined_pointwise_definition_fuses)
+{
+    /* m = m*g; then w = w - {t = m*g; t = t+g} (a local scope of SET_LOCALs, as virtualisation
+     * leaves an inlined definition): one nest, the same results */
+    s_vars_t v = s_make_vars();
+    troupe_ll_proc_t *pr[2];
+    for (int k = 0; k < 2; k++) {
+        troupe_ll_proc_t *p = NULL;
+        cr_assert_eq(troupe_ll_proc_new("scoped", &p), TROUPE_OK);
+        int32_t i = troupe_ll_proc_add_symbol(p, NULL), id = troupe_ll_proc_new_scope_id(p);
+        troupe_axis_index_t ii = troupe_idx_sym(i);
+        troupe_ll_t *sets[2] = {
+            troupe_ll_set_local(p, id,
+                                troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, v.m, &ii),
+                                                troupe_sc_get(p, v.g, &ii))),
+            troupe_ll_set_local(p, id,
+                                troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get_local(p, id),
+                                                troupe_sc_get(p, v.g, &ii)))};
+        troupe_sc_t *scope = troupe_sc_local_scope(p, id, v.t, troupe_ll_seq(p, 2, sets), &ii);
+        troupe_ll_t *items[2] = {
+            s_nest(p, v.m, TROUPE_BINOP_MUL, v.m, false, v.g, N - 1),
+            troupe_ll_for(p, i, 0, N - 1,
+                          troupe_ll_set(p, v.w, &ii,
+                                        troupe_sc_binop(p, TROUPE_BINOP_SUB,
+                                                        troupe_sc_get(p, v.w, &ii), scope)),
+                          false)};
+        p->body = troupe_ll_seq(p, 2, items);
+        cr_assert_eq(troupe_ll_proc_status(p), TROUPE_OK);
+        pr[k] = p;
+    }
+    size_t count = 0;
+    cr_assert_eq(troupe_ll_fuse_loops(pr[1], &count), TROUPE_OK);
+    cr_assert_eq(count, 1);
+    cr_assert_eq(s_top_nests(pr[1]), 1);
+    cr_assert_eq(troupe_ll_proc_validate(pr[1]), TROUPE_OK, "%s", troupe_last_error());
+    s_data_t a, b;
+    s_fill(&a);
+    s_fill(&b);
+    s_interp(pr[0], &v, &a);
+    s_interp(pr[1], &v, &b);
+    cr_assert(memcmp(&a, &b, sizeof a) == 0, "fused results differ from the unfused ones");
+    troupe_ll_proc_destroy(&pr[0]);
+    troupe_ll_proc_destroy(&pr[1]);
     s_free_vars(&v);
 }
 
