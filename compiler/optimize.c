@@ -122,6 +122,180 @@ troupe_ll_t *troupe__opt_with_value(troupe_ll_proc_t *proc, troupe_ll_t *s, trou
 
 /* ---- step 2: memory-mode inference (OCANNL visit_llc epilogue) ------------------------------ */
 
+/* ---- step 0: sole accumulations (troupe's) ------------------------------------------------ */
+
+#define S_SOLE_MAX_DEPTH 16
+#define S_SOLE_MAX_NESTS 8
+
+/* Whether v reads tn (a local scope or a merge-buffer read: assumed to). */
+static bool s_sc_reads(const troupe_sc_t *v, const troupe_tnode_t *tn)
+{
+    switch (v->kind) {
+    case TROUPE_SC_GET:
+        return v->u.get.tn == tn;
+    case TROUPE_SC_TERNOP:
+        return s_sc_reads(v->u.op.args[0], tn) || s_sc_reads(v->u.op.args[1], tn) ||
+               s_sc_reads(v->u.op.args[2], tn);
+    case TROUPE_SC_BINOP:
+        return s_sc_reads(v->u.op.args[0], tn) || s_sc_reads(v->u.op.args[1], tn);
+    case TROUPE_SC_UNOP:
+        return s_sc_reads(v->u.op.args[0], tn);
+    case TROUPE_SC_CONSTANT:
+    case TROUPE_SC_CONSTANT_BITS:
+    case TROUPE_SC_EMBED_INDEX:
+        return false;
+    default:
+        return true;
+    }
+}
+
+/* Whether `nest` is loops from 0 around one SET tn[I] = tn[I] + e (e not reading tn) whose
+ * iterators each appear once in I, every axis of I an offset plus a mixed-radix sum of its
+ * iterators (coefficients 1, e0, e0*e1, ...): the nest adds e into each cell of the box
+ * lo + [0, len) exactly once. *e_out is e. */
+static bool s_sole_box(const troupe_ll_t *nest, const troupe_tnode_t *tn, int64_t *lo,
+                       int64_t *len, const troupe_sc_t **e_out)
+{
+    const troupe_ll_t *s = nest;
+    int32_t sym[S_SOLE_MAX_DEPTH];
+    int64_t ext[S_SOLE_MAX_DEPTH];
+    bool used[S_SOLE_MAX_DEPTH] = {false};
+    int depth = 0;
+    while (s->kind == TROUPE_LL_FOR) {
+        if (depth == S_SOLE_MAX_DEPTH || s->u.for_loop.from != 0 || s->u.for_loop.to < 0)
+            return false;
+        sym[depth] = s->u.for_loop.sym;
+        ext[depth++] = s->u.for_loop.to + 1;
+        s = s->u.for_loop.body;
+    }
+    if (depth == 0 || s->kind != TROUPE_LL_SET || s->u.set.tn != tn)
+        return false;
+    const troupe_sc_t *v = s->u.set.value, *e = NULL;
+    if (v->kind != TROUPE_SC_BINOP || v->u.op.op != TROUPE_BINOP_ADD)
+        return false;
+    for (int a = 0; a < 2 && e == NULL; a++) {
+        const troupe_sc_t *g = v->u.op.args[a];
+        if (g->kind == TROUPE_SC_GET && g->u.get.tn == tn &&
+            troupe_axis_indices_equal(g->u.get.idcs, s->u.set.idcs, tn->ndims))
+            e = v->u.op.args[1 - a];
+    }
+    if (e == NULL || s_sc_reads(e, tn))
+        return false;
+    for (int ax = 0; ax < tn->ndims; ax++) {
+        const troupe_axis_index_t *x = &s->u.set.idcs[ax];
+        int lv[TROUPE_MAX_INDEX_TERMS];
+        for (int t = 0; t < x->nterms; t++) {
+            lv[t] = -1;
+            for (int d = 0; d < depth; d++)
+                if (sym[d] == x->terms[t].sym)
+                    lv[t] = d;
+            if (lv[t] < 0 || used[lv[t]] || x->terms[t].coeff <= 0)
+                return false;
+            used[lv[t]] = true;
+        }
+        int64_t span = 1; /* the terms by increasing coefficient: each the span below it */
+        for (int placed = 0; placed < x->nterms; placed++) {
+            int next = -1;
+            for (int t = 0; t < x->nterms && next < 0; t++)
+                if (x->terms[t].coeff == span)
+                    next = t;
+            if (next < 0)
+                return false;
+            span *= ext[lv[next]];
+        }
+        if (x->offset < 0 || x->offset + span > tn->dims[ax])
+            return false;
+        lo[ax] = x->offset;
+        len[ax] = span;
+    }
+    for (int d = 0; d < depth; d++)
+        if (!used[d])
+            return false; /* a reduction loop adds into a cell more than once */
+    *e_out = e;
+    return true;
+}
+
+/* The nest with its SET's value replaced by e (same loops, same index). */
+static troupe_ll_t *s_sole_rebuild(troupe_ll_proc_t *p, const troupe_ll_t *nest,
+                                   const troupe_sc_t *e)
+{
+    if (nest->kind == TROUPE_LL_SET)
+        return troupe_ll_set(p, nest->u.set.tn, nest->u.set.idcs, (troupe_sc_t *)e);
+    troupe_ll_t *body = s_sole_rebuild(p, nest->u.for_loop.body, e);
+    return body ? troupe_ll_for(p, nest->u.for_loop.sym, nest->u.for_loop.from,
+                                nest->u.for_loop.to, body, nest->u.for_loop.trace_it)
+                : NULL;
+}
+
+/* Step 0: a ZERO_OUT of a node followed, among the body's top-level items, by nests that each
+ * add into their own box of it once per cell, the boxes partitioning the node (a permuted copy:
+ * attention's concatenation of heads, the q/k/v gradients into the qkv gradient), becomes
+ * those nests setting their values: the zeroing and the reads of the zeros go. The values are
+ * those of 0 + e, except that a -0 stays -0. */
+static troupe_status_t s_sole_accumulations(troupe_ll_proc_t *proc, size_t *out_count)
+{
+    *out_count = 0;
+    troupe_ll_t *body = proc->body;
+    if (body->kind != TROUPE_LL_SEQ)
+        return TROUPE_OK;
+    size_t n = body->u.seq.count;
+    troupe_ll_t **items = troupe_calloc(n + 1, sizeof *items);
+    if (items == NULL)
+        return troupe__opt_oom();
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        troupe_ll_t *z = body->u.seq.items[i];
+        items[k++] = z;
+        if (z->kind != TROUPE_LL_ZERO_OUT)
+            continue;
+        const troupe_tnode_t *tn = z->u.zero_out;
+        int64_t lo[S_SOLE_MAX_NESTS][TROUPE_MAX_DIMS], len[S_SOLE_MAX_NESTS][TROUPE_MAX_DIMS];
+        const troupe_sc_t *e[S_SOLE_MAX_NESTS];
+        int64_t volume = 0;
+        size_t nn = 0;
+        while (nn < S_SOLE_MAX_NESTS && i + 1 + nn < n && volume < troupe_tnode_num_elems(tn) &&
+               s_sole_box(body->u.seq.items[i + 1 + nn], tn, lo[nn], len[nn], &e[nn])) {
+            int64_t v = 1;
+            for (int ax = 0; ax < tn->ndims; ax++)
+                v *= len[nn][ax];
+            bool disjoint = true;
+            for (size_t q = 0; q < nn && disjoint; q++) {
+                bool apart = false;
+                for (int ax = 0; ax < tn->ndims && !apart; ax++)
+                    apart = lo[nn][ax] + len[nn][ax] <= lo[q][ax] ||
+                            lo[q][ax] + len[q][ax] <= lo[nn][ax];
+                disjoint = apart;
+            }
+            if (!disjoint)
+                break;
+            volume += v;
+            nn++;
+        }
+        if (nn == 0 || volume != troupe_tnode_num_elems(tn))
+            continue;
+        k--; /* the zeroing goes */
+        for (size_t q = 0; q < nn; q++) {
+            items[k] = s_sole_rebuild(proc, body->u.seq.items[i + 1 + q], e[q]);
+            if (items[k++] == NULL) {
+                troupe_free(items);
+                return troupe__opt_proc_oom(proc);
+            }
+        }
+        i += nn;
+        (*out_count)++;
+    }
+    troupe_status_t st = TROUPE_OK;
+    if (*out_count > 0) {
+        troupe_ll_t *seq = troupe_ll_seq(proc, k, items);
+        if (seq == NULL)
+            st = troupe__opt_proc_oom(proc);
+        else
+            proc->body = seq;
+    }
+    troupe_free(items);
+    return st;
+}
+
 static troupe_status_t s_infer_modes(troupe__opt_ctx_t *c)
 {
     for (size_t i = 0; i < c->nn; i++) {
@@ -207,6 +381,7 @@ void troupe_optimize_opts_default(troupe_optimize_opts_t *opts)
     opts->virtualize = true;
     opts->simplify = true;
     opts->fuse_loops = true;
+    opts->sole_accumulations = true;
     opts->fuse_fma = true;
     opts->expand_integer_pow = true;
     opts->fold_mul_by_zero = false;
@@ -352,6 +527,11 @@ troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc, const troupe_optimize
         return st;
     proc->optimized = false;
 
+    if (c.o.sole_accumulations) {
+        size_t sole = 0;
+        if ((st = s_sole_accumulations(proc, &sole)) != TROUPE_OK)
+            return st;
+    }
     /* Context: node snapshot, items. */
     c.nn = proc->nnodes;
     c.tns = troupe_calloc(c.nn + 1, sizeof *c.tns);

@@ -2,6 +2,11 @@
  * troupe_ll_proc_t, in place.
  *
  * Pipeline (each step's OCANNL source in brackets):
+ *  0. Sole accumulations (troupe's, sole_accumulations): a top-level ZERO_OUT of a node followed
+ *     by loop nests that each add a value not reading the node into every cell of their own box
+ *     of it exactly once (each axis an offset plus a mixed-radix sum of the nest's iterators,
+ *     every iterator used), the boxes partitioning the node, becomes those nests setting the
+ *     values: a permuted copy no longer zeroes and rereads its output (0 + e is e, but for -0).
  *  1. Tracing [Low_level.visit_llc]: per node of proc->nodes, fills proc->traced (aligned with
  *     proc->nodes): statements writing it, the most reads of one element, zero-initialisation,
  *     read-before-write (recurrence), read-only, scalar constant expression, whether it is read
@@ -154,6 +159,9 @@ typedef struct troupe_optimize_opts {
                                            infinite; true: always (OCANNL) */
     bool fuse_loops;                    /* true: adjacent pointwise nests over the same space
                                            become one (compiler/fuse.h; bit-exact) */
+    bool sole_accumulations;            /* true: a zeroing followed by nests adding into each
+                                           cell once (boxes partitioning the node) becomes
+                                           those nests setting it (step 0; troupe's) */
     int64_t local_max_bytes;            /* -1: the routine's temporaries (Never_virtual and
                                            Device_only nodes, resolved here) of at most
                                            TROUPE_STACK_THRESHOLD bytes become Local

@@ -612,6 +612,76 @@ Test(optimize, read_twice_stays_materialized)
     troupe_ll_proc_destroy(&p);
 }
 
+/* Whether the statement tree zeroes tn. */
+static bool s_zeroes(const troupe_ll_t *s, const troupe_tnode_t *tn)
+{
+    if (s->kind == TROUPE_LL_ZERO_OUT)
+        return s->u.zero_out == tn;
+    if (s->kind == TROUPE_LL_FOR)
+        return s_zeroes(s->u.for_loop.body, tn);
+    for (size_t i = 0; s->kind == TROUPE_LL_SEQ && i < s->u.seq.count; i++)
+        if (s_zeroes(s->u.seq.items[i], tn))
+            return true;
+    return false;
+}
+
+/* y (8) zeroed, then `form`: 0 y[4h + d] += x[2d + h] over h < 2, d < 4 (a permuted copy);
+ * 1 two nests y[d] += x[d], y[d + 4] += 2 x[d] (halves); 2 y[i] += x[2i + j] over i < 4,
+ * j < 2 (a reduction); 3 y[d] += x[d] over d < 4 only (half of y). Whether y is still zeroed
+ * after optimising; the results stay the same. */
+static bool s_sole_still_zeroed(int form)
+{
+    troupe_tnode_t *x = s_node("x", TROUPE_PREC_DOUBLE, 1, 8, 0);
+    troupe_tnode_t *y = s_node("y", TROUPE_PREC_DOUBLE, 1, 8, 0);
+    troupe_ll_proc_t *p = s_proc("sole");
+    int32_t h = troupe_ll_proc_add_symbol(p, "h"), d = troupe_ll_proc_add_symbol(p, "d");
+    troupe_ll_t *items[3] = {troupe_ll_zero_out(p, y), NULL, NULL};
+    size_t n = 2;
+    if (form == 0 || form == 2) {
+        troupe_axis_index_t yi = {2, {{4, h}, {1, d}}, 0}, xi = {2, {{2, d}, {1, h}}, 0};
+        if (form == 2) { /* h < 4 over y[h], d < 2 reduced */
+            yi = s_i(h);
+            xi = (troupe_axis_index_t){2, {{2, h}, {1, d}}, 0};
+        }
+        items[1] = s_for(p, h, form == 2 ? 4 : 2,
+                         s_for(p, d, form == 2 ? 2 : 4,
+                               s_set1(p, y, yi,
+                                      s_bin(p, TROUPE_BINOP_ADD, s_get1(p, y, yi),
+                                            s_get1(p, x, xi)))));
+    } else {
+        items[1] = s_for(p, d, 4,
+                         s_set1(p, y, s_i(d),
+                                s_bin(p, TROUPE_BINOP_ADD, s_get1(p, y, s_i(d)),
+                                      s_get1(p, x, s_i(d)))));
+        if (form == 1) {
+            items[2] = s_for(
+                p, h, 4,
+                s_set1(p, y, s_ip(h, 4),
+                       s_bin(p, TROUPE_BINOP_ADD, s_get1(p, y, s_ip(h, 4)),
+                             s_bin(p, TROUPE_BINOP_MUL, s_c(p, 2.0), s_get1(p, x, s_i(h))))));
+            n = 3;
+        }
+    }
+    s_body(p, n, items);
+    double *before = s_run(p, &x, 1, y);
+    s_optimize_ok(p, NULL);
+    bool zeroed = s_zeroes(p->body, y);
+    double *after = s_run(p, &x, 1, y);
+    s_assert_same(before, after, 8);
+    free(before);
+    free(after);
+    troupe_ll_proc_destroy(&p);
+    return zeroed;
+}
+
+Test(optimize, a_zeroing_before_adds_into_each_cell_once_goes)
+{
+    cr_assert(!s_sole_still_zeroed(0), "a permuted copy still zeroes its output");
+    cr_assert(!s_sole_still_zeroed(1), "two nests partitioning the output still zero it");
+    cr_assert(s_sole_still_zeroed(2), "a reduction lost its zeroing");
+    cr_assert(s_sole_still_zeroed(3), "a nest covering half the output lost its zeroing");
+}
+
 /* t[i] = a[i]*2 (exp(a[i]) when `costly`); out[i] = t[i]*...*t[i], `reads` factors. */
 static troupe_ll_proc_t *s_reads(const char *name, int reads, bool costly, troupe_tnode_t **a,
                                  troupe_tnode_t **t, troupe_tnode_t **out)
