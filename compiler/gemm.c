@@ -186,6 +186,47 @@ static bool s_shape(const int32_t sym[3], const int64_t ext[3], const int64_t cs
     return true;
 }
 
+/* The elements of the operands outer loop o leaves in place: what consecutive calls share
+ * when o runs innermost. */
+static int64_t s_outer_reuse(const troupe_gemm_t *g, int o)
+{
+    const troupe_gemm_operand_t *op[3] = {&g->a, &g->b, &g->c};
+    const int64_t size[3] = {g->m * g->k, g->k * g->n, g->m * g->n};
+    int64_t reuse = 0;
+    for (int i = 0; i < 3; i++)
+        if (troupe_gemm_sym_stride(op[i]->tn, op[i]->idcs, g->outer_syms[o]) == 0)
+            reuse += size[i];
+    return reuse;
+}
+
+/* Orders the outer loops so that the one whose calls share the most data runs innermost
+ * (e.g. a convolution's shifted products: the window offsets inside, the batch outside, so
+ * that one sample's operands stay in cache over its calls). Two loops that both accumulate
+ * into the same output block keep their order, so each element sums in the same order. */
+static void s_order_outer(troupe_gemm_t *g)
+{
+    int64_t reuse[TROUPE_GEMM_MAX_LOOPS];
+    bool acc[TROUPE_GEMM_MAX_LOOPS];
+    for (int o = 0; o < g->nouter; o++) {
+        reuse[o] = s_outer_reuse(g, o);
+        acc[o] = troupe_gemm_sym_stride(g->c.tn, g->c.idcs, g->outer_syms[o]) == 0;
+    }
+    for (int i = 1; i < g->nouter; i++)
+        for (int j = i; j > 0 && reuse[j - 1] > reuse[j] && !(acc[j - 1] && acc[j]); j--) {
+            int32_t s = g->outer_syms[j];
+            int64_t e = g->outer_ext[j], r = reuse[j];
+            bool a = acc[j];
+            g->outer_syms[j] = g->outer_syms[j - 1];
+            g->outer_ext[j] = g->outer_ext[j - 1];
+            reuse[j] = reuse[j - 1];
+            acc[j] = acc[j - 1];
+            g->outer_syms[j - 1] = s;
+            g->outer_ext[j - 1] = e;
+            reuse[j - 1] = r;
+            acc[j - 1] = a;
+        }
+}
+
 troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *out,
                                         const char **why)
 {
@@ -297,8 +338,7 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
                     }
                     troupe_gemm_t t;
                     const char *tw = NULL;
-                    if (s_shape(sym, ext, cs, xs, ys, s, x, y, &t, &tw) &&
-                        t.m * t.n * t.k > best) {
+                    if (s_shape(sym, ext, cs, xs, ys, s, x, y, &t, &tw) && t.m * t.n * t.k > best) {
                         best = t.m * t.n * t.k;
                         g = t;
                         taken = dd[0]->loops | dd[1]->loops | dd[2]->loops;
@@ -317,6 +357,7 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
             g.outer_ext[g.nouter++] = lext[d];
         }
     }
+    s_order_outer(&g);
     /* The precision rules come first (their reasons are the ones reported); a nest refused
      * for them alone is still described (shape_ok), for targets that tile it themselves. */
     const char *prec_why = NULL;
@@ -568,8 +609,8 @@ static bool s_post(const troupe_ll_t *s, const troupe_gemm_t *g, troupe_gemm_epi
     }
     const troupe_tnode_t *b = NULL;
     troupe_gemm_bias_axis_t axis = TROUPE_GEMM_BIAS_NONE;
-    bool plain = v->kind == TROUPE_SC_GET && v->u.get.tn == c &&
-                 s_whole(c, v->u.get.idcs, g, sm, sn);
+    bool plain =
+        v->kind == TROUPE_SC_GET && v->u.get.tn == c && s_whole(c, v->u.get.idcs, g, sm, sn);
     if (!plain && v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_ADD) {
         for (int x = 0; x < 2 && axis == TROUPE_GEMM_BIAS_NONE; x++) {
             const troupe_sc_t *cv = v->u.op.args[x], *bv = v->u.op.args[1 - x];
@@ -614,10 +655,9 @@ static bool s_post(const troupe_ll_t *s, const troupe_gemm_t *g, troupe_gemm_epi
     return true;
 }
 
-troupe_gemm_verdict_t troupe_gemm_match_window(const troupe_ll_t *const *items, size_t n,
-                                               size_t at, troupe_gemm_t *g,
-                                               troupe_gemm_epilogue_t *ep, size_t *consumed,
-                                               const char **why)
+troupe_gemm_verdict_t troupe_gemm_match_window(const troupe_ll_t *const *items, size_t n, size_t at,
+                                               troupe_gemm_t *g, troupe_gemm_epilogue_t *ep,
+                                               size_t *consumed, const char **why)
 {
     memset(ep, 0, sizeof *ep);
     *consumed = 0;

@@ -26,9 +26,10 @@
  * one dense dimension keeps its longest dense chain (the largest extent) in the call; the
  * others become outer loops around it (troupe_gemm_t.outer): a loop of calls, each over its own
  * block of C (an M or N loop) or accumulating into the same C (a K loop: a batch-reduce GEMM,
- * e.g. a convolution's weight gradient summed over the batch). A nest whose loops do not all
- * fall into the three groups is NO (a deeper level is tried: a loop that moves all three
- * operands is a batch loop, left outside).
+ * e.g. a convolution's weight gradient summed over the batch). The outer loops nest with the one
+ * whose calls share the most operand data innermost (two that accumulate keep their order). A
+ * nest whose loops do not all fall into the three groups is NO (a deeper level is tried: a loop
+ * that moves all three operands is a batch loop, left outside).
  *
  * Precisions (YES): the factors and the output all single or all double, or two bfloat16 or two
  * half factors into a single output (troupe_gemm_t.factor_prec; mixed precision: the products

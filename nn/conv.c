@@ -6,6 +6,8 @@
 #include <stdio.h>
 
 #define S_PROV 3201 /* provenance of the memory modes set here */
+/* Fewer input channels than this: im2col (each shifted product would reduce over too few). */
+#define S_SHIFTED_MIN_CIN 8
 
 /* "(s·it + d·ik)" with unit coefficients left out, e.g. "(2h+k)", "(h+2k)". */
 static void s_window(char *buf, size_t cap, int64_t s, char it, int64_t d, char ik)
@@ -35,6 +37,65 @@ static troupe_status_t s_pad(troupe_nn_t *nn, troupe_tnode_t *x, int64_t ph, int
     char spec[96];
     snprintf(spec, sizeof spec, "bchw=>bc(h+%lld)(w+%lld)", (long long)ph, (long long)pw);
     return troupe_nn_un(nn, false, TROUPE_BINOP_ADD, *out, TROUPE_UNOP_IDENTITY, x, spec);
+}
+
+/* A node the GEMM matcher must see as an array (compiler/gemm.h: a factor inlined into the
+ * product would make it a nest of loops again). */
+static troupe_status_t s_materialize(troupe_nn_t *nn, troupe_tnode_t *tn)
+{
+    const troupe_memory_mode_t mat = {TROUPE_MM_MATERIALIZED, 0, 0};
+    troupe_status_t st = troupe_tnode_update_memory_mode(tn, mat, S_PROV);
+    return st == TROUPE_OK ? TROUPE_OK : s_fail(nn, st);
+}
+
+/* Stride 1: the convolution as KH*KW shifted matrix products, no im2col. The input (padded
+ * when asked) is copied into rows of Hp*Wp cells, xf (B, Cin, Hp*Wp); the output is first
+ * computed "wide", yw (B, Cout, L) with L = (OH-1)*Wp + OW: output cell (h, w) at p = h*Wp + w,
+ * so that the window offset (k, l) reads xf at p + dh*Wp*k + dw*l, one dense run of L cells
+ * for every (k, l). Per sample and offset that is one GEMM, yw[b] (Cout x L) +=
+ * wt[k,l] (Cout x Cin) xf[b] shifted (Cin x L), the matcher's outer loops over b, k, l (a
+ * batch-reduce over k, l); the weight is read through wt (KH, KW, Cout, Cin), a copy that gives
+ * each offset's matrix a unit stride. The derived gradients are the same shape: dxf
+ * accumulates wt[k,l]^T dyw[b] at each shift, dwt[k,l] accumulates dyw[b] xf[b]^T. The
+ * columns p with p mod Wp >= OW are computed and dropped by the copy into y (Wp/OW more work,
+ * against im2col's KH*KW-fold copy of the input, its gradient and their trips to memory). */
+static troupe_status_t s_shifted(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
+                                 troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *o,
+                                 const int64_t od[2], troupe_tnode_t **out)
+{
+    const int64_t nb = x->dims[0], cin = w->dims[1], cout = w->dims[0], kh = w->dims[2],
+                  kw = w->dims[3];
+    const int64_t hp = x->dims[2] + 2 * o->padding[0], wp = x->dims[3] + 2 * o->padding[1];
+    const int64_t len = (od[0] - 1) * wp + od[1];
+    char spec[160];
+    troupe_tnode_t *xf = NULL, *wt = NULL, *yw = NULL;
+    troupe_asgn_t *t = NULL;
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_node(nn, "conv2d_rows", 3, (int64_t[]){nb, cin, hp * wp}, &xf));
+    TROUPE_RETURN_IF_ERROR(s_materialize(nn, xf));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), xf, 0.0, &t), &t));
+    snprintf(spec, sizeof spec, "bchw=>bc(%lldh+w+%lld)", (long long)wp,
+             (long long)(o->padding[0] * wp + o->padding[1]));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_un(nn, false, TROUPE_BINOP_ADD, xf, TROUPE_UNOP_IDENTITY, x, spec));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_wt", 4, (int64_t[]){kh, kw, cout, cin}, &wt));
+    TROUPE_RETURN_IF_ERROR(s_materialize(nn, wt));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, wt, TROUPE_UNOP_IDENTITY, w, "oikl=>kloi"));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_wide", 3, (int64_t[]){nb, cout, len}, &yw));
+    TROUPE_RETURN_IF_ERROR(s_materialize(nn, yw));
+    if (b)
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, yw, TROUPE_UNOP_IDENTITY, b, "o=>^bo^p"));
+    snprintf(spec, sizeof spec, "kloi,bi(p+%lldk+%lldl)=>bop", (long long)(o->dilation[0] * wp),
+             (long long)o->dilation[1]);
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, yw, TROUPE_BINOP_MUL, wt, xf, spec));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
+    snprintf(spec, sizeof spec, "bo(%lldh+w)=>bohw", (long long)wp);
+    return troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, yw, spec);
 }
 
 troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
@@ -78,6 +139,8 @@ troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
                                             (long long)o->padding[a]));
         od[a] = (in - span) / o->stride[a] + 1;
     }
+    if (o->stride[0] == 1 && o->stride[1] == 1 && w->dims[1] >= S_SHIFTED_MIN_CIN)
+        return s_shifted(nn, x, w, b, o, od, out);
     troupe_tnode_t *xp = x;
     if (o->padding[0] || o->padding[1])
         TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], &xp));

@@ -254,6 +254,16 @@ Test(nn_conv, per_axis_stride_padding_dilation)
     c_conv_case(6, 1, 2, 6, 5, 2, 3, o, 1 << 20);
 }
 
+/* Stride 1 with at least 8 input channels takes the shifted products (nn/conv.h): padding and
+ * dilation, the same per axis and not, on that path too. */
+Test(nn_conv, shifted_products_padding_and_dilation)
+{
+    c_conv_case(8, 1, 8, 5, 6, 3, 3, TROUPE_NN_CONV2D_OPTS(1, 1, 1), 16);
+    c_conv_case(9, 2, 8, 7, 6, 2, 3, TROUPE_NN_CONV2D_OPTS(1, 0, 2), 16);
+    troupe_nn_conv2d_opts_t o = {{1, 1}, {1, 2}, {2, 1}};
+    c_conv_case(10, 1, 8, 6, 5, 2, 3, o, 16);
+}
+
 Test(nn_conv, refuses_shapes_that_do_not_fit)
 {
     c_model_t m;
@@ -391,78 +401,84 @@ Test(nn_conv, pool_refuses_a_window_larger_than_its_input)
  */
 
 /* conv2d (padding 1) -> relu -> maxpool 2 in single precision: forward and the three
- * gradients on each driver against the interpreter, within float rounding. The ReLU's backward
+ * gradients on each driver against the interpreter, within float rounding; 3 input channels
+ * (im2col) and 16 (the shifted products, nn/conv.h). The ReLU's backward
  * over (2,4,6,6) is the shape GCC 12.2 at -O3 -march=native miscompiled when the generated
  * relu gate was a `c ? x[i] : 0` select (ir/ops.c now emits a call). */
 Test(nn_conv, drivers_match_the_interpreter)
 {
+    /* the second shape's three products are large enough for the GEMM library */
+    static const int64_t cins[2] = {3, 16}, couts[2] = {4, 8};
     FOR_EACH_DRIVER(drv)
     {
-        c_model_t m;
-        c_init(&m, TROUPE_PREC_SINGLE, 21);
-        const int64_t xd[4] = {2, 3, 6, 6}, wd[4] = {4, 3, 3, 3}, bd[1] = {4};
-        troupe_tnode_t *c = NULL, *a = NULL;
-        OK(troupe_nn_param(m.nn, "x", 4, xd, &m.x));
-        OK(troupe_nn_param(m.nn, "w", 4, wd, &m.w));
-        OK(troupe_nn_param(m.nn, "b", 1, bd, &m.b));
-        troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 1, 1);
-        troupe_nn_pool2d_opts_t po = TROUPE_NN_POOL2D_OPTS(2, 0);
-        OK(troupe_nn_begin(m.nn, "conv"));
-        OK(troupe_nn_conv2d(m.nn, m.x, m.w, m.b, &o, &c));
-        OK(troupe_nn_relu(m.nn, c, &a));
-        OK(troupe_nn_maxpool2d(m.nn, a, &po, &m.y));
-        OK(troupe_nn_end(m.nn));
-        c_finish(&m);
-        c_build(&m);
-        c_run(&m);
-        troupe_tnode_t *out[5] = {c, m.y, c_grad(&m, m.x), c_grad(&m, m.w), c_grad(&m, m.b)};
-        troupe_tnode_t *in[4] = {m.x, m.w, m.b, m.r};
-        for (int i = 0; i < 5; i++)
-            rtu_set_hosted(out[i], 999);
-        for (int i = 0; i < 4; i++) {
-            int64_t n = troupe_tnode_num_elems(in[i]);
-            double *v = malloc((size_t)n * sizeof *v);
-            const float *f = c_data(&m, in[i]);
-            for (int64_t k = 0; k < n; k++)
-                v[k] = f[k];
-            rtu_set(in[i], v);
-            free(v);
-        }
-        rtu_env_t e;
-        rtu_env_open(&e, *drv, 1);
-        for (int i = 0; i < 4; i++)
-            rtu_init(&e.ctx[0], in[i]);
-        troupe_code_t *code = NULL;
-        troupe_routine_t *r = NULL;
-        OK(troupe_compile(e.b, m.comp, "nn_conv_drivers", &code));
-        OK(troupe_link(e.ctx[0], code, &r));
-        troupe_event_t *ev = NULL;
-        OK(troupe_routine_run(r, &ev));
-        OK(troupe_event_sync(ev, 60000 * MS));
-        troupe_event_release(&ev);
-        for (int i = 0; i < 5; i++) {
-            int64_t n = troupe_tnode_num_elems(out[i]);
-            double *got = malloc((size_t)n * sizeof *got);
-            OK(troupe_tnode_get_values(out[i], got, (size_t)n));
-            const float *want = c_data(&m, out[i]);
-            double scale = 0;
-            bool nonzero = false;
-            for (int64_t k = 0; k < n; k++) {
-                scale = fmax(scale, fabs(want[k]));
-                nonzero |= want[k] != 0;
+        for (int ci = 0; ci < 2; ci++) {
+            c_model_t m;
+            c_init(&m, TROUPE_PREC_SINGLE, 21);
+            const int64_t xd[4] = {2, cins[ci], 6, 6}, wd[4] = {couts[ci], cins[ci], 3, 3},
+                          bd[1] = {couts[ci]};
+            troupe_tnode_t *c = NULL, *a = NULL;
+            OK(troupe_nn_param(m.nn, "x", 4, xd, &m.x));
+            OK(troupe_nn_param(m.nn, "w", 4, wd, &m.w));
+            OK(troupe_nn_param(m.nn, "b", 1, bd, &m.b));
+            troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 1, 1);
+            troupe_nn_pool2d_opts_t po = TROUPE_NN_POOL2D_OPTS(2, 0);
+            OK(troupe_nn_begin(m.nn, "conv"));
+            OK(troupe_nn_conv2d(m.nn, m.x, m.w, m.b, &o, &c));
+            OK(troupe_nn_relu(m.nn, c, &a));
+            OK(troupe_nn_maxpool2d(m.nn, a, &po, &m.y));
+            OK(troupe_nn_end(m.nn));
+            c_finish(&m);
+            c_build(&m);
+            c_run(&m);
+            troupe_tnode_t *out[5] = {c, m.y, c_grad(&m, m.x), c_grad(&m, m.w), c_grad(&m, m.b)};
+            troupe_tnode_t *in[4] = {m.x, m.w, m.b, m.r};
+            for (int i = 0; i < 5; i++)
+                rtu_set_hosted(out[i], 999);
+            for (int i = 0; i < 4; i++) {
+                int64_t n = troupe_tnode_num_elems(in[i]);
+                double *v = malloc((size_t)n * sizeof *v);
+                const float *f = c_data(&m, in[i]);
+                for (int64_t k = 0; k < n; k++)
+                    v[k] = f[k];
+                rtu_set(in[i], v);
+                free(v);
             }
-            cr_assert(nonzero, "%s: %s is all zeros", *drv, out[i]->label[0]);
-            for (int64_t k = 0; k < n; k++)
-                cr_assert(fabs(got[k] - want[k]) <= 1e-5 * scale,
-                          "%s: %s[%lld] = %.9g, interpreter %.9g", *drv,
-                          out[i]->label[out[i]->label_count - 1], (long long)k, got[k],
-                          (double)want[k]);
-            free(got);
+            rtu_env_t e;
+            rtu_env_open(&e, *drv, 1);
+            for (int i = 0; i < 4; i++)
+                rtu_init(&e.ctx[0], in[i]);
+            troupe_code_t *code = NULL;
+            troupe_routine_t *r = NULL;
+            OK(troupe_compile(e.b, m.comp, "nn_conv_drivers", &code));
+            OK(troupe_link(e.ctx[0], code, &r));
+            troupe_event_t *ev = NULL;
+            OK(troupe_routine_run(r, &ev));
+            OK(troupe_event_sync(ev, 60000 * MS));
+            troupe_event_release(&ev);
+            for (int i = 0; i < 5; i++) {
+                int64_t n = troupe_tnode_num_elems(out[i]);
+                double *got = malloc((size_t)n * sizeof *got);
+                OK(troupe_tnode_get_values(out[i], got, (size_t)n));
+                const float *want = c_data(&m, out[i]);
+                double scale = 0;
+                bool nonzero = false;
+                for (int64_t k = 0; k < n; k++) {
+                    scale = fmax(scale, fabs(want[k]));
+                    nonzero |= want[k] != 0;
+                }
+                cr_assert(nonzero, "%s: %s is all zeros", *drv, out[i]->label[0]);
+                for (int64_t k = 0; k < n; k++)
+                    cr_assert(fabs(got[k] - want[k]) <= 1e-5 * scale,
+                              "%s, %lld channels in: %s[%lld] = %.9g, interpreter %.9g", *drv,
+                              (long long)cins[ci], out[i]->label[out[i]->label_count - 1],
+                              (long long)k, got[k], (double)want[k]);
+                free(got);
+            }
+            troupe_routine_release(&r);
+            troupe_code_release(&code);
+            rtu_env_close(&e);
+            c_free(&m);
         }
-        troupe_routine_release(&r);
-        troupe_code_release(&code);
-        rtu_env_close(&e);
-        c_free(&m);
     }
 }
 
