@@ -276,6 +276,29 @@ Test(gemm_match, loops_that_are_not_one_dense_dimension_do_not_merge)
     s_free(&f);
 }
 
+/* A convolution's weight gradient as shifted products (nn/conv.h): per sample and kernel offset
+ * (k, l) one call dw[k,l] += dy[b] x[b]^T over the shifted rows of x. The offsets nest inside
+ * the batch loop, so that a sample's dy[b] and x[b] stay in cache over its 9 calls; the nest
+ * itself runs k, l outside b. */
+Test(gemm_match, outer_loops_run_the_batch_outside_the_kernel_offsets)
+{
+    s_case_t c = s_lower("bop,bi(p+10k+l)=>kloi", TROUPE_PREC_SINGLE, 3, (int64_t[]){2, 16, 78}, 3,
+                         (int64_t[]){2, 16, 100}, 4, (int64_t[]){3, 3, 16, 16}, true);
+    troupe_gemm_t g;
+    const char *why = NULL;
+    cr_assert_eq(s_find(c.proc->body, &g, &why), TROUPE_GEMM_YES, "%s", why);
+    cr_assert(g.m == 16 && g.n == 16 && g.k == 78 && g.b.trans && g.b.ld == 100,
+              "m %lld n %lld k %lld", (long long)g.m, (long long)g.n, (long long)g.k);
+    cr_assert_eq(g.nouter, 3);
+    cr_assert(g.outer_ext[0] == 2 && g.outer_ext[1] == 3 && g.outer_ext[2] == 3,
+              "outer loops of %lld, %lld, %lld iterations", (long long)g.outer_ext[0],
+              (long long)g.outer_ext[1], (long long)g.outer_ext[2]);
+    /* the batch loop accumulates into the same block of dw; the offsets move it */
+    cr_assert_eq(troupe_gemm_sym_stride(g.c.tn, g.c.idcs, g.outer_syms[0]), 0);
+    cr_assert_neq(troupe_gemm_sym_stride(g.c.tn, g.c.idcs, g.outer_syms[2]), 0);
+    s_free(&c);
+}
+
 /* ---- running it ---------------------------------------------------------------------------- */
 
 static uint64_t s_rng = 0x9e3779b97f4a7c15ull;
