@@ -144,31 +144,59 @@ troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
     troupe_tnode_t *xp = x;
     if (o->padding[0] || o->padding[1])
         TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], &xp));
-    const int64_t dims[4] = {x->dims[0], w->dims[0], od[0], od[1]};
-    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d", 4, dims, out));
-    if (b)
-        TROUPE_RETURN_IF_ERROR(
-            troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "o=>^bo^h^w"));
+    const int64_t nb = x->dims[0], cout = w->dims[0], kh = w->dims[2], kw = w->dims[3];
+    const int64_t taps = w->dims[1] * kh * kw, rows = taps + (b != NULL);
     char hi[48], wi[48], spec[160];
     s_window(hi, sizeof hi, o->stride[0], 'h', o->dilation[0], 'k');
     s_window(wi, sizeof wi, o->stride[1], 'w', o->dilation[1], 'l');
     /* im2col: the windows copied out once, so that the convolution is one matrix product per
-     * sample, y[b] (Cout x OH*OW) += w (Cout x Cin*KH*KW) cols[b] (Cin*KH*KW x OH*OW), that
-     * the GEMM matcher hands to the library (compiler/gemm.h, merged loops); so are both
-     * derived gradients (dw summed over the samples as a loop of accumulating calls, dcols per
-     * sample), and the copy's own gradient is the col2im scatter-add into the input's gradient.
-     * cols stays materialised: inlined into the product, it would make the product a nest of
-     * loops again. */
-    const int64_t cdims[6] = {x->dims[0], w->dims[1], w->dims[2], w->dims[3], od[0], od[1]};
-    troupe_tnode_t *cols = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "im2col", 6, cdims, &cols));
-    const troupe_memory_mode_t mat = {TROUPE_MM_MATERIALIZED, 0, 0};
-    troupe_status_t st = troupe_tnode_update_memory_mode(cols, mat, S_PROV);
-    if (st != TROUPE_OK)
-        return s_fail(nn, st);
-    snprintf(spec, sizeof spec, "bi%s%s=>biklhw", hi, wi);
+     * sample, y[b] (Cout x OH*OW) = wb (Cout x rows) cols[b] (rows x OH*OW), that the GEMM
+     * matcher hands to the library (compiler/gemm.h); so are both derived gradients (dwb
+     * summed over the samples as a loop of accumulating calls, dcols per sample), and the
+     * copy's own gradient is the col2im scatter-add into the input's gradient. With a bias,
+     * cols has a last row of ones and wb the bias as its last column: the bias is added inside
+     * the product and its gradient (the sum of dy over the samples and cells) comes out of
+     * the weight gradient's product, where a separate pass would add up an image of 4-d
+     * cells one by one. cols and wb stay materialised: inlined into the product, they would
+     * make it a nest of loops again. */
+    troupe_tnode_t *cols = NULL, *wb = NULL;
+    troupe_asgn_t *t = NULL;
     TROUPE_RETURN_IF_ERROR(
-        troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, cols, TROUPE_UNOP_IDENTITY, xp, spec));
-    return troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, w, cols,
-                         "oikl,biklhw=>bohw");
+        troupe_nn_node(nn, "im2col", 4, (int64_t[]){nb, rows, od[0], od[1]}, &cols));
+    TROUPE_RETURN_IF_ERROR(s_materialize(nn, cols));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_wb", 2, (int64_t[]){cout, rows}, &wb));
+    TROUPE_RETURN_IF_ERROR(s_materialize(nn, wb));
+    /* k and l index cols only inside its merged row: a (KH, KW) operand of zeros, read with
+     * ARG1, gives them their sizes */
+    troupe_tnode_t *win = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_taps", 2, (int64_t[]){kh, kw}, &win));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), win, 0.0, &t), &t));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, win));
+    snprintf(spec, sizeof spec, "bi%s%s,kl=>b(%lldi+%lldk+l)hw", hi, wi, (long long)(kh * kw),
+             (long long)kw);
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, cols, TROUPE_BINOP_ARG1, xp, win, spec));
+    if (b) {
+        troupe_tnode_t *one = NULL;
+        TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_one", 1, (int64_t[]){1}, &one));
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), one, 1.0, &t), &t));
+        TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, one));
+        snprintf(spec, sizeof spec, "=>^b[%lld]^h^w", (long long)taps);
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_un(nn, false, TROUPE_BINOP_ADD, cols, TROUPE_UNOP_IDENTITY, one, spec));
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), wb, 0.0, &t), &t));
+        snprintf(spec, sizeof spec, "o=>o[%lld]", (long long)taps);
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_un(nn, false, TROUPE_BINOP_ADD, wb, TROUPE_UNOP_IDENTITY, b, spec));
+    }
+    snprintf(spec, sizeof spec, "oikl=>o(%lldi+%lldk+l)", (long long)(kh * kw), (long long)kw);
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_un(nn, b == NULL, TROUPE_BINOP_ADD, wb, TROUPE_UNOP_IDENTITY, w, spec));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
+    return troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, wb, cols,
+                         "oj,bjhw=>bohw");
 }

@@ -199,11 +199,11 @@ static void c_conv_model(c_model_t *m, troupe_prec_t prec, uint64_t seed, int64_
     c_finish(m);
 }
 
-static void c_conv_case(uint64_t seed, int64_t B, int64_t Ci, int64_t H, int64_t W, int64_t Co,
-                        int64_t K, troupe_nn_conv2d_opts_t o, int64_t most)
+static void c_conv_run(uint64_t seed, int64_t B, int64_t Ci, int64_t H, int64_t W, int64_t Co,
+                       int64_t K, troupe_nn_conv2d_opts_t o, int64_t most, bool bias)
 {
     c_model_t m;
-    c_conv_model(&m, TROUPE_PREC_DOUBLE, seed, B, Ci, H, W, Co, K, &o, true);
+    c_conv_model(&m, TROUPE_PREC_DOUBLE, seed, B, Ci, H, W, Co, K, &o, bias);
     int64_t OH = (H + 2 * o.padding[0] - o.dilation[0] * (K - 1) - 1) / o.stride[0] + 1;
     int64_t OW = (W + 2 * o.padding[1] - o.dilation[1] * (K - 1) - 1) / o.stride[1] + 1;
     cr_assert_eq(m.y->dims[2], OH);
@@ -212,8 +212,8 @@ static void c_conv_case(uint64_t seed, int64_t B, int64_t Ci, int64_t H, int64_t
     c_run(&m);
     int64_t ny = troupe_tnode_num_elems(m.y);
     double *want = malloc((size_t)ny * sizeof *want);
-    c_conv_ref(c_data(&m, m.x), c_data(&m, m.w), c_data(&m, m.b), B, Ci, H, W, Co, K, K, &o, OH, OW,
-               want);
+    c_conv_ref(c_data(&m, m.x), c_data(&m, m.w), bias ? c_data(&m, m.b) : NULL, B, Ci, H, W, Co, K,
+               K, &o, OH, OW, want);
     const double *got = c_data(&m, m.y);
     for (int64_t i = 0; i < ny; i++)
         cr_assert(fabs(got[i] - want[i]) <= 1e-12 * (1 + fabs(want[i])),
@@ -221,6 +221,20 @@ static void c_conv_case(uint64_t seed, int64_t B, int64_t Ci, int64_t H, int64_t
     free(want);
     c_check_grads(&m, most);
     c_free(&m);
+}
+
+static void c_conv_case(uint64_t seed, int64_t B, int64_t Ci, int64_t H, int64_t W, int64_t Co,
+                        int64_t K, troupe_nn_conv2d_opts_t o, int64_t most)
+{
+    c_conv_run(seed, B, Ci, H, W, Co, K, o, most, true);
+}
+
+/* Without a bias, on both lowerings (im2col with stride 2, the shifted products with 8
+ * input channels). */
+Test(nn_conv, without_bias)
+{
+    c_conv_run(11, 2, 2, 7, 6, 3, 3, TROUPE_NN_CONV2D_OPTS(2, 1, 1), 1 << 20, false);
+    c_conv_run(12, 1, 8, 5, 6, 3, 3, TROUPE_NN_CONV2D_OPTS(1, 1, 1), 16, false);
 }
 
 Test(nn_conv, fmnist_first_conv_1_to_32_3x3)
