@@ -4,12 +4,12 @@
  * Layout NCHW as PyTorch: x (B, Cin, H, W), w (Cout, Cin, KH, KW), b (Cout) or NULL,
  * y (B, Cout, OH, OW) with OH = (H + 2 pad_h - dil_h (KH - 1) - 1) / stride_h + 1 (floor), the
  * same for OW. The IR has no implicit padding: with padding, the layer first writes a
- * zero-filled copy (B, Cin, H + 2 pad_h, W + 2 pad_w) of x (a fetch of 0, then x added into
- * its interior), so the input gradient is the padded copy's gradient read at the interior.
- * The product is one einsum, "bi(sh+dk)(sw+dl),oikl=>bohw", initialised by the bias, lowered
- * so that it and both gradients reach the GEMM library: with stride 1 and at least 8 input
- * channels as KH*KW shifted products over the input's rows (no im2col), else through an
- * im2col copy (docs/trainer.md, "The convnet").
+ * zero-filled copy of x with the padded shape (a fetch of 0, then x added into its interior),
+ * so the input gradient is the padded copy's gradient read at the interior. The product,
+ * "bi(sh+dk)(sw+dl),oikl=>bohw" plus the bias, is lowered so that it and both gradients reach
+ * the GEMM library: with stride 1 and at least 8 input channels as KH*KW shifted products
+ * over the input's rows (no im2col), else through an im2col copy that carries the bias as a
+ * row of ones (docs/trainer.md, "Convolution lowering").
  *
  * Thread safety: as nn/nn.h. Ownership: inputs are borrowed; *out is owned by the nn.
  */
