@@ -825,44 +825,64 @@ Test(gemm_run, troupe_names_the_library)
 #endif
 }
 
-/* The library's A B^T entry (libxsmm runs it through a transposed copy of B): padded leading
- * dimensions, beta 0 and 1, against a double-precision reference within float rounding; twice
- * the same call gives the same bits. */
-Test(gemm_run, library_a_times_b_transposed_with_padded_leading_dimensions)
+/* The library's A B^T entry on one shape: padded leading dimensions, beta 0 and 1, against a
+ * double-precision reference within float rounding; the padding untouched; twice the same
+ * call gives the same bits. */
+static void s_check_a_times_b_transposed(int m, int n, int k, int lda, int ldb, int ldc,
+                                         float alpha)
 {
     troupe_sgemm_fn f = troupe_gemm_library_sgemm();
-    if (f == NULL)
-        cr_skip_test("no GEMM library in this build");
-    enum { M = 37, N = 45, K = 29, LDA = 33, LDB = 31, LDC = 50 };
-    static float a[M * LDA], b[N * LDB], c[M * LDC], c2[M * LDC];
-    for (int i = 0; i < M * LDA; i++)
+    const size_t na = (size_t)(m * lda), nb = (size_t)(n * ldb), nc = (size_t)(m * ldc);
+    float *a = malloc(sizeof(float) * na), *b = malloc(sizeof(float) * nb);
+    float *c = malloc(sizeof(float) * nc), *c2 = malloc(sizeof(float) * nc);
+    cr_assert(a != NULL && b != NULL && c != NULL && c2 != NULL);
+    for (int i = 0; i < m * lda; i++)
         a[i] = (float)((i * 7919 % 201) - 100) / 64.0f;
-    for (int i = 0; i < N * LDB; i++)
+    for (int i = 0; i < n * ldb; i++)
         b[i] = (float)((i * 104729 % 193) - 96) / 32.0f;
     for (int beta = 0; beta <= 1; beta++) {
-        for (int i = 0; i < M * LDC; i++)
+        for (int i = 0; i < m * ldc; i++)
             c[i] = c2[i] = (float)(i % 13) - 6.0f;
-        f(0, 1, M, N, K, 1.0f, a, LDA, b, LDB, (float)beta, c, LDC);
-        f(0, 1, M, N, K, 1.0f, a, LDA, b, LDB, (float)beta, c2, LDC);
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < LDC; j++) {
-                const float c0 = (float)((i * LDC + j) % 13) - 6.0f;
-                if (j >= N) {
-                    cr_assert_eq(c[i * LDC + j], c0, "beta %d: padding (%d, %d) written", beta,
-                                 i, j);
+        f(0, 1, m, n, k, alpha, a, lda, b, ldb, (float)beta, c, ldc);
+        f(0, 1, m, n, k, alpha, a, lda, b, ldb, (float)beta, c2, ldc);
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < ldc; j++) {
+                const float c0 = (float)((i * ldc + j) % 13) - 6.0f;
+                if (j >= n) {
+                    cr_assert_eq(c[i * ldc + j], c0, "%dx%dx%d beta %d: padding (%d, %d) written",
+                                 m, n, k, beta, i, j);
                     continue;
                 }
-                double want = beta ? c0 : 0.0, mag = fabs(want);
-                for (int kk = 0; kk < K; kk++) {
-                    want += (double)a[i * LDA + kk] * b[j * LDB + kk];
-                    mag += fabs((double)a[i * LDA + kk] * b[j * LDB + kk]);
+                double want = 0.0, mag = 0.0;
+                for (int kk = 0; kk < k; kk++) {
+                    want += (double)a[i * lda + kk] * b[j * ldb + kk];
+                    mag += fabs((double)a[i * lda + kk] * b[j * ldb + kk]);
                 }
-                cr_assert(fabs(c[i * LDC + j] - want) <= 1e-5 * mag + 1e-6,
-                          "beta %d: c[%d][%d] = %.9g, want %.9g", beta, i, j, c[i * LDC + j],
-                          want);
+                want = alpha * want + (beta ? c0 : 0.0);
+                mag = fabs(alpha) * mag + (beta ? fabs(c0) : 0.0);
+                cr_assert(fabs(c[i * ldc + j] - want) <= 1e-5 * mag + 1e-6,
+                          "%dx%dx%d beta %d: c[%d][%d] = %.9g, want %.9g", m, n, k, beta, i, j,
+                          c[i * ldc + j], want);
             }
-        cr_assert(memcmp(c, c2, sizeof c) == 0, "beta %d: two calls differ", beta);
+        cr_assert(memcmp(c, c2, sizeof(float) * nc) == 0,
+                  "%dx%dx%d beta %d: two calls differ", m, n, k, beta);
     }
+    free(a);
+    free(b);
+    free(c);
+    free(c2);
+}
+
+/* libxsmm runs A B^T through a transposed copy of B: a small odd shape, and a convolution
+ * weight gradient's shapes (m, n of 32-64, k of several hundred with a tail past a multiple
+ * of 16, alpha not 1). */
+Test(gemm_run, library_a_times_b_transposed_with_padded_leading_dimensions)
+{
+    if (troupe_gemm_library_sgemm() == NULL)
+        cr_skip_test("no GEMM library in this build");
+    s_check_a_times_b_transposed(37, 45, 29, 33, 31, 50, 1.0f);
+    s_check_a_times_b_transposed(32, 36, 333, 340, 350, 41, 0.5f);
+    s_check_a_times_b_transposed(64, 32, 640, 640, 676, 32, 1.0f);
 }
 
 /* y (=+ when fresh, else +=) x * w over `spec` on the cpu driver, the library on or off:
