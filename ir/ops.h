@@ -360,7 +360,7 @@ static inline float troupe_fminf(float a, float b)
 /* exp and tanh in single precision, as straight-line code that GCC vectorises (libm's expf
  * and tanhf stay scalar calls without -ffast-math): the interpreter's single (and small-float)
  * exp and tanh_approx, and the C dialect's prelude holds the same code, so the two agree bit for
- * bit on every IEEE machine. exp is within 1 ulp of the exact value, tanh within 2; specials,
+ * bit on every IEEE machine. exp is within 1 ulp of the exact value, tanh within 1.6; specials,
  * overflow and subnormal results as libm's. Method and measurements: docs/architecture.md. */
 static inline float troupe_expf(float x)
 {
@@ -390,20 +390,34 @@ static inline float troupe_expf(float x)
 }
 static inline float troupe_tanhf(float x)
 {
-    float ax = fabsf(x), x2 = x * x;
-    float q = 9.69153796e-05f;
-    q = fmaf(q, x2, -2.39129114e-04f);
-    q = fmaf(q, x2, 5.90027441e-04f);
-    q = fmaf(q, x2, -1.45583439e-03f);
-    q = fmaf(q, x2, 3.59212804e-03f);
-    q = fmaf(q, x2, -8.86323553e-03f);
-    q = fmaf(q, x2, 2.18694885e-02f);
-    q = fmaf(q, x2, -5.39682540e-02f);
-    q = fmaf(q, x2, 1.33333333e-01f);
-    q = fmaf(q, x2, -3.33333333e-01f);
+    float ax = fabsf(x);
+    ax = ax > 9.1f ? 9.1f : ax;
+    float x2 = ax * ax;
+    float q = -6.23571684e-03f;
+    q = fmaf(q, x2, 2.10398063e-02f);
+    q = fmaf(q, x2, -5.38427469e-02f);
+    q = fmaf(q, x2, 1.33324613e-01f);
+    q = fmaf(q, x2, -3.33333110e-01f);
     float small = fmaf(ax * x2, q, ax);
-    float e = troupe_expf(ax + ax);
-    float big = 1.0f - 2.0f / (e + 1.0f);
+    float y = ax + ax;
+    float t = y * 1.44269502f + 12582912.0f;
+    float n = t - 12582912.0f;
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    float r = fmaf(n, -0.693145751953125f, y);
+    r = fmaf(n, -1.42860677e-06f, r);
+    float p = 1.98412698e-04f;
+    p = fmaf(p, r, 1.38888889e-03f);
+    p = fmaf(p, r, 8.33333333e-03f);
+    p = fmaf(p, r, 4.16666667e-02f);
+    p = fmaf(p, r, 1.66666667e-01f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    uint32_t sb = (tb - 0x4B400000u + 127u) << 23;
+    float s;
+    memcpy(&s, &sb, sizeof s);
+    float big = 1.0f - 2.0f / fmaf(p, s, 1.0f);
     return copysignf(ax < 0.55f ? small : big, x);
 }
 
