@@ -539,14 +539,8 @@ static const char s_gemm_half[] =
 /* troupe_expf and troupe_tanhf: ir/ops.h's code, which the interpreter runs (test_cgen checks
  * the two agree bit for bit over a sweep of floats), in both dialects. */
 static const char s_mathf[] =
-    "TROUPE_FN float troupe_expf(float x)\n"
+    "TROUPE_FN float troupe__exp_poly(float r)\n"
     "{\n"
-    "    float xc = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);\n"
-    "    float t = xc * 1.44269502f + 12582912.0f;\n"
-    "    float n = t - 12582912.0f;\n"
-    "    uint32_t ni = troupe__f32_bits(t) - 0x4B400000u;\n"
-    "    float r = fmaf(n, -0.693145751953125f, xc);\n"
-    "    r = fmaf(n, -1.42860677e-06f, r);\n"
     "    float p = 1.98412698e-04f;\n"
     "    p = fmaf(p, r, 1.38888889e-03f);\n"
     "    p = fmaf(p, r, 8.33333333e-03f);\n"
@@ -555,6 +549,17 @@ static const char s_mathf[] =
     "    p = fmaf(p, r, 0.5f);\n"
     "    p = fmaf(p, r, 1.0f);\n"
     "    p = fmaf(p, r, 1.0f);\n"
+    "    return p;\n"
+    "}\n"
+    "TROUPE_FN float troupe_expf(float x)\n"
+    "{\n"
+    "    float xc = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);\n"
+    "    float t = xc * 1.44269502f + 12582912.0f;\n"
+    "    float n = t - 12582912.0f;\n"
+    "    uint32_t ni = troupe__f32_bits(t) - 0x4B400000u;\n"
+    "    float r = fmaf(n, -0.693145751953125f, xc);\n"
+    "    r = fmaf(n, -1.42860677e-06f, r);\n"
+    "    float p = troupe__exp_poly(r);\n"
     "    uint32_t n1 = (uint32_t)((int32_t)ni >> 1), n2 = ni - n1;\n"
     "    uint32_t b1 = (n1 + 127u) << 23, b2 = (n2 + 127u) << 23;\n"
     "    float y = p * troupe__bits_f32(b1) * troupe__bits_f32(b2);\n"
@@ -576,14 +581,7 @@ static const char s_mathf[] =
     "    float n = t - 12582912.0f;\n"
     "    float r = fmaf(n, -0.693145751953125f, y);\n"
     "    r = fmaf(n, -1.42860677e-06f, r);\n"
-    "    float p = 1.98412698e-04f;\n"
-    "    p = fmaf(p, r, 1.38888889e-03f);\n"
-    "    p = fmaf(p, r, 8.33333333e-03f);\n"
-    "    p = fmaf(p, r, 4.16666667e-02f);\n"
-    "    p = fmaf(p, r, 1.66666667e-01f);\n"
-    "    p = fmaf(p, r, 0.5f);\n"
-    "    p = fmaf(p, r, 1.0f);\n"
-    "    p = fmaf(p, r, 1.0f);\n"
+    "    float p = troupe__exp_poly(r);\n"
     "    uint32_t sb = (troupe__f32_bits(t) - 0x4B400000u + 127u) << 23;\n"
     "    float big = 1.0f - 2.0f / fmaf(p, troupe__bits_f32(sb), 1.0f);\n"
     "    return copysignf(ax < 0.55f ? small : big, x);\n"
@@ -646,7 +644,7 @@ static const troupe__cgen_section_t s_sections[] = {
     S_SEC("uniform_vec_int64", "troupe_uint4x32_to_int64_uniform_vec", s_vec_int64),
     S_SEC("uniform_vec_uint64", "troupe_uint4x32_to_uint64_uniform_vec", s_vec_uint64),
     S_SEC("uniform_vec_double", "troupe_uint4x32_to_double_uniform_vec", s_vec_double),
-    S_SEC("mathf", "troupe_expf troupe_tanhf", s_mathf),
+    S_SEC("mathf", "troupe__exp_poly troupe_expf troupe_tanhf", s_mathf),
     S_SEC("fmax", "troupe_fmaxf troupe_fminf troupe_fmax troupe_fmin", s_fmax),
     S_SEC("satur01_gate_f", "troupe_satur01_gate_f", s_gate_f),
     S_SEC("satur01_gate_d", "troupe_satur01_gate_d", s_gate_d),

@@ -362,6 +362,20 @@ static inline float troupe_fminf(float a, float b)
  * exp and tanh_approx, and the C dialect's prelude holds the same code, so the two agree bit for
  * bit on every IEEE machine. exp is within 1 ulp of the exact value, tanh within 1.6; specials,
  * overflow and subnormal results as libm's. Method and measurements: docs/architecture.md. */
+/* e^r for the reduced argument |r| <= ln2/2 of troupe_expf and troupe_tanhf: a degree-7
+ * polynomial in Horner form (fmas). */
+static inline float troupe__exp_poly(float r)
+{
+    float p = 1.98412698e-04f;
+    p = fmaf(p, r, 1.38888889e-03f);
+    p = fmaf(p, r, 8.33333333e-03f);
+    p = fmaf(p, r, 4.16666667e-02f);
+    p = fmaf(p, r, 1.66666667e-01f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    return p;
+}
 static inline float troupe_expf(float x)
 {
     float xc = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
@@ -372,14 +386,7 @@ static inline float troupe_expf(float x)
     uint32_t ni = tb - 0x4B400000u;
     float r = fmaf(n, -0.693145751953125f, xc);
     r = fmaf(n, -1.42860677e-06f, r);
-    float p = 1.98412698e-04f;
-    p = fmaf(p, r, 1.38888889e-03f);
-    p = fmaf(p, r, 8.33333333e-03f);
-    p = fmaf(p, r, 4.16666667e-02f);
-    p = fmaf(p, r, 1.66666667e-01f);
-    p = fmaf(p, r, 0.5f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
+    float p = troupe__exp_poly(r);
     uint32_t n1 = (uint32_t)((int32_t)ni >> 1), n2 = ni - n1;
     uint32_t b1 = (n1 + 127u) << 23, b2 = (n2 + 127u) << 23;
     float s1, s2;
@@ -406,14 +413,7 @@ static inline float troupe_tanhf(float x)
     memcpy(&tb, &t, sizeof tb);
     float r = fmaf(n, -0.693145751953125f, y);
     r = fmaf(n, -1.42860677e-06f, r);
-    float p = 1.98412698e-04f;
-    p = fmaf(p, r, 1.38888889e-03f);
-    p = fmaf(p, r, 8.33333333e-03f);
-    p = fmaf(p, r, 4.16666667e-02f);
-    p = fmaf(p, r, 1.66666667e-01f);
-    p = fmaf(p, r, 0.5f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
+    float p = troupe__exp_poly(r);
     uint32_t sb = (tb - 0x4B400000u + 127u) << 23;
     float s;
     memcpy(&s, &sb, sizeof s);
