@@ -837,9 +837,9 @@ static void s_check_a_times_b_transposed(int m, int n, int k, int lda, int ldb, 
     float *c = malloc(sizeof(float) * nc), *c2 = malloc(sizeof(float) * nc);
     cr_assert(a != NULL && b != NULL && c != NULL && c2 != NULL);
     for (int i = 0; i < m * lda; i++)
-        a[i] = (float)((i * 7919 % 201) - 100) / 64.0f;
+        a[i] = (float)((int64_t)i * 7919 % 201 - 100) / 64.0f;
     for (int i = 0; i < n * ldb; i++)
-        b[i] = (float)((i * 104729 % 193) - 96) / 32.0f;
+        b[i] = (float)((int64_t)i * 104729 % 193 - 96) / 32.0f;
     for (int beta = 0; beta <= 1; beta++) {
         for (int i = 0; i < m * ldc; i++)
             c[i] = c2[i] = (float)(i % 13) - 6.0f;
