@@ -319,9 +319,11 @@ static troupe_status_t s_stability(troupe__opt_ctx_t *c, const size_t *order, si
             if (nd->state != TROUPE__OPT_ACCEPTED)
                 continue;
             nd->R.n = 0;
-            size_t first = nd->wpos.at[0];
             for (size_t u = 0; u < nd->wpos.n; u++) {
-                const troupe__opt_pos_t *reads = &c->item_reads[nd->wpos.at[u]];
+                /* a unit's inputs must hold from that unit on, not from the first unit: a
+                 * later unit (an accumulation) may read what was computed between them */
+                const size_t at = nd->wpos.at[u];
+                const troupe__opt_pos_t *reads = &c->item_reads[at];
                 for (size_t r = 0; r < reads->n; r++) {
                     size_t x = reads->at[r];
                     if (x == order[k])
@@ -331,7 +333,7 @@ static troupe_status_t s_stability(troupe__opt_ctx_t *c, const size_t *order, si
                             if (!s_add_read(nd, c->nd[x].R.at[j]))
                                 return troupe__opt_oom();
                     } else {
-                        troupe__opt_read_t rd = {x, first};
+                        troupe__opt_read_t rd = {x, at};
                         if (!s_add_read(nd, rd))
                             return troupe__opt_oom();
                     }

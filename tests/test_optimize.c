@@ -1035,6 +1035,53 @@ Test(optimize, changed_input_blocks_inlining)
     troupe_ll_proc_destroy(&p);
 }
 
+/* t[i] = a[i]*2; s[i] = a[i]+1; t[i] += s[i]; [s[i] = 0 when clobber]; out[i] = t[i]*3,
+ * s materialized. t's second unit reads s after s is written, as softmax's gradient reads the
+ * row sums it needs: t is inlined unless s changes after that unit. */
+static troupe_memory_mode_kind_t s_later_unit_mode(bool clobber, int32_t *prov)
+{
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *s = s_node("s", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *t = s_node("t", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *out = s_node("out", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    s_set_mode(s, TROUPE_MM_MATERIALIZED, 0, 29);
+    troupe_ll_proc_t *p = s_proc("later_unit");
+    int32_t i = troupe_ll_proc_add_symbol(p, "i");
+    troupe_ll_t *items[5];
+    size_t n = 0;
+    items[n++] = s_for(
+        p, i, 4, s_set1(p, t, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, a, s_i(i)), s_c(p, 2.0))));
+    items[n++] = s_for(
+        p, i, 4, s_set1(p, s, s_i(i), s_bin(p, TROUPE_BINOP_ADD, s_get1(p, a, s_i(i)), s_c(p, 1.0))));
+    items[n++] = s_for(p, i, 4,
+                       s_set1(p, t, s_i(i),
+                              s_bin(p, TROUPE_BINOP_ADD, s_get1(p, t, s_i(i)), s_get1(p, s, s_i(i)))));
+    if (clobber)
+        items[n++] = s_for(p, i, 4, s_set1(p, s, s_i(i), s_c(p, 0.0)));
+    items[n++] = s_for(
+        p, i, 4, s_set1(p, out, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, t, s_i(i)), s_c(p, 3.0))));
+    s_body(p, n, items);
+    double *before = s_run(p, &a, 1, out);
+    s_optimize_ok(p, NULL);
+    double *after = s_run(p, &a, 1, out);
+    s_assert_same(before, after, 4);
+    troupe_memory_mode_kind_t k = s_mode_kind(t, prov);
+    free(before);
+    free(after);
+    troupe_ll_proc_destroy(&p);
+    s_release_all();
+    return k;
+}
+
+Test(optimize, later_unit_reads_checked_from_that_unit)
+{
+    int32_t prov = 0;
+    cr_assert_eq(s_later_unit_mode(false, &prov), TROUPE_MM_VIRTUAL, "prov %d", (int)prov);
+    /* stays stored, for the changed input (resolution appends its own code: 717703) */
+    cr_assert_neq(s_later_unit_mode(true, &prov), TROUPE_MM_VIRTUAL);
+    cr_assert_eq(prov / 1000, TROUPE_PROV_NV_INPUT_CHANGED, "prov %d", (int)prov);
+}
+
 Test(optimize, scalar_constexpr_becomes_virtual_constant)
 {
     /* c[] = 2.5 (scalar); out[i] = a[i] * c[] -> out[i] = a[i] * 2.5 */
