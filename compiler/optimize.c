@@ -307,7 +307,7 @@ static troupe_status_t s_infer_modes(troupe__opt_ctx_t *c)
         /* troupe addition: a cheap definition read a few times is recomputed at each read
          * rather than stored and loaded (the loads and stores cost more than the operations,
          * which the C compiler shares where the reads sit in one loop after fusion) */
-        bool cheap = nd->cost <= TROUPE__OPT_CHEAP_OPS &&
+        bool cheap = nd->chain_cost <= TROUPE__OPT_CHEAP_OPS &&
                      tr->max_visits <= c->o.virtualize_max_cheap_visits;
         bool too_many =
             (tr->max_visits > c->o.virtualize_max_visits && !cheap) || tr->read_before_write;

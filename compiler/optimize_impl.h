@@ -91,6 +91,8 @@ typedef struct troupe__opt_node {
     int constexpr_state; /* 0 unknown, 1 in progress, 2 yes, 3 no */
     int64_t cost;        /* operations of the SETs writing it (TROUPE__OPT_COST_MAX: too costly
                             to recompute at each read: transcendental, local scope, vector) */
+    int64_t chain_cost;  /* cost plus, for each node its definition reads that is likely
+                            inlined, that node's chain_cost and one load (trace.c) */
     /* definition units (virtualize.c) */
     TROUPE__OPT_VEC(const troupe_axis_index_t *) unit_I; /* per wpos entry, NULL for ZERO_OUT */
     bool struct_ok, has_reduction;

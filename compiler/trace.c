@@ -655,6 +655,45 @@ static void s_complexity_ll(troupe__opt_ctx_t *c, const troupe_ll_t *s)
     }
 }
 
+/* Chain costs: a cheap definition reading cheap definitions is inlined with them, so what a
+ * read recomputes is the whole chain (the residual stream's adds: layer k's sum reads every
+ * earlier layer's output). A node is likely inlined when step 2 and 3 can make it virtual and
+ * it is read once, or its chain is cheap and read at most virtualize_max_cheap_visits times.
+ * state: 0 not seen, 1 in progress (a recurrence: counts nothing), 2 done. */
+static bool s_likely_inlined(troupe__opt_ctx_t *c, size_t i, uint8_t *state);
+
+static int64_t s_chain_cost(troupe__opt_ctx_t *c, size_t i, uint8_t *state)
+{
+    troupe__opt_node_t *nd = &c->nd[i];
+    if (state[i] == 2)
+        return nd->chain_cost;
+    if (state[i] == 1)
+        return 0;
+    state[i] = 1;
+    int64_t e = nd->cost;
+    for (size_t u = 0; u < nd->wpos.n && e < TROUPE__OPT_COST_MAX; u++) {
+        const troupe__opt_pos_t *reads = &c->item_reads[nd->wpos.at[u]];
+        for (size_t r = 0; r < reads->n && e < TROUPE__OPT_COST_MAX; r++) {
+            size_t x = reads->at[r];
+            if (x != i && state[x] != 1 && s_likely_inlined(c, x, state))
+                e += 1 + c->nd[x].chain_cost;
+        }
+    }
+    nd->chain_cost = e < TROUPE__OPT_COST_MAX ? e : TROUPE__OPT_COST_MAX;
+    state[i] = 2;
+    return nd->chain_cost;
+}
+
+static bool s_likely_inlined(troupe__opt_ctx_t *c, size_t i, uint8_t *state)
+{
+    const troupe_ll_traced_t *tr = &c->traced[i];
+    if (c->nd[i].wpos.n == 0 || tr->read_before_write || troupe_tnode_known_non_virtual(c->tns[i]))
+        return false;
+    int64_t e = s_chain_cost(c, i, state);
+    return tr->max_visits <= c->o.virtualize_max_visits ||
+           (e <= TROUPE__OPT_CHEAP_OPS && tr->max_visits <= c->o.virtualize_max_cheap_visits);
+}
+
 /* ---- the pass ----------------------------------------------------------------------------- */
 
 troupe_status_t troupe__opt_trace(troupe__opt_ctx_t *c)
@@ -674,5 +713,11 @@ troupe_status_t troupe__opt_trace(troupe__opt_ctx_t *c)
     for (size_t i = 0; i < c->nn; i++)
         c->traced[i].is_scalar_constexpr = s_constexpr_node(c, i);
     s_complexity_ll(c, c->proc->body);
+    uint8_t *state = troupe_calloc(c->nn + 1, 1);
+    if (state == NULL)
+        return troupe__opt_oom();
+    for (size_t i = 0; i < c->nn; i++)
+        s_chain_cost(c, i, state);
+    troupe_free(state);
     return TROUPE_OK;
 }

@@ -742,6 +742,54 @@ Test(optimize, cheap_read_a_few_times_is_inlined)
     cr_assert_eq(sets, 1);
 }
 
+Test(optimize, chain_of_cheap_definitions_is_cut)
+{
+    /* r0 = a+1; r[k+1] = r[k]*r[k] + a; out = r4*2. Each r is cheap (2 operations) and read
+     * twice, but inlined into the next it brings its own chain along: r3's definition with r0,
+     * r1 and r2 inlined is 10 operations (over 8), so r3 is stored and the chain starts again
+     * (the residual stream's adds, each layer's sum reading every earlier layer's output). */
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *out = s_node("out", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *r[5];
+    troupe_ll_proc_t *p = s_proc("chain");
+    int32_t i = troupe_ll_proc_add_symbol(p, "i");
+    troupe_ll_t *items[6];
+    for (int k = 0; k < 5; k++) {
+        char label[8];
+        snprintf(label, sizeof label, "r%d", k);
+        r[k] = s_node(label, TROUPE_PREC_DOUBLE, 1, 4, 0);
+        troupe_sc_t *v =
+            k == 0 ? s_bin(p, TROUPE_BINOP_ADD, s_get1(p, a, s_i(i)), s_c(p, 1.0))
+                   : s_bin(p, TROUPE_BINOP_ADD,
+                           s_bin(p, TROUPE_BINOP_MUL, s_get1(p, r[k - 1], s_i(i)),
+                                 s_get1(p, r[k - 1], s_i(i))),
+                           s_get1(p, a, s_i(i)));
+        items[k] = s_for(p, i, 4, s_set1(p, r[k], s_i(i), v));
+    }
+    items[5] = s_for(
+        p, i, 4, s_set1(p, out, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, r[4], s_i(i)), s_c(p, 2.0))));
+    s_body(p, 6, items);
+    double *before = s_run(p, &a, 1, out);
+    s_optimize_ok(p, NULL);
+    int32_t prov = 0;
+    for (int k = 0; k < 5; k++) {
+        troupe_memory_mode_kind_t kind = s_mode_kind(r[k], &prov);
+        if (k == 3) {
+            cr_assert_neq(kind, TROUPE_MM_VIRTUAL, "r3 is stored");
+            cr_assert_eq(prov, TROUPE_PROV_TOO_MANY_VISITS * 1000 + TROUPE_PROV_RESOLVED);
+        } else {
+            cr_assert_eq(kind, TROUPE_MM_VIRTUAL, "r%d is inlined (mode %d/%d)", k, (int)kind,
+                         (int)prov);
+        }
+    }
+    double *after = s_run(p, &a, 1, out);
+    s_assert_same(before, after, 4);
+    free(before);
+    free(after);
+    troupe_ll_proc_destroy(&p);
+    s_release_all();
+}
+
 /* t[i] = a[i]*2; out[i] = t[i]*t[i] again, t resolving from Never_virtual: Local under the
  * default (TROUPE_STACK_THRESHOLD, 32 bytes pass), On_device with local_max_bytes 0 (what the
  * cuda backend asks, devices/device.h no_local_arrays), Local again with a limit of its 32 bytes
