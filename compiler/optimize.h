@@ -22,9 +22,10 @@
  *     a cell read more than virtualize_max_visits times, or recurrent, for a complex computation
  *     with no mode yet -> Never_virtual (1), unless the computation is cheap (troupe's: its
  *     SETs hold at most 8 operations, none transcendental, counting those of the definitions
- *     they read that are likely inlined with them plus one load each, and a cell is read at
- *     most virtualize_max_cheap_visits times: recomputing beats a store and loads, but not a
- *     whole chain of cheap definitions recomputed at every read); read-only and unspecified -> Hosted(Unset_hosted)
+ *     read more than once that they read and that are likely inlined with them plus one load
+ *     each, and a cell is read at most virtualize_max_cheap_visits times: recomputing beats a
+ *     store and loads, but not a whole chain of cheap definitions recomputed at every read);
+ *     read-only and unspecified -> Hosted(Unset_hosted)
  *     (37), read-only and already non-virtual -> Materialized (35), read-only yet Virtual/Local
  *     -> FAILED_PRECONDITION; read before write -> Materialized (36).
  *     troupe addition: a node written here and read nowhere here (reads of a cell inside the

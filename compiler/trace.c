@@ -659,6 +659,8 @@ static void s_complexity_ll(troupe__opt_ctx_t *c, const troupe_ll_t *s)
  * read recomputes is the whole chain (the residual stream's adds: layer k's sum reads every
  * earlier layer's output). A node is likely inlined when step 2 and 3 can make it virtual and
  * it is read once, or its chain is cheap and read at most virtualize_max_cheap_visits times.
+ * Only nodes read more than once count: one read once sits in the loop that reads the node
+ * (GELU's backward), where the C compiler shares it between the node's reads.
  * state: 0 not seen, 1 in progress (a recurrence: counts nothing), 2 done. */
 static bool s_likely_inlined(troupe__opt_ctx_t *c, size_t i, uint8_t *state);
 
@@ -675,7 +677,8 @@ static int64_t s_chain_cost(troupe__opt_ctx_t *c, size_t i, uint8_t *state)
         const troupe__opt_pos_t *reads = &c->item_reads[nd->wpos.at[u]];
         for (size_t r = 0; r < reads->n && e < TROUPE__OPT_COST_MAX; r++) {
             size_t x = reads->at[r];
-            if (x != i && state[x] != 1 && s_likely_inlined(c, x, state))
+            if (x != i && state[x] != 1 && c->traced[x].max_visits > 1 &&
+                s_likely_inlined(c, x, state))
                 e += 1 + c->nd[x].chain_cost;
         }
     }

@@ -790,6 +790,41 @@ Test(optimize, chain_of_cheap_definitions_is_cut)
     s_release_all();
 }
 
+Test(optimize, chain_counts_only_definitions_read_twice)
+{
+    /* u = a*a*...*a (8 operations, read once); t = u + 1 (read twice); out = t*t. u sits in
+     * t's loop, so u counts nothing toward t's chain and t stays cheap; both are inlined. */
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *u = s_node("u", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *t = s_node("t", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *out = s_node("out", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_ll_proc_t *p = s_proc("chain_once");
+    int32_t i = troupe_ll_proc_add_symbol(p, "i");
+    troupe_sc_t *pw = s_get1(p, a, s_i(i));
+    for (int k = 0; k < 8; k++)
+        pw = s_bin(p, TROUPE_BINOP_MUL, pw, s_get1(p, a, s_i(i)));
+    troupe_ll_t *items[3] = {
+        s_for(p, i, 4, s_set1(p, u, s_i(i), pw)),
+        s_for(p, i, 4,
+              s_set1(p, t, s_i(i), s_bin(p, TROUPE_BINOP_ADD, s_get1(p, u, s_i(i)), s_c(p, 1.0)))),
+        s_for(p, i, 4,
+              s_set1(p, out, s_i(i),
+                     s_bin(p, TROUPE_BINOP_MUL, s_get1(p, t, s_i(i)), s_get1(p, t, s_i(i))))),
+    };
+    s_body(p, 3, items);
+    double *before = s_run(p, &a, 1, out);
+    s_optimize_ok(p, NULL);
+    cr_assert_eq(s_mode_kind(u, NULL), TROUPE_MM_VIRTUAL);
+    int32_t prov = 0;
+    cr_assert_eq(s_mode_kind(t, &prov), TROUPE_MM_VIRTUAL, "prov %d", (int)prov);
+    double *after = s_run(p, &a, 1, out);
+    s_assert_same(before, after, 4);
+    free(before);
+    free(after);
+    troupe_ll_proc_destroy(&p);
+    s_release_all();
+}
+
 /* t[i] = a[i]*2; out[i] = t[i]*t[i] again, t resolving from Never_virtual: Local under the
  * default (TROUPE_STACK_THRESHOLD, 32 bytes pass), On_device with local_max_bytes 0 (what the
  * cuda backend asks, devices/device.h no_local_arrays), Local again with a limit of its 32 bytes
