@@ -56,8 +56,9 @@
  *     over fresh symbols). Definitions are removed and the node becomes Virtual (152, or 40 for
  *     a scalar constant expression). Read twice by a complex computation, it was made
  *     Never_virtual in step 2 and stays; a simple computation (a copy or a constant, OCANNL's
- *     `is_complex` false) read several times is inlined at every read
- *     (inline_simple_computations).
+ *     `is_complex` false; troupe's: also an identity of a read of a node that stays stored, so
+ *     a product reads that node through its strides) read several times is inlined at every
+ *     read (inline_simple_computations).
  *  4. Simplification [simplify_llc], in the precision of each expression's context (the node
  *     set, or the local scope's node):
  *       - constant folding with troupe_interpret_* of ops whose result the generated code
@@ -196,7 +197,8 @@ TROUPE_MUST_USE troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc,
  * counted when inline_complex_computations, as OCANNL); read_before_write is also true for a
  * read-only node that is read (OCANNL marks such reads recurrent); is_accessing = read by a GET
  * or a merge-buffer read; is_complex = OCANNL's notion (its value applies an operation to reads
- * of memory, or reads a local scope) or a reduction loop around its definition. */
+ * of memory, or reads a local scope; an identity of a stored node's read is not one) or a
+ * reduction loop around its definition. */
 const troupe_ll_traced_t *troupe_optimize_traced(const troupe_ll_proc_t *proc,
                                                  const troupe_tnode_t *tn);
 

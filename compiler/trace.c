@@ -554,15 +554,37 @@ static bool s_accessing_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e)
     }
 }
 
+/* Whether e is a plain read of a node that stays stored: read-only here, known non-virtual, or
+ * a complex computation read more often than a cheap one may be (compiler/optimize.h step 2).
+ * A copy of such a read (an identity: attention's q, k and v out of qkv, a permuted view of a
+ * product's output) is a simple computation, inlined where it is read: a product then reads
+ * the stored node through its strides (compiler/gemm.h: slices of larger arrays). A copy of a
+ * node that may itself be inlined stays complex, so a product never reads an inlined
+ * definition. */
+static bool s_stored_read(const troupe__opt_ctx_t *c, const troupe_sc_t *e)
+{
+    if (e->kind != TROUPE_SC_GET)
+        return false;
+    ptrdiff_t x = troupe__opt_node_of(c, e->u.get.tn);
+    if (x < 0)
+        return false;
+    const troupe_ll_traced_t *tr = &c->traced[x];
+    return tr->read_only || troupe_tnode_known_non_virtual(c->tns[x]) ||
+           (tr->is_complex && tr->max_visits > c->o.virtualize_max_cheap_visits);
+}
+
 static bool s_complex_sc(troupe__opt_ctx_t *c, const troupe_sc_t *e)
 {
     switch (e->kind) {
     case TROUPE_SC_LOCAL_SCOPE:
     case TROUPE_SC_GET_LOCAL:
         return true;
+    case TROUPE_SC_UNOP:
+        if (e->u.op.op == TROUPE_UNOP_IDENTITY && s_stored_read(c, e->u.op.args[0]))
+            return false;
+        return s_accessing_sc(c, e);
     case TROUPE_SC_TERNOP:
     case TROUPE_SC_BINOP:
-    case TROUPE_SC_UNOP:
         return s_accessing_sc(c, e);
     default: /* a plain read, constants, indices */
         return false;

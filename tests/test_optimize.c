@@ -825,6 +825,50 @@ Test(optimize, chain_counts_only_definitions_read_twice)
     s_release_all();
 }
 
+/* c[i] = identity(src[i]); out[i] = c[i]^4 (c read 4 times). src is the input a, or
+ * t[i] = a[i]*2 (a cheap definition that may itself be inlined). The mode c gets. */
+static troupe_memory_mode_kind_t s_copy_mode(bool of_input)
+{
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *t = s_node("t", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *cp = s_node("c", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_tnode_t *out = s_node("out", TROUPE_PREC_DOUBLE, 1, 4, 0);
+    troupe_ll_proc_t *p = s_proc("copy");
+    int32_t i = troupe_ll_proc_add_symbol(p, "i");
+    troupe_ll_t *items[3];
+    size_t n = 0;
+    if (!of_input)
+        items[n++] = s_for(
+            p, i, 4, s_set1(p, t, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, a, s_i(i)), s_c(p, 2.0))));
+    troupe_sc_t *src = s_get1(p, of_input ? a : t, s_i(i));
+    items[n++] = s_for(p, i, 4, s_set1(p, cp, s_i(i), troupe_sc_unop(p, TROUPE_UNOP_IDENTITY, src)));
+    troupe_sc_t *prod = s_get1(p, cp, s_i(i));
+    for (int k = 1; k < 4; k++)
+        prod = s_bin(p, TROUPE_BINOP_MUL, prod, s_get1(p, cp, s_i(i)));
+    items[n++] = s_for(p, i, 4, s_set1(p, out, s_i(i), prod));
+    s_body(p, n, items);
+    double *before = s_run(p, &a, 1, out);
+    s_optimize_ok(p, NULL);
+    double *after = s_run(p, &a, 1, out);
+    s_assert_same(before, after, 4);
+    troupe_memory_mode_kind_t k = s_mode_kind(cp, NULL);
+    free(before);
+    free(after);
+    troupe_ll_proc_destroy(&p);
+    s_release_all();
+    return k;
+}
+
+Test(optimize, copy_of_a_stored_node_is_inlined)
+{
+    /* a copy of a stored node is a simple computation, inlined at every read (a product
+     * then reads the stored node through its strides: attention's q, k, v out of qkv) */
+    cr_assert_eq(s_copy_mode(true), TROUPE_MM_VIRTUAL);
+    /* a copy of a definition that may be inlined stays stored, so that a product never
+     * reads an inlined definition */
+    cr_assert_neq(s_copy_mode(false), TROUPE_MM_VIRTUAL);
+}
+
 /* t[i] = a[i]*2; out[i] = t[i]*t[i] again, t resolving from Never_virtual: Local under the
  * default (TROUPE_STACK_THRESHOLD, 32 bytes pass), On_device with local_max_bytes 0 (what the
  * cuda backend asks, devices/device.h no_local_arrays), Local again with a limit of its 32 bytes
