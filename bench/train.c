@@ -205,6 +205,9 @@ static troupe_optimizer_kind_t s_opt_kind = TROUPE_OPT_SGD;
 static fmnist_feed_t s_feed = FMNIST_FEED_AUTO;
 /* --model: the MLP or the convnet (examples/fmnist/mlp.h), every layout's and child's */
 static fmnist_model_kind_t s_model = FMNIST_MODEL_MLP;
+/* --grad-accum K: micro-steps per optimizer step on both sides (troupe_dp_config_t's
+ * grad_accum; the torch peer's backward per 1/K of the batch before its step) */
+static int s_grad_accum = 1;
 static int s_run(void *arg);
 static const char *s_trace_prefix; /* a traced child (--trace PREFIX) */
 static bool s_trace_failed;        /* a traced child could not switch tracing */
@@ -234,7 +237,7 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
 {
     memset(l, 0, sizeof *l);
     int64_t replicas = (int64_t)streams * troupe_cluster_size();
-    int64_t B = global_batch / replicas;
+    int64_t B = global_batch / (replicas * s_grad_accum);
     int64_t nb = ds->count / B;
     fmnist_mlp_config_t mc = s_model == FMNIST_MODEL_CNN ? fmnist_cnn_config_default(B, nb)
                                                          : fmnist_mlp_config_default(B, nb);
@@ -251,6 +254,7 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
                              .streams = streams,
                              .optimizer = opt,
                              .compress_bf16 = s_bf16,
+                             .grad_accum = s_grad_accum,
                              .overlap = s_overlap ? TROUPE_DP_OVERLAP_ON : TROUPE_DP_OVERLAP_OFF,
                              /* the MLP's 0.94 MB fit in DDP's first bucket: a bucket per layer */
                              .bucket_bytes = 1};
@@ -274,7 +278,7 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
     for (int s = 0; s < S_WARM_STEPS; s++)
         TROUPE_RETURN_IF_ERROR(troupe_dp_step(l->dp));
     TROUPE_RETURN_IF_ERROR(troupe_dp_sync(l->dp));
-    l->samples_per_run = (int64_t)S_STEPS * B * replicas;
+    l->samples_per_run = (int64_t)S_STEPS * B * replicas * s_grad_accum;
     return TROUPE_OK;
 }
 
@@ -489,6 +493,12 @@ static troupe_status_t s_child_start(int mpi_ranks, int64_t batch, bool bf16, co
     argv[argc++] = (char *)fmnist_feed_name(s_feed);
     argv[argc++] = (char *)"--model";
     argv[argc++] = (char *)fmnist_model_name(s_model);
+    char accum_s[16];
+    if (s_grad_accum > 1) {
+        snprintf(accum_s, sizeof accum_s, "%d", s_grad_accum);
+        argv[argc++] = (char *)"--grad-accum";
+        argv[argc++] = accum_s;
+    }
     if (bf16)
         argv[argc++] = (char *)"--bf16";
     if (s_overlap)
@@ -737,8 +747,9 @@ static char s_torch_absent[512];
 static int s_torch_run(const char *python, const char *mode, int64_t batch, int runs,
                        bool print_facts, double *us_per_step)
 {
-    char runs_s[16], steps_s[16], batch_s[24];
+    char runs_s[16], steps_s[16], batch_s[24], accum_s[16];
     snprintf(batch_s, sizeof batch_s, "%lld", (long long)batch);
+    snprintf(accum_s, sizeof accum_s, "%d", s_grad_accum);
     snprintf(runs_s, sizeof runs_s, "%d", runs);
     snprintf(steps_s, sizeof steps_s, "%d", S_STEPS);
     char *argv[] = {(char *)python,
@@ -754,6 +765,8 @@ static int s_torch_run(const char *python, const char *mode, int64_t batch, int 
                     batch_s,
                     (char *)"--optimizer",
                     (char *)troupe_optimizer_name(s_opt_kind),
+                    s_grad_accum > 1 ? (char *)"--grad-accum" : NULL,
+                    accum_s,
                     NULL};
     s_child_proc_t c = {.what = "torch peer"};
     if (s_spawn(argv, &c) != TROUPE_OK) {
@@ -1183,9 +1196,9 @@ static int s_cnn_cases(const troupe_bench_opts_t *opts)
                                 S_BYTES_PER_SAMPLE * S_GLOBAL_BATCH, tus[i] * S_GLOBAL_BATCH, peer,
                                 peer_us[i],
                                 "troupe_samples_s=%.0f peer_samples_s=%.0f global_batch=%d "
-                                "rounds=%d",
+                                "grad_accum=%d rounds=%d",
                                 1e6 / tus[i], 1e6 * S_GLOBAL_BATCH / peer_us[i], S_GLOBAL_BATCH,
-                                rounds);
+                                s_grad_accum, rounds);
     }
     double lo = eff[0], hi = eff[0];
     for (int k = 1; k < rounds; k++) {
@@ -1226,6 +1239,17 @@ int main(int argc, char **argv)
                         S_PROG, S_MAX_RANKS);
                 return 2;
             }
+            i++;
+        } else if (i > 0 && strcmp(argv[i], "--grad-accum") == 0) {
+            char *end = NULL;
+            long k = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || k < 1 ||
+                k > TROUPE_DP_MAX_GRAD_ACCUM || S_GLOBAL_BATCH % (2 * k) != 0) {
+                fprintf(stderr, "%s: --grad-accum needs K from 1 to %d dividing %d / 2\n", S_PROG,
+                        TROUPE_DP_MAX_GRAD_ACCUM, S_GLOBAL_BATCH);
+                return 2;
+            }
+            s_grad_accum = (int)k;
             i++;
         } else if (i > 0 && strcmp(argv[i], "--model") == 0) {
             if (i + 1 >= argc || fmnist_model_parse(argv[i + 1], &s_model) != TROUPE_OK) {
@@ -1291,7 +1315,9 @@ int main(int argc, char **argv)
                                      "minibatch form (examples/fmnist/mlp.h; auto: fed on a "
                                      "backend with graphs, cuda); --optimizer sgd|adamw: every "
                                      "case's and the torch peer's (sgd: lr 0.05, momentum 0.9; "
-                                     "adamw: torch.optim.AdamW's defaults); --model mlp|cnn: the "
+                                     "adamw: torch.optim.AdamW's defaults); --grad-accum K: K micro-steps per step of the "
+                                     "same global batch on both sides (troupe's grad_accum; the peer "
+                                     "sums K backward passes); --model mlp|cnn: the "
                                      "trainer's MLP or its convnet (cnn: 1x1-proc and 2x1 against "
                                      "PyTorch only, SGD)",
                                      &opts);

@@ -196,6 +196,8 @@ def main():
     p.add_argument("--steps", type=int, default=40, help="steps per timed run")
     p.add_argument("--runs", type=int, default=7, help="timed runs")
     p.add_argument("--warmup-steps", type=int, default=10)
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-steps per step: the gradient summed over K backward passes")
     p.add_argument("--optimizer", choices=["sgd"], default="sgd")
     args = p.parse_args()
     if args.batch < 2 or args.batch % (args.ranks if args.mode == "ddp" else 1) or \

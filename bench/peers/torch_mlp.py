@@ -34,6 +34,7 @@ Exit status: 0; 3 when torch cannot be imported (one line `torch_peer absent rea
 """
 
 import argparse
+import contextlib
 import os
 import socket
 import sys
@@ -147,8 +148,20 @@ def _train(torch, model, batches, args, barrier=None, sync=None):
         x, y = batches[i % n]
         i += 1
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
+        k = getattr(args, "grad_accum", 1)
+        if k == 1:
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+        else:  # the batch's mean loss as the sum of K micro-batches' means over K
+            loss = 0.0
+            for j, (xs, ys) in enumerate(zip(x.chunk(k), y.chunk(k))):
+                # DDP: allreduce once, in the last micro-step's backward
+                quiet = model.no_sync() if j < k - 1 and hasattr(model, "no_sync") \
+                    else contextlib.nullcontext()
+                with quiet:
+                    part = F.cross_entropy(model(xs), ys) / k
+                    part.backward()
+                loss = loss + part.detach()
         opt.step()
         return loss
 
@@ -258,6 +271,8 @@ def main():
     ap.add_argument("--steps", type=int, default=40, help="steps per timed run")
     ap.add_argument("--runs", type=int, default=7, help="timed runs")
     ap.add_argument("--warmup-steps", type=int, default=10)
+    ap.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-steps per step: the gradient summed over K backward passes")
     ap.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
     args = ap.parse_args()
     if args.batch % (args.ranks if args.mode == "ddp" else 1) or args.batch < 2 or \
