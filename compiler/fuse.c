@@ -215,13 +215,28 @@ static void s_collect(s_accesses_t *a, const s_rename_t *r, const troupe_ll_t *b
 /* ---- B's statements with A's iterators ---------------------------------------------------- */
 
 static troupe_sc_t *s_ren_sc(troupe_ll_proc_t *p, const s_rename_t *r, const troupe_sc_t *v);
+static troupe_ll_t *s_ren_set(troupe_ll_proc_t *p, const s_rename_t *r, const troupe_ll_t *set);
 
-/* A local scope's body (SET_LOCALs only) with A's iterators. */
-static troupe_ll_t *s_ren_scope_body(troupe_ll_proc_t *p, const s_rename_t *r, const troupe_ll_t *b)
+/* A statement (loops, sequences, SETs, SET_LOCALs, comments: s_tree_ok) with A's iterators. */
+static troupe_ll_t *s_ren_ll(troupe_ll_proc_t *p, const s_rename_t *r, const troupe_ll_t *b)
 {
-    if (b->kind == TROUPE_LL_SET_LOCAL) {
+    switch (b->kind) {
+    case TROUPE_LL_SET_LOCAL: {
         troupe_sc_t *v = s_ren_sc(p, r, b->u.set_local.value);
         return v ? troupe_ll_set_local(p, b->u.set_local.id, v) : NULL;
+    }
+    case TROUPE_LL_SET:
+        return s_ren_set(p, r, b);
+    case TROUPE_LL_FOR: {
+        troupe_ll_t *body = s_ren_ll(p, r, b->u.for_loop.body);
+        return body ? troupe_ll_for(p, b->u.for_loop.sym, b->u.for_loop.from, b->u.for_loop.to,
+                                    body, b->u.for_loop.trace_it)
+                    : NULL;
+    }
+    case TROUPE_LL_SEQ:
+        break;
+    default:
+        return (troupe_ll_t *)b; /* comments and no-ops hold no index */
     }
     size_t n = b->u.seq.count;
     troupe_ll_t **items = troupe_calloc(n ? n : 1, sizeof *items);
@@ -230,7 +245,7 @@ static troupe_ll_t *s_ren_scope_body(troupe_ll_proc_t *p, const s_rename_t *r, c
     troupe_ll_t *out = NULL;
     size_t i = 0;
     for (; i < n; i++)
-        if ((items[i] = s_ren_scope_body(p, r, b->u.seq.items[i])) == NULL)
+        if ((items[i] = s_ren_ll(p, r, b->u.seq.items[i])) == NULL)
             break;
     if (i == n)
         out = troupe_ll_seq(p, n, items);
@@ -244,7 +259,7 @@ static troupe_sc_t *s_ren_sc(troupe_ll_proc_t *p, const s_rename_t *r, const tro
     switch (v->kind) {
     case TROUPE_SC_LOCAL_SCOPE: {
         const troupe_tnode_t *tn = v->u.local_scope.tn;
-        troupe_ll_t *body = s_ren_scope_body(p, r, v->u.local_scope.body);
+        troupe_ll_t *body = s_ren_ll(p, r, v->u.local_scope.body);
         s_ren_idcs(r, tn, v->u.local_scope.orig_indices, idcs);
         return body ? troupe_sc_local_scope(p, v->u.local_scope.id, v->u.local_scope.tn, body,
                                             idcs)
@@ -384,6 +399,329 @@ free_accesses:
     return out;
 }
 
+/* ---- prefix fusion ------------------------------------------------------------------------- */
+
+/* The accesses of a statement tree below a nest's shared outer loops, renamed by r, and whether
+ * the tree holds only forms the test reads (loops, sequences, SETs, comments; loops and
+ * SET_LOCALs inside local scopes) and no product summed over a loop (a contraction that
+ * compiler/gemm may take: it stays whole). */
+typedef struct s_tree {
+    s_accesses_t acc;
+    const s_rename_t *r;
+    int32_t loops[2 * S_MAX_DEPTH];
+    int nloops;
+    bool ok;
+} s_tree_t;
+
+static void s_tree_ll(s_tree_t *t, const troupe_ll_t *s);
+
+static bool s_has_product(const troupe_sc_t *v)
+{
+    switch (v->kind) {
+    case TROUPE_SC_TERNOP:
+        return v->u.op.op == TROUPE_TERNOP_FMA || s_has_product(v->u.op.args[0]) ||
+               s_has_product(v->u.op.args[1]) || s_has_product(v->u.op.args[2]);
+    case TROUPE_SC_BINOP:
+        return v->u.op.op == TROUPE_BINOP_MUL || s_has_product(v->u.op.args[0]) ||
+               s_has_product(v->u.op.args[1]);
+    case TROUPE_SC_UNOP:
+        return s_has_product(v->u.op.args[0]);
+    default:
+        return false;
+    }
+}
+
+static void s_tree_sc(s_tree_t *t, const troupe_sc_t *v)
+{
+    switch (v->kind) {
+    case TROUPE_SC_LOCAL_SCOPE:
+        s_tree_ll(t, v->u.local_scope.body);
+        break;
+    case TROUPE_SC_GET:
+    case TROUPE_SC_GET_MERGE_BUFFER:
+        s_add(&t->acc, t->r, v->u.get.tn, v->u.get.idcs, false);
+        break;
+    case TROUPE_SC_TERNOP:
+        s_tree_sc(t, v->u.op.args[2]);
+        /* fall through */
+    case TROUPE_SC_BINOP:
+        s_tree_sc(t, v->u.op.args[1]);
+        /* fall through */
+    case TROUPE_SC_UNOP:
+        s_tree_sc(t, v->u.op.args[0]);
+        break;
+    default:
+        break;
+    }
+}
+
+static void s_tree_ll(s_tree_t *t, const troupe_ll_t *s)
+{
+    if (!t->ok)
+        return;
+    switch (s->kind) {
+    case TROUPE_LL_NOOP:
+    case TROUPE_LL_COMMENT:
+        break;
+    case TROUPE_LL_SEQ:
+        for (size_t i = 0; i < s->u.seq.count; i++)
+            s_tree_ll(t, s->u.seq.items[i]);
+        break;
+    case TROUPE_LL_FOR:
+        if (t->nloops == 2 * S_MAX_DEPTH) {
+            t->ok = false;
+            break;
+        }
+        t->loops[t->nloops++] = s->u.for_loop.sym;
+        s_tree_ll(t, s->u.for_loop.body);
+        t->nloops--;
+        break;
+    case TROUPE_LL_SET_LOCAL:
+        s_tree_sc(t, s->u.set_local.value);
+        break;
+    case TROUPE_LL_SET: {
+        bool reduction = false;
+        for (int l = 0; l < t->nloops; l++)
+            reduction = reduction ||
+                        !troupe_axis_indices_use(s->u.set.idcs, s->u.set.tn->ndims, t->loops[l]);
+        if (reduction && s_has_product(s->u.set.value)) {
+            t->ok = false;
+            break;
+        }
+        s_tree_sc(t, s->u.set.value);
+        s_add(&t->acc, t->r, s->u.set.tn, s->u.set.idcs, true);
+        break;
+    }
+    default:
+        t->ok = false; /* zeroings, vector SETs, gathers: not analysed */
+        break;
+    }
+}
+
+/* The FOR chain opening s (at most S_MAX_DEPTH loops). */
+static int s_chain(const troupe_ll_t *s, const troupe_ll_t **loops)
+{
+    int n = 0;
+    while (s->kind == TROUPE_LL_FOR && n < S_MAX_DEPTH) {
+        loops[n++] = s;
+        s = s->u.for_loop.body;
+    }
+    return n;
+}
+
+static bool s_outer(const int32_t *x, int d, int32_t sym)
+{
+    for (int l = 0; l < d; l++)
+        if (x[l] == sym)
+            return true;
+    return false;
+}
+
+/* Whether every access to tn in the lists sits at the element(s) one outer iteration owns: each
+ * axis either only outer iterators (then a single one, coefficient 1, the same index in every
+ * access, each of the d outer iterators on one such axis) or none. Two accesses to one element
+ * then happen in the same outer iteration. */
+static bool s_owned(const s_accesses_t *const *lists, int nlists, const troupe_tnode_t *tn,
+                    const int32_t *x, int d)
+{
+    const s_access_t *ref = NULL;
+    bool used[S_MAX_DEPTH] = {false};
+    for (int li = 0; li < nlists; li++)
+        for (size_t j = 0; j < lists[li]->count; j++) {
+            const s_access_t *a = &lists[li]->items[j];
+            if (a->tn != tn)
+                continue;
+            for (int ax = 0; ax < tn->ndims; ax++) {
+                const troupe_axis_index_t *ix = &a->idcs[ax];
+                int outer = 0;
+                for (int k = 0; k < ix->nterms; k++)
+                    outer += s_outer(x, d, ix->terms[k].sym);
+                if (outer > 0 && outer != ix->nterms)
+                    return false;
+                if (ref == NULL) {
+                    if (outer == 0)
+                        continue;
+                    if (ix->nterms != 1 || ix->terms[0].coeff != 1)
+                        return false;
+                    for (int l = 0; l < d; l++)
+                        if (x[l] == ix->terms[0].sym) {
+                            if (used[l])
+                                return false;
+                            used[l] = true;
+                        }
+                } else {
+                    bool ref_outer = false;
+                    for (int k = 0; k < ref->idcs[ax].nterms; k++)
+                        ref_outer = ref_outer || s_outer(x, d, ref->idcs[ax].terms[k].sym);
+                    if (ref_outer != (outer > 0) ||
+                        (outer > 0 && !troupe_axis_indices_equal(ix, &ref->idcs[ax], 1)))
+                        return false;
+                }
+            }
+            if (ref == NULL) {
+                for (int l = 0; l < d; l++)
+                    if (!used[l])
+                        return false;
+                ref = a;
+            }
+        }
+    return true;
+}
+
+static bool s_accesses(const s_accesses_t *a, const troupe_tnode_t *tn, bool write_only)
+{
+    for (size_t j = 0; j < a->count; j++)
+        if (a->items[j].tn == tn && (a->items[j].write || !write_only))
+            return true;
+    return false;
+}
+
+/* Whether A and B, their first d loops shared, may run as one nest of d loops around A's body
+ * then B's: every node one writes and the other accesses is owned by the outer iterations
+ * (s_owned); *related when there is such a node. */
+static bool s_prefix_legal(const s_accesses_t *aa, const s_accesses_t *ba, const int32_t *x, int d,
+                           bool *related)
+{
+    const s_accesses_t *both[2] = {aa, ba};
+    *related = false;
+    for (int side = 0; side < 2; side++) {
+        const s_accesses_t *w = both[side], *o = both[1 - side];
+        for (size_t j = 0; j < w->count; j++) {
+            const troupe_tnode_t *tn = w->items[j].tn;
+            if (!w->items[j].write || !s_accesses(o, tn, false))
+                continue;
+            *related = true;
+            if (!s_owned(both, 2, tn, x, d))
+                return false;
+        }
+    }
+    return true;
+}
+
+/* A then B as one nest over their longest legal shared prefix of loops (troupe's: a producer
+ * and its consumer that run over one outer space but differ below it, e.g. a max pool's
+ * gradient pieces, or a pass over a plane after one over its windows), or NULL. Only nests
+ * that share data are fused, and never around a summed product. */
+static troupe_ll_t *s_try_prefix(s_fuser_t *f, const troupe_ll_t *a_stmt,
+                                 const troupe_ll_t *b_stmt)
+{
+    const troupe_ll_t *al[S_MAX_DEPTH], *bl[S_MAX_DEPTH];
+    int an = s_chain(a_stmt, al), bn = s_chain(b_stmt, bl), d = 0;
+    while (d < an && d < bn && al[d]->u.for_loop.from == bl[d]->u.for_loop.from &&
+           al[d]->u.for_loop.to == bl[d]->u.for_loop.to)
+        d++;
+    troupe_ll_t *out = NULL;
+    for (; d > 0 && out == NULL && !f->oom; d--) {
+        s_rename_t none = {{0}, {0}, 0}, r;
+        int32_t x[S_MAX_DEPTH];
+        r.n = d;
+        for (int l = 0; l < d; l++) {
+            r.from[l] = bl[l]->u.for_loop.sym;
+            r.to[l] = x[l] = al[l]->u.for_loop.sym;
+        }
+        s_tree_t ta = {{NULL, 0, 0, false}, &none, {0}, 0, true};
+        s_tree_t tb = {{NULL, 0, 0, false}, &r, {0}, 0, true};
+        for (int l = 0; l < d; l++) {
+            ta.loops[ta.nloops++] = x[l];
+            tb.loops[tb.nloops++] = r.from[l]; /* B's own, as its SETs name them */
+        }
+        const troupe_ll_t *abody = al[d - 1]->u.for_loop.body,
+                          *bbody = bl[d - 1]->u.for_loop.body;
+        s_tree_ll(&ta, abody);
+        s_tree_ll(&tb, bbody);
+        bool related = false;
+        if (ta.acc.oom || tb.acc.oom) {
+            f->oom = true;
+        } else if (ta.ok && tb.ok && s_prefix_legal(&ta.acc, &tb.acc, x, d, &related) &&
+                   related) {
+            troupe_ll_proc_t *p = f->proc;
+            troupe_ll_t *rb = s_ren_ll(p, &r, bbody);
+            out = rb ? troupe_ll_seq2(p, (troupe_ll_t *)abody, rb) : NULL;
+            for (int l = d - 1; l >= 0 && out != NULL; l--)
+                out = troupe_ll_for(p, x[l], al[l]->u.for_loop.from, al[l]->u.for_loop.to, out,
+                                    al[l]->u.for_loop.trace_it || bl[l]->u.for_loop.trace_it);
+            if (out == NULL)
+                f->oom = true;
+            else
+                f->fused++;
+        }
+        troupe_free(ta.acc.items);
+        troupe_free(tb.acc.items);
+    }
+    return out;
+}
+
+/* ZERO_OUT of n followed by a nest whose outer loops each own one slice of n (s_owned over the
+ * nest's accesses, the outer axes' loops spanning n's axes from 0): the nest zeroes its slice
+ * at the start of each outer iteration instead (the slices partition n, and no other
+ * iteration touches it), or NULL. Not around a summed product: a zeroing before a loop of
+ * library calls is compiler/cgen's to drop. */
+static troupe_ll_t *s_try_sink_zero(s_fuser_t *f, const troupe_ll_t *zero, const troupe_ll_t *nest)
+{
+    troupe_tnode_t *tn = zero->u.zero_out;
+    const troupe_ll_t *loops[S_MAX_DEPTH];
+    int n = s_chain(nest, loops);
+    troupe_ll_t *out = NULL;
+    for (int d = n; d > 0 && out == NULL && !f->oom; d--) {
+        s_rename_t none = {{0}, {0}, 0};
+        s_tree_t t = {{NULL, 0, 0, false}, &none, {0}, 0, true};
+        int32_t x[S_MAX_DEPTH];
+        for (int l = 0; l < d; l++)
+            t.loops[t.nloops++] = x[l] = loops[l]->u.for_loop.sym;
+        const troupe_ll_t *body = loops[d - 1]->u.for_loop.body;
+        s_tree_ll(&t, body);
+        const s_accesses_t *lists[1] = {&t.acc};
+        const s_access_t *ref = NULL;
+        for (size_t j = 0; j < t.acc.count && ref == NULL; j++)
+            if (t.acc.items[j].tn == tn)
+                ref = &t.acc.items[j];
+        bool ok = !t.acc.oom && t.ok && ref != NULL && s_owned(lists, 1, tn, x, d);
+        /* the outer axes' loops span the axes exactly, so the slices cover n */
+        for (int ax = 0; ok && ax < tn->ndims; ax++) {
+            const troupe_axis_index_t *ix = &ref->idcs[ax];
+            if (ix->nterms == 1 && s_outer(x, d, ix->terms[0].sym))
+                for (int l = 0; l < d; l++)
+                    if (x[l] == ix->terms[0].sym)
+                        ok = ix->offset == 0 && loops[l]->u.for_loop.from == 0 &&
+                             loops[l]->u.for_loop.to == tn->dims[ax] - 1;
+        }
+        if (t.acc.oom)
+            f->oom = true;
+        if (ok) {
+            troupe_ll_proc_t *p = f->proc;
+            troupe_axis_index_t idcs[TROUPE_MAX_DIMS];
+            int32_t free_sym[TROUPE_MAX_DIMS];
+            int free_ax[TROUPE_MAX_DIMS], nfree = 0;
+            for (int ax = 0; ax < tn->ndims; ax++) {
+                const troupe_axis_index_t *ix = &ref->idcs[ax];
+                if (ix->nterms == 1 && s_outer(x, d, ix->terms[0].sym)) {
+                    idcs[ax] = *ix;
+                } else {
+                    free_ax[nfree] = ax;
+                    free_sym[nfree] = troupe_ll_proc_add_symbol(p, NULL);
+                    idcs[ax] = troupe_idx_sym(free_sym[nfree]);
+                    nfree++;
+                }
+            }
+            troupe_ll_t *z = troupe_ll_set(p, tn, idcs, troupe_sc_constant(p, 0.0));
+            for (int k = nfree - 1; k >= 0 && z != NULL; k--)
+                z = free_sym[k] < 0
+                        ? NULL
+                        : troupe_ll_for(p, free_sym[k], 0, tn->dims[free_ax[k]] - 1, z, false);
+            out = z ? troupe_ll_seq2(p, z, (troupe_ll_t *)body) : NULL;
+            for (int l = d - 1; l >= 0 && out != NULL; l--)
+                out = troupe_ll_for(p, x[l], loops[l]->u.for_loop.from, loops[l]->u.for_loop.to,
+                                    out, loops[l]->u.for_loop.trace_it);
+            if (out == NULL)
+                f->oom = true;
+            else
+                f->fused++;
+        }
+        troupe_free(t.acc.items);
+    }
+    return out;
+}
+
 /* ---- the walk ------------------------------------------------------------------------------ */
 
 static troupe_ll_t *s_fuse_ll(s_fuser_t *f, troupe_ll_t *s);
@@ -401,9 +739,25 @@ static troupe_ll_t *s_fuse_seq(s_fuser_t *f, troupe_ll_t *s)
     for (size_t i = 0; i < n; i++) {
         troupe_ll_t *it = s_fuse_ll(f, s->u.seq.items[i]);
         changed |= it != s->u.seq.items[i];
-        troupe_ll_t *both = k > 0 ? s_try_fuse(f, items[k - 1], it) : NULL;
+        troupe_ll_t *sunk = k > 0 && items[k - 1]->kind == TROUPE_LL_ZERO_OUT &&
+                                    it->kind == TROUPE_LL_FOR
+                                ? s_try_sink_zero(f, items[k - 1], it)
+                                : NULL;
+        if (sunk != NULL) {
+            it = sunk;
+            k--;
+            changed = true;
+        }
+        /* the previous statement, past comments (they then follow the fused nest) */
+        size_t j = k;
+        while (j > 0 && (items[j - 1]->kind == TROUPE_LL_COMMENT ||
+                         items[j - 1]->kind == TROUPE_LL_NOOP))
+            j--;
+        troupe_ll_t *both = j > 0 ? s_try_fuse(f, items[j - 1], it) : NULL;
+        if (both == NULL && j > 0 && !f->oom)
+            both = s_try_prefix(f, items[j - 1], it);
         if (both != NULL) {
-            items[k - 1] = both;
+            items[j - 1] = both;
             changed = true;
         } else {
             items[k++] = it;

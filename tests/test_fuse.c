@@ -1,7 +1,9 @@
 /* Tests of compiler/fuse (loop fusion of pointwise nests): an optimizer-style chain becomes one
  * nest with bit-identical results under the interpreter; nests that read another's output at
  * another element, reductions, different bounds and non-injective writes stay apart; fusion
- * happens inside loop bodies and over inlined pointwise definitions (local scopes); troupe_ll_optimize runs it (fuse_loops) and can be told not to. */
+ * happens inside loop bodies and over inlined pointwise definitions (local scopes); troupe_ll_optimize runs it (fuse_loops) and can be told not to; nests that share only outer loops fuse over them when
+ * each shared cell belongs to one outer iteration, and a zeroing moves into such a nest, but
+ * not before a summed product. */
 #include "compiler/fuse.h"
 #include "compiler/interp.h"
 #include "compiler/optimize.h"
@@ -248,4 +250,177 @@ Test(fuse, the_optimizer_fuses_unless_told_not_to)
     troupe_ll_proc_destroy(&on);
     troupe_ll_proc_destroy(&off);
     s_free_vars(&v);
+}
+
+/* ---- prefix fusion and sunk zeroings --------------------------------------------------------- */
+
+#define PR 3 /* rows */
+#define PW 4 /* windows of 2 per row */
+
+typedef struct s_pool_vars {
+    troupe_tnode_t *in, *g, *cnt, *sh, *dx, *c;
+} s_pool_vars_t;
+
+static troupe_tnode_t *s_mat(const char *label, int64_t r, int64_t c)
+{
+    troupe_tnode_t *tn = NULL;
+    const char *l[1] = {label};
+    int64_t dims[2] = {r, c};
+    cr_assert_eq(troupe_tnode_new(l, 1, TROUPE_PREC_SINGLE, 2, dims, NULL, 0.0, &tn), TROUPE_OK);
+    return tn;
+}
+
+static s_pool_vars_t s_pool_vars(void)
+{
+    s_pool_vars_t v = {s_mat("in", PR, 2 * PW), s_mat("g", PR, PW), s_mat("cnt", PR, PW),
+                       s_mat("sh", PR, PW),     s_mat("dx", PR, 2 * PW), s_mat("c", PR, PR)};
+    return v;
+}
+
+static void s_pool_free(s_pool_vars_t *v)
+{
+    troupe_tnode_release(&v->in);
+    troupe_tnode_release(&v->g);
+    troupe_tnode_release(&v->cnt);
+    troupe_tnode_release(&v->sh);
+    troupe_tnode_release(&v->dx);
+    troupe_tnode_release(&v->c);
+}
+
+/* A max pool gradient's shape over windows of 2: cnt[r,w] = sum_k in[r,2w+k] (zeroed first);
+ * sh[r,w] = g[r,w'] / cnt[r,w] with w' = w, or PW-1-w when `other`;
+ * dx[r,2w+k] = in[r,2w+k] * sh[r',w] with r' = r, or PR-1-r when `other`. */
+static troupe_ll_proc_t *s_pool_proc(const s_pool_vars_t *v, bool other)
+{
+    troupe_ll_proc_t *p = NULL;
+    cr_assert_eq(troupe_ll_proc_new("pool", &p), TROUPE_OK);
+    troupe_ll_t *items[4];
+    items[0] = troupe_ll_zero_out(p, v->cnt);
+    int32_t r = troupe_ll_proc_add_symbol(p, NULL), w = troupe_ll_proc_add_symbol(p, NULL),
+            k = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t o[2] = {troupe_idx_sym(r), troupe_idx_sym(w)};
+    troupe_axis_index_t at[2] = {troupe_idx_sym(r), {2, {{2, w}, {1, k}}, 0}};
+    troupe_sc_t *sum = troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, v->cnt, o),
+                                       troupe_sc_get(p, v->in, at));
+    items[1] = troupe_ll_for(
+        p, r, 0, PR - 1,
+        troupe_ll_for(p, w, 0, PW - 1,
+                      troupe_ll_for(p, k, 0, 1, troupe_ll_set(p, v->cnt, o, sum), false), false),
+        false);
+    int32_t r2 = troupe_ll_proc_add_symbol(p, NULL), w2 = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t o2[2] = {troupe_idx_sym(r2), troupe_idx_sym(w2)};
+    troupe_axis_index_t gi[2] = {troupe_idx_sym(r2), {1, {{-1, w2}}, PW - 1}};
+    troupe_sc_t *q = troupe_sc_binop(p, TROUPE_BINOP_DIV, troupe_sc_get(p, v->g, other ? gi : o2),
+                                     troupe_sc_get(p, v->cnt, o2));
+    items[2] = troupe_ll_for(
+        p, r2, 0, PR - 1, troupe_ll_for(p, w2, 0, PW - 1, troupe_ll_set(p, v->sh, o2, q), false),
+        false);
+    int32_t r3 = troupe_ll_proc_add_symbol(p, NULL), w3 = troupe_ll_proc_add_symbol(p, NULL),
+            k3 = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t o3[2] = {troupe_idx_sym(r3), troupe_idx_sym(w3)};
+    troupe_axis_index_t shi[2] = {{1, {{-1, r3}}, PR - 1}, troupe_idx_sym(w3)};
+    troupe_axis_index_t at3[2] = {troupe_idx_sym(r3), {2, {{2, w3}, {1, k3}}, 0}};
+    troupe_sc_t *m = troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, v->in, at3),
+                                     troupe_sc_get(p, v->sh, other ? shi : o3));
+    items[3] = troupe_ll_for(
+        p, r3, 0, PR - 1,
+        troupe_ll_for(p, w3, 0, PW - 1,
+                      troupe_ll_for(p, k3, 0, 1, troupe_ll_set(p, v->dx, at3, m), false), false),
+        false);
+    p->body = troupe_ll_seq(p, 4, items);
+    cr_assert_eq(troupe_ll_proc_status(p), TROUPE_OK);
+    return p;
+}
+
+typedef struct s_pool_data {
+    float in[PR * 2 * PW], g[PR * PW], cnt[PR * PW], sh[PR * PW], dx[PR * 2 * PW], c[PR * PR];
+} s_pool_data_t;
+
+static void s_pool_run(const troupe_ll_proc_t *p, const s_pool_vars_t *v, s_pool_data_t *d)
+{
+    memset(d, 0, sizeof *d);
+    for (int i = 0; i < PR * 2 * PW; i++)
+        d->in[i] = 0.25f * (float)(i % 5) + 0.5f;
+    for (int i = 0; i < PR * PW; i++) {
+        d->g[i] = 0.3f * (float)i - 1.7f;
+        d->cnt[i] = 99.0f; /* the zeroing must reach every cell */
+    }
+    troupe_interp_buffer_t bufs[6] = {{v->in, d->in}, {v->g, d->g},   {v->cnt, d->cnt},
+                                      {v->sh, d->sh}, {v->dx, d->dx}, {v->c, d->c}};
+    troupe_interp_args_t args = {bufs, 6, NULL, 0, NULL};
+    cr_assert_eq(troupe_interp_run(p, &args), TROUPE_OK, "%s", troupe_last_error());
+}
+
+Test(fuse, a_windowed_gradient_becomes_one_nest_over_the_shared_loops)
+{
+    s_pool_vars_t v = s_pool_vars();
+    troupe_ll_proc_t *plain = s_pool_proc(&v, false), *fused = s_pool_proc(&v, false);
+    size_t count = 0;
+    cr_assert_eq(troupe_ll_fuse_loops(fused, &count), TROUPE_OK);
+    cr_assert_eq(count, 3, "the zeroing sunk, then two prefix fusions (got %zu)", count);
+    cr_assert_eq(fused->body->kind, TROUPE_LL_FOR, "one nest, the zeroing inside it");
+    cr_assert_eq(troupe_ll_proc_validate(fused), TROUPE_OK, "%s", troupe_last_error());
+    s_pool_data_t a, b;
+    s_pool_run(plain, &v, &a);
+    s_pool_run(fused, &v, &b);
+    cr_assert(memcmp(&a, &b, sizeof a) == 0, "fused results differ from the unfused ones");
+    cr_assert_float_eq(b.cnt[0], a.in[0] + a.in[1], 0.0f);
+    troupe_ll_proc_destroy(&plain);
+    troupe_ll_proc_destroy(&fused);
+    s_pool_free(&v);
+}
+
+Test(fuse, a_read_of_another_outer_iterations_cell_keeps_the_prefix_apart)
+{
+    s_pool_vars_t v = s_pool_vars();
+    troupe_ll_proc_t *plain = s_pool_proc(&v, true), *p = s_pool_proc(&v, true);
+    size_t count = 9;
+    cr_assert_eq(troupe_ll_fuse_loops(p, &count), TROUPE_OK);
+    /* the zeroing sinks into cnt's nest, which sh's nest joins (it reads cnt where cnt's
+     * iteration writes it); dx reads sh[PR-1-r, w], written by another row: apart */
+    cr_assert_eq(count, 2, "got %zu", count);
+    cr_assert_eq(s_top_nests(p), 2);
+    s_pool_data_t a, b;
+    s_pool_run(plain, &v, &a);
+    s_pool_run(p, &v, &b);
+    cr_assert(memcmp(&a, &b, sizeof a) == 0, "fused results differ from the unfused ones");
+    troupe_ll_proc_destroy(&plain);
+    troupe_ll_proc_destroy(&p);
+    s_pool_free(&v);
+}
+
+Test(fuse, a_zeroing_before_a_summed_product_stays)
+{
+    s_pool_vars_t v = s_pool_vars();
+    troupe_ll_proc_t *p = NULL;
+    cr_assert_eq(troupe_ll_proc_new("product", &p), TROUPE_OK);
+    /* c[i,j] += in[i,k] * in[j,k]: a contraction compiler/gemm may take whole */
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL), j = troupe_ll_proc_add_symbol(p, NULL),
+            k = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t ij[2] = {troupe_idx_sym(i), troupe_idx_sym(j)},
+                        ik[2] = {troupe_idx_sym(i), troupe_idx_sym(k)},
+                        jk[2] = {troupe_idx_sym(j), troupe_idx_sym(k)};
+    troupe_sc_t *prod = troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, v.in, ik),
+                                        troupe_sc_get(p, v.in, jk));
+    troupe_ll_t *items[2] = {
+        troupe_ll_zero_out(p, v.c),
+        troupe_ll_for(
+            p, i, 0, PR - 1,
+            troupe_ll_for(p, j, 0, PR - 1,
+                          troupe_ll_for(p, k, 0, 2 * PW - 1,
+                                        troupe_ll_set(p, v.c, ij,
+                                                      troupe_sc_binop(p, TROUPE_BINOP_ADD,
+                                                                      troupe_sc_get(p, v.c, ij),
+                                                                      prod)),
+                                        false),
+                          false),
+            false)};
+    p->body = troupe_ll_seq(p, 2, items);
+    size_t count = 9;
+    cr_assert_eq(troupe_ll_fuse_loops(p, &count), TROUPE_OK);
+    cr_assert_eq(count, 0);
+    cr_assert_eq(p->body->kind, TROUPE_LL_SEQ);
+    cr_assert_eq(p->body->u.seq.items[0]->kind, TROUPE_LL_ZERO_OUT);
+    troupe_ll_proc_destroy(&p);
+    s_pool_free(&v);
 }
