@@ -13,8 +13,24 @@
  * writes is accessed by the other only at the element the writer writes at the same iteration.
  * Then each element sees A's statements before B's, exactly as before, so results are bit for bit
  * those of the unfused code (the interpreter runs the fused form too). Fusion repeats along the
- * sequence (A+B, then +C...) and inside loop bodies. Contractions (a write that does not use
- * every iterator) are never fused, so compiler/gemm still sees them whole.
+ * sequence (A+B, then +C...) and inside loop bodies, past comments between them.
+ * Contractions (a write that does not use every iterator) are never fused this way, so
+ * compiler/gemm still sees them whole.
+ *
+ * Prefix fusion (troupe's): when that test fails, A and B that share their first d loops (the
+ * same bounds level by level) become those d loops around A's body then B's, for the largest
+ * d where every node one of them writes and the other accesses belongs to the outer
+ * iterations: each axis of every access to it either one outer iterator (coefficient 1, the
+ * same index in all of them, every outer iterator on one axis) or none. Two accesses to one
+ * element then fall in the same outer iteration, where A's still precede B's. Only nests that
+ * share such a node fuse, and none holding a product summed over a loop (a GEMM candidate).
+ * A max pool's gradient pieces (tie count, share, the window's cells) become one pass, and the
+ * pass over a plane after them joins it per plane.
+ *
+ * Sunk zeroings (troupe's): a ZERO_OUT of n followed by a nest whose first d loops own n's
+ * slices that way (those loops spanning n's axes from 0; the zeroing's other axes free) becomes
+ * a zeroing of the slice at the start of each outer iteration, so the cells are written while
+ * in cache; again not before a summed product (compiler/cgen drops such zeroings itself).
  *
  * Source: the classic legality condition of loop fusion (no fusion-preventing dependence,
  * Kennedy & McKinley), restricted to same-element dependences.

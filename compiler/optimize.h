@@ -81,7 +81,10 @@
  *       - a local scope whose body is only SET_LOCAL(v) becomes v when the scope's precision is
  *         the context's (otherwise the rounding to the scope's precision would be lost).
  *  4b. Loop fusion (fuse_loops, default true; troupe's): adjacent pointwise nests over the same
- *     iteration space become one nest (compiler/fuse.h), bit for bit the same results.
+ *     iteration space become one nest, nests sharing outer loops fuse over them where each
+ *     shared cell belongs to one outer iteration, and a zeroing moves into the nest after it
+ *     when that nest's outer iterations own its slices (compiler/fuse.h); bit for bit the same
+ *     results.
  *  5. Every node's placeholder mode is resolved (troupe_tnode_default_to_most_local_within with
  *     opts->local_max_bytes, provenance old*1000+703); proc->inputs (materialized, not
  *     constant, read-only or read-before-write), proc->outputs (materialized and written),
