@@ -722,6 +722,228 @@ static troupe_ll_t *s_try_sink_zero(s_fuser_t *f, const troupe_ll_t *zero, const
     return out;
 }
 
+/* ---- interchange and fusion past independent statements ------------------------------------ */
+
+/* The nodes a statement reads and writes, any form (a zeroing writes its node, a gather reads
+ * its index node); false for a form it does not know. */
+static bool s_nodes_ll(s_accesses_t *a, const troupe_ll_t *s);
+
+static void s_nodes_sc(s_accesses_t *a, const troupe_sc_t *v, bool *ok)
+{
+    static const s_rename_t none = {{0}, {0}, 0};
+    switch (v->kind) {
+    case TROUPE_SC_LOCAL_SCOPE:
+        *ok = *ok && s_nodes_ll(a, v->u.local_scope.body);
+        break;
+    case TROUPE_SC_GET:
+    case TROUPE_SC_GET_MERGE_BUFFER:
+        s_add(a, &none, v->u.get.tn, v->u.get.idcs, false);
+        break;
+    case TROUPE_SC_TERNOP:
+        s_nodes_sc(a, v->u.op.args[2], ok);
+        /* fall through */
+    case TROUPE_SC_BINOP:
+        s_nodes_sc(a, v->u.op.args[1], ok);
+        /* fall through */
+    case TROUPE_SC_UNOP:
+        s_nodes_sc(a, v->u.op.args[0], ok);
+        break;
+    default:
+        break;
+    }
+}
+
+static bool s_nodes_ll(s_accesses_t *a, const troupe_ll_t *s)
+{
+    static const s_rename_t none = {{0}, {0}, 0};
+    troupe_axis_index_t fixed[TROUPE_MAX_DIMS];
+    for (int ax = 0; ax < TROUPE_MAX_DIMS; ax++)
+        fixed[ax] = troupe_idx_fixed(0);
+    bool ok = true;
+    switch (s->kind) {
+    case TROUPE_LL_NOOP:
+    case TROUPE_LL_COMMENT:
+        break;
+    case TROUPE_LL_SEQ:
+        for (size_t i = 0; i < s->u.seq.count && ok; i++)
+            ok = s_nodes_ll(a, s->u.seq.items[i]);
+        break;
+    case TROUPE_LL_FOR:
+        ok = s_nodes_ll(a, s->u.for_loop.body);
+        break;
+    case TROUPE_LL_ZERO_OUT:
+        s_add(a, &none, s->u.zero_out, fixed, true);
+        break;
+    case TROUPE_LL_SET:
+        s_nodes_sc(a, s->u.set.value, &ok);
+        s_add(a, &none, s->u.set.tn, s->u.set.idcs, true);
+        break;
+    case TROUPE_LL_SET_FROM_VEC:
+        s_nodes_sc(a, s->u.set_from_vec.arg, &ok);
+        s_add(a, &none, s->u.set_from_vec.tn, s->u.set_from_vec.idcs, true);
+        break;
+    case TROUPE_LL_SET_LOCAL:
+        s_nodes_sc(a, s->u.set_local.value, &ok);
+        break;
+    case TROUPE_LL_BIND_INDEX:
+        s_add(a, &none, s->u.bind_index.tn, s->u.bind_index.idcs, false);
+        ok = s_nodes_ll(a, s->u.bind_index.body);
+        break;
+    default:
+        ok = false;
+        break;
+    }
+    return ok;
+}
+
+/* Whether two statements' node sets leave their order free: no node one writes that the other
+ * accesses. */
+static bool s_independent(const s_accesses_t *x, const s_accesses_t *y)
+{
+    for (size_t i = 0; i < x->count; i++)
+        if (s_accesses(y, x->items[i].tn, !x->items[i].write))
+            return false;
+    return true;
+}
+
+/* `nest` with its first two loops swapped, or NULL when that may reorder two iterations that
+ * touch one element: every node it writes must be accessed at the same index on the axes that
+ * use the two loops' iterators (one of them each, coefficient 1), and use at least one. Then two
+ * iterations touching one element share one of the two iterators and keep their order. For a
+ * sum over the batch into a per-channel gradient, (channel, batch) becomes (batch, channel):
+ * each channel still adds the batch in order. */
+static troupe_ll_t *s_try_interchange(s_fuser_t *f, const troupe_ll_t *nest)
+{
+    if (nest->kind != TROUPE_LL_FOR || nest->u.for_loop.body->kind != TROUPE_LL_FOR)
+        return NULL;
+    const troupe_ll_t *l0 = nest, *l1 = nest->u.for_loop.body;
+    int32_t x[2] = {l0->u.for_loop.sym, l1->u.for_loop.sym};
+    static const s_rename_t none = {{0}, {0}, 0};
+    s_tree_t t = {{NULL, 0, 0, false}, &none, {0}, 0, true};
+    t.loops[t.nloops++] = x[0];
+    t.loops[t.nloops++] = x[1];
+    s_tree_ll(&t, l1->u.for_loop.body);
+    bool ok = t.ok && !t.acc.oom;
+    for (size_t j = 0; ok && j < t.acc.count; j++) {
+        const s_access_t *w = &t.acc.items[j];
+        if (!w->write)
+            continue;
+        bool uses = false;
+        for (size_t i = 0; ok && i < t.acc.count; i++) {
+            const s_access_t *a = &t.acc.items[i];
+            if (a->tn != w->tn)
+                continue;
+            for (int ax = 0; ok && ax < w->tn->ndims; ax++) {
+                bool ao = false, wo = false;
+                for (int k = 0; k < a->idcs[ax].nterms; k++)
+                    ao = ao || s_outer(x, 2, a->idcs[ax].terms[k].sym);
+                for (int k = 0; k < w->idcs[ax].nterms; k++)
+                    wo = wo || s_outer(x, 2, w->idcs[ax].terms[k].sym);
+                if (wo)
+                    ok = w->idcs[ax].nterms == 1 && w->idcs[ax].terms[0].coeff == 1 &&
+                         troupe_axis_indices_equal(&a->idcs[ax], &w->idcs[ax], 1);
+                else
+                    ok = !ao;
+                uses = uses || wo;
+            }
+        }
+        ok = ok && uses;
+    }
+    if (t.acc.oom)
+        f->oom = true;
+    troupe_free(t.acc.items);
+    if (!ok)
+        return NULL;
+    troupe_ll_t *in = troupe_ll_for(f->proc, x[0], l0->u.for_loop.from, l0->u.for_loop.to,
+                                    l1->u.for_loop.body, l0->u.for_loop.trace_it);
+    troupe_ll_t *out = in ? troupe_ll_for(f->proc, x[1], l1->u.for_loop.from, l1->u.for_loop.to,
+                                          in, l1->u.for_loop.trace_it)
+                          : NULL;
+    if (out == NULL)
+        f->oom = true;
+    return out;
+}
+
+#define S_LOOKBACK 8
+
+/* Fuses nest `it`, appended after items[0..*k-1], into an earlier nest past statements it is
+ * independent of (at most S_LOOKBACK of them), its first two loops swapped if that lets it
+ * fuse over a shared prefix. A zeroing of a node `it` accesses right before it moves up with it
+ * (it stays before the fused nest). Returns whether it fused (items and *k updated). */
+static bool s_fuse_back(s_fuser_t *f, troupe_ll_t **items, size_t *k, troupe_ll_t *it)
+{
+    if (it->kind != TROUPE_LL_FOR || *k == 0)
+        return false;
+    s_accesses_t mine = {0}, other = {0};
+    bool fused = false;
+    if (!s_nodes_ll(&mine, it))
+        goto done;
+    size_t start = *k;
+    troupe_ll_t *carried = NULL;
+    if (items[start - 1]->kind == TROUPE_LL_ZERO_OUT &&
+        s_accesses(&mine, items[start - 1]->u.zero_out, false)) {
+        carried = items[--start];
+        if (!s_nodes_ll(&mine, carried))
+            goto done;
+    }
+    troupe_ll_t *swapped = NULL;
+    bool swap_tried = false;
+    int passed = 0;
+    for (size_t j = start; j > 0 && passed <= S_LOOKBACK && !f->oom; j--) {
+        troupe_ll_t *prev = items[j - 1];
+        if (prev->kind == TROUPE_LL_COMMENT || prev->kind == TROUPE_LL_NOOP)
+            continue;
+        other.count = 0;
+        if (!s_nodes_ll(&other, prev) || other.oom)
+            break;
+        if (carried != NULL && s_accesses(&other, carried->u.zero_out, false))
+            break; /* the zeroing may not move before prev */
+        troupe_ll_t *both = NULL;
+        if (j < start || carried != NULL) {
+            both = s_try_fuse(f, prev, it);
+            if (both == NULL && !f->oom)
+                both = s_try_prefix(f, prev, it);
+        }
+        if (both == NULL && !f->oom) {
+            if (!swap_tried) {
+                swap_tried = true;
+                swapped = s_try_interchange(f, it);
+            }
+            if (swapped != NULL)
+                both = s_try_prefix(f, prev, swapped);
+        }
+        troupe_ll_t *sunk = both != NULL && carried != NULL && !f->oom
+                                ? s_try_sink_zero(f, carried, both)
+                                : NULL;
+        if (sunk != NULL) { /* the zeroing, last of the items, goes */
+            items[j - 1] = sunk;
+            (*k)--;
+            fused = true;
+            goto done;
+        }
+        if (both != NULL) {
+            if (carried != NULL) { /* prev's slot: the zeroing, then the fused nest */
+                memmove(&items[j], &items[j - 1], (start - (j - 1)) * sizeof *items);
+                items[j - 1] = carried;
+                items[j] = both;
+            } else {
+                items[j - 1] = both;
+            }
+            fused = true;
+            goto done;
+        }
+        if (!s_independent(&mine, &other) || !s_independent(&other, &mine))
+            break;
+        passed++;
+    }
+done:
+    if (mine.oom || other.oom)
+        f->oom = true;
+    troupe_free(mine.items);
+    troupe_free(other.items);
+    return fused && !f->oom;
+}
+
 /* ---- the walk ------------------------------------------------------------------------------ */
 
 static troupe_ll_t *s_fuse_ll(s_fuser_t *f, troupe_ll_t *s);
@@ -739,6 +961,10 @@ static troupe_ll_t *s_fuse_seq(s_fuser_t *f, troupe_ll_t *s)
     for (size_t i = 0; i < n; i++) {
         troupe_ll_t *it = s_fuse_ll(f, s->u.seq.items[i]);
         changed |= it != s->u.seq.items[i];
+        if (s_fuse_back(f, items, &k, it)) {
+            changed = true;
+            continue;
+        }
         troupe_ll_t *sunk = k > 0 && items[k - 1]->kind == TROUPE_LL_ZERO_OUT &&
                                     it->kind == TROUPE_LL_FOR
                                 ? s_try_sink_zero(f, items[k - 1], it)

@@ -424,3 +424,72 @@ Test(fuse, a_zeroing_before_a_summed_product_stays)
     troupe_ll_proc_destroy(&p);
     s_pool_free(&v);
 }
+
+/* sh[r,w] = g[r,w] + in[r,2w]; zero dx; zero s; s[w] += sh[r,w] over (w, r): the sum's nest,
+ * its loops swapped, joins the first past the independent zeroing of dx; s's zeroing stays
+ * before the fused nest. */
+Test(fuse, a_channel_sum_joins_its_producer_past_independent_statements)
+{
+    s_pool_vars_t v = s_pool_vars();
+    troupe_tnode_t *s = s_vec("s", PW);
+    troupe_ll_proc_t *pr[2] = {NULL, NULL};
+    for (int n = 0; n < 2; n++) {
+        cr_assert_eq(troupe_ll_proc_new("sum", &pr[n]), TROUPE_OK);
+        troupe_ll_proc_t *p = pr[n];
+        int32_t r = troupe_ll_proc_add_symbol(p, NULL), w = troupe_ll_proc_add_symbol(p, NULL);
+        troupe_axis_index_t o[2] = {troupe_idx_sym(r), troupe_idx_sym(w)};
+        troupe_axis_index_t at[2] = {troupe_idx_sym(r), {1, {{2, w}}, 0}};
+        troupe_sc_t *a = troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, v.g, o),
+                                         troupe_sc_get(p, v.in, at));
+        int32_t w2 = troupe_ll_proc_add_symbol(p, NULL), r2 = troupe_ll_proc_add_symbol(p, NULL);
+        troupe_axis_index_t o2[2] = {troupe_idx_sym(r2), troupe_idx_sym(w2)},
+                            sw[1] = {troupe_idx_sym(w2)};
+        troupe_sc_t *b = troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, s, sw),
+                                         troupe_sc_get(p, v.sh, o2));
+        troupe_ll_t *items[4] = {
+            troupe_ll_for(p, r, 0, PR - 1,
+                          troupe_ll_for(p, w, 0, PW - 1, troupe_ll_set(p, v.sh, o, a), false),
+                          false),
+            troupe_ll_zero_out(p, v.dx), troupe_ll_zero_out(p, s),
+            troupe_ll_for(p, w2, 0, PW - 1,
+                          troupe_ll_for(p, r2, 0, PR - 1, troupe_ll_set(p, s, sw, b), false),
+                          false)};
+        p->body = troupe_ll_seq(p, 4, items);
+        cr_assert_eq(troupe_ll_proc_status(p), TROUPE_OK);
+    }
+    size_t count = 0;
+    cr_assert_eq(troupe_ll_fuse_loops(pr[1], &count), TROUPE_OK);
+    cr_assert_eq(count, 1);
+    cr_assert_eq(troupe_ll_proc_validate(pr[1]), TROUPE_OK, "%s", troupe_last_error());
+    const troupe_ll_t *body = pr[1]->body;
+    cr_assert_eq(body->kind, TROUPE_LL_SEQ);
+    cr_assert_eq(body->u.seq.count, 3);
+    cr_assert(body->u.seq.items[0]->kind == TROUPE_LL_ZERO_OUT &&
+                  body->u.seq.items[0]->u.zero_out == s,
+              "s's zeroing moved up with its sum");
+    cr_assert_eq(body->u.seq.items[1]->kind, TROUPE_LL_FOR);
+    cr_assert_eq(body->u.seq.items[1]->u.for_loop.to, PR - 1, "the sum's loops were swapped");
+    cr_assert_eq(body->u.seq.items[2]->kind, TROUPE_LL_ZERO_OUT);
+    float res[2][PW + PR * PW + 2 * PR * PW];
+    for (int n = 0; n < 2; n++) {
+        s_pool_data_t d;
+        memset(&d, 0, sizeof d);
+        for (int i = 0; i < PR * 2 * PW; i++)
+            d.in[i] = 0.37f * (float)(i % 7) - 0.4f;
+        for (int i = 0; i < PR * PW; i++)
+            d.g[i] = 0.3f * (float)i - 1.7f;
+        float sv[PW] = {5.0f, 5.0f, 5.0f, 5.0f};
+        troupe_interp_buffer_t bufs[4] = {{v.in, d.in}, {v.g, d.g}, {v.sh, d.sh}, {s, sv}};
+        troupe_interp_buffer_t all[5] = {bufs[0], bufs[1], bufs[2], bufs[3], {v.dx, d.dx}};
+        troupe_interp_args_t args = {all, 5, NULL, 0, NULL};
+        cr_assert_eq(troupe_interp_run(pr[n], &args), TROUPE_OK, "%s", troupe_last_error());
+        memcpy(res[n], sv, sizeof sv);
+        memcpy(res[n] + PW, d.sh, sizeof d.sh);
+        memcpy(res[n] + PW + PR * PW, d.dx, sizeof d.dx);
+    }
+    cr_assert(memcmp(res[0], res[1], sizeof res[0]) == 0, "fused results differ from the unfused ones");
+    troupe_ll_proc_destroy(&pr[0]);
+    troupe_ll_proc_destroy(&pr[1]);
+    troupe_tnode_release(&s);
+    s_pool_free(&v);
+}
