@@ -598,6 +598,16 @@ static bool s_prefix_legal(const s_accesses_t *aa, const s_accesses_t *ba, const
     return true;
 }
 
+/* Whether loop s is one SET summing over it (its indices do not use the loop), which
+ * compiler/cgen may run as a lane sum: another order of additions than the same SET beside
+ * other statements. */
+static bool s_sum_loop(const troupe_ll_t *s)
+{
+    const troupe_ll_t *b = s->u.for_loop.body;
+    return b->kind == TROUPE_LL_SET &&
+           !troupe_axis_indices_use(b->u.set.idcs, b->u.set.tn->ndims, s->u.for_loop.sym);
+}
+
 /* A then B as one nest over their longest legal shared prefix of loops (troupe's: a producer
  * and its consumer that run over one outer space but differ below it, e.g. a max pool's
  * gradient pieces, or a pass over a plane after one over its windows), or NULL. Only nests
@@ -612,6 +622,8 @@ static troupe_ll_t *s_try_prefix(s_fuser_t *f, const troupe_ll_t *a_stmt,
         d++;
     troupe_ll_t *out = NULL;
     for (; d > 0 && out == NULL && !f->oom; d--) {
+        if (s_sum_loop(al[d - 1]) || s_sum_loop(bl[d - 1]))
+            continue; /* its body would no longer be the one SET of a lane sum */
         s_rename_t none = {{0}, {0}, 0}, r;
         int32_t x[S_MAX_DEPTH];
         r.n = d;
@@ -814,7 +826,10 @@ static bool s_independent(const s_accesses_t *x, const s_accesses_t *y)
  * each channel still adds the batch in order. */
 static troupe_ll_t *s_try_interchange(s_fuser_t *f, const troupe_ll_t *nest)
 {
-    if (nest->kind != TROUPE_LL_FOR || nest->u.for_loop.body->kind != TROUPE_LL_FOR)
+    /* a loop below the two: the innermost loop, whose sums compiler/cgen may split into
+     * lanes (another order of additions), stays the innermost */
+    if (nest->kind != TROUPE_LL_FOR || nest->u.for_loop.body->kind != TROUPE_LL_FOR ||
+        nest->u.for_loop.body->u.for_loop.body->kind != TROUPE_LL_FOR)
         return NULL;
     const troupe_ll_t *l0 = nest, *l1 = nest->u.for_loop.body;
     int32_t x[2] = {l0->u.for_loop.sym, l1->u.for_loop.sym};

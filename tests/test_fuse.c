@@ -425,7 +425,7 @@ Test(fuse, a_zeroing_before_a_summed_product_stays)
     s_pool_free(&v);
 }
 
-/* sh[r,w] = g[r,w] + in[r,2w]; zero dx; zero s; s[w] += sh[r,w] over (w, r): the sum's nest,
+/* sh[r,w] = g[r,w] + in[r,2w]; zero dx; zero s; s[w] += sh[r,w] over (w, r, q < 2): the sum's nest,
  * its loops swapped, joins the first past the independent zeroing of dx; s's zeroing stays
  * before the fused nest. */
 Test(fuse, a_channel_sum_joins_its_producer_past_independent_statements)
@@ -441,7 +441,8 @@ Test(fuse, a_channel_sum_joins_its_producer_past_independent_statements)
         troupe_axis_index_t at[2] = {troupe_idx_sym(r), {1, {{2, w}}, 0}};
         troupe_sc_t *a = troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, v.g, o),
                                          troupe_sc_get(p, v.in, at));
-        int32_t w2 = troupe_ll_proc_add_symbol(p, NULL), r2 = troupe_ll_proc_add_symbol(p, NULL);
+        int32_t w2 = troupe_ll_proc_add_symbol(p, NULL), r2 = troupe_ll_proc_add_symbol(p, NULL),
+                q = troupe_ll_proc_add_symbol(p, NULL);
         troupe_axis_index_t o2[2] = {troupe_idx_sym(r2), troupe_idx_sym(w2)},
                             sw[1] = {troupe_idx_sym(w2)};
         troupe_sc_t *b = troupe_sc_binop(p, TROUPE_BINOP_ADD, troupe_sc_get(p, s, sw),
@@ -451,9 +452,11 @@ Test(fuse, a_channel_sum_joins_its_producer_past_independent_statements)
                           troupe_ll_for(p, w, 0, PW - 1, troupe_ll_set(p, v.sh, o, a), false),
                           false),
             troupe_ll_zero_out(p, v.dx), troupe_ll_zero_out(p, s),
-            troupe_ll_for(p, w2, 0, PW - 1,
-                          troupe_ll_for(p, r2, 0, PR - 1, troupe_ll_set(p, s, sw, b), false),
-                          false)};
+            troupe_ll_for(
+                p, w2, 0, PW - 1,
+                troupe_ll_for(p, r2, 0, PR - 1,
+                              troupe_ll_for(p, q, 0, 1, troupe_ll_set(p, s, sw, b), false), false),
+                false)};
         p->body = troupe_ll_seq(p, 4, items);
         cr_assert_eq(troupe_ll_proc_status(p), TROUPE_OK);
     }
@@ -492,4 +495,54 @@ Test(fuse, a_channel_sum_joins_its_producer_past_independent_statements)
     troupe_ll_proc_destroy(&pr[1]);
     troupe_tnode_release(&s);
     s_pool_free(&v);
+}
+
+/* e[i,j] = g[j] + m[j]; zero s; s[i] += e[i,j]: the sum's inner loop stays one SET (a lane sum
+ * for compiler/cgen, whose order of additions a shared loop would change), so the nests share
+ * only the loop over i. */
+Test(fuse, a_summing_loop_is_never_shared)
+{
+    troupe_tnode_t *g = s_vec("g", N), *m = s_vec("m", N), *e = s_mat("e", 2, N),
+                   *s = s_vec("s", 2);
+    troupe_ll_proc_t *p = NULL;
+    cr_assert_eq(troupe_ll_proc_new("sums", &p), TROUPE_OK);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL), j = troupe_ll_proc_add_symbol(p, NULL),
+            i2 = troupe_ll_proc_add_symbol(p, NULL), j2 = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t ij[2] = {troupe_idx_sym(i), troupe_idx_sym(j)}, jj[1] = {troupe_idx_sym(j)},
+                        ij2[2] = {troupe_idx_sym(i2), troupe_idx_sym(j2)},
+                        i2i[1] = {troupe_idx_sym(i2)};
+    troupe_ll_t *items[3] = {
+        troupe_ll_for(p, i, 0, 1,
+                      troupe_ll_for(p, j, 0, N - 1,
+                                    troupe_ll_set(p, e, ij,
+                                                  troupe_sc_binop(p, TROUPE_BINOP_ADD,
+                                                                  troupe_sc_get(p, g, jj),
+                                                                  troupe_sc_get(p, m, jj))),
+                                    false),
+                      false),
+        troupe_ll_zero_out(p, s),
+        troupe_ll_for(p, i2, 0, 1,
+                      troupe_ll_for(p, j2, 0, N - 1,
+                                    troupe_ll_set(p, s, i2i,
+                                                  troupe_sc_binop(p, TROUPE_BINOP_ADD,
+                                                                  troupe_sc_get(p, s, i2i),
+                                                                  troupe_sc_get(p, e, ij2))),
+                                    false),
+                      false)};
+    p->body = troupe_ll_seq(p, 3, items);
+    size_t count = 0;
+    cr_assert_eq(troupe_ll_fuse_loops(p, &count), TROUPE_OK);
+    cr_assert_eq(troupe_ll_proc_validate(p), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(p->body->kind, TROUPE_LL_FOR, "one nest over i, s zeroed inside it");
+    const troupe_ll_t *b = p->body->u.for_loop.body;
+    cr_assert_eq(b->kind, TROUPE_LL_SEQ);
+    cr_assert_eq(b->u.seq.count, 3, "s's zeroing, e's loop, the sum's loop");
+    const troupe_ll_t *sum = b->u.seq.items[2];
+    cr_assert_eq(sum->kind, TROUPE_LL_FOR);
+    cr_assert_eq(sum->u.for_loop.body->kind, TROUPE_LL_SET, "the summing loop holds its SET alone");
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&g);
+    troupe_tnode_release(&m);
+    troupe_tnode_release(&e);
+    troupe_tnode_release(&s);
 }
