@@ -23,7 +23,18 @@
  * iterations: each axis of every access to it either one outer iterator (coefficient 1, the
  * same index in all of them, every outer iterator on one axis) or none. Two accesses to one
  * element then fall in the same outer iteration, where A's still precede B's. Only nests that
- * share such a node fuse, and none holding a product summed over a loop (a GEMM candidate).
+ * share such a node fuse, none holding a product summed over a loop (a GEMM candidate), and
+ * never over a loop whose body is one SET summing over it (compiler/cgen may run it as a lane
+ * sum, another order of additions).
+ *
+ * Past independent statements (troupe's): a nest that fuses with none of the above with the
+ * statement before it may fuse with an earlier one, passing up to 8 statements (comments
+ * aside) that neither write a node it accesses nor access a node it writes; a zeroing right
+ * before it of a node it accesses moves with it. Its first two loops may be swapped for that,
+ * above an inner loop, when every node it writes is accessed at one index on the axes of those
+ * two loops' iterators and uses at least one of them (two iterations touching one element then
+ * share an iterator and keep their order): a convolution's bias gradient, summed over
+ * (channel, batch, position), joins the pass over the batch's planes that wrote them.
  * A max pool's gradient pieces (tie count, share, the window's cells) become one pass, and the
  * pass over a plane after them joins it per plane.
  *
