@@ -546,3 +546,44 @@ Test(fuse, a_summing_loop_is_never_shared)
     troupe_tnode_release(&e);
     troupe_tnode_release(&s);
 }
+
+/* As above, but the sum writes s[0] (no index of the outer two loops): swapping them would
+ * reorder its additions, so the nests stay apart. */
+Test(fuse, a_sum_into_one_cell_keeps_its_loop_order)
+{
+    s_pool_vars_t v = s_pool_vars();
+    troupe_tnode_t *s = s_vec("s", PW);
+    troupe_ll_proc_t *p = NULL;
+    cr_assert_eq(troupe_ll_proc_new("one_cell", &p), TROUPE_OK);
+    int32_t r = troupe_ll_proc_add_symbol(p, NULL), w = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t o[2] = {troupe_idx_sym(r), troupe_idx_sym(w)};
+    int32_t w2 = troupe_ll_proc_add_symbol(p, NULL), r2 = troupe_ll_proc_add_symbol(p, NULL),
+            q = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t o2[2] = {troupe_idx_sym(r2), troupe_idx_sym(w2)},
+                        s0[1] = {troupe_idx_fixed(0)};
+    troupe_ll_t *items[2] = {
+        troupe_ll_for(p, r, 0, PR - 1,
+                      troupe_ll_for(p, w, 0, PW - 1,
+                                    troupe_ll_set(p, v.sh, o, troupe_sc_get(p, v.g, o)), false),
+                      false),
+        troupe_ll_for(
+            p, w2, 0, PW - 1,
+            troupe_ll_for(p, r2, 0, PR - 1,
+                          troupe_ll_for(p, q, 0, 1,
+                                        troupe_ll_set(p, s, s0,
+                                                      troupe_sc_binop(p, TROUPE_BINOP_ADD,
+                                                                      troupe_sc_get(p, s, s0),
+                                                                      troupe_sc_get(p, v.sh, o2))),
+                                        false),
+                          false),
+            false)};
+    p->body = troupe_ll_seq(p, 2, items);
+    size_t count = 9;
+    cr_assert_eq(troupe_ll_fuse_loops(p, &count), TROUPE_OK);
+    cr_assert_eq(count, 0);
+    cr_assert_eq(s_top_nests(p), 2);
+    cr_assert_eq(p->body->u.seq.items[1]->u.for_loop.to, PW - 1, "the sum's loops kept their order");
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&s);
+    s_pool_free(&v);
+}
