@@ -32,6 +32,8 @@ void troupe__routine_optimize_opts(const troupe_driver_vtable_t *vt, troupe_opti
     troupe_optimize_opts_default(o);
     if (vt != NULL && vt->no_local_arrays)
         o->local_max_bytes = 0;
+    if (vt != NULL && vt->no_outer_fusion)
+        o->fuse_outer = false;
 }
 
 static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,

@@ -188,7 +188,8 @@ TROUPE_MUST_USE troupe_status_t troupe__context_derive(troupe_context_t *parent,
 /* ---- routine.c ------------------------------------------------------------------------------ */
 
 /* The optimizer's options for a routine compiled for driver `vt`: the defaults, with no Local
- * arrays for a driver that asks for none (devices/device.h, no_local_arrays: cuda). */
+ * arrays for a driver that asks for none (devices/device.h, no_local_arrays: cuda) and only
+ * same-space loop fusion for one that asks (no_outer_fusion: cuda). */
 void troupe__routine_optimize_opts(const troupe_driver_vtable_t *vt, troupe_optimize_opts_t *o);
 
 /* troupe_routine_run with the device lock held (STREAMING runs its consumer so). */

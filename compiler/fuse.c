@@ -56,6 +56,7 @@ typedef struct s_fuser {
     troupe_ll_proc_t *proc;
     size_t fused;
     bool oom;
+    bool outer; /* prefix fusion, fusion past independent statements, sunk zeroings */
 } s_fuser_t;
 
 /* ---- recognising nests ------------------------------------------------------------------- */
@@ -887,7 +888,7 @@ static troupe_ll_t *s_try_interchange(s_fuser_t *f, const troupe_ll_t *nest)
  * (it stays before the fused nest). Returns whether it fused (items and *k updated). */
 static bool s_fuse_back(s_fuser_t *f, troupe_ll_t **items, size_t *k, troupe_ll_t *it)
 {
-    if (it->kind != TROUPE_LL_FOR || *k == 0)
+    if (!f->outer || it->kind != TROUPE_LL_FOR || *k == 0)
         return false;
     s_accesses_t mine = {0}, other = {0};
     bool fused = false;
@@ -980,7 +981,7 @@ static troupe_ll_t *s_fuse_seq(s_fuser_t *f, troupe_ll_t *s)
             changed = true;
             continue;
         }
-        troupe_ll_t *sunk = k > 0 && items[k - 1]->kind == TROUPE_LL_ZERO_OUT &&
+        troupe_ll_t *sunk = f->outer && k > 0 && items[k - 1]->kind == TROUPE_LL_ZERO_OUT &&
                                     it->kind == TROUPE_LL_FOR
                                 ? s_try_sink_zero(f, items[k - 1], it)
                                 : NULL;
@@ -995,7 +996,7 @@ static troupe_ll_t *s_fuse_seq(s_fuser_t *f, troupe_ll_t *s)
                          items[j - 1]->kind == TROUPE_LL_NOOP))
             j--;
         troupe_ll_t *both = j > 0 ? s_try_fuse(f, items[j - 1], it) : NULL;
-        if (both == NULL && j > 0 && !f->oom)
+        if (both == NULL && f->outer && j > 0 && !f->oom)
             both = s_try_prefix(f, items[j - 1], it);
         if (both != NULL) {
             items[j - 1] = both;
@@ -1036,11 +1037,16 @@ static troupe_ll_t *s_fuse_ll(s_fuser_t *f, troupe_ll_t *s)
 
 troupe_status_t troupe_ll_fuse_loops(troupe_ll_proc_t *proc, size_t *out_fused)
 {
+    return troupe_ll_fuse_loops_outer(proc, true, out_fused);
+}
+
+troupe_status_t troupe_ll_fuse_loops_outer(troupe_ll_proc_t *proc, bool outer, size_t *out_fused)
+{
     if (out_fused)
         *out_fused = 0;
     if (proc == NULL)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_ll_fuse_loops: proc is NULL");
-    s_fuser_t f = {proc, 0, false};
+    s_fuser_t f = {proc, 0, false, outer};
     troupe_ll_t *body = s_fuse_ll(&f, proc->body);
     if (f.oom || troupe_ll_proc_status(proc) != TROUPE_OK)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED,

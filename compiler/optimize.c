@@ -381,6 +381,7 @@ void troupe_optimize_opts_default(troupe_optimize_opts_t *opts)
     opts->virtualize = true;
     opts->simplify = true;
     opts->fuse_loops = true;
+    opts->fuse_outer = true;
     opts->sole_accumulations = true;
     opts->fuse_fma = true;
     opts->expand_integer_pow = true;
@@ -595,7 +596,7 @@ troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc, const troupe_optimize
     }
     S_LAP(simplify_ns);
     /* Step 4b: loop fusion (fuse.h). */
-    if (c.o.fuse_loops && (st = troupe_ll_fuse_loops(proc, NULL)) != TROUPE_OK)
+    if (c.o.fuse_loops && (st = troupe_ll_fuse_loops_outer(proc, c.o.fuse_outer, NULL)) != TROUPE_OK)
         goto out;
     S_LAP(fuse_ns);
     /* Step 5. */

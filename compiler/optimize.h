@@ -84,7 +84,7 @@
  *     iteration space become one nest, nests sharing outer loops fuse over them where each
  *     shared cell belongs to one outer iteration, and a zeroing moves into the nest after it
  *     when that nest's outer iterations own its slices (compiler/fuse.h); bit for bit the same
- *     results.
+ *     results. fuse_outer false keeps only the first kind (a backend's choice: cuda).
  *  5. Every node's placeholder mode is resolved (troupe_tnode_default_to_most_local_within with
  *     opts->local_max_bytes, provenance old*1000+703); proc->inputs (materialized, not
  *     constant, read-only or read-before-write), proc->outputs (materialized and written),
@@ -166,6 +166,10 @@ typedef struct troupe_optimize_opts {
                                            infinite; true: always (OCANNL) */
     bool fuse_loops;                    /* true: adjacent pointwise nests over the same space
                                            become one (compiler/fuse.h; bit-exact) */
+    bool fuse_outer;                    /* with fuse_loops, true: also over shared outer loops,
+                                           past independent statements, with sunk zeroings
+                                           (fuse.h troupe_ll_fuse_loops_outer); the backend's
+                                           choice (devices/device.h, no_outer_fusion) */
     bool sole_accumulations;            /* true: a zeroing followed by nests adding into each
                                            cell once (boxes partitioning the node) becomes
                                            those nests setting it (step 0; troupe's) */

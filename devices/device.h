@@ -85,6 +85,11 @@ typedef struct troupe_driver_vtable {
      * grid; the main job's loss segment took 82 of the 117 us of a step at 128 rows per replica
      * on an H200, 381 us at 384 rows. false (host drivers): TROUPE_STACK_THRESHOLD decides. */
     bool no_local_arrays;
+    /* true: its routines fuse only nests over the same space (compiler/optimize.h fuse_outer
+     * false). cuda: a nest's threads span its outer loops, which fusion over a shared prefix
+     * leaves fewer of (a max pool's gradient fused per (image, channel) plane would run on
+     * B·C threads instead of every cell's). false (host drivers): every fusion of fuse.h. */
+    bool no_outer_fusion;
 
     /* ---- driver and devices ---- */
     troupe_status_t (*open)(troupe_driver_t **out);

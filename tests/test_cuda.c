@@ -509,11 +509,14 @@ Test(cuda, routines_for_cuda_are_optimized_without_local_arrays)
     OK(troupe_driver_lookup("cuda", &cuda));
     OK(troupe_driver_lookup("cpu", &cpu));
     cr_assert(cuda->no_local_arrays && !cpu->no_local_arrays);
+    cr_assert(cuda->no_outer_fusion && !cpu->no_outer_fusion);
     troupe_optimize_opts_t o;
     troupe__routine_optimize_opts(cuda, &o);
     cr_assert_eq(o.local_max_bytes, 0);
+    cr_assert(!o.fuse_outer, "cuda: only nests over the same space fuse");
     troupe__routine_optimize_opts(cpu, &o);
     cr_assert_eq(o.local_max_bytes, -1);
+    cr_assert(o.fuse_outer);
 }
 
 /* A segment of explicitly Local arrays past the 48 KiB of static shared memory (three of 5000

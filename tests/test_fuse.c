@@ -370,6 +370,21 @@ Test(fuse, a_windowed_gradient_becomes_one_nest_over_the_shared_loops)
     s_pool_free(&v);
 }
 
+/* With outer false (the cuda driver's choice, devices/device.h no_outer_fusion) the same
+ * procedure keeps its zeroing and its three nests: none shares its whole space with another. */
+Test(fuse, without_outer_fusion_the_windowed_gradient_stays_apart)
+{
+    s_pool_vars_t v = s_pool_vars();
+    troupe_ll_proc_t *p = s_pool_proc(&v, false);
+    size_t count = 99;
+    cr_assert_eq(troupe_ll_fuse_loops_outer(p, false, &count), TROUPE_OK);
+    cr_assert_eq(count, 0, "got %zu fusions", count);
+    cr_assert_eq(p->body->kind, TROUPE_LL_SEQ);
+    cr_assert_eq(p->body->u.seq.items[0]->kind, TROUPE_LL_ZERO_OUT, "the zeroing stays first");
+    troupe_ll_proc_destroy(&p);
+    s_pool_free(&v);
+}
+
 Test(fuse, a_read_of_another_outer_iterations_cell_keeps_the_prefix_apart)
 {
     s_pool_vars_t v = s_pool_vars();

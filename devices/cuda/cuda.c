@@ -967,6 +967,7 @@ const troupe_driver_vtable_t troupe__driver_cuda = {
     .name = S_NAME,
     .async_queues = true,
     .no_local_arrays = true,
+    .no_outer_fusion = true,
     .open = s_open,
     .close = s_close,
     .num_devices = s_num_devices,
