@@ -32,7 +32,7 @@ void troupe__routine_optimize_opts(const troupe_driver_vtable_t *vt, troupe_opti
     troupe_optimize_opts_default(o);
     if (vt != NULL && vt->no_local_arrays)
         o->local_max_bytes = 0;
-    if (vt != NULL && vt->no_outer_fusion)
+    if ((vt != NULL && vt->no_outer_fusion) || !troupe_config_loop_fusion_outer())
         o->fuse_outer = false;
 }
 

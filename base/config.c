@@ -64,6 +64,7 @@ static atomic_bool s_dp_fused_update;
 static atomic_bool s_cuda_graphs_off; /* TROUPE_CUDA_GRAPHS=off */
 static atomic_bool s_flush_denormals;
 static atomic_size_t s_stack_threshold;
+static atomic_bool s_fuse_outer; /* TROUPE_LOOP_FUSION=all (true) or same-space */
 static char s_resume[S_STR_MAX];        /* TROUPE_RESUME ("" when unset) */
 static char s_progress_file[S_STR_MAX]; /* TROUPE_PROGRESS_FILE ("" when unset) */
 static troupe_status_t s_load_status;
@@ -137,6 +138,7 @@ static void s_load(void)
     atomic_store(&s_cuda_graphs_off, false);
     atomic_store(&s_flush_denormals, true);
     atomic_store(&s_stack_threshold, (size_t)16384);
+    atomic_store(&s_fuse_outer, true);
     s_resume[0] = s_progress_file[0] = '\0';
     s_copy(s_status, sizeof s_status, "ipc");
     s_job_id[0] = '\0';
@@ -261,6 +263,12 @@ static void s_load(void)
             atomic_store(&s_stack_threshold, (size_t)n);
         else
             s_bad("TROUPE_STACK_THRESHOLD", v, "expected a byte count >= 0");
+    }
+    if ((v = getenv("TROUPE_LOOP_FUSION")) != NULL) {
+        if (strcmp(v, "all") == 0 || strcmp(v, "same-space") == 0)
+            atomic_store(&s_fuse_outer, strcmp(v, "all") == 0);
+        else
+            s_bad("TROUPE_LOOP_FUSION", v, "expected all or same-space");
     }
     if (troupe__fault_configure(v = getenv("TROUPE_FAULT")) != TROUPE_OK) /* NULL: none */
         s_bad("TROUPE_FAULT", v, troupe_last_error());
@@ -452,6 +460,16 @@ size_t troupe_config_stack_threshold_bytes(void)
 {
     troupe__config_ensure_loaded();
     return atomic_load(&s_stack_threshold);
+}
+bool troupe_config_loop_fusion_outer(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_fuse_outer);
+}
+void troupe_config_set_loop_fusion_outer(bool on)
+{
+    troupe__config_ensure_loaded();
+    atomic_store(&s_fuse_outer, on);
 }
 
 const char *troupe_config_status(void)

@@ -85,6 +85,11 @@ size_t troupe_config_fusion_bytes(void);
 size_t troupe_config_dp_bucket_bytes(void);
 bool troupe_config_auto_host_transfers(void);
 size_t troupe_config_stack_threshold_bytes(void);
+/* TROUPE_LOOP_FUSION=all (the default: true) or same-space (false): whether routines for the
+ * host backends also fuse nests over shared outer loops, past independent statements and with
+ * zeroings moved in (compiler/fuse.h troupe_ll_fuse_loops_outer); routines for cuda never do
+ * (devices/device.h no_outer_fusion). same-space keeps one nest per pass, e.g. for a profile. */
+bool troupe_config_loop_fusion_outer(void);
 /* Whether host routines (the cpu and sync backends) run with subnormal floats flushed to zero:
  * results that would be subnormal become 0, and subnormal inputs read as 0 (x86 MXCSR FTZ and
  * DAZ; AArch64 FPCR.FZ). TROUPE_DENORMALS=flush (the default) or keep (IEEE gradual underflow).
@@ -207,6 +212,8 @@ void troupe_config_set_dp_fused_update(bool on);
 /* on: TROUPE_GEMM_MODE_LIBRARY; off: TROUPE_GEMM_MODE_GENERATED. */
 void troupe_config_set_gemm_library(bool on);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes);
+/* true: TROUPE_LOOP_FUSION=all; false: same-space. */
+void troupe_config_set_loop_fusion_outer(bool on);
 /* "ipc", "off" or "tcp:<interface>" (INVALID_ARGUMENT otherwise). */
 TROUPE_MUST_USE troupe_status_t troupe_config_set_status(const char *mode);
 /* Any text of at most 63 bytes; "" returns to the launcher's id. */

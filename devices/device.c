@@ -28,6 +28,9 @@ static const troupe_config_var_t s_env_vars[] = {
     {"TROUPE_STACK_THRESHOLD", "devices", "bytes", "16384", "0..",
      "troupe_config_set_stack_threshold_bytes",
      "bytes up to which a device-only node may live on a host routine's stack"},
+    {"TROUPE_LOOP_FUSION", "devices", "choice", "all", "all|same-space",
+     "troupe_config_set_loop_fusion_outer",
+     "whether host routines also fuse nests over shared outer loops (cuda: never)"},
 };
 TROUPE_CONFIG_VARS(devices, s_env_vars)
 

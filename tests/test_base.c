@@ -179,6 +179,7 @@ Test(config, defaults_without_environment)
     unsetenv("TROUPE_BACKEND");
     unsetenv("TROUPE_AUTO_HOST_TRANSFERS");
     unsetenv("TROUPE_STACK_THRESHOLD");
+    unsetenv("TROUPE_LOOP_FUSION");
     unsetenv("TROUPE_COLL_SHM");
     unsetenv("TROUPE_GEMM");
     unsetenv("TROUPE_DENORMALS");
@@ -193,6 +194,7 @@ Test(config, defaults_without_environment)
     cr_assert_str_eq(troupe_config_backend(), "cpu");
     cr_assert(troupe_config_auto_host_transfers());
     cr_assert_eq(troupe_config_stack_threshold_bytes(), 16384);
+    cr_assert(troupe_config_loop_fusion_outer());
 }
 
 Test(config, environment_is_read)
@@ -222,6 +224,14 @@ Test(config, environment_is_read)
     cr_assert_eq(troupe_config_reload(), TROUPE_OK);
     cr_assert(troupe_config_flush_denormals());
     unsetenv("TROUPE_DENORMALS");
+    setenv("TROUPE_LOOP_FUSION", "same-space", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert_not(troupe_config_loop_fusion_outer());
+    setenv("TROUPE_LOOP_FUSION", "prefix", 1);
+    cr_assert_neq(troupe_config_reload(), TROUPE_OK, "an unknown TROUPE_LOOP_FUSION is refused");
+    cr_assert(strstr(troupe_last_error(), "TROUPE_LOOP_FUSION") != NULL, "%s", troupe_last_error());
+    unsetenv("TROUPE_LOOP_FUSION");
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK);
     cr_assert_eq(troupe_config_timeout_s(), 7);
     cr_assert_eq(troupe_config_fusion_bytes(), 2048);
     cr_assert_str_eq(troupe_config_backend(), "sync");

@@ -42,6 +42,7 @@ static const char *const s_names[] = {
     "TROUPE_FUSION_BYTES",
     "TROUPE_AUTO_HOST_TRANSFERS",
     "TROUPE_STACK_THRESHOLD",
+    "TROUPE_LOOP_FUSION",
     "TROUPE_COLL_SHM",
     "TROUPE_GEMM",
     "TROUPE_DENORMALS",
