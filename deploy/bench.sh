@@ -2,9 +2,9 @@
 # troupe — the benchmark command: installs what is missing, builds into build/ (deploy/setup.sh,
 # plus the peers: OpenBLAS for bench_matmul, BLIS and libxsmm for bench_gemm_libs, Debian's
 # PyTorch for bench_train), then runs every benchmark executable build/bench/bench_* in name
-# order and prints their output, then bench_train again with --optimizer adamw. bench_cuda
-# (built with the CUDA toolkit) runs the cuda backend against bare CUDA and cuBLAS on GPU 0, and
-# prints a `skipped` line on a machine without a GPU.
+# order and prints their output, then bench_train again with --optimizer adamw and with --model
+# cnn (the convnet job). bench_cuda (built with the CUDA toolkit) runs the cuda backend against
+# bare CUDA and cuBLAS on GPU 0, and prints a `skipped` line on a machine without a GPU.
 #
 # The peers run at their best: a kernel choice forced from the caller's environment
 # (OPENBLAS_CORETYPE, BLIS_ARCH_TYPE, LIBXSMM_TARGET) is dropped with a warning; then, when
@@ -74,6 +74,12 @@ if [ -x "$train" ]; then
   echo "==== bench_train --optimizer adamw"
   if ! "$train" --optimizer adamw "$@"; then
     echo "troupe bench: bench_train --optimizer adamw failed" >&2
+    status=1
+  fi
+  # the convnet job (fmnist --model cnn) against PyTorch at its best, one thread and DDP
+  echo "==== bench_train --model cnn"
+  if ! "$train" --model cnn "$@"; then
+    echo "troupe bench: bench_train --model cnn failed" >&2
     status=1
   fi
 fi
