@@ -165,41 +165,53 @@ static void s_add(s_accesses_t *a, const s_rename_t *r, const troupe_tnode_t *tn
         a->oom = true;
 }
 
-static void s_reads(s_accesses_t *a, const s_rename_t *r, const troupe_sc_t *v);
+/* What a walk of a value does with a local scope's body (ctx: the walk's own state); false
+ * when the body holds a form the walk does not know. */
+typedef bool (*s_scope_fn)(void *ctx, s_accesses_t *a, const s_rename_t *r,
+                           const troupe_ll_t *body);
 
-/* The reads of a local scope's body (SET_LOCALs only: s_scope_body_ok). */
-static void s_scope_reads(s_accesses_t *a, const s_rename_t *r, const troupe_ll_t *b)
+/* The reads of value v, renamed by r, into a (the last argument first); a local scope's body
+ * goes to scope. False when scope said false. */
+static bool s_value_reads(s_accesses_t *a, const s_rename_t *r, const troupe_sc_t *v,
+                          s_scope_fn scope, void *ctx)
 {
-    if (b->kind == TROUPE_LL_SET_LOCAL) {
-        s_reads(a, r, b->u.set_local.value);
-        return;
-    }
-    for (size_t i = 0; i < b->u.seq.count; i++)
-        s_scope_reads(a, r, b->u.seq.items[i]);
-}
-
-static void s_reads(s_accesses_t *a, const s_rename_t *r, const troupe_sc_t *v)
-{
+    bool ok = true;
     switch (v->kind) {
     case TROUPE_SC_LOCAL_SCOPE:
-        s_scope_reads(a, r, v->u.local_scope.body);
+        ok = scope(ctx, a, r, v->u.local_scope.body);
         break;
     case TROUPE_SC_GET:
     case TROUPE_SC_GET_MERGE_BUFFER:
         s_add(a, r, v->u.get.tn, v->u.get.idcs, false);
         break;
     case TROUPE_SC_TERNOP:
-        s_reads(a, r, v->u.op.args[2]);
+        ok = s_value_reads(a, r, v->u.op.args[2], scope, ctx) && ok;
         /* fall through */
     case TROUPE_SC_BINOP:
-        s_reads(a, r, v->u.op.args[1]);
+        ok = s_value_reads(a, r, v->u.op.args[1], scope, ctx) && ok;
         /* fall through */
     case TROUPE_SC_UNOP:
-        s_reads(a, r, v->u.op.args[0]);
+        ok = s_value_reads(a, r, v->u.op.args[0], scope, ctx) && ok;
         break;
     default:
         break;
     }
+    return ok;
+}
+
+/* The reads of a local scope's body (SET_LOCALs only: s_scope_body_ok). */
+static bool s_scope_reads(void *ctx, s_accesses_t *a, const s_rename_t *r, const troupe_ll_t *b)
+{
+    if (b->kind == TROUPE_LL_SET_LOCAL)
+        return s_value_reads(a, r, b->u.set_local.value, s_scope_reads, ctx);
+    for (size_t i = 0; i < b->u.seq.count; i++)
+        s_scope_reads(ctx, a, r, b->u.seq.items[i]);
+    return true;
+}
+
+static void s_reads(s_accesses_t *a, const s_rename_t *r, const troupe_sc_t *v)
+{
+    (void)s_value_reads(a, r, v, s_scope_reads, NULL);
 }
 
 /* The accesses of a nest body (SETs only: s_body_ok), renamed by r. */
@@ -432,28 +444,18 @@ static bool s_has_product(const troupe_sc_t *v)
     }
 }
 
+/* A local scope's body as more of the tree (t->ok says whether it holds only known forms). */
+static bool s_tree_scope(void *ctx, s_accesses_t *a, const s_rename_t *r, const troupe_ll_t *body)
+{
+    (void)a;
+    (void)r;
+    s_tree_ll(ctx, body);
+    return true;
+}
+
 static void s_tree_sc(s_tree_t *t, const troupe_sc_t *v)
 {
-    switch (v->kind) {
-    case TROUPE_SC_LOCAL_SCOPE:
-        s_tree_ll(t, v->u.local_scope.body);
-        break;
-    case TROUPE_SC_GET:
-    case TROUPE_SC_GET_MERGE_BUFFER:
-        s_add(&t->acc, t->r, v->u.get.tn, v->u.get.idcs, false);
-        break;
-    case TROUPE_SC_TERNOP:
-        s_tree_sc(t, v->u.op.args[2]);
-        /* fall through */
-    case TROUPE_SC_BINOP:
-        s_tree_sc(t, v->u.op.args[1]);
-        /* fall through */
-    case TROUPE_SC_UNOP:
-        s_tree_sc(t, v->u.op.args[0]);
-        break;
-    default:
-        break;
-    }
+    (void)s_value_reads(&t->acc, t->r, v, s_tree_scope, t);
 }
 
 static void s_tree_ll(s_tree_t *t, const troupe_ll_t *s)
@@ -741,29 +743,17 @@ static troupe_ll_t *s_try_sink_zero(s_fuser_t *f, const troupe_ll_t *zero, const
  * its index node); false for a form it does not know. */
 static bool s_nodes_ll(s_accesses_t *a, const troupe_ll_t *s);
 
+static bool s_nodes_scope(void *ctx, s_accesses_t *a, const s_rename_t *r, const troupe_ll_t *body)
+{
+    (void)ctx;
+    (void)r;
+    return s_nodes_ll(a, body);
+}
+
 static void s_nodes_sc(s_accesses_t *a, const troupe_sc_t *v, bool *ok)
 {
     static const s_rename_t none = {{0}, {0}, 0};
-    switch (v->kind) {
-    case TROUPE_SC_LOCAL_SCOPE:
-        *ok = *ok && s_nodes_ll(a, v->u.local_scope.body);
-        break;
-    case TROUPE_SC_GET:
-    case TROUPE_SC_GET_MERGE_BUFFER:
-        s_add(a, &none, v->u.get.tn, v->u.get.idcs, false);
-        break;
-    case TROUPE_SC_TERNOP:
-        s_nodes_sc(a, v->u.op.args[2], ok);
-        /* fall through */
-    case TROUPE_SC_BINOP:
-        s_nodes_sc(a, v->u.op.args[1], ok);
-        /* fall through */
-    case TROUPE_SC_UNOP:
-        s_nodes_sc(a, v->u.op.args[0], ok);
-        break;
-    default:
-        break;
-    }
+    *ok = s_value_reads(a, &none, v, s_nodes_scope, NULL) && *ok;
 }
 
 static bool s_nodes_ll(s_accesses_t *a, const troupe_ll_t *s)
