@@ -64,7 +64,7 @@ static atomic_bool s_dp_fused_update;
 static atomic_bool s_cuda_graphs_off; /* TROUPE_CUDA_GRAPHS=off */
 static atomic_bool s_flush_denormals;
 static atomic_size_t s_stack_threshold;
-static atomic_bool s_fuse_outer; /* TROUPE_LOOP_FUSION=all (true) or same-space */
+static atomic_bool s_fuse_outer;        /* TROUPE_LOOP_FUSION=all (true) or same-space */
 static char s_resume[S_STR_MAX];        /* TROUPE_RESUME ("" when unset) */
 static char s_progress_file[S_STR_MAX]; /* TROUPE_PROGRESS_FILE ("" when unset) */
 static troupe_status_t s_load_status;

@@ -45,10 +45,10 @@
  * `bench_train --child --batch 128 --runs 9 --streams 2 [--unfused]`.)
  *
  * One timed run is S_STEPS synchronous steps (troupe_dp_step) and a troupe_dp_sync: S_STEPS x
- * the global minibatch samples. 1x1, 1x2 and 1x2-unfused are timed together (bench_util: interleaved
- * rounds); a child runs a fixed number of runs on every rank (a time-based stop could differ
- * between ranks and leave one waiting in an allreduce). The machine's speed drifts by several
- * percent over a minute (shared hosts), so the child cases are measured in S_ROUNDS paired
+ * the global minibatch samples. 1x1, 1x2 and 1x2-unfused are timed together (bench_util:
+ * interleaved rounds); a child runs a fixed number of runs on every rank (a time-based stop could
+ * differ between ranks and leave one waiting in an allreduce). The machine's speed drifts by
+ * several percent over a minute (shared hosts), so the child cases are measured in S_ROUNDS paired
  * rounds: each round times 1x1 again in this process, then runs each child (1x1-proc first); a
  * round's efficiencies compare its own 1x1-proc (1x1 when that child fails) with its own
  * children, and the torch 1-thread line compares 1x1-proc (both fresh processes; the in-process
@@ -1328,24 +1328,25 @@ int main(int argc, char **argv)
     argv[argc] = NULL;
     troupe_bench_opts_t opts;
     troupe_bench_opts_default(&opts);
-    int pr = troupe_bench_parse_args(argc, argv,
-                                     "data-parallel MLP training throughput: 1x1, 1x2, 2x1, "
-                                     "2x1-weak, 2x1-nocomm, 2x1-overlap, 2x1-unfused, "
-                                     "1x1-trace, 2x1-trace (ranks x "
-                                     "streams); --trace-overhead: only 1x1-proc and 2x1 with "
-                                     "TROUPE_TRACE off and on; --scaling R1,R2,..: weak scaling "
-                                     "(128 per rank) against as many independent processes; "
-                                     "--backend cuda: batches 128, 256, 1024, 8192 on GPU 0 against "
-                                     "PyTorch on it; --feed auto|fed|indexed: the model's "
-                                     "minibatch form (examples/fmnist/mlp.h; auto: fed on a "
-                                     "backend with graphs, cuda); --optimizer sgd|adamw: every "
-                                     "case's and the torch peer's (sgd: lr 0.05, momentum 0.9; "
-                                     "adamw: torch.optim.AdamW's defaults); --grad-accum K: K micro-steps per step of the "
-                                     "same global batch on both sides (troupe's grad_accum; the peer "
-                                     "sums K backward passes); --model mlp|cnn: the "
-                                     "trainer's MLP or its convnet (cnn: 1x1-proc and 2x1 against "
-                                     "PyTorch only, SGD)",
-                                     &opts);
+    int pr = troupe_bench_parse_args(
+        argc, argv,
+        "data-parallel MLP training throughput: 1x1, 1x2, 2x1, "
+        "2x1-weak, 2x1-nocomm, 2x1-overlap, 2x1-unfused, "
+        "1x1-trace, 2x1-trace (ranks x "
+        "streams); --trace-overhead: only 1x1-proc and 2x1 with "
+        "TROUPE_TRACE off and on; --scaling R1,R2,..: weak scaling "
+        "(128 per rank) against as many independent processes; "
+        "--backend cuda: batches 128, 256, 1024, 8192 on GPU 0 against "
+        "PyTorch on it; --feed auto|fed|indexed: the model's "
+        "minibatch form (examples/fmnist/mlp.h; auto: fed on a "
+        "backend with graphs, cuda); --optimizer sgd|adamw: every "
+        "case's and the torch peer's (sgd: lr 0.05, momentum 0.9; "
+        "adamw: torch.optim.AdamW's defaults); --grad-accum K: K micro-steps per "
+        "step of the same global batch on both sides (troupe's grad_accum; the peer "
+        "sums K backward passes); --model mlp|cnn: the "
+        "trainer's MLP or its convnet (cnn: 1x1-proc and 2x1 against "
+        "PyTorch only, SGD)",
+        &opts);
     if (pr != 0)
         return pr > 0 ? 0 : 2;
     if (child) {

@@ -615,8 +615,7 @@ static bool s_sum_loop(const troupe_ll_t *s)
  * and its consumer that run over one outer space but differ below it, e.g. a max pool's
  * gradient pieces, or a pass over a plane after one over its windows), or NULL. Only nests
  * that share data are fused, and never around a summed product. */
-static troupe_ll_t *s_try_prefix(s_fuser_t *f, const troupe_ll_t *a_stmt,
-                                 const troupe_ll_t *b_stmt)
+static troupe_ll_t *s_try_prefix(s_fuser_t *f, const troupe_ll_t *a_stmt, const troupe_ll_t *b_stmt)
 {
     const troupe_ll_t *al[S_MAX_DEPTH], *bl[S_MAX_DEPTH];
     int an = s_chain(a_stmt, al), bn = s_chain(b_stmt, bl), d = 0;
@@ -640,15 +639,13 @@ static troupe_ll_t *s_try_prefix(s_fuser_t *f, const troupe_ll_t *a_stmt,
             ta.loops[ta.nloops++] = x[l];
             tb.loops[tb.nloops++] = r.from[l]; /* B's own, as its SETs name them */
         }
-        const troupe_ll_t *abody = al[d - 1]->u.for_loop.body,
-                          *bbody = bl[d - 1]->u.for_loop.body;
+        const troupe_ll_t *abody = al[d - 1]->u.for_loop.body, *bbody = bl[d - 1]->u.for_loop.body;
         s_tree_ll(&ta, abody);
         s_tree_ll(&tb, bbody);
         bool related = false;
         if (ta.acc.oom || tb.acc.oom) {
             f->oom = true;
-        } else if (ta.ok && tb.ok && s_prefix_legal(&ta.acc, &tb.acc, x, d, &related) &&
-                   related) {
+        } else if (ta.ok && tb.ok && s_prefix_legal(&ta.acc, &tb.acc, x, d, &related) && related) {
             troupe_ll_proc_t *p = f->proc;
             troupe_ll_t *rb = s_ren_ll(p, &r, bbody);
             out = rb ? troupe_ll_seq2(p, (troupe_ll_t *)abody, rb) : NULL;
@@ -862,8 +859,8 @@ static troupe_ll_t *s_try_interchange(s_fuser_t *f, const troupe_ll_t *nest)
         return NULL;
     troupe_ll_t *in = troupe_ll_for(f->proc, x[0], l0->u.for_loop.from, l0->u.for_loop.to,
                                     l1->u.for_loop.body, l0->u.for_loop.trace_it);
-    troupe_ll_t *out = in ? troupe_ll_for(f->proc, x[1], l1->u.for_loop.from, l1->u.for_loop.to,
-                                          in, l1->u.for_loop.trace_it)
+    troupe_ll_t *out = in ? troupe_ll_for(f->proc, x[1], l1->u.for_loop.from, l1->u.for_loop.to, in,
+                                          l1->u.for_loop.trace_it)
                           : NULL;
     if (out == NULL)
         f->oom = true;
@@ -918,9 +915,8 @@ static bool s_fuse_back(s_fuser_t *f, troupe_ll_t **items, size_t *k, troupe_ll_
             if (swapped != NULL)
                 both = s_try_prefix(f, prev, swapped);
         }
-        troupe_ll_t *sunk = both != NULL && carried != NULL && !f->oom
-                                ? s_try_sink_zero(f, carried, both)
-                                : NULL;
+        troupe_ll_t *sunk =
+            both != NULL && carried != NULL && !f->oom ? s_try_sink_zero(f, carried, both) : NULL;
         if (sunk != NULL) { /* the zeroing, last of the items, goes */
             items[j - 1] = sunk;
             (*k)--;
@@ -982,8 +978,8 @@ static troupe_ll_t *s_fuse_seq(s_fuser_t *f, troupe_ll_t *s)
         }
         /* the previous statement, past comments (they then follow the fused nest) */
         size_t j = k;
-        while (j > 0 && (items[j - 1]->kind == TROUPE_LL_COMMENT ||
-                         items[j - 1]->kind == TROUPE_LL_NOOP))
+        while (j > 0 &&
+               (items[j - 1]->kind == TROUPE_LL_COMMENT || items[j - 1]->kind == TROUPE_LL_NOOP))
             j--;
         troupe_ll_t *both = j > 0 ? s_try_fuse(f, items[j - 1], it) : NULL;
         if (both == NULL && f->outer && j > 0 && !f->oom)

@@ -8,14 +8,14 @@
  *
  * Two statements A then B of a sequence are fused when both are perfect loop nests of the same
  * depth, with the same bounds level by level, whose innermost bodies are plain SETs (their
- * local scopes, if any, SET_LOCALs without loops: an inlined pointwise definition), every SET writes its node injectively (each axis a fixed index, or exactly one loop
- * iterator of the nest with coefficient 1, every iterator used once), and every node one of them
- * writes is accessed by the other only at the element the writer writes at the same iteration.
- * Then each element sees A's statements before B's, exactly as before, so results are bit for bit
- * those of the unfused code (the interpreter runs the fused form too). Fusion repeats along the
- * sequence (A+B, then +C...) and inside loop bodies, past comments between them.
- * Contractions (a write that does not use every iterator) are never fused this way, so
- * compiler/gemm still sees them whole.
+ * local scopes, if any, SET_LOCALs without loops: an inlined pointwise definition), every SET
+ * writes its node injectively (each axis a fixed index, or exactly one loop iterator of the nest
+ * with coefficient 1, every iterator used once), and every node one of them writes is accessed by
+ * the other only at the element the writer writes at the same iteration. Then each element sees A's
+ * statements before B's, exactly as before, so results are bit for bit those of the unfused code
+ * (the interpreter runs the fused form too). Fusion repeats along the sequence (A+B, then +C...)
+ * and inside loop bodies, past comments between them. Contractions (a write that does not use every
+ * iterator) are never fused this way, so compiler/gemm still sees them whole.
  *
  * Prefix fusion (troupe's): when that test fails, A and B that share their first d loops (the
  * same bounds level by level) become those d loops around A's body then B's, for the largest

@@ -596,7 +596,8 @@ troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc, const troupe_optimize
     }
     S_LAP(simplify_ns);
     /* Step 4b: loop fusion (fuse.h). */
-    if (c.o.fuse_loops && (st = troupe_ll_fuse_loops_outer(proc, c.o.fuse_outer, NULL)) != TROUPE_OK)
+    if (c.o.fuse_loops &&
+        (st = troupe_ll_fuse_loops_outer(proc, c.o.fuse_outer, NULL)) != TROUPE_OK)
         goto out;
     S_LAP(fuse_ns);
     /* Step 5. */

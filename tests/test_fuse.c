@@ -1,9 +1,10 @@
 /* Tests of compiler/fuse (loop fusion of pointwise nests): an optimizer-style chain becomes one
  * nest with bit-identical results under the interpreter; nests that read another's output at
  * another element, reductions, different bounds and non-injective writes stay apart; fusion
- * happens inside loop bodies and over inlined pointwise definitions (local scopes); troupe_ll_optimize runs it (fuse_loops) and can be told not to; nests that share only outer loops fuse over them when
- * each shared cell belongs to one outer iteration, and a zeroing moves into such a nest, but
- * not before a summed product. */
+ * happens inside loop bodies and over inlined pointwise definitions (local scopes);
+ * troupe_ll_optimize runs it (fuse_loops) and can be told not to; nests that share only outer loops
+ * fuse over them when each shared cell belongs to one outer iteration, and a zeroing moves into
+ * such a nest, but not before a summed product. */
 #include "compiler/fuse.h"
 #include "compiler/interp.h"
 #include "compiler/optimize.h"
@@ -272,7 +273,7 @@ static troupe_tnode_t *s_mat(const char *label, int64_t r, int64_t c)
 
 static s_pool_vars_t s_pool_vars(void)
 {
-    s_pool_vars_t v = {s_mat("in", PR, 2 * PW), s_mat("g", PR, PW), s_mat("cnt", PR, PW),
+    s_pool_vars_t v = {s_mat("in", PR, 2 * PW), s_mat("g", PR, PW),      s_mat("cnt", PR, PW),
                        s_mat("sh", PR, PW),     s_mat("dx", PR, 2 * PW), s_mat("c", PR, PR)};
     return v;
 }
@@ -312,9 +313,9 @@ static troupe_ll_proc_t *s_pool_proc(const s_pool_vars_t *v, bool other)
     troupe_axis_index_t gi[2] = {troupe_idx_sym(r2), {1, {{-1, w2}}, PW - 1}};
     troupe_sc_t *q = troupe_sc_binop(p, TROUPE_BINOP_DIV, troupe_sc_get(p, v->g, other ? gi : o2),
                                      troupe_sc_get(p, v->cnt, o2));
-    items[2] = troupe_ll_for(
-        p, r2, 0, PR - 1, troupe_ll_for(p, w2, 0, PW - 1, troupe_ll_set(p, v->sh, o2, q), false),
-        false);
+    items[2] = troupe_ll_for(p, r2, 0, PR - 1,
+                             troupe_ll_for(p, w2, 0, PW - 1, troupe_ll_set(p, v->sh, o2, q), false),
+                             false);
     int32_t r3 = troupe_ll_proc_add_symbol(p, NULL), w3 = troupe_ll_proc_add_symbol(p, NULL),
             k3 = troupe_ll_proc_add_symbol(p, NULL);
     troupe_axis_index_t o3[2] = {troupe_idx_sym(r3), troupe_idx_sym(w3)};
@@ -421,14 +422,14 @@ Test(fuse, a_zeroing_before_a_summed_product_stays)
         troupe_ll_zero_out(p, v.c),
         troupe_ll_for(
             p, i, 0, PR - 1,
-            troupe_ll_for(p, j, 0, PR - 1,
-                          troupe_ll_for(p, k, 0, 2 * PW - 1,
-                                        troupe_ll_set(p, v.c, ij,
-                                                      troupe_sc_binop(p, TROUPE_BINOP_ADD,
-                                                                      troupe_sc_get(p, v.c, ij),
-                                                                      prod)),
-                                        false),
-                          false),
+            troupe_ll_for(
+                p, j, 0, PR - 1,
+                troupe_ll_for(p, k, 0, 2 * PW - 1,
+                              troupe_ll_set(p, v.c, ij,
+                                            troupe_sc_binop(p, TROUPE_BINOP_ADD,
+                                                            troupe_sc_get(p, v.c, ij), prod)),
+                              false),
+                false),
             false)};
     p->body = troupe_ll_seq(p, 2, items);
     size_t count = 9;
@@ -505,7 +506,8 @@ Test(fuse, a_channel_sum_joins_its_producer_past_independent_statements)
         memcpy(res[n] + PW, d.sh, sizeof d.sh);
         memcpy(res[n] + PW + PR * PW, d.dx, sizeof d.dx);
     }
-    cr_assert(memcmp(res[0], res[1], sizeof res[0]) == 0, "fused results differ from the unfused ones");
+    cr_assert(memcmp(res[0], res[1], sizeof res[0]) == 0,
+              "fused results differ from the unfused ones");
     troupe_ll_proc_destroy(&pr[0]);
     troupe_ll_proc_destroy(&pr[1]);
     troupe_tnode_release(&s);
@@ -597,7 +599,8 @@ Test(fuse, a_sum_into_one_cell_keeps_its_loop_order)
     cr_assert_eq(troupe_ll_fuse_loops(p, &count), TROUPE_OK);
     cr_assert_eq(count, 0);
     cr_assert_eq(s_top_nests(p), 2);
-    cr_assert_eq(p->body->u.seq.items[1]->u.for_loop.to, PW - 1, "the sum's loops kept their order");
+    cr_assert_eq(p->body->u.seq.items[1]->u.for_loop.to, PW - 1,
+                 "the sum's loops kept their order");
     troupe_ll_proc_destroy(&p);
     troupe_tnode_release(&s);
     s_pool_free(&v);

@@ -864,8 +864,8 @@ static void s_check_a_times_b_transposed(int m, int n, int k, int lda, int ldb, 
                           "%dx%dx%d beta %d: c[%d][%d] = %.9g, want %.9g", m, n, k, beta, i, j,
                           c[i * ldc + j], want);
             }
-        cr_assert(memcmp(c, c2, sizeof(float) * nc) == 0,
-                  "%dx%dx%d beta %d: two calls differ", m, n, k, beta);
+        cr_assert(memcmp(c, c2, sizeof(float) * nc) == 0, "%dx%dx%d beta %d: two calls differ", m,
+                  n, k, beta);
     }
     free(a);
     free(b);

@@ -6,9 +6,9 @@
  * The routines are built on the sync backend with TROUPE_STACK_THRESHOLD 0 and
  * TROUPE_LOOP_FUSION same-space, so that the optimiser makes no Local arrays and fuses only
  * nests over the same space, as it does for the cuda backend (devices/device.h,
- * no_local_arrays, no_outer_fusion), at the main job's size, 128 rows per replica, two streams (so the merges
- * exist), and generated with troupe_cgen_emit(TROUPE_CGEN_CUDA). The counts are asserted, so a
- * change that stops fusing fails here.
+ * no_local_arrays, no_outer_fusion), at the main job's size, 128 rows per replica, two streams (so
+ * the merges exist), and generated with troupe_cgen_emit(TROUPE_CGEN_CUDA). The counts are
+ * asserted, so a change that stops fusing fails here.
  *
  * Set TROUPE_TEST_KERNELS_DUMP=<dir> to write each routine's procedure and CUDA source there. */
 #define _POSIX_C_SOURCE 200809L
@@ -131,7 +131,7 @@ static void s_open(troupe_optimizer_kind_t kind, int64_t rows, bool fed, fmnist_
     troupe_dp_model_t model;
     fmnist_mlp_dp_model(mlp, &model);
     OK(troupe_config_set_stack_threshold_bytes(0)); /* no Local arrays, as on cuda */
-    troupe_config_set_loop_fusion_outer(false);      /* same-space fusion only, as on cuda */
+    troupe_config_set_loop_fusion_outer(false);     /* same-space fusion only, as on cuda */
     troupe_dp_config_t dc = {
         .backend = "sync",
         .streams = 2,

@@ -804,8 +804,7 @@ Test(nn_layers, gemm_matcher_takes_the_attention_products, .timeout = 240)
     OK(troupe_log_set_file(NULL));
     const char *lib = "calls the GEMM library";
     /* q, k and v are copies of qkv, inlined: the products read qkv through its strides */
-    cr_expect(s_log_has(path, "_preatt = ", "_qkv x n", "_qkv^T (m=64 n=64 k=16) calls"),
-              "Q K^T");
+    cr_expect(s_log_has(path, "_preatt = ", "_qkv x n", "_qkv^T (m=64 n=64 k=16) calls"), "Q K^T");
     cr_expect(s_log_has(path, "_attn_heads = ", "_softmax x n", "_qkv (m=64 n=16 k=64) calls"),
               "P V");
     cr_expect(s_log_has(path, "_softmax_grad = ", "_qkv^T", lib), "dP = dY V^T");

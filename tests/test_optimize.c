@@ -758,16 +758,16 @@ Test(optimize, chain_of_cheap_definitions_is_cut)
         char label[8];
         snprintf(label, sizeof label, "r%d", k);
         r[k] = s_node(label, TROUPE_PREC_DOUBLE, 1, 4, 0);
-        troupe_sc_t *v =
-            k == 0 ? s_bin(p, TROUPE_BINOP_ADD, s_get1(p, a, s_i(i)), s_c(p, 1.0))
-                   : s_bin(p, TROUPE_BINOP_ADD,
-                           s_bin(p, TROUPE_BINOP_MUL, s_get1(p, r[k - 1], s_i(i)),
-                                 s_get1(p, r[k - 1], s_i(i))),
-                           s_get1(p, a, s_i(i)));
+        troupe_sc_t *v = k == 0 ? s_bin(p, TROUPE_BINOP_ADD, s_get1(p, a, s_i(i)), s_c(p, 1.0))
+                                : s_bin(p, TROUPE_BINOP_ADD,
+                                        s_bin(p, TROUPE_BINOP_MUL, s_get1(p, r[k - 1], s_i(i)),
+                                              s_get1(p, r[k - 1], s_i(i))),
+                                        s_get1(p, a, s_i(i)));
         items[k] = s_for(p, i, 4, s_set1(p, r[k], s_i(i), v));
     }
     items[5] = s_for(
-        p, i, 4, s_set1(p, out, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, r[4], s_i(i)), s_c(p, 2.0))));
+        p, i, 4,
+        s_set1(p, out, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, r[4], s_i(i)), s_c(p, 2.0))));
     s_body(p, 6, items);
     double *before = s_run(p, &a, 1, out);
     s_optimize_ok(p, NULL);
@@ -839,9 +839,11 @@ static troupe_memory_mode_kind_t s_copy_mode(bool of_input)
     size_t n = 0;
     if (!of_input)
         items[n++] = s_for(
-            p, i, 4, s_set1(p, t, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, a, s_i(i)), s_c(p, 2.0))));
+            p, i, 4,
+            s_set1(p, t, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, a, s_i(i)), s_c(p, 2.0))));
     troupe_sc_t *src = s_get1(p, of_input ? a : t, s_i(i));
-    items[n++] = s_for(p, i, 4, s_set1(p, cp, s_i(i), troupe_sc_unop(p, TROUPE_UNOP_IDENTITY, src)));
+    items[n++] =
+        s_for(p, i, 4, s_set1(p, cp, s_i(i), troupe_sc_unop(p, TROUPE_UNOP_IDENTITY, src)));
     troupe_sc_t *prod = s_get1(p, cp, s_i(i));
     for (int k = 1; k < 4; k++)
         prod = s_bin(p, TROUPE_BINOP_MUL, prod, s_get1(p, cp, s_i(i)));
@@ -1176,17 +1178,21 @@ static troupe_memory_mode_kind_t s_later_unit_mode(bool clobber, int32_t *prov)
     int32_t i = troupe_ll_proc_add_symbol(p, "i");
     troupe_ll_t *items[5];
     size_t n = 0;
-    items[n++] = s_for(
-        p, i, 4, s_set1(p, t, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, a, s_i(i)), s_c(p, 2.0))));
-    items[n++] = s_for(
-        p, i, 4, s_set1(p, s, s_i(i), s_bin(p, TROUPE_BINOP_ADD, s_get1(p, a, s_i(i)), s_c(p, 1.0))));
-    items[n++] = s_for(p, i, 4,
-                       s_set1(p, t, s_i(i),
-                              s_bin(p, TROUPE_BINOP_ADD, s_get1(p, t, s_i(i)), s_get1(p, s, s_i(i)))));
+    items[n++] =
+        s_for(p, i, 4,
+              s_set1(p, t, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, a, s_i(i)), s_c(p, 2.0))));
+    items[n++] =
+        s_for(p, i, 4,
+              s_set1(p, s, s_i(i), s_bin(p, TROUPE_BINOP_ADD, s_get1(p, a, s_i(i)), s_c(p, 1.0))));
+    items[n++] =
+        s_for(p, i, 4,
+              s_set1(p, t, s_i(i),
+                     s_bin(p, TROUPE_BINOP_ADD, s_get1(p, t, s_i(i)), s_get1(p, s, s_i(i)))));
     if (clobber)
         items[n++] = s_for(p, i, 4, s_set1(p, s, s_i(i), s_c(p, 0.0)));
     items[n++] = s_for(
-        p, i, 4, s_set1(p, out, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, t, s_i(i)), s_c(p, 3.0))));
+        p, i, 4,
+        s_set1(p, out, s_i(i), s_bin(p, TROUPE_BINOP_MUL, s_get1(p, t, s_i(i)), s_c(p, 3.0))));
     s_body(p, n, items);
     double *before = s_run(p, &a, 1, out);
     s_optimize_ok(p, NULL);
