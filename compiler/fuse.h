@@ -62,13 +62,15 @@
 extern "C" {
 #endif
 
-/* Fuses the procedure's body in place; *out_fused (may be NULL) counts the fusions made.
- * RESOURCE_EXHAUSTED when the arena cannot grow (the body is then unchanged). */
+/* Fuses the procedure's body in place, every kind of fusion above; *out_fused (may be NULL)
+ * counts the fusions made. INVALID_ARGUMENT when proc is NULL; RESOURCE_EXHAUSTED when the
+ * arena cannot grow (the body is then unchanged). */
 TROUPE_MUST_USE troupe_status_t troupe_ll_fuse_loops(troupe_ll_proc_t *proc, size_t *out_fused);
 
-/* The same; with outer false only nests over the same space fuse (no prefix fusion, no fusion
- * past independent statements, no sunk zeroings): for code generators that spread a nest's
- * threads over its outer loops only (cuda), where a fused nest would run on fewer threads. */
+/* The same, with the same status codes; with outer false only nests over the same space fuse
+ * (no prefix fusion, no fusion past independent statements, no sunk zeroings): for code
+ * generators that spread a nest's threads over its outer loops only (cuda), where a fused nest
+ * would run on fewer threads. troupe_ll_fuse_loops is this with outer true. */
 TROUPE_MUST_USE troupe_status_t troupe_ll_fuse_loops_outer(troupe_ll_proc_t *proc, bool outer,
                                                            size_t *out_fused);
 
