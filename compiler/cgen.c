@@ -1295,8 +1295,8 @@ static void s_put_gemm_base(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t
  * exactly the memory the calls read (kext <= ldb: within B's rows). Chosen only when it copies
  * less than the calls would (calls * k > kext). */
 typedef struct s_bt_pack {
-    int first;    /* the outermost loop the pack serves; gm->nouter when none */
-    int64_t kext; /* k + the largest shift */
+    int first;     /* the outermost loop the pack serves; gm->nouter when none */
+    int64_t kext;  /* k + the largest shift */
     int64_t calls; /* calls per pack */
 } s_bt_pack_t;
 
@@ -1312,9 +1312,8 @@ static int s_int64_cmp(const void *x, const void *y)
 static s_bt_pack_t s_gemm_bt_pack(const troupe_gemm_t *gm, const troupe_gemm_epilogue_t *ep)
 {
     s_bt_pack_t pk = {gm->nouter, gm->k, 1};
-    if (gm->prec != TROUPE_PREC_SINGLE || gm->factor_prec != TROUPE_PREC_SINGLE ||
-        !gm->b.trans || gm->a.trans || gm->b.tn == gm->c.tn || ep->init != NULL ||
-        ep->post != NULL)
+    if (gm->prec != TROUPE_PREC_SINGLE || gm->factor_prec != TROUPE_PREC_SINGLE || !gm->b.trans ||
+        gm->a.trans || gm->b.tn == gm->c.tn || ep->init != NULL || ep->post != NULL)
         return pk;
     int64_t shifts[S_BT_PACK_MAX_SHIFTS], grown[S_BT_PACK_MAX_SHIFTS];
     size_t nshifts = 1;
@@ -1588,8 +1587,8 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
         saved[o] = g->ranges[sym];
         g->ranges[sym] = (s_range_t){true, 0, gm->outer_ext[o] - 1};
     }
-    troupe_status_t st = s_emit_gemm_body(g, gm, ep, packs ? &pk : NULL,
-                                          indent + gm->nouter + packs, out);
+    troupe_status_t st =
+        s_emit_gemm_body(g, gm, ep, packs ? &pk : NULL, indent + gm->nouter + packs, out);
     for (int o = gm->nouter - 1; o >= 0; o--) {
         g->ranges[gm->outer_syms[o]] = saved[o];
         int in = indent + o + (packs && o > pk.first);
@@ -1616,9 +1615,10 @@ static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
                "cgen of %s: %s %s %s%s x %s%s (m=%" PRId64 " n=%" PRId64 " k=%" PRId64
                ") calls the GEMM library%s%s%s%s%s%s%s%s%s",
-               g->proc->name, s_info(g, gm->c.tn)->ident, ep->beta_zero ? "=" : "+=",
-               s_info(g, gm->a.tn)->ident, gm->a.trans ? "^T" : "", s_info(g, gm->b.tn)->ident,
-               gm->b.trans ? "^T" : "", gm->m, gm->n, gm->k, panel ? ", with its epilogue:" : "",
+               g->proc->name, s_info(g, gm->c.tn)->ident,
+               ep->beta_zero ? "=" : "+=", s_info(g, gm->a.tn)->ident, gm->a.trans ? "^T" : "",
+               s_info(g, gm->b.tn)->ident, gm->b.trans ? "^T" : "", gm->m, gm->n, gm->k,
+               panel ? ", with its epilogue:" : "",
                ep->bias != NULL ? (ep->bias_in_init ? " starts from bias " : " adds bias ") : "",
                ep->bias != NULL ? s_info(g, ep->bias)->ident : "",
                ep->bias != NULL ? (ep->bias_axis == TROUPE_GEMM_BIAS_N ? "[j]" : "[i]") : "",

@@ -1090,8 +1090,8 @@ static void s_loop_before(const char *src, const char *at, char *line, size_t ca
 
 Test(gemm_match, shifted_b_transposed_products_pack_b_once_per_sample)
 {
-    s_case_t c = s_lower(S_SHIFT_SPEC, TROUPE_PREC_SINGLE, 3, s_shift_dy, 3, s_shift_x, 4,
-                         s_shift_dw, true);
+    s_case_t c =
+        s_lower(S_SHIFT_SPEC, TROUPE_PREC_SINGLE, 3, s_shift_dy, 3, s_shift_x, 4, s_shift_dw, true);
     troupe_gemm_t g;
     const char *why = NULL;
     cr_assert_eq(s_find(c.proc->body, &g, &why), TROUPE_GEMM_YES, "%s", why);
@@ -1108,8 +1108,8 @@ Test(gemm_match, shifted_b_transposed_products_pack_b_once_per_sample)
     cr_assert_not_null(pack, "%s", src);
     char line[256];
     s_loop_before(src, pack, line, sizeof line);
-    cr_assert(strstr(line, " < 2; ") != NULL, "the pack is not inside the batch loop: %s\n%s",
-              line, src);
+    cr_assert(strstr(line, " < 2; ") != NULL, "the pack is not inside the batch loop: %s\n%s", line,
+              src);
     const char *next = strstr(pack, "for (");
     cr_assert(next != NULL && strncmp(strchr(next, '<'), "< 3; ", 5) == 0,
               "the offsets' loops are not inside the pack's block:\n%s", src);
@@ -1117,6 +1117,21 @@ Test(gemm_match, shifted_b_transposed_products_pack_b_once_per_sample)
     cr_assert(strstr(src, "troupe_sgemm(0, 0, 16, 24, 46, 1.0f, ") != NULL, "%s", src);
     cr_assert(strstr(src, ", 24, 1.0f, ") != NULL, "%s", src);
     cr_assert(strstr(src, "troupe_sgemm(0, 1, 16, 24, 46, 1.0f, ") != NULL, "%s", src);
+    /* split into units, the hook reaches every part's copy of troupe_spack_bt */
+    char **units = NULL;
+    size_t nunits = 0;
+    cr_assert_eq(troupe_cgen_c_split(res, 1, &units, &nunits), TROUPE_OK, "%s",
+                 troupe_last_error());
+    cr_assert_gt(nunits, 1);
+    for (size_t k = 1; k < nunits; k++) {
+        char call[64], def[128];
+        snprintf(call, sizeof call, "mm__p%zu_gemm_pack_hooks(f);", k);
+        snprintf(def, sizeof def,
+                 "mm__p%zu_gemm_pack_hooks(troupe_spack_bt_fn f)\n{\n    troupe_spack_bt = f;", k);
+        cr_assert_not_null(strstr(units[0], call), "%s\n%s", call, units[0]);
+        cr_assert_not_null(strstr(units[k], def), "%s\n%s", def, units[k]);
+    }
+    troupe_cgen_c_units_free(&units, nunits);
     troupe_cgen_result_destroy(&res);
     s_free(&c);
 }
@@ -1169,8 +1184,8 @@ Test(gemm_run, packed_shifted_products_equal_the_per_call_transposes_bit_for_bit
         cr_skip_test("no libxsmm A B^T path in this build: nothing is packed");
         return;
     }
-    s_case_t c = s_lower(S_SHIFT_SPEC, TROUPE_PREC_SINGLE, 3, s_shift_dy, 3, s_shift_x, 4,
-                         s_shift_dw, true);
+    s_case_t c =
+        s_lower(S_SHIFT_SPEC, TROUPE_PREC_SINGLE, 3, s_shift_dy, 3, s_shift_x, 4, s_shift_dw, true);
     const troupe_tnode_t *nodes[3] = {c.x, c.w, c.y};
     float *ref[3], *per_call[3], *packed[3];
     int64_t cnt[3];
@@ -1188,8 +1203,8 @@ Test(gemm_run, packed_shifted_products_equal_the_per_call_transposes_bit_for_bit
     cr_assert_not_null(bt, "the library declines the pack for the test's shape");
     for (int64_t j = 0; j < 24; j++)
         for (int64_t q = 0; q < 64; q++)
-            cr_assert_eq(bt[q * 24 + j], per_call[1][j * 64 + q], "pack[%lld][%lld]",
-                         (long long)q, (long long)j);
+            cr_assert_eq(bt[q * 24 + j], per_call[1][j * 64 + q], "pack[%lld][%lld]", (long long)q,
+                         (long long)j);
     troupe_interp_buffer_t ib[3];
     for (int n = 0; n < 3; n++)
         ib[n] = (troupe_interp_buffer_t){nodes[n], ref[n]};
