@@ -269,6 +269,7 @@ struct troupe__cgen {
     bool uses_gemm; /* some contraction calls the GEMM library (compiler/gemm.h) */
     bool uses_bgemm; /* some with bfloat16 factors (troupe_bgemm) */
     bool uses_hgemm; /* some with half factors (troupe_hgemm) */
+    bool uses_spack; /* some loop of A B^T calls packs B^T once (troupe_spack_bt, s_bt_pack) */
     const troupe_ll_t **binds; /* the BIND_INDEX statements: gather i+1 */
     size_t nbinds, binds_cap;
     bool *bound;    /* per symbol: defined by the target (a thread index); loops over it elided */
@@ -1247,9 +1248,19 @@ static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
     return st;
 }
 
-/* &ident[offset of the access with the product's loops at 0]: the operand's base. */
-static void s_put_gemm_base(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t *gm,
-                            const troupe_gemm_operand_t *o)
+/* Whether sym is one of the outer loops gm->outer_syms[from..]. */
+static bool s_gemm_outer_from(const troupe_gemm_t *gm, int from, int32_t sym)
+{
+    for (int o = from; o < gm->nouter; o++)
+        if (gm->outer_syms[o] == sym)
+            return true;
+    return false;
+}
+
+/* &ident[offset of the access with the product's loops and its outer loops from `from` on at
+ * 0]: the operand's base (from = gm->nouter), or that of the calls those outer loops make. */
+static void s_put_gemm_base_from(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t *gm,
+                                 const troupe_gemm_operand_t *o, int from)
 {
     troupe_axis_index_t base[TROUPE_MAX_DIMS];
     for (int ax = 0; ax < o->tn->ndims; ax++) {
@@ -1257,13 +1268,87 @@ static void s_put_gemm_base(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t
         base[ax].nterms = 0;
         for (int t = 0; t < o->idcs[ax].nterms; t++) {
             int32_t sym = o->idcs[ax].terms[t].sym;
-            if (!troupe_gemm_has_sym(gm, sym))
+            if (!troupe_gemm_has_sym(gm, sym) && !s_gemm_outer_from(gm, from, sym))
                 base[ax].terms[base[ax].nterms++] = o->idcs[ax].terms[t];
         }
     }
     troupe__strbuf_printf(b, "&%s[", s_info(g, o->tn)->ident);
     s_put_offset(g, b, o->tn, base);
     troupe__strbuf_puts(b, "]");
+}
+
+/* &ident[offset of the access with the product's loops at 0]: the operand's base. */
+static void s_put_gemm_base(s_gen_t *g, troupe__strbuf_t *b, const troupe_gemm_t *gm,
+                            const troupe_gemm_operand_t *o)
+{
+    s_put_gemm_base_from(g, b, gm, o, gm->nouter);
+}
+
+/* B^T packed once for the calls of a product's innermost outer loops (compiler/gemm.h, merged
+ * loops). A single-precision C = A B^T call transposes its B into a scratch before libxsmm's A B
+ * kernel (devices/host/gemm_library.h); when the loops from outer_syms[first] on move B only by
+ * shifts along its contiguous k dimension (strides >= 0, e.g. a convolution's kernel offsets
+ * over the rows of its input: docs/trainer.md, "Convolution lowering"), and the shifted ranges
+ * [off, off + k) cover [0, kext) without a gap, the n x kext block they read is transposed once
+ * per iteration of the loops outside them (troupe_spack_bt) and each call runs the A B kernel on
+ * its shifted rows of that pack: the same kernel on the same values, bit for bit. The block is
+ * exactly the memory the calls read (kext <= ldb: within B's rows). Chosen only when it copies
+ * less than the calls would (calls * k > kext). */
+typedef struct s_bt_pack {
+    int first;     /* the outermost loop the pack serves; gm->nouter when none */
+    int64_t kext;  /* k + the largest shift */
+    int64_t calls; /* calls per pack */
+} s_bt_pack_t;
+
+/* Most distinct shifts the rule enumerates (a 3 x 3 kernel has 9). */
+#define S_BT_PACK_MAX_SHIFTS 1024
+
+static int s_int64_cmp(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+static s_bt_pack_t s_gemm_bt_pack(const troupe_gemm_t *gm, const troupe_gemm_epilogue_t *ep)
+{
+    s_bt_pack_t pk = {gm->nouter, gm->k, 1};
+    if (gm->prec != TROUPE_PREC_SINGLE || gm->factor_prec != TROUPE_PREC_SINGLE || !gm->b.trans ||
+        gm->a.trans || gm->b.tn == gm->c.tn || ep->init != NULL || ep->post != NULL)
+        return pk;
+    int64_t shifts[S_BT_PACK_MAX_SHIFTS], grown[S_BT_PACK_MAX_SHIFTS];
+    size_t nshifts = 1;
+    shifts[0] = 0;
+    int64_t calls = 1;
+    for (int o = gm->nouter - 1; o >= 0; o--) {
+        int64_t stride = troupe_gemm_sym_stride(gm->b.tn, gm->b.idcs, gm->outer_syms[o]);
+        int64_t ext = gm->outer_ext[o];
+        if (stride < 0 || ext < 1)
+            break;
+        if (stride > 0) {
+            if (nshifts * (size_t)ext > S_BT_PACK_MAX_SHIFTS)
+                break;
+            size_t n = 0;
+            for (int64_t i = 0; i < ext; i++)
+                for (size_t q = 0; q < nshifts; q++)
+                    grown[n++] = shifts[q] + i * stride;
+            qsort(grown, n, sizeof grown[0], s_int64_cmp);
+            size_t d = 0;
+            for (size_t q = 0; q < n; q++)
+                if (d == 0 || grown[q] != grown[d - 1])
+                    grown[d++] = grown[q];
+            bool gap = false;
+            for (size_t q = 1; q < d; q++)
+                gap = gap || grown[q] - grown[q - 1] > gm->k;
+            if (gap || grown[d - 1] + gm->k > gm->b.ld)
+                break;
+            memcpy(shifts, grown, d * sizeof shifts[0]);
+            nshifts = d;
+        }
+        calls *= ext;
+        if (calls * gm->k > shifts[nshifts - 1] + gm->k)
+            pk = (s_bt_pack_t){o, shifts[nshifts - 1] + gm->k, calls};
+    }
+    return pk;
 }
 
 #define S_GEMM_UNROLL 8 /* reduction steps per load and store of an output element */
@@ -1409,9 +1494,9 @@ static troupe_status_t s_emit_panel_nest(s_gen_t *g, const troupe_gemm_t *gm,
 }
 
 /* The library call (through the hook the loader sets) for rows g_p.. of the product when
- * `panel`, else for all of it. */
+ * `panel`, else for all of it; with `pk`, the untransposed call on the pack g_bt (s_bt_pack_t). */
 static void s_emit_gemm_call(s_gen_t *g, const troupe_gemm_t *gm, bool beta_zero, bool panel,
-                             int indent, troupe__strbuf_t *out)
+                             const s_bt_pack_t *pk, int indent, troupe__strbuf_t *out)
 {
     bool single = gm->prec == TROUPE_PREC_SINGLE;
     /* troupe_bgemm, troupe_hgemm: no alpha */
@@ -1419,7 +1504,7 @@ static void s_emit_gemm_call(s_gen_t *g, const troupe_gemm_t *gm, bool beta_zero
     const char *one = single ? "1.0f" : "1.0", *beta = beta_zero ? (single ? "0.0f" : "0.0") : one;
     troupe__strbuf_repeat(out, "    ", indent);
     troupe__strbuf_printf(out, "troupe_%cgemm(%d, %d, ", s_gemm_letter(gm), gm->a.trans ? 1 : 0,
-                          gm->b.trans ? 1 : 0);
+                          gm->b.trans && pk == NULL ? 1 : 0);
     if (panel)
         troupe__strbuf_puts(out, "g_pm");
     else
@@ -1431,8 +1516,25 @@ static void s_emit_gemm_call(s_gen_t *g, const troupe_gemm_t *gm, bool beta_zero
     if (panel) /* row g_p of op(A) */
         troupe__strbuf_printf(out, " + g_p * %" PRId64, gm->a.trans ? (int64_t)1 : gm->a.ld);
     troupe__strbuf_printf(out, ", %" PRId64 ", ", gm->a.ld);
-    s_put_gemm_base(g, out, gm, &gm->b);
-    troupe__strbuf_printf(out, ", %" PRId64 ", %s, ", gm->b.ld, beta);
+    if (pk != NULL) { /* g_bt + (the call's shift) * n */
+        troupe__strbuf_puts(out, "g_bt");
+        bool any = false;
+        for (int o = pk->first; o < gm->nouter; o++) {
+            int64_t st = troupe_gemm_sym_stride(gm->b.tn, gm->b.idcs, gm->outer_syms[o]);
+            if (st == 1)
+                troupe__strbuf_printf(out, "%s%s", any ? " + " : " + (",
+                                      g->syms[gm->outer_syms[o]]);
+            else if (st != 0)
+                troupe__strbuf_printf(out, "%s%" PRId64 "*%s", any ? " + " : " + (", st,
+                                      g->syms[gm->outer_syms[o]]);
+            any = any || st != 0;
+        }
+        if (any)
+            troupe__strbuf_printf(out, ") * %" PRId64, gm->n);
+    } else {
+        s_put_gemm_base(g, out, gm, &gm->b);
+    }
+    troupe__strbuf_printf(out, ", %" PRId64 ", %s, ", pk != NULL ? gm->n : gm->b.ld, beta);
     s_put_gemm_base(g, out, gm, &gm->c);
     if (panel)
         troupe__strbuf_printf(out, " + g_p * %" PRId64, gm->c.ld);
@@ -1447,8 +1549,8 @@ static void s_emit_gemm_call(s_gen_t *g, const troupe_gemm_t *gm, bool beta_zero
  * panels (s_gemm_panel_rows), each panel's initial values, product and post pass one after
  * the other on either side: issue 14's fused epilogue. */
 static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
-                                        const troupe_gemm_epilogue_t *ep, int indent,
-                                        troupe__strbuf_t *out);
+                                        const troupe_gemm_epilogue_t *ep, const s_bt_pack_t *pk,
+                                        int indent, troupe__strbuf_t *out);
 
 /* The product inside its outer loops (compiler/gemm.h, merged loops: a loop of calls, each
  * writing its own block of the output or accumulating into the same one), then the body. */
@@ -1457,27 +1559,52 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
                                    troupe__strbuf_t *out)
 {
     s_range_t saved[TROUPE_GEMM_MAX_LOOPS];
+    const s_bt_pack_t pk = s_gemm_bt_pack(gm, ep);
+    const bool packs = pk.first < gm->nouter;
     for (int o = 0; o < gm->nouter; o++) {
         int32_t sym = gm->outer_syms[o];
-        troupe__strbuf_repeat(out, "    ", indent + o);
+        int in = indent + o + (packs && o > pk.first);
+        if (packs && o == pk.first) { /* the pack, in a block of its own */
+            g->uses_spack = true;
+            troupe__strbuf_repeat(out, "    ", in);
+            troupe__strbuf_printf(out, "{ /* B^T packed once for the %" PRId64 " calls inside */\n",
+                                  pk.calls);
+            troupe__strbuf_repeat(out, "    ", in + 1);
+            troupe__strbuf_printf(out,
+                                  "const float *g_bt = troupe_spack_bt != 0 && troupe_sgemm != 0"
+                                  " ? troupe_spack_bt(%" PRId64 ", %" PRId64 ", %" PRId64
+                                  ", %" PRId64 ", %" PRId64 ", ",
+                                  gm->m, gm->n, gm->k, pk.kext, gm->a.ld);
+            s_put_gemm_base_from(g, out, gm, &gm->b, pk.first);
+            troupe__strbuf_printf(out, ", %" PRId64 ", %s, %" PRId64 ") : 0;\n", gm->b.ld,
+                                  ep->beta_zero ? "0.0f" : "1.0f", gm->c.ld);
+            in++;
+        }
+        troupe__strbuf_repeat(out, "    ", in);
         troupe__strbuf_printf(out,
                               "for (int64_t %s = 0; %s < %" PRId64 "; ++%s) { /* a call each */\n",
                               g->syms[sym], g->syms[sym], gm->outer_ext[o], g->syms[sym]);
         saved[o] = g->ranges[sym];
         g->ranges[sym] = (s_range_t){true, 0, gm->outer_ext[o] - 1};
     }
-    troupe_status_t st = s_emit_gemm_body(g, gm, ep, indent + gm->nouter, out);
+    troupe_status_t st =
+        s_emit_gemm_body(g, gm, ep, packs ? &pk : NULL, indent + gm->nouter + packs, out);
     for (int o = gm->nouter - 1; o >= 0; o--) {
         g->ranges[gm->outer_syms[o]] = saved[o];
-        troupe__strbuf_repeat(out, "    ", indent + o);
+        int in = indent + o + (packs && o > pk.first);
+        troupe__strbuf_repeat(out, "    ", in);
         troupe__strbuf_puts(out, "}\n");
+        if (packs && o == pk.first) {
+            troupe__strbuf_repeat(out, "    ", in - 1);
+            troupe__strbuf_puts(out, "}\n");
+        }
     }
     return st;
 }
 
 static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
-                                        const troupe_gemm_epilogue_t *ep, int indent,
-                                        troupe__strbuf_t *out)
+                                        const troupe_gemm_epilogue_t *ep, const s_bt_pack_t *pk,
+                                        int indent, troupe__strbuf_t *out)
 {
     bool single = gm->prec == TROUPE_PREC_SINGLE;
     bool panel = ep->init != NULL || ep->post != NULL;
@@ -1487,17 +1614,19 @@ static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
     g->uses_hgemm = g->uses_hgemm || gm->factor_prec == TROUPE_PREC_HALF;
     TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
                "cgen of %s: %s %s %s%s x %s%s (m=%" PRId64 " n=%" PRId64 " k=%" PRId64
-               ") calls the GEMM library%s%s%s%s%s%s%s%s",
-               g->proc->name, s_info(g, gm->c.tn)->ident, ep->beta_zero ? "=" : "+=",
-               s_info(g, gm->a.tn)->ident, gm->a.trans ? "^T" : "", s_info(g, gm->b.tn)->ident,
-               gm->b.trans ? "^T" : "", gm->m, gm->n, gm->k, panel ? ", with its epilogue:" : "",
+               ") calls the GEMM library%s%s%s%s%s%s%s%s%s",
+               g->proc->name, s_info(g, gm->c.tn)->ident,
+               ep->beta_zero ? "=" : "+=", s_info(g, gm->a.tn)->ident, gm->a.trans ? "^T" : "",
+               s_info(g, gm->b.tn)->ident, gm->b.trans ? "^T" : "", gm->m, gm->n, gm->k,
+               panel ? ", with its epilogue:" : "",
                ep->bias != NULL ? (ep->bias_in_init ? " starts from bias " : " adds bias ") : "",
                ep->bias != NULL ? s_info(g, ep->bias)->ident : "",
                ep->bias != NULL ? (ep->bias_axis == TROUPE_GEMM_BIAS_N ? "[j]" : "[i]") : "",
                ep->relu ? " relu into " : (ep->post != NULL ? " into " : ""),
                ep->post != NULL ? s_info(g, ep->d)->ident : "",
                panel ? (rows < gm->m ? ", in row panels" : ", one panel") : "",
-               gm->nouter > 0 ? ", once per iteration of the loops around it" : "");
+               gm->nouter > 0 ? ", once per iteration of the loops around it" : "",
+               pk != NULL ? ", B^T packed once for the calls of the innermost loops" : "");
     int in = indent;
     if (panel) {
         troupe__strbuf_repeat(out, "    ", in);
@@ -1516,8 +1645,14 @@ static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
     if (ep->init != NULL)
         st = s_emit_panel_nest(g, gm, ep->init, ep->init_sym_m, ep->init_sym_n, in, out);
     troupe__strbuf_repeat(out, "    ", in);
+    if (pk != NULL) { /* not panel: s_gemm_bt_pack wants no epilogue */
+        troupe__strbuf_puts(out, "if (g_bt != 0) {\n");
+        s_emit_gemm_call(g, gm, ep->beta_zero, false, pk, in + 1, out);
+        troupe__strbuf_repeat(out, "    ", in);
+        troupe__strbuf_puts(out, "} else ");
+    }
     troupe__strbuf_printf(out, "if (troupe_%cgemm != 0) {\n", s_gemm_letter(gm));
-    s_emit_gemm_call(g, gm, ep->beta_zero, panel, in + 1, out);
+    s_emit_gemm_call(g, gm, ep->beta_zero, panel, NULL, in + 1, out);
     troupe__strbuf_repeat(out, "    ", in);
     troupe__strbuf_puts(out, "} else {\n");
     if (ep->beta_zero && panel) { /* the panel's rows of the whole m x n output */
@@ -2127,6 +2262,7 @@ void troupe_cgen_result_destroy(troupe_cgen_result_t **result_p)
     troupe_free(r->gemm_hooks_name);
     troupe_free(r->gemm_bf16_hooks_name);
     troupe_free(r->gemm_half_hooks_name);
+    troupe_free(r->gemm_pack_hooks_name);
     for (size_t i = 0; i < r->nkernels; i++)
         troupe_free(r->kernels[i].name);
     troupe_free(r->kernels);
@@ -2490,8 +2626,11 @@ troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_
             r->gemm_bf16_hooks_name = troupe_strdup_printf("%s_gemm_bf16_hooks", proc->name);
         if (g.uses_hgemm)
             r->gemm_half_hooks_name = troupe_strdup_printf("%s_gemm_half_hooks", proc->name);
+        if (g.uses_spack)
+            r->gemm_pack_hooks_name = troupe_strdup_printf("%s_gemm_pack_hooks", proc->name);
         if (r->gemm_hooks_name == NULL || (g.uses_bgemm && r->gemm_bf16_hooks_name == NULL) ||
-            (g.uses_hgemm && r->gemm_half_hooks_name == NULL)) {
+            (g.uses_hgemm && r->gemm_half_hooks_name == NULL) ||
+            (g.uses_spack && r->gemm_pack_hooks_name == NULL)) {
             st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
             goto done;
         }

@@ -418,6 +418,10 @@ typedef struct troupe_cgen_result {
     /* C: "<name>_gemm_half_hooks" when some contraction has half factors, else NULL:
      * void <name>_gemm_half_hooks(troupe_hgemm_fn) (devices/host/gemm_library.h). */
     char *gemm_half_hooks_name;
+    /* C: "<name>_gemm_pack_hooks" when some loop of A B^T calls packs B^T once for the calls
+     * (compiler/cgen.c, s_bt_pack), else NULL: void <name>_gemm_pack_hooks(troupe_spack_bt_fn)
+     * (devices/host/gemm_library.h); until then, or given NULL, each call is made as it is. */
+    char *gemm_pack_hooks_name;
     troupe_cgen_param_t *params; /* nparams entries, in call order */
     size_t nparams;
     /* CUDA: the unit's kernels, and the steps one call of the routine runs, in order, on one

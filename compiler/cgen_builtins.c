@@ -531,6 +531,18 @@ static const char s_gemm_half[] =
     "static troupe_hgemm_fn troupe_hgemm;\n"
     "#endif\n";
 
+/* The pack of B^T for a loop of shifted A B^T calls (devices/host/gemm_library.h,
+ * troupe_spack_bt_fn), set by the loader through <routine>_gemm_pack_hooks; NULL (or a NULL
+ * result) makes each call as it is. C dialect only. */
+static const char s_gemm_pack[] =
+    "typedef const float *(*troupe_spack_bt_fn)(int64_t, int64_t, int64_t, int64_t, int64_t,\n"
+    "                                           const float *, int64_t, float, int64_t);\n"
+    "#if defined(__GNUC__)\n"
+    "static __attribute__((unused)) troupe_spack_bt_fn troupe_spack_bt;\n"
+    "#else\n"
+    "static troupe_spack_bt_fn troupe_spack_bt;\n"
+    "#endif\n";
+
 #define S_SEC(name, provides, text)                                                                \
     {                                                                                              \
         name, provides, text, NULL                                                                 \
@@ -670,6 +682,7 @@ static const troupe__cgen_section_t s_sections[] = {
     S_SEC("gemm", "troupe_sgemm_fn troupe_dgemm_fn troupe_sgemm troupe_dgemm", s_gemm),
     S_SEC("gemm_bf16", "troupe_bgemm_fn troupe_bgemm", s_gemm_bf16),
     S_SEC("gemm_half", "troupe_hgemm_fn troupe_hgemm", s_gemm_half),
+    S_SEC("gemm_pack", "troupe_spack_bt_fn troupe_spack_bt", s_gemm_pack),
 };
 
 const troupe__cgen_section_t *troupe__cgen_sections(size_t *count)

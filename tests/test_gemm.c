@@ -9,7 +9,8 @@
  * the interpreter, the other loop then outside the calls; bfloat16 or half factors into a
  * single output (mixed precision): matched, called through troupe_bgemm / troupe_hgemm, against
  * the interpreter within the fp32 sum-order bound and against the unrounded product within the
- * bf16 or fp16 rounding bound. */
+ * bf16 or fp16 rounding bound; B^T packed once for a loop of A B^T calls whose B shift along k
+ * (a convolution's weight gradient), and not packed where the shifted ranges leave a gap. */
 #define _POSIX_C_SOURCE 200809L
 #include "actors/troupe.h"
 #include "base/config.h"
@@ -26,6 +27,7 @@
 #include "troupe_config.h"
 
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1052,4 +1054,212 @@ Test(gemm_library, bf16_entry_agrees_with_the_exact_product_for_every_transposit
                 }
                 free(a), free(b), free(c), free(c0);
             }
+}
+
+/* ---- B^T packed once for shifted A B^T calls (compiler/cgen.c, s_bt_pack_t) --------------- */
+
+/* A convolution's weight gradient as shifted products (nn/conv.h) on 8 x 8 padded inputs, a
+ * 3 x 3 kernel, 6 x 6 outputs: per sample b and offset (k, l), dw[k,l] += dy[b] x[b]^T over
+ * the rows of x shifted by 8k + l. dy (2, 16, 46): L = 5*8 + 6 = 46 wide cells; x (2, 24, 64):
+ * the shifted ranges [8k + l, 8k + l + 46) cover [0, 64) whole. */
+#define S_SHIFT_SPEC "bop,bi(p+8k+l)=>kloi"
+static const int64_t s_shift_dy[3] = {2, 16, 46}, s_shift_x[3] = {2, 24, 64},
+                     s_shift_dw[4] = {3, 3, 16, 24};
+
+static size_t s_count(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = strstr(hay, needle); p != NULL; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* The text of the last "for (" line before `at` in src, or "". */
+static void s_loop_before(const char *src, const char *at, char *line, size_t cap)
+{
+    const char *last = NULL;
+    for (const char *p = strstr(src, "for ("); p != NULL && p < at; p = strstr(p + 1, "for ("))
+        last = p;
+    line[0] = '\0';
+    if (last != NULL) {
+        const char *eol = strchr(last, '\n');
+        size_t n = eol != NULL ? (size_t)(eol - last) : strlen(last);
+        snprintf(line, cap, "%.*s", (int)(n < cap ? n : cap - 1), last);
+    }
+}
+
+Test(gemm_match, shifted_b_transposed_products_pack_b_once_per_sample)
+{
+    s_case_t c =
+        s_lower(S_SHIFT_SPEC, TROUPE_PREC_SINGLE, 3, s_shift_dy, 3, s_shift_x, 4, s_shift_dw, true);
+    troupe_gemm_t g;
+    const char *why = NULL;
+    cr_assert_eq(s_find(c.proc->body, &g, &why), TROUPE_GEMM_YES, "%s", why);
+    cr_assert(g.b.trans && !g.a.trans && g.k == 46 && g.b.ld == 64 && g.nouter == 3);
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(c.proc, TROUPE_CGEN_C, &res), TROUPE_OK, "%s",
+                 troupe_last_error());
+    const char *src = res->source;
+    cr_assert_not_null(res->gemm_pack_hooks_name);
+    /* one pack in the code, inside the batch loop (2 samples), around the offsets' loops (3) */
+    cr_assert_eq(s_count(src, "troupe_spack_bt(2"), 0, "%s", src);
+    cr_assert_eq(s_count(src, "troupe_spack_bt(16, 24, 46, 64, 46, "), 1, "%s", src);
+    const char *pack = strstr(src, "B^T packed once for the 9 calls inside");
+    cr_assert_not_null(pack, "%s", src);
+    char line[256];
+    s_loop_before(src, pack, line, sizeof line);
+    cr_assert(strstr(line, " < 2; ") != NULL, "the pack is not inside the batch loop: %s\n%s", line,
+              src);
+    const char *next = strstr(pack, "for (");
+    cr_assert(next != NULL && strncmp(strchr(next, '<'), "< 3; ", 5) == 0,
+              "the offsets' loops are not inside the pack's block:\n%s", src);
+    /* the calls on the pack are untransposed with ldb = n; the per-call form stays after them */
+    cr_assert(strstr(src, "troupe_sgemm(0, 0, 16, 24, 46, 1.0f, ") != NULL, "%s", src);
+    cr_assert(strstr(src, ", 24, 1.0f, ") != NULL, "%s", src);
+    cr_assert(strstr(src, "troupe_sgemm(0, 1, 16, 24, 46, 1.0f, ") != NULL, "%s", src);
+    /* split into units, the hook reaches every part's copy of troupe_spack_bt */
+    char **units = NULL;
+    size_t nunits = 0;
+    cr_assert_eq(troupe_cgen_c_split(res, 1, &units, &nunits), TROUPE_OK, "%s",
+                 troupe_last_error());
+    cr_assert_gt(nunits, 1);
+    for (size_t k = 1; k < nunits; k++) {
+        char call[64], def[128];
+        snprintf(call, sizeof call, "mm__p%zu_gemm_pack_hooks(f);", k);
+        snprintf(def, sizeof def,
+                 "mm__p%zu_gemm_pack_hooks(troupe_spack_bt_fn f)\n{\n    troupe_spack_bt = f;", k);
+        cr_assert_not_null(strstr(units[0], call), "%s\n%s", call, units[0]);
+        cr_assert_not_null(strstr(units[k], def), "%s\n%s", def, units[k]);
+    }
+    troupe_cgen_c_units_free(&units, nunits);
+    troupe_cgen_result_destroy(&res);
+    s_free(&c);
+}
+
+Test(gemm_match, shifted_ranges_with_a_gap_are_not_packed)
+{
+    /* one offset loop of stride 40 over calls of k = 30: [0, 30), [40, 70), [80, 110) leave
+     * gaps, so a pack would read what no call reads: each call transposes its own B */
+    s_case_t c = s_lower("bop,bi(p+40k)=>koi", TROUPE_PREC_SINGLE, 3, (int64_t[]){2, 16, 30}, 3,
+                         (int64_t[]){2, 24, 112}, 3, (int64_t[]){3, 16, 24}, true);
+    troupe_gemm_t g;
+    const char *why = NULL;
+    cr_assert_eq(s_find(c.proc->body, &g, &why), TROUPE_GEMM_YES, "%s", why);
+    cr_assert(g.b.trans && g.k == 30 && g.nouter == 2, "k %lld nouter %d", (long long)g.k,
+              g.nouter);
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(c.proc, TROUPE_CGEN_C, &res), TROUPE_OK, "%s",
+                 troupe_last_error());
+    cr_assert_null(strstr(res->source, "troupe_spack_bt("), "%s", res->source);
+    cr_assert_null(res->gemm_pack_hooks_name);
+    cr_assert(strstr(res->source, "troupe_sgemm(0, 1, 16, 24, 30, 1.0f, ") != NULL, "%s",
+              res->source);
+    troupe_cgen_result_destroy(&res);
+    s_free(&c);
+    /* with a second offset loop of stride 1 inside it, [l, l + 30) for l < 3 is contiguous:
+     * that loop's 3 calls share one pack (per sample and k), the gapped loop stays outside */
+    c = s_lower("bop,bi(p+40k+l)=>kloi", TROUPE_PREC_SINGLE, 3, (int64_t[]){2, 16, 30}, 3,
+                (int64_t[]){2, 24, 112}, 4, (int64_t[]){3, 3, 16, 24}, true);
+    cr_assert_eq(troupe_cgen_emit(c.proc, TROUPE_CGEN_C, &res), TROUPE_OK, "%s",
+                 troupe_last_error());
+    cr_assert_not_null(strstr(res->source, "B^T packed once for the 3 calls inside"), "%s",
+                       res->source);
+    cr_assert_eq(s_count(res->source, "troupe_spack_bt(16, 24, 30, 32, 30, "), 1, "%s",
+                 res->source);
+    troupe_cgen_result_destroy(&res);
+    s_free(&c);
+}
+
+typedef void (*s_entry_fn)(void **);
+typedef void (*s_hooks_fn)(troupe_sgemm_fn, troupe_dgemm_fn);
+typedef void (*s_pack_hooks_fn)(troupe_spack_bt_fn);
+
+/* The packed calls against the per-call transposes (the pack hook set to NULL) bit for bit, and
+ * both against the interpreter within float rounding: the generated code compiled and loaded
+ * here, so that the test sets the hooks itself. */
+Test(gemm_run, packed_shifted_products_equal_the_per_call_transposes_bit_for_bit)
+{
+    troupe_spack_bt_fn pack = troupe_gemm_library_spack_bt();
+    if (troupe_gemm_library_sgemm() == NULL || pack == NULL) {
+        cr_skip_test("no libxsmm A B^T path in this build: nothing is packed");
+        return;
+    }
+    s_case_t c =
+        s_lower(S_SHIFT_SPEC, TROUPE_PREC_SINGLE, 3, s_shift_dy, 3, s_shift_x, 4, s_shift_dw, true);
+    const troupe_tnode_t *nodes[3] = {c.x, c.w, c.y};
+    float *ref[3], *per_call[3], *packed[3];
+    int64_t cnt[3];
+    for (int n = 0; n < 3; n++) {
+        cnt[n] = troupe_tnode_num_elems(nodes[n]);
+        ref[n] = malloc(sizeof(float) * (size_t)cnt[n]);
+        per_call[n] = malloc(sizeof(float) * (size_t)cnt[n]);
+        packed[n] = malloc(sizeof(float) * (size_t)cnt[n]);
+        cr_assert(ref[n] && per_call[n] && packed[n]);
+        for (int64_t i = 0; i < cnt[n]; i++)
+            ref[n][i] = per_call[n][i] = packed[n][i] = (float)s_uniform();
+    }
+    /* the pack the calls will use holds x[0]^T (64 x 24): the library takes the shape */
+    const float *bt = pack(16, 24, 46, 64, 46, per_call[1], 64, 1.0f, 24);
+    cr_assert_not_null(bt, "the library declines the pack for the test's shape");
+    for (int64_t j = 0; j < 24; j++)
+        for (int64_t q = 0; q < 64; q++)
+            cr_assert_eq(bt[q * 24 + j], per_call[1][j * 64 + q], "pack[%lld][%lld]", (long long)q,
+                         (long long)j);
+    troupe_interp_buffer_t ib[3];
+    for (int n = 0; n < 3; n++)
+        ib[n] = (troupe_interp_buffer_t){nodes[n], ref[n]};
+    troupe_interp_args_t args = {ib, 3, NULL, 0, NULL};
+    cr_assert_eq(troupe_interp_run(c.proc, &args), TROUPE_OK, "%s", troupe_last_error());
+
+    troupe_cgen_result_t *res = NULL;
+    OK(troupe_cgen_emit(c.proc, TROUPE_CGEN_C, &res));
+    cr_assert_not_null(res->gemm_pack_hooks_name);
+    char dir[256], path[320], lib[320], cmd[1024];
+    snprintf(dir, sizeof dir, "%s/gemm-pack-XXXXXX", TROUPE_TEST_BUILD_DIR);
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/u.c", dir);
+    snprintf(lib, sizeof lib, "%s/u.so", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(res->source, 1, res->source_len, f), res->source_len);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(cmd, sizeof cmd, "cc -std=c11 -O2 -fPIC -shared -o %s %s -lm", lib, path);
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(h, "%s", dlerror());
+    s_entry_fn entry;
+    s_hooks_fn hooks;
+    s_pack_hooks_fn pack_hooks;
+    *(void **)&entry = dlsym(h, res->entry_name);
+    *(void **)&hooks = dlsym(h, res->gemm_hooks_name);
+    *(void **)&pack_hooks = dlsym(h, res->gemm_pack_hooks_name);
+    cr_assert(entry != NULL && hooks != NULL && pack_hooks != NULL);
+    hooks(troupe_gemm_library_sgemm(), troupe_gemm_library_dgemm());
+    cr_assert_leq(res->nparams, 3);
+    for (int run = 0; run < 2; run++) { /* the pack hook off, then on */
+        float **bufs = run == 0 ? per_call : packed;
+        pack_hooks(run == 0 ? NULL : pack);
+        void *argv[3];
+        for (size_t p = 0; p < res->nparams; p++)
+            for (int n = 0; n < 3; n++)
+                if (res->params[p].tn == nodes[n])
+                    argv[p] = bufs[n];
+        entry(argv);
+    }
+    for (int64_t i = 0; i < cnt[2]; i++) {
+        cr_assert(memcmp(&packed[2][i], &per_call[2][i], sizeof(float)) == 0,
+                  "dw[%lld]: packed %.9g, per-call transposes %.9g", (long long)i,
+                  (double)packed[2][i], (double)per_call[2][i]);
+        /* 2 samples x 46 terms of |dy x| < 1 each, summed in another order */
+        cr_assert(fabs((double)packed[2][i] - ref[2][i]) <= 4.0 * 92 * 6e-8 + 1e-6,
+                  "dw[%lld]: packed %.9g, interpreter %.9g", (long long)i, (double)packed[2][i],
+                  (double)ref[2][i]);
+    }
+    dlclose(h);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+    troupe_cgen_result_destroy(&res);
+    for (int n = 0; n < 3; n++)
+        free(ref[n]), free(per_call[n]), free(packed[n]);
+    s_free(&c);
 }

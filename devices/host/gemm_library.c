@@ -34,10 +34,11 @@ typedef void (*s_cblas_dgemm_t)(int, int, int, int, int, int, double, const doub
 
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 /* Each thread's scratch, freed when the thread ends: buffers 0 and 1 for repacked bfloat16
- * factors (s_bgemm), buffer 2 for a transposed single factor (s_sgemm_xsmm_bt). */
+ * factors (s_bgemm), buffer 2 for a transposed single factor (s_sgemm_xsmm_bt), buffer 3 for
+ * one packed for a loop of calls (s_spack_bt; the calls it serves use none of the others). */
 typedef struct s_scratch {
-    void *buf[3];
-    size_t cap[3]; /* bytes */
+    void *buf[4];
+    size_t cap[4]; /* bytes */
 } s_scratch_t;
 static pthread_key_t s_scratch_key;
 static bool s_scratch_ok;
@@ -93,6 +94,7 @@ static void s_scratch_free(void *p)
     free(sc->buf[0]);
     free(sc->buf[1]);
     free(sc->buf[2]);
+    free(sc->buf[3]);
     free(sc);
 }
 
@@ -249,6 +251,30 @@ static bool s_sgemm_xsmm_bt(int64_t m, int64_t n, int64_t k, float alpha, const 
                    (libxsmm_blasint)ldb, (libxsmm_blasint)n);
     f(bt, a, c);
     return true;
+}
+
+/* troupe_spack_bt_fn: B^T for a loop of shifted A B^T calls, packed once. NULL unless each
+ * call would go through s_sgemm_xsmm_bt (libxsmm in use, no direct kernel for the transposed
+ * form, an A B kernel for (m, n, k) with ldb = n), so that the A B calls on the pack run that
+ * same kernel on the same values. */
+static const float *s_spack_bt(int64_t m, int64_t n, int64_t k, int64_t kext, int64_t lda,
+                               const float *b, int64_t ldb, float beta, int64_t ldc)
+{
+    if (!s_use_xsmm || m <= 0 || n <= 0 || k <= 0 || kext < k || kext > ldb)
+        return NULL;
+    const size_t bytes = (size_t)n * (size_t)kext * sizeof(float);
+    if (bytes > S_XSMM_BT_MAX_BYTES)
+        return NULL;
+    if (s_xsmm_kernel(0, 1, m, n, k, 1.0f, lda, ldb, beta, ldc) != NULL ||
+        s_xsmm_kernel(0, 0, m, n, k, 1.0f, lda, n, beta, ldc) == NULL)
+        return NULL;
+    float *bt = s_scratch(3, bytes);
+    if (bt == NULL)
+        return NULL;
+    /* as s_sgemm_xsmm_bt, over kext columns of B instead of k */
+    libxsmm_otrans(bt, b, (unsigned int)sizeof(float), (libxsmm_blasint)kext, (libxsmm_blasint)n,
+                   (libxsmm_blasint)ldb, (libxsmm_blasint)n);
+    return bt;
 }
 #endif
 
@@ -625,4 +651,14 @@ troupe_hgemm_fn troupe_gemm_library_hgemm(void)
 {
     pthread_once(&s_once, s_init);
     return s_cblas_sgemm ? s_hgemm : NULL;
+}
+
+troupe_spack_bt_fn troupe_gemm_library_spack_bt(void)
+{
+    pthread_once(&s_once, s_init);
+#if TROUPE_HAVE_LIBXSMM
+    return s_cblas_sgemm && s_use_xsmm ? s_spack_bt : NULL;
+#else
+    return NULL;
+#endif
 }

@@ -24,7 +24,8 @@
  * run to run for a fixed library and shape.
  *
  * Thread safety: all functions are thread-safe.
- * Ownership: nothing is allocated for the caller; the name is static storage.
+ * Ownership: nothing is allocated for the caller; the name is static storage; a pack
+ * (troupe_spack_bt_fn) is the calling thread's scratch, freed when the thread ends.
  */
 #ifndef TROUPE_DEVICES_HOST_GEMM_LIBRARY_H
 #define TROUPE_DEVICES_HOST_GEMM_LIBRARY_H
@@ -61,6 +62,19 @@ typedef void (*troupe_hgemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, 
                                 const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
                                 float beta, float *c, int64_t ldc);
 
+/* B^T packed once for a loop of calls sgemm(0, 1, m, n, k, 1, a, lda, b + off, ldb, beta, c,
+ * ldc) whose B differ only by a shift 0 <= off <= kext - k along k (a convolution's weight
+ * gradient as shifted products, docs/trainer.md): B's n x kext block (row j at b + j*ldb)
+ * transposed into the calling thread's pack scratch, kext x n with leading dimension n. Then
+ * sgemm(0, 0, m, n, k, 1, a, lda, bt + off*n, n, beta, c, ldc) gives each call's result bit for
+ * bit (the kernel and the transposed values the call would use). Valid until the thread's next
+ * pack. NULL when the calls would not run that way (no libxsmm, its A B kernel missing for the
+ * shape, the block past the transposition's size limit, kext > ldb, no memory): then make the
+ * calls as they are. */
+typedef const float *(*troupe_spack_bt_fn)(int64_t m, int64_t n, int64_t k, int64_t kext,
+                                           int64_t lda, const float *b, int64_t ldb, float beta,
+                                           int64_t ldc);
+
 /* Whether troupe was built with a GEMM library. */
 bool troupe_gemm_library_available(void);
 
@@ -73,6 +87,7 @@ troupe_sgemm_fn troupe_gemm_library_sgemm(void);
 troupe_dgemm_fn troupe_gemm_library_dgemm(void);
 troupe_bgemm_fn troupe_gemm_library_bgemm(void);
 troupe_hgemm_fn troupe_gemm_library_hgemm(void);
+troupe_spack_bt_fn troupe_gemm_library_spack_bt(void);
 
 #ifdef __cplusplus
 }

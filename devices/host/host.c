@@ -348,6 +348,15 @@ static troupe_status_t s_connect_gemm(const troupe_cgen_result_t *gen, void *lib
         memcpy(&hhooks, &sym, sizeof hhooks);
         hhooks(use ? troupe_gemm_library_hgemm() : NULL);
     }
+    if (gen->gemm_pack_hooks_name != NULL) {
+        sym = dlsym(lib, gen->gemm_pack_hooks_name);
+        if (sym == NULL)
+            return troupe__error(TROUPE_INTERNAL, "routine %s: generated code lacks %s", gen->name,
+                                 gen->gemm_pack_hooks_name);
+        void (*phooks)(troupe_spack_bt_fn);
+        memcpy(&phooks, &sym, sizeof phooks);
+        phooks(use ? troupe_gemm_library_spack_bt() : NULL);
+    }
     return TROUPE_OK;
 }
 
