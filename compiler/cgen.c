@@ -1545,7 +1545,8 @@ static void s_emit_gemm_call(s_gen_t *g, const troupe_gemm_t *gm, bool beta_zero
  * the generated loops kept for when no library is there (TROUPE_GEMM=generated, a build
  * without one): compiler/gemm.h. With ep->beta_zero (a ZERO_OUT of the output just before,
  * the product writing the whole output) the call overwrites it (beta = 0) and the zeroing runs
- * only on the loops' side. With an epilogue (ep->init, ep->post) the product runs in row
+ * only on the loops' side. With ep->zero_slice the outermost loop of accumulating calls zeroes
+ * its slice first, on both sides. With an epilogue (ep->init, ep->post) the product runs in row
  * panels (s_gemm_panel_rows), each panel's initial values, product and post pass one after
  * the other on either side: issue 14's fused epilogue. */
 static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
@@ -1586,6 +1587,14 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
                               g->syms[sym], g->syms[sym], gm->outer_ext[o], g->syms[sym]);
         saved[o] = g->ranges[sym];
         g->ranges[sym] = (s_range_t){true, 0, gm->outer_ext[o] - 1};
+        if (o == 0 && ep->zero_slice > 0) { /* this iteration's slice, before its calls */
+            troupe__strbuf_repeat(out, "    ", in + 1);
+            troupe__strbuf_printf(out,
+                                  "for (int64_t zi = 0; zi < %" PRId64 "; ++zi) %s[%" PRId64
+                                  "*%s + zi] = 0; /* this iteration's slice */\n",
+                                  ep->zero_slice, s_info(g, gm->c.tn)->ident, ep->zero_slice,
+                                  g->syms[sym]);
+        }
     }
     troupe_status_t st =
         s_emit_gemm_body(g, gm, ep, packs ? &pk : NULL, indent + gm->nouter + packs, out);

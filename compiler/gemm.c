@@ -438,6 +438,38 @@ bool troupe_gemm_covers_output(const troupe_gemm_t *g)
     return block == troupe_tnode_num_elems(c);
 }
 
+int64_t troupe_gemm_zero_slice(const troupe_gemm_t *g)
+{
+    const troupe_tnode_t *c = g->c.tn;
+    if (g->nouter == 0 || g->a.tn == c || g->b.tn == c || troupe_gemm_covers_output(g))
+        return 0;
+    for (int ax = 0; ax < c->ndims; ax++) { /* only the product's and the outer iterators */
+        const troupe_axis_index_t *x = &g->c.idcs[ax];
+        if (x->offset != 0)
+            return 0;
+        for (int t = 0; t < x->nterms; t++) {
+            bool found = troupe_gemm_has_sym(g, x->terms[t].sym);
+            for (int o = 0; o < g->nouter && !found; o++)
+                found = g->outer_syms[o] == x->terms[t].sym;
+            if (!found)
+                return 0;
+        }
+    }
+    int64_t slice = troupe_gemm_sym_stride(c, g->c.idcs, g->outer_syms[0]);
+    if (slice <= 0 || slice * g->outer_ext[0] != troupe_tnode_num_elems(c))
+        return 0;
+    /* the last element one iteration's calls write, from its slice's start: the calls' blocks
+     * (row i at i * ldc) moved by the inner outer loops, each forward */
+    int64_t last = (g->m - 1) * g->c.ld + g->n - 1;
+    for (int o = 1; o < g->nouter; o++) {
+        int64_t st = troupe_gemm_sym_stride(c, g->c.idcs, g->outer_syms[o]);
+        if (st < 0)
+            return 0;
+        last += st * (g->outer_ext[o] - 1);
+    }
+    return last < slice ? slice : 0;
+}
+
 /* ---- epilogues ------------------------------------------------------------------------- */
 
 /* The SET at the bottom of a two-deep nest of loops from 0 (their symbols and extents), or
@@ -675,9 +707,12 @@ troupe_gemm_verdict_t troupe_gemm_match_window(const troupe_ll_t *const *items, 
             troupe_gemm_match(items[at + 1], g, &ignored) != TROUPE_GEMM_YES)
             return TROUPE_GEMM_NO;
         if (first->kind == TROUPE_LL_ZERO_OUT) {
-            if (first->u.zero_out != g->c.tn || !troupe_gemm_covers_output(g))
+            if (first->u.zero_out != g->c.tn)
                 return TROUPE_GEMM_NO;
-            ep->beta_zero = true;
+            if (troupe_gemm_covers_output(g))
+                ep->beta_zero = true;
+            else if ((ep->zero_slice = troupe_gemm_zero_slice(g)) == 0)
+                return TROUPE_GEMM_NO;
         } else if (!s_init(first, g, ep)) {
             return TROUPE_GEMM_NO; /* the product matches on its own at at + 1 */
         }

@@ -105,7 +105,8 @@ typedef enum troupe_gemm_verdict {
  * The statements right around a product at the same level that can run with it, over each
  * part of the output while it is in cache (CPU) or inside the library call (cuBLASLt):
  *
- *     [ZERO_OUT C]                                   beta = 0 (the call overwrites C)
+ *     [ZERO_OUT C]                                   beta = 0 (the call overwrites C); with
+ *                                                    accumulating calls, zero_slice instead
  *  or [for i < m: for j < n: C[i,j] = b[j]]          init: the bias as C's initial value (beta = 1
  *                                                    over it; b[i] also recognised)
  *     the product                                    C[i,j] += sum_k op(A)[i,k] op(B)[k,j]
@@ -139,6 +140,9 @@ typedef enum troupe_gemm_bias_axis {
 
 typedef struct troupe_gemm_epilogue {
     bool beta_zero;           /* a ZERO_OUT of C precedes the product */
+    int64_t zero_slice;       /* else a ZERO_OUT of C precedes calls that accumulate: each
+                                 iteration of the outermost loop zeroes its own slice of C, this
+                                 many elements, before its calls (troupe_gemm_zero_slice); or 0 */
     const troupe_ll_t *init;  /* the nest C[i,j] = b (then beta = 1 over it), or NULL */
     const troupe_ll_t *post;  /* the pointwise nest after the product, or NULL */
     int32_t init_sym_m, init_sym_n; /* init's loop symbols running over i and j */
@@ -176,6 +180,14 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
  * other iterator or offset in its access): then a zeroing of the output just before it can
  * become beta = 0 (for each call, over its own block). */
 bool troupe_gemm_covers_output(const troupe_gemm_t *g);
+
+/* The slice of the output each iteration of the outermost of the product's outer loops owns,
+ * in elements, when the calls accumulate (troupe_gemm_covers_output false) yet that loop steps
+ * C by a slice, its slices tile C, and every call inside one iteration writes within its own
+ * slice: a convolution's input gradient per sample, summed over the kernel offsets. Then a
+ * zeroing of C just before the calls can run slice by slice, at the start of each iteration
+ * (while the slice is in cache). 0 otherwise. */
+int64_t troupe_gemm_zero_slice(const troupe_gemm_t *g);
 
 /* Whether `sym` is one of the product's loops (g->syms): the call replaces it. */
 bool troupe_gemm_has_sym(const troupe_gemm_t *g, int32_t sym);
