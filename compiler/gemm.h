@@ -153,6 +153,10 @@ typedef struct troupe_gemm_epilogue {
     bool relu;                  /* post takes max(0, .) */
     bool relu_zero_first;       /* as max(0, x) (keeps x = -0) rather than max(x, 0) (gives +0) */
     const troupe_tnode_t *d;    /* post's output: C itself (in place) or another m x n node */
+    const troupe_ll_t *slice_post; /* no init or post, and a later statement (past comments
+                                      only), this nest, can run per iteration of the outermost
+                                      loop of calls (troupe_gemm_slice_post), else NULL */
+    size_t slice_post_at;          /* its distance from `at`; not counted in *consumed */
     const char *refused;        /* a statement beside the product looked like an epilogue part
                                    but broke the rule named here (static string), else NULL */
 } troupe_gemm_epilogue_t;
@@ -188,6 +192,14 @@ bool troupe_gemm_covers_output(const troupe_gemm_t *g);
  * zeroing of C just before the calls can run slice by slice, at the start of each iteration
  * (while the slice is in cache). 0 otherwise. */
 int64_t troupe_gemm_zero_slice(const troupe_gemm_t *g);
+
+/* Whether nest s, run after the product, may run one iteration of its outermost loop right
+ * after each iteration of the product's outermost loop instead (while that iteration's slice of
+ * C is in cache): the loop has that loop's extent, s is a perfect nest of loops from 0 around
+ * one statement that writes neither C nor a factor, and every read of C at iteration p lies in
+ * slice p of C (the slice each iteration's calls write within). A convolution's ReLU copied from
+ * its per-sample products into the next layer's rows. */
+bool troupe_gemm_slice_post(const troupe_gemm_t *g, const troupe_ll_t *s);
 
 /* Whether `sym` is one of the product's loops (g->syms): the call replaces it. */
 bool troupe_gemm_has_sym(const troupe_gemm_t *g, int32_t sym);
