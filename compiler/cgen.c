@@ -1545,12 +1545,33 @@ static void s_emit_gemm_call(s_gen_t *g, const troupe_gemm_t *gm, bool beta_zero
  * the generated loops kept for when no library is there (TROUPE_GEMM=generated, a build
  * without one): compiler/gemm.h. With ep->beta_zero (a ZERO_OUT of the output just before,
  * the product writing the whole output) the call overwrites it (beta = 0) and the zeroing runs
- * only on the loops' side. With an epilogue (ep->init, ep->post) the product runs in row
+ * only on the loops' side. With ep->zero_slice the outermost loop of accumulating calls zeroes
+ * its slice first, on both sides. With an epilogue (ep->init, ep->post) the product runs in row
  * panels (s_gemm_panel_rows), each panel's initial values, product and post pass one after
  * the other on either side: issue 14's fused epilogue. */
 static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
                                         const troupe_gemm_epilogue_t *ep, const s_bt_pack_t *pk,
                                         int indent, troupe__strbuf_t *out);
+
+/* The slice post nest (troupe_gemm_slice_post) inside the outermost loop of calls, after them:
+ * its own outermost loop's body, that loop's symbol printed as the calls' loop's. */
+static troupe_status_t s_emit_slice_post(s_gen_t *g, const troupe_gemm_t *gm,
+                                         const troupe_ll_t *nest, int indent, troupe__strbuf_t *out)
+{
+    int32_t sym = nest->u.for_loop.sym;
+    char saved_name[S_IDENT_CAP], outer_name[S_IDENT_CAP];
+    memcpy(saved_name, g->syms[sym], S_IDENT_CAP);
+    memcpy(outer_name, g->syms[gm->outer_syms[0]], S_IDENT_CAP);
+    memcpy(g->syms[sym], outer_name, S_IDENT_CAP);
+    s_range_t saved = g->ranges[sym];
+    g->ranges[sym] = (s_range_t){true, 0, gm->outer_ext[0] - 1};
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_puts(out, "/* the pass after the calls, over this iteration's slice */\n");
+    troupe_status_t st = s_emit_ll(g, nest->u.for_loop.body, indent, out);
+    g->ranges[sym] = saved;
+    memcpy(g->syms[sym], saved_name, S_IDENT_CAP);
+    return st;
+}
 
 /* The product inside its outer loops (compiler/gemm.h, merged loops: a loop of calls, each
  * writing its own block of the output or accumulating into the same one), then the body. */
@@ -1586,10 +1607,21 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
                               g->syms[sym], g->syms[sym], gm->outer_ext[o], g->syms[sym]);
         saved[o] = g->ranges[sym];
         g->ranges[sym] = (s_range_t){true, 0, gm->outer_ext[o] - 1};
+        if (o == 0 && ep->zero_slice > 0) { /* this iteration's slice, before its calls */
+            troupe__strbuf_repeat(out, "    ", in + 1);
+            troupe__strbuf_printf(out,
+                                  "for (int64_t zi = 0; zi < %" PRId64 "; ++zi) %s[%" PRId64
+                                  "*%s + zi] = 0; /* this iteration's slice */\n",
+                                  ep->zero_slice, s_info(g, gm->c.tn)->ident, ep->zero_slice,
+                                  g->syms[sym]);
+        }
     }
     troupe_status_t st =
         s_emit_gemm_body(g, gm, ep, packs ? &pk : NULL, indent + gm->nouter + packs, out);
     for (int o = gm->nouter - 1; o >= 0; o--) {
+        if (o == 0 && ep->slice_post != NULL && st == TROUPE_OK)
+            st = s_emit_slice_post(g, gm, ep->slice_post, indent + 1 + (packs && pk.first == 0),
+                                   out);
         g->ranges[gm->outer_syms[o]] = saved[o];
         int in = indent + o + (packs && o > pk.first);
         troupe__strbuf_repeat(out, "    ", in);
@@ -1890,7 +1922,10 @@ static troupe_status_t s_emit_seq_gemm(s_gen_t *g, const troupe_ll_t *s, int ind
                               ep.refused);
             if (v == TROUPE_GEMM_YES) {
                 st = s_emit_gemm(g, &gm, &ep, indent, out);
-                i += used - 1;
+                if (ep.slice_post != NULL) /* the comments before it, then past it */
+                    for (size_t j = i + used; j < i + ep.slice_post_at && st == TROUPE_OK; j++)
+                        st = s_emit_ll(g, items[j], indent, out);
+                i += (ep.slice_post != NULL ? ep.slice_post_at + 1 : used) - 1;
                 continue;
             }
             if (it->kind == TROUPE_LL_ZERO_OUT && i + 1 < n && s_batched_zero(it, items[i + 1])) {

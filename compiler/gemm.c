@@ -438,6 +438,45 @@ bool troupe_gemm_covers_output(const troupe_gemm_t *g)
     return block == troupe_tnode_num_elems(c);
 }
 
+/* The slice of C each iteration of the outermost outer loop writes within (see
+ * troupe_gemm_zero_slice, which adds that the calls accumulate), or 0. */
+static int64_t s_iter_slice(const troupe_gemm_t *g)
+{
+    const troupe_tnode_t *c = g->c.tn;
+    if (g->nouter == 0 || g->a.tn == c || g->b.tn == c)
+        return 0;
+    for (int ax = 0; ax < c->ndims; ax++) { /* only the product's and the outer iterators */
+        const troupe_axis_index_t *x = &g->c.idcs[ax];
+        if (x->offset != 0)
+            return 0;
+        for (int t = 0; t < x->nterms; t++) {
+            bool found = troupe_gemm_has_sym(g, x->terms[t].sym);
+            for (int o = 0; o < g->nouter && !found; o++)
+                found = g->outer_syms[o] == x->terms[t].sym;
+            if (!found)
+                return 0;
+        }
+    }
+    int64_t slice = troupe_gemm_sym_stride(c, g->c.idcs, g->outer_syms[0]);
+    if (slice <= 0 || slice * g->outer_ext[0] != troupe_tnode_num_elems(c))
+        return 0;
+    /* the last element one iteration's calls write, from its slice's start: the calls' blocks
+     * (row i at i * ldc) moved by the inner outer loops, each forward */
+    int64_t last = (g->m - 1) * g->c.ld + g->n - 1;
+    for (int o = 1; o < g->nouter; o++) {
+        int64_t st = troupe_gemm_sym_stride(c, g->c.idcs, g->outer_syms[o]);
+        if (st < 0)
+            return 0;
+        last += st * (g->outer_ext[o] - 1);
+    }
+    return last < slice ? slice : 0;
+}
+
+int64_t troupe_gemm_zero_slice(const troupe_gemm_t *g)
+{
+    return troupe_gemm_covers_output(g) ? 0 : s_iter_slice(g);
+}
+
 /* ---- epilogues ------------------------------------------------------------------------- */
 
 /* The SET at the bottom of a two-deep nest of loops from 0 (their symbols and extents), or
@@ -655,6 +694,85 @@ static bool s_post(const troupe_ll_t *s, const troupe_gemm_t *g, troupe_gemm_epi
     return true;
 }
 
+/* Whether every read of c in v is inside the slice [slice * p, slice * (p + 1)) for the value
+ * p of sym, the other symbols in its index running over the nest's loops syms[0..n-1] (from 0
+ * to ext - 1); false for a value form it does not know. */
+static bool s_reads_slice(const troupe_sc_t *v, const troupe_tnode_t *c, int32_t sym, int64_t slice,
+                          const int32_t *syms, const int64_t *ext, int n)
+{
+    switch (v->kind) {
+    case TROUPE_SC_CONSTANT:
+        return true;
+    case TROUPE_SC_GET: {
+        if (v->u.get.tn != c)
+            return true;
+        const troupe_axis_index_t *idcs = v->u.get.idcs;
+        if (troupe_gemm_sym_stride(c, idcs, sym) != slice)
+            return false;
+        int64_t lo = 0, hi = 0, stride = 1;
+        for (int ax = c->ndims - 1; ax >= 0; ax--) { /* the constant part, each axis's offset */
+            lo += idcs[ax].offset * stride;
+            stride *= c->dims[ax];
+        }
+        hi = lo;
+        for (int ax = 0; ax < c->ndims; ax++)
+            for (int t = 0; t < idcs[ax].nterms; t++) {
+                int32_t s = idcs[ax].terms[t].sym;
+                int l = 0;
+                while (l < n && syms[l] != s)
+                    l++;
+                if (s == sym)
+                    continue;
+                if (l == n)
+                    return false; /* a symbol from outside the nest */
+            }
+        for (int l = 0; l < n; l++) {
+            int64_t st = troupe_gemm_sym_stride(c, idcs, syms[l]);
+            if (st < 0)
+                lo += st * (ext[l] - 1);
+            else
+                hi += st * (ext[l] - 1);
+        }
+        return lo >= 0 && hi < slice;
+    }
+    case TROUPE_SC_TERNOP:
+        return s_reads_slice(v->u.op.args[0], c, sym, slice, syms, ext, n) &&
+               s_reads_slice(v->u.op.args[1], c, sym, slice, syms, ext, n) &&
+               s_reads_slice(v->u.op.args[2], c, sym, slice, syms, ext, n);
+    case TROUPE_SC_BINOP:
+        return s_reads_slice(v->u.op.args[0], c, sym, slice, syms, ext, n) &&
+               s_reads_slice(v->u.op.args[1], c, sym, slice, syms, ext, n);
+    case TROUPE_SC_UNOP:
+        return s_reads_slice(v->u.op.args[0], c, sym, slice, syms, ext, n);
+    default:
+        return false;
+    }
+}
+
+bool troupe_gemm_slice_post(const troupe_gemm_t *g, const troupe_ll_t *s)
+{
+    int64_t slice = s_iter_slice(g);
+    if (slice == 0 || s->kind != TROUPE_LL_FOR || s->u.for_loop.from != 0 ||
+        s->u.for_loop.to != g->outer_ext[0] - 1)
+        return false;
+    int32_t sym = s->u.for_loop.sym, syms[TROUPE_MAX_DIMS + 4];
+    int64_t ext[TROUPE_MAX_DIMS + 4];
+    int n = 0;
+    const troupe_ll_t *b = s->u.for_loop.body;
+    while (b->kind == TROUPE_LL_FOR && n < TROUPE_MAX_DIMS + 4) {
+        if (b->u.for_loop.from != 0 || b->u.for_loop.to < 0)
+            return false;
+        syms[n] = b->u.for_loop.sym;
+        ext[n++] = b->u.for_loop.to + 1;
+        b = b->u.for_loop.body;
+    }
+    if (b->kind != TROUPE_LL_SET)
+        return false;
+    const troupe_tnode_t *d = b->u.set.tn;
+    return d != g->c.tn && d != g->a.tn && d != g->b.tn && s_reads(b->u.set.value, g->c.tn) &&
+           s_reads_slice(b->u.set.value, g->c.tn, sym, slice, syms, ext, n);
+}
+
 troupe_gemm_verdict_t troupe_gemm_match_window(const troupe_ll_t *const *items, size_t n, size_t at,
                                                troupe_gemm_t *g, troupe_gemm_epilogue_t *ep,
                                                size_t *consumed, const char **why)
@@ -675,16 +793,28 @@ troupe_gemm_verdict_t troupe_gemm_match_window(const troupe_ll_t *const *items, 
             troupe_gemm_match(items[at + 1], g, &ignored) != TROUPE_GEMM_YES)
             return TROUPE_GEMM_NO;
         if (first->kind == TROUPE_LL_ZERO_OUT) {
-            if (first->u.zero_out != g->c.tn || !troupe_gemm_covers_output(g))
+            if (first->u.zero_out != g->c.tn)
                 return TROUPE_GEMM_NO;
-            ep->beta_zero = true;
+            if (troupe_gemm_covers_output(g))
+                ep->beta_zero = true;
+            else if ((ep->zero_slice = troupe_gemm_zero_slice(g)) == 0)
+                return TROUPE_GEMM_NO;
         } else if (!s_init(first, g, ep)) {
             return TROUPE_GEMM_NO; /* the product matches on its own at at + 1 */
         }
         p = at + 1;
     }
     *consumed = p - at + 1;
-    if (p + 1 < n && s_post(items[p + 1], g, ep))
+    if (p + 1 < n && s_post(items[p + 1], g, ep)) {
         (*consumed)++;
+    } else if (ep->init == NULL && ep->post == NULL) {
+        size_t q = p + 1; /* past comments */
+        while (q < n && (items[q]->kind == TROUPE_LL_COMMENT || items[q]->kind == TROUPE_LL_NOOP))
+            q++;
+        if (q < n && troupe_gemm_slice_post(g, items[q])) {
+            ep->slice_post = items[q];
+            ep->slice_post_at = q - at;
+        }
+    }
     return TROUPE_GEMM_YES;
 }

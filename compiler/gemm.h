@@ -105,7 +105,8 @@ typedef enum troupe_gemm_verdict {
  * The statements right around a product at the same level that can run with it, over each
  * part of the output while it is in cache (CPU) or inside the library call (cuBLASLt):
  *
- *     [ZERO_OUT C]                                   beta = 0 (the call overwrites C)
+ *     [ZERO_OUT C]                                   beta = 0 (the call overwrites C); with
+ *                                                    accumulating calls, zero_slice instead
  *  or [for i < m: for j < n: C[i,j] = b[j]]          init: the bias as C's initial value (beta = 1
  *                                                    over it; b[i] also recognised)
  *     the product                                    C[i,j] += sum_k op(A)[i,k] op(B)[k,j]
@@ -139,6 +140,9 @@ typedef enum troupe_gemm_bias_axis {
 
 typedef struct troupe_gemm_epilogue {
     bool beta_zero;           /* a ZERO_OUT of C precedes the product */
+    int64_t zero_slice;       /* else a ZERO_OUT of C precedes calls that accumulate: each
+                                 iteration of the outermost loop zeroes its own slice of C, this
+                                 many elements, before its calls (troupe_gemm_zero_slice); or 0 */
     const troupe_ll_t *init;  /* the nest C[i,j] = b (then beta = 1 over it), or NULL */
     const troupe_ll_t *post;  /* the pointwise nest after the product, or NULL */
     int32_t init_sym_m, init_sym_n; /* init's loop symbols running over i and j */
@@ -149,6 +153,10 @@ typedef struct troupe_gemm_epilogue {
     bool relu;                  /* post takes max(0, .) */
     bool relu_zero_first;       /* as max(0, x) (keeps x = -0) rather than max(x, 0) (gives +0) */
     const troupe_tnode_t *d;    /* post's output: C itself (in place) or another m x n node */
+    const troupe_ll_t *slice_post; /* no init or post, and a later statement (past comments
+                                      only), this nest, can run per iteration of the outermost
+                                      loop of calls (troupe_gemm_slice_post), else NULL */
+    size_t slice_post_at;          /* its distance from `at`; not counted in *consumed */
     const char *refused;        /* a statement beside the product looked like an epilogue part
                                    but broke the rule named here (static string), else NULL */
 } troupe_gemm_epilogue_t;
@@ -176,6 +184,22 @@ troupe_gemm_verdict_t troupe_gemm_match(const troupe_ll_t *loop, troupe_gemm_t *
  * other iterator or offset in its access): then a zeroing of the output just before it can
  * become beta = 0 (for each call, over its own block). */
 bool troupe_gemm_covers_output(const troupe_gemm_t *g);
+
+/* The slice of the output each iteration of the outermost of the product's outer loops owns,
+ * in elements, when the calls accumulate (troupe_gemm_covers_output false) yet that loop steps
+ * C by a slice, its slices tile C, and every call inside one iteration writes within its own
+ * slice: a convolution's input gradient per sample, summed over the kernel offsets. Then a
+ * zeroing of C just before the calls can run slice by slice, at the start of each iteration
+ * (while the slice is in cache). 0 otherwise. */
+int64_t troupe_gemm_zero_slice(const troupe_gemm_t *g);
+
+/* Whether nest s, run after the product, may run one iteration of its outermost loop right
+ * after each iteration of the product's outermost loop instead (while that iteration's slice of
+ * C is in cache): the loop has that loop's extent, s is a perfect nest of loops from 0 around
+ * one statement that writes neither C nor a factor, and every read of C at iteration p lies in
+ * slice p of C (the slice each iteration's calls write within). A convolution's ReLU copied from
+ * its per-sample products into the next layer's rows. */
+bool troupe_gemm_slice_post(const troupe_gemm_t *g, const troupe_ll_t *s);
 
 /* Whether `sym` is one of the product's loops (g->syms): the call replaces it. */
 bool troupe_gemm_has_sym(const troupe_gemm_t *g, int32_t sym);

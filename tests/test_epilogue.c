@@ -6,7 +6,8 @@
  * (transposes, accumulation, several panels): the loops bit for bit, the library within float
  * rounding, and bitwise against the unfused library call it replaces; run-to-run bitwise;
  * the CUDA GEMM step's description (epilogue, bias operand) and its fallback kernels, emulated
- * on the host, against the interpreter. */
+ * on the host, against the interpreter; a relu after a loop of per-sample calls run per sample
+ * inside that loop (and not when it reads another sample's slice), against the interpreter. */
 #define _POSIX_C_SOURCE 200809L
 #include "base/log.h"
 #include "compiler/cgen.h"
@@ -404,11 +405,10 @@ static int64_t s_pick(int64_t lo, int64_t hi)
     return lo + (int64_t)((s_uniform() + 1.0f) * 0.5f * (float)(hi - lo));
 }
 
-/* One layer: the loops bit for bit against the interpreter; the library within rounding of
- * it, and bitwise the same on a second run. */
-static void s_check_layer(s_layer_t *L)
+/* One built layer: the loops bit for bit against the interpreter; the library within rounding
+ * of it, and bitwise the same on a second run. */
+static void s_check_built(s_layer_t *L)
 {
-    s_build(L, "ep_run");
     s_so_t so;
     s_so_open(L, &so);
     s_bufs_t in, ref, loops, lib, lib2;
@@ -419,6 +419,7 @@ static void s_check_layer(s_layer_t *L)
     s_bufs_copy(&in, &lib2);
     s_interp(L, &ref);
     s_so_run(&so, false, &loops);
+
     s_expect_equal(L, &loops, &ref, 0, "generated loops vs the interpreter");
     if (troupe_gemm_library_available()) {
         s_so_run(&so, true, &lib);
@@ -433,6 +434,12 @@ static void s_check_layer(s_layer_t *L)
     s_bufs_free(&lib2);
     s_so_close(&so);
     s_layer_free(L);
+}
+
+static void s_check_layer(s_layer_t *L)
+{
+    s_build(L, "ep_run");
+    s_check_built(L);
 }
 
 Test(epilogue_run, fused_layers_agree_with_the_interpreter_on_random_shapes)
@@ -557,4 +564,73 @@ Test(epilogue_run, cuda_steps_carry_the_epilogues_cublaslt_takes)
     s_layer_t d = {.m = 24, .n = 40, .k = 36, .form = 2, .init = S_INIT_BIAS_ROWS,
                    .post = S_POST_RELU_IN_PLACE};
     s_check_cuda(&d, TROUPE_CGEN_GEMM_EPI_RELU, false, 2);
+}
+
+/* ---- a pass after a loop of calls, per iteration ------------------------------------------ */
+
+/* conv1 of the convnet as nn/conv.c lowers it: z[b] = w x[b] per sample (x the im2col rows,
+ * (B, K, P)), one call per sample writing its own slice of z, then a = relu z into another
+ * node of z's layout; or, with `shift`, a[b] = relu z[b + 1] over one sample fewer (it reads
+ * the next sample's slice: not a pass per sample). */
+static void s_build_per_sample(s_layer_t *L, bool shift)
+{
+    int64_t dx[3] = {3, L->k, L->n}, dw[2] = {L->m, L->k}, dz[3] = {3, L->m, L->n};
+    int64_t one = 1;
+    L->x = rtu_node("x", TROUPE_PREC_SINGLE, 3, dx);
+    L->w = rtu_node("w", TROUPE_PREC_SINGLE, 2, dw);
+    L->b = rtu_node("b", TROUPE_PREC_SINGLE, 1, &one);
+    L->bm = rtu_node("bm", TROUPE_PREC_SINGLE, 1, &one);
+    L->z = rtu_node("z", TROUPE_PREC_SINGLE, 3, dz);
+    dz[0] = shift ? 2 : 3;
+    L->a = rtu_node("a", TROUPE_PREC_SINGLE, 3, dz);
+    rtu_set_hosted(L->z, 411);
+    rtu_set_hosted(L->a, 411);
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *t[2] = {NULL, NULL}, *root = NULL;
+    OK(troupe_asgn_comp_new(&comp));
+    OK(troupe_asgn_accum_binop(comp, true, TROUPE_BINOP_ADD, L->z, TROUPE_BINOP_MUL,
+                               troupe_asgn_node(L->w), troupe_asgn_node(L->x), "ok,bkp=>bop",
+                               &t[0]));
+    OK(troupe_asgn_accum_unop(comp, true, TROUPE_BINOP_ARG2, L->a, TROUPE_UNOP_RELU,
+                              troupe_asgn_node(L->z), shift ? "(b+1)op=>bop" : "bop=>bop", &t[1]));
+    OK(troupe_asgn_seq(comp, 2, t, &root));
+    troupe_asgn_comp_set_root(comp, root);
+    L->proc = NULL;
+    OK(troupe_asgn_lower(comp, "ep_slice", &L->proc));
+    OK(troupe_ll_optimize(L->proc, NULL));
+    troupe_asgn_comp_destroy(&comp);
+}
+
+Test(epilogue_run, a_relu_after_per_sample_calls_runs_per_sample)
+{
+    for (int shift = 0; shift < 2; shift++) {
+        s_layer_t L = {.m = 16, .n = 60, .k = 10};
+        s_build_per_sample(&L, shift != 0);
+        troupe_gemm_t g;
+        troupe_gemm_epilogue_t ep;
+        size_t used = 0;
+        cr_assert_eq(s_window(&L, &g, &ep, &used), TROUPE_GEMM_YES);
+        cr_assert(g.nouter == 1 && g.outer_ext[0] == 3 && ep.beta_zero && ep.post == NULL,
+                  "nouter %d", g.nouter);
+        cr_assert_eq(ep.slice_post != NULL, !shift, "shift %d: the relu per sample", shift);
+        troupe_cgen_result_t *res = NULL;
+        OK(troupe_cgen_emit(L.proc, TROUPE_CGEN_C, &res));
+        const char *src = res->source, *loop = strstr(src, "; ++");
+        const char *call = strstr(src, "troupe_sgemm(0, 0, 16, 60, 10, 1.0f, ");
+        const char *pass = strstr(src, "/* the pass after the calls, over this iteration's slice");
+        cr_assert(loop != NULL && call != NULL, "%s", src);
+        cr_assert_eq(pass != NULL, !shift, "shift %d:\n%s", shift, src);
+        if (!shift) { /* after the call, inside the calls' loop: its symbol indexes a and z */
+            char sym[32], a_at[64];
+            const char *p = strstr(src, "for (int64_t ");
+            cr_assert(p != NULL && sscanf(p, "for (int64_t %31[a-z0-9_]", sym) == 1);
+            snprintf(a_at, sizeof a_at, "_a[960*%s + ", sym);
+            cr_assert(pass > call && strstr(pass, a_at) != NULL, "%s not after the call:\n%s", a_at,
+                      src);
+            const char *close = strstr(pass, "\n    }\n"); /* the calls' loop ends after it */
+            cr_assert(close != NULL && strstr(pass, a_at) < close, "%s", src);
+        }
+        troupe_cgen_result_destroy(&res);
+        s_check_built(&L);
+    }
 }

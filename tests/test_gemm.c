@@ -887,8 +887,8 @@ Test(gemm_run, library_a_times_b_transposed_with_padded_leading_dimensions)
     s_check_a_times_b_transposed(64, 32, 640, 640, 676, 32, 1.0f);
 }
 
-/* y (=+ when fresh, else +=) x * w over `spec` on the cpu driver, the library on or off:
- * y's values (from y0 when accumulating) into out. */
+/* y (=+ when fresh, else +=) x * w over `spec` on the cpu driver, the library on or off, y
+ * holding y0 before: y's values into out. */
 static void s_run_spec(const char *spec, const int64_t *dx, int nw, const int64_t *dw, int ny,
                        const int64_t *dy, bool fresh, const double *xv, const double *wv,
                        const double *y0, bool library, double *out)
@@ -912,8 +912,7 @@ static void s_run_spec(const char *spec, const int64_t *dx, int nw, const int64_
     troupe_context_retain(ctx);
     rtu_init(&ctx, x);
     rtu_init(&ctx, w);
-    if (!fresh)
-        rtu_put(&ctx, y, y0);
+    rtu_put(&ctx, y, y0); /* fresh: what the zeroing must clear */
     troupe_routine_t *r = NULL;
     OK(troupe_link(ctx, code, &r));
     troupe_event_t *ev = NULL;
@@ -1262,4 +1261,69 @@ Test(gemm_run, packed_shifted_products_equal_the_per_call_transposes_bit_for_bit
     for (int n = 0; n < 3; n++)
         free(ref[n]), free(per_call[n]), free(packed[n]);
     s_free(&c);
+}
+
+/* A convolution's input gradient as shifted products (nn/conv.h), the transpose of
+ * S_SHIFT_SPEC: per sample b and offset (k, l), dx[b] rows shifted by 8k + l += w[k,l]^T dy[b].
+ * The calls of one sample accumulate into its own slice of dx (24 x 64 elements), so a fresh
+ * dx is zeroed slice by slice inside the batch loop, just before that sample's calls, not as a
+ * whole first; accumulating, nothing is zeroed. Both against the interpreter, library on and
+ * off, dx holding other values before. */
+Test(gemm_run, accumulating_calls_zero_their_own_slice_first, .timeout = 240)
+{
+    static const char spec[] = "bop,kloi=>bi(p+8k+l)";
+    static const int64_t dy[3] = {2, 16, 46}, w[4] = {3, 3, 16, 24}, dx[3] = {2, 24, 64};
+    for (int fresh = 0; fresh < 2; fresh++) {
+        s_case_t c = s_lower(spec, TROUPE_PREC_SINGLE, 3, dy, 4, w, 3, dx, fresh != 0);
+        troupe_gemm_t g;
+        const char *why = NULL;
+        cr_assert_eq(s_find(c.proc->body, &g, &why), TROUPE_GEMM_YES, "%s", why);
+        cr_assert(g.nouter == 3 && g.c.ld == 64 && !troupe_gemm_covers_output(&g),
+                  "nouter %d ldc %lld", g.nouter, (long long)g.c.ld);
+        cr_assert_eq(troupe_gemm_zero_slice(&g), 24 * 64);
+        char *src = s_c_source(&c);
+        const char *slice = strstr(src, "for (int64_t zi = 0; zi < 1536; ++zi) n");
+        cr_assert_eq(slice != NULL, fresh, "fresh %d: zeroing:\n%s", fresh, src);
+        cr_assert_null(strstr(src, "zi < 3072"), "dx zeroed whole:\n%s", src);
+        if (fresh) {
+            cr_assert_not_null(strstr(slice, "_y[1536*"), "not the sample's slice:\n%s", src);
+            char line[256];
+            s_loop_before(src, slice, line, sizeof line);
+            cr_assert(strstr(line, " < 2; ") != NULL, "not in the batch loop: %s\n%s", line, src);
+            const char *call = strstr(src, "troupe_sgemm(1, 0, 24, 46, 16, 1.0f, ");
+            cr_assert(call != NULL && call > slice, "no call after the zeroing:\n%s", src);
+        }
+        free(src);
+        const troupe_tnode_t *nodes[3] = {c.x, c.w, c.y};
+        double *vals[3];
+        float *fv[3];
+        int64_t cnt[3];
+        for (int n = 0; n < 3; n++) {
+            cnt[n] = troupe_tnode_num_elems(nodes[n]);
+            vals[n] = malloc(sizeof(double) * (size_t)cnt[n]);
+            fv[n] = malloc(sizeof(float) * (size_t)cnt[n]);
+            cr_assert(vals[n] && fv[n]);
+            for (int64_t i = 0; i < cnt[n]; i++)
+                fv[n][i] = (float)(vals[n][i] = (double)(float)s_uniform());
+        }
+        troupe_interp_buffer_t ib[3];
+        for (int n = 0; n < 3; n++)
+            ib[n] = (troupe_interp_buffer_t){nodes[n], fv[n]};
+        troupe_interp_args_t args = {ib, 3, NULL, 0, NULL};
+        cr_assert_eq(troupe_interp_run(c.proc, &args), TROUPE_OK, "%s", troupe_last_error());
+        double *out = malloc(sizeof(double) * (size_t)cnt[2]);
+        cr_assert_not_null(out);
+        for (int lib_on = 0; lib_on < 2; lib_on++) {
+            s_run_spec(spec, dy, 4, w, 3, dx, fresh != 0, vals[0], vals[1], vals[2], lib_on != 0,
+                       out);
+            for (int64_t i = 0; i < cnt[2]; i++) /* 9 offsets x 16 terms, another order */
+                cr_assert(fabs(out[i] - fv[2][i]) <= 4.0 * 144 * 6e-8 + 1e-6,
+                          "fresh %d library %d: dx[%lld] = %.9g, interpreter %.9g", fresh, lib_on,
+                          (long long)i, out[i], (double)fv[2][i]);
+        }
+        free(out);
+        for (int n = 0; n < 3; n++)
+            free(vals[n]), free(fv[n]);
+        s_free(&c);
+    }
 }
