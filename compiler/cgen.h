@@ -423,7 +423,7 @@ typedef struct troupe_cgen_result {
      * (devices/host/gemm_library.h); until then, or given NULL, each call is made as it is. */
     char *gemm_pack_hooks_name;
     /* C: "<name>_gemm_brgemm_hooks" when some loop of calls accumulating into one block runs
-     * as one batch-reduce call (compiler/cgen.c, s_brgemm), else NULL:
+     * as one batch-reduce call (compiler/cgen.c, s_brgemm_t), else NULL:
      * void <name>_gemm_brgemm_hooks(troupe_sbrgemm_fn) (devices/host/gemm_library.h); until
      * then, or given NULL, each call is made as it is. */
     char *gemm_brgemm_hooks_name;
