@@ -270,6 +270,7 @@ struct troupe__cgen {
     bool uses_bgemm; /* some with bfloat16 factors (troupe_bgemm) */
     bool uses_hgemm; /* some with half factors (troupe_hgemm) */
     bool uses_spack; /* some loop of A B^T calls packs B^T once (troupe_spack_bt, s_bt_pack) */
+    bool uses_brgemm; /* some loop of calls runs as one batch-reduce call (troupe_sbrgemm) */
     const troupe_ll_t **binds; /* the BIND_INDEX statements: gather i+1 */
     size_t nbinds, binds_cap;
     bool *bound;    /* per symbol: defined by the target (a thread index); loops over it elided */
@@ -1351,6 +1352,67 @@ static s_bt_pack_t s_gemm_bt_pack(const troupe_gemm_t *gm, const troupe_gemm_epi
     return pk;
 }
 
+/* One batch-reduce call for the calls of a product's innermost outer loops that accumulate
+ * into one block (compiler/gemm.h, merged loops): when the loops from outer_syms[first] on
+ * leave C's address unchanged (a K loop each: a convolution's forward summing its kernel
+ * offsets into a sample's output, docs/trainer.md "Convolution lowering"), the product is
+ * single precision, untransposed, accumulating (beta = 1) with no epilogue, and A and B move
+ * by strides >= 0, those calls become troupe_sbrgemm(m, n, k, calls, A, lda, a_offs, B, ldb,
+ * b_offs, C, ldc) once per iteration of the loops outside them, the element offsets listed in
+ * the calls' order (a static table), with the loops of calls kept for when the hook is missing
+ * or declines (devices/host/gemm_library.h, troupe_sbrgemm_fn: the same sums in the same
+ * order, bit for bit). Measured about 5 % faster than the separate calls on conv2's forward
+ * and 8 % on conv3's (libxsmm 1.17, one core): each call no longer reloads and stores the
+ * output block. */
+typedef struct s_brgemm {
+    int first;     /* the outermost loop of the batch; gm->nouter when none */
+    int64_t calls; /* calls per batch */
+} s_brgemm_t;
+
+/* Most calls one batch-reduce call takes (devices/host/gemm_library.h,
+ * TROUPE_SBRGEMM_MAX_COUNT). */
+#define S_BRGEMM_MAX_COUNT 1024
+
+static s_brgemm_t s_gemm_brgemm(const troupe_gemm_t *gm, const troupe_gemm_epilogue_t *ep)
+{
+    s_brgemm_t br = {gm->nouter, 1};
+    if (gm->prec != TROUPE_PREC_SINGLE || gm->factor_prec != TROUPE_PREC_SINGLE ||
+        gm->a.trans || gm->b.trans || ep->beta_zero || ep->init != NULL || ep->post != NULL ||
+        gm->c.tn == gm->a.tn || gm->c.tn == gm->b.tn)
+        return br;
+    int64_t calls = 1;
+    for (int o = gm->nouter - 1; o >= 0; o--) {
+        int32_t sym = gm->outer_syms[o];
+        if (troupe_gemm_sym_stride(gm->c.tn, gm->c.idcs, sym) != 0 ||
+            troupe_gemm_sym_stride(gm->a.tn, gm->a.idcs, sym) < 0 ||
+            troupe_gemm_sym_stride(gm->b.tn, gm->b.idcs, sym) < 0 || gm->outer_ext[o] < 1 ||
+            calls * gm->outer_ext[o] > S_BRGEMM_MAX_COUNT)
+            break;
+        calls *= gm->outer_ext[o];
+        if (calls >= 2)
+            br = (s_brgemm_t){o, calls};
+    }
+    /* the zeroing and the pass per iteration of the outermost loop stay outside the batch */
+    if (br.first == 0 && (ep->zero_slice > 0 || ep->slice_post != NULL))
+        br = (s_brgemm_t){gm->nouter, 1};
+    return br;
+}
+
+/* The batch's offsets table for operand o, in the calls' order (loop first outermost). */
+static void s_put_brgemm_offsets(troupe__strbuf_t *out, const troupe_gemm_t *gm,
+                                 const troupe_gemm_operand_t *o, const s_brgemm_t *br)
+{
+    for (int64_t t = 0; t < br->calls; t++) {
+        int64_t rest = t, off = 0;
+        for (int q = gm->nouter - 1; q >= br->first; q--) {
+            off += (rest % gm->outer_ext[q]) *
+                   troupe_gemm_sym_stride(o->tn, o->idcs, gm->outer_syms[q]);
+            rest /= gm->outer_ext[q];
+        }
+        troupe__strbuf_printf(out, "%s%" PRId64, t == 0 ? "" : ", ", off);
+    }
+}
+
 #define S_GEMM_UNROLL 8 /* reduction steps per load and store of an output element */
 
 /* Most bytes of the output one row panel of a product with an epilogue covers: the library
@@ -1582,9 +1644,42 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
     s_range_t saved[TROUPE_GEMM_MAX_LOOPS];
     const s_bt_pack_t pk = s_gemm_bt_pack(gm, ep);
     const bool packs = pk.first < gm->nouter;
+    const s_brgemm_t br = s_gemm_brgemm(gm, ep);
+    const bool batches = br.first < gm->nouter; /* never with packs: B^T there, B here */
     for (int o = 0; o < gm->nouter; o++) {
         int32_t sym = gm->outer_syms[o];
-        int in = indent + o + (packs && o > pk.first);
+        int in = indent + o + (packs && o > pk.first) + (batches && o > br.first ? 2 : 0);
+        if (batches && o == br.first) { /* the batch call, the loops of calls its fallback */
+            g->uses_brgemm = true;
+            TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_IR,
+                       "cgen of %s: the %" PRId64 " calls into %s of the innermost loops "
+                       "accumulate into one block: one batch-reduce call",
+                       g->proc->name, br.calls, s_info(g, gm->c.tn)->ident);
+            troupe__strbuf_repeat(out, "    ", in);
+            troupe__strbuf_printf(out, "{ /* one batch-reduce call for the %" PRId64
+                                       " calls inside */\n", br.calls);
+            troupe__strbuf_repeat(out, "    ", in + 1);
+            troupe__strbuf_printf(out, "static const int64_t g_ao[%" PRId64 "] = {", br.calls);
+            s_put_brgemm_offsets(out, gm, &gm->a, &br);
+            troupe__strbuf_puts(out, "};\n");
+            troupe__strbuf_repeat(out, "    ", in + 1);
+            troupe__strbuf_printf(out, "static const int64_t g_bo[%" PRId64 "] = {", br.calls);
+            s_put_brgemm_offsets(out, gm, &gm->b, &br);
+            troupe__strbuf_puts(out, "};\n");
+            troupe__strbuf_repeat(out, "    ", in + 1);
+            troupe__strbuf_printf(out,
+                                  "if (troupe_sbrgemm == 0 || troupe_sgemm == 0 || "
+                                  "!troupe_sbrgemm(%" PRId64 ", %" PRId64 ", %" PRId64
+                                  ", %" PRId64 ", ",
+                                  gm->m, gm->n, gm->k, br.calls);
+            s_put_gemm_base_from(g, out, gm, &gm->a, br.first);
+            troupe__strbuf_printf(out, ", %" PRId64 ", g_ao, ", gm->a.ld);
+            s_put_gemm_base_from(g, out, gm, &gm->b, br.first);
+            troupe__strbuf_printf(out, ", %" PRId64 ", g_bo, ", gm->b.ld);
+            s_put_gemm_base_from(g, out, gm, &gm->c, br.first);
+            troupe__strbuf_printf(out, ", %" PRId64 ")) {\n", gm->c.ld);
+            in += 2;
+        }
         if (packs && o == pk.first) { /* the pack, in a block of its own */
             g->uses_spack = true;
             troupe__strbuf_repeat(out, "    ", in);
@@ -1616,18 +1711,24 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
                                   g->syms[sym]);
         }
     }
-    troupe_status_t st =
-        s_emit_gemm_body(g, gm, ep, packs ? &pk : NULL, indent + gm->nouter + packs, out);
+    troupe_status_t st = s_emit_gemm_body(g, gm, ep, packs ? &pk : NULL,
+                                          indent + gm->nouter + packs + (batches ? 2 : 0), out);
     for (int o = gm->nouter - 1; o >= 0; o--) {
         if (o == 0 && ep->slice_post != NULL && st == TROUPE_OK)
             st = s_emit_slice_post(g, gm, ep->slice_post, indent + 1 + (packs && pk.first == 0),
                                    out);
         g->ranges[gm->outer_syms[o]] = saved[o];
-        int in = indent + o + (packs && o > pk.first);
+        int in = indent + o + (packs && o > pk.first) + (batches && o >= br.first ? 2 : 0);
         troupe__strbuf_repeat(out, "    ", in);
         troupe__strbuf_puts(out, "}\n");
         if (packs && o == pk.first) {
             troupe__strbuf_repeat(out, "    ", in - 1);
+            troupe__strbuf_puts(out, "}\n");
+        }
+        if (batches && o == br.first) {
+            troupe__strbuf_repeat(out, "    ", in - 1);
+            troupe__strbuf_puts(out, "}\n");
+            troupe__strbuf_repeat(out, "    ", in - 2);
             troupe__strbuf_puts(out, "}\n");
         }
     }
@@ -2298,6 +2399,7 @@ void troupe_cgen_result_destroy(troupe_cgen_result_t **result_p)
     troupe_free(r->gemm_bf16_hooks_name);
     troupe_free(r->gemm_half_hooks_name);
     troupe_free(r->gemm_pack_hooks_name);
+    troupe_free(r->gemm_brgemm_hooks_name);
     for (size_t i = 0; i < r->nkernels; i++)
         troupe_free(r->kernels[i].name);
     troupe_free(r->kernels);
@@ -2663,9 +2765,13 @@ troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_
             r->gemm_half_hooks_name = troupe_strdup_printf("%s_gemm_half_hooks", proc->name);
         if (g.uses_spack)
             r->gemm_pack_hooks_name = troupe_strdup_printf("%s_gemm_pack_hooks", proc->name);
+        if (g.uses_brgemm)
+            r->gemm_brgemm_hooks_name =
+                troupe_strdup_printf("%s_gemm_brgemm_hooks", proc->name);
         if (r->gemm_hooks_name == NULL || (g.uses_bgemm && r->gemm_bf16_hooks_name == NULL) ||
             (g.uses_hgemm && r->gemm_half_hooks_name == NULL) ||
-            (g.uses_spack && r->gemm_pack_hooks_name == NULL)) {
+            (g.uses_spack && r->gemm_pack_hooks_name == NULL) ||
+            (g.uses_brgemm && r->gemm_brgemm_hooks_name == NULL)) {
             st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
             goto done;
         }

@@ -422,6 +422,11 @@ typedef struct troupe_cgen_result {
      * (compiler/cgen.c, s_bt_pack), else NULL: void <name>_gemm_pack_hooks(troupe_spack_bt_fn)
      * (devices/host/gemm_library.h); until then, or given NULL, each call is made as it is. */
     char *gemm_pack_hooks_name;
+    /* C: "<name>_gemm_brgemm_hooks" when some loop of calls accumulating into one block runs
+     * as one batch-reduce call (compiler/cgen.c, s_brgemm_t), else NULL:
+     * void <name>_gemm_brgemm_hooks(troupe_sbrgemm_fn) (devices/host/gemm_library.h); until
+     * then, or given NULL, each call is made as it is. */
+    char *gemm_brgemm_hooks_name;
     troupe_cgen_param_t *params; /* nparams entries, in call order */
     size_t nparams;
     /* CUDA: the unit's kernels, and the steps one call of the routine runs, in order, on one

@@ -543,6 +543,21 @@ static const char s_gemm_pack[] =
     "static troupe_spack_bt_fn troupe_spack_bt;\n"
     "#endif\n";
 
+/* The batch-reduce entry for a loop of calls accumulating into one block
+ * (devices/host/gemm_library.h, troupe_sbrgemm_fn), set by the loader through
+ * <routine>_gemm_brgemm_hooks; NULL (or a 0 result) makes the calls as they are. C dialect
+ * only. */
+static const char s_gemm_brgemm[] =
+    "typedef int (*troupe_sbrgemm_fn)(int64_t, int64_t, int64_t, int64_t, const float *, "
+    "int64_t,\n"
+    "                                 const int64_t *, const float *, int64_t, const int64_t *,\n"
+    "                                 float *, int64_t);\n"
+    "#if defined(__GNUC__)\n"
+    "static __attribute__((unused)) troupe_sbrgemm_fn troupe_sbrgemm;\n"
+    "#else\n"
+    "static troupe_sbrgemm_fn troupe_sbrgemm;\n"
+    "#endif\n";
+
 #define S_SEC(name, provides, text)                                                                \
     {                                                                                              \
         name, provides, text, NULL                                                                 \
@@ -683,6 +698,7 @@ static const troupe__cgen_section_t s_sections[] = {
     S_SEC("gemm_bf16", "troupe_bgemm_fn troupe_bgemm", s_gemm_bf16),
     S_SEC("gemm_half", "troupe_hgemm_fn troupe_hgemm", s_gemm_half),
     S_SEC("gemm_pack", "troupe_spack_bt_fn troupe_spack_bt", s_gemm_pack),
+    S_SEC("gemm_brgemm", "troupe_sbrgemm_fn troupe_sbrgemm", s_gemm_brgemm),
 };
 
 const troupe__cgen_section_t *troupe__cgen_sections(size_t *count)

@@ -91,6 +91,14 @@ static void s_put_gemm_hooks(troupe__strbuf_t *b, const troupe_cgen_result_t *r,
             troupe__strbuf_printf(b, "    %s__p%zu_gemm_pack_hooks(f);\n", r->name, k);
         troupe__strbuf_puts(b, "}\n");
     }
+    if (r->gemm_brgemm_hooks_name != NULL) {
+        troupe__strbuf_printf(b, "\nvoid %s(troupe_sbrgemm_fn f);\n", r->gemm_brgemm_hooks_name);
+        troupe__strbuf_printf(b, "void %s(troupe_sbrgemm_fn f)\n{\n    troupe_sbrgemm = f;\n",
+                              r->gemm_brgemm_hooks_name);
+        for (size_t k = 1; k <= nparts; k++)
+            troupe__strbuf_printf(b, "    %s__p%zu_gemm_brgemm_hooks(f);\n", r->name, k);
+        troupe__strbuf_puts(b, "}\n");
+    }
 }
 
 static void s_put_after(troupe__strbuf_t *b, const troupe_cgen_result_t *r)
@@ -308,13 +316,14 @@ static const s_part_hook_t s_part_hooks[] = {
     {"gemm_bf16_hooks", "troupe_bgemm_fn f", "    troupe_bgemm = f;\n"},
     {"gemm_half_hooks", "troupe_hgemm_fn f", "    troupe_hgemm = f;\n"},
     {"gemm_pack_hooks", "troupe_spack_bt_fn f", "    troupe_spack_bt = f;\n"},
+    {"gemm_brgemm_hooks", "troupe_sbrgemm_fn f", "    troupe_sbrgemm = f;\n"},
 };
 
 /* Whether the unit has hook h (s_part_hooks' order). */
 static bool s_has_hook(const troupe_cgen_result_t *r, size_t h)
 {
     const char *names[] = {r->gemm_hooks_name, r->gemm_bf16_hooks_name, r->gemm_half_hooks_name,
-                           r->gemm_pack_hooks_name};
+                           r->gemm_pack_hooks_name, r->gemm_brgemm_hooks_name};
     return r->gemm_hooks_name != NULL && names[h] != NULL;
 }
 

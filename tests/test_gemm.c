@@ -1327,3 +1327,151 @@ Test(gemm_run, accumulating_calls_zero_their_own_slice_first, .timeout = 240)
         s_free(&c);
     }
 }
+
+/* A convolution's forward as shifted products (nn/conv.h), 8 x 8 padded inputs, a 3 x 3
+ * kernel, 6 x 6 outputs: per sample b and offset (k, l), y[b] += w[k,l] x[b] over the rows of
+ * x shifted by 8k + l. The 9 calls of a sample write the same block y[b] (16 x 46), untransposed
+ * and accumulating: one batch-reduce call per sample, the offsets listed in the calls' order. */
+#define S_FWD_SPEC "bi(p+8k+l),kloi=>bop"
+static const int64_t s_fwd_x[3] = {2, 24, 64}, s_fwd_w[4] = {3, 3, 16, 24},
+                     s_fwd_y[3] = {2, 16, 46};
+
+Test(gemm_match, shifted_products_into_one_block_make_one_batch_reduce_call_per_sample)
+{
+    s_case_t c = s_lower(S_FWD_SPEC, TROUPE_PREC_SINGLE, 3, s_fwd_x, 4, s_fwd_w, 3, s_fwd_y, true);
+    troupe_gemm_t g;
+    const char *why = NULL;
+    cr_assert_eq(s_find(c.proc->body, &g, &why), TROUPE_GEMM_YES, "%s", why);
+    cr_assert(!g.a.trans && !g.b.trans && g.m == 16 && g.n == 46 && g.k == 24 && g.nouter == 3,
+              "m %lld n %lld k %lld nouter %d", (long long)g.m, (long long)g.n, (long long)g.k,
+              g.nouter);
+    troupe_cgen_result_t *res = NULL;
+    OK(troupe_cgen_emit(c.proc, TROUPE_CGEN_C, &res));
+    const char *src = res->source;
+    cr_assert_not_null(res->gemm_brgemm_hooks_name);
+    cr_assert_eq(s_count(src, "troupe_sbrgemm("), 1, "%s", src);
+    const char *call = strstr(src, "!troupe_sbrgemm(16, 46, 24, 9, ");
+    cr_assert_not_null(call, "%s", src);
+    /* inside the batch loop: its header before the call, its brace still open there */
+    const char *loop = strstr(src, " < 2; ++");
+    cr_assert(loop != NULL && loop < call, "%s", src);
+    int open = 0;
+    for (const char *p = loop; p < call; p++)
+        open += (*p == '{') - (*p == '}');
+    cr_assert_gt(open, 0, "the call is not inside the batch loop:\n%s", src);
+    /* w[k,l] at 3*16*24 k + 16*24 l, x's rows shifted by 8k + l, l fastest */
+    cr_assert_not_null(strstr(src, "g_ao[9] = {0, 384, 768, 1152, 1536, 1920, 2304, 2688, 3072};"),
+                       "%s", src);
+    cr_assert_not_null(strstr(src, "g_bo[9] = {0, 1, 2, 8, 9, 10, 16, 17, 18};"), "%s", src);
+    /* the 9 calls stay, as the fallback */
+    cr_assert_eq(s_count(src, "troupe_sgemm(0, 0, 16, 46, 24, 1.0f, "), 1, "%s", src);
+    troupe_cgen_result_destroy(&res);
+    s_free(&c);
+    /* the weight gradient's calls each write their own block (and B is transposed): none */
+    c = s_lower(S_SHIFT_SPEC, TROUPE_PREC_SINGLE, 3, s_shift_dy, 3, s_shift_x, 4, s_shift_dw, true);
+    OK(troupe_cgen_emit(c.proc, TROUPE_CGEN_C, &res));
+    cr_assert_null(strstr(res->source, "troupe_sbrgemm("), "%s", res->source);
+    cr_assert_null(res->gemm_brgemm_hooks_name);
+    troupe_cgen_result_destroy(&res);
+    s_free(&c);
+}
+
+typedef void (*s_brgemm_hooks_fn)(troupe_sbrgemm_fn);
+
+/* The batch-reduce calls against the separate calls (the hook set to NULL) bit for bit, and
+ * both against the interpreter within float rounding; the hook itself against 9 library calls
+ * bit for bit on the test's shape (so that it does not decline it). */
+Test(gemm_run, batch_reduce_calls_equal_the_separate_calls_bit_for_bit, .timeout = 240)
+{
+    troupe_sbrgemm_fn brg = troupe_gemm_library_sbrgemm();
+    troupe_sgemm_fn sg = troupe_gemm_library_sgemm();
+    if (sg == NULL || brg == NULL) {
+        cr_skip_test("no libxsmm batch-reduce path in this build");
+        return;
+    }
+    const troupe_tnode_t *nodes[3] = {NULL, NULL, NULL};
+    s_case_t c = s_lower(S_FWD_SPEC, TROUPE_PREC_SINGLE, 3, s_fwd_x, 4, s_fwd_w, 3, s_fwd_y, true);
+    nodes[0] = c.x, nodes[1] = c.w, nodes[2] = c.y;
+    float *ref[3], *sep[3], *batch[3];
+    int64_t cnt[3];
+    for (int n = 0; n < 3; n++) {
+        cnt[n] = troupe_tnode_num_elems(nodes[n]);
+        ref[n] = malloc(sizeof(float) * (size_t)cnt[n]);
+        sep[n] = malloc(sizeof(float) * (size_t)cnt[n]);
+        batch[n] = malloc(sizeof(float) * (size_t)cnt[n]);
+        cr_assert(ref[n] && sep[n] && batch[n]);
+        for (int64_t i = 0; i < cnt[n]; i++)
+            ref[n][i] = sep[n][i] = batch[n][i] = (float)s_uniform();
+    }
+    /* the hook on sample 0's shape: y0 += sum of 9 shifted products, as 9 calls would */
+    static const int64_t ao[9] = {0, 384, 768, 1152, 1536, 1920, 2304, 2688, 3072},
+                         bo[9] = {0, 1, 2, 8, 9, 10, 16, 17, 18};
+    float y1[16 * 46], y2[16 * 46];
+    memcpy(y1, sep[2], sizeof y1);
+    memcpy(y2, sep[2], sizeof y2);
+    for (int t = 0; t < 9; t++)
+        sg(0, 0, 16, 46, 24, 1.0f, sep[1] + ao[t], 24, sep[0] + bo[t], 64, 1.0f, y1, 46);
+    cr_assert_eq(brg(16, 46, 24, 9, sep[1], 24, ao, sep[0], 64, bo, y2, 46), 1,
+                 "the library declines the batch for the test's shape");
+    cr_assert(memcmp(y1, y2, sizeof y1) == 0, "the hook differs from 9 calls");
+    cr_assert_eq(brg(16, 46, 24, TROUPE_SBRGEMM_MAX_COUNT + 1, sep[1], 24, ao, sep[0], 64, bo, y2,
+                     46),
+                 0, "a batch past the limit is accepted");
+
+    troupe_interp_buffer_t ib[3];
+    for (int n = 0; n < 3; n++)
+        ib[n] = (troupe_interp_buffer_t){nodes[n], ref[n]};
+    troupe_interp_args_t args = {ib, 3, NULL, 0, NULL};
+    OK(troupe_interp_run(c.proc, &args));
+    troupe_cgen_result_t *res = NULL;
+    OK(troupe_cgen_emit(c.proc, TROUPE_CGEN_C, &res));
+    cr_assert_not_null(res->gemm_brgemm_hooks_name);
+    char dir[256], path[320], lib[320], cmd[1024];
+    snprintf(dir, sizeof dir, "%s/gemm-brgemm-XXXXXX", TROUPE_TEST_BUILD_DIR);
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/u.c", dir);
+    snprintf(lib, sizeof lib, "%s/u.so", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(res->source, 1, res->source_len, f), res->source_len);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(cmd, sizeof cmd, "cc -std=c11 -O2 -fPIC -shared -o %s %s -lm", lib, path);
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(h, "%s", dlerror());
+    s_entry_fn entry;
+    s_hooks_fn hooks;
+    s_brgemm_hooks_fn brgemm_hooks;
+    *(void **)&entry = dlsym(h, res->entry_name);
+    *(void **)&hooks = dlsym(h, res->gemm_hooks_name);
+    *(void **)&brgemm_hooks = dlsym(h, res->gemm_brgemm_hooks_name);
+    cr_assert(entry != NULL && hooks != NULL && brgemm_hooks != NULL);
+    hooks(sg, troupe_gemm_library_dgemm());
+    cr_assert_leq(res->nparams, 3);
+    for (int run = 0; run < 2; run++) { /* the batch hook off, then on */
+        float **bufs = run == 0 ? sep : batch;
+        brgemm_hooks(run == 0 ? NULL : brg);
+        void *argv[3];
+        for (size_t p = 0; p < res->nparams; p++)
+            for (int n = 0; n < 3; n++)
+                if (res->params[p].tn == nodes[n])
+                    argv[p] = bufs[n];
+        entry(argv);
+    }
+    for (int64_t i = 0; i < cnt[2]; i++) {
+        cr_assert(memcmp(&batch[2][i], &sep[2][i], sizeof(float)) == 0,
+                  "y[%lld]: batch-reduce %.9g, separate calls %.9g", (long long)i,
+                  (double)batch[2][i], (double)sep[2][i]);
+        /* 9 x 24 terms of |w x| < 1 each, summed in another order */
+        cr_assert(fabs((double)batch[2][i] - ref[2][i]) <= 4.0 * 216 * 6e-8 + 1e-6,
+                  "y[%lld]: batch-reduce %.9g, interpreter %.9g", (long long)i,
+                  (double)batch[2][i], (double)ref[2][i]);
+    }
+    dlclose(h);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+    troupe_cgen_result_destroy(&res);
+    for (int n = 0; n < 3; n++)
+        free(ref[n]), free(sep[n]), free(batch[n]);
+    s_free(&c);
+}

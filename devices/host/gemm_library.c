@@ -278,6 +278,41 @@ static const float *s_spack_bt(int64_t m, int64_t n, int64_t k, int64_t kext, in
 }
 #endif
 
+#if TROUPE_HAVE_LIBXSMM
+/* troupe_sbrgemm_fn through libxsmm's batch-reduce kernel with byte offsets (column-major,
+ * operands swapped as in s_xsmm_kernel: B's offsets are its A's). 0 unless s_sgemm would run
+ * each call on libxsmm's A B kernel for the shape (s_use_xsmm, that kernel there). */
+static int s_sbrgemm(int64_t m, int64_t n, int64_t k, int64_t count, const float *a,
+                     int64_t lda, const int64_t *a_offs, const float *b, int64_t ldb,
+                     const int64_t *b_offs, float *c, int64_t ldc)
+{
+    if (!s_use_xsmm || m <= 0 || n <= 0 || k <= 0 || count < 1 ||
+        count > TROUPE_SBRGEMM_MAX_COUNT || lda < k || ldb < n || ldc < n)
+        return 0;
+    unsigned long long xa[TROUPE_SBRGEMM_MAX_COUNT], xb[TROUPE_SBRGEMM_MAX_COUNT];
+    for (int64_t t = 0; t < count; t++) {
+        if (a_offs[t] < 0 || b_offs[t] < 0)
+            return 0;
+        xa[t] = (unsigned long long)b_offs[t] * sizeof(float);
+        xb[t] = (unsigned long long)a_offs[t] * sizeof(float);
+    }
+    if (s_xsmm_kernel(0, 0, m, n, k, 1.0f, lda, ldb, 1.0f, ldc) == NULL)
+        return 0;
+    const libxsmm_blasint xm = (libxsmm_blasint)n, xn = (libxsmm_blasint)m,
+                          xk = (libxsmm_blasint)k, xlda = (libxsmm_blasint)ldb,
+                          xldb = (libxsmm_blasint)lda, xldc = (libxsmm_blasint)ldc;
+    const float one = 1.0f;
+    const int flags = 0, prefetch = LIBXSMM_PREFETCH_NONE;
+    libxsmm_smmfunction_reducebatch_offs f = libxsmm_smmdispatch_reducebatch_offs(
+        xm, xn, xk, &xlda, &xldb, &xldc, &one, &one, &flags, &prefetch);
+    if (f == NULL)
+        return 0;
+    const unsigned long long cnt = (unsigned long long)count;
+    f(b, a, c, &cnt, xa, xb);
+    return 1;
+}
+#endif
+
 static void s_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                     int64_t ldc)
@@ -651,6 +686,16 @@ troupe_hgemm_fn troupe_gemm_library_hgemm(void)
 {
     pthread_once(&s_once, s_init);
     return s_cblas_sgemm ? s_hgemm : NULL;
+}
+
+troupe_sbrgemm_fn troupe_gemm_library_sbrgemm(void)
+{
+    pthread_once(&s_once, s_init);
+#if TROUPE_HAVE_LIBXSMM
+    return s_cblas_sgemm && s_use_xsmm ? s_sbrgemm : NULL;
+#else
+    return NULL;
+#endif
 }
 
 troupe_spack_bt_fn troupe_gemm_library_spack_bt(void)

@@ -75,6 +75,22 @@ typedef const float *(*troupe_spack_bt_fn)(int64_t m, int64_t n, int64_t k, int6
                                            int64_t lda, const float *b, int64_t ldb, float beta,
                                            int64_t ldc);
 
+/* A batch-reduce product: C += sum over t < count of A_t B_t, with A_t = a + a_offs[t] and
+ * B_t = b + b_offs[t] (element offsets, each >= 0), all untransposed, row-major m x k, k x n
+ * and m x n with leading dimensions lda, ldb, ldc, alpha = beta = 1: the calls
+ * sgemm(0, 0, m, n, k, 1, A_t, lda, B_t, ldb, 1, c, ldc) for t = 0, 1, ... in one (a
+ * convolution's forward as shifted products sums its kernel offsets into one output block,
+ * docs/trainer.md). libxsmm's batch-reduce kernel keeps the block of C in registers across
+ * the batch and adds each product's k terms in the order the single-product kernel does, so
+ * the result is bit for bit that of the calls (measured on the convolution shapes; tests
+ * check it). Returns 0 when it cannot (no libxsmm in use, no kernel for the shape, count
+ * above TROUPE_SBRGEMM_MAX_COUNT, a bad argument): then make the calls as they are. */
+#define TROUPE_SBRGEMM_MAX_COUNT 1024
+typedef int (*troupe_sbrgemm_fn)(int64_t m, int64_t n, int64_t k, int64_t count,
+                                 const float *a, int64_t lda, const int64_t *a_offs,
+                                 const float *b, int64_t ldb, const int64_t *b_offs, float *c,
+                                 int64_t ldc);
+
 /* Whether troupe was built with a GEMM library. */
 bool troupe_gemm_library_available(void);
 
@@ -88,6 +104,7 @@ troupe_dgemm_fn troupe_gemm_library_dgemm(void);
 troupe_bgemm_fn troupe_gemm_library_bgemm(void);
 troupe_hgemm_fn troupe_gemm_library_hgemm(void);
 troupe_spack_bt_fn troupe_gemm_library_spack_bt(void);
+troupe_sbrgemm_fn troupe_gemm_library_sbrgemm(void);
 
 #ifdef __cplusplus
 }

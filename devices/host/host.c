@@ -357,6 +357,15 @@ static troupe_status_t s_connect_gemm(const troupe_cgen_result_t *gen, void *lib
         memcpy(&phooks, &sym, sizeof phooks);
         phooks(use ? troupe_gemm_library_spack_bt() : NULL);
     }
+    if (gen->gemm_brgemm_hooks_name != NULL) {
+        sym = dlsym(lib, gen->gemm_brgemm_hooks_name);
+        if (sym == NULL)
+            return troupe__error(TROUPE_INTERNAL, "routine %s: generated code lacks %s", gen->name,
+                                 gen->gemm_brgemm_hooks_name);
+        void (*rhooks)(troupe_sbrgemm_fn);
+        memcpy(&rhooks, &sym, sizeof rhooks);
+        rhooks(use ? troupe_gemm_library_sbrgemm() : NULL);
+    }
     return TROUPE_OK;
 }
 
