@@ -829,7 +829,7 @@ troupe_gemm_verdict_t troupe_gemm_match_window(const troupe_ll_t *const *items, 
         } else if (!s_init(first, g, ep)) {
             if (!troupe_gemm_init_slice(g, first))
                 return TROUPE_GEMM_NO; /* the product matches on its own at at + 1 */
-            ep->refused = NULL; /* not an init over the whole output, but one per slice */
+            ep->refused = NULL;        /* not an init over the whole output, but one per slice */
             ep->init_slice = first;
         }
         p = at + 1;

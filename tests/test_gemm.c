@@ -1602,8 +1602,8 @@ Test(gemm_run, an_initial_bias_before_accumulating_calls_runs_per_sample, .timeo
             cr_assert_not_null(out[split][lib_on]);
             memcpy(out[split][lib_on], ref, sizeof(float) * (size_t)ny);
         }
-    troupe_interp_buffer_t ib[4] = {{c[0].x, xw[0]}, {c[0].w, xw[1]}, {bias[0], xw[2]},
-                                    {c[0].y, ref}};
+    troupe_interp_buffer_t ib[4] = {
+        {c[0].x, xw[0]}, {c[0].w, xw[1]}, {bias[0], xw[2]}, {c[0].y, ref}};
     troupe_interp_args_t args = {ib, 4, NULL, 0, NULL};
     OK(troupe_interp_run(c[0].proc, &args));
     for (int split = 0; split < 2; split++) {
@@ -1639,8 +1639,8 @@ Test(gemm_run, an_initial_bias_before_accumulating_calls_runs_per_sample, .timeo
     for (int lib_on = 0; lib_on < 2; lib_on++)
         for (int64_t i = 0; i < ny; i++) {
             cr_assert(memcmp(&out[0][lib_on][i], &out[1][lib_on][i], sizeof(float)) == 0,
-                      "library %d: y[%lld] per sample %.9g, whole first %.9g", lib_on,
-                      (long long)i, (double)out[0][lib_on][i], (double)out[1][lib_on][i]);
+                      "library %d: y[%lld] per sample %.9g, whole first %.9g", lib_on, (long long)i,
+                      (double)out[0][lib_on][i], (double)out[1][lib_on][i]);
             /* the bias and 9 x 24 terms of |w x| < 1 each, summed in another order */
             cr_assert(fabs((double)out[0][lib_on][i] - ref[i]) <= 4.0 * 217 * 6e-8 + 1e-6,
                       "library %d: y[%lld] = %.9g, interpreter %.9g", lib_on, (long long)i,
