@@ -1393,7 +1393,7 @@ static s_brgemm_t s_gemm_brgemm(const troupe_gemm_t *gm, const troupe_gemm_epilo
             br = (s_brgemm_t){o, calls};
     }
     /* the zeroing and the pass per iteration of the outermost loop stay outside the batch */
-    if (br.first == 0 && (ep->zero_slice > 0 || ep->slice_post != NULL))
+    if (br.first == 0 && (ep->zero_slice > 0 || ep->init_slice != NULL || ep->slice_post != NULL))
         br = (s_brgemm_t){gm->nouter, 1};
     return br;
 }
@@ -1608,17 +1608,20 @@ static void s_emit_gemm_call(s_gen_t *g, const troupe_gemm_t *gm, bool beta_zero
  * without one): compiler/gemm.h. With ep->beta_zero (a ZERO_OUT of the output just before,
  * the product writing the whole output) the call overwrites it (beta = 0) and the zeroing runs
  * only on the loops' side. With ep->zero_slice the outermost loop of accumulating calls zeroes
- * its slice first, on both sides. With an epilogue (ep->init, ep->post) the product runs in row
+ * its slice first, on both sides; with ep->init_slice it runs its slice of the initial values
+ * first. With an epilogue (ep->init, ep->post) the product runs in row
  * panels (s_gemm_panel_rows), each panel's initial values, product and post pass one after
  * the other on either side: issue 14's fused epilogue. */
 static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
                                         const troupe_gemm_epilogue_t *ep, const s_bt_pack_t *pk,
                                         int indent, troupe__strbuf_t *out);
 
-/* The slice post nest (troupe_gemm_slice_post) inside the outermost loop of calls, after them:
- * its own outermost loop's body, that loop's symbol printed as the calls' loop's. */
-static troupe_status_t s_emit_slice_post(s_gen_t *g, const troupe_gemm_t *gm,
-                                         const troupe_ll_t *nest, int indent, troupe__strbuf_t *out)
+/* A slice nest inside the outermost loop of calls, before them (troupe_gemm_init_slice) or after
+ * them (troupe_gemm_slice_post): its own outermost loop's body, that loop's symbol printed as the
+ * calls' loop's. */
+static troupe_status_t s_emit_slice_nest(s_gen_t *g, const troupe_gemm_t *gm,
+                                         const troupe_ll_t *nest, const char *what, int indent,
+                                         troupe__strbuf_t *out)
 {
     int32_t sym = nest->u.for_loop.sym;
     char saved_name[S_IDENT_CAP], outer_name[S_IDENT_CAP];
@@ -1628,7 +1631,7 @@ static troupe_status_t s_emit_slice_post(s_gen_t *g, const troupe_gemm_t *gm,
     s_range_t saved = g->ranges[sym];
     g->ranges[sym] = (s_range_t){true, 0, gm->outer_ext[0] - 1};
     troupe__strbuf_repeat(out, "    ", indent);
-    troupe__strbuf_puts(out, "/* the pass after the calls, over this iteration's slice */\n");
+    troupe__strbuf_printf(out, "/* %s, over this iteration's slice */\n", what);
     troupe_status_t st = s_emit_ll(g, nest->u.for_loop.body, indent, out);
     g->ranges[sym] = saved;
     memcpy(g->syms[sym], saved_name, S_IDENT_CAP);
@@ -1710,13 +1713,21 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
                                   ep->zero_slice, s_info(g, gm->c.tn)->ident, ep->zero_slice,
                                   g->syms[sym]);
         }
+        if (o == 0 && ep->init_slice != NULL) { /* this iteration's initial values, likewise */
+            troupe_status_t ist =
+                s_emit_slice_nest(g, gm, ep->init_slice, "the initial values", in + 1, out);
+            if (ist != TROUPE_OK) {
+                g->ranges[sym] = saved[o];
+                return ist;
+            }
+        }
     }
     troupe_status_t st = s_emit_gemm_body(g, gm, ep, packs ? &pk : NULL,
                                           indent + gm->nouter + packs + (batches ? 2 : 0), out);
     for (int o = gm->nouter - 1; o >= 0; o--) {
         if (o == 0 && ep->slice_post != NULL && st == TROUPE_OK)
-            st = s_emit_slice_post(g, gm, ep->slice_post, indent + 1 + (packs && pk.first == 0),
-                                   out);
+            st = s_emit_slice_nest(g, gm, ep->slice_post, "the pass after the calls",
+                                   indent + 1 + (packs && pk.first == 0), out);
         g->ranges[gm->outer_syms[o]] = saved[o];
         int in = indent + o + (packs && o > pk.first) + (batches && o >= br.first ? 2 : 0);
         troupe__strbuf_repeat(out, "    ", in);

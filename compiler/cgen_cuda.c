@@ -837,7 +837,8 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r,
     const char *why = NULL;
     if (troupe_gemm_match_window(items, n, at, gm, ep, used, &why) != TROUPE_GEMM_YES ||
         gm->factor_prec != gm->prec || /* bfloat16/half factors: no cuBLAS step yet (tiles) */
-        ep->zero_slice > 0) /* the zeroing a kernel of its own; the product matches at at + 1 */
+        ep->zero_slice > 0 ||   /* the zeroing a kernel of its own; the product matches at at + 1 */
+        ep->init_slice != NULL) /* the initial values likewise */
         return false;
     if (ep->init != NULL && ep->bias_axis != TROUPE_GEMM_BIAS_N)
         return false; /* the init runs as a kernel; the product matches at at + 1 */

@@ -694,47 +694,51 @@ static bool s_post(const troupe_ll_t *s, const troupe_gemm_t *g, troupe_gemm_epi
     return true;
 }
 
-/* Whether every read of c in v is inside the slice [slice * p, slice * (p + 1)) for the value
+/* Whether the element tn[idcs] lies inside the slice [slice * p, slice * (p + 1)) for the value
  * p of sym, the other symbols in its index running over the nest's loops syms[0..n-1] (from 0
- * to ext - 1); false for a value form it does not know. */
+ * to ext - 1). */
+static bool s_idx_in_slice(const troupe_tnode_t *c, const troupe_axis_index_t *idcs, int32_t sym,
+                           int64_t slice, const int32_t *syms, const int64_t *ext, int n)
+{
+    if (troupe_gemm_sym_stride(c, idcs, sym) != slice)
+        return false;
+    int64_t lo = 0, hi = 0, stride = 1;
+    for (int ax = c->ndims - 1; ax >= 0; ax--) { /* the constant part, each axis's offset */
+        lo += idcs[ax].offset * stride;
+        stride *= c->dims[ax];
+    }
+    hi = lo;
+    for (int ax = 0; ax < c->ndims; ax++)
+        for (int t = 0; t < idcs[ax].nterms; t++) {
+            int32_t s = idcs[ax].terms[t].sym;
+            int l = 0;
+            while (l < n && syms[l] != s)
+                l++;
+            if (s == sym)
+                continue;
+            if (l == n)
+                return false; /* a symbol from outside the nest */
+        }
+    for (int l = 0; l < n; l++) {
+        int64_t st = troupe_gemm_sym_stride(c, idcs, syms[l]);
+        if (st < 0)
+            lo += st * (ext[l] - 1);
+        else
+            hi += st * (ext[l] - 1);
+    }
+    return lo >= 0 && hi < slice;
+}
+
+/* Whether every read of c in v is inside slice p (s_idx_in_slice); false for a value form it
+ * does not know. */
 static bool s_reads_slice(const troupe_sc_t *v, const troupe_tnode_t *c, int32_t sym, int64_t slice,
                           const int32_t *syms, const int64_t *ext, int n)
 {
     switch (v->kind) {
     case TROUPE_SC_CONSTANT:
         return true;
-    case TROUPE_SC_GET: {
-        if (v->u.get.tn != c)
-            return true;
-        const troupe_axis_index_t *idcs = v->u.get.idcs;
-        if (troupe_gemm_sym_stride(c, idcs, sym) != slice)
-            return false;
-        int64_t lo = 0, hi = 0, stride = 1;
-        for (int ax = c->ndims - 1; ax >= 0; ax--) { /* the constant part, each axis's offset */
-            lo += idcs[ax].offset * stride;
-            stride *= c->dims[ax];
-        }
-        hi = lo;
-        for (int ax = 0; ax < c->ndims; ax++)
-            for (int t = 0; t < idcs[ax].nterms; t++) {
-                int32_t s = idcs[ax].terms[t].sym;
-                int l = 0;
-                while (l < n && syms[l] != s)
-                    l++;
-                if (s == sym)
-                    continue;
-                if (l == n)
-                    return false; /* a symbol from outside the nest */
-            }
-        for (int l = 0; l < n; l++) {
-            int64_t st = troupe_gemm_sym_stride(c, idcs, syms[l]);
-            if (st < 0)
-                lo += st * (ext[l] - 1);
-            else
-                hi += st * (ext[l] - 1);
-        }
-        return lo >= 0 && hi < slice;
-    }
+    case TROUPE_SC_GET:
+        return v->u.get.tn != c || s_idx_in_slice(c, v->u.get.idcs, sym, slice, syms, ext, n);
     case TROUPE_SC_TERNOP:
         return s_reads_slice(v->u.op.args[0], c, sym, slice, syms, ext, n) &&
                s_reads_slice(v->u.op.args[1], c, sym, slice, syms, ext, n) &&
@@ -749,28 +753,51 @@ static bool s_reads_slice(const troupe_sc_t *v, const troupe_tnode_t *c, int32_t
     }
 }
 
+/* The SET at the bottom of nest s, a loop over the extent of the product's outermost loop of
+ * calls around a perfect nest of loops from 0 (its symbol in *sym, the inner loops' in syms and
+ * ext, n of them), or NULL. */
+static const troupe_ll_t *s_slice_nest(const troupe_gemm_t *g, const troupe_ll_t *s, int32_t *sym,
+                                       int32_t *syms, int64_t *ext, int *n)
+{
+    *n = 0;
+    if (g->nouter == 0 || s->kind != TROUPE_LL_FOR || s->u.for_loop.from != 0 ||
+        s->u.for_loop.to != g->outer_ext[0] - 1)
+        return NULL;
+    *sym = s->u.for_loop.sym;
+    const troupe_ll_t *b = s->u.for_loop.body;
+    while (b->kind == TROUPE_LL_FOR && *n < TROUPE_MAX_DIMS + 4) {
+        if (b->u.for_loop.from != 0 || b->u.for_loop.to < 0)
+            return NULL;
+        syms[*n] = b->u.for_loop.sym;
+        ext[(*n)++] = b->u.for_loop.to + 1;
+        b = b->u.for_loop.body;
+    }
+    return b->kind == TROUPE_LL_SET ? b : NULL;
+}
+
 bool troupe_gemm_slice_post(const troupe_gemm_t *g, const troupe_ll_t *s)
 {
     int64_t slice = s_iter_slice(g);
-    if (slice == 0 || s->kind != TROUPE_LL_FOR || s->u.for_loop.from != 0 ||
-        s->u.for_loop.to != g->outer_ext[0] - 1)
-        return false;
-    int32_t sym = s->u.for_loop.sym, syms[TROUPE_MAX_DIMS + 4];
+    int32_t sym = 0, syms[TROUPE_MAX_DIMS + 4];
     int64_t ext[TROUPE_MAX_DIMS + 4];
     int n = 0;
-    const troupe_ll_t *b = s->u.for_loop.body;
-    while (b->kind == TROUPE_LL_FOR && n < TROUPE_MAX_DIMS + 4) {
-        if (b->u.for_loop.from != 0 || b->u.for_loop.to < 0)
-            return false;
-        syms[n] = b->u.for_loop.sym;
-        ext[n++] = b->u.for_loop.to + 1;
-        b = b->u.for_loop.body;
-    }
-    if (b->kind != TROUPE_LL_SET)
+    const troupe_ll_t *b = slice == 0 ? NULL : s_slice_nest(g, s, &sym, syms, ext, &n);
+    if (b == NULL)
         return false;
     const troupe_tnode_t *d = b->u.set.tn;
     return d != g->c.tn && d != g->a.tn && d != g->b.tn && s_reads(b->u.set.value, g->c.tn) &&
            s_reads_slice(b->u.set.value, g->c.tn, sym, slice, syms, ext, n);
+}
+
+bool troupe_gemm_init_slice(const troupe_gemm_t *g, const troupe_ll_t *s)
+{
+    int64_t slice = troupe_gemm_zero_slice(g);
+    int32_t sym = 0, syms[TROUPE_MAX_DIMS + 4];
+    int64_t ext[TROUPE_MAX_DIMS + 4];
+    int n = 0;
+    const troupe_ll_t *b = slice == 0 ? NULL : s_slice_nest(g, s, &sym, syms, ext, &n);
+    return b != NULL && b->u.set.tn == g->c.tn && !s_reads(b->u.set.value, g->c.tn) &&
+           s_idx_in_slice(g->c.tn, b->u.set.idcs, sym, slice, syms, ext, n);
 }
 
 troupe_gemm_verdict_t troupe_gemm_match_window(const troupe_ll_t *const *items, size_t n, size_t at,
@@ -800,7 +827,10 @@ troupe_gemm_verdict_t troupe_gemm_match_window(const troupe_ll_t *const *items, 
             else if ((ep->zero_slice = troupe_gemm_zero_slice(g)) == 0)
                 return TROUPE_GEMM_NO;
         } else if (!s_init(first, g, ep)) {
-            return TROUPE_GEMM_NO; /* the product matches on its own at at + 1 */
+            if (!troupe_gemm_init_slice(g, first))
+                return TROUPE_GEMM_NO; /* the product matches on its own at at + 1 */
+            ep->refused = NULL;        /* not an init over the whole output, but one per slice */
+            ep->init_slice = first;
         }
         p = at + 1;
     }

@@ -107,6 +107,7 @@ typedef enum troupe_gemm_verdict {
  *
  *     [ZERO_OUT C]                                   beta = 0 (the call overwrites C); with
  *                                                    accumulating calls, zero_slice instead
+ *                                                    (and init_slice for a nest setting C)
  *  or [for i < m: for j < n: C[i,j] = b[j]]          init: the bias as C's initial value (beta = 1
  *                                                    over it; b[i] also recognised)
  *     the product                                    C[i,j] += sum_k op(A)[i,k] op(B)[k,j]
@@ -153,6 +154,10 @@ typedef struct troupe_gemm_epilogue {
     bool relu;                  /* post takes max(0, .) */
     bool relu_zero_first;       /* as max(0, x) (keeps x = -0) rather than max(x, 0) (gives +0) */
     const troupe_tnode_t *d;    /* post's output: C itself (in place) or another m x n node */
+    const troupe_ll_t *init_slice; /* else a nest that sets C (not reading it) precedes calls
+                                      that accumulate: it runs one iteration of its outermost
+                                      loop at the start of each iteration of the calls' outermost
+                                      loop (troupe_gemm_init_slice), or NULL */
     const troupe_ll_t *slice_post; /* no init or post, and a later statement (past comments
                                       only), this nest, can run per iteration of the outermost
                                       loop of calls (troupe_gemm_slice_post), else NULL */
@@ -200,6 +205,13 @@ int64_t troupe_gemm_zero_slice(const troupe_gemm_t *g);
  * slice p of C (the slice each iteration's calls write within). A convolution's ReLU copied from
  * its per-sample products into the next layer's rows. */
 bool troupe_gemm_slice_post(const troupe_gemm_t *g, const troupe_ll_t *s);
+
+/* Whether nest s, run just before accumulating calls (troupe_gemm_zero_slice nonzero), may run
+ * one iteration of its outermost loop at the start of each iteration of the calls' outermost
+ * loop instead: the loop has that loop's extent, s is a perfect nest of loops from 0 around one
+ * statement that sets C from values not reading C, and its writes at iteration p lie in slice p.
+ * A convolution's bias broadcast before its per-sample products. */
+bool troupe_gemm_init_slice(const troupe_gemm_t *g, const troupe_ll_t *s);
 
 /* Whether `sym` is one of the product's loops (g->syms): the call replaces it. */
 bool troupe_gemm_has_sym(const troupe_gemm_t *g, int32_t sym);

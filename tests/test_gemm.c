@@ -1475,3 +1475,185 @@ Test(gemm_run, batch_reduce_calls_equal_the_separate_calls_bit_for_bit, .timeout
         free(ref[n]), free(sep[n]), free(batch[n]);
     s_free(&c);
 }
+
+/* The forward of S_FWD_SPEC starting from a bias, as nn/conv.c lowers it: y[b,o,p] = bias[o],
+ * then y[b] += w[k,l] x[b] per sample and offset. With `split`, a comment is put between the
+ * two statements: the window no longer sees the bias nest beside the calls (the rule off). */
+static s_case_t s_lower_bias_fwd(troupe_tnode_t **bias, bool split)
+{
+    s_case_t c;
+    int64_t nb = s_fwd_y[1];
+    c.x = rtu_node("x", TROUPE_PREC_SINGLE, 3, s_fwd_x);
+    c.w = rtu_node("w", TROUPE_PREC_SINGLE, 4, s_fwd_w);
+    c.y = rtu_node("y", TROUPE_PREC_SINGLE, 3, s_fwd_y);
+    *bias = rtu_node("bias", TROUPE_PREC_SINGLE, 1, &nb);
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *t[2] = {NULL, NULL}, *root = NULL;
+    OK(troupe_asgn_comp_new(&comp));
+    OK(troupe_asgn_accum_unop(comp, true, TROUPE_BINOP_ARG2, c.y, TROUPE_UNOP_IDENTITY,
+                              troupe_asgn_node(*bias), "o=>^bo^p", &t[0]));
+    OK(troupe_asgn_accum_binop(comp, false, TROUPE_BINOP_ADD, c.y, TROUPE_BINOP_MUL,
+                               troupe_asgn_node(c.x), troupe_asgn_node(c.w), S_FWD_SPEC, &t[1]));
+    OK(troupe_asgn_seq(comp, 2, t, &root));
+    troupe_asgn_comp_set_root(comp, root);
+    c.proc = NULL;
+    OK(troupe_asgn_lower(comp, "mm_bias", &c.proc));
+    OK(troupe_ll_optimize(c.proc, NULL));
+    troupe_asgn_comp_destroy(&comp);
+    const troupe_ll_t *items[16];
+    size_t n = 0;
+    const troupe_ll_t *body = c.proc->body;
+    if (body->kind == TROUPE_LL_SEQ)
+        for (size_t i = 0; i < body->u.seq.count && n < 16; i++)
+            items[n++] = body->u.seq.items[i];
+    else
+        items[n++] = body;
+    size_t init_at = n;
+    for (size_t i = 0; i < n && init_at == n; i++) {
+        troupe_gemm_t g;
+        troupe_gemm_epilogue_t ep;
+        size_t used = 0;
+        const char *why = NULL;
+        if (troupe_gemm_match_window(items, n, i, &g, &ep, &used, &why) == TROUPE_GEMM_YES &&
+            ep.init_slice == items[i])
+            init_at = i;
+    }
+    cr_assert_lt(init_at, n, "the bias nest does not run per sample");
+    if (split) {
+        troupe_ll_t *v[17];
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) {
+            v[m++] = (troupe_ll_t *)items[i];
+            if (i == init_at)
+                v[m++] = troupe_ll_comment(c.proc, "apart");
+        }
+        c.proc->body = troupe_ll_seq(c.proc, m, v);
+        cr_assert_not_null(c.proc->body);
+    }
+    return c;
+}
+
+/* Compiles a generated source into a fresh directory under the build tree and loads it. */
+static void *s_load(const troupe_cgen_result_t *res, char *dir, size_t cap)
+{
+    char path[320], lib[320], cmd[1024];
+    snprintf(dir, cap, "%s/gemm-init-XXXXXX", TROUPE_TEST_BUILD_DIR);
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/u.c", dir);
+    snprintf(lib, sizeof lib, "%s/u.so", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(res->source, 1, res->source_len, f), res->source_len);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(cmd, sizeof cmd, "cc -std=c11 -O2 -fPIC -shared -o %s %s -lm", lib, path);
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(h, "%s", dlerror());
+    return h;
+}
+
+/* The bias broadcast before per-sample accumulating calls runs per sample, at the start of the
+ * sample's iteration, before its batch-reduce call; against the interpreter within float
+ * rounding, and bit for bit against the same statements with the rule off (library on and off). */
+Test(gemm_run, an_initial_bias_before_accumulating_calls_runs_per_sample, .timeout = 240)
+{
+    troupe_tnode_t *bias[2] = {NULL, NULL};
+    s_case_t c[2];
+    troupe_cgen_result_t *res[2] = {NULL, NULL};
+    for (int split = 0; split < 2; split++) {
+        c[split] = s_lower_bias_fwd(&bias[split], split != 0);
+        OK(troupe_cgen_emit(c[split].proc, TROUPE_CGEN_C, &res[split]));
+    }
+    const char *src = res[0]->source;
+    const char *init = strstr(src, "/* the initial values, over this iteration's slice */");
+    const char *loop = strstr(src, " < 2; ++");
+    const char *call = strstr(src, "troupe_sgemm(0, 0, 16, 46, 24, 1.0f, ");
+    cr_assert(init != NULL && loop != NULL && call != NULL && loop < init && init < call, "%s",
+              src);
+    int open = 0; /* inside the batch loop */
+    for (const char *p = loop; p < init; p++)
+        open += (*p == '{') - (*p == '}');
+    cr_assert_gt(open, 0, "the initial values are not inside the batch loop:\n%s", src);
+    /* it writes the sample's slice (16 x 46 elements) before the sample's calls */
+    const char *write = strstr(init, "_y[736*");
+    const char *brg_call = strstr(src, "!troupe_sbrgemm(16, 46, 24, 9, ");
+    cr_assert(write != NULL && write < call && (brg_call == NULL || write < brg_call), "%s", src);
+    cr_assert_not_null(strstr(write, "] = n"), "not the bias's write:\n%s", src);
+    cr_assert_not_null(brg_call, "%s", src);
+    cr_assert_null(strstr(res[1]->source, "the initial values, over"), "%s", res[1]->source);
+
+    float *ref, *out[2][2], *xw[3];
+    const troupe_tnode_t *in[3] = {c[0].x, c[0].w, bias[0]};
+    int64_t ny = troupe_tnode_num_elems(c[0].y), cnt[3];
+    for (int n = 0; n < 3; n++) {
+        cnt[n] = troupe_tnode_num_elems(in[n]);
+        xw[n] = malloc(sizeof(float) * (size_t)cnt[n]);
+        cr_assert_not_null(xw[n]);
+        for (int64_t i = 0; i < cnt[n]; i++)
+            xw[n][i] = (float)s_uniform();
+    }
+    ref = malloc(sizeof(float) * (size_t)ny);
+    cr_assert_not_null(ref);
+    for (int64_t i = 0; i < ny; i++)
+        ref[i] = (float)s_uniform(); /* what the bias overwrites */
+    for (int split = 0; split < 2; split++)
+        for (int lib_on = 0; lib_on < 2; lib_on++) {
+            out[split][lib_on] = malloc(sizeof(float) * (size_t)ny);
+            cr_assert_not_null(out[split][lib_on]);
+            memcpy(out[split][lib_on], ref, sizeof(float) * (size_t)ny);
+        }
+    troupe_interp_buffer_t ib[4] = {
+        {c[0].x, xw[0]}, {c[0].w, xw[1]}, {bias[0], xw[2]}, {c[0].y, ref}};
+    troupe_interp_args_t args = {ib, 4, NULL, 0, NULL};
+    OK(troupe_interp_run(c[0].proc, &args));
+    for (int split = 0; split < 2; split++) {
+        char dir[256], cmd[300];
+        void *h = s_load(res[split], dir, sizeof dir);
+        s_entry_fn entry;
+        s_hooks_fn hooks;
+        s_brgemm_hooks_fn brgemm_hooks = NULL;
+        *(void **)&entry = dlsym(h, res[split]->entry_name);
+        *(void **)&hooks = dlsym(h, res[split]->gemm_hooks_name);
+        if (res[split]->gemm_brgemm_hooks_name != NULL)
+            *(void **)&brgemm_hooks = dlsym(h, res[split]->gemm_brgemm_hooks_name);
+        cr_assert(entry != NULL && hooks != NULL);
+        for (int lib_on = 0; lib_on < 2; lib_on++) {
+            hooks(lib_on ? troupe_gemm_library_sgemm() : NULL,
+                  lib_on ? troupe_gemm_library_dgemm() : NULL);
+            if (brgemm_hooks != NULL)
+                brgemm_hooks(lib_on ? troupe_gemm_library_sbrgemm() : NULL);
+            void *argv[4];
+            cr_assert_leq(res[split]->nparams, 4);
+            const troupe_tnode_t *nodes[4] = {c[split].x, c[split].w, bias[split], c[split].y};
+            float *bufs[4] = {xw[0], xw[1], xw[2], out[split][lib_on]};
+            for (size_t p = 0; p < res[split]->nparams; p++)
+                for (int n = 0; n < 4; n++)
+                    if (res[split]->params[p].tn == nodes[n])
+                        argv[p] = bufs[n];
+            entry(argv);
+        }
+        dlclose(h);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        cr_expect_eq(system(cmd), 0);
+    }
+    for (int lib_on = 0; lib_on < 2; lib_on++)
+        for (int64_t i = 0; i < ny; i++) {
+            cr_assert(memcmp(&out[0][lib_on][i], &out[1][lib_on][i], sizeof(float)) == 0,
+                      "library %d: y[%lld] per sample %.9g, whole first %.9g", lib_on, (long long)i,
+                      (double)out[0][lib_on][i], (double)out[1][lib_on][i]);
+            /* the bias and 9 x 24 terms of |w x| < 1 each, summed in another order */
+            cr_assert(fabs((double)out[0][lib_on][i] - ref[i]) <= 4.0 * 217 * 6e-8 + 1e-6,
+                      "library %d: y[%lld] = %.9g, interpreter %.9g", lib_on, (long long)i,
+                      (double)out[0][lib_on][i], (double)ref[i]);
+        }
+    for (int split = 0; split < 2; split++) {
+        for (int lib_on = 0; lib_on < 2; lib_on++)
+            free(out[split][lib_on]);
+        troupe_cgen_result_destroy(&res[split]);
+        troupe_tnode_release(&bias[split]);
+        s_free(&c[split]);
+    }
+    for (int n = 0; n < 3; n++)
+        free(xw[n]);
+    free(ref);
+}
