@@ -1173,6 +1173,26 @@ typedef void (*s_entry_fn)(void **);
 typedef void (*s_hooks_fn)(troupe_sgemm_fn, troupe_dgemm_fn);
 typedef void (*s_pack_hooks_fn)(troupe_spack_bt_fn);
 
+/* Compiles a generated source into a fresh directory under the build tree (named after tag;
+ * the caller removes it) and loads it. */
+static void *s_load(const troupe_cgen_result_t *res, const char *tag, char *dir, size_t cap)
+{
+    char path[320], lib[320], cmd[1024];
+    snprintf(dir, cap, "%s/gemm-%s-XXXXXX", TROUPE_TEST_BUILD_DIR, tag);
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/u.c", dir);
+    snprintf(lib, sizeof lib, "%s/u.so", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(res->source, 1, res->source_len, f), res->source_len);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(cmd, sizeof cmd, "cc -std=c11 -O2 -fPIC -shared -o %s %s -lm", lib, path);
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(h, "%s", dlerror());
+    return h;
+}
+
 /* The packed calls against the per-call transposes (the pack hook set to NULL) bit for bit, and
  * both against the interpreter within float rounding: the generated code compiled and loaded
  * here, so that the test sets the hooks itself. */
@@ -1213,19 +1233,8 @@ Test(gemm_run, packed_shifted_products_equal_the_per_call_transposes_bit_for_bit
     troupe_cgen_result_t *res = NULL;
     OK(troupe_cgen_emit(c.proc, TROUPE_CGEN_C, &res));
     cr_assert_not_null(res->gemm_pack_hooks_name);
-    char dir[256], path[320], lib[320], cmd[1024];
-    snprintf(dir, sizeof dir, "%s/gemm-pack-XXXXXX", TROUPE_TEST_BUILD_DIR);
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/u.c", dir);
-    snprintf(lib, sizeof lib, "%s/u.so", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    cr_assert_eq(fwrite(res->source, 1, res->source_len, f), res->source_len);
-    cr_assert_eq(fclose(f), 0);
-    snprintf(cmd, sizeof cmd, "cc -std=c11 -O2 -fPIC -shared -o %s %s -lm", lib, path);
-    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    cr_assert_not_null(h, "%s", dlerror());
+    char dir[256], cmd[300];
+    void *h = s_load(res, "pack", dir, sizeof dir);
     s_entry_fn entry;
     s_hooks_fn hooks;
     s_pack_hooks_fn pack_hooks;
@@ -1426,19 +1435,8 @@ Test(gemm_run, batch_reduce_calls_equal_the_separate_calls_bit_for_bit, .timeout
     troupe_cgen_result_t *res = NULL;
     OK(troupe_cgen_emit(c.proc, TROUPE_CGEN_C, &res));
     cr_assert_not_null(res->gemm_brgemm_hooks_name);
-    char dir[256], path[320], lib[320], cmd[1024];
-    snprintf(dir, sizeof dir, "%s/gemm-brgemm-XXXXXX", TROUPE_TEST_BUILD_DIR);
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/u.c", dir);
-    snprintf(lib, sizeof lib, "%s/u.so", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    cr_assert_eq(fwrite(res->source, 1, res->source_len, f), res->source_len);
-    cr_assert_eq(fclose(f), 0);
-    snprintf(cmd, sizeof cmd, "cc -std=c11 -O2 -fPIC -shared -o %s %s -lm", lib, path);
-    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    cr_assert_not_null(h, "%s", dlerror());
+    char dir[256], cmd[300];
+    void *h = s_load(res, "brgemm", dir, sizeof dir);
     s_entry_fn entry;
     s_hooks_fn hooks;
     s_brgemm_hooks_fn brgemm_hooks;
@@ -1533,25 +1531,6 @@ static s_case_t s_lower_bias_fwd(troupe_tnode_t **bias, bool split)
     return c;
 }
 
-/* Compiles a generated source into a fresh directory under the build tree and loads it. */
-static void *s_load(const troupe_cgen_result_t *res, char *dir, size_t cap)
-{
-    char path[320], lib[320], cmd[1024];
-    snprintf(dir, cap, "%s/gemm-init-XXXXXX", TROUPE_TEST_BUILD_DIR);
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/u.c", dir);
-    snprintf(lib, sizeof lib, "%s/u.so", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    cr_assert_eq(fwrite(res->source, 1, res->source_len, f), res->source_len);
-    cr_assert_eq(fclose(f), 0);
-    snprintf(cmd, sizeof cmd, "cc -std=c11 -O2 -fPIC -shared -o %s %s -lm", lib, path);
-    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    cr_assert_not_null(h, "%s", dlerror());
-    return h;
-}
-
 /* The bias broadcast before per-sample accumulating calls runs per sample, at the start of the
  * sample's iteration, before its batch-reduce call; against the interpreter within float
  * rounding, and bit for bit against the same statements with the rule off (library on and off). */
@@ -1608,7 +1587,7 @@ Test(gemm_run, an_initial_bias_before_accumulating_calls_runs_per_sample, .timeo
     OK(troupe_interp_run(c[0].proc, &args));
     for (int split = 0; split < 2; split++) {
         char dir[256], cmd[300];
-        void *h = s_load(res[split], dir, sizeof dir);
+        void *h = s_load(res[split], "init", dir, sizeof dir);
         s_entry_fn entry;
         s_hooks_fn hooks;
         s_brgemm_hooks_fn brgemm_hooks = NULL;
