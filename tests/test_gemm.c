@@ -1193,6 +1193,29 @@ static void *s_load(const troupe_cgen_result_t *res, const char *tag, char *dir,
     return h;
 }
 
+/* Closes a unit s_load opened and removes its directory. */
+static void s_unload(void *h, const char *dir)
+{
+    char cmd[300];
+    dlclose(h);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* Runs a loaded unit's entry with each parameter bound to the buffer of its node
+ * (nodes[i] -> bufs[i], n of them). */
+static void s_run_unit(s_entry_fn entry, const troupe_cgen_result_t *res,
+                       const troupe_tnode_t *const *nodes, float *const *bufs, int n)
+{
+    void *argv[8];
+    cr_assert_leq(res->nparams, 8);
+    for (size_t p = 0; p < res->nparams; p++)
+        for (int i = 0; i < n; i++)
+            if (res->params[p].tn == nodes[i])
+                argv[p] = bufs[i];
+    entry(argv);
+}
+
 /* The packed calls against the per-call transposes (the pack hook set to NULL) bit for bit, and
  * both against the interpreter within float rounding: the generated code compiled and loaded
  * here, so that the test sets the hooks itself. */
@@ -1233,7 +1256,7 @@ Test(gemm_run, packed_shifted_products_equal_the_per_call_transposes_bit_for_bit
     troupe_cgen_result_t *res = NULL;
     OK(troupe_cgen_emit(c.proc, TROUPE_CGEN_C, &res));
     cr_assert_not_null(res->gemm_pack_hooks_name);
-    char dir[256], cmd[300];
+    char dir[256];
     void *h = s_load(res, "pack", dir, sizeof dir);
     s_entry_fn entry;
     s_hooks_fn hooks;
@@ -1247,12 +1270,7 @@ Test(gemm_run, packed_shifted_products_equal_the_per_call_transposes_bit_for_bit
     for (int run = 0; run < 2; run++) { /* the pack hook off, then on */
         float **bufs = run == 0 ? per_call : packed;
         pack_hooks(run == 0 ? NULL : pack);
-        void *argv[3];
-        for (size_t p = 0; p < res->nparams; p++)
-            for (int n = 0; n < 3; n++)
-                if (res->params[p].tn == nodes[n])
-                    argv[p] = bufs[n];
-        entry(argv);
+        s_run_unit(entry, res, nodes, bufs, 3);
     }
     for (int64_t i = 0; i < cnt[2]; i++) {
         cr_assert(memcmp(&packed[2][i], &per_call[2][i], sizeof(float)) == 0,
@@ -1263,9 +1281,7 @@ Test(gemm_run, packed_shifted_products_equal_the_per_call_transposes_bit_for_bit
                   "dw[%lld]: packed %.9g, interpreter %.9g", (long long)i, (double)packed[2][i],
                   (double)ref[2][i]);
     }
-    dlclose(h);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_expect_eq(system(cmd), 0);
+    s_unload(h, dir);
     troupe_cgen_result_destroy(&res);
     for (int n = 0; n < 3; n++)
         free(ref[n]), free(per_call[n]), free(packed[n]);
@@ -1435,7 +1451,7 @@ Test(gemm_run, batch_reduce_calls_equal_the_separate_calls_bit_for_bit, .timeout
     troupe_cgen_result_t *res = NULL;
     OK(troupe_cgen_emit(c.proc, TROUPE_CGEN_C, &res));
     cr_assert_not_null(res->gemm_brgemm_hooks_name);
-    char dir[256], cmd[300];
+    char dir[256];
     void *h = s_load(res, "brgemm", dir, sizeof dir);
     s_entry_fn entry;
     s_hooks_fn hooks;
@@ -1449,12 +1465,7 @@ Test(gemm_run, batch_reduce_calls_equal_the_separate_calls_bit_for_bit, .timeout
     for (int run = 0; run < 2; run++) { /* the batch hook off, then on */
         float **bufs = run == 0 ? sep : batch;
         brgemm_hooks(run == 0 ? NULL : brg);
-        void *argv[3];
-        for (size_t p = 0; p < res->nparams; p++)
-            for (int n = 0; n < 3; n++)
-                if (res->params[p].tn == nodes[n])
-                    argv[p] = bufs[n];
-        entry(argv);
+        s_run_unit(entry, res, nodes, bufs, 3);
     }
     for (int64_t i = 0; i < cnt[2]; i++) {
         cr_assert(memcmp(&batch[2][i], &sep[2][i], sizeof(float)) == 0,
@@ -1465,9 +1476,7 @@ Test(gemm_run, batch_reduce_calls_equal_the_separate_calls_bit_for_bit, .timeout
                   "y[%lld]: batch-reduce %.9g, interpreter %.9g", (long long)i,
                   (double)batch[2][i], (double)ref[2][i]);
     }
-    dlclose(h);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_expect_eq(system(cmd), 0);
+    s_unload(h, dir);
     troupe_cgen_result_destroy(&res);
     for (int n = 0; n < 3; n++)
         free(ref[n]), free(sep[n]), free(batch[n]);
@@ -1586,7 +1595,7 @@ Test(gemm_run, an_initial_bias_before_accumulating_calls_runs_per_sample, .timeo
     troupe_interp_args_t args = {ib, 4, NULL, 0, NULL};
     OK(troupe_interp_run(c[0].proc, &args));
     for (int split = 0; split < 2; split++) {
-        char dir[256], cmd[300];
+        char dir[256];
         void *h = s_load(res[split], "init", dir, sizeof dir);
         s_entry_fn entry;
         s_hooks_fn hooks;
@@ -1601,19 +1610,12 @@ Test(gemm_run, an_initial_bias_before_accumulating_calls_runs_per_sample, .timeo
                   lib_on ? troupe_gemm_library_dgemm() : NULL);
             if (brgemm_hooks != NULL)
                 brgemm_hooks(lib_on ? troupe_gemm_library_sbrgemm() : NULL);
-            void *argv[4];
             cr_assert_leq(res[split]->nparams, 4);
             const troupe_tnode_t *nodes[4] = {c[split].x, c[split].w, bias[split], c[split].y};
             float *bufs[4] = {xw[0], xw[1], xw[2], out[split][lib_on]};
-            for (size_t p = 0; p < res[split]->nparams; p++)
-                for (int n = 0; n < 4; n++)
-                    if (res[split]->params[p].tn == nodes[n])
-                        argv[p] = bufs[n];
-            entry(argv);
+            s_run_unit(entry, res[split], nodes, bufs, 4);
         }
-        dlclose(h);
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        cr_expect_eq(system(cmd), 0);
+        s_unload(h, dir);
     }
     for (int lib_on = 0; lib_on < 2; lib_on++)
         for (int64_t i = 0; i < ny; i++) {
