@@ -103,6 +103,9 @@ troupe_sgemm_fn troupe_gemm_library_sgemm(void);
 troupe_dgemm_fn troupe_gemm_library_dgemm(void);
 troupe_bgemm_fn troupe_gemm_library_bgemm(void);
 troupe_hgemm_fn troupe_gemm_library_hgemm(void);
+/* The pack and batch-reduce entries handed to generated code (the loader sets them as hooks);
+ * NULL when libxsmm is not the library in use (not built in, or TROUPE_GEMM=openblas), where
+ * the generated code makes its calls one by one. */
 troupe_spack_bt_fn troupe_gemm_library_spack_bt(void);
 troupe_sbrgemm_fn troupe_gemm_library_sbrgemm(void);
 
