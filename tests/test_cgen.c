@@ -3347,15 +3347,14 @@ Test(cgen, lane_sums_over_collapsing_nests)
                     s_set1(p, o, troupe_idx_fixed(0),
                            troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, o, troupe_idx_fixed(0)),
                                            s_get2(p, x, s_ix(i[0]), s_ix(i[1])))))),
-        troupe_ll_for(
-            p, i[2], 1, 2,
-            s_for(p, i[3], 3,
-                  s_for(p, i[4], 10,
-                        s_set1(p, o, troupe_idx_fixed(1),
-                               troupe_sc_binop(p, TROUPE_BINOP_SUB,
-                                               s_get1(p, o, troupe_idx_fixed(1)),
-                                               s_get2(p, y, row, s_ix(i[4])))))),
-            false),
+        troupe_ll_for(p, i[2], 1, 2,
+                      s_for(p, i[3], 3,
+                            s_for(p, i[4], 10,
+                                  s_set1(p, o, troupe_idx_fixed(1),
+                                         troupe_sc_binop(p, TROUPE_BINOP_SUB,
+                                                         s_get1(p, o, troupe_idx_fixed(1)),
+                                                         s_get2(p, y, row, s_ix(i[4])))))),
+                      false),
         s_for(p, i[5], 3,
               s_for(p, i[6], 24,
                     s_set1(p, o, troupe_idx_fixed(2),
@@ -3379,8 +3378,7 @@ Test(cgen, lane_sums_over_collapsing_nests)
     s_lib_t lib;
     s_lib_open(p, "-O3 -march=native -fno-math-errno", &lib);
     cr_expect(lib.res->reassociates);
-    cr_expect_eq(s_count(lib.res->source, "sums across"), 2, "two lane sums:\n%s",
-                 lib.res->source);
+    cr_expect_eq(s_count(lib.res->source, "sums across"), 2, "two lane sums:\n%s", lib.res->source);
     cr_expect_eq(s_count(lib.res->source, " as one loop "), 2, "%s", lib.res->source);
     s_run_t r = {0};
     s_bind(&r, x, xv);
