@@ -279,6 +279,10 @@ struct troupe__cgen {
     const troupe_axis_index_t *acc_idcs;
     const char *acc_name;
     bool reassociates; /* some loop became a lane sum (s_emit_lanes) */
+    /* s_emit_lanes over a collapsed nest: offsets leave out these outer loops' terms, the
+     * innermost loop's symbol printing the flat index (s_put_offset) */
+    const int32_t *flat_outer;
+    int nflat_outer;
     /* the output of the batched product being emitted whose zeroing was dropped: each call
      * overwrites its block (s_batched_zero) */
     const troupe_tnode_t *beta_zero_c;
@@ -533,6 +537,11 @@ static void s_put_offset(const s_gen_t *g, troupe__strbuf_t *b, const troupe_tno
         s_affine_add(&a, &idcs[ax], stride);
         stride *= tn->dims[ax];
     }
+    /* in a collapsed nest, the innermost term times the flat index stands for them all */
+    for (int j = 0; j < a.n; j++)
+        for (int k = 0; k < g->nflat_outer; k++)
+            if (a.sym[j] == g->flat_outer[k])
+                a.coeff[j] = 0;
     /* Print the terms outermost axis first: reverse the order of first appearance. */
     s_affine_t r = a;
     for (int j = 0; j < a.n; j++) {
@@ -1018,58 +1027,150 @@ static bool s_is_elem(const troupe_sc_t *e, const troupe_tnode_t *tn, const trou
            troupe_axis_indices_equal(e->u.get.idcs, idcs, tn->ndims);
 }
 
-/* The SET of loop s when the C dialect runs it in TROUPE_CGEN_LANES lanes (cgen.h, "Lane
- * sums"): at least TROUPE_CGEN_LANES_MIN_TRIP iterations whose body is one SET of a single or
- * double node O at indices without the loop's symbol, of value O + t, t + O, O - t,
- * fma(x, y, O), max(O, t), max(t, O) or min alike, where t (x, y) reads O nowhere and holds no
- * local scope. NULL otherwise. */
-static const troupe_ll_t *s_lane_sum(const s_gen_t *g, const troupe_ll_t *s)
+/* A lane sum's loops (cgen.h, "Lane sums"): one loop, or a perfect nest whose accesses
+ * collapse into one flat loop. */
+#define S_NEST_MAX 8
+typedef struct s_nest {
+    const troupe_ll_t *set;               /* the innermost body */
+    const troupe_ll_t *loops[S_NEST_MAX]; /* outermost first */
+    int32_t syms[S_NEST_MAX];
+    int depth;
+    int64_t trip; /* the product of the extents */
+    int64_t from; /* the flat index's first value: sum of each from times the inner extents */
+} s_nest_t;
+
+/* b through one-item sequences. */
+static const troupe_ll_t *s_through_seqs(const troupe_ll_t *b)
+{
+    while (b != NULL && b->kind == TROUPE_LL_SEQ && b->u.seq.count == 1)
+        b = b->u.seq.items[0];
+    return b;
+}
+
+/* The coefficient of sym in the row-major offset of idcs into tn. */
+static int64_t s_offset_coeff(const troupe_tnode_t *tn, const troupe_axis_index_t *idcs,
+                              int32_t sym)
+{
+    int64_t c = 0, stride = 1;
+    for (int ax = tn->ndims - 1; ax >= 0; ax--) {
+        for (int k = 0; k < idcs[ax].nterms; k++)
+            if (idcs[ax].terms[k].sym == sym)
+                c += idcs[ax].terms[k].coeff * stride;
+        stride *= tn->dims[ax];
+    }
+    return c;
+}
+
+/* Whether the access idcs into tn steps through nest n like one loop of n->trip iterations:
+ * each loop's coefficient is the next inner one's times that loop's extent. */
+static bool s_access_collapses(const troupe_tnode_t *tn, const troupe_axis_index_t *idcs,
+                               const s_nest_t *n)
+{
+    for (int k = 0; k + 1 < n->depth; k++) {
+        const troupe_ll_t *in = n->loops[k + 1];
+        int64_t ext = in->u.for_loop.to - in->u.for_loop.from + 1;
+        int64_t outer = s_offset_coeff(tn, idcs, n->syms[k]);
+        int64_t inner = s_offset_coeff(tn, idcs, n->syms[k + 1]);
+        int64_t prod;
+        if (__builtin_mul_overflow(inner, ext, &prod) || outer != prod)
+            return false;
+    }
+    return true;
+}
+
+/* Whether every access of e collapses over nest n and no other use of its loops' symbols
+ * (an embedded index) needs them apart. */
+static bool s_collapses(const troupe_sc_t *e, const s_nest_t *n)
+{
+    switch (e->kind) {
+    case TROUPE_SC_GET:
+    case TROUPE_SC_GET_MERGE_BUFFER:
+        return s_access_collapses(e->u.get.tn, e->u.get.idcs, n);
+    case TROUPE_SC_EMBED_INDEX:
+        for (int k = 0; k < n->depth; k++)
+            if (troupe_axis_indices_use(&e->u.embed_index, 1, n->syms[k]))
+                return false;
+        return true;
+    case TROUPE_SC_TERNOP:
+    case TROUPE_SC_BINOP:
+    case TROUPE_SC_UNOP: {
+        int m = e->kind == TROUPE_SC_TERNOP ? 3 : e->kind == TROUPE_SC_BINOP ? 2 : 1;
+        for (int i = 0; i < m; i++)
+            if (!s_collapses(e->u.op.args[i], n))
+                return false;
+        return true;
+    }
+    default:
+        return true;
+    }
+}
+
+/* Whether the C dialect runs loop s in TROUPE_CGEN_LANES lanes (cgen.h, "Lane sums"), and
+ * then its loops into *n: s and the loops of a perfect nest under it (each body, through
+ * one-item sequences, exactly the next loop) of at least TROUPE_CGEN_LANES_MIN_TRIP
+ * iterations in all, the innermost body one SET of a single or double node O at indices
+ * without the loops' symbols, of value O + t, t + O, O - t, fma(x, y, O), max(O, t),
+ * max(t, O) or min alike, where t (x, y) reads O nowhere and holds no local scope; a nest of
+ * two or more loops also collapses (s_collapses). */
+static bool s_lane_sum(const s_gen_t *g, const troupe_ll_t *s, s_nest_t *n)
 {
     if (g->target != &troupe__cgen_target_c || g->acc_tn != NULL)
-        return NULL;
-    if (s->u.for_loop.to - s->u.for_loop.from + 1 < TROUPE_CGEN_LANES_MIN_TRIP)
-        return NULL;
-    const troupe_ll_t *body = s->u.for_loop.body;
-    while (body != NULL && body->kind == TROUPE_LL_SEQ && body->u.seq.count == 1)
-        body = body->u.seq.items[0];
-    if (body == NULL || body->kind != TROUPE_LL_SET)
-        return NULL;
+        return false;
+    memset(n, 0, sizeof *n);
+    n->trip = 1;
+    const troupe_ll_t *body = s;
+    while (body != NULL && body->kind == TROUPE_LL_FOR) {
+        int64_t ext = body->u.for_loop.to - body->u.for_loop.from + 1;
+        if (n->depth == S_NEST_MAX || g->bound[body->u.for_loop.sym] || ext < 1 ||
+            __builtin_mul_overflow(n->trip, ext, &n->trip) ||
+            __builtin_mul_overflow(n->from, ext, &n->from) ||
+            __builtin_add_overflow(n->from, body->u.for_loop.from, &n->from))
+            return false;
+        n->loops[n->depth] = body;
+        n->syms[n->depth] = body->u.for_loop.sym;
+        n->depth++;
+        body = s_through_seqs(body->u.for_loop.body);
+    }
+    int64_t last;
+    if (n->trip < TROUPE_CGEN_LANES_MIN_TRIP || body == NULL || body->kind != TROUPE_LL_SET ||
+        __builtin_add_overflow(n->from, n->trip - 1, &last))
+        return false;
+    n->set = body;
     const troupe_tnode_t *tn = body->u.set.tn;
     const troupe_axis_index_t *idcs = body->u.set.idcs;
     if (tn->prec != TROUPE_PREC_SINGLE && tn->prec != TROUPE_PREC_DOUBLE)
-        return NULL;
-    if (troupe_axis_indices_use(idcs, tn->ndims, s->u.for_loop.sym))
-        return NULL;
+        return false;
+    for (int k = 0; k < n->depth; k++)
+        if (troupe_axis_indices_use(idcs, tn->ndims, n->syms[k]))
+            return false;
     const troupe_sc_t *v = body->u.set.value;
+    if (n->depth > 1 && !s_collapses(v, n))
+        return false;
     troupe_sc_t *const *a = v->u.op.args;
-    if (v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_ADD) {
+    if (v->kind == TROUPE_SC_BINOP &&
+        (v->u.op.op == TROUPE_BINOP_ADD || v->u.op.op == TROUPE_BINOP_MAX ||
+         v->u.op.op == TROUPE_BINOP_MIN)) {
         if (s_is_elem(a[0], tn, idcs) && s_reads_none(a[1], tn))
-            return body;
-        return s_is_elem(a[1], tn, idcs) && s_reads_none(a[0], tn) ? body : NULL;
+            return true;
+        return s_is_elem(a[1], tn, idcs) && s_reads_none(a[0], tn);
     }
     if (v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_SUB)
-        return s_is_elem(a[0], tn, idcs) && s_reads_none(a[1], tn) ? body : NULL;
+        return s_is_elem(a[0], tn, idcs) && s_reads_none(a[1], tn);
     if (v->kind == TROUPE_SC_TERNOP && v->u.op.op == TROUPE_TERNOP_FMA)
-        return s_is_elem(a[2], tn, idcs) && s_reads_none(a[0], tn) && s_reads_none(a[1], tn)
-                   ? body
-                   : NULL;
-    if (v->kind == TROUPE_SC_BINOP &&
-        (v->u.op.op == TROUPE_BINOP_MAX || v->u.op.op == TROUPE_BINOP_MIN)) {
-        if (s_is_elem(a[0], tn, idcs) && s_reads_none(a[1], tn))
-            return body;
-        return s_is_elem(a[1], tn, idcs) && s_reads_none(a[0], tn) ? body : NULL;
-    }
-    return NULL;
+        return s_is_elem(a[2], tn, idcs) && s_reads_none(a[0], tn) && s_reads_none(a[1], tn);
+    return false;
 }
 
-/* Emits loop s, whose SET `set` s_lane_sum accepted, as a lane sum (cgen.h, "Lane sums"). */
-static troupe_status_t s_emit_lanes(s_gen_t *g, const troupe_ll_t *s, const troupe_ll_t *set,
-                                    int indent, troupe__strbuf_t *out)
+/* Emits the loops n that s_lane_sum accepted as a lane sum (cgen.h, "Lane sums"): over one
+ * loop of n->trip iterations, a nest's flat index printed as its innermost loop's symbol. */
+static troupe_status_t s_emit_lanes(s_gen_t *g, const s_nest_t *n, int indent,
+                                    troupe__strbuf_t *out)
 {
-    int32_t sym = s->u.for_loop.sym;
+    const troupe_ll_t *set = n->set;
+    int32_t sym = n->syms[n->depth - 1];
     const char *name = g->syms[sym];
     const troupe_tnode_t *tn = set->u.set.tn;
-    int64_t from = s->u.for_loop.from, to = s->u.for_loop.to;
+    int64_t from = n->from, to = n->from + n->trip - 1;
     int64_t end = from + (to - from + 1) / TROUPE_CGEN_LANES * TROUPE_CGEN_LANES; /* exclusive */
     const char *type = troupe_prec_c_type(tn->prec);
     char lane[S_IDENT_CAP + 8], acc[2 * S_IDENT_CAP + 48];
@@ -1100,8 +1201,15 @@ static troupe_status_t s_emit_lanes(s_gen_t *g, const troupe_ll_t *s, const trou
     }
     g->reassociates = g->reassociates || !is_maxmin;
     troupe__strbuf_repeat(out, "    ", indent);
-    troupe__strbuf_printf(out, "{ /* %s %s across %s in %d lanes */\n", elem.data,
-                          is_maxmin ? (is_max ? "max" : "min") : "sums", name, TROUPE_CGEN_LANES);
+    troupe__strbuf_printf(out, "{ /* %s %s across ", elem.data,
+                          is_maxmin ? (is_max ? "max" : "min") : "sums");
+    for (int k = 0; k + 1 < n->depth; k++) /* a nest: its loops, then the flat index's name */
+        troupe__strbuf_printf(out, "%s%s", g->syms[n->syms[k]], k + 2 < n->depth ? ", " : " and ");
+    if (n->depth > 1)
+        troupe__strbuf_printf(out, "%s as one loop %s", name, name);
+    else
+        troupe__strbuf_puts(out, name);
+    troupe__strbuf_printf(out, " in %d lanes */\n", TROUPE_CGEN_LANES);
     troupe__strbuf_repeat(out, "    ", indent + 1);
     troupe__strbuf_printf(out, "%s %s[%d];\n", type, lane, TROUPE_CGEN_LANES);
     troupe__strbuf_repeat(out, "    ", indent + 1);
@@ -1121,8 +1229,15 @@ static troupe_status_t s_emit_lanes(s_gen_t *g, const troupe_ll_t *s, const trou
                           TROUPE_CGEN_LANES, name);
     troupe__strbuf_repeat(out, "    ", indent + 3);
     troupe__strbuf_printf(out, "const int64_t %s = blk_%s + k_%s;\n", name, name, name);
-    s_range_t saved = g->ranges[sym];
-    g->ranges[sym] = (s_range_t){true, from, to};
+    /* each symbol keeps its own range; a nest's outer ones leave the printed offsets */
+    s_range_t saved[S_NEST_MAX];
+    for (int k = 0; k < n->depth; k++) {
+        saved[k] = g->ranges[n->syms[k]];
+        g->ranges[n->syms[k]] =
+            (s_range_t){true, n->loops[k]->u.for_loop.from, n->loops[k]->u.for_loop.to};
+    }
+    g->flat_outer = n->syms;
+    g->nflat_outer = n->depth - 1;
     g->acc_tn = tn;
     g->acc_idcs = set->u.set.idcs;
     g->acc_name = acc;
@@ -1177,7 +1292,10 @@ static troupe_status_t s_emit_lanes(s_gen_t *g, const troupe_ll_t *s, const trou
         troupe__strbuf_repeat(out, "    ", indent + 1);
         troupe__strbuf_puts(out, "}\n");
     }
-    g->ranges[sym] = saved;
+    g->flat_outer = NULL;
+    g->nflat_outer = 0;
+    for (int k = 0; k < n->depth; k++)
+        g->ranges[n->syms[k]] = saved[k];
     troupe__strbuf_repeat(out, "    ", indent);
     troupe__strbuf_puts(out, "}\n");
     troupe__strbuf_reset(&elem);
@@ -1191,9 +1309,9 @@ static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
     const char *name = g->syms[sym];
     if (g->bound[sym]) /* the target defines the symbol (a thread's index): just the body */
         return s_emit_ll(g, s->u.for_loop.body, indent, out);
-    const troupe_ll_t *lanes = s_lane_sum(g, s);
-    if (lanes != NULL)
-        return s_emit_lanes(g, s, lanes, indent, out);
+    s_nest_t lanes;
+    if (s_lane_sum(g, s, &lanes))
+        return s_emit_lanes(g, &lanes, indent, out);
     const troupe_ll_t *acc = s_accumulates(g, s);
     if (acc != NULL) {
         const troupe_tnode_t *tn = acc->u.set.tn;

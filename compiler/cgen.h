@@ -208,13 +208,23 @@
  * bitwise the same run to run and on every machine, but NOT bit for bit the interpreter's
  * (which adds t(0), t(1), ... to O in turn): the two differ by reassociation only, within
  * about 2 N u sum|t| (u the precision's unit roundoff). troupe_cgen_result_t.reassociates
- * flags a unit holding one. A loop of the same shape with value max(O, t), max(t, O) or min
- * alike (troupe_fmax(f), troupe_fmin(f)) runs in lanes too, each starting at -inf (min: +inf),
- * combined by the same tree with the op, then O = op(O, lane 0) in the nest's operand order:
- * a NaN term is ignored and a result other than 0 and the start value is the same bits in any
- * order, so that is bit for bit the sequential loop's; when lane 0 is 0 or the start value
- * (signed zeros, all terms NaN or infinite) the loop reruns in order. Not flagged. Integer
- * sums and shorter loops keep the sequential order.
+ * flags a unit holding one. A perfect nest of k >= 2 loops (each body exactly the next loop,
+ * the innermost body such a SET, O's indices using none of its loops) whose N, the product
+ * of the extents, is >= TROUPE_CGEN_LANES_MIN_TRIP is one lane sum over its flattened
+ * iteration j (the nest's own order, 0-based) when every access of the SET collapses: in its
+ * row-major offset each loop's coefficient is the next inner loop's times that inner loop's
+ * extent, so the nest steps it like one loop of N (printed as the innermost coefficient
+ * times the flat index; loop bounds need not start at 0). The order is then the lane sum's
+ * above, a function of N and L only: bitwise the same run to run, not the interpreter's,
+ * flagged. A nest that does not collapse, or embeds one of its indices as a value, keeps
+ * its loops (its innermost loop may be a lane sum alone). A loop or nest of the same shape
+ * with value max(O, t), max(t, O) or min alike (troupe_fmax(f), troupe_fmin(f)) runs in
+ * lanes too, each starting at -inf (min: +inf), combined by the same tree with the op, then
+ * O = op(O, lane 0) in the SET's operand order: a NaN term is ignored and a result other
+ * than 0 and the start value is the same bits in any order, so that is bit for bit the
+ * sequential loop's; when lane 0 is 0 or the start value (signed zeros, all terms NaN or
+ * infinite) the loop reruns in order. Not flagged. Integer sums and shorter loops keep the
+ * sequential order.
  *
  * ---- Semantics of the generated code ----------------------------------------------------
  *

@@ -3313,6 +3313,147 @@ Test(cgen, lane_sums_follow_the_documented_order)
     troupe_tnode_release(&od);
 }
 
+/* Counts the occurrences of needle in hay. */
+static int s_count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *q = strstr(hay, needle); q != NULL; q = strstr(q + 1, needle))
+        n++;
+    return n;
+}
+
+/* Perfect nests whose accesses collapse run as one lane sum over the flat index (cgen.h):
+ * o[0] += x[i, j] over 3 x 24, and o[1] -= y[3a + b - 3, c] over a in 1..2, b < 3, c < 10
+ * (an outer loop from 1, a two-term index) give, bit for bit, the reference of cgen.h's
+ * order over their 72 and 60 terms, and the interpreter's within the bound; the unit is
+ * flagged. o[2] += z[i, j] over 3 x 24 of z (3, 26) does not collapse (26 != 1 * 24): it
+ * stays the in-order sum, bit for bit. The CUDA dialect keeps the nests' loops. */
+Test(cgen, lane_sums_over_collapsing_nests)
+{
+    troupe_ll_proc_t *p = s_proc("lane_nests");
+    troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 2, 3, 24);
+    troupe_tnode_t *y = s_node("y", TROUPE_PREC_SINGLE, 2, 6, 10);
+    troupe_tnode_t *z = s_node("z", TROUPE_PREC_SINGLE, 2, 3, 26);
+    troupe_tnode_t *o = s_node("o", TROUPE_PREC_SINGLE, 1, 3, 0);
+    int32_t i[7];
+    for (int k = 0; k < 7; k++)
+        i[k] = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t row = s_aff(3, i[2], -3); /* 3a + b - 3 */
+    row.nterms = 2;
+    row.terms[1] = (troupe_index_term_t){1, i[3]};
+    troupe_ll_t *it[3] = {
+        s_for(p, i[0], 3,
+              s_for(p, i[1], 24,
+                    s_set1(p, o, troupe_idx_fixed(0),
+                           troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, o, troupe_idx_fixed(0)),
+                                           s_get2(p, x, s_ix(i[0]), s_ix(i[1])))))),
+        troupe_ll_for(p, i[2], 1, 2,
+                      s_for(p, i[3], 3,
+                            s_for(p, i[4], 10,
+                                  s_set1(p, o, troupe_idx_fixed(1),
+                                         troupe_sc_binop(p, TROUPE_BINOP_SUB,
+                                                         s_get1(p, o, troupe_idx_fixed(1)),
+                                                         s_get2(p, y, row, s_ix(i[4])))))),
+                      false),
+        s_for(p, i[5], 3,
+              s_for(p, i[6], 24,
+                    s_set1(p, o, troupe_idx_fixed(2),
+                           troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, o, troupe_idx_fixed(2)),
+                                           s_get2(p, z, s_ix(i[5]), s_ix(i[6])))))),
+    };
+    s_finish(p, troupe_ll_seq(p, 3, it));
+    float xv[72], yv[60], zv[78], ov[3] = {0.25f, -3.0f, 1.5f};
+    for (int k = 0; k < 78; k++) { /* magnitudes 1e-3 .. 1e3: the order shows in the bits */
+        float m = powf(10.0f, (float)(k % 7) - 3.0f);
+        zv[k] = s_rndf(-1.0f, 1.0f) * m;
+        if (k < 72)
+            xv[k] = s_rndf(-1.0f, 1.0f) * m;
+        if (k < 60)
+            yv[k] = s_rndf(-1.0f, 1.0f) * m;
+    }
+    float want[3] = {s_lanes_ref_f(0, xv, 72, ov[0]), s_lanes_ref_f(1, yv, 60, ov[1]), ov[2]};
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 24; c++)
+            want[2] = want[2] + zv[26 * r + c];
+    s_lib_t lib;
+    s_lib_open(p, "-O3 -march=native -fno-math-errno", &lib);
+    cr_expect(lib.res->reassociates);
+    cr_expect_eq(s_count(lib.res->source, "sums across"), 2, "two lane sums:\n%s", lib.res->source);
+    cr_expect_eq(s_count(lib.res->source, " as one loop "), 2, "%s", lib.res->source);
+    s_run_t r = {0};
+    s_bind(&r, x, xv);
+    s_bind(&r, y, yv);
+    s_bind(&r, z, zv);
+    s_bind(&r, o, ov);
+    r.reassoc_tol = fmax(s_lane_bound(xv, 72, 1.0, ov[0]), s_lane_bound(yv, 60, 1.0, ov[1]));
+    void *before[S_MAX_BINDS];
+    for (size_t b = 0; b < r.nbinds; b++) {
+        before[b] = malloc(r.tn[b]->size_bytes);
+        cr_assert_not_null(before[b]);
+        memcpy(before[b], r.data[b], r.tn[b]->size_bytes);
+    }
+    s_call(&lib, &r);
+    s_compare_with_interp(p, lib.res, &r, before);
+    s_lib_close(&lib);
+    for (int k = 0; k < 3; k++)
+        cr_expect(memcmp(&ov[k], &want[k], sizeof(float)) == 0, "o[%d] = %.9g, reference %.9g", k,
+                  ov[k], want[k]);
+    troupe_cgen_result_t *cu = s_cuda(p);
+    cr_expect_eq(s_count(cu->source, " lanes"), 0, "%s", cu->source);
+    troupe_cgen_result_destroy(&cu);
+    for (size_t b = 0; b < r.nbinds; b++)
+        free(before[b]);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&y);
+    troupe_tnode_release(&z);
+    troupe_tnode_release(&o);
+}
+
+/* Max and min nests of 4 x 12 (inner loops under 32) run in lanes over the flat index and give
+ * the interpreter's bits, unflagged: a max of mixed terms with NaNs, and a min of signed zeros
+ * only (the in-order rerun over the flat index). */
+Test(cgen, lane_max_min_over_nests_keep_the_sequential_bits)
+{
+    troupe_ll_proc_t *p = s_proc("lane_nest_maxmin");
+    troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 2, 8, 12);
+    troupe_tnode_t *o = s_node("o", TROUPE_PREC_SINGLE, 1, 2, 0);
+    int32_t i[4];
+    for (int k = 0; k < 4; k++)
+        i[k] = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_ll_t *it[2] = {
+        s_for(p, i[0], 4,
+              s_for(p, i[1], 12,
+                    s_set1(p, o, troupe_idx_fixed(0),
+                           troupe_sc_binop(p, TROUPE_BINOP_MAX, s_get1(p, o, troupe_idx_fixed(0)),
+                                           s_get2(p, x, s_ix(i[0]), s_ix(i[1])))))),
+        s_for(p, i[2], 4,
+              s_for(p, i[3], 12,
+                    s_set1(p, o, troupe_idx_fixed(1),
+                           troupe_sc_binop(p, TROUPE_BINOP_MIN,
+                                           s_get2(p, x, s_aff(1, i[2], 4), s_ix(i[3])),
+                                           s_get1(p, o, troupe_idx_fixed(1)))))),
+    };
+    s_finish(p, troupe_ll_seq(p, 2, it));
+    troupe_cgen_result_t *res = NULL;
+    cr_assert_eq(troupe_cgen_emit(p, TROUPE_CGEN_C, &res), TROUPE_OK, "%s", troupe_last_error());
+    cr_expect(!res->reassociates);
+    cr_expect_eq(s_count(res->source, " as one loop "), 2, "%s", res->source);
+    troupe_cgen_result_destroy(&res);
+    float xv[96], ov[2] = {-INFINITY, 0.0f};
+    for (int c = 0; c < 48; c++) {
+        xv[c] = (c % 11 == 0) ? NAN : s_rndf(-3.0f, 2.0f);
+        xv[48 + c] = (c % 3 == 0) ? -0.0f : 0.0f;
+    }
+    s_run_t r = {0};
+    s_bind(&r, x, xv);
+    s_bind(&r, o, ov);
+    s_run_flags(p, &r, "-O3 -march=native -fno-math-errno -Wall -Wextra -Werror");
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&o);
+}
+
 /* |got - want| in units of the spacing of floats just above |round(want)| (the smallest
  * subnormal below the normal range). */
 static double s_ulps(float got, double want)
