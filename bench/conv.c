@@ -1,12 +1,17 @@
-/* bench_conv — the fmnist convnet's convolutions at batch 128, single precision, one thread:
- * troupe's conv2d (nn/conv.h) forward + derived backward on the cpu driver, against the same
- * arithmetic as im2col + GEMM with the GEMM libraries of bench/gemm_libs.h (per sample:
+/* bench_conv — the fmnist convnet's convolutions (batch 128 by default), single precision, one
+ * thread: troupe's conv2d (nn/conv.h) forward + derived backward on the cpu driver, against the
+ * same arithmetic as im2col + GEMM with the GEMM libraries of bench/gemm_libs.h (per sample:
  * forward Y = W cols, weight gradient dW += dY cols^T, input gradient dcols = W^T dY), timed
  * GEMMs only and with the im2col / col2im copies. Not a test: it prints a table (best of
  * --reps runs, default 3) and asserts nothing.
  *
- * Usage: bench_conv [reps]. Generated code lands in $TROUPE_CACHE_DIR or
- * ./bench-conv-cache, where `grep -c troupe_sgemm` tells which nests became library calls.
+ * Usage: bench_conv [reps [lowering [only]]]: lowering auto (default), im2col, shifted or
+ * winograd forces troupe's lowering where it fits (a conv it does not fit runs AUTO and says
+ * so); `only` names one conv (1, 2 or 3) and skips the libraries' columns, and a fourth
+ * argument `fwd` times troupe's forward alone (its GFLOP/s column then counts 3 passes). Generated
+ * code lands in $TROUPE_CACHE_DIR or ./bench-conv-cache, where `grep -c troupe_sgemm` tells which
+ * nests became library calls. BENCH_CONV_BATCH=N sets the batch (default 128), e.g. 4 for a
+ * micro-step's convolutions.
  */
 #include "actors/troupe.h"
 #include "base/clock.h"
@@ -29,7 +34,7 @@ static const s_conv_t s_convs[] = {
     {"conv3 32->64 12x12", 32, 64, 12, 1},
 };
 
-#define S_B 128
+static int s_batch = 128; /* samples; BENCH_CONV_BATCH overrides */
 
 static double s_rand(uint64_t *s)
 {
@@ -57,13 +62,13 @@ static void s_fill(troupe_tnode_t *tn, uint64_t seed)
 }
 
 /* troupe: seconds per forward + backward (best of reps). */
-static double s_troupe(const s_conv_t *c, int reps)
+static double s_troupe(const s_conv_t *c, int reps, troupe_nn_conv2d_lowering_t low, bool fwd)
 {
     troupe_asgn_comp_t *comp = NULL;
     troupe_nn_t *nn = NULL;
     CHECK(troupe_asgn_comp_new(&comp));
     CHECK(troupe_nn_new(comp, TROUPE_PREC_SINGLE, &nn));
-    const int64_t xd[4] = {S_B, c->cin, c->h, c->h}, wd[4] = {c->cout, c->cin, 3, 3},
+    const int64_t xd[4] = {s_batch, c->cin, c->h, c->h}, wd[4] = {c->cout, c->cin, 3, 3},
                   bd[1] = {c->cout};
     troupe_tnode_t *x, *w, *b, *y, *r, *loss;
     if (c->input_grad)
@@ -73,11 +78,20 @@ static double s_troupe(const s_conv_t *c, int reps)
     CHECK(troupe_nn_param(nn, "w", 4, wd, &w));
     CHECK(troupe_nn_param(nn, "b", 1, bd, &b));
     CHECK(troupe_nn_begin(nn, c->name));
-    CHECK(troupe_nn_conv2d(nn, x, w, b, NULL, &y));
+    troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+    o.lowering = low;
+    if (low == TROUPE_NN_CONV2D_WINOGRAD && (c->h - 2) % 2 != 0) {
+        fprintf(stderr, "%s: winograd does not fit (odd output), auto\n", c->name);
+        o.lowering = TROUPE_NN_CONV2D_AUTO;
+    }
+    CHECK(troupe_nn_conv2d(nn, x, w, b, &o, &y));
     CHECK(troupe_nn_node(nn, "r", 4, y->dims, &r));
     CHECK(troupe_nn_node(nn, "loss", 0, NULL, &loss));
     CHECK(troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, loss, TROUPE_BINOP_MUL, y, r, "bchw,bchw=>"));
-    CHECK(troupe_nn_finish(nn, loss));
+    if (fwd)
+        CHECK(troupe_nn_forward_root(nn));
+    else
+        CHECK(troupe_nn_finish(nn, loss));
     troupe_tnode_t *in[4] = {x, w, b, r};
     troupe_backend_t *be = NULL;
     troupe_device_t *dev = NULL;
@@ -97,7 +111,8 @@ static double s_troupe(const s_conv_t *c, int reps)
     troupe_code_t *code = NULL;
     troupe_routine_t *rt = NULL;
     char name[64];
-    snprintf(name, sizeof name, "bench_conv_%d_%d_%d", c->cin, c->cout, c->h);
+    snprintf(name, sizeof name, "bench_conv_%d_%d_%d_%d%s", c->cin, c->cout, c->h, (int)o.lowering,
+             fwd ? "_fwd" : "");
     CHECK(troupe_compile(be, comp, name, &code));
     CHECK(troupe_link(ctx, code, &rt));
     double best = 1e30;
@@ -130,19 +145,19 @@ static void s_im2col(const s_conv_t *c, const troupe_bench_gemm_lib_t *lib0, int
     const troupe_bench_gemm_lib_t *lib[3] = {lib0, lib0, lib0};
     *fallbacks = 0;
     const int H = c->h, OH = H - 2, P = OH * OH, K = c->cin * 9, Co = c->cout;
-    float *x = malloc(sizeof(float) * (size_t)S_B * c->cin * H * H);
-    float *dx = calloc((size_t)S_B * c->cin * H * H, sizeof(float));
+    float *x = malloc(sizeof(float) * (size_t)s_batch * c->cin * H * H);
+    float *dx = calloc((size_t)s_batch * c->cin * H * H, sizeof(float));
     float *w = malloc(sizeof(float) * (size_t)Co * K), *dw = malloc(sizeof(float) * (size_t)Co * K);
-    float *y = malloc(sizeof(float) * (size_t)S_B * Co * P);
-    float *dy = malloc(sizeof(float) * (size_t)S_B * Co * P);
+    float *y = malloc(sizeof(float) * (size_t)s_batch * Co * P);
+    float *dy = malloc(sizeof(float) * (size_t)s_batch * Co * P);
     float *cols = malloc(sizeof(float) * (size_t)K * P),
           *dcols = malloc(sizeof(float) * (size_t)K * P);
     uint64_t seed = 3;
-    for (size_t i = 0; i < (size_t)S_B * c->cin * H * H; i++)
+    for (size_t i = 0; i < (size_t)s_batch * c->cin * H * H; i++)
         x[i] = (float)s_rand(&seed);
     for (size_t i = 0; i < (size_t)Co * K; i++)
         w[i] = (float)s_rand(&seed);
-    for (size_t i = 0; i < (size_t)S_B * Co * P; i++)
+    for (size_t i = 0; i < (size_t)s_batch * Co * P; i++)
         dy[i] = (float)s_rand(&seed);
     /* forward: Y[Co x P] = W[Co x K] cols[K x P]; weight: dW[Co x K] += dY[Co x P] cols^T;
      * input: dcols[K x P] = W^T dY */
@@ -165,7 +180,7 @@ static void s_im2col(const s_conv_t *c, const troupe_bench_gemm_lib_t *lib0, int
     for (int k = 0; k < reps + 1; k++) {
         int64_t tg = 0, t0 = troupe_now_ns();
         memset(dw, 0, sizeof(float) * (size_t)Co * K);
-        for (int b = 0; b < S_B; b++) {
+        for (int b = 0; b < s_batch; b++) {
             const float *xb = x + (size_t)b * c->cin * H * H;
             for (int i = 0; i < c->cin; i++) /* im2col: row (i, kh, kw), column (oh, ow) */
                 for (int kh = 0; kh < 3; kh++)
@@ -211,9 +226,26 @@ static void s_im2col(const s_conv_t *c, const troupe_bench_gemm_lib_t *lib0, int
 
 int main(int argc, char **argv)
 {
+    const char *bv = getenv("BENCH_CONV_BATCH");
+    if (bv != NULL && *bv != '\0') {
+        char *end = NULL;
+        long n = strtol(bv, &end, 10);
+        if (*end != '\0' || n < 1 || n > 4096) {
+            fprintf(stderr, "bench_conv: BENCH_CONV_BATCH='%s' is not a batch in [1, 4096]\n", bv);
+            return 2;
+        }
+        s_batch = (int)n;
+    }
     int reps = argc > 1 ? atoi(argv[1]) : 3;
     if (reps < 1)
         reps = 1;
+    static const char *const lows[4] = {"auto", "im2col", "shifted", "winograd"};
+    troupe_nn_conv2d_lowering_t low = TROUPE_NN_CONV2D_AUTO;
+    for (int i = 0; argc > 2 && i < 4; i++)
+        if (strcmp(argv[2], lows[i]) == 0)
+            low = (troupe_nn_conv2d_lowering_t)i;
+    int only = argc > 3 ? atoi(argv[3]) : 0;
+    bool fwd = argc > 4 && strcmp(argv[4], "fwd") == 0;
     const char *cache = getenv("TROUPE_CACHE_DIR");
     CHECK(troupe_config_set_cache_dir(cache ? cache : "bench-conv-cache"));
     const troupe_bench_gemm_lib_t *libs[2] = {&troupe_bench_gemm_openblas, NULL};
@@ -223,18 +255,22 @@ int main(int argc, char **argv)
     for (int l = 0; l < 2; l++)
         if (libs[l])
             libs[l]->identify();
-    printf("batch %d, single precision, one thread; seconds per forward + backward (best of %d)\n",
-           S_B, reps);
+    printf("batch %d, single precision, one thread; seconds per forward + backward (best of %d); "
+           "troupe lowering %s\n",
+           s_batch, reps, lows[low]);
     printf("%-20s %9s %8s %10s %10s %10s %10s %8s\n", "conv", "GFLOP", "troupe", "oblas_gemm",
            "oblas_all", "xsmm_gemm", "xsmm_all", "all/troupe");
     for (size_t i = 0; i < sizeof s_convs / sizeof s_convs[0]; i++) {
         const s_conv_t *c = &s_convs[i];
-        double flop =
-            2.0 * S_B * c->cout * (c->h - 2) * (c->h - 2) * c->cin * 9 * (c->input_grad ? 3 : 2);
-        double t = s_troupe(c, reps), g[2] = {0.0 / 0.0, 0.0 / 0.0}, a[2] = {0.0 / 0.0, 0.0 / 0.0};
+        if (only && (size_t)only != i + 1)
+            continue;
+        double flop = 2.0 * s_batch * c->cout * (c->h - 2) * (c->h - 2) * c->cin * 9 *
+                      (c->input_grad ? 3 : 2);
+        double t = s_troupe(c, reps, low, fwd), g[2] = {0.0 / 0.0, 0.0 / 0.0},
+               a[2] = {0.0 / 0.0, 0.0 / 0.0};
         int fb[2] = {0, 0};
         for (int l = 0; l < 2; l++)
-            if (libs[l])
+            if (libs[l] && !only)
                 s_im2col(c, libs[l], reps, &g[l], &a[l], &fb[l]);
         double best = a[0] < a[1] || a[1] != a[1] ? a[0] : a[1];
         printf("%-20s %9.3f %8.4f %10.4f %10.4f %10.4f %10.4f %8.3f  troupe %.1f GFLOP/s, "

@@ -8,6 +8,12 @@
 #define S_PROV 3201 /* provenance of the memory modes set here */
 /* Fewer input channels than this: im2col (each shifted product would reduce over too few). */
 #define S_SHIFTED_MIN_CIN 8
+/* AUTO's Winograd budget: the 16 transformed input matrices of one call of the routine (for the
+ * convnet's conv2 at 4 samples, 16 * 32 * 4 * 144 single values, 1.2 MB). Measured on the
+ * convnet (docs/trainer.md, "Convolution lowering"): faster than the shifted products at 4
+ * samples a micro-step, slower at 8 (2.4 MB) and above, where every transform pass leaves the
+ * core's caches. */
+#define S_WINOGRAD_MAX_BYTES ((int64_t)2 << 20)
 
 /* "(s·it + d·ik)" with unit coefficients left out, e.g. "(2h+k)", "(h+2k)". */
 static void s_window(char *buf, size_t cap, int64_t s, char it, int64_t d, char ik)
@@ -98,6 +104,164 @@ static troupe_status_t s_shifted(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
     return troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, yw, spec);
 }
 
+/* lhs = G's row `row` (1 or 2) applied to the three terms of src named by term[0..2] (each
+ * an einsum term over lhs's axes, lhs_term): (t0 + t1 + t2) / 2 or (t0 - t1 + t2) / 2, three
+ * elementwise assignments. */
+static troupe_status_t s_g_row(troupe_nn_t *nn, int row, troupe_tnode_t *lhs, const char *lhs_term,
+                               troupe_tnode_t *src, const char *const term[3], troupe_tnode_t *half)
+{
+    char spec[64];
+    for (int k = 0; k < 3; k++) {
+        snprintf(spec, sizeof spec, "%s,=>%s", term[k], lhs_term);
+        const troupe_binop_t acc = k == 0               ? TROUPE_BINOP_ARG2
+                                   : k == 1 && row == 2 ? TROUPE_BINOP_SUB
+                                                        : TROUPE_BINOP_ADD;
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_bin(nn, k == 0, acc, lhs, TROUPE_BINOP_MUL, src, half, spec));
+    }
+    return TROUPE_OK;
+}
+
+/* Winograd F(2x2, 3x3) (Lavin and Gray 2015, "Fast Algorithms for Convolutional Neural
+ * Networks"): stride 1, dilation 1, a 3x3 kernel and an even output. Each 2x2 output tile is
+ * A^T [(G g G^T) . (B^T d B)] A over the 4x4 input window d at stride 2, so the products are 16
+ * matrix products per tile position, M[r,c] (Cout x tiles) = U[r,c] (Cout x Cin)
+ * V[r,c] (Cin x tiles), 16 multiply-adds per tile and channel pair where the direct form has
+ * 36. B^T and A^T hold only 0 and +-1: the input and output transforms are sums and
+ * differences of shifted reads, one assignment per row and column, and every node they write
+ * is written once whole (the differentiation derives their gradients as the same sums read
+ * backwards). The weight transform is elementwise passes too (below). The tiles of all
+ * samples are one dense axis (b, th, tw), so each of the 16 products is one library call;
+ * AUTO takes this lowering only while those tiles are few (S_WINOGRAD_MAX_BYTES). */
+static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
+                                  troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *o,
+                                  const int64_t od[2], troupe_tnode_t **out)
+{
+    /* B^T's rows and A^T's: out = in[first] op in[second] (then op in[third] for A^T) */
+    static const struct {
+        int first, second;
+        troupe_binop_t op;
+    } bt[4] = {{0, 2, TROUPE_BINOP_SUB},
+               {1, 2, TROUPE_BINOP_ADD},
+               {2, 1, TROUPE_BINOP_SUB},
+               {1, 3, TROUPE_BINOP_SUB}};
+    static const struct {
+        int first, second, third;
+        troupe_binop_t op, op3;
+    } at[2] = {{0, 1, 2, TROUPE_BINOP_ADD, TROUPE_BINOP_ADD},
+               {1, 2, 3, TROUPE_BINOP_SUB, TROUPE_BINOP_SUB}};
+    troupe_tnode_t *xp = x;
+    if (o->padding[0] || o->padding[1])
+        TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], &xp));
+    const int64_t nb = x->dims[0], cin = w->dims[1], cout = w->dims[0], th = od[0] / 2,
+                  tw = od[1] / 2, wd = xp->dims[3];
+    char spec[160];
+    troupe_asgn_t *t = NULL;
+    /* U = G g G^T as 16 (Cout, Cin) matrices. G's rows are g0, (g0+g1+g2)/2, (g0-g1+g2)/2 and
+     * g2, so with the weight copied to wt (3, 3, Cout, Cin) every step is an elementwise pass
+     * over unit-stride (Cout, Cin) slices: wg[r] (3, Cout, Cin) combines wt's rows (k), U[r][c]
+     * wg[r]'s columns (l). Rows 0 and 3 of G pick one row, so those wg and U are slices of wt
+     * or wg (uref: a node and the fixed indices in front of its (o, i) axes). */
+    troupe_tnode_t *wt = NULL, *half = NULL, *wg[4] = {NULL};
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_node(nn, "conv2d_wino_wt", 4, (int64_t[]){3, 3, cout, cin}, &wt));
+    TROUPE_RETURN_IF_ERROR(s_materialize(nn, wt));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, wt, TROUPE_UNOP_IDENTITY, w, "oikl=>kloi"));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, 0.5, &half));
+    for (int r = 1; r <= 2; r++) {
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_node(nn, "conv2d_wino_wg", 3, (int64_t[]){3, cout, cin}, &wg[r]));
+        TROUPE_RETURN_IF_ERROR(s_materialize(nn, wg[r]));
+        TROUPE_RETURN_IF_ERROR(s_g_row(nn, r, wg[r], "loi", wt,
+                                       (const char *[3]){"[0]loi", "[1]loi", "[2]loi"}, half));
+    }
+    struct {
+        troupe_tnode_t *n;
+        char pre[16];
+    } uref[4][4];
+    for (int r = 0; r < 4; r++) {
+        troupe_tnode_t *src = r == 1 || r == 2 ? wg[r] : wt;
+        const char *srow = r == 0 ? "[0]" : r == 3 ? "[2]" : "";
+        for (int c = 0; c < 4; c++) {
+            if (c == 0 || c == 3) {
+                uref[r][c].n = src;
+                snprintf(uref[r][c].pre, sizeof uref[r][c].pre, "%s[%d]", srow, c == 0 ? 0 : 2);
+                continue;
+            }
+            char t0[16], t1[16], t2[16];
+            snprintf(t0, sizeof t0, "%s[0]oi", srow);
+            snprintf(t1, sizeof t1, "%s[1]oi", srow);
+            snprintf(t2, sizeof t2, "%s[2]oi", srow);
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_node(nn, "conv2d_wino_u", 2, (int64_t[]){cout, cin}, &uref[r][c].n));
+            TROUPE_RETURN_IF_ERROR(s_materialize(nn, uref[r][c].n));
+            uref[r][c].pre[0] = '\0';
+            TROUPE_RETURN_IF_ERROR(
+                s_g_row(nn, c, uref[r][c].n, "oi", src, (const char *[3]){t0, t1, t2}, half));
+        }
+    }
+    /* V = B^T d B: rows (Cin, B, TH, W), then V[r][c] (Cin, B, TH, TW) */
+    troupe_tnode_t *rows[4] = {NULL}, *m[4][4] = {{NULL}};
+    for (int r = 0; r < 4; r++) {
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_node(nn, "conv2d_wino_rows", 4, (int64_t[]){cin, nb, th, wd}, &rows[r]));
+        snprintf(spec, sizeof spec, "bi(2h+%d)w,bi(2h+%d)w=>ibhw", bt[r].first, bt[r].second);
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, rows[r], bt[r].op, xp, xp, spec));
+    }
+    /* all sixteen transforms first (one fused pass over the rows), then the products */
+    troupe_tnode_t *v[4][4] = {{NULL}};
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) {
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_node(nn, "conv2d_wino_v", 4, (int64_t[]){cin, nb, th, tw}, &v[r][c]));
+            TROUPE_RETURN_IF_ERROR(s_materialize(nn, v[r][c]));
+            snprintf(spec, sizeof spec, "ibh(2w+%d),ibh(2w+%d)=>ibhw", bt[c].first, bt[c].second);
+            TROUPE_RETURN_IF_ERROR(troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, v[r][c], bt[c].op,
+                                                 rows[r], rows[r], spec));
+        }
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) {
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_node(nn, "conv2d_wino_m", 4, (int64_t[]){cout, nb, th, tw}, &m[r][c]));
+            TROUPE_RETURN_IF_ERROR(s_materialize(nn, m[r][c]));
+            snprintf(spec, sizeof spec, "%soi,ibhw=>obhw", uref[r][c].pre);
+            TROUPE_RETURN_IF_ERROR(troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, m[r][c],
+                                                 TROUPE_BINOP_MUL, uref[r][c].n, v[r][c], spec));
+        }
+    /* Y = A^T M A: cols[i][c] = A^T's row i over M[.][c], then y's 2x2 tiles, the bias first */
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
+    if (b)
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "o=>^bo^h^w"));
+    else
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), *out, 0.0, &t), &t));
+    for (int i = 0; i < 2; i++) {
+        troupe_tnode_t *cols[4] = {NULL};
+        for (int c = 0; c < 4; c++) {
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_node(nn, "conv2d_wino_cols", 4, (int64_t[]){cout, nb, th, tw}, &cols[c]));
+            TROUPE_RETURN_IF_ERROR(troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, cols[c], at[i].op,
+                                                 m[at[i].first][c], m[at[i].second][c],
+                                                 "obhw,obhw=>obhw"));
+            TROUPE_RETURN_IF_ERROR(troupe_nn_un(nn, false, at[i].op3, cols[c], TROUPE_UNOP_IDENTITY,
+                                                m[at[i].third][c], "obhw=>obhw"));
+        }
+        for (int j = 0; j < 2; j++) {
+            snprintf(spec, sizeof spec, "obhw,obhw=>bo(2h+%d)(2w+%d)", i, j);
+            TROUPE_RETURN_IF_ERROR(troupe_nn_bin(nn, false, TROUPE_BINOP_ADD, *out, at[j].op,
+                                                 cols[at[j].first], cols[at[j].second], spec));
+            snprintf(spec, sizeof spec, "obhw=>bo(2h+%d)(2w+%d)", i, j);
+            TROUPE_RETURN_IF_ERROR(troupe_nn_un(nn, false, at[j].op3, *out, TROUPE_UNOP_IDENTITY,
+                                                cols[at[j].third], spec));
+        }
+    }
+    return TROUPE_OK;
+}
+
 troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
                                  troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *opts,
                                  troupe_tnode_t **out)
@@ -139,7 +303,40 @@ troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
                                             (long long)o->padding[a]));
         od[a] = (in - span) / o->stride[a] + 1;
     }
-    if (o->stride[0] == 1 && o->stride[1] == 1 && w->dims[1] >= S_SHIFTED_MIN_CIN)
+    const bool wino_fits = o->stride[0] == 1 && o->stride[1] == 1 && o->dilation[0] == 1 &&
+                           o->dilation[1] == 1 && w->dims[2] == 3 && w->dims[3] == 3 &&
+                           od[0] % 2 == 0 && od[1] % 2 == 0;
+    /* AUTO (nn/conv.h): Winograd where it fits and its 16 transformed input matrices stay
+     * within S_WINOGRAD_MAX_BYTES, else the shifted products, else im2col */
+    const int64_t wino_bytes = 16 * w->dims[1] * x->dims[0] * (od[0] / 2) * (od[1] / 2) *
+                               (x->prec == TROUPE_PREC_DOUBLE ? 8 : 4);
+    const bool stride1 = o->stride[0] == 1 && o->stride[1] == 1;
+    troupe_nn_conv2d_lowering_t low = o->lowering;
+    if (low == TROUPE_NN_CONV2D_AUTO)
+        low = wino_fits && w->dims[1] >= S_SHIFTED_MIN_CIN && wino_bytes <= S_WINOGRAD_MAX_BYTES
+                  ? TROUPE_NN_CONV2D_WINOGRAD
+              : stride1 && w->dims[1] >= S_SHIFTED_MIN_CIN ? TROUPE_NN_CONV2D_SHIFTED
+                                                           : TROUPE_NN_CONV2D_IM2COL;
+    if (low < TROUPE_NN_CONV2D_AUTO || low > TROUPE_NN_CONV2D_WINOGRAD)
+        return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
+                                        "conv2d: weight #%d: lowering %d is none of AUTO, "
+                                        "IM2COL, SHIFTED, WINOGRAD",
+                                        w->id, (int)low));
+    if ((low == TROUPE_NN_CONV2D_SHIFTED && !stride1) ||
+        (low == TROUPE_NN_CONV2D_WINOGRAD && !wino_fits))
+        return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
+                                        "conv2d: the %s lowering does not fit weight #%d (%lld x "
+                                        "%lld) with stride %lld x %lld, dilation %lld x %lld, "
+                                        "output %lld x %lld (shifted: stride 1; winograd: 3 x 3, "
+                                        "stride 1, dilation 1, an even output)",
+                                        low == TROUPE_NN_CONV2D_SHIFTED ? "shifted" : "winograd",
+                                        w->id, (long long)w->dims[2], (long long)w->dims[3],
+                                        (long long)o->stride[0], (long long)o->stride[1],
+                                        (long long)o->dilation[0], (long long)o->dilation[1],
+                                        (long long)od[0], (long long)od[1]));
+    if (low == TROUPE_NN_CONV2D_WINOGRAD)
+        return s_winograd(nn, x, w, b, o, od, out);
+    if (low == TROUPE_NN_CONV2D_SHIFTED)
         return s_shifted(nn, x, w, b, o, od, out);
     troupe_tnode_t *xp = x;
     if (o->padding[0] || o->padding[1])

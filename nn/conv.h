@@ -22,16 +22,34 @@
 extern "C" {
 #endif
 
+/* How the product is lowered (docs/trainer.md, "Convolution lowering"). The others force one
+ * where it fits (else INVALID_ARGUMENT naming the lowering and the shapes): IM2COL anywhere;
+ * SHIFTED (KH*KW shifted matrix products) stride 1; WINOGRAD (F(2x2, 3x3), Lavin and Gray
+ * 2015: 16 products of (Cout x Cin)(Cin x tiles), 2.25x fewer multiply-adds, results equal to
+ * the direct sum within float rounding) a 3x3 kernel, stride 1, dilation 1 and an even output
+ * height and width. AUTO picks WINOGRAD where it fits, the input has at least 8 channels and
+ * its 16 transformed input matrices (16 * Cin * B * OH/2 * OW/2 values) take at most 2 MiB
+ * (so a micro-step of a few samples, which keeps its passes in the core's caches: the
+ * convnet's conv2 at 4 samples is 1.2 MB); else SHIFTED at stride 1 with at least 8 input
+ * channels; else IM2COL. */
+typedef enum troupe_nn_conv2d_lowering {
+    TROUPE_NN_CONV2D_AUTO = 0,
+    TROUPE_NN_CONV2D_IM2COL,
+    TROUPE_NN_CONV2D_SHIFTED,
+    TROUPE_NN_CONV2D_WINOGRAD,
+} troupe_nn_conv2d_lowering_t;
+
 /* Per axis (h, w). stride and dilation >= 1, padding >= 0 (zeros on both sides). */
 typedef struct troupe_nn_conv2d_opts {
     int64_t stride[2];
     int64_t padding[2];
     int64_t dilation[2];
+    troupe_nn_conv2d_lowering_t lowering; /* 0: AUTO */
 } troupe_nn_conv2d_opts_t;
 
 /* The same stride, padding and dilation on both axes. */
 #define TROUPE_NN_CONV2D_OPTS(s, p, d)                                                             \
-    ((troupe_nn_conv2d_opts_t){{(s), (s)}, {(p), (p)}, {(d), (d)}})
+    ((troupe_nn_conv2d_opts_t){{(s), (s)}, {(p), (p)}, {(d), (d)}, TROUPE_NN_CONV2D_AUTO})
 
 /* y = conv2d(x, w) + b with the shapes above; opts NULL is stride 1, padding 0, dilation 1.
  * Returns the nn's sticky status: INVALID_ARGUMENT (naming "conv2d" and the shapes) when x or

@@ -264,7 +264,7 @@ Test(nn_conv, dilation_2)
 
 Test(nn_conv, per_axis_stride_padding_dilation)
 {
-    troupe_nn_conv2d_opts_t o = {{2, 1}, {1, 2}, {1, 2}};
+    troupe_nn_conv2d_opts_t o = {{2, 1}, {1, 2}, {1, 2}, TROUPE_NN_CONV2D_AUTO};
     c_conv_case(6, 1, 2, 6, 5, 2, 3, o, 1 << 20);
 }
 
@@ -274,8 +274,56 @@ Test(nn_conv, shifted_products_padding_and_dilation)
 {
     c_conv_case(8, 1, 8, 5, 6, 3, 3, TROUPE_NN_CONV2D_OPTS(1, 1, 1), 16);
     c_conv_case(9, 2, 8, 7, 6, 2, 3, TROUPE_NN_CONV2D_OPTS(1, 0, 2), 16);
-    troupe_nn_conv2d_opts_t o = {{1, 1}, {1, 2}, {2, 1}};
+    troupe_nn_conv2d_opts_t o = {{1, 1}, {1, 2}, {2, 1}, TROUPE_NN_CONV2D_AUTO};
     c_conv_case(10, 1, 8, 6, 5, 2, 3, o, 16);
+}
+
+/* Winograd F(2x2, 3x3) (nn/conv.h): the forward equals the direct definition in double and
+ * both derived gradients the central differences, with and without a bias and padding, on an
+ * even output with one tile row (2 x 2) and several (4 x 6). */
+Test(nn_conv, winograd_equals_the_direct_convolution)
+{
+    troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+    o.lowering = TROUPE_NN_CONV2D_WINOGRAD;
+    c_conv_case(11, 2, 3, 6, 8, 4, 3, o, 24);
+    c_conv_run(12, 1, 2, 4, 4, 3, 3, o, 24, false);
+    o.padding[0] = o.padding[1] = 1;
+    c_conv_case(13, 2, 2, 4, 6, 3, 3, o, 24);
+}
+
+/* Whether the model's comp mentions a node with this label. */
+static bool c_has_label(const c_model_t *m, const char *label)
+{
+    for (size_t i = 0; i < m->comp->nnodes; i++)
+        for (size_t l = 0; l < m->comp->nodes[i]->label_count; l++)
+            if (strcmp(m->comp->nodes[i]->label[l], label) == 0)
+                return true;
+    return false;
+}
+
+/* AUTO (nn/conv.h): Winograd for conv2's shape at 4 samples (1.2 MB of transformed tiles) in
+ * single and double, the shifted products at 8 samples (2.4 MB), im2col with 2 input
+ * channels. Built only, not run. */
+Test(nn_conv, auto_lowering_follows_the_winograd_budget)
+{
+    static const struct {
+        troupe_prec_t prec;
+        int64_t b, ci;
+        const char *want, *not ;
+    } cases[] = {
+        {TROUPE_PREC_SINGLE, 4, 32, "conv2d_wino_v", "conv2d_rows"},
+        {TROUPE_PREC_DOUBLE, 2, 32, "conv2d_wino_v", "conv2d_rows"},
+        {TROUPE_PREC_SINGLE, 8, 32, "conv2d_rows", "conv2d_wino_v"},
+        {TROUPE_PREC_SINGLE, 4, 2, "im2col", "conv2d_wino_v"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        c_model_t m;
+        troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+        c_conv_model(&m, cases[i].prec, 5, cases[i].b, cases[i].ci, 26, 26, 32, 3, &o, true);
+        cr_assert(c_has_label(&m, cases[i].want), "case %zu: no node %s", i, cases[i].want);
+        cr_assert(!c_has_label(&m, cases[i].not ), "case %zu: a node %s", i, cases[i].not );
+        c_free(&m);
+    }
 }
 
 Test(nn_conv, refuses_shapes_that_do_not_fit)
