@@ -155,7 +155,7 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
         TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], &xp));
     const int64_t nb = x->dims[0], cin = w->dims[1], cout = w->dims[0], th = od[0] / 2,
                   tw = od[1] / 2, wd = xp->dims[3], ntl = nb * th * tw;
-    char spec[160], tile[64];
+    char spec[160], tile[64]; /* a tile's flat index in M and what is built from it */
     snprintf(tile, sizeof tile, "(%lldb+%lldh+w)", (long long)(th * tw), (long long)tw);
     troupe_asgn_t *t = NULL;
     /* U = G g G^T as 16 (Cout, Cin) matrices. G's rows are g0, (g0+g1+g2)/2, (g0-g1+g2)/2 and
@@ -231,7 +231,9 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
             TROUPE_RETURN_IF_ERROR(troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, m[r][c],
                                                  TROUPE_BINOP_MUL, uref[r][c].n, v[r][c], spec));
         }
-    /* Y = A^T M A: cols[i][c] = A^T's row i over M[.][c], then y's 2x2 tiles, the bias first */
+    /* Y = A^T M A over flat (Cout, B TH TW) tiles: cols[c] = A^T's row i over M[.][c], yq =
+     * A^T's row j over the cols (the output of parity (i, j): flat unit-stride passes, and so
+     * are their derived gradients), then yq added into y's stride-2 cells, the bias first */
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
     if (b)
@@ -268,8 +270,8 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
             TROUPE_RETURN_IF_ERROR(troupe_nn_un(nn, false, at[j].op3, z, TROUPE_UNOP_IDENTITY,
                                                 cols[at[j].third], "on=>on"));
             snprintf(spec, sizeof spec, "o%s,hw=>bo(2h+%d)(2w+%d)", tile, i, j);
-            TROUPE_RETURN_IF_ERROR(troupe_nn_bin(nn, false, TROUPE_BINOP_ADD, *out,
-                                                 TROUPE_BINOP_ARG1, z, grid, spec));
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_bin(nn, false, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_ARG1, z, grid, spec));
         }
     }
     return TROUPE_OK;
