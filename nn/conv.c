@@ -154,8 +154,9 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
     if (o->padding[0] || o->padding[1])
         TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], &xp));
     const int64_t nb = x->dims[0], cin = w->dims[1], cout = w->dims[0], th = od[0] / 2,
-                  tw = od[1] / 2, wd = xp->dims[3];
-    char spec[160];
+                  tw = od[1] / 2, wd = xp->dims[3], ntl = nb * th * tw;
+    char spec[160], tile[64]; /* a tile's flat index in M and what is built from it */
+    snprintf(tile, sizeof tile, "(%lldb+%lldh+w)", (long long)(th * tw), (long long)tw);
     troupe_asgn_t *t = NULL;
     /* U = G g G^T as 16 (Cout, Cin) matrices. G's rows are g0, (g0+g1+g2)/2, (g0-g1+g2)/2 and
      * g2, so with the weight copied to wt (3, 3, Cout, Cin) every step is an elementwise pass
@@ -224,13 +225,15 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
     for (int r = 0; r < 4; r++)
         for (int c = 0; c < 4; c++) {
             TROUPE_RETURN_IF_ERROR(
-                troupe_nn_node(nn, "conv2d_wino_m", 4, (int64_t[]){cout, nb, th, tw}, &m[r][c]));
+                troupe_nn_node(nn, "conv2d_wino_m", 2, (int64_t[]){cout, ntl}, &m[r][c]));
             TROUPE_RETURN_IF_ERROR(s_materialize(nn, m[r][c]));
-            snprintf(spec, sizeof spec, "%soi,ibhw=>obhw", uref[r][c].pre);
+            snprintf(spec, sizeof spec, "%soi,ibhw=>o%s", uref[r][c].pre, tile);
             TROUPE_RETURN_IF_ERROR(troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, m[r][c],
                                                  TROUPE_BINOP_MUL, uref[r][c].n, v[r][c], spec));
         }
-    /* Y = A^T M A: cols[i][c] = A^T's row i over M[.][c], then y's 2x2 tiles, the bias first */
+    /* Y = A^T M A over flat (Cout, B TH TW) tiles: cols[c] = A^T's row i over M[.][c], yq =
+     * A^T's row j over the cols (the output of parity (i, j): flat unit-stride passes, and so
+     * are their derived gradients), then yq added into y's stride-2 cells, the bias first */
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
     if (b)
@@ -239,24 +242,36 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
     else
         TROUPE_RETURN_IF_ERROR(
             troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), *out, 0.0, &t), &t));
+    /* h and w index the flat tiles only inside (b TH TW + h TW + w): a (TH, TW) operand of
+     * zeros, read with ARG1, gives them their sizes */
+    troupe_tnode_t *grid = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_wino_grid", 2, (int64_t[]){th, tw}, &grid));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), grid, 0.0, &t), &t));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, grid));
     for (int i = 0; i < 2; i++) {
         troupe_tnode_t *cols[4] = {NULL};
         for (int c = 0; c < 4; c++) {
             TROUPE_RETURN_IF_ERROR(
-                troupe_nn_node(nn, "conv2d_wino_cols", 4, (int64_t[]){cout, nb, th, tw}, &cols[c]));
+                troupe_nn_node(nn, "conv2d_wino_cols", 2, (int64_t[]){cout, ntl}, &cols[c]));
             TROUPE_RETURN_IF_ERROR(troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, cols[c], at[i].op,
                                                  m[at[i].first][c], m[at[i].second][c],
-                                                 "obhw,obhw=>obhw"));
+                                                 "on,on=>on"));
             TROUPE_RETURN_IF_ERROR(troupe_nn_un(nn, false, at[i].op3, cols[c], TROUPE_UNOP_IDENTITY,
-                                                m[at[i].third][c], "obhw=>obhw"));
+                                                m[at[i].third][c], "on=>on"));
         }
         for (int j = 0; j < 2; j++) {
-            snprintf(spec, sizeof spec, "obhw,obhw=>bo(2h+%d)(2w+%d)", i, j);
-            TROUPE_RETURN_IF_ERROR(troupe_nn_bin(nn, false, TROUPE_BINOP_ADD, *out, at[j].op,
-                                                 cols[at[j].first], cols[at[j].second], spec));
-            snprintf(spec, sizeof spec, "obhw=>bo(2h+%d)(2w+%d)", i, j);
-            TROUPE_RETURN_IF_ERROR(troupe_nn_un(nn, false, at[j].op3, *out, TROUPE_UNOP_IDENTITY,
-                                                cols[at[j].third], spec));
+            troupe_tnode_t *z = NULL;
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_node(nn, "conv2d_wino_yq", 2, (int64_t[]){cout, ntl}, &z));
+            TROUPE_RETURN_IF_ERROR(troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, z, at[j].op,
+                                                 cols[at[j].first], cols[at[j].second],
+                                                 "on,on=>on"));
+            TROUPE_RETURN_IF_ERROR(troupe_nn_un(nn, false, at[j].op3, z, TROUPE_UNOP_IDENTITY,
+                                                cols[at[j].third], "on=>on"));
+            snprintf(spec, sizeof spec, "o%s,hw=>bo(2h+%d)(2w+%d)", tile, i, j);
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_bin(nn, false, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_ARG1, z, grid, spec));
         }
     }
     return TROUPE_OK;
