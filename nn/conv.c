@@ -104,15 +104,15 @@ static troupe_status_t s_shifted(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
     return troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, yw, spec);
 }
 
-/* lhs = G's row `row` (1 or 2) applied to the three terms of src named by term[0..2] (each
- * an einsum term over lhs's axes, lhs_term): (t0 + t1 + t2) / 2 or (t0 - t1 + t2) / 2, three
- * elementwise assignments. */
+/* lhs = G's row `row` (1 or 2) over src's three terms pre[k]lhs_term (k = 0, 1, 2; pre: src's
+ * fixed indices in front of k, lhs_term: lhs's axes, which follow k in src): (t0 + t1 + t2) / 2
+ * or (t0 - t1 + t2) / 2, three elementwise assignments. */
 static troupe_status_t s_g_row(troupe_nn_t *nn, int row, troupe_tnode_t *lhs, const char *lhs_term,
-                               troupe_tnode_t *src, const char *const term[3], troupe_tnode_t *half)
+                               troupe_tnode_t *src, const char *pre, troupe_tnode_t *half)
 {
     char spec[64];
     for (int k = 0; k < 3; k++) {
-        snprintf(spec, sizeof spec, "%s,=>%s", term[k], lhs_term);
+        snprintf(spec, sizeof spec, "%s[%d]%s,=>%s", pre, k, lhs_term, lhs_term);
         const troupe_binop_t acc = k == 0               ? TROUPE_BINOP_ARG2
                                    : k == 1 && row == 2 ? TROUPE_BINOP_SUB
                                                         : TROUPE_BINOP_ADD;
@@ -174,8 +174,7 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
         TROUPE_RETURN_IF_ERROR(
             troupe_nn_node(nn, "conv2d_wino_wg", 3, (int64_t[]){3, cout, cin}, &wg[r]));
         TROUPE_RETURN_IF_ERROR(s_materialize(nn, wg[r]));
-        TROUPE_RETURN_IF_ERROR(s_g_row(nn, r, wg[r], "loi", wt,
-                                       (const char *[3]){"[0]loi", "[1]loi", "[2]loi"}, half));
+        TROUPE_RETURN_IF_ERROR(s_g_row(nn, r, wg[r], "loi", wt, "", half));
     }
     struct {
         troupe_tnode_t *n;
@@ -190,16 +189,11 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
                 snprintf(uref[r][c].pre, sizeof uref[r][c].pre, "%s[%d]", srow, c == 0 ? 0 : 2);
                 continue;
             }
-            char t0[16], t1[16], t2[16];
-            snprintf(t0, sizeof t0, "%s[0]oi", srow);
-            snprintf(t1, sizeof t1, "%s[1]oi", srow);
-            snprintf(t2, sizeof t2, "%s[2]oi", srow);
             TROUPE_RETURN_IF_ERROR(
                 troupe_nn_node(nn, "conv2d_wino_u", 2, (int64_t[]){cout, cin}, &uref[r][c].n));
             TROUPE_RETURN_IF_ERROR(s_materialize(nn, uref[r][c].n));
             uref[r][c].pre[0] = '\0';
-            TROUPE_RETURN_IF_ERROR(
-                s_g_row(nn, c, uref[r][c].n, "oi", src, (const char *[3]){t0, t1, t2}, half));
+            TROUPE_RETURN_IF_ERROR(s_g_row(nn, c, uref[r][c].n, "oi", src, srow, half));
         }
     }
     /* V = B^T d B: rows (Cin, B, TH, W), then V[r][c] (Cin, B, TH, TW) */
