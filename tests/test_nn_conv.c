@@ -355,6 +355,25 @@ Test(nn_conv, refuses_shapes_that_do_not_fit)
     troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 1, 1);
     OK(troupe_nn_conv2d(m.nn, x, w, NULL, &o, &y));
     cr_assert_eq(y->dims[2], 2);
+    /* a forced lowering that does not fit (Winograd with a 5x5 kernel, shifted at stride 2),
+     * and one out of range, each on a fresh nn */
+    const struct {
+        troupe_nn_conv2d_lowering_t low;
+        int64_t stride;
+        const char *want;
+    } bad[] = {{TROUPE_NN_CONV2D_WINOGRAD, 1, "the winograd lowering does not fit"},
+               {TROUPE_NN_CONV2D_SHIFTED, 2, "the shifted lowering does not fit"},
+               {(troupe_nn_conv2d_lowering_t)7, 1, "lowering 7 is none of"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        troupe_nn_destroy(&m.nn);
+        OK(troupe_nn_new(m.comp, TROUPE_PREC_DOUBLE, &m.nn));
+        OK(troupe_nn_node(m.nn, "x", 4, xd, &x));
+        OK(troupe_nn_param(m.nn, "w", 4, wd, &w));
+        o = TROUPE_NN_CONV2D_OPTS(bad[i].stride, 1, 1);
+        o.lowering = bad[i].low;
+        cr_assert_eq(troupe_nn_conv2d(m.nn, x, w, NULL, &o, &y), TROUPE_INVALID_ARGUMENT);
+        cr_assert(strstr(troupe_last_error(), bad[i].want), "%s", troupe_last_error());
+    }
     c_free(&m);
 }
 
