@@ -148,6 +148,12 @@ bool troupe_config_dp_fused_update(void);
 /* TROUPE_CUDA_GRAPHS=off (default auto): the graph policy's starting mode, which
  * troupe_driver_set_graphs (devices/device.h) overrides. */
 bool troupe_config_cuda_graphs_off(void);
+/* TROUPE_CUDA_GATHER_GEMM=tiles|library (default tiles): how the cuda driver runs the GEMM steps
+ * of a routine with gather indices. tiles: its own shared-memory tiles, which return at once
+ * after a failed index check, so nothing of the routine is written; library: cuBLASLt, as in
+ * every other routine, faster, but a failed check then leaves the products' outputs written
+ * (from stale inputs) while the step still fails with the index error (docs/cuda.md). */
+bool troupe_config_cuda_gather_gemm_library(void);
 const char *troupe_config_dp_overlap_name(troupe_dp_overlap_t mode); /* "auto", "on", "off" */
 /* mode != TROUPE_GEMM_MODE_GENERATED. */
 bool troupe_config_gemm_library(void);

@@ -255,6 +255,7 @@ static troupe_status_t s_layout_new(int streams, int64_t global_batch, const fmn
     fmnist_mlp_config_t mc = s_model == FMNIST_MODEL_CNN ? fmnist_cnn_config_default(B, nb)
                                                          : fmnist_mlp_config_default(B, nb);
     mc.fed = fmnist_feed_resolve(s_feed, s_backend);
+    mc.conv_lowering = fmnist_conv_lowering_resolve(s_backend);
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_new(&mc, &l->mlp));
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_init_params(l->mlp, 42));
     TROUPE_RETURN_IF_ERROR(fmnist_mlp_load_train(l->mlp, ds));
@@ -1097,11 +1098,20 @@ static int s_scaling(const troupe_bench_opts_t *opts, const int *ranks, int nran
  *     global_batch=<B> feed=<fed|indexed> graph_replays=<n> plain_launches=<n>
  * (the child's form, --feed, and its launches through the graph policy, warm-up included: with
  * the fed form nearly every launch but the feed's is a replay)
- * then `case=<backend>-2x1-shared`: two ranks at global 128 sharing device 0 (the cross-rank
- * merge of device buffers), correctness only (`note=` says so): its time is no scaling figure. */
+ * With --model cnn: the convnet at 128 and 1024 (issue 32's GPU target) against
+ * bench/peers/torch_cnn.py --mode gpu (cuDNN, its autotuner on, TF32 off), and no shared case.
+ * Otherwise then `case=<backend>-2x1-shared`: two ranks at global 128 sharing device 0 (the
+ * cross-rank merge of device buffers), correctness only (`note=` says so): its time is no scaling
+ * figure. */
 static int s_device_cases(const troupe_bench_opts_t *opts)
 {
-    static const int64_t batches[] = {128, 256, 1024, 8192};
+    static const int64_t mlp_batches[] = {128, 256, 1024, 8192};
+    /* the convnet: the CPU target's batch, and issue 32's GPU target's */
+    static const int64_t cnn_batches[] = {128, 1024};
+    const bool cnn = s_model == FMNIST_MODEL_CNN;
+    const int64_t *batches = cnn ? cnn_batches : mlp_batches;
+    const size_t nbatches = cnn ? sizeof cnn_batches / sizeof cnn_batches[0]
+                                : sizeof mlp_batches / sizeof mlp_batches[0];
     /* a machine without the device: one line, as bench_cuda (the children would each fail) */
     troupe_backend_t *be = NULL;
     int ndev = 0;
@@ -1120,7 +1130,7 @@ static int s_device_cases(const troupe_bench_opts_t *opts)
     bool quick = opts->max_runs == opts->min_runs;
     int runs = quick ? opts->min_runs : S_CHILD_RUNS;
     int rc = 0;
-    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
+    for (size_t i = 0; i < nbatches; i++) {
         const int64_t B = batches[i];
         char what[64];
         snprintf(what, sizeof what, "%s-1x1-b%lld", s_backend, (long long)B);
@@ -1144,7 +1154,7 @@ static int s_device_cases(const troupe_bench_opts_t *opts)
                                 1e6 / u, 1e6 * (double)B / t, (long long)B, s_child_launches);
         fflush(stdout);
     }
-    if (S_HAVE_MPIEXEC) {
+    if (S_HAVE_MPIEXEC && !cnn) {
         char what[64];
         snprintf(what, sizeof what, "%s-2x1-shared", s_backend);
         double u = s_child_case(2, S_GLOBAL_BATCH, false, false, runs, opts->warmup, what);
@@ -1360,7 +1370,7 @@ int main(int argc, char **argv)
         "streams); --trace-overhead: only 1x1-proc and 2x1 with "
         "TROUPE_TRACE off and on; --scaling R1,R2,..: weak scaling "
         "(128 per rank) against as many independent processes; "
-        "--backend cuda: batches 128, 256, 1024, 8192 on GPU 0 against "
+        "--backend cuda: batches 128, 256, 1024, 8192 on GPU 0 (--model cnn: 128, 1024) against "
         "PyTorch on it; --feed auto|fed|indexed: the model's "
         "minibatch form (examples/fmnist/mlp.h; auto: fed on a "
         "backend with graphs, cuda); --optimizer sgd|adamw: every "
@@ -1391,13 +1401,15 @@ int main(int argc, char **argv)
     if (s_model == FMNIST_MODEL_CNN) {
         printf("job model=cnn-c32-c32-p2-c64-p2-fc128-10 optimizer=%s\n",
                troupe_optimizer_name(s_opt_kind));
-        if (trace_only || nscaling > 0 || s_opt_kind != TROUPE_OPT_SGD ||
-            (strcmp(s_backend, "cpu") != 0 && strcmp(s_backend, "sync") != 0)) {
-            fprintf(stderr, "%s: --model cnn runs its cases on cpu or sync with sgd only (not "
-                            "--trace-overhead, --scaling, a device backend or adamw)\n",
+        if (trace_only || nscaling > 0 || s_opt_kind != TROUPE_OPT_SGD) {
+            fprintf(stderr,
+                    "%s: --model cnn runs its cases with sgd only (not "
+                    "--trace-overhead, --scaling or adamw)\n",
                     S_PROG);
             return 2;
         }
+        if (strcmp(s_backend, "cpu") != 0 && strcmp(s_backend, "sync") != 0)
+            return s_device_cases(&opts);
         return s_cnn_cases(&opts);
     }
     printf("job model=mlp-784-256-128-10 optimizer=%s\n", troupe_optimizer_name(s_opt_kind));

@@ -25,7 +25,15 @@
 #               picks cuda; TROUPE_SKIP_INSTALL=1, the build above), 10 epochs (its test
 #               accuracy and samples/s), then the per-step breakdown of a
 #               short run on 1 rank and on 2 ranks sharing the GPU    -> appended to train.log
-#   7. cpu      build-gpu/bench/bench_train --scaling 2,4,8,16 on the host's cores: weak
+#   7. models   the convnet and GPT-2 on the GPU (issues 32 and 31): bench_train --model cnn
+#               --backend cuda (batches 128 and 1024 against torch_cnn.py --mode gpu, cuDNN);
+#               one short fmnist --model cnn epoch on cuda and on cpu (their losses and
+#               accuracies side by side); then GPT-2 124M's config (random init, B=8, T=1024,
+#               random tokens) on cuda, its GEMM steps on troupe's tiles and on cuBLASLt
+#               (TROUPE_CUDA_GATHER_GEMM), against torch_gpt.py --device cuda (SDPA, fused
+#               AdamW, TF32 off): per-step times from the step lines' arrival (the median)
+#               and both sides' losses                                            -> models.log
+#   8. cpu      build-gpu/bench/bench_train --scaling 2,4,8,16 on the host's cores: weak
 #               scaling against independent processes, with the optimizer step unfused,
 #               and as one process of as many streams; PyTorch one thread      -> cpu.log
 # then summary.txt: one line per phase (ok/FAIL/skipped, seconds), the failed tests' names and
@@ -37,33 +45,39 @@
 #   --debs DIR      unpack every DIR/*.deb into / first (dpkg -x; for a machine without a package
 #                   registry: OpenBLAS and libxsmm for the cpu phase's GEMMs), then ldconfig
 #   --budget S      total seconds for the phases (default 540); each phase gets what is left,
-#                   capped: build 180, tests 180, bench 90, train 90, job 120, cpu 180
-#   --phases LIST   comma-separated subset of facts,build,tests,bench,train,job,cpu (default all)
+#                   capped: build 180, tests 180, bench 90, train 90, job 120, models 300,
+#                   cpu 180
+#   --phases LIST   comma-separated subset of facts,build,tests,bench,train,job,models,cpu
+#                   (default all)
 #   --all-tests     the tests phase also runs the CPU-only unit tests
+#   --tests REGEX   the tests phase runs only the unit tests matching REGEX (ctest -R), 4 at a
+#                   time, nothing else (a short loan's subset)
 # Exit status: 0 when every phase that ran passed, 1 otherwise, 2 on a bad argument.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${TROUPE_BUILD_DIR:-$root/build-gpu}
 out=${OUT:-$build/gpu-check}
 budget=540
-phases=facts,build,tests,bench,train,job,cpu
+phases=facts,build,tests,bench,train,job,models,cpu
 setup=
 debs=
 all_tests=0
+only_tests=
 while [ $# -gt 0 ]; do
   case $1 in
     --setup) setup=${2:?--setup needs a script}; shift 2 ;;
     --all-tests) all_tests=1; shift ;;
+    --tests) only_tests=${2:?--tests needs a regular expression}; shift 2 ;;
     --debs) debs=${2:?--debs needs a folder}; shift 2 ;;
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
     --phases) phases=${2:?--phases needs a list}; shift 2 ;;
-    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,54p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 case $budget in ''|*[!0-9]*) echo "gpu-check: --budget '$budget' is not a number of seconds" >&2; exit 2 ;; esac
 mkdir -p "$out" "$build"
-rm -f "$out"/{facts,build,tests,bench,train,cpu}.log
+rm -f "$out"/{facts,build,tests,bench,train,models,cpu}.log
 start=$(date +%s)
 summary=$out/summary.txt
 : > "$summary"
@@ -137,9 +151,15 @@ fi
 want facts && [ -x "$build/tools/troupe/troupe" ] && "$build/tools/troupe/troupe" info >> "$out/facts.log" 2>&1
 
 
-gpu_tests='^test_(cuda|async|runtime|stream|merge|event|schedule_fuzz|cgen|gemm|epilogue|dp|dp_feed)$'
+gpu_tests='^test_(cuda|async|runtime|stream|merge|event|schedule_fuzz|cgen|gemm|epilogue|dp|dp_feed|cnn|nn_conv|nn_embedding|gather|mlp)$'
 run_tests() {
   local rc=0
+  if [ -n "$only_tests" ]; then
+    (cd "$build" && TROUPE_LOG=debug:devices ctest -L unit -R "$only_tests" -j 4 \
+       --output-on-failure --timeout 90) || rc=1
+    cp "$build/Testing/Temporary/LastTest.log" "$out/LastTest.log" 2>/dev/null || true
+    return $rc
+  fi
   # test_cuda directly, verbose: Criterion counts a skipped test as passing in its synthesis,
   # and only --verbose names each skip with its reason
   echo "== test_cuda --verbose"
@@ -157,7 +177,7 @@ run_tests() {
   return $rc
 }
 export -f run_tests
-export gpu_tests out all_tests
+export gpu_tests out all_tests only_tests
 phase tests 180 tests.log run_tests
 grep -E '^[[:space:]]*[0-9]+ - |tests passed|\[SKIP\]|\[FAIL\]|Synthesis' "$out/tests.log" 2>/dev/null |
   cut -c1-300 | sed 's/^/tests: /' >> "$summary"
@@ -196,6 +216,66 @@ else
   echo "phase=job result=skipped reason=no-data-set-in-/usr/share/datasets/fashion-mnist" >> "$summary"
 fi
 grep -E '^final |^fmnist: [0-9]|^troupe quickstart: ' "$out/train.log" 2>/dev/null | sed 's/^/job: /' >> "$summary"
+# the models on the GPU (issues 31 and 32): the PyTorch peer is the CUDA build in
+# TROUPE_BENCH_PYTHON (default /opt/torch/.venv/bin/python3 where it exists)
+[ -z "${TROUPE_BENCH_PYTHON:-}" ] && [ -x /opt/torch/.venv/bin/python3 ] &&
+  export TROUPE_BENCH_PYTHON=/opt/torch/.venv/bin/python3
+models_check() {
+  local rc=0 g="$build/examples/gpt/gpt" f="$build/examples/fmnist/fmnist"
+  local w=${TMPDIR:-/tmp}/troupe-gpu-models py=${TROUPE_BENCH_PYTHON:-python3}
+  export TROUPE_CACHE_DIR=$w/cache
+  mkdir -p "$w/cache"
+  echo "== bench_train --model cnn --backend cuda"
+  timeout 100 "$build/bench/bench_train" --model cnn --backend cuda --quick || rc=1
+  echo "== fmnist --model cnn: one short epoch on cuda (im2col folded) and on cpu"
+  for b in cuda cpu; do
+    timeout 60 "$f" --model cnn --backend $b --epochs 1 --train-limit 2560 --test-limit 500 \
+      --streams 1 --seed 7 --data /usr/share/datasets/fashion-mnist > "$w/cnn-$b.log" 2>&1 ||
+      { rc=1; tail -3 "$w/cnn-$b.log"; }
+    grep -E '^final|loss' "$w/cnn-$b.log" | tail -2 | sed "s/^/cnn $b: /"
+  done
+  # stamp: each line with its arrival time (s), so the step lines give per-step times
+  stamp() { while IFS= read -r l; do echo "$EPOCHREALTIME $l"; done; }
+  # median of the gaps (ms) between consecutive step lines of a stamped log, from step K+1 on
+  gaps() { awk -v skip="$2" '/ step=[0-9]+ loss=/ { if (n++ > skip) print 1000 * ($1 - p); p = $1 }' \
+    "$1" | sort -g | awk '{ d[m++] = $1 } END { if (m) printf "%.2f", d[int((m - 1) / 2)]; else print "nan" }'; }
+  echo "== gpt: GPT-2 124M's config (L=12 NH=12 C=768, Vp=50304), B=8 T=1024, random tokens"
+  "$g" init --layers 12 --heads 12 --channels 768 --max-seq 1024 --vocab 50257 \
+    --padded-vocab 50304 --seed 1 --out "$w/g124.bin" > /dev/null || rc=1
+  "$py" - "$w/rand.bin" <<'PY' || rc=1
+import random, struct, sys
+n = 8 * 1024 * 40 + 1
+r = random.Random(7)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *(r.randrange(50257) for _ in range(n))))
+PY
+  # the GEMM steps of the gradient routine (it has gathers) on troupe's tiles, then cuBLASLt
+  for mode in tiles library; do
+    local t0=$EPOCHREALTIME
+    TROUPE_CUDA_GATHER_GEMM=$mode timeout 200 stdbuf -oL "$g" train --model "$w/g124.bin" \
+      --data "$w/rand.bin" --batch 8 --seq 1024 --steps 10 --backend cuda --streams 1 2>&1 |
+      stamp > "$w/g124-$mode.log" || rc=1
+    echo "gpt-124m troupe $mode: the whole run $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}') s"
+    grep -E 'step=(0|1|2|9) |^[0-9.]+ (final|gpt)|rror' "$w/g124-$mode.log" | cut -d' ' -f2- | head -8
+    echo "gpt-124m troupe $mode: median step $(gaps "$w/g124-$mode.log" 2) ms (steps 3..9)"
+  done
+  timeout 120 "$py" "$root/bench/peers/torch_gpt.py" --model "$w/g124.bin" --data "$w/rand.bin" \
+    --batch 8 --seq 1024 --steps 10 --warmup 3 --device cuda > "$w/g124-torch.log" 2>&1 || rc=1
+  grep -E '^library|step=(0|1|2|12) |^peer=|rror' "$w/g124-torch.log" | head -8
+  for mode in tiles library; do
+    paste -d' ' <(grep -o 'step=[0-9]* loss=[^ ]*' "$w/g124-$mode.log") \
+      <(grep '^step=' "$w/g124-torch.log") |
+      awk -v m=$mode 'NF == 4 { split($2, a, "="); split($4, b, "="); r = a[2] - b[2]; if (r < 0) r = -r;
+             r /= b[2]; if (r > x) x = r; n++ }
+           END { printf "gpt-124m troupe %s vs torch: %d losses, max relative difference %.3g\n", m, n, x }'
+  done
+  tar czf "$out/models-logs.tgz" -C "$w" $(cd "$w" && ls *.log) 2>/dev/null
+  return $rc
+}
+export -f models_check
+phase models 300 models.log models_check
+grep -E '^bench=|^gpt-|^cnn |^library|^peer=' "$out/models.log" 2>/dev/null | sed 's/^/models: /' >> "$summary"
 phase cpu 180 cpu.log "$build/bench/bench_train" --scaling 2,4,8,16
 grep -E '^bench=|^library|not measured' "$out/cpu.log" 2>/dev/null >> "$summary"
 

@@ -35,38 +35,31 @@ static bool s_weight_ok(const troupe_tnode_t *w, const troupe_tnode_t *b, troupe
            (!b || (b->ndims == 1 && b->dims[0] == n_out));
 }
 
-/* The causal mask as two constant (T, T) nodes: scale (1/sqrt(hd) on and below the diagonal,
- * 0 above) and bias (0 on and below, -inf above). */
+/* The causal mask as two (T, T) nodes computed from the positions: scale (1/sqrt(hd) on and
+ * below the diagonal, 0 above) and bias (0 on and below, -inf above). pos[t] = t (a range fetch),
+ * future[t, s] = pos[t] < pos[s], then each a select between two constants. Computed rather
+ * than fetched as T^2 constants: a constant fill lowers to one statement per cell, which the C
+ * dialect packs into a static table but the CUDA dialect cannot (T = 1024: 2 M statements a
+ * layer, beyond what NVRTC compiles); the values are the same, so are the bits. */
 static troupe_status_t s_causal(troupe_nn_t *nn, int64_t T, int64_t hd, troupe_tnode_t **scale,
                                 troupe_tnode_t **bias)
 {
     const int64_t dims[2] = {T, T};
+    troupe_tnode_t *pos, *future, *zero, *ninf, *c;
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "causal_pos", 1, &T, &pos));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "causal_future", 2, dims, &future));
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "causal_scale", 2, dims, scale));
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "causal_bias", 2, dims, bias));
-    size_t n = (size_t)(T * T);
-    double *sv = malloc(n * sizeof *sv), *bv = malloc(n * sizeof *bv);
-    troupe_status_t st = TROUPE_OK;
-    if (!sv || !bv) {
-        st = troupe_nn_add(nn, troupe__error(TROUPE_RESOURCE_EXHAUSTED, "attention: out of memory"),
-                           NULL);
-        goto out_free;
-    }
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t s = 0; s < T; s++) {
-            sv[t * T + s] = s <= t ? 1.0 / sqrt((double)hd) : 0.0;
-            bv[t * T + s] = s <= t ? 0.0 : -INFINITY;
-        }
+    TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, 0.0, &zero));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, -INFINITY, &ninf));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, 1.0 / sqrt((double)hd), &c));
     troupe_asgn_t *f = NULL;
-    st = troupe_asgn_fetch_constant_fill(troupe_nn_comp(nn), *scale, sv, n, &f);
-    st = troupe_nn_add(nn, st, &f);
-    if (st == TROUPE_OK) {
-        st = troupe_asgn_fetch_constant_fill(troupe_nn_comp(nn), *bias, bv, n, &f);
-        st = troupe_nn_add(nn, st, &f);
-    }
-out_free:
-    free(sv);
-    free(bv);
-    return st;
+    troupe_nn_add(nn, troupe_asgn_fetch_range_over_offsets(troupe_nn_comp(nn), pos, &f), &f);
+    troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, future, TROUPE_BINOP_CMPLT, pos, pos, "t,s=>ts");
+    troupe_nn_ter(nn, true, TROUPE_BINOP_ARG2, *scale, TROUPE_TERNOP_WHERE, future, zero, c,
+                  "ts,,=>ts");
+    return troupe_nn_ter(nn, true, TROUPE_BINOP_ARG2, *bias, TROUPE_TERNOP_WHERE, future, ninf,
+                         zero, "ts,,=>ts");
 }
 
 troupe_status_t troupe_nn_attention(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w_qkv,

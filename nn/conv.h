@@ -31,12 +31,17 @@ extern "C" {
  * its 16 transformed input matrices (16 * Cin * B * OH/2 * OW/2 values) take at most 2 MiB
  * (so a micro-step of a few samples, which keeps its passes in the core's caches: the
  * convnet's conv2 at 4 samples is 1.2 MB); else SHIFTED at stride 1 with at least 8 input
- * channels; else IM2COL. */
+ * channels; else IM2COL. IM2COL_FOLDED (anywhere, never picked by AUTO) is im2col with the batch
+ * folded into the product's columns: the copy is (KH*KW*Cin [+1], B, OH, OW), so the layer and
+ * both its gradients are one matrix product each for the whole batch instead of one per sample,
+ * plus a copy that swaps y's first two axes; it is the form for a GPU, whose GEMM step (cuBLASLt)
+ * takes one product, not a loop of them (examples/fmnist picks it on cuda). */
 typedef enum troupe_nn_conv2d_lowering {
     TROUPE_NN_CONV2D_AUTO = 0,
     TROUPE_NN_CONV2D_IM2COL,
     TROUPE_NN_CONV2D_SHIFTED,
     TROUPE_NN_CONV2D_WINOGRAD,
+    TROUPE_NN_CONV2D_IM2COL_FOLDED,
 } troupe_nn_conv2d_lowering_t;
 
 /* Per axis (h, w). stride and dilation >= 1, padding >= 0 (zeros on both sides). */

@@ -90,21 +90,39 @@ troupe_status_t troupe_nn_softmax_xent_targets(troupe_nn_t *nn, troupe_tnode_t *
     snprintf(sp[5], sizeof sp[5], "%s,%s=>%s", L, L, L);        /* rows, two operands */
     troupe_tnode_t *zv = z;
     if (n_valid < vp) {
-        /* the padded logits get -inf: probability 0, gradient 0 (a constant mask added) */
+        /* the padded logits get -inf: probability 0, gradient 0 (a mask added), computed from
+         * the positions: mask[c] = c < n_valid ? 0 : -inf. Not fetched as Vp constants: a
+         * constant fill lowers to one statement per cell, which the CUDA dialect cannot pack
+         * into a table (GPT-2: 50,304 statements). Offsets are exact in single precision up
+         * to 2^24; a larger vocabulary keeps the constant fill. */
         troupe_tnode_t *mask = NULL;
         TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "vocab_mask", 1, &vp, &mask));
         TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "valid_logits", z->ndims, z->dims, &zv));
-        double *v = calloc((size_t)vp, sizeof *v);
-        if (!v)
-            return troupe_nn_add(nn, troupe__error(TROUPE_RESOURCE_EXHAUSTED, "nn: out of memory"),
-                                 NULL);
-        for (int64_t c = n_valid; c < vp; c++)
-            v[c] = -INFINITY;
         troupe_asgn_t *t = NULL;
-        troupe_status_t st =
-            troupe_asgn_fetch_constant_fill(troupe_nn_comp(nn), mask, v, (size_t)vp, &t);
-        free(v);
-        troupe_nn_add(nn, st, &t);
+        if (vp <= (INT64_C(1) << 24)) {
+            troupe_tnode_t *pos, *valid, *nv, *zero, *ninf;
+            TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "vocab_pos", 1, &vp, &pos));
+            TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "vocab_valid", 1, &vp, &valid));
+            TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, (double)n_valid, &nv));
+            TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, 0.0, &zero));
+            TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, -INFINITY, &ninf));
+            troupe_nn_add(nn, troupe_asgn_fetch_range_over_offsets(troupe_nn_comp(nn), pos, &t),
+                          &t);
+            troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, valid, TROUPE_BINOP_CMPLT, pos, nv, "c,=>c");
+            troupe_nn_ter(nn, true, TROUPE_BINOP_ARG2, mask, TROUPE_TERNOP_WHERE, valid, zero, ninf,
+                          "c,,=>c");
+        } else {
+            double *v = calloc((size_t)vp, sizeof *v);
+            if (!v)
+                return troupe_nn_add(
+                    nn, troupe__error(TROUPE_RESOURCE_EXHAUSTED, "nn: out of memory"), NULL);
+            for (int64_t c = n_valid; c < vp; c++)
+                v[c] = -INFINITY;
+            troupe_status_t st =
+                troupe_asgn_fetch_constant_fill(troupe_nn_comp(nn), mask, v, (size_t)vp, &t);
+            free(v);
+            troupe_nn_add(nn, st, &t);
+        }
         char spec[48];
         snprintf(spec, sizeof spec, "%sc,c=>%sc", L, L);
         troupe_nn_bin(nn, true, TROUPE_BINOP_ARG2, zv, TROUPE_BINOP_ADD, z, mask, spec);

@@ -291,6 +291,21 @@ Test(nn_conv, winograd_equals_the_direct_convolution)
     c_conv_case(13, 2, 2, 4, 6, 3, 3, o, 24);
 }
 
+/* im2col with the batch folded into the columns (nn/conv.h: one product for the whole batch,
+ * the GPU's form): the forward equals the direct definition in double and both derived
+ * gradients the central differences, with and without a bias, with stride, padding and
+ * dilation, and on the convnet's second shape. */
+Test(nn_conv, im2col_folded_equals_the_direct_convolution)
+{
+    troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+    o.lowering = TROUPE_NN_CONV2D_IM2COL_FOLDED;
+    c_conv_case(14, 2, 3, 6, 8, 4, 3, o, 24);
+    c_conv_run(15, 2, 2, 5, 4, 3, 3, o, 24, false);
+    c_conv_case(16, 2, 32, 4, 3, 32, 3, o, 16);
+    troupe_nn_conv2d_opts_t p = {{2, 1}, {1, 2}, {1, 2}, TROUPE_NN_CONV2D_IM2COL_FOLDED};
+    c_conv_case(17, 2, 2, 6, 5, 2, 3, p, 1 << 20);
+}
+
 /* Whether the model's comp mentions a node with this label. */
 static bool c_has_label(const c_model_t *m, const char *label)
 {
@@ -363,7 +378,8 @@ Test(nn_conv, refuses_shapes_that_do_not_fit)
         const char *want;
     } bad[] = {{TROUPE_NN_CONV2D_WINOGRAD, 1, "the winograd lowering does not fit"},
                {TROUPE_NN_CONV2D_SHIFTED, 2, "the shifted lowering does not fit"},
-               {(troupe_nn_conv2d_lowering_t)7, 1, "lowering 7 is none of"}};
+               {(troupe_nn_conv2d_lowering_t)7, 1, "lowering 7 is none of"},
+               {(troupe_nn_conv2d_lowering_t)-1, 1, "lowering -1 is none of"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         troupe_nn_destroy(&m.nn);
         OK(troupe_nn_new(m.comp, TROUPE_PREC_DOUBLE, &m.nn));

@@ -25,7 +25,10 @@ Modes (--mode):
             processes on loopback (gloo, DistributedDataParallel), one thread and half the
             global minibatch each. The output is torch_mlp.py's (its `library` identity line,
             then `torch_peer mode=...`), made by its functions.
-Run with /usr/bin/python3 (Debian's torch 1.13). Exit status 0; 3 when torch cannot be
+  gpu       one process on CUDA device 0 (issue 32's GPU target, batch 1024): the data on the
+            device, cuDNN with its autotuner (cudnn.benchmark) and TF32 off (matmul and cuDNN),
+            as torch_mlp.py's gpu mode otherwise (each timed run between two synchronizes).
+Run with /usr/bin/python3 (Debian's torch 1.13); gpu with a CUDA build of torch. Exit status 0; 3 when torch cannot be
 imported (one line `torch_peer absent reason="..."`); 1 on another failure.
 """
 
@@ -150,6 +153,30 @@ def _run_1thread(args):
     peer._report("1thread", 1, args, peer._train(torch, _model(torch, args.seed), batches, args))
 
 
+def _run_gpu(args):
+    torch = _import_torch(1)
+    if not torch.cuda.is_available():
+        print('torch_peer absent reason="torch %s sees no CUDA device"' % torch.__version__)
+        sys.stdout.flush()
+        sys.exit(3)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    dev = torch.device("cuda", 0)
+    print('library name=torch version="%s" device="%s" cuda=%s cudnn=%s tf32=off'
+          % (torch.__version__, torch.cuda.get_device_name(dev), torch.version.cuda,
+             torch.backends.cudnn.version()))
+    B = args.batch
+    rows = max(peer.ROWS, 4 * B)
+    x, y = _synthetic(torch, rows)
+    x, y = x.to(dev), y.to(dev)
+    batches = [(x[i:i + B].contiguous(), y[i:i + B].contiguous())
+               for i in range(0, rows - B + 1, B)]
+    model = _model(torch, args.seed).to(dev)
+    peer._report("gpu", 1, args, peer._train(torch, model, batches, args,
+                                             sync=torch.cuda.synchronize))
+
+
 def _ddp_rank(rank, world, port, args):
     torch = _import_torch(1)
     import torch.distributed as dist
@@ -186,7 +213,7 @@ def _run_ddp(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mode", choices=["accuracy", "1thread", "ddp"], default="accuracy")
+    p.add_argument("--mode", choices=["accuracy", "1thread", "ddp", "gpu"], default="accuracy")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch", type=int, default=128, help="global minibatch")
@@ -203,7 +230,8 @@ def main():
     if args.batch < 2 or args.batch % (args.ranks if args.mode == "ddp" else 1) or \
             args.steps < 1 or args.runs < 1 or args.epochs < 1:
         p.error("bad sizes")
-    {"accuracy": _run_accuracy, "1thread": _run_1thread, "ddp": _run_ddp}[args.mode](args)
+    {"accuracy": _run_accuracy, "1thread": _run_1thread, "ddp": _run_ddp,
+     "gpu": _run_gpu}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 
 #include "base/alloc.h"
 #include "base/clock.h"
+#include "base/config.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "devices/cuda/nvrtc.h"
@@ -774,7 +775,8 @@ static troupe_status_t s_run_steps(troupe_dqueue_t *q, troupe_dcode_t *code, voi
         const troupe_cgen_step_t *st = &gen->steps[s];
         /* With gather indices, a GEMM step runs its kernels: they return at once after a failed
          * index check, while cuBLASLt would still write its output. */
-        if (st->kind == TROUPE_CGEN_STEP_GEMM && gen->ngathers == 0) {
+        if (st->kind == TROUPE_CGEN_STEP_GEMM &&
+            (gen->ngathers == 0 || troupe_config_cuda_gather_gemm_library())) {
             const troupe_cgen_gemm_call_t *g = &st->gemm;
             size_t es = g->prec == TROUPE_PREC_DOUBLE ? 8 : 4;
             bool has_bias = g->epilogue == TROUPE_CGEN_GEMM_EPI_BIAS ||

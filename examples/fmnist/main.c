@@ -1166,6 +1166,7 @@ int main(int argc, char **argv)
                                  ? fmnist_cnn_config_default(B, num_batches)
                                  : fmnist_mlp_config_default(B, num_batches);
     mc.fed = fmnist_feed_resolve(o->feed, o->backend);
+    mc.conv_lowering = fmnist_conv_lowering_resolve(o->backend);
     mc.changing = !o->whole_data;
     if (o->precision != TROUPE_DP_PRECISION_FP32)
         mc.compute_prec =

@@ -117,6 +117,12 @@ bool fmnist_feed_resolve(fmnist_feed_t f, const char *backend)
     return f == FMNIST_FEED_FED || (f == FMNIST_FEED_AUTO && troupe_backend_has_graphs(backend));
 }
 
+troupe_nn_conv2d_lowering_t fmnist_conv_lowering_resolve(const char *backend)
+{
+    const char *b = backend ? backend : troupe_config_backend();
+    return b && strcmp(b, "cuda") == 0 ? TROUPE_NN_CONV2D_IM2COL_FOLDED : TROUPE_NN_CONV2D_AUTO;
+}
+
 void fmnist_mlp_dp_model(const fmnist_mlp_t *m, troupe_dp_model_t *out)
 {
     *out = (troupe_dp_model_t){

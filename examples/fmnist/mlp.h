@@ -64,6 +64,7 @@
 #include "idx.h"
 #include "ir/assign.h"
 #include "ir/tnode.h"
+#include "nn/conv.h"
 #include "parallel/dp.h"
 
 #include <stdbool.h>
@@ -94,6 +95,9 @@ typedef struct fmnist_mlp_config {
     int64_t side;                      /* CNN: the image side (28) */
     int64_t conv[3];                   /* CNN: the convolutions' output channels (32, 32, 64) */
     int64_t eval_chunk;                /* CNN: images per evaluation run, 0: 500 (memory) */
+    /* CNN: the convolutions' lowering (nn/conv.h); 0: AUTO. fmnist_conv_lowering_resolve gives
+     * the trainer's choice for a backend. */
+    troupe_nn_conv2d_lowering_t conv_lowering;
     int64_t batch;                     /* rows per minibatch (one replica's share) */
     int64_t num_batches;               /* minibatches held by x_all / y_all */
     troupe_prec_t prec;                /* SINGLE, or DOUBLE (gradient checks) */
@@ -129,6 +133,11 @@ TROUPE_MUST_USE troupe_status_t fmnist_feed_parse(const char *text, fmnist_feed_
 const char *fmnist_feed_name(fmnist_feed_t f); /* "auto", "fed", "indexed" */
 /* Whether f means the fed form on backend `backend` (NULL: troupe_config_backend()). */
 bool fmnist_feed_resolve(fmnist_feed_t f, const char *backend);
+/* The convnet's convolution lowering on backend `backend` (NULL: troupe_config_backend()):
+ * IM2COL_FOLDED on cuda, whose GEMM step takes one product for the whole batch where the
+ * per-sample forms are loops of products it runs as plain kernels (35-120x slower than cuDNN on
+ * an H200, docs/trainer.md); AUTO elsewhere. */
+troupe_nn_conv2d_lowering_t fmnist_conv_lowering_resolve(const char *backend);
 
 typedef struct fmnist_mlp {
     fmnist_mlp_config_t cfg;

@@ -1,0 +1,111 @@
+/* Tests of the CUDA dialect of nn/ layers' gradient routines, without a GPU: the causal mask of
+ * attention and the padded vocabulary's mask are computed from positions, not fetched as T^2 or
+ * Vp constants (one statement per cell, which NVRTC took 431 s to compile for GPT's "default"
+ * model and could not compile at T = 1024), so the generated source does not grow with T or Vp;
+ * and NVRTC compiles it (when the toolkit is there). */
+#include "compiler/cgen.h"
+#include "compiler/lower.h"
+#include "compiler/optimize.h"
+#include "nn/attention.h"
+#include "nn/embedding.h"
+#include "nn/layers.h"
+#include "troupe_config.h"
+#if TROUPE_HAVE_CUDA
+#include "base/alloc.h"
+#include "devices/cuda/nvrtc.h"
+#endif
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+#define OK(expr) cr_assert_eq((expr), TROUPE_OK, "%s: %s", #expr, troupe_last_error())
+
+typedef struct s_case {
+    troupe_asgn_comp_t *comp;
+    troupe_nn_t *nn;
+} s_case_t;
+
+static void s_begin(s_case_t *c)
+{
+    memset(c, 0, sizeof *c);
+    OK(troupe_asgn_comp_new(&c->comp));
+    OK(troupe_nn_new(c->comp, TROUPE_PREC_SINGLE, &c->nn));
+}
+
+/* Lowers, optimizes as for the cuda driver (no Local arrays, no outer fusion), emits the CUDA
+ * dialect; returns the source length; compiles it with NVRTC when `compile`. */
+static size_t s_cuda_source(s_case_t *c, const char *name, bool compile)
+{
+    troupe_ll_proc_t *proc = NULL;
+    OK(troupe_asgn_lower(c->comp, name, &proc));
+    troupe_optimize_opts_t o;
+    troupe_optimize_opts_default(&o);
+    o.local_max_bytes = 0;
+    o.fuse_outer = false;
+    OK(troupe_ll_optimize(proc, &o));
+    troupe_cgen_options_t co = {.cuda_shared_max_bytes = 48 * 1024};
+    troupe_cgen_result_t *res = NULL;
+    OK(troupe_cgen_emit_with(proc, TROUPE_CGEN_CUDA, &co, &res));
+    size_t n = res->source_len;
+#if TROUPE_HAVE_CUDA
+    if (compile) {
+        char *ptx = NULL, *log = NULL;
+        troupe_status_t st = troupe_nvrtc_compile(res->source, name, "compute_80", &ptx, &log);
+        cr_assert_eq(st, TROUPE_OK, "nvrtc: %s\n%s", troupe_last_error(), log ? log : "");
+        troupe_free(ptx);
+        troupe_free(log);
+    }
+#else
+    (void)compile;
+#endif
+    troupe_cgen_result_destroy(&res);
+    troupe_ll_proc_destroy(&proc);
+    troupe_nn_destroy(&c->nn);
+    troupe_asgn_comp_destroy(&c->comp);
+    return n;
+}
+
+/* Causal attention over (1, T, 8), 2 heads, its output summed: forward and derived backward. */
+static size_t s_attention_source(int64_t T, bool compile)
+{
+    s_case_t c;
+    s_begin(&c);
+    troupe_tnode_t *x, *wqkv, *wp, *y = NULL, *loss;
+    OK(troupe_nn_param(c.nn, "x", 3, (int64_t[]){1, T, 8}, &x));
+    OK(troupe_nn_param(c.nn, "w_qkv", 2, (int64_t[]){24, 8}, &wqkv));
+    OK(troupe_nn_param(c.nn, "w_proj", 2, (int64_t[]){8, 8}, &wp));
+    OK(troupe_nn_begin(c.nn, "attention"));
+    OK(troupe_nn_attention(c.nn, x, wqkv, NULL, wp, NULL, 2, TROUPE_NN_OUT_IN, &y));
+    OK(troupe_nn_node(c.nn, "loss", 0, NULL, &loss));
+    OK(troupe_nn_un(c.nn, true, TROUPE_BINOP_ADD, loss, TROUPE_UNOP_IDENTITY, y, "btc=>"));
+    OK(troupe_nn_finish(c.nn, loss));
+    return s_cuda_source(&c, "attention_grad", compile);
+}
+
+/* The cross-entropy of 6 rows of Vp logits against targets, 10 of them valid. */
+static size_t s_xent_source(int64_t vp, bool compile)
+{
+    s_case_t c;
+    s_begin(&c);
+    troupe_tnode_t *z, *t, *loss = NULL;
+    OK(troupe_nn_param(c.nn, "z", 2, (int64_t[]){6, vp}, &z));
+    OK(troupe_nn_node_prec(c.nn, "targets", TROUPE_PREC_INT32, 1, (int64_t[]){6}, &t));
+    OK(troupe_nn_begin(c.nn, "loss"));
+    OK(troupe_nn_softmax_xent_targets(c.nn, z, t, 10, &loss));
+    OK(troupe_nn_finish(c.nn, loss));
+    return s_cuda_source(&c, "xent_grad", compile);
+}
+
+Test(nn_cuda_source, attention_source_does_not_grow_with_the_sequence)
+{
+    size_t small = s_attention_source(64, true), large = s_attention_source(256, false);
+    /* with the mask as constants, T = 256 added 2 (256^2 - 64^2) = 122880 statements (4 MB) */
+    cr_assert(large < small + small / 4, "T = 64: %zu bytes of CUDA, T = 256: %zu", small, large);
+}
+
+Test(nn_cuda_source, xent_source_does_not_grow_with_the_padded_vocabulary)
+{
+    size_t small = s_xent_source(16, true), large = s_xent_source(8192, false);
+    cr_assert(large < small + small / 4, "Vp = 16: %zu bytes of CUDA, Vp = 8192: %zu", small,
+              large);
+}
