@@ -2529,8 +2529,10 @@ void troupe_cgen_result_destroy(troupe_cgen_result_t **result_p)
     troupe_free(r->gemm_half_hooks_name);
     troupe_free(r->gemm_pack_hooks_name);
     troupe_free(r->gemm_brgemm_hooks_name);
-    for (size_t i = 0; i < r->nkernels; i++)
+    for (size_t i = 0; i < r->nkernels; i++) {
         troupe_free(r->kernels[i].name);
+        troupe_free(r->kernels[i].args);
+    }
     troupe_free(r->kernels);
     troupe_free(r->steps);
     for (size_t i = 0; i < r->ngathers; i++) {

@@ -339,6 +339,14 @@ typedef struct troupe_cgen_kernel {
      * them there (TROUPE_DYN_SHARED in the prelude). Over 48 KiB the kernel's
      * cudaFuncAttributeMaxDynamicSharedMemorySize must be raised to it first. */
     uint32_t dynamic_shared_bytes;
+    /* The kernel's launch arguments, in its signature's order: indices into the routine's
+     * parameters (troupe_cgen_result_t.params, ascending), only those its text names, then
+     * nparams (the routine's gather error words) when the routine has gathers. A launch passes
+     * argument j as the value of routine parameter args[j]: a routine of many nodes (GPT-2:
+     * over 500 parameters) would otherwise give every kernel every node, which made NVRTC's
+     * input 13 times larger and could pass CUDA's limit on a kernel's parameter bytes. */
+    size_t *args;
+    size_t nargs;
 } troupe_cgen_kernel_t;
 
 typedef enum troupe_cgen_step_kind {

@@ -20,6 +20,7 @@
 #include "compiler/gemm.h"
 #include "ir/ops.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -252,6 +253,119 @@ static void s_shape(troupe_cgen_kernel_t *k, int64_t ex, int64_t ey)
     k->grid[1] = s_grid(ey, k->block[1]);
 }
 
+/* Where a kernel's parameter list goes in its signature until s_put_kernel_params fills it. */
+#define S_PARAMS_MARK "\x01"
+
+/* FNV-1a of n bytes (a name's slot in s_put_kernel_params's table). */
+static size_t s_name_hash(const char *w, size_t n)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)w[i]) * 1099511628211ULL;
+    return (size_t)h;
+}
+
+/* Fills each kernel's parameter list at its mark with the routine's parameters its text (up to
+ * the next kernel's mark) names, in the routine's order, and records them as the kernel's
+ * launch arguments (troupe_cgen_kernel_t.args), the gather error words last. A name in a
+ * comment counts too: at worst an unused parameter. */
+static troupe_status_t s_put_kernel_params(troupe_cgen_result_t *r, troupe__strbuf_t *b)
+{
+    troupe_status_t st = TROUPE_OK;
+    size_t cap = 16;
+    while (cap < 2 * r->nparams + 2)
+        cap *= 2;
+    size_t *slot = troupe_malloc(cap * sizeof *slot); /* open addressing: param index + 1 */
+    bool *used = troupe_calloc(r->nparams + 1, sizeof *used);
+    troupe__strbuf_t nb = TROUPE__STRBUF_INIT;
+    if (slot == NULL || used == NULL) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        goto out;
+    }
+    memset(slot, 0, cap * sizeof *slot);
+    for (size_t i = 0; i < r->nparams; i++) {
+        const char *id = r->params[i].ident;
+        size_t h = s_name_hash(id, strlen(id)) & (cap - 1);
+        while (slot[h] != 0)
+            h = (h + 1) & (cap - 1);
+        slot[h] = i + 1;
+    }
+    const char *text = b->data != NULL ? b->data : "", *end = text + b->len;
+    const char *at = memchr(text, S_PARAMS_MARK[0], b->len);
+    troupe__strbuf_putn(&nb, text, at ? (size_t)(at - text) : b->len);
+    for (size_t k = 0; k < r->nkernels; k++) {
+        if (at == NULL) {
+            st = troupe__error(TROUPE_INTERNAL, "cgen: kernel %s has no parameter mark",
+                               r->kernels[k].name);
+            goto out;
+        }
+        const char *from = at + 1;
+        const char *next = memchr(from, S_PARAMS_MARK[0], (size_t)(end - from));
+        const char *stop = next ? next : end;
+        memset(used, 0, (r->nparams + 1) * sizeof *used);
+        for (const char *c = from; c < stop;) {
+            if (isdigit((unsigned char)*c)) { /* 12LL, 1.0f: not names */
+                while (c < stop && (isalnum((unsigned char)*c) || *c == '_' || *c == '.'))
+                    c++;
+                continue;
+            }
+            if (!isalpha((unsigned char)*c) && *c != '_') {
+                c++;
+                continue;
+            }
+            const char *w = c;
+            while (c < stop && (isalnum((unsigned char)*c) || *c == '_'))
+                c++;
+            size_t h = s_name_hash(w, (size_t)(c - w)) & (cap - 1);
+            for (; slot[h] != 0; h = (h + 1) & (cap - 1)) {
+                const char *id = r->params[slot[h] - 1].ident;
+                if (strlen(id) == (size_t)(c - w) && memcmp(id, w, (size_t)(c - w)) == 0) {
+                    used[slot[h] - 1] = true;
+                    break;
+                }
+            }
+        }
+        size_t n = r->ngathers > 0;
+        for (size_t i = 0; i < r->nparams; i++)
+            n += used[i];
+        troupe_cgen_kernel_t *kn = &r->kernels[k];
+        kn->args = troupe_malloc((n ? n : 1) * sizeof *kn->args);
+        if (kn->args == NULL) {
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+            goto out;
+        }
+        kn->nargs = 0;
+        for (size_t i = 0; i < r->nparams; i++)
+            if (used[i]) {
+                troupe__strbuf_printf(&nb, "%s%s", kn->nargs ? ", " : "", r->params[i].decl);
+                kn->args[kn->nargs++] = i;
+            }
+        if (r->ngathers > 0) {
+            if (kn->nargs > 0)
+                troupe__strbuf_puts(&nb, ", ");
+            kn->args[kn->nargs++] = r->nparams;
+        }
+        troupe__strbuf_putn(&nb, from, (size_t)(stop - from));
+        at = next;
+    }
+    if (at != NULL) {
+        st = troupe__error(TROUPE_INTERNAL, "cgen: a parameter mark without a kernel");
+        goto out;
+    }
+    if (nb.failed) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+        goto out;
+    }
+    troupe__strbuf_reset(b);
+    *b = nb;
+    nb = (troupe__strbuf_t)TROUPE__STRBUF_INIT;
+out:
+    troupe__strbuf_reset(&nb);
+    troupe_free(slot);
+    troupe_free(used);
+    return st;
+}
+
 /* Appends a kernel "<name>_k<i>" to r and writes its signature and opening brace. */
 static troupe_status_t s_open_kernel(troupe_cgen_result_t *r, troupe__strbuf_t *b,
                                      troupe_cgen_kernel_t **out)
@@ -268,11 +382,10 @@ static troupe_status_t s_open_kernel(troupe_cgen_result_t *r, troupe__strbuf_t *
     r->nkernels++;
     troupe__strbuf_puts(b, "\nextern \"C\" __global__ void ");
     troupe__strbuf_puts(b, k->name);
-    troupe__strbuf_puts(b, "(");
-    for (size_t i = 0; i < r->nparams; i++)
-        troupe__strbuf_printf(b, "%s%s", i ? ", " : "", r->params[i].decl);
+    /* the parameters the kernel's text names go at the mark (s_put_kernel_params) */
+    troupe__strbuf_putn(b, "(" S_PARAMS_MARK, 2);
     if (r->ngathers > 0) {
-        troupe__strbuf_printf(b, "%sint64_t *troupe_err)\n{\n", r->nparams ? ", " : "");
+        troupe__strbuf_puts(b, "int64_t *troupe_err)\n{\n");
         troupe__strbuf_puts(b, "    if (troupe_err[0] != 0) return; /* a gather index failed */\n");
     } else {
         troupe__strbuf_puts(b, ")\n{\n");
@@ -2185,6 +2298,8 @@ static troupe_status_t s_put_routine(troupe__cgen_t *g, troupe_cgen_result_t *r,
     }
     for (size_t i = 0; i < p.ngroups && st == TROUPE_OK; i++)
         st = s_put_group(g, r, &p, &p.groups[i], b);
+    if (st == TROUPE_OK && !b->failed)
+        st = s_put_kernel_params(r, b);
 out:
     s_plan_free(&p);
     if (st == TROUPE_OK && b->failed)
@@ -2196,7 +2311,8 @@ out:
 
 static void s_put_calling(troupe__strbuf_t *b, const troupe_cgen_result_t *r)
 {
-    troupe__strbuf_puts(b, " * Kernels (launch argument k points to parameter k), by step:\n");
+    troupe__strbuf_puts(b, " * Kernels (each takes the parameters its signature names, in the "
+                           "order above), by step:\n");
     if (r->nsteps == 0)
         troupe__strbuf_puts(b, " *   (none: the routine does nothing)\n");
     for (size_t i = 0; i < r->nsteps; i++) {

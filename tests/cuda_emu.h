@@ -273,14 +273,20 @@ static inline void troupe_emu_open(const troupe_cgen_result_t *res, troupe_emu_t
                               "\nstatic void **emu_args_%zu;\nstatic void emu_body_%zu(void)\n{\n"
                               "    (void)emu_args_%zu;\n    %s(",
                               k, k, k, kn);
-        for (size_t i = 0; i < res->nparams; i++) {
-            char type[160];
-            s_emu_param_type(&res->params[i], type, sizeof type);
-            troupe__strbuf_printf(&b, "%s*(%s*)emu_args_%zu[%zu]", i ? ", " : "", type, k, i);
+        /* the kernel's own arguments (troupe_cgen_kernel_t.args), as the cuda driver passes
+         * them: parameter args[j]'s value, the gather error words for index nparams */
+        const troupe_cgen_kernel_t *kd = &res->kernels[k];
+        for (size_t j = 0; j < kd->nargs; j++) {
+            size_t i = kd->args[j];
+            char type[160] = "int64_t *";
+            if (i < res->nparams)
+                s_emu_param_type(&res->params[i], type, sizeof type);
+            else
+                cr_assert(i == res->nparams && res->ngathers > 0 && j == kd->nargs - 1,
+                          "kernel %s: argument %zu names parameter %zu of %zu", kd->name, j, i,
+                          res->nparams);
+            troupe__strbuf_printf(&b, "%s*(%s*)emu_args_%zu[%zu]", j ? ", " : "", type, k, i);
         }
-        if (res->ngathers > 0) /* the gather error words, after the parameters */
-            troupe__strbuf_printf(&b, "%s*(int64_t **)emu_args_%zu[%zu]", res->nparams ? ", " : "",
-                                  k, res->nparams);
         troupe__strbuf_printf(&b,
                               ");\n}\n"
                               "extern \"C\" int emu_%s(void **args, unsigned gx, unsigned gy, "

@@ -2336,6 +2336,9 @@ static void s_emu_unit(const char *name, const char *kernel_name, const char *so
     kernel->block[0] = block;
     kernel->block[1] = 1;
     kernel->fixed_block = true;
+    static size_t arg0 = 0; /* the kernel takes the one parameter */
+    kernel->args = &arg0;
+    kernel->nargs = 1;
     r->dialect = TROUPE_CGEN_CUDA;
     r->source = (char *)source;
     r->source_len = strlen(source);

@@ -2,7 +2,8 @@
  * attention and the padded vocabulary's mask are computed from positions, not fetched as T^2 or
  * Vp constants (one statement per cell, which NVRTC took 431 s to compile for GPT's "default"
  * model and could not compile at T = 1024), so the generated source does not grow with T or Vp;
- * and NVRTC compiles it (when the toolkit is there). */
+ * each kernel's signature names only the parameters it uses (troupe_cgen_kernel_t.args); and
+ * NVRTC compiles the source (when the toolkit is there). */
 #include "compiler/cgen.h"
 #include "compiler/lower.h"
 #include "compiler/optimize.h"
@@ -16,6 +17,7 @@
 #endif
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #define OK(expr) cr_assert_eq((expr), TROUPE_OK, "%s: %s", #expr, troupe_last_error())
@@ -47,6 +49,30 @@ static size_t s_cuda_source(s_case_t *c, const char *name, bool compile)
     troupe_cgen_result_t *res = NULL;
     OK(troupe_cgen_emit_with(proc, TROUPE_CGEN_CUDA, &co, &res));
     size_t n = res->source_len;
+    /* each kernel's signature is its own arguments (troupe_cgen_kernel_t.args), in order, and
+     * they are fewer than the routine's parameters */
+    size_t total = 0;
+    for (size_t k = 0; k < res->nkernels; k++) {
+        const troupe_cgen_kernel_t *kn = &res->kernels[k];
+        char sig[160];
+        snprintf(sig, sizeof sig, "__global__ void %s(", kn->name);
+        const char *at = strstr(res->source, sig);
+        cr_assert_not_null(at, "no signature for %s", kn->name);
+        at += strlen(sig);
+        for (size_t j = 0; j < kn->nargs; j++) {
+            size_t i = kn->args[j];
+            const char *decl = i < res->nparams ? res->params[i].decl : "int64_t *troupe_err";
+            cr_assert(strncmp(at, decl, strlen(decl)) == 0, "%s: argument %zu is not %s: %.60s",
+                      kn->name, j, decl, at);
+            at += strlen(decl);
+            cr_assert(*at == (j + 1 < kn->nargs ? ',' : ')'), "%s: %.60s", kn->name, at);
+            at += j + 1 < kn->nargs ? 2 : 0;
+        }
+        total += kn->nargs;
+    }
+    cr_assert(res->nkernels > 1 && total < res->nkernels * res->nparams / 2,
+              "%zu kernels take %zu arguments of %zu parameters", res->nkernels, total,
+              res->nparams);
 #if TROUPE_HAVE_CUDA
     if (compile) {
         char *ptx = NULL, *log = NULL;

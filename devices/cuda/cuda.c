@@ -755,7 +755,17 @@ static troupe_status_t s_launch_kernel(troupe_dqueue_t *q, troupe_dcode_t *code,
     int a = q->drv->devs[q->ordinal].arch_index;
     dim3 grid = {kn->grid[0], kn->grid[1], 1}, block = {kn->block[0], kn->block[1], 1};
     const void *fn = (const void *)code->kernels[(size_t)a * code->gen->nkernels + k];
-    cudaError_t e = cudaLaunchKernel(fn, grid, block, kargs, kn->dynamic_shared_bytes, q->stream);
+    /* the kernel takes only the parameters it names (troupe_cgen_kernel_t.args); the launch
+     * copies the argument values, so the array may go once it returns */
+    void *sub_stack[64], **sub = sub_stack;
+    if (kn->nargs > sizeof sub_stack / sizeof sub_stack[0] &&
+        (sub = troupe_calloc(kn->nargs, sizeof *sub)) == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "launch %s: out of memory", code->name);
+    for (size_t j = 0; j < kn->nargs; j++)
+        sub[j] = kargs[kn->args[j]];
+    cudaError_t e = cudaLaunchKernel(fn, grid, block, sub, kn->dynamic_shared_bytes, q->stream);
+    if (sub != sub_stack)
+        troupe_free(sub);
     if (e != cudaSuccess)
         return troupe__cuda_fail(s_qdev(q), e,
                                  "launch %s: kernel %s (grid %ux%u, block %ux%u, %u bytes of "
@@ -766,7 +776,8 @@ static troupe_status_t s_launch_kernel(troupe_dqueue_t *q, troupe_dcode_t *code,
 }
 
 /* Runs the code's steps with the bound arguments (ptrs: device addresses; values: static
- * indices; kargs[i] points to parameter i's value, as cudaLaunchKernel wants). */
+ * indices; kargs[i] points to parameter i's value, kargs[nparams] to the gather error words;
+ * each kernel gets its own arguments from them, s_launch_kernel). */
 static troupe_status_t s_run_steps(troupe_dqueue_t *q, troupe_dcode_t *code, void **ptrs,
                                    const int64_t *values, void **kargs)
 {
