@@ -499,7 +499,8 @@ Test(nn_conv, pool_refuses_a_window_larger_than_its_input)
 
 /* conv2d (padding 1) -> relu -> maxpool 2 in single precision: forward and the three
  * gradients on each driver against the interpreter, within float rounding; 3 input channels
- * (im2col) and 16 (the shifted products, nn/conv.h). The ReLU's backward
+ * (im2col) and 16 (the shifted products, nn/conv.h), then both in im2col folded (the cuda
+ * trainer's form: one product per layer for the whole batch). The ReLU's backward
  * over (2,4,6,6) is the shape GCC 12.2 at -O3 -march=native miscompiled when the generated
  * relu gate was a `c ? x[i] : 0` select (ir/ops.c now emits a call). */
 Test(nn_conv, drivers_match_the_interpreter)
@@ -508,7 +509,9 @@ Test(nn_conv, drivers_match_the_interpreter)
     static const int64_t cins[2] = {3, 16}, couts[2] = {4, 8};
     FOR_EACH_DRIVER(drv)
     {
-        for (int ci = 0; ci < 2; ci++) {
+        for (int cl = 0; cl < 4; cl++) {
+            /* each shape in AUTO's lowering, then im2col folded (the cuda trainer's) */
+            const int ci = cl % 2;
             c_model_t m;
             c_init(&m, TROUPE_PREC_SINGLE, 21);
             const int64_t xd[4] = {2, cins[ci], 6, 6}, wd[4] = {couts[ci], cins[ci], 3, 3},
@@ -518,6 +521,7 @@ Test(nn_conv, drivers_match_the_interpreter)
             OK(troupe_nn_param(m.nn, "w", 4, wd, &m.w));
             OK(troupe_nn_param(m.nn, "b", 1, bd, &m.b));
             troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 1, 1);
+            o.lowering = cl < 2 ? TROUPE_NN_CONV2D_AUTO : TROUPE_NN_CONV2D_IM2COL_FOLDED;
             troupe_nn_pool2d_opts_t po = TROUPE_NN_POOL2D_OPTS(2, 0);
             OK(troupe_nn_begin(m.nn, "conv"));
             OK(troupe_nn_conv2d(m.nn, m.x, m.w, m.b, &o, &c));
@@ -566,8 +570,10 @@ Test(nn_conv, drivers_match_the_interpreter)
                 cr_assert(nonzero, "%s: %s is all zeros", *drv, out[i]->label[0]);
                 for (int64_t k = 0; k < n; k++)
                     cr_assert(fabs(got[k] - want[k]) <= 1e-5 * scale,
-                              "%s, %lld channels in: %s[%lld] = %.9g, interpreter %.9g", *drv,
-                              (long long)cins[ci], out[i]->label[out[i]->label_count - 1],
+                              "%s, %lld channels in, lowering %d: %s[%lld] = %.9g, "
+                              "interpreter %.9g",
+                              *drv, (long long)cins[ci], (int)o.lowering,
+                              out[i]->label[out[i]->label_count - 1],
                               (long long)k, got[k], (double)want[k]);
                 free(got);
             }
