@@ -56,6 +56,7 @@ static const char *const s_names[] = {
     "TROUPE_DEVICE",
     "TROUPE_CUDA_AWARE",
     "TROUPE_CUDA_GRAPHS",
+    "TROUPE_CUDA_GATHER_GEMM",
     "TROUPE_DP_OVERLAP",
     "TROUPE_DP_FUSED_UPDATE",
 };
