@@ -832,6 +832,15 @@ static int s_cmd_train(int argc, char **argv)
     troupe_dp_config_t dc = {.backend = t.backend, .streams = streams, .optimizer = opt,
                              .grad_accum = (int)t.grad_accum, .grad_clip = t.grad_clip,
                              .precision = t.precision};
+    /* compiling is the long wait of a model's first run (GPT-2 124M on cuda: minutes of
+     * NVRTC), silent otherwise: say so first, and how long it took */
+    double t_compile = s_now();
+    if (rank == 0) {
+        printf("gpt: compiling the training routines for backend %s (code cache %s: a "
+               "model's first run compiles, later runs load)\n",
+               t.backend ? t.backend : troupe_config_backend(), troupe_config_cache_dir());
+        fflush(stdout);
+    }
     /* rank 0's validation and sampler, built and compiled on every rank before training
      * starts: a compile on rank 0 alone, mid-run, would leave the others waiting in the
      * allreduce (the code cache makes the later compile on rank 0 a lookup) */
@@ -859,6 +868,10 @@ static int s_cmd_train(int argc, char **argv)
     }
     troupe_dp_t *dp = NULL;
     CHECK(troupe_dp_new(&dc, &model, &dp), "starting data-parallel training");
+    if (rank == 0) {
+        printf("gpt: compiled and linked in %.1f s\n", s_now() - t_compile);
+        fflush(stdout);
+    }
     if (t.resume)
         CHECK(troupe_dp_load(dp, t.resume), "resuming");
     long long first = troupe_dp_steps_done(dp);
