@@ -105,7 +105,14 @@
  *     outside the matrix; the last slice runs only its k steps); tiles grid-stride over the
  *     blocks. Each element starts from 0 (beta = 0) or its C value and adds k = 0, 1, ... in
  *     order with the nest's own operation (fma, or c + a*b rounded twice), so the fallback is
- *     bit for bit the interpreter's (cuBLASLt, when it runs the step, is not);
+ *     bit for bit the interpreter's (cuBLASLt, when it runs the step, is not). A product
+ *     below up to TROUPE_CGEN_GEMM_MAX_BATCH loops that the matcher does not take (a loop
+ *     nest from 0 with one statement a level: attention's "bhtd,bhsd=>bhts" under b and h),
+ *     or with its own merged outer loops, is a batched step (troupe_cgen_gemm_call_t.nbatch):
+ *     its tiles grid-stride over the batch points whose C blocks are disjoint, and run the
+ *     points that accumulate into one block in the nest's order inside each tile, so it too is
+ *     bit for bit the nest; the cuda driver runs a batched step on these tiles (its cuBLASLt
+ *     form is not written);
  *   - a product compiler/gemm.h refuses for its precisions alone (troupe_gemm_t.shape_ok:
  *     half, bfloat16 or fp8 operands or output, or mixed precisions, all floats) of at least
  *     TROUPE_GEMM_MIN_MACS multiply-adds, its bases as above: the same tiled kernel as a plain
@@ -357,6 +364,8 @@ typedef enum troupe_cgen_step_kind {
 
 /* Most terms a GEMM operand's base offset has (static indices; compiler/gemm.h). */
 #define TROUPE_CGEN_GEMM_MAX_TERMS 8
+/* Most batch loops a GEMM step runs its product over (troupe_cgen_gemm_call_t.nbatch). */
+#define TROUPE_CGEN_GEMM_MAX_BATCH 3
 
 /* A GEMM operand: the node's array (parameter `param`, a NODE_PTR) at element offset
  *     offset + sum_t coeff[t] * value(static index parameter static_param[t])
@@ -369,6 +378,7 @@ typedef struct troupe_cgen_gemm_operand {
     int64_t coeff[TROUPE_CGEN_GEMM_MAX_TERMS];
     bool trans;
     int64_t ld;
+    int64_t batch_stride[TROUPE_CGEN_GEMM_MAX_BATCH]; /* elements per step of batch loop b */
 } troupe_cgen_gemm_operand_t;
 
 /* What a GEMM step applies to each output element x = sum + (beta_zero ? 0 : C) after the
@@ -389,9 +399,19 @@ typedef enum troupe_cgen_gemm_epilogue {
  * from statements beside the product (an initial bias becomes beta = 0 plus the bias, added
  * after the sum: equal to the fallback kernels within float rounding; relu here gives 0 for
  * NaN and may differ in the sign of zero). */
+/* Batched (nbatch > 0): the product runs once per point of the batch loops (the nest's loops
+ * around it, compiler/gemm.h's outer loops), each operand's base moved by batch_stride[b] per
+ * step of loop b. A loop along which C does not move (its stride 0) accumulates into the same
+ * block: those run in order, outermost first, each summing into what the one before left (the
+ * nest's order, which puts them outside the product's k loops); the others write disjoint
+ * blocks. Such a step has no epilogue and beta_zero false; the cuda driver runs it on its
+ * fallback kernels (tiles that loop over the batch), not cuBLASLt, until a GPU has checked
+ * that path. */
 typedef struct troupe_cgen_gemm_call {
     troupe_prec_t prec;
     int64_t m, n, k;
+    int nbatch;
+    int64_t batch_ext[TROUPE_CGEN_GEMM_MAX_BATCH];
     bool beta_zero;
     troupe_cgen_gemm_operand_t a, b, c;
     troupe_cgen_gemm_epilogue_t epilogue;

@@ -883,11 +883,110 @@ static troupe_status_t s_put_reduce_part(troupe__cgen_t *g, const s_reduce_t *re
 
 /* ---- GEMM steps --------------------------------------------------------------------------- */
 
+/* The batch loops of a GEMM step: loops peeled off above the product (outermost first), then
+ * the product's own outer loops (compiler/gemm.h's merged nests). */
+typedef struct s_batch {
+    int n;
+    int32_t sym[TROUPE_GEMM_MAX_LOOPS + TROUPE_CGEN_GEMM_MAX_BATCH];
+    int64_t ext[TROUPE_GEMM_MAX_LOOPS + TROUPE_CGEN_GEMM_MAX_BATCH];
+} s_batch_t;
+
+/* peeled (n loops, outermost first) followed by gm's outer loops. */
+static void s_batch_of(const troupe_gemm_t *gm, const s_batch_t *peeled, s_batch_t *out)
+{
+    *out = peeled != NULL ? *peeled : (s_batch_t){0};
+    for (int o = 0; o < gm->nouter; o++) {
+        out->sym[out->n] = gm->outer_syms[o];
+        out->ext[out->n++] = gm->outer_ext[o];
+    }
+}
+
+/* Whether sym is one of the batch's loops. */
+static bool s_batch_has(const s_batch_t *bt, int32_t sym)
+{
+    for (int o = 0; o < bt->n; o++)
+        if (bt->sym[o] == sym)
+            return true;
+    return false;
+}
+
+/* The depth of sym's loop in the perfect nest from `nest` (0: nest itself), or -1. */
+static int s_loop_depth(const troupe_ll_t *nest, int32_t sym)
+{
+    int d = 0;
+    for (const troupe_ll_t *l = nest; l != NULL && l->kind == TROUPE_LL_FOR; d++) {
+        if (l->u.for_loop.sym == sym)
+            return d;
+        const troupe_ll_t *body = l->u.for_loop.body;
+        while (body != NULL && body->kind == TROUPE_LL_SEQ && body->u.seq.count == 1)
+            body = body->u.seq.items[0];
+        l = body;
+    }
+    return -1;
+}
+
+/* Fills the batch of call c from gm's outer loops (nest: the product's loop nest): false when
+ * the tiles could not run it as the nest does: too many batch loops, a stride that is negative,
+ * an accumulating batch loop inside one of the product's k loops (the sums' order would
+ * change), or batch points whose C blocks could overlap (they run in parallel). */
+static bool s_gemm_batch(const troupe_gemm_t *gm, const s_batch_t *bt, const troupe_ll_t *nest,
+                         troupe_cgen_gemm_call_t *c)
+{
+    if (bt->n == 0)
+        return true;
+    if (bt->n > TROUPE_CGEN_GEMM_MAX_BATCH || nest == NULL)
+        return false;
+    const troupe_gemm_operand_t *ops[3] = {&gm->a, &gm->b, &gm->c};
+    troupe_cgen_gemm_operand_t *outs[3] = {&c->a, &c->b, &c->c};
+    c->nbatch = bt->n;
+    int deepest_acc = -1, shallowest_k = 1 << 30;
+    for (int o = 0; o < bt->n; o++) {
+        c->batch_ext[o] = bt->ext[o];
+        for (int i = 0; i < 3; i++) {
+            outs[i]->batch_stride[o] = troupe_gemm_sym_stride(ops[i]->tn, ops[i]->idcs, bt->sym[o]);
+            if (outs[i]->batch_stride[o] < 0)
+                return false;
+        }
+        if (c->c.batch_stride[o] == 0) {
+            int d = s_loop_depth(nest, bt->sym[o]);
+            if (d < 0)
+                return false;
+            deepest_acc = d > deepest_acc ? d : deepest_acc;
+        }
+    }
+    for (int s = 0; s < gm->nsyms; s++)
+        if (troupe_gemm_sym_stride(gm->c.tn, gm->c.idcs, gm->syms[s]) == 0) { /* a k loop */
+            int d = s_loop_depth(nest, gm->syms[s]);
+            if (d < 0)
+                return false;
+            shallowest_k = d < shallowest_k ? d : shallowest_k;
+        }
+    if (deepest_acc >= shallowest_k)
+        return false;
+    /* the parallel batch loops, by stride: each steps past all the blocks of the ones below */
+    bool done[TROUPE_CGEN_GEMM_MAX_BATCH] = {false};
+    int64_t span = (c->m - 1) * gm->c.ld + c->n;
+    for (;;) {
+        int next = -1;
+        for (int o = 0; o < c->nbatch; o++)
+            if (!done[o] && c->c.batch_stride[o] > 0 && c->batch_ext[o] > 1 &&
+                (next < 0 || c->c.batch_stride[o] < c->c.batch_stride[next]))
+                next = o;
+        if (next < 0)
+            break;
+        if (c->c.batch_stride[next] < span)
+            return false;
+        span = c->c.batch_stride[next] * (c->batch_ext[next] - 1) + span;
+        done[next] = true;
+    }
+    return true;
+}
+
 /* The call's operand for o: the node's parameter and its base offset over static indices.
  * false when some other symbol moves the base (then the product is no GEMM step). */
 static bool s_gemm_operand(const troupe_cgen_result_t *r, const troupe_ll_proc_t *proc,
-                           const troupe_gemm_t *gm, const troupe_gemm_operand_t *o,
-                           troupe_cgen_gemm_operand_t *out)
+                           const troupe_gemm_t *gm, const s_batch_t *bt,
+                           const troupe_gemm_operand_t *o, troupe_cgen_gemm_operand_t *out)
 {
     memset(out, 0, sizeof *out);
     ptrdiff_t p = troupe_cgen_find_node_param(r, o->tn);
@@ -902,8 +1001,8 @@ static bool s_gemm_operand(const troupe_cgen_result_t *r, const troupe_ll_proc_t
         out->offset += idx->offset * stride;
         for (int t = 0; t < idx->nterms; t++) {
             int32_t sym = idx->terms[t].sym;
-            if (troupe_gemm_has_sym(gm, sym))
-                continue;
+            if (troupe_gemm_has_sym(gm, sym) || s_batch_has(bt, sym))
+                continue; /* the call's own loops; the batch loops: batch_stride */
             if (!proc->syms[sym].is_static)
                 return false;
             size_t sp = 0;
@@ -920,21 +1019,52 @@ static bool s_gemm_operand(const troupe_cgen_result_t *r, const troupe_ll_proc_t
     return true;
 }
 
-/* The call of product gm over the routine's parameters (operands, precision, extents; the
- * rest zero): false when an operand's base moves with a symbol other than a static index. */
+/* The call of product gm over the routine's parameters (operands, precision, extents, the
+ * batch of gm's outer loops; the rest zero): false when an operand's base moves with a symbol
+ * other than a static index or a batch loop, or the batch does not fit s_gemm_batch. nest:
+ * the product's loop nest. */
 static bool s_gemm_call(troupe__cgen_t *g, const troupe_cgen_result_t *r, const troupe_gemm_t *gm,
+                        const s_batch_t *peeled, const troupe_ll_t *nest,
                         troupe_cgen_gemm_call_t *c)
 {
     memset(c, 0, sizeof *c);
     const troupe_ll_proc_t *proc = troupe__cgen_proc(g);
-    if (!s_gemm_operand(r, proc, gm, &gm->a, &c->a) ||
-        !s_gemm_operand(r, proc, gm, &gm->b, &c->b) || !s_gemm_operand(r, proc, gm, &gm->c, &c->c))
+    s_batch_t bt;
+    s_batch_of(gm, peeled, &bt);
+    if (!s_gemm_operand(r, proc, gm, &bt, &gm->a, &c->a) ||
+        !s_gemm_operand(r, proc, gm, &bt, &gm->b, &c->b) ||
+        !s_gemm_operand(r, proc, gm, &bt, &gm->c, &c->c))
         return false;
     c->prec = gm->prec;
     c->m = gm->m;
     c->n = gm->n;
     c->k = gm->k;
-    return true;
+    return s_gemm_batch(gm, &bt, nest, c);
+}
+
+/* The loops above a product that the matcher does not take at the top of `nest` (a FOR): peels
+ * up to TROUPE_CGEN_GEMM_MAX_BATCH loops from 0, each with one statement for its body, until
+ * the nest below is a product (YES): then *gm is it, *peeled the loops. False otherwise. */
+static bool s_gemm_peel(const troupe_ll_t *nest, troupe_gemm_t *gm, s_batch_t *peeled)
+{
+    *peeled = (s_batch_t){0};
+    const troupe_ll_t *l = nest;
+    for (int d = 0; d < TROUPE_CGEN_GEMM_MAX_BATCH; d++) {
+        if (l == NULL || l->kind != TROUPE_LL_FOR || l->u.for_loop.from != 0)
+            return false;
+        peeled->sym[peeled->n] = l->u.for_loop.sym;
+        peeled->ext[peeled->n++] = l->u.for_loop.to + 1;
+        const troupe_ll_t *body = l->u.for_loop.body;
+        while (body != NULL && body->kind == TROUPE_LL_SEQ && body->u.seq.count == 1)
+            body = body->u.seq.items[0];
+        const char *why = NULL;
+        if (body != NULL && body->kind == TROUPE_LL_FOR &&
+            troupe_gemm_match(body, gm, &why) == TROUPE_GEMM_YES &&
+            peeled->n + gm->nouter <= TROUPE_CGEN_GEMM_MAX_BATCH)
+            return true;
+        l = body;
+    }
+    return false;
 }
 
 /* Whether the top-level statements from items[at] are a product the GEMM step takes, with the
@@ -948,8 +1078,19 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r,
                         troupe_gemm_epilogue_t *ep, size_t *used, troupe_cgen_step_t *step)
 {
     const char *why = NULL;
-    if (troupe_gemm_match_window(items, n, at, gm, ep, used, &why) != TROUPE_GEMM_YES ||
-        gm->factor_prec != gm->prec || /* bfloat16/half factors: no cuBLAS step yet (tiles) */
+    if (troupe_gemm_match_window(items, n, at, gm, ep, used, &why) != TROUPE_GEMM_YES) {
+        /* a product inside loops the matcher does not take (a batch: attention's heads): the
+         * product alone, over them */
+        s_batch_t peeled;
+        if (!s_gemm_peel(items[at], gm, &peeled) || gm->factor_prec != gm->prec)
+            return false;
+        memset(ep, 0, sizeof *ep);
+        *used = 1;
+        memset(step, 0, sizeof *step);
+        step->kind = TROUPE_CGEN_STEP_GEMM;
+        return s_gemm_call(g, r, gm, &peeled, items[at], &step->gemm);
+    }
+    if (gm->factor_prec != gm->prec || /* bfloat16/half factors: no cuBLAS step yet (tiles) */
         ep->zero_slice > 0 ||   /* the zeroing a kernel of its own; the product matches at at + 1 */
         ep->init_slice != NULL) /* the initial values likewise */
         return false;
@@ -963,11 +1104,21 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r,
         ep->post = NULL;
         ep->relu = false;
     }
+    if (gm->nouter > 0) {
+        /* batched: the product alone (a zeroing or initial values run as kernels of their
+         * own, the product then matches at at + 1; a post pass after it) */
+        if (pre)
+            return false;
+        if (!ep->bias_in_init)
+            ep->bias = NULL;
+        ep->post = NULL;
+        ep->relu = false;
+    }
     *used = 1 + (pre ? 1 : 0) + (ep->post != NULL ? 1 : 0);
     memset(step, 0, sizeof *step);
     step->kind = TROUPE_CGEN_STEP_GEMM;
     troupe_cgen_gemm_call_t *c = &step->gemm;
-    if (!s_gemm_call(g, r, gm, c))
+    if (!s_gemm_call(g, r, gm, NULL, items[at + (pre ? 1 : 0)], c))
         return false;
     if (ep->bias != NULL) { /* read at j from element 0: no other term (compiler/gemm.h) */
         ptrdiff_t p = troupe_cgen_find_node_param(r, ep->bias);
@@ -1090,6 +1241,33 @@ static void s_put_gemm_steps(troupe__strbuf_t *b, const s_tile_t *t, bool fma, b
     troupe__strbuf_puts(b, "                }\n");
 }
 
+/* The offsets of A, B (and C when oc is not NULL) at batch point `index` of the parallel batch
+ * loops (parallel: C moves along them) or of the accumulating ones, as int64 declarations
+ * named oa, ob, oc: the loops in order, the last the fastest. */
+static void s_put_batch_offsets(troupe__strbuf_t *b, const troupe_cgen_gemm_call_t *c,
+                                bool parallel, const char *index, const char *oa, const char *ob,
+                                const char *oc, const char *indent)
+{
+    const troupe_cgen_gemm_operand_t *ops[3] = {&c->a, &c->b, &c->c};
+    const char *names[3] = {oa, ob, oc};
+    for (int i = 0; i < 3; i++) {
+        if (names[i] == NULL)
+            continue;
+        troupe__strbuf_printf(b, "%sconst int64_t %s = 0", indent, names[i]);
+        int64_t div = 1;
+        for (int o = c->nbatch - 1; o >= 0; o--) {
+            if ((c->c.batch_stride[o] != 0) != parallel)
+                continue;
+            if (ops[i]->batch_stride[o] != 0)
+                troupe__strbuf_printf(b,
+                                      " + %s / %" PRId64 "LL %% %" PRId64 "LL * %" PRId64 "LL",
+                                      index, div, c->batch_ext[o], ops[i]->batch_stride[o]);
+            div *= c->batch_ext[o];
+        }
+        troupe__strbuf_puts(b, ";\n");
+    }
+}
+
 /* The storage precisions of a tiled product's operands A, B and C. */
 typedef struct s_gemm_precs {
     troupe_prec_t a, b, c;
@@ -1126,28 +1304,50 @@ static troupe_status_t s_put_gemm_tiled(troupe_cgen_result_t *r, const troupe_cg
     k->grid[0] = s_grid(tiles_m * tiles_n, 1);
     k->grid[1] = 1;
     k->fixed_block = true;
+    /* batched (cgen.h): the parallel batch loops (C moves) share the grid with the tiles; the
+     * accumulating ones (C stays) run in order inside each tile, between its start from C (or
+     * zero) and its store */
+    const bool batched = c->nbatch > 0;
+    int64_t npar = 1, nred = 1;
+    for (int o = 0; o < c->nbatch; o++)
+        *(c->c.batch_stride[o] != 0 ? &npar : &nred) *= c->batch_ext[o];
+    k->grid[0] = s_grid(npar * tiles_m * tiles_n, 1);
+    const char *base = batched ? "0" : "";
     troupe__strbuf_printf(b,
                           "    /* Tiles of %dx%d of C per block (%d threads, %dx%d each in "
                           "registers), %d-deep slices of A and B in shared memory; every element "
-                          "sums k = 0, 1, ... in order from %s. */\n"
+                          "sums k = 0, 1, ... in order from %s%s. */\n"
                           "    __shared__ %s gm_as[%d][%d];\n"
                           "    __shared__ %s gm_bs[%d][%d];\n"
-                          "    const %s *gm_a = ",
+                          "    const %s *gm_a%s = ",
                           t.bm, t.bn, S_GEMM_THREADS, t.tm, t.tn, t.bk,
-                          c->beta_zero ? "zero" : "C's value", ty, t.bk, t.bm + 4, ty, t.bk,
-                          t.bn + 4, troupe_prec_c_type(p->a));
+                          c->beta_zero ? "zero" : "C's value",
+                          batched ? ", over the batch points that accumulate into it in turn" : "",
+                          ty, t.bk, t.bm + 4, ty, t.bk, t.bn + 4, troupe_prec_c_type(p->a), base);
     s_put_gemm_base(r, b, &c->a);
-    troupe__strbuf_printf(b, ";\n    const %s *gm_b = ", troupe_prec_c_type(p->b));
+    troupe__strbuf_printf(b, ";\n    const %s *gm_b%s = ", troupe_prec_c_type(p->b), base);
     s_put_gemm_base(r, b, &c->b);
-    troupe__strbuf_printf(b, ";\n    %s *gm_c = ", troupe_prec_c_type(p->c));
+    troupe__strbuf_printf(b, ";\n    %s *gm_c%s = ", troupe_prec_c_type(p->c), base);
     s_put_gemm_base(r, b, &c->c);
     troupe__strbuf_printf(
         b,
         ";\n"
         "    const int gm_tid = (int)threadIdx.x, gm_tx = gm_tid %% %d, gm_ty = gm_tid / %d;\n"
         "    for (int64_t gm_tile = (int64_t)blockIdx.y * gridDim.x + blockIdx.x; gm_tile < "
-        "%" PRId64 "LL; gm_tile += (int64_t)gridDim.x * gridDim.y) {\n"
-        "        const int64_t gm_i0 = gm_tile / %" PRId64 "LL * %d, gm_j0 = gm_tile %% %" PRId64
+        "%" PRId64 "LL; gm_tile += (int64_t)gridDim.x * gridDim.y) {\n",
+        t.bn / t.tn, t.bn / t.tn, npar * tiles_m * tiles_n);
+    if (batched) {
+        troupe__strbuf_printf(b,
+                              "        const int64_t gm_p = gm_tile / %" PRId64
+                              "LL, gm_t = gm_tile %% %" PRId64 "LL;\n",
+                              tiles_m * tiles_n, tiles_m * tiles_n);
+        s_put_batch_offsets(b, c, true, "gm_p", "gm_pa", "gm_pb", "gm_pc", "        ");
+        troupe__strbuf_printf(b, "        %s *gm_c = gm_c0 + gm_pc;\n", troupe_prec_c_type(p->c));
+    }
+    const char *tile = batched ? "gm_t" : "gm_tile";
+    troupe__strbuf_printf(
+        b,
+        "        const int64_t gm_i0 = %s / %" PRId64 "LL * %d, gm_j0 = %s %% %" PRId64
         "LL * %d;\n"
         "        %s gm_acc[%d][%d];\n"
         "        for (int gm_x = 0; gm_x < %d; gm_x++)\n"
@@ -1155,8 +1355,8 @@ static troupe_status_t s_put_gemm_tiled(troupe_cgen_result_t *r, const troupe_cg
         "                const int64_t gm_i = gm_i0 + gm_ty + %d * gm_x, gm_j = gm_j0 + gm_tx + %d "
         "* "
         "gm_y;\n",
-        t.bn / t.tn, t.bn / t.tn, tiles_m * tiles_n, tiles_n, t.bm, tiles_n, t.bn, ty, t.tm, t.tn,
-        t.tm, t.tn, t.bm / t.tm, t.bn / t.tn);
+        tile, tiles_n, t.bm, tile, tiles_n, t.bn, ty, t.tm, t.tn, t.tm, t.tn, t.bm / t.tm,
+        t.bn / t.tn);
     if (c->beta_zero)
         troupe__strbuf_puts(b, "                gm_acc[gm_x][gm_y] = 0;\n");
     else
@@ -1165,8 +1365,17 @@ static troupe_status_t s_put_gemm_tiled(troupe_cgen_result_t *r, const troupe_cg
                               "LL && gm_j < %" PRId64 "LL) ? %sgm_c[gm_i * %" PRId64
                               "LL + gm_j]%s : (%s)0;\n",
                               c->m, c->n, conv_c.piece[0], c->c.ld, conv_c.piece[1], ty);
+    troupe__strbuf_puts(b, "            }\n");
+    if (batched) {
+        troupe__strbuf_printf(b, "        for (int64_t gm_r = 0; gm_r < %" PRId64 "LL; gm_r++) {\n",
+                              nred);
+        s_put_batch_offsets(b, c, false, "gm_r", "gm_ra0", "gm_rb0", NULL, "        ");
+        troupe__strbuf_printf(b,
+                              "        const %s *gm_a = gm_a0 + gm_pa + gm_ra0;\n"
+                              "        const %s *gm_b = gm_b0 + gm_pb + gm_rb0;\n",
+                              troupe_prec_c_type(p->a), troupe_prec_c_type(p->b));
+    }
     troupe__strbuf_printf(b,
-                          "            }\n"
                           "        for (int64_t gm_k0 = 0; gm_k0 < %" PRId64 "LL; gm_k0 += %d) {\n",
                           c->k, t.bk);
     s_put_gemm_load(b, &t, true, c->a.trans, c->a.ld, c->m, c->k, ty, &conv_a);
@@ -1188,6 +1397,7 @@ static troupe_status_t s_put_gemm_tiled(troupe_cgen_result_t *r, const troupe_cg
                           "            }\n"
                           "            __syncthreads();\n"
                           "        }\n"
+                          "%s"
                           "        for (int gm_x = 0; gm_x < %d; gm_x++)\n"
                           "            for (int gm_y = 0; gm_y < %d; gm_y++) {\n"
                           "                const int64_t gm_i = gm_i0 + gm_ty + %d * gm_x, gm_j = "
@@ -1198,6 +1408,7 @@ static troupe_status_t s_put_gemm_tiled(troupe_cgen_result_t *r, const troupe_cg
                           "            }\n"
                           "    }\n"
                           "}\n",
+                          batched ? "        } /* the accumulating batch points */\n" : "",
                           t.tm, t.tn, t.bm / t.tm, t.bn / t.tn, c->m, c->n, c->c.ld,
                           conv_out.piece[0], conv_out.piece[1]);
     return TROUPE_OK;
@@ -1225,13 +1436,19 @@ static troupe_status_t s_put_gemm(troupe__cgen_t *g, troupe_cgen_result_t *r,
                                   troupe_cgen_step_t *step, troupe__strbuf_t *b)
 {
     static const char *const epi[] = {"", ", then + bias", ", then relu", ", then relu(+ bias)"};
+    char batch[96] = "";
+    for (int o = 0, at = 0; o < step->gemm.nbatch && at < (int)sizeof batch; o++)
+        at += snprintf(batch + at, sizeof batch - (size_t)at, "%s%" PRId64 "%s",
+                       o ? " x " : ", over a batch of ", step->gemm.batch_ext[o],
+                       step->gemm.c.batch_stride[o] ? "" : " (accumulating)");
     troupe__strbuf_printf(
         b,
         "\n/* GEMM step: %s = %s%s x %s%s + %s (m %" PRId64 ", n %" PRId64 ", k %" PRId64
-        ")%s; the kernels below are its fallback. */\n",
+        ")%s%s; the kernels below are its fallback. */\n",
         troupe__cgen_node_ident(g, gm->c.tn), troupe__cgen_node_ident(g, gm->a.tn),
         gm->a.trans ? "^T" : "", troupe__cgen_node_ident(g, gm->b.tn), gm->b.trans ? "^T" : "",
-        step->gemm.beta_zero ? "0" : "itself", gm->m, gm->n, gm->k, epi[step->gemm.epilogue]);
+        step->gemm.beta_zero ? "0" : "itself", gm->m, gm->n, gm->k, batch,
+        epi[step->gemm.epilogue]);
     step->first_kernel = r->nkernels;
     size_t kernel = 0;
     troupe_cgen_gemm_call_t tiles = step->gemm;
@@ -1260,7 +1477,7 @@ static bool s_refused_tiles(troupe__cgen_t *g, const troupe_cgen_result_t *r, co
         return false;
     if (gm->m * gm->n * gm->k < TROUPE_GEMM_MIN_MACS)
         return false;
-    return s_gemm_call(g, r, gm, c);
+    return s_gemm_call(g, r, gm, NULL, s, c);
 }
 
 /* The kernel of a product s_refused_tiles takes: its shared-memory tiles in the operands' own

@@ -418,12 +418,25 @@ static inline double troupe_emu_gemm_epilogue(const troupe_cgen_gemm_call_t *cal
 static inline void troupe_emu_gemm_ref(const troupe_cgen_gemm_call_t *call, void **args)
 {
     bool single = call->prec == TROUPE_PREC_SINGLE;
+    size_t es = single ? 4 : 8;
+    /* each batch point in turn (compiler/cgen.h), the last loop the fastest */
+    int64_t points = 1;
+    for (int o = 0; o < call->nbatch; o++)
+        points *= call->batch_ext[o];
+    for (int64_t pt = 0; pt < points; pt++) {
     char *a = *(char **)args[call->a.param], *bm = *(char **)args[call->b.param],
          *c = *(char **)args[call->c.param];
-    size_t es = single ? 4 : 8;
     a += (size_t)troupe_emu_gemm_offset(&call->a, args) * es;
     bm += (size_t)troupe_emu_gemm_offset(&call->b, args) * es;
     c += (size_t)troupe_emu_gemm_offset(&call->c, args) * es;
+    int64_t div = 1;
+    for (int o = call->nbatch - 1; o >= 0; o--) {
+        int64_t at = pt / div % call->batch_ext[o];
+        a += (size_t)(at * call->a.batch_stride[o]) * es;
+        bm += (size_t)(at * call->b.batch_stride[o]) * es;
+        c += (size_t)(at * call->c.batch_stride[o]) * es;
+        div *= call->batch_ext[o];
+    }
     for (int64_t i = 0; i < call->m; i++)
         for (int64_t j = 0; j < call->n; j++) {
             double acc = 0;
@@ -444,6 +457,7 @@ static inline void troupe_emu_gemm_ref(const troupe_cgen_gemm_call_t *call, void
             else
                 ((double *)(void *)c)[ic] = x;
         }
+    }
 }
 
 #endif

@@ -63,6 +63,16 @@ static troupe_tnode_t *s_node(const char *label, troupe_prec_t prec, int ndims, 
     return tn;
 }
 
+static troupe_tnode_t *s_node3(const char *label, int64_t d0, int64_t d1, int64_t d2)
+{
+    int64_t dims[3] = {d0, d1, d2};
+    const char *labels[1] = {label};
+    troupe_tnode_t *tn = NULL;
+    cr_assert_eq(troupe_tnode_new(labels, 1, TROUPE_PREC_SINGLE, 3, dims, NULL, 0.0, &tn),
+                 TROUPE_OK, "%s", troupe_last_error());
+    return tn;
+}
+
 static void s_set_mode(troupe_tnode_t *tn, troupe_memory_mode_kind_t kind)
 {
     troupe_memory_mode_t m = {kind, TROUPE_MEMTYPE_UNSET_HOSTED, TROUPE_SHARING_UNSET};
@@ -2181,6 +2191,82 @@ Test(cgen, cuda_gemm_step)
     troupe_tnode_release(&a);
     troupe_tnode_release(&bm);
     troupe_tnode_release(&c);
+}
+
+/* Batched products (compiler/cgen.h): c[b,h] += a[b,h] x w[b,h] over two batch loops whose
+ * points write their own blocks (attention's per-head products), and c += a[b] x w[b] summed
+ * over b (a weight gradient over the samples). Each is one GEMM step over its batch, whose
+ * fallback tiles give the nest's results bit for bit and whose description is checked, on the
+ * host. */
+Test(cgen, cuda_batched_gemm_step)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    for (int acc = 0; acc < 2; acc++) {
+        enum { NB = 2, NH = 3, M = 16, K = 24, N = 32 };
+        const int nh = acc ? 1 : NH;
+        troupe_ll_proc_t *p = s_proc(acc ? "bgemm_acc" : "bgemm");
+        troupe_tnode_t *a = s_node3("a", NB * nh, M, K);
+        troupe_tnode_t *w = s_node3("w", NB * nh, K, N);
+        troupe_tnode_t *c =
+            acc ? s_node("c", TROUPE_PREC_SINGLE, 2, M, N) : s_node3("c", NB * nh, M, N);
+        int32_t b = troupe_ll_proc_add_symbol(p, NULL), h = troupe_ll_proc_add_symbol(p, NULL),
+                i = troupe_ll_proc_add_symbol(p, NULL), k = troupe_ll_proc_add_symbol(p, NULL),
+                j = troupe_ll_proc_add_symbol(p, NULL);
+        /* the batch axis is b * nh + h */
+        troupe_axis_index_t bh = s_ix(b);
+        bh.terms[0].coeff = nh;
+        bh.terms[1] = (troupe_index_term_t){1, h};
+        bh.nterms = 2;
+        troupe_axis_index_t ai[3] = {bh, s_ix(i), s_ix(k)}, wi[3] = {bh, s_ix(k), s_ix(j)},
+                            ci[3] = {bh, s_ix(i), s_ix(j)};
+        troupe_sc_t *cur = acc ? s_get2(p, c, s_ix(i), s_ix(j)) : troupe_sc_get(p, c, ci);
+        troupe_sc_t *v = troupe_sc_binop(
+            p, TROUPE_BINOP_ADD, cur,
+            troupe_sc_binop(p, TROUPE_BINOP_MUL, troupe_sc_get(p, a, ai), troupe_sc_get(p, w, wi)));
+        troupe_ll_t *set = acc ? s_set2(p, c, s_ix(i), s_ix(j), v) : troupe_ll_set(p, c, ci, v);
+        troupe_ll_t *nest = s_for(
+            p, b, NB, s_for(p, h, nh, s_for(p, i, M, s_for(p, k, K, s_for(p, j, N, set)))));
+        s_finish(p, nest);
+        troupe_cgen_result_t *res = s_cuda(p);
+        const troupe_cgen_step_t *st = NULL;
+        for (size_t q = 0; q < res->nsteps; q++)
+            if (res->steps[q].kind == TROUPE_CGEN_STEP_GEMM)
+                st = &res->steps[q];
+        cr_assert_not_null(st, "no GEMM step:\n%s", res->source);
+        cr_expect(st->gemm.m == M && st->gemm.n == N && st->gemm.k == K && !st->gemm.beta_zero,
+                  "%s", res->source);
+        int64_t points = 1, cstride = 0;
+        for (int o = 0; o < st->gemm.nbatch; o++) {
+            points *= st->gemm.batch_ext[o];
+            cstride += st->gemm.c.batch_stride[o];
+        }
+        cr_expect(st->gemm.nbatch >= 1 && points == NB * nh, "batch of %d loops, %lld points",
+                  st->gemm.nbatch, (long long)points);
+        cr_expect(acc ? cstride == 0 : cstride > 0, "C's batch strides sum to %lld",
+                  (long long)cstride);
+        cr_expect_not_null(strstr(res->source, "over a batch of"), "%s", res->source);
+        troupe_cgen_result_destroy(&res);
+        int64_t na = NB * nh * M * K, nw = NB * nh * K * N, nc = acc ? M * N : NB * nh * M * N;
+        float *av = malloc(sizeof(float) * (size_t)na), *wv = malloc(sizeof(float) * (size_t)nw),
+              *cv = malloc(sizeof(float) * (size_t)nc);
+        s_fill(av, na);
+        s_fill(wv, nw);
+        s_fill(cv, nc);
+        s_run_t r = {0};
+        s_bind(&r, a, av);
+        s_bind(&r, w, wv);
+        s_bind(&r, c, cv);
+        s_run(p, &r);
+        s_nvrtc_check(p);
+        free(av);
+        free(wv);
+        free(cv);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&a);
+        troupe_tnode_release(&w);
+        troupe_tnode_release(&c);
+    }
 }
 
 /* The value of category col for a max/min reduction's input (see cuda_block_max_min). */
