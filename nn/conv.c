@@ -271,35 +271,47 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
     return TROUPE_OK;
 }
 
-/* im2col with the batch folded into the product's columns: cols (rows, B, OH, OW), so that the
- * convolution is one matrix product for the whole batch, yt (Cout x B*OH*OW) = wb (Cout x rows)
- * cols (rows x B*OH*OW), then y the copy of yt with its first two axes swapped; both derived
- * gradients are one product each as well (dwb = dyt cols^T over k = B*OH*OW, dcols = wb^T dyt),
- * and the copy's gradient is the col2im scatter-add. The bias rides as a row of ones, as in the
- * per-sample form. This is the form for a GPU (cuBLASLt): the per-sample form's B small products
- * are, there, a loop the GEMM step cannot take. xp is the (padded) input. */
-static troupe_status_t s_im2col_folded(troupe_nn_t *nn, troupe_tnode_t *xp, troupe_tnode_t *w,
-                                       troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *o,
-                                       const int64_t od[2], troupe_tnode_t **out)
+/* im2col: the windows copied out once, so that the convolution is one matrix product per
+ * sample, y[b] (Cout x OH*OW) = wb (Cout x rows) cols[b] (rows x OH*OW), that the GEMM
+ * matcher hands to the library (compiler/gemm.h); so are both derived gradients (dwb summed
+ * over the samples as a loop of accumulating calls, dcols per sample), and the copy's own
+ * gradient is the col2im scatter-add into the input's gradient. With a bias, cols has a last
+ * row of ones and wb the bias as its last column: the bias is added inside the product and its
+ * gradient (the sum of dy over the samples and cells) comes out of the weight gradient's
+ * product, where a separate pass would add up an image of 4-d cells one by one. cols and wb
+ * stay materialised: inlined into the product, they would make it a nest of loops again.
+ *
+ * folded (IM2COL_FOLDED): the batch folded into the product's columns instead, cols (rows, B,
+ * OH, OW), so that the convolution is one matrix product for the whole batch, yt (Cout x
+ * B*OH*OW) = wb cols, then y the copy of yt with its first two axes swapped; both derived
+ * gradients are one product each as well (dwb = dyt cols^T over k = B*OH*OW, dcols = wb^T
+ * dyt). This is the form for a GPU (cuBLASLt), whose GEMM step takes one product. xp is the
+ * (padded) input. */
+static troupe_status_t s_im2col(troupe_nn_t *nn, troupe_tnode_t *xp, troupe_tnode_t *w,
+                                troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *o,
+                                const int64_t od[2], bool folded, troupe_tnode_t **out)
 {
     const int64_t nb = xp->dims[0], cout = w->dims[0], kh = w->dims[2], kw = w->dims[3];
     const int64_t taps = w->dims[1] * kh * kw, rows = taps + (b != NULL);
     char hi[48], wi[48], spec[160];
     s_window(hi, sizeof hi, o->stride[0], 'h', o->dilation[0], 'k');
     s_window(wi, sizeof wi, o->stride[1], 'w', o->dilation[1], 'l');
-    troupe_tnode_t *cols = NULL, *wb = NULL, *win = NULL, *yt = NULL;
+    troupe_tnode_t *cols = NULL, *wb = NULL;
     troupe_asgn_t *t = NULL;
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_node(nn, "im2col", 4, (int64_t[]){rows, nb, od[0], od[1]}, &cols));
+    const int64_t cd_sample[4] = {nb, rows, od[0], od[1]}, cd_folded[4] = {rows, nb, od[0], od[1]};
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "im2col", 4, folded ? cd_folded : cd_sample, &cols));
     TROUPE_RETURN_IF_ERROR(s_materialize(nn, cols));
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_wb", 2, (int64_t[]){cout, rows}, &wb));
     TROUPE_RETURN_IF_ERROR(s_materialize(nn, wb));
+    /* k and l index cols only inside its merged row: a (KH, KW) operand of zeros, read with
+     * ARG1, gives them their sizes */
+    troupe_tnode_t *win = NULL;
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_taps", 2, (int64_t[]){kh, kw}, &win));
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), win, 0.0, &t), &t));
     TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, win));
-    snprintf(spec, sizeof spec, "bi%s%s,kl=>(%lldi+%lldk+l)bhw", hi, wi, (long long)(kh * kw),
-             (long long)kw);
+    snprintf(spec, sizeof spec, folded ? "bi%s%s,kl=>(%lldi+%lldk+l)bhw" : "bi%s%s,kl=>b(%lldi+%lldk+l)hw",
+             hi, wi, (long long)(kh * kw), (long long)kw);
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, cols, TROUPE_BINOP_ARG1, xp, win, spec));
     if (b) {
@@ -308,7 +320,7 @@ static troupe_status_t s_im2col_folded(troupe_nn_t *nn, troupe_tnode_t *xp, trou
         TROUPE_RETURN_IF_ERROR(
             troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), one, 1.0, &t), &t));
         TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, one));
-        snprintf(spec, sizeof spec, "=>[%lld]^b^h^w", (long long)taps);
+        snprintf(spec, sizeof spec, folded ? "=>[%lld]^b^h^w" : "=>^b[%lld]^h^w", (long long)taps);
         TROUPE_RETURN_IF_ERROR(
             troupe_nn_un(nn, false, TROUPE_BINOP_ADD, cols, TROUPE_UNOP_IDENTITY, one, spec));
         TROUPE_RETURN_IF_ERROR(
@@ -320,6 +332,13 @@ static troupe_status_t s_im2col_folded(troupe_nn_t *nn, troupe_tnode_t *xp, trou
     snprintf(spec, sizeof spec, "oikl=>o(%lldi+%lldk+l)", (long long)(kh * kw), (long long)kw);
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_un(nn, b == NULL, TROUPE_BINOP_ADD, wb, TROUPE_UNOP_IDENTITY, w, spec));
+    if (!folded) {
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
+        return troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, wb, cols,
+                             "oj,bjhw=>bohw");
+    }
+    troupe_tnode_t *yt = NULL;
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_node(nn, "conv2d_folded", 4, (int64_t[]){cout, nb, od[0], od[1]}, &yt));
     TROUPE_RETURN_IF_ERROR(s_materialize(nn, yt));
@@ -409,61 +428,5 @@ troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
     troupe_tnode_t *xp = x;
     if (o->padding[0] || o->padding[1])
         TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], &xp));
-    if (low == TROUPE_NN_CONV2D_IM2COL_FOLDED)
-        return s_im2col_folded(nn, xp, w, b, o, od, out);
-    const int64_t nb = x->dims[0], cout = w->dims[0], kh = w->dims[2], kw = w->dims[3];
-    const int64_t taps = w->dims[1] * kh * kw, rows = taps + (b != NULL);
-    char hi[48], wi[48], spec[160];
-    s_window(hi, sizeof hi, o->stride[0], 'h', o->dilation[0], 'k');
-    s_window(wi, sizeof wi, o->stride[1], 'w', o->dilation[1], 'l');
-    /* im2col: the windows copied out once, so that the convolution is one matrix product per
-     * sample, y[b] (Cout x OH*OW) = wb (Cout x rows) cols[b] (rows x OH*OW), that the GEMM
-     * matcher hands to the library (compiler/gemm.h); so are both derived gradients (dwb
-     * summed over the samples as a loop of accumulating calls, dcols per sample), and the
-     * copy's own gradient is the col2im scatter-add into the input's gradient. With a bias,
-     * cols has a last row of ones and wb the bias as its last column: the bias is added inside
-     * the product and its gradient (the sum of dy over the samples and cells) comes out of
-     * the weight gradient's product, where a separate pass would add up an image of 4-d
-     * cells one by one. cols and wb stay materialised: inlined into the product, they would
-     * make it a nest of loops again. */
-    troupe_tnode_t *cols = NULL, *wb = NULL;
-    troupe_asgn_t *t = NULL;
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_node(nn, "im2col", 4, (int64_t[]){nb, rows, od[0], od[1]}, &cols));
-    TROUPE_RETURN_IF_ERROR(s_materialize(nn, cols));
-    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_wb", 2, (int64_t[]){cout, rows}, &wb));
-    TROUPE_RETURN_IF_ERROR(s_materialize(nn, wb));
-    /* k and l index cols only inside its merged row: a (KH, KW) operand of zeros, read with
-     * ARG1, gives them their sizes */
-    troupe_tnode_t *win = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_taps", 2, (int64_t[]){kh, kw}, &win));
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), win, 0.0, &t), &t));
-    TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, win));
-    snprintf(spec, sizeof spec, "bi%s%s,kl=>b(%lldi+%lldk+l)hw", hi, wi, (long long)(kh * kw),
-             (long long)kw);
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, cols, TROUPE_BINOP_ARG1, xp, win, spec));
-    if (b) {
-        troupe_tnode_t *one = NULL;
-        TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_one", 1, (int64_t[]){1}, &one));
-        TROUPE_RETURN_IF_ERROR(
-            troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), one, 1.0, &t), &t));
-        TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, one));
-        snprintf(spec, sizeof spec, "=>^b[%lld]^h^w", (long long)taps);
-        TROUPE_RETURN_IF_ERROR(
-            troupe_nn_un(nn, false, TROUPE_BINOP_ADD, cols, TROUPE_UNOP_IDENTITY, one, spec));
-        TROUPE_RETURN_IF_ERROR(
-            troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), wb, 0.0, &t), &t));
-        snprintf(spec, sizeof spec, "o=>o[%lld]", (long long)taps);
-        TROUPE_RETURN_IF_ERROR(
-            troupe_nn_un(nn, false, TROUPE_BINOP_ADD, wb, TROUPE_UNOP_IDENTITY, b, spec));
-    }
-    snprintf(spec, sizeof spec, "oikl=>o(%lldi+%lldk+l)", (long long)(kh * kw), (long long)kw);
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_un(nn, b == NULL, TROUPE_BINOP_ADD, wb, TROUPE_UNOP_IDENTITY, w, spec));
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
-    return troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, wb, cols,
-                         "oj,bjhw=>bohw");
+    return s_im2col(nn, xp, w, b, o, od, low == TROUPE_NN_CONV2D_IM2COL_FOLDED, out);
 }

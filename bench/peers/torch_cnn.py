@@ -155,17 +155,8 @@ def _run_1thread(args):
 
 def _run_gpu(args):
     torch = _import_torch(1)
-    if not torch.cuda.is_available():
-        print('torch_peer absent reason="torch %s sees no CUDA device"' % torch.__version__)
-        sys.stdout.flush()
-        sys.exit(3)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
-    dev = torch.device("cuda", 0)
-    print('library name=torch version="%s" device="%s" cuda=%s cudnn=%s tf32=off'
-          % (torch.__version__, torch.cuda.get_device_name(dev), torch.version.cuda,
-             torch.backends.cudnn.version()))
+    torch.backends.cudnn.benchmark = True  # cuDNN's autotuner: its best algorithms
+    dev = peer._gpu_device(torch, cudnn=True)
     B = args.batch
     rows = max(peer.ROWS, 4 * B)
     x, y = _synthetic(torch, rows)

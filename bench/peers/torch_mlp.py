@@ -205,8 +205,9 @@ def _one_thread(args):
     _report("1thread", 1, args, _train(torch, _model(torch), batches, args))
 
 
-def _gpu(args):
-    torch = _import_torch()
+def _gpu_device(torch, cudnn=False):
+    """CUDA device 0 with TF32 off (matmul and cuDNN, as troupe's fp32), its identity printed
+    (with cuDNN's version when cudnn); exit status 3 with one line when torch sees no device."""
     if not torch.cuda.is_available():
         print('torch_peer absent reason="torch %s sees no CUDA device"' % torch.__version__)
         sys.stdout.flush()
@@ -214,8 +215,15 @@ def _gpu(args):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda", 0)
-    print('library name=torch version="%s" device="%s" cuda=%s tf32=off'
-          % (torch.__version__, torch.cuda.get_device_name(dev), torch.version.cuda))
+    print('library name=torch version="%s" device="%s" cuda=%s%s tf32=off'
+          % (torch.__version__, torch.cuda.get_device_name(dev), torch.version.cuda,
+             " cudnn=%s" % torch.backends.cudnn.version() if cudnn else ""))
+    return dev
+
+
+def _gpu(args):
+    torch = _import_torch()
+    dev = _gpu_device(torch)
     B = args.batch
     rows = max(ROWS, 4 * B)
     x, y = _data(torch, rows)
