@@ -5,8 +5,8 @@
  * GEMMs only and with the im2col / col2im copies. Not a test: it prints a table (best of
  * --reps runs, default 3) and asserts nothing.
  *
- * Usage: bench_conv [reps [lowering [only]]]: lowering auto (default), im2col, shifted or
- * winograd forces troupe's lowering where it fits (a conv it does not fit runs AUTO and says
+ * Usage: bench_conv [reps [lowering [only]]]: lowering auto (default), im2col, shifted,
+ * winograd or folded (IM2COL_FOLDED) forces troupe's lowering where it fits (a conv it does not fit runs AUTO and says
  * so); `only` names one conv (1, 2 or 3) and skips the libraries' columns, and a fourth
  * argument `fwd` times troupe's forward alone (its GFLOP/s column then counts 3 passes). Generated
  * code lands in $TROUPE_CACHE_DIR or ./bench-conv-cache, where `grep -c troupe_sgemm` tells which
@@ -239,9 +239,9 @@ int main(int argc, char **argv)
     int reps = argc > 1 ? atoi(argv[1]) : 3;
     if (reps < 1)
         reps = 1;
-    static const char *const lows[4] = {"auto", "im2col", "shifted", "winograd"};
+    static const char *const lows[5] = {"auto", "im2col", "shifted", "winograd", "folded"};
     troupe_nn_conv2d_lowering_t low = TROUPE_NN_CONV2D_AUTO;
-    for (int i = 0; argc > 2 && i < 4; i++)
+    for (int i = 0; argc > 2 && i < 5; i++)
         if (strcmp(argv[2], lows[i]) == 0)
             low = (troupe_nn_conv2d_lowering_t)i;
     int only = argc > 3 ? atoi(argv[3]) : 0;

@@ -910,6 +910,14 @@ static bool s_batch_has(const s_batch_t *bt, int32_t sym)
     return false;
 }
 
+/* s itself, or the one statement inside SEQs of one item each. */
+static const troupe_ll_t *s_only_statement(const troupe_ll_t *s)
+{
+    while (s != NULL && s->kind == TROUPE_LL_SEQ && s->u.seq.count == 1)
+        s = s->u.seq.items[0];
+    return s;
+}
+
 /* The depth of sym's loop in the perfect nest from `nest` (0: nest itself), or -1. */
 static int s_loop_depth(const troupe_ll_t *nest, int32_t sym)
 {
@@ -917,9 +925,7 @@ static int s_loop_depth(const troupe_ll_t *nest, int32_t sym)
     for (const troupe_ll_t *l = nest; l != NULL && l->kind == TROUPE_LL_FOR; d++) {
         if (l->u.for_loop.sym == sym)
             return d;
-        const troupe_ll_t *body = l->u.for_loop.body;
-        while (body != NULL && body->kind == TROUPE_LL_SEQ && body->u.seq.count == 1)
-            body = body->u.seq.items[0];
+        const troupe_ll_t *body = s_only_statement(l->u.for_loop.body);
         l = body;
     }
     return -1;
@@ -1054,9 +1060,7 @@ static bool s_gemm_peel(const troupe_ll_t *nest, troupe_gemm_t *gm, s_batch_t *p
             return false;
         peeled->sym[peeled->n] = l->u.for_loop.sym;
         peeled->ext[peeled->n++] = l->u.for_loop.to + 1;
-        const troupe_ll_t *body = l->u.for_loop.body;
-        while (body != NULL && body->kind == TROUPE_LL_SEQ && body->u.seq.count == 1)
-            body = body->u.seq.items[0];
+        const troupe_ll_t *body = s_only_statement(l->u.for_loop.body);
         const char *why = NULL;
         if (body != NULL && body->kind == TROUPE_LL_FOR &&
             troupe_gemm_match(body, gm, &why) == TROUPE_GEMM_YES &&
@@ -1097,18 +1101,13 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r,
     if (ep->init != NULL && ep->bias_axis != TROUPE_GEMM_BIAS_N)
         return false; /* the init runs as a kernel; the product matches at at + 1 */
     bool pre = ep->beta_zero || ep->init != NULL;
-    if (ep->post != NULL && (ep->d != gm->c.tn || (!ep->bias_in_init && ep->bias != NULL &&
-                                                   ep->bias_axis != TROUPE_GEMM_BIAS_N))) {
-        if (!ep->bias_in_init)
-            ep->bias = NULL;
-        ep->post = NULL;
-        ep->relu = false;
-    }
-    if (gm->nouter > 0) {
-        /* batched: the product alone (a zeroing or initial values run as kernels of their
-         * own, the product then matches at at + 1; a post pass after it) */
-        if (pre)
-            return false;
+    /* batched: the product alone (a zeroing or initial values run as kernels of their own, the
+     * product then matches at at + 1; a post pass after it, below) */
+    if (gm->nouter > 0 && pre)
+        return false;
+    if (ep->post != NULL &&
+        (gm->nouter > 0 || ep->d != gm->c.tn ||
+         (!ep->bias_in_init && ep->bias != NULL && ep->bias_axis != TROUPE_GEMM_BIAS_N))) {
         if (!ep->bias_in_init)
             ep->bias = NULL;
         ep->post = NULL;
@@ -1301,7 +1300,6 @@ static troupe_status_t s_put_gemm_tiled(troupe_cgen_result_t *r, const troupe_cg
     k->extent[1] = c->m;
     k->block[0] = S_GEMM_THREADS;
     k->block[1] = 1;
-    k->grid[0] = s_grid(tiles_m * tiles_n, 1);
     k->grid[1] = 1;
     k->fixed_block = true;
     /* batched (cgen.h): the parallel batch loops (C moves) share the grid with the tiles; the

@@ -785,9 +785,9 @@ static troupe_status_t s_run_steps(troupe_dqueue_t *q, troupe_dcode_t *code, voi
     for (size_t s = 0; s < gen->nsteps; s++) {
         const troupe_cgen_step_t *st = &gen->steps[s];
         /* With gather indices, a GEMM step runs its kernels: they return at once after a failed
-         * index check, while cuBLASLt would still write its output. */
-        /* A batched step (compiler/cgen.h) runs its fallback tiles: its cuBLASLt form has not
-         * been written and checked on a GPU yet. */
+         * index check, while cuBLASLt would still write its output (unless
+         * TROUPE_CUDA_GATHER_GEMM=library). A batched step (compiler/cgen.h) runs its fallback
+         * tiles: its cuBLASLt form has not been written and checked on a GPU yet. */
         if (st->kind == TROUPE_CGEN_STEP_GEMM && st->gemm.nbatch == 0 &&
             (gen->ngathers == 0 || troupe_config_cuda_gather_gemm_library())) {
             const troupe_cgen_gemm_call_t *g = &st->gemm;
