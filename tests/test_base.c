@@ -267,6 +267,16 @@ Test(config, malformed_environment_keeps_default_and_names_variable)
     setenv("TROUPE_CUDA_GRAPHS", "off", 1);
     cr_assert_eq(troupe_config_reload(), TROUPE_OK, "%s", troupe_last_error());
     unsetenv("TROUPE_CUDA_GRAPHS");
+    setenv("TROUPE_CUDA_GATHER_GEMM", "cublas", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "TROUPE_CUDA_GATHER_GEMM='cublas'") != NULL, "%s",
+              troupe_last_error());
+    cr_assert(!troupe_config_cuda_gather_gemm_library(),
+              "a malformed value keeps the default (tiles)");
+    setenv("TROUPE_CUDA_GATHER_GEMM", "library", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert(troupe_config_cuda_gather_gemm_library());
+    unsetenv("TROUPE_CUDA_GATHER_GEMM");
     setenv("TROUPE_GEMM", "blas", 1);
     cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);
     cr_assert(strstr(troupe_last_error(), "TROUPE_GEMM='blas'") != NULL, "%s",
