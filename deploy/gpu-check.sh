@@ -32,7 +32,8 @@
 #               random tokens) on cuda, its GEMM steps on troupe's tiles and on cuBLASLt
 #               (TROUPE_CUDA_GATHER_GEMM), against torch_gpt.py --device cuda (SDPA, fused
 #               AdamW, TF32 off): per-step times from the step lines' arrival (the median)
-#               and both sides' losses                                            -> models.log
+#               and both sides' losses; then, where the toolkit has Nsight Compute (ncu), the
+#               time of each kernel of one 124M step, largest first               -> models.log
 #   8. cpu      build-gpu/bench/bench_train --scaling 2,4,8,16 on the host's cores: weak
 #               scaling against independent processes, with the optimizer step unfused,
 #               and as one process of as many streams; PyTorch one thread      -> cpu.log
@@ -45,7 +46,7 @@
 #   --debs DIR      unpack every DIR/*.deb into / first (dpkg -x; for a machine without a package
 #                   registry: OpenBLAS and libxsmm for the cpu phase's GEMMs), then ldconfig
 #   --budget S      total seconds for the phases (default 540); each phase gets what is left,
-#                   capped: build 180, tests 180, bench 90, train 90, job 120, models 300,
+#                   capped: build 180, tests 180, bench 90, train 90, job 120, models 420,
 #                   cpu 180
 #   --phases LIST   comma-separated subset of facts,build,tests,bench,train,job,models,cpu
 #                   (default all)
@@ -127,6 +128,7 @@ facts() {
     --format=csv || true
   nvcc --version | tail -2 || true
   echo "cores: $(nproc)"
+  ls /usr/local/cuda/bin 2>/dev/null | tr '\n' ' '; echo
 }
 export -f facts
 phase facts 30 facts.log facts
@@ -270,11 +272,37 @@ PY
              r /= b[2]; if (r > x) x = r; n++ }
            END { printf "gpt-124m troupe %s vs torch: %d losses, max relative difference %.3g\n", m, n, x }'
   done
-  tar czf "$out/models-logs.tgz" -C "$w" $(cd "$w" && ls *.log) 2>/dev/null
+  # a kernel profile of two 124M steps (the code cache is warm by now) with Nsight Compute,
+  # when the toolkit has it: each kernel's time (gpu__time_duration, clocks and caches as they
+  # are), summed by kernel over the second step, largest first
+  local ncu
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  if [ -n "$ncu" ]; then
+    echo "== gpt-124m: kernel profile of the second of 2 steps ($ncu)"
+    TROUPE_CUDA_GATHER_GEMM=library timeout 150 "$ncu" --metrics gpu__time_duration.sum --csv \
+      --print-units base --clock-control none --cache-control none --log-file "$w/g124-ncu.csv" \
+      "$g" train --model "$w/g124.bin" --data "$w/rand.bin" --batch 8 --seq 1024 --steps 2 \
+      --backend cuda --streams 1 > "$w/g124-ncu.log" 2>&1 || { rc=1; tail -5 "$w/g124-ncu.log"; }
+    "$py" - "$w/g124-ncu.csv" <<'PY' || rc=1
+import collections, csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14 and r[0] != "ID"]
+feeds = [i for i, r in enumerate(rows) if r[4].startswith("dp_feed")]
+step = rows[feeds[-1]:] if feeds else rows
+t = collections.Counter(); n = collections.Counter()
+for r in step:
+    t[r[4][:90]] += float(r[14].replace(",", "")) / 1e6; n[r[4][:90]] += 1
+print("gpt-124m profile: %d kernels, %.2f ms of kernels in the step" % (len(step), sum(t.values())))
+for k, v in t.most_common(25):
+    print("  %9.3f ms %4d x %s" % (v, n[k], k))
+PY
+  else
+    echo "== gpt-124m: no ncu on this machine, no kernel profile"
+  fi
+  tar czf "$out/models-logs.tgz" -C "$w" $(cd "$w" && ls *.log *.csv 2>/dev/null) 2>/dev/null
   return $rc
 }
 export -f models_check
-phase models 300 models.log models_check
+phase models 420 models.log models_check
 grep -E '^bench=|^gpt-|^cnn |^library|^peer=' "$out/models.log" 2>/dev/null | sed 's/^/models: /' >> "$summary"
 phase cpu 180 cpu.log "$build/bench/bench_train" --scaling 2,4,8,16
 grep -E '^bench=|^library|not measured' "$out/cpu.log" 2>/dev/null >> "$summary"

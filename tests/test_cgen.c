@@ -2755,7 +2755,8 @@ Test(nvrtc, include_path_resolves_cuda_headers)
  * at another element after a barrier); a statement reading three of them opens the next launch;
  * a segment whose Local array passes the shared memory runs on one thread. Each launch layout
  * is checked bit for bit against C and the interpreter (s_run: planned grid, small reversed
- * grid), and the count against the same routine with sharing off. */
+ * grid), and the count against the same routine with sharing off. The first launch's five parts
+ * find theirs by a table of their ranges (s_put_horizontal). */
 Test(cgen, cuda_shared_launches_and_segments)
 {
     if (!troupe_emu_available())
@@ -2846,6 +2847,9 @@ Test(cgen, cuda_shared_launches_and_segments)
     /* 300x5 map: 6 blocks; zero: 1; reduction: 5 outputs; sequential: 1; segment: 1 */
     cr_expect_eq(k[0].extent[0], 14);
     cr_expect_eq(k[0].grid[0], 14);
+    /* five parts: a virtual block finds its part in a table of the ranges' ends, then a switch */
+    cr_expect_not_null(strstr(res->source, "_k0_hz_end[5] = {6LL, 7LL, 12LL, 13LL, 14LL};"), "%s",
+                       res->source);
     cr_expect(!k[1].fixed_block && !k[1].one_thread && k[1].extent[0] == 300);
     cr_expect(k[2].one_thread && k[2].block[0] == 1);
     cr_expect_not_null(strstr(res->source, "__shared__ float n"), "%s", res->source);
