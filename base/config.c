@@ -62,7 +62,7 @@ static atomic_int s_cuda_aware; /* troupe_cuda_aware_t */
 static atomic_int s_dp_overlap; /* troupe_dp_overlap_t */
 static atomic_bool s_dp_fused_update;
 static atomic_bool s_cuda_graphs_off; /* TROUPE_CUDA_GRAPHS=off */
-static atomic_bool s_cuda_gather_gemm_library; /* TROUPE_CUDA_GATHER_GEMM=library */
+static atomic_int s_cuda_gather_gemm; /* TROUPE_CUDA_GATHER_GEMM (troupe_cuda_gather_gemm_t) */
 static atomic_bool s_flush_denormals;
 static atomic_size_t s_stack_threshold;
 static atomic_bool s_fuse_outer;        /* TROUPE_LOOP_FUSION=all (true) or same-space */
@@ -137,7 +137,7 @@ static void s_load(void)
     atomic_store(&s_dp_overlap, TROUPE_DP_OVERLAP_AUTO);
     atomic_store(&s_dp_fused_update, true);
     atomic_store(&s_cuda_graphs_off, false);
-    atomic_store(&s_cuda_gather_gemm_library, false);
+    atomic_store(&s_cuda_gather_gemm, TROUPE_CUDA_GATHER_GEMM_CHECKED);
     atomic_store(&s_flush_denormals, true);
     atomic_store(&s_stack_threshold, (size_t)16384);
     atomic_store(&s_fuse_outer, true);
@@ -234,9 +234,11 @@ static void s_load(void)
     /* the cuda driver's GEMM steps in routines with gather indices (devices/cuda/cuda.c) */
     if ((v = getenv("TROUPE_CUDA_GATHER_GEMM")) != NULL) {
         if (strcmp(v, "library") == 0)
-            atomic_store(&s_cuda_gather_gemm_library, true);
-        else if (strcmp(v, "tiles") != 0)
-            s_bad("TROUPE_CUDA_GATHER_GEMM", v, "expected tiles or library");
+            atomic_store(&s_cuda_gather_gemm, TROUPE_CUDA_GATHER_GEMM_LIBRARY);
+        else if (strcmp(v, "tiles") == 0)
+            atomic_store(&s_cuda_gather_gemm, TROUPE_CUDA_GATHER_GEMM_TILES);
+        else if (strcmp(v, "checked") != 0)
+            s_bad("TROUPE_CUDA_GATHER_GEMM", v, "expected checked, tiles or library");
     }
     if ((v = getenv("TROUPE_GEMM")) != NULL) {
         if (strcmp(v, "library") == 0)
@@ -430,10 +432,10 @@ bool troupe_config_cuda_graphs_off(void)
     return atomic_load(&s_cuda_graphs_off);
 }
 
-bool troupe_config_cuda_gather_gemm_library(void)
+troupe_cuda_gather_gemm_t troupe_config_cuda_gather_gemm(void)
 {
     troupe__config_ensure_loaded();
-    return atomic_load(&s_cuda_gather_gemm_library);
+    return (troupe_cuda_gather_gemm_t)atomic_load(&s_cuda_gather_gemm);
 }
 
 troupe_dp_overlap_t troupe_config_dp_overlap(void)

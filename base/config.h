@@ -148,12 +148,21 @@ bool troupe_config_dp_fused_update(void);
 /* TROUPE_CUDA_GRAPHS=off (default auto): the graph policy's starting mode, which
  * troupe_driver_set_graphs (devices/device.h) overrides. */
 bool troupe_config_cuda_graphs_off(void);
-/* TROUPE_CUDA_GATHER_GEMM=tiles|library (default tiles): how the cuda driver runs the GEMM steps
- * of a routine with gather indices. tiles: its own shared-memory tiles, which return at once
- * after a failed index check, so nothing of the routine is written; library: cuBLASLt, as in
- * every other routine, faster, but a failed check then leaves the products' outputs written
- * (from stale inputs) while the step still fails with the index error (docs/cuda.md). */
-bool troupe_config_cuda_gather_gemm_library(void);
+/* TROUPE_CUDA_GATHER_GEMM=checked|tiles|library (default checked): how the cuda driver runs the
+ * GEMM steps of a routine with gather indices, whose first kernel checks every index before
+ * anything is written. checked: the host waits for that check (one round trip per launch,
+ * bounded by TROUPE_TIMEOUT_S), then runs the products on cuBLASLt, or nothing more when an
+ * index failed, so nothing of the routine is written; inside a CUDA graph capture, where it
+ * cannot wait, as tiles. tiles: troupe's shared-memory tiles, which return at once after a
+ * failed check (no wait). library: cuBLASLt without the wait, so a failed check leaves the
+ * products' outputs written from stale inputs (the step still fails with the index error).
+ * docs/cuda.md. */
+typedef enum troupe_cuda_gather_gemm {
+    TROUPE_CUDA_GATHER_GEMM_CHECKED = 0,
+    TROUPE_CUDA_GATHER_GEMM_TILES,
+    TROUPE_CUDA_GATHER_GEMM_LIBRARY,
+} troupe_cuda_gather_gemm_t;
+troupe_cuda_gather_gemm_t troupe_config_cuda_gather_gemm(void);
 const char *troupe_config_dp_overlap_name(troupe_dp_overlap_t mode); /* "auto", "on", "off" */
 /* mode != TROUPE_GEMM_MODE_GENERATED. */
 bool troupe_config_gemm_library(void);

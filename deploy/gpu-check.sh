@@ -29,9 +29,9 @@
 #               --backend cuda (batches 128 and 1024 against torch_cnn.py --mode gpu, cuDNN);
 #               one short fmnist --model cnn epoch on cuda and on cpu (their losses and
 #               accuracies side by side); then GPT-2 124M's config (random init, B=8, T=1024,
-#               random tokens) on cuda, its GEMM steps on troupe's tiles and on cuBLASLt
-#               (TROUPE_CUDA_GATHER_GEMM), against torch_gpt.py --device cuda (SDPA, fused
-#               AdamW, TF32 off): per-step times from the step lines' arrival (the median)
+#               random tokens) on cuda, its GEMM steps on cuBLASLt after the index check,
+#               on troupe's tiles and on cuBLASLt unchecked (TROUPE_CUDA_GATHER_GEMM),
+#               against torch_gpt.py --device cuda (SDPA, fused AdamW, TF32 off): per-step times from the step lines' arrival (the median)
 #               and both sides' losses; then, where the toolkit has Nsight Compute (ncu), the
 #               time of each kernel of one 124M step, largest first               -> models.log
 #   8. cpu      build-gpu/bench/bench_train --scaling 2,4,8,16 on the host's cores: weak
@@ -252,8 +252,9 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
     f.write(struct.pack("<%dH" % n, *(r.randrange(50257) for _ in range(n))))
 PY
-  # the GEMM steps of the gradient routine (it has gathers) on troupe's tiles, then cuBLASLt
-  for mode in tiles library; do
+  # the GEMM steps of the gradient routine (it has gathers): cuBLASLt after the index check
+  # (the default), troupe's tiles, cuBLASLt unchecked
+  for mode in checked tiles library; do
     local t0=$EPOCHREALTIME
     TROUPE_CUDA_GATHER_GEMM=$mode timeout 200 stdbuf -oL "$g" train --model "$w/g124.bin" \
       --data "$w/rand.bin" --batch 8 --seq 1024 --steps 10 --backend cuda --streams 1 2>&1 |
@@ -265,7 +266,7 @@ PY
   timeout 120 "$py" "$root/bench/peers/torch_gpt.py" --model "$w/g124.bin" --data "$w/rand.bin" \
     --batch 8 --seq 1024 --steps 10 --warmup 3 --device cuda > "$w/g124-torch.log" 2>&1 || rc=1
   grep -E '^library|step=(0|1|2|12) |^peer=|rror' "$w/g124-torch.log" | head -8
-  for mode in tiles library; do
+  for mode in checked tiles library; do
     paste -d' ' <(grep -o 'step=[0-9]* loss=[^ ]*' "$w/g124-$mode.log") \
       <(grep '^step=' "$w/g124-torch.log") |
       awk -v m=$mode 'NF == 4 { split($2, a, "="); split($4, b, "="); r = a[2] - b[2]; if (r < 0) r = -r;
@@ -279,7 +280,7 @@ PY
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   if [ -n "$ncu" ]; then
     echo "== gpt-124m: kernel profile of the second of 2 steps ($ncu)"
-    TROUPE_CUDA_GATHER_GEMM=library timeout 150 "$ncu" --metrics gpu__time_duration.sum --csv \
+    timeout 150 "$ncu" --metrics gpu__time_duration.sum --csv \
       --print-units base --clock-control none --cache-control none --log-file "$w/g124-ncu.csv" \
       "$g" train --model "$w/g124.bin" --data "$w/rand.bin" --batch 8 --seq 1024 --steps 2 \
       --backend cuda --streams 1 > "$w/g124-ncu.log" 2>&1 || { rc=1; tail -5 "$w/g124-ncu.log"; }

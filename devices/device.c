@@ -23,8 +23,9 @@ static const troupe_config_var_t s_env_vars[] = {
      "the device ordinals this rank uses"},
     {"TROUPE_CUDA_GRAPHS", "devices", "choice", "auto", "auto|off", "troupe_driver_set_graphs",
      "replay a routine run twice alike as a CUDA graph"},
-    {"TROUPE_CUDA_GATHER_GEMM", "devices", "choice", "tiles", "tiles|library", "-",
-     "the cuda driver's products in a routine with gather indices: its tiles or cuBLASLt"},
+    {"TROUPE_CUDA_GATHER_GEMM", "devices", "choice", "checked", "checked|tiles|library", "-",
+     "the cuda driver's products in a routine with gather indices: cuBLASLt after the index "
+     "check (checked), its tiles, or cuBLASLt unchecked"},
     {"TROUPE_GEMM", "devices", "choice", "library", "library|openblas|generated",
      "troupe_config_set_gemm_mode", "what contractions that are matrix products call"},
     {"TROUPE_STACK_THRESHOLD", "devices", "bytes", "16384", "0..",

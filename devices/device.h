@@ -143,7 +143,9 @@ typedef struct troupe_driver_vtable {
      * graph_capture records what launch(drv, q, code, args, nargs) would enqueue as one
      * replayable graph *without running it*, bound to exactly these arguments (their device
      * addresses, static indices and merge buffer are baked in); any failure leaves q as it was
-     * (not capturing, nothing enqueued) and returns its status. graph_launch enqueues the
+     * (not capturing, nothing enqueued) and returns its status; TROUPE_UNAVAILABLE says the
+     * driver does not capture this code by design (no failure: it runs plainly from then on).
+     * graph_launch enqueues the
      * graph's work on q (the queue it was captured on) for a launch with `args`: it returns
      * TROUPE_UNAVAILABLE without enqueuing anything when the graph no longer matches them (an
      * argument resolves to another address, a setting the capture depended on changed), other

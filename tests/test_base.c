@@ -271,11 +271,14 @@ Test(config, malformed_environment_keeps_default_and_names_variable)
     cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);
     cr_assert(strstr(troupe_last_error(), "TROUPE_CUDA_GATHER_GEMM='cublas'") != NULL, "%s",
               troupe_last_error());
-    cr_assert(!troupe_config_cuda_gather_gemm_library(),
-              "a malformed value keeps the default (tiles)");
+    cr_assert_eq(troupe_config_cuda_gather_gemm(), TROUPE_CUDA_GATHER_GEMM_CHECKED,
+                 "a malformed value keeps the default (checked)");
     setenv("TROUPE_CUDA_GATHER_GEMM", "library", 1);
     cr_assert_eq(troupe_config_reload(), TROUPE_OK, "%s", troupe_last_error());
-    cr_assert(troupe_config_cuda_gather_gemm_library());
+    cr_assert_eq(troupe_config_cuda_gather_gemm(), TROUPE_CUDA_GATHER_GEMM_LIBRARY);
+    setenv("TROUPE_CUDA_GATHER_GEMM", "tiles", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert_eq(troupe_config_cuda_gather_gemm(), TROUPE_CUDA_GATHER_GEMM_TILES);
     unsetenv("TROUPE_CUDA_GATHER_GEMM");
     setenv("TROUPE_GEMM", "blas", 1);
     cr_assert_eq(troupe_config_reload(), TROUPE_INVALID_ARGUMENT);

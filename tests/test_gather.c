@@ -652,6 +652,9 @@ Test(gather, on_a_cuda_device_a_bad_index_fails_the_event_and_writes_nothing)
               py = troupe_cgen_find_node_param(gen, n[4]);
     cr_assert(pt >= 0 && pe >= 0 && py >= 0);
     float emb[R * CW], y[R * DW];
+    /* first the tiles (bit for bit the C dialect), plain and replayed from a graph */
+    setenv("TROUPE_CUDA_GATHER_GEMM", "tiles", 1);
+    OK(troupe_config_reload());
     troupe_driver_set_graphs(TROUPE_GRAPHS_AUTO);
     troupe_driver_graph_stats_reset();
     for (int run = 0; run < TROUPE_GRAPH_WARMUP_RUNS + 3; run++) {
@@ -703,6 +706,51 @@ Test(gather, on_a_cuda_device_a_bad_index_fails_the_event_and_writes_nothing)
     cr_assert_eq(s_cuda_sync(drv, q2), TROUPE_INVALID_ARGUMENT);
     cr_assert(strstr(troupe_last_error(), "tokens[29] = 50"), "%s", troupe_last_error());
     troupe_driver_queue_destroy(drv, q2);
+
+    /* The default, checked: each launch waits for the index check, then runs the product on
+     * cuBLASLt (y within its rounding of the tiles'), never from a graph (a replay could not
+     * wait: the routine stays plain, and no capture fails); after a bad index nothing is
+     * written. */
+    unsetenv("TROUPE_CUDA_GATHER_GEMM");
+    OK(troupe_config_reload());
+    cr_assert_eq(troupe_config_cuda_gather_gemm(), TROUPE_CUDA_GATHER_GEMM_CHECKED);
+    troupe_dqueue_t *q3 = NULL;
+    OK(troupe_driver_queue_create(drv, 0, &q3));
+    int32_t bad = tok[29];
+    tok[29] = 3;
+    OK(troupe_driver_h2d(drv, q3, args[pt].buf, tok, args[pt].buf.size_bytes));
+    irt_binds_free(&ref);
+    irt_binds_copy(&ref, &host, irt_is_param_node, lib.res);
+    irt_call(&lib, &ref);
+    const float *yr = irt_binds_get(&ref, n[4]);
+    troupe_driver_graph_stats(&gs);
+    uint64_t replays = gs.replays, failures = gs.capture_failures;
+    for (int run = 0; run < TROUPE_GRAPH_WARMUP_RUNS + 2; run++) {
+        OK(troupe_driver_launch(drv, q3, code, args, gen->nparams));
+        OK(s_cuda_sync(drv, q3));
+        OK(troupe_driver_d2h(drv, q3, emb, args[pe].buf, (int64_t)sizeof emb));
+        OK(troupe_driver_d2h(drv, q3, y, args[py].buf, (int64_t)sizeof y));
+        cr_assert(memcmp(emb, irt_binds_get(&ref, n[2]), sizeof emb) == 0, "checked: emb");
+        for (int i = 0; i < R * DW; i++)
+            cr_assert(fabsf(y[i] - yr[i]) <= 1e-5f * (1.0f + fabsf(yr[i])),
+                      "checked, run %d: y[%d] %g, %g", run, i, (double)y[i], (double)yr[i]);
+    }
+    troupe_driver_graph_stats(&gs);
+    cr_assert_eq(gs.replays, replays, "checked: a launch was replayed from a graph");
+    cr_assert_eq(gs.capture_failures, failures, "checked: a capture failed");
+    tok[29] = bad;
+    OK(troupe_driver_h2d(drv, q3, args[pt].buf, tok, args[pt].buf.size_bytes));
+    OK(troupe_driver_h2d(drv, q3, args[pe].buf, emb0, args[pe].buf.size_bytes));
+    OK(troupe_driver_h2d(drv, q3, args[py].buf, y0, args[py].buf.size_bytes));
+    OK(troupe_driver_launch(drv, q3, code, args, gen->nparams));
+    cr_assert_eq(s_cuda_sync(drv, q3), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "tokens[29] = 50"), "%s", troupe_last_error());
+    OK(troupe_driver_d2h(drv, q3, emb, args[pe].buf, (int64_t)sizeof emb));
+    OK(troupe_driver_d2h(drv, q3, y, args[py].buf, (int64_t)sizeof y));
+    cr_assert(memcmp(emb, emb0, sizeof emb) == 0, "checked: emb was written");
+    cr_assert(memcmp(y, y0, sizeof y) == 0, "checked: y was written (cuBLASLt ran after the "
+                                            "failed check)");
+    troupe_driver_queue_destroy(drv, q3);
 
     troupe_driver_queue_destroy(drv, q);
     troupe_driver_code_release(drv, code);

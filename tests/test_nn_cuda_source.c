@@ -10,6 +10,7 @@
 #include "nn/attention.h"
 #include "nn/embedding.h"
 #include "nn/layers.h"
+#include "runtime_test_util.h"
 #include "troupe_config.h"
 #if TROUPE_HAVE_CUDA
 #include "base/alloc.h"
@@ -17,10 +18,9 @@
 #endif
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-#define OK(expr) cr_assert_eq((expr), TROUPE_OK, "%s: %s", #expr, troupe_last_error())
 
 typedef struct s_case {
     troupe_asgn_comp_t *comp;
@@ -134,4 +134,105 @@ Test(nn_cuda_source, xent_source_does_not_grow_with_the_padded_vocabulary)
     size_t small = s_xent_source(16, true), large = s_xent_source(8192, false);
     cr_assert(large < small + small / 4, "Vp = 16: %zu bytes of CUDA, Vp = 8192: %zu", small,
               large);
+}
+
+/* Causal attention over (B, T, C) = (2, 64, 32), 2 heads: its per-head products are batched GEMM
+ * steps (every one; compiler/cgen.h), and on a CUDA device, where the driver runs them through
+ * cuBLASLt's strided batches (devices/cuda/gemm_lt.c), the loss and every gradient equal the
+ * cpu driver's within float rounding. */
+Test(nn_cuda_source, attention_runs_its_batched_products_on_a_device_as_on_the_cpu, .timeout = 240)
+{
+    enum { B = 2, T = 64, C = 32, NH = 2 };
+    s_case_t c;
+    s_begin(&c);
+    troupe_tnode_t *x, *wqkv, *wp, *y = NULL, *loss;
+    OK(troupe_nn_param(c.nn, "x", 3, (int64_t[]){B, T, C}, &x));
+    OK(troupe_nn_param(c.nn, "w_qkv", 2, (int64_t[]){3 * C, C}, &wqkv));
+    OK(troupe_nn_param(c.nn, "w_proj", 2, (int64_t[]){C, C}, &wp));
+    OK(troupe_nn_begin(c.nn, "attention"));
+    OK(troupe_nn_attention(c.nn, x, wqkv, NULL, wp, NULL, NH, TROUPE_NN_OUT_IN, &y));
+    OK(troupe_nn_node(c.nn, "loss", 0, NULL, &loss));
+    OK(troupe_nn_un(c.nn, true, TROUPE_BINOP_ADD, loss, TROUPE_UNOP_IDENTITY, y, "btc=>"));
+    OK(troupe_nn_finish(c.nn, loss));
+    /* the values and hosted outputs before anything is lowered (lowering fixes memory modes) */
+    troupe_tnode_t *const *params, *const *grads;
+    size_t np = troupe_nn_params(c.nn, &params, &grads);
+    cr_assert_eq(np, 3);
+    for (size_t p = 0; p < np; p++) {
+        size_t n = (size_t)troupe_tnode_num_elems(params[p]);
+        double *v = malloc(n * sizeof *v);
+        for (size_t k = 0; k < n; k++) /* deterministic, mixed signs, |v| < 0.5 */
+            v[k] = 0.5 * sin(1.7 * (double)k + 0.3 * (double)p);
+        rtu_set(params[p], v);
+        free(v);
+        rtu_set_hosted(grads[p], 999);
+    }
+    rtu_set_hosted(loss, 999);
+
+    troupe_ll_proc_t *proc = NULL;
+    OK(troupe_asgn_lower(c.comp, "attention_batched", &proc));
+    troupe_optimize_opts_t o;
+    troupe_optimize_opts_default(&o);
+    o.local_max_bytes = 0;
+    o.fuse_outer = false;
+    OK(troupe_ll_optimize(proc, &o));
+    troupe_cgen_options_t co = {.cuda_shared_max_bytes = 48 * 1024};
+    troupe_cgen_result_t *res = NULL;
+    OK(troupe_cgen_emit_with(proc, TROUPE_CGEN_CUDA, &co, &res));
+    int batched = 0;
+    for (size_t i = 0; i < res->nsteps; i++)
+        batched += res->steps[i].kind == TROUPE_CGEN_STEP_GEMM && res->steps[i].gemm.nbatch > 0;
+    /* forward: q k^T and att v; backward: two products for each */
+    cr_assert_geq(batched, 6, "%d batched GEMM steps", batched);
+    troupe_cgen_result_destroy(&res);
+    troupe_ll_proc_destroy(&proc);
+
+    char why[512];
+    if (!rtu_cuda_present(why, sizeof why)) {
+        troupe_nn_destroy(&c.nn);
+        troupe_asgn_comp_destroy(&c.comp);
+        cr_skip_test("%s", why);
+    }
+    double got_loss[2];
+    double *got[2][3];
+    const char *drivers[2] = {"cpu", "cuda"};
+    for (int d = 0; d < 2; d++) {
+        rtu_env_t e;
+        rtu_env_open(&e, drivers[d], 1);
+        for (size_t p = 0; p < np; p++)
+            rtu_init(&e.ctx[0], params[p]);
+        troupe_code_t *code = NULL;
+        troupe_routine_t *r = NULL;
+        OK(troupe_compile(e.b, c.comp, "attention_batched", &code));
+        OK(troupe_link(e.ctx[0], code, &r));
+        troupe_event_t *ev = NULL;
+        OK(troupe_routine_run(r, &ev));
+        OK(troupe_event_sync(ev, 120 * 1000000000LL));
+        troupe_event_release(&ev);
+        OK(troupe_tnode_get_values(loss, &got_loss[d], 1));
+        for (size_t p = 0; p < np; p++) {
+            size_t n = (size_t)troupe_tnode_num_elems(grads[p]);
+            got[d][p] = malloc(n * sizeof(double));
+            OK(troupe_tnode_get_values(grads[p], got[d][p], n));
+        }
+        troupe_routine_release(&r);
+        troupe_code_release(&code);
+        rtu_env_close(&e);
+    }
+    cr_assert(fabs(got_loss[1] - got_loss[0]) <= 1e-5 * fabs(got_loss[0]),
+              "loss: cuda %.9g, cpu %.9g", got_loss[1], got_loss[0]);
+    for (size_t p = 0; p < np; p++) {
+        size_t n = (size_t)troupe_tnode_num_elems(grads[p]);
+        double gmax = 0, dmax = 0;
+        for (size_t k = 0; k < n; k++) {
+            gmax = fmax(gmax, fabs(got[0][p][k]));
+            dmax = fmax(dmax, fabs(got[1][p][k] - got[0][p][k]));
+        }
+        cr_expect(gmax > 1e-3 && dmax <= 1e-5 * gmax, "%s: cuda differs by %g (max |g| %g)",
+                  params[p]->label[0], dmax, gmax);
+        free(got[0][p]);
+        free(got[1][p]);
+    }
+    troupe_nn_destroy(&c.nn);
+    troupe_asgn_comp_destroy(&c.comp);
 }

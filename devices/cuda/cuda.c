@@ -782,14 +782,31 @@ static troupe_status_t s_run_steps(troupe_dqueue_t *q, troupe_dcode_t *code, voi
                                    const int64_t *values, void **kargs)
 {
     const troupe_cgen_result_t *gen = code->gen;
+    /* With gather indices the first step checks them, and the later kernels return at once
+     * after a failure, while cuBLASLt would still write its outputs. TROUPE_CUDA_GATHER_GEMM
+     * (base/config.h): checked waits for the check before the first product that would use
+     * cuBLASLt (not while the stream is being captured: tiles then), tiles never uses it,
+     * library does without the wait. */
+    troupe_cuda_gather_gemm_t mode =
+        gen->ngathers > 0 ? troupe_config_cuda_gather_gemm() : TROUPE_CUDA_GATHER_GEMM_LIBRARY;
+    if (mode == TROUPE_CUDA_GATHER_GEMM_CHECKED) {
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(q->stream, &cs) != cudaSuccess ||
+            cs != cudaStreamCaptureStatusNone)
+            mode = TROUPE_CUDA_GATHER_GEMM_TILES;
+        (void)cudaGetLastError();
+    }
     for (size_t s = 0; s < gen->nsteps; s++) {
         const troupe_cgen_step_t *st = &gen->steps[s];
-        /* With gather indices, a GEMM step runs its kernels: they return at once after a failed
-         * index check, while cuBLASLt would still write its output (unless
-         * TROUPE_CUDA_GATHER_GEMM=library). A batched step (compiler/cgen.h) runs its fallback
-         * tiles: its cuBLASLt form has not been written and checked on a GPU yet. */
-        if (st->kind == TROUPE_CGEN_STEP_GEMM && st->gemm.nbatch == 0 &&
-            (gen->ngathers == 0 || troupe_config_cuda_gather_gemm_library())) {
+        if (st->kind == TROUPE_CGEN_STEP_GEMM && mode == TROUPE_CUDA_GATHER_GEMM_CHECKED &&
+            troupe_config_gemm_library()) {
+            bool failed = false;
+            TROUPE_RETURN_IF_ERROR(troupe__cuda_gather_verdict(q, code, &failed));
+            if (failed) /* nothing more is written; gather_end reports the index */
+                return TROUPE_OK;
+            mode = TROUPE_CUDA_GATHER_GEMM_LIBRARY;
+        }
+        if (st->kind == TROUPE_CGEN_STEP_GEMM && mode == TROUPE_CUDA_GATHER_GEMM_LIBRARY) {
             const troupe_cgen_gemm_call_t *g = &st->gemm;
             size_t es = g->prec == TROUPE_PREC_DOUBLE ? 8 : 4;
             bool has_bias = g->epilogue == TROUPE_CGEN_GEMM_EPI_BIAS ||

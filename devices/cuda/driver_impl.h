@@ -73,6 +73,7 @@ struct troupe_dqueue {
     /* Routines with gather indices (gather.c), lazily at the first one: */
     int64_t *gerr_dev;  /* TROUPE_CGEN_GATHER_ERR_WORDS device words, zeroed at each launch */
     int64_t *gerr_host; /* pinned: their copy after each launch */
+    cudaEvent_t gcheck_ev; /* TROUPE_CUDA_GATHER_GEMM=checked: the verdict's copy, lazily */
     troupe__cuda_glatch_t *glatch;
     uint64_t gather_seq; /* such launches enqueued, plain or replayed */
     troupe__cuda_gslot_t **gslots;
@@ -157,6 +158,10 @@ troupe_status_t troupe__cuda_gather_end(troupe_dqueue_t *q, troupe__cuda_gslot_t
  * CUDA event is done) fails with the latched failure of one of them; event_wait makes q follow
  * ev's (RESOURCE_EXHAUSTED), so a failure crosses device-side waits as a failed WAIT does on
  * the CPU. */
+/* TROUPE_CUDA_GATHER_GEMM=checked: waits (at most TROUPE_TIMEOUT_S) for what q has enqueued,
+ * the launch's index check included, and sets *failed when an index failed. Not during a
+ * stream capture. DEVICE_ERROR, DEADLINE_EXCEEDED. */
+troupe_status_t troupe__cuda_gather_verdict(troupe_dqueue_t *q, troupe_dcode_t *code, bool *failed);
 troupe_status_t troupe__cuda_gather_event_mark(troupe_dqueue_t *q, troupe_devent_t *ev);
 troupe_status_t troupe__cuda_gather_event_check(const troupe_devent_t *ev);
 troupe_status_t troupe__cuda_gather_event_wait(troupe_dqueue_t *q, const troupe_devent_t *ev);

@@ -6,6 +6,8 @@
 #include "devices/cuda/driver_impl.h"
 
 #include "base/alloc.h"
+#include "base/clock.h"
+#include "base/config.h"
 #include "base/status.h"
 
 #include <stdatomic.h>
@@ -150,6 +152,42 @@ troupe_status_t troupe__cuda_gather_begin(troupe_dqueue_t *q, troupe__cuda_gslot
     return TROUPE_OK;
 }
 
+troupe_status_t troupe__cuda_gather_verdict(troupe_dqueue_t *q, troupe_dcode_t *code, bool *failed)
+{
+    troupe__cuda_dev_t *dev = &q->drv->devs[q->ordinal];
+    *failed = false;
+    cudaError_t e = cudaSuccess;
+    if (q->gcheck_ev == NULL &&
+        (e = cudaEventCreateWithFlags(&q->gcheck_ev, cudaEventDisableTiming)) != cudaSuccess) {
+        q->gcheck_ev = NULL;
+        return troupe__cuda_fail(dev, e, "launch %s: an event for the gather check", code->name);
+    }
+    /* In stream order after the earlier launches' copies and host functions, which have run
+     * when the event completes; gather_end's copy overwrites the words with the same values. */
+    e = cudaMemcpyAsync(q->gerr_host, q->gerr_dev, sizeof(int64_t), cudaMemcpyDeviceToHost,
+                        q->stream);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(q->gcheck_ev, q->stream);
+    if (e != cudaSuccess)
+        return troupe__cuda_fail(dev, e, "launch %s: reading the gather check's verdict",
+                                 code->name);
+    const int64_t deadline = troupe_now_ns() + troupe_config_timeout_ns();
+    int64_t nap = 2000; /* ns: the check is one kernel behind the earlier work; back off */
+    while ((e = cudaEventQuery(q->gcheck_ev)) == cudaErrorNotReady) {
+        if (troupe_now_ns() > deadline)
+            return troupe__error(TROUPE_DEADLINE_EXCEEDED,
+                                 "launch %s: the gather index check had not finished after "
+                                 "%lld s (TROUPE_TIMEOUT_S); the stream is stuck before it",
+                                 code->name, (long long)troupe_config_timeout_s());
+        troupe_sleep_ns(nap);
+        nap = nap < 200000 ? nap * 2 : nap;
+    }
+    if (e != cudaSuccess)
+        return troupe__cuda_fail(dev, e, "launch %s: waiting for the gather check", code->name);
+    *failed = q->gerr_host[0] != 0;
+    return TROUPE_OK;
+}
+
 troupe_status_t troupe__cuda_gather_end(troupe_dqueue_t *q, troupe__cuda_gslot_t *slot,
                                         bool counted)
 {
@@ -238,6 +276,8 @@ void troupe__cuda_gather_queue_free(troupe_dqueue_t *q)
         (void)cudaFree(q->gerr_dev);
     if (q->gerr_host != NULL)
         (void)cudaFreeHost(q->gerr_host);
+    if (q->gcheck_ev != NULL)
+        (void)cudaEventDestroy(q->gcheck_ev);
     (void)cudaGetLastError();
     for (size_t i = 0; i < q->ngslots; i++)
         troupe_free(q->gslots[i]);

@@ -40,7 +40,45 @@ struct troupe__cuda_gemm_plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t lx, ly, lc;
     cublasLtMatmulAlgo_t algo;
+    /* A batched step (compiler/cgen.h): its inner batch loops that fold into one strided batch
+     * are cuBLASLt's batch; the outer ones (nouter, outermost first) are calls in order. */
+    int nouter;
+    int64_t outer_ext[TROUPE_CGEN_GEMM_MAX_BATCH];
+    int64_t outer_a[TROUPE_CGEN_GEMM_MAX_BATCH], outer_b[TROUPE_CGEN_GEMM_MAX_BATCH],
+        outer_c[TROUPE_CGEN_GEMM_MAX_BATCH]; /* elements per step of each outer loop */
 };
+
+/* The batch loops of g, innermost first, that fold into one strided batch: loop d joins when
+ * every operand's stride along it is its stride along d + 1 times that loop's extent. Returns
+ * the first folded loop (0: all); *count the batch's size. */
+static int s_batch_fold(const troupe_cgen_gemm_call_t *g, int64_t *count)
+{
+    int first = g->nbatch - 1;
+    *count = g->batch_ext[first];
+    while (first > 0) {
+        const troupe_cgen_gemm_operand_t *ops[3] = {&g->a, &g->b, &g->c};
+        bool fold = true;
+        for (int o = 0; o < 3; o++)
+            fold = fold && ops[o]->batch_stride[first - 1] ==
+                               ops[o]->batch_stride[first] * g->batch_ext[first];
+        if (!fold)
+            break;
+        first--;
+        *count *= g->batch_ext[first];
+    }
+    return first;
+}
+
+/* Sets a layout's strided batch (count matrices, `stride` elements apart). */
+static cublasStatus_t s_layout_batch(cublasLtMatrixLayout_t l, int32_t count, int64_t stride)
+{
+    cublasStatus_t s = cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                        &count, sizeof count);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                             &stride, sizeof stride);
+    return s;
+}
 
 void troupe__cuda_gemm_plan_free(troupe__cuda_gemm_plan_t *p)
 {
@@ -150,6 +188,32 @@ static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t 
                                        (uint64_t)(g->a.trans ? g->k : g->m), g->a.ld);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatrixLayoutCreate(&p->lc, t, (uint64_t)g->n, (uint64_t)g->m, g->c.ld);
+    /* A batched step: the folded inner loops as a strided batch (B's strides on X, A's on Y),
+     * the others as calls. A loop along which C does not move accumulates into one block, in
+     * order: cuBLASLt's batch has no order, so such a step keeps its tiles. */
+    bool accumulates = false;
+    for (int d = 0; d < g->nbatch; d++)
+        accumulates = accumulates || g->c.batch_stride[d] == 0;
+    int64_t count = 1;
+    if (g->nbatch > 0 && !accumulates) {
+        int first = s_batch_fold(g, &count);
+        int bd = g->nbatch - 1;
+        p->nouter = first;
+        for (int d = 0; d < first; d++) {
+            p->outer_ext[d] = g->batch_ext[d];
+            p->outer_a[d] = g->a.batch_stride[d];
+            p->outer_b[d] = g->b.batch_stride[d];
+            p->outer_c[d] = g->c.batch_stride[d];
+        }
+        if (count > INT32_MAX)
+            accumulates = true; /* too many for cuBLASLt's count: the tiles (not expected) */
+        else if (s == CUBLAS_STATUS_SUCCESS)
+            s = s_layout_batch(p->lx, (int32_t)count, g->b.batch_stride[bd]);
+        if (!accumulates && s == CUBLAS_STATUS_SUCCESS)
+            s = s_layout_batch(p->ly, (int32_t)count, g->a.batch_stride[bd]);
+        if (!accumulates && s == CUBLAS_STATUS_SUCCESS)
+            s = s_layout_batch(p->lc, (int32_t)count, g->c.batch_stride[bd]);
+    }
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulPreferenceCreate(&pref);
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -160,7 +224,7 @@ static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t 
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
         s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
-    if (s == CUBLAS_STATUS_SUCCESS)
+    if (s == CUBLAS_STATUS_SUCCESS && !accumulates)
         s = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->lx, p->ly, p->lc, p->lc, pref, 1, &r,
                                            &found);
     if (pref)
@@ -173,18 +237,24 @@ static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t 
     if (p->usable)
         p->algo = r.algo;
     else
-        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
-                   "cuda %s: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld; the step runs "
-                   "its kernels",
-                   code, (long long)g->m, (long long)g->n, (long long)g->k);
+        TROUPE_LOG(
+            TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+            "cuda %s: %s for m=%lld n=%lld k=%lld (batch %lld); the step runs its kernels", code,
+            accumulates ? "a batch accumulating into one block" : "cuBLASLt has no algorithm",
+            (long long)g->m, (long long)g->n, (long long)g->k, (long long)count);
     *out = p;
     return TROUPE_OK;
 }
 
-/* The alignment class (0: 4 bytes ... 6: 256 bytes) of the least aligned of three addresses. */
-static int s_align_class(const void *a, const void *b, const void *c)
+/* The alignment class (0: 4 bytes ... 6: 256 bytes) of the least aligned of three addresses and
+ * of the batch's offsets from them (es bytes an element). */
+static int s_align_class(const troupe_cgen_gemm_call_t *g, size_t es, const void *a, const void *b,
+                         const void *c)
 {
     uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
+    for (int d = 0; d < g->nbatch; d++)
+        bits |=
+            (uintptr_t)(g->a.batch_stride[d] | g->b.batch_stride[d] | g->c.batch_stride[d]) * es;
     int k = 0;
     while (k < TROUPE__CUDA_ALIGN_CLASSES - 1 && (bits & ((uintptr_t)4 << k)) == 0)
         k++;
@@ -208,7 +278,9 @@ troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size
      * a troupe array is; the kernels run for anything else. */
     if (has_bias && ((uintptr_t)bias % (g->prec == TROUPE_PREC_DOUBLE ? 8u : 4u)) != 0)
         return TROUPE_UNAVAILABLE;
-    int ac = s_align_class(a, b, c);
+    bool dbl = g->prec == TROUPE_PREC_DOUBLE;
+    size_t es = dbl ? 8 : 4;
+    int ac = s_align_class(g, es, a, b, c);
     size_t slot = ((size_t)q->drv->devs[q->ordinal].arch_index * code->gen->nsteps + step) *
                       TROUPE__CUDA_ALIGN_CLASSES +
                   (size_t)ac;
@@ -224,7 +296,6 @@ troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size
         return TROUPE_UNAVAILABLE;
     float one_f = 1.0f, beta_f = g->beta_zero ? 0.0f : 1.0f;
     double one_d = 1.0, beta_d = g->beta_zero ? 0.0 : 1.0;
-    bool dbl = g->prec == TROUPE_PREC_DOUBLE;
     /* The plan's descriptor is shared by the streams running this code: its bias pointer is
      * set and used under the code's lock (cublasLtMatmul reads it when it enqueues). */
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
@@ -233,10 +304,26 @@ troupe_status_t troupe__cuda_gemm(troupe_dqueue_t *q, troupe_dcode_t *code, size
         s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                            sizeof bias);
     }
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmul(lt->handle, p->op, dbl ? (const void *)&one_d : &one_f, b, p->lx, a,
-                           p->ly, dbl ? (const void *)&beta_d : &beta_f, c, p->lc, c, p->lc,
+    /* one call, or one per point of the outer batch loops (their order: outermost first) */
+    int64_t calls = 1;
+    for (int d = 0; d < p->nouter; d++)
+        calls *= p->outer_ext[d];
+    for (int64_t i = 0; i < calls && s == CUBLAS_STATUS_SUCCESS; i++) {
+        int64_t oa = 0, ob = 0, oc = 0, rest = i;
+        for (int d = p->nouter - 1; d >= 0; d--) {
+            int64_t x = rest % p->outer_ext[d];
+            rest /= p->outer_ext[d];
+            oa += x * p->outer_a[d];
+            ob += x * p->outer_b[d];
+            oc += x * p->outer_c[d];
+        }
+        const char *ai = (const char *)a + oa * (int64_t)es,
+                   *bi = (const char *)b + ob * (int64_t)es;
+        char *ci = (char *)c + oc * (int64_t)es;
+        s = cublasLtMatmul(lt->handle, p->op, dbl ? (const void *)&one_d : &one_f, bi, p->lx, ai,
+                           p->ly, dbl ? (const void *)&beta_d : &beta_f, ci, p->lc, ci, p->lc,
                            &p->algo, lt->workspace, S_WORKSPACE_BYTES, q->stream);
+    }
     if (has_bias)
         pthread_mutex_unlock(&code->lock);
     if (s != CUBLAS_STATUS_SUCCESS)
