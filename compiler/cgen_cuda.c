@@ -1633,9 +1633,20 @@ static void s_plan_free(s_plan_t *p)
     troupe_free(p->items);
 }
 
+/* The virtual blocks of a map or zeroing of `work` items in a horizontal kernel: one item a
+ * thread up to S_HZ_FINE_BLOCKS blocks; past that, S_HZ_COARSE items a thread (at least
+ * S_HZ_FINE_BLOCKS blocks), so that finding the part (s_put_horizontal) is paid once for
+ * several items: GPT-2 124M's first kernel had 5 M virtual blocks of one item a thread, 13.7 ms
+ * on an H200 for about 3 GB of stores. */
+#define S_HZ_FINE_BLOCKS 1024
+#define S_HZ_COARSE 8
 static int64_t s_blocks_of(int64_t work)
 {
     int64_t nb = (work + S_BLOCK_THREADS - 1) / S_BLOCK_THREADS;
+    if (nb > S_HZ_FINE_BLOCKS) {
+        int64_t coarse = (nb + S_HZ_COARSE - 1) / S_HZ_COARSE;
+        nb = coarse > S_HZ_FINE_BLOCKS ? coarse : S_HZ_FINE_BLOCKS;
+    }
     return nb < 1 ? 1 : nb > S_GRID_MAX ? S_GRID_MAX : nb;
 }
 
