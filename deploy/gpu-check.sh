@@ -33,7 +33,8 @@
 #               on troupe's tiles and on cuBLASLt unchecked (TROUPE_CUDA_GATHER_GEMM),
 #               against torch_gpt.py --device cuda (SDPA, fused AdamW, TF32 off): per-step times from the step lines' arrival (the median)
 #               and both sides' losses; then, where the toolkit has Nsight Compute (ncu), the
-#               time of each kernel of one 124M step, largest first               -> models.log
+#               time of each kernel of one 124M step and of one convnet step at batch 1024,
+#               largest first                                                     -> models.log
 #   8. cpu      build-gpu/bench/bench_train --scaling 2,4,8,16 on the host's cores: weak
 #               scaling against independent processes, with the optimizer step unfused,
 #               and as one process of as many streams; PyTorch one thread      -> cpu.log
@@ -295,6 +296,26 @@ for r in step:
 print("gpt-124m profile: %d kernels, %.2f ms of kernels in the step" % (len(step), sum(t.values())))
 for k, v in t.most_common(25):
     print("  %9.3f ms %4d x %s" % (v, n[k], k))
+PY
+    # the convnet's step at batch 1024 (4 steps; the profile takes the last one's kernels: from
+    # the last launch of its feed routine on)
+    echo "== cnn: kernel profile of a step at batch 1024 ($ncu)"
+    timeout 150 "$ncu" --metrics gpu__time_duration.sum --csv --print-units base \
+      --clock-control none --cache-control none --log-file "$w/cnn-ncu.csv" \
+      "$f" --model cnn --backend cuda --epochs 1 --train-limit 4096 --test-limit 100 \
+      --batch 1024 --streams 1 --seed 7 --data /usr/share/datasets/fashion-mnist \
+      > "$w/cnn-ncu.log" 2>&1 || { rc=1; tail -5 "$w/cnn-ncu.log"; }
+    "$py" - "$w/cnn-ncu.csv" <<'PY' || rc=1
+import collections, csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14 and r[0] != "ID"]
+feeds = [i for i, r in enumerate(rows) if "feed" in r[4]]
+step = rows[feeds[-2]:feeds[-1]] if len(feeds) > 1 else rows
+t = collections.Counter(); n = collections.Counter(); g = {}
+for r in step:
+    t[r[4][:90]] += float(r[14].replace(",", "")) / 1e6; n[r[4][:90]] += 1; g[r[4][:90]] = r[8]
+print("cnn profile: %d kernels, %.3f ms of kernels in a step" % (len(step), sum(t.values())))
+for k, v in t.most_common(25):
+    print("  %8.3f ms %3d x %s grid %s" % (v, n[k], k, g[k]))
 PY
   else
     echo "== gpt-124m: no ncu on this machine, no kernel profile"
