@@ -93,17 +93,41 @@
  *     troupe_fmax, troupe_fmin and their f forms (ir/ops.h: a NaN operand ignored, equal operands
  give the second)
  *     then pick one operand by a total order on (value, position), which is associative: the
- *     result is the sequential loop's, signed zeros and NaN payloads included. Other
- *     reductions (shorter, half/bfloat16/fp8 or byte/uint16 outputs, into many outputs) keep
- *     the in-thread path and its bit-for-bit contract;
+ *     result is the sequential loop's, signed zeros and NaN payloads included;
+ *   - a warp-level reduction (.fixed_block; .reassociates for a float sum): the same nests
+ *     (sum, fma, max/min; the same precisions) into more than 16384 outputs, with R >= 32
+ *     (every lane has a term; 32 single floats are one 128-byte line), whose term's reads
+ *     step by one element along the innermost reduction loop in more of them than along the
+ *     innermost mapped loop (a row's terms side by side, as attention's softmax rows: a
+ *     thread per output would read rows apart, where a warp's lanes read side by side; a
+ *     column sum keeps its threads). Each output is one warp: blocks of 256 threads take
+ *     groups of 8 outputs (grid-stride over ceil(outputs / 8) groups), thread t computing
+ *     output 8 g + t / 32 as lane l = t mod 32; a warp past the last output takes no terms
+ *     but meets every barrier. A sum: lane l computes partial_l = 0 + t(r = l) +
+ *     t(r = l+32) + ... (fma alike) in increasing r, in O's precision; then for s = 16, 8,
+ *     ..., 1, partial_l = partial_l + partial_{l+s} for l < s in shared memory (a barrier
+ *     between levels); lane 0 stores O[idx] + partial_0. As the block form, it depends only on
+ *     R: bitwise the same run to run and for any grid, within about 2 R u sum|t| of the
+ *     interpreter (flagged); integers exact (not flagged). A max/min: lane l takes the
+ *     contiguous r in [l*R/32, (l+1)*R/32) (never empty) in increasing r from its first term,
+ *     the tree combines adjacent slots (s = 1, 2, ..., 16: slot l with slot l+s for l a
+ *     multiple of 2s) and lane 0 stores op(O[idx], total) in the nest's operand order: bit for
+ *     bit the interpreter's by the block form's argument (not flagged). Strided terms would
+ *     lose the order that argument needs (two slots' equal values would need their terms'
+ *     positions), so a max/min's lanes read 32 contiguous pieces of the row: a request spans
+ *     several lines, all of that one row. No warp shuffles (shared memory and __syncthreads
+ *     only). Other reductions (shorter, half/bfloat16/fp8 or byte/uint16 outputs, into many
+ *     outputs below 32 terms or not along rows) keep the in-thread path and its bit-for-bit
+ *     contract;
  *   - a matrix product compiler/gemm.h recognises at top level, whose operands' base offsets
  *     depend only on static indices (a ZERO_OUT of the output just before it fuses as
  *     beta = 0): a GEMM step whose fallback is one kernel (.fixed_block) of shared-memory tiles:
  *     a block of 256 threads computes a 128x128 tile of C (double, and single with fewer
- *     than 128 such tiles: 64x64), each thread an 8x8 (4x4) micro-tile of rows ty + 16*r and columns tx + 16*c in registers, with 8-deep
- *     (16-deep) slices of op(A) and op(B) staged in shared memory between barriers (zero
- *     outside the matrix; the last slice runs only its k steps); tiles grid-stride over the
- *     blocks. Each element starts from 0 (beta = 0) or its C value and adds k = 0, 1, ... in
+ *     than 128 such tiles: 64x64), each thread an 8x8 (4x4) micro-tile of rows ty + 16*r
+ *     and columns tx + 16*c in registers, with 8-deep (16-deep) slices of op(A) and op(B)
+ *     staged in shared memory between barriers (zero outside the matrix; the last slice runs
+ *     only its k steps); tiles grid-stride over the blocks. Each element starts from 0
+ *     (beta = 0) or its C value and adds k = 0, 1, ... in
  *     order with the nest's own operation (fma, or c + a*b rounded twice), so the fallback is
  *     bit for bit the interpreter's (cuBLASLt, when it runs the step, is not). A product
  *     below up to TROUPE_CGEN_GEMM_MAX_BATCH loops that the matcher does not take (a loop
@@ -169,18 +193,20 @@
  * kernel (several pieces, or a segment) is 1D with 256 threads per block
  * (1 when all pieces are sequential: one_thread when there is one) and V virtual blocks, the
  * sum of its parts' (a map or ZERO_OUT ceil(iterations / 256), a block-level reduction its
- * outputs, each at most 65535; a one-block launch or sequential piece 1); its blocks grid-stride over
- * the virtual blocks, and virtual block v runs the piece whose range holds v as that piece's
- * block v - start: a map's iterations flattened and strided over the piece's blocks and the
- * block's threads, a reduction's outputs over its blocks. grid x = V (at most 65535), extent
- * {V, 1}; fixed_block when a piece is a reduction or a segment. A piece alone keeps its own
- * kernel as above. The routine logs one line at debug:ir: its launches per call, kernels,
+ * outputs, a warp-level one its groups of 8 outputs, each at most 65535; a one-block launch or
+ * sequential piece 1); its blocks grid-stride over the virtual blocks, and virtual block v
+ * runs the piece whose range holds v as that piece's block v - start: a map's iterations
+ * flattened and strided over the piece's blocks and the block's threads, a reduction's outputs
+ * (warp form: groups of 8) over its blocks. grid x = V (at most 65535), extent {V, 1};
+ * fixed_block when a piece is a reduction or a segment. A piece alone keeps its own kernel as
+ * above. The routine logs one line at debug:ir: its launches per call, kernels,
  * one-thread kernels and GEMM steps.
  * Launch shape (kernels[i].grid, .block): one-thread: 1x1 blocks of 1x1 threads; 1D: block
  * x = the extent rounded up to a multiple of 32, at most 256; 2D: block x likewise at most 32,
  * block y = min(256 / block x, extent y); grid = ceil(extent / block) per axis, at most 65535
  * (the grid-stride loops cover the rest). A block-level reduction: 256x1 threads, grid x = the
- * outputs (at most 65535), extent {R, outputs}; a GEMM tile kernel: 256x1 threads, grid x =
+ * outputs (at most 65535), extent {R, outputs}; a warp-level one likewise with grid x =
+ * ceil(outputs / 8) (at most 65535); a GEMM tile kernel: 256x1 threads, grid x =
  * the tiles (at most 65535), extent {n, m}. A fixed_block kernel must be launched with its
  * planned block (its code splits work by threadIdx.x); any grid is correct.
  Fixed-width integer types are typedef'd in the prelude. half, bfloat16 and fp8 (E5M2) are
@@ -237,7 +263,7 @@
  *
  * The generated code follows the evaluation rules of the reference interpreter
  * (compiler/interp.c), so that the two agree bit for bit (up to libm for transcendental functions;
- * except the CUDA dialect's block-level reductions and the C dialect's lane sums, which
+ * except the CUDA dialect's block- and warp-level sums and the C dialect's lane sums, which
  * reassociate sums, see above):
  * every scalar expression computes in the precision of the node it is stored into (SET), of
  * its local scope's node (SET_LOCAL), or uint4x32 (the argument of SET_FROM_VEC and of
@@ -333,10 +359,10 @@ typedef struct troupe_cgen_kernel {
     uint32_t block[2]; /* threads per block in x, y */
     bool one_thread;   /* sequential code: only thread 0 of block 0 works (the others return) */
     /* The code assumes exactly block[0] x block[1] threads per block (it splits work by
-     * threadIdx and meets at __syncthreads: a block-level reduction, a shared-memory GEMM tile);
+     * threadIdx and meets at __syncthreads: a block- or warp-level reduction, a GEMM tile);
      * any grid is still correct. Launch it with `block` as planned. */
     bool fixed_block;
-    /* The kernel sums in another order than the interpreter (a block-level reduction): what
+    /* The kernel sums in another order than the interpreter (a block- or warp-level sum): what
      * it writes agrees with the interpreter within rounding, not bit for bit (it is bitwise
      * the same run to run and for any grid). */
     bool reassociates;

@@ -34,6 +34,13 @@
 #define S_REDUCE_THREADS 256
 #define S_REDUCE_MIN_EXTENT 256
 #define S_REDUCE_MAX_OUTPUTS 16384
+/* Warp-level reductions (cgen.h): the reductions of more outputs than that, one warp of
+ * S_WARP_LANES lanes per output (S_REDUCE_THREADS / S_WARP_LANES outputs a block), from
+ * S_WARP_MIN_EXTENT terms: every lane then has a term (a max/min's contiguous ranges are never
+ * empty), and a row of 32 single floats is one 128-byte line the warp reads in one request,
+ * where a thread per output reads 32 rows a request. */
+#define S_WARP_LANES 32
+#define S_WARP_MIN_EXTENT 32
 /* A horizontal kernel of at least this many parts finds its part by a table (s_put_horizontal) */
 #define S_HZ_TABLE_MIN_PARTS 4
 
@@ -611,6 +618,7 @@ typedef struct s_reduce {
     const troupe_sc_t *term;    /* ADD: the added operand; FMA: NULL */
     const troupe_sc_t *fx, *fy; /* FMA: the factors */
     int64_t outputs, extent;    /* product of the mapped, of the reduction loops' extents */
+    bool warp;                  /* a warp per output (else a block per output) */
 } s_reduce_t;
 
 static bool s_same_get(const troupe_sc_t *e, const troupe_ll_t *set)
@@ -632,7 +640,68 @@ static troupe_status_t s_term_clean(const troupe_sc_t *e, const troupe_tnode_t *
     return a.oom ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory") : TROUPE_OK;
 }
 
-/* Whether nest s (its mapped loops in map) is a reduction cgen.h's rule puts on a block. */
+/* The elements an access of tn at idcs moves by when loop symbol sym steps by one (row-major
+ * over the stored dims). */
+static int64_t s_sym_stride(const troupe_tnode_t *tn, const troupe_axis_index_t *idcs, int32_t sym)
+{
+    int64_t stride = 0, below = 1;
+    for (int ax = tn->ndims - 1; ax >= 0; ax--) {
+        for (int t = 0; t < idcs[ax].nterms; t++)
+            if (idcs[ax].terms[t].sym == sym)
+                stride += idcs[ax].terms[t].coeff * below;
+        below *= tn->dims[ax];
+    }
+    return stride;
+}
+
+/* Whether more of the reads of red's term step by one element along its innermost reduction
+ * loop than along its innermost mapped loop (a row's terms side by side: attention's softmax
+ * rows). Then a warp's lanes on consecutive terms read consecutive elements, where a thread
+ * per output (consecutive threads on consecutive values of the innermost mapped loop) reads
+ * elements a row apart; the other way round (a column sum, a weight gradient's nest) the
+ * threads already read side by side and a warp's lanes would not. */
+static troupe_status_t s_reduce_reads_rows(const s_reduce_t *red, bool *yes)
+{
+    *yes = false;
+    const troupe_ll_t *inner_r = NULL, *inner_m = NULL;
+    for (int i = 0; i < red->nloops; i++) {
+        if (red->mapped[i])
+            inner_m = red->loops[i];
+        else
+            inner_r = red->loops[i];
+    }
+    if (inner_r == NULL || inner_m == NULL)
+        return TROUPE_OK;
+    s_accesses_t a = {NULL, 0, 0, false};
+    const troupe_sc_t *terms[2] = {red->term != NULL ? red->term : red->fx, red->fy};
+    for (int t = 0; t < 2; t++)
+        if (terms[t] != NULL)
+            s_collect_sc(&a, terms[t]);
+    int along_r = 0, along_m = 0;
+    for (size_t i = 0; i < a.n; i++) {
+        if (a.v[i].write || a.v[i].idcs == NULL)
+            continue;
+        int64_t sr = s_sym_stride(a.v[i].tn, a.v[i].idcs, inner_r->u.for_loop.sym);
+        int64_t sm = s_sym_stride(a.v[i].tn, a.v[i].idcs, inner_m->u.for_loop.sym);
+        along_r += sr == 1 || sr == -1;
+        along_m += sm == 1 || sm == -1;
+    }
+    *yes = !a.oom && along_r > along_m;
+    troupe_free(a.v);
+    return a.oom ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory") : TROUPE_OK;
+}
+
+/* The most outputs of a block-level reduction; past it, warps (troupe__cgen_cuda_set_reduce_
+ * max_outputs lowers it for the host emulator's tests). */
+static int64_t s_reduce_max_outputs = S_REDUCE_MAX_OUTPUTS;
+
+void troupe__cgen_cuda_set_reduce_max_outputs(int64_t outputs)
+{
+    s_reduce_max_outputs = outputs > 0 ? outputs : S_REDUCE_MAX_OUTPUTS;
+}
+
+/* Whether nest s (its mapped loops in map) is a reduction cgen.h's rule puts on a block (at
+ * most s_reduce_max_outputs outputs) or on warps (more, its term's reads along rows). */
 static troupe_status_t s_plan_reduce(const troupe_ll_t *s, const s_map_t *map, s_reduce_t *red,
                                      bool *yes)
 {
@@ -703,7 +772,10 @@ static troupe_status_t s_plan_reduce(const troupe_ll_t *s, const s_map_t *map, s
         }
     }
     red->set = set;
-    *yes = red->extent >= S_REDUCE_MIN_EXTENT && red->outputs <= S_REDUCE_MAX_OUTPUTS;
+    if (red->outputs > s_reduce_max_outputs && red->extent >= S_WARP_MIN_EXTENT)
+        TROUPE_RETURN_IF_ERROR(s_reduce_reads_rows(red, &red->warp));
+    *yes =
+        red->warp || (red->extent >= S_REDUCE_MIN_EXTENT && red->outputs <= s_reduce_max_outputs);
     return TROUPE_OK;
 }
 
@@ -737,13 +809,19 @@ static void s_put_select(troupe__strbuf_t *b, const s_reduce_t *red, const troup
                           syn->piece[2]);
 }
 
-/* The kernel of a block-level reduction (cgen.h, "CUDA dialect": the order is documented
- * there). A sum: thread t takes terms t, t+256, ... and the tree adds slot t+s into t. A
- * max/min: thread t takes the contiguous terms [t*E/256, (t+1)*E/256) in order (E >= 256, so
- * none is empty) and the tree combines adjacent slots, earlier on the left: the operator
- * (ir/ops.h troupe_fmax*: NaN ignored, equal operands give the second) picks one operand by a
- * total order on (value, position), so any grouping that keeps the order picks what the
- * sequential loop picks, bit for bit, signed zeros and NaN payloads included. */
+/* The kernel of a block-level or warp-level reduction (cgen.h, "CUDA dialect": the order is
+ * documented there). Each output takes n threads (a block: n = 256; a warp: n = 32, the lane
+ * l = t % 32 of thread t). A sum: lane l takes terms l, l+n, ... and the tree adds slot l+s
+ * into l; in the warp form consecutive lanes read consecutive terms (one request for a row's
+ * 32 terms when the reduced axis is the innermost). A max/min: lane l takes the contiguous
+ * terms [l*E/n, (l+1)*E/n) in order (E >= n, so none is empty) and the tree combines adjacent
+ * slots, earlier on the left: the operator (ir/ops.h troupe_fmax*: NaN ignored, equal
+ * operands give the second) picks one operand by a total order on (value, position), so any
+ * grouping that keeps the order picks what the sequential loop picks, bit for bit, signed
+ * zeros and NaN payloads included. Strided terms would lose that order (two slots' ties would
+ * need the terms' positions), so a warp's max/min reads 32 contiguous ranges of one row: each
+ * request touches several lines, still of that one row, where a thread per output touches 32
+ * rows. */
 static troupe_status_t s_put_reduce_part(troupe__cgen_t *g, const s_reduce_t *red,
                                          troupe__strbuf_t *b, const char *o_start,
                                          const char *o_stride);
@@ -752,6 +830,17 @@ static troupe_status_t s_put_reduce_part(troupe__cgen_t *g, const s_reduce_t *re
 static bool s_reduce_reassociates(const s_reduce_t *red)
 {
     return red->op == TROUPE_BINOP_ADD && troupe_prec_is_float(red->set->u.set.tn->prec);
+}
+
+/* Outputs a block of a warp-level reduction takes at a time. */
+#define S_WARP_OUTPUTS (S_REDUCE_THREADS / S_WARP_LANES)
+
+/* The blocks reduction red takes, at most S_GRID_MAX: its outputs, or its groups of
+ * S_WARP_OUTPUTS outputs in the warp form. */
+static int64_t s_reduce_blocks(const s_reduce_t *red)
+{
+    int64_t n = red->warp ? (red->outputs + S_WARP_OUTPUTS - 1) / S_WARP_OUTPUTS : red->outputs;
+    return n < S_GRID_MAX ? n : S_GRID_MAX;
 }
 
 static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
@@ -764,7 +853,7 @@ static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
     k->extent[1] = red->outputs;
     k->block[0] = S_REDUCE_THREADS;
     k->block[1] = 1;
-    k->grid[0] = s_grid(red->outputs, 1);
+    k->grid[0] = (uint32_t)s_reduce_blocks(red);
     k->grid[1] = 1;
     k->fixed_block = true;
     k->reassociates = s_reduce_reassociates(red);
@@ -774,101 +863,151 @@ static troupe_status_t s_put_reduce(troupe__cgen_t *g, troupe_cgen_result_t *r,
     return st;
 }
 
-/* The code of reduction red for the outputs t_o = o_start, o_start + o_stride, ... (one
- * 256-thread block each, threadIdx.x the thread). */
+/* The code of reduction red for the outputs (block form) or groups of S_WARP_OUTPUTS outputs
+ * (warp form) o_start, o_start + o_stride, ...: one 256-thread block each, threadIdx.x the
+ * thread. o_start must be the same for a block's threads: they all meet every barrier. */
 static troupe_status_t s_put_reduce_part(troupe__cgen_t *g, const s_reduce_t *red,
                                          troupe__strbuf_t *b, const char *o_start,
                                          const char *o_stride)
 {
     const troupe_tnode_t *o = red->set->u.set.tn;
-    const bool select = red->op != TROUPE_BINOP_ADD;
+    const bool select = red->op != TROUPE_BINOP_ADD, warp = red->warp;
     troupe_c_syntax_t syn;
     if (select)
         TROUPE_RETURN_IF_ERROR(troupe_binop_c_syntax(o->prec, red->op, &syn));
     const char *ty = troupe_prec_c_type(o->prec);
-    troupe__strbuf_printf(b,
-                          "    /* Block-level reduction over %" PRId64
-                          " terms into each of %" PRId64
-                          " outputs: one block of %d threads per output, ",
-                          red->extent, red->outputs, S_REDUCE_THREADS);
-    if (select)
+    /* Threads per output, the lane's variable, the extra indent of the warp form's terms (inside
+     * `if (t_o < outputs)`). */
+    const int n = warp ? S_WARP_LANES : S_REDUCE_THREADS;
+    const char *lane = warp ? "red_l" : "red_t";
+    const int in = warp ? 1 : 0;
+    if (warp && select)
         troupe__strbuf_printf(b,
-                              "thread t takes terms\n"
+                              "    /* Warp-level reduction over %" PRId64
+                              " terms into each of %" PRId64 " outputs: one warp of %d lanes per\n"
+                              "     * output (%d a block), lane l takes terms [l*%" PRId64
+                              "/%d, (l+1)*%" PRId64 "/%d) in order, then a tree of\n"
+                              "     * adjacent slots in shared memory; the output takes the total "
+                              "last. */\n",
+                              red->extent, red->outputs, n, S_WARP_OUTPUTS, red->extent, n,
+                              red->extent, n);
+    else if (warp)
+        troupe__strbuf_printf(
+            b,
+            "    /* Warp-level reduction over %" PRId64 " terms into each of %" PRId64
+            " outputs: one warp of %d lanes per\n"
+            "     * output (%d a block), lane l sums terms l, l+%d, ... in order, "
+            "then a tree in shared memory;\n"
+            "     * the output adds the total last. */\n",
+            red->extent, red->outputs, n, S_WARP_OUTPUTS, n);
+    else if (select)
+        troupe__strbuf_printf(b,
+                              "    /* Block-level reduction over %" PRId64
+                              " terms into each of %" PRId64
+                              " outputs: one block of %d threads per output, thread t takes terms\n"
                               "     * [t*%" PRId64 "/%d, (t+1)*%" PRId64
                               "/%d) in order, then a tree of adjacent slots in shared memory;\n"
                               "     * the output takes the total last. */\n",
-                              red->extent, S_REDUCE_THREADS, red->extent, S_REDUCE_THREADS);
+                              red->extent, red->outputs, n, red->extent, n, red->extent, n);
     else
-        troupe__strbuf_printf(b,
-                              "thread t sums terms t,\n"
-                              "     * t+%d, ... in order, then a tree in shared memory; the output "
-                              "adds the total last. */\n",
-                              S_REDUCE_THREADS);
+        troupe__strbuf_printf(
+            b,
+            "    /* Block-level reduction over %" PRId64 " terms into each of %" PRId64
+            " outputs: one block of %d threads per output, thread t sums terms t,\n"
+            "     * t+%d, ... in order, then a tree in shared memory; the output "
+            "adds the total last. */\n",
+            red->extent, red->outputs, n, n);
     troupe__strbuf_printf(b,
                           "    __shared__ %s red_sh[%d];\n"
                           "    const unsigned red_t = threadIdx.x;\n",
                           ty, S_REDUCE_THREADS);
-    troupe__strbuf_printf(b, "    for (int64_t t_o = %s; t_o < %" PRId64 "LL; t_o += %s) {\n",
-                          o_start, red->outputs, o_stride);
-    s_put_decompose(g, b, red, true, "t_o", 2);
-    if (select)
+    if (warp) {
         troupe__strbuf_printf(
             b,
-            "        %s red_acc = 0;\n"
-            "        const int64_t red_lo = (int64_t)red_t * %" PRId64 "LL / %d;\n"
-            "        const int64_t red_hi = ((int64_t)red_t + 1) * %" PRId64 "LL / %d;\n"
-            "        for (int64_t t_r = red_lo; t_r < red_hi; t_r++) {\n",
-            ty, red->extent, S_REDUCE_THREADS, red->extent, S_REDUCE_THREADS);
-    else
-        troupe__strbuf_printf(b,
-                              "        %s red_acc = 0;\n"
-                              "        for (int64_t t_r = red_t; t_r < %" PRId64
-                              "LL; t_r += %d) {\n",
-                              ty, red->extent, S_REDUCE_THREADS);
-    s_put_decompose(g, b, red, false, "t_r", 3);
+            "    const unsigned red_l = red_t %% %du;\n"
+            "    /* Groups of %d outputs, one a warp; a warp past the last output still meets "
+            "the\n"
+            "     * barriers, with no terms. */\n"
+            "    for (int64_t t_g = %s; t_g < %" PRId64 "LL; t_g += %s) {\n"
+            "        const int64_t t_o = t_g * %dLL + (int64_t)(red_t / %du);\n",
+            n, S_WARP_OUTPUTS, o_start, (red->outputs + S_WARP_OUTPUTS - 1) / S_WARP_OUTPUTS,
+            o_stride, S_WARP_OUTPUTS, n);
+    } else {
+        troupe__strbuf_printf(b, "    for (int64_t t_o = %s; t_o < %" PRId64 "LL; t_o += %s) {\n",
+                              o_start, red->outputs, o_stride);
+    }
+    s_put_decompose(g, b, red, true, "t_o", 2);
+    troupe__strbuf_printf(b, "        %s red_acc = 0;\n", ty);
+    if (warp)
+        troupe__strbuf_printf(b, "        if (t_o < %" PRId64 "LL) {\n", red->outputs);
+    if (select) {
+        troupe__strbuf_repeat(b, "    ", 2 + in);
+        troupe__strbuf_printf(b, "const int64_t red_lo = (int64_t)%s * %" PRId64 "LL / %d;\n", lane,
+                              red->extent, n);
+        troupe__strbuf_repeat(b, "    ", 2 + in);
+        troupe__strbuf_printf(b, "const int64_t red_hi = ((int64_t)%s + 1) * %" PRId64 "LL / %d;\n",
+                              lane, red->extent, n);
+        troupe__strbuf_repeat(b, "    ", 2 + in);
+        troupe__strbuf_puts(b, "for (int64_t t_r = red_lo; t_r < red_hi; t_r++) {\n");
+    } else {
+        troupe__strbuf_repeat(b, "    ", 2 + in);
+        troupe__strbuf_printf(b, "for (int64_t t_r = %s; t_r < %" PRId64 "LL; t_r += %d) {\n", lane,
+                              red->extent, n);
+    }
+    s_put_decompose(g, b, red, false, "t_r", 3 + in);
     troupe_status_t st;
     if (red->term != NULL) {
-        troupe__strbuf_printf(b, "            %s red_x;\n", ty);
-        st = troupe__cgen_emit_value(g, "red_x", red->term, o->prec, 3, b);
+        troupe__strbuf_repeat(b, "    ", 3 + in);
+        troupe__strbuf_printf(b, "%s red_x;\n", ty);
+        st = troupe__cgen_emit_value(g, "red_x", red->term, o->prec, 3 + in, b);
+        troupe__strbuf_repeat(b, "    ", 3 + in);
         if (select) {
-            troupe__strbuf_puts(b, "            red_acc = t_r == red_lo ? red_x : ");
+            troupe__strbuf_puts(b, "red_acc = t_r == red_lo ? red_x : ");
             s_put_select(b, red, &syn, "red_acc", "red_x");
             troupe__strbuf_puts(b, ";\n");
         } else {
-            troupe__strbuf_puts(b, "            red_acc = red_acc + red_x;\n");
+            troupe__strbuf_puts(b, "red_acc = red_acc + red_x;\n");
         }
     } else {
-        troupe__strbuf_printf(b, "            %s red_x, red_y;\n", ty);
-        st = troupe__cgen_emit_value(g, "red_x", red->fx, o->prec, 3, b);
+        troupe__strbuf_repeat(b, "    ", 3 + in);
+        troupe__strbuf_printf(b, "%s red_x, red_y;\n", ty);
+        st = troupe__cgen_emit_value(g, "red_x", red->fx, o->prec, 3 + in, b);
         if (st == TROUPE_OK)
-            st = troupe__cgen_emit_value(g, "red_y", red->fy, o->prec, 3, b);
-        troupe__strbuf_printf(b, "            red_acc = %s(red_x, red_y, red_acc);\n",
+            st = troupe__cgen_emit_value(g, "red_y", red->fy, o->prec, 3 + in, b);
+        troupe__strbuf_repeat(b, "    ", 3 + in);
+        troupe__strbuf_printf(b, "red_acc = %s(red_x, red_y, red_acc);\n",
                               o->prec == TROUPE_PREC_SINGLE ? "fmaf" : "fma");
     }
     for (int i = 0; i < red->nloops; i++)
         troupe__cgen_bind_sym(g, red->loops[i]->u.for_loop.sym, false, 0, 0);
+    if (warp)
+        troupe__strbuf_puts(b, "            }\n");
     troupe__strbuf_puts(b, "        }\n"
                            "        red_sh[red_t] = red_acc;\n"
                            "        __syncthreads();\n");
     if (select) {
         troupe__strbuf_printf(b,
                               "        for (unsigned red_s = 1u; red_s < %du; red_s <<= 1) {\n"
-                              "            if ((red_t & (2u * red_s - 1u)) == 0u)\n"
+                              "            if ((%s & (2u * red_s - 1u)) == 0u)\n"
                               "                red_sh[red_t] = ",
-                              S_REDUCE_THREADS);
+                              n, lane);
         s_put_select(b, red, &syn, "red_sh[red_t]", "red_sh[red_t + red_s]");
         troupe__strbuf_puts(b, ";\n");
     } else {
         troupe__strbuf_printf(b,
                               "        for (unsigned red_s = %du; red_s > 0u; red_s >>= 1) {\n"
-                              "            if (red_t < red_s)\n"
+                              "            if (%s < red_s)\n"
                               "                red_sh[red_t] = red_sh[red_t] + "
                               "red_sh[red_t + red_s];\n",
-                              S_REDUCE_THREADS / 2);
+                              n / 2, lane);
     }
     troupe__strbuf_puts(b, "            __syncthreads();\n"
-                           "        }\n"
-                           "        if (red_t == 0) {\n");
+                           "        }\n");
+    if (warp)
+        troupe__strbuf_printf(b, "        if (red_l == 0u && t_o < %" PRId64 "LL) {\n",
+                              red->outputs);
+    else
+        troupe__strbuf_puts(b, "        if (red_t == 0) {\n");
     /* The output's index uses only the mapped loops: bind them again for its access. */
     for (int i = 0; i < red->nloops; i++)
         if (red->mapped[i])
@@ -879,18 +1018,28 @@ static troupe_status_t s_put_reduce_part(troupe__cgen_t *g, const s_reduce_t *re
     for (int i = 0; i < red->nloops; i++)
         troupe__cgen_bind_sym(g, red->loops[i]->u.for_loop.sym, false, 0, 0);
     const char *at = acc.data ? acc.data : "";
+    /* The total: slot 0 of the block, or of the warp (lane 0's own slot, red_t). */
+    const char *total = warp ? "red_sh[red_t]" : "red_sh[0]";
     troupe__strbuf_printf(b, "            %.*s = ", (int)acc.len, at);
     if (select)
-        s_put_select(b, red, &syn, at, "red_sh[0]");
+        s_put_select(b, red, &syn, at, total);
     else
-        troupe__strbuf_printf(b, "%.*s + red_sh[0]", (int)acc.len, at);
+        troupe__strbuf_printf(b, "%.*s + %s", (int)acc.len, at, total);
     troupe__strbuf_puts(b, ";\n");
     if (acc.failed)
         b->failed = true;
     troupe__strbuf_reset(&acc);
-    troupe__strbuf_puts(b, "        }\n"
-                           "        __syncthreads(); /* red_sh is reused by the next output */\n"
-                           "    }\n");
+    if (warp)
+        /* Lane 0 read only its own slot, which only it writes next; every other slot was
+         * last read before the tree's last barrier. */
+        troupe__strbuf_puts(b,
+                            "        } /* no barrier: lane 0 read only the slot it writes next */\n"
+                            "    }\n");
+    else
+        troupe__strbuf_puts(b,
+                            "        }\n"
+                            "        __syncthreads(); /* red_sh is reused by the next output */\n"
+                            "    }\n");
     return st;
 }
 
@@ -1537,7 +1686,7 @@ static void s_log_launches(const troupe_cgen_result_t *r)
 typedef enum s_unit_kind {
     S_U_MAPPED, /* a nest with mapped loops */
     S_U_ZERO,   /* a ZERO_OUT */
-    S_U_REDUCE, /* a block-level reduction */
+    S_U_REDUCE, /* a block-level or warp-level reduction */
     S_U_SEQ,    /* consecutive statements run by one thread (with a segment's Local arrays) */
     S_U_BLOCK,  /* a segment of statements run by one block, its Local arrays in shared memory */
     S_U_WIDE,   /* a wide segment: every block builds the Local arrays, all share the rest */
@@ -2086,7 +2235,7 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
             u->why = why;
         } else if (reduce) {
             u->red = red;
-            u->vblocks = red.outputs < S_GRID_MAX ? red.outputs : S_GRID_MAX;
+            u->vblocks = s_reduce_blocks(&red);
             u->shared_bytes = S_REDUCE_THREADS * (int64_t)troupe_prec_size_bytes(
                                                      red.set->u.set.tn->prec);
         } else if (s->kind == TROUPE_LL_ZERO_OUT) {

@@ -94,6 +94,12 @@ int64_t troupe__cgen_cuda_shared_max(const troupe__cgen_t *g);
  * count what the sharing saves. Not thread-safe against concurrent emission. */
 void troupe__cgen_cuda_set_sharing(bool on);
 
+/* Tests only: the most outputs a CUDA reduction puts one block each on (default 16384; past
+ * it, a warp each: compiler/cgen.h); 0 or negative restores the default. Lowered, the host
+ * emulator runs the warp form without tens of thousands of outputs. Not thread-safe;
+ * process-wide. */
+void troupe__cgen_cuda_set_reduce_max_outputs(int64_t outputs);
+
 /* Tests: single-precision GEMM fallback kernels with fewer 128x128 tiles than `tiles` use 64x64
  * tiles (0: always 128x128; negative: the default, 128). Not thread-safe; process-wide. */
 void troupe__cgen_cuda_set_gemm_few_tiles(int64_t tiles);

@@ -2403,6 +2403,214 @@ Test(cgen, cuda_block_max_min)
     cr_expect_eq(s_emu_runs - runs0, nruns, "every routine ran emulated");
 }
 
+/* Stores d as element i of v in prec (single, double or int32). */
+static void s_store(troupe_prec_t prec, void *v, int64_t i, double d)
+{
+    if (prec == TROUPE_PREC_SINGLE) {
+        float f = (float)d;
+        memcpy((char *)v + (size_t)i * sizeof f, &f, sizeof f);
+    } else if (prec == TROUPE_PREC_DOUBLE) {
+        memcpy((char *)v + (size_t)i * sizeof d, &d, sizeof d);
+    } else {
+        int32_t n = (int32_t)d;
+        memcpy((char *)v + (size_t)i * sizeof n, &n, sizeof n);
+    }
+}
+
+/* o[i] = o[i] + x[i, r] (column: x[r, i]) over nr terms into no outputs, single (caller
+ * destroys and releases). */
+static troupe_ll_proc_t *s_build_row_sum(int64_t no, int64_t nr, bool column, troupe_tnode_t **x,
+                                         troupe_tnode_t **o)
+{
+    troupe_ll_proc_t *p = s_proc(column ? "column_sum" : "row_sum");
+    *x = column ? s_node("x", TROUPE_PREC_SINGLE, 2, nr, no)
+                : s_node("x", TROUPE_PREC_SINGLE, 2, no, nr);
+    *o = s_node("o", TROUPE_PREC_SINGLE, 1, no, 0);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL), r = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_sc_t *v =
+        troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, *o, s_ix(i)),
+                        column ? s_get2(p, *x, s_ix(r), s_ix(i)) : s_get2(p, *x, s_ix(i), s_ix(r)));
+    s_finish(p, s_for(p, i, no, s_for(p, r, nr, s_set1(p, *o, s_ix(i), v))));
+    return p;
+}
+
+/* Two independent reductions over nr terms into no outputs each: mx[i] = max(mx[i], x[i, r])
+ * and mn[i] = min(x[i, r], mn[i]) (caller destroys and releases). */
+static troupe_ll_proc_t *s_build_row_max_min(troupe_prec_t prec, int64_t no, int64_t nr,
+                                             troupe_tnode_t **x, troupe_tnode_t **mx,
+                                             troupe_tnode_t **mn)
+{
+    char name[64];
+    snprintf(name, sizeof name, "row_max_min_%s", troupe_prec_name(prec));
+    troupe_ll_proc_t *p = s_proc(name);
+    *x = s_node("x", prec, 2, no, nr);
+    *mx = s_node("mx", prec, 1, no, 0);
+    *mn = s_node("mn", prec, 1, no, 0);
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL), r = troupe_ll_proc_add_symbol(p, NULL),
+            i2 = troupe_ll_proc_add_symbol(p, NULL), r2 = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_sc_t *vmax = troupe_sc_binop(p, TROUPE_BINOP_MAX, s_get1(p, *mx, s_ix(i)),
+                                        s_get2(p, *x, s_ix(i), s_ix(r)));
+    troupe_sc_t *vmin = troupe_sc_binop(p, TROUPE_BINOP_MIN, s_get2(p, *x, s_ix(i2), s_ix(r2)),
+                                        s_get1(p, *mn, s_ix(i2)));
+    s_finish(p, troupe_ll_seq2(p, s_for(p, i, no, s_for(p, r, nr, s_set1(p, *mx, s_ix(i), vmax))),
+                               s_for(p, i2, no, s_for(p, r2, nr, s_set1(p, *mn, s_ix(i2), vmin)))));
+    return p;
+}
+
+/* Whether source holds the text `what` at least twice. */
+static bool s_twice(const char *source, const char *what)
+{
+    const char *first = strstr(source, what);
+    return first != NULL && strstr(first + 1, what) != NULL;
+}
+
+/* A reduction into more than 16384 outputs from at least 32 terms that lie along rows goes
+ * onto warps (cgen.h's rule: one warp per output, 8 a block): a row sum over 40 terms into
+ * 16387 outputs is one warp-level kernel (fixed 256-thread block, a block per 8 outputs,
+ * reassociating); a row max and a row min over 100 terms are two parts of one kernel, not
+ * reassociating; 31 terms, or a column sum (its threads read side by side), stay in each
+ * thread, and 16384 outputs keep the block form (256 terms) or a thread each (40).
+ * The emulator runs every thread as a fiber (16387 outputs: 7 s a routine), so the runs lower
+ * the outputs threshold to 16 (troupe__cgen_cuda_set_reduce_max_outputs) and take 67 outputs
+ * (the last group holds 3: its other warps meet the barriers idle): the sum agrees with the
+ * interpreter within the bound for 41 terms and is bitwise the same under the planned and a
+ * small reversed grid; the max and min (uneven ranges of 3 and 4 terms a lane) give the
+ * interpreter's bits exactly in single, double and int32, signed zeros, NaN payloads
+ * (all-NaN rows), infinities and ties included (s_run, s_emu_check). */
+Test(cgen, cuda_warp_reductions)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    enum { NO = 16387, RS = 40, RM = 100, NO_RUN = 67 };
+    int runs0 = s_emu_runs, nruns = 0;
+    troupe_tnode_t *x, *o, *mx, *mn;
+
+    /* 1. The plans at the default threshold. */
+    troupe_ll_proc_t *p = s_build_row_sum(NO, RS, false, &x, &o);
+    troupe_cgen_result_t *res = s_cuda(p);
+    cr_assert_eq(res->nkernels, 1, "%s", res->source);
+    const troupe_cgen_kernel_t *k = &res->kernels[0];
+    cr_expect(k->fixed_block && k->reassociates && !k->one_thread, "%s", res->source);
+    cr_expect(k->block[0] == 256 && k->block[1] == 1 && k->grid[0] == (NO + 7) / 8 &&
+                  k->grid[1] == 1,
+              "block %ux%u grid %ux%u", k->block[0], k->block[1], k->grid[0], k->grid[1]);
+    cr_expect(k->extent[0] == RS && k->extent[1] == NO);
+    cr_expect_not_null(strstr(res->source, "Warp-level reduction over 40 terms"), "%s",
+                       res->source);
+    cr_expect_not_null(strstr(res->source, "t_r += 32)"), "%s", res->source);
+    cr_expect_null(strstr(res->source, "__shfl"));
+    troupe_cgen_result_destroy(&res);
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&o);
+
+    p = s_build_row_max_min(TROUPE_PREC_SINGLE, NO, RM, &x, &mx, &mn);
+    res = s_cuda(p);
+    cr_assert_eq(res->nkernels, 1, "%s", res->source);
+    k = &res->kernels[0];
+    cr_expect(k->fixed_block && !k->reassociates && k->block[0] == 256 &&
+                  k->grid[0] == 2 * ((NO + 7) / 8) && k->extent[0] == 2 * ((NO + 7) / 8),
+              "%s", res->source);
+    cr_expect(s_twice(res->source, "Warp-level reduction over 100 terms"), "%s", res->source);
+    cr_expect_not_null(strstr(res->source, "(int64_t)red_l * 100LL / 32"), "%s", res->source);
+    troupe_cgen_result_destroy(&res);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&mx);
+    troupe_tnode_release(&mn);
+
+    /* outputs, terms, column */
+    const int64_t others[4][3] = {{NO, 31, 0}, {16384, 256, 0}, {16384, RS, 0}, {NO, RS, 1}};
+    for (int c = 0; c < 4; c++) {
+        p = s_build_row_sum(others[c][0], others[c][1], others[c][2] != 0, &x, &o);
+        res = s_cuda(p);
+        cr_assert_eq(res->nkernels, 1, "%s", res->source);
+        k = &res->kernels[0];
+        bool block_form = c == 1;
+        cr_expect(k->fixed_block == block_form && k->reassociates == block_form &&
+                      strstr(res->source, "Warp-level") == NULL &&
+                      (strstr(res->source, "Block-level") != NULL) == block_form,
+                  "%lld outputs, %lld terms, column %d:\n%s", (long long)others[c][0],
+                  (long long)others[c][1], (int)others[c][2], res->source);
+        troupe_cgen_result_destroy(&res);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&x);
+        troupe_tnode_release(&o);
+    }
+
+    /* 2. The runs, past a threshold of 16 outputs. */
+    troupe__cgen_cuda_set_reduce_max_outputs(16);
+    p = s_build_row_sum(NO_RUN, RS, false, &x, &o);
+    res = s_cuda(p);
+    cr_expect(res->nkernels == 1 && res->kernels[0].grid[0] == (NO_RUN + 7) / 8 &&
+                  strstr(res->source, "Warp-level") != NULL,
+              "%s", res->source);
+    troupe_cgen_result_destroy(&res);
+    float *xv = malloc(sizeof(float) * NO_RUN * RS), ov[NO_RUN];
+    s_fill(xv, (size_t)NO_RUN * RS);
+    double worst = 0; /* the largest |o[i]| + sum |x[i, r]| */
+    for (int n = 0; n < NO_RUN; n++) {
+        ov[n] = s_rndf(-2, 2);
+        double abs_sum = fabs(ov[n]);
+        for (int q = 0; q < RS; q++) {
+            xv[n * RS + q] -= 1.25f; /* mixed signs */
+            abs_sum += fabs(xv[n * RS + q]);
+        }
+        worst = abs_sum > worst ? abs_sum : worst;
+    }
+    s_run_t rr = {0};
+    s_bind(&rr, x, xv);
+    s_bind(&rr, o, ov);
+    s_run_reduction(&p, &rr, s_red_bound(RS + 1, 0x1p-24, worst));
+    nruns++;
+    free(xv);
+    troupe_tnode_release(&x);
+    troupe_tnode_release(&o);
+
+    /* Row i's terms are of s_maxmin_value's category i % 6 (int32: ties of -4 .. 4). */
+    const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE, TROUPE_PREC_DOUBLE, TROUPE_PREC_INT32};
+    const double init[7] = {0.5, -0.0, nan("0x77"), -nan("0x1"), 0.0, -0.0, -INFINITY};
+    for (size_t pi = 0; pi < 3; pi++) {
+        const troupe_prec_t prec = precs[pi];
+        const bool is_int = prec == TROUPE_PREC_INT32;
+        p = s_build_row_max_min(prec, NO_RUN, RM, &x, &mx, &mn);
+        res = s_cuda(p);
+        cr_expect(res->nkernels == 1 && !res->kernels[0].reassociates &&
+                      s_twice(res->source, "Warp-level reduction over 100 terms"),
+                  "%s", res->source);
+        troupe_cgen_result_destroy(&res);
+        size_t es = troupe_prec_size_bytes(prec);
+        void *xv2 = malloc(es * NO_RUN * RM), *mxv = malloc(es * NO_RUN),
+             *mnv = malloc(es * NO_RUN);
+        for (int n = 0; n < NO_RUN; n++) {
+            for (int q = 0; q < RM; q++) {
+                uint32_t rnd = s_rnd32();
+                s_store(prec, xv2, (int64_t)n * RM + q,
+                        is_int ? (double)(int)(rnd % 9) - 4.0 : s_maxmin_value(n % 6, rnd));
+            }
+            s_store(prec, mxv, n, is_int ? n % 7 - 3 : init[n % 7]);
+            s_store(prec, mnv, n, is_int ? 3 - n % 7 : init[(n + 3) % 7]);
+        }
+        rr = (s_run_t){0};
+        s_bind(&rr, x, xv2);
+        s_bind(&rr, mx, mxv);
+        s_bind(&rr, mn, mnv);
+        s_run(p, &rr);
+        s_nvrtc_check(p);
+        nruns++;
+        free(xv2);
+        free(mxv);
+        free(mnv);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&x);
+        troupe_tnode_release(&mx);
+        troupe_tnode_release(&mn);
+    }
+    troupe__cgen_cuda_set_reduce_max_outputs(0);
+    cr_expect_eq(s_emu_runs - runs0, nruns, "every routine ran emulated");
+}
+
 /* ---- the emulator itself (cuda_emu.h): barriers and shared memory ---------------------------- */
 
 /* A hand-written unit of one kernel taking `float *x`, for the emulator alone. */
