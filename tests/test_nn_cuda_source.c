@@ -14,6 +14,7 @@
 #include "troupe_config.h"
 #if TROUPE_HAVE_CUDA
 #include "base/alloc.h"
+#include "devices/cuda/driver_impl.h"
 #include "devices/cuda/nvrtc.h"
 #endif
 
@@ -235,4 +236,92 @@ Test(nn_cuda_source, attention_runs_its_batched_products_on_a_device_as_on_the_c
     }
     troupe_nn_destroy(&c.nn);
     troupe_asgn_comp_destroy(&c.comp);
+}
+
+/* The cuda driver compiles a routine as translation units in parallel (devices/cuda/module.c):
+ * each unit is the prelude and a run of whole kernels in order, a kernel's constant table with
+ * it; the runs cover every kernel once; each unit compiles on its own under NVRTC. */
+Test(nn_cuda_source, the_source_cuts_into_units_that_compile_alone, .timeout = 240)
+{
+#if !TROUPE_HAVE_CUDA
+    cr_skip_test("the cuda driver is not built (TROUPE_WITH_CUDA)");
+#else
+    s_case_t c;
+    s_begin(&c);
+    troupe_tnode_t *x, *wqkv, *wp, *y = NULL, *loss;
+    OK(troupe_nn_param(c.nn, "x", 3, (int64_t[]){1, 64, 8}, &x));
+    OK(troupe_nn_param(c.nn, "w_qkv", 2, (int64_t[]){24, 8}, &wqkv));
+    OK(troupe_nn_param(c.nn, "w_proj", 2, (int64_t[]){8, 8}, &wp));
+    OK(troupe_nn_begin(c.nn, "attention"));
+    OK(troupe_nn_attention(c.nn, x, wqkv, NULL, wp, NULL, 2, TROUPE_NN_OUT_IN, &y));
+    OK(troupe_nn_node(c.nn, "loss", 0, NULL, &loss));
+    OK(troupe_nn_un(c.nn, true, TROUPE_BINOP_ADD, loss, TROUPE_UNOP_IDENTITY, y, "btc=>"));
+    OK(troupe_nn_finish(c.nn, loss));
+    troupe_ll_proc_t *proc = NULL;
+    OK(troupe_asgn_lower(c.comp, "units", &proc));
+    troupe_optimize_opts_t o;
+    troupe_optimize_opts_default(&o);
+    o.local_max_bytes = 0;
+    o.fuse_outer = false;
+    OK(troupe_ll_optimize(proc, &o));
+    troupe_cgen_options_t co = {.cuda_shared_max_bytes = 48 * 1024};
+    troupe_cgen_result_t *res = NULL;
+    OK(troupe_cgen_emit_with(proc, TROUPE_CGEN_CUDA, &co, &res));
+    cr_assert_geq(res->nkernels, 8);
+    bool table = false;
+    for (size_t k = 0; k < res->nkernels; k++) {
+        char t[160];
+        snprintf(t, sizeof t, "%s_hz_end[", res->kernels[k].name);
+        table = table || strstr(res->source, t) != NULL;
+    }
+
+    /* small routines stay one unit: the source as it is */
+    troupe__cuda_unit_t *units = NULL;
+    int n = 0;
+    OK(troupe__cuda_units(res, 16, TROUPE__CUDA_UNIT_MIN_BYTES, &units, &n));
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(units[0].source, res->source);
+    troupe__cuda_units_free(units, n);
+
+    OK(troupe__cuda_units(res, 4, 1, &units, &n));
+    cr_assert_eq(n, 4, "%d units", n);
+    const char *first = strstr(res->source, "\nextern \"C\" __global__");
+    const char *firsttab = strstr(res->source, "\n__constant__");
+    if (firsttab != NULL && firsttab < first)
+        first = firsttab;
+    size_t prelude = (size_t)(first - res->source), body = 0;
+    size_t next = 0;
+    for (int u = 0; u < n; u++) {
+        const troupe__cuda_unit_t *un = &units[u];
+        cr_assert_eq(un->first_kernel, next, "unit %d starts at kernel %zu", u, un->first_kernel);
+        cr_assert_gt(un->nkernels, 0);
+        next += un->nkernels;
+        cr_assert(strncmp(un->source, res->source, prelude) == 0, "unit %d: not the prelude", u);
+        body += strlen(un->source) - prelude;
+        for (size_t k = 0; k < res->nkernels; k++) {
+            char sig[160], t[160];
+            snprintf(sig, sizeof sig, "__global__ void %s(", res->kernels[k].name);
+            snprintf(t, sizeof t, "%s_hz_end[", res->kernels[k].name);
+            bool mine = k >= un->first_kernel && k < un->first_kernel + un->nkernels;
+            cr_assert_eq(strstr(un->source, sig) != NULL, mine, "unit %d, kernel %s", u,
+                         res->kernels[k].name);
+            if (strstr(res->source, t) != NULL)
+                cr_assert_eq(strstr(un->source, t) != NULL, mine, "unit %d, table of %s", u,
+                             res->kernels[k].name);
+        }
+        char *ptx = NULL, *log = NULL;
+        troupe_status_t st = troupe_nvrtc_compile(un->source, "unit", "compute_80", &ptx, &log);
+        cr_assert_eq(st, TROUPE_OK, "unit %d: %s\n%s", u, troupe_last_error(), log ? log : "");
+        troupe_free(ptx);
+        troupe_free(log);
+    }
+    cr_assert_eq(next, res->nkernels);
+    cr_assert_eq(prelude + body, res->source_len, "the units' kernels are not the source's");
+    (void)table;
+    troupe__cuda_units_free(units, n);
+    troupe_cgen_result_destroy(&res);
+    troupe_ll_proc_destroy(&proc);
+    troupe_nn_destroy(&c.nn);
+    troupe_asgn_comp_destroy(&c.comp);
+#endif
 }

@@ -102,7 +102,8 @@ struct troupe_dcode {
     size_t nparams;
     troupe__kparam_t *params;
     int narchs;
-    cudaLibrary_t *libs;   /* per architecture of the driver */
+    int nunits;            /* translation units the source was cut into (troupe__cuda_units) */
+    cudaLibrary_t *libs;   /* narchs x nunits */
     cudaKernel_t *kernels; /* narchs x gen->nkernels */
     pthread_mutex_t lock;  /* plans */
     troupe__cuda_gemm_plan_t **plans; /* narchs x nsteps x align classes, built on first use */
@@ -168,6 +169,23 @@ troupe_status_t troupe__cuda_gather_event_wait(troupe_dqueue_t *q, const troupe_
 void troupe__cuda_gather_event_release(troupe_devent_t *ev);
 /* Frees q's words, slots and its reference to the latch (after the stream was synchronized). */
 void troupe__cuda_gather_queue_free(troupe_dqueue_t *q);
+
+/* module.c: a routine's CUDA source cut into translation units that NVRTC compiles in parallel
+ * (one CUDA library each): every unit is the source's prelude (everything before its first
+ * kernel) and a run of whole kernels in order (a kernel's constant table, s_put_horizontal's
+ * hz_end, goes with it), each run about an equal share of the kernels' text, none under
+ * min_bytes (the driver: TROUPE__CUDA_UNIT_MIN_BYTES, so a small routine stays one unit) unless
+ * it is the only one, at most max_units. */
+#define TROUPE__CUDA_UNIT_MIN_BYTES ((size_t)96 << 10)
+typedef struct troupe__cuda_unit {
+    size_t first_kernel, nkernels;
+    char *source; /* NUL-terminated, troupe_malloc */
+} troupe__cuda_unit_t;
+/* *out (troupe_calloc, free with troupe__cuda_units_free) and *nunits >= 1. INVALID_ARGUMENT when
+ * a kernel's signature is not found in order (names the kernel), RESOURCE_EXHAUSTED. */
+troupe_status_t troupe__cuda_units(const troupe_cgen_result_t *gen, int max_units, size_t min_bytes,
+                                   troupe__cuda_unit_t **out, int *nunits);
+void troupe__cuda_units_free(troupe__cuda_unit_t *units, int nunits);
 
 /* module.c: the compile and code_release entries. */
 troupe_status_t troupe__cuda_compile(troupe_driver_t *drv, const troupe_ll_proc_t *proc,

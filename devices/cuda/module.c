@@ -1,7 +1,8 @@
-/* troupe — the cuda driver's compile entry: the CUDA dialect of compiler/cgen, NVRTC images
- * through the compile cache (troupe__cuda_image), one CUDA library per architecture of the
- * devices (see cuda_impl.h). */
-#define _POSIX_C_SOURCE 200809L
+/* troupe — the cuda driver's compile entry: the CUDA dialect of compiler/cgen, cut into
+ * translation units (troupe__cuda_units) that NVRTC compiles in parallel, images through the
+ * compile cache (troupe__cuda_image), one CUDA library per unit and architecture of the devices
+ * (see cuda_impl.h). */
+#define _GNU_SOURCE
 #include "devices/cuda/driver_impl.h"
 
 #include "base/alloc.h"
@@ -15,6 +16,8 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -163,8 +166,9 @@ void troupe__cuda_code_release(troupe_driver_t *drv, troupe_dcode_t *code)
      * nothing of the library's kernels still queued or running (using a handle after it is
      * destroyed is undefined): the devices finish their work first. */
     bool loaded = false;
-    for (int a = 0; code->libs != NULL && a < code->narchs; a++)
-        loaded = loaded || code->libs[a] != NULL;
+    size_t nlibs = (size_t)code->narchs * (size_t)code->nunits;
+    for (size_t i = 0; code->libs != NULL && i < nlibs; i++)
+        loaded = loaded || code->libs[i] != NULL;
     if (loaded && drv != NULL)
         s_sync_devices((troupe__cuda_driver_t *)drv);
     size_t nplans = code->gen != NULL ? (size_t)code->narchs * code->gen->nsteps *
@@ -174,9 +178,9 @@ void troupe__cuda_code_release(troupe_driver_t *drv, troupe_dcode_t *code)
         for (size_t i = 0; i < nplans; i++)
             troupe__cuda_gemm_plan_free(code->plans[i]);
     troupe_free(code->plans);
-    for (int a = 0; code->libs != NULL && a < code->narchs; a++)
-        if (code->libs[a] != NULL)
-            (void)cudaLibraryUnload(code->libs[a]);
+    for (size_t i = 0; code->libs != NULL && i < nlibs; i++)
+        if (code->libs[i] != NULL)
+            (void)cudaLibraryUnload(code->libs[i]);
     (void)cudaGetLastError();
     troupe_free(code->libs);
     troupe_free(code->kernels);
@@ -258,35 +262,209 @@ static int64_t s_shared_max(const troupe__cuda_driver_t *d)
     return least == INT64_MAX || least < S_SHARED_RESERVE ? 0 : least - S_SHARED_RESERVE;
 }
 
-/* Loads the image for architecture a and finds the code's kernels in it. */
-static troupe_status_t s_load(troupe__cuda_driver_t *d, troupe_dcode_t *code, int a)
+/* ---- translation units ---------------------------------------------------------------------- */
+
+void troupe__cuda_units_free(troupe__cuda_unit_t *units, int nunits)
+{
+    for (int u = 0; units != NULL && u < nunits; u++)
+        troupe_free(units[u].source);
+    troupe_free(units);
+}
+
+troupe_status_t troupe__cuda_units(const troupe_cgen_result_t *gen, int max_units, size_t min_bytes,
+                                   troupe__cuda_unit_t **out, int *nunits)
+{
+    *out = NULL;
+    *nunits = 0;
+    const char *src = gen->source != NULL ? gen->source : "";
+    size_t len = strlen(src), nk = gen->nkernels;
+    size_t *at = troupe_calloc(nk + 1, sizeof *at); /* kernel k's text starts at at[k] */
+    if (at == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda compile: out of memory");
+    const char *from = src;
+    troupe_status_t st = TROUPE_OK;
+    for (size_t k = 0; k < nk && st == TROUPE_OK; k++) {
+        const char *name = gen->kernels[k].name;
+        char sig[160], table[160];
+        snprintf(sig, sizeof sig, "\nextern \"C\" __global__ void %s(", name);
+        snprintf(table, sizeof table, "\n__constant__ int64_t %s_hz_end[", name);
+        const char *p = strstr(from, sig);
+        if (p == NULL) {
+            st = troupe__error(TROUPE_INVALID_ARGUMENT,
+                               "cuda compile %s: kernel %s's signature is not in the source after "
+                               "kernel %zu's",
+                               gen->name, name, k);
+            break;
+        }
+        const char *t = strstr(from, table); /* its table, just before it */
+        at[k] = (size_t)((t != NULL && t < p ? t : p) - src);
+        from = p + 1;
+    }
+    at[nk] = len;
+    if (st != TROUPE_OK) {
+        troupe_free(at);
+        return st;
+    }
+    size_t prelude = nk > 0 ? at[0] : len, body = len - prelude;
+    size_t share = max_units > 1 ? (body + (size_t)max_units - 1) / (size_t)max_units : body;
+    if (share < min_bytes)
+        share = min_bytes;
+    int n = 0;
+    troupe__cuda_unit_t *units = troupe_calloc(nk > 0 ? nk : 1, sizeof *units);
+    for (size_t k = 0; units != NULL && (k < nk || n == 0);) {
+        size_t first = k, bytes = 0;
+        while (k < nk && (k == first || bytes + (at[k + 1] - at[k]) <= share || n + 1 == max_units))
+            bytes += at[k + 1] - at[k], k++;
+        troupe__cuda_unit_t *u = &units[n++];
+        u->first_kernel = first;
+        u->nkernels = k - first;
+        u->source = troupe_malloc(prelude + bytes + 1);
+        if (u->source == NULL) {
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda compile: out of memory");
+            break;
+        }
+        memcpy(u->source, src, prelude);
+        memcpy(u->source + prelude, src + (nk > 0 ? at[first] : len), bytes);
+        u->source[prelude + bytes] = '\0';
+    }
+    troupe_free(at);
+    if (units == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda compile: out of memory");
+    if (st != TROUPE_OK) {
+        troupe__cuda_units_free(units, n);
+        return st;
+    }
+    *out = units;
+    *nunits = n;
+    return TROUPE_OK;
+}
+
+/* The cores this process may run on (at least 1): the compile's threads. */
+static int s_cores(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return n < 1 ? 1 : n;
+}
+
+/* One unit's compile for one architecture, run by s_compile_units' threads. */
+typedef struct s_unit_job {
+    const char *name, *source, *arch;
+    bool ftz;
+    void *image;
+    size_t size;
+    bool hit;
+    troupe_status_t st;
+    char err[1024];
+} s_unit_job_t;
+
+typedef struct s_unit_pool {
+    s_unit_job_t *jobs;
+    int njobs;
+    atomic_int next;
+} s_unit_pool_t;
+
+static void *s_unit_worker(void *arg)
+{
+    s_unit_pool_t *pool = arg;
+    for (int i; (i = atomic_fetch_add(&pool->next, 1)) < pool->njobs;) {
+        s_unit_job_t *j = &pool->jobs[i];
+        j->st =
+            troupe__cuda_image(j->name, j->source, j->arch, j->ftz, &j->image, &j->size, &j->hit);
+        if (j->st != TROUPE_OK)
+            snprintf(j->err, sizeof j->err, "%s", troupe_last_error());
+    }
+    return NULL;
+}
+
+/* Compiles the jobs on up to `threads` threads (this one among them); the first failure, in
+ * unit order, is the result. */
+static troupe_status_t s_compile_units(s_unit_job_t *jobs, int njobs, int threads)
+{
+    s_unit_pool_t pool = {jobs, njobs, 0};
+    pthread_t tids[64];
+    int started = 0;
+    for (int t = 1; t < threads && t < njobs && started < 64; t++)
+        if (pthread_create(&tids[started], NULL, s_unit_worker, &pool) == 0)
+            started++;
+    s_unit_worker(&pool);
+    for (int t = 0; t < started; t++)
+        pthread_join(tids[t], NULL);
+    for (int i = 0; i < njobs; i++)
+        if (jobs[i].st != TROUPE_OK)
+            return troupe__error(jobs[i].st, "%s", jobs[i].err);
+    return TROUPE_OK;
+}
+
+/* Loads the units' images for architecture a (compiled in parallel) and finds the code's
+ * kernels in them. */
+static troupe_status_t s_load(troupe__cuda_driver_t *d, troupe_dcode_t *code,
+                              const troupe__cuda_unit_t *units, int a)
 {
     const troupe_cgen_result_t *gen = code->gen;
     int ordinal = 0;
     while (ordinal < d->ndevices && d->devs[ordinal].arch_index != a)
         ordinal++;
     TROUPE_RETURN_IF_ERROR(troupe__cuda_use(d, ordinal));
-    void *image = NULL;
-    size_t size = 0;
-    bool hit = false;
-    TROUPE_RETURN_IF_ERROR(
-        troupe__cuda_image(gen->name, gen->source, d->archs[a], code->ftz, &image, &size, &hit));
-    cudaError_t e = cudaLibraryLoadData(&code->libs[a], image, NULL, NULL, 0, NULL, NULL, 0);
-    troupe_free(image);
-    if (e != cudaSuccess) {
-        code->libs[a] = NULL;
-        return troupe__cuda_fail(&d->devs[ordinal], e, "compile %s: cudaLibraryLoadData (%s%s)",
-                                 gen->name, d->archs[a], hit ? ", from the cache" : "");
+    int nu = code->nunits;
+    s_unit_job_t *jobs = troupe_calloc((size_t)nu, sizeof *jobs);
+    char **names = troupe_calloc((size_t)nu, sizeof *names);
+    troupe_status_t st = TROUPE_OK;
+    if (jobs == NULL || names == NULL) {
+        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda compile %s: out of memory", gen->name);
+        goto out;
     }
-    for (size_t k = 0; k < gen->nkernels; k++) {
-        cudaKernel_t *kp = &code->kernels[(size_t)a * gen->nkernels + k];
-        e = cudaLibraryGetKernel(kp, code->libs[a], gen->kernels[k].name);
-        if (e != cudaSuccess)
-            return troupe__cuda_fail(&d->devs[ordinal], e, "compile %s: cudaLibraryGetKernel(%s)",
-                                     gen->name, gen->kernels[k].name);
-        TROUPE_RETURN_IF_ERROR(s_check_kernel(d, ordinal, gen, k, *kp));
+    for (int u = 0; u < nu; u++) {
+        /* one unit keeps the routine's name (and its cache file's) */
+        names[u] = nu == 1 ? troupe_strdup(gen->name)
+                           : troupe_strdup_printf("%.*s_u%d", S_NAME_MAX - 8, gen->name, u);
+        if (names[u] == NULL) {
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda compile: out of memory");
+            goto out;
+        }
+        jobs[u] = (s_unit_job_t){
+            .name = names[u], .source = units[u].source, .arch = d->archs[a], .ftz = code->ftz};
     }
-    return TROUPE_OK;
+    int64_t t0 = troupe_now_ns();
+    int threads = s_cores();
+    if ((st = s_compile_units(jobs, nu, threads)) != TROUPE_OK)
+        goto out;
+    if (nu > 1)
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+                   "cuda compile %s for %s: %d units on %d threads in %.3f s", gen->name,
+                   d->archs[a], nu, threads < nu ? threads : nu,
+                   (double)(troupe_now_ns() - t0) * 1e-9);
+    for (int u = 0; u < nu; u++) {
+        cudaLibrary_t *lib = &code->libs[(size_t)a * (size_t)nu + (size_t)u];
+        cudaError_t e = cudaLibraryLoadData(lib, jobs[u].image, NULL, NULL, 0, NULL, NULL, 0);
+        if (e != cudaSuccess) {
+            *lib = NULL;
+            st = troupe__cuda_fail(&d->devs[ordinal], e, "compile %s: cudaLibraryLoadData (%s%s)",
+                                   names[u], d->archs[a], jobs[u].hit ? ", from the cache" : "");
+            goto out;
+        }
+        for (size_t k = units[u].first_kernel;
+             k < units[u].first_kernel + units[u].nkernels && st == TROUPE_OK; k++) {
+            cudaKernel_t *kp = &code->kernels[(size_t)a * gen->nkernels + k];
+            e = cudaLibraryGetKernel(kp, *lib, gen->kernels[k].name);
+            if (e != cudaSuccess)
+                st = troupe__cuda_fail(&d->devs[ordinal], e, "compile %s: cudaLibraryGetKernel(%s)",
+                                       names[u], gen->kernels[k].name);
+            else
+                st = s_check_kernel(d, ordinal, gen, k, *kp);
+        }
+        if (st != TROUPE_OK)
+            goto out;
+    }
+out:
+    for (int u = 0; jobs != NULL && u < nu; u++)
+        troupe_free(jobs[u].image);
+    for (int u = 0; names != NULL && u < nu; u++)
+        troupe_free(names[u]);
+    troupe_free(jobs);
+    troupe_free(names);
+    return st;
 }
 
 troupe_status_t troupe__cuda_compile(troupe_driver_t *drv, const troupe_ll_proc_t *proc,
@@ -314,22 +492,35 @@ troupe_status_t troupe__cuda_compile(troupe_driver_t *drv, const troupe_ll_proc_
     const troupe_cgen_result_t *gen = code->gen;
     code->name = troupe_strdup(gen->name);
     code->narchs = d->narchs;
-    code->libs = troupe_calloc((size_t)d->narchs, sizeof *code->libs);
     code->kernels = troupe_calloc((size_t)d->narchs * (gen->nkernels ? gen->nkernels : 1),
                                   sizeof *code->kernels);
     code->plans = troupe_calloc(
         (size_t)d->narchs * (gen->nsteps ? gen->nsteps : 1) * TROUPE__CUDA_ALIGN_CLASSES,
         sizeof *code->plans);
-    if (code->name == NULL || code->libs == NULL || code->kernels == NULL || code->plans == NULL) {
+    if (code->name == NULL || code->kernels == NULL || code->plans == NULL) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda compile %s: out of memory", gen->name);
         goto out_code;
     }
     if ((st = troupe__kparams_new(gen, &code->params)) != TROUPE_OK)
         goto out_code;
     code->nparams = gen->nparams;
-    for (int a = 0; a < d->narchs && gen->nkernels > 0; a++)
-        if ((st = s_load(d, code, a)) != TROUPE_OK)
+    if (gen->nkernels > 0) {
+        troupe__cuda_unit_t *units = NULL;
+        int nu = 0;
+        if ((st = troupe__cuda_units(gen, s_cores(), TROUPE__CUDA_UNIT_MIN_BYTES, &units, &nu)) !=
+            TROUPE_OK)
             goto out_code;
+        code->nunits = nu;
+        code->libs = troupe_calloc((size_t)d->narchs * (size_t)nu, sizeof *code->libs);
+        if (code->libs == NULL)
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cuda compile %s: out of memory",
+                               gen->name);
+        for (int a = 0; a < d->narchs && st == TROUPE_OK; a++)
+            st = s_load(d, code, units, a);
+        troupe__cuda_units_free(units, nu);
+        if (st != TROUPE_OK)
+            goto out_code;
+    }
     /* The source is not needed any more; the kernels, steps and parameters are. */
     troupe_free(code->gen->source);
     code->gen->source = NULL;
