@@ -35,20 +35,51 @@ static void s_begin(s_case_t *c)
     OK(troupe_nn_new(c->comp, TROUPE_PREC_SINGLE, &c->nn));
 }
 
-/* Lowers, optimizes as for the cuda driver (no Local arrays, no outer fusion), emits the CUDA
- * dialect; returns the source length; compiles it with NVRTC when `compile`. */
-static size_t s_cuda_source(s_case_t *c, const char *name, bool compile)
+/* Lowers c's comp as `name`, optimizes as for the cuda driver (no Local arrays, no outer
+ * fusion) and emits the CUDA dialect: *proc and the result (the caller destroys both). */
+static troupe_cgen_result_t *s_emit(s_case_t *c, const char *name, troupe_ll_proc_t **proc)
 {
-    troupe_ll_proc_t *proc = NULL;
-    OK(troupe_asgn_lower(c->comp, name, &proc));
+    OK(troupe_asgn_lower(c->comp, name, proc));
     troupe_optimize_opts_t o;
     troupe_optimize_opts_default(&o);
     o.local_max_bytes = 0;
     o.fuse_outer = false;
-    OK(troupe_ll_optimize(proc, &o));
+    OK(troupe_ll_optimize(*proc, &o));
     troupe_cgen_options_t co = {.cuda_shared_max_bytes = 48 * 1024};
     troupe_cgen_result_t *res = NULL;
-    OK(troupe_cgen_emit_with(proc, TROUPE_CGEN_CUDA, &co, &res));
+    OK(troupe_cgen_emit_with(*proc, TROUPE_CGEN_CUDA, &co, &res));
+    return res;
+}
+
+/* Causal attention over (B, T, C), nh heads, its output summed into *loss: forward and derived
+ * backward, in c (begun here). */
+static void s_attention(s_case_t *c, int64_t B, int64_t T, int64_t C, int64_t nh,
+                        troupe_tnode_t **loss)
+{
+    s_begin(c);
+    troupe_tnode_t *x, *wqkv, *wp, *y = NULL;
+    OK(troupe_nn_param(c->nn, "x", 3, (int64_t[]){B, T, C}, &x));
+    OK(troupe_nn_param(c->nn, "w_qkv", 2, (int64_t[]){3 * C, C}, &wqkv));
+    OK(troupe_nn_param(c->nn, "w_proj", 2, (int64_t[]){C, C}, &wp));
+    OK(troupe_nn_begin(c->nn, "attention"));
+    OK(troupe_nn_attention(c->nn, x, wqkv, NULL, wp, NULL, nh, TROUPE_NN_OUT_IN, &y));
+    OK(troupe_nn_node(c->nn, "loss", 0, NULL, loss));
+    OK(troupe_nn_un(c->nn, true, TROUPE_BINOP_ADD, *loss, TROUPE_UNOP_IDENTITY, y, "btc=>"));
+    OK(troupe_nn_finish(c->nn, *loss));
+}
+
+static void s_end(s_case_t *c)
+{
+    troupe_nn_destroy(&c->nn);
+    troupe_asgn_comp_destroy(&c->comp);
+}
+
+/* The CUDA dialect of c's comp (s_emit); returns the source length; compiles it with NVRTC when
+ * `compile`. Ends c. */
+static size_t s_cuda_source(s_case_t *c, const char *name, bool compile)
+{
+    troupe_ll_proc_t *proc = NULL;
+    troupe_cgen_result_t *res = s_emit(c, name, &proc);
     size_t n = res->source_len;
     /* each kernel's signature is its own arguments (troupe_cgen_kernel_t.args), in order, and
      * they are fewer than the routine's parameters */
@@ -87,8 +118,7 @@ static size_t s_cuda_source(s_case_t *c, const char *name, bool compile)
 #endif
     troupe_cgen_result_destroy(&res);
     troupe_ll_proc_destroy(&proc);
-    troupe_nn_destroy(&c->nn);
-    troupe_asgn_comp_destroy(&c->comp);
+    s_end(c);
     return n;
 }
 
@@ -96,16 +126,8 @@ static size_t s_cuda_source(s_case_t *c, const char *name, bool compile)
 static size_t s_attention_source(int64_t T, bool compile)
 {
     s_case_t c;
-    s_begin(&c);
-    troupe_tnode_t *x, *wqkv, *wp, *y = NULL, *loss;
-    OK(troupe_nn_param(c.nn, "x", 3, (int64_t[]){1, T, 8}, &x));
-    OK(troupe_nn_param(c.nn, "w_qkv", 2, (int64_t[]){24, 8}, &wqkv));
-    OK(troupe_nn_param(c.nn, "w_proj", 2, (int64_t[]){8, 8}, &wp));
-    OK(troupe_nn_begin(c.nn, "attention"));
-    OK(troupe_nn_attention(c.nn, x, wqkv, NULL, wp, NULL, 2, TROUPE_NN_OUT_IN, &y));
-    OK(troupe_nn_node(c.nn, "loss", 0, NULL, &loss));
-    OK(troupe_nn_un(c.nn, true, TROUPE_BINOP_ADD, loss, TROUPE_UNOP_IDENTITY, y, "btc=>"));
-    OK(troupe_nn_finish(c.nn, loss));
+    troupe_tnode_t *loss;
+    s_attention(&c, 1, T, 8, 2, &loss);
     return s_cuda_source(&c, "attention_grad", compile);
 }
 
@@ -143,18 +165,9 @@ Test(nn_cuda_source, xent_source_does_not_grow_with_the_padded_vocabulary)
  * cpu driver's within float rounding. */
 Test(nn_cuda_source, attention_runs_its_batched_products_on_a_device_as_on_the_cpu, .timeout = 240)
 {
-    enum { B = 2, T = 64, C = 32, NH = 2 };
     s_case_t c;
-    s_begin(&c);
-    troupe_tnode_t *x, *wqkv, *wp, *y = NULL, *loss;
-    OK(troupe_nn_param(c.nn, "x", 3, (int64_t[]){B, T, C}, &x));
-    OK(troupe_nn_param(c.nn, "w_qkv", 2, (int64_t[]){3 * C, C}, &wqkv));
-    OK(troupe_nn_param(c.nn, "w_proj", 2, (int64_t[]){C, C}, &wp));
-    OK(troupe_nn_begin(c.nn, "attention"));
-    OK(troupe_nn_attention(c.nn, x, wqkv, NULL, wp, NULL, NH, TROUPE_NN_OUT_IN, &y));
-    OK(troupe_nn_node(c.nn, "loss", 0, NULL, &loss));
-    OK(troupe_nn_un(c.nn, true, TROUPE_BINOP_ADD, loss, TROUPE_UNOP_IDENTITY, y, "btc=>"));
-    OK(troupe_nn_finish(c.nn, loss));
+    troupe_tnode_t *loss;
+    s_attention(&c, 2, 64, 32, 2, &loss);
     /* the values and hosted outputs before anything is lowered (lowering fixes memory modes) */
     troupe_tnode_t *const *params, *const *grads;
     size_t np = troupe_nn_params(c.nn, &params, &grads);
@@ -171,15 +184,7 @@ Test(nn_cuda_source, attention_runs_its_batched_products_on_a_device_as_on_the_c
     rtu_set_hosted(loss, 999);
 
     troupe_ll_proc_t *proc = NULL;
-    OK(troupe_asgn_lower(c.comp, "attention_batched", &proc));
-    troupe_optimize_opts_t o;
-    troupe_optimize_opts_default(&o);
-    o.local_max_bytes = 0;
-    o.fuse_outer = false;
-    OK(troupe_ll_optimize(proc, &o));
-    troupe_cgen_options_t co = {.cuda_shared_max_bytes = 48 * 1024};
-    troupe_cgen_result_t *res = NULL;
-    OK(troupe_cgen_emit_with(proc, TROUPE_CGEN_CUDA, &co, &res));
+    troupe_cgen_result_t *res = s_emit(&c, "attention_batched", &proc);
     int batched = 0;
     for (size_t i = 0; i < res->nsteps; i++)
         batched += res->steps[i].kind == TROUPE_CGEN_STEP_GEMM && res->steps[i].gemm.nbatch > 0;
@@ -190,8 +195,7 @@ Test(nn_cuda_source, attention_runs_its_batched_products_on_a_device_as_on_the_c
 
     char why[512];
     if (!rtu_cuda_present(why, sizeof why)) {
-        troupe_nn_destroy(&c.nn);
-        troupe_asgn_comp_destroy(&c.comp);
+        s_end(&c);
         cr_skip_test("%s", why);
     }
     double got_loss[2];
@@ -234,8 +238,7 @@ Test(nn_cuda_source, attention_runs_its_batched_products_on_a_device_as_on_the_c
         free(got[0][p]);
         free(got[1][p]);
     }
-    troupe_nn_destroy(&c.nn);
-    troupe_asgn_comp_destroy(&c.comp);
+    s_end(&c);
 }
 
 /* The cuda driver compiles a routine as translation units in parallel (devices/cuda/module.c):
@@ -247,33 +250,11 @@ Test(nn_cuda_source, the_source_cuts_into_units_that_compile_alone, .timeout = 2
     cr_skip_test("the cuda driver is not built (TROUPE_WITH_CUDA)");
 #else
     s_case_t c;
-    s_begin(&c);
-    troupe_tnode_t *x, *wqkv, *wp, *y = NULL, *loss;
-    OK(troupe_nn_param(c.nn, "x", 3, (int64_t[]){1, 64, 8}, &x));
-    OK(troupe_nn_param(c.nn, "w_qkv", 2, (int64_t[]){24, 8}, &wqkv));
-    OK(troupe_nn_param(c.nn, "w_proj", 2, (int64_t[]){8, 8}, &wp));
-    OK(troupe_nn_begin(c.nn, "attention"));
-    OK(troupe_nn_attention(c.nn, x, wqkv, NULL, wp, NULL, 2, TROUPE_NN_OUT_IN, &y));
-    OK(troupe_nn_node(c.nn, "loss", 0, NULL, &loss));
-    OK(troupe_nn_un(c.nn, true, TROUPE_BINOP_ADD, loss, TROUPE_UNOP_IDENTITY, y, "btc=>"));
-    OK(troupe_nn_finish(c.nn, loss));
+    troupe_tnode_t *loss;
+    s_attention(&c, 1, 64, 8, 2, &loss);
     troupe_ll_proc_t *proc = NULL;
-    OK(troupe_asgn_lower(c.comp, "units", &proc));
-    troupe_optimize_opts_t o;
-    troupe_optimize_opts_default(&o);
-    o.local_max_bytes = 0;
-    o.fuse_outer = false;
-    OK(troupe_ll_optimize(proc, &o));
-    troupe_cgen_options_t co = {.cuda_shared_max_bytes = 48 * 1024};
-    troupe_cgen_result_t *res = NULL;
-    OK(troupe_cgen_emit_with(proc, TROUPE_CGEN_CUDA, &co, &res));
+    troupe_cgen_result_t *res = s_emit(&c, "units", &proc);
     cr_assert_geq(res->nkernels, 8);
-    bool table = false;
-    for (size_t k = 0; k < res->nkernels; k++) {
-        char t[160];
-        snprintf(t, sizeof t, "%s_hz_end[", res->kernels[k].name);
-        table = table || strstr(res->source, t) != NULL;
-    }
 
     /* small routines stay one unit: the source as it is */
     troupe__cuda_unit_t *units = NULL;
@@ -317,11 +298,9 @@ Test(nn_cuda_source, the_source_cuts_into_units_that_compile_alone, .timeout = 2
     }
     cr_assert_eq(next, res->nkernels);
     cr_assert_eq(prelude + body, res->source_len, "the units' kernels are not the source's");
-    (void)table;
     troupe__cuda_units_free(units, n);
     troupe_cgen_result_destroy(&res);
     troupe_ll_proc_destroy(&proc);
-    troupe_nn_destroy(&c.nn);
-    troupe_asgn_comp_destroy(&c.comp);
+    s_end(&c);
 #endif
 }
