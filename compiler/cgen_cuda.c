@@ -640,20 +640,6 @@ static troupe_status_t s_term_clean(const troupe_sc_t *e, const troupe_tnode_t *
     return a.oom ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory") : TROUPE_OK;
 }
 
-/* The elements an access of tn at idcs moves by when loop symbol sym steps by one (row-major
- * over the stored dims). */
-static int64_t s_sym_stride(const troupe_tnode_t *tn, const troupe_axis_index_t *idcs, int32_t sym)
-{
-    int64_t stride = 0, below = 1;
-    for (int ax = tn->ndims - 1; ax >= 0; ax--) {
-        for (int t = 0; t < idcs[ax].nterms; t++)
-            if (idcs[ax].terms[t].sym == sym)
-                stride += idcs[ax].terms[t].coeff * below;
-        below *= tn->dims[ax];
-    }
-    return stride;
-}
-
 /* Whether more of the reads of red's term step by one element along its innermost reduction
  * loop than along its innermost mapped loop (a row's terms side by side: attention's softmax
  * rows). Then a warp's lanes on consecutive terms read consecutive elements, where a thread
@@ -681,8 +667,8 @@ static troupe_status_t s_reduce_reads_rows(const s_reduce_t *red, bool *yes)
     for (size_t i = 0; i < a.n; i++) {
         if (a.v[i].write || a.v[i].idcs == NULL)
             continue;
-        int64_t sr = s_sym_stride(a.v[i].tn, a.v[i].idcs, inner_r->u.for_loop.sym);
-        int64_t sm = s_sym_stride(a.v[i].tn, a.v[i].idcs, inner_m->u.for_loop.sym);
+        int64_t sr = troupe_gemm_sym_stride(a.v[i].tn, a.v[i].idcs, inner_r->u.for_loop.sym);
+        int64_t sm = troupe_gemm_sym_stride(a.v[i].tn, a.v[i].idcs, inner_m->u.for_loop.sym);
         along_r += sr == 1 || sr == -1;
         along_m += sm == 1 || sm == -1;
     }
