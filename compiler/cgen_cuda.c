@@ -456,9 +456,17 @@ static troupe_status_t s_put_one_thread(troupe__cgen_t *g, troupe_cgen_result_t 
     return s_add_step(r, &step);
 }
 
+/* Before every grid-stride loop: not unrolled. Unrolled, each thread first works out the trip
+ * count, a 64-bit division by the runtime stride (gridDim * blockDim), which in kernels of one
+ * item a thread cost more than the item: attention's softmax passes were 264 PTX instructions
+ * with it, 103 without. */
+#define S_NO_UNROLL "#pragma unroll 1\n"
+
 /* The grid-stride loop over `extent` along axis 'x' or 'y', at `indent`. */
 static void s_put_stride_loop(troupe__strbuf_t *b, char axis, int64_t extent, int indent)
 {
+    troupe__strbuf_repeat(b, "    ", indent);
+    troupe__strbuf_puts(b, S_NO_UNROLL);
     troupe__strbuf_repeat(b, "    ", indent);
     troupe__strbuf_printf(b,
                           "for (int64_t t_%c = (int64_t)blockIdx.%c * blockDim.%c + threadIdx.%c; "
@@ -534,6 +542,8 @@ static troupe_status_t s_put_mapped(troupe__cgen_t *g, troupe_cgen_result_t *r, 
 static void s_put_flat_loop(troupe__strbuf_t *b, int64_t count, const char *start,
                             const char *stride, int in)
 {
+    troupe__strbuf_repeat(b, "    ", in);
+    troupe__strbuf_puts(b, S_NO_UNROLL);
     troupe__strbuf_repeat(b, "    ", in);
     troupe__strbuf_printf(b, "for (int64_t t_f = %s; t_f < %" PRId64 "LL; t_f += %s) {\n", start,
                           count, stride);
@@ -914,13 +924,14 @@ static troupe_status_t s_put_reduce_part(troupe__cgen_t *g, const s_reduce_t *re
             "    /* Groups of %d outputs, one a warp; a warp past the last output still meets "
             "the\n"
             "     * barriers, with no terms. */\n"
-            "    for (int64_t t_g = %s; t_g < %" PRId64 "LL; t_g += %s) {\n"
+            "    " S_NO_UNROLL "    for (int64_t t_g = %s; t_g < %" PRId64 "LL; t_g += %s) {\n"
             "        const int64_t t_o = t_g * %dLL + (int64_t)(red_t / %du);\n",
             n, S_WARP_OUTPUTS, o_start, (red->outputs + S_WARP_OUTPUTS - 1) / S_WARP_OUTPUTS,
             o_stride, S_WARP_OUTPUTS, n);
     } else {
-        troupe__strbuf_printf(b, "    for (int64_t t_o = %s; t_o < %" PRId64 "LL; t_o += %s) {\n",
-                              o_start, red->outputs, o_stride);
+        troupe__strbuf_printf(
+            b, "    " S_NO_UNROLL "    for (int64_t t_o = %s; t_o < %" PRId64 "LL; t_o += %s) {\n",
+            o_start, red->outputs, o_stride);
     }
     s_put_decompose(g, b, red, true, "t_o", 2);
     troupe__strbuf_printf(b, "        %s red_acc = 0;\n", ty);
@@ -1479,6 +1490,7 @@ static troupe_status_t s_put_gemm_tiled(troupe_cgen_result_t *r, const troupe_cg
         b,
         ";\n"
         "    const int gm_tid = (int)threadIdx.x, gm_tx = gm_tid %% %d, gm_ty = gm_tid / %d;\n"
+        "    " S_NO_UNROLL
         "    for (int64_t gm_tile = (int64_t)blockIdx.y * gridDim.x + blockIdx.x; gm_tile < "
         "%" PRId64 "LL; gm_tile += (int64_t)gridDim.x * gridDim.y) {\n",
         t.bn / t.tn, t.bn / t.tn, npar * tiles_m * tiles_n);
@@ -2531,6 +2543,7 @@ static troupe_status_t s_put_horizontal(troupe__cgen_t *g, troupe_cgen_result_t 
                           "    const int64_t hz_nt = (int64_t)blockDim.x * blockDim.y;\n"
                           "    const int64_t hz_t = (int64_t)threadIdx.y * blockDim.x + "
                           "threadIdx.x;\n"
+                          "    " S_NO_UNROLL
                           "    for (int64_t hz_v = (int64_t)blockIdx.y * gridDim.x + blockIdx.x; "
                           "hz_v < %" PRId64 "LL; hz_v += (int64_t)gridDim.x * gridDim.y) {\n",
                           nparts, v, v);

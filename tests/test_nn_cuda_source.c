@@ -4,6 +4,7 @@
  * model and could not compile at T = 1024), so the generated source does not grow with T or Vp;
  * each kernel's signature names only the parameters it uses (troupe_cgen_kernel_t.args); and
  * NVRTC compiles the source (when the toolkit is there). */
+#define _GNU_SOURCE /* memmem */
 #include "compiler/cgen.h"
 #include "compiler/lower.h"
 #include "compiler/optimize.h"
@@ -105,6 +106,26 @@ static size_t s_cuda_source(s_case_t *c, const char *name, bool compile)
     cr_assert(res->nkernels > 1 && total < res->nkernels * res->nparams / 2,
               "%zu kernels take %zu arguments of %zu parameters", res->nkernels, total,
               res->nparams);
+    /* every grid-stride loop (its step a runtime gridDim product) is kept rolled: unrolled, each
+     * thread first divides by the stride in 64 bits to count the trips */
+    int loops = 0;
+    for (const char *p = res->source; (p = strstr(p, "for (int64_t ")) != NULL; p++) {
+        const char *eol = strchr(p, '\n');
+        if (eol == NULL || memmem(p, (size_t)(eol - p), "gridDim", 7) == NULL)
+            continue;
+        loops++;
+        const char *line = p;
+        while (line > res->source && line[-1] != '\n')
+            line--;
+        const char *prev = line - 1;
+        while (prev > res->source && prev[-1] != '\n')
+            prev--;
+        while (*prev == ' ')
+            prev++;
+        cr_assert(strncmp(prev, "#pragma unroll 1\n", 17) == 0,
+                  "an unrolled grid-stride loop: %.*s", (int)(eol - line), line);
+    }
+    cr_assert_gt(loops, 0);
 #if TROUPE_HAVE_CUDA
     if (compile) {
         char *ptx = NULL, *log = NULL;
