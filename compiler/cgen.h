@@ -54,7 +54,9 @@
  * no grid-wide barrier is needed). The plan, per top-level statement of the body:
  *   - ZERO_OUT: a kernel whose threads zero the node's elements (grid-stride, 1D);
  *   - a loop nest: the loops of its perfectly nested head (each loop the only statement of
- *     the previous one's body) whose iterations touch disjoint data are mapped onto the grid.
+ *     the previous one's body, or of the body of a gather index bound as that body's only
+ *     statement: a scatter's channels) whose iterations touch disjoint data are mapped onto
+ *     the grid.
  *     Loop i is mapped when every statement of the nest that writes memory lies inside it and
  *     every node the nest writes is accessed (read or written) only at one index of the form
  *     c*i + o (the same c != 0 and o in every access) on some axis, so distinct values of i
@@ -192,10 +194,13 @@
  * alone: sharing changes no result (the kernel reassociates exactly when a piece does). Such a
  * kernel (several pieces, or a segment) is 1D with 256 threads per block
  * (1 when all pieces are sequential: one_thread when there is one) and V virtual blocks, the
- * sum of its parts' (a map or ZERO_OUT ceil(iterations / 256), a block-level reduction its
+ * sum of its parts' (a map or ZERO_OUT ceil(iterations / 256), or past 1024 of those
+ * max(1024, ceil(iterations / 2048)), a block-level reduction its
  * outputs, a warp-level one its groups of 8 outputs, each at most 65535; a one-block launch or
  * sequential piece 1); its blocks grid-stride over the virtual blocks, and virtual block v
- * runs the piece whose range holds v as that piece's block v - start: a map's iterations
+ * runs the piece whose range holds v (with 4 or more pieces found by a binary search of a
+ * __constant__ table of the ranges' ends, then a switch) as that piece's block v - start: a
+ * map's iterations
  * flattened and strided over the piece's blocks and the block's threads, a reduction's outputs
  * (warp form: groups of 8) over its blocks. grid x = V (at most 65535), extent {V, 1};
  * fixed_block when a piece is a reduction or a segment. A piece alone keeps its own kernel as
@@ -204,7 +209,8 @@
  * Launch shape (kernels[i].grid, .block): one-thread: 1x1 blocks of 1x1 threads; 1D: block
  * x = the extent rounded up to a multiple of 32, at most 256; 2D: block x likewise at most 32,
  * block y = min(256 / block x, extent y); grid = ceil(extent / block) per axis, at most 65535
- * (the grid-stride loops cover the rest). A block-level reduction: 256x1 threads, grid x = the
+ * (the grid-stride loops cover the rest; each is under `#pragma unroll 1`). A block-level
+ * reduction: 256x1 threads, grid x = the
  * outputs (at most 65535), extent {R, outputs}; a warp-level one likewise with grid x =
  * ceil(outputs / 8) (at most 65535); a GEMM tile kernel: 256x1 threads, grid x =
  * the tiles (at most 65535), extent {n, m}. A fixed_block kernel must be launched with its
