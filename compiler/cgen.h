@@ -208,7 +208,10 @@
  * one-thread kernels and GEMM steps.
  * Launch shape (kernels[i].grid, .block): one-thread: 1x1 blocks of 1x1 threads; 1D: block
  * x = the extent rounded up to a multiple of 32, at most 256; 2D: block x likewise at most 32,
- * block y = min(256 / block x, extent y); grid = ceil(extent / block) per axis, at most 65535
+ * block y = min(256 / block x, extent y), except that an x extent below 256 and not a multiple
+ * of 32 (a convnet's image row) is flattened with y into 1D (extent {x * y, 1}; iteration
+ * t_f is t_y = t_f / x, t_x = t_f mod x), which keeps every lane busy; grid = ceil(extent /
+ * block) per axis, at most 65535
  * (the grid-stride loops cover the rest; each is under `#pragma unroll 1`). A block-level
  * reduction: 256x1 threads, grid x = the
  * outputs (at most 65535), extent {R, outputs}; a warp-level one likewise with grid x =

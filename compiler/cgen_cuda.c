@@ -27,6 +27,7 @@
 
 #define S_BLOCK_THREADS 256 /* threads per block */
 #define S_BLOCK_X_2D 32     /* block x of a 2D kernel (a warp along x) */
+#define S_FLAT_BELOW 256    /* a 2-D nest's x extent, not a multiple of 32, below which it is 1-D */
 #define S_GRID_MAX 65535    /* blocks per grid axis (the grid-stride loops do the rest) */
 #define S_MAX_MAPPED 16     /* loops of one nest mapped onto the grid, at most */
 /* Block-level reductions (cgen.h): threads per block (a power of two), the least reduction
@@ -514,6 +515,10 @@ static void s_map_extents(const s_map_t *m, int64_t *ex, int64_t *ey)
         *ey *= s_extent(m->loops[i]);
 }
 
+static troupe_status_t s_put_mapped_flat(troupe__cgen_t *g, const s_map_t *m, const troupe_ll_t *s,
+                                         troupe__strbuf_t *b, int in, const char *start,
+                                         const char *stride);
+
 /* A kernel of nest `s` with its mapped loops on the grid. */
 static troupe_status_t s_put_mapped(troupe__cgen_t *g, troupe_cgen_result_t *r, const s_map_t *m,
                                     const troupe_ll_t *s, troupe__strbuf_t *b, size_t *out_kernel)
@@ -523,6 +528,18 @@ static troupe_status_t s_put_mapped(troupe__cgen_t *g, troupe_cgen_result_t *r, 
     *out_kernel = r->nkernels - 1;
     int64_t ex, ey;
     s_map_extents(m, &ex, &ey);
+    if (m->nmapped > 1 && ex % S_BLOCK_X_2D != 0 && ex < S_FLAT_BELOW) {
+        /* A short x (an image row of 26) on a 2-D block of 32 x 8 idles the lanes past it: the
+         * iterations flattened onto a 1-D grid instead, every lane busy (threads outside the
+         * planned shape's y find no work). */
+        s_shape(k, ex * ey, 1);
+        troupe__strbuf_puts(b, "    if (blockIdx.y != 0 || threadIdx.y != 0) return;\n");
+        troupe_status_t st =
+            s_put_mapped_flat(g, m, s, b, 1, "(int64_t)blockIdx.x * blockDim.x + threadIdx.x",
+                              "(int64_t)gridDim.x * blockDim.x");
+        troupe__strbuf_puts(b, "}\n");
+        return st;
+    }
     s_shape(k, ex, m->nmapped > 1 ? ey : 1);
     /* Both loops always: threads outside the planned shape's y (any launch) find no work. */
     int in = 1;
