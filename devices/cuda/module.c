@@ -296,8 +296,9 @@ troupe_status_t troupe__cuda_units(const troupe_cgen_result_t *gen, int max_unit
                                gen->name, name, k);
             break;
         }
-        const char *t = strstr(from, table); /* its table, just before it */
-        at[k] = (size_t)((t != NULL && t < p ? t : p) - src);
+        /* its table lies between the previous kernel's signature and its own */
+        const char *t = memmem(from, (size_t)(p - from), table, strlen(table));
+        at[k] = (size_t)((t != NULL ? t : p) - src);
         from = p + 1;
     }
     at[nk] = len;
