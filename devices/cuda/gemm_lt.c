@@ -191,11 +191,12 @@ static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t 
     /* A batched step: the folded inner loops as a strided batch (B's strides on X, A's on Y),
      * the others as calls. A loop along which C does not move accumulates into one block, in
      * order: cuBLASLt's batch has no order, so such a step keeps its tiles. */
-    bool accumulates = false;
+    const char *refused = NULL; /* why the tiles run this batched step */
     for (int d = 0; d < g->nbatch; d++)
-        accumulates = accumulates || g->c.batch_stride[d] == 0;
+        if (g->c.batch_stride[d] == 0)
+            refused = "a batch accumulating into one block";
     int64_t count = 1;
-    if (g->nbatch > 0 && !accumulates) {
+    if (g->nbatch > 0 && refused == NULL) {
         int first = s_batch_fold(g, &count);
         int bd = g->nbatch - 1;
         p->nouter = first;
@@ -206,12 +207,12 @@ static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t 
             p->outer_c[d] = g->c.batch_stride[d];
         }
         if (count > INT32_MAX)
-            accumulates = true; /* too many for cuBLASLt's count: the tiles (not expected) */
-        else if (s == CUBLAS_STATUS_SUCCESS)
+            refused = "a batch past cuBLASLt's count (2^31 - 1)";
+        if (refused == NULL && s == CUBLAS_STATUS_SUCCESS)
             s = s_layout_batch(p->lx, (int32_t)count, g->b.batch_stride[bd]);
-        if (!accumulates && s == CUBLAS_STATUS_SUCCESS)
+        if (refused == NULL && s == CUBLAS_STATUS_SUCCESS)
             s = s_layout_batch(p->ly, (int32_t)count, g->a.batch_stride[bd]);
-        if (!accumulates && s == CUBLAS_STATUS_SUCCESS)
+        if (refused == NULL && s == CUBLAS_STATUS_SUCCESS)
             s = s_layout_batch(p->lc, (int32_t)count, g->c.batch_stride[bd]);
     }
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -224,7 +225,7 @@ static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t 
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
         s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
-    if (s == CUBLAS_STATUS_SUCCESS && !accumulates)
+    if (s == CUBLAS_STATUS_SUCCESS && refused == NULL)
         s = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->lx, p->ly, p->lc, p->lc, pref, 1, &r,
                                            &found);
     if (pref)
@@ -237,11 +238,10 @@ static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t 
     if (p->usable)
         p->algo = r.algo;
     else
-        TROUPE_LOG(
-            TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
-            "cuda %s: %s for m=%lld n=%lld k=%lld (batch %lld); the step runs its kernels", code,
-            accumulates ? "a batch accumulating into one block" : "cuBLASLt has no algorithm",
-            (long long)g->m, (long long)g->n, (long long)g->k, (long long)count);
+        TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
+                   "cuda %s: %s for m=%lld n=%lld k=%lld (batch %lld); the step runs its kernels",
+                   code, refused != NULL ? refused : "cuBLASLt has no algorithm", (long long)g->m,
+                   (long long)g->n, (long long)g->k, (long long)count);
     *out = p;
     return TROUPE_OK;
 }
