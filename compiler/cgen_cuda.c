@@ -274,6 +274,10 @@ static void s_shape(troupe_cgen_kernel_t *k, int64_t ex, int64_t ey)
     k->grid[1] = s_grid(ey, k->block[1]);
 }
 
+/* Kernel k of routine r: `<r>_k<k>` (s_open_kernel; a horizontal kernel's table, written before
+ * it, takes the name it will have). */
+#define S_KERNEL_NAME "%s_k%zu"
+
 /* Where a kernel's parameter list goes in its signature until s_put_kernel_params fills it. */
 #define S_PARAMS_MARK "\x01"
 
@@ -397,7 +401,7 @@ static troupe_status_t s_open_kernel(troupe_cgen_result_t *r, troupe__strbuf_t *
     r->kernels = k;
     k = &r->kernels[r->nkernels];
     memset(k, 0, sizeof *k);
-    k->name = troupe_strdup_printf("%s_k%zu", r->name, r->nkernels);
+    k->name = troupe_strdup_printf(S_KERNEL_NAME, r->name, r->nkernels);
     if (k->name == NULL)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
     r->nkernels++;
@@ -2521,8 +2525,8 @@ static troupe_status_t s_put_horizontal(troupe__cgen_t *g, troupe_cgen_result_t 
      * 124M's step on an H200, for 1 ms of stores). */
     bool table = nparts >= S_HZ_TABLE_MIN_PARTS;
     if (table) {
-        troupe__strbuf_printf(b, "\n__constant__ int64_t %s_k%zu_hz_end[%zu] = {", r->name,
-                              r->nkernels, nparts);
+        troupe__strbuf_printf(b, "\n__constant__ int64_t " S_KERNEL_NAME "_hz_end[%zu] = {",
+                              r->name, r->nkernels, nparts);
         int64_t end = 0;
         for (size_t i = 0; i < nparts; i++) {
             end += p->units[gr->units[i]].vblocks;
