@@ -223,6 +223,30 @@ grep -E '^final |^fmnist: [0-9]|^troupe quickstart: ' "$out/train.log" 2>/dev/nu
 # TROUPE_BENCH_PYTHON (default /opt/torch/.venv/bin/python3 where it exists)
 [ -z "${TROUPE_BENCH_PYTHON:-}" ] && [ -x /opt/torch/.venv/bin/python3 ] &&
   export TROUPE_BENCH_PYTHON=/opt/torch/.venv/bin/python3
+# ncu_step LABEL CSV last|between: the kernels of one step of an ncu --csv log (one
+# gpu__time_duration row per kernel), from the last launch of the feed routine to the end
+# (last), or between its last two launches (between: what follows is evaluation), summed by
+# kernel, largest first
+ncu_step() {
+  "${TROUPE_BENCH_PYTHON:-python3}" - "$@" <<'PY'
+import collections, csv, sys
+label, path, which = sys.argv[1:4]
+rows = [r for r in csv.reader(open(path)) if len(r) > 14 and r[0] != "ID"]
+feeds = [i for i, r in enumerate(rows) if r[4].startswith("dp_feed")]
+if which == "between" and len(feeds) > 1:
+    step = rows[feeds[-2]:feeds[-1]]
+else:
+    step = rows[feeds[-1]:] if feeds else rows
+t = collections.Counter(); n = collections.Counter(); g = {}
+for r in step:
+    k = r[4][:90]
+    t[k] += float(r[14].replace(",", "")) / 1e6; n[k] += 1; g[k] = r[8]
+print("%s profile: %d kernels, %.3f ms of kernels in the step" % (label, len(step), sum(t.values())))
+for k, v in t.most_common(25):
+    print("  %9.3f ms %4d x %s grid %s" % (v, n[k], k, g[k]))
+PY
+}
+export -f ncu_step
 models_check() {
   local rc=0 g="$build/examples/gpt/gpt" f="$build/examples/fmnist/fmnist"
   local w=${TMPDIR:-/tmp}/troupe-gpu-models py=${TROUPE_BENCH_PYTHON:-python3}
@@ -285,18 +309,7 @@ PY
       --print-units base --clock-control none --cache-control none --log-file "$w/g124-ncu.csv" \
       "$g" train --model "$w/g124.bin" --data "$w/rand.bin" --batch 8 --seq 1024 --steps 2 \
       --backend cuda --streams 1 > "$w/g124-ncu.log" 2>&1 || { rc=1; tail -5 "$w/g124-ncu.log"; }
-    "$py" - "$w/g124-ncu.csv" <<'PY' || rc=1
-import collections, csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14 and r[0] != "ID"]
-feeds = [i for i, r in enumerate(rows) if r[4].startswith("dp_feed")]
-step = rows[feeds[-1]:] if feeds else rows
-t = collections.Counter(); n = collections.Counter()
-for r in step:
-    t[r[4][:90]] += float(r[14].replace(",", "")) / 1e6; n[r[4][:90]] += 1
-print("gpt-124m profile: %d kernels, %.2f ms of kernels in the step" % (len(step), sum(t.values())))
-for k, v in t.most_common(25):
-    print("  %9.3f ms %4d x %s" % (v, n[k], k))
-PY
+    ncu_step gpt-124m "$w/g124-ncu.csv" last || rc=1
     # the convnet's step at batch 1024 (4 steps; the profile takes the last one's kernels: from
     # the last launch of its feed routine on)
     echo "== cnn: kernel profile of a step at batch 1024 ($ncu)"
@@ -305,18 +318,7 @@ PY
       "$f" --model cnn --backend cuda --epochs 1 --train-limit 4096 --test-limit 100 \
       --batch 1024 --streams 1 --seed 7 --data /usr/share/datasets/fashion-mnist \
       > "$w/cnn-ncu.log" 2>&1 || { rc=1; tail -5 "$w/cnn-ncu.log"; }
-    "$py" - "$w/cnn-ncu.csv" <<'PY' || rc=1
-import collections, csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14 and r[0] != "ID"]
-feeds = [i for i, r in enumerate(rows) if "feed" in r[4]]
-step = rows[feeds[-2]:feeds[-1]] if len(feeds) > 1 else rows
-t = collections.Counter(); n = collections.Counter(); g = {}
-for r in step:
-    t[r[4][:90]] += float(r[14].replace(",", "")) / 1e6; n[r[4][:90]] += 1; g[r[4][:90]] = r[8]
-print("cnn profile: %d kernels, %.3f ms of kernels in a step" % (len(step), sum(t.values())))
-for k, v in t.most_common(25):
-    print("  %8.3f ms %3d x %s grid %s" % (v, n[k], k, g[k]))
-PY
+    ncu_step cnn "$w/cnn-ncu.csv" between || rc=1
   else
     echo "== gpt-124m: no ncu on this machine, no kernel profile"
   fi
