@@ -320,6 +320,17 @@ Test(nn_cuda_source, the_source_cuts_into_units_that_compile_alone, .timeout = 2
     cr_assert_eq(next, res->nkernels);
     cr_assert_eq(prelude + body, res->source_len, "the units' kernels are not the source's");
     troupe__cuda_units_free(units, n);
+
+    /* a kernel the source does not have is refused by name, and nothing is returned */
+    char *name = res->kernels[3].name;
+    res->kernels[3].name = "units_no_such_kernel";
+    units = NULL;
+    n = 7;
+    cr_assert_eq(troupe__cuda_units(res, 4, 1, &units, &n), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "kernel units_no_such_kernel's signature") != NULL, "%s",
+              troupe_last_error());
+    cr_assert(units == NULL && n == 0);
+    res->kernels[3].name = name;
     troupe_cgen_result_destroy(&res);
     troupe_ll_proc_destroy(&proc);
     s_end(&c);
