@@ -69,33 +69,32 @@
  *     a single or double node at indices that do not use the loop, reading that node only at
  *     that element, keeps the element in a register (loaded before the loop, stored after:
  *     the same bits; the node's pointer may alias the loop's reads, so the compiler cannot);
- *   - a block-level reduction (kernels[i].reassociates and .fixed_block): a perfect nest whose
- *     body is one SET `O[idx] = O[idx] + t` (or `t + O[idx]`, or `fma(x, y, O[idx])`), O single
- *     or double, where t (x, y) neither reads O nor writes any node, the unmapped loops'
+ *   - a block-level reduction (kernels[i].reassociates and .fixed_block): a perfect nest whose body
+ *     is one SET `O[idx] = O[idx] + t` (or `t + O[idx]`, `O[idx] - t`, or `fma(x, y, O[idx])`), O
+ *     single or double, where t (x, y) neither reads O nor writes any node, the unmapped loops'
  *     symbols are absent from idx, the reduction loops (the unmapped ones) cover R >= 256
- *     iterations in all and the mapped ones at most 16384 outputs (more outputs fill a GPU
- *     at one per thread). Each output is one block of 256 threads (grid-stride over the
- *     outputs, blocks flattened y-major); the reduction loops are flattened into r = 0..R-1
- *     (innermost fastest) and thread t computes partial_t = 0 + t(r = t) + t(r = t+256) + ...
- *     (fma(x, y, partial_t) for the fma form) in increasing r, in O's precision; then a tree in
- *     shared memory: for s = 128, 64, ..., 1, partial_t = partial_t + partial_{t+s} for t < s
- *     (a barrier between levels); thread 0 stores O[idx] + partial_0. No atomics: the result
- *     depends only on R and the 256-thread block, so it is bitwise the same run to run and for
- *     any grid, but NOT bit for bit the interpreter's (which adds t(0), t(1), ... to O[idx] in
- *     turn): the two differ by reassociation only, within about 2 R u sum|t| (u the
- *     precision's unit roundoff). The same nest with O int32, uint32, int64 or uint64 (a sum
- *     `+`, wrapping) takes the same kernel and is exact (integer addition is associative), so
- *     not flagged. A max/min nest `O[idx] = max(O[idx], t)` or `max(t, O[idx])` (min alike),
- *     O single, double or one of those integers, under the same extents, is a block-level
- *     reduction bit for bit the interpreter's (not flagged): thread t takes the contiguous
- *     r in [t*R/256, (t+1)*R/256) (never empty, R >= 256) in increasing r starting from its
- *     first term, then the tree combines adjacent slots (for s = 1, 2, ..., 128: slot t with
- *     slot t+s for t a multiple of 2s), and thread 0 stores op(O[idx], total) in the nest's
- *     operand order. Every combination keeps the earlier terms in O's operand position, and
- *     troupe_fmax, troupe_fmin and their f forms (ir/ops.h: a NaN operand ignored, equal operands
- give the second)
- *     then pick one operand by a total order on (value, position), which is associative: the
- *     result is the sequential loop's, signed zeros and NaN payloads included;
+ *     iterations in all and the mapped ones at most 16384 outputs (more outputs fill a GPU at one
+ *     per thread). Each output is one block of 256 threads (grid-stride over the outputs, blocks
+ *     flattened y-major); the reduction loops are flattened into r = 0..R-1 (innermost fastest) and
+ *     thread t computes partial_t = 0 + t(r = t) + t(r = t+256) + ... (fma(x, y, partial_t) for the
+ *     fma form; partial_t = 0 - t(r = t) - ... for `O - t`, the same terms negated, which is exact)
+ *     in increasing r, in O's precision; then a tree in shared memory: for s = 128, 64, ..., 1,
+ *     partial_t = partial_t + partial_{t+s} for t < s (a barrier between levels); thread 0 stores
+ *     O[idx] + partial_0. No atomics: the result depends only on R and the 256-thread block, so it
+ *     is bitwise the same run to run and for any grid, but NOT bit for bit the interpreter's (which
+ *     adds t(0), t(1), ... to O[idx] in turn): the two differ by reassociation only, within about 2
+ *     R u sum|t| (u the precision's unit roundoff). The same nest with O int32, uint32, int64 or
+ *     uint64 (a sum `+`, wrapping) takes the same kernel and is exact (integer addition is
+ *     associative), so not flagged. A max/min nest `O[idx] = max(O[idx], t)` or `max(t, O[idx])`
+ *     (min alike), O single, double or one of those integers, under the same extents, is a
+ *     block-level reduction bit for bit the interpreter's (not flagged): thread t takes the
+ *     contiguous r in [t*R/256, (t+1)*R/256) (never empty, R >= 256) in increasing r starting from
+ *     its first term, then the tree combines adjacent slots (for s = 1, 2, ..., 128: slot t with
+ *     slot t+s for t a multiple of 2s), and thread 0 stores op(O[idx], total) in the nest's operand
+ *     order. Every combination keeps the earlier terms in O's operand position, and troupe_fmax,
+ *     troupe_fmin and their f forms (ir/ops.h: a NaN operand ignored, equal operands give the
+ *     second) then pick one operand by a total order on (value, position), which is associative:
+ *     the result is the sequential loop's, signed zeros and NaN payloads included;
  *   - a warp-level reduction (.fixed_block; .reassociates for a float sum): the same nests
  *     (sum, fma, max/min; the same precisions) into more than 16384 outputs, with R >= 32
  *     (every lane has a term; 32 single floats are one 128-byte line), whose term's reads

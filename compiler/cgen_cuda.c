@@ -642,11 +642,12 @@ static troupe_status_t s_put_zero(troupe__cgen_t *g, troupe_cgen_result_t *r,
 typedef struct s_reduce {
     troupe_binop_t op;                      /* ADD (FMA: fx, fy set), MAX or MIN */
     bool acc_first;                         /* MAX/MIN: O is the first operand */
+    bool subtracts;                         /* ADD: the nest is O = O - term */
     const troupe_ll_t *loops[S_MAX_MAPPED]; /* the whole nest, outermost first */
     bool mapped[S_MAX_MAPPED];
     int nloops;
     const troupe_ll_t *set;
-    const troupe_sc_t *term;    /* ADD: the added operand; FMA: NULL */
+    const troupe_sc_t *term;    /* ADD: the added (subtracted) operand; FMA: NULL */
     const troupe_sc_t *fx, *fy; /* FMA: the factors */
     int64_t outputs, extent;    /* product of the mapped, of the reduction loops' extents */
     bool warp;                  /* a warp per output (else a block per output) */
@@ -760,6 +761,12 @@ static troupe_status_t s_plan_reduce(const troupe_ll_t *s, const s_map_t *map, s
             red->term = v->u.op.args[0];
         else
             return TROUPE_OK;
+    } else if (v->kind == TROUPE_SC_BINOP && v->u.op.op == TROUPE_BINOP_SUB &&
+               s_same_get(v->u.op.args[0], set)) {
+        /* O - t0 - t1 - ... is O + ((0 - t0) - t1 - ...): negation is exact, so the partials
+         * subtract their terms and the tree adds them, a sum's reassociation and no more */
+        red->term = v->u.op.args[1];
+        red->subtracts = true;
     } else if (is_float && v->kind == TROUPE_SC_TERNOP && v->u.op.op == TROUPE_TERNOP_FMA &&
                s_same_get(v->u.op.args[2], set)) {
         red->fx = v->u.op.args[0];
@@ -984,7 +991,8 @@ static troupe_status_t s_put_reduce_part(troupe__cgen_t *g, const s_reduce_t *re
             s_put_select(b, red, &syn, "red_acc", "red_x");
             troupe__strbuf_puts(b, ";\n");
         } else {
-            troupe__strbuf_puts(b, "red_acc = red_acc + red_x;\n");
+            troupe__strbuf_puts(b, red->subtracts ? "red_acc = red_acc - red_x;\n"
+                                                  : "red_acc = red_acc + red_x;\n");
         }
     } else {
         troupe__strbuf_repeat(b, "    ", 3 + in);

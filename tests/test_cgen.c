@@ -2421,21 +2421,31 @@ static void s_store(troupe_prec_t prec, void *v, int64_t i, double d)
     }
 }
 
-/* o[i] = o[i] + x[i, r] (column: x[r, i]) over nr terms into no outputs, single (caller
- * destroys and releases). */
-static troupe_ll_proc_t *s_build_row_sum(int64_t no, int64_t nr, bool column, troupe_tnode_t **x,
-                                         troupe_tnode_t **o)
+/* o[i] = o[i] op x[i, r] (op ADD or SUB) over nr terms into no outputs, x read along rows or
+ * (column) down columns (caller destroys and releases). */
+static troupe_ll_proc_t *s_build_row_sum_op(troupe_binop_t op, int64_t no, int64_t nr, bool column,
+                                            troupe_tnode_t **x, troupe_tnode_t **o)
 {
-    troupe_ll_proc_t *p = s_proc(column ? "column_sum" : "row_sum");
+    const bool sub = op == TROUPE_BINOP_SUB;
+    troupe_ll_proc_t *p =
+        s_proc(column ? (sub ? "column_sub" : "column_sum") : (sub ? "row_sub" : "row_sum"));
     *x = column ? s_node("x", TROUPE_PREC_SINGLE, 2, nr, no)
                 : s_node("x", TROUPE_PREC_SINGLE, 2, no, nr);
     *o = s_node("o", TROUPE_PREC_SINGLE, 1, no, 0);
     int32_t i = troupe_ll_proc_add_symbol(p, NULL), r = troupe_ll_proc_add_symbol(p, NULL);
     troupe_sc_t *v =
-        troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get1(p, *o, s_ix(i)),
+        troupe_sc_binop(p, op, s_get1(p, *o, s_ix(i)),
                         column ? s_get2(p, *x, s_ix(r), s_ix(i)) : s_get2(p, *x, s_ix(i), s_ix(r)));
     s_finish(p, s_for(p, i, no, s_for(p, r, nr, s_set1(p, *o, s_ix(i), v))));
     return p;
+}
+
+/* o[i] = o[i] + x[i, r] (column: x[r, i]) over nr terms into no outputs, single (caller
+ * destroys and releases). */
+static troupe_ll_proc_t *s_build_row_sum(int64_t no, int64_t nr, bool column, troupe_tnode_t **x,
+                                         troupe_tnode_t **o)
+{
+    return s_build_row_sum_op(TROUPE_BINOP_ADD, no, nr, column, x, o);
 }
 
 /* Two independent reductions over nr terms into no outputs each: mx[i] = max(mx[i], x[i, r])
@@ -2509,6 +2519,25 @@ Test(cgen, cuda_warp_reductions)
     troupe_tnode_release(&x);
     troupe_tnode_release(&o);
 
+    /* o = o - x[i, r] (as softmax's gradient sums its rows): the same plans, each term
+     * subtracted (a warp, then past the outputs' threshold a block) */
+    for (int form = 0; form < 2; form++) {
+        p = s_build_row_sum_op(TROUPE_BINOP_SUB, form == 0 ? NO : 16384, form == 0 ? RS : 256,
+                               false, &x, &o);
+        res = s_cuda(p);
+        cr_assert_eq(res->nkernels, 1, "%s", res->source);
+        k = &res->kernels[0];
+        cr_expect(k->fixed_block && k->reassociates &&
+                      strstr(res->source, form == 0 ? "Warp-level" : "Block-level") != NULL &&
+                      strstr(res->source, "red_acc = red_acc - red_x;") != NULL,
+                  "%s", res->source);
+        troupe_cgen_result_destroy(&res);
+        s_nvrtc_check(p);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&x);
+        troupe_tnode_release(&o);
+    }
+
     p = s_build_row_max_min(TROUPE_PREC_SINGLE, NO, RM, &x, &mx, &mn);
     res = s_cuda(p);
     cr_assert_eq(res->nkernels, 1, "%s", res->source);
@@ -2543,34 +2572,38 @@ Test(cgen, cuda_warp_reductions)
         troupe_tnode_release(&o);
     }
 
-    /* 2. The runs, past a threshold of 16 outputs. */
+    /* 2. The runs, past a threshold of 16 outputs: sums, then subtractions. */
     troupe__cgen_cuda_set_reduce_max_outputs(16);
-    p = s_build_row_sum(NO_RUN, RS, false, &x, &o);
-    res = s_cuda(p);
-    cr_expect(res->nkernels == 1 && res->kernels[0].grid[0] == (NO_RUN + 7) / 8 &&
-                  strstr(res->source, "Warp-level") != NULL,
-              "%s", res->source);
-    troupe_cgen_result_destroy(&res);
-    float *xv = malloc(sizeof(float) * NO_RUN * RS), ov[NO_RUN];
-    s_fill(xv, (size_t)NO_RUN * RS);
-    double worst = 0; /* the largest |o[i]| + sum |x[i, r]| */
-    for (int n = 0; n < NO_RUN; n++) {
-        ov[n] = s_rndf(-2, 2);
-        double abs_sum = fabs(ov[n]);
-        for (int q = 0; q < RS; q++) {
-            xv[n * RS + q] -= 1.25f; /* mixed signs */
-            abs_sum += fabs(xv[n * RS + q]);
-        }
-        worst = abs_sum > worst ? abs_sum : worst;
-    }
     s_run_t rr = {0};
-    s_bind(&rr, x, xv);
-    s_bind(&rr, o, ov);
-    s_run_reduction(&p, &rr, s_red_bound(RS + 1, 0x1p-24, worst));
-    nruns++;
-    free(xv);
-    troupe_tnode_release(&x);
-    troupe_tnode_release(&o);
+    for (int sub = 0; sub < 2; sub++) {
+        p = s_build_row_sum_op(sub ? TROUPE_BINOP_SUB : TROUPE_BINOP_ADD, NO_RUN, RS, false, &x,
+                               &o);
+        res = s_cuda(p);
+        cr_expect(res->nkernels == 1 && res->kernels[0].grid[0] == (NO_RUN + 7) / 8 &&
+                      strstr(res->source, "Warp-level") != NULL,
+                  "%s", res->source);
+        troupe_cgen_result_destroy(&res);
+        float *xv = malloc(sizeof(float) * NO_RUN * RS), ov[NO_RUN];
+        s_fill(xv, (size_t)NO_RUN * RS);
+        double worst = 0; /* the largest |o[i]| + sum |x[i, r]| */
+        for (int n = 0; n < NO_RUN; n++) {
+            ov[n] = s_rndf(-2, 2);
+            double abs_sum = fabs(ov[n]);
+            for (int q = 0; q < RS; q++) {
+                xv[n * RS + q] -= 1.25f; /* mixed signs */
+                abs_sum += fabs(xv[n * RS + q]);
+            }
+            worst = abs_sum > worst ? abs_sum : worst;
+        }
+        rr = (s_run_t){0};
+        s_bind(&rr, x, xv);
+        s_bind(&rr, o, ov);
+        s_run_reduction(&p, &rr, s_red_bound(RS + 1, 0x1p-24, worst));
+        nruns++;
+        free(xv);
+        troupe_tnode_release(&x);
+        troupe_tnode_release(&o);
+    }
 
     /* Row i's terms are of s_maxmin_value's category i % 6 (int32: ties of -4 .. 4). */
     const troupe_prec_t precs[] = {TROUPE_PREC_SINGLE, TROUPE_PREC_DOUBLE, TROUPE_PREC_INT32};
