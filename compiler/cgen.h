@@ -58,9 +58,15 @@
  *     statement: a scatter's channels) whose iterations touch disjoint data are mapped onto
  *     the grid.
  *     Loop i is mapped when every statement of the nest that writes memory lies inside it and
- *     every node the nest writes is accessed (read or written) only at one index of the form
- *     c*i + o (the same c != 0 and o in every access) on some axis, so distinct values of i
- *     touch distinct slices (a SET_FROM_VEC along that axis needs |c| >= its length). The
+ *     every node the nest writes is accessed (read or written) on some axis only at one index
+ *     (the same sum of terms and offset in every access) that holds a term c*i and whose terms
+ *     make a mixed radix: taken by increasing |coefficient|, each exceeds the span of those
+ *     before it (the sum of |c'| (extent - 1), each such term's symbol a loop of the nest;
+ *     along the last axis a SET_FROM_VEC's length - 1 counts first, so one term c*i + o needs
+ *     |c| >= that length). The index's value then determines i (and every other term's
+ *     symbol), so distinct values of i touch distinct slices whatever the other loops do: a
+ *     max pool's gradient at 2*oh + kh maps oh and kh, an im2col copy at 9*c + 3*kh + kw maps
+ *     all three; a transposed convolution's oh + kh maps neither (its windows overlap). The
  *     innermost mapped loop becomes x, the others (outermost most significant) are flattened
  *     into y; each is a grid-stride loop over its extent. Unmapped loops (reductions) stay in
  *     each thread in their original order, so every output element is computed by the same

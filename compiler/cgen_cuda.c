@@ -54,10 +54,17 @@ typedef struct s_access {
     int vec_len; /* elements a SET_FROM_VEC writes along the last axis; else 1 */
 } s_access_t;
 
+/* Loops of one nest whose extents s_accesses_t records (a deeper nest's index terms past them
+ * count as of unknown range). */
+#define S_NEST_LOOPS 32
+
 typedef struct s_accesses {
     s_access_t *v;
     size_t n, cap;
     bool oom;
+    int nloops; /* the nest's loops (s_collect_ll), their symbols and extents */
+    int32_t loop_sym[S_NEST_LOOPS];
+    int64_t loop_ext[S_NEST_LOOPS];
 } s_accesses_t;
 
 static void s_add(s_accesses_t *a, const troupe_tnode_t *tn, const troupe_axis_index_t *idcs,
@@ -103,6 +110,10 @@ static void s_collect_ll(s_accesses_t *a, const troupe_ll_t *s)
             s_collect_ll(a, s->u.seq.items[i]);
         break;
     case TROUPE_LL_FOR:
+        if (a->nloops < S_NEST_LOOPS) {
+            a->loop_sym[a->nloops] = s->u.for_loop.sym;
+            a->loop_ext[a->nloops++] = s->u.for_loop.to - s->u.for_loop.from + 1;
+        }
         s_collect_ll(a, s->u.for_loop.body);
         break;
     case TROUPE_LL_ZERO_OUT:
@@ -130,12 +141,51 @@ static void s_collect_ll(s_accesses_t *a, const troupe_ll_t *s)
     }
 }
 
-/* Whether every access of `tn` in `a` is at c*sym + o on axis `ax`, with one c != 0 and one o,
- * and no vector write along it overlaps the next slice. */
+static int64_t s_abs64(int64_t v)
+{
+    return v < 0 ? -v : v;
+}
+
+/* The extent of loop `sym` of the nest `a` was collected from, or 0 when it is not one. */
+static int64_t s_nest_extent(const s_accesses_t *a, int32_t sym)
+{
+    for (int i = 0; i < a->nloops; i++)
+        if (a->loop_sym[i] == sym)
+            return a->loop_ext[i];
+    return 0;
+}
+
+/* Whether index x holds term (sym, coeff). */
+static bool s_index_has(const troupe_axis_index_t *x, int32_t sym, int64_t coeff)
+{
+    for (int t = 0; t < x->nterms; t++)
+        if (x->terms[t].sym == sym && x->terms[t].coeff == coeff)
+            return true;
+    return false;
+}
+
+/* Whether indices x and y are the same sum (the same terms in any order, the same offset). */
+static bool s_index_same(const troupe_axis_index_t *x, const troupe_axis_index_t *y)
+{
+    if (x->nterms != y->nterms || x->offset != y->offset)
+        return false;
+    for (int t = 0; t < x->nterms; t++)
+        if (!s_index_has(y, x->terms[t].sym, x->terms[t].coeff))
+            return false;
+    return true;
+}
+
+/* Whether every access of `tn` in `a` is on axis `ax` at one index (the same sum of terms and
+ * offset everywhere) holding a term of `sym`, whose terms make a mixed radix: taken by
+ * increasing |coefficient|, each exceeds the span of those before it (sum of |c| (extent - 1),
+ * every other term's symbol a loop of the nest, so of known extent), starting from the
+ * elements a vector write covers past its index along the last axis. The index's value then
+ * determines every term's symbol, `sym` among them, so distinct values of sym (whatever the
+ * other loops, mapped or not) touch distinct slices. One term c*sym + o is such a radix. */
 static bool s_axis_slices(const s_accesses_t *a, const troupe_tnode_t *tn, int ax, int32_t sym)
 {
-    bool first = true;
-    int64_t c = 0, o = 0;
+    const troupe_axis_index_t *ref = NULL;
+    int64_t vec_span = 0;
     for (size_t i = 0; i < a->n; i++) {
         const s_access_t *x = &a->v[i];
         if (x->tn != tn)
@@ -143,20 +193,44 @@ static bool s_axis_slices(const s_accesses_t *a, const troupe_tnode_t *tn, int a
         if (x->idcs == NULL)
             return false;
         const troupe_axis_index_t *idx = &x->idcs[ax];
-        if (idx->nterms != 1 || idx->terms[0].sym != sym || idx->terms[0].coeff == 0)
+        if (ref == NULL)
+            ref = idx;
+        else if (!s_index_same(ref, idx))
             return false;
-        if (first) {
-            c = idx->terms[0].coeff;
-            o = idx->offset;
-            first = false;
-        } else if (idx->terms[0].coeff != c || idx->offset != o) {
-            return false;
-        }
-        int64_t mag = c < 0 ? -c : c;
-        if (x->write && x->vec_len > 1 && ax == tn->ndims - 1 && mag < x->vec_len)
-            return false;
+        if (x->write && x->vec_len > 1 && ax == tn->ndims - 1 && x->vec_len - 1 > vec_span)
+            vec_span = x->vec_len - 1;
     }
-    return !first;
+    if (ref == NULL)
+        return false;
+    bool has_sym = false;
+    for (int t = 0; t < ref->nterms; t++)
+        has_sym |= ref->terms[t].sym == sym && ref->terms[t].coeff != 0;
+    if (!has_sym)
+        return false;
+    /* the terms by increasing |coefficient| (at most TROUPE_MAX_INDEX_TERMS) */
+    int order[TROUPE_MAX_INDEX_TERMS];
+    for (int t = 0; t < ref->nterms; t++) {
+        int k = t;
+        while (k > 0 && s_abs64(ref->terms[order[k - 1]].coeff) > s_abs64(ref->terms[t].coeff)) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = t;
+    }
+    int64_t span = vec_span;
+    for (int k = 0; k < ref->nterms; k++) {
+        const troupe_index_term_t *term = &ref->terms[order[k]];
+        const int64_t mag = s_abs64(term->coeff);
+        if (mag == 0 || mag <= span)
+            return false;
+        if (k + 1 == ref->nterms)
+            break; /* the largest term's own range does not matter */
+        const int64_t ext = s_nest_extent(a, term->sym);
+        if (ext <= 0 || (ext - 1) > (INT64_MAX - span) / mag)
+            return false;
+        span += mag * (ext - 1);
+    }
+    return true;
 }
 
 /* Whether the iterations of loop `sym` touch disjoint data (see the file comment); `a` holds
@@ -221,7 +295,7 @@ typedef struct s_map {
 static troupe_status_t s_plan_nest(const troupe_ll_t *s, s_map_t *map)
 {
     map->nmapped = 0;
-    s_accesses_t a = {NULL, 0, 0, false};
+    s_accesses_t a = {0};
     s_collect_ll(&a, s);
     troupe_status_t st = TROUPE_OK;
     if (a.oom) {
@@ -662,7 +736,7 @@ static bool s_same_get(const troupe_sc_t *e, const troupe_ll_t *set)
 /* Whether expression e touches node tn or writes any node. */
 static troupe_status_t s_term_clean(const troupe_sc_t *e, const troupe_tnode_t *tn, bool *clean)
 {
-    s_accesses_t a = {NULL, 0, 0, false};
+    s_accesses_t a = {0};
     s_collect_sc(&a, e);
     *clean = !a.oom;
     for (size_t i = 0; i < a.n && *clean; i++)
@@ -690,7 +764,7 @@ static troupe_status_t s_reduce_reads_rows(const s_reduce_t *red, bool *yes)
     }
     if (inner_r == NULL || inner_m == NULL)
         return TROUPE_OK;
-    s_accesses_t a = {NULL, 0, 0, false};
+    s_accesses_t a = {0};
     const troupe_sc_t *terms[2] = {red->term != NULL ? red->term : red->fx, red->fy};
     for (int t = 0; t < 2; t++)
         if (terms[t] != NULL)
@@ -1861,7 +1935,7 @@ static troupe_status_t s_find_segments(troupe__cgen_t *g, s_plan_t *p)
         first[k] = last[k] = -1;
     for (size_t i = 0; i < p->nitems; i++) {
         reach[i] = -1;
-        s_accesses_t a = {NULL, 0, 0, false};
+        s_accesses_t a = {0};
         s_collect_ll(&a, p->items[i]);
         bool bad = a.oom;
         for (size_t x = 0; x < a.n; x++) {
@@ -2079,7 +2153,7 @@ static troupe_status_t s_pack_segment(troupe__cgen_t *g, s_plan_t *p, s_segment_
     for (size_t k = 0; k < nl; k++)
         first[k] = SIZE_MAX;
     for (size_t i = sg->first; i <= sg->last; i++) {
-        s_accesses_t a = {NULL, 0, 0, false};
+        s_accesses_t a = {0};
         s_collect_ll(&a, p->items[i]);
         if (a.oom) {
             troupe_free(a.v);
@@ -2488,7 +2562,7 @@ static troupe_status_t s_put_serial_part(troupe__cgen_t *g, const s_plan_t *p,
                 break;
             bool shared_out = false; /* a wide segment's statement writing a global array */
             if (wide) {
-                s_accesses_t a = {NULL, 0, 0, false};
+                s_accesses_t a = {0};
                 s_collect_ll(&a, s);
                 shared_out = s_writes_global(g, &a);
                 troupe_free(a.v);

@@ -1992,6 +1992,109 @@ Test(cgen, cuda_thread_mapping)
     troupe_tnode_release(&y);
 }
 
+/* c0*s0 + c1*s1 (+ c2*s2 when c2 != 0): one axis index of several terms. */
+static troupe_axis_index_t s_sum_ix(int64_t c0, int32_t s0, int64_t c1, int32_t s1, int64_t c2,
+                                    int32_t s2)
+{
+    troupe_axis_index_t x = {2, {{c0, s0}, {c1, s1}}, 0};
+    if (c2 != 0)
+        x.terms[x.nterms++] = (troupe_index_term_t){c2, s2};
+    return x;
+}
+
+/* The product of a kernel's mapped extents (x, and y when 2-D). */
+static int64_t s_mapped(const troupe_cgen_kernel_t *k)
+{
+    return k->extent[0] * (k->extent[1] > 1 ? k->extent[1] : 1);
+}
+
+/* A loop whose symbol is one term of a written axis index maps onto the grid when the index's
+ * terms make a mixed radix (each |coefficient| past the span of the smaller ones), so distinct
+ * values touch distinct elements whatever the other loops: a max pool's gradient,
+ * y[b, 2 i + k] += ... (its windows do not overlap), and an im2col copy, col[9 c + 3 kh + kw,
+ * p] = x[c, kh + p + kw], map every loop; a transposed convolution's y[b, i + k] (the windows
+ * overlap) and y[b, 2 c + k] with k up to 2 keep their overlapping loops in each thread. Every
+ * routine runs emulated bit for bit as the C dialect. Before, any index of two terms kept its
+ * loops in each thread (one thread per image and channel looped over a pool's every window). */
+Test(cgen, cuda_mixed_radix_indices)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    int runs0 = s_emu_runs;
+    /* loops b, i, k; y[b, ci i + ck k] += x[b, i] * w[k]; ni, nk the extents, mapped the
+     * expected mapped iterations */
+    const struct {
+        const char *name;
+        int64_t ci, ck, ni, nk, mapped;
+    } pools[] = {{"pool_grad", 2, 1, 5, 2, 3 * 5 * 2},
+                 {"overlap", 1, 1, 5, 2, 3},
+                 {"short_radix", 2, 1, 5, 3, 3}};
+    for (int c = 0; c < 3; c++) {
+        troupe_ll_proc_t *p = s_proc(pools[c].name);
+        const int64_t ncols = pools[c].ci * (pools[c].ni - 1) + pools[c].ck * (pools[c].nk - 1) + 1;
+        troupe_tnode_t *y = s_node("y", TROUPE_PREC_SINGLE, 2, 3, ncols);
+        troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 2, 3, pools[c].ni);
+        troupe_tnode_t *w = s_node("w", TROUPE_PREC_SINGLE, 1, pools[c].nk, 0);
+        int32_t b = troupe_ll_proc_add_symbol(p, NULL), i = troupe_ll_proc_add_symbol(p, NULL),
+                k = troupe_ll_proc_add_symbol(p, NULL);
+        troupe_axis_index_t yi = s_sum_ix(pools[c].ci, i, pools[c].ck, k, 0, 0);
+        troupe_sc_t *v =
+            troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, y, s_ix(b), yi),
+                            troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get2(p, x, s_ix(b), s_ix(i)),
+                                            s_get1(p, w, s_ix(k))));
+        s_finish(p, s_for(p, b, 3,
+                          s_for(p, i, pools[c].ni,
+                                s_for(p, k, pools[c].nk, s_set2(p, y, s_ix(b), yi, v)))));
+        troupe_cgen_result_t *res = s_cuda(p);
+        cr_assert_eq(res->nkernels, 1, "%s", res->source);
+        cr_expect(!res->kernels[0].one_thread && s_mapped(&res->kernels[0]) == pools[c].mapped,
+                  "%s: %lld iterations mapped, expected %lld\n%s", pools[c].name,
+                  (long long)s_mapped(&res->kernels[0]), (long long)pools[c].mapped, res->source);
+        troupe_cgen_result_destroy(&res);
+        float yv[64], xv[15], wv[3];
+        s_fill(yv, (size_t)(3 * ncols));
+        s_fill(xv, (size_t)(3 * pools[c].ni));
+        s_fill(wv, (size_t)pools[c].nk);
+        s_run_t r = {0};
+        s_bind(&r, y, yv);
+        s_bind(&r, x, xv);
+        s_bind(&r, w, wv);
+        s_run(p, &r);
+        s_nvrtc_check(p);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&y);
+        troupe_tnode_release(&x);
+        troupe_tnode_release(&w);
+    }
+
+    /* im2col: for c, kh, kw, q { col[9 c + 3 kh + kw, q] = x[c, kh + q + kw] } */
+    troupe_ll_proc_t *p = s_proc("im2col");
+    troupe_tnode_t *col = s_node("col", TROUPE_PREC_SINGLE, 2, 18, 4);
+    troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 2, 2, 8);
+    int32_t c = troupe_ll_proc_add_symbol(p, NULL), kh = troupe_ll_proc_add_symbol(p, NULL),
+            kw = troupe_ll_proc_add_symbol(p, NULL), q = troupe_ll_proc_add_symbol(p, NULL);
+    troupe_axis_index_t ci = s_sum_ix(9, c, 3, kh, 1, kw), xi = s_sum_ix(1, kh, 1, q, 1, kw);
+    troupe_ll_t *set = s_set2(p, col, ci, s_ix(q), s_get2(p, x, s_ix(c), xi));
+    s_finish(p, s_for(p, c, 2, s_for(p, kh, 3, s_for(p, kw, 3, s_for(p, q, 4, set)))));
+    troupe_cgen_result_t *res = s_cuda(p);
+    cr_assert_eq(res->nkernels, 1, "%s", res->source);
+    cr_expect(s_mapped(&res->kernels[0]) == 72 && strstr(res->source, "for (int64_t i") == NULL,
+              "%s", res->source);
+    troupe_cgen_result_destroy(&res);
+    float colv[72], x2[16];
+    s_fill(colv, 72);
+    s_fill(x2, 16);
+    s_run_t r = {0};
+    s_bind(&r, col, colv);
+    s_bind(&r, x, x2);
+    s_run(p, &r);
+    s_nvrtc_check(p);
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&col);
+    troupe_tnode_release(&x);
+    cr_expect_eq(s_emu_runs - runs0, 4, "every routine ran emulated");
+}
+
 /* Sum of |term| over a reduction's terms, for its error bound: n terms summed in any order in a
  * precision with unit roundoff u differ from the exact sum by at most about (n - 1) u sum|t|;
  * the bound allows 2 n u sum|t| (plus the output's own value). */

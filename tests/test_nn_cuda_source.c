@@ -8,9 +8,12 @@
 #include "compiler/cgen.h"
 #include "compiler/lower.h"
 #include "compiler/optimize.h"
+#include "ir_test_util.h"
 #include "nn/attention.h"
+#include "nn/conv.h"
 #include "nn/embedding.h"
 #include "nn/layers.h"
+#include "nn/pool.h"
 #include "runtime_test_util.h"
 #include "troupe_config.h"
 #if TROUPE_HAVE_CUDA
@@ -259,6 +262,52 @@ Test(nn_cuda_source, attention_runs_its_batched_products_on_a_device_as_on_the_c
         free(got[0][p]);
         free(got[1][p]);
     }
+    s_end(&c);
+}
+
+/* A convolution as the convnet runs it on a GPU (im2col with the batch folded, examples/fmnist),
+ * its ReLU and a 2x2 max pool, summed (sizes whose sums stay below the C dialect's lane sums,
+ * TROUPE_CGEN_LANES_MIN_TRIP terms, so that every result compares bit for bit): the CUDA dialect of
+ * the forward and derived backward, run on the host (tests/cuda_emu.h, the planned grid and a small
+ * reversed one), gives bit for bit what the compiled C and the interpreter give. Its im2col copy
+ * and the pool's gradient index their outputs with several loops (9 c + 3 kh + kw; 2 oh + kh),
+ * which now map onto the grid (compiler/cgen.h); the im2col gradient's oh + kh still overlaps and
+ * stays in each thread. */
+Test(nn_cuda_source, a_convolution_and_max_pool_gradient_emulated_match_c, .timeout = 240)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    s_case_t c;
+    s_begin(&c);
+    troupe_tnode_t *x, *w, *b, *y = NULL, *r = NULL, *p = NULL, *loss = NULL;
+    OK(troupe_nn_param(c.nn, "x", 4, (int64_t[]){1, 3, 6, 6}, &x));
+    OK(troupe_nn_param(c.nn, "w", 4, (int64_t[]){4, 3, 3, 3}, &w));
+    OK(troupe_nn_param(c.nn, "b", 1, (int64_t[]){4}, &b));
+    OK(troupe_nn_begin(c.nn, "conv"));
+    troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+    o.lowering = TROUPE_NN_CONV2D_IM2COL_FOLDED;
+    OK(troupe_nn_conv2d(c.nn, x, w, b, &o, &y));
+    OK(troupe_nn_relu(c.nn, y, &r));
+    troupe_nn_pool2d_opts_t po = TROUPE_NN_POOL2D_OPTS(2, 2);
+    OK(troupe_nn_maxpool2d(c.nn, r, &po, &p));
+    OK(troupe_nn_node(c.nn, "loss", 0, NULL, &loss));
+    OK(troupe_nn_un(c.nn, true, TROUPE_BINOP_ADD, loss, TROUPE_UNOP_IDENTITY, p, "bchw=>"));
+    OK(troupe_nn_finish(c.nn, loss));
+    troupe_ll_proc_t *proc = NULL;
+    troupe_cgen_result_t *res = s_emit(&c, "conv_pool_grad", &proc);
+    troupe_cgen_result_destroy(&res);
+    irt_binds_t bb;
+    memset(&bb, 0, sizeof bb);
+    irt_seed(7);
+    irt_fill_uniform(&bb, x, -1.0, 1.0);
+    irt_fill_uniform(&bb, w, -0.5, 0.5);
+    irt_fill_uniform(&bb, b, -0.1, 0.1);
+    irt_lib_t lib;
+    irt_lib_open(proc, NULL, &lib);
+    irt_run_and_compare(proc, &lib, &bb); /* C vs interpreter, then emulated CUDA vs C */
+    irt_lib_close(&lib);
+    irt_binds_free(&bb);
+    troupe_ll_proc_destroy(&proc);
     s_end(&c);
 }
 
