@@ -789,21 +789,24 @@ static troupe_status_t s_run_steps(troupe_dqueue_t *q, troupe_dcode_t *code, voi
      * library does without the wait. */
     troupe_cuda_gather_gemm_t mode =
         gen->ngathers > 0 ? troupe_config_cuda_gather_gemm() : TROUPE_CUDA_GATHER_GEMM_LIBRARY;
-    if (mode == TROUPE_CUDA_GATHER_GEMM_CHECKED) {
+    bool wait = troupe__cuda_gather_checked(gen);
+    if (wait) {
         enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
         if (cudaStreamIsCapturing(q->stream, &cs) != cudaSuccess ||
-            cs != cudaStreamCaptureStatusNone)
+            cs != cudaStreamCaptureStatusNone) {
+            wait = false;
             mode = TROUPE_CUDA_GATHER_GEMM_TILES;
+        }
         (void)cudaGetLastError();
     }
     for (size_t s = 0; s < gen->nsteps; s++) {
         const troupe_cgen_step_t *st = &gen->steps[s];
-        if (st->kind == TROUPE_CGEN_STEP_GEMM && mode == TROUPE_CUDA_GATHER_GEMM_CHECKED &&
-            troupe_config_gemm_library()) {
+        if (st->kind == TROUPE_CGEN_STEP_GEMM && wait) {
             bool failed = false;
             TROUPE_RETURN_IF_ERROR(troupe__cuda_gather_verdict(q, code, &failed));
             if (failed) /* nothing more is written; gather_end reports the index */
                 return TROUPE_OK;
+            wait = false;
             mode = TROUPE_CUDA_GATHER_GEMM_LIBRARY;
         }
         if (st->kind == TROUPE_CGEN_STEP_GEMM && mode == TROUPE_CUDA_GATHER_GEMM_LIBRARY) {

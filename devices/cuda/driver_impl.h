@@ -159,6 +159,11 @@ troupe_status_t troupe__cuda_gather_end(troupe_dqueue_t *q, troupe__cuda_gslot_t
  * CUDA event is done) fails with the latched failure of one of them; event_wait makes q follow
  * ev's (RESOURCE_EXHAUSTED), so a failure crosses device-side waits as a failed WAIT does on
  * the CPU. */
+/* Whether a launch of `gen` waits on the host for its gather index check before its first
+ * product, which then runs on cuBLASLt: gather indices and a GEMM step, with
+ * TROUPE_CUDA_GATHER_GEMM=checked and the GEMM library in use (base/config.h). Such a routine
+ * is never captured as a graph (a graph cannot wait on the host). */
+bool troupe__cuda_gather_checked(const troupe_cgen_result_t *gen);
 /* TROUPE_CUDA_GATHER_GEMM=checked: waits (at most TROUPE_TIMEOUT_S) for what q has enqueued,
  * the launch's index check included, and sets *failed when an index failed. Not during a
  * stream capture. DEVICE_ERROR, DEADLINE_EXCEEDED. */

@@ -152,6 +152,17 @@ troupe_status_t troupe__cuda_gather_begin(troupe_dqueue_t *q, troupe__cuda_gslot
     return TROUPE_OK;
 }
 
+bool troupe__cuda_gather_checked(const troupe_cgen_result_t *gen)
+{
+    if (gen->ngathers == 0 || troupe_config_cuda_gather_gemm() != TROUPE_CUDA_GATHER_GEMM_CHECKED ||
+        !troupe_config_gemm_library())
+        return false;
+    for (size_t s = 0; s < gen->nsteps; s++)
+        if (gen->steps[s].kind == TROUPE_CGEN_STEP_GEMM)
+            return true;
+    return false;
+}
+
 troupe_status_t troupe__cuda_gather_verdict(troupe_dqueue_t *q, troupe_dcode_t *code, bool *failed)
 {
     troupe__cuda_dev_t *dev = &q->drv->devs[q->ordinal];

@@ -54,16 +54,12 @@ troupe_status_t troupe__cuda_graph_capture(troupe_driver_t *drv, troupe_dqueue_t
      * the index check (TROUPE_CUDA_GATHER_GEMM=checked): a graph cannot wait on the host, and its
      * replays would run the tiles instead (150 ms of GPT-2 124M's 450 ms step on an H200), so it
      * stays plain. */
-    if (code->gen->ngathers > 0 &&
-        troupe_config_cuda_gather_gemm() == TROUPE_CUDA_GATHER_GEMM_CHECKED &&
-        troupe_config_gemm_library())
-        for (size_t s = 0; s < code->gen->nsteps; s++)
-            if (code->gen->steps[s].kind == TROUPE_CGEN_STEP_GEMM)
-                return troupe__error(TROUPE_UNAVAILABLE,
-                                     "cuda graph_capture %s: its products run on cuBLASLt after "
-                                     "the host waits for its gather index check "
-                                     "(TROUPE_CUDA_GATHER_GEMM=checked): plain launches",
-                                     code->name);
+    if (troupe__cuda_gather_checked(code->gen))
+        return troupe__error(TROUPE_UNAVAILABLE,
+                             "cuda graph_capture %s: its products run on cuBLASLt after the host "
+                             "waits for its gather index check (TROUPE_CUDA_GATHER_GEMM=checked): "
+                             "plain launches",
+                             code->name);
     TROUPE_RETURN_IF_ERROR(troupe__cuda_use(q->drv, q->ordinal));
     troupe_dgraph_t *g = troupe_calloc(1, sizeof *g);
     if (g != NULL) {
