@@ -261,6 +261,11 @@ models_check() {
       { rc=1; tail -3 "$w/cnn-$b.log"; }
     grep -E '^final|loss' "$w/cnn-$b.log" | tail -2 | sed "s/^/cnn $b: /"
   done
+  echo "== fmnist --model cnn at batch 1024: cuBLASLt's picks (split-K, waves) per product"
+  TROUPE_LOG=debug:devices timeout 60 "$f" --model cnn --backend cuda --epochs 1 --batch 1024 \
+    --train-limit 2048 --test-limit 100 --streams 1 --seed 7 \
+    --data /usr/share/datasets/fashion-mnist > "$w/cnn-lt.log" 2>&1 || { rc=1; tail -3 "$w/cnn-lt.log"; }
+  grep -o 'cuBLASLt for .*' "$w/cnn-lt.log" | sort | uniq -c | sed 's/^/cnn lt: /'
   # stamp: each line with its arrival time (s), so the step lines give per-step times
   stamp() { while IFS= read -r l; do echo "$EPOCHREALTIME $l"; done; }
   # median of the gaps (ms) between consecutive step lines of a stamped log, from step K+1 on

@@ -235,9 +235,21 @@ static troupe_status_t s_plan(cublasLtHandle_t h, const troupe_cgen_gemm_call_t 
         return s_lt_fail(s, "cuBLASLt descriptors", code);
     }
     p->usable = s == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (p->usable)
+    if (p->usable) {
         p->algo = r.algo;
-    else
+        /* what a profile needs to judge the pick: a skinny output over a long k (a convolution's
+         * weight gradient) on few tiles without split-K would leave most of the GPU idle */
+        int32_t splitk = 1;
+        size_t got = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                                 sizeof splitk, &got) != CUBLAS_STATUS_SUCCESS)
+            splitk = 0;
+        TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
+                   "cuda %s: cuBLASLt for m=%lld n=%lld k=%lld (batch %lld): split-K %d, "
+                   "%.2f waves, workspace %zu bytes",
+                   code, (long long)g->m, (long long)g->n, (long long)g->k, (long long)count,
+                   (int)splitk, (double)r.wavesCount, r.workspaceSize);
+    } else
         TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_DEVICES,
                    "cuda %s: %s for m=%lld n=%lld k=%lld (batch %lld); the step runs its kernels",
                    code, refused != NULL ? refused : "cuBLASLt has no algorithm", (long long)g->m,
