@@ -274,6 +274,13 @@ struct troupe__cgen {
     const troupe_ll_t **binds; /* the BIND_INDEX statements: gather i+1 */
     size_t nbinds, binds_cap;
     bool *bound;    /* per symbol: defined by the target (a thread index); loops over it elided */
+    /* per symbol: a skew pair's member (troupe__cgen_bind_skew), u NULL when not */
+    struct s_skew {
+        const char *u;   /* the target's variable holding outer + inner */
+        int32_t partner; /* the pair's other symbol */
+        bool outer;
+        int64_t lo, hi; /* the inner loop's range (for the outer's bounds) */
+    } * skew;
     /* s_emit_for's register accumulation: reads of acc_tn at acc_idcs print acc_name */
     const troupe_tnode_t *acc_tn;
     const troupe_axis_index_t *acc_idcs;
@@ -1302,6 +1309,35 @@ static troupe_status_t s_emit_lanes(s_gen_t *g, const s_nest_t *n, int indent,
     return st;
 }
 
+/* A loop over a skew pair's member (troupe__cgen_bind_skew): the outer one over the values
+ * that leave the inner one in its range, in increasing order; the inner one the difference. */
+static troupe_status_t s_emit_skewed(s_gen_t *g, const troupe_ll_t *s, int indent,
+                                     troupe__strbuf_t *out)
+{
+    int32_t sym = s->u.for_loop.sym;
+    const char *name = g->syms[sym];
+    const struct s_skew *k = &g->skew[sym];
+    const int64_t from = s->u.for_loop.from, to = s->u.for_loop.to;
+    troupe__strbuf_repeat(out, "    ", indent);
+    if (k->outer)
+        troupe__strbuf_printf(out,
+                              "for (int64_t %s = %s - %" PRId64 "LL > %" PRId64 "LL ? %s - %" PRId64
+                              "LL : %" PRId64 "LL; %s <= (%s - %" PRId64 "LL < %" PRId64
+                              "LL ? %s - %" PRId64 "LL : %" PRId64 "LL); ++%s) {\n",
+                              name, k->u, k->hi, from, k->u, k->hi, from, name, k->u, k->lo, to,
+                              k->u, k->lo, to, name);
+    else
+        troupe__strbuf_printf(out, "{\n%*sconst int64_t %s = %s - %s;\n", 4 * (indent + 1), "",
+                              name, k->u, g->syms[k->partner]);
+    s_range_t saved = g->ranges[sym];
+    g->ranges[sym] = (s_range_t){true, from, to};
+    troupe_status_t st = s_emit_ll(g, s->u.for_loop.body, indent + 1, out);
+    g->ranges[sym] = saved;
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_puts(out, "}\n");
+    return st;
+}
+
 static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
                                   troupe__strbuf_t *out)
 {
@@ -1309,6 +1345,8 @@ static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
     const char *name = g->syms[sym];
     if (g->bound[sym]) /* the target defines the symbol (a thread's index): just the body */
         return s_emit_ll(g, s->u.for_loop.body, indent, out);
+    if (g->skew[sym].u != NULL)
+        return s_emit_skewed(g, s, indent, out);
     s_nest_t lanes;
     if (s_lane_sum(g, s, &lanes))
         return s_emit_lanes(g, &lanes, indent, out);
@@ -2728,6 +2766,15 @@ void troupe__cgen_bind_sym(troupe__cgen_t *g, int32_t sym, bool bound, int64_t l
     g->ranges[sym] = bound ? (s_range_t){true, lo, hi} : (s_range_t){false, 0, 0};
 }
 
+void troupe__cgen_bind_skew(troupe__cgen_t *g, int32_t outer, int32_t inner, const char *u,
+                            int64_t inner_lo, int64_t inner_hi)
+{
+    g->skew[outer] = (struct s_skew){u, inner, true, inner_lo, inner_hi};
+    g->skew[inner] = (struct s_skew){u, outer, false, 0, 0};
+    if (u == NULL)
+        g->skew[outer].u = g->skew[inner].u = NULL;
+}
+
 troupe_status_t troupe__cgen_emit_stmt(troupe__cgen_t *g, const troupe_ll_t *s, int indent,
                                        troupe__strbuf_t *out)
 {
@@ -2821,8 +2868,9 @@ troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_
     g.nscope_ids = proc->next_scope_id > 0 ? proc->next_scope_id : 0;
     g.scope_uses = troupe_calloc(g.nscope_ids ? (size_t)g.nscope_ids : 1, sizeof *g.scope_uses);
     g.bound = troupe_calloc(proc->nsyms ? (size_t)proc->nsyms : 1, sizeof *g.bound);
+    g.skew = troupe_calloc(proc->nsyms ? (size_t)proc->nsyms : 1, sizeof *g.skew);
     if (g.nodes == NULL || g.syms == NULL || g.ranges == NULL || g.scope_uses == NULL ||
-        g.bound == NULL) {
+        g.bound == NULL || g.skew == NULL) {
         st = troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
         goto done;
     }
@@ -2958,6 +3006,7 @@ done:
     troupe_free(g.scopes);
     troupe_free(g.scope_uses);
     troupe_free(g.bound);
+    troupe_free(g.skew);
     troupe_free(g.binds);
     return st;
 }

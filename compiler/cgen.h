@@ -66,7 +66,15 @@
  *     |c| >= that length). The index's value then determines i (and every other term's
  *     symbol), so distinct values of i touch distinct slices whatever the other loops do: a
  *     max pool's gradient at 2*oh + kh maps oh and kh, an im2col copy at 9*c + 3*kh + kw maps
- *     all three; a transposed convolution's oh + kh maps neither (its windows overlap). The
+ *     all three; a transposed convolution's oh + kh maps neither (its windows overlap). Such
+ *     loops pair instead (skew pairs): when the nest is perfect, its one statement a SET of the
+ *     only node it writes (at that one index everywhere), and every loop left unmapped is one
+ *     of two terms a + b of one coefficient on an axis that holds no other symbol of theirs,
+ *     each pair maps as its sum u = a + b (the thread's index, extent ext(a) + ext(b) - 1) and
+ *     the outer of the two runs in the thread over the values that keep the inner one, u - a,
+ *     in its range, in increasing order: every element's iterations run in one thread in the
+ *     nest's order, bit for bit (an im2col's gradient, one thread per input cell, was one
+ *     thread per image and channel over all its windows). The
  *     innermost mapped loop becomes x, the others (outermost most significant) are flattened
  *     into y; each is a grid-stride loop over its extent. Unmapped loops (reductions) stay in
  *     each thread in their original order, so every output element is computed by the same

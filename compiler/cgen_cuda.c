@@ -285,16 +285,109 @@ static const troupe_ll_t *s_only_loop_through_binds(const troupe_ll_t *body)
 
 /* ---- kernels ------------------------------------------------------------------------------ */
 
-/* A kernel being planned: its mapped loops (outermost first; the last is x). */
+/* A kernel being planned: its mapped loops (outermost first; the last is x). A loop with a
+ * skew partner (skew[i] non-NULL, the pair's outer loop) stands for the pair's sum u =
+ * outer + inner (s_plan_skew): the thread's index is u, the outer loop runs in the thread. */
 typedef struct s_map {
     int nmapped;
     const troupe_ll_t *loops[S_MAX_MAPPED];
+    const troupe_ll_t *skew[S_MAX_MAPPED];
 } s_map_t;
+
+static int64_t s_extent(const troupe_ll_t *loop);
+static const troupe_ll_t *s_only_loop(const troupe_ll_t *body);
+
+/* The axis of nest `set`'s output index holding symbol `sym`, -1 when none, -2 when several. */
+static int s_axis_of(const troupe_ll_t *set, int32_t sym)
+{
+    int found = -1;
+    for (int ax = 0; ax < set->u.set.tn->ndims; ax++) {
+        const troupe_axis_index_t *x = &set->u.set.idcs[ax];
+        for (int t = 0; t < x->nterms; t++)
+            if (x->terms[t].sym == sym && x->terms[t].coeff != 0)
+                found = found == -1 || found == ax ? ax : -2;
+    }
+    return found;
+}
+
+/* Skew pairs (cgen.h): a perfect nest whose one statement is a SET of O, O the only node it
+ * writes and accessed at that one index, whose unmapped loops pair up as a + b on axes of their
+ * own (two terms of one coefficient, a transposed convolution's oh + kh): each pair maps as u =
+ * a + b, the outer of the two looping in the thread over the values that keep the inner in its
+ * range. Distinct u touch distinct elements; the iterations of one element, all in one thread,
+ * run in the nest's order. map keeps its plan when the nest does not qualify. */
+static void s_plan_skew(const troupe_ll_t *s, const s_accesses_t *a, s_map_t *map)
+{
+    const troupe_ll_t *chain[S_MAX_MAPPED], *body = NULL;
+    int n = 0;
+    for (const troupe_ll_t *l = s; l != NULL; l = s_only_loop(body)) {
+        if (n == S_MAX_MAPPED)
+            return;
+        chain[n++] = l;
+        body = l->u.for_loop.body;
+    }
+    const troupe_ll_t *set = s_only(body, TROUPE_LL_SET);
+    if (set == NULL || n == map->nmapped)
+        return;
+    const troupe_tnode_t *o = set->u.set.tn;
+    for (size_t i = 0; i < a->n; i++) {
+        const s_access_t *x = &a->v[i];
+        if (x->write && x->tn != o)
+            return;
+        if (x->tn == o &&
+            (x->idcs == NULL || !troupe_axis_indices_equal(x->idcs, set->u.set.idcs, o->ndims)))
+            return;
+    }
+    bool mapped[S_MAX_MAPPED] = {false};
+    int partner[S_MAX_MAPPED];
+    for (int p = 0; p < n; p++) {
+        partner[p] = -1;
+        for (int m = 0; m < map->nmapped; m++)
+            mapped[p] = mapped[p] || map->loops[m] == chain[p];
+    }
+    for (int ax = 0; ax < o->ndims; ax++) {
+        const troupe_axis_index_t *x = &set->u.set.idcs[ax];
+        if (x->nterms != 2 || x->terms[0].coeff == 0 || x->terms[0].coeff != x->terms[1].coeff)
+            continue;
+        int at[2] = {-1, -1};
+        for (int t = 0; t < 2; t++)
+            for (int p = 0; p < n; p++)
+                if (chain[p]->u.for_loop.sym == x->terms[t].sym)
+                    at[t] = p;
+        if (at[0] < 0 || at[1] < 0 || at[0] == at[1] || mapped[at[0]] || mapped[at[1]] ||
+            partner[at[0]] >= 0 || partner[at[1]] >= 0 || s_axis_of(set, x->terms[0].sym) != ax ||
+            s_axis_of(set, x->terms[1].sym) != ax)
+            continue;
+        partner[at[0]] = at[1];
+        partner[at[1]] = at[0];
+    }
+    s_map_t skewed = {0};
+    for (int p = 0; p < n; p++) {
+        if (!mapped[p] && partner[p] < 0)
+            return;                        /* a loop that neither maps nor pairs */
+        if (mapped[p] || partner[p] < p) { /* mapped, or the pair's inner loop */
+            skewed.skew[skewed.nmapped] = mapped[p] ? NULL : chain[partner[p]];
+            skewed.loops[skewed.nmapped++] = chain[p];
+        }
+    }
+    *map = skewed;
+}
+
+/* The extent and first value of mapped dimension i of m (a skew pair: of its sum). */
+static int64_t s_dim_extent(const s_map_t *m, int i)
+{
+    return s_extent(m->loops[i]) + (m->skew[i] != NULL ? s_extent(m->skew[i]) - 1 : 0);
+}
+
+static int64_t s_dim_from(const s_map_t *m, int i)
+{
+    return m->loops[i]->u.for_loop.from + (m->skew[i] != NULL ? m->skew[i]->u.for_loop.from : 0);
+}
 
 /* The mapped loops of nest `s` (a FOR), in nest order; nmapped 0 when none can be. */
 static troupe_status_t s_plan_nest(const troupe_ll_t *s, s_map_t *map)
 {
-    map->nmapped = 0;
+    memset(map, 0, sizeof *map);
     s_accesses_t a = {0};
     s_collect_ll(&a, s);
     troupe_status_t st = TROUPE_OK;
@@ -309,6 +402,7 @@ static troupe_status_t s_plan_nest(const troupe_ll_t *s, s_map_t *map)
          l = s_only_loop_through_binds(l->u.for_loop.body))
         if (s_loop_independent(&a, l->u.for_loop.sym))
             map->loops[map->nmapped++] = l;
+    s_plan_skew(s, &a, map);
 out:
     troupe_free(a.v);
     return st;
@@ -557,19 +651,30 @@ static void s_put_stride_loop(troupe__strbuf_t *b, char axis, int64_t extent, in
  * decomposed from t_y, innermost varying fastest) and binds their symbols. */
 static void s_put_map_vars(troupe__cgen_t *g, const s_map_t *m, troupe__strbuf_t *b, int in)
 {
+    /* a skew pair's sum, by its dimension (S_MAX_MAPPED names) */
+    static const char *const u_names[S_MAX_MAPPED] = {
+        "t_u0", "t_u1", "t_u2",  "t_u3",  "t_u4",  "t_u5",  "t_u6",  "t_u7",
+        "t_u8", "t_u9", "t_u10", "t_u11", "t_u12", "t_u13", "t_u14", "t_u15"};
     int64_t below = 1;
     for (int i = m->nmapped - 1; i >= 0; i--) {
         const troupe_ll_t *l = m->loops[i];
         troupe__strbuf_repeat(b, "    ", in);
         troupe__strbuf_printf(b, "const int64_t %s = %" PRId64 "LL + ",
-                              troupe__cgen_sym_ident(g, l->u.for_loop.sym), l->u.for_loop.from);
+                              m->skew[i] != NULL ? u_names[i]
+                                                 : troupe__cgen_sym_ident(g, l->u.for_loop.sym),
+                              s_dim_from(m, i));
         if (i == m->nmapped - 1)
             troupe__strbuf_puts(b, "t_x;\n");
         else
-            troupe__strbuf_printf(b, "t_y / %" PRId64 "LL %% %" PRId64 "LL;\n", below, s_extent(l));
+            troupe__strbuf_printf(b, "t_y / %" PRId64 "LL %% %" PRId64 "LL;\n", below,
+                                  s_dim_extent(m, i));
         if (i < m->nmapped - 1)
-            below *= s_extent(l);
-        troupe__cgen_bind_sym(g, l->u.for_loop.sym, true, l->u.for_loop.from, l->u.for_loop.to);
+            below *= s_dim_extent(m, i);
+        if (m->skew[i] != NULL)
+            troupe__cgen_bind_skew(g, m->skew[i]->u.for_loop.sym, l->u.for_loop.sym, u_names[i],
+                                   l->u.for_loop.from, l->u.for_loop.to);
+        else
+            troupe__cgen_bind_sym(g, l->u.for_loop.sym, true, l->u.for_loop.from, l->u.for_loop.to);
     }
 }
 
@@ -580,17 +685,21 @@ static troupe_status_t s_put_mapped_stmt(troupe__cgen_t *g, const s_map_t *m,
     s_put_map_vars(g, m, b, in);
     troupe_status_t st = troupe__cgen_emit_stmt(g, s, in, b);
     for (int i = 0; i < m->nmapped; i++)
-        troupe__cgen_bind_sym(g, m->loops[i]->u.for_loop.sym, false, 0, 0);
+        if (m->skew[i] != NULL)
+            troupe__cgen_bind_skew(g, m->skew[i]->u.for_loop.sym, m->loops[i]->u.for_loop.sym, NULL,
+                                   0, 0);
+        else
+            troupe__cgen_bind_sym(g, m->loops[i]->u.for_loop.sym, false, 0, 0);
     return st;
 }
 
 /* The extents of nest m's iterations along x (the innermost mapped loop) and y (the others). */
 static void s_map_extents(const s_map_t *m, int64_t *ex, int64_t *ey)
 {
-    *ex = s_extent(m->loops[m->nmapped - 1]);
+    *ex = s_dim_extent(m, m->nmapped - 1);
     *ey = 1;
     for (int i = 0; i < m->nmapped - 1; i++)
-        *ey *= s_extent(m->loops[i]);
+        *ey *= s_dim_extent(m, i);
 }
 
 static troupe_status_t s_put_mapped_flat(troupe__cgen_t *g, const s_map_t *m, const troupe_ll_t *s,
@@ -2072,7 +2181,7 @@ static troupe_status_t s_widen_segment(troupe__cgen_t *g, s_plan_t *p, s_segment
             local_iters += s_item_iters(s);
             continue;
         }
-        s_map_t map = {0, {NULL}};
+        s_map_t map = {0};
         if (s->kind != TROUPE_LL_FOR) {
             ok = false;
             continue;
@@ -2300,7 +2409,7 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
         }
         if (s->kind == TROUPE_LL_COMMENT)
             continue;
-        s_map_t map = {0, {NULL}};
+        s_map_t map = {0};
         s_reduce_t red;
         bool reduce = false, tiled = false;
         troupe_cgen_gemm_call_t tc;
@@ -2557,7 +2666,7 @@ static troupe_status_t s_put_serial_part(troupe__cgen_t *g, const s_plan_t *p,
                 st = troupe__cgen_emit_stmt(g, s, in, b);
                 continue;
             }
-            s_map_t map = {0, {NULL}};
+            s_map_t map = {0};
             if (s->kind == TROUPE_LL_FOR && (st = s_plan_nest(s, &map)) != TROUPE_OK)
                 break;
             bool shared_out = false; /* a wide segment's statement writing a global array */

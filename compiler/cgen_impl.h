@@ -64,6 +64,13 @@ void troupe__cgen_put_local_arrays(const troupe__cgen_t *g, troupe__strbuf_t *b)
 /* Marks loop symbol `sym` as defined by the target with values lo..hi (a thread's index):
  * troupe__cgen_emit_stmt then emits a loop over it as its body alone. bound false undoes it. */
 void troupe__cgen_bind_sym(troupe__cgen_t *g, int32_t sym, bool bound, int64_t lo, int64_t hi);
+/* Marks loop symbols `outer` and `inner` (a loop over inner nested in one over outer) as a skew
+ * pair whose sum the target defines as its variable `u` (a thread's index; inner's loop runs
+ * inner_lo..inner_hi): troupe__cgen_emit_stmt then emits the loop over outer over the values
+ * that leave inner = u - outer in its range, increasing, and the loop over inner as that
+ * difference. u NULL undoes it. */
+void troupe__cgen_bind_skew(troupe__cgen_t *g, int32_t outer, int32_t inner, const char *u,
+                            int64_t inner_lo, int64_t inner_hi);
 /* Emits `<lhs> = <value>;` with value computed in the compute type of `prec` and stored as that
  * type (local scopes it holds hoisted into a block around it); lhs is an lvalue declared by the
  * caller. */

@@ -2012,10 +2012,12 @@ static int64_t s_mapped(const troupe_cgen_kernel_t *k)
  * terms make a mixed radix (each |coefficient| past the span of the smaller ones), so distinct
  * values touch distinct elements whatever the other loops: a max pool's gradient,
  * y[b, 2 i + k] += ... (its windows do not overlap), and an im2col copy, col[9 c + 3 kh + kw,
- * p] = x[c, kh + p + kw], map every loop; a transposed convolution's y[b, i + k] (the windows
- * overlap) and y[b, 2 c + k] with k up to 2 keep their overlapping loops in each thread. Every
- * routine runs emulated bit for bit as the C dialect. Before, any index of two terms kept its
- * loops in each thread (one thread per image and channel looped over a pool's every window). */
+ * p] = x[c, kh + p + kw], map every loop. A transposed convolution's y[b, i + k] (the windows
+ * overlap: an im2col's gradient) maps u = i + k, each thread looping over i in order with
+ * k = u - i (a skew pair); y[b, 2 i + k] with k up to 2 keeps its overlapping loops in each
+ * thread. Every routine runs emulated bit for bit as the C dialect (the planned grid and a small
+ * reversed one). Before, any index of two terms kept its loops in each thread (one thread per
+ * image and channel looped over a pool's every window). */
 Test(cgen, cuda_mixed_radix_indices)
 {
     if (!troupe_emu_available())
@@ -2027,9 +2029,10 @@ Test(cgen, cuda_mixed_radix_indices)
         const char *name;
         int64_t ci, ck, ni, nk, mapped;
     } pools[] = {{"pool_grad", 2, 1, 5, 2, 3 * 5 * 2},
-                 {"overlap", 1, 1, 5, 2, 3},
+                 {"overlap", 1, 1, 5, 2, 3 * 6},
+                 {"transposed_conv", 1, 1, 7, 4, 3 * 10},
                  {"short_radix", 2, 1, 5, 3, 3}};
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < 4; c++) {
         troupe_ll_proc_t *p = s_proc(pools[c].name);
         const int64_t ncols = pools[c].ci * (pools[c].ni - 1) + pools[c].ck * (pools[c].nk - 1) + 1;
         troupe_tnode_t *y = s_node("y", TROUPE_PREC_SINGLE, 2, 3, ncols);
@@ -2050,8 +2053,12 @@ Test(cgen, cuda_mixed_radix_indices)
         cr_expect(!res->kernels[0].one_thread && s_mapped(&res->kernels[0]) == pools[c].mapped,
                   "%s: %lld iterations mapped, expected %lld\n%s", pools[c].name,
                   (long long)s_mapped(&res->kernels[0]), (long long)pools[c].mapped, res->source);
+        /* i + k: the thread of u = i + k loops over i, k = u - i */
+        bool skew = pools[c].ci == pools[c].ck;
+        cr_expect((strstr(res->source, "const int64_t t_u") != NULL) == skew, "%s:\n%s",
+                  pools[c].name, res->source);
         troupe_cgen_result_destroy(&res);
-        float yv[64], xv[15], wv[3];
+        float yv[64], xv[21], wv[4];
         s_fill(yv, (size_t)(3 * ncols));
         s_fill(xv, (size_t)(3 * pools[c].ni));
         s_fill(wv, (size_t)pools[c].nk);
@@ -2092,7 +2099,7 @@ Test(cgen, cuda_mixed_radix_indices)
     troupe_ll_proc_destroy(&p);
     troupe_tnode_release(&col);
     troupe_tnode_release(&x);
-    cr_expect_eq(s_emu_runs - runs0, 4, "every routine ran emulated");
+    cr_expect_eq(s_emu_runs - runs0, 5, "every routine ran emulated");
 }
 
 /* Sum of |term| over a reduction's terms, for its error bound: n terms summed in any order in a
