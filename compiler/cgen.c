@@ -2766,6 +2766,13 @@ void troupe__cgen_bind_sym(troupe__cgen_t *g, int32_t sym, bool bound, int64_t l
     g->ranges[sym] = bound ? (s_range_t){true, lo, hi} : (s_range_t){false, 0, 0};
 }
 
+void troupe__cgen_read_as(troupe__cgen_t *g, const troupe_tnode_t *tn, const char *text)
+{
+    g->acc_tn = text != NULL ? tn : NULL;
+    g->acc_idcs = NULL;
+    g->acc_name = text;
+}
+
 void troupe__cgen_bind_skew(troupe__cgen_t *g, int32_t outer, int32_t inner, const char *u,
                             int64_t inner_lo, int64_t inner_hi)
 {

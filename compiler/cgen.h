@@ -52,7 +52,12 @@
  * address of the device pointer, for STATIC_IDX the address of an int64_t). One call of the
  * routine runs result->steps in order on one stream (stream order separates the kernels, so
  * no grid-wide barrier is needed). The plan, per top-level statement of the body:
- *   - ZERO_OUT: a kernel whose threads zero the node's elements (grid-stride, 1D);
+ *   - ZERO_OUT: a kernel whose threads zero the node's elements (grid-stride, 1D); none when
+ *     the node is global and its next accesses are nests (outside segments) whose loops all map
+ *     and whose output index is a bijection of them onto a box of it (each axis a constant or
+ *     a dense mixed radix: coefficients 1, ext, ext*ext', ...), the boxes disjoint and together
+ *     the whole node (an im2col copy and its bias row): those nests read the node as 0 (0 + t,
+ *     the bits the zeroed element gave);
  *   - a loop nest: the loops of its perfectly nested head (each loop the only statement of
  *     the previous one's body, or of the body of a gather index bound as that body's only
  *     statement: a scatter's channels) whose iterations touch disjoint data are mapped onto

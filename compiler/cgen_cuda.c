@@ -292,6 +292,9 @@ typedef struct s_map {
     int nmapped;
     const troupe_ll_t *loops[S_MAX_MAPPED];
     const troupe_ll_t *skew[S_MAX_MAPPED];
+    /* the node this nest writes each element of once after a zeroing that was dropped
+     * (s_plan_zero_covers): its reads print as 0 */
+    const troupe_tnode_t *zeroed;
 } s_map_t;
 
 static int64_t s_extent(const troupe_ll_t *loop);
@@ -683,7 +686,11 @@ static troupe_status_t s_put_mapped_stmt(troupe__cgen_t *g, const s_map_t *m,
                                          const troupe_ll_t *s, troupe__strbuf_t *b, int in)
 {
     s_put_map_vars(g, m, b, in);
+    if (m->zeroed != NULL)
+        troupe__cgen_read_as(g, m->zeroed, "0");
     troupe_status_t st = troupe__cgen_emit_stmt(g, s, in, b);
+    if (m->zeroed != NULL)
+        troupe__cgen_read_as(g, m->zeroed, NULL);
     for (int i = 0; i < m->nmapped; i++)
         if (m->skew[i] != NULL)
             troupe__cgen_bind_skew(g, m->skew[i]->u.for_loop.sym, m->loops[i]->u.for_loop.sym, NULL,
@@ -2362,6 +2369,136 @@ static bool s_segment_dynamic(const s_segment_t *sg)
     return s_segment_shared_bytes(sg) > TROUPE__CGEN_STATIC_SHARED_MAX;
 }
 
+/* Whether top-level item i lies in one of p's segments. */
+static bool s_in_segment(const s_plan_t *p, size_t i)
+{
+    for (size_t k = 0; k < p->nsegs; k++)
+        if (i >= p->segs[k].first && i <= p->segs[k].last)
+            return true;
+    return false;
+}
+
+/* The box [lo[ax], hi[ax]] that nest s (a FOR) writes its one output O over, each element
+ * once: a perfect nest whose one statement is a SET of O, O the only node it writes and
+ * accessed at that index alone, every loop mapped (s_plan_nest, no skew) and each axis index a
+ * constant or a dense mixed radix of positive terms (the smallest coefficient 1, each next the
+ * one before times its loop's extent), every loop in one term: the nest is a bijection onto
+ * the box. False otherwise. */
+static bool s_covers_box(const troupe_ll_t *s, const s_map_t *map, const troupe_tnode_t **o,
+                         int64_t *lo, int64_t *hi)
+{
+    const troupe_ll_t *body = NULL;
+    int n = 0;
+    int64_t iters = 1;
+    for (const troupe_ll_t *l = s; l != NULL; l = s_only_loop(body)) {
+        if (n == map->nmapped || map->loops[n] != l || map->skew[n] != NULL ||
+            l->u.for_loop.from != 0)
+            return false;
+        n++;
+        iters *= s_extent(l);
+        body = l->u.for_loop.body;
+    }
+    if (n != map->nmapped)
+        return false;
+    const troupe_ll_t *set = s_only(body, TROUPE_LL_SET);
+    if (set == NULL || set->u.set.tn->ndims > TROUPE_MAX_DIMS)
+        return false;
+    *o = set->u.set.tn;
+    s_accesses_t a = {0};
+    s_collect_ll(&a, s);
+    bool ok = !a.oom;
+    for (size_t i = 0; i < a.n && ok; i++)
+        ok = !(a.v[i].write && a.v[i].tn != *o) &&
+             (a.v[i].tn != *o ||
+              (a.v[i].idcs != NULL &&
+               troupe_axis_indices_equal(a.v[i].idcs, set->u.set.idcs, (*o)->ndims)));
+    int64_t volume = 1;
+    for (int ax = 0; ax < (*o)->ndims && ok; ax++) {
+        const troupe_axis_index_t *x = &set->u.set.idcs[ax];
+        int64_t want = 1, span = 1;
+        bool used[TROUPE_MAX_INDEX_TERMS] = {false};
+        for (int k = 0; k < x->nterms && ok; k++) { /* the term of coefficient `want` next */
+            int t = -1;
+            for (int q = 0; q < x->nterms; q++)
+                if (!used[q] && x->terms[q].coeff == want)
+                    t = q;
+            const int64_t ext = t >= 0 ? s_nest_extent(&a, x->terms[t].sym) : 0;
+            ok = ext > 0;
+            if (ok) {
+                used[t] = true;
+                want *= ext;
+                span = want;
+            }
+        }
+        lo[ax] = x->offset;
+        hi[ax] = x->offset + span - 1;
+        volume *= span;
+    }
+    troupe_free(a.v);
+    return ok && volume == iters;
+}
+
+/* Zeroings the nests after them make redundant: a top-level ZERO_OUT of a global node O whose
+ * next accesses are nests that each write a box of O once (s_covers_box, planned as mapped
+ * nests outside segments, never absorbed into one: s_absorbable), disjoint and together
+ * all of O, is dropped (drop[i]), and those nests read O as 0 (zeroed[j] = O): the same values
+ * (0 + t is what the zeroed element gave), one pass over O and a read of it fewer (an im2col
+ * copy and its bias row on a GPU: 680 MB each for the convnet's conv2 at batch 1024). */
+static void s_plan_zero_covers(troupe__cgen_t *g, const s_plan_t *p, bool *drop,
+                               const troupe_tnode_t **zeroed)
+{
+    for (size_t i = 0; i < p->nitems; i++) {
+        const troupe_ll_t *z = p->items[i];
+        if (z->kind != TROUPE_LL_ZERO_OUT || troupe__cgen_node_is_local(g, z->u.zero_out) ||
+            s_in_segment(p, i))
+            continue;
+        const troupe_tnode_t *o = z->u.zero_out;
+        enum { S_COVERS_MAX = 8 };
+        size_t at[S_COVERS_MAX], ncov = 0;
+        int64_t lo[S_COVERS_MAX][TROUPE_MAX_DIMS], hi[S_COVERS_MAX][TROUPE_MAX_DIMS];
+        int64_t covered = 0;
+        const int64_t total = troupe_tnode_num_elems(o);
+        for (size_t j = i + 1; j < p->nitems && covered < total; j++) {
+            const troupe_ll_t *s = p->items[j];
+            if (s->kind == TROUPE_LL_COMMENT)
+                continue;
+            s_accesses_t a = {0};
+            s_collect_ll(&a, s);
+            bool touches = a.oom;
+            for (size_t k = 0; k < a.n && !touches; k++)
+                touches = a.v[k].tn == o;
+            troupe_free(a.v);
+            if (!touches)
+                continue;
+            s_map_t map;
+            const troupe_tnode_t *w = NULL;
+            int64_t iters = 1;
+            if (s->kind != TROUPE_LL_FOR || ncov == S_COVERS_MAX || s_in_segment(p, j) ||
+                s_plan_nest(s, &map) != TROUPE_OK ||
+                !s_covers_box(s, &map, &w, lo[ncov], hi[ncov]) || w != o)
+                break;
+            for (int d = 0; d < o->ndims; d++)
+                iters *= hi[ncov][d] - lo[ncov][d] + 1;
+            bool disjoint = true;
+            for (size_t c = 0; c < ncov && disjoint; c++) {
+                bool apart = false;
+                for (int d = 0; d < o->ndims && !apart; d++)
+                    apart = hi[c][d] < lo[ncov][d] || hi[ncov][d] < lo[c][d];
+                disjoint = apart;
+            }
+            if (!disjoint)
+                break;
+            at[ncov++] = j;
+            covered += iters;
+        }
+        if (covered != total || ncov == 0)
+            continue;
+        drop[i] = true;
+        for (size_t c = 0; c < ncov; c++)
+            zeroed[at[c]] = o;
+    }
+}
+
 /* The units of the routine, in order: a segment is one unit (BLOCK when its Local arrays fit in
  * shared memory, else SEQ); outside segments, each GEMM window, refused product, block-level
  * reduction, mapped nest and ZERO_OUT is one, and consecutive sequential statements are one
@@ -2370,8 +2507,18 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
 {
     size_t seg = 0;
     s_unit_t *seq = NULL; /* the SEQ unit being extended */
+    bool *drop = troupe_calloc(p->nitems ? p->nitems : 1, sizeof *drop);
+    const troupe_tnode_t **zeroed = troupe_calloc(p->nitems ? p->nitems : 1, sizeof *zeroed);
+    if (drop == NULL || zeroed == NULL) {
+        troupe_free(drop);
+        troupe_free(zeroed);
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
+    }
+    s_plan_zero_covers(g, p, drop, zeroed);
     for (size_t i = 0; i < p->nitems && !p->oom; i++) {
         const troupe_ll_t *s = p->items[i];
+        if (drop[i])
+            continue;
         size_t seg_from = seg < p->nsegs ? p->segs[seg].first : p->nitems;
         if (i == seg_from) {
             const s_segment_t *sg = &p->segs[seg];
@@ -2439,6 +2586,7 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
         if (u == NULL)
             break;
         u->map = map;
+        u->map.zeroed = zeroed[i];
         if (tiled) {
             u->gm = gm;
             u->tc = tc;
@@ -2460,6 +2608,8 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
                 u->iters *= s_extent(l);
         }
     }
+    troupe_free(drop);
+    troupe_free(zeroed);
     return p->oom ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory") : TROUPE_OK;
 }
 
@@ -2481,8 +2631,10 @@ static bool s_launch_alone(const s_unit_t *u)
 /* Whether a segment's block may take unit u over: a small map or zeroing, or sequential code. */
 static bool s_absorbable(const s_unit_t *u)
 {
+    /* a nest reading a node whose zeroing was dropped keeps its plan (s_plan_zero_covers) */
     return (u->kind == S_U_SEQ && u->seg == SIZE_MAX) ||
-           ((u->kind == S_U_MAPPED || u->kind == S_U_ZERO) && u->iters <= S_ABSORB_MAX_ITERS);
+           ((u->kind == S_U_MAPPED || u->kind == S_U_ZERO) && u->iters <= S_ABSORB_MAX_ITERS &&
+            u->map.zeroed == NULL);
 }
 
 /* Whether group gr is one block (serial, or a segment alone) that may run u after its units. */

@@ -64,6 +64,9 @@ void troupe__cgen_put_local_arrays(const troupe__cgen_t *g, troupe__strbuf_t *b)
 /* Marks loop symbol `sym` as defined by the target with values lo..hi (a thread's index):
  * troupe__cgen_emit_stmt then emits a loop over it as its body alone. bound false undoes it. */
 void troupe__cgen_bind_sym(troupe__cgen_t *g, int32_t sym, bool bound, int64_t lo, int64_t hi);
+/* Reads of node tn print `text` (a value in tn's precision, converted as a read would be) until
+ * text NULL undoes it: the first write of each element after a zeroing that was dropped. */
+void troupe__cgen_read_as(troupe__cgen_t *g, const troupe_tnode_t *tn, const char *text);
 /* Marks loop symbols `outer` and `inner` (a loop over inner nested in one over outer) as a skew
  * pair whose sum the target defines as its variable `u` (a thread's index; inner's loop runs
  * inner_lo..inner_hi): troupe__cgen_emit_stmt then emits the loop over outer over the values

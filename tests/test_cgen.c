@@ -2102,6 +2102,71 @@ Test(cgen, cuda_mixed_radix_indices)
     cr_expect_eq(s_emu_runs - runs0, 5, "every routine ran emulated");
 }
 
+/* A zeroing whose next accesses are nests writing disjoint boxes of the node once each, all of
+ * it together (an im2col copy and its bias row), is dropped on a GPU: the nests read the node
+ * as 0 (0 + t, the same bits), one pass over it and a read of it fewer. The routine runs
+ * emulated bit for bit as the C dialect. A zeroing followed by a nest that leaves a row
+ * unwritten, or that adds each element twice, stays. */
+Test(cgen, cuda_zeroing_before_covering_nests_is_dropped)
+{
+    if (!troupe_emu_available())
+        cr_skip_test("no C++ compiler (c++) to run the CUDA dialect on the host");
+    enum { R = 130, C = 200 };
+    int runs0 = s_emu_runs;
+    for (int c = 0; c < 3; c++) {
+        /* col[r, q] = col + x[r, q] for r < R (c == 1: r < R - 1); col[R, q] = col + 1;
+         * c == 2: the first nest runs twice before the second */
+        troupe_ll_proc_t *p = s_proc(c == 0 ? "covers" : c == 1 ? "leaves_a_row" : "twice");
+        troupe_tnode_t *col = s_node("col", TROUPE_PREC_SINGLE, 2, R + 1, C);
+        troupe_tnode_t *x = s_node("x", TROUPE_PREC_SINGLE, 2, R, C);
+        int32_t r = troupe_ll_proc_add_symbol(p, NULL), q = troupe_ll_proc_add_symbol(p, NULL),
+                q2 = troupe_ll_proc_add_symbol(p, NULL), r3 = troupe_ll_proc_add_symbol(p, NULL),
+                q3 = troupe_ll_proc_add_symbol(p, NULL);
+        troupe_sc_t *v1 = troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, col, s_ix(r), s_ix(q)),
+                                          s_get2(p, x, s_ix(r), s_ix(q)));
+        troupe_sc_t *v2 =
+            troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, col, troupe_idx_fixed(R), s_ix(q2)),
+                            troupe_sc_constant(p, 1.0));
+        troupe_ll_t *items[4] = {
+            troupe_ll_zero_out(p, col),
+            s_for(p, r, c == 1 ? R - 1 : R, s_for(p, q, C, s_set2(p, col, s_ix(r), s_ix(q), v1))),
+            s_for(p, q2, C, s_set2(p, col, troupe_idx_fixed(R), s_ix(q2), v2)), NULL};
+        size_t nitems = 3;
+        if (c == 2) {
+            troupe_sc_t *v3 =
+                troupe_sc_binop(p, TROUPE_BINOP_ADD, s_get2(p, col, s_ix(r3), s_ix(q3)),
+                                s_get2(p, x, s_ix(r3), s_ix(q3)));
+            items[3] = items[2]; /* the row R last: the rows below R are added twice first */
+            items[2] = s_for(p, r3, R, s_for(p, q3, C, s_set2(p, col, s_ix(r3), s_ix(q3), v3)));
+            nitems = 4;
+        }
+        s_finish(p, troupe_ll_seq(p, nitems, items));
+        troupe_cgen_result_t *res = s_cuda(p);
+        bool zeroes = strstr(res->source, "_col[t_x] = 0;") != NULL ||
+                      strstr(res->source, "_col[t_f] = 0;") != NULL;
+        cr_expect(zeroes == (c != 0), "%s: %s zeroing\n%s", p->name, zeroes ? "a" : "no",
+                  res->source);
+        cr_expect((strstr(res->source, "((0) + (") != NULL) == (c == 0), "%s:\n%s", p->name,
+                  res->source);
+        troupe_cgen_result_destroy(&res);
+        float *colv = malloc(sizeof(float) * (R + 1) * C), *xv = malloc(sizeof(float) * R * C);
+        s_fill(colv, (size_t)(R + 1) * C); /* what the zeroing overwrites */
+        s_fill(xv, (size_t)R * C);
+        xv[7] = -0.0f; /* 0 + -0 is +0: the first write keeps the zeroed element's sum */
+        s_run_t rr = {0};
+        s_bind(&rr, col, colv);
+        s_bind(&rr, x, xv);
+        s_run(p, &rr);
+        s_nvrtc_check(p);
+        free(colv);
+        free(xv);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&col);
+        troupe_tnode_release(&x);
+    }
+    cr_expect_eq(s_emu_runs - runs0, 3, "every routine ran emulated");
+}
+
 /* Sum of |term| over a reduction's terms, for its error bound: n terms summed in any order in a
  * precision with unit roundoff u differ from the exact sum by at most about (n - 1) u sum|t|;
  * the bound allows 2 n u sum|t| (plus the output's own value). */
