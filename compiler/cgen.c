@@ -291,7 +291,7 @@ struct troupe__cgen {
     const int32_t *flat_outer;
     int nflat_outer;
     /* the output of the batched product being emitted whose zeroing was dropped: each call
-     * overwrites its block (s_batched_zero) */
+     * overwrites its block (troupe__cgen_batched_zero) */
     const troupe_tnode_t *beta_zero_c;
     troupe_cgen_options_t opts; /* troupe_cgen_emit_with's, zeroes when none */
 };
@@ -2015,7 +2015,7 @@ static troupe_status_t s_emit_gemm_or_for(s_gen_t *g, const troupe_ll_t *s, int 
  * m x n blocks (ldc = n) the batch loops step so that they tile the node: the attention's
  * products per (batch, head). Then each call overwrites its block (beta = 0) and the zeroing
  * goes, as troupe_gemm_covers_output allows for a product's own loops. */
-static bool s_batched_zero(const troupe_ll_t *z, const troupe_ll_t *s)
+bool troupe__cgen_batched_zero(const troupe_ll_t *z, const troupe_ll_t *s)
 {
     const troupe_tnode_t *c = z->u.zero_out;
     int32_t bsym[TROUPE_GEMM_MAX_LOOPS];
@@ -2196,7 +2196,8 @@ static troupe_status_t s_emit_seq_gemm(s_gen_t *g, const troupe_ll_t *s, int ind
                 i += (ep.slice_post != NULL ? ep.slice_post_at + 1 : used) - 1;
                 continue;
             }
-            if (it->kind == TROUPE_LL_ZERO_OUT && i + 1 < n && s_batched_zero(it, items[i + 1])) {
+            if (it->kind == TROUPE_LL_ZERO_OUT && i + 1 < n &&
+                troupe__cgen_batched_zero(it, items[i + 1])) {
                 g->beta_zero_c = it->u.zero_out;
                 st = s_emit_ll(g, items[i + 1], indent, out);
                 g->beta_zero_c = NULL;

@@ -457,7 +457,9 @@ typedef enum troupe_cgen_gemm_epilogue {
  * step of loop b. A loop along which C does not move (its stride 0) accumulates into the same
  * block: those run in order, outermost first, each summing into what the one before left (the
  * nest's order, which puts them outside the product's k loops); the others write disjoint
- * blocks. Such a step has no epilogue and beta_zero false. The cuda driver runs the inner batch
+ * blocks. Such a step has no epilogue, and beta_zero only when its points' blocks tile C
+ * exactly and a zeroing of C came before with no access of C between (the zeroing then
+ * dropped: attention's q k^T). The cuda driver runs the inner batch
  * loops that fold into one stride as a cuBLASLt strided batch and the outer ones as calls in
  * order (devices/cuda/gemm_lt.c); a step with an accumulating loop runs its fallback kernels
  * (tiles that loop over the batch). */

@@ -1479,9 +1479,12 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r,
     if (ep->init != NULL && ep->bias_axis != TROUPE_GEMM_BIAS_N)
         return false; /* the init runs as a kernel; the product matches at at + 1 */
     bool pre = ep->beta_zero || ep->init != NULL;
-    /* batched: the product alone (a zeroing or initial values run as kernels of their own, the
-     * product then matches at at + 1; a post pass after it, below) */
-    if (gm->nouter > 0 && pre)
+    /* batched: the product alone (initial values run as kernels of their own, the product then
+     * matching at at + 1; a post pass after it, below), with its zeroing as beta = 0 when its
+     * points' blocks tile the output (attention's q k^T into (B, NH, T, T)), else that too */
+    if (gm->nouter > 0 && pre &&
+        (ep->init != NULL || items[at]->kind != TROUPE_LL_ZERO_OUT || at + 1 >= n ||
+         !troupe__cgen_batched_zero(items[at], items[at + 1])))
         return false;
     if (ep->post != NULL &&
         (gm->nouter > 0 || ep->d != gm->c.tn ||
@@ -2438,14 +2441,43 @@ static bool s_covers_box(const troupe_ll_t *s, const s_map_t *map, const troupe_
     return ok && volume == iters;
 }
 
+/* The end of the window of top-level items a GEMM step starting at j may take: the next
+ * segment's first item, else the last item's end. */
+static size_t s_window_end(const s_plan_t *p, size_t j)
+{
+    size_t end = p->nitems;
+    for (size_t k = 0; k < p->nsegs; k++)
+        if (p->segs[k].first > j && p->segs[k].first < end)
+            end = p->segs[k].first;
+    return end;
+}
+
+/* Whether item j, the first access after ZERO_OUT i of its node, is a batched product
+ * planned as a GEMM step of that one item whose points' blocks tile the node exactly
+ * (troupe__cgen_batched_zero): the zeroing then is its beta = 0. */
+static bool s_batched_zero_step(troupe__cgen_t *g, const troupe_cgen_result_t *r, const s_plan_t *p,
+                                size_t i, size_t j)
+{
+    troupe_gemm_t gm;
+    troupe_gemm_epilogue_t ep;
+    troupe_cgen_step_t step;
+    size_t used = 0;
+    return !s_in_segment(p, j) && p->items[j]->kind == TROUPE_LL_FOR &&
+           troupe__cgen_batched_zero(p->items[i], p->items[j]) &&
+           s_gemm_step(g, r, p->items, s_window_end(p, j), j, &gm, &ep, &used, &step) &&
+           used == 1 && step.gemm.nbatch > 0 && !step.gemm.beta_zero &&
+           step.gemm.c.param < r->nparams &&
+           r->params[step.gemm.c.param].tn == p->items[i]->u.zero_out;
+}
+
 /* Zeroings the nests after them make redundant: a top-level ZERO_OUT of a global node O whose
  * next accesses are nests that each write a box of O once (s_covers_box, planned as mapped
  * nests outside segments, never absorbed into one: s_absorbable), disjoint and together
  * all of O, is dropped (drop[i]), and those nests read O as 0 (zeroed[j] = O): the same values
  * (0 + t is what the zeroed element gave), one pass over O and a read of it fewer (an im2col
  * copy and its bias row on a GPU: 680 MB each for the convnet's conv2 at batch 1024). */
-static void s_plan_zero_covers(troupe__cgen_t *g, const s_plan_t *p, bool *drop,
-                               const troupe_tnode_t **zeroed)
+static void s_plan_zero_covers(troupe__cgen_t *g, const troupe_cgen_result_t *r, const s_plan_t *p,
+                               bool *drop, const troupe_tnode_t **zeroed, bool *beta0)
 {
     for (size_t i = 0; i < p->nitems; i++) {
         const troupe_ll_t *z = p->items[i];
@@ -2470,6 +2502,12 @@ static void s_plan_zero_covers(troupe__cgen_t *g, const s_plan_t *p, bool *drop,
             troupe_free(a.v);
             if (!touches)
                 continue;
+            if (ncov == 0 && s_batched_zero_step(g, r, p, i, j)) {
+                /* a batched product whose points' blocks tile O: beta = 0 in each call */
+                drop[i] = true;
+                beta0[j] = true;
+                break;
+            }
             s_map_t map;
             const troupe_tnode_t *w = NULL;
             int64_t iters = 1;
@@ -2508,13 +2546,15 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
     size_t seg = 0;
     s_unit_t *seq = NULL; /* the SEQ unit being extended */
     bool *drop = troupe_calloc(p->nitems ? p->nitems : 1, sizeof *drop);
+    bool *beta0 = troupe_calloc(p->nitems ? p->nitems : 1, sizeof *beta0);
     const troupe_tnode_t **zeroed = troupe_calloc(p->nitems ? p->nitems : 1, sizeof *zeroed);
-    if (drop == NULL || zeroed == NULL) {
+    if (drop == NULL || zeroed == NULL || beta0 == NULL) {
         troupe_free(drop);
+        troupe_free(beta0);
         troupe_free(zeroed);
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
     }
-    s_plan_zero_covers(g, p, drop, zeroed);
+    s_plan_zero_covers(g, r, p, drop, zeroed, beta0);
     for (size_t i = 0; i < p->nitems && !p->oom; i++) {
         const troupe_ll_t *s = p->items[i];
         if (drop[i])
@@ -2549,6 +2589,8 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
                 u->gm = gm;
                 u->ep = ep;
                 u->step = step;
+                if (beta0[i]) /* its zeroing dropped: the calls and the fallback tiles too */
+                    u->step.gemm.beta_zero = u->ep.beta_zero = true;
             }
             seq = NULL;
             i += used - 1;
@@ -2609,6 +2651,7 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
         }
     }
     troupe_free(drop);
+    troupe_free(beta0);
     troupe_free(zeroed);
     return p->oom ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory") : TROUPE_OK;
 }

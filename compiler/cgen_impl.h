@@ -64,6 +64,10 @@ void troupe__cgen_put_local_arrays(const troupe__cgen_t *g, troupe__strbuf_t *b)
 /* Marks loop symbol `sym` as defined by the target with values lo..hi (a thread's index):
  * troupe__cgen_emit_stmt then emits a loop over it as its body alone. bound false undoes it. */
 void troupe__cgen_bind_sym(troupe__cgen_t *g, int32_t sym, bool bound, int64_t lo, int64_t hi);
+/* Whether ZERO_OUT z's node is the output of the batched product s (a product inside loops, each
+ * point of which writes its own block of the node) and those blocks tile the node exactly: the
+ * zeroing then becomes beta = 0 in each call (each overwrites its block). */
+bool troupe__cgen_batched_zero(const troupe_ll_t *z, const troupe_ll_t *s);
 /* Reads of node tn print `text` (a value in tn's precision, converted as a read would be) until
  * text NULL undoes it: the first write of each element after a zeroing that was dropped. */
 void troupe__cgen_read_as(troupe__cgen_t *g, const troupe_tnode_t *tn, const char *text);
