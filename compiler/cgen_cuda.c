@@ -62,9 +62,9 @@ typedef struct s_accesses {
     s_access_t *v;
     size_t n, cap;
     bool oom;
-    int nloops; /* the nest's loops (s_collect_ll), their symbols and extents */
+    int nloops; /* the nest's loop symbols (s_collect_ll), each with the range its loops cover */
     int32_t loop_sym[S_NEST_LOOPS];
-    int64_t loop_ext[S_NEST_LOOPS];
+    int64_t loop_lo[S_NEST_LOOPS], loop_hi[S_NEST_LOOPS];
 } s_accesses_t;
 
 static void s_add(s_accesses_t *a, const troupe_tnode_t *tn, const troupe_axis_index_t *idcs,
@@ -109,13 +109,24 @@ static void s_collect_ll(s_accesses_t *a, const troupe_ll_t *s)
         for (size_t i = 0; i < s->u.seq.count; i++)
             s_collect_ll(a, s->u.seq.items[i]);
         break;
-    case TROUPE_LL_FOR:
-        if (a->nloops < S_NEST_LOOPS) {
+    case TROUPE_LL_FOR: {
+        /* sibling loops may bind one symbol: its range is the union of theirs */
+        int k = 0;
+        while (k < a->nloops && a->loop_sym[k] != s->u.for_loop.sym)
+            k++;
+        if (k < a->nloops) {
+            if (s->u.for_loop.from < a->loop_lo[k])
+                a->loop_lo[k] = s->u.for_loop.from;
+            if (s->u.for_loop.to > a->loop_hi[k])
+                a->loop_hi[k] = s->u.for_loop.to;
+        } else if (a->nloops < S_NEST_LOOPS) {
             a->loop_sym[a->nloops] = s->u.for_loop.sym;
-            a->loop_ext[a->nloops++] = s->u.for_loop.to - s->u.for_loop.from + 1;
+            a->loop_lo[a->nloops] = s->u.for_loop.from;
+            a->loop_hi[a->nloops++] = s->u.for_loop.to;
         }
         s_collect_ll(a, s->u.for_loop.body);
         break;
+    }
     case TROUPE_LL_ZERO_OUT:
         s_add(a, s->u.zero_out, NULL, true, 1);
         break;
@@ -146,12 +157,13 @@ static int64_t s_abs64(int64_t v)
     return v < 0 ? -v : v;
 }
 
-/* The extent of loop `sym` of the nest `a` was collected from, or 0 when it is not one. */
+/* How many values loop symbol `sym` takes in the nest `a` was collected from (over all the
+ * loops that bind it), or 0 when no loop there binds it. */
 static int64_t s_nest_extent(const s_accesses_t *a, int32_t sym)
 {
     for (int i = 0; i < a->nloops; i++)
         if (a->loop_sym[i] == sym)
-            return a->loop_ext[i];
+            return a->loop_hi[i] - a->loop_lo[i] + 1;
     return 0;
 }
 
@@ -686,8 +698,11 @@ static troupe_status_t s_put_mapped_stmt(troupe__cgen_t *g, const s_map_t *m,
                                          const troupe_ll_t *s, troupe__strbuf_t *b, int in)
 {
     s_put_map_vars(g, m, b, in);
-    if (m->zeroed != NULL)
-        troupe__cgen_read_as(g, m->zeroed, "0");
+    char zero[48]; /* a zero of the node's storage type: -zero is -0, exp(zero) resolves */
+    if (m->zeroed != NULL) {
+        snprintf(zero, sizeof zero, "((%s)0)", troupe_prec_c_type(m->zeroed->prec));
+        troupe__cgen_read_as(g, m->zeroed, zero);
+    }
     troupe_status_t st = troupe__cgen_emit_stmt(g, s, in, b);
     if (m->zeroed != NULL)
         troupe__cgen_read_as(g, m->zeroed, NULL);
@@ -1479,12 +1494,10 @@ static bool s_gemm_step(troupe__cgen_t *g, const troupe_cgen_result_t *r,
     if (ep->init != NULL && ep->bias_axis != TROUPE_GEMM_BIAS_N)
         return false; /* the init runs as a kernel; the product matches at at + 1 */
     bool pre = ep->beta_zero || ep->init != NULL;
-    /* batched: the product alone (initial values run as kernels of their own, the product then
-     * matching at at + 1; a post pass after it, below), with its zeroing as beta = 0 when its
-     * points' blocks tile the output (attention's q k^T into (B, NH, T, T)), else that too */
-    if (gm->nouter > 0 && pre &&
-        (ep->init != NULL || items[at]->kind != TROUPE_LL_ZERO_OUT || at + 1 >= n ||
-         !troupe__cgen_batched_zero(items[at], items[at + 1])))
+    /* batched: the product alone (a zeroing or initial values run as kernels of their own, the
+     * product then matches at at + 1; a post pass after it, below; a zeroing its blocks make
+     * redundant is dropped for beta = 0 by s_plan_zero_covers) */
+    if (gm->nouter > 0 && pre)
         return false;
     if (ep->post != NULL &&
         (gm->nouter > 0 || ep->d != gm->c.tn ||
@@ -2482,7 +2495,7 @@ static void s_plan_zero_covers(troupe__cgen_t *g, const troupe_cgen_result_t *r,
     for (size_t i = 0; i < p->nitems; i++) {
         const troupe_ll_t *z = p->items[i];
         if (z->kind != TROUPE_LL_ZERO_OUT || troupe__cgen_node_is_local(g, z->u.zero_out) ||
-            s_in_segment(p, i))
+            z->u.zero_out->prec == TROUPE_PREC_UINT4X32 || s_in_segment(p, i))
             continue;
         const troupe_tnode_t *o = z->u.zero_out;
         enum { S_COVERS_MAX = 8 };
@@ -2557,8 +2570,10 @@ static troupe_status_t s_plan_units(troupe__cgen_t *g, const troupe_cgen_result_
     s_plan_zero_covers(g, r, p, drop, zeroed, beta0);
     for (size_t i = 0; i < p->nitems && !p->oom; i++) {
         const troupe_ll_t *s = p->items[i];
-        if (drop[i])
+        if (drop[i]) { /* no run of sequential statements spans it (it would be emitted) */
+            seq = NULL;
             continue;
+        }
         size_t seg_from = seg < p->nsegs ? p->segs[seg].first : p->nitems;
         if (i == seg_from) {
             const s_segment_t *sg = &p->segs[seg];
