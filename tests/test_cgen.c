@@ -488,6 +488,15 @@ static void s_nvrtc_check(const troupe_ll_proc_t *proc)
 #endif
 }
 
+/* Runs *p with the bound buffers (s_run: C, the interpreter and the CUDA dialect emulated),
+ * NVRTC-compiles it and destroys it. */
+static void s_run_once(troupe_ll_proc_t **p, s_run_t *r)
+{
+    s_run(*p, r);
+    s_nvrtc_check(*p);
+    troupe_ll_proc_destroy(p);
+}
+
 /* ---- procedures used by several tests ------------------------------------------------------ */
 
 typedef struct s_mm {
@@ -2066,9 +2075,7 @@ Test(cgen, cuda_mixed_radix_indices)
         s_bind(&r, y, yv);
         s_bind(&r, x, xv);
         s_bind(&r, w, wv);
-        s_run(p, &r);
-        s_nvrtc_check(p);
-        troupe_ll_proc_destroy(&p);
+        s_run_once(&p, &r);
         troupe_tnode_release(&y);
         troupe_tnode_release(&x);
         troupe_tnode_release(&w);
@@ -2094,9 +2101,7 @@ Test(cgen, cuda_mixed_radix_indices)
     s_run_t r = {0};
     s_bind(&r, col, colv);
     s_bind(&r, x, x2);
-    s_run(p, &r);
-    s_nvrtc_check(p);
-    troupe_ll_proc_destroy(&p);
+    s_run_once(&p, &r);
     troupe_tnode_release(&col);
     troupe_tnode_release(&x);
 
@@ -2189,11 +2194,9 @@ Test(cgen, cuda_zeroing_before_covering_nests_is_dropped)
         s_run_t rr = {0};
         s_bind(&rr, col, colv);
         s_bind(&rr, x, xv);
-        s_run(p, &rr);
-        s_nvrtc_check(p);
+        s_run_once(&p, &rr);
         free(colv);
         free(xv);
-        troupe_ll_proc_destroy(&p);
         troupe_tnode_release(&col);
         troupe_tnode_release(&x);
     }
@@ -2249,11 +2252,9 @@ Test(cgen, cuda_dropped_zeroing_edge_cases)
         s_bind(&rr, col, colv);
         s_bind(&rr, x, xv);
         s_bind(&rr, f, fv);
-        s_run(p, &rr);
-        s_nvrtc_check(p);
+        s_run_once(&p, &rr);
         free(colv);
         free(xv);
-        troupe_ll_proc_destroy(&p);
         troupe_tnode_release(&col);
         troupe_tnode_release(&x);
         troupe_tnode_release(&f);
@@ -2274,9 +2275,7 @@ static double s_red_bound(double n, double u, double abs_sum)
 static void s_run_reduction(troupe_ll_proc_t **p, s_run_t *r, double tol)
 {
     r->reassoc_tol = tol;
-    s_run(*p, r);
-    s_nvrtc_check(*p);
-    troupe_ll_proc_destroy(p);
+    s_run_once(p, r);
 }
 
 /* Reductions over many terms into few outputs go onto the threads of a block (cgen.h's rule:
