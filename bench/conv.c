@@ -6,12 +6,12 @@
  * --reps runs, default 3) and asserts nothing.
  *
  * Usage: bench_conv [reps [lowering [only]]]: lowering auto (default), im2col, shifted,
- * winograd or folded (IM2COL_FOLDED) forces troupe's lowering where it fits (a conv it does not fit runs AUTO and says
- * so); `only` names one conv (1, 2 or 3) and skips the libraries' columns, and a fourth
- * argument `fwd` times troupe's forward alone (its GFLOP/s column then counts 3 passes). Generated
- * code lands in $TROUPE_CACHE_DIR or ./bench-conv-cache, where `grep -c troupe_sgemm` tells which
- * nests became library calls. BENCH_CONV_BATCH=N sets the batch (default 128), e.g. 4 for a
- * micro-step's convolutions.
+ * winograd, winograd4 (F(4x4, 3x3)) or folded (IM2COL_FOLDED) forces troupe's lowering where it
+ * fits (a conv it does not fit runs AUTO and says so); `only` names one conv (1, 2 or 3) and skips
+ * the libraries' columns, and a fourth argument `fwd` times troupe's forward alone (its GFLOP/s
+ * column then counts 3 passes). Generated code lands in $TROUPE_CACHE_DIR or ./bench-conv-cache,
+ * where `grep -c troupe_sgemm` tells which nests became library calls. BENCH_CONV_BATCH=N sets the
+ * batch (default 128), e.g. 4 for a micro-step's convolutions.
  */
 #include "actors/troupe.h"
 #include "base/clock.h"
@@ -80,8 +80,10 @@ static double s_troupe(const s_conv_t *c, int reps, troupe_nn_conv2d_lowering_t 
     CHECK(troupe_nn_begin(nn, c->name));
     troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
     o.lowering = low;
-    if (low == TROUPE_NN_CONV2D_WINOGRAD && (c->h - 2) % 2 != 0) {
-        fprintf(stderr, "%s: winograd does not fit (odd output), auto\n", c->name);
+    if ((low == TROUPE_NN_CONV2D_WINOGRAD && (c->h - 2) % 2 != 0) ||
+        (low == TROUPE_NN_CONV2D_WINOGRAD4 && (c->h - 2) % 4 != 0)) {
+        fprintf(stderr, "%s: %s does not fit (output %d x %d), auto\n", c->name,
+                low == TROUPE_NN_CONV2D_WINOGRAD ? "winograd" : "winograd4", c->h - 2, c->h - 2);
         o.lowering = TROUPE_NN_CONV2D_AUTO;
     }
     CHECK(troupe_nn_conv2d(nn, x, w, b, &o, &y));
@@ -239,9 +241,10 @@ int main(int argc, char **argv)
     int reps = argc > 1 ? atoi(argv[1]) : 3;
     if (reps < 1)
         reps = 1;
-    static const char *const lows[5] = {"auto", "im2col", "shifted", "winograd", "folded"};
+    static const char *const lows[6] = {"auto",     "im2col", "shifted",
+                                        "winograd", "folded", "winograd4"};
     troupe_nn_conv2d_lowering_t low = TROUPE_NN_CONV2D_AUTO;
-    for (int i = 0; argc > 2 && i < 5; i++)
+    for (int i = 0; argc > 2 && i < 6; i++)
         if (strcmp(argv[2], lows[i]) == 0)
             low = (troupe_nn_conv2d_lowering_t)i;
     int only = argc > 3 ? atoi(argv[3]) : 0;

@@ -3,16 +3,18 @@
 
 #include "troupe/ir/memory_mode.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #define S_PROV 3201 /* provenance of the memory modes set here */
 /* Fewer input channels than this: im2col (each shifted product would reduce over too few). */
 #define S_SHIFTED_MIN_CIN 8
-/* AUTO's Winograd budget: the 16 transformed input matrices of one call of the routine (for the
- * convnet's conv2 at 4 samples, 16 * 32 * 4 * 144 single values, 1.2 MB). Measured on the
- * convnet (docs/trainer.md, "Convolution lowering"): faster than the shifted products at 4
- * samples a micro-step, slower at 8 (2.4 MB) and above, where every transform pass leaves the
- * core's caches. */
+/* AUTO's Winograd budget: the transformed input matrices of one call of the routine, 16 for
+ * F(2x2) and 36 for F(4x4) (the convnet's conv2 at 4 samples: F(2x2) 16 * 32 * 4 * 144 single
+ * values, 1.2 MB; F(4x4) 36 * 32 * 4 * 36, 0.66 MB). Measured on the convnet (docs/trainer.md,
+ * "Convolution lowering"): F(2x2) faster than the shifted products at 4 samples a micro-step,
+ * slower at 8 (2.4 MB) and above, where every transform pass leaves the core's caches. */
 #define S_WINOGRAD_MAX_BYTES ((int64_t)2 << 20)
 
 /* "(s·it + d·ik)" with unit coefficients left out, e.g. "(2h+k)", "(h+2k)". */
@@ -271,6 +273,213 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
     return TROUPE_OK;
 }
 
+/* lhs = sum over k < n of coef[k] * src[k] read with spec[k] ("<src axes>=><lhs axes>"), the
+ * zero coefficients left out: the first positive term (else the first nonzero one) sets lhs,
+ * the others add or subtract |coef| times their term, in k order. A coefficient of 1 copies its
+ * term; the others multiply it by a constant node (troupe_nn_const). */
+static troupe_status_t s_lincomb(troupe_nn_t *nn, troupe_tnode_t *lhs, int n, const double *coef,
+                                 troupe_tnode_t *const *src, const char *const *spec)
+{
+    int first = -1;
+    for (int k = 0; k < n && first < 0; k++)
+        if (coef[k] > 0)
+            first = k;
+    for (int k = 0; k < n && first < 0; k++)
+        if (coef[k] != 0)
+            first = k;
+    if (first < 0)
+        return s_fail(nn, troupe__error(TROUPE_INTERNAL, "conv2d: an all-zero transform row"));
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < n; k++) {
+            if ((pass == 0) != (k == first) || coef[k] == 0)
+                continue;
+            const bool init = k == first;
+            const troupe_binop_t acc = init          ? TROUPE_BINOP_ARG2
+                                       : coef[k] < 0 ? TROUPE_BINOP_SUB
+                                                     : TROUPE_BINOP_ADD;
+            const double c = init ? coef[k] : fabs(coef[k]);
+            if (c == 1) {
+                TROUPE_RETURN_IF_ERROR(
+                    troupe_nn_un(nn, init, acc, lhs, TROUPE_UNOP_IDENTITY, src[k], spec[k]));
+                continue;
+            }
+            troupe_tnode_t *cn = NULL;
+            TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, c, &cn));
+            char bspec[160]; /* "<src>=><lhs>" -> "<src>,=><lhs>": the constant has no axes */
+            const char *arrow = strstr(spec[k], "=>");
+            snprintf(bspec, sizeof bspec, "%.*s,%s", (int)(arrow - spec[k]), spec[k], arrow);
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_bin(nn, init, acc, lhs, TROUPE_BINOP_MUL, src[k], cn, bspec));
+        }
+    return TROUPE_OK;
+}
+
+/* The matrices of Winograd F(m x m, 3 x 3), alpha = m + 2 (Lavin and Gray 2015): the input
+ * transform B^T (alpha x alpha), the kernel transform G (alpha x 3), the output transform A^T
+ * (m x alpha). F(4x4)'s come from the points 0, +-1, +-2 and infinity (Lavin and Gray's
+ * section 4.2; the same matrices as NNPACK's and wincnn's). */
+typedef struct s_wino {
+    int m, alpha;
+    double bt[6][6], g[6][3], at[4][6];
+} s_wino_t;
+
+static const s_wino_t s_wino_f4 = {
+    4,
+    6,
+    {{4, 0, -5, 0, 1, 0},
+     {0, -4, -4, 1, 1, 0},
+     {0, 4, -4, -1, 1, 0},
+     {0, -2, -1, 2, 1, 0},
+     {0, 2, -1, -2, 1, 0},
+     {0, 4, 0, -5, 0, 1}},
+    {{0.25, 0, 0},
+     {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+     {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+     {1.0 / 24, 1.0 / 12, 1.0 / 6},
+     {1.0 / 24, -1.0 / 12, 1.0 / 6},
+     {0, 0, 1}},
+    {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}},
+};
+
+/* Winograd F(m x m, 3 x 3) with channels last inside (WINOGRAD4, f = F(4x4)): each m x m
+ * output tile is A^T [(G g G^T) . (B^T d B)] A over the alpha x alpha input window d at stride
+ * m, so alpha^2 products M[r,c] (tiles x Cout) = V[r,c] (tiles x Cin) U[r,c] (Cin x Cout): for
+ * F(4x4) 36 multiply-adds per tile of 16 outputs and channel pair, where F(2x2) takes 64 and
+ * the direct form 144. The
+ * input is first copied channels last, xc (B, H, W, Cin), so that every transform pass runs
+ * along the channels, unit stride on both sides: rows[r] (B, TH, W, Cin) = B^T's row r over
+ * xc's rows at stride m, V[r][c] (B, TH, TW, Cin) = B^T's row c over rows[r]'s columns; U from
+ * the weight copy (3, 3, Cin, Cout) the same way with G; the output over flat (tiles, Cout)
+ * nodes, A^T's row i over the M (cols), then A^T's row j over the cols (yq), added into y's
+ * cells (m h + i, m w + j) after the bias. Every row of these matrices is a weighted sum
+ * (s_lincomb), and the differentiation derives each gradient as the same sums read backwards.
+ * The weights 1/6, 1/12 and 1/24 are not exact in binary: the results equal the direct sum
+ * within float rounding, a little wider than F(2x2)'s. Channels last costs two transposing
+ * copies (xc and its gradient), which run at a scalar pace; the channels-first form of F(2x2)
+ * (s_winograd) avoids them, but its column passes are short strided loops, and F(4x4)'s would
+ * be shorter still (6 tiles a row on the convnet's conv2). A 3x3 kernel, stride 1, dilation 1
+ * and an output whose sides m divides. */
+static troupe_status_t s_winograd_cl(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
+                                     troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *o,
+                                     const int64_t od[2], const s_wino_t *f, troupe_tnode_t **out)
+{
+    const int mt = f->m, al = f->alpha;
+    troupe_tnode_t *xp = x;
+    if (o->padding[0] || o->padding[1])
+        TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], &xp));
+    const int64_t nb = x->dims[0], cin = w->dims[1], cout = w->dims[0], th = od[0] / mt,
+                  tw = od[1] / mt, hp = xp->dims[2], wd = xp->dims[3], ntl = nb * th * tw;
+    char specs[6][160], spec[160], tile[64];
+    const char *sp[6];
+    troupe_tnode_t *src[6];
+    for (int k = 0; k < 6; k++)
+        sp[k] = specs[k];
+    snprintf(tile, sizeof tile, "(%lldb+%lldh+w)", (long long)(th * tw), (long long)tw);
+    troupe_asgn_t *t = NULL;
+    /* U = G g G^T: wg[r] (3, Cin, Cout) = G's row r over wt's kernel rows, U[r][c] (Cin, Cout)
+     * = G's row c over wg[r]'s kernel columns */
+    troupe_tnode_t *wt = NULL, *wg[6] = {NULL}, *u[6][6] = {{NULL}};
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_node(nn, "conv2d_wino_wt", 4, (int64_t[]){3, 3, cin, cout}, &wt));
+    TROUPE_RETURN_IF_ERROR(s_materialize(nn, wt));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, wt, TROUPE_UNOP_IDENTITY, w, "oikl=>klio"));
+    for (int r = 0; r < al; r++) {
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_node(nn, "conv2d_wino_wg", 3, (int64_t[]){3, cin, cout}, &wg[r]));
+        TROUPE_RETURN_IF_ERROR(s_materialize(nn, wg[r]));
+        for (int k = 0; k < 3; k++) {
+            src[k] = wt;
+            snprintf(specs[k], sizeof specs[k], "[%d]lio=>lio", k);
+        }
+        TROUPE_RETURN_IF_ERROR(s_lincomb(nn, wg[r], 3, f->g[r], src, sp));
+        for (int c = 0; c < al; c++) {
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_node(nn, "conv2d_wino_u", 2, (int64_t[]){cin, cout}, &u[r][c]));
+            TROUPE_RETURN_IF_ERROR(s_materialize(nn, u[r][c]));
+            for (int l = 0; l < 3; l++) {
+                src[l] = wg[r];
+                snprintf(specs[l], sizeof specs[l], "[%d]io=>io", l);
+            }
+            TROUPE_RETURN_IF_ERROR(s_lincomb(nn, u[r][c], 3, f->g[c], src, sp));
+        }
+    }
+    /* V = B^T d B over the channels-last copy, all of it before the products */
+    troupe_tnode_t *xc = NULL, *rows[6] = {NULL}, *v[6][6] = {{NULL}}, *m[6][6] = {{NULL}};
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_node(nn, "conv2d_wino_xc", 4, (int64_t[]){nb, hp, wd, cin}, &xc));
+    TROUPE_RETURN_IF_ERROR(s_materialize(nn, xc));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, xc, TROUPE_UNOP_IDENTITY, xp, "bihw=>bhwi"));
+    for (int r = 0; r < al; r++) {
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_node(nn, "conv2d_wino_rows", 4, (int64_t[]){nb, th, wd, cin}, &rows[r]));
+        for (int k = 0; k < al; k++) {
+            src[k] = xc;
+            snprintf(specs[k], sizeof specs[k], "b(%dh+%d)wi=>bhwi", mt, k);
+        }
+        TROUPE_RETURN_IF_ERROR(s_lincomb(nn, rows[r], al, f->bt[r], src, sp));
+    }
+    for (int r = 0; r < al; r++)
+        for (int c = 0; c < al; c++) {
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_node(nn, "conv2d_wino_v", 4, (int64_t[]){nb, th, tw, cin}, &v[r][c]));
+            TROUPE_RETURN_IF_ERROR(s_materialize(nn, v[r][c]));
+            for (int k = 0; k < al; k++) {
+                src[k] = rows[r];
+                snprintf(specs[k], sizeof specs[k], "bh(%dw+%d)i=>bhwi", mt, k);
+            }
+            TROUPE_RETURN_IF_ERROR(s_lincomb(nn, v[r][c], al, f->bt[c], src, sp));
+        }
+    for (int r = 0; r < al; r++)
+        for (int c = 0; c < al; c++) {
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_node(nn, "conv2d_wino_m", 2, (int64_t[]){ntl, cout}, &m[r][c]));
+            TROUPE_RETURN_IF_ERROR(s_materialize(nn, m[r][c]));
+            snprintf(spec, sizeof spec, "bhwi,io=>%so", tile);
+            TROUPE_RETURN_IF_ERROR(troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, m[r][c],
+                                                 TROUPE_BINOP_MUL, v[r][c], u[r][c], spec));
+        }
+    /* Y = A^T M A over flat (tiles, Cout) nodes, added into y after the bias */
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
+    if (b)
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "o=>^bo^h^w"));
+    else
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), *out, 0.0, &t), &t));
+    /* h and w index the flat tiles only inside the tile's index: a (TH, TW) operand of zeros,
+     * read with ARG1, gives them their sizes */
+    troupe_tnode_t *grid = NULL;
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_wino_grid", 2, (int64_t[]){th, tw}, &grid));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), grid, 0.0, &t), &t));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, grid));
+    for (int k = 0; k < 6; k++)
+        snprintf(specs[k], sizeof specs[k], "to=>to");
+    for (int i = 0; i < mt; i++) {
+        troupe_tnode_t *cols[6] = {NULL};
+        for (int c = 0; c < al; c++) {
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_node(nn, "conv2d_wino_cols", 2, (int64_t[]){ntl, cout}, &cols[c]));
+            for (int k = 0; k < al; k++)
+                src[k] = m[k][c];
+            TROUPE_RETURN_IF_ERROR(s_lincomb(nn, cols[c], al, f->at[i], src, sp));
+        }
+        for (int j = 0; j < mt; j++) {
+            troupe_tnode_t *z = NULL;
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_node(nn, "conv2d_wino_yq", 2, (int64_t[]){ntl, cout}, &z));
+            TROUPE_RETURN_IF_ERROR(s_lincomb(nn, z, al, f->at[j], cols, sp));
+            snprintf(spec, sizeof spec, "%so,hw=>bo(%dh+%d)(%dw+%d)", tile, mt, i, mt, j);
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_bin(nn, false, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_ARG1, z, grid, spec));
+        }
+    }
+    return TROUPE_OK;
+}
+
 /* im2col: the windows copied out once, so that the convolution is one matrix product per
  * sample, y[b] (Cout x OH*OW) = wb (Cout x rows) cols[b] (rows x OH*OW), that the GEMM
  * matcher hands to the library (compiler/gemm.h); so are both derived gradients (dwb summed
@@ -390,39 +599,49 @@ troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
                                             (long long)o->padding[a]));
         od[a] = (in - span) / o->stride[a] + 1;
     }
-    const bool wino_fits = o->stride[0] == 1 && o->stride[1] == 1 && o->dilation[0] == 1 &&
-                           o->dilation[1] == 1 && w->dims[2] == 3 && w->dims[3] == 3 &&
-                           od[0] % 2 == 0 && od[1] % 2 == 0;
-    /* AUTO (nn/conv.h): Winograd where it fits and its 16 transformed input matrices stay
-     * within S_WINOGRAD_MAX_BYTES, else the shifted products, else im2col */
-    const int64_t wino_bytes = 16 * w->dims[1] * x->dims[0] * (od[0] / 2) * (od[1] / 2) *
-                               (x->prec == TROUPE_PREC_DOUBLE ? 8 : 4);
+    const bool wino_3x3 = o->stride[0] == 1 && o->stride[1] == 1 && o->dilation[0] == 1 &&
+                          o->dilation[1] == 1 && w->dims[2] == 3 && w->dims[3] == 3;
+    const bool wino_fits = wino_3x3 && od[0] % 2 == 0 && od[1] % 2 == 0;
+    const bool wino4_fits = wino_3x3 && od[0] % 4 == 0 && od[1] % 4 == 0;
+    /* AUTO (nn/conv.h): Winograd F(4x4), else F(2x2), where it fits and its transformed input
+     * matrices stay within S_WINOGRAD_MAX_BYTES, else the shifted products, else im2col */
+    const int64_t esize = x->prec == TROUPE_PREC_DOUBLE ? 8 : 4;
+    const int64_t wino_bytes = 16 * w->dims[1] * x->dims[0] * (od[0] / 2) * (od[1] / 2) * esize;
+    const int64_t wino4_bytes = 36 * w->dims[1] * x->dims[0] * (od[0] / 4) * (od[1] / 4) * esize;
     const bool stride1 = o->stride[0] == 1 && o->stride[1] == 1;
     troupe_nn_conv2d_lowering_t low = o->lowering;
     if (low == TROUPE_NN_CONV2D_AUTO)
-        low = wino_fits && w->dims[1] >= S_SHIFTED_MIN_CIN && wino_bytes <= S_WINOGRAD_MAX_BYTES
+        low = wino4_fits && w->dims[1] >= S_SHIFTED_MIN_CIN && wino4_bytes <= S_WINOGRAD_MAX_BYTES
+                  ? TROUPE_NN_CONV2D_WINOGRAD4
+              : wino_fits && w->dims[1] >= S_SHIFTED_MIN_CIN && wino_bytes <= S_WINOGRAD_MAX_BYTES
                   ? TROUPE_NN_CONV2D_WINOGRAD
               : stride1 && w->dims[1] >= S_SHIFTED_MIN_CIN ? TROUPE_NN_CONV2D_SHIFTED
                                                            : TROUPE_NN_CONV2D_IM2COL;
-    if (low < TROUPE_NN_CONV2D_AUTO || low > TROUPE_NN_CONV2D_IM2COL_FOLDED)
+    if (low < TROUPE_NN_CONV2D_AUTO || low > TROUPE_NN_CONV2D_WINOGRAD4)
         return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
                                         "conv2d: weight #%d: lowering %d is none of AUTO, "
-                                        "IM2COL, SHIFTED, WINOGRAD, IM2COL_FOLDED",
+                                        "IM2COL, SHIFTED, WINOGRAD, IM2COL_FOLDED, WINOGRAD4",
                                         w->id, (int)low));
     if ((low == TROUPE_NN_CONV2D_SHIFTED && !stride1) ||
-        (low == TROUPE_NN_CONV2D_WINOGRAD && !wino_fits))
+        (low == TROUPE_NN_CONV2D_WINOGRAD && !wino_fits) ||
+        (low == TROUPE_NN_CONV2D_WINOGRAD4 && !wino4_fits))
         return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
                                         "conv2d: the %s lowering does not fit weight #%d (%lld x "
                                         "%lld) with stride %lld x %lld, dilation %lld x %lld, "
                                         "output %lld x %lld (shifted: stride 1; winograd: 3 x 3, "
-                                        "stride 1, dilation 1, an even output)",
-                                        low == TROUPE_NN_CONV2D_SHIFTED ? "shifted" : "winograd",
+                                        "stride 1, dilation 1, an even output; winograd4: the "
+                                        "same, the output's sides divisible by 4)",
+                                        low == TROUPE_NN_CONV2D_SHIFTED    ? "shifted"
+                                        : low == TROUPE_NN_CONV2D_WINOGRAD ? "winograd"
+                                                                           : "winograd4",
                                         w->id, (long long)w->dims[2], (long long)w->dims[3],
                                         (long long)o->stride[0], (long long)o->stride[1],
                                         (long long)o->dilation[0], (long long)o->dilation[1],
                                         (long long)od[0], (long long)od[1]));
     if (low == TROUPE_NN_CONV2D_WINOGRAD)
         return s_winograd(nn, x, w, b, o, od, out);
+    if (low == TROUPE_NN_CONV2D_WINOGRAD4)
+        return s_winograd_cl(nn, x, w, b, o, od, &s_wino_f4, out);
     if (low == TROUPE_NN_CONV2D_SHIFTED)
         return s_shifted(nn, x, w, b, o, od, out);
     troupe_tnode_t *xp = x;

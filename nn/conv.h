@@ -27,21 +27,26 @@ extern "C" {
  * SHIFTED (KH*KW shifted matrix products) stride 1; WINOGRAD (F(2x2, 3x3), Lavin and Gray
  * 2015: 16 products of (Cout x Cin)(Cin x tiles), 2.25x fewer multiply-adds, results equal to
  * the direct sum within float rounding) a 3x3 kernel, stride 1, dilation 1 and an even output
- * height and width. AUTO picks WINOGRAD where it fits, the input has at least 8 channels and
- * its 16 transformed input matrices (16 * Cin * B * OH/2 * OW/2 values) take at most 2 MiB
- * (so a micro-step of a few samples, which keeps its passes in the core's caches: the
- * convnet's conv2 at 4 samples is 1.2 MB); else SHIFTED at stride 1 with at least 8 input
- * channels; else IM2COL. IM2COL_FOLDED (anywhere, never picked by AUTO) is im2col with the batch
- * folded into the product's columns: the copy is (KH*KW*Cin [+1], B, OH, OW), so the layer and
- * both its gradients are one matrix product each for the whole batch instead of one per sample,
- * plus a copy that swaps y's first two axes; it is the form for a GPU, whose GEMM step (cuBLASLt)
- * takes one product, not a loop of them (examples/fmnist picks it on cuda). */
+ * height and width; WINOGRAD4 (F(4x4, 3x3), the same paper: 36 products of (tiles x Cin)
+ * (Cin x Cout), 4x fewer multiply-adds than the direct form, its transforms run channels last
+ * behind a transposing copy of the input) the same with an output height and width divisible
+ * by 4. AUTO picks WINOGRAD4 where it fits, the input has at least 8 channels and its 36
+ * transformed input matrices (36 * Cin * B * OH/4 * OW/4 values) take at most 2 MiB, else
+ * WINOGRAD under the same terms with its 16 (16 * Cin * B * OH/2 * OW/2 values): so a
+ * micro-step of a few samples, which keeps its passes in the core's caches (the convnet's conv2
+ * at 4 samples: 0.66 MB in F(4x4), conv3's 10 x 10 output F(2x2)); else SHIFTED at stride 1
+ * with at least 8 input channels; else IM2COL. IM2COL_FOLDED (anywhere, never picked by AUTO) is
+ * im2col with the batch folded into the product's columns: the copy is (KH*KW*Cin [+1], B, OH, OW),
+ * so the layer and both its gradients are one matrix product each for the whole batch instead of
+ * one per sample, plus a copy that swaps y's first two axes; it is the form for a GPU, whose GEMM
+ * step (cuBLASLt) takes one product, not a loop of them (examples/fmnist picks it on cuda). */
 typedef enum troupe_nn_conv2d_lowering {
     TROUPE_NN_CONV2D_AUTO = 0,
     TROUPE_NN_CONV2D_IM2COL,
     TROUPE_NN_CONV2D_SHIFTED,
     TROUPE_NN_CONV2D_WINOGRAD,
     TROUPE_NN_CONV2D_IM2COL_FOLDED,
+    TROUPE_NN_CONV2D_WINOGRAD4,
 } troupe_nn_conv2d_lowering_t;
 
 /* Per axis (h, w). stride and dilation >= 1, padding >= 0 (zeros on both sides). */

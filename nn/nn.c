@@ -30,7 +30,7 @@ struct troupe_nn {
     struct {
         double v;
         troupe_tnode_t *tn;
-    } consts[16];
+    } consts[32];
     int nconsts;
 };
 

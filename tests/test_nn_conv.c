@@ -291,6 +291,19 @@ Test(nn_conv, winograd_equals_the_direct_convolution)
     c_conv_case(13, 2, 2, 4, 6, 3, 3, o, 24);
 }
 
+/* Winograd F(4x4, 3x3) (nn/conv.h, channels last inside): the forward equals the direct
+ * definition in double and both derived gradients the central differences, with and without a
+ * bias and padding, on outputs of one tile (4 x 4) and several (4 x 8, 8 x 4 padded). */
+Test(nn_conv, winograd4_equals_the_direct_convolution)
+{
+    troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+    o.lowering = TROUPE_NN_CONV2D_WINOGRAD4;
+    c_conv_case(18, 2, 3, 6, 10, 4, 3, o, 24);
+    c_conv_run(19, 1, 2, 6, 6, 3, 3, o, 24, false);
+    o.padding[0] = o.padding[1] = 1;
+    c_conv_case(20, 2, 2, 8, 4, 3, 3, o, 24);
+}
+
 /* im2col with the batch folded into the columns (nn/conv.h: one product for the whole batch,
  * the GPU's form): the forward equals the direct definition in double and both derived
  * gradients the central differences, with and without a bias, with stride, padding and
@@ -316,25 +329,29 @@ static bool c_has_label(const c_model_t *m, const char *label)
     return false;
 }
 
-/* AUTO (nn/conv.h): Winograd for conv2's shape at 4 samples (1.2 MB of transformed tiles) in
- * single and double, the shifted products at 8 samples (2.4 MB), im2col with 2 input
+/* AUTO (nn/conv.h): Winograd F(4x4) (its channels-last copy conv2d_wino_xc) for conv2's shape
+ * at 4 samples (0.66 MB of transformed tiles) in single and double and at 8 (1.3 MB), the
+ * shifted products at 16 (2.7 MB), F(2x2) for conv3's 10 x 10 output, im2col with 2 input
  * channels. Built only, not run. */
 Test(nn_conv, auto_lowering_follows_the_winograd_budget)
 {
     static const struct {
         troupe_prec_t prec;
-        int64_t b, ci;
+        int64_t b, ci, h;
         const char *want, *not ;
     } cases[] = {
-        {TROUPE_PREC_SINGLE, 4, 32, "conv2d_wino_v", "conv2d_rows"},
-        {TROUPE_PREC_DOUBLE, 2, 32, "conv2d_wino_v", "conv2d_rows"},
-        {TROUPE_PREC_SINGLE, 8, 32, "conv2d_rows", "conv2d_wino_v"},
-        {TROUPE_PREC_SINGLE, 4, 2, "im2col", "conv2d_wino_v"},
+        {TROUPE_PREC_SINGLE, 4, 32, 26, "conv2d_wino_xc", "conv2d_rows"},
+        {TROUPE_PREC_DOUBLE, 2, 32, 26, "conv2d_wino_xc", "conv2d_rows"},
+        {TROUPE_PREC_SINGLE, 8, 32, 26, "conv2d_wino_xc", "conv2d_rows"},
+        {TROUPE_PREC_SINGLE, 16, 32, 26, "conv2d_rows", "conv2d_wino_v"},
+        {TROUPE_PREC_SINGLE, 4, 32, 12, "conv2d_wino_v", "conv2d_wino_xc"},
+        {TROUPE_PREC_SINGLE, 4, 2, 26, "im2col", "conv2d_wino_v"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         c_model_t m;
         troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
-        c_conv_model(&m, cases[i].prec, 5, cases[i].b, cases[i].ci, 26, 26, 32, 3, &o, true);
+        c_conv_model(&m, cases[i].prec, 5, cases[i].b, cases[i].ci, cases[i].h, cases[i].h, 32, 3,
+                     &o, true);
         cr_assert(c_has_label(&m, cases[i].want), "case %zu: no node %s", i, cases[i].want);
         cr_assert(!c_has_label(&m, cases[i].not ), "case %zu: a node %s", i, cases[i].not );
         c_free(&m);
@@ -370,13 +387,14 @@ Test(nn_conv, refuses_shapes_that_do_not_fit)
     troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 1, 1);
     OK(troupe_nn_conv2d(m.nn, x, w, NULL, &o, &y));
     cr_assert_eq(y->dims[2], 2);
-    /* a forced lowering that does not fit (Winograd with a 5x5 kernel, shifted at stride 2),
+    /* a forced lowering that does not fit (either Winograd with a 5x5 kernel, shifted at stride 2),
      * and one out of range, each on a fresh nn */
     const struct {
         troupe_nn_conv2d_lowering_t low;
         int64_t stride;
         const char *want;
     } bad[] = {{TROUPE_NN_CONV2D_WINOGRAD, 1, "the winograd lowering does not fit"},
+               {TROUPE_NN_CONV2D_WINOGRAD4, 1, "the winograd4 lowering does not fit"},
                {TROUPE_NN_CONV2D_SHIFTED, 2, "the shifted lowering does not fit"},
                {(troupe_nn_conv2d_lowering_t)7, 1, "lowering 7 is none of"},
                {(troupe_nn_conv2d_lowering_t)-1, 1, "lowering -1 is none of"}};
