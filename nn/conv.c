@@ -124,6 +124,29 @@ static troupe_status_t s_g_row(troupe_nn_t *nn, int row, troupe_tnode_t *lhs, co
     return TROUPE_OK;
 }
 
+/* A Winograd lowering's output y (B, Cout, OH, OW), set to the bias (or zeros) before the tiles
+ * are added in, and its grid (TH, TW) of zeros: the tiles' h and w appear only inside their
+ * flat index (b TH TW + h TW + w), so an operand of that shape, read with ARG1, gives them their
+ * sizes. */
+static troupe_status_t s_wino_output(troupe_nn_t *nn, troupe_tnode_t *b, int64_t nb, int64_t cout,
+                                     const int64_t od[2], int64_t th, int64_t tw,
+                                     troupe_tnode_t **out, troupe_tnode_t **grid)
+{
+    troupe_asgn_t *t = NULL;
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
+    if (b)
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "o=>^bo^h^w"));
+    else
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), *out, 0.0, &t), &t));
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_wino_grid", 2, (int64_t[]){th, tw}, grid));
+    TROUPE_RETURN_IF_ERROR(
+        troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), *grid, 0.0, &t), &t));
+    return troupe_nn_stop_gradient(nn, *grid);
+}
+
 /* Winograd F(2x2, 3x3) (Lavin and Gray 2015, "Fast Algorithms for Convolutional Neural
  * Networks"): stride 1, dilation 1, a 3x3 kernel and an even output. Each 2x2 output tile is
  * A^T [(G g G^T) . (B^T d B)] A over the 4x4 input window d at stride 2, so the products are 16
@@ -159,7 +182,6 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
                   tw = od[1] / 2, wd = xp->dims[3], ntl = nb * th * tw;
     char spec[160], tile[64]; /* a tile's flat index in M and what is built from it */
     snprintf(tile, sizeof tile, "(%lldb+%lldh+w)", (long long)(th * tw), (long long)tw);
-    troupe_asgn_t *t = NULL;
     /* U = G g G^T as 16 (Cout, Cin) matrices. G's rows are g0, (g0+g1+g2)/2, (g0-g1+g2)/2 and
      * g2, so with the weight copied to wt (3, 3, Cout, Cin) every step is an elementwise pass
      * over unit-stride (Cout, Cin) slices: wg[r] (3, Cout, Cin) combines wt's rows (k), U[r][c]
@@ -230,21 +252,8 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
     /* Y = A^T M A over flat (Cout, B TH TW) tiles: cols[c] = A^T's row i over M[.][c], yq =
      * A^T's row j over the cols (the output of parity (i, j): flat unit-stride passes, and so
      * are their derived gradients), then yq added into y's stride-2 cells, the bias first */
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
-    if (b)
-        TROUPE_RETURN_IF_ERROR(
-            troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "o=>^bo^h^w"));
-    else
-        TROUPE_RETURN_IF_ERROR(
-            troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), *out, 0.0, &t), &t));
-    /* h and w index the flat tiles only inside (b TH TW + h TW + w): a (TH, TW) operand of
-     * zeros, read with ARG1, gives them their sizes */
     troupe_tnode_t *grid = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_wino_grid", 2, (int64_t[]){th, tw}, &grid));
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), grid, 0.0, &t), &t));
-    TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, grid));
+    TROUPE_RETURN_IF_ERROR(s_wino_output(nn, b, nb, cout, od, th, tw, out, &grid));
     for (int i = 0; i < 2; i++) {
         troupe_tnode_t *cols[4] = {NULL};
         for (int c = 0; c < 4; c++) {
@@ -375,7 +384,6 @@ static troupe_status_t s_winograd_cl(troupe_nn_t *nn, troupe_tnode_t *x, troupe_
     for (int k = 0; k < 6; k++)
         sp[k] = specs[k];
     snprintf(tile, sizeof tile, "(%lldb+%lldh+w)", (long long)(th * tw), (long long)tw);
-    troupe_asgn_t *t = NULL;
     /* U = G g G^T: wg[r] (3, Cin, Cout) = G's row r over wt's kernel rows, U[r][c] (Cin, Cout)
      * = G's row c over wg[r]'s kernel columns */
     troupe_tnode_t *wt = NULL, *wg[6] = {NULL}, *u[6][6] = {{NULL}};
@@ -441,21 +449,8 @@ static troupe_status_t s_winograd_cl(troupe_nn_t *nn, troupe_tnode_t *x, troupe_
                                                  TROUPE_BINOP_MUL, v[r][c], u[r][c], spec));
         }
     /* Y = A^T M A over flat (tiles, Cout) nodes, added into y after the bias */
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
-    if (b)
-        TROUPE_RETURN_IF_ERROR(
-            troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "o=>^bo^h^w"));
-    else
-        TROUPE_RETURN_IF_ERROR(
-            troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), *out, 0.0, &t), &t));
-    /* h and w index the flat tiles only inside the tile's index: a (TH, TW) operand of zeros,
-     * read with ARG1, gives them their sizes */
     troupe_tnode_t *grid = NULL;
-    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d_wino_grid", 2, (int64_t[]){th, tw}, &grid));
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), grid, 0.0, &t), &t));
-    TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, grid));
+    TROUPE_RETURN_IF_ERROR(s_wino_output(nn, b, nb, cout, od, th, tw, out, &grid));
     for (int k = 0; k < 6; k++)
         snprintf(specs[k], sizeof specs[k], "to=>to");
     for (int i = 0; i < mt; i++) {
