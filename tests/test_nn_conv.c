@@ -304,6 +304,62 @@ Test(nn_conv, winograd4_equals_the_direct_convolution)
     c_conv_case(20, 2, 2, 8, 4, 3, 3, o, 24);
 }
 
+/* The largest error of a single-precision forward against the direct definition in double on
+ * the same (float) values, relative to the largest |y|: conv2's channels (32 -> 32) on an
+ * 8 x 8 output, under `low`. */
+static double c_single_error(troupe_nn_conv2d_lowering_t low)
+{
+    c_model_t m;
+    troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+    o.lowering = low;
+    const int64_t B = 2, Ci = 32, H = 10, Co = 32;
+    c_conv_model(&m, TROUPE_PREC_SINGLE, 21, B, Ci, H, H, Co, 3, &o, true);
+    c_build(&m);
+    c_run(&m);
+    const troupe_tnode_t *in[3] = {m.x, m.w, m.b};
+    double *d[3];
+    for (int k = 0; k < 3; k++) {
+        int64_t n = troupe_tnode_num_elems(in[k]);
+        d[k] = malloc((size_t)n * sizeof *d[k]);
+        for (int64_t i = 0; i < n; i++)
+            d[k][i] = ((const float *)c_data(&m, in[k]))[i];
+    }
+    int64_t ny = troupe_tnode_num_elems(m.y);
+    double *want = malloc((size_t)ny * sizeof *want), most = 0, err = 0;
+    c_conv_ref(d[0], d[1], d[2], B, Ci, H, H, Co, 3, 3, &o, H - 2, H - 2, want);
+    const float *got = c_data(&m, m.y);
+    for (int64_t i = 0; i < ny; i++) {
+        most = fmax(most, fabs(want[i]));
+        err = fmax(err, fabs(got[i] - want[i]));
+    }
+    for (int k = 0; k < 3; k++)
+        free(d[k]);
+    free(want);
+    c_free(&m);
+    return err / most;
+}
+
+/* In single precision the Winograd forms stay within float rounding of the direct sum on
+ * 288-term sums, relative to the largest |y|: the shifted products and F(2x2) under 1e-6
+ * (measured 4.7e-7 and 3.1e-7), F(4x4), whose transforms weigh terms up to 8 times and round
+ * 1/6, 1/12 and 1/24, under 1e-5 (measured 3.4e-6: the accuracy its 4x fewer multiply-adds
+ * cost). */
+Test(nn_conv, winograd_single_precision_error)
+{
+    static const struct {
+        troupe_nn_conv2d_lowering_t low;
+        double bound;
+    } cases[] = {{TROUPE_NN_CONV2D_SHIFTED, 1e-6},
+                 {TROUPE_NN_CONV2D_WINOGRAD, 1e-6},
+                 {TROUPE_NN_CONV2D_WINOGRAD4, 1e-5}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double e = c_single_error(cases[i].low);
+        cr_log_info("lowering %d: largest error %.3g of the largest |y|", (int)cases[i].low, e);
+        cr_assert(e < cases[i].bound, "lowering %d: error %.3g of the largest |y|",
+                  (int)cases[i].low, e);
+    }
+}
+
 /* im2col with the batch folded into the columns (nn/conv.h: one product for the whole batch,
  * the GPU's form): the forward equals the direct definition in double and both derived
  * gradients the central differences, with and without a bias, with stride, padding and
