@@ -316,6 +316,9 @@ static troupe_status_t s_lincomb(troupe_nn_t *nn, troupe_tnode_t *lhs, int n, co
             TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, c, &cn));
             char bspec[160]; /* "<src>=><lhs>" -> "<src>,=><lhs>": the constant has no axes */
             const char *arrow = strstr(spec[k], "=>");
+            if (arrow == NULL)
+                return s_fail(nn,
+                              troupe__error(TROUPE_INTERNAL, "conv2d: spec %s has no =>", spec[k]));
             snprintf(bspec, sizeof bspec, "%.*s,%s", (int)(arrow - spec[k]), spec[k], arrow);
             TROUPE_RETURN_IF_ERROR(
                 troupe_nn_bin(nn, init, acc, lhs, TROUPE_BINOP_MUL, src[k], cn, bspec));
@@ -363,8 +366,9 @@ static const s_wino_t s_wino_f4 = {
  * cells (m h + i, m w + j) after the bias. Every row of these matrices is a weighted sum
  * (s_lincomb), and the differentiation derives each gradient as the same sums read backwards.
  * The weights 1/6, 1/12 and 1/24 are not exact in binary: the results equal the direct sum
- * within float rounding, a little wider than F(2x2)'s. Channels last costs two transposing
- * copies (xc and its gradient), which run at a scalar pace; the channels-first form of F(2x2)
+ * within float rounding, wider than F(2x2)'s. Channels last costs transposing passes at a
+ * scalar pace: the copy xc and its gradient, and the yq added into y's NCHW cells and their
+ * gradients read from dy's; the channels-first form of F(2x2)
  * (s_winograd) avoids them, but its column passes are short strided loops, and F(4x4)'s would
  * be shorter still (6 tiles a row on the convnet's conv2). A 3x3 kernel, stride 1, dilation 1
  * and an output whose sides m divides. */
@@ -600,7 +604,7 @@ troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
     const bool wino4_fits = wino_3x3 && od[0] % 4 == 0 && od[1] % 4 == 0;
     /* AUTO (nn/conv.h): Winograd F(4x4), else F(2x2), where it fits and its transformed input
      * matrices stay within S_WINOGRAD_MAX_BYTES, else the shifted products, else im2col */
-    const int64_t esize = x->prec == TROUPE_PREC_DOUBLE ? 8 : 4;
+    const int64_t esize = (int64_t)troupe_prec_size_bytes(troupe_nn_prec(nn)); /* V's */
     const int64_t wino_bytes = 16 * w->dims[1] * x->dims[0] * (od[0] / 2) * (od[1] / 2) * esize;
     const int64_t wino4_bytes = 36 * w->dims[1] * x->dims[0] * (od[0] / 4) * (od[1] / 4) * esize;
     const bool stride1 = o->stride[0] == 1 && o->stride[1] == 1;

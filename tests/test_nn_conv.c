@@ -386,7 +386,7 @@ static bool c_has_label(const c_model_t *m, const char *label)
 }
 
 /* AUTO (nn/conv.h): Winograd F(4x4) (its channels-last copy conv2d_wino_xc) for conv2's shape
- * at 4 samples (0.66 MB of transformed tiles) in single and double and at 8 (1.3 MB), the
+ * at 4 samples in single and 2 in double (0.66 MB of transformed tiles) and at 8 (1.3 MB), the
  * shifted products at 16 (2.7 MB), F(2x2) for conv3's 10 x 10 output, im2col with 2 input
  * channels. Built only, not run. */
 Test(nn_conv, auto_lowering_follows_the_winograd_budget)
@@ -452,7 +452,7 @@ Test(nn_conv, refuses_shapes_that_do_not_fit)
     } bad[] = {{TROUPE_NN_CONV2D_WINOGRAD, 1, "the winograd lowering does not fit"},
                {TROUPE_NN_CONV2D_WINOGRAD4, 1, "the winograd4 lowering does not fit"},
                {TROUPE_NN_CONV2D_SHIFTED, 2, "the shifted lowering does not fit"},
-               {(troupe_nn_conv2d_lowering_t)7, 1, "lowering 7 is none of"},
+               {(troupe_nn_conv2d_lowering_t)6, 1, "lowering 6 is none of"},
                {(troupe_nn_conv2d_lowering_t)-1, 1, "lowering -1 is none of"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         troupe_nn_destroy(&m.nn);
@@ -463,6 +463,28 @@ Test(nn_conv, refuses_shapes_that_do_not_fit)
         o.lowering = bad[i].low;
         cr_assert_eq(troupe_nn_conv2d(m.nn, x, w, NULL, &o, &y), TROUPE_INVALID_ARGUMENT);
         cr_assert(strstr(troupe_last_error(), bad[i].want), "%s", troupe_last_error());
+    }
+    /* F(4x4) with a 3x3 kernel where the output's sides do not divide by 4 (6 x 6), and where
+     * only one does (4 x 6); F(2x2) takes both */
+    const int64_t sides[2][2] = {{8, 8}, {6, 8}}, w3d[4] = {3, 2, 3, 3};
+    for (int i = 0; i < 2; i++) {
+        for (int f = 0; f < 2; f++) {
+            troupe_nn_destroy(&m.nn);
+            OK(troupe_nn_new(m.comp, TROUPE_PREC_DOUBLE, &m.nn));
+            OK(troupe_nn_node(m.nn, "x", 4, (int64_t[]){1, 2, sides[i][0], sides[i][1]}, &x));
+            OK(troupe_nn_param(m.nn, "w", 4, w3d, &w));
+            o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+            o.lowering = f ? TROUPE_NN_CONV2D_WINOGRAD : TROUPE_NN_CONV2D_WINOGRAD4;
+            troupe_status_t st = troupe_nn_conv2d(m.nn, x, w, NULL, &o, &y);
+            if (f) {
+                OK(st);
+                continue;
+            }
+            cr_assert_eq(st, TROUPE_INVALID_ARGUMENT);
+            cr_assert(strstr(troupe_last_error(), "the winograd4 lowering does not fit") &&
+                          strstr(troupe_last_error(), i ? "output 4 x 6" : "output 6 x 6"),
+                      "%s", troupe_last_error());
+        }
     }
     c_free(&m);
 }
@@ -572,30 +594,33 @@ Test(nn_conv, pool_refuses_a_window_larger_than_its_input)
  */
 
 /* conv2d (padding 1) -> relu -> maxpool 2 in single precision: forward and the three
- * gradients on each driver against the interpreter, within float rounding; 3 input channels
- * (im2col) and 16 (the shifted products, nn/conv.h), then both in im2col folded (the cuda
- * trainer's form: one product per layer for the whole batch). The ReLU's backward
+ * gradients on each driver against the interpreter, within float rounding; in AUTO's lowerings
+ * (nn/conv.h) 3 input channels (im2col), 16 on a 6 x 6 output (Winograd F(2x2)) and on an 8 x 8
+ * one (F(4x4)), then the first two in im2col folded (the cuda trainer's form: one product per
+ * layer for the whole batch). So every lowering runs through the optimizer, the GEMM matcher
+ * and the generated code, not only the interpreter's plain lowering. The ReLU's backward
  * over (2,4,6,6) is the shape GCC 12.2 at -O3 -march=native miscompiled when the generated
  * relu gate was a `c ? x[i] : 0` select (ir/ops.c now emits a call). */
 Test(nn_conv, drivers_match_the_interpreter)
 {
-    /* the second shape's three products are large enough for the GEMM library */
-    static const int64_t cins[2] = {3, 16}, couts[2] = {4, 8};
+    /* the later shapes' products are large enough for the GEMM library */
+    static const int64_t cins[3] = {3, 16, 16}, couts[3] = {4, 8, 8}, sides[3] = {6, 6, 8};
     FOR_EACH_DRIVER(drv)
     {
-        for (int cl = 0; cl < 4; cl++) {
-            /* each shape in AUTO's lowering, then im2col folded (the cuda trainer's) */
-            const int ci = cl % 2;
+        for (int cl = 0; cl < 5; cl++) {
+            /* each shape in AUTO's lowering, then the first two im2col folded (the cuda
+             * trainer's) */
+            const int ci = cl < 3 ? cl : cl - 3;
             c_model_t m;
             c_init(&m, TROUPE_PREC_SINGLE, 21);
-            const int64_t xd[4] = {2, cins[ci], 6, 6}, wd[4] = {couts[ci], cins[ci], 3, 3},
-                          bd[1] = {couts[ci]};
+            const int64_t xd[4] = {2, cins[ci], sides[ci], sides[ci]},
+                          wd[4] = {couts[ci], cins[ci], 3, 3}, bd[1] = {couts[ci]};
             troupe_tnode_t *c = NULL, *a = NULL;
             OK(troupe_nn_param(m.nn, "x", 4, xd, &m.x));
             OK(troupe_nn_param(m.nn, "w", 4, wd, &m.w));
             OK(troupe_nn_param(m.nn, "b", 1, bd, &m.b));
             troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 1, 1);
-            o.lowering = cl < 2 ? TROUPE_NN_CONV2D_AUTO : TROUPE_NN_CONV2D_IM2COL_FOLDED;
+            o.lowering = cl < 3 ? TROUPE_NN_CONV2D_AUTO : TROUPE_NN_CONV2D_IM2COL_FOLDED;
             troupe_nn_pool2d_opts_t po = TROUPE_NN_POOL2D_OPTS(2, 0);
             OK(troupe_nn_begin(m.nn, "conv"));
             OK(troupe_nn_conv2d(m.nn, m.x, m.w, m.b, &o, &c));
@@ -603,6 +628,10 @@ Test(nn_conv, drivers_match_the_interpreter)
             OK(troupe_nn_maxpool2d(m.nn, a, &po, &m.y));
             OK(troupe_nn_end(m.nn));
             c_finish(&m);
+            if (cl == 1 || cl == 2) /* AUTO took the Winograd form meant */
+                cr_assert(c_has_label(&m, "conv2d_wino_v") &&
+                              c_has_label(&m, "conv2d_wino_xc") == (cl == 2),
+                          "shape %d: not Winograd F(%dx%d)", ci, 2 * cl, 2 * cl);
             c_build(&m);
             c_run(&m);
             troupe_tnode_t *out[5] = {c, m.y, c_grad(&m, m.x), c_grad(&m, m.w), c_grad(&m, m.b)};
