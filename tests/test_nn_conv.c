@@ -596,21 +596,26 @@ Test(nn_conv, pool_refuses_a_window_larger_than_its_input)
 /* conv2d (padding 1) -> relu -> maxpool 2 in single precision: forward and the three
  * gradients on each driver against the interpreter, within float rounding; in AUTO's lowerings
  * (nn/conv.h) 3 input channels (im2col), 16 on a 6 x 6 output (Winograd F(2x2)) and on an 8 x 8
- * one (F(4x4)), then the first two in im2col folded (the cuda trainer's form: one product per
- * layer for the whole batch). So every lowering runs through the optimizer, the GEMM matcher
- * and the generated code, not only the interpreter's plain lowering. The ReLU's backward
+ * one (F(4x4)), then 16 channels in the shifted products, and the first two shapes in im2col
+ * folded (the cuda trainer's form: one product per layer for the whole batch). So every
+ * lowering runs through the optimizer, the GEMM matcher and the generated code, not only the
+ * interpreter's plain lowering. The ReLU's backward
  * over (2,4,6,6) is the shape GCC 12.2 at -O3 -march=native miscompiled when the generated
  * relu gate was a `c ? x[i] : 0` select (ir/ops.c now emits a call). */
 Test(nn_conv, drivers_match_the_interpreter)
 {
     /* the later shapes' products are large enough for the GEMM library */
     static const int64_t cins[3] = {3, 16, 16}, couts[3] = {4, 8, 8}, sides[3] = {6, 6, 8};
+    static const struct {
+        int shape;
+        troupe_nn_conv2d_lowering_t low;
+    } runs[] = {{0, TROUPE_NN_CONV2D_AUTO},          {1, TROUPE_NN_CONV2D_AUTO},
+                {2, TROUPE_NN_CONV2D_AUTO},          {1, TROUPE_NN_CONV2D_SHIFTED},
+                {0, TROUPE_NN_CONV2D_IM2COL_FOLDED}, {1, TROUPE_NN_CONV2D_IM2COL_FOLDED}};
     FOR_EACH_DRIVER(drv)
     {
-        for (int cl = 0; cl < 5; cl++) {
-            /* each shape in AUTO's lowering, then the first two im2col folded (the cuda
-             * trainer's) */
-            const int ci = cl < 3 ? cl : cl - 3;
+        for (int cl = 0; cl < (int)(sizeof runs / sizeof runs[0]); cl++) {
+            const int ci = runs[cl].shape;
             c_model_t m;
             c_init(&m, TROUPE_PREC_SINGLE, 21);
             const int64_t xd[4] = {2, cins[ci], sides[ci], sides[ci]},
@@ -620,7 +625,7 @@ Test(nn_conv, drivers_match_the_interpreter)
             OK(troupe_nn_param(m.nn, "w", 4, wd, &m.w));
             OK(troupe_nn_param(m.nn, "b", 1, bd, &m.b));
             troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 1, 1);
-            o.lowering = cl < 3 ? TROUPE_NN_CONV2D_AUTO : TROUPE_NN_CONV2D_IM2COL_FOLDED;
+            o.lowering = runs[cl].low;
             troupe_nn_pool2d_opts_t po = TROUPE_NN_POOL2D_OPTS(2, 0);
             OK(troupe_nn_begin(m.nn, "conv"));
             OK(troupe_nn_conv2d(m.nn, m.x, m.w, m.b, &o, &c));
@@ -632,6 +637,8 @@ Test(nn_conv, drivers_match_the_interpreter)
                 cr_assert(c_has_label(&m, "conv2d_wino_v") &&
                               c_has_label(&m, "conv2d_wino_xc") == (cl == 2),
                           "shape %d: not Winograd F(%dx%d)", ci, 2 * cl, 2 * cl);
+            if (runs[cl].low == TROUPE_NN_CONV2D_SHIFTED)
+                cr_assert(c_has_label(&m, "conv2d_rows"), "shape %d: not shifted", ci);
             c_build(&m);
             c_run(&m);
             troupe_tnode_t *out[5] = {c, m.y, c_grad(&m, m.x), c_grad(&m, m.w), c_grad(&m, m.b)};
