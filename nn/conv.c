@@ -106,21 +106,47 @@ static troupe_status_t s_shifted(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
     return troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, yw, spec);
 }
 
-/* lhs = G's row `row` (1 or 2) over src's three terms pre[k]lhs_term (k = 0, 1, 2; pre: src's
- * fixed indices in front of k, lhs_term: lhs's axes, which follow k in src): (t0 + t1 + t2) / 2
- * or (t0 - t1 + t2) / 2, three elementwise assignments. */
-static troupe_status_t s_g_row(troupe_nn_t *nn, int row, troupe_tnode_t *lhs, const char *lhs_term,
-                               troupe_tnode_t *src, const char *pre, troupe_tnode_t *half)
+/* lhs = sum over k < n of coef[k] * src[k] read with spec[k] ("<src axes>=><lhs axes>"), the
+ * zero coefficients left out: the first positive term (else the first nonzero one) sets lhs,
+ * the others add or subtract |coef| times their term, in k order. A coefficient of 1 copies its
+ * term; the others multiply it by a constant node (troupe_nn_const). */
+static troupe_status_t s_lincomb(troupe_nn_t *nn, troupe_tnode_t *lhs, int n, const double *coef,
+                                 troupe_tnode_t *const *src, const char *const *spec)
 {
-    char spec[64];
-    for (int k = 0; k < 3; k++) {
-        snprintf(spec, sizeof spec, "%s[%d]%s,=>%s", pre, k, lhs_term, lhs_term);
-        const troupe_binop_t acc = k == 0               ? TROUPE_BINOP_ARG2
-                                   : k == 1 && row == 2 ? TROUPE_BINOP_SUB
-                                                        : TROUPE_BINOP_ADD;
-        TROUPE_RETURN_IF_ERROR(
-            troupe_nn_bin(nn, k == 0, acc, lhs, TROUPE_BINOP_MUL, src, half, spec));
-    }
+    int first = -1;
+    for (int k = 0; k < n && first < 0; k++)
+        if (coef[k] > 0)
+            first = k;
+    for (int k = 0; k < n && first < 0; k++)
+        if (coef[k] != 0)
+            first = k;
+    if (first < 0)
+        return s_fail(nn, troupe__error(TROUPE_INTERNAL, "conv2d: an all-zero transform row"));
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < n; k++) {
+            if ((pass == 0) != (k == first) || coef[k] == 0)
+                continue;
+            const bool init = k == first;
+            const troupe_binop_t acc = init          ? TROUPE_BINOP_ARG2
+                                       : coef[k] < 0 ? TROUPE_BINOP_SUB
+                                                     : TROUPE_BINOP_ADD;
+            const double c = init ? coef[k] : fabs(coef[k]);
+            if (c == 1) {
+                TROUPE_RETURN_IF_ERROR(
+                    troupe_nn_un(nn, init, acc, lhs, TROUPE_UNOP_IDENTITY, src[k], spec[k]));
+                continue;
+            }
+            troupe_tnode_t *cn = NULL;
+            TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, c, &cn));
+            char bspec[160]; /* "<src>=><lhs>" -> "<src>,=><lhs>": the constant has no axes */
+            const char *arrow = strstr(spec[k], "=>");
+            if (arrow == NULL)
+                return s_fail(nn,
+                              troupe__error(TROUPE_INTERNAL, "conv2d: spec %s has no =>", spec[k]));
+            snprintf(bspec, sizeof bspec, "%.*s,%s", (int)(arrow - spec[k]), spec[k], arrow);
+            TROUPE_RETURN_IF_ERROR(
+                troupe_nn_bin(nn, init, acc, lhs, TROUPE_BINOP_MUL, src[k], cn, bspec));
+        }
     return TROUPE_OK;
 }
 
@@ -187,18 +213,25 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
      * over unit-stride (Cout, Cin) slices: wg[r] (3, Cout, Cin) combines wt's rows (k), U[r][c]
      * wg[r]'s columns (l). Rows 0 and 3 of G pick one row, so those wg and U are slices of wt
      * or wg (uref: a node and the fixed indices in front of its (o, i) axes). */
-    troupe_tnode_t *wt = NULL, *half = NULL, *wg[4] = {NULL};
+    static const double g[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    char gspecs[3][32];
+    const char *gsp[3] = {gspecs[0], gspecs[1], gspecs[2]};
+    troupe_tnode_t *gsrc[3];
+    troupe_tnode_t *wt = NULL, *wg[4] = {NULL};
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_node(nn, "conv2d_wino_wt", 4, (int64_t[]){3, 3, cout, cin}, &wt));
     TROUPE_RETURN_IF_ERROR(s_materialize(nn, wt));
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, wt, TROUPE_UNOP_IDENTITY, w, "oikl=>kloi"));
-    TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, 0.5, &half));
     for (int r = 1; r <= 2; r++) {
         TROUPE_RETURN_IF_ERROR(
             troupe_nn_node(nn, "conv2d_wino_wg", 3, (int64_t[]){3, cout, cin}, &wg[r]));
         TROUPE_RETURN_IF_ERROR(s_materialize(nn, wg[r]));
-        TROUPE_RETURN_IF_ERROR(s_g_row(nn, r, wg[r], "loi", wt, "", half));
+        for (int k = 0; k < 3; k++) {
+            gsrc[k] = wt;
+            snprintf(gspecs[k], sizeof gspecs[k], "[%d]loi=>loi", k);
+        }
+        TROUPE_RETURN_IF_ERROR(s_lincomb(nn, wg[r], 3, g[r], gsrc, gsp));
     }
     struct {
         troupe_tnode_t *n;
@@ -217,7 +250,11 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
                 troupe_nn_node(nn, "conv2d_wino_u", 2, (int64_t[]){cout, cin}, &uref[r][c].n));
             TROUPE_RETURN_IF_ERROR(s_materialize(nn, uref[r][c].n));
             uref[r][c].pre[0] = '\0';
-            TROUPE_RETURN_IF_ERROR(s_g_row(nn, c, uref[r][c].n, "oi", src, srow, half));
+            for (int l = 0; l < 3; l++) {
+                gsrc[l] = src;
+                snprintf(gspecs[l], sizeof gspecs[l], "%s[%d]oi=>oi", srow, l);
+            }
+            TROUPE_RETURN_IF_ERROR(s_lincomb(nn, uref[r][c].n, 3, g[c], gsrc, gsp));
         }
     }
     /* V = B^T d B: rows (Cin, B, TH, W), then V[r][c] (Cin, B, TH, TW) */
@@ -282,50 +319,6 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
     return TROUPE_OK;
 }
 
-/* lhs = sum over k < n of coef[k] * src[k] read with spec[k] ("<src axes>=><lhs axes>"), the
- * zero coefficients left out: the first positive term (else the first nonzero one) sets lhs,
- * the others add or subtract |coef| times their term, in k order. A coefficient of 1 copies its
- * term; the others multiply it by a constant node (troupe_nn_const). */
-static troupe_status_t s_lincomb(troupe_nn_t *nn, troupe_tnode_t *lhs, int n, const double *coef,
-                                 troupe_tnode_t *const *src, const char *const *spec)
-{
-    int first = -1;
-    for (int k = 0; k < n && first < 0; k++)
-        if (coef[k] > 0)
-            first = k;
-    for (int k = 0; k < n && first < 0; k++)
-        if (coef[k] != 0)
-            first = k;
-    if (first < 0)
-        return s_fail(nn, troupe__error(TROUPE_INTERNAL, "conv2d: an all-zero transform row"));
-    for (int pass = 0; pass < 2; pass++)
-        for (int k = 0; k < n; k++) {
-            if ((pass == 0) != (k == first) || coef[k] == 0)
-                continue;
-            const bool init = k == first;
-            const troupe_binop_t acc = init          ? TROUPE_BINOP_ARG2
-                                       : coef[k] < 0 ? TROUPE_BINOP_SUB
-                                                     : TROUPE_BINOP_ADD;
-            const double c = init ? coef[k] : fabs(coef[k]);
-            if (c == 1) {
-                TROUPE_RETURN_IF_ERROR(
-                    troupe_nn_un(nn, init, acc, lhs, TROUPE_UNOP_IDENTITY, src[k], spec[k]));
-                continue;
-            }
-            troupe_tnode_t *cn = NULL;
-            TROUPE_RETURN_IF_ERROR(troupe_nn_const(nn, c, &cn));
-            char bspec[160]; /* "<src>=><lhs>" -> "<src>,=><lhs>": the constant has no axes */
-            const char *arrow = strstr(spec[k], "=>");
-            if (arrow == NULL)
-                return s_fail(nn,
-                              troupe__error(TROUPE_INTERNAL, "conv2d: spec %s has no =>", spec[k]));
-            snprintf(bspec, sizeof bspec, "%.*s,%s", (int)(arrow - spec[k]), spec[k], arrow);
-            TROUPE_RETURN_IF_ERROR(
-                troupe_nn_bin(nn, init, acc, lhs, TROUPE_BINOP_MUL, src[k], cn, bspec));
-        }
-    return TROUPE_OK;
-}
-
 /* The matrices of Winograd F(m x m, 3 x 3), alpha = m + 2 (Lavin and Gray 2015): the input
  * transform B^T (alpha x alpha), the kernel transform G (alpha x 3), the output transform A^T
  * (m x alpha). F(4x4)'s come from the points 0, +-1, +-2 and infinity (Lavin and Gray's
@@ -357,9 +350,9 @@ static const s_wino_t s_wino_f4 = {
  * output tile is A^T [(G g G^T) . (B^T d B)] A over the alpha x alpha input window d at stride
  * m, so alpha^2 products M[r,c] (tiles x Cout) = V[r,c] (tiles x Cin) U[r,c] (Cin x Cout): for
  * F(4x4) 36 multiply-adds per tile of 16 outputs and channel pair, where F(2x2) takes 64 and
- * the direct form 144. The
- * input is first copied channels last, xc (B, H, W, Cin), so that every transform pass runs
- * along the channels, unit stride on both sides: rows[r] (B, TH, W, Cin) = B^T's row r over
+ * the direct form 144. The input is first copied channels last, xc (B, H, W, Cin), so that
+ * every transform pass runs along the channels, unit stride on both sides: rows[r]
+ * (B, TH, W, Cin) = B^T's row r over
  * xc's rows at stride m, V[r][c] (B, TH, TW, Cin) = B^T's row c over rows[r]'s columns; U from
  * the weight copy (3, 3, Cin, Cout) the same way with G; the output over flat (tiles, Cout)
  * nodes, A^T's row i over the M (cols), then A^T's row j over the cols (yq), added into y's
@@ -368,10 +361,9 @@ static const s_wino_t s_wino_f4 = {
  * The weights 1/6, 1/12 and 1/24 are not exact in binary: the results equal the direct sum
  * within float rounding, wider than F(2x2)'s. Channels last costs transposing passes at a
  * scalar pace: the copy xc and its gradient, and the yq added into y's NCHW cells and their
- * gradients read from dy's; the channels-first form of F(2x2)
- * (s_winograd) avoids them, but its column passes are short strided loops, and F(4x4)'s would
- * be shorter still (6 tiles a row on the convnet's conv2). A 3x3 kernel, stride 1, dilation 1
- * and an output whose sides m divides. */
+ * gradients read from dy's; the channels-first form of F(2x2) (s_winograd) avoids them, but its
+ * column passes are short strided loops, and F(4x4)'s would be shorter still (6 tiles a row on the
+ * convnet's conv2). A 3x3 kernel, stride 1, dilation 1 and an output whose sides m divides. */
 static troupe_status_t s_winograd_cl(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
                                      troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *o,
                                      const int64_t od[2], const s_wino_t *f, troupe_tnode_t **out)
