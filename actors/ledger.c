@@ -15,12 +15,53 @@ static bool s_key_eq(troupe__akey_t a, troupe__akey_t b)
     return a.pool_id == b.pool_id && a.offset == b.offset;
 }
 
+static size_t s_key_hash(troupe__akey_t k)
+{
+    /* splitmix64's finaliser over the two fields */
+    uint64_t h = (uint64_t)k.offset * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(uint32_t)k.pool_id;
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+    return (size_t)h;
+}
+
+static void s_index_put(troupe__entry_t **index, size_t cap, troupe__entry_t *e)
+{
+    size_t i = s_key_hash(e->key) & (cap - 1);
+    while (index[i])
+        i = (i + 1) & (cap - 1);
+    index[i] = e;
+}
+
+/* Rebuilds the index for at least `want` entries; on allocation failure drops it (finds scan). */
+static void s_index_rebuild(troupe__ledger_t *l, size_t want)
+{
+    size_t cap = 16;
+    while (cap < 2 * want)
+        cap *= 2;
+    troupe_free(l->index);
+    l->index = troupe_calloc(cap, sizeof *l->index);
+    l->index_cap = l->index ? cap : 0;
+    for (size_t i = 0; l->index && i < l->nentries; i++)
+        s_index_put(l->index, cap, l->entries[i]);
+}
+
 troupe__entry_t *troupe__ledger_find(troupe__ledger_t *l, troupe__akey_t key)
 {
-    for (size_t i = 0; i < l->nentries; i++)
-        if (s_key_eq(l->entries[i]->key, key))
-            return l->entries[i];
-    return NULL;
+    if (!l->index) {
+        for (size_t i = 0; i < l->nentries; i++)
+            if (s_key_eq(l->entries[i]->key, key))
+                return l->entries[i];
+        return NULL;
+    }
+    for (size_t i = s_key_hash(key) & (l->index_cap - 1);; i = (i + 1) & (l->index_cap - 1)) {
+        if (!l->index[i])
+            return NULL;
+        if (s_key_eq(l->index[i]->key, key))
+            return l->index[i];
+    }
 }
 
 troupe_status_t troupe__ledger_add(troupe__ledger_t *l, troupe_tnode_t *tn, troupe_buffer_loc_t loc,
@@ -44,6 +85,10 @@ troupe_status_t troupe__ledger_add(troupe__ledger_t *l, troupe_tnode_t *tn, trou
     e->shared = shared;
     e->host_gen = -1;
     l->entries[l->nentries++] = e;
+    if (2 * l->nentries > l->index_cap)
+        s_index_rebuild(l, l->nentries);
+    else
+        s_index_put(l->index, l->index_cap, e);
     *out = e;
     return TROUPE_OK;
 }
@@ -66,7 +111,10 @@ void troupe__ledger_remove_pool(troupe__ledger_t *l, int32_t pool_id)
         else
             l->entries[k++] = l->entries[i];
     }
-    l->nentries = k;
+    if (k != l->nentries) {
+        l->nentries = k;
+        s_index_rebuild(l, k);
+    }
 }
 
 void troupe__ledger_clear(troupe__ledger_t *l)
@@ -74,8 +122,10 @@ void troupe__ledger_clear(troupe__ledger_t *l)
     for (size_t i = 0; i < l->nentries; i++)
         s_entry_free(l->entries[i]);
     troupe_free(l->entries);
+    troupe_free(l->index);
     l->entries = NULL;
-    l->nentries = l->entries_cap = 0;
+    l->index = NULL;
+    l->nentries = l->entries_cap = l->index_cap = 0;
 }
 
 void troupe__ledger_prune(troupe__entry_t *e)

@@ -33,17 +33,22 @@ static troupe_status_t s_fail(troupe_nn_t *nn, troupe_status_t st)
     return troupe_nn_add(nn, st, NULL);
 }
 
-/* xp := zeros (B, C, H + 2 ph, W + 2 pw), then x added into the interior. */
-static troupe_status_t s_pad(troupe_nn_t *nn, troupe_tnode_t *x, int64_t ph, int64_t pw,
+/* xp := zeros (B, C, H + 2 ph, W + 2 pw), or (B, H + 2 ph, W + 2 pw, C) when cl (channels last),
+ * then x added into the interior. */
+static troupe_status_t s_pad(troupe_nn_t *nn, troupe_tnode_t *x, int64_t ph, int64_t pw, bool cl,
                              troupe_tnode_t **out)
 {
-    const int64_t dims[4] = {x->dims[0], x->dims[1], x->dims[2] + 2 * ph, x->dims[3] + 2 * pw};
+    const int ah = cl ? 1 : 2;
+    int64_t dims[4] = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]};
+    dims[ah] += 2 * ph;
+    dims[ah + 1] += 2 * pw;
     TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "padded", 4, dims, out));
     troupe_asgn_t *t = NULL;
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), *out, 0.0, &t), &t));
     char spec[96];
-    snprintf(spec, sizeof spec, "bchw=>bc(h+%lld)(w+%lld)", (long long)ph, (long long)pw);
+    snprintf(spec, sizeof spec, cl ? "bhwc=>b(h+%lld)(w+%lld)c" : "bchw=>bc(h+%lld)(w+%lld)",
+             (long long)ph, (long long)pw);
     return troupe_nn_un(nn, false, TROUPE_BINOP_ADD, *out, TROUPE_UNOP_IDENTITY, x, spec);
 }
 
@@ -150,20 +155,20 @@ static troupe_status_t s_lincomb(troupe_nn_t *nn, troupe_tnode_t *lhs, int n, co
     return TROUPE_OK;
 }
 
-/* A Winograd lowering's output y (B, Cout, OH, OW), set to the bias (or zeros) before the tiles
- * are added in, and its grid (TH, TW) of zeros: the tiles' h and w appear only inside their
- * flat index (b TH TW + h TW + w), so an operand of that shape, read with ARG1, gives them their
- * sizes. */
+/* A Winograd lowering's output y (B, Cout, OH, OW) (cl: (B, OH, OW, Cout)), set to the bias (or
+ * zeros) before the tiles are added in, and its grid (TH, TW) of zeros: the tiles' h and w appear
+ * only inside their flat index (b TH TW + h TW + w), so an operand of that shape, read with ARG1,
+ * gives them their sizes. */
 static troupe_status_t s_wino_output(troupe_nn_t *nn, troupe_tnode_t *b, int64_t nb, int64_t cout,
-                                     const int64_t od[2], int64_t th, int64_t tw,
+                                     const int64_t od[2], int64_t th, int64_t tw, bool cl,
                                      troupe_tnode_t **out, troupe_tnode_t **grid)
 {
     troupe_asgn_t *t = NULL;
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
+    const int64_t nchw[4] = {nb, cout, od[0], od[1]}, nhwc[4] = {nb, od[0], od[1], cout};
+    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d", 4, cl ? nhwc : nchw, out));
     if (b)
-        TROUPE_RETURN_IF_ERROR(
-            troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, b, "o=>^bo^h^w"));
+        TROUPE_RETURN_IF_ERROR(troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY,
+                                            b, cl ? "o=>^b^h^wo" : "o=>^bo^h^w"));
     else
         TROUPE_RETURN_IF_ERROR(
             troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), *out, 0.0, &t), &t));
@@ -203,7 +208,7 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
                {1, 2, 3, TROUPE_BINOP_SUB, TROUPE_BINOP_SUB}};
     troupe_tnode_t *xp = x;
     if (o->padding[0] || o->padding[1])
-        TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], &xp));
+        TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], false, &xp));
     const int64_t nb = x->dims[0], cin = w->dims[1], cout = w->dims[0], th = od[0] / 2,
                   tw = od[1] / 2, wd = xp->dims[3], ntl = nb * th * tw;
     char spec[160], tile[64]; /* a tile's flat index in M and what is built from it */
@@ -290,7 +295,7 @@ static troupe_status_t s_winograd(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tno
      * A^T's row j over the cols (the output of parity (i, j): flat unit-stride passes, and so
      * are their derived gradients), then yq added into y's stride-2 cells, the bias first */
     troupe_tnode_t *grid = NULL;
-    TROUPE_RETURN_IF_ERROR(s_wino_output(nn, b, nb, cout, od, th, tw, out, &grid));
+    TROUPE_RETURN_IF_ERROR(s_wino_output(nn, b, nb, cout, od, th, tw, false, out, &grid));
     for (int i = 0; i < 2; i++) {
         troupe_tnode_t *cols[4] = {NULL};
         for (int c = 0; c < 4; c++) {
@@ -369,11 +374,13 @@ static troupe_status_t s_winograd_cl(troupe_nn_t *nn, troupe_tnode_t *x, troupe_
                                      const int64_t od[2], const s_wino_t *f, troupe_tnode_t **out)
 {
     const int mt = f->m, al = f->alpha;
+    const bool xcl = o->layout & TROUPE_NN_CONV2D_X_NHWC, ycl = o->layout & TROUPE_NN_CONV2D_Y_NHWC;
     troupe_tnode_t *xp = x;
     if (o->padding[0] || o->padding[1])
-        TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], &xp));
+        TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], xcl, &xp));
     const int64_t nb = x->dims[0], cin = w->dims[1], cout = w->dims[0], th = od[0] / mt,
-                  tw = od[1] / mt, hp = xp->dims[2], wd = xp->dims[3], ntl = nb * th * tw;
+                  tw = od[1] / mt, hp = xp->dims[xcl ? 1 : 2], wd = xp->dims[xcl ? 2 : 3],
+                  ntl = nb * th * tw;
     char specs[6][160], spec[160], tile[64];
     const char *sp[6];
     troupe_tnode_t *src[6];
@@ -408,13 +415,16 @@ static troupe_status_t s_winograd_cl(troupe_nn_t *nn, troupe_tnode_t *x, troupe_
             TROUPE_RETURN_IF_ERROR(s_lincomb(nn, u[r][c], 3, f->g[c], src, sp));
         }
     }
-    /* V = B^T d B over the channels-last copy, all of it before the products */
-    troupe_tnode_t *xc = NULL, *rows[6] = {NULL}, *v[6][6] = {{NULL}}, *m[6][6] = {{NULL}};
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_node(nn, "conv2d_wino_xc", 4, (int64_t[]){nb, hp, wd, cin}, &xc));
-    TROUPE_RETURN_IF_ERROR(s_materialize(nn, xc));
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, xc, TROUPE_UNOP_IDENTITY, xp, "bihw=>bhwi"));
+    /* V = B^T d B over the channels-last input (an NCHW one copied), all of it before the
+     * products */
+    troupe_tnode_t *xc = xp, *rows[6] = {NULL}, *v[6][6] = {{NULL}}, *m[6][6] = {{NULL}};
+    if (!xcl) {
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_node(nn, "conv2d_wino_xc", 4, (int64_t[]){nb, hp, wd, cin}, &xc));
+        TROUPE_RETURN_IF_ERROR(s_materialize(nn, xc));
+        TROUPE_RETURN_IF_ERROR(
+            troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, xc, TROUPE_UNOP_IDENTITY, xp, "bihw=>bhwi"));
+    }
     for (int r = 0; r < al; r++) {
         TROUPE_RETURN_IF_ERROR(
             troupe_nn_node(nn, "conv2d_wino_rows", 4, (int64_t[]){nb, th, wd, cin}, &rows[r]));
@@ -446,7 +456,7 @@ static troupe_status_t s_winograd_cl(troupe_nn_t *nn, troupe_tnode_t *x, troupe_
         }
     /* Y = A^T M A over flat (tiles, Cout) nodes, added into y after the bias */
     troupe_tnode_t *grid = NULL;
-    TROUPE_RETURN_IF_ERROR(s_wino_output(nn, b, nb, cout, od, th, tw, out, &grid));
+    TROUPE_RETURN_IF_ERROR(s_wino_output(nn, b, nb, cout, od, th, tw, ycl, out, &grid));
     for (int k = 0; k < 6; k++)
         snprintf(specs[k], sizeof specs[k], "to=>to");
     for (int i = 0; i < mt; i++) {
@@ -463,7 +473,9 @@ static troupe_status_t s_winograd_cl(troupe_nn_t *nn, troupe_tnode_t *x, troupe_
             TROUPE_RETURN_IF_ERROR(
                 troupe_nn_node(nn, "conv2d_wino_yq", 2, (int64_t[]){ntl, cout}, &z));
             TROUPE_RETURN_IF_ERROR(s_lincomb(nn, z, al, f->at[j], cols, sp));
-            snprintf(spec, sizeof spec, "%so,hw=>bo(%dh+%d)(%dw+%d)", tile, mt, i, mt, j);
+            snprintf(spec, sizeof spec,
+                     ycl ? "%so,hw=>b(%dh+%d)(%dw+%d)o" : "%so,hw=>bo(%dh+%d)(%dw+%d)", tile, mt, i,
+                     mt, j);
             TROUPE_RETURN_IF_ERROR(
                 troupe_nn_bin(nn, false, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_ARG1, z, grid, spec));
         }
@@ -491,6 +503,7 @@ static troupe_status_t s_im2col(troupe_nn_t *nn, troupe_tnode_t *xp, troupe_tnod
                                 troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *o,
                                 const int64_t od[2], bool folded, troupe_tnode_t **out)
 {
+    const bool xcl = o->layout & TROUPE_NN_CONV2D_X_NHWC, ycl = o->layout & TROUPE_NN_CONV2D_Y_NHWC;
     const int64_t nb = xp->dims[0], cout = w->dims[0], kh = w->dims[2], kw = w->dims[3];
     const int64_t taps = w->dims[1] * kh * kw, rows = taps + (b != NULL);
     char hi[48], wi[48], spec[160];
@@ -510,8 +523,13 @@ static troupe_status_t s_im2col(troupe_nn_t *nn, troupe_tnode_t *xp, troupe_tnod
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), win, 0.0, &t), &t));
     TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, win));
-    snprintf(spec, sizeof spec, folded ? "bi%s%s,kl=>(%lldi+%lldk+l)bhw" : "bi%s%s,kl=>b(%lldi+%lldk+l)hw",
-             hi, wi, (long long)(kh * kw), (long long)kw);
+    if (xcl)
+        snprintf(spec, sizeof spec, "b%s%si,kl=>b(%lldi+%lldk+l)hw", hi, wi, (long long)(kh * kw),
+                 (long long)kw);
+    else
+        snprintf(spec, sizeof spec,
+                 folded ? "bi%s%s,kl=>(%lldi+%lldk+l)bhw" : "bi%s%s,kl=>b(%lldi+%lldk+l)hw", hi, wi,
+                 (long long)(kh * kw), (long long)kw);
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, cols, TROUPE_BINOP_ARG1, xp, win, spec));
     if (b) {
@@ -533,10 +551,10 @@ static troupe_status_t s_im2col(troupe_nn_t *nn, troupe_tnode_t *xp, troupe_tnod
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_un(nn, b == NULL, TROUPE_BINOP_ADD, wb, TROUPE_UNOP_IDENTITY, w, spec));
     if (!folded) {
-        TROUPE_RETURN_IF_ERROR(
-            troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
+        const int64_t nchw[4] = {nb, cout, od[0], od[1]}, nhwc[4] = {nb, od[0], od[1], cout};
+        TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d", 4, ycl ? nhwc : nchw, out));
         return troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, wb, cols,
-                             "oj,bjhw=>bohw");
+                             ycl ? "oj,bjhw=>bhwo" : "oj,bjhw=>bohw");
     }
     troupe_tnode_t *yt = NULL;
     TROUPE_RETURN_IF_ERROR(
@@ -549,6 +567,108 @@ static troupe_status_t s_im2col(troupe_nn_t *nn, troupe_tnode_t *xp, troupe_tnod
     return troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, yt, "obhw=>bohw");
 }
 
+/* The output sides od and the lowering (AUTO resolved, nn/conv.h) for an input of xd (4 dims in
+ * o's layout), w and b; INVALID_ARGUMENT naming the shapes, as an error the caller keeps or
+ * drops (troupe_nn_conv2d_plan leaves the nn's status alone). */
+static troupe_status_t s_plan(troupe_prec_t prec, int x_ndims, const int64_t *xd,
+                              const troupe_tnode_t *w, const troupe_tnode_t *b,
+                              const troupe_nn_conv2d_opts_t *o, int64_t od[2],
+                              troupe_nn_conv2d_lowering_t *low)
+{
+    for (int a = 0; a < 2; a++)
+        if (o->stride[a] < 1 || o->dilation[a] < 1 || o->padding[a] < 0)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "conv2d: stride %lld, padding %lld, dilation %lld on axis %s "
+                                 "(stride and dilation >= 1, padding >= 0)",
+                                 (long long)o->stride[a], (long long)o->padding[a],
+                                 (long long)o->dilation[a], a ? "w" : "h");
+    if (o->layout & ~(TROUPE_NN_CONV2D_X_NHWC | TROUPE_NN_CONV2D_Y_NHWC))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "conv2d: layout %#x has bits other than X_NHWC (1) and Y_NHWC (2)",
+                             o->layout);
+    const bool xcl = o->layout & TROUPE_NN_CONV2D_X_NHWC;
+    const int ac = xcl ? 3 : 1, ah = xcl ? 1 : 2; /* x's channel axis and its first spatial one */
+    if (x_ndims != 4 || w->ndims != 4 || xd[ac] != w->dims[1] ||
+        (b && (b->ndims != 1 || b->dims[0] != w->dims[0])))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "conv2d: input (%d axes: %s expected, Cin %lld), weight #%d (%d "
+                             "axes: Cout, Cin, KH, KW expected, Cin %lld)%s do not fit",
+                             x_ndims, xcl ? "B, H, W, Cin" : "B, Cin, H, W",
+                             (long long)(x_ndims == 4 ? xd[ac] : 0), w->id, w->ndims,
+                             (long long)(w->ndims > 1 ? w->dims[1] : 0),
+                             b ? " and bias (Cout)" : "");
+    for (int a = 0; a < 2; a++) {
+        int64_t in = xd[ah + a] + 2 * o->padding[a];
+        int64_t span = o->dilation[a] * (w->dims[2 + a] - 1) + 1;
+        if (span > in)
+            return troupe__error(TROUPE_INVALID_ARGUMENT,
+                                 "conv2d: the kernel of weight #%d spans %lld cells on axis %s "
+                                 "(%lld x %lld, dilation %lld) but the padded input has %lld "
+                                 "(%lld x %lld, padding %lld)",
+                                 w->id, (long long)span, a ? "w" : "h", (long long)w->dims[2],
+                                 (long long)w->dims[3], (long long)o->dilation[a], (long long)in,
+                                 (long long)xd[ah], (long long)xd[ah + 1],
+                                 (long long)o->padding[a]);
+        od[a] = (in - span) / o->stride[a] + 1;
+    }
+    const bool wino_3x3 = o->stride[0] == 1 && o->stride[1] == 1 && o->dilation[0] == 1 &&
+                          o->dilation[1] == 1 && w->dims[2] == 3 && w->dims[3] == 3;
+    const bool wino_fits = wino_3x3 && od[0] % 2 == 0 && od[1] % 2 == 0;
+    const bool wino4_fits = wino_3x3 && od[0] % 4 == 0 && od[1] % 4 == 0;
+    /* AUTO (nn/conv.h): Winograd F(4x4), else F(2x2), where it fits and its transformed input
+     * matrices stay within S_WINOGRAD_MAX_BYTES, else the shifted products, else im2col; with a
+     * channels-last side only F(4x4) or im2col */
+    const int64_t esize = (int64_t)troupe_prec_size_bytes(prec); /* V's */
+    const int64_t cin = w->dims[1];
+    const int64_t wino_bytes = 16 * cin * xd[0] * (od[0] / 2) * (od[1] / 2) * esize;
+    const int64_t wino4_bytes = 36 * cin * xd[0] * (od[0] / 4) * (od[1] / 4) * esize;
+    const bool stride1 = o->stride[0] == 1 && o->stride[1] == 1, nchw = o->layout == 0;
+    *low = o->lowering;
+    if (*low == TROUPE_NN_CONV2D_AUTO)
+        *low = wino4_fits && cin >= S_SHIFTED_MIN_CIN && wino4_bytes <= S_WINOGRAD_MAX_BYTES
+                   ? TROUPE_NN_CONV2D_WINOGRAD4
+               : nchw && wino_fits && cin >= S_SHIFTED_MIN_CIN && wino_bytes <= S_WINOGRAD_MAX_BYTES
+                   ? TROUPE_NN_CONV2D_WINOGRAD
+               : nchw && stride1 && cin >= S_SHIFTED_MIN_CIN ? TROUPE_NN_CONV2D_SHIFTED
+                                                             : TROUPE_NN_CONV2D_IM2COL;
+    if (*low < TROUPE_NN_CONV2D_AUTO || *low > TROUPE_NN_CONV2D_WINOGRAD4)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "conv2d: weight #%d: lowering %d is none of AUTO, IM2COL, SHIFTED, "
+                             "WINOGRAD, IM2COL_FOLDED, WINOGRAD4",
+                             w->id, (int)*low);
+    static const char *const names[] = {"auto",     "im2col",        "shifted",
+                                        "winograd", "im2col_folded", "winograd4"};
+    if (!nchw && *low != TROUPE_NN_CONV2D_IM2COL && *low != TROUPE_NN_CONV2D_WINOGRAD4)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "conv2d: the %s lowering of weight #%d takes NCHW tensors only, not "
+                             "layout %#x (channels last: im2col or winograd4)",
+                             names[*low], w->id, o->layout);
+    if ((*low == TROUPE_NN_CONV2D_SHIFTED && !stride1) ||
+        (*low == TROUPE_NN_CONV2D_WINOGRAD && !wino_fits) ||
+        (*low == TROUPE_NN_CONV2D_WINOGRAD4 && !wino4_fits))
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "conv2d: the %s lowering does not fit weight #%d (%lld x %lld) with "
+                             "stride %lld x %lld, dilation %lld x %lld, output %lld x %lld "
+                             "(shifted: stride 1; winograd: 3 x 3, stride 1, dilation 1, an even "
+                             "output; winograd4: the same, the output's sides divisible by 4)",
+                             names[*low], w->id, (long long)w->dims[2], (long long)w->dims[3],
+                             (long long)o->stride[0], (long long)o->stride[1],
+                             (long long)o->dilation[0], (long long)o->dilation[1], (long long)od[0],
+                             (long long)od[1]);
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe_nn_conv2d_plan(troupe_nn_t *nn, const int64_t x_dims[4],
+                                      const troupe_tnode_t *w, const troupe_nn_conv2d_opts_t *opts,
+                                      troupe_nn_conv2d_lowering_t *out)
+{
+    if (!nn || !x_dims || !w || !out)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "conv2d_plan: NULL argument");
+    const troupe_nn_conv2d_opts_t def = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+    int64_t od[2];
+    return s_plan(troupe_nn_prec(nn), 4, x_dims, w, NULL, opts ? opts : &def, od, out);
+}
+
 troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
                                  troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *opts,
                                  troupe_tnode_t **out)
@@ -558,77 +678,11 @@ troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
         return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT, "conv2d: NULL argument"));
     const troupe_nn_conv2d_opts_t def = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
     const troupe_nn_conv2d_opts_t *o = opts ? opts : &def;
-    for (int a = 0; a < 2; a++)
-        if (o->stride[a] < 1 || o->dilation[a] < 1 || o->padding[a] < 0)
-            return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
-                                            "conv2d: stride %lld, padding %lld, dilation %lld on "
-                                            "axis %s (stride and dilation >= 1, padding >= 0)",
-                                            (long long)o->stride[a], (long long)o->padding[a],
-                                            (long long)o->dilation[a], a ? "w" : "h"));
-    if (x->ndims != 4 || w->ndims != 4 || x->dims[1] != w->dims[1] ||
-        (b && (b->ndims != 1 || b->dims[0] != w->dims[0])))
-        return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
-                                        "conv2d: input #%d (%d axes: B, Cin, H, W expected, Cin "
-                                        "%lld), weight #%d (%d axes: Cout, Cin, KH, KW expected, "
-                                        "Cin %lld)%s do not fit",
-                                        x->id, x->ndims, (long long)(x->ndims > 1 ? x->dims[1] : 0),
-                                        w->id, w->ndims, (long long)(w->ndims > 1 ? w->dims[1] : 0),
-                                        b ? " and bias (Cout)" : ""));
     int64_t od[2];
-    for (int a = 0; a < 2; a++) {
-        int64_t in = x->dims[2 + a] + 2 * o->padding[a];
-        int64_t span = o->dilation[a] * (w->dims[2 + a] - 1) + 1;
-        if (span > in)
-            return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
-                                            "conv2d: the kernel of weight #%d spans %lld cells "
-                                            "on axis %s (%lld x %lld, dilation %lld) but the "
-                                            "padded input #%d has %lld (%lld x %lld, padding %lld)",
-                                            w->id, (long long)span, a ? "w" : "h",
-                                            (long long)w->dims[2], (long long)w->dims[3],
-                                            (long long)o->dilation[a], x->id, (long long)in,
-                                            (long long)x->dims[2], (long long)x->dims[3],
-                                            (long long)o->padding[a]));
-        od[a] = (in - span) / o->stride[a] + 1;
-    }
-    const bool wino_3x3 = o->stride[0] == 1 && o->stride[1] == 1 && o->dilation[0] == 1 &&
-                          o->dilation[1] == 1 && w->dims[2] == 3 && w->dims[3] == 3;
-    const bool wino_fits = wino_3x3 && od[0] % 2 == 0 && od[1] % 2 == 0;
-    const bool wino4_fits = wino_3x3 && od[0] % 4 == 0 && od[1] % 4 == 0;
-    /* AUTO (nn/conv.h): Winograd F(4x4), else F(2x2), where it fits and its transformed input
-     * matrices stay within S_WINOGRAD_MAX_BYTES, else the shifted products, else im2col */
-    const int64_t esize = (int64_t)troupe_prec_size_bytes(troupe_nn_prec(nn)); /* V's */
-    const int64_t wino_bytes = 16 * w->dims[1] * x->dims[0] * (od[0] / 2) * (od[1] / 2) * esize;
-    const int64_t wino4_bytes = 36 * w->dims[1] * x->dims[0] * (od[0] / 4) * (od[1] / 4) * esize;
-    const bool stride1 = o->stride[0] == 1 && o->stride[1] == 1;
-    troupe_nn_conv2d_lowering_t low = o->lowering;
-    if (low == TROUPE_NN_CONV2D_AUTO)
-        low = wino4_fits && w->dims[1] >= S_SHIFTED_MIN_CIN && wino4_bytes <= S_WINOGRAD_MAX_BYTES
-                  ? TROUPE_NN_CONV2D_WINOGRAD4
-              : wino_fits && w->dims[1] >= S_SHIFTED_MIN_CIN && wino_bytes <= S_WINOGRAD_MAX_BYTES
-                  ? TROUPE_NN_CONV2D_WINOGRAD
-              : stride1 && w->dims[1] >= S_SHIFTED_MIN_CIN ? TROUPE_NN_CONV2D_SHIFTED
-                                                           : TROUPE_NN_CONV2D_IM2COL;
-    if (low < TROUPE_NN_CONV2D_AUTO || low > TROUPE_NN_CONV2D_WINOGRAD4)
-        return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
-                                        "conv2d: weight #%d: lowering %d is none of AUTO, "
-                                        "IM2COL, SHIFTED, WINOGRAD, IM2COL_FOLDED, WINOGRAD4",
-                                        w->id, (int)low));
-    if ((low == TROUPE_NN_CONV2D_SHIFTED && !stride1) ||
-        (low == TROUPE_NN_CONV2D_WINOGRAD && !wino_fits) ||
-        (low == TROUPE_NN_CONV2D_WINOGRAD4 && !wino4_fits))
-        return s_fail(nn, troupe__error(TROUPE_INVALID_ARGUMENT,
-                                        "conv2d: the %s lowering does not fit weight #%d (%lld x "
-                                        "%lld) with stride %lld x %lld, dilation %lld x %lld, "
-                                        "output %lld x %lld (shifted: stride 1; winograd: 3 x 3, "
-                                        "stride 1, dilation 1, an even output; winograd4: the "
-                                        "same, the output's sides divisible by 4)",
-                                        low == TROUPE_NN_CONV2D_SHIFTED    ? "shifted"
-                                        : low == TROUPE_NN_CONV2D_WINOGRAD ? "winograd"
-                                                                           : "winograd4",
-                                        w->id, (long long)w->dims[2], (long long)w->dims[3],
-                                        (long long)o->stride[0], (long long)o->stride[1],
-                                        (long long)o->dilation[0], (long long)o->dilation[1],
-                                        (long long)od[0], (long long)od[1]));
+    troupe_nn_conv2d_lowering_t low;
+    troupe_status_t st = s_plan(troupe_nn_prec(nn), x->ndims, x->dims, w, b, o, od, &low);
+    if (st != TROUPE_OK)
+        return s_fail(nn, st);
     if (low == TROUPE_NN_CONV2D_WINOGRAD)
         return s_winograd(nn, x, w, b, o, od, out);
     if (low == TROUPE_NN_CONV2D_WINOGRAD4)
@@ -637,6 +691,7 @@ troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
         return s_shifted(nn, x, w, b, o, od, out);
     troupe_tnode_t *xp = x;
     if (o->padding[0] || o->padding[1])
-        TROUPE_RETURN_IF_ERROR(s_pad(nn, x, o->padding[0], o->padding[1], &xp));
+        TROUPE_RETURN_IF_ERROR(
+            s_pad(nn, x, o->padding[0], o->padding[1], o->layout & TROUPE_NN_CONV2D_X_NHWC, &xp));
     return s_im2col(nn, xp, w, b, o, od, low == TROUPE_NN_CONV2D_IM2COL_FOLDED, out);
 }

@@ -1,15 +1,15 @@
 /* troupe — 2-d convolution (PyTorch's torch.nn.functional.conv2d): forward assignments over
  * affine indices (ir/projection.h), the input and weight gradients derived by nn/grad.h.
  *
- * Layout NCHW as PyTorch: x (B, Cin, H, W), w (Cout, Cin, KH, KW), b (Cout) or NULL,
- * y (B, Cout, OH, OW) with OH = (H + 2 pad_h - dil_h (KH - 1) - 1) / stride_h + 1 (floor), the
- * same for OW. The IR has no implicit padding: with padding, the layer first writes a
- * zero-filled copy of x with the padded shape (a fetch of 0, then x added into its interior),
- * so the input gradient is the padded copy's gradient read at the interior. The product,
- * "bi(sh+dk)(sw+dl),oikl=>bohw" plus the bias, is lowered so that it and both gradients reach
- * the GEMM library: with stride 1 and at least 8 input channels as KH*KW shifted products
- * over the input's rows (no im2col), else through an im2col copy that carries the bias as a
- * row of ones (docs/trainer.md, "Convolution lowering").
+ * Layout NCHW as PyTorch (or channels last, TROUPE_NN_CONV2D_X_NHWC below): x (B, Cin, H, W),
+ * w (Cout, Cin, KH, KW), b (Cout) or NULL, y (B, Cout, OH, OW) with
+ * OH = (H + 2 pad_h - dil_h (KH - 1) - 1) / stride_h + 1 (floor), the same for OW. The IR has no
+ * implicit padding: with padding, the layer first writes a zero-filled copy of x with the padded
+ * shape (a fetch of 0, then x added into its interior), so the input gradient is the padded copy's
+ * gradient read at the interior. The product, "bi(sh+dk)(sw+dl),oikl=>bohw" plus the bias, is
+ * lowered so that it and both gradients reach the GEMM library: with stride 1 and at least 8 input
+ * channels as KH*KW shifted products over the input's rows (no im2col), else through an im2col copy
+ * that carries the bias as a row of ones (docs/trainer.md, "Convolution lowering").
  *
  * Thread safety: as nn/nn.h. Ownership: inputs are borrowed; *out is owned by the nn.
  */
@@ -49,17 +49,28 @@ typedef enum troupe_nn_conv2d_lowering {
     TROUPE_NN_CONV2D_WINOGRAD4,
 } troupe_nn_conv2d_lowering_t;
 
+/* Channels-last layouts, bits of troupe_nn_conv2d_opts_t.layout (0: NCHW on both sides).
+ * X_NHWC: the input is x (B, H, W, Cin); Y_NHWC: the output is y (B, OH, OW, Cout); w stays
+ * (Cout, Cin, KH, KW). Two layers that agree on channels last pass their activation without a
+ * transposing copy: the convnet's conv1 writes y channels last where conv2 runs WINOGRAD4, whose
+ * transforms run channels last (examples/fmnist/cnn.c). IM2COL and WINOGRAD4 take either layout
+ * on either side; SHIFTED, WINOGRAD and IM2COL_FOLDED take NCHW only (else INVALID_ARGUMENT);
+ * with a channels-last side AUTO picks WINOGRAD4 where AUTO would, else IM2COL. */
+#define TROUPE_NN_CONV2D_X_NHWC 1u
+#define TROUPE_NN_CONV2D_Y_NHWC 2u
+
 /* Per axis (h, w). stride and dilation >= 1, padding >= 0 (zeros on both sides). */
 typedef struct troupe_nn_conv2d_opts {
     int64_t stride[2];
     int64_t padding[2];
     int64_t dilation[2];
     troupe_nn_conv2d_lowering_t lowering; /* 0: AUTO */
+    unsigned layout;                      /* TROUPE_NN_CONV2D_X_NHWC | ..._Y_NHWC; 0: NCHW */
 } troupe_nn_conv2d_opts_t;
 
-/* The same stride, padding and dilation on both axes. */
+/* The same stride, padding and dilation on both axes, NCHW, AUTO. */
 #define TROUPE_NN_CONV2D_OPTS(s, p, d)                                                             \
-    ((troupe_nn_conv2d_opts_t){{(s), (s)}, {(p), (p)}, {(d), (d)}, TROUPE_NN_CONV2D_AUTO})
+    ((troupe_nn_conv2d_opts_t){{(s), (s)}, {(p), (p)}, {(d), (d)}, TROUPE_NN_CONV2D_AUTO, 0u})
 
 /* y = conv2d(x, w) + b with the shapes above; opts NULL is stride 1, padding 0, dilation 1.
  * Returns the nn's sticky status: INVALID_ARGUMENT (naming "conv2d" and the shapes) when x or
@@ -68,6 +79,15 @@ typedef struct troupe_nn_conv2d_opts {
 troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
                                  troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *opts,
                                  troupe_tnode_t **out);
+
+/* The lowering troupe_nn_conv2d would take for an input of x_dims (4, in opts' layout), weight
+ * w (Cout, Cin, KH, KW) and opts (NULL as above) in the nn's precision: opts' lowering, or
+ * AUTO's pick. So a model can choose a layout for the layer before it (the convnet's conv1 writes
+ * channels last only where conv2 takes WINOGRAD4). INVALID_ARGUMENT as troupe_nn_conv2d, without
+ * touching the nn's status. */
+troupe_status_t troupe_nn_conv2d_plan(troupe_nn_t *nn, const int64_t x_dims[4],
+                                      const troupe_tnode_t *w, const troupe_nn_conv2d_opts_t *opts,
+                                      troupe_nn_conv2d_lowering_t *out);
 
 #ifdef __cplusplus
 }

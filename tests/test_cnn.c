@@ -43,9 +43,12 @@ static fmnist_mlp_config_t s_tiny_cfg(int64_t side, int64_t B, int64_t nb)
     return cfg;
 }
 
-static fmnist_mlp_t *s_tiny(int64_t B, int64_t nb, uint64_t seed)
+static fmnist_mlp_t *s_tiny_low(int64_t B, int64_t nb, uint64_t seed, int64_t c1,
+                                troupe_nn_conv2d_lowering_t low)
 {
     fmnist_mlp_config_t cfg = s_tiny_cfg(12, B, nb);
+    cfg.conv[0] = c1;
+    cfg.conv_lowering = low;
     fmnist_mlp_t *m = NULL;
     OK(fmnist_mlp_new(&cfg, &m));
     OK(fmnist_mlp_init_params(m, seed));
@@ -61,6 +64,11 @@ static fmnist_mlp_t *s_tiny(int64_t B, int64_t nb, uint64_t seed)
     free(x);
     free(labels);
     return m;
+}
+
+static fmnist_mlp_t *s_tiny(int64_t B, int64_t nb, uint64_t seed)
+{
+    return s_tiny_low(B, nb, seed, 2, TROUPE_NN_CONV2D_AUTO);
 }
 
 static void s_run(troupe_routine_t *r)
@@ -79,12 +87,27 @@ static double s_loss(troupe_routine_t *grad, fmnist_mlp_t *m)
     return l;
 }
 
-Test(cnn, backward_matches_finite_differences)
+static bool s_has_label(const troupe_asgn_comp_t *comp, const char *label)
 {
-    FOR_EACH_DRIVER(drv)
-    {
-        fmnist_mlp_t *m = s_tiny(2, 2, 11);
+    for (size_t i = 0; i < comp->nnodes; i++)
+        for (size_t l = 0; l < comp->nodes[i]->label_count; l++)
+            if (strcmp(comp->nodes[i]->label[l], label) == 0)
+                return true;
+    return false;
+}
+
+/* Every parameter's gradient against central differences, through each of `drivers`, on the
+ * tiny convnet with c1 channels after conv1 (its parameter count `total`). */
+static void s_check_backward(const char *const *drivers, int64_t c1, size_t want_total)
+{
+    for (const char *const *drv = drivers; *drv; drv++) {
+        fmnist_mlp_t *m = s_tiny_low(2, 2, 11, c1, TROUPE_NN_CONV2D_AUTO);
         cr_assert_eq(m->nparams, FMNIST_CNN_NPARAMS);
+        /* with 8 channels conv2 (8 x 8 out, 2 samples) takes Winograd F(4x4), and conv1 hands it
+         * a1 channels last: no transposing copy between them */
+        cr_assert_eq(s_has_label(m->grad_comp, "conv2d_wino_v"), c1 >= 8, "%s: conv2's lowering",
+                     *drv);
+        cr_assert(!s_has_label(m->grad_comp, "conv2d_wino_xc"), "%s: a copy of a1", *drv);
         for (int i = 0; i < m->nparams; i++)
             rtu_set_hosted(m->grads[i], 999); /* so the test can read them */
         rtu_env_t rt;
@@ -131,14 +154,78 @@ Test(cnn, backward_matches_finite_differences)
             free(g);
             free(v);
         }
-        /* conv 2*1*9+2, 2*2*9+2, 3*2*9+3; fc1 3*1*1*4+4; fc2 4*3+3 */
-        cr_assert_eq(total, (size_t)(20 + 38 + 57 + 16 + 15));
+        cr_assert_eq(total, want_total);
         cr_assert_eq(checked, total);
         troupe_routine_release(&grad);
         troupe_code_release(&code);
         rtu_env_close(&rt);
         fmnist_mlp_destroy(&m);
     }
+}
+
+Test(cnn, backward_matches_finite_differences)
+{
+    /* conv 2*1*9+2, 2*2*9+2, 3*2*9+3; fc1 3*1*1*4+4; fc2 4*3+3 */
+    s_check_backward(rtu_drivers(), 2, 20 + 38 + 57 + 16 + 15);
+}
+
+/* The micro-step form: conv1 writes channels last for conv2's Winograd F(4x4) (nn/conv.h). One
+ * driver, at -O1: gcc -O3 takes 70 s over this routine (most of it walking aliases), -O1 5 s;
+ * nn_conv's drivers test runs F(4x4)'s channels-last input through each driver at the default
+ * flags. (Criterion runs each test in a process of its own: the flags stay here.) */
+Test(cnn, backward_matches_finite_differences_channels_last)
+{
+    static const char *const cpu[] = {"cpu", NULL};
+    OK(troupe_config_set_cc_flags("-O1 -march=native -fno-math-errno -shared -fPIC"));
+    /* conv 8*1*9+8, 2*8*9+2, 3*2*9+3; fc1 16; fc2 15 */
+    s_check_backward(cpu, 8, 80 + 146 + 57 + 16 + 15);
+}
+
+/* The loss and every gradient, concatenated into g (n values), of one run of the tiny convnet
+ * with 8 channels after conv1 and the convolutions lowered by `low`, on the cpu driver. */
+static double s_loss_grads(troupe_nn_conv2d_lowering_t low, double *g, size_t n)
+{
+    fmnist_mlp_t *m = s_tiny_low(2, 2, 11, 8, low);
+    for (int i = 0; i < m->nparams; i++)
+        rtu_set_hosted(m->grads[i], 999);
+    rtu_env_t rt;
+    rtu_env_open(&rt, "cpu", 1);
+    for (int i = 0; i < m->nparams; i++)
+        rtu_init(&rt.ctx[0], m->params[i]);
+    troupe_code_t *code = NULL;
+    troupe_routine_t *grad = NULL;
+    OK(troupe_compile(rt.b, m->grad_comp, "fmnist_test_cnn_grad", &code));
+    OK(troupe_link(rt.ctx[0], code, &grad));
+    OK(troupe_routine_set_index(grad, FMNIST_BATCH_SYMBOL, 1));
+    double l = s_loss(grad, m);
+    size_t at = 0;
+    for (int p = 0; p < m->nparams; p++) {
+        size_t k = (size_t)troupe_tnode_num_elems(m->grads[p]);
+        cr_assert_leq(at + k, n);
+        OK(troupe_tnode_get_values(m->grads[p], g + at, k));
+        at += k;
+    }
+    cr_assert_eq(at, n);
+    troupe_routine_release(&grad);
+    troupe_code_release(&code);
+    rtu_env_close(&rt);
+    fmnist_mlp_destroy(&m);
+    return l;
+}
+
+/* The channels-last form computes the same model: its loss and gradients equal those of the
+ * NCHW form (every convolution forced to im2col) within double rounding. */
+Test(cnn, channels_last_equals_channels_first)
+{
+    OK(troupe_config_set_cc_flags("-O1 -march=native -fno-math-errno -shared -fPIC"));
+    enum { N = 80 + 146 + 57 + 16 + 15 };
+    static double gl[N], gf[N];
+    double ll = s_loss_grads(TROUPE_NN_CONV2D_AUTO, gl, N);
+    double lf = s_loss_grads(TROUPE_NN_CONV2D_IM2COL, gf, N);
+    cr_assert(fabs(ll - lf) <= 1e-12 * fabs(lf), "loss %.17g, NCHW %.17g", ll, lf);
+    for (int k = 0; k < N; k++)
+        cr_assert(fabs(gl[k] - gf[k]) <= 1e-10 * (1 + fabs(gf[k])),
+                  "gradient [%d] %.17g, NCHW %.17g", k, gl[k], gf[k]);
 }
 
 /* The evaluation in chunks of 2 images (3 runs, the last padded) gives the logits and the

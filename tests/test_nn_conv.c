@@ -182,13 +182,16 @@ static void c_conv_ref(const double *x, const double *w, const double *b, int64_
                 }
 }
 
-/* Builds x (B, Ci, H, W), w (Co, Ci, K, K), b (Co) as parameters and y = conv2d. */
+/* Builds x (B, Ci, H, W) (X_NHWC: (B, H, W, Ci)), w (Co, Ci, K, K), b (Co) as parameters and
+ * y = conv2d. */
 static void c_conv_model(c_model_t *m, troupe_prec_t prec, uint64_t seed, int64_t B, int64_t Ci,
                          int64_t H, int64_t W, int64_t Co, int64_t K,
                          const troupe_nn_conv2d_opts_t *o, bool bias)
 {
     c_init(m, prec, seed);
-    const int64_t xd[4] = {B, Ci, H, W}, wd[4] = {Co, Ci, K, K}, bd[1] = {Co};
+    const bool xcl = o && (o->layout & TROUPE_NN_CONV2D_X_NHWC);
+    const int64_t xd[4] = {B, xcl ? H : Ci, xcl ? W : H, xcl ? Ci : W}, wd[4] = {Co, Ci, K, K},
+                  bd[1] = {Co};
     OK(troupe_nn_param(m->nn, "x", 4, xd, &m->x));
     OK(troupe_nn_param(m->nn, "w", 4, wd, &m->w));
     if (bias)
@@ -206,19 +209,36 @@ static void c_conv_run(uint64_t seed, int64_t B, int64_t Ci, int64_t H, int64_t 
     c_conv_model(&m, TROUPE_PREC_DOUBLE, seed, B, Ci, H, W, Co, K, &o, bias);
     int64_t OH = (H + 2 * o.padding[0] - o.dilation[0] * (K - 1) - 1) / o.stride[0] + 1;
     int64_t OW = (W + 2 * o.padding[1] - o.dilation[1] * (K - 1) - 1) / o.stride[1] + 1;
-    cr_assert_eq(m.y->dims[2], OH);
-    cr_assert_eq(m.y->dims[3], OW);
+    const bool xcl = o.layout & TROUPE_NN_CONV2D_X_NHWC, ycl = o.layout & TROUPE_NN_CONV2D_Y_NHWC;
+    cr_assert_eq(m.y->dims[ycl ? 1 : 2], OH);
+    cr_assert_eq(m.y->dims[ycl ? 2 : 3], OW);
+    cr_assert_eq(m.y->dims[ycl ? 3 : 1], Co);
     c_build(&m);
     c_run(&m);
-    int64_t ny = troupe_tnode_num_elems(m.y);
-    double *want = malloc((size_t)ny * sizeof *want);
-    c_conv_ref(c_data(&m, m.x), c_data(&m, m.w), bias ? c_data(&m, m.b) : NULL, B, Ci, H, W, Co, K,
-               K, &o, OH, OW, want);
+    int64_t ny = troupe_tnode_num_elems(m.y), nx = troupe_tnode_num_elems(m.x);
+    double *want = malloc((size_t)ny * sizeof *want), *xr = malloc((size_t)nx * sizeof *xr);
+    const double *xv = c_data(&m, m.x);
+    for (int64_t n = 0; n < B; n++) /* the reference reads x NCHW */
+        for (int64_t c = 0; c < Ci; c++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t w = 0; w < W; w++)
+                    xr[((n * Ci + c) * H + h) * W + w] =
+                        xv[xcl ? ((n * H + h) * W + w) * Ci + c : ((n * Ci + c) * H + h) * W + w];
+    c_conv_ref(xr, c_data(&m, m.w), bias ? c_data(&m, m.b) : NULL, B, Ci, H, W, Co, K, K, &o, OH,
+               OW, want);
     const double *got = c_data(&m, m.y);
-    for (int64_t i = 0; i < ny; i++)
-        cr_assert(fabs(got[i] - want[i]) <= 1e-12 * (1 + fabs(want[i])),
-                  "y[%lld] = %.17g, direct convolution %.17g", (long long)i, got[i], want[i]);
+    for (int64_t n = 0; n < B; n++)
+        for (int64_t c = 0; c < Co; c++)
+            for (int64_t h = 0; h < OH; h++)
+                for (int64_t w = 0; w < OW; w++) {
+                    int64_t i = ((n * Co + c) * OH + h) * OW + w;
+                    int64_t g = ycl ? ((n * OH + h) * OW + w) * Co + c : i;
+                    cr_assert(fabs(got[g] - want[i]) <= 1e-12 * (1 + fabs(want[i])),
+                              "y[%lld] = %.17g, direct convolution %.17g", (long long)g, got[g],
+                              want[i]);
+                }
     free(want);
+    free(xr);
     c_check_grads(&m, most);
     c_free(&m);
 }
@@ -264,7 +284,7 @@ Test(nn_conv, dilation_2)
 
 Test(nn_conv, per_axis_stride_padding_dilation)
 {
-    troupe_nn_conv2d_opts_t o = {{2, 1}, {1, 2}, {1, 2}, TROUPE_NN_CONV2D_AUTO};
+    troupe_nn_conv2d_opts_t o = {{2, 1}, {1, 2}, {1, 2}, TROUPE_NN_CONV2D_AUTO, 0u};
     c_conv_case(6, 1, 2, 6, 5, 2, 3, o, 1 << 20);
 }
 
@@ -274,7 +294,7 @@ Test(nn_conv, shifted_products_padding_and_dilation)
 {
     c_conv_case(8, 1, 8, 5, 6, 3, 3, TROUPE_NN_CONV2D_OPTS(1, 1, 1), 16);
     c_conv_case(9, 2, 8, 7, 6, 2, 3, TROUPE_NN_CONV2D_OPTS(1, 0, 2), 16);
-    troupe_nn_conv2d_opts_t o = {{1, 1}, {1, 2}, {2, 1}, TROUPE_NN_CONV2D_AUTO};
+    troupe_nn_conv2d_opts_t o = {{1, 1}, {1, 2}, {2, 1}, TROUPE_NN_CONV2D_AUTO, 0u};
     c_conv_case(10, 1, 8, 6, 5, 2, 3, o, 16);
 }
 
@@ -371,18 +391,24 @@ Test(nn_conv, im2col_folded_equals_the_direct_convolution)
     c_conv_case(14, 2, 3, 6, 8, 4, 3, o, 24);
     c_conv_run(15, 2, 2, 5, 4, 3, 3, o, 24, false);
     c_conv_case(16, 2, 32, 4, 3, 32, 3, o, 16);
-    troupe_nn_conv2d_opts_t p = {{2, 1}, {1, 2}, {1, 2}, TROUPE_NN_CONV2D_IM2COL_FOLDED};
+    troupe_nn_conv2d_opts_t p = {{2, 1}, {1, 2}, {1, 2}, TROUPE_NN_CONV2D_IM2COL_FOLDED, 0u};
     c_conv_case(17, 2, 2, 6, 5, 2, 3, p, 1 << 20);
 }
 
 /* Whether the model's comp mentions a node with this label. */
-static bool c_has_label(const c_model_t *m, const char *label)
+/* The nodes labelled `label`, gradients (labelled label, "grad") included. */
+static int c_count_label(const c_model_t *m, const char *label)
 {
+    int n = 0;
     for (size_t i = 0; i < m->comp->nnodes; i++)
         for (size_t l = 0; l < m->comp->nodes[i]->label_count; l++)
-            if (strcmp(m->comp->nodes[i]->label[l], label) == 0)
-                return true;
-    return false;
+            n += strcmp(m->comp->nodes[i]->label[l], label) == 0;
+    return n;
+}
+
+static bool c_has_label(const c_model_t *m, const char *label)
+{
+    return c_count_label(m, label) > 0;
 }
 
 /* AUTO (nn/conv.h): Winograd F(4x4) (its channels-last copy conv2d_wino_xc) for conv2's shape
@@ -412,6 +438,94 @@ Test(nn_conv, auto_lowering_follows_the_winograd_budget)
         cr_assert(!c_has_label(&m, cases[i].not ), "case %zu: a node %s", i, cases[i].not );
         c_free(&m);
     }
+}
+
+/* Channels last (TROUPE_NN_CONV2D_X_NHWC, Y_NHWC) on the two lowerings that take it, each side
+ * and both, with a bias and without, with padding and stride: the forward against the direct
+ * definition, both gradients against central differences; AUTO's pick with a channels-last side;
+ * the other lowerings refuse it. */
+Test(nn_conv, channels_last_layouts)
+{
+    static const unsigned layouts[3] = {TROUPE_NN_CONV2D_X_NHWC, TROUPE_NN_CONV2D_Y_NHWC,
+                                        TROUPE_NN_CONV2D_X_NHWC | TROUPE_NN_CONV2D_Y_NHWC};
+    for (int l = 0; l < 3; l++) {
+        troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+        o.layout = layouts[l];
+        o.lowering = TROUPE_NN_CONV2D_WINOGRAD4; /* outputs 4 x 8, then 4 x 4 padded */
+        c_conv_run(40 + (uint64_t)l, 2, 3, 6, 10, 4, 3, o, 24, l != 1);
+        o.padding[0] = o.padding[1] = 1;
+        c_conv_run(50 + (uint64_t)l, 1, 2, 4, 4, 3, 3, o, 24, l == 1);
+        o = (troupe_nn_conv2d_opts_t)TROUPE_NN_CONV2D_OPTS(2, 1, 1);
+        o.layout = layouts[l];
+        o.lowering = TROUPE_NN_CONV2D_IM2COL;
+        c_conv_run(60 + (uint64_t)l, 2, 2, 7, 6, 3, 3, o, 24, l != 0);
+        o = (troupe_nn_conv2d_opts_t)TROUPE_NN_CONV2D_OPTS(1, 0, 2);
+        o.layout = layouts[l];
+        o.lowering = TROUPE_NN_CONV2D_IM2COL;
+        c_conv_run(70 + (uint64_t)l, 1, 3, 7, 6, 2, 2, o, 24, true);
+    }
+    /* AUTO: F(4x4) where it would pick it NCHW; elsewhere im2col, never F(2x2) or the shifted
+     * products */
+    static const struct {
+        int64_t b, ci, h;
+        troupe_nn_conv2d_lowering_t nchw, cl;
+    } picks[] = {
+        {4, 32, 26, TROUPE_NN_CONV2D_WINOGRAD4, TROUPE_NN_CONV2D_WINOGRAD4},
+        {16, 32, 26, TROUPE_NN_CONV2D_SHIFTED, TROUPE_NN_CONV2D_IM2COL},
+        {4, 32, 12, TROUPE_NN_CONV2D_WINOGRAD, TROUPE_NN_CONV2D_IM2COL},
+        {4, 1, 28, TROUPE_NN_CONV2D_IM2COL, TROUPE_NN_CONV2D_IM2COL},
+    };
+    c_model_t m;
+    c_init(&m, TROUPE_PREC_SINGLE, 3);
+    for (size_t i = 0; i < sizeof picks / sizeof picks[0]; i++) {
+        troupe_tnode_t *w = NULL;
+        OK(troupe_nn_param(m.nn, "w", 4, (int64_t[]){32, picks[i].ci, 3, 3}, &w));
+        troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+        troupe_nn_conv2d_lowering_t got = TROUPE_NN_CONV2D_AUTO;
+        OK(troupe_nn_conv2d_plan(m.nn, (int64_t[]){picks[i].b, picks[i].ci, picks[i].h, picks[i].h},
+                                 w, &o, &got));
+        cr_assert_eq(got, picks[i].nchw, "case %zu NCHW: lowering %d", i, (int)got);
+        o.layout = TROUPE_NN_CONV2D_X_NHWC;
+        OK(troupe_nn_conv2d_plan(m.nn, (int64_t[]){picks[i].b, picks[i].h, picks[i].h, picks[i].ci},
+                                 w, &o, &got));
+        cr_assert_eq(got, picks[i].cl, "case %zu X_NHWC: lowering %d", i, (int)got);
+        o.layout = TROUPE_NN_CONV2D_Y_NHWC;
+        OK(troupe_nn_conv2d_plan(m.nn, (int64_t[]){picks[i].b, picks[i].ci, picks[i].h, picks[i].h},
+                                 w, &o, &got));
+        cr_assert_eq(got, picks[i].cl, "case %zu Y_NHWC: lowering %d", i, (int)got);
+    }
+    /* refusals, without touching the nn's status: a channels-last side on the NCHW-only
+     * lowerings, an unknown layout bit, channels that disagree in the channels-last reading */
+    troupe_tnode_t *w = NULL;
+    OK(troupe_nn_param(m.nn, "w", 4, (int64_t[]){8, 8, 3, 3}, &w));
+    const troupe_nn_conv2d_lowering_t nchw_only[3] = {
+        TROUPE_NN_CONV2D_SHIFTED, TROUPE_NN_CONV2D_WINOGRAD, TROUPE_NN_CONV2D_IM2COL_FOLDED};
+    const char *const names[3] = {"the shifted lowering", "the winograd lowering",
+                                  "the im2col_folded lowering"};
+    for (int i = 0; i < 3; i++) {
+        troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+        o.lowering = nchw_only[i];
+        o.layout = i == 1 ? TROUPE_NN_CONV2D_Y_NHWC : TROUPE_NN_CONV2D_X_NHWC;
+        troupe_nn_conv2d_lowering_t got;
+        cr_assert_eq(troupe_nn_conv2d_plan(m.nn, (int64_t[]){2, 8, 8, 8}, w, &o, &got),
+                     TROUPE_INVALID_ARGUMENT);
+        cr_assert(strstr(troupe_last_error(), names[i]) &&
+                      strstr(troupe_last_error(), "takes NCHW tensors only"),
+                  "%s", troupe_last_error());
+    }
+    troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
+    troupe_nn_conv2d_lowering_t got;
+    o.layout = 4;
+    cr_assert_eq(troupe_nn_conv2d_plan(m.nn, (int64_t[]){2, 8, 8, 8}, w, &o, &got),
+                 TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "layout 0x4"), "%s", troupe_last_error());
+    o.layout = TROUPE_NN_CONV2D_X_NHWC;
+    cr_assert_eq(troupe_nn_conv2d_plan(m.nn, (int64_t[]){2, 8, 8, 3}, w, &o, &got),
+                 TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "B, H, W, Cin") && strstr(troupe_last_error(), "Cin 3"),
+              "%s", troupe_last_error());
+    OK(troupe_nn_status(m.nn));
+    c_free(&m);
 }
 
 Test(nn_conv, refuses_shapes_that_do_not_fit)
@@ -606,19 +720,29 @@ Test(nn_conv, drivers_match_the_interpreter)
 {
     /* the later shapes' products are large enough for the GEMM library */
     static const int64_t cins[3] = {3, 16, 16}, couts[3] = {4, 8, 8}, sides[3] = {6, 6, 8};
+    /* F(4x4) reads its input channels last, as the convnet's conv2 does; im2col writes its
+     * output so, as conv1 does (the pool then reads (H, W, C) as if (C, H, W): the same graph
+     * on both sides) */
     static const struct {
         int shape;
         troupe_nn_conv2d_lowering_t low;
-    } runs[] = {{0, TROUPE_NN_CONV2D_AUTO},          {1, TROUPE_NN_CONV2D_AUTO},
-                {2, TROUPE_NN_CONV2D_AUTO},          {1, TROUPE_NN_CONV2D_SHIFTED},
-                {0, TROUPE_NN_CONV2D_IM2COL_FOLDED}, {1, TROUPE_NN_CONV2D_IM2COL_FOLDED}};
+        unsigned layout;
+    } runs[] = {{0, TROUPE_NN_CONV2D_AUTO, 0},
+                {1, TROUPE_NN_CONV2D_AUTO, 0},
+                {2, TROUPE_NN_CONV2D_AUTO, TROUPE_NN_CONV2D_X_NHWC},
+                {1, TROUPE_NN_CONV2D_SHIFTED, 0},
+                {0, TROUPE_NN_CONV2D_IM2COL_FOLDED, 0},
+                {1, TROUPE_NN_CONV2D_IM2COL_FOLDED, 0},
+                {1, TROUPE_NN_CONV2D_IM2COL, TROUPE_NN_CONV2D_Y_NHWC}};
     FOR_EACH_DRIVER(drv)
     {
         for (int cl = 0; cl < (int)(sizeof runs / sizeof runs[0]); cl++) {
             const int ci = runs[cl].shape;
             c_model_t m;
             c_init(&m, TROUPE_PREC_SINGLE, 21);
-            const int64_t xd[4] = {2, cins[ci], sides[ci], sides[ci]},
+            const bool xcl = runs[cl].layout & TROUPE_NN_CONV2D_X_NHWC;
+            const int64_t xd[4] = {2, xcl ? sides[ci] : cins[ci], sides[ci],
+                                   xcl ? cins[ci] : sides[ci]},
                           wd[4] = {couts[ci], cins[ci], 3, 3}, bd[1] = {couts[ci]};
             troupe_tnode_t *c = NULL, *a = NULL;
             OK(troupe_nn_param(m.nn, "x", 4, xd, &m.x));
@@ -626,6 +750,7 @@ Test(nn_conv, drivers_match_the_interpreter)
             OK(troupe_nn_param(m.nn, "b", 1, bd, &m.b));
             troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 1, 1);
             o.lowering = runs[cl].low;
+            o.layout = runs[cl].layout;
             troupe_nn_pool2d_opts_t po = TROUPE_NN_POOL2D_OPTS(2, 0);
             OK(troupe_nn_begin(m.nn, "conv"));
             OK(troupe_nn_conv2d(m.nn, m.x, m.w, m.b, &o, &c));
@@ -633,10 +758,11 @@ Test(nn_conv, drivers_match_the_interpreter)
             OK(troupe_nn_maxpool2d(m.nn, a, &po, &m.y));
             OK(troupe_nn_end(m.nn));
             c_finish(&m);
-            if (cl == 1 || cl == 2) /* AUTO took the Winograd form meant */
-                cr_assert(c_has_label(&m, "conv2d_wino_v") &&
-                              c_has_label(&m, "conv2d_wino_xc") == (cl == 2),
-                          "shape %d: not Winograd F(%dx%d)", ci, 2 * cl, 2 * cl);
+            if (cl == 1 || cl == 2) /* AUTO took the Winograd form meant, F(4x4) without a copy */
+                cr_assert(c_count_label(&m, "conv2d_wino_v") == 2 * (cl == 2 ? 36 : 16) &&
+                              !c_has_label(&m, "conv2d_wino_xc"),
+                          "shape %d: not Winograd F(%dx%d): %d V nodes", ci, 2 * cl, 2 * cl,
+                          c_count_label(&m, "conv2d_wino_v"));
             if (runs[cl].low == TROUPE_NN_CONV2D_SHIFTED)
                 cr_assert(c_has_label(&m, "conv2d_rows"), "shape %d: not shifted", ci);
             c_build(&m);

@@ -94,12 +94,28 @@ troupe_status_t fmnist__cnn_forward(troupe_nn_t *nn, const fmnist_mlp_t *m, trou
     const troupe_nn_pool2d_opts_t pool = TROUPE_NN_POOL2D_OPTS(2, 2);
     troupe_nn_conv2d_opts_t co = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
     co.lowering = m->cfg.conv_lowering;
+    /* Where conv2 takes Winograd F(4x4), whose transforms run channels last, conv1 writes its
+     * output channels last, (B, H, W, C), and conv2 reads it so: no transposing copy of a1 and
+     * of its gradient between them (nn/conv.h, TROUPE_NN_CONV2D_X_NHWC). */
+    troupe_nn_conv2d_opts_t co1 = co, co2 = co;
+    co1.layout = TROUPE_NN_CONV2D_Y_NHWC;
+    co2.layout = TROUPE_NN_CONV2D_X_NHWC;
+    troupe_nn_conv2d_lowering_t l1 = TROUPE_NN_CONV2D_AUTO, l2 = TROUPE_NN_CONV2D_AUTO;
+    const int64_t a1_nhwc[4] = {x->dims[0], x->dims[2] - w[0]->dims[2] + 1,
+                                x->dims[3] - w[0]->dims[3] + 1, w[0]->dims[0]};
+    if (x->ndims != 4 || w[0]->ndims != 4 ||
+        troupe_nn_conv2d_plan(nn, x->dims, w[0], &co1, &l1) != TROUPE_OK ||
+        troupe_nn_conv2d_plan(nn, a1_nhwc, w[2], &co2, &l2) != TROUPE_OK ||
+        l2 != TROUPE_NN_CONV2D_WINOGRAD4) {
+        co1 = co2 = co; /* NCHW; troupe_nn_conv2d reports shapes that do not fit */
+        troupe_clear_error();
+    }
     troupe_nn_begin(nn, "conv1: relu(conv3x3(x) + b), 1 channel in");
-    troupe_nn_conv2d(nn, x, w[0], w[1], &co, &z1);
+    troupe_nn_conv2d(nn, x, w[0], w[1], &co1, &z1);
     TROUPE_RETURN_IF_ERROR(s_layer(nn, "conv1", x, w[0]));
     troupe_nn_relu(nn, z1, &a1);
     troupe_nn_begin(nn, "conv2: relu(conv3x3(a1) + b)");
-    troupe_nn_conv2d(nn, a1, w[2], w[3], &co, &z2);
+    troupe_nn_conv2d(nn, a1, w[2], w[3], &co2, &z2);
     TROUPE_RETURN_IF_ERROR(s_layer(nn, "conv2", a1, w[2]));
     troupe_nn_relu(nn, z2, &a2);
     troupe_nn_begin(nn, "pool1: maxpool 2x2, stride 2");
