@@ -351,7 +351,18 @@ static const s_wino_t s_wino_f4 = {
     {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}},
 };
 
-/* Winograd F(m x m, 3 x 3) with channels last inside (WINOGRAD4, f = F(4x4)): each m x m
+/* F(2x2)'s, for a channels-last side (the channels-first form, s_winograd, spells them out as
+ * pairs). */
+static const s_wino_t s_wino_f2 = {
+    2,
+    4,
+    {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}},
+    {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}},
+    {{1, 1, 1, 0}, {0, 1, -1, -1}},
+};
+
+/* Winograd F(m x m, 3 x 3) with channels last inside (WINOGRAD4, f = F(4x4); WINOGRAD with a
+ * channels-last side, f = F(2x2)): each m x m
  * output tile is A^T [(G g G^T) . (B^T d B)] A over the alpha x alpha input window d at stride
  * m, so alpha^2 products M[r,c] (tiles x Cout) = V[r,c] (tiles x Cin) U[r,c] (Cin x Cout): for
  * F(4x4) 36 multiply-adds per tile of 16 outputs and channel pair, where F(2x2) takes 64 and
@@ -617,7 +628,7 @@ static troupe_status_t s_plan(troupe_prec_t prec, int x_ndims, const int64_t *xd
     const bool wino4_fits = wino_3x3 && od[0] % 4 == 0 && od[1] % 4 == 0;
     /* AUTO (nn/conv.h): Winograd F(4x4), else F(2x2), where it fits and its transformed input
      * matrices stay within S_WINOGRAD_MAX_BYTES, else the shifted products, else im2col; with a
-     * channels-last side only F(4x4) or im2col */
+     * channels-last side not the shifted products */
     const int64_t esize = (int64_t)troupe_prec_size_bytes(prec); /* V's */
     const int64_t cin = w->dims[1];
     const int64_t wino_bytes = 16 * cin * xd[0] * (od[0] / 2) * (od[1] / 2) * esize;
@@ -627,7 +638,7 @@ static troupe_status_t s_plan(troupe_prec_t prec, int x_ndims, const int64_t *xd
     if (*low == TROUPE_NN_CONV2D_AUTO)
         *low = wino4_fits && cin >= S_SHIFTED_MIN_CIN && wino4_bytes <= S_WINOGRAD_MAX_BYTES
                    ? TROUPE_NN_CONV2D_WINOGRAD4
-               : nchw && wino_fits && cin >= S_SHIFTED_MIN_CIN && wino_bytes <= S_WINOGRAD_MAX_BYTES
+               : wino_fits && cin >= S_SHIFTED_MIN_CIN && wino_bytes <= S_WINOGRAD_MAX_BYTES
                    ? TROUPE_NN_CONV2D_WINOGRAD
                : nchw && stride1 && cin >= S_SHIFTED_MIN_CIN ? TROUPE_NN_CONV2D_SHIFTED
                                                              : TROUPE_NN_CONV2D_IM2COL;
@@ -638,10 +649,10 @@ static troupe_status_t s_plan(troupe_prec_t prec, int x_ndims, const int64_t *xd
                              w->id, (int)*low);
     static const char *const names[] = {"auto",     "im2col",        "shifted",
                                         "winograd", "im2col_folded", "winograd4"};
-    if (!nchw && *low != TROUPE_NN_CONV2D_IM2COL && *low != TROUPE_NN_CONV2D_WINOGRAD4)
+    if (!nchw && (*low == TROUPE_NN_CONV2D_SHIFTED || *low == TROUPE_NN_CONV2D_IM2COL_FOLDED))
         return troupe__error(TROUPE_INVALID_ARGUMENT,
                              "conv2d: the %s lowering of weight #%d takes NCHW tensors only, not "
-                             "layout %#x (channels last: im2col or winograd4)",
+                             "layout %#x (channels last: im2col, winograd or winograd4)",
                              names[*low], w->id, o->layout);
     if ((*low == TROUPE_NN_CONV2D_SHIFTED && !stride1) ||
         (*low == TROUPE_NN_CONV2D_WINOGRAD && !wino_fits) ||
@@ -684,7 +695,8 @@ troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
     if (st != TROUPE_OK)
         return s_fail(nn, st);
     if (low == TROUPE_NN_CONV2D_WINOGRAD)
-        return s_winograd(nn, x, w, b, o, od, out);
+        return o->layout ? s_winograd_cl(nn, x, w, b, o, od, &s_wino_f2, out)
+                         : s_winograd(nn, x, w, b, o, od, out);
     if (low == TROUPE_NN_CONV2D_WINOGRAD4)
         return s_winograd_cl(nn, x, w, b, o, od, &s_wino_f4, out);
     if (low == TROUPE_NN_CONV2D_SHIFTED)

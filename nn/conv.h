@@ -51,11 +51,13 @@ typedef enum troupe_nn_conv2d_lowering {
 
 /* Channels-last layouts, bits of troupe_nn_conv2d_opts_t.layout (0: NCHW on both sides).
  * X_NHWC: the input is x (B, H, W, Cin); Y_NHWC: the output is y (B, OH, OW, Cout); w stays
- * (Cout, Cin, KH, KW). Two layers that agree on channels last pass their activation without a
- * transposing copy: the convnet's conv1 writes y channels last where conv2 runs WINOGRAD4, whose
- * transforms run channels last (examples/fmnist/cnn.c). IM2COL and WINOGRAD4 take either layout
- * on either side; SHIFTED, WINOGRAD and IM2COL_FOLDED take NCHW only (else INVALID_ARGUMENT);
- * with a channels-last side AUTO picks WINOGRAD4 where AUTO would, else IM2COL. */
+ * (Cout, Cin, KH, KW). Layers that agree on channels last pass their activations without
+ * transposing copies: the convnet keeps its activations channels last where conv2 runs
+ * WINOGRAD4, whose transforms run channels last (examples/fmnist/cnn.c). IM2COL, WINOGRAD and
+ * WINOGRAD4 take either layout on either side (WINOGRAD with a channels-last side runs the
+ * channels-last form of F(4x4)'s code with F(2x2)'s matrices); SHIFTED and IM2COL_FOLDED take
+ * NCHW only (else INVALID_ARGUMENT); with a channels-last side AUTO picks as with none, but
+ * IM2COL where it would pick SHIFTED. */
 #define TROUPE_NN_CONV2D_X_NHWC 1u
 #define TROUPE_NN_CONV2D_Y_NHWC 2u
 

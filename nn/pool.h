@@ -27,17 +27,23 @@
 extern "C" {
 #endif
 
+/* troupe_nn_pool2d_opts_t.layout: channels last, x (B, H, W, C) and y (B, OH, OW, C), as
+ * nn/conv.h's TROUPE_NN_CONV2D_X_NHWC; 0: NCHW. */
+#define TROUPE_NN_POOL2D_NHWC 1u
+
 /* Window (h, w) >= 1 and stride (h, w): 0 means the window (PyTorch's default). */
 typedef struct troupe_nn_pool2d_opts {
     int64_t kernel[2];
     int64_t stride[2];
+    unsigned layout; /* TROUPE_NN_POOL2D_NHWC or 0 (NCHW) */
 } troupe_nn_pool2d_opts_t;
 
-/* Square window k with stride s (0: k). */
-#define TROUPE_NN_POOL2D_OPTS(k, s) ((troupe_nn_pool2d_opts_t){{(k), (k)}, {(s), (s)}})
+/* Square window k with stride s (0: k), NCHW. */
+#define TROUPE_NN_POOL2D_OPTS(k, s) ((troupe_nn_pool2d_opts_t){{(k), (k)}, {(s), (s)}, 0u})
 
 /* y[b,c,h,w] = max over the window of x. INVALID_ARGUMENT (naming the pool and the shapes)
- * when x is not 4-d, opts is NULL or out of range, or the window is larger than x. */
+ * when x is not 4-d, opts is NULL or out of range (a layout other than 0 and NHWC), or the
+ * window is larger than x. */
 troupe_status_t troupe_nn_maxpool2d(troupe_nn_t *nn, troupe_tnode_t *x,
                                     const troupe_nn_pool2d_opts_t *opts, troupe_tnode_t **out);
 

@@ -440,7 +440,7 @@ Test(nn_conv, auto_lowering_follows_the_winograd_budget)
     }
 }
 
-/* Channels last (TROUPE_NN_CONV2D_X_NHWC, Y_NHWC) on the two lowerings that take it, each side
+/* Channels last (TROUPE_NN_CONV2D_X_NHWC, Y_NHWC) on the three lowerings that take it, each side
  * and both, with a bias and without, with padding and stride: the forward against the direct
  * definition, both gradients against central differences; AUTO's pick with a channels-last side;
  * the other lowerings refuse it. */
@@ -455,6 +455,10 @@ Test(nn_conv, channels_last_layouts)
         c_conv_run(40 + (uint64_t)l, 2, 3, 6, 10, 4, 3, o, 24, l != 1);
         o.padding[0] = o.padding[1] = 1;
         c_conv_run(50 + (uint64_t)l, 1, 2, 4, 4, 3, 3, o, 24, l == 1);
+        o.lowering = TROUPE_NN_CONV2D_WINOGRAD; /* 6 x 4 padded, then 4 x 2 */
+        c_conv_run(80 + (uint64_t)l, 2, 3, 6, 4, 2, 3, o, 24, l != 2);
+        o.padding[0] = o.padding[1] = 0;
+        c_conv_run(90 + (uint64_t)l, 1, 2, 6, 4, 3, 3, o, 24, true);
         o = (troupe_nn_conv2d_opts_t)TROUPE_NN_CONV2D_OPTS(2, 1, 1);
         o.layout = layouts[l];
         o.lowering = TROUPE_NN_CONV2D_IM2COL;
@@ -464,15 +468,14 @@ Test(nn_conv, channels_last_layouts)
         o.lowering = TROUPE_NN_CONV2D_IM2COL;
         c_conv_run(70 + (uint64_t)l, 1, 3, 7, 6, 2, 2, o, 24, true);
     }
-    /* AUTO: F(4x4) where it would pick it NCHW; elsewhere im2col, never F(2x2) or the shifted
-     * products */
+    /* AUTO: as NCHW, but im2col for the shifted products */
     static const struct {
         int64_t b, ci, h;
         troupe_nn_conv2d_lowering_t nchw, cl;
     } picks[] = {
         {4, 32, 26, TROUPE_NN_CONV2D_WINOGRAD4, TROUPE_NN_CONV2D_WINOGRAD4},
         {16, 32, 26, TROUPE_NN_CONV2D_SHIFTED, TROUPE_NN_CONV2D_IM2COL},
-        {4, 32, 12, TROUPE_NN_CONV2D_WINOGRAD, TROUPE_NN_CONV2D_IM2COL},
+        {4, 32, 12, TROUPE_NN_CONV2D_WINOGRAD, TROUPE_NN_CONV2D_WINOGRAD},
         {4, 1, 28, TROUPE_NN_CONV2D_IM2COL, TROUPE_NN_CONV2D_IM2COL},
     };
     c_model_t m;
@@ -498,11 +501,10 @@ Test(nn_conv, channels_last_layouts)
      * lowerings, an unknown layout bit, channels that disagree in the channels-last reading */
     troupe_tnode_t *w = NULL;
     OK(troupe_nn_param(m.nn, "w", 4, (int64_t[]){8, 8, 3, 3}, &w));
-    const troupe_nn_conv2d_lowering_t nchw_only[3] = {
-        TROUPE_NN_CONV2D_SHIFTED, TROUPE_NN_CONV2D_WINOGRAD, TROUPE_NN_CONV2D_IM2COL_FOLDED};
-    const char *const names[3] = {"the shifted lowering", "the winograd lowering",
-                                  "the im2col_folded lowering"};
-    for (int i = 0; i < 3; i++) {
+    const troupe_nn_conv2d_lowering_t nchw_only[2] = {TROUPE_NN_CONV2D_SHIFTED,
+                                                      TROUPE_NN_CONV2D_IM2COL_FOLDED};
+    const char *const names[2] = {"the shifted lowering", "the im2col_folded lowering"};
+    for (int i = 0; i < 2; i++) {
         troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
         o.lowering = nchw_only[i];
         o.layout = i == 1 ? TROUPE_NN_CONV2D_Y_NHWC : TROUPE_NN_CONV2D_X_NHWC;
@@ -621,32 +623,61 @@ static void c_pool_model(c_model_t *m, bool max, uint64_t seed, const int64_t xd
     c_build(m);
 }
 
-static void c_pool_case(bool max, uint64_t seed, int64_t k, int64_t s)
+/* A pool over x (2, 3, 5, 6), or (2, 5, 6, 3) channels last (cl), against direct loops. */
+static void c_pool_case_layout(bool max, uint64_t seed, int64_t k, int64_t s, bool cl)
 {
-    const int64_t xd[4] = {2, 3, 5, 6};
+    const int64_t xd[4] = {2, 3, 5, 6}, xdl[4] = {2, 5, 6, 3};
     c_model_t m;
-    c_pool_model(&m, max, seed, xd, TROUPE_NN_POOL2D_OPTS(k, s));
+    troupe_nn_pool2d_opts_t o = TROUPE_NN_POOL2D_OPTS(k, s);
+    o.layout = cl ? TROUPE_NN_POOL2D_NHWC : 0;
+    c_pool_model(&m, max, seed, cl ? xdl : xd, o);
     int64_t st = s ? s : k, OH = (5 - k) / st + 1, OW = (6 - k) / st + 1;
-    cr_assert_eq(m.y->dims[2], OH);
-    cr_assert_eq(m.y->dims[3], OW);
+    cr_assert_eq(m.y->dims[cl ? 1 : 2], OH);
+    cr_assert_eq(m.y->dims[cl ? 2 : 3], OW);
+    cr_assert_eq(m.y->dims[cl ? 3 : 1], 3);
     c_run(&m);
     const double *x = c_data(&m, m.x), *y = c_data(&m, m.y);
-    for (int64_t n = 0; n < 6; n++)
+    for (int64_t n = 0; n < 6; n++) /* (sample, channel) */
         for (int64_t h = 0; h < OH; h++)
             for (int64_t w = 0; w < OW; w++) {
                 double acc = max ? -INFINITY : 0.0;
                 for (int64_t i = 0; i < k; i++)
                     for (int64_t j = 0; j < k; j++) {
-                        double v = x[(n * 5 + h * st + i) * 6 + w * st + j];
+                        int64_t hh = h * st + i, ww = w * st + j;
+                        double v = x[cl ? ((n / 3 * 5 + hh) * 6 + ww) * 3 + n % 3
+                                        : (n * 5 + hh) * 6 + ww];
                         acc = max ? fmax(acc, v) : acc + v;
                     }
                 if (!max)
                     acc /= (double)(k * k);
-                double got = y[(n * OH + h) * OW + w];
+                double got =
+                    y[cl ? ((n / 3 * OH + h) * OW + w) * 3 + n % 3 : (n * OH + h) * OW + w];
                 cr_assert(fabs(got - acc) <= 1e-15, "y[%lld,%lld,%lld] %.17g, direct %.17g",
                           (long long)n, (long long)h, (long long)w, got, acc);
             }
     c_check_grads(&m, 1 << 20);
+    c_free(&m);
+}
+
+static void c_pool_case(bool max, uint64_t seed, int64_t k, int64_t s)
+{
+    c_pool_case_layout(max, seed, k, s, false);
+}
+
+/* TROUPE_NN_POOL2D_NHWC: the same windows over (B, H, W, C); an unknown layout is refused. */
+Test(nn_conv, pools_channels_last)
+{
+    c_pool_case_layout(true, 16, 2, 0, true);
+    c_pool_case_layout(true, 17, 3, 2, true);
+    c_pool_case_layout(false, 18, 3, 1, true);
+    c_model_t m;
+    c_init(&m, TROUPE_PREC_DOUBLE, 19);
+    troupe_tnode_t *x = NULL, *y = NULL;
+    OK(troupe_nn_node(m.nn, "x", 4, (int64_t[]){2, 4, 4, 3}, &x));
+    troupe_nn_pool2d_opts_t o = TROUPE_NN_POOL2D_OPTS(2, 2);
+    o.layout = 2;
+    cr_assert_eq(troupe_nn_maxpool2d(m.nn, x, &o, &y), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "maxpool2d: layout 0x2"), "%s", troupe_last_error());
     c_free(&m);
 }
 

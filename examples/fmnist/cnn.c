@@ -5,11 +5,14 @@
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/pool.h"
+#include "troupe/ir/memory_mode.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define S_PROV 3301 /* provenance of the memory mode set here */
 
 static const char *const k_names[FMNIST_CNN_NPARAMS] = {"conv1_w", "conv1_b", "conv2_w", "conv2_b",
                                                         "conv3_w", "conv3_b", "fc1_w",   "fc1_b",
@@ -91,25 +94,30 @@ troupe_status_t fmnist__cnn_forward(troupe_nn_t *nn, const fmnist_mlp_t *m, trou
 {
     troupe_tnode_t *const *w = m->params;
     troupe_tnode_t *z1, *a1, *z2, *a2, *p1, *z3, *a3, *p2, *h, *ah;
-    const troupe_nn_pool2d_opts_t pool = TROUPE_NN_POOL2D_OPTS(2, 2);
     troupe_nn_conv2d_opts_t co = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
     co.lowering = m->cfg.conv_lowering;
-    /* Where conv2 takes Winograd F(4x4), whose transforms run channels last, conv1 writes its
-     * output channels last, (B, H, W, C), and conv2 reads it so: no transposing copy of a1 and
-     * of its gradient between them (nn/conv.h, TROUPE_NN_CONV2D_X_NHWC). */
+    troupe_nn_pool2d_opts_t pool = TROUPE_NN_POOL2D_OPTS(2, 2);
+    /* Where conv2 takes Winograd F(4x4), whose transforms run channels last, the activations
+     * stay channels last, (B, H, W, C), from conv1's output to pool2's: no transposing copies
+     * around the Winograd layers and their gradients (nn/conv.h, TROUPE_NN_CONV2D_X_NHWC);
+     * pool2's output, 25 cells a channel, is copied back to (B, C, H, W) for fc1. */
     troupe_nn_conv2d_opts_t co1 = co, co2 = co;
     co1.layout = TROUPE_NN_CONV2D_Y_NHWC;
-    co2.layout = TROUPE_NN_CONV2D_X_NHWC;
+    co2.layout = TROUPE_NN_CONV2D_X_NHWC | TROUPE_NN_CONV2D_Y_NHWC;
     troupe_nn_conv2d_lowering_t l1 = TROUPE_NN_CONV2D_AUTO, l2 = TROUPE_NN_CONV2D_AUTO;
-    const int64_t a1_nhwc[4] = {x->dims[0], x->dims[2] - w[0]->dims[2] + 1,
-                                x->dims[3] - w[0]->dims[3] + 1, w[0]->dims[0]};
-    if (x->ndims != 4 || w[0]->ndims != 4 ||
-        troupe_nn_conv2d_plan(nn, x->dims, w[0], &co1, &l1) != TROUPE_OK ||
-        troupe_nn_conv2d_plan(nn, a1_nhwc, w[2], &co2, &l2) != TROUPE_OK ||
-        l2 != TROUPE_NN_CONV2D_WINOGRAD4) {
+    bool cl = x->ndims == 4 && w[0]->ndims == 4;
+    if (cl) {
+        const int64_t a1_nhwc[4] = {x->dims[0], x->dims[2] - w[0]->dims[2] + 1,
+                                    x->dims[3] - w[0]->dims[3] + 1, w[0]->dims[0]};
+        cl = troupe_nn_conv2d_plan(nn, x->dims, w[0], &co1, &l1) == TROUPE_OK &&
+             troupe_nn_conv2d_plan(nn, a1_nhwc, w[2], &co2, &l2) == TROUPE_OK &&
+             l2 == TROUPE_NN_CONV2D_WINOGRAD4;
+    }
+    if (!cl) {
         co1 = co2 = co; /* NCHW; troupe_nn_conv2d reports shapes that do not fit */
         troupe_clear_error();
     }
+    pool.layout = cl ? TROUPE_NN_POOL2D_NHWC : 0;
     troupe_nn_begin(nn, "conv1: relu(conv3x3(x) + b), 1 channel in");
     troupe_nn_conv2d(nn, x, w[0], w[1], &co1, &z1);
     TROUPE_RETURN_IF_ERROR(s_layer(nn, "conv1", x, w[0]));
@@ -122,12 +130,26 @@ troupe_status_t fmnist__cnn_forward(troupe_nn_t *nn, const fmnist_mlp_t *m, trou
     troupe_nn_maxpool2d(nn, a2, &pool, &p1);
     TROUPE_RETURN_IF_ERROR(s_layer(nn, "pool1", a2, NULL));
     troupe_nn_begin(nn, "conv3: relu(conv3x3(p1) + b)");
-    troupe_nn_conv2d(nn, p1, w[4], w[5], &co, &z3);
+    troupe_nn_conv2d(nn, p1, w[4], w[5], &co2, &z3);
     TROUPE_RETURN_IF_ERROR(s_layer(nn, "conv3", p1, w[4]));
     troupe_nn_relu(nn, z3, &a3);
     troupe_nn_begin(nn, "pool2: maxpool 2x2, stride 2");
     troupe_nn_maxpool2d(nn, a3, &pool, &p2);
     TROUPE_RETURN_IF_ERROR(s_layer(nn, "pool2", a3, NULL));
+    if (cl) {
+        troupe_tnode_t *pc = NULL;
+        troupe_nn_begin(nn, "pool2 channels first: (B, H, W, C) -> (B, C, H, W)");
+        troupe_nn_node(nn, "pool2_nchw", 4,
+                       (int64_t[]){p2->dims[0], p2->dims[3], p2->dims[1], p2->dims[2]}, &pc);
+        TROUPE_RETURN_IF_ERROR(troupe_nn_status(nn));
+        const troupe_memory_mode_t mat = {TROUPE_MM_MATERIALIZED, 0, 0};
+        troupe_status_t st = troupe_tnode_update_memory_mode(pc, mat, S_PROV);
+        if (st != TROUPE_OK)
+            return troupe_nn_add(nn, st, NULL);
+        troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, pc, TROUPE_UNOP_IDENTITY, p2, "bhwc=>bchw");
+        TROUPE_RETURN_IF_ERROR(s_layer(nn, "pool2", a3, NULL));
+        p2 = pc;
+    }
     /* fc1 reads p2 (rows, c, h, w) as rows of c*h*w values: no flatten copy */
     troupe_nn_begin(nn, "fc1: relu(p2 fc1_w + b), p2 read as (rows, c*h*w)");
     if (p2->dims[1] != w[6]->dims[0] || p2->dims[2] != w[6]->dims[1] ||
