@@ -96,6 +96,35 @@ static bool s_has_label(const troupe_asgn_comp_t *comp, const char *label)
     return false;
 }
 
+/* A convnet's gradient routine compiled and linked on driver drv, its gradients hosted so that
+ * the test can read them. */
+typedef struct s_grad_env {
+    rtu_env_t rt;
+    troupe_code_t *code;
+    troupe_routine_t *grad;
+} s_grad_env_t;
+
+static void s_grad_open(s_grad_env_t *e, fmnist_mlp_t *m, const char *drv)
+{
+    for (int i = 0; i < m->nparams; i++)
+        rtu_set_hosted(m->grads[i], 999);
+    rtu_env_open(&e->rt, drv, 1);
+    for (int i = 0; i < m->nparams; i++)
+        rtu_init(&e->rt.ctx[0], m->params[i]);
+    e->code = NULL;
+    e->grad = NULL;
+    OK(troupe_compile(e->rt.b, m->grad_comp, "fmnist_test_cnn_grad", &e->code));
+    OK(troupe_link(e->rt.ctx[0], e->code, &e->grad));
+    OK(troupe_routine_set_index(e->grad, FMNIST_BATCH_SYMBOL, 1));
+}
+
+static void s_grad_close(s_grad_env_t *e)
+{
+    troupe_routine_release(&e->grad);
+    troupe_code_release(&e->code);
+    rtu_env_close(&e->rt);
+}
+
 /* Every parameter's gradient against central differences, through each of `drivers`, on the
  * tiny convnet with c1 channels after conv1 (its parameter count `total`). */
 static void s_check_backward(const char *const *drivers, int64_t c1, size_t want_total)
@@ -108,17 +137,9 @@ static void s_check_backward(const char *const *drivers, int64_t c1, size_t want
         cr_assert_eq(s_has_label(m->grad_comp, "conv2d_wino_v"), c1 >= 8, "%s: conv2's lowering",
                      *drv);
         cr_assert(!s_has_label(m->grad_comp, "conv2d_wino_xc"), "%s: a copy of a1", *drv);
-        for (int i = 0; i < m->nparams; i++)
-            rtu_set_hosted(m->grads[i], 999); /* so the test can read them */
-        rtu_env_t rt;
-        rtu_env_open(&rt, *drv, 1);
-        for (int i = 0; i < m->nparams; i++)
-            rtu_init(&rt.ctx[0], m->params[i]);
-        troupe_code_t *code = NULL;
-        troupe_routine_t *grad = NULL;
-        OK(troupe_compile(rt.b, m->grad_comp, "fmnist_test_cnn_grad", &code));
-        OK(troupe_link(rt.ctx[0], code, &grad));
-        OK(troupe_routine_set_index(grad, FMNIST_BATCH_SYMBOL, 1));
+        s_grad_env_t e;
+        s_grad_open(&e, m, *drv);
+        troupe_routine_t *grad = e.grad;
         double l0 = s_loss(grad, m);
         cr_assert(isfinite(l0) && l0 > 0, "%s: loss %g", *drv, l0);
         const double eps = 1e-6;
@@ -156,9 +177,7 @@ static void s_check_backward(const char *const *drivers, int64_t c1, size_t want
         }
         cr_assert_eq(total, want_total);
         cr_assert_eq(checked, total);
-        troupe_routine_release(&grad);
-        troupe_code_release(&code);
-        rtu_env_close(&rt);
+        s_grad_close(&e);
         fmnist_mlp_destroy(&m);
     }
 }
@@ -186,18 +205,9 @@ Test(cnn, backward_matches_finite_differences_channels_last)
 static double s_loss_grads(troupe_nn_conv2d_lowering_t low, double *g, size_t n)
 {
     fmnist_mlp_t *m = s_tiny_low(2, 2, 11, 8, low);
-    for (int i = 0; i < m->nparams; i++)
-        rtu_set_hosted(m->grads[i], 999);
-    rtu_env_t rt;
-    rtu_env_open(&rt, "cpu", 1);
-    for (int i = 0; i < m->nparams; i++)
-        rtu_init(&rt.ctx[0], m->params[i]);
-    troupe_code_t *code = NULL;
-    troupe_routine_t *grad = NULL;
-    OK(troupe_compile(rt.b, m->grad_comp, "fmnist_test_cnn_grad", &code));
-    OK(troupe_link(rt.ctx[0], code, &grad));
-    OK(troupe_routine_set_index(grad, FMNIST_BATCH_SYMBOL, 1));
-    double l = s_loss(grad, m);
+    s_grad_env_t e;
+    s_grad_open(&e, m, "cpu");
+    double l = s_loss(e.grad, m);
     size_t at = 0;
     for (int p = 0; p < m->nparams; p++) {
         size_t k = (size_t)troupe_tnode_num_elems(m->grads[p]);
@@ -206,9 +216,7 @@ static double s_loss_grads(troupe_nn_conv2d_lowering_t low, double *g, size_t n)
         at += k;
     }
     cr_assert_eq(at, n);
-    troupe_routine_release(&grad);
-    troupe_code_release(&code);
-    rtu_env_close(&rt);
+    s_grad_close(&e);
     fmnist_mlp_destroy(&m);
     return l;
 }
