@@ -366,20 +366,23 @@ static const s_wino_t s_wino_f2 = {
  * output tile is A^T [(G g G^T) . (B^T d B)] A over the alpha x alpha input window d at stride
  * m, so alpha^2 products M[r,c] (tiles x Cout) = V[r,c] (tiles x Cin) U[r,c] (Cin x Cout): for
  * F(4x4) 36 multiply-adds per tile of 16 outputs and channel pair, where F(2x2) takes 64 and
- * the direct form 144. The input is first copied channels last, xc (B, H, W, Cin), so that
- * every transform pass runs along the channels, unit stride on both sides: rows[r]
+ * the direct form 144. An NCHW input is first copied channels last, xc (B, H, W, Cin) (a
+ * channels-last one is read as it is), so that every transform pass runs along the channels,
+ * unit stride on both sides: rows[r]
  * (B, TH, W, Cin) = B^T's row r over
  * xc's rows at stride m, V[r][c] (B, TH, TW, Cin) = B^T's row c over rows[r]'s columns; U from
  * the weight copy (3, 3, Cin, Cout) the same way with G; the output over flat (tiles, Cout)
  * nodes, A^T's row i over the M (cols), then A^T's row j over the cols (yq), added into y's
- * cells (m h + i, m w + j) after the bias. Every row of these matrices is a weighted sum
- * (s_lincomb), and the differentiation derives each gradient as the same sums read backwards.
- * The weights 1/6, 1/12 and 1/24 are not exact in binary: the results equal the direct sum
- * within float rounding, wider than F(2x2)'s. Channels last costs transposing passes at a
- * scalar pace: the copy xc and its gradient, and the yq added into y's NCHW cells and their
- * gradients read from dy's; the channels-first form of F(2x2) (s_winograd) avoids them, but its
- * column passes are short strided loops, and F(4x4)'s would be shorter still (6 tiles a row on the
- * convnet's conv2). A 3x3 kernel, stride 1, dilation 1 and an output whose sides m divides. */
+ * cells (m h + i, m w + j) after the bias, NCHW or channels last. Every row of these matrices is a
+ * weighted sum (s_lincomb), and the differentiation derives each gradient as the same sums read
+ * backwards. The weights 1/6, 1/12 and 1/24 are not exact in binary: the results equal the direct
+ * sum within float rounding, wider than F(2x2)'s. On an NCHW side, channels last inside costs
+ * transposing passes at a scalar pace: the copy xc and its gradient, and the yq added into y's
+ * NCHW cells and their gradients read from dy's (the convnet keeps its activations channels
+ * last around these layers instead: examples/fmnist/cnn.c); the channels-first form of F(2x2)
+ * (s_winograd) avoids them, but its column passes are short strided loops, and F(4x4)'s would be
+ * shorter still (6 tiles a row on the convnet's conv2). A 3x3 kernel, stride 1, dilation 1 and an
+ * output whose sides m divides. */
 static troupe_status_t s_winograd_cl(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
                                      troupe_tnode_t *b, const troupe_nn_conv2d_opts_t *o,
                                      const int64_t od[2], const s_wino_t *f, troupe_tnode_t **out)
@@ -534,6 +537,8 @@ static troupe_status_t s_im2col(troupe_nn_t *nn, troupe_tnode_t *xp, troupe_tnod
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_add(nn, troupe_asgn_fetch_constant(troupe_nn_comp(nn), win, 0.0, &t), &t));
     TROUPE_RETURN_IF_ERROR(troupe_nn_stop_gradient(nn, win));
+    if (folded && (xcl || ycl)) /* s_plan refuses it */
+        return s_fail(nn, troupe__error(TROUPE_INTERNAL, "conv2d: a folded im2col channels last"));
     if (xcl)
         snprintf(spec, sizeof spec, "b%s%si,kl=>b(%lldi+%lldk+l)hw", hi, wi, (long long)(kh * kw),
                  (long long)kw);
@@ -581,11 +586,19 @@ static troupe_status_t s_im2col(troupe_nn_t *nn, troupe_tnode_t *xp, troupe_tnod
 /* The output sides od and the lowering (AUTO resolved, nn/conv.h) for an input of xd (4 dims in
  * o's layout), w and b; INVALID_ARGUMENT naming the shapes, as an error the caller keeps or
  * drops (troupe_nn_conv2d_plan leaves the nn's status alone). */
-static troupe_status_t s_plan(troupe_prec_t prec, int x_ndims, const int64_t *xd,
+static troupe_status_t s_plan(troupe_prec_t prec, int x_id, int x_ndims, const int64_t *xd,
                               const troupe_tnode_t *w, const troupe_tnode_t *b,
                               const troupe_nn_conv2d_opts_t *o, int64_t od[2],
                               troupe_nn_conv2d_lowering_t *low)
 {
+    /* "input #id (d0, d1, ...)", or "input (...)" for x_id < 0 (troupe_nn_conv2d_plan) */
+    char xs[160];
+    size_t n = x_id >= 0 ? (size_t)snprintf(xs, sizeof xs, "input #%d (", x_id)
+                         : (size_t)snprintf(xs, sizeof xs, "input (");
+    for (int a = 0; a < x_ndims && a < 8 && n < sizeof xs; a++)
+        n += (size_t)snprintf(xs + n, sizeof xs - n, "%s%lld", a ? ", " : "", (long long)xd[a]);
+    if (n < sizeof xs)
+        snprintf(xs + n, sizeof xs - n, ")");
     for (int a = 0; a < 2; a++)
         if (o->stride[a] < 1 || o->dilation[a] < 1 || o->padding[a] < 0)
             return troupe__error(TROUPE_INVALID_ARGUMENT,
@@ -602,10 +615,10 @@ static troupe_status_t s_plan(troupe_prec_t prec, int x_ndims, const int64_t *xd
     if (x_ndims != 4 || w->ndims != 4 || xd[ac] != w->dims[1] ||
         (b && (b->ndims != 1 || b->dims[0] != w->dims[0])))
         return troupe__error(TROUPE_INVALID_ARGUMENT,
-                             "conv2d: input (%d axes: %s expected, Cin %lld), weight #%d (%d "
+                             "conv2d: %s (%d axes: %s expected, Cin %lld), weight #%d (%d "
                              "axes: Cout, Cin, KH, KW expected, Cin %lld)%s do not fit",
-                             x_ndims, xcl ? "B, H, W, Cin" : "B, Cin, H, W",
-                             (long long)(x_ndims == 4 ? xd[ac] : 0), w->id, w->ndims,
+                             xs, x_ndims, xcl ? "B, H, W, Cin" : "B, Cin, H, W",
+                             (long long)(x_ndims > ac ? xd[ac] : 0), w->id, w->ndims,
                              (long long)(w->ndims > 1 ? w->dims[1] : 0),
                              b ? " and bias (Cout)" : "");
     for (int a = 0; a < 2; a++) {
@@ -614,11 +627,11 @@ static troupe_status_t s_plan(troupe_prec_t prec, int x_ndims, const int64_t *xd
         if (span > in)
             return troupe__error(TROUPE_INVALID_ARGUMENT,
                                  "conv2d: the kernel of weight #%d spans %lld cells on axis %s "
-                                 "(%lld x %lld, dilation %lld) but the padded input has %lld "
+                                 "(%lld x %lld, dilation %lld) but the padded %s has %lld "
                                  "(%lld x %lld, padding %lld)",
                                  w->id, (long long)span, a ? "w" : "h", (long long)w->dims[2],
-                                 (long long)w->dims[3], (long long)o->dilation[a], (long long)in,
-                                 (long long)xd[ah], (long long)xd[ah + 1],
+                                 (long long)w->dims[3], (long long)o->dilation[a], xs,
+                                 (long long)in, (long long)xd[ah], (long long)xd[ah + 1],
                                  (long long)o->padding[a]);
         od[a] = (in - span) / o->stride[a] + 1;
     }
@@ -677,7 +690,7 @@ troupe_status_t troupe_nn_conv2d_plan(troupe_nn_t *nn, const int64_t x_dims[4],
         return troupe__error(TROUPE_INVALID_ARGUMENT, "conv2d_plan: NULL argument");
     const troupe_nn_conv2d_opts_t def = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
     int64_t od[2];
-    return s_plan(troupe_nn_prec(nn), 4, x_dims, w, NULL, opts ? opts : &def, od, out);
+    return s_plan(troupe_nn_prec(nn), -1, 4, x_dims, w, NULL, opts ? opts : &def, od, out);
 }
 
 troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnode_t *w,
@@ -691,7 +704,7 @@ troupe_status_t troupe_nn_conv2d(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
     const troupe_nn_conv2d_opts_t *o = opts ? opts : &def;
     int64_t od[2];
     troupe_nn_conv2d_lowering_t low;
-    troupe_status_t st = s_plan(troupe_nn_prec(nn), x->ndims, x->dims, w, b, o, od, &low);
+    troupe_status_t st = s_plan(troupe_nn_prec(nn), x->id, x->ndims, x->dims, w, b, o, od, &low);
     if (st != TROUPE_OK)
         return s_fail(nn, st);
     if (low == TROUPE_NN_CONV2D_WINOGRAD)

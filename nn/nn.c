@@ -278,7 +278,10 @@ troupe_status_t troupe_nn_const(troupe_nn_t *nn, double c, troupe_tnode_t **out)
             return TROUPE_OK;
         }
     if (nn->nconsts == (int)(sizeof nn->consts / sizeof nn->consts[0]))
-        return s_fail(nn, troupe__error(TROUPE_RESOURCE_EXHAUSTED, "nn: too many constants"));
+        return s_fail(nn,
+                      troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                                    "nn: too many constants (%d distinct values; asked for %.9g)",
+                                    nn->nconsts, c));
     char name[40];
     snprintf(name, sizeof name, "const %.9g", c);
     troupe_tnode_t *tn = NULL;

@@ -97,7 +97,9 @@ troupe_status_t troupe_nn_ter(troupe_nn_t *nn, bool init, troupe_binop_t accum,
                               troupe_tnode_t *b, troupe_tnode_t *c, const char *spec);
 /* Appends an assignment built in the nn's comp by the caller. */
 troupe_status_t troupe_nn_add(troupe_nn_t *nn, troupe_status_t built, troupe_asgn_t *const *t);
-/* A scalar constant node holding c (fetched where it is first asked for). */
+/* A scalar constant node holding c (fetched where it is first asked for), one node per distinct
+ * value: at most 32 distinct values per nn, past which RESOURCE_EXHAUSTED ("too many
+ * constants"; the Winograd lowerings of nn/conv.h take up to 9). */
 troupe_status_t troupe_nn_const(troupe_nn_t *nn, double c, troupe_tnode_t **out);
 
 /* No gradient flows through tn (a stop-gradient, e.g. a softmax's max shift). */

@@ -2,7 +2,8 @@
  * dilation or ceil_mode): forward assignments over affine indices, gradients derived by
  * nn/grad.h.
  *
- * x (B, C, H, W) -> y (B, C, OH, OW), OH = (H - KH) / stride_h + 1 (floor), the same for OW.
+ * x (B, C, H, W) -> y (B, C, OH, OW), OH = (H - KH) / stride_h + 1 (floor), the same for OW;
+ * channels last, (B, H, W, C) -> (B, OH, OW, C), with TROUPE_NN_POOL2D_NHWC.
  * A window's offsets need a plain occurrence in the einsum (ir/projection.h), so each pool
  * reads a constant (KH, KW) node beside x: zeros for max ("bc(sh+k)(sw+l),kl=>bchw" with
  * arg1 under a max accumulation), 1/(KH KW) for the average (a product under an add).

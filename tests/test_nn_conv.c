@@ -752,8 +752,8 @@ Test(nn_conv, drivers_match_the_interpreter)
     /* the later shapes' products are large enough for the GEMM library */
     static const int64_t cins[3] = {3, 16, 16}, couts[3] = {4, 8, 8}, sides[3] = {6, 6, 8};
     /* F(4x4) reads its input channels last, as the convnet's conv2 does; im2col writes its
-     * output so, as conv1 does (the pool then reads (H, W, C) as if (C, H, W): the same graph
-     * on both sides) */
+     * output so, as conv1 does; F(2x2) reads and writes them so, as conv3 does (the pool then
+     * reads (H, W, C) as if (C, H, W): the same graph on both sides) */
     static const struct {
         int shape;
         troupe_nn_conv2d_lowering_t low;
@@ -764,7 +764,8 @@ Test(nn_conv, drivers_match_the_interpreter)
                 {1, TROUPE_NN_CONV2D_SHIFTED, 0},
                 {0, TROUPE_NN_CONV2D_IM2COL_FOLDED, 0},
                 {1, TROUPE_NN_CONV2D_IM2COL_FOLDED, 0},
-                {1, TROUPE_NN_CONV2D_IM2COL, TROUPE_NN_CONV2D_Y_NHWC}};
+                {1, TROUPE_NN_CONV2D_IM2COL, TROUPE_NN_CONV2D_Y_NHWC},
+                {2, TROUPE_NN_CONV2D_WINOGRAD, TROUPE_NN_CONV2D_X_NHWC | TROUPE_NN_CONV2D_Y_NHWC}};
     FOR_EACH_DRIVER(drv)
     {
         for (int cl = 0; cl < (int)(sizeof runs / sizeof runs[0]); cl++) {

@@ -105,18 +105,19 @@ troupe_status_t fmnist__cnn_forward(troupe_nn_t *nn, const fmnist_mlp_t *m, trou
     co1.layout = TROUPE_NN_CONV2D_Y_NHWC;
     co2.layout = TROUPE_NN_CONV2D_X_NHWC | TROUPE_NN_CONV2D_Y_NHWC;
     troupe_nn_conv2d_lowering_t l1 = TROUPE_NN_CONV2D_AUTO, l2 = TROUPE_NN_CONV2D_AUTO;
-    bool cl = x->ndims == 4 && w[0]->ndims == 4;
+    bool cl = troupe_nn_status(nn) == TROUPE_OK && x->ndims == 4 && w[0]->ndims == 4;
     if (cl) {
         const int64_t a1_nhwc[4] = {x->dims[0], x->dims[2] - w[0]->dims[2] + 1,
                                     x->dims[3] - w[0]->dims[3] + 1, w[0]->dims[0]};
-        cl = troupe_nn_conv2d_plan(nn, x->dims, w[0], &co1, &l1) == TROUPE_OK &&
-             troupe_nn_conv2d_plan(nn, a1_nhwc, w[2], &co2, &l2) == TROUPE_OK &&
-             l2 == TROUPE_NN_CONV2D_WINOGRAD4;
+        if (troupe_nn_conv2d_plan(nn, x->dims, w[0], &co1, &l1) != TROUPE_OK ||
+            troupe_nn_conv2d_plan(nn, a1_nhwc, w[2], &co2, &l2) != TROUPE_OK) {
+            cl = false; /* troupe_nn_conv2d reports the shapes that do not fit, NCHW */
+            troupe_clear_error();
+        }
+        cl = cl && l2 == TROUPE_NN_CONV2D_WINOGRAD4;
     }
-    if (!cl) {
-        co1 = co2 = co; /* NCHW; troupe_nn_conv2d reports shapes that do not fit */
-        troupe_clear_error();
-    }
+    if (!cl)
+        co1 = co2 = co;
     pool.layout = cl ? TROUPE_NN_POOL2D_NHWC : 0;
     troupe_nn_begin(nn, "conv1: relu(conv3x3(x) + b), 1 channel in");
     troupe_nn_conv2d(nn, x, w[0], w[1], &co1, &z1);
@@ -138,16 +139,16 @@ troupe_status_t fmnist__cnn_forward(troupe_nn_t *nn, const fmnist_mlp_t *m, trou
     TROUPE_RETURN_IF_ERROR(s_layer(nn, "pool2", a3, NULL));
     if (cl) {
         troupe_tnode_t *pc = NULL;
-        troupe_nn_begin(nn, "pool2 channels first: (B, H, W, C) -> (B, C, H, W)");
+        troupe_nn_begin(nn, "pool2_nchw: (B, H, W, C) -> (B, C, H, W)");
         troupe_nn_node(nn, "pool2_nchw", 4,
                        (int64_t[]){p2->dims[0], p2->dims[3], p2->dims[1], p2->dims[2]}, &pc);
-        TROUPE_RETURN_IF_ERROR(troupe_nn_status(nn));
+        TROUPE_RETURN_IF_ERROR(s_layer(nn, "pool2_nchw", p2, NULL));
         const troupe_memory_mode_t mat = {TROUPE_MM_MATERIALIZED, 0, 0};
         troupe_status_t st = troupe_tnode_update_memory_mode(pc, mat, S_PROV);
         if (st != TROUPE_OK)
-            return troupe_nn_add(nn, st, NULL);
+            troupe_nn_add(nn, st, NULL);
         troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, pc, TROUPE_UNOP_IDENTITY, p2, "bhwc=>bchw");
-        TROUPE_RETURN_IF_ERROR(s_layer(nn, "pool2", a3, NULL));
+        TROUPE_RETURN_IF_ERROR(s_layer(nn, "pool2_nchw", p2, NULL));
         p2 = pc;
     }
     /* fc1 reads p2 (rows, c, h, w) as rows of c*h*w values: no flatten copy */
