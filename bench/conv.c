@@ -11,7 +11,10 @@
  * the libraries' columns, and a fourth argument `fwd` times troupe's forward alone (its GFLOP/s
  * column then counts 3 passes). Generated code lands in $TROUPE_CACHE_DIR or ./bench-conv-cache,
  * where `grep -c troupe_sgemm` tells which nests became library calls. BENCH_CONV_BATCH=N sets the
- * batch (default 128), e.g. 4 for a micro-step's convolutions.
+ * batch (default 128), e.g. 4 for a micro-step's convolutions. BENCH_CONV_LAYOUT=nhwc gives
+ * troupe's layer its input and output channels last (TROUPE_NN_CONV2D_X_NHWC | Y_NHWC, the
+ * convnet's micro-step form; the shifted products do not take it and fail); the libraries'
+ * columns stay the NCHW im2col arithmetic.
  */
 #include "actors/troupe.h"
 #include "base/clock.h"
@@ -35,6 +38,7 @@ static const s_conv_t s_convs[] = {
 };
 
 static int s_batch = 128; /* samples; BENCH_CONV_BATCH overrides */
+static bool s_nhwc;       /* BENCH_CONV_LAYOUT=nhwc: x and y channels last (nn/conv.h) */
 
 static double s_rand(uint64_t *s)
 {
@@ -68,8 +72,8 @@ static double s_troupe(const s_conv_t *c, int reps, troupe_nn_conv2d_lowering_t 
     troupe_nn_t *nn = NULL;
     CHECK(troupe_asgn_comp_new(&comp));
     CHECK(troupe_nn_new(comp, TROUPE_PREC_SINGLE, &nn));
-    const int64_t xd[4] = {s_batch, c->cin, c->h, c->h}, wd[4] = {c->cout, c->cin, 3, 3},
-                  bd[1] = {c->cout};
+    const int64_t xd[4] = {s_batch, s_nhwc ? c->h : c->cin, c->h, s_nhwc ? c->cin : c->h},
+                  wd[4] = {c->cout, c->cin, 3, 3}, bd[1] = {c->cout};
     troupe_tnode_t *x, *w, *b, *y, *r, *loss;
     if (c->input_grad)
         CHECK(troupe_nn_param(nn, "x", 4, xd, &x));
@@ -80,6 +84,7 @@ static double s_troupe(const s_conv_t *c, int reps, troupe_nn_conv2d_lowering_t 
     CHECK(troupe_nn_begin(nn, c->name));
     troupe_nn_conv2d_opts_t o = TROUPE_NN_CONV2D_OPTS(1, 0, 1);
     o.lowering = low;
+    o.layout = s_nhwc ? TROUPE_NN_CONV2D_X_NHWC | TROUPE_NN_CONV2D_Y_NHWC : 0;
     if ((low == TROUPE_NN_CONV2D_WINOGRAD && (c->h - 2) % 2 != 0) ||
         (low == TROUPE_NN_CONV2D_WINOGRAD4 && (c->h - 2) % 4 != 0)) {
         fprintf(stderr, "%s: %s does not fit (output %d x %d), auto\n", c->name,
@@ -113,8 +118,8 @@ static double s_troupe(const s_conv_t *c, int reps, troupe_nn_conv2d_lowering_t 
     troupe_code_t *code = NULL;
     troupe_routine_t *rt = NULL;
     char name[64];
-    snprintf(name, sizeof name, "bench_conv_%d_%d_%d_%d%s", c->cin, c->cout, c->h, (int)o.lowering,
-             fwd ? "_fwd" : "");
+    snprintf(name, sizeof name, "bench_conv_%d_%d_%d_%d%s%s", c->cin, c->cout, c->h,
+             (int)o.lowering, s_nhwc ? "_nhwc" : "", fwd ? "_fwd" : "");
     CHECK(troupe_compile(be, comp, name, &code));
     CHECK(troupe_link(ctx, code, &rt));
     double best = 1e30;
@@ -238,6 +243,14 @@ int main(int argc, char **argv)
         }
         s_batch = (int)n;
     }
+    const char *lv = getenv("BENCH_CONV_LAYOUT");
+    if (lv != NULL && *lv != '\0') {
+        if (strcmp(lv, "nhwc") != 0 && strcmp(lv, "nchw") != 0) {
+            fprintf(stderr, "bench_conv: BENCH_CONV_LAYOUT='%s' is neither nchw nor nhwc\n", lv);
+            return 2;
+        }
+        s_nhwc = strcmp(lv, "nhwc") == 0;
+    }
     int reps = argc > 1 ? atoi(argv[1]) : 3;
     if (reps < 1)
         reps = 1;
@@ -259,8 +272,8 @@ int main(int argc, char **argv)
         if (libs[l])
             libs[l]->identify();
     printf("batch %d, single precision, one thread; seconds per forward + backward (best of %d); "
-           "troupe lowering %s\n",
-           s_batch, reps, lows[low]);
+           "troupe lowering %s, layout %s\n",
+           s_batch, reps, lows[low], s_nhwc ? "nhwc" : "nchw");
     printf("%-20s %9s %8s %10s %10s %10s %10s %8s\n", "conv", "GFLOP", "troupe", "oblas_gemm",
            "oblas_all", "xsmm_gemm", "xsmm_all", "all/troupe");
     for (size_t i = 0; i < sizeof s_convs / sizeof s_convs[0]; i++) {
