@@ -242,6 +242,15 @@ static troupe_sc_t *s_read(s_lower_t *L, const troupe_asgn_buffer_t *b,
                               : troupe_sc_get(L->proc, b->tn, idcs);
 }
 
+/* Whether op's neutral element n (troupe_binop_neutral, a right identity: x op n = x) is a left
+ * identity too (n op v = v), so that an initialising write over an injective projection may set
+ * v itself: ADD, MUL, MAX, MIN, ARG2. For SUB (0 - v), DIV (1 / v) and the rest it may not. */
+static bool s_neutral_on_left(troupe_binop_t op)
+{
+    return op == TROUPE_BINOP_ADD || op == TROUPE_BINOP_MUL || op == TROUPE_BINOP_MAX ||
+           op == TROUPE_BINOP_MIN || op == TROUPE_BINOP_ARG2;
+}
+
 static troupe_status_t s_lower_accum(s_lower_t *L, const troupe_asgn_t *t, troupe_ll_t **out)
 {
     const troupe_projections_t *pr = t->u.accum_op.proj;
@@ -288,8 +297,14 @@ static troupe_status_t s_lower_accum(s_lower_t *L, const troupe_asgn_t *t, troup
         break;
     }
     const bool init = t->u.accum_op.initialize_neutral;
-    if (!(init && pr->injective))
+    if (!(init && pr->injective)) {
         v = troupe_sc_binop(L->proc, t->u.accum_op.accum, troupe_sc_get(L->proc, lhs, lidx), v);
+    } else if (!s_neutral_on_left(t->u.accum_op.accum)) {
+        /* each cell is written once, over its neutral: neutral accum v (0 - v for SUB) */
+        double neutral = 0.0;
+        TROUPE_RETURN_IF_ERROR(troupe_binop_neutral(t->u.accum_op.accum, &neutral));
+        v = troupe_sc_binop(L->proc, t->u.accum_op.accum, troupe_sc_constant(L->proc, neutral), v);
+    }
     troupe_ll_t *body = v != NULL ? troupe_ll_set(L->proc, lhs, lidx, v) : NULL;
     troupe_ll_t *loops =
         body != NULL ? s_wrap_loops_binds(L, pr, syms, binds, nbinds, body) : NULL;

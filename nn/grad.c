@@ -569,13 +569,8 @@ static troupe_status_t s_contribute(s_ctx_t *x, const troupe_projections_t *pr, 
         TROUPE_RETURN_IF_ERROR(s_materialise(x, &sp, &f));
     const char *fterm = f.kind == F_TEMP ? sp.term : f.term;
     troupe_binop_t accum = sign > 0 ? TROUPE_BINOP_ADD : TROUPE_BINOP_SUB;
-    bool init = !in->g_init;
-    if (init && sign < 0) {
-        /* an initialising injective write sets instead of accumulating: zero it first */
-        troupe_asgn_t *t = NULL;
-        TROUPE_RETURN_IF_ERROR(s_emit(x, troupe_asgn_fetch_constant(x->comp, in->g, 0.0, &t), &t));
-        init = false;
-    }
+    /* the first contribution initialises (a subtracting one writes 0 - v: compiler/lower.c) */
+    const bool init = !in->g_init;
     char spec[S_SPEC_MAX];
     troupe_status_t st;
     troupe_tnode_t *zero = NULL;

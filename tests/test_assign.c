@@ -517,6 +517,32 @@ Test(assign, lower_injective_map_is_plain_set)
     troupe_ll_proc_destroy(&proc);
 }
 
+/* An initialising subtraction over an injective map writes each cell once over its neutral:
+ * 0 - v, not v (nn/grad.h's first contributions that subtract rely on it); a division 1 / v. */
+Test(assign, lower_injective_initialising_sub_and_div_apply_the_neutral)
+{
+    troupe_tnode_t *x = MK("x", 3, 4), *y = MK("y", 4, 3);
+    const troupe_binop_t ops[2] = {TROUPE_BINOP_SUB, TROUPE_BINOP_DIV};
+    const double neutral[2] = {0.0, 1.0};
+    for (int k = 0; k < 2; k++) {
+        troupe_asgn_t *t;
+        cr_assert_eq(troupe_asgn_accum_unop(s_comp, true, ops[k], y, TROUPE_UNOP_IDENTITY,
+                                            troupe_asgn_node(x), "ij=>ji", &t),
+                     TROUPE_OK, "%s", troupe_last_error());
+        troupe_ll_proc_t *proc = s_lower_root(t);
+        cr_assert_eq(proc->body->kind, TROUPE_LL_FOR, "no fill before the loops");
+        const troupe_ll_t *set = proc->body->u.for_loop.body->u.for_loop.body;
+        cr_assert_eq(set->kind, TROUPE_LL_SET);
+        const troupe_sc_t *v = set->u.set.value;
+        cr_assert_eq(v->kind, TROUPE_SC_BINOP);
+        cr_assert_eq(v->u.op.op, ops[k]);
+        cr_assert_eq(v->u.op.args[0]->kind, TROUPE_SC_CONSTANT, "op %d: not over the neutral",
+                     (int)ops[k]);
+        cr_assert_eq(v->u.op.args[0]->u.constant, neutral[k]);
+        troupe_ll_proc_destroy(&proc);
+    }
+}
+
 Test(assign, lower_injective_not_surjective_fills_then_sets)
 {
     troupe_tnode_t *x = MK("x", 4), *y = MK("y", 4, 2);
