@@ -56,9 +56,7 @@ static troupe_status_t s_pad(troupe_nn_t *nn, troupe_tnode_t *x, int64_t ph, int
  * product would make it a nest of loops again). */
 static troupe_status_t s_materialize(troupe_nn_t *nn, troupe_tnode_t *tn)
 {
-    const troupe_memory_mode_t mat = {TROUPE_MM_MATERIALIZED, 0, 0};
-    troupe_status_t st = troupe_tnode_update_memory_mode(tn, mat, S_PROV);
-    return st == TROUPE_OK ? TROUPE_OK : s_fail(nn, st);
+    return troupe_nn_materialize(nn, tn, S_PROV);
 }
 
 /* Stride 1: the convolution as KH*KW shifted matrix products, no im2col. The input (padded

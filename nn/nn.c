@@ -298,6 +298,17 @@ troupe_status_t troupe_nn_const(troupe_nn_t *nn, double c, troupe_tnode_t **out)
     return TROUPE_OK;
 }
 
+troupe_status_t troupe_nn_materialize(troupe_nn_t *nn, troupe_tnode_t *tn, int32_t provenance)
+{
+    if (!nn || !tn)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_materialize: NULL argument");
+    if (nn->st != TROUPE_OK)
+        return nn->st;
+    const troupe_memory_mode_t mat = {TROUPE_MM_MATERIALIZED, 0, 0};
+    troupe_status_t st = troupe_tnode_update_memory_mode(tn, mat, provenance);
+    return st == TROUPE_OK ? TROUPE_OK : troupe_nn_add(nn, st, NULL);
+}
+
 troupe_status_t troupe_nn_stop_gradient(troupe_nn_t *nn, troupe_tnode_t *tn)
 {
     if (!nn || !tn)

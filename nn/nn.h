@@ -102,6 +102,13 @@ troupe_status_t troupe_nn_add(troupe_nn_t *nn, troupe_status_t built, troupe_asg
  * constants"; the Winograd lowerings of nn/conv.h take up to 9). */
 troupe_status_t troupe_nn_const(troupe_nn_t *nn, double c, troupe_tnode_t **out);
 
+/* Marks tn Materialized (ir/memory_mode.h, `provenance` the caller's code for the choice): an
+ * array the optimizer keeps, e.g. a factor the GEMM matcher must see as one (compiler/gemm.h:
+ * inlined into a product, it would make it a nest of loops again) or a copy a later layer reads
+ * in another layout. A mode that conflicts with one set before (INVALID_ARGUMENT, naming the
+ * node) is recorded as the nn's first error, as every builder's is. */
+troupe_status_t troupe_nn_materialize(troupe_nn_t *nn, troupe_tnode_t *tn, int32_t provenance);
+
 /* No gradient flows through tn (a stop-gradient, e.g. a softmax's max shift). */
 troupe_status_t troupe_nn_stop_gradient(troupe_nn_t *nn, troupe_tnode_t *tn);
 
