@@ -60,7 +60,9 @@ static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
         if (st != TROUPE_OK)
             goto out_release_code;
     }
-    st = troupe_cgen_emit(code->proc, TROUPE_CGEN_C, &code->gen);
+    troupe_cgen_options_t copts;
+    troupe__hdrv_cgen_options(&copts);
+    st = troupe_cgen_emit_with(code->proc, TROUPE_CGEN_C, &copts, &code->gen);
     if (st != TROUPE_OK)
         goto out_release_code;
     st = troupe_driver_require(b->drv, "compile");

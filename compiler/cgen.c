@@ -1902,6 +1902,21 @@ static troupe_status_t s_emit_gemm(s_gen_t *g, const troupe_gemm_t *gm,
     return st;
 }
 
+/* After a product's call (and its loops): the epilogue's post pass, and the end of the row
+ * panel's loop. `st` is the status so far. */
+static troupe_status_t s_emit_gemm_tail(s_gen_t *g, const troupe_gemm_t *gm,
+                                        const troupe_gemm_epilogue_t *ep, bool panel, int indent,
+                                        int in, troupe__strbuf_t *out, troupe_status_t st)
+{
+    if (st == TROUPE_OK && ep->post != NULL)
+        st = s_emit_panel_nest(g, gm, ep->post, ep->post_sym_m, ep->post_sym_n, in, out);
+    if (panel) {
+        troupe__strbuf_repeat(out, "    ", indent);
+        troupe__strbuf_puts(out, "}\n");
+    }
+    return st;
+}
+
 static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
                                         const troupe_gemm_epilogue_t *ep, const s_bt_pack_t *pk,
                                         int indent, troupe__strbuf_t *out)
@@ -1954,6 +1969,10 @@ static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
     troupe__strbuf_printf(out, "if (troupe_%cgemm != 0) {\n", s_gemm_letter(gm));
     s_emit_gemm_call(g, gm, ep->beta_zero, panel, NULL, in + 1, out);
     troupe__strbuf_repeat(out, "    ", in);
+    if (g->opts.c_gemm_library_only) { /* the loader guarantees the hooks: no loops */
+        troupe__strbuf_puts(out, "}\n");
+        return s_emit_gemm_tail(g, gm, ep, panel, indent, in, out, st);
+    }
     troupe__strbuf_puts(out, "} else {\n");
     if (ep->beta_zero && panel) { /* the panel's rows of the whole m x n output */
         troupe__strbuf_repeat(out, "    ", in + 1);
@@ -1976,13 +1995,7 @@ static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
     s_emit_gemm_loops(g, gm, panel ? "g_p" : "0", panel ? "g_p + g_pm" : row1, in + 1, out);
     troupe__strbuf_repeat(out, "    ", in);
     troupe__strbuf_puts(out, "}\n");
-    if (st == TROUPE_OK && ep->post != NULL)
-        st = s_emit_panel_nest(g, gm, ep->post, ep->post_sym_m, ep->post_sym_n, in, out);
-    if (panel) {
-        troupe__strbuf_repeat(out, "    ", indent);
-        troupe__strbuf_puts(out, "}\n");
-    }
-    return st;
+    return s_emit_gemm_tail(g, gm, ep, panel, indent, in, out, st);
 }
 
 /* "cgen of <proc>: the <what> into <c> <fate>: <why>" at debug:ir. */
@@ -2945,6 +2958,7 @@ troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_
 
     r->reassociates = g.reassociates;
     if (g.uses_gemm) {
+        r->gemm_library_only = g.opts.c_gemm_library_only;
         r->gemm_hooks_name = troupe_strdup_printf("%s_gemm_hooks", proc->name);
         if (g.uses_bgemm)
             r->gemm_bf16_hooks_name = troupe_strdup_printf("%s_gemm_bf16_hooks", proc->name);

@@ -504,8 +504,13 @@ typedef struct troupe_cgen_result {
     /* C: "<name>_gemm_hooks" when the code calls a GEMM library for some contraction
      * (compiler/gemm.h), else NULL. The loader passes it the library's entries
      * (devices/host/gemm_library.h): void <name>_gemm_hooks(troupe_sgemm_fn, troupe_dgemm_fn);
-     * until then, or given NULLs, the code runs its own loops. */
+     * until then, or given NULLs, the code runs its own loops, unless gemm_library_only. */
     char *gemm_hooks_name;
+    /* C: the code calls the GEMM library and has no loops of its own for a NULL hook
+     * (troupe_cgen_options_t.c_gemm_library_only): with NULL sgemm, dgemm, bgemm or hgemm
+     * hooks its contractions would write nothing, so a loader must refuse to run it without
+     * them. */
+    bool gemm_library_only;
     /* C: "<name>_gemm_bf16_hooks" when some contraction has bfloat16 factors, else NULL:
      * void <name>_gemm_bf16_hooks(troupe_bgemm_fn) (devices/host/gemm_library.h). */
     char *gemm_bf16_hooks_name;
@@ -577,6 +582,12 @@ typedef struct troupe_cgen_options {
      * them in dynamic shared memory (troupe_cgen_kernel_t.dynamic_shared_bytes); past it, on
      * one thread. */
     int64_t cuda_shared_max_bytes;
+    /* C: the loader always hands the code the GEMM library's sgemm, dgemm, bgemm and hgemm
+     * (devices/host does when a library is in use: troupe__hdrv_cgen_options). The
+     * contractions that call the library then keep no loops of their own for NULL hooks: about
+     * half of a convnet's or a GPT's gradient routine, and of its compile time, is those loops.
+     * The result's gemm_library_only says so. */
+    bool c_gemm_library_only;
 } troupe_cgen_options_t;
 
 /* troupe_cgen_emit for a known target: `opts` (NULL: all defaults, as troupe_cgen_emit)

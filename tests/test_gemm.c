@@ -21,6 +21,8 @@
 #include "devices/host/gemm_library.h"
 #include "compiler/lower.h"
 #include "compiler/optimize.h"
+#include "devices/device.h"
+#include "devices/host/host_impl.h"
 #include "cuda_emu.h"
 #include "ir/prec.h"
 #include "runtime_test_util.h"
@@ -1637,4 +1639,63 @@ Test(gemm_run, an_initial_bias_before_accumulating_calls_runs_per_sample, .timeo
     for (int n = 0; n < 3; n++)
         free(xw[n]);
     free(ref);
+}
+
+/* With c_gemm_library_only the C has the library call and none of its own loops for a NULL
+ * hook; the host drivers generate it so exactly when the library is in use, and refuse to load
+ * it when the library is not (its products would write nothing). */
+Test(gemm_run, library_only_code_has_no_loops_and_is_refused_without_the_library)
+{
+    s_case_t c = s_lower("bi,ij=>bj", TROUPE_PREC_SINGLE, 2, (int64_t[]){32, 48}, 2,
+                         (int64_t[]){48, 40}, 2, (int64_t[]){32, 40}, true);
+    troupe_cgen_result_t *loops = NULL, *only = NULL;
+    OK(troupe_cgen_emit(c.proc, TROUPE_CGEN_C, &loops));
+    troupe_cgen_options_t o;
+    memset(&o, 0, sizeof o);
+    o.c_gemm_library_only = true;
+    OK(troupe_cgen_emit_with(c.proc, TROUPE_CGEN_C, &o, &only));
+    cr_assert_not_null(loops->gemm_hooks_name);
+    cr_assert_not_null(only->gemm_hooks_name);
+    cr_assert(!loops->gemm_library_only);
+    cr_assert(only->gemm_library_only);
+    cr_assert(strstr(loops->source, "troupe_sgemm(") != NULL, "%s", loops->source);
+    cr_assert(strstr(only->source, "troupe_sgemm(") != NULL, "%s", only->source);
+    cr_assert(strstr(loops->source, "} else {") != NULL, "the loops for a NULL hook: %s",
+              loops->source);
+    cr_assert(strstr(only->source, "} else {") == NULL, "loops kept: %s", only->source);
+    cr_assert_lt(only->source_len, loops->source_len);
+
+    /* The host drivers' choice follows the configuration. */
+    troupe_cgen_options_t host;
+    troupe__hdrv_cgen_options(&host);
+    cr_assert_eq(host.c_gemm_library_only, troupe_gemm_library_available());
+    troupe_config_set_gemm_library(false);
+    troupe__hdrv_cgen_options(&host);
+    cr_assert(!host.c_gemm_library_only);
+
+    /* Offered library-only code while the library is off: refused, naming the routine. */
+    const troupe_driver_vtable_t *vt = NULL;
+    OK(troupe_driver_lookup("cpu", &vt));
+    troupe_driver_t *drv = NULL;
+    OK(vt->open(&drv));
+    troupe_dcode_t *code = NULL;
+    troupe__hdrv_offer_gen(c.proc, only);
+    troupe_status_t st = vt->compile(drv, c.proc, &code);
+    troupe__hdrv_offer_gen(NULL, NULL);
+    cr_assert_eq(st, TROUPE_FAILED_PRECONDITION, "%s", troupe_status_str(st));
+    cr_assert_null(code);
+    cr_assert(strstr(troupe_last_error(), "routine mm: its code was generated to call the GEMM "
+                                          "library") != NULL,
+              "%s", troupe_last_error());
+    /* The code with its loops loads and runs without the library. */
+    troupe__hdrv_offer_gen(c.proc, loops);
+    st = vt->compile(drv, c.proc, &code);
+    troupe__hdrv_offer_gen(NULL, NULL);
+    cr_assert_eq(st, TROUPE_OK, "%s", troupe_last_error());
+    vt->code_release(drv, code);
+    vt->close(drv);
+    troupe_config_set_gemm_library(true);
+    troupe_cgen_result_destroy(&loops);
+    troupe_cgen_result_destroy(&only);
+    s_free(&c);
 }

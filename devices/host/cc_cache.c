@@ -41,7 +41,7 @@ static const troupe_config_var_t s_env_vars[] = {
      "troupe_config_set_cc_flags", "the flags generated code is compiled with"},
     {"TROUPE_CC_TIMEOUT_S", "devices", "seconds", "600", "(0, 86400]", "-",
      "a compile's deadline: past it the compiler's process group is killed"},
-    {"TROUPE_CC_SPLIT_BYTES", "devices", "bytes", "1048576", "[0, 2^40]", "-",
+    {"TROUPE_CC_SPLIT_BYTES", "devices", "bytes", "65536", "[0, 2^40]", "-",
      "generated source longer than this compiles as several units of about this size (0: never)"},
     {"TROUPE_CC_JOBS", "devices", "count", "online CPUs", "[1, 1024]", "-",
      "compiler runs at once for a source split into units"},

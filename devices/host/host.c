@@ -313,6 +313,21 @@ static void s_code_free(troupe_dcode_t *code)
  * TROUPE_GEMM=generated or no library can be loaded: then the code runs its own loops. Loaded
  * code is shared by the routines compiled from the same source (one dlopen handle), so the last
  * load's choice holds for all of them. */
+/* Whether generated code gets the GEMM library's entries at its load (s_connect_gemm). */
+static bool s_gemm_library_in_use(void)
+{
+    return troupe_config_gemm_library() && troupe_gemm_library_available();
+}
+
+void troupe__hdrv_cgen_options(troupe_cgen_options_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->c_gemm_library_only = s_gemm_library_in_use() && troupe_gemm_library_sgemm() != NULL &&
+                             troupe_gemm_library_dgemm() != NULL &&
+                             troupe_gemm_library_bgemm() != NULL &&
+                             troupe_gemm_library_hgemm() != NULL;
+}
+
 static troupe_status_t s_connect_gemm(const troupe_cgen_result_t *gen, void *lib)
 {
     if (gen->gemm_hooks_name == NULL)
@@ -323,7 +338,18 @@ static troupe_status_t s_connect_gemm(const troupe_cgen_result_t *gen, void *lib
                              gen->gemm_hooks_name);
     void (*hooks)(troupe_sgemm_fn, troupe_dgemm_fn);
     memcpy(&hooks, &sym, sizeof hooks);
-    bool use = troupe_config_gemm_library() && troupe_gemm_library_available();
+    bool use = s_gemm_library_in_use();
+    if (gen->gemm_library_only) {
+        troupe_cgen_options_t now;
+        troupe__hdrv_cgen_options(&now);
+        if (!now.c_gemm_library_only)
+            return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                 "routine %s: its code was generated to call the GEMM library "
+                                 "(%s) with no loops of its own, and the library is not in use "
+                                 "now (TROUPE_GEMM=generated, troupe_config_set_gemm_library, "
+                                 "or none loads); compile the routine again",
+                                 gen->name, troupe_gemm_library_name());
+    }
     if (!use)
         TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
                    "routine %s: contractions run generated loops (%s)", gen->name,
@@ -397,7 +423,9 @@ troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_
     const troupe_cgen_result_t *gen = s_offer.proc == proc ? s_offer.gen : NULL;
     troupe_status_t st = TROUPE_OK;
     if (gen == NULL) {
-        if ((st = troupe_cgen_emit(proc, TROUPE_CGEN_C, &own)) != TROUPE_OK)
+        troupe_cgen_options_t opts;
+        troupe__hdrv_cgen_options(&opts);
+        if ((st = troupe_cgen_emit_with(proc, TROUPE_CGEN_C, &opts, &own)) != TROUPE_OK)
             return st;
         gen = own;
     }
