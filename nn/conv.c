@@ -59,6 +59,15 @@ static troupe_status_t s_materialize(troupe_nn_t *nn, troupe_tnode_t *tn)
     return troupe_nn_materialize(nn, tn, S_PROV);
 }
 
+/* The layer's output node y, labelled "conv2d": (B, Cout, OH, OW), or (B, OH, OW, Cout) when cl
+ * (channels last). */
+static troupe_status_t s_y_node(troupe_nn_t *nn, int64_t nb, int64_t cout, const int64_t od[2],
+                                bool cl, troupe_tnode_t **out)
+{
+    const int64_t nchw[4] = {nb, cout, od[0], od[1]}, nhwc[4] = {nb, od[0], od[1], cout};
+    return troupe_nn_node(nn, "conv2d", 4, cl ? nhwc : nchw, out);
+}
+
 /* Stride 1: the convolution as KH*KW shifted matrix products, no im2col. The input (padded
  * when asked) is copied into rows of Hp*Wp cells, xf (B, Cin, Hp*Wp); the output is first
  * computed "wide", yw (B, Cout, L) with L = (OH-1)*Wp + OW: output cell (h, w) at p = h*Wp + w,
@@ -103,8 +112,7 @@ static troupe_status_t s_shifted(troupe_nn_t *nn, troupe_tnode_t *x, troupe_tnod
              (long long)o->dilation[1]);
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_bin(nn, b == NULL, TROUPE_BINOP_ADD, yw, TROUPE_BINOP_MUL, wt, xf, spec));
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
+    TROUPE_RETURN_IF_ERROR(s_y_node(nn, nb, cout, od, false, out));
     snprintf(spec, sizeof spec, "bo(%lldh+w)=>bohw", (long long)wp);
     return troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, yw, spec);
 }
@@ -162,8 +170,7 @@ static troupe_status_t s_wino_output(troupe_nn_t *nn, troupe_tnode_t *b, int64_t
                                      troupe_tnode_t **out, troupe_tnode_t **grid)
 {
     troupe_asgn_t *t = NULL;
-    const int64_t nchw[4] = {nb, cout, od[0], od[1]}, nhwc[4] = {nb, od[0], od[1], cout};
-    TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d", 4, cl ? nhwc : nchw, out));
+    TROUPE_RETURN_IF_ERROR(s_y_node(nn, nb, cout, od, cl, out));
     if (b)
         TROUPE_RETURN_IF_ERROR(troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY,
                                             b, cl ? "o=>^b^h^wo" : "o=>^bo^h^w"));
@@ -565,8 +572,7 @@ static troupe_status_t s_im2col(troupe_nn_t *nn, troupe_tnode_t *xp, troupe_tnod
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_un(nn, b == NULL, TROUPE_BINOP_ADD, wb, TROUPE_UNOP_IDENTITY, w, spec));
     if (!folded) {
-        const int64_t nchw[4] = {nb, cout, od[0], od[1]}, nhwc[4] = {nb, od[0], od[1], cout};
-        TROUPE_RETURN_IF_ERROR(troupe_nn_node(nn, "conv2d", 4, ycl ? nhwc : nchw, out));
+        TROUPE_RETURN_IF_ERROR(s_y_node(nn, nb, cout, od, ycl, out));
         return troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, *out, TROUPE_BINOP_MUL, wb, cols,
                              ycl ? "oj,bjhw=>bhwo" : "oj,bjhw=>bohw");
     }
@@ -576,8 +582,7 @@ static troupe_status_t s_im2col(troupe_nn_t *nn, troupe_tnode_t *xp, troupe_tnod
     TROUPE_RETURN_IF_ERROR(s_materialize(nn, yt));
     TROUPE_RETURN_IF_ERROR(
         troupe_nn_bin(nn, true, TROUPE_BINOP_ADD, yt, TROUPE_BINOP_MUL, wb, cols, "oj,jbhw=>obhw"));
-    TROUPE_RETURN_IF_ERROR(
-        troupe_nn_node(nn, "conv2d", 4, (int64_t[]){nb, cout, od[0], od[1]}, out));
+    TROUPE_RETURN_IF_ERROR(s_y_node(nn, nb, cout, od, false, out));
     return troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, *out, TROUPE_UNOP_IDENTITY, yt, "obhw=>bohw");
 }
 
