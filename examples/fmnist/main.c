@@ -1193,7 +1193,20 @@ int main(int argc, char **argv)
                              .grad_accum = o->grad_accum,
                              .precision = o->precision};
     double t_build = s_now();
+    /* the first run of a model compiles its routines (the convnet's gradient: seconds), silent
+     * otherwise: on a terminal, say so while it lasts and how long it took */
+    if (r.tty) {
+        printf("fmnist: compiling the training routines for backend %s (code cache %s: a "
+               "model's first run compiles, later runs load) ...",
+               o->backend ? o->backend : troupe_config_backend(), troupe_config_cache_dir());
+        fflush(stdout);
+    }
     CHECK(troupe_dp_new(&dc, &model, &r.dp), "starting data-parallel training");
+    if (r.tty) {
+        printf("\r\033[Kfmnist: training routines compiled and linked in %.1f s\n",
+               s_now() - t_build);
+        fflush(stdout);
+    }
     TROUPE_LOG(TROUPE_LOG_INFO, TROUPE_SUB_TOOLS,
                "fmnist: training routines compiled and linked on %d stream(s) of %s in %.3f s",
                r.streams, troupe_backend_name(troupe_dp_backend(r.dp)), s_now() - t_build);
