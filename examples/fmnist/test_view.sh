@@ -60,12 +60,15 @@ progress_pipe)
   ! grep -q "$cr\|$esc" out || fail "a pipe got terminal control characters"
   [ "$(grep -c '^epoch [12]/2  samples/s' out)" = 2 ] || fail "not one line per epoch"
   ! grep -q "ETA" out || fail "a pipe got the progress bar"
+  ! grep -q "compiling the training routines" out || fail "a pipe got the compile notice"
   ;;
 progress_tty)
   command -v script >/dev/null || { echo "SKIP ($case): no script(1) for a pseudo-terminal"; exit 77; }
   # shellcheck disable=SC2086
   script -qec "stty cols 120; $fmnist $small --train-limit 6000 --epochs 2" /dev/null >out 2>err ||
     fail "the run under script failed"
+  # the compile notice, replaced by its time once the routines are built
+  has out "^fmnist: compiling the training routines for backend [a-z]* (code cache .*) \.\.\.${cr}${esc}\[Kfmnist: training routines compiled and linked in [0-9.]* s"
   has out "${cr}${esc}\[Kepoch 1/2 \[=*>* *\] [0-9]*/46 steps  [0-9]* samples/s  loss [0-9.]*  ETA [0-9.]* s"
   has out "${cr}${esc}\[Kepoch 2/2  samples/s [0-9]*  loss [0-9.]*  test_accuracy" # the epoch line replaces it
   # no bar is wider than the terminal (119 columns and the erase sequence)
