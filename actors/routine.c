@@ -61,7 +61,7 @@ static troupe_status_t s_compile(troupe_backend_t *b, troupe_ll_proc_t **proc_p,
             goto out_release_code;
     }
     troupe_cgen_options_t copts;
-    troupe__hdrv_cgen_options(&copts);
+    troupe__hdrv_cgen_options(b->drv->vt, &copts);
     st = troupe_cgen_emit_with(code->proc, TROUPE_CGEN_C, &copts, &code->gen);
     if (st != TROUPE_OK)
         goto out_release_code;

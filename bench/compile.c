@@ -42,7 +42,9 @@
 #include "compiler/cgen.h"
 #include "compiler/lower.h"
 #include "compiler/optimize_impl.h"
+#include "devices/device.h"
 #include "devices/host/cc_cache_impl.h"
+#include "devices/host/host_impl.h"
 #include "examples/fmnist/mlp.h"
 #include "ir/text.h"
 #include "parallel/dp_impl.h"
@@ -217,8 +219,13 @@ static int s_child_run(troupe_backend_t *b, s_side_t *side, bool record_text)
         for (int k = 0; k < S_PHASES; k++)
             smp->phase_us[k] = s_us(ph[k]);
         troupe_cgen_result_t *gen = NULL;
+        /* the sync driver's C, as troupe_compile generated it (devices/host/host_impl.h) */
+        const troupe_driver_vtable_t *vt = NULL;
+        troupe_cgen_options_t copts;
+        troupe__hdrv_cgen_options(troupe_driver_lookup("sync", &vt) == TROUPE_OK ? vt : NULL,
+                                  &copts);
         t0 = troupe_now_ns();
-        st = troupe_cgen_emit(troupe_code_proc(code), TROUPE_CGEN_C, &gen);
+        st = troupe_cgen_emit_with(troupe_code_proc(code), TROUPE_CGEN_C, &copts, &gen);
         smp->cgen_us = s_us(troupe_now_ns() - t0);
         if (st == TROUPE_OK) {
             smp->source_bytes = strlen(gen->source);

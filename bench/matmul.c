@@ -47,6 +47,7 @@
 #include "compiler/optimize.h"
 #include "devices/device.h"
 #include "devices/host/gemm_library.h"
+#include "devices/host/host_impl.h"
 #include "ir/assign.h"
 #include "ir/lowlevel.h"
 #include "ir/tnode.h"
@@ -200,18 +201,24 @@ static int s_troupe_setup(s_state_t *s, const char *case_name, const troupe_benc
     if ((st = troupe_ll_optimize(proc, NULL)) != TROUPE_OK)
         goto out_fail;
 
-    /* The emitter is deterministic: its parameter order is the compiled code's. */
+    /* The emitter is deterministic: its parameter order is the compiled code's. The library
+     * setting is read when the code is generated (library-only code: no loops of its own) and
+     * when it is loaded. */
+    const bool library = troupe_config_gemm_library();
+    if (s->generated)
+        troupe_config_set_gemm_library(false);
     what = "emit C";
-    if ((st = troupe_cgen_emit(proc, TROUPE_CGEN_C, &gen)) != TROUPE_OK)
+    troupe_cgen_options_t copts;
+    troupe__hdrv_cgen_options(vt, &copts);
+    if ((st = troupe_cgen_emit_with(proc, TROUPE_CGEN_C, &copts, &gen)) != TROUPE_OK) {
+        troupe_config_set_gemm_library(library);
         goto out_fail;
+    }
     if (opts->dump_source)
         fprintf(stderr, "---- %s: generated C for case=%s ----\n%s---- end %s ----\n", S_PROG,
                 case_name, gen->source, gen->name);
 
     what = "compile";
-    const bool library = troupe_config_gemm_library();
-    if (s->generated)
-        troupe_config_set_gemm_library(false); /* read when the code is loaded */
     int64_t t0 = troupe_now_ns();
     st = vt->compile(s->drv, proc, &s->code);
     troupe_config_set_gemm_library(library);

@@ -1761,13 +1761,14 @@ static void s_emit_gemm_call(s_gen_t *g, const troupe_gemm_t *gm, bool beta_zero
 
 /* A contraction the GEMM library takes becomes a call through the hook the loader sets, with
  * the generated loops kept for when no library is there (TROUPE_GEMM=generated, a build
- * without one): compiler/gemm.h. With ep->beta_zero (a ZERO_OUT of the output just before,
- * the product writing the whole output) the call overwrites it (beta = 0) and the zeroing runs
- * only on the loops' side. With ep->zero_slice the outermost loop of accumulating calls zeroes
- * its slice first, on both sides; with ep->init_slice it runs its slice of the initial values
- * first. With an epilogue (ep->init, ep->post) the product runs in row
- * panels (s_gemm_panel_rows), each panel's initial values, product and post pass one after
- * the other on either side: issue 14's fused epilogue. */
+ * without one): compiler/gemm.h. With c_gemm_library_only (the loader always sets the hooks)
+ * the loops are left out: only the call. With ep->beta_zero (a ZERO_OUT of the output just
+ * before, the product writing the whole output) the call overwrites it (beta = 0) and the
+ * zeroing runs only on the loops' side. With ep->zero_slice the outermost loop of accumulating
+ * calls zeroes its slice first, on both sides; with ep->init_slice it runs its slice of the initial
+ * values first. With an epilogue (ep->init, ep->post) the product runs in row panels
+ * (s_gemm_panel_rows), each panel's initial values, product and post pass one after the other on
+ * either side: issue 14's fused epilogue. */
 static troupe_status_t s_emit_gemm_body(s_gen_t *g, const troupe_gemm_t *gm,
                                         const troupe_gemm_epilogue_t *ep, const s_bt_pack_t *pk,
                                         int indent, troupe__strbuf_t *out);

@@ -1,4 +1,5 @@
-/* troupe — recognising matrix products in the low-level IR (docs/architecture.md §1 (the IR and compiler) "GEMMs"; issue 14).
+/* troupe — recognising matrix products in the low-level IR (docs/architecture.md §1 (the IR and
+ * compiler) "GEMMs"; issue 14).
  *
  * troupe_gemm_match looks at one FOR statement of an optimized procedure and says whether the
  * perfectly nested three loops it opens compute a matrix product that a tuned GEMM library
@@ -38,7 +39,8 @@
  *
  * The result is normalised to a row-major call: C[i*ldc + j] += sum_k op(A)[i,k] * op(B)[k,j],
  * with op(A)[i,k] at A[i*lda + k] (trans_a false) or A[k*lda + i] (trans_a true), likewise B.
- * Code generators emit a call with the generated loops kept as the fallback; the reference
+ * Code generators emit a call with the generated loops kept as the fallback (for NULL hooks;
+ * none where the C is generated library-only: compiler/cgen.h c_gemm_library_only); the reference
  * interpreter never uses it, so the library path and the loops agree within float rounding,
  * not bit for bit (the library sums in another order).
  *

@@ -300,10 +300,13 @@ troupe_status_t troupe_nn_const(troupe_nn_t *nn, double c, troupe_tnode_t **out)
 
 troupe_status_t troupe_nn_materialize(troupe_nn_t *nn, troupe_tnode_t *tn, int32_t provenance)
 {
-    if (!nn || !tn)
-        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_materialize: NULL argument");
-    if (nn->st != TROUPE_OK)
+    if (!nn)
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_materialize: NULL nn");
+    if (nn->st != TROUPE_OK) /* tn may be NULL from that failure: keep its message */
         return nn->st;
+    if (!tn)
+        return troupe_nn_add(
+            nn, troupe__error(TROUPE_INVALID_ARGUMENT, "troupe_nn_materialize: NULL node"), NULL);
     const troupe_memory_mode_t mat = {TROUPE_MM_MATERIALIZED, 0, 0};
     troupe_status_t st = troupe_tnode_update_memory_mode(tn, mat, provenance);
     return st == TROUPE_OK ? TROUPE_OK : troupe_nn_add(nn, st, NULL);

@@ -1665,17 +1665,21 @@ Test(gemm_run, library_only_code_has_no_loops_and_is_refused_without_the_library
     cr_assert(strstr(only->source, "} else {") == NULL, "loops kept: %s", only->source);
     cr_assert_lt(only->source_len, loops->source_len);
 
-    /* The host drivers' choice follows the configuration. */
-    troupe_cgen_options_t host;
-    troupe__hdrv_cgen_options(&host);
-    cr_assert_eq(host.c_gemm_library_only, troupe_gemm_library_available());
-    troupe_config_set_gemm_library(false);
-    troupe__hdrv_cgen_options(&host);
-    cr_assert(!host.c_gemm_library_only);
-
-    /* Offered library-only code while the library is off: refused, naming the routine. */
+    /* The host drivers' choice follows the configuration; other drivers get the defaults. */
     const troupe_driver_vtable_t *vt = NULL;
     OK(troupe_driver_lookup("cpu", &vt));
+    bool was = troupe_config_gemm_library();
+    troupe_cgen_options_t host;
+    troupe__hdrv_cgen_options(vt, &host);
+    cr_assert_eq(host.c_gemm_library_only, was && troupe_gemm_library_available());
+    troupe__hdrv_cgen_options(NULL, &host);
+    cr_assert(!host.c_gemm_library_only);
+    troupe_config_set_gemm_library(false);
+    troupe__hdrv_cgen_options(vt, &host);
+    cr_assert(!host.c_gemm_library_only);
+
+    /* Offered library-only code while the library is off: refused, naming the routine and
+     * the cause. */
     troupe_driver_t *drv = NULL;
     OK(vt->open(&drv));
     troupe_dcode_t *code = NULL;
@@ -1687,6 +1691,8 @@ Test(gemm_run, library_only_code_has_no_loops_and_is_refused_without_the_library
     cr_assert(strstr(troupe_last_error(), "routine mm: its code was generated to call the GEMM "
                                           "library") != NULL,
               "%s", troupe_last_error());
+    cr_assert(strstr(troupe_last_error(), "TROUPE_GEMM=generated") != NULL, "%s",
+              troupe_last_error());
     /* The code with its loops loads and runs without the library. */
     troupe__hdrv_offer_gen(c.proc, loops);
     st = vt->compile(drv, c.proc, &code);
@@ -1694,7 +1700,7 @@ Test(gemm_run, library_only_code_has_no_loops_and_is_refused_without_the_library
     cr_assert_eq(st, TROUPE_OK, "%s", troupe_last_error());
     vt->code_release(drv, code);
     vt->close(drv);
-    troupe_config_set_gemm_library(true);
+    troupe_config_set_gemm_library(was);
     troupe_cgen_result_destroy(&loops);
     troupe_cgen_result_destroy(&only);
     s_free(&c);

@@ -309,29 +309,54 @@ static void s_code_free(troupe_dcode_t *code)
     troupe_free(code);
 }
 
-/* Hands the GEMM library to code that calls it (compiler/gemm.h), or NULLs when
- * TROUPE_GEMM=generated or no library can be loaded: then the code runs its own loops. Loaded
- * code is shared by the routines compiled from the same source (one dlopen handle), so the last
- * load's choice holds for all of them. */
 /* Whether generated code gets the GEMM library's entries at its load (s_connect_gemm). */
 static bool s_gemm_library_in_use(void)
 {
     return troupe_config_gemm_library() && troupe_gemm_library_available();
 }
 
-void troupe__hdrv_cgen_options(troupe_cgen_options_t *o)
+void troupe__hdrv_cgen_options(const troupe_driver_vtable_t *vt, troupe_cgen_options_t *o)
 {
     memset(o, 0, sizeof *o);
+    if (vt == NULL || vt->compile != troupe__hdrv_compile)
+        return; /* another driver's C only lists parameters: no library to load for it */
     o->c_gemm_library_only = s_gemm_library_in_use() && troupe_gemm_library_sgemm() != NULL &&
                              troupe_gemm_library_dgemm() != NULL &&
                              troupe_gemm_library_bgemm() != NULL &&
                              troupe_gemm_library_hgemm() != NULL;
 }
 
-static troupe_status_t s_connect_gemm(const troupe_cgen_result_t *gen, void *lib)
+/* OK, or FAILED_PRECONDITION when gen was generated library-only (troupe_cgen_options_t.
+ * c_gemm_library_only) and the library is not in use now: its products would write nothing. */
+static troupe_status_t s_check_library_only(const troupe_driver_t *drv,
+                                            const troupe_cgen_result_t *gen)
+{
+    if (!gen->gemm_library_only)
+        return TROUPE_OK;
+    troupe_cgen_options_t now;
+    troupe__hdrv_cgen_options(drv->vt, &now);
+    if (now.c_gemm_library_only)
+        return TROUPE_OK;
+    return troupe__error(TROUPE_FAILED_PRECONDITION,
+                         "routine %s: its code was generated to call the GEMM library, with no "
+                         "loops of its own, and %s now; compile the routine again",
+                         gen->name,
+                         !troupe_config_gemm_library()
+                             ? "TROUPE_GEMM=generated (troupe_config_set_gemm_library) is set"
+                             : "no GEMM library is in use");
+}
+
+/* Hands the GEMM library to code that calls it (compiler/gemm.h), or NULLs when
+ * TROUPE_GEMM=generated or no library can be loaded: then the code runs its own loops (code
+ * generated library-only has none and is refused before: s_check_library_only). Loaded code
+ * is shared by the routines compiled from the same source (one dlopen handle), so the last
+ * load's choice holds for all of them. */
+static troupe_status_t s_connect_gemm(const troupe_driver_t *drv, const troupe_cgen_result_t *gen,
+                                      void *lib)
 {
     if (gen->gemm_hooks_name == NULL)
         return TROUPE_OK;
+    TROUPE_RETURN_IF_ERROR(s_check_library_only(drv, gen));
     void *sym = dlsym(lib, gen->gemm_hooks_name);
     if (sym == NULL)
         return troupe__error(TROUPE_INTERNAL, "routine %s: generated code lacks %s", gen->name,
@@ -339,17 +364,6 @@ static troupe_status_t s_connect_gemm(const troupe_cgen_result_t *gen, void *lib
     void (*hooks)(troupe_sgemm_fn, troupe_dgemm_fn);
     memcpy(&hooks, &sym, sizeof hooks);
     bool use = s_gemm_library_in_use();
-    if (gen->gemm_library_only) {
-        troupe_cgen_options_t now;
-        troupe__hdrv_cgen_options(&now);
-        if (!now.c_gemm_library_only)
-            return troupe__error(TROUPE_FAILED_PRECONDITION,
-                                 "routine %s: its code was generated to call the GEMM library "
-                                 "(%s) with no loops of its own, and the library is not in use "
-                                 "now (TROUPE_GEMM=generated, troupe_config_set_gemm_library, "
-                                 "or none loads); compile the routine again",
-                                 gen->name, troupe_gemm_library_name());
-    }
     if (!use)
         TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
                    "routine %s: contractions run generated loops (%s)", gen->name,
@@ -424,11 +438,13 @@ troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_
     troupe_status_t st = TROUPE_OK;
     if (gen == NULL) {
         troupe_cgen_options_t opts;
-        troupe__hdrv_cgen_options(&opts);
+        troupe__hdrv_cgen_options(drv->vt, &opts);
         if ((st = troupe_cgen_emit_with(proc, TROUPE_CGEN_C, &opts, &own)) != TROUPE_OK)
             return st;
         gen = own;
     }
+    if ((st = s_check_library_only(drv, gen)) != TROUPE_OK) /* before the compiler runs */
+        goto out_gen;
 
     troupe_dcode_t *code = troupe_calloc(1, sizeof *code);
     if (!code) {
@@ -473,7 +489,7 @@ troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_
         goto out_code;
     /* POSIX guarantees an object pointer from dlsym converts to a function pointer. */
     memcpy(&code->entry, &entry, sizeof code->entry);
-    if ((st = s_connect_gemm(gen, code->lib)) != TROUPE_OK)
+    if ((st = s_connect_gemm(drv, gen, code->lib)) != TROUPE_OK)
         goto out_code;
     *out = code;
     code = NULL;

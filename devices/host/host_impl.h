@@ -82,11 +82,14 @@ troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_
  * with troupe__hdrv_offer_gen(NULL, NULL); thread-local; drivers other than cpu and sync never
  * look at it. */
 void troupe__hdrv_offer_gen(const troupe_ll_proc_t *proc, const troupe_cgen_result_t *gen);
-/* The options the host drivers generate C with, into *o (zeroed first): c_gemm_library_only
- * when a GEMM library is in use (TROUPE_GEMM is not `generated` and one loaded) and has every
- * entry the loader hands generated code (devices/host/gemm_library.h), as the loader decides
- * at each load. Whoever offers code (troupe__hdrv_offer_gen) generates it with these. */
-void troupe__hdrv_cgen_options(troupe_cgen_options_t *o);
+/* The options a driver of table `vt` compiles generated C with, into *o (zeroed first): for
+ * the host drivers (cpu, sync) c_gemm_library_only when a GEMM library is in use
+ * (TROUPE_GEMM is not `generated` and one loaded) and has every entry the loader hands
+ * generated code (devices/host/gemm_library.h), as the loader decides at each load; for other
+ * drivers all defaults (no library is loaded for them). Whoever offers code
+ * (troupe__hdrv_offer_gen) generates it with these; code generated library-only is refused
+ * (FAILED_PRECONDITION) by a compile while the library is not in use. */
+void troupe__hdrv_cgen_options(const troupe_driver_vtable_t *vt, troupe_cgen_options_t *o);
 void troupe__hdrv_code_release(troupe_driver_t *drv, troupe_dcode_t *code);
 troupe_status_t troupe__hdrv_launch(troupe_driver_t *drv, troupe_dqueue_t *q, troupe_dcode_t *code,
                                     const troupe_karg_t *args, size_t nargs);

@@ -1195,13 +1195,17 @@ int main(int argc, char **argv)
     double t_build = s_now();
     /* the first run of a model compiles its routines (the convnet's gradient: seconds), silent
      * otherwise: on a terminal, say so while it lasts and how long it took */
-    if (r.tty) {
-        printf("fmnist: compiling the training routines for backend %s (code cache %s: a "
-               "model's first run compiles, later runs load) ...",
-               o->backend ? o->backend : troupe_config_backend(), troupe_config_cache_dir());
+    if (r.tty) { /* one short line: \r\033[K below erases one row only */
+        printf("fmnist: compiling the training routines (%s) ...",
+               o->backend ? o->backend : troupe_config_backend());
         fflush(stdout);
     }
-    CHECK(troupe_dp_new(&dc, &model, &r.dp), "starting data-parallel training");
+    troupe_status_t dp_st = troupe_dp_new(&dc, &model, &r.dp);
+    if (r.tty && dp_st != TROUPE_OK) {
+        printf("\n");
+        fflush(stdout);
+    }
+    CHECK(dp_st, "starting data-parallel training");
     if (r.tty) {
         printf("\r\033[Kfmnist: training routines compiled and linked in %.1f s\n",
                s_now() - t_build);

@@ -68,7 +68,7 @@ progress_tty)
   script -qec "stty cols 120; $fmnist $small --train-limit 6000 --epochs 2" /dev/null >out 2>err ||
     fail "the run under script failed"
   # the compile notice, replaced by its time once the routines are built
-  has out "^fmnist: compiling the training routines for backend [a-z]* (code cache .*) \.\.\.${cr}${esc}\[Kfmnist: training routines compiled and linked in [0-9.]* s"
+  has out "^fmnist: compiling the training routines ([a-z]*) \.\.\.${cr}${esc}\[Kfmnist: training routines compiled and linked in [0-9.]* s"
   has out "${cr}${esc}\[Kepoch 1/2 \[=*>* *\] [0-9]*/46 steps  [0-9]* samples/s  loss [0-9.]*  ETA [0-9.]* s"
   has out "${cr}${esc}\[Kepoch 2/2  samples/s [0-9]*  loss [0-9.]*  test_accuracy" # the epoch line replaces it
   # no bar is wider than the terminal (119 columns and the erase sequence)
