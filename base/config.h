@@ -109,8 +109,10 @@ bool troupe_config_coll_shm(void);
 /* What the contractions generated CPU code recognises call (compiler/gemm.h,
  * devices/host/gemm_library.h): TROUPE_GEMM=library (the default) libxsmm's kernels where it has
  * them and OpenBLAS for the rest; openblas: OpenBLAS only; generated: troupe's own loops. The
- * library or loops choice is read when a routine's code is loaded, the libxsmm choice when the
- * library is first loaded. */
+ * library or loops choice is read when a routine's code is generated (code generated while a
+ * library is in use has no loops of its own: compiler/cgen.h c_gemm_library_only) and again
+ * when it is compiled and loaded (such code is then refused without the library); the libxsmm
+ * choice when the library is first loaded. */
 typedef enum troupe_gemm_mode {
     TROUPE_GEMM_MODE_LIBRARY = 0,
     TROUPE_GEMM_MODE_OPENBLAS,
