@@ -327,15 +327,11 @@ void troupe__hdrv_cgen_options(const troupe_driver_vtable_t *vt, troupe_cgen_opt
 }
 
 /* OK, or FAILED_PRECONDITION when gen was generated library-only (troupe_cgen_options_t.
- * c_gemm_library_only) and the library is not in use now: its products would write nothing. */
-static troupe_status_t s_check_library_only(const troupe_driver_t *drv,
-                                            const troupe_cgen_result_t *gen)
+ * c_gemm_library_only: generated only while every entry was there) and `in_use`
+ * (s_gemm_library_in_use) is false: its products would write nothing. */
+static troupe_status_t s_check_library_only(const troupe_cgen_result_t *gen, bool in_use)
 {
-    if (!gen->gemm_library_only)
-        return TROUPE_OK;
-    troupe_cgen_options_t now;
-    troupe__hdrv_cgen_options(drv->vt, &now);
-    if (now.c_gemm_library_only)
+    if (!gen->gemm_library_only || in_use)
         return TROUPE_OK;
     return troupe__error(TROUPE_FAILED_PRECONDITION,
                          "routine %s: its code was generated to call the GEMM library, with no "
@@ -348,22 +344,21 @@ static troupe_status_t s_check_library_only(const troupe_driver_t *drv,
 
 /* Hands the GEMM library to code that calls it (compiler/gemm.h), or NULLs when
  * TROUPE_GEMM=generated or no library can be loaded: then the code runs its own loops (code
- * generated library-only has none and is refused before: s_check_library_only). Loaded code
- * is shared by the routines compiled from the same source (one dlopen handle), so the last
- * load's choice holds for all of them. */
-static troupe_status_t s_connect_gemm(const troupe_driver_t *drv, const troupe_cgen_result_t *gen,
-                                      void *lib)
+ * generated library-only has none and is refused instead). Loaded code is shared by the
+ * routines compiled from the same source (one dlopen handle), so the last load's choice holds
+ * for all of them. */
+static troupe_status_t s_connect_gemm(const troupe_cgen_result_t *gen, void *lib)
 {
     if (gen->gemm_hooks_name == NULL)
         return TROUPE_OK;
-    TROUPE_RETURN_IF_ERROR(s_check_library_only(drv, gen));
+    bool use = s_gemm_library_in_use();
+    TROUPE_RETURN_IF_ERROR(s_check_library_only(gen, use));
     void *sym = dlsym(lib, gen->gemm_hooks_name);
     if (sym == NULL)
         return troupe__error(TROUPE_INTERNAL, "routine %s: generated code lacks %s", gen->name,
                              gen->gemm_hooks_name);
     void (*hooks)(troupe_sgemm_fn, troupe_dgemm_fn);
     memcpy(&hooks, &sym, sizeof hooks);
-    bool use = s_gemm_library_in_use();
     if (!use)
         TROUPE_LOG(TROUPE_LOG_DEBUG, TROUPE_SUB_DEVICES,
                    "routine %s: contractions run generated loops (%s)", gen->name,
@@ -443,7 +438,8 @@ troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_
             return st;
         gen = own;
     }
-    if ((st = s_check_library_only(drv, gen)) != TROUPE_OK) /* before the compiler runs */
+    /* before the compiler runs; the load checks again (s_connect_gemm) */
+    if ((st = s_check_library_only(gen, s_gemm_library_in_use())) != TROUPE_OK)
         goto out_gen;
 
     troupe_dcode_t *code = troupe_calloc(1, sizeof *code);
@@ -489,7 +485,7 @@ troupe_status_t troupe__hdrv_compile(troupe_driver_t *drv, const troupe_ll_proc_
         goto out_code;
     /* POSIX guarantees an object pointer from dlsym converts to a function pointer. */
     memcpy(&code->entry, &entry, sizeof code->entry);
-    if ((st = s_connect_gemm(drv, gen, code->lib)) != TROUPE_OK)
+    if ((st = s_connect_gemm(gen, code->lib)) != TROUPE_OK)
         goto out_code;
     *out = code;
     code = NULL;

@@ -142,8 +142,7 @@ troupe_status_t fmnist__cnn_forward(troupe_nn_t *nn, const fmnist_mlp_t *m, trou
         troupe_nn_begin(nn, "pool2_nchw: (B, H, W, C) -> (B, C, H, W)");
         troupe_nn_node(nn, "pool2_nchw", 4,
                        (int64_t[]){p2->dims[0], p2->dims[3], p2->dims[1], p2->dims[2]}, &pc);
-        TROUPE_RETURN_IF_ERROR(s_layer(nn, "pool2_nchw", p2, NULL));
-        troupe_nn_materialize(nn, pc, S_PROV);
+        troupe_nn_materialize(nn, pc, S_PROV); /* both keep a failed node's first error */
         troupe_nn_un(nn, true, TROUPE_BINOP_ARG2, pc, TROUPE_UNOP_IDENTITY, p2, "bhwc=>bchw");
         TROUPE_RETURN_IF_ERROR(s_layer(nn, "pool2_nchw", p2, NULL));
         p2 = pc;
