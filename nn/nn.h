@@ -102,11 +102,14 @@ troupe_status_t troupe_nn_add(troupe_nn_t *nn, troupe_status_t built, troupe_asg
  * constants"; the Winograd lowerings of nn/conv.h take up to 9). */
 troupe_status_t troupe_nn_const(troupe_nn_t *nn, double c, troupe_tnode_t **out);
 
-/* Marks tn Materialized (ir/memory_mode.h, `provenance` the caller's code for the choice): an
- * array the optimizer keeps, e.g. a factor the GEMM matcher must see as one (compiler/gemm.h:
- * inlined into a product, it would make it a nest of loops again) or a copy a later layer reads
- * in another layout. A mode that conflicts with one set before (INVALID_ARGUMENT, naming the
- * node) is recorded as the nn's first error, as every builder's is. */
+/* Marks tn (borrowed) Materialized (ir/memory_mode.h, `provenance` the caller's code for the
+ * choice): an array the optimizer keeps, e.g. a factor the GEMM matcher must see as one
+ * (compiler/gemm.h: inlined into a product, it would make it a nest of loops again) or a copy a
+ * later layer reads in another layout. Returns OK; the nn's first error when it already has one
+ * (tn is then not looked at); FAILED_PRECONDITION for a mode that conflicts with one set before
+ * (troupe_tnode_update_memory_mode's message, naming the node and both modes) or
+ * INVALID_ARGUMENT for a NULL tn, each recorded as the nn's first error as every builder's is;
+ * INVALID_ARGUMENT for a NULL nn. */
 troupe_status_t troupe_nn_materialize(troupe_nn_t *nn, troupe_tnode_t *tn, int32_t provenance);
 
 /* No gradient flows through tn (a stop-gradient, e.g. a softmax's max shift). */

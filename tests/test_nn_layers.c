@@ -559,6 +559,45 @@ Test(nn_layers, dropout_refuses_bad_arguments)
     m_free(&m);
 }
 
+/* ---- troupe_nn_materialize ------------------------------------------------------------------ */
+
+Test(nn_layers, materialize_marks_the_node_and_keeps_the_first_error)
+{
+    m_model_t m;
+    m_init(&m, TROUPE_PREC_DOUBLE, 9);
+    troupe_tnode_t *y = m_node(&m, "y", 1, (int64_t[]){4});
+    OK(troupe_nn_materialize(m.nn, y, 77));
+    troupe_memory_mode_t mode;
+    int32_t prov = 0;
+    cr_assert(troupe_tnode_get_memory_mode(y, &mode, &prov));
+    cr_assert_eq(mode.kind, TROUPE_MM_MATERIALIZED);
+    cr_assert_eq(prov, 77);
+    /* a node already Virtual: the conflict becomes the nn's error */
+    troupe_tnode_t *v = m_node(&m, "v", 1, (int64_t[]){4});
+    const troupe_memory_mode_t virt = {TROUPE_MM_VIRTUAL, 0, 0};
+    OK(troupe_tnode_update_memory_mode(v, virt, 78));
+    troupe_status_t st = troupe_nn_materialize(m.nn, v, 79);
+    cr_assert_neq(st, TROUPE_OK);
+    cr_assert_eq(troupe_nn_status(m.nn), st);
+    cr_assert_eq(st, TROUPE_FAILED_PRECONDITION, "%s", troupe_status_str(st));
+    cr_assert(strstr(troupe_last_error(),
+                     "_v: memory mode Virtual/78 cannot become Materialized/79") != NULL,
+              "%s", troupe_last_error());
+    char first[512];
+    snprintf(first, sizeof first, "%s", troupe_last_error());
+    /* a NULL node after that failure returns it and keeps its message */
+    cr_assert_eq(troupe_nn_materialize(m.nn, NULL, 80), st);
+    cr_assert_str_eq(troupe_last_error(), first);
+    m_free(&m);
+    /* a NULL node on a healthy nn is the nn's error, named */
+    m_init(&m, TROUPE_PREC_DOUBLE, 9);
+    cr_assert_eq(troupe_nn_materialize(m.nn, NULL, 80), TROUPE_INVALID_ARGUMENT);
+    cr_assert(strstr(troupe_last_error(), "troupe_nn_materialize: NULL node") != NULL, "%s",
+              troupe_last_error());
+    cr_assert_eq(troupe_nn_status(m.nn), TROUPE_INVALID_ARGUMENT);
+    m_free(&m);
+}
+
 /* ---- initialisers ---------------------------------------------------------------------------- */
 
 Test(nn_layers, initialisers_follow_the_documented_stream)
