@@ -153,6 +153,13 @@ Test(gpt_files, model_bad_files_are_refused_by_name)
     s_refused_model(s_path("heads.bin"), "not a multiple of NH");
     free(c);
     free(b);
+    /* a directory opens for reading and sizes as LONG_MAX: refused by what it is, not as an
+     * allocation of 2^63 bytes (the readers of the tokenizer and the debug state share this) */
+    s_refused_model(s_path(""), "not a regular file");
+    gpt_llmc_tokenizer_t tok = {0};
+    cr_expect_eq(gpt_llmc_tokenizer_read(s_path(""), &tok), TROUPE_INVALID_ARGUMENT);
+    cr_expect(strstr(troupe_last_error(), "not a regular file"), "%s", troupe_last_error());
+    cr_expect_null(tok.offsets);
     gpt_llmc_config_t cfg;
     float *p = NULL;
     cr_assert_eq(gpt_llmc_model_read(s_path("missing.bin"), &cfg, &p), TROUPE_NOT_FOUND);

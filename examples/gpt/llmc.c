@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define S_HEADER_BYTES (GPT_LLMC_HEADER_INTS * 4)
@@ -111,6 +112,12 @@ static troupe_status_t s_slurp(const char *path, const char *what, unsigned char
     troupe_status_t st = TROUPE_OK;
     unsigned char *buf = NULL;
     long len = -1;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a directory sizes as LONG_MAX */
+        st = troupe_error_set(TROUPE_INVALID_ARGUMENT, "%s: not a regular file: expected a %s",
+                              path, what);
+        goto close_file;
+    }
     if (fseek(f, 0, SEEK_END) == 0)
         len = ftell(f);
     if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
@@ -526,6 +533,15 @@ troupe_status_t gpt_llmc_tokenizer_read(const char *path, gpt_llmc_tokenizer_t *
         st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
                               "%s: unsupported tokenizer version %d or vocabulary %d", path,
                               hdr[1], hdr[2]);
+        goto free_buf;
+    }
+    /* every token takes at least its length byte: a vocabulary the file cannot hold is refused
+     * before the offsets (4 bytes a token) are allocated for it */
+    if ((size_t)hdr[2] > len - S_HEADER_BYTES) {
+        st = troupe_error_set(TROUPE_INVALID_ARGUMENT,
+                              "%s: truncated tokenizer: %d tokens need at least %d bytes after "
+                              "the header, the file has %zu",
+                              path, hdr[2], hdr[2], len - S_HEADER_BYTES);
         goto free_buf;
     }
     t.vocab = hdr[2];
