@@ -195,6 +195,11 @@ cli)
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --schedule wavy; has err "option --schedule"
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --save-every 2; has err "needs --save"
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --grad-clip -1; has err "option --grad-clip: '-1' is not a number"
+  # --save's place is checked before training, not when the first save fails
+  run 2 "$gpt" train --model m.bin --data t_train.bin $tr --save no/such/dir/s.bin
+  has err "option --save: cannot write 'no/such/dir/s.bin': No such file or directory"
+  grep -q '^step=' out && fail "trained before refusing --save"
+  run 2 "$gpt" train --model m.bin --data t_train.bin $tr --save .; has err "option --save: '.' is a directory"
   # --curve and --plot do not overwrite another kind of file
   run 2 "$gpt" train --model m.bin --data t_train.bin $tr --curve text.txt
   has err "option --curve: 'text.txt' exists and is not a gpt learning curve"
