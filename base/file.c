@@ -1,10 +1,14 @@
-/* troupe — opening a file that must be a regular file (see file_impl.h). */
+/* troupe — opening a file that must be a regular file; checking a place to write (see
+ * file_impl.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "base/file_impl.h"
+
+#include "base/alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -56,5 +60,31 @@ troupe_status_t troupe__file_open_regular(const char *path, const char *what, ui
         return st;
     }
     *out_fd = fd;
+    return TROUPE_OK;
+}
+
+troupe_status_t troupe__file_check_writable(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return troupe__error(TROUPE_INVALID_ARGUMENT, "'%s' is a directory", path);
+    /* a temporary beside it, as the writers create theirs */
+    size_t cap = strlen(path) + 32;
+    char *probe = troupe_malloc(cap);
+    if (probe == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cannot check '%s': out of memory", path);
+    snprintf(probe, cap, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) {
+        int e = errno;
+        troupe_free(probe);
+        return troupe__error(TROUPE_FAILED_PRECONDITION, "cannot write '%s': %s", path,
+                             strerror(e));
+    }
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    }
+    troupe_free(probe);
     return TROUPE_OK;
 }

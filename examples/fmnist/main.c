@@ -50,6 +50,7 @@
 
 #include "actors/troupe.h"
 #include "base/clock.h"
+#include "base/file_impl.h"
 #include "base/log.h"
 #include "base/trace.h"
 #include "devices/device.h"
@@ -769,17 +770,9 @@ static bool s_check_outputs(run_t *r, char *err, size_t cap)
             }
         }
         /* a file beside it, as troupe_dp_save creates its temporary */
-        char probe[4096];
-        snprintf(probe, sizeof probe, "%s.tmp.%ld", o->checkpoint, (long)getpid());
-        int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd < 0 && errno != EEXIST) {
-            troupe__format_fit(err, cap, "option --checkpoint: cannot write '%s': %s",
-                               o->checkpoint, strerror(errno));
+        if (troupe__file_check_writable(o->checkpoint) != TROUPE_OK) {
+            troupe__format_fit(err, cap, "option --checkpoint: %s", troupe_last_error());
             return false;
-        }
-        if (fd >= 0) {
-            close(fd);
-            unlink(probe);
         }
     }
     if (!fmnist_plot_open(&r->plot, o->plot, o->resume ? o->curve : NULL, err, cap))

@@ -2,11 +2,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include "plot.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include "base/file_impl.h"
+
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 bool fmnist_plot_open(fmnist_plot_t *p, const char *path, const char *curve, char *err, size_t cap)
@@ -20,22 +19,10 @@ bool fmnist_plot_open(fmnist_plot_t *p, const char *path, const char *curve, cha
                  "cannot draw");
         return false;
     }
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(err, cap, "option --plot: '%s' is a directory", path);
+    /* the drawing goes through a temporary beside the file */
+    if (troupe__file_check_writable(path) != TROUPE_OK) {
+        snprintf(err, cap, "option --plot: %s", troupe_last_error());
         return false;
-    }
-    /* the drawing goes through a temporary beside the file: try one */
-    char probe[4096];
-    snprintf(probe, sizeof probe, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && errno != EEXIST) {
-        snprintf(err, cap, "option --plot: cannot write '%s': %s", path, strerror(errno));
-        return false;
-    }
-    if (fd >= 0) {
-        close(fd);
-        unlink(probe);
     }
     if (curve && access(curve, F_OK) == 0 && troupe_curve_read(curve, &p->rows) != TROUPE_OK) {
         fprintf(stderr, "fmnist: warning: --plot draws this run's epochs only: %s\n",

@@ -40,7 +40,7 @@ unwritable_outputs)
   long=/nonexistent-dir/$(printf '%05000d' 0)/ck
   run 2 --epochs 1 --checkpoint "$long"
   lines err 1; has err "option --checkpoint: cannot write '/nonexistent-dir/000"
-  has err " \.\.\. 000*/ck': No such file or directory"
+  has err " \.\.\. 000*/ck': File name too long"
   # timelines that could not be written are refused at start-up, not lost at exit
   TROUPE_TRACE=/nonexistent-dir/t run 1 --epochs 1
   has err "TROUPE_TRACE '/nonexistent-dir/t': its timelines .* cannot be written"; lacks out "epoch"

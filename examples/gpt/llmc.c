@@ -2,6 +2,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "llmc.h"
 
+#include "base/file_impl.h"
+
 #include <errno.h>
 #include <glob.h>
 #include <stdio.h>
@@ -102,47 +104,37 @@ static troupe_status_t s_slurp(const char *path, const char *what, unsigned char
 {
     *out = NULL;
     *out_len = 0;
-    errno = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        return troupe_error_set(e == ENOENT ? TROUPE_NOT_FOUND : TROUPE_FAILED_PRECONDITION,
-                                "%s: cannot open the %s: %s", path, what, strerror(e));
-    }
-    troupe_status_t st = TROUPE_OK;
-    unsigned char *buf = NULL;
-    long len = -1;
+    /* a directory, FIFO or device is refused by its kind (a directory would size as LONG_MAX) */
+    char expected[64];
+    snprintf(expected, sizeof expected, "a %s", what);
+    int fd = -1;
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a directory sizes as LONG_MAX */
-        st = troupe_error_set(TROUPE_INVALID_ARGUMENT, "%s: not a regular file: expected a %s",
-                              path, what);
-        goto close_file;
-    }
-    if (fseek(f, 0, SEEK_END) == 0)
-        len = ftell(f);
-    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        st = troupe_error_set(TROUPE_FAILED_PRECONDITION, "%s: cannot size the %s: %s", path,
-                              what, strerror(errno));
-        goto close_file;
-    }
-    buf = malloc(len > 0 ? (size_t)len : 1);
+    TROUPE_RETURN_IF_ERROR(troupe__file_open_regular(path, expected, 0, 0, &fd, &sb));
+    size_t len = (size_t)sb.st_size;
+    unsigned char *buf = malloc(len > 0 ? len : 1);
     if (!buf) {
-        st = troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory for %ld bytes", path,
-                              len);
-        goto close_file;
+        close(fd);
+        return troupe_error_set(TROUPE_RESOURCE_EXHAUSTED, "%s: out of memory for %zu bytes", path,
+                                len);
     }
-    if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        st = troupe_error_set(TROUPE_FAILED_PRECONDITION, "%s: cannot read the %s: %s", path,
-                              what, ferror(f) ? strerror(errno) : "the file shrank");
-        free(buf);
-        buf = NULL;
-        goto close_file;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t got = read(fd, buf + done, len - done);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            int e = errno;
+            close(fd);
+            free(buf);
+            return troupe_error_set(TROUPE_FAILED_PRECONDITION, "%s: cannot read the %s: %s", path,
+                                    what, got < 0 ? strerror(e) : "the file shrank");
+        }
+        done += (size_t)got;
     }
+    close(fd);
     *out = buf;
-    *out_len = (size_t)len;
-close_file:
-    fclose(f);
-    return st;
+    *out_len = len;
+    return TROUPE_OK;
 }
 
 static int32_t s_i32(const unsigned char *p)

@@ -4,6 +4,8 @@
 
 #include "llmc.h"
 
+#include "base/file_impl.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -68,17 +70,9 @@ static troupe_status_t s_shard_tokens(const s_shard_t *sh, size_t at, size_t n, 
 static troupe_status_t s_shard_open(s_shard_t *sh, int32_t vocab, size_t min_tokens,
                                     uint16_t *chunk)
 {
-    errno = 0;
-    sh->fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-    if (sh->fd < 0) {
-        int e = errno;
-        return troupe_error_set(e == ENOENT ? TROUPE_NOT_FOUND : TROUPE_FAILED_PRECONDITION,
-                                "%s: cannot open the token shard: %s", sh->path, strerror(e));
-    }
     struct stat sb;
-    if (fstat(sh->fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-        return troupe_error_set(TROUPE_INVALID_ARGUMENT,
-                                "%s: not a regular file: expected a token shard", sh->path);
+    TROUPE_RETURN_IF_ERROR(
+        troupe__file_open_regular(sh->path, "a token shard", 0, 0, &sh->fd, &sb));
     size_t bytes = (size_t)sb.st_size;
     unsigned char head[S_HEADER_BYTES];
     size_t hl = bytes < sizeof head ? bytes : sizeof head;

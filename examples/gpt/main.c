@@ -24,13 +24,13 @@
 #include "curve_plot.h"
 
 #include "base/config.h"
+#include "base/file_impl.h"
 #include "base/log.h"
 #include "parallel/dp.h"
 #include "transport/mpi/cluster.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -630,30 +630,6 @@ static double s_lr_at(const train_t *t, long long step)
     return t->lr * 0.5 * (1.0 + cos(3.14159265358979323846 * ratio));
 }
 
-/* Whether --save's FILE (and FILE.state beside it) can be written, checked before training so
- * that a long run does not end by failing to save: not a directory, and a file can be created
- * beside it (as the writers create their temporaries). false with the reason in err. */
-static bool s_save_writable(const char *path, char *err, size_t cap)
-{
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        snprintf(err, cap, "option --save: '%s' is a directory", path);
-        return false;
-    }
-    char probe[4200];
-    snprintf(probe, sizeof probe, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && errno != EEXIST) {
-        snprintf(err, cap, "option --save: cannot write '%s': %s", path, strerror(errno));
-        return false;
-    }
-    if (fd >= 0) {
-        close(fd);
-        unlink(probe);
-    }
-    return true;
-}
-
 /* Writes the model file (rank 0) and, every rank, dp's checkpoint beside it (FILE.state). */
 static void s_save(troupe_dp_t *dp, gpt_params_t *p, const char *path, int rank)
 {
@@ -724,8 +700,11 @@ static int s_cmd_train(int argc, char **argv)
         return s_usage("option --precision: 'fp32', 'bf16' or 'fp16'");
     if (t.save_every && !t.save)
         return s_usage("option --save-every needs --save");
-    if (t.save && !s_save_writable(t.save, err, sizeof err))
+    if (t.save && troupe__file_check_writable(t.save) != TROUPE_OK) {
+        /* checked before training, so that a long run does not end by failing its first save */
+        snprintf(err, sizeof err, "option --save: %s", troupe_last_error());
         return s_usage(err);
+    }
     if (t.plot && !troupe_curve_plot_available())
         return s_usage("option --plot: this gpt was built without cairo (libcairo2-dev): it "
                        "cannot draw");
