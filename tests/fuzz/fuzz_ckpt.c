@@ -15,6 +15,9 @@
  * Build: deploy/fuzz.sh (clang); run: deploy/fuzz.sh SECONDS ckpt. */
 #include "parallel/dp.h"
 
+#define FUZZ_NAME "fuzz_ckpt"
+#include "fuzz_util.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,36 +26,28 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define S_CHECK(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_ckpt: broken: %s (%s)\n", #cond, troupe_last_error());           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
 /* Parses img[size] and checks the outcome. */
 static void s_parse(const uint8_t *img, size_t size)
 {
     troupe_dp_checkpoint_info_t *info = malloc(sizeof *info);
-    S_CHECK(info != NULL);
+    FUZZ_CHECK(info != NULL);
     memset(info, 0xa5, sizeof *info);
     troupe_status_t st = troupe_dp_checkpoint_parse(img, size, "fuzz image", info);
     if (st == TROUPE_OK) {
-        S_CHECK(info->version >= 1 && info->version <= 4);
-        S_CHECK(info->nstate >= 0 && info->nstate <= 2);
-        S_CHECK(info->optimizer == TROUPE_OPT_SGD || info->optimizer == TROUPE_OPT_ADAMW);
-        S_CHECK(info->steps >= 0);
-        S_CHECK(info->param_bytes <= size);
-        S_CHECK(memchr(info->note, '\0', sizeof info->note) != NULL);
+        FUZZ_CHECK(info->version >= 1 && info->version <= 4);
+        FUZZ_CHECK(info->nstate >= 0 && info->nstate <= 2);
+        FUZZ_CHECK(info->optimizer == TROUPE_OPT_SGD || info->optimizer == TROUPE_OPT_ADAMW);
+        FUZZ_CHECK(info->steps >= 0);
+        FUZZ_CHECK(info->param_bytes <= size);
+        FUZZ_CHECK(memchr(info->note, '\0', sizeof info->note) != NULL);
         if (info->version >= 3)
-            S_CHECK(info->ranks >= 1 && info->streams >= 1);
+            FUZZ_CHECK(info->ranks >= 1 && info->streams >= 1);
         if (info->version >= 4)
-            S_CHECK(info->loss_scale > 0.0 && info->loss_scale <= 1.7976931348623157e308 &&
-                    info->loss_scale_good >= 0 && info->skipped_steps >= 0);
+            FUZZ_CHECK(info->loss_scale > 0.0 && info->loss_scale <= 1.7976931348623157e308 &&
+                       info->loss_scale_good >= 0 && info->skipped_steps >= 0);
     } else {
-        S_CHECK(st == TROUPE_INVALID_ARGUMENT || st == TROUPE_RESOURCE_EXHAUSTED);
-        S_CHECK(strstr(troupe_last_error(), "fuzz image") != NULL);
+        FUZZ_CHECK(st == TROUPE_INVALID_ARGUMENT || st == TROUPE_RESOURCE_EXHAUSTED);
+        FUZZ_CHECK(strstr(troupe_last_error(), "fuzz image") != NULL);
     }
     free(info);
 }
@@ -61,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* an exact copy: a read past the image is a heap overflow the sanitizer reports */
     uint8_t *img = malloc(size ? size : 1);
-    S_CHECK(img != NULL);
+    FUZZ_CHECK(img != NULL);
     memcpy(img, data, size);
     s_parse(img, size);
     /* again with its last 4 bytes made the CRC-32 of the bytes before them (as a save writes

@@ -14,6 +14,9 @@
 #include "base/config.h"
 #include "base/log.h"
 
+#define FUZZ_NAME "fuzz_config"
+#include "fuzz_util.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,14 +26,6 @@
 extern char **environ;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define S_CHECK(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_config: broken: %s (%s)\n", #cond, troupe_last_error());         \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static const char *const s_names[] = {
     "TROUPE_LOG",
@@ -72,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t used = 0;
     static bool quiet;
     if (!quiet) { /* warnings about malformed values: not on the fuzzer's output */
-        S_CHECK(troupe_log_set_file("/dev/null") == TROUPE_OK);
+        FUZZ_CHECK(troupe_log_set_file("/dev/null") == TROUPE_OK);
         quiet = true;
     }
     size_t i = 0;
@@ -101,40 +96,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     troupe_log_set_level(TROUPE_LOG_WARN);
     troupe_status_t st = troupe_config_reload();
     environ = saved;
-    S_CHECK(st == TROUPE_OK || st == TROUPE_INVALID_ARGUMENT);
+    FUZZ_CHECK(st == TROUPE_OK || st == TROUPE_INVALID_ARGUMENT);
     if (st != TROUPE_OK) {
         const char *msg = troupe_last_error();
         bool named = false;
         for (size_t k = 0; k < S_NNAMES && !named; k++)
             named = strncmp(msg, s_names[k], strlen(s_names[k])) == 0 &&
                     strncmp(msg + strlen(s_names[k]), "='", 2) == 0;
-        S_CHECK(named);
-        S_CHECK(troupe_config_check() == TROUPE_INVALID_ARGUMENT);
+        FUZZ_CHECK(named);
+        FUZZ_CHECK(troupe_config_check() == TROUPE_INVALID_ARGUMENT);
     }
-    S_CHECK(troupe_config_timeout_s() >= 1);
-    S_CHECK(troupe_config_timeout_ns() >= 1000000000LL);
-    S_CHECK(troupe_config_fusion_bytes() >= 1024);
+    FUZZ_CHECK(troupe_config_timeout_s() >= 1);
+    FUZZ_CHECK(troupe_config_timeout_ns() >= 1000000000LL);
+    FUZZ_CHECK(troupe_config_fusion_bytes() >= 1024);
     const char *b = troupe_config_backend();
-    S_CHECK(b[0] != '\0' && strlen(b) < 64);
-    S_CHECK(troupe_config_cc()[0] != '\0');
-    S_CHECK(troupe_config_cache_dir()[0] != '\0');
+    FUZZ_CHECK(b[0] != '\0' && strlen(b) < 64);
+    FUZZ_CHECK(troupe_config_cc()[0] != '\0');
+    FUZZ_CHECK(troupe_config_cache_dir()[0] != '\0');
     troupe_gemm_mode_t g = troupe_config_gemm_mode();
-    S_CHECK(g == TROUPE_GEMM_MODE_LIBRARY || g == TROUPE_GEMM_MODE_OPENBLAS ||
-            g == TROUPE_GEMM_MODE_GENERATED);
-    S_CHECK(troupe_log_get_level() <= TROUPE_LOG_TRACE);
-    S_CHECK(troupe_config_cpu_devices() >= 1 &&
-            troupe_config_cpu_devices() <= TROUPE_CONFIG_MAX_CPU_DEVICES);
+    FUZZ_CHECK(g == TROUPE_GEMM_MODE_LIBRARY || g == TROUPE_GEMM_MODE_OPENBLAS ||
+               g == TROUPE_GEMM_MODE_GENERATED);
+    FUZZ_CHECK(troupe_log_get_level() <= TROUPE_LOG_TRACE);
+    FUZZ_CHECK(troupe_config_cpu_devices() >= 1 &&
+               troupe_config_cpu_devices() <= TROUPE_CONFIG_MAX_CPU_DEVICES);
     int devs[TROUPE_CONFIG_MAX_DEVICE_LIST], ndevs = -1; /* a kept TROUPE_DEVICE parses */
-    S_CHECK(troupe_config_parse_device_list(troupe_config_device(), devs,
-                                            TROUPE_CONFIG_MAX_DEVICE_LIST, &ndevs) == TROUPE_OK);
-    S_CHECK(ndevs >= 0 && ndevs <= TROUPE_CONFIG_MAX_DEVICE_LIST);
+    FUZZ_CHECK(troupe_config_parse_device_list(troupe_config_device(), devs,
+                                               TROUPE_CONFIG_MAX_DEVICE_LIST, &ndevs) == TROUPE_OK);
+    FUZZ_CHECK(ndevs >= 0 && ndevs <= TROUPE_CONFIG_MAX_DEVICE_LIST);
     for (int k = 0; k < ndevs; k++)
-        S_CHECK(devs[k] >= 0);
+        FUZZ_CHECK(devs[k] >= 0);
     troupe_cuda_aware_t ca = troupe_config_cuda_aware();
-    S_CHECK(ca == TROUPE_CUDA_AWARE_AUTO || ca == TROUPE_CUDA_AWARE_ON ||
-            ca == TROUPE_CUDA_AWARE_OFF);
+    FUZZ_CHECK(ca == TROUPE_CUDA_AWARE_AUTO || ca == TROUPE_CUDA_AWARE_ON ||
+               ca == TROUPE_CUDA_AWARE_OFF);
     troupe_dp_overlap_t ov = troupe_config_dp_overlap();
-    S_CHECK(ov == TROUPE_DP_OVERLAP_AUTO || ov == TROUPE_DP_OVERLAP_ON ||
-            ov == TROUPE_DP_OVERLAP_OFF);
+    FUZZ_CHECK(ov == TROUPE_DP_OVERLAP_AUTO || ov == TROUPE_DP_OVERLAP_ON ||
+               ov == TROUPE_DP_OVERLAP_OFF);
     return 0;
 }

@@ -22,22 +22,16 @@
 #include "llmc.h"
 #include "loader.h"
 
+#define FUZZ_NAME "fuzz_gpt"
+#include "fuzz_util.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define S_CHECK(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_gpt: broken: %s (%s)\n", #cond, troupe_last_error());            \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define S_HEADER_BYTES (GPT_LLMC_HEADER_INTS * 4)
 
@@ -46,25 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const gpt_llmc_config_t s_state_cfg = {
     .max_seq = 4, .vocab = 5, .layers = 1, .heads = 2, .channels = 4, .padded_vocab = 8};
 
-static int s_fd = -1;
-static char s_path[64];
-
-/* The input as the content of the memory file s_path. */
-static void s_put(const uint8_t *data, size_t size)
-{
-    if (s_fd < 0) {
-        s_fd = memfd_create("fuzz_gpt", MFD_CLOEXEC);
-        S_CHECK(s_fd >= 0);
-        snprintf(s_path, sizeof s_path, "/proc/self/fd/%d", s_fd);
-    }
-    S_CHECK(ftruncate(s_fd, 0) == 0);
-    size_t done = 0;
-    while (done < size) {
-        ssize_t w = pwrite(s_fd, data + done, size - done, (off_t)done);
-        S_CHECK(w > 0);
-        done += (size_t)w;
-    }
-}
+static const char *s_path; /* the memory file holding the input */
 
 static int32_t s_i32(const uint8_t *p)
 {
@@ -75,8 +51,8 @@ static int32_t s_i32(const uint8_t *p)
 /* A refusal's status and message: "<path>: <problem>". */
 static void s_check_refusal(troupe_status_t st)
 {
-    S_CHECK(st == TROUPE_INVALID_ARGUMENT || st == TROUPE_RESOURCE_EXHAUSTED);
-    S_CHECK(strncmp(troupe_last_error(), s_path, strlen(s_path)) == 0);
+    FUZZ_CHECK(st == TROUPE_INVALID_ARGUMENT || st == TROUPE_RESOURCE_EXHAUSTED);
+    FUZZ_CHECK(strncmp(troupe_last_error(), s_path, strlen(s_path)) == 0);
 }
 
 static void s_model(const uint8_t *data, size_t size)
@@ -88,15 +64,15 @@ static void s_model(const uint8_t *data, size_t size)
     troupe_status_t st = gpt_llmc_model_read(s_path, &cfg, &params);
     if (st != TROUPE_OK) {
         s_check_refusal(st);
-        S_CHECK(memcmp(&cfg, &before, sizeof cfg) == 0 && params == &sentinel);
+        FUZZ_CHECK(memcmp(&cfg, &before, sizeof cfg) == 0 && params == &sentinel);
         return;
     }
     int32_t version = s_i32(data + 4);
-    S_CHECK(s_i32(data) == GPT_LLMC_MODEL_MAGIC && (version == 3 || version == 5));
-    S_CHECK(gpt_llmc_config_check(&cfg, "accepted") == TROUPE_OK);
-    S_CHECK(cfg.max_seq == s_i32(data + 8) && cfg.padded_vocab == s_i32(data + 28));
+    FUZZ_CHECK(s_i32(data) == GPT_LLMC_MODEL_MAGIC && (version == 3 || version == 5));
+    FUZZ_CHECK(gpt_llmc_config_check(&cfg, "accepted") == TROUPE_OK);
+    FUZZ_CHECK(cfg.max_seq == s_i32(data + 8) && cfg.padded_vocab == s_i32(data + 28));
     size_t n = gpt_llmc_num_params(&cfg), esize = version == 3 ? 4 : 2;
-    S_CHECK(n > 0 && size == S_HEADER_BYTES + n * esize);
+    FUZZ_CHECK(n > 0 && size == S_HEADER_BYTES + n * esize);
     const size_t ends[2] = {0, n - 1}; /* the first and the last parameter */
     for (int k = 0; k < 2; k++) {
         const uint8_t *b = data + S_HEADER_BYTES + ends[k] * esize;
@@ -104,7 +80,7 @@ static void s_model(const uint8_t *data, size_t size)
             esize == 4 ? (uint32_t)s_i32(b) : ((uint32_t)b[0] | (uint32_t)b[1] << 8) << 16;
         uint32_t got;
         memcpy(&got, &params[ends[k]], sizeof got);
-        S_CHECK(got == want);
+        FUZZ_CHECK(got == want);
     }
     free(params);
 }
@@ -117,23 +93,23 @@ static void s_state(const uint8_t *data, size_t size)
     troupe_status_t st = gpt_llmc_state_read(s_path, &s_state_cfg, &s);
     if (st != TROUPE_OK) {
         s_check_refusal(st);
-        S_CHECK(memcmp(&s, &before, sizeof s) == 0);
+        FUZZ_CHECK(memcmp(&s, &before, sizeof s) == 0);
         return;
     }
-    S_CHECK(s.batch >= 1 && s.seq >= 1 && s.seq <= s_state_cfg.max_seq);
+    FUZZ_CHECK(s.batch >= 1 && s.seq >= 1 && s.seq <= s_state_cfg.max_seq);
     size_t bt = (size_t)s.batch * (size_t)s.seq;
     size_t want = S_HEADER_BYTES + 4 * (2 * bt + bt * (size_t)s_state_cfg.vocab + 1 +
                                         gpt_llmc_num_params(&s_state_cfg));
-    S_CHECK(size == want && s.x && s.y && s.logits && s.grads);
+    FUZZ_CHECK(size == want && s.x && s.y && s.logits && s.grads);
     for (size_t i = 0; i < bt; i++)
-        S_CHECK(s.x[i] >= 0 && s.x[i] < s_state_cfg.vocab && s.y[i] >= 0 &&
-                s.y[i] < s_state_cfg.vocab);
+        FUZZ_CHECK(s.x[i] >= 0 && s.x[i] < s_state_cfg.vocab && s.y[i] >= 0 &&
+                   s.y[i] < s_state_cfg.vocab);
     uint32_t loss_bits;
     memcpy(&loss_bits, &s.loss, sizeof loss_bits);
-    S_CHECK(loss_bits ==
-            (uint32_t)s_i32(data + S_HEADER_BYTES + 4 * (2 * bt + bt * s_state_cfg.vocab)));
+    FUZZ_CHECK(loss_bits ==
+               (uint32_t)s_i32(data + S_HEADER_BYTES + 4 * (2 * bt + bt * s_state_cfg.vocab)));
     gpt_llmc_state_free(&s);
-    S_CHECK(s.x == NULL && s.grads == NULL);
+    FUZZ_CHECK(s.x == NULL && s.grads == NULL);
 }
 
 static void s_tokenizer(const uint8_t *data, size_t size)
@@ -144,19 +120,19 @@ static void s_tokenizer(const uint8_t *data, size_t size)
     troupe_status_t st = gpt_llmc_tokenizer_read(s_path, &t);
     if (st != TROUPE_OK) {
         s_check_refusal(st);
-        S_CHECK(memcmp(&t, &before, sizeof t) == 0);
+        FUZZ_CHECK(memcmp(&t, &before, sizeof t) == 0);
         return;
     }
     int32_t version = s_i32(data + 4);
-    S_CHECK(t.vocab == s_i32(data + 8) && t.vocab >= 1);
-    S_CHECK(t.eot == (version == 2 ? s_i32(data + 12) : 50256));
-    S_CHECK(t.offsets[0] == 0);
+    FUZZ_CHECK(t.vocab == s_i32(data + 8) && t.vocab >= 1);
+    FUZZ_CHECK(t.eot == (version == 2 ? s_i32(data + 12) : 50256));
+    FUZZ_CHECK(t.offsets[0] == 0);
     for (int32_t i = 0; i < t.vocab; i++)
-        S_CHECK(t.offsets[i] <= t.offsets[i + 1] && t.offsets[i + 1] - t.offsets[i] <= 255);
+        FUZZ_CHECK(t.offsets[i] <= t.offsets[i + 1] && t.offsets[i + 1] - t.offsets[i] <= 255);
     /* each token is its length byte and its bytes, tiling the file after the header */
-    S_CHECK(S_HEADER_BYTES + (size_t)t.vocab + t.offsets[t.vocab] == size);
+    FUZZ_CHECK(S_HEADER_BYTES + (size_t)t.vocab + t.offsets[t.vocab] == size);
     if (t.vocab > 0 && t.offsets[1] > 0) /* the first token's bytes are the file's */
-        S_CHECK(memcmp(t.bytes, data + S_HEADER_BYTES + 1, t.offsets[1]) == 0);
+        FUZZ_CHECK(memcmp(t.bytes, data + S_HEADER_BYTES + 1, t.offsets[1]) == 0);
     gpt_llmc_tokenizer_free(&t);
 }
 
@@ -173,35 +149,35 @@ static void s_shard(const uint8_t *data, size_t size)
     snprintf(whole_msg, sizeof whole_msg, "%s", troupe_last_error());
     gpt_shards_t *sh = NULL;
     troupe_status_t st2 = gpt_shards_open(s_path, vocab, min_tokens, &sh);
-    S_CHECK(st == st2); /* the two readers agree */
+    FUZZ_CHECK(st == st2); /* the two readers agree */
     if (st != TROUPE_OK) {
         s_check_refusal(st);
-        S_CHECK(strcmp(whole_msg, troupe_last_error()) == 0); /* on the same problem */
-        S_CHECK(whole == &sentinel && whole_n == 99 && files == -1 && sh == NULL);
+        FUZZ_CHECK(strcmp(whole_msg, troupe_last_error()) == 0); /* on the same problem */
+        FUZZ_CHECK(whole == &sentinel && whole_n == 99 && files == -1 && sh == NULL);
         return;
     }
-    S_CHECK(files == 1 && gpt_shards_files(sh) == 1);
-    S_CHECK(whole_n >= min_tokens && whole_n == gpt_shards_count(sh));
-    S_CHECK(size == S_HEADER_BYTES + 2 * whole_n);
+    FUZZ_CHECK(files == 1 && gpt_shards_files(sh) == 1);
+    FUZZ_CHECK(whole_n >= min_tokens && whole_n == gpt_shards_count(sh));
+    FUZZ_CHECK(size == S_HEADER_BYTES + 2 * whole_n);
     uint16_t *inplace = malloc(whole_n * sizeof *inplace);
-    S_CHECK(inplace != NULL);
-    S_CHECK(gpt_shards_read(sh, 0, whole_n, inplace) == TROUPE_OK);
+    FUZZ_CHECK(inplace != NULL);
+    FUZZ_CHECK(gpt_shards_read(sh, 0, whole_n, inplace) == TROUPE_OK);
     for (size_t i = 0; i < whole_n; i++) {
         uint16_t want =
             (uint16_t)(data[S_HEADER_BYTES + 2 * i] | data[S_HEADER_BYTES + 2 * i + 1] << 8);
-        S_CHECK(whole[i] == want && inplace[i] == want && want < vocab);
+        FUZZ_CHECK(whole[i] == want && inplace[i] == want && want < vocab);
     }
     /* past the end is refused, naming the range */
-    S_CHECK(gpt_shards_read(sh, whole_n, 1, inplace) == TROUPE_INVALID_ARGUMENT);
+    FUZZ_CHECK(gpt_shards_read(sh, whole_n, 1, inplace) == TROUPE_INVALID_ARGUMENT);
     free(inplace);
     free(whole);
     gpt_shards_close(&sh);
-    S_CHECK(sh == NULL);
+    FUZZ_CHECK(sh == NULL);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    s_put(data, size);
+    s_path = fuzz_memfile_put(data, size);
     s_model(data, size);
     s_state(data, size);
     s_tokenizer(data, size);

@@ -11,76 +11,52 @@
 #define _GNU_SOURCE /* memfd_create */
 #include "idx.h"
 
+#define FUZZ_NAME "fuzz_idx"
+#include "fuzz_util.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define S_CHECK(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_idx: broken: %s (%s)\n", #cond, troupe_last_error());            \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static int s_fd = -1;
-static char s_path[64];
-
-/* The input as the content of the memory file s_path. */
-static void s_put(const uint8_t *data, size_t size)
-{
-    if (s_fd < 0) {
-        s_fd = memfd_create("fuzz_idx", MFD_CLOEXEC);
-        S_CHECK(s_fd >= 0);
-        snprintf(s_path, sizeof s_path, "/proc/self/fd/%d", s_fd);
-    }
-    S_CHECK(ftruncate(s_fd, 0) == 0);
-    size_t done = 0;
-    while (done < size) {
-        ssize_t w = pwrite(s_fd, data + done, size - done, (off_t)done);
-        S_CHECK(w > 0);
-        done += (size_t)w;
-    }
-}
+static const char *s_path; /* the memory file holding the input */
 
 /* A failure's status and message: "<path>: <problem>". */
 static void s_check_failure(troupe_status_t st)
 {
-    S_CHECK(st == TROUPE_INVALID_ARGUMENT || st == TROUPE_RESOURCE_EXHAUSTED);
-    S_CHECK(strncmp(troupe_last_error(), s_path, strlen(s_path)) == 0);
+    FUZZ_CHECK(st == TROUPE_INVALID_ARGUMENT || st == TROUPE_RESOURCE_EXHAUSTED);
+    FUZZ_CHECK(strncmp(troupe_last_error(), s_path, strlen(s_path)) == 0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    s_put(data, size);
+    s_path = fuzz_memfile_put(data, size);
     uint8_t *pixels = NULL;
     int64_t count = 0, rows = 0, cols = 0;
     troupe_status_t st = fmnist_idx_read_images(s_path, &pixels, &count, &rows, &cols);
     if (st == TROUPE_OK) {
-        S_CHECK(pixels != NULL);
-        S_CHECK(count >= 1 && count <= 100000000);
-        S_CHECK(rows == FMNIST_IMAGE_ROWS && cols == FMNIST_IMAGE_COLS);
+        FUZZ_CHECK(pixels != NULL);
+        FUZZ_CHECK(count >= 1 && count <= 100000000);
+        FUZZ_CHECK(rows == FMNIST_IMAGE_ROWS && cols == FMNIST_IMAGE_COLS);
         volatile uint8_t sink = pixels[count * rows * cols - 1]; /* the whole array is there */
         (void)sink;
         free(pixels);
     } else {
-        S_CHECK(pixels == NULL);
+        FUZZ_CHECK(pixels == NULL);
         s_check_failure(st);
     }
     uint8_t *labels = NULL;
     st = fmnist_idx_read_labels(s_path, FMNIST_NUM_CLASSES, &labels, &count);
     if (st == TROUPE_OK) {
-        S_CHECK(labels != NULL && count >= 1 && count <= 100000000);
+        FUZZ_CHECK(labels != NULL && count >= 1 && count <= 100000000);
         for (int64_t i = 0; i < count; i++)
-            S_CHECK(labels[i] < FMNIST_NUM_CLASSES);
+            FUZZ_CHECK(labels[i] < FMNIST_NUM_CLASSES);
         free(labels);
     } else {
-        S_CHECK(labels == NULL);
+        FUZZ_CHECK(labels == NULL);
         s_check_failure(st);
     }
     return 0;
