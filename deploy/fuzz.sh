@@ -69,7 +69,7 @@ for t in "${targets[@]}"; do
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
     rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -n 1)
-    last=$(grep -E '^#[0-9]+' "$log" | tail -n 1)
+    last=$(grep -a -E '^#[0-9]+' "$log" | tail -n 1)
     cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
     ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
     corp=$(sed -n 's/.* corp: \([0-9]*\/[0-9a-zA-Z]*\).*/\1/p' <<<"$last")
@@ -77,7 +77,7 @@ for t in "${targets[@]}"; do
     [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ] && found=1
     summary+=("fuzz: target=$t seconds=$secs executions=${execs:-?} exec_per_s=${rate:-?} cov=${cov:-?} ft=${ft:-?} corpus=${corp:-?} peak_rss_mb=${rss:-?} exit=$rc crashes=$crashes")
     if [ "$rc" -ne 0 ]; then
-        grep -E 'ERROR|SUMMARY|broken|Test unit written' "$log" | head -n 5
+        grep -a -E 'ERROR|SUMMARY|broken|Test unit written' "$log" | head -n 5
     fi
 done
 printf '%s\n' "${summary[@]}"
