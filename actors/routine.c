@@ -32,6 +32,10 @@ void troupe__routine_optimize_opts(const troupe_driver_vtable_t *vt, troupe_opti
     troupe_optimize_opts_default(o);
     if (vt != NULL && vt->no_local_arrays)
         o->local_max_bytes = 0;
+    /* iteration scalars (compiler/optimize.h step 4c): the C dialect's; a cuda kernel keeps
+     * its temporaries on the grid (no_local_arrays) */
+    o->iteration_scalars =
+        !(vt != NULL && vt->no_local_arrays) && troupe_config_iteration_scalars();
     if ((vt != NULL && vt->no_outer_fusion) || !troupe_config_loop_fusion_outer())
         o->fuse_outer = false;
 }

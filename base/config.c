@@ -66,6 +66,7 @@ static atomic_int s_cuda_gather_gemm; /* TROUPE_CUDA_GATHER_GEMM (troupe_cuda_ga
 static atomic_bool s_flush_denormals;
 static atomic_size_t s_stack_threshold;
 static atomic_bool s_fuse_outer;        /* TROUPE_LOOP_FUSION=all (true) or same-space */
+static atomic_bool s_iteration_scalars; /* TROUPE_ITERATION_SCALARS=on (true) or off */
 static char s_resume[S_STR_MAX];        /* TROUPE_RESUME ("" when unset) */
 static char s_progress_file[S_STR_MAX]; /* TROUPE_PROGRESS_FILE ("" when unset) */
 static troupe_status_t s_load_status;
@@ -141,6 +142,7 @@ static void s_load(void)
     atomic_store(&s_flush_denormals, true);
     atomic_store(&s_stack_threshold, (size_t)16384);
     atomic_store(&s_fuse_outer, true);
+    atomic_store(&s_iteration_scalars, true);
     s_resume[0] = s_progress_file[0] = '\0';
     s_copy(s_status, sizeof s_status, "ipc");
     s_job_id[0] = '\0';
@@ -280,6 +282,12 @@ static void s_load(void)
             atomic_store(&s_fuse_outer, strcmp(v, "all") == 0);
         else
             s_bad("TROUPE_LOOP_FUSION", v, "expected all or same-space");
+    }
+    if ((v = getenv("TROUPE_ITERATION_SCALARS")) != NULL) {
+        if (strcmp(v, "on") == 0 || strcmp(v, "off") == 0)
+            atomic_store(&s_iteration_scalars, strcmp(v, "on") == 0);
+        else
+            s_bad("TROUPE_ITERATION_SCALARS", v, "expected on or off");
     }
     if (troupe__fault_configure(v = getenv("TROUPE_FAULT")) != TROUPE_OK) /* NULL: none */
         s_bad("TROUPE_FAULT", v, troupe_last_error());
@@ -487,6 +495,16 @@ void troupe_config_set_loop_fusion_outer(bool on)
 {
     troupe__config_ensure_loaded();
     atomic_store(&s_fuse_outer, on);
+}
+bool troupe_config_iteration_scalars(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_iteration_scalars);
+}
+void troupe_config_set_iteration_scalars(bool on)
+{
+    troupe__config_ensure_loaded();
+    atomic_store(&s_iteration_scalars, on);
 }
 
 const char *troupe_config_status(void)

@@ -90,6 +90,11 @@ size_t troupe_config_stack_threshold_bytes(void);
  * zeroings moved in (compiler/fuse.h troupe_ll_fuse_loops_outer); routines for cuda never do
  * (devices/device.h no_outer_fusion). same-space keeps one nest per pass, e.g. for a profile. */
 bool troupe_config_loop_fusion_outer(void);
+/* TROUPE_ITERATION_SCALARS=on (the default: true) or off (false): whether routines for the host
+ * backends hold a node written and read only in one loop's body, at one cell, written first, in a
+ * C variable instead of an array (compiler/optimize.h step 4c, iteration_scalars); routines for
+ * cuda never do. Bit for bit the same results either way. */
+bool troupe_config_iteration_scalars(void);
 /* Whether host routines (the cpu and sync backends) run with subnormal floats flushed to zero:
  * results that would be subnormal become 0, and subnormal inputs read as 0 (x86 MXCSR FTZ and
  * DAZ; AArch64 FPCR.FZ). TROUPE_DENORMALS=flush (the default) or keep (IEEE gradual underflow).
@@ -231,6 +236,8 @@ void troupe_config_set_gemm_library(bool on);
 TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t size_bytes);
 /* true: TROUPE_LOOP_FUSION=all; false: same-space. */
 void troupe_config_set_loop_fusion_outer(bool on);
+/* true: TROUPE_ITERATION_SCALARS=on; false: off. */
+void troupe_config_set_iteration_scalars(bool on);
 /* "ipc", "off" or "tcp:<interface>" (INVALID_ARGUMENT otherwise). */
 TROUPE_MUST_USE troupe_status_t troupe_config_set_status(const char *mode);
 /* Any text of at most 63 bytes; "" returns to the launcher's id. */

@@ -241,6 +241,8 @@ typedef struct s_node_info {
     bool read, written, merge_read;
     bool is_local; /* memory mode Local: an array inside the routine */
     bool is_param;
+    bool is_scalar;       /* an iteration scalar (compiler/optimize.h step 4c): no array */
+    bool scalar_declared; /* its declaration was emitted (around its loop) */
     char ident[S_IDENT_CAP];
 } s_node_info_t;
 
@@ -436,10 +438,23 @@ static troupe_status_t s_classify(s_gen_t *g)
                                  g->target->name, proc->name, name, prov,
                                  info->written ? "writes" : "reads");
         }
-        if (has && mode.kind == TROUPE_MM_LOCAL)
+        if (has && mode.kind == TROUPE_MM_LOCAL && proc->optimized && proc->traced != NULL &&
+            proc->traced[i].iteration_scalar) {
+            if (g->target->put_routine != NULL) { /* cuda: kernels of their own layout */
+                char name[96];
+                troupe_tnode_debug_name(tn, name, sizeof name);
+                return troupe__error(TROUPE_FAILED_PRECONDITION,
+                                     "cgen (%s dialect) of procedure %s: node %s is an iteration "
+                                     "scalar, which only the C dialect generates; optimize with "
+                                     "iteration_scalars false for this target",
+                                     g->target->name, proc->name, name);
+            }
+            info->is_scalar = true;
+        } else if (has && mode.kind == TROUPE_MM_LOCAL) {
             info->is_local = true;
-        else
+        } else {
             info->is_param = true;
+        }
     }
     if (g->merge_node == NULL && proc->optimized && proc->merge_node != NULL)
         g->merge_node = proc->merge_node;
@@ -556,6 +571,19 @@ static void s_put_offset(const s_gen_t *g, troupe__strbuf_t *b, const troupe_tno
         r.coeff[j] = a.coeff[a.n - 1 - j];
     }
     s_put_affine(g, b, &r);
+}
+
+/* ident[offset] of an access, or ident alone for an iteration scalar. */
+static void s_put_elem(s_gen_t *g, troupe__strbuf_t *b, const troupe_tnode_t *tn,
+                       const troupe_axis_index_t *idcs)
+{
+    const s_node_info_t *info = s_info(g, tn);
+    troupe__strbuf_puts(b, info->ident);
+    if (info->is_scalar)
+        return;
+    troupe__strbuf_puts(b, "[");
+    s_put_offset(g, b, tn, idcs);
+    troupe__strbuf_puts(b, "]");
 }
 
 static void s_put_index(const s_gen_t *g, troupe__strbuf_t *b, const troupe_axis_index_t *idx)
@@ -741,7 +769,7 @@ static troupe_status_t s_put_converted(s_gen_t *g, troupe_prec_t from, troupe_pr
     TROUPE_RETURN_IF_ERROR(s_convert(g, from, troupe_prec_compute(ctx), &conv));
     troupe__strbuf_puts(out, conv.piece[0]);
     troupe__strbuf_puts(out, value_prefix);
-    if (tn != NULL) {
+    if (tn != NULL && !s_info(g, tn)->is_scalar) {
         troupe__strbuf_puts(out, "[");
         s_put_offset(g, out, tn, idcs);
         troupe__strbuf_puts(out, "]");
@@ -1183,10 +1211,7 @@ static troupe_status_t s_emit_lanes(s_gen_t *g, const s_nest_t *n, int indent,
     char lane[S_IDENT_CAP + 8], acc[2 * S_IDENT_CAP + 48];
     snprintf(lane, sizeof lane, "lane_%s", name);
     troupe__strbuf_t elem = TROUPE__STRBUF_INIT;
-    troupe__strbuf_puts(&elem, s_info(g, tn)->ident);
-    troupe__strbuf_puts(&elem, "[");
-    s_put_offset(g, &elem, tn, set->u.set.idcs);
-    troupe__strbuf_puts(&elem, "]");
+    s_put_elem(g, &elem, tn, set->u.set.idcs);
     if (elem.failed) {
         troupe__strbuf_reset(&elem);
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
@@ -1356,10 +1381,7 @@ static troupe_status_t s_emit_for(s_gen_t *g, const troupe_ll_t *s, int indent,
         char acc_name[S_IDENT_CAP + 8];
         snprintf(acc_name, sizeof acc_name, "acc_%s", name);
         troupe__strbuf_t elem = TROUPE__STRBUF_INIT;
-        troupe__strbuf_puts(&elem, s_info(g, tn)->ident);
-        troupe__strbuf_puts(&elem, "[");
-        s_put_offset(g, &elem, tn, acc->u.set.idcs);
-        troupe__strbuf_puts(&elem, "]");
+        s_put_elem(g, &elem, tn, acc->u.set.idcs);
         if (elem.failed) {
             troupe__strbuf_reset(&elem);
             return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory");
@@ -2356,6 +2378,33 @@ size_t troupe__cgen_ngathers(const troupe__cgen_t *g)
     return g->nbinds;
 }
 
+/* The iteration scalars whose first write is a statement of the loop body `body` (not inside a
+ * loop nested in it, where none is: compiler/optimize.h step 4c) and not declared yet: counted
+ * in *n, and with `out` declared there ("float ident = 0;", the zero never read) and marked. */
+static void s_declare_scalars(s_gen_t *g, const troupe_ll_t *body, int indent, size_t *n,
+                              troupe__strbuf_t *out)
+{
+    if (body == NULL)
+        return;
+    if (body->kind == TROUPE_LL_SEQ) {
+        for (size_t k = 0; k < body->u.seq.count; k++)
+            s_declare_scalars(g, body->u.seq.items[k], indent, n, out);
+        return;
+    }
+    if (body->kind != TROUPE_LL_SET)
+        return;
+    s_node_info_t *info = s_info(g, body->u.set.tn);
+    if (info == NULL || !info->is_scalar || info->scalar_declared)
+        return;
+    (*n)++; /* a node set twice in the body counts twice: only "any?" is asked */
+    if (out == NULL)
+        return;
+    info->scalar_declared = true;
+    troupe__strbuf_repeat(out, "    ", indent);
+    troupe__strbuf_printf(out, "%s %s = 0; /* an iteration scalar */\n",
+                          troupe_prec_c_type(body->u.set.tn->prec), info->ident);
+}
+
 static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
                                  troupe__strbuf_t *out)
 {
@@ -2382,10 +2431,25 @@ static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
             TROUPE_RETURN_IF_ERROR(s_emit_ll(g, s->u.seq.items[i], indent, out));
         }
         return TROUPE_OK;
-    case TROUPE_LL_FOR:
-        if (g->target->gemm_library)
-            return s_emit_gemm_or_for(g, s, indent, out);
-        return s_emit_for(g, s, indent, out);
+    case TROUPE_LL_FOR: {
+        /* the iteration scalars first written in this loop's body are declared around it */
+        size_t nscalars = 0;
+        s_declare_scalars(g, s->u.for_loop.body, indent + 1, &nscalars, NULL);
+        if (nscalars > 0) {
+            troupe__strbuf_repeat(out, "    ", indent);
+            troupe__strbuf_puts(out, "{\n");
+            nscalars = 0;
+            s_declare_scalars(g, s->u.for_loop.body, indent + 1, &nscalars, out);
+            indent++;
+        }
+        troupe_status_t st = g->target->gemm_library ? s_emit_gemm_or_for(g, s, indent, out)
+                                                     : s_emit_for(g, s, indent, out);
+        if (nscalars > 0) {
+            troupe__strbuf_repeat(out, "    ", indent - 1);
+            troupe__strbuf_puts(out, "}\n");
+        }
+        return st;
+    }
     case TROUPE_LL_ZERO_OUT: {
         const troupe_tnode_t *tn = s->u.zero_out;
         const s_node_info_t *info = s_info(g, tn);
@@ -2404,10 +2468,7 @@ static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
     case TROUPE_LL_SET: {
         const troupe_tnode_t *tn = s->u.set.tn;
         troupe__strbuf_t lhs = TROUPE__STRBUF_INIT;
-        troupe__strbuf_puts(&lhs, s_info(g, tn)->ident);
-        troupe__strbuf_puts(&lhs, "[");
-        s_put_offset(g, &lhs, tn, s->u.set.idcs);
-        troupe__strbuf_puts(&lhs, "]");
+        s_put_elem(g, &lhs, tn, s->u.set.idcs);
         troupe_status_t st =
             lhs.failed
                 ? troupe__error(TROUPE_RESOURCE_EXHAUSTED, "cgen: out of memory")
@@ -2813,10 +2874,7 @@ troupe_status_t troupe__cgen_emit_value(troupe__cgen_t *g, const char *lhs,
 void troupe__cgen_put_access(troupe__cgen_t *g, troupe__strbuf_t *b, const troupe_tnode_t *tn,
                              const troupe_axis_index_t *idcs)
 {
-    troupe__strbuf_puts(b, s_info(g, tn)->ident);
-    troupe__strbuf_puts(b, "[");
-    s_put_offset(g, b, tn, idcs);
-    troupe__strbuf_puts(b, "]");
+    s_put_elem(g, b, tn, idcs);
 }
 
 /* The routine: the target's signature and prologue, local arrays, body. */
@@ -2915,6 +2973,14 @@ troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_
     }
     if (target->put_routine == NULL && (st = s_emit_ll(&g, proc->body, 1, &body)) != TROUPE_OK)
         goto done;
+    for (size_t i = 0; i < proc->nnodes; i++)
+        if (g.nodes[i].is_scalar && !g.nodes[i].scalar_declared) {
+            st = troupe__error(TROUPE_INTERNAL,
+                               "cgen of procedure %s: iteration scalar %s is not first written "
+                               "in a loop's body (an optimizer bug)",
+                               proc->name, g.nodes[i].ident);
+            goto done;
+        }
 
     r = troupe_calloc(1, sizeof *r);
     if (r == NULL) {

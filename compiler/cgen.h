@@ -31,7 +31,11 @@
  *                 each call (the stream's current merge buffer). Not restrict-qualified.
  * Nodes in Local memory mode are arrays declared (zero-filled) inside the routine; Virtual
  * nodes appear only as local-scope variables. A procedure that reads or writes a known-Virtual
- * node directly is rejected.
+ * node directly is rejected. An iteration scalar (a Local node with traced->iteration_scalar,
+ * compiler/optimize.h step 4c) has no array: the C dialect declares `T <ident> = 0;` in a block
+ * around the loop whose body first writes it and reads and writes `<ident>` there; the CUDA
+ * dialect refuses it (FAILED_PRECONDITION: optimize with iteration_scalars false, as routines
+ * for the cuda driver are).
  *
  * C dialect (TROUPE_CGEN_C): the unit defines, with external linkage,
  *     void <name>(<params>);            the routine itself, for a typed trampoline;

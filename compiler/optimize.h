@@ -85,6 +85,18 @@
  *     shared cell belongs to one outer iteration, and a zeroing moves into the nest after it
  *     when that nest's outer iterations own its slices (compiler/fuse.h); bit for bit the same
  *     results. fuse_outer false keeps only the first kind (a backend's choice: cuda).
+ *  4c. Iteration scalars (iteration_scalars, default false; troupe's, compiler/scalars.c): a
+ *     node written and read only in the body of one loop (not in a loop nested in it, not under
+ *     a gather's bound index), at one index tuple, its first access in program order a write,
+ *     never zeroed, vector-written or read through a merge buffer, single or double precision,
+ *     and still a placeholder of this optimiser (Never_virtual or Device_only), becomes Local
+ *     (provenance old*1000+700) with traced->iteration_scalar: the generated C holds it in a
+ *     scalar declared around that loop, no array (compiler/cgen.h). Every iteration writes it
+ *     before reading it, so no value crosses iterations: the results are bit for bit those of
+ *     the array. Like any Local node it is then this procedure's own: another procedure that
+ *     reads it without computing it fails (FAILED_PRECONDITION), and one that computes it but
+ *     not as an iteration scalar must hold it on the stack, which is refused above
+ *     local_max_bytes (FAILED_PRECONDITION naming the node: mark it materialized first).
  *  5. Every node's placeholder mode is resolved (troupe_tnode_default_to_most_local_within with
  *     opts->local_max_bytes, provenance old*1000+703); proc->inputs (materialized, not
  *     constant, read-only or read-before-write), proc->outputs (materialized and written),
@@ -113,6 +125,7 @@ extern "C" {
 /* Provenance codes the optimiser records with memory modes (OCANNL_NOTES §5.3). OCANNL's codes
  * keep their numbers; 7xx are troupe's. Reasons for Never_virtual are the 7xx codes >= 704. */
 enum {
+    TROUPE_PROV_ITERATION_SCALAR = 700,      /* step 4c: held in a scalar per iteration -> Local */
     TROUPE_PROV_TOO_MANY_VISITS = 1,         /* OCANNL 1: cell read > max_visits / recurrent */
     TROUPE_PROV_READ_ONLY_MATERIALIZED = 35, /* OCANNL 35: read-only, already non-virtual */
     TROUPE_PROV_RECURRENT = 36,              /* OCANNL 36: read before written -> Materialized */
@@ -173,6 +186,9 @@ typedef struct troupe_optimize_opts {
     bool sole_accumulations;            /* true: a zeroing followed by nests adding into each
                                            cell once (boxes partitioning the node) becomes
                                            those nests setting it (step 0; troupe's) */
+    bool iteration_scalars;             /* false: run step 4c (iteration scalars) only when
+                                           true; the host drivers' routines set it
+                                           (actors/routine.c), the cuda driver's do not */
     int64_t local_max_bytes;            /* -1: the routine's temporaries (Never_virtual and
                                            Device_only nodes, resolved here) of at most
                                            TROUPE_STACK_THRESHOLD bytes become Local

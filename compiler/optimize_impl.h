@@ -170,6 +170,8 @@ troupe_ll_t *troupe__opt_with_bind_body(troupe_ll_proc_t *proc, troupe_ll_t *s, 
 
 /* Step 1 (trace.c): fills c->traced and the scan and tracing fields of c->nd. */
 TROUPE_MUST_USE troupe_status_t troupe__opt_trace(troupe__opt_ctx_t *c);
+/* Step 4c (scalars.c): the iteration scalars, made Local with c->traced[i].iteration_scalar. */
+TROUPE_MUST_USE troupe_status_t troupe__opt_iteration_scalars(troupe__opt_ctx_t *c);
 /* Step 3a (virtualize.c): the definition units of every written node (struct_ok, reason,
  * unit_I); a reduction around a definition makes the node's computation complex. */
 TROUPE_MUST_USE troupe_status_t troupe__opt_find_units(troupe__opt_ctx_t *c);

@@ -188,6 +188,8 @@ typedef struct troupe_ll_traced {
     bool is_scalar_constexpr; /* all dims 1, assigned once from constants */
     bool is_accessing;        /* read at all */
     bool is_complex;          /* its computation has nested loops/reductions */
+    bool iteration_scalar;    /* held in a scalar per iteration of its one loop (Local;
+                                 compiler/optimize.h step 4c) */
 } troupe_ll_traced_t;
 
 typedef struct troupe_arena troupe_arena_t;

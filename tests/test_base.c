@@ -180,6 +180,7 @@ Test(config, defaults_without_environment)
     unsetenv("TROUPE_AUTO_HOST_TRANSFERS");
     unsetenv("TROUPE_STACK_THRESHOLD");
     unsetenv("TROUPE_LOOP_FUSION");
+    unsetenv("TROUPE_ITERATION_SCALARS");
     unsetenv("TROUPE_COLL_SHM");
     unsetenv("TROUPE_GEMM");
     unsetenv("TROUPE_DENORMALS");
@@ -195,6 +196,7 @@ Test(config, defaults_without_environment)
     cr_assert(troupe_config_auto_host_transfers());
     cr_assert_eq(troupe_config_stack_threshold_bytes(), 16384);
     cr_assert(troupe_config_loop_fusion_outer());
+    cr_assert(troupe_config_iteration_scalars());
 }
 
 Test(config, environment_is_read)
@@ -231,6 +233,14 @@ Test(config, environment_is_read)
     cr_assert_neq(troupe_config_reload(), TROUPE_OK, "an unknown TROUPE_LOOP_FUSION is refused");
     cr_assert(strstr(troupe_last_error(), "TROUPE_LOOP_FUSION") != NULL, "%s", troupe_last_error());
     unsetenv("TROUPE_LOOP_FUSION");
+    setenv("TROUPE_ITERATION_SCALARS", "off", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert_not(troupe_config_iteration_scalars());
+    setenv("TROUPE_ITERATION_SCALARS", "0", 1);
+    cr_assert_neq(troupe_config_reload(), TROUPE_OK, "TROUPE_ITERATION_SCALARS takes on or off");
+    cr_assert(strstr(troupe_last_error(), "TROUPE_ITERATION_SCALARS") != NULL, "%s",
+              troupe_last_error());
+    unsetenv("TROUPE_ITERATION_SCALARS");
     cr_assert_eq(troupe_config_reload(), TROUPE_OK);
     cr_assert_eq(troupe_config_timeout_s(), 7);
     cr_assert_eq(troupe_config_fusion_bytes(), 2048);

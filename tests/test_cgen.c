@@ -4231,3 +4231,144 @@ Test(cgen, lane_max_min_keep_the_sequential_bits)
     troupe_tnode_release(&o);
     troupe_tnode_release(&od);
 }
+
+/* ---- iteration scalars (compiler/optimize.h step 4c) --------------------------------------- */
+
+/* for i < 8: { t[i] = exp(a[i]); b[i] = t[i] * t[i] } and, by `form`, t also touched where the
+ * contraction must refuse: 1 read in a second loop, in reverse (no fusion joins the two); 2
+ * read first in the loop; 3 read in a loop nested in it; 4 read at another cell. */
+static troupe_ll_proc_t *s_scalar_proc(int form, troupe_tnode_t *a, troupe_tnode_t *t,
+                                       troupe_tnode_t *b, troupe_tnode_t *c)
+{
+    troupe_ll_proc_t *p = s_proc("iteration_scalars");
+    int32_t i = troupe_ll_proc_add_symbol(p, NULL), k = troupe_ll_proc_add_symbol(p, NULL);
+    /* exp: not cheap to recompute, so t is not inlined at its two reads */
+    troupe_ll_t *set_t =
+        s_set1(p, t, s_ix(i), troupe_sc_unop(p, TROUPE_UNOP_EXP, s_get1(p, a, s_ix(i))));
+    troupe_sc_t *t2 = form == 4 ? s_get1(p, t, troupe_idx_fixed(0)) : s_get1(p, t, s_ix(i));
+    troupe_ll_t *set_b =
+        s_set1(p, b, s_ix(i), troupe_sc_binop(p, TROUPE_BINOP_MUL, s_get1(p, t, s_ix(i)), t2));
+    troupe_ll_t *items[3] = {set_t, set_b, NULL};
+    size_t n = 2;
+    if (form == 2) { /* c[i] = t[i] before t is written */
+        items[0] = s_set1(p, c, s_ix(i), s_get1(p, t, s_ix(i)));
+        items[1] = set_t;
+        items[2] = set_b;
+        n = 3;
+    } else if (form == 3) { /* c[i] = t[i] inside a loop of its own over k */
+        items[2] = s_for(p, k, 2, s_set1(p, c, s_ix(i), s_get1(p, t, s_ix(i))));
+        n = 3;
+    }
+    troupe_ll_t *loop = s_for(p, i, 8, troupe_ll_seq(p, n, items));
+    if (form == 1)
+        s_finish(
+            p, troupe_ll_seq2(
+                   p, loop, s_for(p, k, 8, s_set1(p, c, s_ix(k), s_get1(p, t, s_aff(-1, k, 7))))));
+    else
+        s_finish(p, loop);
+    return p;
+}
+
+static bool s_is_iteration_scalar(const troupe_ll_proc_t *p, troupe_tnode_t *tn)
+{
+    const troupe_ll_traced_t *tr = troupe_optimize_traced(p, tn);
+    cr_assert_not_null(tr);
+    troupe_memory_mode_t m;
+    int32_t prov = 0;
+    bool has = troupe_tnode_get_memory_mode(tn, &m, &prov);
+    cr_assert_eq(tr->iteration_scalar,
+                 has && m.kind == TROUPE_MM_LOCAL && prov % 1000 == TROUPE_PROV_ITERATION_SCALAR,
+                 "the traced flag and the mode (%d, provenance %d) agree", (int)m.kind, prov);
+    return tr->iteration_scalar;
+}
+
+Test(cgen, c_iteration_scalars_hold_no_array)
+{
+    troupe_optimize_opts_t o;
+    troupe_optimize_opts_default(&o);
+    cr_assert(!o.iteration_scalars, "off by default: the host runtime asks for them");
+    o.iteration_scalars = true;
+    /* refused forms: t stays an array (or is inlined), never a scalar */
+    for (int form = 1; form <= 4; form++) {
+        troupe_tnode_t *a = s_node("a", TROUPE_PREC_SINGLE, 1, 8, 0);
+        troupe_tnode_t *t = s_node("t", TROUPE_PREC_SINGLE, 1, 8, 0);
+        troupe_tnode_t *b = s_node("b", TROUPE_PREC_SINGLE, 1, 8, 0);
+        troupe_tnode_t *c = s_node("c", TROUPE_PREC_SINGLE, 1, 8, 0);
+        troupe_ll_proc_t *p = s_scalar_proc(form, a, t, b, c);
+        cr_assert_eq(troupe_ll_optimize(p, &o), TROUPE_OK, "form %d: %s", form,
+                     troupe_last_error());
+        const troupe_ll_traced_t *tr = troupe_optimize_traced(p, t);
+        cr_expect(tr == NULL || !tr->iteration_scalar, "form %d made t a scalar", form);
+        troupe_ll_proc_destroy(&p);
+        troupe_tnode_release(&a);
+        troupe_tnode_release(&t);
+        troupe_tnode_release(&b);
+        troupe_tnode_release(&c);
+    }
+    /* the plain form: t is a scalar declared around its loop, with no array and no parameter;
+     * the compiled routine equals the interpreter bit for bit */
+    troupe_tnode_t *a = s_node("a", TROUPE_PREC_SINGLE, 1, 8, 0);
+    troupe_tnode_t *t = s_node("t", TROUPE_PREC_SINGLE, 1, 8, 0);
+    troupe_tnode_t *b = s_node("b", TROUPE_PREC_SINGLE, 1, 8, 0);
+    troupe_ll_proc_t *p = s_scalar_proc(0, a, t, b, NULL);
+    o.iteration_scalars = false;
+    cr_assert_eq(troupe_ll_optimize(p, &o), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert(!troupe_optimize_traced(p, t)->iteration_scalar, "the option off keeps the array");
+    troupe_ll_proc_destroy(&p);
+    troupe_tnode_release(&t);
+    t = s_node("t", TROUPE_PREC_SINGLE, 1, 8, 0);
+    p = s_scalar_proc(0, a, t, b, NULL);
+    o.iteration_scalars = true;
+    cr_assert_eq(troupe_ll_optimize(p, &o), TROUPE_OK, "%s", troupe_last_error());
+    cr_assert(s_is_iteration_scalar(p, t));
+    cr_assert(!s_is_iteration_scalar(p, b), "b, the result, stays an array");
+    s_lib_t lib;
+    s_lib_open(p, s_flags, &lib);
+    cr_expect_lt(troupe_cgen_find_node_param(lib.res, t), 0, "t is no parameter");
+    char ident[96];
+    troupe_cgen_node_ident(t, ident, sizeof ident);
+    char decl[160], elem[128];
+    snprintf(decl, sizeof decl, "float %s = 0; /* an iteration scalar */", ident);
+    snprintf(elem, sizeof elem, "%s[", ident);
+    cr_expect_not_null(strstr(lib.res->source, decl), "%s", lib.res->source);
+    cr_expect_null(strstr(lib.res->source, elem), "no element of t: %s", lib.res->source);
+    s_run_t r = {0};
+    void *bufs[2] = {s_buffer(a), s_buffer(b)}, *before[2];
+    s_fill_float(a, bufs[0], -2.0f, 2.0f);
+    s_fill_float(b, bufs[1], -2.0f, 2.0f);
+    s_bind(&r, a, bufs[0]);
+    s_bind(&r, b, bufs[1]);
+    for (int k = 0; k < 2; k++) {
+        before[k] = malloc(r.tn[k]->size_bytes);
+        memcpy(before[k], r.data[k], r.tn[k]->size_bytes);
+    }
+    s_call(&lib, &r);
+    s_compare_with_interp(p, lib.res, &r, before);
+    s_lib_close(&lib);
+    /* the cuda dialect does not take them: a clear refusal */
+    troupe_cgen_result_t *res = NULL;
+    cr_expect_eq(troupe_cgen_emit(p, TROUPE_CGEN_CUDA, &res), TROUPE_FAILED_PRECONDITION);
+    cr_expect_not_null(strstr(troupe_last_error(), "iteration scalar"), "%s", troupe_last_error());
+    troupe_ll_proc_destroy(&p);
+    /* a procedure optimized later that holds t as an array larger than a stack array may be is
+     * refused, naming t; a small one keeps it as a Local array */
+    troupe_tnode_t *c = s_node("c", TROUPE_PREC_SINGLE, 1, 8, 0);
+    p = s_scalar_proc(1, a, t, b, c);
+    o.local_max_bytes = 16; /* t's 32 bytes do not fit */
+    cr_expect_eq(troupe_ll_optimize(p, &o), TROUPE_FAILED_PRECONDITION);
+    cr_expect_not_null(strstr(troupe_last_error(), "_t (32 bytes) is Local, held in a scalar"),
+                       "%s", troupe_last_error());
+    troupe_ll_proc_destroy(&p);
+    p = s_scalar_proc(1, a, t, b, c);
+    o.local_max_bytes = -1;
+    cr_expect_eq(troupe_ll_optimize(p, &o), TROUPE_OK, "%s", troupe_last_error());
+    troupe_ll_proc_destroy(&p);
+    for (int k = 0; k < 2; k++) {
+        free(bufs[k]);
+        free(before[k]);
+    }
+    troupe_tnode_release(&a);
+    troupe_tnode_release(&t);
+    troupe_tnode_release(&b);
+    troupe_tnode_release(&c);
+}

@@ -38,6 +38,7 @@ static const char *const s_names[] = {
     "TROUPE_AUTO_HOST_TRANSFERS",
     "TROUPE_STACK_THRESHOLD",
     "TROUPE_LOOP_FUSION",
+    "TROUPE_ITERATION_SCALARS",
     "TROUPE_COLL_SHM",
     "TROUPE_GEMM",
     "TROUPE_DENORMALS",
