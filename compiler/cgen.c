@@ -242,7 +242,8 @@ typedef struct s_node_info {
     bool is_local; /* memory mode Local: an array inside the routine */
     bool is_param;
     bool is_scalar;       /* an iteration scalar (compiler/optimize.h step 4c): no array */
-    bool scalar_declared; /* its declaration was emitted (around its loop) */
+    bool scalar_declared; /* declared by the block being emitted (around its loop) */
+    bool scalar_emitted;  /* declared at least once */
     char ident[S_IDENT_CAP];
 } s_node_info_t;
 
@@ -2378,28 +2379,39 @@ size_t troupe__cgen_ngathers(const troupe__cgen_t *g)
     return g->nbinds;
 }
 
+/* What s_scalars does with the iteration scalars first written by a statement of a loop body. */
+typedef enum { S_SCALARS_COUNT, S_SCALARS_DECLARE, S_SCALARS_CLOSE } s_scalars_do_t;
+
 /* The iteration scalars whose first write is a statement of the loop body `body` (not inside a
- * loop nested in it, where none is: compiler/optimize.h step 4c) and not declared yet: counted
- * in *n, and with `out` declared there ("float ident = 0;", the zero never read) and marked. */
-static void s_declare_scalars(s_gen_t *g, const troupe_ll_t *body, int indent, size_t *n,
-                              troupe__strbuf_t *out)
+ * loop nested in it, where none is: compiler/optimize.h step 4c): COUNT counts in *n those not
+ * declared yet; DECLARE declares them into `out` ("T ident = 0;", the zero never read) and marks
+ * them declared; CLOSE, when the block around the loop ends, marks them undeclared again (a loop
+ * statement the procedure holds twice declares them in each block). */
+static void s_scalars(s_gen_t *g, const troupe_ll_t *body, s_scalars_do_t what, int indent,
+                      size_t *n, troupe__strbuf_t *out)
 {
     if (body == NULL)
         return;
     if (body->kind == TROUPE_LL_SEQ) {
         for (size_t k = 0; k < body->u.seq.count; k++)
-            s_declare_scalars(g, body->u.seq.items[k], indent, n, out);
+            s_scalars(g, body->u.seq.items[k], what, indent, n, out);
         return;
     }
     if (body->kind != TROUPE_LL_SET)
         return;
     s_node_info_t *info = s_info(g, body->u.set.tn);
-    if (info == NULL || !info->is_scalar || info->scalar_declared)
+    if (info == NULL || !info->is_scalar)
+        return;
+    if (what == S_SCALARS_CLOSE) {
+        info->scalar_declared = false;
+        return;
+    }
+    if (info->scalar_declared)
         return;
     (*n)++; /* a node set twice in the body counts twice: only "any?" is asked */
-    if (out == NULL)
+    if (what == S_SCALARS_COUNT)
         return;
-    info->scalar_declared = true;
+    info->scalar_declared = info->scalar_emitted = true;
     troupe__strbuf_repeat(out, "    ", indent);
     troupe__strbuf_printf(out, "%s %s = 0; /* an iteration scalar */\n",
                           troupe_prec_c_type(body->u.set.tn->prec), info->ident);
@@ -2433,18 +2445,19 @@ static troupe_status_t s_emit_ll(s_gen_t *g, const troupe_ll_t *s, int indent,
         return TROUPE_OK;
     case TROUPE_LL_FOR: {
         /* the iteration scalars first written in this loop's body are declared around it */
+        const troupe_ll_t *body = s->u.for_loop.body;
         size_t nscalars = 0;
-        s_declare_scalars(g, s->u.for_loop.body, indent + 1, &nscalars, NULL);
+        s_scalars(g, body, S_SCALARS_COUNT, indent + 1, &nscalars, NULL);
         if (nscalars > 0) {
             troupe__strbuf_repeat(out, "    ", indent);
             troupe__strbuf_puts(out, "{\n");
-            nscalars = 0;
-            s_declare_scalars(g, s->u.for_loop.body, indent + 1, &nscalars, out);
+            s_scalars(g, body, S_SCALARS_DECLARE, indent + 1, &nscalars, out);
             indent++;
         }
         troupe_status_t st = g->target->gemm_library ? s_emit_gemm_or_for(g, s, indent, out)
                                                      : s_emit_for(g, s, indent, out);
         if (nscalars > 0) {
+            s_scalars(g, body, S_SCALARS_CLOSE, indent, &nscalars, NULL);
             troupe__strbuf_repeat(out, "    ", indent - 1);
             troupe__strbuf_puts(out, "}\n");
         }
@@ -2974,10 +2987,10 @@ troupe_status_t troupe_cgen_emit_with(const troupe_ll_proc_t *proc, troupe_cgen_
     if (target->put_routine == NULL && (st = s_emit_ll(&g, proc->body, 1, &body)) != TROUPE_OK)
         goto done;
     for (size_t i = 0; i < proc->nnodes; i++)
-        if (g.nodes[i].is_scalar && !g.nodes[i].scalar_declared) {
+        if (g.nodes[i].is_scalar && !g.nodes[i].scalar_emitted) {
             st = troupe__error(TROUPE_INTERNAL,
                                "cgen of procedure %s: iteration scalar %s is not first written "
-                               "in a loop's body (an optimizer bug)",
+                               "in a loop's body (an optimizer or code generator bug)",
                                proc->name, g.nodes[i].ident);
             goto done;
         }

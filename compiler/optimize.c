@@ -7,7 +7,6 @@
 
 #include "base/alloc.h"
 #include "base/clock.h"
-#include "base/config.h"
 #include "compiler/fuse.h"
 #include "compiler/optimize_impl.h"
 
@@ -464,32 +463,6 @@ static void s_resolve(troupe_tnode_t *tn, int64_t local_max_bytes)
     troupe_tnode_default_to_most_local_within(tn, (int32_t)chained, local_max_bytes);
 }
 
-/* A node another procedure made an iteration scalar (Local, provenance ...700) that is not one
- * here would need a stack array of its whole size: refused above local_max_bytes, naming the
- * node and the way out (compiler/optimize.h step 4c). */
-static troupe_status_t s_check_scalar_elsewhere(const troupe__opt_ctx_t *c, troupe_tnode_t *tn,
-                                                const troupe_ll_traced_t *tr)
-{
-    troupe_memory_mode_t m;
-    int32_t prov = 0;
-    if (tr->iteration_scalar || !troupe_tnode_get_memory_mode(tn, &m, &prov) ||
-        m.kind != TROUPE_MM_LOCAL || prov % 1000 != TROUPE_PROV_ITERATION_SCALAR)
-        return TROUPE_OK;
-    int64_t limit = c->o.local_max_bytes >= 0 ? c->o.local_max_bytes
-                                              : (int64_t)troupe_config_stack_threshold_bytes();
-    if ((int64_t)tn->size_bytes <= limit)
-        return TROUPE_OK;
-    char name[128];
-    troupe_tnode_debug_name(tn, name, sizeof name);
-    return troupe__error(TROUPE_FAILED_PRECONDITION,
-                         "optimizing %s: node %s (%zu bytes) is Local, held in a scalar per loop "
-                         "iteration by a procedure optimized earlier, but here it is not one and "
-                         "is larger than a stack array may be (%lld bytes); mark it "
-                         "materialized before compiling either procedure, or set "
-                         "TROUPE_ITERATION_SCALARS=off",
-                         c->proc->name, name, tn->size_bytes, (long long)limit);
-}
-
 static troupe_status_t s_finish(troupe__opt_ctx_t *c)
 {
     troupe_ll_proc_t *proc = c->proc;
@@ -503,7 +476,6 @@ static troupe_status_t s_finish(troupe__opt_ctx_t *c)
         return troupe__opt_oom();
     }
     size_t nin = 0, nout = 0;
-    troupe_status_t st = TROUPE_OK;
     for (size_t k = 0; k < proc->nnodes; k++) {
         troupe_tnode_t *tn = proc->nodes[k];
         ptrdiff_t i = troupe__opt_node_of(c, tn);
@@ -511,8 +483,6 @@ static troupe_status_t s_finish(troupe__opt_ctx_t *c)
             traced[k] = c->traced[i];
         traced[k].tn = tn;
         s_resolve(tn, c->o.local_max_bytes);
-        if ((st = s_check_scalar_elsewhere(c, tn, &traced[k])) != TROUPE_OK)
-            break;
         if (!troupe_tnode_is_materialized_force(tn, TROUPE_PROV_RESOLVED))
             continue;
         const troupe_ll_traced_t *tr = &traced[k];
@@ -521,12 +491,6 @@ static troupe_status_t s_finish(troupe__opt_ctx_t *c)
             ins[nin++] = tn;
         if (tr->assignments > 0)
             outs[nout++] = tn;
-    }
-    if (st != TROUPE_OK) {
-        troupe_free(traced);
-        troupe_free(ins);
-        troupe_free(outs);
-        return st;
     }
     troupe_free(proc->traced);
     troupe_free(proc->inputs);
@@ -637,8 +601,8 @@ troupe_status_t troupe_ll_optimize(troupe_ll_proc_t *proc, const troupe_optimize
         (st = troupe_ll_fuse_loops_outer(proc, c.o.fuse_outer, NULL)) != TROUPE_OK)
         goto out;
     S_LAP(fuse_ns);
-    /* Step 4c: iteration scalars (scalars.c). */
-    if (c.o.iteration_scalars && (st = troupe__opt_iteration_scalars(&c)) != TROUPE_OK)
+    /* Step 4c: iteration scalars (scalars.c; its refusal runs with the option off too). */
+    if ((st = troupe__opt_iteration_scalars(&c)) != TROUPE_OK)
         goto out;
     /* Step 5. */
     if ((st = s_finish(&c)) != TROUPE_OK)

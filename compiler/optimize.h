@@ -186,9 +186,10 @@ typedef struct troupe_optimize_opts {
     bool sole_accumulations;            /* true: a zeroing followed by nests adding into each
                                            cell once (boxes partitioning the node) becomes
                                            those nests setting it (step 0; troupe's) */
-    bool iteration_scalars;             /* false: run step 4c (iteration scalars) only when
-                                           true; the host drivers' routines set it
-                                           (actors/routine.c), the cuda driver's do not */
+    bool iteration_scalars;             /* false: step 4c makes no iteration scalars; the
+                                           host drivers' routines set it true
+                                           (actors/routine.c, TROUPE_ITERATION_SCALARS), the
+                                           cuda driver's do not */
     int64_t local_max_bytes;            /* -1: the routine's temporaries (Never_virtual and
                                            Device_only nodes, resolved here) of at most
                                            TROUPE_STACK_THRESHOLD bytes become Local

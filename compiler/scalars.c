@@ -8,9 +8,8 @@
  * through the cache every micro-step. */
 #include "compiler/optimize_impl.h"
 
+#include "base/config.h"
 #include "ir/tnode.h"
-
-#include <string.h>
 
 /* What the walk knows of one node. */
 typedef struct s_use {
@@ -65,15 +64,16 @@ static void s_access(s_walk_t *w, const troupe_tnode_t *tn, const troupe_ll_t *l
         u->read = true;
 }
 
-static void s_walk_ll(s_walk_t *w, const troupe_ll_t *s, const troupe_ll_t *loop, bool gathered);
+static void s_walk_ll(s_walk_t *w, const troupe_ll_t *s, const troupe_ll_t *loop, bool gathered,
+                      bool in_scope);
 
 static void s_walk_sc(s_walk_t *w, const troupe_sc_t *e, const troupe_ll_t *loop, bool gathered)
 {
     if (e == NULL)
         return;
     switch (e->kind) {
-    case TROUPE_SC_LOCAL_SCOPE:
-        s_walk_ll(w, e->u.local_scope.body, loop, gathered);
+    case TROUPE_SC_LOCAL_SCOPE: /* its body runs before the statement reading it */
+        s_walk_ll(w, e->u.local_scope.body, loop, gathered, true);
         return;
     case TROUPE_SC_GET:
         s_access(w, e->u.get.tn, loop, e->u.get.idcs, false, gathered);
@@ -82,32 +82,33 @@ static void s_walk_sc(s_walk_t *w, const troupe_sc_t *e, const troupe_ll_t *loop
         s_access(w, e->u.get.tn, loop, e->u.get.idcs, false, true);
         return;
     case TROUPE_SC_TERNOP:
-        s_walk_sc(w, e->u.op.args[2], loop, gathered);
-        /* fall through */
     case TROUPE_SC_BINOP:
-        s_walk_sc(w, e->u.op.args[1], loop, gathered);
-        /* fall through */
-    case TROUPE_SC_UNOP:
-        s_walk_sc(w, e->u.op.args[0], loop, gathered);
+    case TROUPE_SC_UNOP: {
+        int n = e->kind == TROUPE_SC_TERNOP ? 3 : e->kind == TROUPE_SC_BINOP ? 2 : 1;
+        for (int k = 0; k < n; k++) /* in the order the code reads them */
+            s_walk_sc(w, e->u.op.args[k], loop, gathered);
         return;
+    }
     default:
         return;
     }
 }
 
 /* Statements in execution order; `loop` the innermost loop around s; `gathered`: under a
- * gather's bound index, where nothing is contracted. */
-static void s_walk_ll(s_walk_t *w, const troupe_ll_t *s, const troupe_ll_t *loop, bool gathered)
+ * gather's bound index, where nothing is contracted; `in_scope`: in a local scope's body, whose
+ * writes of nodes (none that the optimiser makes) are not contracted either. */
+static void s_walk_ll(s_walk_t *w, const troupe_ll_t *s, const troupe_ll_t *loop, bool gathered,
+                      bool in_scope)
 {
     if (s == NULL)
         return;
     switch (s->kind) {
     case TROUPE_LL_SEQ:
         for (size_t k = 0; k < s->u.seq.count; k++)
-            s_walk_ll(w, s->u.seq.items[k], loop, gathered);
+            s_walk_ll(w, s->u.seq.items[k], loop, gathered, in_scope);
         return;
     case TROUPE_LL_FOR:
-        s_walk_ll(w, s->u.for_loop.body, s, gathered);
+        s_walk_ll(w, s->u.for_loop.body, s, gathered, in_scope);
         return;
     case TROUPE_LL_ZERO_OUT:
         s_access(w, s->u.zero_out, loop, NULL, true, true);
@@ -115,7 +116,7 @@ static void s_walk_ll(s_walk_t *w, const troupe_ll_t *s, const troupe_ll_t *loop
     case TROUPE_LL_SET:
         /* the value's reads come before the write */
         s_walk_sc(w, s->u.set.value, loop, gathered);
-        s_access(w, s->u.set.tn, loop, s->u.set.idcs, true, gathered);
+        s_access(w, s->u.set.tn, loop, s->u.set.idcs, true, gathered || in_scope);
         return;
     case TROUPE_LL_SET_FROM_VEC:
         s_walk_sc(w, s->u.set_from_vec.arg, loop, gathered);
@@ -126,11 +127,38 @@ static void s_walk_ll(s_walk_t *w, const troupe_ll_t *s, const troupe_ll_t *loop
         return;
     case TROUPE_LL_BIND_INDEX:
         s_access(w, s->u.bind_index.tn, loop, s->u.bind_index.idcs, false, true);
-        s_walk_ll(w, s->u.bind_index.body, loop, true);
+        s_walk_ll(w, s->u.bind_index.body, loop, true, in_scope);
         return;
     default:
         return;
     }
+}
+
+/* A node an earlier optimisation made an iteration scalar (Local, provenance ...700). */
+static bool s_was_scalar(troupe_tnode_t *tn)
+{
+    troupe_memory_mode_t m;
+    int32_t prov = 0;
+    return troupe_tnode_get_memory_mode(tn, &m, &prov) && m.kind == TROUPE_MM_LOCAL &&
+           prov % 1000 == TROUPE_PROV_ITERATION_SCALAR;
+}
+
+/* Whether the node may be one here (its accesses, precision and mode). */
+static bool s_candidate(const troupe__opt_ctx_t *c, const s_use_t *u, troupe_tnode_t *tn)
+{
+    if (!c->o.iteration_scalars || !u->seen || u->bad || !u->written || !u->read)
+        return false;
+    /* single and double precision only: a narrower node rounds each value it stores */
+    if (tn->prec != TROUPE_PREC_SINGLE && tn->prec != TROUPE_PREC_DOUBLE)
+        return false;
+    /* a placeholder (Never_virtual or Device_only, the optimiser's or its caller's), or one
+     * already: a mode that names a place (Materialized, On_device, Hosted) or a Local array
+     * stays */
+    troupe_memory_mode_t m;
+    int32_t prov = 0;
+    if (!troupe_tnode_get_memory_mode(tn, &m, &prov))
+        return false;
+    return m.kind == TROUPE_MM_NEVER_VIRTUAL || m.kind == TROUPE_MM_DEVICE_ONLY || s_was_scalar(tn);
 }
 
 troupe_status_t troupe__opt_iteration_scalars(troupe__opt_ctx_t *c)
@@ -138,39 +166,55 @@ troupe_status_t troupe__opt_iteration_scalars(troupe__opt_ctx_t *c)
     if (c->nn == 0)
         return TROUPE_OK;
     s_walk_t w = {c, troupe_calloc(c->nn, sizeof *w.use)};
-    if (w.use == NULL)
+    bool *cand = troupe_calloc(c->nn, sizeof *cand);
+    if (w.use == NULL || cand == NULL) {
+        troupe_free(w.use);
+        troupe_free(cand);
         return troupe__opt_oom();
-    s_walk_ll(&w, c->proc->body, NULL, false);
+    }
+    s_walk_ll(&w, c->proc->body, NULL, false, false);
+    for (size_t i = 0; i < c->nn; i++)
+        cand[i] = s_candidate(c, &w.use[i], c->tns[i]);
+    /* First the refusal, before any mode changes: a node an earlier optimisation made an
+     * iteration scalar that is not one here needs a Local array of its whole size, which is
+     * refused where the node would not have been Local without step 4c (past the stack
+     * threshold, or past this procedure's own larger limit). */
+    int64_t limit = (int64_t)troupe_config_stack_threshold_bytes();
+    if (c->o.local_max_bytes > limit)
+        limit = c->o.local_max_bytes;
     troupe_status_t st = TROUPE_OK;
     for (size_t i = 0; i < c->nn && st == TROUPE_OK; i++) {
-        const s_use_t *u = &w.use[i];
         troupe_tnode_t *tn = c->tns[i];
-        if (!u->seen || u->bad || !u->written || !u->read)
+        if (cand[i] || !s_was_scalar(tn) || (int64_t)tn->size_bytes <= limit)
             continue;
-        /* single and double precision only: a narrower node rounds each value it stores */
-        if (tn->prec != TROUPE_PREC_SINGLE && tn->prec != TROUPE_PREC_DOUBLE)
+        char name[128];
+        troupe_tnode_debug_name(tn, name, sizeof name);
+        st = troupe__error(TROUPE_FAILED_PRECONDITION,
+                           "optimizing %s: node %s (%zu bytes) is Local, held in a scalar per "
+                           "loop iteration by an earlier optimisation (of another procedure, or "
+                           "of this one), but here it is not one and is larger than a stack "
+                           "array may be (%lld bytes); mark it materialized before the first "
+                           "compile, or set TROUPE_ITERATION_SCALARS=off",
+                           c->proc->name, name, tn->size_bytes, (long long)limit);
+    }
+    for (size_t i = 0; i < c->nn && st == TROUPE_OK; i++) {
+        troupe_tnode_t *tn = c->tns[i];
+        if (!cand[i])
             continue;
-        /* only the optimiser's own placeholders: a mode someone asked for stays; a node an
-         * earlier optimisation (of this procedure or another) made an iteration scalar is one
-         * again */
-        troupe_memory_mode_t m;
-        int32_t prov = 0;
-        if (!troupe_tnode_get_memory_mode(tn, &m, &prov))
-            continue;
-        if (m.kind == TROUPE_MM_LOCAL && prov % 1000 == TROUPE_PROV_ITERATION_SCALAR) {
-            c->traced[i].iteration_scalar = true;
-            continue;
+        if (!s_was_scalar(tn)) {
+            troupe_memory_mode_t m;
+            int32_t prov = 0;
+            (void)troupe_tnode_get_memory_mode(tn, &m, &prov);
+            int64_t chained = (int64_t)prov * 1000 + TROUPE_PROV_ITERATION_SCALAR;
+            if (chained > INT32_MAX || chained < 0)
+                chained = TROUPE_PROV_ITERATION_SCALAR;
+            st = troupe__opt_update(c, tn, troupe__opt_mode(TROUPE_MM_LOCAL, 0), (int32_t)chained,
+                                    "an iteration scalar");
         }
-        if (m.kind != TROUPE_MM_NEVER_VIRTUAL && m.kind != TROUPE_MM_DEVICE_ONLY)
-            continue;
-        int64_t chained = (int64_t)prov * 1000 + TROUPE_PROV_ITERATION_SCALAR;
-        if (chained > INT32_MAX)
-            chained = TROUPE_PROV_ITERATION_SCALAR;
-        st = troupe__opt_update(c, tn, troupe__opt_mode(TROUPE_MM_LOCAL, 0), (int32_t)chained,
-                                "an iteration scalar");
         if (st == TROUPE_OK)
             c->traced[i].iteration_scalar = true;
     }
     troupe_free(w.use);
+    troupe_free(cand);
     return st;
 }

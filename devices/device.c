@@ -34,6 +34,9 @@ static const troupe_config_var_t s_env_vars[] = {
     {"TROUPE_LOOP_FUSION", "devices", "choice", "all", "all|same-space",
      "troupe_config_set_loop_fusion_outer",
      "whether host routines also fuse nests over shared outer loops (cuda: never)"},
+    {"TROUPE_ITERATION_SCALARS", "devices", "choice", "on", "on|off",
+     "troupe_config_set_iteration_scalars",
+     "whether host routines hold a per-iteration temporary in a C variable (cuda: never)"},
 };
 TROUPE_CONFIG_VARS(devices, s_env_vars)
 

@@ -10,6 +10,7 @@
  * build time (TROUPE_HAVE_CUDA); otherwise those tests are skipped.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "base/config.h"
 #include "compiler/cgen.h"
 #include "compiler/cgen_impl.h"
 #include "compiler/interp.h"
@@ -4353,14 +4354,19 @@ Test(cgen, c_iteration_scalars_hold_no_array)
     /* a procedure optimized later that holds t as an array larger than a stack array may be is
      * refused, naming t; a small one keeps it as a Local array */
     troupe_tnode_t *c = s_node("c", TROUPE_PREC_SINGLE, 1, 8, 0);
+    size_t threshold = troupe_config_stack_threshold_bytes();
+    cr_assert_eq(troupe_config_set_stack_threshold_bytes(16), TROUPE_OK); /* t's 32 do not fit */
+    for (int on = 0; on < 2; on++) { /* refused with the option on or off (cuda's case) */
+        o.iteration_scalars = on;
+        p = s_scalar_proc(1, a, t, b, c);
+        cr_expect_eq(troupe_ll_optimize(p, &o), TROUPE_FAILED_PRECONDITION);
+        cr_expect_not_null(strstr(troupe_last_error(), "_t (32 bytes) is Local, held in a scalar"),
+                           "%s", troupe_last_error());
+        troupe_ll_proc_destroy(&p);
+    }
+    cr_assert_eq(troupe_config_set_stack_threshold_bytes(threshold), TROUPE_OK);
     p = s_scalar_proc(1, a, t, b, c);
-    o.local_max_bytes = 16; /* t's 32 bytes do not fit */
-    cr_expect_eq(troupe_ll_optimize(p, &o), TROUPE_FAILED_PRECONDITION);
-    cr_expect_not_null(strstr(troupe_last_error(), "_t (32 bytes) is Local, held in a scalar"),
-                       "%s", troupe_last_error());
-    troupe_ll_proc_destroy(&p);
-    p = s_scalar_proc(1, a, t, b, c);
-    o.local_max_bytes = -1;
+    o.iteration_scalars = true;
     cr_expect_eq(troupe_ll_optimize(p, &o), TROUPE_OK, "%s", troupe_last_error());
     troupe_ll_proc_destroy(&p);
     for (int k = 0; k < 2; k++) {

@@ -514,9 +514,11 @@ Test(cuda, routines_for_cuda_are_optimized_without_local_arrays)
     troupe__routine_optimize_opts(cuda, &o);
     cr_assert_eq(o.local_max_bytes, 0);
     cr_assert(!o.fuse_outer, "cuda: only nests over the same space fuse");
+    cr_assert(!o.iteration_scalars, "cuda: no iteration scalars (the C dialect's)");
     troupe__routine_optimize_opts(cpu, &o);
     cr_assert_eq(o.local_max_bytes, -1);
     cr_assert(o.fuse_outer);
+    cr_assert(o.iteration_scalars, "cpu: iteration scalars (TROUPE_ITERATION_SCALARS on)");
 }
 
 /* A segment of explicitly Local arrays past the 48 KiB of static shared memory (three of 5000

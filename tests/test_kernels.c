@@ -132,6 +132,7 @@ static void s_open(troupe_optimizer_kind_t kind, int64_t rows, bool fed, fmnist_
     fmnist_mlp_dp_model(mlp, &model);
     OK(troupe_config_set_stack_threshold_bytes(0)); /* no Local arrays, as on cuda */
     troupe_config_set_loop_fusion_outer(false);     /* same-space fusion only, as on cuda */
+    troupe_config_set_iteration_scalars(false);     /* no iteration scalars, as on cuda */
     troupe_dp_config_t dc = {
         .backend = "sync",
         .streams = 2,

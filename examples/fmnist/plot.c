@@ -21,7 +21,7 @@ bool fmnist_plot_open(fmnist_plot_t *p, const char *path, const char *curve, cha
     }
     /* the drawing goes through a temporary beside the file */
     if (troupe__file_check_writable(path) != TROUPE_OK) {
-        snprintf(err, cap, "option --plot: %s", troupe_last_error());
+        troupe__format_fit(err, cap, "option --plot: %s", troupe_last_error());
         return false;
     }
     if (curve && access(curve, F_OK) == 0 && troupe_curve_read(curve, &p->rows) != TROUPE_OK) {

@@ -700,10 +700,16 @@ static int s_cmd_train(int argc, char **argv)
         return s_usage("option --precision: 'fp32', 'bf16' or 'fp16'");
     if (t.save_every && !t.save)
         return s_usage("option --save-every needs --save");
-    if (t.save && troupe__file_check_writable(t.save) != TROUPE_OK) {
-        /* checked before training, so that a long run does not end by failing its first save */
-        snprintf(err, sizeof err, "option --save: %s", troupe_last_error());
-        return s_usage(err);
+    if (t.save) {
+        /* FILE and FILE.state, checked before training, so that a long run does not end by
+         * failing its first save */
+        char state[4200];
+        snprintf(state, sizeof state, "%s.state", t.save);
+        if (troupe__file_check_writable(t.save) != TROUPE_OK ||
+            troupe__file_check_writable(state) != TROUPE_OK) {
+            troupe__format_fit(err, sizeof err, "option --save: %s", troupe_last_error());
+            return s_usage(err);
+        }
     }
     if (t.plot && !troupe_curve_plot_available())
         return s_usage("option --plot: this gpt was built without cairo (libcairo2-dev): it "

@@ -145,7 +145,7 @@ static void s_shard(const uint8_t *data, size_t size)
     size_t whole_n = 99;
     int files = -1;
     troupe_status_t st = gpt_llmc_shards_read(s_path, vocab, min_tokens, &whole, &whole_n, &files);
-    char whole_msg[512];
+    char whole_msg[1024];
     snprintf(whole_msg, sizeof whole_msg, "%s", troupe_last_error());
     gpt_shards_t *sh = NULL;
     troupe_status_t st2 = gpt_shards_open(s_path, vocab, min_tokens, &sh);
