@@ -158,7 +158,8 @@ static bool s_candidate(const troupe__opt_ctx_t *c, const s_use_t *u, troupe_tno
     int32_t prov = 0;
     if (!troupe_tnode_get_memory_mode(tn, &m, &prov))
         return false;
-    return m.kind == TROUPE_MM_NEVER_VIRTUAL || m.kind == TROUPE_MM_DEVICE_ONLY || s_was_scalar(tn);
+    return m.kind == TROUPE_MM_NEVER_VIRTUAL || m.kind == TROUPE_MM_DEVICE_ONLY ||
+           (m.kind == TROUPE_MM_LOCAL && prov % 1000 == TROUPE_PROV_ITERATION_SCALAR);
 }
 
 troupe_status_t troupe__opt_iteration_scalars(troupe__opt_ctx_t *c)

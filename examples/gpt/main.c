@@ -630,11 +630,17 @@ static double s_lr_at(const train_t *t, long long step)
     return t->lr * 0.5 * (1.0 + cos(3.14159265358979323846 * ratio));
 }
 
+/* FILE.state, dp's checkpoint beside --save's FILE. */
+static void s_state_path(const char *path, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s.state", path);
+}
+
 /* Writes the model file (rank 0) and, every rank, dp's checkpoint beside it (FILE.state). */
 static void s_save(troupe_dp_t *dp, gpt_params_t *p, const char *path, int rank)
 {
     char state[4200];
-    snprintf(state, sizeof state, "%s.state", path);
+    s_state_path(path, state, sizeof state);
     CHECK(troupe_dp_save(dp, state), "saving the training state");
     if (rank != 0)
         return;
@@ -704,7 +710,7 @@ static int s_cmd_train(int argc, char **argv)
         /* FILE and FILE.state, checked before training, so that a long run does not end by
          * failing its first save */
         char state[4200];
-        snprintf(state, sizeof state, "%s.state", t.save);
+        s_state_path(t.save, state, sizeof state);
         if (troupe__file_check_writable(t.save) != TROUPE_OK ||
             troupe__file_check_writable(state) != TROUPE_OK) {
             troupe__format_fit(err, sizeof err, "option --save: %s", troupe_last_error());

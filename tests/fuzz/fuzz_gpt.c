@@ -48,13 +48,6 @@ static int32_t s_i32(const uint8_t *p)
                      ((uint32_t)p[3] << 24));
 }
 
-/* A refusal's status and message: "<path>: <problem>". */
-static void s_check_refusal(troupe_status_t st)
-{
-    FUZZ_CHECK(st == TROUPE_INVALID_ARGUMENT || st == TROUPE_RESOURCE_EXHAUSTED);
-    FUZZ_CHECK(strncmp(troupe_last_error(), s_path, strlen(s_path)) == 0);
-}
-
 static void s_model(const uint8_t *data, size_t size)
 {
     gpt_llmc_config_t cfg, before;
@@ -63,7 +56,7 @@ static void s_model(const uint8_t *data, size_t size)
     float sentinel = 0, *params = &sentinel;
     troupe_status_t st = gpt_llmc_model_read(s_path, &cfg, &params);
     if (st != TROUPE_OK) {
-        s_check_refusal(st);
+        fuzz_check_refusal(st, s_path);
         FUZZ_CHECK(memcmp(&cfg, &before, sizeof cfg) == 0 && params == &sentinel);
         return;
     }
@@ -92,7 +85,7 @@ static void s_state(const uint8_t *data, size_t size)
     before = s;
     troupe_status_t st = gpt_llmc_state_read(s_path, &s_state_cfg, &s);
     if (st != TROUPE_OK) {
-        s_check_refusal(st);
+        fuzz_check_refusal(st, s_path);
         FUZZ_CHECK(memcmp(&s, &before, sizeof s) == 0);
         return;
     }
@@ -119,7 +112,7 @@ static void s_tokenizer(const uint8_t *data, size_t size)
     before = t;
     troupe_status_t st = gpt_llmc_tokenizer_read(s_path, &t);
     if (st != TROUPE_OK) {
-        s_check_refusal(st);
+        fuzz_check_refusal(st, s_path);
         FUZZ_CHECK(memcmp(&t, &before, sizeof t) == 0);
         return;
     }
@@ -151,7 +144,7 @@ static void s_shard(const uint8_t *data, size_t size)
     troupe_status_t st2 = gpt_shards_open(s_path, vocab, min_tokens, &sh);
     FUZZ_CHECK(st == st2); /* the two readers agree */
     if (st != TROUPE_OK) {
-        s_check_refusal(st);
+        fuzz_check_refusal(st, s_path);
         FUZZ_CHECK(strcmp(whole_msg, troupe_last_error()) == 0); /* on the same problem */
         FUZZ_CHECK(whole == &sentinel && whole_n == 99 && files == -1 && sh == NULL);
         return;

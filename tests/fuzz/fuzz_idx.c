@@ -24,13 +24,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char *s_path; /* the memory file holding the input */
 
-/* A failure's status and message: "<path>: <problem>". */
-static void s_check_failure(troupe_status_t st)
-{
-    FUZZ_CHECK(st == TROUPE_INVALID_ARGUMENT || st == TROUPE_RESOURCE_EXHAUSTED);
-    FUZZ_CHECK(strncmp(troupe_last_error(), s_path, strlen(s_path)) == 0);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     s_path = fuzz_memfile_put(data, size);
@@ -46,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(pixels);
     } else {
         FUZZ_CHECK(pixels == NULL);
-        s_check_failure(st);
+        fuzz_check_refusal(st, s_path);
     }
     uint8_t *labels = NULL;
     st = fmnist_idx_read_labels(s_path, FMNIST_NUM_CLASSES, &labels, &count);
@@ -57,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(labels);
     } else {
         FUZZ_CHECK(labels == NULL);
-        s_check_failure(st);
+        fuzz_check_refusal(st, s_path);
     }
     return 0;
 }

@@ -2,6 +2,8 @@
  * - FUZZ_CHECK(cond): a rule of the target that must hold whatever the input; a broken one
  *   prints "<FUZZ_NAME>: broken: <cond> (<the last error>)" and traps (abort), which libFuzzer
  *   reports as a crash and keeps the input of. The harness defines FUZZ_NAME first.
+ * - fuzz_check_refusal(st, path): a reader's refusal of the input at path is INVALID_ARGUMENT or
+ *   RESOURCE_EXHAUSTED with a message that starts with the path.
  * - fuzz_memfile_put(data, size): the input as the whole content of a memory file (memfd), for
  *   readers that take a path; returns that path, /proc/self/fd/N (static storage, the same file
  *   for every input), so no disk is touched. Only where the harness defines _GNU_SOURCE (for
@@ -17,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifndef FUZZ_NAME
 #error "define FUZZ_NAME (the harness's name, for its messages) before including fuzz_util.h"
@@ -29,6 +32,12 @@
             abort();                                                                               \
         }                                                                                          \
     } while (0)
+
+static inline void fuzz_check_refusal(troupe_status_t st, const char *path)
+{
+    FUZZ_CHECK(st == TROUPE_INVALID_ARGUMENT || st == TROUPE_RESOURCE_EXHAUSTED);
+    FUZZ_CHECK(strncmp(troupe_last_error(), path, strlen(path)) == 0);
+}
 
 #ifdef _GNU_SOURCE
 #include <sys/mman.h>
