@@ -160,6 +160,19 @@ Test(gpt_files, model_bad_files_are_refused_by_name)
     cr_expect_eq(gpt_llmc_tokenizer_read(s_path(""), &tok), TROUPE_INVALID_ARGUMENT);
     cr_expect(strstr(troupe_last_error(), "not a regular file"), "%s", troupe_last_error());
     cr_expect_null(tok.offsets);
+    /* a header claiming more tokens than the file has bytes is refused before the offsets (4
+     * bytes a token) are allocated, saying so */
+    unsigned char th[1024 + 3] = {0};
+    const int32_t thv[4] = {GPT_LLMC_TOKENIZER_MAGIC, 1, 2147483647, 0};
+    memcpy(th, thv, sizeof thv); /* little-endian host, as the writers assume */
+    th[1024] = 2, th[1025] = 'h', th[1026] = 'i';
+    s_write_raw(s_path("tok_huge.bin"), th, sizeof th);
+    cr_expect_eq(gpt_llmc_tokenizer_read(s_path("tok_huge.bin"), &tok), TROUPE_INVALID_ARGUMENT);
+    cr_expect(strstr(troupe_last_error(),
+                     "truncated tokenizer: 2147483647 tokens need at least 2147483647 bytes "
+                     "after the header, the file has 3"),
+              "%s", troupe_last_error());
+    cr_expect_null(tok.offsets);
     gpt_llmc_config_t cfg;
     float *p = NULL;
     cr_assert_eq(gpt_llmc_model_read(s_path("missing.bin"), &cfg, &p), TROUPE_NOT_FOUND);
