@@ -579,6 +579,38 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
      * replica in order */
     TROUPE_RETURN_IF_ERROR(s_build_feed(dp, m));
     TROUPE_RETURN_IF_ERROR(troupe__dp_split_build(dp, m));
+    /* merge routines g =+ g.merge, on the replicas that receive (even k with a k+1): compiled
+     * here, before the gradient routine's contexts exist, since each compile forks the
+     * process (devices/host/cc_cache.c) and a fork's cost grows with the memory mapped */
+    if (dp->n > 1) {
+        dp->merge_code = troupe_calloc(dp->n_params, sizeof *dp->merge_code);
+        if (!dp->merge_code)
+            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+        for (size_t i = 0; i < dp->n_params; i++) {
+            troupe_tnode_t *g = dp->grads[i];
+            troupe_asgn_comp_t *comp = NULL;
+            troupe_asgn_t *t = NULL;
+            char axes[TROUPE_MAX_DIMS + 1], spec[2 * TROUPE_MAX_DIMS + 4], name[48];
+            int nd = g->ndims;
+            for (int a = 0; a < nd; a++)
+                axes[a] = (char)('a' + a);
+            axes[nd] = '\0';
+            snprintf(spec, sizeof spec, "%s=>%s", axes, axes); /* identity: "ab=>ab" */
+            snprintf(name, sizeof name, "dp_merge_%zu", i);
+            troupe_status_t st = troupe_asgn_comp_new(&comp);
+            if (st == TROUPE_OK)
+                st = troupe_asgn_accum_unop(comp, false, TROUPE_BINOP_ADD, g, TROUPE_UNOP_IDENTITY,
+                                            troupe_asgn_merge(g), spec, &t);
+            if (st == TROUPE_OK) {
+                troupe_asgn_comp_set_root(comp, t);
+                st = troupe_compile(dp->backend, comp, name, &dp->merge_code[i]);
+            }
+            troupe_asgn_comp_destroy(&comp);
+            if (st != TROUPE_OK)
+                return troupe__dp_wrap(st, "dp_new: compiling a merge routine");
+        }
+    }
+
     for (int k = 0; k < dp->n; k++) {
         for (size_t g = 0; g < dp->nseg; g++) {
             troupe_status_t st = troupe__dp_link(&dp->rep[k], dp->seg_code[g], &dp->rep[k].seg[g]);
@@ -605,41 +637,14 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
         }
     }
 
-    /* merge routines g =+ g.merge, on the replicas that receive (even k with a k+1) */
+    /* the merge routines linked on the replicas that receive */
     troupe_status_t st = TROUPE_OK;
-    if (dp->n > 1) {
-        dp->merge_code = troupe_calloc(dp->n_params, sizeof *dp->merge_code);
-        if (!dp->merge_code)
-            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
-        for (size_t i = 0; i < dp->n_params; i++) {
-            troupe_tnode_t *g = dp->grads[i];
-            troupe_asgn_comp_t *comp = NULL;
-            troupe_asgn_t *t = NULL;
-            char axes[TROUPE_MAX_DIMS + 1], spec[2 * TROUPE_MAX_DIMS + 4], name[48];
-            int nd = g->ndims;
-            for (int a = 0; a < nd; a++)
-                axes[a] = (char)('a' + a);
-            axes[nd] = '\0';
-            snprintf(spec, sizeof spec, "%s=>%s", axes, axes); /* identity: "ab=>ab" */
-            snprintf(name, sizeof name, "dp_merge_%zu", i);
-            st = troupe_asgn_comp_new(&comp);
-            if (st == TROUPE_OK)
-                st = troupe_asgn_accum_unop(comp, false, TROUPE_BINOP_ADD, g, TROUPE_UNOP_IDENTITY,
-                                            troupe_asgn_merge(g), spec, &t);
-            if (st == TROUPE_OK) {
-                troupe_asgn_comp_set_root(comp, t);
-                st = troupe_compile(dp->backend, comp, name, &dp->merge_code[i]);
-            }
-            troupe_asgn_comp_destroy(&comp);
+    for (size_t i = 0; dp->merge_code != NULL && i < dp->n_params; i++)
+        for (int k = 0; k + 1 < dp->n; k += 2) {
+            st = troupe__dp_link(&dp->rep[k], dp->merge_code[i], &dp->rep[k].merge[i]);
             if (st != TROUPE_OK)
-                return troupe__dp_wrap(st, "dp_new: compiling a merge routine");
-            for (int k = 0; k + 1 < dp->n; k += 2) {
-                st = troupe__dp_link(&dp->rep[k], dp->merge_code[i], &dp->rep[k].merge[i]);
-                if (st != TROUPE_OK)
-                    return troupe__dp_wrap(st, "dp_new: linking a merge routine");
-            }
+                return troupe__dp_wrap(st, "dp_new: linking a merge routine");
         }
-    }
 
     /* the update (optimizer state and hyper-parameters on the owner stream) and the sums
      * of the micro-steps; then every rank starts from rank 0's parameters */

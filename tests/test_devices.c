@@ -270,6 +270,74 @@ Test(pools, table_is_thread_safe)
     }
 }
 
+/* A pool of 2 MiB or more is 2 MiB-aligned (the host drivers ask the kernel for huge pages
+ * there) and zeroed when asked, also where its memory was used before. */
+Test(pools, large_pool_is_2mib_aligned_and_zeroed)
+{
+    const size_t n = ((size_t)3 << 20) + 5;
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        const troupe_driver_vtable_t *vt = drv->vt;
+        for (int round = 0; round < 3; round++) {
+            cr_assert_eq(vt->alloc_pool(drv, 0, 5, (int64_t)n, true), TROUPE_OK, "%s",
+                         troupe_last_error());
+            void *p = NULL;
+            cr_assert_eq(vt->host_ptr(drv, 0, (troupe_buffer_loc_t){5, 0, (int64_t)n}, &p),
+                         TROUPE_OK);
+            cr_assert_eq((uintptr_t)p % ((uintptr_t)2 << 20), 0, "%s round %d: %p", s_names[d],
+                         round, p);
+            const unsigned char *b = p;
+            size_t nonzero = 0;
+            for (size_t i = 0; i < n; i++)
+                nonzero += b[i] != 0;
+            cr_assert_eq(nonzero, 0, "%s round %d: %zu bytes not zeroed", s_names[d], round,
+                         nonzero);
+            memset(p, 0xab, n); /* the next round may get this memory back */
+            cr_assert_eq(vt->free_pool(drv, 0, 5), TROUPE_OK);
+        }
+        vt->close(drv);
+    }
+}
+
+typedef struct s_twin {
+    troupe_driver_t *drv;
+    troupe_status_t st;
+} s_twin_t;
+
+static void *s_twin_alloc(void *arg)
+{
+    s_twin_t *w = arg;
+    w->st = w->drv->vt->alloc_pool(w->drv, 0, 9, (int64_t)4 << 20, true);
+    return NULL;
+}
+
+/* Two threads allocating the same pool id at once: the memory is found and zeroed outside the
+ * table's lock, so both may get that far; exactly one pool results, the other call is refused
+ * with ALREADY_EXISTS and its memory freed (the ASan run checks that nothing leaks). */
+Test(pools, racing_twins_make_one_pool)
+{
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        for (int round = 0; round < 20; round++) {
+            pthread_t t[2];
+            s_twin_t w[2] = {{drv, TROUPE_OK}, {drv, TROUPE_OK}};
+            for (int i = 0; i < 2; i++)
+                cr_assert_eq(pthread_create(&t[i], NULL, s_twin_alloc, &w[i]), 0);
+            for (int i = 0; i < 2; i++)
+                pthread_join(t[i], NULL);
+            int ok = (w[0].st == TROUPE_OK) + (w[1].st == TROUPE_OK);
+            int dup = (w[0].st == TROUPE_ALREADY_EXISTS) + (w[1].st == TROUPE_ALREADY_EXISTS);
+            cr_assert(ok == 1 && dup == 1, "%s round %d: statuses %d and %d", s_names[d], round,
+                      (int)w[0].st, (int)w[1].st);
+            cr_assert_eq(drv->vt->free_pool(drv, 0, 9), TROUPE_OK);
+            cr_assert_eq(drv->vt->free_pool(drv, 0, 9), TROUPE_NOT_FOUND);
+        }
+        drv->vt->close(drv);
+    }
+}
+
 /* ---- copies ------------------------------------------------------------------------------ */
 
 Test(copies, h2d_d2h_d2d_round_trips)

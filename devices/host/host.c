@@ -1,5 +1,5 @@
 /* troupe — the host-memory driver core of the `cpu` and `sync` drivers (see host_impl.h). */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "devices/host/host_impl.h"
 
 #include "base/alloc.h"
@@ -19,8 +19,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define S_POOL_ALIGN 64
+/* Pools of at least this many bytes are aligned to it and asked for transparent huge pages. */
+#define S_HUGE_BYTES ((size_t)2 << 20)
 /* Launches with at most this many parameters build their argument array on the stack. */
 #define S_STACK_ARGS 32
 
@@ -156,29 +159,48 @@ troupe_status_t troupe__hdrv_alloc_pool(troupe_driver_t *drv, int ordinal, int32
         alloc = S_POOL_ALIGN;
 
     s_host_driver_t *d = s_self(drv);
-    troupe_status_t st = TROUPE_OK;
-    void *base = NULL;
-    pthread_mutex_lock(&d->lock);
     troupe__pool_table_t *t = &d->pools[ordinal];
-    if ((st = troupe__pools_reserve(t, s_name(drv), ordinal, pool_id)) != TROUPE_OK)
-        goto out_unlock;
+    /* The table is locked to check and to insert, not while the memory is found and zeroed:
+     * the streams of a device allocate their contexts in parallel. */
+    pthread_mutex_lock(&d->lock);
+    troupe_status_t st = troupe__pools_reserve(t, s_name(drv), ordinal, pool_id);
+    pthread_mutex_unlock(&d->lock);
+    if (st != TROUPE_OK)
+        return st;
     /* Shareable when the transport asked for it (base/shared_memory_impl.h: ranks on this node then
-     * reduce gradients in each other's pools); zero-filled, page-aligned. Else ordinary memory. */
+     * reduce gradients in each other's pools); zero-filled, page-aligned. Else ordinary memory;
+     * a large pool is aligned to 2 MiB and asked for transparent huge pages (madvise; the
+     * kernel's choice under its `madvise` policy): fewer page faults when it is first written
+     * and fewer TLB misses over a model's activations. */
+    void *base = NULL;
     bool shared = troupe__shm_pools() && alloc >= TROUPE__SHM_MIN_BYTES &&
                   (base = troupe__shm_alloc(alloc)) != NULL;
     if (shared)
         zero = false;
-    else if (posix_memalign(&base, S_POOL_ALIGN, alloc) != 0) {
-        st = troupe__error(TROUPE_RESOURCE_EXHAUSTED,
-                           "%s alloc_pool: pool %d: cannot allocate %lld bytes of host memory",
-                           s_name(drv), (int)pool_id, (long long)size_bytes);
-        goto out_unlock;
-    }
+    else if (alloc >= S_HUGE_BYTES) {
+        size_t huge = (alloc + S_HUGE_BYTES - 1) / S_HUGE_BYTES * S_HUGE_BYTES;
+        if (posix_memalign(&base, S_HUGE_BYTES, huge) != 0)
+            base = NULL;
+#ifdef MADV_HUGEPAGE
+        if (base != NULL)
+            (void)madvise(base, huge, MADV_HUGEPAGE);
+#endif
+    } else if (posix_memalign(&base, S_POOL_ALIGN, alloc) != 0)
+        base = NULL;
+    if (base == NULL)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                             "%s alloc_pool: pool %d: cannot allocate %lld bytes of host memory",
+                             s_name(drv), (int)pool_id, (long long)size_bytes);
     if (zero)
         memset(base, 0, alloc);
-    troupe__pools_insert(t, (troupe__pool_slot_t){.id = pool_id, .base = base, .size_bytes = size_bytes});
-out_unlock:
+    pthread_mutex_lock(&d->lock);
+    st = troupe__pools_reserve(t, s_name(drv), ordinal, pool_id); /* a racing twin */
+    if (st == TROUPE_OK)
+        troupe__pools_insert(
+            t, (troupe__pool_slot_t){.id = pool_id, .base = base, .size_bytes = size_bytes});
     pthread_mutex_unlock(&d->lock);
+    if (st != TROUPE_OK && !troupe__shm_free(base))
+        free(base);
     return st;
 }
 
