@@ -14,6 +14,7 @@
 #include "compiler/optimize.h"
 #include "devices/host/host_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -272,6 +273,32 @@ troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_r
             off += (int64_t)fresh[i]->size_bytes;
         }
         st = troupe__pool_alloc(dev, off, &pool);
+        if (st == TROUPE_RESOURCE_EXHAUSTED) {
+            /* name what asks for the memory: the routine, its arrays, the largest ones */
+            char why[1024], big[3][64] = {"", "", ""};
+            int64_t bsz[3] = {0, 0, 0};
+            snprintf(why, sizeof why, "%s", troupe_last_error());
+            for (size_t i = 0; i < nfresh; i++) {
+                int64_t b = (int64_t)fresh[i]->size_bytes;
+                for (int k = 0; k < 3; k++) {
+                    if (b <= bsz[k])
+                        continue;
+                    for (int m = 2; m > k; m--) {
+                        bsz[m] = bsz[m - 1];
+                        memcpy(big[m], big[m - 1], sizeof big[m]);
+                    }
+                    bsz[k] = b;
+                    s_name_of(fresh[i], big[k], sizeof big[k]);
+                    break;
+                }
+            }
+            st = troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                               "link %s on stream %s: its %zu per-stream arrays take %lld bytes "
+                               "(%.2f GiB; the largest %s %lld, %s %lld, %s %lld bytes): %s",
+                               proc->name, troupe_stream_name(self->stream), nfresh, (long long)off,
+                               (double)off / (1 << 30), big[0], (long long)bsz[0], big[1],
+                               (long long)bsz[1], big[2], (long long)bsz[2], why);
+        }
         if (st != TROUPE_OK)
             goto out_unlock;
         for (size_t i = 0; i < nfresh && st == TROUPE_OK; i++) {

@@ -67,6 +67,7 @@ static atomic_bool s_flush_denormals;
 static atomic_size_t s_stack_threshold;
 static atomic_bool s_fuse_outer;        /* TROUPE_LOOP_FUSION=all (true) or same-space */
 static atomic_bool s_iteration_scalars; /* TROUPE_ITERATION_SCALARS=on (true) or off */
+static _Atomic int64_t s_host_memory;   /* TROUPE_HOST_MEMORY: bytes, or _AUTO, _OFF */
 static char s_resume[S_STR_MAX];        /* TROUPE_RESUME ("" when unset) */
 static char s_progress_file[S_STR_MAX]; /* TROUPE_PROGRESS_FILE ("" when unset) */
 static troupe_status_t s_load_status;
@@ -143,6 +144,7 @@ static void s_load(void)
     atomic_store(&s_stack_threshold, (size_t)16384);
     atomic_store(&s_fuse_outer, true);
     atomic_store(&s_iteration_scalars, true);
+    atomic_store(&s_host_memory, TROUPE_HOST_MEMORY_AUTO);
     s_resume[0] = s_progress_file[0] = '\0';
     s_copy(s_status, sizeof s_status, "ipc");
     s_job_id[0] = '\0';
@@ -288,6 +290,15 @@ static void s_load(void)
             atomic_store(&s_iteration_scalars, strcmp(v, "on") == 0);
         else
             s_bad("TROUPE_ITERATION_SCALARS", v, "expected on or off");
+    }
+    if ((v = getenv("TROUPE_HOST_MEMORY")) != NULL) {
+        if (strcmp(v, "auto") == 0 || strcmp(v, "off") == 0)
+            atomic_store(&s_host_memory,
+                         strcmp(v, "auto") == 0 ? TROUPE_HOST_MEMORY_AUTO : TROUPE_HOST_MEMORY_OFF);
+        else if (s_parse_int(v, 0, &n))
+            atomic_store(&s_host_memory, n);
+        else
+            s_bad("TROUPE_HOST_MEMORY", v, "expected auto, off or a byte count >= 0");
     }
     if (troupe__fault_configure(v = getenv("TROUPE_FAULT")) != TROUPE_OK) /* NULL: none */
         s_bad("TROUPE_FAULT", v, troupe_last_error());
@@ -505,6 +516,22 @@ void troupe_config_set_iteration_scalars(bool on)
 {
     troupe__config_ensure_loaded();
     atomic_store(&s_iteration_scalars, on);
+}
+int64_t troupe_config_host_memory(void)
+{
+    troupe__config_ensure_loaded();
+    return atomic_load(&s_host_memory);
+}
+troupe_status_t troupe_config_set_host_memory(int64_t bytes)
+{
+    troupe__config_ensure_loaded();
+    if (bytes < 0 && bytes != TROUPE_HOST_MEMORY_AUTO && bytes != TROUPE_HOST_MEMORY_OFF)
+        return troupe__error(TROUPE_INVALID_ARGUMENT,
+                             "config: host memory %lld: expected TROUPE_HOST_MEMORY_AUTO, "
+                             "TROUPE_HOST_MEMORY_OFF or a byte count >= 0",
+                             (long long)bytes);
+    atomic_store(&s_host_memory, bytes);
+    return TROUPE_OK;
 }
 
 const char *troupe_config_status(void)

@@ -95,6 +95,17 @@ bool troupe_config_loop_fusion_outer(void);
  * C variable instead of an array (compiler/optimize.h step 4c, iteration_scalars); routines for
  * cuda never do. Bit for bit the same results either way. */
 bool troupe_config_iteration_scalars(void);
+/* TROUPE_HOST_MEMORY: the host memory the host drivers (cpu, sync) may take for a new pool
+ * (devices/host/host.c). auto (the default, TROUPE_HOST_MEMORY_AUTO): what the kernel reports
+ * free, MemAvailable + SwapFree of /proc/meminfo, capped by the process's memory cgroup (v2
+ * memory.max - memory.current, v1 memory.limit_in_bytes - memory.usage_in_bytes), read at each
+ * allocation; no check where neither can be read. off (TROUPE_HOST_MEMORY_OFF): no check. A byte
+ * count: that figure instead. A pool larger than it is refused (RESOURCE_EXHAUSTED naming the
+ * bytes asked for and free) before any memory is touched, instead of the kernel's OOM killer
+ * ending the process part way through its first writes. */
+#define TROUPE_HOST_MEMORY_AUTO ((int64_t)-1)
+#define TROUPE_HOST_MEMORY_OFF ((int64_t)-2)
+int64_t troupe_config_host_memory(void);
 /* Whether host routines (the cpu and sync backends) run with subnormal floats flushed to zero:
  * results that would be subnormal become 0, and subnormal inputs read as 0 (x86 MXCSR FTZ and
  * DAZ; AArch64 FPCR.FZ). TROUPE_DENORMALS=flush (the default) or keep (IEEE gradual underflow).
@@ -238,6 +249,9 @@ TROUPE_MUST_USE troupe_status_t troupe_config_set_stack_threshold_bytes(size_t s
 void troupe_config_set_loop_fusion_outer(bool on);
 /* true: TROUPE_ITERATION_SCALARS=on; false: off. */
 void troupe_config_set_iteration_scalars(bool on);
+/* TROUPE_HOST_MEMORY_AUTO, TROUPE_HOST_MEMORY_OFF or a byte count >= 0 (INVALID_ARGUMENT
+ * otherwise). */
+TROUPE_MUST_USE troupe_status_t troupe_config_set_host_memory(int64_t bytes);
 /* "ipc", "off" or "tcp:<interface>" (INVALID_ARGUMENT otherwise). */
 TROUPE_MUST_USE troupe_status_t troupe_config_set_status(const char *mode);
 /* Any text of at most 63 bytes; "" returns to the launcher's id. */

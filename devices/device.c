@@ -37,6 +37,10 @@ static const troupe_config_var_t s_env_vars[] = {
     {"TROUPE_ITERATION_SCALARS", "devices", "choice", "on", "on|off",
      "troupe_config_set_iteration_scalars",
      "whether host routines hold a per-iteration temporary in a C variable (cuda: never)"},
+    {"TROUPE_HOST_MEMORY", "devices", "bytes", "auto", "auto|off|0..",
+     "troupe_config_set_host_memory",
+     "the host memory a new pool of the cpu and sync drivers may take (auto: what the kernel "
+     "and the memory cgroup report free)"},
 };
 TROUPE_CONFIG_VARS(devices, s_env_vars)
 

@@ -181,6 +181,7 @@ Test(config, defaults_without_environment)
     unsetenv("TROUPE_STACK_THRESHOLD");
     unsetenv("TROUPE_LOOP_FUSION");
     unsetenv("TROUPE_ITERATION_SCALARS");
+    unsetenv("TROUPE_HOST_MEMORY");
     unsetenv("TROUPE_COLL_SHM");
     unsetenv("TROUPE_GEMM");
     unsetenv("TROUPE_DENORMALS");
@@ -197,6 +198,7 @@ Test(config, defaults_without_environment)
     cr_assert_eq(troupe_config_stack_threshold_bytes(), 16384);
     cr_assert(troupe_config_loop_fusion_outer());
     cr_assert(troupe_config_iteration_scalars());
+    cr_assert_eq(troupe_config_host_memory(), TROUPE_HOST_MEMORY_AUTO);
 }
 
 Test(config, environment_is_read)
@@ -241,6 +243,16 @@ Test(config, environment_is_read)
     cr_assert(strstr(troupe_last_error(), "TROUPE_ITERATION_SCALARS") != NULL, "%s",
               troupe_last_error());
     unsetenv("TROUPE_ITERATION_SCALARS");
+    setenv("TROUPE_HOST_MEMORY", "off", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert_eq(troupe_config_host_memory(), TROUPE_HOST_MEMORY_OFF);
+    setenv("TROUPE_HOST_MEMORY", "8000000000", 1);
+    cr_assert_eq(troupe_config_reload(), TROUPE_OK);
+    cr_assert_eq(troupe_config_host_memory(), 8000000000LL);
+    setenv("TROUPE_HOST_MEMORY", "8G", 1);
+    cr_assert_neq(troupe_config_reload(), TROUPE_OK, "TROUPE_HOST_MEMORY takes a byte count");
+    cr_assert(strstr(troupe_last_error(), "TROUPE_HOST_MEMORY") != NULL, "%s", troupe_last_error());
+    unsetenv("TROUPE_HOST_MEMORY");
     cr_assert_eq(troupe_config_reload(), TROUPE_OK);
     cr_assert_eq(troupe_config_timeout_s(), 7);
     cr_assert_eq(troupe_config_fusion_bytes(), 2048);

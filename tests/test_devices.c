@@ -300,6 +300,38 @@ Test(pools, large_pool_is_2mib_aligned_and_zeroed)
     }
 }
 
+/* TROUPE_HOST_MEMORY: a pool larger than the host memory free is refused before any memory is
+ * taken, naming the bytes and where the figure comes from; a byte count replaces the figure,
+ * and off lifts the check. */
+Test(pools, past_host_memory_is_refused_naming_the_figures)
+{
+    S_FOR_EACH_DRIVER(d)
+    {
+        troupe_driver_t *drv = s_open(s_names[d]);
+        const troupe_driver_vtable_t *vt = drv->vt;
+        const int64_t huge = (int64_t)1 << 50; /* 1 PiB: more than any machine this runs on */
+        cr_assert_eq(troupe_config_host_memory(), TROUPE_HOST_MEMORY_AUTO, "the default");
+        cr_assert_eq(vt->alloc_pool(drv, 0, 1, huge, true), TROUPE_RESOURCE_EXHAUSTED);
+        const char *msg = troupe_last_error();
+        cr_assert(s_has(msg, "pool 1") && s_has(msg, "1125899906842624 bytes") &&
+                      (s_has(msg, "MemAvailable") || s_has(msg, "cgroup")) &&
+                      s_has(msg, "TROUPE_HOST_MEMORY=off"),
+                  "%s: %s", s_names[d], msg);
+        cr_assert_eq(troupe_config_set_host_memory(100000), TROUPE_OK);
+        cr_assert_eq(vt->alloc_pool(drv, 0, 2, 100001, true), TROUPE_RESOURCE_EXHAUSTED);
+        cr_assert(s_has(troupe_last_error(), "TROUPE_HOST_MEMORY=100000"), "%s",
+                  troupe_last_error());
+        cr_assert_eq(vt->alloc_pool(drv, 0, 2, 99968, true), TROUPE_OK, "%s", troupe_last_error());
+        cr_assert_eq(troupe_config_set_host_memory(TROUPE_HOST_MEMORY_OFF), TROUPE_OK);
+        cr_assert_eq(vt->alloc_pool(drv, 0, 3, 200000, false), TROUPE_OK);
+        cr_assert_eq(troupe_config_set_host_memory(TROUPE_HOST_MEMORY_AUTO), TROUPE_OK);
+        cr_assert_eq(vt->free_pool(drv, 0, 2), TROUPE_OK);
+        cr_assert_eq(vt->free_pool(drv, 0, 3), TROUPE_OK);
+        cr_assert_eq(vt->free_pool(drv, 0, 1), TROUPE_NOT_FOUND, "the refused pool is not there");
+        vt->close(drv);
+    }
+}
+
 typedef struct s_twin {
     troupe_driver_t *drv;
     troupe_status_t st;

@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -144,6 +145,118 @@ int troupe__hdrv_num_devices(troupe_driver_t *drv)
     return s_self(drv)->ndev;
 }
 
+/* ---- how much host memory is free (TROUPE_HOST_MEMORY=auto) ------------------------------- */
+
+/* The "Name:  N kB" field of /proc/meminfo in bytes, or -1. */
+static int64_t s_meminfo_field(const char *text, const char *name)
+{
+    const char *p = strstr(text, name);
+    long long kb = 0;
+    if (p == NULL || sscanf(p + strlen(name), " %lld kB", &kb) != 1 || kb < 0)
+        return -1;
+    return (int64_t)kb * 1024;
+}
+
+/* A file's first number, or -1 ("max", missing or unreadable). */
+static int64_t s_file_number(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    long long v = -1;
+    if (fscanf(f, "%lld", &v) != 1 || v < 0)
+        v = -1;
+    fclose(f);
+    return (int64_t)v;
+}
+
+/* The memory cgroup's headroom (limit - usage) in bytes, -1 without a limit or when unreadable;
+ * `how` names the files read. cgroup v2 ("0::PATH" in /proc/self/cgroup: memory.max and
+ * memory.current), else v1 (the "memory" controller's line: memory.limit_in_bytes and
+ * memory.usage_in_bytes); each under /sys/fs/cgroup[/memory]/PATH, or at the mount's root for
+ * a process in a cgroup namespace. v1 reports no limit as a huge figure, read as none. */
+static int64_t s_cgroup_headroom(char *how, size_t cap)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (f == NULL)
+        return -1;
+    char line[1024], v2[512] = "", v1[512] = "";
+    bool has_v2 = false, has_v1 = false;
+    while (fgets(line, sizeof line, f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        const char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (c2 == NULL)
+            continue;
+        size_t nctl = (size_t)(c2 - c1 - 1);
+        if (strncmp(line, "0::", 3) == 0) {
+            has_v2 = true;
+            snprintf(v2, sizeof v2, "%s", c2 + 1);
+        } else if (nctl >= 6 && (strncmp(c1 + 1, "memory", 6) == 0) &&
+                   (c1[7] == ':' || c1[7] == ',')) {
+            has_v1 = true;
+            snprintf(v1, sizeof v1, "%s", c2 + 1);
+        }
+    }
+    fclose(f);
+    static const struct {
+        const char *root, *limit, *usage;
+    } kinds[2] = {{"/sys/fs/cgroup", "memory.max", "memory.current"},
+                  {"/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"}};
+    for (int k = 0; k < 2; k++) {
+        if (!(k == 0 ? has_v2 : has_v1))
+            continue;
+        const char *rel = k == 0 ? v2 : v1;
+        for (int at_root = 0; at_root < 2; at_root++) {
+            char lp[600], up[600];
+            snprintf(lp, sizeof lp, "%s%s/%s", kinds[k].root, at_root ? "" : rel, kinds[k].limit);
+            snprintf(up, sizeof up, "%s%s/%s", kinds[k].root, at_root ? "" : rel, kinds[k].usage);
+            int64_t limit = s_file_number(lp), usage = s_file_number(up);
+            if (usage < 0)
+                continue; /* not this place */
+            if (limit < 0 || limit >= ((int64_t)1 << 60))
+                return -1; /* no limit */
+            snprintf(how, cap, "%s %lld - %s %lld", lp, (long long)limit, up, (long long)usage);
+            return limit > usage ? limit - usage : 0;
+        }
+    }
+    return -1;
+}
+
+/* The bytes a new pool may take (TROUPE_HOST_MEMORY), or -1 for no check; `how` says where the
+ * figure comes from. */
+static int64_t s_free_host_bytes(char *how, size_t cap)
+{
+    int64_t cfg = troupe_config_host_memory();
+    if (cfg == TROUPE_HOST_MEMORY_OFF)
+        return -1;
+    if (cfg >= 0) {
+        snprintf(how, cap, "TROUPE_HOST_MEMORY=%lld", (long long)cfg);
+        return cfg;
+    }
+    int64_t free_b = -1;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f != NULL) {
+        char text[8192];
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[n] = '\0';
+        int64_t avail = s_meminfo_field(text, "MemAvailable:");
+        int64_t swap = s_meminfo_field(text, "SwapFree:");
+        if (avail >= 0) {
+            free_b = avail + (swap > 0 ? swap : 0);
+            snprintf(how, cap, "MemAvailable %lld + SwapFree %lld in /proc/meminfo",
+                     (long long)avail, (long long)(swap > 0 ? swap : 0));
+        }
+    }
+    char cg[1400] = "";
+    int64_t head = s_cgroup_headroom(cg, sizeof cg);
+    if (head >= 0 && (free_b < 0 || head < free_b)) {
+        free_b = head;
+        snprintf(how, cap, "the memory cgroup's %s", cg);
+    }
+    return free_b;
+}
+
 /* ---- memory ------------------------------------------------------------------------------ */
 
 troupe_status_t troupe__hdrv_alloc_pool(troupe_driver_t *drv, int ordinal, int32_t pool_id,
@@ -167,6 +280,16 @@ troupe_status_t troupe__hdrv_alloc_pool(troupe_driver_t *drv, int ordinal, int32
     pthread_mutex_unlock(&d->lock);
     if (st != TROUPE_OK)
         return st;
+    char how[1500] = "";
+    int64_t free_b = s_free_host_bytes(how, sizeof how);
+    if (free_b >= 0 && (int64_t)alloc > free_b)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED,
+                             "%s alloc_pool: pool %d: %lld bytes (%.2f GiB) of host memory asked "
+                             "for, %lld bytes (%.2f GiB) free (%s); set TROUPE_HOST_MEMORY=off "
+                             "to try anyway",
+                             s_name(drv), (int)pool_id, (long long)size_bytes,
+                             (double)size_bytes / (1 << 30), (long long)free_b,
+                             (double)free_b / (1 << 30), how);
     /* Shareable when the transport asked for it (base/shared_memory_impl.h: ranks on this node then
      * reduce gradients in each other's pools); zero-filled, page-aligned. Else ordinary memory;
      * a large pool is aligned to 2 MiB and asked for transparent huge pages (madvise; the

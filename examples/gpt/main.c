@@ -885,7 +885,11 @@ static int s_cmd_train(int argc, char **argv)
         troupe_backend_close(&cb);
     }
     troupe_dp_t *dp = NULL;
-    CHECK(troupe_dp_new(&dc, &model, &dp), "starting data-parallel training");
+    troupe_status_t dst = troupe_dp_new(&dc, &model, &dp);
+    if (dst == TROUPE_RESOURCE_EXHAUSTED)
+        s_die(dst, "starting data-parallel training (too little memory: lower --batch or --seq, "
+                   "or run fewer streams per rank with --streams)");
+    CHECK(dst, "starting data-parallel training");
     if (rank == 0) {
         printf("gpt: compiled and linked in %.1f s\n", s_now() - t_compile);
         fflush(stdout);

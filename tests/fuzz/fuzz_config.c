@@ -39,6 +39,7 @@ static const char *const s_names[] = {
     "TROUPE_STACK_THRESHOLD",
     "TROUPE_LOOP_FUSION",
     "TROUPE_ITERATION_SCALARS",
+    "TROUPE_HOST_MEMORY",
     "TROUPE_COLL_SHM",
     "TROUPE_GEMM",
     "TROUPE_DENORMALS",
