@@ -99,7 +99,9 @@ typedef struct troupe_driver_vtable {
 
     /* ---- memory: pools of one device; a pool is zero-initialised when `zero`. The host
      * drivers align a pool to 64 bytes, one of 2 MiB or more to 2 MiB with transparent huge
-     * pages asked for (madvise), and find and zero its memory outside their table's lock ---- */
+     * pages asked for (madvise), and find and zero its memory outside their table's lock; they
+     * refuse a pool larger than the host memory free (RESOURCE_EXHAUSTED, TROUPE_HOST_MEMORY in
+     * base/config.h) ---- */
     troupe_status_t (*alloc_pool)(troupe_driver_t *drv, int ordinal, int32_t pool_id,
                                   int64_t size_bytes, bool zero);
     troupe_status_t (*free_pool)(troupe_driver_t *drv, int ordinal, int32_t pool_id);

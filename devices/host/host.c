@@ -274,7 +274,8 @@ troupe_status_t troupe__hdrv_alloc_pool(troupe_driver_t *drv, int ordinal, int32
     s_host_driver_t *d = s_self(drv);
     troupe__pool_table_t *t = &d->pools[ordinal];
     /* The table is locked to check and to insert, not while the memory is found and zeroed:
-     * the streams of a device allocate their contexts in parallel. */
+     * copies and launches on every device of this driver resolve their buffers through it
+     * (s_resolve) and need not wait behind a large pool's first writes. */
     pthread_mutex_lock(&d->lock);
     troupe_status_t st = troupe__pools_reserve(t, s_name(drv), ordinal, pool_id);
     pthread_mutex_unlock(&d->lock);
