@@ -39,7 +39,9 @@
 #include "transport/mpi/collective.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -529,6 +531,99 @@ static void s_log_form(const troupe_dp_t *dp)
                        "routine is not (a new binding per minibatch: give a feed_comp)");
 }
 
+/* ---- merge routines ---------------------------------------------------------------------- */
+
+/* Merge routine i, g =+ g.merge over the gradient's own axes, into dp->merge_code[i]. */
+static troupe_status_t s_compile_merge(troupe_dp_t *dp, size_t i)
+{
+    troupe_tnode_t *g = dp->grads[i];
+    troupe_asgn_comp_t *comp = NULL;
+    troupe_asgn_t *t = NULL;
+    char axes[TROUPE_MAX_DIMS + 1], spec[2 * TROUPE_MAX_DIMS + 4], name[48];
+    int nd = g->ndims;
+    for (int a = 0; a < nd; a++)
+        axes[a] = (char)('a' + a);
+    axes[nd] = '\0';
+    snprintf(spec, sizeof spec, "%s=>%s", axes, axes); /* identity: "ab=>ab" */
+    snprintf(name, sizeof name, "dp_merge_%zu", i);
+    troupe_status_t st = troupe_asgn_comp_new(&comp);
+    if (st == TROUPE_OK)
+        st = troupe_asgn_accum_unop(comp, false, TROUPE_BINOP_ADD, g, TROUPE_UNOP_IDENTITY,
+                                    troupe_asgn_merge(g), spec, &t);
+    if (st == TROUPE_OK) {
+        troupe_asgn_comp_set_root(comp, t);
+        st = troupe_compile(dp->backend, comp, name, &dp->merge_code[i]);
+    }
+    troupe_asgn_comp_destroy(&comp);
+    return st;
+}
+
+typedef struct s_merge_worker {
+    troupe_dp_t *dp;
+    atomic_size_t *next; /* the next routine to compile, shared */
+    atomic_bool *failed; /* set by the first failure: the others stop taking work */
+    size_t failed_at;    /* this worker's failed routine (SIZE_MAX: none) */
+    troupe_status_t st;  /* and its status and message (errors are per thread) */
+    char msg[1024];
+} s_merge_worker_t;
+
+static void *s_merge_worker(void *arg)
+{
+    s_merge_worker_t *w = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(w->next, 1);
+        if (i >= w->dp->n_params || atomic_load(w->failed))
+            return NULL;
+        troupe_status_t st = s_compile_merge(w->dp, i);
+        if (st != TROUPE_OK) {
+            w->failed_at = i;
+            w->st = st;
+            snprintf(w->msg, sizeof w->msg, "%s", troupe_last_error());
+            atomic_store(w->failed, true);
+            return NULL;
+        }
+    }
+}
+
+/* Every merge routine, on up to as many threads as online CPUs (at most 8; this thread is
+ * one): the compiles are independent procedures over distinct nodes (troupe_compile is
+ * thread-safe for those), and each spends most of its time in the C compiler's process. The
+ * codes land at their index, so the result does not depend on the order; a failure reports
+ * the lowest-numbered routine that failed. */
+static troupe_status_t s_compile_merges(troupe_dp_t *dp)
+{
+    dp->merge_code = troupe_calloc(dp->n_params, sizeof *dp->merge_code);
+    if (!dp->merge_code)
+        return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t nw = cpus > 1 ? (size_t)cpus : 1;
+    if (nw > 8)
+        nw = 8;
+    if (nw > dp->n_params)
+        nw = dp->n_params > 0 ? dp->n_params : 1;
+    atomic_size_t next = 0;
+    atomic_bool failed = false;
+    s_merge_worker_t w[8];
+    pthread_t th[8];
+    bool started[8] = {false};
+    for (size_t k = 0; k < nw; k++)
+        w[k] = (s_merge_worker_t){dp, &next, &failed, SIZE_MAX, TROUPE_OK, ""};
+    for (size_t k = 1; k < nw; k++)
+        started[k] = pthread_create(&th[k], NULL, s_merge_worker, &w[k]) == 0;
+    (void)s_merge_worker(&w[0]);
+    for (size_t k = 1; k < nw; k++)
+        if (started[k])
+            pthread_join(th[k], NULL);
+    size_t first = 0;
+    for (size_t k = 1; k < nw; k++)
+        if (w[k].failed_at < w[first].failed_at)
+            first = k;
+    if (w[first].failed_at == SIZE_MAX)
+        return TROUPE_OK;
+    troupe__error(w[first].st, "%s", w[first].msg);
+    return troupe__dp_wrap(w[first].st, "dp_new: compiling a merge routine");
+}
+
 static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
                                const troupe_dp_model_t *m)
 {
@@ -581,35 +676,10 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     TROUPE_RETURN_IF_ERROR(troupe__dp_split_build(dp, m));
     /* merge routines g =+ g.merge, on the replicas that receive (even k with a k+1): compiled
      * here, before the gradient routine's contexts exist, since each compile forks the
-     * process (devices/host/cc_cache.c) and a fork's cost grows with the memory mapped */
-    if (dp->n > 1) {
-        dp->merge_code = troupe_calloc(dp->n_params, sizeof *dp->merge_code);
-        if (!dp->merge_code)
-            return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
-        for (size_t i = 0; i < dp->n_params; i++) {
-            troupe_tnode_t *g = dp->grads[i];
-            troupe_asgn_comp_t *comp = NULL;
-            troupe_asgn_t *t = NULL;
-            char axes[TROUPE_MAX_DIMS + 1], spec[2 * TROUPE_MAX_DIMS + 4], name[48];
-            int nd = g->ndims;
-            for (int a = 0; a < nd; a++)
-                axes[a] = (char)('a' + a);
-            axes[nd] = '\0';
-            snprintf(spec, sizeof spec, "%s=>%s", axes, axes); /* identity: "ab=>ab" */
-            snprintf(name, sizeof name, "dp_merge_%zu", i);
-            troupe_status_t st = troupe_asgn_comp_new(&comp);
-            if (st == TROUPE_OK)
-                st = troupe_asgn_accum_unop(comp, false, TROUPE_BINOP_ADD, g, TROUPE_UNOP_IDENTITY,
-                                            troupe_asgn_merge(g), spec, &t);
-            if (st == TROUPE_OK) {
-                troupe_asgn_comp_set_root(comp, t);
-                st = troupe_compile(dp->backend, comp, name, &dp->merge_code[i]);
-            }
-            troupe_asgn_comp_destroy(&comp);
-            if (st != TROUPE_OK)
-                return troupe__dp_wrap(st, "dp_new: compiling a merge routine");
-        }
-    }
+     * process (devices/host/cc_cache.c) and a fork's cost grows with the memory mapped; on
+     * several threads, one compile each at a time (s_compile_merges) */
+    if (dp->n > 1)
+        TROUPE_RETURN_IF_ERROR(s_compile_merges(dp));
 
     for (int k = 0; k < dp->n; k++) {
         for (size_t g = 0; g < dp->nseg; g++) {
