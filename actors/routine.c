@@ -275,29 +275,32 @@ troupe_status_t troupe_link(troupe_context_t *ctx, troupe_code_t *code, troupe_r
         st = troupe__pool_alloc(dev, off, &pool);
         if (st == TROUPE_RESOURCE_EXHAUSTED) {
             /* name what asks for the memory: the routine, its arrays, the largest ones */
-            char why[1024], big[3][64] = {"", "", ""};
-            int64_t bsz[3] = {0, 0, 0};
+            char why[1024], list[256] = "";
+            size_t top[3];
+            int ntop = 0;
             snprintf(why, sizeof why, "%s", troupe_last_error());
             for (size_t i = 0; i < nfresh; i++) {
-                int64_t b = (int64_t)fresh[i]->size_bytes;
-                for (int k = 0; k < 3; k++) {
-                    if (b <= bsz[k])
-                        continue;
-                    for (int m = 2; m > k; m--) {
-                        bsz[m] = bsz[m - 1];
-                        memcpy(big[m], big[m - 1], sizeof big[m]);
-                    }
-                    bsz[k] = b;
-                    s_name_of(fresh[i], big[k], sizeof big[k]);
-                    break;
+                int k = ntop < 3 ? ntop++ : 3;
+                while (k > 0 && fresh[top[k - 1]]->size_bytes < fresh[i]->size_bytes) {
+                    if (k < 3)
+                        top[k] = top[k - 1];
+                    k--;
                 }
+                if (k < 3)
+                    top[k] = i;
+            }
+            for (int k = 0; k < ntop; k++) {
+                char nm[64];
+                size_t used = strlen(list);
+                s_name_of(fresh[top[k]], nm, sizeof nm);
+                snprintf(list + used, sizeof list - used, "%s%s %zu", k ? ", " : "", nm,
+                         fresh[top[k]]->size_bytes);
             }
             st = troupe__error(TROUPE_RESOURCE_EXHAUSTED,
                                "link %s on stream %s: its %zu per-stream arrays take %lld bytes "
-                               "(%.2f GiB; the largest %s %lld, %s %lld, %s %lld bytes): %s",
+                               "(%.2f GiB; the largest: %s): %s",
                                proc->name, troupe_stream_name(self->stream), nfresh, (long long)off,
-                               (double)off / (1 << 30), big[0], (long long)bsz[0], big[1],
-                               (long long)bsz[1], big[2], (long long)bsz[2], why);
+                               (double)off / (1 << 30), list, why);
         }
         if (st != TROUPE_OK)
             goto out_unlock;

@@ -96,13 +96,14 @@ bool troupe_config_loop_fusion_outer(void);
  * cuda never do. Bit for bit the same results either way. */
 bool troupe_config_iteration_scalars(void);
 /* TROUPE_HOST_MEMORY: the host memory the host drivers (cpu, sync) may take for a new pool
- * (devices/host/host.c). auto (the default, TROUPE_HOST_MEMORY_AUTO): what the kernel reports
- * free, MemAvailable + SwapFree of /proc/meminfo, capped by the process's memory cgroup (v2
- * memory.max - memory.current, v1 memory.limit_in_bytes - memory.usage_in_bytes), read at each
- * allocation; no check where neither can be read. off (TROUPE_HOST_MEMORY_OFF): no check. A byte
- * count: that figure instead. A pool larger than it is refused (RESOURCE_EXHAUSTED naming the
- * bytes asked for and free) before any memory is touched, instead of the kernel's OOM killer
- * ending the process part way through its first writes. */
+ * (devices/host/host.c). auto (the default, TROUPE_HOST_MEMORY_AUTO): for pools of 16 MiB or
+ * more, what the kernel reports free, MemAvailable + SwapFree of /proc/meminfo, capped by every
+ * memory cgroup with a limit on the process's path, less what it holds other than page cache
+ * (devices/host/host_memory_impl.h); no check where nothing can be read. off
+ * (TROUPE_HOST_MEMORY_OFF): no check. A byte count: that figure instead, for every pool. A pool
+ * larger than it is refused (RESOURCE_EXHAUSTED naming the bytes asked for and free) before any
+ * memory is touched, instead of the kernel's OOM killer ending the process part way through its
+ * first writes. */
 #define TROUPE_HOST_MEMORY_AUTO ((int64_t)-1)
 #define TROUPE_HOST_MEMORY_OFF ((int64_t)-2)
 int64_t troupe_config_host_memory(void);

@@ -40,7 +40,7 @@ static const troupe_config_var_t s_env_vars[] = {
     {"TROUPE_HOST_MEMORY", "devices", "bytes", "auto", "auto|off|0..",
      "troupe_config_set_host_memory",
      "the host memory a new pool of the cpu and sync drivers may take (auto: what the kernel "
-     "and the memory cgroup report free)"},
+     "and the memory cgroups report free, for pools of 16 MiB or more)"},
 };
 TROUPE_CONFIG_VARS(devices, s_env_vars)
 

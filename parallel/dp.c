@@ -25,6 +25,7 @@
  * Host cost per step: hyper-parameters are uploaded only when they changed, through a ring of
  * staging nodes so that the host write never waits for the previous step's upload.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "parallel/dp_impl.h"
 
 #include "base/config.h"
@@ -40,6 +41,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -585,18 +587,22 @@ static void *s_merge_worker(void *arg)
     }
 }
 
-/* Every merge routine, on up to as many threads as online CPUs (at most 8; this thread is
- * one): the compiles are independent procedures over distinct nodes (troupe_compile is
- * thread-safe for those), and each spends most of its time in the C compiler's process. The
- * codes land at their index, so the result does not depend on the order; a failure reports
- * the lowest-numbered routine that failed. */
+/* Every merge routine, on up to as many threads as the process's CPUs (its affinity; at most
+ * 8; this thread is one): the compiles are independent procedures over distinct nodes
+ * (troupe_compile is thread-safe for those), and each spends most of its time in the C compiler's
+ * process. The codes land at their index, so the result does not depend on the order; a failure
+ * reports the lowest-numbered routine that failed. */
 static troupe_status_t s_compile_merges(troupe_dp_t *dp)
 {
     dp->merge_code = troupe_calloc(dp->n_params, sizeof *dp->merge_code);
     if (!dp->merge_code)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t nw = cpus > 1 ? (size_t)cpus : 1;
+    /* the CPUs this process may run on: one under mpiexec's binding to a core per rank */
+    size_t nw = 1;
+    cpu_set_t cs;
+    CPU_ZERO(&cs);
+    if (sched_getaffinity(0, sizeof cs, &cs) == 0 && CPU_COUNT(&cs) > 1)
+        nw = (size_t)CPU_COUNT(&cs);
     if (nw > 8)
         nw = 8;
     if (nw > dp->n_params)

@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "compiler/cgen.h"
 #include "devices/device.h"
+#include "devices/host/host_memory_impl.h"
 #include "ir/lowlevel.h"
 #include "ir/tnode.h"
 
@@ -330,6 +331,91 @@ Test(pools, past_host_memory_is_refused_naming_the_figures)
         cr_assert_eq(vt->free_pool(drv, 0, 1), TROUPE_NOT_FOUND, "the refused pool is not there");
         vt->close(drv);
     }
+}
+
+/* Writes `text` to s_tmpdir/rel, making the directories on the way. */
+static void s_put(const char *rel, const char *text)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", s_tmpdir, rel);
+    for (char *p = path + strlen(s_tmpdir) + 1; (p = strchr(p, '/')) != NULL; p++) {
+        *p = '\0';
+        (void)mkdir(path, 0700);
+        *p = '/';
+    }
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The free-memory figure of TROUPE_HOST_MEMORY=auto, on fixture files under s_tmpdir/<dir>. */
+static int64_t s_free_in(const char *dir, char *how, size_t cap)
+{
+    char mi[400], sc[400], root[400];
+    snprintf(mi, sizeof mi, "%s/%s/meminfo", s_tmpdir, dir);
+    snprintf(sc, sizeof sc, "%s/%s/self_cgroup", s_tmpdir, dir);
+    snprintf(root, sizeof root, "%s/%s/cg", s_tmpdir, dir);
+    return troupe__host_memory_free(mi, sc, root, how, cap);
+}
+
+/* The figure: /proc/meminfo's MemAvailable + SwapFree, capped by each memory cgroup with a
+ * limit (v2 up the tree from the process's own, v1 the hierarchical limit; combined v1
+ * controllers; a cgroup namespace's root), page cache counted free; -1 when nothing is read. */
+Test(pools, host_memory_figure_reads_meminfo_and_cgroups, .fini = s_remove_tmpdir)
+{
+    snprintf(s_tmpdir, sizeof s_tmpdir, "/tmp/troupe-test-hostmem-XXXXXX");
+    cr_assert_not_null(mkdtemp(s_tmpdir));
+    const char *mem = "MemTotal:  9000000 kB\nMemFree:  10 kB\nMemAvailable:    8000000 kB\n"
+                      "SwapTotal: 2000 kB\nSwapFree:   1000 kB\n";
+    char how[600];
+    /* v2: the limit on a parent (a Slurm job's), page cache not held against it */
+    s_put("a/meminfo", mem);
+    s_put("a/self_cgroup", "0::/job_7/step_0/task_1\n");
+    s_put("a/cg/job_7/memory.max", "3000000000\n");
+    s_put("a/cg/job_7/memory.current", "2000000000\n");
+    s_put("a/cg/job_7/memory.stat", "anon 1400000000\nfile 500000000\nfile_mapped 7\n");
+    s_put("a/cg/job_7/step_0/memory.max", "max\n");
+    s_put("a/cg/job_7/step_0/memory.current", "1900000000\n");
+    s_put("a/cg/job_7/step_0/task_1/memory.max", "max\n");
+    s_put("a/cg/job_7/step_0/task_1/memory.current", "1800000000\n");
+    cr_assert_eq(s_free_in("a", how, sizeof how), 1500000000);
+    cr_assert(strstr(how, "job_7: memory.max 3000000000") && !strstr(how, "task_1"), "%s", how);
+    /* and a tighter one below it wins */
+    s_put("a/cg/job_7/step_0/task_1/memory.max", "2000000000\n");
+    cr_assert_eq(s_free_in("a", how, sizeof how), 200000000, "%s", how);
+    cr_assert(strstr(how, "task_1"), "%s", how);
+    /* usage past the limit: nothing free */
+    s_put("a/cg/job_7/memory.current", "9000000000\n");
+    s_put("a/cg/job_7/step_0/task_1/memory.max", "max\n");
+    cr_assert_eq(s_free_in("a", how, sizeof how), 0, "%s", how);
+
+    /* v1, memory among combined controllers: the hierarchical limit less usage held */
+    s_put("b/meminfo", mem);
+    s_put("b/self_cgroup", "6:pids:/\n5:cpu,memory:/x\n0::/\n");
+    s_put("b/cg/memory/x/memory.stat",
+          "cache 1\nhierarchical_memory_limit 4000000000\ntotal_cache 1000000000\n");
+    s_put("b/cg/memory/x/memory.usage_in_bytes", "2500000000\n");
+    cr_assert_eq(s_free_in("b", how, sizeof how), 2500000000);
+    cr_assert(strstr(how, "hierarchical_memory_limit 4000000000"), "%s", how);
+    /* v1 without a limit (reported as about 2^63): meminfo's figure */
+    s_put("b/cg/memory/x/memory.stat",
+          "hierarchical_memory_limit 9223372036854771712\ntotal_cache 5\n");
+    cr_assert_eq(s_free_in("b", how, sizeof how), (int64_t)8001000 * 1024);
+    cr_assert(strstr(how, "MemAvailable 8192000000 + SwapFree 1024000"), "%s", how);
+
+    /* a cgroup namespace: the process's path is not under the mount, its root holds the limit */
+    s_put("c/meminfo", mem);
+    s_put("c/self_cgroup", "0::/not/here\n");
+    s_put("c/cg/memory.max", "1000000000\n");
+    s_put("c/cg/memory.current", "100000000\n");
+    cr_assert_eq(s_free_in("c", how, sizeof how), 900000000, "%s", how);
+
+    /* nothing readable: no figure, so no check */
+    cr_assert_eq(s_free_in("nothing", how, sizeof how), -1);
+    /* meminfo only */
+    s_put("d/meminfo", "MemAvailable: 5 kB\n");
+    cr_assert_eq(s_free_in("d", how, sizeof how), 5120);
 }
 
 typedef struct s_twin {

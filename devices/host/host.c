@@ -12,6 +12,7 @@
 #include "compiler/cgen.h"
 #include "devices/host/cc_cache_impl.h"
 #include "devices/host/gemm_library.h"
+#include "devices/host/host_memory_impl.h"
 #include "devices/pools_impl.h"
 
 #include <dlfcn.h>
@@ -145,86 +146,15 @@ int troupe__hdrv_num_devices(troupe_driver_t *drv)
     return s_self(drv)->ndev;
 }
 
-/* ---- how much host memory is free (TROUPE_HOST_MEMORY=auto) ------------------------------- */
+/* ---- how much host memory a pool may take (TROUPE_HOST_MEMORY) ---------------------------- */
 
-/* The "Name:  N kB" field of /proc/meminfo in bytes, or -1. */
-static int64_t s_meminfo_field(const char *text, const char *name)
-{
-    const char *p = strstr(text, name);
-    long long kb = 0;
-    if (p == NULL || sscanf(p + strlen(name), " %lld kB", &kb) != 1 || kb < 0)
-        return -1;
-    return (int64_t)kb * 1024;
-}
+/* Under TROUPE_HOST_MEMORY=auto, pools below this size are not checked: the figure costs a few
+ * file reads, and what small pools add up to is seen by the next large one. */
+#define S_CHECK_MIN_BYTES ((size_t)16 << 20)
 
-/* A file's first number, or -1 ("max", missing or unreadable). */
-static int64_t s_file_number(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    long long v = -1;
-    if (fscanf(f, "%lld", &v) != 1 || v < 0)
-        v = -1;
-    fclose(f);
-    return (int64_t)v;
-}
-
-/* The memory cgroup's headroom (limit - usage) in bytes, -1 without a limit or when unreadable;
- * `how` names the files read. cgroup v2 ("0::PATH" in /proc/self/cgroup: memory.max and
- * memory.current), else v1 (the "memory" controller's line: memory.limit_in_bytes and
- * memory.usage_in_bytes); each under /sys/fs/cgroup[/memory]/PATH, or at the mount's root for
- * a process in a cgroup namespace. v1 reports no limit as a huge figure, read as none. */
-static int64_t s_cgroup_headroom(char *how, size_t cap)
-{
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    if (f == NULL)
-        return -1;
-    char line[1024], v2[512] = "", v1[512] = "";
-    bool has_v2 = false, has_v1 = false;
-    while (fgets(line, sizeof line, f) != NULL) {
-        line[strcspn(line, "\n")] = '\0';
-        const char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (c2 == NULL)
-            continue;
-        size_t nctl = (size_t)(c2 - c1 - 1);
-        if (strncmp(line, "0::", 3) == 0) {
-            has_v2 = true;
-            snprintf(v2, sizeof v2, "%s", c2 + 1);
-        } else if (nctl >= 6 && (strncmp(c1 + 1, "memory", 6) == 0) &&
-                   (c1[7] == ':' || c1[7] == ',')) {
-            has_v1 = true;
-            snprintf(v1, sizeof v1, "%s", c2 + 1);
-        }
-    }
-    fclose(f);
-    static const struct {
-        const char *root, *limit, *usage;
-    } kinds[2] = {{"/sys/fs/cgroup", "memory.max", "memory.current"},
-                  {"/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"}};
-    for (int k = 0; k < 2; k++) {
-        if (!(k == 0 ? has_v2 : has_v1))
-            continue;
-        const char *rel = k == 0 ? v2 : v1;
-        for (int at_root = 0; at_root < 2; at_root++) {
-            char lp[600], up[600];
-            snprintf(lp, sizeof lp, "%s%s/%s", kinds[k].root, at_root ? "" : rel, kinds[k].limit);
-            snprintf(up, sizeof up, "%s%s/%s", kinds[k].root, at_root ? "" : rel, kinds[k].usage);
-            int64_t limit = s_file_number(lp), usage = s_file_number(up);
-            if (usage < 0)
-                continue; /* not this place */
-            if (limit < 0 || limit >= ((int64_t)1 << 60))
-                return -1; /* no limit */
-            snprintf(how, cap, "%s %lld - %s %lld", lp, (long long)limit, up, (long long)usage);
-            return limit > usage ? limit - usage : 0;
-        }
-    }
-    return -1;
-}
-
-/* The bytes a new pool may take (TROUPE_HOST_MEMORY), or -1 for no check; `how` says where the
- * figure comes from. */
-static int64_t s_free_host_bytes(char *how, size_t cap)
+/* The bytes a new pool of `alloc` bytes may take, or -1 for no check; `how` says where the
+ * figure comes from (devices/host/host_memory_impl.h). */
+static int64_t s_free_host_bytes(size_t alloc, char *how, size_t cap)
 {
     int64_t cfg = troupe_config_host_memory();
     if (cfg == TROUPE_HOST_MEMORY_OFF)
@@ -233,28 +163,10 @@ static int64_t s_free_host_bytes(char *how, size_t cap)
         snprintf(how, cap, "TROUPE_HOST_MEMORY=%lld", (long long)cfg);
         return cfg;
     }
-    int64_t free_b = -1;
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (f != NULL) {
-        char text[8192];
-        size_t n = fread(text, 1, sizeof text - 1, f);
-        fclose(f);
-        text[n] = '\0';
-        int64_t avail = s_meminfo_field(text, "MemAvailable:");
-        int64_t swap = s_meminfo_field(text, "SwapFree:");
-        if (avail >= 0) {
-            free_b = avail + (swap > 0 ? swap : 0);
-            snprintf(how, cap, "MemAvailable %lld + SwapFree %lld in /proc/meminfo",
-                     (long long)avail, (long long)(swap > 0 ? swap : 0));
-        }
-    }
-    char cg[1400] = "";
-    int64_t head = s_cgroup_headroom(cg, sizeof cg);
-    if (head >= 0 && (free_b < 0 || head < free_b)) {
-        free_b = head;
-        snprintf(how, cap, "the memory cgroup's %s", cg);
-    }
-    return free_b;
+    if (alloc < S_CHECK_MIN_BYTES)
+        return -1;
+    return troupe__host_memory_free("/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup", how,
+                                    cap);
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -263,7 +175,7 @@ troupe_status_t troupe__hdrv_alloc_pool(troupe_driver_t *drv, int ordinal, int32
                                         int64_t size_bytes, bool zero)
 {
     TROUPE_RETURN_IF_ERROR(s_check_ordinal(drv, "alloc_pool", ordinal));
-    if (size_bytes < 0 || (uint64_t)size_bytes > (uint64_t)SIZE_MAX - S_POOL_ALIGN)
+    if (size_bytes < 0 || (uint64_t)size_bytes > (uint64_t)SIZE_MAX - S_HUGE_BYTES)
         return troupe__error(TROUPE_INVALID_ARGUMENT, "%s alloc_pool: pool %d: bad size %lld bytes",
                              s_name(drv), (int)pool_id, (long long)size_bytes);
     /* Round up to the alignment (and to at least one block, so a 0-byte pool has an address). */
@@ -281,13 +193,16 @@ troupe_status_t troupe__hdrv_alloc_pool(troupe_driver_t *drv, int ordinal, int32
     pthread_mutex_unlock(&d->lock);
     if (st != TROUPE_OK)
         return st;
-    char how[1500] = "";
-    int64_t free_b = s_free_host_bytes(how, sizeof how);
-    if (free_b >= 0 && (int64_t)alloc > free_b)
+    /* what the pool takes: whole huge pages from 2 MiB on */
+    size_t take =
+        alloc >= S_HUGE_BYTES ? (alloc + S_HUGE_BYTES - 1) / S_HUGE_BYTES * S_HUGE_BYTES : alloc;
+    char how[1200] = "";
+    int64_t free_b = s_free_host_bytes(take, how, sizeof how);
+    if (free_b >= 0 && (int64_t)take > free_b)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED,
                              "%s alloc_pool: pool %d: %lld bytes (%.2f GiB) of host memory asked "
-                             "for, %lld bytes (%.2f GiB) free (%s); set TROUPE_HOST_MEMORY=off "
-                             "to try anyway",
+                             "for, %lld bytes (%.2f GiB) free; set TROUPE_HOST_MEMORY=off to try "
+                             "anyway (free: %s)",
                              s_name(drv), (int)pool_id, (long long)size_bytes,
                              (double)size_bytes / (1 << 30), (long long)free_b,
                              (double)free_b / (1 << 30), how);
@@ -302,12 +217,11 @@ troupe_status_t troupe__hdrv_alloc_pool(troupe_driver_t *drv, int ordinal, int32
     if (shared)
         zero = false;
     else if (alloc >= S_HUGE_BYTES) {
-        size_t huge = (alloc + S_HUGE_BYTES - 1) / S_HUGE_BYTES * S_HUGE_BYTES;
-        if (posix_memalign(&base, S_HUGE_BYTES, huge) != 0)
+        if (posix_memalign(&base, S_HUGE_BYTES, take) != 0)
             base = NULL;
 #ifdef MADV_HUGEPAGE
         if (base != NULL)
-            (void)madvise(base, huge, MADV_HUGEPAGE);
+            (void)madvise(base, take, MADV_HUGEPAGE);
 #endif
     } else if (posix_memalign(&base, S_POOL_ALIGN, alloc) != 0)
         base = NULL;

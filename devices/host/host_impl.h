@@ -1,5 +1,5 @@
-/* troupe — the host-memory driver core shared by the `cpu` and `sync` drivers (docs/architecture.md §2,
- * §7; seeds `Schedulers.Multicore` and `Schedulers.Sync`); Open MPI's "base" component: the
+/* troupe — the host-memory driver core shared by the `cpu` and `sync` drivers (docs/architecture.md
+ * §2, §7; seeds `Schedulers.Multicore` and `Schedulers.Sync`); Open MPI's "base" component: the
  * drivers in devices/cpu/ and devices/sync/ are small vtables over it.
  *
  * Both drivers have TROUPE_CPU_DEVICES devices (base/config.h; 1 by default, ordinals 0..N-1)
@@ -17,8 +17,10 @@
  * specifics:
  *   - an ordinal outside 0..N-1 is TROUPE_NOT_FOUND;
  *   - alloc_pool: size_bytes >= 0, ALREADY_EXISTS for a live pool id, RESOURCE_EXHAUSTED when
- *     the allocation fails; a large pool is node-shareable memory when the transport asked for
- *     it (base/shared_memory_impl.h), else an ordinary aligned allocation;
+ *     the allocation fails or the pool is larger than TROUPE_HOST_MEMORY allows (base/config.h;
+ *     checked before any memory is taken); a large pool is node-shareable memory when the
+ *     transport asked for it (base/shared_memory_impl.h), else an ordinary aligned allocation,
+ *     from 2 MiB on 2 MiB-aligned with transparent huge pages asked for;
  *   - host_ptr and every copy: NOT_FOUND for an unknown pool, INVALID_ARGUMENT for a negative
  *     offset or size or offset+size beyond the pool (the message names pool, offset and sizes);
  *     copies also reject a size larger than the buffer's size_bytes;
