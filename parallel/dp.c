@@ -927,6 +927,22 @@ bool troupe_dp_fused_update(const troupe_dp_t *dp)
     return dp && (dp->strat.update == TROUPE__DP_UPDATE_FUSED);
 }
 
+int64_t troupe_dp_device_bytes(troupe_dp_t *dp)
+{
+    int64_t total = 0;
+    for (int k = 0; dp != NULL && k < dp->n; k++) {
+        bool seen = false;
+        for (int j = 0; j < k && !seen; j++)
+            seen = dp->dev_of[j] == dp->dev_of[k];
+        troupe_device_t *d = NULL;
+        int64_t used = 0;
+        if (!seen && troupe_get_device(dp->backend, dp->dev_of[k], &d) == TROUPE_OK &&
+            troupe_get_used_memory(d, &used) == TROUPE_OK)
+            total += used;
+    }
+    return total;
+}
+
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp)
 {
     return dp ? dp->steps : 0;

@@ -386,6 +386,11 @@ bool troupe_dp_fused_streams(const troupe_dp_t *dp);
  * only this rank's shard: ZeRO stage 1, docs/parallel.md, Sharded optimizer state). 0 for
  * NULL or an optimizer without state. */
 int64_t troupe_dp_optimizer_state_bytes(const troupe_dp_t *dp);
+/* Bytes of device memory this rank's devices hold now (troupe_get_used_memory summed over the
+ * devices its replicas run on): the parameters, the optimizer state and every stream's arrays
+ * of the gradient routine, for one to size --batch against. 0 for NULL; a device whose figure
+ * cannot be read counts 0. No status to handle. */
+int64_t troupe_dp_device_bytes(troupe_dp_t *dp);
 int64_t troupe_dp_steps_done(const troupe_dp_t *dp); /* steps scheduled so far */
 /* The owner stream's context holding the current parameters (borrowed): link evaluation
  * routines to it (after troupe_dp_sync). */

@@ -329,6 +329,19 @@ static void s_train_devices(const char *backend, int ndev, int streams,
     for (int k = 0; k < streams; k++)
         cr_assert_eq(troupe_dp_replica_device(dp, k), k / per, "%s: replica %d on device %d",
                      backend, k, troupe_dp_replica_device(dp, k));
+    /* device_bytes: the used memory of each device the replicas run on, each counted once */
+    int64_t want = 0;
+    for (int o = 0; o < ndev; o++) {
+        troupe_device_t *dv = NULL;
+        int64_t used = 0;
+        OK(troupe_get_device(troupe_dp_backend(dp), o, &dv));
+        OK(troupe_get_used_memory(dv, &used));
+        want += used;
+    }
+    cr_assert(want > 0 && troupe_dp_device_bytes(dp) == want, "%s: device_bytes %lld, want %lld",
+              backend, (long long)troupe_dp_device_bytes(dp), (long long)want);
+    cr_assert_gt(want, troupe_dp_optimizer_state_bytes(dp), "the state is a part of it");
+    cr_assert_eq(troupe_dp_device_bytes(NULL), 0);
     for (int s = 0; s < K; s++)
         OK(troupe_dp_step(dp));
     OK(troupe_dp_params_to_host(dp));

@@ -926,11 +926,11 @@ static int s_cmd_train(int argc, char **argv)
     if (rank == 0)
         printf("gpt: L=%d NH=%d C=%d V=%d Vp=%d, %zu parameters; %zu training tokens in %d "
                "shard(s), %lld batches of %lld x %lld; %d rank(s) x %d stream(s), "
-               "optimizer_state_bytes=%lld; precision %s\n",
+               "optimizer_state_bytes=%lld device_bytes=%lld; precision %s\n",
                cfg.layers, cfg.heads, cfg.channels, cfg.vocab, cfg.padded_vocab,
-               gpt_llmc_num_params(&cfg), ntokens, nshards, (long long)nb, t.B, t.T, ranks,
-               streams, (long long)troupe_dp_optimizer_state_bytes(dp),
-               troupe_dp_precision_name(t.precision));
+               gpt_llmc_num_params(&cfg), ntokens, nshards, (long long)nb, t.B, t.T, ranks, streams,
+               (long long)troupe_dp_optimizer_state_bytes(dp),
+               (long long)troupe_dp_device_bytes(dp), troupe_dp_precision_name(t.precision));
 
     /* rank 0's evaluation (validation) and sampling, linked on the owner stream */
     gpt_runner_t *vr = NULL, *sr = NULL;
