@@ -587,21 +587,23 @@ static void *s_merge_worker(void *arg)
     }
 }
 
-/* Every merge routine, on up to as many threads as the process's CPUs (its affinity; at most
- * 8; this thread is one): the compiles are independent procedures over distinct nodes
- * (troupe_compile is thread-safe for those), and each spends most of its time in the C compiler's
- * process. The codes land at their index, so the result does not depend on the order; a failure
- * reports the lowest-numbered routine that failed. */
+/* Every merge routine; on a host backend on up to as many threads as the process's CPUs (its
+ * affinity; at most 8; this thread is one), on cuda on this thread: the compiles are independent
+ * procedures over distinct nodes (troupe_compile is thread-safe for those), and each spends most of
+ * its time in the C compiler's process. The codes land at their index, so the result does not
+ * depend on the order; a failure reports the lowest-numbered routine that failed. */
 static troupe_status_t s_compile_merges(troupe_dp_t *dp)
 {
     dp->merge_code = troupe_calloc(dp->n_params, sizeof *dp->merge_code);
     if (!dp->merge_code)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
-    /* the CPUs this process may run on: one under mpiexec's binding to a core per rank */
+    /* the CPUs this process may run on: one under mpiexec's binding to a core per rank; on
+     * the host backends only (cuda's compiles stay on the calling thread, as they have run) */
     size_t nw = 1;
     cpu_set_t cs;
     CPU_ZERO(&cs);
-    if (sched_getaffinity(0, sizeof cs, &cs) == 0 && CPU_COUNT(&cs) > 1)
+    if (troupe_backend_host_addressable(dp->backend) && sched_getaffinity(0, sizeof cs, &cs) == 0 &&
+        CPU_COUNT(&cs) > 1)
         nw = (size_t)CPU_COUNT(&cs);
     if (nw > 8)
         nw = 8;
