@@ -1,8 +1,9 @@
-/* troupe — the data-parallel driver (parallel/dp.h; docs/architecture.md §5; OCANNL_NOTES §7.1 for the
- * stream pairing of the tree merge).
+/* troupe — the data-parallel driver (parallel/dp.h; docs/architecture.md §5; OCANNL_NOTES §7.1 for
+ * the stream pairing of the tree merge).
  *
  * Layout on each local stream k (a chain of contexts, each a child of the previous one):
- *   root -> init_from_host_packed(params, one pool in the gradients' order) -> init_from_host(inputs)
+ *   root -> init_from_host_packed(params, one pool in the gradients' order) ->
+ * init_from_host(inputs)
  *   [-> link(feed)] -> link(grad segment 0) [-> link(grad segment 1) ...] [-> link(merge_i)]
  * and on the owner stream 0, after those: -> init_from_host_packed(state m) [->
  * init_from_host_packed(state v)] -> init_from_host(hyper)
@@ -25,7 +26,6 @@
  * Host cost per step: hyper-parameters are uploaded only when they changed, through a ring of
  * staging nodes so that the host write never waits for the previous step's upload.
  */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "parallel/dp_impl.h"
 
 #include "base/config.h"
@@ -40,10 +40,7 @@
 #include "transport/mpi/collective.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -560,76 +557,18 @@ static troupe_status_t s_compile_merge(troupe_dp_t *dp, size_t i)
     return st;
 }
 
-typedef struct s_merge_worker {
-    troupe_dp_t *dp;
-    atomic_size_t *next; /* the next routine to compile, shared */
-    atomic_bool *failed; /* set by the first failure: the others stop taking work */
-    size_t failed_at;    /* this worker's failed routine (SIZE_MAX: none) */
-    troupe_status_t st;  /* and its status and message (errors are per thread) */
-    char msg[1024];
-} s_merge_worker_t;
-
-static void *s_merge_worker(void *arg)
-{
-    s_merge_worker_t *w = arg;
-    for (;;) {
-        size_t i = atomic_fetch_add(w->next, 1);
-        if (i >= w->dp->n_params || atomic_load(w->failed))
-            return NULL;
-        troupe_status_t st = s_compile_merge(w->dp, i);
-        if (st != TROUPE_OK) {
-            w->failed_at = i;
-            w->st = st;
-            snprintf(w->msg, sizeof w->msg, "%s", troupe_last_error());
-            atomic_store(w->failed, true);
-            return NULL;
-        }
-    }
-}
-
-/* Every merge routine; on a host backend on up to as many threads as the process's CPUs (its
- * affinity; at most 8; this thread is one), on cuda on this thread: the compiles are independent
- * procedures over distinct nodes (troupe_compile is thread-safe for those), and each spends most of
- * its time in the C compiler's process. The codes land at their index, so the result does not
- * depend on the order; a failure reports the lowest-numbered routine that failed. */
+/* Every merge routine, in order; a failure names the routine's compile. */
 static troupe_status_t s_compile_merges(troupe_dp_t *dp)
 {
     dp->merge_code = troupe_calloc(dp->n_params, sizeof *dp->merge_code);
     if (!dp->merge_code)
         return troupe__error(TROUPE_RESOURCE_EXHAUSTED, "dp: out of memory");
-    /* the CPUs this process may run on: one under mpiexec's binding to a core per rank; on
-     * the host backends only (cuda's compiles stay on the calling thread, as they have run) */
-    size_t nw = 1;
-    cpu_set_t cs;
-    CPU_ZERO(&cs);
-    if (troupe_backend_host_addressable(dp->backend) && sched_getaffinity(0, sizeof cs, &cs) == 0 &&
-        CPU_COUNT(&cs) > 1)
-        nw = (size_t)CPU_COUNT(&cs);
-    if (nw > 8)
-        nw = 8;
-    if (nw > dp->n_params)
-        nw = dp->n_params > 0 ? dp->n_params : 1;
-    atomic_size_t next = 0;
-    atomic_bool failed = false;
-    s_merge_worker_t w[8];
-    pthread_t th[8];
-    bool started[8] = {false};
-    for (size_t k = 0; k < nw; k++)
-        w[k] = (s_merge_worker_t){dp, &next, &failed, SIZE_MAX, TROUPE_OK, ""};
-    for (size_t k = 1; k < nw; k++)
-        started[k] = pthread_create(&th[k], NULL, s_merge_worker, &w[k]) == 0;
-    (void)s_merge_worker(&w[0]);
-    for (size_t k = 1; k < nw; k++)
-        if (started[k])
-            pthread_join(th[k], NULL);
-    size_t first = 0;
-    for (size_t k = 1; k < nw; k++)
-        if (w[k].failed_at < w[first].failed_at)
-            first = k;
-    if (w[first].failed_at == SIZE_MAX)
-        return TROUPE_OK;
-    troupe__error(w[first].st, "%s", w[first].msg);
-    return troupe__dp_wrap(w[first].st, "dp_new: compiling a merge routine");
+    for (size_t i = 0; i < dp->n_params; i++) {
+        troupe_status_t st = s_compile_merge(dp, i);
+        if (st != TROUPE_OK)
+            return troupe__dp_wrap(st, "dp_new: compiling a merge routine");
+    }
+    return TROUPE_OK;
 }
 
 static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
@@ -684,8 +623,7 @@ static troupe_status_t s_build(troupe_dp_t *dp, const troupe_dp_config_t *cfg,
     TROUPE_RETURN_IF_ERROR(troupe__dp_split_build(dp, m));
     /* merge routines g =+ g.merge, on the replicas that receive (even k with a k+1): compiled
      * here, before the gradient routine's contexts exist, since each compile forks the
-     * process (devices/host/cc_cache.c) and a fork's cost grows with the memory mapped; on
-     * several threads, one compile each at a time (s_compile_merges) */
+     * process (devices/host/cc_cache.c) and a fork's cost grows with the memory mapped */
     if (dp->n > 1)
         TROUPE_RETURN_IF_ERROR(s_compile_merges(dp));
 

@@ -15,7 +15,6 @@
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,90 +358,6 @@ Test(runtime, link_past_host_memory_is_refused_naming_routine_and_arrays)
         troupe_free(v);
         troupe_routine_release(&r);
         troupe_code_release(&code);
-        troupe_context_release(&ctx);
-        rtu_env_close(&e);
-    }
-}
-
-/* troupe_compile on several threads at once, each its own procedures over its own nodes (as dp
- * compiles its merge routines): every code is made, and each computes what it should. */
-typedef struct s_compiler_thread {
-    troupe_backend_t *b;
-    int k;
-    troupe_tnode_t *a[4], *c[4];
-    troupe_code_t *code[4];
-    troupe_status_t st;
-    char msg[512];
-} s_compiler_thread_t;
-
-static void *s_compile_four(void *arg)
-{
-    s_compiler_thread_t *w = arg;
-    for (int i = 0; i < 4 && w->st == TROUPE_OK; i++) {
-        troupe_asgn_comp_t *comp = NULL;
-        troupe_asgn_t *t = NULL;
-        char name[48];
-        snprintf(name, sizeof name, "conc_%d_%d", w->k, i);
-        w->st = troupe_asgn_comp_new(&comp);
-        if (w->st == TROUPE_OK)
-            w->st = troupe_asgn_pointwise_binop(comp, w->c[i], TROUPE_BINOP_ADD,
-                                                troupe_asgn_node(w->a[i]),
-                                                troupe_asgn_node(w->a[i]), &t);
-        if (w->st == TROUPE_OK) {
-            troupe_asgn_comp_set_root(comp, t);
-            w->st = troupe_compile(w->b, comp, name, &w->code[i]);
-        }
-        troupe_asgn_comp_destroy(&comp);
-        if (w->st != TROUPE_OK)
-            snprintf(w->msg, sizeof w->msg, "%s", troupe_last_error());
-    }
-    return NULL;
-}
-
-Test(runtime, compiles_on_several_threads_at_once)
-{
-    FOR_EACH_HOST_DRIVER(drv)
-    {
-        rtu_env_t e;
-        rtu_env_open(&e, *drv, 1);
-        s_compiler_thread_t w[3];
-        pthread_t th[3];
-        for (int k = 0; k < 3; k++) {
-            w[k] = (s_compiler_thread_t){.b = e.b, .k = k, .st = TROUPE_OK};
-            for (int i = 0; i < 4; i++) {
-                w[k].a[i] = rtu_vec("ca", 3 + i);
-                w[k].c[i] = rtu_vec("cc", 3 + i);
-                rtu_set_hosted(w[k].c[i], 1);
-                double v[8] = {k, i, 1, 2, 3, 4, 5};
-                rtu_set(w[k].a[i], v);
-            }
-        }
-        for (int k = 0; k < 3; k++)
-            cr_assert_eq(pthread_create(&th[k], NULL, s_compile_four, &w[k]), 0);
-        for (int k = 0; k < 3; k++)
-            pthread_join(th[k], NULL);
-        troupe_context_t *ctx = e.ctx[0];
-        troupe_context_retain(ctx);
-        for (int k = 0; k < 3; k++) {
-            cr_assert_eq(w[k].st, TROUPE_OK, "%s thread %d: %s", *drv, k, w[k].msg);
-            for (int i = 0; i < 4; i++) {
-                rtu_init(&ctx, w[k].a[i]);
-                troupe_routine_t *r = NULL;
-                OK(troupe_link(ctx, w[k].code[i], &r));
-                OK(troupe_routine_run(r, NULL));
-                float got[8];
-                rtu_get(troupe_routine_context(r), w[k].c[i], got);
-                cr_assert(got[0] == 2 * k && got[1] == 2 * i && got[2 + i] == 2 * (1 + i),
-                          "%s thread %d code %d: %g %g", *drv, k, i, got[0], got[1]);
-                troupe_context_release(&ctx);
-                ctx = troupe_routine_context(r);
-                troupe_context_retain(ctx);
-                troupe_routine_release(&r);
-                troupe_code_release(&w[k].code[i]);
-                troupe_tnode_release(&w[k].a[i]);
-                troupe_tnode_release(&w[k].c[i]);
-            }
-        }
         troupe_context_release(&ctx);
         rtu_env_close(&e);
     }
