@@ -1,9 +1,8 @@
-/* troupe — the data-parallel driver (parallel/dp.h; docs/architecture.md §5; OCANNL_NOTES §7.1 for
- * the stream pairing of the tree merge).
+/* troupe — the data-parallel driver (parallel/dp.h; docs/architecture.md §5; OCANNL_NOTES §7.1 for the
+ * stream pairing of the tree merge).
  *
  * Layout on each local stream k (a chain of contexts, each a child of the previous one):
- *   root -> init_from_host_packed(params, one pool in the gradients' order) ->
- * init_from_host(inputs)
+ *   root -> init_from_host_packed(params, one pool in the gradients' order) -> init_from_host(inputs)
  *   [-> link(feed)] -> link(grad segment 0) [-> link(grad segment 1) ...] [-> link(merge_i)]
  * and on the owner stream 0, after those: -> init_from_host_packed(state m) [->
  * init_from_host_packed(state v)] -> init_from_host(hyper)
